@@ -1,0 +1,25 @@
+# Two commands on a fresh machine: `make demo` (main job on bundled demo data) and `make test`.
+PYTHON ?= $(shell for p in python3.13 python3.12 $$HOME/.pyenv/versions/3.13*/bin/python3 $$HOME/.pyenv/versions/3.12*/bin/python3; do \
+	$$p -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null && echo $$p && break; done)
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: venv demo test lint
+
+$(BIN)/evtsync: pyproject.toml
+	@test -n "$(PYTHON)" || { echo "Python >= 3.12 not found: set PYTHON=/path/to/python3.12"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(BIN)/evtsync
+
+venv: $(BIN)/evtsync
+
+demo: venv
+	$(BIN)/evtsync run --out fits/demo
+
+test: venv
+	$(BIN)/python -m pytest
+
+lint: venv
+	$(BIN)/ruff check .
