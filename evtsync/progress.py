@@ -9,9 +9,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Iterator
-from typing import TypeVar
-
-T = TypeVar("T")
 
 _enabled: bool | None = None
 
@@ -31,7 +28,7 @@ def progress_enabled() -> bool:
     return sys.stderr.isatty()
 
 
-def progress(iterable: Iterable[T], desc: str, total: int | None = None, unit: str = "it") -> Iterator[T]:
+def progress[T](iterable: Iterable[T], desc: str, total: int | None = None, unit: str = "it") -> Iterator[T]:
     """Iterate with a tqdm bar on stderr when progress bars are enabled."""
     if not progress_enabled():
         yield from iterable

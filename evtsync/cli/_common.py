@@ -1,0 +1,50 @@
+"""Argument groups shared by the commands that read traces."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from evtsync.collectives import END_TOLERANCE_US, RANKS_PER_HOST, PGOverride
+
+
+def add_trace_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    """TRACES plus the reading and alignment options."""
+    parser.add_argument("traces", nargs="+" if required else "*", metavar="TRACES",
+                        help="trace files (.json / .json.gz) and/or folders of them, one file per rank")
+    group = parser.add_argument_group("reading and alignment")
+    group.add_argument("--salvage", action="store_true",
+                       help="keep the complete events of files cut mid-write (reports what was dropped)")
+    group.add_argument("--workers", type=int, default=None,
+                       help="reader processes (default: one per core; in-process for small sets)")
+    group.add_argument("--pg", action="append", default=[], metavar="NAME=RANKS[@STREAM]",
+                       help="declare a process group, e.g. tp=0-3@84 (repeatable); overrides the trace")
+    group.add_argument("--allow-partial", action="store_true",
+                       help="align PGs over the ranks present when member ranks have no trace")
+    group.add_argument("--no-strict", dest="strict", action="store_false",
+                       help="flag count/type mismatches instead of stopping")
+    group.add_argument("--end-tolerance-us", type=float, default=END_TOLERANCE_US,
+                       help=f"end-time agreement tolerance across ranks (default {END_TOLERANCE_US:g})")
+    group.add_argument("--ranks-per-host", type=int, default=RANKS_PER_HOST,
+                       help="ranks sharing a clock when traces do not name their host "
+                            f"(default {RANKS_PER_HOST})")
+
+
+def align_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Keyword arguments of align_collectives from parsed arguments."""
+    return {
+        "overrides": [PGOverride.parse(text) for text in args.pg],
+        "end_tolerance_us": args.end_tolerance_us,
+        "strict": args.strict,
+        "allow_partial": args.allow_partial,
+        "ranks_per_host": args.ranks_per_host,
+    }
+
+
+def sibling_path(path: str, tag: str) -> str:
+    """``out/tax.parquet`` + ``ranks`` -> ``out/tax_ranks.parquet`` (same format)."""
+    lower = path.lower()
+    for suffix in (".csv.gz", ".parquet", ".pq", ".csv"):
+        if lower.endswith(suffix):
+            return f"{path[: -len(suffix)]}_{tag}{path[-len(suffix):]}"
+    return f"{path}_{tag}"

@@ -1,0 +1,97 @@
+"""``evtsync tax TRACES…``: the synchronization tax of every collective of every PG."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+ORDER = 10
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from evtsync.cli._common import add_trace_arguments
+
+    parser = sub.add_parser(
+        "tax", help="synchronization tax of every collective (SPEC §3)",
+        description="Read one Kineto trace per rank, align the collectives of every process "
+        "group and report how long the early ranks waited for the straggler.")
+    add_trace_arguments(parser, required=False)
+    parser.add_argument("--demo", action="store_true",
+                        help="run on a synthetic 8-rank trace set generated on the fly")
+    parser.add_argument("-o", "--output", metavar="PATH",
+                        help="write the full tables: PATH (per collective), PATH_ranks (per rank), "
+                             "PATH_mismatches; Parquet or CSV by extension")
+    parser.add_argument("--plot", metavar="PATH", help="CDFs of tau per PG and collective type (.png/.svg)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from evtsync.cli._common import align_options, sibling_path
+    from evtsync.errors import InputError
+    from evtsync.tableio import write_table
+    from evtsync.tax import tax_from_traces, tax_summary
+    from evtsync.trace.traceset import load_traces
+
+    if args.demo == bool(args.traces):
+        raise InputError("give TRACES or --demo (not both)")
+    with tempfile.TemporaryDirectory(prefix="evtsync-demo-") as tmp:
+        paths = args.traces
+        if args.demo:
+            from evtsync.synth import write_demo_traces
+
+            paths = [str(write_demo_traces(tmp))]
+            print("demo: synthetic 8-rank trace set written to a temporary folder", file=sys.stderr)
+        traces = load_traces(paths, salvage=args.salvage, workers=args.workers)
+    alignment, tables = tax_from_traces(traces, **align_options(args))
+    summary = tax_summary(tables)
+    if traces.nccl_kernels.empty:
+        print(f"no NCCL kernels in {len(traces.ranks)} trace(s): nothing to align (empty result)")
+    if args.output:
+        write_table(tables.collectives, args.output)
+        write_table(tables.ranks, sibling_path(args.output, "ranks"))
+        write_table(alignment.mismatches, sibling_path(args.output, "mismatches"))
+        write_table(alignment.groups, sibling_path(args.output, "groups"))
+    if args.plot:
+        from evtsync.report.tax_figures import plot_tax_cdfs
+
+        plot_tax_cdfs(tables.collectives, args.plot)
+    if args.json:
+        print(json.dumps({"groups": alignment.groups.to_dict(orient="records"),
+                          "summary": summary.to_dict(orient="records"),
+                          "n_mismatches": len(alignment.mismatches)}, indent=2, default=str))
+        return 0
+    _print_report(traces, alignment, summary)
+    return 0
+
+
+def _print_report(traces, alignment, summary) -> None:  # noqa: ANN001 - CLI rendering only
+    ranks = traces.ranks
+    gpus = ", ".join(sorted(set(ranks["gpu"])))
+    print(f"{len(ranks)} rank(s) [{gpus}], {int(ranks['n_events'].sum())} events, "
+          f"{len(traces.nccl_kernels)} NCCL kernels")
+    if len(alignment.groups):
+        print("\nprocess groups:")
+        for g in alignment.groups.itertuples():
+            print(f"  {g.pg:<24} {g.pg_source:<9} ranks {g.pg_ranks:<24} {g.n_collectives} collectives"
+                  f" (stream {g.streams})")
+    if len(summary):
+        print("\ntax per PG and collective (tau = max-min NCCL duration, µs; wait share = "
+              "waiting / kernel time):")
+        header = (f"  {'pg':<20} {'collective':<14} {'n':>6} {'tau med':>10} {'tau p90':>10} "
+                  f"{'tau max':>10} {'fastest waits':>14} {'median waits':>13}")
+        print(header)
+        for s in summary.itertuples():
+            print(f"  {s.pg:<20} {s.collective:<14} {s.count:>6} {s.tau_median_us:>10.1f} "
+                  f"{s.tau_p90_us:>10.1f} {s.tau_max_us:>10.1f} {s.fastest_wait_share:>13.0%} "
+                  f"{s.median_rank_wait_share:>13.0%}")
+    if len(alignment.mismatches):
+        print(f"\n{len(alignment.mismatches)} alignment mismatch(es):")
+        for m in alignment.mismatches.head(20).itertuples():
+            print(f"  PG {m.pg} collective {m.index} rank {m.rank}: {m.kind}: {m.detail}")
+    if len(traces.skipped):
+        total = int(traces.skipped["count"].sum())
+        print(f"\nskipped {total} event(s) that could not be tabulated (see warnings)")

@@ -1,0 +1,300 @@
+"""Process groups and the alignment of collectives across ranks (SPEC §2).
+
+Every NCCL kernel is assigned to a process group (PG):
+
+1. ``--pg`` overrides (:class:`PGOverride`): kernels on the given stream of the given ranks;
+2. the kernel's own process-group fields (``Process Group Name`` / ``Ranks``), filled from
+   the launching ``record_param_comms`` op or ``pg_config`` where the kernel lacks them;
+3. otherwise inferred: per CUDA stream, the ranks whose collective end times on that
+   stream move together (a constant clock offset allowed) form one group. This separates,
+   e.g., two TP groups that use the same stream id on different ranks. Inferred groups
+   are reported as such (``pg_source = "inferred"``).
+
+Within a PG the i-th collective of every member rank is the same collective instance
+(streams are ordered). The match is validated: equal counts, equal collective type and
+message size where known, and end times that agree within a tolerance among ranks that
+share a clock. Every disagreement is reported with PG, index and rank; count or type
+disagreements stop the analysis unless ``strict=False``, which keeps the common prefix and
+flags the affected instances instead. Nothing is shifted to make sequences fit.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from evtsync.errors import AlignmentError, InputError
+from evtsync.trace.tables import format_ranks, parse_rank_list
+from evtsync.trace.traceset import TraceSet
+
+log = logging.getLogger(__name__)
+
+#: Default tolerance on end-time agreement across ranks that share a clock (µs).
+END_TOLERANCE_US = 50.0
+#: Ranks per host when traces do not name their host (clock domains for end-time checks).
+RANKS_PER_HOST = 8
+
+INSTANCE_COLUMNS = ["pg", "index", "rank", "collective", "msg_bytes", "dtype", "stream",
+                    "ts_ns", "dur_ns", "end_ns", "correlation", "external_id"]
+MISMATCH_COLUMNS = ["pg", "index", "rank", "kind", "detail"]
+
+
+@dataclass(frozen=True)
+class PGOverride:
+    """A user-declared process group: NCCL kernels on ``stream`` of ``ranks`` belong to ``name``."""
+
+    name: str
+    ranks: tuple[int, ...]
+    stream: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> PGOverride:
+        """Parse ``NAME=RANKS[@STREAM]``; RANKS like ``0-3`` or ``0,2,4,6`` (e.g. ``tp=0-3@84``)."""
+        match = re.fullmatch(r"\s*([^=\s]+)\s*=\s*([0-9,\-\s]+?)\s*(?:@\s*(-?\d+))?\s*", text)
+        if not match:
+            raise InputError(f"--pg {text!r}: expected NAME=RANKS[@STREAM], e.g. tp=0-3@84")
+        ranks: list[int] = []
+        for part in match.group(2).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if hi < lo:
+                    raise InputError(f"--pg {text!r}: empty rank range {part}")
+                ranks.extend(range(lo, hi + 1))
+            else:
+                ranks.append(int(part))
+        if len(set(ranks)) != len(ranks) or not ranks:
+            raise InputError(f"--pg {text!r}: rank list is empty or repeats a rank")
+        stream = int(match.group(3)) if match.group(3) is not None else None
+        return cls(match.group(1), tuple(sorted(ranks)), stream)
+
+
+@dataclass
+class Alignment:
+    """Collectives matched across ranks.
+
+    - ``groups``: one row per PG: pg, pg_name, pg_desc, pg_ranks, n_ranks, pg_source,
+      streams, n_collectives, present_ranks.
+    - ``instances``: one row per (pg, index, rank): the matched NCCL kernel.
+    - ``mismatches``: every disagreement found (pg, index, rank, kind, detail).
+    - ``invalid``: set of (pg, index) instances flagged by a mismatch.
+    """
+
+    groups: pd.DataFrame
+    instances: pd.DataFrame
+    mismatches: pd.DataFrame
+    invalid: set[tuple[str, int]] = field(default_factory=set)
+
+
+def _pg_members_from_config(traces: TraceSet) -> dict[str, tuple[int, ...]]:
+    members: dict[str, tuple[int, ...]] = {}
+    for row in traces.process_groups.itertuples():
+        ranks = parse_rank_list(f"[{row.pg_ranks}]")
+        if ranks is not None:
+            members.setdefault(str(row.pg_name), ranks)
+    return members
+
+
+def _assign_groups(nccl: pd.DataFrame, traces: TraceSet, overrides: Sequence[PGOverride],
+                   tolerance_us: float) -> tuple[pd.Series, dict[str, dict[str, object]]]:
+    """Return the PG label of each NCCL kernel and a description of each PG."""
+    labels = pd.Series(np.full(len(nccl), None, dtype=object), index=nccl.index)
+    info: dict[str, dict[str, object]] = {}
+    for ov in overrides:
+        mask = nccl["rank"].isin(ov.ranks)
+        if ov.stream is not None:
+            mask &= nccl["stream"] == ov.stream
+        mask &= labels.isna()
+        labels[mask] = ov.name
+        info[ov.name] = {"pg_name": ov.name, "pg_desc": "override", "ranks": ov.ranks,
+                         "source": "override"}
+        if not mask.any():
+            raise InputError(f"--pg {ov.name}: no NCCL kernels on ranks {format_ranks(ov.ranks)}"
+                             + (f" stream {ov.stream}" if ov.stream is not None else ""))
+    config = _pg_members_from_config(traces)
+    named = labels.isna() & nccl["pg_name"].notna()
+    if named.any():
+        sub = nccl[named]
+        entries = []
+        for (name, ranks_text), idx in sub.groupby(["pg_name", "pg_ranks"], observed=True,
+                                                     dropna=False).groups.items():
+            name = str(name)
+            ranks = parse_rank_list(None if pd.isna(ranks_text) else ranks_text) or config.get(name)
+            if ranks is None:
+                ranks = tuple(sorted(sub.loc[idx, "rank"].unique().tolist()))
+                log.warning("PG %s: member ranks not in the trace; using the ranks that ran it (%s)",
+                            name, format_ranks(ranks))
+            desc = sub.loc[idx, "pg_desc"].dropna()
+            entries.append((name, ranks, str(desc.iloc[0]) if len(desc) else "", idx))
+        names = [e[0] for e in entries]
+        for name, ranks, desc, idx in entries:
+            label = name if names.count(name) == 1 else f"{name}[{format_ranks(ranks)}]"
+            if label in info and info[label]["ranks"] != ranks:
+                raise InputError(f"PG {label}: named by --pg and by the trace with other ranks")
+            info.setdefault(label, {"pg_name": name, "pg_desc": desc, "ranks": ranks,
+                                    "source": "trace"})
+            labels[idx] = label
+    rest = labels.isna()
+    if rest.any():
+        for stream, sub in nccl[rest].groupby("stream"):
+            for members in _cluster_by_end_times(sub, tolerance_us):
+                label = f"stream{stream}" if len(members) == sub["rank"].nunique() else \
+                    f"stream{stream}[{format_ranks(members)}]"
+                info[label] = {"pg_name": label, "pg_desc": "inferred", "ranks": members,
+                               "source": "inferred"}
+                labels[sub.index[sub["rank"].isin(members)]] = label
+        log.info("process groups inferred from streams and end times: %s",
+                 ", ".join(k for k, v in info.items() if v["source"] == "inferred"))
+    return labels, info
+
+
+def _cluster_by_end_times(sub: pd.DataFrame, tolerance_us: float) -> list[tuple[int, ...]]:
+    """Split the ranks of one stream into groups whose collective end times move together.
+
+    Two ranks belong together when, over their common collectives, the difference of their
+    end times is constant (a clock offset) within the tolerance: median absolute deviation
+    below ``tolerance_us``. With fewer than 3 collectives all ranks form one group.
+    """
+    ends = {int(r): g.sort_values("ts_ns")["end_ns"].to_numpy() for r, g in sub.groupby("rank")}
+    ranks = sorted(ends)
+    n_common = min(len(v) for v in ends.values())
+    if n_common < 3 or len(ranks) < 2:
+        return [tuple(ranks)]
+    tol_ns = tolerance_us * 1000.0
+    groups: list[list[int]] = []
+    for r in ranks:
+        for g in groups:
+            diff = ends[r][:n_common] - ends[g[0]][:n_common]
+            if np.median(np.abs(diff - np.median(diff))) <= tol_ns:
+                g.append(r)
+                break
+        else:
+            groups.append([r])
+    return [tuple(g) for g in groups]
+
+
+def _clock_domains(traces: TraceSet, ranks_per_host: int) -> dict[int, str]:
+    domains = {}
+    for row in traces.ranks.itertuples():
+        domains[int(row.rank)] = row.host if row.host else f"host{int(row.rank) // ranks_per_host}"
+    return domains
+
+
+def align_collectives(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
+                      end_tolerance_us: float = END_TOLERANCE_US, strict: bool = True,
+                      allow_partial: bool = False, ranks_per_host: int = RANKS_PER_HOST) -> Alignment:
+    """Match the i-th collective of every PG across its member ranks and validate the match.
+
+    ``allow_partial`` aligns PGs over the ranks present when member ranks are missing
+    (otherwise an :class:`AlignmentError` names them); ``strict=False`` keeps going past
+    count/type mismatches, flagging them instead of stopping.
+    """
+    nccl = traces.nccl_kernels
+    if nccl.empty:
+        empty = pd.DataFrame(columns=INSTANCE_COLUMNS)
+        return Alignment(pd.DataFrame(columns=["pg", "pg_name", "pg_desc", "pg_ranks", "n_ranks",
+                                               "pg_source", "streams", "n_collectives",
+                                               "present_ranks"]),
+                         empty, pd.DataFrame(columns=MISMATCH_COLUMNS))
+    labels, info = _assign_groups(nccl, traces, list(overrides), end_tolerance_us)
+    nccl = nccl.assign(pg=labels.to_numpy())
+    present = set(traces.rank_ids)
+    domains = _clock_domains(traces, ranks_per_host)
+    group_rows, instance_parts, mismatches = [], [], []
+    invalid: set[tuple[str, int]] = set()
+    for label, meta in sorted(info.items()):
+        members: tuple[int, ...] = meta["ranks"]  # type: ignore[assignment]
+        sub = nccl[nccl["pg"] == label]
+        if sub.empty:
+            continue
+        missing = [r for r in members if r not in present]
+        if missing:
+            if not allow_partial:
+                raise AlignmentError(
+                    f"PG {label}: member rank(s) {format_ranks(tuple(missing))} of "
+                    f"{format_ranks(members)} have no trace; load every member's trace or pass "
+                    "--allow-partial to align over the ranks present")
+            log.warning("PG %s: aligning over %d of %d member ranks (missing %s)", label,
+                        len(members) - len(missing), len(members), format_ranks(tuple(missing)))
+        ranks_here = [r for r in members if r in present]
+        seqs = {r: sub[sub["rank"] == r].sort_values("ts_ns", kind="stable") for r in ranks_here}
+        counts = {r: len(s) for r, s in seqs.items()}
+        n = min(counts.values())
+        if len(set(counts.values())) > 1:
+            detail = ", ".join(f"rank {r}: {c}" for r, c in counts.items())
+            longest = max(counts.values())
+            for r, c in counts.items():
+                if c != longest:
+                    mismatches.append((label, n, r, "count", f"{c} collectives, others up to {longest}"))
+            if strict:
+                raise AlignmentError(f"PG {label}: ranks have different numbers of collectives "
+                                     f"({detail}); pass --no-strict to align the first {n} and "
+                                     "flag the rest")
+            log.warning("PG %s: different numbers of collectives (%s); aligned the first %d, "
+                        "dropped %d kernel(s) beyond them", label, detail, n,
+                        sum(c - n for c in counts.values()))
+        rows = []
+        for r in ranks_here:
+            s = seqs[r].iloc[:n]
+            rows.append(pd.DataFrame({
+                "pg": label, "index": np.arange(n, dtype=np.int64), "rank": np.int32(r),
+                "collective": s["collective"].astype(str).to_numpy(),
+                "msg_bytes": s["msg_bytes"].to_numpy(), "dtype": s["dtype"].astype(object).to_numpy(),
+                "stream": s["stream"].to_numpy(), "ts_ns": s["ts_ns"].to_numpy(),
+                "dur_ns": s["dur_ns"].to_numpy(), "end_ns": s["end_ns"].to_numpy(),
+                "correlation": s["correlation"].to_numpy(), "external_id": s["external_id"].to_numpy()}))
+        inst = pd.concat(rows, ignore_index=True)
+        _validate(label, inst, domains, end_tolerance_us, mismatches, invalid, strict)
+        instance_parts.append(inst)
+        group_rows.append({
+            "pg": label, "pg_name": meta["pg_name"], "pg_desc": meta["pg_desc"],
+            "pg_ranks": format_ranks(members), "n_ranks": len(members), "pg_source": meta["source"],
+            "streams": format_ranks(tuple(sorted(set(sub["stream"].tolist())))),
+            "n_collectives": n, "present_ranks": format_ranks(tuple(ranks_here))})
+    mismatch_table = pd.DataFrame(mismatches, columns=MISMATCH_COLUMNS)
+    if len(mismatch_table):
+        log.warning("%d alignment mismatch(es) found; see the mismatches table", len(mismatch_table))
+    return Alignment(pd.DataFrame(group_rows), pd.concat(instance_parts, ignore_index=True),
+                     mismatch_table, invalid)
+
+
+def _validate(label: str, inst: pd.DataFrame, domains: dict[int, str], tolerance_us: float,
+              mismatches: list[tuple], invalid: set[tuple[str, int]], strict: bool) -> None:
+    """Check type, size and end-time agreement of each instance of one PG."""
+    for index, grp in inst.groupby("index", sort=True):
+        types = grp["collective"].to_numpy()
+        if (types != types[0]).any():
+            majority = pd.Series(types).mode().iloc[0]
+            for r, t in zip(grp["rank"], types, strict=True):
+                if t != majority:
+                    mismatches.append((label, int(index), int(r), "type", f"{t}, others {majority}"))
+            invalid.add((label, int(index)))
+            if strict:
+                raise AlignmentError(
+                    f"PG {label}, collective {index}: types differ across ranks "
+                    f"({', '.join(f'rank {r}: {t}' for r, t in zip(grp['rank'], types, strict=True))}); "
+                    "the sequences do not match (pass --no-strict to flag and continue)")
+        sizes = grp["msg_bytes"].to_numpy()
+        known = sizes[sizes >= 0]
+        if known.size and (known != known[0]).any():
+            majority = int(pd.Series(known).mode().iloc[0])
+            for r, s in zip(grp["rank"], sizes, strict=True):
+                if s >= 0 and s != majority:
+                    mismatches.append((label, int(index), int(r), "size", f"{s} bytes, others {majority}"))
+            invalid.add((label, int(index)))
+        for _domain, dgrp in grp.groupby(grp["rank"].map(domains)):
+            ends = dgrp["end_ns"].to_numpy()
+            spread_us = (ends.max() - ends.min()) / 1000.0
+            if spread_us > tolerance_us:
+                med = np.median(ends)
+                worst = dgrp.iloc[int(np.argmax(np.abs(ends - med)))]
+                mismatches.append((label, int(index), int(worst["rank"]), "end_time",
+                                   f"end times spread {spread_us:.1f} us > {tolerance_us:g} us"))
+                invalid.add((label, int(index)))

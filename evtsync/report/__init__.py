@@ -1,0 +1,1 @@
+"""Figures and reports (HTML / Markdown) built from evtsync's tables and fits."""

@@ -1,0 +1,115 @@
+"""The synchronization tax of every aligned collective instance (SPEC §3).
+
+For instance l of a PG with member ranks R and NCCL kernel durations d_r:
+tau_max = max d - min d, tau_med = median d - min d, mean straggler delay = mean d - min d,
+straggler = argmin d (the last rank to arrive), wait share of rank r = (d_r - min d) / d_r.
+Ties for the straggler go to the lowest rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from evtsync.collectives import Alignment, align_collectives
+from evtsync.trace.traceset import TraceSet
+
+TAX_COLUMNS = ["pg", "pg_desc", "pg_ranks", "pg_source", "index", "collective", "bytes", "dtype",
+               "n_ranks", "tau_max_us", "tau_med_us", "mean_delay_us", "straggler_rank",
+               "fastest_rank", "min_dur_us", "max_dur_us", "end_spread_us", "start_ns", "valid"]
+RANK_COLUMNS = ["pg", "index", "rank", "collective", "dur_us", "wait_us", "wait_share",
+                "is_straggler", "ts_ns", "end_ns"]
+
+
+@dataclass
+class TaxTables:
+    """The tax per collective instance (``collectives``) and per rank (``ranks``)."""
+
+    collectives: pd.DataFrame
+    ranks: pd.DataFrame
+
+
+def compute_tax(alignment: Alignment) -> TaxTables:
+    """Tax tables from aligned collectives; instances flagged by a mismatch get valid=False."""
+    inst = alignment.instances
+    if inst.empty:
+        return TaxTables(pd.DataFrame(columns=TAX_COLUMNS), pd.DataFrame(columns=RANK_COLUMNS))
+    inst = inst.sort_values(["pg", "index", "rank"], kind="stable").reset_index(drop=True)
+    dur_us = inst["dur_ns"].to_numpy() / 1000.0
+    keys = inst[["pg", "index"]]
+    grouped = pd.DataFrame({"pg": keys["pg"], "index": keys["index"], "rank": inst["rank"],
+                            "dur_us": dur_us, "end_ns": inst["end_ns"], "ts_ns": inst["ts_ns"]})
+    g = grouped.groupby(["pg", "index"], sort=True)
+    stats = g["dur_us"].agg(["min", "max", "median", "mean", "size"])
+    # straggler: the rank of the minimum duration (lowest rank on ties: rows are rank-sorted)
+    straggler = grouped.loc[g["dur_us"].idxmin(), ["pg", "index", "rank"]].set_index(["pg", "index"])["rank"]
+    fastest = grouped.loc[g["dur_us"].idxmax(), ["pg", "index", "rank"]].set_index(["pg", "index"])["rank"]
+    first = inst.groupby(["pg", "index"], sort=True).first()
+    groups = alignment.groups.set_index("pg")
+    table = pd.DataFrame({
+        "pg": stats.index.get_level_values(0),
+        "pg_desc": groups.loc[stats.index.get_level_values(0), "pg_desc"].to_numpy(),
+        "pg_ranks": groups.loc[stats.index.get_level_values(0), "pg_ranks"].to_numpy(),
+        "pg_source": groups.loc[stats.index.get_level_values(0), "pg_source"].to_numpy(),
+        "index": stats.index.get_level_values(1).astype(np.int64),
+        "collective": first["collective"].to_numpy(),
+        "bytes": first["msg_bytes"].to_numpy().astype(np.int64),
+        "dtype": first["dtype"].to_numpy(),
+        "n_ranks": stats["size"].to_numpy().astype(np.int64),
+        "tau_max_us": (stats["max"] - stats["min"]).to_numpy(),
+        "tau_med_us": (stats["median"] - stats["min"]).to_numpy(),
+        "mean_delay_us": (stats["mean"] - stats["min"]).to_numpy(),
+        "straggler_rank": straggler.to_numpy().astype(np.int64),
+        "fastest_rank": fastest.to_numpy().astype(np.int64),
+        "min_dur_us": stats["min"].to_numpy(),
+        "max_dur_us": stats["max"].to_numpy(),
+        "end_spread_us": ((g["end_ns"].max() - g["end_ns"].min()) / 1000.0).to_numpy(),
+        "start_ns": g["ts_ns"].min().to_numpy(),
+    })
+    table["valid"] = [(p, int(i)) not in alignment.invalid for p, i in zip(table["pg"], table["index"], strict=True)]
+    min_per_row = grouped.groupby(["pg", "index"])["dur_us"].transform("min").to_numpy()
+    wait = dur_us - min_per_row
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(dur_us > 0, wait / dur_us, 0.0)
+    strag_key = straggler.to_dict()
+    ranks = pd.DataFrame({
+        "pg": inst["pg"], "index": inst["index"], "rank": inst["rank"],
+        "collective": inst["collective"], "dur_us": dur_us, "wait_us": wait, "wait_share": share,
+        "is_straggler": [strag_key[(p, i)] == r for p, i, r in zip(inst["pg"], inst["index"], inst["rank"], strict=True)],
+        "ts_ns": inst["ts_ns"], "end_ns": inst["end_ns"]})
+    return TaxTables(table.reset_index(drop=True), ranks)
+
+
+def tax_summary(tax: TaxTables) -> pd.DataFrame:
+    """Per PG × collective type: count, median / P90 / max tau_max, median wait shares.
+
+    ``fastest_wait_share`` is the wait share of the rank that waited longest (the first to
+    arrive) in each instance; ``median_rank_wait_share`` the median over ranks; both are
+    summarised by their median over instances.
+    """
+    cols = ["pg", "pg_desc", "collective", "count", "tau_median_us", "tau_p90_us", "tau_max_us",
+            "tau_med_median_us", "fastest_wait_share", "median_rank_wait_share", "n_invalid"]
+    if tax.collectives.empty:
+        return pd.DataFrame(columns=cols)
+    per_instance = tax.ranks.groupby(["pg", "index"])["wait_share"].agg(["max", "median"])
+    merged = tax.collectives.join(per_instance, on=["pg", "index"])
+    rows = []
+    for (pg, coll), grp in merged.groupby(["pg", "collective"], sort=True):
+        tau = grp["tau_max_us"].to_numpy()
+        rows.append({
+            "pg": pg, "pg_desc": grp["pg_desc"].iloc[0], "collective": coll, "count": len(grp),
+            "tau_median_us": float(np.median(tau)), "tau_p90_us": float(np.percentile(tau, 90)),
+            "tau_max_us": float(tau.max()), "tau_med_median_us": float(grp["tau_med_us"].median()),
+            "fastest_wait_share": float(grp["max"].median()),
+            "median_rank_wait_share": float(grp["median"].median()),
+            "n_invalid": int((~grp["valid"]).sum())})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def tax_from_traces(traces: TraceSet, **align_options: Any) -> tuple[Alignment, TaxTables]:
+    """Align the collectives of a trace set and compute its tax tables in one call."""
+    alignment = align_collectives(traces, **align_options)
+    return alignment, compute_tax(alignment)

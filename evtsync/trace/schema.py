@@ -1,0 +1,136 @@
+"""The Kineto trace format as evtsync decodes it: event structs, categories, NCCL names.
+
+Only the fields evtsync uses are declared; msgspec skips every other field without
+building Python objects for it, which is what keeps decoding fast and memory-light.
+Argument values are declared as loose unions because real traces disagree on types
+(e.g. a process-group name is a string in one trace and an integer in another).
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+Scalar = int | float | str | None
+
+
+class EventArgs(msgspec.Struct, gc=False, omit_defaults=True):
+    """The ``args`` object of an event, reduced to the keys evtsync reads."""
+
+    external_id: Scalar = msgspec.field(default=None, name="External id")
+    correlation: Scalar = None
+    device: Scalar = None
+    stream: Scalar = None
+    collective_name: Scalar = msgspec.field(default=None, name="Collective name")
+    in_nelems: Scalar = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Scalar = msgspec.field(default=None, name="Out msg nelems")
+    group_size: Scalar = msgspec.field(default=None, name="Group size")
+    dtype: Scalar = None
+    pg_name: Scalar = msgspec.field(default=None, name="Process Group Name")
+    pg_desc: Scalar = msgspec.field(default=None, name="Process Group Description")
+    pg_ranks: Scalar = msgspec.field(default=None, name="Process Group Ranks")
+    pg_id: Scalar = msgspec.field(default=None, name="Process Group ID")
+    seq: Scalar = msgspec.field(default=None, name="Sequence number")
+    wait_on_stream: Scalar = None
+    wait_on_event_corr: Scalar = msgspec.field(default=None, name="wait_on_cuda_event_record_corr_id")
+    sync_kind: Scalar = msgspec.field(default=None, name="cuda_sync_kind")
+
+
+class Event(msgspec.Struct, gc=False):
+    """One trace event, reduced to the keys evtsync reads."""
+
+    ph: str = ""
+    cat: str | None = None
+    name: str = ""
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: int | float | None = None
+    dur: int | float | None = None
+    args: EventArgs | None = None
+
+
+EVENT_LIST = list[Event]
+
+#: GPU-side categories that occupy a stream.
+GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+#: CPU-side categories of host work (the CPU ops table).
+CPU_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function", "gpu_user_annotation"})
+#: CUDA/HIP API calls (the runtime table): launches, copies, synchronisations.
+RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
+#: Explicit synchronisation events (``enable_cuda_sync_events``).
+SYNC_CATEGORIES = frozenset({"cuda_sync"})
+#: Categories evtsync does not tabulate by design (flows, metadata, instants, overhead).
+IGNORED_CATEGORIES = frozenset(
+    {"ac2g", "fwdbwd", "Trace", "overhead", "cpu_instant_event", "cuda_profiler_range",
+     "async_cpu_to_gpu", "Memcpy", "Memset"}
+)
+
+#: NCCL/RCCL kernel names: ``ncclKernel_*`` (before NCCL 2.19), ``ncclDevKernel_*`` (after),
+#: RCCL's ``ncclDevKernel_Generic``; some toolchains prefix ``void``.
+NCCL_KERNEL_RE = re.compile(r"^(?:void\s+)?nccl(?:Dev)?Kernel_", re.IGNORECASE)
+
+#: Canonical collective names, from kernel names or the ``Collective name`` argument.
+_COLLECTIVE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"reduce_?scatter", re.I), "ReduceScatter"),
+    (re.compile(r"all_?gather", re.I), "AllGather"),
+    (re.compile(r"all_?reduce", re.I), "AllReduce"),
+    (re.compile(r"all_?to_?all", re.I), "AllToAll"),
+    (re.compile(r"send_?recv|sendrecv|^_?send$|^_?recv$|\bsend\b|\brecv\b", re.I), "SendRecv"),
+    (re.compile(r"broadcast", re.I), "Broadcast"),
+    (re.compile(r"^_?reduce(?:_|$|\b)|kernel_reduce_|\breduce\b", re.I), "Reduce"),
+    (re.compile(r"barrier", re.I), "Barrier"),
+)
+
+
+def canonical_collective(text: str | None) -> str:
+    """Map a kernel name or a ``Collective name`` value to a canonical collective type.
+
+    Returns ``"Unknown"`` when nothing matches (e.g. RCCL's ``ncclDevKernel_Generic``
+    without a ``Collective name`` argument).
+    """
+    if not text:
+        return "Unknown"
+    core = text
+    match = re.match(r"^(?:void\s+)?nccl(?:Dev)?Kernel_([A-Za-z]+)", text)
+    if match:
+        core = match.group(1)
+        if core.lower() == "generic":
+            return "Unknown"
+    for pattern, name in _COLLECTIVE_PATTERNS:
+        if pattern.search(core):
+            return name
+    return "Unknown"
+
+
+#: Bytes per element of the dtype names found in traces (args ``dtype`` and kernel names).
+DTYPE_BYTES: dict[str, int] = {
+    "float": 4, "float32": 4, "fp32": 4, "half": 2, "float16": 2, "fp16": 2,
+    "bfloat16": 2, "bf16": 2, "double": 8, "float64": 8, "int": 4, "int32": 4,
+    "int64": 8, "long": 8, "int8": 1, "uint8": 1, "byte": 1, "char": 1, "bool": 1,
+    "int16": 2, "short": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8": 1,
+    "complexfloat": 8, "complexdouble": 16,
+}
+
+
+def dtype_size(dtype: str | None) -> int:
+    """Bytes per element of a trace dtype name, or 0 when unknown."""
+    if not dtype:
+        return 0
+    return DTYPE_BYTES.get(str(dtype).lower().replace("c10::", ""), 0)
+
+
+#: CUDA/HIP API names that launch work on a stream (the launch edge of the DAG).
+LAUNCH_NAMES = frozenset(
+    {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+     "cudaLaunchCooperativeKernel", "hipLaunchKernel", "hipExtLaunchKernel",
+     "hipModuleLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync", "cudaMemcpy",
+     "cudaMemset", "hipMemcpyAsync", "hipMemsetAsync", "cudaMemcpy2DAsync",
+     "cudaGraphLaunch", "hipGraphLaunch"}
+)
+#: CUDA/HIP API names that block the calling CPU thread on the GPU.
+SYNC_NAMES = frozenset(
+    {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+     "cudaStreamWaitEvent", "hipStreamSynchronize", "hipDeviceSynchronize",
+     "hipEventSynchronize", "hipStreamWaitEvent", "cudaMemcpy", "hipMemcpy"}
+)

@@ -1,0 +1,204 @@
+"""Turn one decoded trace into typed pandas tables (one rank's share of a TraceSet).
+
+Times become int64 nanoseconds on the trace's own clock: absolute unix time for traces
+with absolute µs, ``baseTimeNanoseconds`` + ts for newer relative traces. ``ts`` and
+``dur`` are always microseconds in Kineto; ``displayTimeUnit`` only changes how viewers
+display them (checked on the ``ns`` trace in the shared data), so it is recorded, not applied.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from evtsync.errors import TraceError
+from evtsync.trace.decode import TABLE_FIELDS, DecodedTrace
+from evtsync.trace.ranks import detect_rank, gpu_model
+from evtsync.trace.schema import NCCL_KERNEL_RE, canonical_collective, dtype_size
+
+log = logging.getLogger(__name__)
+
+MISSING = -1
+
+
+@dataclass
+class RankTables:
+    """One rank's tables and metadata, as returned by a reader worker."""
+
+    rank: int
+    info: dict[str, Any]
+    kernels: pd.DataFrame
+    cpu_ops: pd.DataFrame
+    runtime: pd.DataFrame
+    syncs: pd.DataFrame
+    pg_config: list[dict[str, Any]] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+def _int_column(values: list[Any]) -> np.ndarray:
+    try:
+        return np.array(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return np.fromiter((_as_int(v) for v in values), dtype=np.int64, count=len(values))
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, bool) or value is None:
+        return MISSING
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**63 else MISSING
+    if isinstance(value, float):
+        return int(value) if np.isfinite(value) else MISSING
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return MISSING
+
+
+def _time_ns(values: list[Any], base_ns: int, path: Any, column: str) -> np.ndarray:
+    arr = np.array(values)
+    if arr.dtype == object:
+        raise TraceError(f"{path}: `{column}` values out of range for a timestamp in µs")
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64) * 1000 + base_ns
+    return np.rint(arr.astype(np.float64) * 1000.0).astype(np.int64) + base_ns
+
+
+def _str_column(values: list[Any]) -> pd.Categorical:
+    if any(v is not None and not isinstance(v, str) for v in values):
+        values = [None if v is None else str(v) for v in values]
+    return pd.Categorical(values)
+
+
+def _frame(decoded: DecodedTrace, table: str, base_ns: int) -> pd.DataFrame:
+    cols = decoded.columns[table]
+    out: dict[str, Any] = {}
+    for name, kind in TABLE_FIELDS[table]:
+        values = cols[name]
+        if kind == "t":
+            out[name + "_ns"] = _time_ns(values, 0 if name == "dur" else base_ns, decoded.path, name)
+        elif kind == "i":
+            out[name] = _int_column(values)
+        else:
+            out[name] = _str_column(values)
+    frame = pd.DataFrame(out)
+    if "dur_ns" in frame:
+        frame["end_ns"] = frame["ts_ns"] + frame["dur_ns"]
+    return frame
+
+
+def parse_rank_list(text: Any) -> tuple[int, ...] | None:
+    """``"[0, 1, 2, 3]"`` (or a list) -> (0, 1, 2, 3); None when absent or unreadable."""
+    if text is None:
+        return None
+    if isinstance(text, list | tuple):
+        values = text
+    else:
+        try:
+            values = ast.literal_eval(str(text))
+        except (ValueError, SyntaxError):
+            return None
+    if isinstance(values, int):
+        values = [values]
+    if not isinstance(values, list | tuple) or not all(isinstance(v, int) for v in values):
+        return None
+    return tuple(int(v) for v in values)
+
+
+def format_ranks(ranks: tuple[int, ...]) -> str:
+    """Canonical text of a rank list: ``"0,1,2,3"``."""
+    return ",".join(str(r) for r in ranks)
+
+
+def _annotate_kernels(kernels: pd.DataFrame, cpu_ops: pd.DataFrame) -> pd.DataFrame:
+    """Add NCCL columns: is_nccl, collective, msg_bytes; fill PG fields from the launching op."""
+    names = kernels["name"].astype(str)
+    kernels["is_nccl"] = names.str.match(NCCL_KERNEL_RE).to_numpy() & (kernels["cat"] == "kernel").to_numpy()
+    comm_ops = cpu_ops[cpu_ops["name"].astype(str).eq("record_param_comms") & (cpu_ops["external_id"] >= 0)]
+    nccl_idx = np.flatnonzero(kernels["is_nccl"].to_numpy())
+    fields = ["collective_name", "in_nelems", "out_nelems", "group_size", "dtype", "pg_name",
+              "pg_desc", "pg_ranks"]
+    if nccl_idx.size and len(comm_ops):
+        by_ext = comm_ops.drop_duplicates("external_id", keep="last").set_index("external_id")
+        ext = kernels["external_id"].to_numpy()[nccl_idx]
+        found = np.isin(ext, by_ext.index.to_numpy())
+        for name in fields:
+            col = kernels[name]
+            missing = (col.isna() if col.dtype != np.int64 else col.eq(MISSING)).to_numpy()[nccl_idx]
+            take = missing & found
+            if take.any():
+                values = by_ext.loc[ext[take], name].to_numpy()
+                if col.dtype == np.int64:
+                    arr = col.to_numpy().copy()
+                    arr[nccl_idx[take]] = values
+                    kernels[name] = arr
+                else:
+                    obj = col.astype(object).to_numpy()
+                    obj[nccl_idx[take]] = values
+                    kernels[name] = _str_column(list(obj))
+    coll = np.full(len(kernels), None, dtype=object)
+    if nccl_idx.size:
+        arg_names = kernels["collective_name"].astype(object).to_numpy()[nccl_idx]
+        kernel_names = names.to_numpy()[nccl_idx]
+        from_args = [canonical_collective(None if pd.isna(a) else str(a)) for a in arg_names]
+        coll[nccl_idx] = [a if a != "Unknown" else canonical_collective(k)
+                          for a, k in zip(from_args, kernel_names, strict=True)]
+    kernels["collective"] = pd.Categorical(coll)
+    sizes = np.array([0 if pd.isna(d) else dtype_size(str(d)) for d in kernels["dtype"].astype(object)],
+                     dtype=np.int64)
+    nelems = np.maximum(kernels["in_nelems"].to_numpy(), kernels["out_nelems"].to_numpy())
+    kernels["msg_bytes"] = np.where((sizes > 0) & (nelems >= 0), nelems * sizes, MISSING)
+    return kernels
+
+
+def build_rank_tables(decoded: DecodedTrace) -> RankTables:
+    """Typed tables of one decoded trace file, with rank and hardware metadata."""
+    header = decoded.header
+    rank, rank_source = detect_rank(decoded.path, header)
+    base = header.get("baseTimeNanoseconds")
+    base_ns = int(base) if isinstance(base, int) and base > 0 else 0
+    kernels = _frame(decoded, "gpu", base_ns)
+    cpu_ops = _frame(decoded, "cpu", base_ns)
+    runtime = _frame(decoded, "runtime", base_ns)
+    syncs = _frame(decoded, "sync", base_ns)
+    # GPU events: the device and stream are in args; pid/tid repeat them when args lack them.
+    for name, fallback in (("device", "pid"), ("stream", "tid")):
+        col = kernels[name].to_numpy()
+        kernels[name] = np.where(col == MISSING, kernels[fallback].to_numpy(), col)
+    kernels = _annotate_kernels(kernels, cpu_ops)
+    for frame in (kernels, cpu_ops, runtime, syncs):
+        frame.insert(0, "rank", np.int32(rank))
+        frame.sort_values("ts_ns", inplace=True, kind="stable")
+        frame.reset_index(drop=True, inplace=True)
+    info_block = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
+    devices = kernels["device"].to_numpy()
+    device = int(np.bincount(devices[devices >= 0]).argmax()) if (devices >= 0).any() else None
+    pg_config = info_block.get("pg_config") if isinstance(info_block.get("pg_config"), list) else []
+    host = header.get("host_name") or header.get("hostname")
+    info = {
+        "rank": rank,
+        "rank_source": rank_source,
+        "path": str(decoded.path),
+        "world_size": int(info_block["world_size"]) if isinstance(info_block.get("world_size"), int) else MISSING,
+        "backend": str(info_block.get("backend", "")),
+        "nccl_version": str(info_block.get("nccl_version", "")),
+        "gpu": gpu_model(header, device),
+        "device": MISSING if device is None else device,
+        "host": str(host) if host else "",
+        "base_time_ns": base_ns,
+        "display_time_unit": str(header.get("displayTimeUnit", "")),
+        "schema_version": header.get("schemaVersion", MISSING) if isinstance(header.get("schemaVersion"), int) else MISSING,
+        "n_events": decoded.n_events,
+        "n_nccl_kernels": int(kernels["is_nccl"].sum()),
+        "truncated_at_byte": MISSING if decoded.truncated_at is None else decoded.truncated_at,
+        "dropped_bytes": decoded.dropped_bytes,
+        "bytes_decompressed": decoded.bytes_read,
+    }
+    return RankTables(rank=rank, info=info, kernels=kernels, cpu_ops=cpu_ops, runtime=runtime,
+                      syncs=syncs, pg_config=[p for p in pg_config if isinstance(p, dict)],
+                      skipped=dict(decoded.skipped))
