@@ -1,0 +1,360 @@
+"""Sample a model specification on a z-score table and keep the result as one netCDF file.
+
+The fit is an :class:`xarray.DataTree` in ArviZ 1.x layout:
+
+* ``posterior`` — parameters (``mu``, ``sigma``, ``xi`` per cell, hyper-parameters),
+* ``sample_stats`` — per-draw sampler statistics (``diverging``, ``n_steps``, ...),
+* ``observed_data`` — ``z`` per observation (sorted by cell) with ``cell`` and the original
+  ``row`` of the input table,
+* ``cells`` — one row per cell: its group labels and number of z-scores,
+* ``log_likelihood`` — pointwise ``z`` log-likelihood, stored when it is small
+  (:data:`LOGLIK_STORE_LIMIT` values); otherwise :func:`evtsync.evt.compare.pointwise_loglik`
+  recomputes it in chunks from the posterior and the observed data, to the same numbers,
+* root attributes — provenance (input sha256, spec text, package versions, seed, command,
+  sampler) and the convergence verdict (``converged``, ``max_rhat``, ``min_ess_bulk``,
+  ``divergences``).
+
+A fit with R-hat > 1.01, bulk ESS < 400 or any divergence is marked ``converged = 0`` and
+every later output that uses it says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from evtsync.errors import FitError, InputError
+from evtsync.evt.distribution import gev_logpdf_np
+from evtsync.evt.model import BuiltModel, build_model, prepare_data
+from evtsync.evt.spec import ModelSpec
+from evtsync.tableio import atomic_path, file_sha256
+
+log = logging.getLogger("evtsync.evt.fit")
+
+FIT_FILE = "fit.nc"
+RHAT_MAX = 1.01
+ESS_MIN = 400
+#: Largest chain x draw x observation count whose log-likelihood is stored in the file.
+LOGLIK_STORE_LIMIT = 20_000_000
+SAMPLERS = ("nutpie", "pymc")
+_PACKAGES = ("evtsync", "pymc", "pytensor", "nutpie", "arviz", "arviz-stats", "numpy", "scipy", "xarray", "numba")
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of the packages a fit depends on (``absent`` when not installed)."""
+    out = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+@dataclass
+class Convergence:
+    """Convergence verdict of a fit (thresholds: R-hat <= 1.01, bulk ESS >= 400, no divergence)."""
+
+    max_rhat: float
+    min_ess_bulk: float
+    divergences: int
+    worst_rhat_param: str
+    worst_ess_param: str
+
+    @property
+    def converged(self) -> bool:
+        """Whether every check passes."""
+        return self.max_rhat <= RHAT_MAX and self.min_ess_bulk >= ESS_MIN and self.divergences == 0
+
+    def describe(self) -> str:
+        """One line: verdict with the worst parameters."""
+        verdict = "converged" if self.converged else "NOT CONVERGED"
+        return (f"{verdict}: max R-hat {self.max_rhat:.4f} ({self.worst_rhat_param}), "
+                f"min bulk ESS {self.min_ess_bulk:.0f} ({self.worst_ess_param}), divergences {self.divergences}")
+
+
+def _split_single_chain(tree: xr.DataTree) -> xr.DataTree:
+    """With one chain, its two halves as two chains, so that (split) R-hat is defined."""
+    post = tree["posterior"].to_dataset()
+    if post.sizes["chain"] > 1:
+        return tree
+    half = post.sizes["draw"] // 2
+    first = post.isel(chain=[0], draw=slice(0, half))
+    second = post.isel(chain=[0], draw=slice(half, 2 * half)).assign_coords(chain=[1], draw=first["draw"].values)
+    return xr.DataTree.from_dict({"posterior": xr.concat([first, second], dim="chain")})
+
+
+def parameter_summary(tree: xr.DataTree) -> pd.DataFrame:
+    """Mean, sd, 90% interval, R-hat and bulk/tail ESS of every posterior scalar."""
+    import arviz as az
+
+    post = tree["posterior"].to_dataset()
+    rhat = az.rhat(_split_single_chain(tree))
+    ess_bulk = az.ess(tree, method="bulk")
+    ess_tail = az.ess(tree, method="tail")
+    rows = []
+    for name, da in post.data_vars.items():
+        flat = da.stack(sample=("chain", "draw"))
+        extra = [d for d in da.dims if d not in ("chain", "draw")]
+        if extra:
+            stacked = flat.stack(idx=extra)
+            labels = [f"{name}[{'|'.join(map(str, k if isinstance(k, tuple) else (k,)))}]" for k in stacked["idx"].values]
+            values = stacked.transpose("idx", "sample").values
+            r = rhat[name].stack(idx=extra).values
+            eb = ess_bulk[name].stack(idx=extra).values
+            et = ess_tail[name].stack(idx=extra).values
+        else:
+            labels, values = [name], flat.values[None, :]
+            r, eb, et = [np.atleast_1d(x[name].values) for x in (rhat, ess_bulk, ess_tail)]
+        for k, label in enumerate(labels):
+            v = values[k]
+            rows.append({
+                "parameter": label, "mean": v.mean(), "sd": v.std(ddof=1),
+                "q05": np.quantile(v, 0.05), "q95": np.quantile(v, 0.95),
+                "r_hat": float(r[k]), "ess_bulk": float(eb[k]), "ess_tail": float(et[k]),
+            })
+    return pd.DataFrame(rows)
+
+
+def _is_constant(values: np.ndarray) -> bool:
+    return bool(np.ptp(values) == 0)
+
+
+def check_convergence(tree: xr.DataTree, summary: pd.DataFrame | None = None) -> Convergence:
+    """R-hat, bulk ESS and divergences over every free posterior quantity.
+
+    Quantities that are constant across all draws (e.g. the last entry of nothing) have an
+    undefined R-hat and are left out; a non-finite R-hat elsewhere counts as a failure.
+    """
+    if summary is None:
+        summary = parameter_summary(tree)
+    post = tree["posterior"].to_dataset()
+    keep = []
+    for _, row in summary.iterrows():
+        name = row["parameter"].split("[")[0]
+        keep.append(not _is_constant(post[name].values))
+    s = summary[np.array(keep, dtype=bool)]
+    rhat = s["r_hat"].fillna(np.inf)
+    ess = s["ess_bulk"].fillna(0.0)
+    div = tree["sample_stats"]["diverging"].values
+    return Convergence(
+        max_rhat=float(rhat.max()) if len(s) else float("nan"),
+        min_ess_bulk=float(ess.min()) if len(s) else float("nan"),
+        divergences=int(np.sum(div)),
+        worst_rhat_param=str(s["parameter"].iloc[int(np.argmax(rhat.to_numpy()))]) if len(s) else "",
+        worst_ess_param=str(s["parameter"].iloc[int(np.argmin(ess.to_numpy()))]) if len(s) else "",
+    )
+
+
+def cell_parameters(tree: xr.DataTree) -> xr.Dataset:
+    """Per-cell ``mu``, ``sigma``, ``xi`` draws with dims (chain, draw, cell), pooled ones broadcast."""
+    post = tree["posterior"].to_dataset()
+    cells = tree["cells"].to_dataset()
+    template = xr.zeros_like(post["mu"].isel({d: 0 for d in post["mu"].dims if d not in ("chain", "draw")}, drop=True))
+    cell_coord = xr.DataArray(np.zeros(cells.sizes["cell"]), dims="cell", coords={"cell": cells["cell"].values})
+    out = {}
+    for name in ("mu", "sigma", "xi"):
+        da = post.get(name, template)
+        if "cell" not in da.dims:
+            da = da + cell_coord
+        out[name] = da.transpose("chain", "draw", "cell")
+    return xr.Dataset(out)
+
+
+def _loglik_tree(tree: xr.DataTree) -> xr.Dataset:
+    params = cell_parameters(tree)
+    obs = tree["observed_data"].to_dataset()
+    idx = obs["cell"].values
+    z = obs["z"].values
+    mu = params["mu"].values[:, :, idx]
+    sigma = params["sigma"].values[:, :, idx]
+    xi = params["xi"].values[:, :, idx]
+    ll = gev_logpdf_np(z[None, None, :], mu, sigma, xi)
+    return xr.Dataset({"z": (("chain", "draw", "obs"), ll)},
+                      coords={"chain": params["chain"], "draw": params["draw"], "obs": obs["obs"]})
+
+
+def _assemble(built: BuiltModel, raw: xr.DataTree, sampler: str, provenance: dict[str, str]) -> xr.DataTree:
+    data = built.data
+    post = raw["posterior"].to_dataset()
+    drop = [v for v in post.data_vars if v.startswith("z_obs_")]
+    post = post.drop_vars(drop)
+    stats = raw["sample_stats"].to_dataset()
+    if "diverging" not in stats and "divergences" in stats:
+        stats["diverging"] = stats["divergences"].astype(bool)
+    keep_stats = [v for v, da in stats.data_vars.items()
+                  if set(da.dims) == {"chain", "draw"} and da.dtype != object]
+    stats = stats[keep_stats]
+    n_obs = len(data.z)
+    observed = xr.Dataset(
+        {"z": ("obs", data.z), "cell": ("obs", data.cell_of_obs.astype(np.int32)),
+         "row": ("obs", data.order.astype(np.int64))},
+        coords={"obs": np.arange(n_obs)},
+    )
+    cells_ds = xr.Dataset({"n_obs": ("cell", data.cells["n_obs"].to_numpy().astype(np.int64))},
+                          coords={"cell": data.cells["cell"].to_numpy().astype(str)})
+    for g in built.spec.groups:
+        cells_ds[g] = ("cell", data.cells[g].astype(str).to_numpy())
+    children = {"posterior": post, "sample_stats": stats, "observed_data": observed, "cells": cells_ds}
+    tree = xr.DataTree.from_dict(children)
+    for name in ("posterior", "sample_stats", "observed_data", "cells"):
+        tree[name].attrs["sample_dims"] = ["chain", "draw"] if name in ("posterior", "sample_stats") else []
+    n_values = post.sizes["chain"] * post.sizes["draw"] * n_obs
+    if n_values <= LOGLIK_STORE_LIMIT:
+        tree["log_likelihood"] = xr.DataTree(_loglik_tree(tree))
+        tree["log_likelihood"].attrs["sample_dims"] = ["chain", "draw"]
+        loglik_note = "stored"
+    else:
+        loglik_note = f"not stored ({n_values} values); computed in chunks by evtsync compare"
+    summary = parameter_summary(tree)
+    conv = check_convergence(tree, summary)
+    tree.attrs.update(provenance)
+    tree.attrs.update({
+        "sampler": sampler,
+        "n_obs": n_obs,
+        "n_skipped": int(data.n_skipped),
+        "xi_parametrization": json.dumps(built.parametrization),
+        "initial_point": json.dumps({k: np.asarray(v).tolist() for k, v in built.initial_point.items()}),
+        "log_likelihood": loglik_note,
+        "converged": int(conv.converged),
+        "max_rhat": conv.max_rhat,
+        "min_ess_bulk": conv.min_ess_bulk,
+        "divergences": conv.divergences,
+        "convergence": conv.describe(),
+    })
+    return tree
+
+
+def _sample_nutpie(built: BuiltModel, draws: int, tune: int, chains: int, seed: int, progress: bool) -> xr.DataTree:
+    import nutpie
+
+    compiled = nutpie.compile_pymc_model(built.model, backend="numba", jitter_rvs=set())
+    cores = min(chains, os.cpu_count() or 1)
+    return nutpie.sample(compiled, draws=draws, tune=tune, chains=chains, cores=cores, seed=seed,
+                         progress_bar=progress, save_warmup=False)
+
+
+def _sample_pymc(built: BuiltModel, draws: int, tune: int, chains: int, seed: int, progress: bool) -> xr.DataTree:
+    import pymc as pm
+
+    with built.model:
+        return pm.sample(draws=draws, tune=tune, chains=chains, cores=1, init="adapt_diag", random_seed=seed,
+                         progressbar=progress, compute_convergence_checks=False)
+
+
+def fit_table(
+    table: pd.DataFrame,
+    spec: ModelSpec,
+    *,
+    draws: int = 1000,
+    tune: int = 1000,
+    chains: int = 2,
+    seed: int = 0,
+    sampler: str = "nutpie",
+    source: str = "<table>",
+    source_sha256: str = "",
+    command: str = "",
+    progress: bool = False,
+) -> xr.DataTree:
+    """Fit ``spec`` to ``table`` and return the self-describing fit tree (see module doc)."""
+    if sampler not in SAMPLERS:
+        raise InputError(f"unknown sampler {sampler!r}; expected one of {list(SAMPLERS)}")
+    for name, val in (("draws", draws), ("tune", tune), ("chains", chains)):
+        if int(val) < 1:
+            raise InputError(f"--{name} must be >= 1, got {val}")
+    data = prepare_data(table, spec, source)
+    built = build_model(spec, data)
+    start = time.perf_counter()
+    if sampler == "nutpie":
+        try:
+            raw = _sample_nutpie(built, draws, tune, chains, seed, progress)
+        except ImportError:
+            log.warning("nutpie is not installed; falling back to PyMC's NUTS")
+            sampler = "pymc"
+    if sampler == "pymc":
+        raw = _sample_pymc(built, draws, tune, chains, seed, progress)
+    elapsed = time.perf_counter() - start
+    provenance = {
+        "model_name": spec.name,
+        "model_family": spec.family,
+        "model_spec_path": spec.path,
+        "model_spec_text": spec.text,
+        "input_path": source,
+        "input_sha256": source_sha256,
+        "package_versions": json.dumps(package_versions()),
+        "seed": int(seed),
+        "draws": int(draws),
+        "tune": int(tune),
+        "chains": int(chains),
+        "command": command or " ".join(sys.argv),
+        "sampling_seconds": round(elapsed, 3),
+        "created": pd.Timestamp.now(tz="UTC").isoformat(),
+    }
+    tree = _assemble(built, raw, sampler, provenance)
+    log.info("fit %s: %s", spec.name, tree.attrs["convergence"])
+    return tree
+
+
+def fit_file(path: str | Path, spec: ModelSpec, **kwargs) -> xr.DataTree:
+    """Read a z-score table (Parquet/CSV) and fit ``spec``; provenance records its sha256."""
+    from evtsync.tableio import read_table
+
+    table = read_table(path)
+    return fit_table(table, spec, source=str(path), source_sha256=file_sha256(path), **kwargs)
+
+
+def fit_path(path: str | Path) -> Path:
+    """The netCDF file of a fit given as a folder (``fits/NAME``) or as the file itself."""
+    p = Path(path)
+    return p / FIT_FILE if p.is_dir() or not p.suffix else p
+
+
+def save_fit(tree: xr.DataTree, out: str | Path) -> Path:
+    """Write the fit atomically to ``out/fit.nc`` (or to ``out`` if it names a .nc file)."""
+    dest = fit_path(out)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(dest) as tmp:
+        tree.to_netcdf(tmp, engine="h5netcdf")
+    return dest
+
+
+def load_fit(path: str | Path) -> xr.DataTree:
+    """Load a fit written by :func:`save_fit` back into memory; FitError if it is not one."""
+    p = fit_path(path)
+    if not p.is_file():
+        raise FitError(f"{p}: no such fit file (expected a folder written by `evtsync fit` or its {FIT_FILE})")
+    try:
+        tree = xr.open_datatree(p, engine="h5netcdf").load()
+    except (OSError, ValueError) as exc:
+        raise FitError(f"{p}: cannot read as a netCDF fit: {exc}") from exc
+    for group in ("posterior", "sample_stats", "observed_data", "cells"):
+        if group not in tree.children:
+            raise FitError(f"{p}: not an evtsync fit (group '{group}' missing)")
+    for key in ("model_name", "converged"):
+        if key not in tree.attrs:
+            raise FitError(f"{p}: not an evtsync fit (attribute '{key}' missing)")
+    tree.attrs["fit_path"] = str(p)
+    return tree
+
+
+def is_converged(tree: xr.DataTree) -> bool:
+    """The convergence verdict recorded in the fit."""
+    return bool(int(tree.attrs.get("converged", 0)))
+
+
+def convergence_note(tree: xr.DataTree) -> str:
+    """Empty when converged, else a warning line naming the fit, for every output using it."""
+    if is_converged(tree):
+        return ""
+    return f"WARNING: fit {tree.attrs.get('model_name', '?')} is NOT CONVERGED ({tree.attrs.get('convergence', '')})"

@@ -1,0 +1,275 @@
+"""Model specifications: ``models/*.toml`` loaded and validated into a :class:`ModelSpec`.
+
+One file describes one model variant (see ``docs/bayesian.md`` for every key)::
+
+    name = "gev-hier-gpu-precision"
+    family = "gev"                    # gumbel (xi = 0) | frechet (xi > 0) | gev (free xi)
+    [data]
+    column = "z"
+    groups = ["gpu", "precision"]     # columns whose combinations are the cells; [] = pooled
+    [mu]
+    pooling = "none"                  # "complete" (one value) | "none" (one per cell)
+    prior = { dist = "normal", mu = 0.0, sigma = 2.0 }
+    [sigma]
+    pooling = "none"
+    prior = { dist = "halfnormal", sigma = 1.0 }
+    [xi]
+    structure = "additive"            # "pooled" | "additive" (xi = xi0 + sum of deltas)
+    prior = { dist = "normal", mu = 0.0, sigma = 0.3 }
+    factors = ["gpu", "precision"]
+    group_sd_prior = { dist = "halfnormal", sigma = 0.1 }
+    parametrization = "auto"          # "auto" | "centred" | "noncentred"
+    centred_min_obs = 200
+    [sampling]                         # optional defaults for `evtsync fit`
+    draws = 1000
+    tune = 1000
+    chains = 2
+
+Every error names the file and the key at fault (:class:`~evtsync.errors.ModelSpecError`).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evtsync.errors import ModelSpecError
+
+FAMILIES = ("gumbel", "frechet", "gev")
+POOLINGS = ("complete", "none")
+XI_STRUCTURES = ("pooled", "additive")
+PARAMETRIZATIONS = ("auto", "centred", "noncentred")
+
+#: Prior distributions accepted and their required parameters.
+PRIOR_PARAMS: dict[str, tuple[str, ...]] = {
+    "normal": ("mu", "sigma"),
+    "halfnormal": ("sigma",),
+    "lognormal": ("mu", "sigma"),
+    "exponential": ("lam",),
+    "gamma": ("alpha", "beta"),
+    "uniform": ("lower", "upper"),
+}
+POSITIVE_PRIORS = ("halfnormal", "lognormal", "exponential", "gamma")
+
+
+@dataclass(frozen=True)
+class Prior:
+    """A prior distribution by name with its parameters."""
+
+    dist: str
+    params: dict[str, float]
+
+    def describe(self) -> str:
+        """Short text such as ``normal(mu=0, sigma=2)``."""
+        inner = ", ".join(f"{k}={v:g}" for k, v in self.params.items())
+        return f"{self.dist}({inner})"
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """Location or scale: pooled across cells or one per cell, with its prior."""
+
+    pooling: str
+    prior: Prior
+
+
+@dataclass(frozen=True)
+class XiSpec:
+    """The shape parameter's structure (ignored for the Gumbel family)."""
+
+    structure: str = "pooled"
+    prior: Prior | None = None
+    factors: tuple[str, ...] = ()
+    group_sd_prior: Prior | None = None
+    parametrization: str = "auto"
+    centred_min_obs: int = 200
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A validated model specification; ``text`` is the file's exact content (provenance)."""
+
+    name: str
+    family: str
+    column: str
+    groups: tuple[str, ...]
+    mu: ParamSpec
+    sigma: ParamSpec
+    xi: XiSpec
+    description: str = ""
+    sampling: dict[str, int] = field(default_factory=dict)
+    path: str = "<string>"
+    text: str = ""
+
+
+_TOP_KEYS = {"name", "family", "description", "data", "mu", "sigma", "xi", "sampling"}
+_DATA_KEYS = {"column", "groups"}
+_PARAM_KEYS = {"pooling", "prior"}
+_XI_KEYS = {"structure", "prior", "factors", "group_sd_prior", "parametrization", "centred_min_obs"}
+_SAMPLING_KEYS = {"draws", "tune", "chains"}
+
+
+def _err(src: str, key: str, what: str) -> ModelSpecError:
+    return ModelSpecError(f"{src}: key '{key}': {what}")
+
+
+def _check_keys(src: str, section: str, table: dict[str, Any], allowed: set[str]) -> None:
+    for key in table:
+        if key not in allowed:
+            where = f"{section}.{key}" if section else key
+            raise _err(src, where, f"unknown key; expected one of {sorted(allowed)}")
+
+
+def _table(src: str, key: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _err(src, key, f"expected a table, got {type(value).__name__}")
+    return value
+
+
+def _str(src: str, key: str, value: Any, choices: tuple[str, ...] | None = None) -> str:
+    if not isinstance(value, str):
+        raise _err(src, key, f"expected a string, got {value!r}")
+    if choices is not None and value not in choices:
+        raise _err(src, key, f"expected one of {list(choices)}, got {value!r}")
+    return value
+
+
+def _str_list(src: str, key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise _err(src, key, f"expected a list of column names, got {value!r}")
+    if len(set(value)) != len(value):
+        raise _err(src, key, f"duplicate names in {value!r}")
+    return tuple(value)
+
+
+def _prior(src: str, key: str, value: Any, positive: bool = False) -> Prior:
+    table = _table(src, key, value)
+    if "dist" not in table:
+        raise _err(src, f"{key}.dist", "missing; expected one of " + str(sorted(PRIOR_PARAMS)))
+    dist = _str(src, f"{key}.dist", table["dist"], tuple(PRIOR_PARAMS))
+    if positive and dist not in POSITIVE_PRIORS:
+        raise _err(src, f"{key}.dist", f"this parameter is positive; expected one of {list(POSITIVE_PRIORS)}, got {dist!r}")
+    needed = PRIOR_PARAMS[dist]
+    params: dict[str, float] = {}
+    for name, val in table.items():
+        if name == "dist":
+            continue
+        if name not in needed:
+            raise _err(src, f"{key}.{name}", f"not a parameter of {dist}; expected {list(needed)}")
+        if isinstance(val, bool) or not isinstance(val, int | float):
+            raise _err(src, f"{key}.{name}", f"expected a number, got {val!r}")
+        params[name] = float(val)
+    for name in needed:
+        if name not in params:
+            raise _err(src, f"{key}.{name}", f"missing parameter of {dist}")
+    for name in ("sigma", "lam", "alpha", "beta"):
+        if name in params and not params[name] > 0:
+            raise _err(src, f"{key}.{name}", f"must be > 0, got {params[name]}")
+    if dist == "uniform" and not params["lower"] < params["upper"]:
+        raise _err(src, f"{key}.upper", "must exceed lower")
+    return Prior(dist, params)
+
+
+def _param(src: str, key: str, value: Any, positive: bool) -> ParamSpec:
+    table = _table(src, key, value)
+    _check_keys(src, key, table, _PARAM_KEYS)
+    pooling = _str(src, f"{key}.pooling", table.get("pooling", "complete"), POOLINGS)
+    if "prior" not in table:
+        raise _err(src, f"{key}.prior", "missing")
+    return ParamSpec(pooling, _prior(src, f"{key}.prior", table["prior"], positive=positive))
+
+
+def _int(src: str, key: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _err(src, key, f"expected an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def parse_spec(text: str, source: str = "<string>") -> ModelSpec:
+    """Validate the TOML ``text`` of a model specification; ``source`` names it in errors."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ModelSpecError(f"{source}: not valid TOML: {exc}") from exc
+    _check_keys(source, "", raw, _TOP_KEYS)
+    for key in ("name", "family", "data", "mu", "sigma"):
+        if key not in raw:
+            raise _err(source, key, "missing")
+    name = _str(source, "name", raw["name"])
+    family = _str(source, "family", raw["family"], FAMILIES)
+    description = _str(source, "description", raw.get("description", ""))
+    data = _table(source, "data", raw["data"])
+    _check_keys(source, "data", data, _DATA_KEYS)
+    column = _str(source, "data.column", data.get("column", "z"))
+    groups = _str_list(source, "data.groups", data.get("groups", []))
+    mu = _param(source, "mu", raw["mu"], positive=False)
+    sigma = _param(source, "sigma", raw["sigma"], positive=True)
+    for key, par in (("mu", mu), ("sigma", sigma)):
+        if par.pooling == "none" and not groups:
+            raise _err(source, f"{key}.pooling", "'none' (one per cell) needs data.groups to name cell columns")
+
+    xi_raw = _table(source, "xi", raw.get("xi", {}))
+    _check_keys(source, "xi", xi_raw, _XI_KEYS)
+    if family == "gumbel":
+        if xi_raw:
+            raise _err(source, "xi", "the gumbel family fixes xi = 0; remove the [xi] table")
+        xi = XiSpec()
+    else:
+        if "prior" not in xi_raw:
+            raise _err(source, "xi.prior", "missing")
+        structure = _str(source, "xi.structure", xi_raw.get("structure", "pooled"), XI_STRUCTURES)
+        prior = _prior(source, "xi.prior", xi_raw["prior"], positive=family == "frechet")
+        factors = _str_list(source, "xi.factors", xi_raw.get("factors", []))
+        if structure == "additive":
+            if family != "gev":
+                raise _err(source, "xi.structure", "'additive' needs family = 'gev' (xi of any sign)")
+            if not factors:
+                raise _err(source, "xi.factors", "'additive' needs at least one factor")
+            for f in factors:
+                if f not in groups:
+                    raise _err(source, "xi.factors", f"factor {f!r} is not among data.groups {list(groups)}")
+            if "group_sd_prior" not in xi_raw:
+                raise _err(source, "xi.group_sd_prior", "missing (prior of each factor's spread of deltas)")
+            sd_prior = _prior(source, "xi.group_sd_prior", xi_raw["group_sd_prior"], positive=True)
+        else:
+            if factors:
+                raise _err(source, "xi.factors", "only used with structure = 'additive'")
+            sd_prior = None
+        xi = XiSpec(
+            structure=structure,
+            prior=prior,
+            factors=factors,
+            group_sd_prior=sd_prior,
+            parametrization=_str(source, "xi.parametrization", xi_raw.get("parametrization", "auto"), PARAMETRIZATIONS),
+            centred_min_obs=_int(source, "xi.centred_min_obs", xi_raw.get("centred_min_obs", 200), 1),
+        )
+    sampling_raw = _table(source, "sampling", raw.get("sampling", {}))
+    _check_keys(source, "sampling", sampling_raw, _SAMPLING_KEYS)
+    sampling = {k: _int(source, f"sampling.{k}", v, 1) for k, v in sampling_raw.items()}
+    return ModelSpec(
+        name=name,
+        family=family,
+        column=column,
+        groups=groups,
+        mu=mu,
+        sigma=sigma,
+        xi=xi,
+        description=description,
+        sampling=sampling,
+        path=source,
+        text=text,
+    )
+
+
+def load_spec(path: str | Path) -> ModelSpec:
+    """Read and validate ``models/NAME.toml``; errors name the file and the key."""
+    p = Path(path)
+    if not p.is_file():
+        raise ModelSpecError(f"{p}: no such model specification file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelSpecError(f"{p}: cannot read: {exc}") from exc
+    return parse_spec(text, str(p))
