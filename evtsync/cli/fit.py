@@ -1,0 +1,164 @@
+"""``evtsync fit``: fit a Gumbel/GEV model to block maxima, by MLE or (``--model``) Bayesian.
+
+With ``--mle`` the column ``z`` of a z-score table (or ``--column NAME`` of any CSV/Parquet
+table) is fitted by maximum likelihood; ``--json`` prints ``family, n, mu, sigma, xi, se,
+loglik, aic`` first, then the convergence flag, covariance, profile interval for xi and the
+Gumbel-vs-GEV likelihood-ratio test. Exit status 1 when the fit did not converge.
+
+With ``--model PATH`` the Bayesian fitter (``evtsync.evt.bayes_cli``) is called.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from evtsync.errors import InputError
+
+ORDER = 60
+
+log = logging.getLogger("evtsync.cli.fit")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``fit`` command."""
+    p = subparsers.add_parser(
+        "fit",
+        help="fit a Gumbel/GEV model to block maxima (z-scores): MLE or Bayesian",
+        description="Fit the pooled z-scores (or any column of block maxima) by maximum likelihood "
+        "(--mle) or with a Bayesian model specification (--model).",
+    )
+    p.add_argument("data", metavar="DATA", help="z-score table or any .csv/.parquet table of block maxima")
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--mle", action="store_true", help="maximum-likelihood fit")
+    mode.add_argument("--model", metavar="PATH", help="Bayesian model specification (models/*.toml)")
+    p.add_argument("--family", choices=("gev", "gumbel"), default="gev", help="MLE family (default gev)")
+    p.add_argument("--column", metavar="NAME", default=None,
+                   help="column of block maxima (default: z, or the table's only numeric column)")
+    p.add_argument("--where", metavar="COL=VALUE", action="append", default=[],
+                   help="keep only rows where COL equals VALUE (repeatable), e.g. gpu=H200")
+    p.add_argument("--negate", action="store_true",
+                   help="fit the negated values (minima as maxima, e.g. strengths)")
+    p.add_argument("--ci-level", type=float, default=0.95, help="level of the profile interval (default 0.95)")
+    p.add_argument("--no-profile", action="store_true", help="skip the profile-likelihood interval for xi")
+    p.add_argument("--json", action="store_true", help="print the fit as one JSON object")
+    p.add_argument("--plot", metavar="PATH", help="diagnostic panel (gev.diag) to .png/.svg/.pdf")
+    bayes = p.add_argument_group("Bayesian fit (with --model)")
+    bayes.add_argument("--out", metavar="DIR", help="output folder of the Bayesian fit")
+    bayes.add_argument("--draws", type=int, default=1000, help="posterior draws per chain (default 1000)")
+    bayes.add_argument("--tune", type=int, default=1000, help="tuning steps per chain (default 1000)")
+    bayes.add_argument("--chains", type=int, default=4, help="number of chains (default 4)")
+    bayes.add_argument("--seed", type=int, default=None, help="random seed")
+    bayes.add_argument("--sampler", choices=("nutpie", "pymc"), default="nutpie", help="NUTS sampler (default nutpie)")
+    p.set_defaults(handler=run_fit)
+
+
+def _select_column(table: pd.DataFrame, column: str | None, source: str) -> str:
+    if column is not None:
+        if column not in table.columns:
+            raise InputError(f"{source}: no column {column!r}; columns are {', '.join(map(str, table.columns))}")
+        return column
+    if "z" in table.columns:
+        return "z"
+    numeric = [c for c in table.columns if pd.api.types.is_numeric_dtype(table[c])]
+    if len(numeric) == 1:
+        log.info("%s: no column 'z'; using the only numeric column %r", source, numeric[0])
+        return str(numeric[0])
+    raise InputError(
+        f"{source}: no column 'z' and {len(numeric)} numeric columns ({', '.join(map(str, numeric))}); "
+        "choose one with --column NAME"
+    )
+
+
+def load_maxima(path: str, column: str | None, where: list[str], negate: bool) -> tuple[np.ndarray, str, int]:
+    """Read the block maxima of ``column`` from a table; returns (values, column, rows skipped)."""
+    from evtsync.tableio import read_table
+
+    table = read_table(path)
+    for clause in where:
+        key, sep, value = clause.partition("=")
+        if not sep or key not in table.columns:
+            raise InputError(f"{path}: --where {clause!r}: expected COL=VALUE with COL one of the table's columns")
+        table = table[table[key].astype(str) == value]
+    name = _select_column(table, column, path)
+    values = pd.to_numeric(table[name], errors="coerce").to_numpy(dtype=float)
+    not_numeric = int(table[name].notna().sum() - np.isfinite(values).sum())
+    finite = np.isfinite(values)
+    skipped = int(values.size - finite.sum())
+    if skipped:
+        log.warning("%s: skipped %d of %d rows of %r that are missing, non-numeric or infinite (%d non-numeric)",
+                    path, skipped, values.size, name, max(not_numeric, 0))
+    values = values[finite]
+    if values.size == 0:
+        raise InputError(f"{path}: column {name!r} has no finite values" + (" after --where" if where else ""))
+    return (-values if negate else values), name, skipped
+
+
+def _bayesian(args: argparse.Namespace) -> int:
+    try:
+        from evtsync.evt.bayes_cli import run_bayesian_fit
+    except ModuleNotFoundError as exc:
+        if exc.name != "evtsync.evt.bayes_cli":
+            raise
+        raise InputError("Bayesian fitting is not available in this installation (evtsync.evt.bayes_cli missing); "
+                         "use --mle") from exc
+    return int(run_bayesian_fit(args) or 0)
+
+
+def _fmt(value: float) -> str:
+    return "nan" if not math.isfinite(value) else f"{value:.6g}"
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    """Handler of ``evtsync fit``."""
+    if args.model is not None:
+        return _bayesian(args)
+    from evtsync.evt import mle
+
+    if not 0 < args.ci_level < 1:
+        raise InputError(f"--ci-level must lie in (0, 1); got {args.ci_level}")
+    values, column, skipped = load_maxima(args.data, args.column, args.where, args.negate)
+    fit = mle.fit_mle(values, args.family)
+    record: dict[str, Any] = fit.to_dict()
+    record.update({"data": str(args.data), "column": column, "negated": bool(args.negate), "skipped_rows": skipped})
+    if args.family == "gev":
+        if not args.no_profile:
+            lo, hi = mle.profile_ci_xi(values, fit, args.ci_level)
+            record["xi_profile_ci"] = {"level": args.ci_level, "lower": lo, "upper": hi}
+        gumbel = mle.fit_gumbel(values)
+        deviance = max(0.0, 2.0 * (fit.loglik - gumbel.loglik))
+        from scipy import stats
+
+        record["lrt_gumbel"] = {"deviance": deviance, "df": 1, "pvalue": float(stats.chi2.sf(deviance, 1)),
+                                "aic_gumbel": gumbel.aic}
+    if args.plot:
+        from evtsync.evt.diagnostics import plot_diagnostics
+
+        plot_diagnostics(fit, values, args.plot)
+        record["plot"] = str(args.plot)
+    if args.json:
+        print(json.dumps(record, allow_nan=True))
+    else:
+        label = "Gumbel" if fit.family == "gumbel" else "GEV"
+        print(f"{label} MLE of {column!r} in {args.data}: n = {fit.n}" + (" (negated)" if args.negate else ""))
+        for name in fit.param_names:
+            print(f"  {name:6s} = {_fmt(getattr(fit, name))}  (se {_fmt(fit.se[name])})")
+        print(f"  loglik = {_fmt(fit.loglik)}   AIC = {_fmt(fit.aic)}")
+        if "xi_profile_ci" in record:
+            ci = record["xi_profile_ci"]
+            print(f"  xi {ci['level']:.0%} profile-likelihood interval: [{_fmt(ci['lower'])}, {_fmt(ci['upper'])}]")
+        if "lrt_gumbel" in record:
+            lrt = record["lrt_gumbel"]
+            print(f"  Gumbel vs GEV: deviance = {_fmt(lrt['deviance'])}, p = {_fmt(lrt['pvalue'])}, "
+                  f"AIC Gumbel = {_fmt(lrt['aic_gumbel'])}")
+        if "plot" in record:
+            print(f"  diagnostics: {record['plot']}")
+        if not fit.converged:
+            print(f"  NOT CONVERGED: {fit.message}")
+    return 0 if fit.converged else 1

@@ -1,0 +1,263 @@
+"""The generalised extreme-value (GEV) distribution in NumPy, Coles' sign convention (SPEC §6).
+
+``GEV(mu, sigma, xi)`` has CDF ``F(x) = exp(-(1 + xi t)^(-1/xi))`` with ``t = (x - mu)/sigma``
+on the support ``1 + xi t > 0``; ``xi > 0`` is Fréchet (heavy tail, lower end point
+``mu - sigma/xi``), ``xi = 0`` Gumbel (``F = exp(-exp(-t))``), ``xi < 0`` Weibull (upper end point
+``mu - sigma/xi``). ``scipy.stats.genextreme`` uses the opposite sign: ``c = -xi``.
+
+Every function broadcasts its arguments with NumPy's rules, so posterior draws of shape
+``(chain, draw)`` or ``(draws,)`` can be passed as ``mu, sigma, xi`` together with, e.g., a
+vector of ``k`` given a trailing axis (``mu[..., None]`` against ``k`` of shape ``(K,)``).
+Scalars in give NumPy scalars out.
+
+Numerical stability at and near ``xi = 0``: every ``xi``-dependent expression is written through
+two helpers that have exact limits and no cancellation,
+
+- ``log1p(xi t)/xi``  (limit ``t``) for the density and CDF,
+- ``expm1(xi u)/xi``  (limit ``u``) for quantiles, the max-of-k location, the mean and E_k,
+
+and ``lgamma(1 - xi)/xi`` (limit Euler's gamma) is evaluated by its Taylor series
+``gamma_E + sum_{j>=2} zeta(j) xi^(j-1)/j`` for ``|xi| < 0.05``: computing ``1 - xi`` in floating
+point would otherwise lose the digits of a tiny ``xi`` before ``lgamma`` sees them.
+
+Outside the support the log density is ``-inf`` and the CDF is 0 below the lower end point
+(``xi > 0``) and 1 above the upper end point (``xi < 0``). The support is taken as open.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy import special
+
+from evtsync.errors import InputError
+
+__all__ = [
+    "EULER_GAMMA",
+    "cdf",
+    "expected_max",
+    "logcdf",
+    "logpdf",
+    "logsf",
+    "max_of_k",
+    "mean",
+    "pdf",
+    "ppf",
+    "return_level",
+    "rvs",
+    "sf",
+    "support",
+]
+
+EULER_GAMMA = float(np.euler_gamma)
+
+#: |xi| below which lgamma(1 - xi)/xi is taken from its Taylor series.
+_LGAMMA_SERIES_BELOW = 0.05
+#: zeta(j)/j for j = 2..17: coefficients of xi^(j-1) in lgamma(1 - xi)/xi - gamma_E.
+#: 16 terms: the first omitted term is below 0.05^16 < 2e-21 relative.
+_LGAMMA_SERIES_COEF = np.array([special.zeta(j, 1) / j for j in range(2, 18)])
+
+Array = NDArray[np.float64]
+
+
+def _out(value: Array) -> Array:
+    """Return a 0-d array as a NumPy scalar, anything else unchanged."""
+    return value[()] if value.ndim == 0 else value
+
+
+def _params(mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike) -> tuple[Array, Array, Array]:
+    mu_a = np.asarray(mu, dtype=float)
+    sigma_a = np.asarray(sigma, dtype=float)
+    xi_a = np.asarray(xi, dtype=float)
+    if np.any(sigma_a <= 0):
+        raise InputError(f"GEV scale sigma must be > 0; got minimum {np.nanmin(sigma_a):g}")
+    return mu_a, sigma_a, xi_a
+
+
+def _log1p_div(t: Array, xi: Array) -> Array:
+    """``log1p(xi t)/xi`` with its limit ``t`` at ``xi = 0``; NaN outside ``1 + xi t > 0``."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        zero = xi == 0
+        safe_xi = np.where(zero, 1.0, xi)
+        value = np.log1p(np.where(zero, 0.0, xi * t)) / safe_xi
+        return np.where(zero, t, value)
+
+
+def _expm1_div(u: Array, xi: Array) -> Array:
+    """``expm1(xi u)/xi`` with its limit ``u`` at ``xi = 0``; infinite ``u`` handled."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        zero = xi == 0
+        safe_xi = np.where(zero, 1.0, xi)
+        value = np.expm1(np.where(zero, 0.0, xi * u)) / safe_xi
+        return np.where(zero, u, value)
+
+
+def _lgamma1m_div(xi: Array) -> Array:
+    """``lgamma(1 - xi)/xi`` for ``xi < 1``, limit ``gamma_E`` at 0; ``inf`` for ``xi >= 1``."""
+    xi = np.asarray(xi, dtype=float)
+    small = np.abs(xi) < _LGAMMA_SERIES_BELOW
+    xs = np.where(small, xi, 0.0)
+    series = np.polynomial.polynomial.polyval(xs, np.concatenate(([0.0], _LGAMMA_SERIES_COEF)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        safe = np.where(small | (xi >= 1), 0.5, xi)
+        direct = special.gammaln(1.0 - safe) / safe
+    value = np.where(small, EULER_GAMMA + series, direct)
+    return np.where(xi >= 1, np.inf, value)
+
+
+def support(mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike) -> tuple[Array, Array]:
+    """Lower and upper end points of the support (``-inf``/``inf`` where unbounded)."""
+    mu_a, sigma_a, xi_a = _params(mu, sigma, xi)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        end = mu_a - sigma_a / np.where(xi_a == 0, 1.0, xi_a)
+    lower = np.where(xi_a > 0, end, -np.inf)
+    upper = np.where(xi_a < 0, end, np.inf)
+    return _out(np.asarray(lower)), _out(np.asarray(upper))
+
+
+def _standard(x: ArrayLike, mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike):
+    mu_a, sigma_a, xi_a = _params(mu, sigma, xi)
+    x_a = np.asarray(x, dtype=float)
+    t = (x_a - mu_a) / sigma_a
+    t, xi_b = np.broadcast_arrays(t, xi_a)
+    with np.errstate(invalid="ignore", over="ignore"):
+        z = np.where(xi_b == 0, 0.0, xi_b * t)
+        inside = 1.0 + z > 0
+    return t, xi_b, sigma_a, inside
+
+
+def logpdf(x: ArrayLike, mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike) -> Array:
+    """Log density; ``-inf`` outside the (open) support and at ``x = ±inf``."""
+    t, xi_b, sigma_a, inside = _standard(x, mu, sigma, xi)
+    big_l = _log1p_div(t, xi_b)
+    with np.errstate(over="ignore", invalid="ignore"):
+        value = -np.log(sigma_a) - (1.0 + xi_b) * big_l - np.exp(-big_l)
+    value = np.where(inside & np.isfinite(t), value, -np.inf)
+    return _out(np.where(np.isnan(t), np.nan, value))
+
+
+def pdf(x: ArrayLike, mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike) -> Array:
+    """Density; 0 outside the support."""
+    return _out(np.exp(np.asarray(logpdf(x, mu, sigma, xi))))
+
+
+def logcdf(x: ArrayLike, mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike) -> Array:
+    """Log CDF ``-(1 + xi t)^(-1/xi)``: ``-inf`` below a lower end point, 0 above an upper one."""
+    t, xi_b, _, inside = _standard(x, mu, sigma, xi)
+    big_l = _log1p_div(t, xi_b)
+    with np.errstate(over="ignore", invalid="ignore"):
+        value = -np.exp(-big_l)
+    outside = np.where(xi_b > 0, -np.inf, 0.0)
+    value = np.where(inside, value, outside)
+    return _out(np.where(np.isnan(t), np.nan, value))
+
+
+def cdf(x: ArrayLike, mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike) -> Array:
+    """CDF; 0 below a lower end point (``xi > 0``), 1 above an upper end point (``xi < 0``)."""
+    return _out(np.exp(np.asarray(logcdf(x, mu, sigma, xi))))
+
+
+def sf(x: ArrayLike, mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike) -> Array:
+    """Survival function ``1 - F``, computed as ``-expm1(log F)`` to keep the upper tail accurate."""
+    return _out(-np.expm1(np.asarray(logcdf(x, mu, sigma, xi))))
+
+
+def logsf(x: ArrayLike, mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike) -> Array:
+    """Log survival function ``log(1 - F)``."""
+    with np.errstate(divide="ignore"):
+        return _out(np.log(np.asarray(sf(x, mu, sigma, xi))))
+
+
+def ppf(q: ArrayLike, mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike) -> Array:
+    """Quantile function: ``mu + sigma ((-log q)^(-xi) - 1)/xi``; NaN for q outside [0, 1].
+
+    ``q = 0`` and ``q = 1`` give the end points of the support (possibly infinite).
+    """
+    mu_a, sigma_a, xi_a = _params(mu, sigma, xi)
+    q_a = np.asarray(q, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        u = -np.log(-np.log(q_a))
+    return _out(np.asarray(mu_a + sigma_a * _expm1_div(u, xi_a)))
+
+
+def return_level(period: ArrayLike, mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike) -> Array:
+    """Return level z_p exceeded once every ``period`` blocks on average (Coles 2001, eq. 3.10).
+
+    ``z_p = mu + sigma (y_p^(-xi) - 1)/xi`` with ``p = 1/period`` and ``y_p = -log(1 - p)``,
+    computed with ``log1p`` so that long periods keep their precision. ``period`` must be > 1.
+    """
+    mu_a, sigma_a, xi_a = _params(mu, sigma, xi)
+    period_a = np.asarray(period, dtype=float)
+    if np.any(period_a <= 1):
+        raise InputError(f"return period must be > 1 block; got {np.nanmin(period_a):g}")
+    y_p = -np.log1p(-1.0 / period_a)
+    return _out(np.asarray(mu_a + sigma_a * _expm1_div(-np.log(y_p), xi_a)))
+
+
+def rvs(
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    xi: ArrayLike,
+    size: int | tuple[int, ...] | None = None,
+    rng: np.random.Generator | int | None = None,
+) -> Array:
+    """Random draws: ``mu + sigma (E^(-xi) - 1)/xi`` with ``E ~ Exp(1)`` (inverse CDF).
+
+    ``size`` is the output shape (the parameters broadcast to it); by default the broadcast
+    shape of the parameters. ``rng`` is a ``numpy.random.Generator`` or a seed.
+    """
+    mu_a, sigma_a, xi_a = _params(mu, sigma, xi)
+    generator = np.random.default_rng(rng)
+    shape = np.broadcast_shapes(mu_a.shape, sigma_a.shape, xi_a.shape)
+    if size is not None:
+        shape = (size,) if isinstance(size, int | np.integer) else tuple(size)
+    e = generator.standard_exponential(shape)
+    return _out(np.asarray(mu_a + sigma_a * _expm1_div(-np.log(e), xi_a)))
+
+
+def mean(mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike) -> Array:
+    """Mean ``mu + sigma (Gamma(1 - xi) - 1)/xi`` (``mu + sigma gamma_E`` at 0); ``inf`` for xi >= 1."""
+    mu_a, sigma_a, xi_a = _params(mu, sigma, xi)
+    h = _lgamma1m_div(xi_a)
+    value = mu_a + sigma_a * _expm1_div(h, xi_a)
+    return _out(np.asarray(np.where(xi_a >= 1, np.inf, value)))
+
+
+def _check_k(k: ArrayLike) -> Array:
+    k_a = np.asarray(k, dtype=float)
+    if np.any(~(k_a > 0)):
+        raise InputError(f"number of maxima k must be > 0; got {k_a.min() if k_a.size else k_a}")
+    if np.any(~np.isfinite(k_a)):
+        raise InputError("number of maxima k must be finite")
+    return k_a
+
+
+def max_of_k(
+    mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike, k: ArrayLike
+) -> tuple[Array, Array, Array]:
+    """Law of the maximum of k iid GEV(mu, sigma, xi) draws, by max-stability.
+
+    Returns ``(mu_k, sigma_k, xi)`` with ``mu_k = mu + sigma (k^xi - 1)/xi`` (``mu + sigma ln k``
+    at xi = 0) and ``sigma_k = sigma k^xi``, all broadcast to a common shape. Non-integer
+    ``k > 0`` is allowed: it is the law with CDF ``F^k``.
+    """
+    mu_a, sigma_a, xi_a = _params(mu, sigma, xi)
+    log_k = np.log(_check_k(k))
+    mu_k = mu_a + sigma_a * _expm1_div(log_k, xi_a)
+    sigma_k = sigma_a * np.exp(xi_a * log_k)
+    mu_k, sigma_k, xi_k = np.broadcast_arrays(mu_k, sigma_k, xi_a)
+    return _out(np.array(mu_k)), _out(np.array(sigma_k)), _out(np.array(xi_k))
+
+
+def expected_max(mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike, k: ArrayLike) -> Array:
+    """E_k, the expected maximum of k iid GEV draws (SPEC §6); ``inf`` for xi >= 1.
+
+    ``E_k = mu + sigma (k^xi Gamma(1 - xi) - 1)/xi``, computed as
+    ``mu + sigma expm1(xi ln k + lgamma(1 - xi))/xi`` with the exponent written as
+    ``xi (ln k + lgamma(1 - xi)/xi)`` so that the limit ``mu + sigma (ln k + gamma_E)`` at
+    xi = 0 is exact and tiny xi keep all their digits. ``k = 1`` gives :func:`mean`.
+    """
+    mu_a, sigma_a, xi_a = _params(mu, sigma, xi)
+    g = np.log(_check_k(k)) + _lgamma1m_div(xi_a)
+    value = mu_a + sigma_a * _expm1_div(g, xi_a)
+    return _out(np.asarray(np.where(xi_a >= 1, np.inf, value)))

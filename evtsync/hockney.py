@@ -1,0 +1,228 @@
+"""The augmented Hockney model of a collective and the optimal bandwidth B* (SPEC §8).
+
+    T(B) = p·alpha + q·S/B + tau
+
+with ``p`` latency steps of ``alpha`` µs, ``q·S`` bytes crossing each link at bandwidth ``B``, and
+the synchronization tax ``tau`` µs (zero in Hockney's original model). The elasticity of T in B
+is ``eps_B = -(q S/B)/T`` in (-1, 0); the bandwidth with a target elasticity ``eps`` is
+
+    B*(eps) = q·S·(1 + eps) / (-eps · (p·alpha + tau)),
+
+Hockney's ``B*_H`` is the same with tau = 0, and ``1 - B*/B*_H = tau/(p·alpha + tau)``.
+
+Units, everywhere in this module: ``alpha`` and ``tau`` in µs, ``S`` in bytes, bandwidth in
+bytes per second (SI: 1 GB/s = 1e9 bytes/s), times in µs. Every function broadcasts over its
+arguments, so ``tau`` may be an array of posterior draws (e.g. ``(chain, draw, n)``) against
+the matching ``p, q`` of a vector of domain sizes.
+
+Topologies (bandwidth-optimal AllReduce for large buffers, as in the paper):
+
+==========  ====================  ====================  ============
+name        algorithm             p                     q
+==========  ====================  ====================  ============
+ring        ring AllReduce        2(n - 1)              2(n - 1)/n
+torus3d     3D bucket             6(n^(1/3) - 1)        2(n - 1)/n
+full        2-phase all-pairs     2                     2(n - 1)/n
+==========  ====================  ====================  ============
+
+For the 3D torus a domain size that is not a perfect cube uses the real cube root (an
+idealised torus); the paper evaluates cubes (n = 512 = 8³).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from evtsync.errors import InputError
+
+__all__ = [
+    "TOPOLOGIES",
+    "Topology",
+    "bandwidth_records",
+    "bandwidth_reduction",
+    "comm_time_us",
+    "elasticity",
+    "flops_scaled_bandwidth",
+    "get_topology",
+    "hockney_bandwidth",
+    "optimal_bandwidth",
+]
+
+US_PER_S = 1e6
+
+Array = NDArray[np.float64]
+
+
+def _out(value: Array) -> Array:
+    value = np.asarray(value)
+    return value[()] if value.ndim == 0 else value
+
+
+def _check_n(n: ArrayLike) -> Array:
+    n_a = np.asarray(n, dtype=float)
+    if np.any(~np.isfinite(n_a)) or np.any(n_a < 2) or np.any(n_a != np.round(n_a)):
+        raise InputError("domain size n must be an integer >= 2")
+    return n_a
+
+
+def _q_allreduce(n: Array) -> Array:
+    return 2.0 * (n - 1.0) / n
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A scale-up topology with the latency steps p(n) and bandwidth factor q(n) of its algorithm."""
+
+    name: str
+    label: str
+    algorithm: str
+    p_of_n: Callable[[Array], Array]
+    q_of_n: Callable[[Array], Array]
+
+    def p(self, n: ArrayLike) -> Array:
+        """Number of latency steps p for domain size(s) n."""
+        n_a = _check_n(n)
+        return _out(np.broadcast_to(self.p_of_n(n_a), n_a.shape).astype(float))
+
+    def q(self, n: ArrayLike) -> Array:
+        """Bandwidth factor q for domain size(s) n."""
+        return _out(self.q_of_n(_check_n(n)))
+
+
+TOPOLOGIES: dict[str, Topology] = {
+    "ring": Topology("ring", "Ring", "ring AllReduce", lambda n: 2.0 * (n - 1.0), _q_allreduce),
+    "torus3d": Topology(
+        "torus3d", "3D torus", "3D bucket", lambda n: 6.0 * (np.cbrt(n) - 1.0), _q_allreduce
+    ),
+    "full": Topology(
+        "full", "Fully connected", "2-phase all-pairs", lambda n: np.full_like(n, 2.0), _q_allreduce
+    ),
+}
+
+_ALIASES = {
+    "torus": "torus3d",
+    "3dtorus": "torus3d",
+    "torus-3d": "torus3d",
+    "fully-connected": "full",
+    "fullyconnected": "full",
+    "nvswitch": "full",
+    "switch": "full",
+}
+
+
+def get_topology(name: str) -> Topology:
+    """Topology by name (ring, torus3d, full; aliases torus, fully-connected, nvswitch)."""
+    key = name.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in TOPOLOGIES:
+        raise InputError(f"unknown topology {name!r}; expected one of {', '.join(TOPOLOGIES)}")
+    return TOPOLOGIES[key]
+
+
+def _check_eps(eps: ArrayLike) -> Array:
+    eps_a = np.asarray(eps, dtype=float)
+    if np.any(~((eps_a > -1) & (eps_a < 0))):
+        raise InputError(f"target elasticity eps must lie in (-1, 0); got {eps_a.ravel()[:5].tolist()}")
+    return eps_a
+
+
+def comm_time_us(
+    bandwidth: ArrayLike, size_bytes: ArrayLike, alpha_us: ArrayLike, tau_us: ArrayLike,
+    p: ArrayLike, q: ArrayLike,
+) -> Array:
+    """T(B) = p·alpha + q·S/B + tau in µs (bandwidth in bytes/s)."""
+    b = np.asarray(bandwidth, dtype=float)
+    return _out(
+        np.asarray(p) * np.asarray(alpha_us, dtype=float)
+        + np.asarray(q) * np.asarray(size_bytes, dtype=float) / b * US_PER_S
+        + np.asarray(tau_us, dtype=float)
+    )
+
+
+def elasticity(
+    bandwidth: ArrayLike, size_bytes: ArrayLike, alpha_us: ArrayLike, tau_us: ArrayLike,
+    p: ArrayLike, q: ArrayLike,
+) -> Array:
+    """eps_B = (dT/dB)(B/T) = -(q·S/B)/T, in (-1, 0)."""
+    transfer = np.asarray(q) * np.asarray(size_bytes, dtype=float) / np.asarray(bandwidth, dtype=float) * US_PER_S
+    return _out(-transfer / np.asarray(comm_time_us(bandwidth, size_bytes, alpha_us, tau_us, p, q)))
+
+
+def optimal_bandwidth(
+    size_bytes: ArrayLike, alpha_us: ArrayLike, tau_us: ArrayLike, p: ArrayLike, q: ArrayLike,
+    eps: ArrayLike = -0.5,
+) -> Array:
+    """B*(eps) = q·S·(1 + eps) / (-eps·(p·alpha + tau)) in bytes/s; ``inf`` if p·alpha + tau = 0."""
+    eps_a = _check_eps(eps)
+    tau_a = np.asarray(tau_us, dtype=float)
+    if np.any(tau_a < 0):
+        raise InputError("synchronization tax tau must be >= 0 µs")
+    floor_us = np.asarray(p) * np.asarray(alpha_us, dtype=float) + tau_a
+    with np.errstate(divide="ignore"):
+        value = (
+            np.asarray(q) * np.asarray(size_bytes, dtype=float) * (1.0 + eps_a)
+            / (-eps_a * floor_us) * US_PER_S
+        )
+    return _out(value)
+
+
+def hockney_bandwidth(
+    size_bytes: ArrayLike, alpha_us: ArrayLike, p: ArrayLike, q: ArrayLike, eps: ArrayLike = -0.5
+) -> Array:
+    """Hockney's B*_H: :func:`optimal_bandwidth` with tau = 0 (bytes/s)."""
+    return optimal_bandwidth(size_bytes, alpha_us, 0.0, p, q, eps)
+
+
+def bandwidth_reduction(alpha_us: ArrayLike, tau_us: ArrayLike, p: ArrayLike) -> Array:
+    """1 - B*/B*_H = tau/(p·alpha + tau): the share of Hockney's bandwidth the tax makes useless."""
+    tau_a = np.asarray(tau_us, dtype=float)
+    with np.errstate(invalid="ignore"):
+        return _out(tau_a / (np.asarray(p) * np.asarray(alpha_us, dtype=float) + tau_a))
+
+
+def flops_scaled_bandwidth(
+    size_bytes: ArrayLike, alpha_us: ArrayLike, tau_us: ArrayLike, p: ArrayLike, q: ArrayLike,
+    factor: ArrayLike, eps: ArrayLike = -0.5,
+) -> Array:
+    """B* on a GPU ``factor`` times faster: the block time, and so tau = b·E_k, divide by f (§8).
+
+    ``tau_us`` is the tax on the reference GPU; the buffer S and alpha are unchanged.
+    """
+    f = np.asarray(factor, dtype=float)
+    if np.any(f <= 0):
+        raise InputError("FLOPS factor f must be > 0")
+    return optimal_bandwidth(size_bytes, alpha_us, np.asarray(tau_us, dtype=float) / f, p, q, eps)
+
+
+def bandwidth_records(
+    topologies: Iterable[str], ns: Sequence[int], alpha_us: float, size_bytes: float, eps: float,
+    tau_us_of_n: Callable[[int], float],
+) -> list[dict[str, Any]]:
+    """One record per (topology, n): p, q, tau_us, bstar, bstar_hockney (GB/s) and reduction."""
+    records = []
+    for name in topologies:
+        topo = get_topology(name)
+        for n in ns:
+            p = float(topo.p(n))
+            q = float(topo.q(n))
+            tau = float(tau_us_of_n(int(n)))
+            records.append({
+                "topology": topo.name,
+                "n": int(n),
+                "p": p,
+                "q": q,
+                "alpha_us": float(alpha_us),
+                "bytes": float(size_bytes),
+                "eps": float(eps),
+                "tau_us": tau,
+                "bstar": float(optimal_bandwidth(size_bytes, alpha_us, tau, p, q, eps)) / 1e9,
+                "bstar_hockney": float(hockney_bandwidth(size_bytes, alpha_us, p, q, eps)) / 1e9,
+                "reduction": float(bandwidth_reduction(alpha_us, tau, p)),
+                "bandwidth_unit": "GB/s",
+            })
+    return records
