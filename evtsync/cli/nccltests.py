@@ -1,0 +1,370 @@
+"""``evtsync nccl-tests parse|stats|compare|alpha|plan|run``: nccl-tests logs and experiments.
+
+Thin layer over :mod:`evtsync.nccltests`: parses arguments, calls the library, prints a
+readable table (or JSON with ``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections import Counter
+from typing import Any
+
+import pandas as pd
+
+from evtsync.errors import InputError
+from evtsync.nccltests.alpha import TOPOLOGIES, fit_alpha
+from evtsync.nccltests.parse import ParsedLog, parse_log
+from evtsync.nccltests.plan import DEFAULT_MATRICES, PlanSettings, build_plan, load_plan, run_plan
+from evtsync.nccltests.stats import compare_logs, size_stats
+from evtsync.tableio import write_table, write_text_atomic
+
+ORDER = 80
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> float:
+    """Bytes from '8', '4e9', '1M', '1GB', '512KiB' (K/M/G/T are powers of 1024, as in nccl-tests)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise InputError(f"size {text!r}: expected a number with an optional K/M/G/T suffix, e.g. 1G")
+    return float(m.group(1)) * _UNITS[m.group(2).upper()]
+
+
+def _size_range(text: str | None) -> tuple[float, float] | None:
+    if text is None:
+        return None
+    parts = re.split(r"[:,]|\.\.", text)
+    if len(parts) != 2:
+        raise InputError(f"--range {text!r}: expected LOW:HIGH, e.g. 1G:4G")
+    lo, hi = parse_size(parts[0]), parse_size(parts[1])
+    if not 0 < lo <= hi:
+        raise InputError(f"--range {text!r}: need 0 < LOW <= HIGH")
+    return lo, hi
+
+
+def _fmt_size(n: Any) -> str:
+    n = int(n)
+    for unit, f in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= f and n % f == 0:
+            return f"{n // f}{unit}"
+    return str(n)
+
+
+def _num(v: Any, fmt: str = ".2f") -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    return format(v, fmt)
+
+
+def _dump_json(obj: Any) -> None:
+    def default(o: Any) -> Any:
+        if hasattr(o, "item"):
+            return o.item()
+        return str(o)
+
+    def clean(o: Any) -> Any:
+        if isinstance(o, float) and not math.isfinite(o):
+            return None
+        if isinstance(o, dict):
+            return {k: clean(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [clean(v) for v in o]
+        return o
+
+    print(json.dumps(clean(obj), indent=1, default=default))
+
+
+def _print_table(df: pd.DataFrame) -> None:
+    if df.empty:
+        print("(no rows)")
+    else:
+        print(df.to_string(index=False))
+
+
+def _add_log_overrides(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--collective", help="collective when the log does not name it (e.g. all_gather)")
+    p.add_argument("--ranks", type=int, help="number of ranks when the log does not list devices")
+
+
+def _load(path: str, args: argparse.Namespace) -> ParsedLog:
+    return parse_log(path, collective=getattr(args, "collective", None), n_ranks=getattr(args, "ranks", None))
+
+
+def _run_line(pl: ParsedLog) -> list[str]:
+    lines = []
+    for r in pl.runs:
+        cfg = (f"iters {r.iters} warmup {r.warmup_iters} agg {r.agg_iters}" if r.iters is not None
+               else "no header (configuration unknown)")
+        lines.append(f"run {r.index}: {r.collective or 'unknown collective'} ({r.collective_source or '-'}), "
+                     f"{r.n_ranks or '?'} ranks ({r.n_ranks_source or '-'}), {', '.join(r.gpus) or 'GPU unknown'}, "
+                     f"NCCL {r.nccl_version or '?'}, {cfg}, {r.n_rows} table lines, {r.n_cycles} cycle(s), "
+                     f"{r.n_flagged} flagged"
+                     + (f", out of bounds {r.out_of_bounds} {'OK' if r.out_of_bounds_ok else 'FAILED'}"
+                        if r.out_of_bounds is not None else ", no footer"))
+        lines += [f"  warning: {w}" for w in r.warnings]
+    return lines
+
+
+# --------------------------------------------------------------------------- handlers
+
+
+def _cmd_parse(args: argparse.Namespace) -> int:
+    pl = _load(args.log, args)
+    if args.out:
+        write_table(pl.measurements, args.out)
+    if args.json:
+        _dump_json(pl.to_dict())
+        return 0
+    print(f"{pl.path} ({pl.format})")
+    for line in _run_line(pl):
+        print(line)
+    m = pl.measurements
+    keys = ["run", "cycle", "line", "size", "count", "type", "redop", "root"]
+    vals = ["time_us", "busbw_gbps", "wrong"]
+    oop = m[m["placement"] == "out-of-place"][keys + vals].rename(columns={v: f"oop_{v}" for v in vals})
+    ip = m[m["placement"] == "in-place"][["run", "line", *vals]].rename(columns={v: f"ip_{v}" for v in vals})
+    wide = oop.merge(ip, on=["run", "line"], how="outer")
+    flags = m.groupby(["run", "line"])["bw_flag"].agg(lambda s: "; ".join(x for x in s if x))
+    wide = wide.merge(flags.rename("flag").reset_index(), on=["run", "line"], how="left")
+    wide = wide.sort_values(["run", "line"]).drop(columns=["line"])
+    wide["size"] = wide["size"].map(_fmt_size)
+    _print_table(wide)
+    reasons = Counter(s.reason for s in pl.skipped)
+    if reasons:
+        print(f"skipped {len(pl.skipped)} line(s): " + ", ".join(f"{n} {r}" for r, n in reasons.most_common()))
+        if args.show_skipped:
+            for s in pl.skipped:
+                print(f"  line {s.line}: [{s.reason}] {s.text}")
+    if args.out:
+        print(f"measurements written to {args.out}")
+    return 0
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    logs = [_load(p, args) for p in args.logs]
+    table = size_stats(logs, pool_runs=args.pool, cv_threshold=args.cv_threshold, min_cycles=args.min_cycles)
+    if args.placement != "both":
+        table = table[table["placement"] == args.placement]
+    if args.out:
+        write_table(table, args.out)
+    if args.json:
+        _dump_json({"logs": [pl.path for pl in logs], "cv_threshold_pct": args.cv_threshold,
+                    "min_cycles": args.min_cycles,
+                    "runs": [[r.to_dict() for r in pl.runs] for pl in logs],
+                    "stats": table.astype(object).where(table.notna(), None).to_dict(orient="records")})
+        return 0
+    for pl in logs:
+        print(pl.path)
+        for line in _run_line(pl):
+            print(line)
+    view = table.copy()
+    view["size"] = view["size"].map(_fmt_size)
+    cols = [c for c in ("source", "run", "placement", "type", "redop", "size") if c in view]
+    shown = view[cols].copy()
+    shown["n"] = view["n_cycles"]
+    shown["median_us"] = view["median_us"].map(_num)
+    shown["p95_us"] = view["p95_us"].map(_num)
+    shown["cycle_cv%"] = view["cycle_cv_pct"].map(_num)
+    shown["iter_cv%"] = view["iter_cv_pct"].map(_num)
+    shown["correctness"] = view["correctness"]
+    shown["stability"] = view["stability"]
+    if len(logs) == 1:
+        shown = shown.drop(columns=["source"], errors="ignore")
+    _print_table(shown)
+    print(f"rule: precise relative differences only where cycle CV <= {args.cv_threshold:g}% "
+          f"with >= {args.min_cycles} cycles; #wrong != 0 is not a valid baseline")
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    old, new = _load(args.old, args), _load(args.new, args)
+    cmp = compare_logs(old, new, old_run=args.old_run, new_run=args.new_run, threshold_pct=args.threshold,
+                       cv_threshold=args.cv_threshold, min_cycles=args.min_cycles)
+    if args.json:
+        _dump_json(cmp.to_dict())
+    else:
+        print(f"OLD {cmp.old}\nNEW {cmp.new}")
+        for d in cmp.config_differences:
+            print(f"configuration differs: {d}")
+        for c in cmp.config_caveats:
+            print(f"caveat: {c}")
+        rows = [{"placement": v.placement, "type": v.type, "size": _fmt_size(v.size), "verdict": v.verdict,
+                 "change%": _num(v.change_pct, "+.2f"), "observed%": _num(v.observed_change_pct, "+.2f"),
+                 "old_cv%": _num(v.old_cv_pct), "new_cv%": _num(v.new_cv_pct), "reasons": "; ".join(v.reasons)}
+                for v in cmp.verdicts if args.placement == "both" or v.placement == args.placement]
+        _print_table(pd.DataFrame(rows))
+        print(f"{cmp.n_regressions} regression(s) with a precise verdict")
+    return 1 if args.fail_on_regression and cmp.n_regressions else 0
+
+
+def _cmd_alpha(args: argparse.Namespace) -> int:
+    pl = _load(args.log, args)
+    fit = fit_alpha(pl, size_range=_size_range(args.range), topology=args.topology, level=args.level,
+                    placement=args.placement, run=args.run, linear_tolerance=args.linear_tolerance)
+    if args.json:
+        _dump_json(fit.to_dict())
+        return 0
+    lo, hi = fit.alpha_interval_us
+    blo, bhi = fit.bandwidth_interval_gbps
+    print(f"{fit.source}: {fit.collective}, {fit.n_ranks} ranks, {fit.topology} (p = {fit.p:g}, q = {fit.q:.4g}), "
+          f"{fit.placement}")
+    print(f"size range {_fmt_size(fit.size_range_bytes[0])}..{_fmt_size(fit.size_range_bytes[1])} "
+          f"({fit.n_sizes} sizes, {fit.n_points} points; {fit.range_source})")
+    print(f"alpha = {fit.alpha_us:.3f} us   {fit.level:.0%} interval [{lo:.3f}, {hi:.3f}] us")
+    print(f"B     = {fit.bandwidth_gbps:.2f} GB/s   {fit.level:.0%} interval [{blo:.2f}, "
+          f"{'inf' if not math.isfinite(bhi) else f'{bhi:.2f}'}] GB/s")
+    print(f"max |residual| {fit.max_abs_residual_pct:.2f}%  ({fit.method})")
+    for w in fit.warnings:
+        print(f"warning: {w}")
+    return 0
+
+
+def _parse_assignments(items: list[str] | None, kind: type, what: str) -> dict[str, Any]:
+    out = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or name not in DEFAULT_MATRICES:
+            raise InputError(f"{what} {item!r}: expected MATRIX=VALUE with MATRIX in {', '.join(DEFAULT_MATRICES)}")
+        try:
+            out[name] = kind(value)
+        except ValueError as exc:
+            raise InputError(f"{what} {item!r}: bad value") from exc
+    return out
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    settings = PlanSettings(binary=args.binary, min_bytes=args.min_bytes, max_bytes=args.max_bytes,
+                            step_factor=args.step_factor, gpus=args.gpus, cycles=args.cycles,
+                            datatype=args.datatype, op=args.op, cpu=None if args.no_affinity else args.cpu,
+                            remote_cpu=args.remote_cpu, extra=list(args.extra or []))
+    matrices = [m.strip() for m in args.matrices.split(",") if m.strip()] if args.matrices else None
+    if args.no_affinity and matrices is None:
+        matrices = [m for m in DEFAULT_MATRICES if m not in ("affinity", "noise")]
+    plan = build_plan(settings, matrices, replicates=_parse_assignments(args.replicates, int, "--replicates"),
+                      designs=_parse_assignments(args.design, str, "--design"))
+    text = json.dumps(plan, indent=1)
+    if args.out:
+        write_text_atomic(args.out, text + "\n")
+    if args.json:
+        print(text)
+        return 0
+    for m in plan["matrices"]:
+        print(f"matrix {m['name']}: values {', '.join(m['values'])}, {m['design']} order, {m['replicates']} replicates")
+    rows = [{"order": e["order"], "matrix": e["matrix"], "variant": e["variant"], "rep": e["replicate"],
+             "pos": e["position"], "command": " ".join(e["argv"]),
+             "noise_cpu": "-" if e["noise_cpu"] is None else e["noise_cpu"]} for e in plan["entries"]]
+    _print_table(pd.DataFrame(rows))
+    print(f"{len(plan['entries'])} commands" + (f"; plan written to {args.out}" if args.out else ""))
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    plan = load_plan(args.plan)
+    report = run_plan(plan, args.out, timeout_s=args.timeout, only_matrix=args.matrix)
+    if args.json:
+        summary = report.summary.astype(object).where(report.summary.notna(), None)
+        _dump_json({"out_dir": report.out_dir, "runs": report.records, "summary": summary.to_dict(orient="records")})
+    else:
+        _print_table(pd.DataFrame([{k: r.get(k) for k in ("order", "matrix", "variant", "replicate", "status",
+                                                           "rows", "seconds", "log")} for r in report.records]))
+        if not report.summary.empty:
+            view = report.summary[["matrix", "variant", "n_processes", "placement", "size", "n_cycles", "median_us",
+                                   "p95_us", "cycle_cv_pct", "stability", "correctness"]].copy()
+            view["size"] = view["size"].map(_fmt_size)
+            _print_table(view.round(3))
+        print(f"outputs in {report.out_dir} (index.json, summary.csv); {report.n_failed} failed run(s)")
+    if report.n_failed:
+        print(f"evtsync: {report.n_failed} run(s) failed; see {report.out_dir}/index.json", file=sys.stderr)
+        return 1
+    return 0
+
+
+# --------------------------------------------------------------------------- registration
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``nccl-tests`` command group."""
+    group = subparsers.add_parser("nccl-tests", help="parse nccl-tests logs; stats, verdicts, alpha/B, run plans",
+                                  description="Read nccl-tests output and apply the benchmark rules of SPEC §9.")
+    sub = group.add_subparsers(dest="nccl_command", metavar="SUBCOMMAND")
+    group.set_defaults(handler=lambda a: (group.print_help(), 2)[1])
+
+    p = sub.add_parser("parse", help="read a log: measurements, metadata, skipped lines")
+    p.add_argument("log")
+    _add_log_overrides(p)
+    p.add_argument("--out", help="write the measurements table (.csv or .parquet)")
+    p.add_argument("--show-skipped", action="store_true", help="list every skipped line with its reason")
+    p.add_argument("--json", action="store_true", help="JSON output")
+    p.set_defaults(handler=_cmd_parse)
+
+    s = sub.add_parser("stats", help="median, P95, cycle/iteration CV and stability per size")
+    s.add_argument("logs", nargs="+")
+    _add_log_overrides(s)
+    s.add_argument("--pool", action="store_true", help="pool cycles of all logs and runs (replicate processes)")
+    s.add_argument("--placement", choices=["both", "out-of-place", "in-place"], default="both")
+    s.add_argument("--cv-threshold", type=float, default=5.0, help="stability threshold in %% (default 5)")
+    s.add_argument("--min-cycles", type=int, default=3, help="cycles needed to judge stability (default 3)")
+    s.add_argument("--out", help="write the statistics table (.csv or .parquet)")
+    s.add_argument("--json", action="store_true", help="JSON output")
+    s.set_defaults(handler=_cmd_stats)
+
+    c = sub.add_parser("compare", help="regression verdict per size between OLD and NEW")
+    c.add_argument("old")
+    c.add_argument("new")
+    _add_log_overrides(c)
+    c.add_argument("--old-run", type=int, help="run index in OLD when it holds several")
+    c.add_argument("--new-run", type=int, help="run index in NEW when it holds several")
+    c.add_argument("--threshold", type=float, default=2.0, help="smallest change called a regression, %% (default 2)")
+    c.add_argument("--cv-threshold", type=float, default=5.0)
+    c.add_argument("--min-cycles", type=int, default=3)
+    c.add_argument("--placement", choices=["both", "out-of-place", "in-place"], default="both")
+    c.add_argument("--fail-on-regression", action="store_true", help="exit status 1 when a regression is found")
+    c.add_argument("--json", action="store_true", help="JSON output")
+    c.set_defaults(handler=_cmd_compare)
+
+    a = sub.add_parser("alpha", help="fit T(S) = p*alpha + q*S/B: alpha and B with intervals")
+    a.add_argument("log")
+    _add_log_overrides(a)
+    a.add_argument("--range", help="size range LOW:HIGH, e.g. 1G:4G (default: where T(S) is linear)")
+    a.add_argument("--topology", default="ring", help=f"p and q of SPEC §8: {', '.join(TOPOLOGIES)} (default ring)")
+    a.add_argument("--level", type=float, default=0.9, help="credible level (default 0.9)")
+    a.add_argument("--placement", choices=["out-of-place", "in-place"], default="out-of-place")
+    a.add_argument("--run", type=int, help="run index when the log holds several")
+    a.add_argument("--linear-tolerance", type=float, default=0.05,
+                   help="largest relative residual of the linear regime (default 0.05)")
+    a.add_argument("--json", action="store_true", help="JSON output")
+    a.set_defaults(handler=_cmd_alpha)
+
+    pl = sub.add_parser("plan", help="write a balanced (Latin-square / mirrored) command matrix")
+    pl.add_argument("--binary", required=True, help="nccl-tests binary, e.g. ./build/all_reduce_perf")
+    pl.add_argument("--out", help="write the plan as JSON here")
+    pl.add_argument("--matrices", help=f"comma-separated subset of {','.join(DEFAULT_MATRICES)}")
+    pl.add_argument("--replicates", action="append", metavar="MATRIX=K", help="replicates of a matrix")
+    pl.add_argument("--design", action="append", metavar="MATRIX=latin|mirror", help="ordering design of a matrix")
+    pl.add_argument("--min-bytes", default="1M")
+    pl.add_argument("--max-bytes", default="64M")
+    pl.add_argument("--step-factor", type=int, default=64)
+    pl.add_argument("--gpus", type=int, default=4, help="-g: GPUs per process")
+    pl.add_argument("--cycles", type=int, default=10, help="-N: cycles per process")
+    pl.add_argument("--datatype", default="float")
+    pl.add_argument("--op", default="sum")
+    pl.add_argument("--cpu", type=int, default=0, help="benchmark CPU (taskset) outside the affinity matrix")
+    pl.add_argument("--remote-cpu", type=int, default=1, help="second CPU: affinity variant and remote noise")
+    pl.add_argument("--no-affinity", action="store_true", help="no taskset (drops affinity and noise matrices)")
+    pl.add_argument("--extra", nargs=argparse.REMAINDER, help="further nccl-tests arguments, appended as given")
+    pl.add_argument("--json", action="store_true", help="print the plan as JSON")
+    pl.set_defaults(handler=_cmd_plan)
+
+    r = sub.add_parser("run", help="execute a plan, collecting outputs per variant")
+    r.add_argument("plan", help="plan JSON written by 'evtsync nccl-tests plan --out'")
+    r.add_argument("--out", required=True, help="output folder")
+    r.add_argument("--timeout", type=float, default=600.0, help="seconds per command (default 600)")
+    r.add_argument("--matrix", help="run only this matrix")
+    r.add_argument("--json", action="store_true", help="JSON output")
+    r.set_defaults(handler=_cmd_run)

@@ -1,0 +1,807 @@
+"""Read nccl-tests output (text tables of every version, and the ``-J`` JSON report).
+
+Real logs are pasted by users in many states: prefixed by MPI or launchers (``0: ``,
+``[1,0]<stdout>:``, host names), re-indented, interleaved with NCCL INFO and MPI lines,
+without header or footer, truncated, or holding several runs. The parser therefore reads
+line by line with a small state machine per output stream, recognises table rows from the
+right-hand end of the line (so unknown prefixes do no harm), keeps every measurement it
+can, and lists every line it skipped with the reason. A file with no table at all is an
+:class:`~evtsync.errors.NcclTestsError` that says what the file holds instead.
+
+Result: one long table, one row per measurement (a table line gives an out-of-place and an
+in-place measurement), with the run, the ``-N`` cycle, the source line number and a flag
+when algbw/busbw disagree with size/time and the collective's busbw factor (SPEC §9).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from evtsync.errors import NcclTestsError
+
+log = logging.getLogger("evtsync.nccltests.parse")
+
+#: Collectives whose printed count is the per-rank share (size = count * wordsize * n).
+PER_RANK_COUNT = ("all_gather", "reduce_scatter", "alltoall", "gather", "scatter")
+#: Collectives whose printed count covers the whole buffer (size = count * wordsize).
+FULL_COUNT = ("all_reduce", "broadcast", "reduce", "sendrecv", "hypercube")
+KNOWN_COLLECTIVES = PER_RANK_COUNT + FULL_COUNT
+
+_ALIASES = {
+    "allreduce": "all_reduce",
+    "allgather": "all_gather",
+    "reducescatter": "reduce_scatter",
+    "all_to_all": "alltoall",
+    "alltoallv": "alltoall",
+    "bcast": "broadcast",
+    "send_recv": "sendrecv",
+}
+
+WORD_SIZES = {
+    "int8": 1, "uint8": 1, "char": 1, "f8e4m3": 1, "f8e5m2": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
+    "half": 2, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
+    "int32": 4, "uint32": 4, "int": 4, "float": 4, "float32": 4, "fp32": 4,
+    "int64": 8, "uint64": 8, "double": 8, "float64": 8, "fp64": 8,
+}  # fmt: skip
+
+MEASUREMENT_COLUMNS = [
+    "run", "cycle", "line", "size", "count", "type", "redop", "root", "placement",
+    "time_us", "algbw_gbps", "busbw_gbps", "wrong", "error",
+    "i_min_us", "i_max_us", "i_p99_us", "i_cv_pct", "bw_flag",
+]  # fmt: skip
+
+
+def normalise_collective(name: str) -> str:
+    """Canonical collective name (``all_reduce``, ``alltoall`` ...) from a test/binary name."""
+    base = Path(name.strip()).name.lower()
+    base = re.sub(r"_perf(_mpi)?$", "", base)
+    return _ALIASES.get(base, base)
+
+
+def busbw_factor(collective: str, n_ranks: int) -> float:
+    """nccl-tests' busbw/algbw factor (SPEC §9): AllReduce 2(n-1)/n; AllGather, ReduceScatter,
+    AlltoAll, Gather, Scatter (n-1)/n; Broadcast, Reduce, SendRecv 1."""
+    c = normalise_collective(collective)
+    if n_ranks < 1:
+        raise NcclTestsError(f"busbw factor needs at least one rank, got {n_ranks}")
+    if c == "all_reduce":
+        return 2.0 * (n_ranks - 1) / n_ranks
+    if c in ("all_gather", "reduce_scatter", "alltoall", "gather", "scatter", "hypercube"):
+        return (n_ranks - 1) / n_ranks
+    if c in ("broadcast", "reduce", "sendrecv"):
+        return 1.0
+    raise NcclTestsError(f"unknown collective {collective!r}; known: {', '.join(KNOWN_COLLECTIVES)}")
+
+
+@dataclass(frozen=True)
+class SkippedLine:
+    """A line of the log the parser did not use, with the reason."""
+
+    line: int
+    text: str
+    reason: str
+
+
+@dataclass
+class RunInfo:
+    """Metadata of one nccl-tests run (one process sweep) found in a log."""
+
+    index: int
+    stream: str = ""
+    first_line: int = 0
+    last_line: int = 0
+    tests_version: str | None = None
+    nccl_version: str | None = None
+    collective: str | None = None
+    collective_source: str | None = None
+    n_ranks: int | None = None
+    n_ranks_source: str | None = None
+    gpus: list[str] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+    n_threads: int | None = None
+    n_gpus_per_process: int | None = None
+    min_bytes: int | None = None
+    max_bytes: int | None = None
+    step: str | None = None
+    warmup_iters: int | None = None
+    iters: int | None = None
+    agg_iters: int | None = None
+    validation: int | None = None
+    graph: int | None = None
+    blocking: str | None = None
+    per_iteration: bool = False
+    cputime: bool = False
+    old_error_column: bool = False
+    has_header: bool = False
+    has_table_header: bool = False
+    has_footer: bool = False
+    out_of_bounds: int | None = None
+    out_of_bounds_ok: bool | None = None
+    avg_busbw_gbps: float | None = None
+    n_rows: int = 0
+    n_cycles: int = 0
+    n_flagged: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON output."""
+        return asdict(self)
+
+
+@dataclass
+class ParsedLog:
+    """Measurements, run metadata and skipped lines of one nccl-tests log."""
+
+    path: str
+    format: str
+    runs: list[RunInfo]
+    measurements: pd.DataFrame
+    skipped: list[SkippedLine]
+
+    @property
+    def n_table_lines(self) -> int:
+        """Number of table lines read (each gives one measurement per placement)."""
+        if self.measurements.empty:
+            return 0
+        return int(self.measurements[["run", "line"]].drop_duplicates().shape[0])
+
+    def run(self, index: int | None = None) -> RunInfo:
+        """The run with this index; with None, the only run (or the first, with a warning)."""
+        if index is None:
+            if len(self.runs) > 1:
+                log.warning("%s holds %d runs; using run 0", self.path, len(self.runs))
+            return self.runs[0]
+        for r in self.runs:
+            if r.index == index:
+                return r
+        raise NcclTestsError(f"{self.path}: no run {index}; runs are 0..{len(self.runs) - 1}")
+
+    def to_dict(self, *, with_rows: bool = True) -> dict[str, Any]:
+        """JSON-ready summary (measurements as a list of records)."""
+        out: dict[str, Any] = {
+            "path": self.path,
+            "format": self.format,
+            "n_table_lines": self.n_table_lines,
+            "runs": [r.to_dict() for r in self.runs],
+            "skipped": [asdict(s) for s in self.skipped],
+        }
+        if with_rows:
+            table = self.measurements.astype(object).where(self.measurements.notna(), None)
+            out["measurements"] = table.to_dict(orient="records")
+        return out
+
+
+# --------------------------------------------------------------------------- tokens
+
+_INT = re.compile(r"^\d+$")
+_SINT = re.compile(r"^-?\d+$")
+_WORD = re.compile(r"^(?!(?:nan|inf)$)[A-Za-z_][A-Za-z0-9_]*$", re.IGNORECASE)
+_NUM = re.compile(r"^[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)$", re.IGNORECASE)
+_DATE = re.compile(r"^\d{4}-\d\d-\d\d$")
+_TIME = re.compile(r"^\d\d:\d\d:\d\d$")
+
+
+def _is_wrong(tok: str) -> bool:
+    return tok == "N/A" or bool(_NUM.match(tok))
+
+
+def _half_ulp(tok: str) -> float:
+    """Half a unit in the last printed place of a number token (its rounding error bound)."""
+    t = tok.lower().lstrip("+-")
+    if "nan" in t or "inf" in t:
+        return math.inf
+    mantissa, _, exp = t.partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    return 0.5 * 10.0 ** (-decimals) * 10.0 ** (int(exp) if exp else 0)
+
+
+def _to_float(tok: str) -> float:
+    return math.nan if tok == "N/A" else float(tok)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    name: str
+    has_root: bool
+    per_iter: bool
+
+    @property
+    def group(self) -> int:
+        return 8 if self.per_iter else 4
+
+    @property
+    def width(self) -> int:
+        return (5 if self.has_root else 4) + 2 * self.group
+
+
+_STD = _Layout("standard", True, False)
+_PERITER = _Layout("per-iteration", True, True)
+_OLD = _Layout("no-root", False, False)
+_OLD_PERITER = _Layout("no-root per-iteration", False, True)
+_LAYOUTS = (_STD, _PERITER, _OLD, _OLD_PERITER)
+
+
+def _match_row(tokens: list[str], prefer: _Layout | None) -> tuple[_Layout, list[str]] | None:
+    """Match the right-hand end of a token list against the table layouts."""
+    if len(tokens) >= 2 and _DATE.match(tokens[-2]) and _TIME.match(tokens[-1]):
+        tokens = tokens[:-2]  # report_timestamps column
+    order = ([prefer] if prefer else []) + [lay for lay in _LAYOUTS if lay is not prefer]
+    for lay in order:
+        if len(tokens) < lay.width:
+            continue
+        cand = tokens[-lay.width :]
+        if not (_INT.match(cand[0]) and _INT.match(cand[1]) and _WORD.match(cand[2]) and _WORD.match(cand[3])):
+            continue
+        pos = 4
+        if lay.has_root:
+            if not _SINT.match(cand[4]):
+                continue
+            pos = 5
+        ok = True
+        for _ in range(2):
+            g = cand[pos : pos + lay.group]
+            if not (all(_NUM.match(x) for x in g[:3]) and _is_wrong(g[3]) and all(_NUM.match(x) for x in g[4:])):
+                ok = False
+                break
+            pos += lay.group
+        if ok:
+            return lay, cand
+    return None
+
+
+_ROW_START = re.compile(r"(?:^|[\s:>])\d+\s+\d+\s+[A-Za-z_]\w*\s+[A-Za-z_]\w*(?:\s+-?\d+)?(?:\s|$)")
+
+# --------------------------------------------------------------------------- line kinds
+
+_PREFIXES = (
+    (re.compile(r"^\s*\[\d+,(\d+)\]<(?:stdout|stderr)>:\s?"), "rank "),
+    (re.compile(r"^\s*(\d+):\s"), "task "),
+    (re.compile(r"^\s*\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s"), None),
+)
+_NTHREAD = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)")
+_MINMAX = re.compile(r"minBytes\s+(\d+)\s+maxBytes\s+(\d+)")
+_STEP = re.compile(r"step:\s*(\d+)\((factor|bytes)\)")
+_ITERS = re.compile(r"warmup iters:\s*(\d+)\s+iters:\s*(\d+)")
+_AGG = re.compile(r"agg iters:\s*(\d+)")
+_VALID = re.compile(r"validation:\s*(\d+)")
+_GRAPH = re.compile(r"graph:\s*(\d+)")
+_TESTS_VERSION = re.compile(r"nccl-tests version\s+(\S+)")
+_STARTING = re.compile(r"Collective test starting:\s*(\S+)")
+_CONCLUDED = re.compile(r"Collective test concluded")
+_NCCL_VERSION = re.compile(r"NCCL version\s+(\d+\.\d+\.\d+)(\S*)")
+_BLOCKING = re.compile(r"Blocking Enabled:\s*(.*?)\s*$")
+_PER_ITER = re.compile(r"Per-Iteration Report")
+_RANK = re.compile(
+    r"#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
+)
+_OOB = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
+_AVG_BW = re.compile(r"Avg bus bandwidth\s*:\s*([-+0-9.eE]+|nan|inf)")
+_NCCL_LINE = re.compile(r"NCCL (?:INFO|WARN|ERROR|TRACE)")
+_PERF_NAME = re.compile(r"\b([a-z_]+)_perf(?:_mpi)?\b")
+
+
+def _strip_prefix(text: str) -> tuple[str, str]:
+    """Remove known launcher prefixes; return (stream key, remainder)."""
+    stream = ""
+    changed = True
+    while changed:
+        changed = False
+        for pattern, label in _PREFIXES:
+            m = pattern.match(text)
+            if m:
+                if label is not None:
+                    stream = label + m.group(1)
+                text = text[m.end() :]
+                changed = True
+    return stream, text
+
+
+def _header_layout(rest: str) -> dict[str, bool] | None:
+    """Column-header line of the table: which columns it announces, else None."""
+    if not re.search(r"\bsize\b", rest) or not re.search(r"\bcount\b", rest):
+        return None
+    if not (re.search(r"\b(?:cpu)?time\b", rest) and "algbw" in rest):
+        return None
+    return {
+        "has_root": bool(re.search(r"\broot\b", rest)),
+        "per_iter": "i_min" in rest,
+        "cputime": "cputime" in rest,
+        "old_error": bool(re.search(r"\berror\b", rest)) and "#wrong" not in rest,
+    }
+
+
+# --------------------------------------------------------------------------- state machine
+
+
+class _RunState:
+    def __init__(self, index: int, stream: str, line: int) -> None:
+        self.info = RunInfo(index=index, stream=stream, first_line=line, last_line=line)
+        self.rows: list[dict[str, Any]] = []
+        self.layout: _Layout | None = None
+        self.ranks: dict[int, tuple[str, str]] = {}
+        self.block: tuple[str, str, int] | None = None
+        self.block_cycles: dict[tuple[str, str, int], int] = {}
+        self.last_size = -1
+        self.seen: set[tuple[int, int]] = set()
+
+    def add_row(self, lay: _Layout, cand: list[str], line_no: int) -> None:
+        size, count = int(cand[0]), int(cand[1])
+        dtype, redop = cand[2], cand[3]
+        root = int(cand[4]) if lay.has_root else -1
+        block = (dtype, redop, root)
+        if block != self.block:
+            self.block = block
+            self.block_cycles[block] = self.block_cycles.get(block, -1) + 1
+            self.seen = set()
+            self.last_size = -1
+        elif size < self.last_size or (size > 0 and (size, count) in self.seen):
+            self.block_cycles[block] += 1
+            self.seen = set()
+        self.seen.add((size, count))
+        self.last_size = size
+        cycle = self.block_cycles[block]
+        pos = 5 if lay.has_root else 4
+        for placement in ("out-of-place", "in-place"):
+            g = cand[pos : pos + lay.group]
+            pos += lay.group
+            rec: dict[str, Any] = {
+                "run": self.info.index, "cycle": cycle, "line": line_no, "size": size,
+                "count": count, "type": dtype, "redop": redop, "root": root,
+                "placement": placement, "time_us": _to_float(g[0]),
+                "algbw_gbps": _to_float(g[1]), "busbw_gbps": _to_float(g[2]),
+                "wrong": math.nan, "error": math.nan,
+                "i_min_us": math.nan, "i_max_us": math.nan, "i_p99_us": math.nan,
+                "i_cv_pct": math.nan, "bw_flag": "",
+                "_ulp": (_half_ulp(g[0]), _half_ulp(g[1]), _half_ulp(g[2])),
+            }  # fmt: skip
+            if self.info.old_error_column:
+                rec["error"] = _to_float(g[3])
+            else:
+                rec["wrong"] = _to_float(g[3])
+            if lay.per_iter:
+                rec["i_min_us"], rec["i_max_us"] = _to_float(g[4]), _to_float(g[5])
+                rec["i_p99_us"], rec["i_cv_pct"] = _to_float(g[6]), _to_float(g[7])
+            self.rows.append(rec)
+        self.info.last_line = line_no
+
+
+def parse_text(text: str, *, path: str = "<text>", collective: str | None = None,
+               n_ranks: int | None = None) -> ParsedLog:
+    """Parse nccl-tests text output (any version, prefixed or pasted) into a :class:`ParsedLog`."""
+    streams: dict[str, _RunState] = {}
+    finished: list[_RunState] = []
+    skipped: list[SkippedLine] = []
+    counter = [0]
+
+    def new_state(stream: str, line_no: int) -> _RunState:
+        old = streams.get(stream)
+        if old is not None and (old.rows or old.info.has_header or old.info.has_table_header):
+            finished.append(old)
+        st = _RunState(counter[0], stream, line_no)
+        counter[0] += 1
+        streams[stream] = st
+        return st
+
+    def state(stream: str, line_no: int) -> _RunState:
+        return streams.get(stream) or new_state(stream, line_no)
+
+    for line_no, raw in enumerate(text.splitlines(), start=1):
+        line = raw.replace("\x00", "").rstrip("\r\n")
+        if not line.strip():
+            continue
+        stream, rest = _strip_prefix(line)
+        tokens = rest.split()
+        st = streams.get(stream)
+        prefer = st.layout if st else None
+        matched = _match_row(tokens, prefer) if len(tokens) >= 12 else None
+        if matched is not None:
+            st = state(stream, line_no)
+            lay, cand = matched
+            if st.layout is None:
+                st.layout = lay
+            st.add_row(lay, cand, line_no)
+            continue
+        if ("#" in rest or _NCCL_VERSION.search(rest)) and _consume_meta(
+            rest, stream, line_no, streams, state, new_state
+        ):
+            continue
+        if _ROW_START.search(rest):
+            reason = "incomplete or malformed table row (truncated?)"
+        elif _NCCL_LINE.search(rest):
+            reason = "NCCL log line"
+        elif rest.lstrip().startswith("#"):
+            reason = "comment line"
+        else:
+            reason = "not nccl-tests output"
+        skipped.append(SkippedLine(line_no, line[:300], reason))
+
+    for st in streams.values():
+        if st.rows or st.info.has_header or st.info.has_table_header:
+            finished.append(st)
+    finished.sort(key=lambda s: s.info.index)
+    with_rows = [s for s in finished if s.rows]
+    if not with_rows:
+        raise NcclTestsError(f"{path}: no nccl-tests result table found; {_describe_instead(text, finished)}")
+    # renumber runs 0..k-1 in file order
+    runs: list[RunInfo] = []
+    records: list[dict[str, Any]] = []
+    for new_index, st in enumerate(with_rows):
+        st.info.index = new_index
+        for rec in st.rows:
+            rec["run"] = new_index
+        _finish_run(st, text, path, collective, n_ranks)
+        runs.append(st.info)
+        records.extend(st.rows)
+    for rec in records:
+        rec.pop("_ulp", None)
+    table = pd.DataFrame.from_records(records, columns=MEASUREMENT_COLUMNS)
+    return ParsedLog(path=path, format="text", runs=runs, measurements=table, skipped=skipped)
+
+
+def _consume_meta(rest: str, stream: str, line_no: int, streams: dict[str, _RunState],
+                  state: Any, new_state: Any) -> bool:
+    """Apply a metadata/header/footer line to the stream's run; False if not one."""
+    st: _RunState | None = streams.get(stream)
+    if m := _TESTS_VERSION.search(rest):
+        if st is None or st.rows or st.info.tests_version or st.info.has_header:
+            st = new_state(stream, line_no)
+        st.info.tests_version = m.group(1)
+        return True
+    if m := _STARTING.search(rest):
+        if st is None or st.rows or st.info.collective_source == "header" or st.info.has_header:
+            st = new_state(stream, line_no)
+        st.info.collective = normalise_collective(m.group(1))
+        st.info.collective_source = "header"
+        return True
+    if m := _NTHREAD.search(rest):
+        if st is None or st.rows or st.info.has_header:
+            st = new_state(stream, line_no)
+        info = st.info
+        info.has_header = True
+        info.n_threads, info.n_gpus_per_process = int(m.group(1)), int(m.group(2))
+        if mm := _MINMAX.search(rest):
+            info.min_bytes, info.max_bytes = int(mm.group(1)), int(mm.group(2))
+        if mm := _STEP.search(rest):
+            info.step = f"{mm.group(1)}({mm.group(2)})"
+        if mm := _ITERS.search(rest):
+            info.warmup_iters, info.iters = int(mm.group(1)), int(mm.group(2))
+        if mm := _AGG.search(rest):
+            info.agg_iters = int(mm.group(1))
+        if mm := _VALID.search(rest):
+            info.validation = int(mm.group(1))
+        if mm := _GRAPH.search(rest):
+            info.graph = int(mm.group(1))
+        return True
+    if m := _RANK.search(rest):
+        st = state(stream, line_no)
+        st.ranks[int(m.group(1))] = (m.group(4), m.group(7))
+        return True
+    if m := _NCCL_VERSION.search(rest):
+        if _NCCL_LINE.search(rest) and st is None:
+            return False
+        st = state(stream, line_no)
+        st.info.nccl_version = m.group(1) + m.group(2)
+        return True
+    if m := _BLOCKING.search(rest):
+        state(stream, line_no).info.blocking = m.group(1)
+        return True
+    if _PER_ITER.search(rest):
+        state(stream, line_no).info.per_iteration = True
+        return True
+    if cols := _header_layout(rest):
+        if st is None or st.rows:
+            st = new_state(stream, line_no)
+        st.info.has_table_header = True
+        st.info.cputime = cols["cputime"]
+        st.info.old_error_column = cols["old_error"]
+        st.info.per_iteration = st.info.per_iteration or cols["per_iter"]
+        st.layout = next(lay for lay in _LAYOUTS if lay.has_root == cols["has_root"] and lay.per_iter == cols["per_iter"])
+        return True
+    if m := _OOB.search(rest):
+        st = state(stream, line_no)
+        st.info.has_footer = True
+        st.info.out_of_bounds = int(m.group(1))
+        st.info.out_of_bounds_ok = int(m.group(1)) == 0 if m.group(2) is None else m.group(2) == "OK"
+        return True
+    if m := _AVG_BW.search(rest):
+        st = state(stream, line_no)
+        st.info.has_footer = True
+        st.info.avg_busbw_gbps = float(m.group(1))
+        return True
+    if _CONCLUDED.search(rest):
+        return True
+    stripped = rest.strip()
+    if stripped == "#" or re.fullmatch(r"#\s*Using devices\s*", stripped):
+        return True
+    units_line = re.fullmatch(r"#[\s(]*B\)\s+\(elements\).*", stripped)
+    return bool(units_line or re.search(r"out-of-place\s+.*in-place", stripped))
+
+
+def _describe_instead(text: str, states: list[_RunState]) -> str:
+    """One-line description of what a table-less log holds (for the error message)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("# source:")]
+    if not lines:
+        return "the file is empty"
+    joined = " ".join(lines)
+    if m := re.search(r"There are not enough slots available in the system to satisfy the (\d+)\s*slots", joined):
+        return (f"found instead an Open MPI launch failure: not enough slots for the {m.group(1)} "
+                "processes requested (no process ran)")
+    if m := re.search(r"(mpirun|prterun|srun|orterun)[^.]*?(noticed|error|failed)[^.]*\.", joined, re.IGNORECASE):
+        return f"found instead a launcher failure: {m.group(0)[:200]!r}"
+    if m := re.search(r"Test (?:NCCL|CUDA) failure[^\n]*", text):
+        return f"found instead an nccl-tests failure: {m.group(0).strip()[:200]!r}"
+    for ln in lines:
+        if re.search(r"NCCL WARN|\berror\b|failed|Segmentation fault|Aborted", ln, re.IGNORECASE):
+            return f"found instead an error message: {ln[:200]!r}"
+    if any(s.info.has_header or s.info.has_table_header for s in states):
+        return "found a header but no result rows (run killed or output cut before the table?)"
+    return f"found instead {len(lines)} line(s) of other text, first: {lines[0][:120]!r}"
+
+
+def _finish_run(st: _RunState, text: str, path: str, collective: str | None, n_ranks: int | None) -> None:
+    """Decide collective and rank count, count cycles, and flag inconsistent rows."""
+    info = st.info
+    if st.ranks:
+        info.hosts = sorted({h for h, _ in st.ranks.values()})
+        info.gpus = sorted({g for _, g in st.ranks.values()})
+    _decide_collective(info, text, path, collective, st.rows)
+    _decide_ranks(info, st, n_ranks)
+    info.n_rows = len({r["line"] for r in st.rows})
+    info.n_cycles = 1 + max(r["cycle"] for r in st.rows)
+    _flag_rows(info, st.rows)
+
+
+def _count_class(rows: list[dict[str, Any]]) -> tuple[str | None, int | None]:
+    """Whether printed count covers the whole buffer ('full') or one rank's share ('per-rank', n)."""
+    ratios = []
+    for r in rows:
+        ws = WORD_SIZES.get(r["type"].lower())
+        if ws and r["count"] > 0 and r["size"] > 0:
+            ratios.append(r["size"] / (r["count"] * ws))
+    if not ratios:
+        return None, None
+    med = sorted(ratios)[len(ratios) // 2]
+    if abs(med - 1.0) < 1e-9:
+        return "full", None
+    n = round(med)
+    if n >= 2 and abs(med - n) < 1e-6:
+        return "per-rank", n
+    return None, None
+
+
+def _decide_collective(info: RunInfo, text: str, path: str, collective: str | None,
+                       rows: list[dict[str, Any]]) -> None:
+    cls, _ = _count_class(rows)
+    if collective:
+        info.collective, info.collective_source = normalise_collective(collective), "given"
+    elif info.collective is None:
+        names = {normalise_collective(m.group(1)) for m in _PERF_NAME.finditer(text)}
+        names &= set(KNOWN_COLLECTIVES)
+        stem = Path(path).name.lower()
+        file_names = [c for c in sorted(KNOWN_COLLECTIVES, key=len, reverse=True)
+                      if re.search(rf"(?:^|[^a-z]){c.replace('_', '_?')}(?:[^a-z]|$)", stem)]
+        if len(names) == 1:
+            info.collective, info.collective_source = names.pop(), "command line in log"
+        elif file_names:
+            info.collective, info.collective_source = file_names[0], "file name"
+        else:
+            redops = {r["redop"] for r in rows}
+            roots = {r["root"] for r in rows}
+            guess: str | None = None
+            if cls == "full" and redops != {"none"} and roots == {-1}:
+                guess = "all_reduce"
+            elif cls == "full" and redops == {"none"}:
+                guess = "broadcast"
+            elif cls == "per-rank" and redops != {"none"}:
+                guess = "reduce_scatter"
+            if guess:
+                info.collective, info.collective_source = guess, "inferred from table"
+                info.warnings.append(f"collective not named in the log; inferred {guess} from the "
+                                     "table's count and redop columns (give --collective to be sure)")
+            else:
+                info.warnings.append("collective not named in the log and not inferable from the "
+                                     "table (all_gather and alltoall look alike); give --collective")
+    if info.collective and cls:
+        expected = "per-rank" if info.collective in PER_RANK_COUNT else "full"
+        if info.collective in KNOWN_COLLECTIVES and expected != cls:
+            info.warnings.append(f"{info.collective} ({info.collective_source}) disagrees with the "
+                                 f"table, whose count column is {cls}")
+
+
+def _decide_ranks(info: RunInfo, st: _RunState, n_ranks: int | None) -> None:
+    if n_ranks:
+        info.n_ranks, info.n_ranks_source = int(n_ranks), "given"
+        return
+    if st.ranks:
+        info.n_ranks, info.n_ranks_source = max(st.ranks) + 1, "device lines"
+        return
+    cls, n = _count_class(st.rows)
+    if cls == "per-rank" and n:
+        info.n_ranks, info.n_ranks_source = n, "size/count ratio"
+        return
+    if info.collective in ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "gather", "scatter"):
+        ratios = sorted(r["busbw_gbps"] / r["algbw_gbps"] for r in st.rows
+                        if r["algbw_gbps"] >= 10 and math.isfinite(r["busbw_gbps"]))
+        if ratios:
+            ratio = ratios[len(ratios) // 2]
+            scale = 2.0 if info.collective == "all_reduce" else 1.0
+            if scale - ratio > 0:
+                est = scale / (scale - ratio)
+                n = round(est)
+                if n >= 2 and abs(busbw_factor(info.collective, n) - ratio) < 0.01 * ratio + 0.002:
+                    info.n_ranks, info.n_ranks_source = n, "busbw/algbw ratio"
+                    info.warnings.append(f"rank count not in the log; {n} inferred from busbw/algbw")
+                    return
+    info.warnings.append("rank count unknown (no device lines); busbw factor check skipped")
+
+
+def _flag_rows(info: RunInfo, rows: list[dict[str, Any]]) -> None:
+    """Flag rows whose algbw disagrees with size/time or busbw with algbw x factor."""
+    factor = None
+    if info.collective in KNOWN_COLLECTIVES and info.n_ranks:
+        factor = busbw_factor(info.collective, info.n_ranks)
+    n_flagged = 0
+    for r in rows:
+        ut, ua, ub = r["_ulp"]
+        t, alg, bus = r["time_us"], r["algbw_gbps"], r["busbw_gbps"]
+        problems = []
+        if not info.cputime and r["size"] > 0 and t > 0 and math.isfinite(t) and math.isfinite(alg):
+            expected = r["size"] / t / 1e3
+            tol = ua + expected * ut / max(t - ut, 1e-12) + 1e-9
+            if abs(alg - expected) > tol:
+                problems.append(f"algbw {alg:g} != size/time {expected:.4g}")
+        if factor is not None and math.isfinite(alg) and math.isfinite(bus):
+            tol = ub + factor * ua + 1e-9
+            if abs(bus - factor * alg) > tol:
+                problems.append(f"busbw {bus:g} != algbw x {factor:.4g} = {factor * alg:.4g}")
+        if problems:
+            r["bw_flag"] = "; ".join(problems)
+            n_flagged += 1
+    info.n_flagged = n_flagged
+    if n_flagged:
+        info.warnings.append(f"{n_flagged} measurement(s) with algbw/busbw inconsistent with "
+                             "size/time or the busbw factor (see bw_flag)")
+
+
+# --------------------------------------------------------------------------- JSON (-J)
+
+
+def _nccl_code_to_version(code: Any) -> str | None:
+    if not isinstance(code, int) or code <= 0:
+        return None
+    if code >= 10000:
+        return f"{code // 10000}.{(code // 100) % 100}.{code % 100}"
+    return f"{code // 1000}.{(code // 100) % 10}.{code % 100}"
+
+
+def _jfloat(v: Any) -> float:
+    if v is None:
+        return math.nan
+    if isinstance(v, (int, float)):
+        return float(v)
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def parse_json(text: str, *, path: str = "<json>", collective: str | None = None,
+               n_ranks: int | None = None) -> ParsedLog:
+    """Parse the ``-J`` JSON report of nccl-tests into a :class:`ParsedLog`."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise NcclTestsError(f"{path}: not valid nccl-tests JSON (line {exc.lineno}, column "
+                             f"{exc.colno}: {exc.msg}); an interrupted run leaves the report unclosed") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+        raise NcclTestsError(f"{path}: JSON without a 'results' list; not an nccl-tests -J report")
+    cfg = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    info = RunInfo(index=0, has_header=bool(cfg))
+    info.nccl_version = _nccl_code_to_version(doc.get("nccl_version"))
+    args = doc.get("args") if isinstance(doc.get("args"), list) else []
+    if collective:
+        info.collective, info.collective_source = normalise_collective(collective), "given"
+    elif args and isinstance(args[0], str):
+        info.collective, info.collective_source = normalise_collective(args[0]), "command line in log"
+    for key, attr in (("nthreads", "n_threads"), ("ngpus", "n_gpus_per_process"), ("minimum_bytes", "min_bytes"),
+                      ("maximum_bytes", "max_bytes"), ("warmup_iters", "warmup_iters"), ("iterations", "iters"),
+                      ("aggregated_iterations", "agg_iters"), ("validation", "validation"), ("graph", "graph")):
+        if isinstance(cfg.get(key), int):
+            setattr(info, attr, cfg[key])
+    if "step_factor" in cfg:
+        info.step = f"{cfg['step_factor']}(factor)"
+    elif "step_bytes" in cfg:
+        info.step = f"{cfg['step_bytes']}(bytes)"
+    if str(cfg.get("blocking_collectives", "false")).lower() == "true":
+        info.blocking = "enabled"
+    info.per_iteration = str(cfg.get("per_iter_timing", "false")).lower() == "true"
+    devices = cfg.get("devices") if isinstance(cfg.get("devices"), list) else []
+    devs = [d for d in devices if isinstance(d, dict)]
+    if devs:
+        info.hosts = sorted({str(d.get("hostname", "")) for d in devs})
+        info.gpus = sorted({str(d.get("device_info", "")) for d in devs})
+    st = _RunState(0, "", 0)
+    st.info = info
+    skipped: list[SkippedLine] = []
+    for i, res in enumerate(doc["results"]):
+        try:
+            cand, per_iter = _json_row(res)
+        except (KeyError, TypeError, ValueError) as exc:
+            skipped.append(SkippedLine(i, json.dumps(res)[:300], f"result entry {i} incomplete: {exc}"))
+            continue
+        info.cputime = info.cputime or "cpu_time" in (res.get("out_of_place") or res.get("in_place") or {})
+        lay = _PERITER if per_iter else _STD
+        st.add_row(lay, cand, i)
+    if not st.rows:
+        raise NcclTestsError(f"{path}: JSON report has no usable result entries")
+    for r in st.rows:
+        r["_ulp"] = (5e-7, 5e-7, 5e-7)
+    oob = doc.get("out_of_bounds")
+    if isinstance(oob, dict) and isinstance(oob.get("count"), int):
+        info.has_footer = True
+        info.out_of_bounds = oob["count"]
+        info.out_of_bounds_ok = oob["count"] == 0
+    avg = doc.get("average_bus_bandwidth")
+    if isinstance(avg, dict):
+        info.avg_busbw_gbps = _jfloat(avg.get("bandwidth"))
+    _decide_ranks_json(info, devs, n_ranks)
+    _finish_run(st, "", path, collective or info.collective, info.n_ranks)
+    for r in st.rows:
+        r.pop("_ulp", None)
+    table = pd.DataFrame.from_records(st.rows, columns=MEASUREMENT_COLUMNS)
+    return ParsedLog(path=path, format="json", runs=[info], measurements=table, skipped=skipped)
+
+
+def _decide_ranks_json(info: RunInfo, devs: list[dict[str, Any]], n_ranks: int | None) -> None:
+    if n_ranks:
+        info.n_ranks, info.n_ranks_source = n_ranks, "given"
+    elif devs and all(isinstance(d.get("rank"), int) for d in devs):
+        info.n_ranks, info.n_ranks_source = max(d["rank"] for d in devs) + 1, "device list"
+
+
+def _json_row(res: dict[str, Any]) -> tuple[list[str], bool]:
+    """Turn one JSON result entry into the token list of a text row."""
+    def num(v: Any) -> str:
+        f = _jfloat(v)
+        return "nan" if math.isnan(f) else repr(f)
+
+    cand = [str(int(res["size"])), str(int(res["count"])), str(res["type"]), str(res["redop"]),
+            str(int(str(res.get("root", "-1")).strip() or -1))]
+    per_iter = "out_of_place_per_iter" in res or "in_place_per_iter" in res
+    for key in ("out_of_place", "in_place"):
+        body = res.get(key) or {}
+        t = body.get("time", body.get("cpu_time"))
+        wrong = body.get("nwrong")
+        cand += [num(t), num(body.get("alg_bw")), num(body.get("bus_bw")), "N/A" if wrong is None else num(wrong)]
+        if per_iter:
+            pi = res.get(f"{key}_per_iter") or {}
+            cand += [num(pi.get("min_us")), num(pi.get("max_us")), num(pi.get("p99_us")), num(pi.get("cv_pct"))]
+    return cand, per_iter
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def parse_log(path: str | Path, *, collective: str | None = None, n_ranks: int | None = None) -> ParsedLog:
+    """Read an nccl-tests log (text or ``-J`` JSON) from a file.
+
+    ``collective`` and ``n_ranks`` override what the log says (needed for headerless pastes
+    of all_gather/alltoall, where the table alone cannot tell them apart).
+    """
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise NcclTestsError(f"{p}: cannot read: {exc.strerror or exc}") from exc
+    text = data.decode("utf-8", errors="replace")
+    if text.lstrip().startswith("{"):
+        return parse_json(text, path=str(p), collective=collective, n_ranks=n_ranks)
+    return parse_text(text, path=str(p), collective=collective, n_ranks=n_ranks)

@@ -1,0 +1,315 @@
+"""Experiment planner and runner for nccl-tests, after the seed's design (seed 004).
+
+Each *matrix* varies one factor (warmup ``-w``, iterations ``-n``, blocking ``-z``,
+instrumentation ``-I``, CPU affinity, background noise) and holds the rest at the seed's
+defaults. Variants are run in a balanced order so that no value is tied to one execution
+position (the seed's rejected first round confounded warmup with GPU clock ramp-up):
+
+* ``latin``: cyclic Latin square, k replicates, every variant once in every position;
+* ``mirror``: replicate pairs run forward then backward (equal mean position for every
+  variant, so a linear drift cancels); for an odd number of variants each pair starts from a
+  rotated order, and 4 replicates are the default, because with 2 the middle variant would
+  always run in the middle.
+
+``run_plan`` executes the commands where the binary exists, one process at a time, each
+output stored atomically per variant and replicate, plus ``index.json`` and a pooled
+per-variant summary (cycles of all replicates of a variant pooled, as in the seed).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from evtsync.errors import EvtsyncError, NcclTestsError
+from evtsync.nccltests.parse import parse_log
+from evtsync.nccltests.stats import size_stats
+from evtsync.progress import progress
+from evtsync.tableio import write_table, write_text_atomic
+
+log = logging.getLogger("evtsync.nccltests.plan")
+
+PLAN_VERSION = 1
+BURNER = ["sh", "-c", "while :; do :; done"]
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """One factor varied over its values, with the ordering design."""
+
+    name: str
+    values: tuple[str, ...]
+    design: str
+    replicates: int
+
+
+#: The seed's matrices (values as strings; 'affinity' values are CPU ids, 'noise' are modes).
+DEFAULT_MATRICES: dict[str, tuple[tuple[str, ...], str]] = {
+    "warmup": (("0", "1", "5", "20"), "latin"),
+    "iterations": (("1", "5", "20", "100"), "mirror"),
+    "blocking": (("0", "1", "2", "3"), "mirror"),
+    "instrumentation": (("0", "1"), "mirror"),
+    "affinity": (("0", "1"), "mirror"),
+    "noise": (("idle", "same-core", "remote"), "mirror"),
+}
+_FLAGS = {"warmup": "-w", "iterations": "-n", "blocking": "-z", "instrumentation": "-I"}
+
+
+@dataclass
+class PlanSettings:
+    """Fixed part of every command (the seed's defaults)."""
+
+    binary: str
+    min_bytes: str = "1M"
+    max_bytes: str = "64M"
+    step_factor: int = 64
+    gpus: int = 4
+    cycles: int = 10
+    datatype: str = "float"
+    op: str = "sum"
+    warmup: int = 5
+    iterations: int = 20
+    blocking: int = 0
+    instrumentation: int = 1
+    cpu: int | None = 0
+    remote_cpu: int = 1
+    average: int = 3
+    extra: list[str] = field(default_factory=list)
+
+
+def latin_orders(k: int) -> list[list[int]]:
+    """Cyclic Latin square: replicate r runs variant (i + r) mod k at position i."""
+    return [[(i + r) % k for i in range(k)] for r in range(k)]
+
+
+def mirrored_orders(k: int, replicates: int) -> list[list[int]]:
+    """Forward/backward pairs; pair j starts from the order rotated by j."""
+    orders = []
+    for r in range(replicates):
+        pair = r // 2
+        forward = [(i + pair) % k for i in range(k)]
+        orders.append(forward if r % 2 == 0 else forward[::-1])
+    return orders
+
+
+def design_orders(matrix: Matrix) -> list[list[int]]:
+    """Variant index per position, one list per replicate."""
+    k = len(matrix.values)
+    if matrix.design == "latin":
+        base = latin_orders(k)
+        return [base[r % k] for r in range(matrix.replicates)]
+    if matrix.design == "mirror":
+        return mirrored_orders(k, matrix.replicates)
+    raise NcclTestsError(f"unknown design {matrix.design!r} for matrix {matrix.name}; use 'latin' or 'mirror'")
+
+
+def default_replicates(values: tuple[str, ...], design: str) -> int:
+    """Replicates that balance positions: k for a Latin square, 2 (even k) or 4 (odd k) mirrored."""
+    k = len(values)
+    if design == "latin":
+        return k
+    return 2 if k % 2 == 0 else 4
+
+
+def check_balance(matrix: Matrix, orders: list[list[int]]) -> None:
+    """Raise when some variant would always occupy the same execution position."""
+    if len(matrix.values) < 2 or len(orders) < 2:
+        raise NcclTestsError(f"matrix {matrix.name}: needs >= 2 values and >= 2 replicates for a balanced order")
+    for v, name in enumerate(matrix.values):
+        positions = {order.index(v) for order in orders}
+        if len(positions) == 1:
+            raise NcclTestsError(f"matrix {matrix.name}: variant {name} would always run at position "
+                                 f"{positions.pop()}; use more replicates or the latin design")
+
+
+def _command(settings: PlanSettings, matrix: str, value: str) -> tuple[list[str], int | None, int | None]:
+    """(argv, benchmark CPU, noise CPU) for one variant."""
+    opts = {"warmup": settings.warmup, "iterations": settings.iterations,
+            "blocking": settings.blocking, "instrumentation": settings.instrumentation}
+    cpu = settings.cpu
+    noise_cpu = None
+    if matrix in _FLAGS:
+        opts[matrix] = int(value)
+    elif matrix == "affinity":
+        cpu = int(value)
+    elif matrix == "noise":
+        if value == "same-core":
+            noise_cpu = cpu if cpu is not None else 0
+        elif value == "remote":
+            noise_cpu = settings.remote_cpu
+        elif value != "idle":
+            raise NcclTestsError(f"noise variant {value!r}: expected idle, same-core or remote")
+    else:
+        raise NcclTestsError(f"unknown matrix {matrix!r}; known: {', '.join(DEFAULT_MATRICES)}")
+    argv = [settings.binary, "-b", settings.min_bytes, "-e", settings.max_bytes, "-f", str(settings.step_factor),
+            "-g", str(settings.gpus), "-w", str(opts["warmup"]), "-n", str(opts["iterations"]),
+            "-N", str(settings.cycles), "-c", "1", "-I", str(opts["instrumentation"]),
+            "-z", str(opts["blocking"]), "-d", settings.datatype, "-o", settings.op,
+            "-a", str(settings.average), "-C", "0", *settings.extra]
+    if cpu is not None:
+        argv = ["taskset", "-c", str(cpu), *argv]
+    return argv, cpu, noise_cpu
+
+
+def build_plan(settings: PlanSettings, matrices: list[str] | None = None,
+               replicates: dict[str, int] | None = None, designs: dict[str, str] | None = None) -> dict[str, Any]:
+    """The command matrix as a JSON-ready dict: entries in execution order."""
+    names = matrices or list(DEFAULT_MATRICES)
+    entries = []
+    mats = []
+    for name in names:
+        if name not in DEFAULT_MATRICES:
+            raise NcclTestsError(f"unknown matrix {name!r}; known: {', '.join(DEFAULT_MATRICES)}")
+        values, design = DEFAULT_MATRICES[name]
+        if name == "affinity":
+            values = (str(settings.cpu if settings.cpu is not None else 0), str(settings.remote_cpu))
+        design = (designs or {}).get(name, design)
+        reps = (replicates or {}).get(name) or default_replicates(values, design)
+        matrix = Matrix(name, values, design, reps)
+        orders = design_orders(matrix)
+        check_balance(matrix, orders)
+        mats.append(asdict(matrix))
+        for rep, order in enumerate(orders):
+            for pos, v in enumerate(order):
+                value = values[v]
+                argv, cpu, noise_cpu = _command(settings, name, value)
+                entries.append({
+                    "order": len(entries), "matrix": name, "variant": value, "replicate": rep,
+                    "position": pos, "argv": argv, "cpu": cpu, "noise_cpu": noise_cpu,
+                    "log": f"{name}/{value}/rep{rep}.log",
+                })  # fmt: skip
+    return {"version": PLAN_VERSION, "settings": asdict(settings), "matrices": mats, "entries": entries}
+
+
+def load_plan(path: str | Path) -> dict[str, Any]:
+    """Read a plan written by ``build_plan``/``evtsync nccl-tests plan``."""
+    p = Path(path)
+    try:
+        plan = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise NcclTestsError(f"{p}: cannot read plan: {exc}") from exc
+    if not isinstance(plan, dict) or plan.get("version") != PLAN_VERSION or not isinstance(plan.get("entries"), list):
+        raise NcclTestsError(f"{p}: not an evtsync nccl-tests plan (version {PLAN_VERSION})")
+    return plan
+
+
+def _check_executables(plan: dict[str, Any]) -> None:
+    needed = set()
+    for e in plan["entries"]:
+        argv = e["argv"]
+        needed.add(argv[0])
+        if argv[0] == "taskset" and len(argv) > 3:
+            needed.add(argv[3])
+        if e.get("noise_cpu") is not None:
+            needed.add("taskset")
+    for exe in sorted(needed):
+        if os.sep in exe:
+            if not (Path(exe).is_file() and os.access(exe, os.X_OK)):
+                raise NcclTestsError(f"benchmark binary not found or not executable: {exe}")
+        elif shutil.which(exe) is None:
+            raise NcclTestsError(f"executable not found on PATH: {exe}")
+
+
+@dataclass
+class RunReport:
+    """What ``run_plan`` did: one record per command, and the pooled per-variant summary."""
+
+    out_dir: str
+    records: list[dict[str, Any]]
+    summary: pd.DataFrame
+
+    @property
+    def n_failed(self) -> int:
+        """Commands that failed (non-zero exit, timeout, or no parsable table)."""
+        return sum(r["status"] != "ok" for r in self.records)
+
+
+def run_plan(plan: dict[str, Any], out_dir: str | Path, *, timeout_s: float = 600.0,
+             only_matrix: str | None = None) -> RunReport:
+    """Execute a plan's commands in order, store each output, and summarise per variant."""
+    out = Path(out_dir)
+    entries = [e for e in plan["entries"] if only_matrix is None or e["matrix"] == only_matrix]
+    if not entries:
+        raise NcclTestsError(f"plan has no entries{' for matrix ' + only_matrix if only_matrix else ''}")
+    _check_executables({"entries": entries})
+    records = []
+    for e in progress(entries, desc="nccl-tests runs", total=len(entries), unit="run"):
+        records.append(_run_one(e, out, timeout_s))
+        write_text_atomic(out / "index.json", json.dumps({"plan": plan.get("settings"), "runs": records}, indent=1))
+    summary = summarise_outputs(out, records)
+    if not summary.empty:
+        write_table(summary, out / "summary.csv")
+    return RunReport(out_dir=str(out), records=records, summary=summary)
+
+
+def _run_one(entry: dict[str, Any], out: Path, timeout_s: float) -> dict[str, Any]:
+    rec = {k: entry[k] for k in ("order", "matrix", "variant", "replicate", "position", "log", "argv")}
+    burner = None
+    start = time.monotonic()
+    try:
+        if entry.get("noise_cpu") is not None:
+            burner = subprocess.Popen(["taskset", "-c", str(entry["noise_cpu"]), *BURNER],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.run(entry["argv"], capture_output=True, timeout=timeout_s, check=False)
+        text = proc.stdout.decode("utf-8", "replace")
+        if proc.stderr:
+            text += proc.stderr.decode("utf-8", "replace")
+        rec["returncode"] = proc.returncode
+    except subprocess.TimeoutExpired as exc:
+        text = (exc.stdout or b"").decode("utf-8", "replace") if isinstance(exc.stdout, bytes) else ""
+        rec["returncode"] = None
+        rec["status"] = f"timeout after {timeout_s:g} s"
+    except OSError as exc:
+        text = ""
+        rec["returncode"] = None
+        rec["status"] = f"could not start: {exc}"
+    finally:
+        if burner is not None:
+            burner.terminate()
+            try:
+                burner.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                burner.kill()
+                burner.wait()
+    rec["seconds"] = round(time.monotonic() - start, 3)
+    log_path = out / entry["log"]
+    write_text_atomic(log_path, text)
+    if "status" not in rec:
+        if rec["returncode"] != 0:
+            rec["status"] = f"exit status {rec['returncode']}"
+        else:
+            try:
+                parsed = parse_log(log_path)
+                rec["status"] = "ok"
+                rec["rows"] = parsed.n_table_lines
+            except EvtsyncError as exc:
+                rec["status"] = f"no table: {exc}"
+    if rec["status"] != "ok":
+        log.warning("run %d (%s=%s rep %d): %s", entry["order"], entry["matrix"], entry["variant"],
+                    entry["replicate"], rec["status"])
+    return rec
+
+
+def summarise_outputs(out: Path, records: list[dict[str, Any]]) -> pd.DataFrame:
+    """Per matrix and variant: stats over the pooled cycles of all successful replicates."""
+    frames = []
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for r in records:
+        if r["status"] == "ok":
+            groups.setdefault((r["matrix"], r["variant"]), []).append(parse_log(out / r["log"]))
+    for (matrix, variant), logs in groups.items():
+        s = size_stats(logs, pool_runs=True)
+        s.insert(0, "variant", variant)
+        s.insert(0, "matrix", matrix)
+        s.insert(2, "n_processes", len(logs))
+        frames.append(s)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
