@@ -13,8 +13,6 @@ counted as dropped.
 
 from __future__ import annotations
 
-import gzip
-import io
 import logging
 import re
 import zlib
@@ -84,34 +82,78 @@ class DecodedTrace:
 
 
 class _Source:
-    """Blocks of decompressed bytes from a plain or gzip file, with clear errors."""
+    """Blocks of decompressed bytes from a plain or gzip file, with clear errors.
+
+    Gzip is inflated with zlib directly (multi-member files included) so that the data
+    before a truncation or corruption point is still delivered and the error is recorded
+    in ``eof_error`` instead of losing the last block.
+    """
+
+    RAW_CHUNK = 1 << 20
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offset = 0
-        raw = open(path, "rb")  # noqa: SIM115 - closed in close()
-        magic = raw.read(2)
-        raw.seek(0)
-        self.gzip = magic == b"\x1f\x8b"
-        self.stream: io.BufferedIOBase = gzip.GzipFile(fileobj=raw, mode="rb") if self.gzip else raw
-        self._raw = raw
+        self._raw = open(path, "rb")  # noqa: SIM115 - closed in close()
+        self.gzip = self._raw.read(2) == b"\x1f\x8b"
+        self._raw.seek(0)
+        self._inflater = zlib.decompressobj(wbits=31) if self.gzip else None
+        self._buffer = b""
+        self._raw_done = False
+        self._fresh_member = False  # a gzip member just ended: EOF here is a clean end
         self.eof_error: str | None = None
 
+    def _inflate_more(self) -> bytes:
+        assert self._inflater is not None
+        while True:
+            if self._inflater.eof:
+                rest = self._inflater.unused_data
+                self._inflater = zlib.decompressobj(wbits=31)
+                if rest:
+                    try:
+                        out = self._inflater.decompress(rest)
+                    except zlib.error as exc:
+                        self.eof_error = f"corrupt gzip data after {self.offset} decompressed bytes ({exc})"
+                        self._raw_done = True
+                        return b""
+                    if out:
+                        return out
+                    continue
+                self._fresh_member = True
+            chunk = self._raw.read(self.RAW_CHUNK)
+            if not chunk:
+                self._raw_done = True
+                if not self._inflater.eof and not self._fresh_member:
+                    self.eof_error = (f"gzip stream ends early (truncated file) after "
+                                      f"{self.offset + len(self._buffer)} decompressed bytes")
+                return b""
+            self._fresh_member = False
+            try:
+                out = self._inflater.decompress(chunk)
+            except zlib.error as exc:
+                self.eof_error = (f"corrupt gzip data after {self.offset + len(self._buffer)} "
+                                  f"decompressed bytes ({exc})")
+                self._raw_done = True
+                return b""
+            if out:
+                return out
+
     def read(self, size: int) -> bytes:
-        try:
-            data = self.stream.read(size)
-        except EOFError:
-            self.eof_error = (f"gzip stream ends early (truncated file) after {self.offset} "
-                              "decompressed bytes")
-            return b""
-        except (OSError, zlib.error) as exc:
-            self.eof_error = f"corrupt gzip data after {self.offset} decompressed bytes ({exc})"
-            return b""
+        if self._inflater is None:
+            data = self._raw.read(size)
+        else:
+            parts = [self._buffer]
+            have = len(self._buffer)
+            while have < size and not self._raw_done:
+                more = self._inflate_more()
+                parts.append(more)
+                have += len(more)
+            joined = b"".join(parts)
+            data, self._buffer = joined[:size], joined[size:]
         self.offset += len(data)
         return data
 
     def close(self) -> None:
-        self.stream.close()
         self._raw.close()
 
 
@@ -252,8 +294,8 @@ def _decode(src: _Source, *, salvage: bool, block_size: int) -> DecodedTrace:
         if close >= 0:
             rest = pending[:close].strip(b" \t\r\n,")
             if rest:
-                raise TraceError(f"{path}: malformed event near decompressed byte {consumed}: "
-                                 f"{rest[:60]!r}")
+                raise TraceError(f"{path}: traceEvents entry near decompressed byte {consumed} "
+                                 f"is not a Kineto event object: {rest[:60]!r}")
             suffix = pending[close + 1:]
             while data := src.read(block_size):
                 suffix += data

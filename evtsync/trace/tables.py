@@ -156,6 +156,20 @@ def _annotate_kernels(kernels: pd.DataFrame, cpu_ops: pd.DataFrame) -> pd.DataFr
     return kernels
 
 
+def _external_ids_from_launches(kernels: pd.DataFrame, runtime: pd.DataFrame) -> None:
+    """Give GPU events without an ``External id`` the one of their launch (same correlation)."""
+    ext = kernels["external_id"].to_numpy()
+    lacking = ext == MISSING
+    if not lacking.any() or runtime.empty:
+        return
+    launches = runtime[(runtime["correlation"] >= 0) & (runtime["external_id"] >= 0)]
+    by_corr = launches.drop_duplicates("correlation").set_index("correlation")["external_id"]
+    found = by_corr.reindex(kernels["correlation"].to_numpy()[lacking]).to_numpy()
+    ext = ext.copy()
+    ext[np.flatnonzero(lacking)] = np.where(np.isnan(found), MISSING, found).astype(np.int64)
+    kernels["external_id"] = ext
+
+
 def build_rank_tables(decoded: DecodedTrace) -> RankTables:
     """Typed tables of one decoded trace file, with rank and hardware metadata."""
     header = decoded.header
@@ -170,6 +184,7 @@ def build_rank_tables(decoded: DecodedTrace) -> RankTables:
     for name, fallback in (("device", "pid"), ("stream", "tid")):
         col = kernels[name].to_numpy()
         kernels[name] = np.where(col == MISSING, kernels[fallback].to_numpy(), col)
+    _external_ids_from_launches(kernels, runtime)
     kernels = _annotate_kernels(kernels, cpu_ops)
     for frame in (kernels, cpu_ops, runtime, syncs):
         frame.insert(0, "rank", np.int32(rank))
