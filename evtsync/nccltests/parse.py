@@ -200,7 +200,10 @@ def _half_ulp(tok: str) -> float:
         return math.inf
     mantissa, _, exp = t.partition("e")
     decimals = len(mantissa.partition(".")[2])
-    return 0.5 * 10.0 ** (-decimals) * 10.0 ** (int(exp) if exp else 0)
+    try:
+        return 0.5 * 10.0 ** (-decimals) * 10.0 ** (int(exp) if exp else 0)
+    except OverflowError:
+        return math.inf
 
 
 def _to_float(tok: str) -> float:
@@ -240,9 +243,11 @@ def _match_row(tokens: list[str], prefer: _Layout | None) -> tuple[_Layout, list
         cand = tokens[-lay.width :]
         if not (_INT.match(cand[0]) and _INT.match(cand[1]) and _WORD.match(cand[2]) and _WORD.match(cand[3])):
             continue
+        if len(cand[0]) > 19 or len(cand[1]) > 19:
+            continue  # beyond int64: not a byte count nccl-tests can print
         pos = 4
         if lay.has_root:
-            if not _SINT.match(cand[4]):
+            if not _SINT.match(cand[4]) or len(cand[4]) > 11:
                 continue
             pos = 5
         ok = True
@@ -266,24 +271,24 @@ _PREFIXES = (
     (re.compile(r"^\s*(\d+):\s"), "task "),
     (re.compile(r"^\s*\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s"), None),
 )
-_NTHREAD = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)")
+_NTHREAD = re.compile(r"(?:^|[\s:>\]])#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
 _MINMAX = re.compile(r"minBytes\s+(\d+)\s+maxBytes\s+(\d+)")
 _STEP = re.compile(r"step:\s*(\d+)\((factor|bytes)\)")
 _ITERS = re.compile(r"warmup iters:\s*(\d+)\s+iters:\s*(\d+)")
 _AGG = re.compile(r"agg iters:\s*(\d+)")
 _VALID = re.compile(r"validation:\s*(\d+)")
 _GRAPH = re.compile(r"graph:\s*(\d+)")
-_TESTS_VERSION = re.compile(r"nccl-tests version\s+(\S+)")
-_STARTING = re.compile(r"Collective test starting:\s*(\S+)")
-_CONCLUDED = re.compile(r"Collective test concluded")
+_TESTS_VERSION = re.compile(r"(?:^|[\s:>\]])#\s*nccl-tests version\s+(\S+)")
+_STARTING = re.compile(r"(?:^|[\s:>\]])#\s*Collective test starting:\s*(\S+)")
+_CONCLUDED = re.compile(r"(?:^|[\s:>\]])#\s*Collective test concluded")
 _NCCL_VERSION = re.compile(r"NCCL version\s+(\d+\.\d+\.\d+)(\S*)")
-_BLOCKING = re.compile(r"Blocking Enabled:\s*(.*?)\s*$")
-_PER_ITER = re.compile(r"Per-Iteration Report")
+_BLOCKING = re.compile(r"(?:^|[\s:>\]])#\s*Blocking Enabled:\s*(.*?)\s*$")
+_PER_ITER = re.compile(r"(?:^|[\s:>\]])#\s*Per-Iteration Report")
 _RANK = re.compile(
     r"#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
 )
-_OOB = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
-_AVG_BW = re.compile(r"Avg bus bandwidth\s*:\s*([-+0-9.eE]+|nan|inf)")
+_OOB = re.compile(r"(?:^|[\s:>\]])#\s*Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
+_AVG_BW = re.compile(r"(?:^|[\s:>\]])#\s*Avg bus bandwidth\s*:\s*([-+0-9.eE]+|nan|inf)")
 _NCCL_LINE = re.compile(r"NCCL (?:INFO|WARN|ERROR|TRACE)")
 _PERF_NAME = re.compile(r"\b([a-z_]+)_perf(?:_mpi)?\b")
 

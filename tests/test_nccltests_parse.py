@@ -1,0 +1,394 @@
+"""nccl-tests log parsing: real logs, damaged copies, JSON reports, CLI errors, fuzzing.
+
+Row counts and values are checked against the text with a separate, deliberately simple
+regular expression written here (not the parser's), plus hand-read values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from evtsync.cli import main
+from evtsync.errors import EvtsyncError, NcclTestsError
+from evtsync.nccltests.parse import busbw_factor, parse_json, parse_log, parse_text
+
+DATA = Path("/work/shared/data/nccl-tests")
+LOCAL = Path(__file__).parent / "data" / "nccltests"
+ALL_LOGS = sorted(DATA.glob("*.txt"))
+CLEAN = [p for p in ALL_LOGS if not p.name.startswith("bad_")]
+BAD = [p for p in ALL_LOGS if p.name.startswith("bad_")]
+
+# size count type redop root, then 2 x (time algbw busbw wrong); any prefix before size.
+SIMPLE_ROW = re.compile(
+    r"(?:^|\s)(\d+)\s+(\d+)\s+(float|uint8)\s+(sum|none)\s+(-1)\s+"
+    r"(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$"
+)
+
+# Table lines per file, counted by eye from the logs (sizes from -b to -e, doubling).
+EXPECTED_ROWS = {
+    "all_gather_H200_2x8_skypilot-gcp-rdma.txt": 24,  # 1K .. 8G
+    "all_reduce_A100-40GB_2x8_oci-hpc-oke.txt": 31,  # 8 .. 8G
+    "all_reduce_A100-80GB_1x8_meta-gcm-fixture.txt": 6,  # 32M .. 1G
+    "all_reduce_A100-80GB_2x8_meta-gcm-fixture.txt": 6,
+    "all_reduce_H100_2x4_idx26285727504-dgx-g4.txt": 31,
+    "all_reduce_H100_2x8_gcp-a3mega-ztan.txt": 31,
+    "bad_all_gather_H100_2x8_gcp-cluster-toolkit-misaligned.txt": 31,  # 5 zero-byte + 256 .. 8G
+    "bad_all_reduce_A100-80GB_2x8_aws-awsome-p4de-noheader.txt": 29,  # 8 .. 2G
+    "bad_all_reduce_H100_1x8_idx15601983362-indented.txt": 4,  # 256M .. 2G
+    "bad_all_reduce_H100_2x8_aws-awsome-p5-noheader.txt": 32,  # 8 .. 16G
+    "bad_all_reduce_RTX3090_4x1_idx20801464614-wrong-nonzero.txt": 27,  # 8 .. 512M
+    "bad_all_reduce_unknown_2x8_meta-gcm-mpi-slots-failure.txt": 0,
+    "bad_alltoall_B200_1x8_idx60744093665-headerless-uint8.txt": 32,  # 4 zero-byte + 128 .. 16G
+    "bad_reduce_scatter_B200_1x8_idx60744093665-headerless.txt": 32,
+}
+EXPECTED_RANKS = {
+    "all_gather_H200_2x8_skypilot-gcp-rdma.txt": 16,
+    "all_reduce_A100-40GB_2x8_oci-hpc-oke.txt": 16,
+    "all_reduce_A100-80GB_1x8_meta-gcm-fixture.txt": 8,
+    "all_reduce_A100-80GB_2x8_meta-gcm-fixture.txt": 16,
+    "all_reduce_H100_2x4_idx26285727504-dgx-g4.txt": 8,
+    "all_reduce_H100_2x8_gcp-a3mega-ztan.txt": 16,
+    "bad_all_gather_H100_2x8_gcp-cluster-toolkit-misaligned.txt": 16,
+    "bad_all_reduce_A100-80GB_2x8_aws-awsome-p4de-noheader.txt": 16,
+    "bad_all_reduce_H100_1x8_idx15601983362-indented.txt": 8,
+    "bad_all_reduce_H100_2x8_aws-awsome-p5-noheader.txt": 16,
+    "bad_all_reduce_RTX3090_4x1_idx20801464614-wrong-nonzero.txt": 4,
+    "bad_alltoall_B200_1x8_idx60744093665-headerless-uint8.txt": 8,
+    "bad_reduce_scatter_B200_1x8_idx60744093665-headerless.txt": 8,
+}
+
+
+def simple_rows(text: str) -> list[tuple[str, ...]]:
+    return [m.groups() for line in text.splitlines() if (m := SIMPLE_ROW.search(line))]
+
+
+def test_every_data_file_is_covered():
+    assert {p.name for p in ALL_LOGS} == set(EXPECTED_ROWS)
+
+
+@pytest.mark.parametrize("path", [p for p in ALL_LOGS if EXPECTED_ROWS[p.name]], ids=lambda p: p.name)
+def test_rows_match_the_text(path: Path):
+    text = path.read_text()
+    rows = simple_rows(text)
+    assert len(rows) == EXPECTED_ROWS[path.name]
+    parsed = parse_log(path)
+    assert parsed.n_table_lines == len(rows)
+    m = parsed.measurements
+    assert len(m) == 2 * len(rows)
+    oop = m[m["placement"] == "out-of-place"].sort_values("line")
+    ip = m[m["placement"] == "in-place"].sort_values("line")
+    assert [int(r[0]) for r in rows] == oop["size"].tolist()
+    assert [int(r[1]) for r in rows] == oop["count"].tolist()
+    assert [float(r[5]) for r in rows] == oop["time_us"].tolist()
+    assert [float(r[7]) for r in rows] == oop["busbw_gbps"].tolist()
+    assert [float(r[9]) for r in rows] == ip["time_us"].tolist()
+    assert [float(r[10]) for r in rows] == ip["algbw_gbps"].tolist()
+    wrong_ip = [math.nan if r[12] == "N/A" else float(r[12]) for r in rows]
+    assert all((math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(wrong_ip, ip["wrong"], strict=True))
+    assert parsed.runs[0].n_ranks == EXPECTED_RANKS[path.name]
+
+
+def test_hand_read_values():
+    m = parse_log(DATA / "all_reduce_H100_2x8_gcp-a3mega-ztan.txt").measurements
+    last = m[m["size"] == 8589934592].set_index("placement")
+    assert last.loc["out-of-place", "time_us"] == 47535
+    assert last.loc["out-of-place", "busbw_gbps"] == 338.82
+    assert last.loc["in-place", "time_us"] == 47743
+    rtx = parse_log(DATA / "bad_all_reduce_RTX3090_4x1_idx20801464614-wrong-nonzero.txt")
+    row = rtx.measurements[(rtx.measurements["size"] == 1048576) & (rtx.measurements["placement"] == "in-place")]
+    assert row["wrong"].item() == 1.04858e06
+    assert rtx.runs[0].out_of_bounds == 216 and rtx.runs[0].out_of_bounds_ok is False
+    mis = parse_log(DATA / "bad_all_gather_H100_2x8_gcp-cluster-toolkit-misaligned.txt").measurements
+    assert mis[(mis["size"] == 134217728) & (mis["placement"] == "out-of-place")]["time_us"].item() == 806.59
+    a2a = parse_log(DATA / "bad_alltoall_B200_1x8_idx60744093665-headerless-uint8.txt").measurements
+    assert a2a[a2a["placement"] == "in-place"]["wrong"].isna().all()
+    assert (a2a[a2a["placement"] == "out-of-place"]["wrong"] == 0).all()
+
+
+def test_metadata_of_a_full_header():
+    r = parse_log(DATA / "all_reduce_H100_2x4_idx26285727504-dgx-g4.txt").runs[0]
+    assert (r.n_threads, r.n_gpus_per_process, r.warmup_iters, r.iters, r.agg_iters) == (1, 4, 5, 30, 1)
+    assert r.hosts == ["dgx-06", "dgx-07"] and r.gpus == ["NVIDIA H100 80GB HBM3"]
+    assert r.collective == "all_reduce" and r.has_footer and r.out_of_bounds_ok
+    h200 = parse_log(DATA / "all_gather_H200_2x8_skypilot-gcp-rdma.txt").runs[0]
+    assert h200.nccl_version == "2.26.6+cuda12.8" and h200.min_bytes == 1024 and h200.max_bytes == 8589934592
+
+
+@pytest.mark.parametrize("path", CLEAN, ids=lambda p: p.name)
+def test_busbw_factor_check_passes_on_clean_logs(path: Path):
+    parsed = parse_log(path)
+    assert parsed.runs[0].n_flagged == 0
+    assert (parsed.measurements["bw_flag"] == "").all()
+
+
+def test_busbw_factor_values():
+    assert busbw_factor("all_reduce", 8) == pytest.approx(1.75)
+    assert busbw_factor("all_gather_perf", 16) == pytest.approx(15 / 16)
+    assert busbw_factor("alltoall", 8) == pytest.approx(7 / 8)
+    assert busbw_factor("broadcast", 8) == 1.0
+
+
+def test_inconsistent_row_is_flagged(tmp_path: Path):
+    text = (DATA / "all_reduce_A100-80GB_1x8_meta-gcm-fixture.txt").read_text()
+    bad = text.replace("1149.9  116.72  204.26", "1149.9  116.72  150.00").replace("557.4  120.39", "557.4  100.39")
+    parsed = parse_text(bad, path="damaged")
+    flagged = parsed.measurements[parsed.measurements["bw_flag"] != ""]
+    assert sorted(flagged["size"].tolist()) == [67108864, 134217728]
+    assert parsed.runs[0].n_flagged == 2
+
+
+@pytest.mark.parametrize("path", BAD, ids=lambda p: p.name)
+def test_bad_logs_give_table_or_clear_error(path: Path):
+    try:
+        parsed = parse_log(path)
+    except NcclTestsError as exc:
+        assert "\n" not in str(exc)
+        assert EXPECTED_ROWS[path.name] == 0
+        return
+    assert parsed.n_table_lines == EXPECTED_ROWS[path.name]
+    assert all(s.reason for s in parsed.skipped)
+
+
+def test_mpi_failure_says_what_was_found():
+    with pytest.raises(NcclTestsError, match=r"found instead an Open MPI launch failure: not enough slots.*16"):
+        parse_log(DATA / "bad_all_reduce_unknown_2x8_meta-gcm-mpi-slots-failure.txt")
+
+
+def test_skipped_lines_are_listed_with_reasons():
+    parsed = parse_log(DATA / "bad_all_reduce_RTX3090_4x1_idx20801464614-wrong-nonzero.txt")
+    reasons = {s.line: s.reason for s in parsed.skipped}
+    assert reasons[1] == "comment line"  # the '# source:' line
+    text_lines = (DATA / "bad_all_reduce_RTX3090_4x1_idx20801464614-wrong-nonzero.txt").read_text().splitlines()
+    ucx = [i + 1 for i, ln in enumerate(text_lines) if "UCX  WARN" in ln]
+    assert ucx and all(reasons[i] == "not nccl-tests output" for i in ucx)
+
+
+@pytest.mark.parametrize("path", BAD, ids=lambda p: p.name)
+def test_cli_on_bad_logs_never_tracebacks(path: Path, capsys: pytest.CaptureFixture[str]):
+    rc = main(["nccl-tests", "parse", str(path)])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    if EXPECTED_ROWS[path.name]:
+        assert rc == 0 and "skipped" in out
+    else:
+        assert rc != 0
+        assert len(err.strip().splitlines()) == 1 and err.startswith("evtsync: error:")
+        assert "found instead" in err
+
+
+def test_cli_missing_file_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    assert main(["nccl-tests", "parse", str(tmp_path / "nope.txt")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "nope.txt" in err
+    assert main(["nccl-tests", "parse", "--json", str(DATA / "all_reduce_A100-80GB_1x8_meta-gcm-fixture.txt")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["n_table_lines"] == 6 and len(doc["measurements"]) == 12
+    out_csv = tmp_path / "m.csv"
+    assert main(["nccl-tests", "parse", "--out", str(out_csv), str(DATA / "all_reduce_A100-80GB_1x8_meta-gcm-fixture.txt")]) == 0
+    assert out_csv.read_text().count("\n") == 13
+
+
+# --------------------------------------------------------------------------- damaged copies
+
+
+def _real(name: str = "all_reduce_A100-80GB_1x8_meta-gcm-fixture.txt") -> str:
+    return (DATA / name).read_text()
+
+
+def test_mpi_tag_prefixes_and_interleaved_nccl_info():
+    lines = _real().splitlines()
+    damaged = []
+    for i, ln in enumerate(lines):
+        damaged.append(f"[1,0]<stdout>:{ln}")
+        if i % 3 == 0:
+            damaged.append(f"node7:1234:1250 [0] NCCL INFO Channel 0{i % 10}/32 : 0[0] -> 1[1] via P2P/IPC")
+    parsed = parse_text("\n".join(damaged), path="prefixed")
+    assert parsed.n_table_lines == 6 and parsed.runs[0].n_ranks == 8
+    assert {s.reason for s in parsed.skipped} >= {"NCCL log line"}
+
+
+def test_two_interleaved_streams_are_two_runs():
+    a = _real().splitlines()
+    b = _real("all_reduce_A100-80GB_2x8_meta-gcm-fixture.txt").splitlines()
+    mixed = []
+    for i in range(max(len(a), len(b))):
+        if i < len(a):
+            mixed.append(f"0: {a[i]}")
+        if i < len(b):
+            mixed.append(f"1: {b[i]}")
+    parsed = parse_text("\n".join(mixed), path="two-tasks")
+    assert [r.n_ranks for r in parsed.runs] == [8, 16]
+    assert [r.stream for r in parsed.runs] == ["task 0", "task 1"]
+    assert parsed.n_table_lines == 12
+
+
+def test_truncated_last_row_and_missing_footer():
+    text = _real()
+    cut = text[: text.index("# Out of bounds")].rstrip("\n")
+    cut = cut[: len(cut) - 30]
+    parsed = parse_text(cut, path="truncated")
+    assert parsed.n_table_lines == 5
+    assert any(s.reason.startswith("incomplete") for s in parsed.skipped)
+    assert not parsed.runs[0].has_footer
+
+
+def test_two_runs_in_one_file_and_cycles():
+    text = _real()
+    rows = [ln for ln in text.splitlines() if SIMPLE_ROW.search(ln)]
+    header_end = text.index(rows[0])
+    footer_start = text.index("# Out of bounds")
+    three_cycles = text[:header_end] + "\n".join(rows * 3) + "\n" + text[footer_start:]
+    parsed = parse_text(three_cycles + "\n" + text, path="two runs")
+    assert len(parsed.runs) == 2
+    assert parsed.runs[0].n_cycles == 3 and parsed.runs[1].n_cycles == 1
+    m = parsed.measurements
+    first = m[(m["run"] == 0) & (m["placement"] == "out-of-place")]
+    assert first.groupby("cycle")["size"].apply(list).tolist() == [[int(r.split()[0]) for r in rows]] * 3
+
+
+def test_single_size_cycles_are_counted():
+    text = _real()
+    row = next(ln for ln in text.splitlines() if SIMPLE_ROW.search(ln))
+    parsed = parse_text("\n".join([row] * 5), path="N5", collective="all_reduce", n_ranks=8)
+    assert parsed.runs[0].n_cycles == 5 and parsed.runs[0].n_flagged == 0
+
+
+def test_per_iteration_cputime_timestamps_and_multi_type():
+    header = ("# nccl-tests version 2.17.6 nccl-headers=22703 nccl-library=22703\n"
+              "# Collective test starting: all_reduce_perf\n"
+              "# nThread 1 nGpus 8 minBytes 1048576 maxBytes 2097152 step: 2(factor) warmup iters: 1 iters: 20 "
+              "agg iters: 1 validation: 1 graph: 0 unalign: 0\n"
+              "# Per-Iteration Report: CUDA event timing; i_* uses max over process rows \n#\n"
+              "#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    "
+              "i_max    i_p99    i_cv%     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv% timestamp\n")
+    rows = []
+    for dtype, ws in (("float", 4), ("half", 2)):
+        for size, t in ((1048576, 50.0), (2097152, 80.0)):
+            alg = size / t / 1e3
+            grp = f"{t:7.2f}  {alg:6.2f}  {alg * 1.75:6.2f}       0    {t - 2:5.2f}    {t + 9:5.2f}    {t + 8:5.2f}     3.50"
+            rows.append(f"{size:12d}  {size // ws:12d}  {dtype:>8}     sum      -1  {grp}  {grp}  2025-01-02 03:04:05")
+    parsed = parse_text(header + "\n".join(rows) + "\n# Out of bounds values : 0 OK\n", path="periter")
+    r = parsed.runs[0]
+    assert r.per_iteration and r.tests_version == "2.17.6" and r.collective == "all_reduce"
+    m = parsed.measurements
+    assert len(m) == 8 and set(m["type"]) == {"float", "half"} and (m["cycle"] == 0).all()
+    assert (m["i_cv_pct"] == 3.5).all() and (m["i_max_us"] - m["time_us"] == 9).all()
+    assert r.n_flagged == 0
+    cputime = header.replace("  time ", "  cputime ")
+    assert parse_text(cputime + "\n".join(rows), path="cpu").runs[0].cputime
+
+
+def test_old_format_without_root_and_error_column():
+    text = ("# nThread 1 nGpus 4 minBytes 8 maxBytes 16 step: 2(factor) warmup iters: 5 iters: 20 validation: 1\n"
+            "#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error\n"
+            "           8             2   float     sum    38.95    0.00    0.00  0e+00    38.48    0.00    0.00  0e+00\n"
+            "          16             4   float     sum    38.17    0.00    0.00  2e-07    38.70    0.00    0.00  0e+00\n")
+    parsed = parse_text(text, path="old", collective="all_reduce", n_ranks=4)
+    m = parsed.measurements
+    assert parsed.n_table_lines == 2 and parsed.runs[0].old_error_column
+    assert m["wrong"].isna().all() and m["error"].max() == 2e-07
+
+
+def _json_report(text: str) -> dict:
+    """An nccl-tests -J document built from a text log by the simple regex."""
+    results = []
+    for r in simple_rows(text):
+        def body(t, _a, _b, w, size=int(r[0])):
+            # -J prints full-precision %lf values computed from the time, not the rounded columns
+            alg = size / float(t) / 1e3
+            return {"time": float(t), "alg_bw": round(alg, 6), "bus_bw": round(alg * 1.75, 6),
+                    "nwrong": None if w == "N/A" else float(w)}
+        results.append({"size": int(r[0]), "count": int(r[1]), "type": r[2], "redop": r[3], "root": f"{int(r[4]):6d}",
+                        "out_of_place": body(*r[5:9]), "in_place": body(*r[9:13]),
+                        "actual_iterations": 20, "experiment_name": ""})
+    return {"version": 2, "start_time": "2025-01-01 00:00:00", "args": ["./build/all_reduce_perf", "-b", "32M"],
+            "env": [], "nccl_version": 21602,
+            "config": {"nthreads": 1, "ngpus": 1, "minimum_bytes": 33554432, "maximum_bytes": 1073741824,
+                       "step_factor": 2, "warmup_iters": 5, "iterations": 20, "aggregated_iterations": 1,
+                       "validation": 1, "graph": 0, "blocking_collectives": "false", "per_iter_timing": "false",
+                       "parallel_init": "false",
+                       "devices": [{"rank": i, "group": 0, "pid": 1, "hostname": "h", "device": i,
+                                    "device_hex": "0000:00:00", "device_info": "NVIDIA A100-SXM4-80GB"}
+                                   for i in range(8)]},
+            "results": results, "out_of_bounds": {"count": 0, "okay": "true"},
+            "average_bus_bandwidth": {"bandwidth": 210.99, "okay": "unchecked"}, "errors": [], "end_time": "x"}
+
+
+def test_json_report(tmp_path: Path):
+    doc = _json_report(_real())
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(doc))
+    parsed = parse_log(path)
+    assert parsed.format == "json" and parsed.n_table_lines == 6
+    r = parsed.runs[0]
+    assert (r.collective, r.n_ranks, r.nccl_version, r.iters) == ("all_reduce", 8, "2.16.2", 20)
+    assert r.n_flagged == 0
+    assert parsed.measurements["time_us"].tolist()[:2] == [344.8, 349.5]
+    path.write_text(json.dumps(doc)[:-200])
+    with pytest.raises(NcclTestsError, match="not valid nccl-tests JSON"):
+        parse_log(path)
+    with pytest.raises(NcclTestsError, match="results"):
+        parse_json("{}", path="empty")
+
+
+# --------------------------------------------------------------------------- fuzzing
+
+_REAL_LINES = [p.read_text().splitlines() for p in ALL_LOGS]
+_PREFIXES = st.sampled_from(["", "0: ", "12: ", "[1,0]<stdout>:", "[1,3]<stderr>: ", "    ", "host-7: ",
+                             "2024-06-01T10:00:00.123Z ", "\t", "#", ">>> "])
+
+
+@st.composite
+def damaged_logs(draw: st.DrawFn) -> str:
+    a = draw(st.sampled_from(_REAL_LINES))
+    b = draw(st.sampled_from(_REAL_LINES))
+    keep_a = [ln for ln in a if draw(st.booleans()) or draw(st.booleans())]
+    keep_b = [ln for ln in b if draw(st.integers(0, 4)) == 0]
+    merged: list[str] = []
+    ia = ib = 0
+    while ia < len(keep_a) or ib < len(keep_b):
+        take_a = ib >= len(keep_b) or (ia < len(keep_a) and draw(st.booleans()))
+        line = keep_a[ia] if take_a else keep_b[ib]
+        ia, ib = (ia + 1, ib) if take_a else (ia, ib + 1)
+        line = draw(_PREFIXES) + line
+        if draw(st.integers(0, 9)) == 0:
+            line = line[: draw(st.integers(0, len(line)))]
+        if draw(st.integers(0, 19)) == 0:
+            line += draw(st.text(max_size=12))
+        merged.append(line)
+    return "\n".join(merged)
+
+
+def _parse_or_own_error(text: str) -> None:
+    try:
+        parsed = parse_text(text, path="fuzz")
+    except EvtsyncError:
+        return
+    assert len(parsed.measurements) == 2 * parsed.n_table_lines
+    assert all(r.n_cycles >= 1 for r in parsed.runs)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(damaged_logs())
+def test_fuzz_damaged_real_logs(text: str):
+    _parse_or_own_error(text)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("0123456789 .-+eE#:[]<>NA/\nfloatsumne")), max_size=400))
+def test_fuzz_random_text(text: str):
+    _parse_or_own_error(text)
+
+
+@pytest.mark.slow
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(damaged_logs())
+def test_fuzz_damaged_real_logs_long(text: str):
+    _parse_or_own_error(text)
