@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.errors import AlignmentError, InputError
+from evtsync.trace.schema import canonical_collective
 from evtsync.trace.tables import format_ranks, parse_rank_list
 from evtsync.trace.traceset import TraceSet
 
@@ -38,6 +39,10 @@ log = logging.getLogger(__name__)
 END_TOLERANCE_US = 50.0
 #: Ranks per host when traces do not name their host (clock domains for end-time checks).
 RANKS_PER_HOST = 8
+
+#: Default end-time tolerance for CPU-side (gloo) collectives: their end is recorded by a
+#: worker thread that the OS may deschedule, so spreads of several ms are normal.
+GLOO_END_TOLERANCE_US = 10_000.0
 
 INSTANCE_COLUMNS = ["pg", "index", "rank", "collective", "msg_bytes", "dtype", "stream",
                     "ts_ns", "dur_ns", "end_ns", "correlation", "external_id"]
@@ -91,6 +96,59 @@ class Alignment:
     instances: pd.DataFrame
     mismatches: pd.DataFrame
     invalid: set[tuple[str, int]] = field(default_factory=set)
+
+
+def gloo_collectives(traces: TraceSet) -> pd.DataFrame:
+    """CPU-side collectives of gloo jobs, shaped like NCCL kernel rows, with their PG.
+
+    torch's profiler records a gloo collective as a ``gloo:<op>`` user annotation on one of
+    the process group's worker threads (``pt_gloo_runloop``); its duration includes the
+    wait for the other ranks, so it plays the NCCL kernel's role. The events carry no
+    process-group field: each gloo PG owns a fixed number of worker threads, started in the
+    order of the rank's ``pg_config`` entries, so the rank's gloo thread ids sorted ascending
+    and cut into equal chunks map to its gloo PGs in that order. The result is validated
+    later like any alignment (equal counts and types across members). Bytes are unknown.
+    """
+    ops = traces.cpu_ops
+    gloo = ops[ops["name"].astype(str).str.startswith("gloo:")]
+    if gloo.empty:
+        return gloo.iloc[:0]
+    config = {}
+    for row in traces.process_groups.itertuples():
+        config[str(row.pg_name)] = (row.pg_desc, row.pg_ranks, row.backend_config)
+    parts = []
+    for rank, sub in gloo.groupby("rank"):
+        info = traces.rank_info(int(rank))
+        names = [n for n in str(info.get("pg_config_names", "")).split(",") if n]
+        gloo_pgs = [n for n in names if n in config and "gloo" in str(config[n][2])]
+        tids = sorted(set(sub["tid"].tolist()))
+        if not gloo_pgs or len(tids) % len(gloo_pgs):
+            raise AlignmentError(
+                f"rank {rank}: {len(tids)} gloo worker threads cannot be mapped onto its "
+                f"{len(gloo_pgs)} gloo process groups in pg_config; declare the groups with --pg")
+        per_pg = len(tids) // len(gloo_pgs)
+        thread_pg = {tid: gloo_pgs[i // per_pg] for i, tid in enumerate(tids)}
+        pg_names = sub["tid"].map(thread_pg)
+        parts.append(sub.assign(
+            pg_name=pg_names.to_numpy(),
+            pg_desc=[config[n][0] for n in pg_names],
+            pg_ranks=[f"[{config[n][1]}]" for n in pg_names],
+            stream=sub["tid"].to_numpy(), device=-1, correlation=-1,
+            collective=[canonical_collective(n.split(":", 1)[1]) for n in sub["name"].astype(str)],
+            msg_bytes=-1, is_nccl=False))
+    rows = pd.concat(parts, ignore_index=True)
+    log.info("no NCCL kernels; using %d gloo collective annotations (PG from worker threads)",
+             len(rows))
+    return rows
+
+
+def _collective_events(traces: TraceSet) -> tuple[pd.DataFrame, bool]:
+    """NCCL kernels, or gloo annotations for CPU-only jobs; second value: is gloo."""
+    nccl = traces.nccl_kernels
+    if not nccl.empty:
+        return nccl, False
+    gloo = gloo_collectives(traces)
+    return gloo, not gloo.empty
 
 
 def _pg_members_from_config(traces: TraceSet) -> dict[str, tuple[int, ...]]:
@@ -196,7 +254,9 @@ def align_collectives(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
     (otherwise an :class:`AlignmentError` names them); ``strict=False`` keeps going past
     count/type mismatches, flagging them instead of stopping.
     """
-    nccl = traces.nccl_kernels
+    nccl, is_gloo = _collective_events(traces)
+    if is_gloo and end_tolerance_us == END_TOLERANCE_US:
+        end_tolerance_us = GLOO_END_TOLERANCE_US
     if nccl.empty:
         empty = pd.DataFrame(columns=INSTANCE_COLUMNS)
         return Alignment(pd.DataFrame(columns=["pg", "pg_name", "pg_desc", "pg_ranks", "n_ranks",

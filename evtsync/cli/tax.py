@@ -49,7 +49,12 @@ def run(args: argparse.Namespace) -> int:
     alignment, tables = tax_from_traces(traces, **align_options(args))
     summary = tax_summary(tables)
     if traces.nccl_kernels.empty:
-        print(f"no NCCL kernels in {len(traces.ranks)} trace(s): nothing to align (empty result)")
+        if alignment.instances.empty:
+            print(f"no NCCL kernels (and no gloo collectives) in {len(traces.ranks)} trace(s): "
+                  "nothing to align (empty result)")
+        else:
+            print("no NCCL kernels: using the CPU-side gloo collectives (their duration includes "
+                  "the wait; see docs/gloo.md)")
     if args.output:
         write_table(tables.collectives, args.output)
         write_table(tables.ranks, sibling_path(args.output, "ranks"))

@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.errors import TraceError
 from evtsync.trace.decode import TABLE_FIELDS, DecodedTrace
 from evtsync.trace.ranks import detect_rank, gpu_model
 from evtsync.trace.schema import NCCL_KERNEL_RE, canonical_collective, dtype_size
@@ -40,33 +39,11 @@ class RankTables:
     skipped: dict[str, int] = field(default_factory=dict)
 
 
-def _int_column(values: list[Any]) -> np.ndarray:
-    try:
-        return np.array(values, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
-        return np.fromiter((_as_int(v) for v in values), dtype=np.int64, count=len(values))
-
-
-def _as_int(value: Any) -> int:
-    if isinstance(value, bool) or value is None:
-        return MISSING
-    if isinstance(value, int):
-        return value if -(2**63) <= value < 2**63 else MISSING
-    if isinstance(value, float):
-        return int(value) if np.isfinite(value) else MISSING
-    try:
-        return int(str(value).strip())
-    except ValueError:
-        return MISSING
-
-
-def _time_ns(values: list[Any], base_ns: int, path: Any, column: str) -> np.ndarray:
-    arr = np.array(values)
-    if arr.dtype == object:
-        raise TraceError(f"{path}: `{column}` values out of range for a timestamp in µs")
-    if arr.dtype.kind in "iu":
-        return arr.astype(np.int64) * 1000 + base_ns
-    return np.rint(arr.astype(np.float64) * 1000.0).astype(np.int64) + base_ns
+def _time_ns(values: np.ndarray, base_ns: int) -> np.ndarray:
+    """µs (int64 or float64) -> int64 ns plus the trace's base time."""
+    if values.dtype.kind == "i":
+        return values.astype(np.int64, copy=False) * 1000 + base_ns
+    return np.rint(values * 1000.0).astype(np.int64) + base_ns
 
 
 def _str_column(values: list[Any]) -> pd.Categorical:
@@ -76,20 +53,18 @@ def _str_column(values: list[Any]) -> pd.Categorical:
 
 
 def _frame(decoded: DecodedTrace, table: str, base_ns: int) -> pd.DataFrame:
+    """One table's DataFrame; the decoder's columns are handed over, not copied twice."""
     cols = decoded.columns[table]
     out: dict[str, Any] = {}
     for name, kind in TABLE_FIELDS[table]:
-        values = cols[name]
+        values = cols.pop(name)
         if kind == "t":
-            out[name + "_ns"] = _time_ns(values, 0 if name == "dur" else base_ns, decoded.path, name)
-        elif kind == "i":
-            out[name] = _int_column(values)
+            out[name + "_ns"] = _time_ns(values, 0 if name == "dur" else base_ns)
         else:
-            out[name] = _str_column(values)
-    frame = pd.DataFrame(out)
-    if "dur_ns" in frame:
-        frame["end_ns"] = frame["ts_ns"] + frame["dur_ns"]
-    return frame
+            out[name] = values
+    if "dur_ns" in out:
+        out["end_ns"] = out["ts_ns"] + out["dur_ns"]
+    return pd.DataFrame(out)
 
 
 def parse_rank_list(text: Any) -> tuple[int, ...] | None:
@@ -208,6 +183,7 @@ def build_rank_tables(decoded: DecodedTrace) -> RankTables:
         "base_time_ns": base_ns,
         "display_time_unit": str(header.get("displayTimeUnit", "")),
         "schema_version": header.get("schemaVersion", MISSING) if isinstance(header.get("schemaVersion"), int) else MISSING,
+        "pg_config_names": ",".join(str(p.get("pg_name", "")) for p in pg_config if isinstance(p, dict)),
         "n_events": decoded.n_events,
         "n_nccl_kernels": int(kernels["is_nccl"].sum()),
         "truncated_at_byte": MISSING if decoded.truncated_at is None else decoded.truncated_at,
