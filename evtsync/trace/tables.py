@@ -163,8 +163,9 @@ def build_rank_tables(decoded: DecodedTrace) -> RankTables:
     kernels = _annotate_kernels(kernels, cpu_ops)
     for frame in (kernels, cpu_ops, runtime, syncs):
         frame.insert(0, "rank", np.int32(rank))
-        frame.sort_values("ts_ns", inplace=True, kind="stable")
-        frame.reset_index(drop=True, inplace=True)
+    kernels, cpu_ops, runtime, syncs = (
+        frame.sort_values("ts_ns", kind="stable", ignore_index=True)
+        for frame in (kernels, cpu_ops, runtime, syncs))
     info_block = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
     devices = kernels["device"].to_numpy()
     device = int(np.bincount(devices[devices >= 0]).argmax()) if (devices >= 0).any() else None
