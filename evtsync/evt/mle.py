@@ -235,16 +235,17 @@ def _finish(family: str, x: NDArray[np.float64], y: NDArray[np.float64], loc: fl
 
         steps = np.array([1e-3 * sigma_s, 1e-3 * sigma_s, 1e-3])
         jac = np.array([scale, scale, 1.0])
-    hess = _hessian(ll, theta, steps)
     names = ("mu", "sigma") if family == "gumbel" else ("mu", "sigma", "xi")
     try:
+        hess = _hessian(ll, theta, steps)
         chol = np.linalg.cholesky(-hess)
         cov_s = np.linalg.inv(chol).T @ np.linalg.inv(chol)
         cov = cov_s * np.outer(jac, jac)
         se = {name: float(math.sqrt(cov[i, i])) for i, name in enumerate(names)}
-    except np.linalg.LinAlgError:
+    except (np.linalg.LinAlgError, FitError) as exc:
         converged = False
-        messages.append("observed information not positive definite: no standard errors")
+        reason = str(exc) if isinstance(exc, FitError) else "observed information not positive definite"
+        messages.append(f"{reason}: no standard errors")
         cov = np.full((len(names), len(names)), np.nan)
         se = {name: math.nan for name in names}
     loglik_value = -_nll(y, mu_s, sigma_s, xi) - n * math.log(scale)
