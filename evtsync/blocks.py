@@ -1,0 +1,508 @@
+"""Compute blocks between the collectives of one process group (SPEC §5), and their z-scores.
+
+For a chosen PG and each member rank r, block i is the GPU work between two consecutive
+collectives of that PG: every kernel that **starts** in the window from the end of
+collective i to the start of collective i+1 on rank r. Counted are GPU kernels (category
+``kernel``) that are not NCCL kernels; copies and memsets are not compute, and the NCCL
+kernels of *other* PGs are left out because their duration includes waiting for the ranks of
+that other group, which is not compute noise of this one. All streams are counted, so a
+block also holds compute on side streams. Kernels that start while a collective of the PG
+is running belong to no block (counted and logged).
+
+Block i delays collective i+1, so it takes that collective's iteration and position:
+
+- iterations come from the ``ProfilerStep#N`` annotations of the PG's lowest member rank
+  (a collective belongs to the step whose CPU range holds its launch); instance = N;
+- without them, from the repetition of the sequence (collective type, message size, kernel
+  signature of the block before it): the smallest period P with at least two repetitions;
+  instance = i // P, position = i mod P, phase counted from the first collective in the
+  trace. Without a period the whole trace is one iteration.
+
+Block identity c = (PG, position, kernel signature); the signature is a hash of the
+normalised kernel names in start order on each stream, the per-stream sequences combined
+independently of stream ids and of how concurrent streams interleave. Every rank of the PG
+must show the same signature for the same block, or the block is dropped.
+
+Block time per rank (``time``):
+
+- ``busy`` (default): GPU busy time, the length of the union of the block's kernel
+  intervals (overlapping kernels on several streams counted once);
+- ``span``: from the first kernel's start to the last kernel's end (idle gaps included);
+- ``window``: from the end of collective i to the start of collective i+1 (adds launch
+  latency and host gaps around the kernels).
+
+Samples: the PG's member ranks, sorted, at positions p = 0..n-1 (the group-local rank); with
+n = k·m, rank position p goes to sample p mod k (even/odd for n = 8, m = 4). The pooled
+z-scores are computed in :mod:`evtsync.zscores`. Nothing is dropped silently: the result
+lists every block sample left out and why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from evtsync.collectives import Alignment, align_collectives
+from evtsync.errors import InputError
+from evtsync.kernels import (
+    KernelClassifier,
+    canonical_precision,
+    name_precisions,
+    normalise_kernel_name,
+    precision_from_dtype,
+)
+from evtsync.trace.traceset import TraceSet
+
+log = logging.getLogger(__name__)
+
+TIME_DEFINITIONS = ("busy", "span", "window")
+DEFAULT_M = 4
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+_TP_RE = re.compile(r"(?<![a-z])(?:tp|tensor)", re.IGNORECASE)
+
+TIME_COLUMNS = ["pg", "index", "rank", "group_rank", "sample", "position", "instance", "block",
+                "signature", "n_kernels", "n_gemm_kernels", "gemm_us", "busy_us", "span_us",
+                "window_us", "gpu"]
+DROP_COLUMNS = ["pg", "index", "sample", "block", "instance", "reason", "detail"]
+
+# Drop reasons (one row per block sample in ``BlockSet.dropped``).
+DROP_INVALID = "collective flagged by alignment"
+DROP_OVERLAP = "collectives overlap"
+DROP_OUTSIDE = "outside ProfilerStep ranges"
+DROP_INCOMPLETE = "incomplete across ranks"
+DROP_SIGNATURE = "signature differs across ranks"
+DROP_EMPTY = "no compute kernels"
+DROP_NO_GEMM = "no GEMM"
+DROP_ZERO_SD = "zero pooled sd"
+
+
+@dataclass
+class BlockSet:
+    """Per-rank block times of one or more PGs, and the block samples left out.
+
+    ``times``: one row per (pg, index, rank) of every usable block (see ``TIME_COLUMNS``),
+    with ``precision`` per block identity. ``dropped``: one row per (pg, index, sample) left
+    out, with its reason. ``groups``: the alignment rows of the PGs used; ``iterations``:
+    how iterations were found per PG; ``unassigned_kernels``: compute kernels in no block.
+    """
+
+    times: pd.DataFrame
+    dropped: pd.DataFrame
+    groups: pd.DataFrame
+    m: int
+    iterations: dict[str, str] = field(default_factory=dict)
+    unassigned_kernels: dict[str, int] = field(default_factory=dict)
+
+
+# --- choosing the process group ----------------------------------------------------------
+
+def select_groups(groups: pd.DataFrame, pg: str | None, m: int) -> pd.DataFrame:
+    """The alignment rows of the PG(s) to cut blocks by.
+
+    ``pg`` matches a PG label, ``pg_name`` or ``pg_desc`` exactly (all matches are used: every
+    TP group of a job when they share a description). Without ``pg``: the PGs whose
+    description or name says tp/tensor; else, among the smallest groups with at least ``m``
+    ranks, the one with the most collectives, together with the other groups of that size,
+    description and number of collectives (the other replicas of the same group).
+    """
+    if groups.empty:
+        raise InputError("no process group with NCCL collectives in the traces: no blocks to cut")
+    if pg is not None:
+        hit = groups[(groups["pg"].astype(str) == pg) | (groups["pg_name"].astype(str) == pg)
+                     | (groups["pg_desc"].astype(str) == pg)]
+        if hit.empty:
+            raise InputError(f"--pg {pg}: no such process group; known: "
+                             + ", ".join(f"{g.pg} ({g.pg_desc}, ranks {g.pg_ranks})"
+                                         for g in groups.itertuples()))
+        chosen = hit
+    else:
+        text = groups["pg_desc"].astype(str) + " " + groups["pg_name"].astype(str)
+        tp = groups[text.str.contains(_TP_RE)]
+        if len(tp):
+            chosen = tp[tp["n_ranks"] == tp["n_ranks"].min()]
+        else:
+            usable = groups[groups["n_ranks"] >= m]
+            if usable.empty:
+                raise InputError(f"no process group has at least m={m} ranks (largest: "
+                                 f"{int(groups['n_ranks'].max())}); lower --m")
+            small = usable[usable["n_ranks"] == usable["n_ranks"].min()]
+            best = small.sort_values(["n_collectives", "pg"], ascending=[False, True]).iloc[0]
+            chosen = small[(small["n_collectives"] == best["n_collectives"])
+                           & (small["pg_desc"].astype(str) == str(best["pg_desc"]))]
+        log.info("process group(s) chosen: %s", ", ".join(chosen["pg"].astype(str)))
+    for g in chosen.itertuples():
+        if g.n_ranks < m:
+            raise InputError(f"PG {g.pg} has {g.n_ranks} ranks, fewer than the sample size m={m}")
+        if g.n_ranks % m:
+            raise InputError(f"PG {g.pg} has {g.n_ranks} ranks, not a multiple of the sample size "
+                             f"m={m}; choose --m dividing {g.n_ranks}")
+    return chosen.reset_index(drop=True)
+
+
+def _ranks(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in str(text).split(",") if x != "")
+
+
+# --- iterations --------------------------------------------------------------------------
+
+def _steps_from_annotations(traces: TraceSet, rank: int, inst: pd.DataFrame) -> np.ndarray | None:
+    """Step number of each collective of ``inst`` (rows of one rank, by index); None without steps."""
+    ops = traces.cpu_ops
+    ops = ops[ops["rank"] == rank]
+    names = ops["name"].astype(str)
+    steps = names.str.extract(_STEP_RE, expand=False)
+    found = ops[steps.notna()]
+    if found.empty:
+        return None
+    found = found.assign(step=steps[steps.notna()].astype(np.int64)).sort_values("ts_ns")
+    runtime = traces.runtime
+    launches = runtime[(runtime["rank"] == rank) & (runtime["correlation"] >= 0)]
+    launch_ts = launches.drop_duplicates("correlation").set_index("correlation")["ts_ns"]
+    corr = inst["correlation"].to_numpy()
+    t = inst["ts_ns"].to_numpy().copy()
+    known = np.isin(corr, launch_ts.index.to_numpy())
+    t[known] = launch_ts.loc[corr[known]].to_numpy()
+    if (~known).any():
+        log.info("rank %d: %d collective(s) without a launch event placed in steps by GPU start time",
+                 rank, int((~known).sum()))
+    starts, ends = found["ts_ns"].to_numpy(), found["end_ns"].to_numpy()
+    where = np.searchsorted(starts, t, side="right") - 1
+    inside = (where >= 0) & (t < ends[np.maximum(where, 0)])
+    return np.where(inside, found["step"].to_numpy()[np.maximum(where, 0)], -1)
+
+
+def _smallest_period(seq: Sequence[Any]) -> int | None:
+    """Smallest P with seq[i] == seq[i + P] for all i and at least two repetitions."""
+    n = len(seq)
+    for p in range(1, n // 2 + 1):
+        if all(seq[i] == seq[i + p] for i in range(n - p)):
+            return p
+    return None
+
+
+# --- per-rank block tables ---------------------------------------------------------------
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser on uint64 arrays (wrapping arithmetic)."""
+    x = x.astype(np.uint64, copy=True)
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(31)
+    return x
+
+
+def _name_hashes(names: pd.Series) -> np.ndarray:
+    cat = names.astype("category")
+    table = np.array([int.from_bytes(hashlib.blake2b(normalise_kernel_name(str(c)).encode(),
+                                                     digest_size=8).digest(), "little")
+                      for c in cat.cat.categories] + [0], dtype=np.uint64)
+    codes = cat.cat.codes.to_numpy()
+    return table[np.where(codes >= 0, codes, len(table) - 1)]
+
+
+def _rank_blocks(k: pd.DataFrame, ts: np.ndarray, end: np.ndarray
+                 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, int]]:
+    """Assign one rank's compute kernels to blocks and aggregate them per block.
+
+    ``ts``/``end``: start and end of the PG's collectives on this rank, by index. Returns
+    one row per non-empty block (column ``index`` = i, the collective the block follows),
+    the GEMM time per block and precision (``index, precision, dur_ns``) and counts of
+    kernels in no block.
+    """
+    n = len(ts)
+    kts = k["ts_ns"].to_numpy()
+    run_end = np.maximum.accumulate(end)
+    idx = np.searchsorted(run_end, kts, side="right") - 1
+    ok = (idx >= 0) & (idx < n - 1)
+    safe = np.clip(idx, 0, max(n - 2, 0))
+    in_window = ok & (kts >= end[safe]) & (kts < ts[np.minimum(safe + 1, n - 1)])
+    counts = {"before the first collective": int((idx < 0).sum()),
+              "after the last collective": int((idx >= n - 1).sum()),
+              "during a collective": int((ok & ~in_window).sum())}
+    sel = k[in_window].assign(index=idx[in_window])
+    if sel.empty:
+        return (pd.DataFrame(columns=["index", "n_kernels", "n_gemm_kernels", "gemm_us", "busy_us",
+                                      "span_us", "signature"]),
+                pd.DataFrame(columns=["index", "precision", "dur_ns"]), counts)
+    sel = sel.sort_values(["index", "ts_ns", "end_ns"], kind="stable")
+    g = sel.groupby("index", sort=True)
+    prev = g["end_ns"].cummax().groupby(sel["index"]).shift(1)
+    start_eff = np.maximum(sel["ts_ns"].to_numpy(), prev.fillna(np.iinfo(np.int64).min).to_numpy())
+    covered = np.maximum(sel["end_ns"].to_numpy() - start_eff, 0)
+    # signature: ordered per stream, streams combined by a commutative sum
+    pos = sel.groupby(["index", "stream"], sort=False).cumcount().to_numpy().astype(np.uint64)
+    elem = _mix64(sel["name_hash"].to_numpy() + _mix64(pos + np.uint64(1)))
+    skey = sel.groupby(["index", "stream"], sort=False).ngroup().to_numpy()
+    stream_hash = np.zeros(skey.max() + 1, dtype=np.uint64)
+    np.add.at(stream_hash, skey, elem)
+    stream_index = sel.groupby(["index", "stream"], sort=False)["index"].first().to_numpy()
+    blocks = np.unique(sel["index"].to_numpy())
+    block_hash = np.zeros(len(blocks), dtype=np.uint64)
+    np.add.at(block_hash, np.searchsorted(blocks, stream_index), _mix64(stream_hash))
+    agg = pd.DataFrame({
+        "index": blocks,
+        "n_kernels": g.size().to_numpy(),
+        "n_gemm_kernels": g["is_gemm"].sum().to_numpy().astype(np.int64),
+        "gemm_us": (sel["dur_ns"] * sel["is_gemm"]).groupby(sel["index"]).sum().to_numpy() / 1000.0,
+        "busy_us": pd.Series(covered, index=sel.index).groupby(sel["index"]).sum().to_numpy() / 1000.0,
+        "span_us": (g["end_ns"].max() - g["ts_ns"].min()).to_numpy() / 1000.0,
+    })
+    agg["signature"] = [format(int(h), "016x")[:12]
+                        for h in _mix64(block_hash + agg["n_kernels"].to_numpy().astype(np.uint64))]
+    gemm = sel[sel["is_gemm"] & sel["precision"].notna()]
+    prec = gemm.groupby(["index", "precision"], sort=True)["dur_ns"].sum().reset_index()
+    return agg, prec, counts
+
+
+def cut_blocks(traces: TraceSet, alignment: Alignment | None = None, *, pg: str | None = None,
+               m: int = DEFAULT_M, gemm_patterns: Iterable[str] = (), keep_all: bool = False,
+               precision: str | None = None, **align_options: Any) -> BlockSet:
+    """Cut every member rank's timeline into blocks between the collectives of the chosen PG(s).
+
+    ``alignment`` defaults to :func:`evtsync.align_collectives` with ``align_options``;
+    ``gemm_patterns`` extend the GEMM name patterns; ``keep_all`` keeps blocks without GEMMs;
+    ``precision`` overrides the precision read from kernel names / dtypes.
+    """
+    if not isinstance(m, int | np.integer) or m < 2:
+        raise InputError(f"--m {m}: the sample size must be an integer >= 2")
+    user_precision = canonical_precision(precision) if precision else None
+    classifier = KernelClassifier(tuple(gemm_patterns))
+    if alignment is None:
+        alignment = align_collectives(traces, **align_options)
+    chosen = select_groups(alignment.groups, pg, int(m))
+    kernels = traces.kernels
+    compute = kernels[(kernels["cat"].astype(str) == "kernel") & ~kernels["is_nccl"]]
+    is_gemm = classifier.gemm_mask(compute["name"])
+    compute = compute[["rank", "name", "stream", "ts_ns", "dur_ns", "end_ns"]].assign(
+        is_gemm=is_gemm, name_hash=_name_hashes(compute["name"]),
+        precision=np.where(is_gemm, name_precisions(compute["name"]), None))
+    gpu_of = dict(zip(traces.ranks["rank"].astype(int), traces.ranks["gpu"].astype(str), strict=True))
+    time_parts, drops, iterations, unassigned = [], [], {}, {}
+    for group in chosen.itertuples():
+        parts, group_drops, source, lost = _cut_group(traces, alignment, group, int(m), compute, gpu_of,
+                                                      user_precision)
+        time_parts.append(parts)
+        drops.extend(group_drops)
+        iterations[str(group.pg)] = source
+        unassigned[str(group.pg)] = lost
+    times = pd.concat(time_parts, ignore_index=True) if time_parts else pd.DataFrame(columns=TIME_COLUMNS)
+    dropped = pd.DataFrame(drops, columns=DROP_COLUMNS)
+    if not keep_all and len(times):
+        block_gemm = times.groupby(["pg", "index", "sample"])["n_gemm_kernels"].transform("min")
+        no_gemm = times[block_gemm == 0]
+        for (pgl, index, sample), sub in no_gemm.groupby(["pg", "index", "sample"], sort=True):
+            dropped.loc[len(dropped)] = [pgl, int(index), int(sample), sub["block"].iloc[0],
+                                         int(sub["instance"].iloc[0]), DROP_NO_GEMM,
+                                         f"{int(sub['n_kernels'].iloc[0])} kernels, none a GEMM"]
+        times = times[block_gemm > 0].reset_index(drop=True)
+    return BlockSet(times=times, dropped=dropped, groups=chosen, m=int(m), iterations=iterations,
+                    unassigned_kernels=unassigned)
+
+
+def _cut_group(traces: TraceSet, alignment: Alignment, group: Any, m: int, compute: pd.DataFrame,
+               gpu_of: dict[int, str], user_precision: str | None
+               ) -> tuple[pd.DataFrame, list[list[Any]], str, int]:
+    """Blocks of one PG: per-rank rows of the usable blocks, drop rows, iteration source,
+    number of compute kernels in no block."""
+    label = str(group.pg)
+    members = tuple(sorted(_ranks(group.pg_ranks)))
+    present = set(_ranks(group.present_ranks))
+    k = len(members) // m
+    sample_of = {r: p % k for p, r in enumerate(members)}
+    group_rank = {r: p for p, r in enumerate(members)}
+    inst = alignment.instances[alignment.instances["pg"] == label].sort_values(["rank", "index"])
+    n = int(group.n_collectives)
+    here = [r for r in members if r in present]
+    first = here[0]
+    per_rank, gemm_prec, lost = {}, [], 0
+    for r in here:
+        rows = inst[inst["rank"] == r]
+        ts, end = rows["ts_ns"].to_numpy(), rows["end_ns"].to_numpy()
+        agg, prec, counts = _rank_blocks(compute[compute["rank"] == r], ts, end)
+        gemm_prec.append(prec.assign(rank=r))
+        lost += sum(counts.values())
+        if sum(counts.values()):
+            log.debug("PG %s rank %d: compute kernels in no block: %s", label, r, counts)
+        full = pd.DataFrame({"index": np.arange(max(n - 1, 0), dtype=np.int64)}).merge(agg, on="index", how="left")
+        full["window_us"] = (ts[1:] - end[:-1]) / 1000.0 if n > 1 else np.empty(0)
+        per_rank[r] = full
+    # iterations: from ProfilerStep annotations, else from the repetition of the sequence
+    rows0 = inst[inst["rank"] == first]
+    steps = _steps_from_annotations(traces, first, rows0)
+    if steps is not None:
+        source = f"ProfilerStep annotations of rank {first}"
+        instance = steps
+        position = np.zeros(n, dtype=np.int64)
+        for s in np.unique(steps):
+            where = np.flatnonzero(steps == s)
+            position[where] = np.arange(len(where))
+    else:
+        sig0 = per_rank[first]["signature"].fillna("").tolist()
+        seq = [(str(c), int(b), sig0[i - 1] if i else "")
+               for i, (c, b) in enumerate(zip(rows0["collective"], rows0["msg_bytes"], strict=True))]
+        period = _smallest_period(seq[1:]) if n > 2 else None
+        if period is None:
+            source = "one iteration (no ProfilerStep annotations, no repeating collective sequence)"
+            instance, position = np.zeros(n, dtype=np.int64), np.arange(n, dtype=np.int64)
+        else:
+            source = f"repetition of the collective sequence (period {period})"
+            offs = np.arange(n) - 1
+            instance, position = np.where(offs >= 0, offs // period, -1), np.where(offs >= 0, offs % period, -1)
+    log.info("PG %s: iterations from %s", label, source)
+    invalid = {i for (p, i) in alignment.invalid if p == label}
+    drops: list[list[Any]] = []
+    keep_rows = []
+    samples = range(k)
+    for i in range(max(n - 1, 0)):
+        inst_id, pos = int(instance[i + 1]), int(position[i + 1])
+        sigs = {r: per_rank[r].at[i, "signature"] for r in here}
+        known = pd.Series([s for s in sigs.values() if isinstance(s, str)], dtype=object)
+        majority = str(known.value_counts().sort_index().idxmax()) if len(known) else None
+        block = f"{pos}:{majority}" if majority else f"{pos}:-"
+        reason, detail = None, ""
+        if i in invalid or (i + 1) in invalid:
+            reason, detail = DROP_INVALID, f"collective {i if i in invalid else i + 1}"
+        elif per_rank[first].at[i, "window_us"] < 0:
+            reason, detail = DROP_OVERLAP, f"collective {i + 1} starts before collective {i} ends"
+        elif steps is not None and inst_id < 0:
+            reason, detail = DROP_OUTSIDE, f"collective {i + 1} launched outside every ProfilerStep"
+        elif majority is None:
+            reason, detail = DROP_EMPTY, "no compute kernel between the collectives on any rank"
+        if reason:
+            drops.extend([label, i, s, block, inst_id, reason, detail] for s in samples)
+            continue
+        for s in samples:
+            ranks_s = [r for r in members if sample_of[r] == s]
+            missing = [r for r in ranks_s if r not in present]
+            if missing:
+                drops.append([label, i, s, block, inst_id, DROP_INCOMPLETE,
+                              f"no trace for rank(s) {','.join(map(str, missing))}"])
+                continue
+            odd = [r for r in ranks_s if sigs[r] != majority]
+            if odd:
+                counts = ", ".join(f"rank {r}: {int(per_rank[r].at[i, 'n_kernels']) if isinstance(sigs[r], str) else 0}"
+                                   for r in ranks_s)
+                drops.append([label, i, s, block, inst_id, DROP_SIGNATURE,
+                              f"rank(s) {','.join(map(str, odd))} ran other kernels ({counts} kernels)"])
+                continue
+            for r in ranks_s:
+                row = per_rank[r].loc[i]
+                keep_rows.append((label, i, r, group_rank[r], s, pos, inst_id, block, row["signature"],
+                                  int(row["n_kernels"]), int(row["n_gemm_kernels"]), float(row["gemm_us"]),
+                                  float(row["busy_us"]), float(row["span_us"]), float(row["window_us"]),
+                                  gpu_of.get(r, "unknown")))
+    times = pd.DataFrame(keep_rows, columns=TIME_COLUMNS)
+    times["precision"] = _precisions(times, pd.concat(gemm_prec, ignore_index=True), rows0, user_precision)
+    if lost:
+        log.info("PG %s: %d compute kernel(s) lie in no block (before the first / after the last "
+                 "collective, or during a collective)", label, lost)
+    return times, drops, source, lost
+
+
+def _precisions(times: pd.DataFrame, gemm_prec: pd.DataFrame, rows0: pd.DataFrame,
+                user: str | None) -> pd.Series:
+    """Precision per block identity: the user's; else the precision with the most GEMM time
+    over the identity's kernels (all ranks and instances); else the dtype of the collectives
+    that close the identity's blocks; else ``unknown``."""
+    if user or times.empty:
+        return pd.Series(user or "unknown", index=times.index, dtype=object)
+    block_of = times[["index", "rank", "block"]]
+    g = gemm_prec.merge(block_of, on=["index", "rank"], how="inner")
+    best: dict[str, str] = {}
+    if len(g):
+        sums = g.groupby(["block", "precision"])["dur_ns"].sum().reset_index()
+        sums = sums.sort_values(["block", "dur_ns", "precision"], ascending=[True, False, True])
+        best = dict(zip(sums.drop_duplicates("block")["block"], sums.drop_duplicates("block")["precision"],
+                        strict=True))
+    dtypes = rows0.set_index("index")["dtype"]
+    for block, sub in times.groupby("block", sort=False):
+        if block not in best:
+            labels = {precision_from_dtype(dtypes.get(i + 1)) for i in sub["index"].unique()} - {None}
+            best[block] = labels.pop() if len(labels) == 1 else "unknown"
+    return times["block"].map(best).astype(object)
+
+
+# --- the z-score table -------------------------------------------------------------------
+
+def default_workload(traces: TraceSet) -> str:
+    """Name of the folder that holds the trace files, or ``unknown`` when they are spread out."""
+    parents = {Path(str(p)).parent for p in traces.ranks["path"]}
+    if len(parents) == 1:
+        name = next(iter(parents)).name
+        if name:
+            return name
+    return "unknown"
+
+
+def compute_zscores(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *,
+                    pg: str | None = None, m: int = DEFAULT_M, time: str = "busy",
+                    workload: str | None = None, precision: str | None = None,
+                    gemm_patterns: Iterable[str] = (), keep_all: bool = False,
+                    alignment: Alignment | None = None, **align_options: Any) -> tuple[pd.DataFrame, BlockSet]:
+    """The pooled z-score table and the :class:`BlockSet` it came from (with the drop list).
+
+    See :func:`zscore_table` for the arguments.
+    """
+    from evtsync.trace.traceset import load_traces
+    from evtsync.zscores import ZSCORE_COLUMNS, pooled_zscores
+
+    if time not in TIME_DEFINITIONS:
+        raise InputError(f"--time {time!r}: expected one of {', '.join(TIME_DEFINITIONS)}")
+    if not isinstance(traces, TraceSet):
+        traces = load_traces(traces)
+    blocks = cut_blocks(traces, alignment, pg=pg, m=m, gemm_patterns=gemm_patterns,
+                        keep_all=keep_all, precision=precision, **align_options)
+    table, zero_sd = pooled_zscores(blocks.times, m=blocks.m, value=f"{time}_us")
+    if len(zero_sd):
+        blocks.dropped = pd.concat([blocks.dropped, zero_sd.assign(reason=DROP_ZERO_SD)[DROP_COLUMNS]],
+                                   ignore_index=True)
+    table["workload"] = workload or default_workload(traces)
+    table = table[ZSCORE_COLUMNS]
+    _log_drops(blocks, len(table))
+    return table, blocks
+
+
+def zscore_table(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *,
+                 pg: str | None = None, m: int = DEFAULT_M, time: str = "busy",
+                 workload: str | None = None, precision: str | None = None,
+                 gemm_patterns: Iterable[str] = (), keep_all: bool = False,
+                 alignment: Alignment | None = None, **align_options: Any) -> pd.DataFrame:
+    """Pooled z-scores of the block maxima (SPEC §5), one row per block instance and sample.
+
+    ``pg``: PG label, name or description (default: the TP group, see :func:`select_groups`);
+    ``m``: sample size; ``time``: ``busy`` | ``span`` | ``window`` (module docstring);
+    ``workload``: label (default: the traces' folder name); ``precision``: override;
+    ``gemm_patterns``: extra GEMM regexes; ``keep_all``: keep blocks without GEMMs;
+    ``alignment``/``align_options``: a ready alignment or options for
+    :func:`evtsync.align_collectives`. Dropped block samples are logged with their reasons.
+    """
+    table, _ = compute_zscores(traces, pg=pg, m=m, time=time, workload=workload, precision=precision,
+                               gemm_patterns=gemm_patterns, keep_all=keep_all, alignment=alignment,
+                               **align_options)
+    return table
+
+
+def drop_summary(blocks: BlockSet) -> pd.DataFrame:
+    """Counts of dropped block samples per PG and reason (``pg, reason, count``)."""
+    if blocks.dropped.empty:
+        return pd.DataFrame(columns=["pg", "reason", "count"])
+    return (blocks.dropped.groupby(["pg", "reason"], sort=True).size().rename("count").reset_index())
+
+
+def _log_drops(blocks: BlockSet, n_kept: int) -> None:
+    summary = drop_summary(blocks)
+    total = int(summary["count"].sum()) if len(summary) else 0
+    log.info("%d block sample(s) kept, %d dropped", n_kept, total)
+    for row in summary.itertuples():
+        log.info("  dropped %d block sample(s) of PG %s: %s", row.count, row.pg, row.reason)

@@ -1,0 +1,113 @@
+"""``evtsync blocks TRACES…``: compute blocks between collectives and their pooled z-scores (SPEC §5)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+ORDER = 20
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from evtsync.blocks import DEFAULT_M, TIME_DEFINITIONS
+    from evtsync.cli._common import add_trace_arguments
+    from evtsync.kernels import PRECISIONS
+
+    parser = sub.add_parser(
+        "blocks", help="compute blocks between collectives and pooled z-scores (SPEC §5)",
+        description="Cut every rank's GPU timeline into compute blocks between consecutive "
+        "collectives of one process group (default: the TP group), and write the pooled z-score "
+        "of each block maximum over samples of m ranks. See docs/blocks.md.")
+    add_trace_arguments(parser)
+    for action in parser._actions:
+        if "--pg" in action.option_strings:
+            action.metavar = "NAME | NAME=RANKS[@STREAM]"
+            action.help = ("NAME selects the process group to cut blocks by (label, pg_name or "
+                           "pg_desc; default: the TP group); NAME=RANKS[@STREAM] declares a group "
+                           "as in `evtsync tax` (repeatable)")
+    parser.add_argument("--m", type=int, default=DEFAULT_M,
+                        help=f"sample size m (default {DEFAULT_M}); a group of n = k·m ranks gives "
+                             "k samples, group rank p in sample p mod k")
+    parser.add_argument("--time", choices=TIME_DEFINITIONS, default="busy",
+                        help="block time per rank: busy = GPU busy time (default), span = first "
+                             "kernel start to last kernel end, window = collective end to next start")
+    parser.add_argument("--workload", help="workload label (default: the traces' folder name)")
+    parser.add_argument("--precision", metavar="P",
+                        help=f"precision label for every block ({', '.join(PRECISIONS)}); default: "
+                             "from GEMM kernel names, else the collectives' dtype")
+    parser.add_argument("--gemm-pattern", action="append", default=[], metavar="REGEX",
+                        help="extra regular expression for GEMM kernel names (repeatable)")
+    parser.add_argument("--keep-all", action="store_true",
+                        help="keep blocks without GEMM kernels (default: GEMM blocks only)")
+    parser.add_argument("-o", "--output", metavar="PATH",
+                        help="write the z-score table (.parquet/.csv); PATH_times has the "
+                             "per-rank block times, PATH_dropped the block samples left out")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from evtsync.blocks import compute_zscores, drop_summary
+    from evtsync.cli._common import align_options, sibling_path
+    from evtsync.collectives import PGOverride
+    from evtsync.errors import InputError
+    from evtsync.tableio import write_table
+    from evtsync.trace.traceset import load_traces
+
+    selectors = [text for text in args.pg if "=" not in text]
+    if len(selectors) > 1:
+        raise InputError(f"--pg: give one process group to cut blocks by, got {', '.join(selectors)}")
+    args.pg = [text for text in args.pg if "=" in text]
+    declared = [PGOverride.parse(text).name for text in args.pg]
+    selector = selectors[0] if selectors else (declared[0] if len(declared) == 1 else None)
+    traces = load_traces(args.traces, salvage=args.salvage, workers=args.workers)
+    table, blocks = compute_zscores(
+        traces, pg=selector, m=args.m, time=args.time, workload=args.workload,
+        precision=args.precision, gemm_patterns=args.gemm_pattern, keep_all=args.keep_all,
+        **align_options(args))
+    summary = drop_summary(blocks)
+    if args.output:
+        write_table(table, args.output)
+        write_table(blocks.times, sibling_path(args.output, "times"))
+        write_table(blocks.dropped, sibling_path(args.output, "dropped"))
+    n_dropped = int(summary["count"].sum()) if len(summary) else 0
+    if args.json:
+        print(json.dumps({
+            "pg": blocks.groups["pg"].astype(str).tolist(), "m": blocks.m, "time": args.time,
+            "iterations": blocks.iterations, "n_zscores": len(table),
+            "n_identities": int(table.groupby(["pg", "block"]).ngroups) if len(table) else 0,
+            "dropped": summary.to_dict(orient="records"), "n_dropped": n_dropped,
+            "unassigned_kernels": blocks.unassigned_kernels,
+        }, indent=2, default=str))
+        return 0
+    _print_report(table, blocks, summary, n_dropped, args)
+    return 0
+
+
+def _print_report(table, blocks, summary, n_dropped, args) -> None:  # noqa: ANN001 - CLI rendering only
+    groups = ", ".join(f"{g.pg} (ranks {g.pg_ranks})" for g in blocks.groups.itertuples())
+    print(f"blocks between the collectives of {groups}; m = {blocks.m}, time = {args.time}")
+    for pg, source in blocks.iterations.items():
+        print(f"  {pg}: iterations from {source}; {blocks.unassigned_kernels.get(pg, 0)} compute "
+              "kernel(s) outside every block")
+    kept = len(table)
+    print(f"{kept} z-score(s) kept, {n_dropped} block sample(s) dropped")
+    for row in summary.itertuples():
+        print(f"  dropped {row.count:>6}  {row.pg}: {row.reason}")
+    if kept:
+        ident = table.groupby(["pg", "block"], sort=True).agg(
+            n=("z", "size"), mean_us=("block_mean_us", "first"), sd_us=("block_sd_us", "first"),
+            cv=("cv", "first"), precision=("precision", "first"), z_mean=("z", "mean"))
+        print(f"\n{len(ident)} block identit{'y' if len(ident) == 1 else 'ies'} "
+              "(a_c = mean block time, s = pooled sd, r = s/a):")
+        print(f"  {'pg':<16} {'block':<20} {'n':>5} {'a_c us':>10} {'s us':>9} {'r':>7} {'prec':>6} {'mean z':>7}")
+        for (pg, block), row in ident.head(30).iterrows():
+            print(f"  {pg!s:<16} {block!s:<20} {row.n:>5} {row.mean_us:>10.1f} {row.sd_us:>9.2f} "
+                  f"{row.cv:>7.4f} {row.precision!s:>6} {row.z_mean:>7.3f}")
+        if len(ident) > 30:
+            print(f"  … {len(ident) - 30} more")
+        by = table.groupby(["gpu", "precision", "workload"]).size()
+        print("\nz-scores per GPU, precision and workload: "
+              + "; ".join(f"{g}/{p}/{w}: {c}" for (g, p, w), c in by.items()))
+    if args.output:
+        print(f"\nwrote {args.output} (+ _times, _dropped)")

@@ -1,0 +1,97 @@
+"""Pooled z-scores of block maxima (SPEC §5).
+
+For block identity c, instance j and sample s of m ranks with block times X_{c,j,s,r}:
+
+- M = max_r X, Xbar = mean_r X;
+- s_pooled(c) = sqrt( sum_{j,s} sum_r (X - Xbar)^2 / sum_{j,s} (m - 1) ), pooled over every
+  instance and sample of the identity;
+- z = (M - Xbar) / s_pooled(c);
+- a_c = mean of all X of the identity, r_c = s_pooled / a_c (coefficient of variation).
+
+z is invariant under X -> a + b X (b > 0), which is what lets one GEV describe blocks of any
+size. Identities whose pooled sd is 0 (all times equal) have no z and are reported.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pandas as pd
+
+from evtsync.errors import InputError
+
+log = logging.getLogger(__name__)
+
+ZSCORE_COLUMNS = ["z", "gpu", "precision", "workload", "block", "instance", "sample",
+                  "block_mean_us", "block_sd_us", "cv", "max_us", "mean_us", "n_gemm_kernels",
+                  "has_gemm", "pg", "position", "signature", "index", "ranks", "max_rank",
+                  "n_kernels", "n_samples", "dof", "time"]
+_GROUP = ["pg", "block", "instance", "sample"]
+
+
+def pooled_sd(x: np.ndarray) -> float:
+    """Pooled sd of a (J, m) array of J samples of m: sqrt(sum of squared deviations from
+    each row's mean / (J (m - 1)))."""
+    x = np.asarray(x, dtype=float)
+    if x.ndim != 2 or x.shape[1] < 2 or x.shape[0] < 1:
+        raise InputError(f"pooled sd needs a (J, m) array with J >= 1 and m >= 2, got shape {x.shape}")
+    dev = x - x.mean(axis=1, keepdims=True)
+    return float(np.sqrt((dev * dev).sum() / (x.shape[0] * (x.shape[1] - 1))))
+
+
+def pooled_zscores(times: pd.DataFrame, *, m: int, value: str = "busy_us") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The z-score table from per-rank block times, and the block samples without a z.
+
+    ``times`` has one row per (pg, block, instance, sample, rank) with the block time in
+    column ``value`` (µs) plus the labels ``gpu``, ``precision``, ``position``, ``signature``,
+    ``index``, ``rank``, ``n_kernels``, ``n_gemm_kernels``. Every (pg, block, instance, sample)
+    must hold exactly ``m`` ranks. Returns (table, zero_sd) where zero_sd lists the samples
+    of identities whose pooled sd is 0 (columns pg, index, sample, block, instance, detail).
+    """
+    empty_drops = pd.DataFrame(columns=["pg", "index", "sample", "block", "instance", "detail"])
+    if times.empty:
+        return pd.DataFrame(columns=[c for c in ZSCORE_COLUMNS if c != "workload"]), empty_drops
+    if value not in times:
+        raise InputError(f"block times have no column {value!r}")
+    x = times[value].to_numpy(dtype=float)
+    if not np.isfinite(x).all():
+        raise InputError(f"block times: {int((~np.isfinite(x)).sum())} non-finite value(s) in {value}")
+    t = times.assign(_x=x).sort_values([*_GROUP, "rank"], kind="stable")
+    g = t.groupby(_GROUP, sort=True, observed=True)
+    size = g["_x"].size()
+    if (size != m).any():
+        bad = size[size != m].index[0]
+        raise InputError(f"block sample {dict(zip(_GROUP, bad, strict=True))} has "
+                         f"{int(size[bad])} ranks, expected m={m}")
+    mean = g["_x"].transform("mean")
+    t["_ss"] = (t["_x"] - mean) ** 2
+    per = g.agg(max_us=("_x", "max"), mean_us=("_x", "mean"), ss=("_ss", "sum"),
+                gpu=("gpu", _label), precision=("precision", "first"), position=("position", "first"),
+                signature=("signature", "first"), index=("index", "first"),
+                n_kernels=("n_kernels", "first"), n_gemm_kernels=("n_gemm_kernels", "min"))
+    per["ranks"] = g["rank"].agg(lambda r: ",".join(str(int(v)) for v in r))
+    per["max_rank"] = t.loc[g["_x"].idxmax(), "rank"].to_numpy().astype(np.int64)
+    per = per.reset_index()
+    ident = per.groupby(["pg", "block"], sort=False)
+    per["n_samples"] = ident["ss"].transform("size").astype(np.int64)
+    per["dof"] = per["n_samples"] * (m - 1)
+    per["block_sd_us"] = np.sqrt(ident["ss"].transform("sum") / per["dof"])
+    per["block_mean_us"] = ident["mean_us"].transform("mean")  # equal sample sizes: mean of all X
+    zero = per["block_sd_us"] <= 0
+    zero_sd = per[zero][["pg", "index", "sample", "block", "instance"]].assign(
+        detail="all block times of the identity are equal")
+    per = per[~zero].reset_index(drop=True)
+    per["z"] = (per["max_us"] - per["mean_us"]) / per["block_sd_us"]
+    per["cv"] = per["block_sd_us"] / per["block_mean_us"]
+    per["has_gemm"] = per["n_gemm_kernels"] > 0
+    per["time"] = value.removesuffix("_us")
+    per["instance"] = per["instance"].astype(np.int64)
+    per["sample"] = per["sample"].astype(np.int64)
+    return per[[c for c in ZSCORE_COLUMNS if c != "workload"]], zero_sd
+
+
+def _label(values: pd.Series) -> str:
+    """One GPU label for a sample: the model, or the models joined by ``+`` when mixed."""
+    uniq = sorted(set(map(str, values)))
+    return uniq[0] if len(uniq) == 1 else "+".join(uniq)
