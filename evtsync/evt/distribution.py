@@ -23,15 +23,24 @@ point (``xi > 0``) and ``0`` above the upper end point (``xi < 0``).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import pytensor
 import pytensor.tensor as pt
 from pymc.distributions.continuous import Continuous
 from pymc.distributions.dist_math import check_parameters
 from pymc.distributions.shape_utils import rv_size_is_none
+from pytensor.gradient import DisconnectedType
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
+from pytensor.link.numba.dispatch.basic import numba_njit, register_funcify_default_op_cache_key
 from pytensor.tensor.random.op import RandomVariable
 
 __all__ = [
     "GEV",
+    "gev_logp_sum",
+    "gev_logp_sum_grad_np",
     "gev_L",
     "gev_logcdf_np",
     "gev_logpdf_np",
@@ -175,3 +184,132 @@ class GEV(Continuous):
 
     def logcdf(value, mu, sigma, xi):
         return check_parameters(gev_logcdf_pt(value, mu, sigma, xi), sigma > 0, msg="sigma > 0")
+
+
+# ---------------------------------------------------------------------------------------------
+# Fused log-likelihood sum with its gradient, for sampling large cells fast.
+#
+# One pass over the z-scores of a cell computes the summed log density and its three partial
+# derivatives together (one log1p, one exp, one division per z-score), instead of PyTensor's
+# autodiff graph, which traverses the data several times. The derivatives, with
+# t = (z - mu)/sigma, s = 1 + xi t, L = log1p(xi t)/xi, g = exp(-L) - (1 + xi):
+#   d/dmu    = -sum(g / s) / sigma
+#   d/dsigma = -sum(g t / s) / sigma - n / sigma
+#   d/dxi    = sum(g dL/dxi - L),   dL/dxi = (t/s - L)/xi,
+# with dL/dxi = t² (-1/2 + 2z/3 - 3z²/4 + 4z³/5) for |z| = |xi t| < 1e-3 (same series as L).
+# Outside the support the sum is -inf and the gradient 0.
+# ---------------------------------------------------------------------------------------------
+
+
+def _gev_sum_kernel(z: np.ndarray, mu: float, sigma: float, xi: float) -> tuple[float, float, float, float]:
+    inv_s = 1.0 / sigma
+    acc_lp = 0.0
+    acc_mu = 0.0
+    acc_s = 0.0
+    acc_xi = 0.0
+    for i in range(z.shape[0]):
+        t = (z[i] - mu) * inv_s
+        zz = xi * t
+        s = 1.0 + zz
+        if not s > 0.0:
+            return -np.inf, 0.0, 0.0, 0.0
+        if abs(zz) < 1e-3:
+            L = t * (1.0 + zz * (-0.5 + zz * (1.0 / 3.0 + zz * (-0.25 + zz * 0.2))))
+            dL_dxi = t * t * (-0.5 + zz * (2.0 / 3.0 + zz * (-0.75 + zz * 0.8)))
+        else:
+            L = math.log1p(zz) / xi
+            dL_dxi = (t / s - L) / xi
+        e = math.exp(-L)
+        g = e - (1.0 + xi)
+        gt = g / s
+        acc_lp += -(1.0 + xi) * L - e
+        acc_mu += gt
+        acc_s += gt * t
+        acc_xi += g * dL_dxi - L
+    n = z.shape[0]
+    return acc_lp - n * math.log(sigma), -acc_mu * inv_s, -acc_s * inv_s - n * inv_s, acc_xi
+
+
+_numba_kernel = None
+
+
+def _jit_kernel():
+    """The kernel compiled by numba (once per process)."""
+    global _numba_kernel
+    if _numba_kernel is None:
+        import numba
+
+        _numba_kernel = numba.njit(fastmath={"arcp", "contract", "nsz"}, cache=False)(_gev_sum_kernel)
+    return _numba_kernel
+
+
+def gev_logp_sum_grad_np(z, mu: float, sigma: float, xi: float) -> tuple[float, np.ndarray]:
+    """Summed GEV log density of ``z`` and its gradient in (mu, sigma, xi) (numba kernel)."""
+    lp, dmu, dsig, dxi = _jit_kernel()(np.ascontiguousarray(z, dtype=np.float64), float(mu), float(sigma), float(xi))
+    return lp, np.array([dmu, dsig, dxi])
+
+
+class GEVLogpSum(Op):
+    """``(z, mu, sigma, xi) -> (sum log f(z), d/d(mu, sigma, xi))`` in one pass over ``z``.
+
+    The gradient of the first output is the second output of the same node, so PyTensor's
+    merge optimisation keeps a single traversal of the data per log-density-and-gradient
+    evaluation. Compiled by numba in PyTensor's numba backend (nutpie); ``perform`` runs the
+    same kernel for the other backends (PyMC's default NUTS).
+    """
+
+    __props__ = ()
+
+    def make_node(self, z, mu, sigma, xi):
+        z = pt.as_tensor_variable(z, dtype="float64")
+        mu, sigma, xi = (pt.as_tensor_variable(v, dtype="float64") for v in (mu, sigma, xi))
+        if z.ndim != 1 or any(v.ndim != 0 for v in (mu, sigma, xi)):
+            raise TypeError("GEVLogpSum needs a vector of z-scores and scalar mu, sigma, xi")
+        return Apply(self, [z, mu, sigma, xi], [pt.dscalar(), pt.dvector()])
+
+    def perform(self, node, inputs, output_storage):
+        z, mu, sigma, xi = inputs
+        lp, grad = gev_logp_sum_grad_np(z, float(mu), float(sigma), float(xi))
+        output_storage[0][0] = np.asarray(lp, dtype=np.float64)
+        output_storage[1][0] = grad
+
+    def pullback(self, inputs, outputs, output_grads):
+        g_lp, g_grad = output_grads
+        if not isinstance(g_grad.type, DisconnectedType):
+            raise NotImplementedError("second derivatives of GEVLogpSum are not implemented")
+        grad = outputs[1]
+        return [
+            pytensor.gradient.grad_undefined(self, 0, inputs[0], "z-scores are data"),
+            g_lp * grad[0],
+            g_lp * grad[1],
+            g_lp * grad[2],
+        ]
+
+    def connection_pattern(self, node):
+        return [[True, False], [True, True], [True, True], [True, True]]
+
+
+gev_logp_sum_op = GEVLogpSum()
+
+
+def gev_logp_sum(z, mu, sigma, xi):
+    """Summed GEV log density of the data vector ``z`` at scalar parameters (fused, fast)."""
+    return gev_logp_sum_op(z, mu, sigma, xi)[0]
+
+
+@register_funcify_default_op_cache_key(GEVLogpSum)
+def _numba_funcify_gev_logp_sum(op, node=None, **kwargs):
+    kernel = numba_njit(fastmath={"arcp", "contract", "nsz"})(_gev_sum_kernel)
+
+    @numba_njit
+    def gev_logp_sum_numba(z, mu, sigma, xi):
+        lp, dmu, dsig, dxi = kernel(z, mu[()], sigma[()], xi[()])
+        out_lp = np.empty(())
+        out_lp[()] = lp
+        grad = np.empty(3)
+        grad[0] = dmu
+        grad[1] = dsig
+        grad[2] = dxi
+        return out_lp, grad
+
+    return gev_logp_sum_numba
