@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Stand-in for nccl-tests' all_reduce_perf: replays a real log (replay_*.txt beside it).
 
-It honours -w, -n, -N, -z and -I in its header line and repeats the real table -N times,
+It honours -w, -n, -N and -z in its header line and repeats the real table -N times,
 scaling each cycle's times by a small deterministic factor (so cycle CV is not zero) and
 recomputing algbw/busbw as nccl-tests does. With FAKE_NCCL_FAIL_Z set to a -z value it
 prints an Open MPI-style failure for that value and exits 1.
@@ -27,7 +27,7 @@ def option(argv, flag, default):
 def main():
     argv = sys.argv[1:]
     warmup, iters = option(argv, "-w", "5"), option(argv, "-n", "20")
-    cycles, blocking, per_iter = int(option(argv, "-N", "1")), option(argv, "-z", "0"), option(argv, "-I", "0")
+    cycles, blocking = int(option(argv, "-N", "1")), option(argv, "-z", "0")
     if os.environ.get("FAKE_NCCL_FAIL_Z") == blocking:
         print("--------------------------------------------------------------------------")
         print("There are not enough slots available in the system to satisfy the 8")
