@@ -172,3 +172,15 @@ def test_bandwidth_alpha_from_log(monkeypatch: pytest.MonkeyPatch, capsys: pytes
     code, _, err = run(capsys, "bandwidth", "--topology", "full", "--n", "8", "--alpha-from", "log.txt",
                        "--bytes", "1e8", "--tau-us", "0")
     assert code == 2 and "--alpha-from is not available" in err
+
+
+def test_fit_not_converged_exit_status_and_null_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """True xi = -1.5: the GEV likelihood is unbounded at xi -> -1; the command says so (exit 1)
+    and its JSON stays valid (no NaN tokens: standard errors are null)."""
+    path = tmp_path / "bounded.csv"
+    pd.DataFrame({"m": stats.genextreme.rvs(1.5, size=100, random_state=0)}).to_csv(path, index=False)
+    code, out, _ = run(capsys, "fit", str(path), "--mle", "--no-profile", "--json")
+    assert code == 1
+    record = json.loads(out)
+    assert record["converged"] is False and "-1" in record["message"]
+    assert "NaN" not in out

@@ -203,7 +203,9 @@ def run_bandwidth(args: argparse.Namespace) -> int:
     if args.plot:
         _plot(records, args.plot, args.eps)
     if args.json:
-        print(json.dumps(records))
+        from evtsync.cli.fit import json_safe
+
+        print(json.dumps(json_safe(records), allow_nan=False))
         return 0
     print(f"alpha = {alpha:g} µs, S = {args.bytes:.6g} bytes, eps = {args.eps:g}; bandwidths in GB/s")
     print(f"{'topology':9s} {'n':>6s} {'p':>9s} {'q':>7s} {'tau_us':>10s} {'B*':>12s} {'B*_Hockney':>12s} {'reduction':>9s}")

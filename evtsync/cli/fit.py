@@ -2,7 +2,7 @@
 
 With ``--mle`` the column ``z`` of a z-score table (or ``--column NAME`` of any CSV/Parquet
 table) is fitted by maximum likelihood; ``--json`` prints ``family, n, mu, sigma, xi, se,
-loglik, aic`` first, then the convergence flag, covariance, profile interval for xi and the
+loglik, aic`` first (NaN and infinities as null), then the convergence flag, covariance, profile interval for xi and the
 Gumbel-vs-GEV likelihood-ratio test. Exit status 1 when the fit did not converge.
 
 With ``--model PATH`` the Bayesian fitter (``evtsync.evt.bayes_cli``) is called.
@@ -100,6 +100,17 @@ def load_maxima(path: str, column: str | None, where: list[str], negate: bool) -
     return (-values if negate else values), name, skipped
 
 
+def json_safe(value: Any) -> Any:
+    """Replace NaN and infinities (not valid JSON) by null, recursively."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def _bayesian(args: argparse.Namespace) -> int:
     try:
         from evtsync.evt.bayes_cli import run_bayesian_fit
@@ -143,7 +154,7 @@ def run_fit(args: argparse.Namespace) -> int:
         plot_diagnostics(fit, values, args.plot)
         record["plot"] = str(args.plot)
     if args.json:
-        print(json.dumps(record, allow_nan=True))
+        print(json.dumps(json_safe(record), allow_nan=False))
     else:
         label = "Gumbel" if fit.family == "gumbel" else "GEV"
         print(f"{label} MLE of {column!r} in {args.data}: n = {fit.n}" + (" (negated)" if args.negate else ""))

@@ -58,7 +58,7 @@ _XI_FLOOR = -1.0
 _MIN_N = {"gumbel": 3, "gev": 5}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class MleFit:
     """A maximum-likelihood fit of a GEV-family distribution to block maxima.
 
@@ -107,7 +107,7 @@ class MleFit:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class LikelihoodRatioTest:
     """Gumbel (null, xi = 0) against GEV: deviance, p-value and both fits with their AIC."""
 
