@@ -1,0 +1,98 @@
+"""``evtsync synth OUT_DIR``: a synthetic multi-rank trace set with its ground truth."""
+
+from __future__ import annotations
+
+import argparse
+
+ORDER = 90
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from evtsync.synth.config import (
+        FORMATS,
+        GPU_MODELS,
+        PLANT_BLOCKS,
+        PLANT_KINDS,
+        PRECISIONS,
+        TP_MODES,
+    )
+
+    parser = sub.add_parser(
+        "synth", help="write a synthetic multi-rank Kineto trace set with ground truth",
+        description="Simulate a tensor-parallel transformer job and write one Kineto trace per rank "
+        "(OUT_DIR/traces/) and OUT_DIR/ground_truth.json: per collective the per-rank durations, "
+        "straggler and tax; per compute block the run times and pooled z-scores, drawn from a stated "
+        "GEV; planted causes. Same seed, same bytes. See docs/synth.md.")
+    parser.add_argument("out_dir", metavar="OUT_DIR", help="output folder (created)")
+    lay = parser.add_argument_group("layout")
+    lay.add_argument("--ranks", type=int, default=8, help="number of ranks (default 8)")
+    lay.add_argument("--tp", type=int, default=4, help="TP group size; consecutive ranks (default 4)")
+    lay.add_argument("--tp-mode", choices=TP_MODES, default="allreduce",
+                     help="TP collectives: AllReduce, or ReduceScatter/AllGather (sequence parallel)")
+    lay.add_argument("--fsdp", type=int, default=None, help="FSDP group size (one rank per TP group)")
+    lay.add_argument("--ep", type=int, default=None, help="EP group size (consecutive ranks): adds AllToAll")
+    lay.add_argument("--iterations", type=int, default=20, help="profiled iterations (default 20)")
+    lay.add_argument("--layers", type=int, default=2, help="transformer layers per rank (default 2)")
+    lay.add_argument("--gpu", choices=sorted(GPU_MODELS), default="H200", help="GPU model (default H200)")
+    lay.add_argument("--precision", choices=PRECISIONS, default="bf16", help="GEMM precision (default bf16)")
+    lay.add_argument("--gpus-per-host", type=int, default=8, help="GPUs per host (default 8)")
+    lay.add_argument("--clock-offset-us", type=float, nargs="+", default=None, metavar="US",
+                     help="per-host clock offsets: one value per host, or one step s (host h gets h*s; "
+                          "default 250)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--format", choices=FORMATS, default="modern",
+                     help="modern (2024+: PG fields, ncclDevKernel_*, baseTimeNanoseconds) or legacy (2023)")
+    out.add_argument("--gzip", action="store_true", help="write .json.gz")
+    out.add_argument("--cuda-sync-events", action="store_true",
+                     help="write cuda_sync events as enable_cuda_sync_events does")
+    out.add_argument("--only-rank", type=int, action="append", default=None, metavar="R",
+                     help="write only these ranks' files (repeatable; the simulation covers all)")
+    out.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    noise = parser.add_argument_group("noise and causes")
+    noise.add_argument("--gev", type=float, nargs=3, metavar=("MU", "SIGMA", "XI"), default=None,
+                       help="GEV of the block z-scores (Coles; default per GPU x precision)")
+    noise.add_argument("--cv", type=float, default=0.02, help="block run-time CV b/a (default 0.02)")
+    noise.add_argument("--cpu-delay-rate", type=float, default=0.002,
+                       help="probability of a random Python gap before each op of each rank (default 0.002)")
+    noise.add_argument("--plant", action="append", default=[], metavar="KIND:RANK:ITER:LAYER:BLOCK:DELAY_US",
+                       help=f"plant a cause; KIND in {', '.join(PLANT_KINDS)}, BLOCK in {', '.join(PLANT_BLOCKS)} "
+                            "(repeatable)")
+    noise.add_argument("--launch-queue-depth", type=int, default=16,
+                       help="kernels the CPU may queue ahead of the GPU before a launch blocks (default 16)")
+    parser.add_argument("--study", choices=["demo"], default=None,
+                        help="write a study: several workloads (GPU x precision), one folder each")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from evtsync.synth import STUDIES, Plant, SynthConfig, study, synthesize
+
+    options = {
+        "ranks": args.ranks, "tp": args.tp, "fsdp": args.fsdp, "ep": args.ep, "tp_mode": args.tp_mode,
+        "iterations": args.iterations, "layers": args.layers, "gpus_per_host": args.gpus_per_host,
+        "clock_offset_us": args.clock_offset_us, "format": args.format, "gzip": args.gzip,
+        "cuda_sync_events": args.cuda_sync_events, "seed": args.seed, "cv": args.cv,
+        "cpu_delay_rate": args.cpu_delay_rate, "launch_queue_depth": args.launch_queue_depth,
+        "plants": tuple(Plant.parse(p) for p in args.plant),
+        "write_ranks": tuple(args.only_rank) if args.only_rank else None,
+    }
+    if args.study:
+        results = study(args.out_dir, args.study, **options)
+        for entry, res in zip(STUDIES[args.study], results, strict=True):
+            gev = res.truth["gev"]
+            print(f"{entry['workload']}: {len(res.traces)} traces in {res.traces_dir}, "
+                  f"GEV(mu={gev['mu']}, sigma={gev['sigma']}, xi={gev['xi']})")
+        return 0
+    cfg = SynthConfig.build(gpu=args.gpu, precision=args.precision,
+                            gev=tuple(args.gev) if args.gev else None, **options)
+    res = synthesize(cfg, args.out_dir)
+    truth = res.truth
+    tp = [c for c in truth["collectives"] if c["group_kind"] == "tp"]
+    taus = sorted(c["tau_max_us"] for c in tp)
+    median = taus[len(taus) // 2] if taus else 0
+    print(f"{len(res.traces)} {cfg.format} traces ({cfg.gpu} {cfg.precision}, {cfg.ranks} ranks, TP {cfg.tp_size}, "
+          f"{cfg.iterations} iterations) in {res.traces_dir}")
+    print(f"{len(truth['collectives'])} collectives ({len(tp)} TP, median tau_max {median} us), "
+          f"{len(truth['blocks'])} block identities, {len(truth['plants'])} planted causes; "
+          f"truth in {res.truth_path}")
+    return 0
