@@ -36,6 +36,8 @@ def test_pq_follow_spec_section_8():
     assert p == pytest.approx(6 * (8 - 1)) and q == pytest.approx(2 * 511 / 512)
     assert hockney_pq("all_reduce", "fully-connected", 128) == (2, pytest.approx(2 * 127 / 128))
     assert hockney_pq("all_gather", "ring", 16) == (15, 15 / 16)
+    assert hockney_pq("all_reduce", "torus3d", 8) == hockney_pq("all_reduce", "torus", 8)  # bandwidth CLI's names
+    assert hockney_pq("all_reduce", "full", 8) == (2, 1.75)
     with pytest.raises(NcclTestsError, match="unknown topology"):
         hockney_pq("all_reduce", "hypercube-ish", 8)
 

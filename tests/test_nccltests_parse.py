@@ -253,6 +253,17 @@ def test_two_runs_in_one_file_and_cycles():
     assert first.groupby("cycle")["size"].apply(list).tolist() == [[int(r.split()[0]) for r in rows]] * 3
 
 
+def test_each_run_takes_the_binary_named_before_it():
+    ar = _real().splitlines()[1:]  # without the '# source:' line
+    ag = (DATA / "all_gather_H200_2x8_skypilot-gcp-rdma.txt").read_text().splitlines()[1:]
+    text = "\n".join(["$ mpirun -np 8 ./build/all_reduce_perf -b 32M -e 1G", *ar,
+                      "$ mpirun -np 16 ./build/all_gather_perf -b 1K -e 8G", *ag])
+    parsed = parse_text(text, path="session.log")
+    assert [r.collective for r in parsed.runs] == ["all_reduce", "all_gather"]
+    assert [r.n_ranks for r in parsed.runs] == [8, 16]
+    assert sum(r.n_flagged for r in parsed.runs) == 0
+
+
 def test_single_size_cycles_are_counted():
     text = _real()
     row = next(ln for ln in text.splitlines() if SIMPLE_ROW.search(ln))

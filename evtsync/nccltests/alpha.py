@@ -51,9 +51,9 @@ log = logging.getLogger("evtsync.nccltests.alpha")
 
 TOPOLOGIES = ("ring", "torus", "fully-connected")
 _TOPO_ALIASES = {
-    "ring": "ring", "torus": "torus", "3d-torus": "torus", "3d_torus": "torus", "3dtorus": "torus",
+    "ring": "ring", "torus": "torus", "3d-torus": "torus", "3d_torus": "torus", "3dtorus": "torus", "torus3d": "torus",
     "fully-connected": "fully-connected", "fully_connected": "fully-connected", "fc": "fully-connected",
-    "nvswitch": "fully-connected", "all-pairs": "fully-connected",
+    "nvswitch": "fully-connected", "all-pairs": "fully-connected", "full": "fully-connected",
 }  # fmt: skip
 
 

@@ -438,11 +438,16 @@ def parse_text(text: str, *, path: str = "<text>", collective: str | None = None
     # renumber runs 0..k-1 in file order
     runs: list[RunInfo] = []
     records: list[dict[str, Any]] = []
+    all_lines = text.splitlines()
+    previous_end = 0
     for new_index, st in enumerate(with_rows):
         st.info.index = new_index
         for rec in st.rows:
             rec["run"] = new_index
-        _finish_run(st, text, path, collective, n_ranks)
+        # a command line naming the binary is looked for first between the previous run and this one
+        window = "\n".join(all_lines[previous_end : st.info.last_line])
+        previous_end = max(previous_end, st.info.last_line)
+        _finish_run(st, text, path, collective, n_ranks, window)
         runs.append(st.info)
         records.extend(st.rows)
     for rec in records:
@@ -551,13 +556,14 @@ def _describe_instead(text: str, states: list[_RunState]) -> str:
     return f"found instead {len(lines)} line(s) of other text, first: {lines[0][:120]!r}"
 
 
-def _finish_run(st: _RunState, text: str, path: str, collective: str | None, n_ranks: int | None) -> None:
+def _finish_run(st: _RunState, text: str, path: str, collective: str | None, n_ranks: int | None,
+                window: str = "") -> None:
     """Decide collective and rank count, count cycles, and flag inconsistent rows."""
     info = st.info
     if st.ranks:
         info.hosts = sorted({h for h, _ in st.ranks.values()})
         info.gpus = sorted({g for _, g in st.ranks.values()})
-    _decide_collective(info, text, path, collective, st.rows)
+    _decide_collective(info, text, path, collective, st.rows, window)
     _decide_ranks(info, st, n_ranks)
     info.n_rows = len({r["line"] for r in st.rows})
     info.n_cycles = 1 + max(r["cycle"] for r in st.rows)
@@ -583,13 +589,17 @@ def _count_class(rows: list[dict[str, Any]]) -> tuple[str | None, int | None]:
 
 
 def _decide_collective(info: RunInfo, text: str, path: str, collective: str | None,
-                       rows: list[dict[str, Any]]) -> None:
+                       rows: list[dict[str, Any]], window: str = "") -> None:
     cls, _ = _count_class(rows)
     if collective:
         info.collective, info.collective_source = normalise_collective(collective), "given"
     elif info.collective is None:
-        names = {normalise_collective(m.group(1)) for m in _PERF_NAME.finditer(text)}
-        names &= set(KNOWN_COLLECTIVES)
+        names: set[str] = set()
+        for scope in (window, text):
+            names = {normalise_collective(m.group(1)) for m in _PERF_NAME.finditer(scope)}
+            names &= set(KNOWN_COLLECTIVES)
+            if names:
+                break
         stem = Path(path).name.lower()
         file_names = [c for c in sorted(KNOWN_COLLECTIVES, key=len, reverse=True)
                       if re.search(rf"(?:^|[^a-z]){c.replace('_', '_?')}(?:[^a-z]|$)", stem)]
