@@ -201,3 +201,28 @@ def test_compare_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     assert len(stats) == 12 and all(s["n_cycles"] == 10 for s in stats)
     assert main(["nccl-tests", "stats", str(tmp_path / "old.txt")]) == 0
     assert "stable" in capsys.readouterr().out
+
+
+def test_old_error_format_uses_the_footer_for_correctness():
+    text = ("# nThread 1 nGpus 4 minBytes 8 maxBytes 16 step: 2(factor) warmup iters: 5 iters: 20 validation: 1\n"
+            "#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error\n"
+            "           8             2   float     sum    38.95    0.00    0.00  0e+00    38.48    0.00    0.00  0e+00\n"
+            "# Out of bounds values : {n} {status}\n")
+    ok = size_stats(parse_text(text.format(n=0, status="OK"), path="old", collective="all_reduce", n_ranks=4))
+    assert (ok["correctness"] == "passed").all()
+    bad = size_stats(parse_text(text.format(n=2, status="FAILED"), path="old", collective="all_reduce", n_ranks=4))
+    assert (bad["correctness"] == "failed").all()
+
+
+def test_unchecked_correctness_gives_no_verdict():
+    a2a = DATA / "bad_alltoall_B200_1x8_idx60744093665-headerless-uint8.txt"
+    text = a2a.read_text()
+    rows = [ln for ln in text.splitlines() if re.match(r"^\s*[1-9]\d*\s+\d+\s+uint8", ln)]
+    cycles = "\n".join(rows * 3)  # the same values thrice: CV 0, stable
+    cmp = compare_logs(parse_text(cycles, path="a", collective="alltoall", n_ranks=8),
+                       parse_text(cycles, path="b", collective="alltoall", n_ranks=8))
+    for v in cmp.verdicts:
+        if v.placement == "in-place":  # #wrong printed as N/A
+            assert v.verdict == "no verdict" and any("not checked" in r for r in v.reasons)
+        else:
+            assert v.verdict == "no significant change" and v.precise

@@ -64,7 +64,10 @@ def size_stats(
     """
     items = logs if isinstance(logs, list) else [logs]
     frames = []
+    footer: dict[tuple[int, int], bool | None] = {}
     for i, pl in enumerate(items):
+        for r in pl.runs:
+            footer[(i, r.index)] = r.out_of_bounds_ok if r.old_error_column else None
         m = pl.measurements.copy()
         if run is not None:
             m = m[m["run"] == run]
@@ -84,6 +87,12 @@ def size_stats(
         icv = g["i_cv_pct"].to_numpy(dtype=float)
         icv = icv[np.isfinite(icv)]
         status, wrong_total = _correctness(g["wrong"], g["error"])
+        if status.startswith("max-error"):
+            oks = {footer.get(k) for k in g[["source", "run"]].drop_duplicates().itertuples(index=False, name=None)}
+            if oks == {True}:
+                status = "passed"
+            elif False in oks:
+                status = "failed"
         if n < max(min_cycles, 2):
             stability = "unknown"
         else:
@@ -249,7 +258,7 @@ def _verdict(r: dict[str, Any], diffs: list[str], threshold: float, cv_threshold
         if corr == "failed":
             reasons.append(f"{side} failed correctness (#wrong total {r[f'wrong_total{sfx}']:g}): not a valid baseline")
         elif corr != "passed":
-            reasons.append(f"{side} correctness {corr}")
+            reasons.append(f"{side} correctness {corr}: unverified throughput, not a valid baseline")
     for side, sfx, cv in (("OLD", "_old", ocv), ("NEW", "_new", ncv)):
         stab = r[f"stability{sfx}"]
         if stab == "unstable":
@@ -257,8 +266,7 @@ def _verdict(r: dict[str, Any], diffs: list[str], threshold: float, cv_threshold
         elif stab == "unknown":
             reasons.append(f"{side} stability unknown: {r[f'n_cycles{sfx}']} cycle(s); run with -N >= 3")
     if reasons:
-        unstable_only = all("unstable" in x or "stability unknown" in x or "correctness not checked" in x
-                            for x in reasons)
+        unstable_only = all("unstable" in x or "stability unknown" in x for x in reasons)
         verdict = "unstable: no precise claim" if unstable_only else "no verdict"
         if observed is not None and unstable_only:
             reasons.append(f"observed median change {observed:+.1f}% (not a precise claim)")
