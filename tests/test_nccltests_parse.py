@@ -403,3 +403,25 @@ def test_fuzz_random_text(text: str):
 @given(damaged_logs())
 def test_fuzz_damaged_real_logs_long(text: str):
     _parse_or_own_error(text)
+
+
+def test_json_report_with_cycles_and_per_iteration(tmp_path: Path):
+    doc = _json_report(_real())
+    doc["config"]["per_iter_timing"] = "true"
+    cycles = []
+    for c in range(3):
+        for res in doc["results"]:
+            entry = json.loads(json.dumps(res))
+            for key in ("out_of_place", "in_place"):
+                t = entry[key]["time"]
+                entry[f"{key}_per_iter"] = {"min_us": t - 1, "max_us": t + 5, "avg_us": t, "p50_us": t, "p95_us": t + 3,
+                                            "p99_us": t + 4, "stdev_us": 1.0, "cv_pct": 1.5 + c, "times_us": [t] * 20}
+            cycles.append(entry)
+    doc["results"] = cycles
+    path = tmp_path / "periter.json"
+    path.write_text(json.dumps(doc))
+    parsed = parse_log(path)
+    assert parsed.runs[0].per_iteration and parsed.runs[0].n_cycles == 3 and parsed.n_table_lines == 18
+    m = parsed.measurements
+    assert sorted(set(m["i_cv_pct"])) == [1.5, 2.5, 3.5]
+    assert (m["i_max_us"] - m["time_us"]).round(9).eq(5).all()
