@@ -211,6 +211,26 @@ def _name_hashes(names: pd.Series) -> np.ndarray:
     return table[np.where(codes >= 0, codes, len(table) - 1)]
 
 
+def _covered_ns(group: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per interval, the time it adds to the union of the intervals before it in its group.
+
+    Rows are sorted by (group, ts). Summed per group this is the length of the union of the
+    group's intervals (overlaps counted once). Integer arithmetic throughout: nanosecond
+    timestamps near 1.7e18 do not survive a trip through float64.
+    """
+    if len(ts) == 0:
+        return np.zeros(0, dtype=np.int64)
+    first = np.r_[True, group[1:] != group[:-1]]
+    gid = np.cumsum(first) - 1
+    base = ts[first][gid]
+    rel_end = end - base
+    big = int(rel_end.max()) + 1
+    running = np.maximum.accumulate(rel_end + gid * big) - gid * big
+    prev_end = np.r_[np.int64(0), running[:-1]] + base
+    start = np.where(first, ts, np.maximum(ts, prev_end))
+    return np.maximum(end - start, 0)
+
+
 def _rank_blocks(k: pd.DataFrame, ts: np.ndarray, end: np.ndarray
                  ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, int]]:
     """Assign one rank's compute kernels to blocks and aggregate them per block.
@@ -237,9 +257,7 @@ def _rank_blocks(k: pd.DataFrame, ts: np.ndarray, end: np.ndarray
                 pd.DataFrame(columns=["index", "precision", "dur_ns"]), counts)
     sel = sel.sort_values(["index", "ts_ns", "end_ns"], kind="stable")
     g = sel.groupby("index", sort=True)
-    prev = g["end_ns"].cummax().groupby(sel["index"]).shift(1)
-    start_eff = np.maximum(sel["ts_ns"].to_numpy(), prev.fillna(np.iinfo(np.int64).min).to_numpy())
-    covered = np.maximum(sel["end_ns"].to_numpy() - start_eff, 0)
+    covered = _covered_ns(sel["index"].to_numpy(), sel["ts_ns"].to_numpy(), sel["end_ns"].to_numpy())
     # signature: ordered per stream, streams combined by a commutative sum
     pos = sel.groupby(["index", "stream"], sort=False).cumcount().to_numpy().astype(np.uint64)
     elem = _mix64(sel["name_hash"].to_numpy() + _mix64(pos + np.uint64(1)))
@@ -435,14 +453,21 @@ def _precisions(times: pd.DataFrame, gemm_prec: pd.DataFrame, rows0: pd.DataFram
 
 # --- the z-score table -------------------------------------------------------------------
 
+#: Folder names that say nothing about the workload; the folder above them names it.
+GENERIC_FOLDERS = frozenset({"traces", "trace", "profile", "profiles", "profiler", "logs", "log",
+                             "tb", "tensorboard", "kineto"})
+
+
 def default_workload(traces: TraceSet) -> str:
-    """Name of the folder that holds the trace files, or ``unknown`` when they are spread out."""
-    parents = {Path(str(p)).parent for p in traces.ranks["path"]}
-    if len(parents) == 1:
-        name = next(iter(parents)).name
-        if name:
-            return name
-    return "unknown"
+    """Name of the folder that holds the trace files (the one above it when that folder is
+    called ``traces``, ``profiler``, ``logs``…), or ``unknown`` when the files are spread out."""
+    parents = {Path(str(p)).resolve().parent for p in traces.ranks["path"]}
+    if len(parents) != 1:
+        return "unknown"
+    folder = next(iter(parents))
+    if folder.name.lower() in GENERIC_FOLDERS and folder.parent.name:
+        folder = folder.parent
+    return folder.name or "unknown"
 
 
 def compute_zscores(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *,

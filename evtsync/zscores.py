@@ -27,7 +27,7 @@ ZSCORE_COLUMNS = ["z", "gpu", "precision", "workload", "block", "instance", "sam
                   "block_mean_us", "block_sd_us", "cv", "max_us", "mean_us", "n_gemm_kernels",
                   "has_gemm", "pg", "position", "signature", "index", "ranks", "max_rank",
                   "n_kernels", "n_samples", "dof", "time"]
-_GROUP = ["pg", "block", "instance", "sample"]
+_GROUP = ["block", "instance", "pg", "sample"]
 
 
 def pooled_sd(x: np.ndarray) -> float:
@@ -43,6 +43,8 @@ def pooled_sd(x: np.ndarray) -> float:
 def pooled_zscores(times: pd.DataFrame, *, m: int, value: str = "busy_us") -> tuple[pd.DataFrame, pd.DataFrame]:
     """The z-score table from per-rank block times, and the block samples without a z.
 
+    An identity (``block``: position and kernel signature) is pooled over every instance,
+    every sample and every PG it occurs in (the replicas of a TP group run the same blocks).
     ``times`` has one row per (pg, block, instance, sample, rank) with the block time in
     column ``value`` (µs) plus the labels ``gpu``, ``precision``, ``position``, ``signature``,
     ``index``, ``rank``, ``n_kernels``, ``n_gemm_kernels``. Every (pg, block, instance, sample)
@@ -73,7 +75,7 @@ def pooled_zscores(times: pd.DataFrame, *, m: int, value: str = "busy_us") -> tu
     per["ranks"] = g["rank"].agg(lambda r: ",".join(str(int(v)) for v in r))
     per["max_rank"] = t.loc[g["_x"].idxmax(), "rank"].to_numpy().astype(np.int64)
     per = per.reset_index()
-    ident = per.groupby(["pg", "block"], sort=False)
+    ident = per.groupby("block", sort=False)
     per["n_samples"] = ident["ss"].transform("size").astype(np.int64)
     per["dof"] = per["n_samples"] * (m - 1)
     per["block_sd_us"] = np.sqrt(ident["ss"].transform("sum") / per["dof"])

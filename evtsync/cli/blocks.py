@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({
             "pg": blocks.groups["pg"].astype(str).tolist(), "m": blocks.m, "time": args.time,
             "iterations": blocks.iterations, "n_zscores": len(table),
-            "n_identities": int(table.groupby(["pg", "block"]).ngroups) if len(table) else 0,
+            "n_identities": int(table["block"].nunique()) if len(table) else 0,
             "dropped": summary.to_dict(orient="records"), "n_dropped": n_dropped,
             "unassigned_kernels": blocks.unassigned_kernels,
         }, indent=2, default=str))
@@ -95,17 +95,20 @@ def _print_report(table, blocks, summary, n_dropped, args) -> None:  # noqa: ANN
     for row in summary.itertuples():
         print(f"  dropped {row.count:>6}  {row.pg}: {row.reason}")
     if kept:
-        ident = table.groupby(["pg", "block"], sort=True).agg(
-            n=("z", "size"), mean_us=("block_mean_us", "first"), sd_us=("block_sd_us", "first"),
-            cv=("cv", "first"), precision=("precision", "first"), z_mean=("z", "mean"))
-        print(f"\n{len(ident)} block identit{'y' if len(ident) == 1 else 'ies'} "
-              "(a_c = mean block time, s = pooled sd, r = s/a):")
-        print(f"  {'pg':<16} {'block':<20} {'n':>5} {'a_c us':>10} {'s us':>9} {'r':>7} {'prec':>6} {'mean z':>7}")
-        for (pg, block), row in ident.head(30).iterrows():
-            print(f"  {pg!s:<16} {block!s:<20} {row.n:>5} {row.mean_us:>10.1f} {row.sd_us:>9.2f} "
-                  f"{row.cv:>7.4f} {row.precision!s:>6} {row.z_mean:>7.3f}")
-        if len(ident) > 30:
-            print(f"  … {len(ident) - 30} more")
+        ident = table.groupby("block", sort=False).agg(
+            n=("z", "size"), pgs=("pg", "nunique"), position=("position", "first"),
+            mean_us=("block_mean_us", "first"), sd_us=("block_sd_us", "first"), cv=("cv", "first"),
+            precision=("precision", "first"), gemms=("n_gemm_kernels", "first"), z_mean=("z", "mean"))
+        ident = ident.sort_values("position", kind="stable")
+        print(f"\n{len(ident)} block identit{'y' if len(ident) == 1 else 'ies'} (position:signature; "
+              "a_c = mean block time, s = pooled sd, r = s/a_c; pooled over instances, samples, PGs):")
+        print(f"  {'block':<18} {'n':>5} {'PGs':>4} {'GEMMs':>5} {'a_c us':>11} {'s us':>10} {'r':>7} "
+              f"{'prec':>6} {'mean z':>7}")
+        for block, row in ident.head(40).iterrows():
+            print(f"  {block!s:<18} {row.n:>5} {row.pgs:>4} {row.gemms:>5} {row.mean_us:>11.1f} "
+                  f"{row.sd_us:>10.2f} {row.cv:>7.4f} {row.precision!s:>6} {row.z_mean:>7.3f}")
+        if len(ident) > 40:
+            print(f"  … {len(ident) - 40} more")
         by = table.groupby(["gpu", "precision", "workload"]).size()
         print("\nz-scores per GPU, precision and workload: "
               + "; ".join(f"{g}/{p}/{w}: {c}" for (g, p, w), c in by.items()))
