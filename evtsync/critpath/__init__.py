@@ -1,0 +1,22 @@
+"""Critical-path attribution (SPEC §4): why the straggler of a collective was late.
+
+- :mod:`~evtsync.critpath.dag`: the per-rank event DAG (CPU exclusive slices, stream,
+  cross-stream, launch and synchronization edges, critical parents);
+- :mod:`~evtsync.critpath.walk`: the walk back to the previous collective and the
+  comparison of the straggler's path with the fastest rank's;
+- :mod:`~evtsync.critpath.categories`: the extendable table of cause categories;
+- :mod:`~evtsync.critpath.attribution`: :func:`attribute`, the whole analysis as tables;
+- :mod:`~evtsync.critpath.validate`: the path-vs-tax regression (SPEC §4 a);
+- :mod:`~evtsync.critpath.inject`: delay injection into a copy of a trace set (SPEC §4 b).
+"""
+
+from __future__ import annotations
+
+from evtsync.critpath.attribution import AttributionResult, attribute, build_dags, summarize
+from evtsync.critpath.categories import add_pattern, classify_gpu, patterns, reset_patterns
+from evtsync.critpath.dag import RankDAG, Vocabulary, build_rank_dag
+from evtsync.critpath.validate import fit_line, regress_path_on_tax
+
+__all__ = ["AttributionResult", "RankDAG", "Vocabulary", "add_pattern", "attribute", "build_dags",
+           "build_rank_dag", "classify_gpu", "fit_line", "patterns", "regress_path_on_tax",
+           "reset_patterns", "summarize"]

@@ -1,0 +1,109 @@
+"""Cause categories of critical-path events: one extendable table of name patterns.
+
+GPU events are classified by kernel name, first matching row wins (attention before GEMM,
+because FlashAttention and fused-MHA kernels often carry ``cutlass``/``gemm`` in their names;
+FSDP before concat/split, because its copy-in/out kernels are split/cat kernels). CPU events
+are classified by node kind: launch delay (op overhead and launch calls), Python gap (time
+outside recorded ops, annotation/python self time) and synchronization (blocking syncs).
+
+Add patterns with :func:`add_pattern` (``evtsync attribute --category NAME=REGEX``), or
+pass a table of your own to :func:`classify_names`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from evtsync.errors import InputError
+
+#: CPU cause categories (not name-based).
+CPU_CATEGORIES = ("launch_delay", "python_gap", "synchronization")
+
+
+@dataclass(frozen=True)
+class CategoryPattern:
+    """Kernel names matching ``pattern`` (case-insensitive search) belong to ``category``."""
+
+    category: str
+    pattern: str
+
+
+#: The default table, in match order. ``other`` catches everything left.
+DEFAULT_PATTERNS: list[CategoryPattern] = [
+    CategoryPattern("attention", r"flash|fmha|attention|attn|sdpa|softmax|mha_|xformers|cudnn.*mha"),
+    CategoryPattern("fsdp", r"fsdp|all_gather_copy|chunk_cat|split_with_sizes_copy|foreach_copy|"
+                            r"nccl(?:Dev)?Kernel_AllGather|nccl(?:Dev)?Kernel_ReduceScatter"),
+    CategoryPattern("gemm", r"gemm|cublas|cutlass|xmma|nvjet|hipblaslt|rocblas|Cijk_|matmul"),
+    CategoryPattern("communication", r"nccl|rccl"),
+    CategoryPattern("norm", r"norm"),
+    CategoryPattern("concat_split", r"\bcat\b|concat|CatArray|split|chunk|stack"),
+    CategoryPattern("elementwise", r"elementwise|vectorized|unrolled|pointwise|reduce_kernel|"
+                                   r"fill|copy|memcpy|memset|triton_poi|triton_red|activation|gelu|"
+                                   r"silu|relu|add|mul"),
+]
+
+_patterns: list[CategoryPattern] = list(DEFAULT_PATTERNS)
+_compiled: list[tuple[str, re.Pattern[str]]] = []
+
+
+def _compile() -> None:
+    _compiled.clear()
+    for p in _patterns:
+        _compiled.append((p.category, re.compile(p.pattern, re.IGNORECASE)))
+
+
+_compile()
+
+
+def add_pattern(category: str, pattern: str, *, first: bool = True) -> None:
+    """Add a name pattern (before the defaults unless ``first=False``)."""
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise InputError(f"category {category}: invalid regular expression {pattern!r} ({exc})") from exc
+    entry = CategoryPattern(category, pattern)
+    if first:
+        _patterns.insert(0, entry)
+    else:
+        _patterns.append(entry)
+    _compile()
+
+
+def reset_patterns() -> None:
+    """Restore the default table."""
+    _patterns[:] = DEFAULT_PATTERNS
+    _compile()
+
+
+def patterns() -> list[CategoryPattern]:
+    """The table in use, in match order."""
+    return list(_patterns)
+
+
+def parse_category_option(text: str) -> tuple[str, str]:
+    """``NAME=REGEX`` (the CLI's ``--category``) -> (name, regex)."""
+    name, sep, regex = text.partition("=")
+    if not sep or not name.strip() or not regex:
+        raise InputError(f"--category {text!r}: expected NAME=REGEX, e.g. moe=grouped_gemm|moe_")
+    return name.strip(), regex
+
+
+def classify_gpu(name: str) -> str:
+    """Category of one GPU event name."""
+    for category, rx in _compiled:
+        if rx.search(name):
+            return category
+    return "other"
+
+
+def classify_names(names: list[str]) -> list[str]:
+    """Categories of several GPU event names (memoised per distinct name)."""
+    cache: dict[str, str] = {}
+    out = []
+    for n in names:
+        c = cache.get(n)
+        if c is None:
+            c = cache[n] = classify_gpu(n)
+        out.append(c)
+    return out
