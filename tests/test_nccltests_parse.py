@@ -425,3 +425,20 @@ def test_json_report_with_cycles_and_per_iteration(tmp_path: Path):
     m = parsed.measurements
     assert sorted(set(m["i_cv_pct"])) == [1.5, 2.5, 3.5]
     assert (m["i_max_us"] - m["time_us"]).round(9).eq(5).all()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("", "the file is empty"),
+     ("node1: Test NCCL failure common.cu:958 'unhandled system error'\n", "nccl-tests failure"),
+     ("hello\nworld\n", r"2 line\(s\) of other text")],
+)
+def test_table_less_text_says_what_it_holds(text: str, message: str):
+    with pytest.raises(NcclTestsError, match=message):
+        parse_text(text, path="x")
+
+
+def test_header_without_rows_is_reported():
+    head = "\n".join((DATA / "all_reduce_H100_2x4_idx26285727504-dgx-g4.txt").read_text().splitlines()[:14])
+    with pytest.raises(NcclTestsError, match="header but no result rows"):
+        parse_text(head, path="cut")
