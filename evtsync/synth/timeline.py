@@ -635,7 +635,7 @@ class Simulation:
             self._cpu_event(rs, "cpu_op", name, t0, rs.cpu_t, self._op_args(name))
         s0 = rs.cpu_t + 3
         s1 = max(s0 + 4, drain + 2, m1 + 2)
-        corr = self._runtime(rs, "cudaDeviceSynchronize", s0, s1, 0)
+        corr = self._runtime(rs, "cudaDeviceSynchronize", s0, s1, rs.ext)
         self._sync_event(rs, "Context Sync", -1, s0 + 1, s1, corr)
         rs.cpu_t = s1 + 5
 
