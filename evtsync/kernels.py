@@ -21,7 +21,8 @@ What is *not* a GEMM here, although the name contains a GEMM word: convolutions 
 implicit GEMMs (cuDNN ``scudnn``, xmma ``fprop``/``dgrad``/``wgrad``, CUTLASS conv, MIOpen
 ``igemm_fwd/bwd/wrw``, CK ``grouped_conv``/``bwd_weight``), attention kernels (FlashAttention,
 ``fmha``, cuDNN SDPA — they use CUTLASS types), FBGEMM's utility kernels (``fbgemm_gpu::``),
-and BLAS-1 kernels (``dot_kernel``, ``scal_kernel``). A bare ``cutlass`` in a name is not
+and BLAS-1 kernels (``dot_kernel``, ``scal_kernel``, ``reduce_1Block_kernel``), whose template
+arguments name cuBLAS's GEMV tensor types. A bare ``cutlass`` in a name is not
 enough either: FlashAttention-3 and MoE kernels are ``cutlass::device_kernel<…>`` or carry
 ``cutlass::bfloat16_t`` in their template arguments.
 
@@ -62,7 +63,7 @@ NOT_GEMM_PATTERNS: tuple[str, ...] = (
     r"conv|fprop|dgrad|wgrad|winograd|scudnn|cudnn|igemm_(?:fwd|bwd|wrw)|bwd_weight",
     r"flash|fmha|attention|sdpa",
     r"fbgemm",
-    r"(?:^|[\s:])(?:dot|scal|axpy|nrm2|asum|swap|rot)_kernel",
+    r"(?:^|[\s:])(?:dot|scal|axpy|nrm2|asum|swap|rot|reduce_1block)_kernel",
 )
 
 
