@@ -442,3 +442,16 @@ def test_header_without_rows_is_reported():
     head = "\n".join((DATA / "all_reduce_H100_2x4_idx26285727504-dgx-g4.txt").read_text().splitlines()[:14])
     with pytest.raises(NcclTestsError, match="header but no result rows"):
         parse_text(head, path="cut")
+
+
+def test_stored_damaged_copies():
+    tagged = parse_log(LOCAL / "damaged_mpi_tagged_truncated_A100-80GB_1x8.txt")
+    assert tagged.n_table_lines == 5 and tagged.runs[0].n_ranks == 8 and not tagged.runs[0].has_footer
+    reasons = [s.reason for s in tagged.skipped]
+    assert reasons.count("NCCL log line") == 7 and reasons.count("incomplete or malformed table row (truncated?)") == 1
+    two = parse_log(LOCAL / "damaged_two_runs_reindented.txt")
+    assert [r.n_rows for r in two.runs] == [6, 31]
+    # the second paste lost its '# nThread' line: its device lines must not leak into the first run
+    assert [r.gpus for r in two.runs] == [["NVIDIA A100-SXM4-80GB"], ["NVIDIA H100 80GB HBM3"]]
+    assert two.runs[0].iters == 20 and two.runs[1].iters is None
+    assert sum(r.n_flagged for r in two.runs) == 0

@@ -491,13 +491,16 @@ def _consume_meta(rest: str, stream: str, line_no: int, streams: dict[str, _RunS
             info.graph = int(mm.group(1))
         return True
     if m := _RANK.search(rest):
-        st = state(stream, line_no)
+        # device lines after result rows belong to the next run (its first lines were cut)
+        st = new_state(stream, line_no) if st is None or st.rows else st
         st.ranks[int(m.group(1))] = (m.group(4), m.group(7))
         return True
     if m := _NCCL_VERSION.search(rest):
-        if _NCCL_LINE.search(rest) and st is None:
+        nccl_info = bool(_NCCL_LINE.search(rest))
+        if nccl_info and st is None:
             return False
-        st = state(stream, line_no)
+        if st is None or (st.rows and not nccl_info):
+            st = new_state(stream, line_no)
         st.info.nccl_version = m.group(1) + m.group(2)
         return True
     if m := _BLOCKING.search(rest):
@@ -529,7 +532,11 @@ def _consume_meta(rest: str, stream: str, line_no: int, streams: dict[str, _RunS
     if _CONCLUDED.search(rest):
         return True
     stripped = rest.strip()
-    if stripped == "#" or re.fullmatch(r"#\s*Using devices\s*", stripped):
+    if re.fullmatch(r"#\s*Using devices\s*", stripped):
+        if st is not None and st.rows:
+            new_state(stream, line_no)
+        return True
+    if stripped == "#":
         return True
     units_line = re.fullmatch(r"#[\s(]*B\)\s+\(elements\).*", stripped)
     return bool(units_line or re.search(r"out-of-place\s+.*in-place", stripped))
