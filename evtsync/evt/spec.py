@@ -19,7 +19,7 @@ One file describes one model variant (see ``docs/bayesian.md`` for every key)::
     factors = ["gpu", "precision"]
     group_sd_prior = { dist = "halfnormal", sigma = 0.1 }
     parametrization = "auto"          # "auto" | "centred" | "noncentred"
-    centred_min_obs = 200
+    centred_min_obs = 1000
     [sampling]                         # optional defaults for `evtsync fit`
     draws = 1000
     tune = 1000
@@ -84,7 +84,7 @@ class XiSpec:
     factors: tuple[str, ...] = ()
     group_sd_prior: Prior | None = None
     parametrization: str = "auto"
-    centred_min_obs: int = 200
+    centred_min_obs: int = 1000
 
 
 @dataclass(frozen=True)
@@ -243,7 +243,7 @@ def parse_spec(text: str, source: str = "<string>") -> ModelSpec:
             factors=factors,
             group_sd_prior=sd_prior,
             parametrization=_str(source, "xi.parametrization", xi_raw.get("parametrization", "auto"), PARAMETRIZATIONS),
-            centred_min_obs=_int(source, "xi.centred_min_obs", xi_raw.get("centred_min_obs", 200), 1),
+            centred_min_obs=_int(source, "xi.centred_min_obs", xi_raw.get("centred_min_obs", 1000), 1),
         )
     sampling_raw = _table(source, "sampling", raw.get("sampling", {}))
     _check_keys(source, "sampling", sampling_raw, _SAMPLING_KEYS)

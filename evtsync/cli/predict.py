@@ -1,0 +1,40 @@
+"""``evtsync predict FIT --n N...``: posterior predictive tax tau(n) per GPU x precision (SPEC §7).
+
+tau(n) = b·E_k with k = n/m is evaluated for every posterior draw of a Bayesian fit
+(``evtsync fit --model``) and summarised as its mean and credible interval. The block's
+spread b is given as ``--block-sd-us B`` or as ``--block-mean-us A --cv R`` (b = r·a).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+ORDER = 62
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``predict`` command."""
+    p = subparsers.add_parser(
+        "predict",
+        help="posterior predictive tax tau(n) of a Bayesian fit, per GPU x precision, with intervals",
+        description="tau(n) = b·E_(n/m) for each posterior draw of a Bayesian fit: mean and credible "
+        "interval per cell of the fit (GPU x precision) and domain size n.",
+    )
+    p.add_argument("fit", metavar="FIT", help="fit folder written by `evtsync fit --model` (or its fit.nc)")
+    p.add_argument("--n", nargs="+", required=True, metavar="N",
+                   help="domain sizes, multiples of --m (space or comma separated)")
+    p.add_argument("--block-sd-us", type=float, metavar="B", help="block standard deviation b in µs")
+    p.add_argument("--block-mean-us", type=float, metavar="A", help="block mean a in µs (with --cv)")
+    p.add_argument("--cv", type=float, metavar="R", help="coefficient of variation r of the block (b = r·a)")
+    p.add_argument("--m", type=int, default=4, help="ranks per sample of the fitted z-scores (default 4)")
+    p.add_argument("--level", type=float, default=0.9, help="credible level (default 0.9)")
+    p.add_argument("--json", action="store_true", help="print a JSON list, one record per (cell, n)")
+    p.add_argument("--plot", metavar="PATH", help="tau(n) against n with credible bands (.png/.svg/.pdf)")
+    p.set_defaults(handler=run_predict)
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    """Handler of ``evtsync predict``."""
+    from evtsync.evt.bayes_cli import run_bayesian_predict
+
+    return run_bayesian_predict(args)
