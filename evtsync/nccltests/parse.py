@@ -642,6 +642,8 @@ def _decide_ranks(info: RunInfo, st: _RunState, n_ranks: int | None) -> None:
     if n_ranks:
         info.n_ranks, info.n_ranks_source = int(n_ranks), "given"
         return
+    if info.n_ranks:  # already known (JSON device list)
+        return
     if st.ranks:
         info.n_ranks, info.n_ranks_source = max(st.ranks) + 1, "device lines"
         return
@@ -775,7 +777,7 @@ def parse_json(text: str, *, path: str = "<json>", collective: str | None = None
     if isinstance(avg, dict):
         info.avg_busbw_gbps = _jfloat(avg.get("bandwidth"))
     _decide_ranks_json(info, devs, n_ranks)
-    _finish_run(st, "", path, collective or info.collective, info.n_ranks)
+    _finish_run(st, "", path, collective, n_ranks)
     for r in st.rows:
         r.pop("_ulp", None)
     table = pd.DataFrame.from_records(st.rows, columns=MEASUREMENT_COLUMNS)

@@ -119,6 +119,8 @@ def size_stats(
             n_flagged=int((g["bw_flag"] != "").sum()),
         )
         out.append(row)
+    if not out:
+        raise NcclTestsError("no measurements with a size > 0 to summarise")
     result = pd.DataFrame(out)
     order = [c for c in ("source", "run", "placement", "type", "redop", "root", "size") if c in result]
     return result.sort_values(order, kind="stable").reset_index(drop=True)
