@@ -101,7 +101,7 @@ class RankState:
     stream_ready: dict[int, int] = field(default_factory=dict)
     dep: int = 0
     starts: deque[int] = field(default_factory=deque)
-    corr: int = 1000
+    corr: int = 5_000_000   # correlation ids: a range of their own, far above External ids (legacy kernels reuse them)
     ext: int = 0
     ev_idx: int = 0
     event_id: int = 0
