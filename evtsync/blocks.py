@@ -337,8 +337,6 @@ def _cut_group(traces: TraceSet, alignment: Alignment, group: Any, m: int, compu
     members = tuple(sorted(_ranks(group.pg_ranks)))
     present = set(_ranks(group.present_ranks))
     k = len(members) // m
-    sample_of = {r: p % k for p, r in enumerate(members)}
-    group_rank = {r: p for p, r in enumerate(members)}
     inst = alignment.instances[alignment.instances["pg"] == label].sort_values(["rank", "index"])
     n = int(group.n_collectives)
     here = [r for r in members if r in present]
@@ -378,54 +376,90 @@ def _cut_group(traces: TraceSet, alignment: Alignment, group: Any, m: int, compu
             offs = np.arange(n) - 1
             instance, position = np.where(offs >= 0, offs // period, -1), np.where(offs >= 0, offs % period, -1)
     log.info("PG %s: iterations from %s", label, source)
-    invalid = {i for (p, i) in alignment.invalid if p == label}
-    drops: list[list[Any]] = []
-    keep_rows = []
-    samples = range(k)
-    for i in range(max(n - 1, 0)):
-        inst_id, pos = int(instance[i + 1]), int(position[i + 1])
-        sigs = {r: per_rank[r].at[i, "signature"] for r in here}
-        known = pd.Series([s for s in sigs.values() if isinstance(s, str)], dtype=object)
-        majority = str(known.value_counts().sort_index().idxmax()) if len(known) else None
-        block = f"{pos}:{majority}" if majority else f"{pos}:-"
-        reason, detail = None, ""
-        if i in invalid or (i + 1) in invalid:
-            reason, detail = DROP_INVALID, f"collective {i if i in invalid else i + 1}"
-        elif per_rank[first].at[i, "window_us"] < 0:
-            reason, detail = DROP_OVERLAP, f"collective {i + 1} starts before collective {i} ends"
-        elif steps is not None and inst_id < 0:
-            reason, detail = DROP_OUTSIDE, f"collective {i + 1} launched outside every ProfilerStep"
-        elif majority is None:
-            reason, detail = DROP_EMPTY, "no compute kernel between the collectives on any rank"
-        if reason:
-            drops.extend([label, i, s, block, inst_id, reason, detail] for s in samples)
-            continue
-        for s in samples:
-            ranks_s = [r for r in members if sample_of[r] == s]
-            missing = [r for r in ranks_s if r not in present]
-            if missing:
-                drops.append([label, i, s, block, inst_id, DROP_INCOMPLETE,
-                              f"no trace for rank(s) {','.join(map(str, missing))}"])
-                continue
-            odd = [r for r in ranks_s if sigs[r] != majority]
-            if odd:
-                counts = ", ".join(f"rank {r}: {int(per_rank[r].at[i, 'n_kernels']) if isinstance(sigs[r], str) else 0}"
-                                   for r in ranks_s)
-                drops.append([label, i, s, block, inst_id, DROP_SIGNATURE,
-                              f"rank(s) {','.join(map(str, odd))} ran other kernels ({counts} kernels)"])
-                continue
-            for r in ranks_s:
-                row = per_rank[r].loc[i]
-                keep_rows.append((label, i, r, group_rank[r], s, pos, inst_id, block, row["signature"],
-                                  int(row["n_kernels"]), int(row["n_gemm_kernels"]), float(row["gemm_us"]),
-                                  float(row["busy_us"]), float(row["span_us"]), float(row["window_us"]),
-                                  gpu_of.get(r, "unknown")))
-    times = pd.DataFrame(keep_rows, columns=TIME_COLUMNS)
+    times, drops = _judge_blocks(label, members, present, k, per_rank, instance, position,
+                                 {i for (p, i) in alignment.invalid if p == label},
+                                 steps is not None, gpu_of)
     times["precision"] = _precisions(times, pd.concat(gemm_prec, ignore_index=True), rows0, user_precision)
     if lost:
         log.info("PG %s: %d compute kernel(s) lie in no block (before the first / after the last "
                  "collective, or during a collective)", label, lost)
     return times, drops, source, lost
+
+
+def _judge_blocks(label: str, members: tuple[int, ...], present: set[int], k: int,
+                  per_rank: dict[int, pd.DataFrame], instance: np.ndarray, position: np.ndarray,
+                  invalid: set[int], from_steps: bool, gpu_of: dict[int, str]
+                  ) -> tuple[pd.DataFrame, list[list[Any]]]:
+    """Keep or drop every block sample of one PG (vectorised over blocks).
+
+    Whole blocks are dropped when a bracketing collective is flagged, the collectives
+    overlap, the block lies outside the ProfilerSteps or no rank ran a kernel in it; a sample
+    is dropped when one of its ranks has no trace or ran other kernels than the majority.
+    """
+    frame = pd.concat([f.assign(rank=r) for r, f in per_rank.items()], ignore_index=True)
+    n_blocks = len(next(iter(per_rank.values())))
+    samples = np.arange(k)
+    idx = np.arange(n_blocks)
+    inst_of, pos_of = instance[idx + 1].astype(np.int64), position[idx + 1].astype(np.int64)
+    sig = frame.dropna(subset=["signature"])
+    counts = sig.groupby(["index", "signature"]).size().rename("n").reset_index()
+    counts = counts.sort_values(["index", "n", "signature"], ascending=[True, False, True])
+    majority = pd.Series(None, index=idx, dtype=object)
+    best = counts.drop_duplicates("index")
+    majority[best["index"].to_numpy()] = best["signature"].to_numpy()
+    block = pd.Series([f"{p}:{m}" if isinstance(m, str) else f"{p}:-" for p, m in zip(pos_of, majority, strict=True)],
+                      index=idx)
+    first = min(per_rank)
+    window0 = per_rank[first]["window_us"].to_numpy()
+    reason = np.full(n_blocks, None, dtype=object)
+    detail = np.full(n_blocks, "", dtype=object)
+    for i in sorted(invalid):
+        for j in (i - 1, i):
+            if 0 <= j < n_blocks and reason[j] is None:
+                reason[j], detail[j] = DROP_INVALID, f"collective {i}"
+    rules = ((window0 < 0, DROP_OVERLAP, "collective {n} starts before collective {i} ends"),
+             ((inst_of < 0) & from_steps, DROP_OUTSIDE, "collective {n} launched outside every ProfilerStep"),
+             (majority.isna().to_numpy(), DROP_EMPTY, "no compute kernel between the collectives on any rank"))
+    for mask, why, text in rules:
+        for j in np.flatnonzero(mask & (reason == None)):  # noqa: E711 - elementwise on objects
+            reason[j], detail[j] = why, text.format(i=j, n=j + 1)
+    drops: list[list[Any]] = [[label, int(j), int(s), block[j], int(inst_of[j]), reason[j], detail[j]]
+                              for j in np.flatnonzero(reason != None) for s in samples]  # noqa: E711
+    sample_of = {r: p % k for p, r in enumerate(members)}
+    missing = [r for r in members if r not in present]
+    ok_blocks = np.flatnonzero(reason == None)  # noqa: E711
+    for s in samples:
+        gone = [r for r in missing if sample_of[r] == s]
+        if gone:
+            drops.extend([label, int(j), int(s), block[j], int(inst_of[j]), DROP_INCOMPLETE,
+                          f"no trace for rank(s) {','.join(map(str, gone))}"] for j in ok_blocks)
+    complete = [s for s in samples if not any(sample_of[r] == s for r in missing)]
+    frame = frame[frame["index"].isin(ok_blocks)].copy()
+    frame["sample"] = frame["rank"].map(sample_of).astype(np.int64)
+    frame = frame[frame["sample"].isin(complete)]
+    frame["block"] = block[frame["index"].to_numpy()].to_numpy()
+    frame["odd"] = frame["signature"].to_numpy() != majority[frame["index"].to_numpy()].to_numpy()
+    frame["odd"] |= frame["signature"].isna().to_numpy()
+    bad = frame.groupby(["index", "sample"])["odd"].transform("any")
+    for (j, s), sub in frame[bad].groupby(["index", "sample"], sort=True):
+        per = ", ".join(f"rank {r}: {0 if pd.isna(c) else int(c)}" for r, c in zip(sub["rank"], sub["n_kernels"],
+                                                                                     strict=True))
+        odd = ",".join(str(r) for r in sub.loc[sub["odd"], "rank"])
+        drops.append([label, int(j), int(s), block[j], int(inst_of[j]), DROP_SIGNATURE,
+                      f"rank(s) {odd} ran other kernels ({per} kernels)"])
+    kept = frame[~bad].sort_values(["index", "rank"], kind="stable")
+    group_rank = {r: p for p, r in enumerate(members)}
+    times = pd.DataFrame({
+        "pg": label, "index": kept["index"].astype(np.int64), "rank": kept["rank"].astype(np.int64),
+        "group_rank": kept["rank"].map(group_rank).astype(np.int64), "sample": kept["sample"],
+        "position": pos_of[kept["index"].to_numpy()], "instance": inst_of[kept["index"].to_numpy()],
+        "block": kept["block"], "signature": kept["signature"].astype(str),
+        "n_kernels": kept["n_kernels"].astype(np.int64), "n_gemm_kernels": kept["n_gemm_kernels"].astype(np.int64),
+        "gemm_us": kept["gemm_us"].astype(float), "busy_us": kept["busy_us"].astype(float),
+        "span_us": kept["span_us"].astype(float), "window_us": kept["window_us"].astype(float),
+        "gpu": kept["rank"].map(lambda r: gpu_of.get(int(r), "unknown")),
+    }, columns=TIME_COLUMNS).reset_index(drop=True)
+    return times, drops
 
 
 def _precisions(times: pd.DataFrame, gemm_prec: pd.DataFrame, rows0: pd.DataFrame,
