@@ -279,10 +279,12 @@ def fit_gumbel(data: ArrayLike) -> MleFit:
 
 
 def _nelder_mead(fun: Callable[[NDArray[np.float64]], float], start: NDArray[np.float64]):
-    return optimize.minimize(
-        fun, start, method="Nelder-Mead",
-        options={"xatol": 1e-10, "fatol": 1e-12, "maxiter": 20000, "maxfev": 40000, "adaptive": True},
-    )
+    # vertices outside the support have f = inf; scipy's stopping test then computes inf - inf
+    with np.errstate(invalid="ignore"):
+        return optimize.minimize(
+            fun, start, method="Nelder-Mead",
+            options={"xatol": 1e-10, "fatol": 1e-12, "maxiter": 20000, "maxfev": 40000, "adaptive": True},
+        )
 
 
 def _fit_gev_standardised(y: NDArray[np.float64]) -> tuple[float, float, float, bool, list[str]]:
