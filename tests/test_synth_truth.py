@@ -272,3 +272,10 @@ def test_other_layouts_run(tmp_path: Path) -> None:
     assert colls == {"_reduce_scatter_base", "_allgather_base", "all_to_all"}
     assert res.truth["noise"]["samples"][0] == [0, 2, 4, 6]      # a TP group of 8: even and odd ranks
     assert res.truth["gpu_name"] == "NVIDIA A100-SXM4-80GB"
+
+
+def test_refuses_to_mix_with_other_runs_traces(tmp_path: Path) -> None:
+    synthesize(SynthConfig.build(ranks=8, tp=4, iterations=1, layers=1), tmp_path)
+    synthesize(SynthConfig.build(ranks=8, tp=4, iterations=1, layers=1, seed=3), tmp_path)   # same names: overwritten
+    with pytest.raises(InputError, match="already holds 8 trace file"):
+        synthesize(SynthConfig.build(ranks=4, tp=4, iterations=1, layers=1, format="legacy"), tmp_path)

@@ -19,7 +19,7 @@ from evtsync.errors import InputError
 from evtsync.synth.config import DEFAULT_GEV, GPU_MODELS, PLANT_KINDS, Plant, SynthConfig
 from evtsync.synth.timeline import Simulation
 from evtsync.synth.truth import TRUTH_FILE, build_truth, write_truth
-from evtsync.synth.writer import write_traces
+from evtsync.synth.writer import trace_file_name, write_traces
 
 __all__ = ["DEFAULT_GEV", "GPU_MODELS", "PLANT_KINDS", "STUDIES", "TRACES_DIR", "TRUTH_FILE", "Plant",
            "SynthConfig", "SynthResult", "study", "synthesize", "write_demo_traces"]
@@ -53,6 +53,15 @@ def synthesize(config: SynthConfig, out_dir: str | Path) -> SynthResult:
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise InputError(f"synth: {out} exists and is not a folder")
+    expected = {trace_file_name(config, r) for r in config.ranks_to_write()}
+    traces_dir = out / TRACES_DIR
+    if traces_dir.is_dir():
+        stale = sorted(p.name for p in traces_dir.iterdir()
+                       if p.name.endswith((".json", ".json.gz")) and p.name not in expected)
+        if stale:
+            raise InputError(f"synth: {traces_dir} already holds {len(stale)} trace file(s) this run would not "
+                             f"overwrite (e.g. {stale[0]}); a reader would mix them in: remove them or choose "
+                             f"another folder")
     out.mkdir(parents=True, exist_ok=True)
     sim = Simulation(config)
     traces = write_traces(sim, out / TRACES_DIR)

@@ -205,18 +205,21 @@ class Simulation:
         steps: list[Step] = [K("iter_begin"), K("kernel", ("aten::embedding", "aten::index_select"), ("embedding",), (emb_us,))]
         params = int((2.25 * h * h + 3 * h * f) / tp)
 
-        def tp_coll(kind: str) -> Step:
+        def tp_coll(kind: str, layer: int) -> Step:
             if kind == "allreduce":
-                return K("coll", coll="allreduce", group_kind="tp", nelems_in=ar_nel, nelems_out=ar_nel, waits=True)
+                return K("coll", coll="allreduce", group_kind="tp", nelems_in=ar_nel, nelems_out=ar_nel, waits=True,
+                         layer=layer)
             if kind == "reduce_scatter":
-                return K("coll", coll="reduce_scatter", group_kind="tp", nelems_in=ar_nel, nelems_out=ar_nel // tp, waits=True)
-            return K("coll", coll="allgather", group_kind="tp", nelems_in=ar_nel // tp, nelems_out=ar_nel, waits=True)
+                return K("coll", coll="reduce_scatter", group_kind="tp", nelems_in=ar_nel, nelems_out=ar_nel // tp,
+                         waits=True, layer=layer)
+            return K("coll", coll="allgather", group_kind="tp", nelems_in=ar_nel // tp, nelems_out=ar_nel, waits=True,
+                     layer=layer)
 
-        def ep_coll() -> list[Step]:
+        def ep_coll(layer: int) -> list[Step]:
             if not cfg.ep_groups:
                 return []
             n = t * h // tp
-            return [K("coll", coll="alltoall", group_kind="ep", nelems_in=n, nelems_out=n, waits=True)]
+            return [K("coll", coll="alltoall", group_kind="ep", nelems_in=n, nelems_out=n, waits=True, layer=layer)]
 
         def norm(layer: int) -> Step:
             return K("kernel", ("aten::layer_norm", "aten::native_layer_norm"), ("norm_fwd",), (norm_us,), layer=layer)
@@ -237,21 +240,21 @@ class Simulation:
                 steps.append(add(layer))
             steps.append(norm(layer))
             if sp:
-                steps.append(tp_coll("allgather"))
+                steps.append(tp_coll("allgather", layer))
             steps += [mm("gemm_qkv", qkv, layer, "fwd-attn"),
                       K("kernel", ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
                                    "aten::_flash_attention_forward"), ("flash_fwd",), (flash,), layer=layer),
-                      mm("gemm_out", out, layer), tp_coll(red), *ep_coll(), add(layer), norm(layer)]
+                      mm("gemm_out", out, layer), tp_coll(red, layer), *ep_coll(layer), add(layer), norm(layer)]
             if sp:
-                steps.append(tp_coll("allgather"))
+                steps.append(tp_coll("allgather", layer))
             steps += [mm("gemm_up", up, layer, "fwd-mlp"),
                       K("kernel", ("aten::silu",), ("silu",), (ew_us,), layer=layer),
                       K("kernel", ("aten::mul",), ("mul",), (ew_us,), layer=layer),
-                      mm("gemm_down", down, layer), tp_coll(red), *ep_coll()]
+                      mm("gemm_down", down, layer), tp_coll(red, layer), *ep_coll(layer)]
         for layer in reversed(range(cfg.layers)):
             if sp:
                 steps += [K("kernel", ("autograd::engine::evaluate_function: AddBackward0", "AddBackward0", "aten::add"),
-                            ("add",), (add_us,), layer=layer), tp_coll("allgather")]
+                            ("add",), (add_us,), layer=layer), tp_coll("allgather", layer)]
             steps += [mm("gemm_dgrad", down, layer, "bwd-mlp", True), mm("gemm_wgrad", down, layer, bwd=True),
                       K("kernel", ("autograd::engine::evaluate_function: SiluBackward0", "SiluBackward0", "aten::silu_backward"),
                         ("silu_bwd",), (ew_us,), layer=layer),
@@ -261,10 +264,10 @@ class Simulation:
             nb = K("kernel", ("autograd::engine::evaluate_function: NativeLayerNormBackward0", "NativeLayerNormBackward0",
                               "aten::native_layer_norm_backward"), ("norm_bwd",), (norm_us * 1.6,), layer=layer)
             if sp:
-                steps += [tp_coll("reduce_scatter"), nb, tp_coll("allgather")]
+                steps += [tp_coll("reduce_scatter", layer), nb, tp_coll("allgather", layer)]
             else:
-                steps += [nb, tp_coll("allreduce")]
-            steps += [*ep_coll(), mm("gemm_dgrad", out, layer, "bwd-attn", True), mm("gemm_wgrad", out, layer, bwd=True),
+                steps += [nb, tp_coll("allreduce", layer)]
+            steps += [*ep_coll(layer), mm("gemm_dgrad", out, layer, "bwd-attn", True), mm("gemm_wgrad", out, layer, bwd=True),
                       K("kernel", ("autograd::engine::evaluate_function: ScaledDotProductFlashAttentionBackward0",
                                    "ScaledDotProductFlashAttentionBackward0",
                                    "aten::_scaled_dot_product_flash_attention_backward", "aten::_flash_attention_backward"),
@@ -275,9 +278,9 @@ class Simulation:
                       mm("gemm_dgrad", qkv, layer, bwd=True), mm("gemm_wgrad", qkv, layer, bwd=True)]
             nb2 = K("kernel", nb.ops, nb.roles, nb.base_us, layer=layer)
             if sp:
-                steps += [tp_coll("reduce_scatter"), nb2]
+                steps += [tp_coll("reduce_scatter", layer), nb2]
             else:
-                steps += [nb2, tp_coll("allreduce")]
+                steps += [nb2, tp_coll("allreduce", layer)]
             if cfg.fsdp_groups:
                 fs = len(cfg.fsdp_groups[0])
                 steps.append(K("coll", coll="reduce_scatter", group_kind="fsdp", nelems_in=params,

@@ -127,8 +127,9 @@ class RankFile:
             self.first_ts = min(e["ts"] for e in events) - (1 if not self.modern else 1.0)
             events = self.metadata(self.first_ts) + events
         self._last_ts = max(e["ts"] + e.get("dur", 0) for e in events)
-        dumps = orjson.dumps
-        chunk = b",\n".join([dumps(e) for e in events])
+        # one dumps call per chunk (several times faster than one per event), then one event
+        # per line as Kineto writes them: every event object starts with "ph" or "name"
+        chunk = orjson.dumps(events)[1:-1].replace(b'},{"ph"', b'},\n{"ph"').replace(b'},{"name"', b'},\n{"name"')
         if not self._first:
             self._out.write(b",\n")
         self._out.write(chunk)
