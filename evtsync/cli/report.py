@@ -1,0 +1,33 @@
+"""``evtsync report FIT_OR_RUN_DIR``: the self-contained HTML report and Markdown summary."""
+
+from __future__ import annotations
+
+import argparse
+
+ORDER = 2
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``report`` command."""
+    parser = sub.add_parser(
+        "report", help="HTML report (figures embedded) and Markdown summary of a run folder or a fit",
+        description="Write report.html (self-contained: every figure embedded, no network needed), report.md and "
+        "figures/ (PNG and SVG) for a run folder written by `evtsync run`, or for one Bayesian fit (a folder "
+        "holding fit.nc, or a .nc file). The report is organised per GPU model and precision; non-converged fits "
+        "and failed stages are flagged in red at the top.")
+    parser.add_argument("source", metavar="FIT_OR_RUN_DIR", help="run folder (with manifest.json) or fit (folder or .nc)")
+    parser.add_argument("--out", metavar="DIR", default=None, help="folder of the report (default: the run or fit folder)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``evtsync report``."""
+    from pathlib import Path
+
+    from evtsync.report.html import REPORT_HTML, REPORT_MD, build_report
+
+    written = build_report(args.source, args.out)
+    html = next(p for p in written if Path(p).name == REPORT_HTML)
+    md = next(p for p in written if Path(p).name == REPORT_MD)
+    print(f"report: {html}\nsummary: {md}\nfigures: {len(written) - 2} file(s) in {Path(html).parent / 'figures'}")
+    return 0

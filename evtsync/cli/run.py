@@ -1,0 +1,131 @@
+"""``evtsync run [TRACES…]``: the main job, from traces to the report, resumable."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ORDER = 1
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``run`` command."""
+    from evtsync.cli._common import add_trace_arguments
+    from evtsync.run import (
+        DEFAULT_CHAINS,
+        DEFAULT_DRAWS,
+        DEFAULT_TUNE,
+        DEMO_CHAINS,
+        DEMO_DRAWS,
+        DEMO_TUNE,
+    )
+
+    parser = sub.add_parser(
+        "run", help="the main job: traces -> tax -> attribution -> z-scores -> fits -> predictions -> report",
+        description="Run every stage of the analysis on one job's traces (one file per rank), or on a "
+        "study of several jobs (a folder of trace folders, one per workload), and write tables, fits "
+        "and report.html into the run folder. Without TRACES, runs on the bundled demo: a small "
+        "synthetic study (A100/H100/H200 x bf16/fp32) generated deterministically. Finished stages "
+        "are reused when their inputs did not change (content hashes in manifest.json), so an "
+        "interrupted run resumes where it stopped.",
+        epilog="Stages: demo (without TRACES), tax, attribution, zscores, mle, fit-<model> for every "
+        "models/*.toml, compare, prediction, predicted-vs-measured, report. Stages that do not apply "
+        "to the data are recorded with the reason and listed in the report.")
+    add_trace_arguments(parser, required=False)
+    for action in parser._actions:
+        if action.dest == "pg":
+            action.help = ("NAME=RANKS[@STREAM] declares a process group (e.g. tp=0-3@84, repeatable); "
+                           "a plain NAME chooses the PG whose compute blocks are fitted (default: the "
+                           "tensor-parallel group)")
+            action.metavar = "NAME[=RANKS[@STREAM]]"
+    parser.add_argument("--out", metavar="DIR", default=None,
+                        help="run folder (default fits/demo for the demo, else fits/<name of the trace folder>)")
+    parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="no progress bars or stage lines; warnings and the final summary only")
+    parser.add_argument("--force", action="store_true", help="redo every stage, even those whose inputs did not change")
+    parser.add_argument("--no-report", dest="report", action="store_false", help="stop before the report")
+    blocks = parser.add_argument_group("blocks and z-scores")
+    blocks.add_argument("--m", type=int, default=4, help="ranks per sample of the block maxima (default 4)")
+    blocks.add_argument("--time", choices=("busy", "span", "window"), default="busy",
+                        help="block time definition (default busy; see `evtsync blocks --help`)")
+    fit = parser.add_argument_group("Bayesian fits")
+    fit.add_argument("--draws", type=int, default=None,
+                     help=f"posterior draws per chain (default {DEFAULT_DRAWS}; demo {DEMO_DRAWS})")
+    fit.add_argument("--tune", type=int, default=None,
+                     help=f"tuning steps per chain (default {DEFAULT_TUNE}; demo {DEMO_TUNE})")
+    fit.add_argument("--chains", type=int, default=None,
+                     help=f"chains (default {DEFAULT_CHAINS}; demo {DEMO_CHAINS})")
+    fit.add_argument("--seed", type=int, default=0, help="random seed of the samplers (default 0)")
+    fit.add_argument("--sampler", choices=("nutpie", "pymc"), default="nutpie", help="NUTS sampler (default nutpie)")
+    fit.add_argument("--models-dir", metavar="DIR", default=None,
+                     help="folder of model specifications (default: models/ of the source tree)")
+    fit.add_argument("--model", dest="models", action="append", default=[], metavar="NAME",
+                     help="fit only this model of the models folder (repeatable; default: all)")
+    bw = parser.add_argument_group("predictions (tau(n) and B*)")
+    bw.add_argument("--alpha-us", type=float, default=5.0, help="per-step latency alpha in µs (default 5, DGX H200)")
+    bw.add_argument("--bytes", type=float, default=None, metavar="S",
+                    help="buffer size S in bytes (default: median message size of the block PG's collectives)")
+    bw.add_argument("--eps", type=float, default=-0.5, help="target elasticity of B* in (-1, 0) (default -0.5)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``evtsync run``: exit 0 when every stage ran or did not apply, 1 on a failure."""
+    from evtsync.errors import InputError
+    from evtsync.run import (
+        STATUS_FAILED,
+        STATUS_NA,
+        STATUS_UNAVAILABLE,
+        RunOptions,
+        StageEvent,
+        default_out,
+        run_pipeline,
+    )
+
+    declared = [p for p in args.pg if "=" in p]
+    chosen = [p for p in args.pg if "=" not in p]
+    if len(chosen) > 1:
+        raise InputError(f"--pg: choose at most one process group to fit ({', '.join(chosen)})")
+    if not -1 < args.eps < 0:
+        raise InputError(f"--eps {args.eps}: the target elasticity must lie in (-1, 0)")
+    options = RunOptions(
+        traces=list(args.traces), out=Path(args.out) if args.out else None, force=args.force,
+        draws=args.draws, tune=args.tune, chains=args.chains, seed=args.seed, sampler=args.sampler,
+        block_pg=chosen[0] if chosen else None, pg_overrides=declared, m=args.m, time=args.time,
+        models_dir=Path(args.models_dir) if args.models_dir else None, models=args.models,
+        alpha_us=args.alpha_us, bytes=args.bytes, eps=args.eps, salvage=args.salvage, workers=args.workers,
+        strict=args.strict, allow_partial=args.allow_partial, end_tolerance_us=args.end_tolerance_us,
+        ranks_per_host=args.ranks_per_host, report=args.report)
+    out = options.out or default_out(options)
+    quiet = args.quiet
+    if not quiet:
+        what = "the bundled demo study" if options.is_demo else " ".join(options.traces)
+        s = options.sampling()
+        print(f"evtsync run: {what} -> {out}  (sampling: {s['draws']} draws, {s['tune']} tune, "
+              f"{s['chains']} chains{' — demo settings' if options.is_demo and not args.draws else ''})",
+              file=sys.stderr)
+
+    def show(event: StageEvent) -> None:
+        if quiet:
+            return
+        if event.action == "start":
+            print(f"  {event.stage:<24} running…", file=sys.stderr, flush=True)
+        elif event.action == "reused":
+            print(f"  {event.stage:<24} reused ({event.status})", file=sys.stderr)
+        else:
+            detail = f": {event.reason}" if event.reason else ""
+            print(f"  {event.stage:<24} {event.status} in {event.seconds:.1f} s{detail}", file=sys.stderr)
+
+    result = run_pipeline(options, on_stage=show)
+    stages = result.manifest.get("stages", {})
+    failed = [n for n, e in stages.items() if e.get("status") == STATUS_FAILED]
+    skipped = [n for n, e in stages.items() if e.get("status") in (STATUS_NA, STATUS_UNAVAILABLE)]
+    report = result.out / "report.html"
+    if report.is_file() and options.report:
+        print(f"report: {report}")
+    print(f"run folder: {result.out} ({len(stages) - len(failed) - len(skipped)} stage(s) with results, "
+          f"{len(skipped)} not applicable or unavailable, {len(failed)} failed)")
+    for name in failed:
+        print(f"  FAILED {name}: {stages[name].get('reason', '')}", file=sys.stderr)
+    return 1 if failed else 0

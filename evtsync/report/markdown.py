@@ -1,0 +1,113 @@
+"""The report as a document (sections of paragraphs, tables, figures, alerts) and its
+Markdown rendering.
+
+:mod:`evtsync.report.html` assembles the document from a run folder and renders it as
+self-contained HTML; :func:`render_markdown` renders the same document as a Markdown summary
+whose figures link to the PNG files beside it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+
+@dataclass
+class Figure:
+    """A figure saved as PNG and SVG, with its caption (what it shows, how it was computed)."""
+
+    png: Path
+    svg: Path
+    caption: str
+
+
+@dataclass
+class Table:
+    """A table with an optional caption; ``flag`` names a boolean column whose True rows are
+    highlighted (e.g. non-converged fits)."""
+
+    frame: pd.DataFrame
+    caption: str = ""
+    flag: str | None = None
+
+
+@dataclass
+class Alert:
+    """A warning shown in red (``level="error"``) or amber (``level="warning"``)."""
+
+    text: str
+    level: str = "error"
+
+
+@dataclass
+class Section:
+    """A titled part of the report; ``level`` 2 or 3 (h2/h3); ``items`` in order."""
+
+    title: str
+    items: list[Any] = field(default_factory=list)
+    level: int = 2
+    anchor: str = ""
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """A number with ``digits`` significant digits; other values as text; NaN as an en dash."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "–" if math.isnan(value) else ("∞" if value > 0 else "-∞")
+        if value != 0 and (abs(value) >= 10 ** (digits + 3) or abs(value) < 10 ** -(digits + 1)):
+            return f"{value:.{digits - 1}e}"
+        text = f"{value:.{digits}g}"
+        if "e" in text:
+            text = f"{value:.0f}"
+        return text
+    return str(value)
+
+
+def fmt_ci(mean: Any, lo: Any, hi: Any, digits: int = 3) -> str:
+    """``mean [lo, hi]``: a number with its interval."""
+    return f"{fmt(mean, digits)} [{fmt(lo, digits)}, {fmt(hi, digits)}]"
+
+
+def _md_cell(value: Any) -> str:
+    return fmt(value).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A GitHub-flavoured Markdown pipe table."""
+    if frame.empty:
+        return "_(empty)_"
+    head = "| " + " | ".join(str(c) for c in frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    rows = ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([head, rule, *rows])
+
+
+def render_markdown(title: str, sections: list[Section], base: Path) -> str:
+    """The document as Markdown; figure links are relative to ``base`` (the report's folder)."""
+    lines = [f"# {title}", ""]
+    for section in sections:
+        lines += ["#" * section.level + " " + section.title, ""]
+        for item in section.items:
+            if isinstance(item, str):
+                lines += [item, ""]
+            elif isinstance(item, Alert):
+                marker = "**NOT OK:**" if item.level == "error" else "**Note:**"
+                lines += [f"> {marker} {item.text}", ""]
+            elif isinstance(item, Table):
+                if item.caption:
+                    lines += [f"_{item.caption}_", ""]
+                lines += [markdown_table(item.frame), ""]
+            elif isinstance(item, Figure):
+                rel = item.png.relative_to(base) if item.png.is_relative_to(base) else item.png
+                lines += [f"![{item.caption.split('.')[0]}]({rel.as_posix()})", "", f"_{item.caption}_", ""]
+    return "\n".join(lines).rstrip() + "\n"
