@@ -157,7 +157,9 @@ def _ranks(text: str) -> tuple[int, ...]:
 def _steps_from_annotations(traces: TraceSet, rank: int, inst: pd.DataFrame) -> np.ndarray | None:
     """Step number of each collective of ``inst`` (rows of one rank, by index); None without steps."""
     ops = traces.cpu_ops
-    ops = ops[ops["rank"] == rank]
+    # the CPU-side step only: real traces also hold the step as a gpu_user_annotation on GPU
+    # time, which lags the CPU and would put launches into the previous step
+    ops = ops[(ops["rank"] == rank) & (ops["cat"].astype(str) != "gpu_user_annotation")]
     names = ops["name"].astype(str)
     steps = names.str.extract(_STEP_RE, expand=False)
     found = ops[steps.notna()]

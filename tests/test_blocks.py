@@ -115,6 +115,11 @@ def write_job(folder: Path, *, ranks: int, iterations: int, program: list[list[t
                 events[r].append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{first_step + it}",
                                   "pid": 1, "tid": 1, "ts": it_start - 60, "dur": prev_end - it_start,
                                   "args": {}})
+                # real traces also carry the step as a GPU-side range (on GPU time, here lagging
+                # far behind the CPU): it must not be taken for the CPU step
+                events[r].append({"ph": "X", "cat": "gpu_user_annotation", "name": f"ProfilerStep#{first_step + it}",
+                                  "pid": 0, "tid": COMPUTE, "ts": it_start + 5000, "dur": prev_end - it_start,
+                                  "args": {}})
     for r in range(ranks):
         if not write(r):
             continue
@@ -399,6 +404,10 @@ def test_cli_writes_tables_and_reports_drops(job8: Job, tmp_path: Path, capsys: 
     rc = main(["-q", "blocks", str(job8.folder), "--json"])
     summary = json.loads(capsys.readouterr().out)
     assert rc == 0 and summary["n_zscores"] == 22 and summary["n_dropped"] == 12
+    # a declared PG (as in `evtsync tax`) is the one cut by when no other is selected
+    rc = main(["-q", "blocks", str(job8.folder), "--pg", "tp=0-7@24", "--json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert rc == 0 and summary["pg"] == ["tp"] and summary["n_zscores"] == 22
     assert main(["-q", "blocks", str(job8.folder), "--pg", "nope"]) == 2
     assert "no such process group" in capsys.readouterr().err
 
