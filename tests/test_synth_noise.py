@@ -7,7 +7,7 @@ import pytest
 from scipy.stats import genextreme, kstest
 
 from evtsync.errors import InputError
-from evtsync.synth.noise import design_block, pooled_z, split_integer
+from evtsync.synth.noise import design_block, pooled_z, split_integer, split_integer_rows
 
 
 @pytest.mark.parametrize("m,n_samples", [(4, 19), (4, 2), (8, 10), (3, 40)])
@@ -56,3 +56,11 @@ def test_split_integer_keeps_the_total() -> None:
         assert parts.sum() == total and parts.min() >= 1
     with pytest.raises(InputError):
         split_integer(3, w)
+
+
+def test_split_integer_rows_equals_the_scalar_split() -> None:
+    w = np.array([3.0, 100.0, 0.5, 41.0, 41.0])
+    totals = np.array([5, 17, 1001, 123457, 999, 64])
+    rows = split_integer_rows(totals, w)
+    for total, row in zip(totals, rows, strict=True):
+        assert np.array_equal(row, split_integer(int(total), w))

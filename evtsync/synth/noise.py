@@ -113,6 +113,22 @@ def split_integer(total: int, weights: np.ndarray) -> np.ndarray:
     return base + 1
 
 
+def split_integer_rows(totals: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """:func:`split_integer` for every total of ``totals`` at once: an (N, len(weights)) array."""
+    t = np.asarray(totals, dtype=np.int64)
+    w = np.asarray(weights, dtype=float)
+    n = len(w)
+    if t.size and int(t.min()) < n:
+        raise InputError(f"synth: block of {int(t.min())} us cannot hold {n} kernels of >= 1 us")
+    raw = (t - n)[:, None] * (w / w.sum())[None, :]
+    base = np.floor(raw).astype(np.int64)
+    rest = t - n - base.sum(axis=1)
+    order = np.argsort(-(raw - base), axis=1, kind="stable")
+    rank_of = np.empty_like(order)
+    np.put_along_axis(rank_of, order, np.arange(n)[None, :].repeat(len(t), axis=0), axis=1)
+    return base + (rank_of < rest[:, None]) + 1
+
+
 def pooled_z(x: np.ndarray) -> np.ndarray:
     """SPEC §5 pooled z-scores of a (J, m) array of block times: one z per row."""
     x = np.asarray(x, dtype=float)

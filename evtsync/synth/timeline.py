@@ -37,7 +37,7 @@ import numpy as np
 
 from evtsync.synth.config import GPU_MODELS, SynthConfig
 from evtsync.synth.kernels import DTYPE_BYTES, TORCH_DTYPE, KernelSpec, catalogue, nccl_kernel
-from evtsync.synth.noise import BlockDesign, design_block, split_integer
+from evtsync.synth.noise import BlockDesign, design_block, split_integer_rows
 
 log = logging.getLogger("evtsync.synth.timeline")
 
@@ -349,11 +349,7 @@ class Simulation:
                     for jj, j in enumerate(rows):
                         d[j, list(sample)] = bd.d[jj]
             x = np.rint(a * (1.0 + cfg.cv * d)).astype(np.int64)
-            durs = np.empty((J + 1, cfg.ranks, len(w)), dtype=np.int64)
-            for j in range(J + 1):
-                for r in range(cfg.ranks):
-                    durs[j, r] = split_integer(int(x[j, r]), w)
-            self.durations[p] = durs
+            self.durations[p] = split_integer_rows(x.reshape(-1), w).reshape(J + 1, cfg.ranks, len(w))
         for pl in cfg.plants:
             if pl.kind == "slow_gemm":
                 si = self._plant_step(pl.layer, pl.block)
@@ -798,11 +794,12 @@ class Simulation:
         """Busy time and span of every compute block instance that ends in iteration ``j``."""
         cfg = self.cfg
         for p in range(self.n_tp):
-            if j not in self.design_rows[p]:
+            rows = self.design_rows[p]
+            if not rows or not rows[0] <= j <= rows[-1]:
                 continue
             busy = self.durations[p][j].sum(axis=1)
             span = {r: self._span_end.pop((r, j, p)) - self._span_start.pop((r, j, p)) for r in range(cfg.ranks)}
-            jj = self.design_rows[p].index(j)
+            jj = j - rows[0]      # rows are consecutive iterations
             for sample in self.samples:
                 bd = self.designs[(p, sample)]
                 self.block_instances.append({
