@@ -47,9 +47,9 @@ log = logging.getLogger(__name__)
 COLLECTIVE_COLUMNS = [
     "pg", "index", "collective", "n_ranks", "valid", "tau_max_us", "straggler_rank", "fastest_rank",
     "status", "path_kind", "path_len", "path_cpu_nodes", "cause_name", "cause_kind", "cause_category",
-    "cause_extra_us", "cause_duration_us", "cause_fastest_duration_us", "cause_occurrence",
+    "cause_extra_us", "cause_raw_extra_us", "cause_duration_us", "cause_fastest_duration_us", "cause_occurrence",
     "cause_start_ns", "cause_on_fastest_path", "lca_name", "n_common", "path_extra_us",
-    "straggler_path_us",
+    "path_raw_extra_us", "straggler_path_us",
 ]
 PATH_COLUMNS = ["pg", "index", "rank", "role", "step", "name", "kind", "start_ns", "end_ns",
                 "dur_us", "occurrence", "extra_us"]
@@ -183,11 +183,13 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
         path_s = walkers[s_rank].path(here_s[0], win_s, prev_s[0] if prev_s else -1)
         path_f = walkers[f_rank].path(here_f[0], win_f, prev_f[0] if prev_f else -1)
         dag_s, dag_f = dags[s_rank], dags[f_rank]
-        comp = compare_paths((dag_s, keys[s_rank]), (dag_f, keys[f_rank]), path_s, path_f, win_s, win_f)
+        comp = compare_paths((dag_s, keys[s_rank]), (dag_f, keys[f_rank]), path_s, path_f, win_s, win_f,
+                             (here_s[0], here_f[0]))
         row["path_len"] = len(path_s)
         row["path_cpu_nodes"] = int((dag_s.kind[path_s] != KIND_GPU).sum())
         row["straggler_path_us"] = float(comp.duration_ns.sum()) / 1000.0
-        row["path_extra_us"] = float(comp.extra_ns.sum()) / 1000.0
+        row["path_extra_us"] = float(comp.effect_ns.sum()) / 1000.0
+        row["path_raw_extra_us"] = float(comp.extra_ns.sum()) / 1000.0
         row["n_common"] = comp.n_common
         row["lca_name"] = names[int(dag_s.name_id[comp.lca])] if comp.lca >= 0 else None
         if comp.principal < 0:
@@ -201,7 +203,8 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
                 status="ok", path_kind=path_kind(dag_s, comp), cause_name=names[int(dag_s.name_id[node])],
                 cause_kind=KIND_NAMES[kind],
                 cause_category=None if kind == KIND_GPU else CPU_KIND_CATEGORY[kind],
-                cause_extra_us=float(comp.extra_ns[k]) / 1000.0,
+                cause_extra_us=float(comp.effect_ns[k]) / 1000.0,
+                cause_raw_extra_us=float(comp.extra_ns[k]) / 1000.0,
                 cause_duration_us=float(comp.duration_ns[k]) / 1000.0,
                 cause_fastest_duration_us=float(comp.fastest_duration_ns[k]) / 1000.0,
                 cause_occurrence=int(comp.occurrence[k]), cause_start_ns=int(dag_s.start[node]),

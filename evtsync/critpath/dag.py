@@ -116,6 +116,7 @@ class RankDAG:
     parent_kind: np.ndarray
     critical: np.ndarray
     critical_kind: np.ndarray
+    gpu_ready: np.ndarray
     lanes: list[tuple[str, int, int]] = field(default_factory=list)
     stats: dict[str, int] = field(default_factory=dict)
 
@@ -401,6 +402,11 @@ def build_rank_dag(kernels: pd.DataFrame, cpu_ops: pd.DataFrame, runtime: pd.Dat
     last = ptr[1:][has] - 1
     critical[has] = src_all[last]
     critical_kind[has] = ekind_all[last]
+    # when each node's stream predecessor let it go: what a kernel would have waited for had
+    # its launch been on time (cross-stream edges are possible, not certain, dependencies)
+    gpu_ready = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    on_gpu = ekind_all == EDGE_STREAM
+    np.maximum.at(gpu_ready, dst_all[on_gpu], ready_all[on_gpu])
     lanes = [("stream", int(d), int(s)) for d, s in gpu_lane_uniques] + slices.attrs.get("lanes", [])
     stats = {"nodes": n, "gpu_nodes": n_gpu, "cpu_slices": n - n_gpu, "edges": len(src_all),
              "launch_edges": n_launch, "sync_edges": n_sync,
@@ -408,7 +414,7 @@ def build_rank_dag(kernels: pd.DataFrame, cpu_ops: pd.DataFrame, runtime: pd.Dat
     return RankDAG(rank=rank, start=start, end=end, kind=kind, name_id=name_id, lane=lane,
                    source=source, row=row, parent_ptr=ptr, parent=src_all, parent_ready=ready_all,
                    parent_kind=ekind_all, critical=critical, critical_kind=critical_kind,
-                   lanes=lanes, stats=stats)
+                   gpu_ready=gpu_ready, lanes=lanes, stats=stats)
 
 
 def _sync_sources(g: pd.DataFrame, g_lane: np.ndarray, lane_uniques: pd.Index, g_start: np.ndarray,

@@ -160,13 +160,22 @@ class Walker:
 
 @dataclass
 class PathComparison:
-    """The straggler's path against the fastest rank's for one collective."""
+    """The straggler's path against the fastest rank's for one collective.
+
+    ``extra_ns`` is each event's raw extra time; ``effect_ns`` the part of it that reached
+    the collective: a run of CPU events on the path (and everything before it) can delay
+    the GPU only by how much longer the kernel that leaves the run (launched from it)
+    waited for the CPU than the same kernel on the fastest rank did, so positive extras
+    there are scaled down to that wait (a CPU far ahead of its GPU absorbs a delay). GPU
+    events after the last CPU run keep their extra time.
+    """
 
     path: np.ndarray
     occurrence: np.ndarray
     duration_ns: np.ndarray
     fastest_duration_ns: np.ndarray
     extra_ns: np.ndarray
+    effect_ns: np.ndarray
     on_fastest_path: np.ndarray
     n_common: int
     lca: int
@@ -175,8 +184,11 @@ class PathComparison:
 
 def compare_paths(straggler: tuple[RankDAG, KeyIndex], fastest: tuple[RankDAG, KeyIndex],
                   path_s: np.ndarray, path_f: np.ndarray, window_s: Window,
-                  window_f: Window) -> PathComparison:
-    """Compare the straggler's path with the fastest rank's by event name and occurrence."""
+                  window_f: Window, here_nodes: tuple[int, int]) -> PathComparison:
+    """Compare the straggler's path with the fastest rank's by event name and occurrence.
+
+    ``here_nodes`` are the collective's nodes on the straggler and on the fastest rank.
+    """
     dag_s, keys_s = straggler
     dag_f, keys_f = fastest
     occ_s = keys_s.occurrence(path_s, window_s) if len(path_s) else np.zeros(0, np.int64)
@@ -190,6 +202,7 @@ def compare_paths(straggler: tuple[RankDAG, KeyIndex], fastest: tuple[RankDAG, K
     dur_s = np.where(found, own_time(dag_s, path_s), dag_s.end[path_s] - dag_s.start[path_s])
     dur_f = np.where(found, own_time(dag_f, np.maximum(match, 0)), 0)
     extra = dur_s - dur_f
+    effect = _cpu_effect(straggler, fastest, path_s, extra, found, window_s, window_f, here_nodes)
     key_s = names_s * (1 << 32) + occ_s
     key_f = dag_f.name_id[path_f] * (1 << 32) + occ_f
     on_fastest = np.isin(key_s, key_f)
@@ -197,10 +210,71 @@ def compare_paths(straggler: tuple[RankDAG, KeyIndex], fastest: tuple[RankDAG, K
     differ = np.flatnonzero(key_s[:m] != key_f[:m])
     n_common = int(differ[0]) if differ.size else m
     lca = int(path_s[n_common - 1]) if n_common else -1
-    principal = int(np.argmax(extra)) if len(extra) else -1
+    principal = int(np.argmax(effect)) if len(effect) else -1
     return PathComparison(path=path_s, occurrence=occ_s, duration_ns=dur_s, fastest_duration_ns=dur_f,
-                          extra_ns=extra, on_fastest_path=on_fastest, n_common=n_common, lca=lca,
-                          principal=principal)
+                          extra_ns=extra, effect_ns=effect, on_fastest_path=on_fastest, n_common=n_common,
+                          lca=lca, principal=principal)
+
+
+def gpu_wait(dag: RankDAG, nodes: np.ndarray, gpu_window_start: int) -> np.ndarray:
+    """How long each GPU node waited after its stream predecessor (or the window start) let it go."""
+    ready = np.maximum(dag.gpu_ready[nodes], gpu_window_start)
+    return np.maximum(dag.start[nodes] - ready, 0)
+
+
+def _cpu_effect(straggler: tuple[RankDAG, KeyIndex], fastest: tuple[RankDAG, KeyIndex], path: np.ndarray,
+                extra: np.ndarray, found: np.ndarray, window_s: Window, window_f: Window,
+                here_nodes: tuple[int, int]) -> np.ndarray:
+    """Extra time that reached the collective (see :class:`PathComparison`).
+
+    Walking from the oldest run of CPU nodes to the newest, the effects of the run and of
+    everything older than it (which can reach the collective only through it) are clipped
+    at zero and scaled down to what the run let through: how much later its exit kernel
+    (launched from the run) started than the same kernel on the fastest rank, counted from
+    the ranks' last alignment (a CPU far ahead of its GPU absorbs a delay). A sync the fastest rank did not make
+    holds, in its duration, the GPU work it waited for: nodes older than it get no effect
+    of their own.
+    """
+    dag_s, keys_s = straggler
+    dag_f, keys_f = fastest
+    effect = extra.astype(np.float64)
+    is_cpu = dag_s.kind[path] != KIND_GPU
+    if not is_cpu.any():
+        return effect
+    extra_sync = np.flatnonzero((dag_s.kind[path] == KIND_SYNC) & ~found)
+    if extra_sync.size:
+        effect[extra_sync[0] + 1:] = np.minimum(effect[extra_sync[0] + 1:], 0.0)
+    run_start = np.flatnonzero(is_cpu & np.concatenate([[True], ~is_cpu[:-1]]))
+    for lo in reversed(run_start.tolist()):
+        if lo == 0:
+            exit_s, exit_f = here_nodes
+        else:
+            exit_s = int(path[lo - 1])
+            node = np.array([exit_s])
+            occ = keys_s.occurrence(node, window_s)
+            exit_f = int(keys_f.lookup(dag_s.name_id[node], np.array([True]), occ, window_f)[0])
+        allowed = _lateness(dag_s, dag_f, exit_s, exit_f, window_s, window_f)
+        upstream = effect[lo:]
+        np.maximum(upstream, 0.0, out=upstream)
+        total = upstream.sum()
+        if total > allowed:
+            upstream *= allowed / total
+    return effect
+
+
+def _lateness(dag_s: RankDAG, dag_f: RankDAG, exit_s: int, exit_f: int, window_s: Window,
+              window_f: Window) -> float:
+    """How much later the kernel ``exit_s`` started on the straggler than on the fastest rank,
+    both measured from their window's GPU start (where the ranks were aligned); without a
+    window (first collective), how much longer it waited after its stream predecessor."""
+    if exit_f < 0:
+        return float(gpu_wait(dag_s, np.array([exit_s]), window_s.gpu_start)[0])
+    if window_s.gpu_start == NO_WINDOW or window_f.gpu_start == NO_WINDOW:
+        wait_s = gpu_wait(dag_s, np.array([exit_s]), window_s.gpu_start)[0]
+        wait_f = gpu_wait(dag_f, np.array([exit_f]), window_f.gpu_start)[0]
+        return float(max(wait_s - wait_f, 0))
+    late = (dag_s.start[exit_s] - window_s.gpu_start) - (dag_f.start[exit_f] - window_f.gpu_start)
+    return float(max(late, 0))
 
 
 def own_time(dag: RankDAG, nodes: np.ndarray) -> np.ndarray:
