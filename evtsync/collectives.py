@@ -161,7 +161,7 @@ def _pg_members_from_config(traces: TraceSet) -> dict[str, tuple[int, ...]]:
 
 
 def _assign_groups(nccl: pd.DataFrame, traces: TraceSet, overrides: Sequence[PGOverride],
-                   tolerance_us: float) -> tuple[pd.Series, dict[str, dict[str, object]]]:
+                   tolerance_us: float, strict: bool = True) -> tuple[pd.Series, dict[str, dict[str, object]]]:
     """Return the PG label of each NCCL kernel and a description of each PG."""
     labels = pd.Series(np.full(len(nccl), None, dtype=object), index=nccl.index)
     info: dict[str, dict[str, object]] = {}
@@ -202,7 +202,17 @@ def _assign_groups(nccl: pd.DataFrame, traces: TraceSet, overrides: Sequence[PGO
     rest = labels.isna()
     if rest.any():
         for stream, sub in nccl[rest].groupby("stream"):
-            for members in _cluster_by_end_times(sub, tolerance_us):
+            clusters = _cluster_by_end_times(sub, tolerance_us)
+            lonely = [c[0] for c in clusters if len(c) == 1 and len(clusters) > 1]
+            if lonely:
+                message = (f"stream {stream}: the collectives of rank(s) "
+                           f"{format_ranks(tuple(lonely))} do not end together with any other "
+                           "rank's (a missing or extra collective shifts the sequence?); "
+                           "declare the process groups with --pg")
+                if strict:
+                    raise AlignmentError(message + " or pass --no-strict to keep them apart")
+                log.warning(message)
+            for members in clusters:
                 label = f"stream{stream}" if len(members) == sub["rank"].nunique() else \
                     f"stream{stream}[{format_ranks(members)}]"
                 info[label] = {"pg_name": label, "pg_desc": "inferred", "ranks": members,
@@ -217,8 +227,11 @@ def _cluster_by_end_times(sub: pd.DataFrame, tolerance_us: float) -> list[tuple[
     """Split the ranks of one stream into groups whose collective end times move together.
 
     Two ranks belong together when, over their common collectives, the difference of their
-    end times is constant (a clock offset) within the tolerance: median absolute deviation
-    below ``tolerance_us``. With fewer than 3 collectives all ranks form one group.
+    end times is constant (a clock offset) within the tolerance: 95% of the deviations from
+    its median below ``tolerance_us``. Ranks of different groups that happen to finish
+    together most of the time are still separated by the collectives where they do not
+    (a median criterion merged such groups). With fewer than 3 collectives all ranks form
+    one group.
     """
     ends = {int(r): g.sort_values("ts_ns")["end_ns"].to_numpy() for r, g in sub.groupby("rank")}
     ranks = sorted(ends)
@@ -230,7 +243,7 @@ def _cluster_by_end_times(sub: pd.DataFrame, tolerance_us: float) -> list[tuple[
     for r in ranks:
         for g in groups:
             diff = ends[r][:n_common] - ends[g[0]][:n_common]
-            if np.median(np.abs(diff - np.median(diff))) <= tol_ns:
+            if np.percentile(np.abs(diff - np.median(diff)), 95) <= tol_ns:
                 g.append(r)
                 break
         else:
@@ -263,7 +276,7 @@ def align_collectives(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
                                                "pg_source", "streams", "n_collectives",
                                                "present_ranks"]),
                          empty, pd.DataFrame(columns=MISMATCH_COLUMNS))
-    labels, info = _assign_groups(nccl, traces, list(overrides), end_tolerance_us)
+    labels, info = _assign_groups(nccl, traces, list(overrides), end_tolerance_us, strict)
     nccl = nccl.assign(pg=labels.to_numpy())
     present = set(traces.rank_ids)
     domains = _clock_domains(traces, ranks_per_host)
