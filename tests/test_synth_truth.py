@@ -198,8 +198,11 @@ def test_plant_makes_the_planted_rank_the_straggler(kind, block, tmp_path: Path)
     names = {e["name"] for e in raw[2]}
     assert record["event"] in names or kind == "python_gap"
     if kind == "blocking_sync":
-        sync = [e for e in raw[2] if e["name"] == "cudaDeviceSynchronize"]
-        assert len(sync) == 1 and sync[0]["dur"] >= 20000
+        # the planted sync, then the one the profiler's stop makes at the end of the trace
+        sync = sorted((e for e in raw[2] if e["name"] == "cudaDeviceSynchronize"), key=lambda e: e["ts"])
+        assert len(sync) == 2 and sync[0]["dur"] >= 20000
+        copy = [e for e in raw[2] if e.get("cat") == "gpu_memcpy" and e["tid"] == 60]
+        assert len(copy) == 1 and copy[0]["ts"] + copy[0]["dur"] <= sync[0]["ts"] + sync[0]["dur"]
     if kind == "cpu_launch_delay":
         assert max(e["dur"] for e in raw[2] if e["name"] == record["event"]) >= 20000
 

@@ -105,17 +105,12 @@ class RankState:
     ext: int = 0
     ev_idx: int = 0
     event_id: int = 0
-    last_compute_corr: int = 0
     pending_entry: int = 0
     pending_launch_ts: int = 0
     pending_corr: int = 0
     pending_ext: int = 0
     events: list[dict[str, Any]] = field(default_factory=list)
     jitter_pool: list[int] = field(default_factory=list)
-
-
-def _mean(values: list[float]) -> float:
-    return float(sum(values) / len(values))
 
 
 class Simulation:
@@ -177,13 +172,16 @@ class Simulation:
 
     # ---------------------------------------------------------------- program
     def _gemm_us(self, m: int, n: int, k: int) -> float:
+        """Nominal GEMM time: 72 % of the GPU's dense peak for this precision."""
         tf = self.spec["tflops"][self.cfg.precision]
         return 2.0 * m * n * k / (tf * 1e6 * 0.72)
 
     def _mem_us(self, nbytes: float) -> float:
+        """Nominal memory-bound kernel time: 80 % of the HBM bandwidth."""
         return nbytes / (self.spec["mem_tbps"] * 1e6 * 0.8)
 
     def _build_program(self) -> list[Step]:
+        """The per-iteration program: embedding, layers forward, layers backward, optimizer, sync."""
         cfg = self.cfg
         t, h, f, tp = cfg.tokens, cfg.hidden, cfg.ffn, cfg.tp_size
         eb = DTYPE_BYTES[cfg.precision]
@@ -364,6 +362,7 @@ class Simulation:
 
     # ---------------------------------------------------------------- helpers
     def _ts(self, rs: RankState, t: int) -> int | float:
+        """Written timestamp of true time ``t`` on the rank's host clock, in the file's format."""
         offset = self.cfg.clock_offsets_us[rs.host]
         if self.modern:
             return float(MODERN_REL0_US + offset + t)
@@ -495,6 +494,13 @@ class Simulation:
                     t_open, ext = step_open[rs.rank]
                     self._cpu_event(rs, "user_annotation", f"ProfilerStep#{cfg.first_step + j}", t_open, rs.cpu_t, ext=ext)
                     rs.cpu_t += tail
+                    if j == cfg.iterations - 1:
+                        # the profiler's stop drains the device, as in the real 2023 traces
+                        drain = max(rs.compute_ready, *rs.stream_ready.values()) if rs.stream_ready else rs.compute_ready
+                        s1 = max(rs.cpu_t + 4, drain + 2)
+                        corr = self._runtime(rs, "cudaDeviceSynchronize", rs.cpu_t, s1, rs.ext)
+                        self._sync_event(rs, "Context Sync", -1, rs.cpu_t + 1, s1, corr)
+                        rs.cpu_t = s1 + 3
         self._record_blocks(j)
 
     def _kernel_costs(self, st: Step) -> dict[str, Any]:
@@ -512,6 +518,7 @@ class Simulation:
         return rs.jitter_pool.pop() % (hi + 1)
 
     def _kernel_step(self, rs: RankState, j: int, si: int, st: Step, costs: dict[str, Any]) -> None:
+        """One op chain on one rank: Python gap, nested cpu_ops, launches, compute kernels."""
         cfg = self.cfg
         plant = self.plant_by_key.get((rs.rank, j, st.layer, st.block)) if st.block else None
         rs.cpu_t += costs["py_gap"] + self._jitter(rs, 3)
@@ -670,6 +677,7 @@ class Simulation:
 
     # ---------------------------------------------------------------- collectives
     def _coll_launch(self, rs: RankState, st: Step, costs: Any) -> None:
+        """CPU side of a collective on one rank; sets the rank's arrival (entry) time."""
         pg = self.group_of[(st.group_kind, rs.rank)]
         stream = {"tp": TP_STREAM, "fsdp": FSDP_STREAM, "ep": EP_STREAM}[st.group_kind]
         coll_name, annot, c10d = COLL_NAMES[st.coll]
@@ -751,6 +759,7 @@ class Simulation:
         return max(2, int(round(t * (1 + 0.01 * self.rng_nccl.standard_normal()))))
 
     def _resolve(self, j: int, st: Step) -> None:
+        """End every group's collective at max(entries) + transfer + jitter; record its truth."""
         seen: set[str] = set()
         dt = TORCH_DTYPE[self.cfg.precision]
         stream = {"tp": TP_STREAM, "fsdp": FSDP_STREAM, "ep": EP_STREAM}[st.group_kind]
