@@ -14,7 +14,8 @@ are iterated until the collective shifts no longer change.
 
 The JSON is then rewritten event by event (kernels, memcpy/memset, CPU ops, runtime calls,
 ``cuda_sync`` events, flow arrows, GPU annotations), read and written with orjson (gzip
-kept), every file atomically, plus ``injection.json`` describing what was done.
+kept), every file atomically, into ``OUT_DIR/traces/``, plus ``OUT_DIR/injection.json``
+describing what was done.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ log = logging.getLogger(__name__)
 
 MAX_DELAY_US = 20_000
 MANIFEST = "injection.json"
+#: Traces go to OUT_DIR/traces/ (as ``evtsync synth`` does), the manifest beside that folder,
+#: so that OUT_DIR/traces can be given to any command as a folder of traces.
+TRACES_SUBDIR = "traces"
 
 
 @dataclass
@@ -214,7 +218,7 @@ def inject_delay(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
         raise InputError(f"inject: rank {rank} is not in the trace set (ranks {traces.rank_ids})")
     out = Path(out_dir)
     sources = {int(r): Path(p) for r, p in zip(traces.ranks["rank"], traces.ranks["path"], strict=True)}
-    if any(p.resolve().parent == out.resolve() for p in sources.values()):
+    if any(p.resolve().parent in (out.resolve(), (out / TRACES_SUBDIR).resolve()) for p in sources.values()):
         raise InputError(f"inject: output folder {out} holds the input traces; choose another folder")
     alignment = align_collectives(traces, **align_options)
     vocab = Vocabulary()
@@ -233,7 +237,7 @@ def inject_delay(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
                                                                  max_passes=len(instances) + 3)
     files = {}
     for r, src_path in sources.items():
-        dest = out / src_path.name
+        dest = out / TRACES_SUBDIR / src_path.name
         _rewrite(src_path, dest, dags[r], *shifts[r], int(traces.ranks.set_index("rank").loc[r, "base_time_ns"]))
         files[r] = dest
     k_shift = int(shifts[rank][0][target.kernel_node])

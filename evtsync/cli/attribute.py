@@ -1,0 +1,129 @@
+"""``evtsync attribute TRACES… -o PATH``: critical-path attribution of every collective."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+ORDER = 20
+
+#: The paper's breakdown of GPU causes and its GPU-only share (SPEC §4), shown beside ours.
+PAPER_GPU_CAUSES = {"gemm": 0.78, "attention": 0.154, "fsdp": 0.043, "norm": 0.012, "concat_split": 0.006}
+PAPER_GPU_ONLY_SHARE = 0.937
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from evtsync.cli._common import add_trace_arguments
+
+    parser = sub.add_parser(
+        "attribute", help="why the straggler was late: critical-path attribution (SPEC §4)",
+        description="Build each rank's event DAG, walk the straggler's and the fastest rank's critical "
+        "paths back to the previous collective of the process group and name the principal cause "
+        "of every collective (event, category, extra µs, path kind); summarise the cause categories "
+        "and the share of GPU-only paths; regress the path's compute difference on the tax. "
+        "--pg NAME selects a process group; --pg NAME=RANKS[@STREAM] declares one (as in `tax`).")
+    add_trace_arguments(parser)
+    parser.add_argument("-o", "--output", metavar="PATH", required=True,
+                        help="per-collective table (.parquet/.csv); also PATH_summary, PATH_validation "
+                             "and, with --paths, PATH_paths")
+    parser.add_argument("--paths", action="store_true",
+                        help="also write the straggler's and fastest rank's paths event by event")
+    parser.add_argument("--plot", metavar="PATH", help="cause breakdown figure (.png/.svg/.pdf)")
+    parser.add_argument("--same-stream-tolerance-us", type=float, default=3.0,
+                        help="prefer a same-stream predecessor finishing within this of the latest "
+                             "parent (default 3)")
+    parser.add_argument("--category", action="append", default=[], metavar="NAME=REGEX",
+                        help="add a cause category for kernel names matching REGEX (checked first; repeatable)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from evtsync.cli._common import align_options, sibling_path
+    from evtsync.critpath import categories
+    from evtsync.critpath.attribution import attribute
+    from evtsync.errors import InputError
+    from evtsync.tableio import table_format, write_table
+    from evtsync.trace.traceset import load_traces
+
+    table_format(args.output)
+    selections = [p for p in args.pg if "=" not in p]
+    args.pg = [p for p in args.pg if "=" in p]
+    if len(selections) > 1:
+        raise InputError(f"--pg: select one process group at a time (got {', '.join(selections)})")
+    for text in args.category:
+        categories.add_pattern(*categories.parse_category_option(text))
+    traces = load_traces(args.traces, salvage=args.salvage, workers=args.workers)
+    result = attribute(traces, selections[0] if selections else None,
+                       same_stream_tolerance_us=args.same_stream_tolerance_us, keep_paths=args.paths,
+                       **align_options(args))
+    write_table(result.collectives, args.output)
+    write_table(result.summary, sibling_path(args.output, "summary"))
+    write_table(result.validation, sibling_path(args.output, "validation"))
+    if args.paths:
+        write_table(result.paths, sibling_path(args.output, "paths"))
+    if args.plot:
+        plot_breakdown(result, args.plot)
+    if args.json:
+        print(json.dumps({"gpu_only_share": None if math.isnan(result.gpu_only_share) else result.gpu_only_share,
+                          "summary": result.summary.to_dict(orient="records"),
+                          "validation": result.validation.to_dict(orient="records"),
+                          "status": result.collectives["status"].value_counts().to_dict()},
+                         indent=2, default=str).replace("NaN", "null"))
+        return 0
+    _print_report(result)
+    return 0
+
+
+def plot_breakdown(result, path: str) -> None:  # noqa: ANN001 - figure rendering only
+    """Bars: shares of GPU cause categories (paper's figures as markers) and of path kinds."""
+    from evtsync.report.plotting import new_figure, save_figure
+
+    fig, (ax1, ax2) = new_figure(10.0, 4.0, ncols=2)
+    gpu = result.summary[result.summary["cause_class"] == "gpu"]
+    names = gpu["category"].tolist()
+    ax1.bar(names, gpu["share_of_gpu_causes"].to_numpy(), color="tab:blue", label="this trace set")
+    ref = [PAPER_GPU_CAUSES.get(n, float("nan")) for n in names]
+    ax1.scatter(names, ref, color="black", marker="_", s=300, zorder=3, label="paper")
+    ax1.set_ylabel("share of collectives with a GPU cause")
+    ax1.set_title("GPU causes")
+    ax1.tick_params(axis="x", rotation=30)
+    ax1.legend(frameon=False)
+    ok = result.collectives[result.collectives["status"] == "ok"]
+    kinds = ok["path_kind"].value_counts(normalize=True)
+    ax2.bar(kinds.index.tolist(), kinds.to_numpy(), color="tab:orange")
+    ax2.axhline(PAPER_GPU_ONLY_SHARE, color="black", lw=0.8, ls="--")
+    ax2.text(0, PAPER_GPU_ONLY_SHARE, " paper: GPU-only", va="bottom", fontsize=8)
+    ax2.set_ylabel("share of collectives")
+    ax2.set_title(f"straggler path kind (n = {len(ok)})")
+    ax2.tick_params(axis="x", rotation=30)
+    save_figure(fig, path)
+
+
+def _print_report(result) -> None:  # noqa: ANN001 - CLI rendering only
+    table = result.collectives
+    ok = table[table["status"] == "ok"]
+    others = [f"{n} {s}" for s, n in table["status"].value_counts().items() if s != "ok"]
+    print(f"{len(table)} collective(s): {len(ok)} attributed" + (f" ({', '.join(others)} not)" if others else ""))
+    if len(ok):
+        print("\nlargest taxes and their principal causes (extra µs over the fastest rank):")
+        print(f"  {'pg':<12} {'index':>5} {'tau µs':>9} {'straggler':>9} {'path':<16} {'category':<16} "
+              f"{'extra µs':>9}  cause")
+        for r in ok.sort_values("tau_max_us", ascending=False).head(15).itertuples():
+            print(f"  {str(r.pg):<12} {r.index:>5} {r.tau_max_us:>9.1f} {r.straggler_rank:>9} {r.path_kind:<16} "
+                  f"{r.cause_category:<16} {r.cause_extra_us:>9.1f}  {str(r.cause_name)[:70]}")
+        print("\ncause categories:")
+        for s in result.summary.itertuples():
+            gpu_share = "" if math.isnan(s.share_of_gpu_causes) else f"  ({s.share_of_gpu_causes:.1%} of GPU causes" \
+                + (f"; paper {PAPER_GPU_CAUSES[s.category]:.1%})" if s.category in PAPER_GPU_CAUSES else ")")
+            print(f"  {s.category:<16} {s.cause_class:<4} {s.count:>6}  {s.share:>6.1%}{gpu_share}")
+        print(f"\nGPU-only straggler paths: {result.gpu_only_share:.1%} (paper: {PAPER_GPU_ONLY_SHARE:.1%})")
+    if len(result.validation):
+        print("\npath compute difference vs tax (OLS, µs):")
+        for v in result.validation.itertuples():
+            if v.n >= 3 and not math.isnan(v.slope):
+                print(f"  {v.scope:<12} n={v.n:<5} slope {v.slope:.3f} [{v.slope_lo95:.3f}, {v.slope_hi95:.3f}]  "
+                      f"R² {v.r2:.3f}  intercept {v.intercept_us:.1f}")
+            else:
+                print(f"  {v.scope:<12} n={v.n:<5} too few points for a regression")
