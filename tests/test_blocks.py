@@ -16,9 +16,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from evtsync.blocks import compute_zscores, cut_blocks, zscore_table
 from evtsync.cli import main
+from evtsync.collectives import align_collectives
 from evtsync.errors import AlignmentError, InputError
 from evtsync.trace.traceset import load_traces
 from evtsync.zscores import pooled_sd, pooled_zscores
@@ -169,8 +172,15 @@ def job8(tmp_path_factory: pytest.TempPathFactory) -> Job:
 
 
 @pytest.fixture(scope="module")
-def table8(job8: Job) -> tuple[pd.DataFrame, object]:
-    return compute_zscores(job8.folder)
+def loaded8(job8: Job) -> dict:
+    """job8 read and aligned once: keyword arguments for zscore_table / compute_zscores."""
+    traces = load_traces(job8.folder)
+    return {"traces": traces, "alignment": align_collectives(traces)}
+
+
+@pytest.fixture(scope="module")
+def table8(loaded8: dict) -> tuple[pd.DataFrame, object]:
+    return compute_zscores(**loaded8)
 
 
 # --- the pooled z-score formula -----------------------------------------------------------
@@ -258,9 +268,9 @@ def test_zscores_from_traces_equal_direct_computation_even_odd(job8: Job, table8
     assert (dropped[dropped["reason"] == "no GEMM"].groupby("sample").size() == 6).all()
 
 
-def test_busy_span_and_window_definitions(job8: Job) -> None:
+def test_busy_span_and_window_definitions(job8: Job, loaded8: dict) -> None:
     for what in ("busy", "span", "window"):
-        table = zscore_table(job8.folder, time=what)
+        table = zscore_table(**loaded8, time=what)
         z, sd, _ = expected_z(job8, [[0, 2, 4, 6], [1, 3, 5, 7]], range(6), 1, what)
         b1 = table[table["position"] == 1]
         assert len(b1) == 12 and (b1["time"] == what).all()
@@ -271,8 +281,8 @@ def test_busy_span_and_window_definitions(job8: Job) -> None:
     assert any(job8.busy[k] < job8.span[k] for k in job8.busy if k[2] == 1)
 
 
-def test_per_rank_times_are_the_written_ones(job8: Job) -> None:
-    blocks = cut_blocks(load_traces(job8.folder), keep_all=True)
+def test_per_rank_times_are_the_written_ones(job8: Job, loaded8: dict) -> None:
+    blocks = cut_blocks(loaded8["traces"], loaded8["alignment"], keep_all=True)
     t = blocks.times
     assert len(t) == 8 * (6 * 3 - 1)
     for row in t.itertuples():
@@ -305,11 +315,11 @@ def test_other_pg_nccl_kernels_are_not_compute(tmp_path: Path) -> None:
         assert row.n_kernels == 3
 
 
-def test_iterations_from_repetition_without_profiler_steps(tmp_path: Path, job8: Job) -> None:
+def test_iterations_from_repetition_without_profiler_steps(tmp_path: Path, table8) -> None:
     job = write_job(tmp_path / "nosteps", ranks=8, iterations=6, program=PROGRAM, dur=noisy(1), steps=False)
     table, blocks = compute_zscores(job.folder)
     assert "repetition" in next(iter(blocks.iterations.values()))
-    with_steps = zscore_table(job8.folder)
+    with_steps = table8[0]
     # the same blocks with the same z-scores; identities are the same blocks, only the
     # phase of positions differs (counted from the first collective in the trace)
     assert len(table) == len(with_steps)
@@ -347,37 +357,37 @@ def test_missing_rank_makes_its_sample_incomplete(tmp_path: Path) -> None:
     assert len(inc) > 0 and (inc["sample"] == 1).all() and inc["detail"].str.contains("5").all()
 
 
-def test_keep_all_and_extra_gemm_pattern(job8: Job) -> None:
-    table = zscore_table(job8.folder, keep_all=True)
+def test_keep_all_and_extra_gemm_pattern(job8: Job, loaded8: dict) -> None:
+    table = zscore_table(**loaded8, keep_all=True)
     b2 = table[table["position"] == 2]
     assert len(b2) == 12 and not b2["has_gemm"].any() and (b2["n_gemm_kernels"] == 0).all()
-    table = zscore_table(job8.folder, gemm_patterns=[r"CUDAFunctor_add"])
+    table = zscore_table(**loaded8, gemm_patterns=[r"CUDAFunctor_add"])
     assert (table[table["position"] == 2]["n_gemm_kernels"] == 1).all()
 
 
-def test_precision_override_and_dtype_fallback(job8: Job) -> None:
-    table = zscore_table(job8.folder, precision="BFloat16")
+def test_precision_override_and_dtype_fallback(job8: Job, loaded8: dict) -> None:
+    table = zscore_table(**loaded8, precision="BFloat16")
     assert (table["precision"] == "bf16").all()
-    table = zscore_table(job8.folder, precision="fp8")
+    table = zscore_table(**loaded8, precision="fp8")
     assert (table["precision"] == "fp8").all()
     # a GEMM the name rules do not read: precision from the collectives' dtype (BFloat16)
-    table = zscore_table(job8.folder, keep_all=True, gemm_patterns=[r"CUDAFunctor_add"])
+    table = zscore_table(**loaded8, keep_all=True, gemm_patterns=[r"CUDAFunctor_add"])
     assert (table[table["position"] == 2]["precision"] == "bf16").all()
 
 
-def test_clear_errors(job8: Job) -> None:
+def test_clear_errors(job8: Job, loaded8: dict) -> None:
     with pytest.raises(InputError, match="no such process group"):
-        zscore_table(job8.folder, pg="nope")
+        zscore_table(**loaded8, pg="nope")
     with pytest.raises(InputError, match="fewer than the sample size m=16"):
-        zscore_table(job8.folder, m=16)
+        zscore_table(**loaded8, m=16)
     with pytest.raises(InputError, match="not a multiple of the sample size m=3"):
-        zscore_table(job8.folder, m=3)
+        zscore_table(**loaded8, m=3)
     with pytest.raises(InputError, match="--time"):
-        zscore_table(job8.folder, time="wall")
+        zscore_table(**loaded8, time="wall")
     with pytest.raises(InputError, match="unknown precision"):
-        zscore_table(job8.folder, precision="fp12")
+        zscore_table(**loaded8, precision="fp12")
     with pytest.raises(InputError, match="not a valid regular expression"):
-        zscore_table(job8.folder, gemm_patterns=["gemm("])
+        zscore_table(**loaded8, gemm_patterns=["gemm("])
 
 
 def test_default_pg_without_tp_description(tmp_path: Path) -> None:
@@ -401,13 +411,11 @@ def test_cli_writes_tables_and_reports_drops(job8: Job, tmp_path: Path, capsys: 
     assert (table["workload"] == "demo").all() and len(table) == 22
     assert len(pd.read_parquet(tmp_path / "z_times.parquet")) == 22 * 4
     assert len(pd.read_parquet(tmp_path / "z_dropped.parquet")) == 12
-    rc = main(["-q", "blocks", str(job8.folder), "--json"])
-    summary = json.loads(capsys.readouterr().out)
-    assert rc == 0 and summary["n_zscores"] == 22 and summary["n_dropped"] == 12
     # a declared PG (as in `evtsync tax`) is the one cut by when no other is selected
     rc = main(["-q", "blocks", str(job8.folder), "--pg", "tp=0-7@24", "--json"])
     summary = json.loads(capsys.readouterr().out)
-    assert rc == 0 and summary["pg"] == ["tp"] and summary["n_zscores"] == 22
+    assert rc == 0 and summary["pg"] == ["tp"] and summary["n_zscores"] == 22 and summary["n_dropped"] == 12
+    assert summary["dropped"] == [{"pg": "tp", "reason": "no GEMM", "count": 12}]
     assert main(["-q", "blocks", str(job8.folder), "--pg", "nope"]) == 2
     assert "no such process group" in capsys.readouterr().err
 
@@ -423,3 +431,33 @@ def test_real_dlrm_trace_blocks_are_accounted_for(traces_dir: Path) -> None:
     # (M - mean)/s is at most (m-1)/sqrt(m) * sqrt(J) when the pooled sd has J(m-1) dof
     bound = 3 / math.sqrt(4) * np.sqrt(table["n_samples"])
     assert len(table) > 0 and ((table["z"] > 0) & (table["z"] <= bound + 1e-12)).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 3_000)), min_size=1, max_size=12),
+                min_size=1, max_size=6))
+def test_busy_time_is_the_length_of_the_union(groups: list[list[tuple[int, int]]]) -> None:
+    """The busy time of a block = the number of covered nanoseconds, on absolute ns timestamps."""
+    from evtsync.blocks import _covered_ns
+
+    base = 1_717_200_000_000_000_000
+    rows = sorted((g, base + s, base + s + d) for g, ivs in enumerate(groups) for s, d in ivs)
+    group = np.array([r[0] for r in rows])
+    ts = np.array([r[1] for r in rows], dtype=np.int64)
+    end = np.array([r[2] for r in rows], dtype=np.int64)
+    covered = _covered_ns(group, ts, end)
+    for g, ivs in enumerate(groups):
+        points = set()
+        for s, d in ivs:
+            points.update(range(s, s + d))
+        assert int(covered[group == g].sum()) == len(points)
+
+
+def test_one_iteration_when_nothing_repeats(tmp_path: Path) -> None:
+    program = [[(GEMM, COMPUTE)], [(NVJET, COMPUTE), (ADD, COMPUTE)], [(GEMM, COMPUTE), (NORM, COMPUTE)]]
+    job = write_job(tmp_path / "once", ranks=4, iterations=1, program=program, dur=noisy(9), steps=False)
+    table, blocks = compute_zscores(job.folder)
+    assert "one iteration" in next(iter(blocks.iterations.values()))
+    assert sorted(table["position"]) == [1, 2] and (table["instance"] == 0).all()
+    # one instance of one sample of 4: z is at most (m-1)/sqrt(m) = 1.5
+    assert (table["z"] <= 1.5 + 1e-12).all() and (table["dof"] == 3).all()
