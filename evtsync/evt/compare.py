@@ -62,10 +62,11 @@ def _gpdfit(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(invalid="ignore", divide="ignore"):
         k_ary = np.log1p(-b[:, :, None] * x[:, None, :]).mean(axis=2)
         len_scale = n * (np.log(-b / k_ary) - k_ary - 1)
-    w = np.exp(len_scale - logsumexp(len_scale, axis=1, keepdims=True))
-    w = np.where(w >= 10 * np.finfo(float).eps, w, 0.0)
-    w = w / w.sum(axis=1, keepdims=True)
-    b_post = np.sum(b * w, axis=1)
+    with np.errstate(invalid="ignore"):
+        w = np.exp(len_scale - logsumexp(len_scale, axis=1, keepdims=True))
+        w = np.where(w >= 10 * np.finfo(float).eps, w, 0.0)
+        w = w / w.sum(axis=1, keepdims=True)
+        b_post = np.sum(b * w, axis=1)
     with np.errstate(invalid="ignore"):
         kappa = np.mean(np.log1p(-b_post[:, None] * x), axis=1)
     sigma = -kappa / b_post

@@ -358,3 +358,42 @@ def convergence_note(tree: xr.DataTree) -> str:
     if is_converged(tree):
         return ""
     return f"WARNING: fit {tree.attrs.get('model_name', '?')} is NOT CONVERGED ({tree.attrs.get('convergence', '')})"
+
+
+def tree_from_draws(
+    draws: dict[str, np.ndarray],
+    cells: pd.DataFrame,
+    z: np.ndarray,
+    cell_of_obs: np.ndarray,
+    model_name: str = "external",
+    family: str = "gev",
+    converged: bool = True,
+) -> xr.DataTree:
+    """A fit tree in this module's layout from draws obtained elsewhere (or constructed).
+
+    ``draws`` maps ``mu``, ``sigma`` and optionally ``xi`` to arrays of shape (chain, draw) or
+    (chain, draw, cell); ``cells`` has a ``cell`` column (labels) and any group columns; ``z``
+    and ``cell_of_obs`` are the observations and their cell index. Convergence is taken as given.
+    """
+    first = np.asarray(next(iter(draws.values())))
+    n_chain, n_draw = first.shape[:2]
+    coords = {"chain": np.arange(n_chain), "draw": np.arange(n_draw), "cell": cells["cell"].astype(str).to_numpy()}
+    post = xr.Dataset(
+        {k: (("chain", "draw", "cell")[: np.asarray(v).ndim], np.asarray(v, dtype=float)) for k, v in draws.items()},
+        coords=coords,
+    )
+    stats = xr.Dataset({"diverging": (("chain", "draw"), np.zeros((n_chain, n_draw), dtype=bool))},
+                       coords={"chain": coords["chain"], "draw": coords["draw"]})
+    z = np.asarray(z, dtype=float)
+    observed = xr.Dataset({"z": ("obs", z), "cell": ("obs", np.asarray(cell_of_obs, dtype=np.int32)),
+                           "row": ("obs", np.arange(len(z), dtype=np.int64))}, coords={"obs": np.arange(len(z))})
+    n_obs = np.bincount(np.asarray(cell_of_obs), minlength=len(cells))
+    cells_ds = xr.Dataset({"n_obs": ("cell", n_obs.astype(np.int64))}, coords={"cell": coords["cell"]})
+    for g in cells.columns:
+        if g not in ("cell", "n_obs", "start", "stop"):
+            cells_ds[g] = ("cell", cells[g].astype(str).to_numpy())
+    tree = xr.DataTree.from_dict({"posterior": post, "sample_stats": stats, "observed_data": observed,
+                                  "cells": cells_ds})
+    tree.attrs.update({"model_name": model_name, "model_family": family, "converged": int(converged),
+                       "convergence": "given" if converged else "NOT CONVERGED (given)", "n_obs": len(z)})
+    return tree

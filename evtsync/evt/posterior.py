@@ -253,11 +253,14 @@ def plot_bandwidth(summary: pd.DataFrame, path: str | os.PathLike[str]) -> None:
     """B* against n per topology (and cell) with credible bands, beside Hockney's B*_H."""
     plt = _figure()
     fig, ax = plt.subplots(figsize=(7, 5))
+    drawn_hockney: set[str] = set()
     for k, ((topo, cell), rows) in enumerate(summary.groupby(["topology", "cell"], sort=False)):
         rows = rows.sort_values("n")
         ax.plot(rows["n"], rows["bstar_mean"], "o-", color=f"C{k}", label=f"{topo} {cell}: with tax")
         ax.fill_between(rows["n"], rows["bstar_lower"], rows["bstar_upper"], color=f"C{k}", alpha=0.25)
-        ax.plot(rows["n"], rows["bstar_hockney"], "s--", color=f"C{k}", alpha=0.6, label=f"{topo}: Hockney")
+        if topo not in drawn_hockney:
+            ax.plot(rows["n"], rows["bstar_hockney"], "s--", color="0.3", alpha=0.8, label=f"{topo}: Hockney")
+            drawn_hockney.add(topo)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     level = summary["level"].iloc[0]

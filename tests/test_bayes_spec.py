@@ -1,0 +1,79 @@
+"""Model specification files: every shipped model loads; bad files fail naming file and key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evtsync.errors import ModelSpecError
+from evtsync.evt.spec import load_spec, parse_spec
+
+MODELS = sorted((Path(__file__).resolve().parents[1] / "models").glob("*.toml"))
+
+BASE = """
+name = "t"
+family = "gev"
+[data]
+groups = ["gpu", "precision"]
+[mu]
+pooling = "none"
+prior = { dist = "normal", mu = 0.0, sigma = 2.0 }
+[sigma]
+pooling = "none"
+prior = { dist = "halfnormal", sigma = 1.0 }
+[xi]
+structure = "additive"
+prior = { dist = "normal", mu = 0.0, sigma = 0.3 }
+factors = ["gpu", "precision"]
+group_sd_prior = { dist = "halfnormal", sigma = 0.1 }
+"""
+
+
+def test_shipped_models_load():
+    names = {load_spec(p).name for p in MODELS}
+    assert {"gumbel", "frechet", "gev", "gev-hier-gpu-precision", "gumbel-hier"} <= names
+    main = load_spec(next(p for p in MODELS if p.stem == "gev-hier-gpu-precision"))
+    assert main.xi.structure == "additive" and main.xi.factors == ("gpu", "precision")
+    assert main.text.startswith("#") and "xi0" in main.text
+
+
+def test_base_parses_with_defaults():
+    spec = parse_spec(BASE, "base.toml")
+    assert spec.column == "z" and spec.xi.parametrization == "auto" and spec.xi.centred_min_obs == 1000
+
+
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        (lambda t: "colour = 3\n" + t, "colour"),
+        (lambda t: t.replace('pooling = "none"\nprior = { dist = "normal"', 'pooling = "some"\nprior = { dist = "normal"'), "mu.pooling"),
+        (lambda t: t.replace('dist = "halfnormal", sigma = 1.0', 'dist = "normal", mu = 0.0, sigma = 1.0'), "sigma.prior.dist"),
+        (lambda t: t.replace('{ dist = "halfnormal", sigma = 0.1 }', '{ dist = "halfnormal", sigma = -0.1 }'), "xi.group_sd_prior.sigma"),
+        (lambda t: t.replace('factors = ["gpu", "precision"]', 'factors = ["gpu", "node"]'), "xi.factors"),
+        (lambda t: t.replace('family = "gev"', 'family = "weibull"'), "family"),
+        (lambda t: t.replace('family = "gev"', 'family = "gumbel"'), "xi"),
+        (lambda t: t.replace('{ dist = "normal", mu = 0.0, sigma = 0.3 }', '{ dist = "normal", sigma = 0.3 }'), "xi.prior.mu"),
+        (lambda t: t.replace('{ dist = "normal", mu = 0.0, sigma = 2.0 }', '{ dist = "normal", mu = "a", sigma = 2.0 }'), "mu.prior.mu"),
+        (lambda t: t.replace('groups = ["gpu", "precision"]', "groups = []"), "mu.pooling"),
+    ],
+)
+def test_errors_name_file_and_key(edit, key):
+    with pytest.raises(ModelSpecError) as info:
+        parse_spec(edit(BASE), "models/broken.toml")
+    msg = str(info.value)
+    assert msg.startswith("models/broken.toml: key '") and f"'{key}'" in msg
+    assert "\n" not in msg
+
+
+def test_frechet_needs_positive_prior_and_no_additive():
+    text = BASE.replace('family = "gev"', 'family = "frechet"')
+    with pytest.raises(ModelSpecError, match="xi.prior.dist"):
+        parse_spec(text, "f.toml")
+
+
+def test_invalid_toml_and_missing_file(tmp_path):
+    with pytest.raises(ModelSpecError, match="not valid TOML"):
+        parse_spec("name = ", "bad.toml")
+    with pytest.raises(ModelSpecError, match="no such model specification"):
+        load_spec(tmp_path / "nope.toml")
