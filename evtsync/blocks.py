@@ -450,11 +450,12 @@ def _judge_blocks(label: str, members: tuple[int, ...], present: set[int], k: in
         drops.append([label, int(j), int(s), block[j], int(inst_of[j]), DROP_SIGNATURE,
                       f"rank(s) {odd} ran other kernels ({per} kernels)"])
     kept = frame[~bad].sort_values(["index", "rank"], kind="stable")
+    kept_index = kept["index"].to_numpy(dtype=np.int64)
     group_rank = {r: p for p, r in enumerate(members)}
     times = pd.DataFrame({
         "pg": label, "index": kept["index"].astype(np.int64), "rank": kept["rank"].astype(np.int64),
         "group_rank": kept["rank"].map(group_rank).astype(np.int64), "sample": kept["sample"],
-        "position": pos_of[kept["index"].to_numpy()], "instance": inst_of[kept["index"].to_numpy()],
+        "position": pos_of[kept_index], "instance": inst_of[kept_index],
         "block": kept["block"], "signature": kept["signature"].astype(str),
         "n_kernels": kept["n_kernels"].astype(np.int64), "n_gemm_kernels": kept["n_gemm_kernels"].astype(np.int64),
         "gemm_us": kept["gemm_us"].astype(float), "busy_us": kept["busy_us"].astype(float),

@@ -357,6 +357,14 @@ def test_missing_rank_makes_its_sample_incomplete(tmp_path: Path) -> None:
     assert len(inc) > 0 and (inc["sample"] == 1).all() and inc["detail"].str.contains("5").all()
 
 
+def test_every_sample_dropped_gives_an_empty_table_and_the_reasons(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "one", ranks=4, iterations=2, program=PROGRAM[:2], dur=noisy(10),
+                    write=lambda r: r == 0)
+    table, blocks = compute_zscores(job.folder, allow_partial=True)
+    assert table.empty and list(table.columns)[:3] == ["z", "gpu", "precision"]
+    assert len(blocks.dropped) == 3 and (blocks.dropped["reason"] == "incomplete across ranks").all()
+
+
 def test_keep_all_and_extra_gemm_pattern(job8: Job, loaded8: dict) -> None:
     table = zscore_table(**loaded8, keep_all=True)
     b2 = table[table["position"] == 2]

@@ -87,9 +87,10 @@ def run(args: argparse.Namespace) -> int:
 def _print_report(table, blocks, summary, n_dropped, args) -> None:  # noqa: ANN001 - CLI rendering only
     groups = ", ".join(f"{g.pg} (ranks {g.pg_ranks})" for g in blocks.groups.itertuples())
     print(f"blocks between the collectives of {groups}; m = {blocks.m}, time = {args.time}")
+    n_coll = dict(zip(blocks.groups["pg"].astype(str), blocks.groups["n_collectives"], strict=True))
     for pg, source in blocks.iterations.items():
-        print(f"  {pg}: iterations from {source}; {blocks.unassigned_kernels.get(pg, 0)} compute "
-              "kernel(s) outside every block")
+        print(f"  {pg}: {n_coll.get(pg, 0)} collectives; iterations from {source}; "
+              f"{blocks.unassigned_kernels.get(pg, 0)} compute kernel(s) outside every block")
     kept = len(table)
     print(f"{kept} z-score(s) kept, {n_dropped} block sample(s) dropped")
     for row in summary.itertuples():
