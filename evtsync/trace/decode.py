@@ -1,10 +1,19 @@
-"""Streaming decoder of one Kineto trace file into typed columns.
+"""Streaming decoder of one Kineto trace file into compact typed columns.
 
-The file is read in blocks (plain or gzip). A vectorised scan (numpy) tracks strings
-and nesting to find where each event of the ``traceEvents`` array ends, so complete
-events are decoded block by block with msgspec into :class:`~evtsync.trace.schema.Event`
-structs and immediately turned into column arrays. Peak memory is therefore bounded by
-the block size and the final columns, never by the whole JSON text or a list of dicts.
+The file is read in blocks (plain or gzip). Each block is split after its last complete
+event and decoded with msgspec into :class:`~evtsync.trace.schema.Event` structs, which
+are turned into numpy arrays at once (integers as int64, strings as int32 codes into one
+per-file dictionary of unique strings) and dropped. Peak memory is therefore bounded by
+one block's structs plus the compact columns of the events kept, never by the whole JSON
+text or a list of Python objects per event; the columns are concatenated at the end.
+
+Where a block is split: the fast path takes the last ``}``, ``,``, ``{`` separator of the
+block and lets msgspec check the cut: ``[`` + text before it + ``]`` parses as an array of
+objects only when the cut lies between two top-level events (a cut inside a string or a
+nested value leaves an unterminated string or bracket, which msgspec rejects). When that
+fails, and for the last block, a vectorised structural scan (numpy) that tracks strings,
+escapes and nesting finds every event end exactly, and the errors of malformed input come
+from that scan.
 
 A file cut in the middle (a job killed while writing) is detected with the byte offset
 of the cut; with ``salvage=True`` the complete events before it are kept and the rest is
@@ -14,38 +23,83 @@ counted as dropped.
 from __future__ import annotations
 
 import logging
+import operator
 import re
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import numpy as np
+import pandas as pd
 
 from evtsync.errors import TraceError
 from evtsync.trace.schema import (
     CPU_CATEGORIES,
-    EVENT_LIST,
     GPU_CATEGORIES,
     RUNTIME_CATEGORIES,
     SYNC_CATEGORIES,
-    Event,
-    EventArgs,
+    Scalar,
 )
 
 log = logging.getLogger(__name__)
 
 BLOCK_SIZE = 16 << 20
+MISSING = -1
 _TRACE_EVENTS_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
+_SEPARATOR_RE = re.compile(rb"\}\s*,\s*\{")
+#: The fast split looks for the last event separator in this many trailing bytes.
+_SEPARATOR_WINDOW = 1 << 18
 _QUOTE, _BACKSLASH = 34, 92
 _OPEN_BRACE, _CLOSE_BRACE, _OPEN_BRACKET, _CLOSE_BRACKET = 123, 125, 91, 93
-_decoder = msgspec.json.Decoder(EVENT_LIST)
 _header_decoder = msgspec.json.Decoder()
 
-#: Column layout of each raw table, in order. ``s`` = string (categorical later),
-#: ``i`` = int64 with -1 for missing, ``t`` = time in µs (kept as Python numbers until the
-#: unit conversion), ``o`` = loose scalar kept as object.
+
+class _Args(msgspec.Struct, gc=False):
+    """:class:`~evtsync.trace.schema.EventArgs` with -1 as the default of integer fields.
+
+    Same keys and types as the schema; an absent integer argument decodes straight to the
+    missing value -1, so the common column of plain integers converts to numpy in C.
+    """
+
+    external_id: Scalar = msgspec.field(default=MISSING, name="External id")
+    correlation: Scalar = MISSING
+    device: Scalar = MISSING
+    stream: Scalar = MISSING
+    collective_name: Scalar = msgspec.field(default=None, name="Collective name")
+    in_nelems: Scalar = msgspec.field(default=MISSING, name="In msg nelems")
+    out_nelems: Scalar = msgspec.field(default=MISSING, name="Out msg nelems")
+    group_size: Scalar = msgspec.field(default=MISSING, name="Group size")
+    dtype: Scalar = None
+    pg_name: Scalar = msgspec.field(default=None, name="Process Group Name")
+    pg_desc: Scalar = msgspec.field(default=None, name="Process Group Description")
+    pg_ranks: Scalar = msgspec.field(default=None, name="Process Group Ranks")
+    seq: Scalar = msgspec.field(default=MISSING, name="Sequence number")
+    wait_on_stream: Scalar = MISSING
+    wait_on_event_corr: Scalar = msgspec.field(default=MISSING, name="wait_on_cuda_event_record_corr_id")
+    sync_kind: Scalar = msgspec.field(default=None, name="cuda_sync_kind")
+
+
+class _Event(msgspec.Struct, gc=False):
+    """:class:`~evtsync.trace.schema.Event` with the decoder's argument struct."""
+
+    ph: str = ""
+    cat: str | None = None
+    name: str = ""
+    pid: int | str | None = MISSING
+    tid: int | str | None = MISSING
+    ts: int | float | None = None
+    dur: int | float | None = None
+    args: _Args | None = None
+
+
+_decoder = msgspec.json.Decoder(list[_Event])
+
+#: Column layout of each raw table, in order. ``s`` = string (categorical), ``i`` = int64
+#: with -1 for missing, ``t`` = time in µs (int64, or float64 when the file has fractional
+#: times), ``o`` = loose scalar made a string (categorical).
 TABLE_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
     "gpu": (("cat", "s"), ("name", "s"), ("pid", "i"), ("tid", "i"), ("ts", "t"), ("dur", "t"),
             ("device", "i"), ("stream", "i"), ("correlation", "i"), ("external_id", "i"),
@@ -62,17 +116,29 @@ TABLE_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
              ("device", "i"), ("stream", "i"), ("correlation", "i"), ("external_id", "i"),
              ("wait_on_stream", "i"), ("wait_on_event_corr", "i"), ("sync_kind", "o")),
 }
-_ARG_FIELDS = frozenset(EventArgs.__struct_fields__)
-_EMPTY_ARGS = EventArgs()
-
-
+_TABLES = tuple(TABLE_FIELDS)
+_TABLE_OF_CATEGORY: dict[str | None, int] = {
+    **{c: _TABLES.index("gpu") for c in GPU_CATEGORIES},
+    **{c: _TABLES.index("cpu") for c in CPU_CATEGORIES},
+    **{c: _TABLES.index("runtime") for c in RUNTIME_CATEGORIES},
+    **{c: _TABLES.index("sync") for c in SYNC_CATEGORIES},
+}
+_NO_TABLE = len(_TABLES)
+_EMPTY_ARGS = _Args()
+_EVENT_FIELDS = frozenset(_Event.__struct_fields__)
+_GET = {name: operator.attrgetter(name) for name in (*_Event.__struct_fields__, *_Args.__struct_fields__)}
+_NUMBER_TYPES = frozenset({int, float})
 @dataclass
 class DecodedTrace:
-    """What one file decodes to: the top-level header and raw column lists per table."""
+    """What one file decodes to: the top-level header and typed columns per table.
+
+    ``columns[table][name]`` is an int64 array (``i``), an int64 or float64 array of µs
+    (``t``) or a :class:`pandas.Categorical` with sorted categories (``s``, ``o``).
+    """
 
     path: Path
     header: dict[str, Any]
-    columns: dict[str, dict[str, list[Any]]]
+    columns: dict[str, dict[str, Any]]
     category_counts: dict[str, int] = field(default_factory=dict)
     n_events: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
@@ -139,6 +205,7 @@ class _Source:
                 return out
 
     def read(self, size: int) -> bytes:
+        """At least ``size`` bytes unless the data end (gzip: possibly more); b"" at the end."""
         if self._inflater is None:
             data = self._raw.read(size)
         else:
@@ -148,8 +215,9 @@ class _Source:
                 more = self._inflate_more()
                 parts.append(more)
                 have += len(more)
-            joined = b"".join(parts)
-            data, self._buffer = joined[:size], joined[size:]
+            # whole inflated chunks: a block may run past ``size`` (no copy to split it)
+            data = b"".join(parts) if len(parts) > 2 or parts[0] else parts[-1]
+            self._buffer = b""
         self.offset += len(data)
         return data
 
@@ -202,46 +270,184 @@ def _escaped_positions(backslashes: np.ndarray) -> np.ndarray:
     return np.asarray(escaped, dtype=np.int64)
 
 
-def _new_columns() -> dict[str, dict[str, list[Any]]]:
-    return {table: {name: [] for name, _ in fields} for table, fields in TABLE_FIELDS.items()}
+def _as_int(value: Any) -> int:
+    """One loose scalar as an int64 value, -1 when missing, non-numeric or out of range."""
+    if isinstance(value, bool) or value is None:
+        return MISSING
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**63 else MISSING
+    if isinstance(value, float):
+        return int(value) if np.isfinite(value) else MISSING
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return MISSING
 
 
-def _append_events(events: list[Event], columns: dict[str, dict[str, list[Any]]],
-                   counts: dict[str, int], skipped: dict[str, int]) -> None:
-    """Route decoded events to their table and append their fields column-wise."""
-    routed: dict[str, list[Event]] = {"gpu": [], "cpu": [], "runtime": [], "sync": []}
+def _int_array(values: tuple[Any, ...]) -> np.ndarray:
+    """Loose scalars as int64 with -1 for missing; the common all-int case stays in C."""
+    try:
+        return np.fromiter(values, dtype=np.int64, count=len(values))
+    except (TypeError, ValueError, OverflowError):
+        return np.fromiter(map(_as_int, values), dtype=np.int64, count=len(values))
+
+
+class _Columns:
+    """Per-table column chunks of one file, and its dictionary of unique strings."""
+
+    def __init__(self) -> None:
+        self.code_of: dict[Any, int] = {None: MISSING}
+        self.strings: list[str] = []
+        self.chunks: dict[str, dict[str, list[np.ndarray]]] = {
+            table: {name: [] for name, _ in fields} for table, fields in TABLE_FIELDS.items()}
+
+    def codes(self, values: tuple[Any, ...]) -> np.ndarray:
+        """int32 codes of strings into the per-file dictionary; -1 for None."""
+        code_of = self.code_of
+        try:
+            return np.fromiter(map(code_of.__getitem__, values), dtype=np.int32, count=len(values))
+        except KeyError:
+            pass  # strings not seen before in this file (or non-string values): add them
+        new = set(values).difference(code_of)
+        if any(not isinstance(u, str) for u in new):
+            values = tuple(v if v is None or isinstance(v, str) else str(v) for v in values)
+            new = set(values).difference(code_of)
+        for text in new:
+            code_of[text] = len(self.strings)
+            self.strings.append(text)
+        return np.fromiter(map(code_of.__getitem__, values), dtype=np.int32, count=len(values))
+
+    def add(self, table: str, events: tuple[Any, ...], times: dict[str, np.ndarray]) -> None:
+        """Append one table's events of a block column-wise (``times``: ts/dur converted)."""
+        args = tuple(map(_GET["args"], events))
+        if None in args:
+            args = tuple(_EMPTY_ARGS if a is None else a for a in args)
+        chunks = self.chunks[table]
+        for name, kind in TABLE_FIELDS[table]:
+            if kind == "t":
+                chunks[name].append(times[name])
+                continue
+            source = events if name in _EVENT_FIELDS else args
+            getter = _GET[name]
+            try:  # one pass in C for the common case: plain ints, strings seen before
+                if kind == "i":
+                    column = np.fromiter(map(getter, source), np.int64, len(source))
+                else:
+                    column = np.fromiter(map(self.code_of.__getitem__, map(getter, source)),
+                                         np.int32, len(source))
+            except (TypeError, ValueError, OverflowError, KeyError):
+                values = tuple(map(getter, source))
+                column = _int_array(values) if kind == "i" else self.codes(values)
+            chunks[name].append(column)
+
+    def finish(self) -> dict[str, dict[str, Any]]:
+        """Concatenate the chunks: arrays for numbers, sorted categoricals for strings."""
+        by_code = np.array(self.strings, dtype=object)
+        out: dict[str, dict[str, Any]] = {}
+        for table, fields in TABLE_FIELDS.items():
+            cols: dict[str, Any] = {}
+            for name, kind in fields:
+                parts = self.chunks[table][name]
+                self.chunks[table][name] = []
+                if kind == "t":
+                    cols[name] = _concat_times(parts)
+                elif kind == "i":
+                    cols[name] = np.concatenate(parts) if parts else np.empty(0, np.int64)
+                else:
+                    codes = np.concatenate(parts) if parts else np.empty(0, np.int32)
+                    cols[name] = _categorical(codes, by_code)
+            out[table] = cols
+        return out
+
+
+def _time_array(values: tuple[Any, ...], path: Path, column: str) -> np.ndarray | None:
+    """µs times of one block: int64, or float64 when any is a float; None if not all numbers."""
+    types = set(map(type, values))
+    if not _NUMBER_TYPES.issuperset(types):
+        return None
+    if float in types:
+        return np.fromiter(values, dtype=np.float64, count=len(values))
+    try:
+        return np.fromiter(values, dtype=np.int64, count=len(values))
+    except OverflowError:
+        raise TraceError(f"{path}: `{column}` values out of range for a timestamp in µs") from None
+
+
+def _concat_times(parts: list[np.ndarray]) -> np.ndarray:
+    """One time column; float64 throughout as soon as one block has fractional times."""
+    if not parts:
+        return np.empty(0, np.float64)
+    if any(p.dtype == np.float64 for p in parts):
+        return np.concatenate([p.astype(np.float64, copy=False) for p in parts])
+    return np.concatenate(parts)
+
+
+def _categorical(codes: np.ndarray, by_code: np.ndarray) -> pd.Categorical:
+    """Codes into the file's string dictionary -> Categorical with sorted categories."""
+    present = codes >= 0
+    if not present.any():
+        categories = pd.Index([], dtype=np.float64 if len(codes) else object)
+        return pd.Categorical.from_codes(np.full(len(codes), -1, np.int8), categories=categories)
+    used = np.unique(codes[present])
+    names = by_code[used]
+    order = np.argsort(names.astype(str), kind="stable")
+    remap = np.full(len(by_code), -1, dtype=np.int32)
+    remap[used[order]] = np.arange(len(used), dtype=np.int32)
+    new_codes = np.where(present, remap[np.where(present, codes, 0)], -1)
+    return pd.Categorical.from_codes(new_codes, categories=pd.Index(list(names[order])))
+
+
+def _route_block(events: list[Any], columns: _Columns, counts: Counter[str],
+                 skipped: dict[str, int], path: Path) -> None:
+    """Route one block's events to their table and append their fields as numpy chunks."""
+    if not events:
+        return
+    cats = tuple(map(_GET["cat"], events))
+    counts.update(cats)
+    if None in counts:
+        counts["(none)"] += counts.pop(None)
+    table_of = {c: _TABLE_OF_CATEGORY.get(c, _NO_TABLE) for c in set(cats)}
+    tables = np.fromiter(map(table_of.__getitem__, cats), np.int8, len(cats))
+    tables[np.fromiter(map("X".__ne__, map(_GET["ph"], events)), bool, len(cats))] = _NO_TABLE
+    for code, table in enumerate(_TABLES):
+        idx = np.flatnonzero(tables == code)
+        if not idx.size:
+            continue
+        selected = _picker(idx)(events)
+        times = {name: _time_array(tuple(map(_GET[name], selected)), path, name)
+                 for name in ("ts", "dur")}
+        if times["ts"] is None or times["dur"] is None:
+            selected = _drop_non_numeric(selected, skipped)
+            if not selected:
+                continue
+            times = {name: _time_array(tuple(map(_GET[name], selected)), path, name)
+                     for name in ("ts", "dur")}
+        columns.add(table, selected, times)  # type: ignore[arg-type]
+
+
+def _drop_non_numeric(events: tuple[Any, ...], skipped: dict[str, int]) -> tuple[Any, ...]:
+    """Events with numeric ts and dur; the others are counted in ``skipped`` by category."""
+    keep = []
     for ev in events:
-        cat = ev.cat
-        counts[cat or "(none)"] = counts.get(cat or "(none)", 0) + 1
-        if ev.ph != "X":
-            continue
-        if cat in GPU_CATEGORIES:
-            table = "gpu"
-        elif cat in CPU_CATEGORIES:
-            table = "cpu"
-        elif cat in RUNTIME_CATEGORIES:
-            table = "runtime"
-        elif cat in SYNC_CATEGORIES:
-            table = "sync"
+        if isinstance(ev.ts, int | float) and isinstance(ev.dur, int | float):
+            keep.append(ev)
         else:
-            continue
-        if not isinstance(ev.ts, int | float) or not isinstance(ev.dur, int | float):
-            key = f"{cat} event without numeric ts/dur"
+            key = f"{ev.cat} event without numeric ts/dur"
             skipped[key] = skipped.get(key, 0) + 1
-            continue
-        routed[table].append(ev)
-    for table, evs in routed.items():
-        if not evs:
-            continue
-        cols = columns[table]
-        args = [e.args or _EMPTY_ARGS for e in evs]
-        for name, _kind in TABLE_FIELDS[table]:
-            source = args if name in _ARG_FIELDS else evs
-            cols[name].extend([getattr(item, name) for item in source])
+    return tuple(keep)
+
+
+def _picker(idx: np.ndarray) -> Any:
+    """A function taking the items at ``idx`` of a sequence as a tuple (in C)."""
+    positions = idx.tolist()
+    if len(positions) == 1:
+        only = positions[0]
+        return lambda seq: (seq[only],)
+    return operator.itemgetter(*positions)
 
 
 def decode_file(path: str | Path, *, salvage: bool = False, block_size: int = BLOCK_SIZE) -> DecodedTrace:
-    """Decode one trace file into raw columns; raise :class:`TraceError` on bad input."""
+    """Decode one trace file into typed columns; raise :class:`TraceError` on bad input."""
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"{path}: no such file")
@@ -249,94 +455,155 @@ def decode_file(path: str | Path, *, salvage: bool = False, block_size: int = BL
         raise TraceError(f"{path}: empty file (expected a Kineto JSON trace)")
     src = _Source(path)
     try:
-        return _decode(src, salvage=salvage, block_size=block_size)
+        return _Decoder(src, salvage=salvage, block_size=block_size).run()
     finally:
         src.close()
 
 
-def _decode(src: _Source, *, salvage: bool, block_size: int) -> DecodedTrace:
-    path = src.path
-    columns = _new_columns()
-    counts: dict[str, int] = {}
-    skipped: dict[str, int] = {}
-    n_events = 0
-    # 1. Find the traceEvents array in the first blocks; keep the bytes before it.
-    head = b""
-    match = None
-    while match is None:
-        data = src.read(block_size)
-        if not data:
-            break
-        head += data
-        match = _TRACE_EVENTS_RE.search(head)
-        if match is None and len(head) > 64 * block_size:
-            break
-    if match is None:
-        _raise_not_a_trace(path, head, src)
-    prefix = head[: match.end() - 1]
-    pending = head[match.end():]
-    consumed = match.end()  # decompressed offset of pending[0]
-    suffix = b""
-    truncated_at: int | None = None
-    # 2. Decode complete events block by block.
-    while True:
+class _Decoder:
+    """The state of decoding one file: pending bytes, offsets, columns and counts.
+
+    The pending bytes live in a bytearray ``work`` whose first byte is ``[`` followed by
+    the undecoded text of the array, so a block is decoded in place: the byte after the
+    cut becomes ``]`` for the call and the consumed prefix is deleted from the front
+    (which bytearray does without moving the rest). No copy of the block is made.
+    """
+
+    def __init__(self, src: _Source, *, salvage: bool, block_size: int) -> None:
+        self.src = src
+        self.path = src.path
+        self.salvage = salvage
+        self.block_size = block_size
+        self.columns = _Columns()
+        self.counts: Counter[str] = Counter()
+        self.skipped: dict[str, int] = {}
+        self.n_events = 0
+        self.work = bytearray(b"[")
+        self.consumed = 0  # decompressed offset of work[1]
+        self.last_end = 0  # decompressed offset just past the last complete event
+        self.suffix = b""
+
+    def run(self) -> DecodedTrace:
+        src, path, block_size = self.src, self.path, self.block_size
+        # 1. Find the traceEvents array in the first blocks; keep the bytes before it.
+        head = b""
+        match = None
+        while match is None:
+            data = src.read(block_size)
+            if not data:
+                break
+            head += data
+            match = _TRACE_EVENTS_RE.search(head)
+            if match is None and len(head) > 64 * block_size:
+                break
+        if match is None:
+            _raise_not_a_trace(path, head, src)
+        prefix = head[: match.end() - 1]
+        self.work += memoryview(head)[match.end():]
+        self.consumed = self.last_end = match.end()
+        del head
+        truncated_at: int | None = None
+        # 2. Decode complete events block by block.
+        while True:
+            if not self._fast_consume() and self._scan_consume():
+                break
+            data = src.read(block_size)
+            if not data:
+                if self._scan_consume():
+                    break
+                truncated_at = self.last_end
+                break
+            self.work += data
+            del data
+        left = src.offset - self.last_end
+        if truncated_at is not None:
+            reason = src.eof_error or "JSON ends inside the traceEvents array (file cut mid-event)"
+            if not self.salvage:
+                raise TraceError(
+                    f"{path}: {reason}; last complete event ends at decompressed byte {truncated_at} "
+                    f"({self.n_events} complete events before the cut); rerun with --salvage to keep them")
+            log.warning("%s: %s; salvaged %d complete events before decompressed byte %d, "
+                        "dropped %d bytes after it", path, reason, self.n_events, truncated_at, left)
+            header_bytes = prefix + b"[]}"
+        else:
+            if src.eof_error:
+                raise TraceError(f"{path}: {src.eof_error}")
+            header_bytes = prefix + b"[]" + self.suffix
+        header = _decode_header(path, header_bytes, tolerant=truncated_at is not None)
+        return DecodedTrace(path=path, header=header, columns=self.columns.finish(),
+                            category_counts=dict(self.counts), n_events=self.n_events,
+                            skipped=self.skipped, truncated_at=truncated_at,
+                            dropped_bytes=left if truncated_at is not None else 0,
+                            bytes_read=src.offset)
+
+    def _fast_consume(self) -> bool:
+        """Decode up to the last event separator of the pending bytes, if msgspec agrees."""
+        work = self.work
+        last = None
+        for last in _SEPARATOR_RE.finditer(work, max(1, len(work) - _SEPARATOR_WINDOW)):  # noqa: B007
+            pass
+        if last is None:
+            return False
+        end = last.start() + 1  # one past the "}" that ends the last complete event
+        following = work[end]
+        work[end] = _CLOSE_BRACKET
+        try:
+            with memoryview(work) as view:
+                events = _decoder.decode(view[: end + 1])
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return False  # not a cut between top-level events: the structural scan decides
+        finally:
+            work[end] = following
+        self.n_events += len(events)
+        _route_block(events, self.columns, self.counts, self.skipped, self.path)
+        del events
+        # keep "[" + the text from the next event's "{" on
+        nxt = last.end() - 1
+        del work[1:nxt]
+        self.last_end = self.consumed + end - 1
+        self.consumed += nxt - 1
+        return True
+
+    def _scan_consume(self) -> bool:
+        """Decode every complete event found by the structural scan; True at the array's end."""
+        pending = bytes(memoryview(self.work)[1:])
         ends, close = _structural_scan(pending, True)
         if close >= 0:
             ends = ends[ends < close]
         if ends.size:
             last = int(ends[-1])
             body = pending[: last + 1].lstrip(b" \t\r\n,")
-            n_events += _decode_block(body, path, consumed, columns, counts, skipped)
+            self._decode_block(body, self.consumed)
             pending = pending[last + 1:]
-            consumed += last + 1
+            self.consumed += last + 1
+            self.last_end = self.consumed
             if close >= 0:
                 close -= last + 1
-        if close >= 0:
-            rest = pending[:close].strip(b" \t\r\n,")
-            if rest:
-                raise TraceError(f"{path}: traceEvents entry near decompressed byte {consumed} "
-                                 f"is not a Kineto event object: {rest[:60]!r}")
-            suffix = pending[close + 1:]
-            while data := src.read(block_size):
-                suffix += data
-            break
-        data = src.read(block_size)
-        if not data:
-            truncated_at = consumed
-            break
-        pending += data
-    if truncated_at is not None:
-        reason = src.eof_error or "JSON ends inside the traceEvents array (file cut mid-event)"
-        if not salvage:
-            raise TraceError(
-                f"{path}: {reason}; last complete event ends at decompressed byte {truncated_at} "
-                f"({n_events} complete events before the cut); rerun with --salvage to keep them")
-        log.warning("%s: %s; salvaged %d complete events before decompressed byte %d, "
-                    "dropped %d bytes after it", path, reason, n_events, truncated_at,
-                    len(pending))
-        header_bytes = prefix + b"[]}"
-    else:
-        if src.eof_error:
-            raise TraceError(f"{path}: {src.eof_error}")
-        header_bytes = prefix + b"[]" + suffix
-    header = _decode_header(path, header_bytes, tolerant=truncated_at is not None)
-    return DecodedTrace(path=path, header=header, columns=columns, category_counts=counts,
-                        n_events=n_events, skipped=skipped, truncated_at=truncated_at,
-                        dropped_bytes=len(pending) if truncated_at is not None else 0,
-                        bytes_read=src.offset)
+        self.work = bytearray(b"[") + pending
+        if close < 0:
+            return False
+        rest = pending[:close].strip(b" \t\r\n,")
+        if rest:
+            raise TraceError(f"{self.path}: traceEvents entry near decompressed byte {self.consumed} "
+                             f"is not a Kineto event object: {rest[:60]!r}")
+        suffix = pending[close + 1:]
+        while data := self.src.read(self.block_size):
+            suffix += data
+        self.suffix = suffix
+        self.work = bytearray(b"[")
+        return True
 
-
-def _decode_block(body: bytes, path: Path, offset: int, columns: dict[str, dict[str, list[Any]]],
-                  counts: dict[str, int], skipped: dict[str, int]) -> int:
-    try:
-        events = _decoder.decode(b"[" + body + b"]")
-    except msgspec.ValidationError as exc:
-        raise TraceError(f"{path}: an event near decompressed byte {offset} is not a Kineto "
-                         f"event ({exc})") from None
-    except msgspec.DecodeError as exc:
-        raise TraceError(f"{path}: invalid JSON near decompressed byte {offset} ({exc})") from None
-    _append_events(events, columns, counts, skipped)
-    return len(events)
+    def _decode_block(self, body: bytes, offset: int) -> None:
+        try:
+            events = _decoder.decode(b"[" + body + b"]")
+        except msgspec.ValidationError as exc:
+            raise TraceError(f"{self.path}: an event near decompressed byte {offset} is not a "
+                             f"Kineto event ({exc})") from None
+        except msgspec.DecodeError as exc:
+            raise TraceError(f"{self.path}: invalid JSON near decompressed byte {offset} "
+                             f"({exc})") from None
+        self.n_events += len(events)
+        _route_block(events, self.columns, self.counts, self.skipped, self.path)
 
 
 def _decode_header(path: Path, data: bytes, tolerant: bool) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,11 +91,21 @@ def format_ranks(ranks: tuple[int, ...]) -> str:
     return ",".join(str(r) for r in ranks)
 
 
+def _category_flags(column: pd.Series, test: Callable[[str], bool]) -> np.ndarray:
+    """``test`` of each row's string, evaluated once per category (missing rows: False)."""
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        return np.array([not pd.isna(v) and test(str(v)) for v in column], dtype=bool)
+    per_category = np.array([test(str(c)) for c in column.cat.categories] + [False], dtype=bool)
+    return per_category[column.cat.codes.to_numpy()]
+
+
 def _annotate_kernels(kernels: pd.DataFrame, cpu_ops: pd.DataFrame) -> pd.DataFrame:
     """Add NCCL columns: is_nccl, collective, msg_bytes; fill PG fields from the launching op."""
-    names = kernels["name"].astype(str)
-    kernels["is_nccl"] = names.str.match(NCCL_KERNEL_RE).to_numpy() & (kernels["cat"] == "kernel").to_numpy()
-    comm_ops = cpu_ops[cpu_ops["name"].astype(str).eq("record_param_comms") & (cpu_ops["external_id"] >= 0)]
+    names = kernels["name"]
+    kernels["is_nccl"] = _category_flags(names, lambda n: NCCL_KERNEL_RE.match(n) is not None) \
+        & (kernels["cat"] == "kernel").to_numpy()
+    comm_ops = cpu_ops[_category_flags(cpu_ops["name"], lambda n: n == "record_param_comms")
+                       & (cpu_ops["external_id"] >= 0).to_numpy()]
     nccl_idx = np.flatnonzero(kernels["is_nccl"].to_numpy())
     fields = ["collective_name", "in_nelems", "out_nelems", "group_size", "dtype", "pg_name",
               "pg_desc", "pg_ranks"]
@@ -119,13 +130,18 @@ def _annotate_kernels(kernels: pd.DataFrame, cpu_ops: pd.DataFrame) -> pd.DataFr
     coll = np.full(len(kernels), None, dtype=object)
     if nccl_idx.size:
         arg_names = kernels["collective_name"].astype(object).to_numpy()[nccl_idx]
-        kernel_names = names.to_numpy()[nccl_idx]
+        kernel_names = names.astype(object).to_numpy()[nccl_idx]
         from_args = [canonical_collective(None if pd.isna(a) else str(a)) for a in arg_names]
         coll[nccl_idx] = [a if a != "Unknown" else canonical_collective(k)
                           for a, k in zip(from_args, kernel_names, strict=True)]
     kernels["collective"] = pd.Categorical(coll)
-    sizes = np.array([0 if pd.isna(d) else dtype_size(str(d)) for d in kernels["dtype"].astype(object)],
-                     dtype=np.int64)
+    dtypes = kernels["dtype"]
+    if isinstance(dtypes.dtype, pd.CategoricalDtype):
+        per_category = np.array([dtype_size(str(d)) for d in dtypes.cat.categories] + [0], dtype=np.int64)
+        sizes = per_category[dtypes.cat.codes.to_numpy()]  # code -1 (missing) takes the final 0
+    else:
+        sizes = np.array([0 if pd.isna(d) else dtype_size(str(d)) for d in dtypes.astype(object)],
+                         dtype=np.int64)
     nelems = np.maximum(kernels["in_nelems"].to_numpy(), kernels["out_nelems"].to_numpy())
     kernels["msg_bytes"] = np.where((sizes > 0) & (nelems >= 0), nelems * sizes, MISSING)
     return kernels
