@@ -1,0 +1,133 @@
+"""``evtsync inject``: a known CPU delay moves the trace consistently and the critical path with it.
+
+The expected movement of the delayed kernel is computed here from the raw JSON of the base
+trace (how far ahead of its kernel the launch returned), independently of the propagation
+code: a delay shorter than that lead is absorbed, a longer one moves the kernel by the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evtsync.critpath import attribute
+from evtsync.critpath.inject import inject_delay
+from evtsync.errors import InputError
+from evtsync.synth import SynthConfig, synthesize
+
+RANK, ITERATION, KERNEL = 1, 2, "nvjet"
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    out = tmp_path_factory.mktemp("inject-base")
+    cfg = SynthConfig.build(ranks=4, tp=4, iterations=4, layers=2, seed=3, cpu_delay_rate=0.0)
+    res = synthesize(cfg, out)
+    paths = sorted(str(p) for p in res.traces.values())
+    return paths, res.traces[RANK], attribute(paths)
+
+
+def _events(path: Path) -> list[dict]:
+    return json.loads(Path(path).read_text())["traceEvents"]
+
+
+def _hand_target(path: Path) -> tuple[dict, dict]:
+    """The first launch in the 3rd ProfilerStep whose kernel matches KERNEL, and its kernel."""
+    events = [e for e in _events(path) if e.get("ph") == "X"]
+    steps = sorted((e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    step = steps[ITERATION]
+    kernels = {e["args"]["correlation"]: e for e in events if e.get("cat") == "kernel"}
+    launches = sorted((e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                       and step["ts"] <= e["ts"] < step["ts"] + step["dur"]
+                       and e["args"].get("correlation") in kernels
+                       and re.search(KERNEL, kernels[e["args"]["correlation"]]["name"])), key=lambda e: e["ts"])
+    launch = launches[0]
+    return launch, kernels[launch["args"]["correlation"]]
+
+
+@pytest.mark.parametrize("delay_ms", [0, 1, 5, 20])
+def test_inject_moves_the_critical_path_to_the_cpu(tmp_path, base, delay_ms):
+    paths, rank_file, baseline = base
+    launch, kernel = _hand_target(rank_file)
+    lead_us = kernel["ts"] - (launch["ts"] + launch["dur"])  # the launch returned this early
+    expected_shift_us = max(0.0, delay_ms * 1000 - lead_us)
+    result = inject_delay(paths, tmp_path / "out", rank=RANK, delay_us=delay_ms * 1000, iteration=ITERATION,
+                          kernel=KERNEL)
+    m = result.manifest
+    assert m["launch"]["correlation"] == launch["args"]["correlation"]
+    assert m["kernel"]["start_shift_us"] == pytest.approx(expected_shift_us)
+    # the rewritten JSON: the launch moved by the delay, its kernel by the expected shift, and
+    # nothing on that thread before the launch moved
+    new = {(e.get("cat"), e["args"].get("correlation"), e["ts"]): e for e in _events(result.files[RANK])
+           if e.get("ph") == "X" and isinstance(e.get("args"), dict)}
+    corr = launch["args"]["correlation"]
+    new_launch = next(e for (c, k, _), e in new.items() if c == launch["cat"] and k == corr)
+    new_kernel = next(e for (c, k, _), e in new.items() if c == "kernel" and k == corr)
+    assert new_launch["ts"] - launch["ts"] == pytest.approx(delay_ms * 1000)
+    assert new_kernel["ts"] - kernel["ts"] == pytest.approx(expected_shift_us)
+    old_before = sorted((e["ts"], e["dur"]) for e in _events(rank_file) if e.get("ph") == "X"
+                        and e.get("tid") == launch["tid"] and e["ts"] + e["dur"] <= launch["ts"])
+    new_before = sorted((e["ts"], e["dur"]) for e in _events(result.files[RANK]) if e.get("ph") == "X"
+                        and e.get("tid") == launch["tid"] and e["ts"] + e["dur"] <= launch["ts"])
+    assert new_before == old_before
+    after = attribute(sorted(str(p) for p in result.files.values()))
+    noise = float(baseline.collectives["tau_max_us"].max())
+    if expected_shift_us > noise:
+        first = m["first_collective_moved"]
+        row = after.collectives.set_index(["pg", "index"]).loc[(first["pg"], first["index"])]
+        assert row["straggler_rank"] == RANK
+        assert row["path_kind"] == "launch_delay"
+        assert row["cause_category"] == "launch_delay"
+        # the delay sits in the CPU time before the launch; what reached the GPU is the shift
+        assert abs(row["cause_extra_us"] - expected_shift_us) <= noise
+    else:
+        # absorbed by the CPU's lead: no collective moves and the attribution is unchanged
+        assert m["collectives_moved"] == 0
+        cols = ["pg", "index", "straggler_rank", "path_kind", "cause_name", "cause_extra_us"]
+        assert after.collectives[cols].equals(baseline.collectives[cols])
+    # validation (a) holds on the result (tolerance as in test_critpath_attribution)
+    v = after.validation.set_index("scope")
+    assert abs(v.loc["1", "slope"] - 1.0) < 0.01
+    assert v.loc["1", "r2"] > 0.99
+
+
+def test_inject_rejects_bad_requests(tmp_path, base):
+    paths, _, _ = base
+    with pytest.raises(InputError, match="outside 0..20000"):
+        inject_delay(paths, tmp_path / "a", rank=RANK, delay_us=25_000)
+    with pytest.raises(InputError, match="rank 9 is not in the trace set"):
+        inject_delay(paths, tmp_path / "b", rank=9, delay_us=100)
+    with pytest.raises(InputError, match="iteration 40 is not among them"):
+        inject_delay(paths, tmp_path / "c", rank=RANK, delay_us=100, iteration=40)
+    with pytest.raises(InputError, match="occurrence 10000 is not among them"):
+        inject_delay(paths, tmp_path / "d", rank=RANK, delay_us=100, iteration=0, kernel=KERNEL, occurrence=10000)
+    with pytest.raises(InputError, match="holds the input traces"):
+        inject_delay(paths, Path(paths[0]).parent.parent, rank=RANK, delay_us=100)
+
+
+def test_cli_inject_then_attribute(tmp_path, base):
+    paths, _, _ = base
+    out = tmp_path / "cli"
+    run = [sys.executable, "-m", "evtsync", "-q"]
+    proc = subprocess.run(run + ["inject", *paths, "-o", str(out), "--rank", str(RANK), "--delay-ms", "20",
+                                 "--iteration", str(ITERATION), "--kernel", KERNEL],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "collective(s) end later" in proc.stdout
+    table = tmp_path / "attr.csv"
+    proc = subprocess.run(run + ["attribute", str(out / "traces"), "-o", str(table), "--plot",
+                                 str(tmp_path / "attr.png"), "--paths"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "GPU-only straggler paths" in proc.stdout
+    for suffix in ("", "_summary", "_validation", "_paths"):
+        assert (tmp_path / f"attr{suffix}.csv").is_file()
+    assert (tmp_path / "attr.png").stat().st_size > 1000
+    proc = subprocess.run(run + ["inject", *paths, "-o", str(tmp_path / "x"), "--rank", "1", "--delay-ms", "30"],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("evtsync: error: inject: delay 30000")
