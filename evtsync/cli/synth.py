@@ -79,20 +79,17 @@ def run(args: argparse.Namespace) -> int:
     if args.study:
         results = study(args.out_dir, args.study, **options)
         for entry, res in zip(STUDIES[args.study], results, strict=True):
-            gev = res.truth["gev"]
+            gev = res.summary["gev"]
             print(f"{entry['workload']}: {len(res.traces)} traces in {res.traces_dir}, "
                   f"GEV(mu={gev['mu']}, sigma={gev['sigma']}, xi={gev['xi']})")
         return 0
     cfg = SynthConfig.build(gpu=args.gpu, precision=args.precision,
                             gev=tuple(args.gev) if args.gev else None, **options)
     res = synthesize(cfg, args.out_dir)
-    truth = res.truth
-    tp = [c for c in truth["collectives"] if c["group_kind"] == "tp"]
-    taus = sorted(c["tau_max_us"] for c in tp)
-    median = taus[len(taus) // 2] if taus else 0
+    summary = res.summary
     print(f"{len(res.traces)} {cfg.format} traces ({cfg.gpu} {cfg.precision}, {cfg.ranks} ranks, TP {cfg.tp_size}, "
           f"{cfg.iterations} iterations) in {res.traces_dir}")
-    print(f"{len(truth['collectives'])} collectives ({len(tp)} TP, median tau_max {median} us), "
-          f"{len(truth['blocks'])} block identities, {len(truth['plants'])} planted causes; "
-          f"truth in {res.truth_path}")
+    print(f"{summary['n_collectives']} collectives ({summary['n_tp_collectives']} TP, median tau_max "
+          f"{summary['median_tp_tau_max_us']} us), {summary['n_blocks']} block identities, "
+          f"{summary['n_plants']} planted causes; truth in {res.truth_path}")
     return 0

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
+import os
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from evtsync.errors import InputError
 from evtsync.synth.config import DEFAULT_GEV, GPU_MODELS, PLANT_KINDS, Plant, SynthConfig
 from evtsync.synth.timeline import Simulation
-from evtsync.synth.truth import TRUTH_FILE, build_truth, write_truth
+from evtsync.synth.truth import TRUTH_FILE, write_truth
 from evtsync.synth.writer import trace_file_name, write_traces
 
 __all__ = ["DEFAULT_GEV", "GPU_MODELS", "PLANT_KINDS", "STUDIES", "TRACES_DIR", "TRUTH_FILE", "Plant",
@@ -32,19 +36,27 @@ log = logging.getLogger("evtsync.synth")
 TRACES_DIR = "traces"
 
 
-@dataclass(frozen=True)
+@dataclass
 class SynthResult:
-    """What one call wrote: the trace paths by rank and the ground truth."""
+    """What one call wrote: the trace paths by rank, the ground truth and a short summary."""
 
     out_dir: Path
     traces: dict[int, Path]
     truth_path: Path
-    truth: dict[str, Any]
+    summary: dict[str, Any]
+    _truth: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def traces_dir(self) -> Path:
         """The folder of the rank traces."""
         return self.out_dir / TRACES_DIR
+
+    @property
+    def truth(self) -> dict[str, Any]:
+        """``ground_truth.json``, read on first use (it can be large for long runs)."""
+        if self._truth is None:
+            self._truth = orjson.loads(self.truth_path.read_bytes())
+        return self._truth
 
 
 def synthesize(config: SynthConfig, out_dir: str | Path) -> SynthResult:
@@ -64,15 +76,26 @@ def synthesize(config: SynthConfig, out_dir: str | Path) -> SynthResult:
                              f"another folder")
     out.mkdir(parents=True, exist_ok=True)
     sim = Simulation(config)
-    traces = write_traces(sim, out / TRACES_DIR)
-    truth = build_truth(sim, traces)
-    truth_path = write_truth(truth, out)
-    n_coll = len(truth["collectives"])
+    fd, tmp_name = tempfile.mkstemp(prefix=".collectives.", suffix=".jsonl.tmp", dir=out)
+    try:
+        with os.fdopen(fd, "wb") as jsonl:
+            dumps = orjson.dumps
+            sim.collective_sink = lambda record: jsonl.write(dumps(record) + b"\n")
+            traces = write_traces(sim, out / TRACES_DIR)
+        truth_path = write_truth(sim, traces, out, Path(tmp_name))
+    finally:
+        Path(tmp_name).unlink(missing_ok=True)
+    taus = sorted(sim.tp_tau_max)
+    summary = {"n_collectives": sim.n_collectives, "n_tp_collectives": len(taus),
+               "median_tp_tau_max_us": taus[len(taus) // 2] if taus else 0,
+               "n_blocks": sum(1 for p in range(sim.n_tp) if sim.design_rows[p]),
+               "n_plants": len(sim.plant_records), "gev": dict(zip(("mu", "sigma", "xi"), config.gev_params, strict=True))}
     log.info("wrote %d rank traces (%s format, %s %s) and %s: %d collectives, %d block identities",
-             len(traces), config.format, config.gpu, config.precision, truth_path.name, n_coll, len(truth["blocks"]))
+             len(traces), config.format, config.gpu, config.precision, truth_path.name, sim.n_collectives,
+             summary["n_blocks"])
     if sim.z_redraws:
         log.info("noise design redrew %d z-score sets to keep the pooled sd feasible", sim.z_redraws)
-    return SynthResult(out, traces, truth_path, truth)
+    return SynthResult(out, traces, truth_path, summary)
 
 
 #: Named studies: several workloads, each written to its own folder. The demo spans the

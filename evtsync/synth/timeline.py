@@ -27,7 +27,9 @@ wait — the truth records where that happened.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import statistics
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -133,11 +135,17 @@ class Simulation:
         self.program = self._build_program()
         self._plan_blocks()
         self._design_noise()
-        # truth accumulators
+        # truth: collective records go to ``collective_sink`` as they resolve (kept in
+        # ``collectives`` unless a sink is set); block times stay in arrays
         self.collectives: list[dict[str, Any]] = []
-        self.block_instances: list[dict[str, Any]] = []
-        self.plant_effects: list[dict[str, Any]] = []
+        self.collective_sink: Callable[[dict[str, Any]], None] = self.collectives.append
+        self.n_collectives = 0
+        self.tp_tau_max: list[int] = []
+        self.spans = {p: np.full((cfg.iterations + 1, cfg.ranks), -1, dtype=np.int64) for p in range(self.n_tp)}
+        self.plant_records: list[dict[str, Any]] = []
         self.cpu_delays: list[dict[str, Any]] = []
+        self._pending_cause: dict[tuple[int, int, int], dict[str, Any]] = {}
+        self._pending_noise: dict[tuple[int, int, int], list[dict[str, Any]]] = {}
         self.pg_counter: dict[str, int] = {}
         self.plant_by_key = {(p.rank, p.iteration, p.layer, p.block): p for p in cfg.plants}
         self._kernel_idle: dict[tuple[int, int, int], int] = {}
@@ -525,8 +533,12 @@ class Simulation:
         cause_t = rs.cpu_t
         if cfg.cpu_delay_rate and self.rng_delay.random() < cfg.cpu_delay_rate:
             delay = max(1, int(self.rng_delay.exponential(cfg.cpu_delay_mean_us)))
-            self.cpu_delays.append({"rank": rs.rank, "iteration": j, "before_op": st.ops[0], "layer": st.layer,
-                                    "position": st.position, "delay_us": delay, "ts_true_us": rs.cpu_t, "_key": (rs.rank, j, si)})
+            record = {"rank": rs.rank, "iteration": j, "before_op": st.ops[0], "layer": st.layer,
+                      "position": st.position, "delay_us": delay, "ts_true_us": rs.cpu_t, "gpu_idle_us": 0,
+                      "collective": None, "_key": (rs.rank, j, si)}
+            self.cpu_delays.append(record)
+            closing = (rs.rank, j + 1 if st.trailing else j, st.position)
+            self._pending_noise.setdefault(closing, []).append(record)
             rs.cpu_t += delay
         needed = 0
         if plant is not None and plant.kind != "slow_gemm":
@@ -577,10 +589,13 @@ class Simulation:
             self._gpu_event(rs, spec, COMPUTE_STREAM, start, end, corr, ext_parent, l0)
             rs.cpu_t = l1 + int(costs["between"])
             if plant is not None and k == 0:
-                self.plant_effects.append({"plant": plant, "rank": rs.rank, "iteration": j, "gpu_idle_us": idle,
-                                           "cpu_extra_us": plant.delay_us + needed if plant.kind in ("python_gap", "cpu_launch_delay") else None,
-                                           "kernel_start_true_us": start, "cause_true_us": cause_t,
-                                           "position": st.position, "event": self._plant_event_name(plant, spec, st)})
+                record = {**dataclasses.asdict(plant), "event": self._plant_event_name(plant, spec, st),
+                          "gpu_delay_us": plant.delay_us if plant.kind == "slow_gemm" else idle,
+                          "cpu_extra_us": plant.delay_us + needed if plant.kind in ("python_gap", "cpu_launch_delay") else None,
+                          "position": st.position, "cause_true_us": cause_t, "kernel_start_true_us": start,
+                          "collective": None}
+                self.plant_records.append(record)
+                self._pending_cause[(rs.rank, j, st.position)] = record
         closes = []
         for lvl in reversed(range(len(st.ops))):
             rs.cpu_t += int(costs["post"][lvl]) + self._jitter(rs, 2)
@@ -790,31 +805,49 @@ class Simulation:
                              "Process Group Description": pg["pg_desc"],
                              "Process Group Ranks": "[" + ", ".join(str(r) for r in pg["ranks"]) + "]"}
                 self._gpu_event(rs, spec, stream, e0, e1, rs.pending_corr, rs.pending_ext, rs.pending_launch_ts, extra)
-            self.collectives.append({
+            durs = [e1 - e0 for e0, e1 in zip(entries, ends, strict=True)]
+            dmin = min(durs)
+            fastest = [r for r, d in zip(pg["ranks"], durs, strict=True) if d == dmin]
+            written_ends = [self._ts(rs, e) for rs, e in zip(members, ends, strict=True)]
+            record: dict[str, Any] = {
                 "pg": pg["pg_name"], "pg_desc": pg["pg_desc"], "group_kind": st.group_kind, "index": index,
                 "iteration": j, "position": st.tp_index, "layer": st.layer, "collective": COLL_NAMES[st.coll][0],
                 "kernel": spec.name, "in_nelems": st.nelems_in, "out_nelems": st.nelems_out, "bytes": nbytes,
-                "dtype": dt, "ranks": list(pg["ranks"]), "entry_true_us": entries, "end_true_us": ends,
-                "transfer_us": transfer,
-                "written_end_us": [self._ts(rs, e) for rs, e in zip(members, ends, strict=True)]})
+                "dtype": dt, "ranks": list(pg["ranks"]), "transfer_us": transfer, "n_ranks": len(durs),
+                "duration_us": {str(r): d for r, d in zip(pg["ranks"], durs, strict=True)},
+                "straggler_rank": fastest[0], "straggler_tie": len(fastest) > 1,
+                "tau_max_us": max(durs) - dmin,
+                "tau_med_us": float(statistics.median(durs)) - dmin,
+                "mean_delay_us": float(np.mean(durs)) - dmin,
+                "end_spread_us": max(ends) - min(ends),
+                "written_end_spread_us": max(written_ends) - min(written_ends),
+                "planted_cause": None, "cpu_noise": []}
+            if st.group_kind == "tp":
+                self.tp_tau_max.append(record["tau_max_us"])
+                where = {"pg": pg["pg_name"], "index": index}
+                for r in pg["ranks"]:
+                    cause = self._pending_cause.pop((r, j, st.tp_index), None)
+                    if cause is not None:
+                        cause["collective"] = where
+                        record["planted_cause"] = {k: cause[k] for k in (
+                            "kind", "rank", "iteration", "layer", "block", "event", "delay_us", "gpu_delay_us")}
+                    for noise in self._pending_noise.pop((r, j, st.tp_index), []):
+                        noise["collective"] = where
+                        noise["gpu_idle_us"] = min(int(self._kernel_idle.get(noise["_key"], 0)), noise["delay_us"])
+                        if noise["gpu_idle_us"]:
+                            record["cpu_noise"].append({k: noise[k] for k in ("rank", "delay_us", "gpu_idle_us")})
+            self.n_collectives += 1
+            self.collective_sink(record)
 
     # ---------------------------------------------------------------- truth per block
     def _record_blocks(self, j: int) -> None:
-        """Busy time and span of every compute block instance that ends in iteration ``j``."""
-        cfg = self.cfg
+        """Span of every compute block instance that ends in iteration ``j`` (busy times are in ``durations``)."""
         for p in range(self.n_tp):
             rows = self.design_rows[p]
             if not rows or not rows[0] <= j <= rows[-1]:
                 continue
-            busy = self.durations[p][j].sum(axis=1)
-            span = {r: self._span_end.pop((r, j, p)) - self._span_start.pop((r, j, p)) for r in range(cfg.ranks)}
-            jj = j - rows[0]      # rows are consecutive iterations
-            for sample in self.samples:
-                bd = self.designs[(p, sample)]
-                self.block_instances.append({
-                    "position": p, "iteration": j, "ranks": list(sample),
-                    "busy_us": [int(busy[r]) for r in sample], "span_us": [int(span[r]) for r in sample],
-                    "z_design": float(bd.z[jj]), "max_rank_design": int(sample[int(bd.max_pos[jj])])})
+            for r in range(self.cfg.ranks):
+                self.spans[p][j, r] = self._span_end.pop((r, j, p)) - self._span_start.pop((r, j, p))
         for stale in [k for k in self._span_start if k[1] <= j]:
             self._span_start.pop(stale)
             self._span_end.pop(stale, None)
