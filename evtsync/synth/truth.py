@@ -108,9 +108,10 @@ def write_truth(sim: Simulation, files: dict[int, Path], out_dir: Path, collecti
     """Write ``ground_truth.json`` atomically; collectives are streamed from ``collectives_jsonl``
     (one JSON object per line, as the simulation wrote them) or taken from ``sim.collectives``."""
     plants, delays = _causes(sim)
-    head = orjson.dumps(truth_header(sim, files), option=orjson.OPT_NON_STR_KEYS)
+    head = orjson.dumps(truth_header(sim, files), option=orjson.OPT_NON_STR_KEYS | orjson.OPT_INDENT_2)
     with atomic_path(out_dir / TRUTH_FILE) as tmp, open(tmp, "wb") as out:
-        out.write(head[:-1] + b',\n"collectives":[\n')
+        # readable header, then one collective / one block identity per line
+        out.write(head.rstrip()[:-1].rstrip() + b',\n  "collectives": [\n')
         first = True
         if collectives_jsonl is None:
             lines: Any = (orjson.dumps(c) + b"\n" for c in sim.collectives)
@@ -125,6 +126,6 @@ def write_truth(sim: Simulation, files: dict[int, Path], out_dir: Path, collecti
         finally:
             if hasattr(lines, "close"):
                 lines.close()
-        out.write(b'\n],\n"blocks":' + orjson.dumps(_blocks(sim)))
-        out.write(b',\n"plants":' + orjson.dumps(plants) + b',\n"cpu_delays":' + orjson.dumps(delays) + b"}\n")
+        out.write(b'\n  ],\n  "blocks": [\n' + b",\n".join(orjson.dumps(b) for b in _blocks(sim)) + b"\n  ],\n")
+        out.write(b'  "plants": ' + orjson.dumps(plants) + b',\n  "cpu_delays": ' + orjson.dumps(delays) + b"\n}\n")
     return out_dir / TRUTH_FILE
