@@ -1,0 +1,218 @@
+"""Benchmark: critical-path DAG + walk on one synthetic rank of about a million events.
+
+Builds the rank's tables directly (a GPU-bound training loop: per op a ``cpu_op`` holding an
+inner ``cpu_op`` holding a launch; compute kernels on one stream, an NCCL collective every
+50 ops on another, a ``cudaStreamSynchronize`` every 2,000 ops), then times, in a fresh
+subprocess per measurement (so that peak RSS is that measurement's own):
+
+- ``evtsync``: :func:`build_rank_dag` + a walk from every collective back to the previous
+  one with occurrence keys (what :func:`evtsync.critpath.attribute` does per rank);
+- ``baseline``: the paper's algorithm written plainly in Python (per-edge tuples in dict
+  adjacency lists, one global ``heapq`` for cross-stream edges, a stack for CPU slices, a
+  walk by scanning parents), at a smaller size, and evtsync at that same size for the ratio.
+
+Run by hand: ``.venv/bin/python benchmarks/bench_critpath.py [--events 1000000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+
+US = 1000
+
+
+def make_rank(n_events: int, seed: int = 0) -> tuple[pd.DataFrame, ...]:
+    """Tables of one rank with about ``n_events`` events (4 per op: 2 ops, 1 launch, 1 kernel)."""
+    rng = np.random.default_rng(seed)
+    n_ops = n_events // 4
+    op_dur = rng.integers(8, 14, n_ops) * US
+    gap = rng.integers(1, 4, n_ops) * US
+    is_nccl = (np.arange(n_ops) % 50) == 49
+    is_sync = (np.arange(n_ops) % 2000) == 1999
+    k_dur = np.where(is_nccl, 60 * US, rng.integers(20, 120, n_ops) * US)
+    cpu_t = 0
+    comp_ready = 0
+    op_ts = np.empty(n_ops, np.int64)
+    k_ts = np.empty(n_ops, np.int64)
+    sync_ts, sync_end = [], []
+    launch_off = 5 * US
+    for i in range(n_ops):
+        t = cpu_t + int(gap[i])
+        op_ts[i] = t
+        launch_end = t + launch_off + 5 * US
+        start = max(comp_ready + US, launch_end + 4 * US)
+        k_ts[i] = start
+        comp_ready = start + int(k_dur[i])
+        cpu_t = t + int(op_dur[i])
+        if is_sync[i]:
+            sync_ts.append(cpu_t + US)
+            cpu_t = max(cpu_t + 6 * US, comp_ready + 2 * US)
+            sync_end.append(cpu_t - US)
+    corr = np.arange(n_ops, dtype=np.int64) + 1
+    names = np.where(is_nccl, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "sm90_xmma_gemm_bf16bf16_bf16f32")
+    kernels = pd.DataFrame({
+        "cat": pd.Categorical(["kernel"] * n_ops), "name": pd.Categorical(names), "device": np.zeros(n_ops, np.int64),
+        "stream": np.where(is_nccl, 20, 7).astype(np.int64), "ts_ns": k_ts, "dur_ns": k_dur.astype(np.int64),
+        "end_ns": k_ts + k_dur, "correlation": corr, "is_nccl": is_nccl})
+    outer = pd.DataFrame({"cat": "cpu_op", "name": "aten::linear", "ts_ns": op_ts, "dur_ns": op_dur - US})
+    inner = pd.DataFrame({"cat": "cpu_op", "name": "aten::mm", "ts_ns": op_ts + 2 * US, "dur_ns": op_dur - 4 * US})
+    cpu_ops = pd.concat([outer, inner], ignore_index=True)
+    cpu_ops["pid"], cpu_ops["tid"] = 1, 1
+    cpu_ops["end_ns"] = cpu_ops["ts_ns"] + cpu_ops["dur_ns"]
+    cpu_ops["cat"] = pd.Categorical(cpu_ops["cat"])
+    cpu_ops["name"] = pd.Categorical(cpu_ops["name"])
+    launches = pd.DataFrame({"cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts_ns": op_ts + launch_off,
+                             "dur_ns": 5 * US, "correlation": corr})
+    syncs_rt = pd.DataFrame({"cat": "cuda_runtime", "name": "cudaStreamSynchronize", "ts_ns": np.array(sync_ts, np.int64),
+                             "dur_ns": np.array(sync_end, np.int64) - np.array(sync_ts, np.int64),
+                             "correlation": -np.arange(1, len(sync_ts) + 1)})
+    runtime = pd.concat([launches, syncs_rt], ignore_index=True)
+    runtime["pid"], runtime["tid"], runtime["stream"] = 1, 1, -1
+    runtime["end_ns"] = runtime["ts_ns"] + runtime["dur_ns"]
+    runtime["cat"] = pd.Categorical(runtime["cat"])
+    runtime["name"] = pd.Categorical(runtime["name"])
+    syncs = pd.DataFrame({"name": pd.Categorical([]), "ts_ns": np.zeros(0, np.int64), "end_ns": np.zeros(0, np.int64),
+                          "stream": np.zeros(0, np.int64), "correlation": np.zeros(0, np.int64),
+                          "wait_on_stream": np.zeros(0, np.int64), "wait_on_event_corr": np.zeros(0, np.int64),
+                          "sync_kind": pd.Categorical([])})
+    return kernels, cpu_ops, runtime, syncs
+
+
+def run_evtsync(n_events: int) -> dict:
+    from evtsync.critpath.dag import Vocabulary, build_rank_dag
+    from evtsync.critpath.walk import KeyIndex, Walker, Window
+
+    kernels, cpu_ops, runtime, syncs = make_rank(n_events)
+    n = len(kernels) + len(cpu_ops) + len(runtime)
+    t0 = time.perf_counter()
+    dag = build_rank_dag(kernels, cpu_ops, runtime, syncs, rank=0, vocab=Vocabulary())
+    t1 = time.perf_counter()
+    keys, walker = KeyIndex(dag), Walker(dag)
+    rows = kernels.index[kernels["is_nccl"].to_numpy()].to_numpy()
+    gpu = dag.kind == 0
+    node_of = pd.Series(np.flatnonzero(gpu), index=dag.row[gpu]).loc[rows].to_numpy()
+    steps = 0
+    prev = -1
+    for node in node_of.tolist():
+        if prev >= 0:
+            launch = dag.launch_of(prev)
+            win = Window(int(dag.end[prev]), int(dag.end[launch]) if launch >= 0 else int(dag.end[prev]),
+                         int(dag.start[node]))
+        else:
+            win = Window(np.iinfo(np.int64).min, np.iinfo(np.int64).min, int(dag.start[node]))
+        path = walker.path(node, win, prev)
+        if len(path):
+            keys.occurrence(path, win)
+        steps += len(path)
+        prev = node
+    t2 = time.perf_counter()
+    return {"events": n, "nodes": dag.n_nodes, "edges": dag.n_edges, "collectives": len(node_of),
+            "path_steps": steps, "dag_s": t1 - t0, "walk_s": t2 - t1, "total_s": t2 - t0}
+
+
+def run_baseline(n_events: int) -> dict:
+    """The algorithm written plainly: Python objects per event and per edge."""
+    kernels, cpu_ops, runtime, _ = make_rank(n_events)
+    t0 = time.perf_counter()
+    cpu = [(int(s), int(e), str(nm), "op") for s, e, nm in zip(cpu_ops["ts_ns"], cpu_ops["end_ns"], cpu_ops["name"],
+                                                                strict=True)]
+    cpu += [(int(s), int(e), str(nm), int(c)) for s, e, nm, c in zip(runtime["ts_ns"], runtime["end_ns"],
+                                                                      runtime["name"], runtime["correlation"],
+                                                                      strict=True)]
+    cpu.sort(key=lambda x: (x[0], -x[1]))
+    slices, stack, cursor = [], [], None
+    for s, e, name, tag in cpu:  # exclusive slices with a stack
+        while stack and stack[-1][1] <= s:
+            top = stack.pop()
+            slices.append((cursor, top[1], top[2], top[3]))
+            cursor = top[1]
+        if stack and cursor is not None and s > cursor:
+            slices.append((cursor, s, stack[-1][2], stack[-1][3]))
+        stack.append((s, e, name, tag))
+        cursor = s
+    while stack:
+        top = stack.pop()
+        slices.append((cursor, top[1], top[2], top[3]))
+        cursor = top[1]
+    nodes = [("gpu", int(s), int(e), int(st), int(c), bool(nc)) for s, e, st, c, nc in
+             zip(kernels["ts_ns"], kernels["end_ns"], kernels["stream"], kernels["correlation"], kernels["is_nccl"],
+                 strict=True)]
+    parents: dict[int, list[tuple[int, int, str]]] = {i: [] for i in range(len(nodes) + len(slices))}
+    order = sorted(range(len(nodes)), key=lambda i: nodes[i][1])
+    heap: list[tuple[int, int]] = []
+    last_on_stream: dict[int, int] = {}
+    for i in order:
+        _, s, e, st, _, _ = nodes[i]
+        if st in last_on_stream:
+            parents[i].append((last_on_stream[st], nodes[last_on_stream[st]][2], "stream"))
+        while heap and heap[0][0] <= s:
+            end, j = heapq.heappop(heap)
+            parents[i].append((j, end, "cross"))
+        heapq.heappush(heap, (e, i))
+        last_on_stream[st] = i
+    base = len(nodes)
+    by_corr = {n[4]: i for i, n in enumerate(nodes)}
+    for k, (_s, e, _, tag) in enumerate(slices):
+        if k:
+            parents[base + k].append((base + k - 1, slices[k - 1][1], "thread"))
+        if tag != "op" and tag in by_corr:
+            parents[by_corr[tag]].append((base + k, e, "launch"))
+    end_of = [n[2] for n in nodes] + [sl[1] for sl in slices]
+    t1 = time.perf_counter()
+    steps, prev = 0, -1
+    for i in order:
+        if not nodes[i][5]:
+            continue
+        n = i
+        while True:
+            cands = parents[n]
+            if not cands:
+                break
+            p = max(cands, key=lambda c: c[1])[0]
+            if p == prev or (prev >= 0 and end_of[p] <= nodes[prev][2]):
+                break
+            steps += 1
+            n = p
+        prev = i
+    t2 = time.perf_counter()
+    return {"events": len(cpu) + len(nodes), "path_steps": steps, "dag_s": t1 - t0, "walk_s": t2 - t1,
+            "total_s": t2 - t0}
+
+
+def measure(kind: str, n_events: int) -> dict:
+    """Run one measurement in a subprocess; add its peak RSS (MiB)."""
+    code = (f"import json, resource, sys; sys.path.insert(0, 'benchmarks'); import bench_critpath as b; "
+            f"r = b.run_{kind}({n_events}); "
+            "r['peak_rss_mib'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024; print(json.dumps(r))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--baseline-events", type=int, default=100_000)
+    args = parser.parse_args()
+    big = measure("evtsync", args.events)
+    small = measure("evtsync", args.baseline_events)
+    base = measure("baseline", args.baseline_events)
+    print(json.dumps({"evtsync_large": big, "evtsync_small": small, "baseline_small": base}, indent=2))
+    print(f"\n{big['events']:,} events: DAG {big['dag_s']:.2f} s + walk {big['walk_s']:.2f} s = "
+          f"{big['total_s']:.2f} s, peak RSS {big['peak_rss_mib']:.0f} MiB "
+          f"({big['nodes']:,} nodes, {big['edges']:,} edges, {big['collectives']:,} walks, "
+          f"{big['path_steps']:,} path steps)")
+    print(f"{small['events']:,} events: evtsync {small['total_s']:.3f} s vs plain-Python baseline "
+          f"{base['total_s']:.3f} s (ratio {base['total_s'] / small['total_s']:.1f}x); peak RSS "
+          f"{small['peak_rss_mib']:.0f} vs {base['peak_rss_mib']:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
