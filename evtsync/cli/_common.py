@@ -30,6 +30,31 @@ def add_trace_arguments(parser: argparse.ArgumentParser, required: bool = True) 
                             f"(default {RANKS_PER_HOST})")
 
 
+def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where reading runs (process pool, Dask) and the per-rank Parquet cache."""
+    group = parser.add_argument_group("execution and cache (docs/scaling.md)")
+    group.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                       help="read ranks on the Dask scheduler at ADDRESS (default: "
+                            "$DASK_SCHEDULER_ADDRESS if set); 'local' starts a local Dask "
+                            "cluster of --workers workers. Without it: a local process pool")
+    group.add_argument("--cache", metavar="DIR", default=None,
+                       help="folder of cached per-rank tables (Parquet), reused when the trace "
+                            "is unchanged (default: $EVTSYNC_CACHE_DIR, else ~/.cache/evtsync)")
+    group.add_argument("--no-cache", action="store_true",
+                       help="read every trace, neither using nor writing the cache")
+
+
+def reading_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Keyword arguments of load_traces from parsed arguments (scale options if present)."""
+    options: dict[str, Any] = {"salvage": args.salvage, "workers": args.workers}
+    if hasattr(args, "scheduler"):
+        from evtsync.trace.cache import default_cache_dir
+
+        options["scheduler"] = args.scheduler
+        options["cache"] = None if args.no_cache else (args.cache or default_cache_dir())
+    return options
+
+
 def align_options(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments of align_collectives from parsed arguments."""
     return {

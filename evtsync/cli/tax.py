@@ -10,13 +10,14 @@ ORDER = 10
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from evtsync.cli._common import add_trace_arguments
+    from evtsync.cli._common import add_scale_arguments, add_trace_arguments
 
     parser = sub.add_parser(
         "tax", help="synchronization tax of every collective (SPEC §3)",
         description="Read one Kineto trace per rank, align the collectives of every process "
         "group and report how long the early ranks waited for the straggler.")
     add_trace_arguments(parser, required=False)
+    add_scale_arguments(parser)
     parser.add_argument("--demo", action="store_true",
                         help="run on a synthetic 8-rank trace set generated on the fly")
     parser.add_argument("-o", "--output", metavar="PATH",
@@ -30,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import tempfile
 
-    from evtsync.cli._common import align_options, sibling_path
+    from evtsync.cli._common import align_options, reading_options, sibling_path
     from evtsync.errors import InputError
     from evtsync.tableio import write_table
     from evtsync.tax import tax_from_traces, tax_summary
@@ -45,7 +46,10 @@ def run(args: argparse.Namespace) -> int:
 
             paths = [str(write_demo_traces(tmp))]
             print("demo: synthetic 8-rank trace set written to a temporary folder", file=sys.stderr)
-        traces = load_traces(paths, salvage=args.salvage, workers=args.workers)
+        options = reading_options(args)
+        if args.demo:
+            options["cache"] = None  # a temporary folder: nothing to reuse
+        traces = load_traces(paths, **options)
     alignment, tables = tax_from_traces(traces, **align_options(args))
     summary = tax_summary(tables)
     if traces.nccl_kernels.empty:

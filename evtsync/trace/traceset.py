@@ -8,11 +8,10 @@ counted per rank and reason in ``TraceSet.skipped``.
 
 from __future__ import annotations
 
+import functools
 import logging
-import multiprocessing
 import os
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,6 @@ from typing import Any
 import pandas as pd
 
 from evtsync.errors import TraceError
-from evtsync.progress import progress
 from evtsync.trace.decode import decode_file
 from evtsync.trace.tables import RankTables, build_rank_tables, format_ranks, parse_rank_list
 
@@ -101,15 +99,19 @@ def read_rank(path: str | os.PathLike[str], salvage: bool = False) -> RankTables
     return build_rank_tables(decode_file(path, salvage=salvage))
 
 
-def _read_all(files: Sequence[Path], salvage: bool, workers: int | None) -> list[RankTables]:
+def _read_all(files: Sequence[Path], salvage: bool, workers: int | None,
+              scheduler: str | None = None, cache: str | os.PathLike[str] | None = None,
+              client: Any = None) -> list[RankTables]:
+    from evtsync.parallel import backend_for
+    from evtsync.trace.cache import read_rank_cached
+
     total = sum(f.stat().st_size for f in files)
-    n_workers = workers if workers is not None else min(len(files), os.cpu_count() or 1)
-    if n_workers <= 1 or len(files) == 1 or (workers is None and total < PARALLEL_MIN_BYTES):
-        return [read_rank(f, salvage) for f in progress(files, "reading traces", len(files), "file")]
-    ctx = multiprocessing.get_context("forkserver")
-    with ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx) as pool:
-        futures = [pool.submit(read_rank, f, salvage) for f in files]
-        return [fut.result() for fut in progress(futures, "reading traces", len(files), "file")]
+    task = functools.partial(read_rank_cached, salvage=salvage,
+                             cache_dir=None if cache is None else str(cache))
+    with backend_for(len(files), workers=workers, scheduler=scheduler, total_bytes=total,
+                     parallel_min_bytes=PARALLEL_MIN_BYTES, client=client) as backend:
+        log.debug("reading %d trace file(s) on %s", len(files), backend.name)
+        return backend.map(task, [str(f) for f in files], "reading traces")
 
 
 def assemble(parts: Sequence[RankTables]) -> TraceSet:
@@ -189,14 +191,18 @@ def _pg_table(parts: Sequence[RankTables]) -> pd.DataFrame:
 
 
 def load_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *,
-                salvage: bool = False, workers: int | None = None) -> TraceSet:
+                salvage: bool = False, workers: int | None = None, scheduler: str | None = None,
+                cache: str | os.PathLike[str] | None = None, client: Any = None) -> TraceSet:
     """Load a multi-rank trace set from files and/or folders.
 
     ``salvage`` keeps the complete events of files cut mid-write (counting what was
     dropped); ``workers`` sets the reader processes (default: one per core, in-process
-    for small sets).
+    for small sets); ``scheduler`` (or ``$DASK_SCHEDULER_ADDRESS``) reads on a Dask
+    cluster (``"local"`` starts one with ``workers`` workers) and ``client`` on the Dask
+    client given; ``cache`` is a folder of per-rank Parquet tables reused across runs
+    (see :mod:`evtsync.trace.cache`). The tables do not depend on any of these choices.
     """
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
     files = expand_paths(paths)
-    return assemble(_read_all(files, salvage, workers))
+    return assemble(_read_all(files, salvage, workers, scheduler, cache, client))

@@ -1,0 +1,166 @@
+"""Where per-rank work runs: in this process, a local process pool, or a Dask cluster.
+
+Every backend runs the same function on each item and returns the results in the order
+of the items, so the tables built from them do not depend on the backend.
+
+- ``InProcess``: a plain loop (small trace sets, debugging).
+- ``ProcessPool``: a local pool of ``forkserver`` processes; the default, needs no Dask.
+- ``DaskCluster``: ``dask.distributed``; an existing scheduler (``--scheduler ADDRESS`` or
+  the ``DASK_SCHEDULER_ADDRESS`` environment variable) or a local cluster started for the
+  run (``--scheduler local``, ``--workers N``). The workers must be able to import evtsync
+  and to read the trace paths (see docs/scaling.md).
+
+Dask is imported only when a Dask backend is asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from typing import Any, Protocol, TypeVar
+
+from evtsync.errors import InputError
+from evtsync.progress import progress
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Environment variable naming a Dask scheduler (the one dask.distributed itself reads).
+SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
+#: ``--scheduler`` value that starts a local Dask cluster for the run.
+LOCAL_DASK = "local"
+
+
+class Backend(Protocol):
+    """Runs ``fn`` on each item; results in item order."""
+
+    name: str
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T], desc: str) -> list[R]:
+        """``[fn(item) for item in items]``, wherever the backend runs them."""
+        ...
+
+
+class InProcess:
+    """Run everything in the calling process."""
+
+    name = "in-process"
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T], desc: str) -> list[R]:
+        return [fn(item) for item in progress(items, desc, len(items))]
+
+
+class ProcessPool:
+    """A local pool of ``workers`` processes (forkserver: safe with threads and Dask)."""
+
+    def __init__(self, workers: int) -> None:
+        if workers < 1:
+            raise InputError(f"--workers must be at least 1, got {workers}")
+        self.workers = workers
+        self.name = f"process pool ({workers} processes)"
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T], desc: str) -> list[R]:
+        ctx = multiprocessing.get_context("forkserver")
+        with ProcessPoolExecutor(max_workers=min(self.workers, len(items)), mp_context=ctx) as pool:
+            futures = [pool.submit(fn, item) for item in items]
+            return [fut.result() for fut in progress(futures, desc, len(items))]
+
+
+class DaskCluster:
+    """Tasks on a ``dask.distributed`` cluster through a ``Client``.
+
+    Results are gathered one at a time in item order, so the client never holds more
+    than the finished results; an exception raised by a task is re-raised here as is
+    (an :class:`~evtsync.errors.EvtsyncError` keeps its one-line message).
+    """
+
+    def __init__(self, client: Any, description: str) -> None:
+        self.client = client
+        self.name = description
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T], desc: str) -> list[R]:
+        futures = self.client.map(fn, list(items), pure=False)
+        try:
+            return [fut.result() for fut in progress(futures, desc, len(items))]
+        finally:
+            self.client.cancel(futures)
+
+
+def _import_distributed() -> Any:
+    try:
+        import distributed
+    except ImportError:
+        raise InputError("a Dask scheduler was asked for but dask.distributed is not installed; "
+                         "install evtsync[dask] (pip install 'dask[distributed]')") from None
+    return distributed
+
+
+@contextmanager
+def dask_backend(scheduler: str, workers: int | None = None) -> Iterator[DaskCluster]:
+    """A Dask backend on ``scheduler`` (an address, or ``"local"`` to start a cluster).
+
+    A local cluster gets ``workers`` single-threaded worker processes (default: one per
+    core) and is closed on exit; an existing cluster is only disconnected from.
+    """
+    distributed = _import_distributed()
+    if scheduler == LOCAL_DASK:
+        n = workers or os.cpu_count() or 1
+        cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                           dashboard_address=None)
+        client = distributed.Client(cluster)
+        try:
+            yield DaskCluster(client, f"local Dask cluster ({n} workers)")
+        finally:
+            client.close()
+            cluster.close()
+        return
+    try:
+        client = distributed.Client(scheduler, timeout="30s")
+    except (OSError, TimeoutError) as exc:
+        raise InputError(f"cannot reach the Dask scheduler at {scheduler} ({exc}); check the "
+                         f"address (--scheduler or ${SCHEDULER_ENV})") from None
+    try:
+        n = len(client.scheduler_info().get("workers", {}))
+        yield DaskCluster(client, f"Dask cluster at {scheduler} ({n} workers)")
+    finally:
+        client.close()
+
+
+def scheduler_address(scheduler: str | None) -> str | None:
+    """``--scheduler`` if given, else ``$DASK_SCHEDULER_ADDRESS``, else None (no Dask)."""
+    if scheduler:
+        return scheduler
+    return os.environ.get(SCHEDULER_ENV) or None
+
+
+@contextmanager
+def backend_for(n_items: int, *, workers: int | None = None, scheduler: str | None = None,
+                total_bytes: int = 0, parallel_min_bytes: int = 0,
+                client: Any = None) -> Iterator[Backend]:
+    """The backend a run should use.
+
+    A Dask ``client`` given by the caller wins; then ``scheduler`` (or the environment);
+    otherwise a local process pool of ``workers`` processes (default one per core), or the
+    calling process when there is one item, one worker, or (workers not given) less than
+    ``parallel_min_bytes`` of input, where starting processes costs more than it saves.
+    """
+    if client is not None:
+        yield DaskCluster(client, "Dask client given by the caller")
+        return
+    address = scheduler_address(scheduler)
+    if address:
+        with dask_backend(address, workers) as backend:
+            log.info("running on %s", backend.name)
+            yield backend
+        return
+    n = workers if workers is not None else min(n_items, os.cpu_count() or 1)
+    if n <= 1 or n_items <= 1 or (workers is None and total_bytes < parallel_min_bytes):
+        yield InProcess()
+        return
+    yield ProcessPool(n)

@@ -1,0 +1,223 @@
+"""Per-rank tables cached as Parquet, so a second analysis of the same traces skips the JSON.
+
+An entry is a folder named by a key: the SHA-256 of the trace file's resolved path, size,
+modification time (ns), a hash of its first and last 64 KiB, the ``salvage`` flag, the
+evtsync version and the cache format. Editing, replacing or touching a trace therefore
+misses the cache; so does a new evtsync version. The whole content is not hashed: that
+would read the whole file on every run, a good part of what the cache saves.
+
+Entry layout: ``kernels.parquet``, ``cpu_ops.parquet``, ``runtime.parquet``,
+``syncs.parquet`` and ``meta.json`` (rank info, pg_config, skipped counts, the warnings
+the reader logged, each Parquet file's size and SHA-256, the categorical dtypes). An entry
+is written into a temporary folder and renamed into place, so readers never see half an
+entry. A damaged entry (missing file, wrong size or hash, unreadable Parquet or JSON) is
+reported with a warning, removed and rebuilt from the trace.
+
+Default folder: ``$EVTSYNC_CACHE_DIR``, else ``$XDG_CACHE_HOME/evtsync``, else
+``~/.cache/evtsync`` (the trace folders are often read-only shared storage); ``--cache DIR``
+chooses another (on a Dask cluster: a folder every worker can write), ``--no-cache`` none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from evtsync.tableio import file_sha256
+from evtsync.trace.tables import RankTables
+
+log = logging.getLogger(__name__)
+
+#: Bumped whenever the cached tables' layout changes; part of every key.
+CACHE_FORMAT = 1
+CACHE_ENV = "EVTSYNC_CACHE_DIR"
+TABLES = ("kernels", "cpu_ops", "runtime", "syncs")
+META = "meta.json"
+
+
+def default_cache_dir() -> Path:
+    """``$EVTSYNC_CACHE_DIR``, else ``$XDG_CACHE_HOME/evtsync``, else ``~/.cache/evtsync``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "evtsync"
+
+
+def _version() -> str:
+    from evtsync import __version__
+
+    return __version__
+
+
+def _ends_digest(path: Path, span: int = 1 << 16) -> str:
+    """SHA-256 of the first and last ``span`` bytes: catches a rewrite within the mtime's
+    granularity (a gzip file ends with the CRC and length of all its data)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        digest.update(fh.read(span))
+        size = fh.seek(0, os.SEEK_END)
+        fh.seek(max(0, size - span))
+        digest.update(fh.read(span))
+    return digest.hexdigest()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    raise TypeError(f"cannot store {type(value).__name__} in the cache metadata")
+
+
+@dataclass(frozen=True)
+class RankCache:
+    """A cache folder of per-rank tables."""
+
+    folder: Path
+
+    def key(self, path: str | os.PathLike[str], salvage: bool) -> str:
+        """The entry name of a trace file as it is now (path, size, mtime, version)."""
+        resolved = Path(path).resolve()
+        stat = resolved.stat()
+        material = json.dumps({"path": str(resolved), "size": stat.st_size,
+                               "mtime_ns": stat.st_mtime_ns, "ends": _ends_digest(resolved),
+                               "salvage": bool(salvage),
+                               "version": _version(), "format": CACHE_FORMAT}, sort_keys=True)
+        return hashlib.sha256(material.encode()).hexdigest()
+
+    def entry(self, key: str) -> Path:
+        return self.folder / key[:2] / key
+
+    def load(self, path: str | os.PathLike[str], salvage: bool) -> tuple[RankTables, list[list[Any]]] | None:
+        """The cached tables and logged warnings of ``path``, or None (miss or damaged entry)."""
+        entry = self.entry(self.key(path, salvage))
+        if not entry.is_dir():
+            return None
+        try:
+            return _read_entry(entry)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("%s: damaged cache entry %s (%s); rebuilding it from the trace",
+                        path, entry, exc)
+            shutil.rmtree(entry, ignore_errors=True)
+            return None
+
+    def store(self, path: str | os.PathLike[str], salvage: bool, tables: RankTables,
+              messages: list[list[Any]]) -> Path:
+        """Write the entry of ``path`` atomically (temporary folder renamed into place)."""
+        entry = self.entry(self.key(path, salvage))
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".tmp", dir=entry.parent))
+        try:
+            files = {}
+            dtypes = {}
+            for name in TABLES:
+                frame: pd.DataFrame = getattr(tables, name)
+                target = tmp / f"{name}.parquet"
+                frame.to_parquet(target, index=False)
+                files[name] = {"size": target.stat().st_size, "sha256": file_sha256(target)}
+                dtypes[name] = {col: str(frame[col].cat.categories.dtype)
+                                for col in frame.columns
+                                if isinstance(frame[col].dtype, pd.CategoricalDtype)}
+            meta = {"format": CACHE_FORMAT, "version": _version(), "source": str(path),
+                    "rank": tables.rank, "info": tables.info, "pg_config": tables.pg_config,
+                    "skipped": tables.skipped, "log": messages, "files": files,
+                    "category_dtypes": dtypes}
+            (tmp / META).write_text(json.dumps(meta, default=_jsonable))
+            try:
+                os.rename(tmp, entry)
+            except OSError:
+                if not entry.is_dir():
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)  # another process stored it first
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return entry
+
+
+def _read_entry(entry: Path) -> tuple[RankTables, list[list[Any]]]:
+    meta = json.loads((entry / META).read_text())
+    if meta.get("format") != CACHE_FORMAT:
+        raise ValueError(f"cache format {meta.get('format')}, expected {CACHE_FORMAT}")
+    frames = {}
+    for name in TABLES:
+        target = entry / f"{name}.parquet"
+        expected = meta["files"][name]
+        if target.stat().st_size != expected["size"] or file_sha256(target) != expected["sha256"]:
+            raise ValueError(f"{target.name} does not match its recorded size and hash")
+        frame = pd.read_parquet(target)
+        for col, dtype in meta["category_dtypes"][name].items():
+            frame[col] = _restore_categorical(frame[col], dtype)
+        frames[name] = frame
+    tables = RankTables(rank=int(meta["rank"]), info=meta["info"], pg_config=meta["pg_config"],
+                        skipped={k: int(v) for k, v in meta["skipped"].items()}, **frames)
+    return tables, meta["log"]
+
+
+def _restore_categorical(column: pd.Series, categories_dtype: str) -> pd.Series:
+    """The categorical exactly as stored: Parquet may change the categories' dtype."""
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        column = column.astype("category")
+    cats = column.cat.categories
+    if str(cats.dtype) == categories_dtype:
+        return column
+    log.debug("restoring categories dtype %s of %s", categories_dtype, column.name)
+    wanted = pd.Index(list(cats), dtype=categories_dtype)
+    return pd.Series(pd.Categorical.from_codes(column.cat.codes.to_numpy(), categories=wanted),
+                     name=column.name)
+
+
+class _Recorder(logging.Handler):
+    """Keeps the warnings the reader logs while one file is read (to replay on a cache hit)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[list[Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append([record.levelno, record.name, record.getMessage()])
+
+
+def read_rank_cached(path: str | os.PathLike[str], salvage: bool, cache_dir: str | None) -> RankTables:
+    """Tables of one trace file from the cache, or read (and cached) when missing.
+
+    The warnings logged when the file was first read (rank from the file name, salvaged
+    events, ...) are logged again on a hit, so a cached run says what an uncached one says.
+    """
+    from evtsync.trace.traceset import read_rank
+
+    if cache_dir is None:
+        return read_rank(path, salvage)
+    cache = RankCache(Path(cache_dir))
+    hit = cache.load(path, salvage)
+    if hit is not None:
+        tables, messages = hit
+        for level, name, message in messages:
+            logging.getLogger(name).log(level, "%s", message)
+        log.debug("%s: tables from the cache", path)
+        return tables
+    recorder = _Recorder()
+    reader_log = logging.getLogger("evtsync.trace")
+    reader_log.addHandler(recorder)
+    try:
+        tables = read_rank(path, salvage)
+    finally:
+        reader_log.removeHandler(recorder)
+    try:
+        cache.store(path, salvage, tables, recorder.records)
+    except OSError as exc:
+        log.warning("%s: could not write the cache entry in %s (%s); continuing without it",
+                    path, cache_dir, exc)
+    return tables
