@@ -128,6 +128,12 @@ def test_real_traces_processed_without_error():
                                                "attention", "fsdp", "norm", "concat_split", "elementwise",
                                                "communication", "other"}
     assert np.isclose(result.summary["share"].sum(), 1.0)
+    # selecting the PG by its label gives the same collectives; an unknown one is a clear error
+    same = attribute(DATA / "dlrm-8rank-v100", pg="stream84", keep_paths=False)
+    assert same.collectives[["index", "straggler_rank", "cause_name"]].equals(
+        table[["index", "straggler_rank", "cause_name"]])
+    with pytest.raises(evtsync.EvtsyncError, match="no such process group"):
+        attribute(DATA / "dlrm-8rank-v100", pg="tp")
 
 
 def test_categories_table_is_extendable():

@@ -15,8 +15,9 @@ from __future__ import annotations
 from evtsync.critpath.attribution import AttributionResult, attribute, build_dags, summarize
 from evtsync.critpath.categories import add_pattern, classify_gpu, patterns, reset_patterns
 from evtsync.critpath.dag import RankDAG, Vocabulary, build_rank_dag
+from evtsync.critpath.inject import InjectResult, inject_delay
 from evtsync.critpath.validate import fit_line, regress_path_on_tax
 
-__all__ = ["AttributionResult", "RankDAG", "Vocabulary", "add_pattern", "attribute", "build_dags",
-           "build_rank_dag", "classify_gpu", "fit_line", "patterns", "regress_path_on_tax",
+__all__ = ["AttributionResult", "InjectResult", "RankDAG", "Vocabulary", "add_pattern", "attribute", "build_dags",
+           "build_rank_dag", "classify_gpu", "fit_line", "inject_delay", "patterns", "regress_path_on_tax",
            "reset_patterns", "summarize"]
