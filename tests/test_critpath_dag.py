@@ -239,3 +239,30 @@ def test_dlrm_ranks_build():
         for _ in range(int(np.ceil(np.log2(dag.n_nodes))) + 1):
             anc = np.where(anc >= 0, anc[np.maximum(anc, 0)], -1)
         assert (anc == -1).all()
+
+
+LAUNCH_CALLS = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx", "cudaMemcpyAsync",
+                "cudaMemsetAsync", "hipExtLaunchKernel", "hipLaunchKernel"}
+BLOCKING = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"}
+
+
+@pytest.mark.parametrize("name", ["simple_add.json.gz", "alexnet.json.gz", "cuda_event_sync_multi_stream.json.gz"])
+def test_edge_counts_match_a_plain_reading_of_the_raw_json(name):
+    """Counted straight from the JSON (json module, no evtsync): every GPU event is a node,
+    every launch call whose correlation names a GPU event has a launch edge, every blocking
+    sync call that returns after some GPU event completed has a sync edge."""
+    import gzip
+    import json
+
+    with gzip.open(CRIT / name) as fh:
+        events = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
+    gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    gpu_corr = {e["args"]["correlation"] for e in gpu}
+    first_gpu_end = min(e["ts"] + e["dur"] for e in gpu)
+    calls = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")]
+    n_launch = sum(1 for e in calls if e["name"] in LAUNCH_CALLS and e["args"].get("correlation") in gpu_corr)
+    n_sync = sum(1 for e in calls if e["name"] in BLOCKING and e["ts"] + e["dur"] >= first_gpu_end)
+    _, dag, _ = _dag(CRIT / name)
+    assert dag.stats["gpu_nodes"] == len(gpu)
+    assert dag.stats["launch_edges"] == n_launch
+    assert dag.stats["sync_edges"] == n_sync

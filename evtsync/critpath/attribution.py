@@ -98,7 +98,7 @@ def build_dags(traces: TraceSet, ranks: Iterable[int], *, vocab: Vocabulary | No
     return out
 
 
-def _instance_nodes(traces: TraceSet, instances: pd.DataFrame, dags: dict[int, RankDAG]) -> np.ndarray:
+def instance_nodes(traces: TraceSet, instances: pd.DataFrame, dags: dict[int, RankDAG]) -> np.ndarray:
     """GPU node of each aligned collective instance (-1 where not found)."""
     nccl = traces.nccl_kernels
     table = pd.DataFrame({"row": nccl.index.to_numpy(), "rank": nccl["rank"].to_numpy().astype(np.int64),
@@ -150,7 +150,7 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
                       same_stream_tolerance_us=same_stream_tolerance_us)
     keys = {r: KeyIndex(d) for r, d in dags.items()}
     walkers = {r: Walker(d) for r, d in dags.items()}
-    inst = inst.assign(node=_instance_nodes(traces, inst, dags))
+    inst = inst.assign(node=instance_nodes(traces, inst, dags))
     missing = inst[inst["node"] < 0]
     if len(missing):
         log.warning("%d collective instance(s) have no GPU node in the DAG; skipped", len(missing))

@@ -260,9 +260,9 @@ def inject_delay(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
 
 
 def _collective_instances(inst: Any, traces: TraceSet, dags: dict[int, RankDAG]) -> list[dict[str, Any]]:
-    from evtsync.critpath.attribution import _instance_nodes
+    from evtsync.critpath.attribution import instance_nodes
 
-    nodes = _instance_nodes(traces, inst, dags)
+    nodes = instance_nodes(traces, inst, dags)
     frame = inst.assign(node=nodes)
     out = []
     for (pg, index), grp in frame.groupby(["pg", "index"], sort=True):
