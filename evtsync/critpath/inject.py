@@ -20,6 +20,7 @@ describing what was done.
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import logging
 import os
@@ -138,6 +139,7 @@ class _Propagation:
         self.lists = {r: (d.start.tolist(), d.end.tolist(), d.kind.tolist(), d.parent_ptr.tolist(),
                           d.parent.tolist(), d.parent_ready.tolist(), d.parent_kind.tolist(),
                           np.argsort(d.start, kind="stable").tolist()) for r, d in dags.items()}
+        self.sorted_starts = {r: np.sort(d.start, kind="stable").tolist() for r, d in dags.items()}
 
     def run(self, seed_rank: int, seed_end: dict[int, int], seed_start: dict[int, int],
             max_passes: int) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], list[int], int]:
@@ -178,7 +180,13 @@ class _Propagation:
                 e_shift[p] = value
             return value
 
-        for node in order:
+        # nothing moves before the first seed or the first collective whose end moved
+        moved_from = [start[n] for n in (*seed_end, *seed_start)]
+        moved_from += [start[node] for node, i in inst_of.items() if coll_end[i] > 0]
+        if not moved_from:
+            return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        first = bisect.bisect_left(self.sorted_starts[r], min(moved_from))
+        for node in order[first:]:
             s = seed_start.get(node, 0)
             for e in range(ptr[node], ptr[node + 1]):
                 if pkind[e] == EDGE_SYNC:
