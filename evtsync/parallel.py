@@ -102,7 +102,8 @@ def _import_distributed() -> Any:
 
 
 @contextmanager
-def dask_backend(scheduler: str, workers: int | None = None) -> Iterator[DaskCluster]:
+def dask_backend(scheduler: str, workers: int | None = None,
+                 timeout: str = "30s") -> Iterator[DaskCluster]:
     """A Dask backend on ``scheduler`` (an address, or ``"local"`` to start a cluster).
 
     A local cluster gets ``workers`` single-threaded worker processes (default: one per
@@ -121,7 +122,7 @@ def dask_backend(scheduler: str, workers: int | None = None) -> Iterator[DaskClu
             cluster.close()
         return
     try:
-        client = distributed.Client(scheduler, timeout="30s")
+        client = distributed.Client(scheduler, timeout=timeout)
     except (OSError, TimeoutError) as exc:
         raise InputError(f"cannot reach the Dask scheduler at {scheduler} ({exc}); check the "
                          f"address (--scheduler or ${SCHEDULER_ENV})") from None

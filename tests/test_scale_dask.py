@@ -1,0 +1,79 @@
+"""Dask and the process pool give exactly the tables of the in-process path (issue 7)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from evtsync.errors import InputError
+from evtsync.parallel import SCHEDULER_ENV, dask_backend, scheduler_address
+from evtsync.synth import SynthConfig, synthesize
+from evtsync.tax import tax_from_traces
+from evtsync.trace.traceset import TraceSet, load_traces
+
+distributed = pytest.importorskip("distributed")
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A synthetic 8-rank study (two TP groups of 4), two iterations."""
+    out = tmp_path_factory.mktemp("scale-study")
+    result = synthesize(SynthConfig.build(ranks=8, tp=4, iterations=2, layers=1, seed=7), out)
+    return result.traces_dir
+
+
+@pytest.fixture(scope="module")
+def local_tables(study: Path) -> tuple[TraceSet, pd.DataFrame, pd.DataFrame]:
+    traces = load_traces(study, workers=1)
+    _, tax = tax_from_traces(traces)
+    assert len(tax.collectives) > 0
+    return traces, tax.collectives, tax.ranks
+
+
+def _check_same(traces: TraceSet, local: tuple[TraceSet, pd.DataFrame, pd.DataFrame]) -> None:
+    ref, collectives, ranks = local
+    for name in ("kernels", "cpu_ops", "runtime", "syncs", "ranks", "process_groups"):
+        pd.testing.assert_frame_equal(getattr(traces, name), getattr(ref, name))
+    _, tax = tax_from_traces(traces)
+    pd.testing.assert_frame_equal(tax.collectives, collectives)
+    pd.testing.assert_frame_equal(tax.ranks, ranks)
+
+
+def test_dask_local_cluster_gives_the_local_tables(study: Path, local_tables) -> None:  # noqa: ANN001
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        traces = load_traces(study, client=client)
+    _check_same(traces, local_tables)
+
+
+def test_scheduler_address_through_the_environment(study: Path, local_tables,  # noqa: ANN001
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        monkeypatch.setenv(SCHEDULER_ENV, cluster.scheduler_address)
+        assert scheduler_address(None) == cluster.scheduler_address
+        traces = load_traces(study)
+    _check_same(traces, local_tables)
+
+
+def test_process_pool_gives_the_local_tables(study: Path, local_tables) -> None:  # noqa: ANN001
+    _check_same(load_traces(study, workers=2), local_tables)
+
+
+def test_trace_errors_from_dask_tasks_keep_their_message(tmp_path: Path) -> None:
+    from evtsync.errors import TraceError
+
+    (tmp_path / "rank-0.json").write_text('{"traceEvents": [{"ph": "X", "cat": "kernel"')
+    (tmp_path / "rank-1.json").write_text("")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client, \
+            pytest.raises(TraceError, match=r"rank-0.json: .*cut mid-event"):
+        load_traces(tmp_path, client=client)
+
+
+def test_unreachable_scheduler_is_a_clear_error() -> None:
+    with pytest.raises(InputError, match="cannot reach the Dask scheduler at tcp://127.0.0.1:9"), \
+            dask_backend("tcp://127.0.0.1:9", timeout="1s"):
+        pass

@@ -1,0 +1,160 @@
+"""The block-wise numpy reader (issue 7): same tables as the raw JSON says, bounded memory.
+
+Expected values come from ``json.loads`` of the raw text (the common approach), never from
+the reader under test. Block sizes are varied so that blocks cut events, strings, escapes
+and event separators anywhere, and both splitting paths (the msgspec-checked fast split
+and the structural scan) are exercised.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from evtsync.errors import TraceError
+from evtsync.trace.decode import decode_file
+from evtsync.trace.traceset import read_rank
+
+DLRM0 = "dlrm-8rank-v100/worker0_step_12.1694128201545.pt.trace.json.gz"
+BLOCKS = (97, 4096, 65_536, 1 << 24)
+
+
+def _events(path: Path) -> list[dict]:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rb") as fh:
+        return json.load(fh)["traceEvents"]
+
+
+def _expected_kernels(events: list[dict]) -> pd.DataFrame:
+    rows = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    frame = pd.DataFrame({
+        "name": [e["name"] for e in rows],
+        "ts_ns": [int(round(e["ts"] * 1000)) for e in rows],
+        "dur_ns": [int(round(e["dur"] * 1000)) for e in rows],
+        "correlation": [e.get("args", {}).get("correlation", -1) for e in rows],
+        "stream": [e.get("args", {}).get("stream", e["tid"]) for e in rows],
+    })
+    return frame.sort_values("ts_ns", kind="stable").reset_index(drop=True)
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_kernels_match_raw_json_at_every_block_size(traces_dir: Path, block: int) -> None:
+    path = traces_dir / DLRM0
+    events = _events(path)
+    expected = _expected_kernels(events)
+    from evtsync.trace.tables import build_rank_tables
+
+    tables = build_rank_tables(decode_file(path, block_size=block))
+    got = tables.kernels[["name", "ts_ns", "dur_ns", "correlation", "stream"]].copy()
+    got["name"] = got["name"].astype(str)
+    pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+    assert tables.info["n_events"] == len(events)
+    cpu = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    assert len(tables.cpu_ops[tables.cpu_ops["cat"] == "cpu_op"]) == len(cpu)
+    ext = sorted(e["args"]["External id"] for e in cpu if "External id" in e.get("args", {}))
+    ops = tables.cpu_ops[tables.cpu_ops["cat"] == "cpu_op"]
+    assert sorted(ops.loc[ops["external_id"] >= 0, "external_id"]) == ext
+
+
+def _write(path: Path, events: list[dict], header: dict | None = None, indent: int | None = None) -> Path:
+    doc = {**(header or {"distributedInfo": {"rank": 0, "world_size": 1}}), "traceEvents": events}
+    path.write_text(json.dumps(doc, indent=indent))
+    return path
+
+
+def test_separators_inside_strings_and_nested_objects(tmp_path: Path) -> None:
+    """``}, {`` inside names and arrays of objects inside args: every cut is still exact."""
+    events = []
+    for i in range(300):
+        events.append({"ph": "X", "cat": "kernel", "name": ["k}, {x", 'q\\"}, {"', "plain", "}\n,\n{"][i % 4],
+                       "pid": 0, "tid": 7, "ts": 1000 + i, "dur": 3,
+                       "args": {"stream": 7, "device": 0, "correlation": i,
+                                "shapes": [{"a": 1}, {"b": [{"c": 2}]}]}})
+    for indent in (None, 2):
+        path = _write(tmp_path / f"t{indent}.json", events, indent=indent)
+        expected = [e["name"] for e in json.loads(path.read_text())["traceEvents"]]
+        for block in (31, 257, 4096, 1 << 20):
+            decoded = decode_file(path, block_size=block)
+            assert decoded.n_events == len(events)
+            assert list(decoded.columns["gpu"]["name"]) == expected
+            assert decoded.columns["gpu"]["correlation"].tolist() == list(range(300))
+
+
+def test_fractional_times_in_a_later_block_make_the_column_float(tmp_path: Path) -> None:
+    """Integer µs in the first blocks and fractional ones later: ns = round(µs * 1000)."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i % 5}", "pid": 1, "tid": 2,
+               "ts": 5_000_000 + 10 * i + (0.25 if i >= 400 else 0), "dur": 7} for i in range(500)]
+    path = _write(tmp_path / "mixed.json", events)
+    cpu = read_rank(path).cpu_ops
+    expected = np.rint(np.array([e["ts"] for e in events]) * 1000.0).astype(np.int64)
+    assert cpu["ts_ns"].tolist() == expected.tolist()
+    decoded = decode_file(path, block_size=2048)
+    assert decoded.columns["cpu"]["ts"].dtype == np.float64
+
+
+def test_loose_argument_types_become_strings_and_missing_values(tmp_path: Path) -> None:
+    """A PG name written as an int in one event and a string in another; ids as strings."""
+    def kernel(i: int, pg: object, ext: object) -> dict:
+        return {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                "pid": 0, "tid": 7, "ts": 100 * i, "dur": 5,
+                "args": {"stream": 7, "device": 0, "correlation": i, "Process Group Name": pg,
+                         "External id": ext}}
+
+    events = [kernel(0, 3, "17"), kernel(1, "3", 18), kernel(2, None, "x"), kernel(3, "tp", None)]
+    path = _write(tmp_path / "loose.json", events)
+    for block in (64, 1 << 20):
+        decoded = decode_file(path, block_size=block)
+        pg = [None if pd.isna(v) else v for v in decoded.columns["gpu"]["pg_name"]]
+        assert pg == ["3", "3", None, "tp"]
+        assert decoded.columns["gpu"]["external_id"].tolist() == [17, 18, -1, -1]
+    assert read_rank(path).kernels["pg_name"].cat.categories.tolist() == ["3", "tp"]
+
+
+def test_events_without_numeric_times_are_counted_not_kept(tmp_path: Path) -> None:
+    good = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2,
+            "ts": 10, "dur": 2, "args": {"correlation": 5}}
+    bad = {**good, "ts": None}
+    path = _write(tmp_path / "bad_ts.json", [good, bad, good])
+    tables = read_rank(path)
+    assert len(tables.runtime) == 2
+    assert tables.skipped == {"cuda_runtime event without numeric ts/dur": 1}
+
+
+def test_cut_file_error_offset_and_salvage_at_small_blocks(tmp_path: Path, traces_dir: Path) -> None:
+    data = gzip.decompress((traces_dir / DLRM0).read_bytes())
+    cut = data[: len(data) * 2 // 3]
+    path = tmp_path / "cut.json"
+    path.write_bytes(cut)
+    last_end = cut.rstrip().rfind(b"}")  # not exact: the last complete event ends at or before it
+    n_complete = len(json.loads(cut[: cut.rfind(b"},") + 1] + b"]}")["traceEvents"])
+    for block in (4096, 1 << 24):
+        with pytest.raises(TraceError, match=r"cut mid-event.*decompressed byte (\d+)") as err:
+            decode_file(path, block_size=block)
+        offset = int(str(err.value).split("decompressed byte ")[1].split()[0])
+        assert offset <= last_end + 1
+        assert cut[offset - 1: offset] == b"}"
+        salvaged = decode_file(path, salvage=True, block_size=block)
+        assert salvaged.n_events == n_complete
+        assert salvaged.truncated_at == offset
+        assert salvaged.dropped_bytes == len(cut) - offset
+
+
+def test_peak_memory_is_a_fraction_of_the_file(tmp_path: Path, traces_dir: Path) -> None:
+    """Reading a ~20 MB trace in 1 MB blocks: traced peak well below the file's size."""
+    data = gzip.decompress((traces_dir / "single-rank/hta_rank1of2.json.gz").read_bytes())
+    path = tmp_path / "big.json"
+    path.write_bytes(data)
+    tracemalloc.start()
+    try:
+        decoded = decode_file(path, block_size=1 << 20)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert decoded.n_events > 100_000
+    assert peak < 0.5 * len(data), f"peak {peak / 1e6:.1f} MB for a {len(data) / 1e6:.1f} MB file"
