@@ -707,13 +707,15 @@ class Simulation:
         e0 = rs.cpu_t
         rs.cpu_t += 3
         self._runtime(rs, "cudaEventRecord", e0, rs.cpu_t, ext_rpc)
-        w0 = rs.cpu_t + 1
-        rs.cpu_t = w0 + 2
-        rs.event_id += 1
-        wcorr = self._runtime(rs, "cudaStreamWaitEvent", w0, rs.cpu_t, ext_rpc)
-        self._sync_event(rs, "Stream Wait Event", stream, w0 + 1, w0 + 1, wcorr,
-                         {"wait_on_stream": COMPUTE_STREAM, "wait_on_cuda_event_record_corr_id": wcorr - 1,
-                          "wait_on_cuda_event_id": rs.event_id})
+        if st.after_compute:
+            # the NCCL stream waits for the compute stream (the input is produced there)
+            w0 = rs.cpu_t + 1
+            rs.cpu_t = w0 + 2
+            rs.event_id += 1
+            wcorr = self._runtime(rs, "cudaStreamWaitEvent", w0, rs.cpu_t, ext_rpc)
+            self._sync_event(rs, "Stream Wait Event", stream, w0 + 1, w0 + 1, wcorr,
+                             {"wait_on_stream": COMPUTE_STREAM, "wait_on_cuda_event_record_corr_id": wcorr - 1,
+                              "wait_on_cuda_event_id": rs.event_id})
         l0 = rs.cpu_t + int(costs[4])
         l1 = l0 + int(costs[5]) + 4
         corr = self._runtime(rs, "cudaLaunchKernel", l0, l1, ext_rpc)
