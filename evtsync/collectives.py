@@ -340,34 +340,44 @@ def align_collectives(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
 
 def _validate(label: str, inst: pd.DataFrame, domains: dict[int, str], tolerance_us: float,
               mismatches: list[tuple], invalid: set[tuple[str, int]], strict: bool) -> None:
-    """Check type, size and end-time agreement of each instance of one PG."""
-    for index, grp in inst.groupby("index", sort=True):
+    """Check type, size and end-time agreement of each instance of one PG.
+
+    The checks are vectorised over instances; only offending instances are examined
+    one by one to name the ranks at fault.
+    """
+    by_index = inst.groupby("index", sort=True)
+    bad_types = by_index["collective"].nunique()
+    for index in bad_types.index[bad_types > 1]:
+        grp = inst[inst["index"] == index]
         types = grp["collective"].to_numpy()
-        if (types != types[0]).any():
-            majority = pd.Series(types).mode().iloc[0]
-            for r, t in zip(grp["rank"], types, strict=True):
-                if t != majority:
-                    mismatches.append((label, int(index), int(r), "type", f"{t}, others {majority}"))
+        majority = pd.Series(types).mode().iloc[0]
+        for r, t in zip(grp["rank"], types, strict=True):
+            if t != majority:
+                mismatches.append((label, int(index), int(r), "type", f"{t}, others {majority}"))
+        invalid.add((label, int(index)))
+        if strict:
+            raise AlignmentError(
+                f"PG {label}, collective {index}: types differ across ranks "
+                f"({', '.join(f'rank {r}: {t}' for r, t in zip(grp['rank'], types, strict=True))}); "
+                "the sequences do not match (pass --no-strict to flag and continue)")
+    known = inst[inst["msg_bytes"] >= 0]
+    if len(known):
+        bad_sizes = known.groupby("index")["msg_bytes"].nunique()
+        for index in bad_sizes.index[bad_sizes > 1]:
+            grp = known[known["index"] == index]
+            majority = int(grp["msg_bytes"].mode().iloc[0])
+            for r, size in zip(grp["rank"], grp["msg_bytes"], strict=True):
+                if size != majority:
+                    mismatches.append((label, int(index), int(r), "size",
+                                       f"{size} bytes, others {majority}"))
             invalid.add((label, int(index)))
-            if strict:
-                raise AlignmentError(
-                    f"PG {label}, collective {index}: types differ across ranks "
-                    f"({', '.join(f'rank {r}: {t}' for r, t in zip(grp['rank'], types, strict=True))}); "
-                    "the sequences do not match (pass --no-strict to flag and continue)")
-        sizes = grp["msg_bytes"].to_numpy()
-        known = sizes[sizes >= 0]
-        if known.size and (known != known[0]).any():
-            majority = int(pd.Series(known).mode().iloc[0])
-            for r, s in zip(grp["rank"], sizes, strict=True):
-                if s >= 0 and s != majority:
-                    mismatches.append((label, int(index), int(r), "size", f"{s} bytes, others {majority}"))
-            invalid.add((label, int(index)))
-        for _domain, dgrp in grp.groupby(grp["rank"].map(domains)):
-            ends = dgrp["end_ns"].to_numpy()
-            spread_us = (ends.max() - ends.min()) / 1000.0
-            if spread_us > tolerance_us:
-                med = np.median(ends)
-                worst = dgrp.iloc[int(np.argmax(np.abs(ends - med)))]
-                mismatches.append((label, int(index), int(worst["rank"]), "end_time",
-                                   f"end times spread {spread_us:.1f} us > {tolerance_us:g} us"))
-                invalid.add((label, int(index)))
+    domain = inst["rank"].map(domains)
+    ends = inst.assign(domain=domain.to_numpy()).groupby(["index", "domain"])["end_ns"]
+    spread_us = (ends.max() - ends.min()) / 1000.0
+    for (index, dom), spread in spread_us[spread_us > tolerance_us].items():
+        grp = inst[(inst["index"] == index) & (domain == dom).to_numpy()]
+        values = grp["end_ns"].to_numpy()
+        worst = grp.iloc[int(np.argmax(np.abs(values - np.median(values))))]
+        mismatches.append((label, int(index), int(worst["rank"]), "end_time",
+                           f"end times spread {spread:.1f} us > {tolerance_us:g} us"))
+        invalid.add((label, int(index)))
