@@ -232,6 +232,11 @@ def test_config_errors_are_clear(kwargs, message) -> None:
     assert "\n" not in str(info.value) and str(info.value).startswith("synth:")
 
 
+def test_default_config_is_valid() -> None:
+    SynthConfig().validate()
+    assert SynthConfig.build() == SynthConfig()
+
+
 def test_infeasible_noise_design_is_a_clear_error(tmp_path: Path) -> None:
     cfg = SynthConfig.build(ranks=4, tp=4, iterations=3, layers=1, gev=(3.0, 0.1, 0.0))
     with pytest.raises(InputError, match="pooled sd 1"):

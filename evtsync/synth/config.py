@@ -168,7 +168,7 @@ class SynthConfig:
     gzip: bool = False
     seed: int = 0
     gpus_per_host: int = GPUS_PER_HOST_DEFAULT
-    clock_offsets_us: tuple[int, ...] = ()
+    clock_offsets_us: tuple[int, ...] = (0,)
     gev: tuple[float, float, float] | None = None
     cv: float = 0.02
     sample_size: int = 4
