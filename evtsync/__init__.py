@@ -16,7 +16,9 @@ from typing import Any
 
 import pandas as pd
 
+from evtsync.blocks import compute_zscores, zscore_table
 from evtsync.collectives import Alignment, PGOverride, align_collectives
+from evtsync.critpath import AttributionResult, attribute, inject_delay
 from evtsync.errors import EvtsyncError
 from evtsync.tax import TaxTables, compute_tax, tax_from_traces, tax_summary
 from evtsync.trace.traceset import TraceSet, load_traces
@@ -24,8 +26,9 @@ from evtsync.trace.traceset import TraceSet, load_traces
 __version__ = "0.1.0"
 
 __all__ = [
-    "Alignment", "EvtsyncError", "PGOverride", "TaxTables", "TraceSet", "align_collectives",
-    "compute_tax", "load_traces", "tax_from_traces", "tax_summary", "tax_table",
+    "Alignment", "AttributionResult", "EvtsyncError", "PGOverride", "TaxTables", "TraceSet",
+    "align_collectives", "attribute", "compute_tax", "compute_zscores", "inject_delay",
+    "load_traces", "tax_from_traces", "tax_summary", "tax_table", "zscore_table",
 ]
 
 

@@ -17,6 +17,11 @@ from dataclasses import dataclass
 
 from evtsync.errors import InputError
 
+#: Marker pattern of the default GEMM row: GEMMs are recognised by
+#: :class:`evtsync.kernels.KernelClassifier`, the one GEMM detector of the package (shared
+#: with the compute blocks), not by a regex of this table.
+GEMM_ROW = "<evtsync.kernels GEMM detection>"
+
 #: CPU cause categories (not name-based).
 CPU_CATEGORIES = ("launch_delay", "python_gap", "synchronization")
 
@@ -34,7 +39,7 @@ DEFAULT_PATTERNS: list[CategoryPattern] = [
     CategoryPattern("attention", r"flash|fmha|attention|attn|sdpa|softmax|mha_|xformers|cudnn.*mha"),
     CategoryPattern("fsdp", r"fsdp|all_gather_copy|chunk_cat|split_with_sizes_copy|foreach_copy|"
                             r"nccl(?:Dev)?Kernel_AllGather|nccl(?:Dev)?Kernel_ReduceScatter"),
-    CategoryPattern("gemm", r"gemm|cublas|cutlass|xmma|nvjet|hipblaslt|rocblas|Cijk_|matmul"),
+    CategoryPattern("gemm", GEMM_ROW),
     CategoryPattern("communication", r"nccl|rccl"),
     CategoryPattern("norm", r"norm"),
     CategoryPattern("concat_split", r"\bcat\b|concat|CatArray|split|chunk|stack"),
@@ -44,13 +49,26 @@ DEFAULT_PATTERNS: list[CategoryPattern] = [
 ]
 
 _patterns: list[CategoryPattern] = list(DEFAULT_PATTERNS)
-_compiled: list[tuple[str, re.Pattern[str]]] = []
+_compiled: list[tuple[str, re.Pattern[str] | _GemmMatcher]] = []
+
+
+class _GemmMatcher:
+    """Regex-like ``search`` that answers with the package's GEMM detector."""
+
+    def __init__(self) -> None:
+        from evtsync.kernels import KernelClassifier
+
+        self._classifier = KernelClassifier()
+
+    def search(self, name: str) -> bool:
+        return self._classifier.is_gemm(name)
 
 
 def _compile() -> None:
     _compiled.clear()
     for p in _patterns:
-        _compiled.append((p.category, re.compile(p.pattern, re.IGNORECASE)))
+        matcher = _GemmMatcher() if p.pattern == GEMM_ROW else re.compile(p.pattern, re.IGNORECASE)
+        _compiled.append((p.category, matcher))
 
 
 _compile()
