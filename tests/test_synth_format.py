@@ -259,3 +259,17 @@ def test_file_names_like_real(tmp_path: Path) -> None:
     assert all(re.fullmatch(rf"worker{r}_step_10\.\d{{13}}\.pt\.trace\.json\.gz", p.name) for r, p in res.traces.items())
     res = synthesize(SynthConfig.build(ranks=4, tp=4, iterations=1, layers=1), tmp_path / "m")
     assert all(re.fullmatch(rf"rank-{r}\.\d{{13}}\.pt\.trace\.json", p.name) for r, p in res.traces.items())
+
+
+def test_backward_runs_on_the_autograd_thread(synth_sets) -> None:
+    for traces in synth_sets.values():
+        ev = traces[0]["traceEvents"]
+        pid = next(e["pid"] for e in ev if e.get("cat") == "cpu_op")
+        threads = {e["tid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == pid}
+        assert len(threads) == 2
+        bwd_tids = {e["tid"] for e in ev if e.get("cat") == "cpu_op" and e["name"].startswith("autograd::engine")}
+        fwd_tids = {e["tid"] for e in ev if e.get("cat") == "cpu_op" and e["name"] == "aten::linear"}
+        assert len(bwd_tids) == 1 and len(fwd_tids) == 1 and bwd_tids != fwd_tids
+        assert bwd_tids | fwd_tids == set(threads)
+        steps = {e["tid"] for e in ev if e.get("name", "").startswith("ProfilerStep#")}
+        assert steps == fwd_tids

@@ -49,6 +49,7 @@ FSDP_STREAM = 28
 EP_STREAM = 32
 SIDE_STREAM = 60
 LAUNCH_LATENCY_US = 4
+AUTOGRAD_TID_OFFSET = 9      # backward runs on the autograd thread, tid = pid + 9
 NCCL_JITTER_MAX_US = 2
 SEQ_LEN = 8192
 INTER_HOST_GBPS = 45.0
@@ -88,6 +89,7 @@ class Step:
     kidx: tuple[int, ...] = ()   # kernel indices within the block identity
     trailing: bool = False       # kernels after the last TP collective (belong to next iteration's block 0)
     tp_index: int = -1           # index of a TP collective within the iteration
+    bwd: bool = False            # runs on the autograd thread
 
 
 @dataclass
@@ -98,6 +100,7 @@ class RankState:
     host: int
     device: int
     pid: int
+    tid: int = 0                 # CPU thread of the current step: main (= pid) or autograd
     cpu_t: int = 0
     compute_ready: int = 0
     stream_ready: dict[int, int] = field(default_factory=dict)
@@ -257,6 +260,7 @@ class Simulation:
                       K("kernel", ("aten::silu",), ("silu",), (ew_us,), layer=layer),
                       K("kernel", ("aten::mul",), ("mul",), (ew_us,), layer=layer),
                       mm("gemm_down", down, layer), tp_coll(red, layer), *ep_coll(layer)]
+        first_bwd = len(steps)
         for layer in reversed(range(cfg.layers)):
             if sp:
                 steps += [K("kernel", ("autograd::engine::evaluate_function: AddBackward0", "AddBackward0", "aten::add"),
@@ -291,6 +295,8 @@ class Simulation:
                 fs = len(cfg.fsdp_groups[0])
                 steps.append(K("coll", coll="reduce_scatter", group_kind="fsdp", nelems_in=params,
                                nelems_out=params // fs, layer=layer))
+        for st in steps[first_bwd:]:
+            st.bwd = True
         steps += [K("optimizer_begin"),
                   K("kernel", ("aten::_fused_adamw_",), ("optimizer",), (opt_us,)),
                   K("kernel", ("aten::_fused_adamw_",), ("optimizer",), (opt_us * 0.6,)),
@@ -394,7 +400,7 @@ class Simulation:
         a["Ev Idx"] = rs.ev_idx
         if args:
             a.update(args)
-        rs.events.append({"ph": "X", "cat": cat, "name": name, "pid": rs.pid, "tid": rs.pid,
+        rs.events.append({"ph": "X", "cat": cat, "name": name, "pid": rs.pid, "tid": rs.tid,
                           "ts": self._ts(rs, t0), "dur": self._dur(t1 - t0), "args": a})
 
     def _runtime(self, rs: RankState, name: str, t0: int, t1: int, ext: int) -> int:
@@ -404,7 +410,7 @@ class Simulation:
             args = {"External id": ext if self.modern else rs.corr, "cbid": CBID[name], "correlation": rs.corr}
             if ext <= 0 and self.modern:
                 del args["External id"]
-            rs.events.append({"ph": "X", "cat": cat, "name": name, "pid": rs.pid, "tid": rs.pid,
+            rs.events.append({"ph": "X", "cat": cat, "name": name, "pid": rs.pid, "tid": rs.tid,
                               "ts": self._ts(rs, t0), "dur": self._dur(t1 - t0), "args": args})
         return rs.corr
 
@@ -426,7 +432,7 @@ class Simulation:
         ts = self._ts(rs, t0)
         rs.events.append({"ph": "X", "cat": "kernel", "name": spec.name, "pid": rs.device, "tid": stream,
                           "ts": ts, "dur": self._dur(t1 - t0), "args": args})
-        rs.events.append({"ph": "s", "id": corr, "pid": rs.pid, "tid": rs.pid, "ts": self._ts(rs, launch_ts),
+        rs.events.append({"ph": "s", "id": corr, "pid": rs.pid, "tid": rs.tid, "ts": self._ts(rs, launch_ts),
                           "cat": "ac2g", "name": "ac2g"})
         rs.events.append({"ph": "f", "id": corr, "pid": rs.device, "tid": stream, "ts": ts,
                           "cat": "ac2g", "name": "ac2g", "bp": "e"})
@@ -454,6 +460,7 @@ class Simulation:
         self.states = [RankState(r, cfg.host_of(r), r % cfg.gpus_per_host, 40000 + 17 * r) for r in range(cfg.ranks)]
         for rs in self.states:
             rs.cpu_t = 200
+            rs.tid = rs.pid
         for j in range(cfg.iterations):
             self._iteration(j)
             for rs in self.states:
@@ -467,6 +474,8 @@ class Simulation:
         step_open: dict[int, tuple[int, int]] = {}
         opt_open: dict[int, tuple[int, int]] = {}
         for si, st in enumerate(self.program):
+            for rs in states:
+                rs.tid = rs.pid + AUTOGRAD_TID_OFFSET if st.bwd else rs.pid
             if st.kind == "iter_begin":
                 gap, lead = (int(v) for v in self._cpu_cost(8, 40, 2))
                 for rs in states:
@@ -648,7 +657,7 @@ class Simulation:
                               "args": {"External id": rs.ext + 3 if self.modern else corr, "device": rs.device, "context": 1,
                                        "stream": SIDE_STREAM, "correlation": corr, "bytes": int((m1 - m0) * 25_000),
                                        "memory bandwidth (GB/s)": 25.0}})
-            rs.events.append({"ph": "s", "id": corr, "pid": rs.pid, "tid": rs.pid, "ts": self._ts(rs, l0), "cat": "ac2g", "name": "ac2g"})
+            rs.events.append({"ph": "s", "id": corr, "pid": rs.pid, "tid": rs.tid, "ts": self._ts(rs, l0), "cat": "ac2g", "name": "ac2g"})
             rs.events.append({"ph": "f", "id": corr, "pid": rs.device, "tid": SIDE_STREAM, "ts": self._ts(rs, m0),
                               "cat": "ac2g", "name": "ac2g", "bp": "e"})
         rs.cpu_t = l1 + 2
@@ -678,7 +687,7 @@ class Simulation:
                               "args": {"External id": rs.ext + 2 if self.modern else corr, "device": rs.device, "context": 1,
                                        "stream": COMPUTE_STREAM, "correlation": corr, "bytes": 4,
                                        "memory bandwidth (GB/s)": 0.002}})
-            rs.events.append({"ph": "s", "id": corr, "pid": rs.pid, "tid": rs.pid, "ts": self._ts(rs, l0), "cat": "ac2g", "name": "ac2g"})
+            rs.events.append({"ph": "s", "id": corr, "pid": rs.pid, "tid": rs.tid, "ts": self._ts(rs, l0), "cat": "ac2g", "name": "ac2g"})
             rs.events.append({"ph": "f", "id": corr, "pid": rs.device, "tid": COMPUTE_STREAM, "ts": self._ts(rs, m0),
                               "cat": "ac2g", "name": "ac2g", "bp": "e"})
         s0 = l1 + int(costs[3])

@@ -24,6 +24,7 @@ import orjson
 
 from evtsync.synth.config import GPU_MODELS, SynthConfig
 from evtsync.synth.timeline import (
+    AUTOGRAD_TID_OFFSET,
     COMPUTE_STREAM,
     EP_STREAM,
     FSDP_STREAM,
@@ -114,6 +115,9 @@ class RankFile:
             meta("thread_sort_index", state.device, s, {"sort_index": s})
         meta("thread_name", state.pid, state.pid, {"name": f"thread {state.pid} ({'pt_main_thread' if self.modern else 'python3'})"})
         meta("thread_sort_index", state.pid, state.pid, {"sort_index": state.pid})
+        bwd = state.pid + AUTOGRAD_TID_OFFSET
+        meta("thread_name", state.pid, bwd, {"name": f"thread {bwd} ({'pt_autograd_0' if self.modern else 'python3'})"})
+        meta("thread_sort_index", state.pid, bwd, {"sort_index": bwd})
         ev.append({"name": "process_sort_index", "ph": "M", "ts": t0, "pid": "Spans", "tid": 0, "args": {"sort_index": 536870912}})
         ev.append({"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g", "pid": "Traces",
                    "tid": "Trace PyTorch Profiler", "ts": t0})
