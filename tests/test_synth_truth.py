@@ -159,6 +159,14 @@ def test_deterministic_bytes(tmp_path: Path) -> None:
     assert a.keys() == c.keys() and all(a[k] != c[k] for k in a)
 
 
+def test_only_rank_writes_the_same_file(tmp_path: Path) -> None:
+    full = synthesize(SynthConfig.build(ranks=8, tp=4, iterations=2, layers=1, seed=8), tmp_path / "full")
+    one = synthesize(SynthConfig.build(ranks=8, tp=4, iterations=2, layers=1, seed=8, write_ranks=(5,)), tmp_path / "one")
+    assert list(one.traces) == [5]
+    assert one.traces[5].read_bytes() == full.traces[5].read_bytes()
+    assert one.truth["collectives"] == full.truth["collectives"]
+
+
 def test_hosts_have_own_clocks(tmp_path: Path) -> None:
     cfg = SynthConfig.build(ranks=16, tp=8, fsdp=2, iterations=2, layers=1, clock_offset_us=[0, 7321], seed=2)
     res = synthesize(cfg, tmp_path)
