@@ -56,6 +56,7 @@ def test_base_parses_with_defaults():
         (lambda t: t.replace('{ dist = "normal", mu = 0.0, sigma = 0.3 }', '{ dist = "normal", sigma = 0.3 }'), "xi.prior.mu"),
         (lambda t: t.replace('{ dist = "normal", mu = 0.0, sigma = 2.0 }', '{ dist = "normal", mu = "a", sigma = 2.0 }'), "mu.prior.mu"),
         (lambda t: t.replace('groups = ["gpu", "precision"]', "groups = []"), "mu.pooling"),
+        (lambda t: t.replace('{ dist = "halfnormal", sigma = 1.0 }', '{ dist = "halfnormal", sigma = 1.0 }\nsupport_transform = "maybe"'), "sigma.support_transform"),
     ],
 )
 def test_errors_name_file_and_key(edit, key):

@@ -225,6 +225,7 @@ def _assemble(built: BuiltModel, raw: xr.DataTree, sampler: str, provenance: dic
         "n_obs": n_obs,
         "n_skipped": int(data.n_skipped),
         "xi_parametrization": json.dumps(built.parametrization),
+        "sigma_support_transform": int(built.support_transform),
         "initial_point": json.dumps({k: np.asarray(v).tolist() for k, v in built.initial_point.items()}),
         "log_likelihood": loglik_note,
         "converged": int(conv.converged),

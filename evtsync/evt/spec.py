@@ -13,6 +13,7 @@ One file describes one model variant (see ``docs/bayesian.md`` for every key)::
     [sigma]
     pooling = "none"
     prior = { dist = "halfnormal", sigma = 1.0 }
+    support_transform = "auto"        # sample sigma above its support bound: "auto" | true | false
     [xi]
     structure = "additive"            # "pooled" | "additive" (xi = xi0 + sum of deltas)
     prior = { dist = "normal", mu = 0.0, sigma = 0.3 }
@@ -73,6 +74,7 @@ class ParamSpec:
 
     pooling: str
     prior: Prior
+    support_transform: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -174,11 +176,15 @@ def _prior(src: str, key: str, value: Any, positive: bool = False) -> Prior:
 
 def _param(src: str, key: str, value: Any, positive: bool) -> ParamSpec:
     table = _table(src, key, value)
-    _check_keys(src, key, table, _PARAM_KEYS)
+    _check_keys(src, key, table, _PARAM_KEYS | ({"support_transform"} if key == "sigma" else set()))
     pooling = _str(src, f"{key}.pooling", table.get("pooling", "complete"), POOLINGS)
     if "prior" not in table:
         raise _err(src, f"{key}.prior", "missing")
-    return ParamSpec(pooling, _prior(src, f"{key}.prior", table["prior"], positive=positive))
+    transform = table.get("support_transform", "auto")
+    if isinstance(transform, bool):
+        transform = "on" if transform else "off"
+    transform = _str(src, f"{key}.support_transform", transform, ("auto", "on", "off"))
+    return ParamSpec(pooling, _prior(src, f"{key}.prior", table["prior"], positive=positive), transform)
 
 
 def _int(src: str, key: str, value: Any, minimum: int) -> int:
