@@ -767,7 +767,10 @@ class Simulation:
                         "Global rank stride": stride, "Process Group Name": pg["pg_name"],
                         "Process Group Ranks": ranks_s}
             self._cpu_event(rs, "cpu_op", "record_param_comms", t_rpc, t_rpc_end, rpc_args)
-            self._cpu_event(rs, "user_annotation", annot, t_ann, t_ann_end, {})
+            # with record_shapes, today's torch gives the backend annotation the tensor's shape
+            # arguments (seen on nccl:_all_gather_base in 2025 and on every gloo:* in torch 2.13)
+            shape_args = {k: rpc_args[k] for k in ("Concrete Inputs", "Input type", "Input Strides", "Input Dims")}
+            self._cpu_event(rs, "user_annotation", annot, t_ann, t_ann_end, shape_args)
         else:
             self._cpu_event(rs, "cpu_op", "record_param_comms", t_rpc, t_rpc_end,
                             {"Input Dims": [[st.nelems_in], [], [], []], "Input type": ["TensorList", "Scalar", "Scalar", "Scalar"]})

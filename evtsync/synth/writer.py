@@ -7,7 +7,7 @@ name through :func:`evtsync.tableio.atomic_path` and is renamed when complete; g
 has a fixed header (no name, mtime 0) so that the same seed gives the same bytes.
 
 Layout, as Kineto writes it: ``schemaVersion``, ``deviceProperties``, (modern: CUDA/CUPTI
-versions), ``distributedInfo``, ``record_shapes``, (modern: ``trace_id``), ``traceEvents``,
+versions), ``distributedInfo``, ``record_shapes``, (modern: ``host_name``, ``trace_id``), ``traceEvents``,
 ``traceName``, (modern: ``displayTimeUnit`` ``"ms"`` and ``baseTimeNanoseconds``).
 """
 
@@ -79,6 +79,7 @@ class RankFile:
                 "pg_config": [{k: pg[k] for k in ("pg_name", "pg_desc", "backend_config", "pg_size", "ranks")} for pg in member],
                 "nccl_version": NCCL_VERSION}
             top["record_shapes"] = 1
+            top["host_name"] = f"gpu-node-{cfg.host_of(rank)}"
             top["trace_id"] = hashlib.sha256(f"{cfg.seed}:{rank}".encode()).hexdigest()[:32].upper()
         else:
             top["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": cfg.ranks}

@@ -124,7 +124,7 @@ def _annotate_kernels(kernels: pd.DataFrame, cpu_ops: pd.DataFrame) -> pd.DataFr
                     arr[nccl_idx[take]] = values
                     kernels[name] = arr
                 else:
-                    obj = col.astype(object).to_numpy()
+                    obj = np.array(col.astype(object), dtype=object)
                     obj[nccl_idx[take]] = values
                     kernels[name] = _str_column(list(obj))
     coll = np.full(len(kernels), None, dtype=object)
