@@ -159,3 +159,14 @@ def test_alpha_cli(capsys: pytest.CaptureFixture[str]):
     assert main(["nccl-tests", "alpha", log, "--range", "4G:1G"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("evtsync: error:") and "Traceback" not in err
+
+
+def test_alpha_refuses_a_log_that_failed_correctness(shared_data) -> None:
+    """SPEC §9: a result with #wrong != 0 is not a valid baseline, so no alpha from it."""
+    path = shared_data / "nccl-tests/bad_all_reduce_RTX3090_4x1_idx20801464614-wrong-nonzero.txt"
+    wrong_rows = [line for line in path.read_text().splitlines()
+                  if line.strip() and line.strip()[0].isdigit() and len(line.split()) >= 12
+                  and line.split()[8] not in ("0", "N/A")]
+    assert wrong_rows, "the fixture must hold rows with #wrong != 0"
+    with pytest.raises(NcclTestsError, match="not a valid baseline"):
+        alpha_from_log(path, size_range=(1, 1 << 40))

@@ -221,6 +221,14 @@ def fit_alpha(
     m = parsed.measurements
     sel = m[(m["run"] == info.index) & (m["placement"] == placement) & m["time_us"].notna()
             & (m["size"] >= s_lo * (1 - 1e-9)) & (m["size"] <= s_hi * (1 + 1e-9)) & (m["size"] > 0)]
+    wrong = sel["wrong"].to_numpy(dtype=float)
+    if (wrong > 0).any():
+        bad = ", ".join(_fmt_bytes(s) for s in np.unique(sel["size"].to_numpy(dtype=float)[wrong > 0]))
+        raise NcclTestsError(f"{parsed.path}: #wrong != 0 at {bad} in the fitted size range: a run that "
+                             "failed its correctness check is not a valid baseline (SPEC §9)")
+    if np.isnan(wrong).any():
+        warnings.append(f"correctness not checked (#wrong N/A) for {int(np.isnan(wrong).sum())} "
+                        "row(s) in the range: alpha and B rest on unverified results")
     sizes = sel["size"].to_numpy(dtype=float)
     times = sel["time_us"].to_numpy(dtype=float)
     distinct = np.unique(sizes)
