@@ -35,6 +35,8 @@ R = TypeVar("R")
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 #: ``--scheduler`` value that starts a local Dask cluster for the run.
 LOCAL_DASK = "local"
+#: Modules the local pool's fork server imports before forking workers.
+PRELOAD = ("evtsync.trace.traceset", "evtsync.trace.cache")
 
 
 class Backend(Protocol):
@@ -67,6 +69,8 @@ class ProcessPool:
 
     def map(self, fn: Callable[[T], R], items: Sequence[T], desc: str) -> list[R]:
         ctx = multiprocessing.get_context("forkserver")
+        # the fork server imports the reader once; each worker forked from it starts warm
+        ctx.set_forkserver_preload(list(PRELOAD))
         with ProcessPoolExecutor(max_workers=min(self.workers, len(items)), mp_context=ctx) as pool:
             futures = [pool.submit(fn, item) for item in items]
             return [fut.result() for fut in progress(futures, desc, len(items))]

@@ -158,3 +158,13 @@ def test_peak_memory_is_a_fraction_of_the_file(tmp_path: Path, traces_dir: Path)
         tracemalloc.stop()
     assert decoded.n_events > 100_000
     assert peak < 0.5 * len(data), f"peak {peak / 1e6:.1f} MB for a {len(data) / 1e6:.1f} MB file"
+
+
+def test_args_null_and_absent_args_give_missing_values(tmp_path: Path) -> None:
+    base = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2, "dur": 2}
+    events = [{**base, "ts": 10, "args": {"correlation": 5, "External id": 9}},
+              {**base, "ts": 20, "args": None}, {**base, "ts": 30},
+              {**base, "ts": 40, "args": {"correlation": 6}}]
+    runtime = read_rank(_write(tmp_path / "null_args.json", events)).runtime
+    assert runtime["correlation"].tolist() == [5, -1, -1, 6]
+    assert runtime["external_id"].tolist() == [9, -1, -1, -1]

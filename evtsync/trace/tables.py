@@ -65,7 +65,15 @@ def _frame(decoded: DecodedTrace, table: str, base_ns: int) -> pd.DataFrame:
             out[name] = values
     if "dur_ns" in out:
         out["end_ns"] = out["ts_ns"] + out["dur_ns"]
-    return pd.DataFrame(out)
+    return pd.DataFrame(out, copy=False)  # no consolidation copy of the columns
+
+
+def _by_time(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows in ``ts_ns`` order (stable); a table already in order is returned as it is."""
+    ts = frame["ts_ns"].to_numpy()
+    if ts.size < 2 or bool((ts[1:] >= ts[:-1]).all()):
+        return frame
+    return frame.sort_values("ts_ns", kind="stable", ignore_index=True)
 
 
 def parse_rank_list(text: Any) -> tuple[int, ...] | None:
@@ -179,9 +187,7 @@ def build_rank_tables(decoded: DecodedTrace) -> RankTables:
     kernels = _annotate_kernels(kernels, cpu_ops)
     for frame in (kernels, cpu_ops, runtime, syncs):
         frame.insert(0, "rank", np.int32(rank))
-    kernels, cpu_ops, runtime, syncs = (
-        frame.sort_values("ts_ns", kind="stable", ignore_index=True)
-        for frame in (kernels, cpu_ops, runtime, syncs))
+    kernels, cpu_ops, runtime, syncs = (_by_time(f) for f in (kernels, cpu_ops, runtime, syncs))
     info_block = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
     devices = kernels["device"].to_numpy()
     device = int(np.bincount(devices[devices >= 0]).argmax()) if (devices >= 0).any() else None

@@ -1,0 +1,182 @@
+"""Reading benchmark (issues 2 and 7): evtsync's reader vs the common approaches, same run.
+
+Run by hand (not a test)::
+
+    .venv/bin/python benchmarks/bench_read.py                      # real trace + 1 GB synthetic
+    .venv/bin/python benchmarks/bench_read.py --big-mb 0           # real trace only
+    .venv/bin/python benchmarks/bench_read.py --scaling 40,80,160,320,640   # + time vs events
+
+Every measurement runs in a fresh process under ``/usr/bin/time -v`` (peak RSS = "Maximum
+resident set size"); the process also reports the CPU and wall seconds of the work itself
+(imports excluded). Methods, each on the same file:
+
+- ``evtsync``: ``evtsync.trace.traceset.read_rank`` (decode + typed per-rank tables);
+- ``json+pandas``: ``json.load`` then ``pandas.DataFrame(doc["traceEvents"])`` (the common way);
+- ``orjson``: ``orjson.loads`` of the whole text, no table at all;
+- ``imports``: only the imports (the RSS floor every other number includes).
+
+Throughput is MB of (decompressed) JSON per CPU-second: each method is single-threaded, so
+this is MB/s per core, and CPU time is less disturbed than wall time on a shared machine.
+The 1 GB rank file is written by ``evtsync synth`` (one rank of a 4-rank TP job, modern
+format) under ``--workdir`` (default /tmp/evtsync-bench), never into the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+REAL = Path(__file__).resolve().parents[2] / "shared/data/traces/single-rank/hta_v100_allreduce_rank1of2.json.gz"
+METHODS = ("imports", "evtsync", "json+pandas", "orjson")
+#: Synth iterations per MB of one rank file (4-rank TP job, 1 layer): measured, ~9.1 per MB.
+ITERATIONS_PER_MB = 9342 / 1031
+
+
+def run_method(method: str, path: str) -> dict:
+    """One measurement inside the child process."""
+    import numpy  # noqa: F401 - part of the imports floor of every method
+    import orjson
+    import pandas as pd
+
+    from evtsync.trace.traceset import read_rank
+
+    gz = path.endswith(".gz")
+    t0, c0 = time.perf_counter(), time.process_time()
+    rows = 0
+    if method == "evtsync":
+        tables = read_rank(path)
+        rows = len(tables.kernels) + len(tables.cpu_ops) + len(tables.runtime) + len(tables.syncs)
+    elif method == "json+pandas":
+        with (gzip.open(path, "rt") if gz else open(path)) as fh:
+            doc = json.load(fh)
+        frame = pd.DataFrame(doc["traceEvents"])
+        rows = len(frame)
+    elif method == "orjson":
+        with (gzip.open(path, "rb") if gz else open(path, "rb")) as fh:
+            doc = orjson.loads(fh.read())
+        rows = len(doc["traceEvents"])
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"wall_s": wall, "cpu_s": cpu, "rows": rows}
+
+
+def measure(method: str, path: Path) -> dict:
+    """Run one method in a fresh process under /usr/bin/time -v."""
+    cmd = ["/usr/bin/time", "-v", sys.executable, str(HERE), "--child", method, str(path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{method} on {path} failed:\n{proc.stderr[-3000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
+    result["peak_rss_mb"] = int(rss.group(1)) / 1024 if rss else float("nan")
+    return result
+
+
+def json_bytes(path: Path) -> int:
+    """Decompressed size of a trace file."""
+    if not path.name.endswith(".gz"):
+        return path.stat().st_size
+    total = 0
+    with gzip.open(path, "rb") as fh:
+        while chunk := fh.read(1 << 24):
+            total += len(chunk)
+    return total
+
+
+def synth_rank_file(workdir: Path, mb: int) -> Path:
+    """One rank file of about ``mb`` MB from ``evtsync synth`` (reused when present)."""
+    from evtsync.synth import SynthConfig, synthesize
+
+    out = workdir / f"synth-{mb}mb"
+    existing = sorted((out / "traces").glob("rank-0*.json")) if out.is_dir() else []
+    if existing:
+        return existing[0]
+    iterations = max(2, round(mb * ITERATIONS_PER_MB))
+    cfg = SynthConfig.build(ranks=4, tp=4, iterations=iterations, write_ranks=(0,), seed=1)
+    print(f"writing a ~{mb} MB synthetic rank file ({iterations} iterations) in {out} ...",
+          file=sys.stderr)
+    return synthesize(cfg, out).traces[0]
+
+
+def bench_file(path: Path, reps: int, methods: tuple[str, ...] = METHODS) -> dict:
+    """Best-of-``reps`` CPU/wall and peak RSS of every method on one file."""
+    size = json_bytes(path)
+    results: dict = {"file": str(path), "json_mb": size / 1e6, "file_mb": path.stat().st_size / 1e6}
+    for method in methods:
+        runs = [measure(method, path) for _ in range(reps)]
+        best = min(runs, key=lambda r: r["cpu_s"])
+        best["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
+        best["mb_per_cpu_s"] = size / 1e6 / best["cpu_s"] if method != "imports" else None
+        results[method] = best
+        print(f"  {path.name}: {method:12s} cpu {best['cpu_s']:7.2f} s  wall {best['wall_s']:7.2f} s  "
+              f"peak RSS {best['peak_rss_mb']:8.0f} MB", file=sys.stderr)
+    if "json+pandas" in results and "evtsync" in results:
+        ev, base = results["evtsync"], results["json+pandas"]
+        floor = results.get("imports", {}).get("peak_rss_mb", 0.0)
+        results["speedup_vs_json_pandas"] = base["cpu_s"] / ev["cpu_s"]
+        results["memory_ratio_vs_json_pandas"] = ev["peak_rss_mb"] / base["peak_rss_mb"]
+        results["memory_ratio_net_of_imports"] = (ev["peak_rss_mb"] - floor) / (base["peak_rss_mb"] - floor)
+        if "orjson" in results:
+            results["speedup_vs_orjson"] = results["orjson"]["cpu_s"] / ev["cpu_s"]
+    return results
+
+
+def scaling(workdir: Path, sizes_mb: list[int]) -> dict:
+    """evtsync's CPU time against the number of events; least-squares exponent on log-log."""
+    import numpy as np
+
+    points = []
+    for mb in sizes_mb:
+        path = synth_rank_file(workdir, mb)
+        res = measure("evtsync", path)
+        points.append({"mb": path.stat().st_size / 1e6, "rows": res["rows"], "cpu_s": res["cpu_s"],
+                       "wall_s": res["wall_s"], "peak_rss_mb": res["peak_rss_mb"]})
+        print(f"  scaling {mb} MB: {res['rows']} rows, cpu {res['cpu_s']:.2f} s, "
+              f"peak {res['peak_rss_mb']:.0f} MB", file=sys.stderr)
+    x = np.log([p["rows"] for p in points])
+    y = np.log([p["cpu_s"] for p in points])
+    slope, intercept = np.polyfit(x, y, 1)
+    resid = y - (slope * x + intercept)
+    se = float(np.sqrt(resid @ resid / max(1, len(x) - 2) / ((x - x.mean()) @ (x - x.mean()))))
+    return {"points": points, "exponent": float(slope), "exponent_se": se}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--child", nargs=2, metavar=("METHOD", "PATH"), help=argparse.SUPPRESS)
+    parser.add_argument("--real", type=Path, default=REAL, help="real trace (default: the 216k-event HTA V100 trace)")
+    parser.add_argument("--big-mb", type=int, default=1024, help="synthetic rank file size in MB (0: skip)")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions on the real trace (best CPU time)")
+    parser.add_argument("--scaling", default="", help="comma-separated synthetic file sizes in MB")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/evtsync-bench"))
+    parser.add_argument("--out", type=Path, default=None, help="write all results as JSON here")
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(run_method(*args.child)))
+        return
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    report: dict = {"date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                    "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+                               f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
+                    "python": platform.python_version()}
+    report["real"] = bench_file(args.real, args.reps)
+    if args.big_mb:
+        report["big"] = bench_file(synth_rank_file(args.workdir, args.big_mb), 1)
+    if args.scaling:
+        report["scaling"] = scaling(args.workdir, [int(v) for v in args.scaling.split(",")])
+    text = json.dumps(report, indent=2)
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
