@@ -15,6 +15,9 @@ resident set size"); the process also reports the CPU and wall seconds of the wo
 - ``orjson``: ``orjson.loads`` of the whole text, no table at all;
 - ``imports``: only the imports (the RSS floor every other number includes).
 
+Imports and pandas' first-use import of pyarrow happen before the clock starts, for every
+method alike.
+
 Throughput is MB of (decompressed) JSON per CPU-second: each method is single-threaded, so
 this is MB/s per core, and CPU time is less disturbed than wall time on a shared machine.
 The 1 GB rank file is written by ``evtsync synth`` (one rank of a 4-rank TP job, modern
@@ -49,6 +52,8 @@ def run_method(method: str, path: str) -> dict:
 
     from evtsync.trace.traceset import read_rank
 
+    # pandas imports pyarrow for string columns on first use: done here, untimed, for all
+    pd.DataFrame({"warm": ["up"]}).astype({"warm": "category"})
     gz = path.endswith(".gz")
     t0, c0 = time.perf_counter(), time.process_time()
     rows = 0

@@ -2,8 +2,9 @@
 
 An entry is a folder named by a key: the SHA-256 of the trace file's resolved path, size,
 modification time (ns), a hash of its first and last 64 KiB, the ``salvage`` flag, the
-evtsync version and the cache format. Editing, replacing or touching a trace therefore
-misses the cache; so does a new evtsync version. The whole content is not hashed: that
+evtsync version with a hash of the reader's source files, and the cache format. Editing,
+replacing or touching a trace therefore misses the cache; so does a new evtsync version or
+any change to the reader's code. The whole content is not hashed: that
 would read the whole file on every run, a good part of what the cache saves.
 
 Entry layout: ``kernels.parquet``, ``cpu_ops.parquet``, ``runtime.parquet``,
@@ -20,6 +21,7 @@ chooses another (on a Dask cluster: a folder every worker can write), ``--no-cac
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -53,10 +55,16 @@ def default_cache_dir() -> Path:
     return Path(base) / "evtsync"
 
 
+@functools.cache
 def _version() -> str:
+    """The evtsync version plus a hash of the reader's source: any change to how tables
+    are built (even without a version bump, e.g. in a development checkout) misses."""
     from evtsync import __version__
 
-    return __version__
+    digest = hashlib.sha256()
+    for module in ("decode.py", "tables.py", "schema.py", "ranks.py", "cache.py"):
+        digest.update((Path(__file__).parent / module).read_bytes())
+    return f"{__version__}+{digest.hexdigest()[:16]}"
 
 
 def _ends_digest(path: Path, span: int = 1 << 16) -> str:
