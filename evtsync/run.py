@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -64,9 +65,10 @@ FITS = "fits"
 
 #: Sampler settings of real runs (per chain).
 DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS = 1000, 1000, 4
-#: Sampler settings of the bundled demo: small so that it finishes in a few minutes on two
-#: cores; its fits may miss the convergence thresholds and are flagged when they do.
-DEMO_DRAWS, DEMO_TUNE, DEMO_CHAINS = 400, 400, 2
+#: Sampler settings of the bundled demo: two chains (one per core of a small machine) so that
+#: the whole demo finishes in a few minutes on two cores; its fits are flagged when they miss
+#: the convergence thresholds (with 400 draws most of them did, hence 1000).
+DEMO_DRAWS, DEMO_TUNE, DEMO_CHAINS = 1000, 1000, 2
 #: Settings of the demo study (see :func:`evtsync.synth.study`).
 DEMO_STUDY = "demo"
 DEMO_OVERRIDES: dict[str, Any] = {"gzip": True}
@@ -216,8 +218,11 @@ def discover_workloads(paths: Sequence[str | os.PathLike[str]]) -> list[Workload
     return workloads
 
 
+@functools.cache
 def source_digest() -> str:
-    """SHA-256 over the package's Python sources: a code change invalidates cached stages."""
+    """SHA-256 over the package's Python sources: a code change invalidates cached stages.
+
+    Computed once per process, so that a run is judged against the code it runs with."""
     root = Path(__file__).resolve().parent
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
@@ -596,7 +601,18 @@ def _stage_zscores(run: Run) -> dict[str, Any]:
         raise NotApplicable("; ".join(reasons) or "no workloads")
     z = _stringify(pd.concat(tables, ignore_index=True))
     run.produced("zscores", run.write_table(f"{TABLES}/zscores.parquet", z))
-    return {"zscores": len(z), "cells": _cells(z).to_dict(orient="records"), "skipped_workloads": reasons}
+    drops = pd.concat(dropped, ignore_index=True)["reason"].value_counts().to_dict() if dropped else {}
+    return {"zscores": len(z), "cells": _cells(z).to_dict(orient="records"), "skipped_workloads": reasons,
+            "dropped": {str(k): int(v) for k, v in drops.items()},
+            "block_pgs": sorted(z["pg"].astype(str).unique().tolist()) if "pg" in z else []}
+
+
+def _drop_note(run: Run) -> str:
+    """``; block samples dropped: N reason, …`` from the z-score stage's summary, or empty."""
+    dropped = run.stage_entry("zscores").get("summary", {}).get("dropped", {})
+    if not dropped:
+        return ""
+    return "; block samples dropped: " + ", ".join(f"{n} {reason}" for reason, n in dropped.items())
 
 
 def _cells(z: pd.DataFrame) -> pd.DataFrame:
@@ -644,6 +660,9 @@ def _stage_mle(run: Run) -> dict[str, Any]:
                 row.update(xi_lo=0.0, xi_hi=0.0)
             rows.append(row)
     table = pd.DataFrame(rows)
+    if "mu" not in table:
+        raise NotApplicable(f"no GPU × precision cell has {MIN_Z_MLE} z-scores for a maximum-likelihood fit "
+                            f"({len(z)} in all{_drop_note(run)})")
     run.produced("mle", run.write_table(f"{TABLES}/mle.parquet", table))
     return {"fits": len(table)}
 
@@ -674,7 +693,7 @@ def _fit_stage(model_path: Path) -> Callable[[Run], dict[str, Any]]:
         z = run.table(rel)
         z = z[np.isfinite(pd.to_numeric(z[spec.column], errors="coerce"))]
         if len(z) < MIN_Z_BAYES:
-            raise NotApplicable(f"{len(z)} z-scores, fewer than {MIN_Z_BAYES} for a Bayesian fit")
+            raise NotApplicable(f"{len(z)} z-scores, fewer than {MIN_Z_BAYES} for a Bayesian fit{_drop_note(run)}")
         if spec.groups:
             missing = [g for g in spec.groups if g not in z.columns]
             if missing:
@@ -710,62 +729,26 @@ def fitted_models(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Path]:
     return out
 
 
-def compare_fits(trees: dict[str, Any]) -> pd.DataFrame:
-    """PSIS-LOO comparison of fits of the same z-scores: one row per model, best first.
+def compare_fits(trees: dict[str, Any]) -> tuple[pd.DataFrame, str]:
+    """PSIS-LOO comparison of fits of the same z-scores (:func:`evtsync.evt.compare.compare_fits`):
+    one row per model, best first, and the verdict in words.
 
-    Columns: model, rank, elpd_loo, se, p_loo, elpd_diff (best minus this model, summed
-    over observations), dse (standard error of that difference), n_bad_k (observations
-    with Pareto k > 0.7), converged.
+    Columns: rank, model, family, elpd_loo, se, p_loo, elpd_diff (best minus this model),
+    dse (standard error of that difference), n_bad_k (observations with Pareto k > 0.7),
+    converged.
     """
-    import arviz as az
-
-    from evtsync.evt.fit import is_converged
+    from evtsync.errors import FitError
+    from evtsync.evt import compare
 
     if len(trees) < 2:
         raise NotApplicable(f"{len(trees)} fitted model(s): nothing to compare")
-    n_obs = {name: int(t["observed_data"]["z"].size) for name, t in trees.items()}
-    if len(set(n_obs.values())) > 1:
-        raise NotApplicable(f"the fits saw different numbers of z-scores ({n_obs}): not comparable by LOO")
-    missing = [name for name, t in trees.items() if "log_likelihood" not in t.children]
-    if missing:
-        raise NotApplicable(f"fit(s) {missing} carry no pointwise log-likelihood")
-    loos = {name: az.loo(tree, pointwise=True) for name, tree in trees.items()}
-    pointwise = {name: np.asarray(loo.elpd_i).ravel() for name, loo in loos.items()}
-    best = max(loos, key=lambda name: float(loos[name].elpd))
-    rows = []
-    for name, loo in loos.items():
-        diff_i = pointwise[best] - pointwise[name]
-        k = np.asarray(loo.pareto_k).ravel()
-        rows.append({"model": name, "elpd_loo": float(loo.elpd), "se": float(loo.se), "p_loo": float(loo.p),
-                     "elpd_diff": float(diff_i.sum()),
-                     "dse": float(np.sqrt(diff_i.size * np.var(diff_i, ddof=1))) if name != best else 0.0,
-                     "n_bad_k": int(np.sum(k > 0.7)),
-                     "converged": is_converged(trees[name])})
-    out = pd.DataFrame(rows).sort_values("elpd_loo", ascending=False).reset_index(drop=True)
-    out.insert(1, "rank", np.arange(len(out)))
-    return out.sort_values("elpd_loo", ascending=False).reset_index(drop=True)
-
-
-def comparison_verdict(table: pd.DataFrame) -> str:
-    """One sentence: the best model by expected log predictive density, and how clearly."""
-    if table.empty:
-        return "no models compared"
-    best = table.iloc[0]
-    if len(table) == 1:
-        return f"{best['model']} is the only model"
-    second = table.iloc[1]
-    diff = float(second["elpd_diff"])
-    dse = float(second["dse"])
-    clear = abs(diff) > 2 * dse if np.isfinite(dse) else False
-    verdict = (f"{best['model']} predicts best (elpd_loo {best['elpd_loo']:.1f} ± {best['se']:.1f}); "
-               f"next {second['model']} is {abs(diff):.1f} ± {dse:.1f} lower — "
-               + ("a clear difference (more than 2 standard errors)" if clear
-                  else "within 2 standard errors: the data do not separate them"))
-    if not bool(best.get("converged", True)):
-        verdict += "; the best fit did NOT converge, so treat this ranking with caution"
-    if int(best.get("n_bad_k", 0) or 0):
-        verdict += f"; {int(best['n_bad_k'])} observation(s) with Pareto k > 0.7 make its LOO estimate unreliable"
-    return verdict
+    try:
+        table, verdict = compare.compare_fits(list(trees.values()))
+    except FitError as exc:
+        raise NotApplicable(str(exc)) from exc
+    table = table.rename(columns={"diff_se": "dse"})
+    table["n_bad_k"] = table["k_bad"].astype(int) + table["k_very_bad"].astype(int)
+    return table, verdict
 
 
 def _load_trees(run: Run) -> dict[str, Any]:
@@ -776,8 +759,7 @@ def _load_trees(run: Run) -> dict[str, Any]:
 
 def _stage_compare(run: Run) -> dict[str, Any]:
     trees = _load_trees(run)
-    table = compare_fits(trees)
-    verdict = comparison_verdict(table)
+    table, verdict = compare_fits(trees)
     run.produced("compare", run.write_table(f"{TABLES}/compare.parquet", table))
     return {"models": table["model"].tolist(), "best": table["model"].iloc[0], "verdict": verdict}
 

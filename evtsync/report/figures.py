@@ -107,7 +107,8 @@ def gev_cell(z: np.ndarray, mle_gev: dict[str, float] | None, mle_gumbel: dict[s
     lims = [x.min(), x.max()]
     ax2.plot(lims, lims, color="0.3", lw=1)
     ax2.set(xlabel="model quantile", ylabel="empirical quantile", title="QQ plot")
-    ax2.legend(fontsize=7)
+    if ax2.get_legend_handles_labels()[0]:
+        ax2.legend(fontsize=7)
     ax2.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -144,7 +145,8 @@ def xi_forest(xi: pd.DataFrame, population: dict[str, float] | None, folder: Pat
     ax.set(xlabel="shape parameter xi (Coles: > 0 Fréchet, 0 Gumbel, < 0 Weibull)",
            title="Posterior of xi per GPU × precision")
     ax.grid(alpha=0.3, axis="x")
-    ax.legend(fontsize=7, loc="best")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="best")
     return save_png_svg(fig, folder, stem)
 
 

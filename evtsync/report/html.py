@@ -184,16 +184,24 @@ def _overview(ctx: _Ctx) -> list[Section]:
     if m.get("demo"):
         s = m.get("sampling", {})
         items.append(Alert(f"This is the bundled demo: a synthetic study generated deterministically, fitted with the "
-                           f"demo's small sampler settings ({s.get('draws')} draws, {s.get('tune')} tuning steps, "
-                           f"{s.get('chains')} chains). Real runs use 1000/1000/4.", level="warning"))
-    stages = pd.DataFrame([{"stage": n, "status": e.get("status", "not run"), "reason": e.get("reason", ""),
-                            "seconds": e.get("seconds")}
-                           for n, e in ((n, m.get("stages", {}).get(n, {})) for n in m.get("stage_order", []))])
+                           f"demo's sampler settings ({s.get('draws')} draws, {s.get('tune')} tuning steps, "
+                           f"{s.get('chains')} chains). Real runs default to 1000 draws, 1000 tuning steps and 4 chains.", level="warning"))
+    rows = []
+    for n in m.get("stage_order", []):
+        e = m.get("stages", {}).get(n, {})
+        if n == "report":
+            rows.append({"stage": n, "status": "done", "reason": "this report", "seconds": None})
+        else:
+            rows.append({"stage": n, "status": e.get("status", "not run"), "reason": e.get("reason", ""),
+                         "seconds": e.get("seconds")})
+    stages = pd.DataFrame(rows, columns=["stage", "status", "reason", "seconds"])
     items.append(Table(stages, "Stages of the run, in order: done, did not apply (with the reason), unavailable "
                                "(module not installed) or FAILED. Reused stages keep their first run's time."))
     na = stages[stages["status"].isin(["not_applicable", "unavailable"])] if len(stages) else stages
     if len(na):
-        items.append("Stages that did not apply: " + "; ".join(f"{r.stage} — {r.reason}" for r in na.itertuples()))
+        by_reason = na.groupby("reason", sort=False)["stage"].apply(list)
+        items.append("Stages that did not apply: " + "; ".join(f"{', '.join(stages_)} — {reason}"
+                                                               for reason, stages_ in by_reason.items()) + ".")
     return [Section("Overview", items, anchor="overview")]
 
 

@@ -1,0 +1,71 @@
+"""The report's rendering: number formatting, self-contained HTML, Markdown, single-fit reports."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from report_checks import PNG_MAGIC, check_self_contained
+
+from evtsync.errors import InputError
+from evtsync.report.html import build_report, render_html
+from evtsync.report.markdown import Alert, Figure, Section, Table, fmt, fmt_ci, render_markdown
+
+
+def test_fmt_significant_digits_and_specials() -> None:
+    assert fmt(0.123456) == "0.123"
+    assert fmt(1234.5) == "1234"          # no exponent for ordinary magnitudes
+    assert fmt(12) == "12"
+    assert fmt(float("nan")) == "–"
+    assert fmt(float("inf")) == "∞"
+    assert fmt(True) == "yes"
+    assert fmt(None) == "–"
+    assert fmt(3.2e-9) == "3.20e-09"
+    assert fmt_ci(0.15, 0.05, 0.26) == "0.15 [0.05, 0.26]"
+
+
+def _figure(tmp_path: Path) -> Figure:
+    from evtsync.report.figures import save_png_svg
+    from evtsync.report.plotting import new_figure
+
+    fig, ax = new_figure()
+    ax.plot([0, 1], [1, 0])
+    png, svg = save_png_svg(fig, tmp_path / "figures", "line")
+    return Figure(png, svg, "A line. Drawn for the test.")
+
+
+def test_html_embeds_figures_flags_rows_and_escapes(tmp_path: Path) -> None:
+    fig = _figure(tmp_path)
+    table = Table(pd.DataFrame({"model": ["a<b", "c"], "bad": [True, False], "x": [1.5, np.nan]}), "cap", flag="bad")
+    sections = [Section("S", [Alert("fit did NOT converge"), "text & more", table, fig], anchor="s")]
+    page = render_html("T", "sub", sections)
+    path = tmp_path / "r.html"
+    path.write_text(page, encoding="utf-8")
+    images = check_self_contained(path)
+    assert len(images) == 1 and images[0] == fig.png.read_bytes()
+    assert 'class="alert"' in page and "a&lt;b" in page and "text &amp; more" in page
+    assert page.count('class="flag"') == 1
+    md = render_markdown("T", sections, tmp_path)
+    assert "![A line](figures/line.png)" in md
+    assert "| a<b | yes | 1.5 |" in md and "**NOT OK:**" in md
+
+
+def test_png_magic_is_checked(tmp_path: Path) -> None:
+    bad = base64.b64encode(b"GIF89a....").decode()
+    path = tmp_path / "bad.html"
+    path.write_text(f'<html><body><img src="data:image/png;base64,{bad}"></body></html>')
+    with pytest.raises(AssertionError):
+        check_self_contained(path)
+    remote = tmp_path / "remote.html"
+    remote.write_text('<html><body><img src="https://example.org/x.png"></body></html>')
+    with pytest.raises(AssertionError):
+        check_self_contained(remote)
+    assert PNG_MAGIC.startswith(b"\x89PNG")
+
+
+def test_report_of_something_else_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="neither a run folder"):
+        build_report(tmp_path)

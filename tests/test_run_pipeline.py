@@ -1,0 +1,251 @@
+"""`evtsync run`: the pipeline end to end on a tiny demo study, stage caching, resuming after a
+kill, and the real 8-rank DLRM traces where most stages do not apply.
+
+The default tests use a tiny study (4 iterations, 1 layer per workload) and the Gumbel model
+only, with a few draws; the full demo with every model is a ``slow`` test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from evtsync.run import (
+    MANIFEST,
+    STATUS_DONE,
+    STATUS_NA,
+    RunOptions,
+    StageEvent,
+    read_manifest,
+    run_pipeline,
+)
+from evtsync.tableio import file_sha256
+
+TINY = {"iterations": 4, "layers": 1}
+FAST = {"draws": 60, "tune": 60, "chains": 2, "models": ["gumbel"], "demo_overrides": TINY}
+
+
+def _run(out: Path, **kwargs) -> tuple[dict, list[StageEvent]]:
+    events: list[StageEvent] = []
+    options = RunOptions(out=out, **{**FAST, **kwargs})
+    run = run_pipeline(options, on_stage=events.append)
+    return run.manifest, events
+
+
+def _assert_outputs_intact(out: Path, manifest: dict) -> None:
+    for name, entry in manifest["stages"].items():
+        for rel, digest in entry.get("outputs", {}).items():
+            assert file_sha256(out / rel) == digest, f"{name}: {rel} differs from the manifest"
+    assert not list(out.rglob(".*.tmp")), "temporary files left behind"
+
+
+#: The package's source digest is part of every stage key; other work on the source tree while
+#: these tests run must not invalidate their stages, so the tests fix it.
+FIXED_DIGEST = "test-source-digest"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fixed_source_digest() -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("evtsync.run.source_digest", lambda: FIXED_DIGEST)
+        yield
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, list[StageEvent]]:
+    out = tmp_path_factory.mktemp("run") / "demo"
+    manifest, events = _run(out)
+    return out, manifest, events
+
+
+def test_tiny_demo_runs_every_stage(tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:
+    out, manifest, _ = tiny_run
+    status = {n: e["status"] for n, e in manifest["stages"].items()}
+    expected_done = ["demo", "tax", "attribution", "zscores", "mle", "fit-gumbel", "prediction",
+                     "predicted-vs-measured", "report"]
+    for name in expected_done:
+        assert status[name] == STATUS_DONE, (name, manifest["stages"][name].get("reason"))
+    # one model only: nothing to compare, and the report says so
+    assert status["compare"] == STATUS_NA
+    assert "nothing to compare" in manifest["stages"]["compare"]["reason"]
+    z = pd.read_parquet(out / "tables" / "zscores.parquet")
+    cells = set(zip(z["gpu"], z["precision"], strict=True))
+    assert cells == {(g, p) for g in ("A100", "H100", "H200") for p in ("bf16", "fp32")}
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "did not apply" in html and "nothing to compare" in html
+    _assert_outputs_intact(out, manifest)
+
+
+def test_rerun_reuses_every_stage(tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:
+    out, manifest, _ = tiny_run
+    before = {rel: d for e in manifest["stages"].values() for rel, d in e.get("outputs", {}).items()}
+    again, events = _run(out)
+    finished = {e.stage: e.action for e in events if e.action != "start"}
+    assert set(finished.values()) == {"reused"}, finished
+    after = {rel: d for e in again["stages"].values() for rel, d in e.get("outputs", {}).items()}
+    assert after == before
+
+
+def test_changed_output_is_recomputed(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_path: Path) -> None:
+    src, _, _ = tiny_run
+    out = tmp_path / "copy"
+    shutil.copytree(src, out)
+    (out / "tables" / "mle.parquet").write_bytes(b"not parquet")       # a damaged output
+    manifest, events = _run(out, report=False)
+    ran = {e.stage for e in events if e.action == "ran"}
+    assert "mle" in ran
+    assert {"demo", "tax", "attribution", "zscores", "fit-gumbel"}.isdisjoint(ran)
+    pd.read_parquet(out / "tables" / "mle.parquet")                     # readable again
+    _assert_outputs_intact(out, manifest)
+
+
+def test_parameter_change_reruns_only_dependent_stages(tiny_run: tuple[Path, dict, list[StageEvent]],
+                                                       tmp_path: Path) -> None:
+    src, _, _ = tiny_run
+    out = tmp_path / "copy"
+    shutil.copytree(src, out)
+    manifest, events = _run(out, report=False, alpha_us=9.0)
+    ran = {e.stage for e in events if e.action == "ran"}
+    assert ran == {"prediction", "predicted-vs-measured"}
+    bstar = pd.read_parquet(out / "tables" / "bstar.parquet")
+    assert (bstar["alpha_us"] == 9.0).all()
+
+
+def test_killed_run_resumes_without_redoing_finished_stages(tmp_path: Path) -> None:
+    out = tmp_path / "killed"
+    code = ("import sys; from pathlib import Path; import evtsync.run as r; "
+            f"r.source_digest = lambda: {FIXED_DIGEST!r}; "
+            f"r.run_pipeline(r.RunOptions(out=Path(sys.argv[1]), **{FAST!r}))")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "EVTSYNC_QUIET": "1"})
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline:
+            manifest = read_manifest(out) if (out / MANIFEST).is_file() else {}
+            if manifest.get("stages", {}).get("tax", {}).get("status") == STATUS_DONE:
+                break
+            assert proc.poll() is None, "the run ended before it could be killed"
+            time.sleep(0.2)
+        else:
+            pytest.fail("the tax stage did not finish in time")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    killed = read_manifest(out)
+    finished = {n for n, e in killed["stages"].items() if e["status"] == STATUS_DONE}
+    assert {"demo", "tax"} <= finished
+    assert "report" not in finished
+    manifest, events = _run(out, report=False)
+    actions = {e.stage: e.action for e in events if e.action != "start"}
+    for name in finished:
+        assert actions[name] == "reused", (name, actions, killed.get("source_digest"), manifest.get("source_digest"),
+                                           killed["stages"][name]["key"], manifest["stages"][name]["key"])
+    assert manifest["stages"]["fit-gumbel"]["status"] == STATUS_DONE
+    reused_history = [h for h in manifest["history"] if h["action"] == "reused"]
+    assert {h["stage"] for h in reused_history} >= {"demo", "tax"}
+    _assert_outputs_intact(out, manifest)
+
+
+def test_dlrm_traces_report_which_stages_did_not_apply(traces_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "dlrm"
+    manifest, _ = _run(out, traces=[str(traces_dir / "dlrm-8rank-v100")], models=["gumbel", "gev"])
+    stages = manifest["stages"]
+    assert stages["tax"]["status"] == STATUS_DONE
+    assert stages["attribution"]["status"] == STATUS_DONE
+    coll = pd.read_parquet(out / "tables" / "tax_collectives.parquet")
+    assert len(coll) == 8 and set(coll["workload"]) == {"dlrm-8rank-v100"}
+    assert set(coll["gpu"]) == {"V100"}
+    # 8 collectives in one step leave far too few GEMM blocks for any fit
+    not_applied = {n for n, e in stages.items() if e["status"] == STATUS_NA}
+    assert {"fit-gumbel", "fit-gev", "compare", "prediction", "predicted-vs-measured"} <= not_applied
+    for name in not_applied:
+        assert stages[name]["reason"], name
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "Stages that did not apply" in html
+    assert "fewer than 30 for a Bayesian fit" in html
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "not_applicable" in md or "did not apply" in md
+
+
+def test_predicted_delay_matches_measured_on_the_synthetic_study(tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:
+    """The study's block times are drawn so that the mean straggler delay is b·E_k: the
+    measured mean (90% t interval) and the prediction (90% credible interval) must agree
+    within their combined uncertainty (3 standard errors of the measured mean)."""
+    out, _, _ = tiny_run
+    pvm = pd.read_parquet(out / "tables" / "predicted_vs_measured.parquet")
+    assert len(pvm) == 6
+    for row in pvm.itertuples():
+        se = (row.measured_hi_us - row.measured_lo_us) / (2 * 1.7)
+        gap = abs(row.measured_mean_us - row.predicted_mean_us)
+        assert gap < 3 * se + (row.predicted_hi_us - row.predicted_lo_us), row
+
+
+def test_cli_run_quiet_and_bad_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from evtsync.cli import main
+
+    assert main(["run", "--out", str(tmp_path / "x"), "--eps", "0.5"]) == 2
+    assert "--eps" in capsys.readouterr().err
+    assert main(["run", str(tmp_path / "missing"), "--out", str(tmp_path / "y")]) == 2
+    assert "no such file or folder" in capsys.readouterr().err
+
+
+def test_manifest_is_json_with_stage_order(tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:
+    out, _, _ = tiny_run
+    data = json.loads((out / MANIFEST).read_text())
+    assert data["stage_order"][0] == "demo" and data["stage_order"][-1] == "report"
+    assert data["sampling"] == {"draws": 60, "tune": 60, "chains": 2}
+
+
+@pytest.mark.slow
+def test_full_demo_with_every_model(tmp_path: Path) -> None:
+    """The demo as `make demo` runs it (all models, the demo's sampler settings)."""
+    from evtsync.cli import main
+
+    out = tmp_path / "demo"
+    assert main(["-q", "run", "--out", str(out)]) == 0
+    manifest = read_manifest(out)
+    assert all(e["status"] == STATUS_DONE for e in manifest["stages"].values()), \
+        {n: e.get("reason") for n, e in manifest["stages"].items()}
+    compare = pd.read_parquet(out / "tables" / "compare.parquet")
+    assert len(compare) == 5
+
+
+def test_report_embeds_every_figure_and_each_decodes(tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:
+    from report_checks import check_self_contained
+
+    out, _, _ = tiny_run
+    images = check_self_contained(out / "report.html")
+    pngs = sorted((out / "figures").glob("*.png"))
+    svgs = sorted((out / "figures").glob("*.svg"))
+    assert len(images) == len(pngs) >= 12
+    assert [p.stem for p in pngs] == [p.stem for p in svgs]
+    for svg in svgs:
+        import xml.etree.ElementTree as ET
+
+        assert ET.parse(svg).getroot().tag.endswith("svg")
+
+
+def test_report_of_one_fit(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_path: Path) -> None:
+    from report_checks import check_self_contained
+
+    from evtsync.evt.fit import is_converged, load_fit
+    from evtsync.report.html import build_report
+
+    out, _, _ = tiny_run
+    fit = out / "fits" / "gumbel.nc"
+    written = build_report(fit, tmp_path / "rep")
+    html = tmp_path / "rep" / "report.html"
+    assert html in written and (tmp_path / "rep" / "report.md") in written
+    assert len(check_self_contained(html)) == 1          # one cell (pooled), Gumbel: no xi forest
+    text = html.read_text(encoding="utf-8")
+    assert "Cell all" in text and "posterior mean [90% CrI]" in text
+    assert ("did NOT converge" in text) == (not is_converged(load_fit(fit)))
