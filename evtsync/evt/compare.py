@@ -16,15 +16,18 @@ For fits whose log-likelihood is stored, :func:`arviz_loo` gives ArviZ's own obj
 from __future__ import annotations
 
 import logging
+import math
+import os
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 import pandas as pd
 import xarray as xr
 from scipy.special import logsumexp
 
 from evtsync.errors import FitError
-from evtsync.evt.distribution import gev_logpdf_np
+from evtsync.evt.distribution import gev_logpdf_np, gev_logpdf_scalar
 from evtsync.evt.fit import cell_parameters, convergence_note, is_converged
 from evtsync.progress import progress
 
@@ -124,6 +127,125 @@ def psis_loo_pointwise(loglik: np.ndarray, r_eff: float = 1.0) -> tuple[np.ndarr
     return elpd_i, lppd_i - elpd_i, kappa
 
 
+def _psis_column(ll: np.ndarray, M: int, lw_buf: np.ndarray) -> tuple[float, float, float]:
+    """PSIS-LOO of one observation from its S log-likelihood values (ArviZ's algorithm)."""
+    S = ll.shape[0]
+    mx = -np.inf
+    for s in range(S):
+        lw_buf[s] = -ll[s]
+        mx = max(mx, lw_buf[s])
+    for s in range(S):
+        lw_buf[s] -= mx
+    thr = np.partition(lw_buf.copy(), S - M - 1)[S - M - 1]
+    n_cand = 0
+    for s in range(S):
+        n_cand += lw_buf[s] >= thr
+    cand = np.empty(n_cand, dtype=np.int64)
+    n_cand = 0
+    for s in range(S):
+        if lw_buf[s] >= thr:
+            cand[n_cand] = s
+            n_cand += 1
+    cand = cand[np.argsort(lw_buf[cand])]
+    top_idx = cand[n_cand - M - 1:]
+    cutoff = lw_buf[top_idx[0]]
+    max_tail = lw_buf[top_idx[M]]
+    exp_cut = math.exp(cutoff)
+    x = np.empty(M)
+    for i in range(M):
+        x[i] = math.exp(lw_buf[top_idx[i + 1]]) - exp_cut
+    # Zhang-Stephens fit with ArviZ's weak prior on k (prior_bs = 3, prior_k = 10)
+    m_est = 30 + int(M**0.5)
+    xstar = x[int((M / 4 + 0.5) - 1)]
+    kappa = np.nan
+    if xstar > x[0]:
+        b = np.empty(m_est)
+        len_scale = np.empty(m_est)
+        for j in range(m_est):
+            b[j] = (1 - math.sqrt(m_est / (j + 1 - 0.5))) / (3.0 * xstar) + 1 / x[M - 1]
+            acc = 0.0
+            for i in range(M):
+                acc += math.log1p(-b[j] * x[i])
+            k_j = acc / M
+            len_scale[j] = M * (math.log(-b[j] / k_j) - k_j - 1)
+        ls_max = len_scale.max()
+        total = 0.0
+        for j in range(m_est):
+            total += math.exp(len_scale[j] - ls_max)
+        log_total = ls_max + math.log(total)
+        w_sum = 0.0
+        w = np.empty(m_est)
+        for j in range(m_est):
+            w[j] = math.exp(len_scale[j] - log_total)
+            if not w[j] >= 10 * 2.220446049250313e-16:
+                w[j] = 0.0
+            w_sum += w[j]
+        b_post = 0.0
+        for j in range(m_est):
+            b_post += b[j] * w[j] / w_sum
+        acc = 0.0
+        for i in range(M):
+            acc += math.log1p(-b_post * x[i])
+        k_hat = acc / M
+        sigma_hat = -k_hat / b_post
+        kappa = (M * k_hat + 10 * 0.5) / (M + 10)
+        if np.isnan(kappa):
+            kappa = np.inf
+        if np.isfinite(kappa):
+            for i in range(M):
+                p = (i + 0.5) / M
+                if sigma_hat <= 0:
+                    q = np.nan
+                elif kappa == 0:
+                    q = exp_cut - sigma_hat * math.log1p(-p)
+                else:
+                    q = exp_cut + sigma_hat * math.expm1(-kappa * math.log1p(-p)) / kappa
+                sm = math.log(q) if q > 0 else (np.nan if q != q else -np.inf)
+                if sm > max_tail:
+                    sm = max_tail
+                lw_buf[top_idx[i + 1]] = sm
+    # normalise, then elpd_i = logsumexp(lw + ll), lppd_i = logsumexp(ll) - log S.
+    # Outside the smoothed tail lw + ll = -mx for every draw, so that sum is O(tail) + a count.
+    mx_lw = lw_buf.max()
+    mx_ll = ll.max()
+    total = 0.0
+    t3 = 0.0
+    for s in range(S):
+        total += math.exp(lw_buf[s] - mx_lw)
+        t3 += math.exp(ll[s] - mx_ll)
+    norm = mx_lw + math.log(total)
+    tail_terms = np.empty(M + 1)
+    for i in range(M):
+        tail_terms[i] = lw_buf[top_idx[i + 1]] + ll[top_idx[i + 1]]
+    tail_terms[M] = -mx + math.log(S - M)
+    mx2 = tail_terms.max()
+    t2 = 0.0
+    for i in range(M + 1):
+        t2 += math.exp(tail_terms[i] - mx2)
+    elpd = mx2 + math.log(t2) - norm
+    lppd = mx_ll + math.log(t3) - math.log(S)
+    return elpd, lppd - elpd, kappa
+
+
+def _loo_all(z, cell, mu, sigma, xi, M, elpd_out, p_out, k_out):
+    """Log-likelihood and PSIS-LOO observation by observation: memory O(draws)."""
+    S = mu.shape[0]
+    ll = np.empty(S)
+    lw_buf = np.empty(S)
+    for j in range(z.shape[0]):
+        c = cell[j]
+        for s in range(S):
+            ll[s] = _logpdf_nb(z[j], mu[s, c], sigma[s, c], xi[s, c])
+        elpd_out[j], p_out[j], k_out[j] = _psis_nb(ll, M, lw_buf)
+
+
+_logpdf_nb = numba.njit(cache=True)(gev_logpdf_scalar)
+_psis_nb = numba.njit(cache=True)(_psis_column)
+#: Compiled lazily on first use and cached on disk (numba ``cache=True``); releases the GIL so
+#: that chunks of observations run on several threads.
+_loo_kernel = numba.njit(cache=True, nogil=True)(_loo_all)
+
+
 def pointwise_loglik_chunks(tree: xr.DataTree, chunk_values: int = CHUNK_VALUES):
     """Yield ``(obs_slice, loglik)`` blocks of the fit's pointwise log-likelihood, (draws, obs)."""
     params = cell_parameters(tree)
@@ -168,8 +290,15 @@ class LooResult:
         return {"good": good, "bad": bad, "very_bad": len(k) - good - bad}
 
 
-def loo(tree: xr.DataTree, chunk_values: int = CHUNK_VALUES) -> LooResult:
-    """PSIS-LOO of a fit, chunked over observations (memory ~ chunk_values x 8 bytes x a few)."""
+def loo(tree: xr.DataTree, chunk_values: int | None = None, threads: int | None = None) -> LooResult:
+    """PSIS-LOO of a fit.
+
+    By default one compiled pass per observation (its log-likelihood over the draws, then
+    PSIS): memory O(draws), about 0.1 ms per observation at 2000 draws. With
+    ``chunk_values`` the NumPy path computes blocks of that many log-likelihood values and
+    smooths them vectorised (same numbers; the reference implementation). ``threads``
+    (default: up to 2) run chunks of observations in parallel.
+    """
     r_eff = relative_efficiency(tree)
     n_obs = tree["observed_data"].sizes["obs"]
     post = tree["posterior"].to_dataset()
@@ -177,8 +306,28 @@ def loo(tree: xr.DataTree, chunk_values: int = CHUNK_VALUES) -> LooResult:
     elpd_i = np.empty(n_obs)
     p_i = np.empty(n_obs)
     k_i = np.empty(n_obs)
-    for sl, ll in pointwise_loglik_chunks(tree, chunk_values):
-        elpd_i[sl], p_i[sl], k_i[sl] = psis_loo_pointwise(ll, r_eff)
+    if chunk_values is None:
+        params = cell_parameters(tree)
+        obs = tree["observed_data"].to_dataset()
+        flat = [np.ascontiguousarray(params[v].values.reshape(S, -1)) for v in ("mu", "sigma", "xi")]
+        z = np.ascontiguousarray(obs["z"].values, dtype=float)
+        cell = np.ascontiguousarray(obs["cell"].values, dtype=np.int64)
+        from concurrent.futures import ThreadPoolExecutor
+
+        M = tail_length(S, r_eff)
+        step = 5_000
+        slices = [slice(a, min(a + step, n_obs)) for a in range(0, n_obs, step)]
+
+        def run(sl: slice) -> None:
+            _loo_kernel(z[sl], cell[sl], *flat, M, elpd_i[sl], p_i[sl], k_i[sl])
+
+        if slices:
+            run(slices[0])  # compiles (or loads from cache) once, before the threads start
+        with ThreadPoolExecutor(max_workers=threads or min(2, os.cpu_count() or 1)) as pool:
+            list(progress(pool.map(run, slices[1:]), desc="PSIS-LOO", total=len(slices) - 1))
+    else:
+        for sl, ll in pointwise_loglik_chunks(tree, chunk_values):
+            elpd_i[sl], p_i[sl], k_i[sl] = psis_loo_pointwise(ll, r_eff)
     se = float(np.sqrt(n_obs * np.var(elpd_i, ddof=1))) if n_obs > 1 else 0.0
     return LooResult(
         name=str(tree.attrs.get("model_name", "?")),
@@ -203,7 +352,7 @@ def _label(res: LooResult) -> str:
     return f"{res.name} ({FAMILY_NAMES.get(res.family, res.family)})"
 
 
-def compare_fits(trees: list[xr.DataTree], chunk_values: int = CHUNK_VALUES) -> tuple[pd.DataFrame, str]:
+def compare_fits(trees: list[xr.DataTree], chunk_values: int | None = None) -> tuple[pd.DataFrame, str]:
     """Rank fits by ELPD-LOO; the table has each one's difference to the best with its SE.
 
     All fits must be on the same z-scores (matched by input row). Returns the table and a
