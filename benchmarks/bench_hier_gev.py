@@ -1,0 +1,256 @@
+"""Benchmark of the hierarchical Bayesian GEV (issue 9): fit and LOO at 250k z-scores.
+
+Run by hand (it takes minutes and both cores):
+
+    .venv/bin/python benchmarks/bench_hier_gev.py                 # full: 250k fit + LOO + baseline
+    .venv/bin/python benchmarks/bench_hier_gev.py --n 3000 --baseline-n 3000 --draws 200 --tune 200  # smoke
+
+Measures, in one session:
+
+1. ``fit``: the main model ``models/gev-hier-gpu-precision.toml`` on N z-scores simulated from
+   known parameters in 6 cells (3 GPU models x 2 precisions), 2 chains; wall time from the
+   raw table to the finished fit tree (model build with its MLE start, nutpie/numba
+   compilation, sampling, diagnostics), R-hat, bulk ESS, divergences, leapfrog steps per draw,
+   and whether the 90% intervals contain the truth.
+2. ``loo``: PSIS-LOO of that fit (wall time, memory above the fit's own: peak RSS reset before).
+3. ``logp``: one log-density + gradient evaluation at N, compiled with numba, for
+   (a) this package's fused per-cell op, (b) this package's elementwise PyTensor GEV as the
+   observed distribution, (c) the baseline.
+4. ``baseline``: the same hierarchical model written the usual way with pymc-extras'
+   ``GenExtreme`` log density (re-implemented here from pymc-extras 0.2's source, because its
+   only release pins pymc < 6.4: a switch on ``isclose(xi, 0)`` between the Gumbel and the GEV
+   formula, ``pow`` for ``(1 + xi t)^(-1/xi)``), per-row parameters gathered by cell index,
+   non-centred deltas, nutpie/numba, started from the same MLE point (PyMC's jittered start
+   fails), at ``--baseline-n`` z-scores where it finishes; and this package's model at the
+   same size and settings, for the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+TRUTH6 = pd.DataFrame({
+    "gpu": ["H200", "H200", "A100", "A100", "B200", "B200"],
+    "precision": ["bf16", "fp32"] * 3,
+    "mu": [0.80, 0.75, 0.90, 0.85, 0.70, 0.72],
+    "sigma": [0.50, 0.45, 0.55, 0.50, 0.40, 0.42],
+    # additive: bf16 0.15 above fp32; A100 = H200; B200 0.2 lower (one cell negative)
+    "xi": [0.15, 0.0, 0.15, 0.0, -0.05, -0.20],
+})
+
+
+def _rss_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return -1
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def _table(n: int, seed: int) -> pd.DataFrame:
+    from evtsync.evt.model import simulate_zscore_table
+
+    return simulate_zscore_table(TRUTH6, n // len(TRUTH6), seed=seed)
+
+
+def _coverage(tree) -> dict[str, int]:
+    from evtsync.evt.fit import cell_parameters
+
+    params = cell_parameters(tree)
+    hits = {"mu": 0, "sigma": 0, "xi": 0}
+    for _, row in TRUTH6.iterrows():
+        cell = f"{row['gpu']}|{row['precision']}"
+        for name in hits:
+            lo, hi = np.quantile(params[name].sel(cell=cell).values, [0.05, 0.95])
+            hits[name] += int(lo <= row[name] <= hi)
+    return hits
+
+
+def bench_fit(n: int, draws: int, tune: int, seed: int) -> tuple[dict, object]:
+    from evtsync.evt.fit import fit_table
+    from evtsync.evt.spec import load_spec
+
+    table = _table(n, seed)
+    spec = load_spec(ROOT / "models" / "gev-hier-gpu-precision.toml")
+    start = time.perf_counter()
+    tree = fit_table(table, spec, draws=draws, tune=tune, chains=2, seed=seed)
+    wall = time.perf_counter() - start
+    stats = tree["sample_stats"]
+    out = {
+        "n": len(table), "draws": draws, "tune": tune, "chains": 2, "wall_s": round(wall, 1),
+        "sampling_s": tree.attrs["sampling_seconds"], "converged": bool(tree.attrs["converged"]),
+        "max_rhat": round(float(tree.attrs["max_rhat"]), 4), "min_ess_bulk": round(float(tree.attrs["min_ess_bulk"])),
+        "divergences": int(tree.attrs["divergences"]), "steps_per_draw": round(float(stats["n_steps"].mean()), 2),
+        "xi_parametrization": tree.attrs["xi_parametrization"],
+        "sigma_support_transform": int(tree.attrs["sigma_support_transform"]),
+        "cells_with_truth_in_90pct": _coverage(tree),
+    }
+    return out, tree
+
+
+def bench_loo(tree) -> dict:
+    from evtsync.evt.compare import loo
+
+    if "log_likelihood" in tree.children:
+        del tree["log_likelihood"]
+    before = _rss_kib("VmRSS")
+    reset = _reset_peak_rss()
+    start = time.perf_counter()
+    res = loo(tree)
+    wall = time.perf_counter() - start
+    peak = _rss_kib("VmHWM")
+    counts = res.k_counts()
+    return {"wall_s": round(wall, 1), "extra_memory_mib": round((peak - before) / 1024, 1) if reset else None,
+            "elpd": round(res.elpd, 1), "se": round(res.se, 1), "p_loo": round(res.p_loo, 1), "pareto_k": counts}
+
+
+def _baseline_logp(value, mu, sigma, xi):
+    """pymc-extras 0.2 ``GenExtreme.logp`` (Coles' sign convention), re-implemented."""
+    import pytensor.tensor as pt
+
+    scaled = (value - mu) / sigma
+    logp_expression = pt.switch(
+        pt.isclose(xi, 0),
+        -pt.log(sigma) - scaled - pt.exp(-scaled),
+        -pt.log(sigma) - ((xi + 1) / xi) * pt.log1p(xi * scaled) - pt.pow(1 + xi * scaled, -1 / xi),
+    )
+    return pt.switch(pt.gt(1 + xi * scaled, 0.0), logp_expression, -np.inf)
+
+
+def build_baseline(table: pd.DataFrame):
+    """The main model written the usual way: gathered per-row parameters, non-centred deltas."""
+    import pymc as pm
+
+    from evtsync.evt.model import build_model, prepare_data
+    from evtsync.evt.spec import load_spec
+
+    spec = load_spec(ROOT / "models" / "gev-hier-gpu-precision.toml")
+    spec = replace(spec, xi=replace(spec.xi, parametrization="noncentred"),
+                   sigma=replace(spec.sigma, support_transform="off"))
+    data = prepare_data(table, spec)
+    ours = build_model(spec, data)  # for its MLE initial point only
+    cells = data.cells
+    gpu_levels, prec_levels = data.factor_levels["gpu"], data.factor_levels["precision"]
+    gpu_of_cell = cells["gpu"].map({g: i for i, g in enumerate(gpu_levels)}).to_numpy()
+    prec_of_cell = cells["precision"].map({p: i for i, p in enumerate(prec_levels)}).to_numpy()
+    coords = {"cell": data.cell_labels, "gpu": gpu_levels, "precision": prec_levels}
+    with pm.Model(coords=coords) as model:
+        mu = pm.Normal("mu", 0.0, 2.0, dims="cell")
+        sigma = pm.HalfNormal("sigma", 1.0, dims="cell")
+        xi0 = pm.Normal("xi0", 0.0, 0.3)
+        sd_g = pm.HalfNormal("xi_sd_gpu", 0.1)
+        sd_p = pm.HalfNormal("xi_sd_precision", 0.1)
+        raw_g = pm.ZeroSumNormal("xi_delta_gpu_raw", 1.0, dims="gpu")
+        raw_p = pm.ZeroSumNormal("xi_delta_precision_raw", 1.0, dims="precision")
+        xi = pm.Deterministic("xi", xi0 + sd_g * raw_g[gpu_of_cell] + sd_p * raw_p[prec_of_cell], dims="cell")
+        idx = data.cell_of_obs
+        pm.CustomDist("z", mu[idx], sigma[idx], xi[idx], logp=_baseline_logp, observed=data.z)
+        for name, value in ours.initial_point.items():
+            model.set_initval(model[name], value)
+    return model
+
+
+def bench_logp(n: int, seed: int, repeats: int = 30) -> dict:
+    from pymc.blocking import DictToArrayBijection
+
+    from evtsync.evt.model import build_model, prepare_data
+    from evtsync.evt.spec import load_spec
+
+    table = _table(n, seed)
+    spec = load_spec(ROOT / "models" / "gev-hier-gpu-precision.toml")
+    spec = replace(spec, sigma=replace(spec.sigma, support_transform="off"))
+    data = prepare_data(table, spec)
+    models = {
+        "fused_op": build_model(spec, data, logp_impl="fused").model,
+        "elementwise_pytensor_gev": build_model(spec, data, logp_impl="elementwise").model,
+        "baseline_pymc_extras_style": build_baseline(table),
+    }
+    out = {}
+    for name, model in models.items():
+        start = time.perf_counter()
+        fn = model.logp_dlogp_function(mode="NUMBA", ravel_inputs=True)
+        fn.set_extra_values({})
+        point = model.initial_point()
+        x = DictToArrayBijection.map({v.name: point[v.name] for v in model.value_vars}).data
+        fn(x)
+        compile_s = time.perf_counter() - start
+        start = time.perf_counter()
+        for _ in range(repeats):
+            fn(x)
+        out[name] = {"ms_per_logp_and_grad": round((time.perf_counter() - start) / repeats * 1e3, 2),
+                     "compile_s": round(compile_s, 1)}
+    return out
+
+
+def bench_baseline(n: int, draws: int, tune: int, seed: int) -> dict:
+    import nutpie
+
+    from evtsync.evt.fit import check_convergence
+
+    table = _table(n, seed)
+    start = time.perf_counter()
+    model = build_baseline(table)
+    compiled = nutpie.compile_pymc_model(model, backend="numba", jitter_rvs=set())
+    tree = nutpie.sample(compiled, draws=draws, tune=tune, chains=2, cores=2, seed=seed, progress_bar=False,
+                         save_warmup=False)
+    wall = time.perf_counter() - start
+    conv = check_convergence(tree)
+    return {"n": len(table), "draws": draws, "tune": tune, "wall_s": round(wall, 1),
+            "max_rhat": round(conv.max_rhat, 4), "min_ess_bulk": round(conv.min_ess_bulk),
+            "divergences": conv.divergences, "steps_per_draw": round(float(tree["sample_stats"]["n_steps"].mean()), 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, default=250_000, help="z-scores of the main fit (default 250000)")
+    parser.add_argument("--draws", type=int, default=1000)
+    parser.add_argument("--tune", type=int, default=1000)
+    parser.add_argument("--baseline-n", type=int, default=25_000, help="size for the baseline comparison")
+    parser.add_argument("--baseline-draws", type=int, default=500)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--skip", nargs="*", default=[], choices=["fit", "loo", "logp", "baseline"])
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    args = parser.parse_args()
+    results: dict = {"machine": f"{platform.machine()}, {platform.node()}", "date": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                                               time.gmtime())}
+    if "fit" not in args.skip:
+        results["fit"], tree = bench_fit(args.n, args.draws, args.tune, args.seed)
+        print("fit", json.dumps(results["fit"]), flush=True)
+        if "loo" not in args.skip:
+            results["loo"] = bench_loo(tree)
+            print("loo", json.dumps(results["loo"]), flush=True)
+        del tree
+    if "logp" not in args.skip:
+        results["logp"] = bench_logp(args.n, args.seed)
+        print("logp", json.dumps(results["logp"]), flush=True)
+    if "baseline" not in args.skip:
+        b = args.baseline_draws
+        results["baseline"] = bench_baseline(args.baseline_n, b, b, args.seed)
+        print("baseline", json.dumps(results["baseline"]), flush=True)
+        results["ours_at_baseline_n"], _ = bench_fit(args.baseline_n, b, b, args.seed)
+        print("ours_at_baseline_n", json.dumps(results["ours_at_baseline_n"]), flush=True)
+        results["ratio_baseline_over_ours_wall"] = round(
+            results["baseline"]["wall_s"] / results["ours_at_baseline_n"]["wall_s"], 2)
+        print("ratio", results["ratio_baseline_over_ours_wall"])
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
