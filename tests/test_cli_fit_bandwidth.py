@@ -11,12 +11,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import DATA as SHARED_DATA  # ../shared/data beside the clone
 from scipy import stats
 
 from evtsync.cli import main
 from evtsync.evt import mle
 
-DATA = Path("/work/shared/data/evt")
+DATA = SHARED_DATA / "evt"
 KEYS = ["family", "n", "mu", "sigma", "xi", "se", "loglik", "aic"]
 
 
@@ -92,12 +93,6 @@ def test_fit_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     capsys.readouterr()
 
 
-def test_fit_model_without_bayesian_module(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setitem(sys.modules, "evtsync.evt.bayes_cli", None)
-    code, _, err = run(capsys, "fit", str(DATA / "glass.csv"), "--model", "models/gumbel.toml")
-    assert code == 2 and "Bayesian fitting is not available" in err
-
-
 def test_fit_model_delegates(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     seen = {}
     fake = types.ModuleType("evtsync.evt.bayes_cli")
@@ -154,24 +149,24 @@ def test_bandwidth_errors(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captur
     code, _, err = run(capsys, "bandwidth", "--topology", "mesh", "--alpha-us", "5", "--bytes", "1e8",
                        "--n", "8", "--tau-us", "1")
     assert code == 2 and "unknown topology" in err
-    monkeypatch.setitem(sys.modules, "evtsync.evt.bayes_cli", None)
-    code, _, err = run(capsys, *base, "--n", "8", "--fit", "fits/x")
-    assert code == 2 and "Bayesian fitting is not available" in err
 
 
-def test_bandwidth_alpha_from_log(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    fake = types.ModuleType("evtsync.nccltests.alpha")
-    fake.alpha_from_log = lambda path: types.SimpleNamespace(alpha_us=7.5, path=path)  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "evtsync.nccltests.alpha", fake)
-    code, out, _ = run(capsys, "bandwidth", "--topology", "full", "--n", "8", "--alpha-from", "log.txt",
+def test_bandwidth_alpha_from_log(capsys: pytest.CaptureFixture[str]) -> None:
+    """alpha comes from a real nccl-tests log through alpha_from_log; a failed log is refused."""
+    from evtsync.nccltests.alpha import alpha_from_log
+
+    logs = DATA.parent / "nccl-tests"
+    good = logs / "all_reduce_H100_2x8_gcp-a3mega-ztan.txt"
+    expected = alpha_from_log(good).alpha_us
+    code, out, _ = run(capsys, "bandwidth", "--topology", "full", "--n", "8", "--alpha-from", str(good),
                        "--bytes", "1e8", "--tau-us", "0", "--json")
     assert code == 0
     (rec,) = json.loads(out)
-    assert rec["alpha_us"] == 7.5 and rec["reduction"] == 0.0
-    monkeypatch.setitem(sys.modules, "evtsync.nccltests.alpha", None)
-    code, _, err = run(capsys, "bandwidth", "--topology", "full", "--n", "8", "--alpha-from", "log.txt",
+    assert rec["alpha_us"] == pytest.approx(expected) and rec["reduction"] == 0.0
+    bad = logs / "bad_all_reduce_RTX3090_4x1_idx20801464614-wrong-nonzero.txt"
+    code, _, err = run(capsys, "bandwidth", "--topology", "full", "--n", "8", "--alpha-from", str(bad),
                        "--bytes", "1e8", "--tau-us", "0")
-    assert code == 2 and "--alpha-from is not available" in err
+    assert code == 2 and "not a valid baseline" in err
 
 
 def test_fit_not_converged_exit_status_and_null_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,12 +14,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import DATA as SHARED_DATA  # ../shared/data beside the clone
 
 import evtsync
 from evtsync.critpath import attribute
 from evtsync.synth import Plant, SynthConfig, synthesize
 
-DATA = Path("/work/shared/data/traces")
+DATA = SHARED_DATA / "traces"
 KINDS = ("slow_gemm", "cpu_launch_delay", "python_gap", "blocking_sync")
 
 

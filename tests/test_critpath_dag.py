@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import DATA as SHARED_DATA  # ../shared/data beside the clone
 
 import evtsync
 from evtsync.critpath.dag import (
@@ -23,7 +24,7 @@ from evtsync.critpath.dag import (
     build_rank_dag,
 )
 
-DATA = Path("/work/shared/data/traces")
+DATA = SHARED_DATA / "traces"
 CRIT = DATA / "critical-path"
 
 

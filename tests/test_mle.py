@@ -8,13 +8,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import DATA as SHARED_DATA  # ../shared/data beside the clone
 from scipy import optimize, stats
 
 from evtsync.errors import FitError, InputError
 from evtsync.evt import mle
 from evtsync.evt.diagnostics import plot_diagnostics
 
-DATA = Path("/work/shared/data/evt")
+DATA = SHARED_DATA / "evt"
 CHI2_95 = stats.chi2.ppf(0.95, 1)
 
 

@@ -10,13 +10,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import DATA as SHARED_DATA  # ../shared/data beside the clone
 
 from evtsync.cli import main
 from evtsync.errors import NcclTestsError
 from evtsync.nccltests.alpha import AlphaFit, alpha_from_log, fit_alpha, hockney_pq
 from evtsync.nccltests.parse import MEASUREMENT_COLUMNS, ParsedLog, RunInfo
 
-DATA = Path("/work/shared/data/nccl-tests")
+DATA = SHARED_DATA / "nccl-tests"
 GIB = 1 << 30
 ROW = re.compile(r"^\s*(?:\d+:\s+)?(\d+)\s+\d+\s+\w+\s+\w+\s+-?\d+\s+(\S+)\s+\S+\s+(\S+)\s+")
 

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import DATA as SHARED_DATA  # ../shared/data beside the clone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,7 @@ from evtsync.cli import main
 from evtsync.errors import EvtsyncError, NcclTestsError
 from evtsync.nccltests.parse import busbw_factor, parse_json, parse_log, parse_text
 
-DATA = Path("/work/shared/data/nccl-tests")
+DATA = SHARED_DATA / "nccl-tests"
 LOCAL = Path(__file__).parent / "data" / "nccltests"
 ALL_LOGS = sorted(DATA.glob("*.txt"))
 CLEAN = [p for p in ALL_LOGS if not p.name.startswith("bad_")]

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import DATA as SHARED_DATA  # ../shared/data beside the clone
 
 from evtsync.cli import main
 from evtsync.nccltests.parse import parse_log, parse_text
 from evtsync.nccltests.stats import compare_logs, cv_pct, size_stats
 
-DATA = Path("/work/shared/data/nccl-tests")
+DATA = SHARED_DATA / "nccl-tests"
 BASE = DATA / "all_reduce_A100-80GB_1x8_meta-gcm-fixture.txt"
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+(\S+)\s+\S+\s+\S+\s+(\S+)\s+(\S+)\s+\S+\s+\S+\s+(\S+)\s*$")
 FACTOR = 2 * 7 / 8  # all_reduce, 8 ranks

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import DATA as SHARED_DATA  # ../shared/data beside the clone
 
 from evtsync.synth import Plant, SynthConfig, synthesize
 
-DATA = Path("/work/shared/data/traces")
+DATA = SHARED_DATA / "traces"
 REAL_MODERN = [DATA / "single-rank/hta_nccl_pg_fields_rank0of2.json.gz",
                DATA / "single-rank/tracelens_b200_rank0of8_pg_fields.json.gz"]
 REAL_LEGACY = [DATA / "dlrm-8rank-v100/worker0_step_12.1694128201545.pt.trace.json.gz"]

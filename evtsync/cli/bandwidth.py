@@ -110,24 +110,14 @@ def _alpha_us(args: argparse.Namespace) -> float:
         if not args.alpha_us >= 0:
             raise InputError(f"--alpha-us must be >= 0 µs; got {args.alpha_us}")
         return float(args.alpha_us)
-    try:
-        from evtsync.nccltests.alpha import alpha_from_log
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("evtsync.nccltests.alpha", "evtsync.nccltests"):
-            raise
-        raise InputError("--alpha-from is not available in this installation (evtsync.nccltests.alpha "
-                         "missing); give --alpha-us") from exc
+    from evtsync.nccltests.alpha import alpha_from_log
+
     return float(alpha_from_log(args.alpha_from).alpha_us)
 
 
 def _bayesian(args: argparse.Namespace) -> int:
-    try:
-        from evtsync.evt.bayes_cli import run_bayesian_bandwidth
-    except ModuleNotFoundError as exc:
-        if exc.name != "evtsync.evt.bayes_cli":
-            raise
-        raise InputError("Bayesian fitting is not available in this installation (evtsync.evt.bayes_cli "
-                         "missing); give --tau-us, --gumbel or --gev") from exc
+    from evtsync.evt.bayes_cli import run_bayesian_bandwidth
+
     return int(run_bayesian_bandwidth(args) or 0)
 
 
@@ -156,16 +146,10 @@ def tax_function(args: argparse.Namespace, sizes: list[int]):
 
 
 def _plot(records: list[dict[str, Any]], path: str | os.PathLike[str], eps: float) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from evtsync.evt.diagnostics import plot_format
     from evtsync.hockney import get_topology
-    from evtsync.tableio import atomic_path
+    from evtsync.report.plotting import figure_format, plt, save_figure
 
-    fmt = plot_format(path)
+    figure_format(path)
     fig, ax = plt.subplots(figsize=(7, 5))
     for i, name in enumerate(dict.fromkeys(r["topology"] for r in records)):
         rows = sorted((r for r in records if r["topology"] == name), key=lambda r: r["n"])
@@ -180,11 +164,7 @@ def _plot(records: list[dict[str, Any]], path: str | os.PathLike[str], eps: floa
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    try:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=120)
-    finally:
-        plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def run_bandwidth(args: argparse.Namespace) -> int:

@@ -112,13 +112,8 @@ def json_safe(value: Any) -> Any:
 
 
 def _bayesian(args: argparse.Namespace) -> int:
-    try:
-        from evtsync.evt.bayes_cli import run_bayesian_fit
-    except ModuleNotFoundError as exc:
-        if exc.name != "evtsync.evt.bayes_cli":
-            raise
-        raise InputError("Bayesian fitting is not available in this installation (evtsync.evt.bayes_cli missing); "
-                         "use --mle") from exc
+    from evtsync.evt.bayes_cli import run_bayesian_fit
+
     return int(run_bayesian_fit(args) or 0)
 
 

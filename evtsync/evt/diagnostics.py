@@ -21,37 +21,23 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike
 
-from evtsync.errors import InputError
 from evtsync.evt import gev
 from evtsync.evt.mle import MleFit, return_level_delta
-from evtsync.tableio import atomic_path
+from evtsync.report.plotting import figure_format, save_figure
 
 log = logging.getLogger("evtsync.evt.diagnostics")
 
-__all__ = ["PLOT_FORMATS", "plot_diagnostics"]
-
-PLOT_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+__all__ = ["plot_diagnostics"]
 
 #: Non-exceedance probabilities of the return-level curve (those of ismev::gev.rl).
 _RL_PROBS = np.concatenate((np.arange(1, 100) / 100.0, [0.995, 0.999]))
 
 
-def plot_format(path: str | os.PathLike[str]) -> str:
-    """Matplotlib format from the file extension, or ``InputError``."""
-    suffix = Path(path).suffix.lower()
-    if suffix not in PLOT_FORMATS:
-        raise InputError(f"{path}: unknown figure format; expected a name ending in {', '.join(PLOT_FORMATS)}")
-    return PLOT_FORMATS[suffix]
-
-
 def plot_diagnostics(fit: MleFit, data: ArrayLike, path: str | os.PathLike[str],
                      title: str | None = None) -> Path:
     """Draw the ``gev.diag`` panel for ``fit`` on ``data`` and save it atomically to ``path``."""
-    fmt = plot_format(path)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    figure_format(path)
+    from evtsync.report.plotting import plt
 
     x = np.sort(np.asarray(data, dtype=float).ravel())
     if x.size != fit.n:
@@ -97,9 +83,4 @@ def plot_diagnostics(fit: MleFit, data: ArrayLike, path: str | os.PathLike[str],
     label = "Gumbel" if fit.family == "gumbel" else "GEV"
     fig.suptitle(title or f"{label} fit: mu={mu:.4g}, sigma={sigma:.4g}, xi={xi:.4g} (n={n})")
     fig.tight_layout()
-    try:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=120)
-    finally:
-        plt.close(fig)
-    return Path(path)
+    return save_figure(fig, path, dpi=120)

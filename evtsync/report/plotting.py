@@ -22,15 +22,26 @@ def new_figure(width: float = 6.4, height: float = 4.2, **kwargs: Any) -> tuple[
     return plt.subplots(figsize=(width, height), **kwargs)
 
 
-def save_figure(fig: Any, path: str | os.PathLike[str], dpi: int = 130) -> Path:
-    """Save a figure atomically (format from the extension) and close it."""
-    path = Path(path)
-    suffix = path.suffix.lower()
+def figure_format(path: str | os.PathLike[str]) -> str:
+    """Matplotlib format from the file's extension (png, svg, pdf), or ``InputError``.
+
+    Call it before drawing so that a bad name fails before any work is done.
+    """
+    suffix = Path(path).suffix.lower()
     if suffix not in FIGURE_SUFFIXES:
         from evtsync.errors import InputError
 
-        raise InputError(f"{path}: figure name must end in {', '.join(FIGURE_SUFFIXES)}")
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format=suffix[1:], dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
-    return path
+        raise InputError(f"{path}: unknown figure format; expected a name ending in "
+                         f"{', '.join(FIGURE_SUFFIXES)}")
+    return suffix[1:]
+
+
+def save_figure(fig: Any, path: str | os.PathLike[str], dpi: int = 130) -> Path:
+    """Save a figure atomically (format from the extension) and close it, even on failure."""
+    try:
+        fmt = figure_format(path)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight")
+    finally:
+        plt.close(fig)
+    return Path(path)
