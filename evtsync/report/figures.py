@@ -146,7 +146,7 @@ def xi_forest(xi: pd.DataFrame, population: dict[str, float] | None, folder: Pat
            title="Posterior of xi per GPU × precision")
     ax.grid(alpha=0.3, axis="x")
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="best")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     return save_png_svg(fig, folder, stem)
 
 

@@ -412,11 +412,16 @@ def _compare_section(ctx: _Ctx) -> list[Section]:
     shown = pd.DataFrame({
         "rank": table["rank"], "model": table["model"],
         "elpd_loo ± se": [f"{fmt(a, 5)} ± {fmt(b, 3)}" for a, b in zip(table["elpd_loo"], table["se"], strict=True)],
-        "Δelpd ± se": [f"{fmt(-a, 4)} ± {fmt(b, 3)}" for a, b in zip(table["elpd_diff"], table["dse"], strict=True)],
+        "Δelpd ± se": [f"{fmt(-a + 0.0, 4)} ± {fmt(b, 3)}" for a, b in zip(table["elpd_diff"], table["dse"], strict=True)],
         "p_loo": table["p_loo"], "Pareto k > 0.7": table["n_bad_k"],
         "not converged": ~table["converged"].astype(bool)})
+    lines = [line.strip() for line in str(verdict).splitlines() if line.strip()]
+    verdict_items: list[Any] = [Alert(line, level="warning") if line.startswith("WARNING") else line
+                                for line in lines]
+    if verdict_items and isinstance(verdict_items[0], str):
+        verdict_items[0] = f"Verdict: {verdict_items[0]}"
     return [Section("Model comparison", [
-        f"Verdict: {verdict}.",
+        *verdict_items,
         Table(shown, "PSIS-LOO comparison of the Bayesian fits on the same z-scores (SPEC §6): expected log pointwise "
                      "predictive density with its standard error, difference to the best model with the standard "
                      "error of the difference (a difference under about 2 standard errors does not separate the "
