@@ -66,7 +66,9 @@ def _reset_peak_rss() -> bool:
 def _table(n: int, seed: int) -> pd.DataFrame:
     from evtsync.evt.model import simulate_zscore_table
 
-    return simulate_zscore_table(TRUTH6, n // len(TRUTH6), seed=seed)
+    k = len(TRUTH6)
+    counts = [n // k + (1 if i < n % k else 0) for i in range(k)]
+    return simulate_zscore_table(TRUTH6, counts, seed=seed)
 
 
 def _coverage(tree) -> dict[str, int]:

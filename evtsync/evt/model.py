@@ -90,22 +90,30 @@ def prepare_data(table: pd.DataFrame, spec: ModelSpec, source: str = "z-score ta
     if keep.sum() < 3:
         raise InputError(f"{source}: fewer than 3 usable z-scores in column {spec.column!r}")
     rows = np.flatnonzero(keep)
+    factor_levels: dict[str, list[str]] = {}
     if spec.groups:
-        keys = table.loc[keep, list(spec.groups)].astype(str).reset_index(drop=True)
-        labels = keys.agg(CELL_SEP.join, axis=1).to_numpy()
+        # combined cell code from each column's sorted level code (vectorised: 250k rows)
+        codes = []
+        for g in spec.groups:
+            code, levels = pd.factorize(table[g].to_numpy()[keep].astype(str), sort=True)
+            codes.append(code)
+            factor_levels[g] = [str(v) for v in levels]
+        combined = np.ravel_multi_index(codes, [len(factor_levels[g]) for g in spec.groups])
+        present, inverse = np.unique(combined, return_inverse=True)
+        level_idx = np.unravel_index(present, [len(factor_levels[g]) for g in spec.groups])
+        cell_values = {g: np.array(factor_levels[g], dtype=object)[level_idx[k]] for k, g in enumerate(spec.groups)}
+        labels = [CELL_SEP.join(str(cell_values[g][i]) for g in spec.groups) for i in range(len(present))]
     else:
-        keys = pd.DataFrame(index=range(len(rows)))
-        labels = np.full(len(rows), "all", dtype=object)
-    uniq, inverse = np.unique(labels, return_inverse=True)
+        inverse = np.zeros(len(rows), dtype=np.int64)
+        cell_values = {}
+        labels = ["all"]
     order_in_kept = np.argsort(inverse, kind="stable")
     cell_of_obs = inverse[order_in_kept]
-    counts = np.bincount(inverse, minlength=len(uniq))
+    counts = np.bincount(inverse, minlength=len(labels))
     stops = np.cumsum(counts)
-    cells = pd.DataFrame({"cell": uniq.astype(str), "n_obs": counts, "start": stops - counts, "stop": stops})
-    factor_levels: dict[str, list[str]] = {}
+    cells = pd.DataFrame({"cell": labels, "n_obs": counts, "start": stops - counts, "stop": stops})
     for g in spec.groups:
-        first = np.array([np.flatnonzero(inverse == i)[0] for i in range(len(uniq))])
-        cells[g] = keys[g].to_numpy()[first]
+        cells[g] = cell_values[g]
         factor_levels[g] = sorted(cells[g].unique().tolist())
     for i, row in cells.iterrows():
         if row["n_obs"] < 3:
