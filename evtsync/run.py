@@ -602,17 +602,29 @@ def _stage_zscores(run: Run) -> dict[str, Any]:
     z = _stringify(pd.concat(tables, ignore_index=True))
     run.produced("zscores", run.write_table(f"{TABLES}/zscores.parquet", z))
     drops = pd.concat(dropped, ignore_index=True)["reason"].value_counts().to_dict() if dropped else {}
+    not_tp = []
+    for w in run.workloads:
+        groups = run.alignment(w).groups
+        used = groups[groups["pg"].astype(str).isin(z.loc[z["workload"] == w.name, "pg"].astype(str))]
+        text = (used["pg_desc"].astype(str) + " " + used["pg_name"].astype(str)).str.lower()
+        if len(used) and not text.str.contains(r"(?<![a-z])(?:tp|tensor)", regex=True).any():
+            not_tp.append(f"{w.name}: PG {', '.join(used['pg'].astype(str))} ({', '.join(used['pg_desc'].astype(str))})")
     return {"zscores": len(z), "cells": _cells(z).to_dict(orient="records"), "skipped_workloads": reasons,
             "dropped": {str(k): int(v) for k, v in drops.items()},
+            "not_tensor_parallel": not_tp,
             "block_pgs": sorted(z["pg"].astype(str).unique().tolist()) if "pg" in z else []}
 
 
 def _drop_note(run: Run) -> str:
     """``; block samples dropped: N reason, …`` from the z-score stage's summary, or empty."""
-    dropped = run.stage_entry("zscores").get("summary", {}).get("dropped", {})
-    if not dropped:
-        return ""
-    return "; block samples dropped: " + ", ".join(f"{n} {reason}" for reason, n in dropped.items())
+    summary = run.stage_entry("zscores").get("summary", {})
+    note = ""
+    if summary.get("not_tensor_parallel"):
+        note += ("; no tensor-parallel process group, blocks were cut between the collectives of "
+                 + "; ".join(summary["not_tensor_parallel"]))
+    if summary.get("dropped"):
+        note += "; block samples dropped: " + ", ".join(f"{n} {reason}" for reason, n in summary["dropped"].items())
+    return note
 
 
 def _cells(z: pd.DataFrame) -> pd.DataFrame:

@@ -172,8 +172,38 @@ def test_dlrm_traces_report_which_stages_did_not_apply(traces_dir: Path, tmp_pat
     html = (out / "report.html").read_text(encoding="utf-8")
     assert "Stages that did not apply" in html
     assert "fewer than 30 for a Bayesian fit" in html
+    assert "no tensor-parallel process group" in html
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "not_applicable" in md or "did not apply" in md
+
+
+def test_failed_stage_is_recorded_then_retried_and_force_redoes_all(traces_dir: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    import evtsync.run as run_module
+    from evtsync.cli import main
+
+    out = tmp_path / "dlrm"
+    traces = str(traces_dir / "dlrm-8rank-v100")
+
+    def broken(run: run_module.Run) -> dict:
+        raise RuntimeError("injected failure")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(run_module, "_stage_attribution", broken)
+        status = main(["-q", "run", traces, "--out", str(out), "--model", "gumbel", "--no-report"])
+    assert status == 1
+    assert "FAILED attribution" in capsys.readouterr().err
+    stages = read_manifest(out)["stages"]
+    assert stages["attribution"]["status"] == "failed"
+    assert "injected failure" in stages["attribution"]["reason"]
+    assert stages["zscores"]["status"] == STATUS_DONE           # the run went on past the failure
+    manifest, events = _run(out, traces=[traces], report=False)
+    actions = {e.stage: e.action for e in events if e.action != "start"}
+    assert actions["attribution"] == "ran" and actions["tax"] == "reused"
+    assert manifest["stages"]["attribution"]["status"] == STATUS_DONE
+    _, events = _run(out, traces=[traces], report=False, force=True)
+    assert {e.action for e in events if e.action != "start"} == {"ran"}
 
 
 def test_predicted_delay_matches_measured_on_the_synthetic_study(tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:

@@ -337,12 +337,13 @@ def _cell_section(ctx: _Ctx, gpu: str, precision: str, z: pd.DataFrame, mle: pd.
         except KeyError:
             post = None
     label = f"{model}{'' if tree is None or is_converged(tree) else ' (NOT converged)'}"
+    posterior_text = (f" and, in green, the posterior mean density of {label} with its 90% pointwise band"
+                      if post is not None else " (no Bayesian fit covers this cell)")
     pair = figs.gev_cell(values, _mle_dict(mle, gpu, precision, "gev"), _mle_dict(mle, gpu, precision, "gumbel"),
                          post, label, ctx.fig_dir, f"gev-{_slug(gpu)}-{_slug(precision)}", f"{gpu} {precision}")
     sec.items.append(ctx.figure(pair, f"Left: histogram of the pooled z-scores z = (M − X̄)/s_pooled of the GEMM blocks "
                                       f"on {gpu} {precision} (SPEC §5) with the GEV and Gumbel maximum-likelihood "
-                                      f"densities and, in green, the posterior mean density of {label} with its 90% "
-                                      f"pointwise band. Right: QQ plot of the ordered z-scores against the MLE model "
+                                      f"densities where fitted{posterior_text}. Right: QQ plot of the ordered z-scores against the MLE model "
                                       f"quantiles at i/(n+1); points above the diagonal in the upper tail mean a "
                                       f"heavier tail than the model (SPEC §6)."))
     if mle is not None and "mu" in mle:
