@@ -69,3 +69,36 @@ def test_png_magic_is_checked(tmp_path: Path) -> None:
 def test_report_of_something_else_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="neither a run folder"):
         build_report(tmp_path)
+
+
+def test_median_interval_covers_the_true_median_at_its_binomial_level() -> None:
+    """Exponential(1) samples (true median ln 2): the order-statistic interval's coverage equals
+    its exact binomial coverage 1 - 2 P(B <= j - 1), within 3 Monte-Carlo standard errors."""
+    from scipy import stats
+
+    from evtsync.report.html import median_interval
+
+    rng = np.random.default_rng(7)
+    n, reps = 41, 2000
+    samples = rng.exponential(1.0, size=(reps, n))
+    hits = 0
+    for x in samples:
+        _, lo, hi = median_interval(x, 0.90)
+        hits += lo <= np.log(2) <= hi
+    j = int(stats.binom.ppf(0.05, n, 0.5))
+    exact = 1 - 2 * stats.binom.cdf(j - 1, n, 0.5)
+    assert exact >= 0.90
+    se = np.sqrt(exact * (1 - exact) / reps)
+    assert abs(hits / reps - exact) < 3 * se
+    med, lo, hi = median_interval(np.array([3.0, 1.0, 2.0]), 0.90)
+    assert (med, lo, hi) == (2.0, 1.0, 3.0)         # too few points: the whole range
+
+
+def test_wilson_interval_reference_values() -> None:
+    """0 of 10 at 95%: [0, 0.2775] (Wilson 1927; Agresti & Coull 1998, Table 1 style value)."""
+    from evtsync.report.html import wilson_interval
+
+    p, lo, hi = wilson_interval(0, 10, 0.95)
+    assert p == 0 and lo == 0 and hi == pytest.approx(0.2775, abs=5e-4)
+    p, lo, hi = wilson_interval(5, 10, 0.95)
+    assert (lo, hi) == (pytest.approx(0.2366, abs=5e-4), pytest.approx(0.7634, abs=5e-4))

@@ -119,6 +119,41 @@ def render_html(title: str, subtitle: str, sections: list[Section]) -> str:
             + "\n".join(body) + "\n</body></html>\n")
 
 
+# --------------------------------------------------------------------------- intervals
+
+def median_interval(values: np.ndarray, level: float = 0.90) -> tuple[float, float, float]:
+    """The median with a distribution-free confidence interval from order statistics.
+
+    With B ~ Binomial(n, 1/2) the number of observations below the true median, the interval
+    [x_(j), x_(n-j+1)] (1-based order statistics), j the smallest integer with
+    P(B <= j) >= (1 - level)/2, covers the median with probability 1 - 2 P(B <= j - 1) >= level.
+    For samples too small for that coverage the interval is the whole range.
+    """
+    from scipy import stats
+
+    x = np.sort(np.asarray(values, dtype=float)[np.isfinite(values)])
+    n = x.size
+    if n == 0:
+        return float("nan"), float("nan"), float("nan")
+    j = max(int(stats.binom.ppf((1 - level) / 2, n, 0.5)), 1)
+    if 1 - 2 * stats.binom.cdf(j - 1, n, 0.5) < level:
+        j = 1
+    return float(np.median(x)), float(x[j - 1]), float(x[n - j])
+
+
+def wilson_interval(k: int, n: int, level: float = 0.90) -> tuple[float, float, float]:
+    """A proportion k/n with its Wilson score interval."""
+    from scipy import stats
+
+    if n <= 0:
+        return float("nan"), float("nan"), float("nan")
+    z = float(stats.norm.ppf(0.5 + level / 2))
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return p, float(max(0.0, centre - half)), float(min(1.0, centre + half))
+
+
 # --------------------------------------------------------------------------- helpers
 
 class _Ctx:
@@ -242,13 +277,22 @@ def _gpu_sections(ctx: _Ctx) -> list[Section]:
         workloads = sorted(sub["workload"].unique())
         sec.items.append(f"Workloads on {gpu}: {', '.join(workloads)}.")
         if summary is not None and len(summary):
-            s = summary[summary["gpu"].astype(str) == gpu][["workload", "pg", "collective", "count", "tau_median_us",
-                                                            "tau_p90_us", "tau_max_us", "fastest_wait_share",
-                                                            "median_rank_wait_share", "n_invalid"]]
-            sec.items.append(Table(s, "Tax per workload, PG and collective type (SPEC §3): tau = max − min NCCL kernel "
-                                      "duration over the member ranks, µs (median, 90th percentile, maximum over the "
-                                      "collectives); wait share = (d_r − min d)/d_r, median over collectives, for the "
-                                      "rank that waited longest and for the median rank."))
+            s = summary[summary["gpu"].astype(str) == gpu]
+            medians = {key: median_interval(grp["tau_max_us"].to_numpy(float))
+                       for key, grp in sub.groupby(["workload", "pg", "collective"])}
+            shown = pd.DataFrame({
+                "workload": s["workload"], "pg": s["pg"], "collective": s["collective"], "count": s["count"],
+                "tau median µs [90% CI]": [fmt_ci(*medians.get((w, p, c), (np.nan,) * 3))
+                                          for w, p, c in zip(s["workload"], s["pg"], s["collective"], strict=True)],
+                "tau p90 µs": s["tau_p90_us"], "tau max µs": s["tau_max_us"],
+                "wait share, longest-waiting rank": s["fastest_wait_share"],
+                "wait share, median rank": s["median_rank_wait_share"], "invalid": s["n_invalid"]})
+            sec.items.append(Table(shown, "Tax per workload, PG and collective type (SPEC §3): tau = max − min NCCL "
+                                          "kernel duration over the member ranks, µs: median over the collectives with "
+                                          "its distribution-free 90% confidence interval (order statistics), 90th "
+                                          "percentile, maximum; wait share = (d_r − min d)/d_r, median over the "
+                                          "collectives, for the rank that waited longest and for the median rank; "
+                                          "collectives flagged by the alignment checks."))
         if len(sub):
             from evtsync.report.tax_figures import plot_tax_cdfs
 
@@ -285,10 +329,19 @@ def _attribution_items(ctx: _Ctx, att: pd.DataFrame | None, gpu: str, slug: str)
     if sub.empty:
         return [f"Critical-path attribution: no attributed collective on {gpu}."]
     items: list[Any] = []
-    shares = sub.groupby("workload")["gpu_only_share"].first()
-    items.append("Share of attributed collectives whose straggler path is GPU-only: "
-                 + ", ".join(f"{w} {fmt(100 * v, 3)}%" for w, v in shares.items()) + " (paper: 93.7%).")
-    items.append(Table(sub[["workload", "category", "cause_class", "count", "share", "share_of_gpu_causes"]],
+    coll = ctx.table("attribution_collectives")
+    if coll is not None and len(coll):
+        ok = coll[(coll["gpu"].astype(str) == gpu) & (coll["status"] == "ok")]
+        parts = []
+        for w, grp in ok.groupby("workload", sort=True):
+            p, lo, hi = wilson_interval(int((grp["path_kind"] == "gpu_only").sum()), len(grp))
+            parts.append(f"{w} {fmt_ci(100 * p, 100 * lo, 100 * hi)}% of {len(grp)}")
+        items.append("Share of attributed collectives whose straggler path is GPU-only, with its 90% Wilson "
+                     "interval: " + "; ".join(parts) + " (paper: 93.7%).")
+    totals = sub.groupby("workload")["count"].transform("sum").to_numpy()
+    cat = sub.assign(**{"share [90% CI]": [fmt_ci(*wilson_interval(int(k), int(n)))
+                                           for k, n in zip(sub["count"], totals, strict=True)]})
+    items.append(Table(cat[["workload", "category", "cause_class", "count", "share [90% CI]", "share_of_gpu_causes"]],
                        "Principal cause of each straggler (the event with the largest extra time on its critical "
                        "path against the fastest rank's, SPEC §4), by category; paper: GEMM 78%, FlashAttention "
                        "15.4%, FSDP 4.3%, Norm 1.2%, Concat/Split 0.6% of GPU causes."))
