@@ -72,7 +72,7 @@ def test_recovery_within_posterior_uncertainty(hier_fit):
 def test_fit_file_is_self_describing_and_loads_back(hier_fit):
     table, tree, path = hier_fit
     back = load_fit(path.parent)
-    for group in ("posterior", "sample_stats", "observed_data", "cells", "log_likelihood"):
+    for group in ("posterior", "sample_stats", "observed_data", "cells", "log_likelihood", "prior_predictive_check"):
         assert group in back.children
     attrs = back.attrs
     assert attrs["input_sha256"] == "abc" and attrs["seed"] == 7 and attrs["command"] == "pytest"
@@ -206,3 +206,21 @@ def test_port_pirie_posterior_agrees_with_published_mle():
         draws = tree["posterior"][name].values.ravel()
         assert abs(np.median(draws) - mle) < 0.5 * se, (name, np.median(draws), mle)
         assert abs(draws.std() / se - 1) < 0.3, (name, draws.std(), se)
+
+
+def test_prior_predictive_check_flags_priors_that_exclude_the_data():
+    from dataclasses import replace
+
+    from evtsync.evt.model import prior_predictive_check
+    from evtsync.evt.spec import Prior
+
+    table = simulate_zscore_table(TRUTH, 500, seed=9)
+    spec = load_spec(MODELS / "gev-hier-gpu-precision.toml")
+    data = prepare_data(table, spec)
+    weak = prior_predictive_check(spec, data, draws=300)
+    assert weak["inside"].all() and len(weak) == 4 * 4
+    # a location prior far from the data (z-score medians are ~0.9): every median is flagged
+    narrow = replace(spec, mu=replace(spec.mu, prior=Prior("normal", {"mu": 5.0, "sigma": 0.1})))
+    bad = prior_predictive_check(narrow, data, draws=300)
+    assert not bad[bad["quantile"] == 0.5]["inside"].any()
+    assert (bad[bad["quantile"] == 0.5]["share_below"] < 0.01).all()

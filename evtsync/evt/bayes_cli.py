@@ -88,6 +88,7 @@ def run_bayesian_fit(args: argparse.Namespace) -> int:
             "skipped_rows": int(tree.attrs["n_skipped"]), "seed": seed, "sampler": tree.attrs["sampler"],
             "converged": converged, "max_rhat": tree.attrs["max_rhat"], "min_ess_bulk": tree.attrs["min_ess_bulk"],
             "divergences": int(tree.attrs["divergences"]), "sampling_seconds": tree.attrs["sampling_seconds"],
+            "prior_predictive": tree.attrs["prior_predictive"],
             "parameters": _records(summary),
         }), allow_nan=False))
     else:
@@ -98,6 +99,7 @@ def run_bayesian_fit(args: argparse.Namespace) -> int:
             print(f"  skipped rows: {tree.attrs['n_skipped']}")
         cols = ["parameter", "mean", "sd", "q05", "q95", "r_hat", "ess_bulk", "ess_tail"]
         print(summary[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        print(f"  prior predictive check: {tree.attrs['prior_predictive']}")
         print(f"  {tree.attrs['convergence']}")
         print(f"  written: {path}")
     return 0 if converged else 1

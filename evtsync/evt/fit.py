@@ -7,6 +7,9 @@ The fit is an :class:`xarray.DataTree` in ArviZ 1.x layout:
 * ``observed_data`` — ``z`` per observation (sorted by cell) with ``cell`` and the original
   ``row`` of the input table,
 * ``cells`` — one row per cell: its group labels and number of z-scores,
+* ``prior_predictive_check`` — per cell and quantile (5, 50, 95, 99%): the observed z-score
+  quantile against the prior predictive 99% interval of that quantile (attribute
+  ``prior_predictive`` says which fall outside),
 * ``log_likelihood`` — pointwise ``z`` log-likelihood, stored when it is small
   (:data:`LOGLIK_STORE_LIMIT` values); otherwise :func:`evtsync.evt.compare.pointwise_loglik`
   recomputes it in chunks from the posterior and the observed data, to the same numbers,
@@ -36,7 +39,7 @@ import xarray as xr
 
 from evtsync.errors import FitError, InputError
 from evtsync.evt.distribution import gev_logpdf_np
-from evtsync.evt.model import BuiltModel, build_model, prepare_data
+from evtsync.evt.model import BuiltModel, build_model, prepare_data, prior_predictive_check
 from evtsync.evt.spec import ModelSpec
 from evtsync.tableio import atomic_path, file_sha256
 
@@ -303,6 +306,15 @@ def fit_table(
         "created": pd.Timestamp.now(tz="UTC").isoformat(),
     }
     tree = _assemble(built, raw, sampler, provenance)
+    check = prior_predictive_check(spec, data, seed=seed)
+    tree["prior_predictive_check"] = xr.DataTree(xr.Dataset.from_dataframe(check.set_index(["cell", "quantile"])))
+    outside = check[~check["inside"]]
+    tree.attrs["prior_predictive"] = (
+        "observed quantiles inside the prior predictive 99% intervals" if outside.empty else
+        "observed outside the prior predictive 99% interval: " + ", ".join(
+            f"{r.cell} q{r.quantile:g}" for r in outside.itertuples()))
+    if not outside.empty:
+        log.warning("%s: prior predictive check: %s", spec.name, tree.attrs["prior_predictive"])
     log.info("fit %s: %s", spec.name, tree.attrs["convergence"])
     return tree
 
