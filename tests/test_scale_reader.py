@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import tracemalloc
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +51,9 @@ def test_kernels_match_raw_json_at_every_block_size(traces_dir: Path, block: int
     expected = _expected_kernels(events)
     from evtsync.trace.tables import build_rank_tables
 
-    tables = build_rank_tables(decode_file(path, block_size=block))
+    decoded = decode_file(path, block_size=block)
+    assert decoded.category_counts == dict(Counter(e.get("cat") or "(none)" for e in events))
+    tables = build_rank_tables(decoded)
     got = tables.kernels[["name", "ts_ns", "dur_ns", "correlation", "stream"]].copy()
     got["name"] = got["name"].astype(str)
     pd.testing.assert_frame_equal(got, expected, check_dtype=False)

@@ -465,11 +465,13 @@ def _route_block(events: list[_Event], columns: _Columns, counts: Counter[str],
     if not events:
         return
     cats = [e.cat for e in events]
-    counts.update(cats)
-    if None in counts:
-        counts["(none)"] += counts.pop(None)
-    table_of = {c: _TABLE_OF_CATEGORY.get(c, _NO_TABLE) for c in set(cats)}
-    tables = np.fromiter([table_of[c] for c in cats], np.int8, len(cats))
+    distinct = list(set(cats))
+    position = {c: i for i, c in enumerate(distinct)}
+    cat_codes = np.fromiter([position[c] for c in cats], np.int32, len(cats))
+    for cat, n in zip(distinct, np.bincount(cat_codes, minlength=len(distinct)).tolist(), strict=True):
+        counts[cat or "(none)"] += n
+    table_lut = np.array([_TABLE_OF_CATEGORY.get(c, _NO_TABLE) for c in distinct], dtype=np.int8)
+    tables = table_lut[cat_codes]
     tables[np.fromiter([e.ph != "X" for e in events], bool, len(cats))] = _NO_TABLE
     for code, table in enumerate(_TABLES):
         idx = np.flatnonzero(tables == code)
