@@ -6,8 +6,9 @@ Run by hand (not a test)::
     .venv/bin/python benchmarks/bench_pipeline.py --many-ranks 256 --big-ranks 64 --big-mb 16
 
 1. Many small ranks: a ``--many-ranks`` study (TP 8, 2 iterations, ~120 KB per rank) through
-   ``evtsync tax`` in-process (``--workers 1``) and with the default process pool; seconds
-   per rank, and the part of the run that is reading vs the rest (Python API timers).
+   ``evtsync tax`` in-process (``--workers 1``), with no option (in-process below 32 MB of
+   traces) and with a pool of 2 processes; seconds per rank, and the part of the run that is
+   reading vs the rest (Python API timers).
 2. Big ranks: a ``--big-ranks`` x ``--big-mb`` MB study through ``evtsync tax`` with 1 and 2
    pool processes and on a local Dask cluster of 2 workers (``--scheduler local``), all
    without the cache; then twice with ``--cache`` (a cold run that writes the cache and a
@@ -83,7 +84,8 @@ def many_ranks(workdir: Path, ranks: int) -> dict:
     traces_dir = study(workdir, ranks, 0.12)
     size_mb = sum(p.stat().st_size for p in traces_dir.iterdir()) / 1e6
     out: dict = {"ranks": ranks, "total_mb": size_mb}
-    for label, extra in (("in-process", ["--workers", "1"]), ("pool (default)", [])):
+    for label, extra in (("in-process (--workers 1)", ["--workers", "1"]),
+                         ("default (no option)", []), ("pool, 2 processes", ["--workers", "2"])):
         res = timed([*evtsync_cmd(), "tax", str(traces_dir), "--no-cache", "--json", *extra])
         res["s_per_rank"] = res["wall_s"] / ranks
         out[label] = {k: v for k, v in res.items() if k != "stdout"}
