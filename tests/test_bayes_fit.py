@@ -224,3 +224,23 @@ def test_prior_predictive_check_flags_priors_that_exclude_the_data():
     bad = prior_predictive_check(narrow, data, draws=300)
     assert not bad[bad["quantile"] == 0.5]["inside"].any()
     assert (bad[bad["quantile"] == 0.5]["share_below"] < 0.01).all()
+
+
+def test_compare_aligns_pooled_and_cell_sorted_fits_by_input_row(hier_fit):
+    """The hierarchical fit stores z sorted by cell, the pooled one in input order: the LOO
+    differences must pair each observation with itself."""
+    import arviz as az
+
+    from evtsync.evt.compare import compare_fits
+
+    table, hier, _ = hier_fit
+    pooled = fit_table(table, load_spec(MODELS / "gumbel.toml"), draws=150, tune=150, chains=2, seed=2)
+    assert not np.array_equal(hier["observed_data"]["row"].values, pooled["observed_data"]["row"].values)
+    result, _ = compare_fits([pooled, hier])
+    a = az.loo(hier, pointwise=True, var_name="z")
+    b = az.loo(pooled, pointwise=True, var_name="z")
+    ea = pd.Series(a.elpd_i.values, index=hier["observed_data"]["row"].values).sort_index()
+    eb = pd.Series(b.elpd_i.values, index=pooled["observed_data"]["row"].values).sort_index()
+    diff = (ea - eb).to_numpy() if a.elpd > b.elpd else (eb - ea).to_numpy()
+    assert result["diff_se"].iloc[1] == pytest.approx(np.sqrt(len(diff) * np.var(diff, ddof=1)), rel=1e-8)
+    assert result["elpd_diff"].iloc[1] == pytest.approx(abs(a.elpd - b.elpd), rel=1e-8)
