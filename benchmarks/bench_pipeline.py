@@ -5,7 +5,7 @@ Run by hand (not a test)::
     .venv/bin/python benchmarks/bench_pipeline.py                       # defaults below
     .venv/bin/python benchmarks/bench_pipeline.py --many-ranks 256 --big-ranks 64 --big-mb 16
 
-1. Many small ranks: a ``--many-ranks`` study (TP 8, 2 iterations, ~120 KB per rank) through
+1. Many small ranks: a ``--many-ranks`` study (TP 8, 2 iterations, 2 layers, ~0.25 MB per rank) through
    ``evtsync tax`` in-process (``--workers 1``), with no option (in-process below 32 MB of
    traces) and with a pool of 2 processes; seconds per rank, and the part of the run that is
    reading vs the rest (Python API timers).
@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-#: Synth iterations per MB of one rank file (TP 8 job, 1 layer), measured at 2 ranks' worth.
+#: Synth iterations per MB of one rank file (2 layers; measured on a 4-rank TP 4 job).
 ITERATIONS_PER_MB = 9342 / 1031
 
 
@@ -69,7 +69,7 @@ def study(workdir: Path, ranks: int, mb: float) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     iterations = max(2, round(mb * ITERATIONS_PER_MB))
     print(f"writing {ranks} ranks x ~{mb:g} MB ({iterations} iterations) in {out} ...", file=sys.stderr)
-    cfg = SynthConfig.build(ranks=ranks, tp=8, iterations=iterations, layers=1, seed=3)
+    cfg = SynthConfig.build(ranks=ranks, tp=8, iterations=iterations, seed=3)
     return synthesize(cfg, out).traces_dir
 
 
