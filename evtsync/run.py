@@ -385,6 +385,8 @@ class Run:
             entry = self.stage_entry(name)
             if entry.get("status") != STATUS_DONE:
                 reason = entry.get("reason") or entry.get("status") or "did not run"
+                if reason.startswith("needs stage "):
+                    raise NotApplicable(reason)
                 raise NotApplicable(f"needs stage {name}, which has no results ({reason})")
 
     def _intact(self, entry: dict[str, Any]) -> bool:
