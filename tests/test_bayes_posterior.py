@@ -134,3 +134,19 @@ def test_cli_compare(saved, capsys):
     assert [m["rank"] for m in out["models"]] == [0, 1] and any("NOT CONVERGED" in v for v in out["verdict"])
     assert pd.read_csv(tmp / "cmp.csv").shape[0] == 2
     assert main(["-q", "compare", str(good)]) == 2
+
+
+def test_cli_predict_straggler_table(saved, capsys):
+    good, _, tmp = saved
+    table = pd.DataFrame({"workload": ["llama", "gpt"], "gpu": ["H200", "B200"], "precision": ["bf16", "bf16"],
+                          "block_mean_us": [1000.0, 1000.0], "block_sd_us": [20.0, 20.0],
+                          "mean_delay_us": [30.0, 30.0], "n_ranks": [8, 8]})
+    table.to_csv(tmp / "straggler.csv", index=False)
+    rc = main(["-q", "predict", str(good), "--straggler", str(tmp / "straggler.csv"), "--json",
+               "--plot", str(tmp / "fig11.png"), "--out", str(tmp / "cmp.parquet")])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and len(out["rows"]) == 1 and out["skipped"]["no matching cell"] == 1
+    row = out["rows"][0]
+    assert row["predicted_lower_us"] <= row["predicted_mean_us"] <= row["predicted_upper_us"]
+    assert pd.read_parquet(tmp / "cmp.parquet").shape[0] == 1 and (tmp / "fig11.png").stat().st_size > 0
+    assert main(["-q", "predict", str(good), "--straggler", str(tmp / "straggler.csv"), "--n", "8"]) == 2

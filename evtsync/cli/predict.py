@@ -3,6 +3,10 @@
 tau(n) = b·E_k with k = n/m is evaluated for every posterior draw of a Bayesian fit
 (``evtsync fit --model``) and summarised as its mean and credible interval. The block's
 spread b is given as ``--block-sd-us B`` or as ``--block-mean-us A --cv R`` (b = r·a).
+
+``--straggler TABLE`` instead compares predicted with measured mean straggler delay (SPEC §7,
+the paper's Figure 11) for a table with columns workload, gpu, precision, block_mean_us,
+block_sd_us, mean_delay_us, n_ranks (each row with its own b and n).
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "interval per cell of the fit (GPU x precision) and domain size n.",
     )
     p.add_argument("fit", metavar="FIT", help="fit folder written by `evtsync fit --model` (or its fit.nc)")
-    p.add_argument("--n", nargs="+", required=True, metavar="N",
+    p.add_argument("--n", nargs="+", metavar="N",
                    help="domain sizes, multiples of --m (space or comma separated)")
+    p.add_argument("--straggler", metavar="TABLE",
+                   help="predicted vs measured straggler delay for this table (.csv/.parquet) instead of --n")
+    p.add_argument("--out", metavar="PATH", help="also write the result table (.csv/.parquet)")
     p.add_argument("--block-sd-us", type=float, metavar="B", help="block standard deviation b in µs")
     p.add_argument("--block-mean-us", type=float, metavar="A", help="block mean a in µs (with --cv)")
     p.add_argument("--cv", type=float, metavar="R", help="coefficient of variation r of the block (b = r·a)")

@@ -200,10 +200,18 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     from evtsync.evt.predict import domain_multiple
 
     tree = load_fit(args.fit)
+    if getattr(args, "straggler", None):
+        return _straggler(args, tree)
+    if not args.n:
+        raise InputError("give the domain sizes --n N... (or --straggler TABLE)")
     sizes = _domain_sizes(args.n)
     domain_multiple(sizes, args.m)
     block_sd = _block_sd(args)
     summary = tau_summary(tree, sizes, block_sd, args.m, args.level)
+    if getattr(args, "out", None):
+        from evtsync.tableio import write_table
+
+        write_table(summary, args.out)
     if args.plot:
         plot_tau(summary, args.plot)
     if args.json:
@@ -217,6 +225,38 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
         _print_note(tree)
         if args.plot:
             print(f"plot: {args.plot}")
+    return 0 if is_converged(tree) else 1
+
+
+def _straggler(args: argparse.Namespace, tree) -> int:
+    """Predicted vs measured mean straggler delay per row of ``--straggler TABLE``."""
+    from evtsync.evt.fit import is_converged
+    from evtsync.evt.posterior import plot_straggler, straggler_comparison
+    from evtsync.tableio import read_table, write_table
+
+    if args.n or any(getattr(args, k, None) is not None for k in ("block_sd_us", "block_mean_us", "cv")):
+        raise InputError("--straggler takes n and b from the table; do not also give --n or the block spread")
+    table = straggler_comparison(tree, read_table(args.straggler), args.m, args.level, source=str(args.straggler))
+    if table.empty:
+        raise InputError(f"{args.straggler}: no row matches a cell of the fit ({table.attrs['skipped']})")
+    if getattr(args, "out", None):
+        write_table(table, args.out)
+    if args.plot:
+        plot_straggler(table, args.plot)
+    if args.json:
+        print(json.dumps(_json_safe({"rows": _records(table), "skipped": table.attrs["skipped"]}), allow_nan=False))
+    else:
+        print(f"fit {tree.attrs['model_name']}: predicted vs measured mean straggler delay; "
+              f"posterior mean [{args.level:.0%} interval]")
+        for _, r in table.iterrows():
+            print(f"  {r['workload']:16s} {r['gpu']:6s} {r['precision']:5s} n={r['n_ranks']:<4d} measured "
+                  f"{r['measured_delay_us']:9.4g} µs  predicted {r['predicted_mean_us']:9.4g} "
+                  f"[{r['predicted_lower_us']:.4g}, {r['predicted_upper_us']:.4g}]"
+                  + ("" if r["inside_interval"] else "  outside"))
+        skipped = {k: v for k, v in table.attrs["skipped"].items() if v}
+        if skipped:
+            print(f"  skipped rows: {skipped}")
+        _print_note(tree)
     return 0 if is_converged(tree) else 1
 
 
