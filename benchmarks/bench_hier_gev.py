@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 from dataclasses import replace
@@ -229,8 +230,9 @@ def main() -> None:
     parser.add_argument("--skip", nargs="*", default=[], choices=["fit", "loo", "logp", "baseline"])
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args()
-    results: dict = {"machine": f"{platform.machine()}, {platform.node()}", "date": time.strftime("%Y-%m-%d %H:%M UTC",
-                                                                                               time.gmtime())}
+    results: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores",
+                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                     "load_average_at_start": [round(v, 2) for v in os.getloadavg()]}
     if "fit" not in args.skip:
         results["fit"], tree = bench_fit(args.n, args.draws, args.tune, args.seed)
         print("fit", json.dumps(results["fit"]), flush=True)
@@ -250,6 +252,9 @@ def main() -> None:
         results["ratio_baseline_over_ours_wall"] = round(
             results["baseline"]["wall_s"] / results["ours_at_baseline_n"]["wall_s"], 2)
         print("ratio", results["ratio_baseline_over_ours_wall"])
+    results["load_average_at_end"] = [round(v, 2) for v in os.getloadavg()]
+    print("load average (1, 5, 15 min) at start", results["load_average_at_start"], "at end",
+          results["load_average_at_end"])
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 
