@@ -132,6 +132,32 @@ def big_ranks(workdir: Path, ranks: int, mb: float) -> dict:
     return out
 
 
+def markdown(report: dict) -> str:
+    """The results as the tables of docs/performance/reading.md."""
+    lines = []
+    if "many_ranks" in report:
+        m = report["many_ranks"]
+        lines += [f"**{m['ranks']} ranks, {m['total_mb']:.0f} MB in all**", "",
+                  "| run | wall s | CPU s | s per rank (wall) | peak RSS MB |", "|---|---|---|---|---|"]
+        for label, r in m.items():
+            if isinstance(r, dict) and "wall_s" in r:
+                lines.append(f"| {label} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['s_per_rank']:.3f} | "
+                             f"{r['peak_rss_mb']:.0f} |")
+        api = m["api_in_process"]
+        lines += ["", f"In-process API: reading {api['read_ms_per_rank']:.1f} ms per rank, alignment + tax "
+                      f"{api['align_tax_ms_per_rank']:.1f} ms per rank (CPU).", ""]
+    if "big_ranks" in report:
+        b = report["big_ranks"]
+        lines += [f"**{b['ranks']} ranks x {b['mb_per_rank']:.1f} MB ({b['total_mb']:.0f} MB in all)**", "",
+                  "| run | wall s | CPU s (tree) | MB/s (wall) | peak RSS MB (largest process) | same summary |",
+                  "|---|---|---|---|---|---|"]
+        for label, r in b.items():
+            if isinstance(r, dict) and "wall_s" in r:
+                lines.append(f"| {label} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['mb_per_s_wall']:.0f} | "
+                             f"{r['peak_rss_mb']:.0f} | {r['same_summary_as_first']} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--many-ranks", type=int, default=256)
@@ -152,6 +178,7 @@ def main() -> None:
     if args.out:
         args.out.write_text(text)
     print(text)
+    print(markdown(report))
 
 
 if __name__ == "__main__":

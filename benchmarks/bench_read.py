@@ -154,6 +154,36 @@ def scaling(workdir: Path, sizes_mb: list[int]) -> dict:
     return {"points": points, "exponent": float(slope), "exponent_se": se}
 
 
+def markdown(report: dict) -> str:
+    """The results as the tables of docs/performance/reading.md."""
+    lines = []
+    for key in ("real", "big"):
+        if key not in report:
+            continue
+        r = report[key]
+        floor = r["imports"]["peak_rss_mb"]
+        lines += [f"**{Path(r['file']).name}** ({r['file_mb']:.1f} MB on disk, {r['json_mb']:.1f} MB of JSON)", "",
+                  "| method | CPU s | wall s | MB/s per core | peak RSS MB | net of imports MB |",
+                  "|---|---|---|---|---|---|"]
+        for method in METHODS:
+            m = r[method]
+            speed = "" if m["mb_per_cpu_s"] is None else f"{m['mb_per_cpu_s']:.0f}"
+            lines.append(f"| {method} | {m['cpu_s']:.2f} | {m['wall_s']:.2f} | {speed} | "
+                         f"{m['peak_rss_mb']:.0f} | {m['peak_rss_mb'] - floor:.0f} |")
+        lines += ["", f"evtsync vs json+pandas: **{r['speedup_vs_json_pandas']:.2f}x** faster (CPU), "
+                      f"peak RSS ratio **{r['memory_ratio_vs_json_pandas']:.2f}** "
+                      f"(net of imports **{r['memory_ratio_net_of_imports']:.2f}**); "
+                      f"vs orjson.loads alone: {r['speedup_vs_orjson']:.2f}x.", ""]
+    if "scaling" in report:
+        sc = report["scaling"]
+        lines += ["| file MB | rows | CPU s | peak RSS MB |", "|---|---|---|---|"]
+        lines += [f"| {p['mb']:.0f} | {p['rows']} | {p['cpu_s']:.2f} | {p['peak_rss_mb']:.0f} |"
+                  for p in sc["points"]]
+        lines += ["", f"Fitted exponent (CPU time ~ rows^k): k = {sc['exponent']:.3f} "
+                      f"± {sc['exponent_se']:.3f} (standard error of the slope)."]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--child", nargs=2, metavar=("METHOD", "PATH"), help=argparse.SUPPRESS)
@@ -181,6 +211,7 @@ def main() -> None:
     if args.out:
         args.out.write_text(text)
     print(text)
+    print(markdown(report))
 
 
 if __name__ == "__main__":
