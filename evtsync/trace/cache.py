@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -188,14 +189,20 @@ def _restore_categorical(column: pd.Series, categories_dtype: str) -> pd.Series:
 
 
 class _Recorder(logging.Handler):
-    """Keeps the warnings the reader logs while one file is read (to replay on a cache hit)."""
+    """Keeps the warnings the reader logs while one file is read (to replay on a cache hit).
+
+    Only records of the reading thread are kept: other threads of the same process (a
+    threaded Dask worker) may be reading other files at the same time.
+    """
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
+        self.thread = threading.get_ident()
         self.records: list[list[Any]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.records.append([record.levelno, record.name, record.getMessage()])
+        if record.thread == self.thread:
+            self.records.append([record.levelno, record.name, record.getMessage()])
 
 
 def read_rank_cached(path: str | os.PathLike[str], salvage: bool, cache_dir: str | None) -> RankTables:
