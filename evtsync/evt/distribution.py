@@ -314,16 +314,3 @@ def _numba_funcify_gev_logp_sum(op, node=None, **kwargs):
 
     return gev_logp_sum_numba
 
-
-def gev_logpdf_scalar(x: float, mu: float, sigma: float, xi: float) -> float:
-    """Log density at one point, same formula and series as above (compiled by numba in loops)."""
-    t = (x - mu) / sigma
-    zz = xi * t
-    s = 1.0 + zz
-    if not s > 0.0:
-        return -np.inf
-    if abs(zz) < SERIES_THRESHOLD:
-        L = t * (1.0 + zz * (-0.5 + zz * (1.0 / 3.0 + zz * (-0.25 + zz * 0.2))))
-    else:
-        L = math.log1p(zz) / xi
-    return -math.log(sigma) - (1.0 + xi) * L - math.exp(-L)
