@@ -134,3 +134,27 @@ def test_fused_op_has_a_single_node_for_value_and_gradient():
     f = pytensor.function([mu, sigma, xi], [lp, *pytensor.grad(lp, [mu, sigma, xi])], mode="NUMBA")
     names = [type(node.op).__name__ for node in f.maker.fgraph.apply_nodes]
     assert names.count("GEVLogpSum") == 1
+
+
+def test_pymc_samplers_start_at_xi_zero_and_run():
+    """A symmetric prior's initial point is xi = 0 exactly: NUTS must get a finite gradient
+    there and move; the gradient-free samplers must run too."""
+    z = gev_rvs_np(0.5, 1.0, 0.1, np.random.default_rng(4), size=200)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 2.0)
+        sigma = pm.HalfNormal("sigma", 2.0)
+        xi = pm.Normal("xi", 0.0, 0.3)
+        GEV("z", mu, sigma, xi, observed=z)
+    start = model.initial_point()
+    assert start["xi"] == 0.0
+    dlogp = model.compile_dlogp()(start)
+    assert np.all(np.isfinite(dlogp)) and np.all(dlogp != 0)
+    with model:
+        nuts = pm.sample(draws=150, tune=150, chains=1, init="adapt_diag", random_seed=1, progressbar=False,
+                         compute_convergence_checks=False)
+        slice_ = pm.sample(draws=100, tune=50, chains=1, step=pm.Slice(), random_seed=1, progressbar=False,
+                           compute_convergence_checks=False)
+    assert int(nuts["sample_stats"]["divergences"].sum()) == 0
+    for tree in (nuts, slice_):
+        draws = tree["posterior"]["xi"].values.ravel()
+        assert np.all(np.isfinite(draws)) and np.std(draws) > 0
