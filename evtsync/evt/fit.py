@@ -337,9 +337,20 @@ def save_fit(tree: xr.DataTree, out: str | Path) -> Path:
     """Write the fit atomically to ``out/fit.nc`` (or to ``out`` if it names a .nc file)."""
     dest = fit_path(out)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    _require_netcdf_engine()
     with atomic_path(dest) as tmp:
         tree.to_netcdf(tmp, engine="h5netcdf")
     return dest
+
+
+def _require_netcdf_engine() -> None:
+    """Fits are netCDF-4 files written with h5netcdf (an optional extra): say so clearly."""
+    try:
+        import h5netcdf  # noqa: F401
+        import h5py  # noqa: F401
+    except ImportError as exc:
+        raise FitError("writing and reading fits needs the netCDF engine: "
+                       "pip install 'evtsync[netcdf]' (h5netcdf and h5py)") from exc
 
 
 def load_fit(path: str | Path) -> xr.DataTree:
@@ -347,6 +358,7 @@ def load_fit(path: str | Path) -> xr.DataTree:
     p = fit_path(path)
     if not p.is_file():
         raise FitError(f"{p}: no such fit file (expected a folder written by `evtsync fit` or its {FIT_FILE})")
+    _require_netcdf_engine()
     try:
         tree = xr.open_datatree(p, engine="h5netcdf").load()
     except (OSError, ValueError) as exc:
