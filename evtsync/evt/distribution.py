@@ -239,7 +239,7 @@ def _jit_kernel():
     if _numba_kernel is None:
         import numba
 
-        _numba_kernel = numba.njit(fastmath={"arcp", "contract", "nsz"}, cache=False)(_gev_sum_kernel)
+        _numba_kernel = numba.njit(fastmath=False, cache=False)(_gev_sum_kernel)
     return _numba_kernel
 
 
@@ -255,7 +255,8 @@ class GEVLogpSum(Op):
     The gradient of the first output is the second output of the same node, so PyTensor's
     merge optimisation keeps a single traversal of the data per log-density-and-gradient
     evaluation. Compiled by numba in PyTensor's numba backend (nutpie); ``perform`` runs the
-    same kernel for the other backends (PyMC's default NUTS).
+    same kernel for the other backends (PyMC's default NUTS). No fast-math, so that the
+    rounding (and with it the draws for a given seed) does not depend on how it was compiled.
     """
 
     __props__ = ()
@@ -299,7 +300,7 @@ def gev_logp_sum(z, mu, sigma, xi):
 
 @register_funcify_default_op_cache_key(GEVLogpSum)
 def _numba_funcify_gev_logp_sum(op, node=None, **kwargs):
-    kernel = numba_njit(fastmath={"arcp", "contract", "nsz"})(_gev_sum_kernel)
+    kernel = numba_njit(fastmath=False)(_gev_sum_kernel)
 
     @numba_njit
     def gev_logp_sum_numba(z, mu, sigma, xi):

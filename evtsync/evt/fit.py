@@ -242,8 +242,12 @@ def _assemble(built: BuiltModel, raw: xr.DataTree, sampler: str, provenance: dic
 
 def _sample_nutpie(built: BuiltModel, draws: int, tune: int, chains: int, seed: int, progress: bool) -> xr.DataTree:
     import nutpie
+    import pytensor
 
-    compiled = nutpie.compile_pymc_model(built.model, backend="numba", jitter_rvs=set())
+    # No fast-math: with it, a freshly compiled graph and the same graph loaded from PyTensor's
+    # cache round differently, and the same seed gave different draws on the first run.
+    with pytensor.config.change_flags(numba__fastmath=False):
+        compiled = nutpie.compile_pymc_model(built.model, backend="numba", jitter_rvs=set())
     cores = min(chains, os.cpu_count() or 1)
     return nutpie.sample(compiled, draws=draws, tune=tune, chains=chains, cores=cores, seed=seed,
                          progress_bar=progress, save_warmup=False)
