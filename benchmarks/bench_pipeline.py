@@ -6,7 +6,7 @@ Run by hand (not a test)::
     .venv/bin/python benchmarks/bench_pipeline.py --many-ranks 256 --big-ranks 64 --big-mb 16
 
 1. Many small ranks: a ``--many-ranks`` study (TP 8, 2 iterations, 2 layers, ~0.25 MB per rank) through
-   ``evtsync tax`` in-process (``--workers 1``), with no option (in-process below 32 MB of
+   ``evtsync tax`` in-process (``--workers 1``), with no option (in-process below 256 MB of
    traces) and with a pool of 2 processes; seconds per rank, and the part of the run that is
    reading vs the rest (Python API timers).
 2. Big ranks: a ``--big-ranks`` x ``--big-mb`` MB study through ``evtsync tax`` with 1 and 2

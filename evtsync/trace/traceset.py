@@ -25,8 +25,10 @@ from evtsync.trace.tables import RankTables, build_rank_tables, format_ranks, pa
 log = logging.getLogger(__name__)
 
 TRACE_SUFFIXES = (".json", ".json.gz")
-#: Below this many bytes in total, reading in-process beats starting a process pool.
-PARALLEL_MIN_BYTES = 32 << 20
+#: Below this many bytes in total, reading in-process beats starting a process pool (the
+#: pool costs 2-3 s to start and ship tables back; a 58 MB set of 256 ranks read 1.5x faster
+#: in-process, docs/performance/reading.md).
+PARALLEL_MIN_BYTES = 256 << 20
 
 
 @dataclass
