@@ -6,6 +6,14 @@ The public API in one place::
     traces = evtsync.load_traces("traces/")          # TraceSet of typed tables
     tax = evtsync.tax_table(traces)                   # one row per collective instance
     per_rank = evtsync.tax_table(traces, per_rank=True)
+    causes = evtsync.attribute(traces)                # critical-path attribution tables
+    z = evtsync.zscore_table(traces)                  # pooled z-scores of block maxima
+    mle = evtsync.fit_mle(z["z"], family="gev")       # MLE baseline
+    fit = evtsync.fit_table(z, evtsync.load_spec("models/gev-hier-gpu-precision.toml"))
+    table, verdict = evtsync.compare_fits([fit, other])
+    tau = evtsync.tau_summary(fit, n=[8, 64, 512], block_sd_us=24.0)
+
+The Bayesian names (PyMC) are imported on first use, so ``import evtsync`` stays light.
 """
 
 from __future__ import annotations
@@ -20,15 +28,36 @@ from evtsync.blocks import compute_zscores, zscore_table
 from evtsync.collectives import Alignment, PGOverride, align_collectives
 from evtsync.critpath import AttributionResult, attribute, inject_delay
 from evtsync.errors import EvtsyncError
+from evtsync.evt.mle import fit_mle
 from evtsync.tax import TaxTables, compute_tax, tax_from_traces, tax_summary
 from evtsync.trace.traceset import TraceSet, load_traces
 
 __version__ = "0.1.0"
 
+#: Bayesian API (imports PyMC): name -> module, resolved on first access.
+_LAZY = {
+    "load_spec": "evtsync.evt.spec", "fit_table": "evtsync.evt.fit", "load_fit": "evtsync.evt.fit",
+    "save_fit": "evtsync.evt.fit", "compare_fits": "evtsync.evt.compare",
+    "tau_summary": "evtsync.evt.posterior", "bandwidth_summary": "evtsync.evt.posterior",
+    "straggler_comparison": "evtsync.evt.posterior",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'evtsync' has no attribute {name!r}")
+
+
 __all__ = [
     "Alignment", "AttributionResult", "EvtsyncError", "PGOverride", "TaxTables", "TraceSet",
     "align_collectives", "attribute", "compute_tax", "compute_zscores", "inject_delay",
-    "load_traces", "tax_from_traces", "tax_summary", "tax_table", "zscore_table",
+    "load_traces", "tax_from_traces", "tax_summary", "tax_table", "zscore_table", "fit_mle",
+    *sorted(_LAZY),
 ]
 
 

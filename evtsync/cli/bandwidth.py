@@ -68,13 +68,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--m", type=int, default=4, help="ranks per sample of the fit (default 4); n must be a multiple")
     p.add_argument("--flops-factor", type=float, default=1.0, metavar="F",
                    help="GPU peak FLOPS relative to the reference (H200): tau is divided by F (default 1)")
-    p.add_argument("--level", type=float, default=0.95, help="credible level with --fit (default 0.95)")
+    p.add_argument("--level", type=float, default=0.9, help="credible level with --fit (default 0.9)")
     p.add_argument("--json", action="store_true", help="print a JSON list, one record per (topology, n)")
     p.add_argument("--plot", metavar="PATH", help="B* against n per topology beside Hockney (.png/.svg/.pdf)")
     p.set_defaults(handler=run_bandwidth)
 
 
-def _topologies(values: list[str]) -> list[str]:
+def parse_topologies(values: list[str]) -> list[str]:
+    """Topology names from repeated / comma-separated --topology values, validated."""
     from evtsync.hockney import get_topology
 
     names: list[str] = []
@@ -87,7 +88,8 @@ def _topologies(values: list[str]) -> list[str]:
     return names
 
 
-def _domain_sizes(values: list[str]) -> list[int]:
+def parse_domain_sizes(values: list[str]) -> list[int]:
+    """Domain sizes n from --n values (each >= 2), in the order given."""
     sizes: list[int] = []
     for value in values:
         for part in value.split(","):
@@ -105,7 +107,8 @@ def _domain_sizes(values: list[str]) -> list[int]:
     return sizes
 
 
-def _alpha_us(args: argparse.Namespace) -> float:
+def alpha_us_from_args(args: argparse.Namespace) -> float:
+    """alpha in µs from --alpha-us or from an nccl-tests log (--alpha-from)."""
     if args.alpha_us is not None:
         if not args.alpha_us >= 0:
             raise InputError(f"--alpha-us must be >= 0 µs; got {args.alpha_us}")
@@ -173,11 +176,11 @@ def run_bandwidth(args: argparse.Namespace) -> int:
         return _bayesian(args)
     from evtsync.hockney import bandwidth_records
 
-    topologies = _topologies(args.topology)
-    sizes = _domain_sizes(args.n)
+    topologies = parse_topologies(args.topology)
+    sizes = parse_domain_sizes(args.n)
     if not -1 < args.eps < 0:
         raise InputError(f"--eps must lie in (-1, 0); got {args.eps}")
-    alpha = _alpha_us(args)
+    alpha = alpha_us_from_args(args)
     tau_of_n = tax_function(args, sizes)
     records = bandwidth_records(topologies, sizes, alpha, args.bytes, args.eps, tau_of_n)
     if args.plot:

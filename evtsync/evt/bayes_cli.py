@@ -155,21 +155,21 @@ def _print_note(tree) -> None:
 
 def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
     """``evtsync bandwidth --fit FIT ...``: B* and its reduction vs Hockney as credible intervals."""
-    from evtsync.cli.bandwidth import _alpha_us, _domain_sizes, _topologies
+    from evtsync.cli.bandwidth import alpha_us_from_args, parse_domain_sizes, parse_topologies
     from evtsync.evt.fit import is_converged, load_fit
     from evtsync.evt.posterior import bandwidth_summary, plot_bandwidth
     from evtsync.evt.predict import domain_multiple
 
     tree = load_fit(args.fit)
-    topologies = _topologies(args.topology)
-    sizes = _domain_sizes(args.n)
+    topologies = parse_topologies(args.topology)
+    sizes = parse_domain_sizes(args.n)
     domain_multiple(sizes, args.m)
     if not -1 < args.eps < 0:
         raise InputError(f"--eps must lie in (-1, 0); got {args.eps}")
     if getattr(args, "tau_us", None) is not None:
         raise InputError("--fit takes the tax from the posterior; do not also give --tau-us")
     block_sd = _block_sd(args)
-    alpha = _alpha_us(args)
+    alpha = alpha_us_from_args(args)
     level = getattr(args, "level", 0.9)
     summary = bandwidth_summary(tree, topologies, sizes, alpha, args.bytes, block_sd, args.eps, args.m, level,
                                 getattr(args, "flops_factor", 1.0))
@@ -194,7 +194,7 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
 
 def run_bayesian_predict(args: argparse.Namespace) -> int:
     """``evtsync predict FIT --n N... (--block-sd-us B | --block-mean-us A --cv R)``: tau(n) posterior."""
-    from evtsync.cli.bandwidth import _domain_sizes
+    from evtsync.cli.bandwidth import parse_domain_sizes
     from evtsync.evt.fit import is_converged, load_fit
     from evtsync.evt.posterior import plot_tau, tau_summary
     from evtsync.evt.predict import domain_multiple
@@ -204,7 +204,7 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
         return _straggler(args, tree)
     if not args.n:
         raise InputError("give the domain sizes --n N... (or --straggler TABLE)")
-    sizes = _domain_sizes(args.n)
+    sizes = parse_domain_sizes(args.n)
     domain_multiple(sizes, args.m)
     block_sd = _block_sd(args)
     summary = tau_summary(tree, sizes, block_sd, args.m, args.level)
