@@ -14,7 +14,7 @@ PAPER_GPU_ONLY_SHARE = 0.937
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from evtsync.cli._common import add_trace_arguments
+    from evtsync.cli._common import add_scale_arguments, add_trace_arguments
 
     parser = sub.add_parser(
         "attribute", help="why the straggler was late: critical-path attribution (SPEC §4)",
@@ -24,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "and the share of GPU-only paths; regress the path's compute difference on the tax. "
         "--pg NAME selects a process group; --pg NAME=RANKS[@STREAM] declares one (as in `tax`).")
     add_trace_arguments(parser)
+    add_scale_arguments(parser)
     parser.add_argument("-o", "--output", metavar="PATH", required=True,
                         help="per-collective table (.parquet/.csv); also PATH_summary, PATH_validation "
                              "and, with --paths, PATH_paths")
@@ -40,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evtsync.cli._common import align_options, sibling_path
+    from evtsync.cli._common import align_options, reading_options, sibling_path
     from evtsync.critpath import categories
     from evtsync.critpath.attribution import attribute
     from evtsync.errors import InputError
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--pg: select one process group at a time (got {', '.join(selections)})")
     for text in args.category:
         categories.add_pattern(*categories.parse_category_option(text))
-    traces = load_traces(args.traces, salvage=args.salvage, workers=args.workers)
+    traces = load_traces(args.traces, **reading_options(args))
     result = attribute(traces, selections[0] if selections else None,
                        same_stream_tolerance_us=args.same_stream_tolerance_us, keep_paths=args.paths,
                        **align_options(args))

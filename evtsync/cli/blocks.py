@@ -10,7 +10,7 @@ ORDER = 20
 
 def register(sub: argparse._SubParsersAction) -> None:
     from evtsync.blocks import DEFAULT_M, TIME_DEFINITIONS
-    from evtsync.cli._common import add_trace_arguments
+    from evtsync.cli._common import add_scale_arguments, add_trace_arguments
     from evtsync.kernels import PRECISIONS
 
     parser = sub.add_parser(
@@ -19,6 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "collectives of one process group (default: the TP group), and write the pooled z-score "
         "of each block maximum over samples of m ranks. See docs/blocks.md.")
     add_trace_arguments(parser)
+    add_scale_arguments(parser)
     for action in parser._actions:
         if "--pg" in action.option_strings:
             action.metavar = "NAME | NAME=RANKS[@STREAM]"
@@ -48,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evtsync.blocks import compute_zscores, drop_summary
-    from evtsync.cli._common import align_options, sibling_path
+    from evtsync.cli._common import align_options, reading_options, sibling_path
     from evtsync.collectives import PGOverride
     from evtsync.errors import InputError
     from evtsync.tableio import write_table
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     args.pg = [text for text in args.pg if "=" in text]
     declared = [PGOverride.parse(text).name for text in args.pg]
     selector = selectors[0] if selectors else (declared[0] if len(declared) == 1 else None)
-    traces = load_traces(args.traces, salvage=args.salvage, workers=args.workers)
+    traces = load_traces(args.traces, **reading_options(args))
     table, blocks = compute_zscores(
         traces, pg=selector, m=args.m, time=args.time, workload=args.workload,
         precision=args.precision, gemm_patterns=args.gemm_pattern, keep_all=args.keep_all,
