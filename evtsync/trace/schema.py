@@ -8,6 +8,7 @@ Argument values are declared as loose unions because real traces disagree on typ
 
 from __future__ import annotations
 
+import functools
 import re
 
 import msgspec
@@ -83,6 +84,7 @@ _COLLECTIVE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def canonical_collective(text: str | None) -> str:
     """Map a kernel name or a ``Collective name`` value to a canonical collective type.
 
