@@ -258,6 +258,126 @@ def _clock_domains(traces: TraceSet, ranks_per_host: int) -> dict[int, str]:
     return domains
 
 
+GROUP_COLUMNS = ["pg", "pg_name", "pg_desc", "pg_ranks", "n_ranks", "pg_source", "streams",
+                 "n_collectives", "present_ranks"]
+#: Columns of the NCCL kernel rows that aligning one PG needs (what a task is sent).
+TASK_COLUMNS = ["rank", "collective", "msg_bytes", "dtype", "stream", "ts_ns", "dur_ns", "end_ns",
+                "correlation", "external_id"]
+
+
+@dataclass
+class GroupTask:
+    """Everything needed to align one PG, independently of the others (a unit of work)."""
+
+    label: str
+    meta: dict[str, object]
+    kernels: pd.DataFrame
+    present: frozenset[int]
+    domains: dict[int, str]
+    end_tolerance_us: float
+    strict: bool
+    allow_partial: bool
+
+
+@dataclass
+class GroupAlignment:
+    """The alignment of one PG: its row of ``groups``, its instances, mismatches, invalid."""
+
+    group: dict[str, object]
+    instances: pd.DataFrame
+    mismatches: list[tuple]
+    invalid: set[tuple[str, int]]
+
+
+def plan_alignment(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
+                   end_tolerance_us: float = END_TOLERANCE_US, strict: bool = True,
+                   allow_partial: bool = False,
+                   ranks_per_host: int = RANKS_PER_HOST) -> list[GroupTask]:
+    """Assign every collective to its PG and cut the work into one task per PG (sorted)."""
+    nccl, is_gloo = _collective_events(traces)
+    if is_gloo and end_tolerance_us == END_TOLERANCE_US:
+        end_tolerance_us = GLOO_END_TOLERANCE_US
+    if nccl.empty:
+        return []
+    labels, info = _assign_groups(nccl, traces, list(overrides), end_tolerance_us, strict)
+    present = frozenset(traces.rank_ids)
+    domains = _clock_domains(traces, ranks_per_host)
+    label_array = labels.to_numpy()
+    tasks = []
+    for label, meta in sorted(info.items()):
+        rows = nccl.loc[label_array == label, TASK_COLUMNS]
+        if rows.empty:
+            continue
+        tasks.append(GroupTask(label, meta, rows.reset_index(drop=True), present, domains,
+                               end_tolerance_us, strict, allow_partial))
+    return tasks
+
+
+def align_group(task: GroupTask) -> GroupAlignment:
+    """Match the i-th collective of one PG across its member ranks and validate the match."""
+    label, meta, sub = task.label, task.meta, task.kernels
+    members: tuple[int, ...] = meta["ranks"]  # type: ignore[assignment]
+    mismatches: list[tuple] = []
+    invalid: set[tuple[str, int]] = set()
+    missing = [r for r in members if r not in task.present]
+    if missing:
+        if not task.allow_partial:
+            raise AlignmentError(
+                f"PG {label}: member rank(s) {format_ranks(tuple(missing))} of "
+                f"{format_ranks(members)} have no trace; load every member's trace or pass "
+                "--allow-partial to align over the ranks present")
+        log.warning("PG %s: aligning over %d of %d member ranks (missing %s)", label,
+                    len(members) - len(missing), len(members), format_ranks(tuple(missing)))
+    ranks_here = [r for r in members if r in task.present]
+    seqs = {r: sub[sub["rank"] == r].sort_values("ts_ns", kind="stable") for r in ranks_here}
+    counts = {r: len(s) for r, s in seqs.items()}
+    n = min(counts.values())
+    if len(set(counts.values())) > 1:
+        detail = ", ".join(f"rank {r}: {c}" for r, c in counts.items())
+        longest = max(counts.values())
+        for r, c in counts.items():
+            if c != longest:
+                mismatches.append((label, n, r, "count", f"{c} collectives, others up to {longest}"))
+        if task.strict:
+            raise AlignmentError(f"PG {label}: ranks have different numbers of collectives "
+                                 f"({detail}); pass --no-strict to align the first {n} and "
+                                 "flag the rest")
+        log.warning("PG %s: different numbers of collectives (%s); aligned the first %d, "
+                    "dropped %d kernel(s) beyond them", label, detail, n,
+                    sum(c - n for c in counts.values()))
+    rows = []
+    for r in ranks_here:
+        s = seqs[r].iloc[:n]
+        rows.append(pd.DataFrame({
+            "pg": label, "index": np.arange(n, dtype=np.int64), "rank": np.int32(r),
+            "collective": s["collective"].astype(str).to_numpy(),
+            "msg_bytes": s["msg_bytes"].to_numpy(), "dtype": s["dtype"].astype(object).to_numpy(),
+            "stream": s["stream"].to_numpy(), "ts_ns": s["ts_ns"].to_numpy(),
+            "dur_ns": s["dur_ns"].to_numpy(), "end_ns": s["end_ns"].to_numpy(),
+            "correlation": s["correlation"].to_numpy(), "external_id": s["external_id"].to_numpy()}))
+    inst = pd.concat(rows, ignore_index=True)
+    _validate(label, inst, task.domains, task.end_tolerance_us, mismatches, invalid, task.strict)
+    group = {
+        "pg": label, "pg_name": meta["pg_name"], "pg_desc": meta["pg_desc"],
+        "pg_ranks": format_ranks(members), "n_ranks": len(members), "pg_source": meta["source"],
+        "streams": format_ranks(tuple(sorted(set(sub["stream"].tolist())))),
+        "n_collectives": n, "present_ranks": format_ranks(tuple(ranks_here))}
+    return GroupAlignment(group, inst, mismatches, invalid)
+
+
+def merge_alignments(parts: Sequence[GroupAlignment]) -> Alignment:
+    """One Alignment from the per-PG parts (in PG order)."""
+    if not parts:
+        return Alignment(pd.DataFrame(columns=GROUP_COLUMNS), pd.DataFrame(columns=INSTANCE_COLUMNS),
+                         pd.DataFrame(columns=MISMATCH_COLUMNS))
+    mismatch_table = pd.DataFrame([m for p in parts for m in p.mismatches], columns=MISMATCH_COLUMNS)
+    if len(mismatch_table):
+        log.warning("%d alignment mismatch(es) found; see the mismatches table", len(mismatch_table))
+    return Alignment(pd.DataFrame([p.group for p in parts]),
+                     pd.concat([p.instances for p in parts], ignore_index=True),
+                     mismatch_table, set().union(*(p.invalid for p in parts)))
+
+
 def align_collectives(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
                       end_tolerance_us: float = END_TOLERANCE_US, strict: bool = True,
                       allow_partial: bool = False, ranks_per_host: int = RANKS_PER_HOST) -> Alignment:
@@ -267,75 +387,9 @@ def align_collectives(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
     (otherwise an :class:`AlignmentError` names them); ``strict=False`` keeps going past
     count/type mismatches, flagging them instead of stopping.
     """
-    nccl, is_gloo = _collective_events(traces)
-    if is_gloo and end_tolerance_us == END_TOLERANCE_US:
-        end_tolerance_us = GLOO_END_TOLERANCE_US
-    if nccl.empty:
-        empty = pd.DataFrame(columns=INSTANCE_COLUMNS)
-        return Alignment(pd.DataFrame(columns=["pg", "pg_name", "pg_desc", "pg_ranks", "n_ranks",
-                                               "pg_source", "streams", "n_collectives",
-                                               "present_ranks"]),
-                         empty, pd.DataFrame(columns=MISMATCH_COLUMNS))
-    labels, info = _assign_groups(nccl, traces, list(overrides), end_tolerance_us, strict)
-    nccl = nccl.assign(pg=labels.to_numpy())
-    present = set(traces.rank_ids)
-    domains = _clock_domains(traces, ranks_per_host)
-    group_rows, instance_parts, mismatches = [], [], []
-    invalid: set[tuple[str, int]] = set()
-    for label, meta in sorted(info.items()):
-        members: tuple[int, ...] = meta["ranks"]  # type: ignore[assignment]
-        sub = nccl[nccl["pg"] == label]
-        if sub.empty:
-            continue
-        missing = [r for r in members if r not in present]
-        if missing:
-            if not allow_partial:
-                raise AlignmentError(
-                    f"PG {label}: member rank(s) {format_ranks(tuple(missing))} of "
-                    f"{format_ranks(members)} have no trace; load every member's trace or pass "
-                    "--allow-partial to align over the ranks present")
-            log.warning("PG %s: aligning over %d of %d member ranks (missing %s)", label,
-                        len(members) - len(missing), len(members), format_ranks(tuple(missing)))
-        ranks_here = [r for r in members if r in present]
-        seqs = {r: sub[sub["rank"] == r].sort_values("ts_ns", kind="stable") for r in ranks_here}
-        counts = {r: len(s) for r, s in seqs.items()}
-        n = min(counts.values())
-        if len(set(counts.values())) > 1:
-            detail = ", ".join(f"rank {r}: {c}" for r, c in counts.items())
-            longest = max(counts.values())
-            for r, c in counts.items():
-                if c != longest:
-                    mismatches.append((label, n, r, "count", f"{c} collectives, others up to {longest}"))
-            if strict:
-                raise AlignmentError(f"PG {label}: ranks have different numbers of collectives "
-                                     f"({detail}); pass --no-strict to align the first {n} and "
-                                     "flag the rest")
-            log.warning("PG %s: different numbers of collectives (%s); aligned the first %d, "
-                        "dropped %d kernel(s) beyond them", label, detail, n,
-                        sum(c - n for c in counts.values()))
-        rows = []
-        for r in ranks_here:
-            s = seqs[r].iloc[:n]
-            rows.append(pd.DataFrame({
-                "pg": label, "index": np.arange(n, dtype=np.int64), "rank": np.int32(r),
-                "collective": s["collective"].astype(str).to_numpy(),
-                "msg_bytes": s["msg_bytes"].to_numpy(), "dtype": s["dtype"].astype(object).to_numpy(),
-                "stream": s["stream"].to_numpy(), "ts_ns": s["ts_ns"].to_numpy(),
-                "dur_ns": s["dur_ns"].to_numpy(), "end_ns": s["end_ns"].to_numpy(),
-                "correlation": s["correlation"].to_numpy(), "external_id": s["external_id"].to_numpy()}))
-        inst = pd.concat(rows, ignore_index=True)
-        _validate(label, inst, domains, end_tolerance_us, mismatches, invalid, strict)
-        instance_parts.append(inst)
-        group_rows.append({
-            "pg": label, "pg_name": meta["pg_name"], "pg_desc": meta["pg_desc"],
-            "pg_ranks": format_ranks(members), "n_ranks": len(members), "pg_source": meta["source"],
-            "streams": format_ranks(tuple(sorted(set(sub["stream"].tolist())))),
-            "n_collectives": n, "present_ranks": format_ranks(tuple(ranks_here))})
-    mismatch_table = pd.DataFrame(mismatches, columns=MISMATCH_COLUMNS)
-    if len(mismatch_table):
-        log.warning("%d alignment mismatch(es) found; see the mismatches table", len(mismatch_table))
-    return Alignment(pd.DataFrame(group_rows), pd.concat(instance_parts, ignore_index=True),
-                     mismatch_table, invalid)
+    tasks = plan_alignment(traces, overrides=overrides, end_tolerance_us=end_tolerance_us,
+                           strict=strict, allow_partial=allow_partial, ranks_per_host=ranks_per_host)
+    return merge_alignments([align_group(task) for task in tasks])
 
 
 def _validate(label: str, inst: pd.DataFrame, domains: dict[int, str], tolerance_us: float,

@@ -14,7 +14,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.collectives import Alignment, align_collectives
+from evtsync.collectives import (
+    MISMATCH_COLUMNS,
+    Alignment,
+    GroupAlignment,
+    GroupTask,
+    align_collectives,
+    align_group,
+    merge_alignments,
+    plan_alignment,
+)
+from evtsync.parallel import Backend
 from evtsync.trace.traceset import TraceSet
 
 TAX_COLUMNS = ["pg", "pg_desc", "pg_ranks", "pg_source", "index", "collective", "bytes", "dtype",
@@ -109,7 +119,30 @@ def tax_summary(tax: TaxTables) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def tax_from_traces(traces: TraceSet, **align_options: Any) -> tuple[Alignment, TaxTables]:
-    """Align the collectives of a trace set and compute its tax tables in one call."""
-    alignment = align_collectives(traces, **align_options)
-    return alignment, compute_tax(alignment)
+def tax_of_group(task: GroupTask) -> tuple[GroupAlignment, TaxTables]:
+    """Align one PG and compute its tax: the unit of work of a parallel backend."""
+    part = align_group(task)
+    alone = Alignment(pd.DataFrame([part.group]), part.instances,
+                      pd.DataFrame(columns=MISMATCH_COLUMNS), part.invalid)
+    return part, compute_tax(alone)
+
+
+def tax_from_traces(traces: TraceSet, *, backend: Backend | None = None,
+                    **align_options: Any) -> tuple[Alignment, TaxTables]:
+    """Align the collectives of a trace set and compute its tax tables in one call.
+
+    With a ``backend`` (e.g. a Dask cluster from :mod:`evtsync.parallel`) each process group
+    is aligned and taxed as a task of its own; the tables are the same as without one.
+    """
+    if backend is None:
+        alignment = align_collectives(traces, **align_options)
+        return alignment, compute_tax(alignment)
+    tasks = plan_alignment(traces, **align_options)
+    results = backend.map(tax_of_group, tasks, "tax per process group")
+    alignment = merge_alignments([part for part, _ in results])
+    if not results:
+        return alignment, compute_tax(alignment)
+    tables = TaxTables(
+        pd.concat([t.collectives for _, t in results], ignore_index=True),
+        pd.concat([t.ranks for _, t in results], ignore_index=True))
+    return alignment, tables

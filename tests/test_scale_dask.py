@@ -77,3 +77,28 @@ def test_unreachable_scheduler_is_a_clear_error() -> None:
     with pytest.raises(InputError, match="cannot reach the Dask scheduler at tcp://127.0.0.1:9"), \
             dask_backend("tcp://127.0.0.1:9", timeout="1s"):
         pass
+
+
+def test_per_pg_tax_as_dask_tasks_equals_the_local_path(study: Path, local_tables) -> None:  # noqa: ANN001
+    """Each process group is aligned and taxed as a task of its own: same tables."""
+    from evtsync.parallel import DaskCluster
+
+    ref, collectives, ranks = local_tables
+    local_alignment, _ = tax_from_traces(ref)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        alignment, tax = tax_from_traces(ref, backend=DaskCluster(client, "test cluster"))
+    assert len(alignment.groups) == 2  # two TP groups: two tasks
+    pd.testing.assert_frame_equal(tax.collectives, collectives)
+    pd.testing.assert_frame_equal(tax.ranks, ranks)
+    pd.testing.assert_frame_equal(alignment.groups, local_alignment.groups)
+    pd.testing.assert_frame_equal(alignment.instances, local_alignment.instances)
+
+
+def test_cli_tax_on_a_local_dask_cluster(study: Path, local_tables, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    from evtsync.cli import main
+
+    out = tmp_path / "tax.parquet"
+    assert main(["tax", str(study), "--scheduler", "local", "--workers", "1", "--no-cache",
+                 "-o", str(out)]) == 0
+    pd.testing.assert_frame_equal(pd.read_parquet(out), local_tables[1])

@@ -29,17 +29,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import contextlib
     import tempfile
 
     from evtsync.cli._common import align_options, reading_options, sibling_path
     from evtsync.errors import InputError
+    from evtsync.parallel import dask_backend, scheduler_address
     from evtsync.tableio import write_table
     from evtsync.tax import tax_from_traces, tax_summary
     from evtsync.trace.traceset import load_traces
 
     if args.demo == bool(args.traces):
         raise InputError("give TRACES or --demo (not both)")
-    with tempfile.TemporaryDirectory(prefix="evtsync-demo-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="evtsync-demo-"))
         paths = args.traces
         if args.demo:
             from evtsync.synth import write_demo_traces
@@ -49,8 +52,14 @@ def run(args: argparse.Namespace) -> int:
         options = reading_options(args)
         if args.demo:
             options["cache"] = None  # a temporary folder: nothing to reuse
+        backend = None
+        address = scheduler_address(options.get("scheduler"))
+        if address:  # one Dask cluster for reading and for the per-PG tax tasks
+            backend = stack.enter_context(dask_backend(address, args.workers))
+            options.pop("scheduler")
+            options["client"] = backend.client
         traces = load_traces(paths, **options)
-    alignment, tables = tax_from_traces(traces, **align_options(args))
+        alignment, tables = tax_from_traces(traces, backend=backend, **align_options(args))
     summary = tax_summary(tables)
     if traces.nccl_kernels.empty:
         if alignment.instances.empty:
