@@ -43,7 +43,27 @@ def build_parser() -> argparse.ArgumentParser:
     modules.sort(key=lambda m: (getattr(m, "ORDER", 50), m.__name__))
     for module in modules:
         module.register(sub)
+    for command in sub.choices.values():
+        _add_global_options(command)
     return parser
+
+
+def _add_global_options(parser: argparse.ArgumentParser) -> None:
+    """Accept -q/-v after the command too (``evtsync tax … -q``), in nested groups as well.
+
+    The defaults are suppressed so that the value given before the command stays.
+    """
+    present = {opt for action in parser._actions for opt in action.option_strings}
+    if "-q" not in present and "--quiet" not in present:
+        parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                            help="no progress bars, warnings only")
+    if "-v" not in present and "--verbose" not in present:
+        parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                            help="log debugging detail")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _add_global_options(child)
 
 
 def _configure_logging(verbose: bool, quiet: bool) -> None:
