@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import DATA as SHARED_DATA  # ../shared/data beside the clone
 from scipy import stats
 
 from evtsync.cli import main
@@ -197,7 +198,7 @@ def test_port_pirie_posterior_agrees_with_published_mle():
     SE) and its sd within 30% of the asymptotic standard error."""
     from evtsync.evt.spec import parse_spec
 
-    z = pd.read_csv(Path("/work/shared/data/evt/portpirie.csv"))["SeaLevel"].to_numpy()
+    z = pd.read_csv(SHARED_DATA / "evt" / "portpirie.csv")["SeaLevel"].to_numpy()
     tree = fit_table(pd.DataFrame({"z": z}), parse_spec(WEAK_GEV, "weak.toml"), draws=2000, tune=500, chains=2,
                      seed=1)
     assert tree.attrs["sigma_support_transform"] == 1  # n = 65: sampled above the support bound

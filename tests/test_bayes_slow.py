@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import DATA as SHARED_DATA  # ../shared/data beside the clone
 from scipy import stats
+from test_bayes_fit import WEAK_GEV
 
 from evtsync.evt.compare import compare_fits
 from evtsync.evt.distribution import gev_rvs_np
@@ -87,18 +89,6 @@ def test_simulation_based_calibration_coverage():
     assert abs(hits - 0.9 * 3 * n_sets) <= 9, hits
 
 
-WEAK_GEV = """
-name = "gev-weak"
-family = "gev"
-[data]
-column = "z"
-[mu]
-prior = { dist = "normal", mu = 0.0, sigma = 100.0 }
-[sigma]
-prior = { dist = "halfnormal", sigma = 100.0 }
-[xi]
-prior = { dist = "uniform", lower = -1.0, upper = 1.0 }
-"""
 
 
 def test_glass_posterior_agrees_with_mle():
@@ -107,7 +97,7 @@ def test_glass_posterior_agrees_with_mle():
     package's independent MLE module), posterior sd within 30% of the standard error."""
     from evtsync.evt import mle
 
-    z = -pd.read_csv(Path("/work/shared/data/evt/glass.csv"))["Strength"].to_numpy()
+    z = -pd.read_csv(SHARED_DATA / "evt" / "glass.csv")["Strength"].to_numpy()
     ref = mle.fit_mle(z, "gev")
     assert (round(ref.mu, 2), round(ref.sigma, 2), round(ref.xi, 3)) == (-1.64, 0.27, -0.084)
     tree = fit_table(pd.DataFrame({"z": z}), parse_spec(WEAK_GEV, "weak.toml"), draws=2000, tune=500,
