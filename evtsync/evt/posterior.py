@@ -19,6 +19,7 @@ import xarray as xr
 
 from evtsync.errors import InputError
 from evtsync.evt.fit import cell_parameters, convergence_note, is_converged
+from evtsync.report.plotting import plt, save_figure
 
 log = logging.getLogger("evtsync.evt.posterior")
 
@@ -205,33 +206,8 @@ def straggler_comparison(tree: xr.DataTree, table: pd.DataFrame, m: int = 4, lev
     return out
 
 
-def _save(fig, path: str | os.PathLike[str]) -> None:
-    import matplotlib.pyplot as plt
-
-    from evtsync.tableio import atomic_path
-
-    suffix = str(path).rsplit(".", 1)[-1].lower()
-    if suffix not in ("png", "svg", "pdf"):
-        raise InputError(f"{path}: plot format must be .png, .svg or .pdf")
-    try:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=suffix, dpi=120)
-    finally:
-        plt.close(fig)
-
-
-def _figure():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_tau(summary: pd.DataFrame, path: str | os.PathLike[str], title: str = "") -> None:
     """tau(n) against n per cell: posterior mean with its credible band."""
-    plt = _figure()
     fig, ax = plt.subplots(figsize=(7, 5))
     for i, (cell, rows) in enumerate(summary.groupby("cell", sort=False)):
         rows = rows.sort_values("n")
@@ -246,12 +222,11 @@ def plot_tau(summary: pd.DataFrame, path: str | os.PathLike[str], title: str = "
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path, dpi=120)
 
 
 def plot_bandwidth(summary: pd.DataFrame, path: str | os.PathLike[str]) -> None:
     """B* against n per topology (and cell) with credible bands, beside Hockney's B*_H."""
-    plt = _figure()
     fig, ax = plt.subplots(figsize=(7, 5))
     drawn_hockney: set[str] = set()
     for k, ((topo, cell), rows) in enumerate(summary.groupby(["topology", "cell"], sort=False)):
@@ -271,12 +246,11 @@ def plot_bandwidth(summary: pd.DataFrame, path: str | os.PathLike[str]) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path, dpi=120)
 
 
 def plot_straggler(comparison: pd.DataFrame, path: str | os.PathLike[str]) -> None:
     """Measured against predicted mean straggler delay with interval bars (the paper's Fig. 11)."""
-    plt = _figure()
     fig, ax = plt.subplots(figsize=(6, 6))
     for i, (gpu, rows) in enumerate(comparison.groupby("gpu", sort=False)):
         yerr = np.vstack([rows["predicted_mean_us"] - rows["predicted_lower_us"],
@@ -294,4 +268,4 @@ def plot_straggler(comparison: pd.DataFrame, path: str | os.PathLike[str]) -> No
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path, dpi=120)

@@ -1,8 +1,8 @@
 """Streaming decoder of one Kineto trace file into compact typed columns.
 
 The file is read in blocks (plain or gzip). Each block is split after its last complete
-event and decoded with msgspec into :class:`~evtsync.trace.schema.Event` structs, which
-are turned into numpy arrays at once (integers as int64, strings as int32 codes into one
+event and decoded with msgspec into :class:`_Event` structs (only the fields evtsync uses:
+msgspec skips the rest without building objects), which are turned into numpy arrays at once (integers as int64, strings as int32 codes into one
 per-file dictionary of unique strings) and dropped. Peak memory is therefore bounded by
 one block's structs plus the compact columns of the events kept, never by the whole JSON
 text or a list of Python objects per event; the columns are concatenated at the end.
@@ -61,10 +61,10 @@ _header_decoder = msgspec.json.Decoder()
 
 
 class _Args(msgspec.Struct, gc=False):
-    """:class:`~evtsync.trace.schema.EventArgs` with -1 as the default of integer fields.
+    """The ``args`` object of an event, reduced to the keys evtsync reads.
 
-    Same keys and types as the schema; an absent integer argument decodes straight to the
-    missing value -1, so the common column of plain integers converts to numpy in C.
+    An absent integer argument decodes straight to the missing value -1, so the common
+    column of plain integers converts to numpy in C.
     """
 
     external_id: Scalar = msgspec.field(default=MISSING, name="External id")
@@ -89,7 +89,7 @@ _EMPTY_ARGS = _Args()  # shared by every event without args (never modified)
 
 
 class _Event(msgspec.Struct, gc=False):
-    """:class:`~evtsync.trace.schema.Event` with the decoder's argument struct."""
+    """One trace event, reduced to the keys evtsync reads."""
 
     ph: str = ""
     cat: str | None = None

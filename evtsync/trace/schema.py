@@ -1,9 +1,9 @@
-"""The Kineto trace format as evtsync decodes it: event structs, categories, NCCL names.
+"""The Kineto trace format as evtsync reads it: categories, NCCL names, API names.
 
-Only the fields evtsync uses are declared; msgspec skips every other field without
-building Python objects for it, which is what keeps decoding fast and memory-light.
-Argument values are declared as loose unions because real traces disagree on types
-(e.g. a process-group name is a string in one trace and an integer in another).
+The event structs themselves live with the decoder (:mod:`evtsync.trace.decode`). Their
+argument values are declared as :data:`Scalar`, a loose union, because real traces
+disagree on types (e.g. a process-group name is a string in one trace and an integer in
+another).
 """
 
 from __future__ import annotations
@@ -11,47 +11,8 @@ from __future__ import annotations
 import functools
 import re
 
-import msgspec
-
 Scalar = int | float | str | None
 
-
-class EventArgs(msgspec.Struct, gc=False, omit_defaults=True):
-    """The ``args`` object of an event, reduced to the keys evtsync reads."""
-
-    external_id: Scalar = msgspec.field(default=None, name="External id")
-    correlation: Scalar = None
-    device: Scalar = None
-    stream: Scalar = None
-    collective_name: Scalar = msgspec.field(default=None, name="Collective name")
-    in_nelems: Scalar = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: Scalar = msgspec.field(default=None, name="Out msg nelems")
-    group_size: Scalar = msgspec.field(default=None, name="Group size")
-    dtype: Scalar = None
-    pg_name: Scalar = msgspec.field(default=None, name="Process Group Name")
-    pg_desc: Scalar = msgspec.field(default=None, name="Process Group Description")
-    pg_ranks: Scalar = msgspec.field(default=None, name="Process Group Ranks")
-    pg_id: Scalar = msgspec.field(default=None, name="Process Group ID")
-    seq: Scalar = msgspec.field(default=None, name="Sequence number")
-    wait_on_stream: Scalar = None
-    wait_on_event_corr: Scalar = msgspec.field(default=None, name="wait_on_cuda_event_record_corr_id")
-    sync_kind: Scalar = msgspec.field(default=None, name="cuda_sync_kind")
-
-
-class Event(msgspec.Struct, gc=False):
-    """One trace event, reduced to the keys evtsync reads."""
-
-    ph: str = ""
-    cat: str | None = None
-    name: str = ""
-    pid: int | str | None = None
-    tid: int | str | None = None
-    ts: int | float | None = None
-    dur: int | float | None = None
-    args: EventArgs | None = None
-
-
-EVENT_LIST = list[Event]
 
 #: GPU-side categories that occupy a stream.
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
