@@ -171,3 +171,28 @@ def test_args_null_and_absent_args_give_missing_values(tmp_path: Path) -> None:
     runtime = read_rank(_write(tmp_path / "null_args.json", events)).runtime
     assert runtime["correlation"].tolist() == [5, -1, -1, 6]
     assert runtime["external_id"].tolist() == [9, -1, -1, -1]
+
+
+def test_events_of_every_phase_and_of_none_are_counted_and_only_complete_ones_kept(tmp_path: Path) -> None:
+    """Phase-typed decoding skips flows/instants/metadata; blocks with an event of no or an
+    unknown phase fall back to the permissive decoder: same counts and rows either way."""
+    events: list[dict] = []
+    phases = ["X", "s", "f", "i", "M", "C", "X", "b", "e", "X"]
+    for i in range(600):
+        ph = phases[i % len(phases)]
+        event = {"ph": ph, "cat": ["cpu_op", "ac2g", "cpu_instant_event", None][i % 4],
+                 "name": f"ev{i}", "pid": 1, "tid": 2, "ts": 1000 + i, "dur": 2,
+                 "args": {"External id": i, "labels": [{"x": 1}]}}
+        if i == 450:
+            del event["ph"]          # no phase: kept out of every table, still counted
+        if i == 520:
+            event["ph"] = "Z"        # a phase the format does not define
+        events.append(event)
+    path = _write(tmp_path / "phases.json", events)
+    expected_ops = [e["args"]["External id"] for e in events
+                    if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    for block in (97, 4096, 1 << 20):
+        decoded = decode_file(path, block_size=block)
+        assert decoded.n_events == len(events)
+        assert decoded.category_counts == dict(Counter(e.get("cat") or "(none)" for e in events))
+        assert decoded.columns["cpu"]["external_id"].tolist() == expected_ops

@@ -65,27 +65,28 @@ def _frame(decoded: DecodedTrace, table: str, base_ns: int) -> pd.DataFrame:
             out[name] = values
     if "dur_ns" in out:
         out["end_ns"] = out["ts_ns"] + out["dur_ns"]
+    _in_time_order(out)
     # no consolidation copy of the columns; an object column index while columns are added
     # (inserting into pandas' pyarrow-backed string index costs ~1 ms per column)
     return pd.DataFrame(out, copy=False, columns=pd.Index(list(out), dtype=object))
 
 
-def _by_time(frame: pd.DataFrame) -> pd.DataFrame:
-    """Rows in ``ts_ns`` order (stable); a table already in order is returned as it is.
+def _in_time_order(columns: dict[str, Any]) -> None:
+    """Reorder the columns of one table by ``ts_ns`` (stable), in place in the dict.
 
-    Reordered column by column, each old column released as its sorted copy is made, so
-    the peak is the table plus one column rather than two tables.
+    Done on the numpy arrays and categorical codes before any DataFrame exists (pandas'
+    per-column take and delete cost more than the sort); each old column is released as
+    its reordered copy replaces it, so the peak is the table plus one column.
     """
-    ts = frame["ts_ns"].to_numpy()
+    ts = columns["ts_ns"]
     if ts.size < 2 or bool((ts[1:] >= ts[:-1]).all()):
-        return frame
+        return
     order = np.argsort(ts, kind="stable")
-    columns = list(frame.columns)
-    sorted_columns: dict[str, Any] = {}
-    for name in columns:
-        sorted_columns[name] = frame[name].array.take(order)
-        del frame[name]
-    return pd.DataFrame(sorted_columns, copy=False, columns=pd.Index(columns, dtype="str"))
+    for name, values in columns.items():
+        if isinstance(values, pd.Categorical):
+            columns[name] = pd.Categorical.from_codes(values.codes[order], dtype=values.dtype, validate=False)
+        else:
+            columns[name] = values[order]
 
 
 def parse_rank_list(text: Any) -> tuple[int, ...] | None:
@@ -147,14 +148,19 @@ def _annotate_kernels(kernels: pd.DataFrame, cpu_ops: pd.DataFrame) -> pd.DataFr
                     obj = np.array(col.astype(object), dtype=object)
                     obj[nccl_idx[take]] = values
                     kernels[name] = _str_column(list(obj))
-    coll = np.full(len(kernels), None, dtype=object)
+    codes = np.full(len(kernels), -1, dtype=np.int32)
+    categories: list[str] = []
     if nccl_idx.size:
         arg_names = kernels["collective_name"].astype(object).to_numpy()[nccl_idx]
         kernel_names = names.astype(object).to_numpy()[nccl_idx]
         from_args = [canonical_collective(None if pd.isna(a) else str(a)) for a in arg_names]
-        coll[nccl_idx] = [a if a != "Unknown" else canonical_collective(k)
-                          for a, k in zip(from_args, kernel_names, strict=True)]
-    kernels["collective"] = pd.Categorical(coll)
+        per_kernel = [a if a != "Unknown" else canonical_collective(k)
+                      for a, k in zip(from_args, kernel_names, strict=True)]
+        categories = sorted(set(per_kernel))
+        code_of = {name: code for code, name in enumerate(categories)}
+        codes[nccl_idx] = [code_of[name] for name in per_kernel]
+    # from codes: building the categorical from a column of strings costs ~10 ms per rank
+    kernels["collective"] = pd.Categorical.from_codes(codes, categories=pd.Index(categories), validate=False)
     dtypes = kernels["dtype"]
     if isinstance(dtypes.dtype, pd.CategoricalDtype):
         per_category = np.array([dtype_size(str(d)) for d in dtypes.cat.categories] + [0], dtype=np.int64)
@@ -200,7 +206,6 @@ def build_rank_tables(decoded: DecodedTrace) -> RankTables:
     for frame in (kernels, cpu_ops, runtime, syncs):
         frame.insert(0, "rank", np.int32(rank))
         frame.columns = pd.Index(list(frame.columns), dtype="str")
-    kernels, cpu_ops, runtime, syncs = (_by_time(f) for f in (kernels, cpu_ops, runtime, syncs))
     info_block = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
     devices = kernels["device"].to_numpy()
     device = int(np.bincount(devices[devices >= 0]).argmax()) if (devices >= 0).any() else None
