@@ -6,7 +6,7 @@ Run by hand (not a test)::
     .venv/bin/python benchmarks/bench_pipeline.py --many-ranks 256 --big-ranks 64 --big-mb 16
 
 1. Many small ranks: a ``--many-ranks`` study (TP 8, 2 iterations, 2 layers, ~0.25 MB per rank) through
-   ``evtsync tax`` in-process (``--workers 1``), with no option (in-process below 256 MB of
+   ``evtsync tax`` in-process (``--jobs 1``), with no option (in-process below 256 MB of
    traces) and with a pool of 2 processes; seconds per rank, and the part of the run that is
    reading vs the rest (Python API timers).
 2. Big ranks: a ``--big-ranks`` x ``--big-mb`` MB study through ``evtsync tax`` with 1 and 2
@@ -84,15 +84,15 @@ def many_ranks(workdir: Path, ranks: int) -> dict:
     traces_dir = study(workdir, ranks, 0.12)
     size_mb = sum(p.stat().st_size for p in traces_dir.iterdir()) / 1e6
     out: dict = {"ranks": ranks, "total_mb": size_mb}
-    for label, extra in (("in-process (--workers 1)", ["--workers", "1"]),
-                         ("default (no option)", []), ("pool, 2 processes", ["--workers", "2"])):
+    for label, extra in (("in-process (--jobs 1)", ["--jobs", "1"]),
+                         ("default (no option)", []), ("pool, 2 processes", ["--jobs", "2"])):
         res = timed([*evtsync_cmd(), "tax", str(traces_dir), "--no-cache", "--json", *extra])
         res["s_per_rank"] = res["wall_s"] / ranks
         out[label] = {k: v for k, v in res.items() if k != "stdout"}
         print(f"  {ranks} ranks, {label}: {res['wall_s']:.1f} s wall, {res['s_per_rank'] * 1000:.1f} ms "
               "per rank", file=sys.stderr)
     t0 = time.process_time()
-    traces = load_traces(traces_dir, workers=1)
+    traces = load_traces(traces_dir, jobs=1)
     t_read = time.process_time() - t0
     tax_from_traces(traces)
     t_tax = time.process_time() - t0 - t_read
@@ -108,14 +108,14 @@ def big_ranks(workdir: Path, ranks: int, mb: float) -> dict:
     out: dict = {"ranks": ranks, "mb_per_rank": size_mb / ranks, "total_mb": size_mb}
     base = [*evtsync_cmd(), "tax", str(traces_dir), "--json"]
     runs = {
-        "pool, 1 process": [*base, "--no-cache", "--workers", "1"],
-        "pool, 2 processes": [*base, "--no-cache", "--workers", "2"],
-        "Dask local, 2 workers": [*base, "--no-cache", "--scheduler", "local", "--workers", "2"],
+        "in-process (--jobs 1)": [*base, "--no-cache", "--jobs", "1"],
+        "pool, 2 processes (--jobs 2)": [*base, "--no-cache", "--jobs", "2"],
+        "Dask local, 2 workers (--workers 2)": [*base, "--no-cache", "--workers", "2"],
     }
     cache = workdir / "bench-cache"
     shutil.rmtree(cache, ignore_errors=True)
-    runs["cache cold (writes), 2 processes"] = [*base, "--cache", str(cache), "--workers", "2"]
-    runs["cache warm (reads), 2 processes"] = [*base, "--cache", str(cache), "--workers", "2"]
+    runs["cache cold (writes), 2 processes"] = [*base, "--cache", str(cache), "--jobs", "2"]
+    runs["cache warm (reads), 2 processes"] = [*base, "--cache", str(cache), "--jobs", "2"]
     reference = None
     for label, cmd in runs.items():
         res = timed(cmd)

@@ -18,6 +18,11 @@ resident set size"); the process also reports the CPU and wall seconds of the wo
 Imports and pandas' first-use import of pyarrow happen before the clock starts, for every
 method alike.
 
+Memory is reported three ways: the peak RSS of the process (gross: it includes the ~170 MB
+of interpreter and libraries every method imports), the same net of the ``imports`` floor,
+and, in one extra untimed run per method, the peak of the allocations the work itself makes
+as seen by ``tracemalloc`` (Python objects and numpy buffers; started after the imports).
+
 Throughput is MB of (decompressed) JSON per CPU-second: each method is single-threaded, so
 this is MB/s per core, and CPU time is less disturbed than wall time on a shared machine.
 The 1 GB rank file is written by ``evtsync synth`` (one rank of a 4-rank TP job, modern
@@ -44,8 +49,9 @@ METHODS = ("imports", "evtsync", "json+pandas", "orjson")
 ITERATIONS_PER_MB = 9342 / 1031
 
 
-def run_method(method: str, path: str) -> dict:
-    """One measurement inside the child process."""
+def run_method(method: str, path: str, traced: bool = False) -> dict:
+    """One measurement inside the child process (``traced``: under tracemalloc, for the
+    peak of the Python and numpy allocations made by the work itself)."""
     import numpy  # noqa: F401 - part of the imports floor of every method
     import orjson
     import pandas as pd
@@ -55,6 +61,10 @@ def run_method(method: str, path: str) -> dict:
     # pandas imports pyarrow for string columns on first use: done here, untimed, for all
     pd.DataFrame({"warm": ["up"]}).astype({"warm": "category"})
     gz = path.endswith(".gz")
+    if traced:
+        import tracemalloc
+
+        tracemalloc.start()
     t0, c0 = time.perf_counter(), time.process_time()
     rows = 0
     if method == "evtsync":
@@ -70,12 +80,17 @@ def run_method(method: str, path: str) -> dict:
             doc = orjson.loads(fh.read())
         rows = len(doc["traceEvents"])
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return {"wall_s": wall, "cpu_s": cpu, "rows": rows}
+    result = {"wall_s": wall, "cpu_s": cpu, "rows": rows}
+    if traced:
+        result["traced_peak_mb"] = tracemalloc.get_traced_memory()[1] / 1e6
+        tracemalloc.stop()
+    return result
 
 
-def measure(method: str, path: Path) -> dict:
-    """Run one method in a fresh process under /usr/bin/time -v."""
-    cmd = ["/usr/bin/time", "-v", sys.executable, str(HERE), "--child", method, str(path)]
+def measure(method: str, path: Path, traced: bool = False) -> dict:
+    """Run one method in a fresh process under /usr/bin/time -v (``traced``: tracemalloc)."""
+    cmd = ["/usr/bin/time", "-v", sys.executable, str(HERE), "--child", method, str(path),
+           *(["--traced"] if traced else [])]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"{method} on {path} failed:\n{proc.stderr[-3000:]}")
@@ -111,8 +126,9 @@ def synth_rank_file(workdir: Path, mb: int) -> Path:
     return synthesize(cfg, out).traces[0]
 
 
-def bench_file(path: Path, reps: int, methods: tuple[str, ...] = METHODS) -> dict:
-    """Best-of-``reps`` CPU/wall and peak RSS of every method on one file."""
+def bench_file(path: Path, reps: int, methods: tuple[str, ...] = METHODS, traced: bool = True) -> dict:
+    """Best-of-``reps`` CPU/wall and peak RSS of every method on one file; with ``traced``
+    one more run per method under tracemalloc (slower, so never timed)."""
     size = json_bytes(path)
     results: dict = {"file": str(path), "json_mb": size / 1e6, "file_mb": path.stat().st_size / 1e6}
     for method in methods:
@@ -120,6 +136,8 @@ def bench_file(path: Path, reps: int, methods: tuple[str, ...] = METHODS) -> dic
         best = min(runs, key=lambda r: r["cpu_s"])
         best["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
         best["mb_per_cpu_s"] = size / 1e6 / best["cpu_s"] if method != "imports" else None
+        if traced and method != "imports":
+            best["traced_peak_mb"] = measure(method, path, traced=True)["traced_peak_mb"]
         results[method] = best
         print(f"  {path.name}: {method:12s} cpu {best['cpu_s']:7.2f} s  wall {best['wall_s']:7.2f} s  "
               f"peak RSS {best['peak_rss_mb']:8.0f} MB", file=sys.stderr)
@@ -131,6 +149,8 @@ def bench_file(path: Path, reps: int, methods: tuple[str, ...] = METHODS) -> dic
         results["memory_ratio_net_of_imports"] = (ev["peak_rss_mb"] - floor) / (base["peak_rss_mb"] - floor)
         if "orjson" in results:
             results["speedup_vs_orjson"] = results["orjson"]["cpu_s"] / ev["cpu_s"]
+        if "traced_peak_mb" in ev:
+            results["traced_ratio_vs_json_pandas"] = ev["traced_peak_mb"] / base["traced_peak_mb"]
     return results
 
 
@@ -163,16 +183,20 @@ def markdown(report: dict) -> str:
         r = report[key]
         floor = r["imports"]["peak_rss_mb"]
         lines += [f"**{Path(r['file']).name}** ({r['file_mb']:.1f} MB on disk, {r['json_mb']:.1f} MB of JSON)", "",
-                  "| method | CPU s | wall s | MB/s per core | peak RSS MB | net of imports MB |",
-                  "|---|---|---|---|---|---|"]
+                  "| method | CPU s | wall s | MB/s per core | peak RSS MB | net of imports MB "
+                  "| tracemalloc peak MB |",
+                  "|---|---|---|---|---|---|---|"]
         for method in METHODS:
             m = r[method]
             speed = "" if m["mb_per_cpu_s"] is None else f"{m['mb_per_cpu_s']:.0f}"
+            traced = f"{m['traced_peak_mb']:.0f}" if "traced_peak_mb" in m else ""
             lines.append(f"| {method} | {m['cpu_s']:.2f} | {m['wall_s']:.2f} | {speed} | "
-                         f"{m['peak_rss_mb']:.0f} | {m['peak_rss_mb'] - floor:.0f} |")
+                         f"{m['peak_rss_mb']:.0f} | {m['peak_rss_mb'] - floor:.0f} | {traced} |")
+        traced_ratio = (f", tracemalloc peak ratio **{r['traced_ratio_vs_json_pandas']:.2f}**"
+                        if "traced_ratio_vs_json_pandas" in r else "")
         lines += ["", f"evtsync vs json+pandas: **{r['speedup_vs_json_pandas']:.2f}x** faster (CPU), "
                       f"peak RSS ratio **{r['memory_ratio_vs_json_pandas']:.2f}** "
-                      f"(net of imports **{r['memory_ratio_net_of_imports']:.2f}**); "
+                      f"(net of imports **{r['memory_ratio_net_of_imports']:.2f}**){traced_ratio}; "
                       f"vs orjson.loads alone: {r['speedup_vs_orjson']:.2f}x.", ""]
     if "scaling" in report:
         sc = report["scaling"]
@@ -187,6 +211,10 @@ def markdown(report: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--child", nargs=2, metavar=("METHOD", "PATH"), help=argparse.SUPPRESS)
+    parser.add_argument("--traced", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--traced-big", action="store_true",
+                        help="also measure the 1 GB file under tracemalloc (json+pandas then "
+                             "needs several times the memory of its untraced run)")
     parser.add_argument("--real", type=Path, default=REAL, help="real trace (default: the 216k-event HTA V100 trace)")
     parser.add_argument("--big-mb", type=int, default=1024, help="synthetic rank file size in MB (0: skip)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions on the real trace (best CPU time)")
@@ -195,7 +223,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="write all results as JSON here")
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(run_method(*args.child)))
+        print(json.dumps(run_method(*args.child, traced=args.traced)))
         return
     args.workdir.mkdir(parents=True, exist_ok=True)
     report: dict = {"date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -204,7 +232,7 @@ def main() -> None:
                     "python": platform.python_version()}
     report["real"] = bench_file(args.real, args.reps)
     if args.big_mb:
-        report["big"] = bench_file(synth_rank_file(args.workdir, args.big_mb), 1)
+        report["big"] = bench_file(synth_rank_file(args.workdir, args.big_mb), 1, traced=args.traced_big)
     if args.scaling:
         report["scaling"] = scaling(args.workdir, [int(v) for v in args.scaling.split(",")])
     text = json.dumps(report, indent=2)

@@ -46,7 +46,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -61,6 +61,9 @@ from evtsync.kernels import (
     precision_from_dtype,
 )
 from evtsync.trace.traceset import TraceSet
+
+if TYPE_CHECKING:
+    from evtsync.parallel import Backend
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +157,9 @@ def _ranks(text: str) -> tuple[int, ...]:
 
 # --- iterations --------------------------------------------------------------------------
 
-def _steps_from_annotations(traces: TraceSet, rank: int, inst: pd.DataFrame) -> np.ndarray | None:
-    """Step number of each collective of ``inst`` (rows of one rank, by index); None without steps."""
+def _step_ranges(traces: TraceSet, rank: int) -> pd.DataFrame | None:
+    """The CPU-side ``ProfilerStep#N`` ranges of one rank (``ts_ns, end_ns, step``, in time
+    order); None without steps."""
     ops = traces.cpu_ops
     # the CPU-side step only: real traces also hold the step as a gpu_user_annotation on GPU
     # time, which lags the CPU and would put launches into the previous step
@@ -166,9 +170,20 @@ def _steps_from_annotations(traces: TraceSet, rank: int, inst: pd.DataFrame) -> 
     if found.empty:
         return None
     found = found.assign(step=steps[steps.notna()].astype(np.int64)).sort_values("ts_ns")
+    return found[["ts_ns", "end_ns", "step"]].reset_index(drop=True)
+
+
+def _launch_times(traces: TraceSet, rank: int, correlations: np.ndarray) -> pd.Series:
+    """CPU launch time (ns) of the kernels with these correlation ids on one rank."""
     runtime = traces.runtime
     launches = runtime[(runtime["rank"] == rank) & (runtime["correlation"] >= 0)]
     launch_ts = launches.drop_duplicates("correlation").set_index("correlation")["ts_ns"]
+    return launch_ts[launch_ts.index.isin(correlations)]
+
+
+def _steps_of(ranges: pd.DataFrame, launch_ts: pd.Series, rank: int, inst: pd.DataFrame) -> np.ndarray:
+    """Step number of each collective of ``inst`` (rows of one rank, by index), -1 outside
+    every step: the step whose CPU range holds its launch (its GPU start without one)."""
     corr = inst["correlation"].to_numpy()
     t = inst["ts_ns"].to_numpy().copy()
     known = np.isin(corr, launch_ts.index.to_numpy())
@@ -176,10 +191,10 @@ def _steps_from_annotations(traces: TraceSet, rank: int, inst: pd.DataFrame) -> 
     if (~known).any():
         log.info("rank %d: %d collective(s) without a launch event placed in steps by GPU start time",
                  rank, int((~known).sum()))
-    starts, ends = found["ts_ns"].to_numpy(), found["end_ns"].to_numpy()
+    starts, ends = ranges["ts_ns"].to_numpy(), ranges["end_ns"].to_numpy()
     where = np.searchsorted(starts, t, side="right") - 1
     inside = (where >= 0) & (t < ends[np.maximum(where, 0)])
-    return np.where(inside, found["step"].to_numpy()[np.maximum(where, 0)], -1)
+    return np.where(inside, ranges["step"].to_numpy()[np.maximum(where, 0)], -1)
 
 
 def _smallest_period(seq: Sequence[Any]) -> int | None:
@@ -285,15 +300,45 @@ def _rank_blocks(k: pd.DataFrame, ts: np.ndarray, end: np.ndarray
     return agg, prec, counts
 
 
-def cut_blocks(traces: TraceSet, alignment: Alignment | None = None, *, pg: str | None = None,
-               m: int = DEFAULT_M, gemm_patterns: Iterable[str] = (), keep_all: bool = False,
-               precision: str | None = None, **align_options: Any) -> BlockSet:
-    """Cut every member rank's timeline into blocks between the collectives of the chosen PG(s).
+@dataclass
+class GroupBlocksTask:
+    """What the blocks of one PG need, cut out of the trace set: the unit of parallel work.
 
-    ``alignment`` defaults to :func:`evtsync.align_collectives` with ``align_options``;
-    ``gemm_patterns`` extend the GEMM name patterns; ``keep_all`` keeps blocks without GEMMs;
-    ``precision`` overrides the precision read from kernel names / dtypes.
+    Only the PG's own rows travel (its aligned collectives, its member ranks' compute
+    kernels, the step ranges and launch times of its first present rank), so a task is
+    small next to the trace set and can run in another process or on a Dask worker.
     """
+
+    pg: str
+    members: tuple[int, ...]
+    present: tuple[int, ...]
+    n_collectives: int
+    m: int
+    instances: pd.DataFrame
+    invalid: frozenset[int]
+    compute: pd.DataFrame
+    step_ranges: pd.DataFrame | None
+    launch_ts: pd.Series
+    gpu_of: dict[int, str]
+    user_precision: str | None
+
+
+@dataclass
+class GroupBlocks:
+    """The blocks of one PG: per-rank rows of the usable blocks, drop rows, how iterations
+    were found, and the number of compute kernels in no block."""
+
+    pg: str
+    times: pd.DataFrame
+    drops: list[list[Any]]
+    iterations: str
+    unassigned: int
+
+
+def plan_blocks(traces: TraceSet, alignment: Alignment | None = None, *, pg: str | None = None,
+                m: int = DEFAULT_M, gemm_patterns: Iterable[str] = (), precision: str | None = None,
+                **align_options: Any) -> tuple[pd.DataFrame, list[GroupBlocksTask]]:
+    """The chosen PG rows and one :class:`GroupBlocksTask` per PG (see :func:`cut_blocks`)."""
     if not isinstance(m, int | np.integer) or m < 2:
         raise InputError(f"--m {m}: the sample size must be an integer >= 2")
     user_precision = canonical_precision(precision) if precision else None
@@ -308,16 +353,47 @@ def cut_blocks(traces: TraceSet, alignment: Alignment | None = None, *, pg: str 
         is_gemm=is_gemm, name_hash=_name_hashes(compute["name"]),
         precision=np.where(is_gemm, name_precisions(compute["name"]), None))
     gpu_of = dict(zip(traces.ranks["rank"].astype(int), traces.ranks["gpu"].astype(str), strict=True))
-    time_parts, drops, iterations, unassigned = [], [], {}, {}
+    instances = alignment.instances
+    tasks = []
     for group in chosen.itertuples():
-        parts, group_drops, source, lost = _cut_group(traces, alignment, group, int(m), compute, gpu_of,
-                                                      user_precision)
-        time_parts.append(parts)
-        drops.extend(group_drops)
-        iterations[str(group.pg)] = source
-        unassigned[str(group.pg)] = lost
-    times = pd.concat(time_parts, ignore_index=True) if time_parts else pd.DataFrame(columns=TIME_COLUMNS)
-    dropped = pd.DataFrame(drops, columns=DROP_COLUMNS)
+        label = str(group.pg)
+        members = tuple(sorted(_ranks(group.pg_ranks)))
+        present = set(_ranks(group.present_ranks))
+        here = tuple(r for r in members if r in present)
+        inst = instances[instances["pg"] == label].sort_values(["rank", "index"])
+        first = here[0]
+        tasks.append(GroupBlocksTask(
+            pg=label, members=members, present=here, n_collectives=int(group.n_collectives), m=int(m),
+            instances=inst, invalid=frozenset(i for (p, i) in alignment.invalid if p == label),
+            compute=compute[compute["rank"].isin(here)], step_ranges=_step_ranges(traces, first),
+            launch_ts=_launch_times(traces, first, inst.loc[inst["rank"] == first, "correlation"].to_numpy()),
+            gpu_of={r: gpu_of[r] for r in here if r in gpu_of}, user_precision=user_precision))
+    return chosen, tasks
+
+
+def cut_blocks(traces: TraceSet, alignment: Alignment | None = None, *, pg: str | None = None,
+               m: int = DEFAULT_M, gemm_patterns: Iterable[str] = (), keep_all: bool = False,
+               precision: str | None = None, backend: Backend | None = None,
+               **align_options: Any) -> BlockSet:
+    """Cut every member rank's timeline into blocks between the collectives of the chosen PG(s).
+
+    ``alignment`` defaults to :func:`evtsync.align_collectives` with ``align_options``;
+    ``gemm_patterns`` extend the GEMM name patterns; ``keep_all`` keeps blocks without GEMMs;
+    ``precision`` overrides the precision read from kernel names / dtypes. With a
+    ``backend`` (e.g. a Dask cluster from :mod:`evtsync.parallel`) each PG is aligned and
+    cut as a task of its own; the result is the same as without one.
+    """
+    if alignment is None:
+        alignment = align_collectives(traces, backend=backend, **align_options)
+    chosen, tasks = plan_blocks(traces, alignment, pg=pg, m=m, gemm_patterns=gemm_patterns,
+                                precision=precision)
+    if backend is None or len(tasks) < 2:
+        results = [blocks_of_group(task) for task in tasks]
+    else:
+        results = backend.map(blocks_of_group, tasks, "blocks per process group")
+    times = (pd.concat([r.times for r in results], ignore_index=True) if results
+             else pd.DataFrame(columns=TIME_COLUMNS))
+    dropped = pd.DataFrame([row for r in results for row in r.drops], columns=DROP_COLUMNS)
     if not keep_all and len(times):
         block_gemm = times.groupby(["pg", "index", "sample"])["n_gemm_kernels"].transform("min")
         no_gemm = times[block_gemm == 0]
@@ -326,25 +402,20 @@ def cut_blocks(traces: TraceSet, alignment: Alignment | None = None, *, pg: str 
                                          int(sub["instance"].iloc[0]), DROP_NO_GEMM,
                                          f"{int(sub['n_kernels'].iloc[0])} kernels, none a GEMM"]
         times = times[block_gemm > 0].reset_index(drop=True)
-    return BlockSet(times=times, dropped=dropped, groups=chosen, m=int(m), iterations=iterations,
-                    unassigned_kernels=unassigned)
+    return BlockSet(times=times, dropped=dropped, groups=chosen, m=int(m),
+                    iterations={r.pg: r.iterations for r in results},
+                    unassigned_kernels={r.pg: r.unassigned for r in results})
 
 
-def _cut_group(traces: TraceSet, alignment: Alignment, group: Any, m: int, compute: pd.DataFrame,
-               gpu_of: dict[int, str], user_precision: str | None
-               ) -> tuple[pd.DataFrame, list[list[Any]], str, int]:
-    """Blocks of one PG: per-rank rows of the usable blocks, drop rows, iteration source,
-    number of compute kernels in no block."""
-    label = str(group.pg)
-    members = tuple(sorted(_ranks(group.pg_ranks)))
-    present = set(_ranks(group.present_ranks))
-    k = len(members) // m
-    inst = alignment.instances[alignment.instances["pg"] == label].sort_values(["rank", "index"])
-    n = int(group.n_collectives)
-    here = [r for r in members if r in present]
-    first = here[0]
+def blocks_of_group(task: GroupBlocksTask) -> GroupBlocks:
+    """Blocks of one PG (runs wherever the backend puts it)."""
+    label, members, n, inst = task.pg, task.members, task.n_collectives, task.instances
+    present = set(task.present)
+    k = len(members) // task.m
+    first = task.present[0]
+    compute = task.compute
     per_rank, gemm_prec, lost = {}, [], 0
-    for r in here:
+    for r in task.present:
         rows = inst[inst["rank"] == r]
         ts, end = rows["ts_ns"].to_numpy(), rows["end_ns"].to_numpy()
         agg, prec, counts = _rank_blocks(compute[compute["rank"] == r], ts, end)
@@ -357,7 +428,7 @@ def _cut_group(traces: TraceSet, alignment: Alignment, group: Any, m: int, compu
         per_rank[r] = full
     # iterations: from ProfilerStep annotations, else from the repetition of the sequence
     rows0 = inst[inst["rank"] == first]
-    steps = _steps_from_annotations(traces, first, rows0)
+    steps = None if task.step_ranges is None else _steps_of(task.step_ranges, task.launch_ts, first, rows0)
     if steps is not None:
         source = f"ProfilerStep annotations of rank {first}"
         instance = steps
@@ -379,13 +450,13 @@ def _cut_group(traces: TraceSet, alignment: Alignment, group: Any, m: int, compu
             instance, position = np.where(offs >= 0, offs // period, -1), np.where(offs >= 0, offs % period, -1)
     log.info("PG %s: iterations from %s", label, source)
     times, drops = _judge_blocks(label, members, present, k, per_rank, instance, position,
-                                 {i for (p, i) in alignment.invalid if p == label},
-                                 steps is not None, gpu_of)
-    times["precision"] = _precisions(times, pd.concat(gemm_prec, ignore_index=True), rows0, user_precision)
+                                 set(task.invalid), steps is not None, task.gpu_of)
+    times["precision"] = _precisions(times, pd.concat(gemm_prec, ignore_index=True), rows0,
+                                     task.user_precision)
     if lost:
         log.info("PG %s: %d compute kernel(s) lie in no block (before the first / after the last "
                  "collective, or during a collective)", label, lost)
-    return times, drops, source, lost
+    return GroupBlocks(pg=label, times=times, drops=drops, iterations=source, unassigned=lost)
 
 
 def _judge_blocks(label: str, members: tuple[int, ...], present: set[int], k: int,
@@ -511,7 +582,8 @@ def compute_zscores(traces: TraceSet | str | os.PathLike[str] | Iterable[str | o
                     pg: str | None = None, m: int = DEFAULT_M, time: str = "busy",
                     workload: str | None = None, precision: str | None = None,
                     gemm_patterns: Iterable[str] = (), keep_all: bool = False,
-                    alignment: Alignment | None = None, **align_options: Any) -> tuple[pd.DataFrame, BlockSet]:
+                    alignment: Alignment | None = None, backend: Backend | None = None,
+                    **align_options: Any) -> tuple[pd.DataFrame, BlockSet]:
     """The pooled z-score table and the :class:`BlockSet` it came from (with the drop list).
 
     See :func:`zscore_table` for the arguments.
@@ -524,7 +596,7 @@ def compute_zscores(traces: TraceSet | str | os.PathLike[str] | Iterable[str | o
     if not isinstance(traces, TraceSet):
         traces = load_traces(traces)
     blocks = cut_blocks(traces, alignment, pg=pg, m=m, gemm_patterns=gemm_patterns,
-                        keep_all=keep_all, precision=precision, **align_options)
+                        keep_all=keep_all, precision=precision, backend=backend, **align_options)
     table, zero_sd = pooled_zscores(blocks.times, m=blocks.m, value=f"{time}_us")
     if len(zero_sd):
         blocks.dropped = pd.concat([blocks.dropped, zero_sd.assign(reason=DROP_ZERO_SD)[DROP_COLUMNS]],
@@ -539,7 +611,8 @@ def zscore_table(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.P
                  pg: str | None = None, m: int = DEFAULT_M, time: str = "busy",
                  workload: str | None = None, precision: str | None = None,
                  gemm_patterns: Iterable[str] = (), keep_all: bool = False,
-                 alignment: Alignment | None = None, **align_options: Any) -> pd.DataFrame:
+                 alignment: Alignment | None = None, backend: Backend | None = None,
+                 **align_options: Any) -> pd.DataFrame:
     """Pooled z-scores of the block maxima (SPEC §5), one row per block instance and sample.
 
     ``pg``: PG label, name or description (default: the TP group, see :func:`select_groups`);
@@ -547,11 +620,12 @@ def zscore_table(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.P
     ``workload``: label (default: the traces' folder name); ``precision``: override;
     ``gemm_patterns``: extra GEMM regexes; ``keep_all``: keep blocks without GEMMs;
     ``alignment``/``align_options``: a ready alignment or options for
-    :func:`evtsync.align_collectives`. Dropped block samples are logged with their reasons.
+    :func:`evtsync.align_collectives`; ``backend``: run each PG's blocks as a task there
+    (:mod:`evtsync.parallel`). Dropped block samples are logged with their reasons.
     """
     table, _ = compute_zscores(traces, pg=pg, m=m, time=time, workload=workload, precision=precision,
                                gemm_patterns=gemm_patterns, keep_all=keep_all, alignment=alignment,
-                               **align_options)
+                               backend=backend, **align_options)
     return table
 
 

@@ -24,6 +24,7 @@ import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -32,6 +33,9 @@ from evtsync.errors import AlignmentError, InputError
 from evtsync.trace.schema import canonical_collective
 from evtsync.trace.tables import format_ranks, parse_rank_list
 from evtsync.trace.traceset import TraceSet
+
+if TYPE_CHECKING:
+    from evtsync.parallel import Backend
 
 log = logging.getLogger(__name__)
 
@@ -380,16 +384,20 @@ def merge_alignments(parts: Sequence[GroupAlignment]) -> Alignment:
 
 def align_collectives(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
                       end_tolerance_us: float = END_TOLERANCE_US, strict: bool = True,
-                      allow_partial: bool = False, ranks_per_host: int = RANKS_PER_HOST) -> Alignment:
+                      allow_partial: bool = False, ranks_per_host: int = RANKS_PER_HOST,
+                      backend: Backend | None = None) -> Alignment:
     """Match the i-th collective of every PG across its member ranks and validate the match.
 
     ``allow_partial`` aligns PGs over the ranks present when member ranks are missing
     (otherwise an :class:`AlignmentError` names them); ``strict=False`` keeps going past
-    count/type mismatches, flagging them instead of stopping.
+    count/type mismatches, flagging them instead of stopping. With a ``backend`` (see
+    :mod:`evtsync.parallel`) each PG is aligned as a task of its own: same result.
     """
     tasks = plan_alignment(traces, overrides=overrides, end_tolerance_us=end_tolerance_us,
                            strict=strict, allow_partial=allow_partial, ranks_per_host=ranks_per_host)
-    return merge_alignments([align_group(task) for task in tasks])
+    if backend is None or len(tasks) < 2:
+        return merge_alignments([align_group(task) for task in tasks])
+    return merge_alignments(backend.map(align_group, tasks, "aligning process groups"))
 
 
 def _validate(label: str, inst: pd.DataFrame, domains: dict[int, str], tolerance_us: float,

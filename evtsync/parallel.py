@@ -3,12 +3,13 @@
 Every backend runs the same function on each item and returns the results in the order
 of the items, so the tables built from them do not depend on the backend.
 
-- ``InProcess``: a plain loop (small trace sets, debugging).
-- ``ProcessPool``: a local pool of ``forkserver`` processes; the default, needs no Dask.
+- ``InProcess``: a plain loop (small trace sets, ``--jobs 1``, debugging).
+- ``ProcessPool``: a local pool of ``--jobs`` ``forkserver`` processes; the default, needs
+  no Dask.
 - ``DaskCluster``: ``dask.distributed``; an existing scheduler (``--scheduler ADDRESS`` or
   the ``DASK_SCHEDULER_ADDRESS`` environment variable) or a local cluster started for the
-  run (``--scheduler local``, ``--workers N``). The workers must be able to import evtsync
-  and to read the trace paths (see docs/scaling.md).
+  run (``--workers N``, or ``--scheduler local`` with one worker per core). The workers
+  must be able to import evtsync and to read the trace paths (see docs/scaling.md).
 
 Dask is imported only when a Dask backend is asked for.
 """
@@ -59,19 +60,19 @@ class InProcess:
 
 
 class ProcessPool:
-    """A local pool of ``workers`` processes (forkserver: safe with threads and Dask)."""
+    """A local pool of ``jobs`` processes (forkserver: safe with threads and Dask)."""
 
-    def __init__(self, workers: int) -> None:
-        if workers < 1:
-            raise InputError(f"--workers must be at least 1, got {workers}")
-        self.workers = workers
-        self.name = f"process pool ({workers} processes)"
+    def __init__(self, jobs: int) -> None:
+        if jobs < 1:
+            raise InputError(f"--jobs must be at least 1, got {jobs}")
+        self.jobs = jobs
+        self.name = f"process pool ({jobs} processes)"
 
     def map(self, fn: Callable[[T], R], items: Sequence[T], desc: str) -> list[R]:
         ctx = multiprocessing.get_context("forkserver")
         # the fork server imports the reader once; each worker forked from it starts warm
         ctx.set_forkserver_preload(list(PRELOAD))
-        with ProcessPoolExecutor(max_workers=min(self.workers, len(items)), mp_context=ctx) as pool:
+        with ProcessPoolExecutor(max_workers=min(self.jobs, len(items)), mp_context=ctx) as pool:
             futures = [pool.submit(fn, item) for item in items]
             return [fut.result() for fut in progress(futures, desc, len(items))]
 
@@ -114,6 +115,8 @@ def dask_backend(scheduler: str, workers: int | None = None,
     core) and is closed on exit; an existing cluster is only disconnected from.
     """
     distributed = _import_distributed()
+    if workers is not None and workers < 1:
+        raise InputError(f"--workers must be at least 1, got {workers}")
     if scheduler == LOCAL_DASK:
         n = workers or os.cpu_count() or 1
         cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
@@ -137,35 +140,49 @@ def dask_backend(scheduler: str, workers: int | None = None,
         client.close()
 
 
-def scheduler_address(scheduler: str | None) -> str | None:
-    """``--scheduler`` if given, else ``$DASK_SCHEDULER_ADDRESS``, else None (no Dask)."""
+def scheduler_address(scheduler: str | None, workers: int | None = None) -> str | None:
+    """The Dask scheduler a run uses, or None for no Dask.
+
+    ``--scheduler`` if given; else ``--workers N`` asks for a local cluster (``"local"``);
+    else ``$DASK_SCHEDULER_ADDRESS``. ``--workers`` sizes a cluster evtsync starts, so it
+    cannot be combined with the address of an existing one.
+    """
+    if scheduler and scheduler != LOCAL_DASK and workers is not None:
+        raise InputError(f"--workers {workers} starts a local Dask cluster; it cannot size the "
+                         f"existing cluster at --scheduler {scheduler} (drop one of them)")
     if scheduler:
         return scheduler
+    if workers is not None:
+        return LOCAL_DASK
     return os.environ.get(SCHEDULER_ENV) or None
 
 
 @contextmanager
-def backend_for(n_items: int, *, workers: int | None = None, scheduler: str | None = None,
-                total_bytes: int = 0, parallel_min_bytes: int = 0,
+def backend_for(n_items: int, *, jobs: int | None = None, workers: int | None = None,
+                scheduler: str | None = None, total_bytes: int = 0, parallel_min_bytes: int = 0,
                 client: Any = None) -> Iterator[Backend]:
     """The backend a run should use.
 
-    A Dask ``client`` given by the caller wins; then ``scheduler`` (or the environment);
-    otherwise a local process pool of ``workers`` processes (default one per core), or the
-    calling process when there is one item, one worker, or (workers not given) less than
-    ``parallel_min_bytes`` of input, where starting processes costs more than it saves.
+    A Dask ``client`` given by the caller wins; then a Dask cluster: ``scheduler`` (an
+    address, or ``"local"``), ``workers`` (a local cluster of that many workers) or the
+    environment. Otherwise a local process pool of ``jobs`` processes (default one per
+    core), or the calling process when there is one item, ``jobs`` is 1, or (``jobs`` not
+    given) less than ``parallel_min_bytes`` of input, where starting processes costs more
+    than it saves.
     """
     if client is not None:
         yield DaskCluster(client, "Dask client given by the caller")
         return
-    address = scheduler_address(scheduler)
+    address = scheduler_address(scheduler, workers)
     if address:
         with dask_backend(address, workers) as backend:
             log.info("running on %s", backend.name)
             yield backend
         return
-    n = workers if workers is not None else min(n_items, os.cpu_count() or 1)
-    if n <= 1 or n_items <= 1 or (workers is None and total_bytes < parallel_min_bytes):
+    if jobs is not None and jobs < 1:
+        raise InputError(f"--jobs must be at least 1, got {jobs}")
+    n = jobs if jobs is not None else min(n_items, os.cpu_count() or 1)
+    if n <= 1 or n_items <= 1 or (jobs is None and total_bytes < parallel_min_bytes):
         yield InProcess()
         return
     yield ProcessPool(n)

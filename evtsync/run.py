@@ -53,6 +53,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.errors import EvtsyncError, InputError
+from evtsync.parallel import dask_backend, scheduler_address
 from evtsync.progress import progress
 from evtsync.tableio import file_sha256, read_table, write_table, write_text_atomic
 
@@ -120,7 +121,10 @@ class RunOptions:
     bytes: float | None = None
     eps: float = -0.5
     salvage: bool = False
+    jobs: int | None = None
     workers: int | None = None
+    scheduler: str | None = None
+    cache: str | None = None
     strict: bool = True
     allow_partial: bool = False
     end_tolerance_us: float | None = None
@@ -301,6 +305,8 @@ class Run:
         self.workloads: list[Workload] = []
         self._traces: dict[str, Any] = {}
         self._alignments: dict[str, Any] = {}
+        #: Dask backend of the run (``workers``/``scheduler``/environment), open during it
+        self.backend: Any = None
         self.code = source_digest()
         self.outputs: dict[str, list[str]] = {}
 
@@ -344,8 +350,9 @@ class Run:
         if workload.name not in self._traces:
             from evtsync.trace.traceset import load_traces
 
-            self._traces[workload.name] = load_traces(workload.files, salvage=self.options.salvage,
-                                                      workers=self.options.workers)
+            o = self.options
+            where = ({"client": self.backend.client} if self.backend is not None else {"jobs": o.jobs})
+            self._traces[workload.name] = load_traces(workload.files, salvage=o.salvage, cache=o.cache, **where)
         return self._traces[workload.name]
 
     def alignment(self, workload: Workload) -> Any:
@@ -353,7 +360,8 @@ class Run:
         if workload.name not in self._alignments:
             from evtsync.collectives import align_collectives
 
-            self._alignments[workload.name] = align_collectives(self.traces(workload), **self.align_options())
+            self._alignments[workload.name] = align_collectives(self.traces(workload), backend=self.backend,
+                                                                **self.align_options())
         return self._alignments[workload.name]
 
     def trace_hashes(self) -> dict[str, str]:
@@ -584,7 +592,7 @@ def _stage_zscores(run: Run) -> dict[str, Any]:
         alignment = run.alignment(w)
         try:
             table, blocks = compute_zscores(traces, alignment=alignment, pg=o.block_pg, m=o.m, time=o.time,
-                                            workload=w.name)
+                                            workload=w.name, backend=run.backend)
         except InputError as exc:
             reasons.append(f"{w.name}: {exc}")
             continue
@@ -1071,7 +1079,11 @@ def run_pipeline(options: RunOptions, on_stage: Callable[[StageEvent], None] | N
             raise InputError(f"--{name} must be >= 1, got {value}")
     run = Run(options, on_stage)
     run.out.mkdir(parents=True, exist_ok=True)
-    with _run_lock(run.out):
+    with _run_lock(run.out), contextlib.ExitStack() as stack:
+        address = scheduler_address(options.scheduler, options.workers)
+        if address:  # one Dask cluster for the whole run: reading, alignment, blocks
+            run.backend = stack.enter_context(dask_backend(address, options.workers))
+            log.info("running on %s", run.backend.name)
         _clean_temporaries(run.out)
         old = read_manifest(run.out)
         run.manifest = old or {"format": MANIFEST_FORMAT, "created": pd.Timestamp.now(tz="UTC").isoformat()}
@@ -1081,6 +1093,7 @@ def run_pipeline(options: RunOptions, on_stage: Callable[[StageEvent], None] | N
             "format": MANIFEST_FORMAT, "evtsync_version": __version__, "source_digest": run.code,
             "demo": options.is_demo,
             "options": {k: v for k, v in dataclasses.asdict(options).items() if k not in ("force",)},
+            "backend": run.backend.name if run.backend is not None else "local",
             "sampling": s, "level": LEVEL,
         })
         stages = _stages(run)

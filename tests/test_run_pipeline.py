@@ -279,3 +279,24 @@ def test_report_of_one_fit(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_pa
     text = html.read_text(encoding="utf-8")
     assert "Cell all" in text and "posterior mean [90% CrI]" in text
     assert ("did NOT converge" in text) == (not is_converged(load_fit(fit)))
+
+
+def test_run_on_a_local_dask_cluster_gives_the_same_tables(tiny_run: tuple[Path, dict, list[StageEvent]],
+                                                           tmp_path: Path) -> None:
+    """``evtsync run --workers 1``: reading, alignment and blocks as Dask tasks; the tax and
+    z-score tables equal those of the local run, and the manifest names the backend."""
+    pytest.importorskip("distributed")
+    out, manifest, _ = tiny_run
+    assert manifest["backend"] == "local"
+    copy = tmp_path / "dask"
+    shutil.copytree(out / "inputs", copy / "inputs")  # the same demo traces (never rewritten)
+    options = RunOptions(out=copy, traces=[str(copy / "inputs" / "demo")], workers=1, report=False,
+                         **{k: v for k, v in FAST.items() if k != "demo_overrides"})
+    run = run_pipeline(options)
+    assert run.manifest["backend"] == "local Dask cluster (1 workers)"
+    assert run.manifest["stages"]["zscores"]["status"] == STATUS_DONE
+    local = [out / "tables" / "zscores.parquet", *sorted((out / "tables").glob("tax_*.parquet")),
+             *sorted((out / "tables").glob("blocks_dropped.parquet"))]
+    assert len(local) >= 2
+    for path in local:
+        pd.testing.assert_frame_equal(pd.read_parquet(copy / "tables" / path.name), pd.read_parquet(path))

@@ -36,8 +36,8 @@ def _assert_same(a: traceset.TraceSet, b: traceset.TraceSet) -> None:
 def test_second_load_comes_from_the_cache_without_parsing(dlrm_copy: Path, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "cache"
-    plain = load_traces(dlrm_copy, workers=1)
-    first = load_traces(dlrm_copy, workers=1, cache=cache)
+    plain = load_traces(dlrm_copy, jobs=1)
+    first = load_traces(dlrm_copy, jobs=1, cache=cache)
     _assert_same(plain, first)
     entries = [p for p in cache.glob("*/*") if p.is_dir()]
     assert len(entries) == 2
@@ -47,7 +47,7 @@ def test_second_load_comes_from_the_cache_without_parsing(dlrm_copy: Path, tmp_p
         raise AssertionError("JSON parsed despite a cache hit")
 
     monkeypatch.setattr(traceset, "decode_file", no_parsing)
-    second = load_traces(dlrm_copy, workers=1, cache=cache)
+    second = load_traces(dlrm_copy, jobs=1, cache=cache)
     _assert_same(plain, second)
 
 

@@ -26,7 +26,7 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def local_tables(study: Path) -> tuple[TraceSet, pd.DataFrame, pd.DataFrame]:
-    traces = load_traces(study, workers=1)
+    traces = load_traces(study, jobs=1)
     _, tax = tax_from_traces(traces)
     assert len(tax.collectives) > 0
     return traces, tax.collectives, tax.ranks
@@ -59,7 +59,7 @@ def test_scheduler_address_through_the_environment(study: Path, local_tables,  #
 
 
 def test_process_pool_gives_the_local_tables(study: Path, local_tables) -> None:  # noqa: ANN001
-    _check_same(load_traces(study, workers=2), local_tables)
+    _check_same(load_traces(study, jobs=2), local_tables)
 
 
 def test_trace_errors_from_dask_tasks_keep_their_message(tmp_path: Path) -> None:
@@ -99,6 +99,58 @@ def test_cli_tax_on_a_local_dask_cluster(study: Path, local_tables, tmp_path: Pa
     from evtsync.cli import main
 
     out = tmp_path / "tax.parquet"
-    assert main(["tax", str(study), "--scheduler", "local", "--workers", "1", "--no-cache",
-                 "-o", str(out)]) == 0
+    assert main(["tax", str(study), "--workers", "1", "--no-cache", "-o", str(out)]) == 0
+    assert "local Dask cluster (1 workers)" in capsys.readouterr().err
     pd.testing.assert_frame_equal(pd.read_parquet(out), local_tables[1])
+
+
+def test_workers_means_a_local_dask_cluster_and_jobs_the_process_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    from evtsync.parallel import LOCAL_DASK, InProcess, ProcessPool, backend_for
+
+    monkeypatch.delenv(SCHEDULER_ENV, raising=False)
+    assert scheduler_address(None, None) is None
+    assert scheduler_address(None, 3) == LOCAL_DASK
+    assert scheduler_address(LOCAL_DASK, 3) == LOCAL_DASK
+    monkeypatch.setenv(SCHEDULER_ENV, "tcp://10.0.0.1:8786")
+    assert scheduler_address(None, 3) == LOCAL_DASK  # an explicit --workers wins over the environment
+    assert scheduler_address(None, None) == "tcp://10.0.0.1:8786"
+    with pytest.raises(InputError, match="cannot size the existing cluster at --scheduler tcp://h:1"):
+        scheduler_address("tcp://h:1", 2)
+    monkeypatch.delenv(SCHEDULER_ENV)
+    with backend_for(4, jobs=2) as backend:
+        assert isinstance(backend, ProcessPool) and backend.jobs == 2
+    with backend_for(4, jobs=1) as backend:
+        assert isinstance(backend, InProcess)
+    with pytest.raises(InputError, match="--jobs must be at least 1, got 0"), backend_for(4, jobs=0):
+        pass
+
+
+def test_blocks_and_zscores_per_pg_tasks_equal_the_local_path(study: Path, local_tables) -> None:  # noqa: ANN001
+    """Alignment and block cutting run as one task per PG, on Dask and in a process pool
+    (tasks pickled to other processes): the z-scores, block times and drops are the same."""
+    from evtsync.blocks import compute_zscores, plan_blocks
+    from evtsync.parallel import DaskCluster, ProcessPool
+
+    traces = local_tables[0]
+    table, blocks = compute_zscores(traces)
+    _, tasks = plan_blocks(traces)
+    assert len(tasks) == 2 and len(table) > 0  # two TP groups: two tasks
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        on_dask, dask_blocks = compute_zscores(traces, backend=DaskCluster(client, "test cluster"))
+    on_pool, pool_blocks = compute_zscores(traces, backend=ProcessPool(2))
+    for other, other_blocks in ((on_dask, dask_blocks), (on_pool, pool_blocks)):
+        pd.testing.assert_frame_equal(other, table)
+        pd.testing.assert_frame_equal(other_blocks.times, blocks.times)
+        pd.testing.assert_frame_equal(other_blocks.dropped, blocks.dropped)
+        assert other_blocks.iterations == blocks.iterations
+
+
+def test_cli_blocks_on_a_local_dask_cluster(study: Path, local_tables, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    from evtsync.blocks import zscore_table
+    from evtsync.cli import main
+
+    out = tmp_path / "z.parquet"
+    assert main(["blocks", str(study), "--workers", "1", "--no-cache", "-o", str(out)]) == 0
+    assert "local Dask cluster (1 workers)" in capsys.readouterr().err
+    pd.testing.assert_frame_equal(pd.read_parquet(out), zscore_table(local_tables[0]), check_dtype=False)

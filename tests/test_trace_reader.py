@@ -230,8 +230,8 @@ def test_duplicate_rank_and_world_size(tmp_path: Path, traces_dir: Path) -> None
 
 def test_folder_ignores_non_trace_files_and_parallel_equals_serial(traces_dir: Path) -> None:
     folder = traces_dir / "dlrm-8rank-v100"  # holds a LICENSE file too
-    serial = load_traces(folder, workers=1)
-    parallel = load_traces(folder, workers=2)
+    serial = load_traces(folder, jobs=1)
+    parallel = load_traces(folder, jobs=2)
     assert serial.rank_ids == list(range(8))
     for name in ("kernels", "cpu_ops", "runtime"):
         a, b = getattr(serial, name), getattr(parallel, name)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 from typing import Any
 
 from evtsync.collectives import END_TOLERANCE_US, RANKS_PER_HOST, PGOverride
@@ -15,8 +17,9 @@ def add_trace_arguments(parser: argparse.ArgumentParser, required: bool = True) 
     group = parser.add_argument_group("reading and alignment")
     group.add_argument("--salvage", action="store_true",
                        help="keep the complete events of files cut mid-write (reports what was dropped)")
-    group.add_argument("--workers", type=int, default=None,
-                       help="reader processes (default: one per core; in-process for small sets)")
+    group.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                       help="local reader processes (default: one per core; in-process for "
+                            "small sets; 1: in this process)")
     group.add_argument("--pg", action="append", default=[], metavar="NAME=RANKS[@STREAM]",
                        help="declare a process group, e.g. tp=0-3@84 (repeatable); overrides the trace")
     group.add_argument("--allow-partial", action="store_true",
@@ -33,10 +36,14 @@ def add_trace_arguments(parser: argparse.ArgumentParser, required: bool = True) 
 def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
     """Where reading runs (process pool, Dask) and the per-rank Parquet cache."""
     group = parser.add_argument_group("execution and cache (docs/scaling.md)")
+    group.add_argument("--workers", type=int, default=None, metavar="N",
+                       help="run on a local Dask cluster of N worker processes, started for "
+                            "the run (needs evtsync[dask])")
     group.add_argument("--scheduler", metavar="ADDRESS", default=None,
-                       help="read ranks on the Dask scheduler at ADDRESS (default: "
-                            "$DASK_SCHEDULER_ADDRESS if set); 'local' starts a local Dask "
-                            "cluster of --workers workers. Without it: a local process pool")
+                       help="run on the Dask cluster at ADDRESS (default: "
+                            "$DASK_SCHEDULER_ADDRESS if set); 'local' starts a local cluster "
+                            "of one worker per core. Without Dask options: a local process "
+                            "pool (--jobs)")
     group.add_argument("--cache", metavar="DIR", default=None,
                        help="folder of cached per-rank tables (Parquet), reused when the trace "
                             "is unchanged (default: $EVTSYNC_CACHE_DIR, else ~/.cache/evtsync)")
@@ -46,13 +53,34 @@ def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
 
 def reading_options(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments of load_traces from parsed arguments (scale options if present)."""
-    options: dict[str, Any] = {"salvage": args.salvage, "workers": args.workers}
+    options: dict[str, Any] = {"salvage": args.salvage, "jobs": args.jobs}
     if hasattr(args, "scheduler"):
         from evtsync.trace.cache import default_cache_dir
 
         options["scheduler"] = args.scheduler
+        options["workers"] = args.workers
         options["cache"] = None if args.no_cache else (args.cache or default_cache_dir())
     return options
+
+
+def enter_dask(args: argparse.Namespace, options: dict[str, Any], stack: contextlib.ExitStack) -> Any:
+    """The Dask backend of a run (``--workers``, ``--scheduler`` or the environment), or None.
+
+    The cluster stays open until ``stack`` closes, so that reading and the per-PG tasks
+    that follow share it; ``options`` (from :func:`reading_options`) then read through its
+    client.
+    """
+    from evtsync.parallel import dask_backend, scheduler_address
+
+    address = scheduler_address(options.get("scheduler"), options.get("workers"))
+    if not address:
+        return None
+    backend = stack.enter_context(dask_backend(address, options.get("workers")))
+    print(f"running on {backend.name}", file=sys.stderr)
+    options.pop("scheduler", None)
+    options.pop("workers", None)
+    options["client"] = backend.client
+    return backend
 
 
 def align_options(args: argparse.Namespace) -> dict[str, Any]:

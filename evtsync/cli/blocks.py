@@ -48,8 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import contextlib
+
     from evtsync.blocks import compute_zscores, drop_summary
-    from evtsync.cli._common import align_options, reading_options, sibling_path
+    from evtsync.cli._common import align_options, enter_dask, reading_options, sibling_path
     from evtsync.collectives import PGOverride
     from evtsync.errors import InputError
     from evtsync.tableio import write_table
@@ -61,11 +63,14 @@ def run(args: argparse.Namespace) -> int:
     args.pg = [text for text in args.pg if "=" in text]
     declared = [PGOverride.parse(text).name for text in args.pg]
     selector = selectors[0] if selectors else (declared[0] if len(declared) == 1 else None)
-    traces = load_traces(args.traces, **reading_options(args))
-    table, blocks = compute_zscores(
-        traces, pg=selector, m=args.m, time=args.time, workload=args.workload,
-        precision=args.precision, gemm_patterns=args.gemm_pattern, keep_all=args.keep_all,
-        **align_options(args))
+    with contextlib.ExitStack() as stack:
+        options = reading_options(args)
+        backend = enter_dask(args, options, stack)  # one cluster: reading, alignment, blocks
+        traces = load_traces(args.traces, **options)
+        table, blocks = compute_zscores(
+            traces, pg=selector, m=args.m, time=args.time, workload=args.workload,
+            precision=args.precision, gemm_patterns=args.gemm_pattern, keep_all=args.keep_all,
+            backend=backend, **align_options(args))
     summary = drop_summary(blocks)
     if args.output:
         write_table(table, args.output)

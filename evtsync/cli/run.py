@@ -11,7 +11,7 @@ ORDER = 1
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``run`` command."""
-    from evtsync.cli._common import add_trace_arguments
+    from evtsync.cli._common import add_scale_arguments, add_trace_arguments
     from evtsync.run import (
         DEFAULT_CHAINS,
         DEFAULT_DRAWS,
@@ -33,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "models/*.toml, compare, prediction, predicted-vs-measured, report. Stages that do not apply "
         "to the data are recorded with the reason and listed in the report.")
     add_trace_arguments(parser, required=False)
+    add_scale_arguments(parser)
     for action in parser._actions:
         if action.dest == "pg":
             action.help = ("NAME=RANKS[@STREAM] declares a process group (e.g. tp=0-3@84, repeatable); "
@@ -72,6 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``evtsync run``: exit 0 when every stage ran or did not apply, 1 on a failure."""
+    from evtsync.cli._common import reading_options
     from evtsync.errors import InputError
     from evtsync.run import (
         STATUS_FAILED,
@@ -89,12 +91,14 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--pg: choose at most one process group to fit ({', '.join(chosen)})")
     if not -1 < args.eps < 0:
         raise InputError(f"--eps {args.eps}: the target elasticity must lie in (-1, 0)")
+    cache = reading_options(args)["cache"] if args.traces else None  # the demo is never cached
     options = RunOptions(
         traces=list(args.traces), out=Path(args.out) if args.out else None, force=args.force,
         draws=args.draws, tune=args.tune, chains=args.chains, seed=args.seed, sampler=args.sampler,
         block_pg=chosen[0] if chosen else None, pg_overrides=declared, m=args.m, time=args.time,
         models_dir=Path(args.models_dir) if args.models_dir else None, models=args.models,
-        alpha_us=args.alpha_us, bytes=args.bytes, eps=args.eps, salvage=args.salvage, workers=args.workers,
+        alpha_us=args.alpha_us, bytes=args.bytes, eps=args.eps, salvage=args.salvage, jobs=args.jobs,
+        workers=args.workers, scheduler=args.scheduler, cache=None if cache is None else str(cache),
         strict=args.strict, allow_partial=args.allow_partial, end_tolerance_us=args.end_tolerance_us,
         ranks_per_host=args.ranks_per_host, report=args.report)
     out = options.out or default_out(options)

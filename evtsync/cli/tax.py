@@ -32,9 +32,8 @@ def run(args: argparse.Namespace) -> int:
     import contextlib
     import tempfile
 
-    from evtsync.cli._common import align_options, reading_options, sibling_path
+    from evtsync.cli._common import align_options, enter_dask, reading_options, sibling_path
     from evtsync.errors import InputError
-    from evtsync.parallel import dask_backend, scheduler_address
     from evtsync.tableio import write_table
     from evtsync.tax import tax_from_traces, tax_summary
     from evtsync.trace.traceset import load_traces
@@ -52,12 +51,7 @@ def run(args: argparse.Namespace) -> int:
         options = reading_options(args)
         if args.demo:
             options["cache"] = None  # a temporary folder: nothing to reuse
-        backend = None
-        address = scheduler_address(options.get("scheduler"))
-        if address:  # one Dask cluster for reading and for the per-PG tax tasks
-            backend = stack.enter_context(dask_backend(address, args.workers))
-            options.pop("scheduler")
-            options["client"] = backend.client
+        backend = enter_dask(args, options, stack)  # one cluster: reading and per-PG tasks
         traces = load_traces(paths, **options)
         alignment, tables = tax_from_traces(traces, backend=backend, **align_options(args))
     summary = tax_summary(tables)

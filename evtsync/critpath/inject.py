@@ -221,7 +221,7 @@ def inject_delay(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
     if not 0 <= delay_us <= MAX_DELAY_US:
         raise InputError(f"inject: delay {delay_us} us is outside 0..{MAX_DELAY_US} us (0-20 ms)")
     paths = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
-    traces = load_traces(paths, workers=1)
+    traces = load_traces(paths, jobs=1)
     if rank not in traces.rank_ids:
         raise InputError(f"inject: rank {rank} is not in the trace set (ranks {traces.rank_ids})")
     out = Path(out_dir)

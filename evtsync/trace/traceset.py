@@ -101,7 +101,7 @@ def read_rank(path: str | os.PathLike[str], salvage: bool = False) -> RankTables
     return build_rank_tables(decode_file(path, salvage=salvage))
 
 
-def _read_all(files: Sequence[Path], salvage: bool, workers: int | None,
+def _read_all(files: Sequence[Path], salvage: bool, jobs: int | None, workers: int | None = None,
               scheduler: str | None = None, cache: str | os.PathLike[str] | None = None,
               client: Any = None) -> list[RankTables]:
     from evtsync.parallel import backend_for
@@ -110,7 +110,7 @@ def _read_all(files: Sequence[Path], salvage: bool, workers: int | None,
     total = sum(f.stat().st_size for f in files)
     task = functools.partial(read_rank_cached, salvage=salvage,
                              cache_dir=None if cache is None else str(cache))
-    with backend_for(len(files), workers=workers, scheduler=scheduler, total_bytes=total,
+    with backend_for(len(files), jobs=jobs, workers=workers, scheduler=scheduler, total_bytes=total,
                      parallel_min_bytes=PARALLEL_MIN_BYTES, client=client) as backend:
         log.debug("reading %d trace file(s) on %s", len(files), backend.name)
         return backend.map(task, [str(f) for f in files], "reading traces")
@@ -193,18 +193,19 @@ def _pg_table(parts: Sequence[RankTables]) -> pd.DataFrame:
 
 
 def load_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *,
-                salvage: bool = False, workers: int | None = None, scheduler: str | None = None,
-                cache: str | os.PathLike[str] | None = None, client: Any = None) -> TraceSet:
+                salvage: bool = False, jobs: int | None = None, workers: int | None = None,
+                scheduler: str | None = None, cache: str | os.PathLike[str] | None = None,
+                client: Any = None) -> TraceSet:
     """Load a multi-rank trace set from files and/or folders.
 
     ``salvage`` keeps the complete events of files cut mid-write (counting what was
-    dropped); ``workers`` sets the reader processes (default: one per core, in-process
-    for small sets); ``scheduler`` (or ``$DASK_SCHEDULER_ADDRESS``) reads on a Dask
-    cluster (``"local"`` starts one with ``workers`` workers) and ``client`` on the Dask
-    client given; ``cache`` is a folder of per-rank Parquet tables reused across runs
+    dropped); ``jobs`` sets the local reader processes (default: one per core, in-process
+    for small sets; 1: in this process); ``workers`` reads on a local Dask cluster of that
+    many workers, ``scheduler`` (or ``$DASK_SCHEDULER_ADDRESS``) on the Dask cluster at that
+    address (``"local"`` starts one) and ``client`` on the Dask client given; ``cache`` is a folder of per-rank Parquet tables reused across runs
     (see :mod:`evtsync.trace.cache`). The tables do not depend on any of these choices.
     """
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
     files = expand_paths(paths)
-    return assemble(_read_all(files, salvage, workers, scheduler, cache, client))
+    return assemble(_read_all(files, salvage, jobs, workers, scheduler, cache, client))
