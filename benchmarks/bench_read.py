@@ -43,7 +43,16 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
-REAL = Path(__file__).resolve().parents[2] / "shared/data/traces/single-rank/hta_v100_allreduce_rank1of2.json.gz"
+SHARED_TRACES = Path(__file__).resolve().parents[2] / "shared/data/traces"
+#: The trace named by issue 2 (216k events), then the other real traces of the shared data
+#: with the most events (one per source: HTA A100, HTA 8-rank, TraceLens MI300/RCCL, DLRM).
+REAL = SHARED_TRACES / "single-rank/hta_v100_allreduce_rank1of2.json.gz"
+MORE_REAL = tuple(SHARED_TRACES / name for name in (
+    "single-rank/hta_a100_sendrecv_rank0of16.json.gz",
+    "single-rank/hta_rank3of8.json.gz",
+    "single-rank/tracelens_mi300_rccl_rank0of8.json.gz",
+    "dlrm-8rank-v100/worker0_step_12.1694128201545.pt.trace.json.gz",
+))
 METHODS = ("imports", "evtsync", "json+pandas", "orjson")
 #: Synth iterations per MB of one rank file (4-rank TP job, 1 layer): measured, ~9.1 per MB.
 ITERATIONS_PER_MB = 9342 / 1031
@@ -177,7 +186,8 @@ def scaling(workdir: Path, sizes_mb: list[int]) -> dict:
 def markdown(report: dict) -> str:
     """The results as the tables of docs/performance/reading.md."""
     lines = []
-    for key in ("real", "big"):
+    keys = ["real", *sorted(k for k in report if k.startswith("real:")), "big"]
+    for key in keys:
         if key not in report:
             continue
         r = report[key]
@@ -198,6 +208,16 @@ def markdown(report: dict) -> str:
                       f"peak RSS ratio **{r['memory_ratio_vs_json_pandas']:.2f}** "
                       f"(net of imports **{r['memory_ratio_net_of_imports']:.2f}**){traced_ratio}; "
                       f"vs orjson.loads alone: {r['speedup_vs_orjson']:.2f}x.", ""]
+    measured = [report[k] for k in keys if k in report]
+    if len(measured) > 1:
+        lines += ["| file | MB of JSON | speedup vs json+pandas | vs orjson | peak RSS ratio | "
+                  "net of imports | tracemalloc ratio |", "|---|---|---|---|---|---|---|"]
+        for r in measured:
+            traced = f"{r['traced_ratio_vs_json_pandas']:.2f}" if "traced_ratio_vs_json_pandas" in r else ""
+            lines.append(f"| {Path(r['file']).name} | {r['json_mb']:.1f} | {r['speedup_vs_json_pandas']:.2f}x | "
+                         f"{r['speedup_vs_orjson']:.2f}x | {r['memory_ratio_vs_json_pandas']:.2f} | "
+                         f"{r['memory_ratio_net_of_imports']:.2f} | {traced} |")
+        lines.append("")
     if "scaling" in report:
         sc = report["scaling"]
         lines += ["| file MB | rows | CPU s | peak RSS MB |", "|---|---|---|---|"]
@@ -216,6 +236,9 @@ def main() -> None:
                         help="also measure the 1 GB file under tracemalloc (json+pandas then "
                              "needs several times the memory of its untraced run)")
     parser.add_argument("--real", type=Path, default=REAL, help="real trace (default: the 216k-event HTA V100 trace)")
+    parser.add_argument("--more-real", type=Path, nargs="*", default=list(MORE_REAL),
+                        help="further real traces, measured the same way (default: the largest "
+                             "of each other source in the shared data; none: --more-real)")
     parser.add_argument("--big-mb", type=int, default=1024, help="synthetic rank file size in MB (0: skip)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions on the real trace (best CPU time)")
     parser.add_argument("--scaling", default="", help="comma-separated synthetic file sizes in MB")
@@ -231,6 +254,8 @@ def main() -> None:
                                f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
                     "python": platform.python_version()}
     report["real"] = bench_file(args.real, args.reps)
+    for path in args.more_real:
+        report[f"real:{path.name}"] = bench_file(path, args.reps)
     if args.big_mb:
         report["big"] = bench_file(synth_rank_file(args.workdir, args.big_mb), 1, traced=args.traced_big)
     if args.scaling:

@@ -13,29 +13,37 @@ The public API in one place::
     table, verdict = evtsync.compare_fits([fit, other])
     tau = evtsync.tau_summary(fit, n=[8, 64, 512], block_sd_us=24.0)
 
-The Bayesian names (PyMC) are imported on first use, so ``import evtsync`` stays light.
+Every name is imported on first use, so ``import evtsync`` stays light.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from evtsync.blocks import compute_zscores, zscore_table
-from evtsync.collectives import Alignment, PGOverride, align_collectives
-from evtsync.critpath import AttributionResult, attribute, inject_delay
 from evtsync.errors import EvtsyncError
-from evtsync.evt.mle import fit_mle
-from evtsync.tax import TaxTables, compute_tax, tax_from_traces, tax_summary
-from evtsync.trace.traceset import TraceSet, load_traces
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from evtsync.trace.traceset import TraceSet
 
 __version__ = "0.1.0"
 
-#: Bayesian API (imports PyMC): name -> module, resolved on first access.
+#: Public names -> the module that defines them, imported on first access: ``import
+#: evtsync`` (and so every worker process that reads traces) does not pay for scipy,
+#: PyMC or the critical-path code it may never use.
 _LAZY = {
+    "compute_zscores": "evtsync.blocks", "zscore_table": "evtsync.blocks",
+    "Alignment": "evtsync.collectives", "PGOverride": "evtsync.collectives",
+    "align_collectives": "evtsync.collectives",
+    "AttributionResult": "evtsync.critpath", "attribute": "evtsync.critpath",
+    "inject_delay": "evtsync.critpath",
+    "fit_mle": "evtsync.evt.mle",
+    "TaxTables": "evtsync.tax", "compute_tax": "evtsync.tax", "tax_from_traces": "evtsync.tax",
+    "tax_summary": "evtsync.tax",
+    "TraceSet": "evtsync.trace.traceset", "load_traces": "evtsync.trace.traceset",
     "load_spec": "evtsync.evt.spec", "fit_table": "evtsync.evt.fit", "load_fit": "evtsync.evt.fit",
     "save_fit": "evtsync.evt.fit", "compare_fits": "evtsync.evt.compare",
     "tau_summary": "evtsync.evt.posterior", "bandwidth_summary": "evtsync.evt.posterior",
@@ -53,12 +61,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'evtsync' has no attribute {name!r}")
 
 
-__all__ = [
-    "Alignment", "AttributionResult", "EvtsyncError", "PGOverride", "TaxTables", "TraceSet",
-    "align_collectives", "attribute", "compute_tax", "compute_zscores", "inject_delay",
-    "load_traces", "tax_from_traces", "tax_summary", "tax_table", "zscore_table", "fit_mle",
-    *sorted(_LAZY),
-]
+__all__ = ["EvtsyncError", "tax_table", *sorted(_LAZY)]
 
 
 def tax_table(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *,
@@ -68,6 +71,9 @@ def tax_table(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     ``traces`` is a loaded :class:`TraceSet` or paths to load; ``align_options`` go to
     :func:`evtsync.align_collectives` (``overrides``, ``end_tolerance_us``, ``strict``, ...).
     """
+    from evtsync.tax import tax_from_traces
+    from evtsync.trace.traceset import TraceSet, load_traces
+
     if not isinstance(traces, TraceSet):
         traces = load_traces(traces)
     _, tables = tax_from_traces(traces, **align_options)
