@@ -339,6 +339,7 @@ def plan_blocks(traces: TraceSet, alignment: Alignment | None = None, *, pg: str
                 m: int = DEFAULT_M, gemm_patterns: Iterable[str] = (), precision: str | None = None,
                 **align_options: Any) -> tuple[pd.DataFrame, list[GroupBlocksTask]]:
     """The chosen PG rows and one :class:`GroupBlocksTask` per PG (see :func:`cut_blocks`)."""
+    traces.require_all("cutting compute blocks")
     if not isinstance(m, int | np.integer) or m < 2:
         raise InputError(f"--m {m}: the sample size must be an integer >= 2")
     user_precision = canonical_precision(precision) if precision else None

@@ -31,7 +31,7 @@ import pandas as pd
 
 from evtsync.errors import AlignmentError, InputError
 from evtsync.trace.schema import canonical_collective
-from evtsync.trace.tables import format_ranks, parse_rank_list
+from evtsync.trace.tables import format_ranks, is_gloo_collective, parse_rank_list
 from evtsync.trace.traceset import TraceSet
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def gloo_collectives(traces: TraceSet) -> pd.DataFrame:
     later like any alignment (equal counts and types across members). Bytes are unknown.
     """
     ops = traces.cpu_ops
-    gloo = ops[ops["name"].astype(str).str.startswith("gloo:")]
+    gloo = ops[is_gloo_collective(ops["name"])]
     if gloo.empty:
         return gloo.iloc[:0]
     config = {}

@@ -191,3 +191,47 @@ def test_cli_cut_trace_error_then_salvage(traces_dir: Path, tmp_path: Path, caps
     assert "decompressed byte" in err and "--salvage" in err and "Traceback" not in err
     assert main(["tax", "--salvage", str(cut)]) == 0
     assert "no NCCL kernels" in capsys.readouterr().out  # the first half holds none of them
+
+
+@pytest.mark.parametrize("source", ["dlrm", "gloo", "synthetic"])
+def test_collectives_only_loading_gives_the_same_alignment_and_tax(source: str, traces_dir: Path,
+                                                                   tmp_path: Path) -> None:
+    """``collectives_only=True`` (what ``evtsync tax`` reads) keeps every row the tax needs:
+    NCCL traces, gloo traces (CPU-side collectives) and a synthetic study read in a process
+    pool (reduced tables pickled back) give the full path's alignment and tax tables."""
+    import pandas as pd
+
+    from evtsync.tax import tax_from_traces
+
+    if source == "dlrm":
+        folder, jobs = traces_dir / "dlrm-8rank-v100", 1
+    elif source == "gloo":
+        folder, jobs = GLOO, 1
+    else:
+        from evtsync.synth import SynthConfig, synthesize
+
+        folder = synthesize(SynthConfig.build(ranks=8, tp=4, iterations=2, layers=1, seed=5), tmp_path).traces_dir
+        jobs = 2
+    full = load_traces(folder, jobs=1)
+    small = load_traces(folder, jobs=jobs, collectives_only=True)
+    assert small.scope == "collectives" and full.scope == "all"
+    assert len(small.kernels) == len(full.nccl_kernels)
+    assert len(small.kernels) + len(small.cpu_ops) < len(full.kernels) + len(full.cpu_ops)
+    assert small.runtime.empty and small.syncs.empty
+    full_alignment, full_tax = tax_from_traces(full)
+    small_alignment, small_tax = tax_from_traces(small)
+    assert len(full_tax.collectives) > 0
+    pd.testing.assert_frame_equal(small_tax.collectives, full_tax.collectives)
+    pd.testing.assert_frame_equal(small_tax.ranks, full_tax.ranks)
+    pd.testing.assert_frame_equal(small_alignment.groups, full_alignment.groups)
+    pd.testing.assert_frame_equal(small_alignment.mismatches, full_alignment.mismatches)
+
+
+def test_collectives_only_traces_refuse_blocks_and_attribution(traces_dir: Path) -> None:
+    from evtsync.blocks import cut_blocks
+    from evtsync.critpath import attribute
+
+    small = load_traces(traces_dir / "dlrm-8rank-v100", jobs=1, collectives_only=True)
+    for run in (lambda: cut_blocks(small), lambda: attribute(small)):
+        with pytest.raises(InputError, match="loaded with collectives_only=True"):
+            run()

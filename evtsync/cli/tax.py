@@ -52,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
         if args.demo:
             options["cache"] = None  # a temporary folder: nothing to reuse
         backend = enter_dask(args, options, stack)  # one cluster: reading and per-PG tasks
-        traces = load_traces(paths, **options)
+        # the tax needs the collectives only: workers send back a small fraction of each rank
+        traces = load_traces(paths, collectives_only=True, **options)
         alignment, tables = tax_from_traces(traces, backend=backend, **align_options(args))
     summary = tax_summary(tables)
     if traces.nccl_kernels.empty:

@@ -39,6 +39,20 @@ class RankTables:
     pg_config: list[dict[str, Any]] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
 
+    def collectives_only(self) -> RankTables:
+        """The rows alignment and the tax read: NCCL/RCCL kernels and gloo collective
+        annotations; the other tables keep their columns and no rows. Metadata unchanged."""
+        return RankTables(
+            rank=self.rank, info=self.info, kernels=self.kernels[self.kernels["is_nccl"].to_numpy()],
+            cpu_ops=self.cpu_ops[is_gloo_collective(self.cpu_ops["name"])],
+            runtime=self.runtime.iloc[:0], syncs=self.syncs.iloc[:0], pg_config=self.pg_config,
+            skipped=self.skipped)
+
+
+def is_gloo_collective(names: pd.Series) -> np.ndarray:
+    """Rows that are gloo collectives (``gloo:<op>`` annotations, see docs/gloo.md)."""
+    return _category_flags(names, lambda n: n.startswith("gloo:"))
+
 
 def _time_ns(values: np.ndarray, base_ns: int) -> np.ndarray:
     """µs (int64 or float64) -> int64 ns plus the trace's base time."""

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from evtsync.errors import TraceError
+from evtsync.errors import InputError, TraceError
 from evtsync.trace.decode import decode_file
 from evtsync.trace.tables import RankTables, build_rank_tables, format_ranks, parse_rank_list
 
@@ -45,6 +45,10 @@ class TraceSet:
     - ``ranks``: one row per rank: file, rank source, world size, GPU model, host, counts.
     - ``process_groups``: the ``pg_config`` entries seen in the traces, one row per PG.
     - ``skipped``: counts of events that could not be tabulated, per rank and reason.
+
+    ``scope`` is ``"all"``, or ``"collectives"`` for a set loaded with
+    ``collectives_only=True`` (only NCCL kernels and gloo collectives; enough for alignment
+    and the tax, not for blocks or critical paths, which say so).
     """
 
     kernels: pd.DataFrame
@@ -54,6 +58,14 @@ class TraceSet:
     ranks: pd.DataFrame
     process_groups: pd.DataFrame
     skipped: pd.DataFrame
+    scope: str = "all"
+
+    def require_all(self, purpose: str) -> None:
+        """Raise a clear error when ``purpose`` needs every event and this set has fewer."""
+        if self.scope != "all":
+            raise InputError(f"{purpose} needs every kernel and CPU event, but these traces were "
+                             f"loaded with collectives_only=True (scope {self.scope!r}); load them again "
+                             "without it")
 
     @property
     def nccl_kernels(self) -> pd.DataFrame:
@@ -101,22 +113,30 @@ def read_rank(path: str | os.PathLike[str], salvage: bool = False) -> RankTables
     return build_rank_tables(decode_file(path, salvage=salvage))
 
 
-def _read_all(files: Sequence[Path], salvage: bool, jobs: int | None, workers: int | None = None,
-              scheduler: str | None = None, cache: str | os.PathLike[str] | None = None,
-              client: Any = None) -> list[RankTables]:
-    from evtsync.parallel import backend_for
+def _read_one(path: str, salvage: bool, cache_dir: str | None, collectives_only: bool) -> RankTables:
+    """One rank file's tables (from the cache when there), reduced to its collectives if
+    asked: the unit of work of every backend, so a worker ships back only what is kept."""
     from evtsync.trace.cache import read_rank_cached
 
+    tables = read_rank_cached(path, salvage, cache_dir)
+    return tables.collectives_only() if collectives_only else tables
+
+
+def _read_all(files: Sequence[Path], salvage: bool, jobs: int | None, workers: int | None = None,
+              scheduler: str | None = None, cache: str | os.PathLike[str] | None = None,
+              client: Any = None, collectives_only: bool = False) -> list[RankTables]:
+    from evtsync.parallel import backend_for
+
     total = sum(f.stat().st_size for f in files)
-    task = functools.partial(read_rank_cached, salvage=salvage,
-                             cache_dir=None if cache is None else str(cache))
+    task = functools.partial(_read_one, salvage=salvage, cache_dir=None if cache is None else str(cache),
+                             collectives_only=collectives_only)
     with backend_for(len(files), jobs=jobs, workers=workers, scheduler=scheduler, total_bytes=total,
                      parallel_min_bytes=PARALLEL_MIN_BYTES, client=client) as backend:
         log.debug("reading %d trace file(s) on %s", len(files), backend.name)
         return backend.map(task, [str(f) for f in files], "reading traces")
 
 
-def assemble(parts: Sequence[RankTables]) -> TraceSet:
+def assemble(parts: Sequence[RankTables], scope: str = "all") -> TraceSet:
     """Check per-rank parts for consistency and concatenate them into a TraceSet."""
     seen: dict[int, str] = {}
     for part in parts:
@@ -152,6 +172,7 @@ def assemble(parts: Sequence[RankTables]) -> TraceSet:
         ranks=ranks,
         process_groups=_pg_table(parts),
         skipped=skipped,
+        scope=scope,
     )
 
 
@@ -195,17 +216,23 @@ def _pg_table(parts: Sequence[RankTables]) -> pd.DataFrame:
 def load_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *,
                 salvage: bool = False, jobs: int | None = None, workers: int | None = None,
                 scheduler: str | None = None, cache: str | os.PathLike[str] | None = None,
-                client: Any = None) -> TraceSet:
+                client: Any = None, collectives_only: bool = False) -> TraceSet:
     """Load a multi-rank trace set from files and/or folders.
 
     ``salvage`` keeps the complete events of files cut mid-write (counting what was
     dropped); ``jobs`` sets the local reader processes (default: one per core, in-process
     for small sets; 1: in this process); ``workers`` reads on a local Dask cluster of that
     many workers, ``scheduler`` (or ``$DASK_SCHEDULER_ADDRESS``) on the Dask cluster at that
-    address (``"local"`` starts one) and ``client`` on the Dask client given; ``cache`` is a folder of per-rank Parquet tables reused across runs
-    (see :mod:`evtsync.trace.cache`). The tables do not depend on any of these choices.
+    address (``"local"`` starts one) and ``client`` on the Dask client given; ``cache`` is a
+    folder of per-rank Parquet tables reused across runs (see :mod:`evtsync.trace.cache`).
+    The tables do not depend on any of these choices.
+
+    ``collectives_only`` keeps only the NCCL kernels and gloo collectives of each rank (each
+    worker drops the rest before sending its tables back): all that alignment and the tax
+    need, in a small fraction of the memory (``scope="collectives"``).
     """
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
     files = expand_paths(paths)
-    return assemble(_read_all(files, salvage, jobs, workers, scheduler, cache, client))
+    parts = _read_all(files, salvage, jobs, workers, scheduler, cache, client, collectives_only)
+    return assemble(parts, scope="collectives" if collectives_only else "all")
