@@ -3,19 +3,20 @@
 Run by hand (not a test)::
 
     .venv/bin/python benchmarks/bench_pipeline.py                       # defaults below
-    .venv/bin/python benchmarks/bench_pipeline.py --many-ranks 256 --big-ranks 64 --big-mb 16
+    .venv/bin/python benchmarks/bench_pipeline.py --many-ranks 256 --big-ranks 64 --big-mb 16   # quicker
 
 1. Many small ranks: a ``--many-ranks`` study (TP 8, 2 iterations, 2 layers, ~0.25 MB per rank) through
    ``evtsync tax`` in-process (``--jobs 1``), with no option (in-process below 256 MB of
    traces) and with a pool of 2 processes; seconds per rank, and the part of the run that is
    reading vs the rest (Python API timers).
-2. Big ranks: a ``--big-ranks`` x ``--big-mb`` MB study through ``evtsync tax`` with 1 and 2
-   pool processes and on a local Dask cluster of 2 workers (``--scheduler local``), all
-   without the cache; then twice with ``--cache`` (a cold run that writes the cache and a
+2. Big ranks: a ``--big-ranks`` x ``--big-mb`` MB study through ``evtsync tax`` in-process
+   (``--jobs 1``), with 2 pool processes (``--jobs 2``) and on a local Dask cluster of 2
+   workers (``--workers 2``), all without the cache; then twice with ``--cache`` (a cold run that writes the cache and a
    warm run that reads it). The Dask run must print the same summary as the others.
 
 Each CLI run is a fresh process under ``/usr/bin/time -v``: wall time, CPU time of the
-process tree (user + sys, children included) and the peak RSS of the largest process.
+process tree (user + sys of reaped children; the pool's workers are children of the fork
+server, so their CPU is not in it) and the peak RSS of the largest process.
 Studies are written by ``evtsync synth`` under ``--workdir`` (default /tmp/evtsync-bench).
 """
 
@@ -162,7 +163,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--many-ranks", type=int, default=256)
     parser.add_argument("--big-ranks", type=int, default=64)
-    parser.add_argument("--big-mb", type=float, default=16.0, help="MB per rank of the big study")
+    parser.add_argument("--big-mb", type=float, default=200.0,
+                        help="MB per rank of the big study (default 200, issue 7: 12.9 GB of JSON for "
+                             "64 ranks, ~7 minutes to write; needs ~15 GB of disk under --workdir)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/evtsync-bench"))
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()

@@ -1,8 +1,10 @@
 """Streaming decoder of one Kineto trace file into compact typed columns.
 
-The file is read in blocks (plain or gzip). Each block is split after its last complete
-event and decoded with msgspec into :class:`_Event` structs (only the fields evtsync uses:
-msgspec skips the rest without building objects), which are turned into numpy arrays at once (integers as int64, strings as int32 codes into one
+The file is read in blocks (plain, or gzip inflated with ISA-L when ``isal`` is installed).
+Each block is split after its last complete event and decoded with msgspec into structs
+holding only the fields evtsync uses (msgspec skips the rest without building objects;
+events of phases other than complete ``"X"`` events keep only their category), which are
+turned into numpy arrays at once (integers as int64, strings as int32 codes into one
 per-file dictionary of unique strings) and dropped. Peak memory is therefore bounded by
 one block's structs plus the compact columns of the events kept, never by the whole JSON
 text or a list of Python objects per event; the columns are concatenated at the end.
