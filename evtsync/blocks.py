@@ -300,6 +300,12 @@ def _rank_blocks(k: pd.DataFrame, ts: np.ndarray, end: np.ndarray
     return agg, prec, counts
 
 
+def _check_inputs(traces: TraceSet, m: Any) -> None:
+    if not isinstance(m, int | np.integer) or m < 2:
+        raise InputError(f"--m {m}: the sample size must be an integer >= 2")
+    traces.require_all("cutting compute blocks")
+
+
 @dataclass
 class GroupBlocksTask:
     """What the blocks of one PG need, cut out of the trace set: the unit of parallel work.
@@ -339,9 +345,7 @@ def plan_blocks(traces: TraceSet, alignment: Alignment | None = None, *, pg: str
                 m: int = DEFAULT_M, gemm_patterns: Iterable[str] = (), precision: str | None = None,
                 **align_options: Any) -> tuple[pd.DataFrame, list[GroupBlocksTask]]:
     """The chosen PG rows and one :class:`GroupBlocksTask` per PG (see :func:`cut_blocks`)."""
-    traces.require_all("cutting compute blocks")
-    if not isinstance(m, int | np.integer) or m < 2:
-        raise InputError(f"--m {m}: the sample size must be an integer >= 2")
+    _check_inputs(traces, m)
     user_precision = canonical_precision(precision) if precision else None
     classifier = KernelClassifier(tuple(gemm_patterns))
     if alignment is None:
@@ -384,6 +388,7 @@ def cut_blocks(traces: TraceSet, alignment: Alignment | None = None, *, pg: str 
     ``backend`` (e.g. a Dask cluster from :mod:`evtsync.parallel`) each PG is aligned and
     cut as a task of its own; the result is the same as without one.
     """
+    _check_inputs(traces, m)  # before aligning: a bad --m is the error to report, not alignment's
     if alignment is None:
         alignment = align_collectives(traces, backend=backend, **align_options)
     chosen, tasks = plan_blocks(traces, alignment, pg=pg, m=m, gemm_patterns=gemm_patterns,

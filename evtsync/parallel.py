@@ -114,9 +114,9 @@ def dask_backend(scheduler: str, workers: int | None = None,
     A local cluster gets ``workers`` single-threaded worker processes (default: one per
     core) and is closed on exit; an existing cluster is only disconnected from.
     """
-    distributed = _import_distributed()
     if workers is not None and workers < 1:
         raise InputError(f"--workers must be at least 1, got {workers}")
+    distributed = _import_distributed()
     if scheduler == LOCAL_DASK:
         n = workers or os.cpu_count() or 1
         cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
@@ -140,13 +140,24 @@ def dask_backend(scheduler: str, workers: int | None = None,
         client.close()
 
 
-def scheduler_address(scheduler: str | None, workers: int | None = None) -> str | None:
-    """The Dask scheduler a run uses, or None for no Dask.
+def scheduler_address(scheduler: str | None, workers: int | None = None,
+                      jobs: int | None = None) -> str | None:
+    """The Dask scheduler a run uses, or None for no Dask (the local process pool).
 
     ``--scheduler`` if given; else ``--workers N`` asks for a local cluster (``"local"``);
-    else ``$DASK_SCHEDULER_ADDRESS``. ``--workers`` sizes a cluster evtsync starts, so it
-    cannot be combined with the address of an existing one.
+    else an explicit ``--jobs`` asks for the process pool; else ``$DASK_SCHEDULER_ADDRESS``.
+    ``--workers`` sizes a cluster evtsync starts, so it cannot be combined with the address
+    of an existing one, and ``--jobs`` sizes the process pool, so it cannot be combined with
+    either Dask option.
     """
+    if workers is not None and workers < 1:
+        raise InputError(f"--workers must be at least 1, got {workers}")
+    if jobs is not None and jobs < 1:
+        raise InputError(f"--jobs must be at least 1, got {jobs}")
+    if jobs is not None and (scheduler or workers is not None):
+        dask = f"--scheduler {scheduler}" if scheduler else f"--workers {workers}"
+        raise InputError(f"--jobs {jobs} sizes the local process pool and {dask} asks for Dask: "
+                         "give one of them")
     if scheduler and scheduler != LOCAL_DASK and workers is not None:
         raise InputError(f"--workers {workers} starts a local Dask cluster; it cannot size the "
                          f"existing cluster at --scheduler {scheduler} (drop one of them)")
@@ -154,6 +165,8 @@ def scheduler_address(scheduler: str | None, workers: int | None = None) -> str 
         return scheduler
     if workers is not None:
         return LOCAL_DASK
+    if jobs is not None:
+        return None  # an explicit process pool wins over the environment
     return os.environ.get(SCHEDULER_ENV) or None
 
 
@@ -164,8 +177,8 @@ def backend_for(n_items: int, *, jobs: int | None = None, workers: int | None = 
     """The backend a run should use.
 
     A Dask ``client`` given by the caller wins; then a Dask cluster: ``scheduler`` (an
-    address, or ``"local"``), ``workers`` (a local cluster of that many workers) or the
-    environment. Otherwise a local process pool of ``jobs`` processes (default one per
+    address, or ``"local"``), ``workers`` (a local cluster of that many workers) or, unless
+    ``jobs`` is given, the environment (see :func:`scheduler_address`). Otherwise a local process pool of ``jobs`` processes (default one per
     core), or the calling process when there is one item, ``jobs`` is 1, or (``jobs`` not
     given) less than ``parallel_min_bytes`` of input, where starting processes costs more
     than it saves.
@@ -173,14 +186,12 @@ def backend_for(n_items: int, *, jobs: int | None = None, workers: int | None = 
     if client is not None:
         yield DaskCluster(client, "Dask client given by the caller")
         return
-    address = scheduler_address(scheduler, workers)
+    address = scheduler_address(scheduler, workers, jobs)
     if address:
         with dask_backend(address, workers) as backend:
             log.info("running on %s", backend.name)
             yield backend
         return
-    if jobs is not None and jobs < 1:
-        raise InputError(f"--jobs must be at least 1, got {jobs}")
     n = jobs if jobs is not None else min(n_items, os.cpu_count() or 1)
     if n <= 1 or n_items <= 1 or (jobs is None and total_bytes < parallel_min_bytes):
         yield InProcess()

@@ -1080,9 +1080,10 @@ def run_pipeline(options: RunOptions, on_stage: Callable[[StageEvent], None] | N
     run = Run(options, on_stage)
     run.out.mkdir(parents=True, exist_ok=True)
     with _run_lock(run.out), contextlib.ExitStack() as stack:
-        address = scheduler_address(options.scheduler, options.workers)
+        address = scheduler_address(options.scheduler, options.workers, options.jobs)
         if address:  # one Dask cluster for the whole run: reading, alignment, blocks
             run.backend = stack.enter_context(dask_backend(address, options.workers))
+            stack.callback(setattr, run, "backend", None)  # the run outlives its cluster
             log.info("running on %s", run.backend.name)
         _clean_temporaries(run.out)
         old = read_manifest(run.out)

@@ -114,8 +114,15 @@ def test_workers_means_a_local_dask_cluster_and_jobs_the_process_pool(monkeypatc
     monkeypatch.setenv(SCHEDULER_ENV, "tcp://10.0.0.1:8786")
     assert scheduler_address(None, 3) == LOCAL_DASK  # an explicit --workers wins over the environment
     assert scheduler_address(None, None) == "tcp://10.0.0.1:8786"
+    assert scheduler_address(None, None, 1) is None  # an explicit --jobs too: the process pool
     with pytest.raises(InputError, match="cannot size the existing cluster at --scheduler tcp://h:1"):
         scheduler_address("tcp://h:1", 2)
+    with pytest.raises(InputError, match="--jobs 2 sizes the local process pool and --workers 3 asks for Dask"):
+        scheduler_address(None, 3, 2)
+    with pytest.raises(InputError, match="--jobs 2 sizes the local process pool and --scheduler local"):
+        scheduler_address(LOCAL_DASK, None, 2)
+    with pytest.raises(InputError, match="--workers must be at least 1, got 0"):
+        scheduler_address(None, 0)
     monkeypatch.delenv(SCHEDULER_ENV)
     with backend_for(4, jobs=2) as backend:
         assert isinstance(backend, ProcessPool) and backend.jobs == 2

@@ -196,3 +196,24 @@ def test_events_of_every_phase_and_of_none_are_counted_and_only_complete_ones_ke
         assert decoded.n_events == len(events)
         assert decoded.category_counts == dict(Counter(e.get("cat") or "(none)" for e in events))
         assert decoded.columns["cpu"]["external_id"].tolist() == expected_ops
+
+
+def test_only_complete_events_are_held_to_the_schema_wherever_the_blocks_fall(tmp_path: Path) -> None:
+    """An instant event with list ``args`` decodes whether or not a phase-less event shares
+    its block; a complete event with a list ``args`` is an error at every block size."""
+    base = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": 10 * i, "dur": 5}
+            for i in range(200)]
+    odd = {"ph": "i", "cat": "cpu_instant_event", "name": "marker", "ts": 5, "s": "t", "args": [1, 2]}
+    no_phase = {"cat": "python_function", "name": "no phase", "ts": 7, "dur": 1}
+    for name, events in (("far", base[:100] + [odd] + base[100:] + [no_phase]),
+                         ("near", base[:100] + [odd, no_phase] + base[100:])):
+        path = _write(tmp_path / f"{name}.json", events)
+        for block in (256, 4096, 1 << 20):
+            decoded = decode_file(path, block_size=block)
+            assert decoded.n_events == 202
+            assert len(decoded.columns["gpu"]["name"]) == 200
+    bad = base[:100] + [{**base[0], "args": [1, 2]}, no_phase] + base[100:]
+    path = _write(tmp_path / "bad.json", bad)
+    for block in (256, 1 << 20):
+        with pytest.raises(TraceError, match="is not a Kineto event"):
+            decode_file(path, block_size=block)

@@ -196,6 +196,34 @@ def test_truncated_gzip(tmp_path: Path, traces_dir: Path) -> None:
     assert 0 < len(salvaged.kernels) < 326
 
 
+def test_gzip_error_offsets_and_trailing_data(tmp_path: Path, traces_dir: Path) -> None:
+    """Gzip errors give the decompressed offset where the data stop being readable, and
+    bytes after the last member are called trailing data, not a truncated file."""
+    import gzip
+    import zlib
+
+    src = traces_dir / "dlrm-8rank-v100/worker1_step_12.1694128201556.pt.trace.json.gz"
+    data = src.read_bytes()
+    text = gzip.decompress(data)
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    inflater = zlib.decompressobj(wbits=31)
+    readable = len(inflater.decompress(data[: len(data) * 2 // 3]))  # what zlib gets out of the cut file
+    with pytest.raises(TraceError, match=r"gzip stream ends early \(truncated file\) after (\d+) decompressed") as err:
+        load_traces(cut)
+    at = int(str(err.value).split(" after ")[1].split()[0])
+    assert abs(at - readable) < 64 * 1024 and 0 < at < len(text)
+    trailing = tmp_path / "trailing.json.gz"
+    trailing.write_bytes(data + b"garbage")
+    with pytest.raises(TraceError, match=rf"7 byte\(s\) after the last complete gzip member \(after {len(text)} "
+                                         r"decompressed bytes\) are not a complete gzip member"):
+        load_traces(trailing)
+    assert len(load_traces(trailing, salvage=True).kernels) == 326  # the array was complete
+    padded = tmp_path / "padded.json.gz"  # NUL padding after the member, as gzip(1) accepts
+    padded.write_bytes(data + b"\0" * 10_000)
+    assert len(load_traces(padded).kernels) == 326
+
+
 @pytest.mark.parametrize("content, message", [
     (b"", "empty file"),
     (b"   \n", "empty file"),
@@ -237,3 +265,19 @@ def test_folder_ignores_non_trace_files_and_parallel_equals_serial(traces_dir: P
         a, b = getattr(serial, name), getattr(parallel, name)
         assert a.shape == b.shape
         assert np.array_equal(a["ts_ns"].to_numpy(), b["ts_ns"].to_numpy())
+
+
+def test_rank_without_nccl_kernels_concatenates_with_the_others(tmp_path: Path) -> None:
+    """One rank ran compute only (no collective): its empty collective categories must not
+    stop the ranks' tables from being concatenated."""
+    def kernel(name: str, i: int) -> dict:
+        return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": 100 + 10 * i, "dur": 5,
+                "args": {"device": 0, "stream": 7, "correlation": i}}
+
+    for rank, events in ((0, [kernel("gemm_kernel", 1)]),
+                         (1, [kernel("ncclKernel_AllReduce_RING_LL_Sum_float", 1), kernel("gemm_kernel", 2)])):
+        (tmp_path / f"rank{rank}.json").write_text(
+            json.dumps({"distributedInfo": {"rank": rank, "world_size": 2}, "traceEvents": events}))
+    traces = load_traces(tmp_path, jobs=1)
+    assert traces.kernels.groupby("rank")["is_nccl"].sum().to_dict() == {0: 0, 1: 1}
+    assert traces.nccl_kernels["collective"].astype(str).tolist() == ["AllReduce"]

@@ -72,13 +72,14 @@ def enter_dask(args: argparse.Namespace, options: dict[str, Any], stack: context
     """
     from evtsync.parallel import dask_backend, scheduler_address
 
-    address = scheduler_address(options.get("scheduler"), options.get("workers"))
+    address = scheduler_address(options.get("scheduler"), options.get("workers"), options.get("jobs"))
     if not address:
         return None
     backend = stack.enter_context(dask_backend(address, options.get("workers")))
     print(f"running on {backend.name}", file=sys.stderr)
     options.pop("scheduler", None)
     options.pop("workers", None)
+    options.pop("jobs", None)
     options["client"] = backend.client
     return backend
 

@@ -235,43 +235,58 @@ class _Source:
         self._buffer = b""
         self._raw_done = False
         self._fresh_member = False  # a gzip member just ended: EOF here is a clean end
+        self._later_member = False  # the current member follows a complete one
+        self._member_in = self._member_out = 0  # compressed bytes fed to / inflated from it
+        self._inflated = 0  # decompressed bytes produced so far (the offsets of gzip errors)
         self._plain = bytearray()  # reused read buffer of plain files
         self.eof_error: str | None = None
 
     def _inflate_more(self) -> bytes:
+        """The next piece of inflated data; b"" at the end (``eof_error`` says if it was clean).
+
+        After a complete member, NUL padding is skipped (as gzip(1) and Python's gzip do);
+        any other bytes must start a new member.
+        """
         assert self._inflater is not None
+        pending = b""
         while True:
             if self._inflater.eof:
-                rest = self._inflater.unused_data
+                pending = self._inflater.unused_data + pending
                 self._inflater = _inflate_lib.decompressobj(wbits=31)
-                if rest:
-                    try:
-                        out = self._inflater.decompress(rest)
-                    except _INFLATE_ERRORS as exc:
-                        self.eof_error = f"corrupt gzip data after {self.offset} decompressed bytes ({exc})"
-                        self._raw_done = True
-                        return b""
-                    if out:
-                        return out
-                    continue
+                self._later_member, self._member_in, self._member_out = True, 0, 0
                 self._fresh_member = True
-            chunk = self._raw.read(self.RAW_CHUNK)
-            if not chunk:
-                self._raw_done = True
-                if not self._inflater.eof and not self._fresh_member:
-                    self.eof_error = (f"gzip stream ends early (truncated file) after "
-                                      f"{self.offset + len(self._buffer)} decompressed bytes")
-                return b""
+            if not pending:
+                pending = self._raw.read(self.RAW_CHUNK)
+                if not pending:
+                    self._raw_done = True
+                    if not self._fresh_member:
+                        self.eof_error = self._end_error()
+                    return b""
+            if self._fresh_member and self._later_member:
+                pending = pending.lstrip(b"\0")  # padding between or after members
+                if not pending:
+                    continue
             self._fresh_member = False
+            self._member_in += len(pending)
             try:
-                out = self._inflater.decompress(chunk)
+                out = self._inflater.decompress(pending)
             except _INFLATE_ERRORS as exc:
-                self.eof_error = (f"corrupt gzip data after {self.offset + len(self._buffer)} "
-                                  f"decompressed bytes ({exc})")
+                self.eof_error = f"corrupt gzip data after {self._inflated} decompressed bytes ({exc})"
                 self._raw_done = True
                 return b""
+            pending = b""
             if out:
+                self._member_out += len(out)
+                self._inflated += len(out)
                 return out
+
+    def _end_error(self) -> str:
+        """Why the data ended inside a gzip member."""
+        if self._later_member and not self._member_out:
+            return (f"{self._member_in} byte(s) after the last complete gzip member (after "
+                    f"{self._inflated} decompressed bytes) are not a complete gzip member "
+                    "(trailing data, or a member cut short)")
+        return f"gzip stream ends early (truncated file) after {self._inflated} decompressed bytes"
 
     def read(self, size: int) -> bytes:
         """At least ``size`` bytes unless the data end (gzip: possibly more); b"" at the end."""
@@ -491,13 +506,46 @@ def _categorical(codes: np.ndarray, by_code: np.ndarray) -> pd.Categorical:
     return pd.Categorical.from_codes(new_codes, categories=pd.Index(list(names[order])))
 
 
+class _PhaseAndCategory(msgspec.Struct, gc=False):
+    """The two keys every event is held to, whatever its phase."""
+
+    ph: str = ""
+    cat: str | None = None
+
+
+_raw_decoder = msgspec.json.Decoder(list[msgspec.Raw])
+_event_decoder = msgspec.json.Decoder(_Event)
+_head_decoder = msgspec.json.Decoder(_PhaseAndCategory)
+
+
 def _decode_events(data: bytes | bytearray | memoryview) -> tuple[list[Any], bool]:
     """A JSON array of events -> (events, phased): phase-typed when every event has a known
-    phase, else permissive :class:`_Event` structs. msgspec errors propagate."""
+    phase, else permissive :class:`_Event` structs. msgspec errors propagate.
+
+    Either way only complete ("X") events are held to the schema of the fields evtsync
+    reads; an event of another phase needs only a string (or absent) phase and category,
+    so whether a file decodes never depends on which events share a block.
+    """
     try:
         return _phased_decoder.decode(data), True
     except msgspec.ValidationError:
+        pass
+    try:
         return _decoder.decode(data), False
+    except msgspec.ValidationError:
+        return [_lenient_event(raw) for raw in _raw_decoder.decode(data)], False
+
+
+def _lenient_event(raw: msgspec.Raw) -> _Event:
+    """One event of a block that failed validation: complete events are held to the
+    schema (their error propagates), the others reduced to their phase and category."""
+    try:
+        return _event_decoder.decode(raw)
+    except msgspec.ValidationError:
+        head = _head_decoder.decode(raw)  # a non-string phase or category is an error too
+        if head.ph == "X":
+            raise
+        return _Event(ph=head.ph, cat=head.cat)
 
 
 def _route_block(events: list[Any], phased: bool, columns: _Columns, counts: Counter[str],
@@ -623,9 +671,13 @@ class _Decoder:
             header_bytes = prefix + b"[]}"
         else:
             if src.eof_error:
-                raise TraceError(f"{path}: {src.eof_error}")
+                if not self.salvage:
+                    raise TraceError(f"{path}: {src.eof_error}; the traceEvents array itself is complete "
+                                     f"({self.n_events} events): rerun with --salvage to keep them")
+                log.warning("%s: %s; the traceEvents array is complete: kept all %d events",
+                            path, src.eof_error, self.n_events)
             header_bytes = prefix + b"[]" + self.suffix
-        header = _decode_header(path, header_bytes, tolerant=truncated_at is not None)
+        header = _decode_header(path, header_bytes, tolerant=truncated_at is not None or bool(src.eof_error))
         return DecodedTrace(path=path, header=header, columns=self.columns.finish(),
                             category_counts=dict(self.counts), n_events=self.n_events,
                             skipped=self.skipped, truncated_at=truncated_at,

@@ -91,6 +91,10 @@ def _in_time_order(columns: dict[str, Any]) -> None:
     Done on the numpy arrays and categorical codes before any DataFrame exists (pandas'
     per-column take and delete cost more than the sort); each old column is released as
     its reordered copy replaces it, so the peak is the table plus one column.
+
+    Everything downstream sees rows in time order, including the two look-ups that resolve
+    duplicate ids (a launch's correlation, a ``record_param_comms`` external id): ties
+    there go by time, not by position in the file.
     """
     ts = columns["ts_ns"]
     if ts.size < 2 or bool((ts[1:] >= ts[:-1]).all()):
@@ -174,7 +178,10 @@ def _annotate_kernels(kernels: pd.DataFrame, cpu_ops: pd.DataFrame) -> pd.DataFr
         code_of = {name: code for code, name in enumerate(categories)}
         codes[nccl_idx] = [code_of[name] for name in per_kernel]
     # from codes: building the categorical from a column of strings costs ~10 ms per rank
-    kernels["collective"] = pd.Categorical.from_codes(codes, categories=pd.Index(categories), validate=False)
+    # categories typed as strings even when empty: ranks without NCCL kernels concatenate
+    # with the others (union_categoricals needs one category dtype)
+    kernels["collective"] = pd.Categorical.from_codes(codes, categories=pd.Index(categories, dtype="str"),
+                                                      validate=False)
     dtypes = kernels["dtype"]
     if isinstance(dtypes.dtype, pd.CategoricalDtype):
         per_category = np.array([dtype_size(str(d)) for d in dtypes.cat.categories] + [0], dtype=np.int64)
