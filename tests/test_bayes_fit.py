@@ -80,6 +80,9 @@ def test_fit_file_is_self_describing_and_loads_back(hier_fit):
     assert "xi0" in attrs["model_spec_text"] and json.loads(attrs["package_versions"])["pymc"]
     assert json.loads(attrs["xi_parametrization"]) == {"gpu": "noncentred", "precision": "noncentred"}
     assert attrs["converged"] in (0, 1) and "R-hat" in attrs["convergence"]
+    assert attrs["target_accept"] == 0.95  # the spec's sampling.target_accept reached the sampler
+    accept = tree["sample_stats"]["mean_tree_accept"].values  # nutpie adapted to it
+    assert accept.mean() > 0.9, accept.mean()
     np.testing.assert_array_equal(back["posterior"]["xi"].values, tree["posterior"]["xi"].values)
     # observed data: the input z-scores, each with its original row
     obs = back["observed_data"]
@@ -134,8 +137,8 @@ def test_same_seed_same_numbers_and_short_chain_flagged(tmp_path):
 def test_pymc_sampler_fallback_gives_the_same_posterior():
     table = simulate_zscore_table(TRUTH.iloc[:1], 300, seed=5)
     spec = load_spec(MODELS / "gev.toml")
-    tree = fit_table(table, spec, draws=200, tune=200, chains=1, seed=1, sampler="pymc")
-    assert tree.attrs["sampler"] == "pymc"
+    tree = fit_table(table, spec, draws=200, tune=200, chains=1, seed=1, sampler="pymc", target_accept=0.9)
+    assert tree.attrs["sampler"] == "pymc" and tree.attrs["target_accept"] == 0.9
     xi = tree["posterior"]["xi"].values.ravel()
     # maximum likelihood with its asymptotic sd ~ 0.045 at n = 300: posterior within 3 sd of 0.15
     assert abs(xi.mean() - 0.15) < 3 * max(xi.std(), 0.03)

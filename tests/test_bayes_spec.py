@@ -41,6 +41,22 @@ def test_shipped_models_load():
 def test_base_parses_with_defaults():
     spec = parse_spec(BASE, "base.toml")
     assert spec.column == "z" and spec.xi.parametrization == "auto" and spec.xi.centred_min_obs == 1000
+    assert spec.sampling == {}
+    tuned = parse_spec(BASE + "[sampling]\ndraws = 500\ntarget_accept = 0.9\n", "t.toml")
+    assert tuned.sampling == {"draws": 500, "target_accept": 0.9}
+    assert parse_spec(BASE + '[sampling]\ntarget_accept = "auto"\n', "t.toml").sampling == {"target_accept": "auto"}
+
+
+def test_target_accept_auto_rule():
+    from evtsync.errors import InputError
+    from evtsync.evt.fit import AUTO_TARGET_MAX_OBS, resolve_target_accept
+
+    assert resolve_target_accept("auto", 1908) == resolve_target_accept(None, AUTO_TARGET_MAX_OBS) == 0.95
+    assert resolve_target_accept("auto", 250_000) == 0.8
+    assert resolve_target_accept(0.9, 250_000) == 0.9
+    for bad in (1.0, 0.0, "high"):
+        with pytest.raises(InputError, match="--target-accept must lie in"):
+            resolve_target_accept(bad, 10)
 
 
 @pytest.mark.parametrize(
@@ -57,6 +73,8 @@ def test_base_parses_with_defaults():
         (lambda t: t.replace('{ dist = "normal", mu = 0.0, sigma = 2.0 }', '{ dist = "normal", mu = "a", sigma = 2.0 }'), "mu.prior.mu"),
         (lambda t: t.replace('groups = ["gpu", "precision"]', "groups = []"), "mu.pooling"),
         (lambda t: t.replace('{ dist = "halfnormal", sigma = 1.0 }', '{ dist = "halfnormal", sigma = 1.0 }\nsupport_transform = "maybe"'), "sigma.support_transform"),
+        (lambda t: t + "[sampling]\ntarget_accept = 1.0\n", "sampling.target_accept"),
+        (lambda t: t + "[sampling]\ntarget_accept = \"high\"\n", "sampling.target_accept"),
     ],
 )
 def test_errors_name_file_and_key(edit, key):

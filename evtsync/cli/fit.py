@@ -56,6 +56,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bayes.add_argument("--chains", type=int, default=4, help="number of chains (default 4)")
     bayes.add_argument("--seed", type=int, default=None, help="random seed")
     bayes.add_argument("--sampler", choices=("nutpie", "pymc"), default="nutpie", help="NUTS sampler (default nutpie)")
+    bayes.add_argument("--target-accept", type=_target_accept, default=None, metavar="P",
+                       help="NUTS step-size target in (0, 1), or 'auto' (default: the spec's "
+                            "sampling.target_accept, else auto: 0.95 up to 20,000 z-scores, 0.8 above)")
     p.set_defaults(handler=run_fit)
 
 
@@ -168,3 +171,13 @@ def run_fit(args: argparse.Namespace) -> int:
         if not fit.converged:
             print(f"  NOT CONVERGED: {fit.message}")
     return 0 if fit.converged else 1
+
+
+def _target_accept(text: str) -> float | str:
+    """``--target-accept``: 'auto' or a number (checked against (0, 1) by the fit)."""
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1) or 'auto', got {text!r}") from None

@@ -75,7 +75,7 @@ def run_bayesian_fit(args: argparse.Namespace) -> int:
     tree = fit_table(
         table, spec, draws=args.draws, tune=args.tune, chains=args.chains, seed=seed,
         sampler=args.sampler, source=str(args.data), source_sha256=file_sha256(args.data),
-        command=command, progress=progress_enabled(),
+        command=command, progress=progress_enabled(), target_accept=getattr(args, "target_accept", None),
     )
     path = save_fit(tree, out)
     summary = parameter_summary(tree)

@@ -51,6 +51,23 @@ ESS_MIN = 400
 #: Largest chain x draw x observation count whose log-likelihood is stored in the file.
 LOGLIK_STORE_LIMIT = 20_000_000
 SAMPLERS = ("nutpie", "pymc")
+#: NUTS step-size target for ``target_accept = "auto"`` (the default): the stricter target
+#: up to AUTO_TARGET_MAX_OBS z-scores, where the group spreads of the hierarchical models
+#: put curvature into the posterior that 0.8 steps through with divergences (demo study,
+#: 1,908 z-scores: 3-7 divergences per fit at 0.8, none in 7 of 7 seeds at 0.95, same
+#: time); above it the posterior is nearly Gaussian and each step costs more, so the
+#: samplers' usual 0.8 (250k z-scores: 0.95 took 130 s against 65 s at 0.8).
+TARGET_ACCEPT_SMALL, TARGET_ACCEPT_LARGE = 0.95, 0.8
+AUTO_TARGET_MAX_OBS = 20_000
+
+
+def resolve_target_accept(value: float | str | None, n_obs: int) -> float:
+    """The NUTS target of a fit: ``value`` if a number, else the ``"auto"`` rule above."""
+    if value is None or value == "auto":
+        return TARGET_ACCEPT_SMALL if n_obs <= AUTO_TARGET_MAX_OBS else TARGET_ACCEPT_LARGE
+    if isinstance(value, str) or not 0 < float(value) < 1:
+        raise InputError(f"--target-accept must lie in (0, 1) or be 'auto', got {value!r}")
+    return float(value)
 _PACKAGES = ("evtsync", "pymc", "pytensor", "nutpie", "arviz", "arviz-stats", "numpy", "scipy", "xarray", "numba")
 
 
@@ -240,7 +257,8 @@ def _assemble(built: BuiltModel, raw: xr.DataTree, sampler: str, provenance: dic
     return tree
 
 
-def _sample_nutpie(built: BuiltModel, draws: int, tune: int, chains: int, seed: int, progress: bool) -> xr.DataTree:
+def _sample_nutpie(built: BuiltModel, draws: int, tune: int, chains: int, seed: int, progress: bool,
+                   target_accept: float) -> xr.DataTree:
     import nutpie
     import pytensor
 
@@ -250,15 +268,16 @@ def _sample_nutpie(built: BuiltModel, draws: int, tune: int, chains: int, seed: 
         compiled = nutpie.compile_pymc_model(built.model, backend="numba", jitter_rvs=set())
     cores = min(chains, os.cpu_count() or 1)
     return nutpie.sample(compiled, draws=draws, tune=tune, chains=chains, cores=cores, seed=seed,
-                         progress_bar=progress, save_warmup=False)
+                         progress_bar=progress, save_warmup=False, target_accept=target_accept)
 
 
-def _sample_pymc(built: BuiltModel, draws: int, tune: int, chains: int, seed: int, progress: bool) -> xr.DataTree:
+def _sample_pymc(built: BuiltModel, draws: int, tune: int, chains: int, seed: int, progress: bool,
+                 target_accept: float) -> xr.DataTree:
     import pymc as pm
 
     with built.model:
         return pm.sample(draws=draws, tune=tune, chains=chains, cores=1, init="adapt_diag", random_seed=seed,
-                         progressbar=progress, compute_convergence_checks=False)
+                         progressbar=progress, compute_convergence_checks=False, target_accept=target_accept)
 
 
 def fit_table(
@@ -274,24 +293,32 @@ def fit_table(
     source_sha256: str = "",
     command: str = "",
     progress: bool = False,
+    target_accept: float | str | None = None,
 ) -> xr.DataTree:
-    """Fit ``spec`` to ``table`` and return the self-describing fit tree (see module doc)."""
+    """Fit ``spec`` to ``table`` and return the self-describing fit tree (see module doc).
+
+    ``target_accept``: NUTS' step-size target, a number in (0, 1) or ``"auto"``; default
+    the spec's ``sampling.target_accept``, else ``"auto"`` (:func:`resolve_target_accept`).
+    """
     if sampler not in SAMPLERS:
         raise InputError(f"unknown sampler {sampler!r}; expected one of {list(SAMPLERS)}")
+    if target_accept is None:
+        target_accept = spec.sampling.get("target_accept", "auto")
     for name, val in (("draws", draws), ("tune", tune), ("chains", chains)):
         if int(val) < 1:
             raise InputError(f"--{name} must be >= 1, got {val}")
     data = prepare_data(table, spec, source)
+    target_accept = resolve_target_accept(target_accept, len(data.z))
     built = build_model(spec, data)
     start = time.perf_counter()
     if sampler == "nutpie":
         try:
-            raw = _sample_nutpie(built, draws, tune, chains, seed, progress)
+            raw = _sample_nutpie(built, draws, tune, chains, seed, progress, target_accept)
         except ImportError:
             log.warning("nutpie is not installed; falling back to PyMC's NUTS")
             sampler = "pymc"
     if sampler == "pymc":
-        raw = _sample_pymc(built, draws, tune, chains, seed, progress)
+        raw = _sample_pymc(built, draws, tune, chains, seed, progress, target_accept)
     elapsed = time.perf_counter() - start
     provenance = {
         "model_name": spec.name,
@@ -305,6 +332,7 @@ def fit_table(
         "draws": int(draws),
         "tune": int(tune),
         "chains": int(chains),
+        "target_accept": float(target_accept),
         "command": command or " ".join(sys.argv),
         "sampling_seconds": round(elapsed, 3),
         "created": pd.Timestamp.now(tz="UTC").isoformat(),

@@ -25,6 +25,7 @@ One file describes one model variant (see ``docs/bayesian.md`` for every key)::
     draws = 1000
     tune = 1000
     chains = 2
+    target_accept = "auto"             # NUTS step-size target in (0, 1), or "auto" (the default)
 
 Every error names the file and the key at fault (:class:`~evtsync.errors.ModelSpecError`).
 """
@@ -101,7 +102,7 @@ class ModelSpec:
     sigma: ParamSpec
     xi: XiSpec
     description: str = ""
-    sampling: dict[str, int] = field(default_factory=dict)
+    sampling: dict[str, int | float | str] = field(default_factory=dict)
     path: str = "<string>"
     text: str = ""
 
@@ -110,7 +111,7 @@ _TOP_KEYS = {"name", "family", "description", "data", "mu", "sigma", "xi", "samp
 _DATA_KEYS = {"column", "groups"}
 _PARAM_KEYS = {"pooling", "prior"}
 _XI_KEYS = {"structure", "prior", "factors", "group_sd_prior", "parametrization", "centred_min_obs"}
-_SAMPLING_KEYS = {"draws", "tune", "chains"}
+_SAMPLING_KEYS = {"draws", "tune", "chains", "target_accept"}
 
 
 def _err(src: str, key: str, what: str) -> ModelSpecError:
@@ -193,6 +194,14 @@ def _int(src: str, key: str, value: Any, minimum: int) -> int:
     return value
 
 
+def _target_accept(src: str, value: Any) -> float | str:
+    if value == "auto":
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+        raise _err(src, "sampling.target_accept", f"expected a number in (0, 1) or \"auto\", got {value!r}")
+    return float(value)
+
+
 def parse_spec(text: str, source: str = "<string>") -> ModelSpec:
     """Validate the TOML ``text`` of a model specification; ``source`` names it in errors."""
     try:
@@ -253,7 +262,9 @@ def parse_spec(text: str, source: str = "<string>") -> ModelSpec:
         )
     sampling_raw = _table(source, "sampling", raw.get("sampling", {}))
     _check_keys(source, "sampling", sampling_raw, _SAMPLING_KEYS)
-    sampling = {k: _int(source, f"sampling.{k}", v, 1) for k, v in sampling_raw.items()}
+    sampling: dict[str, int | float | str] = {
+        k: _target_accept(source, v) if k == "target_accept" else _int(source, f"sampling.{k}", v, 1)
+        for k, v in sampling_raw.items()}
     return ModelSpec(
         name=name,
         family=family,
