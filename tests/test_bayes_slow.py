@@ -42,7 +42,7 @@ def test_hierarchical_recovery_90_percent_intervals():
     Binomial(18, 0.9) for a calibrated posterior, so at least 13 (P(X <= 12) = 0.6%)."""
     table = simulate_zscore_table(TRUTH6, 3000, seed=101)
     spec = load_spec(MODELS / "gev-hier-gpu-precision.toml")
-    tree = fit_table(table, spec, draws=500, tune=500, chains=2, seed=5)
+    tree = fit_table(table, spec, draws=1000, tune=1000, chains=2, seed=5)
     assert is_converged(tree), tree.attrs["convergence"]
     params = cell_parameters(tree)
     hits, xi_hits = 0, 0

@@ -456,3 +456,13 @@ def test_stored_damaged_copies():
     assert [r.gpus for r in two.runs] == [["NVIDIA A100-SXM4-80GB"], ["NVIDIA H100 80GB HBM3"]]
     assert two.runs[0].iters == 20 and two.runs[1].iters is None
     assert sum(r.n_flagged for r in two.runs) == 0
+
+
+def test_damaged_average_bandwidth_footer_is_skipped_and_said():
+    """Found by fuzzing: '# Avg bus bandwidth : 448.212E' is not a number. The line is
+    listed as skipped, not read as 448.212 and not an exception."""
+    text = _real().replace("# Avg bus bandwidth    : ", "# Avg bus bandwidth    : 448.212E\n#", 1)
+    assert "448.212E" in text
+    parsed = parse_text(text, path="damaged-footer")
+    assert any("448.212E" in s.text and s.reason == "comment line" for s in parsed.skipped)
+    assert parsed.runs and all(r.avg_busbw_gbps != 448.212 for r in parsed.runs)

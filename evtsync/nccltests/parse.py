@@ -288,7 +288,8 @@ _RANK = re.compile(
     r"#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
 )
 _OOB = re.compile(r"(?:^|[\s:>\]])#\s*Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
-_AVG_BW = re.compile(r"(?:^|[\s:>\]])#\s*Avg bus bandwidth\s*:\s*([-+0-9.eE]+|nan|inf)")
+_AVG_BW = re.compile(r"(?:^|[\s:>\]])#\s*Avg bus bandwidth\s*:\s*"
+                     r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)(?=\s|$)")
 _NCCL_LINE = re.compile(r"NCCL (?:INFO|WARN|ERROR|TRACE)")
 _PERF_NAME = re.compile(r"\b([a-z_]+)_perf(?:_mpi)?\b")
 
