@@ -75,6 +75,6 @@ def tax_table(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     from evtsync.trace.traceset import TraceSet, load_traces
 
     if not isinstance(traces, TraceSet):
-        traces = load_traces(traces, collectives_only=True)  # all the tax reads
+        traces = load_traces(traces, scope="collectives")  # all the tax reads
     _, tables = tax_from_traces(traces, **align_options)
     return tables.ranks if per_rank else tables.collectives

@@ -60,6 +60,7 @@ from evtsync.kernels import (
     normalise_kernel_name,
     precision_from_dtype,
 )
+from evtsync.trace.schema import PROFILER_STEP_RE
 from evtsync.trace.traceset import TraceSet
 
 if TYPE_CHECKING:
@@ -69,7 +70,6 @@ log = logging.getLogger(__name__)
 
 TIME_DEFINITIONS = ("busy", "span", "window")
 DEFAULT_M = 4
-_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 _TP_RE = re.compile(r"(?<![a-z])(?:tp|tensor)", re.IGNORECASE)
 
 TIME_COLUMNS = ["pg", "index", "rank", "group_rank", "sample", "position", "instance", "block",
@@ -165,7 +165,7 @@ def _step_ranges(traces: TraceSet, rank: int) -> pd.DataFrame | None:
     # time, which lags the CPU and would put launches into the previous step
     ops = ops[(ops["rank"] == rank) & (ops["cat"].astype(str) != "gpu_user_annotation")]
     names = ops["name"].astype(str)
-    steps = names.str.extract(_STEP_RE, expand=False)
+    steps = names.str.extract(PROFILER_STEP_RE, expand=False)
     found = ops[steps.notna()]
     if found.empty:
         return None
@@ -303,7 +303,7 @@ def _rank_blocks(k: pd.DataFrame, ts: np.ndarray, end: np.ndarray
 def _check_inputs(traces: TraceSet, m: Any) -> None:
     if not isinstance(m, int | np.integer) or m < 2:
         raise InputError(f"--m {m}: the sample size must be an integer >= 2")
-    traces.require_all("cutting compute blocks")
+    traces.require(("all", "blocks"), "cutting compute blocks")
 
 
 @dataclass
@@ -600,7 +600,7 @@ def compute_zscores(traces: TraceSet | str | os.PathLike[str] | Iterable[str | o
     if time not in TIME_DEFINITIONS:
         raise InputError(f"--time {time!r}: expected one of {', '.join(TIME_DEFINITIONS)}")
     if not isinstance(traces, TraceSet):
-        traces = load_traces(traces)
+        traces = load_traces(traces, scope="blocks")  # the rows blocks read, nothing more
     blocks = cut_blocks(traces, alignment, pg=pg, m=m, gemm_patterns=gemm_patterns,
                         keep_all=keep_all, precision=precision, backend=backend, **align_options)
     table, zero_sd = pooled_zscores(blocks.times, m=blocks.m, value=f"{time}_us")

@@ -106,3 +106,29 @@ def test_two_tp_groups_legacy_format_pool_over_replicas(tmp_path: Path) -> None:
     merged = table.merge(expected, on=["position", "instance", "ranks"], validate="one_to_one")
     assert len(merged) == len(table) == int(expected["has_gemm"].sum())
     np.testing.assert_allclose(merged["z"], merged["z_truth"], rtol=0, atol=1e-9)
+
+
+def test_blocks_scope_gives_the_same_zscores(traces_dir, tmp_path) -> None:  # noqa: ANN001
+    """``scope="blocks"`` (what ``evtsync blocks`` reads) keeps every row the blocks need:
+    z-scores, block times, drops and iteration sources equal those of the full tables, on
+    a synthetic study with ProfilerStep annotations and on the real 8-rank DLRM traces."""
+    import pandas as pd
+
+    from evtsync.blocks import compute_zscores
+    from evtsync.synth import SynthConfig, synthesize
+    from evtsync.trace.traceset import load_traces
+
+    synthetic = synthesize(SynthConfig.build(ranks=8, tp=4, iterations=3, layers=1, seed=9), tmp_path).traces_dir
+    checked = 0
+    for folder, options in ((synthetic, {}), (traces_dir / "dlrm-8rank-v100", {"m": 2, "keep_all": True})):
+        full = load_traces(folder, jobs=1)
+        reduced = load_traces(folder, jobs=1, scope="blocks")
+        assert len(reduced.cpu_ops) + len(reduced.runtime) < len(full.cpu_ops) + len(full.runtime)
+        table, blocks = compute_zscores(full, **options)
+        other, other_blocks = compute_zscores(reduced, **options)
+        pd.testing.assert_frame_equal(other, table)
+        pd.testing.assert_frame_equal(other_blocks.times, blocks.times)
+        pd.testing.assert_frame_equal(other_blocks.dropped, blocks.dropped)
+        assert other_blocks.iterations == blocks.iterations
+        checked += len(table) > 0
+    assert checked == 2

@@ -194,9 +194,9 @@ def test_cli_cut_trace_error_then_salvage(traces_dir: Path, tmp_path: Path, caps
 
 
 @pytest.mark.parametrize("source", ["dlrm", "gloo", "synthetic"])
-def test_collectives_only_loading_gives_the_same_alignment_and_tax(source: str, traces_dir: Path,
-                                                                   tmp_path: Path) -> None:
-    """``collectives_only=True`` (what ``evtsync tax`` reads) keeps every row the tax needs:
+def test_collectives_scope_gives_the_same_alignment_and_tax(source: str, traces_dir: Path,
+                                                            tmp_path: Path) -> None:
+    """``scope="collectives"`` (what ``evtsync tax`` reads) keeps every row the tax needs:
     NCCL traces, gloo traces (CPU-side collectives) and a synthetic study read in a process
     pool (reduced tables pickled back) give the full path's alignment and tax tables."""
     import pandas as pd
@@ -213,7 +213,7 @@ def test_collectives_only_loading_gives_the_same_alignment_and_tax(source: str, 
         folder = synthesize(SynthConfig.build(ranks=8, tp=4, iterations=2, layers=1, seed=5), tmp_path).traces_dir
         jobs = 2
     full = load_traces(folder, jobs=1)
-    small = load_traces(folder, jobs=jobs, collectives_only=True)
+    small = load_traces(folder, jobs=jobs, scope="collectives")
     assert small.scope == "collectives" and full.scope == "all"
     assert len(small.kernels) == len(full.nccl_kernels)
     assert len(small.kernels) + len(small.cpu_ops) < len(full.kernels) + len(full.cpu_ops)
@@ -227,11 +227,16 @@ def test_collectives_only_loading_gives_the_same_alignment_and_tax(source: str, 
     pd.testing.assert_frame_equal(small_alignment.mismatches, full_alignment.mismatches)
 
 
-def test_collectives_only_traces_refuse_blocks_and_attribution(traces_dir: Path) -> None:
+def test_reduced_scopes_are_refused_where_they_lack_rows(traces_dir: Path) -> None:
     from evtsync.blocks import cut_blocks
     from evtsync.critpath import attribute
 
-    small = load_traces(traces_dir / "dlrm-8rank-v100", jobs=1, collectives_only=True)
-    for run in (lambda: cut_blocks(small), lambda: attribute(small)):
-        with pytest.raises(InputError, match="loaded with collectives_only=True"):
+    folder = traces_dir / "dlrm-8rank-v100"
+    small = load_traces(folder, jobs=1, scope="collectives")
+    blocks_scope = load_traces(folder, jobs=1, scope="blocks")
+    for run, scope in ((lambda: cut_blocks(small), "collectives"), (lambda: attribute(small), "collectives"),
+                       (lambda: attribute(blocks_scope), "blocks")):
+        with pytest.raises(InputError, match=f"loaded with scope='{scope}'"):
             run()
+    with pytest.raises(InputError, match="scope 'some': expected one of all, blocks, collectives"):
+        load_traces(folder, scope="some")

@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         options = reading_options(args)
         backend = enter_dask(args, options, stack)  # one cluster: reading, alignment, blocks
-        traces = load_traces(args.traces, **options)
+        traces = load_traces(args.traces, scope="blocks", **options)  # the rows blocks read
         table, blocks = compute_zscores(
             traces, pg=selector, m=args.m, time=args.time, workload=args.workload,
             precision=args.precision, gemm_patterns=args.gemm_pattern, keep_all=args.keep_all,

@@ -131,7 +131,7 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     """
     if not isinstance(traces, TraceSet):
         traces = load_traces(traces)
-    traces.require_all("critical-path attribution")
+    traces.require(("all",), "critical-path attribution")
     alignment = alignment if alignment is not None else align_collectives(traces, **align_options)
     tax = tax if tax is not None else compute_tax(alignment)
     inst = alignment.instances

@@ -30,6 +30,8 @@ IGNORED_CATEGORIES = frozenset(
 
 #: NCCL/RCCL kernel names: ``ncclKernel_*`` (before NCCL 2.19), ``ncclDevKernel_*`` (after),
 #: RCCL's ``ncclDevKernel_Generic``; some toolchains prefix ``void``.
+#: The profiler's iteration annotation (``ProfilerStep#12``), on the CPU and mirrored on the GPU.
+PROFILER_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 NCCL_KERNEL_RE = re.compile(r"^(?:void\s+)?nccl(?:Dev)?Kernel_", re.IGNORECASE)
 
 #: Canonical collective names, from kernel names or the ``Collective name`` argument.

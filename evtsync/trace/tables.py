@@ -19,11 +19,18 @@ import pandas as pd
 
 from evtsync.trace.decode import TABLE_FIELDS, DecodedTrace
 from evtsync.trace.ranks import detect_rank, gpu_model
-from evtsync.trace.schema import NCCL_KERNEL_RE, canonical_collective, dtype_size
+from evtsync.trace.schema import NCCL_KERNEL_RE, PROFILER_STEP_RE, canonical_collective, dtype_size
 
 log = logging.getLogger(__name__)
 
 MISSING = -1
+
+
+#: Reading scopes, each a subset of the one before: ``all`` rows; ``blocks``, what compute
+#: blocks and z-scores read (GPU kernels, ProfilerStep ranges, gloo collectives, the launches
+#: of NCCL kernels); ``collectives``, what alignment and the tax read (NCCL kernels, gloo
+#: collectives).
+SCOPES = ("all", "blocks", "collectives")
 
 
 @dataclass
@@ -39,14 +46,27 @@ class RankTables:
     pg_config: list[dict[str, Any]] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
 
-    def collectives_only(self) -> RankTables:
-        """The rows alignment and the tax read: NCCL/RCCL kernels and gloo collective
-        annotations; the other tables keep their columns and no rows. Metadata unchanged."""
-        return RankTables(
-            rank=self.rank, info=self.info, kernels=self.kernels[self.kernels["is_nccl"].to_numpy()],
-            cpu_ops=self.cpu_ops[is_gloo_collective(self.cpu_ops["name"])],
-            runtime=self.runtime.iloc[:0], syncs=self.syncs.iloc[:0], pg_config=self.pg_config,
-            skipped=self.skipped)
+    def in_scope(self, scope: str) -> RankTables:
+        """The rank's tables reduced to what a reading ``scope`` keeps (see :data:`SCOPES`);
+        reduced tables keep their columns. Metadata unchanged."""
+        if scope == "all":
+            return self
+        kernels, cpu_ops, runtime = self.kernels, self.cpu_ops, self.runtime
+        nccl = kernels["is_nccl"].to_numpy()
+        gloo = is_gloo_collective(cpu_ops["name"])
+        if scope == "collectives":
+            kernels, cpu_ops, runtime = kernels[nccl], cpu_ops[gloo], runtime.iloc[:0]
+        elif scope == "blocks":
+            steps = _category_flags(cpu_ops["name"], lambda n: PROFILER_STEP_RE.match(n) is not None)
+            launches = kernels.loc[nccl, "correlation"].to_numpy()
+            kernels = kernels[(kernels["cat"] == "kernel").to_numpy()]
+            cpu_ops = cpu_ops[gloo | steps]
+            runtime = runtime[runtime["correlation"].isin(launches[launches >= 0]).to_numpy()]
+        else:
+            raise ValueError(f"unknown reading scope {scope!r}; expected one of {SCOPES}")
+        return RankTables(rank=self.rank, info=self.info, kernels=kernels, cpu_ops=cpu_ops,
+                          runtime=runtime, syncs=self.syncs.iloc[:0], pg_config=self.pg_config,
+                          skipped=self.skipped)
 
 
 def is_gloo_collective(names: pd.Series) -> np.ndarray:

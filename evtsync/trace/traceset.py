@@ -20,7 +20,13 @@ import pandas as pd
 
 from evtsync.errors import InputError, TraceError
 from evtsync.trace.decode import decode_file
-from evtsync.trace.tables import RankTables, build_rank_tables, format_ranks, parse_rank_list
+from evtsync.trace.tables import (
+    SCOPES,
+    RankTables,
+    build_rank_tables,
+    format_ranks,
+    parse_rank_list,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +52,9 @@ class TraceSet:
     - ``process_groups``: the ``pg_config`` entries seen in the traces, one row per PG.
     - ``skipped``: counts of events that could not be tabulated, per rank and reason.
 
-    ``scope`` is ``"all"``, or ``"collectives"`` for a set loaded with
-    ``collectives_only=True`` (only NCCL kernels and gloo collectives; enough for alignment
-    and the tax, not for blocks or critical paths, which say so).
+    ``scope`` says which rows were kept when reading (:data:`~evtsync.trace.tables.SCOPES`):
+    ``"all"``; ``"blocks"``, enough for alignment, the tax and compute blocks; or
+    ``"collectives"``, enough for alignment and the tax. What needs more says so.
     """
 
     kernels: pd.DataFrame
@@ -60,12 +66,12 @@ class TraceSet:
     skipped: pd.DataFrame
     scope: str = "all"
 
-    def require_all(self, purpose: str) -> None:
-        """Raise a clear error when ``purpose`` needs every event and this set has fewer."""
-        if self.scope != "all":
-            raise InputError(f"{purpose} needs every kernel and CPU event, but these traces were "
-                             f"loaded with collectives_only=True (scope {self.scope!r}); load them again "
-                             "without it")
+    def require(self, scopes: tuple[str, ...], purpose: str) -> None:
+        """Raise a clear error when ``purpose`` needs rows this set was not loaded with."""
+        if self.scope not in scopes:
+            raise InputError(f"{purpose} needs the rows of scope {' or '.join(map(repr, scopes))}, but these "
+                             f"traces were loaded with scope={self.scope!r}; load them again with "
+                             f"scope={scopes[0]!r}")
 
     @property
     def nccl_kernels(self) -> pd.DataFrame:
@@ -113,23 +119,22 @@ def read_rank(path: str | os.PathLike[str], salvage: bool = False) -> RankTables
     return build_rank_tables(decode_file(path, salvage=salvage))
 
 
-def _read_one(path: str, salvage: bool, cache_dir: str | None, collectives_only: bool) -> RankTables:
-    """One rank file's tables (from the cache when there), reduced to its collectives if
-    asked: the unit of work of every backend, so a worker ships back only what is kept."""
+def _read_one(path: str, salvage: bool, cache_dir: str | None, scope: str) -> RankTables:
+    """One rank file's tables (from the cache when there), reduced to ``scope``: the unit
+    of work of every backend, so a worker ships back only what is kept."""
     from evtsync.trace.cache import read_rank_cached
 
-    tables = read_rank_cached(path, salvage, cache_dir)
-    return tables.collectives_only() if collectives_only else tables
+    return read_rank_cached(path, salvage, cache_dir).in_scope(scope)
 
 
 def _read_all(files: Sequence[Path], salvage: bool, jobs: int | None, workers: int | None = None,
               scheduler: str | None = None, cache: str | os.PathLike[str] | None = None,
-              client: Any = None, collectives_only: bool = False) -> list[RankTables]:
+              client: Any = None, scope: str = "all") -> list[RankTables]:
     from evtsync.parallel import backend_for
 
     total = sum(f.stat().st_size for f in files)
     task = functools.partial(_read_one, salvage=salvage, cache_dir=None if cache is None else str(cache),
-                             collectives_only=collectives_only)
+                             scope=scope)
     with backend_for(len(files), jobs=jobs, workers=workers, scheduler=scheduler, total_bytes=total,
                      parallel_min_bytes=PARALLEL_MIN_BYTES, client=client) as backend:
         log.debug("reading %d trace file(s) on %s", len(files), backend.name)
@@ -216,7 +221,7 @@ def _pg_table(parts: Sequence[RankTables]) -> pd.DataFrame:
 def load_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *,
                 salvage: bool = False, jobs: int | None = None, workers: int | None = None,
                 scheduler: str | None = None, cache: str | os.PathLike[str] | None = None,
-                client: Any = None, collectives_only: bool = False) -> TraceSet:
+                client: Any = None, scope: str = "all") -> TraceSet:
     """Load a multi-rank trace set from files and/or folders.
 
     ``salvage`` keeps the complete events of files cut mid-write (counting what was
@@ -227,12 +232,14 @@ def load_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
     folder of per-rank Parquet tables reused across runs (see :mod:`evtsync.trace.cache`).
     The tables do not depend on any of these choices.
 
-    ``collectives_only`` keeps only the NCCL kernels and gloo collectives of each rank (each
-    worker drops the rest before sending its tables back): all that alignment and the tax
-    need, in a small fraction of the memory (``scope="collectives"``).
+    ``scope`` keeps fewer rows (each worker drops the rest before sending its tables back):
+    ``"blocks"``, what alignment, the tax and compute blocks read; ``"collectives"``, the
+    NCCL kernels and gloo collectives alone, all that alignment and the tax need
+    (:data:`~evtsync.trace.tables.SCOPES`).
     """
+    if scope not in SCOPES:
+        raise InputError(f"scope {scope!r}: expected one of {', '.join(SCOPES)}")
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
     files = expand_paths(paths)
-    parts = _read_all(files, salvage, jobs, workers, scheduler, cache, client, collectives_only)
-    return assemble(parts, scope="collectives" if collectives_only else "all")
+    return assemble(_read_all(files, salvage, jobs, workers, scheduler, cache, client, scope), scope=scope)
