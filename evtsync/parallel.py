@@ -171,6 +171,20 @@ def scheduler_address(scheduler: str | None, workers: int | None = None,
 
 
 @contextmanager
+def optional_dask(scheduler: str | None = None, workers: int | None = None,
+                  jobs: int | None = None) -> Iterator[DaskCluster | None]:
+    """The Dask backend the options ask for (see :func:`scheduler_address`), open for the
+    duration of the block, or None when the run stays local."""
+    address = scheduler_address(scheduler, workers, jobs)
+    if not address:
+        yield None
+        return
+    with dask_backend(address, workers) as backend:
+        log.info("running on %s", backend.name)
+        yield backend
+
+
+@contextmanager
 def backend_for(n_items: int, *, jobs: int | None = None, workers: int | None = None,
                 scheduler: str | None = None, total_bytes: int = 0, parallel_min_bytes: int = 0,
                 client: Any = None) -> Iterator[Backend]:
@@ -178,20 +192,18 @@ def backend_for(n_items: int, *, jobs: int | None = None, workers: int | None = 
 
     A Dask ``client`` given by the caller wins; then a Dask cluster: ``scheduler`` (an
     address, or ``"local"``), ``workers`` (a local cluster of that many workers) or, unless
-    ``jobs`` is given, the environment (see :func:`scheduler_address`). Otherwise a local process pool of ``jobs`` processes (default one per
-    core), or the calling process when there is one item, ``jobs`` is 1, or (``jobs`` not
-    given) less than ``parallel_min_bytes`` of input, where starting processes costs more
-    than it saves.
+    ``jobs`` is given, the environment (see :func:`scheduler_address`). Otherwise a local
+    process pool of ``jobs`` processes (default one per core), or the calling process when
+    there is one item, ``jobs`` is 1, or (``jobs`` not given) less than
+    ``parallel_min_bytes`` of input, where starting processes costs more than it saves.
     """
     if client is not None:
         yield DaskCluster(client, "Dask client given by the caller")
         return
-    address = scheduler_address(scheduler, workers, jobs)
-    if address:
-        with dask_backend(address, workers) as backend:
-            log.info("running on %s", backend.name)
-            yield backend
-        return
+    with optional_dask(scheduler, workers, jobs) as dask:
+        if dask is not None:
+            yield dask
+            return
     n = jobs if jobs is not None else min(n_items, os.cpu_count() or 1)
     if n <= 1 or n_items <= 1 or (jobs is None and total_bytes < parallel_min_bytes):
         yield InProcess()

@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.errors import EvtsyncError, InputError
-from evtsync.parallel import dask_backend, scheduler_address
+from evtsync.parallel import optional_dask
 from evtsync.progress import progress
 from evtsync.tableio import file_sha256, read_table, write_table, write_text_atomic
 
@@ -1080,11 +1080,9 @@ def run_pipeline(options: RunOptions, on_stage: Callable[[StageEvent], None] | N
     run = Run(options, on_stage)
     run.out.mkdir(parents=True, exist_ok=True)
     with _run_lock(run.out), contextlib.ExitStack() as stack:
-        address = scheduler_address(options.scheduler, options.workers, options.jobs)
-        if address:  # one Dask cluster for the whole run: reading, alignment, blocks
-            run.backend = stack.enter_context(dask_backend(address, options.workers))
-            stack.callback(setattr, run, "backend", None)  # the run outlives its cluster
-            log.info("running on %s", run.backend.name)
+        # one Dask cluster (if asked for) for the whole run: reading, alignment, blocks
+        run.backend = stack.enter_context(optional_dask(options.scheduler, options.workers, options.jobs))
+        stack.callback(setattr, run, "backend", None)  # the run outlives its cluster
         _clean_temporaries(run.out)
         old = read_manifest(run.out)
         run.manifest = old or {"format": MANIFEST_FORMAT, "created": pd.Timestamp.now(tz="UTC").isoformat()}

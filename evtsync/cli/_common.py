@@ -63,19 +63,19 @@ def reading_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-def enter_dask(args: argparse.Namespace, options: dict[str, Any], stack: contextlib.ExitStack) -> Any:
+def enter_dask(options: dict[str, Any], stack: contextlib.ExitStack) -> Any:
     """The Dask backend of a run (``--workers``, ``--scheduler`` or the environment), or None.
 
     The cluster stays open until ``stack`` closes, so that reading and the per-PG tasks
     that follow share it; ``options`` (from :func:`reading_options`) then read through its
     client.
     """
-    from evtsync.parallel import dask_backend, scheduler_address
+    from evtsync.parallel import optional_dask
 
-    address = scheduler_address(options.get("scheduler"), options.get("workers"), options.get("jobs"))
-    if not address:
+    backend = stack.enter_context(optional_dask(options.get("scheduler"), options.get("workers"),
+                                                options.get("jobs")))
+    if backend is None:
         return None
-    backend = stack.enter_context(dask_backend(address, options.get("workers")))
     print(f"running on {backend.name}", file=sys.stderr)
     options.pop("scheduler", None)
     options.pop("workers", None)

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     selector = selectors[0] if selectors else (declared[0] if len(declared) == 1 else None)
     with contextlib.ExitStack() as stack:
         options = reading_options(args)
-        backend = enter_dask(args, options, stack)  # one cluster: reading, alignment, blocks
+        backend = enter_dask(options, stack)  # one cluster: reading, alignment, blocks
         traces = load_traces(args.traces, scope="blocks", **options)  # the rows blocks read
         table, blocks = compute_zscores(
             traces, pg=selector, m=args.m, time=args.time, workload=args.workload,

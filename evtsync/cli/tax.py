@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         options = reading_options(args)
         if args.demo:
             options["cache"] = None  # a temporary folder: nothing to reuse
-        backend = enter_dask(args, options, stack)  # one cluster: reading and per-PG tasks
+        backend = enter_dask(options, stack)  # one cluster: reading and per-PG tasks
         # the tax needs the collectives only: workers send back a small fraction of each rank
         traces = load_traces(paths, scope="collectives", **options)
         alignment, tables = tax_from_traces(traces, backend=backend, **align_options(args))
