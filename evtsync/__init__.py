@@ -6,6 +6,7 @@ The public API in one place::
     traces = evtsync.load_traces("traces/")          # TraceSet of typed tables
     tax = evtsync.tax_table(traces)                   # one row per collective instance
     per_rank = evtsync.tax_table(traces, per_rank=True)
+    parts = evtsync.step_breakdown(traces)            # per-rank compute / comm / wait / idle
     causes = evtsync.attribute(traces)                # critical-path attribution tables
     z = evtsync.zscore_table(traces)                  # pooled z-scores of block maxima
     mle = evtsync.fit_mle(z["z"], family="gev")       # MLE baseline
@@ -35,6 +36,7 @@ __version__ = "0.1.0"
 #: evtsync`` (and so every worker process that reads traces) does not pay for scipy,
 #: PyMC or the critical-path code it may never use.
 _LAZY = {
+    "step_breakdown": "evtsync.breakdown", "summarise_breakdown": "evtsync.breakdown",
     "compute_zscores": "evtsync.blocks", "zscore_table": "evtsync.blocks",
     "Alignment": "evtsync.collectives", "PGOverride": "evtsync.collectives",
     "align_collectives": "evtsync.collectives",
