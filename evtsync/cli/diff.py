@@ -1,0 +1,81 @@
+"""``evtsync diff A B``: did the tax change between two runs (before/after, generation vs generation)?"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+ORDER = 75
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "diff", help="compare the tax of two runs: shifts with intervals and a verdict per PG role",
+        description="Compare two runs — run folders of `evtsync run` or trace sets — per PG role "
+        "and collective type: the shift of the median and P90 tax (bootstrap intervals), of the "
+        "fastest rank's wait share and of the straggler's identity, and a verdict: lower / higher "
+        "/ no difference / no verdict (with the reason: too few collectives, a different group "
+        "size, message sizes or GPU).")
+    parser.add_argument("a", metavar="A", help="the baseline: a run folder, a trace folder or a trace file")
+    parser.add_argument("b", metavar="B", help="the run compared with it (same kinds)")
+    parser.add_argument("--label-a", default=None, help="name of A in the outputs (default: its path)")
+    parser.add_argument("--label-b", default=None, help="name of B in the outputs (default: its path)")
+    parser.add_argument("--workload-a", default=None, help="workload of run folder A (when it holds several)")
+    parser.add_argument("--workload-b", default=None, help="workload of run folder B (when it holds several)")
+    parser.add_argument("--level", type=float, default=None,
+                        help="interval level (default 0.90)")
+    parser.add_argument("--allow", action="append", default=[], choices=["gpu", "bytes", "group_size"],
+                        help="give a verdict although this differs (repeatable), e.g. --allow gpu to "
+                             "compare hardware generations")
+    parser.add_argument("--min-collectives", type=int, default=None,
+                        help="fewest collectives per side for a verdict (default 20)")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--no-cache", action="store_true", help="read traces without the Parquet cache")
+    parser.add_argument("-o", "--output", metavar="PATH", help="write the table (Parquet or CSV by extension)")
+    parser.add_argument("--json", action="store_true", help="print the table as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from evtsync.diff import MIN_COLLECTIVES, diff_tax, load_side
+    from evtsync.tableio import write_table
+
+    options = {"cache": None} if args.no_cache else {}
+    a = load_side(args.a, args.label_a or args.a, args.workload_a, **options)
+    b = load_side(args.b, args.label_b or args.b, args.workload_b, **options)
+    table = diff_tax(a, b, level=args.level, allow=args.allow, seed=args.seed,
+                     min_collectives=MIN_COLLECTIVES if args.min_collectives is None else args.min_collectives)
+    if args.output:
+        write_table(table, args.output)
+    if args.json:
+        records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+                   for r in table.to_dict(orient="records")]
+        print(json.dumps({"a": a.label, "b": b.label, "level": table.attrs["level"], "rows": records},
+                         indent=2, default=str))
+        return 0
+    level = table.attrs["level"]
+    print(f"A = {a.label}\nB = {b.label}\n")
+    print(f"tax tau_max per PG role and collective: medians (µs) and B − A with its {level:.0%} "
+          "bootstrap interval")
+    print(f"  {'role':<16} {'collective':<14} {'n A':>6} {'n B':>6} {'median A':>9} {'median B':>9} "
+          f"{'Δ median [interval]':>28} {'Δ P90':>9}  verdict")
+    for r in table.itertuples():
+        if isinstance(r.d_median_us, float) and math.isnan(r.d_median_us):
+            delta, d90, ma, mb = "—", "—", "—", "—"
+        else:
+            delta = f"{r.d_median_us:+.1f} [{r.d_median_lo_us:+.1f}, {r.d_median_hi_us:+.1f}]"
+            d90 = f"{r.d_p90_us:+.1f}"
+            ma, mb = f"{r.median_a_us:.1f}", f"{r.median_b_us:.1f}"
+        print(f"  {r.role:<16} {r.collective:<14} {r.n_a:>6} {r.n_b:>6} {ma:>9} {mb:>9} {delta:>28} "
+              f"{d90:>9}  {r.verdict}: {r.reason}")
+    if table["change_rate_a"].notna().any():
+        print("\nstraggler identity (change rate = share of consecutive collectives whose straggler differs):")
+        for r in table.itertuples():
+            if not (isinstance(r.change_rate_a, float) and math.isnan(r.change_rate_a)):
+                print(f"  {r.role:<16} {r.collective:<14} change rate {r.change_rate_a:.2f} → {r.change_rate_b:.2f}, "
+                      f"distinct stragglers {r.distinct_stragglers_a:.0f} → {r.distinct_stragglers_b:.0f}, "
+                      f"fastest rank waits {r.fastest_wait_share_a:.0%} → {r.fastest_wait_share_b:.0%}")
+    for note in table.attrs.get("notes", []):
+        print(f"note: {note}")
+    return 0

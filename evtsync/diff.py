@@ -1,0 +1,274 @@
+"""Did it get better? Two runs compared collective by collective, with intervals and a verdict.
+
+Each side is a set of tax tables (SPEC §3) — from a run folder or from traces — and the
+comparison is made per *role* (the PG's description where the traces give one, e.g. ``TP``,
+else its name) and collective type:
+
+- the shift of the tax distribution: differences B − A of the median and of the P90 of
+  ``tau_max``, each with a percentile-bootstrap interval (the two sides resampled
+  independently; distribution-free: no shape is assumed for the tax);
+- the shift of the median wait share of the fastest rank (the rank that waited longest) and of
+  the straggler's identity: the change rate (share of consecutive collectives whose straggler
+  differs) and the number of distinct stragglers;
+- a verdict per row in the spirit of the nccl-tests rules: ``lower`` / ``higher`` when the
+  interval of the median difference excludes zero, ``no difference`` when it contains zero,
+  ``no verdict`` with the reason for refusing: too few collectives on a side, a configuration
+  that differs (group size, message sizes, GPU model) so that the two are not the same
+  experiment, or a role present on one side only.
+
+A different GPU model is refused unless ``allow=("gpu",)`` — comparing generations is a
+legitimate question, and then the reason column says that the GPUs differ.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from evtsync.errors import InputError
+
+log = logging.getLogger(__name__)
+
+#: Fewer valid collectives than this on a side of a row: no verdict.
+MIN_COLLECTIVES = 20
+#: Bootstrap resamples of each side.
+N_BOOTSTRAP = 2000
+#: Differences a comparison may be allowed to cross (``allow=``).
+ALLOWABLE = ("gpu", "bytes", "group_size")
+
+DIFF_COLUMNS = [
+    "role", "collective", "n_a", "n_b", "group_size_a", "group_size_b", "gpu_a", "gpu_b",
+    "median_a_us", "median_b_us", "d_median_us", "d_median_lo_us", "d_median_hi_us", "d_median_rel",
+    "p90_a_us", "p90_b_us", "d_p90_us", "d_p90_lo_us", "d_p90_hi_us",
+    "fastest_wait_share_a", "fastest_wait_share_b",
+    "change_rate_a", "change_rate_b", "distinct_stragglers_a", "distinct_stragglers_b",
+    "level", "verdict", "reason",
+]
+
+
+@dataclass
+class RunTables:
+    """One side of a comparison: its tax tables and a label for the outputs.
+
+    ``collectives`` needs ``pg``, ``collective``, ``tau_max_us``; it may carry ``pg_desc``,
+    ``n_ranks``, ``bytes``, ``valid``, ``straggler_rank``, ``index``, ``gpu`` and ``window``.
+    ``ranks`` (the per-rank table) gives the wait shares when present.
+    """
+
+    label: str
+    collectives: pd.DataFrame
+    ranks: pd.DataFrame | None = None
+    gpu: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _role(table: pd.DataFrame) -> pd.Series:
+    """The PG's role: its description when the traces give one, else its name."""
+    name = table["pg"].astype(str)
+    if "pg_desc" not in table.columns:
+        return name
+    desc = table["pg_desc"].astype("string").fillna("").str.strip()
+    return desc.where(desc.ne("") & desc.ne("nan") & desc.ne("undefined"), name).astype(str)
+
+
+def _valid(table: pd.DataFrame) -> pd.DataFrame:
+    if "valid" in table.columns:
+        return table[table["valid"].fillna(False).astype(bool)]
+    return table
+
+
+def _bootstrap_diff(a: np.ndarray, b: np.ndarray, q: float, level: float, n_boot: int,
+                    rng: np.random.Generator) -> tuple[float, float, float]:
+    """Quantile q of b minus that of a, with a percentile-bootstrap ``level`` interval."""
+    point = float(np.quantile(b, q) - np.quantile(a, q))
+    diffs = np.empty(n_boot)
+    chunk = max(1, int(2e6 // max(len(a), len(b), 1)))
+    for lo in range(0, n_boot, chunk):
+        k = min(chunk, n_boot - lo)
+        qa = np.quantile(rng.choice(a, size=(k, len(a)), replace=True), q, axis=1)
+        qb = np.quantile(rng.choice(b, size=(k, len(b)), replace=True), q, axis=1)
+        diffs[lo:lo + k] = qb - qa
+    lo_q, hi_q = np.quantile(diffs, [(1 - level) / 2, (1 + level) / 2])
+    return point, float(lo_q), float(hi_q)
+
+
+def straggler_statistics(collectives: pd.DataFrame) -> tuple[float, int]:
+    """Change rate of the straggler between consecutive collectives of each PG, and the number
+    of distinct stragglers (SPEC §3), over the rows given (one role and collective type)."""
+    if "straggler_rank" not in collectives.columns or collectives.empty:
+        return float("nan"), 0
+    order = [c for c in ("pg", "window", "index") if c in collectives.columns]
+    changes = pairs = 0
+    for _, grp in collectives.sort_values(order).groupby(
+            [c for c in ("pg", "window") if c in collectives.columns], sort=False):
+        s = grp["straggler_rank"].to_numpy()
+        changes += int((s[1:] != s[:-1]).sum())
+        pairs += max(len(s) - 1, 0)
+    rate = changes / pairs if pairs else float("nan")
+    return rate, int(collectives["straggler_rank"].nunique())
+
+
+def _fastest_wait_share(side: RunTables, rows: pd.DataFrame) -> float:
+    """Median over instances of the largest wait share (the first rank to arrive)."""
+    if side.ranks is None or side.ranks.empty or "index" not in rows.columns:
+        return float("nan")
+    keys = [c for c in ("workload", "window", "pg", "index") if c in rows.columns and c in side.ranks.columns]
+    per = side.ranks.groupby(keys)["wait_share"].max()
+    picked = per.reindex(pd.MultiIndex.from_frame(rows[keys]) if len(keys) > 1 else rows[keys[0]])
+    return float(np.nanmedian(picked.to_numpy())) if picked.notna().any() else float("nan")
+
+
+def _config(rows: pd.DataFrame, side: RunTables) -> dict[str, object]:
+    sizes = sorted(set(rows["n_ranks"].astype(int))) if "n_ranks" in rows.columns else []
+    nbytes = sorted(set(rows["bytes"].astype(np.int64))) if "bytes" in rows.columns else []
+    gpu = side.gpu
+    if gpu is None and "gpu" in rows.columns and len(rows):
+        gpu = ", ".join(sorted(set(rows["gpu"].astype(str))))
+    return {"group_size": sizes, "bytes": [b for b in nbytes if b >= 0], "gpu": gpu}
+
+
+def _differences(ca: dict[str, object], cb: dict[str, object]) -> list[str]:
+    out = []
+    if ca["group_size"] and cb["group_size"] and ca["group_size"] != cb["group_size"]:
+        out.append(("group_size", f"group size differs ({_fmt(ca['group_size'])} vs {_fmt(cb['group_size'])})"))
+    if ca["bytes"] and cb["bytes"] and ca["bytes"] != cb["bytes"]:
+        out.append(("bytes", f"message sizes differ ({_fmt(ca['bytes'])} vs {_fmt(cb['bytes'])} bytes)"))
+    if ca["gpu"] and cb["gpu"] and ca["gpu"] != cb["gpu"]:
+        out.append(("gpu", f"GPU differs ({ca['gpu']} vs {cb['gpu']})"))
+    return out
+
+
+def _fmt(values: object) -> str:
+    vals = list(values)  # type: ignore[call-overload]
+    return ",".join(map(str, vals[:4])) + ("…" if len(vals) > 4 else "")
+
+
+def diff_tax(a: RunTables, b: RunTables, *, level: float | None = None, n_boot: int = N_BOOTSTRAP,
+             min_collectives: int = MIN_COLLECTIVES, allow: Iterable[str] = (), seed: int = 0) -> pd.DataFrame:
+    """One row per role × collective type: the shift B − A of the tax and a verdict.
+
+    ``level`` is the interval level (the package default, 90%, when None); ``allow`` names
+    configuration differences (:data:`ALLOWABLE`) that should not prevent a verdict.
+    """
+    from evtsync.defaults import INTERVAL_LEVEL
+
+    level = INTERVAL_LEVEL if level is None else float(level)
+    if not 0 < level < 1:
+        raise InputError(f"diff: the interval level must lie in (0, 1), got {level}")
+    allow = set(allow)
+    unknown = allow - set(ALLOWABLE)
+    if unknown:
+        raise InputError(f"diff: cannot allow {sorted(unknown)}; choose from {', '.join(ALLOWABLE)}")
+    for side in (a, b):
+        missing = {"pg", "collective", "tau_max_us"} - set(side.collectives.columns)
+        if missing:
+            raise InputError(f"diff: the tax table of {side.label} lacks column(s) {sorted(missing)}")
+    rng = np.random.default_rng(seed)
+    va, vb = _valid(a.collectives).copy(), _valid(b.collectives).copy()
+    va["role"], vb["role"] = _role(va), _role(vb)
+    keys = sorted(set(zip(va["role"], va["collective"], strict=True))
+                  | set(zip(vb["role"], vb["collective"], strict=True)))
+    rows = []
+    for role, coll in keys:
+        ra = va[(va["role"] == role) & (va["collective"] == coll)]
+        rb = vb[(vb["role"] == role) & (vb["collective"] == coll)]
+        ca, cb = _config(ra, a), _config(rb, b)
+        row: dict[str, object] = {c: np.nan for c in DIFF_COLUMNS}
+        row.update({"role": role, "collective": coll, "n_a": len(ra), "n_b": len(rb), "level": level,
+                    "group_size_a": _fmt(ca["group_size"]), "group_size_b": _fmt(cb["group_size"]),
+                    "gpu_a": ca["gpu"], "gpu_b": cb["gpu"]})
+        reasons: list[str] = []
+        if ra.empty or rb.empty:
+            row.update(verdict="no verdict", reason=f"only in {a.label if rb.empty else b.label}")
+            rows.append(row)
+            continue
+        ta, tb = ra["tau_max_us"].to_numpy(float), rb["tau_max_us"].to_numpy(float)
+        row["median_a_us"], row["median_b_us"] = float(np.median(ta)), float(np.median(tb))
+        row["p90_a_us"], row["p90_b_us"] = float(np.quantile(ta, 0.9)), float(np.quantile(tb, 0.9))
+        d, lo, hi = _bootstrap_diff(ta, tb, 0.5, level, n_boot, rng)
+        row.update(d_median_us=d, d_median_lo_us=lo, d_median_hi_us=hi,
+                   d_median_rel=d / row["median_a_us"] if row["median_a_us"] else np.nan)
+        d90, lo90, hi90 = _bootstrap_diff(ta, tb, 0.9, level, n_boot, rng)
+        row.update(d_p90_us=d90, d_p90_lo_us=lo90, d_p90_hi_us=hi90)
+        row["fastest_wait_share_a"] = _fastest_wait_share(a, ra)
+        row["fastest_wait_share_b"] = _fastest_wait_share(b, rb)
+        row["change_rate_a"], row["distinct_stragglers_a"] = straggler_statistics(ra)
+        row["change_rate_b"], row["distinct_stragglers_b"] = straggler_statistics(rb)
+        refuse = []
+        if min(len(ra), len(rb)) < min_collectives:
+            refuse.append(f"too few collectives ({len(ra)} vs {len(rb)}; a verdict needs "
+                          f"≥ {min_collectives} on each side)")
+        for what, text in _differences(ca, cb):
+            (reasons if what in allow else refuse).append(text if what not in allow else f"{text}, allowed")
+        if refuse:
+            row.update(verdict="no verdict", reason="; ".join(refuse + reasons))
+        else:
+            verdict = "lower" if hi < 0 else "higher" if lo > 0 else "no difference"
+            row.update(verdict=verdict, reason="; ".join(reasons) or
+                       f"{level:.0%} interval of the median difference {'excludes' if verdict != 'no difference' else 'contains'} 0")
+        rows.append(row)
+    table = pd.DataFrame(rows, columns=DIFF_COLUMNS)
+    table.attrs.update({"a": a.label, "b": b.label, "level": level, "n_boot": n_boot,
+                        "notes": [*a.notes, *b.notes]})
+    return table
+
+
+def tables_from_traces(paths, label: str | None = None, **options) -> RunTables:
+    """A side of a comparison read from traces (loaded and taxed here)."""
+    from evtsync.tax import tax_from_traces
+    from evtsync.trace.traceset import load_traces
+
+    align_keys = {"overrides", "end_tolerance_us", "strict", "allow_partial", "ranks_per_host"}
+    align = {k: options.pop(k) for k in list(options) if k in align_keys}
+    traces = load_traces(paths, scope="collectives", **options)
+    _, tables = tax_from_traces(traces, **align)
+    gpus = traces.ranks["gpu"].astype(str)
+    gpu = ", ".join(sorted(set(gpus))) if len(gpus) else None
+    return RunTables(label or str(paths), tables.collectives, tables.ranks, gpu=gpu)
+
+
+def tables_from_run(run_dir, label: str | None = None, workload: str | None = None) -> RunTables:
+    """A side of a comparison read from a run folder's tax tables (``evtsync run --out``)."""
+    from pathlib import Path
+
+    from evtsync.tableio import read_table
+
+    run_dir = Path(run_dir)
+    found = sorted(run_dir.glob("**/tax_collectives.parquet"))
+    if not found:
+        raise InputError(f"diff: {run_dir} holds no tax table (tax_collectives.parquet): is it the "
+                         "folder of an `evtsync run`, and did its tax stage finish?")
+    path = found[0]
+    coll = read_table(str(path))
+    ranks_path = path.with_name("tax_ranks.parquet")
+    ranks = read_table(str(ranks_path)) if ranks_path.is_file() else None
+    notes = []
+    if workload is not None:
+        if "workload" not in coll.columns or workload not in set(coll["workload"]):
+            have = sorted(set(coll["workload"])) if "workload" in coll.columns else []
+            raise InputError(f"diff: {run_dir} has no workload {workload!r} (it has {', '.join(have) or 'none'})")
+        coll = coll[coll["workload"] == workload]
+        if ranks is not None and "workload" in ranks.columns:
+            ranks = ranks[ranks["workload"] == workload]
+    elif "workload" in coll.columns and coll["workload"].nunique() > 1:
+        names = sorted(set(coll["workload"]))
+        raise InputError(f"diff: {run_dir} holds {len(names)} workloads ({', '.join(names)}); "
+                         "choose one with --workload-a/--workload-b")
+    return RunTables(label or str(run_dir), coll.reset_index(drop=True),
+                     None if ranks is None else ranks.reset_index(drop=True), notes=notes)
+
+
+def load_side(path, label: str | None = None, workload: str | None = None, **options) -> RunTables:
+    """A run folder (it has a manifest.json) or traces (files or folders of them)."""
+    from pathlib import Path
+
+    paths = [path] if isinstance(path, str | Path) else list(path)
+    if len(paths) == 1 and (Path(paths[0]) / "manifest.json").is_file():
+        return tables_from_run(paths[0], label, workload)
+    if workload is not None:
+        raise InputError("diff: --workload applies to run folders only")
+    return tables_from_traces([str(p) for p in paths], label, **options)
