@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from conftest import TRACES
 
 DLRM = TRACES / "dlrm-8rank-v100"
