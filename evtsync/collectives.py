@@ -72,13 +72,17 @@ class PGOverride:
             part = part.strip()
             if not part:
                 continue
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
+            bounds = re.fullmatch(r"(\d+)\s*-\s*(\d+)", part)
+            if bounds:
+                lo, hi = int(bounds.group(1)), int(bounds.group(2))
                 if hi < lo:
                     raise InputError(f"--pg {text!r}: empty rank range {part}")
                 ranks.extend(range(lo, hi + 1))
-            else:
+            elif part.isdigit():
                 ranks.append(int(part))
+            else:
+                raise InputError(f"--pg {text!r}: {part!r} is not a rank or a range LO-HI of "
+                                 "non-negative ranks (e.g. 0-3 or 0,2,4)")
         if len(set(ranks)) != len(ranks) or not ranks:
             raise InputError(f"--pg {text!r}: rank list is empty or repeats a rank")
         stream = int(match.group(3)) if match.group(3) is not None else None

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Render an evtsync report in headless Chromium and check it as a reader's browser shows it.
+
+For each width (default 1400, 800 and 420 px) the report is loaded from a copy that carries a
+small probe script; Chromium runs it and ``--dump-dom`` returns its findings:
+
+- elements that stick out of the page horizontally and are not inside a scrollable container
+  (a clipped table or figure),
+- images that did not decode (``naturalWidth == 0``),
+- resources fetched from the network (``performance.getEntriesByType('resource')``: a
+  self-contained report fetches none; ``data:`` URIs are not listed),
+- the page's headings visible in the first screen (to check that the answer comes first).
+
+Screenshots of the first screen are written beside the findings (``--out``), one per width.
+Exit status 1 when any check fails. Needs Debian's ``chromium`` (``apt-get install chromium``).
+
+    python tools/check_report_browser.py fits/demo/report.html --out /tmp/browser
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+PROBE = r"""
+<script>
+window.addEventListener('load', function () {
+  var W = document.documentElement.clientWidth, H = window.innerHeight;
+  function scrollable(el) {
+    for (var p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+      var ov = getComputedStyle(p).overflowX;
+      if (ov === 'auto' || ov === 'scroll' || ov === 'hidden') return true;
+    }
+    return false;
+  }
+  var overflow = [];
+  document.querySelectorAll('body *').forEach(function (el) {
+    var r = el.getBoundingClientRect();
+    if (r.width > 0 && r.right > W + 1 && !scrollable(el)) {
+      var parentOut = el.parentElement && el.parentElement.getBoundingClientRect().right > W + 1;
+      if (!parentOut) overflow.push(el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
+        (el.className && typeof el.className === 'string' ? '.' + el.className.split(' ')[0] : '') +
+        ' right=' + Math.round(r.right) + ' > ' + W);
+    }
+  });
+  var broken = [];
+  document.querySelectorAll('img').forEach(function (img) {
+    if (!img.complete || img.naturalWidth === 0) broken.push(img.alt || img.src.slice(0, 60));
+  });
+  var fetched = performance.getEntriesByType('resource').map(function (e) { return e.name; })
+    .filter(function (n) { return !n.startsWith('data:'); });
+  var first = [];
+  document.querySelectorAll('h1, h2, h3, .headline, .summary').forEach(function (el) {
+    var r = el.getBoundingClientRect();
+    if (r.top < H && r.bottom > 0) first.push(el.tagName.toLowerCase() + ': ' + el.textContent.trim().slice(0, 80));
+  });
+  var findings = JSON.stringify({width: W, scroll_width: document.documentElement.scrollWidth,
+    overflow: overflow, broken_images: broken, n_images: document.images.length,
+    network: fetched, first_screen: first});
+  parent.postMessage(findings, '*');
+});
+</script>
+"""
+
+WIDTHS = (1400, 800, 420)
+
+
+def find_chromium() -> str | None:
+    """The Chromium binary, or None."""
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def _chromium(binary: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    base = [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+            "--no-first-run", "--disable-extensions", "--virtual-time-budget=8000",
+            "--host-resolver-rules=MAP * ~NOTFOUND"]
+    return subprocess.run([*base, *args], capture_output=True, text=True, timeout=timeout)
+
+
+HOST = """<!doctype html><html><head><style>body{margin:0}iframe{border:0;display:block}</style></head>
+<body><iframe src="report.html" style="width:%dpx;height:%dpx"></iframe>
+<script>window.addEventListener('message', function (e) {
+  var out = document.createElement('pre'); out.id = 'evtsync-browser-probe'; out.textContent = e.data;
+  document.body.appendChild(out); });</script></body></html>"""
+
+
+def check_report(report: Path, out: Path, widths=WIDTHS, height: int = 900) -> dict:
+    """Findings per width (see the module docstring), and screenshots in ``out``.
+
+    The report is shown in an iframe of the exact width: Chromium's window is at least 500 px
+    wide, and the narrow (phone) layout is the one that clips tables.
+    """
+    binary = find_chromium()
+    if binary is None:
+        raise RuntimeError("chromium not found: apt-get install chromium")
+    out.mkdir(parents=True, exist_ok=True)
+    text = report.read_text(encoding="utf-8")
+    probed = text.replace("</body>", PROBE + "</body>") if "</body>" in text else text + PROBE
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="evtsync-browser-") as tmp:
+        page = Path(tmp) / "report.html"
+        page.write_text(probed, encoding="utf-8")
+        for width in widths:
+            host = Path(tmp) / f"host-{width}.html"
+            host.write_text(HOST % (width, height), encoding="utf-8")
+            window = f"--window-size={max(width, 500)},{height}"
+            proc = _chromium(binary, window, "--dump-dom", host.as_uri())
+            found = re.search(r'<pre id="evtsync-browser-probe">(.*?)</pre>', proc.stdout, re.S)
+            if not found:
+                raise RuntimeError(f"the probe did not run at {width} px: {proc.stderr[-500:]}")
+            import html as _html
+
+            results[width] = json.loads(_html.unescape(found.group(1)))
+            shot = out / f"report-{width}.png"
+            _chromium(binary, window, f"--screenshot={shot}", host.as_uri())
+            results[width]["screenshot"] = str(shot)
+    return results
+
+
+def problems(results: dict) -> list[str]:
+    """Every failed check, one line each."""
+    lines = []
+    for width, r in results.items():
+        for item in r["overflow"]:
+            lines.append(f"{width} px: overflows the page: {item}")
+        for item in r["broken_images"]:
+            lines.append(f"{width} px: image does not decode: {item}")
+        for item in r["network"]:
+            lines.append(f"{width} px: network request: {item}")
+        if r["n_images"] == 0:
+            lines.append(f"{width} px: no images at all")
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("report", type=Path)
+    parser.add_argument("--out", type=Path, default=Path("browser-check"))
+    parser.add_argument("--width", type=int, action="append", default=None)
+    args = parser.parse_args(argv)
+    results = check_report(args.report, args.out, tuple(args.width or WIDTHS))
+    (args.out / "findings.json").write_text(json.dumps(results, indent=2))
+    bad = problems(results)
+    for width, r in results.items():
+        print(f"{width} px: {r['n_images']} images, page width {r['scroll_width']}, first screen: "
+              + " | ".join(r["first_screen"][:6]))
+    for line in bad:
+        print(line)
+    print("OK" if not bad else f"{len(bad)} problem(s)")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
