@@ -272,7 +272,7 @@ def mark_comm_kernels(tables: Any, extra: tuple[tuple[str, str], ...] = ()) -> N
     if relabel.any():
         label_of = [u if u is not None else k for u, k in zip(user, kinds, strict=True)]
         new = np.array([label_of[c] if c >= 0 else None for c in codes[relabel]], dtype=object)
-        collective = kernels["collective"].astype(object).to_numpy()
+        collective = kernels["collective"].astype(object).to_numpy().copy()
         collective[relabel] = new
         kernels["collective"] = pd.Categorical(collective, categories=pd.Index(
             sorted({c for c in collective if isinstance(c, str)}), dtype="str"))

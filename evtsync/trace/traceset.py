@@ -202,8 +202,15 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]],
 
 
 def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Trace files named directly or found in named folders (see :func:`expand_inputs`)."""
-    return [f for f, _ in expand_inputs(paths)]
+    """Trace files named directly or found in named folders (see :func:`expand_inputs`);
+    a ``RANK=PATH`` entry is refused here (its rank would be lost: pass the entries to
+    :func:`load_traces`, or use ``rank_from="order"``)."""
+    inputs = expand_inputs(paths)
+    given = [str(f) for f, rank in inputs if rank is not None]
+    if given:
+        raise InputError(f"RANK=PATH ({given[0]}) is read by load_traces and the tax, blocks and attribute "
+                         "commands; here give the files plainly and use --rank-from order")
+    return [f for f, _ in inputs]
 
 
 def read_rank(path: str | os.PathLike[str], salvage: bool = False, rank: int | None = None) -> RankTables:
@@ -262,17 +269,7 @@ def _assign_windows(parts: Sequence[RankTables]) -> list[int]:
                     f"two files claim rank {rank} over the same time: {parts[a].info['path']} and "
                     f"{parts[b].info['path']} overlap by {(span[a][1] - span[b][0]) / 1e6:.3f} ms "
                     "(the same window twice, or files of two jobs?)")
-    # windows: unions of overlapping spans across all ranks, in time order
-    order = sorted((i for i in range(len(parts)) if span[i][0] >= 0), key=lambda i: span[i])
-    window = [0] * len(parts)
-    current, reach = -1, None
-    for i in order:
-        if reach is None or span[i][0] > reach:
-            current += 1
-            reach = span[i][1]
-        else:
-            reach = max(reach, span[i][1])
-        window[i] = current
+    window = _time_clusters(span)
     for rank, idx in by_rank.items():
         seen: dict[int, int] = {}
         for i in idx:
@@ -282,6 +279,44 @@ def _assign_windows(parts: Sequence[RankTables]) -> list[int]:
                     f"one profiling window (other ranks' files overlap both); cannot tell the windows apart")
             seen[window[i]] = i
     return window
+
+
+def _time_clusters(span: Sequence[tuple[int, int]]) -> list[int]:
+    """Unions of overlapping time spans, numbered in time order (-1 spans: cluster 0)."""
+    order = sorted((i for i in range(len(span)) if span[i][0] >= 0), key=lambda i: span[i])
+    cluster = [0] * len(span)
+    current, reach = -1, None
+    for i in order:
+        if reach is None or span[i][0] > reach:
+            current += 1
+            reach = span[i][1]
+        else:
+            reach = max(reach, span[i][1])
+        cluster[i] = current
+    return cluster
+
+
+def _apart_in_time(parts: Sequence[RankTables], windows: list[int]) -> list[str]:
+    """Files whose time spans overlap no other rank's file of their window: another job's?
+
+    Only for ranks with one file each (several files per rank are put in windows by time).
+    """
+    if len(parts) < 2 or max(windows, default=0) > 0:
+        return []
+    span = [(int(p.info.get("start_ns", MISSING_TIME)), int(p.info.get("end_ns", MISSING_TIME))) for p in parts]
+    cluster = _time_clusters(span)
+    if max(cluster) == 0:
+        return []
+    sizes = {c: cluster.count(c) for c in set(cluster)}
+    main = max(sizes, key=lambda c: (sizes[c], -c))
+    main_start = min(span[i][0] for i in range(len(parts)) if cluster[i] == main)
+    out = []
+    for i, part in enumerate(parts):
+        if cluster[i] != main and span[i][0] >= 0:
+            hours = (span[i][0] - main_start) / 3.6e12
+            out.append(f"files of another job? rank {part.rank} ({part.info['path']}) does not overlap in time "
+                       f"with the other {sizes[main]} rank(s)' traces (starts {hours:+.2f} h from them)")
+    return out
 
 
 MISSING_TIME = -1
@@ -322,6 +357,7 @@ def _rank_set_problems(parts: Sequence[RankTables], windows: list[int], world: i
             odd = "; ".join(f"rank {p.rank} ({p.info['path']}): {v}" for v, ps in values.items() if v != common
                             for p in ps)
             problems.append(f"files of another job? {len(values[common])} rank(s) have {label} {common}, but {odd}")
+    problems.extend(_apart_in_time(parts, windows))
     with_kernels = sum(1 for p in parts if p.info.get("n_kernels", 0) > 0)
     for part in parts:
         where = f"rank {part.rank} ({part.info['path']})"
