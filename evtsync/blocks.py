@@ -72,7 +72,7 @@ TIME_DEFINITIONS = ("busy", "span", "window")
 DEFAULT_M = 4
 _TP_RE = re.compile(r"(?<![a-z])(?:tp|tensor)", re.IGNORECASE)
 
-TIME_COLUMNS = ["pg", "index", "rank", "group_rank", "sample", "position", "instance", "block",
+TIME_COLUMNS = ["pg", "index", "window", "rank", "group_rank", "sample", "position", "instance", "block",
                 "signature", "n_kernels", "n_gemm_kernels", "gemm_us", "busy_us", "span_us",
                 "window_us", "gpu"]
 DROP_COLUMNS = ["pg", "index", "sample", "block", "instance", "reason", "detail"]
@@ -81,6 +81,7 @@ DROP_COLUMNS = ["pg", "index", "sample", "block", "instance", "reason", "detail"
 DROP_INVALID = "collective flagged by alignment"
 DROP_OVERLAP = "collectives overlap"
 DROP_OUTSIDE = "outside ProfilerStep ranges"
+DROP_WINDOWS = "spans two profiling windows"
 DROP_INCOMPLETE = "incomplete across ranks"
 DROP_SIGNATURE = "signature differs across ranks"
 DROP_EMPTY = "no compute kernels"
@@ -455,8 +456,9 @@ def blocks_of_group(task: GroupBlocksTask) -> GroupBlocks:
             offs = np.arange(n) - 1
             instance, position = np.where(offs >= 0, offs // period, -1), np.where(offs >= 0, offs % period, -1)
     log.info("PG %s: iterations from %s", label, source)
+    windows = rows0["window"].to_numpy() if "window" in rows0.columns else np.zeros(n, dtype=np.int64)
     times, drops = _judge_blocks(label, members, present, k, per_rank, instance, position,
-                                 set(task.invalid), steps is not None, task.gpu_of)
+                                 set(task.invalid), steps is not None, task.gpu_of, windows)
     times["precision"] = _precisions(times, pd.concat(gemm_prec, ignore_index=True), rows0,
                                      task.user_precision)
     if lost:
@@ -467,12 +469,13 @@ def blocks_of_group(task: GroupBlocksTask) -> GroupBlocks:
 
 def _judge_blocks(label: str, members: tuple[int, ...], present: set[int], k: int,
                   per_rank: dict[int, pd.DataFrame], instance: np.ndarray, position: np.ndarray,
-                  invalid: set[int], from_steps: bool, gpu_of: dict[int, str]
-                  ) -> tuple[pd.DataFrame, list[list[Any]]]:
+                  invalid: set[int], from_steps: bool, gpu_of: dict[int, str],
+                  windows: np.ndarray | None = None) -> tuple[pd.DataFrame, list[list[Any]]]:
     """Keep or drop every block sample of one PG (vectorised over blocks).
 
     Whole blocks are dropped when a bracketing collective is flagged, the collectives
-    overlap, the block lies outside the ProfilerSteps or no rank ran a kernel in it; a sample
+    overlap, lie in two profiling windows (``windows``: the window of each collective), the
+    block lies outside the ProfilerSteps or no rank ran a kernel in it; a sample
     is dropped when one of its ranks has no trace or ran other kernels than the majority.
     """
     frame = pd.concat([f.assign(rank=r) for r, f in per_rank.items()], ignore_index=True)
@@ -496,7 +499,12 @@ def _judge_blocks(label: str, members: tuple[int, ...], present: set[int], k: in
         for j in (i - 1, i):
             if 0 <= j < n_blocks and reason[j] is None:
                 reason[j], detail[j] = DROP_INVALID, f"collective {i}"
-    rules = ((window0 < 0, DROP_OVERLAP, "collective {n} starts before collective {i} ends"),
+    if windows is None:
+        windows = np.zeros(n_blocks + 1, dtype=np.int64)
+    block_window = windows[idx + 1].astype(np.int64)  # a block belongs to the collective it delays
+    rules = ((windows[idx] != windows[idx + 1], DROP_WINDOWS,
+              "collectives {i} and {n} lie in different profiling windows"),
+             (window0 < 0, DROP_OVERLAP, "collective {n} starts before collective {i} ends"),
              ((inst_of < 0) & from_steps, DROP_OUTSIDE, "collective {n} launched outside every ProfilerStep"),
              (majority.isna().to_numpy(), DROP_EMPTY, "no compute kernel between the collectives on any rank"))
     for mask, why, text in rules:
@@ -530,7 +538,8 @@ def _judge_blocks(label: str, members: tuple[int, ...], present: set[int], k: in
     kept_index = kept["index"].to_numpy(dtype=np.int64)
     group_rank = {r: p for p, r in enumerate(members)}
     times = pd.DataFrame({
-        "pg": label, "index": kept["index"].astype(np.int64), "rank": kept["rank"].astype(np.int64),
+        "pg": label, "index": kept["index"].astype(np.int64), "window": block_window[kept_index],
+        "rank": kept["rank"].astype(np.int64),
         "group_rank": kept["rank"].map(group_rank).astype(np.int64), "sample": kept["sample"],
         "position": pos_of[kept_index], "instance": inst_of[kept_index],
         "block": kept["block"], "signature": kept["signature"].astype(str),

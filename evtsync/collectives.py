@@ -10,8 +10,16 @@ Every NCCL kernel is assigned to a process group (PG):
    e.g., two TP groups that use the same stream id on different ranks. Inferred groups
    are reported as such (``pg_source = "inferred"``).
 
+Communication kernels are NCCL/RCCL kernels and those of the registry of name patterns
+(:data:`evtsync.trace.schema.COMM_KERNEL_PATTERNS`: DeepEP, NVSHMEM, all-to-all kernels, and
+the user's ``--comm-kernel REGEX=KIND``); they carry no process-group fields, so their groups
+are inferred per stream like NCCL kernels without them.
+
 Within a PG the i-th collective of every member rank is the same collective instance
-(streams are ordered). The match is validated: equal counts, equal collective type and
+(streams are ordered). With several profiling windows (see :mod:`evtsync.trace.traceset`)
+each PG is aligned window by window, so a match never crosses a window boundary; the
+indices continue from one window to the next (window w starts after the collectives kept
+in window w-1) and every instance carries its ``window``. The match is validated: equal counts, equal collective type and
 message size where known, and end times that agree within a tolerance among ranks that
 share a clock. Every disagreement is reported with PG, index and rank; count or type
 disagreements stop the analysis unless ``strict=False``, which keeps the common prefix and
@@ -48,7 +56,7 @@ RANKS_PER_HOST = 8
 #: worker thread that the OS may deschedule, so spreads of several ms are normal.
 GLOO_END_TOLERANCE_US = 10_000.0
 
-INSTANCE_COLUMNS = ["pg", "index", "rank", "collective", "msg_bytes", "dtype", "stream",
+INSTANCE_COLUMNS = ["pg", "index", "window", "rank", "collective", "msg_bytes", "dtype", "stream",
                     "ts_ns", "dur_ns", "end_ns", "correlation", "external_id"]
 MISMATCH_COLUMNS = ["pg", "index", "rank", "kind", "detail"]
 
@@ -151,9 +159,14 @@ def gloo_collectives(traces: TraceSet) -> pd.DataFrame:
 
 
 def _collective_events(traces: TraceSet) -> tuple[pd.DataFrame, bool]:
-    """NCCL kernels, or gloo annotations for CPU-only jobs; second value: is gloo."""
-    nccl = traces.nccl_kernels
+    """Communication kernels (NCCL/RCCL and the registry's), or gloo annotations for
+    CPU-only jobs; second value: is gloo."""
+    nccl = traces.comm_kernels if "is_comm" in traces.kernels.columns else traces.nccl_kernels
     if not nccl.empty:
+        other = nccl[~nccl["is_nccl"].to_numpy()]
+        if len(other):
+            kinds = other["collective"].astype(str).value_counts()
+            log.info("communication kernels beyond NCCL: %s", ", ".join(f"{n} {k}" for k, n in kinds.items()))
         return nccl, False
     gloo = gloo_collectives(traces)
     return gloo, not gloo.empty
@@ -267,9 +280,9 @@ def _clock_domains(traces: TraceSet, ranks_per_host: int) -> dict[int, str]:
 
 
 GROUP_COLUMNS = ["pg", "pg_name", "pg_desc", "pg_ranks", "n_ranks", "pg_source", "streams",
-                 "n_collectives", "present_ranks"]
+                 "n_collectives", "present_ranks", "windows"]
 #: Columns of the NCCL kernel rows that aligning one PG needs (what a task is sent).
-TASK_COLUMNS = ["rank", "collective", "msg_bytes", "dtype", "stream", "ts_ns", "dur_ns", "end_ns",
+TASK_COLUMNS = ["rank", "window", "collective", "msg_bytes", "dtype", "stream", "ts_ns", "dur_ns", "end_ns",
                 "correlation", "external_id"]
 
 
@@ -285,6 +298,8 @@ class GroupTask:
     end_tolerance_us: float
     strict: bool
     allow_partial: bool
+    window: int = 0
+    index_offset: int = 0
 
 
 @dataclass
@@ -301,7 +316,9 @@ def plan_alignment(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
                    end_tolerance_us: float = END_TOLERANCE_US, strict: bool = True,
                    allow_partial: bool = False,
                    ranks_per_host: int = RANKS_PER_HOST) -> list[GroupTask]:
-    """Assign every collective to its PG and cut the work into one task per PG (sorted)."""
+    """Assign every collective to its PG and cut the work into one task per PG and window
+    (sorted). The rank set is checked first (:meth:`TraceSet.check_complete`)."""
+    traces.check_complete(allow_partial)
     nccl, is_gloo = _collective_events(traces)
     if is_gloo and end_tolerance_us == END_TOLERANCE_US:
         end_tolerance_us = GLOO_END_TOLERANCE_US
@@ -312,12 +329,17 @@ def plan_alignment(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
     domains = _clock_domains(traces, ranks_per_host)
     label_array = labels.to_numpy()
     tasks = []
+    if "window" not in nccl.columns:
+        nccl = nccl.assign(window=np.int32(0))
     for label, meta in sorted(info.items()):
         rows = nccl.loc[label_array == label, TASK_COLUMNS]
         if rows.empty:
             continue
-        tasks.append(GroupTask(label, meta, rows.reset_index(drop=True), present, domains,
-                               end_tolerance_us, strict, allow_partial))
+        offset = 0
+        for window, sub in rows.groupby("window", sort=True):
+            tasks.append(GroupTask(label, meta, sub.reset_index(drop=True), present, domains,
+                                   end_tolerance_us, strict, allow_partial, int(window), offset))
+            offset += int(sub.groupby("rank").size().min())  # what align_group keeps: contiguous indices
     return tasks
 
 
@@ -338,6 +360,16 @@ def align_group(task: GroupTask) -> GroupAlignment:
                     len(members) - len(missing), len(members), format_ranks(tuple(missing)))
     ranks_here = [r for r in members if r in task.present]
     seqs = {r: sub[sub["rank"] == r].sort_values("ts_ns", kind="stable") for r in ranks_here}
+    label_w = f"{label} window {task.window}" if task.window or task.index_offset else label
+    missing_here = [r for r in ranks_here if seqs[r].empty]
+    if missing_here:
+        message = (f"PG {label_w}: rank(s) {format_ranks(tuple(missing_here))} have no collective of this "
+                   "group in this window")
+        if not task.allow_partial:
+            raise AlignmentError(message + "; pass --allow-partial to align over the others")
+        log.warning(message)
+        ranks_here = [r for r in ranks_here if r not in missing_here]
+        seqs = {r: seqs[r] for r in ranks_here}
     counts = {r: len(s) for r, s in seqs.items()}
     n = min(counts.values())
     if len(set(counts.values())) > 1:
@@ -345,9 +377,10 @@ def align_group(task: GroupTask) -> GroupAlignment:
         longest = max(counts.values())
         for r, c in counts.items():
             if c != longest:
-                mismatches.append((label, n, r, "count", f"{c} collectives, others up to {longest}"))
+                mismatches.append((label, n + task.index_offset, r, "count",
+                                   f"{c} collectives, others up to {longest}"))
         if task.strict:
-            raise AlignmentError(f"PG {label}: ranks have different numbers of collectives "
+            raise AlignmentError(f"PG {label_w}: ranks have different numbers of collectives "
                                  f"({detail}); pass --no-strict to align the first {n} and "
                                  "flag the rest")
         log.warning("PG %s: different numbers of collectives (%s); aligned the first %d, "
@@ -357,7 +390,8 @@ def align_group(task: GroupTask) -> GroupAlignment:
     for r in ranks_here:
         s = seqs[r].iloc[:n]
         rows.append(pd.DataFrame({
-            "pg": label, "index": np.arange(n, dtype=np.int64), "rank": np.int32(r),
+            "pg": label, "index": np.arange(n, dtype=np.int64) + task.index_offset,
+            "window": np.int32(task.window), "rank": np.int32(r),
             "collective": s["collective"].astype(str).to_numpy(),
             "msg_bytes": s["msg_bytes"].to_numpy(), "dtype": s["dtype"].astype(object).to_numpy(),
             "stream": s["stream"].to_numpy(), "ts_ns": s["ts_ns"].to_numpy(),
@@ -365,11 +399,16 @@ def align_group(task: GroupTask) -> GroupAlignment:
             "correlation": s["correlation"].to_numpy(), "external_id": s["external_id"].to_numpy()}))
     inst = pd.concat(rows, ignore_index=True)
     _validate(label, inst, task.domains, task.end_tolerance_us, mismatches, invalid, task.strict)
+    if len(ranks_here) < 2:
+        # one rank: every duration is its own minimum, so a tax of 0 would be a fake
+        # measurement (the tax marks such instances invalid; their timing still serves blocks)
+        log.warning("PG %s: only rank %s present: its %d collective(s) give no tax (one rank)",
+                    label_w, format_ranks(tuple(ranks_here)), n)
     group = {
         "pg": label, "pg_name": meta["pg_name"], "pg_desc": meta["pg_desc"],
         "pg_ranks": format_ranks(members), "n_ranks": len(members), "pg_source": meta["source"],
         "streams": format_ranks(tuple(sorted(set(sub["stream"].tolist())))),
-        "n_collectives": n, "present_ranks": format_ranks(tuple(ranks_here))}
+        "n_collectives": n, "present_ranks": format_ranks(tuple(ranks_here)), "windows": str(task.window)}
     return GroupAlignment(group, inst, mismatches, invalid)
 
 
@@ -381,9 +420,25 @@ def merge_alignments(parts: Sequence[GroupAlignment]) -> Alignment:
     mismatch_table = pd.DataFrame([m for p in parts for m in p.mismatches], columns=MISMATCH_COLUMNS)
     if len(mismatch_table):
         log.warning("%d alignment mismatch(es) found; see the mismatches table", len(mismatch_table))
-    return Alignment(pd.DataFrame([p.group for p in parts]),
+    return Alignment(merge_group_rows([p.group for p in parts]),
                      pd.concat([p.instances for p in parts], ignore_index=True),
                      mismatch_table, set().union(*(p.invalid for p in parts)))
+
+
+def merge_group_rows(rows: Sequence[dict[str, object]]) -> pd.DataFrame:
+    """The ``groups`` table from per-(PG, window) rows: one row per PG, its collectives
+    summed over windows, streams, present ranks and windows joined."""
+    merged: dict[object, dict[str, object]] = {}
+    for row in rows:
+        if row["pg"] not in merged:
+            merged[row["pg"]] = dict(row)
+            continue
+        into = merged[row["pg"]]
+        into["n_collectives"] = int(into["n_collectives"]) + int(row["n_collectives"])  # type: ignore[call-overload]
+        for key in ("streams", "present_ranks", "windows"):
+            values = {int(v) for text in (into[key], row[key]) for v in str(text).split(",") if v != ""}
+            into[key] = format_ranks(tuple(sorted(values)))
+    return pd.DataFrame(list(merged.values()), columns=GROUP_COLUMNS)
 
 
 def align_collectives(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
@@ -400,8 +455,18 @@ def align_collectives(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
     tasks = plan_alignment(traces, overrides=overrides, end_tolerance_us=end_tolerance_us,
                            strict=strict, allow_partial=allow_partial, ranks_per_host=ranks_per_host)
     if backend is None or len(tasks) < 2:
-        return merge_alignments([align_group(task) for task in tasks])
-    return merge_alignments(backend.map(align_group, tasks, "aligning process groups"))
+        alignment = merge_alignments([align_group(task) for task in tasks])
+    else:
+        alignment = merge_alignments(backend.map(align_group, tasks, "aligning process groups"))
+    note_missing_ranks(traces, alignment.groups, alignment.instances)
+    return alignment
+
+
+def note_missing_ranks(traces: TraceSet, *tables: pd.DataFrame) -> None:
+    """Record the ranks without a trace in each table's ``attrs["missing_ranks"]`` (an
+    empty list for a complete set), so outputs built from them can say so."""
+    for table in tables:
+        table.attrs["missing_ranks"] = list(traces.missing_ranks)
 
 
 def _validate(label: str, inst: pd.DataFrame, domains: dict[int, str], tolerance_us: float,

@@ -32,11 +32,13 @@ matches a user pattern is a GEMM even when a built-in exclusion also matches.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -202,3 +204,75 @@ def name_precisions(names: pd.Series | Sequence[str]) -> np.ndarray:
     labels = np.array([precision_from_name(str(c)) for c in cat.cat.categories] + [None], dtype=object)
     codes = cat.cat.codes.to_numpy()
     return labels[np.where(codes >= 0, codes, len(labels) - 1)]
+
+
+# --- communication kernels -----------------------------------------------------------------
+
+def parse_comm_kernels(specs: Iterable[str | tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """User communication-kernel patterns, ``"REGEX=KIND"`` or ``(regex, kind)``, checked.
+
+    The last ``=`` separates the kind, so a regular expression may contain ``=``.
+    """
+    out = []
+    for spec in specs:
+        if isinstance(spec, str):
+            regex, sep, kind = spec.rpartition("=")
+            if not sep or not regex or not kind.strip():
+                raise InputError(f"--comm-kernel {spec!r}: expected REGEX=KIND, e.g. 'my_a2a_kernel=AllToAll'")
+        else:
+            regex, kind = spec
+        _compile([regex], "--comm-kernel")
+        out.append((str(regex), str(kind).strip()))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=64)
+def _comm_patterns(extra: tuple[tuple[str, str], ...]) -> tuple[tuple[re.Pattern[str], str], ...]:
+    from evtsync.trace.schema import COMM_KERNEL_PATTERNS
+
+    return tuple((re.compile(p, re.IGNORECASE), kind) for p, kind in (*extra, *COMM_KERNEL_PATTERNS))
+
+
+def comm_kind(name: str, extra: tuple[tuple[str, str], ...] = ()) -> str | None:
+    """The kind of a non-NCCL communication kernel from its name (user patterns first, then
+    :data:`~evtsync.trace.schema.COMM_KERNEL_PATTERNS`), or None when it is not one."""
+    for pattern, kind in _comm_patterns(extra):
+        if pattern.search(name):
+            return kind
+    return None
+
+
+def mark_comm_kernels(tables: Any, extra: tuple[tuple[str, str], ...] = ()) -> None:
+    """Add ``is_comm`` to one rank's kernels (NCCL/RCCL kernels and those of the registry)
+    and give the registry's kernels their kind as ``collective``; in place.
+
+    A user pattern (``extra``) also wins over the collective read for an NCCL kernel.
+    Each distinct kernel name is classified once.
+    """
+    kernels: pd.DataFrame = tables.kernels
+    names = kernels["name"]
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        names = names.astype("category")
+    categories = [str(c) for c in names.cat.categories]
+    kinds = [comm_kind(c, extra) for c in categories]
+    if extra:  # user patterns only: they may re-label NCCL kernels too
+        user = [comm_kind(c, extra) if any(p.search(c) for p, _ in _comm_patterns(extra)[: len(extra)]) else None
+                for c in categories]
+    else:
+        user = [None] * len(categories)
+    codes = names.cat.codes.to_numpy()
+    is_kernel = (kernels["cat"] == "kernel").to_numpy()
+    per_cat = np.array([k is not None for k in kinds] + [False], dtype=bool)
+    registry = per_cat[np.where(codes >= 0, codes, len(categories))] & is_kernel
+    is_nccl = kernels["is_nccl"].to_numpy()
+    forced = np.array([u is not None for u in user] + [False], dtype=bool)[np.where(codes >= 0, codes, len(categories))] \
+        & is_kernel
+    relabel = (registry & ~is_nccl) | forced
+    kernels["is_comm"] = is_nccl | registry
+    if relabel.any():
+        label_of = [u if u is not None else k for u, k in zip(user, kinds, strict=True)]
+        new = np.array([label_of[c] if c >= 0 else None for c in codes[relabel]], dtype=object)
+        collective = kernels["collective"].astype(object).to_numpy().copy()
+        collective[relabel] = new
+        kernels["collective"] = pd.Categorical(collective, categories=pd.Index(
+            sorted({c for c in collective if isinstance(c, str)}), dtype="str"))

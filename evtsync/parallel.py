@@ -5,7 +5,10 @@ of the items, so the tables built from them do not depend on the backend.
 
 - ``InProcess``: a plain loop (small trace sets, ``--jobs 1``, debugging).
 - ``ProcessPool``: a local pool of ``--jobs`` ``forkserver`` processes; the default, needs
-  no Dask.
+  no Dask. Safe from a plain script without an ``if __name__ == "__main__":`` guard: the
+  workers run evtsync's own functions, so they are started without re-importing the
+  caller's script (which would start the work again inside every worker); should the pool
+  break all the same, the work is done in this process, with one warning.
 - ``DaskCluster``: ``dask.distributed``; an existing scheduler (``--scheduler ADDRESS`` or
   the ``DASK_SCHEDULER_ADDRESS`` environment variable) or a local cluster started for the
   run (``--workers N``, or ``--scheduler local`` with one worker per core). The workers
@@ -16,11 +19,14 @@ Dask is imported only when a Dask backend is asked for.
 
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
@@ -72,9 +78,49 @@ class ProcessPool:
         ctx = multiprocessing.get_context("forkserver")
         # the fork server imports the reader once; each worker forked from it starts warm
         ctx.set_forkserver_preload(list(PRELOAD))
-        with ProcessPoolExecutor(max_workers=min(self.jobs, len(items)), mp_context=ctx) as pool:
-            futures = [pool.submit(fn, item) for item in items]
-            return [fut.result() for fut in progress(futures, desc, len(items))]
+        try:
+            with _without_main_script(fn), \
+                    ProcessPoolExecutor(max_workers=min(self.jobs, len(items)), mp_context=ctx) as pool:
+                futures = [pool.submit(fn, item) for item in items]
+                return [fut.result() for fut in progress(futures, desc, len(items))]
+        except (BrokenProcessPool, RuntimeError, OSError) as exc:
+            if isinstance(exc, RuntimeError) and "bootstrapping" not in str(exc) \
+                    and not isinstance(exc, BrokenProcessPool):
+                raise
+            log.warning("the process pool could not run (%s: %s); %s in this process instead "
+                        "(--jobs 1 avoids the pool)", type(exc).__name__, exc, desc)
+            return InProcess().map(fn, items, desc)
+
+
+def _defined_in_main(fn: Callable[..., Any]) -> bool:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__module__", None) == "__main__"
+
+
+@contextmanager
+def _without_main_script(fn: Callable[..., Any]) -> Iterator[None]:
+    """Start workers without re-importing the caller's script.
+
+    multiprocessing's spawn and forkserver workers import the main script (as
+    ``__mp_main__``) when ``__main__`` is a file run as ``python script.py``; a script that
+    calls :func:`~evtsync.trace.traceset.load_traces` at its top level, with no
+    ``if __name__ == "__main__":`` guard, then starts the pool again inside each worker,
+    which fails ("bootstrapping phase"). The work sent to our workers is evtsync's own
+    (importable) functions, so the script is not needed there: its path is hidden from
+    multiprocessing while the workers start. A function defined in the script itself does
+    need it, and is left alone.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or path is None or getattr(main, "__spec__", None) is not None or _defined_in_main(fn):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
 
 
 class DaskCluster:

@@ -129,6 +129,8 @@ class RunOptions:
     allow_partial: bool = False
     end_tolerance_us: float | None = None
     ranks_per_host: int | None = None
+    rank_from: str = "file"
+    comm_kernels: list[str] = field(default_factory=list)
     report: bool = True
     demo_overrides: dict[str, Any] = field(default_factory=dict)
 
@@ -186,6 +188,14 @@ def _has_traces(folder: Path) -> bool:
     return any(p.is_file() and p.name.lower().endswith((".json", ".json.gz")) for p in folder.iterdir())
 
 
+def _window_folders(folder: Path) -> bool:
+    """Whether every subfolder holding traces is a profiling window (torchtitan ``iteration_N``)."""
+    from evtsync.trace.traceset import WINDOW_FOLDER_RE
+
+    subs = [p for p in folder.iterdir() if p.is_dir() and _has_traces(p)]
+    return bool(subs) and all(WINDOW_FOLDER_RE.match(p.name) for p in subs)
+
+
 def discover_workloads(paths: Sequence[str | os.PathLike[str]]) -> list[Workload]:
     """Workloads from TRACES: a folder of traces is one workload; a folder of such folders
     (or of ``<name>/traces/`` folders, as ``evtsync synth`` writes) is a study of several;
@@ -196,7 +206,9 @@ def discover_workloads(paths: Sequence[str | os.PathLike[str]]) -> list[Workload
     loose: list[Path] = []
     for item in paths:
         path = Path(item)
-        if path.is_dir() and not _has_traces(path):
+        if path.is_dir() and not _has_traces(path) and _window_folders(path):
+            workloads.append(Workload(path.name, expand_paths([path])))  # iteration_N/: windows of one job
+        elif path.is_dir() and not _has_traces(path):
             subs = sorted(p for p in path.iterdir() if p.is_dir())
             found = []
             for sub in subs:
@@ -352,7 +364,8 @@ class Run:
 
             o = self.options
             where = ({"client": self.backend.client} if self.backend is not None else {"jobs": o.jobs})
-            self._traces[workload.name] = load_traces(workload.files, salvage=o.salvage, cache=o.cache, **where)
+            self._traces[workload.name] = load_traces(workload.files, salvage=o.salvage, cache=o.cache,
+                                                      rank_from=o.rank_from, comm_kernels=o.comm_kernels, **where)
         return self._traces[workload.name]
 
     def alignment(self, workload: Workload) -> Any:

@@ -27,10 +27,10 @@ from evtsync.collectives import (
 from evtsync.parallel import Backend
 from evtsync.trace.traceset import TraceSet
 
-TAX_COLUMNS = ["pg", "pg_desc", "pg_ranks", "pg_source", "index", "collective", "bytes", "dtype",
+TAX_COLUMNS = ["pg", "pg_desc", "pg_ranks", "pg_source", "index", "window", "collective", "bytes", "dtype",
                "n_ranks", "tau_max_us", "tau_med_us", "mean_delay_us", "straggler_rank",
                "fastest_rank", "min_dur_us", "max_dur_us", "end_spread_us", "start_ns", "valid"]
-RANK_COLUMNS = ["pg", "index", "rank", "collective", "dur_us", "wait_us", "wait_share",
+RANK_COLUMNS = ["pg", "index", "window", "rank", "collective", "dur_us", "wait_us", "wait_share",
                 "is_straggler", "ts_ns", "end_ns"]
 
 
@@ -65,6 +65,7 @@ def compute_tax(alignment: Alignment) -> TaxTables:
         "pg_ranks": groups.loc[stats.index.get_level_values(0), "pg_ranks"].to_numpy(),
         "pg_source": groups.loc[stats.index.get_level_values(0), "pg_source"].to_numpy(),
         "index": stats.index.get_level_values(1).astype(np.int64),
+        "window": first["window"].to_numpy() if "window" in first.columns else 0,  # profiling window
         "collective": first["collective"].to_numpy(),
         "bytes": first["msg_bytes"].to_numpy().astype(np.int64),
         "dtype": first["dtype"].to_numpy(),
@@ -80,13 +81,15 @@ def compute_tax(alignment: Alignment) -> TaxTables:
         "start_ns": g["ts_ns"].min().to_numpy(),
     })
     table["valid"] = [(p, int(i)) not in alignment.invalid for p, i in zip(table["pg"], table["index"], strict=True)]
+    table["valid"] &= table["n_ranks"] > 1  # one rank present: no tax measured (tau = 0 by construction)
     min_per_row = grouped.groupby(["pg", "index"])["dur_us"].transform("min").to_numpy()
     wait = dur_us - min_per_row
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(dur_us > 0, wait / dur_us, 0.0)
     strag_key = straggler.to_dict()
     ranks = pd.DataFrame({
-        "pg": inst["pg"], "index": inst["index"], "rank": inst["rank"],
+        "pg": inst["pg"], "index": inst["index"], "window": inst.get("window", 0),
+        "rank": inst["rank"],
         "collective": inst["collective"], "dur_us": dur_us, "wait_us": wait, "wait_share": share,
         "is_straggler": [strag_key[(p, i)] == r for p, i, r in zip(inst["pg"], inst["index"], inst["rank"], strict=True)],
         "ts_ns": inst["ts_ns"], "end_ns": inst["end_ns"]})
@@ -134,9 +137,13 @@ def tax_from_traces(traces: TraceSet, *, backend: Backend | None = None,
     With a ``backend`` (e.g. a Dask cluster from :mod:`evtsync.parallel`) each process group
     is aligned and taxed as a task of its own; the tables are the same as without one.
     """
+    from evtsync.collectives import note_missing_ranks
+
     if backend is None:
         alignment = align_collectives(traces, **align_options)
-        return alignment, compute_tax(alignment)
+        tables = compute_tax(alignment)
+        note_missing_ranks(traces, tables.collectives, tables.ranks)
+        return alignment, tables
     tasks = plan_alignment(traces, **align_options)
     results = backend.map(tax_of_group, tasks, "tax per process group")
     alignment = merge_alignments([part for part, _ in results])
@@ -145,4 +152,5 @@ def tax_from_traces(traces: TraceSet, *, backend: Backend | None = None,
     tables = TaxTables(
         pd.concat([t.collectives for _, t in results], ignore_index=True),
         pd.concat([t.ranks for _, t in results], ignore_index=True))
+    note_missing_ranks(traces, alignment.groups, alignment.instances, tables.collectives, tables.ranks)
     return alignment, tables

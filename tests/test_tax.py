@@ -11,7 +11,7 @@ import pytest
 
 from evtsync.cli import main
 from evtsync.collectives import PGOverride, align_collectives
-from evtsync.errors import AlignmentError, InputError
+from evtsync.errors import AlignmentError, InputError, TraceError
 from evtsync.tax import compute_tax, tax_summary
 from evtsync.trace.traceset import load_traces
 
@@ -72,7 +72,8 @@ def test_dlrm_all_collectives_aligned_and_tau_equals_raw(traces_dir: Path) -> No
 
 def test_missing_member_rank_is_an_error_unless_partial(traces_dir: Path) -> None:
     traces = load_traces(traces_dir / "single-rank/tracelens_b200_rank0of8_pg_fields.json.gz")
-    with pytest.raises(AlignmentError, match=r"PG 3: member rank\(s\) 1,2,3,4,5,6,7"):
+    # the rank set is checked before any alignment (issue 18): the ranks and the world size named
+    with pytest.raises(TraceError, match=r"rank\(s\) 1,2,3,4,5,6,7 have no trace file \(world size 8"):
         align_collectives(traces)
     partial = align_collectives(traces, allow_partial=True)
     assert partial.groups.iloc[0]["pg_source"] == "trace"
@@ -189,7 +190,9 @@ def test_cli_cut_trace_error_then_salvage(traces_dir: Path, tmp_path: Path, caps
     assert main(["tax", str(cut)]) == 2
     err = capsys.readouterr().err
     assert "decompressed byte" in err and "--salvage" in err and "Traceback" not in err
-    assert main(["tax", "--salvage", str(cut)]) == 0
+    assert main(["tax", "--salvage", str(cut)]) == 2  # rank 0 of 8 alone: refused (issue 18)
+    assert "rank(s) 1,2,3,4,5,6,7 have no trace file" in capsys.readouterr().err
+    assert main(["tax", "--salvage", "--allow-partial", str(cut)]) == 0
     assert "no NCCL kernels" in capsys.readouterr().out  # the first half holds none of them
 
 

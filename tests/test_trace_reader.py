@@ -41,6 +41,13 @@ EXPECTED = {
     "two-of-128-ranks/sampled_rank-1.json.gz": "ok",
 }
 EXPECTED["edge-cases/amd_mi250_rocm.json.gz"] = "error: cannot tell which rank"
+# PyTorch 1.8 generation: old category names, string tids, no distributedInfo; rank 0 from "worker0"
+EXPECTED["old-formats/kineto_tb_resnet50_autograd_2021-01_worker0.pt.trace.json.gz"] = "ok"
+EXPECTED["old-formats/kineto_tb_resnet50_v100_2021-02_worker0.pt.trace.json.gz"] = "ok"
+#: GPU and runtime categories as every profiler generation spells them (written out here,
+#: independently of evtsync's schema): current Kineto, and PyTorch 1.8's capitalised names.
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
+RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "Runtime"}
 for _name in [f"dlrm-8rank-v100/{p}" for p in (
         "worker0_step_12.1694128201545.pt.trace.json.gz", "worker1_step_12.1694128201556.pt.trace.json.gz",
         "worker2_step_12.1694128201554.pt.trace.json.gz", "worker3_step_12.1694128201557.pt.trace.json.gz",
@@ -74,11 +81,12 @@ def test_each_shared_trace_loads_or_fails_clearly(traces_dir: Path, name: str) -
     raw = _raw(path)
     events = raw["traceEvents"]
     complete = [e for e in events if e.get("ph") == "X"]
-    gpu = [e for e in complete if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    runtime = [e for e in complete if e.get("cat") in ("cuda_runtime", "cuda_driver")]
+    gpu = [e for e in complete if e.get("cat") in GPU_CATS]
+    runtime = [e for e in complete if e.get("cat") in RUNTIME_CATS]
     assert len(traces.kernels) == len(gpu)
     assert len(traces.runtime) == len(runtime)
-    assert traces.ranks["rank"].tolist() == [raw["distributedInfo"]["rank"]]
+    rank = raw["distributedInfo"]["rank"] if "distributedInfo" in raw else int(name.split("worker")[1][0])
+    assert traces.ranks["rank"].tolist() == [rank]
     nccl = [e for e in gpu if e["name"].startswith(("ncclKernel_", "ncclDevKernel_"))]
     assert int(traces.kernels["is_nccl"].sum()) == len(nccl)
     # durations and times survive exactly (to the ns) for every GPU event

@@ -31,6 +31,14 @@ def add_trace_arguments(parser: argparse.ArgumentParser, required: bool = True) 
     group.add_argument("--ranks-per-host", type=int, default=RANKS_PER_HOST,
                        help="ranks sharing a clock when traces do not name their host "
                             f"(default {RANKS_PER_HOST})")
+    group.add_argument("--rank-from", choices=("file", "order"), default="file",
+                       help="where each file's rank comes from: file (distributedInfo.rank, else the "
+                            "file name; default) or order (the i-th file is rank i); a TRACES entry "
+                            "RANK=PATH gives one file's rank")
+    group.add_argument("--comm-kernel", action="append", default=[], metavar="REGEX=KIND",
+                       help="count kernels whose name matches REGEX as communication of kind KIND "
+                            "(e.g. 'my_a2a=AllToAll'; repeatable), besides NCCL/RCCL, DeepEP, NVSHMEM "
+                            "and all-to-all kernels")
 
 
 def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,7 +61,8 @@ def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
 
 def reading_options(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments of load_traces from parsed arguments (scale options if present)."""
-    options: dict[str, Any] = {"salvage": args.salvage, "jobs": args.jobs}
+    options: dict[str, Any] = {"salvage": args.salvage, "jobs": args.jobs,
+                               "rank_from": args.rank_from, "comm_kernels": list(args.comm_kernel)}
     if hasattr(args, "scheduler"):
         from evtsync.trace.cache import default_cache_dir
 

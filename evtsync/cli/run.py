@@ -100,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
         alpha_us=args.alpha_us, bytes=args.bytes, eps=args.eps, salvage=args.salvage, jobs=args.jobs,
         workers=args.workers, scheduler=args.scheduler, cache=None if cache is None else str(cache),
         strict=args.strict, allow_partial=args.allow_partial, end_tolerance_us=args.end_tolerance_us,
-        ranks_per_host=args.ranks_per_host, report=args.report)
+        ranks_per_host=args.ranks_per_host, report=args.report, rank_from=args.rank_from,
+        comm_kernels=list(args.comm_kernel))
     out = options.out or default_out(options)
     quiet = args.quiet
     if not quiet:

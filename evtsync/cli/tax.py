@@ -56,10 +56,10 @@ def run(args: argparse.Namespace) -> int:
         traces = load_traces(paths, scope="collectives", **options)
         alignment, tables = tax_from_traces(traces, backend=backend, **align_options(args))
     summary = tax_summary(tables)
-    if traces.nccl_kernels.empty:
+    if traces.comm_kernels.empty:
         if alignment.instances.empty:
-            print(f"no NCCL kernels (and no gloo collectives) in {len(traces.ranks)} trace(s): "
-                  "nothing to align (empty result)")
+            print(f"no NCCL or other communication kernels (and no gloo collectives) in {len(traces.ranks)} "
+                  "trace(s): nothing to align (empty result)")
         else:
             print("no NCCL kernels: using the CPU-side gloo collectives (their duration includes "
                   "the wait; see docs/gloo.md)")
@@ -75,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"groups": alignment.groups.to_dict(orient="records"),
                           "summary": summary.to_dict(orient="records"),
-                          "n_mismatches": len(alignment.mismatches)}, indent=2, default=str))
+                          "n_mismatches": len(alignment.mismatches),
+                          "missing_ranks": list(traces.missing_ranks),
+                          "rank_set_problems": traces.problems}, indent=2, default=str))
         return 0
     _print_report(traces, alignment, summary)
     return 0
@@ -84,8 +86,10 @@ def run(args: argparse.Namespace) -> int:
 def _print_report(traces, alignment, summary) -> None:  # noqa: ANN001 - CLI rendering only
     ranks = traces.ranks
     gpus = ", ".join(sorted(set(ranks["gpu"])))
-    print(f"{len(ranks)} rank(s) [{gpus}], {int(ranks['n_events'].sum())} events, "
-          f"{len(traces.nccl_kernels)} NCCL kernels")
+    other = len(traces.comm_kernels) - len(traces.nccl_kernels)
+    print(f"{len(traces.rank_ids)} rank(s) [{gpus}], {int(ranks['n_events'].sum())} events, "
+          f"{len(traces.nccl_kernels)} NCCL kernels" + (f", {other} other communication kernels" if other else "")
+          + (f", {traces.n_windows} profiling windows" if traces.n_windows > 1 else ""))
     if len(alignment.groups):
         print("\nprocess groups:")
         for g in alignment.groups.itertuples():
@@ -105,6 +109,8 @@ def _print_report(traces, alignment, summary) -> None:  # noqa: ANN001 - CLI ren
         print(f"\n{len(alignment.mismatches)} alignment mismatch(es):")
         for m in alignment.mismatches.head(20).itertuples():
             print(f"  PG {m.pg} collective {m.index} rank {m.rank}: {m.kind}: {m.detail}")
+    if traces.problems:  # only here with --allow-partial: say what the tables lack
+        print(f"\nINCOMPLETE rank set (--allow-partial): {'; '.join(traces.problems)}")
     if len(traces.skipped):
         total = int(traces.skipped["count"].sum())
         print(f"\nskipped {total} event(s) that could not be tabulated (see warnings)")

@@ -42,7 +42,7 @@ from evtsync.trace.tables import RankTables
 log = logging.getLogger(__name__)
 
 #: Bumped whenever the cached tables' layout changes; part of every key.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 CACHE_ENV = "EVTSYNC_CACHE_DIR"
 TABLES = ("kernels", "cpu_ops", "runtime", "syncs")
 META = "meta.json"
@@ -96,22 +96,24 @@ class RankCache:
 
     folder: Path
 
-    def key(self, path: str | os.PathLike[str], salvage: bool) -> str:
-        """The entry name of a trace file as it is now (path, size, mtime, version)."""
+    def key(self, path: str | os.PathLike[str], salvage: bool, rank: int | None = None) -> str:
+        """The entry name of a trace file as it is now (path, size, mtime, version, and the
+        rank the user gave it, if any)."""
         resolved = Path(path).resolve()
         stat = resolved.stat()
         material = json.dumps({"path": str(resolved), "size": stat.st_size,
                                "mtime_ns": stat.st_mtime_ns, "ends": _ends_digest(resolved),
-                               "salvage": bool(salvage),
+                               "salvage": bool(salvage), "rank": rank,
                                "version": _version(), "format": CACHE_FORMAT}, sort_keys=True)
         return hashlib.sha256(material.encode()).hexdigest()
 
     def entry(self, key: str) -> Path:
         return self.folder / key[:2] / key
 
-    def load(self, path: str | os.PathLike[str], salvage: bool) -> tuple[RankTables, list[list[Any]]] | None:
+    def load(self, path: str | os.PathLike[str], salvage: bool,
+             rank: int | None = None) -> tuple[RankTables, list[list[Any]]] | None:
         """The cached tables and logged warnings of ``path``, or None (miss or damaged entry)."""
-        entry = self.entry(self.key(path, salvage))
+        entry = self.entry(self.key(path, salvage, rank))
         if not entry.is_dir():
             return None
         try:
@@ -123,9 +125,9 @@ class RankCache:
             return None
 
     def store(self, path: str | os.PathLike[str], salvage: bool, tables: RankTables,
-              messages: list[list[Any]]) -> Path:
+              messages: list[list[Any]], rank: int | None = None) -> Path:
         """Write the entry of ``path`` atomically (temporary folder renamed into place)."""
-        entry = self.entry(self.key(path, salvage))
+        entry = self.entry(self.key(path, salvage, rank))
         entry.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".tmp", dir=entry.parent))
         try:
@@ -141,7 +143,8 @@ class RankCache:
                                 if isinstance(frame[col].dtype, pd.CategoricalDtype)}
             meta = {"format": CACHE_FORMAT, "version": _version(), "source": str(path),
                     "rank": tables.rank, "info": tables.info, "pg_config": tables.pg_config,
-                    "skipped": tables.skipped, "log": messages, "files": files,
+                    "skipped": tables.skipped, "untabulated": tables.untabulated,
+                    "log": messages, "files": files,
                     "category_dtypes": dtypes}
             (tmp / META).write_text(json.dumps(meta, default=_jsonable))
             try:
@@ -171,7 +174,8 @@ def _read_entry(entry: Path) -> tuple[RankTables, list[list[Any]]]:
             frame[col] = _restore_categorical(frame[col], dtype)
         frames[name] = frame
     tables = RankTables(rank=int(meta["rank"]), info=meta["info"], pg_config=meta["pg_config"],
-                        skipped={k: int(v) for k, v in meta["skipped"].items()}, **frames)
+                        skipped={k: int(v) for k, v in meta["skipped"].items()},
+                        untabulated=[[str(ph), str(cat), int(n)] for ph, cat, n in meta["untabulated"]], **frames)
     return tables, meta["log"]
 
 
@@ -205,7 +209,8 @@ class _Recorder(logging.Handler):
             self.records.append([record.levelno, record.name, record.getMessage()])
 
 
-def read_rank_cached(path: str | os.PathLike[str], salvage: bool, cache_dir: str | None) -> RankTables:
+def read_rank_cached(path: str | os.PathLike[str], salvage: bool, cache_dir: str | None,
+                     rank: int | None = None) -> RankTables:
     """Tables of one trace file from the cache, or read (and cached) when missing.
 
     The warnings logged when the file was first read (rank from the file name, salvaged
@@ -214,9 +219,9 @@ def read_rank_cached(path: str | os.PathLike[str], salvage: bool, cache_dir: str
     from evtsync.trace.traceset import read_rank
 
     if cache_dir is None:
-        return read_rank(path, salvage)
+        return read_rank(path, salvage, rank)
     cache = RankCache(Path(cache_dir))
-    hit = cache.load(path, salvage)
+    hit = cache.load(path, salvage, rank)
     if hit is not None:
         tables, messages = hit
         for level, name, message in messages:
@@ -227,11 +232,11 @@ def read_rank_cached(path: str | os.PathLike[str], salvage: bool, cache_dir: str
     reader_log = logging.getLogger("evtsync.trace")
     reader_log.addHandler(recorder)
     try:
-        tables = read_rank(path, salvage)
+        tables = read_rank(path, salvage, rank)
     finally:
         reader_log.removeHandler(recorder)
     try:
-        cache.store(path, salvage, tables, recorder.records)
+        cache.store(path, salvage, tables, recorder.records, rank)
     except OSError as exc:
         log.warning("%s: could not write the cache entry in %s (%s); continuing without it",
                     path, cache_dir, exc)

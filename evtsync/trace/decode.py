@@ -44,6 +44,7 @@ from evtsync.trace.schema import (
     RUNTIME_CATEGORIES,
     SYNC_CATEGORIES,
     Scalar,
+    canonical_category,
 )
 
 try:  # ISA-L inflates gzip ~3x faster than zlib, with zlib's API (python-isal)
@@ -65,6 +66,8 @@ _SEPARATOR_RE = re.compile(rb"\}\s*,\s*\{")
 #: The fast split looks for the last event separator in these many trailing bytes.
 _SEPARATOR_WINDOWS = (1 << 14, 1 << 20)
 _QUOTE, _BACKSLASH = 34, 92
+_OLD_EXTERNAL_ID = b'"external id"'
+_TRAILING_INT = re.compile(r"(?:^|\s)(-?\d+)$")
 _OPEN_BRACE, _CLOSE_BRACE, _OPEN_BRACKET, _CLOSE_BRACKET = 123, 125, 91, 93
 _header_decoder = msgspec.json.Decoder()
 
@@ -77,6 +80,8 @@ class _Args(msgspec.Struct, gc=False):
     """
 
     external_id: Scalar = msgspec.field(default=MISSING, name="External id")
+    #: PyTorch 1.8's Kineto wrote the key in lower case on GPU and runtime events
+    external_id_lower: Scalar = msgspec.field(default=MISSING, name="external id")
     correlation: Scalar = MISSING
     device: Scalar = MISSING
     stream: Scalar = MISSING
@@ -133,6 +138,8 @@ _PHASED_TYPES = (_Complete, *(msgspec.defstruct(f"_Phase{i}", [], bases=(_OtherP
 #: Decodes a block with the events of skipped phases reduced to their category: in a
 #: profiler trace ~40% of the events are flows (ac2g) and instants, whose names and args
 #: are then never built as Python objects.
+_PHASE_NAMES: list[str] = [cls.__struct_config__.tag for cls in _PHASED_TYPES]
+_PHASE_CODE: dict[type, int] = {cls: i for i, cls in enumerate(_PHASED_TYPES)}
 _phased_decoder = msgspec.json.Decoder(list[Union[_PHASED_TYPES]])  # noqa: UP007 - a runtime tuple
 _decoder = msgspec.json.Decoder(list[_Event])
 
@@ -163,6 +170,11 @@ _TABLE_OF_CATEGORY: dict[str | None, int] = {
     **{c: _TABLES.index("sync") for c in SYNC_CATEGORIES},
 }
 _NO_TABLE = len(_TABLES)
+
+
+def _table_of(category: str | None) -> int:
+    """Table code of a category in any spelling (old names, any case); ``_NO_TABLE`` if none."""
+    return _TABLE_OF_CATEGORY.get(canonical_category(category), _NO_TABLE)
 _NUMBER_TYPES = frozenset({int, float})
 
 #: One list comprehension per field: in CPython 3.12 a comprehension reading a struct
@@ -176,6 +188,7 @@ _EVENT_VALUES: dict[str, Callable[[Sequence[_Event]], list[Any]]] = {
     "ts": lambda evs: [e.ts for e in evs],
     "dur": lambda evs: [e.dur for e in evs],
     "external_id": lambda evs: [e.args.external_id for e in evs],
+    "external_id_lower": lambda evs: [e.args.external_id_lower for e in evs],
     "correlation": lambda evs: [e.args.correlation for e in evs],
     "device": lambda evs: [e.args.device for e in evs],
     "stream": lambda evs: [e.args.stream for e in evs],
@@ -205,6 +218,9 @@ class DecodedTrace:
     header: dict[str, Any]
     columns: dict[str, dict[str, Any]]
     category_counts: dict[str, int] = field(default_factory=dict)
+    #: events that went to no table, by (phase, category as written): ``("M", "(none)")``
+    #: metadata, ``("s", "ac2g")`` flows, ``("X", "Trace")`` the profiler's own range, ...
+    untabulated: dict[tuple[str, str], int] = field(default_factory=dict)
     n_events: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     truncated_at: int | None = None
@@ -385,10 +401,13 @@ def _as_int(value: Any) -> int:
         return value if -(2**63) <= value < 2**63 else MISSING
     if isinstance(value, float):
         return int(value) if np.isfinite(value) else MISSING
+    text = str(value).strip()
     try:
-        return int(str(value).strip())
+        return int(text)
     except ValueError:
-        return MISSING
+        pass
+    trailing = _TRAILING_INT.search(text)  # PyTorch 1.8 wrote GPU tids as "stream 7"
+    return int(trailing.group(1)) if trailing else MISSING
 
 
 def _int_array(values: list[Any]) -> np.ndarray:
@@ -424,7 +443,8 @@ class _Columns:
             self.strings.append(text)
         return np.fromiter(map(code_of.__getitem__, values), dtype=np.int32, count=len(values))
 
-    def add(self, table: str, events: list[_Event], times: dict[str, np.ndarray]) -> None:
+    def add(self, table: str, events: list[_Event], times: dict[str, np.ndarray],
+            old_external_ids: bool = False) -> None:
         """Append one table's events of a block column-wise (``times``: ts/dur converted)."""
         chunks = self.chunks[table]
         n = len(events)
@@ -447,10 +467,30 @@ class _Columns:
                     column = np.fromiter([code_of[v] for v in values], np.int32, n)
             except (TypeError, ValueError, OverflowError, KeyError):
                 column = _int_array(values) if kind == "i" else self.codes(values)
+            if old_external_ids and name == "external_id" and (column == MISSING).any():
+                # PyTorch 1.8 spelled it "external id": fill from that key where present
+                column = np.where(column == MISSING, _int_array(_EVENT_VALUES["external_id_lower"](events)),
+                                  column)
             chunks[name].append(column)
 
     def finish(self) -> dict[str, dict[str, Any]]:
-        """Concatenate the chunks: arrays for numbers, sorted categoricals for strings."""
+        """Concatenate the chunks: arrays for numbers, sorted categoricals for strings.
+
+        Categories come out in their canonical spelling (``Kernel`` -> ``kernel``,
+        ``Memcpy`` -> ``gpu_memcpy``, see :func:`~evtsync.trace.schema.canonical_category`),
+        so every table reads the same whatever profiler generation wrote the file.
+        """
+        cat_codes = {}
+        for table in TABLE_FIELDS:  # the few distinct categories, respelled before by_code is fixed
+            if "cat" not in self.chunks[table]:
+                continue
+            parts = self.chunks[table]["cat"]
+            codes = np.concatenate(parts) if parts else np.empty(0, np.int32)
+            for code in np.unique(codes[codes >= 0]).tolist():
+                canonical = canonical_category(self.strings[code])
+                if canonical != self.strings[code]:
+                    codes[codes == code] = self.codes([canonical])[0]
+            cat_codes[table] = codes
         by_code = np.array(self.strings, dtype=object)
         out: dict[str, dict[str, Any]] = {}
         for table, fields in TABLE_FIELDS.items():
@@ -463,7 +503,8 @@ class _Columns:
                 elif kind == "i":
                     cols[name] = np.concatenate(parts) if parts else np.empty(0, np.int64)
                 else:
-                    codes = np.concatenate(parts) if parts else np.empty(0, np.int32)
+                    codes = cat_codes[table] if name == "cat" else \
+                        (np.concatenate(parts) if parts else np.empty(0, np.int32))
                     cols[name] = _categorical(codes, by_code)
             out[table] = cols
         return out
@@ -549,23 +590,43 @@ def _lenient_event(raw: msgspec.Raw) -> _Event:
 
 
 def _route_block(events: list[Any], phased: bool, columns: _Columns, counts: Counter[str],
-                 skipped: dict[str, int], path: Path) -> None:
-    """Route one block's events to their table and append their fields as numpy chunks."""
+                 untabulated: Counter[tuple[str, str]], skipped: dict[str, int], path: Path,
+                 old_external_ids: bool = False) -> None:
+    """Route one block's events to their table and append their fields as numpy chunks.
+
+    Events that go to no table (other phases, categories not tabulated) are counted in
+    ``untabulated`` by (phase, category as written). ``old_external_ids``: the block's text
+    holds the key ``"external id"`` (PyTorch 1.8), to be read where ``External id`` is absent.
+    """
     if not events:
         return
     cats = [e.cat for e in events]
     distinct = list(set(cats))
     position = {c: i for i, c in enumerate(distinct)}
     cat_codes = np.fromiter([position[c] for c in cats], np.int32, len(cats))
-    for cat, n in zip(distinct, np.bincount(cat_codes, minlength=len(distinct)).tolist(), strict=True):
-        counts[cat or "(none)"] += n
-    table_lut = np.array([_TABLE_OF_CATEGORY.get(c, _NO_TABLE) for c in distinct], dtype=np.int8)
-    tables = table_lut[cat_codes]
+    # the phase: the struct class when the block decoded phase-typed (no attribute to
+    # read), else the ``ph`` string; as a small code next to the category's
     if phased:
-        not_complete = [e.__class__ is not _Complete for e in events]
+        phase_names = _PHASE_NAMES
+        ph_codes = np.fromiter([_PHASE_CODE[e.__class__] for e in events], np.int32, len(cats))
     else:
-        not_complete = [e.ph != "X" for e in events]
-    tables[np.fromiter(not_complete, bool, len(cats))] = _NO_TABLE
+        phs = [e.ph for e in events]
+        phase_names = list(set(phs))
+        ph_position = {p: i for i, p in enumerate(phase_names)}
+        ph_codes = np.fromiter([ph_position[p] for p in phs], np.int32, len(cats))
+    n_ph = len(phase_names)
+    key_codes = cat_codes * n_ph + ph_codes
+    n_keys = len(distinct) * n_ph
+    table_lut = np.full(n_keys, _NO_TABLE, dtype=np.int8)
+    per_key = np.bincount(key_codes, minlength=n_keys)
+    for key in np.flatnonzero(per_key).tolist():
+        cat, ph, n = distinct[key // n_ph], phase_names[key % n_ph], int(per_key[key])
+        counts[cat or "(none)"] += n
+        if ph == "X":
+            table_lut[key] = _table_of(cat)
+        if table_lut[key] == _NO_TABLE:
+            untabulated[(ph or "(none)", cat or "(none)")] += n
+    tables = table_lut[key_codes]
     for code, table in enumerate(_TABLES):
         idx = np.flatnonzero(tables == code)
         if not idx.size:
@@ -578,7 +639,7 @@ def _route_block(events: list[Any], phased: bool, columns: _Columns, counts: Cou
                 continue
             times = {name: _time_array(_EVENT_VALUES[name](selected), path, name)
                      for name in ("ts", "dur")}
-        columns.add(table, selected, times)  # type: ignore[arg-type]
+        columns.add(table, selected, times, old_external_ids)  # type: ignore[arg-type]
 
 
 def _drop_non_numeric(events: list[_Event], skipped: dict[str, int]) -> list[_Event]:
@@ -588,7 +649,7 @@ def _drop_non_numeric(events: list[_Event], skipped: dict[str, int]) -> list[_Ev
         if isinstance(ev.ts, int | float) and isinstance(ev.dur, int | float):
             keep.append(ev)
         else:
-            key = f"{ev.cat} event without numeric ts/dur"
+            key = f"{canonical_category(ev.cat)} event without numeric ts/dur"
             skipped[key] = skipped.get(key, 0) + 1
     return keep
 
@@ -623,6 +684,7 @@ class _Decoder:
         self.block_size = block_size
         self.columns = _Columns()
         self.counts: Counter[str] = Counter()
+        self.untabulated: Counter[tuple[str, str]] = Counter()
         self.skipped: dict[str, int] = {}
         self.n_events = 0
         self.work = bytearray(b"[")
@@ -679,7 +741,8 @@ class _Decoder:
             header_bytes = prefix + b"[]" + self.suffix
         header = _decode_header(path, header_bytes, tolerant=truncated_at is not None or bool(src.eof_error))
         return DecodedTrace(path=path, header=header, columns=self.columns.finish(),
-                            category_counts=dict(self.counts), n_events=self.n_events,
+                            category_counts=dict(self.counts), untabulated=dict(self.untabulated),
+                            n_events=self.n_events,
                             skipped=self.skipped, truncated_at=truncated_at,
                             dropped_bytes=left if truncated_at is not None else 0,
                             bytes_read=src.offset)
@@ -701,12 +764,14 @@ class _Decoder:
         try:
             with memoryview(work) as view:
                 events, phased = _decode_events(view[: end + 1])
+            old_ids = work.find(_OLD_EXTERNAL_ID, 0, end + 1) >= 0
         except (msgspec.DecodeError, msgspec.ValidationError):
             return False  # not a cut between top-level events: the structural scan decides
         finally:
             work[end] = following
         self.n_events += len(events)
-        _route_block(events, phased, self.columns, self.counts, self.skipped, self.path)
+        _route_block(events, phased, self.columns, self.counts, self.untabulated, self.skipped, self.path,
+                     old_ids)
         del events
         # keep "[" + the text from the next event's "{" on
         nxt = last.end() - 1
@@ -754,7 +819,8 @@ class _Decoder:
             raise TraceError(f"{self.path}: invalid JSON near decompressed byte {offset} "
                              f"({exc})") from None
         self.n_events += len(events)
-        _route_block(events, phased, self.columns, self.counts, self.skipped, self.path)
+        _route_block(events, phased, self.columns, self.counts, self.untabulated, self.skipped, self.path,
+                     _OLD_EXTERNAL_ID in body)
 
 
 def _decode_header(path: Path, data: bytes, tolerant: bool) -> dict[str, Any]:

@@ -20,15 +20,22 @@ def rank_from_name(path: Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def detect_rank(path: Path, header: dict[str, Any]) -> tuple[int, str]:
-    """Rank of a trace and where it came from (``"distributedInfo"`` or ``"file name"``).
+def detect_rank(path: Path, header: dict[str, Any], given: int | None = None) -> tuple[int, str]:
+    """Rank of a trace and where it came from (``"given"``, ``"distributedInfo"`` or ``"file name"``).
 
-    ``distributedInfo.rank`` wins; otherwise the file name is used with a warning; with
-    neither, a :class:`TraceError` says what to do.
+    A rank ``given`` by the user (``--rank-from``, ``RANK=PATH``) wins, with a warning when
+    ``distributedInfo.rank`` says otherwise; then ``distributedInfo.rank``; then the file
+    name, with a warning; with none of them, a :class:`TraceError` says what to do.
     """
     info = header.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int) and info["rank"] >= 0:
-        return int(info["rank"]), "distributedInfo"
+    recorded = int(info["rank"]) if isinstance(info, dict) and isinstance(info.get("rank"), int) \
+        and info["rank"] >= 0 else None
+    if given is not None:
+        if recorded is not None and recorded != given:
+            log.warning("%s: distributedInfo.rank is %d; using rank %d as given", path, recorded, given)
+        return int(given), "given"
+    if recorded is not None:
+        return recorded, "distributedInfo"
     from_name = rank_from_name(path)
     if from_name is not None:
         log.warning("%s: no rank in distributedInfo; using rank %d from the file name",
@@ -36,7 +43,9 @@ def detect_rank(path: Path, header: dict[str, Any]) -> tuple[int, str]:
         return from_name, "file name"
     raise TraceError(
         f"{path}: cannot tell which rank this trace belongs to: no distributedInfo.rank and no "
-        "rank in the file name (expected e.g. rank-3, rank3 or worker3 in the name)")
+        "rank in the file name (expected e.g. rank-3, rank3 or worker3 in the name); give it with "
+        "--rank-from order (ranks 0, 1, ... in the order of the files), --rank-from file (the "
+        "file name) or RANK=PATH (load_traces(rank_from=...) in Python)")
 
 
 def gpu_model(header: dict[str, Any], device: int | None) -> str:

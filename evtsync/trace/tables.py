@@ -17,9 +17,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from evtsync.errors import TraceError
 from evtsync.trace.decode import TABLE_FIELDS, DecodedTrace
 from evtsync.trace.ranks import detect_rank, gpu_model
-from evtsync.trace.schema import NCCL_KERNEL_RE, PROFILER_STEP_RE, canonical_collective, dtype_size
+from evtsync.trace.schema import (
+    IGNORED_CATEGORIES,
+    NCCL_KERNEL_RE,
+    PROFILER_STEP_RE,
+    canonical_category,
+    canonical_collective,
+    dtype_size,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +53,8 @@ class RankTables:
     syncs: pd.DataFrame
     pg_config: list[dict[str, Any]] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
+    #: events that went to no table: ``[phase, category as written, count]`` rows
+    untabulated: list[list[Any]] = field(default_factory=list)
 
     def in_scope(self, scope: str) -> RankTables:
         """The rank's tables reduced to what a reading ``scope`` keeps (see :data:`SCOPES`);
@@ -52,7 +62,8 @@ class RankTables:
         if scope == "all":
             return self
         kernels, cpu_ops, runtime = self.kernels, self.cpu_ops, self.runtime
-        nccl = kernels["is_nccl"].to_numpy()
+        # communication kernels: NCCL's and the registry's (evtsync.kernels.mark_comm_kernels)
+        nccl = kernels["is_comm" if "is_comm" in kernels.columns else "is_nccl"].to_numpy()
         gloo = is_gloo_collective(cpu_ops["name"])
         if scope == "collectives":
             kernels, cpu_ops, runtime = kernels[nccl], cpu_ops[gloo], runtime.iloc[:0]
@@ -66,7 +77,7 @@ class RankTables:
             raise ValueError(f"unknown reading scope {scope!r}; expected one of {SCOPES}")
         return RankTables(rank=self.rank, info=self.info, kernels=kernels, cpu_ops=cpu_ops,
                           runtime=runtime, syncs=self.syncs.iloc[:0], pg_config=self.pg_config,
-                          skipped=self.skipped)
+                          skipped=self.skipped, untabulated=self.untabulated)
 
 
 def is_gloo_collective(names: pd.Series) -> np.ndarray:
@@ -228,10 +239,41 @@ def _external_ids_from_launches(kernels: pd.DataFrame, runtime: pd.DataFrame) ->
     kernels["external_id"] = ext
 
 
-def build_rank_tables(decoded: DecodedTrace) -> RankTables:
-    """Typed tables of one decoded trace file, with rank and hardware metadata."""
+def _check_layout(decoded: DecodedTrace) -> None:
+    """Refuse a file whose complete events all went to no table: an unknown layout.
+
+    A file of only metadata, flows and the profiler's own range is an empty trace (judged
+    with the rank set, see :mod:`evtsync.trace.ranks`); one that holds complete events of
+    categories evtsync does not know, and nothing it reads, would silently give nothing.
+    """
+    if any(len(cols["ts"]) for cols in decoded.columns.values()):
+        return
+    unknown = {cat: n for (ph, cat), n in decoded.untabulated.items()
+               if ph == "X" and canonical_category(cat) not in IGNORED_CATEGORIES}
+    if unknown:
+        listed = ", ".join(f"{cat!r} ({n})" for cat, n in sorted(unknown.items(), key=lambda kv: -kv[1]))
+        raise TraceError(
+            f"{decoded.path}: no kernels, CPU ops or runtime calls found: its {sum(unknown.values())} complete "
+            f"events have categories {listed}, none of which evtsync knows (a profiler layout it does not "
+            "read; see docs/user-guide.md, supported profiler versions)")
+
+
+def _time_span(frames: tuple[pd.DataFrame, ...]) -> tuple[int, int]:
+    """First start and last end (ns) over the rows of ``frames``; (-1, -1) when empty."""
+    starts = [int(f["ts_ns"].min()) for f in frames if len(f)]
+    ends = [int(f["end_ns"].max()) for f in frames if len(f)]
+    return (min(starts), max(ends)) if starts else (MISSING, MISSING)
+
+
+def build_rank_tables(decoded: DecodedTrace, rank: int | None = None) -> RankTables:
+    """Typed tables of one decoded trace file, with rank and hardware metadata.
+
+    ``rank`` is the user's word for the file's rank (``--rank-from``, ``RANK=PATH``); it
+    wins over ``distributedInfo`` and the file name (see :func:`~evtsync.trace.ranks.detect_rank`).
+    """
+    _check_layout(decoded)
     header = decoded.header
-    rank, rank_source = detect_rank(decoded.path, header)
+    rank, rank_source = detect_rank(decoded.path, header, given=rank)
     base = header.get("baseTimeNanoseconds")
     base_ns = int(base) if isinstance(base, int) and base > 0 else 0
     kernels = _frame(decoded, "gpu", base_ns)
@@ -252,6 +294,7 @@ def build_rank_tables(decoded: DecodedTrace) -> RankTables:
     device = int(np.bincount(devices[devices >= 0]).argmax()) if (devices >= 0).any() else None
     pg_config = info_block.get("pg_config") if isinstance(info_block.get("pg_config"), list) else []
     host = header.get("host_name") or header.get("hostname")
+    start_ns, end_ns = _time_span((kernels, cpu_ops, runtime, syncs))
     info = {
         "rank": rank,
         "rank_source": rank_source,
@@ -267,11 +310,18 @@ def build_rank_tables(decoded: DecodedTrace) -> RankTables:
         "schema_version": header.get("schemaVersion", MISSING) if isinstance(header.get("schemaVersion"), int) else MISSING,
         "pg_config_names": ",".join(str(p.get("pg_name", "")) for p in pg_config if isinstance(p, dict)),
         "n_events": decoded.n_events,
+        "n_kernels": int((kernels["cat"] == "kernel").sum()),
+        "n_kernels_without_dur": int(decoded.skipped.get("kernel event without numeric ts/dur", 0)),
+        "n_cpu_ops": len(cpu_ops),
+        "n_runtime": len(runtime),
         "n_nccl_kernels": int(kernels["is_nccl"].sum()),
+        "start_ns": start_ns,
+        "end_ns": end_ns,
         "truncated_at_byte": MISSING if decoded.truncated_at is None else decoded.truncated_at,
         "dropped_bytes": decoded.dropped_bytes,
         "bytes_decompressed": decoded.bytes_read,
     }
     return RankTables(rank=rank, info=info, kernels=kernels, cpu_ops=cpu_ops, runtime=runtime,
                       syncs=syncs, pg_config=[p for p in pg_config if isinstance(p, dict)],
-                      skipped=dict(decoded.skipped))
+                      skipped=dict(decoded.skipped),
+                      untabulated=[[ph, cat, n] for (ph, cat), n in sorted(decoded.untabulated.items())])

@@ -1,9 +1,20 @@
 """A set of per-rank traces of one job, loaded into columnar tables.
 
 ``load_traces`` expands folders, reads ranks in parallel (a process pool by default when
-there is enough work to pay for it), checks that ranks are distinct and agree on the world
-size, and concatenates the per-rank tables. Nothing is dropped silently: skipped events are
-counted per rank and reason in ``TraceSet.skipped``.
+there is enough work to pay for it), checks that ranks agree on the world size, groups the
+files of each rank into profiling windows by time, and concatenates the per-rank tables.
+Nothing is dropped silently: events skipped for bad fields are counted per rank and reason
+in ``TraceSet.skipped``, events that go to no table (metadata, flows, unknown categories)
+per rank, phase and category in ``TraceSet.untabulated``, and what makes the rank set
+incomplete or foreign in ``TraceSet.problems`` (checked before any tax, see
+:meth:`TraceSet.check_complete`).
+
+Windows: a rank may have several files (a flat ``tensorboard_trace_handler`` folder with
+``worker0.<ts1>.pt.trace.json``, ``worker0.<ts2>…``; torchtitan's ``iteration_N/rank0_trace.json``
+subfolders; any mix). The files of all ranks are put in windows by time: files whose time
+spans overlap (through any rank) form one window, numbered from 0 in time order; every
+table carries the ``window`` column. Two files of one rank that overlap in time, or fall
+into one window, are an error.
 """
 
 from __future__ import annotations
@@ -11,11 +22,13 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from evtsync.errors import InputError, TraceError
@@ -35,6 +48,14 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 #: pool costs 2-3 s to start and ship tables back; a 58 MB set of 256 ranks read 1.5x faster
 #: in-process, docs/performance/reading.md).
 PARALLEL_MIN_BYTES = 256 << 20
+#: How a rank is found for each file: ``file`` (its ``distributedInfo.rank``, else its file
+#: name) or ``order`` (the i-th file given, folders expanded in name order, is rank i).
+RANK_FROM = ("file", "order")
+#: Subfolders read as profiling windows of one job (torchtitan: ``iteration_10/rank0_trace.json``).
+WINDOW_FOLDER_RE = re.compile(r"^iteration_\d+$")
+_GIVEN_RANK_RE = re.compile(r"^(\d+)=(.+)$")
+#: Columns of ``TraceSet.untabulated``.
+UNTABULATED_COLUMNS = ["rank", "window", "phase", "category", "count", "reason"]
 
 
 @dataclass
@@ -51,6 +72,13 @@ class TraceSet:
     - ``ranks``: one row per rank: file, rank source, world size, GPU model, host, counts.
     - ``process_groups``: the ``pg_config`` entries seen in the traces, one row per PG.
     - ``skipped``: counts of events that could not be tabulated, per rank and reason.
+    - ``untabulated``: events that went to no table, per rank, window, phase and category,
+      with the reason (metadata, flow, instant, not tabulated by design, unknown category).
+    - ``problems``: one line per reason the rank set is incomplete or foreign (a missing
+      rank, another job's file, an empty or kernel-less rank, kernels without ``dur``),
+      naming rank and file; :meth:`check_complete` refuses them unless partial sets are
+      allowed, and ``missing_ranks`` lists the ranks without a file.
+    - every event table and ``ranks`` carry ``window``, the profiling window (0, 1, ...).
 
     ``scope`` says which rows were kept when reading (:data:`~evtsync.trace.tables.SCOPES`):
     ``"all"``; ``"blocks"``, enough for alignment, the tax and compute blocks; or
@@ -65,6 +93,30 @@ class TraceSet:
     process_groups: pd.DataFrame
     skipped: pd.DataFrame
     scope: str = "all"
+    untabulated: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=UNTABULATED_COLUMNS))
+    problems: list[str] = field(default_factory=list)
+    missing_ranks: tuple[int, ...] = ()
+
+    def check_complete(self, allow_partial: bool = False, purpose: str = "the tax") -> None:
+        """Refuse an incomplete or foreign rank set before ``purpose`` is computed.
+
+        Raises :class:`TraceError` with every problem on one line; with ``allow_partial``
+        logs each as a warning instead (the tables then say which ranks are missing, see
+        ``missing_ranks``).
+        """
+        if not self.problems:
+            return
+        if not allow_partial:
+            raise TraceError(f"the rank set is not one complete job, refusing {purpose}: "
+                             + "; ".join(self.problems) + " (pass --allow-partial, or allow_partial=True, "
+                             "to go on with the ranks present)")
+        for problem in self.problems:
+            log.warning("going on as asked (--allow-partial): %s", problem)
+
+    @property
+    def n_windows(self) -> int:
+        """Number of profiling windows."""
+        return int(self.ranks["window"].max()) + 1 if len(self.ranks) else 0
 
     def require(self, scopes: tuple[str, ...], purpose: str) -> None:
         """Raise a clear error when ``purpose`` needs rows this set was not loaded with."""
@@ -79,9 +131,15 @@ class TraceSet:
         return self.kernels[self.kernels["is_nccl"]]
 
     @property
+    def comm_kernels(self) -> pd.DataFrame:
+        """Every communication kernel: NCCL/RCCL and those of the registry (DeepEP, NVSHMEM,
+        all-to-all kernels, user patterns; :data:`~evtsync.trace.schema.COMM_KERNEL_PATTERNS`)."""
+        return self.kernels[self.kernels["is_comm"]]
+
+    @property
     def rank_ids(self) -> list[int]:
-        """Sorted ranks present."""
-        return sorted(self.ranks["rank"].tolist())
+        """Sorted ranks present (each once, whatever the number of windows)."""
+        return sorted(set(self.ranks["rank"].tolist()))
 
     def rank_info(self, rank: int) -> dict[str, Any]:
         """Metadata row of one rank as a dict."""
@@ -91,84 +149,319 @@ class TraceSet:
         return row.iloc[0].to_dict()
 
 
-def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Trace files named directly or found (non-recursively) in named folders, sorted."""
-    files: list[Path] = []
+def _trace_files_in(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(TRACE_SUFFIXES))
+
+
+def expand_inputs(paths: Iterable[str | os.PathLike[str]],
+                  rank_from: str = "file") -> list[tuple[Path, int | None]]:
+    """Trace files named directly or found in named folders, each with the rank the user
+    gave it (None: read from the file).
+
+    A folder's trace files are taken in name order; a folder holding no trace files but
+    ``iteration_N`` subfolders (torchtitan) gives the files of those, in N order. An
+    argument ``RANK=PATH`` (e.g. ``3=trace.json``) gives the rank of that file; with
+    ``rank_from="order"`` the i-th file is rank i.
+    """
+    if rank_from not in RANK_FROM:
+        raise InputError(f"--rank-from {rank_from!r}: expected one of {', '.join(RANK_FROM)}")
+    out: list[tuple[Path, int | None]] = []
     for item in paths:
+        given: int | None = None
         path = Path(item)
+        match = _GIVEN_RANK_RE.match(str(item))
+        if match and not path.exists():
+            given, path = int(match.group(1)), Path(match.group(2))
         if path.is_dir():
-            found = sorted(p for p in path.iterdir()
-                           if p.is_file() and p.name.lower().endswith(TRACE_SUFFIXES))
+            found = _trace_files_in(path)
             if not found:
-                raise TraceError(f"{path}: folder holds no trace files (*.json, *.json.gz)")
+                windows = sorted((p for p in path.iterdir() if p.is_dir() and WINDOW_FOLDER_RE.match(p.name)),
+                                 key=lambda p: int(p.name.split("_")[1]))
+                found = [f for w in windows for f in _trace_files_in(w)]
+            if not found:
+                raise TraceError(f"{path}: folder holds no trace files (*.json, *.json.gz), nor "
+                                 "iteration_N subfolders of them")
             ignored = [p.name for p in path.iterdir() if p.is_file() and p not in found]
             if ignored:
                 log.debug("%s: ignoring non-trace files %s", path, ", ".join(sorted(ignored)))
-            files.extend(found)
+            if given is not None and len(found) > 1:
+                raise InputError(f"{item}: RANK=PATH names one file, but {path} is a folder of "
+                                 f"{len(found)} trace files")
+            out.extend((f, given) for f in found)
         elif path.is_file():
-            files.append(path)
+            out.append((path, given))
         else:
             raise TraceError(f"{path}: no such file or folder")
-    if not files:
+    if not out:
         raise TraceError("no trace files given")
-    return files
+    if rank_from == "order":
+        if any(g is not None for _, g in out):
+            raise InputError("--rank-from order numbers the files itself: do not also give RANK=PATH")
+        out = [(f, i) for i, (f, _) in enumerate(out)]
+    return out
 
 
-def read_rank(path: str | os.PathLike[str], salvage: bool = False) -> RankTables:
-    """Decode one trace file into its rank's tables (the unit of parallel work)."""
-    return build_rank_tables(decode_file(path, salvage=salvage))
+def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Trace files named directly or found in named folders (see :func:`expand_inputs`);
+    a ``RANK=PATH`` entry is refused here (its rank would be lost: pass the entries to
+    :func:`load_traces`, or use ``rank_from="order"``)."""
+    inputs = expand_inputs(paths)
+    given = [str(f) for f, rank in inputs if rank is not None]
+    if given:
+        raise InputError(f"RANK=PATH ({given[0]}) is read by load_traces and the tax, blocks and attribute "
+                         "commands; here give the files plainly and use --rank-from order")
+    return [f for f, _ in inputs]
 
 
-def _read_one(path: str, salvage: bool, cache_dir: str | None, scope: str) -> RankTables:
+def read_rank(path: str | os.PathLike[str], salvage: bool = False, rank: int | None = None) -> RankTables:
+    """Decode one trace file into its rank's tables (the unit of parallel work); ``rank``
+    is the user's word for its rank, if any."""
+    return build_rank_tables(decode_file(path, salvage=salvage), rank=rank)
+
+
+def _read_one(item: tuple[str, int | None], salvage: bool, cache_dir: str | None, scope: str,
+              comm_kernels: tuple[tuple[str, str], ...] = ()) -> RankTables:
     """One rank file's tables (from the cache when there), reduced to ``scope``: the unit
     of work of every backend, so a worker ships back only what is kept."""
+    from evtsync.kernels import mark_comm_kernels
     from evtsync.trace.cache import read_rank_cached
 
-    return read_rank_cached(path, salvage, cache_dir).in_scope(scope)
+    path, rank = item
+    tables = read_rank_cached(path, salvage, cache_dir, rank)
+    mark_comm_kernels(tables, comm_kernels)
+    return tables.in_scope(scope)
 
 
-def _read_all(files: Sequence[Path], salvage: bool, jobs: int | None, workers: int | None = None,
-              scheduler: str | None = None, cache: str | os.PathLike[str] | None = None,
-              client: Any = None, scope: str = "all") -> list[RankTables]:
+def _read_all(files: Sequence[tuple[Path, int | None]], salvage: bool, jobs: int | None,
+              workers: int | None = None, scheduler: str | None = None,
+              cache: str | os.PathLike[str] | None = None, client: Any = None, scope: str = "all",
+              comm_kernels: tuple[tuple[str, str], ...] = ()) -> list[RankTables]:
     from evtsync.parallel import backend_for
 
-    total = sum(f.stat().st_size for f in files)
+    total = sum(f.stat().st_size for f, _ in files)
     task = functools.partial(_read_one, salvage=salvage, cache_dir=None if cache is None else str(cache),
-                             scope=scope)
+                             scope=scope, comm_kernels=comm_kernels)
     with backend_for(len(files), jobs=jobs, workers=workers, scheduler=scheduler, total_bytes=total,
                      parallel_min_bytes=PARALLEL_MIN_BYTES, client=client) as backend:
         log.debug("reading %d trace file(s) on %s", len(files), backend.name)
-        return backend.map(task, [str(f) for f in files], "reading traces")
+        return backend.map(task, [(str(f), r) for f, r in files], "reading traces")
+
+
+def _assign_windows(parts: Sequence[RankTables]) -> list[int]:
+    """The profiling window of each part (see the module docstring); raises on overlaps."""
+    by_rank: dict[int, list[int]] = {}
+    for i, part in enumerate(parts):
+        by_rank.setdefault(part.rank, []).append(i)
+    if all(len(v) == 1 for v in by_rank.values()):
+        return [0] * len(parts)
+    span = [(int(p.info.get("start_ns", MISSING_TIME)), int(p.info.get("end_ns", MISSING_TIME))) for p in parts]
+    for rank, idx in by_rank.items():
+        if len(idx) < 2:
+            continue
+        for i in idx:
+            if span[i][0] < 0:
+                raise TraceError(f"rank {rank} has {len(idx)} files, and {parts[i].info['path']} holds no "
+                                 "timed event: it cannot be placed in a profiling window")
+        ordered = sorted(idx, key=lambda i: span[i])
+        for a, b in zip(ordered, ordered[1:], strict=False):
+            if span[b][0] < span[a][1]:
+                raise TraceError(
+                    f"two files claim rank {rank} over the same time: {parts[a].info['path']} and "
+                    f"{parts[b].info['path']} overlap by {(span[a][1] - span[b][0]) / 1e6:.3f} ms "
+                    "(the same window twice, or files of two jobs?)")
+    window = _time_clusters(span)
+    for rank, idx in by_rank.items():
+        seen: dict[int, int] = {}
+        for i in idx:
+            if window[i] in seen:
+                raise TraceError(
+                    f"rank {rank}: {parts[seen[window[i]]].info['path']} and {parts[i].info['path']} fall into "
+                    f"one profiling window (other ranks' files overlap both); cannot tell the windows apart")
+            seen[window[i]] = i
+    return window
+
+
+def _time_clusters(span: Sequence[tuple[int, int]]) -> list[int]:
+    """Unions of overlapping time spans, numbered in time order (-1 spans: cluster 0)."""
+    order = sorted((i for i in range(len(span)) if span[i][0] >= 0), key=lambda i: span[i])
+    cluster = [0] * len(span)
+    current, reach = -1, None
+    for i in order:
+        if reach is None or span[i][0] > reach:
+            current += 1
+            reach = span[i][1]
+        else:
+            reach = max(reach, span[i][1])
+        cluster[i] = current
+    return cluster
+
+
+def _apart_in_time(parts: Sequence[RankTables], windows: list[int]) -> list[str]:
+    """Files whose time spans overlap no other rank's file of their window: another job's?
+
+    Only for ranks with one file each (several files per rank are put in windows by time).
+    """
+    if len(parts) < 2 or max(windows, default=0) > 0:
+        return []
+    span = [(int(p.info.get("start_ns", MISSING_TIME)), int(p.info.get("end_ns", MISSING_TIME))) for p in parts]
+    cluster = _time_clusters(span)
+    if max(cluster) == 0:
+        return []
+    sizes = {c: cluster.count(c) for c in set(cluster)}
+    main = max(sizes, key=lambda c: (sizes[c], -c))
+    main_start = min(span[i][0] for i in range(len(parts)) if cluster[i] == main)
+    out = []
+    for i, part in enumerate(parts):
+        if cluster[i] != main and span[i][0] >= 0:
+            hours = (span[i][0] - main_start) / 3.6e12
+            out.append(f"files of another job? rank {part.rank} ({part.info['path']}) does not overlap in time "
+                       f"with the other {sizes[main]} rank(s)' traces (starts {hours:+.2f} h from them)")
+    return out
+
+
+MISSING_TIME = -1
+#: Most GPU models, NCCL versions or backends one job can show (one of each).
+_SIGNATURE_FIELDS = (("gpu", "GPU model"), ("nccl_version", "NCCL version"), ("backend", "backend"))
+
+
+def _rank_set_problems(parts: Sequence[RankTables], windows: list[int], world: int) -> tuple[list[str], tuple[int, ...]]:
+    """Why the rank set is not one complete job, one line each, and the ranks without a file."""
+    problems: list[str] = []
+    present = sorted({p.rank for p in parts})
+    expected: set[int] = set(range(world)) if world > 0 else set(present)
+    for part in parts:
+        for entry in part.pg_config:
+            ranks = parse_rank_list(entry.get("ranks"))
+            if ranks:
+                expected.update(ranks)
+    missing = tuple(sorted(expected.difference(present)))
+    if missing:
+        source = f"world size {world}" if world > 0 else "the process groups in pg_config"
+        problems.append(f"rank(s) {format_ranks(missing)} have no trace file ({source}; "
+                        f"{len(present)} rank(s) present: {format_ranks(tuple(present))})")
+    n_windows = max(windows) + 1 if windows else 0
+    if n_windows > 1:
+        for w in range(n_windows):
+            here = {p.rank for p, pw in zip(parts, windows, strict=True) if pw == w}
+            lacking = sorted(set(present).difference(here))
+            if lacking:
+                problems.append(f"window {w}: rank(s) {format_ranks(tuple(lacking))} have no file in it")
+    for key, label in _SIGNATURE_FIELDS:
+        values: dict[str, list[RankTables]] = {}
+        for part in parts:
+            value = str(part.info.get(key, "") or "")
+            if value and value != "unknown":
+                values.setdefault(value, []).append(part)
+        if len(values) > 1:
+            common = max(values, key=lambda v: len(values[v]))
+            odd = "; ".join(f"rank {p.rank} ({p.info['path']}): {v}" for v, ps in values.items() if v != common
+                            for p in ps)
+            problems.append(f"files of another job? {len(values[common])} rank(s) have {label} {common}, but {odd}")
+    problems.extend(_apart_in_time(parts, windows))
+    with_kernels = sum(1 for p in parts if p.info.get("n_kernels", 0) > 0)
+    for part in parts:
+        where = f"rank {part.rank} ({part.info['path']})"
+        if part.info.get("n_events", 0) == 0:
+            problems.append(f"{where}: empty trace (no events in traceEvents)")
+        elif with_kernels and part.info.get("n_kernels", 0) == 0:
+            problems.append(f"{where}: no GPU kernels, while {with_kernels} other file(s) have them")
+        if part.info.get("n_kernels_without_dur", 0):
+            problems.append(f"{where}: {part.info['n_kernels_without_dur']} kernel(s) without a numeric dur "
+                            "(left out, so the rank cannot join its collectives)")
+    return problems, missing
+
+
+_UNTABULATED_REASONS = {"M": "metadata event", "s": "flow event", "f": "flow event", "t": "flow event",
+                        "i": "instant event", "I": "instant event", "C": "counter event"}
+
+
+def _untabulated_reason(phase: str, category: str) -> str:
+    from evtsync.trace.schema import IGNORED_CATEGORIES, canonical_category
+
+    if phase == "X":
+        return ("not tabulated by design" if canonical_category(category) in IGNORED_CATEGORIES
+                else "unknown category")
+    return _UNTABULATED_REASONS.get(phase, f"phase {phase!r} not read")
+
+
+def _untabulated_table(parts: Sequence[RankTables], windows: list[int]) -> pd.DataFrame:
+    rows = [{"rank": p.rank, "window": w, "phase": ph, "category": cat, "count": int(n),
+             "reason": _untabulated_reason(ph, cat)}
+            for p, w in zip(parts, windows, strict=True) for ph, cat, n in p.untabulated]
+    return pd.DataFrame(rows, columns=UNTABULATED_COLUMNS)
+
+
+#: Ranks whose untabulated events are logged one line each; beyond, one line in total.
+_LOG_RANKS = 8
+
+
+def _log_load_summary(parts: Sequence[RankTables], windows: list[int], table: pd.DataFrame) -> None:
+    """One line per rank file (the first few) of what was tabulated and what was not;
+    complete events of unknown categories warn, on every rank."""
+    unknown = table[table["reason"] == "unknown category"]
+    for (rank, window), sub in unknown.groupby(["rank", "window"], sort=True):
+        log.warning("rank %d window %d: %d complete event(s) of unknown categories not tabulated: %s", rank,
+                    window, int(sub["count"].sum()),
+                    ", ".join(f"{c!r} ({n})" for c, n in zip(sub["category"], sub["count"], strict=True)))
+    for part, window in list(zip(parts, windows, strict=True))[:_LOG_RANKS]:
+        sub = table[(table["rank"] == part.rank) & (table["window"] == window)]
+        by_reason = sub.groupby("reason", sort=True)["count"].sum()
+        info = part.info
+        log.info("rank %d window %d: %d events: %d kernels, %d CPU ops, %d runtime calls, %d NCCL kernels; "
+                 "not tabulated %d (%s)", part.rank, window, info.get("n_events", 0), info.get("n_kernels", 0),
+                 info.get("n_cpu_ops", 0), info.get("n_runtime", 0), info.get("n_nccl_kernels", 0),
+                 int(sub["count"].sum()), ", ".join(f"{n} {r}" for r, n in by_reason.items()) or "none")
+    if len(parts) > _LOG_RANKS:
+        rest = parts[_LOG_RANKS:]
+        log.info("... and %d more rank file(s): %d kernels, %d CPU ops, %d runtime calls; %d event(s) not "
+                 "tabulated (TraceSet.ranks, TraceSet.untabulated)", len(rest),
+                 sum(p.info.get("n_kernels", 0) for p in rest), sum(p.info.get("n_cpu_ops", 0) for p in rest),
+                 sum(p.info.get("n_runtime", 0) for p in rest),
+                 sum(n for p in rest for _, _, n in p.untabulated))
 
 
 def assemble(parts: Sequence[RankTables], scope: str = "all") -> TraceSet:
-    """Check per-rank parts for consistency and concatenate them into a TraceSet."""
-    seen: dict[int, str] = {}
-    for part in parts:
-        if part.rank in seen:
-            raise TraceError(f"two files claim rank {part.rank}: {seen[part.rank]} and "
-                             f"{part.info['path']}")
-        seen[part.rank] = part.info["path"]
+    """Check per-rank parts for consistency, put them in windows and concatenate them."""
     sizes = {p.info["world_size"] for p in parts if p.info["world_size"] > 0}
     if len(sizes) > 1:
-        detail = "; ".join(f"rank {p.rank}: {p.info['world_size']}" for p in parts)
+        detail = "; ".join(f"rank {p.rank} ({p.info['path']}): {p.info['world_size']}" for p in parts)
         raise TraceError(f"ranks disagree on the world size ({detail})")
-    parts = sorted(parts, key=lambda p: p.rank)
-    ranks = pd.DataFrame([p.info for p in parts])
     world = next(iter(sizes)) if sizes else -1
     if world > 0:
-        beyond = [p.rank for p in parts if p.rank >= world]
+        beyond = [p for p in parts if p.rank >= world]
         if beyond:
-            raise TraceError(f"rank(s) {beyond} not below the world size {world} "
-                             f"({', '.join(seen[r] for r in beyond)})")
-        if len(parts) < world:
-            log.info("%d of %d ranks loaded", len(parts), world)
+            raise TraceError(f"rank(s) {[p.rank for p in beyond]} not below the world size {world} "
+                             f"({', '.join(p.info['path'] for p in beyond)})")
+    from evtsync.kernels import mark_comm_kernels
+
+    for part in parts:
+        if "is_comm" not in part.kernels.columns:  # tables read without the registry (read_rank)
+            mark_comm_kernels(part)
+    windows = _assign_windows(parts)
+    order = sorted(range(len(parts)), key=lambda i: (windows[i], parts[i].rank))
+    parts = [parts[i] for i in order]
+    windows = [windows[i] for i in order]
+    for part, w in zip(parts, windows, strict=True):
+        part.info["window"] = w
+        for frame in (part.kernels, part.cpu_ops, part.runtime, part.syncs):
+            if "window" not in frame.columns:
+                frame.insert(1, "window", np.int32(w))
+            else:
+                frame["window"] = np.int32(w)
+    ranks = pd.DataFrame([p.info for p in parts])
+    problems, missing = _rank_set_problems(parts, windows, world)
+    if world > 0 and len({p.rank for p in parts}) < world:
+        log.info("%d of %d ranks loaded", len({p.rank for p in parts}), world)
+    if max(windows, default=0) > 0:
+        log.info("%d profiling windows of %d rank(s)", max(windows) + 1, len({p.rank for p in parts}))
     skipped = pd.DataFrame(
-        [{"rank": p.rank, "reason": reason, "count": count}
-         for p in parts for reason, count in p.skipped.items()],
-        columns=["rank", "reason", "count"])
+        [{"rank": p.rank, "window": w, "reason": reason, "count": count}
+         for p, w in zip(parts, windows, strict=True) for reason, count in p.skipped.items()],
+        columns=["rank", "window", "reason", "count"])
     for _, row in skipped.iterrows():
         log.warning("rank %d: skipped %d events (%s)", row["rank"], row["count"], row["reason"])
+    untabulated = _untabulated_table(parts, windows)
+    _log_load_summary(parts, windows, untabulated)
     return TraceSet(
         kernels=_concat([p.kernels for p in parts]),
         cpu_ops=_concat([p.cpu_ops for p in parts]),
@@ -178,6 +471,9 @@ def assemble(parts: Sequence[RankTables], scope: str = "all") -> TraceSet:
         process_groups=_pg_table(parts),
         skipped=skipped,
         scope=scope,
+        untabulated=untabulated,
+        problems=problems,
+        missing_ranks=missing,
     )
 
 
@@ -210,7 +506,8 @@ def _pg_table(parts: Sequence[RankTables]) -> pd.DataFrame:
                 "pg_size": int(entry.get("pg_size", len(ranks)) or len(ranks)),
                 "pg_ranks": key[1], "backend_config": str(entry.get("backend_config", "")),
                 "seen_on_ranks": []})
-            row["seen_on_ranks"].append(part.rank)
+            if part.rank not in row["seen_on_ranks"]:
+                row["seen_on_ranks"].append(part.rank)
     table = pd.DataFrame(list(rows.values()),
                          columns=["pg_name", "pg_desc", "pg_size", "pg_ranks", "backend_config",
                                   "seen_on_ranks"])
@@ -221,7 +518,8 @@ def _pg_table(parts: Sequence[RankTables]) -> pd.DataFrame:
 def load_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *,
                 salvage: bool = False, jobs: int | None = None, workers: int | None = None,
                 scheduler: str | None = None, cache: str | os.PathLike[str] | None = None,
-                client: Any = None, scope: str = "all") -> TraceSet:
+                client: Any = None, scope: str = "all", rank_from: str = "file",
+                comm_kernels: Iterable[str | tuple[str, str]] = ()) -> TraceSet:
     """Load a multi-rank trace set from files and/or folders.
 
     ``salvage`` keeps the complete events of files cut mid-write (counting what was
@@ -229,17 +527,36 @@ def load_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
     for small sets; 1: in this process); ``workers`` reads on a local Dask cluster of that
     many workers, ``scheduler`` (or ``$DASK_SCHEDULER_ADDRESS``) on the Dask cluster at that
     address (``"local"`` starts one) and ``client`` on the Dask client given; ``cache`` is a
-    folder of per-rank Parquet tables reused across runs (see :mod:`evtsync.trace.cache`).
-    The tables do not depend on any of these choices.
+    folder of per-rank Parquet tables reused across runs (see :mod:`evtsync.trace.cache`;
+    None or False: no cache). The tables do not depend on any of these choices.
 
     ``scope`` keeps fewer rows (each worker drops the rest before sending its tables back):
     ``"blocks"``, what alignment, the tax and compute blocks read; ``"collectives"``, the
-    NCCL kernels and gloo collectives alone, all that alignment and the tax need
+    communication kernels and gloo collectives alone, all that alignment and the tax need
     (:data:`~evtsync.trace.tables.SCOPES`).
+
+    Ranks: ``rank_from="file"`` (default) reads each file's ``distributedInfo.rank``, else
+    the rank in its file name; ``"order"`` numbers the files 0, 1, ... in the order given;
+    a path written ``"RANK=PATH"`` gives that file's rank. ``comm_kernels`` adds
+    communication-kernel name patterns, ``"REGEX=KIND"`` or ``(regex, kind)``, to the
+    built-in registry (:data:`evtsync.kernels.COMM_KERNEL_PATTERNS`).
+
+    Nothing is checked away here: an incomplete or foreign rank set is listed in
+    ``TraceSet.problems`` and refused before any tax (:meth:`TraceSet.check_complete`).
     """
+    from evtsync.kernels import parse_comm_kernels
+
     if scope not in SCOPES:
         raise InputError(f"scope {scope!r}: expected one of {', '.join(SCOPES)}")
+    if cache is False:
+        cache = None
+    elif cache is True:
+        from evtsync.trace.cache import default_cache_dir
+
+        cache = default_cache_dir()
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
-    files = expand_paths(paths)
-    return assemble(_read_all(files, salvage, jobs, workers, scheduler, cache, client, scope), scope=scope)
+    files = expand_inputs(paths, rank_from)
+    patterns = parse_comm_kernels(comm_kernels)
+    return assemble(_read_all(files, salvage, jobs, workers, scheduler, cache, client, scope, patterns),
+                    scope=scope)
