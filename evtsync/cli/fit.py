@@ -130,13 +130,6 @@ def _fmt(value: float) -> str:
     return "nan" if not math.isfinite(value) else f"{value:.6g}"
 
 
-def _fmt_interval(ci: dict[str, Any]) -> str:
-    """A profile interval of :meth:`ProfileInterval.to_dict`, open sides in words."""
-    lo = f"open below (no lower end down to {ci['searched'][0]:.4g})" if ci["open_below"] else _fmt(ci["lower"])
-    hi = f"open above (no upper end up to {ci['searched'][1]:.4g})" if ci["open_above"] else _fmt(ci["upper"])
-    return f"[{lo}, {hi}]"
-
-
 def run_fit(args: argparse.Namespace) -> int:
     """Handler of ``evtsync fit``."""
     if args.model is not None:
@@ -149,14 +142,17 @@ def run_fit(args: argparse.Namespace) -> int:
     fit = mle.fit_mle(values, args.family)
     record: dict[str, Any] = fit.to_dict()
     record.update({"data": str(args.data), "column": column, "negated": bool(args.negate), "skipped_rows": skipped})
+    intervals: dict[Any, Any] = {}  # the ProfileInterval objects, for the text output
     if args.family == "gev" and not args.no_profile:
-        record["xi_profile_ci"] = mle.profile_ci_xi(values, fit, args.ci_level).to_dict()
+        intervals["xi"] = mle.profile_ci_xi(values, fit, args.ci_level)
+        record["xi_profile_ci"] = intervals["xi"].to_dict()
     record["return_levels"] = []
     for period in RETURN_PERIODS:  # issue 19: the MLE output names its return levels with intervals
         z, z_se = mle.return_level_delta(fit, period)
         entry: dict[str, Any] = {"period_blocks": period, "level": z, "se_delta": z_se}
         if not args.no_profile:
-            entry["profile_ci"] = mle.profile_ci_return_level(values, fit, period, args.ci_level).to_dict()
+            intervals[period] = mle.profile_ci_return_level(values, fit, period, args.ci_level)
+            entry["profile_ci"] = intervals[period].to_dict()
         record["return_levels"].append(entry)
     if args.family == "gev":
         gumbel = mle.fit_gumbel(values)
@@ -178,21 +174,17 @@ def run_fit(args: argparse.Namespace) -> int:
         for name in fit.param_names:
             print(f"  {name:6s} = {_fmt(getattr(fit, name))}  (se {_fmt(fit.se[name])})")
         print(f"  loglik = {_fmt(fit.loglik)}   AIC = {_fmt(fit.aic)}")
-        if "xi_profile_ci" in record:
-            ci = record["xi_profile_ci"]
-            print(f"  xi {ci['level']:.0%} profile-likelihood interval: {_fmt_interval(ci)}")
-            if ci["note"]:
-                print(f"    note: {ci['note']}")
+        if "xi" in intervals:
+            iv = intervals["xi"]
+            print(f"  xi {iv.level:.0%} profile-likelihood interval: {iv.describe('.6g')}")
+            if iv.note:
+                print(f"    note: {iv.note}")
         for rl in record["return_levels"]:
             line = f"  {rl['period_blocks']:g}-block return level = {_fmt(rl['level'])}  (se {_fmt(rl['se_delta'])})"
-            if "profile_ci" in rl:
-                ci = rl["profile_ci"]
-                line += f"; {ci['level']:.0%} profile-likelihood interval {_fmt_interval(ci)}"
-                print(line)
-                if ci["note"]:
-                    print(f"    note: {ci['note']}")
-            else:
-                print(line)
+            iv = intervals.get(rl["period_blocks"])
+            print(line + (f"; {iv.level:.0%} profile-likelihood interval {iv.describe('.6g')}" if iv else ""))
+            if iv is not None and iv.note:
+                print(f"    note: {iv.note}")
         if "lrt_gumbel" in record:
             lrt = record["lrt_gumbel"]
             print(f"  Gumbel vs GEV: deviance = {_fmt(lrt['deviance'])}, p = {_fmt(lrt['pvalue'])}, "

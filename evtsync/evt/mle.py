@@ -406,9 +406,9 @@ class ProfileInterval:
 
     def describe(self, fmt: str = ".4g") -> str:
         """``[a, b]`` with an open side in words, e.g. ``[-0.628, open above (...)]``."""
-        lo = (f"open below (no lower end down to {self.searched[0]:{fmt}})" if self.open_below
+        lo = (f"open below (no lower end down to {self.searched[0]:.4g})" if self.open_below
               else format(self.lower, fmt))
-        hi = (f"open above (no upper end up to {self.searched[1]:{fmt}})" if self.open_above
+        hi = (f"open above (no upper end up to {self.searched[1]:.4g})" if self.open_above
               else format(self.upper, fmt))
         return f"[{lo}, {hi}]"
 

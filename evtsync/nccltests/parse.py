@@ -521,7 +521,7 @@ def parse_text(text: str, *, path: str = "<text>", collective: str | None = None
                 st.first_row_line = line_no
             st.add_row(lay, cand, line_no)
             continue
-        if "ailure" in rest or "WARN" in rest or "abort" in rest.lower() or "signal" in rest or "fault" in rest:
+        if any(w in rest for w in ("ailure", "WARN", "ABORT", "abort", "signal", "fault", "Bus error", "terminate")):
             if m := _FAILURE_STACK.search(rest):
                 stacks[line_no] = (m.group(1), int(m.group(2)))
                 skipped.append(SkippedLine(line_no, line[:300], "failure stack line"))
