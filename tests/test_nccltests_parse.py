@@ -666,3 +666,31 @@ def test_healthy_logs_have_no_failure():
         if p == FAILED_A2A:
             continue
         assert all(r.failure is None for r in parse_log(p).runs), p.name
+
+
+FIRST_GEN = LOCAL / "first_generation_all_reduce_test_TITANX_1x4_nccl1-readme.txt"
+
+
+def test_first_generation_header_times_in_ms():
+    """NCCL 1's all_reduce_test: 'bytes N type op ... res' header, times in ms, 'Device i -> j'
+    lines. Hand count: 5 types x 4 ops = 20 lines of 10 MB; 10000000 B / 1.628 ms = 6.14 GB/s,
+    the printed algbw, so 1.628 is ms: time_us 1628."""
+    parsed = parse_log(FIRST_GEN)
+    r = parsed.runs[0]
+    assert (r.collective, r.n_rows, r.n_ranks, r.time_unit) == ("all_reduce", 20, 4, "ms")
+    assert r.old_error_column and r.n_flagged == 0 and r.gpus == ["GeForce GTX TITAN X"]
+    m = parsed.measurements
+    first = m[(m["type"] == "char") & (m["redop"] == "sum")].set_index("placement")
+    assert first.loc["out-of-place", "time_us"] == 1628.0 and first.loc["in-place", "time_us"] == 1932.0
+    assert m[(m["type"] == "double") & (m["redop"] == "prod")]["error"].tolist() == [2e-16, 2e-16]
+    assert sorted(set(m["type"])) == ["char", "double", "float", "half", "int"]
+
+
+def test_first_generation_without_its_header_is_recognised_by_the_data():
+    rows = [ln for ln in FIRST_GEN.read_text().splitlines() if ln.startswith("    10000000")]
+    assert len(rows) == 20
+    parsed = parse_text("\n".join(rows), path="pasted", collective="all_reduce", n_ranks=4)
+    r = parsed.runs[0]
+    assert r.time_unit == "ms" and r.time_unit_source.startswith("data")
+    assert r.n_flagged == 0 and any("milliseconds" in w for w in r.warnings)
+    assert parsed.measurements["time_us"].max() == 1932.0

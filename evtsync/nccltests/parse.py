@@ -63,7 +63,7 @@ MEASUREMENT_COLUMNS = [
 def normalise_collective(name: str) -> str:
     """Canonical collective name (``all_reduce``, ``alltoall`` ...) from a test/binary name."""
     base = Path(name.strip()).name.lower()
-    base = re.sub(r"_perf(_mpi)?$", "", base)
+    base = re.sub(r"_(?:perf|test)(_mpi)?$", "", base)
     return _ALIASES.get(base, base)
 
 
@@ -133,6 +133,9 @@ class RunInfo:
     #: 'current' (algbw = size/time) or 'old' (pre-2.x all_gather/reduce_scatter: algbw =
     #: size*(n-1)/n/time, busbw = algbw); None when not checked
     bw_convention: str | None = None
+    #: unit the log printed times in: 'us', or 'ms' (the first generation); ``time_us`` is in µs
+    time_unit: str = "us"
+    time_unit_source: str | None = None
     #: the run's first root-cause line (CUDA/NCCL/MPI error) when it aborted, else None
     failure: str | None = None
     failure_line: int | None = None
@@ -349,7 +352,10 @@ _OOB = re.compile(r"(?:^|[\s:>\]])#\s*Out of bounds values\s*:\s*(\d+)\s*(OK|FAI
 _AVG_BW = re.compile(r"(?:^|[\s:>\]])#\s*Avg bus bandwidth\s*:\s*"
                      r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)(?=\s|$)")
 _NCCL_LINE = re.compile(r"NCCL (?:INFO|WARN|ERROR|TRACE)")
-_PERF_NAME = re.compile(r"\b([a-z_]+)_perf(?:_mpi)?\b")
+#: a test binary: ``all_reduce_perf`` (nccl-tests), ``all_reduce_test`` (NCCL 1's own tests)
+_PERF_NAME = re.compile(r"\b([a-z_]+)_(?:perf|test)(?:_mpi)?\b")
+#: NCCL 1's device lines: ``#   Device  0 ->  0 [0x0a] GeForce GTX TITAN X``
+_DEVICE_V1 = re.compile(r"#\s*Device\s+(\d+)\s+->\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$")
 
 
 def _strip_prefix(text: str) -> tuple[str, str]:
@@ -369,17 +375,24 @@ def _strip_prefix(text: str) -> tuple[str, str]:
 
 
 def _header_layout(rest: str) -> dict[str, bool] | None:
-    """Column-header line of the table: which columns it announces, else None."""
-    if not re.search(r"\bsize\b", rest) or not re.search(r"\bcount\b", rest):
+    """Column-header line of the table: which columns it announces, else None.
+
+    Generations: ``size count type redop root ... #wrong`` (today), ``size count type
+    [redop] [root] ... error`` (2.x era), ``bytes N type op ... res`` (NCCL 1's tests and the
+    first nccl-tests: times in ms).
+    """
+    first_gen = bool(re.search(r"\bbytes\b", rest) and re.search(r"\bN\b", rest))
+    if not first_gen and (not re.search(r"\bsize\b", rest) or not re.search(r"\bcount\b", rest)):
         return None
     if not (re.search(r"\b(?:cpu)?time\b", rest) and "algbw" in rest):
         return None
     return {
-        "has_redop": bool(re.search(r"\bredop\b", rest)),
+        "has_redop": bool(re.search(r"\bredop\b|\bop\b", rest)),
         "has_root": bool(re.search(r"\broot\b", rest)),
         "per_iter": "i_min" in rest,
         "cputime": "cputime" in rest,
-        "old_error": bool(re.search(r"\berror\b", rest)) and "#wrong" not in rest,
+        "old_error": bool(re.search(r"\berror\b|\bres\b", rest)) and "#wrong" not in rest,
+        "time_ms": first_gen,
     }
 
 
@@ -730,6 +743,11 @@ def _consume_meta(rest: str, stream: str, line_no: int, streams: dict[str, _RunS
         st.rank_details[int(m.group(1))] = (m.group(4), m.group(7), int(m.group(3)) if m.group(3) else None,
                                             int(m.group(5)))
         return True
+    if m := _DEVICE_V1.search(rest):
+        st = new_state(stream, line_no) if st is None or st.rows else st
+        st.ranks[int(m.group(1))] = ("", m.group(4))
+        st.rank_details[int(m.group(1))] = ("", m.group(4), None, int(m.group(2)))
+        return True
     if m := _NCCL_VERSION.search(rest):
         nccl_info = bool(_NCCL_LINE.search(rest))
         if nccl_info and st is None:
@@ -748,6 +766,8 @@ def _consume_meta(rest: str, stream: str, line_no: int, streams: dict[str, _RunS
         if st is None or st.rows:
             st = new_state(stream, line_no)
         st.info.has_table_header = True
+        if cols["time_ms"]:
+            st.info.time_unit, st.info.time_unit_source = "ms", "column header (bytes N ... res generation)"
         st.info.cputime = cols["cputime"]
         st.info.old_error_column = cols["old_error"]
         st.info.per_iteration = st.info.per_iteration or cols["per_iter"]
@@ -810,9 +830,29 @@ def _finish_run(st: _RunState, text: str, path: str, collective: str | None, n_r
         info.gpus = sorted({g for _, g in st.ranks.values()})
     _decide_collective(info, st, text, path, collective, all_lines or [], previous_end)
     _decide_ranks(info, st, n_ranks)
+    _decide_time_unit(info, st.rows)
     info.n_rows = len({r["line"] for r in st.rows})
     info.n_cycles = 1 + max(r["cycle"] for r in st.rows)
     _flag_rows(info, st.rows)
+
+
+def _decide_time_unit(info: RunInfo, rows: list[dict[str, Any]]) -> None:
+    """Convert the times of a run printed in ms (the first generation) to µs. Known from the
+    column header, else from the data: algbw [GB/s] x time / size [B] is ~1e-3 when the time is
+    in µs (times the (n-1)/n of the old convention at most) and ~1e-6 when it is in ms."""
+    if info.time_unit_source is None and not info.cputime:
+        ratios = sorted(r["algbw_gbps"] * r["time_us"] / r["size"] for r in rows
+                        if r["size"] > 0 and r["algbw_gbps"] >= 0.1 and r["time_us"] > 0)
+        if ratios and ratios[len(ratios) // 2] < 3e-5:
+            info.time_unit, info.time_unit_source = "ms", "data (algbw x time / size)"
+            info.warnings.append("times read as milliseconds: algbw = size/time holds only in ms "
+                                 "(the first nccl-tests generation); time_us is converted")
+    if info.time_unit == "ms":
+        for r in rows:
+            for key in ("time_us", "i_min_us", "i_max_us", "i_p99_us"):
+                r[key] *= 1000.0
+            ut, ua, ub = r["_ulp"]
+            r["_ulp"] = (ut * 1000.0, ua, ub)
 
 
 def _count_class(rows: list[dict[str, Any]]) -> tuple[str | None, int | None]:
