@@ -365,6 +365,10 @@ def test_json_report(tmp_path: Path):
     assert (r.collective, r.n_ranks, r.nccl_version, r.iters) == ("all_reduce", 8, "2.16.2", 20)
     assert r.n_flagged == 0
     assert parsed.measurements["time_us"].tolist()[:2] == [344.8, 349.5]
+    doc_failed = dict(doc, errors=["rank 3: Test CUDA failure common.cu:422 'uncorrectable ECC error encountered'"])
+    path.write_text(json.dumps(doc_failed))
+    failed = parse_log(path).runs[0]
+    assert failed.failed and "uncorrectable ECC error" in failed.failure
     path.write_text(json.dumps(doc)[:-200])
     with pytest.raises(NcclTestsError, match="not valid nccl-tests JSON"):
         parse_log(path)

@@ -1138,6 +1138,12 @@ def parse_json(text: str, *, path: str = "<json>", collective: str | None = None
     avg = doc.get("average_bus_bandwidth")
     if isinstance(avg, dict):
         info.avg_busbw_gbps = _jfloat(avg.get("bandwidth"))
+    errors = doc.get("errors")
+    if isinstance(errors, list) and errors:  # the report's own list of failures
+        first = errors[0]
+        info.failure = (json.dumps(first) if not isinstance(first, str) else first)[:300] + " (JSON 'errors')"
+        if len(errors) > 1:
+            info.warnings.append(f"{len(errors)} entries in the report's 'errors'; the first is shown")
     _decide_ranks_json(info, devs, n_ranks)
     _finish_run(st, "", path, collective, n_ranks)
     for r in st.rows:
