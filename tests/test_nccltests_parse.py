@@ -698,3 +698,20 @@ def test_first_generation_without_its_header_is_recognised_by_the_data():
     assert r.time_unit == "ms" and r.time_unit_source.startswith("data")
     assert r.n_flagged == 0 and any("milliseconds" in w for w in r.warnings)
     assert parsed.measurements["time_us"].max() == 1932.0
+
+
+def test_many_hosts_failing_name_the_first_with_its_own_pid():
+    """Real logs of a broken job repeat the failure on many hosts, interleaved (nccl-tests issue
+    #322 shape): the first line is the root cause, each host's pid comes from its own stack line."""
+    head = _real().rstrip("\n")
+    text = "\n".join([head.replace("{hostname}", "hca-63"),
+                      "hca-14: Test NCCL failure common.cu:1204 'unhandled cuda error (run with NCCL_DEBUG=INFO for details) / '",
+                      "hca-63: Test NCCL failure common.cu:1204 'unhandled cuda error (run with NCCL_DEBUG=INFO for details) / '",
+                      " .. hca-63 pid 66425: Test failure common.cu:915",
+                      " .. hca-14 pid 1015577: Test failure common.cu:915",
+                      "mpirun detected that one or more processes exited with non-zero status, thus causing"])
+    r = parse_text(text, path="many").runs[0]
+    assert r.failure.startswith("Test NCCL failure common.cu:1204 'unhandled cuda error")
+    assert r.failure_host == "hca-14" and "pid 1015577" in r.failure and r.failure_ranks == []
+    assert r.failure_context[0].endswith("mpirun detected that one or more processes exited with non-zero status, thus causing")
+    assert any("2 failure line(s)" in w for w in r.warnings)

@@ -627,11 +627,9 @@ def _rank_of(host: str | None, pid: int | None, device: int | None, states: list
 def _where(fail: _Failure, stacks: dict[int, tuple[str, int]], states: list[_RunState]) -> tuple[str, str | None, list[int]]:
     host, pid = fail.host, fail.pid
     if pid is None:  # nccl-tests prints '.. host pid N: Test failure' right after its failure line
-        nxt = [ln for ln in stacks if ln > fail.line]
+        nxt = [ln for ln in stacks if ln > fail.line and (host is None or stacks[ln][0] == host)]
         if nxt:
-            h, p = stacks[min(nxt)]
-            if host is None or h == host:
-                host, pid = h, p
+            host, pid = stacks[min(nxt)]
     ranks = _rank_of(host, pid, fail.device, states)
     parts = [f"line {fail.line}"]
     if host:
@@ -677,6 +675,7 @@ def _assign_failures(runs: list[_RunState], failures: list[_Failure], stacks: di
         before = same or [st for st in runs if st.info.first_line <= f.line] or runs[:1]
         target = max(before, key=lambda st: st.info.first_line)
         by_run.setdefault(target.info.index, []).append(f)
+    used: set[int] = set()  # launcher lines already given as context
     for st in runs:
         mine = by_run.get(st.info.index, [])
         cause = _root_cause(mine)
@@ -685,21 +684,21 @@ def _assign_failures(runs: list[_RunState], failures: list[_Failure], stacks: di
             where, host, ranks = _where(cause, stacks, runs)
             info.failure = f"{cause.text} ({where})"
             info.failure_line, info.failure_host, info.failure_ranks = cause.line, host, ranks
-            nxt = [r for r in runs if r.info.first_line > cause.line]
-            end = min((r.info.first_line for r in nxt), default=math.inf)
-            info.failure_context = [f"line {ln}: {t}" for ln, t in launcher if cause.line < ln < end]
+            end = min((r.info.first_line for r in runs if r.info.first_line > cause.line), default=math.inf)
+            context = [(ln, t) for ln, t in launcher if cause.line < ln < end]
+            info.failure_context = [f"line {ln}: {t}" for ln, t in context]
+            used.update(ln for ln, _ in context)
             if len(mine) > 1:
                 info.warnings.append(f"{len(mine)} failure line(s) from this run; the first root cause is shown")
-    assigned = {ln for st in runs for c in st.info.failure_context for ln in [int(c.split(":")[0][5:])]}
-    orphan = [(ln, t) for ln, t in launcher if ln not in assigned]
-    if orphan:  # a launcher error without a root-cause line: the run after which it appears failed
-        for ln, t in orphan:
-            before = [st for st in runs if st.info.first_line <= ln] or runs[:1]
-            info = max(before, key=lambda st: st.info.first_line).info
-            if info.failure is None:
-                info.failure = f"aborted, root cause not in the log (line {ln}: {t})"
-                info.failure_line = ln
-            info.failure_context.append(f"line {ln}: {t}")
+    for ln, t in launcher:  # a launcher error without a root-cause line: the run before it aborted
+        if ln in used:
+            continue
+        before = [st for st in runs if st.info.first_line <= ln] or runs[:1]
+        info = max(before, key=lambda st: st.info.first_line).info
+        if info.failure is None:
+            info.failure = f"aborted, root cause not in the log (line {ln}: {t})"
+            info.failure_line = ln
+        info.failure_context.append(f"line {ln}: {t}")
 
 
 def _consume_meta(rest: str, stream: str, line_no: int, streams: dict[str, _RunState],
