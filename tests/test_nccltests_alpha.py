@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 from conftest import DATA as SHARED_DATA  # ../shared/data beside the clone
 
@@ -28,7 +27,8 @@ def synthetic(sizes: np.ndarray, times: np.ndarray, n_ranks: int = 8, collective
                  error=math.nan, i_min_us=math.nan, i_max_us=math.nan, i_p99_us=math.nan, i_cv_pct=math.nan,
                  bw_flag="") for i, (s, t) in enumerate(zip(sizes, times, strict=True))]
     info = RunInfo(index=0, collective=collective, n_ranks=n_ranks)
-    return ParsedLog("synthetic", "text", [info], pd.DataFrame(rows, columns=MEASUREMENT_COLUMNS), [])
+    assert all(list(r) == MEASUREMENT_COLUMNS for r in rows)
+    return ParsedLog("synthetic", "text", [info], rows, [])
 
 
 def test_pq_follow_spec_section_8():

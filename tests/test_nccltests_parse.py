@@ -65,6 +65,24 @@ EXPECTED_RANKS = {
     "bad_reduce_scatter_B200_1x8_idx60744093665-headerless.txt": 8,
 }
 
+# Collective (from each file's '# source:' line: the command or section it quotes) and the
+# footer's verdict (True OK, False FAILED, None no footer), read by hand.
+EXPECTED_RUN = {
+    "all_gather_H200_2x8_skypilot-gcp-rdma.txt": ("all_gather", True),
+    "all_reduce_A100-40GB_2x8_oci-hpc-oke.txt": ("all_reduce", True),
+    "all_reduce_A100-80GB_1x8_meta-gcm-fixture.txt": ("all_reduce", True),
+    "all_reduce_A100-80GB_2x8_meta-gcm-fixture.txt": ("all_reduce", True),
+    "all_reduce_H100_2x4_idx26285727504-dgx-g4.txt": ("all_reduce", True),
+    "all_reduce_H100_2x8_gcp-a3mega-ztan.txt": ("all_reduce", True),
+    "bad_all_gather_H100_2x8_gcp-cluster-toolkit-misaligned.txt": ("all_gather", True),
+    "bad_all_reduce_A100-80GB_2x8_aws-awsome-p4de-noheader.txt": ("all_reduce", None),
+    "bad_all_reduce_H100_1x8_idx15601983362-indented.txt": ("all_reduce", True),
+    "bad_all_reduce_H100_2x8_aws-awsome-p5-noheader.txt": ("all_reduce", None),
+    "bad_all_reduce_RTX3090_4x1_idx20801464614-wrong-nonzero.txt": ("all_reduce", False),
+    "bad_alltoall_B200_1x8_idx60744093665-headerless-uint8.txt": ("alltoall", True),
+    "bad_reduce_scatter_B200_1x8_idx60744093665-headerless.txt": ("reduce_scatter", True),
+}
+
 
 def simple_rows(text: str) -> list[tuple[str, ...]]:
     return [m.groups() for line in text.splitlines() if (m := SIMPLE_ROW.search(line))]
@@ -94,6 +112,10 @@ def test_rows_match_the_text(path: Path):
     wrong_ip = [math.nan if r[12] == "N/A" else float(r[12]) for r in rows]
     assert all((math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(wrong_ip, ip["wrong"], strict=True))
     assert parsed.runs[0].n_ranks == EXPECTED_RANKS[path.name]
+    assert len(parsed.runs) == 1 and not parsed.warnings
+    run = parsed.runs[0]
+    assert (run.collective, run.out_of_bounds_ok) == EXPECTED_RUN[path.name]
+    assert run.failure is None and run.failed == (EXPECTED_RUN[path.name][1] is False)
 
 
 def test_hand_read_values():
@@ -343,6 +365,10 @@ def test_json_report(tmp_path: Path):
     assert (r.collective, r.n_ranks, r.nccl_version, r.iters) == ("all_reduce", 8, "2.16.2", 20)
     assert r.n_flagged == 0
     assert parsed.measurements["time_us"].tolist()[:2] == [344.8, 349.5]
+    doc_failed = dict(doc, errors=["rank 3: Test CUDA failure common.cu:422 'uncorrectable ECC error encountered'"])
+    path.write_text(json.dumps(doc_failed))
+    failed = parse_log(path).runs[0]
+    assert failed.failed and "uncorrectable ECC error" in failed.failure
     path.write_text(json.dumps(doc)[:-200])
     with pytest.raises(NcclTestsError, match="not valid nccl-tests JSON"):
         parse_log(path)
@@ -431,7 +457,9 @@ def test_json_report_with_cycles_and_per_iteration(tmp_path: Path):
 @pytest.mark.parametrize(
     ("text", "message"),
     [("", "the file is empty"),
-     ("node1: Test NCCL failure common.cu:958 'unhandled system error'\n", "nccl-tests failure"),
+     ("node1: Test NCCL failure common.cu:958 'unhandled system error'\n",
+      r"failed before its first result row: \"Test NCCL failure common.cu:958 'unhandled system error'\" "
+      r"\(line 1, host node1\)"),
      ("hello\nworld\n", r"2 line\(s\) of other text")],
 )
 def test_table_less_text_says_what_it_holds(text: str, message: str):
@@ -466,3 +494,224 @@ def test_damaged_average_bandwidth_footer_is_skipped_and_said():
     parsed = parse_text(text, path="damaged-footer")
     assert any("448.212E" in s.text and s.reason == "comment line" for s in parsed.skipped)
     assert parsed.runs and all(r.avg_busbw_gbps != 448.212 for r in parsed.runs)
+
+
+# --------------------------------------------------------------------------- header generations, several tables
+
+
+OLD_FIVE = LOCAL / "old_five_collectives_GTX1080_1x2_nccl-osx.txt"
+# Hand count of OLD_FIVE (read in the file): five tables, each after '===begin X_perf test===',
+# sizes 8 B .. 128 MiB doubling (2^3 .. 2^27 = 25 lines), 1 process x 2 GPUs (Rank 0, Rank 1).
+OLD_FIVE_RUNS = [("all_reduce", 25), ("all_gather", 25), ("broadcast", 25), ("reduce", 25), ("reduce_scatter", 25)]
+
+
+def test_every_old_header_generation_is_read():
+    """all_reduce/reduce_scatter print redop but no root, all_gather neither, broadcast root but no
+    redop, reduce both; every table has the old 'error' column instead of '#wrong'."""
+    parsed = parse_log(OLD_FIVE)
+    assert [(r.collective, r.n_rows) for r in parsed.runs] == OLD_FIVE_RUNS
+    assert all(r.n_ranks == 2 and r.old_error_column and r.has_footer and r.out_of_bounds_ok for r in parsed.runs)
+    assert all(r.n_flagged == 0 and r.failure is None for r in parsed.runs)
+    assert not parsed.warnings
+    # every skipped line is a '===begin' banner or the '# source:' line, nothing of a table
+    assert sorted({s.reason for s in parsed.skipped}) == ["comment line", "line naming a test binary"]
+    m = parsed.measurements
+    ag = m[(m["run"] == 1) & (m["size"] == 134217728)].set_index("placement")
+    assert ag.loc["out-of-place", "count"] == 16777216 and ag.loc["out-of-place", "time_us"] == 87825
+    assert ag.loc["in-place", "algbw_gbps"] == 0.78 and ag.loc["in-place", "redop"] == "none"
+    bc = m[(m["run"] == 2) & (m["size"] == 8)].set_index("placement")
+    assert bc.loc["out-of-place", "root"] == 0 and bc.loc["in-place", "time_us"] == 21.28
+    red = m[(m["run"] == 3) & (m["size"] == 8)].set_index("placement")
+    assert (red.loc["out-of-place", "redop"], red.loc["out-of-place", "root"]) == ("sum", 0)
+    assert m["wrong"].isna().all() and (m["error"] == 0).all()
+    # the 2.x-era all_gather/reduce_scatter algbw is size x (n-1)/n / time with busbw = algbw
+    assert [r.bw_convention for r in parsed.runs] == ["current", "old", "current", "current", "old"]
+
+
+def test_collective_comes_from_the_log_before_the_file_name(tmp_path: Path):
+    lying = tmp_path / "all_gather_results.txt"
+    lying.write_text(OLD_FIVE.read_text())
+    parsed = parse_log(lying)
+    assert [r.collective for r in parsed.runs] == [c for c, _ in OLD_FIVE_RUNS]
+    assert all(r.collective_source.startswith("log line") for r in parsed.runs)
+    assert sum(r.n_flagged for r in parsed.runs) == 0
+
+
+def test_all_gather_then_all_reduce_table_without_names_is_two_runs(tmp_path: Path):
+    """No binary named anywhere: the all_reduce table is known by its columns (redop sum, root -1,
+    full count); the all_gather table's columns fit all_gather and alltoall, so the file name
+    decides it. Each gets its own bus-bandwidth factor: no false warnings."""
+    ag = (DATA / "all_gather_H200_2x8_skypilot-gcp-rdma.txt").read_text().splitlines()[1:]
+    ar = (DATA / "all_reduce_A100-40GB_2x8_oci-hpc-oke.txt").read_text().splitlines()[1:]
+    path = tmp_path / "all_gather_then_more.log"
+    path.write_text("\n".join(ag + ar) + "\n")
+    parsed = parse_log(path)
+    assert [(r.collective, r.n_rows, r.n_ranks) for r in parsed.runs] == [("all_gather", 24, 16), ("all_reduce", 31, 16)]
+    assert parsed.runs[0].collective_source == "file name"
+    assert parsed.runs[1].collective_source.startswith("table columns")
+    assert [r.warnings for r in parsed.runs] == [[], []]
+    assert [r.n_flagged for r in parsed.runs] == [0, 0]
+
+
+def test_collective_test_starting_and_running_lines_name_each_table():
+    ag = (DATA / "all_gather_H200_2x8_skypilot-gcp-rdma.txt").read_text().splitlines()[1:]
+    ar = _real().splitlines()[1:]
+    text = "\n".join(["Running: /opt/nccl-tests/build/all_reduce_perf -b 32M -e 1G", *ar,
+                      "# nccl-tests version 2.17.6 nccl-headers=22807 nccl-library=22807",
+                      "# Collective test starting: all_gather_perf", *ag])
+    parsed = parse_text(text, path="reduce_scatter_sweep.log")  # a file name that is wrong for both
+    assert [r.collective for r in parsed.runs] == ["all_reduce", "all_gather"]
+    assert parsed.runs[1].collective_source == "header"
+    assert sum(r.n_flagged for r in parsed.runs) == 0
+
+
+def test_old_table_cycles_and_failed_footer_reach_stats():
+    """-N 3 on an old all_gather table, footer FAILED: three cycles, and stats says failed."""
+    from evtsync.nccltests.stats import size_stats
+
+    lines = OLD_FIVE.read_text().splitlines()
+    start = lines.index("===begin all_gather_perf test===")
+    end = lines.index("===begin broadcast_perf test===")
+    block = lines[start:end]
+    rows = [ln for ln in block if re.match(r"^\s+\d+\s+\d+\s+float\s+\d", ln)]
+    assert len(rows) == 25
+    head = block[: block.index(rows[0])]
+    text = "\n".join([*head, *rows, *rows, *rows, "# Out of bounds values : 3 FAILED", "# Avg bus bandwidth    : 0.3"])
+    parsed = parse_text(text, path="old-N3")
+    r = parsed.runs[0]
+    assert (r.collective, r.n_rows, r.n_cycles, r.out_of_bounds_ok) == ("all_gather", 75, 3, False)
+    stats = size_stats(parsed)
+    assert set(stats["correctness"]) == {"failed"} and not stats["valid_baseline"].any()
+    assert (stats["n_cycles"] == 3).all()
+
+
+def test_old_header_without_rows_is_not_called_an_error_message():
+    lines = OLD_FIVE.read_text().splitlines()
+    head = lines[lines.index("===begin all_gather_perf test===") : lines.index("===begin all_gather_perf test===") + 10]
+    assert any("error" in ln for ln in head)
+    with pytest.raises(NcclTestsError, match="found a header but no result rows"):
+        parse_text("\n".join(head), path="cut")
+
+
+def test_table_without_rows_beside_a_good_one_is_said():
+    good = _real().splitlines()
+    bad = ["#       size         count      type   redop    root     time   algbw   busbw #wrong     time",
+           "# Out of bounds values : 12 FAILED"]
+    parsed = parse_text("\n".join([*good, *bad]), path="two")
+    assert len(parsed.runs) == 1 and parsed.runs[0].n_rows == 6
+    assert len(parsed.warnings) == 1 and "FAILED" in parsed.warnings[0] and "no result rows" in parsed.warnings[0]
+
+
+# --------------------------------------------------------------------------- failures
+
+FAILED_A2A = LOCAL / "failed_alltoall_H800_2x8_nccl-tests-issue355.txt"
+
+
+def _ecc_log() -> str:
+    """The real ztan all_reduce log cut before its 512 MiB row, then an uncorrectable ECC error on
+    one host (nccl-tests' own failure line and stack line, host and pid of its device list) and
+    srun's lines: the launcher's summary comes last."""
+    src = (DATA / "all_reduce_H100_2x8_gcp-a3mega-ztan.txt").read_text().splitlines()
+    cut = src[: next(i for i, ln in enumerate(src) if ln.lstrip().startswith("536870912 "))]
+    return "\n".join([*cut,
+                      "ztan-mig-gq73: Test CUDA failure common.cu:422 'uncorrectable ECC error encountered'",
+                      " .. ztan-mig-gq73 pid 6735: Test failure common.cu:1034",
+                      "srun: error: ztan-mig-gq73: task 10: Exited with exit code 2",
+                      "srun: error: task 159: Exited with exit code 2"])
+
+
+def test_failure_is_its_root_cause_with_rank_and_host():
+    parsed = parse_text(_ecc_log(), path="ecc")
+    r = parsed.runs[0]
+    assert r.n_rows == 26  # 8 B .. 256 MiB, counted: 2^3 .. 2^28
+    assert r.failure.startswith("Test CUDA failure common.cu:422 'uncorrectable ECC error encountered'")
+    assert r.failure_host == "ztan-mig-gq73" and r.failure_ranks == [10]  # '#  Rank 10 ... Pid 6735'
+    assert [c.split(": ", 1)[1] for c in r.failure_context] == [
+        "srun: error: ztan-mig-gq73: task 10: Exited with exit code 2",
+        "srun: error: task 159: Exited with exit code 2"]
+    assert r.failed and parsed.failed_runs == [r]
+
+
+def test_failure_reaches_stats_and_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    from evtsync.nccltests.stats import size_stats
+
+    path = tmp_path / "ecc.log"
+    path.write_text(_ecc_log())
+    assert set(size_stats(parse_log(path))["correctness"]) == {"run aborted"}
+    assert main(["nccl-tests", "parse", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "FAILED: Test CUDA failure common.cu:422 'uncorrectable ECC error encountered'" in out
+    assert "rank 10" in out and "launcher: line" in out and "task 159" in out
+    assert main(["nccl-tests", "stats", str(path)]) == 0
+    assert "run aborted" in capsys.readouterr().out
+
+
+def test_run_dying_in_its_first_row_is_one_line_with_the_cause(capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(NcclTestsError) as exc:
+        parse_log(FAILED_A2A)
+    msg = str(exc.value)
+    assert "\n" not in msg
+    assert ("failed before its first result row: \"Test CUDA failure common.cu:389 'an illegal memory access "
+            "was encountered'\" (line 28, host node0, rank 0, pid 62767)") in msg
+    assert main(["nccl-tests", "parse", str(FAILED_A2A)]) != 0
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "rank 0" in err
+
+
+def test_launcher_error_without_root_cause_marks_the_run():
+    text = _real().rstrip("\n") + "\nsrun: error: task 3: Exited with exit code 1\n"
+    r = parse_text(text, path="x").runs[0]
+    assert r.failed and r.failure.startswith("aborted, root cause not in the log")
+    assert r.failure_context == [f"line {len(_real().splitlines()) + 1}: srun: error: task 3: Exited with exit code 1"]
+
+
+def test_healthy_logs_have_no_failure():
+    for p in [*CLEAN, *sorted(LOCAL.glob("*.txt"))]:
+        if p == FAILED_A2A:
+            continue
+        assert all(r.failure is None for r in parse_log(p).runs), p.name
+
+
+FIRST_GEN = LOCAL / "first_generation_all_reduce_test_TITANX_1x4_nccl1-readme.txt"
+
+
+def test_first_generation_header_times_in_ms():
+    """NCCL 1's all_reduce_test: 'bytes N type op ... res' header, times in ms, 'Device i -> j'
+    lines. Hand count: 5 types x 4 ops = 20 lines of 10 MB; 10000000 B / 1.628 ms = 6.14 GB/s,
+    the printed algbw, so 1.628 is ms: time_us 1628."""
+    parsed = parse_log(FIRST_GEN)
+    r = parsed.runs[0]
+    assert (r.collective, r.n_rows, r.n_ranks, r.time_unit) == ("all_reduce", 20, 4, "ms")
+    assert r.old_error_column and r.n_flagged == 0 and r.gpus == ["GeForce GTX TITAN X"]
+    m = parsed.measurements
+    first = m[(m["type"] == "char") & (m["redop"] == "sum")].set_index("placement")
+    assert first.loc["out-of-place", "time_us"] == 1628.0 and first.loc["in-place", "time_us"] == 1932.0
+    assert m[(m["type"] == "double") & (m["redop"] == "prod")]["error"].tolist() == [2e-16, 2e-16]
+    assert sorted(set(m["type"])) == ["char", "double", "float", "half", "int"]
+
+
+def test_first_generation_without_its_header_is_recognised_by_the_data():
+    rows = [ln for ln in FIRST_GEN.read_text().splitlines() if ln.startswith("    10000000")]
+    assert len(rows) == 20
+    parsed = parse_text("\n".join(rows), path="pasted", collective="all_reduce", n_ranks=4)
+    r = parsed.runs[0]
+    assert r.time_unit == "ms" and r.time_unit_source.startswith("data")
+    assert r.n_flagged == 0 and any("milliseconds" in w for w in r.warnings)
+    assert parsed.measurements["time_us"].max() == 1932.0
+
+
+def test_many_hosts_failing_name_the_first_with_its_own_pid():
+    """Real logs of a broken job repeat the failure on many hosts, interleaved (nccl-tests issue
+    #322 shape): the first line is the root cause, each host's pid comes from its own stack line."""
+    head = _real().rstrip("\n")
+    text = "\n".join([head.replace("{hostname}", "hca-63"),
+                      "hca-14: Test NCCL failure common.cu:1204 'unhandled cuda error (run with NCCL_DEBUG=INFO for details) / '",
+                      "hca-63: Test NCCL failure common.cu:1204 'unhandled cuda error (run with NCCL_DEBUG=INFO for details) / '",
+                      " .. hca-63 pid 66425: Test failure common.cu:915",
+                      " .. hca-14 pid 1015577: Test failure common.cu:915",
+                      "mpirun detected that one or more processes exited with non-zero status, thus causing"])
+    r = parse_text(text, path="many").runs[0]
+    assert r.failure.startswith("Test NCCL failure common.cu:1204 'unhandled cuda error")
+    assert r.failure_host == "hca-14" and "pid 1015577" in r.failure and r.failure_ranks == []
+    assert r.failure_context[0].endswith("mpirun detected that one or more processes exited with non-zero status, thus causing")
+    assert any("2 failure line(s)" in w for w in r.warnings)

@@ -2,8 +2,10 @@
 
 With ``--mle`` the column ``z`` of a z-score table (or ``--column NAME`` of any CSV/Parquet
 table) is fitted by maximum likelihood; ``--json`` prints ``family, n, mu, sigma, xi, se,
-loglik, aic`` first (NaN and infinities as null), then the convergence flag, covariance, profile interval for xi and the
-Gumbel-vs-GEV likelihood-ratio test. Exit status 1 when the fit did not converge.
+loglik, aic`` first (NaN and infinities as null), then the convergence flag, covariance, profile interval for xi
+(an open side is null with ``open_below``/``open_above`` true, and said in words in the text output), the 10- and
+100-block return levels with delta-method standard errors and profile intervals, and the Gumbel-vs-GEV
+likelihood-ratio test. Exit status 1 when the fit did not converge.
 
 With ``--model PATH`` the Bayesian fitter (``evtsync.evt.bayes_cli``) is called.
 """
@@ -46,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--negate", action="store_true",
                    help="fit the negated values (minima as maxima, e.g. strengths)")
     p.add_argument("--ci-level", type=float, default=0.95, help="level of the profile interval (default 0.95)")
-    p.add_argument("--no-profile", action="store_true", help="skip the profile-likelihood interval for xi")
+    p.add_argument("--no-profile", action="store_true", help="skip the profile-likelihood intervals (xi and return levels)")
     p.add_argument("--json", action="store_true", help="print the fit as one JSON object")
     p.add_argument("--plot", metavar="PATH", help="diagnostic panel (gev.diag) to .png/.svg/.pdf")
     bayes = p.add_argument_group("Bayesian fit (with --model)")
@@ -120,6 +122,10 @@ def _bayesian(args: argparse.Namespace) -> int:
     return int(run_bayesian_fit(args) or 0)
 
 
+#: return periods (in blocks) whose levels ``fit --mle`` reports
+RETURN_PERIODS = (10.0, 100.0)
+
+
 def _fmt(value: float) -> str:
     return "nan" if not math.isfinite(value) else f"{value:.6g}"
 
@@ -136,10 +142,19 @@ def run_fit(args: argparse.Namespace) -> int:
     fit = mle.fit_mle(values, args.family)
     record: dict[str, Any] = fit.to_dict()
     record.update({"data": str(args.data), "column": column, "negated": bool(args.negate), "skipped_rows": skipped})
-    if args.family == "gev":
+    intervals: dict[Any, Any] = {}  # the ProfileInterval objects, for the text output
+    if args.family == "gev" and not args.no_profile:
+        intervals["xi"] = mle.profile_ci_xi(values, fit, args.ci_level)
+        record["xi_profile_ci"] = intervals["xi"].to_dict()
+    record["return_levels"] = []
+    for period in RETURN_PERIODS:  # issue 19: the MLE output names its return levels with intervals
+        z, z_se = mle.return_level_delta(fit, period)
+        entry: dict[str, Any] = {"period_blocks": period, "level": z, "se_delta": z_se}
         if not args.no_profile:
-            lo, hi = mle.profile_ci_xi(values, fit, args.ci_level)
-            record["xi_profile_ci"] = {"level": args.ci_level, "lower": lo, "upper": hi}
+            intervals[period] = mle.profile_ci_return_level(values, fit, period, args.ci_level)
+            entry["profile_ci"] = intervals[period].to_dict()
+        record["return_levels"].append(entry)
+    if args.family == "gev":
         gumbel = mle.fit_gumbel(values)
         deviance = max(0.0, 2.0 * (fit.loglik - gumbel.loglik))
         from scipy import stats
@@ -159,9 +174,17 @@ def run_fit(args: argparse.Namespace) -> int:
         for name in fit.param_names:
             print(f"  {name:6s} = {_fmt(getattr(fit, name))}  (se {_fmt(fit.se[name])})")
         print(f"  loglik = {_fmt(fit.loglik)}   AIC = {_fmt(fit.aic)}")
-        if "xi_profile_ci" in record:
-            ci = record["xi_profile_ci"]
-            print(f"  xi {ci['level']:.0%} profile-likelihood interval: [{_fmt(ci['lower'])}, {_fmt(ci['upper'])}]")
+        if "xi" in intervals:
+            iv = intervals["xi"]
+            print(f"  xi {iv.level:.0%} profile-likelihood interval: {iv.describe('.6g')}")
+            if iv.note:
+                print(f"    note: {iv.note}")
+        for rl in record["return_levels"]:
+            line = f"  {rl['period_blocks']:g}-block return level = {_fmt(rl['level'])}  (se {_fmt(rl['se_delta'])})"
+            iv = intervals.get(rl["period_blocks"])
+            print(line + (f"; {iv.level:.0%} profile-likelihood interval {iv.describe('.6g')}" if iv else ""))
+            if iv is not None and iv.note:
+                print(f"    note: {iv.note}")
         if "lrt_gumbel" in record:
             lrt = record["lrt_gumbel"]
             print(f"  Gumbel vs GEV: deviance = {_fmt(lrt['deviance'])}, p = {_fmt(lrt['pvalue'])}, "

@@ -12,16 +12,14 @@ import math
 import re
 import sys
 from collections import Counter
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from evtsync.errors import InputError
-from evtsync.nccltests.alpha import TOPOLOGIES, fit_alpha
 from evtsync.nccltests.parse import ParsedLog, parse_log
-from evtsync.nccltests.plan import DEFAULT_MATRICES, PlanSettings, build_plan, load_plan, run_plan
-from evtsync.nccltests.stats import compare_logs, size_stats
-from evtsync.tableio import write_table, write_text_atomic
+from evtsync.nccltests.plan import DEFAULT_MATRICES
+
+if TYPE_CHECKING:  # heavy modules (pandas, scipy) load inside the handlers that use them
+    import pandas as pd
 
 ORDER = 80
 
@@ -87,6 +85,26 @@ def _print_table(df: pd.DataFrame) -> None:
         print(df.to_string(index=False))
 
 
+def _print_rows(rows: list[dict[str, Any]], columns: list[str]) -> None:
+    """Right-aligned text table of plain dicts (no pandas: ``parse`` stays fast to start)."""
+    if not rows:
+        print("(no rows)")
+        return
+
+    def cell(v: Any) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "NaN"
+        if isinstance(v, float):
+            return f"{v:g}"
+        return str(v)
+
+    cells = [[cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    print(" ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)))
+    for row in cells:
+        print(" ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)))
+
+
 def _add_log_overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("--collective", help="collective when the log does not name it (e.g. all_gather)")
     p.add_argument("--ranks", type=int, help="number of ranks when the log does not list devices")
@@ -107,7 +125,11 @@ def _run_line(pl: ParsedLog) -> list[str]:
                      f"{r.n_flagged} flagged"
                      + (f", out of bounds {r.out_of_bounds} {'OK' if r.out_of_bounds_ok else 'FAILED'}"
                         if r.out_of_bounds is not None else ", no footer"))
+        if r.failure:
+            lines.append(f"  FAILED: {r.failure}")
+            lines += [f"    launcher: {c}" for c in r.failure_context]
         lines += [f"  warning: {w}" for w in r.warnings]
+    lines += [f"warning: {w}" for w in pl.warnings]
     return lines
 
 
@@ -117,6 +139,8 @@ def _run_line(pl: ParsedLog) -> list[str]:
 def _cmd_parse(args: argparse.Namespace) -> int:
     pl = _load(args.log, args)
     if args.out:
+        from evtsync.tableio import write_table
+
         write_table(pl.measurements, args.out)
     if args.json:
         _dump_json(pl.to_dict())
@@ -124,17 +148,21 @@ def _cmd_parse(args: argparse.Namespace) -> int:
     print(f"{pl.path} ({pl.format})")
     for line in _run_line(pl):
         print(line)
-    m = pl.measurements
-    keys = ["run", "cycle", "line", "size", "count", "type", "redop", "root"]
-    vals = ["time_us", "busbw_gbps", "wrong"]
-    oop = m[m["placement"] == "out-of-place"][keys + vals].rename(columns={v: f"oop_{v}" for v in vals})
-    ip = m[m["placement"] == "in-place"][["run", "line", *vals]].rename(columns={v: f"ip_{v}" for v in vals})
-    wide = oop.merge(ip, on=["run", "line"], how="outer")
-    flags = m.groupby(["run", "line"])["bw_flag"].agg(lambda s: "; ".join(x for x in s if x))
-    wide = wide.merge(flags.rename("flag").reset_index(), on=["run", "line"], how="left")
-    wide = wide.sort_values(["run", "line"]).drop(columns=["line"])
-    wide["size"] = wide["size"].map(_fmt_size)
-    _print_table(wide)
+    keys = ["run", "cycle", "size", "count", "type", "redop", "root"]
+    vals = ["time_us", "busbw_gbps", "wrong"] + (["error"] if any(r.old_error_column for r in pl.runs) else [])
+    wide: dict[tuple[int, int], dict[str, Any]] = {}
+    for r in pl.rows:
+        row = wide.setdefault((r["run"], r["line"]), {k: r[k] for k in keys} | {"flag": []})
+        prefix = "oop" if r["placement"] == "out-of-place" else "ip"
+        row.update({f"{prefix}_{v}": r[v] for v in vals})
+        if r["bw_flag"]:
+            row["flag"].append(r["bw_flag"])
+    table = []
+    for _, row in sorted(wide.items()):
+        row["size"] = _fmt_size(row["size"])
+        row["flag"] = "; ".join(row["flag"])
+        table.append(row)
+    _print_rows(table, [*keys, *(f"oop_{v}" for v in vals), *(f"ip_{v}" for v in vals), "flag"])
     reasons = Counter(s.reason for s in pl.skipped)
     if reasons:
         print(f"skipped {len(pl.skipped)} line(s): " + ", ".join(f"{n} {r}" for r, n in reasons.most_common()))
@@ -147,6 +175,9 @@ def _cmd_parse(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
+    from evtsync.nccltests.stats import size_stats
+    from evtsync.tableio import write_table
+
     logs = [_load(p, args) for p in args.logs]
     table = size_stats(logs, pool_runs=args.pool, cv_threshold=args.cv_threshold, min_cycles=args.min_cycles)
     if args.placement != "both":
@@ -183,6 +214,10 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from evtsync.nccltests.stats import compare_logs
+
     old, new = _load(args.old, args), _load(args.new, args)
     cmp = compare_logs(old, new, old_run=args.old_run, new_run=args.new_run, threshold_pct=args.threshold,
                        cv_threshold=args.cv_threshold, min_cycles=args.min_cycles)
@@ -204,6 +239,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_alpha(args: argparse.Namespace) -> int:
+    from evtsync.nccltests.alpha import fit_alpha
+
     pl = _load(args.log, args)
     fit = fit_alpha(pl, size_range=_size_range(args.range), topology=args.topology, level=args.level,
                     placement=args.placement, run=args.run, linear_tolerance=args.linear_tolerance)
@@ -239,6 +276,11 @@ def _parse_assignments(items: list[str] | None, kind: type, what: str) -> dict[s
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from evtsync.nccltests.plan import PlanSettings, build_plan
+    from evtsync.tableio import write_text_atomic
+
     settings = PlanSettings(binary=args.binary, min_bytes=args.min_bytes, max_bytes=args.max_bytes,
                             step_factor=args.step_factor, gpus=args.gpus, cycles=args.cycles,
                             datatype=args.datatype, op=args.op, cpu=None if args.no_affinity else args.cpu,
@@ -265,6 +307,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from evtsync.nccltests.plan import load_plan, run_plan
+
     plan = load_plan(args.plan)
     report = run_plan(plan, args.out, timeout_s=args.timeout, only_matrix=args.matrix)
     if args.json:
@@ -332,7 +378,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     a.add_argument("log")
     _add_log_overrides(a)
     a.add_argument("--range", help="size range LOW:HIGH, e.g. 1G:4G (default: where T(S) is linear)")
-    a.add_argument("--topology", default="ring", help=f"p and q of SPEC §8: {', '.join(TOPOLOGIES)} (default ring)")
+    a.add_argument("--topology", default="ring",
+                   help="p and q of SPEC §8 by topology name, e.g. ring (default ring; an unknown name "
+                        "is refused with the list of known ones)")
     a.add_argument("--level", type=float, default=0.9, help="credible level (default 0.9)")
     a.add_argument("--placement", choices=["out-of-place", "in-place"], default="out-of-place")
     a.add_argument("--run", type=int, help="run index when the log holds several")

@@ -42,6 +42,7 @@ __all__ = [
     "FAMILIES",
     "LikelihoodRatioTest",
     "MleFit",
+    "ProfileInterval",
     "fit_gev",
     "fit_gumbel",
     "fit_mle",
@@ -363,80 +364,232 @@ def return_level_delta(fit: MleFit, period: float) -> tuple[float, float]:
     return level(theta), math.sqrt(var) if var >= 0 else math.nan
 
 
-class _Profile:
-    """Profile log-likelihood of one parameter, maximised over the others with warm starts."""
+#: Range of xi searched by the profile intervals, and allowed to the nuisance xi of the
+#: return-level profile: above -1 (where the likelihood is unbounded, Smith 1985) and up to
+#: max(XI_PROFILE_MAX, xi_hat + 1). With few maxima the GEV likelihood rises again at very
+#: large xi (degenerate heavy-tailed fits that put a spike at the lowest maximum); that region
+#: is outside every practical block-maxima model and is not searched.
+XI_PROFILE_MAX = 2.0
+#: how far (in Wald half-widths) the return-level search goes before calling a side open
+_MAX_DOUBLINGS = 40
 
-    def __init__(self, fun: Callable[[float, NDArray[np.float64]], float], start: NDArray[np.float64]):
-        self.fun = fun
-        self.last = np.asarray(start, dtype=float)
+
+@dataclass(frozen=True)
+class ProfileInterval:
+    """A profile-likelihood interval ``{v: profile(v) >= max - chi2_1(level)/2}``, the connected
+    part that holds the estimate.
+
+    A side on which the profile never falls below the cut inside the searched range is
+    *open*: its bound is ``-inf``/``+inf`` and ``open_below``/``open_above`` is True (small
+    samples: the data do not bound the parameter). ``searched`` is the range examined and
+    ``note`` says why a side is open or what else was found. Unpacks as ``lower, upper``.
+    """
+
+    parameter: str
+    estimate: float
+    level: float
+    lower: float
+    upper: float
+    open_below: bool
+    open_above: bool
+    searched: tuple[float, float]
+    note: str = ""
+
+    def __iter__(self):  # noqa: ANN204 - tuple-like unpacking: lo, hi = interval
+        yield self.lower
+        yield self.upper
+
+    @property
+    def closed(self) -> bool:
+        """True when both ends were found."""
+        return not (self.open_below or self.open_above)
+
+    def describe(self, fmt: str = ".4g") -> str:
+        """``[a, b]`` with an open side in words, e.g. ``[-0.628, open above (...)]``."""
+        lo = (f"open below (no lower end down to {self.searched[0]:.4g})" if self.open_below
+              else format(self.lower, fmt))
+        hi = (f"open above (no upper end up to {self.searched[1]:.4g})" if self.open_above
+              else format(self.upper, fmt))
+        return f"[{lo}, {hi}]"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: open bounds are null, with the flags and the searched range."""
+        return {
+            "parameter": self.parameter,
+            "estimate": self.estimate,
+            "level": self.level,
+            "lower": None if self.open_below else self.lower,
+            "upper": None if self.open_above else self.upper,
+            "open_below": self.open_below,
+            "open_above": self.open_above,
+            "searched": list(self.searched),
+            "note": self.note,
+        }
+
+
+def _nll_fast(y: NDArray[np.float64], mu: float, log_sigma: float, xi: float) -> float:
+    """Negative GEV log-likelihood of standardised data, for the inner profile optimisations
+    (the same density as :func:`evtsync.evt.gev.logpdf`, without its argument checks)."""
+    if not (xi > _XI_FLOOR) or not math.isfinite(mu) or not math.isfinite(log_sigma):
+        return math.inf
+    z = (y - mu) / math.exp(log_sigma)
+    if abs(xi) < 1e-10:
+        value = y.size * log_sigma + float(np.sum(z + np.exp(-z)))
+    else:
+        t = 1.0 + xi * z
+        if float(np.min(t)) <= 0.0:
+            return math.inf
+        lt = np.log(t)
+        value = y.size * log_sigma + float(np.sum((1.0 + 1.0 / xi) * lt + np.exp(-lt / xi)))
+    return value if math.isfinite(value) else math.inf
+
+
+def _inner_min(fun: Callable[[NDArray[np.float64]], float], start: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
+    with np.errstate(invalid="ignore", over="ignore"):
+        res = optimize.minimize(fun, start, method="Nelder-Mead",
+                                options={"xatol": 1e-10, "fatol": 1e-12, "maxfev": 4000, "adaptive": True})
+    return float(res.fun), np.asarray(res.x, dtype=float)
+
+
+class _Profile:
+    """Profile log-likelihood of one parameter: the log-likelihood maximised over the nuisance
+    parameters by Nelder–Mead, warm-started from the nearest value already evaluated (made
+    feasible by ``feasible``: the GEV support moves with the parameters)."""
+
+    def __init__(self, neg: Callable[[float, NDArray[np.float64]], float], start: NDArray[np.float64],
+                 at: float, feasible: Callable[[float, NDArray[np.float64]], NDArray[np.float64]]):
+        self.neg = neg
+        self.feasible = feasible
+        self.points: dict[float, tuple[float, NDArray[np.float64]]] = {}
+        self._seed = (at, np.asarray(start, dtype=float))
+
+    def nuisance(self, value: float) -> NDArray[np.float64]:
+        """Nuisance parameters at the evaluated value nearest to ``value``."""
+        if not self.points:
+            return self._seed[1]
+        near = min(self.points, key=lambda v: abs(v - value))
+        return self.points[near][1]
 
     def __call__(self, value: float) -> float:
-        res = _nelder_mead(lambda t: self.fun(value, t), self.last)
-        if not math.isfinite(res.fun):
-            return -math.inf
-        self.last = res.x
-        return -float(res.fun)
+        if value in self.points:
+            return self.points[value][0]
+        start = self.feasible(value, self.nuisance(value).copy())
+        fun, theta = _inner_min(lambda t: self.neg(value, t), start)
+        ll = -fun if math.isfinite(fun) else -math.inf
+        self.points[value] = (ll, theta)
+        return ll
 
 
-def _profile_interval(profile: _Profile, hat: float, ll_hat: float, step: float, level: float,
-                      lower_bound: float = -math.inf) -> tuple[float, float]:
-    """Both ends of ``{v: profile(v) >= ll_hat - chi2_1(level)/2}``; NaN where not bracketed."""
+def _profile_interval(profile: _Profile, parameter: str, hat: float, ll_hat: float, half_width: float,
+                      level: float, bounds: tuple[float, float], *, max_doublings: int = _MAX_DOUBLINGS,
+                      open_at_bound: str = "") -> ProfileInterval:
+    """Both ends of the profile interval: bracket each side starting at the Wald end
+    ``hat -+ half_width`` (doubling the distance while the profile stays above the cut, up to
+    ``bounds``), then solve ``profile(v) = cut`` by Brent's method."""
     target = ll_hat - 0.5 * float(stats.chi2.ppf(level, 1))
-    start_state = profile.last.copy()
-    ends = []
-    for direction in (-1.0, 1.0):
-        profile.last = start_state.copy()
+    profile.points.setdefault(hat, (ll_hat, profile.nuisance(hat)))
+    ends: list[float] = []
+    opened: list[bool] = []
+    width = half_width if math.isfinite(half_width) and half_width > 0 else 0.1 * max(1.0, abs(hat))
+    for direction, bound in ((-1.0, bounds[0]), (1.0, bounds[1])):
         inner, outer = hat, None
-        for j in range(1, 60):
-            candidate = hat + direction * step * 0.5 * j
-            if candidate <= lower_bound:
-                break
+        distance = width
+        for _ in range(max_doublings + 1):
+            candidate = hat + direction * distance
+            at_bound = (candidate - bound) * direction >= 0
+            if at_bound:
+                candidate = bound
             if profile(candidate) < target:
                 outer = candidate
                 break
             inner = candidate
+            if at_bound:
+                break
+            distance *= 2.0
         if outer is None:
-            ends.append(math.nan)
+            ends.append(direction * math.inf)
+            opened.append(True)
             continue
-        ends.append(optimize.brentq(lambda v: profile(v) - target, min(inner, outer),
-                                    max(inner, outer), xtol=1e-7 * max(1.0, abs(hat))))
-    return ends[0], ends[1]
+        root = optimize.brentq(lambda v: profile(v) - target, min(inner, outer), max(inner, outer),
+                               xtol=1e-9 * max(1.0, abs(hat)), rtol=1e-12, maxiter=200)
+        ends.append(float(root))
+        opened.append(False)
+    searched = (min(profile.points), max(profile.points))
+    notes = []
+    higher = [v for v, (ll, _) in profile.points.items() if ll > ll_hat + 1e-6]
+    if higher:
+        notes.append(f"the profile exceeds the fit's log-likelihood at {parameter} = {higher[0]:.4g}: the fit "
+                     "is not the global maximum")
+    for side, is_open in (("below", opened[0]), ("above", opened[1])):
+        if is_open:
+            notes.append(f"open {side}: the {level:.0%} profile stays above its cut down to "
+                         f"{searched[0]:.4g}" if side == "below" else
+                         f"open {side}: the {level:.0%} profile stays above its cut up to {searched[1]:.4g}")
+    if open_at_bound and any(opened):
+        notes.append(open_at_bound)
+    return ProfileInterval(parameter=parameter, estimate=float(hat), level=float(level), lower=ends[0],
+                           upper=ends[1], open_below=opened[0], open_above=opened[1],
+                           searched=(float(searched[0]), float(searched[1])), note="; ".join(notes))
+
+
+def _xi_bounds(xi_hat: float) -> tuple[float, float]:
+    return _XI_FLOOR + 1e-6, max(XI_PROFILE_MAX, xi_hat + 1.0)
+
+
+def _xi_profile(y: NDArray[np.float64], start: NDArray[np.float64], at: float) -> _Profile:
+    def feasible(xi: float, t: NDArray[np.float64]) -> NDArray[np.float64]:
+        # 1 + xi (y - mu)/sigma > 0 for every y: widen sigma if the warm start violates it
+        need = float(np.max(-xi * (y - t[0])))
+        if need >= math.exp(t[1]):
+            t[1] = math.log(1.5 * need)
+        return t
+
+    return _Profile(lambda xi, t: _nll_fast(y, t[0], t[1], xi), start, at, feasible)
 
 
 def profile_loglik_xi(data: ArrayLike, xi_values: ArrayLike) -> NDArray[np.float64]:
     """Profile log-likelihood of xi: the GEV log-likelihood maximised over (mu, sigma)."""
     x = _clean(data, "gev")
-    y, _loc, scale = _standardise(x)
-    mu_g, sigma_g = _gumbel_mle_standardised(y)
-    profile = _Profile(lambda xi, t: _nll(y, t[0], math.exp(t[1]), xi), np.array([mu_g, math.log(sigma_g)]))
+    fit = fit_gev(x)
+    y, loc, scale = _standardise(x)
+    profile = _xi_profile(y, np.array([(fit.mu - loc) / scale, math.log(fit.sigma / scale)]), fit.xi)
     values = np.asarray(xi_values, dtype=float)
-    order = np.argsort(np.abs(values))
     out = np.empty(values.shape)
-    for idx in order:
+    for idx in np.argsort(np.abs(values - fit.xi), axis=None):  # outward from the fit: warm starts
         out.flat[idx] = profile(float(values.flat[idx])) - x.size * math.log(scale)
     return out
 
 
-def profile_ci_xi(data: ArrayLike, fit: MleFit | None = None, level: float = 0.95) -> tuple[float, float]:
-    """Profile-likelihood interval for xi of a GEV fit (Coles 2001, §2.6.6)."""
+def profile_ci_xi(data: ArrayLike, fit: MleFit | None = None, level: float = 0.95) -> ProfileInterval:
+    """Profile-likelihood interval for xi of a GEV fit (Coles 2001, §2.6.6).
+
+    Bracketed from the Wald interval and solved by Brent's method on the profile; a side the
+    profile does not bound within ``(-1, max(XI_PROFILE_MAX, xi_hat + 1)]`` is open (see
+    :class:`ProfileInterval`). Unpacks as ``lower, upper``.
+    """
     x = _clean(data, "gev")
     fit = fit if fit is not None else fit_gev(x)
     if fit.family != "gev":
         raise InputError("a profile interval for xi needs a GEV fit")
     y, loc, scale = _standardise(x)
-    start = np.array([(fit.mu - loc) / scale, math.log(fit.sigma / scale)])
-    profile = _Profile(lambda xi, t: _nll(y, t[0], math.exp(t[1]), xi), start)
+    profile = _xi_profile(y, np.array([(fit.mu - loc) / scale, math.log(fit.sigma / scale)]), fit.xi)
     ll_hat = fit.loglik + x.size * math.log(scale)
-    step = fit.se["xi"] if math.isfinite(fit.se["xi"]) and fit.se["xi"] > 0 else 0.1
-    return _profile_interval(profile, fit.xi, ll_hat, step, level, lower_bound=_XI_FLOOR)
+    z = math.sqrt(float(stats.chi2.ppf(level, 1)))
+    se = fit.se["xi"]
+    lo_b, hi_b = _xi_bounds(fit.xi)
+    return _profile_interval(profile, "xi", fit.xi, ll_hat, z * se, level, (lo_b, hi_b), max_doublings=12,
+                             open_at_bound=f"xi is searched in ({_XI_FLOOR:g}, {hi_b:g}]: below -1 the "
+                             "likelihood is unbounded; above, only degenerate fits of few maxima")
 
 
 def profile_ci_return_level(data: ArrayLike, fit: MleFit, period: float,
-                            level: float = 0.95) -> tuple[float, float]:
+                            level: float = 0.95) -> ProfileInterval:
     """Profile-likelihood interval for the ``period``-block return level (Coles 2001, §3.3.3).
 
     The location is eliminated through ``mu = z_p - sigma (y_p^(-xi) - 1)/xi``; the profile is
-    maximised over ``sigma`` (and ``xi`` for a GEV fit).
+    maximised over ``sigma`` (and ``xi`` in ``(-1, max(XI_PROFILE_MAX, xi_hat + 1)]`` for a
+    GEV fit). An end reached only because the nuisance xi sits at that search limit is
+    reported as open. Unpacks as ``lower, upper``.
     """
     x = _clean(data, fit.family)
     y, loc, scale = _standardise(x)
@@ -444,25 +597,52 @@ def profile_ci_return_level(data: ArrayLike, fit: MleFit, period: float,
         raise InputError(f"return period must be > 1 block; got {period:g}")
     u = -math.log(-math.log1p(-1.0 / period))
     z_hat, z_se = return_level_delta(fit, period)
+    _, xi_max = _xi_bounds(fit.xi)
 
-    def mu_from(z: float, sigma: float, xi: float) -> float:
-        return z - sigma * float(gev._expm1_div(np.asarray(u), np.asarray(xi)))
+    def c_of(xi: float) -> float:
+        return u if xi == 0 else math.expm1(xi * u) / xi
+
+    def neg_gev(z: float, t: NDArray[np.float64]) -> float:
+        if not t[1] <= xi_max:
+            return math.inf
+        return _nll_fast(y, z - math.exp(t[0]) * c_of(t[1]), t[0], t[1])
+
+    def neg_gumbel(z: float, t: NDArray[np.float64]) -> float:
+        return _nll_fast(y, z - math.exp(t[0]) * u, t[0], 0.0)
+
+    def feasible(z: float, t: NDArray[np.float64]) -> NDArray[np.float64]:
+        # t_i = exp(xi u) + xi (y_i - z)/sigma > 0: widen sigma if the warm start violates it
+        xi = float(t[1]) if t.size == 2 else 0.0
+        need = float(np.max(-xi * (y - z))) * math.exp(-xi * u)
+        if need >= math.exp(t[0]):
+            t[0] = math.log(1.5 * need)
+        return t
 
     if fit.family == "gumbel":
-        def neg(z: float, t: NDArray[np.float64]) -> float:
-            sigma = math.exp(t[0])
-            return _nll(y, mu_from(z, sigma, 0.0), sigma, 0.0)
-
-        start = np.array([math.log(fit.sigma / scale)])
+        profile = _Profile(neg_gumbel, np.array([math.log(fit.sigma / scale)]), 0.0, feasible)
     else:
-        def neg(z: float, t: NDArray[np.float64]) -> float:
-            sigma = math.exp(t[0])
-            return _nll(y, mu_from(z, sigma, t[1]), sigma, t[1])
-
-        start = np.array([math.log(fit.sigma / scale), fit.xi])
-    profile = _Profile(neg, start)
+        profile = _Profile(neg_gev, np.array([math.log(fit.sigma / scale), fit.xi]), 0.0, feasible)
     ll_hat = fit.loglik + x.size * math.log(scale)
     z_hat_s = (z_hat - loc) / scale
-    step = z_se / scale if math.isfinite(z_se) and z_se > 0 else 0.1
-    lo, hi = _profile_interval(profile, z_hat_s, ll_hat, step, level)
-    return loc + scale * lo, loc + scale * hi
+    profile._seed = (z_hat_s, profile._seed[1])
+    zq = math.sqrt(float(stats.chi2.ppf(level, 1)))
+    half = zq * z_se / scale if math.isfinite(z_se) and z_se > 0 else 0.1
+    limit = half * 2.0**_MAX_DOUBLINGS
+    res = _profile_interval(profile, f"{period:g}-block return level", z_hat_s, ll_hat, half, level,
+                            (z_hat_s - limit, z_hat_s + limit))
+    lower, upper = res.lower, res.upper
+    open_below, open_above = res.open_below, res.open_above
+    notes = [res.note] if res.note else []
+    if fit.family == "gev":  # an end set by the xi search limit is not an end the data give
+        for side, end in (("below", lower), ("above", upper)):
+            if math.isfinite(end) and float(profile.nuisance(end)[1]) >= xi_max - 1e-3:
+                notes.append(f"open {side}: the profile reaches its cut only where the nuisance xi hits its "
+                             f"search limit {xi_max:g}")
+                if side == "below":
+                    lower, open_below = -math.inf, True
+                else:
+                    upper, open_above = math.inf, True
+    return ProfileInterval(parameter=res.parameter, estimate=float(z_hat), level=res.level,
+                           lower=loc + scale * lower, upper=loc + scale * upper, open_below=open_below,
+                           open_above=open_above, searched=(loc + scale * res.searched[0], loc + scale * res.searched[1]),
+                           note="; ".join(notes))

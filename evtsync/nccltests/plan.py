@@ -26,15 +26,14 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from evtsync.errors import EvtsyncError, NcclTestsError
 from evtsync.nccltests.parse import parse_log
-from evtsync.nccltests.stats import size_stats
 from evtsync.progress import progress
-from evtsync.tableio import write_table, write_text_atomic
+
+if TYPE_CHECKING:  # pandas (and the table writer that needs it) load only when a plan runs
+    import pandas as pd
 
 log = logging.getLogger("evtsync.nccltests.plan")
 
@@ -233,6 +232,12 @@ class RunReport:
         return sum(r["status"] != "ok" for r in self.records)
 
 
+def _writers() -> tuple[Any, Any]:
+    from evtsync.tableio import write_table, write_text_atomic
+
+    return write_table, write_text_atomic
+
+
 def run_plan(plan: dict[str, Any], out_dir: str | Path, *, timeout_s: float = 600.0,
              only_matrix: str | None = None) -> RunReport:
     """Execute a plan's commands in order, store each output, and summarise per variant."""
@@ -241,6 +246,7 @@ def run_plan(plan: dict[str, Any], out_dir: str | Path, *, timeout_s: float = 60
     if not entries:
         raise NcclTestsError(f"plan has no entries{' for matrix ' + only_matrix if only_matrix else ''}")
     _check_executables({"entries": entries})
+    write_table, write_text_atomic = _writers()
     records = []
     for e in progress(entries, desc="nccl-tests runs", total=len(entries), unit="run"):
         records.append(_run_one(e, out, timeout_s))
@@ -282,14 +288,15 @@ def _run_one(entry: dict[str, Any], out: Path, timeout_s: float) -> dict[str, An
                 burner.wait()
     rec["seconds"] = round(time.monotonic() - start, 3)
     log_path = out / entry["log"]
-    write_text_atomic(log_path, text)
+    _writers()[1](log_path, text)
     if "status" not in rec:
         if rec["returncode"] != 0:
             rec["status"] = f"exit status {rec['returncode']}"
         else:
             try:
                 parsed = parse_log(log_path)
-                rec["status"] = "ok"
+                aborted = [r.failure for r in parsed.runs if r.failure]
+                rec["status"] = f"run aborted: {aborted[0]}" if aborted else "ok"
                 rec["rows"] = parsed.n_table_lines
             except EvtsyncError as exc:
                 rec["status"] = f"no table: {exc}"
@@ -301,6 +308,10 @@ def _run_one(entry: dict[str, Any], out: Path, timeout_s: float) -> dict[str, An
 
 def summarise_outputs(out: Path, records: list[dict[str, Any]]) -> pd.DataFrame:
     """Per matrix and variant: stats over the pooled cycles of all successful replicates."""
+    import pandas as pd
+
+    from evtsync.nccltests.stats import size_stats
+
     frames = []
     groups: dict[tuple[str, str], list[Any]] = {}
     for r in records:

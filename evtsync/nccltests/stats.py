@@ -14,13 +14,15 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from evtsync.errors import NcclTestsError
 from evtsync.nccltests.parse import ParsedLog, RunInfo
+
+if TYPE_CHECKING:  # pandas is imported by the functions that build tables (CLI start-up cost)
+    import pandas as pd
 
 log = logging.getLogger("evtsync.nccltests.stats")
 
@@ -62,12 +64,17 @@ def size_stats(
     apart (column ``run``). ``stability`` is ``stable`` (cycle CV <= threshold with at least
     ``min_cycles`` cycles), ``unstable`` or ``unknown`` (too few cycles to tell).
     """
+    import pandas as pd
+
     items = logs if isinstance(logs, list) else [logs]
     frames = []
     footer: dict[tuple[int, int], bool | None] = {}
+    aborted: dict[tuple[int, int], str] = {}
     for i, pl in enumerate(items):
         for r in pl.runs:
-            footer[(i, r.index)] = r.out_of_bounds_ok if r.old_error_column else None
+            footer[(i, r.index)] = r.out_of_bounds_ok
+            if r.failure is not None:
+                aborted[(i, r.index)] = r.failure
         m = pl.measurements.copy()
         if run is not None:
             m = m[m["run"] == run]
@@ -87,12 +94,17 @@ def size_stats(
         icv = g["i_cv_pct"].to_numpy(dtype=float)
         icv = icv[np.isfinite(icv)]
         status, wrong_total = _correctness(g["wrong"], g["error"])
+        members = list(g[["source", "run"]].drop_duplicates().itertuples(index=False, name=None))
+        oks = {footer.get(k) for k in members}
         if status.startswith("max-error"):
-            oks = {footer.get(k) for k in g[["source", "run"]].drop_duplicates().itertuples(index=False, name=None)}
             if oks == {True}:
                 status = "passed"
             elif False in oks:
                 status = "failed"
+        elif status in ("passed", "not checked") and False in oks:
+            status = "failed (footer)"  # the run's out-of-bounds footer says FAILED
+        if any(k in aborted for k in members):
+            status = "run aborted"  # the process died: a result that may be cut or corrupt
         if n < max(min_cycles, 2):
             stability = "unknown"
         else:
