@@ -91,8 +91,9 @@ def test_inject_moves_the_critical_path_to_the_cpu(tmp_path, base, delay_ms):
         cols = ["pg", "index", "straggler_rank", "path_kind", "cause_name", "cause_extra_us"]
         assert after.collectives[cols].equals(baseline.collectives[cols])
     # validation (a) holds on the result (tolerance as in test_critpath_attribution)
-    v = after.validation.set_index("scope")
+    v = after.validation[after.validation["subset"] == "all"].set_index("scope")
     assert abs(v.loc["1", "slope"] - 1.0) < 0.01
+    assert abs(v.loc["1", "theil_slope"] - 1.0) < 0.01
     assert v.loc["1", "r2"] > 0.99
 
 

@@ -106,7 +106,7 @@ def _print_report(result) -> None:  # noqa: ANN001 - CLI rendering only
     table = result.collectives
     ok = table[table["status"] == "ok"]
     others = [f"{n} {s}" for s, n in table["status"].value_counts().items() if s != "ok"]
-    print(f"{len(table)} collective(s): {len(ok)} attributed" + (f" ({', '.join(others)} not)" if others else ""))
+    print(f"{len(table)} collective(s): {len(ok)} explained" + (f" ({', '.join(others)})" if others else ""))
     if len(ok):
         print("\nlargest taxes and their principal causes (extra µs over the fastest rank):")
         print(f"  {'pg':<12} {'index':>5} {'tau µs':>9} {'straggler':>9} {'path':<16} {'category':<16} "
@@ -120,11 +120,20 @@ def _print_report(result) -> None:  # noqa: ANN001 - CLI rendering only
                 + (f"; paper {PAPER_GPU_CAUSES[s.category]:.1%})" if s.category in PAPER_GPU_CAUSES else ")")
             print(f"  {s.category:<16} {s.cause_class:<4} {s.count:>6}  {s.share:>6.1%}{gpu_share}")
         print(f"\nGPU-only straggler paths: {result.gpu_only_share:.1%} (paper: {PAPER_GPU_ONLY_SHARE:.1%})")
+    from evtsync.critpath.attribution import EXPLAINED_SHARE_MAX, EXPLAINED_SHARE_MIN
+
+    unexplained = table[table["status"] == "unexplained"]
+    if len(unexplained):
+        print(f"\n{len(unexplained)} collective(s) unexplained (path extra outside "
+              f"{EXPLAINED_SHARE_MIN:.0%}-{EXPLAINED_SHARE_MAX:.0%} of tau); largest taxes:")
+        for r in unexplained.sort_values("tau_max_us", ascending=False).head(5).itertuples():
+            print(f"  {str(r.pg):<12} {r.index:>5} {r.tau_max_us:>9.1f}  {r.unexplained_reason}")
     if len(result.validation):
-        print("\npath compute difference vs tax (OLS, µs):")
+        print("\npath extra time vs tax (µs; OLS and Theil-Sen, 95% intervals):")
         for v in result.validation.itertuples():
             if v.n >= 3 and not math.isnan(v.slope):
-                print(f"  {v.scope:<12} n={v.n:<5} slope {v.slope:.3f} [{v.slope_lo95:.3f}, {v.slope_hi95:.3f}]  "
-                      f"R² {v.r2:.3f}  intercept {v.intercept_us:.1f}")
+                print(f"  {v.scope:<12} {v.subset:<9} n={v.n:<5} OLS slope {v.slope:.3f} [{v.slope_lo95:.3f}, "
+                      f"{v.slope_hi95:.3f}]  R² {v.r2:.3f}  intercept {v.intercept_us:.1f}  Theil-Sen slope "
+                      f"{v.theil_slope:.3f} [{v.theil_lo95:.3f}, {v.theil_hi95:.3f}]")
             else:
-                print(f"  {v.scope:<12} n={v.n:<5} too few points for a regression")
+                print(f"  {v.scope:<12} {v.subset:<9} n={v.n:<5} too few points for a regression")

@@ -29,13 +29,20 @@ from evtsync.critpath.dag import (
 )
 from evtsync.critpath.validate import regress_path_on_tax
 from evtsync.critpath.walk import (
-    CPU_KIND_CATEGORY,
+    BOTTOM_CYCLE,
+    BOTTOM_NO_PARENT,
+    GPU_SEGMENTS,
     NO_WINDOW,
+    SEG_KERNEL,
+    SEG_QUEUE,
+    SEGMENT_NAMES,
     KeyIndex,
+    PathAccount,
     Walker,
     Window,
-    compare_paths,
-    path_kind,
+    _tile,
+    account_path,
+    segment_category,
 )
 from evtsync.errors import InputError
 from evtsync.progress import progress
@@ -46,13 +53,19 @@ log = logging.getLogger(__name__)
 
 COLLECTIVE_COLUMNS = [
     "pg", "index", "collective", "n_ranks", "valid", "tau_max_us", "straggler_rank", "fastest_rank",
-    "status", "path_kind", "path_len", "path_cpu_nodes", "cause_name", "cause_kind", "cause_category",
+    "status", "unexplained_reason", "explained_share", "path_kind", "path_len", "path_cpu_nodes",
+    "path_unmatched", "path_bottom", "cause_name", "cause_kind", "cause_segment", "cause_category",
     "cause_extra_us", "cause_raw_extra_us", "cause_duration_us", "cause_fastest_duration_us", "cause_occurrence",
     "cause_start_ns", "cause_on_fastest_path", "lca_name", "n_common", "path_extra_us",
-    "path_raw_extra_us", "straggler_path_us",
+    "path_gpu_extra_us", "path_cpu_extra_us", "straggler_path_us", "fastest_path_us", "fastest_matched_us",
+    "unplaced_us",
 ]
 PATH_COLUMNS = ["pg", "index", "rank", "role", "step", "name", "kind", "start_ns", "end_ns",
-                "dur_us", "occurrence", "extra_us"]
+                "dur_us", "occurrence", "own_us", "wait_us", "own_fastest_us", "wait_fastest_us", "extra_us"]
+#: A collective is explained when its path's extra time is within this band of its tax
+#: (``explained_share`` = path extra / tau_max); outside it, it is flagged ``unexplained``.
+EXPLAINED_SHARE_MIN = 0.8
+EXPLAINED_SHARE_MAX = 1.25  # keep evtsync.cli.attribute.EXPLAINED_BAND equal
 SUMMARY_COLUMNS = ["category", "cause_class", "count", "share", "share_of_gpu_causes"]
 
 
@@ -179,46 +192,13 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
             rows.append(row)
             continue
         prev_s, prev_f = by_key.get((t.pg, index - 1, s_rank)), by_key.get((t.pg, index - 1, f_rank))
-        win_s = _window(dags[s_rank], prev_s, here_s[1])
-        win_f = _window(dags[f_rank], prev_f, here_f[1])
-        path_s = walkers[s_rank].path(here_s[0], win_s, prev_s[0] if prev_s else -1)
-        path_f = walkers[f_rank].path(here_f[0], win_f, prev_f[0] if prev_f else -1)
-        dag_s, dag_f = dags[s_rank], dags[f_rank]
-        comp = compare_paths((dag_s, keys[s_rank]), (dag_f, keys[f_rank]), path_s, path_f, win_s, win_f,
-                             (here_s[0], here_f[0]))
-        row["path_len"] = len(path_s)
-        row["path_cpu_nodes"] = int((dag_s.kind[path_s] != KIND_GPU).sum())
-        row["straggler_path_us"] = float(comp.duration_ns.sum()) / 1000.0
-        row["path_extra_us"] = float(comp.effect_ns.sum()) / 1000.0
-        row["path_raw_extra_us"] = float(comp.extra_ns.sum()) / 1000.0
-        row["n_common"] = comp.n_common
-        row["lca_name"] = names[int(dag_s.name_id[comp.lca])] if comp.lca >= 0 else None
-        if comp.principal < 0:
-            row["status"] = "empty_path"
-            row["path_kind"] = "gpu_only"
-        else:
-            k = comp.principal
-            node = int(path_s[k])
-            kind = int(dag_s.kind[node])
-            row.update(
-                status="ok", path_kind=path_kind(dag_s, comp), cause_name=names[int(dag_s.name_id[node])],
-                cause_kind=KIND_NAMES[kind],
-                cause_category=None if kind == KIND_GPU else CPU_KIND_CATEGORY[kind],
-                cause_extra_us=float(comp.effect_ns[k]) / 1000.0,
-                cause_raw_extra_us=float(comp.extra_ns[k]) / 1000.0,
-                cause_duration_us=float(comp.duration_ns[k]) / 1000.0,
-                cause_fastest_duration_us=float(comp.fastest_duration_ns[k]) / 1000.0,
-                cause_occurrence=int(comp.occurrence[k]), cause_start_ns=int(dag_s.start[node]),
-                cause_on_fastest_path=bool(comp.on_fastest_path[k]))
+        account, parts = attribute_collective(
+            (dags[s_rank], keys[s_rank], walkers[s_rank]), (dags[f_rank], keys[f_rank], walkers[f_rank]),
+            here_s, here_f, prev_s, prev_f, row, names, keep_paths=keep_paths)
         rows.append(row)
-        if keep_paths:
-            path_parts.append(_path_frame(t.pg, index, s_rank, "straggler", dag_s, path_s, comp.occurrence,
-                                          comp.extra_ns, names))
-            occ_f = keys[f_rank].occurrence(path_f, win_f) if len(path_f) else np.zeros(0, np.int64)
-            path_parts.append(_path_frame(t.pg, index, f_rank, "fastest", dag_f, path_f, occ_f,
-                                          np.full(len(path_f), np.nan), names))
+        path_parts.extend(parts)
     table = pd.DataFrame(rows, columns=COLLECTIVE_COLUMNS)
-    gpu_causes = (table["status"] == "ok") & (table["cause_kind"] == "gpu")
+    gpu_causes = table["cause_segment"] == "kernel"
     if gpu_causes.any():
         table.loc[gpu_causes, "cause_category"] = classify_names(table.loc[gpu_causes, "cause_name"].tolist())
     summary, gpu_only = summarize(table)
@@ -226,6 +206,113 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     stats = pd.DataFrame([{"rank": r, **d.stats} for r, d in dags.items()])
     return AttributionResult(collectives=table, summary=summary, validation=regress_path_on_tax(table),
                              paths=paths, gpu_only_share=gpu_only, dag_stats=stats)
+
+
+def attribute_collective(straggler: tuple[RankDAG, KeyIndex, Walker], fastest: tuple[RankDAG, KeyIndex, Walker],
+                         here_s: tuple[int, int, int], here_f: tuple[int, int, int],
+                         prev_s: tuple[int, int, int] | None, prev_f: tuple[int, int, int] | None,
+                         row: dict[str, Any], names: list[str], *, keep_paths: bool = False,
+                         ) -> tuple[PathAccount, list[pd.DataFrame]]:
+    """Walk, account and judge one collective; fills ``row`` (a dict of COLLECTIVE_COLUMNS).
+
+    ``here_*`` / ``prev_*`` are (node, start ns, end ns) of the collective and of the
+    previous collective of its PG on the straggler and on the fastest rank.
+    """
+    dag_s, keys_s, walk_s = straggler
+    dag_f, keys_f, walk_f = fastest
+    win_s = _window(dag_s, prev_s, here_s[1])
+    win_f = _window(dag_f, prev_f, here_f[1])
+    stop_s, stop_f = (prev_s[0] if prev_s else -1), (prev_f[0] if prev_f else -1)
+    path_s = walk_s.path(here_s[0], win_s, stop_s)
+    path_f = walk_f.path(here_f[0], win_f, stop_f)
+    acc = account_path((dag_s, keys_s), (dag_f, keys_f), path_s, path_f, win_s, win_f,
+                       (here_s[0], here_f[0]), (stop_s, stop_f))
+    tau = float(row["tau_max_us"])
+    extra_us = float(acc.extra_ns.sum()) / 1000.0
+    own_f, wait_f, bottom_f = _tile(dag_f, [here_f[0], *path_f.tolist()], win_f, fastest=False)
+    fastest_us = (sum(own_f) + sum(wait_f)) / 1000.0
+    unplaced = float("nan")
+    if prev_s is not None and prev_f is not None:
+        # lateness at the collective's start, each rank counted from the previous collective's end
+        late = (here_s[1] - prev_s[2]) - (here_f[1] - prev_f[2])
+        unplaced = (late - float(acc.extra_ns.sum())) / 1000.0
+    row.update(fastest_path_us=fastest_us, fastest_matched_us=float(acc.seg_fastest_ns.sum()) / 1000.0,
+               unplaced_us=unplaced)
+    is_gpu_seg = np.isin(acc.seg_kind, list(GPU_SEGMENTS))
+    row.update(
+        path_len=len(path_s), path_cpu_nodes=int((dag_s.kind[path_s] != KIND_GPU).sum()),
+        path_unmatched=acc.n_unmatched, path_bottom=acc.bottom,
+        straggler_path_us=acc.path_time_ns / 1000.0, path_extra_us=extra_us,
+        path_gpu_extra_us=float(acc.extra_ns[is_gpu_seg].sum()) / 1000.0,
+        path_cpu_extra_us=float(acc.extra_ns[~is_gpu_seg].sum()) / 1000.0,
+        explained_share=extra_us / tau if tau > 0 else float("nan"), n_common=acc.n_common,
+        lca_name=names[int(dag_s.name_id[acc.lca])] if acc.lca >= 0 else None)
+    k = acc.principal
+    if k >= 0 and acc.extra_ns[k] > 0:
+        node = int(acc.seg_node[k])
+        kind = int(dag_s.kind[node])
+        seg = int(acc.seg_kind[k])
+        cls = segment_category(seg, kind)
+        pos = k // 2 - 1  # position on the path (-1: the collective's own wait)
+        fast_node = int(acc.chain_fastest[k // 2])
+        row.update(
+            path_kind="gpu_only" if cls == "gpu" else cls, cause_name=names[int(dag_s.name_id[node])],
+            cause_kind=KIND_NAMES[kind], cause_segment=SEGMENT_NAMES[seg],
+            cause_category=(None if seg == SEG_KERNEL else "stream_queue") if cls == "gpu" else cls,
+            cause_extra_us=float(acc.extra_ns[k]) / 1000.0, cause_raw_extra_us=float(acc.raw_extra_ns[k]) / 1000.0,
+            cause_duration_us=float(acc.seg_ns[k]) / 1000.0,
+            cause_fastest_duration_us=float(acc.seg_fastest_ns[k]) / 1000.0,
+            cause_occurrence=int(acc.occurrence[pos]) if pos >= 0 else 0, cause_start_ns=int(dag_s.start[node]),
+            cause_on_fastest_path=bool(fast_node >= 0 and (pos < 0 or fast_node in set(path_f.tolist()))))
+    share = row["explained_share"]
+    if EXPLAINED_SHARE_MIN <= share <= EXPLAINED_SHARE_MAX:
+        row["status"] = "ok"
+    else:
+        row["status"] = "unexplained"
+        row["unexplained_reason"] = _why_unexplained(acc, dag_s, names, row)
+    parts: list[pd.DataFrame] = []
+    if keep_paths:
+        node_extra = acc.node_extra_ns()
+        parts.append(_path_frame(row["pg"], row["index"], dag_s.rank, "straggler", dag_s, path_s, acc.occurrence,
+                                 node_extra, names, acc))
+        occ_f = keys_f.occurrence(path_f, win_f) if len(path_f) else np.zeros(0, np.int64)
+        parts.append(_path_frame(row["pg"], row["index"], dag_f.rank, "fastest", dag_f, path_f, occ_f,
+                                 np.full(len(path_f), np.nan), names))
+    return acc, parts
+
+
+def _why_unexplained(acc: PathAccount, dag: RankDAG, names: list[str], row: dict[str, Any]) -> str:
+    """One line on why a collective's path does not account for its tax (``row``: its table row)."""
+    tau, extra_us = float(row["tau_max_us"]), float(row["path_extra_us"])
+    head = f"path extra {extra_us:.0f} us of tau {tau:.0f} us"
+    oldest = int(acc.seg_node[-1])
+    name = names[int(dag.name_id[oldest])][:60]
+    if acc.bottom == BOTTOM_NO_PARENT and dag.kind[oldest] == KIND_GPU and dag.launch_of(oldest) < 0:
+        return f"{head}: the path stops at kernel {name}, which has no launch/correlation edge to the CPU"
+    queued = (acc.seg_kind == SEG_QUEUE) & (acc.extra_ns > 0.5 * max(tau, 0.0) * 1000.0)
+    for k in np.flatnonzero(queued).tolist():
+        node = int(acc.seg_node[k])
+        if dag.launch_of(node) < 0:
+            return (f"{head}: kernel {names[int(dag.name_id[node])][:60]} waited "
+                    f"{acc.seg_ns[k] / 1000.0:.0f} us after its stream predecessor and has no "
+                    "launch/correlation edge to say why")
+    if acc.bottom == BOTTOM_CYCLE:
+        return f"{head}: the critical-parent walk met a cycle at {name}"
+    unplaced = float(row["unplaced_us"])
+    if not np.isnan(unplaced) and abs(unplaced) > (1.0 - EXPLAINED_SHARE_MIN) * tau:
+        if unplaced > 0:
+            return (f"{head}: the straggler was already {unplaced:.0f} us behind the fastest rank, counted from the "
+                    "previous collective's end, when its path began (time carried over from before the window)")
+        return (f"{head}: the straggler's path began {-unplaced:.0f} us ahead of the fastest rank's same events, "
+                "counted from the previous collective's end (the fastest rank lost that time before them, "
+                "or off the straggler's path)")
+    if acc.bottom == BOTTOM_NO_PARENT:
+        return f"{head}: the path stops at {name}, which has no parent in the trace"
+    n = len(acc.path)
+    if n and acc.n_unmatched > n // 2:
+        return (f"{head}: {acc.n_unmatched} of {n} events on the straggler's path have no counterpart "
+                "on the fastest rank (the ranks ran different work)")
+    return f"{head}: the rest lies off the straggler's critical path"
 
 
 def _window(dag: RankDAG, previous: tuple[int, int, int] | None, end_ns: int) -> Window:
@@ -238,13 +325,18 @@ def _window(dag: RankDAG, previous: tuple[int, int, int] | None, end_ns: int) ->
 
 
 def _path_frame(pg: str, index: int, rank: int, role: str, dag: RankDAG, path: np.ndarray,
-                occurrence: np.ndarray, extra_ns: np.ndarray, names: list[str]) -> pd.DataFrame:
+                occurrence: np.ndarray, extra_ns: np.ndarray, names: list[str],
+                account: PathAccount | None = None) -> pd.DataFrame:
+    nan = np.full(len(path), np.nan)
+    seg = (account.seg_ns[2:] / 1000.0, account.seg_fastest_ns[2:] / 1000.0) if account is not None else None
     return pd.DataFrame({
         "pg": pg, "index": index, "rank": rank, "role": role, "step": np.arange(len(path)),
         "name": [names[i] for i in dag.name_id[path].tolist()],
         "kind": [KIND_NAMES[k] for k in dag.kind[path].tolist()],
         "start_ns": dag.start[path], "end_ns": dag.end[path],
         "dur_us": (dag.end[path] - dag.start[path]) / 1000.0, "occurrence": occurrence,
+        "own_us": seg[0][0::2] if seg else nan, "wait_us": seg[0][1::2] if seg else nan,
+        "own_fastest_us": seg[1][0::2] if seg else nan, "wait_fastest_us": seg[1][1::2] if seg else nan,
         "extra_us": np.asarray(extra_ns, dtype=np.float64) / 1000.0})
 
 
@@ -254,7 +346,7 @@ def summarize(collectives: pd.DataFrame) -> tuple[pd.DataFrame, float]:
     if ok.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS), float("nan")
     counts = ok["cause_category"].value_counts()
-    n_gpu = int((ok["cause_kind"] == "gpu").sum())
+    n_gpu = int((ok["path_kind"] == "gpu_only").sum())
     rows = []
     for category, count in counts.items():
         is_cpu = category in CPU_CATEGORIES

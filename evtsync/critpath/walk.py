@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evtsync.critpath.dag import (
-    EDGE_SYNC,
+    EDGE_LAUNCH,
     KIND_CPU_OP,
     KIND_GAP,
     KIND_GPU,
@@ -158,144 +158,239 @@ class Walker:
         return np.asarray(out, dtype=np.int64)
 
 
-@dataclass
-class PathComparison:
-    """The straggler's path against the fastest rank's for one collective.
+#: Segments of the straggler's time along its path (see :func:`account_path`).
+SEGMENT_NAMES = ("kernel", "cpu_slice", "sync_wait", "launch_gap", "stream_queue", "cpu_wait")
+SEG_KERNEL, SEG_CPU, SEG_SYNC, SEG_LAUNCH_GAP, SEG_QUEUE, SEG_CPU_WAIT = range(6)
+#: Segments spent on the GPU (the others are the CPU's, or the GPU waiting for the CPU).
+GPU_SEGMENTS = frozenset({SEG_KERNEL, SEG_QUEUE})
+#: How the tiling of the straggler's path ends (the oldest node's parent).
+BOTTOM_PREVIOUS, BOTTOM_WINDOW, BOTTOM_NO_PARENT, BOTTOM_CYCLE = (
+    "previous_collective", "window_start", "no_parent", "cycle")
 
-    ``extra_ns`` is each event's raw extra time; ``effect_ns`` the part of it that reached
-    the collective: a run of CPU events on the path (and everything before it) can delay
-    the GPU only by how much longer the kernel that leaves the run (launched from it)
-    waited for the CPU than the same kernel on the fastest rank did, so positive extras
-    there are scaled down to that wait (a CPU far ahead of its GPU absorbs a delay). GPU
-    events after the last CPU run keep their extra time.
+
+@dataclass
+class PathAccount:
+    """The straggler's time along its critical path, segment by segment, against the fastest rank.
+
+    The path (newest first, the collective's node excluded) tiles the straggler's time from
+    ``bottom_ns`` to the collective's start: every node has an *own* segment (the time it
+    held the path: a kernel's run, a CPU slice, a sync call after the GPU work it waited for
+    ended) and a *wait* segment (the time it waited after its critical parent let it go: the
+    gap before a kernel after its launch returned, queueing behind its stream, a CPU thread
+    resuming); the collective has a wait segment too. The same segments of the matched
+    events (key: name and occurrence in the window) are measured on the fastest rank with
+    the same rules; ``extra_ns`` = straggler − fastest, so the extras sum to the path's
+    lateness over the fastest rank. Arrays ``seg_*`` have one entry per segment: for
+    position ``j`` of ``chain`` (0 = the collective, ``j`` = path node ``j - 1``) the own
+    segment is ``2 j`` and the wait segment ``2 j + 1`` (the collective's own segment is empty).
     """
 
     path: np.ndarray
+    chain_fastest: np.ndarray
     occurrence: np.ndarray
-    duration_ns: np.ndarray
-    fastest_duration_ns: np.ndarray
+    seg_node: np.ndarray
+    seg_kind: np.ndarray
+    seg_ns: np.ndarray
+    seg_fastest_ns: np.ndarray
+    raw_extra_ns: np.ndarray
     extra_ns: np.ndarray
-    effect_ns: np.ndarray
-    on_fastest_path: np.ndarray
+    bottom_ns: int
+    bottom: str
+    n_unmatched: int
     n_common: int
     lca: int
     principal: int
 
+    @property
+    def path_time_ns(self) -> int:
+        """The straggler's time covered by the segments."""
+        return int(self.seg_ns.sum())
 
-def compare_paths(straggler: tuple[RankDAG, KeyIndex], fastest: tuple[RankDAG, KeyIndex],
-                  path_s: np.ndarray, path_f: np.ndarray, window_s: Window,
-                  window_f: Window, here_nodes: tuple[int, int]) -> PathComparison:
-    """Compare the straggler's path with the fastest rank's by event name and occurrence.
+    def node_extra_ns(self) -> np.ndarray:
+        """Extra time per path node (own + wait segments), newest first."""
+        per = self.extra_ns.reshape(-1, 2).sum(axis=1)
+        return per[1:]
 
-    ``here_nodes`` are the collective's nodes on the straggler and on the fastest rank.
+
+def _edge_ready(dag: RankDAG, src: int, dst: int) -> int | None:
+    """Ready time of the edge src -> dst (the latest if several), or None when there is none."""
+    lo, hi = int(dag.parent_ptr[dst]), int(dag.parent_ptr[dst + 1])
+    if hi == lo:
+        return None
+    hit = np.flatnonzero(dag.parent[lo:hi] == src)
+    return int(dag.parent_ready[lo + hit].max()) if hit.size else None
+
+
+def _critical_ready(dag: RankDAG, node: int) -> int | None:
+    """Ready time of a node's critical edge (None without parents)."""
+    lo, hi = int(dag.parent_ptr[node]), int(dag.parent_ptr[node + 1])
+    return int(dag.parent_ready[hi - 1]) if hi > lo else None
+
+
+def _tile(dag: RankDAG, chain: list[int], window: Window, *, fastest: bool,
+          whole_syncs: frozenset[int] = frozenset()) -> tuple[list[int], list[int], int]:
+    """Own and wait segment lengths of each chain position (0 = the collective).
+
+    ``chain`` lists nodes newest first. On the straggler (``fastest=False``) consecutive
+    entries are linked by critical edges and the segments tile its time from the returned
+    bottom to the collective's start. On the fastest rank entries are the matches of the
+    straggler's nodes, -1 where there is none: a node's segments follow the same rules,
+    through the edges to its matched neighbours when the fastest rank has them, else from
+    its own end and its own critical parent. A wait is counted from the window start of
+    the side (GPU or CPU) that let the node go. Positions in ``whole_syncs``
+    (straggler-only syncs) keep their whole blocked time as their own.
+    Returns own, wait and the bottom (start of the oldest segment).
+    """
+    k = len(chain)
+    own, wait = [0] * k, [0] * k
+    start, end, kind = dag.start, dag.end, dag.kind
+    lo_child: int | None = None
+    child = -1
+    bottom = 0
+    for j in range(k):
+        n = chain[j]
+        if n < 0:
+            lo_child, child = None, -1
+            continue
+        ws = window.gpu_start if kind[n] == KIND_GPU else window.cpu_start
+        s_n, e_n = int(start[n]), int(end[n])
+        if j == 0:
+            hi = s_n
+        else:
+            r = _edge_ready(dag, n, child) if child >= 0 else None
+            if r is None:
+                r = e_n
+            hi = min(r, lo_child) if lo_child is not None else r
+        parent = chain[j + 1] if j + 1 < k else -1
+        rp = _edge_ready(dag, parent, n) if parent >= 0 else None
+        if rp is None and (j + 1 == k or fastest):
+            rp = _critical_ready(dag, n)
+            parent = int(dag.critical[n])
+        if j in whole_syncs:
+            rp = None
+        floor = min(rp, hi) if rp is not None else s_n
+        lo = min(max(s_n, floor, ws), hi) if j else hi
+        own[j] = max(hi - lo, 0)
+        # a wait is counted from the window start of the side that let the node go
+        ws_parent = ws if parent < 0 else (window.gpu_start if kind[parent] == KIND_GPU else window.cpu_start)
+        base = max(min(rp, lo), ws_parent) if rp is not None else lo
+        wait[j] = max(lo - base, 0)
+        bottom = base
+        lo_child, child = lo, n
+    return own, wait, bottom
+
+
+def account_path(straggler: tuple[RankDAG, KeyIndex], fastest: tuple[RankDAG, KeyIndex],
+                 path_s: np.ndarray, path_f: np.ndarray, window_s: Window, window_f: Window,
+                 here_nodes: tuple[int, int], stop_nodes: tuple[int, int] = (-1, -1)) -> PathAccount:
+    """Account the straggler's time along its path against the fastest rank (see :class:`PathAccount`).
+
+    ``here_nodes`` are the collective's nodes on the straggler and the fastest rank,
+    ``stop_nodes`` the previous collective's (-1 for the first collective of a PG).
+
+    A CPU run on the path (consecutive CPU nodes) reaches the GPU through the kernel
+    launched from it: when that kernel waited *longer* after its launch on the fastest rank
+    (its CPU was further ahead of its GPU), or a call of the run took longer there (a launch
+    blocked on a full launch queue), those negative extras are netted against the run's
+    positive extras, so a CPU delay counts by what the fastest rank could not absorb
+    either (``raw_extra_ns`` keeps the values before netting; the sum is kept).
     """
     dag_s, keys_s = straggler
     dag_f, keys_f = fastest
     occ_s = keys_s.occurrence(path_s, window_s) if len(path_s) else np.zeros(0, np.int64)
     occ_f = keys_f.occurrence(path_f, window_f) if len(path_f) else np.zeros(0, np.int64)
     names_s = dag_s.name_id[path_s]
-    match = (keys_f.lookup(names_s, dag_s.kind[path_s] == KIND_GPU, occ_s, window_f) if len(path_s)
-             else np.zeros(0, np.int64))
-    found = match >= 0
-    # a sync that the fastest rank also made is compared by its own time after the GPU work
-    # it waited for (that work is on the path already); an extra sync counts whole
-    dur_s = np.where(found, own_time(dag_s, path_s), dag_s.end[path_s] - dag_s.start[path_s])
-    dur_f = np.where(found, own_time(dag_f, np.maximum(match, 0)), 0)
-    extra = dur_s - dur_f
-    effect = _cpu_effect(straggler, fastest, path_s, extra, found, window_s, window_f, here_nodes)
+    is_gpu = dag_s.kind[path_s] == KIND_GPU
+    match = (keys_f.lookup(names_s, is_gpu, occ_s, window_f) if len(path_s) else np.zeros(0, np.int64))
+    chain_s = [int(here_nodes[0]), *path_s.tolist()]
+    chain_f = [int(here_nodes[1]), *match.tolist()]
+    kinds = [KIND_GPU, *dag_s.kind[path_s].tolist()]
+    whole = frozenset(j for j in range(1, len(chain_s)) if kinds[j] == KIND_SYNC and chain_f[j] < 0)
+    own_s, wait_s, bottom = _tile(dag_s, chain_s, window_s, fastest=False, whole_syncs=whole)
+    own_f, wait_f, _ = _tile(dag_f, chain_f, window_f, fastest=True)
+    k = len(chain_s)
+    seg_kind = np.empty(2 * k, dtype=np.int8)
+    for j in range(k):
+        kd = kinds[j]
+        seg_kind[2 * j] = SEG_KERNEL if kd == KIND_GPU else (SEG_SYNC if kd == KIND_SYNC else SEG_CPU)
+        if kd == KIND_GPU:
+            n = chain_s[j]
+            seg_kind[2 * j + 1] = SEG_LAUNCH_GAP if dag_s.critical_kind[n] == EDGE_LAUNCH else SEG_QUEUE
+        else:
+            seg_kind[2 * j + 1] = SEG_CPU_WAIT
+    seg_ns = np.empty(2 * k, dtype=np.int64)
+    seg_ns[0::2], seg_ns[1::2] = own_s, wait_s
+    seg_f = np.empty(2 * k, dtype=np.int64)
+    seg_f[0::2], seg_f[1::2] = own_f, wait_f
+    raw = (seg_ns - seg_f).astype(np.float64)
+    extra = _net_cpu_runs(raw, np.asarray(kinds) != KIND_GPU)
+    # the LCA: read backwards from the collectives, where the two paths' keys diverge
     key_s = names_s * (1 << 32) + occ_s
     key_f = dag_f.name_id[path_f] * (1 << 32) + occ_f
-    on_fastest = np.isin(key_s, key_f)
     m = min(len(key_s), len(key_f))
     differ = np.flatnonzero(key_s[:m] != key_f[:m])
     n_common = int(differ[0]) if differ.size else m
     lca = int(path_s[n_common - 1]) if n_common else -1
-    principal = int(np.argmax(effect)) if len(effect) else -1
-    return PathComparison(path=path_s, occurrence=occ_s, duration_ns=dur_s, fastest_duration_ns=dur_f,
-                          extra_ns=extra, effect_ns=effect, on_fastest_path=on_fastest, n_common=n_common,
-                          lca=lca, principal=principal)
+    oldest = chain_s[-1]
+    parent = int(dag_s.critical[oldest])
+    if parent < 0:
+        how = BOTTOM_NO_PARENT
+    elif parent == stop_nodes[0]:
+        how = BOTTOM_PREVIOUS
+    elif parent in set(chain_s):
+        how = BOTTOM_CYCLE
+    else:
+        how = BOTTOM_WINDOW
+    principal = int(np.argmax(extra)) if len(extra) else -1
+    return PathAccount(path=path_s, chain_fastest=np.asarray(chain_f, dtype=np.int64), occurrence=occ_s,
+                       seg_node=np.repeat(np.asarray(chain_s, dtype=np.int64), 2), seg_kind=seg_kind,
+                       seg_ns=seg_ns, seg_fastest_ns=seg_f, raw_extra_ns=raw, extra_ns=extra,
+                       bottom_ns=int(bottom), bottom=how, n_unmatched=int((match < 0).sum()),
+                       n_common=n_common, lca=lca, principal=principal)
 
 
-def gpu_wait(dag: RankDAG, nodes: np.ndarray, gpu_window_start: int) -> np.ndarray:
-    """How long each GPU node waited after its stream predecessor (or the window start) let it go."""
-    ready = np.maximum(dag.gpu_ready[nodes], gpu_window_start)
-    return np.maximum(dag.start[nodes] - ready, 0)
+def _net_cpu_runs(raw: np.ndarray, cpu_position: np.ndarray) -> np.ndarray:
+    """Net the negative extras of a CPU run, and of the launch wait of the kernel it launched,
+    against the run's positive extras (proportionally; the sum is kept).
 
-
-def _cpu_effect(straggler: tuple[RankDAG, KeyIndex], fastest: tuple[RankDAG, KeyIndex], path: np.ndarray,
-                extra: np.ndarray, found: np.ndarray, window_s: Window, window_f: Window,
-                here_nodes: tuple[int, int]) -> np.ndarray:
-    """Extra time that reached the collective (see :class:`PathComparison`).
-
-    Walking from the oldest run of CPU nodes to the newest, the effects of the run and of
-    everything older than it (which can reach the collective only through it) are clipped
-    at zero and scaled down to what the run let through: how much later its exit kernel
-    (launched from the run) started than the same kernel on the fastest rank, counted from
-    the ranks' last alignment (a CPU far ahead of its GPU absorbs a delay). A sync the fastest rank did not make
-    holds, in its duration, the GPU work it waited for: nodes older than it get no effect
-    of their own.
+    ``cpu_position[j]`` says whether chain position ``j`` is a CPU node; the run that
+    position ``j0`` (a GPU node, or the collective) leaves is ``j0 + 1 ..`` up to the next
+    GPU position; the wait segment of ``j0`` is ``2 j0 + 1``.
     """
-    dag_s, keys_s = straggler
-    dag_f, keys_f = fastest
-    effect = extra.astype(np.float64)
-    is_cpu = dag_s.kind[path] != KIND_GPU
-    if not is_cpu.any():
-        return effect
-    extra_sync = np.flatnonzero((dag_s.kind[path] == KIND_SYNC) & ~found)
-    if extra_sync.size:
-        effect[extra_sync[0] + 1:] = np.minimum(effect[extra_sync[0] + 1:], 0.0)
-    run_start = np.flatnonzero(is_cpu & np.concatenate([[True], ~is_cpu[:-1]]))
-    for lo in reversed(run_start.tolist()):
-        if lo == 0:
-            exit_s, exit_f = here_nodes
-        else:
-            exit_s = int(path[lo - 1])
-            node = np.array([exit_s])
-            occ = keys_s.occurrence(node, window_s)
-            exit_f = int(keys_f.lookup(dag_s.name_id[node], np.array([True]), occ, window_f)[0])
-        allowed = _lateness(dag_s, dag_f, exit_s, exit_f, window_s, window_f)
-        upstream = effect[lo:]
-        np.maximum(upstream, 0.0, out=upstream)
-        total = upstream.sum()
-        if total > allowed:
-            upstream *= allowed / total
-    return effect
+    extra = raw.copy()
+    k = len(cpu_position)
+    j = 0
+    while j < k:
+        if cpu_position[j] or j + 1 >= k or not cpu_position[j + 1]:
+            j += 1
+            continue
+        hi = j + 1
+        while hi < k and cpu_position[hi]:
+            hi += 1
+        w = 2 * j + 1
+        run = extra[2 * (j + 1):2 * hi]
+        pos, neg = run > 0, run < 0
+        positive = float(run[pos].sum())
+        negative = -float(run[neg].sum()) - min(float(extra[w]), 0.0)
+        take = min(positive, negative)
+        if take > 0:
+            run[pos] *= (positive - take) / positive
+            scale = (negative - take) / negative
+            run[neg] *= scale
+            if extra[w] < 0:
+                extra[w] *= scale
+        j = hi
+    return extra
 
 
-def _lateness(dag_s: RankDAG, dag_f: RankDAG, exit_s: int, exit_f: int, window_s: Window,
-              window_f: Window) -> float:
-    """How much later the kernel ``exit_s`` started on the straggler than on the fastest rank,
-    both measured from their window's GPU start (where the ranks were aligned); without a
-    window (first collective), how much longer it waited after its stream predecessor."""
-    if exit_f < 0:
-        return float(gpu_wait(dag_s, np.array([exit_s]), window_s.gpu_start)[0])
-    if window_s.gpu_start == NO_WINDOW or window_f.gpu_start == NO_WINDOW:
-        wait_s = gpu_wait(dag_s, np.array([exit_s]), window_s.gpu_start)[0]
-        wait_f = gpu_wait(dag_f, np.array([exit_f]), window_f.gpu_start)[0]
-        return float(max(wait_s - wait_f, 0))
-    late = (dag_s.start[exit_s] - window_s.gpu_start) - (dag_f.start[exit_f] - window_f.gpu_start)
-    return float(max(late, 0))
-
-
-def own_time(dag: RankDAG, nodes: np.ndarray) -> np.ndarray:
-    """Time of each node that is its own: the duration, except for a sync call blocked by a
-    GPU event (its critical parent through a sync edge), whose own time starts when that
-    GPU event completed."""
-    dur = dag.end[nodes] - dag.start[nodes]
-    crit = dag.critical[nodes]
-    blocked = (dag.kind[nodes] == KIND_SYNC) & (dag.critical_kind[nodes] == EDGE_SYNC) & (crit >= 0)
-    if blocked.any():
-        tail = dag.end[nodes] - np.maximum(dag.start[nodes], dag.end[np.maximum(crit, 0)])
-        dur = np.where(blocked, np.maximum(tail, 0), dur)
-    return dur
-
-
-def path_kind(dag: RankDAG, comparison: PathComparison) -> str:
-    """``gpu_only`` when the straggler's path holds GPU events only, else the CPU cause class
-    of its CPU event with the largest extra time (launch_delay, python_gap, synchronization)."""
-    kinds = dag.kind[comparison.path]
-    cpu = np.flatnonzero(kinds != KIND_GPU)
-    if not cpu.size:
-        return "gpu_only"
-    worst = cpu[int(np.argmax(comparison.extra_ns[cpu]))]
-    return CPU_KIND_CATEGORY[int(kinds[worst])]
+def segment_category(seg_kind: int, node_kind: int) -> str:
+    """Cause class of a segment: ``gpu`` (kernel time, queueing on the GPU) or its CPU category."""
+    if seg_kind in GPU_SEGMENTS:
+        return "gpu"
+    if seg_kind == SEG_SYNC:
+        return "synchronization"
+    if seg_kind == SEG_LAUNCH_GAP:
+        return "launch_delay"
+    if seg_kind == SEG_CPU_WAIT:
+        return "python_gap"
+    return CPU_KIND_CATEGORY[node_kind]
