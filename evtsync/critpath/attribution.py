@@ -320,8 +320,9 @@ def _window(dag: RankDAG, previous: tuple[int, int, int] | None, end_ns: int) ->
     if previous is None or previous[0] < 0:
         return Window(NO_WINDOW, NO_WINDOW, end_ns)
     launch = dag.launch_of(previous[0])
-    cpu_start = int(dag.end[launch]) if launch >= 0 else previous[2]
-    return Window(previous[2], cpu_start, end_ns)
+    if launch < 0:
+        return Window(previous[2], previous[2], end_ns)
+    return Window(previous[2], int(dag.end[launch]), end_ns, int(dag.start[launch]))
 
 
 def _path_frame(pg: str, index: int, rank: int, role: str, dag: RankDAG, path: np.ndarray,

@@ -62,6 +62,7 @@ class KeyIndex:
         by_start = np.argsort(dag.start, kind="stable")
         by_end = np.argsort(dag.end, kind="stable")
         self.sorted_ends = dag.end[by_end]
+        self.sorted_starts = dag.start[by_start]
         start_rank = np.empty(n, dtype=np.int64)
         start_rank[by_start] = np.arange(n, dtype=np.int64)
         end_rank = np.empty(n, dtype=np.int64)
@@ -73,23 +74,36 @@ class KeyIndex:
         self.position = np.empty(n, dtype=np.int64)
         self.position[self.order] = np.arange(n, dtype=np.int64)
 
-    def _first_in_window(self, name_ids: np.ndarray, window_start: np.ndarray) -> np.ndarray:
-        """Index in ``sorted_keys`` of the first window node of each name (start order)."""
+    def _first_in_window(self, name_ids: np.ndarray, window_start: np.ndarray,
+                         by_start: np.ndarray | None = None) -> np.ndarray:
+        """Index in ``sorted_keys`` of the first window node of each name (start order): the
+        first that ended after ``window_start``, or, where ``by_start``, started at or after it."""
         name_lo = np.searchsorted(self.sorted_keys, name_ids * self.base)
         w_end_rank = np.searchsorted(self.sorted_ends, window_start, side="right")
         ended_before = (np.searchsorted(self.sorted_end_keys, name_ids * self.base + w_end_rank)
                         - np.searchsorted(self.sorted_end_keys, name_ids * self.base))
-        return name_lo + ended_before
+        first = name_lo + ended_before
+        if by_start is not None and by_start.any():
+            w_start_rank = np.searchsorted(self.sorted_starts, window_start, side="left")
+            first = np.where(by_start, np.searchsorted(self.sorted_keys, name_ids * self.base + w_start_rank), first)
+        return first
 
     def window_starts(self, nodes_or_gpu: np.ndarray, window: Window, *, is_gpu: bool = False) -> np.ndarray:
-        """Per node, the start of its window: the GPU one for GPU nodes, the CPU one otherwise."""
+        """Per node, where its occurrences are counted from: the GPU window start for GPU nodes
+        (nodes ending after it), the CPU anchor for CPU nodes (nodes starting at or after it)."""
         gpu = nodes_or_gpu if is_gpu else self.dag.kind[nodes_or_gpu] == KIND_GPU
-        return np.where(gpu, window.gpu_start, window.cpu_start)
+        anchor = window.cpu_anchor if window.cpu_anchor != NO_WINDOW else window.cpu_start
+        return np.where(gpu, window.gpu_start, anchor)
 
     def occurrence(self, nodes: np.ndarray, window: Window) -> np.ndarray:
         """Occurrence index of each node's name among the window's nodes."""
-        starts = self.window_starts(nodes, window)
-        return self.position[nodes] - self._first_in_window(self.dag.name_id[nodes], starts)
+        gpu = self.dag.kind[nodes] == KIND_GPU
+        starts = self.window_starts(gpu, window, is_gpu=True)
+        return self.position[nodes] - self._first_in_window(self.dag.name_id[nodes], starts, self._by_start(gpu, window))
+
+    @staticmethod
+    def _by_start(gpu: np.ndarray, window: Window) -> np.ndarray | None:
+        return None if window.cpu_anchor == NO_WINDOW else ~gpu
 
     def lookup(self, name_ids: np.ndarray, gpu: np.ndarray, occurrences: np.ndarray,
                window: Window) -> np.ndarray:
@@ -97,7 +111,7 @@ class KeyIndex:
         if not len(self.order):
             return np.full(len(name_ids), -1, dtype=np.int64)
         starts = self.window_starts(gpu, window, is_gpu=True)
-        pos = self._first_in_window(name_ids, starts) + occurrences
+        pos = self._first_in_window(name_ids, starts, self._by_start(gpu, window)) + occurrences
         ok = (occurrences >= 0) & (pos < len(self.sorted_keys))
         safe = np.where(ok, pos, 0)
         node = self.order[safe]
@@ -114,11 +128,15 @@ class Window:
     (``gpu_start``); CPU nodes when they end after the CPU launched that collective
     (``cpu_start``): the CPU runs ahead of the GPU by a different amount on every rank, so
     CPU events are counted from the CPU's own mark. ``end`` is the collective's start.
+    ``cpu_anchor`` (the start of that launch call) is where CPU occurrences are counted
+    from, by start: program order, which a launch call blocked for a different time on
+    each rank (a full launch queue) does not shift.
     """
 
     gpu_start: int
     cpu_start: int
     end: int
+    cpu_anchor: int = NO_WINDOW
 
 
 class Walker:
