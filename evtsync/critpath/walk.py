@@ -39,6 +39,8 @@ from evtsync.critpath.dag import (
 log = logging.getLogger(__name__)
 
 NO_WINDOW = np.iinfo(np.int64).min
+#: Thread ordinals in a node key (see :meth:`KeyIndex._thread_keys`); later threads share the last.
+THREAD_SLOTS = 64
 #: CPU node kinds -> cause category of a CPU path.
 CPU_KIND_CATEGORY = {
     KIND_CPU_OP: "launch_delay", KIND_LAUNCH: "launch_delay", KIND_RUNTIME: "launch_delay",
@@ -59,6 +61,7 @@ class KeyIndex:
         n = dag.n_nodes
         self.dag = dag
         self.base = np.int64(n + 1)
+        self.key = self._thread_keys(dag)
         by_start = np.argsort(dag.start, kind="stable")
         by_end = np.argsort(dag.end, kind="stable")
         self.sorted_ends = dag.end[by_end]
@@ -67,12 +70,33 @@ class KeyIndex:
         start_rank[by_start] = np.arange(n, dtype=np.int64)
         end_rank = np.empty(n, dtype=np.int64)
         end_rank[by_end] = np.arange(n, dtype=np.int64)
-        keys = dag.name_id * self.base + start_rank
+        keys = self.key * self.base + start_rank
         self.order = np.argsort(keys, kind="stable")
         self.sorted_keys = keys[self.order]
-        self.sorted_end_keys = np.sort(dag.name_id * self.base + end_rank)
+        self.sorted_end_keys = np.sort(self.key * self.base + end_rank)
         self.position = np.empty(n, dtype=np.int64)
         self.position[self.order] = np.arange(n, dtype=np.int64)
+
+    @staticmethod
+    def _thread_keys(dag: RankDAG) -> np.ndarray:
+        """Name id of each node, combined for CPU nodes with its thread's ordinal among the
+        rank's CPU threads by first event (the main thread first, the autograd thread next):
+        the same op on another thread is another event. Thread ids differ across ranks, the
+        order in which threads start does not."""
+        cpu = dag.kind != KIND_GPU
+        ordinal = np.zeros(dag.n_nodes, dtype=np.int64)
+        if cpu.any():
+            lanes = dag.lane[cpu]
+            uniq, first = np.unique(lanes, return_index=True)
+            first_start = dag.start[cpu][first]
+            rank_of = np.empty(len(uniq), dtype=np.int64)
+            rank_of[np.argsort(first_start, kind="stable")] = np.arange(len(uniq))
+            ordinal[cpu] = 1 + np.minimum(rank_of[np.searchsorted(uniq, lanes)], THREAD_SLOTS - 2)
+        return dag.name_id.astype(np.int64) * THREAD_SLOTS + ordinal
+
+    def key_of(self, nodes: np.ndarray) -> np.ndarray:
+        """The cross-rank key (name and thread ordinal) of each node."""
+        return self.key[nodes]
 
     def _first_in_window(self, name_ids: np.ndarray, window_start: np.ndarray,
                          by_start: np.ndarray | None = None) -> np.ndarray:
@@ -99,7 +123,7 @@ class KeyIndex:
         """Occurrence index of each node's name among the window's nodes."""
         gpu = self.dag.kind[nodes] == KIND_GPU
         starts = self.window_starts(gpu, window, is_gpu=True)
-        return self.position[nodes] - self._first_in_window(self.dag.name_id[nodes], starts, self._by_start(gpu, window))
+        return self.position[nodes] - self._first_in_window(self.key[nodes], starts, self._by_start(gpu, window))
 
     @staticmethod
     def _by_start(gpu: np.ndarray, window: Window) -> np.ndarray | None:
@@ -107,7 +131,7 @@ class KeyIndex:
 
     def lookup(self, name_ids: np.ndarray, gpu: np.ndarray, occurrences: np.ndarray,
                window: Window) -> np.ndarray:
-        """Node with each (name id, occurrence) in the window (starting before its end), or -1."""
+        """Node with each (key — see :meth:`key_of` —, occurrence) in the window (starting before its end), or -1."""
         if not len(self.order):
             return np.full(len(name_ids), -1, dtype=np.int64)
         starts = self.window_starts(gpu, window, is_gpu=True)
@@ -317,7 +341,7 @@ def account_path(straggler: tuple[RankDAG, KeyIndex], fastest: tuple[RankDAG, Ke
     dag_f, keys_f = fastest
     occ_s = keys_s.occurrence(path_s, window_s) if len(path_s) else np.zeros(0, np.int64)
     occ_f = keys_f.occurrence(path_f, window_f) if len(path_f) else np.zeros(0, np.int64)
-    names_s = dag_s.name_id[path_s]
+    names_s = keys_s.key_of(path_s)
     is_gpu = dag_s.kind[path_s] == KIND_GPU
     match = (keys_f.lookup(names_s, is_gpu, occ_s, window_f) if len(path_s) else np.zeros(0, np.int64))
     chain_s = [int(here_nodes[0]), *path_s.tolist()]
@@ -344,7 +368,7 @@ def account_path(straggler: tuple[RankDAG, KeyIndex], fastest: tuple[RankDAG, Ke
     extra = _net_cpu_runs(raw, np.asarray(kinds) != KIND_GPU)
     # the LCA: read backwards from the collectives, where the two paths' keys diverge
     key_s = names_s * (1 << 32) + occ_s
-    key_f = dag_f.name_id[path_f] * (1 << 32) + occ_f
+    key_f = keys_f.key_of(path_f) * (1 << 32) + occ_f
     m = min(len(key_s), len(key_f))
     differ = np.flatnonzero(key_s[:m] != key_f[:m])
     n_common = int(differ[0]) if differ.size else m
