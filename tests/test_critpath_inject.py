@@ -179,3 +179,34 @@ def test_demo_gpu_only_share_matches_truth(tmp_path):
     share = float((attributed["path_kind"] == "gpu_only").mean())
     assert abs(share - truth_share) <= 0.02, (share, truth_share)
     assert abs(result.gpu_only_share - truth_share) <= 0.02
+
+
+def test_cli_inject_sweep(tmp_path, base):
+    """``evtsync inject --sweep 0,1,5,20``: absorbed delays leave the next collective's cause
+    on the GPU; the 20 ms one moves it to the delayed rank's CPU, with an extra between
+    the delay less the launch's lead (read from the raw JSON here) and the delay."""
+    paths, rank_file, _ = base
+    launch, kernel = _hand_target(rank_file)
+    lead_us = kernel["ts"] - (launch["ts"] + launch["dur"])
+    out = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, "-m", "evtsync", "-q", "inject", *paths, "-o", str(out), "--rank", str(RANK),
+                           "--iteration", str(ITERATION), "--kernel", KERNEL, "--sweep", "0,1,5,20"],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    import pandas as pd
+
+    table = pd.read_csv(out / "sweep.csv").set_index("delay_ms")
+    assert list(table.index) == [0, 1, 5, 20]
+    assert table["lead_us"].eq(lead_us).all()
+    for d in (0, 1, 5):
+        assert table.loc[d, "collectives_moved"] == 0 and not table.loc[d, "cause_moved"]
+        assert table.loc[d, "path_kind"] == "gpu_only"
+    row = table.loc[20]
+    assert row["cause_moved"] and row["straggler_rank"] == RANK and row["path_kind"] == "launch_delay"
+    assert 20_000 - lead_us - 500 <= row["cause_extra_us"] <= 20_000 + 50
+    assert row["within_lead"]
+    for d in (0, 1, 5, 20):
+        assert (out / f"delay-{d}ms" / "traces").is_dir()
+    bad = subprocess.run([sys.executable, "-m", "evtsync", "inject", *paths, "-o", str(tmp_path / "x"), "--rank", "1",
+                          "--sweep", "0,1", "--delay-ms", "2"], capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and "give one of --delay-ms" in bad.stderr
