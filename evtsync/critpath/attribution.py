@@ -21,30 +21,22 @@ from evtsync.collectives import Alignment, align_collectives
 from evtsync.critpath.categories import CPU_CATEGORIES, classify_names
 from evtsync.critpath.dag import (
     KIND_GPU,
-    KIND_NAMES,
     SAME_STREAM_TOLERANCE_NS,
     RankDAG,
     Vocabulary,
     build_rank_dag,
 )
-from evtsync.critpath.validate import regress_path_on_tax
-from evtsync.critpath.walk import (
-    BOTTOM_CYCLE,
-    BOTTOM_NO_PARENT,
-    GPU_SEGMENTS,
-    NO_WINDOW,
-    SEG_KERNEL,
-    SEG_QUEUE,
-    SEGMENT_NAMES,
-    KeyIndex,
-    PathAccount,
-    Walker,
-    Window,
-    _tile,
-    account_path,
-    segment_category,
+from evtsync.critpath.tasks import (
+    FastestSide,
+    RankWork,
+    StragglerSide,
+    combine,
+    fastest_task,
+    straggler_task,
 )
+from evtsync.critpath.validate import regress_path_on_tax
 from evtsync.errors import InputError
+from evtsync.parallel import Backend, InProcess
 from evtsync.progress import progress
 from evtsync.tax import TaxTables, compute_tax
 from evtsync.trace.traceset import TraceSet, load_traces
@@ -135,16 +127,27 @@ def instance_nodes(traces: TraceSet, instances: pd.DataFrame, dags: dict[int, Ra
 def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
               pg: str | None = None, *, same_stream_tolerance_us: float = 3.0,
               keep_paths: bool = True, alignment: Alignment | None = None,
-              tax: TaxTables | None = None, **align_options: Any) -> AttributionResult:
+              tax: TaxTables | None = None, backend: Backend | None = None,
+              read_options: dict[str, Any] | None = None, **align_options: Any) -> AttributionResult:
     """Critical-path attribution of every collective (of PG ``pg``, or of every PG).
 
     ``pg`` is a PG label of the alignment (``evtsync tax`` lists them) or a ``pg_name``.
     ``same_stream_tolerance_us`` is the walk's preference for same-stream predecessors.
     ``align_options`` go to :func:`evtsync.align_collectives`.
+
+    The work runs as two rounds of per-rank tasks (:mod:`evtsync.critpath.tasks`). Given
+    paths and a ``backend`` (:mod:`evtsync.parallel`: a process pool or a Dask cluster),
+    this process reads only the collectives (for the alignment and the tax) and every task
+    reads its own rank's trace (``read_options`` go to its :func:`load_traces`, e.g. the
+    cache), so no process holds more than one rank's tables; without a backend everything
+    is read and run here.
     """
+    read_options = dict(read_options or {})
+    distributed = backend is not None and not isinstance(traces, TraceSet)
     if not isinstance(traces, TraceSet):
-        traces = load_traces(traces)
-    traces.require(("all",), "critical-path attribution")
+        traces = load_traces(traces, scope="collectives" if distributed else "all", **read_options)
+    if not distributed:
+        traces.require(("all",), "critical-path attribution")
     alignment = alignment if alignment is not None else align_collectives(traces, **align_options)
     tax = tax if tax is not None else compute_tax(alignment)
     inst = alignment.instances
@@ -159,186 +162,90 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
         empty = pd.DataFrame(columns=COLLECTIVE_COLUMNS)
         return AttributionResult(empty, pd.DataFrame(columns=SUMMARY_COLUMNS),
                                  regress_path_on_tax(empty), pd.DataFrame(columns=PATH_COLUMNS), float("nan"))
-    vocab = Vocabulary()
-    dags = build_dags(traces, inst["rank"].unique().tolist(), vocab=vocab,
-                      same_stream_tolerance_us=same_stream_tolerance_us)
-    keys = {r: KeyIndex(d) for r, d in dags.items()}
-    walkers = {r: Walker(d) for r, d in dags.items()}
-    inst = inst.assign(node=instance_nodes(traces, inst, dags))
-    missing = inst[inst["node"] < 0]
-    if len(missing):
-        log.warning("%d collective instance(s) have no GPU node in the DAG; skipped", len(missing))
-    by_key = {(p, int(i), int(r)): (int(n), int(s), int(e)) for p, i, r, n, s, e in
-              inst[["pg", "index", "rank", "node", "ts_ns", "end_ns"]].itertuples(index=False)}
     tax_rows = tax.collectives
-    if pg is not None:
-        tax_rows = tax_rows[tax_rows["pg"].isin(inst["pg"].unique())]
-    rows: list[dict[str, Any]] = []
-    path_parts: list[pd.DataFrame] = []
-    names = vocab.names
-    for t in progress(list(tax_rows.itertuples(index=False)), "walking critical paths", len(tax_rows),
-                      "collective"):
+    tax_rows = tax_rows[tax_rows["pg"].isin(inst["pg"].unique())]
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    roles: dict[int, list[tuple[str, int]]] = {}
+    fastest_of: dict[tuple[str, int], int] = {}
+    for t in tax_rows.itertuples(index=False):
         s_rank, f_rank, index = int(t.straggler_rank), int(t.fastest_rank), int(t.index)
         row: dict[str, Any] = {c: None for c in COLLECTIVE_COLUMNS}
         row.update(pg=t.pg, index=index, collective=t.collective, n_ranks=int(t.n_ranks), valid=bool(t.valid),
                    tau_max_us=float(t.tau_max_us), straggler_rank=s_rank, fastest_rank=f_rank)
-        here_s, here_f = by_key.get((t.pg, index, s_rank)), by_key.get((t.pg, index, f_rank))
+        rows[(t.pg, index)] = row
         if s_rank == f_rank or t.tau_max_us <= 0:
             row["status"] = "no_tax"
-            rows.append(row)
             continue
-        if here_s is None or here_f is None or here_s[0] < 0 or here_f[0] < 0:
+        roles.setdefault(s_rank, []).append((t.pg, index))
+        fastest_of[(t.pg, index)] = f_rank
+    paths = dict(zip(traces.ranks["rank"].astype(int), traces.ranks["path"].astype(str), strict=True))
+    tol_ns = int(round(same_stream_tolerance_us * 1000))
+    inst_cols = ["pg", "index", "stream", "ts_ns", "end_ns", "correlation"]
+    by_rank = {int(r): g[inst_cols].reset_index(drop=True) for r, g in inst.groupby("rank")}
+
+    def work(rank: int) -> RankWork:
+        tables = None if distributed else tuple(df[df["rank"].to_numpy() == rank] for df in
+                                                (traces.kernels, traces.cpu_ops, traces.runtime, traces.syncs))
+        return RankWork(rank=rank, instances=by_rank.get(rank, pd.DataFrame(columns=inst_cols)),
+                        path=paths.get(rank) if distributed else None, tables=tables, read_options=read_options,
+                        same_stream_tolerance_ns=tol_ns, keep_paths=keep_paths)
+
+    runner: Backend = backend if backend is not None else InProcess()
+    round1 = []
+    for rank, keys in sorted(roles.items()):
+        w = work(rank)
+        w.straggler_of = keys
+        round1.append(w)
+    sides_s: dict[tuple[str, int], StragglerSide] = {}
+    stats: dict[int, dict[str, int]] = {}
+    for result, st in runner.map(straggler_task, round1, "critical paths: straggler sides"):
+        stats[st["rank"]] = st
+        for side in result:
+            sides_s[side.key] = side
+    round2: dict[int, RankWork] = {}
+    for key, f_rank in fastest_of.items():
+        side = sides_s[key]
+        if not side.found:
+            continue
+        if f_rank not in round2:
+            round2[f_rank] = work(f_rank)
+        round2[f_rank].fastest_of.append((key, side))
+    sides_f: dict[tuple[str, int], FastestSide] = {}
+    for result, st in runner.map(fastest_task, [round2[r] for r in sorted(round2)], "critical paths: fastest sides"):
+        stats.setdefault(st["rank"], st)
+        for side in result:
+            sides_f[side.key] = side
+    path_parts: list[pd.DataFrame] = []
+    n_missing = 0
+    for key, row in rows.items():
+        if row["status"] == "no_tax":
+            continue
+        s_side, f_side = sides_s[key], sides_f.get(key)
+        if not s_side.found or f_side is None or not f_side.found:
             row["status"] = "no_node"
-            rows.append(row)
+            n_missing += 1
             continue
-        prev_s, prev_f = by_key.get((t.pg, index - 1, s_rank)), by_key.get((t.pg, index - 1, f_rank))
-        account, parts = attribute_collective(
-            (dags[s_rank], keys[s_rank], walkers[s_rank]), (dags[f_rank], keys[f_rank], walkers[f_rank]),
-            here_s, here_f, prev_s, prev_f, row, names, keep_paths=keep_paths)
-        rows.append(row)
-        path_parts.extend(parts)
-    table = pd.DataFrame(rows, columns=COLLECTIVE_COLUMNS)
+        seg_s, extra = combine(s_side, f_side, row, share_band=(EXPLAINED_SHARE_MIN, EXPLAINED_SHARE_MAX))
+        if keep_paths and s_side.frame is not None:
+            frame = s_side.frame.copy()
+            frame["own_us"], frame["wait_us"] = seg_s[2::2] / 1000.0, seg_s[3::2] / 1000.0
+            seg_f = np.where(np.repeat(f_side.matched, 2), f_side.seg_ns, 0)
+            frame["own_fastest_us"], frame["wait_fastest_us"] = seg_f[2::2] / 1000.0, seg_f[3::2] / 1000.0
+            frame["extra_us"] = extra.reshape(-1, 2).sum(axis=1)[1:] / 1000.0
+            path_parts.extend([frame, f_side.frame])
+    if n_missing:
+        log.warning("%d collective(s) have no GPU node for their straggler or fastest rank in the DAG "
+                    "(status no_node)", n_missing)
+    table = pd.DataFrame(list(rows.values()), columns=COLLECTIVE_COLUMNS)
     gpu_causes = table["cause_segment"] == "kernel"
     if gpu_causes.any():
         table.loc[gpu_causes, "cause_category"] = classify_names(table.loc[gpu_causes, "cause_name"].tolist())
     summary, gpu_only = summarize(table)
-    paths = pd.concat(path_parts, ignore_index=True) if path_parts else pd.DataFrame(columns=PATH_COLUMNS)
-    stats = pd.DataFrame([{"rank": r, **d.stats} for r, d in dags.items()])
+    paths_table = pd.concat(path_parts, ignore_index=True).reindex(columns=PATH_COLUMNS) if path_parts else \
+        pd.DataFrame(columns=PATH_COLUMNS)
     return AttributionResult(collectives=table, summary=summary, validation=regress_path_on_tax(table),
-                             paths=paths, gpu_only_share=gpu_only, dag_stats=stats)
-
-
-def attribute_collective(straggler: tuple[RankDAG, KeyIndex, Walker], fastest: tuple[RankDAG, KeyIndex, Walker],
-                         here_s: tuple[int, int, int], here_f: tuple[int, int, int],
-                         prev_s: tuple[int, int, int] | None, prev_f: tuple[int, int, int] | None,
-                         row: dict[str, Any], names: list[str], *, keep_paths: bool = False,
-                         ) -> tuple[PathAccount, list[pd.DataFrame]]:
-    """Walk, account and judge one collective; fills ``row`` (a dict of COLLECTIVE_COLUMNS).
-
-    ``here_*`` / ``prev_*`` are (node, start ns, end ns) of the collective and of the
-    previous collective of its PG on the straggler and on the fastest rank.
-    """
-    dag_s, keys_s, walk_s = straggler
-    dag_f, keys_f, walk_f = fastest
-    win_s = _window(dag_s, prev_s, here_s[1])
-    win_f = _window(dag_f, prev_f, here_f[1])
-    stop_s, stop_f = (prev_s[0] if prev_s else -1), (prev_f[0] if prev_f else -1)
-    path_s = walk_s.path(here_s[0], win_s, stop_s)
-    path_f = walk_f.path(here_f[0], win_f, stop_f)
-    acc = account_path((dag_s, keys_s), (dag_f, keys_f), path_s, path_f, win_s, win_f,
-                       (here_s[0], here_f[0]), (stop_s, stop_f))
-    tau = float(row["tau_max_us"])
-    extra_us = float(acc.extra_ns.sum()) / 1000.0
-    own_f, wait_f, bottom_f = _tile(dag_f, [here_f[0], *path_f.tolist()], win_f, fastest=False)
-    fastest_us = (sum(own_f) + sum(wait_f)) / 1000.0
-    unplaced = float("nan")
-    if prev_s is not None and prev_f is not None:
-        # lateness at the collective's start, each rank counted from the previous collective's end
-        late = (here_s[1] - prev_s[2]) - (here_f[1] - prev_f[2])
-        unplaced = (late - float(acc.extra_ns.sum())) / 1000.0
-    row.update(fastest_path_us=fastest_us, fastest_matched_us=float(acc.seg_fastest_ns.sum()) / 1000.0,
-               unplaced_us=unplaced)
-    is_gpu_seg = np.isin(acc.seg_kind, list(GPU_SEGMENTS))
-    row.update(
-        path_len=len(path_s), path_cpu_nodes=int((dag_s.kind[path_s] != KIND_GPU).sum()),
-        path_unmatched=acc.n_unmatched, path_bottom=acc.bottom,
-        straggler_path_us=acc.path_time_ns / 1000.0, path_extra_us=extra_us,
-        path_gpu_extra_us=float(acc.extra_ns[is_gpu_seg].sum()) / 1000.0,
-        path_cpu_extra_us=float(acc.extra_ns[~is_gpu_seg].sum()) / 1000.0,
-        explained_share=extra_us / tau if tau > 0 else float("nan"), n_common=acc.n_common,
-        lca_name=names[int(dag_s.name_id[acc.lca])] if acc.lca >= 0 else None)
-    k = acc.principal
-    if k >= 0 and acc.extra_ns[k] > 0:
-        node = int(acc.seg_node[k])
-        kind = int(dag_s.kind[node])
-        seg = int(acc.seg_kind[k])
-        cls = segment_category(seg, kind)
-        pos = k // 2 - 1  # position on the path (-1: the collective's own wait)
-        fast_node = int(acc.chain_fastest[k // 2])
-        row.update(
-            path_kind="gpu_only" if cls == "gpu" else cls, cause_name=names[int(dag_s.name_id[node])],
-            cause_kind=KIND_NAMES[kind], cause_segment=SEGMENT_NAMES[seg],
-            cause_category=(None if seg == SEG_KERNEL else "stream_queue") if cls == "gpu" else cls,
-            cause_extra_us=float(acc.extra_ns[k]) / 1000.0, cause_raw_extra_us=float(acc.raw_extra_ns[k]) / 1000.0,
-            cause_duration_us=float(acc.seg_ns[k]) / 1000.0,
-            cause_fastest_duration_us=float(acc.seg_fastest_ns[k]) / 1000.0,
-            cause_occurrence=int(acc.occurrence[pos]) if pos >= 0 else 0, cause_start_ns=int(dag_s.start[node]),
-            cause_on_fastest_path=bool(fast_node >= 0 and (pos < 0 or fast_node in set(path_f.tolist()))))
-    share = row["explained_share"]
-    if EXPLAINED_SHARE_MIN <= share <= EXPLAINED_SHARE_MAX:
-        row["status"] = "ok"
-    else:
-        row["status"] = "unexplained"
-        row["unexplained_reason"] = _why_unexplained(acc, dag_s, names, row)
-    parts: list[pd.DataFrame] = []
-    if keep_paths:
-        node_extra = acc.node_extra_ns()
-        parts.append(_path_frame(row["pg"], row["index"], dag_s.rank, "straggler", dag_s, path_s, acc.occurrence,
-                                 node_extra, names, acc))
-        occ_f = keys_f.occurrence(path_f, win_f) if len(path_f) else np.zeros(0, np.int64)
-        parts.append(_path_frame(row["pg"], row["index"], dag_f.rank, "fastest", dag_f, path_f, occ_f,
-                                 np.full(len(path_f), np.nan), names))
-    return acc, parts
-
-
-def _why_unexplained(acc: PathAccount, dag: RankDAG, names: list[str], row: dict[str, Any]) -> str:
-    """One line on why a collective's path does not account for its tax (``row``: its table row)."""
-    tau, extra_us = float(row["tau_max_us"]), float(row["path_extra_us"])
-    head = f"path extra {extra_us:.0f} us of tau {tau:.0f} us"
-    oldest = int(acc.seg_node[-1])
-    name = names[int(dag.name_id[oldest])][:60]
-    if acc.bottom == BOTTOM_NO_PARENT and dag.kind[oldest] == KIND_GPU and dag.launch_of(oldest) < 0:
-        return f"{head}: the path stops at kernel {name}, which has no launch/correlation edge to the CPU"
-    queued = (acc.seg_kind == SEG_QUEUE) & (acc.extra_ns > 0.5 * max(tau, 0.0) * 1000.0)
-    for k in np.flatnonzero(queued).tolist():
-        node = int(acc.seg_node[k])
-        if dag.launch_of(node) < 0:
-            return (f"{head}: kernel {names[int(dag.name_id[node])][:60]} waited "
-                    f"{acc.seg_ns[k] / 1000.0:.0f} us after its stream predecessor and has no "
-                    "launch/correlation edge to say why")
-    if acc.bottom == BOTTOM_CYCLE:
-        return f"{head}: the critical-parent walk met a cycle at {name}"
-    unplaced = float(row["unplaced_us"])
-    if not np.isnan(unplaced) and abs(unplaced) > (1.0 - EXPLAINED_SHARE_MIN) * tau:
-        if unplaced > 0:
-            return (f"{head}: the straggler was already {unplaced:.0f} us behind the fastest rank, counted from the "
-                    "previous collective's end, when its path began (time carried over from before the window)")
-        return (f"{head}: the straggler's path began {-unplaced:.0f} us ahead of the fastest rank's same events, "
-                "counted from the previous collective's end (the fastest rank lost that time before them, "
-                "or off the straggler's path)")
-    if acc.bottom == BOTTOM_NO_PARENT:
-        return f"{head}: the path stops at {name}, which has no parent in the trace"
-    n = len(acc.path)
-    if n and acc.n_unmatched > n // 2:
-        return (f"{head}: {acc.n_unmatched} of {n} events on the straggler's path have no counterpart "
-                "on the fastest rank (the ranks ran different work)")
-    return f"{head}: the rest lies off the straggler's critical path"
-
-
-def _window(dag: RankDAG, previous: tuple[int, int, int] | None, end_ns: int) -> Window:
-    """Window of a collective on one rank from its previous collective (node, start, end)."""
-    if previous is None or previous[0] < 0:
-        return Window(NO_WINDOW, NO_WINDOW, end_ns)
-    launch = dag.launch_of(previous[0])
-    if launch < 0:
-        return Window(previous[2], previous[2], end_ns)
-    return Window(previous[2], int(dag.end[launch]), end_ns, int(dag.start[launch]))
-
-
-def _path_frame(pg: str, index: int, rank: int, role: str, dag: RankDAG, path: np.ndarray,
-                occurrence: np.ndarray, extra_ns: np.ndarray, names: list[str],
-                account: PathAccount | None = None) -> pd.DataFrame:
-    nan = np.full(len(path), np.nan)
-    seg = (account.seg_ns[2:] / 1000.0, account.seg_fastest_ns[2:] / 1000.0) if account is not None else None
-    return pd.DataFrame({
-        "pg": pg, "index": index, "rank": rank, "role": role, "step": np.arange(len(path)),
-        "name": [names[i] for i in dag.name_id[path].tolist()],
-        "kind": [KIND_NAMES[k] for k in dag.kind[path].tolist()],
-        "start_ns": dag.start[path], "end_ns": dag.end[path],
-        "dur_us": (dag.end[path] - dag.start[path]) / 1000.0, "occurrence": occurrence,
-        "own_us": seg[0][0::2] if seg else nan, "wait_us": seg[0][1::2] if seg else nan,
-        "own_fastest_us": seg[1][0::2] if seg else nan, "wait_fastest_us": seg[1][1::2] if seg else nan,
-        "extra_us": np.asarray(extra_ns, dtype=np.float64) / 1000.0})
+                             paths=paths_table, gpu_only_share=gpu_only,
+                             dag_stats=pd.DataFrame([stats[r] for r in sorted(stats)]))
 
 
 def summarize(collectives: pd.DataFrame) -> tuple[pd.DataFrame, float]:

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from evtsync.critpath.dag import (
-    EDGE_LAUNCH,
     KIND_CPU_OP,
     KIND_GAP,
     KIND_GPU,
@@ -200,7 +199,7 @@ class Walker:
         return np.asarray(out, dtype=np.int64)
 
 
-#: Segments of the straggler's time along its path (see :func:`account_path`).
+#: Segments of the straggler's time along its path (see :func:`tile_path` and :mod:`evtsync.critpath.tasks`).
 SEGMENT_NAMES = ("kernel", "cpu_slice", "sync_wait", "launch_gap", "stream_queue", "cpu_wait")
 SEG_KERNEL, SEG_CPU, SEG_SYNC, SEG_LAUNCH_GAP, SEG_QUEUE, SEG_CPU_WAIT = range(6)
 #: Segments spent on the GPU (the others are the CPU's, or the GPU waiting for the CPU).
@@ -208,50 +207,6 @@ GPU_SEGMENTS = frozenset({SEG_KERNEL, SEG_QUEUE})
 #: How the tiling of the straggler's path ends (the oldest node's parent).
 BOTTOM_PREVIOUS, BOTTOM_WINDOW, BOTTOM_NO_PARENT, BOTTOM_CYCLE = (
     "previous_collective", "window_start", "no_parent", "cycle")
-
-
-@dataclass
-class PathAccount:
-    """The straggler's time along its critical path, segment by segment, against the fastest rank.
-
-    The path (newest first, the collective's node excluded) tiles the straggler's time from
-    ``bottom_ns`` to the collective's start: every node has an *own* segment (the time it
-    held the path: a kernel's run, a CPU slice, a sync call after the GPU work it waited for
-    ended) and a *wait* segment (the time it waited after its critical parent let it go: the
-    gap before a kernel after its launch returned, queueing behind its stream, a CPU thread
-    resuming); the collective has a wait segment too. The same segments of the matched
-    events (key: name and occurrence in the window) are measured on the fastest rank with
-    the same rules; ``extra_ns`` = straggler − fastest, so the extras sum to the path's
-    lateness over the fastest rank. Arrays ``seg_*`` have one entry per segment: for
-    position ``j`` of ``chain`` (0 = the collective, ``j`` = path node ``j - 1``) the own
-    segment is ``2 j`` and the wait segment ``2 j + 1`` (the collective's own segment is empty).
-    """
-
-    path: np.ndarray
-    chain_fastest: np.ndarray
-    occurrence: np.ndarray
-    seg_node: np.ndarray
-    seg_kind: np.ndarray
-    seg_ns: np.ndarray
-    seg_fastest_ns: np.ndarray
-    raw_extra_ns: np.ndarray
-    extra_ns: np.ndarray
-    bottom_ns: int
-    bottom: str
-    n_unmatched: int
-    n_common: int
-    lca: int
-    principal: int
-
-    @property
-    def path_time_ns(self) -> int:
-        """The straggler's time covered by the segments."""
-        return int(self.seg_ns.sum())
-
-    def node_extra_ns(self) -> np.ndarray:
-        """Extra time per path node (own + wait segments), newest first."""
-        per = self.extra_ns.reshape(-1, 2).sum(axis=1)
-        return per[1:]
 
 
 def _edge_ready(dag: RankDAG, src: int, dst: int) -> int | None:
@@ -269,7 +224,7 @@ def _critical_ready(dag: RankDAG, node: int) -> int | None:
     return int(dag.parent_ready[hi - 1]) if hi > lo else None
 
 
-def _tile(dag: RankDAG, chain: list[int], window: Window, *, fastest: bool,
+def tile_path(dag: RankDAG, chain: list[int], window: Window, *, fastest: bool,
           whole_syncs: frozenset[int] = frozenset()) -> tuple[list[int], list[int], int]:
     """Own and wait segment lengths of each chain position (0 = the collective).
 
@@ -322,76 +277,7 @@ def _tile(dag: RankDAG, chain: list[int], window: Window, *, fastest: bool,
     return own, wait, bottom
 
 
-def account_path(straggler: tuple[RankDAG, KeyIndex], fastest: tuple[RankDAG, KeyIndex],
-                 path_s: np.ndarray, path_f: np.ndarray, window_s: Window, window_f: Window,
-                 here_nodes: tuple[int, int], stop_nodes: tuple[int, int] = (-1, -1)) -> PathAccount:
-    """Account the straggler's time along its path against the fastest rank (see :class:`PathAccount`).
-
-    ``here_nodes`` are the collective's nodes on the straggler and the fastest rank,
-    ``stop_nodes`` the previous collective's (-1 for the first collective of a PG).
-
-    A CPU run on the path (consecutive CPU nodes) reaches the GPU through the kernel
-    launched from it: when that kernel waited *longer* after its launch on the fastest rank
-    (its CPU was further ahead of its GPU), or a call of the run took longer there (a launch
-    blocked on a full launch queue), those negative extras are netted against the run's
-    positive extras, so a CPU delay counts by what the fastest rank could not absorb
-    either (``raw_extra_ns`` keeps the values before netting; the sum is kept).
-    """
-    dag_s, keys_s = straggler
-    dag_f, keys_f = fastest
-    occ_s = keys_s.occurrence(path_s, window_s) if len(path_s) else np.zeros(0, np.int64)
-    occ_f = keys_f.occurrence(path_f, window_f) if len(path_f) else np.zeros(0, np.int64)
-    names_s = keys_s.key_of(path_s)
-    is_gpu = dag_s.kind[path_s] == KIND_GPU
-    match = (keys_f.lookup(names_s, is_gpu, occ_s, window_f) if len(path_s) else np.zeros(0, np.int64))
-    chain_s = [int(here_nodes[0]), *path_s.tolist()]
-    chain_f = [int(here_nodes[1]), *match.tolist()]
-    kinds = [KIND_GPU, *dag_s.kind[path_s].tolist()]
-    whole = frozenset(j for j in range(1, len(chain_s)) if kinds[j] == KIND_SYNC and chain_f[j] < 0)
-    own_s, wait_s, bottom = _tile(dag_s, chain_s, window_s, fastest=False, whole_syncs=whole)
-    own_f, wait_f, _ = _tile(dag_f, chain_f, window_f, fastest=True)
-    k = len(chain_s)
-    seg_kind = np.empty(2 * k, dtype=np.int8)
-    for j in range(k):
-        kd = kinds[j]
-        seg_kind[2 * j] = SEG_KERNEL if kd == KIND_GPU else (SEG_SYNC if kd == KIND_SYNC else SEG_CPU)
-        if kd == KIND_GPU:
-            n = chain_s[j]
-            seg_kind[2 * j + 1] = SEG_LAUNCH_GAP if dag_s.critical_kind[n] == EDGE_LAUNCH else SEG_QUEUE
-        else:
-            seg_kind[2 * j + 1] = SEG_CPU_WAIT
-    seg_ns = np.empty(2 * k, dtype=np.int64)
-    seg_ns[0::2], seg_ns[1::2] = own_s, wait_s
-    seg_f = np.empty(2 * k, dtype=np.int64)
-    seg_f[0::2], seg_f[1::2] = own_f, wait_f
-    raw = (seg_ns - seg_f).astype(np.float64)
-    extra = _net_cpu_runs(raw, np.asarray(kinds) != KIND_GPU)
-    # the LCA: read backwards from the collectives, where the two paths' keys diverge
-    key_s = names_s * (1 << 32) + occ_s
-    key_f = keys_f.key_of(path_f) * (1 << 32) + occ_f
-    m = min(len(key_s), len(key_f))
-    differ = np.flatnonzero(key_s[:m] != key_f[:m])
-    n_common = int(differ[0]) if differ.size else m
-    lca = int(path_s[n_common - 1]) if n_common else -1
-    oldest = chain_s[-1]
-    parent = int(dag_s.critical[oldest])
-    if parent < 0:
-        how = BOTTOM_NO_PARENT
-    elif parent == stop_nodes[0]:
-        how = BOTTOM_PREVIOUS
-    elif parent in set(chain_s):
-        how = BOTTOM_CYCLE
-    else:
-        how = BOTTOM_WINDOW
-    principal = int(np.argmax(extra)) if len(extra) else -1
-    return PathAccount(path=path_s, chain_fastest=np.asarray(chain_f, dtype=np.int64), occurrence=occ_s,
-                       seg_node=np.repeat(np.asarray(chain_s, dtype=np.int64), 2), seg_kind=seg_kind,
-                       seg_ns=seg_ns, seg_fastest_ns=seg_f, raw_extra_ns=raw, extra_ns=extra,
-                       bottom_ns=int(bottom), bottom=how, n_unmatched=int((match < 0).sum()),
-                       n_common=n_common, lca=lca, principal=principal)
-
-
-def _net_cpu_runs(raw: np.ndarray, cpu_position: np.ndarray) -> np.ndarray:
+def net_cpu_runs(raw: np.ndarray, cpu_position: np.ndarray) -> np.ndarray:
     """Net the negative extras of a CPU run, and of the launch wait of the kernel it launched,
     against the run's positive extras (proportionally; the sum is kept).
 
