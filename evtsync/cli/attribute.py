@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 
 ORDER = 20
 
@@ -45,8 +46,9 @@ def run(args: argparse.Namespace) -> int:
     from evtsync.critpath import categories
     from evtsync.critpath.attribution import attribute
     from evtsync.errors import InputError
+    from evtsync.parallel import InProcess, backend_for
     from evtsync.tableio import table_format, write_table
-    from evtsync.trace.traceset import load_traces
+    from evtsync.trace.traceset import expand_paths, load_traces
 
     table_format(args.output)
     selections = [p for p in args.pg if "=" not in p]
@@ -55,10 +57,19 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--pg: select one process group at a time (got {', '.join(selections)})")
     for text in args.category:
         categories.add_pattern(*categories.parse_category_option(text))
-    traces = load_traces(args.traces, **reading_options(args))
-    result = attribute(traces, selections[0] if selections else None,
-                       same_stream_tolerance_us=args.same_stream_tolerance_us, keep_paths=args.paths,
-                       **align_options(args))
+    options = reading_options(args)
+    with backend_for(len(expand_paths(args.traces)), jobs=options.get("jobs"), workers=options.get("workers"),
+                     scheduler=options.get("scheduler"), total_bytes=0, parallel_min_bytes=1) as backend:
+        common = dict(same_stream_tolerance_us=args.same_stream_tolerance_us, keep_paths=args.paths,
+                      **align_options(args))
+        pg = selections[0] if selections else None
+        if isinstance(backend, InProcess):
+            result = attribute(load_traces(args.traces, **options), pg, **common)
+        else:
+            # per-rank tasks read their own rank: no process holds every rank's tables
+            print(f"attribution on {backend.name}: one task per rank", file=sys.stderr)
+            read = {k: options[k] for k in ("salvage", "cache") if k in options}
+            result = attribute(args.traces, pg, backend=backend, read_options=read, **common)
     write_table(result.collectives, args.output)
     write_table(result.summary, sibling_path(args.output, "summary"))
     write_table(result.validation, sibling_path(args.output, "validation"))
