@@ -212,7 +212,10 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
         round2[f_rank].fastest_of.append((key, side))
     sides_f: dict[tuple[str, int], FastestSide] = {}
     for result, st in runner.map(fastest_task, [round2[r] for r in sorted(round2)], "critical paths: fastest sides"):
-        stats.setdefault(st["rank"], st)
+        if st["rank"] in stats:
+            stats[st["rank"]]["peak_rss_mb"] = max(stats[st["rank"]]["peak_rss_mb"], st["peak_rss_mb"])
+        else:
+            stats[st["rank"]] = st
         for side in result:
             sides_f[side.key] = side
     path_parts: list[pd.DataFrame] = []

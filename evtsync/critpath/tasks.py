@@ -229,7 +229,19 @@ def straggler_task(work: RankWork) -> tuple[list[StragglerSide], dict[str, int]]
         if work.keep_paths:
             side.frame = _frame(key, work.rank, "straggler", dag, path, occ, names)
         out.append(side)
-    return out, {"rank": work.rank, **dag.stats}
+    return out, {"rank": work.rank, **dag.stats, "peak_rss_mb": peak_rss_mb()}
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far (MB; NaN where the OS does not say)."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return float("nan")
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
 def fastest_task(work: RankWork) -> tuple[list[FastestSide], dict[str, int]]:
@@ -267,7 +279,7 @@ def fastest_task(work: RankWork) -> tuple[list[FastestSide], dict[str, int]]:
         if work.keep_paths:
             side.frame = _frame(key, work.rank, "fastest", dag, path_f, occ_f, names)
         out.append(side)
-    return out, {"rank": work.rank, **dag.stats}
+    return out, {"rank": work.rank, **dag.stats, "peak_rss_mb": peak_rss_mb()}
 
 
 def _frame(key: CollectiveKey, rank: int, role: str, dag: RankDAG, path: np.ndarray, occurrence: np.ndarray,
