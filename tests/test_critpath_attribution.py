@@ -44,7 +44,7 @@ def _assert_kind_matches_category(table: pd.DataFrame) -> None:
     cpu = named["path_kind"] != "gpu_only"
     assert (named.loc[cpu, "path_kind"] == named.loc[cpu, "cause_category"]).all()
     assert set(named.loc[~cpu, "cause_category"]) <= {"gemm", "attention", "fsdp", "norm", "concat_split",
-                                                        "elementwise", "communication", "other", "stream_queue"}
+                                                        "elementwise", "memcpy", "communication", "other", "stream_queue"}
 
 
 def cause_matches(row: pd.Series, plant: dict) -> bool:
@@ -159,7 +159,7 @@ def test_real_traces_processed_without_error():
         if r.index > 0:
             assert r.end_ns > bounds.loc[(r.pg, r.index - 1, r.rank), "end_ns"]
     assert set(result.summary["category"]) <= {"launch_delay", "python_gap", "synchronization", "gemm",
-                                               "attention", "fsdp", "norm", "concat_split", "elementwise",
+                                               "attention", "fsdp", "norm", "concat_split", "elementwise", "memcpy",
                                                "communication", "other"}
     assert np.isclose(result.summary["share"].sum(), 1.0)
     # selecting the PG by its label gives the same collectives; an unknown one is a clear error
@@ -180,6 +180,9 @@ def test_categories_table_is_extendable():
     assert categories.classify_gpu("void at::native::(anonymous namespace)::CatArrayBatchedCopy") == "concat_split"
     assert categories.classify_gpu("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)") == "fsdp"
     assert categories.classify_gpu("my_moe_grouped_kernel") == "other"
+    assert categories.classify_gpu("Memcpy DtoH (Device -> Pageable)") == "memcpy"
+    assert categories.classify_gpu("Memset (Device)") == "memcpy"
+    assert categories.classify_gpu("void at::native::elementwise_kernel<128, 2>") == "elementwise"
     try:
         categories.add_pattern("moe", r"moe_grouped")
         assert categories.classify_gpu("my_moe_grouped_kernel") == "moe"

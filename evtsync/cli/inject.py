@@ -27,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="0-based index of the ProfilerStep annotation (default: whole trace)")
     parser.add_argument("--kernel", default=None, metavar="REGEX", help="launched kernel name pattern")
     parser.add_argument("--occurrence", type=int, default=0, help="0-based among the matching launches")
+    parser.add_argument("--on", choices=("launch", "kernel"), default="launch",
+                        help="launch: delay the CPU before the launch call (default); kernel: make the launched "
+                             "GPU event itself (kernel or copy) run DELAY longer")
     parser.add_argument("--correlation", type=int, default=None, help="the launch's correlation id")
     parser.add_argument("--pg", action="append", default=[], metavar="NAME=RANKS[@STREAM]",
                         help="declare a process group (as in `tax`)")
@@ -41,14 +44,16 @@ def run(args: argparse.Namespace) -> int:
 
     if (args.delay_ms is None) == (args.sweep is None):
         raise InputError("inject: give one of --delay-ms D or --sweep D1,D2,...")
-    options = dict(iteration=args.iteration, kernel=args.kernel, occurrence=args.occurrence,
+    options = dict(iteration=args.iteration, kernel=args.kernel, occurrence=args.occurrence, on=args.on,
                    correlation=args.correlation, overrides=[PGOverride.parse(p) for p in args.pg],
                    allow_partial=args.allow_partial)
     if args.sweep is not None:
         return _run_sweep(args, options, inject_sweep)
     result = inject_delay(args.traces, args.output, rank=args.rank, delay_us=args.delay_ms * 1000.0, **options)
     m = result.manifest
-    print(f"injected {args.delay_ms:g} ms before {m['launch']['name']} (correlation {m['launch']['correlation']}) "
+    where = f"into the kernel launched by {m['launch']['name']}" if m["on"] == "kernel" else \
+        f"before {m['launch']['name']}"
+    print(f"injected {args.delay_ms:g} ms {where} (correlation {m['launch']['correlation']}) "
           f"on rank {m['rank']}{' in ' + m['step'] if m['step'] else ''}")
     print(f"  kernel {m['kernel']['name'][:80]} starts {m['kernel']['start_shift_us']:.0f} µs later "
           f"(its launch returned {m['kernel']['lead_us']:.0f} µs ahead of it)")

@@ -52,6 +52,8 @@ from evtsync.trace.traceset import TraceSet, load_traces
 log = logging.getLogger(__name__)
 
 MAX_DELAY_US = 20_000
+#: What a delay is inserted into: before the launch call, or into the launched GPU event.
+INJECT_TARGETS = ("launch", "kernel")
 MANIFEST = "injection.json"
 #: Traces go to OUT_DIR/traces/ (as ``evtsync synth`` does), the manifest beside that folder,
 #: so that OUT_DIR/traces can be given to any command as a folder of traces.
@@ -209,15 +211,18 @@ class _Propagation:
 
 def inject_delay(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], out_dir: str | os.PathLike[str],
                  *, rank: int, delay_us: float, iteration: int | None = None, kernel: str | None = None,
-                 occurrence: int = 0, correlation: int | None = None,
+                 occurrence: int = 0, correlation: int | None = None, on: str = "launch",
                  **align_options: Any) -> InjectResult:
     """Write a copy of a trace set with ``delay_us`` inserted before one CPU launch.
 
     The launch is the ``occurrence``-th (0-based) launch on ``rank`` inside its
     ``iteration``-th ``ProfilerStep`` annotation (whole trace when None) whose GPU event
     name matches the regular expression ``kernel`` (any when None) and, if given, whose
-    correlation id is ``correlation``.
+    correlation id is ``correlation``. With ``on="kernel"`` the launched GPU event itself
+    (kernel, copy) runs ``delay_us`` longer instead: a slow kernel rather than a late launch.
     """
+    if on not in INJECT_TARGETS:
+        raise InputError(f"inject: --on {on!r}: expected one of {', '.join(INJECT_TARGETS)}")
     if not 0 <= delay_us <= MAX_DELAY_US:
         raise InputError(f"inject: delay {delay_us} us is outside 0..{MAX_DELAY_US} us (0-20 ms)")
     paths = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
@@ -237,7 +242,9 @@ def inject_delay(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
     dag = dags[rank]
     pred = target.node - 1
     seed_end, seed_start = {}, {}
-    if pred >= 0 and dag.lane[pred] == dag.lane[target.node] and dag.kind[pred] != KIND_GPU:
+    if on == "kernel":
+        seed_end[target.kernel_node] = delay_ns
+    elif pred >= 0 and dag.lane[pred] == dag.lane[target.node] and dag.kind[pred] != KIND_GPU:
         seed_end[pred] = delay_ns
     else:
         seed_start[target.node] = delay_ns
@@ -255,7 +262,7 @@ def inject_delay(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
     moved = [{"pg": inst["pg"], "index": inst["index"], "end_shift_us": e / 1000.0}
              for inst, e in zip(instances, coll_end, strict=True) if e > 0]
     manifest = {
-        "rank": rank, "iteration": iteration, "step": target.step, "delay_us": delay_us,
+        "rank": rank, "iteration": iteration, "step": target.step, "delay_us": delay_us, "on": on,
         "launch": {"name": target.launch_name, "correlation": target.correlation,
                    "ts_ns": int(dag.start[target.node])},
         "kernel": {"name": target.kernel_name, "start_shift_us": k_shift / 1000.0,
@@ -419,7 +426,8 @@ SWEEP_SLACK = (0.02, 50.0)
 
 def inject_sweep(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], out_dir: str | os.PathLike[str],
                  *, delays_ms: Iterable[float], rank: int, iteration: int | None = None, kernel: str | None = None,
-                 occurrence: int = 0, correlation: int | None = None, **align_options: Any) -> Any:
+                 occurrence: int = 0, correlation: int | None = None, on: str = "launch",
+                 **align_options: Any) -> Any:
     """Validation (b) of SPEC §4 as one call: inject each delay (ms) into its own copy
     (``OUT_DIR/delay-<D>ms/``), attribute it, and return one row per delay for the
     collective that follows the delayed kernel on ``rank`` (straggler, cause, its extra µs
@@ -436,7 +444,7 @@ def inject_sweep(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
     for delay in delays_ms:
         sub = Path(out_dir) / f"delay-{delay:g}ms"
         res = inject_delay(paths, sub, rank=rank, delay_us=float(delay) * 1000.0, iteration=iteration, kernel=kernel,
-                           occurrence=occurrence, correlation=correlation, **align_options)
+                           occurrence=occurrence, correlation=correlation, on=on, **align_options)
         m = res.manifest
         target = m["next_collective"]
         row: dict[str, Any] = {c: None for c in SWEEP_COLUMNS}

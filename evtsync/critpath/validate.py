@@ -1,7 +1,7 @@
 """Validation (a) of SPEC §4: does the critical path explain the tax?
 
 Per workload (and per PG), regress the straggler's path extra time (the sum of its path
-segments' extra time over the fastest rank, see :func:`evtsync.critpath.walk.account_path`)
+segments' extra time over the fastest rank, see :mod:`evtsync.critpath.tasks`)
 on the communication-time difference of the collective (tau_max = the fastest rank's NCCL
 time minus the straggler's). A slope and R² near 1 mean the path accounts for the tax.
 

@@ -7,14 +7,11 @@ the first node that ended before that collective did on this rank (the point whe
 ranks were last aligned). Following precomputed parent pointers makes a walk one list
 lookup per step.
 
-Events are matched across ranks by *key*: (event name, occurrence index of that name
-among the rank's nodes that start inside the window). The paths of the straggler and of
-the fastest rank are aligned at their lowest common ancestor: read backwards from the
-collectives, the two key sequences agree up to some node (the LCA) and diverge before it.
-Every event of the straggler's path — in the common part and in its own branch before the
-LCA — is compared with the same key on the fastest rank (on its path or not): extra time
-= straggler duration - fastest duration, or the whole duration when the fastest rank has
-no such event in the window. The event with the largest extra time is the principal cause.
+Events are matched across ranks by *key*: (event name — with its thread's ordinal for CPU
+events —, occurrence index among the rank's window nodes with that key). The path of a
+collective tiles the straggler's time into *own* and *wait* segments (:func:`tile_path`);
+measured the same way on the fastest rank's matched events, their differences sum to the
+straggler's lateness (see :mod:`evtsync.critpath.tasks` and docs/critical-path.md).
 """
 
 from __future__ import annotations
