@@ -12,6 +12,14 @@ subprocess per measurement (so that peak RSS is that measurement's own):
   walk by scanning parents), at a smaller size, and evtsync at that same size for the ratio.
 
 Run by hand: ``.venv/bin/python benchmarks/bench_critpath.py [--events 1000000]``.
+
+``--scale ITERATIONS[,ITERATIONS...]`` measures instead the memory of attributing a whole
+multi-rank set (issue 15): ``evtsync synth`` writes ``--ranks`` ranks of that many
+iterations into ``--out`` (reused when there), then, each in a fresh subprocess, the
+in-process attribution (one process holds every rank's tables and DAG: the baseline) and
+the per-rank tasks on a process pool of ``--jobs`` (the caller reads only the collectives;
+each task reads one rank): wall time, the caller's peak RSS, every worker's peak RSS (as
+the tasks report it) and whether the two tables are identical.
 """
 
 from __future__ import annotations
@@ -196,11 +204,83 @@ def measure(kind: str, n_events: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def run_attribution(folder: str, mode: str, jobs: int, cache: str) -> dict:
+    """Attribute a trace folder in-process (``mode == "in-process"``) or as per-rank tasks."""
+    import hashlib
+
+    from evtsync.critpath import attribute
+    from evtsync.parallel import ProcessPool
+
+    t0 = time.perf_counter()
+    if mode == "in-process":
+        result = attribute(folder, keep_paths=False)
+    else:
+        result = attribute(folder, keep_paths=False, backend=ProcessPool(jobs), read_options={"cache": cache})
+    wall = time.perf_counter() - t0
+    table = result.collectives
+    digest = hashlib.sha256(pd.util.hash_pandas_object(table.astype(str), index=False).to_numpy().tobytes())
+    return {"mode": mode, "wall_s": wall, "collectives": len(table), "table_sha256": digest.hexdigest()[:16],
+            "worker_peak_rss_mib": [float(v) for v in result.dag_stats.get("peak_rss_mb", pd.Series()).tolist()],
+            "explained": int((table["status"] == "ok").sum())}
+
+
+def measure_attribution(folder: str, mode: str, jobs: int, cache: str) -> dict:
+    code = (f"import json, resource, sys; sys.path.insert(0, 'benchmarks'); import bench_critpath as b; "
+            f"r = b.run_attribution({folder!r}, {mode!r}, {jobs}, {cache!r}); "
+            "r['caller_peak_rss_mib'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024; "
+            "print(json.dumps(r))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def scale(iterations: list[int], ranks: int, jobs: int, out: str) -> None:
+    """The --scale benchmark (see the module docstring)."""
+    import os
+    from pathlib import Path
+
+    from evtsync.synth import SynthConfig, synthesize
+
+    rows = []
+    for n in iterations:
+        folder = Path(out) / f"r{ranks}-it{n}"
+        if not (folder / "ground_truth.json").is_file():
+            t0 = time.perf_counter()
+            synthesize(SynthConfig.build(ranks=ranks, iterations=n, seed=5), folder)
+            print(f"synth {ranks} ranks x {n} iterations: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        traces = folder / "traces"
+        sizes = [p.stat().st_size for p in traces.iterdir()]
+        cache = str(folder / "cache")
+        base = measure_attribution(str(traces), "in-process", jobs, cache)
+        tasks = measure_attribution(str(traces), "tasks", jobs, cache)
+        row = {"ranks": ranks, "iterations": n, "mb_per_rank": sum(sizes) / len(sizes) / 1e6,
+               "total_mb": sum(sizes) / 1e6, "load_avg": os.getloadavg()[0], "in_process": base, "tasks": tasks,
+               "identical": base["table_sha256"] == tasks["table_sha256"]}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    print("\n| ranks × MB/rank | total MB | in-process: time, peak | tasks (pool of "
+          f"{jobs}): time, caller peak, largest worker peak | worker peak / MB per rank | identical |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        b, t = r["in_process"], r["tasks"]
+        worker = max(t["worker_peak_rss_mib"]) if t["worker_peak_rss_mib"] else float("nan")
+        print(f"| {r['ranks']} × {r['mb_per_rank']:.0f} | {r['total_mb']:.0f} | {b['wall_s']:.0f} s, "
+              f"{b['caller_peak_rss_mib']:.0f} MiB | {t['wall_s']:.0f} s, {t['caller_peak_rss_mib']:.0f} MiB, "
+              f"{worker:.0f} MiB | {worker / r['mb_per_rank']:.1f} | {r['identical']} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--baseline-events", type=int, default=100_000)
+    parser.add_argument("--scale", default=None, metavar="ITERATIONS[,...]",
+                        help="multi-rank attribution memory benchmark at these iteration counts")
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--out", default="/tmp/bench_critpath")
     args = parser.parse_args()
+    if args.scale:
+        scale([int(x) for x in args.scale.split(",")], args.ranks, args.jobs, args.out)
+        return
     big = measure("evtsync", args.events)
     small = measure("evtsync", args.baseline_events)
     base = measure("baseline", args.baseline_events)

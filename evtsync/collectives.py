@@ -244,15 +244,23 @@ def _assign_groups(nccl: pd.DataFrame, traces: TraceSet, overrides: Sequence[PGO
     return labels, info
 
 
+#: Share of common collectives whose end times must move together for two ranks of one
+#: stream to be put in one inferred PG; the rest (at least one collective) may be outliers,
+#: which the alignment then reports as end-time mismatches.
+CO_MOVE_MIN_SHARE = 0.8
+
+
 def _cluster_by_end_times(sub: pd.DataFrame, tolerance_us: float) -> list[tuple[int, ...]]:
     """Split the ranks of one stream into groups whose collective end times move together.
 
-    Two ranks belong together when, over their common collectives, the difference of their
-    end times is constant (a clock offset) within the tolerance: 95% of the deviations from
-    its median below ``tolerance_us``. Ranks of different groups that happen to finish
-    together most of the time are still separated by the collectives where they do not
-    (a median criterion merged such groups). With fewer than 3 collectives all ranks form
-    one group.
+    Co-movement is tested per collective: over their common collectives, the difference of
+    two ranks' end times minus its median (a clock offset) is within ``tolerance_us`` for a
+    collective that both ended together. Two ranks belong together when all but a few of
+    their collectives do (at least :data:`CO_MOVE_MIN_SHARE`, and every collective but one
+    when there are few): a single late kernel end on one rank does not split the group
+    (the alignment reports it as an end-time mismatch with rank, PG and index), while
+    ranks of different groups, which end together only by chance, stay apart. With fewer
+    than 3 collectives all ranks form one group.
     """
     ends = {int(r): g.sort_values("ts_ns")["end_ns"].to_numpy() for r, g in sub.groupby("rank")}
     ranks = sorted(ends)
@@ -260,11 +268,16 @@ def _cluster_by_end_times(sub: pd.DataFrame, tolerance_us: float) -> list[tuple[
     if n_common < 3 or len(ranks) < 2:
         return [tuple(ranks)]
     tol_ns = tolerance_us * 1000.0
+    allowed = max(1, int(np.floor((1.0 - CO_MOVE_MIN_SHARE) * n_common)))
     groups: list[list[int]] = []
     for r in ranks:
         for g in groups:
-            diff = ends[r][:n_common] - ends[g[0]][:n_common]
-            if np.percentile(np.abs(diff - np.median(diff)), 95) <= tol_ns:
+            # compare with up to three members, so that an outlier of the first one does not decide
+            outliers = []
+            for m in g[:3]:
+                diff = ends[r][:n_common] - ends[m][:n_common]
+                outliers.append(int((np.abs(diff - np.median(diff)) > tol_ns).sum()))
+            if min(outliers) <= allowed:
                 g.append(r)
                 break
         else:

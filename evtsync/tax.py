@@ -154,3 +154,53 @@ def tax_from_traces(traces: TraceSet, *, backend: Backend | None = None,
         pd.concat([t.ranks for _, t in results], ignore_index=True))
     note_missing_ranks(traces, alignment.groups, alignment.instances, tables.collectives, tables.ranks)
     return alignment, tables
+
+
+STRAGGLER_COLUMNS = ["pg", "pg_desc", "n_ranks", "n_collectives", "n_pairs", "change_rate", "n_distinct",
+                     "top_rank", "top_share", "uniform_share", "n_skipped"]
+STRAGGLER_RANK_COLUMNS = ["pg", "rank", "n_straggled", "share", "uniform_share"]
+
+
+def straggler_identity(tax: TaxTables) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Who straggles, per PG (SPEC §3): the paper's "the identity of the slowest rank shifts".
+
+    Over each PG's valid collectives with a tax (tau_max > 0), in index order:
+    ``change_rate`` = share of consecutive pairs (l-1, l) whose stragglers differ (pairs
+    whose members are both counted; ``n_pairs``), ``n_distinct`` = number of ranks that
+    straggled at least once, ``top_rank`` / ``top_share`` = the most frequent straggler and
+    its share, ``uniform_share`` = 1/|R| to compare with; ``n_skipped`` counts the
+    collectives left out (flagged invalid, or no tax: one rank or equal durations).
+    The second table has one row per (PG, member rank): how often it straggled, including
+    members that never did.
+    """
+    coll = tax.collectives
+    if coll.empty:
+        return pd.DataFrame(columns=STRAGGLER_COLUMNS), pd.DataFrame(columns=STRAGGLER_RANK_COLUMNS)
+    members = tax.ranks.groupby("pg")["rank"].unique() if len(tax.ranks) else pd.Series(dtype=object)
+    rows, rank_rows = [], []
+    for pg, grp in coll.groupby("pg", sort=True):
+        grp = grp.sort_values("index")
+        used = grp[grp["valid"].astype(bool) & (grp["tau_max_us"] > 0)]
+        ranks = sorted(int(r) for r in members.get(pg, used["straggler_rank"].unique()))
+        n_ranks = len(ranks)
+        strag = used["straggler_rank"].to_numpy().astype(np.int64)
+        idx = used["index"].to_numpy().astype(np.int64)
+        consecutive = np.diff(idx) == 1
+        changes = (strag[1:] != strag[:-1])[consecutive]
+        counts = pd.Series(strag).value_counts() if len(strag) else pd.Series(dtype=np.int64)
+        rows.append({
+            "pg": pg, "pg_desc": grp["pg_desc"].iloc[0], "n_ranks": n_ranks, "n_collectives": len(used),
+            "n_pairs": int(consecutive.sum()),
+            "change_rate": float(changes.mean()) if changes.size else float("nan"),
+            "n_distinct": int(counts.size),
+            "top_rank": int(counts.index[0]) if counts.size else -1,
+            "top_share": float(counts.iloc[0] / len(strag)) if counts.size else float("nan"),
+            "uniform_share": 1.0 / n_ranks if n_ranks else float("nan"),
+            "n_skipped": len(grp) - len(used)})
+        for r in ranks:
+            n = int(counts.get(r, 0))
+            rank_rows.append({"pg": pg, "rank": r, "n_straggled": n,
+                              "share": n / len(strag) if len(strag) else float("nan"),
+                              "uniform_share": 1.0 / n_ranks})
+    return (pd.DataFrame(rows, columns=STRAGGLER_COLUMNS),
+            pd.DataFrame(rank_rows, columns=STRAGGLER_RANK_COLUMNS))

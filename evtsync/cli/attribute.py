@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 
 ORDER = 20
 
@@ -45,8 +46,9 @@ def run(args: argparse.Namespace) -> int:
     from evtsync.critpath import categories
     from evtsync.critpath.attribution import attribute
     from evtsync.errors import InputError
+    from evtsync.parallel import InProcess, backend_for
     from evtsync.tableio import table_format, write_table
-    from evtsync.trace.traceset import load_traces
+    from evtsync.trace.traceset import expand_paths, load_traces
 
     table_format(args.output)
     selections = [p for p in args.pg if "=" not in p]
@@ -55,10 +57,19 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--pg: select one process group at a time (got {', '.join(selections)})")
     for text in args.category:
         categories.add_pattern(*categories.parse_category_option(text))
-    traces = load_traces(args.traces, **reading_options(args))
-    result = attribute(traces, selections[0] if selections else None,
-                       same_stream_tolerance_us=args.same_stream_tolerance_us, keep_paths=args.paths,
-                       **align_options(args))
+    options = reading_options(args)
+    with backend_for(len(expand_paths(args.traces)), jobs=options.get("jobs"), workers=options.get("workers"),
+                     scheduler=options.get("scheduler"), total_bytes=0, parallel_min_bytes=1) as backend:
+        common = dict(same_stream_tolerance_us=args.same_stream_tolerance_us, keep_paths=args.paths,
+                      **align_options(args))
+        pg = selections[0] if selections else None
+        if isinstance(backend, InProcess):
+            result = attribute(load_traces(args.traces, **options), pg, **common)
+        else:
+            # per-rank tasks read their own rank: no process holds every rank's tables
+            print(f"attribution on {backend.name}: one task per rank", file=sys.stderr)
+            read = {k: options[k] for k in ("salvage", "cache") if k in options}
+            result = attribute(args.traces, pg, backend=backend, read_options=read, **common)
     write_table(result.collectives, args.output)
     write_table(result.summary, sibling_path(args.output, "summary"))
     write_table(result.validation, sibling_path(args.output, "validation"))
@@ -106,7 +117,7 @@ def _print_report(result) -> None:  # noqa: ANN001 - CLI rendering only
     table = result.collectives
     ok = table[table["status"] == "ok"]
     others = [f"{n} {s}" for s, n in table["status"].value_counts().items() if s != "ok"]
-    print(f"{len(table)} collective(s): {len(ok)} attributed" + (f" ({', '.join(others)} not)" if others else ""))
+    print(f"{len(table)} collective(s): {len(ok)} explained" + (f" ({', '.join(others)})" if others else ""))
     if len(ok):
         print("\nlargest taxes and their principal causes (extra µs over the fastest rank):")
         print(f"  {'pg':<12} {'index':>5} {'tau µs':>9} {'straggler':>9} {'path':<16} {'category':<16} "
@@ -120,11 +131,20 @@ def _print_report(result) -> None:  # noqa: ANN001 - CLI rendering only
                 + (f"; paper {PAPER_GPU_CAUSES[s.category]:.1%})" if s.category in PAPER_GPU_CAUSES else ")")
             print(f"  {s.category:<16} {s.cause_class:<4} {s.count:>6}  {s.share:>6.1%}{gpu_share}")
         print(f"\nGPU-only straggler paths: {result.gpu_only_share:.1%} (paper: {PAPER_GPU_ONLY_SHARE:.1%})")
+    from evtsync.critpath.attribution import EXPLAINED_SHARE_MAX, EXPLAINED_SHARE_MIN
+
+    unexplained = table[table["status"] == "unexplained"]
+    if len(unexplained):
+        print(f"\n{len(unexplained)} collective(s) unexplained (path extra outside "
+              f"{EXPLAINED_SHARE_MIN:.0%}-{EXPLAINED_SHARE_MAX:.0%} of tau); largest taxes:")
+        for r in unexplained.sort_values("tau_max_us", ascending=False).head(5).itertuples():
+            print(f"  {str(r.pg):<12} {r.index:>5} {r.tau_max_us:>9.1f}  {r.unexplained_reason}")
     if len(result.validation):
-        print("\npath compute difference vs tax (OLS, µs):")
+        print("\npath extra time vs tax (µs; OLS and Theil-Sen, 95% intervals):")
         for v in result.validation.itertuples():
             if v.n >= 3 and not math.isnan(v.slope):
-                print(f"  {v.scope:<12} n={v.n:<5} slope {v.slope:.3f} [{v.slope_lo95:.3f}, {v.slope_hi95:.3f}]  "
-                      f"R² {v.r2:.3f}  intercept {v.intercept_us:.1f}")
+                print(f"  {v.scope:<12} {v.subset:<9} n={v.n:<5} OLS slope {v.slope:.3f} [{v.slope_lo95:.3f}, "
+                      f"{v.slope_hi95:.3f}]  R² {v.r2:.3f}  intercept {v.intercept_us:.1f}  Theil-Sen slope "
+                      f"{v.theil_slope:.3f} [{v.theil_lo95:.3f}, {v.theil_hi95:.3f}]")
             else:
-                print(f"  {v.scope:<12} n={v.n:<5} too few points for a regression")
+                print(f"  {v.scope:<12} {v.subset:<9} n={v.n:<5} too few points for a regression")

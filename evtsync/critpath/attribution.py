@@ -21,23 +21,22 @@ from evtsync.collectives import Alignment, align_collectives
 from evtsync.critpath.categories import CPU_CATEGORIES, classify_names
 from evtsync.critpath.dag import (
     KIND_GPU,
-    KIND_NAMES,
     SAME_STREAM_TOLERANCE_NS,
     RankDAG,
     Vocabulary,
     build_rank_dag,
 )
-from evtsync.critpath.validate import regress_path_on_tax
-from evtsync.critpath.walk import (
-    CPU_KIND_CATEGORY,
-    NO_WINDOW,
-    KeyIndex,
-    Walker,
-    Window,
-    compare_paths,
-    path_kind,
+from evtsync.critpath.tasks import (
+    FastestSide,
+    RankWork,
+    StragglerSide,
+    combine,
+    fastest_task,
+    straggler_task,
 )
+from evtsync.critpath.validate import regress_path_on_tax
 from evtsync.errors import InputError
+from evtsync.parallel import Backend, InProcess
 from evtsync.progress import progress
 from evtsync.tax import TaxTables, compute_tax
 from evtsync.trace.traceset import TraceSet, load_traces
@@ -46,13 +45,19 @@ log = logging.getLogger(__name__)
 
 COLLECTIVE_COLUMNS = [
     "pg", "index", "collective", "n_ranks", "valid", "tau_max_us", "straggler_rank", "fastest_rank",
-    "status", "path_kind", "path_len", "path_cpu_nodes", "cause_name", "cause_kind", "cause_category",
+    "status", "unexplained_reason", "explained_share", "path_kind", "path_len", "path_cpu_nodes",
+    "path_unmatched", "path_bottom", "cause_name", "cause_kind", "cause_segment", "cause_category",
     "cause_extra_us", "cause_raw_extra_us", "cause_duration_us", "cause_fastest_duration_us", "cause_occurrence",
     "cause_start_ns", "cause_on_fastest_path", "lca_name", "n_common", "path_extra_us",
-    "path_raw_extra_us", "straggler_path_us",
+    "path_gpu_extra_us", "path_cpu_extra_us", "straggler_path_us", "fastest_path_us", "fastest_matched_us",
+    "unplaced_us",
 ]
 PATH_COLUMNS = ["pg", "index", "rank", "role", "step", "name", "kind", "start_ns", "end_ns",
-                "dur_us", "occurrence", "extra_us"]
+                "dur_us", "occurrence", "own_us", "wait_us", "own_fastest_us", "wait_fastest_us", "extra_us"]
+#: A collective is explained when its path's extra time is within this band of its tax
+#: (``explained_share`` = path extra / tau_max); outside it, it is flagged ``unexplained``.
+EXPLAINED_SHARE_MIN = 0.8
+EXPLAINED_SHARE_MAX = 1.25  # keep evtsync.cli.attribute.EXPLAINED_BAND equal
 SUMMARY_COLUMNS = ["category", "cause_class", "count", "share", "share_of_gpu_causes"]
 
 
@@ -122,16 +127,27 @@ def instance_nodes(traces: TraceSet, instances: pd.DataFrame, dags: dict[int, Ra
 def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
               pg: str | None = None, *, same_stream_tolerance_us: float = 3.0,
               keep_paths: bool = True, alignment: Alignment | None = None,
-              tax: TaxTables | None = None, **align_options: Any) -> AttributionResult:
+              tax: TaxTables | None = None, backend: Backend | None = None,
+              read_options: dict[str, Any] | None = None, **align_options: Any) -> AttributionResult:
     """Critical-path attribution of every collective (of PG ``pg``, or of every PG).
 
     ``pg`` is a PG label of the alignment (``evtsync tax`` lists them) or a ``pg_name``.
     ``same_stream_tolerance_us`` is the walk's preference for same-stream predecessors.
     ``align_options`` go to :func:`evtsync.align_collectives`.
+
+    The work runs as two rounds of per-rank tasks (:mod:`evtsync.critpath.tasks`). Given
+    paths and a ``backend`` (:mod:`evtsync.parallel`: a process pool or a Dask cluster),
+    this process reads only the collectives (for the alignment and the tax) and every task
+    reads its own rank's trace (``read_options`` go to its :func:`load_traces`, e.g. the
+    cache), so no process holds more than one rank's tables; without a backend everything
+    is read and run here.
     """
+    read_options = dict(read_options or {})
+    distributed = backend is not None and not isinstance(traces, TraceSet)
     if not isinstance(traces, TraceSet):
-        traces = load_traces(traces)
-    traces.require(("all",), "critical-path attribution")
+        traces = load_traces(traces, scope="collectives" if distributed else "all", **read_options)
+    if not distributed:
+        traces.require(("all",), "critical-path attribution")
     alignment = alignment if alignment is not None else align_collectives(traces, **align_options)
     tax = tax if tax is not None else compute_tax(alignment)
     inst = alignment.instances
@@ -146,106 +162,93 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
         empty = pd.DataFrame(columns=COLLECTIVE_COLUMNS)
         return AttributionResult(empty, pd.DataFrame(columns=SUMMARY_COLUMNS),
                                  regress_path_on_tax(empty), pd.DataFrame(columns=PATH_COLUMNS), float("nan"))
-    vocab = Vocabulary()
-    dags = build_dags(traces, inst["rank"].unique().tolist(), vocab=vocab,
-                      same_stream_tolerance_us=same_stream_tolerance_us)
-    keys = {r: KeyIndex(d) for r, d in dags.items()}
-    walkers = {r: Walker(d) for r, d in dags.items()}
-    inst = inst.assign(node=instance_nodes(traces, inst, dags))
-    missing = inst[inst["node"] < 0]
-    if len(missing):
-        log.warning("%d collective instance(s) have no GPU node in the DAG; skipped", len(missing))
-    by_key = {(p, int(i), int(r)): (int(n), int(s), int(e)) for p, i, r, n, s, e in
-              inst[["pg", "index", "rank", "node", "ts_ns", "end_ns"]].itertuples(index=False)}
     tax_rows = tax.collectives
-    if pg is not None:
-        tax_rows = tax_rows[tax_rows["pg"].isin(inst["pg"].unique())]
-    rows: list[dict[str, Any]] = []
-    path_parts: list[pd.DataFrame] = []
-    names = vocab.names
-    for t in progress(list(tax_rows.itertuples(index=False)), "walking critical paths", len(tax_rows),
-                      "collective"):
+    tax_rows = tax_rows[tax_rows["pg"].isin(inst["pg"].unique())]
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    roles: dict[int, list[tuple[str, int]]] = {}
+    fastest_of: dict[tuple[str, int], int] = {}
+    for t in tax_rows.itertuples(index=False):
         s_rank, f_rank, index = int(t.straggler_rank), int(t.fastest_rank), int(t.index)
         row: dict[str, Any] = {c: None for c in COLLECTIVE_COLUMNS}
         row.update(pg=t.pg, index=index, collective=t.collective, n_ranks=int(t.n_ranks), valid=bool(t.valid),
                    tau_max_us=float(t.tau_max_us), straggler_rank=s_rank, fastest_rank=f_rank)
-        here_s, here_f = by_key.get((t.pg, index, s_rank)), by_key.get((t.pg, index, f_rank))
+        rows[(t.pg, index)] = row
         if s_rank == f_rank or t.tau_max_us <= 0:
             row["status"] = "no_tax"
-            rows.append(row)
             continue
-        if here_s is None or here_f is None or here_s[0] < 0 or here_f[0] < 0:
-            row["status"] = "no_node"
-            rows.append(row)
+        roles.setdefault(s_rank, []).append((t.pg, index))
+        fastest_of[(t.pg, index)] = f_rank
+    paths = dict(zip(traces.ranks["rank"].astype(int), traces.ranks["path"].astype(str), strict=True))
+    tol_ns = int(round(same_stream_tolerance_us * 1000))
+    inst_cols = ["pg", "index", "stream", "ts_ns", "end_ns", "correlation"]
+    by_rank = {int(r): g[inst_cols].reset_index(drop=True) for r, g in inst.groupby("rank")}
+
+    def work(rank: int) -> RankWork:
+        tables = None if distributed else tuple(df[df["rank"].to_numpy() == rank] for df in
+                                                (traces.kernels, traces.cpu_ops, traces.runtime, traces.syncs))
+        return RankWork(rank=rank, instances=by_rank.get(rank, pd.DataFrame(columns=inst_cols)),
+                        path=paths.get(rank) if distributed else None, tables=tables, read_options=read_options,
+                        same_stream_tolerance_ns=tol_ns, keep_paths=keep_paths)
+
+    runner: Backend = backend if backend is not None else InProcess()
+    round1 = []
+    for rank, keys in sorted(roles.items()):
+        w = work(rank)
+        w.straggler_of = keys
+        round1.append(w)
+    sides_s: dict[tuple[str, int], StragglerSide] = {}
+    stats: dict[int, dict[str, int]] = {}
+    for result, st in runner.map(straggler_task, round1, "critical paths: straggler sides"):
+        stats[st["rank"]] = st
+        for side in result:
+            sides_s[side.key] = side
+    round2: dict[int, RankWork] = {}
+    for key, f_rank in fastest_of.items():
+        side = sides_s[key]
+        if not side.found:
             continue
-        prev_s, prev_f = by_key.get((t.pg, index - 1, s_rank)), by_key.get((t.pg, index - 1, f_rank))
-        win_s = _window(dags[s_rank], prev_s, here_s[1])
-        win_f = _window(dags[f_rank], prev_f, here_f[1])
-        path_s = walkers[s_rank].path(here_s[0], win_s, prev_s[0] if prev_s else -1)
-        path_f = walkers[f_rank].path(here_f[0], win_f, prev_f[0] if prev_f else -1)
-        dag_s, dag_f = dags[s_rank], dags[f_rank]
-        comp = compare_paths((dag_s, keys[s_rank]), (dag_f, keys[f_rank]), path_s, path_f, win_s, win_f,
-                             (here_s[0], here_f[0]))
-        row["path_len"] = len(path_s)
-        row["path_cpu_nodes"] = int((dag_s.kind[path_s] != KIND_GPU).sum())
-        row["straggler_path_us"] = float(comp.duration_ns.sum()) / 1000.0
-        row["path_extra_us"] = float(comp.effect_ns.sum()) / 1000.0
-        row["path_raw_extra_us"] = float(comp.extra_ns.sum()) / 1000.0
-        row["n_common"] = comp.n_common
-        row["lca_name"] = names[int(dag_s.name_id[comp.lca])] if comp.lca >= 0 else None
-        if comp.principal < 0:
-            row["status"] = "empty_path"
-            row["path_kind"] = "gpu_only"
+        if f_rank not in round2:
+            round2[f_rank] = work(f_rank)
+        round2[f_rank].fastest_of.append((key, side))
+    sides_f: dict[tuple[str, int], FastestSide] = {}
+    for result, st in runner.map(fastest_task, [round2[r] for r in sorted(round2)], "critical paths: fastest sides"):
+        if st["rank"] in stats:
+            stats[st["rank"]]["peak_rss_mb"] = max(stats[st["rank"]]["peak_rss_mb"], st["peak_rss_mb"])
         else:
-            k = comp.principal
-            node = int(path_s[k])
-            kind = int(dag_s.kind[node])
-            row.update(
-                status="ok", path_kind=path_kind(dag_s, comp), cause_name=names[int(dag_s.name_id[node])],
-                cause_kind=KIND_NAMES[kind],
-                cause_category=None if kind == KIND_GPU else CPU_KIND_CATEGORY[kind],
-                cause_extra_us=float(comp.effect_ns[k]) / 1000.0,
-                cause_raw_extra_us=float(comp.extra_ns[k]) / 1000.0,
-                cause_duration_us=float(comp.duration_ns[k]) / 1000.0,
-                cause_fastest_duration_us=float(comp.fastest_duration_ns[k]) / 1000.0,
-                cause_occurrence=int(comp.occurrence[k]), cause_start_ns=int(dag_s.start[node]),
-                cause_on_fastest_path=bool(comp.on_fastest_path[k]))
-        rows.append(row)
-        if keep_paths:
-            path_parts.append(_path_frame(t.pg, index, s_rank, "straggler", dag_s, path_s, comp.occurrence,
-                                          comp.extra_ns, names))
-            occ_f = keys[f_rank].occurrence(path_f, win_f) if len(path_f) else np.zeros(0, np.int64)
-            path_parts.append(_path_frame(t.pg, index, f_rank, "fastest", dag_f, path_f, occ_f,
-                                          np.full(len(path_f), np.nan), names))
-    table = pd.DataFrame(rows, columns=COLLECTIVE_COLUMNS)
-    gpu_causes = (table["status"] == "ok") & (table["cause_kind"] == "gpu")
+            stats[st["rank"]] = st
+        for side in result:
+            sides_f[side.key] = side
+    path_parts: list[pd.DataFrame] = []
+    n_missing = 0
+    for key, row in rows.items():
+        if row["status"] == "no_tax":
+            continue
+        s_side, f_side = sides_s[key], sides_f.get(key)
+        if not s_side.found or f_side is None or not f_side.found:
+            row["status"] = "no_node"
+            n_missing += 1
+            continue
+        seg_s, extra = combine(s_side, f_side, row, share_band=(EXPLAINED_SHARE_MIN, EXPLAINED_SHARE_MAX))
+        if keep_paths and s_side.frame is not None:
+            frame = s_side.frame.copy()
+            frame["own_us"], frame["wait_us"] = seg_s[2::2] / 1000.0, seg_s[3::2] / 1000.0
+            seg_f = np.where(np.repeat(f_side.matched, 2), f_side.seg_ns, 0)
+            frame["own_fastest_us"], frame["wait_fastest_us"] = seg_f[2::2] / 1000.0, seg_f[3::2] / 1000.0
+            frame["extra_us"] = extra.reshape(-1, 2).sum(axis=1)[1:] / 1000.0
+            path_parts.extend([frame, f_side.frame])
+    if n_missing:
+        log.warning("%d collective(s) have no GPU node for their straggler or fastest rank in the DAG "
+                    "(status no_node)", n_missing)
+    table = pd.DataFrame(list(rows.values()), columns=COLLECTIVE_COLUMNS)
+    gpu_causes = table["cause_segment"] == "kernel"
     if gpu_causes.any():
         table.loc[gpu_causes, "cause_category"] = classify_names(table.loc[gpu_causes, "cause_name"].tolist())
     summary, gpu_only = summarize(table)
-    paths = pd.concat(path_parts, ignore_index=True) if path_parts else pd.DataFrame(columns=PATH_COLUMNS)
-    stats = pd.DataFrame([{"rank": r, **d.stats} for r, d in dags.items()])
+    paths_table = pd.concat(path_parts, ignore_index=True).reindex(columns=PATH_COLUMNS) if path_parts else \
+        pd.DataFrame(columns=PATH_COLUMNS)
     return AttributionResult(collectives=table, summary=summary, validation=regress_path_on_tax(table),
-                             paths=paths, gpu_only_share=gpu_only, dag_stats=stats)
-
-
-def _window(dag: RankDAG, previous: tuple[int, int, int] | None, end_ns: int) -> Window:
-    """Window of a collective on one rank from its previous collective (node, start, end)."""
-    if previous is None or previous[0] < 0:
-        return Window(NO_WINDOW, NO_WINDOW, end_ns)
-    launch = dag.launch_of(previous[0])
-    cpu_start = int(dag.end[launch]) if launch >= 0 else previous[2]
-    return Window(previous[2], cpu_start, end_ns)
-
-
-def _path_frame(pg: str, index: int, rank: int, role: str, dag: RankDAG, path: np.ndarray,
-                occurrence: np.ndarray, extra_ns: np.ndarray, names: list[str]) -> pd.DataFrame:
-    return pd.DataFrame({
-        "pg": pg, "index": index, "rank": rank, "role": role, "step": np.arange(len(path)),
-        "name": [names[i] for i in dag.name_id[path].tolist()],
-        "kind": [KIND_NAMES[k] for k in dag.kind[path].tolist()],
-        "start_ns": dag.start[path], "end_ns": dag.end[path],
-        "dur_us": (dag.end[path] - dag.start[path]) / 1000.0, "occurrence": occurrence,
-        "extra_us": np.asarray(extra_ns, dtype=np.float64) / 1000.0})
+                             paths=paths_table, gpu_only_share=gpu_only,
+                             dag_stats=pd.DataFrame([stats[r] for r in sorted(stats)]))
 
 
 def summarize(collectives: pd.DataFrame) -> tuple[pd.DataFrame, float]:
@@ -254,7 +257,7 @@ def summarize(collectives: pd.DataFrame) -> tuple[pd.DataFrame, float]:
     if ok.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS), float("nan")
     counts = ok["cause_category"].value_counts()
-    n_gpu = int((ok["cause_kind"] == "gpu").sum())
+    n_gpu = int((ok["path_kind"] == "gpu_only").sum())
     rows = []
     for category, count in counts.items():
         is_cpu = category in CPU_CATEGORIES

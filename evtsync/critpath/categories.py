@@ -43,6 +43,7 @@ DEFAULT_PATTERNS: list[CategoryPattern] = [
     CategoryPattern("communication", r"nccl|rccl"),
     CategoryPattern("norm", r"norm"),
     CategoryPattern("concat_split", r"\bcat\b|concat|CatArray|split|chunk|stack"),
+    CategoryPattern("memcpy", r"^memcpy|^memset|memcpy ?[dh]to[dh]|^memset"),
     CategoryPattern("elementwise", r"elementwise|vectorized|unrolled|pointwise|reduce_kernel|"
                                    r"fill|copy|memcpy|memset|triton_poi|triton_red|activation|gelu|"
                                    r"silu|relu|add|mul"),

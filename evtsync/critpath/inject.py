@@ -52,6 +52,8 @@ from evtsync.trace.traceset import TraceSet, load_traces
 log = logging.getLogger(__name__)
 
 MAX_DELAY_US = 20_000
+#: What a delay is inserted into: before the launch call, or into the launched GPU event.
+INJECT_TARGETS = ("launch", "kernel")
 MANIFEST = "injection.json"
 #: Traces go to OUT_DIR/traces/ (as ``evtsync synth`` does), the manifest beside that folder,
 #: so that OUT_DIR/traces can be given to any command as a folder of traces.
@@ -209,15 +211,18 @@ class _Propagation:
 
 def inject_delay(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], out_dir: str | os.PathLike[str],
                  *, rank: int, delay_us: float, iteration: int | None = None, kernel: str | None = None,
-                 occurrence: int = 0, correlation: int | None = None,
+                 occurrence: int = 0, correlation: int | None = None, on: str = "launch",
                  **align_options: Any) -> InjectResult:
     """Write a copy of a trace set with ``delay_us`` inserted before one CPU launch.
 
     The launch is the ``occurrence``-th (0-based) launch on ``rank`` inside its
     ``iteration``-th ``ProfilerStep`` annotation (whole trace when None) whose GPU event
     name matches the regular expression ``kernel`` (any when None) and, if given, whose
-    correlation id is ``correlation``.
+    correlation id is ``correlation``. With ``on="kernel"`` the launched GPU event itself
+    (kernel, copy) runs ``delay_us`` longer instead: a slow kernel rather than a late launch.
     """
+    if on not in INJECT_TARGETS:
+        raise InputError(f"inject: --on {on!r}: expected one of {', '.join(INJECT_TARGETS)}")
     if not 0 <= delay_us <= MAX_DELAY_US:
         raise InputError(f"inject: delay {delay_us} us is outside 0..{MAX_DELAY_US} us (0-20 ms)")
     paths = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
@@ -237,7 +242,9 @@ def inject_delay(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
     dag = dags[rank]
     pred = target.node - 1
     seed_end, seed_start = {}, {}
-    if pred >= 0 and dag.lane[pred] == dag.lane[target.node] and dag.kind[pred] != KIND_GPU:
+    if on == "kernel":
+        seed_end[target.kernel_node] = delay_ns
+    elif pred >= 0 and dag.lane[pred] == dag.lane[target.node] and dag.kind[pred] != KIND_GPU:
         seed_end[pred] = delay_ns
     else:
         seed_start[target.node] = delay_ns
@@ -249,13 +256,18 @@ def inject_delay(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
         _rewrite(src_path, dest, dags[r], *shifts[r], int(traces.ranks.set_index("rank").loc[r, "base_time_ns"]))
         files[r] = dest
     k_shift = int(shifts[rank][0][target.kernel_node])
+    kernel_end = int(dag.end[target.kernel_node])
+    following = sorted((int(dag.start[inst["nodes"][rank]]), inst["pg"], inst["index"]) for inst in instances
+                       if rank in inst["nodes"] and dag.start[inst["nodes"][rank]] >= kernel_end)
     moved = [{"pg": inst["pg"], "index": inst["index"], "end_shift_us": e / 1000.0}
              for inst, e in zip(instances, coll_end, strict=True) if e > 0]
     manifest = {
-        "rank": rank, "iteration": iteration, "step": target.step, "delay_us": delay_us,
+        "rank": rank, "iteration": iteration, "step": target.step, "delay_us": delay_us, "on": on,
         "launch": {"name": target.launch_name, "correlation": target.correlation,
                    "ts_ns": int(dag.start[target.node])},
-        "kernel": {"name": target.kernel_name, "start_shift_us": k_shift / 1000.0},
+        "kernel": {"name": target.kernel_name, "start_shift_us": k_shift / 1000.0,
+                   "lead_us": (int(dag.start[target.kernel_node]) - int(dag.end[target.node])) / 1000.0},
+        "next_collective": {"pg": following[0][1], "index": following[0][2]} if following else None,
         "first_collective_moved": moved[0] if moved else None,
         "collectives_moved": len(moved), "passes": passes,
         "sources": {str(r): str(p) for r, p in sources.items()},
@@ -402,3 +414,56 @@ def _rewrite(src: Path, dest: Path, dag: RankDAG, s_shift: np.ndarray, e_shift: 
     del gpu
     data = orjson.dumps(doc)
     write_bytes_atomic(dest, gzip.compress(data, compresslevel=6) if is_gz else data)
+
+
+SWEEP_COLUMNS = ["delay_ms", "lead_us", "kernel_shift_us", "collectives_moved", "pg", "index", "tau_max_us",
+                 "straggler_rank", "status", "path_kind", "cause_name", "cause_category", "cause_extra_us",
+                 "expected_extra_us", "extra_minus_delay_us", "cause_moved", "within_lead", "explained_share"]
+#: Slack of the sweep's "within the launch lead" check: 2% of the delay plus 50 µs (the
+#: fastest rank's own lead, against which the delay is netted, differs by that much).
+SWEEP_SLACK = (0.02, 50.0)
+
+
+def inject_sweep(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], out_dir: str | os.PathLike[str],
+                 *, delays_ms: Iterable[float], rank: int, iteration: int | None = None, kernel: str | None = None,
+                 occurrence: int = 0, correlation: int | None = None, on: str = "launch",
+                 **align_options: Any) -> Any:
+    """Validation (b) of SPEC §4 as one call: inject each delay (ms) into its own copy
+    (``OUT_DIR/delay-<D>ms/``), attribute it, and return one row per delay for the
+    collective that follows the delayed kernel on ``rank`` (straggler, cause, its extra µs
+    against the delay and against what reached the GPU, ``expected_extra_us`` = the kernel's
+    shift = delay − the launch's lead over its kernel when positive). ``cause_moved``: the
+    straggler is ``rank`` and its principal cause is on the CPU; then ``within_lead`` checks
+    delay − lead ≤ cause extra ≤ delay (with :data:`SWEEP_SLACK`)."""
+    import pandas as pd
+
+    from evtsync.critpath.attribution import attribute
+
+    paths = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+    rows = []
+    for delay in delays_ms:
+        sub = Path(out_dir) / f"delay-{delay:g}ms"
+        res = inject_delay(paths, sub, rank=rank, delay_us=float(delay) * 1000.0, iteration=iteration, kernel=kernel,
+                           occurrence=occurrence, correlation=correlation, on=on, **align_options)
+        m = res.manifest
+        target = m["next_collective"]
+        row: dict[str, Any] = {c: None for c in SWEEP_COLUMNS}
+        lead = float(m["kernel"]["lead_us"])
+        row.update(delay_ms=float(delay), lead_us=lead, kernel_shift_us=m["kernel"]["start_shift_us"],
+                   collectives_moved=m["collectives_moved"], expected_extra_us=m["kernel"]["start_shift_us"])
+        if target is not None:
+            table = attribute(sorted(str(p) for p in res.files.values()), keep_paths=False,
+                              **align_options).collectives.set_index(["pg", "index"])
+            hit = table.loc[(target["pg"], target["index"])]
+            row.update(pg=target["pg"], index=target["index"], tau_max_us=float(hit["tau_max_us"]),
+                       straggler_rank=int(hit["straggler_rank"]), status=hit["status"], path_kind=hit["path_kind"],
+                       cause_name=hit["cause_name"], cause_category=hit["cause_category"],
+                       cause_extra_us=hit["cause_extra_us"], explained_share=hit["explained_share"])
+            row["cause_moved"] = bool(int(hit["straggler_rank"]) == rank and hit["path_kind"] not in (None, "gpu_only"))
+            if row["cause_moved"] and not pd.isna(hit["cause_extra_us"]):
+                delay_us = float(delay) * 1000.0
+                slack = SWEEP_SLACK[0] * delay_us + SWEEP_SLACK[1]
+                row["extra_minus_delay_us"] = float(hit["cause_extra_us"]) - delay_us
+                row["within_lead"] = bool(-lead - slack <= row["extra_minus_delay_us"] <= slack)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=SWEEP_COLUMNS)

@@ -7,14 +7,11 @@ the first node that ended before that collective did on this rank (the point whe
 ranks were last aligned). Following precomputed parent pointers makes a walk one list
 lookup per step.
 
-Events are matched across ranks by *key*: (event name, occurrence index of that name
-among the rank's nodes that start inside the window). The paths of the straggler and of
-the fastest rank are aligned at their lowest common ancestor: read backwards from the
-collectives, the two key sequences agree up to some node (the LCA) and diverge before it.
-Every event of the straggler's path — in the common part and in its own branch before the
-LCA — is compared with the same key on the fastest rank (on its path or not): extra time
-= straggler duration - fastest duration, or the whole duration when the fastest rank has
-no such event in the window. The event with the largest extra time is the principal cause.
+Events are matched across ranks by *key*: (event name — with its thread's ordinal for CPU
+events —, occurrence index among the rank's window nodes with that key). The path of a
+collective tiles the straggler's time into *own* and *wait* segments (:func:`tile_path`);
+measured the same way on the fastest rank's matched events, their differences sum to the
+straggler's lateness (see :mod:`evtsync.critpath.tasks` and docs/critical-path.md).
 """
 
 from __future__ import annotations
@@ -25,7 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from evtsync.critpath.dag import (
-    EDGE_SYNC,
     KIND_CPU_OP,
     KIND_GAP,
     KIND_GPU,
@@ -39,6 +35,8 @@ from evtsync.critpath.dag import (
 log = logging.getLogger(__name__)
 
 NO_WINDOW = np.iinfo(np.int64).min
+#: Thread ordinals in a node key (see :meth:`KeyIndex._thread_keys`); later threads share the last.
+THREAD_SLOTS = 64
 #: CPU node kinds -> cause category of a CPU path.
 CPU_KIND_CATEGORY = {
     KIND_CPU_OP: "launch_delay", KIND_LAUNCH: "launch_delay", KIND_RUNTIME: "launch_delay",
@@ -59,45 +57,81 @@ class KeyIndex:
         n = dag.n_nodes
         self.dag = dag
         self.base = np.int64(n + 1)
+        self.key = self._thread_keys(dag)
         by_start = np.argsort(dag.start, kind="stable")
         by_end = np.argsort(dag.end, kind="stable")
         self.sorted_ends = dag.end[by_end]
+        self.sorted_starts = dag.start[by_start]
         start_rank = np.empty(n, dtype=np.int64)
         start_rank[by_start] = np.arange(n, dtype=np.int64)
         end_rank = np.empty(n, dtype=np.int64)
         end_rank[by_end] = np.arange(n, dtype=np.int64)
-        keys = dag.name_id * self.base + start_rank
+        keys = self.key * self.base + start_rank
         self.order = np.argsort(keys, kind="stable")
         self.sorted_keys = keys[self.order]
-        self.sorted_end_keys = np.sort(dag.name_id * self.base + end_rank)
+        self.sorted_end_keys = np.sort(self.key * self.base + end_rank)
         self.position = np.empty(n, dtype=np.int64)
         self.position[self.order] = np.arange(n, dtype=np.int64)
 
-    def _first_in_window(self, name_ids: np.ndarray, window_start: np.ndarray) -> np.ndarray:
-        """Index in ``sorted_keys`` of the first window node of each name (start order)."""
+    @staticmethod
+    def _thread_keys(dag: RankDAG) -> np.ndarray:
+        """Name id of each node, combined for CPU nodes with its thread's ordinal among the
+        rank's CPU threads by first event (the main thread first, the autograd thread next):
+        the same op on another thread is another event. Thread ids differ across ranks, the
+        order in which threads start does not."""
+        cpu = dag.kind != KIND_GPU
+        ordinal = np.zeros(dag.n_nodes, dtype=np.int64)
+        if cpu.any():
+            lanes = dag.lane[cpu]
+            uniq, first = np.unique(lanes, return_index=True)
+            first_start = dag.start[cpu][first]
+            rank_of = np.empty(len(uniq), dtype=np.int64)
+            rank_of[np.argsort(first_start, kind="stable")] = np.arange(len(uniq))
+            ordinal[cpu] = 1 + np.minimum(rank_of[np.searchsorted(uniq, lanes)], THREAD_SLOTS - 2)
+        return dag.name_id.astype(np.int64) * THREAD_SLOTS + ordinal
+
+    def key_of(self, nodes: np.ndarray) -> np.ndarray:
+        """The cross-rank key (name and thread ordinal) of each node."""
+        return self.key[nodes]
+
+    def _first_in_window(self, name_ids: np.ndarray, window_start: np.ndarray,
+                         by_start: np.ndarray | None = None) -> np.ndarray:
+        """Index in ``sorted_keys`` of the first window node of each name (start order): the
+        first that ended after ``window_start``, or, where ``by_start``, started at or after it."""
         name_lo = np.searchsorted(self.sorted_keys, name_ids * self.base)
         w_end_rank = np.searchsorted(self.sorted_ends, window_start, side="right")
         ended_before = (np.searchsorted(self.sorted_end_keys, name_ids * self.base + w_end_rank)
                         - np.searchsorted(self.sorted_end_keys, name_ids * self.base))
-        return name_lo + ended_before
+        first = name_lo + ended_before
+        if by_start is not None and by_start.any():
+            w_start_rank = np.searchsorted(self.sorted_starts, window_start, side="left")
+            first = np.where(by_start, np.searchsorted(self.sorted_keys, name_ids * self.base + w_start_rank), first)
+        return first
 
     def window_starts(self, nodes_or_gpu: np.ndarray, window: Window, *, is_gpu: bool = False) -> np.ndarray:
-        """Per node, the start of its window: the GPU one for GPU nodes, the CPU one otherwise."""
+        """Per node, where its occurrences are counted from: the GPU window start for GPU nodes
+        (nodes ending after it), the CPU anchor for CPU nodes (nodes starting at or after it)."""
         gpu = nodes_or_gpu if is_gpu else self.dag.kind[nodes_or_gpu] == KIND_GPU
-        return np.where(gpu, window.gpu_start, window.cpu_start)
+        anchor = window.cpu_anchor if window.cpu_anchor != NO_WINDOW else window.cpu_start
+        return np.where(gpu, window.gpu_start, anchor)
 
     def occurrence(self, nodes: np.ndarray, window: Window) -> np.ndarray:
         """Occurrence index of each node's name among the window's nodes."""
-        starts = self.window_starts(nodes, window)
-        return self.position[nodes] - self._first_in_window(self.dag.name_id[nodes], starts)
+        gpu = self.dag.kind[nodes] == KIND_GPU
+        starts = self.window_starts(gpu, window, is_gpu=True)
+        return self.position[nodes] - self._first_in_window(self.key[nodes], starts, self._by_start(gpu, window))
+
+    @staticmethod
+    def _by_start(gpu: np.ndarray, window: Window) -> np.ndarray | None:
+        return None if window.cpu_anchor == NO_WINDOW else ~gpu
 
     def lookup(self, name_ids: np.ndarray, gpu: np.ndarray, occurrences: np.ndarray,
                window: Window) -> np.ndarray:
-        """Node with each (name id, occurrence) in the window (starting before its end), or -1."""
+        """Node with each (key — see :meth:`key_of` —, occurrence) in the window (starting before its end), or -1."""
         if not len(self.order):
             return np.full(len(name_ids), -1, dtype=np.int64)
         starts = self.window_starts(gpu, window, is_gpu=True)
-        pos = self._first_in_window(name_ids, starts) + occurrences
+        pos = self._first_in_window(name_ids, starts, self._by_start(gpu, window)) + occurrences
         ok = (occurrences >= 0) & (pos < len(self.sorted_keys))
         safe = np.where(ok, pos, 0)
         node = self.order[safe]
@@ -114,11 +148,15 @@ class Window:
     (``gpu_start``); CPU nodes when they end after the CPU launched that collective
     (``cpu_start``): the CPU runs ahead of the GPU by a different amount on every rank, so
     CPU events are counted from the CPU's own mark. ``end`` is the collective's start.
+    ``cpu_anchor`` (the start of that launch call) is where CPU occurrences are counted
+    from, by start: program order, which a launch call blocked for a different time on
+    each rank (a full launch queue) does not shift.
     """
 
     gpu_start: int
     cpu_start: int
     end: int
+    cpu_anchor: int = NO_WINDOW
 
 
 class Walker:
@@ -158,144 +196,126 @@ class Walker:
         return np.asarray(out, dtype=np.int64)
 
 
-@dataclass
-class PathComparison:
-    """The straggler's path against the fastest rank's for one collective.
+#: Segments of the straggler's time along its path (see :func:`tile_path` and :mod:`evtsync.critpath.tasks`).
+SEGMENT_NAMES = ("kernel", "cpu_slice", "sync_wait", "launch_gap", "stream_queue", "cpu_wait")
+SEG_KERNEL, SEG_CPU, SEG_SYNC, SEG_LAUNCH_GAP, SEG_QUEUE, SEG_CPU_WAIT = range(6)
+#: Segments spent on the GPU (the others are the CPU's, or the GPU waiting for the CPU).
+GPU_SEGMENTS = frozenset({SEG_KERNEL, SEG_QUEUE})
+#: How the tiling of the straggler's path ends (the oldest node's parent).
+BOTTOM_PREVIOUS, BOTTOM_WINDOW, BOTTOM_NO_PARENT, BOTTOM_CYCLE = (
+    "previous_collective", "window_start", "no_parent", "cycle")
 
-    ``extra_ns`` is each event's raw extra time; ``effect_ns`` the part of it that reached
-    the collective: a run of CPU events on the path (and everything before it) can delay
-    the GPU only by how much longer the kernel that leaves the run (launched from it)
-    waited for the CPU than the same kernel on the fastest rank did, so positive extras
-    there are scaled down to that wait (a CPU far ahead of its GPU absorbs a delay). GPU
-    events after the last CPU run keep their extra time.
+
+def _edge_ready(dag: RankDAG, src: int, dst: int) -> int | None:
+    """Ready time of the edge src -> dst (the latest if several), or None when there is none."""
+    lo, hi = int(dag.parent_ptr[dst]), int(dag.parent_ptr[dst + 1])
+    if hi == lo:
+        return None
+    hit = np.flatnonzero(dag.parent[lo:hi] == src)
+    return int(dag.parent_ready[lo + hit].max()) if hit.size else None
+
+
+def _critical_ready(dag: RankDAG, node: int) -> int | None:
+    """Ready time of a node's critical edge (None without parents)."""
+    lo, hi = int(dag.parent_ptr[node]), int(dag.parent_ptr[node + 1])
+    return int(dag.parent_ready[hi - 1]) if hi > lo else None
+
+
+def tile_path(dag: RankDAG, chain: list[int], window: Window, *, fastest: bool,
+          whole_syncs: frozenset[int] = frozenset()) -> tuple[list[int], list[int], int]:
+    """Own and wait segment lengths of each chain position (0 = the collective).
+
+    ``chain`` lists nodes newest first. On the straggler (``fastest=False``) consecutive
+    entries are linked by critical edges and the segments tile its time from the returned
+    bottom to the collective's start. On the fastest rank entries are the matches of the
+    straggler's nodes, -1 where there is none: a node's segments follow the same rules,
+    through the edges to its matched neighbours when the fastest rank has them, else from
+    its own end and its own critical parent. A wait is counted from the window start of
+    the side (GPU or CPU) that let the node go. Positions in ``whole_syncs``
+    (straggler-only syncs) keep their whole blocked time as their own.
+    Returns own, wait and the bottom (start of the oldest segment).
     """
-
-    path: np.ndarray
-    occurrence: np.ndarray
-    duration_ns: np.ndarray
-    fastest_duration_ns: np.ndarray
-    extra_ns: np.ndarray
-    effect_ns: np.ndarray
-    on_fastest_path: np.ndarray
-    n_common: int
-    lca: int
-    principal: int
-
-
-def compare_paths(straggler: tuple[RankDAG, KeyIndex], fastest: tuple[RankDAG, KeyIndex],
-                  path_s: np.ndarray, path_f: np.ndarray, window_s: Window,
-                  window_f: Window, here_nodes: tuple[int, int]) -> PathComparison:
-    """Compare the straggler's path with the fastest rank's by event name and occurrence.
-
-    ``here_nodes`` are the collective's nodes on the straggler and on the fastest rank.
-    """
-    dag_s, keys_s = straggler
-    dag_f, keys_f = fastest
-    occ_s = keys_s.occurrence(path_s, window_s) if len(path_s) else np.zeros(0, np.int64)
-    occ_f = keys_f.occurrence(path_f, window_f) if len(path_f) else np.zeros(0, np.int64)
-    names_s = dag_s.name_id[path_s]
-    match = (keys_f.lookup(names_s, dag_s.kind[path_s] == KIND_GPU, occ_s, window_f) if len(path_s)
-             else np.zeros(0, np.int64))
-    found = match >= 0
-    # a sync that the fastest rank also made is compared by its own time after the GPU work
-    # it waited for (that work is on the path already); an extra sync counts whole
-    dur_s = np.where(found, own_time(dag_s, path_s), dag_s.end[path_s] - dag_s.start[path_s])
-    dur_f = np.where(found, own_time(dag_f, np.maximum(match, 0)), 0)
-    extra = dur_s - dur_f
-    effect = _cpu_effect(straggler, fastest, path_s, extra, found, window_s, window_f, here_nodes)
-    key_s = names_s * (1 << 32) + occ_s
-    key_f = dag_f.name_id[path_f] * (1 << 32) + occ_f
-    on_fastest = np.isin(key_s, key_f)
-    m = min(len(key_s), len(key_f))
-    differ = np.flatnonzero(key_s[:m] != key_f[:m])
-    n_common = int(differ[0]) if differ.size else m
-    lca = int(path_s[n_common - 1]) if n_common else -1
-    principal = int(np.argmax(effect)) if len(effect) else -1
-    return PathComparison(path=path_s, occurrence=occ_s, duration_ns=dur_s, fastest_duration_ns=dur_f,
-                          extra_ns=extra, effect_ns=effect, on_fastest_path=on_fastest, n_common=n_common,
-                          lca=lca, principal=principal)
-
-
-def gpu_wait(dag: RankDAG, nodes: np.ndarray, gpu_window_start: int) -> np.ndarray:
-    """How long each GPU node waited after its stream predecessor (or the window start) let it go."""
-    ready = np.maximum(dag.gpu_ready[nodes], gpu_window_start)
-    return np.maximum(dag.start[nodes] - ready, 0)
-
-
-def _cpu_effect(straggler: tuple[RankDAG, KeyIndex], fastest: tuple[RankDAG, KeyIndex], path: np.ndarray,
-                extra: np.ndarray, found: np.ndarray, window_s: Window, window_f: Window,
-                here_nodes: tuple[int, int]) -> np.ndarray:
-    """Extra time that reached the collective (see :class:`PathComparison`).
-
-    Walking from the oldest run of CPU nodes to the newest, the effects of the run and of
-    everything older than it (which can reach the collective only through it) are clipped
-    at zero and scaled down to what the run let through: how much later its exit kernel
-    (launched from the run) started than the same kernel on the fastest rank, counted from
-    the ranks' last alignment (a CPU far ahead of its GPU absorbs a delay). A sync the fastest rank did not make
-    holds, in its duration, the GPU work it waited for: nodes older than it get no effect
-    of their own.
-    """
-    dag_s, keys_s = straggler
-    dag_f, keys_f = fastest
-    effect = extra.astype(np.float64)
-    is_cpu = dag_s.kind[path] != KIND_GPU
-    if not is_cpu.any():
-        return effect
-    extra_sync = np.flatnonzero((dag_s.kind[path] == KIND_SYNC) & ~found)
-    if extra_sync.size:
-        effect[extra_sync[0] + 1:] = np.minimum(effect[extra_sync[0] + 1:], 0.0)
-    run_start = np.flatnonzero(is_cpu & np.concatenate([[True], ~is_cpu[:-1]]))
-    for lo in reversed(run_start.tolist()):
-        if lo == 0:
-            exit_s, exit_f = here_nodes
+    k = len(chain)
+    own, wait = [0] * k, [0] * k
+    start, end, kind = dag.start, dag.end, dag.kind
+    lo_child: int | None = None
+    child = -1
+    bottom = 0
+    for j in range(k):
+        n = chain[j]
+        if n < 0:
+            lo_child, child = None, -1
+            continue
+        ws = window.gpu_start if kind[n] == KIND_GPU else window.cpu_start
+        s_n, e_n = int(start[n]), int(end[n])
+        if j == 0:
+            hi = s_n
         else:
-            exit_s = int(path[lo - 1])
-            node = np.array([exit_s])
-            occ = keys_s.occurrence(node, window_s)
-            exit_f = int(keys_f.lookup(dag_s.name_id[node], np.array([True]), occ, window_f)[0])
-        allowed = _lateness(dag_s, dag_f, exit_s, exit_f, window_s, window_f)
-        upstream = effect[lo:]
-        np.maximum(upstream, 0.0, out=upstream)
-        total = upstream.sum()
-        if total > allowed:
-            upstream *= allowed / total
-    return effect
+            r = _edge_ready(dag, n, child) if child >= 0 else None
+            if r is None:
+                r = e_n
+            hi = min(r, lo_child) if lo_child is not None else r
+        parent = chain[j + 1] if j + 1 < k else -1
+        rp = _edge_ready(dag, parent, n) if parent >= 0 else None
+        if rp is None and (j + 1 == k or fastest):
+            rp = _critical_ready(dag, n)
+            parent = int(dag.critical[n])
+        if j in whole_syncs:
+            rp = None
+        floor = min(rp, hi) if rp is not None else s_n
+        lo = min(max(s_n, floor, ws), hi) if j else hi
+        own[j] = max(hi - lo, 0)
+        # a wait is counted from the window start of the side that let the node go
+        ws_parent = ws if parent < 0 else (window.gpu_start if kind[parent] == KIND_GPU else window.cpu_start)
+        base = max(min(rp, lo), ws_parent) if rp is not None else lo
+        wait[j] = max(lo - base, 0)
+        bottom = base
+        lo_child, child = lo, n
+    return own, wait, bottom
 
 
-def _lateness(dag_s: RankDAG, dag_f: RankDAG, exit_s: int, exit_f: int, window_s: Window,
-              window_f: Window) -> float:
-    """How much later the kernel ``exit_s`` started on the straggler than on the fastest rank,
-    both measured from their window's GPU start (where the ranks were aligned); without a
-    window (first collective), how much longer it waited after its stream predecessor."""
-    if exit_f < 0:
-        return float(gpu_wait(dag_s, np.array([exit_s]), window_s.gpu_start)[0])
-    if window_s.gpu_start == NO_WINDOW or window_f.gpu_start == NO_WINDOW:
-        wait_s = gpu_wait(dag_s, np.array([exit_s]), window_s.gpu_start)[0]
-        wait_f = gpu_wait(dag_f, np.array([exit_f]), window_f.gpu_start)[0]
-        return float(max(wait_s - wait_f, 0))
-    late = (dag_s.start[exit_s] - window_s.gpu_start) - (dag_f.start[exit_f] - window_f.gpu_start)
-    return float(max(late, 0))
+def net_cpu_runs(raw: np.ndarray, cpu_position: np.ndarray) -> np.ndarray:
+    """Net the negative extras of a CPU run, and of the launch wait of the kernel it launched,
+    against the run's positive extras (proportionally; the sum is kept).
+
+    ``cpu_position[j]`` says whether chain position ``j`` is a CPU node; the run that
+    position ``j0`` (a GPU node, or the collective) leaves is ``j0 + 1 ..`` up to the next
+    GPU position; the wait segment of ``j0`` is ``2 j0 + 1``.
+    """
+    extra = raw.copy()
+    k = len(cpu_position)
+    j = 0
+    while j < k:
+        if cpu_position[j] or j + 1 >= k or not cpu_position[j + 1]:
+            j += 1
+            continue
+        hi = j + 1
+        while hi < k and cpu_position[hi]:
+            hi += 1
+        w = 2 * j + 1
+        run = extra[2 * (j + 1):2 * hi]
+        pos, neg = run > 0, run < 0
+        positive = float(run[pos].sum())
+        negative = -float(run[neg].sum()) - min(float(extra[w]), 0.0)
+        take = min(positive, negative)
+        if take > 0:
+            run[pos] *= (positive - take) / positive
+            scale = (negative - take) / negative
+            run[neg] *= scale
+            if extra[w] < 0:
+                extra[w] *= scale
+        j = hi
+    return extra
 
 
-def own_time(dag: RankDAG, nodes: np.ndarray) -> np.ndarray:
-    """Time of each node that is its own: the duration, except for a sync call blocked by a
-    GPU event (its critical parent through a sync edge), whose own time starts when that
-    GPU event completed."""
-    dur = dag.end[nodes] - dag.start[nodes]
-    crit = dag.critical[nodes]
-    blocked = (dag.kind[nodes] == KIND_SYNC) & (dag.critical_kind[nodes] == EDGE_SYNC) & (crit >= 0)
-    if blocked.any():
-        tail = dag.end[nodes] - np.maximum(dag.start[nodes], dag.end[np.maximum(crit, 0)])
-        dur = np.where(blocked, np.maximum(tail, 0), dur)
-    return dur
-
-
-def path_kind(dag: RankDAG, comparison: PathComparison) -> str:
-    """``gpu_only`` when the straggler's path holds GPU events only, else the CPU cause class
-    of its CPU event with the largest extra time (launch_delay, python_gap, synchronization)."""
-    kinds = dag.kind[comparison.path]
-    cpu = np.flatnonzero(kinds != KIND_GPU)
-    if not cpu.size:
-        return "gpu_only"
-    worst = cpu[int(np.argmax(comparison.extra_ns[cpu]))]
-    return CPU_KIND_CATEGORY[int(kinds[worst])]
+def segment_category(seg_kind: int, node_kind: int) -> str:
+    """Cause class of a segment: ``gpu`` (kernel time, queueing on the GPU) or its CPU category."""
+    if seg_kind in GPU_SEGMENTS:
+        return "gpu"
+    if seg_kind == SEG_SYNC:
+        return "synchronization"
+    if seg_kind == SEG_LAUNCH_GAP:
+        return "launch_delay"
+    if seg_kind == SEG_CPU_WAIT:
+        return "python_gap"
+    return CPU_KIND_CATEGORY[node_kind]
