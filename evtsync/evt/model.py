@@ -6,21 +6,33 @@ Design choices that make the fit fast and robust at 250k z-scores (issue 9):
   columns (e.g. GPU x precision), and each cell gets its own observed variable with scalar
   parameters. The log density is then one fused elementwise loop per cell and its gradient a
   plain sum: no gather of per-row parameters and no scatter-add of per-row gradients.
-* Shape. ``xi = xi0 + delta_f[level]`` summed over the spec's factors; every ``delta_f`` sums
-  to zero (``ZeroSumNormal``) so that xi0 and the deltas are identified, with a fitted spread
-  ``xi_sd_f``. A factor is centred when every one of its levels has at least
-  ``centred_min_obs`` z-scores (then the data pin each delta down and the centred form needs
-  few leapfrog steps), non-centred otherwise (sparse levels); the spec may force either.
+* Shape. ``xi = xi0 + delta_f[level]`` summed over the spec's factors, plus (with
+  ``xi.cell_sd_prior``) a cell effect in the space orthogonal to that additive surface, so a
+  cell can leave the surface when its data say so. Every ``delta_f`` sums to zero
+  (``ZeroSumNormal``) so that xi0 and the deltas are identified. A factor with fewer than
+  ``many_levels`` levels gets the zero-avoiding ``few_levels_sd_prior`` for its spread (the
+  spread of 2-3 levels is not identified by the data, and a prior with mass at zero made a
+  funnel: hundreds of divergences per fit with no effect); from ``many_levels`` on,
+  ``group_sd_prior``. Each term is centred when the data pin it down, non-centred otherwise
+  (:func:`choose_parametrization`).
+* Location and scale. ``pooling = "partial"``: ``mu = mu_mean + zero-sum deviations`` and
+  ``log sigma = log sigma_gmean + zero-sum deviations`` with fitted spreads (``mu_sd``,
+  ``log_sigma_sd``); the cells' average instead of a population mean, which would make a
+  funnel with the spread.
 * Start. The support ``1 + xi (z - mu)/sigma > 0`` makes random starting points useless
   (most fall outside). The initial point is the per-cell maximum-likelihood fit, projected on
   the additive structure and re-fitted for mu and sigma at that xi so that every z-score lies
   inside the support; xi is never started at exactly 0.
-* Support wall. With small cells the posterior reaches the region where some z-score leaves
-  the support and the likelihood drops to zero; NUTS then diverges at that wall. There sigma is
-  sampled as ``bound(mu, xi) + exp(u)`` (a smooth maximum of ``xi (mu - z_min)``,
+* Support wall. With small cells (and large cells whose extreme z-score sits near the end
+  point of the support) the posterior reaches the region where some z-score leaves the
+  support and the likelihood drops to zero; NUTS then diverges at that wall. For those cells
+  sigma is sampled as ``bound(mu, xi) + exp(u)`` (a smooth maximum of ``xi (mu - z_min)``,
   ``xi (mu - z_max)`` and 0, with the Jacobian), which keeps every point inside the support and
-  leaves the posterior unchanged. Large cells keep the plain log-sigma (closer to Gaussian
-  there); ``[sigma] support_transform`` overrides the automatic choice.
+  leaves the posterior unchanged. Other cells keep the plain log-sigma (closer to Gaussian
+  there); ``[sigma] support_transform`` overrides the automatic, per-cell choice.
+* Scale. ``data.scale = "z"`` models refuse data far outside the z-score scale of their
+  priors (:func:`check_scale`); ``"raw"`` models standardise each cell by its median and IQR
+  and map the posterior back (:func:`to_data_scale`).
 """
 
 from __future__ import annotations
@@ -355,31 +367,38 @@ def interaction_basis(spec: ModelSpec, data: ModelData) -> np.ndarray:
     return vecs[:, vals > 0.5]
 
 
-def choose_parametrization(spec: ModelSpec, data: ModelData) -> dict[str, str]:
-    """Centred or non-centred per factor of xi and for the cell term.
+#: "auto" centres the mu deviations when every cell has at least this many z-scores: the
+#: standard error of a cell's mu (~1.1 sigma / sqrt(n), 0.055 at n = 100, sigma = 0.5) is then
+#: below the 2.5% quantile of the spread's prior (0.08), so the data, not the spread, set
+#: each deviation's width (no funnel).
+MU_CENTRED_MIN_OBS = 100
 
-    Centred when the data pin the term down (every level, or every cell for the cell term,
-    has at least ``centred_min_obs`` z-scores); non-centred otherwise. With the spreads'
-    zero-avoiding priors (few levels) neither form has a funnel; this choice only trims
-    leapfrog steps.
+
+def choose_parametrization(spec: ModelSpec, data: ModelData, basis: np.ndarray | None = None) -> dict[str, str]:
+    """Centred or non-centred per term: the factors of xi, the cell term, the mu deviations.
+
+    Centred when the data pin the term down: every level of a factor has at least
+    ``centred_min_obs`` z-scores; for the cell term, every coefficient's effective count
+    ``sum_i B_ik^2 n_i`` (its information in z-scores: a coefficient spread over five cells of
+    5,000 and one of 200 is pinned by the large ones) reaches it; the mu deviations from
+    :data:`MU_CENTRED_MIN_OBS` per cell. Non-centred otherwise. With the spreads'
+    zero-avoiding priors neither form has a funnel; the choice trims leapfrog steps.
     """
     out: dict[str, str] = {}
+    forced = spec.xi.parametrization if spec.xi.parametrization != "auto" else None
     if spec.mu.pooling == "partial":
-        min_obs = spec.xi.centred_min_obs
-        out["mu"] = "centred" if int(data.cells["n_obs"].min()) >= min_obs else "noncentred"
+        out["mu"] = forced or ("centred" if int(data.cells["n_obs"].min()) >= MU_CENTRED_MIN_OBS else "noncentred")
     if spec.family != "gev" or spec.xi.structure != "additive":
         return out
     for f in spec.xi.factors:
-        if spec.xi.parametrization != "auto":
-            out[f] = spec.xi.parametrization
-            continue
         per_level = data.cells.groupby(f)["n_obs"].sum()
-        out[f] = "centred" if int(per_level.min()) >= spec.xi.centred_min_obs else "noncentred"
+        out[f] = forced or ("centred" if int(per_level.min()) >= spec.xi.centred_min_obs else "noncentred")
     if spec.xi.cell_sd_prior is not None:
-        if spec.xi.parametrization != "auto":
-            out["cell"] = spec.xi.parametrization
-        else:
-            out["cell"] = "centred" if int(data.cells["n_obs"].min()) >= spec.xi.centred_min_obs else "noncentred"
+        if basis is None:
+            basis = interaction_basis(spec, data)
+        if basis.shape[1]:
+            n_eff = (basis**2 * data.cells["n_obs"].to_numpy()[:, None]).sum(axis=0)
+            out["cell"] = forced or ("centred" if float(n_eff.min()) >= spec.xi.centred_min_obs else "noncentred")
     return out
 
 
@@ -619,13 +638,12 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
     if logp_impl not in LOGP_IMPLS:
         raise ValueError(f"logp_impl must be one of {LOGP_IMPLS}, got {logp_impl!r}")
     check_scale(spec, data, source)
-    parametrization = choose_parametrization(spec, data)
-    mles = cell_mles(spec, data)
-    basis = interaction_basis(spec, data) if "cell" in parametrization else None
+    basis = interaction_basis(spec, data) if spec.xi.cell_sd_prior is not None and spec.family == "gev" else None
     if basis is not None and basis.shape[1] == 0:
         log.info("model %s: the additive surface already fits every cell; no cell term", spec.name)
-        parametrization.pop("cell")
         basis = None
+    parametrization = choose_parametrization(spec, data, basis)
+    mles = cell_mles(spec, data)
     init = initial_values(spec, data, parametrization, mles, basis)
     n_cells = len(data.cells)
     coords: dict[str, list[str]] = {"cell": data.cell_labels}
@@ -698,32 +716,37 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
         # where the likelihood vanishes; elsewhere bound = 0 (plain log-sigma). The posterior is
         # unchanged (the likelihood is zero below the bound); the prior of sigma enters as a
         # potential with the Jacobian exp(u).
-        terms = [_support_bound_terms(cell_mu(i), cell_xi(i), z_min[i], z_max[i]) for i in range(n_cells)]
-        if spec.sigma.pooling != "complete":
-            u = pm.Flat("sigma_log_excess", dims="cell")
-            bounds = [_smooth_max0(t, width) if flags[i] else pt.constant(0.0) for i, t in enumerate(terms)]
-            sigma = pm.Deterministic("sigma", pt.stack(bounds) + pt.exp(u), dims="cell")
+        if not flags.any() and spec.sigma.pooling != "partial":
+            # no cell near its support wall and no population: the plain (log-transformed) sigma
+            sigma = (_prior_rv("sigma", spec.sigma.prior) if spec.sigma.pooling == "complete"
+                     else _prior_rv("sigma", spec.sigma.prior, dims="cell"))
         else:
-            u = pm.Flat("sigma_log_excess")
-            bound = _smooth_max0([v for t in terms for v in t], width) if flags.any() else 0.0
-            sigma = pm.Deterministic("sigma", bound + pt.exp(u))
-        if spec.sigma.pooling == "partial":
-            # log sigma = log sigma_gmean + zero-sum deviations (as for mu): the density of the
-            # vector s = log sigma is p(mean s) * ZeroSumNormal(s - mean s | log_sigma_sd), then
-            # the Jacobian of s = log(bound + exp(u)) is exp(u) / sigma.
-            log_sd = _prior_rv("log_sigma_sd", spec.sigma.population_sd_prior)
-            spread_priors["log_sigma_sd"] = spec.sigma.population_sd_prior.describe() + " (of log sigma)"
-            log_sigma = pt.log(sigma)
-            centre = log_sigma.mean()
-            pm.Deterministic("sigma_gmean", pt.exp(centre))
-            dev = log_sigma - centre
-            sigma_prior = (pm.logp(_prior_dist(spec.sigma.prior), pt.exp(centre)) + centre
-                           - pt.sum(dev**2) / (2.0 * log_sd**2) - (n_cells - 1) * pt.log(log_sd)
-                           + pt.sum(u - log_sigma))
-        else:
-            sigma_prior = pm.logp(_prior_dist(spec.sigma.prior), sigma).sum() + u.sum()
-        pm.Potential("sigma_prior", sigma_prior)
-        init = _excess_initval(init, spec, z_min, z_max, width, flags)
+            terms = [_support_bound_terms(cell_mu(i), cell_xi(i), z_min[i], z_max[i]) for i in range(n_cells)]
+            if spec.sigma.pooling != "complete":
+                u = pm.Flat("sigma_log_excess", dims="cell")
+                bounds = [_smooth_max0(t, width) if flags[i] else pt.constant(0.0) for i, t in enumerate(terms)]
+                sigma = pm.Deterministic("sigma", pt.stack(bounds) + pt.exp(u), dims="cell")
+            else:
+                u = pm.Flat("sigma_log_excess")
+                bound = _smooth_max0([v for t in terms for v in t], width) if flags.any() else 0.0
+                sigma = pm.Deterministic("sigma", bound + pt.exp(u))
+            if spec.sigma.pooling == "partial":
+                # log sigma = log sigma_gmean + zero-sum deviations (as for mu): the density of the
+                # vector s = log sigma is p(mean s) * ZeroSumNormal(s - mean s | log_sigma_sd), then
+                # the Jacobian of s = log(bound + exp(u)) is exp(u) / sigma.
+                log_sd = _prior_rv("log_sigma_sd", spec.sigma.population_sd_prior)
+                spread_priors["log_sigma_sd"] = spec.sigma.population_sd_prior.describe() + " (of log sigma)"
+                log_sigma = pt.log(sigma)
+                centre = log_sigma.mean()
+                pm.Deterministic("sigma_gmean", pt.exp(centre))
+                dev = log_sigma - centre
+                sigma_prior = (pm.logp(_prior_dist(spec.sigma.prior), pt.exp(centre)) + centre
+                               - pt.sum(dev**2) / (2.0 * log_sd**2) - (n_cells - 1) * pt.log(log_sd)
+                               + pt.sum(u - log_sigma))
+            else:
+                sigma_prior = pm.logp(_prior_dist(spec.sigma.prior), sigma).sum() + u.sum()
+            pm.Potential("sigma_prior", sigma_prior)
+            init = _excess_initval(init, spec, z_min, z_max, width, flags)
         obs_names = []
         for i in range(n_cells):
             mu_i = cell_mu(i)
