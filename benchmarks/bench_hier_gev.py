@@ -85,12 +85,44 @@ def _coverage(tree) -> dict[str, int]:
     return hits
 
 
-def bench_fit(n: int, draws: int, tune: int, seed: int) -> tuple[dict, object]:
+#: The main model as issue 9 left it (mu, sigma per cell with their own priors; half-normal
+#: spreads of the deltas; no cell term; support transform off at 250k): the same-run
+#: baseline of the fit benchmark.
+PREVIOUS_MAIN = """
+name = "gev-hier-gpu-precision (issue 9)"
+family = "gev"
+[data]
+groups = ["gpu", "precision"]
+[mu]
+pooling = "none"
+prior = { dist = "normal", mu = 0.0, sigma = 2.0 }
+[sigma]
+pooling = "none"
+prior = { dist = "halfnormal", sigma = 1.0 }
+support_transform = false
+[xi]
+structure = "additive"
+prior = { dist = "normal", mu = 0.0, sigma = 0.3 }
+factors = ["gpu", "precision"]
+group_sd_prior = { dist = "halfnormal", sigma = 0.1 }
+parametrization = "auto"
+centred_min_obs = 1000
+"""
+
+
+def _spec(previous: bool):
+    from evtsync.evt.spec import load_spec, parse_spec
+
+    if previous:
+        return parse_spec(PREVIOUS_MAIN, "bench:previous-main")
+    return load_spec(ROOT / "models" / "gev-hier-gpu-precision.toml")
+
+
+def bench_fit(n: int, draws: int, tune: int, seed: int, previous: bool = False) -> tuple[dict, object]:
     from evtsync.evt.fit import fit_table
-    from evtsync.evt.spec import load_spec
 
     table = _table(n, seed)
-    spec = load_spec(ROOT / "models" / "gev-hier-gpu-precision.toml")
+    spec = _spec(previous)
     start = time.perf_counter()
     tree = fit_table(table, spec, draws=draws, tune=tune, chains=2, seed=seed)
     wall = time.perf_counter() - start
@@ -99,10 +131,13 @@ def bench_fit(n: int, draws: int, tune: int, seed: int) -> tuple[dict, object]:
         "n": len(table), "draws": draws, "tune": tune, "chains": 2, "wall_s": round(wall, 1),
         "sampling_s": tree.attrs["sampling_seconds"], "converged": bool(tree.attrs["converged"]),
         "max_rhat": round(float(tree.attrs["max_rhat"]), 4), "min_ess_bulk": round(float(tree.attrs["min_ess_bulk"])),
+        "convergence": tree.attrs["convergence"],
         "divergences": int(tree.attrs["divergences"]), "steps_per_draw": round(float(stats["n_steps"].mean()), 2),
         "xi_parametrization": tree.attrs["xi_parametrization"],
-        "sigma_support_transform": int(tree.attrs["sigma_support_transform"]),
+        "support_transform_cells": tree.attrs.get("sigma_support_transform_cells", ""),
+        "timings": json.loads(tree.attrs.get("timings", "{}")),
         "cells_with_truth_in_90pct": _coverage(tree),
+        "model": spec.name, "seed": seed, "load_average_after": round(os.getloadavg()[0], 2),
     }
     return out, tree
 
@@ -141,11 +176,9 @@ def build_baseline(table: pd.DataFrame):
     import pymc as pm
 
     from evtsync.evt.model import build_model, prepare_data
-    from evtsync.evt.spec import load_spec
 
-    spec = load_spec(ROOT / "models" / "gev-hier-gpu-precision.toml")
-    spec = replace(spec, xi=replace(spec.xi, parametrization="noncentred"),
-                   sigma=replace(spec.sigma, support_transform="off"))
+    spec = _spec(previous=True)
+    spec = replace(spec, xi=replace(spec.xi, parametrization="noncentred"))
     data = prepare_data(table, spec)
     ours = build_model(spec, data)  # for its MLE initial point only
     cells = data.cells
@@ -173,11 +206,9 @@ def bench_logp(n: int, seed: int, repeats: int = 30) -> dict:
     from pymc.blocking import DictToArrayBijection
 
     from evtsync.evt.model import build_model, prepare_data
-    from evtsync.evt.spec import load_spec
 
     table = _table(n, seed)
-    spec = load_spec(ROOT / "models" / "gev-hier-gpu-precision.toml")
-    spec = replace(spec, sigma=replace(spec.sigma, support_transform="off"))
+    spec = _spec(previous=True)
     data = prepare_data(table, spec)
     models = {
         "fused_op": build_model(spec, data, logp_impl="fused").model,
@@ -227,12 +258,30 @@ def main() -> None:
     parser.add_argument("--baseline-n", type=int, default=25_000, help="size for the baseline comparison")
     parser.add_argument("--baseline-draws", type=int, default=500)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seeds", type=int, nargs="*", default=None,
+                        help="fit once per seed (the 0-divergence check of issue 16), no LOO")
+    parser.add_argument("--previous", action="store_true",
+                        help="also fit the issue-9 main model at the first seed (same-run baseline, ratio)")
     parser.add_argument("--skip", nargs="*", default=[], choices=["fit", "loo", "logp", "baseline"])
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args()
     results: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores",
                      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                      "load_average_at_start": [round(v, 2) for v in os.getloadavg()]}
+    if args.seeds:
+        results["fits"] = []
+        for seed in args.seeds:
+            res, tree = bench_fit(args.n, args.draws, args.tune, seed)
+            results["fits"].append(res)
+            print("fit", json.dumps(res), flush=True)
+            del tree
+        if args.previous:
+            res, _ = bench_fit(args.n, args.draws, args.tune, args.seeds[0], previous=True)
+            results["previous_main"] = res
+            print("previous_main", json.dumps(res), flush=True)
+            results["ratio_previous_over_new_wall"] = round(res["wall_s"] / results["fits"][0]["wall_s"], 2)
+            print("ratio previous / new (wall, same seed)", results["ratio_previous_over_new_wall"], flush=True)
+        args.skip = ["fit", "loo", "logp", "baseline"]
     if "fit" not in args.skip:
         results["fit"], tree = bench_fit(args.n, args.draws, args.tune, args.seed)
         print("fit", json.dumps(results["fit"]), flush=True)

@@ -78,7 +78,11 @@ def test_fit_file_is_self_describing_and_loads_back(hier_fit):
     attrs = back.attrs
     assert attrs["input_sha256"] == "abc" and attrs["seed"] == 7 and attrs["command"] == "pytest"
     assert "xi0" in attrs["model_spec_text"] and json.loads(attrs["package_versions"])["pymc"]
-    assert json.loads(attrs["xi_parametrization"]) == {"gpu": "noncentred", "precision": "noncentred"}
+    # 400 per cell, 800 per level, 4 x 400 / 4 = 400 for the cell coefficient: below
+    # centred_min_obs = 1000; mu deviations centred from 100 per cell
+    assert json.loads(attrs["xi_parametrization"]) == {"mu": "centred", "gpu": "noncentred",
+                                                       "precision": "noncentred", "cell": "noncentred"}
+    assert "posterior_predictive_check" in back.children and attrs["posterior_predictive"]
     assert attrs["converged"] in (0, 1) and "R-hat" in attrs["convergence"]
     assert attrs["target_accept"] == 0.95  # the spec's sampling.target_accept reached the sampler
     accept = tree["sample_stats"]["mean_tree_accept"].values  # nutpie adapted to it
@@ -113,8 +117,11 @@ def test_centred_chosen_for_large_levels_and_overridable():
     table = simulate_zscore_table(TRUTH, [1200, 1200, 1200, 50], seed=3)
     spec = load_spec(MODELS / "gev-hier-gpu-precision.toml")
     built = build_model(spec, prepare_data(table, spec))
-    # precision fp32 has 1250 z-scores, bf16 2400; gpu B200 has 1250, H200 2400: all >= 1000
-    assert built.parametrization == {"gpu": "centred", "precision": "centred"}
+    # precision fp32 has 1250 z-scores, bf16 2400; gpu B200 has 1250, H200 2400: all >= 1000;
+    # mu sees the 50-z-score cell (< 100) and the cell coefficient has 3650 / 4 = 912 effective
+    # z-scores (< 1000): non-centred
+    assert built.parametrization == {"mu": "noncentred", "gpu": "centred", "precision": "centred",
+                                     "cell": "noncentred"}
     assert "xi_delta_gpu" in built.model.named_vars and "xi_delta_gpu_raw" not in built.model.named_vars
     from dataclasses import replace
 

@@ -47,6 +47,14 @@ def test_base_parses_with_defaults():
     assert parse_spec(BASE + '[sampling]\ntarget_accept = "auto"\n', "t.toml").sampling == {"target_accept": "auto"}
 
 
+def test_sampling_table_fills_the_sampler_config():
+    spec = parse_spec(BASE + '[sampling]\ndraws = 500\nchains = 3\nseed = 7\nsampler = "pymc"\n', "t.toml")
+    config = spec.sampler_config()
+    assert (config.draws, config.tune, config.chains, config.seed, config.sampler) == (500, 1000, 3, 7, "pymc")
+    assert config.override(chains=None, draws=200).draws == 200 and config.override(chains=None).chains == 3
+    assert parse_spec(BASE, "t.toml").sampler_config().chains == 2  # one default: docs/bayesian.md
+
+
 def test_target_accept_auto_rule():
     from evtsync.errors import InputError
     from evtsync.evt.fit import AUTO_TARGET_MAX_OBS, resolve_target_accept
@@ -75,6 +83,18 @@ def test_target_accept_auto_rule():
         (lambda t: t.replace('{ dist = "halfnormal", sigma = 1.0 }', '{ dist = "halfnormal", sigma = 1.0 }\nsupport_transform = "maybe"'), "sigma.support_transform"),
         (lambda t: t + "[sampling]\ntarget_accept = 1.0\n", "sampling.target_accept"),
         (lambda t: t + "[sampling]\ntarget_accept = \"high\"\n", "sampling.target_accept"),
+        (lambda t: t + "[sampling]\nsampler = \"stan\"\n", "sampling.sampler"),
+        (lambda t: t + "[sampling]\nbackend = \"cuda\"\n", "sampling.backend"),
+        (lambda t: t + "[sampling]\nseed = -1\n", "sampling.seed"),
+        (lambda t: t.replace('pooling = "none"\nprior = { dist = "normal"', 'pooling = "partial"\nprior = { dist = "normal"'),
+         "mu.population_sd_prior"),
+        (lambda t: t.replace('pooling = "none"\nprior = { dist = "normal", mu = 0.0, sigma = 2.0 }',
+                             'pooling = "none"\nprior = { dist = "normal", mu = 0.0, sigma = 2.0 }\n'
+                             'population_sd_prior = { dist = "lognormal", mu = 0.0, sigma = 1.0 }'),
+         "mu.population_sd_prior"),
+        (lambda t: t + 'cell_sd_prior = { dist = "normal", mu = 0.0, sigma = 1.0 }\n', "xi.cell_sd_prior.dist"),
+        (lambda t: t + "many_levels = 1\n", "xi.many_levels"),
+        (lambda t: t.replace('groups = ["gpu", "precision"]', 'groups = ["gpu", "precision"]\nscale = "mm"'), "data.scale"),
     ],
 )
 def test_errors_name_file_and_key(edit, key):

@@ -40,7 +40,7 @@ import xarray as xr
 from evtsync.errors import FitError, InputError
 from evtsync.evt.distribution import gev_logpdf_np
 from evtsync.evt.model import BuiltModel, build_model, prepare_data, prior_predictive_check
-from evtsync.evt.spec import ModelSpec
+from evtsync.evt.spec import ModelSpec, SamplerConfig
 from evtsync.tableio import atomic_path, file_sha256
 
 log = logging.getLogger("evtsync.evt.fit")
@@ -84,24 +84,32 @@ def package_versions() -> dict[str, str]:
 
 @dataclass
 class Convergence:
-    """Convergence verdict of a fit (thresholds: R-hat <= 1.01, bulk ESS >= 400, no divergence)."""
+    """Convergence verdict of a fit (R-hat <= 1.01, bulk and tail ESS >= 400, no divergence).
+
+    Tail ESS counts because every summary is an equal-tailed interval: its end points are
+    the 5% and 95% quantiles, whose Monte Carlo error the tail ESS measures.
+    """
 
     max_rhat: float
     min_ess_bulk: float
     divergences: int
     worst_rhat_param: str
     worst_ess_param: str
+    min_ess_tail: float = float("inf")
+    worst_ess_tail_param: str = ""
 
     @property
     def converged(self) -> bool:
         """Whether every check passes."""
-        return self.max_rhat <= RHAT_MAX and self.min_ess_bulk >= ESS_MIN and self.divergences == 0
+        return (self.max_rhat <= RHAT_MAX and self.min_ess_bulk >= ESS_MIN and self.min_ess_tail >= ESS_MIN
+                and self.divergences == 0)
 
     def describe(self) -> str:
         """One line: verdict with the worst parameters."""
         verdict = "converged" if self.converged else "NOT CONVERGED"
         return (f"{verdict}: max R-hat {self.max_rhat:.4f} ({self.worst_rhat_param}), "
-                f"min bulk ESS {self.min_ess_bulk:.0f} ({self.worst_ess_param}), divergences {self.divergences}")
+                f"min bulk ESS {self.min_ess_bulk:.0f} ({self.worst_ess_param}), "
+                f"min tail ESS {self.min_ess_tail:.0f} ({self.worst_ess_tail_param}), divergences {self.divergences}")
 
 
 def _split_single_chain(tree: xr.DataTree) -> xr.DataTree:
@@ -152,7 +160,7 @@ def _is_constant(values: np.ndarray) -> bool:
 
 
 def check_convergence(tree: xr.DataTree, summary: pd.DataFrame | None = None) -> Convergence:
-    """R-hat, bulk ESS and divergences over every free posterior quantity.
+    """R-hat, bulk and tail ESS and divergences over every free posterior quantity.
 
     Quantities that are constant across all draws (e.g. the last entry of nothing) have an
     undefined R-hat and are left out; a non-finite R-hat elsewhere counts as a failure.
@@ -167,6 +175,7 @@ def check_convergence(tree: xr.DataTree, summary: pd.DataFrame | None = None) ->
     s = summary[np.array(keep, dtype=bool)]
     rhat = s["r_hat"].fillna(np.inf)
     ess = s["ess_bulk"].fillna(0.0)
+    tail = s["ess_tail"].fillna(0.0)
     div = tree["sample_stats"]["diverging"].values
     return Convergence(
         max_rhat=float(rhat.max()) if len(s) else float("nan"),
@@ -174,6 +183,8 @@ def check_convergence(tree: xr.DataTree, summary: pd.DataFrame | None = None) ->
         divergences=int(np.sum(div)),
         worst_rhat_param=str(s["parameter"].iloc[int(np.argmax(rhat.to_numpy()))]) if len(s) else "",
         worst_ess_param=str(s["parameter"].iloc[int(np.argmin(ess.to_numpy()))]) if len(s) else "",
+        min_ess_tail=float(tail.min()) if len(s) else float("nan"),
+        worst_ess_tail_param=str(s["parameter"].iloc[int(np.argmin(tail.to_numpy()))]) if len(s) else "",
     )
 
 
@@ -257,69 +268,100 @@ def _assemble(built: BuiltModel, raw: xr.DataTree, sampler: str, provenance: dic
     return tree
 
 
-def _sample_nutpie(built: BuiltModel, draws: int, tune: int, chains: int, seed: int, progress: bool,
+def _sample_nutpie(built: BuiltModel, config: SamplerConfig, seed: int, progress: bool,
                    target_accept: float) -> xr.DataTree:
     import nutpie
     import pytensor
 
     # No fast-math: with it, a freshly compiled graph and the same graph loaded from PyTensor's
     # cache round differently, and the same seed gave different draws on the first run.
-    with pytensor.config.change_flags(numba__fastmath=False):
-        compiled = nutpie.compile_pymc_model(built.model, backend="numba", jitter_rvs=set())
-    cores = min(chains, os.cpu_count() or 1)
-    return nutpie.sample(compiled, draws=draws, tune=tune, chains=chains, cores=cores, seed=seed,
-                         progress_bar=progress, save_warmup=False, target_accept=target_accept)
+    if config.backend == "jax":
+        compiled = nutpie.compile_pymc_model(built.model, backend="jax", gradient_backend="jax", jitter_rvs=set())
+    else:
+        with pytensor.config.change_flags(numba__fastmath=False):
+            compiled = nutpie.compile_pymc_model(built.model, backend="numba", jitter_rvs=set())
+    cores = min(config.chains, os.cpu_count() or 1)
+    return nutpie.sample(compiled, draws=config.draws, tune=config.tune, chains=config.chains, cores=cores,
+                         seed=seed, progress_bar=progress, save_warmup=False, target_accept=target_accept)
 
 
-def _sample_pymc(built: BuiltModel, draws: int, tune: int, chains: int, seed: int, progress: bool,
+def _sample_pymc(built: BuiltModel, config: SamplerConfig, seed: int, progress: bool,
                  target_accept: float) -> xr.DataTree:
     import pymc as pm
 
     with built.model:
-        return pm.sample(draws=draws, tune=tune, chains=chains, cores=1, init="adapt_diag", random_seed=seed,
-                         progressbar=progress, compute_convergence_checks=False, target_accept=target_accept)
+        return pm.sample(draws=config.draws, tune=config.tune, chains=config.chains, cores=1, init="adapt_diag",
+                         random_seed=seed, progressbar=progress, compute_convergence_checks=False,
+                         target_accept=target_accept)
+
+
+def resolve_sampler_config(spec: ModelSpec, sampler: SamplerConfig | str | None = None, **overrides) -> SamplerConfig:
+    """The settings of a fit: ``sampler`` (a :class:`SamplerConfig`) or the spec's ``[sampling]``
+    table, then every keyword that is not None (old keyword arguments, CLI flags)."""
+    if isinstance(sampler, SamplerConfig):
+        config = sampler
+    else:
+        config = spec.sampler_config()
+        if sampler is not None:
+            overrides["sampler"] = sampler
+    return config.override(**overrides)
 
 
 def fit_table(
     table: pd.DataFrame,
     spec: ModelSpec,
     *,
-    draws: int = 1000,
-    tune: int = 1000,
-    chains: int = 2,
-    seed: int = 0,
-    sampler: str = "nutpie",
+    sampler: SamplerConfig | str | None = None,
+    draws: int | None = None,
+    tune: int | None = None,
+    chains: int | None = None,
+    seed: int | None = None,
     source: str = "<table>",
     source_sha256: str = "",
     command: str = "",
     progress: bool = False,
     target_accept: float | str | None = None,
+    backend: str | None = None,
 ) -> xr.DataTree:
     """Fit ``spec`` to ``table`` and return the self-describing fit tree (see module doc).
 
-    ``target_accept``: NUTS' step-size target, a number in (0, 1) or ``"auto"``; default
-    the spec's ``sampling.target_accept``, else ``"auto"`` (:func:`resolve_target_accept`).
+    Settings: ``sampler`` is a :class:`~evtsync.evt.spec.SamplerConfig` (or, as before, the
+    sampler's name); absent, the spec's ``[sampling]`` table; ``draws``, ``tune``, ``chains``,
+    ``seed``, ``target_accept`` and ``backend`` override it when not None. A seed of None
+    draws a fresh one, recorded in the fit. ``target_accept``: a number in (0, 1) or
+    ``"auto"`` (:func:`resolve_target_accept`).
+
+    Besides the posterior the tree holds the prior and the posterior predictive checks
+    (``prior_predictive_check``, ``posterior_predictive_check`` groups; verdicts in the attrs
+    ``prior_predictive``, ``posterior_predictive`` and ``posterior_predictive_fits``).
     """
-    if sampler not in SAMPLERS:
-        raise InputError(f"unknown sampler {sampler!r}; expected one of {list(SAMPLERS)}")
-    if target_accept is None:
-        target_accept = spec.sampling.get("target_accept", "auto")
-    for name, val in (("draws", draws), ("tune", tune), ("chains", chains)):
-        if int(val) < 1:
-            raise InputError(f"--{name} must be >= 1, got {val}")
+    from evtsync.evt.model import cell_interaction_note, to_data_scale
+    from evtsync.evt.ppc import check_dataset, posterior_predictive_check, ppc_verdict
+
+    config = resolve_sampler_config(spec, sampler, draws=draws, tune=tune, chains=chains, seed=seed,
+                                    target_accept=target_accept, backend=backend)
+    seed_used = config.seed if config.seed is not None else int(np.random.default_rng().integers(2**31 - 1))
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
     data = prepare_data(table, spec, source)
-    target_accept = resolve_target_accept(target_accept, len(data.z))
-    built = build_model(spec, data)
+    ta = resolve_target_accept(config.target_accept, len(data.z))
+    built = build_model(spec, data, source=source)
+    timings["build_s"] = time.perf_counter() - t0
+    sampler_name = config.sampler
     start = time.perf_counter()
-    if sampler == "nutpie":
+    if sampler_name == "nutpie":
         try:
-            raw = _sample_nutpie(built, draws, tune, chains, seed, progress, target_accept)
-        except ImportError:
-            log.warning("nutpie is not installed; falling back to PyMC's NUTS")
-            sampler = "pymc"
-    if sampler == "pymc":
-        raw = _sample_pymc(built, draws, tune, chains, seed, progress, target_accept)
+            raw = _sample_nutpie(built, config, seed_used, progress, ta)
+        except ImportError as exc:
+            log.warning("nutpie (or its %s backend) is not available (%s); falling back to PyMC's NUTS",
+                        config.backend, exc)
+            sampler_name = "pymc"
+    if sampler_name == "pymc":
+        raw = _sample_pymc(built, config, seed_used, progress, ta)
     elapsed = time.perf_counter() - start
+    timings["sampling_s"] = elapsed
+    if built.data.standardised:
+        raw["posterior"] = xr.DataTree(to_data_scale(built, raw["posterior"].to_dataset()))
     provenance = {
         "model_name": spec.name,
         "model_family": spec.family,
@@ -328,17 +370,31 @@ def fit_table(
         "input_path": source,
         "input_sha256": source_sha256,
         "package_versions": json.dumps(package_versions()),
-        "seed": int(seed),
-        "draws": int(draws),
-        "tune": int(tune),
-        "chains": int(chains),
-        "target_accept": float(target_accept),
+        "seed": int(seed_used),
+        "draws": int(config.draws),
+        "tune": int(config.tune),
+        "chains": int(config.chains),
+        "target_accept": float(ta),
+        "nutpie_backend": config.backend if sampler_name == "nutpie" else "",
         "command": command or " ".join(sys.argv),
         "sampling_seconds": round(elapsed, 3),
         "created": pd.Timestamp.now(tz="UTC").isoformat(),
     }
-    tree = _assemble(built, raw, sampler, provenance)
-    check = prior_predictive_check(spec, data, seed=seed)
+    t1 = time.perf_counter()
+    tree = _assemble(built, raw, sampler_name, provenance)
+    timings["assemble_s"] = time.perf_counter() - t1
+    tree.attrs["sigma_support_transform_cells"] = json.dumps(
+        [c for c, flag in zip(built.data.cell_labels, built.support_transform_cells, strict=True) if flag])
+    tree.attrs["spread_priors"] = json.dumps(built.spread_priors)
+    tree.attrs["cell_term"] = cell_interaction_note(built)
+    tree.attrs["data_scale"] = spec.scale
+    if built.data.standardised:
+        cells = tree["cells"].to_dataset()
+        cells["model_centre"] = ("cell", built.data.cell_centre)
+        cells["model_scale"] = ("cell", built.data.cell_scale)
+        tree["cells"] = xr.DataTree(cells)
+    t1 = time.perf_counter()
+    check = prior_predictive_check(spec, data, seed=seed_used)
     tree["prior_predictive_check"] = xr.DataTree(xr.Dataset.from_dataframe(check.set_index(["cell", "quantile"])))
     outside = check[~check["inside"]]
     tree.attrs["prior_predictive"] = (
@@ -347,7 +403,18 @@ def fit_table(
             f"{r.cell} q{r.quantile:g}" for r in outside.itertuples()))
     if not outside.empty:
         log.warning("%s: prior predictive check: %s", spec.name, tree.attrs["prior_predictive"])
-    log.info("fit %s: %s", spec.name, tree.attrs["convergence"])
+    timings["prior_check_s"] = time.perf_counter() - t1
+    t1 = time.perf_counter()
+    ppc = posterior_predictive_check(tree, seed=seed_used)
+    fits, verdict = ppc_verdict(ppc)
+    tree["posterior_predictive_check"] = xr.DataTree(check_dataset(ppc))
+    tree.attrs["posterior_predictive"] = verdict
+    tree.attrs["posterior_predictive_fits"] = int(fits)
+    if not fits:
+        log.warning("%s: posterior predictive check: %s", spec.name, verdict)
+    timings["posterior_check_s"] = time.perf_counter() - t1
+    tree.attrs["timings"] = json.dumps({k: round(v, 3) for k, v in timings.items()})
+    log.info("fit %s: %s; posterior predictive check: %s", spec.name, tree.attrs["convergence"], verdict)
     return tree
 
 

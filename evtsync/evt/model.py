@@ -6,21 +6,33 @@ Design choices that make the fit fast and robust at 250k z-scores (issue 9):
   columns (e.g. GPU x precision), and each cell gets its own observed variable with scalar
   parameters. The log density is then one fused elementwise loop per cell and its gradient a
   plain sum: no gather of per-row parameters and no scatter-add of per-row gradients.
-* Shape. ``xi = xi0 + delta_f[level]`` summed over the spec's factors; every ``delta_f`` sums
-  to zero (``ZeroSumNormal``) so that xi0 and the deltas are identified, with a fitted spread
-  ``xi_sd_f``. A factor is centred when every one of its levels has at least
-  ``centred_min_obs`` z-scores (then the data pin each delta down and the centred form needs
-  few leapfrog steps), non-centred otherwise (sparse levels); the spec may force either.
+* Shape. ``xi = xi0 + delta_f[level]`` summed over the spec's factors, plus (with
+  ``xi.cell_sd_prior``) a cell effect in the space orthogonal to that additive surface, so a
+  cell can leave the surface when its data say so. Every ``delta_f`` sums to zero
+  (``ZeroSumNormal``) so that xi0 and the deltas are identified. A factor with fewer than
+  ``many_levels`` levels gets the zero-avoiding ``few_levels_sd_prior`` for its spread (the
+  spread of 2-3 levels is not identified by the data, and a prior with mass at zero made a
+  funnel: hundreds of divergences per fit with no effect); from ``many_levels`` on,
+  ``group_sd_prior``. Each term is centred when the data pin it down, non-centred otherwise
+  (:func:`choose_parametrization`).
+* Location and scale. ``pooling = "partial"``: ``mu = mu_mean + zero-sum deviations`` and
+  ``log sigma = log sigma_gmean + zero-sum deviations`` with fitted spreads (``mu_sd``,
+  ``log_sigma_sd``); the cells' average instead of a population mean, which would make a
+  funnel with the spread.
 * Start. The support ``1 + xi (z - mu)/sigma > 0`` makes random starting points useless
   (most fall outside). The initial point is the per-cell maximum-likelihood fit, projected on
   the additive structure and re-fitted for mu and sigma at that xi so that every z-score lies
   inside the support; xi is never started at exactly 0.
-* Support wall. With small cells the posterior reaches the region where some z-score leaves
-  the support and the likelihood drops to zero; NUTS then diverges at that wall. There sigma is
-  sampled as ``bound(mu, xi) + exp(u)`` (a smooth maximum of ``xi (mu - z_min)``,
+* Support wall. With small cells (and large cells whose extreme z-score sits near the end
+  point of the support) the posterior reaches the region where some z-score leaves the
+  support and the likelihood drops to zero; NUTS then diverges at that wall. For those cells
+  sigma is sampled as ``bound(mu, xi) + exp(u)`` (a smooth maximum of ``xi (mu - z_min)``,
   ``xi (mu - z_max)`` and 0, with the Jacobian), which keeps every point inside the support and
-  leaves the posterior unchanged. Large cells keep the plain log-sigma (closer to Gaussian
-  there); ``[sigma] support_transform`` overrides the automatic choice.
+  leaves the posterior unchanged. Other cells keep the plain log-sigma (closer to Gaussian
+  there); ``[sigma] support_transform`` overrides the automatic, per-cell choice.
+* Scale. ``data.scale = "z"`` models refuse data far outside the z-score scale of their
+  priors (:func:`check_scale`); ``"raw"`` models standardise each cell by its median and IQR
+  and map the posterior back (:func:`to_data_scale`).
 """
 
 from __future__ import annotations
@@ -32,6 +44,7 @@ import numpy as np
 import pandas as pd
 import pymc as pm
 import pytensor.tensor as pt
+import xarray as xr
 from scipy import optimize
 
 from evtsync.errors import InputError
@@ -55,6 +68,25 @@ class ModelData:
     cells: pd.DataFrame
     factor_levels: dict[str, list[str]] = field(default_factory=dict)
     n_skipped: int = 0
+    #: Per cell, the centre and scale the model's z-scores were standardised with
+    #: (``data.scale = "raw"``: median and IQR / 1.5725 of the cell; else 0 and 1).
+    cell_centre: np.ndarray | None = None
+    cell_scale: np.ndarray | None = None
+    z_model: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        n_cells = len(self.cells)
+        if self.cell_centre is None:
+            self.cell_centre = np.zeros(n_cells)
+        if self.cell_scale is None:
+            self.cell_scale = np.ones(n_cells)
+        if self.z_model is None:
+            self.z_model = self.z
+
+    @property
+    def standardised(self) -> bool:
+        """Whether the model sees standardised values (``data.scale = "raw"``)."""
+        return self.z_model is not self.z
 
     @property
     def cell_labels(self) -> list[str]:
@@ -119,7 +151,7 @@ def prepare_data(table: pd.DataFrame, spec: ModelSpec, source: str = "z-score ta
         if row["n_obs"] < 3:
             raise InputError(f"{source}: cell {row['cell']!r} has only {row['n_obs']} z-score(s); need >= 3")
         del i
-    return ModelData(
+    data = ModelData(
         z=z_all[rows][order_in_kept],
         order=rows[order_in_kept],
         cell_of_obs=cell_of_obs,
@@ -127,6 +159,46 @@ def prepare_data(table: pd.DataFrame, spec: ModelSpec, source: str = "z-score ta
         factor_levels=factor_levels,
         n_skipped=n_skipped,
     )
+    if spec.scale == "raw":
+        _standardise_cells(data, source)
+    return data
+
+
+def _standardise_cells(data: ModelData, source: str) -> None:
+    """``data.scale = "raw"``: the model sees (z - centre) / scale per cell, centre and scale
+    the location and scale of a Gumbel with the cell's median and IQR (so that the z-score
+    priors apply to any unit); the posterior is mapped back by :func:`to_data_scale`."""
+    centre = np.zeros(len(data.cells))
+    scale = np.ones(len(data.cells))
+    z_model = np.empty_like(data.z)
+    for i, cell in enumerate(data.cell_labels):
+        sl = data.cell_slice(i)
+        loc, sc = robust_gumbel(data.z[sl])
+        if not sc > 0:
+            sd = float(np.std(data.z[sl]))
+            if not sd > 0:
+                raise InputError(f"{source}: cell {cell!r}: all values are equal; a GEV scale cannot be fitted")
+            sc = sd * np.sqrt(6.0) / np.pi
+        centre[i], scale[i] = loc, sc
+        z_model[sl] = (data.z[sl] - loc) / sc
+    data.cell_centre, data.cell_scale, data.z_model = centre, scale, z_model
+
+
+def to_data_scale(built: BuiltModel, posterior: xr.Dataset) -> xr.Dataset:
+    """Posterior ``mu`` and ``sigma`` per cell back in the data's units (``scale = "raw"``).
+
+    ``mu = centre + scale * mu_model`` and ``sigma = scale * sigma_model`` per cell; xi is
+    scale-free. Other variables (``sigma_log_excess``, spreads) stay on the model's scale.
+    """
+    data = built.data
+    if not data.standardised:
+        return posterior
+    centre = xr.DataArray(data.cell_centre, dims="cell", coords={"cell": posterior["cell"].values})
+    scale = xr.DataArray(data.cell_scale, dims="cell", coords={"cell": posterior["cell"].values})
+    out = posterior.copy()
+    out["mu"] = (centre + scale * posterior["mu"]).transpose(*posterior["mu"].dims)
+    out["sigma"] = (scale * posterior["sigma"]).transpose(*posterior["sigma"].dims)
+    return out
 
 
 def _subsample(z: np.ndarray, limit: int) -> np.ndarray:
@@ -236,7 +308,13 @@ def _support_bound_terms(mu_i, xi_i, z_min: float, z_max: float) -> list:
 
 @dataclass
 class BuiltModel:
-    """A PyMC model with the data it was built on, its initial point and its choices."""
+    """A PyMC model with the data it was built on, its initial point and its choices.
+
+    ``parametrization`` maps each factor of xi (and ``cell`` for the cell term) to
+    ``centred``/``noncentred``; ``support_transform_cells`` has one flag per cell
+    (``support_transform``: any of them); ``spread_priors`` names the prior chosen for each
+    spread (by level count); ``cell_basis`` is the basis of the cell term (None: no term).
+    """
 
     model: pm.Model
     data: ModelData
@@ -244,31 +322,108 @@ class BuiltModel:
     initial_point: dict[str, np.ndarray]
     parametrization: dict[str, str]
     obs_names: list[str]
-    support_transform: bool = False
+    support_transform_cells: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    spread_priors: dict[str, str] = field(default_factory=dict)
+    cell_basis: np.ndarray | None = None
+
+    @property
+    def support_transform(self) -> bool:
+        """Whether at least one cell samples sigma above its support bound."""
+        return bool(np.any(self.support_transform_cells))
 
 
-def choose_parametrization(spec: ModelSpec, data: ModelData) -> dict[str, str]:
-    """Centred or non-centred per factor of xi: centred when every level is data-rich."""
+def cell_interaction_note(built: BuiltModel) -> str:
+    """One line on the cell term of xi (for the fit's attributes)."""
+    if built.cell_basis is None:
+        if built.spec.xi.cell_sd_prior is not None:
+            return "none: the additive surface already has one free xi per cell"
+        return "none (not in the spec)"
+    return (f"xi_cell_effect: {built.cell_basis.shape[1]} coefficient(s) orthogonal to the additive surface, "
+            f"spread xi_sd_cell ~ {built.spec.xi.cell_sd_prior.describe()}, {built.parametrization['cell']}")
+
+
+def level_index(data: ModelData, factor: str) -> np.ndarray:
+    """Index of each cell's level of ``factor`` in ``data.factor_levels[factor]``."""
+    levels = data.factor_levels[factor]
+    return data.cells[factor].map({lv: k for k, lv in enumerate(levels)}).to_numpy().astype(int)
+
+
+def interaction_basis(spec: ModelSpec, data: ModelData) -> np.ndarray:
+    """Orthonormal basis (cells x r) of the cell effects that the additive surface cannot make.
+
+    The additive part xi0 + sum of the factors' deltas spans the columns of the design
+    ``[1, one-hot(level) per factor]`` over the present cells; the cell term lives in the
+    orthogonal complement, so it never trades off against xi0 or the deltas (identified, no
+    flat directions). ``r = 0`` (e.g. one factor, or one level) means no cell term.
+    """
+    n_cells = len(data.cells)
+    cols = [np.ones((n_cells, 1))]
+    for f in spec.xi.factors:
+        idx = level_index(data, f)
+        cols.append(np.eye(len(data.factor_levels[f]))[idx])
+    design = np.hstack(cols)
+    proj = np.eye(n_cells) - design @ np.linalg.pinv(design)
+    vals, vecs = np.linalg.eigh((proj + proj.T) / 2)
+    return vecs[:, vals > 0.5]
+
+
+#: "auto" centres the mu deviations when every cell has at least this many z-scores: the
+#: standard error of a cell's mu (~1.1 sigma / sqrt(n), 0.055 at n = 100, sigma = 0.5) is then
+#: below the 2.5% quantile of the spread's prior (0.08), so the data, not the spread, set
+#: each deviation's width (no funnel).
+MU_CENTRED_MIN_OBS = 100
+
+
+def choose_parametrization(spec: ModelSpec, data: ModelData, basis: np.ndarray | None = None) -> dict[str, str]:
+    """Centred or non-centred per term: the factors of xi, the cell term, the mu deviations.
+
+    Centred when the data pin the term down: every level of a factor has at least
+    ``centred_min_obs`` z-scores; for the cell term, every coefficient's effective count
+    ``sum_i B_ik^2 n_i`` (its information in z-scores: a coefficient spread over five cells of
+    5,000 and one of 200 is pinned by the large ones) reaches it; the mu deviations from
+    :data:`MU_CENTRED_MIN_OBS` per cell. Non-centred otherwise. With the spreads'
+    zero-avoiding priors neither form has a funnel; the choice trims leapfrog steps.
+    """
     out: dict[str, str] = {}
+    forced = spec.xi.parametrization if spec.xi.parametrization != "auto" else None
+    if spec.mu.pooling == "partial":
+        out["mu"] = forced or ("centred" if int(data.cells["n_obs"].min()) >= MU_CENTRED_MIN_OBS else "noncentred")
     if spec.family != "gev" or spec.xi.structure != "additive":
         return out
     for f in spec.xi.factors:
-        if spec.xi.parametrization != "auto":
-            out[f] = spec.xi.parametrization
-            continue
         per_level = data.cells.groupby(f)["n_obs"].sum()
-        out[f] = "centred" if int(per_level.min()) >= spec.xi.centred_min_obs else "noncentred"
+        out[f] = forced or ("centred" if int(per_level.min()) >= spec.xi.centred_min_obs else "noncentred")
+    if spec.xi.cell_sd_prior is not None:
+        if basis is None:
+            basis = interaction_basis(spec, data)
+        if basis.shape[1]:
+            n_eff = (basis**2 * data.cells["n_obs"].to_numpy()[:, None]).sum(axis=0)
+            out["cell"] = forced or ("centred" if float(n_eff.min()) >= spec.xi.centred_min_obs else "noncentred")
     return out
 
 
-def initial_values(spec: ModelSpec, data: ModelData, parametrization: dict[str, str]) -> dict[str, np.ndarray]:
-    """Initial point from per-cell MLE, inside the support, xi never exactly 0."""
+def cell_mles(spec: ModelSpec, data: ModelData) -> np.ndarray:
+    """Per-cell maximum-likelihood (mu, sigma, xi) on the model scale, shape (cells, 3)."""
+    return np.array([fit_cell_mle(_subsample(data.z_model[data.cell_slice(i)], INIT_MLE_MAX_ROWS), spec.family)
+                     for i in range(len(data.cells))])
+
+
+#: Lower bound of the starting value of every spread (inside any positive prior's support).
+_MIN_START_SD = 0.02
+
+
+def initial_values(spec: ModelSpec, data: ModelData, parametrization: dict[str, str],
+                   mles: np.ndarray | None = None, basis: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Initial point from per-cell MLE, inside the support, xi never exactly 0.
+
+    The per-cell shapes are decomposed into xi0, the factors' deltas (level means of the
+    residuals) and, with a cell term, its coordinates in ``basis``; mu and sigma are re-fitted
+    at the resulting xi when it differs from the cell's MLE.
+    """
     n_cells = len(data.cells)
-    fits = [fit_cell_mle(_subsample(data.z[data.cell_slice(i)], INIT_MLE_MAX_ROWS), spec.family)
-            for i in range(n_cells)]
-    mus = np.array([f[0] for f in fits])
-    sigmas = np.array([f[1] for f in fits])
-    xis = np.array([f[2] for f in fits])
+    if mles is None:
+        mles = cell_mles(spec, data)
+    mus, sigmas, xis = mles[:, 0].copy(), mles[:, 1].copy(), mles[:, 2].copy()
     init: dict[str, np.ndarray] = {}
     if spec.family == "gumbel":
         xi_cells = np.zeros(n_cells)
@@ -283,107 +438,241 @@ def initial_values(spec: ModelSpec, data: ModelData, parametrization: dict[str, 
         xi_cells = np.full(n_cells, xi0)
         resid = xis - xi0
         for f in spec.xi.factors:
-            levels = data.factor_levels[f]
-            level_of_cell = data.cells[f].map({lv: k for k, lv in enumerate(levels)}).to_numpy()
-            delta = np.array([resid[level_of_cell == k].mean() for k in range(len(levels))])
+            level_of_cell = level_index(data, f)
+            n_levels = len(data.factor_levels[f])
+            delta = np.array([resid[level_of_cell == k].mean() for k in range(n_levels)])
             delta -= delta.mean()
-            sd = max(float(np.std(delta)) * np.sqrt(len(delta) / max(len(delta) - 1, 1)), 0.02)
+            sd = max(float(np.std(delta)) * np.sqrt(n_levels / max(n_levels - 1, 1)), _MIN_START_SD)
             init[f"xi_sd_{f}"] = np.array(sd)
             if parametrization[f] == "centred":
                 init[f"xi_delta_{f}"] = delta
             else:
                 init[f"xi_delta_{f}_raw"] = delta / sd
             xi_cells = xi_cells + delta[level_of_cell]
-            init[f"_level_of_cell_{f}"] = level_of_cell
+        if "cell" in parametrization and basis is not None and basis.shape[1] > 0:
+            coef = basis.T @ (xis - xi_cells)
+            scale = np.sqrt(n_cells / basis.shape[1])
+            sd = max(float(np.sqrt(np.mean(coef**2))) / scale, _MIN_START_SD)
+            init["xi_sd_cell"] = np.array(sd)
+            if parametrization["cell"] == "centred":
+                init["xi_cell_coef"] = coef
+            else:
+                init["xi_cell_coef_raw"] = coef / (sd * scale)
+            xi_cells = xi_cells + basis @ coef
     # Re-fit mu and sigma at the starting xi so that every z-score is inside the support.
     if spec.family != "gumbel":
         for i in range(n_cells):
-            if abs(xi_cells[i] - xis[i]) > 1e-9 or not _support_ok(data.z[data.cell_slice(i)], mus[i], sigmas[i], xi_cells[i]):
-                mus[i], sigmas[i], _ = fit_cell_mle(_subsample(data.z[data.cell_slice(i)], INIT_MLE_MAX_ROWS),
-                                                    spec.family, xi_fixed=float(xi_cells[i]))
-            z_cell = data.z[data.cell_slice(i)]
+            z_cell = data.z_model[data.cell_slice(i)]
+            if abs(xi_cells[i] - xis[i]) > 1e-9 or not _support_ok(z_cell, mus[i], sigmas[i], xi_cells[i]):
+                mus[i], sigmas[i], _ = fit_cell_mle(_subsample(z_cell, INIT_MLE_MAX_ROWS), spec.family,
+                                                    xi_fixed=float(xi_cells[i]))
             sigmas[i] = _feasible_sigma(z_cell, mus[i], sigmas[i], xi_cells[i])
     weights = data.cells["n_obs"].to_numpy()
-    init["mu"] = mus if spec.mu.pooling == "none" else np.array(np.average(mus, weights=weights))
-    init["sigma"] = sigmas if spec.sigma.pooling == "none" else np.array(np.average(sigmas, weights=weights))
+    init["mu"] = mus if spec.mu.pooling != "complete" else np.array(np.average(mus, weights=weights))
+    if spec.mu.pooling == "partial":
+        sd = max(float(np.std(mus)), _MIN_START_SD)
+        init["mu_mean"] = np.array(np.mean(mus))
+        init["mu_sd"] = np.array(sd)
+        if parametrization.get("mu") == "noncentred":
+            init["mu_dev_raw"] = (mus - mus.mean()) / sd
+        else:
+            init["mu_dev"] = mus - mus.mean()
+    sig = sigmas if spec.sigma.pooling != "complete" else np.array(np.average(sigmas, weights=weights))
     if spec.mu.pooling == "complete" or spec.sigma.pooling == "complete":
         # A pooled mu/sigma must keep every cell's z-scores inside the support.
         mu_c = np.broadcast_to(init["mu"], (n_cells,))
-        sig_c = np.broadcast_to(init["sigma"], (n_cells,)).copy()
+        sig_c = np.broadcast_to(sig, (n_cells,)).copy()
         for i in range(n_cells):
-            sig_c[i] = _feasible_sigma(data.z[data.cell_slice(i)], mu_c[i], sig_c[i], xi_cells[i])
-        init["sigma"] = sig_c if spec.sigma.pooling == "none" else np.array(sig_c.max())
+            sig_c[i] = _feasible_sigma(data.z_model[data.cell_slice(i)], mu_c[i], sig_c[i], xi_cells[i])
+        sig = sig_c if spec.sigma.pooling != "complete" else np.array(sig_c.max())
+    init["sigma"] = sig
+    if spec.sigma.pooling == "partial":
+        init["log_sigma_sd"] = np.array(max(float(np.std(np.log(sig))), _MIN_START_SD))
+    init["_xi_cells"] = xi_cells
     return init
 
 
 LOGP_IMPLS = ("fused", "elementwise")
 
 
-#: "auto" samples sigma above its support bound when the smallest cell has fewer z-scores.
+#: "auto" samples a cell's sigma above its support bound when the cell has fewer z-scores ...
 SUPPORT_TRANSFORM_MAX_OBS = 2000
+#: ... or when its maximum-likelihood fit puts a data point this close to the end point of the
+#: support (``1 + xi (z - mu)/sigma`` at the extreme z-score on the bounded side). With
+#: xi < 0 the sample maximum of a large cell sits near the upper end point (xi = -0.2, 42k
+#: z-scores: 0.13), and a leapfrog step across it was the lone divergence of the 250k fit.
+SUPPORT_EDGE_GAP = 0.3
 
 
-def use_support_transform(spec: ModelSpec, data: ModelData) -> bool:
-    """Whether sigma is sampled as bound(mu, xi) + exp(u) (see :func:`build_model`).
+def support_edge_gap(z: np.ndarray, mu: float, sigma: float, xi: float) -> float:
+    """``1 + xi (z - mu)/sigma`` at the z-score nearest the end point (inf when xi = 0)."""
+    if xi < 0:
+        return float(1.0 + xi * (np.max(z) - mu) / sigma)
+    if xi > 0:
+        return float(1.0 + xi * (np.min(z) - mu) / sigma)
+    return float("inf")
+
+
+def use_support_transform(spec: ModelSpec, data: ModelData, mles: np.ndarray | None = None) -> np.ndarray:
+    """Per cell: whether its sigma is sampled as bound(mu, xi) + exp(u) (see :func:`build_model`).
 
     Small cells leave the posterior wide enough to reach the support wall, where plain NUTS
-    diverges (e.g. Port Pirie, n = 65); with thousands of z-scores per cell the posterior is far
-    from the wall and the plain log-sigma is closer to Gaussian (fewer leapfrog steps).
+    diverges (e.g. Port Pirie, n = 65), and so do large cells whose extreme z-score lies near
+    the end point of the support (xi clearly negative); elsewhere the posterior is far from
+    the wall and the plain log-sigma is closer to Gaussian (fewer leapfrog steps). A pooled
+    sigma is one value: transformed when any cell needs it.
     """
+    n_cells = len(data.cells)
     if spec.family == "gumbel" or spec.sigma.support_transform == "off":
-        return False
-    if spec.sigma.support_transform == "on":
-        return True
-    return int(data.cells["n_obs"].min()) < SUPPORT_TRANSFORM_MAX_OBS
+        flags = np.zeros(n_cells, dtype=bool)
+    elif spec.sigma.support_transform == "on":
+        flags = np.ones(n_cells, dtype=bool)
+    else:
+        if mles is None:
+            mles = cell_mles(spec, data)
+        flags = np.zeros(n_cells, dtype=bool)
+        for i in range(n_cells):
+            z_cell = data.z_model[data.cell_slice(i)]
+            gap = support_edge_gap(z_cell, *mles[i])
+            flags[i] = len(z_cell) < SUPPORT_TRANSFORM_MAX_OBS or gap < SUPPORT_EDGE_GAP
+    if spec.sigma.pooling == "complete" and flags.any():
+        flags[:] = True
+    return flags
+
+
+def _scipy_prior(prior: Prior):
+    """A spec prior as a frozen scipy distribution (same parametrisation as PyMC's)."""
+    from scipy import stats
+
+    p = prior.params
+    return {
+        "normal": lambda: stats.norm(p.get("mu", 0.0), p.get("sigma", 1.0)),
+        "halfnormal": lambda: stats.halfnorm(scale=p.get("sigma", 1.0)),
+        "lognormal": lambda: stats.lognorm(p.get("sigma", 1.0), scale=np.exp(p.get("mu", 0.0))),
+        "exponential": lambda: stats.expon(scale=1.0 / p.get("lam", 1.0)),
+        "gamma": lambda: stats.gamma(p.get("alpha", 1.0), scale=1.0 / p.get("beta", 1.0)),
+        "uniform": lambda: stats.uniform(p.get("lower", 0.0), p.get("upper", 1.0) - p.get("lower", 0.0)),
+    }[prior.dist]()
+
+
+def _prior_quantile(prior: Prior, q: float) -> float:
+    """Quantile ``q`` of a spec prior."""
+    return float(_scipy_prior(prior).ppf(q))
+
+
+#: Gumbel: IQR = sigma (ln ln 4 - ln ln 4/3) and median = mu - sigma ln ln 2.
+_GUMBEL_IQR = float(np.log(np.log(4.0)) - np.log(np.log(4.0 / 3.0)))
+_GUMBEL_MEDIAN = float(-np.log(np.log(2.0)))
+#: Central prior mass within which the data's location and scale must lie for a z-score model.
+SCALE_GUARD_MASS = 0.999
+
+
+def robust_gumbel(z: np.ndarray) -> tuple[float, float]:
+    """Location and scale of a Gumbel with the sample's median and interquartile range."""
+    q25, q50, q75 = np.quantile(z, [0.25, 0.5, 0.75])
+    scale = float(q75 - q25) / _GUMBEL_IQR
+    return float(q50) - _GUMBEL_MEDIAN * scale, scale
+
+
+def check_scale(spec: ModelSpec, data: ModelData, source: str = "z-score table") -> None:
+    """Refuse data far outside the scale a z-score model's priors assume (issue 19).
+
+    Per cell, the location and scale of a Gumbel matched to the median and the IQR must lie
+    within the central 99.9% of the priors of mu and sigma; otherwise the posterior is the
+    prior's, not the data's (annual maxima in their own units: xi 1.8 against an MLE of 0.17).
+    """
+    if spec.scale != "z":
+        return
+    lo_q, hi_q = (1 - SCALE_GUARD_MASS) / 2, (1 + SCALE_GUARD_MASS) / 2
+    mu_lo, mu_hi = _prior_quantile(spec.mu.prior, lo_q), _prior_quantile(spec.mu.prior, hi_q)
+    sig_hi = _prior_quantile(spec.sigma.prior, hi_q)
+    bad = []
+    for i, cell in enumerate(data.cell_labels):
+        loc, scale = robust_gumbel(data.z[data.cell_slice(i)])
+        if not (mu_lo <= loc <= mu_hi) or scale > sig_hi:
+            bad.append(f"{cell} (location {loc:.4g}, scale {scale:.4g})")
+    if bad:
+        raise InputError(
+            f"{source}: column {spec.column!r} is far outside the z-score scale that model {spec.name!r} "
+            f"({spec.path}) assumes: its priors put mu in [{mu_lo:.3g}, {mu_hi:.3g}] and sigma below {sig_hi:.3g} "
+            f"({SCALE_GUARD_MASS:.1%} prior mass), the data give {', '.join(bad)}. Standardise first: "
+            f"z = (block max - block mean) / pooled sd as `evtsync blocks` writes it (SPEC §5), or fit raw "
+            f"maxima with models/gev-hier-raw-us.toml (priors scaled from each cell's median and IQR)")
 
 
 def _excess_initval(init: dict[str, np.ndarray], spec: ModelSpec, z_min: np.ndarray, z_max: np.ndarray,
-                    width: float) -> dict[str, np.ndarray]:
+                    width: float, flags: np.ndarray) -> dict[str, np.ndarray]:
     """Initial ``sigma_log_excess`` from the initial sigma (which is inside the support)."""
     n_cells = len(z_min)
     mu = np.broadcast_to(init["mu"], (n_cells,))
-    if "xi" in init:
-        xi = np.broadcast_to(init["xi"], (n_cells,))
-    else:
-        xi = np.full(n_cells, float(init["xi0"]))
-        for key, value in init.items():
-            if key.startswith("xi_delta_"):
-                factor = key.removeprefix("xi_delta_").removesuffix("_raw")
-                delta = value * init[f"xi_sd_{factor}"] if key.endswith("_raw") else value
-                xi = xi + delta[init[f"_level_of_cell_{factor}"]]
+    xi = init["_xi_cells"]
     terms = [_support_bound_terms(mu[i], xi[i], z_min[i], z_max[i]) for i in range(n_cells)]
     sigma = np.asarray(init["sigma"], dtype=float)
-    if spec.sigma.pooling == "none":
-        bound = np.array([_smooth_max0(t, width) for t in terms])
+    if spec.sigma.pooling != "complete":
+        bound = np.array([_smooth_max0(t, width) if flags[i] else 0.0 for i, t in enumerate(terms)])
     else:
-        bound = _smooth_max0([v for t in terms for v in t], width)
+        bound = _smooth_max0([v for t in terms for v in t], width) if flags.any() else 0.0
     out = {k: v for k, v in init.items() if k != "sigma" and not k.startswith("_")}
     out["sigma_log_excess"] = np.log(np.maximum(sigma - bound, 0.05 * sigma))
     return out
 
 
-def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused") -> BuiltModel:
+def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", source: str = "z-score table") -> BuiltModel:
     """The PyMC model of ``spec`` on ``data``, with its initial point set as initvals.
 
     ``logp_impl="fused"`` (default) adds each cell's log-likelihood as one potential computed
     with its gradient in a single pass (:func:`~evtsync.evt.distribution.gev_logp_sum`);
     ``"elementwise"`` uses the :class:`~evtsync.evt.distribution.GEV` distribution as an
     observed variable (PyTensor autodiff; slower at large n, same posterior).
+
+    Structure (each part only where the spec asks for it):
+
+    * mu: one value; one per cell with its own prior; or partially pooled,
+      ``mu = mu_mean + mu_dev`` with zero-sum deviations of spread ``mu_sd``;
+    * sigma = bound_cell(mu, xi) + exp(sigma_log_excess) with bound = 0 for cells without the
+      support transform; its prior (partial pooling: log sigma = log sigma_gmean + zero-sum
+      deviations of spread ``log_sigma_sd``, sigma_gmean with the spec's prior) enters
+      as a potential with the Jacobian;
+    * xi = xi0 + sum_f delta_f[level] + (cell term in the interaction space, spread xi_sd_cell).
     """
     if logp_impl not in LOGP_IMPLS:
         raise ValueError(f"logp_impl must be one of {LOGP_IMPLS}, got {logp_impl!r}")
-    parametrization = choose_parametrization(spec, data)
-    init = initial_values(spec, data, parametrization)
+    check_scale(spec, data, source)
+    basis = interaction_basis(spec, data) if spec.xi.cell_sd_prior is not None and spec.family == "gev" else None
+    if basis is not None and basis.shape[1] == 0:
+        log.info("model %s: the additive surface already fits every cell; no cell term", spec.name)
+        basis = None
+    parametrization = choose_parametrization(spec, data, basis)
+    mles = cell_mles(spec, data)
+    init = initial_values(spec, data, parametrization, mles, basis)
     n_cells = len(data.cells)
     coords: dict[str, list[str]] = {"cell": data.cell_labels}
     for f, levels in data.factor_levels.items():
         coords[f] = levels
-    support_transform = use_support_transform(spec, data)
-    z_min = np.array([data.z[data.cell_slice(i)].min() for i in range(n_cells)])
-    z_max = np.array([data.z[data.cell_slice(i)].max() for i in range(n_cells)])
-    width = SUPPORT_SMOOTHING * max(float(np.std(data.z)), 1e-12)
+    if basis is not None:
+        coords["cell_effect"] = [f"e{k}" for k in range(basis.shape[1])]
+    flags = use_support_transform(spec, data, mles)
+    z_min = np.array([data.z_model[data.cell_slice(i)].min() for i in range(n_cells)])
+    z_max = np.array([data.z_model[data.cell_slice(i)].max() for i in range(n_cells)])
+    width = SUPPORT_SMOOTHING * max(float(np.std(data.z_model)), 1e-12)
+    spread_priors: dict[str, str] = {}
     with pm.Model(coords=coords, check_bounds=False) as model:
-        mu = _prior_rv("mu", spec.mu.prior, dims="cell") if spec.mu.pooling == "none" else _prior_rv("mu", spec.mu.prior)
+        if spec.mu.pooling == "complete":
+            mu = _prior_rv("mu", spec.mu.prior)
+        elif spec.mu.pooling == "none":
+            mu = _prior_rv("mu", spec.mu.prior, dims="cell")
+        else:
+            # mu_mean is the average of the cells' mu (pinned by the data), the deviations sum to
+            # zero: a population mean next to its own deviations would make a funnel with the
+            # spread (mu_mean's width ~ mu_sd / sqrt(cells)); it is integrated out instead.
+            mu_mean = _prior_rv("mu_mean", spec.mu.prior)
+            mu_sd = _prior_rv("mu_sd", spec.mu.population_sd_prior)
+            spread_priors["mu_sd"] = spec.mu.population_sd_prior.describe()
+            if parametrization.get("mu") == "noncentred":
+                dev = mu_sd * pm.ZeroSumNormal("mu_dev_raw", sigma=1.0, dims="cell")
+            else:
+                dev = pm.ZeroSumNormal("mu_dev", sigma=mu_sd, dims="cell")
+            mu = pm.Deterministic("mu", mu_mean + dev, dims="cell")
         if spec.family == "gumbel":
             xi = None
         elif spec.xi.structure == "pooled":
@@ -392,61 +681,91 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused") -> B
             xi0 = _prior_rv("xi0", spec.xi.prior)
             xi_cells = xi0
             for f in spec.xi.factors:
-                sd = _prior_rv(f"xi_sd_{f}", spec.xi.group_sd_prior)
+                sd_prior = spec.xi.spread_prior(len(data.factor_levels[f]))
+                spread_priors[f"xi_sd_{f}"] = sd_prior.describe()
+                sd = _prior_rv(f"xi_sd_{f}", sd_prior)
                 if parametrization[f] == "centred":
                     delta = pm.ZeroSumNormal(f"xi_delta_{f}", sigma=sd, dims=f)
                 else:
                     raw = pm.ZeroSumNormal(f"xi_delta_{f}_raw", sigma=1.0, dims=f)
                     delta = pm.Deterministic(f"xi_delta_{f}", sd * raw, dims=f)
-                level_of_cell = data.cells[f].map({lv: k for k, lv in enumerate(data.factor_levels[f])}).to_numpy()
-                xi_cells = xi_cells + delta[level_of_cell]
+                xi_cells = xi_cells + delta[level_index(data, f)]
+            if basis is not None:
+                spread_priors["xi_sd_cell"] = spec.xi.cell_sd_prior.describe()
+                sd_cell = _prior_rv("xi_sd_cell", spec.xi.cell_sd_prior)
+                # coefficients scaled so that the average marginal sd of a cell effect is xi_sd_cell
+                coef_sd = sd_cell * np.sqrt(n_cells / basis.shape[1])
+                if parametrization["cell"] == "centred":
+                    coef = pm.Normal("xi_cell_coef", 0.0, coef_sd, dims="cell_effect")
+                else:
+                    coef = coef_sd * pm.Normal("xi_cell_coef_raw", 0.0, 1.0, dims="cell_effect")
+                effect = pm.Deterministic("xi_cell_effect", pt.dot(pt.as_tensor_variable(basis), coef), dims="cell")
+                xi_cells = xi_cells + effect
             xi = pm.Deterministic("xi", xi_cells, dims="cell")
 
         def cell_mu(i):
-            return mu[i] if spec.mu.pooling == "none" else mu
+            return mu if spec.mu.pooling == "complete" else mu[i]
 
         def cell_xi(i):
             if xi is None:
                 return 0.0
             return xi[i] if spec.xi.structure == "additive" else xi
 
-        if support_transform:
-            # sigma = bound(mu, xi) + exp(u): every point the sampler visits is inside the
-            # support of every z-score, so NUTS never hits the wall where the likelihood
-            # vanishes. The posterior is unchanged (the likelihood is zero below the bound);
-            # the prior of sigma enters as a potential with the Jacobian exp(u).
-            terms = [_support_bound_terms(cell_mu(i), cell_xi(i), z_min[i], z_max[i]) for i in range(n_cells)]
-            if spec.sigma.pooling == "none":
-                bound = pt.stack([_smooth_max0(t, width) for t in terms])
-                u = pm.Flat("sigma_log_excess", dims="cell")
-                sigma = pm.Deterministic("sigma", bound + pt.exp(u), dims="cell")
-            else:
-                bound = _smooth_max0([v for t in terms for v in t], width)
-                u = pm.Flat("sigma_log_excess")
-                sigma = pm.Deterministic("sigma", bound + pt.exp(u))
-            pm.Potential("sigma_prior", pm.logp(_prior_dist(spec.sigma.prior), sigma).sum() + u.sum())
-            init = _excess_initval(init, spec, z_min, z_max, width)
+        # sigma = bound(mu, xi) + exp(u): for the cells with the support transform every point
+        # the sampler visits is inside the support of every z-score, so NUTS never meets the wall
+        # where the likelihood vanishes; elsewhere bound = 0 (plain log-sigma). The posterior is
+        # unchanged (the likelihood is zero below the bound); the prior of sigma enters as a
+        # potential with the Jacobian exp(u).
+        if not flags.any() and spec.sigma.pooling != "partial":
+            # no cell near its support wall and no population: the plain (log-transformed) sigma
+            sigma = (_prior_rv("sigma", spec.sigma.prior) if spec.sigma.pooling == "complete"
+                     else _prior_rv("sigma", spec.sigma.prior, dims="cell"))
         else:
-            sigma = (_prior_rv("sigma", spec.sigma.prior, dims="cell") if spec.sigma.pooling == "none"
-                     else _prior_rv("sigma", spec.sigma.prior))
+            terms = [_support_bound_terms(cell_mu(i), cell_xi(i), z_min[i], z_max[i]) for i in range(n_cells)]
+            if spec.sigma.pooling != "complete":
+                u = pm.Flat("sigma_log_excess", dims="cell")
+                bounds = [_smooth_max0(t, width) if flags[i] else pt.constant(0.0) for i, t in enumerate(terms)]
+                sigma = pm.Deterministic("sigma", pt.stack(bounds) + pt.exp(u), dims="cell")
+            else:
+                u = pm.Flat("sigma_log_excess")
+                bound = _smooth_max0([v for t in terms for v in t], width) if flags.any() else 0.0
+                sigma = pm.Deterministic("sigma", bound + pt.exp(u))
+            if spec.sigma.pooling == "partial":
+                # log sigma = log sigma_gmean + zero-sum deviations (as for mu): the density of the
+                # vector s = log sigma is p(mean s) * ZeroSumNormal(s - mean s | log_sigma_sd), then
+                # the Jacobian of s = log(bound + exp(u)) is exp(u) / sigma.
+                log_sd = _prior_rv("log_sigma_sd", spec.sigma.population_sd_prior)
+                spread_priors["log_sigma_sd"] = spec.sigma.population_sd_prior.describe() + " (of log sigma)"
+                log_sigma = pt.log(sigma)
+                centre = log_sigma.mean()
+                pm.Deterministic("sigma_gmean", pt.exp(centre))
+                dev = log_sigma - centre
+                sigma_prior = (pm.logp(_prior_dist(spec.sigma.prior), pt.exp(centre)) + centre
+                               - pt.sum(dev**2) / (2.0 * log_sd**2) - (n_cells - 1) * pt.log(log_sd)
+                               + pt.sum(u - log_sigma))
+            else:
+                sigma_prior = pm.logp(_prior_dist(spec.sigma.prior), sigma).sum() + u.sum()
+            pm.Potential("sigma_prior", sigma_prior)
+            init = _excess_initval(init, spec, z_min, z_max, width, flags)
         obs_names = []
         for i in range(n_cells):
             mu_i = cell_mu(i)
-            sigma_i = sigma[i] if spec.sigma.pooling == "none" else sigma
+            sigma_i = sigma if spec.sigma.pooling == "complete" else sigma[i]
             xi_i = cell_xi(i)
             name = f"z_obs_{i}"
-            z_cell = data.z[data.cell_slice(i)]
+            z_cell = data.z_model[data.cell_slice(i)]
             if logp_impl == "fused":
                 pm.Potential(name, gev_logp_sum(z_cell, mu_i, sigma_i, xi_i))
             else:
                 GEV(name, mu=mu_i, sigma=sigma_i, xi=xi_i, observed=z_cell)
             obs_names.append(name)
-        init = {k: v for k, v in init.items() if not k.startswith("_")}
+        free = {rv.name for rv in model.free_RVs}
+        init = {k: v for k, v in init.items() if k in free}
         for name, value in init.items():
             model.set_initval(model[name], value)
-    log.info("model %s: %d z-scores in %d cell(s); xi parametrisation %s", spec.name, len(data.z), n_cells,
-             parametrization or "n/a")
-    return BuiltModel(model, data, spec, init, parametrization, obs_names, support_transform)
+    log.info("model %s: %d z-scores in %d cell(s); xi parametrisation %s; support transform in %d cell(s)",
+             spec.name, len(data.z), n_cells, parametrization or "n/a", int(flags.sum()))
+    return BuiltModel(model, data, spec, init, parametrization, obs_names, flags, spread_priors, basis)
 
 
 def simulate_zscore_table(cell_params: pd.DataFrame, n_per_cell: int | list[int], seed: int = 0) -> pd.DataFrame:
@@ -474,8 +793,8 @@ PRIOR_CHECK_QUANTILES = (0.05, 0.5, 0.95, 0.99)
 
 
 def _draw_prior(prior: Prior, size: int, rng: np.random.Generator) -> np.ndarray:
-    seed = int(rng.integers(2**31 - 1))
-    return np.asarray(pm.draw(_prior_dist(prior), draws=size, random_seed=seed), dtype=float).reshape(size)
+    """``size`` draws from a spec prior (scipy: no PyTensor compilation per prior)."""
+    return np.asarray(_scipy_prior(prior).rvs(size=size, random_state=rng), dtype=float).reshape(size)
 
 
 def prior_predictive_check(spec: ModelSpec, data: ModelData, draws: int = 500, seed: int = 0,
@@ -493,29 +812,40 @@ def prior_predictive_check(spec: ModelSpec, data: ModelData, draws: int = 500, s
     rng = np.random.default_rng(seed)
     n_cells = len(data.cells)
 
-    def per_cell(prior: Prior, pooling: str) -> np.ndarray:
-        if pooling == "none":
-            return np.stack([_draw_prior(prior, draws, rng) for _ in range(n_cells)], axis=1)
-        return np.repeat(_draw_prior(prior, draws, rng)[:, None], n_cells, axis=1)
+    def per_cell(param, log_scale: bool = False) -> np.ndarray:
+        if param.pooling == "none":
+            return np.stack([_draw_prior(param.prior, draws, rng) for _ in range(n_cells)], axis=1)
+        centre = np.repeat(_draw_prior(param.prior, draws, rng)[:, None], n_cells, axis=1)
+        if param.pooling == "complete":
+            return centre
+        spread = _draw_prior(param.population_sd_prior, draws, rng)[:, None]
+        raw = rng.normal(size=(draws, n_cells))
+        noise = spread * (raw - raw.mean(axis=1, keepdims=True))  # ZeroSumNormal(spread)
+        return centre * np.exp(noise) if log_scale else centre + noise
 
-    mu = per_cell(spec.mu.prior, spec.mu.pooling)
-    sigma = per_cell(spec.sigma.prior, spec.sigma.pooling)
+    mu = per_cell(spec.mu)
+    sigma = per_cell(spec.sigma, log_scale=True)
     if spec.family == "gumbel":
         xi = np.zeros((draws, n_cells))
     elif spec.xi.structure == "pooled":
-        xi = per_cell(spec.xi.prior, "complete")
+        xi = np.repeat(_draw_prior(spec.xi.prior, draws, rng)[:, None], n_cells, axis=1)
     else:
-        xi = per_cell(spec.xi.prior, "complete")
+        xi = np.repeat(_draw_prior(spec.xi.prior, draws, rng)[:, None], n_cells, axis=1)
         for f in spec.xi.factors:
-            sd = _draw_prior(spec.xi.group_sd_prior, draws, rng)
+            sd = _draw_prior(spec.xi.spread_prior(len(data.factor_levels[f])), draws, rng)
             raw = rng.normal(size=(draws, len(data.factor_levels[f])))
             delta = (raw - raw.mean(axis=1, keepdims=True)) * sd[:, None]  # ZeroSumNormal(sd)
-            level_of_cell = data.cells[f].map({lv: k for k, lv in enumerate(data.factor_levels[f])}).to_numpy()
-            xi = xi + delta[:, level_of_cell]
+            xi = xi + delta[:, level_index(data, f)]
+        if spec.xi.cell_sd_prior is not None:
+            basis = interaction_basis(spec, data)
+            if basis.shape[1]:
+                sd = _draw_prior(spec.xi.cell_sd_prior, draws, rng) * np.sqrt(n_cells / basis.shape[1])
+                coef = rng.normal(size=(draws, basis.shape[1])) * sd[:, None]
+                xi = xi + coef @ basis.T
     rows = []
     lo_q, hi_q = (1 - level) / 2, (1 + level) / 2
     for i, cell in enumerate(data.cell_labels):
-        z_cell = data.z[data.cell_slice(i)]
+        z_cell = data.z_model[data.cell_slice(i)]
         for q in PRIOR_CHECK_QUANTILES:
             implied = np.asarray(gev.ppf(q, mu[:, i], sigma[:, i], xi[:, i]), dtype=float)
             observed = float(np.quantile(z_cell, q))

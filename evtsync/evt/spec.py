@@ -7,25 +7,35 @@ One file describes one model variant (see ``docs/bayesian.md`` for every key)::
     [data]
     column = "z"
     groups = ["gpu", "precision"]     # columns whose combinations are the cells; [] = pooled
+    scale = "z"                       # "z" (priors on the z-score scale) | "raw" (standardised per cell)
     [mu]
-    pooling = "none"                  # "complete" (one value) | "none" (one per cell)
-    prior = { dist = "normal", mu = 0.0, sigma = 2.0 }
+    pooling = "partial"               # "complete" (one) | "none" (one per cell, own prior) |
+                                      # "partial" (per cell, drawn from a fitted population)
+    prior = { dist = "normal", mu = 0.0, sigma = 2.0 }       # of mu (or of the population mean)
+    population_sd_prior = { dist = "lognormal", mu = -1.6, sigma = 0.7 }   # "partial" only
     [sigma]
-    pooling = "none"
+    pooling = "partial"               # "partial": log sigma per cell ~ Normal(log sigma_pop, sd)
     prior = { dist = "halfnormal", sigma = 1.0 }
-    support_transform = "auto"        # sample sigma above its support bound: "auto" | true | false
+    population_sd_prior = { dist = "lognormal", mu = -1.6, sigma = 0.7 }
+    support_transform = "auto"        # sample sigma above its support bound: "auto" | true | false (per cell)
     [xi]
-    structure = "additive"            # "pooled" | "additive" (xi = xi0 + sum of deltas)
+    structure = "additive"            # "pooled" | "additive" (xi = xi0 + sum of deltas [+ cell term])
     prior = { dist = "normal", mu = 0.0, sigma = 0.3 }
     factors = ["gpu", "precision"]
-    group_sd_prior = { dist = "halfnormal", sigma = 0.1 }
+    group_sd_prior = { dist = "halfnormal", sigma = 0.1 }            # factors with >= many_levels levels
+    few_levels_sd_prior = { dist = "lognormal", mu = -2.5, sigma = 0.6 }   # factors with fewer (zero-avoiding)
+    many_levels = 5
+    cell_sd_prior = { dist = "lognormal", mu = -2.3, sigma = 0.6 }   # optional: interaction term per cell
     parametrization = "auto"          # "auto" | "centred" | "noncentred"
     centred_min_obs = 1000
-    [sampling]                         # optional defaults for `evtsync fit`
+    [sampling]                         # defaults of every fit of the spec (:class:`SamplerConfig`)
     draws = 1000
     tune = 1000
     chains = 2
     target_accept = "auto"             # NUTS step-size target in (0, 1), or "auto" (the default)
+    seed = 1                           # optional; absent = a fresh random seed per fit
+    sampler = "nutpie"                 # "nutpie" | "pymc"
+    backend = "numba"                  # nutpie's backend: "numba" | "jax" (needs jax installed)
 
 Every error names the file and the key at fault (:class:`~evtsync.errors.ModelSpecError`).
 """
@@ -33,14 +43,17 @@ Every error names the file and the key at fault (:class:`~evtsync.errors.ModelSp
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from evtsync.errors import ModelSpecError
+from evtsync.errors import InputError, ModelSpecError
 
 FAMILIES = ("gumbel", "frechet", "gev")
-POOLINGS = ("complete", "none")
+POOLINGS = ("complete", "none", "partial")
+SCALES = ("z", "raw")
+SAMPLERS = ("nutpie", "pymc")
+BACKENDS = ("numba", "jax")
 XI_STRUCTURES = ("pooled", "additive")
 PARAMETRIZATIONS = ("auto", "centred", "noncentred")
 
@@ -71,11 +84,17 @@ class Prior:
 
 @dataclass(frozen=True)
 class ParamSpec:
-    """Location or scale: pooled across cells or one per cell, with its prior."""
+    """Location or scale: pooled across cells, one per cell, or per cell from a population.
+
+    With ``pooling = "partial"`` ``prior`` is the prior of the population centre (mu_pop,
+    sigma_pop) and ``population_sd_prior`` that of the spread of the cells around it (of mu,
+    or of log sigma).
+    """
 
     pooling: str
     prior: Prior
     support_transform: str = "auto"
+    population_sd_prior: Prior | None = None
 
 
 @dataclass(frozen=True)
@@ -86,8 +105,69 @@ class XiSpec:
     prior: Prior | None = None
     factors: tuple[str, ...] = ()
     group_sd_prior: Prior | None = None
+    few_levels_sd_prior: Prior | None = None
+    many_levels: int = 5
+    cell_sd_prior: Prior | None = None
     parametrization: str = "auto"
     centred_min_obs: int = 1000
+
+    def spread_prior(self, n_levels: int) -> Prior | None:
+        """Prior of the spread of a factor's deltas: the zero-avoiding ``few_levels_sd_prior``
+        below ``many_levels`` levels (where the spread is not identified and a prior with mass
+        at zero makes a funnel), else ``group_sd_prior``."""
+        if n_levels < self.many_levels and self.few_levels_sd_prior is not None:
+            return self.few_levels_sd_prior
+        return self.group_sd_prior
+
+
+#: Sampler settings: the defaults of :class:`SamplerConfig` (and of ``evtsync fit``).
+DEFAULT_DRAWS = 1000
+DEFAULT_TUNE = 1000
+DEFAULT_CHAINS = 2
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """How a spec is sampled: from the spec's ``[sampling]`` table, overridden by CLI flags.
+
+    ``seed = None`` means a fresh random seed per fit (recorded in the fit); ``target_accept``
+    is a number in (0, 1) or ``"auto"`` (see :func:`evtsync.evt.fit.resolve_target_accept`);
+    ``backend`` is nutpie's (``numba``, or ``jax`` where jax is installed).
+    """
+
+    draws: int = DEFAULT_DRAWS
+    tune: int = DEFAULT_TUNE
+    chains: int = DEFAULT_CHAINS
+    target_accept: float | str = "auto"
+    seed: int | None = None
+    sampler: str = "nutpie"
+    backend: str = "numba"
+
+    def override(self, **values: Any) -> SamplerConfig:
+        """A copy with the given values replaced; ``None`` keeps the current one (CLI flags)."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise TypeError(f"unknown sampler setting(s) {unknown}; expected {sorted(known)}")
+        changed = {k: v for k, v in values.items() if v is not None}
+        out = replace(self, **changed)
+        try:
+            out.validate("sampler settings")
+        except ModelSpecError as exc:  # a flag or keyword, not the file, is at fault
+            raise InputError(str(exc)) from exc
+        return out
+
+    def validate(self, source: str) -> None:
+        """Raise ModelSpecError naming ``source`` and the setting when a value is out of range."""
+        for key in ("draws", "tune", "chains"):
+            val = getattr(self, key)
+            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+                raise _err(source, f"sampling.{key}", f"expected an integer >= 1, got {val!r}")
+        _target_accept(source, self.target_accept)
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
+            raise _err(source, "sampling.seed", f"expected an integer >= 0, got {self.seed!r}")
+        _str(source, "sampling.sampler", self.sampler, SAMPLERS)
+        _str(source, "sampling.backend", self.backend, BACKENDS)
 
 
 @dataclass(frozen=True)
@@ -105,13 +185,19 @@ class ModelSpec:
     sampling: dict[str, int | float | str] = field(default_factory=dict)
     path: str = "<string>"
     text: str = ""
+    scale: str = "z"
+
+    def sampler_config(self) -> SamplerConfig:
+        """The spec's ``[sampling]`` table as a :class:`SamplerConfig` (defaults for absent keys)."""
+        return SamplerConfig(**self.sampling)
 
 
 _TOP_KEYS = {"name", "family", "description", "data", "mu", "sigma", "xi", "sampling"}
-_DATA_KEYS = {"column", "groups"}
-_PARAM_KEYS = {"pooling", "prior"}
-_XI_KEYS = {"structure", "prior", "factors", "group_sd_prior", "parametrization", "centred_min_obs"}
-_SAMPLING_KEYS = {"draws", "tune", "chains", "target_accept"}
+_DATA_KEYS = {"column", "groups", "scale"}
+_PARAM_KEYS = {"pooling", "prior", "population_sd_prior"}
+_XI_KEYS = {"structure", "prior", "factors", "group_sd_prior", "few_levels_sd_prior", "many_levels",
+            "cell_sd_prior", "parametrization", "centred_min_obs"}
+_SAMPLING_KEYS = {"draws", "tune", "chains", "target_accept", "seed", "sampler", "backend"}
 
 
 def _err(src: str, key: str, what: str) -> ModelSpecError:
@@ -185,7 +271,14 @@ def _param(src: str, key: str, value: Any, positive: bool) -> ParamSpec:
     if isinstance(transform, bool):
         transform = "on" if transform else "off"
     transform = _str(src, f"{key}.support_transform", transform, ("auto", "on", "off"))
-    return ParamSpec(pooling, _prior(src, f"{key}.prior", table["prior"], positive=positive), transform)
+    pop_sd = None
+    if pooling == "partial":
+        if "population_sd_prior" not in table:
+            raise _err(src, f"{key}.population_sd_prior", "missing (prior of the spread of the cells; pooling = 'partial')")
+        pop_sd = _prior(src, f"{key}.population_sd_prior", table["population_sd_prior"], positive=True)
+    elif "population_sd_prior" in table:
+        raise _err(src, f"{key}.population_sd_prior", "only used with pooling = 'partial'")
+    return ParamSpec(pooling, _prior(src, f"{key}.prior", table["prior"], positive=positive), transform, pop_sd)
 
 
 def _int(src: str, key: str, value: Any, minimum: int) -> int:
@@ -219,11 +312,12 @@ def parse_spec(text: str, source: str = "<string>") -> ModelSpec:
     _check_keys(source, "data", data, _DATA_KEYS)
     column = _str(source, "data.column", data.get("column", "z"))
     groups = _str_list(source, "data.groups", data.get("groups", []))
+    scale = _str(source, "data.scale", data.get("scale", "z"), SCALES)
     mu = _param(source, "mu", raw["mu"], positive=False)
     sigma = _param(source, "sigma", raw["sigma"], positive=True)
     for key, par in (("mu", mu), ("sigma", sigma)):
-        if par.pooling == "none" and not groups:
-            raise _err(source, f"{key}.pooling", "'none' (one per cell) needs data.groups to name cell columns")
+        if par.pooling in ("none", "partial") and not groups:
+            raise _err(source, f"{key}.pooling", f"{par.pooling!r} (one per cell) needs data.groups to name cell columns")
 
     xi_raw = _table(source, "xi", raw.get("xi", {}))
     _check_keys(source, "xi", xi_raw, _XI_KEYS)
@@ -248,23 +342,36 @@ def parse_spec(text: str, source: str = "<string>") -> ModelSpec:
             if "group_sd_prior" not in xi_raw:
                 raise _err(source, "xi.group_sd_prior", "missing (prior of each factor's spread of deltas)")
             sd_prior = _prior(source, "xi.group_sd_prior", xi_raw["group_sd_prior"], positive=True)
+            few_prior = (_prior(source, "xi.few_levels_sd_prior", xi_raw["few_levels_sd_prior"], positive=True)
+                         if "few_levels_sd_prior" in xi_raw else None)
+            cell_prior = (_prior(source, "xi.cell_sd_prior", xi_raw["cell_sd_prior"], positive=True)
+                          if "cell_sd_prior" in xi_raw else None)
         else:
-            if factors:
-                raise _err(source, "xi.factors", "only used with structure = 'additive'")
-            sd_prior = None
+            for key in ("factors", "few_levels_sd_prior", "cell_sd_prior", "group_sd_prior"):
+                if xi_raw.get(key):
+                    raise _err(source, f"xi.{key}", "only used with structure = 'additive'")
+            sd_prior = few_prior = cell_prior = None
         xi = XiSpec(
             structure=structure,
             prior=prior,
             factors=factors,
             group_sd_prior=sd_prior,
+            few_levels_sd_prior=few_prior,
+            many_levels=_int(source, "xi.many_levels", xi_raw.get("many_levels", 5), 2),
+            cell_sd_prior=cell_prior,
             parametrization=_str(source, "xi.parametrization", xi_raw.get("parametrization", "auto"), PARAMETRIZATIONS),
             centred_min_obs=_int(source, "xi.centred_min_obs", xi_raw.get("centred_min_obs", 1000), 1),
         )
     sampling_raw = _table(source, "sampling", raw.get("sampling", {}))
     _check_keys(source, "sampling", sampling_raw, _SAMPLING_KEYS)
-    sampling: dict[str, int | float | str] = {
-        k: _target_accept(source, v) if k == "target_accept" else _int(source, f"sampling.{k}", v, 1)
-        for k, v in sampling_raw.items()}
+    sampling: dict[str, int | float | str] = {}
+    for k, v in sampling_raw.items():
+        if k == "target_accept":
+            sampling[k] = _target_accept(source, v)
+        elif k in ("sampler", "backend"):
+            sampling[k] = _str(source, f"sampling.{k}", v, SAMPLERS if k == "sampler" else BACKENDS)
+        else:
+            sampling[k] = _int(source, f"sampling.{k}", v, 0 if k == "seed" else 1)
     return ModelSpec(
         name=name,
         family=family,
@@ -277,6 +384,7 @@ def parse_spec(text: str, source: str = "<string>") -> ModelSpec:
         sampling=sampling,
         path=source,
         text=text,
+        scale=scale,
     )
 
 
