@@ -52,6 +52,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from evtsync.defaults import (  # noqa: F401 - re-exported: callers read them here
+    DEFAULT_CHAINS,
+    DEFAULT_DRAWS,
+    DEFAULT_TUNE,
+    DEMO_CHAINS,
+    DEMO_DRAWS,
+    DEMO_TUNE,
+    INTERVAL_LEVEL,
+)
 from evtsync.errors import EvtsyncError, InputError
 from evtsync.parallel import optional_dask
 from evtsync.progress import progress
@@ -64,12 +73,6 @@ MANIFEST_FORMAT = "evtsync-run/1"
 TABLES = "tables"
 FITS = "fits"
 
-#: Sampler settings of real runs (per chain).
-DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS = 1000, 1000, 4
-#: Sampler settings of the bundled demo: two chains (one per core of a small machine) so that
-#: the whole demo finishes in a few minutes on two cores; its fits are flagged when they miss
-#: the convergence thresholds (with 400 draws most of them did, hence 1000).
-DEMO_DRAWS, DEMO_TUNE, DEMO_CHAINS = 1000, 1000, 2
 #: Settings of the demo study (see :func:`evtsync.synth.study`).
 DEMO_STUDY = "demo"
 DEMO_OVERRIDES: dict[str, Any] = {"gzip": True}
@@ -78,7 +81,7 @@ DEMO_OVERRIDES: dict[str, Any] = {"gzip": True}
 MIN_Z_MLE = 20
 MIN_Z_BAYES = 30
 #: Central credible / confidence level of every interval the run reports.
-LEVEL = 0.90
+LEVEL = INTERVAL_LEVEL
 #: Largest domain size of the tau(n) and B* curves.
 N_MAX = 4096
 TOPOLOGIES = ("full", "ring", "torus3d")
@@ -166,8 +169,10 @@ class StageEvent:
 # --------------------------------------------------------------------------- helpers
 
 def default_models_dir() -> Path:
-    """The ``models/`` folder of the source tree (beside the package)."""
-    return Path(__file__).resolve().parent.parent / "models"
+    """The folder of the shipped model specifications (see :mod:`evtsync.evt.catalog`)."""
+    from evtsync.evt.catalog import default_models_dir as catalog_dir
+
+    return catalog_dir()
 
 
 def default_out(options: RunOptions) -> Path:
@@ -690,10 +695,12 @@ def _stage_mle(run: Run) -> dict[str, Any]:
 
 
 def _model_paths(run: Run) -> list[Path]:
-    folder = Path(run.options.models_dir or default_models_dir())
-    if not folder.is_dir():
-        raise InputError(f"{folder}: no models folder (model specifications models/*.toml); give --models-dir")
-    paths = sorted(folder.glob("*.toml"))
+    from evtsync.evt.catalog import model_paths, models_dir
+
+    folder = models_dir(run.options.models_dir)
+    paths = model_paths(folder)
+    if not paths:
+        raise InputError(f"{folder}: holds no model specifications (*.toml); give --models-dir DIR of them")
     if run.options.models:
         wanted = set(run.options.models)
         paths = [p for p in paths if p.stem in wanted]

@@ -7,7 +7,7 @@ import contextlib
 import sys
 from typing import Any
 
-from evtsync.collectives import END_TOLERANCE_US, RANKS_PER_HOST, PGOverride
+from evtsync.defaults import END_TOLERANCE_US, RANKS_PER_HOST
 
 
 def add_trace_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -86,6 +86,8 @@ def enter_dask(options: dict[str, Any], stack: contextlib.ExitStack) -> Any:
 
 def align_options(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments of align_collectives from parsed arguments."""
+    from evtsync.collectives import PGOverride
+
     return {
         "overrides": [PGOverride.parse(text) for text in args.pg],
         "end_tolerance_us": args.end_tolerance_us,

@@ -20,8 +20,6 @@ from typing import Any
 
 from evtsync.errors import InputError
 
-ORDER = 70
-
 _SIZE_UNITS = {
     "": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9,
     "kib": 2**10, "mib": 2**20, "gib": 2**30,

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 
-ORDER = 61
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``compare`` command."""

@@ -14,14 +14,13 @@ import argparse
 import json
 import logging
 import math
-from typing import Any
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from evtsync.errors import InputError
 
-ORDER = 60
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
 
 log = logging.getLogger("evtsync.cli.fit")
 
@@ -37,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("data", metavar="DATA", help="z-score table or any .csv/.parquet table of block maxima")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--mle", action="store_true", help="maximum-likelihood fit")
-    mode.add_argument("--model", metavar="PATH", help="Bayesian model specification (models/*.toml)")
+    mode.add_argument("--model", metavar="NAME|PATH",
+                      help="Bayesian model: a name from `evtsync models` or a specification file (*.toml)")
     p.add_argument("--family", choices=("gev", "gumbel"), default="gev", help="MLE family (default gev)")
     p.add_argument("--column", metavar="NAME", default=None,
                    help="column of block maxima (default: z, or the table's only numeric column)")
@@ -51,6 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", metavar="PATH", help="diagnostic panel (gev.diag) to .png/.svg/.pdf")
     bayes = p.add_argument_group("Bayesian fit (with --model)")
     bayes.add_argument("--out", metavar="DIR", help="output folder of the Bayesian fit")
+    bayes.add_argument("--models-dir", metavar="DIR", default=None,
+                       help="folder where --model NAME is looked up (default: the models shipped with evtsync)")
     bayes.add_argument("--draws", type=int, default=1000, help="posterior draws per chain (default 1000)")
     bayes.add_argument("--tune", type=int, default=1000, help="tuning steps per chain (default 1000)")
     bayes.add_argument("--chains", type=int, default=4, help="number of chains (default 4)")
@@ -63,6 +65,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _select_column(table: pd.DataFrame, column: str | None, source: str) -> str:
+    import pandas as pd
+
     if column is not None:
         if column not in table.columns:
             raise InputError(f"{source}: no column {column!r}; columns are {', '.join(map(str, table.columns))}")
@@ -81,6 +85,9 @@ def _select_column(table: pd.DataFrame, column: str | None, source: str) -> str:
 
 def load_maxima(path: str, column: str | None, where: list[str], negate: bool) -> tuple[np.ndarray, str, int]:
     """Read the block maxima of ``column`` from a table; returns (values, column, rows skipped)."""
+    import numpy as np
+    import pandas as pd
+
     from evtsync.tableio import read_table
 
     table = read_table(path)

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 
-ORDER = 62
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``predict`` command."""

@@ -6,13 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-ORDER = 1
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``run`` command."""
     from evtsync.cli._common import add_scale_arguments, add_trace_arguments
-    from evtsync.run import (
+    from evtsync.defaults import (
         DEFAULT_CHAINS,
         DEFAULT_DRAWS,
         DEFAULT_TUNE,
@@ -60,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     fit.add_argument("--seed", type=int, default=0, help="random seed of the samplers (default 0)")
     fit.add_argument("--sampler", choices=("nutpie", "pymc"), default="nutpie", help="NUTS sampler (default nutpie)")
     fit.add_argument("--models-dir", metavar="DIR", default=None,
-                     help="folder of model specifications (default: models/ of the source tree)")
+                     help="folder of model specifications (default: the models shipped with evtsync; see `evtsync models`)")
     fit.add_argument("--model", dest="models", action="append", default=[], metavar="NAME",
                      help="fit only this model of the models folder (repeatable; default: all)")
     bw = parser.add_argument_group("predictions (tau(n) and B*)")

@@ -58,12 +58,13 @@ def run_bayesian_fit(args: argparse.Namespace) -> int:
     """``evtsync fit DATA --model models/NAME.toml [--out fits/NAME] ...``: sample, save, summarise."""
     from dataclasses import replace
 
+    from evtsync.evt.catalog import resolve_model
     from evtsync.evt.fit import fit_table, parameter_summary, save_fit
     from evtsync.evt.spec import load_spec
     from evtsync.progress import progress_enabled
     from evtsync.tableio import file_sha256
 
-    spec = load_spec(args.model)
+    spec = load_spec(resolve_model(args.model, getattr(args, "models_dir", None)))
     if getattr(args, "column", None):
         spec = replace(spec, column=args.column)
     table = _read_z_table(args)
