@@ -17,7 +17,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from evtsync import __version__
+from evtsync._version import __version__
 from evtsync.errors import EvtsyncError
 
 log = logging.getLogger("evtsync")

@@ -18,6 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         DEMO_DRAWS,
         DEMO_TUNE,
     )
+    from evtsync.reference import DGX_H200_ALPHA_US
 
     parser = sub.add_parser(
         "run", help="the main job: traces -> tax -> attribution -> z-scores -> fits -> predictions -> report",
@@ -62,7 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     fit.add_argument("--model", dest="models", action="append", default=[], metavar="NAME",
                      help="fit only this model of the models folder (repeatable; default: all)")
     bw = parser.add_argument_group("predictions (tau(n) and B*)")
-    bw.add_argument("--alpha-us", type=float, default=5.0, help="per-step latency alpha in µs (default 5, DGX H200)")
+    bw.add_argument("--alpha-us", type=float, default=DGX_H200_ALPHA_US,
+                    help=f"per-step latency alpha in µs (default {DGX_H200_ALPHA_US:g}, DGX H200)")
     bw.add_argument("--bytes", type=float, default=None, metavar="S",
                     help="buffer size S in bytes (default: median message size of the block PG's collectives)")
     bw.add_argument("--eps", type=float, default=-0.5, help="target elasticity of B* in (-1, 0) (default -0.5)")
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``evtsync run``: exit 0 when every stage ran or did not apply, 1 on a failure."""
     from evtsync.cli._common import reading_options
     from evtsync.errors import InputError
-    from evtsync.run import (
+    from evtsync.pipeline import (
         STATUS_FAILED,
         STATUS_NA,
         STATUS_UNAVAILABLE,
@@ -87,8 +89,6 @@ def run(args: argparse.Namespace) -> int:
     chosen = [p for p in args.pg if "=" not in p]
     if len(chosen) > 1:
         raise InputError(f"--pg: choose at most one process group to fit ({', '.join(chosen)})")
-    if not -1 < args.eps < 0:
-        raise InputError(f"--eps {args.eps}: the target elasticity must lie in (-1, 0)")
     cache = reading_options(args)["cache"] if args.traces else None  # the demo is never cached
     options = RunOptions(
         traces=list(args.traces), out=Path(args.out) if args.out else None, force=args.force,
@@ -99,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers, scheduler=args.scheduler, cache=None if cache is None else str(cache),
         strict=args.strict, allow_partial=args.allow_partial, end_tolerance_us=args.end_tolerance_us,
         ranks_per_host=args.ranks_per_host, report=args.report)
+    options.check()  # bad options and output paths fail here, before any work
     out = options.out or default_out(options)
     quiet = args.quiet
     if not quiet:

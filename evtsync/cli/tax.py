@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         write_table(alignment.mismatches, sibling_path(args.output, "mismatches"))
         write_table(alignment.groups, sibling_path(args.output, "groups"))
     if args.plot:
-        from evtsync.report.tax_figures import plot_tax_cdfs
+        from evtsync.plots.tax import plot_tax_cdfs
 
         plot_tax_cdfs(tables.collectives, args.plot)
     if args.json:
