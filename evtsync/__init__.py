@@ -10,9 +10,13 @@ The public API in one place::
     causes = evtsync.attribute(traces)                # critical-path attribution tables
     z = evtsync.zscore_table(traces)                  # pooled z-scores of block maxima
     mle = evtsync.fit_mle(z["z"], family="gev")       # MLE baseline
-    fit = evtsync.fit_table(z, evtsync.load_spec("models/gev-hier-gpu-precision.toml"))
-    table, verdict = evtsync.compare_fits([fit, other])
-    tau = evtsync.tau_summary(fit, n=[8, 64, 512], block_sd_us=24.0)
+    cells = evtsync.mle_cell_table(z)                 # Gumbel/GEV MLE per GPU x precision, with the LRT
+    spec = evtsync.load_spec(evtsync.resolve_model("gev-hier-gpu-precision"))   # shipped models
+    fit = evtsync.BayesFit(evtsync.fit_table(z, spec))  # or evtsync.BayesFit.load("fits/NAME")
+    fit.posterior["xi"].sel(gpu="H200", precision="bf16")
+    tau = evtsync.tau_table(fit, n=[8, 64, 512], block_sd_us=24.0)   # also MleCellFit(cells)
+    table, verdict = evtsync.compare_fits([fit.tree, other.tree])
+    evtsync.run_pipeline(evtsync.RunOptions(traces=["traces/"], out="fits/job"))
 
 Every name is imported on first use, so ``import evtsync`` stays light.
 """
@@ -30,7 +34,7 @@ if TYPE_CHECKING:
 
     from evtsync.trace.traceset import TraceSet
 
-__version__ = "0.1.0"
+from evtsync._version import __version__  # noqa: F401 - the public version attribute
 
 #: Public names -> the module that defines them, imported on first access: ``import
 #: evtsync`` (and so every worker process that reads traces) does not pay for scipy,
@@ -46,10 +50,16 @@ _LAZY = {
     "TaxTables": "evtsync.tax", "compute_tax": "evtsync.tax", "tax_from_traces": "evtsync.tax",
     "tax_summary": "evtsync.tax",
     "TraceSet": "evtsync.trace.traceset", "load_traces": "evtsync.trace.traceset",
-    "load_spec": "evtsync.evt.spec", "fit_table": "evtsync.evt.fit", "load_fit": "evtsync.evt.fit",
-    "save_fit": "evtsync.evt.fit", "compare_fits": "evtsync.evt.compare",
+    "load_spec": "evtsync.evt.spec", "fit_table": "evtsync.evt.fit", "load_fit": "evtsync.evt.bayesfit",
+    "save_fit": "evtsync.evt.bayesfit", "BayesFit": "evtsync.evt.bayesfit", "compare_fits": "evtsync.evt.compare",
+    "MleCellFit": "evtsync.evt.mlefit", "mle_cell_table": "evtsync.evt.mlefit",
+    "list_models": "evtsync.evt.catalog", "resolve_model": "evtsync.evt.catalog",
+    "tau_table": "evtsync.evt.predict", "bandwidth_table": "evtsync.evt.predict",
+    "predicted_vs_measured": "evtsync.evt.predict", "cell_parameter_table": "evtsync.evt.predict",
+    # former names of the prediction tables (same functions)
     "tau_summary": "evtsync.evt.posterior", "bandwidth_summary": "evtsync.evt.posterior",
     "straggler_comparison": "evtsync.evt.posterior",
+    "RunOptions": "evtsync.pipeline", "run_pipeline": "evtsync.pipeline",
 }
 
 

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from evtsync.defaults import END_TOLERANCE_US, RANKS_PER_HOST
 from evtsync.errors import AlignmentError, InputError
 from evtsync.trace.schema import canonical_collective
 from evtsync.trace.tables import format_ranks, is_gloo_collective, parse_rank_list
@@ -47,10 +48,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Default tolerance on end-time agreement across ranks that share a clock (µs).
-END_TOLERANCE_US = 50.0
-#: Ranks per host when traces do not name their host (clock domains for end-time checks).
-RANKS_PER_HOST = 8
 
 #: Default end-time tolerance for CPU-side (gloo) collectives: their end is recorded by a
 #: worker thread that the OS may deschedule, so spreads of several ms are normal.

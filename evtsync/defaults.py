@@ -1,6 +1,30 @@
-"""Package-wide defaults, defined once (the interval level is ArviZ's ``ci_prob`` here)."""
+"""The defaults every layer shares, in one table (like ArviZ's ``ci_prob``).
+
+Light on purpose (no NumPy): the command line reads these to build its parser before any
+command runs.
+"""
 
 from __future__ import annotations
 
-#: Level of every interval evtsync reports unless the user asks for another (equal-tailed).
+#: Central credible / confidence level of every interval evtsync reports (equal-tailed).
 INTERVAL_LEVEL = 0.90
+#: Default tolerance on end-time agreement across ranks that share a clock (µs).
+END_TOLERANCE_US = 50.0
+#: Ranks per host when traces do not name their host (clock domains for end-time checks).
+RANKS_PER_HOST = 8
+
+#: Sampler settings of real runs (per chain).
+DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS = 1000, 1000, 4
+#: Sampler settings of the bundled demo: two chains (one per core of a small machine) so that
+#: the whole demo finishes in a few minutes on two cores; its fits are flagged when they miss
+#: the convergence thresholds (with 400 draws most of them did, hence 1000).
+DEMO_DRAWS, DEMO_TUNE, DEMO_CHAINS = 1000, 1000, 2
+
+
+def check_level(level: float) -> float:
+    """``level`` as a float after checking that it lies in (0, 1); ``InputError`` otherwise."""
+    from evtsync.errors import InputError
+
+    if not 0 < float(level) < 1:
+        raise InputError(f"interval level must lie in (0, 1); got {level}")
+    return float(level)

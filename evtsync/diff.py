@@ -97,19 +97,31 @@ def _bootstrap_diff(a: np.ndarray, b: np.ndarray, q: float, level: float, n_boot
 
 
 def straggler_statistics(collectives: pd.DataFrame) -> tuple[float, int]:
-    """Change rate of the straggler between consecutive collectives of each PG, and the number
-    of distinct stragglers (SPEC §3), over the rows given (one role and collective type)."""
-    if "straggler_rank" not in collectives.columns or collectives.empty:
+    """Change rate of the straggler between consecutive collectives, pooled over the PGs of the
+    rows given (one role and collective type), and the number of distinct stragglers.
+
+    Per PG the statistics are :func:`evtsync.tax.straggler_identity`'s (SPEC §3); the change
+    rate is pooled as changes over pairs, and the distinct stragglers are summed over the PGs
+    (the PGs of one role — the TP groups of a mesh, say — have disjoint members).
+    """
+    from evtsync.tax import TaxTables, straggler_identity
+
+    needed = {"pg", "index", "straggler_rank", "tau_max_us"}
+    if collectives.empty or not needed <= set(collectives.columns):
         return float("nan"), 0
-    order = [c for c in ("pg", "window", "index") if c in collectives.columns]
-    changes = pairs = 0
-    for _, grp in collectives.sort_values(order).groupby(
-            [c for c in ("pg", "window") if c in collectives.columns], sort=False):
-        s = grp["straggler_rank"].to_numpy()
-        changes += int((s[1:] != s[:-1]).sum())
-        pairs += max(len(s) - 1, 0)
-    rate = changes / pairs if pairs else float("nan")
-    return rate, int(collectives["straggler_rank"].nunique())
+    coll = collectives.copy()
+    if "valid" not in coll.columns:
+        coll["valid"] = True
+    if "pg_desc" not in coll.columns:
+        coll["pg_desc"] = ""
+    parts = []
+    for _, grp in coll.groupby([c for c in ("pg", "window") if c in coll.columns], sort=False):
+        per_pg, _ = straggler_identity(TaxTables(grp, pd.DataFrame(columns=["pg", "rank"])))
+        parts.append(per_pg)
+    table = pd.concat(parts, ignore_index=True)
+    pairs = table["n_pairs"].sum()
+    changes = (table["change_rate"].fillna(0.0) * table["n_pairs"]).sum()
+    return (float(changes / pairs) if pairs else float("nan")), int(table["n_distinct"].sum())
 
 
 def _fastest_wait_share(side: RunTables, rows: pd.DataFrame) -> float:

@@ -93,6 +93,11 @@ class Topology:
         """Bandwidth factor q for domain size(s) n."""
         return _out(self.q_of_n(_check_n(n)))
 
+    def latency_steps(self, n: ArrayLike, phases: float = 2.0) -> Array:
+        """Latency steps of an algorithm with ``phases`` phases (2 for AllReduce = reduce-scatter +
+        all-gather, whose count :meth:`p` gives; 1 for ReduceScatter, AllGather, ...)."""
+        return _out(np.asarray(self.p(n), dtype=float) * (phases / 2.0))
+
 
 TOPOLOGIES: dict[str, Topology] = {
     "ring": Topology("ring", "Ring", "ring AllReduce", lambda n: 2.0 * (n - 1.0), _q_allreduce),
@@ -104,12 +109,18 @@ TOPOLOGIES: dict[str, Topology] = {
     ),
 }
 
+#: Other names of the topologies (the bandwidth CLI's and nccl-tests' vocabularies alike).
 _ALIASES = {
     "torus": "torus3d",
     "3dtorus": "torus3d",
     "torus-3d": "torus3d",
+    "3d-torus": "torus3d",
+    "3d_torus": "torus3d",
     "fully-connected": "full",
+    "fully_connected": "full",
     "fullyconnected": "full",
+    "fc": "full",
+    "all-pairs": "full",
     "nvswitch": "full",
     "switch": "full",
 }

@@ -9,16 +9,27 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from evtsync.errors import InputError
 
 TABLE_SUFFIXES = (".parquet", ".csv", ".csv.gz")
+#: Every temporary file of :func:`atomic_path` ends so (``.NAME.XXXXXXXX.evtsync.tmp``): the
+#: run engine removes leftovers of killed runs by this mark only, never a user's ``*.tmp``.
+TEMP_SUFFIX = ".evtsync.tmp"
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @contextlib.contextmanager
@@ -29,8 +40,11 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """
     dest = Path(path)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    os.close(fd)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=TEMP_SUFFIX, dir=dest.parent)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get the usual mode
+    finally:
+        os.close(fd)
     tmp = Path(tmp_name)
     try:
         yield tmp
@@ -97,3 +111,59 @@ def file_sha256(path: str | os.PathLike[str], chunk_size: int = 1 << 22) -> str:
         while chunk := fh.read(chunk_size):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` with NumPy scalars as Python ones, paths as strings and NaN/inf as None, recursively.
+
+    The one JSON cleaner: ``json.dumps(json_ready(x), allow_nan=False)`` always succeeds for
+    the package's records (tables' rows, manifests, summaries).
+    """
+    if isinstance(value, dict):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(v) for v in value]
+    if hasattr(value, "item") and hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0:
+        value = value.item()  # a NumPy scalar
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return value
+
+
+def _writable_place(path: Path, option: str, what: str) -> None:
+    """``path`` (absent) can be created: its nearest existing ancestor is a writable folder."""
+    parent = path
+    while not parent.exists():
+        if parent.parent == parent:
+            break
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"{option} {path}: {parent} is a file, not a folder; choose another {what}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"{option} {path}: cannot write in {parent} (permission denied); choose another {what}")
+
+
+def check_output_dir(path: str | os.PathLike[str], option: str = "--out") -> Path:
+    """Refuse, before any work, an output folder that is a file or cannot be created or written."""
+    p = Path(path)
+    if p.exists():
+        if not p.is_dir():
+            raise InputError(f"{option} {p}: is an existing file, not a folder; choose another output folder")
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise InputError(f"{option} {p}: cannot write in this folder (permission denied)")
+        return p
+    _writable_place(p, option, "output folder")
+    return p
+
+
+def check_output_file(path: str | os.PathLike[str], option: str = "-o") -> Path:
+    """Refuse, before any work, an output file that is a folder or whose folder cannot be written."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{option} {p}: is a folder; give a file name")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise InputError(f"{option} {p}: cannot overwrite this file (permission denied)")
+    _writable_place(p.parent if str(p.parent) else Path("."), option, "output file")
+    return p

@@ -12,7 +12,9 @@ from scipy.special import gamma
 from evtsync.cli import main
 from evtsync.errors import InputError
 from evtsync.evt.fit import save_fit, tree_from_draws
-from evtsync.evt.posterior import bandwidth_summary, straggler_comparison, tau_summary
+from evtsync.evt.predict import bandwidth_table as bandwidth_summary
+from evtsync.evt.predict import predicted_vs_measured as straggler_comparison
+from evtsync.evt.predict import tau_table as tau_summary
 
 EULER = 0.5772156649015329
 CELLS = pd.DataFrame({"cell": ["H200|bf16", "H200|fp32"], "gpu": ["H200", "H200"], "precision": ["bf16", "fp32"]})
@@ -39,7 +41,7 @@ def test_tau_equals_closed_form_for_constant_draws():
         row_g = s[(s["cell"] == "H200|bf16") & (s["n"] == n)].iloc[0]
         row_f = s[(s["cell"] == "H200|fp32") & (s["n"] == n)].iloc[0]
         assert row_g["tau_mean_us"] == pytest.approx(gumbel, rel=1e-12)
-        assert row_g["tau_lower_us"] == pytest.approx(gumbel, rel=1e-12)
+        assert row_g["tau_lo_us"] == pytest.approx(gumbel, rel=1e-12)
         assert row_f["tau_mean_us"] == pytest.approx(frechet, rel=1e-10)
     assert s["converged"].all() and set(s.columns) >= {"gpu", "precision", "n", "level"}
 
@@ -51,8 +53,8 @@ def test_tau_interval_is_the_quantile_interval_of_mu_when_linear():
     s = tau_summary(tree, [16], block_sd_us=10.0, level=0.8).iloc[0]
     shift = 0.5 * (np.log(4) + EULER)
     lo, hi = np.quantile(mu[..., 0].ravel(), [0.1, 0.9])
-    assert s["tau_lower_us"] == pytest.approx(10 * (lo + shift), rel=1e-10)
-    assert s["tau_upper_us"] == pytest.approx(10 * (hi + shift), rel=1e-10)
+    assert s["tau_lo_us"] == pytest.approx(10 * (lo + shift), rel=1e-10)
+    assert s["tau_hi_us"] == pytest.approx(10 * (hi + shift), rel=1e-10)
 
 
 def test_bandwidth_matches_the_hockney_formulas():
@@ -65,8 +67,8 @@ def test_bandwidth_matches_the_hockney_formulas():
         p = 2.0 if r["topology"] == "full" else 2.0 * (n - 1)
         q = 2.0 * (n - 1) / n
         bstar = q * 2**28 * 0.5 / (0.5 * (p * 5.0 + tau)) * 1e6 / 1e9
-        assert r["bstar_mean"] == pytest.approx(bstar, rel=1e-10)
-        assert r["bstar_hockney"] == pytest.approx(q * 2**28 / (p * 5.0) * 1e6 / 1e9, rel=1e-10)
+        assert r["bstar_mean_gbps"] == pytest.approx(bstar, rel=1e-10)
+        assert r["bstar_hockney_gbps"] == pytest.approx(q * 2**28 / (p * 5.0) * 1e6 / 1e9, rel=1e-10)
         assert r["reduction_mean"] == pytest.approx(tau / (p * 5.0 + tau), rel=1e-10)
 
 
@@ -122,8 +124,8 @@ def test_cli_bandwidth_with_fit(saved, capsys):
     records = json.loads(capsys.readouterr().out)
     assert rc == 0 and len(records) == 4
     for r in records:
-        assert r["bstar_lower"] <= r["bstar_mean"] <= r["bstar_upper"] < r["bstar_hockney"]
-        assert 0 < r["reduction_lower"] <= r["reduction_mean"] <= r["reduction_upper"] < 1
+        assert r["bstar_lo_gbps"] <= r["bstar_mean_gbps"] <= r["bstar_hi_gbps"] < r["bstar_hockney_gbps"]
+        assert 0 < r["reduction_lo"] <= r["reduction_mean"] <= r["reduction_hi"] < 1
 
 
 def test_cli_compare(saved, capsys):
@@ -147,6 +149,6 @@ def test_cli_predict_straggler_table(saved, capsys):
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and len(out["rows"]) == 1 and out["skipped"]["no matching cell"] == 1
     row = out["rows"][0]
-    assert row["predicted_lower_us"] <= row["predicted_mean_us"] <= row["predicted_upper_us"]
+    assert row["predicted_lo_us"] <= row["predicted_mean_us"] <= row["predicted_hi_us"]
     assert pd.read_parquet(tmp / "cmp.parquet").shape[0] == 1 and (tmp / "fig11.png").stat().st_size > 0
     assert main(["-q", "predict", str(good), "--straggler", str(tmp / "straggler.csv"), "--n", "8"]) == 2

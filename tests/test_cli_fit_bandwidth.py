@@ -95,9 +95,9 @@ def test_fit_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_fit_model_delegates(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     seen = {}
-    fake = types.ModuleType("evtsync.evt.bayes_cli")
+    fake = types.ModuleType("evtsync.cli._bayes")
     fake.run_bayesian_fit = lambda args: seen.setdefault("args", args) and 0  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "evtsync.evt.bayes_cli", fake)
+    monkeypatch.setitem(sys.modules, "evtsync.cli._bayes", fake)
     code, _, _ = run(capsys, "fit", "z.parquet", "--model", "m.toml", "--out", "fits/x", "--draws", "50",
                      "--tune", "60", "--chains", "2", "--seed", "3", "--sampler", "pymc")
     assert code == 0

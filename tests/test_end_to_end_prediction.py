@@ -45,5 +45,5 @@ def test_bayesian_fit_then_predict_recovers_tau_n(study) -> None:
     summary = evtsync.tau_summary(fit, n=n, block_sd_us=block_sd, m=4, level=0.9)
     expected = predicted_tax_us(block_sd, mu, sigma, xi, np.array(n), 4)
     for row, true_tau in zip(summary.sort_values("n").itertuples(), expected, strict=True):
-        assert row.tau_lower_us <= true_tau <= row.tau_upper_us, (row.n, true_tau, row)
-        assert row.tau_upper_us - row.tau_lower_us < 0.6 * true_tau  # informative, not vacuous
+        assert row.tau_lo_us <= true_tau <= row.tau_hi_us, (row.n, true_tau, row)
+        assert row.tau_hi_us - row.tau_lo_us < 0.6 * true_tau  # informative, not vacuous

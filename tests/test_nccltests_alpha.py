@@ -156,7 +156,7 @@ def test_alpha_cli(capsys: pytest.CaptureFixture[str]):
     assert "size range 1G..4G" in out and "alpha =" in out and "interval" in out
     assert main(["nccl-tests", "alpha", log, "--range", "1G:4G", "--json", "--topology", "nvswitch"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["topology"] == "fully-connected" and doc["size_range_bytes"] == [GIB, 4 * GIB]
+    assert doc["topology"] == "full" and doc["size_range_bytes"] == [GIB, 4 * GIB]
     assert main(["nccl-tests", "alpha", log, "--range", "4G:1G"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("evtsync: error:") and "Traceback" not in err

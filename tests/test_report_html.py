@@ -28,8 +28,7 @@ def test_fmt_significant_digits_and_specials() -> None:
 
 
 def _figure(tmp_path: Path) -> Figure:
-    from evtsync.report.figures import save_png_svg
-    from evtsync.report.plotting import new_figure
+    from evtsync.plots.base import new_figure, save_png_svg
 
     fig, ax = new_figure()
     ax.plot([0, 1], [1, 0])

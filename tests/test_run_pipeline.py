@@ -46,6 +46,10 @@ def _assert_outputs_intact(out: Path, manifest: dict) -> None:
         for rel, digest in entry.get("outputs", {}).items():
             assert file_sha256(out / rel) == digest, f"{name}: {rel} differs from the manifest"
     assert not list(out.rglob(".*.tmp")), "temporary files left behind"
+    mask = os.umask(0o022)
+    os.umask(mask)
+    for path in [out / "manifest.json", *out.glob("tables/*.parquet")]:
+        assert path.stat().st_mode & 0o777 == 0o666 & ~mask, path  # the umask's mode, not mkstemp's 0600
 
 
 #: The package's source digest is part of every stage key; other work on the source tree while
@@ -56,7 +60,7 @@ FIXED_DIGEST = "test-source-digest"
 @pytest.fixture(scope="module", autouse=True)
 def fixed_source_digest() -> None:
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("evtsync.run.source_digest", lambda: FIXED_DIGEST)
+        mp.setattr("evtsync.pipeline.engine.source_digest", lambda: FIXED_DIGEST)
         yield
 
 
@@ -122,8 +126,8 @@ def test_parameter_change_reruns_only_dependent_stages(tiny_run: tuple[Path, dic
 
 def test_killed_run_resumes_without_redoing_finished_stages(tmp_path: Path) -> None:
     out = tmp_path / "killed"
-    code = ("import sys; from pathlib import Path; import evtsync.run as r; "
-            f"r.source_digest = lambda: {FIXED_DIGEST!r}; "
+    code = ("import sys; from pathlib import Path; import evtsync.pipeline as r; import evtsync.pipeline.engine as e; "
+            f"e.source_digest = lambda: {FIXED_DIGEST!r}; "
             f"r.run_pipeline(r.RunOptions(out=Path(sys.argv[1]), **{FAST!r}))")
     proc = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env={**os.environ, "EVTSYNC_QUIET": "1"})
@@ -180,14 +184,15 @@ def test_dlrm_traces_report_which_stages_did_not_apply(traces_dir: Path, tmp_pat
 def test_failed_stage_is_recorded_then_retried_and_force_redoes_all(traces_dir: Path, tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    import evtsync.run as run_module
+    import evtsync.pipeline.stages as run_module
     from evtsync.cli import main
+    from evtsync.errors import InputError
 
     out = tmp_path / "dlrm"
     traces = str(traces_dir / "dlrm-8rank-v100")
 
     def broken(run: run_module.Run) -> dict:
-        raise RuntimeError("injected failure")
+        raise InputError("injected failure")
 
     with monkeypatch.context() as mp:
         mp.setattr(run_module, "_stage_attribution", broken)
@@ -300,3 +305,35 @@ def test_run_on_a_local_dask_cluster_gives_the_same_tables(tiny_run: tuple[Path,
     assert len(local) >= 2
     for path in local:
         pd.testing.assert_frame_equal(pd.read_parquet(copy / "tables" / path.name), pd.read_parquet(path))
+
+
+def test_pipeline_tables_equal_the_api_on_the_same_fit(tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:
+    """The run's tau, B*, xi and predicted-vs-measured tables are what the public API gives for
+    the same fit file and inputs: one prediction path for CLI, pipeline and report."""
+    from evtsync.evt import predict
+    from evtsync.evt.bayesfit import BayesFit
+
+    out, manifest, _ = tiny_run
+    fit = BayesFit.load(out / "fits" / "gumbel.nc")
+    z = pd.read_parquet(out / "tables" / "zscores.parquet")
+    scales = predict.block_scale(z)
+    summary = manifest["stages"]["prediction"]["summary"]
+    ns = summary["domain_sizes"]
+    tau = predict.tau_table(fit, ns, scales, m=4)
+    run_tau = pd.read_parquet(out / "tables" / "tau.parquet")
+    pd.testing.assert_frame_equal(run_tau[run_tau["model"] == "gumbel"].reset_index(drop=True), tau,
+                                  check_dtype=False)
+    bstar = predict.bandwidth_table(fit, ["full", "ring", "torus3d"], ns, summary["alpha_us"], summary["bytes"],
+                                    scales, summary["eps"], 4)
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "tables" / "bstar.parquet"), bstar, check_dtype=False)
+    measured, _ = predict.measured_delays(z, pd.read_parquet(out / "tables" / "tax_collectives.parquet"),
+                                          pd.read_parquet(out / "tables" / "attribution_collectives.parquet"))
+    pvm = predict.predicted_vs_measured(fit, measured, 4, source="predicted-vs-measured")
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "tables" / "predicted_vs_measured.parquet"), pvm,
+                                  check_dtype=False)
+    # the CLI computes the same numbers for one cell and b
+    cell = scales.iloc[0]
+    one = predict.tau_table(fit, ns, float(cell["b_us"]), m=4)
+    row = run_tau[(run_tau["model"] == "gumbel") & (run_tau["gpu"] == cell["gpu"])
+                  & (run_tau["precision"] == cell["precision"])]
+    assert one["tau_mean_us"].to_numpy()[: len(ns)] == pytest.approx(row["tau_mean_us"].to_numpy(), rel=1e-12)

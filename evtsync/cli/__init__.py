@@ -1,8 +1,10 @@
 """Command-line interface: ``evtsync COMMAND ...``.
 
 Thin by design: each module of this package registers one command (or command group)
-through ``register(subparsers)`` and calls the library. Commands are discovered from the
-modules here, so adding a command means adding a module. Errors of the package
+through ``register(subparsers)`` and calls the library. :data:`COMMANDS` lists them; only the
+module of the command being run is imported (``--version``, ``--help`` and a mistyped
+command import none, and so no NumPy, pandas or SciPy: issue 16), and a command module
+imports the library inside its handler, so that parsing stays light. Errors of the package
 (:class:`evtsync.errors.EvtsyncError`) are printed as one line on stderr with a non-zero
 exit status and no traceback.
 """
@@ -12,18 +14,54 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import pkgutil
 import sys
 from collections.abc import Sequence
 
-from evtsync import __version__
+from evtsync._version import __version__
 from evtsync.errors import EvtsyncError
 
 log = logging.getLogger("evtsync")
 
+#: Every command: name -> (module of this package, one-line help), in the order of ``--help``.
+#: The help must equal the one the module registers (tests/test_cli_startup.py checks it).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("run", "the main job: traces -> tax -> attribution -> z-scores -> fits -> predictions -> report"),
+    "report": ("report", "HTML report (figures embedded) and Markdown summary of a run folder or a fit"),
+    "tax": ("tax", "synchronization tax of every collective (SPEC §3)"),
+    "breakdown": ("breakdown", "per-rank time breakdown: compute, communication, sync wait, idle"),
+    "attribute": ("attribute", "why the straggler was late: critical-path attribution (SPEC §4)"),
+    "blocks": ("blocks", "compute blocks between collectives and pooled z-scores (SPEC §5)"),
+    "inject": ("inject", "copy a trace set with a known delay before one CPU launch (SPEC §4 b)"),
+    "models": ("models", "list the model specifications shipped with evtsync (or of --models-dir)"),
+    "fit": ("fit", "fit a Gumbel/GEV model to block maxima (z-scores): MLE or Bayesian"),
+    "compare": ("compare", "compare Bayesian fits by PSIS-LOO: ELPD differences with SE, Pareto k, verdict"),
+    "predict": ("predict", "posterior predictive tax tau(n) of a Bayesian fit, per GPU x precision, with intervals"),
+    "bandwidth": ("bandwidth", "optimal bandwidth B* with the synchronization tax vs Hockney's, per topology and n"),
+    "diff": ("diff", "compare the tax of two runs: shifts with intervals and a verdict per PG role"),
+    "nccl-tests": ("nccltests", "parse nccl-tests logs; stats, verdicts, alpha/B, run plans"),
+    "synth": ("synth", "write a synthetic multi-rank Kineto trace set with ground truth"),
+}
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser, with every command module registered."""
+#: Options of ``evtsync`` itself (before the command); none takes a value.
+_GLOBAL_FLAGS = {"-q", "--quiet", "-v", "--verbose", "-h", "--help", "--version"}
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The command named in ``argv`` (the first word that is not a global option), if any."""
+    for token in argv:
+        if token in _GLOBAL_FLAGS:
+            continue
+        return token if token in COMMANDS else None
+    return None
+
+
+def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
+    """The argument parser.
+
+    ``command="*"`` (the default) registers every command module in full (docs, tests);
+    a command name registers that one in full and the others by name and help only;
+    ``None`` registers none in full (``--help``, ``--version``).
+    """
     parser = argparse.ArgumentParser(
         prog="evtsync",
         description="Measure, explain and predict the synchronization tax of collectives "
@@ -33,18 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars, warnings only")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debugging detail")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    modules = []
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        if hasattr(module, "register"):
-            modules.append(module)
-    modules.sort(key=lambda m: (getattr(m, "ORDER", 50), m.__name__))
-    for module in modules:
-        module.register(sub)
-    for command in sub.choices.values():
-        _add_global_options(command)
+    for name, (module_name, help_text) in COMMANDS.items():
+        if command == "*" or command == name:
+            importlib.import_module(f"{__name__}.{module_name}").register(sub)
+        else:
+            sub.add_parser(name, help=help_text)
+    for name, child in sub.choices.items():
+        if command == "*" or command == name:
+            _add_global_options(child)
     return parser
 
 
@@ -78,7 +112,8 @@ def _configure_logging(verbose: bool, quiet: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``evtsync`` console script; returns the exit status."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(command_of(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help()

@@ -7,7 +7,8 @@ import contextlib
 import sys
 from typing import Any
 
-from evtsync.collectives import END_TOLERANCE_US, RANKS_PER_HOST, PGOverride
+from evtsync.defaults import END_TOLERANCE_US, RANKS_PER_HOST
+from evtsync.errors import InputError
 
 
 def add_trace_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -95,6 +96,8 @@ def enter_dask(options: dict[str, Any], stack: contextlib.ExitStack) -> Any:
 
 def align_options(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments of align_collectives from parsed arguments."""
+    from evtsync.collectives import PGOverride
+
     return {
         "overrides": [PGOverride.parse(text) for text in args.pg],
         "end_tolerance_us": args.end_tolerance_us,
@@ -111,3 +114,47 @@ def sibling_path(path: str, tag: str) -> str:
         if lower.endswith(suffix):
             return f"{path[: -len(suffix)]}_{tag}{path[-len(suffix):]}"
     return f"{path}_{tag}"
+
+
+def parse_topologies(values: list[str]) -> list[str]:
+    """Topology names from repeated / comma-separated --topology values, validated."""
+    from evtsync.hockney import get_topology
+
+    names: list[str] = []
+    for value in values:
+        for part in value.split(","):
+            if part.strip():
+                name = get_topology(part).name
+                if name not in names:
+                    names.append(name)
+    return names
+
+
+def parse_domain_sizes(values: list[str]) -> list[int]:
+    """Domain sizes n from --n values (each >= 2), in the order given."""
+    sizes: list[int] = []
+    for value in values:
+        for part in value.split(","):
+            if not part.strip():
+                continue
+            try:
+                n = int(part)
+            except ValueError as exc:
+                raise InputError(f"--n: {part!r} is not an integer domain size") from exc
+            if n < 2:
+                raise InputError(f"--n: domain size must be >= 2; got {n}")
+            sizes.append(n)
+    if not sizes:
+        raise InputError("--n: no domain size given")
+    return sizes
+
+
+def alpha_us_from_args(args: argparse.Namespace) -> float:
+    """alpha in µs from --alpha-us or from an nccl-tests log (--alpha-from)."""
+    if args.alpha_us is not None:
+        if not args.alpha_us >= 0:
+            raise InputError(f"--alpha-us must be >= 0 µs; got {args.alpha_us}")
+        return float(args.alpha_us)
+    from evtsync.nccltests.alpha import alpha_from_log
+
+    return float(alpha_from_log(args.alpha_from).alpha_us)

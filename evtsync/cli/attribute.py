@@ -9,9 +9,7 @@ import sys
 
 ORDER = 20
 
-#: The paper's breakdown of GPU causes and its GPU-only share (SPEC §4), shown beside ours.
-PAPER_GPU_CAUSES = {"gemm": 0.78, "attention": 0.154, "fsdp": 0.043, "norm": 0.012, "concat_split": 0.006}
-PAPER_GPU_ONLY_SHARE = 0.937
+from evtsync.reference import PAPER_GPU_CAUSES, PAPER_GPU_ONLY_SHARE  # noqa: E402 - the paper's numbers
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -90,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
 
 def plot_breakdown(result, path: str) -> None:  # noqa: ANN001 - figure rendering only
     """Bars: shares of GPU cause categories (paper's figures as markers) and of path kinds."""
-    from evtsync.report.plotting import new_figure, save_figure
+    from evtsync.plots.base import new_figure, save_figure
 
     fig, (ax1, ax2) = new_figure(10.0, 4.0, ncols=2)
     gpu = result.summary[result.summary["cause_class"] == "gpu"]

@@ -5,7 +5,7 @@ Gumbel/GEV fit of the pooled z-scores as tau(n) = b·E_{n/m} (``--gumbel MU SIGM
 ``--gev MU SIGMA XI`` with ``--block-sd-us B`` and ``--m M``). ``--flops-factor F`` divides
 tau by F (a GPU F times faster, SPEC §8). Bandwidths are printed in GB/s (1e9 bytes/s);
 alpha and tau in µs; ``--bytes`` in bytes (suffixes K/M/G and KiB/MiB/GiB accepted).
-With ``--fit FIT_DIR`` the posterior of a Bayesian fit is used (``evtsync.evt.bayes_cli``).
+With ``--fit FIT_DIR`` the posterior of a Bayesian fit is used (``evtsync.cli._bayes``).
 """
 
 from __future__ import annotations
@@ -14,33 +14,22 @@ import argparse
 import json
 import math
 import os
-import re
 from pathlib import Path
 from typing import Any
 
+from evtsync.cli._common import alpha_us_from_args, parse_domain_sizes, parse_topologies
+from evtsync.defaults import INTERVAL_LEVEL
 from evtsync.errors import InputError
-
-ORDER = 70
-
-_SIZE_UNITS = {
-    "": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30,
-}
 
 
 def parse_bytes(text: str) -> float:
-    """``"268435456"``, ``"256MiB"``, ``"0.27GB"`` -> bytes."""
-    match = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([A-Za-z]*)\s*", text)
-    unit = match.group(2).lower() if match else None
-    if not match or unit not in _SIZE_UNITS:
-        raise argparse.ArgumentTypeError(f"not a byte count: {text!r} (e.g. 268435456, 256MiB, 0.27GB)")
+    """``--bytes``: ``"268435456"``, ``"256MiB"``, ``"0.27GB"`` -> bytes (:func:`evtsync.units.parse_bytes`)."""
+    from evtsync.units import parse_bytes as parse
+
     try:
-        value = float(match.group(1)) * _SIZE_UNITS[unit]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a byte count: {text!r}") from exc
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"buffer size must be > 0 bytes; got {text!r}")
-    return value
+        return parse(text, "buffer size")
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -68,58 +57,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--m", type=int, default=4, help="ranks per sample of the fit (default 4); n must be a multiple")
     p.add_argument("--flops-factor", type=float, default=1.0, metavar="F",
                    help="GPU peak FLOPS relative to the reference (H200): tau is divided by F (default 1)")
-    p.add_argument("--level", type=float, default=0.9, help="credible level with --fit (default 0.9)")
+    p.add_argument("--level", type=float, default=INTERVAL_LEVEL,
+                   help=f"central interval level with --fit (default {INTERVAL_LEVEL:g})")
     p.add_argument("--json", action="store_true", help="print a JSON list, one record per (topology, n)")
     p.add_argument("--plot", metavar="PATH", help="B* against n per topology beside Hockney (.png/.svg/.pdf)")
     p.set_defaults(handler=run_bandwidth)
 
 
-def parse_topologies(values: list[str]) -> list[str]:
-    """Topology names from repeated / comma-separated --topology values, validated."""
-    from evtsync.hockney import get_topology
-
-    names: list[str] = []
-    for value in values:
-        for part in value.split(","):
-            if part.strip():
-                name = get_topology(part).name
-                if name not in names:
-                    names.append(name)
-    return names
-
-
-def parse_domain_sizes(values: list[str]) -> list[int]:
-    """Domain sizes n from --n values (each >= 2), in the order given."""
-    sizes: list[int] = []
-    for value in values:
-        for part in value.split(","):
-            if not part.strip():
-                continue
-            try:
-                n = int(part)
-            except ValueError as exc:
-                raise InputError(f"--n: {part!r} is not an integer domain size") from exc
-            if n < 2:
-                raise InputError(f"--n: domain size must be >= 2; got {n}")
-            sizes.append(n)
-    if not sizes:
-        raise InputError("--n: no domain size given")
-    return sizes
-
-
-def alpha_us_from_args(args: argparse.Namespace) -> float:
-    """alpha in µs from --alpha-us or from an nccl-tests log (--alpha-from)."""
-    if args.alpha_us is not None:
-        if not args.alpha_us >= 0:
-            raise InputError(f"--alpha-us must be >= 0 µs; got {args.alpha_us}")
-        return float(args.alpha_us)
-    from evtsync.nccltests.alpha import alpha_from_log
-
-    return float(alpha_from_log(args.alpha_from).alpha_us)
-
-
 def _bayesian(args: argparse.Namespace) -> int:
-    from evtsync.evt.bayes_cli import run_bayesian_bandwidth
+    from evtsync.cli._bayes import run_bayesian_bandwidth
 
     return int(run_bayesian_bandwidth(args) or 0)
 
@@ -150,7 +96,7 @@ def tax_function(args: argparse.Namespace, sizes: list[int]):
 
 def _plot(records: list[dict[str, Any]], path: str | os.PathLike[str], eps: float) -> None:
     from evtsync.hockney import get_topology
-    from evtsync.report.plotting import figure_format, plt, save_figure
+    from evtsync.plots.base import figure_format, plt, save_figure
 
     figure_format(path)
     fig, ax = plt.subplots(figsize=(7, 5))
@@ -186,9 +132,9 @@ def run_bandwidth(args: argparse.Namespace) -> int:
     if args.plot:
         _plot(records, args.plot, args.eps)
     if args.json:
-        from evtsync.cli.fit import json_safe
+        from evtsync.tableio import json_ready
 
-        print(json.dumps(json_safe(records), allow_nan=False))
+        print(json.dumps(json_ready(records), allow_nan=False))
         return 0
     print(f"alpha = {alpha:g} µs, S = {args.bytes:.6g} bytes, eps = {args.eps:g}; bandwidths in GB/s")
     print(f"{'topology':9s} {'n':>6s} {'p':>9s} {'q':>7s} {'tau_us':>10s} {'B*':>12s} {'B*_Hockney':>12s} {'reduction':>9s}")

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-ORDER = 20
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     from evtsync.blocks import DEFAULT_M, TIME_DEFINITIONS

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-ORDER = 12
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 
-ORDER = 61
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``compare`` command."""
@@ -29,8 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_compare(args: argparse.Namespace) -> int:
     """Handler of ``evtsync compare``."""
+    from evtsync.cli._bayes import run_bayesian_compare
     from evtsync.errors import InputError
-    from evtsync.evt.bayes_cli import run_bayesian_compare
 
     if len(args.fits) < 2:
         raise InputError("compare needs at least two fits")

@@ -6,7 +6,6 @@ import argparse
 import json
 import math
 
-ORDER = 75
 
 
 def register(sub: argparse._SubParsersAction) -> None:

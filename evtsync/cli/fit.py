@@ -7,7 +7,7 @@ loglik, aic`` first (NaN and infinities as null), then the convergence flag, cov
 100-block return levels with delta-method standard errors and profile intervals, and the Gumbel-vs-GEV
 likelihood-ratio test. Exit status 1 when the fit did not converge.
 
-With ``--model PATH`` the Bayesian fitter (``evtsync.evt.bayes_cli``) is called.
+With ``--model NAME|PATH`` the Bayesian fitter (``evtsync.cli._bayes``) is called.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ import argparse
 import json
 import logging
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
-
+from evtsync.defaults import INTERVAL_LEVEL
 from evtsync.errors import InputError
 
-ORDER = 60
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
 
 log = logging.getLogger("evtsync.cli.fit")
 
@@ -39,7 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("data", metavar="DATA", help="z-score table or any .csv/.parquet table of block maxima")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--mle", action="store_true", help="maximum-likelihood fit")
-    mode.add_argument("--model", metavar="PATH", help="Bayesian model specification (models/*.toml)")
+    mode.add_argument("--model", metavar="NAME|PATH",
+                      help="Bayesian model: a name from `evtsync models` or a specification file (*.toml)")
     p.add_argument("--family", choices=("gev", "gumbel"), default="gev", help="MLE family (default gev)")
     p.add_argument("--column", metavar="NAME", default=None,
                    help="column of block maxima (default: z, or the table's only numeric column)")
@@ -47,15 +48,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="keep only rows where COL equals VALUE (repeatable), e.g. gpu=H200")
     p.add_argument("--negate", action="store_true",
                    help="fit the negated values (minima as maxima, e.g. strengths)")
-    p.add_argument("--ci-level", type=float, default=0.95, help="level of the profile interval (default 0.95)")
+    p.add_argument("--ci-level", type=float, default=INTERVAL_LEVEL,
+                   help=f"level of the profile intervals (default {INTERVAL_LEVEL:g}, as every interval of evtsync)")
     p.add_argument("--no-profile", action="store_true", help="skip the profile-likelihood intervals (xi and return levels)")
     p.add_argument("--json", action="store_true", help="print the fit as one JSON object")
-    p.add_argument("--plot", metavar="PATH", help="diagnostic panel (gev.diag) to .png/.svg/.pdf")
+    p.add_argument("--plot", metavar="PATH", help="figure (.png/.svg/.pdf): with --mle the diagnostic panel (gev.diag), with --model the posterior of xi per cell")
     bayes = p.add_argument_group("Bayesian fit (with --model)")
     bayes.add_argument("--out", metavar="DIR", help="output folder of the Bayesian fit")
-    bayes.add_argument("--draws", type=int, default=1000, help="posterior draws per chain (default 1000)")
-    bayes.add_argument("--tune", type=int, default=1000, help="tuning steps per chain (default 1000)")
-    bayes.add_argument("--chains", type=int, default=4, help="number of chains (default 4)")
+    bayes.add_argument("--models-dir", metavar="DIR", default=None,
+                       help="folder where --model NAME is looked up (default: the models shipped with evtsync)")
+    bayes.add_argument("--draws", type=int, default=None,
+                       help="posterior draws per chain (default: the model's [sampling] draws, else 1000)")
+    bayes.add_argument("--tune", type=int, default=None,
+                       help="tuning steps per chain (default: the model's [sampling] tune, else 1000)")
+    bayes.add_argument("--chains", type=int, default=None,
+                       help="number of chains (default: the model's [sampling] chains, else 4)")
     bayes.add_argument("--seed", type=int, default=None, help="random seed")
     bayes.add_argument("--sampler", choices=("nutpie", "pymc"), default="nutpie", help="NUTS sampler (default nutpie)")
     bayes.add_argument("--target-accept", type=_target_accept, default=None, metavar="P",
@@ -65,6 +72,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _select_column(table: pd.DataFrame, column: str | None, source: str) -> str:
+    import pandas as pd
+
     if column is not None:
         if column not in table.columns:
             raise InputError(f"{source}: no column {column!r}; columns are {', '.join(map(str, table.columns))}")
@@ -83,6 +92,9 @@ def _select_column(table: pd.DataFrame, column: str | None, source: str) -> str:
 
 def load_maxima(path: str, column: str | None, where: list[str], negate: bool) -> tuple[np.ndarray, str, int]:
     """Read the block maxima of ``column`` from a table; returns (values, column, rows skipped)."""
+    import numpy as np
+    import pandas as pd
+
     from evtsync.tableio import read_table
 
     table = read_table(path)
@@ -106,18 +118,14 @@ def load_maxima(path: str, column: str | None, where: list[str], negate: bool) -
 
 
 def json_safe(value: Any) -> Any:
-    """Replace NaN and infinities (not valid JSON) by null, recursively."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    return value
+    """Replace NaN and infinities (not valid JSON) by null, recursively (:func:`evtsync.tableio.json_ready`)."""
+    from evtsync.tableio import json_ready
+
+    return json_ready(value)
 
 
 def _bayesian(args: argparse.Namespace) -> int:
-    from evtsync.evt.bayes_cli import run_bayesian_fit
+    from evtsync.cli._bayes import run_bayesian_fit
 
     return int(run_bayesian_fit(args) or 0)
 
@@ -155,12 +163,9 @@ def run_fit(args: argparse.Namespace) -> int:
             entry["profile_ci"] = intervals[period].to_dict()
         record["return_levels"].append(entry)
     if args.family == "gev":
-        gumbel = mle.fit_gumbel(values)
-        deviance = max(0.0, 2.0 * (fit.loglik - gumbel.loglik))
-        from scipy import stats
-
-        record["lrt_gumbel"] = {"deviance": deviance, "df": 1, "pvalue": float(stats.chi2.sf(deviance, 1)),
-                                "aic_gumbel": gumbel.aic}
+        lrt = mle.likelihood_ratio_test(values)
+        record["lrt_gumbel"] = {"deviance": lrt.deviance, "df": lrt.df, "pvalue": lrt.pvalue,
+                                "aic_gumbel": lrt.gumbel.aic}
     if args.plot:
         from evtsync.evt.diagnostics import plot_diagnostics
 

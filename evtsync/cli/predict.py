@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-ORDER = 62
+from evtsync.defaults import INTERVAL_LEVEL
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--block-mean-us", type=float, metavar="A", help="block mean a in µs (with --cv)")
     p.add_argument("--cv", type=float, metavar="R", help="coefficient of variation r of the block (b = r·a)")
     p.add_argument("--m", type=int, default=4, help="ranks per sample of the fitted z-scores (default 4)")
-    p.add_argument("--level", type=float, default=0.9, help="credible level (default 0.9)")
+    p.add_argument("--level", type=float, default=INTERVAL_LEVEL,
+                   help=f"central interval level (default {INTERVAL_LEVEL:g})")
     p.add_argument("--json", action="store_true", help="print a JSON list, one record per (cell, n)")
     p.add_argument("--plot", metavar="PATH", help="tau(n) against n with credible bands (.png/.svg/.pdf)")
     p.set_defaults(handler=run_predict)
@@ -42,6 +43,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_predict(args: argparse.Namespace) -> int:
     """Handler of ``evtsync predict``."""
-    from evtsync.evt.bayes_cli import run_bayesian_predict
+    from evtsync.cli._bayes import run_bayesian_predict
 
     return run_bayesian_predict(args)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-ORDER = 2
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``report`` command."""

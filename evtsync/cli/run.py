@@ -6,13 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-ORDER = 1
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``run`` command."""
     from evtsync.cli._common import add_scale_arguments, add_trace_arguments
-    from evtsync.run import (
+    from evtsync.defaults import (
         DEFAULT_CHAINS,
         DEFAULT_DRAWS,
         DEFAULT_TUNE,
@@ -20,6 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         DEMO_DRAWS,
         DEMO_TUNE,
     )
+    from evtsync.reference import DGX_H200_ALPHA_US
 
     parser = sub.add_parser(
         "run", help="the main job: traces -> tax -> attribution -> z-scores -> fits -> predictions -> report",
@@ -60,11 +59,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     fit.add_argument("--seed", type=int, default=0, help="random seed of the samplers (default 0)")
     fit.add_argument("--sampler", choices=("nutpie", "pymc"), default="nutpie", help="NUTS sampler (default nutpie)")
     fit.add_argument("--models-dir", metavar="DIR", default=None,
-                     help="folder of model specifications (default: models/ of the source tree)")
+                     help="folder of model specifications (default: the models shipped with evtsync; see `evtsync models`)")
     fit.add_argument("--model", dest="models", action="append", default=[], metavar="NAME",
                      help="fit only this model of the models folder (repeatable; default: all)")
     bw = parser.add_argument_group("predictions (tau(n) and B*)")
-    bw.add_argument("--alpha-us", type=float, default=5.0, help="per-step latency alpha in µs (default 5, DGX H200)")
+    bw.add_argument("--alpha-us", type=float, default=DGX_H200_ALPHA_US,
+                    help=f"per-step latency alpha in µs (default {DGX_H200_ALPHA_US:g}, DGX H200)")
     bw.add_argument("--bytes", type=float, default=None, metavar="S",
                     help="buffer size S in bytes (default: median message size of the block PG's collectives)")
     bw.add_argument("--eps", type=float, default=-0.5, help="target elasticity of B* in (-1, 0) (default -0.5)")
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``evtsync run``: exit 0 when every stage ran or did not apply, 1 on a failure."""
     from evtsync.cli._common import reading_options
     from evtsync.errors import InputError
-    from evtsync.run import (
+    from evtsync.pipeline import (
         STATUS_FAILED,
         STATUS_NA,
         STATUS_UNAVAILABLE,
@@ -89,8 +89,6 @@ def run(args: argparse.Namespace) -> int:
     chosen = [p for p in args.pg if "=" not in p]
     if len(chosen) > 1:
         raise InputError(f"--pg: choose at most one process group to fit ({', '.join(chosen)})")
-    if not -1 < args.eps < 0:
-        raise InputError(f"--eps {args.eps}: the target elasticity must lie in (-1, 0)")
     cache = reading_options(args)["cache"] if args.traces else None  # the demo is never cached
     options = RunOptions(
         traces=list(args.traces), out=Path(args.out) if args.out else None, force=args.force,
@@ -102,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         strict=args.strict, allow_partial=args.allow_partial, end_tolerance_us=args.end_tolerance_us,
         ranks_per_host=args.ranks_per_host, report=args.report, rank_from=args.rank_from,
         comm_kernels=list(args.comm_kernel))
+    options.check()  # bad options and output paths fail here, before any work
     out = options.out or default_out(options)
     quiet = args.quiet
     if not quiet:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-ORDER = 90
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     from evtsync.synth.config import (

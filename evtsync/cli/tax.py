@@ -6,8 +6,6 @@ import argparse
 import json
 import sys
 
-ORDER = 10
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     from evtsync.cli._common import add_scale_arguments, add_trace_arguments
@@ -69,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         write_table(alignment.mismatches, sibling_path(args.output, "mismatches"))
         write_table(alignment.groups, sibling_path(args.output, "groups"))
     if args.plot:
-        from evtsync.report.tax_figures import plot_tax_cdfs
+        from evtsync.plots.tax import plot_tax_cdfs
 
         plot_tax_cdfs(tables.collectives, args.plot)
     if args.json:

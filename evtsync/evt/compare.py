@@ -27,8 +27,8 @@ import xarray as xr
 from scipy.special import logsumexp
 
 from evtsync.errors import FitError
-from evtsync.evt.distribution import gev_logpdf_np
-from evtsync.evt.fit import cell_parameters, convergence_note, is_converged
+from evtsync.evt import gev
+from evtsync.evt.bayesfit import cell_parameters, convergence_note, is_converged
 from evtsync.progress import progress
 
 log = logging.getLogger("evtsync.evt.compare")
@@ -280,7 +280,7 @@ def pointwise_loglik_chunks(tree: xr.DataTree, chunk_values: int = CHUNK_VALUES)
     for start in progress(starts, desc="log-likelihood chunks", total=len(starts)):
         sl = slice(start, min(start + step, len(z)))
         c = cell[sl]
-        yield sl, gev_logpdf_np(z[sl][None, :], mu[:, c], sigma[:, c], xi[:, c])
+        yield sl, gev.logpdf(z[sl][None, :], mu[:, c], sigma[:, c], xi[:, c])
 
 
 @dataclass

@@ -23,7 +23,7 @@ from numpy.typing import ArrayLike
 
 from evtsync.evt import gev
 from evtsync.evt.mle import MleFit, return_level_delta
-from evtsync.report.plotting import figure_format, save_figure
+from evtsync.plots.base import figure_format, save_figure
 
 log = logging.getLogger("evtsync.evt.diagnostics")
 
@@ -37,7 +37,7 @@ def plot_diagnostics(fit: MleFit, data: ArrayLike, path: str | os.PathLike[str],
                      title: str | None = None) -> Path:
     """Draw the ``gev.diag`` panel for ``fit`` on ``data`` and save it atomically to ``path``."""
     figure_format(path)
-    from evtsync.report.plotting import plt
+    from evtsync.plots.base import plt
 
     x = np.sort(np.asarray(data, dtype=float).ravel())
     if x.size != fit.n:

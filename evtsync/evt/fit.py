@@ -37,15 +37,26 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from evtsync.errors import FitError, InputError
-from evtsync.evt.distribution import gev_logpdf_np
+from evtsync.errors import InputError
+from evtsync.evt import gev
+from evtsync.evt.bayesfit import (  # noqa: F401 - the fit file's reading and writing, re-exported here
+    FIT_FILE,
+    FIT_FORMAT,
+    FORMAT_ATTR,
+    cell_parameters,
+    convergence_note,
+    fit_path,
+    is_converged,
+    load_fit,
+    parameter_summary,
+    save_fit,
+)
 from evtsync.evt.model import BuiltModel, build_model, prepare_data, prior_predictive_check
 from evtsync.evt.spec import ModelSpec, SamplerConfig
-from evtsync.tableio import atomic_path, file_sha256
+from evtsync.tableio import file_sha256
 
 log = logging.getLogger("evtsync.evt.fit")
 
-FIT_FILE = "fit.nc"
 RHAT_MAX = 1.01
 ESS_MIN = 400
 #: Largest chain x draw x observation count whose log-likelihood is stored in the file.
@@ -112,49 +123,6 @@ class Convergence:
                 f"min tail ESS {self.min_ess_tail:.0f} ({self.worst_ess_tail_param}), divergences {self.divergences}")
 
 
-def _split_single_chain(tree: xr.DataTree) -> xr.DataTree:
-    """With one chain, its two halves as two chains, so that (split) R-hat is defined."""
-    post = tree["posterior"].to_dataset()
-    if post.sizes["chain"] > 1:
-        return tree
-    half = post.sizes["draw"] // 2
-    first = post.isel(chain=[0], draw=slice(0, half))
-    second = post.isel(chain=[0], draw=slice(half, 2 * half)).assign_coords(chain=[1], draw=first["draw"].values)
-    return xr.DataTree.from_dict({"posterior": xr.concat([first, second], dim="chain")})
-
-
-def parameter_summary(tree: xr.DataTree) -> pd.DataFrame:
-    """Mean, sd, 90% interval, R-hat and bulk/tail ESS of every posterior scalar."""
-    import arviz as az
-
-    post = tree["posterior"].to_dataset()
-    rhat = az.rhat(_split_single_chain(tree))
-    ess_bulk = az.ess(tree, method="bulk")
-    ess_tail = az.ess(tree, method="tail")
-    rows = []
-    for name, da in post.data_vars.items():
-        flat = da.stack(sample=("chain", "draw"))
-        extra = [d for d in da.dims if d not in ("chain", "draw")]
-        if extra:
-            stacked = flat.stack(idx=extra)
-            labels = [f"{name}[{'|'.join(map(str, k if isinstance(k, tuple) else (k,)))}]" for k in stacked["idx"].values]
-            values = stacked.transpose("idx", "sample").values
-            r = rhat[name].stack(idx=extra).values
-            eb = ess_bulk[name].stack(idx=extra).values
-            et = ess_tail[name].stack(idx=extra).values
-        else:
-            labels, values = [name], flat.values[None, :]
-            r, eb, et = [np.atleast_1d(x[name].values) for x in (rhat, ess_bulk, ess_tail)]
-        for k, label in enumerate(labels):
-            v = values[k]
-            rows.append({
-                "parameter": label, "mean": v.mean(), "sd": v.std(ddof=1),
-                "q05": np.quantile(v, 0.05), "q95": np.quantile(v, 0.95),
-                "r_hat": float(r[k]), "ess_bulk": float(eb[k]), "ess_tail": float(et[k]),
-            })
-    return pd.DataFrame(rows)
-
-
 def _is_constant(values: np.ndarray) -> bool:
     return bool(np.ptp(values) == 0)
 
@@ -188,21 +156,6 @@ def check_convergence(tree: xr.DataTree, summary: pd.DataFrame | None = None) ->
     )
 
 
-def cell_parameters(tree: xr.DataTree) -> xr.Dataset:
-    """Per-cell ``mu``, ``sigma``, ``xi`` draws with dims (chain, draw, cell), pooled ones broadcast."""
-    post = tree["posterior"].to_dataset()
-    cells = tree["cells"].to_dataset()
-    template = xr.zeros_like(post["mu"].isel({d: 0 for d in post["mu"].dims if d not in ("chain", "draw")}, drop=True))
-    cell_coord = xr.DataArray(np.zeros(cells.sizes["cell"]), dims="cell", coords={"cell": cells["cell"].values})
-    out = {}
-    for name in ("mu", "sigma", "xi"):
-        da = post.get(name, template)
-        if "cell" not in da.dims:
-            da = da + cell_coord
-        out[name] = da.transpose("chain", "draw", "cell")
-    return xr.Dataset(out)
-
-
 def _loglik_tree(tree: xr.DataTree) -> xr.Dataset:
     params = cell_parameters(tree)
     obs = tree["observed_data"].to_dataset()
@@ -211,7 +164,7 @@ def _loglik_tree(tree: xr.DataTree) -> xr.Dataset:
     mu = params["mu"].values[:, :, idx]
     sigma = params["sigma"].values[:, :, idx]
     xi = params["xi"].values[:, :, idx]
-    ll = gev_logpdf_np(z[None, None, :], mu, sigma, xi)
+    ll = gev.logpdf(z[None, None, :], mu, sigma, xi)
     return xr.Dataset({"z": (("chain", "draw", "obs"), ll)},
                       coords={"chain": params["chain"], "draw": params["draw"], "obs": obs["obs"]})
 
@@ -252,6 +205,7 @@ def _assemble(built: BuiltModel, raw: xr.DataTree, sampler: str, provenance: dic
     conv = check_convergence(tree, summary)
     tree.attrs.update(provenance)
     tree.attrs.update({
+        FORMAT_ATTR: FIT_FORMAT,
         "sampler": sampler,
         "n_obs": n_obs,
         "n_skipped": int(data.n_skipped),
@@ -426,64 +380,6 @@ def fit_file(path: str | Path, spec: ModelSpec, **kwargs) -> xr.DataTree:
     return fit_table(table, spec, source=str(path), source_sha256=file_sha256(path), **kwargs)
 
 
-def fit_path(path: str | Path) -> Path:
-    """The netCDF file of a fit given as a folder (``fits/NAME``) or as the file itself."""
-    p = Path(path)
-    return p / FIT_FILE if p.is_dir() or not p.suffix else p
-
-
-def save_fit(tree: xr.DataTree, out: str | Path) -> Path:
-    """Write the fit atomically to ``out/fit.nc`` (or to ``out`` if it names a .nc file)."""
-    dest = fit_path(out)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    _require_netcdf_engine()
-    with atomic_path(dest) as tmp:
-        tree.to_netcdf(tmp, engine="h5netcdf")
-    return dest
-
-
-def _require_netcdf_engine() -> None:
-    """Fits are netCDF-4 files written with h5netcdf (an optional extra): say so clearly."""
-    try:
-        import h5netcdf  # noqa: F401
-        import h5py  # noqa: F401
-    except ImportError as exc:
-        raise FitError("writing and reading fits needs the netCDF engine: "
-                       "pip install 'evtsync[netcdf]' (h5netcdf and h5py)") from exc
-
-
-def load_fit(path: str | Path) -> xr.DataTree:
-    """Load a fit written by :func:`save_fit` back into memory; FitError if it is not one."""
-    p = fit_path(path)
-    if not p.is_file():
-        raise FitError(f"{p}: no such fit file (expected a folder written by `evtsync fit` or its {FIT_FILE})")
-    _require_netcdf_engine()
-    try:
-        tree = xr.open_datatree(p, engine="h5netcdf").load()
-    except (OSError, ValueError) as exc:
-        raise FitError(f"{p}: cannot read as a netCDF fit: {exc}") from exc
-    for group in ("posterior", "sample_stats", "observed_data", "cells"):
-        if group not in tree.children:
-            raise FitError(f"{p}: not an evtsync fit (group '{group}' missing)")
-    for key in ("model_name", "converged"):
-        if key not in tree.attrs:
-            raise FitError(f"{p}: not an evtsync fit (attribute '{key}' missing)")
-    tree.attrs["fit_path"] = str(p)
-    return tree
-
-
-def is_converged(tree: xr.DataTree) -> bool:
-    """The convergence verdict recorded in the fit."""
-    return bool(int(tree.attrs.get("converged", 0)))
-
-
-def convergence_note(tree: xr.DataTree) -> str:
-    """Empty when converged, else a warning line naming the fit, for every output using it."""
-    if is_converged(tree):
-        return ""
-    return f"WARNING: fit {tree.attrs.get('model_name', '?')} is NOT CONVERGED ({tree.attrs.get('convergence', '')})"
-
-
 def tree_from_draws(
     draws: dict[str, np.ndarray],
     cells: pd.DataFrame,
@@ -518,6 +414,7 @@ def tree_from_draws(
             cells_ds[g] = ("cell", cells[g].astype(str).to_numpy())
     tree = xr.DataTree.from_dict({"posterior": post, "sample_stats": stats, "observed_data": observed,
                                   "cells": cells_ds})
-    tree.attrs.update({"model_name": model_name, "model_family": family, "converged": int(converged),
+    tree.attrs.update({FORMAT_ATTR: FIT_FORMAT, "model_name": model_name, "model_family": family,
+                       "converged": int(converged),
                        "convergence": "given" if converged else "NOT CONVERGED (given)", "n_obs": len(z)})
     return tree

@@ -44,25 +44,22 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from evtsync.errors import NcclTestsError
+from evtsync import hockney as _hockney
+from evtsync.errors import InputError, NcclTestsError
 from evtsync.nccltests.parse import ParsedLog, busbw_factor, normalise_collective, parse_log
 
 log = logging.getLogger("evtsync.nccltests.alpha")
 
-TOPOLOGIES = ("ring", "torus", "fully-connected")
-_TOPO_ALIASES = {
-    "ring": "ring", "torus": "torus", "3d-torus": "torus", "3d_torus": "torus", "3dtorus": "torus", "torus3d": "torus",
-    "fully-connected": "fully-connected", "fully_connected": "fully-connected", "fc": "fully-connected",
-    "nvswitch": "fully-connected", "all-pairs": "fully-connected", "full": "fully-connected",
-}  # fmt: skip
+#: The topologies of :mod:`evtsync.hockney`, the one registry (names and aliases).
+TOPOLOGIES = tuple(_hockney.TOPOLOGIES)
 
 
 def normalise_topology(topology: str) -> str:
-    """Canonical topology name; raises NcclTestsError for an unknown one."""
-    t = _TOPO_ALIASES.get(topology.strip().lower())
-    if t is None:
-        raise NcclTestsError(f"unknown topology {topology!r}; expected one of {', '.join(TOPOLOGIES)}")
-    return t
+    """Canonical topology name (hockney's registry); raises NcclTestsError for an unknown one."""
+    try:
+        return _hockney.get_topology(topology).name
+    except InputError as exc:
+        raise NcclTestsError(str(exc)) from None
 
 
 def hockney_pq(collective: str, topology: str, n_ranks: int) -> tuple[float, float]:
@@ -73,15 +70,8 @@ def hockney_pq(collective: str, topology: str, n_ranks: int) -> tuple[float, flo
     q = busbw_factor(c, n)
     if c == "sendrecv":
         return 1.0, q
-    one_phase = c != "all_reduce"
-    phases = 1.0 if one_phase else 2.0
-    if t == "ring":
-        p = phases * (n - 1)
-    elif t == "torus":
-        p = phases * 3.0 * (n ** (1.0 / 3.0) - 1.0)
-    else:
-        p = phases
-    return p, q
+    phases = 2.0 if c == "all_reduce" else 1.0
+    return float(_hockney.get_topology(t).latency_steps(n, phases)), q
 
 
 @dataclass(frozen=True)

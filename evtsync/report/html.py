@@ -8,7 +8,7 @@ inline: it opens without a network) and ``out/report.md``. Given a single fit (a
 
 The report is organised per hardware generation (GPU model) and precision; non-converged
 fits and failed stages are flagged in red at the top; stages that did not apply say why.
-Every interval is a central 90% interval (credible for posteriors, confidence for MLE and
+Every interval is a central ``evtsync.defaults.INTERVAL_LEVEL`` (90%) interval (credible for posteriors, confidence for MLE and
 measured means) unless a caption says otherwise.
 """
 
@@ -24,12 +24,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from evtsync.defaults import INTERVAL_LEVEL as LEVEL
 from evtsync.errors import InputError
-from evtsync.report import figures as figs
+from evtsync.plots import fits as fit_figs
+from evtsync.plots import predictions as pred_figs
+from evtsync.plots import tax as tax_figs
+from evtsync.plots.base import save_png_svg
 from evtsync.report.markdown import Alert, Figure, Section, Table, fmt, fmt_ci, render_markdown
 from evtsync.tableio import read_table, write_text_atomic
 
 log = logging.getLogger("evtsync.report.html")
+
+#: The interval level in words, for captions ("90%").
+PCT = f"{LEVEL:.0%}"
 
 REPORT_HTML = "report.html"
 REPORT_MD = "report.md"
@@ -121,7 +128,7 @@ def render_html(title: str, subtitle: str, sections: list[Section]) -> str:
 
 # --------------------------------------------------------------------------- intervals
 
-def median_interval(values: np.ndarray, level: float = 0.90) -> tuple[float, float, float]:
+def median_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float, float]:
     """The median with a distribution-free confidence interval from order statistics.
 
     With B ~ Binomial(n, 1/2) the number of observations below the true median, the interval
@@ -141,7 +148,7 @@ def median_interval(values: np.ndarray, level: float = 0.90) -> tuple[float, flo
     return float(np.median(x)), float(x[j - 1]), float(x[n - j])
 
 
-def wilson_interval(k: int, n: int, level: float = 0.90) -> tuple[float, float, float]:
+def wilson_interval(k: int, n: int, level: float = LEVEL) -> tuple[float, float, float]:
     """A proportion k/n with its Wilson score interval."""
     from scipy import stats
 
@@ -176,7 +183,9 @@ class _Ctx:
         path = self.run_dir / "tables" / f"{name}.parquet"
         return read_table(path) if path.is_file() else None
 
-    def figure(self, pair: tuple[Path, Path], caption: str) -> Figure:
+    def figure(self, fig: Any, stem: str, caption: str) -> Figure:
+        """Save a matplotlib figure of :mod:`evtsync.plots` as ``figures/stem.png/.svg`` for the report."""
+        pair = save_png_svg(fig, self.fig_dir, stem)
         self.written.extend(pair)
         return Figure(pair[0], pair[1], caption)
 
@@ -282,33 +291,26 @@ def _gpu_sections(ctx: _Ctx) -> list[Section]:
                        for key, grp in sub.groupby(["workload", "pg", "collective"])}
             shown = pd.DataFrame({
                 "workload": s["workload"], "pg": s["pg"], "collective": s["collective"], "count": s["count"],
-                "tau median µs [90% CI]": [fmt_ci(*medians.get((w, p, c), (np.nan,) * 3))
+                f"tau median µs [{PCT} CI]": [fmt_ci(*medians.get((w, p, c), (np.nan,) * 3))
                                           for w, p, c in zip(s["workload"], s["pg"], s["collective"], strict=True)],
                 "tau p90 µs": s["tau_p90_us"], "tau max µs": s["tau_max_us"],
                 "wait share, longest-waiting rank": s["fastest_wait_share"],
                 "wait share, median rank": s["median_rank_wait_share"], "invalid": s["n_invalid"]})
             sec.items.append(Table(shown, "Tax per workload, PG and collective type (SPEC §3): tau = max − min NCCL "
                                           "kernel duration over the member ranks, µs: median over the collectives with "
-                                          "its distribution-free 90% confidence interval (order statistics), 90th "
+                                          f"its distribution-free {PCT} confidence interval (order statistics), 90th "
                                           "percentile, maximum; wait share = (d_r − min d)/d_r, median over the "
                                           "collectives, for the rank that waited longest and for the median rank; "
                                           "collectives flagged by the alignment checks."))
         if len(sub):
-            from evtsync.report.tax_figures import plot_tax_cdfs
-
             labelled = sub.assign(pg=sub["workload"].astype(str) + " " + sub["pg"].astype(str))
-            stem = f"tax-cdf-{slug}"
-            ctx.fig_dir.mkdir(parents=True, exist_ok=True)
-            png = plot_tax_cdfs(labelled, ctx.fig_dir / f"{stem}.png")
-            svg = plot_tax_cdfs(labelled, ctx.fig_dir / f"{stem}.svg")
-            sec.items.append(ctx.figure((png, svg), f"Empirical CDF of the synchronization tax tau_max (max − min NCCL "
+            sec.items.append(ctx.figure(tax_figs.tax_cdfs(labelled), f"tax-cdf-{slug}", f"Empirical CDF of the synchronization tax tau_max (max − min NCCL "
                                         f"kernel duration across the member ranks, log µs) of every aligned collective "
                                         f"on {gpu}, one curve per workload, process group and collective type "
                                         f"(SPEC §3)."))
         if ranks is not None and len(ranks[ranks["gpu"].astype(str) == gpu]):
-            pair = figs.wait_shares(ranks[ranks["gpu"].astype(str) == gpu], ctx.fig_dir, f"wait-shares-{slug}",
-                                    f"Wait shares on {gpu}")
-            sec.items.append(ctx.figure(pair, f"Distribution over collectives of the wait share (d_r − min d)/d_r: solid "
+            fig = tax_figs.wait_shares(ranks[ranks["gpu"].astype(str) == gpu], f"Wait shares on {gpu}")
+            sec.items.append(ctx.figure(fig, f"wait-shares-{slug}", f"Distribution over collectives of the wait share (d_r − min d)/d_r: solid "
                                               f"for the rank that waited longest, dashed for the median rank, one "
                                               f"colour per workload on {gpu} (SPEC §3)."))
         sec.items += _attribution_items(ctx, att, gpu, slug)
@@ -336,30 +338,44 @@ def _attribution_items(ctx: _Ctx, att: pd.DataFrame | None, gpu: str, slug: str)
         for w, grp in ok.groupby("workload", sort=True):
             p, lo, hi = wilson_interval(int((grp["path_kind"] == "gpu_only").sum()), len(grp))
             parts.append(f"{w} {fmt_ci(100 * p, 100 * lo, 100 * hi)}% of {len(grp)}")
-        items.append("Share of attributed collectives whose straggler path is GPU-only, with its 90% Wilson "
+        items.append(f"Share of attributed collectives whose straggler path is GPU-only, with its {PCT} Wilson "
                      "interval: " + "; ".join(parts) + " (paper: 93.7%).")
     totals = sub.groupby("workload")["count"].transform("sum").to_numpy()
-    cat = sub.assign(**{"share [90% CI]": [fmt_ci(*wilson_interval(int(k), int(n)))
+    cat = sub.assign(**{f"share [{PCT} CI]": [fmt_ci(*wilson_interval(int(k), int(n)))
                                            for k, n in zip(sub["count"], totals, strict=True)]})
-    items.append(Table(cat[["workload", "category", "cause_class", "count", "share [90% CI]", "share_of_gpu_causes"]],
+    items.append(Table(cat[["workload", "category", "cause_class", "count", f"share [{PCT} CI]", "share_of_gpu_causes"]],
                        "Principal cause of each straggler (the event with the largest extra time on its critical "
                        "path against the fastest rank's, SPEC §4), by category; paper: GEMM 78%, FlashAttention "
                        "15.4%, FSDP 4.3%, Norm 1.2%, Concat/Split 0.6% of GPU causes."))
-    pair = figs.attribution_breakdown(sub, ctx.fig_dir, f"attribution-{slug}")
-    items.append(ctx.figure(pair, f"Share of attributed collectives on {gpu} per principal-cause category, one bar per "
+    items.append(ctx.figure(tax_figs.attribution_breakdown(sub), f"attribution-{slug}", f"Share of attributed collectives on {gpu} per principal-cause category, one bar per "
                                   f"workload (critical-path walk from each collective back to the previous collective "
                                   f"of its PG, straggler's path compared with the fastest rank's, SPEC §4)."))
     return items
 
 
 def _main_fit(ctx: _Ctx) -> tuple[Any, str | None]:
-    from evtsync.evt.fit import load_fit
-    from evtsync.run import fitted_models, main_model
+    from evtsync.evt.bayesfit import BayesFit
+    from evtsync.pipeline.layout import fitted_models, main_model
 
     name = main_model(ctx.run_dir, ctx.manifest)
     if name is None:
         return None, None
-    return load_fit(fitted_models(ctx.run_dir, ctx.manifest)[name]), name
+    return BayesFit.load(fitted_models(ctx.run_dir, ctx.manifest)[name]), name
+
+
+def _cell_draws(fit: Any, gpu: str, precision: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Draws of mu, sigma, xi of the fit's cell for a GPU × precision (a pooled fit's one cell), or None."""
+    cells = fit.cells
+    if {"gpu", "precision"} <= set(cells.columns):
+        hit = np.flatnonzero((cells["gpu"] == gpu).to_numpy() & (cells["precision"] == precision).to_numpy())
+        if hit.size == 0:
+            return None
+        c = int(hit[0])
+    elif len(cells) == 1:
+        c = 0
+    else:
+        return None
+    return tuple(d[:, c] for d in fit.cell_draws())  # type: ignore[return-value]
 
 
 def _mle_dict(mle: pd.DataFrame | None, gpu: str, precision: str, family: str) -> dict[str, float] | None:
@@ -374,27 +390,19 @@ def _mle_dict(mle: pd.DataFrame | None, gpu: str, precision: str, family: str) -
 
 def _cell_section(ctx: _Ctx, gpu: str, precision: str, z: pd.DataFrame, mle: pd.DataFrame | None,
                   pvm: pd.DataFrame | None, tree: Any, model: str | None) -> Section:
-    from evtsync.evt.fit import is_converged
-    from evtsync.run import cell_draws
-
     sec = Section(f"{gpu} {precision}: z-scores and fits", level=3, anchor=f"cell-{_slug(gpu)}-{_slug(precision)}")
     cell = z[(z["gpu"].astype(str) == gpu) & (z["precision"].astype(str) == precision)]
     values = cell["z"].to_numpy(float)
     sec.items.append(f"{len(values)} pooled z-scores from {cell['block'].nunique()} block identities "
                      f"(workloads {', '.join(sorted(cell['workload'].unique()))}); mean coefficient of variation "
                      f"r = {fmt(cell.drop_duplicates('block')['cv'].mean())} (paper: about 0.02).")
-    post = None
-    if tree is not None:
-        try:
-            post = cell_draws(tree, gpu, precision)
-        except KeyError:
-            post = None
-    label = f"{model}{'' if tree is None or is_converged(tree) else ' (NOT converged)'}"
-    posterior_text = (f" and, in green, the posterior mean density of {label} with its 90% pointwise band"
+    post = _cell_draws(tree, gpu, precision) if tree is not None else None
+    label = f"{model}{'' if tree is None or tree.converged else ' (NOT converged)'}"
+    posterior_text = (f" and, in green, the posterior mean density of {label} with its {PCT} pointwise band"
                       if post is not None else " (no Bayesian fit covers this cell)")
-    pair = figs.gev_cell(values, _mle_dict(mle, gpu, precision, "gev"), _mle_dict(mle, gpu, precision, "gumbel"),
-                         post, label, ctx.fig_dir, f"gev-{_slug(gpu)}-{_slug(precision)}", f"{gpu} {precision}")
-    sec.items.append(ctx.figure(pair, f"Left: histogram of the pooled z-scores z = (M − X̄)/s_pooled of the GEMM blocks "
+    fig = fit_figs.gev_cell(values, _mle_dict(mle, gpu, precision, "gev"), _mle_dict(mle, gpu, precision, "gumbel"),
+                            post, label, f"{gpu} {precision}")
+    sec.items.append(ctx.figure(fig, f"gev-{_slug(gpu)}-{_slug(precision)}", f"Left: histogram of the pooled z-scores z = (M − X̄)/s_pooled of the GEMM blocks "
                                       f"on {gpu} {precision} (SPEC §5) with the GEV and Gumbel maximum-likelihood "
                                       f"densities where fitted{posterior_text}. Right: QQ plot of the ordered z-scores against the MLE model "
                                       f"quantiles at i/(n+1); points above the diagonal in the upper tail mean a "
@@ -403,22 +411,22 @@ def _cell_section(ctx: _Ctx, gpu: str, precision: str, z: pd.DataFrame, mle: pd.
         rows = mle[(mle["gpu"].astype(str) == gpu) & (mle["precision"].astype(str) == precision)]
         shown = pd.DataFrame({
             "family": rows["family"], "n": rows["n"],
-            "mu [90% CI]": [fmt_ci(a, b, c) for a, b, c in zip(rows["mu"], rows["mu_lo"], rows["mu_hi"], strict=True)],
-            "sigma [90% CI]": [fmt_ci(a, b, c) for a, b, c in zip(rows["sigma"], rows["sigma_lo"], rows["sigma_hi"], strict=True)],
-            "xi [90% profile CI]": [fmt_ci(a, b, c) if f == "gev" else "0 (fixed)"
+            f"mu [{PCT} CI]": [fmt_ci(a, b, c) for a, b, c in zip(rows["mu"], rows["mu_lo"], rows["mu_hi"], strict=True)],
+            f"sigma [{PCT} CI]": [fmt_ci(a, b, c) for a, b, c in zip(rows["sigma"], rows["sigma_lo"], rows["sigma_hi"], strict=True)],
+            f"xi [{PCT} profile CI]": [fmt_ci(a, b, c) if f == "gev" else "0 (fixed)"
                                     for f, a, b, c in zip(rows["family"], rows["xi"], rows["xi_lo"], rows["xi_hi"], strict=True)],
             "AIC": rows["aic"], "LRT p (Gumbel vs GEV)": rows.get("lrt_pvalue"),
         })
-        sec.items.append(Table(shown, "Maximum-likelihood fits of the cell (SPEC §6): Wald 90% intervals for mu and "
-                                      "sigma from the observed information, profile-likelihood 90% interval for xi; "
+        sec.items.append(Table(shown, f"Maximum-likelihood fits of the cell (SPEC §6): Wald {PCT} intervals for mu and "
+                                      f"sigma from the observed information, profile-likelihood {PCT} interval for xi; "
                                       "the likelihood-ratio test of xi = 0 has one degree of freedom."))
     if pvm is not None and len(pvm):
         rows = pvm[(pvm["gpu"].astype(str) == gpu) & (pvm["precision"].astype(str) == precision)]
         if len(rows):
             sec.items.append(Table(pd.DataFrame({
                 "workload": rows["workload"], "n": rows["n"], "collectives": rows["n_collectives"],
-                "measured µs [90% CI]": [fmt_ci(a, b, c) for a, b, c in zip(rows["measured_mean_us"], rows["measured_lo_us"], rows["measured_hi_us"], strict=True)],
-                "predicted µs [90% CrI]": [fmt_ci(a, b, c) for a, b, c in zip(rows["predicted_mean_us"], rows["predicted_lo_us"], rows["predicted_hi_us"], strict=True)],
+                f"measured µs [{PCT} CI]": [fmt_ci(a, b, c) for a, b, c in zip(rows["measured_mean_us"], rows["measured_lo_us"], rows["measured_hi_us"], strict=True)],
+                f"predicted µs [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in zip(rows["predicted_mean_us"], rows["predicted_lo_us"], rows["predicted_hi_us"], strict=True)],
             }), "Mean straggler delay (mean − min kernel duration) of the collectives after this cell's GEMM blocks, "
                 "measured (t interval of the mean) and predicted as b·E_k from the posterior (SPEC §7)."))
     return sec
@@ -435,24 +443,23 @@ def _xi_section(ctx: _Ctx) -> list[Section]:
         p0 = pop[pop["parameter"] == "xi0"]
         if len(p0):
             r = p0.iloc[0]
-            population = {"mean": float(r["mean"]), "q_lo": float(r["q_lo"]), "q_hi": float(r["q_hi"])}
+            population = {"mean": float(r["mean"]), "lo": float(r["lo"]), "hi": float(r["hi"])}
         items.append(Table(pd.DataFrame({
             "model": pop["model"], "parameter": pop["parameter"],
-            "posterior mean [90% CrI]": [fmt_ci(a, b, c) for a, b, c in zip(pop["mean"], pop["q_lo"], pop["q_hi"], strict=True)],
+            f"posterior mean [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in zip(pop["mean"], pop["lo"], pop["hi"], strict=True)],
             "converged": pop["converged"]}),
             "Population effect of the hierarchical model: xi0 is the shape shared by all cells; xi_delta_<factor> the "
             "zero-sum deviations of each GPU model and precision; xi_sd_<factor> their spread (partial pooling)."))
-    models = [m for m in xi["model"].unique() if xi[xi["model"] == m]["xi_q_hi"].max() != 0 or
-              xi[xi["model"] == m]["xi_q_lo"].min() != 0]
+    models = [m for m in xi["model"].unique() if xi[xi["model"] == m]["xi_hi"].max() != 0 or
+              xi[xi["model"] == m]["xi_lo"].min() != 0]
     shown = xi[xi["model"].isin(models)]
-    pair = figs.xi_forest(shown, population, ctx.fig_dir, "xi-forest")
-    items.insert(0, ctx.figure(pair, "Posterior mean and central 90% credible interval of the GEV shape xi in every GPU × "
+    items.insert(0, ctx.figure(fit_figs.xi_forest(shown, population), "xi-forest", f"Posterior mean and central {PCT} credible interval of the GEV shape xi in every GPU × "
                                      "precision cell, for every fitted model with a free shape (pooled models give one "
-                                     "value for all cells; x markers: fit not converged). Grey band: 90% interval of the "
+                                     f"value for all cells; x markers: fit not converged). Grey band: {PCT} interval of the "
                                      "population shape xi0 of the hierarchical model (SPEC §6)."))
     items.append(Table(pd.DataFrame({
         "model": shown["model"], "GPU": shown["gpu"], "precision": shown["precision"],
-        "xi [90% CrI]": [fmt_ci(a, b, c) for a, b, c in zip(shown["xi_mean"], shown["xi_q_lo"], shown["xi_q_hi"], strict=True)],
+        f"xi [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in zip(shown["xi_mean"], shown["xi_lo"], shown["xi_hi"], strict=True)],
         "not converged": ~shown["converged"].astype(bool)}), "Posterior of xi per cell (rows in red: fit not converged).",
         flag="not converged"))
     return [Section("Shape parameter xi per GPU and precision", items, anchor="xi")]
@@ -492,33 +499,31 @@ def _prediction_sections(ctx: _Ctx) -> list[Section]:
     summary = ctx.stage("prediction").get("summary", {})
     main = summary.get("main_model")
     models = [main] + [m for m in ("gumbel-hier", "gumbel") if m in set(tau["model"]) and m != main][:1]
-    pair = figs.tau_curves(tau, models, ctx.fig_dir, "tau-n")
-    items: list[Any] = [ctx.figure(pair, f"Predicted mean straggler delay tau(n) = b·E_k, k = n/m, for domains of n = m "
+    items: list[Any] = [ctx.figure(pred_figs.tau_curves(tau, models), "tau-n", f"Predicted mean straggler delay tau(n) = b·E_k, k = n/m, for domains of n = m "
                                          f"… 4096 ranks (SPEC §7): E_k is the expected maximum of k GEV draws at each "
                                          f"posterior draw of the cell's (mu, sigma, xi); b = mean r × mean a over the "
-                                         f"cell's block identities. Lines: posterior mean; bands: 90% credible "
+                                         f"cell's block identities. Lines: posterior mean; bands: {PCT} credible "
                                          f"intervals. Left: {main} (the model used for predictions); right: the Gumbel "
                                          f"lower bound where fitted.")]
     t = tau[tau["model"].isin(models) & tau["n"].isin(TABLE_NS)]
-    wide = t.assign(value=[fmt_ci(a, b, c) for a, b, c in zip(t["tau_mean_us"], t["tau_q_lo_us"], t["tau_q_hi_us"], strict=True)])
+    wide = t.assign(value=[fmt_ci(a, b, c) for a, b, c in zip(t["tau_mean_us"], t["tau_lo_us"], t["tau_hi_us"], strict=True)])
     wide = wide.pivot_table(index=["model", "gpu", "precision"], columns="n", values="value", aggfunc="first")
-    wide.columns = [f"n={c} µs [90% CrI]" for c in wide.columns]
-    items.append(Table(wide.reset_index(), "tau(n) in µs at selected domain sizes: posterior mean [90% credible interval]."))
+    wide.columns = [f"n={c} µs [{PCT} CrI]" for c in wide.columns]
+    items.append(Table(wide.reset_index(), f"tau(n) in µs at selected domain sizes: posterior mean [{PCT} credible interval]."))
     sections = [Section("Predicted tax tau(n)", items, anchor="tau")]
     if bstar is not None and len(bstar):
-        pair = figs.bstar_curves(bstar, ctx.fig_dir, "bstar-n")
-        b_items: list[Any] = [ctx.figure(pair, f"Optimal bandwidth B* at elasticity eps = {fmt(summary.get('eps'))} of "
+        b_items: list[Any] = [ctx.figure(pred_figs.bstar_curves(bstar), "bstar-n", f"Optimal bandwidth B* at elasticity eps = {fmt(summary.get('eps'))} of "
                                                f"the augmented Hockney model T(B) = p·alpha + q·S/B + tau (SPEC §8) "
-                                               f"against n, per topology, with tau(n) from {main} (posterior mean, 90% "
+                                               f"against n, per topology, with tau(n) from {main} (posterior mean, {PCT} "
                                                f"band per GPU × precision) beside Hockney's B*_H (tau = 0, dashed). "
                                                f"alpha = {fmt(summary.get('alpha_us'))} µs, S = "
                                                f"{fmt(summary.get('bytes'))} bytes ({summary.get('bytes_source', '')}).")]
         bt = bstar[bstar["n"].isin(TABLE_NS)]
         b_items.append(Table(pd.DataFrame({
             "topology": bt["topology"], "GPU": bt["gpu"], "precision": bt["precision"], "n": bt["n"],
-            "B* GB/s [90% CrI]": [fmt_ci(a, b, c) for a, b, c in zip(bt["bstar_mean_gbps"], bt["bstar_q_lo_gbps"], bt["bstar_q_hi_gbps"], strict=True)],
+            f"B* GB/s [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in zip(bt["bstar_mean_gbps"], bt["bstar_lo_gbps"], bt["bstar_hi_gbps"], strict=True)],
             "Hockney B*_H GB/s": bt["bstar_hockney_gbps"],
-            "reduction 1 − B*/B*_H [90% CrI]": [fmt_ci(a, b, c) for a, b, c in zip(bt["reduction_mean"], bt["reduction_q_lo"], bt["reduction_q_hi"], strict=True)],
+            f"reduction 1 − B*/B*_H [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in zip(bt["reduction_mean"], bt["reduction_lo"], bt["reduction_hi"], strict=True)],
             "not converged": ~bt["converged"].astype(bool)}),
             "B* and its reduction against Hockney's at selected n (paper, Llama-3 70B on DGX H200 with the Gumbel "
             "bound: 98.69% lower on the fully connected topology at n = 128, 37.26% on the ring at n = 128, 81.67% "
@@ -532,13 +537,13 @@ def _pvm_section(ctx: _Ctx) -> list[Section]:
     if pvm is None or pvm.empty:
         return [Section("Predicted vs measured straggler delay", [ctx.why_not("predicted-vs-measured")], anchor="pvm")]
     selection = ctx.stage("predicted-vs-measured").get("summary", {}).get("selection", "")
-    pair = figs.predicted_vs_measured(pvm, ctx.fig_dir, "predicted-vs-measured")
+    pvm_fig = pred_figs.predicted_vs_measured(pvm)
     ratio = pvm["measured_mean_us"] / pvm["predicted_mean_us"]
     return [Section("Predicted vs measured straggler delay", [
-        ctx.figure(pair, f"Measured mean straggler delay (mean − min NCCL kernel duration over the ranks, averaged over "
-                         f"{selection}; error bars: 90% t interval of the mean) against the prediction b·E_k with k = "
+        ctx.figure(pvm_fig, "predicted-vs-measured", f"Measured mean straggler delay (mean − min NCCL kernel duration over the ranks, averaged over "
+                         f"{selection}; error bars: {PCT} t interval of the mean) against the prediction b·E_k with k = "
                          f"n/m from the posterior of {pvm['model'].iloc[0]} and b the pooled sd of the preceding "
-                         f"blocks (error bars: 90% credible interval), per workload (SPEC §7)."),
+                         f"blocks (error bars: {PCT} credible interval), per workload (SPEC §7)."),
         f"Measured / predicted: median {fmt(float(ratio.median()))}, range {fmt(float(ratio.min()))} – "
         f"{fmt(float(ratio.max()))} over {len(pvm)} workload(s)."], anchor="pvm")]
 
@@ -580,7 +585,7 @@ def run_sections(run_dir: Path, out: Path, manifest: dict[str, Any]) -> tuple[li
 def _cell_mle(z: np.ndarray) -> tuple[dict[str, float] | None, dict[str, float] | None]:
     """GEV and Gumbel maximum-likelihood parameters of one cell (None where too few z-scores)."""
     from evtsync.evt import mle
-    from evtsync.run import MIN_Z_MLE
+    from evtsync.evt.mlefit import MIN_Z_MLE
 
     z = z[np.isfinite(z)]
     if z.size < MIN_Z_MLE:
@@ -592,7 +597,7 @@ def _cell_mle(z: np.ndarray) -> tuple[dict[str, float] | None, dict[str, float] 
 
 def fit_sections(fit_file: Path, out: Path) -> tuple[list[Section], list[Path]]:
     """The document of one Bayesian fit: convergence, parameters, xi per cell, fit per cell."""
-    from evtsync.evt.fit import cell_parameters, is_converged, load_fit, parameter_summary
+    from evtsync.evt.bayesfit import cell_parameters, is_converged, load_fit, parameter_summary
 
     tree = load_fit(fit_file)
     ctx = _Ctx(fit_file.parent, out, {})
@@ -607,8 +612,8 @@ def fit_sections(fit_file: Path, out: Path) -> tuple[list[Section], list[Path]]:
     summary = parameter_summary(tree)
     summary["not converged"] = (summary["r_hat"] > 1.01) | (summary["ess_bulk"] < 400)
     summary["r_hat"] = [f"{v:.4f}" for v in summary["r_hat"]]
-    items.append(Table(summary.rename(columns={"q05": "5%", "q95": "95%"}), "Posterior of every parameter: mean, sd, "
-                       "central 90% interval, split R-hat, bulk and tail ESS (rows in red fail R-hat ≤ 1.01 or ESS ≥ 400).",
+    items.append(Table(summary.drop(columns=["level"]).rename(columns={"lo": f"{(1 - LEVEL) / 2:.0%}", "hi": f"{(1 + LEVEL) / 2:.0%}"}), "Posterior of every parameter: mean, sd, "
+                       f"central {PCT} interval, split R-hat, bulk and tail ESS (rows in red fail R-hat ≤ 1.01 or ESS ≥ 400).",
                        flag="not converged"))
     sections = [Section(f"Fit {name}", items, anchor="fit")]
     params = cell_parameters(tree)
@@ -619,24 +624,23 @@ def fit_sections(fit_file: Path, out: Path) -> tuple[list[Section], list[Path]]:
         gpu = str(cells["gpu"].values[i]) if "gpu" in cells else "all"
         precision = str(cells["precision"].values[i]) if "precision" in cells else "all"
         draws = tuple(params[p].isel(cell=i).values.ravel() for p in ("mu", "sigma", "xi"))
-        q = {p: (float(np.mean(d)), float(np.quantile(d, 0.05)), float(np.quantile(d, 0.95)))
+        q = {p: (float(np.mean(d)), float(np.quantile(d, (1 - LEVEL) / 2)), float(np.quantile(d, (1 + LEVEL) / 2)))
              for p, d in zip(("mu", "sigma", "xi"), draws, strict=True)}
         rows.append({"model": name, "gpu": gpu, "precision": precision, "converged": is_converged(tree),
-                     "xi_mean": q["xi"][0], "xi_q_lo": q["xi"][1], "xi_q_hi": q["xi"][2]})
+                     "xi_mean": q["xi"][0], "xi_lo": q["xi"][1], "xi_hi": q["xi"][2]})
         z = obs["z"].values[obs["cell"].values == i]
         mle_gev, mle_gumbel = _cell_mle(z)
-        pair = figs.gev_cell(z, mle_gev, mle_gumbel, draws, name, ctx.fig_dir, f"gev-{_slug(cell)}", cell)
+        fig = fit_figs.gev_cell(z, mle_gev, mle_gumbel, draws, name, cell)
         sections.append(Section(f"Cell {cell}", [
-            f"mu {fmt_ci(*q['mu'])}, sigma {fmt_ci(*q['sigma'])}, xi {fmt_ci(*q['xi'])} (posterior mean [90% CrI]).",
-            ctx.figure(pair, f"Left: histogram of the {z.size} z-scores of cell {cell} with the posterior mean GEV "
-                             f"density of {name} and its 90% pointwise band, and the GEV and Gumbel "
+            f"mu {fmt_ci(*q['mu'])}, sigma {fmt_ci(*q['sigma'])}, xi {fmt_ci(*q['xi'])} (posterior mean [{PCT} CrI]).",
+            ctx.figure(fig, f"gev-{_slug(cell)}", f"Left: histogram of the {z.size} z-scores of cell {cell} with the posterior mean GEV "
+                             f"density of {name} and its {PCT} pointwise band, and the GEV and Gumbel "
                              f"maximum-likelihood densities. Right: QQ plot of the ordered z-scores against the MLE "
                              f"model quantiles at i/(n+1) (SPEC §6).")], level=3))
     xi = pd.DataFrame(rows)
-    if xi["xi_q_hi"].max() != 0 or xi["xi_q_lo"].min() != 0:
-        pair = figs.xi_forest(xi, None, ctx.fig_dir, "xi-forest")
+    if xi["xi_hi"].max() != 0 or xi["xi_lo"].min() != 0:
         sections.insert(1, Section("Shape parameter xi per cell", [ctx.figure(
-            pair, "Posterior mean and 90% credible interval of xi in every cell of the fit.")], anchor="xi"))
+            fit_figs.xi_forest(xi, None), "xi-forest", f"Posterior mean and {PCT} credible interval of xi in every cell of the fit.")], anchor="xi"))
     return sections, ctx.written
 
 
@@ -645,8 +649,8 @@ def fit_sections(fit_file: Path, out: Path) -> tuple[list[Section], list[Path]]:
 def build_report(source: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> list[Path]:
     """Write ``report.html``, ``report.md`` and ``figures/`` for a run folder or a fit; returns
     every file written (figures first)."""
-    from evtsync.evt.fit import FIT_FILE
-    from evtsync.run import MANIFEST, read_manifest
+    from evtsync.evt.bayesfit import FIT_FILE
+    from evtsync.pipeline.layout import MANIFEST, read_manifest
 
     src = Path(source)
     if (src / MANIFEST).is_file():
@@ -656,7 +660,7 @@ def build_report(source: str | os.PathLike[str], out: str | os.PathLike[str] | N
         name = src.resolve().name
         title = f"evtsync report: {name}"
         subtitle = (f"Run folder {src}; evtsync {manifest.get('evtsync_version', '?')}; last updated "
-                    f"{manifest.get('updated', '?')}. Intervals are central 90% intervals. Tables and figures (PNG "
+                    f"{manifest.get('updated', '?')}. Intervals are central {PCT} intervals. Tables and figures (PNG "
                     f"and SVG) lie beside this file.")
     else:
         fit_file = src / FIT_FILE if src.is_dir() else src
@@ -665,7 +669,7 @@ def build_report(source: str | os.PathLike[str], out: str | os.PathLike[str] | N
         dest = Path(out) if out else (src if src.is_dir() else src.parent)
         sections, written = fit_sections(fit_file, dest)
         title = f"evtsync report: fit {fit_file.stem if fit_file.name != FIT_FILE else src.name}"
-        subtitle = f"Fit file {fit_file}. Intervals are central 90% credible intervals."
+        subtitle = f"Fit file {fit_file}. Intervals are central {PCT} credible intervals."
     dest.mkdir(parents=True, exist_ok=True)
     html_path = write_text_atomic(dest / REPORT_HTML, render_html(title, subtitle, sections))
     md_path = write_text_atomic(dest / REPORT_MD, render_markdown(title, sections, dest))

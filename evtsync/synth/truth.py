@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from evtsync import __version__
+from evtsync._version import __version__
 from evtsync.synth.config import DEFAULT_GEV, SynthConfig
 from evtsync.synth.noise import pooled_z
 from evtsync.synth.timeline import Simulation

@@ -60,7 +60,7 @@ def default_cache_dir() -> Path:
 def _version() -> str:
     """The evtsync version plus a hash of the reader's source: any change to how tables
     are built (even without a version bump, e.g. in a development checkout) misses."""
-    from evtsync import __version__
+    from evtsync._version import __version__
 
     digest = hashlib.sha256()
     for module in ("decode.py", "tables.py", "schema.py", "ranks.py", "cache.py"):

@@ -1,4 +1,4 @@
-"""Shared matplotlib set-up: headless backend, consistent style, atomic saving."""
+"""Shared matplotlib set-up: headless backend, consistent style, atomic saving of figures."""
 
 from __future__ import annotations
 
@@ -45,3 +45,24 @@ def save_figure(fig: Any, path: str | os.PathLike[str], dpi: int = 130) -> Path:
     finally:
         plt.close(fig)
     return Path(path)
+
+
+def save_png_svg(fig: Any, folder: str | os.PathLike[str], stem: str) -> tuple[Path, Path]:
+    """Save ``fig`` as ``folder/stem.svg`` and ``folder/stem.png`` (atomically) and close it."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    svg = folder / f"{stem}.svg"
+    try:
+        with atomic_path(svg) as tmp:
+            fig.savefig(tmp, format="svg", bbox_inches="tight")
+    except BaseException:
+        plt.close(fig)
+        raise
+    png = save_figure(fig, folder / f"{stem}.png", dpi=110)
+    return png, svg
+
+
+def not_converged_mark(ax: Any, converged: bool, what: str = "fit") -> None:
+    """Write "NOT CONVERGED" in red in the corner of ``ax`` when the figure uses such a fit."""
+    if not converged:
+        ax.text(0.02, 0.98, f"{what} NOT CONVERGED", transform=ax.transAxes, color="red", va="top", fontsize=8)

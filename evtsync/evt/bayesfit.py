@@ -1,0 +1,399 @@
+"""The Bayesian fit as an object: :class:`BayesFit`, loaded and saved without the sampler.
+
+A fit is one netCDF-4 file (an :class:`xarray.DataTree` in ArviZ 1.x layout, described in
+:mod:`evtsync.evt.fit`). ``BayesFit`` wraps it and answers what every later step asks:
+
+    fit = BayesFit.load("fits/gev-hier-gpu-precision")   # no PyMC import
+    fit.spec                 # the ModelSpec that made it, parsed back from the stored text
+    fit.provenance           # input sha256, seed, sampler settings, package versions, command
+    fit.converged, fit.convergence
+    fit.posterior["xi"].sel(gpu="H200", precision="bf16")   # labelled dimensions
+    fit.cell_parameters()    # mu, sigma, xi per cell (pooled ones broadcast), cell = (gpu, precision)
+    fit.save("elsewhere/")   # round trip
+
+Labelled dimensions. In the file, per-cell parameters have a ``cell`` dimension with labels
+such as ``"H200|bf16"`` (netCDF stores no MultiIndex); :attr:`BayesFit.posterior` unstacks it
+into one dimension per group (``gpu``, ``precision``), the dims that the group effects
+(``xi_delta_gpu``) already use. Cells absent from the data (an incomplete grid) are NaN there;
+:meth:`BayesFit.cell_parameters` keeps the observed cells only, on a ``cell`` dimension
+indexed by ``gpu`` and ``precision`` coordinates, so ``.sel(gpu=..., precision=...)`` works on
+both.
+
+Format. Every file written since this module records ``evtsync_fit_format``
+(:data:`FIT_FORMAT`); loading refuses a newer version with the way out (upgrade evtsync).
+Files without it (written before the format had a number) load as version 0.
+
+:class:`BayesFit` and :class:`evtsync.evt.mlefit.MleCellFit` share the small interface that
+predictions use (:class:`CellFit`): ``name``, ``family``, ``kind``, ``converged``,
+``convergence_note``, ``cells`` and ``cell_draws()``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from evtsync.defaults import INTERVAL_LEVEL
+from evtsync.errors import FitError
+from evtsync.tableio import atomic_path
+
+if TYPE_CHECKING:
+    from evtsync.evt.spec import ModelSpec
+
+FIT_FILE = "fit.nc"
+#: Version of the fit file layout this code writes and reads.
+FIT_FORMAT = 1
+FORMAT_ATTR = "evtsync_fit_format"
+#: Groups every fit file has.
+REQUIRED_GROUPS = ("posterior", "sample_stats", "observed_data", "cells")
+#: Names under which a posterior predictive check may be stored (the first present is used).
+PPC_GROUPS = ("posterior_predictive_check", "ppc")
+#: Root attributes that make up a fit's provenance.
+PROVENANCE_KEYS = ("model_name", "model_family", "model_spec_path", "input_path", "input_sha256", "seed",
+                   "draws", "tune", "chains", "target_accept", "sampler", "command", "sampling_seconds",
+                   "created", "package_versions")
+
+
+@runtime_checkable
+class CellFit(Protocol):
+    """What predictions need of a fit, Bayesian or maximum likelihood."""
+
+    @property
+    def name(self) -> str: ...  # noqa: D102
+    @property
+    def family(self) -> str: ...  # noqa: D102
+    @property
+    def kind(self) -> str: ...  # noqa: D102
+    @property
+    def converged(self) -> bool: ...  # noqa: D102
+    @property
+    def convergence_note(self) -> str: ...  # noqa: D102
+    @property
+    def cells(self) -> pd.DataFrame: ...  # noqa: D102
+    def cell_draws(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...  # noqa: D102
+
+
+# --------------------------------------------------------------------------- files
+
+def fit_path(path: str | os.PathLike[str]) -> Path:
+    """The netCDF file of a fit given as a folder (``fits/NAME``) or as the file itself."""
+    p = Path(path)
+    return p / FIT_FILE if p.is_dir() or not p.suffix else p
+
+
+def _require_netcdf_engine() -> None:
+    """Fits are netCDF-4 files written with h5netcdf (an optional extra): say so clearly."""
+    try:
+        import h5netcdf  # noqa: F401
+        import h5py  # noqa: F401
+    except ImportError as exc:
+        raise FitError("writing and reading fits needs the netCDF engine: "
+                       "pip install 'evtsync[netcdf]' (h5netcdf and h5py)") from exc
+
+
+def save_fit(tree: xr.DataTree, out: str | os.PathLike[str]) -> Path:
+    """Write the fit tree atomically to ``out/fit.nc`` (or to ``out`` if it names a .nc file)."""
+    dest = fit_path(out)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    _require_netcdf_engine()
+    tree.attrs.setdefault(FORMAT_ATTR, FIT_FORMAT)
+    tree.attrs.pop("fit_path", None)
+    with atomic_path(dest) as tmp:
+        tree.to_netcdf(tmp, engine="h5netcdf")
+    return dest
+
+
+def format_version(tree: xr.DataTree, source: str = "fit") -> int:
+    """The layout version of a fit tree; ``FitError`` when newer than this code reads."""
+    raw = tree.attrs.get(FORMAT_ATTR, 0)
+    try:
+        version = int(raw)
+    except (TypeError, ValueError):
+        raise FitError(f"{source}: unknown fit format {raw!r} (attribute {FORMAT_ATTR})") from None
+    if version > FIT_FORMAT or version < 0:
+        raise FitError(f"{source}: fit format {version} is newer than this evtsync reads (format {FIT_FORMAT}); "
+                       "upgrade evtsync to read it")
+    return version
+
+
+def load_fit(path: str | os.PathLike[str]) -> xr.DataTree:
+    """Load a fit written by :func:`save_fit` into memory (the tree); ``FitError`` if it is not one."""
+    p = fit_path(path)
+    if not p.is_file():
+        raise FitError(f"{p}: no such fit file (expected a folder written by `evtsync fit` or its {FIT_FILE})")
+    _require_netcdf_engine()
+    try:
+        opened = xr.open_datatree(p, engine="h5netcdf")
+        try:
+            tree = opened.load()
+        finally:
+            opened.close()  # the data are in memory; the file may be replaced while the fit is used
+    except (OSError, ValueError) as exc:
+        raise FitError(f"{p}: cannot read as a netCDF fit: {exc}") from exc
+    for group in REQUIRED_GROUPS:
+        if group not in tree.children:
+            raise FitError(f"{p}: not an evtsync fit (group '{group}' missing)")
+    for key in ("model_name", "converged"):
+        if key not in tree.attrs:
+            raise FitError(f"{p}: not an evtsync fit (attribute '{key}' missing)")
+    format_version(tree, str(p))
+    tree.attrs["fit_path"] = str(p)
+    return tree
+
+
+# --------------------------------------------------------------------------- tree helpers
+
+def is_converged(tree: xr.DataTree) -> bool:
+    """The convergence verdict recorded in the fit."""
+    return bool(int(tree.attrs.get("converged", 0)))
+
+
+def convergence_note(tree: xr.DataTree) -> str:
+    """Empty when converged, else a warning line naming the fit, for every output using it."""
+    if is_converged(tree):
+        return ""
+    return f"WARNING: fit {tree.attrs.get('model_name', '?')} is NOT CONVERGED ({tree.attrs.get('convergence', '')})"
+
+
+def cell_parameters(tree: xr.DataTree) -> xr.Dataset:
+    """Per-cell ``mu``, ``sigma``, ``xi`` draws with dims (chain, draw, cell), pooled ones broadcast.
+
+    ``cell`` carries the file's labels (``"H200|bf16"``); :meth:`BayesFit.cell_parameters`
+    gives the same numbers with ``gpu``/``precision`` coordinates.
+    """
+    post = tree["posterior"].to_dataset()
+    cells = tree["cells"].to_dataset()
+    template = xr.zeros_like(post["mu"].isel({d: 0 for d in post["mu"].dims if d not in ("chain", "draw")}, drop=True))
+    cell_coord = xr.DataArray(np.zeros(cells.sizes["cell"]), dims="cell", coords={"cell": cells["cell"].values})
+    out = {}
+    for name in ("mu", "sigma", "xi"):
+        da = post.get(name, template)
+        if "cell" not in da.dims:
+            da = da + cell_coord
+        out[name] = da.transpose("chain", "draw", "cell")
+    return xr.Dataset(out)
+
+
+def _split_single_chain(tree: xr.DataTree) -> xr.DataTree:
+    """With one chain, its two halves as two chains, so that (split) R-hat is defined."""
+    post = tree["posterior"].to_dataset()
+    if post.sizes["chain"] > 1:
+        return tree
+    half = post.sizes["draw"] // 2
+    first = post.isel(chain=[0], draw=slice(0, half))
+    second = post.isel(chain=[0], draw=slice(half, 2 * half)).assign_coords(chain=[1], draw=first["draw"].values)
+    return xr.DataTree.from_dict({"posterior": xr.concat([first, second], dim="chain")})
+
+
+def parameter_summary(tree: xr.DataTree, level: float = INTERVAL_LEVEL) -> pd.DataFrame:
+    """Mean, sd, central ``level`` interval (``lo``, ``hi``), R-hat and bulk/tail ESS of every posterior scalar."""
+    import arviz as az
+
+    post = tree["posterior"].to_dataset()
+    rhat = az.rhat(_split_single_chain(tree))
+    ess_bulk = az.ess(tree, method="bulk")
+    ess_tail = az.ess(tree, method="tail")
+    rows = []
+    for name, da in post.data_vars.items():
+        flat = da.stack(sample=("chain", "draw"))
+        extra = [d for d in da.dims if d not in ("chain", "draw")]
+        if extra:
+            stacked = flat.stack(idx=extra)
+            labels = [f"{name}[{'|'.join(map(str, k if isinstance(k, tuple) else (k,)))}]" for k in stacked["idx"].values]
+            values = stacked.transpose("idx", "sample").values
+            r = rhat[name].stack(idx=extra).values
+            eb = ess_bulk[name].stack(idx=extra).values
+            et = ess_tail[name].stack(idx=extra).values
+        else:
+            labels, values = [name], flat.values[None, :]
+            r, eb, et = [np.atleast_1d(x[name].values) for x in (rhat, ess_bulk, ess_tail)]
+        for k, label in enumerate(labels):
+            v = values[k]
+            rows.append({
+                "parameter": label, "mean": v.mean(), "sd": v.std(ddof=1),
+                "lo": np.quantile(v, (1 - level) / 2), "hi": np.quantile(v, (1 + level) / 2), "level": level,
+                "r_hat": float(r[k]), "ess_bulk": float(eb[k]), "ess_tail": float(et[k]),
+            })
+    return pd.DataFrame(rows)
+
+
+def cell_table(tree: xr.DataTree) -> pd.DataFrame:
+    """One row per cell of a fit: ``cell`` label, its group columns, ``n_obs``."""
+    cells = tree["cells"].to_dataset()
+    out = pd.DataFrame({"cell": cells["cell"].values.astype(str)})
+    for name, da in cells.data_vars.items():
+        if name != "n_obs":
+            out[name] = da.values.astype(str)
+    out["n_obs"] = cells["n_obs"].values
+    return out
+
+
+def _group_index(cells: pd.DataFrame) -> pd.MultiIndex | None:
+    groups = [c for c in cells.columns if c not in ("cell", "n_obs")]
+    if not groups:
+        return None
+    return pd.MultiIndex.from_frame(cells[groups].astype(str))
+
+
+# --------------------------------------------------------------------------- the object
+
+class BayesFit:
+    """A Bayesian fit: its posterior on labelled dimensions, spec, provenance and convergence."""
+
+    kind = "bayes"
+
+    def __init__(self, tree: xr.DataTree, path: str | os.PathLike[str] | None = None) -> None:
+        for group in REQUIRED_GROUPS:
+            if group not in tree.children:
+                raise FitError(f"{path or 'fit'}: not an evtsync fit (group '{group}' missing)")
+        self.tree = tree
+        self.path = Path(path) if path is not None else (Path(tree.attrs["fit_path"])
+                                                         if "fit_path" in tree.attrs else None)
+        self.format_version = format_version(tree, str(self.path or "fit"))
+
+    # ---- files
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> BayesFit:
+        """Read a fit file (or its folder); checks the groups and the format version."""
+        p = fit_path(path)
+        return cls(load_fit(p), p)
+
+    def save(self, out: str | os.PathLike[str]) -> Path:
+        """Write the fit to ``out/fit.nc`` (or the .nc file ``out``) atomically; returns the path."""
+        self.tree.attrs[FORMAT_ATTR] = FIT_FORMAT
+        dest = save_fit(self.tree, out)
+        self.path = dest
+        return dest
+
+    # ---- identity
+    @property
+    def name(self) -> str:
+        """The model's name (from its specification)."""
+        return str(self.tree.attrs.get("model_name", "?"))
+
+    @property
+    def family(self) -> str:
+        """``gumbel``, ``frechet`` or ``gev``."""
+        return str(self.tree.attrs.get("model_family", "gev"))
+
+    @cached_property
+    def spec(self) -> ModelSpec:
+        """The specification that made the fit, parsed back from the stored text."""
+        from evtsync.evt.spec import parse_spec
+
+        text = self.tree.attrs.get("model_spec_text")
+        if not text:
+            raise FitError(f"{self.path or 'fit'}: the fit stores no model specification text")
+        source = f"{self.path or 'fit'} (model_spec_text of {self.tree.attrs.get('model_spec_path', '?')})"
+        return parse_spec(str(text), source)
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """Where the fit came from: input and its sha256, seed, sampler settings, command, versions."""
+        out: dict[str, Any] = {}
+        for key in PROVENANCE_KEYS:
+            if key in self.tree.attrs:
+                value = self.tree.attrs[key]
+                if key == "package_versions" and isinstance(value, str):
+                    value = json.loads(value)
+                out[key] = value.item() if isinstance(value, np.generic) else value
+        return out
+
+    # ---- convergence
+    @property
+    def converged(self) -> bool:
+        """The recorded verdict (R-hat, ESS, divergences; see :mod:`evtsync.evt.fit`)."""
+        return is_converged(self.tree)
+
+    @property
+    def convergence(self) -> dict[str, Any]:
+        """The recorded convergence numbers (``converged``, ``max_rhat``, ``min_ess_bulk``, ...)."""
+        keys = [k for k in self.tree.attrs if k in ("converged", "convergence", "divergences")
+                or k.startswith(("max_rhat", "min_ess"))]
+        out = {k: self.tree.attrs[k] for k in keys}
+        out["converged"] = self.converged
+        return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in out.items()}
+
+    @property
+    def convergence_note(self) -> str:
+        """Empty when converged, else the warning line every output using the fit carries."""
+        return convergence_note(self.tree)
+
+    # ---- cells and parameters
+    @cached_property
+    def cells(self) -> pd.DataFrame:
+        """One row per cell: ``cell`` label, group columns (e.g. gpu, precision), ``n_obs``."""
+        return cell_table(self.tree)
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """The columns whose combinations are the cells (empty for a pooled fit)."""
+        return tuple(c for c in self.cells.columns if c not in ("cell", "n_obs"))
+
+    @cached_property
+    def posterior(self) -> xr.Dataset:
+        """The posterior with per-cell parameters on one dimension per group (NaN for absent cells)."""
+        post = self.tree["posterior"].to_dataset()
+        index = _group_index(self.cells)
+        per_cell = [v for v, da in post.data_vars.items() if "cell" in da.dims]
+        if index is None or not per_cell:
+            return post
+        coords = xr.Coordinates.from_pandas_multiindex(index, "cell")
+        cellwise = post[per_cell].drop_vars("cell").assign_coords(coords).unstack("cell")
+        rest = post.drop_vars([*per_cell, "cell"])
+        return xr.merge([rest, cellwise], join="outer", compat="override", combine_attrs="override")
+
+    def cell_parameters(self) -> xr.Dataset:
+        """``mu``, ``sigma``, ``xi`` draws (chain, draw, cell) for the observed cells, pooled ones
+        broadcast; ``cell`` is indexed by the group coordinates and keeps its label as ``cell_label``."""
+        params = cell_parameters(self.tree)
+        index = _group_index(self.cells)
+        if index is None:
+            return params
+        labels = params["cell"].values
+        coords = xr.Coordinates.from_pandas_multiindex(index, "cell")
+        return params.drop_vars("cell").assign_coords(coords).assign_coords(cell_label=("cell", labels))
+
+    def cell_draws(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """mu, sigma, xi as arrays (sample, cell), cells in the order of :attr:`cells`."""
+        params = cell_parameters(self.tree)
+        n_cell = params.sizes["cell"]
+        return tuple(params[v].values.reshape(-1, n_cell) for v in ("mu", "sigma", "xi"))  # type: ignore[return-value]
+
+    # ---- checks stored with the fit
+    @property
+    def prior_predictive_check(self) -> xr.Dataset | None:
+        """The stored prior predictive check (cell x quantile), if the file has one."""
+        group = "prior_predictive_check"
+        return self.tree[group].to_dataset() if group in self.tree.children else None
+
+    @property
+    def ppc(self) -> xr.Dataset | None:
+        """The stored posterior predictive check per cell, if the file has one, else None."""
+        for group in PPC_GROUPS:
+            if group in self.tree.children:
+                return self.tree[group].to_dataset()
+        return None
+
+    def __repr__(self) -> str:
+        where = f" from {self.path}" if self.path else ""
+        verdict = "converged" if self.converged else "NOT CONVERGED"
+        return f"<BayesFit {self.name} ({self.family}), {len(self.cells)} cell(s), {verdict}{where}>"
+
+
+def as_fit(value: Any) -> Any:
+    """A :class:`CellFit` from a fit object, a fit tree, or a path to a fit file."""
+    if isinstance(value, xr.DataTree):
+        return BayesFit(value)
+    if isinstance(value, str | os.PathLike):
+        return BayesFit.load(value)
+    if isinstance(value, CellFit):
+        return value
+    raise TypeError(f"expected a BayesFit, MleCellFit, fit tree or fit path, got {type(value).__name__}")

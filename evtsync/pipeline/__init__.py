@@ -1,0 +1,59 @@
+"""The main job: traces → tax → attribution → z-scores → fits → predictions → report.
+
+``run_pipeline(RunOptions(...))`` runs the stages of a study in order and writes every stage's
+output into one run folder as soon as the stage finishes; a rerun reuses the stages whose
+inputs did not change and resumes an interrupted run. Modules:
+
+- :mod:`~evtsync.pipeline.options` — :class:`RunOptions` (checked before any work), workloads;
+- :mod:`~evtsync.pipeline.engine` — stages, cache keys, resume, manifest, lock, temporaries;
+- :mod:`~evtsync.pipeline.layout` — the run folder's layout and queries on it (the report's view);
+- :mod:`~evtsync.pipeline.stages` — the stage bodies, each calling the library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from evtsync.pipeline.engine import (
+    NotApplicable,
+    Run,
+    Stage,
+    StageEvent,
+    Unavailable,
+    execute,
+    source_digest,
+)
+from evtsync.pipeline.layout import (
+    FITS,
+    MANIFEST,
+    MANIFEST_FORMAT,
+    STATUS_DONE,
+    STATUS_FAILED,
+    STATUS_NA,
+    STATUS_UNAVAILABLE,
+    TABLES,
+    fitted_models,
+    main_model,
+    read_manifest,
+    stage_table,
+)
+from evtsync.pipeline.options import RunOptions, Workload, default_out, discover_workloads
+from evtsync.pipeline.stages import build_stages
+
+
+def run_pipeline(options: RunOptions, on_stage: Callable[[StageEvent], None] | None = None) -> Run:
+    """Run (or resume) every stage of a study into ``options.out``; returns the finished run.
+
+    ``on_stage`` is called with a :class:`StageEvent` when a stage starts, runs or is reused.
+    Stage failures (the package's own errors) are recorded, not raised; the caller reads
+    ``run.manifest["stages"]``. Bad options and output paths are refused before any work.
+    """
+    return execute(Run(options, on_stage), build_stages)
+
+
+__all__ = [
+    "FITS", "MANIFEST", "MANIFEST_FORMAT", "STATUS_DONE", "STATUS_FAILED", "STATUS_NA", "STATUS_UNAVAILABLE",
+    "TABLES", "NotApplicable", "Run", "RunOptions", "Stage", "StageEvent", "Unavailable", "Workload",
+    "build_stages", "default_out", "discover_workloads", "fitted_models", "main_model", "read_manifest",
+    "run_pipeline", "source_digest", "stage_table",
+]

@@ -1,0 +1,367 @@
+"""The pipeline's engine: stages with cache keys, resume, the run folder's manifest and lock.
+
+Each stage has a key: the SHA-256 of its parameters, the content hashes of the files it reads
+(trace files, or the outputs of the stages it depends on), the package version and a digest of
+the package's source. The manifest records each stage's key, status and the SHA-256 of each
+output; a stage whose key matches and whose outputs are intact is reused, otherwise it runs
+again (``force`` redoes every stage). Every output and the manifest are written atomically and
+the manifest is rewritten after each stage, so a run killed at any point leaves finished
+stages intact and the next run resumes after them.
+
+A stage ends ``done``, ``not_applicable`` (:class:`NotApplicable`, with the reason),
+``unavailable`` (:class:`Unavailable`) or ``failed`` — only for the package's own errors
+(:class:`~evtsync.errors.EvtsyncError`); any other exception is a bug and propagates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from evtsync.errors import EvtsyncError, InputError
+from evtsync.pipeline.layout import (
+    MANIFEST,
+    STATUS_DONE,
+    STATUS_FAILED,
+    STATUS_NA,
+    STATUS_UNAVAILABLE,
+)
+from evtsync.pipeline.options import RunOptions, Workload, default_out, discover_workloads
+from evtsync.tableio import (
+    TEMP_SUFFIX,
+    file_sha256,
+    json_ready,
+    read_table,
+    write_table,
+    write_text_atomic,
+)
+
+log = logging.getLogger("evtsync.pipeline")
+
+#: Statuses that are reused when the stage key matches (failures are always retried).
+CACHEABLE = (STATUS_DONE, STATUS_NA)
+#: Folders of a run that only the run writes (temporaries of killed runs are removed there).
+RUN_FOLDERS = ("tables", "fits", "figures", "inputs")
+
+
+class NotApplicable(Exception):  # noqa: N818 - a stage outcome, not an error
+    """Raised by a stage whose computation does not apply to the data, with the reason."""
+
+
+class Unavailable(Exception):  # noqa: N818 - a stage outcome, not an error
+    """Raised by a stage whose module is not installed, with the reason."""
+
+
+@dataclass
+class StageEvent:
+    """What happened to a stage, handed to the caller's ``on_stage`` callback."""
+
+    stage: str
+    action: str          # "start", "ran", "reused"
+    status: str = ""
+    reason: str = ""
+    seconds: float = 0.0
+
+
+@functools.cache
+def source_digest() -> str:
+    """SHA-256 over the package's Python sources: a code change invalidates cached stages.
+
+    Computed once per process, so that a run is judged against the code it runs with."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _key(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def _run_lock(out: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the run folder so that two runs never write it at once."""
+    import fcntl
+
+    lock_path = out / ".lock"
+    with open(lock_path, "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise InputError(f"{out}: another `evtsync run` is writing this folder") from exc
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@dataclass
+class Stage:
+    """One stage: its name, body, the stages it reads, and the parameters of its cache key."""
+
+    name: str
+    func: Callable[[Run], dict[str, Any]]
+    needs: tuple[str, ...]
+    params: Callable[[Run], dict[str, Any]]
+
+
+class Run:
+    """State of one pipeline run: options, run folder, manifest and loaded traces."""
+
+    def __init__(self, options: RunOptions, on_stage: Callable[[StageEvent], None] | None = None) -> None:
+        self.options = options
+        self.out = Path(options.out or default_out(options))
+        self.on_stage = on_stage or (lambda event: None)
+        self.manifest: dict[str, Any] = {}
+        self.workloads: list[Workload] = []
+        self._traces: dict[str, Any] = {}
+        self._alignments: dict[str, Any] = {}
+        #: Dask backend of the run (``workers``/``scheduler``/environment), open during it
+        self.backend: Any = None
+        self.code = source_digest()
+        self.outputs: dict[str, list[str]] = {}
+
+    # ---- files
+    def path(self, rel: str) -> Path:
+        """Absolute path of a run-folder file."""
+        return self.out / rel
+
+    def write_table(self, rel: str, table: pd.DataFrame) -> str:
+        """Write a stage output table atomically; returns its relative path."""
+        write_table(table, self.path(rel))
+        return rel
+
+    def write_json(self, rel: str, data: Any) -> str:
+        """Write a stage output JSON atomically; returns its relative path."""
+        write_text_atomic(self.path(rel), json.dumps(json_ready(data), indent=2, sort_keys=True))
+        return rel
+
+    def table(self, rel: str) -> pd.DataFrame:
+        """Read a table written by an earlier stage."""
+        return read_table(self.path(rel))
+
+    def save_manifest(self) -> None:
+        """Rewrite the manifest atomically."""
+        self.manifest["updated"] = pd.Timestamp.now(tz="UTC").isoformat()
+        write_text_atomic(self.path(MANIFEST), json.dumps(json_ready(self.manifest), indent=2))
+
+    # ---- traces
+    def align_options(self) -> dict[str, Any]:
+        """Keyword arguments of :func:`evtsync.align_collectives`."""
+        from evtsync.collectives import END_TOLERANCE_US, RANKS_PER_HOST, PGOverride
+
+        o = self.options
+        return {"overrides": [PGOverride.parse(t) for t in o.pg_overrides],
+                "end_tolerance_us": END_TOLERANCE_US if o.end_tolerance_us is None else o.end_tolerance_us,
+                "strict": o.strict, "allow_partial": o.allow_partial,
+                "ranks_per_host": RANKS_PER_HOST if o.ranks_per_host is None else o.ranks_per_host}
+
+    def traces(self, workload: Workload) -> Any:
+        """The loaded :class:`~evtsync.trace.traceset.TraceSet` of a workload (memoised)."""
+        if workload.name not in self._traces:
+            from evtsync.trace.traceset import load_traces
+
+            o = self.options
+            where = ({"client": self.backend.client} if self.backend is not None else {"jobs": o.jobs})
+            self._traces[workload.name] = load_traces(workload.files, salvage=o.salvage, cache=o.cache,
+                                                      rank_from=o.rank_from, comm_kernels=o.comm_kernels, **where)
+        return self._traces[workload.name]
+
+    def alignment(self, workload: Workload) -> Any:
+        """The alignment of a workload's collectives (memoised)."""
+        if workload.name not in self._alignments:
+            from evtsync.collectives import align_collectives
+
+            self._alignments[workload.name] = align_collectives(self.traces(workload), backend=self.backend,
+                                                                **self.align_options())
+        return self._alignments[workload.name]
+
+    def trace_hashes(self) -> dict[str, str]:
+        """SHA-256 of every trace file, reusing the manifest's when size and mtime match."""
+        known = self.manifest.setdefault("file_hashes", {})
+        out = {}
+        for w in self.workloads:
+            for f in w.files:
+                st = f.stat()
+                rec = known.get(str(f))
+                if not rec or rec.get("size") != st.st_size or rec.get("mtime_ns") != st.st_mtime_ns:
+                    rec = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": file_sha256(f)}
+                    known[str(f)] = rec
+                out[f"{w.name}/{f.name}"] = rec["sha256"]
+        return out
+
+    def before_tax(self) -> None:
+        """Find the workloads (the demo's once its stage wrote them) and record them in the manifest."""
+        if self.options.is_demo:
+            if not self.done("demo"):
+                entry = self.stage_entry("demo")
+                raise EvtsyncError(f"the demo study could not be written: {entry.get('reason', '')}")
+            self.workloads = discover_workloads([self.path("inputs/demo")])
+        elif not self.workloads:
+            self.workloads = discover_workloads(self.options.traces)
+        self.manifest["workloads"] = [{"name": w.name, "files": [str(f) for f in w.files]} for w in self.workloads]
+
+    # ---- stage bookkeeping
+    def stage_entry(self, name: str) -> dict[str, Any]:
+        """The manifest record of a stage (empty when it never ran)."""
+        return self.manifest.get("stages", {}).get(name, {})
+
+    def done(self, name: str) -> bool:
+        """Whether a stage finished with results."""
+        return self.stage_entry(name).get("status") == STATUS_DONE
+
+    def require(self, *names: str) -> None:
+        """Raise NotApplicable naming the first upstream stage without results."""
+        for name in names:
+            entry = self.stage_entry(name)
+            if entry.get("status") != STATUS_DONE:
+                reason = entry.get("reason") or entry.get("status") or "did not run"
+                if reason.startswith("needs stage "):
+                    raise NotApplicable(reason)
+                raise NotApplicable(f"needs stage {name}, which has no results ({reason})")
+
+    def _intact(self, entry: dict[str, Any]) -> bool:
+        for rel, digest in entry.get("outputs", {}).items():
+            p = self.path(rel)
+            if not p.is_file() or file_sha256(p) != digest:
+                log.info("output %s is missing or changed; its stage runs again", rel)
+                return False
+        return True
+
+    def stage_key(self, stage: Stage) -> str:
+        """Hash of the stage's parameters, inputs, package version and source digest."""
+        from evtsync._version import __version__
+
+        upstream = {n: self.stage_entry(n).get("outputs", {}) | {"status": self.stage_entry(n).get("status")}
+                    for n in stage.needs}
+        return _key(stage.name, stage.params(self), upstream, __version__, self.code)
+
+    def run_stage(self, stage: Stage) -> None:
+        """Reuse the stage when its key matches and its outputs are intact; else run it."""
+        stages = self.manifest.setdefault("stages", {})
+        key = self.stage_key(stage)
+        old = stages.get(stage.name, {})
+        if (not self.options.force and old.get("key") == key and old.get("status") in CACHEABLE
+                and self._intact(old)):
+            self._history(stage.name, "reused", old["status"])
+            self.on_stage(StageEvent(stage.name, "reused", old["status"], old.get("reason", "")))
+            return
+        self.on_stage(StageEvent(stage.name, "start"))
+        started = time.perf_counter()
+        entry: dict[str, Any] = {"key": key, "started": pd.Timestamp.now(tz="UTC").isoformat()}
+        self.outputs[stage.name] = []
+        try:
+            summary = stage.func(self) or {}
+            entry.update(status=STATUS_DONE, reason="", summary=summary)
+        except NotApplicable as exc:
+            entry.update(status=STATUS_NA, reason=str(exc))
+        except Unavailable as exc:
+            entry.update(status=STATUS_UNAVAILABLE, reason=str(exc))
+        except EvtsyncError as exc:
+            entry.update(status=STATUS_FAILED, reason=f"{type(exc).__name__}: {exc}")
+            log.warning("stage %s failed: %s", stage.name, exc)
+        written = self.outputs.pop(stage.name, [])
+        if entry["status"] != STATUS_DONE:
+            written = []
+        entry["outputs"] = {rel: file_sha256(self.path(rel)) for rel in written}
+        for rel in set(old.get("outputs", {})) - set(entry["outputs"]):
+            self.path(rel).unlink(missing_ok=True)
+        entry["seconds"] = round(time.perf_counter() - started, 3)
+        stages[stage.name] = entry
+        self._history(stage.name, "ran", entry["status"])
+        self.save_manifest()
+        self.on_stage(StageEvent(stage.name, "ran", entry["status"], entry.get("reason", ""), entry["seconds"]))
+
+    def produced(self, stage: str, *rels: str) -> None:
+        """Record output files of the running stage."""
+        self.outputs.setdefault(stage, []).extend(rels)
+
+    def _history(self, stage: str, action: str, status: str) -> None:
+        hist = self.manifest.setdefault("history", [])
+        hist.append({"time": pd.Timestamp.now(tz="UTC").isoformat(), "stage": stage, "action": action,
+                     "status": status})
+        del hist[:-500]
+
+
+def clean_temporaries(out: Path) -> int:
+    """Remove temporary files that evtsync's atomic writes left in the run's own folders when a
+    run was killed (``.NAME.XXXXXXXX.evtsync.tmp``); no other file is touched."""
+    count = 0
+    places = [out] + [out / name for name in RUN_FOLDERS if (out / name).is_dir()]
+    for place in places:
+        pattern = f"**/.*{TEMP_SUFFIX}" if place != out else f".*{TEMP_SUFFIX}"
+        for p in place.glob(pattern):
+            if p.is_file():
+                p.unlink(missing_ok=True)
+                count += 1
+    if count:
+        log.info("removed %d temporary file(s) left by an interrupted run", count)
+    return count
+
+
+def execute(run: Run, build_stages: Callable[[Run], list[Stage]]) -> Run:
+    """Run (or resume) the stages of ``build_stages(run)`` into ``run.out``; returns the run.
+
+    Stage failures (package errors) are recorded, not raised; the caller reads
+    ``run.manifest["stages"]``.
+    """
+    import dataclasses
+
+    from evtsync.parallel import optional_dask
+    from evtsync.pipeline.layout import MANIFEST_FORMAT, read_manifest
+    from evtsync.progress import progress
+
+    options = run.options
+    options.check()
+    try:
+        run.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"--out {run.out}: cannot create the run folder: {exc.strerror or exc}") from exc
+    with _run_lock(run.out), contextlib.ExitStack() as stack:
+        # one Dask cluster (if asked for) for the whole run: reading, alignment, blocks
+        run.backend = stack.enter_context(optional_dask(options.scheduler, options.workers, options.jobs))
+        stack.callback(setattr, run, "backend", None)  # the run outlives its cluster
+        clean_temporaries(run.out)
+        try:
+            old = read_manifest(run.out)
+        except InputError:
+            if not options.force:
+                raise
+            log.warning("%s: unreadable manifest replaced (--force); every stage runs again", run.out / MANIFEST)
+            old = {}
+        run.manifest = old or {"format": MANIFEST_FORMAT, "created": pd.Timestamp.now(tz="UTC").isoformat()}
+        from evtsync._version import __version__
+        from evtsync.defaults import INTERVAL_LEVEL
+
+        run.manifest.update({
+            "format": MANIFEST_FORMAT, "evtsync_version": __version__, "source_digest": run.code,
+            "demo": options.is_demo,
+            "options": {k: v for k, v in dataclasses.asdict(options).items() if k not in ("force",)},
+            "backend": run.backend.name if run.backend is not None else "local",
+            "sampling": options.sampling(), "level": INTERVAL_LEVEL,
+        })
+        stages = build_stages(run)
+        run.manifest["stage_order"] = [st.name for st in stages]
+        for name in list(run.manifest.get("stages", {})):
+            if name not in run.manifest["stage_order"]:
+                for rel in run.manifest["stages"][name].get("outputs", {}):
+                    run.path(rel).unlink(missing_ok=True)
+                del run.manifest["stages"][name]
+        for stage in progress(stages, "evtsync run", len(stages), "stage"):
+            if stage.name == "tax":
+                run.before_tax()
+            run.run_stage(stage)
+        run.save_manifest()
+    return run

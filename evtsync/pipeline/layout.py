@@ -1,0 +1,105 @@
+"""The run folder's layout: where each stage's outputs live, the manifest, and queries on it.
+
+The report and other readers of a run folder use this module, never the engine::
+
+    run_dir/
+      manifest.json            stages: key, status, reason, seconds, outputs (sha256 each)
+      inputs/demo/             the demo study's traces (demo run only)
+      tables/*.parquet         tax_*, attribution_*, zscores, mle, compare, tau, bstar, xi, ...
+      fits/<model>.nc          one Bayesian fit per model (BayesFit files)
+      figures/, report.html, report.md
+
+The run folder owns only the files its manifest lists; nothing else in it is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from evtsync.errors import InputError
+from evtsync.tableio import read_table
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = "evtsync-run/1"
+TABLES = "tables"
+FITS = "fits"
+INPUTS = "inputs"
+
+STATUS_DONE = "done"
+STATUS_NA = "not_applicable"
+STATUS_UNAVAILABLE = "unavailable"
+STATUS_FAILED = "failed"
+
+#: The table of each stage's main output (relative to the run folder).
+TABLE_FILES = {name: f"{TABLES}/{name}.parquet" for name in (
+    "tax_collectives", "tax_ranks", "tax_summary", "tax_groups", "tax_mismatches", "tax_traces",
+    "attribution_collectives", "attribution_summary", "attribution_validation", "zscores", "blocks_dropped",
+    "mle", "compare", "tau", "bstar", "xi", "xi_population", "block_scale", "predicted_vs_measured")}
+
+
+def table_path(run_dir: str | os.PathLike[str], name: str) -> Path:
+    """Path of the run table ``name`` (e.g. ``"tau"``)."""
+    return Path(run_dir) / TABLE_FILES.get(name, f"{TABLES}/{name}.parquet")
+
+
+def read_manifest(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The manifest of a run folder (empty dict when there is none)."""
+    path = Path(run_dir) / MANIFEST
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: unreadable run manifest ({exc}); rerun `evtsync run` with --force to rebuild "
+                         "it (every stage runs again)") from exc
+    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise InputError(f"{path}: not an evtsync run manifest (format {found!r}); rerun `evtsync run` with "
+                         "--force to rebuild it, or choose another --out")
+    return data
+
+
+def fitted_models(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Path]:
+    """Model name -> netCDF path of every Bayesian fit of a run that has results."""
+    out = {}
+    for name, entry in manifest.get("stages", {}).items():
+        if name.startswith("fit-") and entry.get("status") == STATUS_DONE:
+            for rel in entry.get("outputs", {}):
+                out[Path(rel).stem] = run_dir / rel
+    return out
+
+
+def main_model(run_dir: Path, manifest: dict[str, Any]) -> str | None:
+    """The model predictions are reported with: the best converged model by LOO, else the
+    best by LOO, else the hierarchical GEV, else any fitted model."""
+    fitted = fitted_models(run_dir, manifest)
+    if not fitted:
+        return None
+    cmp_path = run_dir / TABLES / "compare.parquet"
+    if manifest.get("stages", {}).get("compare", {}).get("status") == STATUS_DONE and cmp_path.is_file():
+        table = read_table(cmp_path)
+        table = table[table["model"].isin(fitted)]
+        conv = table[table["converged"].astype(bool)]
+        if len(conv):
+            return str(conv.iloc[0]["model"])
+        if len(table):
+            return str(table.iloc[0]["model"])
+    for preferred in ("gev-hier-gpu-precision", "gev", "gumbel"):
+        if preferred in fitted:
+            return preferred
+    return sorted(fitted)[0]
+
+
+def stage_table(manifest: dict[str, Any]) -> pd.DataFrame:
+    """One row per stage of a run: name, status, reason, seconds (in run order)."""
+    stages = manifest.get("stages", {})
+    order = manifest.get("stage_order", list(stages))
+    rows = [{"stage": name, "status": stages.get(name, {}).get("status", "not run"),
+             "reason": stages.get(name, {}).get("reason", ""),
+             "seconds": stages.get(name, {}).get("seconds", float("nan"))} for name in order]
+    return pd.DataFrame(rows, columns=["stage", "status", "reason", "seconds"])

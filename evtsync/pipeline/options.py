@@ -1,0 +1,157 @@
+"""What defines a run of the pipeline: :class:`RunOptions`, the workloads found in TRACES, and the
+demo's settings. Checked before any work starts (:meth:`RunOptions.check`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evtsync.defaults import (
+    DEFAULT_CHAINS,
+    DEFAULT_DRAWS,
+    DEFAULT_TUNE,
+    DEMO_CHAINS,
+    DEMO_DRAWS,
+    DEMO_TUNE,
+)
+from evtsync.errors import InputError
+from evtsync.reference import DGX_H200_ALPHA_US
+
+#: Settings of the demo study (see :func:`evtsync.synth.study`).
+DEMO_STUDY = "demo"
+DEMO_OVERRIDES: dict[str, Any] = {"gzip": True}
+
+
+@dataclass
+class RunOptions:
+    """Everything that defines a run. ``traces`` empty means the bundled demo study."""
+
+    traces: list[str] = field(default_factory=list)
+    out: Path | None = None
+    force: bool = False
+    draws: int | None = None
+    tune: int | None = None
+    chains: int | None = None
+    seed: int = 0
+    sampler: str = "nutpie"
+    block_pg: str | None = None
+    pg_overrides: list[str] = field(default_factory=list)
+    m: int = 4
+    time: str = "busy"
+    models_dir: Path | None = None
+    models: list[str] = field(default_factory=list)
+    alpha_us: float = DGX_H200_ALPHA_US
+    bytes: float | None = None
+    eps: float = -0.5
+    salvage: bool = False
+    jobs: int | None = None
+    workers: int | None = None
+    scheduler: str | None = None
+    cache: str | None = None
+    strict: bool = True
+    allow_partial: bool = False
+    end_tolerance_us: float | None = None
+    ranks_per_host: int | None = None
+    rank_from: str = "file"
+    comm_kernels: list[str] = field(default_factory=list)
+    report: bool = True
+    demo_overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_demo(self) -> bool:
+        """Whether this run uses the bundled demo study."""
+        return not self.traces
+
+    def check(self) -> None:
+        """Refuse bad options before any work: sample size, sampler settings, elasticity, output folder."""
+        from evtsync.tableio import check_output_dir
+
+        if self.m < 2:
+            raise InputError(f"--m {self.m}: the sample size must be >= 2")
+        for name, value in self.sampling().items():
+            if value < 1:
+                raise InputError(f"--{name} must be >= 1, got {value}")
+        if not -1 < self.eps < 0:
+            raise InputError(f"--eps {self.eps}: the target elasticity must lie in (-1, 0)")
+        check_output_dir(self.out or default_out(self), "--out")
+
+    def sampling(self) -> dict[str, int]:
+        """Draws, tune and chains: the user's, else the demo's or the real-run defaults."""
+        d, t, c = (DEMO_DRAWS, DEMO_TUNE, DEMO_CHAINS) if self.is_demo else \
+            (DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS)
+        return {"draws": int(self.draws or d), "tune": int(self.tune or t), "chains": int(self.chains or c)}
+
+
+@dataclass
+class Workload:
+    """One job's traces: a name and its trace files."""
+
+    name: str
+    files: list[Path]
+
+
+def default_out(options: RunOptions) -> Path:
+    """``fits/demo`` for the demo, else ``fits/<name of the (first) trace folder>``."""
+    if options.is_demo:
+        return Path("fits") / "demo"
+    first = Path(options.traces[0])
+    name = first.name if first.is_dir() else first.parent.name
+    for suffix in (".json.gz", ".json"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return Path("fits") / (name or "run")
+
+
+def _has_traces(folder: Path) -> bool:
+    return any(p.is_file() and p.name.lower().endswith((".json", ".json.gz")) for p in folder.iterdir())
+
+
+def _window_folders(folder: Path) -> bool:
+    """Whether every subfolder holding traces is a profiling window (torchtitan ``iteration_N``)."""
+    from evtsync.trace.traceset import WINDOW_FOLDER_RE
+
+    subs = [p for p in folder.iterdir() if p.is_dir() and _has_traces(p)]
+    return bool(subs) and all(WINDOW_FOLDER_RE.match(p.name) for p in subs)
+
+
+def discover_workloads(paths: Sequence[str | os.PathLike[str]]) -> list[Workload]:
+    """Workloads from TRACES: a folder of traces is one workload; a folder of such folders
+    (or of ``<name>/traces/`` folders, as ``evtsync synth`` writes) is a study of several;
+    loose files together form one workload named after their folder."""
+    from evtsync.trace.traceset import expand_paths
+
+    workloads: list[Workload] = []
+    loose: list[Path] = []
+    for item in paths:
+        path = Path(item)
+        if path.is_dir() and not _has_traces(path) and _window_folders(path):
+            workloads.append(Workload(path.name, expand_paths([path])))  # iteration_N/: windows of one job
+        elif path.is_dir() and not _has_traces(path):
+            subs = sorted(p for p in path.iterdir() if p.is_dir())
+            found = []
+            for sub in subs:
+                folder = sub / "traces" if (sub / "traces").is_dir() else sub
+                if _has_traces(folder):
+                    found.append(Workload(sub.name, expand_paths([folder])))
+            if (path / "traces").is_dir() and _has_traces(path / "traces"):
+                found = [Workload(path.name, expand_paths([path / "traces"]))]
+            if not found:
+                raise InputError(f"{path}: holds no trace files (*.json, *.json.gz) and no folders of them")
+            workloads.extend(found)
+        elif path.is_dir():
+            workloads.append(Workload(path.name, expand_paths([path])))
+        else:
+            loose.extend(expand_paths([path]))
+    if loose:
+        parents = {p.parent.name for p in loose}
+        workloads.append(Workload(parents.pop() if len(parents) == 1 else "traces", loose))
+    names = [w.name for w in workloads]
+    for i, w in enumerate(workloads):
+        if names.count(w.name) > 1:
+            w.name = f"{w.name}-{i}"
+    return workloads
+
+

@@ -1,0 +1,449 @@
+"""The stages of ``evtsync run``: each a short body that calls the library and writes its outputs.
+
+=====================  ==============================================  =====================
+stage                  what it computes (SPEC section)                 outputs
+=====================  ==============================================  =====================
+demo                   the bundled synthetic study (demo run only)     ``inputs/demo/``
+tax                    alignment and synchronization tax (§2, §3)      ``tables/tax_*.parquet``
+attribution            critical-path causes of the straggler (§4)      ``tables/attribution_*``
+zscores                compute blocks and pooled z-scores (§5)         ``tables/zscores.parquet``
+mle                    Gumbel/GEV maximum likelihood per cell (§6)     ``tables/mle.parquet``
+fit-<model>            Bayesian fit of each model specification (§6)   ``fits/<model>.nc``
+compare                PSIS-LOO comparison of the fits (§6)            ``tables/compare.parquet``
+prediction             tau(n) and B* with credible bands (§7, §8)      ``tables/tau.parquet`` …
+predicted-vs-measured  predicted vs measured straggler delay (§7)      ``tables/predicted_vs_measured.parquet``
+report                 HTML report, Markdown summary, figures          ``report.html`` …
+=====================  ==============================================  =====================
+
+Stages that do not apply to the data (no tensor-parallel blocks, no GEMM blocks, too few
+z-scores, one cell only) raise :class:`~evtsync.pipeline.engine.NotApplicable` with the reason;
+stages whose module is not installed :class:`~evtsync.pipeline.engine.Unavailable`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from evtsync.defaults import INTERVAL_LEVEL
+from evtsync.errors import InputError
+from evtsync.evt.mlefit import MIN_Z_MLE
+from evtsync.pipeline.engine import NotApplicable, Run, Stage, Unavailable
+from evtsync.pipeline.layout import FITS, TABLES, fitted_models, main_model
+from evtsync.pipeline.options import DEMO_OVERRIDES, DEMO_STUDY
+from evtsync.progress import progress
+from evtsync.tableio import file_sha256
+
+log = logging.getLogger("evtsync.pipeline.stages")
+
+#: Fewest z-scores for a Bayesian fit (for an MLE: :data:`evtsync.evt.mlefit.MIN_Z_MLE`).
+MIN_Z_BAYES = 30
+#: Central credible / confidence level of every interval the run reports.
+LEVEL = INTERVAL_LEVEL
+#: Largest domain size of the tau(n) and B* curves.
+N_MAX = 4096
+TOPOLOGIES = ("full", "ring", "torus3d")
+
+
+def _stage_demo(run: Run) -> dict[str, Any]:
+    try:
+        from evtsync.synth import study
+    except ImportError as exc:
+        raise Unavailable(f"evtsync.synth is not installed ({exc})") from exc
+    folder = run.path("inputs/demo")
+    overrides = {**DEMO_OVERRIDES, **run.options.demo_overrides}
+    results = study(folder, DEMO_STUDY, **overrides)
+    files = []
+    for res in results:
+        files.extend(str(p.relative_to(run.out)) for p in sorted(res.traces.values()))
+        files.append(str(res.truth_path.relative_to(run.out)))
+    run.produced("demo", *files)
+    return {"workloads": [r.out_dir.name for r in results], "files": len(files)}
+
+
+def _tag(table: pd.DataFrame, workload: str, gpu: str) -> pd.DataFrame:
+    table = table.copy()
+    table.insert(0, "workload", workload)
+    table.insert(1, "gpu", gpu)
+    return table
+
+
+def _gpu_of(traces: Any) -> str:
+    gpus = traces.ranks["gpu"].astype(str)
+    return str(gpus.mode().iloc[0]) if len(gpus) else "unknown"
+
+
+def _stage_tax(run: Run) -> dict[str, Any]:
+    from evtsync.tax import compute_tax, tax_summary
+
+    parts: dict[str, list[pd.DataFrame]] = {k: [] for k in
+                                            ("collectives", "ranks", "summary", "groups", "mismatches", "traces")}
+    for w in progress(run.workloads, "tax", len(run.workloads), "workload"):
+        traces = run.traces(w)
+        gpu = _gpu_of(traces)
+        alignment = run.alignment(w)
+        tables = compute_tax(alignment)
+        parts["collectives"].append(_tag(tables.collectives, w.name, gpu))
+        parts["ranks"].append(_tag(tables.ranks, w.name, gpu))
+        parts["summary"].append(_tag(tax_summary(tables), w.name, gpu))
+        parts["groups"].append(_tag(alignment.groups, w.name, gpu))
+        parts["mismatches"].append(_tag(alignment.mismatches, w.name, gpu))
+        info = traces.ranks.drop(columns=[c for c in ("path",) if c in traces.ranks]).copy()
+        info["file"] = traces.ranks["path"].map(lambda p: Path(str(p)).name)
+        parts["traces"].append(_tag(info.drop(columns=["gpu"]), w.name, gpu))
+    counts = {}
+    for name, frames in parts.items():
+        frames = [f for f in frames if len(f)] or frames[:1]
+        table = pd.concat(frames, ignore_index=True)
+        for col in table.columns:
+            if table[col].dtype == object:
+                table[col] = table[col].map(lambda v: v if v is None or isinstance(v, str | int | float | bool)
+                                            else str(v))
+        run.produced("tax", run.write_table(f"{TABLES}/tax_{name}.parquet", table))
+        counts[name] = len(table)
+    if counts["collectives"] == 0:
+        log.warning("no collectives in any workload")
+    return {"workloads": len(run.workloads), "collectives": counts["collectives"],
+            "mismatches": counts["mismatches"]}
+
+
+def _stage_attribution(run: Run) -> dict[str, Any]:
+    try:
+        from evtsync.critpath.attribution import attribute
+    except ImportError as exc:
+        raise Unavailable(f"evtsync.critpath is not installed ({exc})") from exc
+    run.require("tax")
+    collectives, summaries, validations = [], [], []
+    reasons = []
+    for w in progress(run.workloads, "attribution", len(run.workloads), "workload"):
+        traces = run.traces(w)
+        gpu = _gpu_of(traces)
+        alignment = run.alignment(w)
+        if alignment.instances.empty:
+            reasons.append(f"{w.name}: no collectives")
+            continue
+        try:
+            result = attribute(traces, alignment=alignment)
+        except InputError as exc:
+            reasons.append(f"{w.name}: {exc}")
+            continue
+        collectives.append(_tag(result.collectives, w.name, gpu))
+        summary = result.summary.copy()
+        summary["gpu_only_share"] = result.gpu_only_share
+        summaries.append(_tag(summary, w.name, gpu))
+        validations.append(_tag(result.validation, w.name, gpu))
+    if not collectives:
+        raise NotApplicable("no collective to attribute: " + "; ".join(reasons))
+    table = pd.concat(collectives, ignore_index=True)
+    run.produced("attribution",
+                 run.write_table(f"{TABLES}/attribution_collectives.parquet", _stringify(table)),
+                 run.write_table(f"{TABLES}/attribution_summary.parquet",
+                                 _stringify(pd.concat(summaries, ignore_index=True))),
+                 run.write_table(f"{TABLES}/attribution_validation.parquet",
+                                 _stringify(pd.concat(validations, ignore_index=True))))
+    ok = table[table["status"] == "ok"]
+    return {"collectives": len(table), "attributed": len(ok),
+            "gpu_only_share": float((ok["path_kind"] == "gpu_only").mean()) if len(ok) else None,
+            "skipped_workloads": reasons}
+
+
+def _stringify(table: pd.DataFrame) -> pd.DataFrame:
+    """Object columns with mixed values as strings, so that Parquet can store them."""
+    table = table.copy()
+    for col in table.columns:
+        if table[col].dtype == object:
+            values = table[col]
+            types = {type(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))}
+            if len(types) > 1 or (types and not types <= {str, bool, int, float}):
+                table[col] = values.map(lambda v: None if v is None else str(v))
+    return table
+
+
+def _stage_zscores(run: Run) -> dict[str, Any]:
+    try:
+        from evtsync.blocks import compute_zscores
+    except ImportError as exc:
+        raise Unavailable(f"evtsync.blocks is not installed ({exc})") from exc
+    run.require("tax")
+    o = run.options
+    tables, dropped, reasons = [], [], []
+    for w in progress(run.workloads, "blocks and z-scores", len(run.workloads), "workload"):
+        traces = run.traces(w)
+        alignment = run.alignment(w)
+        try:
+            table, blocks = compute_zscores(traces, alignment=alignment, pg=o.block_pg, m=o.m, time=o.time,
+                                            workload=w.name, backend=run.backend)
+        except InputError as exc:
+            reasons.append(f"{w.name}: {exc}")
+            continue
+        if len(blocks.dropped):
+            dropped.append(blocks.dropped.assign(workload=w.name))
+        if table.empty:
+            why = blocks.dropped["reason"].value_counts() if len(blocks.dropped) else pd.Series(dtype=int)
+            detail = ", ".join(f"{n} {r}" for r, n in why.items()) or "no blocks between the collectives"
+            reasons.append(f"{w.name}: no compute block with GEMM kernels kept (block samples dropped: {detail})")
+            continue
+        tables.append(table)
+    if dropped:
+        run.produced("zscores", run.write_table(f"{TABLES}/blocks_dropped.parquet",
+                                                _stringify(pd.concat(dropped, ignore_index=True))))
+    if not tables:
+        raise NotApplicable("; ".join(reasons) or "no workloads")
+    z = _stringify(pd.concat(tables, ignore_index=True))
+    run.produced("zscores", run.write_table(f"{TABLES}/zscores.parquet", z))
+    drops = pd.concat(dropped, ignore_index=True)["reason"].value_counts().to_dict() if dropped else {}
+    not_tp = []
+    for w in run.workloads:
+        groups = run.alignment(w).groups
+        used = groups[groups["pg"].astype(str).isin(z.loc[z["workload"] == w.name, "pg"].astype(str))]
+        text = (used["pg_desc"].astype(str) + " " + used["pg_name"].astype(str)).str.lower()
+        if len(used) and not text.str.contains(r"(?<![a-z])(?:tp|tensor)", regex=True).any():
+            not_tp.append(f"{w.name}: PG {', '.join(used['pg'].astype(str))} ({', '.join(used['pg_desc'].astype(str))})")
+    return {"zscores": len(z), "cells": _cells(z).to_dict(orient="records"), "skipped_workloads": reasons,
+            "dropped": {str(k): int(v) for k, v in drops.items()},
+            "not_tensor_parallel": not_tp,
+            "block_pgs": sorted(z["pg"].astype(str).unique().tolist()) if "pg" in z else []}
+
+
+def _drop_note(run: Run) -> str:
+    """``; block samples dropped: N reason, …`` from the z-score stage's summary, or empty."""
+    summary = run.stage_entry("zscores").get("summary", {})
+    note = ""
+    if summary.get("not_tensor_parallel"):
+        note += ("; no tensor-parallel process group, blocks were cut between the collectives of "
+                 + "; ".join(summary["not_tensor_parallel"]))
+    if summary.get("dropped"):
+        note += "; block samples dropped: " + ", ".join(f"{n} {reason}" for reason, n in summary["dropped"].items())
+    return note
+
+
+def _cells(z: pd.DataFrame) -> pd.DataFrame:
+    return z.groupby(["gpu", "precision"], sort=True).size().rename("n").reset_index()
+
+
+def _stage_mle(run: Run) -> dict[str, Any]:
+    from evtsync.evt.mlefit import mle_cell_table
+
+    run.require("zscores")
+    z = run.table(f"{TABLES}/zscores.parquet")
+    table = mle_cell_table(z, ("gpu", "precision"), level=LEVEL, min_n=MIN_Z_MLE)
+    if "mu" not in table:
+        raise NotApplicable(f"no GPU × precision cell has {MIN_Z_MLE} z-scores for a maximum-likelihood fit "
+                            f"({len(z)} in all{_drop_note(run)})")
+    run.produced("mle", run.write_table(f"{TABLES}/mle.parquet", table))
+    return {"fits": len(table)}
+
+
+def _model_paths(run: Run) -> list[Path]:
+    from evtsync.evt.catalog import model_paths, models_dir
+
+    folder = models_dir(run.options.models_dir)
+    paths = model_paths(folder)
+    if not paths:
+        raise InputError(f"{folder}: holds no model specifications (*.toml); give --models-dir DIR of them")
+    if run.options.models:
+        wanted = set(run.options.models)
+        paths = [p for p in paths if p.stem in wanted]
+        missing = wanted - {p.stem for p in paths}
+        if missing:
+            raise InputError(f"--model {', '.join(sorted(missing))}: not in {folder}")
+    return paths
+
+
+def _fit_stage(model_path: Path) -> Callable[[Run], dict[str, Any]]:
+    def stage(run: Run) -> dict[str, Any]:
+        from evtsync.evt.fit import fit_table, save_fit
+        from evtsync.evt.spec import load_spec
+        from evtsync.progress import progress_enabled
+
+        run.require("zscores")
+        spec = load_spec(model_path)
+        rel = f"{TABLES}/zscores.parquet"
+        z = run.table(rel)
+        z = z[np.isfinite(pd.to_numeric(z[spec.column], errors="coerce"))]
+        if len(z) < MIN_Z_BAYES:
+            raise NotApplicable(f"{len(z)} z-scores, fewer than {MIN_Z_BAYES} for a Bayesian fit{_drop_note(run)}")
+        if spec.groups:
+            missing = [g for g in spec.groups if g not in z.columns]
+            if missing:
+                raise NotApplicable(f"the z-score table has no column(s) {missing} named by data.groups")
+            n_cells = len(z.groupby(list(spec.groups)))
+            if n_cells < 2:
+                raise NotApplicable(f"one {' × '.join(spec.groups)} cell only: the per-cell model is the pooled one")
+            if spec.xi.structure == "additive":
+                levels = {f: z[f].nunique() for f in spec.xi.factors}
+                if all(v < 2 for v in levels.values()):
+                    raise NotApplicable(f"every factor of xi has one level ({levels}): nothing to pool")
+        s = run.options.sampling()
+        tree = fit_table(z, spec, draws=s["draws"], tune=s["tune"], chains=s["chains"], seed=run.options.seed,
+                         sampler=run.options.sampler, source=str(run.path(rel)),
+                         source_sha256=file_sha256(run.path(rel)), command="evtsync run",
+                         progress=progress_enabled())
+        out = f"{FITS}/{spec.name}.nc"
+        save_fit(tree, run.path(out))
+        run.produced(f"fit-{model_path.stem}", out)
+        return {"model": spec.name, "family": spec.family, "n_obs": int(tree.attrs["n_obs"]),
+                "converged": bool(int(tree.attrs["converged"])), "convergence": tree.attrs["convergence"],
+                "sampling_seconds": float(tree.attrs.get("sampling_seconds", 0.0)), **s}
+    return stage
+
+
+def compare_fits(trees: dict[str, Any]) -> tuple[pd.DataFrame, str]:
+    """PSIS-LOO comparison of fits of the same z-scores (:func:`evtsync.evt.compare.compare_fits`):
+    one row per model, best first, and the verdict in words.
+
+    Columns: rank, model, family, elpd_loo, se, p_loo, elpd_diff (best minus this model),
+    dse (standard error of that difference), n_bad_k (observations with Pareto k > 0.7),
+    converged.
+    """
+    from evtsync.errors import FitError
+    from evtsync.evt import compare
+
+    if len(trees) < 2:
+        raise NotApplicable(f"{len(trees)} fitted model(s): nothing to compare")
+    try:
+        table, verdict = compare.compare_fits(list(trees.values()))
+    except FitError as exc:
+        raise NotApplicable(str(exc)) from exc
+    table = table.rename(columns={"diff_se": "dse"})
+    table["n_bad_k"] = table["k_bad"].astype(int) + table["k_very_bad"].astype(int)
+    return table, verdict
+
+
+def _load_trees(run: Run) -> dict[str, Any]:
+    from evtsync.evt.bayesfit import load_fit
+
+    return {name: load_fit(path) for name, path in fitted_models(run.out, run.manifest).items()}
+
+
+def _stage_compare(run: Run) -> dict[str, Any]:
+    trees = _load_trees(run)
+    table, verdict = compare_fits(trees)
+    run.produced("compare", run.write_table(f"{TABLES}/compare.parquet", table))
+    return {"models": table["model"].tolist(), "best": table["model"].iloc[0], "verdict": verdict}
+
+
+def _message_bytes(run: Run) -> tuple[float, str]:
+    if run.options.bytes:
+        return float(run.options.bytes), "--bytes"
+    z = run.table(f"{TABLES}/zscores.parquet")
+    coll = run.table(f"{TABLES}/tax_collectives.parquet")
+    used = coll[coll["pg"].astype(str).isin(z["pg"].astype(str).unique()) & (coll["bytes"] > 0)]
+    if len(used):
+        return float(used["bytes"].median()), "median message size of the block PG's collectives"
+    return float(256 * 2**20), "default 256 MiB (the traces record no message sizes)"
+
+
+def _stage_prediction(run: Run) -> dict[str, Any]:
+    from evtsync.evt import predict
+    from evtsync.evt.bayesfit import BayesFit
+
+    run.require("zscores")
+    fitted = fitted_models(run.out, run.manifest)
+    if not fitted:
+        raise NotApplicable("no Bayesian fit has results")
+    main = main_model(run.out, run.manifest)
+    scales = predict.block_scale(run.table(f"{TABLES}/zscores.parquet"))
+    ns = predict.domain_sizes(run.options.m, N_MAX)
+    size_bytes, size_source = _message_bytes(run)
+    o = run.options
+    tau, xi, pop, bstar = [], [], [], []
+    for model, path in fitted.items():
+        fit = BayesFit.load(path)
+        tau.append(predict.tau_table(fit, ns, scales, o.m, LEVEL))
+        xi.append(predict.cell_parameter_table(fit, LEVEL, scales[["gpu", "precision"]]))
+        pop.append(predict.population_table(fit, LEVEL))
+        if model == main:
+            bstar.append(predict.bandwidth_table(fit, TOPOLOGIES, ns, o.alpha_us, size_bytes, scales, o.eps, o.m, LEVEL))
+    tau_all = pd.concat(tau, ignore_index=True)
+    if tau_all.empty:
+        raise NotApplicable("no fit covers the GPU × precision cells of the z-scores")
+    run.produced("prediction", *(run.write_table(f"{TABLES}/{name}.parquet", pd.concat(parts, ignore_index=True))
+                                 for name, parts in (("tau", tau), ("bstar", bstar), ("xi", xi),
+                                                     ("xi_population", pop), ("block_scale", [scales]))))
+    return {"main_model": main, "domain_sizes": ns.tolist(), "bytes": size_bytes, "bytes_source": size_source,
+            "alpha_us": o.alpha_us, "eps": o.eps, "level": LEVEL, "infinite_draws": predict.INFINITE_POLICY}
+
+
+def _stage_predicted_vs_measured(run: Run) -> dict[str, Any]:
+    from evtsync.evt import predict
+    from evtsync.evt.bayesfit import BayesFit
+
+    run.require("zscores", "prediction")
+    main = main_model(run.out, run.manifest)
+    if main is None:
+        raise NotApplicable("no Bayesian fit has results")
+    attribution = run.table(f"{TABLES}/attribution_collectives.parquet") if run.done("attribution") else None
+    measured, selection = predict.measured_delays(run.table(f"{TABLES}/zscores.parquet"),
+                                                  run.table(f"{TABLES}/tax_collectives.parquet"), attribution)
+    if measured.empty:
+        raise NotApplicable(f"no {selection}")
+    fit = BayesFit.load(fitted_models(run.out, run.manifest)[main])
+    table = predict.predicted_vs_measured(fit, measured, run.options.m, LEVEL, source="predicted-vs-measured")
+    if table.empty:
+        raise NotApplicable(f"no {selection} in a group whose size is a multiple of m = {run.options.m} "
+                            f"and whose cell the fit has ({table.attrs['skipped']})")
+    run.produced("predicted-vs-measured", run.write_table(f"{TABLES}/predicted_vs_measured.parquet", table))
+    return {"model": main, "selection": selection, "rows": len(table), "skipped": table.attrs["skipped"]}
+
+
+def _stage_report(run: Run) -> dict[str, Any]:
+    from evtsync.report.html import build_report
+
+    run.save_manifest()
+    written = build_report(run.out, run.out)
+    run.produced("report", *[str(Path(p).relative_to(run.out)) for p in written])
+    return {"files": len(written)}
+
+
+def build_stages(run: Run) -> list[Stage]:
+    """The stages of a run, in order (the demo first when there are no traces; the report last)."""
+    o = run.options
+    sampling = o.sampling()
+
+    def none(_run: Run) -> dict[str, Any]:
+        return {}
+
+    def traces_params(r: Run) -> dict[str, Any]:
+        return {"files": r.trace_hashes(), "align": {k: str(v) for k, v in r.align_options().items()},
+                "salvage": o.salvage}
+
+    stages = []
+    if o.is_demo:
+        stages.append(Stage("demo", _stage_demo, (), lambda r: {"study": DEMO_STUDY,
+                                                                  "overrides": {**DEMO_OVERRIDES, **o.demo_overrides}}))
+    stages += [
+        Stage("tax", _stage_tax, (), traces_params),
+        Stage("attribution", _stage_attribution, ("tax",), traces_params),
+        Stage("zscores", _stage_zscores, ("tax",),
+               lambda r: {**traces_params(r), "pg": o.block_pg, "m": o.m, "time": o.time}),
+        Stage("mle", _stage_mle, ("zscores",), lambda r: {"level": LEVEL, "min": MIN_Z_MLE}),
+    ]
+    models = _model_paths(run)
+    for path in models:
+        text = path.read_text(encoding="utf-8")
+        stages.append(Stage(f"fit-{path.stem}", _fit_stage(path), ("zscores",),
+                             lambda r, text=text: {"spec": text, **sampling, "seed": o.seed, "sampler": o.sampler,
+                                                   "min": MIN_Z_BAYES}))
+    fit_names = tuple(f"fit-{p.stem}" for p in models)
+    stages += [
+        Stage("compare", _stage_compare, fit_names, none),
+        Stage("prediction", _stage_prediction, ("zscores", "tax", "compare", *fit_names),
+               lambda r: {"m": o.m, "alpha": o.alpha_us, "bytes": o.bytes, "eps": o.eps, "level": LEVEL,
+                          "n_max": N_MAX}),
+        Stage("predicted-vs-measured", _stage_predicted_vs_measured,
+               ("zscores", "tax", "attribution", "prediction", "compare", *fit_names),
+               lambda r: {"m": o.m, "level": LEVEL}),
+    ]
+    if o.report:
+        all_names = tuple(s.name for s in stages)
+        stages.append(Stage("report", _stage_report, all_names, none))
+    return stages
+
+

@@ -1,0 +1,108 @@
+"""Figures of predictions: tau(n) against n, B* against n beside Hockney's B*_H, and predicted
+against measured straggler delay.
+
+They take the tables of :mod:`evtsync.evt.predict` (one column scheme: ``tau_mean_us``,
+``tau_lo_us``, ``tau_hi_us``, ``level``, ``converged`` ...), so the CLI (``predict --plot``,
+``bandwidth --fit --plot``) and the report draw the same figures. Each returns a matplotlib
+figure; save it with :func:`evtsync.plots.save_figure` or :func:`evtsync.plots.save_png_svg`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from evtsync.plots.base import new_figure, not_converged_mark
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+def _series(table: pd.DataFrame) -> list[str]:
+    """The columns that name one curve: GPU and precision when present, else the fit's cell."""
+    return ["gpu", "precision"] if {"gpu", "precision"} <= set(table.columns) else ["cell"]
+
+
+def _label(key: object) -> str:
+    parts = key if isinstance(key, tuple) else (key,)
+    return " ".join(str(p).replace("|", " ") for p in parts)
+
+
+def _level(table: pd.DataFrame) -> str:
+    return f"{float(table['level'].iloc[0]):.0%}" if "level" in table and len(table) else "central"
+
+
+def _converged(table: pd.DataFrame) -> bool:
+    return bool(table["converged"].astype(bool).all()) if "converged" in table else True
+
+
+def tau_curves(tau: pd.DataFrame, models: list[str] | None = None) -> Figure:
+    """Predicted tax tau(n) against the domain size: mean and ``level`` band per cell, a panel per model."""
+    models = models or list(dict.fromkeys(tau["model"])) if "model" in tau else [None]
+    fig, axes = new_figure(max(6.4, 3.6 * len(models)), 3.8, ncols=max(1, len(models)), sharey=True,
+                           squeeze=False)
+    for ax, model in zip(axes[0], models, strict=False):
+        sub = tau if model is None else tau[tau["model"] == model]
+        for i, (key, cell) in enumerate(sub.groupby(_series(sub), sort=True)):
+            cell = cell.sort_values("n")
+            ax.fill_between(cell["n"], cell["tau_lo_us"], cell["tau_hi_us"], color=f"C{i}", alpha=0.25, lw=0)
+            ax.plot(cell["n"], cell["tau_mean_us"], color=f"C{i}", marker="o", ms=3, label=_label(key))
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set(xlabel="domain size n (ranks)", title=f"{model or ''}: mean and {_level(sub)} band".lstrip(": "))
+        ax.grid(alpha=0.3, which="both")
+        not_converged_mark(ax, _converged(sub))
+    axes[0][0].set_ylabel("predicted mean straggler delay tau(n) (µs)")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def bstar_curves(bstar: pd.DataFrame) -> Figure:
+    """B* against n per topology (mean and ``level`` band per cell) beside Hockney's B*_H."""
+    topologies = list(dict.fromkeys(bstar["topology"]))
+    fig, axes = new_figure(max(6.4, 3.7 * len(topologies)), 3.8, ncols=len(topologies), squeeze=False)
+    for ax, topo in zip(axes[0], topologies, strict=True):
+        sub = bstar[bstar["topology"] == topo]
+        hock = sub.drop_duplicates("n").sort_values("n")
+        ax.plot(hock["n"], hock["bstar_hockney_gbps"], color="k", ls="--", lw=1.2, label="Hockney B*_H (tau = 0)")
+        for i, (key, cell) in enumerate(sub.groupby(_series(sub), sort=True)):
+            cell = cell.sort_values("n")
+            ax.fill_between(cell["n"], cell["bstar_lo_gbps"], cell["bstar_hi_gbps"], color=f"C{i}", alpha=0.25, lw=0)
+            ax.plot(cell["n"], cell["bstar_mean_gbps"], color=f"C{i}", marker="o", ms=3, label=_label(key))
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set(xlabel="domain size n (ranks)", title=f"{topo} (eps {float(sub['eps'].iloc[0]):g}, {_level(sub)} band)")
+        ax.grid(alpha=0.3, which="both")
+        not_converged_mark(ax, _converged(sub))
+    axes[0][0].set_ylabel("optimal bandwidth B* (GB/s)")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def predicted_vs_measured(pvm: pd.DataFrame) -> Figure:
+    """Measured against predicted mean straggler delay per workload, with both intervals (Fig. 11)."""
+    fig, ax = new_figure(5.2, 4.6)
+    for i, row in enumerate(pvm.itertuples()):
+        xerr = [[row.predicted_mean_us - row.predicted_lo_us], [row.predicted_hi_us - row.predicted_mean_us]]
+        yerr = np.nan_to_num([[row.measured_mean_us - row.measured_lo_us], [row.measured_hi_us - row.measured_mean_us]])
+        ax.errorbar(row.predicted_mean_us, row.measured_mean_us, xerr=xerr, yerr=yerr, fmt="o", color=f"C{i % 10}",
+                    capsize=2, label=f"{row.workload} {row.gpu} {row.precision} (n={row.n})")
+    values = pvm[["predicted_lo_us", "predicted_hi_us", "measured_lo_us", "measured_hi_us",
+                  "measured_mean_us"]].to_numpy(float)
+    values = values[np.isfinite(values) & (values > 0)]
+    if values.size:
+        lims = [values.min() * 0.8, values.max() * 1.25]
+        ax.plot(lims, lims, color="0.3", lw=1, label="measured = predicted")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    ax.set(xlabel=f"predicted mean straggler delay (µs), {_level(pvm)} interval",
+           ylabel="measured mean straggler delay (µs)", title="Predicted vs measured straggler delay")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    not_converged_mark(ax, _converged(pvm))
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,27 @@
+"""Byte sizes in text, one convention for every command: SI prefixes are powers of ten
+(``K`` = 10³, ``M`` = 10⁶, ``G`` = 10⁹, ``T`` = 10¹²), IEC prefixes powers of two (``Ki`` = 2¹⁰,
+``Mi`` = 2²⁰, ``Gi`` = 2³⁰, ``Ti`` = 2⁴⁰); a trailing ``B`` is optional and case is ignored.
+
+    parse_bytes("256MiB") == 268435456;  parse_bytes("1G") == 1e9;  parse_bytes("4096") == 4096
+"""
+
+from __future__ import annotations
+
+import re
+
+from evtsync.errors import InputError
+
+_PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
+           "ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30, "ti": 2.0**40}
+_PATTERN = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMgGtT][iI]?)?[bB]?\s*")
+
+
+def parse_bytes(text: str, what: str = "byte count") -> float:
+    """Bytes from ``"268435456"``, ``"256MiB"``, ``"0.27GB"``, ``"1e9"``; ``InputError`` otherwise."""
+    match = _PATTERN.fullmatch(str(text))
+    if not match:
+        raise InputError(f"not a {what}: {text!r} (e.g. 268435456, 256MiB = 2^28, 0.27GB = 2.7e8)")
+    value = float(match.group(1)) * _PREFIX[(match.group(2) or "").lower()]
+    if not value > 0:
+        raise InputError(f"{what} must be > 0 bytes; got {text!r}")
+    return value

@@ -1,0 +1,162 @@
+"""The package's layering, read from the source with ``ast`` (issue 13).
+
+- the import graph of evtsync's modules has no cycle (every import counts, also those inside
+  functions; only ``if TYPE_CHECKING:`` blocks are left out, since they never run);
+- no library module imports :mod:`evtsync.cli` (the CLI sits on top; nothing imports it);
+- nothing in :mod:`evtsync.evt` imports :mod:`evtsync.plots` or :mod:`evtsync.report`;
+- library code neither prints nor takes ``argparse`` namespaces.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parent.parent / "evtsync"
+#: evt/diagnostics.py draws ismev's gev.diag panel; it belongs in plots/ and moves there once the
+#: branch that owns it (issue 19) is merged. The only exception to "evt imports no plots".
+EVT_PLOT_EXCEPTIONS = {"evtsync.evt.diagnostics"}
+#: A function-level loop inside trace/ (cache.py reads a rank through traceset.read_rank, which
+#: reads through the cache); trace/ belongs to the traces branch (issue 14), which untangles it. The
+#: only loop left: the test fails on any other.
+KNOWN_CYCLES = [["evtsync.trace.cache", "evtsync.trace.traceset"]]
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PKG.rglob("*.py"):
+        rel = path.relative_to(PKG.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found: set[str] = set()
+
+    def resolve(target: str) -> str | None:
+        while target and target not in modules:
+            target = target.rsplit(".", 1)[0] if "." in target else ""
+        return target or None
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for sub in child.orelse:
+                    visit(sub)
+                continue
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    if alias.name.startswith("evtsync"):
+                        found.add(resolve(alias.name) or alias.name)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    anchor = package.split(".")
+                    anchor = anchor[: len(anchor) - (child.level - 1)]
+                    base = ".".join([*anchor, base] if base else anchor)
+                if base.startswith("evtsync"):
+                    for alias in child.names:
+                        target = resolve(f"{base}.{alias.name}")
+                        found.add(target if target and target != base and f"{base}.{alias.name}" in modules
+                                  else resolve(base) or base)
+            visit(child)
+
+    visit(tree)
+    found.discard(name)
+    return {m for m in found if m in modules}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return out
+
+
+def test_the_graph_is_read() -> None:
+    graph = _graph()
+    # a hand-checked edge of each kind: top-level, function-level, relative-free "from pkg import mod"
+    assert "evtsync.errors" in graph["evtsync.evt.bayesfit"]
+    assert "evtsync.evt.catalog" in graph["evtsync.cli._bayes"]
+    assert "evtsync.evt.gev" in graph["evtsync.evt.predict"]
+
+
+def test_import_graph_has_no_cycle() -> None:
+    cycles = [c for c in _cycles(_graph()) if c not in KNOWN_CYCLES]
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_cycle_finder_finds_a_planted_loop() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_nothing_imports_the_cli() -> None:
+    graph = _graph()
+    offenders = {m: sorted(t for t in deps if t.startswith("evtsync.cli"))
+                 for m, deps in graph.items() if not m.startswith(("evtsync.cli", "evtsync.__main__"))}
+    assert not {m: d for m, d in offenders.items() if d}
+
+
+def test_statistics_never_import_plots_or_report() -> None:
+    graph = _graph()
+    offenders = {m: sorted(t for t in deps if t.startswith(("evtsync.plots", "evtsync.report")))
+                 for m, deps in graph.items() if m.startswith("evtsync.evt") and m not in EVT_PLOT_EXCEPTIONS}
+    assert not {m: d for m, d in offenders.items() if d}
+
+
+def test_library_neither_prints_nor_takes_namespaces() -> None:
+    for name, path in _modules().items():
+        if name.startswith("evtsync.cli") or name == "evtsync.__main__":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        prints = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call)
+                  and isinstance(n.func, ast.Name) and n.func.id == "print"]
+        assert not prints, f"{path}: print() at lines {prints}"
+        assert "argparse" not in path.read_text(encoding="utf-8"), f"{path} uses argparse"

@@ -1,0 +1,80 @@
+"""The command line starts without the heavy libraries (issue 16).
+
+``evtsync --version``, ``--help``, a mistyped command, and an argument error of the commands
+whose parsers are light import none of pandas, NumPy, SciPy, PyMC or matplotlib: the list of
+modules comes from ``python -X importtime`` in a fresh interpreter, read as plain text.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("pandas", "numpy", "scipy", "pymc", "matplotlib", "xarray", "pytensor")
+
+
+def _imported(args: list[str]) -> tuple[set[str], subprocess.CompletedProcess]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "evtsync", *args], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=120)
+    modules = set()
+    for line in done.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            name = line.rsplit("|", 1)[1].strip()
+            modules.add(name.split(".")[0])
+    return modules, done
+
+
+@pytest.mark.parametrize("args, status", [
+    (["--version"], 0), (["--help"], 0), ([], 2), (["no-such-command"], 2), (["-q", "--bogus"], 2),
+    (["fit", "--bogus"], 2), (["fit", "--help"], 0), (["predict", "--bogus"], 2), (["compare", "--help"], 0),
+    (["bandwidth", "--bogus"], 2), (["run", "--bogus"], 2), (["run", "--help"], 0), (["report", "--bogus"], 2),
+    (["models", "--help"], 0), (["tax", "--bogus"], 2),
+])
+def test_start_imports_no_heavy_library(args: list[str], status: int) -> None:
+    modules, done = _imported(args)
+    assert done.returncode == status, done.stderr[-2000:]
+    assert "evtsync" in modules  # the listing was read
+    assert not modules & set(HEAVY), f"evtsync {' '.join(args)} imported {sorted(modules & set(HEAVY))}"
+
+
+def test_version_prints_the_package_version() -> None:
+    from evtsync import __version__
+
+    _, done = _imported(["--version"])
+    assert done.stdout.strip() == f"evtsync {__version__}"
+
+
+def test_command_table_matches_the_modules() -> None:
+    """The static table's help is what each module registers, and every module is listed."""
+    import argparse
+    import pkgutil
+
+    import evtsync.cli as cli
+
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    registered = {a.dest: a.help for a in sub._choices_actions}
+    assert registered == {name: help_text for name, (_, help_text) in cli.COMMANDS.items()}
+    modules = {i.name for i in pkgutil.iter_modules(cli.__path__) if not i.name.startswith("_")}
+    assert modules == {module for module, _ in cli.COMMANDS.values()}
+
+
+def test_only_the_chosen_command_is_built() -> None:
+    import argparse
+
+    from evtsync.cli import build_parser, command_of
+
+    assert command_of(["-q", "fit", "z.csv"]) == "fit"
+    assert command_of(["--version"]) is None
+    assert command_of(["fitt"]) is None
+    parser = build_parser(command_of(["fit", "z.csv", "--mle"]))
+    args = parser.parse_args(["fit", "z.csv", "--mle"])
+    assert args.handler.__name__ == "run_fit"
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert not sub.choices["tax"]._actions[1:]  # only -h: tax was registered by name and help

@@ -1,0 +1,112 @@
+"""The run folder is the user's: evtsync run touches only what it wrote (issue 18).
+
+Temporaries of killed runs are removed by their mark only; a corrupt manifest says how to get
+out and ``--force`` rebuilds it; output paths are checked before any work; outputs get the
+umask's mode; the engine records only the package's own errors as failed stages.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from evtsync.cli import main
+from evtsync.errors import InputError
+from evtsync.pipeline import RunOptions, read_manifest, run_pipeline
+from evtsync.pipeline.engine import clean_temporaries
+from evtsync.tableio import (
+    TEMP_SUFFIX,
+    atomic_path,
+    check_output_dir,
+    check_output_file,
+    write_text_atomic,
+)
+
+FAST = {"draws": 30, "tune": 30, "chains": 1, "models": ["gumbel"], "report": False}
+
+
+def test_only_evtsyncs_own_temporaries_are_removed(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / "sub").mkdir(parents=True)
+    (out / "tables").mkdir()
+    user = [out / "sub" / ".draft.tmp", out / ".notes.tmp", out / "tables" / ".mine.tmp"]
+    for p in user:
+        p.write_text("x")
+    ours = [out / f".manifest.json.abc123{TEMP_SUFFIX}", out / "tables" / f".tau.parquet.k9{TEMP_SUFFIX}"]
+    for p in ours:
+        p.write_text("half")
+    assert clean_temporaries(out) == 2
+    assert all(p.exists() for p in user) and not any(p.exists() for p in ours)
+
+
+def test_outputs_get_the_umask_mode(tmp_path: Path) -> None:
+    old = os.umask(0o027)
+    try:
+        path = write_text_atomic(tmp_path / "a.txt", "x")
+        assert path.stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)
+    with atomic_path(tmp_path / "b.bin") as tmp:
+        assert tmp.name.endswith(TEMP_SUFFIX)
+        tmp.write_bytes(b"1")
+    assert (tmp_path / "b.bin").stat().st_mode & 0o777 == 0o666 & ~old
+
+
+def test_output_paths_are_checked_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    afile = tmp_path / "file"
+    afile.write_text("keep me")
+    with pytest.raises(InputError, match="existing file, not a folder"):
+        check_output_dir(afile)
+    with pytest.raises(InputError, match="is a file, not a folder"):
+        check_output_dir(afile / "sub")
+    with pytest.raises(InputError, match="is a folder"):
+        check_output_file(tmp_path, "-o")
+    # the CLI: one line, exit 2, nothing written, the file untouched
+    for out in (afile, afile / "sub"):
+        assert main(["-q", "run", "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("evtsync: error: --out") and "Traceback" not in err[0]
+    assert afile.read_text() == "keep me"
+    assert main(["-q", "run", "--out", "/proc/evtsync-test"]) == 2
+    assert "evtsync: error: --out /proc/evtsync-test" in capsys.readouterr().err
+
+
+def test_fit_out_that_is_a_file_fails_before_sampling(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import pandas as pd
+
+    table = tmp_path / "z.csv"
+    pd.DataFrame({"z": [0.1, 0.5, 0.9] * 20}).to_csv(table, index=False)
+    afile = tmp_path / "taken"
+    afile.write_text("x")
+    assert main(["-q", "fit", str(table), "--model", "gumbel", "--out", str(afile)]) == 2
+    assert "existing file, not a folder" in capsys.readouterr().err
+    assert main(["-q", "fit", str(table), "--model", "gumbel", "--plot", str(tmp_path / "p.gif")]) == 2
+    assert "unknown figure format" in capsys.readouterr().err
+
+
+def test_corrupt_manifest_names_the_way_out_and_force_rebuilds(traces_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "manifest.json").write_text("{not json")
+    (out / "mine.txt").write_text("user file")
+    options = dict(traces=[str(traces_dir / "dlrm-8rank-v100")], out=out, **FAST)
+    with pytest.raises(InputError, match="unreadable run manifest.*--force"):
+        run_pipeline(RunOptions(**options))
+    run = run_pipeline(RunOptions(**options, force=True))
+    assert read_manifest(out)["stages"]["tax"]["status"] == "done"
+    assert (out / "mine.txt").read_text() == "user file"  # not the run's: untouched
+    assert "mine.txt" not in str(run.manifest["stages"])
+
+
+def test_programming_errors_propagate_instead_of_failing_a_stage(traces_dir: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import evtsync.pipeline.stages as stages
+
+    def buggy(run: stages.Run) -> dict:
+        raise TypeError("a bug, not bad input")
+
+    monkeypatch.setattr(stages, "_stage_attribution", buggy)
+    with pytest.raises(TypeError, match="a bug"):
+        run_pipeline(RunOptions(traces=[str(traces_dir / "dlrm-8rank-v100")], out=tmp_path / "r", **FAST))
