@@ -6,7 +6,6 @@ import argparse
 import json
 
 
-
 def register(sub: argparse._SubParsersAction) -> None:
     from evtsync.cli._common import add_scale_arguments, add_trace_arguments
 

@@ -7,7 +7,6 @@ import json
 import math
 
 
-
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "diff", help="compare the tax of two runs: shifts with intervals and a verdict per PG role",
