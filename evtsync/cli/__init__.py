@@ -110,6 +110,18 @@ def _configure_logging(verbose: bool, quiet: bool) -> None:
     root.propagate = False
 
 
+def _route_warnings() -> None:
+    """Library warnings (NumPy's RuntimeWarning on an empty slice, pandas', PyMC's) go to the
+    log at debug level instead of the terminal: evtsync says what went wrong in its own words,
+    and ``-v`` still shows them."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        log.debug("%s: %s (%s:%s)", category.__name__, message, filename, lineno)
+
+    warnings.showwarning = show
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``evtsync`` console script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -119,6 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     _configure_logging(args.verbose, args.quiet)
+    _route_warnings()
     if args.quiet:
         from evtsync.progress import set_progress
 
