@@ -52,6 +52,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.collectives import Alignment, align_collectives
+from evtsync.display import TablesDisplay
 from evtsync.errors import InputError
 from evtsync.kernels import (
     KernelClassifier,
@@ -89,8 +90,8 @@ DROP_NO_GEMM = "no GEMM"
 DROP_ZERO_SD = "zero pooled sd"
 
 
-@dataclass
-class BlockSet:
+@dataclass(repr=False)
+class BlockSet(TablesDisplay):
     """Per-rank block times of one or more PGs, and the block samples left out.
 
     ``times``: one row per (pg, index, rank) of every usable block (see ``TIME_COLUMNS``),

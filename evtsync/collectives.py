@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.defaults import END_TOLERANCE_US, RANKS_PER_HOST
+from evtsync.display import TablesDisplay
 from evtsync.errors import AlignmentError, InputError
 from evtsync.trace.schema import canonical_collective
 from evtsync.trace.tables import format_ranks, is_gloo_collective, parse_rank_list
@@ -94,8 +95,8 @@ class PGOverride:
         return cls(match.group(1), tuple(sorted(ranks)), stream)
 
 
-@dataclass
-class Alignment:
+@dataclass(repr=False)
+class Alignment(TablesDisplay):
     """Collectives matched across ranks.
 
     - ``groups``: one row per PG: pg, pg_name, pg_desc, pg_ranks, n_ranks, pg_source,

@@ -24,6 +24,7 @@ from evtsync.collectives import (
     merge_alignments,
     plan_alignment,
 )
+from evtsync.display import TablesDisplay
 from evtsync.parallel import Backend
 from evtsync.trace.traceset import TraceSet
 
@@ -34,8 +35,8 @@ RANK_COLUMNS = ["pg", "index", "window", "rank", "collective", "dur_us", "wait_u
                 "is_straggler", "ts_ns", "end_ns"]
 
 
-@dataclass
-class TaxTables:
+@dataclass(repr=False)
+class TaxTables(TablesDisplay):
     """The tax per collective instance (``collectives``) and per rank (``ranks``)."""
 
     collectives: pd.DataFrame

@@ -35,6 +35,7 @@ from evtsync.critpath.tasks import (
     straggler_task,
 )
 from evtsync.critpath.validate import regress_path_on_tax
+from evtsync.display import TablesDisplay
 from evtsync.errors import InputError
 from evtsync.parallel import Backend, InProcess
 from evtsync.progress import progress
@@ -61,8 +62,8 @@ EXPLAINED_SHARE_MAX = 1.25  # keep evtsync.cli.attribute.EXPLAINED_BAND equal
 SUMMARY_COLUMNS = ["category", "cause_class", "count", "share", "share_of_gpu_causes"]
 
 
-@dataclass
-class AttributionResult:
+@dataclass(repr=False)
+class AttributionResult(TablesDisplay):
     """Attribution tables.
 
     - ``collectives``: one row per (pg, index): straggler and fastest rank, path kind

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from evtsync.display import TablesDisplay
 from evtsync.errors import InputError, TraceError
 from evtsync.trace.decode import decode_file
 from evtsync.trace.tables import (
@@ -58,8 +59,8 @@ _GIVEN_RANK_RE = re.compile(r"^(\d+)=(.+)$")
 UNTABULATED_COLUMNS = ["rank", "window", "phase", "category", "count", "reason"]
 
 
-@dataclass
-class TraceSet:
+@dataclass(repr=False)
+class TraceSet(TablesDisplay):
     """The tables of a multi-rank trace set (pandas DataFrames, one row per event).
 
     - ``kernels``: GPU events (kernels, memcpy, memset) with rank, device, stream, ts_ns,
