@@ -265,6 +265,47 @@ def _time_span(frames: tuple[pd.DataFrame, ...]) -> tuple[int, int]:
     return (min(starts), max(ends)) if starts else (MISSING, MISSING)
 
 
+#: GPU events further than this from the rank's median GPU timestamp are not of this trace (ns).
+ABSURD_TS_NS = 7 * 86_400 * 10**9
+
+
+def check_gpu_timing(kernels: pd.DataFrame, path: str) -> None:
+    """Refuse GPU events whose timing cannot be true, naming the cause (issue 18): a negative
+    duration, a collective kernel of zero duration, a timestamp days away from every other
+    event of the rank, or the same event twice (same stream, start, duration and name).
+
+    These would otherwise surface as a consequence — a rank whose collectives "do not end
+    together" with its peers — far from their cause.
+    """
+    if kernels.empty:
+        return
+    dur = kernels["dur_ns"].to_numpy()
+    ts = kernels["ts_ns"].to_numpy()
+
+    def first(mask: np.ndarray) -> str:
+        i = int(np.flatnonzero(mask)[0])
+        return (f"{int(mask.sum())} GPU event(s), the first {str(kernels['name'].iloc[i])[:60]!r} at "
+                f"ts {ts[i] / 1000:.0f} µs with dur {dur[i] / 1000:g} µs")
+
+    negative = dur < 0
+    if negative.any():
+        raise TraceError(f"{path}: negative duration: {first(negative)}")
+    comm = kernels["is_comm" if "is_comm" in kernels.columns else "is_nccl"].to_numpy(dtype=bool)
+    zero = comm & (dur == 0)
+    if zero.any():
+        raise TraceError(f"{path}: collective kernel of zero duration (a kernel that waits for its peers "
+                         f"cannot take no time): {first(zero)}")
+    median = np.median(ts)
+    far = np.abs(ts.astype(np.float64) - float(median)) > ABSURD_TS_NS
+    if far.any():
+        raise TraceError(f"{path}: absurd timestamp, days away from the rank's other GPU events "
+                         f"(median {median / 1000:.0f} µs): {first(far)}")
+    key = kernels[["stream", "ts_ns", "dur_ns", "name"]]
+    dup = key.duplicated(keep="first").to_numpy()
+    if dup.any():
+        raise TraceError(f"{path}: duplicate events (same stream, start, duration and name): {first(dup)}")
+
+
 def build_rank_tables(decoded: DecodedTrace, rank: int | None = None) -> RankTables:
     """Typed tables of one decoded trace file, with rank and hardware metadata.
 
@@ -286,6 +327,7 @@ def build_rank_tables(decoded: DecodedTrace, rank: int | None = None) -> RankTab
         kernels[name] = np.where(col == MISSING, kernels[fallback].to_numpy(), col)
     _external_ids_from_launches(kernels, runtime)
     kernels = _annotate_kernels(kernels, cpu_ops)
+    check_gpu_timing(kernels, str(decoded.path))
     for frame in (kernels, cpu_ops, runtime, syncs):
         frame.insert(0, "rank", np.int32(rank))
         frame.columns = pd.Index(list(frame.columns), dtype="str")
