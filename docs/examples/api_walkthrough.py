@@ -15,8 +15,9 @@ import tempfile
 from pathlib import Path
 
 import evtsync
-from evtsync import plots
 from evtsync.evt.predict import block_scale
+from evtsync.plots import base, predictions
+from evtsync.plots import tax as tax_plots
 from evtsync.synth import SynthConfig, synthesize
 
 out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="evtsync-example-"))
@@ -55,7 +56,7 @@ bstar = evtsync.bandwidth_table(fit, ["full", "ring"], [8, 128, 512], alpha_us=5
                                 block_sd_us=float(b_us))
 
 # 6. Figures: the same functions the CLI and the report draw with.
-for name, fig in {"tax_cdf": plots.tax.tax_cdfs(tax), "tau": plots.predictions.tau_curves(tau),
-                  "bstar": plots.predictions.bstar_curves(bstar)}.items():
-    path = plots.base.save_figure(fig, out / f"{name}.png")
+for name, fig in {"tax_cdf": tax_plots.tax_cdfs(tax), "tau": predictions.tau_curves(tau),
+                  "bstar": predictions.bstar_curves(bstar)}.items():
+    path = base.save_figure(fig, out / f"{name}.png")
     print("wrote", path)
