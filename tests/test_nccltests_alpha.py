@@ -171,3 +171,21 @@ def test_alpha_refuses_a_log_that_failed_correctness(shared_data) -> None:
     assert wrong_rows, "the fixture must hold rows with #wrong != 0"
     with pytest.raises(NcclTestsError, match="not a valid baseline"):
         alpha_from_log(path, size_range=(1, 1 << 40))
+
+
+def test_old_generation_logs_take_correctness_from_the_footer() -> None:
+    """The 2.x-era all_reduce table of tests/data (error column, footer '0 OK') fits without a
+    correctness warning; the same table with a FAILED footer is refused; an aborted run warns."""
+    from evtsync.nccltests.parse import parse_text
+
+    local = Path(__file__).parent / "data" / "nccltests" / "old_five_collectives_GTX1080_1x2_nccl-osx.txt"
+    lines = local.read_text().splitlines()
+    block = lines[lines.index("===begin all_reduce_perf test===") : lines.index("===begin all_gather_perf test===")]
+    ok = fit_alpha(parse_text("\n".join(block), path="old"), size_range=(1 << 20, 1 << 27))
+    assert not any("correctness" in w for w in ok.warnings)
+    failed = "\n".join(block).replace("# Out of bounds values : 0 OK", "# Out of bounds values : 4 FAILED")
+    with pytest.raises(NcclTestsError, match="footer says FAILED"):
+        fit_alpha(parse_text(failed, path="old-failed"), size_range=(1 << 20, 1 << 27))
+    aborted = "\n".join(block) + "\nOrlando: Test CUDA failure common.cu:422 'uncorrectable ECC error encountered'\n"
+    fit = fit_alpha(parse_text(aborted, path="old-aborted"), size_range=(1 << 20, 1 << 27))
+    assert any("the run aborted (Test CUDA failure common.cu:422" in w for w in fit.warnings)

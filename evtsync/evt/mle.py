@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -395,7 +395,8 @@ class ProfileInterval:
     searched: tuple[float, float]
     note: str = ""
 
-    def __iter__(self):  # noqa: ANN204 - tuple-like unpacking: lo, hi = interval
+    def __iter__(self) -> Iterator[float]:
+        """Tuple-like unpacking: ``lo, hi = interval``."""
         yield self.lower
         yield self.upper
 

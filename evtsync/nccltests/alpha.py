@@ -216,9 +216,18 @@ def fit_alpha(
         bad = ", ".join(_fmt_bytes(s) for s in np.unique(sel["size"].to_numpy(dtype=float)[wrong > 0]))
         raise NcclTestsError(f"{parsed.path}: #wrong != 0 at {bad} in the fitted size range: a run that "
                              "failed its correctness check is not a valid baseline (SPEC §9)")
-    if np.isnan(wrong).any():
+    if info.old_error_column:  # old logs print a max-error column; their footer is the verdict
+        if info.out_of_bounds_ok is False:
+            raise NcclTestsError(f"{parsed.path}: the run's footer says FAILED ({info.out_of_bounds} out-of-bounds "
+                                 "values): a run that failed its correctness check is not a valid baseline (SPEC §9)")
+        if info.out_of_bounds_ok is None:
+            warnings.append("correctness not checked (old 'error' column and no footer): alpha and B rest on "
+                            "unverified results")
+    elif np.isnan(wrong).any():
         warnings.append(f"correctness not checked (#wrong N/A) for {int(np.isnan(wrong).sum())} "
                         "row(s) in the range: alpha and B rest on unverified results")
+    if info.failure:
+        warnings.append(f"the run aborted ({info.failure}): alpha and B rest on the rows printed before it")
     sizes = sel["size"].to_numpy(dtype=float)
     times = sel["time_us"].to_numpy(dtype=float)
     distinct = np.unique(sizes)
