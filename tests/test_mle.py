@@ -121,7 +121,7 @@ def _scipy_profile_xi(data: np.ndarray, xi: float) -> float:
 
 def test_profile_interval_xi(portpirie: np.ndarray) -> None:
     fit = mle.fit_gev(portpirie)
-    lo, hi = mle.profile_ci_xi(portpirie, fit)
+    lo, hi = mle.profile_ci_xi(portpirie, fit, level=0.95)
     assert lo < fit.xi < hi
     for end in (lo, hi):
         deviance = 2 * (fit.loglik - _scipy_profile_xi(portpirie, end))
@@ -139,7 +139,7 @@ def test_profile_interval_return_level_gumbel(portpirie: np.ndarray) -> None:
     fit = mle.fit_gumbel(portpirie)
     period = 100.0
     y_p = -math.log1p(-1 / period)
-    lo, hi = mle.profile_ci_return_level(portpirie, fit, period)
+    lo, hi = mle.profile_ci_return_level(portpirie, fit, period, level=0.95)
     z_hat, _ = mle.return_level_delta(fit, period)
     assert lo < z_hat < hi
 
@@ -156,7 +156,7 @@ def test_profile_interval_return_level_gumbel(portpirie: np.ndarray) -> None:
 def test_profile_interval_return_level_gev(portpirie: np.ndarray) -> None:
     fit = mle.fit_gev(portpirie)
     z_hat, se = mle.return_level_delta(fit, 100.0)
-    lo, hi = mle.profile_ci_return_level(portpirie, fit, 100.0)
+    lo, hi = mle.profile_ci_return_level(portpirie, fit, 100.0, level=0.95)
     assert lo < z_hat < hi
     # with xi near 0 and n = 65 the profile is skewed to the right (Coles 2001, Fig. 3.8)
     assert hi - z_hat > z_hat - lo
@@ -261,7 +261,7 @@ def test_coverage_of_wald_and_profile_intervals(xi: float) -> None:
         fit = mle.fit_gev(data)
         for name in ("mu", "sigma", "xi"):
             hits[name] += abs(getattr(fit, name) - truth[name]) <= 1.96 * fit.se[name]
-        lo, hi = mle.profile_ci_xi(data, fit)
+        lo, hi = mle.profile_ci_xi(data, fit, level=0.95)
         hits["xi_profile"] += lo <= xi <= hi
     tol = 3.5 * math.sqrt(0.95 * 0.05 / reps)
     for name, count in hits.items():
@@ -370,7 +370,7 @@ def test_profile_interval_xi_matches_brute_force(name: str) -> None:
     scipy.optimize.minimize from several starts) to 1e-3, open sides included."""
     x = _xi_sets()[name]
     fit = mle.fit_gev(x)
-    iv = mle.profile_ci_xi(x, fit)
+    iv = mle.profile_ci_xi(x, fit, level=0.95)
     assert (iv.lower, iv.upper) == tuple(iv)
     ends = _brute_xi_ends(x, fit.xi, fit.loglik, -1 + 1e-6, iv.searched[1])
     for ours, ref, is_open in ((iv.lower, ends[0], iv.open_below), (iv.upper, ends[1], iv.open_above)):
@@ -414,7 +414,7 @@ def test_profile_interval_return_level_matches_brute_force(name: str) -> None:
     x = _xi_sets()[name]
     fit = mle.fit_gev(x)
     z_hat, se = mle.return_level_delta(fit, 100.0)
-    iv = mle.profile_ci_return_level(x, fit, 100.0)
+    iv = mle.profile_ci_return_level(x, fit, 100.0, level=0.95)
     assert iv.closed and iv.lower < z_hat < iv.upper
     ref = _brute_rl_ends(x, fit, 100.0, z_hat, 1.96 * se, max(mle.XI_PROFILE_MAX, fit.xi + 1))
     assert abs(iv.lower - ref[0]) <= 1e-3 and abs(iv.upper - ref[1]) <= 1e-3, (iv, ref)
@@ -427,17 +427,17 @@ def test_six_values_say_which_side_is_open(tmp_path: Path, capsys: pytest.Captur
 
     x = _xi_sets()["sim_n6_xi0.1"]
     fit = mle.fit_gev(x)
-    iv = mle.profile_ci_xi(x, fit)
+    iv = mle.profile_ci_xi(x, fit, level=0.95)
     assert not iv.closed and not math.isnan(iv.lower) and not math.isnan(iv.upper)
     assert iv.open_below and iv.lower == -math.inf and "open below" in iv.note
     assert "open below (no lower end down to" in iv.describe()
     path = tmp_path / "six.csv"
     path.write_text("z\n" + "\n".join(repr(float(v)) for v in x) + "\n")
-    main(["fit", str(path), "--mle"])
+    main(["fit", str(path), "--mle", "--ci-level", "0.95"])
     out = capsys.readouterr().out
     assert "xi 95% profile-likelihood interval: [open below (no lower end down to -1)" in out
     assert "100-block return level" in out and "nan" not in out.split("interval")[1].split("\n")[0]
-    main(["fit", str(path), "--mle", "--json"])
+    main(["fit", str(path), "--mle", "--json", "--ci-level", "0.95"])
     import json
 
     doc = json.loads(capsys.readouterr().out)
@@ -451,7 +451,7 @@ def test_return_levels_in_the_cli_match_the_library(capsys: pytest.CaptureFixtur
 
     x = _xi_sets()["portpirie"]
     fit = mle.fit_gev(x)
-    main(["fit", str(DATA / "portpirie.csv"), "--mle", "--column", "SeaLevel", "--json"])
+    main(["fit", str(DATA / "portpirie.csv"), "--mle", "--column", "SeaLevel", "--json", "--ci-level", "0.95"])
     import json
 
     doc = json.loads(capsys.readouterr().out)
@@ -460,5 +460,5 @@ def test_return_levels_in_the_cli_match_the_library(capsys: pytest.CaptureFixtur
     assert rl100["level"] == pytest.approx(z) and rl100["se_delta"] == pytest.approx(se)
     # Coles (2001) §3.4.1: z_0.01 = 4.69 (delta-method)
     _within_rounding(rl100["level"], 4.69, 2)
-    iv = mle.profile_ci_return_level(x, fit, 100.0)
+    iv = mle.profile_ci_return_level(x, fit, 100.0, level=0.95)
     assert (rl100["profile_ci"]["lower"], rl100["profile_ci"]["upper"]) == pytest.approx((iv.lower, iv.upper))

@@ -33,6 +33,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import optimize, stats
 
+from evtsync.defaults import INTERVAL_LEVEL
 from evtsync.errors import FitError, InputError
 from evtsync.evt import gev
 
@@ -561,7 +562,7 @@ def profile_loglik_xi(data: ArrayLike, xi_values: ArrayLike) -> NDArray[np.float
     return out
 
 
-def profile_ci_xi(data: ArrayLike, fit: MleFit | None = None, level: float = 0.95) -> ProfileInterval:
+def profile_ci_xi(data: ArrayLike, fit: MleFit | None = None, level: float = INTERVAL_LEVEL) -> ProfileInterval:
     """Profile-likelihood interval for xi of a GEV fit (Coles 2001, §2.6.6).
 
     Bracketed from the Wald interval and solved by Brent's method on the profile; a side the
@@ -584,7 +585,7 @@ def profile_ci_xi(data: ArrayLike, fit: MleFit | None = None, level: float = 0.9
 
 
 def profile_ci_return_level(data: ArrayLike, fit: MleFit, period: float,
-                            level: float = 0.95) -> ProfileInterval:
+                            level: float = INTERVAL_LEVEL) -> ProfileInterval:
     """Profile-likelihood interval for the ``period``-block return level (Coles 2001, §3.3.3).
 
     The location is eliminated through ``mu = z_p - sigma (y_p^(-xi) - 1)/xi``; the profile is
