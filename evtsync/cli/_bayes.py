@@ -225,15 +225,15 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_records(summary), allow_nan=False))
         return 0 if fit.converged else 1
-        print(f"fit {fit.name}: alpha = {alpha:g} µs, S = {args.bytes:.6g} bytes, eps = {args.eps:g}, "
-              f"b = {block_sd:g} µs; mean [{level:.0%} {_interval_name(fit)} interval]; bandwidths in GB/s")
-        mark = "" if fit.converged else "  NOT CONVERGED"
-        for _, r in summary.iterrows():
-            print(f"  {r['cell']:14s} {r['topology']:8s} n={r['n']:<5d} tau {r['tau_mean_us']:9.4g} "
-                  f"[{r['tau_lo_us']:.4g}, {r['tau_hi_us']:.4g}] µs   B* {r['bstar_mean_gbps']:10.5g} "
-                  f"[{r['bstar_lo_gbps']:.5g}, {r['bstar_hi_gbps']:.5g}]   Hockney {r['bstar_hockney_gbps']:10.5g}   "
-                  f"reduction {100 * r['reduction_mean']:.2f}% [{100 * r['reduction_lo']:.2f}, "
-                  f"{100 * r['reduction_hi']:.2f}]" + _infinite(r, "tau") + mark)
+    print(f"fit {fit.name}: alpha = {alpha:g} µs, S = {args.bytes:.6g} bytes, eps = {args.eps:g}, "
+          f"b = {block_sd:g} µs; mean [{level:.0%} {_interval_name(fit)} interval]; bandwidths in GB/s")
+    mark = "" if fit.converged else "  NOT CONVERGED"
+    for _, r in summary.iterrows():
+        print(f"  {r['cell']:14s} {r['topology']:8s} n={r['n']:<5d} tau {r['tau_mean_us']:9.4g} "
+              f"[{r['tau_lo_us']:.4g}, {r['tau_hi_us']:.4g}] µs   B* {r['bstar_mean_gbps']:10.5g} "
+              f"[{r['bstar_lo_gbps']:.5g}, {r['bstar_hi_gbps']:.5g}]   Hockney {r['bstar_hockney_gbps']:10.5g}   "
+              f"reduction {100 * r['reduction_mean']:.2f}% [{100 * r['reduction_lo']:.2f}, "
+              f"{100 * r['reduction_hi']:.2f}]" + _infinite(r, "tau") + mark)
     return _close(fit, args)
 
 
@@ -264,12 +264,12 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_records(summary), allow_nan=False))
         return 0 if fit.converged else 1
-        print(f"fit {fit.name}: tau(n) = b·E_(n/{args.m}) with b = {block_sd:g} µs; "
-              f"mean [{level:.0%} {_interval_name(fit)} interval]")
-        mark = "" if fit.converged else "  NOT CONVERGED"
-        for _, r in summary.iterrows():
-            print(f"  {r['cell']:14s} n={r['n']:<6d} tau {r['tau_mean_us']:10.4g} µs  "
-                  f"[{r['tau_lo_us']:.4g}, {r['tau_hi_us']:.4g}]" + _infinite(r, "tau") + mark)
+    print(f"fit {fit.name}: tau(n) = b·E_(n/{args.m}) with b = {block_sd:g} µs; "
+          f"mean [{level:.0%} {_interval_name(fit)} interval]")
+    mark = "" if fit.converged else "  NOT CONVERGED"
+    for _, r in summary.iterrows():
+        print(f"  {r['cell']:14s} n={r['n']:<6d} tau {r['tau_mean_us']:10.4g} µs  "
+              f"[{r['tau_lo_us']:.4g}, {r['tau_hi_us']:.4g}]" + _infinite(r, "tau") + mark)
     return _close(fit, args)
 
 
@@ -289,17 +289,17 @@ def _straggler(args: argparse.Namespace, fit: Any) -> int:
     if args.json:
         print(json.dumps(_json_safe({"rows": _records(table), "skipped": table.attrs["skipped"]}), allow_nan=False))
         return 0 if fit.converged else 1
-        print(f"fit {fit.name}: predicted vs measured mean straggler delay; "
-              f"mean [{level:.0%} {_interval_name(fit)} interval]")
-        mark = "" if fit.converged else "  NOT CONVERGED"
-        for _, r in table.iterrows():
-            print(f"  {r['workload']:16s} {r['gpu']:6s} {r['precision']:5s} n={r['n']:<4d} measured "
-                  f"{r['measured_mean_us']:9.4g} µs  predicted {r['predicted_mean_us']:9.4g} "
-                  f"[{r['predicted_lo_us']:.4g}, {r['predicted_hi_us']:.4g}]"
-                  + ("" if r["inside_interval"] else "  outside") + mark)
-        skipped = {k: v for k, v in table.attrs["skipped"].items() if v}
-        if skipped:
-            print(f"  skipped rows: {skipped}")
+    print(f"fit {fit.name}: predicted vs measured mean straggler delay; "
+          f"mean [{level:.0%} {_interval_name(fit)} interval]")
+    mark = "" if fit.converged else "  NOT CONVERGED"
+    for _, r in table.iterrows():
+        print(f"  {r['workload']:16s} {r['gpu']:6s} {r['precision']:5s} n={r['n']:<4d} measured "
+              f"{r['measured_mean_us']:9.4g} µs  predicted {r['predicted_mean_us']:9.4g} "
+              f"[{r['predicted_lo_us']:.4g}, {r['predicted_hi_us']:.4g}]"
+              + ("" if r["inside_interval"] else "  outside") + mark)
+    skipped = {k: v for k, v in table.attrs["skipped"].items() if v}
+    if skipped:
+        print(f"  skipped rows: {skipped}")
     return _close(fit, args)
 
 
