@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 
 .PHONY: venv demo test lint
 
-$(BIN)/evtsync: pyproject.toml
+$(BIN)/evtsync: pyproject.toml setup.py
 	@test -n "$(PYTHON)" || { echo "Python >= 3.12 not found: set PYTHON=/path/to/python3.12"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip

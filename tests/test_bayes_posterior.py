@@ -152,3 +152,22 @@ def test_cli_predict_straggler_table(saved, capsys):
     assert row["predicted_lo_us"] <= row["predicted_mean_us"] <= row["predicted_hi_us"]
     assert pd.read_parquet(tmp / "cmp.parquet").shape[0] == 1 and (tmp / "fig11.png").stat().st_size > 0
     assert main(["-q", "predict", str(good), "--straggler", str(tmp / "straggler.csv"), "--n", "8"]) == 2
+
+
+def test_cli_text_outputs_print_every_row_and_mark_non_converged(saved, capsys):
+    good, bad, tmp = saved
+    assert main(["-q", "predict", str(good), "--n", "8", "64", "--block-sd-us", "20"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if " n=" in line]
+    assert len(lines) == 4 and all("tau" in line and "[" in line for line in lines)  # 2 cells x 2 sizes
+    assert main(["-q", "predict", str(bad), "--n", "8", "--block-sd-us", "20"]) == 1
+    rows = [line for line in capsys.readouterr().out.splitlines() if " n=" in line]
+    assert len(rows) == 2 and all(line.endswith("NOT CONVERGED") for line in rows)  # on the line it affects
+    assert main(["-q", "bandwidth", "--fit", str(good), "--topology", "ring", "--n", "8", "--alpha-us", "5",
+                 "--bytes", "1GiB", "--block-sd-us", "20"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if "B*" in line and "Hockney" in line]
+    assert len(rows) == 2
+    table = pd.DataFrame({"workload": ["llama"], "gpu": ["H200"], "precision": ["bf16"], "block_sd_us": [20.0],
+                          "mean_delay_us": [30.0], "n_ranks": [8]})
+    table.to_csv(tmp / "s.csv", index=False)
+    assert main(["-q", "predict", str(good), "--straggler", str(tmp / "s.csv")]) == 0
+    assert sum(" n=8" in line and "measured" in line for line in capsys.readouterr().out.splitlines()) == 1

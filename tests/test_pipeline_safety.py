@@ -110,3 +110,15 @@ def test_programming_errors_propagate_instead_of_failing_a_stage(traces_dir: Pat
     monkeypatch.setattr(stages, "_stage_attribution", buggy)
     with pytest.raises(TypeError, match="a bug"):
         run_pipeline(RunOptions(traces=[str(traces_dir / "dlrm-8rank-v100")], out=tmp_path / "r", **FAST))
+
+
+def test_report_refuses_a_folder_that_a_run_is_writing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import fcntl
+
+    out = tmp_path / "run"
+    out.mkdir()
+    with open(out / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running `evtsync run` does
+        assert main(["-q", "report", str(out)]) == 2
+        assert "is writing this folder now" in capsys.readouterr().err
+    assert not (out / "report.html").exists()

@@ -56,13 +56,25 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -
 
 @pytest.mark.slow
 def test_built_wheel_runs_demo_and_fit_by_model_name(tmp_path: Path) -> None:
+    import shutil
+
+    # build from a copy of the tracked tree, so that no stale build/ folder of the checkout
+    # can put modules into the wheel that the source no longer has
+    src = tmp_path / "src"
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for rel in files:
+        if (ROOT / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, src / rel)
     wheel_dir = tmp_path / "wheel"
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheel_dir),
-          str(ROOT)], cwd=tmp_path, env=dict(os.environ))
+          str(src)], cwd=tmp_path, env=dict(os.environ))
     wheel = next(wheel_dir.glob("evtsync-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert {f"evtsync/models/{m}.toml" for m in MODEL_NAMES} <= set(names)
     assert not any("templates" in n for n in names)
+    assert "evtsync/pipeline/engine.py" in names and "evtsync/plots/predictions.py" in names
 
     venv = tmp_path / "venv"
     base_python = getattr(sys, "_base_executable", sys.executable)

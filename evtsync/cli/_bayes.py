@@ -157,6 +157,38 @@ def _print_note(tree) -> None:
         print(note)
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse a bad ``--plot`` name or ``--out`` path before any work."""
+    if getattr(args, "plot", None):
+        from evtsync.plots import figure_format
+
+        figure_format(args.plot)
+    if getattr(args, "out", None):
+        from evtsync.tableio import check_output_file
+
+        check_output_file(args.out, "--out")
+
+
+def _write_outputs(args: argparse.Namespace, table: pd.DataFrame, figure: Any) -> None:
+    """``--out`` the table, ``--plot`` the figure ``figure(table)`` (a function of :mod:`evtsync.plots`)."""
+    if getattr(args, "out", None):
+        from evtsync.tableio import write_table
+
+        write_table(table, args.out)
+    if getattr(args, "plot", None):
+        from evtsync.plots import save_figure
+
+        save_figure(figure(table), args.plot)
+
+
+def _close(fit: Any, args: argparse.Namespace) -> int:
+    """The convergence note and the figure's path after the text output; the exit status."""
+    _print_note(fit.tree)
+    if getattr(args, "plot", None):
+        print(f"plot: {args.plot}")
+    return 0 if fit.converged else 1
+
+
 def _level(args: argparse.Namespace) -> float:
     from evtsync.defaults import INTERVAL_LEVEL
 
@@ -173,11 +205,9 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
     from evtsync.cli._common import alpha_us_from_args, parse_domain_sizes, parse_topologies
     from evtsync.evt.bayesfit import BayesFit
     from evtsync.evt.predict import bandwidth_table, domain_multiple
+    from evtsync.plots.predictions import bstar_curves
 
-    if args.plot:
-        from evtsync.plots import figure_format
-
-        figure_format(args.plot)
+    _check_outputs(args)
     fit = BayesFit.load(args.fit)
     topologies = parse_topologies(args.topology)
     sizes = parse_domain_sizes(args.n)
@@ -191,27 +221,20 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
     level = _level(args)
     summary = bandwidth_table(fit, topologies, sizes, alpha, args.bytes, block_sd, args.eps, args.m, level,
                               getattr(args, "flops_factor", 1.0))
-    if args.plot:
-        from evtsync.plots import save_figure
-        from evtsync.plots.predictions import bstar_curves
-
-        save_figure(bstar_curves(summary), args.plot)
+    _write_outputs(args, summary, bstar_curves)
     if args.json:
         print(json.dumps(_records(summary), allow_nan=False))
-    else:
-        print(f"fit {fit.name}: alpha = {alpha:g} µs, S = {args.bytes:.6g} bytes, eps = {args.eps:g}, "
-              f"b = {block_sd:g} µs; mean [{level:.0%} {_interval_name(fit)} interval]; bandwidths in GB/s")
-        mark = "" if fit.converged else "  NOT CONVERGED"
-        for _, r in summary.iterrows():
-            print(f"  {r['cell']:14s} {r['topology']:8s} n={r['n']:<5d} tau {r['tau_mean_us']:9.4g} "
-                  f"[{r['tau_lo_us']:.4g}, {r['tau_hi_us']:.4g}] µs   B* {r['bstar_mean_gbps']:10.5g} "
-                  f"[{r['bstar_lo_gbps']:.5g}, {r['bstar_hi_gbps']:.5g}]   Hockney {r['bstar_hockney_gbps']:10.5g}   "
-                  f"reduction {100 * r['reduction_mean']:.2f}% [{100 * r['reduction_lo']:.2f}, "
-                  f"{100 * r['reduction_hi']:.2f}]" + _infinite(r, "tau") + mark)
-        _print_note(fit.tree)
-        if args.plot:
-            print(f"plot: {args.plot}")
-    return 0 if fit.converged else 1
+        return 0 if fit.converged else 1
+    print(f"fit {fit.name}: alpha = {alpha:g} µs, S = {args.bytes:.6g} bytes, eps = {args.eps:g}, "
+          f"b = {block_sd:g} µs; mean [{level:.0%} {_interval_name(fit)} interval]; bandwidths in GB/s")
+    mark = "" if fit.converged else "  NOT CONVERGED"
+    for _, r in summary.iterrows():
+        print(f"  {r['cell']:14s} {r['topology']:8s} n={r['n']:<5d} tau {r['tau_mean_us']:9.4g} "
+              f"[{r['tau_lo_us']:.4g}, {r['tau_hi_us']:.4g}] µs   B* {r['bstar_mean_gbps']:10.5g} "
+              f"[{r['bstar_lo_gbps']:.5g}, {r['bstar_hi_gbps']:.5g}]   Hockney {r['bstar_hockney_gbps']:10.5g}   "
+              f"reduction {100 * r['reduction_mean']:.2f}% [{100 * r['reduction_lo']:.2f}, "
+              f"{100 * r['reduction_hi']:.2f}]" + _infinite(r, "tau") + mark)
+    return _close(fit, args)
 
 
 def _infinite(row: pd.Series, prefix: str) -> str:
@@ -224,11 +247,9 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     from evtsync.cli._common import parse_domain_sizes
     from evtsync.evt.bayesfit import BayesFit
     from evtsync.evt.predict import domain_multiple, tau_table
+    from evtsync.plots.predictions import tau_curves
 
-    if args.plot:
-        from evtsync.plots import figure_format
-
-        figure_format(args.plot)
+    _check_outputs(args)
     fit = BayesFit.load(args.fit)
     if getattr(args, "straggler", None):
         return _straggler(args, fit)
@@ -238,73 +259,48 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     domain_multiple(sizes, args.m)
     block_sd = _block_sd(args)
     level = _level(args)
-    if getattr(args, "out", None):
-        from evtsync.tableio import check_output_file
-
-        check_output_file(args.out, "--out")
     summary = tau_table(fit, sizes, block_sd, args.m, level)
-    if getattr(args, "out", None):
-        from evtsync.tableio import write_table
-
-        write_table(summary, args.out)
-    if args.plot:
-        from evtsync.plots import save_figure
-        from evtsync.plots.predictions import tau_curves
-
-        save_figure(tau_curves(summary), args.plot)
+    _write_outputs(args, summary, tau_curves)
     if args.json:
         print(json.dumps(_records(summary), allow_nan=False))
-    else:
-        print(f"fit {fit.name}: tau(n) = b·E_(n/{args.m}) with b = {block_sd:g} µs; "
-              f"mean [{level:.0%} {_interval_name(fit)} interval]")
-        mark = "" if fit.converged else "  NOT CONVERGED"
-        for _, r in summary.iterrows():
-            print(f"  {r['cell']:14s} n={r['n']:<6d} tau {r['tau_mean_us']:10.4g} µs  "
-                  f"[{r['tau_lo_us']:.4g}, {r['tau_hi_us']:.4g}]" + _infinite(r, "tau") + mark)
-        _print_note(fit.tree)
-        if args.plot:
-            print(f"plot: {args.plot}")
-    return 0 if fit.converged else 1
+        return 0 if fit.converged else 1
+    print(f"fit {fit.name}: tau(n) = b·E_(n/{args.m}) with b = {block_sd:g} µs; "
+          f"mean [{level:.0%} {_interval_name(fit)} interval]")
+    mark = "" if fit.converged else "  NOT CONVERGED"
+    for _, r in summary.iterrows():
+        print(f"  {r['cell']:14s} n={r['n']:<6d} tau {r['tau_mean_us']:10.4g} µs  "
+              f"[{r['tau_lo_us']:.4g}, {r['tau_hi_us']:.4g}]" + _infinite(r, "tau") + mark)
+    return _close(fit, args)
 
 
 def _straggler(args: argparse.Namespace, fit: Any) -> int:
     """Predicted vs measured mean straggler delay per row of ``--straggler TABLE``."""
     from evtsync.evt.predict import predicted_vs_measured
-    from evtsync.tableio import read_table, write_table
+    from evtsync.plots.predictions import predicted_vs_measured as pvm_figure
+    from evtsync.tableio import read_table
 
     if args.n or any(getattr(args, k, None) is not None for k in ("block_sd_us", "block_mean_us", "cv")):
         raise InputError("--straggler takes n and b from the table; do not also give --n or the block spread")
     level = _level(args)
-    if getattr(args, "out", None):
-        from evtsync.tableio import check_output_file
-
-        check_output_file(args.out, "--out")
     table = predicted_vs_measured(fit, read_table(args.straggler), args.m, level, source=str(args.straggler))
     if table.empty:
         raise InputError(f"{args.straggler}: no row matches a cell of the fit ({table.attrs['skipped']})")
-    if getattr(args, "out", None):
-        write_table(table, args.out)
-    if args.plot:
-        from evtsync.plots import save_figure
-        from evtsync.plots.predictions import predicted_vs_measured as pvm_figure
-
-        save_figure(pvm_figure(table), args.plot)
+    _write_outputs(args, table, pvm_figure)
     if args.json:
         print(json.dumps(_json_safe({"rows": _records(table), "skipped": table.attrs["skipped"]}), allow_nan=False))
-    else:
-        print(f"fit {fit.name}: predicted vs measured mean straggler delay; "
-              f"mean [{level:.0%} {_interval_name(fit)} interval]")
-        mark = "" if fit.converged else "  NOT CONVERGED"
-        for _, r in table.iterrows():
-            print(f"  {r['workload']:16s} {r['gpu']:6s} {r['precision']:5s} n={r['n']:<4d} measured "
-                  f"{r['measured_mean_us']:9.4g} µs  predicted {r['predicted_mean_us']:9.4g} "
-                  f"[{r['predicted_lo_us']:.4g}, {r['predicted_hi_us']:.4g}]"
-                  + ("" if r["inside_interval"] else "  outside") + mark)
-        skipped = {k: v for k, v in table.attrs["skipped"].items() if v}
-        if skipped:
-            print(f"  skipped rows: {skipped}")
-        _print_note(fit.tree)
-    return 0 if fit.converged else 1
+        return 0 if fit.converged else 1
+    print(f"fit {fit.name}: predicted vs measured mean straggler delay; "
+          f"mean [{level:.0%} {_interval_name(fit)} interval]")
+    mark = "" if fit.converged else "  NOT CONVERGED"
+    for _, r in table.iterrows():
+        print(f"  {r['workload']:16s} {r['gpu']:6s} {r['precision']:5s} n={r['n']:<4d} measured "
+              f"{r['measured_mean_us']:9.4g} µs  predicted {r['predicted_mean_us']:9.4g} "
+              f"[{r['predicted_lo_us']:.4g}, {r['predicted_hi_us']:.4g}]"
+              + ("" if r["inside_interval"] else "  outside") + mark)
+    skipped = {k: v for k, v in table.attrs["skipped"].items() if v}
+    if skipped:
+        print(f"  skipped rows: {skipped}")
+    return _close(fit, args)
 
 
 def run_bayesian_compare(args: argparse.Namespace) -> int:

@@ -22,8 +22,17 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``evtsync report``."""
     from pathlib import Path
 
+    from evtsync.errors import InputError
+    from evtsync.pipeline.layout import being_written
     from evtsync.report.html import REPORT_HTML, REPORT_MD, build_report
 
+    if being_written(args.source):
+        raise InputError(f"{args.source}: an `evtsync run` is writing this folder now; run `evtsync report` "
+                         "when it has finished (it writes the report itself at the end)")
+    if args.out:
+        from evtsync.tableio import check_output_dir
+
+        check_output_dir(args.out, "--out")
     written = build_report(args.source, args.out)
     html = next(p for p in written if Path(p).name == REPORT_HTML)
     md = next(p for p in written if Path(p).name == REPORT_MD)

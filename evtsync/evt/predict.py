@@ -334,8 +334,8 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = 4, level: f
     :data:`MEASURED_COLUMNS`. Rows are grouped by workload, gpu, precision and n_ranks: the
     measured mean with its Student-t ``level`` interval (NaN from a single row), against
     tau(n) = b·E_(n/m) with b the group's mean ``block_sd_us`` and the fit's cell for its GPU and
-    precision. Groups with no matching cell, an n that is not a multiple of m, or non-finite
-    values are skipped and counted (``attrs["skipped"]``).
+    precision. Rows with no matching cell, an n that is not a multiple of m, or non-finite
+    values are skipped and counted by reason (``attrs["skipped"]``, in input rows).
     """
     from scipy import stats
 
@@ -356,8 +356,11 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = 4, level: f
     ok = (agg["n_ranks"] % m == 0) & (agg["n_ranks"] >= m)
     skipped["n not a multiple of m"] = int(groups.size()[~ok.to_numpy()].sum())
     agg = agg[ok.to_numpy()]
-    rows, index, skip_cells = _rows_for(fit, agg.rename(columns={"block_sd_us": "b_us"}))
-    skipped["no matching cell"] = skip_cells.get("no matching cell", 0)
+    rows, index, _ = _rows_for(fit, agg.rename(columns={"block_sd_us": "b_us"}))
+    keys = ["workload", "gpu", "precision", "n_ranks"]
+    matched = set(map(tuple, rows[keys].to_numpy().tolist())) if len(rows) else set()
+    unmatched = [tuple(r) not in matched for r in agg[keys].to_numpy().tolist()]
+    skipped["no matching cell"] = int(agg.loc[unmatched, "n_collectives"].sum())  # rows, as the other reasons
     records = []
     mu, sigma, xi = fit.cell_draws()
     for row, c in zip(rows.to_dict(orient="records"), index, strict=True):

@@ -30,6 +30,7 @@ import pandas as pd
 
 from evtsync.errors import EvtsyncError, InputError
 from evtsync.pipeline.layout import (
+    LOCK,
     MANIFEST,
     STATUS_DONE,
     STATUS_FAILED,
@@ -95,7 +96,7 @@ def _run_lock(out: Path) -> Iterator[None]:
     """Hold an exclusive lock on the run folder so that two runs never write it at once."""
     import fcntl
 
-    lock_path = out / ".lock"
+    lock_path = out / LOCK
     with open(lock_path, "w") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -25,6 +25,8 @@ from evtsync.errors import InputError
 from evtsync.tableio import read_table
 
 MANIFEST = "manifest.json"
+#: The lock a running ``evtsync run`` holds on its folder.
+LOCK = ".lock"
 MANIFEST_FORMAT = "evtsync-run/1"
 TABLES = "tables"
 FITS = "fits"
@@ -40,6 +42,22 @@ TABLE_FILES = {name: f"{TABLES}/{name}.parquet" for name in (
     "tax_collectives", "tax_ranks", "tax_summary", "tax_groups", "tax_mismatches", "tax_traces",
     "attribution_collectives", "attribution_summary", "attribution_validation", "zscores", "blocks_dropped",
     "mle", "compare", "tau", "bstar", "xi", "xi_population", "block_scale", "predicted_vs_measured")}
+
+
+def being_written(run_dir: str | os.PathLike[str]) -> bool:
+    """Whether an ``evtsync run`` holds the run folder's lock right now (its tables are in flux)."""
+    import fcntl
+
+    lock = Path(run_dir) / LOCK
+    if not lock.is_file():
+        return False
+    with open(lock) as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return False
 
 
 def table_path(run_dir: str | os.PathLike[str], name: str) -> Path:

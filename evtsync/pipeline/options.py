@@ -78,11 +78,17 @@ class RunOptions:
             raise InputError(f"--eps {self.eps}: the target elasticity must lie in (-1, 0)")
         check_output_dir(self.out or default_out(self), "--out")
 
-    def sampling(self) -> dict[str, int]:
-        """Draws, tune and chains: the user's, else the demo's or the real-run defaults."""
-        d, t, c = (DEMO_DRAWS, DEMO_TUNE, DEMO_CHAINS) if self.is_demo else \
-            (DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS)
-        return {"draws": int(self.draws or d), "tune": int(self.tune or t), "chains": int(self.chains or c)}
+    def sampling(self, spec_sampling: dict[str, Any] | None = None) -> dict[str, int]:
+        """Draws, tune and chains of a fit: the user's flags; else, for the demo, its settings; else the
+        model's ``[sampling]`` table (``spec_sampling``); else the real-run defaults."""
+        if self.is_demo:
+            base = {"draws": DEMO_DRAWS, "tune": DEMO_TUNE, "chains": DEMO_CHAINS}
+        else:
+            spec_sampling = spec_sampling or {}
+            base = {k: int(spec_sampling.get(k, d)) for k, d in
+                    (("draws", DEFAULT_DRAWS), ("tune", DEFAULT_TUNE), ("chains", DEFAULT_CHAINS))}
+        given = {"draws": self.draws, "tune": self.tune, "chains": self.chains}
+        return {k: int(given[k] or base[k]) for k in base}
 
 
 @dataclass

@@ -198,17 +198,21 @@ def _stage_zscores(run: Run) -> dict[str, Any]:
     z = _stringify(pd.concat(tables, ignore_index=True))
     run.produced("zscores", run.write_table(f"{TABLES}/zscores.parquet", z))
     drops = pd.concat(dropped, ignore_index=True)["reason"].value_counts().to_dict() if dropped else {}
-    not_tp = []
+    return {"zscores": len(z), "cells": _cells(z).to_dict(orient="records"), "skipped_workloads": reasons,
+            "dropped": {str(k): int(v) for k, v in drops.items()}, "not_tensor_parallel": _not_tensor_parallel(run, z),
+            "block_pgs": sorted(z["pg"].astype(str).unique().tolist()) if "pg" in z else []}
+
+
+def _not_tensor_parallel(run: Run, z: pd.DataFrame) -> list[str]:
+    """Workloads whose blocks were cut between the collectives of a PG that is not tensor-parallel."""
+    out = []
     for w in run.workloads:
         groups = run.alignment(w).groups
         used = groups[groups["pg"].astype(str).isin(z.loc[z["workload"] == w.name, "pg"].astype(str))]
         text = (used["pg_desc"].astype(str) + " " + used["pg_name"].astype(str)).str.lower()
         if len(used) and not text.str.contains(r"(?<![a-z])(?:tp|tensor)", regex=True).any():
-            not_tp.append(f"{w.name}: PG {', '.join(used['pg'].astype(str))} ({', '.join(used['pg_desc'].astype(str))})")
-    return {"zscores": len(z), "cells": _cells(z).to_dict(orient="records"), "skipped_workloads": reasons,
-            "dropped": {str(k): int(v) for k, v in drops.items()},
-            "not_tensor_parallel": not_tp,
-            "block_pgs": sorted(z["pg"].astype(str).unique().tolist()) if "pg" in z else []}
+            out.append(f"{w.name}: PG {', '.join(used['pg'].astype(str))} ({', '.join(used['pg_desc'].astype(str))})")
+    return out
 
 
 def _drop_note(run: Run) -> str:
@@ -256,6 +260,23 @@ def _model_paths(run: Run) -> list[Path]:
     return paths
 
 
+def _check_fit_applies(run: Run, spec: Any, z: pd.DataFrame) -> None:
+    """``NotApplicable`` when the z-scores cannot carry the model (too few, one cell, one level)."""
+    if len(z) < MIN_Z_BAYES:
+        raise NotApplicable(f"{len(z)} z-scores, fewer than {MIN_Z_BAYES} for a Bayesian fit{_drop_note(run)}")
+    if not spec.groups:
+        return
+    missing = [g for g in spec.groups if g not in z.columns]
+    if missing:
+        raise NotApplicable(f"the z-score table has no column(s) {missing} named by data.groups")
+    if len(z.groupby(list(spec.groups))) < 2:
+        raise NotApplicable(f"one {' × '.join(spec.groups)} cell only: the per-cell model is the pooled one")
+    if spec.xi.structure == "additive":
+        levels = {f: z[f].nunique() for f in spec.xi.factors}
+        if all(v < 2 for v in levels.values()):
+            raise NotApplicable(f"every factor of xi has one level ({levels}): nothing to pool")
+
+
 def _fit_stage(model_path: Path) -> Callable[[Run], dict[str, Any]]:
     def stage(run: Run) -> dict[str, Any]:
         from evtsync.evt.fit import fit_table, save_fit
@@ -267,20 +288,8 @@ def _fit_stage(model_path: Path) -> Callable[[Run], dict[str, Any]]:
         rel = f"{TABLES}/zscores.parquet"
         z = run.table(rel)
         z = z[np.isfinite(pd.to_numeric(z[spec.column], errors="coerce"))]
-        if len(z) < MIN_Z_BAYES:
-            raise NotApplicable(f"{len(z)} z-scores, fewer than {MIN_Z_BAYES} for a Bayesian fit{_drop_note(run)}")
-        if spec.groups:
-            missing = [g for g in spec.groups if g not in z.columns]
-            if missing:
-                raise NotApplicable(f"the z-score table has no column(s) {missing} named by data.groups")
-            n_cells = len(z.groupby(list(spec.groups)))
-            if n_cells < 2:
-                raise NotApplicable(f"one {' × '.join(spec.groups)} cell only: the per-cell model is the pooled one")
-            if spec.xi.structure == "additive":
-                levels = {f: z[f].nunique() for f in spec.xi.factors}
-                if all(v < 2 for v in levels.values()):
-                    raise NotApplicable(f"every factor of xi has one level ({levels}): nothing to pool")
-        s = run.options.sampling()
+        _check_fit_applies(run, spec, z)
+        s = run.options.sampling(spec.sampling)
         tree = fit_table(z, spec, draws=s["draws"], tune=s["tune"], chains=s["chains"], seed=run.options.seed,
                          sampler=run.options.sampler, source=str(run.path(rel)),
                          source_sha256=file_sha256(run.path(rel)), command="evtsync run",
@@ -429,8 +438,8 @@ def build_stages(run: Run) -> list[Stage]:
     for path in models:
         text = path.read_text(encoding="utf-8")
         stages.append(Stage(f"fit-{path.stem}", _fit_stage(path), ("zscores",),
-                             lambda r, text=text: {"spec": text, **sampling, "seed": o.seed, "sampler": o.sampler,
-                                                   "min": MIN_Z_BAYES}))
+                            lambda r, text=text: {"spec": text, **sampling, "seed": o.seed, "sampler": o.sampler,
+                                                  "min": MIN_Z_BAYES}))
     fit_names = tuple(f"fit-{p.stem}" for p in models)
     stages += [
         Stage("compare", _stage_compare, fit_names, none),

@@ -38,6 +38,18 @@ def _converged(table: pd.DataFrame) -> bool:
     return bool(table["converged"].astype(bool).all()) if "converged" in table else True
 
 
+def _bands(ax: object, table: pd.DataFrame, column: str, unit: str) -> None:
+    """One line (mean) and band (lo..hi) per cell of ``table`` against n."""
+    for i, (key, cell) in enumerate(table.groupby(_series(table), sort=True)):
+        cell = cell.sort_values("n")
+        ax.fill_between(cell["n"], cell[f"{column}_lo{unit}"], cell[f"{column}_hi{unit}"], color=f"C{i}",
+                        alpha=0.25, lw=0)
+        ax.plot(cell["n"], cell[f"{column}_mean{unit}"], color=f"C{i}", marker="o", ms=3, label=_label(key))
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3, which="both")
+
+
 def tau_curves(tau: pd.DataFrame, models: list[str] | None = None) -> Figure:
     """Predicted tax tau(n) against the domain size: mean and ``level`` band per cell, a panel per model."""
     models = models or list(dict.fromkeys(tau["model"])) if "model" in tau else [None]
@@ -45,14 +57,8 @@ def tau_curves(tau: pd.DataFrame, models: list[str] | None = None) -> Figure:
                            squeeze=False)
     for ax, model in zip(axes[0], models, strict=False):
         sub = tau if model is None else tau[tau["model"] == model]
-        for i, (key, cell) in enumerate(sub.groupby(_series(sub), sort=True)):
-            cell = cell.sort_values("n")
-            ax.fill_between(cell["n"], cell["tau_lo_us"], cell["tau_hi_us"], color=f"C{i}", alpha=0.25, lw=0)
-            ax.plot(cell["n"], cell["tau_mean_us"], color=f"C{i}", marker="o", ms=3, label=_label(key))
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+        _bands(ax, sub, "tau", "_us")
         ax.set(xlabel="domain size n (ranks)", title=f"{model or ''}: mean and {_level(sub)} band".lstrip(": "))
-        ax.grid(alpha=0.3, which="both")
         not_converged_mark(ax, _converged(sub))
     axes[0][0].set_ylabel("predicted mean straggler delay tau(n) (µs)")
     axes[0][0].legend(fontsize=7)
@@ -68,14 +74,8 @@ def bstar_curves(bstar: pd.DataFrame) -> Figure:
         sub = bstar[bstar["topology"] == topo]
         hock = sub.drop_duplicates("n").sort_values("n")
         ax.plot(hock["n"], hock["bstar_hockney_gbps"], color="k", ls="--", lw=1.2, label="Hockney B*_H (tau = 0)")
-        for i, (key, cell) in enumerate(sub.groupby(_series(sub), sort=True)):
-            cell = cell.sort_values("n")
-            ax.fill_between(cell["n"], cell["bstar_lo_gbps"], cell["bstar_hi_gbps"], color=f"C{i}", alpha=0.25, lw=0)
-            ax.plot(cell["n"], cell["bstar_mean_gbps"], color=f"C{i}", marker="o", ms=3, label=_label(key))
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+        _bands(ax, sub, "bstar", "_gbps")
         ax.set(xlabel="domain size n (ranks)", title=f"{topo} (eps {float(sub['eps'].iloc[0]):g}, {_level(sub)} band)")
-        ax.grid(alpha=0.3, which="both")
         not_converged_mark(ax, _converged(sub))
     axes[0][0].set_ylabel("optimal bandwidth B* (GB/s)")
     axes[0][0].legend(fontsize=7)
