@@ -28,20 +28,15 @@ def _records(table: pd.DataFrame) -> list[dict[str, Any]]:
     return [_json_safe(r) for r in table.to_dict(orient="records")]
 
 
-def sampler_settings(spec: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """draws, tune, chains, target_accept of a fit: the CLI flags over the spec's ``[sampling]``
-    over evtsync's defaults (1000 draws, 1000 tuning steps, 4 chains, target "auto").
-
-    The one place where flags meet the spec; it becomes ``SamplerConfig.override`` when the
-    spec module provides that (``evtsync.evt.spec.SamplerConfig``).
-    """
-    spec_sampling = dict(getattr(spec, "sampling", {}) or {})
-    defaults = {"draws": DEFAULT_DRAWS, "tune": DEFAULT_TUNE, "chains": DEFAULT_CHAINS, "target_accept": "auto"}
-    out = {}
-    for key, default in defaults.items():
-        flag = getattr(args, key, None)
-        out[key] = flag if flag is not None else spec_sampling.get(key, default)
-    return out
+def sampler_settings(spec: Any, args: argparse.Namespace) -> Any:
+    """The :class:`~evtsync.evt.spec.SamplerConfig` of a fit: the spec's ``[sampling]`` table
+    (evtsync's defaults for absent keys: 1000 draws, 1000 tuning steps, 4 chains, target
+    "auto", nutpie), overridden by the CLI flags that were given — the one place where flags
+    meet the spec."""
+    return spec.sampler_config().override(
+        draws=getattr(args, "draws", None), tune=getattr(args, "tune", None),
+        chains=getattr(args, "chains", None), target_accept=getattr(args, "target_accept", None),
+        seed=getattr(args, "seed", None), sampler=getattr(args, "sampler", None))
 
 
 def _read_z_table(args: argparse.Namespace) -> pd.DataFrame:
@@ -78,7 +73,6 @@ def run_bayesian_fit(args: argparse.Namespace) -> int:
     table = _read_z_table(args)
     if getattr(args, "negate", False):
         table = table.assign(**{spec.column: -pd.to_numeric(table[spec.column], errors="coerce")})
-    seed = args.seed if args.seed is not None else int(np.random.default_rng().integers(2**31 - 1))
     from evtsync.tableio import check_output_dir, check_output_file
 
     out = Path(args.out) if args.out else Path("fits") / spec.name
@@ -87,11 +81,11 @@ def run_bayesian_fit(args: argparse.Namespace) -> int:
     else:
         check_output_dir(out, "--out")  # before the sampling, not after it
     command = "evtsync " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else ""
-    settings = sampler_settings(spec, args)
+    settings = sampler_settings(spec, args)  # flags over the spec's [sampling]
+    seed = settings.seed if settings.seed is not None else int(np.random.default_rng().integers(2**31 - 1))
     tree = fit_table(
-        table, spec, draws=settings["draws"], tune=settings["tune"], chains=settings["chains"], seed=seed,
-        sampler=args.sampler, source=str(args.data), source_sha256=file_sha256(args.data),
-        command=command, progress=progress_enabled(), target_accept=settings["target_accept"],
+        table, spec, sampler=settings, seed=seed, source=str(args.data), source_sha256=file_sha256(args.data),
+        command=command, progress=progress_enabled(),
     )
     path = save_fit(tree, out)
     summary = parameter_summary(tree)

@@ -64,7 +64,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bayes.add_argument("--chains", type=int, default=None,
                        help="number of chains (default: the model's [sampling] chains, else 4)")
     bayes.add_argument("--seed", type=int, default=None, help="random seed")
-    bayes.add_argument("--sampler", choices=("nutpie", "pymc"), default="nutpie", help="NUTS sampler (default nutpie)")
+    bayes.add_argument("--sampler", choices=("nutpie", "pymc"), default=None,
+                       help="NUTS sampler (default: the model's [sampling] sampler, else nutpie)")
     bayes.add_argument("--target-accept", type=_target_accept, default=None, metavar="P",
                        help="NUTS step-size target in (0, 1), or 'auto' (default: the spec's "
                             "sampling.target_accept, else auto: 0.95 up to 20,000 z-scores, 0.8 above)")
