@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.defaults import DEFAULT_CHAINS, DEFAULT_DRAWS, DEFAULT_TUNE
 from evtsync.errors import InputError
 from evtsync.tableio import json_ready as _json_safe
 
