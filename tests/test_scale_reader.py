@@ -217,3 +217,36 @@ def test_only_complete_events_are_held_to_the_schema_wherever_the_blocks_fall(tm
     for block in (256, 1 << 20):
         with pytest.raises(TraceError, match="is not a Kineto event"):
             decode_file(path, block_size=block)
+
+
+def test_decoding_while_a_sampling_profiler_holds_its_frames(traces_dir: Path) -> None:
+    """Dask's worker profiler keeps the frames of running tasks alive from another thread
+    (``sys._current_frames``); the decoder's views of its buffer then outlive the call
+    that made them, and resizing the buffer failed with BufferError (seen in a Dask run)."""
+    import sys
+    import threading
+    import time
+
+    path = traces_dir / "single-rank/hta_a100_sendrecv_rank0of16.json.gz"
+    expected = decode_file(path).columns["gpu"]["ts"]
+    stop = threading.Event()
+
+    def sampler() -> None:
+        while not stop.is_set():
+            chains = []
+            for frame in sys._current_frames().values():
+                while frame is not None:
+                    chains.append(frame)
+                    frame = frame.f_back
+            time.sleep(0.0002)
+            del chains
+
+    thread = threading.Thread(target=sampler, daemon=True)
+    thread.start()
+    try:
+        for _ in range(3):
+            decoded = decode_file(path, block_size=1 << 15)
+            assert np.array_equal(decoded.columns["gpu"]["ts"], expected)
+    finally:
+        stop.set()
+        thread.join()

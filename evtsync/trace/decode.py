@@ -24,6 +24,7 @@ counted as dropped.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import zlib
@@ -756,19 +757,27 @@ class _Decoder:
         end = last.start() + 1  # one past the "}" that ends the last complete event
         following = work[end]
         work[end] = _CLOSE_BRACKET
+        view = memoryview(work)
+        block = view[: end + 1]
         try:
-            with memoryview(work) as view:
-                events, phased = _decode_events(view[: end + 1])
+            events, phased = _decode_events(block)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return False  # not a cut between top-level events: the structural scan decides
         finally:
             work[end] = following
+            _release(block, view)
         self.n_events += len(events)
         _route_block(events, phased, self.columns, self.counts, self.untabulated, self.skipped, self.path)
         del events
         # keep "[" + the text from the next event's "{" on
         nxt = last.end() - 1
-        del work[1:nxt]
+        try:
+            del work[1:nxt]
+        except BufferError:
+            # something still holds a view of the block (a sampling profiler, such as Dask
+            # worker's, keeping the decoding frame alive): go on with a copy
+            work = self.work = bytearray(work)
+            del work[1:nxt]
         self.last_end = self.consumed + end - 1
         self.consumed += nxt - 1
         return True
@@ -813,6 +822,14 @@ class _Decoder:
                              f"({exc})") from None
         self.n_events += len(events)
         _route_block(events, phased, self.columns, self.counts, self.untabulated, self.skipped, self.path)
+
+
+def _release(*views: memoryview) -> None:
+    """Release memoryviews of the pending bytes now, where nothing else holds them (a view
+    that is still exported stays until it is freed; the caller copies then)."""
+    for view in views:
+        with contextlib.suppress(BufferError):
+            view.release()
 
 
 def _decode_header(path: Path, data: bytes, tolerant: bool) -> dict[str, Any]:
