@@ -3,7 +3,7 @@
 For a chosen PG and each member rank r, block i is the GPU work between two consecutive
 collectives of that PG: every kernel that **starts** in the window from the end of
 collective i to the start of collective i+1 on rank r. Counted are GPU kernels (category
-``kernel``) that are not NCCL kernels; copies and memsets are not compute, and the NCCL
+``kernel``) that are not communication kernels (NCCL, DeepEP, ...); copies and memsets are not compute, and the NCCL
 kernels of *other* PGs are left out because their duration includes waiting for the ranks of
 that other group, which is not compute noise of this one. All streams are counted, so a
 block also holds compute on side streams. Kernels that start while a collective of the PG
@@ -354,7 +354,8 @@ def plan_blocks(traces: TraceSet, alignment: Alignment | None = None, *, pg: str
         alignment = align_collectives(traces, **align_options)
     chosen = select_groups(alignment.groups, pg, int(m))
     kernels = traces.kernels
-    compute = kernels[(kernels["cat"].astype(str) == "kernel") & ~kernels["is_nccl"]]
+    comm = kernels["is_comm" if "is_comm" in kernels.columns else "is_nccl"]  # DeepEP etc. are not compute
+    compute = kernels[(kernels["cat"].astype(str) == "kernel") & ~comm]
     is_gemm = classifier.gemm_mask(compute["name"])
     compute = compute[["rank", "name", "stream", "ts_ns", "dur_ns", "end_ns"]].assign(
         is_gemm=is_gemm, name_hash=_name_hashes(compute["name"]),

@@ -83,9 +83,10 @@ class ProcessPool:
                     ProcessPoolExecutor(max_workers=min(self.jobs, len(items)), mp_context=ctx) as pool:
                 futures = [pool.submit(fn, item) for item in items]
                 return [fut.result() for fut in progress(futures, desc, len(items))]
-        except (BrokenProcessPool, RuntimeError, OSError) as exc:
-            if isinstance(exc, RuntimeError) and "bootstrapping" not in str(exc) \
-                    and not isinstance(exc, BrokenProcessPool):
+        except (BrokenProcessPool, RuntimeError) as exc:
+            # a worker died, or the pool cannot start here; an error of the work itself
+            # (a bad trace) is re-raised as it is
+            if not isinstance(exc, BrokenProcessPool) and "bootstrapping" not in str(exc):
                 raise
             log.warning("the process pool could not run (%s: %s); %s in this process instead "
                         "(--jobs 1 avoids the pool)", type(exc).__name__, exc, desc)

@@ -107,6 +107,20 @@ def test_every_shared_trace_is_read_completely(shared_data: Path, name: str) -> 
         expected["kernels"], expected["cpu_ops"], expected["runtime"])
 
 
+OLD_EXCERPT = Path(__file__).parent / "data/old-formats/kineto_tb_resnet50_v100_2021-02_worker0_excerpt.pt.trace.json.gz"
+
+
+def test_old_generation_excerpt_in_tests_data_is_read_completely() -> None:
+    """The same check on the excerpt kept in tests/data (runs without the shared data)."""
+    expected = plain_counts(OLD_EXCERPT)
+    assert (expected["kernels"], expected["cpu_ops"], expected["runtime"]) == (600, 2545, 530)  # its README
+    traces = load_traces(OLD_EXCERPT, jobs=1)
+    assert (len(traces.kernels), len(traces.cpu_ops), len(traces.runtime)) == (
+        expected["gpu"], expected["cpu_ops"], expected["runtime"])
+    assert int(traces.untabulated["count"].sum()) == expected["not_tabulated"]
+    assert traces.ranks.iloc[0]["rank"] == 0 and traces.ranks.iloc[0]["rank_source"] == "file name"
+
+
 def test_old_generation_trace_reads_like_a_new_one(traces_dir: Path) -> None:
     """PyTorch 1.8: ``Kernel``/``Runtime``/``Operator`` categories, ``tid: "stream 7"``,
     ``external id`` in lower case. Values checked against the raw events by hand."""

@@ -22,10 +22,20 @@ def _load(path: Path) -> dict:
         return json.load(fh)
 
 
-def _shifted(raw: dict, shift_us: int) -> dict:
+def _shifted(raw: dict, shift_us: int, later_step: int = 12) -> dict:
+    """The same step profiled again ``shift_us`` later, as one process writes it: CUPTI
+    correlation ids, External ids and the ProfilerStep number go on increasing."""
     for e in raw["traceEvents"]:
         if isinstance(e.get("ts"), int | float):
             e["ts"] += shift_us
+        args = e.get("args") or {}
+        for key in ("correlation", "External id"):
+            if isinstance(args.get(key), int) and args[key] > 0:
+                args[key] += 10_000_000
+        if e.get("ph") in ("s", "f") and isinstance(e.get("id"), int):
+            e["id"] += 10_000_000
+        if str(e.get("name", "")).startswith("ProfilerStep#"):
+            e["name"] = f"ProfilerStep#{int(e['name'].split('#')[1]) + later_step}"
     return raw
 
 
@@ -119,3 +129,6 @@ def test_zscores_pool_the_windows_without_blocks_across_them(traces_dir: Path, t
     crossing = two.dropped[two.dropped["reason"] == DROP_WINDOWS]
     assert set(crossing["index"]) == {7}
     assert len(two_table) == 2 * len(one_table)
+    # the same blocks in both windows: one identity each, pooled over the two windows
+    assert set(two.times["block"]) == set(one.times["block"])
+    assert (two.times.groupby("block")["window"].nunique() == 2).all()

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     summary = tax_summary(tables)
     if traces.comm_kernels.empty:
         if alignment.instances.empty:
-            print(f"no NCCL or other communication kernels (and no gloo collectives) in {len(traces.ranks)} "
+            print(f"no NCCL kernels, no other communication kernels and no gloo collectives in {len(traces.rank_ids)} "
                   "trace(s): nothing to align (empty result)")
         else:
             print("no NCCL kernels: using the CPU-side gloo collectives (their duration includes "

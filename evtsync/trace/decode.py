@@ -24,6 +24,7 @@ counted as dropped.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import zlib
@@ -66,7 +67,6 @@ _SEPARATOR_RE = re.compile(rb"\}\s*,\s*\{")
 #: The fast split looks for the last event separator in these many trailing bytes.
 _SEPARATOR_WINDOWS = (1 << 14, 1 << 20)
 _QUOTE, _BACKSLASH = 34, 92
-_OLD_EXTERNAL_ID = b'"external id"'
 _TRAILING_INT = re.compile(r"(?:^|\s)(-?\d+)$")
 _OPEN_BRACE, _CLOSE_BRACE, _OPEN_BRACKET, _CLOSE_BRACKET = 123, 125, 91, 93
 _header_decoder = msgspec.json.Decoder()
@@ -188,7 +188,6 @@ _EVENT_VALUES: dict[str, Callable[[Sequence[_Event]], list[Any]]] = {
     "ts": lambda evs: [e.ts for e in evs],
     "dur": lambda evs: [e.dur for e in evs],
     "external_id": lambda evs: [e.args.external_id for e in evs],
-    "external_id_lower": lambda evs: [e.args.external_id_lower for e in evs],
     "correlation": lambda evs: [e.args.correlation for e in evs],
     "device": lambda evs: [e.args.device for e in evs],
     "stream": lambda evs: [e.args.stream for e in evs],
@@ -443,8 +442,7 @@ class _Columns:
             self.strings.append(text)
         return np.fromiter(map(code_of.__getitem__, values), dtype=np.int32, count=len(values))
 
-    def add(self, table: str, events: list[_Event], times: dict[str, np.ndarray],
-            old_external_ids: bool = False) -> None:
+    def add(self, table: str, events: list[_Event], times: dict[str, np.ndarray]) -> None:
         """Append one table's events of a block column-wise (``times``: ts/dur converted)."""
         chunks = self.chunks[table]
         n = len(events)
@@ -467,10 +465,10 @@ class _Columns:
                     column = np.fromiter([code_of[v] for v in values], np.int32, n)
             except (TypeError, ValueError, OverflowError, KeyError):
                 column = _int_array(values) if kind == "i" else self.codes(values)
-            if old_external_ids and name == "external_id" and (column == MISSING).any():
-                # PyTorch 1.8 spelled it "external id": fill from that key where present
-                column = np.where(column == MISSING, _int_array(_EVENT_VALUES["external_id_lower"](events)),
-                                  column)
+            if name == "external_id":
+                lacking = np.flatnonzero(column == MISSING)
+                if lacking.size:  # PyTorch 1.8 spelled it "external id": read that key there
+                    column[lacking] = _int_array([events[i].args.external_id_lower for i in lacking.tolist()])
             chunks[name].append(column)
 
     def finish(self) -> dict[str, dict[str, Any]]:
@@ -590,13 +588,11 @@ def _lenient_event(raw: msgspec.Raw) -> _Event:
 
 
 def _route_block(events: list[Any], phased: bool, columns: _Columns, counts: Counter[str],
-                 untabulated: Counter[tuple[str, str]], skipped: dict[str, int], path: Path,
-                 old_external_ids: bool = False) -> None:
+                 untabulated: Counter[tuple[str, str]], skipped: dict[str, int], path: Path) -> None:
     """Route one block's events to their table and append their fields as numpy chunks.
 
     Events that go to no table (other phases, categories not tabulated) are counted in
-    ``untabulated`` by (phase, category as written). ``old_external_ids``: the block's text
-    holds the key ``"external id"`` (PyTorch 1.8), to be read where ``External id`` is absent.
+    ``untabulated`` by (phase, category as written).
     """
     if not events:
         return
@@ -639,7 +635,7 @@ def _route_block(events: list[Any], phased: bool, columns: _Columns, counts: Cou
                 continue
             times = {name: _time_array(_EVENT_VALUES[name](selected), path, name)
                      for name in ("ts", "dur")}
-        columns.add(table, selected, times, old_external_ids)  # type: ignore[arg-type]
+        columns.add(table, selected, times)  # type: ignore[arg-type]
 
 
 def _drop_non_numeric(events: list[_Event], skipped: dict[str, int]) -> list[_Event]:
@@ -761,21 +757,27 @@ class _Decoder:
         end = last.start() + 1  # one past the "}" that ends the last complete event
         following = work[end]
         work[end] = _CLOSE_BRACKET
+        view = memoryview(work)
+        block = view[: end + 1]
         try:
-            with memoryview(work) as view:
-                events, phased = _decode_events(view[: end + 1])
-            old_ids = work.find(_OLD_EXTERNAL_ID, 0, end + 1) >= 0
+            events, phased = _decode_events(block)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return False  # not a cut between top-level events: the structural scan decides
         finally:
             work[end] = following
+            _release(block, view)
         self.n_events += len(events)
-        _route_block(events, phased, self.columns, self.counts, self.untabulated, self.skipped, self.path,
-                     old_ids)
+        _route_block(events, phased, self.columns, self.counts, self.untabulated, self.skipped, self.path)
         del events
         # keep "[" + the text from the next event's "{" on
         nxt = last.end() - 1
-        del work[1:nxt]
+        try:
+            del work[1:nxt]
+        except BufferError:
+            # something still holds a view of the block (a sampling profiler, such as Dask
+            # worker's, keeping the decoding frame alive): go on with a copy
+            work = self.work = bytearray(work)
+            del work[1:nxt]
         self.last_end = self.consumed + end - 1
         self.consumed += nxt - 1
         return True
@@ -819,8 +821,15 @@ class _Decoder:
             raise TraceError(f"{self.path}: invalid JSON near decompressed byte {offset} "
                              f"({exc})") from None
         self.n_events += len(events)
-        _route_block(events, phased, self.columns, self.counts, self.untabulated, self.skipped, self.path,
-                     _OLD_EXTERNAL_ID in body)
+        _route_block(events, phased, self.columns, self.counts, self.untabulated, self.skipped, self.path)
+
+
+def _release(*views: memoryview) -> None:
+    """Release memoryviews of the pending bytes now, where nothing else holds them (a view
+    that is still exported stays until it is freed; the caller copies then)."""
+    for view in views:
+        with contextlib.suppress(BufferError):
+            view.release()
 
 
 def _decode_header(path: Path, data: bytes, tolerant: bool) -> dict[str, Any]:

@@ -282,6 +282,20 @@ def _assign_windows(parts: Sequence[RankTables]) -> list[int]:
     return window
 
 
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """Sorted ranks as short text: ``[0, 1, 2, 5, 7, 8]`` -> ``"0-2,5,7,8"`` (runs of 3+ as ranges)."""
+    values = sorted(set(ranks))
+    parts: list[str] = []
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
+            j += 1
+        parts.extend([f"{values[i]}-{values[j]}"] if j - i >= 2 else [str(v) for v in values[i:j + 1]])
+        i = j + 1
+    return ",".join(parts)
+
+
 def _time_clusters(span: Sequence[tuple[int, int]]) -> list[int]:
     """Unions of overlapping time spans, numbered in time order (-1 spans: cluster 0)."""
     order = sorted((i for i in range(len(span)) if span[i][0] >= 0), key=lambda i: span[i])
@@ -338,15 +352,15 @@ def _rank_set_problems(parts: Sequence[RankTables], windows: list[int], world: i
     missing = tuple(sorted(expected.difference(present)))
     if missing:
         source = f"world size {world}" if world > 0 else "the process groups in pg_config"
-        problems.append(f"rank(s) {format_ranks(missing)} have no trace file ({source}; "
-                        f"{len(present)} rank(s) present: {format_ranks(tuple(present))})")
+        problems.append(f"rank(s) {rank_ranges(missing)} have no trace file ({source}; "
+                        f"{len(present)} rank(s) present: {rank_ranges(present)})")
     n_windows = max(windows) + 1 if windows else 0
     if n_windows > 1:
         for w in range(n_windows):
             here = {p.rank for p, pw in zip(parts, windows, strict=True) if pw == w}
             lacking = sorted(set(present).difference(here))
             if lacking:
-                problems.append(f"window {w}: rank(s) {format_ranks(tuple(lacking))} have no file in it")
+                problems.append(f"window {w}: rank(s) {rank_ranges(lacking)} have no file in it")
     for key, label in _SIGNATURE_FIELDS:
         values: dict[str, list[RankTables]] = {}
         for part in parts:
