@@ -210,3 +210,23 @@ def test_cli_inject_sweep(tmp_path, base):
     bad = subprocess.run([sys.executable, "-m", "evtsync", "inject", *paths, "-o", str(tmp_path / "x"), "--rank", "1",
                           "--sweep", "0,1", "--delay-ms", "2"], capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and "give one of --delay-ms" in bad.stderr
+
+
+def test_gpu_only_share_with_cpu_noise_matches_truth(tmp_path):
+    """With random CPU delays that reach the GPU (ground truth ``cpu_noise`` with
+    ``gpu_idle_us`` > 0 on the straggler), the collectives they hit get a CPU path kind and
+    the others a GPU-only one: the share within 2 points, and collective by collective."""
+    cfg = SynthConfig.build(ranks=4, tp=4, iterations=6, layers=2, seed=3, cpu_delay_rate=0.1,
+                            cpu_delay_mean_us=2000.0)
+    res = synthesize(cfg, tmp_path / "noisy")
+    truth = {(str(c["pg"]), int(c["index"])): any(n["rank"] == c["straggler_rank"] and n["gpu_idle_us"] > 0
+                                                  for n in c.get("cpu_noise") or [])
+             for c in res.truth["collectives"]}
+    assert 0 < sum(truth.values()) < len(truth)  # the case has both kinds
+    table = attribute(sorted(str(p) for p in res.traces.values()), keep_paths=False).collectives
+    found = {(str(r.pg), int(r.index)): r.path_kind != "gpu_only" for r in table.itertuples()}
+    truth_share = 1 - sum(truth.values()) / len(truth)
+    share = 1 - sum(found.values()) / len(found)
+    assert abs(share - truth_share) <= 0.02
+    agree = sum(found[k] == v for k, v in truth.items()) / len(truth)
+    assert agree >= 0.98

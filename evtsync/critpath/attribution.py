@@ -37,7 +37,7 @@ from evtsync.critpath.tasks import (
 from evtsync.critpath.validate import regress_path_on_tax
 from evtsync.display import TablesDisplay
 from evtsync.errors import InputError
-from evtsync.parallel import Backend, InProcess
+from evtsync.parallel import Backend, DaskCluster, InProcess, ProcessPool
 from evtsync.progress import progress
 from evtsync.tax import TaxTables, compute_tax
 from evtsync.trace.traceset import TraceSet, load_traces
@@ -146,7 +146,12 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     read_options = dict(read_options or {})
     distributed = backend is not None and not isinstance(traces, TraceSet)
     if not isinstance(traces, TraceSet):
-        traces = load_traces(traces, scope="collectives" if distributed else "all", **read_options)
+        where: dict[str, Any] = {}
+        if isinstance(backend, ProcessPool):   # the caller reads nothing itself either
+            where["jobs"] = backend.jobs
+        elif isinstance(backend, DaskCluster):
+            where["client"] = backend.client
+        traces = load_traces(traces, scope="collectives" if distributed else "all", **read_options, **where)
     if not distributed:
         traces.require(("all",), "critical-path attribution")
     alignment = alignment if alignment is not None else align_collectives(traces, **align_options)

@@ -8,7 +8,8 @@ time minus the straggler's). A slope and R² near 1 mean the path accounts for t
 Two fits per scope: ordinary least squares (slope with its standard error and a 95%
 interval from the t quantile, intercept, R²) and the Theil–Sen median of pairwise slopes
 (``scipy.stats.theilslopes``, with its 95% interval), which one outlying collective cannot
-move far. Each scope is fitted twice: over every attributed collective (``subset = all``:
+move far; above :data:`THEIL_MAX_POINTS` collectives on a seeded random subsample of that
+size (its pairwise slopes take O(n²) memory), the size used in ``theil_n``. Each scope is fitted twice: over every attributed collective (``subset = all``:
 status ``ok`` or ``unexplained``) and over the explained ones only (``explained``).
 """
 
@@ -19,8 +20,11 @@ import pandas as pd
 from scipy import stats
 
 VALIDATION_COLUMNS = ["scope", "subset", "n", "slope", "slope_se", "slope_lo95", "slope_hi95", "intercept_us",
-                      "r2", "theil_slope", "theil_lo95", "theil_hi95", "theil_intercept_us", "x_mean_us",
+                      "r2", "theil_n", "theil_slope", "theil_lo95", "theil_hi95", "theil_intercept_us", "x_mean_us",
                       "y_mean_us"]
+#: Theil–Sen takes the median of all pairwise slopes: O(n²) time and memory. Above this many
+#: points it is computed on a random subsample of this size (seeded, reported as ``theil_n``).
+THEIL_MAX_POINTS = 2000
 #: Statuses of collectives that have a path account (see evtsync.critpath.attribution).
 ACCOUNTED = ("ok", "unexplained")
 
@@ -31,7 +35,7 @@ def fit_line(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     y = np.asarray(y, dtype=np.float64)
     n = len(x)
     out = {"n": n, "slope": np.nan, "slope_se": np.nan, "slope_lo95": np.nan, "slope_hi95": np.nan,
-           "intercept_us": np.nan, "r2": np.nan, "theil_slope": np.nan, "theil_lo95": np.nan,
+           "intercept_us": np.nan, "r2": np.nan, "theil_n": 0, "theil_slope": np.nan, "theil_lo95": np.nan,
            "theil_hi95": np.nan, "theil_intercept_us": np.nan,
            "x_mean_us": float(x.mean()) if n else np.nan, "y_mean_us": float(y.mean()) if n else np.nan}
     if n < 3 or np.ptp(x) == 0:
@@ -41,7 +45,14 @@ def fit_line(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     out.update(slope=float(fit.slope), slope_se=float(fit.stderr), slope_lo95=float(fit.slope - t * fit.stderr),
                slope_hi95=float(fit.slope + t * fit.stderr), intercept_us=float(fit.intercept),
                r2=float(fit.rvalue ** 2))
-    robust = stats.theilslopes(y, x, alpha=0.95)
+    xs, ys = x, y
+    if n > THEIL_MAX_POINTS:
+        pick = np.sort(np.random.default_rng(0).choice(n, THEIL_MAX_POINTS, replace=False))
+        xs, ys = x[pick], y[pick]
+    out["theil_n"] = len(xs)
+    if np.ptp(xs) == 0:
+        return out
+    robust = stats.theilslopes(ys, xs, alpha=0.95)
     out.update(theil_slope=float(robust.slope), theil_lo95=float(robust.low_slope),
                theil_hi95=float(robust.high_slope), theil_intercept_us=float(robust.intercept))
     return out
