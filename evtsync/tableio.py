@@ -132,7 +132,7 @@ def json_ready(value: Any) -> Any:
     return value
 
 
-def _writable_place(path: Path, option: str, what: str) -> None:
+def _writable_place(path: Path, option: str, what: str, shown: Path | None = None) -> None:
     """``path`` (absent) can be created: its nearest existing ancestor is a writable folder."""
     parent = path
     while not parent.exists():
@@ -140,9 +140,24 @@ def _writable_place(path: Path, option: str, what: str) -> None:
             break
         parent = parent.parent
     if not parent.is_dir():
-        raise InputError(f"{option} {path}: {parent} is a file, not a folder; choose another {what}")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"{option} {path}: cannot write in {parent} (permission denied); choose another {what}")
+        raise InputError(f"{option} {shown or path}: {parent} is a file, not a folder; choose another {what}")
+    if not os.access(parent, os.W_OK | os.X_OK) or not _can_create_in(parent):
+        raise InputError(f"{option} {shown or path}: cannot write in {parent}; choose another {what}")
+
+
+def _can_create_in(folder: Path) -> bool:
+    """Whether a file can really be created in ``folder`` (``os.access`` says yes to root even
+    under ``/proc``): a probe file of this process, removed at once."""
+    import tempfile
+
+    try:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".evtsync-probe-", suffix=".evtsync.tmp")
+    except OSError:
+        return False
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(name)
+    return True
 
 
 def check_output_dir(path: str | os.PathLike[str], option: str = "--out") -> Path:
@@ -151,8 +166,8 @@ def check_output_dir(path: str | os.PathLike[str], option: str = "--out") -> Pat
     if p.exists():
         if not p.is_dir():
             raise InputError(f"{option} {p}: is an existing file, not a folder; choose another output folder")
-        if not os.access(p, os.W_OK | os.X_OK):
-            raise InputError(f"{option} {p}: cannot write in this folder (permission denied)")
+        if not os.access(p, os.W_OK | os.X_OK) or not _can_create_in(p):
+            raise InputError(f"{option} {p}: cannot write in this folder")
         return p
     _writable_place(p, option, "output folder")
     return p
@@ -165,5 +180,5 @@ def check_output_file(path: str | os.PathLike[str], option: str = "-o") -> Path:
         raise InputError(f"{option} {p}: is a folder; give a file name")
     if p.exists() and not os.access(p, os.W_OK):
         raise InputError(f"{option} {p}: cannot overwrite this file (permission denied)")
-    _writable_place(p.parent if str(p.parent) else Path("."), option, "output file")
+    _writable_place(p.parent if str(p.parent) else Path("."), option, "output file", shown=p)
     return p

@@ -110,6 +110,28 @@ def _configure_logging(verbose: bool, quiet: bool) -> None:
     root.propagate = False
 
 
+#: Commands whose ``--out`` is checked by the command itself (a folder or a file by suffix).
+_OWN_OUT_CHECK = {"run", "report", "fit"}
+
+
+def _check_outputs(command: str | None, args: argparse.Namespace) -> None:
+    """Every output path of the command line checked before any work starts (issue 18): an
+    existing folder where a file is expected, a file where a folder is, a place that cannot be
+    written (``/proc``, a read-only folder) — one line naming the option."""
+    from evtsync.tableio import check_output_dir, check_output_file
+
+    folders = {"out_dir"}
+    if command == "inject":
+        folders.add("output")
+    if command == "nccl-tests" and getattr(args, "nccl_command", None) == "run":
+        folders.add("out")
+    for attr, option in (("output", "-o"), ("plot", "--plot"), ("out", "--out"), ("out_dir", "OUT_DIR")):
+        value = getattr(args, attr, None)
+        if not isinstance(value, str) or not value or (attr == "out" and command in _OWN_OUT_CHECK):
+            continue
+        (check_output_dir if attr in folders else check_output_file)(value, option)
+
+
 def _route_warnings() -> None:
     """Library warnings (NumPy's RuntimeWarning on an empty slice, pandas', PyMC's) go to the
     log at debug level instead of the terminal: evtsync says what went wrong in its own words,
@@ -137,6 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         set_progress(False)
     try:
+        _check_outputs(command_of(argv), args)
         return int(args.handler(args) or 0)
     except EvtsyncError as exc:
         print(f"evtsync: error: {exc}", file=sys.stderr)

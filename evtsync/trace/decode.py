@@ -818,10 +818,26 @@ class _Decoder:
             raise TraceError(f"{self.path}: an event near decompressed byte {offset} is not a "
                              f"Kineto event ({exc})") from None
         except msgspec.DecodeError as exc:
-            raise TraceError(f"{self.path}: invalid JSON near decompressed byte {offset} "
-                             f"({exc})") from None
+            raise TraceError(f"{self.path}: {_json_error_at(str(exc), body, offset)}") from None
         self.n_events += len(events)
         _route_block(events, phased, self.columns, self.counts, self.untabulated, self.skipped, self.path)
+
+
+def _json_error_at(message: str, body: bytes, offset: int) -> str:
+    """The decoder's complaint at its true place in the decompressed file, with the text there.
+
+    msgspec counts bytes from the start of the block it was given (``[`` + body + ``]``);
+    ``offset`` is where the body starts in the file.
+    """
+    import re
+
+    found = re.search(r"\(byte (\d+)\)", message)
+    if not found:
+        return f"invalid JSON in the events starting at decompressed byte {offset} ({message})"
+    at = max(int(found.group(1)) - 1, 0)
+    reason = message[: found.start()].strip().rstrip(":")
+    context = body[max(at - 40, 0): at + 20].decode("utf-8", "replace").replace("\n", " ")
+    return f"invalid JSON at decompressed byte {offset + at}: {reason}, near …{context}…"
 
 
 def _release(*views: memoryview) -> None:
