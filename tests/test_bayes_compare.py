@@ -120,3 +120,12 @@ def test_compare_refuses_different_data(data):
         compare_fits([_tree(z, mu, sigma, xi), _tree(z + 0.1, mu, sigma, xi)])
     with pytest.raises(FitError, match="at least two"):
         compare_fits([_tree(z, mu, sigma, xi)])
+
+
+def test_identical_fits_are_named_not_preferred(data):
+    _, z = data
+    mu, sigma, xi = _posterior(np.random.default_rng(3), (2, 200))
+    a, b = _tree(z, mu, sigma, xi, name="a"), _tree(z, mu, sigma, xi, name="b")
+    table, words = compare_fits([a, b])
+    assert table["diff_se"].iloc[1] == 0.0
+    assert "identical pointwise ELPD" in words and "preferred" not in words and "inf" not in words

@@ -105,9 +105,28 @@ def save_fit(tree: xr.DataTree, out: str | os.PathLike[str]) -> Path:
     _require_netcdf_engine()
     tree.attrs.setdefault(FORMAT_ATTR, FIT_FORMAT)
     tree.attrs.pop("fit_path", None)
+    tree.attrs[CONTENT_ATTR] = content_sha256(tree)
     with atomic_path(dest) as tmp:
         tree.to_netcdf(tmp, engine="h5netcdf")
     return dest
+
+
+#: Root attribute holding the sha256 of the posterior's values, written by :func:`save_fit`
+#: and checked by :func:`load_fit`: a fit altered in place is refused, not used.
+CONTENT_ATTR = "posterior_sha256"
+
+
+def content_sha256(tree: xr.DataTree) -> str:
+    """sha256 over the posterior's variables (names, shapes, dtypes and values, in name order)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    post = tree["posterior"].to_dataset()
+    for name in sorted(post.data_vars):
+        values = np.ascontiguousarray(post[name].values)
+        digest.update(f"{name}|{values.shape}|{values.dtype.str}|".encode())
+        digest.update(values.tobytes())
+    return digest.hexdigest()
 
 
 def format_version(tree: xr.DataTree, source: str = "fit") -> int:
@@ -144,6 +163,10 @@ def load_fit(path: str | os.PathLike[str]) -> xr.DataTree:
         if key not in tree.attrs:
             raise FitError(f"{p}: not an evtsync fit (attribute '{key}' missing)")
     format_version(tree, str(p))
+    recorded = tree.attrs.get(CONTENT_ATTR)
+    if recorded is not None and str(recorded) != content_sha256(tree):
+        raise FitError(f"{p}: the posterior no longer matches the checksum recorded when the fit was written "
+                       f"({CONTENT_ATTR}): the file was altered after `evtsync fit` wrote it; fit again")
     tree.attrs["fit_path"] = str(p)
     return tree
 

@@ -419,9 +419,18 @@ def verdict(table: pd.DataFrame, results: list[LooResult] | None = None) -> str:
     lines = []
     for _, row in table.iloc[1:].iterrows():
         d, se = row["elpd_diff"], row["diff_se"]
-        ratio = d / se if se > 0 else np.inf
         b = f"{best['model']} ({FAMILY_NAMES.get(best['family'], best['family'])})"
         o = f"{row['model']} ({FAMILY_NAMES.get(row['family'], row['family'])})"
+        if not se > 0:  # every observation's ELPD differs by the same amount (zero spread)
+            if abs(d) <= 1e-9 * max(1.0, abs(best["elpd_loo"])):
+                lines.append(f"{b} and {o} have identical pointwise ELPD (ΔELPD = 0, no spread): the same "
+                             "predictions — the same fit twice, or models the data cannot tell apart")
+            else:
+                lines.append(f"{b} ahead of {o} by ΔELPD = {d:.1f} with no spread between observations "
+                             "(every observation differs by the same amount): no standard error, so no "
+                             "significance is claimed")
+            continue
+        ratio = d / se
         if ratio > 2:
             lines.append(f"{b} preferred over {o} by ΔELPD = {d:.1f} ± {se:.1f} ({ratio:.1f} SE)")
         else:
