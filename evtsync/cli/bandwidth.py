@@ -60,8 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="with --alpha-from: the topology of the machine the sweep ran on; its per-step alpha is "
                    "reused for every --topology (default: each topology reads the sweep with its own p)")
     p.add_argument("--bytes", type=parse_bytes, required=True, metavar="S", help="buffer size S in bytes")
-    p.add_argument("--eps", default="-0.5", metavar="EPS",
-                   help="target elasticity in (-1, 0), or a comma list (default -0.5)")
+    p.add_argument("--eps", nargs="+", default=["-0.5"], metavar="EPS",
+                   help="target elasticities in (-1, 0): --eps -0.5 -0.1 or --eps=-0.5,-0.1 (default -0.5)")
     tax = p.add_mutually_exclusive_group(required=True)
     tax.add_argument("--tau-us", type=float, metavar="T", help="synchronization tax in µs, the same for every n")
     tax.add_argument("--gumbel", type=float, nargs=2, metavar=("MU", "SIGMA"), help="Gumbel fit of the z-scores")
@@ -96,10 +96,12 @@ def add_hardware_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the population and alpha draws (default 0)")
 
 
-def parse_float_list(text: str | None, what: str, default: float) -> list[float]:
+def parse_float_list(text: str | list[str] | None, what: str, default: float) -> list[float]:
     """A comma list of numbers, or a doubling range ``LO..HI`` (LO, 2·LO, 4·LO ... up to HI)."""
     if text is None:
         return [default]
+    if isinstance(text, list | tuple):
+        return [v for part in text for v in parse_float_list(part, what, default)]
     text = str(text).strip()
     if ".." in text:
         lo_s, _, hi_s = text.partition("..")
