@@ -118,3 +118,21 @@ def test_model_without_population_refuses_through_cli(tmp_path: Path, capsys: py
                        "--block-sd-us", "20")
     assert code == 2 and "mu is one value per cell" in err and "gev-hier-gpu-precision" in err
     assert "Traceback" not in err
+
+
+def test_paper_reference_numbers_for_the_flops_figure(capsys: pytest.CaptureFixture[str]) -> None:
+    """The paper's §6 text, with its Gumbel tax (b = 130.4 µs, mu 1.7342, sigma 1, as the
+    98.69%/37.26%/81.67% reductions imply) and alpha = 5 µs on the fully connected topology:
+    Hockney's B* "up to ~53 TB/s"; at n = 4096 "bandwidth is already saturated with today's
+    450 GB/s"; B* grows more slowly than the FLOPS (scaling reduction > 0, growing with F)."""
+    code, out, _ = run(capsys, "bandwidth", "--topology", "full", "--n", "256", "4096", "--alpha-us", "5",
+                       "--bytes", "256MiB", "--gumbel", "1.7342", "1.0", "--block-sd-us", "130.4",
+                       "--flops-factor", "1,2,4,8,16", "--json")
+    assert code == 0
+    result = json.loads(out)
+    base = {r["n"]: r for r in result["rows"] if r["flops_factor"] == 1}
+    assert base[4096]["bstar_hockney"] == pytest.approx(53_700, rel=0.01)
+    assert base[4096]["bstar"] == pytest.approx(450, rel=0.03)
+    for r in result["flops_scaling"]:
+        assert r["hockney_growth"] == pytest.approx(1.0) and r["roofline_growth"] == 16
+        assert 0 < r["scaling_reduction"] < 0.2 and r["growth"] < 16

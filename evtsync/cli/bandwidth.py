@@ -265,12 +265,15 @@ def run_bandwidth(args: argparse.Namespace) -> int:
             for t in topologies:
                 for r in bandwidth_records([t], sizes, alpha_by_topology[get_name(t)], args.bytes, eps, tau_of_n):
                     records.append({**r, "flops_factor": factor})
+    scaling = point_scaling(records) if len(set(hw["factors"])) > 1 else None
     if args.plot:
         _plot(records, args.plot, hw["nvlink"])
     if args.json:
         from evtsync.tableio import json_ready
 
-        print(json.dumps(json_ready(records), allow_nan=False))
+        payload: Any = records if scaling is None else {"rows": records, "flops_scaling": scaling,
+                                                       "definition": SCALING_DEFINITION}
+        print(json.dumps(json_ready(payload), allow_nan=False))
         return 0
     for note in notes:
         print(note)
@@ -281,9 +284,37 @@ def run_bandwidth(args: argparse.Namespace) -> int:
         reduction = "nan" if math.isnan(r["reduction"]) else f"{100 * r['reduction']:.2f}%"
         print(f"{r['topology']:9s} {r['n']:6d} {r['eps']:5g} {r['flops_factor']:6.3g} {r['p']:9.4g} {r['q']:7.4f} "
               f"{r['alpha_us']:8.4g} {r['tau_us']:10.4g} {r['bstar']:12.5g} {r['bstar_hockney']:12.5g} {reduction:>9s}")
+    if scaling:
+        print(f"bandwidth-scaling requirement ({SCALING_DEFINITION}):")
+        for r in scaling:
+            print(f"  {r['topology']:9s} n={r['n']:<6d} eps={r['eps']:<5g} FLOPS x{r['roofline_growth']:.4g}: B* grows "
+                  f"x{r['growth']:.4g}, {100 * r['scaling_reduction']:.1f}% below the roofline; Hockney's B*_H x1")
     if args.plot:
         print(f"plot: {Path(args.plot)}")
     return 0
+
+
+#: How the bandwidth-scaling requirement is defined (docs/what-if.md).
+SCALING_DEFINITION = ("growth = B*(f_hi)/B*(f_lo); roofline growth = f_hi/f_lo; "
+                      "scaling_reduction = 1 - growth/roofline growth; Hockney's B*_H does not depend on FLOPS")
+
+
+def point_scaling(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per topology, n and eps: B*'s growth from the smallest to the largest FLOPS factor of
+    ``records`` against the roofline's (:func:`evtsync.evt.predict.flops_scaling_table` with a point tax)."""
+    out = []
+    keys = dict.fromkeys((r["topology"], r["n"], r["eps"]) for r in records)
+    for topo, n, eps in keys:
+        rows = sorted((r for r in records if (r["topology"], r["n"], r["eps"]) == (topo, n, eps)),
+                      key=lambda r: r["flops_factor"])
+        lo, hi = rows[0], rows[-1]
+        big_f = hi["flops_factor"] / lo["flops_factor"]
+        growth = hi["bstar"] / lo["bstar"]
+        out.append({"topology": topo, "n": n, "eps": eps, "flops_lo": lo["flops_factor"], "flops_hi": hi["flops_factor"],
+                    "roofline_growth": big_f, "hockney_growth": hi["bstar_hockney"] / lo["bstar_hockney"],
+                    "growth": growth, "scaling_exponent": math.log(growth) / math.log(big_f),
+                    "scaling_reduction": 1 - growth / big_f})
+    return out
 
 
 def get_name(topology: str) -> str:
