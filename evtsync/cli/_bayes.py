@@ -177,7 +177,7 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
     cells the fit has not seen (population-level rows, labelled).
     """
     from evtsync.cli._common import parse_topologies
-    from evtsync.cli.bandwidth import alpha_setup, hardware, parse_float_list
+    from evtsync.cli._whatif import alpha_setup, hardware, parse_float_list
     from evtsync.evt.bayesfit import BayesFit
     from evtsync.evt.predict import bandwidth_table, domain_multiple, flops_scaling_table
 
@@ -267,7 +267,7 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     ``--gpu``/``--precision``/``--preset`` ask for cells, unseen ones from the population;
     ``--flops-factor F`` divides b (and so tau) by F for a GPU F times faster (SPEC §8).
     """
-    from evtsync.cli.bandwidth import hardware
+    from evtsync.cli._whatif import hardware
     from evtsync.evt.bayesfit import BayesFit
     from evtsync.evt.predict import domain_multiple, tau_table
 

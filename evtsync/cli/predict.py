@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 
-from evtsync.cli.bandwidth import add_hardware_arguments
+from evtsync.cli._whatif import add_hardware_arguments
 from evtsync.defaults import INTERVAL_LEVEL
 
 
