@@ -53,13 +53,16 @@ def bstar_panels(table: pd.DataFrame, nvlink: Mapping[str, float] | None = None)
                 style = "--" if first.get("prediction_kind") == "population" else "-"
                 flops = f", FLOPS x{key[1]:g}" if sub["flops_factor"].nunique() > 1 else ""
                 ax.fill_between(cell["n"], cell["bstar_lo_gbps"], cell["bstar_hi_gbps"], color=f"C{i}", alpha=0.2, lw=0)
-                ax.plot(cell["n"], cell["bstar_mean_gbps"], style, color=f"C{i}", marker="o", ms=3,
-                        label=_cell_label(first) + flops)
+                ax.errorbar(cell["n"], cell["bstar_mean_gbps"],
+                            yerr=[cell["bstar_mean_gbps"] - cell["bstar_lo_gbps"],
+                                  cell["bstar_hi_gbps"] - cell["bstar_mean_gbps"]],
+                            fmt="o" + style, color=f"C{i}", ms=3, capsize=2, label=_cell_label(first) + flops)
             hock = sub.drop_duplicates("n").sort_values("n")
             if "bstar_hockney_lo_gbps" in hock and (hock["bstar_hockney_hi_gbps"] > hock["bstar_hockney_lo_gbps"]).any():
                 ax.fill_between(hock["n"], hock["bstar_hockney_lo_gbps"], hock["bstar_hockney_hi_gbps"], color="k",
                                 alpha=0.1, lw=0)
-            ax.plot(hock["n"], hock["bstar_hockney_gbps"], color="k", ls="--", lw=1.2, label="Hockney B*_H (tau = 0)")
+            ax.plot(hock["n"], hock["bstar_hockney_gbps"], color="k", ls="--", marker="s", ms=3, lw=1.2,
+                    label="Hockney B*_H (tau = 0)")
             _reference_lines(ax, nvlink)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
