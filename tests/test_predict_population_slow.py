@@ -7,7 +7,9 @@ log 0.45 + Normal(0, 0.2); 400 z-scores per cell. The main model is fitted on 3 
 about the 4th: the population-level 90% intervals of xi and of tau(64) (b = 20 µs) for the
 held-out GPU's two cells should cover the generated truth at near the nominal rate. Run with
 ``pytest -m slow tests/test_predict_population_slow.py``; ``EVTSYNC_COVERAGE_REPLICATES``
-sets the number of fits (default 10, ~1-2 min each on 2 busy cores).
+sets the number of fits (default 6: 11.4 min on 2 cores at load ~14; 2026-12-01 result
+xi 12/12, tau(64) 11/12 covered, population interval 3.7x an observed cell's; the 500-draw chains
+leave every fit flagged not converged by the ESS rule, which the test records and does not hide).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def test_held_out_gpu_population_interval_covers_truth() -> None:
     from evtsync.evt.spec import load_spec
 
     spec = load_spec(os.path.join(os.path.dirname(__file__), "..", "models", "gev-hier-gpu-precision.toml"))
-    replicates = int(os.environ.get("EVTSYNC_COVERAGE_REPLICATES", "10"))
+    replicates = int(os.environ.get("EVTSYNC_COVERAGE_REPLICATES", "6"))
     hits_xi = hits_tau = total = not_converged = 0
     widths = []
     for rep in range(replicates):
