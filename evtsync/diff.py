@@ -284,3 +284,73 @@ def load_side(path, label: str | None = None, workload: str | None = None, **opt
     if workload is not None:
         raise InputError("diff: --workload applies to run folders only")
     return tables_from_traces([str(p) for p in paths], label, **options)
+
+
+FIT_DIFF_COLUMNS = [
+    "cell", "gpu", "precision", "quantity", "n", "a_median", "b_median", "d_mean", "d_lo", "d_median", "d_hi",
+    "prob_lower", "level", "model_a", "model_b", "verdict", "reason",
+]
+
+
+def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: float = 1.0, m: int = 4,
+              level: float | None = None, seed: int = 0) -> pd.DataFrame:
+    """Per GPU × precision cell of both fits: the posterior of Δξ = ξ_B − ξ_A and of Δτ(n).
+
+    The two fits are independent posteriors (different data), so a draw of the difference is
+    a draw of B minus a draw of A paired at random (both resampled to the larger count, with
+    ``seed``); Δτ(n) uses the same block sd ``b`` on both sides, so it isolates the change in
+    the tail of the z-scores (SPEC §7), not a change in the block's spread. Verdict per row
+    ("lower" / "higher" / "no difference" by the ``level`` interval of the difference), or
+    "no verdict" when either fit is not converged or the cell is in one fit only.
+    """
+    from evtsync.defaults import INTERVAL_LEVEL
+    from evtsync.evt.bayesfit import as_fit
+    from evtsync.evt.predict import predicted_tax_curve_us, summarise
+
+    level = INTERVAL_LEVEL if level is None else float(level)
+    if not 0 < level < 1:
+        raise InputError(f"diff: the interval level must lie in (0, 1), got {level}")
+    fa, fb = as_fit(fit_a), as_fit(fit_b)
+    ns = [int(v) for v in n]
+    rng = np.random.default_rng(seed)
+    cells_a = {str(c): i for i, c in enumerate(fa.cells["cell"])}
+    cells_b = {str(c): i for i, c in enumerate(fb.cells["cell"])}
+    draws_a, draws_b = fa.cell_draws(), fb.cell_draws()
+    size = max(draws_a[0].shape[0], draws_b[0].shape[0])
+    pick_a = rng.choice(draws_a[0].shape[0], size=size, replace=draws_a[0].shape[0] < size)
+    pick_b = rng.choice(draws_b[0].shape[0], size=size, replace=draws_b[0].shape[0] < size)
+    unconverged = [f"{f.name} not converged" for f in (fa, fb) if not f.converged]
+    rows = []
+    for cell in sorted(set(cells_a) | set(cells_b)):
+        parts = cell.split("|")
+        base = {"cell": cell, "gpu": parts[0] if len(parts) == 2 else "", "precision": parts[1] if len(parts) == 2 else "",
+                "level": level, "model_a": fa.name, "model_b": fb.name}
+        if cell not in cells_a or cell not in cells_b:
+            rows.append({**base, "quantity": "xi", "verdict": "no verdict",
+                         "reason": f"cell only in {'B' if cell not in cells_a else 'A'}"})
+            continue
+        ia, ib = cells_a[cell], cells_b[cell]
+        pa = [d[pick_a, ia] for d in draws_a]
+        pb = [d[pick_b, ib] for d in draws_b]
+        quantities = [("xi", None, pa[2], pb[2])]
+        tau_a = predicted_tax_curve_us(block_sd_us, *pa, ns, m)
+        tau_b = predicted_tax_curve_us(block_sd_us, *pb, ns, m)
+        quantities += [("tau_us", nn, tau_a[:, j], tau_b[:, j]) for j, nn in enumerate(ns)]
+        for name, nn, va, vb in quantities:
+            with np.errstate(invalid="ignore"):
+                d = vb - va
+            s = summarise(d, level)
+            lo, hi = float(s["lo"]), float(s["hi"])
+            if unconverged:
+                verdict, reason = "no verdict", "; ".join(unconverged)
+            else:
+                verdict = "lower" if hi < 0 else "higher" if lo > 0 else "no difference"
+                reason = f"{level:.0%} interval of B − A {'contains' if verdict == 'no difference' else 'excludes'} 0"
+            rows.append({**base, "quantity": name, "n": nn, "a_median": float(np.median(va)),
+                         "b_median": float(np.median(vb)), "d_mean": float(s["mean"]), "d_lo": lo,
+                         "d_median": float(s["median"]), "d_hi": hi, "prob_lower": float(np.mean(d < 0)),
+                         "verdict": verdict, "reason": reason})
+    table = pd.DataFrame(rows, columns=FIT_DIFF_COLUMNS)
+    table.attrs.update({"a": fa.name, "b": fb.name, "level": level, "block_sd_us": block_sd_us,
+                        "pairing": "independent posteriors: draws paired at random"})
+    return table

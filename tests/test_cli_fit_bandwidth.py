@@ -152,17 +152,26 @@ def test_bandwidth_errors(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captur
 
 
 def test_bandwidth_alpha_from_log(capsys: pytest.CaptureFixture[str]) -> None:
-    """alpha comes from a real nccl-tests log through alpha_from_log; a failed log is refused."""
+    """alpha comes from a real nccl-tests log through alpha_from_log; a failed log is refused.
+
+    The sweep's intercept p·alpha is read under each topology's p at the log's 16 ranks: the
+    fully connected topology has p = 2 (a ring-fitted alpha, intercept / 30, is not reused);
+    ``--alpha-topology ring`` declares the machine's topology and reuses its per-step alpha."""
     from evtsync.nccltests.alpha import alpha_from_log
 
     logs = DATA.parent / "nccl-tests"
     good = logs / "all_reduce_H100_2x8_gcp-a3mega-ztan.txt"
-    expected = alpha_from_log(good).alpha_us
+    ring = alpha_from_log(good)
+    assert ring.n_ranks == 16 and ring.p == 30
     code, out, _ = run(capsys, "bandwidth", "--topology", "full", "--n", "8", "--alpha-from", str(good),
                        "--bytes", "1e8", "--tau-us", "0", "--json")
     assert code == 0
     (rec,) = json.loads(out)
-    assert rec["alpha_us"] == pytest.approx(expected) and rec["reduction"] == 0.0
+    assert rec["alpha_us"] == pytest.approx(ring.intercept_us / 2) and rec["reduction"] == 0.0
+    code, out, _ = run(capsys, "bandwidth", "--topology", "full", "--n", "8", "--alpha-from", str(good),
+                       "--alpha-topology", "ring", "--bytes", "1e8", "--tau-us", "0")
+    assert code == 0 and "reused (--alpha-topology ring)" in out
+    assert f"{ring.alpha_us:.4g} µs" in out
     bad = logs / "bad_all_reduce_RTX3090_4x1_idx20801464614-wrong-nonzero.txt"
     code, _, err = run(capsys, "bandwidth", "--topology", "full", "--n", "8", "--alpha-from", str(bad),
                        "--bytes", "1e8", "--tau-us", "0")

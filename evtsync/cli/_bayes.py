@@ -194,40 +194,92 @@ def _interval_name(fit: Any) -> str:
 
 
 def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
-    """``evtsync bandwidth --fit FIT ...``: B* and its reduction vs Hockney as credible intervals."""
-    from evtsync.cli._common import alpha_us_from_args, parse_domain_sizes, parse_topologies
+    """``evtsync bandwidth --fit FIT ...``: B* and its reduction vs Hockney as credible intervals.
+
+    Several ``--eps`` and ``--flops-factor`` values give one row each; two or more FLOPS factors
+    add the bandwidth-scaling requirement (:func:`evtsync.evt.predict.flops_scaling_table`);
+    ``--alpha-from`` carries alpha's draws; ``--gpu``/``--precision``/``--preset`` may ask for
+    cells the fit has not seen (population-level rows, labelled).
+    """
+    from evtsync.cli._common import parse_topologies
+    from evtsync.cli._whatif import alpha_setup, hardware, parse_float_list
     from evtsync.evt.bayesfit import BayesFit
-    from evtsync.evt.predict import bandwidth_table, domain_multiple
-    from evtsync.plots.predictions import bstar_curves
+    from evtsync.evt.predict import bandwidth_table, domain_multiple, flops_scaling_table
 
     _check_outputs(args)
     fit = BayesFit.load(args.fit)
     topologies = parse_topologies(args.topology)
-    sizes = parse_domain_sizes(args.n)
+    hw = hardware(args)
+    if not hw["sizes"]:
+        raise InputError("give the domain sizes --n N... (or --preset NAME)")
+    sizes = hw["sizes"]
     domain_multiple(sizes, args.m)
-    if not -1 < args.eps < 0:
-        raise InputError(f"--eps must lie in (-1, 0); got {args.eps}")
+    eps_values = parse_float_list(args.eps, "--eps", -0.5)
+    for eps in eps_values:
+        if not -1 < eps < 0:
+            raise InputError(f"--eps must lie in (-1, 0); got {eps:g}")
     if getattr(args, "tau_us", None) is not None:
         raise InputError("--fit takes the tax from the posterior; do not also give --tau-us")
     block_sd = _block_sd(args)
-    alpha = alpha_us_from_args(args)
     level = _level(args)
-    summary = bandwidth_table(fit, topologies, sizes, alpha, args.bytes, block_sd, args.eps, args.m, level,
-                              getattr(args, "flops_factor", 1.0))
-    _write_outputs(args, summary, bstar_curves)
+    n_draws = int(np.prod(fit.cell_draws()[0].shape[:1]))
+    alpha, alpha_draws, alpha_notes = alpha_setup(args, topologies, n_draws if args.alpha_from else None)
+    common = {"alpha_draws_us": alpha_draws, "gpu": hw["gpu"], "precision": getattr(args, "precision", None),
+              "seed": getattr(args, "seed", 0)}
+    summary = bandwidth_table(fit, topologies, sizes, alpha, args.bytes, block_sd, eps_values, args.m, level,
+                              hw["factors"], **common)
+    scaling = None
+    if len(set(hw["factors"])) > 1:
+        scaling = flops_scaling_table(fit, topologies, sizes, alpha, args.bytes, block_sd, hw["factors"],
+                                      eps_values, args.m, level, **common)
+    if getattr(args, "out", None):
+        from evtsync.tableio import write_table
+
+        write_table(summary, args.out)
+    if args.plot:
+        from evtsync.plots import save_figure
+        from evtsync.plots.whatif import bstar_panels, bstar_vs_flops
+
+        figure = (bstar_vs_flops(summary, nvlink=hw["nvlink"]) if scaling is not None
+                  else bstar_panels(summary, nvlink=hw["nvlink"]))
+        save_figure(figure, args.plot)
     if args.json:
-        print(json.dumps(_records(summary), allow_nan=False))
-        return 0 if fit.converged else 1
-    print(f"fit {fit.name}: alpha = {alpha:g} µs, S = {args.bytes:.6g} bytes, eps = {args.eps:g}, "
-          f"b = {block_sd:g} µs; mean [{level:.0%} {_interval_name(fit)} interval]; bandwidths in GB/s")
-    mark = "" if fit.converged else "  NOT CONVERGED"
-    for _, r in summary.iterrows():
-        print(f"  {r['cell']:14s} {r['topology']:8s} n={r['n']:<5d} tau {r['tau_mean_us']:9.4g} "
-              f"[{r['tau_lo_us']:.4g}, {r['tau_hi_us']:.4g}] µs   B* {r['bstar_mean_gbps']:10.5g} "
-              f"[{r['bstar_lo_gbps']:.5g}, {r['bstar_hi_gbps']:.5g}]   Hockney {r['bstar_hockney_gbps']:10.5g}   "
-              f"reduction {100 * r['reduction_mean']:.2f}% [{100 * r['reduction_lo']:.2f}, "
-              f"{100 * r['reduction_hi']:.2f}]" + _infinite(r, "tau") + mark)
-    return _close(fit, args)
+        if scaling is None:
+            print(json.dumps(_records(summary), allow_nan=False))
+        else:
+            print(json.dumps({"rows": _records(summary), "flops_scaling": _records(scaling),
+                              "definition": scaling.attrs["definition"]}, allow_nan=False))
+    else:
+        for note in [*alpha_notes, *hw["notes"]]:
+            print(note)
+        print(f"fit {fit.name}: S = {args.bytes:.6g} bytes, b = {block_sd:g} µs on the reference GPU; "
+              f"mean [{level:.0%} {_interval_name(fit)} interval]; bandwidths in GB/s")
+        mark = "" if fit.converged else "  NOT CONVERGED"
+        for _, r in summary.iterrows():
+            kind = "  [population-level]" if r.get("prediction_kind") == "population" else ""
+            hock = (f"{r['bstar_hockney_gbps']:10.5g}" if r["alpha_source"] == "point" else
+                    f"{r['bstar_hockney_gbps']:10.5g} [{r['bstar_hockney_lo_gbps']:.5g}, {r['bstar_hockney_hi_gbps']:.5g}]")
+            print(f"  {r['cell']:14s} {r['topology']:8s} n={r['n']:<5d} eps={r['eps']:<5g} f={r['flops_factor']:<5.3g} "
+                  f"tau {r['tau_mean_us']:9.4g} [{r['tau_lo_us']:.4g}, {r['tau_hi_us']:.4g}] µs   "
+                  f"B* {r['bstar_mean_gbps']:10.5g} [{r['bstar_lo_gbps']:.5g}, {r['bstar_hi_gbps']:.5g}]   "
+                  f"Hockney {hock}   reduction {100 * r['reduction_mean']:.2f}% [{100 * r['reduction_lo']:.2f}, "
+                  f"{100 * r['reduction_hi']:.2f}]" + _infinite(r, "tau") + kind + mark)
+        if scaling is not None:
+            print(f"bandwidth-scaling requirement, FLOPS x{scaling['roofline_growth'].iloc[0]:g} "
+                  f"({scaling['flops_lo'].iloc[0]:g} -> {scaling['flops_hi'].iloc[0]:g}); "
+                  "roofline (bytes per FLOP kept) grows as the FLOPS, Hockney's B*_H not at all:")
+            for _, r in scaling.iterrows():
+                print(f"  {r['cell']:14s} {r['topology']:8s} n={r['n']:<5d} eps={r['eps']:<5g} B* grows "
+                      f"x{r['growth_median']:.4g} [{r['growth_lo']:.4g}, {r['growth_hi']:.4g}]  "
+                      f"= {100 * r['scaling_reduction_median']:.1f}% [{100 * r['scaling_reduction_lo']:.1f}, "
+                      f"{100 * r['scaling_reduction_hi']:.1f}] below the roofline" + mark)
+        for note in (summary.attrs.get("population_note"), summary.attrs.get("pooled_note")):
+            if note:
+                print(f"NOTE: {note}")
+        _print_note(fit.tree)
+        if args.plot:
+            print(f"plot: {args.plot}")
+    return 0 if fit.converged else 1
 
 
 def _infinite(row: pd.Series, prefix: str) -> str:
@@ -236,8 +288,12 @@ def _infinite(row: pd.Series, prefix: str) -> str:
 
 
 def run_bayesian_predict(args: argparse.Namespace) -> int:
-    """``evtsync predict FIT --n N... (--block-sd-us B | --block-mean-us A --cv R)``: tau(n) posterior."""
-    from evtsync.cli._common import parse_domain_sizes
+    """``evtsync predict FIT --n N... (--block-sd-us B | --block-mean-us A --cv R)``: tau(n) posterior.
+
+    ``--gpu``/``--precision``/``--preset`` ask for cells, unseen ones from the population;
+    ``--flops-factor F`` divides b (and so tau) by F for a GPU F times faster (SPEC §8).
+    """
+    from evtsync.cli._whatif import hardware
     from evtsync.evt.bayesfit import BayesFit
     from evtsync.evt.predict import domain_multiple, tau_table
     from evtsync.plots.predictions import tau_curves
@@ -246,24 +302,53 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     fit = BayesFit.load(args.fit)
     if getattr(args, "straggler", None):
         return _straggler(args, fit)
-    if not args.n:
-        raise InputError("give the domain sizes --n N... (or --straggler TABLE)")
-    sizes = parse_domain_sizes(args.n)
+    hw = hardware(args)
+    if not hw["sizes"]:
+        raise InputError("give the domain sizes --n N... (or --preset NAME, or --straggler TABLE)")
+    sizes = hw["sizes"]
     domain_multiple(sizes, args.m)
     block_sd = _block_sd(args)
     level = _level(args)
-    summary = tau_table(fit, sizes, block_sd, args.m, level)
-    _write_outputs(args, summary, tau_curves)
+    if getattr(args, "out", None):
+        from evtsync.tableio import check_output_file
+
+        check_output_file(args.out, "--out")
+    parts = []
+    for factor in hw["factors"]:
+        part = tau_table(fit, sizes, block_sd / factor, args.m, level, gpu=hw["gpu"],
+                         precision=getattr(args, "precision", None), seed=getattr(args, "seed", 0))
+        parts.append(part.assign(flops_factor=factor))
+    summary = pd.concat(parts, ignore_index=True)
+    summary.attrs.update(parts[0].attrs)
+    if getattr(args, "out", None):
+        from evtsync.tableio import write_table
+
+        write_table(summary, args.out)
+    if args.plot:
+        from evtsync.plots import save_figure
+        from evtsync.plots.predictions import tau_curves
+
+        save_figure(tau_curves(summary), args.plot)
     if args.json:
         print(json.dumps(_records(summary), allow_nan=False))
-        return 0 if fit.converged else 1
-    print(f"fit {fit.name}: tau(n) = b·E_(n/{args.m}) with b = {block_sd:g} µs; "
-          f"mean [{level:.0%} {_interval_name(fit)} interval]")
-    mark = "" if fit.converged else "  NOT CONVERGED"
-    for _, r in summary.iterrows():
-        print(f"  {r['cell']:14s} n={r['n']:<6d} tau {r['tau_mean_us']:10.4g} µs  "
-              f"[{r['tau_lo_us']:.4g}, {r['tau_hi_us']:.4g}]" + _infinite(r, "tau") + mark)
-    return _close(fit, args)
+    else:
+        for note in hw["notes"]:
+            print(note)
+        print(f"fit {fit.name}: tau(n) = b·E_(n/{args.m}) with b = {block_sd:g} µs on the reference GPU / flops factor; "
+              f"mean [{level:.0%} {_interval_name(fit)} interval]")
+        mark = "" if fit.converged else "  NOT CONVERGED"
+        for _, r in summary.iterrows():
+            kind = "  [population-level]" if r.get("prediction_kind") == "population" else ""
+            flops = f" f={r['flops_factor']:<5.3g}" if len(hw["factors"]) > 1 or r["flops_factor"] != 1 else ""
+            print(f"  {r['cell']:14s} n={r['n']:<6d}{flops} tau {r['tau_mean_us']:10.4g} µs  "
+                  f"[{r['tau_lo_us']:.4g}, {r['tau_hi_us']:.4g}]" + _infinite(r, "tau") + kind + mark)
+        for note in (summary.attrs.get("population_note"), summary.attrs.get("pooled_note")):
+            if note:
+                print(f"NOTE: {note}")
+        _print_note(fit.tree)
+        if args.plot:
+            print(f"plot: {args.plot}")
+    return 0 if fit.converged else 1
 
 
 def _straggler(args: argparse.Namespace, fit: Any) -> int:

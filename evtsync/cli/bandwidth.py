@@ -6,6 +6,15 @@ Gumbel/GEV fit of the pooled z-scores as tau(n) = b·E_{n/m} (``--gumbel MU SIGM
 tau by F (a GPU F times faster, SPEC §8). Bandwidths are printed in GB/s (1e9 bytes/s);
 alpha and tau in µs; ``--bytes`` in bytes (suffixes K/M/G and KiB/MiB/GiB accepted).
 With ``--fit FIT_DIR`` the posterior of a Bayesian fit is used (``evtsync.cli._bayes``).
+
+``--eps`` and ``--flops-factor`` take comma lists (``--flops-factor 1,2,4,8`` or the doubling
+range ``1..8``); with ``--fit`` and two or more factors the bandwidth-scaling requirement
+against the roofline is printed as well (the paper's Fig. 13, :func:`evtsync.evt.predict.flops_scaling_table`).
+``--alpha-from LOG`` fits alpha per topology: the sweep's intercept p·alpha over each
+topology's p at the log's rank count (or, with ``--alpha-topology T``, the machine's topology T,
+whose per-step alpha is then reused for every topology, said so); with ``--fit`` its posterior
+draws are carried into B*'s interval. ``--gpu``/``--precision``/``--preset`` ask for
+hardware the fit may not have seen (population-level predictions).
 """
 
 from __future__ import annotations
@@ -17,7 +26,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from evtsync.cli._common import alpha_us_from_args, parse_domain_sizes, parse_topologies
+from evtsync.cli._common import parse_topologies
+from evtsync.cli._whatif import add_hardware_arguments, alpha_setup, hardware, parse_float_list
 from evtsync.defaults import INTERVAL_LEVEL
 from evtsync.errors import InputError
 
@@ -42,12 +52,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--topology", action="append", required=True, metavar="NAME",
                    help="ring, torus3d or full; repeatable or a comma list")
-    p.add_argument("--n", nargs="+", required=True, metavar="N", help="domain sizes (space or comma separated)")
+    p.add_argument("--n", nargs="+", metavar="N", help="domain sizes (space or comma separated; default: --preset's)")
     alpha = p.add_mutually_exclusive_group(required=True)
     alpha.add_argument("--alpha-us", type=float, help="per-step latency alpha in µs")
-    alpha.add_argument("--alpha-from", metavar="LOG", help="take alpha from an nccl-tests AllReduce log")
+    alpha.add_argument("--alpha-from", metavar="LOG",
+                       help="fit alpha with its interval from an nccl-tests AllReduce log (per topology)")
+    p.add_argument("--alpha-topology", metavar="NAME",
+                   help="with --alpha-from: the topology of the machine the sweep ran on; its per-step alpha is "
+                   "reused for every --topology (default: each topology reads the sweep with its own p)")
     p.add_argument("--bytes", type=parse_bytes, required=True, metavar="S", help="buffer size S in bytes")
-    p.add_argument("--eps", type=float, default=-0.5, help="target elasticity in (-1, 0) (default -0.5)")
+    p.add_argument("--eps", nargs="+", default=["-0.5"], metavar="EPS",
+                   help="target elasticities in (-1, 0): --eps -0.5 -0.1 or --eps=-0.5,-0.1 (default -0.5)")
     tax = p.add_mutually_exclusive_group(required=True)
     tax.add_argument("--tau-us", type=float, metavar="T", help="synchronization tax in µs, the same for every n")
     tax.add_argument("--gumbel", type=float, nargs=2, metavar=("MU", "SIGMA"), help="Gumbel fit of the z-scores")
@@ -55,12 +70,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tax.add_argument("--fit", metavar="FIT_DIR", help="Bayesian fit folder: B* with its posterior")
     p.add_argument("--block-sd-us", type=float, metavar="B", help="block standard deviation b in µs (with a fit)")
     p.add_argument("--m", type=int, default=4, help="ranks per sample of the fit (default 4); n must be a multiple")
-    p.add_argument("--flops-factor", type=float, default=1.0, metavar="F",
-                   help="GPU peak FLOPS relative to the reference (H200): tau is divided by F (default 1)")
+    p.add_argument("--flops-factor", metavar="F",
+                   help="GPU peak FLOPS relative to the reference (H200): tau is divided by F; a comma list or "
+                   "a doubling range LO..HI sweeps it (default 1, or --preset's TFLOPS / 989)")
+    add_hardware_arguments(p)
     p.add_argument("--level", type=float, default=INTERVAL_LEVEL,
                    help=f"central interval level with --fit (default {INTERVAL_LEVEL:g})")
     p.add_argument("--json", action="store_true", help="print a JSON list, one record per (topology, n)")
-    p.add_argument("--plot", metavar="PATH", help="B* against n per topology beside Hockney (.png/.svg/.pdf)")
+    p.add_argument("--plot", metavar="PATH", help="B* against n per topology beside Hockney (.png/.svg/.pdf); with "
+                   "several --eps one panel row per eps; with a FLOPS sweep and --fit, B* against FLOPS (Fig. 13)")
+    p.add_argument("--nvlink-gbps", default=None, metavar="GBPS",
+                   help="reference lines on the plot, comma list (default: Table 1's 450 (H100/H200) and 900 (B200))")
     p.set_defaults(handler=run_bandwidth)
 
 
@@ -70,18 +90,18 @@ def _bayesian(args: argparse.Namespace) -> int:
     return int(run_bayesian_bandwidth(args) or 0)
 
 
-def tax_function(args: argparse.Namespace, sizes: list[int]):
-    """tau(n) in µs from the command line, checked for every requested n."""
+def tax_function(args: argparse.Namespace, sizes: list[int], flops_factor: float = 1.0):
+    """tau(n) in µs from the command line, checked for every requested n, on a GPU ``flops_factor`` times faster."""
     from evtsync.evt.predict import domain_multiple, predicted_tax_us
 
-    if not args.flops_factor > 0:
-        raise InputError(f"--flops-factor must be > 0; got {args.flops_factor}")
+    if not flops_factor > 0:
+        raise InputError(f"--flops-factor must be > 0; got {flops_factor}")
     if args.tau_us is not None:
         if args.block_sd_us is not None:
             raise InputError("--block-sd-us only applies with --gumbel or --gev, not with --tau-us")
         if not args.tau_us >= 0:
             raise InputError(f"--tau-us must be >= 0 µs; got {args.tau_us}")
-        return lambda n: args.tau_us / args.flops_factor
+        return lambda n: args.tau_us / flops_factor
     if args.block_sd_us is None:
         raise InputError("--gumbel/--gev need --block-sd-us B (the block's pooled standard deviation in µs)")
     if not args.block_sd_us >= 0:
@@ -89,31 +109,20 @@ def tax_function(args: argparse.Namespace, sizes: list[int]):
     mu, sigma, xi = (args.gumbel[0], args.gumbel[1], 0.0) if args.gumbel else tuple(args.gev)
     if not sigma > 0:
         raise InputError(f"fit scale sigma must be > 0; got {sigma}")
+    if xi >= 1:
+        raise InputError(f"--gev shape xi = {xi:g} >= 1: the mean of the maximum is infinite, so tau(n) and B* "
+                         "are not defined (SPEC §6: the mean exists for xi < 1)")
     domain_multiple(sizes, args.m)
-    b = args.block_sd_us / args.flops_factor
+    b = args.block_sd_us / flops_factor
     return lambda n: float(predicted_tax_us(b, mu, sigma, xi, n, args.m))
 
 
-def _plot(records: list[dict[str, Any]], path: str | os.PathLike[str], eps: float) -> None:
-    from evtsync.hockney import get_topology
-    from evtsync.plots.base import figure_format, plt, save_figure
+def _plot(records: list[dict[str, Any]], path: str | os.PathLike[str], nvlink: dict[str, float]) -> None:
+    from evtsync.plots.base import figure_format, save_figure
+    from evtsync.plots.whatif import bstar_points
 
     figure_format(path)
-    fig, ax = plt.subplots(figsize=(7, 5))
-    for i, name in enumerate(dict.fromkeys(r["topology"] for r in records)):
-        rows = sorted((r for r in records if r["topology"] == name), key=lambda r: r["n"])
-        ns = [r["n"] for r in rows]
-        label = get_topology(name).label
-        ax.plot(ns, [r["bstar"] for r in rows], "o-", color=f"C{i}", label=f"{label}: with tax")
-        ax.plot(ns, [r["bstar_hockney"] for r in rows], "s--", color=f"C{i}", alpha=0.7, label=f"{label}: Hockney")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set(xlabel="scale-up domain size n (GPUs)", ylabel="optimal bandwidth B* (GB/s)",
-           title=f"Optimal bandwidth at elasticity {eps:g}")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    save_figure(fig, path, dpi=120)
+    save_figure(bstar_points(records, nvlink), path, dpi=120)
 
 
 def run_bandwidth(args: argparse.Namespace) -> int:
@@ -122,26 +131,80 @@ def run_bandwidth(args: argparse.Namespace) -> int:
         return _bayesian(args)
     from evtsync.hockney import bandwidth_records
 
+    for flag in ("gpu", "precision", "preset"):
+        if getattr(args, flag, None):
+            raise InputError(f"--{flag} asks a fit about hardware: it needs --fit FIT_DIR")
     topologies = parse_topologies(args.topology)
-    sizes = parse_domain_sizes(args.n)
-    if not -1 < args.eps < 0:
-        raise InputError(f"--eps must lie in (-1, 0); got {args.eps}")
-    alpha = alpha_us_from_args(args)
-    tau_of_n = tax_function(args, sizes)
-    records = bandwidth_records(topologies, sizes, alpha, args.bytes, args.eps, tau_of_n)
+    hw = hardware(args)
+    if not hw["sizes"]:
+        raise InputError("give the domain sizes --n N... (or --preset NAME)")
+    sizes = hw["sizes"]
+    eps_values = parse_float_list(args.eps, "--eps", -0.5)
+    for eps in eps_values:
+        if not -1 < eps < 0:
+            raise InputError(f"--eps must lie in (-1, 0); got {eps:g}")
+    alpha_by_topology, _, notes = alpha_setup(args, topologies)
+    records = []
+    for factor in hw["factors"]:
+        tau_of_n = tax_function(args, sizes, factor)
+        for eps in eps_values:
+            for t in topologies:
+                for r in bandwidth_records([t], sizes, alpha_by_topology[get_name(t)], args.bytes, eps, tau_of_n):
+                    records.append({**r, "flops_factor": factor})
+    scaling = point_scaling(records) if len(set(hw["factors"])) > 1 else None
     if args.plot:
-        _plot(records, args.plot, args.eps)
+        _plot(records, args.plot, hw["nvlink"])
     if args.json:
         from evtsync.tableio import json_ready
 
-        print(json.dumps(json_ready(records), allow_nan=False))
+        payload: Any = records if scaling is None else {"rows": records, "flops_scaling": scaling,
+                                                       "definition": SCALING_DEFINITION}
+        print(json.dumps(json_ready(payload), allow_nan=False))
         return 0
-    print(f"alpha = {alpha:g} µs, S = {args.bytes:.6g} bytes, eps = {args.eps:g}; bandwidths in GB/s")
-    print(f"{'topology':9s} {'n':>6s} {'p':>9s} {'q':>7s} {'tau_us':>10s} {'B*':>12s} {'B*_Hockney':>12s} {'reduction':>9s}")
+    for note in notes:
+        print(note)
+    print(f"S = {args.bytes:.6g} bytes; bandwidths in GB/s")
+    print(f"{'topology':9s} {'n':>6s} {'eps':>5s} {'flops':>6s} {'p':>9s} {'q':>7s} {'alpha_us':>8s} {'tau_us':>10s} "
+          f"{'B*':>12s} {'B*_Hockney':>12s} {'reduction':>9s}")
     for r in records:
         reduction = "nan" if math.isnan(r["reduction"]) else f"{100 * r['reduction']:.2f}%"
-        print(f"{r['topology']:9s} {r['n']:6d} {r['p']:9.4g} {r['q']:7.4f} {r['tau_us']:10.4g} "
-              f"{r['bstar']:12.5g} {r['bstar_hockney']:12.5g} {reduction:>9s}")
+        print(f"{r['topology']:9s} {r['n']:6d} {r['eps']:5g} {r['flops_factor']:6.3g} {r['p']:9.4g} {r['q']:7.4f} "
+              f"{r['alpha_us']:8.4g} {r['tau_us']:10.4g} {r['bstar']:12.5g} {r['bstar_hockney']:12.5g} {reduction:>9s}")
+    if scaling:
+        print(f"bandwidth-scaling requirement ({SCALING_DEFINITION}):")
+        for r in scaling:
+            print(f"  {r['topology']:9s} n={r['n']:<6d} eps={r['eps']:<5g} FLOPS x{r['roofline_growth']:.4g}: B* grows "
+                  f"x{r['growth']:.4g}, {100 * r['scaling_reduction']:.1f}% below the roofline; Hockney's B*_H x1")
     if args.plot:
         print(f"plot: {Path(args.plot)}")
     return 0
+
+
+#: How the bandwidth-scaling requirement is defined (docs/what-if.md).
+SCALING_DEFINITION = ("growth = B*(f_hi)/B*(f_lo); roofline growth = f_hi/f_lo; "
+                      "scaling_reduction = 1 - growth/roofline growth; Hockney's B*_H does not depend on FLOPS")
+
+
+def point_scaling(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per topology, n and eps: B*'s growth from the smallest to the largest FLOPS factor of
+    ``records`` against the roofline's (:func:`evtsync.evt.predict.flops_scaling_table` with a point tax)."""
+    out = []
+    keys = dict.fromkeys((r["topology"], r["n"], r["eps"]) for r in records)
+    for topo, n, eps in keys:
+        rows = sorted((r for r in records if (r["topology"], r["n"], r["eps"]) == (topo, n, eps)),
+                      key=lambda r: r["flops_factor"])
+        lo, hi = rows[0], rows[-1]
+        big_f = hi["flops_factor"] / lo["flops_factor"]
+        growth = hi["bstar"] / lo["bstar"]
+        out.append({"topology": topo, "n": n, "eps": eps, "flops_lo": lo["flops_factor"], "flops_hi": hi["flops_factor"],
+                    "roofline_growth": big_f, "hockney_growth": hi["bstar_hockney"] / lo["bstar_hockney"],
+                    "growth": growth, "scaling_exponent": math.log(growth) / math.log(big_f),
+                    "scaling_reduction": 1 - growth / big_f})
+    return out
+
+
+def get_name(topology: str) -> str:
+    """Canonical topology name."""
+    from evtsync.hockney import get_topology
+
+    return get_topology(topology).name

@@ -7,12 +7,17 @@ spread b is given as ``--block-sd-us B`` or as ``--block-mean-us A --cv R`` (b =
 ``--straggler TABLE`` instead compares predicted with measured mean straggler delay (SPEC §7,
 the paper's Figure 11) for a table with columns workload, gpu, precision, block_mean_us,
 block_sd_us, mean_delay_us, n_ranks (each row with its own b and n).
+
+``--gpu B200 --precision bf16`` (or ``--preset NVL72``) asks for hardware the fit may not have
+seen: such a cell is predicted from the hierarchy's population and labelled population-level
+(SPEC §7); a model without a population for a per-cell parameter refuses, naming it.
 """
 
 from __future__ import annotations
 
 import argparse
 
+from evtsync.cli._whatif import add_hardware_arguments
 from evtsync.defaults import INTERVAL_LEVEL
 
 
@@ -38,6 +43,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"central interval level (default {INTERVAL_LEVEL:g})")
     p.add_argument("--json", action="store_true", help="print a JSON list, one record per (cell, n)")
     p.add_argument("--plot", metavar="PATH", help="tau(n) against n with credible bands (.png/.svg/.pdf)")
+    p.add_argument("--flops-factor", metavar="F",
+                   help="GPU peak FLOPS relative to the reference (H200): b and tau are divided by F; a comma list or "
+                   "a doubling range LO..HI (default 1, or --preset's TFLOPS / 989)")
+    add_hardware_arguments(p)
     p.set_defaults(handler=run_predict)
 
 

@@ -42,7 +42,7 @@ quantiles are over all draws, so an interval reaching into them has an infinite 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,8 +59,12 @@ log = logging.getLogger("evtsync.evt.predict")
 __all__ = [
     "INFINITE_POLICY",
     "REFERENCE_TFLOPS",
+    "POPULATION_NOTE",
+    "PREDICTION_KINDS",
     "bandwidth_table",
     "cell_parameter_table",
+    "flops_scaling_table",
+    "population_draws",
     "predicted_vs_measured",
     "summarise",
     "tau_table",
@@ -257,73 +261,209 @@ def _finish(out: pd.DataFrame, fit: Any, level: float, skipped: dict[str, int], 
     return out
 
 
-def _tau_draws(fit: Any, index: list[int], b: NDArray[np.float64], n: Sequence[int], m: int) -> NDArray[np.float64]:
-    """tau draws, shape (sample, row, n), for the fit cells ``index`` with block sds ``b``."""
-    mu, sigma, xi = fit.cell_draws()
-    idx = np.asarray(index, dtype=int)
-    return predicted_tax_curve_us(b[None, :], mu[:, idx], sigma[:, idx], xi[:, idx], list(n), m)
+def _tau_from(params: tuple[NDArray[np.float64], ...], b: NDArray[np.float64], n: Sequence[int],
+              m: int) -> NDArray[np.float64]:
+    """tau draws (sample, row, n) from parameter draws (sample, row) and block sds ``b`` (row,)."""
+    mu, sigma, xi = params
+    return predicted_tax_curve_us(b[None, :], mu, sigma, xi, list(n), m)
 
 
 def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: int = 4,
-              level: float = INTERVAL_LEVEL) -> pd.DataFrame:
-    """tau(n) = b·E_(n/m) per cell and n: mean, ``level`` interval, share of infinite draws (µs)."""
+              level: float = INTERVAL_LEVEL, *, gpu: str | None = None, precision: str | None = None,
+              seed: int = 0) -> pd.DataFrame:
+    """tau(n) = b·E_(n/m) per cell and n: mean, ``level`` interval, share of infinite draws (µs).
+
+    ``gpu``/``precision`` ask for those cells (None: every fitted level); a cell the fit has not
+    seen is predicted from the hierarchy's population (``prediction_kind`` "population",
+    :func:`population_draws`; ``seed`` fixes its new draws).
+    """
     level = check_level(level)
     fit = _fit(fit)
     domain_multiple(n, m)
-    rows, index, skipped = _rows_for(fit, block_sd_us)
+    rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
     records = []
-    if index:
-        tau = _tau_draws(fit, index, rows["b_us"].to_numpy(float), n, m)
+    if len(rows):
+        tau = _tau_from(params, rows["b_us"].to_numpy(float), n, m)
         s = summarise(tau, level)
         for i, row in enumerate(rows.to_dict(orient="records")):
             for j, nn in enumerate(n):
                 records.append({**row, "n": int(nn), "k": int(nn) / m, **_columns("tau", "_us", s, (i, j))})
-    return _finish(pd.DataFrame(records), fit, level, skipped, "tau(n)")
+    return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "tau(n)"))
 
 
-def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha_us: float, size_bytes: float,
-                    block_sd_us: float | pd.DataFrame, eps: float = -0.5, m: int = 4,
-                    level: float = INTERVAL_LEVEL, flops_factor: float = 1.0) -> pd.DataFrame:
+def _as_list(value: float | Sequence[float], what: str) -> list[float]:
+    values = [float(v) for v in np.atleast_1d(np.asarray(value, dtype=float))]
+    if not values:
+        raise InputError(f"{what}: give at least one value")
+    return values
+
+
+def _alpha_for(topology: str, alpha_us: float | Mapping[str, float],
+               alpha_draws_us: NDArray[np.float64] | Mapping[str, ArrayLike] | None, n_sample: int,
+               rng: np.random.Generator) -> tuple[float, NDArray[np.float64] | float]:
+    """(point alpha, alpha draws (sample,) or the point) of one topology, draws paired at random.
+
+    The alpha posterior comes from other data than the tax's, so pairing its draws with the tax
+    draws in a random order is a draw from the joint posterior; fewer draws are resampled.
+    """
+    point = alpha_us[topology] if isinstance(alpha_us, Mapping) else alpha_us
+    if isinstance(alpha_us, Mapping) and topology not in alpha_us:
+        raise InputError(f"no alpha for topology {topology!r}; alpha was given for {sorted(alpha_us)}")
+    if not float(point) >= 0:
+        raise InputError(f"alpha must be >= 0 µs; got {point}")
+    if alpha_draws_us is None:
+        return float(point), float(point)
+    if isinstance(alpha_draws_us, Mapping):
+        if topology not in alpha_draws_us:
+            raise InputError(f"no alpha draws for topology {topology!r}; draws were given for {sorted(alpha_draws_us)}")
+        draws = np.asarray(alpha_draws_us[topology], dtype=float).ravel()
+    else:
+        draws = np.asarray(alpha_draws_us, dtype=float).ravel()
+    if draws.size == 0 or np.any(~np.isfinite(draws)) or np.any(draws < 0):
+        raise InputError("alpha draws must be finite and >= 0 µs")
+    return float(point), rng.choice(draws, size=n_sample, replace=draws.size < n_sample)
+
+
+def _bstar_draws(tau: NDArray[np.float64], alpha: NDArray[np.float64] | float, p: NDArray[np.float64],
+                 q: NDArray[np.float64], size_bytes: float, eps: float
+                 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """B* (GB/s), the reduction and Hockney's B*_H (GB/s) draw by draw; tau (sample, row, n),
+    alpha a scalar or (sample,)."""
+    from evtsync.hockney import bandwidth_reduction, hockney_bandwidth, optimal_bandwidth
+
+    a = np.asarray(alpha, dtype=float)
+    a = a[:, None, None] if a.ndim == 1 else a
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        bstar = optimal_bandwidth(size_bytes, a, tau, p, q, eps) / 1e9
+        red = bandwidth_reduction(a, tau, p)
+        bh = np.asarray(hockney_bandwidth(size_bytes, a, p, q, eps), dtype=float) / 1e9
+    return bstar, red, np.broadcast_to(bh, np.broadcast_shapes(np.shape(bh), (1, 1, len(p))))
+
+
+def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha_us: float | Mapping[str, float],
+                    size_bytes: float, block_sd_us: float | pd.DataFrame, eps: float | Sequence[float] = -0.5,
+                    m: int = 4, level: float = INTERVAL_LEVEL, flops_factor: float | Sequence[float] = 1.0, *,
+                    alpha_draws_us: ArrayLike | Mapping[str, ArrayLike] | None = None, gpu: str | None = None,
+                    precision: str | None = None, seed: int = 0) -> pd.DataFrame:
     """B* (GB/s) with the tax, Hockney's B*_H and the reduction 1 - B*/B*_H per cell, topology and n.
 
-    ``flops_factor`` f divides the block sd, and with it tau, for a GPU f times faster (§8).
+    ``flops_factor`` f divides the block sd, and with it tau, for a GPU f times faster (§8);
+    ``eps`` and ``flops_factor`` may be sequences (one row per value). ``alpha_us`` is one value
+    or one per topology; ``alpha_draws_us`` (one array, or one per topology: e.g.
+    :func:`evtsync.nccltests.alpha.alpha_draws`) carries alpha's uncertainty into B*, B*_H and
+    the reduction, draw by draw against the tax draws (``bstar_hockney_gbps`` stays at the
+    point alpha; ``bstar_hockney_lo_gbps``/``_hi_gbps`` bound it). ``gpu``/``precision``: as in
+    :func:`tau_table` (population-level rows for unseen cells).
     """
-    from evtsync.hockney import (
-        bandwidth_reduction,
-        get_topology,
-        hockney_bandwidth,
-        optimal_bandwidth,
-    )
+    from evtsync.hockney import get_topology
 
     level = check_level(level)
-    if not flops_factor > 0:
-        raise InputError(f"FLOPS factor must be > 0; got {flops_factor}")
+    eps_values = _as_list(eps, "eps")
+    factors = _as_list(flops_factor, "FLOPS factor")
+    for e in eps_values:
+        if not -1 < e < 0:
+            raise InputError(f"target elasticity eps must lie in (-1, 0); got {e}")
+    for f in factors:
+        if not f > 0:
+            raise InputError(f"FLOPS factor must be > 0; got {f}")
     fit = _fit(fit)
     domain_multiple(n, m)
-    rows, index, skipped = _rows_for(fit, block_sd_us)
+    rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
+    rng = np.random.default_rng(seed + 1)
     records = []
-    if index:
-        tau = _tau_draws(fit, index, rows["b_us"].to_numpy(float) / flops_factor, n, m)  # (sample, row, n)
-        ts = summarise(tau, level)
+    if len(rows):
+        tau_ref = _tau_from(params, rows["b_us"].to_numpy(float), n, m)  # (sample, row, n) on the reference GPU
         for name in topologies:
             topo = get_topology(name)
-            p = np.asarray(topo.p(np.asarray(n)), dtype=float)
-            q = np.asarray(topo.q(np.asarray(n)), dtype=float)
-            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-                bstar = optimal_bandwidth(size_bytes, alpha_us, tau, p, q, eps) / 1e9
-                red = bandwidth_reduction(alpha_us, tau, p)
-            bh = np.broadcast_to(np.asarray(hockney_bandwidth(size_bytes, alpha_us, p, q, eps), dtype=float) / 1e9,
-                                 p.shape)
-            bs, rs = summarise(bstar, level), summarise(red, level)
-            for i, row in enumerate(rows.to_dict(orient="records")):
-                for j, nn in enumerate(n):
-                    records.append({
-                        **row, "topology": topo.name, "n": int(nn), "p": float(p[j]), "q": float(q[j]),
-                        "alpha_us": float(alpha_us), "bytes": float(size_bytes), "eps": float(eps),
-                        "flops_factor": float(flops_factor), **_columns("tau", "_us", ts, (i, j)),
-                        **_columns("bstar", "_gbps", bs, (i, j)), "bstar_hockney_gbps": float(bh[j]),
-                        **_columns("reduction", "", rs, (i, j))})
-    return _finish(pd.DataFrame(records), fit, level, skipped, "B*")
+            p = np.asarray(topo.p(np.asarray(n)), dtype=float).reshape(-1)
+            q = np.asarray(topo.q(np.asarray(n)), dtype=float).reshape(-1)
+            point, alpha = _alpha_for(topo.name, alpha_us, alpha_draws_us, tau_ref.shape[0], rng)
+            als = summarise(np.atleast_1d(alpha), level)
+            for f in factors:
+                tau = tau_ref / f
+                ts = summarise(tau, level)
+                for e in eps_values:
+                    bstar, red, bh_draws = _bstar_draws(tau, alpha, p, q, size_bytes, e)
+                    bs, rs, hs = summarise(bstar, level), summarise(red, level), summarise(bh_draws, level)
+                    bh_point = _bstar_draws(tau[:1], point, p, q, size_bytes, e)[2].reshape(-1, len(p))[0]
+                    for i, row in enumerate(rows.to_dict(orient="records")):
+                        for j, nn in enumerate(n):
+                            records.append({
+                                **row, "topology": topo.name, "n": int(nn), "p": float(p[j]), "q": float(q[j]),
+                                "alpha_us": point, "alpha_lo_us": float(als["lo"]), "alpha_hi_us": float(als["hi"]),
+                                "alpha_source": "draws" if alpha_draws_us is not None else "point",
+                                "bytes": float(size_bytes), "eps": e, "flops_factor": f,
+                                **_columns("tau", "_us", ts, (i, j)), **_columns("bstar", "_gbps", bs, (i, j)),
+                                "bstar_hockney_gbps": float(bh_point[j]),
+                                "bstar_hockney_lo_gbps": float(np.asarray(hs["lo"]).reshape(-1, len(p))[0, j]),
+                                "bstar_hockney_hi_gbps": float(np.asarray(hs["hi"]).reshape(-1, len(p))[0, j]),
+                                **_columns("reduction", "", rs, (i, j))})
+    return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "B*"))
+
+
+def flops_scaling_table(fit: Any, topologies: Sequence[str], n: Sequence[int],
+                        alpha_us: float | Mapping[str, float], size_bytes: float,
+                        block_sd_us: float | pd.DataFrame, flops_factors: Sequence[float],
+                        eps: float | Sequence[float] = -0.5, m: int = 4, level: float = INTERVAL_LEVEL, *,
+                        alpha_draws_us: ArrayLike | Mapping[str, ArrayLike] | None = None, gpu: str | None = None,
+                        precision: str | None = None, seed: int = 0) -> pd.DataFrame:
+    """The bandwidth-scaling requirement as FLOPS grow (the paper's Fig. 13 and its 11.7%).
+
+    Over the sweep f_lo = min(flops_factors) .. f_hi = max, per cell, topology, n and eps:
+
+    * ``growth`` = B*(f_hi) / B*(f_lo), draw by draw (the same tax and alpha draws at both ends):
+      how much more bandwidth the model asks for when FLOPS grow by F = f_hi/f_lo;
+    * the conventional requirement (roofline: bytes per FLOP kept, bandwidth grows with FLOPS)
+      is F; ``scaling_reduction`` = 1 - growth/F (the paper's "lower bandwidth scaling
+      requirement"), ``scaling_exponent`` = ln(growth)/ln F (1 for the roofline);
+    * Hockney's B*_H (tau = 0, SPEC §8) does not depend on FLOPS at all (growth 1).
+
+    Since tau/f shrinks with f, growth = (p·alpha + tau_lo)/(p·alpha + tau_lo·f_lo/f_hi) < F.
+    """
+    factors = sorted(_as_list(flops_factors, "FLOPS factors"))
+    if len(factors) < 2 or factors[0] == factors[-1]:
+        raise InputError(f"a FLOPS sweep needs at least two different factors; got {factors}")
+    for f in factors:
+        if not f > 0:
+            raise InputError(f"FLOPS factor must be > 0; got {f}")
+    from evtsync.hockney import get_topology
+
+    level = check_level(level)
+    eps_values = _as_list(eps, "eps")
+    fit = _fit(fit)
+    domain_multiple(n, m)
+    rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
+    rng = np.random.default_rng(seed + 1)
+    big_f = factors[-1] / factors[0]
+    records = []
+    if len(rows):
+        tau_ref = _tau_from(params, rows["b_us"].to_numpy(float), n, m)
+        for name in topologies:
+            topo = get_topology(name)
+            p = np.asarray(topo.p(np.asarray(n)), dtype=float).reshape(-1)
+            q = np.asarray(topo.q(np.asarray(n)), dtype=float).reshape(-1)
+            point, alpha = _alpha_for(topo.name, alpha_us, alpha_draws_us, tau_ref.shape[0], rng)
+            for e in eps_values:
+                lo = _bstar_draws(tau_ref / factors[0], alpha, p, q, size_bytes, e)[0]
+                hi = _bstar_draws(tau_ref / factors[-1], alpha, p, q, size_bytes, e)[0]
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    growth = hi / lo
+                    exponent = np.log(growth) / np.log(big_f)
+                gs, xs, rs = summarise(growth, level), summarise(exponent, level), summarise(1 - growth / big_f, level)
+                for i, row in enumerate(rows.to_dict(orient="records")):
+                    for j, nn in enumerate(n):
+                        records.append({
+                            **row, "topology": topo.name, "n": int(nn), "eps": e, "alpha_us": point,
+                            "alpha_source": "draws" if alpha_draws_us is not None else "point",
+                            "bytes": float(size_bytes), "flops_lo": factors[0], "flops_hi": factors[-1],
+                            "roofline_growth": big_f, "hockney_growth": 1.0,
+                            **{k: v for k, v in _columns("growth", "", gs, (i, j)).items()},
+                            **_columns("scaling_exponent", "", xs, (i, j)),
+                            **_columns("scaling_reduction", "", rs, (i, j))})
+    out = _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "FLOPS scaling"))
+    out.attrs["definition"] = ("growth = B*(f_hi)/B*(f_lo) per draw; roofline growth = f_hi/f_lo; "
+                               "scaling_reduction = 1 - growth/roofline growth; Hockney's B*_H does not depend on FLOPS")
+    return out
 
 
 def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = 4, level: float = INTERVAL_LEVEL,
@@ -379,14 +519,29 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = 4, level: f
     return _finish(pd.DataFrame(records), fit, level, skipped, source)
 
 
-def cell_parameter_table(fit: Any, level: float = INTERVAL_LEVEL, cells: pd.DataFrame | None = None) -> pd.DataFrame:
+def cell_parameter_table(fit: Any, level: float = INTERVAL_LEVEL, cells: pd.DataFrame | None = None, *,
+                         gpu: str | None = None, precision: str | None = None, seed: int = 0) -> pd.DataFrame:
     """mu, sigma, xi per cell: mean, ``level`` interval, median (columns ``xi_mean``, ``xi_lo`` ...).
 
     ``cells`` (a table of group values such as gpu, precision) asks for those cells, each with
     its fit cell (a pooled fit's one cell for all of them); default: the fit's own cells.
+    ``gpu``/``precision`` ask for cells by level, unseen ones from the population
+    (``prediction_kind``; see :func:`tau_table`).
     """
     level = check_level(level)
     fit = _fit(fit)
+    if gpu is not None or precision is not None:
+        if cells is not None:
+            raise InputError("give either cells or gpu/precision, not both")
+        rows, params, skipped = _target_rows(fit, 0.0, gpu, precision, seed)
+        records = []
+        for i, row in enumerate(rows.to_dict(orient="records")):
+            rec = {k: v for k, v in row.items() if k != "b_us"}
+            for name, draws in zip(("mu", "sigma", "xi"), params, strict=True):
+                s = summarise(draws[:, i], level)
+                rec.update({k: v for k, v in _columns(name, "", s, ()).items() if not k.endswith("share_infinite")})
+            records.append(rec)
+        return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "cell parameters"))
     draws = dict(zip(("mu", "sigma", "xi"), fit.cell_draws(), strict=True))
     summaries = {k: summarise(v, level) for k, v in draws.items()}
     if cells is None:
@@ -400,6 +555,204 @@ def cell_parameter_table(fit: Any, level: float = INTERVAL_LEVEL, cells: pd.Data
             rec.update({k: v for k, v in _columns(name, "", s, c).items() if not k.endswith("share_infinite")})
         records.append(rec)
     return _finish(pd.DataFrame(records), fit, level, skipped, "cell parameters")
+
+
+# --------------------------------------------------------------------------- unseen hardware (SPEC §7)
+
+#: ``prediction_kind`` of a row: the fitted cell's own posterior, a draw from the hierarchy's
+#: population for a level the fit has not seen, or a pooled fit's single cell (no GPU effect).
+PREDICTION_KINDS = ("cell", "population", "pooled")
+#: What a population-level row is, for the tables' ``attrs`` and every printed output.
+POPULATION_NOTE = ("population-level prediction: the GPU/precision level was not in the fit; its effects are drawn, "
+                   "per posterior draw, from the fitted population (new deviation ~ Normal(0, spread·sqrt(1 + 1/L)), "
+                   "L = fitted levels), so the interval includes the spread between levels (SPEC §7)")
+#: The shipped model that can answer a question about an unseen level.
+POPULATION_MODEL = "gev-hier-gpu-precision"
+
+
+def _zero_sum_new(sd: NDArray[np.float64], n_levels: int, rng: np.random.Generator) -> NDArray[np.float64]:
+    """A new level's deviation from the mean of ``n_levels`` zero-sum deviations of spread ``sd``.
+
+    The fitted deviations are eta - mean(eta) with eta iid Normal(0, sd) (a ZeroSumNormal); a new
+    level is eta_new - mean(eta), whose sd is ``sd · sqrt(1 + 1/L)`` (mean(eta) is not identified).
+    """
+    return rng.standard_normal(sd.shape) * sd * np.sqrt(1.0 + 1.0 / max(n_levels, 1))
+
+
+def _flat(post: Any, name: str) -> NDArray[np.float64]:
+    """A posterior variable as (sample, *rest) with chain and draw stacked."""
+    da = post[name]
+    rest = [d for d in da.dims if d not in ("chain", "draw")]
+    return np.asarray(da.transpose("chain", "draw", *rest).values, dtype=float).reshape(-1, *[da.sizes[d] for d in rest])
+
+
+def _population_refusal(fit: Any, parameter: str, why: str) -> InputError:
+    return InputError(
+        f"fit {fit.name}: cannot predict a GPU/precision level it has not seen: {parameter} {why}, so it has no "
+        f"population to draw a new level from (SPEC §7); fit models/{POPULATION_MODEL}.toml (mu and sigma partially "
+        f"pooled across cells, xi = xi0 + delta_gpu + delta_precision + cell term) to answer this question")
+
+
+def _cell_term_spread(fit: Any, post: Any, n_sample: int, rng: np.random.Generator) -> NDArray[np.float64] | None:
+    """Spread draws of xi's cell term for a new cell: the posterior's ``xi_sd_cell``; when the spec
+    has a cell term that the data could not identify (no variable stored), its prior; else None."""
+    if "xi_sd_cell" in post:
+        return _flat(post, "xi_sd_cell")
+    try:
+        prior = fit.spec.xi.cell_sd_prior
+    except Exception:  # noqa: BLE001 - a fit without its spec text (built from draws) has no term to draw
+        return None
+    if prior is None:
+        return None
+    from evtsync.evt.model import _scipy_prior
+
+    log.info("fit %s: xi's cell term was not identified by the data; a new cell's term is drawn from its prior %s",
+             fit.name, prior.describe())
+    return np.asarray(_scipy_prior(prior).rvs(size=n_sample, random_state=rng), dtype=float)
+
+
+def population_draws(fit: Any, levels: dict[str, str], seed: int = 0) -> tuple[NDArray[np.float64], ...]:
+    """mu, sigma, xi draws (sample,) for a cell given by its group levels, observed or not.
+
+    An observed cell returns its posterior draws. Otherwise, per posterior draw: xi = xi0 + the
+    fitted delta of each seen level + a new delta for each unseen level of a factor (from that
+    factor's fitted spread) + a new cell term (from ``xi_sd_cell``); mu = mu_mean + a new
+    deviation (spread ``mu_sd``); log sigma = log sigma_gmean + a new deviation
+    (``log_sigma_sd``); new deviations as in :func:`_zero_sum_new`. A parameter without a
+    population (pooling "none", an MLE fit) raises ``InputError`` naming it and the model that
+    can answer. ``seed`` fixes the new draws.
+    """
+    fit = _fit(fit)
+    cells = fit.cells.reset_index(drop=True)
+    groups = [c for c in cells.columns if c not in ("cell", "n_obs")]
+    mu_c, sigma_c, xi_c = fit.cell_draws()
+    if not groups:
+        return mu_c[:, 0], sigma_c[:, 0], xi_c[:, 0]
+    unknown = [g for g in levels if g not in groups]
+    if unknown or any(g not in levels for g in groups):
+        raise InputError(f"fit {fit.name}: a cell is given by {groups}; got {sorted(levels)}")
+    key = tuple(str(levels[g]) for g in groups)
+    match = np.flatnonzero((cells[groups].astype(str).apply(tuple, axis=1) == key).to_numpy())
+    if match.size:
+        c = int(match[0])
+        return mu_c[:, c], sigma_c[:, c], xi_c[:, c]
+    if getattr(fit, "kind", "") != "bayes" or getattr(fit, "tree", None) is None:
+        raise _population_refusal(fit, "every parameter", f"is estimated per cell by a {fit.kind} fit")
+    rng = np.random.default_rng(seed)
+    post = fit.tree["posterior"].to_dataset()
+    n_sample = mu_c.shape[0]
+    n_cells = len(cells)
+    # mu
+    if "cell" not in post["mu"].dims:
+        mu = _flat(post, "mu").reshape(n_sample)
+    elif "mu_sd" in post and "mu_mean" in post:
+        mu = _flat(post, "mu_mean") + _zero_sum_new(_flat(post, "mu_sd"), n_cells, rng)
+    else:
+        raise _population_refusal(fit, "mu", "is one value per cell without a population (pooling 'none')")
+    # sigma
+    if "sigma" not in post or "cell" not in post["sigma"].dims:
+        sigma = sigma_c[:, 0]
+    elif "log_sigma_sd" in post and "sigma_gmean" in post:
+        sigma = _flat(post, "sigma_gmean") * np.exp(_zero_sum_new(_flat(post, "log_sigma_sd"), n_cells, rng))
+    else:
+        raise _population_refusal(fit, "sigma", "is one value per cell without a population (pooling 'none')")
+    # xi
+    if fit.family == "gumbel" or "xi" not in post:
+        xi = np.zeros(n_sample)
+    elif "cell" not in post["xi"].dims:
+        xi = _flat(post, "xi").reshape(n_sample)
+    elif "xi0" not in post:
+        raise _population_refusal(fit, "xi", "is one value per cell without a population")
+    else:
+        xi = _flat(post, "xi0").copy()
+        for g in groups:
+            name = f"xi_delta_{g}"
+            if name not in post:
+                continue
+            fitted_levels = [str(v) for v in post[name][g].values]
+            if str(levels[g]) in fitted_levels:
+                xi = xi + _flat(post, name)[:, fitted_levels.index(str(levels[g]))]
+            else:
+                xi = xi + _zero_sum_new(_flat(post, f"xi_sd_{g}"), len(fitted_levels), rng)
+        spread = _cell_term_spread(fit, post, n_sample, rng)
+        if spread is not None:
+            xi = xi + rng.standard_normal(n_sample) * spread
+    return mu, sigma, xi
+
+
+def _target_levels(fit: Any, gpu: str | None, precision: str | None) -> list[dict[str, str]]:
+    """The cells asked for by ``gpu``/``precision`` (None: every fitted level of that group)."""
+    cells = fit.cells.reset_index(drop=True)
+    groups = [c for c in cells.columns if c not in ("cell", "n_obs")]
+    asked = {"gpu": gpu, "precision": precision}
+    extra = [g for g in groups if g not in asked]
+    if extra:
+        raise InputError(f"fit {fit.name}: cells are given by {groups}; only gpu and precision can be asked for")
+    choices = []
+    for g in groups:
+        value = asked[g]
+        choices.append([str(value)] if value is not None else sorted(cells[g].astype(str).unique()))
+    from itertools import product
+
+    return [dict(zip(groups, combo, strict=True)) for combo in product(*choices)]
+
+
+def _target_rows(fit: Any, block_sd_us: float | pd.DataFrame, gpu: str | None, precision: str | None,
+                 seed: int, need_b: bool = True
+                 ) -> tuple[pd.DataFrame, tuple[NDArray[np.float64], ...], dict[str, int]]:
+    """Rows to predict for with their ``b_us``, ``prediction_kind`` and (mu, sigma, xi) draws (sample, row).
+
+    Without ``gpu``/``precision`` the fit's own cells (or the table's rows that match one); with
+    them, the asked cells, each observed or drawn from the population (:func:`population_draws`).
+    """
+    if gpu is None and precision is None:
+        rows, index, skipped = _rows_for(fit, block_sd_us, need_b)
+        mu, sigma, xi = fit.cell_draws()
+        idx = np.asarray(index, dtype=int)
+        rows = rows.assign(prediction_kind="cell") if len(rows) else rows
+        return rows, (mu[:, idx], sigma[:, idx], xi[:, idx]), skipped
+    cells = fit.cells.reset_index(drop=True)
+    groups = [c for c in cells.columns if c not in ("cell", "n_obs")]
+    records, draws = [], []
+    skipped = {"no block sd for the cell": 0}
+    targets = _target_levels(fit, gpu, precision) if groups else [{}]
+    for levels in targets:
+        if isinstance(block_sd_us, pd.DataFrame):
+            table = block_sd_us.rename(columns={"block_sd_us": "b_us"})
+            sel = np.ones(len(table), dtype=bool)
+            for g, v in levels.items():
+                if g in table:
+                    sel &= table[g].astype(str).to_numpy() == v
+            if not sel.any():
+                skipped["no block sd for the cell"] += 1
+                continue
+            b = float(table.loc[sel, "b_us"].iloc[0])
+        else:
+            b = float(block_sd_us)
+        if not b >= 0:
+            raise InputError(f"block standard deviation must be >= 0 µs; got {b}")
+        label = "|".join(levels.values()) if levels else str(cells["cell"].iloc[0])
+        observed = not groups or label in set(cells["cell"].astype(str))
+        kind = "pooled" if not groups else ("cell" if observed else "population")
+        rec = {"cell": label, **levels, "b_us": b, "prediction_kind": kind}
+        if not groups:
+            rec.update({"gpu": gpu, "precision": precision})
+        records.append({k: v for k, v in rec.items() if v is not None})
+        draws.append(population_draws(fit, levels, seed))
+    if not draws:
+        empty = np.zeros((fit.cell_draws()[0].shape[0], 0))
+        return pd.DataFrame(records), (empty, empty, empty), skipped
+    return pd.DataFrame(records), tuple(np.stack(d, axis=1) for d in zip(*draws, strict=True)), skipped
+
+
+def _kind_attrs(out: pd.DataFrame) -> pd.DataFrame:
+    """Say in the table's attrs (and the log) when some rows are population-level or pooled."""
+    if "prediction_kind" in out and (out["prediction_kind"] == "population").any():
+        out.attrs["population_note"] = POPULATION_NOTE
+        log.warning("%s", POPULATION_NOTE)
+    if "prediction_kind" in out and (out["prediction_kind"] == "pooled").any():
+        out.attrs["pooled_note"] = "the pooled fit has no GPU or precision effect: every GPU is predicted alike"
+    return out
 
 
 def population_table(fit: Any, level: float = INTERVAL_LEVEL) -> pd.DataFrame:

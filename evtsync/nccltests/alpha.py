@@ -319,3 +319,49 @@ def alpha_from_log(
     parsed = parse_log(path, collective=collective, n_ranks=n_ranks)
     return fit_alpha(parsed, size_range=size_range, topology=topology, level=level, placement=placement,
                      run=run, linear_tolerance=linear_tolerance)
+
+
+def alpha_for_topology(fit: AlphaFit, topology: str) -> AlphaFit:
+    """The same sweep read under another topology's latency steps (the stated conversion rule).
+
+    The regression fixes the intercept ``p·alpha`` (µs) of the measured collective at the log's
+    ``n_ranks``; alpha for topology T is that intercept over T's ``p`` at the same ``n_ranks``
+    (``hockney_pq``). The result names T, so a ring-fitted alpha is never reused for T unawares.
+    """
+    t = normalise_topology(topology)
+    if t == fit.topology:
+        return fit
+    from dataclasses import replace
+
+    p, q = hockney_pq(fit.collective, t, fit.n_ranks)
+    scale = fit.p / p
+    lo, hi = fit.alpha_interval_us
+    note = (f"alpha converted from the {fit.topology} fit (p = {fit.p:g}) to {t} (p = {p:g}) at n = {fit.n_ranks}: "
+            f"alpha_{t} = intercept / p_{t}")
+    return replace(fit, alpha_us=fit.alpha_us * scale, alpha_interval_us=(lo * scale, hi * scale), topology=t,
+                   p=p, q=q, warnings=[*fit.warnings, note])
+
+
+def alpha_draws(fit: AlphaFit, size: int, seed: int = 0) -> np.ndarray:
+    """``size`` posterior draws of alpha (µs) of ``fit``'s topology, restricted to alpha >= 0.
+
+    The intercept's posterior is Student-t with the fit's degrees of freedom, centred on the
+    estimate with its standard error (the one behind ``alpha_interval_us``); a latency cannot
+    be negative, so draws below zero are redrawn (the posterior under the prior alpha >= 0).
+    """
+    if size < 1:
+        raise NcclTestsError(f"alpha draws: size must be >= 1, got {size}")
+    dof = max(fit.n_points - 2, 1)
+    tq = float(sps.t.ppf(0.5 + fit.level / 2.0, dof))
+    se = (fit.alpha_interval_us[1] - fit.alpha_us) / tq if tq > 0 else 0.0
+    rng = np.random.default_rng(seed)
+    if not se > 0:
+        return np.full(size, max(fit.alpha_us, 0.0))
+    if sps.t.cdf(-fit.alpha_us / se, dof) > 0.5:
+        raise NcclTestsError(f"{fit.source}: alpha's posterior lies mostly below zero (alpha = {fit.alpha_us:.3g} µs, "
+                             f"se {se:.3g}): the latency is not identified by this sweep")
+    out = np.empty(0)
+    while out.size < size:
+        draw = fit.alpha_us + se * rng.standard_t(dof, size=2 * size)
+        out = np.concatenate([out, draw[draw >= 0]])
+    return out[:size]
