@@ -500,7 +500,7 @@ SUPPORT_TRANSFORM_MAX_OBS = 2000
 #: ... or when its maximum-likelihood fit puts a data point this close to the end point of the
 #: support (``1 + xi (z - mu)/sigma`` at the extreme z-score on the bounded side). With
 #: xi < 0 the sample maximum of a large cell sits near the upper end point (xi = -0.2, 42k
-#: z-scores: 0.13), and a leapfrog step across it was the lone divergence of the 250k fit.
+#: z-scores: 0.13); the lone divergence of the 250k fit was traced to it (issue 16).
 SUPPORT_EDGE_GAP = 0.3
 
 
