@@ -151,7 +151,7 @@ def test_summary_comes_first_with_links_and_flags(hand_run: tuple[Path, dict], t
     links = [v for v in table.frame.iloc[0] if isinstance(v, Link)]
     hrefs = {v.href for v in links}
     assert {"#tax-a100", "#attribution-a100", "#xi", "#tau", "#bstar", "#cell-a100-bf16"} <= hrefs
-    assert table.frame.iloc[0]["tax median µs [90% CI]"].text.startswith(report_html.fmt(
+    assert table.frame.iloc[0]["tax median (µs)"].text.startswith(report_html.fmt(
         float(np.median(pd.read_parquet(run / "tables" / "tax_collectives.parquet").query(
             "workload == 'w-bf16' and valid and pg == '1'")["tau_max_us"]))))
     # the fp32 B* rows come from a non-converged fit: its summary row is flagged

@@ -124,12 +124,23 @@ def readable_log_axis(axis: Any, lo: float, hi: float, most: int = 6) -> None:
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
     ticks = log_ticks(lo, hi, most)
+    decades = all(abs(np.log10(t) - round(np.log10(t))) < 1e-9 for t in ticks)
+    if decades and max(ticks) >= 1e4 or min(ticks) < 1e-3:
+        text = (lambda v, _pos: f"$10^{{{int(round(np.log10(v)))}}}$") if decades else \
+            (lambda v, _pos: f"{v:.0e}")
+    else:
+        text = lambda v, _pos: _tick_text(v)  # noqa: E731
     axis.set_major_locator(FixedLocator(ticks))
-    axis.set_major_formatter(FuncFormatter(lambda v, _pos: _tick_text(v)))
+    axis.set_major_formatter(FuncFormatter(text))
     axis.set_minor_formatter(NullFormatter())
 
 
-def legend_below(ax: Any, ncol: int = 2, offset: float = -0.2, **kwargs: Any) -> None:
-    """The legend of ``ax`` under its axes (outside the data; ``bbox_inches="tight"`` keeps it)."""
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, offset), ncol=ncol, frameon=False, **kwargs)
+def legend_below(ax: Any, ncol: int = 2, **kwargs: Any) -> None:
+    """The legend of ``ax`` under its axes, below the tick labels and the axis label (outside the
+    data; ``bbox_inches="tight"`` keeps it in the saved file). Call it after ``tight_layout``."""
+    if not ax.get_legend_handles_labels()[0]:
+        return
+    renderer = ax.figure.canvas.get_renderer()
+    bottom = ax.get_tightbbox(renderer).y0
+    offset = float(ax.transAxes.inverted().transform((0.0, bottom))[1]) - 0.02
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, offset), ncol=ncol, frameon=False, **kwargs)

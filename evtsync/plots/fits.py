@@ -31,7 +31,7 @@ def gev_cell(z: np.ndarray, mle_gev: dict[str, float] | None, mle_gumbel: dict[s
     from evtsync.evt import gev
 
     x = np.sort(z[np.isfinite(z)])
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 3.6))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 3.8))
     ax1.hist(x, bins="auto", density=True, color="0.85", edgecolor="0.55", label=f"z-scores (n={x.size})")
     pad = 0.15 * (x.max() - x.min()) if x.size > 1 else 1.0
     grid = np.linspace(x.min() - pad, x.max() + pad, 300)
@@ -50,7 +50,6 @@ def gev_cell(z: np.ndarray, mle_gev: dict[str, float] | None, mle_gumbel: dict[s
                  label="Gumbel MLE")
     ax1.set(xlabel="z = (max - mean) / pooled sd", ylabel="density", title="density")
     ax1.set_ylim(bottom=0)
-    legend_below(ax1, ncol=1, offset=-0.2)
     positions = np.arange(1, x.size + 1) / (x.size + 1.0)
     for fit, colour, label in ((mle_gev, "C0", "GEV MLE"), (mle_gumbel, "C3", "Gumbel MLE")):
         if fit is not None:
@@ -59,10 +58,11 @@ def gev_cell(z: np.ndarray, mle_gev: dict[str, float] | None, mle_gumbel: dict[s
     lims = [x.min(), x.max()]
     ax2.plot(lims, lims, color="0.3", lw=1)
     ax2.set(xlabel="model quantile", ylabel="empirical quantile", title="QQ plot")
-    legend_below(ax2, ncol=2, offset=-0.2)
     ax2.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
+    legend_below(ax1, ncol=2)
+    legend_below(ax2, ncol=2)
     return fig
 
 

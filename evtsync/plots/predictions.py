@@ -133,7 +133,7 @@ def predicted_vs_measured(pvm: pd.DataFrame) -> Figure:
     ax.set(xlabel=f"predicted mean straggler delay (µs), {_level(pvm)} interval",
            ylabel="measured mean straggler delay (µs)", title="Predicted vs measured straggler delay")
     ax.grid(alpha=0.3, which="both")
-    legend_below(ax, ncol=2, offset=-0.16)
     not_converged_mark(ax, _converged(pvm))
     fig.tight_layout()
+    legend_below(ax, ncol=2)
     return fig

@@ -38,7 +38,7 @@ def tax_cdfs(collectives: pd.DataFrame, measure: str = "tau_max_us") -> Figure:
     ax.set_title("Synchronization tax per process group and collective")
     ax.grid(alpha=0.3)
     if len(collectives):
-        legend_below(ax, ncol=2, offset=-0.16)
+        legend_below(ax, ncol=2)
     return fig
 
 
@@ -61,7 +61,7 @@ def wait_shares(ranks: pd.DataFrame, title: str) -> Figure:
     ax.set(xlabel="wait share of the NCCL kernel time (waiting / kernel duration)",
            ylabel="fraction of collectives", title=title, xlim=(0, 1), ylim=(0, 1.02))
     ax.grid(alpha=0.3)
-    legend_below(ax, ncol=2, offset=-0.16)
+    legend_below(ax, ncol=2)
     return fig
 
 

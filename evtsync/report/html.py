@@ -18,6 +18,7 @@ import base64
 import html
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,8 @@ td:first-child,th:first-child{text-align:left}
 tr.flag td{background:#fde2e2;color:#9b1111;font-weight:600}
 table.summary{font-size:.9em}
 table.summary td{white-space:nowrap}
+table.summary .ci{font-size:.85em;color:#555}
+table.summary th{font-size:.92em}
 table.summary td.note{white-space:normal;min-width:12em;text-align:left;font-size:.92em;color:#7f0f0f}
 a{color:#0b57d0}
 .alert{border-left:6px solid #c62828;background:#fde2e2;color:#7f0f0f;padding:.45em .9em;margin:.4em 0;
@@ -108,8 +111,12 @@ def _img_tag(path: Path, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
-def _cell_html(column: Any, value: Any) -> str:
+def _cell_html(column: Any, value: Any, two_lines: bool = False) -> str:
     if isinstance(value, Link):
+        found = re.fullmatch(r"(.+?) (\[.+\])", value.text) if two_lines else None
+        if found:
+            return (f'<a href="{html.escape(value.href)}">{html.escape(found.group(1))}<br>'
+                    f'<span class="ci">{html.escape(found.group(2))}</span></a>')
         return f'<a href="{html.escape(value.href)}">{html.escape(value.text)}</a>'
     if column == "status":
         return (f'<span class="status-{html.escape(str(value))}">'
@@ -133,7 +140,7 @@ def _table_html(table: Table) -> str:
         cells = []
         for c in cols:
             note = ' class="note"' if table.css_class == "summary" and str(c) == SUMMARY_NOTE else ""
-            cells.append(f"<td{note}>{_cell_html(c, row[c])}</td>")
+            cells.append(f"<td{note}>{_cell_html(c, row[c], table.css_class == 'summary')}</td>")
         out.append(f"<tr{' class=\"flag\"' if flagged else ''}>" + "".join(cells) + "</tr>")
     out.append("</tbody></table></div>")
     return "".join(out)
@@ -318,10 +325,10 @@ def _tail_verdict(lo: float, hi: float, family: str) -> str:
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return "–"
     if lo > 0:
-        return "Fréchet (heavy tail: xi > 0)"
+        return "Fréchet (xi > 0)"
     if hi < 0:
-        return "Weibull (bounded tail: xi < 0)"
-    return "Gumbel (xi = 0 inside the interval)"
+        return "Weibull (xi < 0)"
+    return "Gumbel (0 in interval)"
 
 
 def loo_verdict(compare: pd.DataFrame | None) -> str:
@@ -489,37 +496,50 @@ def _summary_section(ctx: _Ctx) -> list[Section]:
             return "–"
         return fmt_ci(scale * value, scale * row[lo], scale * row[hi], digits)
 
+    records = numbers.to_dict(orient="records")
+    split = [[n for n in str(r.get("notes") or "").split("; ") if n] for r in records]
+    common = [n for n in split[0] if all(n in other for other in split)] if split else []
+    for r, notes in zip(records, split, strict=True):
+        r["notes"] = "; ".join(n for n in notes if n not in common)
     shown = []
-    for r in numbers.to_dict(orient="records"):
+    for r in records:
         gslug, pslug = _slug(r["gpu"]), _slug(r["precision"])
         cell_anchor = f"#cell-{gslug}-{pslug}" if r["precision"] != "all" else f"#gpu-{gslug}"
         entry: dict[str, Any] = {
             "GPU × precision": Link(f"{r['gpu']} {r['precision']}", cell_anchor),
-            f"tax median µs [{PCT} CI]": Link(ci(r, "tax_median_us", "tax_median_lo_us", "tax_median_hi_us"),
-                                             f"#tax-{gslug}"),
-            f"tax P90 µs [{PCT} CI]": Link(ci(r, "tax_p90_us", "tax_p90_lo_us", "tax_p90_hi_us"), f"#tax-{gslug}"),
-            f"GPU-only straggler share % [{PCT} CI]": Link(ci(r, "gpu_only_share", "gpu_only_share_lo",
-                                                             "gpu_only_share_hi", 100.0), f"#attribution-{gslug}"),
-            f"xi [{PCT} CrI]": Link(ci(r, "xi_mean", "xi_lo", "xi_hi"), "#xi"),
+            "tax median (µs)": Link(ci(r, "tax_median_us", "tax_median_lo_us", "tax_median_hi_us"), f"#tax-{gslug}"),
+            "tax P90 (µs)": Link(ci(r, "tax_p90_us", "tax_p90_lo_us", "tax_p90_hi_us"), f"#tax-{gslug}"),
+            "GPU-only stragglers (%)": Link(ci(r, "gpu_only_share", "gpu_only_share_lo", "gpu_only_share_hi", 100.0),
+                                            f"#attribution-{gslug}"),
+            "xi": Link(ci(r, "xi_mean", "xi_lo", "xi_hi", digits=2), "#xi"),
             "tail": Link(str(r.get("verdict") or "–"), "#compare"),
-            f"tau(n={n}) µs [{PCT} CrI]": Link(ci(r, "tau_mean_us", "tau_lo_us", "tau_hi_us"), "#tau"),
+            f"tau(n = {n}) (µs)": Link(ci(r, "tau_mean_us", "tau_lo_us", "tau_hi_us"), "#tau"),
         }
         for topo in info["topologies"]:
-            entry[f"B* reduction, {topo_names.get(topo, topo)}, % [{PCT} CrI]"] = Link(
+            entry[f"B* reduction, {topo_names.get(topo, topo)} (%)"] = Link(
                 ci(r, f"reduction_{topo}", f"reduction_{topo}_lo", f"reduction_{topo}_hi", 100.0), "#bstar")
-        entry[SUMMARY_NOTE] = r.get("notes") or "–"
+        if any(split):
+            entry[SUMMARY_NOTE] = r.get("notes") or "–"
         entry["not converged"] = not bool(r.get("converged", True))
         shown.append(entry)
+    frame = pd.DataFrame(shown)
+    if SUMMARY_NOTE in frame and (frame[SUMMARY_NOTE] == "–").all():
+        frame = frame.drop(columns=[SUMMARY_NOTE])
     loo = info["loo"] or ("LOO comparison: " + ctx.why_not("compare"))
-    items.append(Table(pd.DataFrame(shown), f"The study's answers per GPU × precision (each number links to its "
-                       f"section). Tax = max − min NCCL kernel duration over the ranks of the process group the "
-                       f"blocks were cut from, over its valid collectives (n per cell in the tax section), with "
-                       f"distribution-free {PCT} intervals (order statistics); GPU-only share = attributed "
-                       f"collectives whose straggler path is GPU-only (Wilson {PCT} interval); xi, tau(n) and "
-                       f"B* from {model or 'no fit'} ({PCT} credible intervals) at n = {n} ranks, m = "
-                       f"{ctx.manifest.get('options', {}).get('m', 4)}. Rows in red: fit not converged.",
-                       flag="not converged", css_class="summary"))
     items.append(Link(loo, "#compare"))
+    items.append(Table(frame, f"Per GPU × precision: value [{PCT} interval], each linked to its section; xi, "
+                              f"tau and B* from {model or 'no fit'} at n = {n} ranks. Rows in red: fit not "
+                              "converged.", flag="not converged", css_class="summary"))
+    for note in common:
+        items.append(Alert(f"Not in the summary: {note}.", level="warning"))
+    items.append(f"How the summary is computed: tax = max − min NCCL kernel duration over the member ranks, over "
+                 f"the valid collectives of the process group(s) the compute blocks were cut from (the PG tau(n) "
+                 f"predicts), median and 90th percentile with distribution-free order-statistic {PCT} intervals; "
+                 f"GPU-only share = attributed collectives whose straggler path is GPU-only, Wilson {PCT} "
+                 f"interval; xi, tau(n) = b·E_(n/m) and the B* reduction 1 − B*/B*_H per topology are posterior "
+                 f"means with {PCT} credible intervals of {model or 'no fit'} (m = "
+                 f"{ctx.manifest.get('options', {}).get('m', 4)}); the tail verdict reads the interval of xi: Fréchet "
+                 "(heavy tail) when it lies above 0, Weibull (bounded) below 0, Gumbel when it holds 0.")
     if ctx.manifest.get("demo"):
         s = ctx.manifest.get("sampling", {})
         items.append(Alert(f"The bundled demo: a synthetic study with known truth (see "
@@ -912,7 +932,7 @@ def _pvm_section(ctx: _Ctx) -> list[Section]:
         split = summary.get("holdout", {})
         shown = pd.DataFrame({
             "workload": hold["workload"], "GPU": hold["gpu"], "precision": hold["precision"], "n": hold["n"],
-            "later collectives": hold["n_collectives"],
+            "later block–collective pairs": hold["n_collectives"],
             f"measured µs [{PCT} CI]": [fmt_ci(a, b, c) for a, b, c in zip(hold["measured_mean_us"], hold["measured_lo_us"], hold["measured_hi_us"], strict=True)],
             f"predicted µs [{PCT} CI]": [fmt_ci(a, b, c) for a, b, c in zip(hold["predicted_mean_us"], hold["predicted_lo_us"], hold["predicted_hi_us"], strict=True)],
             "inside interval": hold["inside_interval"].astype(bool)})
