@@ -246,3 +246,28 @@ def test_log_ticks_stay_few_and_readable() -> None:
     assert 2 <= len(wide) <= 6 and all(np.log10(t) == round(np.log10(t)) for t in wide)
     tiny = log_ticks(101.0, 104.0)
     assert len(tiny) >= 1 and all(101 <= t <= 104 for t in tiny)
+
+
+def test_non_converged_fit_flags_every_row_beside_its_numbers(hand_run: tuple[Path, dict], tmp_path: Path) -> None:
+    run, manifest = hand_run
+    xi = pd.read_parquet(run / "tables" / "xi.parquet").assign(converged=False)
+    _write(run, "xi", xi)
+    ctx = report_html._Ctx(run, tmp_path / "out", manifest)
+    [summary] = report_html._summary_section(ctx)
+    table = next(i for i in summary.items if isinstance(i, Table))
+    assert table.frame["not converged"].all()
+    assert all("NOT converged" in note for note in table.frame[report_html.SUMMARY_NOTE])
+
+
+def test_a_stage_wide_reason_is_said_once_not_per_row(hand_run: tuple[Path, dict], tmp_path: Path) -> None:
+    run, manifest = hand_run
+    (run / "tables" / "attribution_collectives.parquet").unlink()
+    manifest["stages"]["attribution"] = {"status": "not_applicable", "reason": "no collective to attribute"}
+    ctx = report_html._Ctx(run, tmp_path / "out", manifest)
+    [summary] = report_html._summary_section(ctx)
+    table = next(i for i in summary.items if isinstance(i, Table))
+    assert not table.frame[report_html.SUMMARY_NOTE].str.contains("GPU-only").any()   # not repeated per row
+    alerts = [i.text for i in summary.items if isinstance(i, report_html.Alert)]
+    assert alerts == ["Every row of the summary: GPU-only share: stage attribution did not apply: no collective to "
+                      "attribute."]
+    assert (table.frame["GPU-only stragglers (%)"].map(lambda v: v.text) == "–").all()

@@ -379,7 +379,7 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
 
     def why(stage: str) -> str:
         entry = stages.get(stage, {})
-        return f"{stage} {STATUS_TEXT.get(entry.get('status', 'not run'), entry.get('status', 'not run'))}" + (
+        return f"stage {stage} {STATUS_TEXT.get(entry.get('status', 'not run'), entry.get('status', 'not run'))}" + (
             f": {entry['reason']}" if entry.get("reason") else "")
 
     coll, z, att = table("tax_collectives"), table("zscores"), table("attribution_collectives")
@@ -426,7 +426,7 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
             if len(a) - len(ok):
                 notes.append(f"{len(a) - len(ok)} of {len(a)} collectives not attributed")
         else:
-            notes.append(f"attribution: {why('attribution')}")
+            notes.append(f"GPU-only share: {why('attribution')}")
         fit_ok = True
         if xi is not None and model is not None and len(xi):
             x = xi[(xi["model"] == model) & (xi["gpu"].astype(str) == gpu) & (xi["precision"].astype(str) == precision)]
@@ -498,7 +498,7 @@ def _summary_section(ctx: _Ctx) -> list[Section]:
 
     records = numbers.to_dict(orient="records")
     split = [[n for n in str(r.get("notes") or "").split("; ") if n] for r in records]
-    common = [n for n in split[0] if all(n in other for other in split)] if split else []
+    common = [n for n in split[0] if all(n in other for other in split) and "NOT converged" not in n] if split else []
     for r, notes in zip(records, split, strict=True):
         r["notes"] = "; ".join(n for n in notes if n not in common)
     shown = []
@@ -531,7 +531,7 @@ def _summary_section(ctx: _Ctx) -> list[Section]:
                               f"tau and B* from {model or 'no fit'} at n = {n} ranks. Rows in red: fit not "
                               "converged.", flag="not converged", css_class="summary"))
     for note in common:
-        items.append(Alert(f"Not in the summary: {note}.", level="warning"))
+        items.append(Alert(f"Every row of the summary: {note}.", level="warning"))
     items.append(f"How the summary is computed: tax = max − min NCCL kernel duration over the member ranks, over "
                  f"the valid collectives of the process group(s) the compute blocks were cut from (the PG tau(n) "
                  f"predicts), median and 90th percentile with distribution-free order-statistic {PCT} intervals; "
