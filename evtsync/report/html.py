@@ -34,6 +34,7 @@ from evtsync.plots import tax as tax_figs
 from evtsync.plots.base import save_png_svg
 from evtsync.report.markdown import (
     Alert,
+    Caption,
     Figure,
     Link,
     Section,
@@ -161,6 +162,8 @@ def render_html(title: str, subtitle: str, sections: list[Section]) -> str:
                 body.append(f'<p><a href="{html.escape(item.href)}">{html.escape(item.text)}</a></p>')
             elif isinstance(item, Skipped):
                 body.append(f'<p class="skipped">{html.escape(item.text)}</p>')
+            elif isinstance(item, Caption):
+                body.append(f'<p class="caption">{html.escape(item.text)}</p>')
             elif isinstance(item, str):
                 body.append(f"<p>{html.escape(item)}</p>")
             elif isinstance(item, Alert):
@@ -532,14 +535,14 @@ def _summary_section(ctx: _Ctx) -> list[Section]:
                               "converged.", flag="not converged", css_class="summary"))
     for note in common:
         items.append(Alert(f"Every row of the summary: {note}.", level="warning"))
-    items.append(f"How the summary is computed: tax = max − min NCCL kernel duration over the member ranks, over "
+    items.append(Caption(f"How the summary is computed: tax = max − min NCCL kernel duration over the member ranks, over "
                  f"the valid collectives of the process group(s) the compute blocks were cut from (the PG tau(n) "
                  f"predicts), median and 90th percentile with distribution-free order-statistic {PCT} intervals; "
                  f"GPU-only share = attributed collectives whose straggler path is GPU-only, Wilson {PCT} "
                  f"interval; xi, tau(n) = b·E_(n/m) and the B* reduction 1 − B*/B*_H per topology are posterior "
                  f"means with {PCT} credible intervals of {model or 'no fit'} (m = "
                  f"{ctx.manifest.get('options', {}).get('m', 4)}); the tail verdict reads the interval of xi: Fréchet "
-                 "(heavy tail) when it lies above 0, Weibull (bounded) below 0, Gumbel when it holds 0.")
+                 "(heavy tail) when it lies above 0, Weibull (bounded) below 0, Gumbel when it holds 0."))
     if ctx.manifest.get("demo"):
         s = ctx.manifest.get("sampling", {})
         items.append(Alert(f"The bundled demo: a synthetic study with known truth (see "

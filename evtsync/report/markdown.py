@@ -57,6 +57,13 @@ class Skipped:
 
 
 @dataclass
+class Caption:
+    """Small print under a table or figure (how its numbers were computed)."""
+
+    text: str
+
+
+@dataclass
 class Alert:
     """A warning shown in red (``level="error"``) or amber (``level="warning"``)."""
 
@@ -153,7 +160,7 @@ def render_markdown(title: str, sections: list[Section], base: Path) -> str:
         for item in section.items:
             if isinstance(item, Link):
                 lines += [f"[{item.text}]({item.href})", ""]
-            elif isinstance(item, Skipped):
+            elif isinstance(item, Skipped | Caption):
                 lines += [f"_{item.text}_", ""]
             elif isinstance(item, str):
                 lines += [item, ""]
