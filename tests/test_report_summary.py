@@ -230,6 +230,7 @@ def test_page_is_responsive_with_scrollable_tables_and_print_styles() -> None:
 def test_human_labels_and_timestamp() -> None:
     assert human_label("share_of_gpu_causes") == "share of GPU causes"
     assert human_label("bstar_hockney_gbps") == "bstar hockney (GB/s)"
+    assert human_label("r_hat") == "R-hat" and human_label("ess_bulk") == "bulk ESS"
     assert human_label("n") == "n" and human_label("tau median µs [90% CI]") == "tau median µs [90% CI]"
     assert report_html.timestamp_text("2026-12-01T09:35:28.324587+00:00") == "2026-12-01 09:35:28 UTC"
     assert report_html.timestamp_text("2026-12-01T10:35:28.9+01:00") == "2026-12-01 09:35:28 UTC"
@@ -271,3 +272,13 @@ def test_a_stage_wide_reason_is_said_once_not_per_row(hand_run: tuple[Path, dict
     assert alerts == ["Every row of the summary: GPU-only share: stage attribution did not apply: no collective to "
                       "attribute."]
     assert (table.frame["GPU-only stragglers (%)"].map(lambda v: v.text) == "–").all()
+
+
+def test_xi_forest_is_skipped_when_every_model_fixes_xi(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _write(run, "xi", pd.DataFrame([{"model": "gumbel", "gpu": "A100", "precision": "bf16", "xi_mean": 0.0,
+                                     "xi_lo": 0.0, "xi_hi": 0.0, "converged": True}]))
+    ctx = report_html._Ctx(run, tmp_path / "out", {})
+    [sec] = report_html._xi_section(ctx)
+    assert isinstance(sec.items[0], Skipped) and "free shape" in sec.items[0].text
+    assert not any(isinstance(i, report_html.Figure) for i in sec.items)

@@ -796,6 +796,10 @@ def _xi_section(ctx: _Ctx) -> list[Section]:
     models = [m for m in xi["model"].unique() if xi[xi["model"] == m]["xi_hi"].max() != 0 or
               xi[xi["model"] == m]["xi_lo"].min() != 0]
     shown = xi[xi["model"].isin(models)]
+    if shown.empty:
+        items.insert(0, Skipped("Skipped — no fitted model has a free shape xi (the Gumbel models fix it at 0), so "
+                                "there is no forest plot of xi."))
+        return [Section("Shape parameter xi per GPU and precision", items, anchor="xi")]
     items.insert(0, ctx.figure(fit_figs.xi_forest(shown, population), "xi-forest", f"Posterior mean and central {PCT} credible interval of the GEV shape xi in every GPU × "
                                      "precision cell, for every fitted model with a free shape (pooled models give one "
                                      f"value for all cells; x markers: fit not converged). Grey band: {PCT} interval of the "

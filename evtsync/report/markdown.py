@@ -118,6 +118,8 @@ def human_label(name: Any) -> str:
     """A column name for readers: ``share_of_gpu_causes`` -> "share of GPU causes",
     ``tau_p90_us`` -> "tau p90 (µs)"; names that are not snake_case identifiers are kept."""
     text = str(name)
+    if text in _SPECIAL:
+        return _SPECIAL[text]
     if not re.fullmatch(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+", text):
         return text
     unit = ""
@@ -129,6 +131,8 @@ def human_label(name: Any) -> str:
     return " ".join(words) + unit
 
 
+_SPECIAL = {"r_hat": "R-hat", "ess_bulk": "bulk ESS", "ess_tail": "tail ESS", "p_loo": "p_loo",
+            "elpd_loo": "elpd_loo"}
 _UNITS = {"_us": "µs", "_ns": "ns", "_gbps": "GB/s", "_bytes": "bytes", "_seconds": "s"}
 _WORDS = {"gpu": "GPU", "cpu": "CPU", "pg": "PG", "n": "number of", "id": "ID", "lrt": "LRT", "aic": "AIC",
           "loo": "LOO", "elpd": "elpd", "cv": "CV", "mle": "MLE", "xi": "xi", "nccl": "NCCL"}
