@@ -2,7 +2,8 @@
 
 Slow (it runs the demo); skipped where Debian's ``chromium`` is not installed. Checks that no
 element sticks out of the page outside a scrollable container, every image decodes, no
-network request is made, and the answer (the summary) is in the first screen at 1400 px.
+network request is made, and the answer (the summary and its table) is in the first screen at 1400
+px; the in-sample label and the ground-truth section are present.
 ``tools/check_report_browser.py`` is the same check by hand, and regenerates
 ``docs/report-screenshot.png``.
 """
@@ -39,3 +40,7 @@ def test_demo_report_in_chromium(tmp_path):
     assert tool.problems(results) == []
     first = " ".join(results[1400]["first_screen"]).lower()
     assert "summary" in first or "answer" in first, results[1400]["first_screen"]
+    assert any(line.startswith("table:") for line in results[1400]["first_screen"]), "summary table not in view"
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "Predicted vs measured straggler delay (in-sample)" in page
+    assert "Estimates vs ground truth (demo)" in page

@@ -41,7 +41,8 @@ STATUS_FAILED = "failed"
 TABLE_FILES = {name: f"{TABLES}/{name}.parquet" for name in (
     "tax_collectives", "tax_ranks", "tax_summary", "tax_groups", "tax_mismatches", "tax_traces",
     "attribution_collectives", "attribution_summary", "attribution_validation", "zscores", "blocks_dropped",
-    "mle", "compare", "tau", "bstar", "xi", "xi_population", "block_scale", "predicted_vs_measured")}
+    "mle", "compare", "tau", "bstar", "xi", "xi_population", "block_scale", "predicted_vs_measured",
+    "predicted_vs_measured_holdout")}
 
 
 def being_written(run_dir: str | os.PathLike[str]) -> bool:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 
@@ -66,3 +67,80 @@ def not_converged_mark(ax: Any, converged: bool, what: str = "fit") -> None:
     """Write "NOT CONVERGED" in red in the corner of ``ax`` when the figure uses such a fit."""
     if not converged:
         ax.text(0.02, 0.98, f"{what} NOT CONVERGED", transform=ax.transAxes, color="red", va="top", fontsize=8)
+
+
+def _tick_text(value: float) -> str:
+    """A tick label that stays short at any magnitude: 200, 5000, 0.02, 10⁶, 2e-05."""
+    if value <= 0 or not np.isfinite(value):
+        return ""
+    if 1e-3 <= value < 1e5:
+        return f"{value:g}"
+    exponent = np.log10(value)
+    if abs(exponent - round(exponent)) < 1e-9:
+        return f"$10^{{{int(round(exponent))}}}$"
+    return f"{value:.0e}"
+
+
+def log_ticks(lo: float, hi: float, most: int = 6) -> list[float]:
+    """At most ``most`` (at least two) readable tick positions for a log axis spanning [lo, hi].
+
+    Decades where the range spans several (every k-th decade beyond ``most``), 1-2-5 or 1-3
+    steps within a decade or two, and rounded evenly spaced values on very narrow ranges, so that
+    labels never crowd (no "2×10² 3×10² 4×10²" runs)."""
+    lo, hi = float(lo), float(hi)
+    if not (np.isfinite(lo) and np.isfinite(hi)) or lo <= 0 or hi <= lo:
+        return [v for v in (lo, hi) if np.isfinite(v) and v > 0][:2]
+    first, last = int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi)))
+    decades = last - first
+    if decades > most:
+        step = int(np.ceil(decades / most))
+        ticks = [10.0 ** k for k in range(first, last + 1, step) if lo <= 10.0 ** k <= hi]
+        if len(ticks) >= 2:
+            return ticks
+    best: list[float] = []
+    for subs in ((1.0,), (1.0, 3.0), (1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 5.0, 7.0)):
+        ticks = [s * 10.0 ** k for k in range(first, last + 1) for s in subs if lo <= s * 10.0 ** k <= hi]
+        if len(ticks) > most:
+            break
+        best = ticks
+        if len(ticks) >= 3:
+            break
+    if len(best) >= 2:
+        return best
+    # a narrow range: three evenly spaced values, rounded to the fewest digits that keep them
+    # distinct and inside the range
+    values = np.geomspace(lo, hi, 3)
+    for digits in range(2, 8):
+        rounded = sorted({float(f"{v:.{digits}g}") for v in values})
+        inside = [v for v in rounded if lo <= v <= hi]
+        if len(inside) >= 2:
+            return inside
+    return [lo, hi]
+
+
+def readable_log_axis(axis: Any, lo: float, hi: float, most: int = 6) -> None:
+    """Put :func:`log_ticks` on a log-scaled matplotlib ``axis`` (``ax.xaxis`` / ``ax.yaxis``) for
+    data spanning [lo, hi]: labelled major ticks, unlabelled minor ones."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    ticks = log_ticks(lo, hi, most)
+    decades = all(abs(np.log10(t) - round(np.log10(t))) < 1e-9 for t in ticks)
+    if decades and max(ticks) >= 1e4 or min(ticks) < 1e-3:
+        text = (lambda v, _pos: f"$10^{{{int(round(np.log10(v)))}}}$") if decades else \
+            (lambda v, _pos: f"{v:.0e}")
+    else:
+        text = lambda v, _pos: _tick_text(v)  # noqa: E731
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_major_formatter(FuncFormatter(text))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def legend_below(ax: Any, ncol: int = 2, **kwargs: Any) -> None:
+    """The legend of ``ax`` under its axes, below the tick labels and the axis label (outside the
+    data; ``bbox_inches="tight"`` keeps it in the saved file). Call it after ``tight_layout``."""
+    if not ax.get_legend_handles_labels()[0]:
+        return
+    renderer = ax.figure.canvas.get_renderer()
+    bottom = ax.get_tightbbox(renderer).y0
+    offset = float(ax.transAxes.inverted().transform((0.0, bottom))[1]) - 0.02
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, offset), ncol=ncol, frameon=False, **kwargs)

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.defaults import INTERVAL_LEVEL
-from evtsync.plots.base import new_figure, not_converged_mark
+from evtsync.plots.base import legend_below, new_figure, not_converged_mark
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -31,7 +31,7 @@ def gev_cell(z: np.ndarray, mle_gev: dict[str, float] | None, mle_gumbel: dict[s
     from evtsync.evt import gev
 
     x = np.sort(z[np.isfinite(z)])
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 3.6))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 3.8))
     ax1.hist(x, bins="auto", density=True, color="0.85", edgecolor="0.55", label=f"z-scores (n={x.size})")
     pad = 0.15 * (x.max() - x.min()) if x.size > 1 else 1.0
     grid = np.linspace(x.min() - pad, x.max() + pad, 300)
@@ -49,7 +49,7 @@ def gev_cell(z: np.ndarray, mle_gev: dict[str, float] | None, mle_gumbel: dict[s
         ax1.plot(grid, gev.pdf(grid, mle_gumbel["mu"], mle_gumbel["sigma"], 0.0), color="C3", lw=1.0, ls="--",
                  label="Gumbel MLE")
     ax1.set(xlabel="z = (max - mean) / pooled sd", ylabel="density", title="density")
-    ax1.legend(fontsize=7)
+    ax1.set_ylim(bottom=0)
     positions = np.arange(1, x.size + 1) / (x.size + 1.0)
     for fit, colour, label in ((mle_gev, "C0", "GEV MLE"), (mle_gumbel, "C3", "Gumbel MLE")):
         if fit is not None:
@@ -58,11 +58,11 @@ def gev_cell(z: np.ndarray, mle_gev: dict[str, float] | None, mle_gumbel: dict[s
     lims = [x.min(), x.max()]
     ax2.plot(lims, lims, color="0.3", lw=1)
     ax2.set(xlabel="model quantile", ylabel="empirical quantile", title="QQ plot")
-    if ax2.get_legend_handles_labels()[0]:
-        ax2.legend(fontsize=7)
     ax2.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
+    legend_below(ax1, ncol=2)
+    legend_below(ax2, ncol=2)
     return fig
 
 
@@ -120,6 +120,6 @@ def posterior_by_cell(params: Any, model: str, family: str, converged: bool,
     ax.set(xlabel=name, ylabel="posterior density",
            title=f"{model}: posterior of {name} per cell (shaded: {level:.0%} interval)")
     not_converged_mark(ax, converged)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     return fig

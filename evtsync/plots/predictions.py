@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from evtsync.plots.base import new_figure, not_converged_mark
+from evtsync.plots.base import legend_below, new_figure, not_converged_mark, readable_log_axis
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -58,12 +58,37 @@ def tau_curves(tau: pd.DataFrame, models: list[str] | None = None) -> Figure:
     for ax, model in zip(axes[0], models, strict=False):
         sub = tau if model is None else tau[tau["model"] == model]
         _bands(ax, sub, "tau", "_us")
-        ax.set(xlabel="domain size n (ranks)", title=f"{model or ''}: mean and {_level(sub)} band".lstrip(": "))
+        _n_ticks(ax, sub["n"])
+        ax.set_xlabel("domain size n (ranks)")
+        ax.set_title(f"{model or ''}\nmean and {_level(sub)} band".lstrip("\n"), fontsize=9)
         not_converged_mark(ax, _converged(sub))
+    values = tau[["tau_lo_us", "tau_hi_us", "tau_mean_us"]].to_numpy(float)
+    values = values[np.isfinite(values) & (values > 0)]
+    if values.size:
+        readable_log_axis(axes[0][0].yaxis, float(values.min()), float(values.max()))
     axes[0][0].set_ylabel("predicted mean straggler delay tau(n) (µs)")
-    axes[0][0].legend(fontsize=7)
     fig.tight_layout()
+    _legend_under(fig, axes[0][0])
     return fig
+
+
+def _n_ticks(ax: object, n: pd.Series) -> None:
+    """Domain sizes as plain labels on a base-2 axis, at most seven of them."""
+    from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
+
+    ns = sorted({int(v) for v in n})
+    step = max(1, int(np.ceil(len(ns) / 7)))
+    ax.xaxis.set_major_locator(FixedLocator(ns[::step]))  # type: ignore[attr-defined]
+    ax.xaxis.set_major_formatter(ScalarFormatter())  # type: ignore[attr-defined]
+    ax.xaxis.set_minor_formatter(NullFormatter())  # type: ignore[attr-defined]
+
+
+def _legend_under(fig: Figure, ax: object) -> None:
+    """One legend for the figure, under its panels (the curves are the same cells in each)."""
+    handles, labels = ax.get_legend_handles_labels()  # type: ignore[attr-defined]
+    if handles:
+        fig.legend(handles, labels, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                   ncol=min(len(labels), 4), frameon=False)
 
 
 def bstar_curves(bstar: pd.DataFrame) -> Figure:
@@ -75,11 +100,16 @@ def bstar_curves(bstar: pd.DataFrame) -> Figure:
         hock = sub.drop_duplicates("n").sort_values("n")
         ax.plot(hock["n"], hock["bstar_hockney_gbps"], color="k", ls="--", lw=1.2, label="Hockney B*_H (tau = 0)")
         _bands(ax, sub, "bstar", "_gbps")
+        _n_ticks(ax, sub["n"])
+        values = sub[["bstar_lo_gbps", "bstar_hi_gbps", "bstar_hockney_gbps"]].to_numpy(float)
+        values = values[np.isfinite(values) & (values > 0)]
+        if values.size:
+            readable_log_axis(ax.yaxis, float(values.min()), float(values.max()), most=5)
         ax.set(xlabel="domain size n (ranks)", title=f"{topo} (eps {float(sub['eps'].iloc[0]):g}, {_level(sub)} band)")
         not_converged_mark(ax, _converged(sub))
     axes[0][0].set_ylabel("optimal bandwidth B* (GB/s)")
-    axes[0][0].legend(fontsize=7)
     fig.tight_layout()
+    _legend_under(fig, axes[0][0])
     return fig
 
 
@@ -99,10 +129,12 @@ def predicted_vs_measured(pvm: pd.DataFrame) -> Figure:
         ax.plot(lims, lims, color="0.3", lw=1, label="measured = predicted")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        readable_log_axis(ax.xaxis, lims[0], lims[1], most=5)
+        readable_log_axis(ax.yaxis, lims[0], lims[1], most=5)
     ax.set(xlabel=f"predicted mean straggler delay (µs), {_level(pvm)} interval",
            ylabel="measured mean straggler delay (µs)", title="Predicted vs measured straggler delay")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
     not_converged_mark(ax, _converged(pvm))
     fig.tight_layout()
+    legend_below(ax, ncol=2)
     return fig

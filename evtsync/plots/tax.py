@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from evtsync.plots.base import new_figure, save_figure
+from evtsync.plots.base import legend_below, new_figure, readable_log_axis, save_figure
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -21,17 +21,24 @@ def tax_cdfs(collectives: pd.DataFrame, measure: str = "tau_max_us") -> Figure:
     fig, ax = new_figure()
     if collectives.empty:
         ax.text(0.5, 0.5, "no collectives", ha="center", va="center", transform=ax.transAxes)
+    drawn = []
     for (pg, coll), grp in collectives.groupby(["pg", "collective"], sort=True):
         values = np.sort(grp[measure].to_numpy(dtype=float))
         probs = np.arange(1, len(values) + 1) / len(values)
-        ax.step(np.maximum(values, 1e-3), probs, where="post", label=f"{pg} {coll} (n={len(values)})")
+        shown = np.maximum(values, 1e-3)
+        drawn.append(shown)
+        ax.step(shown, probs, where="post", label=f"{pg} {coll} (n={len(values)})")
     ax.set_xscale("log")
+    if drawn:
+        every = np.concatenate(drawn)
+        readable_log_axis(ax.xaxis, float(every.min()), float(every.max()))
+    ax.set_ylim(0, 1.02)
     ax.set_xlabel(f"{'max−min' if measure == 'tau_max_us' else 'median−min'} NCCL kernel duration (µs)")
     ax.set_ylabel("fraction of collectives")
     ax.set_title("Synchronization tax per process group and collective")
     ax.grid(alpha=0.3)
     if len(collectives):
-        ax.legend(fontsize=7, loc="lower right")
+        legend_below(ax, ncol=2)
     return fig
 
 
@@ -52,9 +59,9 @@ def wait_shares(ranks: pd.DataFrame, title: str) -> Figure:
                 ax.step(v, np.arange(1, v.size + 1) / v.size, style, where="post", color=f"C{i}",
                         label=f"{workload}: {'longest-waiting rank' if col == 'max' else 'median rank'}")
     ax.set(xlabel="wait share of the NCCL kernel time (waiting / kernel duration)",
-           ylabel="fraction of collectives", title=title, xlim=(0, 1))
+           ylabel="fraction of collectives", title=title, xlim=(0, 1), ylim=(0, 1.02))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    legend_below(ax, ncol=2)
     return fig
 
 
@@ -70,7 +77,7 @@ def attribution_breakdown(summary: pd.DataFrame) -> Figure:
         share = [float(sub["share"].get(c, 0.0)) for c in categories]
         ax.barh(y + i * height, share, height=height, color=f"C{i}", label=w)
     ax.set_yticks(y + height * (len(workloads) - 1) / 2, categories, fontsize=8)
-    ax.set(xlabel="share of attributed collectives", title="Principal cause of the straggler's delay")
+    ax.set(xlabel="share of attributed collectives", title="Principal cause of the straggler's delay", xlim=(0, 1))
     ax.grid(alpha=0.3, axis="x")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return fig

@@ -18,6 +18,7 @@ import base64
 import html
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +27,24 @@ import pandas as pd
 
 from evtsync.defaults import INTERVAL_LEVEL as LEVEL
 from evtsync.errors import InputError
+from evtsync.evt.mlefit import MIN_Z_MLE
 from evtsync.plots import fits as fit_figs
 from evtsync.plots import predictions as pred_figs
 from evtsync.plots import tax as tax_figs
 from evtsync.plots.base import save_png_svg
-from evtsync.report.markdown import Alert, Figure, Section, Table, fmt, fmt_ci, render_markdown
+from evtsync.report.markdown import (
+    Alert,
+    Caption,
+    Figure,
+    Link,
+    Section,
+    Skipped,
+    Table,
+    fmt,
+    fmt_ci,
+    human_label,
+    render_markdown,
+)
 from evtsync.tableio import read_table, write_text_atomic
 
 log = logging.getLogger("evtsync.report.html")
@@ -42,6 +56,9 @@ REPORT_HTML = "report.html"
 REPORT_MD = "report.md"
 FIGURES = "figures"
 
+#: Fewest z-scores of a cell for its histogram, QQ plot and MLE table (the MLE's own minimum).
+MIN_Z_FIGURE = MIN_Z_MLE
+
 #: Domain sizes shown in the tables of tau(n) and B* (the figures show every power of two).
 TABLE_NS = (8, 64, 128, 512, 4096)
 
@@ -49,26 +66,42 @@ STATUS_TEXT = {"done": "done", "not_applicable": "did not apply", "unavailable":
                "failed": "FAILED", "not run": "not run"}
 
 _CSS = """
-body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1180px;margin:1.5em auto;
+*{box-sizing:border-box}
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1240px;margin:1em auto;
 padding:0 1em;color:#1d1d1f;line-height:1.45}
-h1{font-size:1.7em;border-bottom:2px solid #ddd;padding-bottom:.2em}
-h2{font-size:1.35em;margin-top:1.8em;border-bottom:1px solid #e5e5e5}
-h3{font-size:1.1em;margin-top:1.3em}
-table{border-collapse:collapse;margin:.6em 0;font-size:.86em}
-th,td{border:1px solid #d0d0d0;padding:.25em .55em;text-align:right}
+h1{font-size:1.55em;border-bottom:2px solid #ddd;padding-bottom:.2em;margin:.3em 0}
+h2{font-size:1.3em;margin-top:1.8em;border-bottom:1px solid #e5e5e5}
+h3{font-size:1.08em;margin-top:1.3em}
+p.subtitle{font-size:.85em;color:#555;margin:.2em 0 .6em}
+.table-wrap{overflow-x:auto;max-width:100%;margin:.4em 0}
+table{border-collapse:collapse;font-size:.86em}
+th,td{border:1px solid #d0d0d0;padding:.25em .55em;text-align:right;vertical-align:top}
 th{background:#f3f3f3}
 td:first-child,th:first-child{text-align:left}
 tr.flag td{background:#fde2e2;color:#9b1111;font-weight:600}
-.alert{border-left:6px solid #c62828;background:#fde2e2;color:#7f0f0f;padding:.6em .9em;margin:.5em 0;
+table.summary{font-size:.9em}
+table.summary td{white-space:nowrap}
+table.summary .ci{font-size:.85em;color:#555}
+table.summary th{font-size:.92em}
+table.summary td.note{white-space:normal;min-width:12em;text-align:left;font-size:.92em;color:#7f0f0f}
+a{color:#0b57d0}
+.alert{border-left:6px solid #c62828;background:#fde2e2;color:#7f0f0f;padding:.45em .9em;margin:.4em 0;
 font-weight:600}
-.warning{border-left:6px solid #d89b00;background:#fff4d6;color:#5c4300;padding:.6em .9em;margin:.5em 0}
+.warning{border-left:6px solid #d89b00;background:#fff4d6;color:#5c4300;padding:.45em .9em;margin:.4em 0;
+font-size:.92em}
 figure{margin:1em 0}
 figure img{max-width:100%;height:auto;border:1px solid #eee}
 figcaption{font-size:.88em;color:#444;max-width:60em}
-.caption{font-size:.88em;color:#444}
+.caption{font-size:.88em;color:#444;margin:.5em 0 .2em}
+.skipped{color:#666;font-style:italic}
 .status-done{color:#1b5e20}.status-not_applicable,.status-unavailable{color:#8a6d00}
 .status-failed{color:#b71c1c;font-weight:700}
-nav ul{columns:2;font-size:.9em}
+nav ul{columns:3;font-size:.88em;margin:.3em 0}
+@media (max-width:700px){nav ul{columns:1}body{padding:0 .5em}table{font-size:.8em}}
+@media print{body{max-width:none;margin:0;font-size:10pt}nav,.no-print{display:none}
+.table-wrap{overflow:visible}table{font-size:8pt}figure,table,tr{break-inside:avoid}
+h2,h3{break-after:avoid}a{color:inherit;text-decoration:none}
+tr.flag td{-webkit-print-color-adjust:exact;print-color-adjust:exact}}
 """
 
 
@@ -79,6 +112,19 @@ def _img_tag(path: Path, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
+def _cell_html(column: Any, value: Any, two_lines: bool = False) -> str:
+    if isinstance(value, Link):
+        found = re.fullmatch(r"(.+?) (\[.+\])", value.text) if two_lines else None
+        if found:
+            return (f'<a href="{html.escape(value.href)}">{html.escape(found.group(1))}<br>'
+                    f'<span class="ci">{html.escape(found.group(2))}</span></a>')
+        return f'<a href="{html.escape(value.href)}">{html.escape(value.text)}</a>'
+    if column == "status":
+        return (f'<span class="status-{html.escape(str(value))}">'
+                f'{html.escape(STATUS_TEXT.get(str(value), str(value)))}</span>')
+    return html.escape(fmt(value))
+
+
 def _table_html(table: Table) -> str:
     frame = table.frame
     out = []
@@ -87,32 +133,38 @@ def _table_html(table: Table) -> str:
     if frame.empty:
         return "".join(out) + "<p><em>(empty)</em></p>"
     cols = [c for c in frame.columns if c != table.flag or table.flag is None]
-    out.append("<table><thead><tr>" + "".join(f"<th>{html.escape(str(c))}</th>" for c in cols) + "</tr></thead><tbody>")
+    css = f' class="{html.escape(table.css_class)}"' if table.css_class else ""
+    out.append(f'<div class="table-wrap"><table{css}><thead><tr>'
+               + "".join(f"<th>{html.escape(human_label(c))}</th>" for c in cols) + "</tr></thead><tbody>")
     for _, row in frame.iterrows():
         flagged = table.flag is not None and bool(row.get(table.flag, False))
         cells = []
         for c in cols:
-            value = row[c]
-            text = html.escape(fmt(value))
-            if c == "status":
-                text = f'<span class="status-{html.escape(str(value))}">{html.escape(STATUS_TEXT.get(str(value), str(value)))}</span>'
-            cells.append(f"<td>{text}</td>")
+            note = ' class="note"' if table.css_class == "summary" and str(c) == SUMMARY_NOTE else ""
+            cells.append(f"<td{note}>{_cell_html(c, row[c], table.css_class == 'summary')}</td>")
         out.append(f"<tr{' class=\"flag\"' if flagged else ''}>" + "".join(cells) + "</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return "".join(out)
 
 
 def render_html(title: str, subtitle: str, sections: list[Section]) -> str:
-    """The document as one self-contained HTML page (figures embedded as base64 PNG)."""
-    body = [f"<h1>{html.escape(title)}</h1>", f"<p>{html.escape(subtitle)}</p>"]
+    """The document as one self-contained HTML page (figures embedded as base64 PNG).
+
+    The table of contents follows the first section (the summary, when there is one)."""
+    body = [f"<h1>{html.escape(title)}</h1>", f'<p class="subtitle">{html.escape(subtitle)}</p>']
     toc = [f'<li><a href="#{s.anchor}">{html.escape(s.title)}</a></li>' for s in sections if s.level == 2 and s.anchor]
-    if toc:
-        body.append("<nav><ul>" + "".join(toc) + "</ul></nav>")
-    for section in sections:
+    nav = "<nav><ul>" + "".join(toc) + "</ul></nav>" if toc else ""
+    for i, section in enumerate(sections):
         anchor = f' id="{html.escape(section.anchor)}"' if section.anchor else ""
         body.append(f"<h{section.level}{anchor}>{html.escape(section.title)}</h{section.level}>")
         for item in section.items:
-            if isinstance(item, str):
+            if isinstance(item, Link):
+                body.append(f'<p><a href="{html.escape(item.href)}">{html.escape(item.text)}</a></p>')
+            elif isinstance(item, Skipped):
+                body.append(f'<p class="skipped">{html.escape(item.text)}</p>')
+            elif isinstance(item, Caption):
+                body.append(f'<p class="caption">{html.escape(item.text)}</p>')
+            elif isinstance(item, str):
                 body.append(f"<p>{html.escape(item)}</p>")
             elif isinstance(item, Alert):
                 body.append(f'<div class="{"alert" if item.level == "error" else "warning"}">{html.escape(item.text)}</div>')
@@ -121,12 +173,40 @@ def render_html(title: str, subtitle: str, sections: list[Section]) -> str:
             elif isinstance(item, Figure):
                 body.append(f"<figure>{_img_tag(item.png, item.caption.split('.')[0])}"
                             f"<figcaption>{html.escape(item.caption)}</figcaption></figure>")
+        if i == 0 and nav:
+            body.append(nav)
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>\n"
             + "\n".join(body) + "\n</body></html>\n")
 
 
 # --------------------------------------------------------------------------- intervals
+
+def quantile_interval(values: np.ndarray, q: float, level: float = LEVEL) -> tuple[float, float, float]:
+    """The ``q`` quantile (NumPy's linear interpolation) with a distribution-free confidence interval.
+
+    With B ~ Binomial(n, q) the number of observations below the true quantile, the interval
+    [x_(j), x_(k)] (1-based order statistics) with j the largest index with P(B <= j - 1) <=
+    (1 - level)/2 and k the smallest with P(B <= k - 1) >= (1 + level)/2 covers it with
+    probability P(j <= B < k) >= level. Where the sample is too small for that coverage the
+    missing side is unbounded (-inf or +inf): the data cannot bound it at this level.
+    """
+    from scipy import stats
+
+    x = np.sort(np.asarray(values, dtype=float)[np.isfinite(values)])
+    n = x.size
+    if n == 0:
+        return float("nan"), float("nan"), float("nan")
+    alpha = (1 - level) / 2
+    i = np.arange(0, n + 1)
+    cdf = stats.binom.cdf(i, n, q)                       # P(B <= i)
+    lower_ok = np.flatnonzero(cdf[:n] <= alpha)           # j - 1 = i  ->  x_(i+1)
+    upper_ok = np.flatnonzero(cdf[:n] >= 1 - alpha)       # k - 1 = i  ->  x_(i+1)
+    lo = float(x[lower_ok[-1]]) if lower_ok.size else -np.inf
+    hi = float(x[upper_ok[0]]) if upper_ok.size else np.inf
+    return float(np.quantile(x, q)), lo, hi
+
 
 def median_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float, float]:
     """The median with a distribution-free confidence interval from order statistics.
@@ -212,24 +292,269 @@ def _fit_rows(run_dir: Path, manifest: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# --------------------------------------------------------------------------- run sections
+# --------------------------------------------------------------------------- summary
 
-def _overview(ctx: _Ctx) -> list[Section]:
-    m = ctx.manifest
+#: Domain size of the summary's tau(n) and B* when the run's options name none (the paper's
+#: 3D-torus example; the largest tabulated n below it otherwise).
+SUMMARY_N = 512
+#: The summary's column of notes (convergence, refusals) shown beside the numbers.
+SUMMARY_NOTE = "flags"
+
+
+def _workload_precision(z: pd.DataFrame | None) -> dict[str, str]:
+    """Workload -> its compute precision (from the z-scores); workloads with several map to none."""
+    if z is None or z.empty:
+        return {}
+    per = z.groupby("workload")["precision"].unique()
+    return {str(w): str(p[0]) for w, p in per.items() if len(p) == 1}
+
+
+def summary_n(manifest: dict[str, Any], tau: pd.DataFrame | None) -> int | None:
+    """The domain size the summary reports tau(n) and B* at: the run's ``n`` option, else
+    :data:`SUMMARY_N` when tabulated, else the largest tabulated n not above it (else the smallest)."""
+    wanted = manifest.get("options", {}).get("n") or SUMMARY_N
+    if tau is None or tau.empty:
+        return int(wanted)
+    ns = sorted(int(n) for n in tau["n"].unique())
+    if int(wanted) in ns:
+        return int(wanted)
+    below = [n for n in ns if n <= int(wanted)]
+    return below[-1] if below else ns[0]
+
+
+def _tail_verdict(lo: float, hi: float, family: str) -> str:
+    if family == "gumbel":
+        return "Gumbel (model fixes xi = 0)"
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return "–"
+    if lo > 0:
+        return "Fréchet (xi > 0)"
+    if hi < 0:
+        return "Weibull (xi < 0)"
+    return "Gumbel (0 in interval)"
+
+
+def loo_verdict(compare: pd.DataFrame | None) -> str:
+    """The LOO comparison's answer to "Gumbel or a free shape?" in one sentence ("" without a table).
+
+    The comparison table gives each model's difference to the best model with the standard
+    error of that difference; the best model of the other family is compared with the best overall.
+    """
+    if compare is None or compare.empty or "family" not in compare:
+        return ""
+    table = compare.sort_values("rank")
+    best = table.iloc[0]
+    gumbel = best["family"] == "gumbel"
+    other = table[(table["family"] == "gumbel") != gumbel]
+    if other.empty:
+        return f"LOO: best model {best['model']}; no model of the other family (Gumbel / free xi) to compare."
+    rival = other.iloc[0]
+    diff, se = float(rival["elpd_diff"]), float(rival["dse"])
+    diff = abs(diff)
+    clear = diff > 2 * se
+    winner = "Gumbel (xi = 0)" if gumbel else "a free shape xi"
+    text = (f"LOO prefers {winner}: {best['model']} over {rival['model']} by Δelpd {fmt(diff, 3)} ± {fmt(se, 2)}"
+            + (" (more than 2 standard errors)." if clear else " — less than 2 standard errors: not a clear preference."))
+    if not bool(best.get("converged", True)) or not bool(rival.get("converged", True)):
+        text += " WARNING: a compared fit did not converge."
+    return text
+
+
+def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The numbers of the report's summary, one row per GPU × precision, unformatted.
+
+    Columns: gpu, precision; tax over the valid collectives of the process group(s) the
+    compute blocks were cut from (all valid collectives where there are no z-scores):
+    ``n_collectives``, ``tax_median_us`` / ``_lo`` / ``_hi`` (order-statistic interval),
+    ``tax_p90_us`` / ``_lo`` / ``_hi``; the attribution: ``n_attributed``, ``n_not_attributed``,
+    ``gpu_only_share`` / ``_lo`` / ``_hi`` (Wilson); the main model's ``xi_mean`` / ``_lo`` /
+    ``_hi``, ``family``, ``verdict``; ``tau_mean_us`` / ``_lo_us`` / ``_hi_us`` and
+    ``tau_share_infinite`` at n; per topology ``reduction_<topology>`` / ``_lo`` / ``_hi``;
+    ``converged`` and ``notes``. The second value holds ``n``, ``model``, ``loo`` and ``topologies``.
+    """
+    from evtsync.pipeline.layout import main_model
+
+    def table(name: str) -> pd.DataFrame | None:
+        path = run_dir / "tables" / f"{name}.parquet"
+        return read_table(path) if path.is_file() else None
+
+    stages = manifest.get("stages", {})
+
+    def why(stage: str) -> str:
+        entry = stages.get(stage, {})
+        return f"stage {stage} {STATUS_TEXT.get(entry.get('status', 'not run'), entry.get('status', 'not run'))}" + (
+            f": {entry['reason']}" if entry.get("reason") else "")
+
+    coll, z, att = table("tax_collectives"), table("zscores"), table("attribution_collectives")
+    xi, tau, bstar, compare = table("xi"), table("tau"), table("bstar"), table("compare")
+    model = main_model(run_dir, manifest)
+    n = summary_n(manifest, tau)
+    prec_of = _workload_precision(z)
+    if z is not None and len(z):
+        cells = z[["gpu", "precision"]].astype(str).drop_duplicates().sort_values(["gpu", "precision"])
+    elif coll is not None and len(coll):
+        cells = pd.DataFrame({"gpu": sorted(coll["gpu"].astype(str).unique()), "precision": "all"})
+    else:
+        cells = pd.DataFrame(columns=["gpu", "precision"])
+    block_pgs = (set(zip(z["workload"].astype(str), z["pg"].astype(str), strict=True))
+                 if z is not None and len(z) else None)
+
+    def in_cell(frame: pd.DataFrame, gpu: str, precision: str) -> pd.DataFrame:
+        mask = frame["gpu"].astype(str) == gpu
+        if precision != "all":
+            mask &= frame["workload"].astype(str).map(prec_of) == precision
+        return frame[mask]
+
+    topologies = list(dict.fromkeys(bstar["topology"])) if bstar is not None and len(bstar) else []
+    rows = []
+    for gpu, precision in cells.itertuples(index=False):
+        row: dict[str, Any] = {"gpu": gpu, "precision": precision}
+        notes: list[str] = []
+        if coll is not None and len(coll):
+            c = in_cell(coll[coll["valid"].astype(bool)], gpu, precision)
+            if block_pgs is not None:
+                c = c[[(w, p) in block_pgs for w, p in zip(c["workload"].astype(str), c["pg"].astype(str), strict=True)]]
+            values = c["tau_max_us"].to_numpy(float)
+            row["n_collectives"] = int(values.size)
+            row["tax_median_us"], row["tax_median_lo_us"], row["tax_median_hi_us"] = median_interval(values)
+            row["tax_p90_us"], row["tax_p90_lo_us"], row["tax_p90_hi_us"] = quantile_interval(values, 0.9)
+        else:
+            notes.append(f"tax: {why('tax')}")
+        if att is not None and len(att):
+            a = in_cell(att, gpu, precision)
+            ok = a[a["status"] == "ok"]
+            row["n_attributed"], row["n_not_attributed"] = len(ok), len(a) - len(ok)
+            share = wilson_interval(int((ok["path_kind"] == "gpu_only").sum()), len(ok))
+            row["gpu_only_share"], row["gpu_only_share_lo"], row["gpu_only_share_hi"] = share
+            if len(a) - len(ok):
+                notes.append(f"{len(a) - len(ok)} of {len(a)} collectives not attributed")
+        else:
+            notes.append(f"GPU-only share: {why('attribution')}")
+        fit_ok = True
+        if xi is not None and model is not None and len(xi):
+            x = xi[(xi["model"] == model) & (xi["gpu"].astype(str) == gpu) & (xi["precision"].astype(str) == precision)]
+            if len(x):
+                r = x.iloc[0]
+                family = str(compare.set_index("model")["family"].get(model, "")) if compare is not None and \
+                    "family" in compare else ""
+                fixed = float(r["xi_lo"]) == float(r["xi_hi"]) == 0.0
+                family = family or ("gumbel" if fixed else "gev")
+                row.update(xi_mean=float(r["xi_mean"]), xi_lo=float(r["xi_lo"]), xi_hi=float(r["xi_hi"]),
+                           family=family, verdict=_tail_verdict(float(r["xi_lo"]), float(r["xi_hi"]), family))
+                fit_ok = bool(r["converged"])
+            else:
+                notes.append(f"no cell of {model} for {gpu} {precision}")
+        else:
+            notes.append(f"xi: {why('prediction')}")
+        if tau is not None and model is not None and len(tau):
+            t = tau[(tau["model"] == model) & (tau["gpu"].astype(str) == gpu)
+                    & (tau["precision"].astype(str) == precision) & (tau["n"] == n)]
+            if len(t):
+                r = t.iloc[0]
+                row.update(tau_mean_us=float(r["tau_mean_us"]), tau_lo_us=float(r["tau_lo_us"]),
+                           tau_hi_us=float(r["tau_hi_us"]), tau_share_infinite=float(r.get("tau_share_infinite", 0.0)))
+                fit_ok = fit_ok and bool(r["converged"])
+                if row["tau_share_infinite"] > 0:
+                    notes.append(f"{row['tau_share_infinite']:.1%} of tau draws infinite (xi >= 1): mean over the "
+                                 "finite draws, interval open")
+        else:
+            notes.append(f"tau(n): {why('prediction')}")
+        for topo in topologies:
+            b = bstar[(bstar["topology"] == topo) & (bstar["gpu"].astype(str) == gpu)
+                      & (bstar["precision"].astype(str) == precision) & (bstar["n"] == n)]
+            if len(b):
+                r = b.iloc[0]
+                row.update({f"reduction_{topo}": float(r["reduction_mean"]), f"reduction_{topo}_lo": float(r["reduction_lo"]),
+                            f"reduction_{topo}_hi": float(r["reduction_hi"])})
+                fit_ok = fit_ok and bool(r.get("converged", True))
+        row["converged"] = fit_ok
+        if not fit_ok:
+            notes.insert(0, f"fit {model} NOT converged: xi, tau and B* are unreliable")
+        row["notes"] = "; ".join(notes)
+        rows.append(row)
+    info = {"n": n, "model": model, "loo": loo_verdict(compare), "topologies": topologies}
+    return pd.DataFrame(rows), info
+
+
+def _summary_section(ctx: _Ctx) -> list[Section]:
+    numbers, info = summary_numbers(ctx.run_dir, ctx.manifest)
     items: list[Any] = []
-    fits = _fit_rows(ctx.run_dir, m)
+    fits = _fit_rows(ctx.run_dir, ctx.manifest)
     bad = fits[(fits["status"] == "done") & (fits["converged"] == False)] if len(fits) else fits  # noqa: E712
     for row in bad.itertuples():
         items.append(Alert(f"Fit {row.model} did NOT converge ({row.convergence}). Every number computed from it "
                            "is marked; rerun with more --draws/--tune before relying on it."))
-    for name, entry in m.get("stages", {}).items():
+    for name, entry in ctx.manifest.get("stages", {}).items():
         if entry.get("status") == "failed":
             items.append(Alert(f"Stage {name} FAILED: {entry.get('reason', '')}"))
-    if m.get("demo"):
-        s = m.get("sampling", {})
-        items.append(Alert(f"This is the bundled demo: a synthetic study generated deterministically, fitted with the "
-                           f"demo's sampler settings ({s.get('draws')} draws, {s.get('tune')} tuning steps, "
-                           f"{s.get('chains')} chains). Real runs default to 1000 draws, 1000 tuning steps and 4 chains.", level="warning"))
+    if numbers.empty:
+        items.append(Skipped("No summary: the run has no tax table (" + ctx.why_not("tax") + ")"))
+        return [Section("Summary: the answers", items, anchor="summary")]
+    n, model = info["n"], info["model"]
+    topo_names = {"full": "fully connected", "ring": "ring", "torus3d": "3D torus"}
+
+    def ci(row: Any, key: str, lo: str, hi: str, scale: float = 1.0, digits: int = 3) -> str:
+        value = row.get(key)
+        if value is None or (isinstance(value, float) and np.isnan(value)):
+            return "–"
+        return fmt_ci(scale * value, scale * row[lo], scale * row[hi], digits)
+
+    records = numbers.to_dict(orient="records")
+    split = [[n for n in str(r.get("notes") or "").split("; ") if n] for r in records]
+    common = [n for n in split[0] if all(n in other for other in split) and "NOT converged" not in n] if split else []
+    for r, notes in zip(records, split, strict=True):
+        r["notes"] = "; ".join(n for n in notes if n not in common)
+    shown = []
+    for r in records:
+        gslug, pslug = _slug(r["gpu"]), _slug(r["precision"])
+        cell_anchor = f"#cell-{gslug}-{pslug}" if r["precision"] != "all" else f"#gpu-{gslug}"
+        entry: dict[str, Any] = {
+            "GPU × precision": Link(f"{r['gpu']} {r['precision']}", cell_anchor),
+            "tax median (µs)": Link(ci(r, "tax_median_us", "tax_median_lo_us", "tax_median_hi_us"), f"#tax-{gslug}"),
+            "tax P90 (µs)": Link(ci(r, "tax_p90_us", "tax_p90_lo_us", "tax_p90_hi_us"), f"#tax-{gslug}"),
+            "GPU-only stragglers (%)": Link(ci(r, "gpu_only_share", "gpu_only_share_lo", "gpu_only_share_hi", 100.0),
+                                            f"#attribution-{gslug}"),
+            "xi": Link(ci(r, "xi_mean", "xi_lo", "xi_hi", digits=2), "#xi"),
+            "tail": Link(str(r.get("verdict") or "–"), "#compare"),
+            f"tau(n = {n}) (µs)": Link(ci(r, "tau_mean_us", "tau_lo_us", "tau_hi_us"), "#tau"),
+        }
+        for topo in info["topologies"]:
+            entry[f"B* reduction, {topo_names.get(topo, topo)} (%)"] = Link(
+                ci(r, f"reduction_{topo}", f"reduction_{topo}_lo", f"reduction_{topo}_hi", 100.0), "#bstar")
+        if any(split):
+            entry[SUMMARY_NOTE] = r.get("notes") or "–"
+        entry["not converged"] = not bool(r.get("converged", True))
+        shown.append(entry)
+    frame = pd.DataFrame(shown)
+    if SUMMARY_NOTE in frame and (frame[SUMMARY_NOTE] == "–").all():
+        frame = frame.drop(columns=[SUMMARY_NOTE])
+    loo = info["loo"] or ("LOO comparison: " + ctx.why_not("compare"))
+    items.append(Link(loo, "#compare"))
+    items.append(Table(frame, f"Per GPU × precision: value [{PCT} interval], each linked to its section; xi, "
+                              f"tau and B* from {model or 'no fit'} at n = {n} ranks. Rows in red: fit not "
+                              "converged.", flag="not converged", css_class="summary"))
+    for note in common:
+        items.append(Alert(f"Every row of the summary: {note}.", level="warning"))
+    items.append(Caption(f"How the summary is computed: tax = max − min NCCL kernel duration over the member ranks, over "
+                 f"the valid collectives of the process group(s) the compute blocks were cut from (the PG tau(n) "
+                 f"predicts), median and 90th percentile with distribution-free order-statistic {PCT} intervals; "
+                 f"GPU-only share = attributed collectives whose straggler path is GPU-only, Wilson {PCT} "
+                 f"interval; xi, tau(n) = b·E_(n/m) and the B* reduction 1 − B*/B*_H per topology are posterior "
+                 f"means with {PCT} credible intervals of {model or 'no fit'} (m = "
+                 f"{ctx.manifest.get('options', {}).get('m', 4)}); the tail verdict reads the interval of xi: Fréchet "
+                 "(heavy tail) when it lies above 0, Weibull (bounded) below 0, Gumbel when it holds 0."))
+    if ctx.manifest.get("demo"):
+        s = ctx.manifest.get("sampling", {})
+        items.append(Alert(f"The bundled demo: a synthetic study with known truth (see "
+                           f"\"Estimates vs ground truth\"), fitted with {s.get('draws')} draws, {s.get('tune')} tuning "
+                           f"steps, {s.get('chains')} chains (real runs: 1000 / 1000 / 4).", level="warning"))
+    return [Section("Summary: the answers", items, anchor="summary")]
+
+
+# --------------------------------------------------------------------------- run sections
+
+def _stages_section(ctx: _Ctx) -> list[Section]:
+    m = ctx.manifest
     rows = []
     for n in m.get("stage_order", []):
         e = m.get("stages", {}).get(n, {})
@@ -239,14 +564,16 @@ def _overview(ctx: _Ctx) -> list[Section]:
             rows.append({"stage": n, "status": e.get("status", "not run"), "reason": e.get("reason", ""),
                          "seconds": e.get("seconds")})
     stages = pd.DataFrame(rows, columns=["stage", "status", "reason", "seconds"])
-    items.append(Table(stages, "Stages of the run, in order: done, did not apply (with the reason), unavailable "
-                               "(module not installed) or FAILED. Reused stages keep their first run's time."))
+    items: list[Any] = []
     na = stages[stages["status"].isin(["not_applicable", "unavailable"])] if len(stages) else stages
     if len(na):
         by_reason = na.groupby("reason", sort=False)["stage"].apply(list)
         items.append("Stages that did not apply: " + "; ".join(f"{', '.join(stages_)} — {reason}"
                                                                for reason, stages_ in by_reason.items()) + ".")
-    return [Section("Overview", items, anchor="overview")]
+    items.append(Table(stages, "Stages of the run, in order: done, did not apply (with the reason), unavailable "
+                               "(module not installed) or FAILED; seconds of work (reused stages keep their first "
+                               "run's time)."))
+    return [Section("Stages of the run", items, anchor="stages")]
 
 
 def _inputs(ctx: _Ctx) -> list[Section]:
@@ -282,9 +609,10 @@ def _gpu_sections(ctx: _Ctx) -> list[Section]:
     for gpu in sorted(coll["gpu"].astype(str).unique()):
         sub = coll[coll["gpu"].astype(str) == gpu]
         slug = _slug(gpu)
-        sec = Section(f"{gpu}", level=2, anchor=f"gpu-{slug}")
         workloads = sorted(sub["workload"].unique())
-        sec.items.append(f"Workloads on {gpu}: {', '.join(workloads)}.")
+        sections.append(Section(f"{gpu}", [f"Workloads on {gpu}: {', '.join(workloads)}."], level=2,
+                                anchor=f"gpu-{slug}"))
+        sec = Section(f"{gpu}: synchronization tax", level=3, anchor=f"tax-{slug}")
         if summary is not None and len(summary):
             s = summary[summary["gpu"].astype(str) == gpu]
             medians = {key: median_interval(grp["tau_max_us"].to_numpy(float))
@@ -313,12 +641,15 @@ def _gpu_sections(ctx: _Ctx) -> list[Section]:
             sec.items.append(ctx.figure(fig, f"wait-shares-{slug}", f"Distribution over collectives of the wait share (d_r − min d)/d_r: solid "
                                               f"for the rank that waited longest, dashed for the median rank, one "
                                               f"colour per workload on {gpu} (SPEC §3)."))
-        sec.items += _attribution_items(ctx, att, gpu, slug)
         sections.append(sec)
+        sections.append(Section(f"{gpu}: critical-path attribution", _attribution_items(ctx, att, gpu, slug),
+                                level=3, anchor=f"attribution-{slug}"))
         precisions = sorted(z[z["gpu"].astype(str) == gpu]["precision"].astype(str).unique()) if z is not None else []
         if not precisions:
-            sec.items.append("No z-scores for this GPU: " + (ctx.why_not("zscores") if not ctx.done("zscores")
-                                                           else "no kept GEMM block in its workloads."))
+            sections.append(Section(f"{gpu}: z-scores and fits", [Skipped(
+                "Skipped — no z-scores for this GPU: " + (ctx.why_not("zscores") if not ctx.done("zscores")
+                                                         else "no kept GEMM block in its workloads."))], level=3,
+                anchor=f"cell-{slug}"))
         for precision in precisions:
             sections.append(_cell_section(ctx, gpu, precision, z, mle, pvm, main_tree, main_name))
     return sections
@@ -343,7 +674,10 @@ def _attribution_items(ctx: _Ctx, att: pd.DataFrame | None, gpu: str, slug: str)
     totals = sub.groupby("workload")["count"].transform("sum").to_numpy()
     cat = sub.assign(**{f"share [{PCT} CI]": [fmt_ci(*wilson_interval(int(k), int(n)))
                                            for k, n in zip(sub["count"], totals, strict=True)]})
-    items.append(Table(cat[["workload", "category", "cause_class", "count", f"share [{PCT} CI]", "share_of_gpu_causes"]],
+    cat = cat.rename(columns={"cause_class": "cause class", "count": "collectives",
+                              "share_of_gpu_causes": "share of GPU causes"})
+    items.append(Table(cat[["workload", "category", "cause class", "collectives", f"share [{PCT} CI]",
+                            "share of GPU causes"]],
                        "Principal cause of each straggler (the event with the largest extra time on its critical "
                        "path against the fastest rank's, SPEC §4), by category; paper: GEMM 78%, FlashAttention "
                        "15.4%, FSDP 4.3%, Norm 1.2%, Concat/Split 0.6% of GPU causes."))
@@ -393,6 +727,13 @@ def _cell_section(ctx: _Ctx, gpu: str, precision: str, z: pd.DataFrame, mle: pd.
     sec = Section(f"{gpu} {precision}: z-scores and fits", level=3, anchor=f"cell-{_slug(gpu)}-{_slug(precision)}")
     cell = z[(z["gpu"].astype(str) == gpu) & (z["precision"].astype(str) == precision)]
     values = cell["z"].to_numpy(float)
+    values = values[np.isfinite(values)]
+    if values.size < MIN_Z_FIGURE:
+        sec.items.append(Skipped(f"Skipped — {values.size} z-score(s) from {cell['block'].nunique()} block "
+                                 f"identit{'y' if cell['block'].nunique() == 1 else 'ies'} (workloads "
+                                 f"{', '.join(sorted(cell['workload'].astype(str).unique()))}): fewer than "
+                                 f"{MIN_Z_FIGURE}, too few for a histogram, a QQ plot or a fit."))
+        return sec
     sec.items.append(f"{len(values)} pooled z-scores from {cell['block'].nunique()} block identities "
                      f"(workloads {', '.join(sorted(cell['workload'].unique()))}); mean coefficient of variation "
                      f"r = {fmt(cell.drop_duplicates('block')['cv'].mean())} (paper: about 0.02).")
@@ -427,8 +768,10 @@ def _cell_section(ctx: _Ctx, gpu: str, precision: str, z: pd.DataFrame, mle: pd.
                 "workload": rows["workload"], "n": rows["n"], "collectives": rows["n_collectives"],
                 f"measured µs [{PCT} CI]": [fmt_ci(a, b, c) for a, b, c in zip(rows["measured_mean_us"], rows["measured_lo_us"], rows["measured_hi_us"], strict=True)],
                 f"predicted µs [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in zip(rows["predicted_mean_us"], rows["predicted_lo_us"], rows["predicted_hi_us"], strict=True)],
-            }), "Mean straggler delay (mean − min kernel duration) of the collectives after this cell's GEMM blocks, "
-                "measured (t interval of the mean) and predicted as b·E_k from the posterior (SPEC §7)."))
+            }), "IN-SAMPLE: mean straggler delay (mean − min kernel duration) of the collectives after this cell's "
+                "GEMM blocks, measured (t interval of the mean) and predicted as b·E_k from the posterior of a fit "
+                "to these very blocks' z-scores (SPEC §7) — agreement shows the fit describes its data, not that "
+                "it predicts new data; see the out-of-sample check in \"Predicted vs measured\"."))
     return sec
 
 
@@ -453,6 +796,10 @@ def _xi_section(ctx: _Ctx) -> list[Section]:
     models = [m for m in xi["model"].unique() if xi[xi["model"] == m]["xi_hi"].max() != 0 or
               xi[xi["model"] == m]["xi_lo"].min() != 0]
     shown = xi[xi["model"].isin(models)]
+    if shown.empty:
+        items.insert(0, Skipped("Skipped — no fitted model has a free shape xi (the Gumbel models fix it at 0), so "
+                                "there is no forest plot of xi."))
+        return [Section("Shape parameter xi per GPU and precision", items, anchor="xi")]
     items.insert(0, ctx.figure(fit_figs.xi_forest(shown, population), "xi-forest", f"Posterior mean and central {PCT} credible interval of the GEV shape xi in every GPU × "
                                      "precision cell, for every fitted model with a free shape (pooled models give one "
                                      f"value for all cells; x markers: fit not converged). Grey band: {PCT} interval of the "
@@ -518,34 +865,194 @@ def _prediction_sections(ctx: _Ctx) -> list[Section]:
                                                f"band per GPU × precision) beside Hockney's B*_H (tau = 0, dashed). "
                                                f"alpha = {fmt(summary.get('alpha_us'))} µs, S = "
                                                f"{fmt(summary.get('bytes'))} bytes ({summary.get('bytes_source', '')}).")]
-        bt = bstar[bstar["n"].isin(TABLE_NS)]
-        b_items.append(Table(pd.DataFrame({
-            "topology": bt["topology"], "GPU": bt["gpu"], "precision": bt["precision"], "n": bt["n"],
-            f"B* GB/s [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in zip(bt["bstar_mean_gbps"], bt["bstar_lo_gbps"], bt["bstar_hi_gbps"], strict=True)],
-            "Hockney B*_H GB/s": bt["bstar_hockney_gbps"],
-            f"reduction 1 − B*/B*_H [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in zip(bt["reduction_mean"], bt["reduction_lo"], bt["reduction_hi"], strict=True)],
-            "not converged": ~bt["converged"].astype(bool)}),
-            "B* and its reduction against Hockney's at selected n (paper, Llama-3 70B on DGX H200 with the Gumbel "
-            "bound: 98.69% lower on the fully connected topology at n = 128, 37.26% on the ring at n = 128, 81.67% "
-            "on the 3D torus at n = 512).", flag="not converged"))
+        b_items += _bstar_tables(bstar[bstar["n"].isin(TABLE_NS)])
         sections.append(Section("Optimal bandwidth B* against n", b_items, anchor="bstar"))
     return sections
 
 
+def _ratio_line(table: pd.DataFrame) -> str:
+    ratio = table["measured_mean_us"] / table["predicted_mean_us"]
+    inside = int(table["inside_interval"].astype(bool).sum()) if "inside_interval" in table else None
+    text = (f"Measured / predicted: median {fmt(float(ratio.median()))}, range {fmt(float(ratio.min()))} – "
+            f"{fmt(float(ratio.max()))} over {len(table)} workload group(s)")
+    if inside is not None:
+        text += f"; measured mean inside the predicted {PCT} interval in {inside} of {len(table)}"
+    return text + "."
+
+
+def bstar_pivot(bstar: pd.DataFrame, value: str) -> pd.DataFrame:
+    """The B* table pivoted: one row per topology × GPU × precision, one column per n.
+
+    ``value`` is ``"bstar"`` (GB/s) or ``"reduction"`` (1 − B*/B*_H, in %): each cell is the
+    posterior mean with its interval; a row of a non-converged fit has ``not converged`` True.
+    """
+    unit, scale = ("_gbps", 1.0) if value == "bstar" else ("", 100.0)
+    text = [fmt_ci(scale * a, scale * b, scale * c) for a, b, c in
+            zip(bstar[f"{value}_mean{unit}"], bstar[f"{value}_lo{unit}"], bstar[f"{value}_hi{unit}"], strict=True)]
+    keys = ["topology", "gpu", "precision"]
+    wide = bstar.assign(_text=text).pivot_table(index=keys, columns="n", values="_text", aggfunc="first", sort=False)
+    wide.columns = [f"n = {c}" for c in wide.columns]
+    conv = bstar.groupby(keys, sort=False)["converged"].agg(lambda v: bool(np.all(v.astype(bool))))
+    wide["not converged"] = ~conv.reindex(wide.index).to_numpy(bool)
+    return wide.reset_index().rename(columns={"gpu": "GPU"})
+
+
+def _bstar_tables(bt: pd.DataFrame) -> list[Table]:
+    hockney = bt.drop_duplicates(["topology", "n"]).pivot_table(index="topology", columns="n",
+                                                                values="bstar_hockney_gbps", sort=False)
+    hockney.columns = [f"n = {c}" for c in hockney.columns]
+    return [
+        Table(bstar_pivot(bt, "reduction"), f"Reduction 1 − B*/B*_H in % [{PCT} CrI] per topology, GPU × precision "
+              "and domain size n (paper, Llama-3 70B on DGX H200 with the Gumbel bound: 98.69% on the fully "
+              "connected topology at n = 128, 37.26% on the ring at n = 128, 81.67% on the 3D torus at n = 512). "
+              "Rows in red: fit not converged.", flag="not converged"),
+        Table(bstar_pivot(bt, "bstar"), f"Optimal bandwidth B* in GB/s [{PCT} CrI] at the same n. Rows in red: fit "
+              "not converged.", flag="not converged"),
+        Table(hockney.reset_index(), "Hockney's B*_H in GB/s (tau = 0; the same for every GPU × precision).")]
+
+
 def _pvm_section(ctx: _Ctx) -> list[Section]:
     pvm = ctx.table("predicted_vs_measured")
+    title = "Predicted vs measured straggler delay"
     if pvm is None or pvm.empty:
-        return [Section("Predicted vs measured straggler delay", [ctx.why_not("predicted-vs-measured")], anchor="pvm")]
+        return [Section(title, [ctx.why_not("predicted-vs-measured")], anchor="pvm")]
     selection = ctx.stage("predicted-vs-measured").get("summary", {}).get("selection", "")
+    m = ctx.manifest.get("options", {}).get("m", 4)
+    ns = sorted({int(n) for n in pvm["n"]})
     pvm_fig = pred_figs.predicted_vs_measured(pvm)
-    ratio = pvm["measured_mean_us"] / pvm["predicted_mean_us"]
-    return [Section("Predicted vs measured straggler delay", [
-        ctx.figure(pvm_fig, "predicted-vs-measured", f"Measured mean straggler delay (mean − min NCCL kernel duration over the ranks, averaged over "
-                         f"{selection}; error bars: {PCT} t interval of the mean) against the prediction b·E_k with k = "
-                         f"n/m from the posterior of {pvm['model'].iloc[0]} and b the pooled sd of the preceding "
-                         f"blocks (error bars: {PCT} credible interval), per workload (SPEC §7)."),
-        f"Measured / predicted: median {fmt(float(ratio.median()))}, range {fmt(float(ratio.min()))} – "
-        f"{fmt(float(ratio.max()))} over {len(pvm)} workload(s)."], anchor="pvm")]
+    items: list[Any] = [
+        Alert(f"In-sample: the fit was made on the z-scores of the very blocks whose following collectives are "
+              f"measured here (group sizes n = {', '.join(map(str, ns))}; m = {m}"
+              + (", so k = n/m = 1: no extrapolation in the domain size either" if ns == [m] else "")
+              + "). Agreement shows that the model describes its own data; it is not a test of prediction.",
+              level="warning"),
+        ctx.figure(pvm_fig, "predicted-vs-measured", f"In-sample. Measured mean straggler delay (mean − min NCCL "
+                   f"kernel duration over the ranks, averaged over {selection}; error bars: {PCT} t interval of the "
+                   f"mean) against the prediction b·E_k with k = n/m from the posterior of {pvm['model'].iloc[0]} "
+                   f"and b the pooled sd of the preceding blocks (error bars: {PCT} credible interval), per workload "
+                   "(SPEC §7)."),
+        "In-sample. " + _ratio_line(pvm)]
+    sections = [Section(f"{title} (in-sample)", items, anchor="pvm")]
+    hold = ctx.table("predicted_vs_measured_holdout")
+    summary = ctx.stage("predicted-vs-measured").get("summary", {})
+    if hold is not None and len(hold):
+        split = summary.get("holdout", {})
+        shown = pd.DataFrame({
+            "workload": hold["workload"], "GPU": hold["gpu"], "precision": hold["precision"], "n": hold["n"],
+            "later block–collective pairs": hold["n_collectives"],
+            f"measured µs [{PCT} CI]": [fmt_ci(a, b, c) for a, b, c in zip(hold["measured_mean_us"], hold["measured_lo_us"], hold["measured_hi_us"], strict=True)],
+            f"predicted µs [{PCT} CI]": [fmt_ci(a, b, c) for a, b, c in zip(hold["predicted_mean_us"], hold["predicted_lo_us"], hold["predicted_hi_us"], strict=True)],
+            "inside interval": hold["inside_interval"].astype(bool)})
+        sections.append(Section("Out-of-sample check: later collectives from earlier ones", [
+            f"{split.get('description', 'A fit to the earlier collectives predicts the later ones.')} "
+            + _ratio_line(hold),
+            Table(shown, f"Out-of-sample: predicted ({hold['model'].iloc[0]}, approximate {PCT} interval from the "
+                         f"normal approximation of the MLE) against measured ({PCT} t interval of the mean) mean "
+                         "straggler delay of the later collectives, which the fit never saw.")],
+            level=3, anchor="pvm-holdout"))
+    else:
+        reason = summary.get("holdout_reason") or ("this run folder has no out-of-sample table "
+                                                  "(tables/predicted_vs_measured_holdout.parquet)")
+        sections.append(Section("Out-of-sample check", [Skipped(f"Skipped — {reason}.")], level=3,
+                                anchor="pvm-holdout"))
+    return sections
+
+
+def _read_truths(ctx: _Ctx) -> dict[str, dict[str, Any]]:
+    """Workload -> the demo study's ``ground_truth.json`` (only those the demo stage wrote)."""
+    import orjson
+
+    from evtsync.synth.truth import TRUTH_FILE
+
+    out = {}
+    for rel in ctx.stage("demo").get("outputs", {}):
+        if Path(rel).name == TRUTH_FILE:
+            path = ctx.run_dir / rel
+            if path.is_file():
+                truth = orjson.loads(path.read_bytes())
+                out[str(truth.get("workload", path.parent.name))] = truth
+    return out
+
+
+def truth_tables(truths: dict[str, dict[str, Any]], xi: pd.DataFrame | None, mle: pd.DataFrame | None,
+                 attribution: pd.DataFrame | None, model: str | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The estimates beside the demo's truth: per GPU × precision the planted GEV shape xi against
+    the main model's and the MLE's interval (does it cover the truth?); per workload the
+    attribution against the truth's straggler ranks and planted causes."""
+    rows, att_rows = [], []
+    for workload, t in sorted(truths.items()):
+        gpu, precision = str(t["gpu"]), str(t["precision"])
+        g = t["gev"]
+        row: dict[str, Any] = {"workload": workload, "GPU": gpu, "precision": precision, "true xi": float(g["xi"]),
+                               "true mu": float(g["mu"]), "true sigma": float(g["sigma"])}
+        if xi is not None and model is not None and len(xi):
+            x = xi[(xi["model"] == model) & (xi["gpu"].astype(str) == gpu) & (xi["precision"].astype(str) == precision)]
+            if len(x):
+                r = x.iloc[0]
+                row[f"{model} xi [{PCT} CrI]"] = fmt_ci(r["xi_mean"], r["xi_lo"], r["xi_hi"])
+                row["CrI covers truth"] = bool(r["xi_lo"] <= g["xi"] <= r["xi_hi"])
+                row["not converged"] = not bool(r["converged"])
+        if mle is not None and "xi" in mle:
+            m = mle[(mle["family"] == "gev") & (mle["gpu"].astype(str) == gpu) & (mle["precision"].astype(str) == precision)]
+            if len(m):
+                r = m.iloc[0]
+                row[f"MLE xi [{PCT} profile CI]"] = fmt_ci(r["xi"], r["xi_lo"], r["xi_hi"])
+                row["CI covers truth"] = bool(r["xi_lo"] <= g["xi"] <= r["xi_hi"])
+        rows.append(row)
+        coll = t.get("collectives", [])
+        tp = [c for c in coll if c.get("group_kind", "tp") == "tp"]
+        planted = [c for c in tp if c.get("planted_cause")]
+        noisy = [c for c in tp if any(n.get("rank") == c.get("straggler_rank") for n in c.get("cpu_noise", []))]
+        arow: dict[str, Any] = {"workload": workload, "TP collectives (truth)": len(tp),
+                                "planted causes (truth)": len(planted),
+                                "CPU delay idled the straggler's GPU (truth)": len(noisy)}
+        if attribution is not None and len(attribution):
+            a = attribution[attribution["workload"].astype(str) == workload]
+            ok = a[a["status"] == "ok"]
+            key = {(str(c["pg"]), int(c["index"])): c for c in tp if not c.get("straggler_tie")}
+            hits = [(int(r.straggler_rank) == int(key[(str(r.pg), int(r.index))]["straggler_rank"]))
+                    for r in ok.itertuples() if (str(r.pg), int(r.index)) in key]
+            arow["attributed"] = len(ok)
+            arow["straggler rank = truth"] = f"{sum(hits)} of {len(hits)}"
+            arow["GPU-only paths"] = int((ok["path_kind"] == "gpu_only").sum())
+            arow["non-GPU paths"] = int((ok["path_kind"] != "gpu_only").sum())
+            found = 0
+            for c in planted:
+                hit = ok[(ok["pg"].astype(str) == str(c["pg"])) & (ok["index"].astype(int) == int(c["index"]))]
+                kind = c["planted_cause"].get("kind")
+                if len(hit) and ((kind == "slow_gemm") == (hit["path_kind"].iloc[0] == "gpu_only")):
+                    found += 1
+            arow["planted causes found"] = f"{found} of {len(planted)}" if planted else "– (none planted)"
+        att_rows.append(arow)
+    return pd.DataFrame(rows), pd.DataFrame(att_rows)
+
+
+def _truth_section(ctx: _Ctx) -> list[Section]:
+    if not ctx.manifest.get("demo"):
+        return []
+    title = "Estimates vs ground truth (demo)"
+    truths = _read_truths(ctx)
+    if not truths:
+        return [Section(title, [Skipped("Skipped — the demo's ground_truth.json files are not in the run folder "
+                                        "(" + ctx.why_not("demo") + ")")], anchor="truth")]
+    from evtsync.pipeline.layout import main_model
+
+    model = main_model(ctx.run_dir, ctx.manifest)
+    xi_rows, att_rows = truth_tables(truths, ctx.table("xi"), ctx.table("mle"), ctx.table("attribution_collectives"),
+                                     model)
+    items: list[Any] = [
+        "The demo's traces were generated with known GEV parameters per GPU × precision and known stragglers "
+        "(inputs/demo/<workload>/ground_truth.json, docs/synth.md); here the estimates stand beside them.",
+        Table(xi_rows, f"Planted GEV parameters of the z-scores against the estimated shape xi: the main model "
+                       f"{model or '(none)'} ({PCT} credible interval) and the GEV MLE ({PCT} profile-likelihood "
+                       "interval); \"covers truth\" says whether the interval contains the planted xi (at the "
+                       f"{PCT} level about one cell in ten may miss by chance). Rows in red: fit not converged.",
+              flag="not converged" if "not converged" in xi_rows else None),
+        Table(att_rows, "Critical-path attribution against the truth: the straggler rank it found against the "
+                        "generator's (ties left out); the planted causes (none in the bundled demo) and the "
+                        "collectives whose straggler lost GPU time to a random CPU delay, beside the attribution's "
+                        "GPU-only and non-GPU paths.")]
+    return [Section(title, items, anchor="truth")]
 
 
 def _convergence_section(ctx: _Ctx) -> list[Section]:
@@ -574,8 +1081,8 @@ def run_sections(run_dir: Path, out: Path, manifest: dict[str, Any]) -> tuple[li
     """The document of a run folder, and the figure files written for it."""
     ctx = _Ctx(run_dir, out, manifest)
     sections: list[Section] = []
-    for builder in (_overview, _inputs, _gpu_sections, _xi_section, _compare_section, _prediction_sections,
-                    _pvm_section, _convergence_section, _files_section):
+    for builder in (_summary_section, _inputs, _gpu_sections, _xi_section, _compare_section, _prediction_sections,
+                    _pvm_section, _truth_section, _convergence_section, _stages_section, _files_section):
         sections += builder(ctx)
     return sections, ctx.written
 
@@ -646,6 +1153,22 @@ def fit_sections(fit_file: Path, out: Path) -> tuple[list[Section], list[Path]]:
 
 # --------------------------------------------------------------------------- entry point
 
+def timestamp_text(stamp: Any) -> str:
+    """An ISO timestamp of the manifest to the second, in UTC (``2026-12-01 09:35:28 UTC``)."""
+    from datetime import UTC, datetime
+
+    if not stamp:
+        return "?"
+    try:
+        when = datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return str(stamp)
+    if when.tzinfo is not None:
+        when = when.astimezone(UTC)
+        return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return when.strftime("%Y-%m-%d %H:%M:%S")
+
+
 def build_report(source: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> list[Path]:
     """Write ``report.html``, ``report.md`` and ``figures/`` for a run folder or a fit; returns
     every file written (figures first)."""
@@ -660,8 +1183,8 @@ def build_report(source: str | os.PathLike[str], out: str | os.PathLike[str] | N
         name = src.resolve().name
         title = f"evtsync report: {name}"
         subtitle = (f"Run folder {src}; evtsync {manifest.get('evtsync_version', '?')}; last updated "
-                    f"{manifest.get('updated', '?')}. Intervals are central {PCT} intervals. Tables and figures (PNG "
-                    f"and SVG) lie beside this file.")
+                    f"{timestamp_text(manifest.get('updated'))}. Intervals are central {PCT} intervals. Tables and "
+                    f"figures (PNG and SVG) lie beside this file.")
     else:
         fit_file = src / FIT_FILE if src.is_dir() else src
         if not fit_file.is_file():

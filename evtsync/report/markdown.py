@@ -9,10 +9,12 @@ whose figures link to the PNG files beside it.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 
@@ -33,6 +35,32 @@ class Table:
     frame: pd.DataFrame
     caption: str = ""
     flag: str | None = None
+    css_class: str = ""
+
+
+@dataclass
+class Link:
+    """A table cell or text that links to a section of the report (``href`` = ``#anchor``)."""
+
+    text: str
+    href: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass
+class Skipped:
+    """A part of the report left out, with the one-line reason (e.g. too few data)."""
+
+    text: str
+
+
+@dataclass
+class Caption:
+    """Small print under a table or figure (how its numbers were computed)."""
+
+    text: str
 
 
 @dataclass
@@ -57,6 +85,14 @@ def fmt(value: Any, digits: int = 3) -> str:
     """A number with ``digits`` significant digits; other values as text; NaN as an en dash."""
     if value is None:
         return "–"
+    if isinstance(value, Link):
+        return value.text
+    if isinstance(value, bool | np.bool_):
+        return "yes" if value else "no"
+    if isinstance(value, np.integer):
+        return str(int(value))
+    if isinstance(value, np.floating):
+        value = float(value)
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, int):
@@ -78,7 +114,33 @@ def fmt_ci(mean: Any, lo: Any, hi: Any, digits: int = 3) -> str:
     return f"{fmt(mean, digits)} [{fmt(lo, digits)}, {fmt(hi, digits)}]"
 
 
+def human_label(name: Any) -> str:
+    """A column name for readers: ``share_of_gpu_causes`` -> "share of GPU causes",
+    ``tau_p90_us`` -> "tau p90 (µs)"; names that are not snake_case identifiers are kept."""
+    text = str(name)
+    if text in _SPECIAL:
+        return _SPECIAL[text]
+    if not re.fullmatch(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+", text):
+        return text
+    unit = ""
+    for suffix, label in _UNITS.items():
+        if text.endswith(suffix):
+            text, unit = text[: -len(suffix)], f" ({label})"
+            break
+    words = [_WORDS.get(w, w) for w in text.split("_")]
+    return " ".join(words) + unit
+
+
+_SPECIAL = {"r_hat": "R-hat", "ess_bulk": "bulk ESS", "ess_tail": "tail ESS", "p_loo": "p_loo",
+            "elpd_loo": "elpd_loo"}
+_UNITS = {"_us": "µs", "_ns": "ns", "_gbps": "GB/s", "_bytes": "bytes", "_seconds": "s"}
+_WORDS = {"gpu": "GPU", "cpu": "CPU", "pg": "PG", "n": "number of", "id": "ID", "lrt": "LRT", "aic": "AIC",
+          "loo": "LOO", "elpd": "elpd", "cv": "CV", "mle": "MLE", "xi": "xi", "nccl": "NCCL"}
+
+
 def _md_cell(value: Any) -> str:
+    if isinstance(value, Link):
+        return f"[{value.text}]({value.href})".replace("|", "\\|")
     return fmt(value).replace("|", "\\|").replace("\n", " ")
 
 
@@ -86,7 +148,7 @@ def markdown_table(frame: pd.DataFrame) -> str:
     """A GitHub-flavoured Markdown pipe table."""
     if frame.empty:
         return "_(empty)_"
-    head = "| " + " | ".join(str(c) for c in frame.columns) + " |"
+    head = "| " + " | ".join(human_label(c) for c in frame.columns) + " |"
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
     rows = ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join([head, rule, *rows])
@@ -96,9 +158,15 @@ def render_markdown(title: str, sections: list[Section], base: Path) -> str:
     """The document as Markdown; figure links are relative to ``base`` (the report's folder)."""
     lines = [f"# {title}", ""]
     for section in sections:
+        if section.anchor:
+            lines += [f'<a id="{section.anchor}"></a>', ""]
         lines += ["#" * section.level + " " + section.title, ""]
         for item in section.items:
-            if isinstance(item, str):
+            if isinstance(item, Link):
+                lines += [f"[{item.text}]({item.href})", ""]
+            elif isinstance(item, Skipped | Caption):
+                lines += [f"_{item.text}_", ""]
+            elif isinstance(item, str):
                 lines += [item, ""]
             elif isinstance(item, Alert):
                 marker = "**NOT OK:**" if item.level == "error" else "**Note:**"
