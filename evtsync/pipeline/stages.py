@@ -257,7 +257,17 @@ def _model_paths(run: Run) -> list[Path]:
         missing = wanted - {p.stem for p in paths}
         if missing:
             raise InputError(f"--model {', '.join(sorted(missing))}: not in {folder}")
-    return paths
+    from evtsync.evt.spec import load_spec
+
+    raw = [p for p in paths if load_spec(p).scale == "raw"]
+    if raw and run.options.models:
+        raise InputError(f"--model {', '.join(p.stem for p in raw)}: a model of raw block maxima (data.scale = "
+                         "'raw'); evtsync run fits pooled z-scores, whose predictions tau(n) = b·E_k need "
+                         "them — fit raw maxima with `evtsync fit TABLE --model NAME`")
+    if raw:
+        log.info("models of raw block maxima left out of the run (it fits pooled z-scores): %s",
+                 ", ".join(p.stem for p in raw))
+    return [p for p in paths if p not in raw]
 
 
 def _check_fit_applies(run: Run, spec: Any, z: pd.DataFrame) -> None:
