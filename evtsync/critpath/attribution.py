@@ -20,7 +20,6 @@ import pandas as pd
 from evtsync.collectives import Alignment, align_collectives
 from evtsync.critpath.categories import CPU_CATEGORIES, classify_names
 from evtsync.critpath.dag import (
-    KIND_GPU,
     SAME_STREAM_TOLERANCE_NS,
     RankDAG,
     Vocabulary,
@@ -32,6 +31,7 @@ from evtsync.critpath.tasks import (
     StragglerSide,
     combine,
     fastest_task,
+    rank_instance_nodes,
     straggler_task,
 )
 from evtsync.critpath.validate import regress_path_on_tax
@@ -106,22 +106,13 @@ def build_dags(traces: TraceSet, ranks: Iterable[int], *, vocab: Vocabulary | No
 
 def instance_nodes(traces: TraceSet, instances: pd.DataFrame, dags: dict[int, RankDAG]) -> np.ndarray:
     """GPU node of each aligned collective instance (-1 where not found)."""
-    nccl = traces.nccl_kernels
-    table = pd.DataFrame({"row": nccl.index.to_numpy(), "rank": nccl["rank"].to_numpy().astype(np.int64),
-                          "stream": nccl["stream"].to_numpy(), "ts_ns": nccl["ts_ns"].to_numpy(),
-                          "correlation": nccl["correlation"].to_numpy()})
-    keys = pd.DataFrame({"rank": instances["rank"].to_numpy().astype(np.int64),
-                         "stream": instances["stream"].to_numpy(), "ts_ns": instances["ts_ns"].to_numpy(),
-                         "correlation": instances["correlation"].to_numpy()})
-    merged = keys.merge(table.drop_duplicates(["rank", "stream", "ts_ns", "correlation"]),
-                        on=["rank", "stream", "ts_ns", "correlation"], how="left")
-    rows = merged["row"].fillna(-1).to_numpy().astype(np.int64)
     nodes = np.full(len(instances), -1, dtype=np.int64)
+    ranks = instances["rank"].to_numpy().astype(np.int64)
+    nccl = traces.nccl_kernels
     for r, dag in dags.items():
-        gpu = dag.kind == KIND_GPU
-        lookup = pd.Series(np.flatnonzero(gpu), index=dag.row[gpu])
-        sel = (keys["rank"].to_numpy() == r) & (rows >= 0)
-        nodes[sel] = lookup.reindex(rows[sel]).fillna(-1).to_numpy().astype(np.int64)
+        sel = ranks == r
+        if sel.any():
+            nodes[sel] = rank_instance_nodes(nccl[nccl["rank"].to_numpy() == r], instances[sel], dag)
     return nodes
 
 
