@@ -54,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
         traces = load_traces(paths, scope="collectives", **options)
         alignment, tables = tax_from_traces(traces, backend=backend, **align_options(args))
     summary = tax_summary(tables)
+    from evtsync.tax import straggler_identity
+
+    stragglers, straggler_ranks = straggler_identity(tables)
     if traces.comm_kernels.empty:
         if alignment.instances.empty:
             print(f"no NCCL kernels, no other communication kernels and no gloo collectives in {len(traces.rank_ids)} "
@@ -66,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
         write_table(tables.ranks, sibling_path(args.output, "ranks"))
         write_table(alignment.mismatches, sibling_path(args.output, "mismatches"))
         write_table(alignment.groups, sibling_path(args.output, "groups"))
+        write_table(stragglers, sibling_path(args.output, "stragglers"))
+        write_table(straggler_ranks, sibling_path(args.output, "straggler_ranks"))
     if args.plot:
         from evtsync.plots.tax import plot_tax_cdfs
 
@@ -73,15 +78,16 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"groups": alignment.groups.to_dict(orient="records"),
                           "summary": summary.to_dict(orient="records"),
+                          "stragglers": stragglers.to_dict(orient="records"),
                           "n_mismatches": len(alignment.mismatches),
                           "missing_ranks": list(traces.missing_ranks),
                           "rank_set_problems": traces.problems}, indent=2, default=str))
         return 0
-    _print_report(traces, alignment, summary)
+    _print_report(traces, alignment, summary, stragglers)
     return 0
 
 
-def _print_report(traces, alignment, summary) -> None:  # noqa: ANN001 - CLI rendering only
+def _print_report(traces, alignment, summary, stragglers) -> None:  # noqa: ANN001 - CLI rendering only
     ranks = traces.ranks
     gpus = ", ".join(sorted(set(ranks["gpu"])))
     other = len(traces.comm_kernels) - len(traces.nccl_kernels)
@@ -103,6 +109,14 @@ def _print_report(traces, alignment, summary) -> None:  # noqa: ANN001 - CLI ren
             print(f"  {s.pg:<20} {s.collective:<14} {s.count:>6} {s.tau_median_us:>10.1f} "
                   f"{s.tau_p90_us:>10.1f} {s.tau_max_us:>10.1f} {s.fastest_wait_share:>13.0%} "
                   f"{s.median_rank_wait_share:>13.0%}")
+    if len(stragglers):
+        print("\nwho straggles per PG (change rate = share of consecutive collectives whose straggler "
+              "differs; top = the most frequent straggler, against 1/|R| if all were alike):")
+        for s in stragglers.itertuples():
+            if s.n_collectives:
+                print(f"  {s.pg:<20} {s.n_collectives:>6} collectives  change rate {s.change_rate:>5.0%}  "
+                      f"{s.n_distinct} distinct of {s.n_ranks}  top rank {s.top_rank} {s.top_share:.0%} "
+                      f"(uniform {s.uniform_share:.0%})")
     if len(alignment.mismatches):
         print(f"\n{len(alignment.mismatches)} alignment mismatch(es):")
         for m in alignment.mismatches.head(20).itertuples():
