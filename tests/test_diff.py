@@ -125,11 +125,13 @@ def test_straggler_statistics_by_hand():
 
 def test_cli_json_and_bad_input(runs, tmp_path):
     cmd = [sys.executable, "-m", "evtsync", "-q", "diff", str(runs["a"].traces_dir), str(runs["b"].traces_dir),
-           "--no-cache", "--json"]
+           "--no-cache", "--json", "--html", str(tmp_path / "diff.html")]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["rows"][0]["verdict"] == "higher" and out["level"] == 0.9
+    page = (tmp_path / "diff.html").read_text()
+    assert "data:image/png;base64," in page and "higher" in page and 'name="viewport"' in page
     fake_run = tmp_path / "run"
     fake_run.mkdir()
     (fake_run / "manifest.json").write_text("{}")

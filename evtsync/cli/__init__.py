@@ -125,7 +125,8 @@ def _check_outputs(command: str | None, args: argparse.Namespace) -> None:
         folders.add("output")
     if command == "nccl-tests" and getattr(args, "nccl_command", None) == "run":
         folders.add("out")
-    for attr, option in (("output", "-o"), ("plot", "--plot"), ("out", "--out"), ("out_dir", "OUT_DIR")):
+    for attr, option in (("output", "-o"), ("plot", "--plot"), ("out", "--out"), ("out_dir", "OUT_DIR"),
+                         ("html", "--html")):
         value = getattr(args, attr, None)
         if not isinstance(value, str) or not value or (attr == "out" and command in _OWN_OUT_CHECK):
             continue

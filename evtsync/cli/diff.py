@@ -31,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--no-cache", action="store_true", help="read traces without the Parquet cache")
     parser.add_argument("-o", "--output", metavar="PATH", help="write the table (Parquet or CSV by extension)")
+    parser.add_argument("--html", metavar="PATH", help="write an HTML report: the table and the tax CDFs of both runs")
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
     parser.set_defaults(handler=run)
 
@@ -46,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
                      min_collectives=MIN_COLLECTIVES if args.min_collectives is None else args.min_collectives)
     if args.output:
         write_table(table, args.output)
+    if args.html:
+        from evtsync.report.diff import write_diff_report
+
+        write_diff_report(table, a, b, args.html)
     if args.json:
         records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
                    for r in table.to_dict(orient="records")]
