@@ -158,3 +158,27 @@ def test_interval_covers_the_population_difference(tmp_path):
         covered += row["d_median_lo_us"] <= truth <= row["d_median_hi_us"]
     # nominal 90%: 10 replicates give >= 7 with probability 0.99
     assert covered >= 7, (covered, truth)
+
+
+def test_cli_fit_level_diff_finds_a_shifted_xi(tmp_path, runs):
+    from evtsync.evt.bayesfit import save_fit
+    from evtsync.evt.fit import tree_from_draws
+
+    rng = np.random.default_rng(5)
+    cells = pd.DataFrame({"cell": ["H200|bf16"], "gpu": ["H200"], "precision": ["bf16"]})
+    z = rng.gumbel(size=40)
+    paths = []
+    for name, xi in (("a", 0.05), ("b", 0.35)):  # B's shape is 0.3 higher, posterior sd 0.01
+        draws = {"mu": rng.normal(0, 0.01, (2, 200, 1)), "sigma": np.exp(rng.normal(0, 0.01, (2, 200, 1))),
+                 "xi": rng.normal(xi, 0.01, (2, 200, 1))}
+        tree = tree_from_draws(draws, cells, z, np.zeros(len(z), dtype=int), model_name=name)
+        paths.append(save_fit(tree, tmp_path / name))
+    proc = subprocess.run([sys.executable, "-m", "evtsync", "-q", "diff", str(runs["a"].traces_dir),
+                           str(runs["a2"].traces_dir), "--no-cache", "--json", "--fit-a", str(paths[0]),
+                           "--fit-b", str(paths[1]), "--block-sd-us", "18", "--n", "8", "64"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    rows = {(r["quantity"], r["n"]): r for r in json.loads(proc.stdout)["fits"]}
+    xi = rows[("xi", None)]
+    assert xi["verdict"] == "higher" and xi["d_lo"] < 0.3 < xi["d_hi"]
+    assert rows[("tau_us", 64)]["verdict"] == "higher"

@@ -31,6 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--no-cache", action="store_true", help="read traces without the Parquet cache")
     parser.add_argument("-o", "--output", metavar="PATH", help="write the table (Parquet or CSV by extension)")
+    fits = parser.add_argument_group("fit level (Δξ and Δτ(n) per GPU × precision cell)")
+    fits.add_argument("--fit-a", metavar="FIT", help="a Bayesian fit of A (a fit folder or .nc)")
+    fits.add_argument("--fit-b", metavar="FIT", help="a Bayesian fit of B")
+    fits.add_argument("--n", type=int, nargs="+", default=[8, 64, 512], help="domain sizes of Δτ(n) (default 8 64 512)")
+    fits.add_argument("--block-sd-us", type=float, default=None,
+                      help="block sd b (µs) for Δτ(n), the same on both sides (needed with --fit-a/--fit-b)")
     parser.add_argument("--html", metavar="PATH", help="write an HTML report: the table and the tax CDFs of both runs")
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
     parser.set_defaults(handler=run)
@@ -45,6 +51,20 @@ def run(args: argparse.Namespace) -> int:
     b = load_side(args.b, args.label_b or args.b, args.workload_b, **options)
     table = diff_tax(a, b, level=args.level, allow=args.allow, seed=args.seed,
                      min_collectives=MIN_COLLECTIVES if args.min_collectives is None else args.min_collectives)
+    fit_table = None
+    if bool(args.fit_a) != bool(args.fit_b):
+        from evtsync.errors import InputError
+
+        raise InputError("diff: give both --fit-a and --fit-b (or neither)")
+    if args.fit_a:
+        from evtsync.diff import diff_fits
+        from evtsync.errors import InputError
+        from evtsync.evt.bayesfit import BayesFit
+
+        if args.block_sd_us is None or not args.block_sd_us > 0:
+            raise InputError("diff: --fit-a/--fit-b need --block-sd-us B (> 0), the block sd of Δτ(n)")
+        fit_table = diff_fits(BayesFit.load(args.fit_a), BayesFit.load(args.fit_b), n=args.n,
+                              block_sd_us=args.block_sd_us, level=args.level, seed=args.seed)
     if args.output:
         write_table(table, args.output)
     if args.html:
@@ -54,8 +74,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
                    for r in table.to_dict(orient="records")]
-        print(json.dumps({"a": a.label, "b": b.label, "level": table.attrs["level"], "rows": records},
-                         indent=2, default=str))
+        doc = {"a": a.label, "b": b.label, "level": table.attrs["level"], "rows": records}
+        if fit_table is not None:
+            doc["fits"] = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+                           for r in fit_table.to_dict(orient="records")]
+        print(json.dumps(doc, indent=2, default=str))
         return 0
     level = table.attrs["level"]
     print(f"A = {a.label}\nB = {b.label}\n")
@@ -79,6 +102,16 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  {r.role:<16} {r.collective:<14} change rate {r.change_rate_a:.2f} → {r.change_rate_b:.2f}, "
                       f"distinct stragglers {r.distinct_stragglers_a:.0f} → {r.distinct_stragglers_b:.0f}, "
                       f"fastest rank waits {r.fastest_wait_share_a:.0%} → {r.fastest_wait_share_b:.0%}")
+    if fit_table is not None:
+        print(f"\nfits: {fit_table.attrs['a']} → {fit_table.attrs['b']}; B − A per cell, {level:.0%} interval "
+              f"(posteriors paired at random; tau with b = {args.block_sd_us:g} µs on both sides)")
+        for r in fit_table.itertuples():
+            what = "xi" if r.quantity == "xi" else f"tau(n={int(r.n)}) µs"
+            if isinstance(r.d_mean, float) and math.isnan(r.d_mean):
+                print(f"  {r.cell:<14} {what:<16} {r.verdict}: {r.reason}")
+            else:
+                print(f"  {r.cell:<14} {what:<16} {r.a_median:>9.4g} → {r.b_median:<9.4g} Δ {r.d_median:+.4g} "
+                      f"[{r.d_lo:+.4g}, {r.d_hi:+.4g}]  {r.verdict}: {r.reason}")
     for note in table.attrs.get("notes", []):
         print(f"note: {note}")
     return 0
