@@ -86,6 +86,9 @@ def test_tiny_demo_runs_every_stage(tiny_run: tuple[Path, dict, list[StageEvent]
     assert cells == {(g, p) for g in ("A100", "H100", "H200") for p in ("bf16", "fp32")}
     html = (out / "report.html").read_text(encoding="utf-8")
     assert "did not apply" in html and "nothing to compare" in html
+    # the what-if section: presets without traces, each row saying how it was predicted
+    whatif = html.split('id="whatif"', 1)[1].split("<h2", 1)[0]
+    assert "NVL72" in whatif and "B200" in whatif and ("pooled" in whatif or "population" in whatif)
     _assert_outputs_intact(out, manifest)
 
 
