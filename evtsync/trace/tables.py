@@ -98,6 +98,22 @@ def _str_column(values: list[Any]) -> pd.Categorical:
     return pd.Categorical(values)
 
 
+#: Largest |µs| value that fits int64 nanoseconds with room for the base time (~146 years).
+_MAX_US = 4.6e15
+
+
+def _check_times(values: np.ndarray, name: str, table: str, decoded: DecodedTrace) -> None:
+    """Refuse timestamps or durations that are not finite or do not fit int64 nanoseconds (they
+    would become garbage silently in the cast), naming the file and the field."""
+    if values.dtype.kind != "f" or values.size == 0:
+        return
+    bad = ~np.isfinite(values) | (np.abs(values) > _MAX_US)
+    if bad.any():
+        first = values[np.flatnonzero(bad)[0]]
+        raise TraceError(f"{decoded.path}: {int(bad.sum())} {table} event(s) with an absurd {name!r} "
+                         f"(the first: {first!r} µs): not a time a trace can hold")
+
+
 def _frame(decoded: DecodedTrace, table: str, base_ns: int) -> pd.DataFrame:
     """One table's DataFrame; the decoder's columns are handed over, not copied twice."""
     cols = decoded.columns[table]
@@ -105,6 +121,7 @@ def _frame(decoded: DecodedTrace, table: str, base_ns: int) -> pd.DataFrame:
     for name, kind in TABLE_FIELDS[table]:
         values = cols.pop(name)
         if kind == "t":
+            _check_times(values, name, table, decoded)
             out[name + "_ns"] = _time_ns(values, 0 if name == "dur" else base_ns)
         else:
             out[name] = values
