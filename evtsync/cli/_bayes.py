@@ -273,13 +273,16 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
                       f"x{r['growth_median']:.4g} [{r['growth_lo']:.4g}, {r['growth_hi']:.4g}]  "
                       f"= {100 * r['scaling_reduction_median']:.1f}% [{100 * r['scaling_reduction_lo']:.1f}, "
                       f"{100 * r['scaling_reduction_hi']:.1f}] below the roofline" + mark)
-        for note in (summary.attrs.get("population_note"), summary.attrs.get("pooled_note")):
-            if note:
-                print(f"NOTE: {note}")
-        _print_note(fit.tree)
-        if args.plot:
-            print(f"plot: {args.plot}")
+        _print_prediction_notes(summary)
+        return _close(fit, args)
     return 0 if fit.converged else 1
+
+
+def _print_prediction_notes(table: pd.DataFrame) -> None:
+    """The notes a prediction table carries (population-level rows, a pooled fit)."""
+    for note in (table.attrs.get("population_note"), table.attrs.get("pooled_note")):
+        if note:
+            print(f"NOTE: {note}")
 
 
 def _infinite(row: pd.Series, prefix: str) -> str:
@@ -342,12 +345,8 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
             flops = f" f={r['flops_factor']:<5.3g}" if len(hw["factors"]) > 1 or r["flops_factor"] != 1 else ""
             print(f"  {r['cell']:14s} n={r['n']:<6d}{flops} tau {r['tau_mean_us']:10.4g} µs  "
                   f"[{r['tau_lo_us']:.4g}, {r['tau_hi_us']:.4g}]" + _infinite(r, "tau") + kind + mark)
-        for note in (summary.attrs.get("population_note"), summary.attrs.get("pooled_note")):
-            if note:
-                print(f"NOTE: {note}")
-        _print_note(fit.tree)
-        if args.plot:
-            print(f"plot: {args.plot}")
+        _print_prediction_notes(summary)
+        return _close(fit, args)
     return 0 if fit.converged else 1
 
 
