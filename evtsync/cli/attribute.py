@@ -30,6 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--paths", action="store_true",
                         help="also write the straggler's and fastest rank's paths event by event")
     parser.add_argument("--plot", metavar="PATH", help="cause breakdown figure (.png/.svg/.pdf)")
+    parser.add_argument("--plot-path", metavar="PATH",
+                        help="the straggler's path against the fastest rank's, as a timeline (the paper's "
+                             "Fig. 4), for --collective or else the collective with the largest tax")
+    parser.add_argument("--collective", metavar="PG:INDEX", default=None,
+                        help="the collective --plot-path draws, e.g. stream84:3 (default: the largest tax)")
     parser.add_argument("--same-stream-tolerance-us", type=float, default=3.0,
                         help="prefer a same-stream predecessor finishing within this of the latest "
                              "parent (default 3)")
@@ -37,6 +42,29 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="add a cause category for kernel names matching REGEX (checked first; repeatable)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(handler=run)
+
+
+def _plot_path(result, which: str | None, path: str) -> None:  # noqa: ANN001 - AttributionResult
+    """Draw the straggler-vs-fastest view of one collective (``PG:INDEX`` or the largest tax)."""
+    from evtsync.errors import InputError
+    from evtsync.plots import save_figure
+    from evtsync.plots.paths import straggler_vs_fastest
+
+    coll = result.collectives
+    if which:
+        pg, sep, index = which.rpartition(":")
+        if not sep or not index.isdigit():
+            raise InputError(f"--collective {which!r}: expected PG:INDEX, e.g. stream84:3")
+        rows = coll[(coll["pg"].astype(str) == pg) & (coll["index"] == int(index))]
+        if rows.empty:
+            raise InputError(f"--collective {which}: no such collective (PGs: {', '.join(sorted(set(coll['pg'].astype(str))))})")
+    else:
+        rows = coll.sort_values("tau_max_us", ascending=False).head(1)
+        if rows.empty:
+            raise InputError("--plot-path: no collective was attributed")
+    row = rows.iloc[0]
+    save_figure(straggler_vs_fastest(result.paths, row["pg"], int(row["index"]), coll), path)
+    print(f"path view of {row['pg']}:{int(row['index'])}: {path}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     options = reading_options(args)
     with backend_for(len(expand_paths(args.traces)), jobs=options.get("jobs"), workers=options.get("workers"),
                      scheduler=options.get("scheduler"), total_bytes=0, parallel_min_bytes=1) as backend:
-        common = dict(same_stream_tolerance_us=args.same_stream_tolerance_us, keep_paths=args.paths,
+        common = dict(same_stream_tolerance_us=args.same_stream_tolerance_us,
+                      keep_paths=args.paths or bool(args.plot_path),
                       **align_options(args))
         pg = selections[0] if selections else None
         if isinstance(backend, InProcess):
@@ -75,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         write_table(result.paths, sibling_path(args.output, "paths"))
     if args.plot:
         plot_breakdown(result, args.plot)
+    if args.plot_path:
+        _plot_path(result, args.collective, args.plot_path)
     if args.json:
         print(json.dumps({"gpu_only_share": None if math.isnan(result.gpu_only_share) else result.gpu_only_share,
                           "summary": result.summary.to_dict(orient="records"),

@@ -72,8 +72,12 @@ def straggler_vs_fastest(paths: pd.DataFrame, pg: Any, index: int, collectives: 
         if len(row):
             title += f" (tax {float(row['tau_max_us'].iloc[0]):.1f} µs)"
     ax.set(xlabel="time since the path's first event (µs)", title=title)
-    handles = [ax.barh([0], [0], color=c, label=k)[0] for k, c in KIND_COLOURS.items() if k in set(sel["kind"])]
-    ax.legend(handles=handles, fontsize=7, loc="lower right")
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=c, label=k) for k, c in KIND_COLOURS.items() if k in set(sel["kind"])]
+    if handles:  # below the axes: never over the lanes
+        ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+                  ncol=min(len(handles), 6), frameon=False)
     ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
     return fig

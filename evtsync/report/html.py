@@ -809,6 +809,12 @@ def _xi_section(ctx: _Ctx) -> list[Section]:
         f"xi [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in zip(shown["xi_mean"], shown["xi_lo"], shown["xi_hi"], strict=True)],
         "not converged": ~shown["converged"].astype(bool)}), "Posterior of xi per cell (rows in red: fit not converged).",
         flag="not converged"))
+    z = ctx.table("zscores")
+    if z is not None and len(z) and {"gpu", "precision", "z"} <= set(z.columns):
+        from evtsync.plots.zscores import zscores_by_cell
+
+        items.append(ctx.figure(zscores_by_cell(z), "zscores-by-cell", "Pooled z-scores of the block maxima per GPU × "
+                                "precision (the paper's Fig. 10): the data every shape above is fitted to."))
     return [Section("Shape parameter xi per GPU and precision", items, anchor="xi")]
 
 
