@@ -30,7 +30,7 @@ values = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floa
                    st.text(max_size=12), st.lists(st.integers(), max_size=3))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(edits=st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["ph", "cat", "name", "ts", "dur", "tid", "pid",
                                                                      "args"]), values), max_size=4),
        header=st.dictionaries(st.sampled_from(["distributedInfo", "displayTimeUnit", "baseTimeNanoseconds",
@@ -51,7 +51,7 @@ def test_mutated_trace_loads_or_raises_our_error(tmp_path_factory, edits, header
         assert str(exc) and "\n" not in str(exc).strip()
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, derandomize=True)
 @given(st.binary(max_size=200))
 def test_random_bytes_are_refused_with_our_error(tmp_path_factory, data):
     from evtsync.trace.traceset import load_traces
@@ -62,7 +62,7 @@ def test_random_bytes_are_refused_with_our_error(tmp_path_factory, data):
         load_traces([path], cache=None, jobs=1)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True)
 @given(st.text(alphabet="tp=0123456789-,@ x", max_size=16))
 def test_pg_option_parses_or_says_why(text):
     try:

@@ -110,8 +110,9 @@ def _check_times(values: np.ndarray, name: str, table: str, decoded: DecodedTrac
     bad = ~np.isfinite(values) | (np.abs(values) > _MAX_US)
     if bad.any():
         first = values[np.flatnonzero(bad)[0]]
-        raise TraceError(f"{decoded.path}: {int(bad.sum())} {table} event(s) with an absurd {name!r} "
-                         f"(the first: {first!r} µs): not a time a trace can hold")
+        what = {"ts": "timestamp", "dur": "duration"}.get(name, name)
+        raise TraceError(f"{decoded.path}: absurd {what}: {int(bad.sum())} {table} event(s) with a {name!r} "
+                         f"that is not finite or beyond any real trace (the first: {float(first):g} µs)")
 
 
 def _frame(decoded: DecodedTrace, table: str, base_ns: int) -> pd.DataFrame:
@@ -334,6 +335,9 @@ def build_rank_tables(decoded: DecodedTrace, rank: int | None = None) -> RankTab
     rank, rank_source = detect_rank(decoded.path, header, given=rank)
     base = header.get("baseTimeNanoseconds")
     base_ns = int(base) if isinstance(base, int) and base > 0 else 0
+    if base_ns > 2**62:  # int64 ns overflow once event times are added (2**62 ns is year 2116)
+        raise TraceError(f"{decoded.path}: baseTimeNanoseconds {base_ns} is beyond any real clock "
+                         "(expected nanoseconds since 1970)")
     kernels = _frame(decoded, "gpu", base_ns)
     cpu_ops = _frame(decoded, "cpu", base_ns)
     runtime = _frame(decoded, "runtime", base_ns)
