@@ -232,10 +232,6 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
     if len(set(hw["factors"])) > 1:
         scaling = flops_scaling_table(fit, topologies, sizes, alpha, args.bytes, block_sd, hw["factors"],
                                       eps_values, args.m, level, **common)
-    if getattr(args, "out", None):
-        from evtsync.tableio import write_table
-
-        write_table(summary, args.out)
     if args.plot:
         from evtsync.plots import save_figure
         from evtsync.plots.whatif import bstar_panels, bstar_vs_flops
@@ -312,10 +308,6 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     domain_multiple(sizes, args.m)
     block_sd = _block_sd(args)
     level = _level(args)
-    if getattr(args, "out", None):
-        from evtsync.tableio import check_output_file
-
-        check_output_file(args.out, "--out")
     parts = []
     for factor in hw["factors"]:
         part = tau_table(fit, sizes, block_sd / factor, args.m, level, gpu=hw["gpu"],
@@ -323,15 +315,7 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
         parts.append(part.assign(flops_factor=factor))
     summary = pd.concat(parts, ignore_index=True)
     summary.attrs.update(parts[0].attrs)
-    if getattr(args, "out", None):
-        from evtsync.tableio import write_table
-
-        write_table(summary, args.out)
-    if args.plot:
-        from evtsync.plots import save_figure
-        from evtsync.plots.predictions import tau_curves
-
-        save_figure(tau_curves(summary), args.plot)
+    _write_outputs(args, summary, tau_curves)
     if args.json:
         print(json.dumps(_records(summary), allow_nan=False))
     else:
