@@ -143,7 +143,8 @@ def _config(rows: pd.DataFrame, side: RunTables) -> dict[str, object]:
     return {"group_size": sizes, "bytes": [b for b in nbytes if b >= 0], "gpu": gpu}
 
 
-def _differences(ca: dict[str, object], cb: dict[str, object]) -> list[str]:
+def _differences(ca: dict[str, object], cb: dict[str, object]) -> list[tuple[str, str]]:
+    """(what, text) for each configuration that differs between the two sides."""
     out = []
     if ca["group_size"] and cb["group_size"] and ca["group_size"] != cb["group_size"]:
         out.append(("group_size", f"group size differs ({_fmt(ca['group_size'])} vs {_fmt(cb['group_size'])})"))
@@ -247,18 +248,17 @@ def tables_from_run(run_dir, label: str | None = None, workload: str | None = No
     """A side of a comparison read from a run folder's tax tables (``evtsync run --out``)."""
     from pathlib import Path
 
+    from evtsync.pipeline.layout import table_path
     from evtsync.tableio import read_table
 
     run_dir = Path(run_dir)
-    found = sorted(run_dir.glob("**/tax_collectives.parquet"))
-    if not found:
-        raise InputError(f"diff: {run_dir} holds no tax table (tax_collectives.parquet): is it the "
+    path = table_path(run_dir, "tax_collectives")
+    if not path.is_file():
+        raise InputError(f"diff: {run_dir} holds no tax table ({path.relative_to(run_dir)}): is it the "
                          "folder of an `evtsync run`, and did its tax stage finish?")
-    path = found[0]
     coll = read_table(str(path))
-    ranks_path = path.with_name("tax_ranks.parquet")
+    ranks_path = table_path(run_dir, "tax_ranks")
     ranks = read_table(str(ranks_path)) if ranks_path.is_file() else None
-    notes = []
     if workload is not None:
         if "workload" not in coll.columns or workload not in set(coll["workload"]):
             have = sorted(set(coll["workload"])) if "workload" in coll.columns else []
@@ -271,7 +271,7 @@ def tables_from_run(run_dir, label: str | None = None, workload: str | None = No
         raise InputError(f"diff: {run_dir} holds {len(names)} workloads ({', '.join(names)}); "
                          "choose one with --workload-a/--workload-b")
     return RunTables(label or str(run_dir), coll.reset_index(drop=True),
-                     None if ranks is None else ranks.reset_index(drop=True), notes=notes)
+                     None if ranks is None else ranks.reset_index(drop=True))
 
 
 def load_side(path, label: str | None = None, workload: str | None = None, **options) -> RunTables:
