@@ -175,6 +175,7 @@ def step_breakdown(traces, rank_tax: pd.DataFrame | None = None, **align_options
     if missing:
         log.warning("time breakdown: rank(s) %s have no GPU events and get no row", missing)
     table.attrs["ranks_without_gpu_events"] = missing
+    table.attrs["missing_ranks"] = list(getattr(traces, "missing_ranks", ()))  # without a file (--allow-partial)
     return table
 
 

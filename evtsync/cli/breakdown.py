@@ -54,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nall ranks: sync wait {total['sync_wait_share']:.1%} of GPU time, compute "
           f"{total['compute_only_share'] + total['compute_comm_overlap_share']:.1%}, idle "
           f"{total['idle_share'] + total['cpu_bound_idle_share']:.1%}")
+    if table.attrs.get("missing_ranks"):
+        print(f"INCOMPLETE rank set (--allow-partial): rank(s) {', '.join(map(str, table.attrs['missing_ranks']))} "
+              "have no trace file and no row")
     missing = table.attrs.get("ranks_without_gpu_events") or []
     if missing:
         print(f"rank(s) without GPU events (no row): {', '.join(map(str, missing))}")
