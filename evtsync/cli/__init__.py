@@ -130,6 +130,10 @@ def _check_outputs(command: str | None, args: argparse.Namespace) -> None:
         value = getattr(args, attr, None)
         if not isinstance(value, str) or not value or (attr == "out" and command in _OWN_OUT_CHECK):
             continue
+        if attr == "plot":  # a figure name must end in a figure format, before any sampling or reading
+            from evtsync.plots.base import figure_format
+
+            figure_format(value)
         (check_output_dir if attr in folders else check_output_file)(value, option)
 
 

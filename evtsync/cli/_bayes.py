@@ -63,10 +63,6 @@ def run_bayesian_fit(args: argparse.Namespace) -> int:
     from evtsync.tableio import file_sha256
 
     spec = load_spec(resolve_model(args.model, getattr(args, "models_dir", None)))
-    if args.plot:
-        from evtsync.plots import figure_format
-
-        figure_format(args.plot)  # a bad figure name fails before the sampling
     if getattr(args, "column", None):
         spec = replace(spec, column=args.column)
     table = _read_z_table(args)
@@ -150,18 +146,6 @@ def _print_note(tree) -> None:
         print(note)
 
 
-def _check_outputs(args: argparse.Namespace) -> None:
-    """Refuse a bad ``--plot`` name or ``--out`` path before any work."""
-    if getattr(args, "plot", None):
-        from evtsync.plots import figure_format
-
-        figure_format(args.plot)
-    if getattr(args, "out", None):
-        from evtsync.tableio import check_output_file
-
-        check_output_file(args.out, "--out")
-
-
 def _write_outputs(args: argparse.Namespace, table: pd.DataFrame, figure: Any) -> None:
     """``--out`` the table, ``--plot`` the figure ``figure(table)`` (a function of :mod:`evtsync.plots`)."""
     if getattr(args, "out", None):
@@ -206,7 +190,6 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
     from evtsync.evt.bayesfit import BayesFit
     from evtsync.evt.predict import bandwidth_table, domain_multiple, flops_scaling_table
 
-    _check_outputs(args)
     fit = BayesFit.load(args.fit)
     topologies = parse_topologies(args.topology)
     hw = hardware(args)
@@ -297,7 +280,6 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     from evtsync.evt.predict import domain_multiple, tau_table
     from evtsync.plots.predictions import tau_curves
 
-    _check_outputs(args)
     fit = BayesFit.load(args.fit)
     if getattr(args, "straggler", None):
         return _straggler(args, fit)
