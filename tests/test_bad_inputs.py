@@ -126,6 +126,16 @@ def _absurd_ts(tmp: Path) -> list[str]:
     return ["tax", str(folder), "--no-cache"]
 
 
+def _duplicate_event(tmp: Path) -> list[str]:
+    folder = _dlrm_copy(tmp)
+    path = _rank_file(folder, 2)
+    doc = _load(path)
+    kernel = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("ncclKernel"))
+    doc["traceEvents"].append(dict(kernel))  # the same event written twice
+    _save(doc, path)
+    return ["tax", str(folder), "--no-cache"]
+
+
 def _truncated_json(tmp: Path) -> list[str]:
     folder = _dlrm_copy(tmp)
     path = _rank_file(folder, 0)
@@ -148,6 +158,7 @@ CASES = [
     Case("kernels without dur", _no_dur, r"(rank 4|worker4_).*dur"),
     Case("one rank of a two-rank job", _one_of_two, r"rank\S* 0\b.*(missing|no trace)"),
     Case("negative kernel duration", _negative_dur, r"(rank 1\b|worker1_).*negative duration"),
+    Case("duplicate event", _duplicate_event, r"worker2_.*duplicate events"),
     Case("absurd timestamp", _absurd_ts, r"(rank 6\b|worker6_).*timestamp"),
     Case("pg open range", _pg("tp=0-"), r"--pg 'tp=0-'"),
     Case("pg negative rank", _pg("tp=-3"), r"--pg 'tp=-3'"),

@@ -318,8 +318,12 @@ def check_gpu_timing(kernels: pd.DataFrame, path: str) -> None:
     if far.any():
         raise TraceError(f"{path}: absurd timestamp, days away from the rank's other GPU events "
                          f"(median {median / 1000:.0f} µs): {first(far)}")
-    key = kernels[["stream", "ts_ns", "dur_ns", "name"]]
-    dup = key.duplicated(keep="first").to_numpy()
+    # only rows whose start repeats can be duplicates: hash the four columns of those alone
+    dup = np.zeros(len(kernels), dtype=bool)
+    shared_ts = pd.Series(ts).duplicated(keep=False).to_numpy()
+    if shared_ts.any():
+        key = kernels.loc[shared_ts, ["stream", "ts_ns", "dur_ns", "name"]]
+        dup[np.flatnonzero(shared_ts)] = key.duplicated(keep="first").to_numpy()
     if dup.any():
         raise TraceError(f"{path}: duplicate events (same stream, start, duration and name): {first(dup)}")
 
