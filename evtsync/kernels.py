@@ -233,12 +233,22 @@ def _comm_patterns(extra: tuple[tuple[str, str], ...]) -> tuple[tuple[re.Pattern
     return tuple((re.compile(p, re.IGNORECASE), kind) for p, kind in (*extra, *COMM_KERNEL_PATTERNS))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def comm_kind(name: str, extra: tuple[tuple[str, str], ...] = ()) -> str | None:
     """The kind of a non-NCCL communication kernel from its name (user patterns first, then
-    :data:`~evtsync.trace.schema.COMM_KERNEL_PATTERNS`), or None when it is not one."""
+    :data:`~evtsync.trace.schema.COMM_KERNEL_PATTERNS`), or None when it is not one.
+    Memoised: the same kernel names recur in every rank file of a job."""
     for pattern, kind in _comm_patterns(extra):
         if pattern.search(name):
             return kind
+    return None
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _user_kind(name: str, extra: tuple[tuple[str, str], ...]) -> str | None:
+    """The kind a user pattern gives ``name`` (None when no user pattern matches it)."""
+    if any(p.search(name) for p, _ in _comm_patterns(extra)[: len(extra)]):
+        return comm_kind(name, extra)
     return None
 
 
@@ -246,33 +256,32 @@ def mark_comm_kernels(tables: Any, extra: tuple[tuple[str, str], ...] = ()) -> N
     """Add ``is_comm`` to one rank's kernels (NCCL/RCCL kernels and those of the registry)
     and give the registry's kernels their kind as ``collective``; in place.
 
-    A user pattern (``extra``) also wins over the collective read for an NCCL kernel.
-    Each distinct kernel name is classified once.
+    ``tables`` is a :class:`~evtsync.trace.tables.RankTables`. A user pattern (``extra``)
+    also wins over the collective read for an NCCL kernel. Each distinct kernel name is
+    classified once.
     """
-    kernels: pd.DataFrame = tables.kernels
+    from evtsync.trace.tables import category_flags
+
+    kernels = tables.columns["kernels"]
     names = kernels["name"]
-    if not isinstance(names.dtype, pd.CategoricalDtype):
-        names = names.astype("category")
-    categories = [str(c) for c in names.cat.categories]
+    if not isinstance(names, pd.Categorical):
+        names = pd.Categorical(names)
+    categories = [str(c) for c in names.categories]
     kinds = [comm_kind(c, extra) for c in categories]
-    if extra:  # user patterns only: they may re-label NCCL kernels too
-        user = [comm_kind(c, extra) if any(p.search(c) for p, _ in _comm_patterns(extra)[: len(extra)]) else None
-                for c in categories]
-    else:
-        user = [None] * len(categories)
-    codes = names.cat.codes.to_numpy()
-    is_kernel = (kernels["cat"] == "kernel").to_numpy()
-    per_cat = np.array([k is not None for k in kinds] + [False], dtype=bool)
-    registry = per_cat[np.where(codes >= 0, codes, len(categories))] & is_kernel
-    is_nccl = kernels["is_nccl"].to_numpy()
-    forced = np.array([u is not None for u in user] + [False], dtype=bool)[np.where(codes >= 0, codes, len(categories))] \
-        & is_kernel
+    user = [_user_kind(c, extra) for c in categories] if extra else [None] * len(categories)
+    codes = np.asarray(names.codes)
+    at = np.where(codes >= 0, codes, len(categories))  # missing names take the final False
+    is_kernel = category_flags(kernels["cat"], lambda c: c == "kernel")
+    registry = np.array([k is not None for k in kinds] + [False], dtype=bool)[at] & is_kernel
+    is_nccl = np.asarray(kernels["is_nccl"], dtype=bool)
+    forced = np.array([u is not None for u in user] + [False], dtype=bool)[at] & is_kernel
     relabel = (registry & ~is_nccl) | forced
-    kernels["is_comm"] = is_nccl | registry
+    tables.set_column("kernels", "is_comm", is_nccl | registry)
     if relabel.any():
         label_of = [u if u is not None else k for u, k in zip(user, kinds, strict=True)]
         new = np.array([label_of[c] if c >= 0 else None for c in codes[relabel]], dtype=object)
-        collective = kernels["collective"].astype(object).to_numpy().copy()
+        collective = np.asarray(kernels["collective"].astype(object), dtype=object).copy()
+        collective[np.asarray(kernels["collective"].codes) < 0] = None
         collective[relabel] = new
-        kernels["collective"] = pd.Categorical(collective, categories=pd.Index(
-            sorted({c for c in collective if isinstance(c, str)}), dtype="str"))
+        tables.set_column("kernels", "collective", pd.Categorical(collective, categories=pd.Index(
+            sorted({c for c in collective if isinstance(c, str)}), dtype="str")))

@@ -11,14 +11,13 @@ from __future__ import annotations
 import ast
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from evtsync.errors import TraceError
-from evtsync.trace.decode import TABLE_FIELDS, DecodedTrace
+from evtsync.trace.decode import TABLE_FIELDS, DecodedTrace, string_dtype
 from evtsync.trace.ranks import detect_rank, gpu_model
 from evtsync.trace.schema import (
     IGNORED_CATEGORIES,
@@ -41,48 +40,108 @@ MISSING = -1
 SCOPES = ("all", "blocks", "collectives")
 
 
-@dataclass
-class RankTables:
-    """One rank's tables and metadata, as returned by a reader worker."""
+#: The four tables of one rank, in the order of a TraceSet's (and of RankTables' arguments).
+TABLE_NAMES = ("kernels", "cpu_ops", "runtime", "syncs")
 
-    rank: int
-    info: dict[str, Any]
-    kernels: pd.DataFrame
-    cpu_ops: pd.DataFrame
-    runtime: pd.DataFrame
-    syncs: pd.DataFrame
-    pg_config: list[dict[str, Any]] = field(default_factory=list)
-    skipped: dict[str, int] = field(default_factory=dict)
-    #: events that went to no table: ``[phase, category as written, count]`` rows
-    untabulated: list[list[Any]] = field(default_factory=list)
+#: One table as columns: name -> numpy array or :class:`pandas.Categorical`, all of one length.
+Columns = dict[str, Any]
+
+
+def column_array(frame: pd.DataFrame, j: int) -> Any:
+    """The values of column ``j`` of ``frame`` without building a Series (~1 µs, not ~17 µs)."""
+    getter = getattr(frame, "_get_column_array", None)  # pandas' own fast path (private)
+    return getter(j) if getter is not None else frame.iloc[:, j].array
+
+
+def as_columns(table: pd.DataFrame | Columns) -> Columns:
+    """A table as :data:`Columns` (a DataFrame's column arrays are shared, not copied)."""
+    if isinstance(table, pd.DataFrame):
+        return {str(col): column_array(table, j) for j, col in enumerate(table.columns)}
+    return dict(table)
+
+
+def n_rows(columns: Columns) -> int:
+    """Rows of a table held as columns."""
+    return len(next(iter(columns.values()))) if columns else 0
+
+
+def _take(columns: Columns, rows: np.ndarray) -> Columns:
+    return {name: values[rows] for name, values in columns.items()}
+
+
+class RankTables:
+    """One rank's tables and metadata, as returned by a reader worker.
+
+    The tables are held as :data:`Columns` and become DataFrames only when asked for
+    (``kernels``, ``cpu_ops``, ``runtime``, ``syncs``; built once, then reused): a set of many
+    small ranks is concatenated column by column without a DataFrame per rank, whose fixed
+    cost (~1 ms per table) dominated reading 1 MB ranks (issue 21). The frames are views
+    of the columns: change a table with :meth:`set_column`.
+    """
+
+    def __init__(self, rank: int, info: dict[str, Any], kernels: pd.DataFrame | Columns,
+                 cpu_ops: pd.DataFrame | Columns, runtime: pd.DataFrame | Columns,
+                 syncs: pd.DataFrame | Columns, pg_config: list[dict[str, Any]] | None = None,
+                 skipped: dict[str, int] | None = None, untabulated: list[list[Any]] | None = None) -> None:
+        self.rank = rank
+        self.info = info
+        self.columns: dict[str, Columns] = {
+            name: as_columns(table) for name, table in zip(TABLE_NAMES, (kernels, cpu_ops, runtime, syncs),
+                                                           strict=True)}
+        self.pg_config = pg_config if pg_config is not None else []
+        self.skipped = skipped if skipped is not None else {}
+        #: events that went to no table: ``[phase, category as written, count]`` rows
+        self.untabulated = untabulated if untabulated is not None else []
+        self._frames: dict[str, pd.DataFrame] = {}
+
+    def frame(self, table: str) -> pd.DataFrame:
+        """One of :data:`TABLE_NAMES` as a DataFrame (sharing the columns' memory)."""
+        if table not in self._frames:
+            self._frames[table] = pd.DataFrame(self.columns[table], copy=False)
+        return self._frames[table]
+
+    kernels = property(lambda self: self.frame("kernels"), doc="GPU events (kernels, memcpy, memset).")
+    cpu_ops = property(lambda self: self.frame("cpu_ops"), doc="CPU ops and user annotations.")
+    runtime = property(lambda self: self.frame("runtime"), doc="CUDA runtime / driver calls.")
+    syncs = property(lambda self: self.frame("syncs"), doc="CUDA synchronisation events.")
+
+    def set_column(self, table: str, name: str, values: Any) -> None:
+        """Add or replace a column of one table (its DataFrame is rebuilt when next asked for)."""
+        self.columns[table][name] = values
+        self._frames.pop(table, None)
+
+    def __getstate__(self) -> dict[str, Any]:  # ship columns only: frames are rebuilt on demand
+        return {**self.__dict__, "_frames": {}}
 
     def in_scope(self, scope: str) -> RankTables:
         """The rank's tables reduced to what a reading ``scope`` keeps (see :data:`SCOPES`);
         reduced tables keep their columns. Metadata unchanged."""
         if scope == "all":
             return self
-        kernels, cpu_ops, runtime = self.kernels, self.cpu_ops, self.runtime
+        kernels, cpu_ops, runtime = (self.columns[t] for t in ("kernels", "cpu_ops", "runtime"))
         # communication kernels: NCCL's and the registry's (evtsync.kernels.mark_comm_kernels)
-        nccl = kernels["is_comm" if "is_comm" in kernels.columns else "is_nccl"].to_numpy()
+        nccl = np.asarray(kernels["is_comm" if "is_comm" in kernels else "is_nccl"], dtype=bool)
         gloo = is_gloo_collective(cpu_ops["name"])
         if scope == "collectives":
-            kernels, cpu_ops, runtime = kernels[nccl], cpu_ops[gloo], runtime.iloc[:0]
+            keep = {"kernels": nccl, "cpu_ops": gloo, "runtime": np.zeros(n_rows(runtime), dtype=bool)}
         elif scope == "blocks":
-            steps = _category_flags(cpu_ops["name"], lambda n: PROFILER_STEP_RE.match(n) is not None)
-            launches = kernels.loc[nccl, "correlation"].to_numpy()
-            kernels = kernels[(kernels["cat"] == "kernel").to_numpy()]
-            cpu_ops = cpu_ops[gloo | steps]
-            runtime = runtime[runtime["correlation"].isin(launches[launches >= 0]).to_numpy()]
+            steps = category_flags(cpu_ops["name"], lambda n: PROFILER_STEP_RE.match(n) is not None)
+            launches = kernels["correlation"][nccl]
+            keep = {"kernels": category_flags(kernels["cat"], lambda n: n == "kernel"),
+                    "cpu_ops": gloo | steps,
+                    "runtime": np.isin(runtime["correlation"], launches[launches >= 0])}
         else:
             raise ValueError(f"unknown reading scope {scope!r}; expected one of {SCOPES}")
-        return RankTables(rank=self.rank, info=self.info, kernels=kernels, cpu_ops=cpu_ops,
-                          runtime=runtime, syncs=self.syncs.iloc[:0], pg_config=self.pg_config,
+        syncs = self.columns["syncs"]
+        tables = {name: _take(self.columns[name], rows) for name, rows in keep.items()}
+        return RankTables(rank=self.rank, info=self.info, **tables,
+                          syncs=_take(syncs, np.zeros(n_rows(syncs), dtype=bool)), pg_config=self.pg_config,
                           skipped=self.skipped, untabulated=self.untabulated)
 
 
-def is_gloo_collective(names: pd.Series) -> np.ndarray:
+def is_gloo_collective(names: pd.Series | pd.Categorical | np.ndarray) -> np.ndarray:
     """Rows that are gloo collectives (``gloo:<op>`` annotations, see docs/gloo.md)."""
-    return _category_flags(names, lambda n: n.startswith("gloo:"))
+    return category_flags(names, lambda n: n.startswith("gloo:"))
 
 
 def _time_ns(values: np.ndarray, base_ns: int) -> np.ndarray:
@@ -93,6 +152,7 @@ def _time_ns(values: np.ndarray, base_ns: int) -> np.ndarray:
 
 
 def _str_column(values: list[Any]) -> pd.Categorical:
+    """Loose values (None: missing) as a categorical of strings with sorted categories."""
     if any(v is not None and not isinstance(v, str) for v in values):
         values = [None if v is None else str(v) for v in values]
     return pd.Categorical(values)
@@ -115,10 +175,10 @@ def _check_times(values: np.ndarray, name: str, table: str, decoded: DecodedTrac
                          f"that is not finite or beyond any real trace (the first: {float(first):g} µs)")
 
 
-def _frame(decoded: DecodedTrace, table: str, base_ns: int) -> pd.DataFrame:
-    """One table's DataFrame; the decoder's columns are handed over, not copied twice."""
+def _table_columns(decoded: DecodedTrace, table: str, base_ns: int) -> Columns:
+    """One table's columns in time order; the decoder's columns are handed over, not copied twice."""
     cols = decoded.columns[table]
-    out: dict[str, Any] = {}
+    out: Columns = {}
     for name, kind in TABLE_FIELDS[table]:
         values = cols.pop(name)
         if kind == "t":
@@ -129,9 +189,7 @@ def _frame(decoded: DecodedTrace, table: str, base_ns: int) -> pd.DataFrame:
     if "dur_ns" in out:
         out["end_ns"] = out["ts_ns"] + out["dur_ns"]
     _in_time_order(out)
-    # no consolidation copy of the columns; an object column index while columns are added
-    # (inserting into pandas' pyarrow-backed string index costs ~1 ms per column)
-    return pd.DataFrame(out, copy=False, columns=pd.Index(list(out), dtype=object))
+    return out
 
 
 def _in_time_order(columns: dict[str, Any]) -> None:
@@ -179,81 +237,104 @@ def format_ranks(ranks: tuple[int, ...]) -> str:
     return ",".join(str(r) for r in ranks)
 
 
-def _category_flags(column: pd.Series, test: Callable[[str], bool]) -> np.ndarray:
+def category_flags(column: pd.Series | pd.Categorical | np.ndarray, test: Callable[[str], bool]) -> np.ndarray:
     """``test`` of each row's string, evaluated once per category (missing rows: False)."""
-    if not isinstance(column.dtype, pd.CategoricalDtype):
-        return np.array([not pd.isna(v) and test(str(v)) for v in column], dtype=bool)
-    per_category = np.array([test(str(c)) for c in column.cat.categories] + [False], dtype=bool)
-    return per_category[column.cat.codes.to_numpy()]
+    values = column.array if isinstance(column, pd.Series) else column
+    if not isinstance(values, pd.Categorical):
+        return np.array([not pd.isna(v) and test(str(v)) for v in values], dtype=bool)
+    per_category = np.array([test(str(c)) for c in values.categories] + [False], dtype=bool)
+    return per_category[np.asarray(values.codes)]  # code -1 (missing) takes the final False
 
 
-def _annotate_kernels(kernels: pd.DataFrame, cpu_ops: pd.DataFrame) -> pd.DataFrame:
+def _lookup(keys: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions in sorted unique ``keys`` of each ``wanted`` value, and whether it is there."""
+    if not keys.size:
+        return np.zeros(len(wanted), dtype=np.int64), np.zeros(len(wanted), dtype=bool)
+    pos = np.minimum(np.searchsorted(keys, wanted), keys.size - 1)
+    return pos, keys[pos] == wanted
+
+
+def _missing(values: Any) -> np.ndarray:
+    """Rows without a value: -1 in an integer column, a missing code in a categorical."""
+    if isinstance(values, pd.Categorical):
+        return np.asarray(values.codes) < 0
+    return np.asarray(values) == MISSING
+
+
+_PG_FIELDS = ("collective_name", "in_nelems", "out_nelems", "group_size", "dtype", "pg_name",
+              "pg_desc", "pg_ranks")
+
+
+def _annotate_kernels(kernels: Columns, cpu_ops: Columns) -> None:
     """Add NCCL columns: is_nccl, collective, msg_bytes; fill PG fields from the launching op."""
     names = kernels["name"]
-    kernels["is_nccl"] = _category_flags(names, lambda n: NCCL_KERNEL_RE.match(n) is not None) \
-        & (kernels["cat"] == "kernel").to_numpy()
-    comm_ops = cpu_ops[_category_flags(cpu_ops["name"], lambda n: n == "record_param_comms")
-                       & (cpu_ops["external_id"] >= 0).to_numpy()]
-    nccl_idx = np.flatnonzero(kernels["is_nccl"].to_numpy())
-    fields = ["collective_name", "in_nelems", "out_nelems", "group_size", "dtype", "pg_name",
-              "pg_desc", "pg_ranks"]
-    if nccl_idx.size and len(comm_ops):
-        by_ext = comm_ops.drop_duplicates("external_id", keep="last").set_index("external_id")
-        ext = kernels["external_id"].to_numpy()[nccl_idx]
-        found = np.isin(ext, by_ext.index.to_numpy())
-        for name in fields:
+    kernels["is_nccl"] = category_flags(names, lambda n: NCCL_KERNEL_RE.match(n) is not None) \
+        & category_flags(kernels["cat"], lambda n: n == "kernel")
+    comm = category_flags(cpu_ops["name"], lambda n: n == "record_param_comms") & (cpu_ops["external_id"] >= 0)
+    nccl_idx = np.flatnonzero(kernels["is_nccl"])
+    if nccl_idx.size and comm.any():
+        comm_rows = np.flatnonzero(comm)
+        comm_ext = cpu_ops["external_id"][comm_rows]
+        # one op per external id, the last in time (rows are in time order)
+        keys, from_end = np.unique(comm_ext[::-1], return_index=True)
+        op_of_key = comm_rows[len(comm_rows) - 1 - from_end]
+        pos, found = _lookup(keys, kernels["external_id"][nccl_idx])
+        for name in _PG_FIELDS:
             col = kernels[name]
-            missing = (col.isna() if col.dtype != np.int64 else col.eq(MISSING)).to_numpy()[nccl_idx]
-            take = missing & found
-            if take.any():
-                values = by_ext.loc[ext[take], name].to_numpy()
-                if col.dtype == np.int64:
-                    arr = col.to_numpy().copy()
-                    arr[nccl_idx[take]] = values
-                    kernels[name] = arr
-                else:
-                    obj = np.array(col.astype(object), dtype=object)
-                    obj[nccl_idx[take]] = values
-                    kernels[name] = _str_column(list(obj))
-    codes = np.full(len(kernels), -1, dtype=np.int32)
+            take = _missing(col)[nccl_idx] & found
+            if not take.any():
+                continue
+            rows, source = nccl_idx[take], op_of_key[pos[take]]
+            if isinstance(col, np.ndarray):
+                filled = col.copy()
+                filled[rows] = cpu_ops[name][source]
+                kernels[name] = filled
+            else:
+                obj = np.asarray(col.astype(object), dtype=object)
+                obj[np.asarray(col.codes) < 0] = None
+                src = cpu_ops[name]
+                values = np.asarray(src.astype(object), dtype=object)[source]
+                values[np.asarray(src.codes)[source] < 0] = None
+                obj[rows] = values
+                kernels[name] = _str_column(list(obj))
+    codes = np.full(len(names), -1, dtype=np.int32)
     categories: list[str] = []
     if nccl_idx.size:
-        arg_names = kernels["collective_name"].astype(object).to_numpy()[nccl_idx]
-        kernel_names = names.astype(object).to_numpy()[nccl_idx]
-        from_args = [canonical_collective(None if pd.isna(a) else str(a)) for a in arg_names]
-        per_kernel = [a if a != "Unknown" else canonical_collective(k)
-                      for a, k in zip(from_args, kernel_names, strict=True)]
-        categories = sorted(set(per_kernel))
+        # the collective of each distinct (collective-name argument, kernel name) pair, once
+        arg_codes = np.asarray(kernels["collective_name"].codes)[nccl_idx].astype(np.int64)
+        name_codes = np.asarray(names.codes)[nccl_idx].astype(np.int64)
+        pairs, inverse = np.unique(arg_codes * (len(names.categories) + 1) + name_codes, return_inverse=True)
+        arg_cats, name_cats = kernels["collective_name"].categories, names.categories
+        per_pair = []
+        for pair in pairs.tolist():
+            arg, kernel = divmod(pair, len(names.categories) + 1)
+            from_args = canonical_collective(None if arg < 0 else str(arg_cats[arg]))
+            per_pair.append(from_args if from_args != "Unknown" else canonical_collective(str(name_cats[kernel])))
+        categories = sorted(set(per_pair))
         code_of = {name: code for code, name in enumerate(categories)}
-        codes[nccl_idx] = [code_of[name] for name in per_kernel]
-    # from codes: building the categorical from a column of strings costs ~10 ms per rank
+        codes[nccl_idx] = np.array([code_of[c] for c in per_pair], dtype=np.int32)[inverse.ravel()]
     # categories typed as strings even when empty: ranks without NCCL kernels concatenate
-    # with the others (union_categoricals needs one category dtype)
-    kernels["collective"] = pd.Categorical.from_codes(codes, categories=pd.Index(categories, dtype="str"),
-                                                      validate=False)
+    # with the others (one category dtype)
+    kernels["collective"] = pd.Categorical.from_codes(codes, dtype=string_dtype(categories), validate=False)
     dtypes = kernels["dtype"]
-    if isinstance(dtypes.dtype, pd.CategoricalDtype):
-        per_category = np.array([dtype_size(str(d)) for d in dtypes.cat.categories] + [0], dtype=np.int64)
-        sizes = per_category[dtypes.cat.codes.to_numpy()]  # code -1 (missing) takes the final 0
-    else:
-        sizes = np.array([0 if pd.isna(d) else dtype_size(str(d)) for d in dtypes.astype(object)],
-                         dtype=np.int64)
-    nelems = np.maximum(kernels["in_nelems"].to_numpy(), kernels["out_nelems"].to_numpy())
+    per_category = np.array([dtype_size(str(d)) for d in dtypes.categories] + [0], dtype=np.int64)
+    sizes = per_category[np.asarray(dtypes.codes)]  # code -1 (missing) takes the final 0
+    nelems = np.maximum(kernels["in_nelems"], kernels["out_nelems"])
     kernels["msg_bytes"] = np.where((sizes > 0) & (nelems >= 0), nelems * sizes, MISSING)
-    return kernels
 
 
-def _external_ids_from_launches(kernels: pd.DataFrame, runtime: pd.DataFrame) -> None:
+def _external_ids_from_launches(kernels: Columns, runtime: Columns) -> None:
     """Give GPU events without an ``External id`` the one of their launch (same correlation)."""
-    ext = kernels["external_id"].to_numpy()
-    lacking = ext == MISSING
-    if not lacking.any() or runtime.empty:
+    ext = kernels["external_id"]
+    lacking = np.flatnonzero(ext == MISSING)
+    if not lacking.size or not n_rows(runtime):
         return
-    launches = runtime[(runtime["correlation"] >= 0) & (runtime["external_id"] >= 0)]
-    by_corr = launches.drop_duplicates("correlation").set_index("correlation")["external_id"]
-    found = by_corr.reindex(kernels["correlation"].to_numpy()[lacking]).to_numpy()
+    launches = (runtime["correlation"] >= 0) & (runtime["external_id"] >= 0)
+    corr, launch_ext = runtime["correlation"][launches], runtime["external_id"][launches]
+    keys, first = np.unique(corr, return_index=True)  # the first launch of a correlation in time
+    pos, found = _lookup(keys, kernels["correlation"][lacking])
     ext = ext.copy()
-    ext[np.flatnonzero(lacking)] = np.where(np.isnan(found), MISSING, found).astype(np.int64)
+    ext[lacking] = np.where(found, launch_ext[first][pos] if keys.size else MISSING, MISSING)
     kernels["external_id"] = ext
 
 
@@ -276,10 +357,10 @@ def _check_layout(decoded: DecodedTrace) -> None:
             "read; see docs/user-guide.md, supported profiler versions)")
 
 
-def _time_span(frames: tuple[pd.DataFrame, ...]) -> tuple[int, int]:
-    """First start and last end (ns) over the rows of ``frames``; (-1, -1) when empty."""
-    starts = [int(f["ts_ns"].min()) for f in frames if len(f)]
-    ends = [int(f["end_ns"].max()) for f in frames if len(f)]
+def _time_span(tables: tuple[Columns, ...]) -> tuple[int, int]:
+    """First start and last end (ns) over the rows of ``tables``; (-1, -1) when empty."""
+    starts = [int(t["ts_ns"].min()) for t in tables if n_rows(t)]
+    ends = [int(t["end_ns"].max()) for t in tables if n_rows(t)]
     return (min(starts), max(ends)) if starts else (MISSING, MISSING)
 
 
@@ -287,7 +368,7 @@ def _time_span(frames: tuple[pd.DataFrame, ...]) -> tuple[int, int]:
 ABSURD_TS_NS = 7 * 86_400 * 10**9
 
 
-def check_gpu_timing(kernels: pd.DataFrame, path: str) -> None:
+def check_gpu_timing(kernels: pd.DataFrame | Columns, path: str) -> None:
     """Refuse GPU events whose timing cannot be true, naming the cause (issue 18): a negative
     duration, a collective kernel of zero duration, a timestamp days away from every other
     event of the rank, or the same event twice (same stream, start, duration and name).
@@ -295,20 +376,21 @@ def check_gpu_timing(kernels: pd.DataFrame, path: str) -> None:
     These would otherwise surface as a consequence — a rank whose collectives "do not end
     together" with its peers — far from their cause.
     """
-    if kernels.empty:
+    cols = as_columns(kernels)
+    if not n_rows(cols):
         return
-    dur = kernels["dur_ns"].to_numpy()
-    ts = kernels["ts_ns"].to_numpy()
+    dur = np.asarray(cols["dur_ns"])
+    ts = np.asarray(cols["ts_ns"])
 
     def first(mask: np.ndarray) -> str:
         i = int(np.flatnonzero(mask)[0])
-        return (f"{int(mask.sum())} GPU event(s), the first {str(kernels['name'].iloc[i])[:60]!r} at "
+        return (f"{int(mask.sum())} GPU event(s), the first {str(cols['name'][i])[:60]!r} at "
                 f"ts {ts[i] / 1000:.0f} µs with dur {dur[i] / 1000:g} µs")
 
     negative = dur < 0
     if negative.any():
         raise TraceError(f"{path}: negative duration: {first(negative)}")
-    comm = kernels["is_comm" if "is_comm" in kernels.columns else "is_nccl"].to_numpy(dtype=bool)
+    comm = np.asarray(cols["is_comm" if "is_comm" in cols else "is_nccl"], dtype=bool)
     zero = comm & (dur == 0)
     if zero.any():
         raise TraceError(f"{path}: collective kernel of zero duration (a kernel that waits for its peers "
@@ -318,14 +400,23 @@ def check_gpu_timing(kernels: pd.DataFrame, path: str) -> None:
     if far.any():
         raise TraceError(f"{path}: absurd timestamp, days away from the rank's other GPU events "
                          f"(median {median / 1000:.0f} µs): {first(far)}")
-    # only rows whose start repeats can be duplicates: hash the four columns of those alone
-    dup = np.zeros(len(kernels), dtype=bool)
-    shared_ts = pd.Series(ts).duplicated(keep=False).to_numpy()
-    if shared_ts.any():
-        key = kernels.loc[shared_ts, ["stream", "ts_ns", "dur_ns", "name"]]
-        dup[np.flatnonzero(shared_ts)] = key.duplicated(keep="first").to_numpy()
-    if dup.any():
-        raise TraceError(f"{path}: duplicate events (same stream, start, duration and name): {first(dup)}")
+    # only rows whose start repeats can be duplicates: compare the four fields of those alone
+    order = np.argsort(ts, kind="stable")
+    repeats = ts[order][1:] == ts[order][:-1]
+    if repeats.any():
+        shared = np.unique(np.concatenate([order[1:][repeats], order[:-1][repeats]]))
+        names = cols["name"]
+        name_key = np.asarray(names.codes) if isinstance(names, pd.Categorical) else \
+            pd.factorize(np.asarray(names, dtype=object))[0]
+        keys = (name_key[shared], dur[shared], np.asarray(cols["stream"])[shared], ts[shared])
+        by_key = np.lexsort(keys)  # stable: equal events keep their order (the first is kept)
+        same = np.ones(len(shared) - 1, dtype=bool)
+        for key in keys:
+            same &= key[by_key][1:] == key[by_key][:-1]
+        dup = np.zeros(len(ts), dtype=bool)
+        dup[shared[by_key[1:][same]]] = True
+        if dup.any():
+            raise TraceError(f"{path}: duplicate events (same stream, start, duration and name): {first(dup)}")
 
 
 def build_rank_tables(decoded: DecodedTrace, rank: int | None = None) -> RankTables:
@@ -342,22 +433,17 @@ def build_rank_tables(decoded: DecodedTrace, rank: int | None = None) -> RankTab
     if base_ns > 2**62:  # int64 ns overflow once event times are added (2**62 ns is year 2116)
         raise TraceError(f"{decoded.path}: baseTimeNanoseconds {base_ns} is beyond any real clock "
                          "(expected nanoseconds since 1970)")
-    kernels = _frame(decoded, "gpu", base_ns)
-    cpu_ops = _frame(decoded, "cpu", base_ns)
-    runtime = _frame(decoded, "runtime", base_ns)
-    syncs = _frame(decoded, "sync", base_ns)
+    kernels, cpu_ops, runtime, syncs = (_table_columns(decoded, t, base_ns) for t in ("gpu", "cpu", "runtime", "sync"))
     # GPU events: the device and stream are in args; pid/tid repeat them when args lack them.
     for name, fallback in (("device", "pid"), ("stream", "tid")):
-        col = kernels[name].to_numpy()
-        kernels[name] = np.where(col == MISSING, kernels[fallback].to_numpy(), col)
+        col = kernels[name]
+        kernels[name] = np.where(col == MISSING, kernels[fallback], col)
     _external_ids_from_launches(kernels, runtime)
-    kernels = _annotate_kernels(kernels, cpu_ops)
+    _annotate_kernels(kernels, cpu_ops)
     check_gpu_timing(kernels, str(decoded.path))
-    for frame in (kernels, cpu_ops, runtime, syncs):
-        frame.insert(0, "rank", np.int32(rank))
-        frame.columns = pd.Index(list(frame.columns), dtype="str")
+    tables = [{"rank": np.full(n_rows(t), rank, dtype=np.int32), **t} for t in (kernels, cpu_ops, runtime, syncs)]
     info_block = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
-    devices = kernels["device"].to_numpy()
+    devices = kernels["device"]
     device = int(np.bincount(devices[devices >= 0]).argmax()) if (devices >= 0).any() else None
     pg_config = info_block.get("pg_config") if isinstance(info_block.get("pg_config"), list) else []
     host = header.get("host_name") or header.get("hostname")
@@ -377,10 +463,10 @@ def build_rank_tables(decoded: DecodedTrace, rank: int | None = None) -> RankTab
         "schema_version": header.get("schemaVersion", MISSING) if isinstance(header.get("schemaVersion"), int) else MISSING,
         "pg_config_names": ",".join(str(p.get("pg_name", "")) for p in pg_config if isinstance(p, dict)),
         "n_events": decoded.n_events,
-        "n_kernels": int((kernels["cat"] == "kernel").sum()),
+        "n_kernels": int(category_flags(kernels["cat"], lambda n: n == "kernel").sum()),
         "n_kernels_without_dur": int(decoded.skipped.get("kernel event without numeric ts/dur", 0)),
-        "n_cpu_ops": len(cpu_ops),
-        "n_runtime": len(runtime),
+        "n_cpu_ops": n_rows(cpu_ops),
+        "n_runtime": n_rows(runtime),
         "n_nccl_kernels": int(kernels["is_nccl"].sum()),
         "start_ns": start_ns,
         "end_ns": end_ns,
@@ -388,7 +474,6 @@ def build_rank_tables(decoded: DecodedTrace, rank: int | None = None) -> RankTab
         "dropped_bytes": decoded.dropped_bytes,
         "bytes_decompressed": decoded.bytes_read,
     }
-    return RankTables(rank=rank, info=info, kernels=kernels, cpu_ops=cpu_ops, runtime=runtime,
-                      syncs=syncs, pg_config=[p for p in pg_config if isinstance(p, dict)],
+    return RankTables(rank, info, *tables, pg_config=[p for p in pg_config if isinstance(p, dict)],
                       skipped=dict(decoded.skipped),
                       untabulated=[[ph, cat, n] for (ph, cat), n in sorted(decoded.untabulated.items())])

@@ -33,12 +33,14 @@ import pandas as pd
 
 from evtsync.display import TablesDisplay
 from evtsync.errors import InputError, TraceError
-from evtsync.trace.decode import decode_file
+from evtsync.trace.decode import decode_file, string_dtype
 from evtsync.trace.tables import (
     SCOPES,
+    Columns,
     RankTables,
     build_rank_tables,
     format_ranks,
+    n_rows,
     parse_rank_list,
 )
 
@@ -450,7 +452,7 @@ def assemble(parts: Sequence[RankTables], scope: str = "all") -> TraceSet:
     from evtsync.kernels import mark_comm_kernels
 
     for part in parts:
-        if "is_comm" not in part.kernels.columns:  # tables read without the registry (read_rank)
+        if "is_comm" not in part.columns["kernels"]:  # tables read without the registry (read_rank)
             mark_comm_kernels(part)
     windows = _assign_windows(parts)
     order = sorted(range(len(parts)), key=lambda i: (windows[i], parts[i].rank))
@@ -458,11 +460,6 @@ def assemble(parts: Sequence[RankTables], scope: str = "all") -> TraceSet:
     windows = [windows[i] for i in order]
     for part, w in zip(parts, windows, strict=True):
         part.info["window"] = w
-        for frame in (part.kernels, part.cpu_ops, part.runtime, part.syncs):
-            if "window" not in frame.columns:
-                frame.insert(1, "window", np.int32(w))
-            else:
-                frame["window"] = np.int32(w)
     ranks = pd.DataFrame([p.info for p in parts])
     problems, missing = _rank_set_problems(parts, windows, world)
     if world > 0 and len({p.rank for p in parts}) < world:
@@ -478,10 +475,10 @@ def assemble(parts: Sequence[RankTables], scope: str = "all") -> TraceSet:
     untabulated = _untabulated_table(parts, windows)
     _log_load_summary(parts, windows, untabulated)
     return TraceSet(
-        kernels=_concat([p.kernels for p in parts]),
-        cpu_ops=_concat([p.cpu_ops for p in parts]),
-        runtime=_concat([p.runtime for p in parts]),
-        syncs=_concat([p.syncs for p in parts]),
+        kernels=_concat([p.columns["kernels"] for p in parts], windows),
+        cpu_ops=_concat([p.columns["cpu_ops"] for p in parts], windows),
+        runtime=_concat([p.columns["runtime"] for p in parts], windows),
+        syncs=_concat([p.columns["syncs"] for p in parts], windows),
         ranks=ranks,
         process_groups=_pg_table(parts),
         skipped=skipped,
@@ -492,20 +489,66 @@ def assemble(parts: Sequence[RankTables], scope: str = "all") -> TraceSet:
     )
 
 
-def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    from pandas.api.types import union_categoricals
+def _concat(tables: list[Columns], windows: Sequence[int]) -> pd.DataFrame:
+    """The rows of ``tables`` (one per rank file, same columns) as one frame, with the
+    profiling window of each file's rows in a ``window`` column after ``rank``.
 
-    frames = [f for f in frames if len(f)] or frames[:1]
-    if len(frames) == 1:
-        return frames[0].reset_index(drop=True)
-    out = {}
-    for col in frames[0].columns:
-        series = [f[col] for f in frames]
-        if isinstance(series[0].dtype, pd.CategoricalDtype):
-            out[col] = pd.Series(union_categoricals([s.astype("category") for s in series]))
-        else:
-            out[col] = pd.concat(series, ignore_index=True)
-    return pd.DataFrame(out)
+    Column by column with numpy: a category list is the union of the tables' lists in order
+    of first appearance (as :func:`pandas.api.types.union_categoricals`), each table's codes
+    remapped through a lookup array. ``pd.concat``, ``union_categoricals`` and a
+    ``DataFrame.insert`` per file cost ~20-40 µs per table and column, which dominated
+    reading many small ranks (issue 21).
+    """
+    keep = [i for i, t in enumerate(tables) if n_rows(t)] or [0]
+    tables = [tables[i] for i in keep]
+    lengths = np.array([n_rows(t) for t in tables], dtype=np.int64)
+    window = np.repeat(np.asarray([windows[i] for i in keep], dtype=np.int32), lengths)
+    out: dict[str, Any] = {}
+    for j, col in enumerate(tables[0]):
+        arrays = [t[col] for t in tables]
+        if col != "window":
+            out[col] = _concat_arrays(arrays) if len(arrays) > 1 else arrays[0]
+        if j == 0 or col == "window":
+            out["window"] = window
+    return pd.DataFrame(out, copy=False)
+
+
+def _concat_arrays(arrays: list[Any]) -> Any:
+    """One column from its pieces: numpy, categorical (categories united) or extension."""
+    if any(isinstance(a, pd.Categorical) for a in arrays):
+        return _concat_categoricals(arrays)
+    if all(isinstance(a, np.ndarray) for a in arrays):
+        return np.concatenate(arrays)
+    return pd.concat([pd.Series(a) for a in arrays], ignore_index=True).array
+
+
+def _concat_categoricals(arrays: list[Any]) -> pd.Categorical:
+    """One categorical of ``arrays`` (non-categorical ones are made categorical first)."""
+    cats = [a if isinstance(a, pd.Categorical) else pd.Categorical(a) for a in arrays]
+    first = cats[0].categories
+    if all(c.categories is first or c.categories.equals(first) for c in cats[1:]):
+        codes = np.concatenate([np.asarray(c.codes) for c in cats])
+        return pd.Categorical.from_codes(codes, dtype=cats[0].dtype, validate=False)
+    position: dict[Any, int] = {}
+    union: list[Any] = []
+    parts = []
+    for c in cats:
+        values = c.categories.tolist()
+        lookup = np.empty(len(values) + 1, dtype=np.int32)
+        for i, v in enumerate(values):
+            code = position.get(v)
+            if code is None:
+                code = position[v] = len(union)
+                union.append(v)
+            lookup[i] = code
+        lookup[-1] = -1  # code -1 (missing) indexes the last entry
+        parts.append(lookup[np.asarray(c.codes)])
+    codes = np.concatenate(parts)
+    index_dtype = first.dtype if all(c.categories.dtype == first.dtype for c in cats) else None
+    if index_dtype == "str":
+        return pd.Categorical.from_codes(codes, dtype=string_dtype(union), validate=False)
+    return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(pd.Index(union, dtype=index_dtype)),
+                                     validate=False)
 
 
 def _pg_table(parts: Sequence[RankTables]) -> pd.DataFrame:
