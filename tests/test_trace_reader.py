@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from evtsync.errors import TraceError
@@ -289,3 +290,28 @@ def test_rank_without_nccl_kernels_concatenates_with_the_others(tmp_path: Path) 
     traces = load_traces(tmp_path, jobs=1)
     assert traces.kernels.groupby("rank")["is_nccl"].sum().to_dict() == {0: 0, 1: 1}
     assert traces.nccl_kernels["collective"].astype(str).tolist() == ["AllReduce"]
+
+
+def test_pg_fields_filled_from_the_launching_op_leave_other_kernels_missing(tmp_path: Path) -> None:
+    """An NCCL kernel without PG arguments takes them from its record_param_comms op (same
+    External id); a compute kernel beside it keeps them missing (not the string "nan")."""
+    comm_args = {"External id": 7, "Collective name": "allreduce", "dtype": "Float", "In msg nelems": 1024,
+                 "Out msg nelems": 1024, "Group size": 2, "Process Group Name": "0",
+                 "Process Group Description": "default_pg", "Process Group Ranks": "[0, 1]"}
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 100, "dur": 10,
+         "args": comm_args},
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 7,
+         "ts": 200, "dur": 50, "args": {"External id": 7, "device": 0, "stream": 7, "correlation": 11}},
+        {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": 0, "tid": 7, "ts": 300, "dur": 50,
+         "args": {"External id": 8, "device": 0, "stream": 7, "correlation": 12}},
+    ]
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": events}))
+    kernels = load_traces(path).kernels.set_index("name")
+    nccl = kernels.loc["ncclDevKernel_AllReduce_Sum_f32_RING_LL"]
+    assert (nccl["pg_name"], nccl["pg_ranks"], nccl["dtype"]) == ("0", "[0, 1]", "Float")
+    assert nccl["collective"] == "AllReduce" and nccl["msg_bytes"] == 1024 * 4  # Float: 4 bytes
+    gemm = kernels.loc["gemm_kernel"]
+    for field in ("pg_name", "pg_ranks", "dtype", "collective_name", "pg_desc"):
+        assert pd.isna(gemm[field]), (field, gemm[field])
