@@ -189,22 +189,27 @@ _EVENT_VALUES: dict[str, Callable[[Sequence[_Event]], list[Any]]] = {
     "tid": lambda evs: [e.tid for e in evs],
     "ts": lambda evs: [e.ts for e in evs],
     "dur": lambda evs: [e.dur for e in evs],
-    "external_id": lambda evs: [e.args.external_id for e in evs],
-    "correlation": lambda evs: [e.args.correlation for e in evs],
-    "device": lambda evs: [e.args.device for e in evs],
-    "stream": lambda evs: [e.args.stream for e in evs],
-    "collective_name": lambda evs: [e.args.collective_name for e in evs],
-    "in_nelems": lambda evs: [e.args.in_nelems for e in evs],
-    "out_nelems": lambda evs: [e.args.out_nelems for e in evs],
-    "group_size": lambda evs: [e.args.group_size for e in evs],
-    "dtype": lambda evs: [e.args.dtype for e in evs],
-    "pg_name": lambda evs: [e.args.pg_name for e in evs],
-    "pg_desc": lambda evs: [e.args.pg_desc for e in evs],
-    "pg_ranks": lambda evs: [e.args.pg_ranks for e in evs],
-    "seq": lambda evs: [e.args.seq for e in evs],
-    "wait_on_stream": lambda evs: [e.args.wait_on_stream for e in evs],
-    "wait_on_event_corr": lambda evs: [e.args.wait_on_event_corr for e in evs],
-    "sync_kind": lambda evs: [e.args.sync_kind for e in evs],
+}
+
+#: The same for the keys of ``args``, over the list of the events' ``args`` structs (one
+#: attribute load per value instead of two).
+_ARG_VALUES: dict[str, Callable[[Sequence[_Args]], list[Any]]] = {
+    "external_id": lambda args: [a.external_id for a in args],
+    "correlation": lambda args: [a.correlation for a in args],
+    "device": lambda args: [a.device for a in args],
+    "stream": lambda args: [a.stream for a in args],
+    "collective_name": lambda args: [a.collective_name for a in args],
+    "in_nelems": lambda args: [a.in_nelems for a in args],
+    "out_nelems": lambda args: [a.out_nelems for a in args],
+    "group_size": lambda args: [a.group_size for a in args],
+    "dtype": lambda args: [a.dtype for a in args],
+    "pg_name": lambda args: [a.pg_name for a in args],
+    "pg_desc": lambda args: [a.pg_desc for a in args],
+    "pg_ranks": lambda args: [a.pg_ranks for a in args],
+    "seq": lambda args: [a.seq for a in args],
+    "wait_on_stream": lambda args: [a.wait_on_stream for a in args],
+    "wait_on_event_corr": lambda args: [a.wait_on_event_corr for a in args],
+    "sync_kind": lambda args: [a.sync_kind for a in args],
 }
 
 @dataclass
@@ -474,17 +479,21 @@ class _Columns:
         chunks = self.chunks[table]
         n = len(events)
         code_of = self.code_of
+        args: list[_Args] | None = None
         for name, kind in TABLE_FIELDS[table]:
             if kind == "t":
                 chunks[name].append(times[name])
                 continue
-            try:
+            if name in _EVENT_VALUES:
                 values = _EVENT_VALUES[name](events)
-            except AttributeError:  # a trace wrote "args": null: no arguments, like absent ones
-                for e in events:
-                    if e.args is None:
-                        e.args = _EMPTY_ARGS
-                values = _EVENT_VALUES[name](events)
+            else:
+                if args is None:
+                    args = [e.args for e in events]
+                try:
+                    values = _ARG_VALUES[name](args)
+                except AttributeError:  # a trace wrote "args": null: no arguments, like absent ones
+                    args = [_EMPTY_ARGS if a is None else a for a in args]
+                    values = _ARG_VALUES[name](args)
             try:  # the common case in C: plain ints, strings seen before in this file
                 if kind == "i":
                     column = np.fromiter(values, np.int64, n)
@@ -497,7 +506,7 @@ class _Columns:
             if name == "external_id":
                 lacking = np.flatnonzero(column == MISSING)
                 if lacking.size:  # PyTorch 1.8 spelled it "external id": read that key there
-                    column[lacking] = _int_array([events[i].args.external_id_lower for i in lacking.tolist()])
+                    column[lacking] = _int_array([args[i].external_id_lower for i in lacking.tolist()])
             chunks[name].append(column)
 
     def finish(self) -> dict[str, dict[str, Any]]:
