@@ -9,8 +9,9 @@ display them (checked on the ``ns`` trace in the shared data), so it is recorded
 from __future__ import annotations
 
 import ast
+import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -219,12 +220,30 @@ def parse_rank_list(text: Any) -> tuple[int, ...] | None:
     if text is None:
         return None
     if isinstance(text, list | tuple):
-        values = text
-    else:
+        values = tuple(text)
         try:
-            values = ast.literal_eval(str(text))
-        except (ValueError, SyntaxError):
+            return _cached_rank_tuple(values)
+        except TypeError:  # unhashable members (nested lists): not a rank list
             return None
+    return _parse_rank_text(str(text))
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_rank_tuple(values: tuple[Any, ...]) -> tuple[int, ...] | None:
+    return _rank_tuple(values)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_rank_text(text: str) -> tuple[int, ...] | None:
+    """Memoised: every rank file repeats its job's PG rank lists, and a world-size list
+    parsed per file made reading 2,048 ranks quadratic (issue 21)."""
+    try:
+        return _rank_tuple(ast.literal_eval(text))
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
+def _rank_tuple(values: Any) -> tuple[int, ...] | None:
     if isinstance(values, int):
         values = [values]
     if not isinstance(values, list | tuple) or not all(isinstance(v, int) for v in values):
@@ -232,8 +251,13 @@ def parse_rank_list(text: Any) -> tuple[int, ...] | None:
     return tuple(int(v) for v in values)
 
 
-def format_ranks(ranks: tuple[int, ...]) -> str:
-    """Canonical text of a rank list: ``"0,1,2,3"``."""
+def format_ranks(ranks: Sequence[int]) -> str:
+    """Canonical text of a rank list: ``"0,1,2,3"`` (memoised, as :func:`parse_rank_list`)."""
+    return _format_rank_tuple(tuple(ranks))
+
+
+@functools.lru_cache(maxsize=1024)
+def _format_rank_tuple(ranks: tuple[int, ...]) -> str:
     return ",".join(str(r) for r in ranks)
 
 

@@ -532,16 +532,20 @@ def _concat_categoricals(arrays: list[Any]) -> pd.Categorical:
     position: dict[Any, int] = {}
     union: list[Any] = []
     parts = []
+    lookups: dict[int, np.ndarray] = {}  # per distinct category Index (ranks share them: string_dtype)
     for c in cats:
-        values = c.categories.tolist()
-        lookup = np.empty(len(values) + 1, dtype=np.int32)
-        for i, v in enumerate(values):
-            code = position.get(v)
-            if code is None:
-                code = position[v] = len(union)
-                union.append(v)
-            lookup[i] = code
-        lookup[-1] = -1  # code -1 (missing) indexes the last entry
+        lookup = lookups.get(id(c.categories))
+        if lookup is None:
+            values = c.categories.tolist()
+            lookup = np.empty(len(values) + 1, dtype=np.int32)
+            for i, v in enumerate(values):
+                code = position.get(v)
+                if code is None:
+                    code = position[v] = len(union)
+                    union.append(v)
+                lookup[i] = code
+            lookup[-1] = -1  # code -1 (missing) indexes the last entry
+            lookups[id(c.categories)] = lookup
         parts.append(lookup[np.asarray(c.codes)])
     codes = np.concatenate(parts)
     index_dtype = first.dtype if all(c.categories.dtype == first.dtype for c in cats) else None
