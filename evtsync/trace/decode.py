@@ -496,7 +496,8 @@ class _Columns:
                     values = _ARG_VALUES[name](args)
             try:  # the common case in C: plain ints, strings seen before in this file
                 if kind == "i":
-                    column = np.fromiter(values, np.int64, n)
+                    column = np.full(n, MISSING, dtype=np.int64) if values.count(MISSING) == n else \
+                        np.fromiter(values, np.int64, n)
                 elif kind == "o" and values.count(None) == n:  # an argument these events lack
                     column = np.full(n, MISSING, dtype=np.int32)
                 else:
