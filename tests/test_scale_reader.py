@@ -242,3 +242,41 @@ def test_decoding_while_something_holds_a_view_of_the_block(traces_dir: Path, mo
         for name, values in cols.items():
             assert pd.Series(np.asarray(decoded.columns[table][name])).equals(pd.Series(np.asarray(values))), \
                 (table, name)
+
+
+def test_a_set_of_ranks_with_different_names_concatenates_to_every_file_s_rows(tmp_path: Path,
+                                                                               traces_dir: Path) -> None:
+    """The set's tables are the files' rows one after the other, whatever categories each file
+    has: ranks whose kernel names, PG names and argument values differ (one rank with no
+    NCCL kernel at all, whose string arguments are all missing) against a plain json reading."""
+    src = _events(traces_dir / "single-rank/hta_nccl_pg_fields_rank0of2.json.gz")  # kernels with PG names
+    files = []
+    for rank in range(3):
+        events = []
+        for e in src:
+            e = json.loads(json.dumps(e))
+            if e.get("cat") == "kernel" and rank == 1:
+                e["name"] = f"rank1_only_{e['name'][:20]}"  # no NCCL kernel on this rank
+            if rank == 2 and isinstance(e.get("args"), dict) and "Process Group Name" in e["args"]:
+                e["args"]["Process Group Name"] = "pg_of_rank_2"
+            events.append(e)
+        path = tmp_path / f"rank{rank}.json"
+        path.write_text(json.dumps({"distributedInfo": {"rank": rank, "world_size": 3}, "traceEvents": events}))
+        files.append(path)
+    from evtsync.trace.traceset import load_traces
+
+    traces = load_traces(tmp_path, jobs=1, rank_from="file")
+    kernels = traces.kernels
+    assert isinstance(kernels["name"].dtype, pd.CategoricalDtype)
+    for rank, path in enumerate(files):
+        expected = _expected_kernels(_events(path))
+        got = kernels[kernels["rank"] == rank].reset_index(drop=True)
+        assert got["name"].astype(str).tolist() == expected["name"].tolist()
+        assert got["ts_ns"].tolist() == expected["ts_ns"].tolist()
+        raw = [e for e in _events(path) if e.get("ph") == "X" and e.get("cat") == "kernel"]
+        pg_names = sorted({str(e["args"]["Process Group Name"]) for e in raw
+                           if "Process Group Name" in e.get("args", {})})
+        assert sorted(got["pg_name"].dropna().astype(str).unique()) == pg_names
+        assert pg_names == (["pg_of_rank_2"] if rank == 2 else ["0"])  # the set differs by rank
+    assert not kernels.loc[kernels["rank"] == 1, "is_nccl"].any()
+    assert kernels.loc[kernels["rank"] == 1, "collective"].isna().all()
