@@ -31,3 +31,59 @@ def test_dask_matches_in_process():
             distributed.Client(cluster) as client:
         remote = attribute(DLRM, keep_paths=False, backend=DaskCluster(client, "test cluster"))
     pd.testing.assert_frame_equal(remote.collectives, here.collectives)
+
+
+@pytest.mark.parametrize("layout", [
+    pytest.param(({"ranks": 4, "tp": 4, "iterations": 4, "layers": 2, "seed": 3}, False), id="small"),
+    pytest.param(({"ranks": 8, "seed": 5}, True), id="issue15", marks=pytest.mark.slow),
+])
+def test_pool_matches_in_process_on_synth_and_its_injection(tmp_path, layout):
+    """A synthetic set (issue 15's: 8 ranks, seed 5; and a small one) and its 20 ms injection
+    on rank 3: the per-rank tasks on a pool give the in-process tables, and the injected
+    collective keeps the planted delay as its cause (the injection's own truth, not the code's)."""
+    from evtsync.critpath.inject import inject_delay
+    from evtsync.synth import SynthConfig, synthesize
+
+    config, with_base = layout
+    base = synthesize(SynthConfig.build(**config), tmp_path / "S")
+    injected = inject_delay(sorted(str(p) for p in base.traces.values()), tmp_path / "I", rank=3, delay_us=20_000)
+    pool = ProcessPool(2)
+    for files in ((base.traces, injected.files) if with_base else (injected.files,)):
+        paths = sorted(str(p) for p in files.values())
+        here = attribute(paths)
+        pooled = attribute(paths, backend=pool, read_options={"cache": str(tmp_path / "cache")})
+        pd.testing.assert_frame_equal(pooled.collectives, here.collectives)
+        pd.testing.assert_frame_equal(pooled.paths.reset_index(drop=True), here.paths.reset_index(drop=True))
+        pd.testing.assert_frame_equal(pooled.validation, here.validation)
+    first = injected.manifest["first_collective_moved"]
+    row = pooled.collectives.set_index(["pg", "index"]).loc[(first["pg"], first["index"])]
+    assert row["straggler_rank"] == 3
+    assert abs(row["cause_extra_us"] - 20_000) <= 0.05 * 20_000
+
+
+def _parents_by_hand(lane, start, end):
+    """Enclosing event of each properly nested event (sorted by lane, start, -end): the
+    latest earlier event of its lane that is still open at its start and ends at or after its end."""
+    out = []
+    for i in range(len(start)):
+        enclosing = [j for j in range(i) if lane[j] == lane[i] and end[j] > start[i] and end[j] >= end[i]]
+        out.append(enclosing[-1] if enclosing else -1)
+    return out
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 5, 1 << 18])
+def test_nesting_sweep_in_chunks_finds_the_enclosing_events(chunk):
+    """The nesting sweep reads its events a chunk at a time (bounded memory); whatever the
+    chunk, each event's parent is the one a plain reading of the intervals gives."""
+    import numpy as np
+
+    from evtsync.critpath.dag import _nesting_parents
+
+    # two threads: a step holding ops holding launches, zero-gap siblings, an empty event
+    rows = [(0, 0, 100), (0, 0, 40), (0, 5, 10), (0, 10, 30), (0, 40, 60), (0, 40, 40), (0, 60, 100),
+            (0, 70, 80), (0, 120, 130), (1, 3, 50), (1, 3, 20), (1, 20, 50), (1, 25, 26), (1, 60, 61)]
+    lane, start, end = (np.array(c, dtype=np.int64) for c in zip(*rows, strict=True))
+    parent, partial = _nesting_parents(lane, start, end, chunk=chunk)
+    assert partial == 0
+    assert parent.tolist() == _parents_by_hand(lane.tolist(), start.tolist(), end.tolist())
+    assert parent.tolist()[:4] == [-1, 0, 1, 1]  # the hand count for the first thread's first events

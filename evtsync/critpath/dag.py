@@ -152,15 +152,16 @@ class RankDAG:
         return np.flatnonzero((self.source == source) & (self.row == row))
 
 
-def _cpu_events(cpu_ops: pd.DataFrame, runtime: pd.DataFrame, vocab: Vocabulary) -> pd.DataFrame:
-    """The CPU events of one rank as one frame: thread, times, kind, name id, source row."""
+def _cpu_events(cpu_ops: pd.DataFrame, runtime: pd.DataFrame, vocab: Vocabulary) -> dict[str, np.ndarray]:
+    """The CPU events of one rank as columns: thread, times, kind, name id, source row, sort priority
+    (plain arrays: a DataFrame would copy them into one block)."""
     ops = cpu_ops[cpu_ops["cat"].astype(str) != "gpu_user_annotation"]
     op_cat = ops["cat"].astype(str).to_numpy()
     op_kind = np.where(np.isin(op_cat, list(PYTHON_CATEGORIES)), KIND_PYTHON, KIND_CPU_OP)
     rt_names = runtime["name"].astype(str).to_numpy()
     rt_kind = np.where(np.isin(rt_names, list(LAUNCH_CALL_NAMES)), KIND_LAUNCH,
                        np.where(np.isin(rt_names, list(BLOCKING_SYNC_NAMES)), KIND_SYNC, KIND_RUNTIME))
-    frame = pd.DataFrame({
+    frame = {
         "pid": np.concatenate([ops["pid"].to_numpy(), runtime["pid"].to_numpy()]),
         "tid": np.concatenate([ops["tid"].to_numpy(), runtime["tid"].to_numpy()]),
         "start": np.concatenate([ops["ts_ns"].to_numpy(), runtime["ts_ns"].to_numpy()]),
@@ -169,96 +170,129 @@ def _cpu_events(cpu_ops: pd.DataFrame, runtime: pd.DataFrame, vocab: Vocabulary)
         "name_id": np.concatenate([vocab.ids(ops["name"]), vocab.ids(runtime["name"])]),
         "source": np.concatenate([np.full(len(ops), SRC_CPU_OPS), np.full(len(runtime), SRC_RUNTIME)]),
         "row": np.concatenate([ops.index.to_numpy(), runtime.index.to_numpy()]),
-    })
+    }
     # runtime calls sort after cpu ops with identical times, so they nest inside them
     frame["prio"] = (frame["source"] == SRC_RUNTIME).astype(np.int8)
     return frame
 
 
-def _nesting_parents(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, int]:
+def _nesting_parents(lane: np.ndarray, start: np.ndarray, end: np.ndarray,
+                     chunk: int = 1 << 18) -> tuple[np.ndarray, int]:
     """Parent (enclosing event) of each event, events sorted by (lane, start, -end).
 
     A stack sweep: events that closed before the current one starts are popped, and so
     are events that only partly overlap it (they cannot enclose it). Returns the parent
-    index per event (-1 = top level) and the number of partial overlaps seen.
+    index per event (-1 = top level) and the number of partial overlaps seen. The sweep
+    reads ``chunk`` events at a time as Python lists (the stack carries over), so its
+    Python objects stay bounded whatever the trace's size.
     """
     n = len(start)
-    parent = [-1] * n
+    parent = np.full(n, -1, dtype=np.int64)
     stack: list[int] = []
-    lane_l, start_l, end_l = lane.tolist(), start.tolist(), end.tolist()
+    stack_end: list[int] = []
     current_lane = None
     partial = 0
-    for i in range(n):
-        if lane_l[i] != current_lane:
-            stack.clear()
-            current_lane = lane_l[i]
-        s, e = start_l[i], end_l[i]
-        while stack and end_l[stack[-1]] <= s:
-            stack.pop()
-        while stack and end_l[stack[-1]] < e:
-            stack.pop()
-            partial += 1
-        if stack:
-            parent[i] = stack[-1]
-        stack.append(i)
-    return np.asarray(parent, dtype=np.int64), partial
+    for lo in range(0, n, chunk):
+        hi = min(lo + chunk, n)
+        lane_l, start_l, end_l = lane[lo:hi].tolist(), start[lo:hi].tolist(), end[lo:hi].tolist()
+        out = [-1] * (hi - lo)
+        for k in range(hi - lo):
+            if lane_l[k] != current_lane:
+                stack.clear()
+                stack_end.clear()
+                current_lane = lane_l[k]
+            s, e = start_l[k], end_l[k]
+            while stack_end and stack_end[-1] <= s:
+                stack.pop()
+                stack_end.pop()
+            while stack_end and stack_end[-1] < e:
+                stack.pop()
+                stack_end.pop()
+                partial += 1
+            if stack:
+                out[k] = stack[-1]
+            stack.append(lo + k)
+            stack_end.append(e)
+        parent[lo:hi] = out
+    return parent, partial
 
 
-def _cpu_slices(events: pd.DataFrame, gap_id: int) -> tuple[pd.DataFrame, int]:
-    """Exclusive time slices of the CPU events of one rank (all threads)."""
+def _cpu_slices(events: dict[str, np.ndarray], gap_id: int) -> tuple[dict[str, np.ndarray], list[tuple[str, int, int]], int]:
+    """Exclusive time slices of the CPU events of one rank (all threads), in (lane, start, end)
+    order; the lanes (threads) in lane order; the number of partial overlaps."""
     lane_key = pd.MultiIndex.from_arrays([events["pid"], events["tid"]])
     lane = pd.factorize(lane_key)[0].astype(np.int64)
-    order = np.lexsort((events["prio"].to_numpy(), -events["end"].to_numpy(),
-                        events["start"].to_numpy(), lane))
-    ev = events.iloc[order].reset_index(drop=True)
+    order = np.lexsort((events["prio"], -events["end"], events["start"], lane))
+    # columns are taken in sweep order one at a time (``ev(c)``), never as a copy of the frame
+
+    def ev(column: str) -> np.ndarray:
+        return events[column][order]
+
     lane = lane[order]
-    start, end = ev["start"].to_numpy(), ev["end"].to_numpy()
+    start, end = ev("start"), ev("end")
     parent, partial = _nesting_parents(lane, start, end)
-    n = len(ev)
-    idx = np.arange(n)
+    n = len(order)
+    # (the temporaries below are deleted as soon as they are used: a rank's CPU events are
+    # millions, and each array of them is tens of MB)
     # siblings: events grouped by (lane, parent) in start order; the gap before each event
     # runs from the previous sibling's end (or the parent's start) to the event's start
     sib_order = np.lexsort((start, parent, lane))
     s_lane, s_parent = lane[sib_order], parent[sib_order]
+    del parent
     first = np.ones(n, dtype=bool)
     first[1:] = (s_lane[1:] != s_lane[:-1]) | (s_parent[1:] != s_parent[:-1])
     group = np.cumsum(first) - 1
     s_end = end[sib_order]
     # running max of sibling ends within a group (partial overlaps make ends unsorted)
     run_max = pd.Series(s_end).groupby(group).cummax().to_numpy()
+    del group
     prev_end = np.empty(n, dtype=np.int64)
     prev_end[1:] = run_max[:-1]
+    del run_max
     par_start = np.where(s_parent >= 0, start[np.maximum(s_parent, 0)], np.iinfo(np.int64).min)
     before_lo = np.where(first, par_start, np.maximum(prev_end, par_start))
+    del prev_end
     before_hi = start[sib_order]
-    before_owner = s_parent
+    del sib_order
     keep_before = (before_hi > before_lo) & ~(first & (s_parent < 0))
+    del first, par_start
     # tail of each event: from its last child's end (or its start) to its end
     last_child_end = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
     has_parent = s_parent >= 0
     np.maximum.at(last_child_end, s_parent[has_parent], s_end[has_parent])
+    del has_parent, s_end
     has_children = last_child_end > np.iinfo(np.int64).min
     tail_lo = np.where(has_children, np.maximum(last_child_end, start), start)
+    del last_child_end
     tail_hi = end
     keep_tail = (tail_hi > tail_lo) | ~has_children
-    owner = np.concatenate([before_owner[keep_before], idx[keep_tail]])
+    del has_children
+    owner = np.concatenate([s_parent[keep_before], np.flatnonzero(keep_tail)])
+    del s_parent
     lo = np.concatenate([before_lo[keep_before], tail_lo[keep_tail]])
     hi = np.concatenate([before_hi[keep_before], np.maximum(tail_hi, tail_lo)[keep_tail]])
+    del before_lo, before_hi, tail_lo, tail_hi
     sl_lane = np.concatenate([s_lane[keep_before], lane[keep_tail]])
+    del s_lane, keep_before, keep_tail, start, end
+    # slices in (lane, start, end) order (np.lexsort is stable, as a stable sort_values)
+    by_lane = np.lexsort((hi, lo, sl_lane))
+    owner = owner[by_lane]
     is_gap = owner < 0
-    safe = np.maximum(owner, 0)
-    slices = pd.DataFrame({
-        "lane": sl_lane, "start": lo, "end": hi,
-        "kind": np.where(is_gap, KIND_GAP, ev["kind"].to_numpy()[safe]).astype(np.int8),
-        "name_id": np.where(is_gap, gap_id, ev["name_id"].to_numpy()[safe]),
-        "source": np.where(is_gap, SRC_NONE, ev["source"].to_numpy()[safe]),
-        "row": np.where(is_gap, -1, ev["row"].to_numpy()[safe]),
-    })
-    slices = slices.sort_values(["lane", "start", "end"], kind="stable").reset_index(drop=True)
-    lanes = pd.DataFrame({"pid": ev["pid"].to_numpy(), "tid": ev["tid"].to_numpy(), "lane": lane}
+    source_row = order[np.maximum(owner, 0)]
+    del owner
+
+    def owned(column: str, gap_value: int) -> np.ndarray:
+        return np.where(is_gap, gap_value, events[column][source_row])
+
+    slices = {
+        "lane": sl_lane[by_lane], "start": lo[by_lane], "end": hi[by_lane],
+        "kind": owned("kind", KIND_GAP).astype(np.int8), "name_id": owned("name_id", gap_id),
+        "source": owned("source", SRC_NONE), "row": owned("row", -1),
+    }
+    del sl_lane, lo, hi, by_lane
+    lanes = pd.DataFrame({"pid": ev("pid"), "tid": ev("tid"), "lane": lane}
                          ).drop_duplicates("lane").sort_values("lane")
-    slices.attrs["lanes"] = [("thread", int(p), int(t)) for p, t in zip(lanes["pid"], lanes["tid"], strict=True)]
-    return slices, partial
+    return slices, [("thread", int(p), int(t)) for p, t in zip(lanes["pid"], lanes["tid"], strict=True)], partial
 
 
 def build_rank_dag(kernels: pd.DataFrame, cpu_ops: pd.DataFrame, runtime: pd.DataFrame,
@@ -271,24 +305,30 @@ def build_rank_dag(kernels: pd.DataFrame, cpu_ops: pd.DataFrame, runtime: pd.Dat
     gpu_lane_key = pd.MultiIndex.from_arrays([kernels["device"], kernels["stream"]])
     gpu_lane_codes, gpu_lane_uniques = pd.factorize(gpu_lane_key, sort=True)
     g_order = np.lexsort((kernels["end_ns"].to_numpy(), kernels["ts_ns"].to_numpy(), gpu_lane_codes))
-    g = kernels.iloc[g_order]
+    # only the columns the DAG reads: a copy of the whole table would double its memory
+    g = kernels[["ts_ns", "end_ns", "name", "correlation"]].iloc[g_order]
     g_lane = gpu_lane_codes[g_order].astype(np.int64)
     n_gpu = len(g)
     # ---- CPU slices
     events = _cpu_events(cpu_ops, runtime, vocab)
-    slices, partial = _cpu_slices(events, gap_id) if len(events) else (pd.DataFrame(
-        {"lane": [], "start": [], "end": [], "kind": [], "name_id": [], "source": [], "row": []}), 0)
+    if len(events["start"]):
+        slices, cpu_lanes, partial = _cpu_slices(events, gap_id)
+    else:
+        slices = {c: np.zeros(0, np.int64) for c in ("lane", "start", "end", "kind", "name_id", "source", "row")}
+        cpu_lanes, partial = [], 0
+    del events
     if partial:
         log.info("rank %d: %d CPU events overlap a neighbour without nesting in it", rank, partial)
     n_lanes_gpu = len(gpu_lane_uniques)
-    start = np.concatenate([g["ts_ns"].to_numpy(), slices["start"].to_numpy()]).astype(np.int64)
-    end = np.concatenate([g["end_ns"].to_numpy(), slices["end"].to_numpy()]).astype(np.int64)
-    kind = np.concatenate([np.full(n_gpu, KIND_GPU, np.int8), slices["kind"].to_numpy().astype(np.int8)])
+    start = np.concatenate([g["ts_ns"].to_numpy(), slices["start"]]).astype(np.int64)
+    end = np.concatenate([g["end_ns"].to_numpy(), slices["end"]]).astype(np.int64)
+    kind = np.concatenate([np.full(n_gpu, KIND_GPU, np.int8), slices["kind"].astype(np.int8)])
     name_id = np.concatenate([vocab.ids(g["name"]) if n_gpu else np.zeros(0, np.int64),
-                              slices["name_id"].to_numpy().astype(np.int64)])
-    lane = np.concatenate([g_lane, slices["lane"].to_numpy().astype(np.int64) + n_lanes_gpu])
-    source = np.concatenate([np.full(n_gpu, SRC_KERNELS), slices["source"].to_numpy()]).astype(np.int8)
-    row = np.concatenate([g.index.to_numpy(), slices["row"].to_numpy()]).astype(np.int64)
+                              slices["name_id"].astype(np.int64)])
+    lane = np.concatenate([g_lane, slices["lane"].astype(np.int64) + n_lanes_gpu])
+    source = np.concatenate([np.full(n_gpu, SRC_KERNELS), slices["source"]]).astype(np.int8)
+    row = np.concatenate([g.index.to_numpy(), slices["row"]]).astype(np.int64)
+    del slices  # its columns are in the node arrays now
     n = len(start)
     src_parts, dst_parts, ready_parts, kind_parts = [], [], [], []
 
@@ -386,6 +426,8 @@ def build_rank_dag(kernels: pd.DataFrame, cpu_ops: pd.DataFrame, runtime: pd.Dat
     dst_all = np.concatenate(dst_parts) if dst_parts else np.zeros(0, np.int64)
     ready_all = np.concatenate(ready_parts) if ready_parts else np.zeros(0, np.int64)
     ekind_all = np.concatenate(kind_parts) if kind_parts else np.zeros(0, np.int8)
+    for parts in (src_parts, dst_parts, ready_parts, kind_parts):
+        parts.clear()
     self_loop = src_all == dst_all
     if self_loop.any():
         src_all, dst_all = src_all[~self_loop], dst_all[~self_loop]
@@ -393,6 +435,7 @@ def build_rank_dag(kernels: pd.DataFrame, cpu_ops: pd.DataFrame, runtime: pd.Dat
     # ---- CSR by destination, parents ordered by (score, edge priority): last = critical
     score = ready_all + np.where(ekind_all == EDGE_STREAM, same_stream_tolerance_ns, 0)
     order = np.lexsort((ekind_all, score, dst_all))
+    del score
     src_all, dst_all, ready_all, ekind_all = src_all[order], dst_all[order], ready_all[order], ekind_all[order]
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(dst_all, minlength=n), out=ptr[1:])
@@ -407,7 +450,7 @@ def build_rank_dag(kernels: pd.DataFrame, cpu_ops: pd.DataFrame, runtime: pd.Dat
     gpu_ready = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
     on_gpu = ekind_all == EDGE_STREAM
     np.maximum.at(gpu_ready, dst_all[on_gpu], ready_all[on_gpu])
-    lanes = [("stream", int(d), int(s)) for d, s in gpu_lane_uniques] + slices.attrs.get("lanes", [])
+    lanes = [("stream", int(d), int(s)) for d, s in gpu_lane_uniques] + cpu_lanes
     stats = {"nodes": n, "gpu_nodes": n_gpu, "cpu_slices": n - n_gpu, "edges": len(src_all),
              "launch_edges": n_launch, "sync_edges": n_sync,
              "cross_stream_edges": int((ekind_all == EDGE_CROSS).sum()), "partial_overlaps": partial}

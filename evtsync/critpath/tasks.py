@@ -129,19 +129,60 @@ class FastestSide:
     frame: pd.DataFrame | None = None
 
 
-def _rank_setup(work: RankWork) -> tuple[RankDAG, KeyIndex, Walker, Vocabulary, dict[CollectiveKey, tuple[int, int, int]]]:
-    """Load (when needed) and build one rank's DAG, and find its collective instances' nodes."""
-    if work.tables is not None:
-        kernels, cpu_ops, runtime, syncs = work.tables
-    else:
-        from evtsync.trace.traceset import load_traces
+#: Columns of each trace table that the DAG and the instance lookup read; a task drops the
+#: rest as soon as its rank is read (the tables are freed once the DAG is built).
+DAG_COLUMNS = (
+    ("device", "stream", "ts_ns", "end_ns", "name", "correlation", "is_nccl"),
+    ("cat", "name", "pid", "tid", "ts_ns", "end_ns"),
+    ("name", "pid", "tid", "ts_ns", "end_ns", "correlation", "stream"),
+    ("correlation", "sync_kind", "wait_on_stream", "wait_on_event_corr", "stream"),
+)
 
-        traces = load_traces([work.path], jobs=1, **work.read_options)
-        kernels, cpu_ops, runtime, syncs = traces.kernels, traces.cpu_ops, traces.runtime, traces.syncs
+
+def _dag_columns(tables: tuple[pd.DataFrame, ...]) -> tuple[pd.DataFrame, ...]:
+    """Each table reduced to the columns the DAG reads (those it has; rows and index kept)."""
+    return tuple(df[[c for c in cols if c in df.columns]] for df, cols in zip(tables, DAG_COLUMNS, strict=True))
+
+
+def _read_rank_tables(work: RankWork) -> tuple[pd.DataFrame, ...]:
+    """The rank's kernels, cpu_ops, runtime and syncs tables, reduced to what the DAG reads."""
+    if work.tables is not None:
+        return _dag_columns(work.tables)
+    from evtsync.trace.traceset import load_traces
+
+    traces = load_traces([work.path], jobs=1, **work.read_options)
+    return _dag_columns((traces.kernels, traces.cpu_ops, traces.runtime, traces.syncs))
+
+
+def release_freed_memory() -> None:
+    """Hand memory freed by the allocator back to the OS (glibc's ``malloc_trim``), so a
+    worker's resident size follows what it holds; a no-op elsewhere."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if not name:
+        return
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        return
+
+
+def _rank_setup(work: RankWork) -> tuple[RankDAG, KeyIndex, Walker, Vocabulary, dict[CollectiveKey, tuple[int, int, int]]]:
+    """Load (when needed) and build one rank's DAG, and find its collective instances' nodes.
+
+    Only the DAG is kept: the rank's tables are dropped once it is built and the
+    instances' nodes are found, so a task's memory at its walks is the DAG's.
+    """
+    kernels, cpu_ops, runtime, syncs = _read_rank_tables(work)
     vocab = Vocabulary()
     dag = build_rank_dag(kernels, cpu_ops, runtime, syncs, rank=work.rank, vocab=vocab,
                          same_stream_tolerance_ns=work.same_stream_tolerance_ns)
+    del cpu_ops, runtime, syncs
     nodes = rank_instance_nodes(kernels, work.instances, dag)
+    del kernels
+    release_freed_memory()
     by_key = {(p, int(i)): (int(n), int(s), int(e)) for p, i, n, s, e in
               zip(work.instances["pg"], work.instances["index"], nodes, work.instances["ts_ns"],
                   work.instances["end_ns"], strict=True)}
