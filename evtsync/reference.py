@@ -21,6 +21,13 @@ DGX_H200_ALPHA_US = 5.0
 #: lines of B* figures ("today's NVLink").
 NVLINK_GBPS = {"A100": 300.0, "H100": 450.0, "H200": 450.0, "B200": 900.0}
 
+def nvlink_reference_lines(min_gbps: float = 450.0) -> dict[str, float]:
+    """Table 1's NVLink generations from ``min_gbps`` up, as label -> GB/s per GPU: the default
+    reference lines of the B* figures (450 GB/s H100/H200, 900 GB/s B200)."""
+    return {f"{v:g} GB/s NVLink ({'/'.join(g for g, b in NVLINK_GBPS.items() if b == v)})": v
+            for v in sorted(set(NVLINK_GBPS.values())) if v >= min_gbps}
+
+
 #: Named "what-if" hardware for ``predict``/``bandwidth --preset`` (every field overridable by a
 #: flag). ``n``: GPUs per scale-up domain and ``nvlink_gbps``: NVLink GB/s per GPU, both from
 #: the paper's Table 1 (seeds: A100/H100/H200 8 GPUs, B200 72 GPUs at 900 GB/s); ``tflops``:
