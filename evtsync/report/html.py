@@ -945,12 +945,15 @@ def _whatif_section(ctx: _Ctx) -> list[Section]:
             rows.append({"preset": preset, "GPU": spec["gpu"], "n": n, "FLOPS factor": round(factor, 3),
                          "prediction": getattr(r, "prediction_kind", "cell"),
                          f"tau(n) µs [{PCT} CrI]": fmt_ci(r.tau_mean_us, r.tau_lo_us, r.tau_hi_us),
-                         "NVLink GB/s": spec["nvlink_gbps"], "source": spec["source"]})
+                         "NVLink GB/s": spec["nvlink_gbps"], "TFLOPS": spec["tflops"],
+                         "TFLOPS from": spec.get("tflops_source", ""), "source": spec["source"]})
     items: list[Any] = [Table(pd.DataFrame(rows), (
         f"tau(n) of bf16 domains that have no traces, from {name}: a GPU absent from the fit is drawn from the "
         f"hierarchy's population (a new GPU deviation and cell term per posterior draw: 'population', wider "
         f"intervals); b = {b_source}, {fmt(b_ref)} µs, divided by the preset's FLOPS over the H200's "
-        f"{REFERENCE_TFLOPS:g} TFLOPS (SPEC §8). Presets: evtsync.reference.PRESETS; any other with "
+        f"{REFERENCE_TFLOPS:g} TFLOPS (SPEC §8). n and NVLink GB/s are the paper's Table 1; its Table 1 lists no "
+        f"TFLOPS: 'TFLOPS from' says whether a value is the paper's (H200) or an NVIDIA datasheet's (named in "
+        f"'source'). Presets: evtsync.reference.PRESETS; any other with "
         f"`evtsync predict FIT --gpu G --precision P --n N --flops-factor F`."))]
     if not fit.converged:
         items.insert(0, f"WARNING: {name} did not converge; these predictions inherit it.")
