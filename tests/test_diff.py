@@ -228,6 +228,7 @@ def test_cli_run_folders_with_fits_give_delta_bstar(runs, tmp_path):
     assert full["d_median_gbps"] == pytest.approx(hand, rel=2e-3)
     assert "alpha 5 µs from A's run" in doc["bstar_inputs"] and "S from A's run" in doc["bstar_inputs"]
     assert any("block_scale" in n for n in doc["fit_notes"])
+    assert any("alpha (µs) 5 in A, 99 in B" in n for n in doc["fit_notes"])  # B's own alpha is said, not hidden
     page = html.read_text()
     assert "Fit level: ΔB*" in page and "Fit level: Δξ and Δτ(n)" in page and page.count("data:image/png") == 2
     # flags win over the run's inputs, as in `evtsync bandwidth`

@@ -171,11 +171,11 @@ def _fit_level(args: argparse.Namespace):  # noqa: ANN202 - (fit table, ΔB* tab
         raise InputError("diff: give both --fit-a and --fit-b (or neither)")
     notes: list[str] = []
     run_a = fit_of_run(args.a) if (Path(args.a) / "manifest.json").is_file() else None
+    run_b = fit_of_run(args.b) if (Path(args.b) / "manifest.json").is_file() else None
     if args.fit_a:
         fit_a, fit_b = BayesFit.load(args.fit_a), BayesFit.load(args.fit_b)
     else:
-        runs = {side: fit_of_run(path) if (Path(path) / "manifest.json").is_file() else None
-                for side, path in (("A", args.a), ("B", args.b))}
+        runs = {"A": run_a, "B": run_b}
         if not all(runs.values()):
             missing = [side for side, r in runs.items() if r is None]
             if any((Path(path) / "manifest.json").is_file() for path in (args.a, args.b)):
@@ -200,6 +200,13 @@ def _fit_level(args: argparse.Namespace):  # noqa: ANN202 - (fit table, ΔB* tab
     inputs, why = _bandwidth_inputs(args, run_a, m, fit_a, fit_b)
     if inputs is None:
         return fit_table, None, notes, why
+    if run_a is not None and run_b is not None:
+        for what, va, vb in (("alpha (µs)", run_a.alpha_us, run_b.alpha_us), ("S (bytes)", run_a.size_bytes,
+                                                                              run_b.size_bytes),
+                             ("eps", run_a.eps, run_b.eps)):
+            if va is not None and vb is not None and float(va) != float(vb):
+                notes.append(f"the runs' B* inputs differ: {what} {va:g} in A, {vb:g} in B; ΔB* uses one value for "
+                             "both sides (A's unless a flag is given), so it shows the change in the tax alone")
     bstar = diff_bstar(fit_a, fit_b, inputs, n=args.n, block_sd_us=block_sd, level=args.level, seed=args.seed)
     return fit_table, bstar, notes, None
 
