@@ -294,14 +294,17 @@ FIT_DIFF_COLUMNS = [
 
 
 def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: float | Mapping[str, float] = 1.0,
-              m: int = 4, level: float | None = None, seed: int = 0) -> pd.DataFrame:
+              m: int = 4, level: float | None = None, seed: int = 0,
+              block_sd_b_us: float | Mapping[str, float] | None = None) -> pd.DataFrame:
     """Per GPU × precision cell of both fits: the posterior of Δξ = ξ_B − ξ_A and of Δτ(n).
 
     The two fits are independent posteriors (different data), so a draw of the difference is
     a draw of B minus a draw of A paired at random (both resampled to the larger count, with
     ``seed``); Δτ(n) uses the same block sd ``b`` on both sides, so it isolates the change in
     the tail of the z-scores (SPEC §7), not a change in the block's spread (``block_sd_us``: one
-    value, or one per cell name, e.g. A's measured b from :func:`fit_of_run`). Verdict per row
+    value, or one per cell name, e.g. A's measured b from :func:`fit_of_run`); ``block_sd_b_us``
+    gives B its own b instead (each run's measured b: Δτ is then the change of the whole tax, b
+    and tail together). Verdict per row
     ("lower" / "higher" / "no difference" by the ``level`` interval of the difference), or
     "no verdict" when either fit is not converged or the cell is in one fit only.
     """
@@ -315,7 +318,7 @@ def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: flo
     fa, fb = as_fit(fit_a), as_fit(fit_b)
     ns = [int(v) for v in n]
     cells_a, cells_b, draws_a, draws_b = _paired_draws(fa, fb, seed)
-    unconverged = [f"{f.name} not converged" for f in (fa, fb) if not f.converged]
+    unconverged = _unconverged(fa, fb)
     rows = []
     for cell in sorted(set(cells_a) | set(cells_b)):
         parts = cell.split("|")
@@ -328,13 +331,13 @@ def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: flo
         pa = [d[:, cells_a[cell]] for d in draws_a]
         pb = [d[:, cells_b[cell]] for d in draws_b]
         quantities = [("xi", None, pa[2], pb[2])]
-        b_cell = _block_sd_of(block_sd_us, cell)
-        if b_cell is None:
-            rows += [{**base, "quantity": "tau_us", "n": nn, "verdict": "no verdict",
-                      "reason": f"no block sd b for cell {cell}"} for nn in ns]
+        b_a, b_b, missing_b = _block_sds(block_sd_us, block_sd_b_us, cell)
+        if missing_b:
+            rows += [{**base, "quantity": "tau_us", "n": nn, "verdict": "no verdict", "reason": missing_b}
+                     for nn in ns]
         else:
-            tau_a = predicted_tax_curve_us(b_cell, *pa, ns, m)
-            tau_b = predicted_tax_curve_us(b_cell, *pb, ns, m)
+            tau_a = predicted_tax_curve_us(b_a, *pa, ns, m)
+            tau_b = predicted_tax_curve_us(b_b, *pb, ns, m)
             quantities += [("tau_us", nn, tau_a[:, j], tau_b[:, j]) for j, nn in enumerate(ns)]
         for name, nn, va, vb in quantities:
             with np.errstate(invalid="ignore"):
@@ -345,10 +348,25 @@ def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: flo
                          "d_median": float(s["median"]), "d_hi": float(s["hi"]), "prob_lower": float(np.mean(d < 0)),
                          "verdict": verdict, "reason": reason})
     table = pd.DataFrame(rows, columns=FIT_DIFF_COLUMNS)
-    table.attrs.update({"a": fa.name, "b": fb.name, "level": level,
-                        "block_sd_us": block_sd_us if not isinstance(block_sd_us, Mapping) else dict(block_sd_us),
+    table.attrs.update({"a": fa.name, "b": fb.name, "level": level, "block_sd_us": _plain(block_sd_us),
+                        "block_sd_b_us": _plain(block_sd_us if block_sd_b_us is None else block_sd_b_us),
                         "pairing": "independent posteriors: draws paired at random"})
     return table
+
+
+def _plain(block_sd_us: float | Mapping[str, float]) -> float | dict[str, float]:
+    return dict(block_sd_us) if isinstance(block_sd_us, Mapping) else float(block_sd_us)
+
+
+def _block_sds(block_sd_us: float | Mapping[str, float], block_sd_b_us: float | Mapping[str, float] | None,
+               cell: str) -> tuple[float | None, float | None, str]:
+    """b of A and of B for a cell (B's is A's unless given) and, when one is missing, the reason."""
+    b_a = _block_sd_of(block_sd_us, cell)
+    b_b = b_a if block_sd_b_us is None else _block_sd_of(block_sd_b_us, cell)
+    if b_a is None or b_b is None:
+        side = "A" if b_a is None else "B"
+        return b_a, b_b, f"no block sd b for cell {cell}" + ("" if block_sd_b_us is None else f" in {side}")
+    return b_a, b_b, ""
 
 
 def _block_sd_of(block_sd_us: float | Mapping[str, float], cell: str) -> float | None:
@@ -357,6 +375,11 @@ def _block_sd_of(block_sd_us: float | Mapping[str, float], cell: str) -> float |
         value = block_sd_us.get(cell)
         return None if value is None or not np.isfinite(float(value)) else float(value)
     return float(block_sd_us)
+
+
+def _unconverged(fa: Any, fb: Any) -> list[str]:
+    """"A's fit NAME not converged" for each side whose fit is flagged (the reason for no verdict)."""
+    return [f"{side}'s fit {f.name} not converged" for side, f in (("A", fa), ("B", fb)) if not f.converged]
 
 
 def _verdict(d: np.ndarray, level: float, refuse: list[str]) -> tuple[str, str, dict[str, float]]:
@@ -375,7 +398,7 @@ def _verdict(d: np.ndarray, level: float, refuse: list[str]) -> tuple[str, str, 
 
 BSTAR_DIFF_COLUMNS = [
     "cell", "gpu", "precision", "topology", "n", "eps", "p", "q", "alpha_us", "alpha_source", "bytes",
-    "block_sd_us", "m", "a_median_gbps", "b_median_gbps", "d_mean_gbps", "d_lo_gbps", "d_median_gbps",
+    "block_sd_us", "block_sd_b_us", "m", "a_median_gbps", "b_median_gbps", "d_mean_gbps", "d_lo_gbps", "d_median_gbps",
     "d_hi_gbps", "d_rel_lo", "d_rel_median", "d_rel_hi", "prob_lower", "level", "model_a", "model_b", "verdict",
     "reason",
 ]
@@ -418,13 +441,14 @@ def _paired_draws(fa: Any, fb: Any, seed: int) -> tuple[dict[str, int], dict[str
 
 def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 64, 512),
                block_sd_us: float | Mapping[str, float] = 1.0, level: float | None = None,
-               seed: int = 0) -> pd.DataFrame:
+               seed: int = 0, block_sd_b_us: float | Mapping[str, float] | None = None) -> pd.DataFrame:
     """Per GPU × precision cell of both fits, topology, n and eps: the posterior of
     ΔB* = B*_B − B*_A (GB/s, SPEC §8) with its ``level`` interval and a verdict.
 
     B* is computed draw by draw by :func:`evtsync.evt.predict.bstar_draws_gbps` (the one home of
     the B* computation) from each side's tau(n) = b·E_(n/m) (:func:`diff_fits`' pairing: draws of
-    the two independent posteriors paired at random; the same b on both sides). ``inputs`` —
+    the two independent posteriors paired at random; the same b on both sides unless
+    ``block_sd_b_us`` gives B its own, as in :func:`diff_fits`). ``inputs`` —
     topology (p, q), alpha, S, eps, m — are the same for both sides, and so are alpha's draws when
     it has them (one alpha draw per pair), so ΔB* isolates the change in the tax. Verdict as in
     :func:`diff_fits`: "lower" / "higher" / "no difference" by the interval of B − A; "no
@@ -452,7 +476,7 @@ def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 
     domain_multiple(ns, inputs.m)
     fa, fb = as_fit(fit_a), as_fit(fit_b)
     cells_a, cells_b, draws_a, draws_b = _paired_draws(fa, fb, seed)
-    unconverged = [f"{f.name} not converged" for f in (fa, fb) if not f.converged]
+    unconverged = _unconverged(fa, fb)
     common = {"bytes": float(inputs.size_bytes), "m": inputs.m, "level": level, "model_a": fa.name, "model_b": fb.name,
               "alpha_source": "draws" if inputs.alpha_draws_us else "point"}
     rows: list[dict[str, Any]] = []
@@ -460,16 +484,16 @@ def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 
         parts = cell.split("|")
         base = {"cell": cell, "gpu": parts[0] if len(parts) == 2 else "",
                 "precision": parts[1] if len(parts) == 2 else "", **common}
-        b_cell = _block_sd_of(block_sd_us, cell)
-        if cell not in cells_a or cell not in cells_b or b_cell is None:
+        b_a, b_b, missing_b = _block_sds(block_sd_us, block_sd_b_us, cell)
+        if cell not in cells_a or cell not in cells_b or missing_b:
             reason = (f"cell only in {'B' if cell not in cells_a else 'A'}" if cell not in cells_a or cell not in cells_b
-                      else f"no block sd b for cell {cell}")
+                      else missing_b)
             rows.append({**base, "verdict": "no verdict", "reason": reason})
             continue
         pa = [d[:, cells_a[cell]] for d in draws_a]
         pb = [d[:, cells_b[cell]] for d in draws_b]
-        tau = np.stack([predicted_tax_curve_us(b_cell, *pa, ns, inputs.m),
-                        predicted_tax_curve_us(b_cell, *pb, ns, inputs.m)], axis=1)  # (sample, side, n)
+        tau = np.stack([predicted_tax_curve_us(b_a, *pa, ns, inputs.m),
+                        predicted_tax_curve_us(b_b, *pb, ns, inputs.m)], axis=1)  # (sample, side, n)
         for k, topo in enumerate(inputs.topologies):
             for eps in inputs.eps:
                 out = bstar_draws_gbps(tau, topo, ns, inputs.alpha_us, inputs.size_bytes, eps,
@@ -482,7 +506,8 @@ def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 
                     verdict, reason, s = _verdict(d, level, unconverged)
                     rs = summarise(rel, level)
                     rows.append({**base, "topology": out["topology"], "n": nn, "eps": eps, "p": float(out["p"][j]),
-                                 "q": float(out["q"][j]), "alpha_us": out["alpha_us"], "block_sd_us": b_cell,
+                                 "q": float(out["q"][j]), "alpha_us": out["alpha_us"], "block_sd_us": b_a,
+                                 "block_sd_b_us": b_b,
                                  "a_median_gbps": float(np.median(va)), "b_median_gbps": float(np.median(vb)),
                                  "d_mean_gbps": float(s["mean"]), "d_lo_gbps": float(s["lo"]),
                                  "d_median_gbps": float(s["median"]), "d_hi_gbps": float(s["hi"]),

@@ -238,6 +238,18 @@ def test_cli_run_folders_with_fits_give_delta_bstar(runs, tmp_path):
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads(proc.stdout)["bstar"]
     assert (row["alpha_us"], row["bytes"], row["block_sd_us"]) == (2.0, 2**30, 10.0)
+    # --own-b: each run's measured b (A 20 µs, B 40 µs), so ΔB* is the change of the whole tax
+    cmd = [sys.executable, "-m", "evtsync", "-q", "diff", str(ra), str(rb), "--n", "64", "--topology", "full", "--own-b"]
+    proc = subprocess.run([*cmd, "--json"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)["bstar"]
+    hand = (_hand_bstar_gbps(1.6, 0.45, 40.0, 64, 4, 5.0, 2.0, -0.5)
+            - _hand_bstar_gbps(0.8, 0.45, 20.0, 64, 4, 5.0, 2.0, -0.5))
+    assert (row["block_sd_us"], row["block_sd_b_us"]) == (20.0, 40.0)
+    assert row["d_median_gbps"] == pytest.approx(hand, rel=2e-3) and row["verdict"] == "lower"
+    text = subprocess.run(cmd, capture_output=True, text=True)  # the printed table, as a user reads it
+    assert text.returncode == 0 and "A's b per cell H200|bf16 20 µs; B's b per cell H200|bf16 40 µs" in text.stdout
+    assert "ΔB* (GB/s) per cell" in text.stdout and "lower:" in text.stdout
 
 
 def test_cli_delta_bstar_needs_its_inputs_for_trace_sets(runs, tmp_path):

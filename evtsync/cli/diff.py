@@ -46,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     fits.add_argument("--block-sd-us", type=float, default=None,
                       help="block sd b (µs) for Δτ(n) and ΔB*, the same on both sides (needed with --fit-a/--fit-b; "
                            "run folders: default A's measured b per cell)")
+    fits.add_argument("--own-b", action="store_true",
+                      help="run folders: each run's own measured b per cell, so Δτ and ΔB* show the change of the "
+                           "whole tax (block spread and tail); default: A's b on both sides (the tail alone)")
     fits.add_argument("--m", type=int, default=None, help="ranks per sample of the fits (default 4, or A's run's)")
     bw = parser.add_argument_group(
         "ΔB* inputs (as in `evtsync bandwidth`; run folders: default A's run's alpha, S and eps, every topology)")
@@ -126,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
                       f"fastest rank waits {r.fastest_wait_share_a:.0%} → {r.fastest_wait_share_b:.0%}")
     if fit_table is not None:
         print(f"\nfits: {fit_table.attrs['a']} → {fit_table.attrs['b']}; B − A per cell, {level:.0%} interval "
-              f"(posteriors paired at random; tau with b = {args.block_sd_us:g} µs on both sides)")
+              f"(posteriors paired at random; tau with {_b_words(fit_table)})")
         for r in fit_table.itertuples():
             what = "xi" if r.quantity == "xi" else f"tau(n={int(r.n)}) µs"
             if isinstance(r.d_mean, float) and math.isnan(r.d_mean):
@@ -144,6 +147,16 @@ def run(args: argparse.Namespace) -> int:
     for note in table.attrs.get("notes", []):
         print(f"note: {note}")
     return 0
+
+
+def _b_words(table) -> str:  # noqa: ANN001 - the table of evtsync.diff.diff_fits
+    def words(b: object) -> str:
+        if isinstance(b, dict):
+            return "per cell " + ", ".join(f"{c} {v:.4g} µs" for c, v in b.items() if c != "all")
+        return f"{float(b):g} µs"  # type: ignore[arg-type]
+
+    a, b = table.attrs.get("block_sd_us"), table.attrs.get("block_sd_b_us")
+    return f"the same b on both sides: {words(a)}" if a == b else f"A's b {words(a)}; B's b {words(b)}"
 
 
 def _print_bstar(bstar, level: float) -> None:  # noqa: ANN001 - the table of evtsync.diff.diff_bstar
@@ -184,19 +197,34 @@ def _fit_level(args: argparse.Namespace):  # noqa: ANN202 - (fit table, ΔB* tab
             return None, None, notes, None
         fit_a, fit_b = BayesFit.load(runs["A"].path), BayesFit.load(runs["B"].path)
         notes.append(f"fits: A's main model {runs['A'].model}, B's main model {runs['B'].model} (run folders)")
+    block_sd_b: dict[str, float] | None = None
+    if args.own_b:
+        if args.block_sd_us is not None:
+            raise InputError("diff: --own-b takes each run's measured b; do not also give --block-sd-us")
+        if run_a is None or run_b is None or not run_a.block_sd_us or not run_b.block_sd_us:
+            raise InputError("diff: --own-b needs two run folders with a block_scale table (their prediction stage)")
+        block_sd_b = run_b.block_sd_us
+        notes.append("--own-b: each run's own measured b per cell (A's block_scale for A, B's for B), so Δτ and ΔB* "
+                     "show the change of the whole tax: block spread and tail")
     if args.block_sd_us is not None:
         if not args.block_sd_us > 0:
             raise InputError(f"diff: --block-sd-us must be > 0 µs; got {args.block_sd_us}")
         block_sd: float | dict[str, float] = float(args.block_sd_us)
     elif run_a is not None and run_a.block_sd_us:
         block_sd = run_a.block_sd_us
-        notes.append("b per cell from A's measured block_scale table (the same b on both sides, so Δτ and ΔB* "
-                     "show the change in the z-scores' tail)" + ("; pooled fit: the median b over A's cells"
-                                                                 if "all" in set(fit_a.cells["cell"]) else ""))
+        if block_sd_b is None:
+            notes.append("b per cell from A's measured block_scale table (the same b on both sides, so Δτ and ΔB* "
+                         "show the change in the z-scores' tail; --own-b for each run's own b)")
+        if "all" in set(fit_a.cells["cell"]):
+            notes.append("pooled fit: b is the median over the run's cells")
     else:
         raise InputError("diff: the fit level needs --block-sd-us B (> 0), the block sd of Δτ(n) and ΔB*")
+    if args.workload_a or args.workload_b:
+        notes.append("the fits are the runs' own, over every workload of each run; --workload-a/-b select the "
+                     "tax table only")
     m = args.m if args.m is not None else (run_a.m if run_a is not None else 4)
-    fit_table = diff_fits(fit_a, fit_b, n=args.n, block_sd_us=block_sd, m=m, level=args.level, seed=args.seed)
+    fit_table = diff_fits(fit_a, fit_b, n=args.n, block_sd_us=block_sd, m=m, level=args.level, seed=args.seed,
+                          block_sd_b_us=block_sd_b)
     inputs, why = _bandwidth_inputs(args, run_a, m, fit_a, fit_b)
     if inputs is None:
         return fit_table, None, notes, why
@@ -207,7 +235,8 @@ def _fit_level(args: argparse.Namespace):  # noqa: ANN202 - (fit table, ΔB* tab
             if va is not None and vb is not None and float(va) != float(vb):
                 notes.append(f"the runs' B* inputs differ: {what} {va:g} in A, {vb:g} in B; ΔB* uses one value for "
                              "both sides (A's unless a flag is given), so it shows the change in the tax alone")
-    bstar = diff_bstar(fit_a, fit_b, inputs, n=args.n, block_sd_us=block_sd, level=args.level, seed=args.seed)
+    bstar = diff_bstar(fit_a, fit_b, inputs, n=args.n, block_sd_us=block_sd, level=args.level, seed=args.seed,
+                       block_sd_b_us=block_sd_b)
     return fit_table, bstar, notes, None
 
 
