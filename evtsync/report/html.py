@@ -704,7 +704,7 @@ def _path_view(ctx: _Ctx, gpu: str, slug: str) -> Any:
         return Skipped(f"No straggler-vs-fastest path view on {gpu}: no attributed collective (status ok) of its "
                        "workloads kept a critical path.")
     keys = on_gpu[["workload", "pg", "index"]].drop_duplicates()
-    kept = coll.merge(keys.astype({"pg": str}), on=["workload", "pg", "index"]) if len(coll) else coll
+    kept = coll.astype({"pg": str}).merge(keys.astype({"pg": str}), on=["workload", "pg", "index"])
     if kept.empty:
         return Skipped(f"No straggler-vs-fastest path view on {gpu}: the kept paths match no attributed collective.")
     top = kept.sort_values("tau_max_us", ascending=False, kind="stable").iloc[0]
@@ -1007,9 +1007,9 @@ def _flops_section(ctx: _Ctx) -> list[Section]:
     if not fit.converged:
         items.append(Alert(f"{name} did not converge; this figure inherits it.", level="warning"))
     items.append(ctx.figure(bstar_vs_flops(table, nvlink=nvlink_reference_lines()), "bstar-flops", (
-        f"Optimal bandwidth B* (eps = {fmt(eps)}) as peak FLOPS grow {FLOPS_SWEEP[0]:g}–{FLOPS_SWEEP[-1]:g}x over the "
-        f"H200's {REFERENCE_TFLOPS:g} TFLOPS, for n = 256 and 4096 (the paper's Fig. 13): the block's b is divided by "
-        f"the factor, and tau(n) with it (SPEC §8). Tax from {name}'s posterior for {which}, {cell}, b = {fmt(b_ref)} "
+        f"Optimal bandwidth B* as peak FLOPS grow {FLOPS_SWEEP[0]:g}–{FLOPS_SWEEP[-1]:g}x over the H200's "
+        f"{REFERENCE_TFLOPS:g} TFLOPS, for n = 256 and 4096 (the paper's Figure 13), at eps = {fmt(eps)}: the block's b "
+        f"is divided by the factor, and tau(n) with it (SPEC §8). Tax from {name}'s posterior for {which}, {cell}, b = {fmt(b_ref)} "
         f"µs; alpha = {fmt(alpha)} µs, S = {fmt(size)} bytes ({summary.get('bytes_source', '')}). Solid with "
         f"{PCT} band: with the tax; dashed: Hockney's B*_H (no compute term, flat); dotted: the roofline "
         "(B*_H grown with the FLOPS); horizontal lines: Table 1's NVLink generations.")))
