@@ -533,6 +533,7 @@ class RunFit:
     bytes_source: str
     eps: float | None
     m: int
+    topologies: list[str] = field(default_factory=list)
 
 
 def fit_of_run(run_dir) -> RunFit | None:
@@ -541,7 +542,8 @@ def fit_of_run(run_dir) -> RunFit | None:
 
     ``block_sd_us``: b per cell name ("GPU|precision") from the run's ``block_scale`` table (a
     pooled fit's one cell gets the median over the cells, said in the caller); alpha, S and eps
-    from the manifest's prediction stage summary (None when that stage did not run).
+    from the manifest's prediction stage summary (None when that stage did not run); the
+    topologies of its ``bstar`` table (empty when it has none).
     """
     from pathlib import Path
 
@@ -561,8 +563,11 @@ def fit_of_run(run_dir) -> RunFit | None:
         scales = {f"{g}|{p}": float(b) for g, p, b in zip(table["gpu"], table["precision"], table["b_us"], strict=True)}
         if scales:
             scales.setdefault("all", float(np.median(list(scales.values()))))
+    bstar_path = table_path(run_dir, "bstar")
+    topologies = (list(dict.fromkeys(read_table(str(bstar_path))["topology"].astype(str)))
+                  if bstar_path.is_file() else [])
     stage = manifest.get("stages", {}).get("prediction", {})
     summary = stage.get("summary", {}) if stage.get("status") == "done" else {}
     m = int(manifest.get("options", {}).get("m", 4) or 4)
     return RunFit(path, name, scales, summary.get("alpha_us"), summary.get("bytes"),
-                  str(summary.get("bytes_source", "")), summary.get("eps"), m)
+                  str(summary.get("bytes_source", "")), summary.get("eps"), m, topologies)

@@ -186,13 +186,15 @@ def test_cli_fit_level_diff_finds_a_shifted_xi(tmp_path, runs):
 
 def _fake_run(folder, side, tree, b_us: float, alpha_us: float = 5.0, size_bytes: float = 2**28, eps: float = -0.5):
     """A run folder as `evtsync run` leaves it, reduced to what `diff` reads: the tax table, the
-    block scales, one finished fit and the prediction stage's inputs of B*."""
+    block scales, the topologies of its B* table, one finished fit and the prediction stage's
+    inputs of B*."""
     from evtsync.evt.bayesfit import save_fit
 
     (folder / "tables").mkdir(parents=True)
     side.collectives.to_parquet(folder / "tables" / "tax_collectives.parquet")
     pd.DataFrame({"gpu": ["H200"], "precision": ["bf16"], "b_us": [b_us]}).to_parquet(
         folder / "tables" / "block_scale.parquet")
+    pd.DataFrame({"topology": ["full", "ring", "torus3d"], "n": 64}).to_parquet(folder / "tables" / "bstar.parquet")
     save_fit(tree, folder / "fits" / "gumbel.nc")
     manifest = {"format": "evtsync-run/1", "options": {"m": 4},
                 "stages": {"fit-gumbel": {"status": "done", "outputs": {"fits/gumbel.nc": "-"}},

@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "whole tax (block spread and tail); default: A's b on both sides (the tail alone)")
     fits.add_argument("--m", type=int, default=None, help="ranks per sample of the fits (default 4, or A's run's)")
     bw = parser.add_argument_group(
-        "ΔB* inputs (as in `evtsync bandwidth`; run folders: default A's run's alpha, S and eps, every topology)")
+        "ΔB* inputs (as in `evtsync bandwidth`; run folders: default A's run's topologies, alpha, S and eps)")
     bw.add_argument("--topology", action="append", default=[], metavar="NAME",
                     help="ring, torus3d or full; repeatable or a comma list")
     alpha = bw.add_mutually_exclusive_group()
@@ -251,11 +251,9 @@ def _bandwidth_inputs(args: argparse.Namespace, run_a, m: int, fit_a, fit_b):  #
     sources = []
     if args.topology:
         topologies = parse_topologies(args.topology)
-    elif run_a is not None:
-        from evtsync.pipeline.stages import TOPOLOGIES
-
-        topologies = list(TOPOLOGIES)
-        sources.append("topologies of evtsync run")
+    elif run_a is not None and run_a.topologies:
+        topologies = list(run_a.topologies)
+        sources.append("the topologies of A's run")
     else:
         topologies = []
     alpha_given = args.alpha_us is not None or args.alpha_from is not None

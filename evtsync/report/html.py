@@ -971,7 +971,7 @@ def _flops_section(ctx: _Ctx) -> list[Section]:
     4096, with the bandwidth-scaling requirement against the roofline (docs/what-if.md)."""
     from evtsync.errors import EvtsyncError
     from evtsync.evt.predict import bandwidth_table, flops_scaling_table
-    from evtsync.pipeline.stages import TOPOLOGIES
+    from evtsync.hockney import TOPOLOGIES
     from evtsync.plots.whatif import bstar_vs_flops
     from evtsync.reference import REFERENCE_TFLOPS, nvlink_reference_lines
 
@@ -996,7 +996,9 @@ def _flops_section(ctx: _Ctx) -> list[Section]:
     r0 = ref.iloc[0]
     gpu, precision = (str(r0["gpu"]), str(r0["precision"])) if "gpu" in ref.columns else (None, None)
     b_ref, alpha, size, eps = float(r0["b_us"]), float(summary["alpha_us"]), float(summary["bytes"]), float(summary["eps"])
-    args = (fit, TOPOLOGIES, list(FLOPS_NS), alpha, size, b_ref)
+    bstar = ctx.table("bstar")  # the run's own topologies, in its order
+    topologies = list(dict.fromkeys(bstar["topology"])) if bstar is not None and len(bstar) else list(TOPOLOGIES)
+    args = (fit, topologies, list(FLOPS_NS), alpha, size, b_ref)
     try:
         table = bandwidth_table(*args, eps, m, LEVEL, list(FLOPS_SWEEP), gpu=gpu, precision=precision)
         scaling = flops_scaling_table(*args, list(FLOPS_SWEEP), eps, m, LEVEL, gpu=gpu, precision=precision)
