@@ -102,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
             doc["bstar_inputs"] = None if bstar_table is None else bstar_table.attrs["inputs"]
             if bstar_note:
                 doc["bstar_note"] = bstar_note
+        if fit_notes:
             doc["fit_notes"] = fit_notes
         print(json.dumps(doc, indent=2, default=str, allow_nan=False))
         return 0
