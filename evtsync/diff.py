@@ -295,7 +295,7 @@ FIT_DIFF_COLUMNS = [
 
 def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: float | Mapping[str, float] = 1.0,
               m: int = 4, level: float | None = None, seed: int = 0,
-              block_sd_b_us: float | Mapping[str, float] | None = None) -> pd.DataFrame:
+              block_sd_b_us: float | Mapping[str, float] | None = None, refuse: Iterable[str] = ()) -> pd.DataFrame:
     """Per GPU × precision cell of both fits: the posterior of Δξ = ξ_B − ξ_A and of Δτ(n).
 
     The two fits are independent posteriors (different data), so a draw of the difference is
@@ -306,7 +306,8 @@ def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: flo
     gives B its own b instead (each run's measured b: Δτ is then the change of the whole tax, b
     and tail together). Verdict per row
     ("lower" / "higher" / "no difference" by the ``level`` interval of the difference), or
-    "no verdict" when either fit is not converged or the cell is in one fit only.
+    "no verdict" when either fit is not converged or the cell is in one fit only, or with the
+    reasons in ``refuse`` (configurations that differ, e.g. the sample size m of the z-scores).
     """
     from evtsync.defaults import INTERVAL_LEVEL
     from evtsync.evt.bayesfit import as_fit
@@ -318,7 +319,7 @@ def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: flo
     fa, fb = as_fit(fit_a), as_fit(fit_b)
     ns = [int(v) for v in n]
     cells_a, cells_b, draws_a, draws_b = _paired_draws(fa, fb, seed)
-    unconverged = _unconverged(fa, fb)
+    unconverged = [*_unconverged(fa, fb), *refuse]
     rows = []
     for cell in sorted(set(cells_a) | set(cells_b)):
         parts = cell.split("|")
@@ -441,7 +442,8 @@ def _paired_draws(fa: Any, fb: Any, seed: int) -> tuple[dict[str, int], dict[str
 
 def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 64, 512),
                block_sd_us: float | Mapping[str, float] = 1.0, level: float | None = None,
-               seed: int = 0, block_sd_b_us: float | Mapping[str, float] | None = None) -> pd.DataFrame:
+               seed: int = 0, block_sd_b_us: float | Mapping[str, float] | None = None,
+               refuse: Iterable[str] = ()) -> pd.DataFrame:
     """Per GPU × precision cell of both fits, topology, n and eps: the posterior of
     ΔB* = B*_B − B*_A (GB/s, SPEC §8) with its ``level`` interval and a verdict.
 
@@ -453,7 +455,8 @@ def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 
     it has them (one alpha draw per pair), so ΔB* isolates the change in the tax. Verdict as in
     :func:`diff_fits`: "lower" / "higher" / "no difference" by the interval of B − A; "no
     verdict" with the reason when a fit is not converged, the cell is in one fit only or has no
-    b. ``d_rel_lo``/``_median``/``_hi`` summarise B*_B / B*_A − 1 alike.
+    b; ``refuse`` as in :func:`diff_fits`. ``d_rel_lo``/``_median``/``_hi`` summarise
+    B*_B / B*_A − 1 alike.
     """
     from evtsync.defaults import INTERVAL_LEVEL
     from evtsync.evt.bayesfit import as_fit
@@ -476,7 +479,7 @@ def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 
     domain_multiple(ns, inputs.m)
     fa, fb = as_fit(fit_a), as_fit(fit_b)
     cells_a, cells_b, draws_a, draws_b = _paired_draws(fa, fb, seed)
-    unconverged = _unconverged(fa, fb)
+    unconverged = [*_unconverged(fa, fb), *refuse]
     common = {"bytes": float(inputs.size_bytes), "m": inputs.m, "level": level, "model_a": fa.name, "model_b": fb.name,
               "alpha_source": "draws" if inputs.alpha_draws_us else "point"}
     rows: list[dict[str, Any]] = []

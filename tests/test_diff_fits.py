@@ -138,3 +138,15 @@ def test_delta_bstar_carries_alphas_interval() -> None:
     assert row["d_lo_gbps"] == pytest.approx(hand(4.6), rel=0.01)  # the most negative: smallest alpha
     assert row["d_hi_gbps"] == pytest.approx(hand(15.4), rel=0.01)
     assert row["d_hi_gbps"] - row["d_lo_gbps"] > 0.1 * abs(point["d_median_gbps"])
+
+
+def test_a_differing_configuration_refuses_every_fit_level_verdict() -> None:
+    from evtsync.diff import BandwidthInputs, diff_bstar
+
+    a, b = _gumbel_tree(0.8, 0.45), _gumbel_tree(1.6, 0.45, seed=1)
+    why = "sample size m of the z-scores differs (4 vs 8)"
+    fits = diff_fits(a, b, n=[64], block_sd_us=20.0, refuse=[why])
+    bstar = diff_bstar(a, b, BandwidthInputs(["full"], {"full": 5.0}, S_BYTES), n=[64], block_sd_us=20.0, refuse=[why])
+    for table in (fits, bstar):
+        assert set(table["verdict"]) == {"no verdict"} and set(table["reason"]) == {why}
+    assert bstar["d_median_gbps"].notna().all()  # the numbers stay, only the verdict is refused

@@ -224,8 +224,12 @@ def _fit_level(args: argparse.Namespace):  # noqa: ANN202 - (fit table, ΔB* tab
         notes.append("the fits are the runs' own, over every workload of each run; --workload-a/-b select the "
                      "tax table only")
     m = args.m if args.m is not None else (run_a.m if run_a is not None else 4)
+    refuse = []
+    if run_a is not None and run_b is not None and run_a.m != run_b.m:
+        refuse.append(f"sample size m of the z-scores differs ({run_a.m} vs {run_b.m}): the fits describe "
+                      "maxima over different numbers of ranks")
     fit_table = diff_fits(fit_a, fit_b, n=args.n, block_sd_us=block_sd, m=m, level=args.level, seed=args.seed,
-                          block_sd_b_us=block_sd_b)
+                          block_sd_b_us=block_sd_b, refuse=refuse)
     inputs, why = _bandwidth_inputs(args, run_a, m, fit_a, fit_b)
     if inputs is None:
         return fit_table, None, notes, why
@@ -237,7 +241,7 @@ def _fit_level(args: argparse.Namespace):  # noqa: ANN202 - (fit table, ΔB* tab
                 notes.append(f"the runs' B* inputs differ: {what} {va:g} in A, {vb:g} in B; ΔB* uses one value for "
                              "both sides (A's unless a flag is given), so it shows the change in the tax alone")
     bstar = diff_bstar(fit_a, fit_b, inputs, n=args.n, block_sd_us=block_sd, level=args.level, seed=args.seed,
-                       block_sd_b_us=block_sd_b)
+                       block_sd_b_us=block_sd_b, refuse=refuse)
     return fit_table, bstar, notes, None
 
 
