@@ -57,10 +57,15 @@ def bstar_shift(table: pd.DataFrame) -> Figure:
         ax.grid(alpha=0.3, which="both")
         not_converged_mark(ax, not sub["reason"].astype(str).str.contains("not converged").any())
     axes[0][0].set_ylabel(f"B*: B / A − 1 (%), {level} interval")
-    axes[0][0].legend(fontsize=7)
+    handles, labels = axes[0][0].get_legend_handles_labels()
     left_out = sorted(set(table.loc[table["d_rel_median"].isna(), "cell"].astype(str)))
+    ncol = max(1, min(len(labels), 3 * len(panels)))  # about three entries per 4-inch panel
+    bottom = 0.06 + 0.055 * ((len(labels) - 1) // ncol + 1) + (0.05 if left_out else 0.0)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    # below the panels: never over the data or the NOT CONVERGED mark
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=7, frameon=False,
+               bbox_to_anchor=(0.5, 0.05 if left_out else 0.0))
     if left_out:
         fig.text(0.01, 0.005, f"not drawn (no posterior on both sides): {', '.join(left_out)}", fontsize=7)
-    fig.tight_layout()
     return fig
 
