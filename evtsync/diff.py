@@ -23,8 +23,9 @@ legitimate question, and then the reason column says that the GPUs differ.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -292,34 +293,33 @@ FIT_DIFF_COLUMNS = [
 ]
 
 
-def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: float = 1.0, m: int = 4,
-              level: float | None = None, seed: int = 0) -> pd.DataFrame:
+def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: float | Mapping[str, float] = 1.0,
+              m: int = 4, level: float | None = None, seed: int = 0,
+              block_sd_b_us: float | Mapping[str, float] | None = None, refuse: Iterable[str] = ()) -> pd.DataFrame:
     """Per GPU × precision cell of both fits: the posterior of Δξ = ξ_B − ξ_A and of Δτ(n).
 
     The two fits are independent posteriors (different data), so a draw of the difference is
     a draw of B minus a draw of A paired at random (both resampled to the larger count, with
     ``seed``); Δτ(n) uses the same block sd ``b`` on both sides, so it isolates the change in
-    the tail of the z-scores (SPEC §7), not a change in the block's spread. Verdict per row
+    the tail of the z-scores (SPEC §7), not a change in the block's spread (``block_sd_us``: one
+    value, or one per cell name, e.g. A's measured b from :func:`fit_of_run`); ``block_sd_b_us``
+    gives B its own b instead (each run's measured b: Δτ is then the change of the whole tax, b
+    and tail together). Verdict per row
     ("lower" / "higher" / "no difference" by the ``level`` interval of the difference), or
-    "no verdict" when either fit is not converged or the cell is in one fit only.
+    "no verdict" when either fit is not converged or the cell is in one fit only, or with the
+    reasons in ``refuse`` (configurations that differ, e.g. the sample size m of the z-scores).
     """
     from evtsync.defaults import INTERVAL_LEVEL
     from evtsync.evt.bayesfit import as_fit
-    from evtsync.evt.predict import predicted_tax_curve_us, summarise
+    from evtsync.evt.predict import predicted_tax_curve_us
 
     level = INTERVAL_LEVEL if level is None else float(level)
     if not 0 < level < 1:
         raise InputError(f"diff: the interval level must lie in (0, 1), got {level}")
     fa, fb = as_fit(fit_a), as_fit(fit_b)
     ns = [int(v) for v in n]
-    rng = np.random.default_rng(seed)
-    cells_a = {str(c): i for i, c in enumerate(fa.cells["cell"])}
-    cells_b = {str(c): i for i, c in enumerate(fb.cells["cell"])}
-    draws_a, draws_b = fa.cell_draws(), fb.cell_draws()
-    size = max(draws_a[0].shape[0], draws_b[0].shape[0])
-    pick_a = rng.choice(draws_a[0].shape[0], size=size, replace=draws_a[0].shape[0] < size)
-    pick_b = rng.choice(draws_b[0].shape[0], size=size, replace=draws_b[0].shape[0] < size)
-    unconverged = [f"{f.name} not converged" for f in (fa, fb) if not f.converged]
+    cells_a, cells_b, draws_a, draws_b = _paired_draws(fa, fb, seed)
+    unconverged = [*_unconverged(fa, fb), *refuse]
     rows = []
     for cell in sorted(set(cells_a) | set(cells_b)):
         parts = cell.split("|")
@@ -329,28 +329,248 @@ def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: flo
             rows.append({**base, "quantity": "xi", "verdict": "no verdict",
                          "reason": f"cell only in {'B' if cell not in cells_a else 'A'}"})
             continue
-        ia, ib = cells_a[cell], cells_b[cell]
-        pa = [d[pick_a, ia] for d in draws_a]
-        pb = [d[pick_b, ib] for d in draws_b]
+        pa = [d[:, cells_a[cell]] for d in draws_a]
+        pb = [d[:, cells_b[cell]] for d in draws_b]
         quantities = [("xi", None, pa[2], pb[2])]
-        tau_a = predicted_tax_curve_us(block_sd_us, *pa, ns, m)
-        tau_b = predicted_tax_curve_us(block_sd_us, *pb, ns, m)
-        quantities += [("tau_us", nn, tau_a[:, j], tau_b[:, j]) for j, nn in enumerate(ns)]
+        b_a, b_b, missing_b = _block_sds(block_sd_us, block_sd_b_us, cell)
+        if missing_b:
+            rows += [{**base, "quantity": "tau_us", "n": nn, "verdict": "no verdict", "reason": missing_b}
+                     for nn in ns]
+        else:
+            tau_a = predicted_tax_curve_us(b_a, *pa, ns, m)
+            tau_b = predicted_tax_curve_us(b_b, *pb, ns, m)
+            quantities += [("tau_us", nn, tau_a[:, j], tau_b[:, j]) for j, nn in enumerate(ns)]
         for name, nn, va, vb in quantities:
             with np.errstate(invalid="ignore"):
                 d = vb - va
-            s = summarise(d, level)
-            lo, hi = float(s["lo"]), float(s["hi"])
-            if unconverged:
-                verdict, reason = "no verdict", "; ".join(unconverged)
-            else:
-                verdict = "lower" if hi < 0 else "higher" if lo > 0 else "no difference"
-                reason = f"{level:.0%} interval of B − A {'contains' if verdict == 'no difference' else 'excludes'} 0"
+            verdict, reason, s = _verdict(d, level, unconverged)
             rows.append({**base, "quantity": name, "n": nn, "a_median": float(np.median(va)),
-                         "b_median": float(np.median(vb)), "d_mean": float(s["mean"]), "d_lo": lo,
-                         "d_median": float(s["median"]), "d_hi": hi, "prob_lower": float(np.mean(d < 0)),
+                         "b_median": float(np.median(vb)), "d_mean": float(s["mean"]), "d_lo": float(s["lo"]),
+                         "d_median": float(s["median"]), "d_hi": float(s["hi"]), "prob_lower": float(np.mean(d < 0)),
                          "verdict": verdict, "reason": reason})
     table = pd.DataFrame(rows, columns=FIT_DIFF_COLUMNS)
-    table.attrs.update({"a": fa.name, "b": fb.name, "level": level, "block_sd_us": block_sd_us,
+    table.attrs.update({"a": fa.name, "b": fb.name, "level": level, "block_sd_us": _plain(block_sd_us),
+                        "block_sd_b_us": _plain(block_sd_us if block_sd_b_us is None else block_sd_b_us),
                         "pairing": "independent posteriors: draws paired at random"})
     return table
+
+
+def _plain(block_sd_us: float | Mapping[str, float]) -> float | dict[str, float]:
+    return dict(block_sd_us) if isinstance(block_sd_us, Mapping) else float(block_sd_us)
+
+
+def _block_sds(block_sd_us: float | Mapping[str, float], block_sd_b_us: float | Mapping[str, float] | None,
+               cell: str) -> tuple[float | None, float | None, str]:
+    """b of A and of B for a cell (B's is A's unless given) and, when one is missing, the reason."""
+    b_a = _block_sd_of(block_sd_us, cell)
+    b_b = b_a if block_sd_b_us is None else _block_sd_of(block_sd_b_us, cell)
+    if b_a is None or b_b is None:
+        side = "A" if b_a is None else "B"
+        return b_a, b_b, f"no block sd b for cell {cell}" + ("" if block_sd_b_us is None else f" in {side}")
+    return b_a, b_b, ""
+
+
+def _block_sd_of(block_sd_us: float | Mapping[str, float], cell: str) -> float | None:
+    """b (µs) of a cell: the one value, or the cell's entry of a mapping (None when it has none)."""
+    if isinstance(block_sd_us, Mapping):
+        value = block_sd_us.get(cell)
+        return None if value is None or not np.isfinite(float(value)) else float(value)
+    return float(block_sd_us)
+
+
+def _unconverged(fa: Any, fb: Any) -> list[str]:
+    """"A's fit NAME not converged" for each side whose fit is flagged (the reason for no verdict)."""
+    return [f"{side}'s fit {f.name} not converged" for side, f in (("A", fa), ("B", fb)) if not f.converged]
+
+
+def _verdict(d: np.ndarray, level: float, refuse: list[str]) -> tuple[str, str, dict[str, float]]:
+    """Verdict and reason for posterior draws ``d`` of a difference B − A, and their summary."""
+    from evtsync.evt.predict import summarise
+
+    s = summarise(d, level)
+    lo, hi = float(s["lo"]), float(s["hi"])
+    if refuse:
+        return "no verdict", "; ".join(refuse), s
+    verdict = "lower" if hi < 0 else "higher" if lo > 0 else "no difference"
+    return verdict, f"{level:.0%} interval of B − A {'contains' if verdict == 'no difference' else 'excludes'} 0", s
+
+
+# --------------------------------------------------------------------------- ΔB*
+
+BSTAR_DIFF_COLUMNS = [
+    "cell", "gpu", "precision", "topology", "n", "eps", "p", "q", "alpha_us", "alpha_source", "bytes",
+    "block_sd_us", "block_sd_b_us", "m", "a_median_gbps", "b_median_gbps", "d_mean_gbps", "d_lo_gbps", "d_median_gbps",
+    "d_hi_gbps", "d_rel_lo", "d_rel_median", "d_rel_hi", "prob_lower", "level", "model_a", "model_b", "verdict",
+    "reason",
+]
+
+
+@dataclass
+class BandwidthInputs:
+    """What B* (SPEC §8) needs besides the tax, the same for both sides of a ΔB*: the topologies
+    (they give p and q), alpha per topology (µs, a point and optionally draws), the buffer size
+    S (bytes), the elasticities eps, the sample size m, and a sentence saying where they came from."""
+
+    topologies: list[str]
+    alpha_us: dict[str, float]
+    size_bytes: float
+    eps: list[float] = field(default_factory=lambda: [-0.5])
+    m: int = 4
+    alpha_draws_us: dict[str, Any] | None = None
+    source: str = "given"
+
+    def describe(self) -> str:
+        """The inputs in words, for every output that shows ΔB*."""
+        alphas = ", ".join(f"{t} {a:.4g} µs" for t, a in self.alpha_us.items())
+        draws = " (with its interval's draws)" if self.alpha_draws_us else ""
+        return (f"B* = q·S·(1+eps)/(−eps·(p·alpha + tau)) with topologies {', '.join(self.topologies)}, alpha "
+                f"{alphas}{draws}, S = {self.size_bytes:.6g} bytes, eps {', '.join(f'{e:g}' for e in self.eps)}, "
+                f"m = {self.m}; the same on both sides ({self.source})")
+
+
+def _paired_draws(fa: Any, fb: Any, seed: int) -> tuple[dict[str, int], dict[str, int], list, list]:
+    """Cell indices of both fits and their draws resampled to a common count, paired at random."""
+    rng = np.random.default_rng(seed)
+    cells_a = {str(c): i for i, c in enumerate(fa.cells["cell"])}
+    cells_b = {str(c): i for i, c in enumerate(fb.cells["cell"])}
+    draws_a, draws_b = fa.cell_draws(), fb.cell_draws()
+    size = max(draws_a[0].shape[0], draws_b[0].shape[0])
+    pick_a = rng.choice(draws_a[0].shape[0], size=size, replace=draws_a[0].shape[0] < size)
+    pick_b = rng.choice(draws_b[0].shape[0], size=size, replace=draws_b[0].shape[0] < size)
+    return cells_a, cells_b, [d[pick_a] for d in draws_a], [d[pick_b] for d in draws_b]
+
+
+def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 64, 512),
+               block_sd_us: float | Mapping[str, float] = 1.0, level: float | None = None,
+               seed: int = 0, block_sd_b_us: float | Mapping[str, float] | None = None,
+               refuse: Iterable[str] = ()) -> pd.DataFrame:
+    """Per GPU × precision cell of both fits, topology, n and eps: the posterior of
+    ΔB* = B*_B − B*_A (GB/s, SPEC §8) with its ``level`` interval and a verdict.
+
+    B* is computed draw by draw by :func:`evtsync.evt.predict.bstar_draws_gbps` (the one home of
+    the B* computation) from each side's tau(n) = b·E_(n/m) (:func:`diff_fits`' pairing: draws of
+    the two independent posteriors paired at random; the same b on both sides unless
+    ``block_sd_b_us`` gives B its own, as in :func:`diff_fits`). ``inputs`` —
+    topology (p, q), alpha, S, eps, m — are the same for both sides, and so are alpha's draws when
+    it has them (one alpha draw per pair), so ΔB* isolates the change in the tax. Verdict as in
+    :func:`diff_fits`: "lower" / "higher" / "no difference" by the interval of B − A; "no
+    verdict" with the reason when a fit is not converged, the cell is in one fit only or has no
+    b; ``refuse`` as in :func:`diff_fits`. ``d_rel_lo``/``_median``/``_hi`` summarise
+    B*_B / B*_A − 1 alike.
+    """
+    from evtsync.defaults import INTERVAL_LEVEL
+    from evtsync.evt.bayesfit import as_fit
+    from evtsync.evt.predict import (
+        bstar_draws_gbps,
+        domain_multiple,
+        predicted_tax_curve_us,
+        summarise,
+    )
+
+    level = INTERVAL_LEVEL if level is None else float(level)
+    if not 0 < level < 1:
+        raise InputError(f"diff: the interval level must lie in (0, 1), got {level}")
+    if not inputs.topologies:
+        raise InputError("diff: ΔB* needs at least one topology")
+    for e in inputs.eps:
+        if not -1 < e < 0:
+            raise InputError(f"diff: eps must lie in (-1, 0); got {e:g}")
+    ns = [int(v) for v in n]
+    domain_multiple(ns, inputs.m)
+    fa, fb = as_fit(fit_a), as_fit(fit_b)
+    cells_a, cells_b, draws_a, draws_b = _paired_draws(fa, fb, seed)
+    unconverged = [*_unconverged(fa, fb), *refuse]
+    common = {"bytes": float(inputs.size_bytes), "m": inputs.m, "level": level, "model_a": fa.name, "model_b": fb.name,
+              "alpha_source": "draws" if inputs.alpha_draws_us else "point"}
+    rows: list[dict[str, Any]] = []
+    for cell in sorted(set(cells_a) | set(cells_b)):
+        parts = cell.split("|")
+        base = {"cell": cell, "gpu": parts[0] if len(parts) == 2 else "",
+                "precision": parts[1] if len(parts) == 2 else "", **common}
+        b_a, b_b, missing_b = _block_sds(block_sd_us, block_sd_b_us, cell)
+        if cell not in cells_a or cell not in cells_b or missing_b:
+            reason = (f"cell only in {'B' if cell not in cells_a else 'A'}" if cell not in cells_a or cell not in cells_b
+                      else missing_b)
+            rows.append({**base, "verdict": "no verdict", "reason": reason})
+            continue
+        pa = [d[:, cells_a[cell]] for d in draws_a]
+        pb = [d[:, cells_b[cell]] for d in draws_b]
+        tau = np.stack([predicted_tax_curve_us(b_a, *pa, ns, inputs.m),
+                        predicted_tax_curve_us(b_b, *pb, ns, inputs.m)], axis=1)  # (sample, side, n)
+        for k, topo in enumerate(inputs.topologies):
+            for eps in inputs.eps:
+                out = bstar_draws_gbps(tau, topo, ns, inputs.alpha_us, inputs.size_bytes, eps,
+                                       alpha_draws_us=inputs.alpha_draws_us, seed=seed + 1 + k)
+                bstar = out["bstar_gbps"]
+                for j, nn in enumerate(ns):
+                    va, vb = bstar[:, 0, j], bstar[:, 1, j]
+                    with np.errstate(invalid="ignore", divide="ignore"):
+                        d, rel = vb - va, vb / va - 1
+                    verdict, reason, s = _verdict(d, level, unconverged)
+                    rs = summarise(rel, level)
+                    rows.append({**base, "topology": out["topology"], "n": nn, "eps": eps, "p": float(out["p"][j]),
+                                 "q": float(out["q"][j]), "alpha_us": out["alpha_us"], "block_sd_us": b_a,
+                                 "block_sd_b_us": b_b,
+                                 "a_median_gbps": float(np.median(va)), "b_median_gbps": float(np.median(vb)),
+                                 "d_mean_gbps": float(s["mean"]), "d_lo_gbps": float(s["lo"]),
+                                 "d_median_gbps": float(s["median"]), "d_hi_gbps": float(s["hi"]),
+                                 "d_rel_lo": float(rs["lo"]), "d_rel_median": float(rs["median"]),
+                                 "d_rel_hi": float(rs["hi"]), "prob_lower": float(np.mean(d < 0)),
+                                 "verdict": verdict, "reason": reason})
+    table = pd.DataFrame(rows, columns=BSTAR_DIFF_COLUMNS)
+    table.attrs.update({"a": fa.name, "b": fb.name, "level": level, "inputs": inputs.describe(),
+                        "pairing": "independent posteriors: draws paired at random; the same alpha draw on both sides"})
+    return table
+
+
+@dataclass
+class RunFit:
+    """A run folder's main Bayesian fit with what its prediction stage used: b per cell and the
+    B* inputs (alpha, S, eps, m) of ``evtsync run``."""
+
+    path: Any
+    model: str
+    block_sd_us: dict[str, float]
+    alpha_us: float | None
+    size_bytes: float | None
+    bytes_source: str
+    eps: float | None
+    m: int
+    topologies: list[str] = field(default_factory=list)
+
+
+def fit_of_run(run_dir) -> RunFit | None:
+    """The main fit of a run folder (:func:`evtsync.pipeline.layout.main_model`), or None when
+    the run has no Bayesian fit with results.
+
+    ``block_sd_us``: b per cell name ("GPU|precision") from the run's ``block_scale`` table (a
+    pooled fit's one cell gets the median over the cells, said in the caller); alpha, S and eps
+    from the manifest's prediction stage summary (None when that stage did not run); the
+    topologies of its ``bstar`` table (empty when it has none).
+    """
+    from pathlib import Path
+
+    from evtsync.pipeline.layout import fitted_models, main_model, read_manifest, table_path
+    from evtsync.tableio import read_table
+
+    run_dir = Path(run_dir)
+    manifest = read_manifest(run_dir)
+    name = main_model(run_dir, manifest)
+    if name is None:
+        return None
+    path = fitted_models(run_dir, manifest)[name]
+    scales_path = table_path(run_dir, "block_scale")
+    scales: dict[str, float] = {}
+    if scales_path.is_file():
+        table = read_table(str(scales_path))
+        scales = {f"{g}|{p}": float(b) for g, p, b in zip(table["gpu"], table["precision"], table["b_us"], strict=True)}
+        if scales:
+            scales.setdefault("all", float(np.median(list(scales.values()))))
+    bstar_path = table_path(run_dir, "bstar")
+    topologies = (list(dict.fromkeys(read_table(str(bstar_path))["topology"].astype(str)))
+                  if bstar_path.is_file() else [])
+    stage = manifest.get("stages", {}).get("prediction", {})
+    summary = stage.get("summary", {}) if stage.get("status") == "done" else {}
+    m = int(manifest.get("options", {}).get("m", 4) or 4)
+    return RunFit(path, name, scales, summary.get("alpha_us"), summary.get("bytes"),
+                  str(summary.get("bytes_source", "")), summary.get("eps"), m, topologies)

@@ -21,19 +21,35 @@ DGX_H200_ALPHA_US = 5.0
 #: lines of B* figures ("today's NVLink").
 NVLINK_GBPS = {"A100": 300.0, "H100": 450.0, "H200": 450.0, "B200": 900.0}
 
-#: Named "what-if" hardware for ``predict``/``bandwidth --preset`` (every field overridable by a
-#: flag). ``n``: GPUs per scale-up domain and ``nvlink_gbps``: NVLink GB/s per GPU, both from
-#: the paper's Table 1 (seeds: A100/H100/H200 8 GPUs, B200 72 GPUs at 900 GB/s); ``tflops``:
-#: peak dense BF16 TFLOPS, which Table 1 does not list: H200 989 is the paper's (§6), B200 2250
-#: and GB200 2500 are NVIDIA's datasheet values (HGX B200: 36 PFLOPS sparse per 8 GPUs;
-#: GB200 NVL72: 360 PFLOPS sparse per 72 GPUs; dense = half) and are marked so in ``source``.
+def nvlink_reference_lines(min_gbps: float = 450.0) -> dict[str, float]:
+    """Table 1's NVLink generations from ``min_gbps`` up, as label -> GB/s per GPU: the default
+    reference lines of the B* figures (450 GB/s H100/H200, 900 GB/s B200)."""
+    return {f"{v:g} GB/s NVLink ({'/'.join(g for g, b in NVLINK_GBPS.items() if b == v)})": v
+            for v in sorted(set(NVLINK_GBPS.values())) if v >= min_gbps}
+
+
+#: Named "what-if" hardware for ``predict``/``bandwidth --preset`` and the report's what-if
+#: section (every field overridable by a flag). Checked against the seeds (000: the paper, 001:
+#: its summary, which reproduces Table 1: NVLink GB/s per GPU A100 300, H100 450, H200 450,
+#: B200 900; GPUs per domain 8, 8, 8, 72):
+#:
+#: - ``n`` (GPUs per scale-up domain) and ``nvlink_gbps`` are Table 1's, for every preset. Table 1
+#:   gives the B200 a 72-GPU domain (the NVL72 rack; an HGX B200 board holds 8): both Blackwell
+#:   presets use it.
+#: - ``tflops`` (peak dense BF16) is not in Table 1. The H200's 989 is the paper's own (its FLOPS
+#:   scaling paragraph: "an H200 GPU, which supports 989 BF16 peak TFLOPS"). The Blackwell values
+#:   are NVIDIA datasheet values, labelled so in ``source`` and wherever a preset is shown:
+#:   B200 2250 from the NVIDIA HGX B200 datasheet (FP16/BF16 Tensor Core 36 PFLOPS with sparsity
+#:   per 8 GPUs, 1000 W configuration: 4.5 sparse = 2.25 dense PFLOPS per GPU); NVL72 2500 from
+#:   the NVIDIA GB200 NVL72 datasheet (360 PFLOPS with sparsity per 72 GPUs, the 1200 W GB200
+#:   configuration: 5 sparse = 2.5 dense PFLOPS per GPU).
 PRESETS: dict[str, dict[str, object]] = {
-    "H200-8": {"gpu": "H200", "n": 8, "nvlink_gbps": 450.0, "tflops": 989.0,
-               "source": "Table 1 (8 GPUs, 450 GB/s); 989 TFLOPS from the paper §6"},
-    "B200": {"gpu": "B200", "n": 72, "nvlink_gbps": 900.0, "tflops": 2250.0,
-             "source": "Table 1 (72 GPUs, 900 GB/s); 2250 dense BF16 TFLOPS from NVIDIA's HGX B200 datasheet, "
-                       "not the paper"},
-    "NVL72": {"gpu": "B200", "n": 72, "nvlink_gbps": 900.0, "tflops": 2500.0,
-              "source": "Table 1's B200 column (72 GPUs, 900 GB/s); 2500 dense BF16 TFLOPS per GB200 GPU from "
-                        "NVIDIA's GB200 NVL72 datasheet, not the paper"},
+    "H200-8": {"gpu": "H200", "n": 8, "nvlink_gbps": 450.0, "tflops": 989.0, "tflops_source": "paper",
+               "source": "Table 1 (8 GPUs, 450 GB/s); 989 TFLOPS from the paper (seeds)"},
+    "B200": {"gpu": "B200", "n": 72, "nvlink_gbps": 900.0, "tflops": 2250.0, "tflops_source": "datasheet",
+             "source": "Table 1 (B200: 72 GPUs, 900 GB/s); 2250 dense BF16 TFLOPS from the NVIDIA HGX B200 "
+                       "datasheet (36 PFLOPS sparse per 8 GPUs), not the paper"},
+    "NVL72": {"gpu": "B200", "n": 72, "nvlink_gbps": 900.0, "tflops": 2500.0, "tflops_source": "datasheet",
+              "source": "Table 1's B200 column (72 GPUs, 900 GB/s); 2500 dense BF16 TFLOPS per GPU from the "
+                        "NVIDIA GB200 NVL72 datasheet (360 PFLOPS sparse per 72 GPUs), not the paper"},
 }

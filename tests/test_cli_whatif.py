@@ -136,3 +136,17 @@ def test_paper_reference_numbers_for_the_flops_figure(capsys: pytest.CaptureFixt
     for r in result["flops_scaling"]:
         assert r["hockney_growth"] == pytest.approx(1.0) and r["roofline_growth"] == 16
         assert 0 < r["scaling_reduction"] < 0.2 and r["growth"] < 16
+
+
+def test_presets_follow_the_seeds_table_1_and_label_datasheet_values() -> None:
+    """Table 1 as the seeds' summary (001) prints it, typed here by hand: GPUs per domain and
+    NVLink GB/s per GPU; the TFLOPS the seeds do not give are labelled as datasheet values."""
+    table_1 = {"A100": (8, 300.0), "H100": (8, 450.0), "H200": (8, 450.0), "B200": (72, 900.0)}
+    for name, preset in PRESETS.items():
+        n, gbps = table_1[str(preset["gpu"])]
+        assert (preset["n"], preset["nvlink_gbps"]) == (n, gbps), name
+        if preset["tflops"] == 989.0:  # the paper's H200 ("989 BF16 peak TFLOPS")
+            assert preset["tflops_source"] == "paper"
+        else:
+            assert preset["tflops_source"] == "datasheet" and "NVIDIA" in preset["source"] \
+                and "datasheet" in preset["source"] and "not the paper" in preset["source"], name

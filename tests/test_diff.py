@@ -182,3 +182,89 @@ def test_cli_fit_level_diff_finds_a_shifted_xi(tmp_path, runs):
     xi = rows[("xi", None)]
     assert xi["verdict"] == "higher" and xi["d_lo"] < 0.3 < xi["d_hi"]
     assert rows[("tau_us", 64)]["verdict"] == "higher"
+
+
+def _fake_run(folder, side, tree, b_us: float, alpha_us: float = 5.0, size_bytes: float = 2**28, eps: float = -0.5):
+    """A run folder as `evtsync run` leaves it, reduced to what `diff` reads: the tax table, the
+    block scales, the topologies of its B* table, one finished fit and the prediction stage's
+    inputs of B*."""
+    from evtsync.evt.bayesfit import save_fit
+
+    (folder / "tables").mkdir(parents=True)
+    side.collectives.to_parquet(folder / "tables" / "tax_collectives.parquet")
+    pd.DataFrame({"gpu": ["H200"], "precision": ["bf16"], "b_us": [b_us]}).to_parquet(
+        folder / "tables" / "block_scale.parquet")
+    pd.DataFrame({"topology": ["full", "ring", "torus3d"], "n": 64}).to_parquet(folder / "tables" / "bstar.parquet")
+    save_fit(tree, folder / "fits" / "gumbel.nc")
+    manifest = {"format": "evtsync-run/1", "options": {"m": 4},
+                "stages": {"fit-gumbel": {"status": "done", "outputs": {"fits/gumbel.nc": "-"}},
+                           "prediction": {"status": "done", "summary": {
+                               "alpha_us": alpha_us, "bytes": size_bytes, "bytes_source": "median message size",
+                               "eps": eps}}}}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def test_cli_run_folders_with_fits_give_delta_bstar(runs, tmp_path):
+    """Two run folders with fits: Δξ, Δτ and ΔB* with A's b, alpha, S and eps and every topology;
+    B's tail is heavier (Gumbel mu 1.6 vs 0.8), so its tax is higher and its B* lower, by the
+    amounts computed by hand from the Gumbel mean maximum."""
+    from test_diff_fits import _gumbel_tree, _hand_bstar_gbps
+
+    ra = _fake_run(tmp_path / "ra", _side(runs["a"], "a"), _gumbel_tree(0.8, 0.45), b_us=20.0)
+    rb = _fake_run(tmp_path / "rb", _side(runs["a2"], "a2"), _gumbel_tree(1.6, 0.45, seed=1), b_us=40.0,
+                   alpha_us=99.0)
+    html = tmp_path / "diff.html"
+    proc = subprocess.run([sys.executable, "-m", "evtsync", "-q", "diff", str(ra), str(rb), "--json", "--n", "64",
+                           "--html", str(html)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["rows"][0]["verdict"] == "no difference"  # the tax tables: two seeds of one configuration
+    assert {(r["quantity"], r["verdict"]) for r in doc["fits"]} == {("xi", "no difference"), ("tau_us", "higher")}
+    rows = {r["topology"]: r for r in doc["bstar"]}
+    assert set(rows) == {"full", "ring", "torus3d"} and {r["verdict"] for r in rows.values()} == {"lower"}
+    full = rows["full"]
+    assert full["block_sd_us"] == 20.0 and full["alpha_us"] == 5.0 and full["bytes"] == 2**28  # A's, not B's
+    hand = (_hand_bstar_gbps(1.6, 0.45, 20.0, 64, 4, 5.0, 2.0, -0.5)
+            - _hand_bstar_gbps(0.8, 0.45, 20.0, 64, 4, 5.0, 2.0, -0.5))
+    assert full["d_median_gbps"] == pytest.approx(hand, rel=2e-3)
+    assert "alpha 5 µs from A's run" in doc["bstar_inputs"] and "S from A's run" in doc["bstar_inputs"]
+    assert any("block_scale" in n for n in doc["fit_notes"])
+    assert any("alpha (µs) 5 in A, 99 in B" in n for n in doc["fit_notes"])  # B's own alpha is said, not hidden
+    page = html.read_text()
+    assert "Fit level: ΔB*" in page and "Fit level: Δξ and Δτ(n)" in page and page.count("data:image/png") == 2
+    # flags win over the run's inputs, as in `evtsync bandwidth`
+    proc = subprocess.run([sys.executable, "-m", "evtsync", "-q", "diff", str(ra), str(rb), "--json", "--n", "64",
+                           "--topology", "full", "--alpha-us", "2", "--bytes", "1GiB", "--block-sd-us", "10"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)["bstar"]
+    assert (row["alpha_us"], row["bytes"], row["block_sd_us"]) == (2.0, 2**30, 10.0)
+    # --own-b: each run's measured b (A 20 µs, B 40 µs), so ΔB* is the change of the whole tax
+    cmd = [sys.executable, "-m", "evtsync", "-q", "diff", str(ra), str(rb), "--n", "64", "--topology", "full", "--own-b"]
+    proc = subprocess.run([*cmd, "--json"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)["bstar"]
+    hand = (_hand_bstar_gbps(1.6, 0.45, 40.0, 64, 4, 5.0, 2.0, -0.5)
+            - _hand_bstar_gbps(0.8, 0.45, 20.0, 64, 4, 5.0, 2.0, -0.5))
+    assert (row["block_sd_us"], row["block_sd_b_us"]) == (20.0, 40.0)
+    assert row["d_median_gbps"] == pytest.approx(hand, rel=2e-3) and row["verdict"] == "lower"
+    text = subprocess.run(cmd, capture_output=True, text=True)  # the printed table, as a user reads it
+    assert text.returncode == 0 and "A's b per cell H200|bf16 20 µs; B's b per cell H200|bf16 40 µs" in text.stdout
+    assert "ΔB* (GB/s) per cell" in text.stdout and "lower:" in text.stdout
+
+
+def test_cli_delta_bstar_needs_its_inputs_for_trace_sets(runs, tmp_path):
+    from test_diff_fits import _gumbel_tree
+
+    from evtsync.evt.bayesfit import save_fit
+
+    fa, fb = save_fit(_gumbel_tree(0.8, 0.45), tmp_path / "fa"), save_fit(_gumbel_tree(0.8, 0.45), tmp_path / "fb")
+    cmd = [sys.executable, "-m", "evtsync", "-q", "diff", str(runs["a"].traces_dir), str(runs["a2"].traces_dir),
+           "--no-cache", "--fit-a", str(fa), "--fit-b", str(fb), "--block-sd-us", "20", "--n", "64"]
+    proc = subprocess.run([*cmd, "--json"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["bstar"] is None and "give --topology, --alpha-us or --alpha-from, --bytes" in doc["bstar_note"]
+    text = subprocess.run(cmd, capture_output=True, text=True).stdout
+    assert "ΔB*: not computed: give --topology" in text

@@ -63,3 +63,24 @@ def test_bstar_panels_one_row_per_eps_and_flops_figure() -> None:
     labels = [ln.get_label() for ln in fig13.axes[0].lines]
     assert any(lab.startswith("n=256") for lab in labels) and any(lab.startswith("n=4096") for lab in labels)
     assert not any(lab.startswith("n=8 ") for lab in labels)
+
+
+def test_bstar_shift_draws_the_relative_change_and_names_cells_left_out() -> None:
+    from evtsync.errors import InputError
+    from evtsync.plots.diff import bstar_shift
+
+    rows = [{"cell": "H200|bf16", "topology": t, "n": n, "eps": e, "d_rel_lo": -0.3, "d_rel_median": -0.2,
+             "d_rel_hi": -0.1, "verdict": "lower", "reason": "90% interval of B − A excludes 0", "level": 0.9}
+            for t in ("full", "ring") for n in (8, 64) for e in (-0.5, -0.1)]
+    rows.append({"cell": "H100|bf16", "topology": None, "n": None, "eps": None, "d_rel_lo": None,
+                 "d_rel_median": None, "d_rel_hi": None, "verdict": "no verdict", "reason": "cell only in A",
+                 "level": 0.9})
+    fig = bstar_shift(pd.DataFrame(rows))
+    assert len(fig.axes) == 2  # one panel per topology: the ratio is the same for every eps
+    from matplotlib.collections import PathCollection
+
+    points = [c for c in fig.axes[0].collections if isinstance(c, PathCollection) and len(c.get_offsets())]
+    assert [list(p.get_offsets()[:, 1]) for p in points] == [[-20.0, -20.0]]  # the medians, in %
+    assert any("H100|bf16" in t.get_text() for t in fig.texts)
+    with pytest.raises(InputError, match="no row has a posterior"):
+        bstar_shift(pd.DataFrame(rows[-1:]))

@@ -340,3 +340,37 @@ def test_pipeline_tables_equal_the_api_on_the_same_fit(tiny_run: tuple[Path, dic
     row = run_tau[(run_tau["model"] == "gumbel") & (run_tau["gpu"] == cell["gpu"])
                   & (run_tau["precision"] == cell["precision"])]
     assert one["tau_mean_us"].to_numpy()[: len(ns)] == pytest.approx(row["tau_mean_us"].to_numpy(), rel=1e-12)
+
+
+def test_report_draws_fig13_and_the_path_view(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_path: Path) -> None:
+    """The run's report carries the paper's Fig. 13 (B* as FLOPS grow, n = 256 and 4096) with the
+    bandwidth-scaling requirement, and one Fig. 4-style path view per GPU; a run folder without
+    the kept paths says why instead of leaving the view out."""
+    import re
+
+    from evtsync.report.html import build_report
+
+    out, _, _ = tiny_run
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert (out / "figures" / "bstar-flops.png").is_file()
+    # the requirement by hand: growth = (p·alpha + tau) / (p·alpha + tau/16) is monotone in tau, so its
+    # posterior median is that of the H200 bf16 cell's median tau at n = 256 (fully connected: p = 2, alpha = 5)
+    tau = pd.read_parquet(out / "tables" / "tau.parquet")
+    ref = tau[(tau["gpu"] == "H200") & (tau["precision"] == "bf16") & (tau["n"] == 256)].iloc[0]
+    want = (2 * 5.0 + ref["tau_median_us"]) / (2 * 5.0 + ref["tau_median_us"] / 16)
+    growth = float(re.search(r"\| full \| 256 \| ([0-9.]+) \[", md).group(1))
+    assert growth == pytest.approx(want, rel=0.01)
+    # the path view: per GPU, the attributed collective with the largest tax
+    coll = pd.read_parquet(out / "tables" / "attribution_collectives.parquet")
+    ok = coll[coll["status"] == "ok"]
+    for gpu, grp in ok.groupby("gpu"):
+        top = grp.sort_values("tau_max_us", ascending=False).iloc[0]
+        assert (out / "figures" / f"path-{gpu.lower()}.png").is_file()
+        assert f"collective {int(top['index'])} of PG {top['pg']} in workload {top['workload']}" in md
+    # without the kept paths, the report says so
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    (copy / "tables" / "attribution_paths.parquet").unlink()
+    build_report(copy, tmp_path / "rep")
+    text = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+    assert text.count("No straggler-vs-fastest path view: this run folder has no tables/attribution_paths.parquet") == 3

@@ -54,7 +54,7 @@ def parse_float_list(text: str | list[str] | None, what: str, default: float) ->
 
 def hardware(args: argparse.Namespace) -> dict[str, Any]:
     """gpu, n (list or None), flops factors, nvlink lines and notes from --preset and the flags over it."""
-    from evtsync.reference import NVLINK_GBPS, PRESETS, REFERENCE_TFLOPS
+    from evtsync.reference import PRESETS, REFERENCE_TFLOPS, nvlink_reference_lines
 
     preset = PRESETS.get(getattr(args, "preset", None) or "", {})
     notes = []
@@ -75,8 +75,7 @@ def hardware(args: argparse.Namespace) -> dict[str, Any]:
             raise InputError(f"--flops-factor must be > 0; got {f:g}")
     lines = getattr(args, "nvlink_gbps", None)
     if lines is None:  # Table 1's NVLink generations
-        nvlink = {f"{v:g} GB/s NVLink ({'/'.join(g for g, b in NVLINK_GBPS.items() if b == v)})": v
-                  for v in sorted(set(NVLINK_GBPS.values())) if v >= 450}
+        nvlink = nvlink_reference_lines()
     else:
         nvlink = {f"{v:g} GB/s": v for v in parse_float_list(lines, "--nvlink-gbps", 450.0)}
     return {"gpu": gpu, "sizes": sizes, "factors": factors, "nvlink": nvlink, "notes": notes}

@@ -7,6 +7,12 @@ import json
 import math
 
 
+def _parse_bytes(text: str) -> float:
+    from evtsync.cli.bandwidth import parse_bytes
+
+    return parse_bytes(text)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "diff", help="compare the tax of two runs: shifts with intervals and a verdict per PG role",
@@ -31,12 +37,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--no-cache", action="store_true", help="read traces without the Parquet cache")
     parser.add_argument("-o", "--output", metavar="PATH", help="write the table (Parquet or CSV by extension)")
-    fits = parser.add_argument_group("fit level (Δξ and Δτ(n) per GPU × precision cell)")
+    fits = parser.add_argument_group(
+        "fit level (Δξ, Δτ(n) and ΔB* per GPU × precision cell; run folders with fits use their main fit)")
     fits.add_argument("--fit-a", metavar="FIT", help="a Bayesian fit of A (a fit folder or .nc)")
     fits.add_argument("--fit-b", metavar="FIT", help="a Bayesian fit of B")
-    fits.add_argument("--n", type=int, nargs="+", default=[8, 64, 512], help="domain sizes of Δτ(n) (default 8 64 512)")
+    fits.add_argument("--n", type=int, nargs="+", default=[8, 64, 512],
+                      help="domain sizes of Δτ(n) and ΔB* (default 8 64 512)")
     fits.add_argument("--block-sd-us", type=float, default=None,
-                      help="block sd b (µs) for Δτ(n), the same on both sides (needed with --fit-a/--fit-b)")
+                      help="block sd b (µs) for Δτ(n) and ΔB*, the same on both sides (needed with --fit-a/--fit-b; "
+                           "run folders: default A's measured b per cell)")
+    fits.add_argument("--own-b", action="store_true",
+                      help="run folders: each run's own measured b per cell, so Δτ and ΔB* show the change of the "
+                           "whole tax (block spread and tail); default: A's b on both sides (the tail alone)")
+    fits.add_argument("--m", type=int, default=None, help="ranks per sample of the fits (default 4, or A's run's)")
+    bw = parser.add_argument_group(
+        "ΔB* inputs (as in `evtsync bandwidth`; run folders: default A's run's topologies, alpha, S and eps)")
+    bw.add_argument("--topology", action="append", default=[], metavar="NAME",
+                    help="ring, torus3d or full; repeatable or a comma list")
+    alpha = bw.add_mutually_exclusive_group()
+    alpha.add_argument("--alpha-us", type=float, default=None, help="per-step latency alpha in µs")
+    alpha.add_argument("--alpha-from", metavar="LOG",
+                       help="alpha with its interval from an nccl-tests AllReduce log (per topology; its draws "
+                            "are carried into ΔB*)")
+    bw.add_argument("--alpha-topology", metavar="NAME",
+                    help="with --alpha-from: the topology the sweep ran on (its per-step alpha reused for every topology)")
+    bw.add_argument("--bytes", type=_parse_bytes, default=None, metavar="S", help="buffer size S in bytes (K/M/G, KiB/MiB/GiB)")
+    bw.add_argument("--eps", nargs="+", default=None, metavar="EPS",
+                    help="target elasticities in (-1, 0) (default -0.5, or A's run's)")
     parser.add_argument("--html", metavar="PATH", help="write an HTML report: the table and the tax CDFs of both runs")
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
     parser.set_defaults(handler=run)
@@ -51,34 +78,33 @@ def run(args: argparse.Namespace) -> int:
     b = load_side(args.b, args.label_b or args.b, args.workload_b, **options)
     table = diff_tax(a, b, level=args.level, allow=args.allow, seed=args.seed,
                      min_collectives=MIN_COLLECTIVES if args.min_collectives is None else args.min_collectives)
-    fit_table = None
-    if bool(args.fit_a) != bool(args.fit_b):
-        from evtsync.errors import InputError
-
-        raise InputError("diff: give both --fit-a and --fit-b (or neither)")
-    if args.fit_a:
-        from evtsync.diff import diff_fits
-        from evtsync.errors import InputError
-        from evtsync.evt.bayesfit import BayesFit
-
-        if args.block_sd_us is None or not args.block_sd_us > 0:
-            raise InputError("diff: --fit-a/--fit-b need --block-sd-us B (> 0), the block sd of Δτ(n)")
-        fit_table = diff_fits(BayesFit.load(args.fit_a), BayesFit.load(args.fit_b), n=args.n,
-                              block_sd_us=args.block_sd_us, level=args.level, seed=args.seed)
+    fit_table, bstar_table, fit_notes, bstar_note = _fit_level(args)
     if args.output:
+        from evtsync.cli._common import sibling_path
+
         write_table(table, args.output)
+        for tag, extra in (("fits", fit_table), ("bstar", bstar_table)):
+            if extra is not None:
+                write_table(extra, sibling_path(args.output, tag))
     if args.html:
         from evtsync.report.diff import write_diff_report
 
-        write_diff_report(table, a, b, args.html)
+        write_diff_report(table, a, b, args.html, fits=fit_table, bstar=bstar_table,
+                          notes=[*fit_notes, *([bstar_note] if bstar_note else [])])
     if args.json:
-        records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-                   for r in table.to_dict(orient="records")]
-        doc = {"a": a.label, "b": b.label, "level": table.attrs["level"], "rows": records}
+        from evtsync.tableio import json_ready
+
+        doc = {"a": a.label, "b": b.label, "level": table.attrs["level"],
+               "rows": json_ready(table.to_dict(orient="records"))}
         if fit_table is not None:
-            doc["fits"] = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-                           for r in fit_table.to_dict(orient="records")]
-        print(json.dumps(doc, indent=2, default=str))
+            doc["fits"] = json_ready(fit_table.to_dict(orient="records"))
+            doc["bstar"] = None if bstar_table is None else json_ready(bstar_table.to_dict(orient="records"))
+            doc["bstar_inputs"] = None if bstar_table is None else bstar_table.attrs["inputs"]
+            if bstar_note:
+                doc["bstar_note"] = bstar_note
+        if fit_notes:
+            doc["fit_notes"] = fit_notes
+        print(json.dumps(doc, indent=2, default=str, allow_nan=False))
         return 0
     level = table.attrs["level"]
     print(f"A = {a.label}\nB = {b.label}\n")
@@ -104,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
                       f"fastest rank waits {r.fastest_wait_share_a:.0%} → {r.fastest_wait_share_b:.0%}")
     if fit_table is not None:
         print(f"\nfits: {fit_table.attrs['a']} → {fit_table.attrs['b']}; B − A per cell, {level:.0%} interval "
-              f"(posteriors paired at random; tau with b = {args.block_sd_us:g} µs on both sides)")
+              f"(posteriors paired at random; tau with {_b_words(fit_table)})")
         for r in fit_table.itertuples():
             what = "xi" if r.quantity == "xi" else f"tau(n={int(r.n)}) µs"
             if isinstance(r.d_mean, float) and math.isnan(r.d_mean):
@@ -112,6 +138,154 @@ def run(args: argparse.Namespace) -> int:
             else:
                 print(f"  {r.cell:<14} {what:<16} {r.a_median:>9.4g} → {r.b_median:<9.4g} Δ {r.d_median:+.4g} "
                       f"[{r.d_lo:+.4g}, {r.d_hi:+.4g}]  {r.verdict}: {r.reason}")
+    if fit_table is not None or fit_notes:
+        for note in fit_notes:
+            print(f"note: {note}")
+    if bstar_table is not None:
+        _print_bstar(bstar_table, level)
+    elif bstar_note:
+        print(f"\nΔB*: {bstar_note}")
     for note in table.attrs.get("notes", []):
         print(f"note: {note}")
     return 0
+
+
+def _b_words(table) -> str:  # noqa: ANN001 - the table of evtsync.diff.diff_fits
+    def words(b: object) -> str:
+        if isinstance(b, dict):
+            return "per cell " + ", ".join(f"{c} {v:.4g} µs" for c, v in b.items() if c != "all")
+        return f"{float(b):g} µs"  # type: ignore[arg-type]
+
+    a, b = table.attrs.get("block_sd_us"), table.attrs.get("block_sd_b_us")
+    return f"the same b on both sides: {words(a)}" if a == b else f"A's b {words(a)}; B's b {words(b)}"
+
+
+def _print_bstar(bstar, level: float) -> None:  # noqa: ANN001 - the table of evtsync.diff.diff_bstar
+    print(f"\nΔB* (GB/s) per cell, topology, n and eps: medians A → B and B − A with its {level:.0%} interval")
+    print(f"  inputs: {bstar.attrs['inputs']}")
+    for r in bstar.itertuples():
+        if isinstance(r.d_mean_gbps, float) and math.isnan(r.d_mean_gbps):
+            print(f"  {r.cell:<14} {r.verdict}: {r.reason}")
+            continue
+        print(f"  {r.cell:<14} {r.topology:<8} n={int(r.n):<5d} eps={r.eps:<5g} B* {r.a_median_gbps:>10.5g} → "
+              f"{r.b_median_gbps:<10.5g} Δ {r.d_median_gbps:+.5g} [{r.d_lo_gbps:+.5g}, {r.d_hi_gbps:+.5g}] "
+              f"({100 * r.d_rel_median:+.1f}%)  {r.verdict}: {r.reason}")
+
+
+def _fit_level(args: argparse.Namespace):  # noqa: ANN202 - (fit table, ΔB* table, notes, ΔB* note)
+    """The fits of both sides (--fit-a/--fit-b, or the main fit of each run folder), their Δξ and
+    Δτ(n) table and, when the B* inputs are known, the ΔB* table; notes on what was used."""
+    from pathlib import Path
+
+    from evtsync.diff import diff_bstar, diff_fits, fit_of_run
+    from evtsync.errors import InputError
+    from evtsync.evt.bayesfit import BayesFit
+
+    if bool(args.fit_a) != bool(args.fit_b):
+        raise InputError("diff: give both --fit-a and --fit-b (or neither)")
+    notes: list[str] = []
+    run_a = fit_of_run(args.a) if (Path(args.a) / "manifest.json").is_file() else None
+    run_b = fit_of_run(args.b) if (Path(args.b) / "manifest.json").is_file() else None
+    if args.fit_a:
+        fit_a, fit_b = BayesFit.load(args.fit_a), BayesFit.load(args.fit_b)
+    else:
+        runs = {"A": run_a, "B": run_b}
+        if not all(runs.values()):
+            missing = [side for side, r in runs.items() if r is None]
+            if any((Path(path) / "manifest.json").is_file() for path in (args.a, args.b)):
+                notes.append(f"fit level skipped: {' and '.join(missing)} {'has' if len(missing) == 1 else 'have'} "
+                             "no Bayesian fit with results (give --fit-a/--fit-b, or run folders whose fits finished)")
+            return None, None, notes, None
+        fit_a, fit_b = BayesFit.load(runs["A"].path), BayesFit.load(runs["B"].path)
+        notes.append(f"fits: A's main model {runs['A'].model}, B's main model {runs['B'].model} (run folders)")
+    block_sd_b: dict[str, float] | None = None
+    if args.own_b:
+        if args.block_sd_us is not None:
+            raise InputError("diff: --own-b takes each run's measured b; do not also give --block-sd-us")
+        if run_a is None or run_b is None or not run_a.block_sd_us or not run_b.block_sd_us:
+            raise InputError("diff: --own-b needs two run folders with a block_scale table (their prediction stage)")
+        block_sd_b = run_b.block_sd_us
+        notes.append("--own-b: each run's own measured b per cell (A's block_scale for A, B's for B), so Δτ and ΔB* "
+                     "show the change of the whole tax: block spread and tail")
+    if args.block_sd_us is not None:
+        if not args.block_sd_us > 0:
+            raise InputError(f"diff: --block-sd-us must be > 0 µs; got {args.block_sd_us}")
+        block_sd: float | dict[str, float] = float(args.block_sd_us)
+    elif run_a is not None and run_a.block_sd_us:
+        block_sd = run_a.block_sd_us
+        if block_sd_b is None:
+            notes.append("b per cell from A's measured block_scale table (the same b on both sides, so Δτ and ΔB* "
+                         "show the change in the z-scores' tail; --own-b for each run's own b)")
+        if "all" in set(fit_a.cells["cell"]):
+            notes.append("pooled fit: b is the median over the run's cells")
+    else:
+        raise InputError("diff: the fit level needs --block-sd-us B (> 0), the block sd of Δτ(n) and ΔB*")
+    if args.workload_a or args.workload_b:
+        notes.append("the fits are the runs' own, over every workload of each run; --workload-a/-b select the "
+                     "tax table only")
+    m = args.m if args.m is not None else (run_a.m if run_a is not None else 4)
+    refuse = []
+    if run_a is not None and run_b is not None and run_a.m != run_b.m:
+        refuse.append(f"sample size m of the z-scores differs ({run_a.m} vs {run_b.m}): the fits describe "
+                      "maxima over different numbers of ranks")
+    fit_table = diff_fits(fit_a, fit_b, n=args.n, block_sd_us=block_sd, m=m, level=args.level, seed=args.seed,
+                          block_sd_b_us=block_sd_b, refuse=refuse)
+    inputs, why = _bandwidth_inputs(args, run_a, m, fit_a, fit_b)
+    if inputs is None:
+        return fit_table, None, notes, why
+    if run_a is not None and run_b is not None:
+        for what, va, vb in (("alpha (µs)", run_a.alpha_us, run_b.alpha_us), ("S (bytes)", run_a.size_bytes,
+                                                                              run_b.size_bytes),
+                             ("eps", run_a.eps, run_b.eps)):
+            if va is not None and vb is not None and float(va) != float(vb):
+                notes.append(f"the runs' B* inputs differ: {what} {va:g} in A, {vb:g} in B; ΔB* uses one value for "
+                             "both sides (A's unless a flag is given), so it shows the change in the tax alone")
+    bstar = diff_bstar(fit_a, fit_b, inputs, n=args.n, block_sd_us=block_sd, level=args.level, seed=args.seed,
+                       block_sd_b_us=block_sd_b, refuse=refuse)
+    return fit_table, bstar, notes, None
+
+
+def _bandwidth_inputs(args: argparse.Namespace, run_a, m: int, fit_a, fit_b):  # noqa: ANN001, ANN202
+    """(BandwidthInputs, None), or (None, why ΔB* is not computed): the flags of `evtsync
+    bandwidth`, each defaulting to what A's run used (alpha, S, eps; every topology of the run)."""
+    from evtsync.cli._common import parse_topologies
+    from evtsync.cli._whatif import alpha_setup, parse_float_list
+    from evtsync.diff import BandwidthInputs
+    from evtsync.errors import InputError
+
+    sources = []
+    if args.topology:
+        topologies = parse_topologies(args.topology)
+    elif run_a is not None and run_a.topologies:
+        topologies = list(run_a.topologies)
+        sources.append("the topologies of A's run")
+    else:
+        topologies = []
+    alpha_given = args.alpha_us is not None or args.alpha_from is not None
+    size = args.bytes if args.bytes is not None else (run_a.size_bytes if run_a is not None else None)
+    if args.bytes is None and size is not None:
+        sources.append(f"S from A's run ({run_a.bytes_source or 'its prediction stage'})")
+    run_alpha = run_a.alpha_us if run_a is not None else None
+    missing = [flag for flag, ok in (("--topology", bool(topologies)), ("--alpha-us or --alpha-from",
+                                                                        alpha_given or run_alpha is not None),
+                                     ("--bytes", size is not None)) if not ok]
+    if missing:
+        return None, (f"not computed: give {', '.join(missing)} (the inputs of `evtsync bandwidth`; a run folder "
+                      "with a prediction stage supplies them)")
+    if not size > 0:
+        raise InputError(f"diff: --bytes must be > 0; got {size}")
+    draws = None
+    if alpha_given:
+        n_draws = max(fit_a.cell_draws()[0].shape[0], fit_b.cell_draws()[0].shape[0])
+        alpha, draws, alpha_notes = alpha_setup(args, topologies, n_draws if args.alpha_from else None)
+        sources += alpha_notes
+    else:
+        if args.alpha_topology:
+            raise InputError("--alpha-topology only applies with --alpha-from")
+        alpha = {t: float(run_alpha) for t in topologies}
+        sources.append(f"alpha {run_alpha:g} µs from A's run")
+    run_eps = run_a.eps if run_a is not None else None
+    eps = parse_float_list(args.eps, "--eps", -0.5 if run_eps is None else float(run_eps))
+    if args.eps is None:
+        sources.append("eps from A's run" if run_eps is not None else "eps -0.5 (the default of evtsync bandwidth)")
+    return BandwidthInputs(topologies, alpha, float(size), eps, m, draws, "; ".join(sources) or "given"), None

@@ -62,6 +62,7 @@ __all__ = [
     "POPULATION_NOTE",
     "PREDICTION_KINDS",
     "bandwidth_table",
+    "bstar_draws_gbps",
     "cell_parameter_table",
     "flops_scaling_table",
     "population_draws",
@@ -338,6 +339,43 @@ def _bstar_draws(tau: NDArray[np.float64], alpha: NDArray[np.float64] | float, p
         red = bandwidth_reduction(a, tau, p)
         bh = np.asarray(hockney_bandwidth(size_bytes, a, p, q, eps), dtype=float) / 1e9
     return bstar, red, np.broadcast_to(bh, np.broadcast_shapes(np.shape(bh), (1, 1, len(p))))
+
+
+def bstar_draws_gbps(tau_us: ArrayLike, topology: str, n: Sequence[int], alpha_us: float | Mapping[str, float],
+                     size_bytes: float, eps: float = -0.5, *,
+                     alpha_draws_us: ArrayLike | Mapping[str, ArrayLike] | None = None,
+                     seed: int = 0) -> dict[str, Any]:
+    """B* (GB/s), the reduction and Hockney's B*_H draw by draw for tax draws ``tau_us`` of shape
+    (sample, len(n)) or (sample, row, len(n)), on one topology (SPEC §8).
+
+    The computation of :func:`bandwidth_table`, without the summary: for callers that combine
+    draws (e.g. :func:`evtsync.diff.diff_bstar`, B minus A). ``alpha_us``/``alpha_draws_us`` as
+    in :func:`bandwidth_table`; alpha's draws, resampled to the sample count with ``seed``, are
+    the same for every row, so rows stacked on the row axis share them. Returns ``bstar_gbps``,
+    ``reduction``, ``bstar_hockney_gbps`` (tau's shape), ``p``, ``q`` (per n), ``alpha_us`` (the
+    point) and ``alpha_draws_us`` (sample,) or the point.
+    """
+    from evtsync.hockney import get_topology
+
+    tau = np.asarray(tau_us, dtype=float)
+    if tau.ndim not in (2, 3) or tau.shape[-1] != len(n):
+        raise InputError(f"tau draws must have shape (sample, len(n)) or (sample, row, len(n)); got {tau.shape}")
+    if not float(size_bytes) > 0:
+        raise InputError(f"buffer size S must be > 0 bytes; got {size_bytes}")
+    if not -1 < float(eps) < 0:
+        raise InputError(f"target elasticity eps must lie in (-1, 0); got {eps}")
+    squeeze = tau.ndim == 2
+    tau3 = tau[:, None, :] if squeeze else tau
+    topo = get_topology(topology)
+    p = np.asarray(topo.p(np.asarray(n)), dtype=float).reshape(-1)
+    q = np.asarray(topo.q(np.asarray(n)), dtype=float).reshape(-1)
+    point, alpha = _alpha_for(topo.name, alpha_us, alpha_draws_us, tau3.shape[0], np.random.default_rng(seed))
+    bstar, red, bh = _bstar_draws(tau3, alpha, p, q, float(size_bytes), float(eps))
+    bh = np.broadcast_to(bh, bstar.shape)
+    out = {"bstar_gbps": bstar, "reduction": red, "bstar_hockney_gbps": bh}
+    if squeeze:
+        out = {k: v[:, 0, :] for k, v in out.items()}
+    return {**out, "p": p, "q": q, "alpha_us": point, "alpha_draws_us": alpha, "topology": topo.name}
 
 
 def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha_us: float | Mapping[str, float],

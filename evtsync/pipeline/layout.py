@@ -40,7 +40,7 @@ STATUS_FAILED = "failed"
 #: The table of each stage's main output (relative to the run folder).
 TABLE_FILES = {name: f"{TABLES}/{name}.parquet" for name in (
     "tax_collectives", "tax_ranks", "tax_summary", "tax_groups", "tax_mismatches", "tax_traces",
-    "attribution_collectives", "attribution_summary", "attribution_validation", "zscores", "blocks_dropped",
+    "attribution_collectives", "attribution_summary", "attribution_validation", "attribution_paths", "zscores", "blocks_dropped",
     "mle", "compare", "tau", "bstar", "xi", "xi_population", "block_scale", "predicted_vs_measured",
     "predicted_vs_measured_holdout")}
 

@@ -119,7 +119,7 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
     except ImportError as exc:
         raise Unavailable(f"evtsync.critpath is not installed ({exc})") from exc
     run.require("tax")
-    collectives, summaries, validations = [], [], []
+    collectives, summaries, validations, paths = [], [], [], []
     reasons = []
     for w in progress(run.workloads, "attribution", len(run.workloads), "workload"):
         traces = run.traces(w)
@@ -138,6 +138,7 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
         summary["gpu_only_share"] = result.gpu_only_share
         summaries.append(_tag(summary, w.name, gpu))
         validations.append(_tag(result.validation, w.name, gpu))
+        paths.append(_tag(_path_view_rows(result), w.name, gpu))
     if not collectives:
         raise NotApplicable("no collective to attribute: " + "; ".join(reasons))
     table = pd.concat(collectives, ignore_index=True)
@@ -146,11 +147,25 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
                  run.write_table(f"{TABLES}/attribution_summary.parquet",
                                  _stringify(pd.concat(summaries, ignore_index=True))),
                  run.write_table(f"{TABLES}/attribution_validation.parquet",
-                                 _stringify(pd.concat(validations, ignore_index=True))))
+                                 _stringify(pd.concat(validations, ignore_index=True))),
+                 run.write_table(f"{TABLES}/attribution_paths.parquet",
+                                 _stringify(pd.concat(paths, ignore_index=True))))
     ok = table[table["status"] == "ok"]
     return {"collectives": len(table), "attributed": len(ok),
             "gpu_only_share": float((ok["path_kind"] == "gpu_only").mean()) if len(ok) else None,
             "skipped_workloads": reasons}
+
+
+def _path_view_rows(result: Any) -> pd.DataFrame:
+    """The straggler's and fastest rank's paths, event by event, of the attributed collective
+    with the largest tax (the report's Fig. 4-style view); no rows when none has a kept path."""
+    ok = result.collectives[result.collectives["status"] == "ok"]
+    keys = result.paths[["pg", "index"]].drop_duplicates() if len(result.paths) else result.paths[["pg", "index"]]
+    ok = ok.merge(keys, on=["pg", "index"])
+    if ok.empty:
+        return result.paths.iloc[:0]
+    top = ok.sort_values("tau_max_us", ascending=False, kind="stable").iloc[0]
+    return result.paths[(result.paths["pg"] == top["pg"]) & (result.paths["index"] == top["index"])]
 
 
 def _stringify(table: pd.DataFrame) -> pd.DataFrame:

@@ -684,7 +684,41 @@ def _attribution_items(ctx: _Ctx, att: pd.DataFrame | None, gpu: str, slug: str)
     items.append(ctx.figure(tax_figs.attribution_breakdown(sub), f"attribution-{slug}", f"Share of attributed collectives on {gpu} per principal-cause category, one bar per "
                                   f"workload (critical-path walk from each collective back to the previous collective "
                                   f"of its PG, straggler's path compared with the fastest rank's, SPEC §4)."))
+    items.append(_path_view(ctx, gpu, slug))
     return items
+
+
+def _path_view(ctx: _Ctx, gpu: str, slug: str) -> Any:
+    """The Fig. 4-style view of the collective with the largest tax among those attributed on
+    ``gpu`` (the attribution stage keeps that collective's two paths per workload), or why not."""
+    from evtsync.plots.paths import straggler_vs_fastest
+
+    paths = ctx.table("attribution_paths")
+    if paths is None:
+        return Skipped("No straggler-vs-fastest path view: this run folder has no tables/attribution_paths.parquet "
+                       "(its attribution stage was run by an evtsync that did not keep the paths); rerun "
+                       "`evtsync run --force` to draw it.")
+    on_gpu = paths[paths["gpu"].astype(str) == gpu] if "gpu" in paths.columns else paths.iloc[:0]
+    coll = ctx.table("attribution_collectives")
+    if on_gpu.empty or coll is None:
+        return Skipped(f"No straggler-vs-fastest path view on {gpu}: no attributed collective (status ok) of its "
+                       "workloads kept a critical path.")
+    keys = on_gpu[["workload", "pg", "index"]].drop_duplicates()
+    kept = coll.astype({"pg": str}).merge(keys.astype({"pg": str}), on=["workload", "pg", "index"])
+    if kept.empty:
+        return Skipped(f"No straggler-vs-fastest path view on {gpu}: the kept paths match no attributed collective.")
+    top = kept.sort_values("tau_max_us", ascending=False, kind="stable").iloc[0]
+    rows = on_gpu[(on_gpu["workload"] == top["workload"]) & (on_gpu["pg"].astype(str) == str(top["pg"]))
+                  & (on_gpu["index"] == top["index"])]
+    fig = straggler_vs_fastest(rows, top["pg"], int(top["index"]), kept[kept["workload"] == top["workload"]])
+    cause = f"{top.get('cause_name')} ({top.get('cause_category')}, +{fmt(top.get('cause_extra_us'))} µs)"
+    return ctx.figure(fig, f"path-{slug}", (
+        f"The straggler's critical path (rank {int(top['straggler_rank'])}) against the fastest rank's "
+        f"(rank {int(top['fastest_rank'])}) for collective {int(top['index'])} of PG {top['pg']} in workload "
+        f"{top['workload']}, the attributed collective with the largest tax on {gpu} (tau_max "
+        f"{fmt(top['tau_max_us'])} µs), as in the paper's Fig. 4: GPU and CPU-side events on separate lanes, time "
+        f"from each path's first event (both ranks leave the previous collective together, SPEC §4); outlined "
+        f"in red: the principal cause, {cause}."))
 
 
 def _main_fit(ctx: _Ctx) -> tuple[Any, str | None]:
@@ -911,17 +945,91 @@ def _whatif_section(ctx: _Ctx) -> list[Section]:
             rows.append({"preset": preset, "GPU": spec["gpu"], "n": n, "FLOPS factor": round(factor, 3),
                          "prediction": getattr(r, "prediction_kind", "cell"),
                          f"tau(n) µs [{PCT} CrI]": fmt_ci(r.tau_mean_us, r.tau_lo_us, r.tau_hi_us),
-                         "NVLink GB/s": spec["nvlink_gbps"], "source": spec["source"]})
+                         "NVLink GB/s": spec["nvlink_gbps"], "TFLOPS": spec["tflops"],
+                         "TFLOPS from": spec.get("tflops_source", ""), "source": spec["source"]})
     items: list[Any] = [Table(pd.DataFrame(rows), (
         f"tau(n) of bf16 domains that have no traces, from {name}: a GPU absent from the fit is drawn from the "
         f"hierarchy's population (a new GPU deviation and cell term per posterior draw: 'population', wider "
         f"intervals); b = {b_source}, {fmt(b_ref)} µs, divided by the preset's FLOPS over the H200's "
-        f"{REFERENCE_TFLOPS:g} TFLOPS (SPEC §8). Presets: evtsync.reference.PRESETS; any other with "
+        f"{REFERENCE_TFLOPS:g} TFLOPS (SPEC §8). n and NVLink GB/s are the paper's Table 1; its Table 1 lists no "
+        f"TFLOPS: 'TFLOPS from' says whether a value is the paper's (H200) or an NVIDIA datasheet's (named in "
+        f"'source'). Presets: evtsync.reference.PRESETS; any other with "
         f"`evtsync predict FIT --gpu G --precision P --n N --flops-factor F`."))]
     if not fit.converged:
         items.insert(0, f"WARNING: {name} did not converge; these predictions inherit it.")
     items += [f"Not predicted: {note}." for note in notes]
     return [Section(title, items, anchor="whatif")]
+
+
+#: FLOPS factors (relative to the H200's 989 TFLOPS) and domain sizes of the report's Fig. 13.
+FLOPS_SWEEP = (1.0, 2.0, 4.0, 8.0, 16.0)
+FLOPS_NS = (256, 4096)
+
+
+def _flops_section(ctx: _Ctx) -> list[Section]:
+    """B* as FLOPS grow (the paper's Fig. 13) for the main fit's reference cell at n = 256 and
+    4096, with the bandwidth-scaling requirement against the roofline (docs/what-if.md)."""
+    from evtsync.errors import EvtsyncError
+    from evtsync.evt.predict import bandwidth_table, flops_scaling_table
+    from evtsync.hockney import TOPOLOGIES
+    from evtsync.plots.whatif import bstar_vs_flops
+    from evtsync.reference import REFERENCE_TFLOPS, nvlink_reference_lines
+
+    title = "Optimal bandwidth as FLOPS grow"
+    tau = ctx.table("tau")
+    summary = ctx.stage("prediction").get("summary", {})
+    if tau is None or tau.empty or "b_us" not in tau.columns or not summary:
+        return [Section(title, [ctx.why_not("prediction")], anchor="flops")]
+    fit, name = _main_fit(ctx)
+    if fit is None:
+        return [Section(title, [Skipped("Skipped — no main Bayesian fit in this run.")], anchor="flops")]
+    m = int(ctx.manifest.get("options", {}).get("m", 4) or 4)
+    if any(n % m for n in FLOPS_NS):
+        return [Section(title, [Skipped(f"Skipped — n = {', '.join(map(str, FLOPS_NS))} (the paper's Fig. 13) are not "
+                                        f"multiples of this run's m = {m}.")], anchor="flops")]
+    rows = tau[tau["model"] == name]
+    ref = rows[(rows.get("gpu", "") == "H200") & (rows.get("precision", "") == "bf16")]
+    which = "the H200 bf16 cell (the paper's reference GPU)"
+    if ref.empty:
+        ref = rows.sort_values([c for c in ("gpu", "precision") if c in rows.columns]).head(1)
+        which = "the first fitted cell (no H200 bf16 cell in this run)"
+    r0 = ref.iloc[0]
+    gpu, precision = (str(r0["gpu"]), str(r0["precision"])) if "gpu" in ref.columns else (None, None)
+    b_ref, alpha, size, eps = float(r0["b_us"]), float(summary["alpha_us"]), float(summary["bytes"]), float(summary["eps"])
+    bstar = ctx.table("bstar")  # the run's own topologies, in its order
+    topologies = list(dict.fromkeys(bstar["topology"])) if bstar is not None and len(bstar) else list(TOPOLOGIES)
+    args = (fit, topologies, list(FLOPS_NS), alpha, size, b_ref)
+    try:
+        table = bandwidth_table(*args, eps, m, LEVEL, list(FLOPS_SWEEP), gpu=gpu, precision=precision)
+        scaling = flops_scaling_table(*args, list(FLOPS_SWEEP), eps, m, LEVEL, gpu=gpu, precision=precision)
+    except EvtsyncError as exc:
+        return [Section(title, [Skipped(f"Skipped — {exc}")], anchor="flops")]
+    cell = str(table["cell"].iloc[0]) if len(table) else "?"
+    items: list[Any] = []
+    if not fit.converged:
+        items.append(Alert(f"{name} did not converge; this figure inherits it.", level="warning"))
+    items.append(ctx.figure(bstar_vs_flops(table, nvlink=nvlink_reference_lines()), "bstar-flops", (
+        f"Optimal bandwidth B* as peak FLOPS grow {FLOPS_SWEEP[0]:g}–{FLOPS_SWEEP[-1]:g}x over the H200's "
+        f"{REFERENCE_TFLOPS:g} TFLOPS, for n = 256 and 4096 (the paper's Figure 13), at eps = {fmt(eps)}: the block's b "
+        f"is divided by the factor, and tau(n) with it (SPEC §8). Tax from {name}'s posterior for {which}, {cell}, b = {fmt(b_ref)} "
+        f"µs; alpha = {fmt(alpha)} µs, S = {fmt(size)} bytes ({summary.get('bytes_source', '')}). Solid with "
+        f"{PCT} band: with the tax; dashed: Hockney's B*_H (no compute term, flat); dotted: the roofline "
+        "(B*_H grown with the FLOPS); horizontal lines: Table 1's NVLink generations.")))
+    shown = pd.DataFrame({
+        "topology": scaling["topology"], "n": scaling["n"],
+        f"B* growth x{scaling['roofline_growth'].iloc[0]:g} FLOPS [{PCT} CrI]": [
+            fmt_ci(a, b, c) for a, b, c in zip(scaling["growth_median"], scaling["growth_lo"], scaling["growth_hi"], strict=True)],
+        f"below the roofline, % [{PCT} CrI]": [
+            fmt_ci(100 * a, 100 * b, 100 * c) for a, b, c in zip(scaling["scaling_reduction_median"],
+                                                                 scaling["scaling_reduction_lo"],
+                                                                 scaling["scaling_reduction_hi"], strict=True)],
+        "not converged": not fit.converged})
+    items.append(Table(shown, (
+        f"Bandwidth-scaling requirement over the sweep: growth = B*(x{FLOPS_SWEEP[-1]:g}) / B*(x{FLOPS_SWEEP[0]:g}) draw "
+        f"by draw (posterior median [{PCT} credible interval]); the roofline grows as the FLOPS, Hockney's B*_H not at "
+        "all; 'below the roofline' = 1 − growth / FLOPS growth (the paper's \"11.7% lower bandwidth scaling "
+        "requirement\" is this quantity for its unstated FLOPS range: docs/what-if.md)."), flag="not converged"))
+    return [Section(title, items, anchor="flops")]
 
 
 def _ratio_line(table: pd.DataFrame) -> str:
@@ -1135,7 +1243,8 @@ def run_sections(run_dir: Path, out: Path, manifest: dict[str, Any]) -> tuple[li
     """The document of a run folder, and the figure files written for it."""
     ctx = _Ctx(run_dir, out, manifest)
     sections: list[Section] = []
-    for builder in (_summary_section, _inputs, _gpu_sections, _xi_section, _compare_section, _prediction_sections, _whatif_section,
+    for builder in (_summary_section, _inputs, _gpu_sections, _xi_section, _compare_section, _prediction_sections, _flops_section,
+                    _whatif_section,
                     _pvm_section, _truth_section, _convergence_section, _stages_section, _files_section):
         sections += builder(ctx)
     return sections, ctx.written
