@@ -502,7 +502,10 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     for col in frames[0].columns:
         series = [f[col] for f in frames]
         if isinstance(series[0].dtype, pd.CategoricalDtype):
-            out[col] = pd.Series(union_categoricals([s.astype("category") for s in series]))
+            cats = [s.astype("category") for s in series]
+            if len({str(c.cat.categories.dtype) for c in cats}) > 1:  # e.g. a file whose column is all empty
+                cats = [c.cat.rename_categories(c.cat.categories.astype(str)) for c in cats]
+            out[col] = pd.Series(union_categoricals(cats))
         else:
             out[col] = pd.concat(series, ignore_index=True)
     return pd.DataFrame(out)
