@@ -528,6 +528,8 @@ def test_bad_input_one_line(case: Case, tmp_path: Path, capsys: pytest.CaptureFi
     after = _snapshot(work)
     changed = {k for k in before if after.get(k) != before[k]}
     assert not changed, f"input files touched: {changed}"
+    if case.status == 2:  # refused: nothing written at all (a run's own stage failures write their record)
+        assert set(after) <= set(before), f"written although refused: {set(after) - set(before)}"
     assert not list(tmp_path.rglob("*.tmp")), "temporary files left"
     assert not list(home.iterdir()), f"written into the working folder: {list(home.iterdir())}"
 

@@ -363,6 +363,11 @@ def execute(run: Run, build_stages: Callable[[Run], list[Stage]]) -> Run:
 
     options = run.options
     options.check()
+    # refusals that need no lock come before the run folder (and its lock) is made: a refused run
+    # leaves nothing behind; both are checked again under the lock
+    if not options.force:
+        read_manifest(run.out)
+    build_stages(run)  # an unknown --model or an empty --models-dir
     try:
         run.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
