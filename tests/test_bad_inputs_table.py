@@ -474,6 +474,12 @@ CASES = [
          r"(3|too few|fewer)"),
     Case("fit of NaN only", lambda tmp: ["fit", str(_zscores(tmp, [float("nan")] * 40)), "--mle"],
          r"(NaN|finite|no value)"),
+    Case("fit of maxima of order 1e300", lambda tmp: ["fit", str(_zscores(tmp, [1e300 * (i + 1) for i in range(40)])),
+                                                      "--mle"], r"z\.csv.*'z'.*beyond .*double precision.*rescale"),
+    Case("fit of maxima of order 1e-300", lambda tmp: ["fit", str(_zscores(tmp, [1e-300 * (i + 1) for i in range(40)])),
+                                                       "--mle"], r"z\.csv.*'z'.*beyond .*double precision.*rescale"),
+    Case("fit of equal maxima", lambda tmp: ["fit", str(_zscores(tmp, [1.0] * 40)), "--mle"],
+         r"z\.csv: all 40 values of 'z' are equal"),
     Case("fit of a missing table", lambda tmp: ["fit", str(tmp / "none.csv"), "--mle"], r"none\.csv.*no such file"),
     # ---- nccl-tests logs
     Case("nccl-tests log without a table", lambda tmp: ["nccl-tests", "parse", str(_nccl_log(tmp, "hello\n"))],
