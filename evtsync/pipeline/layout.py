@@ -145,8 +145,9 @@ def incomplete_notes(manifest: dict[str, Any]) -> list[str]:
         names = [w.get("name") for w in manifest.get("workloads", [])]
         kept = [n for n in names if n not in failed]
         for name, info in failed.items():
+            since = "every table" if info["stage"] == "tax" else f"from stage {info['stage']} on, every table"
             notes.append(f"INCOMPLETE study: workload {name} FAILED in stage {info['stage']} ({info['reason']}); "
-                         f"every table, fit and prediction of this run leaves it out"
+                         f"{since}, fit and prediction of this run leaves it out"
                          + (f" and pools {', '.join(kept)} only" if kept else ""))
     problems = (manifest.get("stages", {}).get("tax", {}).get("summary") or {}).get("rank_problems", {})
     missing = missing_ranks(manifest)
