@@ -120,3 +120,37 @@ def test_every_workload_failing_fails_the_stage(study: Path, tmp_path: Path, cap
     err = capsys.readouterr().err
     assert status == 1
     assert "FAILED tax" in err and "rank(s) 5" in err
+
+
+def test_a_workload_failing_after_the_tax_is_left_out_from_that_stage_on(
+        traces_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two copies of the real DLRM set; the attribution of the second raises the package's own
+    error (injected): the first is attributed, the second recorded as failed there, exit 3."""
+    import evtsync.critpath.attribution as attribution
+    from evtsync.errors import AlignmentError
+    from evtsync.pipeline.layout import incomplete_notes
+
+    study = tmp_path / "study"
+    for name in ("first", "second"):
+        shutil.copytree(traces_dir / "dlrm-8rank-v100", study / name)
+    real = attribution.attribute
+
+    def attribute(traces, **kwargs):  # noqa: ANN001, ANN003, ANN202 - the library's signature
+        if "second" in str(traces.ranks["path"].iloc[0]):
+            raise AlignmentError("injected: rank 3 cannot be attributed")
+        return real(traces, **kwargs)
+
+    monkeypatch.setattr(attribution, "attribute", attribute)
+    out = tmp_path / "out"
+    status = main(["-q", "run", str(study), "--out", str(out), "--no-cache", "--model", "gumbel", "--no-report"])
+    err = capsys.readouterr().err
+    assert status == 3, err
+    manifest = read_manifest(out)
+    assert manifest["stages"]["attribution"]["status"] == "done"
+    assert failed_workloads(manifest) == {"second": {"stage": "attribution",
+                                                     "reason": "AlignmentError: injected: rank 3 cannot be attributed"}}
+    attributed = pd.read_parquet(out / "tables" / "attribution_collectives.parquet")
+    assert set(attributed["workload"]) == {"first"}
+    assert set(pd.read_parquet(out / "tables" / "tax_collectives.parquet")["workload"]) == {"first", "second"}
+    assert "from stage attribution on" in incomplete_notes(manifest)[0]
+    assert "INCOMPLETE study: workload second FAILED in stage attribution" in err
