@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import fcntl
 import gzip
-import hashlib
 import json
 import re
 import shutil
@@ -27,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import DATA, TRACES
+from conftest import DATA, TRACES, file_hashes
 
 from evtsync.cli import main
 
@@ -322,8 +321,10 @@ CASES = [
     Case("zero duration NCCL kernel", on_doc(1, _setter(_nccl, 0, "dur", 0)), r"(rank 1\b|worker1_).*zero duration"),
     Case("negative timestamp", on_doc(3, _setter(_kernels, 5, "ts", -1e30)), r"(rank 3\b|worker3_).*absurd timestamp"),
     Case("duration 1e30", on_doc(3, _setter(_kernels, 5, "dur", 1e30)), r"(rank 3\b|worker3_).*absurd.*dur"),
-    Case("timestamp as text", on_doc(5, _setter(_kernels, 5, "ts", "soon")), r"worker5_.*ts"),
-    Case("duration as text", on_doc(5, _setter(_nccl, 1, "dur", "long")), r"(rank 5\b|worker5_).*dur"),
+    Case("timestamp as text", on_doc(5, _setter(_kernels, 5, "ts", "soon")),
+         r"worker5_.*the event at decompressed byte \d+ is not a Kineto event.*got `str`.*at `ts`"),
+    Case("duration as text", on_doc(5, _setter(_nccl, 1, "dur", "long")),
+         r"worker5_.*the event at decompressed byte \d+ is not a Kineto event.*at `dur`.*ncclKernel"),
     Case("NaN timestamp", on_doc(6, _nan_ts), r"(rank 6\b|worker6_).*(NaN|non-finite|finite)"),
     Case("infinite duration", on_doc(6, _inf_dur), r"(rank 6\b|worker6_).*(inf|non-finite|finite)"),
     Case("every NCCL kernel twice", on_doc(0, _all_twice), r"worker0_.*duplicate events"),
@@ -343,7 +344,8 @@ CASES = [
     Case("JSON list, not a trace", on_folder(_json_list), r"worker6_.*(object|not a .*trace)"),
     Case("no traceEvents", on_doc(2, _no_trace_events), r"worker2_.*traceEvents"),
     Case("traceEvents not a list", on_doc(2, _events_not_list), r"worker2_.*traceEvents.*(list|array)"),
-    Case("an event that is a number", on_doc(2, _event_not_object), r"worker2_.*event.*(object|42)"),
+    Case("an event that is a number", on_doc(2, _event_not_object),
+         r"worker2_.*the event at decompressed byte \d+ is not a Kineto event \(Expected `object`, got `int`\): 42"),
     Case("no such trace folder", lambda tmp: ["tax", str(tmp / "nothing"), "--no-cache"],
          r"nothing.*no such file"),
     Case("folder without traces", lambda tmp: ["tax", str((tmp / "empty").mkdir() or tmp / "empty"), "--no-cache"],
@@ -491,17 +493,9 @@ CASES = [
 ]
 
 
-def _snapshot(root: Path) -> dict[str, str]:
-    out = {}
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
-    return out
-
-
 @pytest.fixture(scope="module")
 def shared_before() -> dict[str, str]:
-    return _snapshot(DATA)
+    return file_hashes(DATA)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -516,7 +510,7 @@ def test_bad_input_one_line(case: Case, tmp_path: Path, capsys: pytest.CaptureFi
     try:
         argv = case.make(work)
         capsys.readouterr()
-        before = _snapshot(work)
+        before = file_hashes(work)
         try:
             status = main(["-q", *argv])
         except SystemExit as exc:  # argparse
@@ -531,7 +525,7 @@ def test_bad_input_one_line(case: Case, tmp_path: Path, capsys: pytest.CaptureFi
     errors = [line for line in err.splitlines() if ERROR_LINE.match(line)]
     assert len(errors) == 1, err
     assert re.search(case.expect, errors[0], re.IGNORECASE), errors[0]
-    after = _snapshot(work)
+    after = file_hashes(work)
     changed = {k for k in before if after.get(k) != before[k]}
     assert not changed, f"input files touched: {changed}"
     if case.status == 2:  # refused: nothing written at all (a run's own stage failures write their record)
@@ -540,8 +534,19 @@ def test_bad_input_one_line(case: Case, tmp_path: Path, capsys: pytest.CaptureFi
     assert not list(home.iterdir()), f"written into the working folder: {list(home.iterdir())}"
 
 
+def test_an_event_against_the_schema_is_located_where_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Not "near byte 3027" (the start of traceEvents) wherever it is: the byte where the event starts."""
+    folder = _edit_doc(tmp_path, 5, _setter(_kernels, -3, "ts", "soon"))
+    raw = gzip.decompress(_rank_file(folder, 5).read_bytes())
+    truth = raw.find(b'"soon"')
+    start = raw.rfind(b'{"ph"', 0, truth)
+    assert main(["-q", "tax", str(folder), "--no-cache"]) == 2
+    found = re.search(r"decompressed byte (\d+)", capsys.readouterr().err)
+    assert found and int(found.group(1)) == start, (found, start, truth)
+
+
 def test_no_case_touched_the_shared_data(shared_before: dict[str, str]) -> None:
-    assert _snapshot(DATA) == shared_before
+    assert file_hashes(DATA) == shared_before
 
 
 def test_a_run_keeps_user_tmp_files_under_out(tmp_path: Path) -> None:
