@@ -161,7 +161,10 @@ def run_fit(args: argparse.Namespace) -> int:
     if not 0 < args.ci_level < 1:
         raise InputError(f"--ci-level must lie in (0, 1); got {args.ci_level}")
     values, column, skipped = load_maxima(args.data, args.column, args.where, args.negate)
-    fit = mle.fit_mle(values, args.family)
+    try:
+        fit = mle.fit_mle(values, args.family)
+    except InputError as exc:  # too few maxima, …: said of the file and column it came from
+        raise InputError(f"{args.data}: column {column!r}: {exc}") from exc
     record: dict[str, Any] = fit.to_dict()
     record.update({"data": str(args.data), "column": column, "negated": bool(args.negate), "skipped_rows": skipped})
     intervals: dict[Any, Any] = {}  # the ProfileInterval objects, for the text output
