@@ -65,6 +65,8 @@ class RunTables:
     ranks: pd.DataFrame | None = None
     gpu: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: ranks of the job without a trace (a side analysed with --allow-partial)
+    missing_ranks: list[int] = field(default_factory=list)
 
 
 def _role(table: pd.DataFrame) -> pd.Series:
@@ -228,6 +230,30 @@ def diff_tax(a: RunTables, b: RunTables, *, level: float | None = None, n_boot: 
     table = pd.DataFrame(rows, columns=DIFF_COLUMNS)
     table.attrs.update({"a": a.label, "b": b.label, "level": level, "n_boot": n_boot,
                         "notes": [*a.notes, *b.notes]})
+    return label_rank_sets(table, a, b)
+
+
+def label_rank_sets(table: pd.DataFrame, a: RunTables, b: RunTables) -> pd.DataFrame:
+    """Say which ranks each side lacks (``attrs["missing_ranks"]``: ``{"a": [...], "b": [...]}``) and
+    refuse a verdict when the two rank sets differ: the tax of a job without some ranks is not the
+    tax of the whole job, so a shift could be the missing ranks' doing. When both sides lack the
+    same ranks the verdict stands, and its reason says so."""
+    missing = {"a": sorted(a.missing_ranks), "b": sorted(b.missing_ranks)}
+    table.attrs["missing_ranks"] = missing
+    if not missing["a"] and not missing["b"]:
+        return table
+
+    def lacks(side: RunTables, ranks: list[int]) -> str:
+        return f"{side.label} lacks rank(s) {', '.join(map(str, ranks))}" if ranks else f"{side.label} has every rank"
+
+    judged = table["verdict"] != "no verdict"
+    if missing["a"] != missing["b"]:
+        text = f"rank sets differ ({lacks(a, missing['a'])}; {lacks(b, missing['b'])})"
+        table.loc[judged, "verdict"] = "no verdict"
+    else:
+        text = f"both sides lack rank(s) {', '.join(map(str, missing['a']))} (--allow-partial)"
+    table["reason"] = [f"{text}; {r}" if r else text for r in table["reason"].fillna("")]
+    table.attrs["notes"] = [*table.attrs.get("notes", []), text]
     return table
 
 
@@ -242,14 +268,15 @@ def tables_from_traces(paths, label: str | None = None, **options) -> RunTables:
     _, tables = tax_from_traces(traces, **align)
     gpus = traces.ranks["gpu"].astype(str)
     gpu = ", ".join(sorted(set(gpus))) if len(gpus) else None
-    return RunTables(label or str(paths), tables.collectives, tables.ranks, gpu=gpu)
+    return RunTables(label or str(paths), tables.collectives, tables.ranks, gpu=gpu,
+                     missing_ranks=[int(r) for r in traces.missing_ranks])
 
 
 def tables_from_run(run_dir, label: str | None = None, workload: str | None = None) -> RunTables:
     """A side of a comparison read from a run folder's tax tables (``evtsync run --out``)."""
     from pathlib import Path
 
-    from evtsync.pipeline.layout import table_path
+    from evtsync.pipeline.layout import missing_ranks, read_manifest, table_path
     from evtsync.tableio import read_table
 
     run_dir = Path(run_dir)
@@ -271,8 +298,10 @@ def tables_from_run(run_dir, label: str | None = None, workload: str | None = No
         names = sorted(set(coll["workload"]))
         raise InputError(f"diff: {run_dir} holds {len(names)} workloads ({', '.join(names)}); "
                          "choose one with --workload-a/--workload-b")
+    names = sorted(set(coll["workload"].astype(str))) if "workload" in coll.columns else []
+    lacking = missing_ranks(read_manifest(run_dir)).get(workload or (names[0] if len(names) == 1 else ""), [])
     return RunTables(label or str(run_dir), coll.reset_index(drop=True),
-                     None if ranks is None else ranks.reset_index(drop=True))
+                     None if ranks is None else ranks.reset_index(drop=True), missing_ranks=lacking)
 
 
 def load_side(path, label: str | None = None, workload: str | None = None, **options) -> RunTables:

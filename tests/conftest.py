@@ -13,6 +13,14 @@ DATA = SHARED / "data"
 TRACES = DATA / "traces"
 
 
+def file_hashes(root: Path) -> dict[str, str]:
+    """SHA-256 of every file below ``root`` by relative path: to check that nothing was touched."""
+    import hashlib
+
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The real public data folder (../shared/data); tests needing it skip when absent."""

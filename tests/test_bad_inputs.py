@@ -13,7 +13,6 @@ The copies are made in a temporary folder; ../shared/data is never written.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import shutil
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import TRACES
+from conftest import TRACES, file_hashes
 
 DLRM = TRACES / "dlrm-8rank-v100"
 pytestmark = pytest.mark.skipif(not DLRM.is_dir(), reason=f"shared data not found at {DLRM}")
@@ -167,18 +166,16 @@ CASES = [
          r"/proc/evtsync"),
     Case("run --out is a file", lambda tmp: (tmp.joinpath("f").write_text("x"), ["run", str(DLRM), "--out", str(tmp / "f")])[1],
          r"/f\b.*(not a folder|is a file|exists)"),
+    Case("fit of equal maxima (numpy must stay quiet)",
+         lambda tmp: (tmp.joinpath("z.csv").write_text("z\n" + "2.5\n" * 40), ["fit", str(tmp / "z.csv"), "--mle"])[1],
+         r"z\.csv: all 40 values of 'z' are equal"),
+    Case("fit of maxima of order 1e-300 (a scipy ValueError before)",
+         lambda tmp: (tmp.joinpath("z.csv").write_text("z\n" + "".join(f"{1e-300 * (i + 1)}\n" for i in range(40))),
+                      ["fit", str(tmp / "z.csv"), "--mle"])[1], r"z\.csv.*rescale"),
     Case("bandwidth with xi >= 1", lambda tmp: ["bandwidth", "--topology", "full", "--n", "8", "--alpha-us", "5",
                                                 "--bytes", "1e9", "--gev", "0.9", "0.35", "1.2", "--block-sd-us", "18"],
          r"xi.*(>= ?1|≥ ?1).*infinite|infinite.*xi"),
 ]
-
-
-def _snapshot(root: Path) -> dict[str, str]:
-    out = {}
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
-    return out
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -186,7 +183,7 @@ def test_bad_input_gives_one_clear_line(case: Case, tmp_path: Path):
     work = tmp_path / "in"
     work.mkdir()
     argv = case.make(work)
-    before = _snapshot(work)
+    before = file_hashes(work)
     env = {**os.environ, "EVTSYNC_CACHE_DIR": str(tmp_path / "cache")}
     proc = subprocess.run([sys.executable, "-m", "evtsync", "-q", *argv], capture_output=True, text=True,
                           env=env, cwd=tmp_path, timeout=300)
@@ -199,7 +196,7 @@ def test_bad_input_gives_one_clear_line(case: Case, tmp_path: Path):
     import re
 
     assert re.search(case.expect, errors[0], re.IGNORECASE), errors[0]
-    after = _snapshot(work)
+    after = file_hashes(work)
     changed = {k for k in before if after.get(k) != before[k]}
     assert not changed, f"input files touched: {changed}"
     leftovers = [p for p in tmp_path.rglob("*.tmp")]

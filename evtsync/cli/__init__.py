@@ -114,6 +114,11 @@ def _configure_logging(verbose: bool, quiet: bool) -> None:
 _OWN_OUT_CHECK = {"run", "report", "fit"}
 
 
+#: Output options (attribute, command) that name a table (.parquet/.csv); ``-o`` names one everywhere
+#: but in ``inject``.
+_TABLE_OUTPUTS = {("out", "compare"), ("out", "predict")}
+
+
 def _check_outputs(command: str | None, args: argparse.Namespace) -> None:
     """Every output path of the command line checked before any work starts (issue 18): an
     existing folder where a file is expected, a file where a folder is, a place that cannot be
@@ -135,6 +140,12 @@ def _check_outputs(command: str | None, args: argparse.Namespace) -> None:
 
             figure_format(value)
         (check_output_dir if attr in folders else check_output_file)(value, option)
+        if (attr, command) in _TABLE_OUTPUTS or (attr == "output" and command != "inject") or (
+                attr == "out" and command == "nccl-tests"
+                and getattr(args, "nccl_command", None) in ("parse", "stats")):
+            from evtsync.tableio import table_format
+
+            table_format(value)  # .parquet or .csv, before the work rather than at the write after it
 
 
 def _route_warnings() -> None:

@@ -11,6 +11,30 @@ from evtsync.defaults import END_TOLERANCE_US, RANKS_PER_HOST
 from evtsync.errors import InputError
 
 
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1 (``--ranks-per-host 0`` would divide by zero later)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    """argparse type: a finite number >= 0 (a tolerance, a delay)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
 def add_trace_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
     """TRACES plus the reading and alignment options."""
     parser.add_argument("traces", nargs="+" if required else "*", metavar="TRACES",
@@ -27,9 +51,9 @@ def add_trace_arguments(parser: argparse.ArgumentParser, required: bool = True) 
                        help="align PGs over the ranks present when member ranks have no trace")
     group.add_argument("--no-strict", dest="strict", action="store_false",
                        help="flag count/type mismatches instead of stopping")
-    group.add_argument("--end-tolerance-us", type=float, default=END_TOLERANCE_US,
+    group.add_argument("--end-tolerance-us", type=nonnegative_float, default=END_TOLERANCE_US,
                        help=f"end-time agreement tolerance across ranks (default {END_TOLERANCE_US:g})")
-    group.add_argument("--ranks-per-host", type=int, default=RANKS_PER_HOST,
+    group.add_argument("--ranks-per-host", type=positive_int, default=RANKS_PER_HOST,
                        help="ranks sharing a clock when traces do not name their host "
                             f"(default {RANKS_PER_HOST})")
     group.add_argument("--rank-from", choices=("file", "order"), default="file",

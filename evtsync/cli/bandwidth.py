@@ -108,7 +108,7 @@ def tax_function(args: argparse.Namespace, sizes: list[int], flops_factor: float
         raise InputError(f"--block-sd-us must be >= 0 µs; got {args.block_sd_us}")
     mu, sigma, xi = (args.gumbel[0], args.gumbel[1], 0.0) if args.gumbel else tuple(args.gev)
     if not sigma > 0:
-        raise InputError(f"fit scale sigma must be > 0; got {sigma}")
+        raise InputError(f"{'--gumbel' if args.gumbel else '--gev'}: the scale sigma must be > 0; got {sigma}")
     if xi >= 1:
         raise InputError(f"--gev shape xi = {xi:g} >= 1: the mean of the maximum is infinite, so tau(n) and B* "
                          "are not defined (SPEC §6: the mean exists for xi < 1)")

@@ -32,4 +32,21 @@ def run_compare(args: argparse.Namespace) -> int:
 
     if len(args.fits) < 2:
         raise InputError("compare needs at least two fits")
+    _refuse_repeated_fits(args.fits)
     return run_bayesian_compare(args)
+
+
+def _refuse_repeated_fits(fits: list[str]) -> None:
+    """The same fit file given twice (by two spellings of its path) is a slip, not a comparison:
+    its ELPD difference is 0 with no spread. Refused with both names."""
+    from evtsync.errors import InputError
+    from evtsync.evt.bayesfit import fit_path
+
+    seen: dict[object, str] = {}
+    for text in fits:
+        path = fit_path(text)
+        key = path.resolve() if path.is_file() else text
+        if key in seen:
+            raise InputError(f"compare: {seen[key]} and {text} are the same fit ({path}) given twice; "
+                             "give two or more different fits")
+        seen[key] = text

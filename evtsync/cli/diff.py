@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         from evtsync.tableio import json_ready
 
         doc = {"a": a.label, "b": b.label, "level": table.attrs["level"],
+               "missing_ranks": table.attrs.get("missing_ranks", {"a": [], "b": []}),
                "rows": json_ready(table.to_dict(orient="records"))}
         if fit_table is not None:
             doc["fits"] = json_ready(fit_table.to_dict(orient="records"))
@@ -107,7 +108,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2, default=str, allow_nan=False))
         return 0
     level = table.attrs["level"]
-    print(f"A = {a.label}\nB = {b.label}\n")
+    for name, side in (("A", a), ("B", b)):
+        lacking = side.missing_ranks
+        print(f"{name} = {side.label}" + (f"  (INCOMPLETE rank set: no trace of rank(s) {', '.join(map(str, lacking))})"
+                                          if lacking else ""))
+    print()
     print(f"tax tau_max per PG role and collective: medians (µs) and B − A with its {level:.0%} "
           "bootstrap interval")
     print(f"  {'role':<16} {'collective':<14} {'n A':>6} {'n B':>6} {'median A':>9} {'median B':>9} "

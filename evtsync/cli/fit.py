@@ -106,16 +106,29 @@ def load_maxima(path: str, column: str | None, where: list[str], negate: bool) -
         table = table[table[key].astype(str) == value]
     name = _select_column(table, column, path)
     values = pd.to_numeric(table[name], errors="coerce").to_numpy(dtype=float)
-    not_numeric = int(table[name].notna().sum() - np.isfinite(values).sum())
     finite = np.isfinite(values)
     skipped = int(values.size - finite.sum())
     if skipped:
-        log.warning("%s: skipped %d of %d rows of %r that are missing, non-numeric or infinite (%d non-numeric)",
-                    path, skipped, values.size, name, max(not_numeric, 0))
+        missing = int(table[name].isna().sum())
+        infinite = int(np.isinf(values).sum())
+        log.warning("%s: skipped %d of %d rows of %r: %d missing, %d infinite, %d non-numeric", path, skipped,
+                    values.size, name, missing, infinite, skipped - missing - infinite)
     values = values[finite]
     if values.size == 0:
         raise InputError(f"{path}: column {name!r} has no finite values" + (" after --where" if where else ""))
+    largest, spread = float(np.max(np.abs(values))), float(np.ptp(values))
+    if spread == 0 and values.size > 1:
+        raise InputError(f"{path}: all {values.size} values of {name!r} are equal ({values[0]:g}): no spread to fit")
+    if largest > MAX_MAGNITUDE or 0 < spread < 1 / MAX_MAGNITUDE:
+        raise InputError(f"{path}: the values of {name!r} (largest |value| {largest:.3g}, spread {spread:.3g}) lie "
+                         "beyond what a fit in double precision can handle; expected block maxima or z-scores "
+                         f"between 1e-100 and 1e100 in size: rescale the column")
     return (-values if negate else values), name, skipped
+
+
+#: Largest |block maximum| (and inverse of the smallest spread) a fit accepts: the likelihood's
+#: exponentials overflow or its optimiser's steps vanish beyond it.
+MAX_MAGNITUDE = 1e100
 
 
 def json_safe(value: Any) -> Any:
@@ -148,7 +161,10 @@ def run_fit(args: argparse.Namespace) -> int:
     if not 0 < args.ci_level < 1:
         raise InputError(f"--ci-level must lie in (0, 1); got {args.ci_level}")
     values, column, skipped = load_maxima(args.data, args.column, args.where, args.negate)
-    fit = mle.fit_mle(values, args.family)
+    try:
+        fit = mle.fit_mle(values, args.family)
+    except InputError as exc:  # too few maxima, …: said of the file and column it came from
+        raise InputError(f"{args.data}: column {column!r}: {exc}") from exc
     record: dict[str, Any] = fit.to_dict()
     record.update({"data": str(args.data), "column": column, "negated": bool(args.negate), "skipped_rows": skipped})
     intervals: dict[Any, Any] = {}  # the ProfileInterval objects, for the text output

@@ -6,6 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
+#: Exit status of a study in which a workload failed while the others' results were written.
+PARTIAL_STUDY_EXIT = 3
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``run`` command."""
@@ -45,6 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="no progress bars or stage lines; warnings and the final summary only")
     parser.add_argument("--force", action="store_true", help="redo every stage, even those whose inputs did not change")
     parser.add_argument("--no-report", dest="report", action="store_false", help="stop before the report")
+    parser.add_argument("--allow-failed-workloads", action="store_true",
+                        help="exit 0 although a workload of the study failed (default: exit 3; either way the "
+                        "other workloads' results are written and every output names the failed one)")
     blocks = parser.add_argument_group("blocks and z-scores")
     blocks.add_argument("--m", type=int, default=4, help="ranks per sample of the block maxima (default 4)")
     blocks.add_argument("--time", choices=("busy", "span", "window"), default="busy",
@@ -72,7 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Handler of ``evtsync run``: exit 0 when every stage ran or did not apply, 1 on a failure."""
+    """Handler of ``evtsync run``: exit 0 when every stage ran or did not apply, 1 when a stage failed,
+    3 when a workload of the study failed and the others went on (0 with ``--allow-failed-workloads``)."""
     from evtsync.cli._common import reading_options
     from evtsync.errors import InputError
     from evtsync.pipeline import (
@@ -84,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         default_out,
         run_pipeline,
     )
+    from evtsync.pipeline.layout import failed_workloads, incomplete_notes
 
     declared = [p for p in args.pg if "=" in p]
     chosen = [p for p in args.pg if "=" not in p]
@@ -128,8 +136,20 @@ def run(args: argparse.Namespace) -> int:
     report = result.out / "report.html"
     if report.is_file() and options.report:
         print(f"report: {report}")
+    bad_workloads = failed_workloads(result.manifest)
+    partial = (f"; INCOMPLETE study: {len(bad_workloads)} of {len(result.workloads)} workload(s) failed "
+               f"({', '.join(bad_workloads)})") if bad_workloads else ""
     print(f"run folder: {result.out} ({len(stages) - len(failed) - len(skipped)} stage(s) with results, "
-          f"{len(skipped)} not applicable or unavailable, {len(failed)} failed)")
+          f"{len(skipped)} not applicable or unavailable, {len(failed)} failed{partial})")
     for name in failed:
         print(f"  FAILED {name}: {stages[name].get('reason', '')}", file=sys.stderr)
-    return 1 if failed else 0
+    for note in incomplete_notes(result.manifest):
+        print(note, file=sys.stderr)
+    if failed:
+        return 1
+    if bad_workloads and not args.allow_failed_workloads:
+        print(f"evtsync run: exit status {PARTIAL_STUDY_EXIT}: {len(bad_workloads)} workload(s) of the study failed "
+              f"({', '.join(bad_workloads)}); the results cover the others only (--allow-failed-workloads to "
+              "exit 0)", file=sys.stderr)
+        return PARTIAL_STUDY_EXIT
+    return 0

@@ -133,6 +133,8 @@ class Run:
         self.backend: Any = None
         self.code = source_digest()
         self.outputs: dict[str, list[str]] = {}
+        #: per running stage: workload -> why it failed there (the study went on without it)
+        self.failures: dict[str, dict[str, str]] = {}
 
     # ---- files
     def path(self, rel: str) -> Path:
@@ -214,6 +216,37 @@ class Run:
             self.workloads = discover_workloads(self.options.traces)
         self.manifest["workloads"] = [{"name": w.name, "files": [str(f) for f in w.files]} for w in self.workloads]
 
+    def live_workloads(self) -> list[Workload]:
+        """The study's workloads that did not fail in an earlier stage."""
+        from evtsync.pipeline.layout import failed_workloads
+
+        failed = failed_workloads(self.manifest)
+        return [w for w in self.workloads if w.name not in failed]
+
+    def per_workload(self, stage: str, label: str, body: Callable[[Workload], Any]) -> list[tuple[Workload, Any]]:
+        """``body(w)`` for each live workload of the study, each isolated: a workload whose body
+        raises the package's own error is recorded as failed in this stage (the manifest's
+        ``failed_workloads`` of the stage) and the study goes on with the others. When every
+        workload fails, the stage fails (with the one error, or all of them on one line)."""
+        from evtsync.progress import progress
+
+        live = self.live_workloads()
+        results: list[tuple[Workload, Any]] = []
+        errors: list[EvtsyncError] = []
+        failures = self.failures.setdefault(stage, {})
+        for w in progress(live, label, len(live), "workload"):
+            try:
+                results.append((w, body(w)))
+            except EvtsyncError as exc:
+                failures[w.name] = f"{type(exc).__name__}: {exc}"
+                errors.append(exc)
+                log.warning("workload %s failed in stage %s; the study goes on without it: %s", w.name, stage, exc)
+        if errors and not results:
+            if len(errors) == 1:
+                raise errors[0]
+            raise EvtsyncError("every workload failed: " + "; ".join(f"{n}: {r}" for n, r in failures.items()))
+        return results
+
     # ---- stage bookkeeping
     def stage_entry(self, name: str) -> dict[str, Any]:
         """The manifest record of a stage (empty when it never ran)."""
@@ -263,6 +296,7 @@ class Run:
         started = time.perf_counter()
         entry: dict[str, Any] = {"key": key, "started": pd.Timestamp.now(tz="UTC").isoformat()}
         self.outputs[stage.name] = []
+        self.failures[stage.name] = {}
         try:
             summary = stage.func(self) or {}
             entry.update(status=STATUS_DONE, reason="", summary=summary)
@@ -274,6 +308,9 @@ class Run:
             entry.update(status=STATUS_FAILED, reason=f"{type(exc).__name__}: {exc}")
             log.warning("stage %s failed: %s", stage.name, exc)
         written = self.outputs.pop(stage.name, [])
+        failed = self.failures.pop(stage.name, {})
+        if failed:
+            entry["failed_workloads"] = failed
         if entry["status"] != STATUS_DONE:
             written = []
         entry["outputs"] = {rel: file_sha256(self.path(rel)) for rel in written}
@@ -326,6 +363,11 @@ def execute(run: Run, build_stages: Callable[[Run], list[Stage]]) -> Run:
 
     options = run.options
     options.check()
+    # refusals that need no lock come before the run folder (and its lock) is made: a refused run
+    # leaves nothing behind; both are checked again under the lock
+    if not options.force:
+        read_manifest(run.out)
+    build_stages(run)  # an unknown --model or an empty --models-dir
     try:
         run.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -114,6 +114,54 @@ def main_model(run_dir: Path, manifest: dict[str, Any]) -> str | None:
     return sorted(fitted)[0]
 
 
+def failed_workloads(manifest: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Workloads of a study that failed in a per-workload stage (tax, attribution, zscores) while
+    the others went on: name -> ``{"stage": ..., "reason": ...}``, first failure only, in run order.
+
+    Each such stage records them in its manifest entry (``failed_workloads``), so a reused stage
+    keeps them."""
+    stages = manifest.get("stages", {})
+    out: dict[str, dict[str, str]] = {}
+    for name in manifest.get("stage_order", list(stages)):
+        for workload, reason in stages.get(name, {}).get("failed_workloads", {}).items():
+            out.setdefault(workload, {"stage": name, "reason": str(reason)})
+    return out
+
+
+def missing_ranks(manifest: dict[str, Any]) -> dict[str, list[int]]:
+    """Workload -> the ranks without a trace file, for workloads analysed with ``--allow-partial``
+    over an incomplete rank set (recorded by the tax stage; empty when every rank set is whole)."""
+    summary = manifest.get("stages", {}).get("tax", {}).get("summary") or {}
+    return {w: [int(r) for r in ranks] for w, ranks in summary.get("missing_ranks", {}).items() if ranks}
+
+
+def incomplete_notes(manifest: dict[str, Any]) -> list[str]:
+    """One line per way the run's results are incomplete: a workload of the study that failed
+    (the others' results leave it out), a workload whose rank set lacks ranks (``--allow-partial``).
+    The CLI prints them and the report shows them at the top of its summary."""
+    notes = []
+    failed = failed_workloads(manifest)
+    if failed:
+        names = [w.get("name") for w in manifest.get("workloads", [])]
+        kept = [n for n in names if n not in failed]
+        for name, info in failed.items():
+            since = "every table" if info["stage"] == "tax" else f"from stage {info['stage']} on, every table"
+            notes.append(f"INCOMPLETE study: workload {name} FAILED in stage {info['stage']} ({info['reason']}); "
+                         f"{since}, fit and prediction of this run leaves it out"
+                         + (f" and pools {', '.join(kept)} only" if kept else ""))
+    problems = (manifest.get("stages", {}).get("tax", {}).get("summary") or {}).get("rank_problems", {})
+    missing = missing_ranks(manifest)
+    for name in sorted(set(problems) | set(missing)):
+        detail = "; ".join(problems.get(name, []))
+        if name in missing:
+            notes.append(f"INCOMPLETE rank set (--allow-partial): workload {name} has no trace of rank(s) "
+                         f"{', '.join(map(str, missing[name]))}; its tables, fits and predictions lack them"
+                         + (f" ({detail})" if detail else ""))
+        elif detail:
+            notes.append(f"rank set not one whole job, analysed as asked (--allow-partial): workload {name}: {detail}")
+    return notes
+
+
 def stage_table(manifest: dict[str, Any]) -> pd.DataFrame:
     """One row per stage of a run: name, status, reason, seconds (in run order)."""
     stages = manifest.get("stages", {})

@@ -35,9 +35,8 @@ from evtsync.defaults import INTERVAL_LEVEL
 from evtsync.errors import InputError
 from evtsync.evt.mlefit import MIN_Z_MLE
 from evtsync.pipeline.engine import NotApplicable, Run, Stage, Unavailable
-from evtsync.pipeline.layout import FITS, TABLES, fitted_models, main_model
+from evtsync.pipeline.layout import FITS, TABLES, failed_workloads, fitted_models, main_model
 from evtsync.pipeline.options import DEMO_OVERRIDES, DEMO_STUDY
-from evtsync.progress import progress
 from evtsync.tableio import file_sha256
 
 log = logging.getLogger("evtsync.pipeline.stages")
@@ -84,19 +83,26 @@ def _stage_tax(run: Run) -> dict[str, Any]:
 
     parts: dict[str, list[pd.DataFrame]] = {k: [] for k in
                                             ("collectives", "ranks", "summary", "groups", "mismatches", "traces")}
-    for w in progress(run.workloads, "tax", len(run.workloads), "workload"):
+    missing: dict[str, list[int]] = {}
+    problems: dict[str, list[str]] = {}
+
+    def one(w: Any) -> None:
         traces = run.traces(w)
         gpu = _gpu_of(traces)
         alignment = run.alignment(w)
         tables = compute_tax(alignment)
-        parts["collectives"].append(_tag(tables.collectives, w.name, gpu))
-        parts["ranks"].append(_tag(tables.ranks, w.name, gpu))
-        parts["summary"].append(_tag(tax_summary(tables), w.name, gpu))
-        parts["groups"].append(_tag(alignment.groups, w.name, gpu))
-        parts["mismatches"].append(_tag(alignment.mismatches, w.name, gpu))
         info = traces.ranks.drop(columns=[c for c in ("path",) if c in traces.ranks]).copy()
         info["file"] = traces.ranks["path"].map(lambda p: Path(str(p)).name)
-        parts["traces"].append(_tag(info.drop(columns=["gpu"]), w.name, gpu))
+        for name, table in (("collectives", tables.collectives), ("ranks", tables.ranks),
+                            ("summary", tax_summary(tables)), ("groups", alignment.groups),
+                            ("mismatches", alignment.mismatches), ("traces", info.drop(columns=["gpu"]))):
+            parts[name].append(_tag(table, w.name, gpu))
+        if traces.missing_ranks:  # only with --allow-partial: an incomplete set is refused otherwise
+            missing[w.name] = [int(r) for r in traces.missing_ranks]
+        if traces.problems:
+            problems[w.name] = list(traces.problems)
+
+    done = run.per_workload("tax", "tax", one)
     counts = {}
     for name, frames in parts.items():
         frames = [f for f in frames if len(f)] or frames[:1]
@@ -109,8 +115,8 @@ def _stage_tax(run: Run) -> dict[str, Any]:
         counts[name] = len(table)
     if counts["collectives"] == 0:
         log.warning("no collectives in any workload")
-    return {"workloads": len(run.workloads), "collectives": counts["collectives"],
-            "mismatches": counts["mismatches"]}
+    return {"workloads": len(done), "collectives": counts["collectives"], "mismatches": counts["mismatches"],
+            "missing_ranks": missing, "rank_problems": problems}
 
 
 def _stage_attribution(run: Run) -> dict[str, Any]:
@@ -121,24 +127,27 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
     run.require("tax")
     collectives, summaries, validations, paths = [], [], [], []
     reasons = []
-    for w in progress(run.workloads, "attribution", len(run.workloads), "workload"):
+
+    def one(w: Any) -> None:
         traces = run.traces(w)
         gpu = _gpu_of(traces)
         alignment = run.alignment(w)
         if alignment.instances.empty:
             reasons.append(f"{w.name}: no collectives")
-            continue
+            return
         try:
             result = attribute(traces, alignment=alignment)
-        except InputError as exc:
+        except InputError as exc:  # does not apply to this workload (no CPU side, …): said, not failed
             reasons.append(f"{w.name}: {exc}")
-            continue
+            return
         collectives.append(_tag(result.collectives, w.name, gpu))
         summary = result.summary.copy()
         summary["gpu_only_share"] = result.gpu_only_share
         summaries.append(_tag(summary, w.name, gpu))
         validations.append(_tag(result.validation, w.name, gpu))
         paths.append(_tag(_path_view_rows(result), w.name, gpu))
+
+    run.per_workload("attribution", "attribution", one)
     if not collectives:
         raise NotApplicable("no collective to attribute: " + "; ".join(reasons))
     table = pd.concat(collectives, ignore_index=True)
@@ -187,29 +196,34 @@ def _stage_zscores(run: Run) -> dict[str, Any]:
         raise Unavailable(f"evtsync.blocks is not installed ({exc})") from exc
     run.require("tax")
     o = run.options
-    tables, dropped, reasons = [], [], []
-    for w in progress(run.workloads, "blocks and z-scores", len(run.workloads), "workload"):
+    tables: list[pd.DataFrame] = []
+    dropped: list[pd.DataFrame] = []
+    reasons: dict[str, str] = {}
+
+    def one(w: Any) -> None:
         traces = run.traces(w)
         alignment = run.alignment(w)
         try:
             table, blocks = compute_zscores(traces, alignment=alignment, pg=o.block_pg, m=o.m, time=o.time,
                                             workload=w.name, backend=run.backend)
-        except InputError as exc:
-            reasons.append(f"{w.name}: {exc}")
-            continue
+        except InputError as exc:  # does not apply to this workload (no such PG, …): said, not failed
+            reasons[w.name] = str(exc)
+            return
         if len(blocks.dropped):
             dropped.append(blocks.dropped.assign(workload=w.name))
         if table.empty:
             why = blocks.dropped["reason"].value_counts() if len(blocks.dropped) else pd.Series(dtype=int)
             detail = ", ".join(f"{n} {r}" for r, n in why.items()) or "no blocks between the collectives"
-            reasons.append(f"{w.name}: no compute block with GEMM kernels kept (block samples dropped: {detail})")
-            continue
+            reasons[w.name] = f"no compute block with GEMM kernels kept (block samples dropped: {detail})"
+            return
         tables.append(table)
+
+    run.per_workload("zscores", "blocks and z-scores", one)
     if dropped:
         run.produced("zscores", run.write_table(f"{TABLES}/blocks_dropped.parquet",
                                                 _stringify(pd.concat(dropped, ignore_index=True))))
     if not tables:
-        raise NotApplicable("; ".join(reasons) or "no workloads")
+        raise NotApplicable("; ".join(f"{n}: {r}" for n, r in reasons.items()) or "no workloads")
     z = _stringify(pd.concat(tables, ignore_index=True))
     run.produced("zscores", run.write_table(f"{TABLES}/zscores.parquet", z))
     drops = pd.concat(dropped, ignore_index=True)["reason"].value_counts().to_dict() if dropped else {}
@@ -222,11 +236,30 @@ def _not_tensor_parallel(run: Run, z: pd.DataFrame) -> list[str]:
     """Workloads whose blocks were cut between the collectives of a PG that is not tensor-parallel."""
     out = []
     for w in run.workloads:
+        if w.name not in set(z["workload"].astype(str)):
+            continue
         groups = run.alignment(w).groups
         used = groups[groups["pg"].astype(str).isin(z.loc[z["workload"] == w.name, "pg"].astype(str))]
         text = (used["pg_desc"].astype(str) + " " + used["pg_name"].astype(str)).str.lower()
         if len(used) and not text.str.contains(r"(?<![a-z])(?:tp|tensor)", regex=True).any():
             out.append(f"{w.name}: PG {', '.join(used['pg'].astype(str))} ({', '.join(used['pg_desc'].astype(str))})")
+    return out
+
+
+def _workloads_lacking(run: Run, z: pd.DataFrame) -> dict[str, str]:
+    """Workloads of the study with no z-score in ``z`` (so in no fit or prediction made from it),
+    each with the reason: failed in a stage, or no compute block kept."""
+    have = set(z["workload"].astype(str)) if "workload" in z else set()
+    failed = failed_workloads(run.manifest)
+    skipped = run.stage_entry("zscores").get("summary", {}).get("skipped_workloads", {})
+    out = {}
+    for w in run.workloads:
+        if w.name in have:
+            continue
+        if w.name in failed:
+            out[w.name] = f"failed in stage {failed[w.name]['stage']}: {failed[w.name]['reason']}"
+        else:
+            out[w.name] = skipped.get(w.name, "no z-scores")
     return out
 
 
@@ -256,7 +289,7 @@ def _stage_mle(run: Run) -> dict[str, Any]:
         raise NotApplicable(f"no GPU × precision cell has {MIN_Z_MLE} z-scores for a maximum-likelihood fit "
                             f"({len(z)} in all{_drop_note(run)})")
     run.produced("mle", run.write_table(f"{TABLES}/mle.parquet", table))
-    return {"fits": len(table)}
+    return {"fits": len(table), "workloads_lacking": _workloads_lacking(run, z)}
 
 
 def _model_paths(run: Run) -> list[Path]:
@@ -319,12 +352,15 @@ def _fit_stage(model_path: Path) -> Callable[[Run], dict[str, Any]]:
                          sampler=run.options.sampler, source=str(run.path(rel)),
                          source_sha256=file_sha256(run.path(rel)), command="evtsync run",
                          progress=progress_enabled())
+        lacking = _workloads_lacking(run, z)
+        tree.attrs["workloads"] = ", ".join(sorted(set(z["workload"].astype(str)))) if "workload" in z else ""
+        tree.attrs["workloads_lacking"] = "; ".join(f"{n} ({r})" for n, r in lacking.items())
         out = f"{FITS}/{spec.name}.nc"
         save_fit(tree, run.path(out))
         run.produced(f"fit-{model_path.stem}", out)
         return {"model": spec.name, "family": spec.family, "n_obs": int(tree.attrs["n_obs"]),
                 "converged": bool(int(tree.attrs["converged"])), "convergence": tree.attrs["convergence"],
-                "sampling_seconds": float(tree.attrs.get("sampling_seconds", 0.0)), **s}
+                "sampling_seconds": float(tree.attrs.get("sampling_seconds", 0.0)), "workloads_lacking": lacking, **s}
     return stage
 
 
@@ -402,7 +438,8 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
                                  for name, parts in (("tau", tau), ("bstar", bstar), ("xi", xi),
                                                      ("xi_population", pop), ("block_scale", [scales]))))
     return {"main_model": main, "domain_sizes": ns.tolist(), "bytes": size_bytes, "bytes_source": size_source,
-            "alpha_us": o.alpha_us, "eps": o.eps, "level": LEVEL, "infinite_draws": predict.INFINITE_POLICY}
+            "alpha_us": o.alpha_us, "eps": o.eps, "level": LEVEL, "infinite_draws": predict.INFINITE_POLICY,
+            "workloads_lacking": _workloads_lacking(run, run.table(f"{TABLES}/zscores.parquet"))}
 
 
 def _stage_predicted_vs_measured(run: Run) -> dict[str, Any]:

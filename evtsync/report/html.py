@@ -477,8 +477,10 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
 
 
 def _summary_section(ctx: _Ctx) -> list[Section]:
+    from evtsync.pipeline.layout import incomplete_notes
+
     numbers, info = summary_numbers(ctx.run_dir, ctx.manifest)
-    items: list[Any] = []
+    items: list[Any] = [Alert(note) for note in incomplete_notes(ctx.manifest)]  # a failed workload, missing ranks
     fits = _fit_rows(ctx.run_dir, ctx.manifest)
     bad = fits[(fits["status"] == "done") & (fits["converged"] == False)] if len(fits) else fits  # noqa: E712
     for row in bad.itertuples():

@@ -872,12 +872,28 @@ class _Decoder:
         try:
             events, phased = _decode_events(b"[" + body + b"]")
         except msgspec.ValidationError as exc:
-            raise TraceError(f"{self.path}: an event near decompressed byte {offset} is not a "
-                             f"Kineto event ({exc})") from None
+            raise TraceError(f"{self.path}: {_invalid_event_at(str(exc), body, offset)}") from None
         except msgspec.DecodeError as exc:
             raise TraceError(f"{self.path}: {_json_error_at(str(exc), body, offset)}") from None
         self.n_events += len(events)
         _route_block(events, phased, self.columns, self.counts, self.untabulated, self.skipped, self.path)
+
+
+def _invalid_event_at(message: str, body: bytes, offset: int) -> str:
+    """Which event of a block breaks the schema, at its true place in the decompressed file,
+    with its text (msgspec names the field, not the event: the block is searched again)."""
+    cursor = 0
+    for raw in _raw_decoder.decode(b"[" + body + b"]"):
+        text = bytes(raw)
+        at = body.find(text, cursor)
+        cursor = at + len(text) if at >= 0 else cursor
+        try:
+            _lenient_event(raw)
+        except msgspec.ValidationError as exc:
+            shown = text[:100].decode("utf-8", "replace")
+            return (f"the event at decompressed byte {offset + max(at, 0)} is not a Kineto event "
+                    f"({str(exc).replace('$.', '')}): {shown}{'…' if len(text) > 100 else ''}")
+    return f"an event in the block starting at decompressed byte {offset} is not a Kineto event ({message})"
 
 
 def _json_error_at(message: str, body: bytes, offset: int) -> str:

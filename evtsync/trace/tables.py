@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import functools
 import logging
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -453,7 +454,12 @@ def build_rank_tables(decoded: DecodedTrace, rank: int | None = None) -> RankTab
     header = decoded.header
     rank, rank_source = detect_rank(decoded.path, header, given=rank)
     base = header.get("baseTimeNanoseconds")
-    base_ns = int(base) if isinstance(base, int) and base > 0 else 0
+    if isinstance(base, float) and math.isfinite(base) and base.is_integer():
+        base = int(base)
+    if base is not None and (isinstance(base, bool) or not isinstance(base, int) or base < 0):
+        raise TraceError(f"{decoded.path}: baseTimeNanoseconds {base!r} is not a count of nanoseconds since 1970 "
+                         "(expected a whole number >= 0)")
+    base_ns = int(base) if base else 0
     if base_ns > 2**62:  # int64 ns overflow once event times are added (2**62 ns is year 2116)
         raise TraceError(f"{decoded.path}: baseTimeNanoseconds {base_ns} is beyond any real clock "
                          "(expected nanoseconds since 1970)")

@@ -441,8 +441,14 @@ def assemble(parts: Sequence[RankTables], scope: str = "all") -> TraceSet:
     """Check per-rank parts for consistency, put them in windows and concatenate them."""
     sizes = {p.info["world_size"] for p in parts if p.info["world_size"] > 0}
     if len(sizes) > 1:
-        detail = "; ".join(f"rank {p.rank} ({p.info['path']}): {p.info['world_size']}" for p in parts)
-        raise TraceError(f"ranks disagree on the world size ({detail})")
+        by_size: dict[int, list[RankTables]] = {}
+        for p in parts:
+            if p.info["world_size"] > 0:
+                by_size.setdefault(p.info["world_size"], []).append(p)
+        common = max(by_size, key=lambda size: len(by_size[size]))
+        odd = "; ".join(f"rank {p.rank} ({p.info['path']}): {size}" for size, ps in by_size.items() if size != common
+                        for p in ps)
+        raise TraceError(f"ranks disagree on the world size: {len(by_size[common])} file(s) say {common}, but {odd}")
     world = next(iter(sizes)) if sizes else -1
     if world > 0:
         beyond = [p for p in parts if p.rank >= world]
