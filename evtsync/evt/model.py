@@ -797,10 +797,67 @@ def _draw_prior(prior: Prior, size: int, rng: np.random.Generator) -> np.ndarray
     return np.asarray(_scipy_prior(prior).rvs(size=size, random_state=rng), dtype=float).reshape(size)
 
 
+def draw_prior(spec: ModelSpec, data: ModelData, draws: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """``draws`` parameter sets from the priors of ``spec`` on the cell structure of ``data``.
+
+    The one forward sampler of the model's prior (the PyMC model puts the prior of sigma in a
+    potential, which PyMC's prior sampling ignores). Returns ``mu``, ``sigma``, ``xi`` of shape
+    (draws, cells) and each hyper-parameter the model has under its posterior name, shape
+    (draws,): ``mu_mean``, ``mu_sd``, ``sigma_gmean``, ``log_sigma_sd`` (partial pooling),
+    ``xi0``, ``xi_sd_<factor>``, ``xi_sd_cell`` (additive xi; the cell term when the spec and
+    the cells have one). Only the z-data's cell labels are used, not the z-scores.
+    """
+    n_cells = len(data.cells)
+    out: dict[str, np.ndarray] = {}
+
+    def per_cell(param, name: str, log_scale: bool = False) -> np.ndarray:
+        if param.pooling == "none":
+            return np.stack([_draw_prior(param.prior, draws, rng) for _ in range(n_cells)], axis=1)
+        centre_draws = _draw_prior(param.prior, draws, rng)
+        centre = np.repeat(centre_draws[:, None], n_cells, axis=1)
+        if param.pooling == "complete":
+            return centre
+        spread = _draw_prior(param.population_sd_prior, draws, rng)
+        raw = rng.normal(size=(draws, n_cells))
+        noise = spread[:, None] * (raw - raw.mean(axis=1, keepdims=True))  # ZeroSumNormal(spread)
+        if log_scale:
+            out[f"{name}_gmean"], out[f"log_{name}_sd"] = centre_draws, spread
+            return centre * np.exp(noise)
+        out[f"{name}_mean"], out[f"{name}_sd"] = centre_draws, spread
+        return centre + noise
+
+    out["mu"] = per_cell(spec.mu, "mu")
+    out["sigma"] = per_cell(spec.sigma, "sigma", log_scale=True)
+    if spec.family == "gumbel":
+        xi = np.zeros((draws, n_cells))
+    elif spec.xi.structure == "pooled":
+        xi = np.repeat(_draw_prior(spec.xi.prior, draws, rng)[:, None], n_cells, axis=1)
+    else:
+        xi0 = _draw_prior(spec.xi.prior, draws, rng)
+        out["xi0"] = xi0
+        xi = np.repeat(xi0[:, None], n_cells, axis=1)
+        for f in spec.xi.factors:
+            sd = _draw_prior(spec.xi.spread_prior(len(data.factor_levels[f])), draws, rng)
+            out[f"xi_sd_{f}"] = sd
+            raw = rng.normal(size=(draws, len(data.factor_levels[f])))
+            delta = (raw - raw.mean(axis=1, keepdims=True)) * sd[:, None]  # ZeroSumNormal(sd)
+            xi = xi + delta[:, level_index(data, f)]
+        if spec.xi.cell_sd_prior is not None:
+            basis = interaction_basis(spec, data)
+            if basis.shape[1]:
+                sd_cell = _draw_prior(spec.xi.cell_sd_prior, draws, rng)
+                out["xi_sd_cell"] = sd_cell
+                sd = sd_cell * np.sqrt(n_cells / basis.shape[1])
+                coef = rng.normal(size=(draws, basis.shape[1])) * sd[:, None]
+                xi = xi + coef @ basis.T
+    out["xi"] = xi
+    return out
+
+
 def prior_predictive_check(spec: ModelSpec, data: ModelData, draws: int = 500, seed: int = 0,
                            level: float = 0.99) -> pd.DataFrame:
     """Prior predictive check: per cell, the GEV quantiles implied by parameter draws from the
-    priors, against the observed quantiles of the z-scores.
+    priors (:func:`draw_prior`), against the observed quantiles of the z-scores.
 
     One row per (cell, quantile): observed value, the prior predictive median and central
     ``level`` interval of that quantile, the share of prior draws below the observed value
@@ -809,39 +866,8 @@ def prior_predictive_check(spec: ModelSpec, data: ModelData, draws: int = 500, s
     """
     from evtsync.evt import gev
 
-    rng = np.random.default_rng(seed)
-    n_cells = len(data.cells)
-
-    def per_cell(param, log_scale: bool = False) -> np.ndarray:
-        if param.pooling == "none":
-            return np.stack([_draw_prior(param.prior, draws, rng) for _ in range(n_cells)], axis=1)
-        centre = np.repeat(_draw_prior(param.prior, draws, rng)[:, None], n_cells, axis=1)
-        if param.pooling == "complete":
-            return centre
-        spread = _draw_prior(param.population_sd_prior, draws, rng)[:, None]
-        raw = rng.normal(size=(draws, n_cells))
-        noise = spread * (raw - raw.mean(axis=1, keepdims=True))  # ZeroSumNormal(spread)
-        return centre * np.exp(noise) if log_scale else centre + noise
-
-    mu = per_cell(spec.mu)
-    sigma = per_cell(spec.sigma, log_scale=True)
-    if spec.family == "gumbel":
-        xi = np.zeros((draws, n_cells))
-    elif spec.xi.structure == "pooled":
-        xi = np.repeat(_draw_prior(spec.xi.prior, draws, rng)[:, None], n_cells, axis=1)
-    else:
-        xi = np.repeat(_draw_prior(spec.xi.prior, draws, rng)[:, None], n_cells, axis=1)
-        for f in spec.xi.factors:
-            sd = _draw_prior(spec.xi.spread_prior(len(data.factor_levels[f])), draws, rng)
-            raw = rng.normal(size=(draws, len(data.factor_levels[f])))
-            delta = (raw - raw.mean(axis=1, keepdims=True)) * sd[:, None]  # ZeroSumNormal(sd)
-            xi = xi + delta[:, level_index(data, f)]
-        if spec.xi.cell_sd_prior is not None:
-            basis = interaction_basis(spec, data)
-            if basis.shape[1]:
-                sd = _draw_prior(spec.xi.cell_sd_prior, draws, rng) * np.sqrt(n_cells / basis.shape[1])
-                coef = rng.normal(size=(draws, basis.shape[1])) * sd[:, None]
-                xi = xi + coef @ basis.T
+    prior = draw_prior(spec, data, draws, np.random.default_rng(seed))
+    mu, sigma, xi = prior["mu"], prior["sigma"], prior["xi"]
     rows = []
     lo_q, hi_q = (1 - level) / 2, (1 + level) / 2
     for i, cell in enumerate(data.cell_labels):
