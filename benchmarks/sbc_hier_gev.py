@@ -60,8 +60,12 @@ def thin(values: np.ndarray, n_keep: int = THIN_DRAWS) -> np.ndarray:
     return kept.reshape(n_chain * kept.shape[1], *values.shape[2:])[:n_keep]
 
 
-def run_replicate(spec, index: int, n_per_cell: int, seed: int) -> dict:
-    """One SBC replicate: prior draw, simulated data, fit, ranks of the truths."""
+def run_replicate(spec, index: int, n_per_cell: int, seed: int, compiled_cache: dict | None = None) -> dict:
+    """One SBC replicate: prior draw, simulated data, fit, ranks of the truths.
+
+    ``compiled_cache`` is passed to :func:`~evtsync.evt.fit.fit_table`: replicates of the same
+    structure reuse one compiled model (the same draws as a fresh compilation, ~20 s less each).
+    """
     from evtsync.errors import InputError
     from evtsync.evt.fit import fit_table
     from evtsync.evt.model import draw_prior, simulate_zscore_table
@@ -80,7 +84,8 @@ def run_replicate(spec, index: int, n_per_cell: int, seed: int) -> dict:
               "load_avg": round(os.getloadavg()[0], 2)}
     start = time.perf_counter()
     try:
-        tree = fit_table(table, spec, seed=int(rng.integers(2**31 - 1)), source=f"SBC replicate {index}")
+        tree = fit_table(table, spec, seed=int(rng.integers(2**31 - 1)), source=f"SBC replicate {index}",
+                         compiled_cache=compiled_cache)
     except InputError as exc:  # the scale guard refused the data: counted, not ranked
         record.update({"status": "refused", "reason": str(exc), "wall_s": round(time.perf_counter() - start, 1)})
         return record
@@ -93,7 +98,8 @@ def run_replicate(spec, index: int, n_per_cell: int, seed: int) -> dict:
         ranks[name] = int(np.sum(kept < truth[name]))
     record.update({
         "status": "fitted", "wall_s": round(time.perf_counter() - start, 1),
-        "timings": json.loads(tree.attrs["timings"]), "ranks": ranks, "thin_draws": THIN_DRAWS,
+        "timings": json.loads(tree.attrs["timings"]), "compiled_model_reused": int(tree.attrs["compiled_model_reused"]),
+        "ranks": ranks, "thin_draws": THIN_DRAWS,
         "draws": int(tree.attrs["draws"]), "tune": int(tree.attrs["tune"]), "chains": int(tree.attrs["chains"]),
         "converged": bool(int(tree.attrs["converged"])), "divergences": int(tree.attrs["divergences"]),
         "max_rhat": float(tree.attrs["max_rhat"]), "min_ess_bulk": float(tree.attrs["min_ess_bulk"]),
@@ -223,11 +229,12 @@ def main() -> None:
 
     spec = load_spec(SPEC_PATH)
     records = read_records(args.out) if args.out else []
+    compiled_cache: dict = {}
     done = {r["replicate"] for r in records if r.get("seed") == args.seed and r.get("n_per_cell") == args.n}
     for index in range(args.replicates):
         if index in done:
             continue
-        record = run_replicate(spec, index, args.n, args.seed)
+        record = run_replicate(spec, index, args.n, args.seed, compiled_cache)
         state = record["status"] if record["status"] == "refused" else record["convergence"]
         print(f"replicate {index}: {record['wall_s']} s (load {record['load_avg']}); {state}", flush=True)
         if args.out:

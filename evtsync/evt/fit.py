@@ -222,24 +222,53 @@ def _assemble(built: BuiltModel, raw: xr.DataTree, sampler: str, provenance: dic
     return tree
 
 
+def model_structure_key(built: BuiltModel, backend: str) -> str:
+    """What a compiled model depends on besides its ``pm.Data``: the spec, the cells and their
+    sizes, and the choices made from the data (support transform, parametrisation, cell basis)."""
+    basis = None if built.cell_basis is None else np.round(built.cell_basis, 12).tolist()
+    return json.dumps({"spec": built.spec.text, "backend": backend, "cells": built.data.cell_labels,
+                       "n_obs": built.data.cells["n_obs"].astype(int).tolist(),
+                       "support_transform": built.support_transform_cells.astype(int).tolist(),
+                       "parametrization": built.parametrization, "basis": basis})
+
+
+def _reuse_compiled(compiled, built: BuiltModel):
+    """``compiled`` (the same structure) with ``built``'s data and initial point."""
+    import dataclasses
+
+    model = built.model
+    compiled = compiled.with_data(**{v.name: v.get_value() for v in model.data_vars})
+    point = model.initial_point()
+    flat = np.concatenate([np.asarray(point[model.rvs_to_values[rv].name], dtype=float).ravel()
+                           for rv in model.free_RVs])
+    return dataclasses.replace(compiled, initial_point_func=lambda seed=None: flat.copy())
+
+
 def _sample_nutpie(built: BuiltModel, config: SamplerConfig, seed: int, progress: bool,
-                   target_accept: float) -> xr.DataTree:
+                   target_accept: float, compiled_cache: dict | None = None) -> xr.DataTree:
     import nutpie
     import pytensor
 
     # No fast-math: with it, a freshly compiled graph and the same graph loaded from PyTensor's
     # cache round differently, and the same seed gave different draws on the first run.
     start = time.perf_counter()
-    if config.backend == "jax":
+    key = model_structure_key(built, config.backend) if compiled_cache is not None else None
+    reused = key is not None and key in compiled_cache
+    if reused:
+        compiled = _reuse_compiled(compiled_cache[key], built)
+    elif config.backend == "jax":
         compiled = nutpie.compile_pymc_model(built.model, backend="jax", gradient_backend="jax", jitter_rvs=set())
     else:
         with pytensor.config.change_flags(numba__fastmath=False):
             compiled = nutpie.compile_pymc_model(built.model, backend="numba", jitter_rvs=set())
+    if key is not None and not reused:
+        compiled_cache[key] = compiled
     compile_s = time.perf_counter() - start
     cores = min(config.chains, os.cpu_count() or 1)
     raw = nutpie.sample(compiled, draws=config.draws, tune=config.tune, chains=config.chains, cores=cores,
                         seed=seed, progress_bar=progress, save_warmup=False, target_accept=target_accept)
     raw.attrs["compile_seconds"] = compile_s
+    raw.attrs["compiled_model_reused"] = int(reused)
     return raw
 
 
@@ -280,6 +309,7 @@ def fit_table(
     progress: bool = False,
     target_accept: float | str | None = None,
     backend: str | None = None,
+    compiled_cache: dict | None = None,
 ) -> xr.DataTree:
     """Fit ``spec`` to ``table`` and return the self-describing fit tree (see module doc).
 
@@ -287,7 +317,10 @@ def fit_table(
     sampler's name); absent, the spec's ``[sampling]`` table; ``draws``, ``tune``, ``chains``,
     ``seed``, ``target_accept`` and ``backend`` override it when not None. A seed of None
     draws a fresh one, recorded in the fit. ``target_accept``: a number in (0, 1) or
-    ``"auto"`` (:func:`resolve_target_accept`).
+    ``"auto"`` (:func:`resolve_target_accept`). ``compiled_cache`` (a dict kept by the caller,
+    nutpie only): a model compiled for a data set of the same structure
+    (:func:`model_structure_key`) is reused with this table's data and initial point instead of
+    compiled again (studies that fit many simulated data sets); recorded in the attrs.
 
     Besides the posterior the tree holds the prior and the posterior predictive checks
     (``prior_predictive_check``, ``posterior_predictive_check`` groups; verdicts in the attrs
@@ -309,7 +342,7 @@ def fit_table(
     start = time.perf_counter()
     if sampler_name == "nutpie":
         try:
-            raw = _sample_nutpie(built, config, seed_used, progress, ta)
+            raw = _sample_nutpie(built, config, seed_used, progress, ta, compiled_cache)
         except ImportError as exc:
             log.warning("nutpie (or its %s backend) is not available (%s); falling back to PyMC's NUTS",
                         config.backend, exc)
@@ -337,6 +370,7 @@ def fit_table(
         "nutpie_backend": config.backend if sampler_name == "nutpie" else "",
         "command": command or " ".join(sys.argv),
         "sampling_seconds": round(elapsed, 3),
+        "compiled_model_reused": int(raw.attrs.get("compiled_model_reused", 0)),
         "created": pd.Timestamp.now(tz="UTC").isoformat(),
     }
     t1 = time.perf_counter()

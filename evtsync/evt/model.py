@@ -721,14 +721,19 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
             sigma = (_prior_rv("sigma", spec.sigma.prior) if spec.sigma.pooling == "complete"
                      else _prior_rv("sigma", spec.sigma.prior, dims="cell"))
         else:
-            terms = [_support_bound_terms(cell_mu(i), cell_xi(i), z_min[i], z_max[i]) for i in range(n_cells)]
+            # the data enter as pm.Data (not constants), so that a compiled model can be reused on
+            # another data set of the same structure (fit_table's compiled_cache)
+            z_min_d = pm.Data("z_min", z_min, dims="cell")
+            z_max_d = pm.Data("z_max", z_max, dims="cell")
+            width_d = pm.Data("support_smoothing_width", width)
+            terms = [_support_bound_terms(cell_mu(i), cell_xi(i), z_min_d[i], z_max_d[i]) for i in range(n_cells)]
             if spec.sigma.pooling != "complete":
                 u = pm.Flat("sigma_log_excess", dims="cell")
-                bounds = [_smooth_max0(t, width) if flags[i] else pt.constant(0.0) for i, t in enumerate(terms)]
+                bounds = [_smooth_max0(t, width_d) if flags[i] else pt.constant(0.0) for i, t in enumerate(terms)]
                 sigma = pm.Deterministic("sigma", pt.stack(bounds) + pt.exp(u), dims="cell")
             else:
                 u = pm.Flat("sigma_log_excess")
-                bound = _smooth_max0([v for t in terms for v in t], width) if flags.any() else 0.0
+                bound = _smooth_max0([v for t in terms for v in t], width_d) if flags.any() else 0.0
                 sigma = pm.Deterministic("sigma", bound + pt.exp(u))
             if spec.sigma.pooling == "partial":
                 # log sigma = log sigma_gmean + zero-sum deviations (as for mu): the density of the
@@ -755,7 +760,7 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
             name = f"z_obs_{i}"
             z_cell = data.z_model[data.cell_slice(i)]
             if logp_impl == "fused":
-                pm.Potential(name, gev_logp_sum(z_cell, mu_i, sigma_i, xi_i))
+                pm.Potential(name, gev_logp_sum(pm.Data(f"z_cell_{i}", z_cell), mu_i, sigma_i, xi_i))
             else:
                 GEV(name, mu=mu_i, sigma=sigma_i, xi=xi_i, observed=z_cell)
             obs_names.append(name)
