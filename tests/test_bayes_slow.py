@@ -276,3 +276,35 @@ def test_reused_compiled_model_gives_the_draws_of_a_fresh_compilation():
     for name in ("xi", "mu", "sigma", "xi0", "xi_sd_cell", "log_sigma_sd"):
         np.testing.assert_array_equal(reused["posterior"][name].values, fresh["posterior"][name].values)
     assert not np.array_equal(first["posterior"]["xi"].values, fresh["posterior"]["xi"].values)
+
+
+def test_extend_continues_the_same_chains_when_only_ess_fails():
+    """[sampling] extend = 1: a fit whose bulk ESS is short of 400 (2 chains x 100 draws) and
+    has no divergence continues its chains to 200 draws. The longer run is the same chains
+    (its first 100 draws are those of the run without extension, same seed), the fit says
+    what the shorter run gave, and the verdict is that of the longer run."""
+    from evtsync.evt.fit import check_convergence
+    from evtsync.evt.spec import SamplerConfig
+
+    spec = load_spec(MODELS / "gev.toml")
+    table = pd.DataFrame({"z": gev_rvs_np(0.8, 0.5, 0.1, np.random.default_rng(4), size=500)})
+    plain = fit_table(table, spec, sampler=SamplerConfig(draws=100, tune=300, chains=2, seed=7))
+    assert not is_converged(plain) and plain.attrs["divergences"] == 0, plain.attrs["convergence"]
+    assert plain.attrs["extended"] == "no"
+    longer = fit_table(table, spec, sampler=SamplerConfig(draws=100, tune=300, chains=2, seed=7, extend=1))
+    assert longer["posterior"].sizes["draw"] == 200 and longer.attrs["draws"] == 200
+    np.testing.assert_array_equal(longer["posterior"]["xi"].values[:, :100], plain["posterior"]["xi"].values)
+    assert longer.attrs["extended"].startswith("100 draws per chain gave NOT CONVERGED")
+    assert "chains continued to 200 draws" in longer.attrs["convergence"]
+    assert bool(longer.attrs["converged"]) == check_convergence(longer).converged
+
+
+def test_extend_setting_is_read_from_the_spec_and_checked():
+    """[sampling] extend: absent = 0 (the default), an integer >= 0, anything else named in the error."""
+    from evtsync.errors import ModelSpecError
+
+    base = (MODELS / "gev.toml").read_text()
+    assert parse_spec(base, "gev.toml").sampler_config().extend == 0
+    assert parse_spec(base + "\n[sampling]\nextend = 2\n", "x.toml").sampler_config().extend == 2
+    with pytest.raises(ModelSpecError, match="sampling.extend"):
+        parse_spec(base + "\n[sampling]\nextend = -1\n", "x.toml")

@@ -282,6 +282,18 @@ def _sample_pymc(built: BuiltModel, config: SamplerConfig, seed: int, progress: 
                          target_accept=target_accept)
 
 
+def _run_sampler(built: BuiltModel, config: SamplerConfig, seed: int, progress: bool, target_accept: float,
+                 compiled_cache: dict) -> tuple[xr.DataTree, str]:
+    """Sample with the configured sampler (PyMC's NUTS when nutpie is missing); the sampler used."""
+    if config.sampler == "nutpie":
+        try:
+            return _sample_nutpie(built, config, seed, progress, target_accept, compiled_cache), "nutpie"
+        except ImportError as exc:
+            log.warning("nutpie (or its %s backend) is not available (%s); falling back to PyMC's NUTS",
+                        config.backend, exc)
+    return _sample_pymc(built, config, seed, progress, target_accept), "pymc"
+
+
 def resolve_sampler_config(spec: ModelSpec, sampler: SamplerConfig | str | None = None, **overrides) -> SamplerConfig:
     """The settings of a fit: ``sampler`` (a :class:`SamplerConfig`) or the spec's ``[sampling]``
     table, then every keyword that is not None (old keyword arguments, CLI flags)."""
@@ -338,44 +350,58 @@ def fit_table(
     ta = resolve_target_accept(config.target_accept, len(data.z))
     built = build_model(spec, data, source=source)
     timings["build_s"] = time.perf_counter() - t0
-    sampler_name = config.sampler
-    start = time.perf_counter()
-    if sampler_name == "nutpie":
-        try:
-            raw = _sample_nutpie(built, config, seed_used, progress, ta, compiled_cache)
-        except ImportError as exc:
-            log.warning("nutpie (or its %s backend) is not available (%s); falling back to PyMC's NUTS",
-                        config.backend, exc)
-            sampler_name = "pymc"
-    if sampler_name == "pymc":
-        raw = _sample_pymc(built, config, seed_used, progress, ta)
-    elapsed = time.perf_counter() - start
-    timings["compile_s"] = float(raw.attrs.get("compile_seconds", 0.0))
-    timings["sampling_s"] = elapsed - timings["compile_s"]
-    if built.data.standardised:
-        raw["posterior"] = xr.DataTree(to_data_scale(built, raw["posterior"].to_dataset()))
-    provenance = {
-        "model_name": spec.name,
-        "model_family": spec.family,
-        "model_spec_path": spec.path,
-        "model_spec_text": spec.text,
-        "input_path": source,
-        "input_sha256": source_sha256,
-        "package_versions": json.dumps(package_versions()),
-        "seed": int(seed_used),
-        "draws": int(config.draws),
-        "tune": int(config.tune),
-        "chains": int(config.chains),
-        "target_accept": float(ta),
-        "nutpie_backend": config.backend if sampler_name == "nutpie" else "",
-        "command": command or " ".join(sys.argv),
-        "sampling_seconds": round(elapsed, 3),
-        "compiled_model_reused": int(raw.attrs.get("compiled_model_reused", 0)),
-        "created": pd.Timestamp.now(tz="UTC").isoformat(),
-    }
-    t1 = time.perf_counter()
-    tree = _assemble(built, raw, sampler_name, provenance)
-    timings["assemble_s"] = time.perf_counter() - t1
+    # A fit that fails only on R-hat or ESS (no divergence: more draws cannot remove those)
+    # continues its chains to twice the draws, up to config.extend times: the same seed and
+    # tuning give the same first draws (nutpie), so the longer run is the same chains run
+    # longer, not a second try picked for its verdict. Each earlier verdict is kept in the fit.
+    cache = compiled_cache if compiled_cache is not None else {}
+    extensions: list[str] = []
+    compile_s = sampling_s = assemble_s = 0.0
+    reused = 0
+    while True:
+        start = time.perf_counter()
+        raw, sampler_name = _run_sampler(built, config, seed_used, progress, ta, cache)
+        elapsed = time.perf_counter() - start
+        compile_s += float(raw.attrs.get("compile_seconds", 0.0))
+        sampling_s += elapsed - float(raw.attrs.get("compile_seconds", 0.0))
+        if not extensions:
+            reused = int(raw.attrs.get("compiled_model_reused", 0))
+        if built.data.standardised:
+            raw["posterior"] = xr.DataTree(to_data_scale(built, raw["posterior"].to_dataset()))
+        provenance = {
+            "model_name": spec.name,
+            "model_family": spec.family,
+            "model_spec_path": spec.path,
+            "model_spec_text": spec.text,
+            "input_path": source,
+            "input_sha256": source_sha256,
+            "package_versions": json.dumps(package_versions()),
+            "seed": int(seed_used),
+            "draws": int(config.draws),
+            "tune": int(config.tune),
+            "chains": int(config.chains),
+            "target_accept": float(ta),
+            "nutpie_backend": config.backend if sampler_name == "nutpie" else "",
+            "command": command or " ".join(sys.argv),
+            "sampling_seconds": round(compile_s + sampling_s, 3),
+            "compiled_model_reused": reused,
+            "created": pd.Timestamp.now(tz="UTC").isoformat(),
+        }
+        t1 = time.perf_counter()
+        tree = _assemble(built, raw, sampler_name, provenance)
+        assemble_s += time.perf_counter() - t1
+        if is_converged(tree) or int(tree.attrs["divergences"]) > 0 or len(extensions) >= config.extend:
+            break
+        extensions.append(f"{config.draws} draws per chain gave {tree.attrs['convergence']}")
+        log.warning("%s: %s; continuing the chains to %d draws", spec.name, extensions[-1], 2 * config.draws)
+        config = config.override(draws=2 * config.draws)
+    timings["compile_s"] = compile_s
+    timings["sampling_s"] = sampling_s
+    timings["assemble_s"] = assemble_s
+    tree.attrs["extended"] = "; ".join(extensions) if extensions else "no"
+    if extensions:
+        tree.attrs["convergence"] += (f" (chains continued to {config.draws} draws: "
+                                      + "; ".join(extensions).replace("draws per chain gave ", "draws: ") + ")")
     tree.attrs["sigma_support_transform_cells"] = json.dumps(
         [c for c, flag in zip(built.data.cell_labels, built.support_transform_cells, strict=True) if flag])
     tree.attrs["spread_priors"] = json.dumps(built.spread_priors)
