@@ -60,14 +60,9 @@ def thin(values: np.ndarray, n_keep: int = THIN_DRAWS) -> np.ndarray:
     return kept.reshape(n_chain * kept.shape[1], *values.shape[2:])[:n_keep]
 
 
-def run_replicate(spec, index: int, n_per_cell: int, seed: int, compiled_cache: dict | None = None) -> dict:
-    """One SBC replicate: prior draw, simulated data, fit, ranks of the truths.
-
-    ``compiled_cache`` is passed to :func:`~evtsync.evt.fit.fit_table`: replicates of the same
-    structure reuse one compiled model (the same draws as a fresh compilation, ~20 s less each).
-    """
-    from evtsync.errors import InputError
-    from evtsync.evt.fit import fit_table
+def replicate_data(spec, index: int, n_per_cell: int, seed: int) -> tuple[dict, pd.DataFrame, np.random.Generator]:
+    """Replicate ``index``'s true parameters (by posterior name), its z-score table and the
+    generator that then draws the fit's seed (every replicate is reproducible on its own)."""
     from evtsync.evt.model import draw_prior, simulate_zscore_table
 
     rng = np.random.default_rng([seed, index])
@@ -80,12 +75,67 @@ def run_replicate(spec, index: int, n_per_cell: int, seed: int, compiled_cache: 
     for name in CELL_PARAMS:
         truth.update({f"{name}[{c}]": float(v) for c, v in zip(cells["cell"], cells[name], strict=True)})
     table = simulate_zscore_table(cells, n_per_cell, seed=int(rng.integers(2**31 - 1)))
-    record = {"replicate": index, "seed": seed, "n_per_cell": n_per_cell, "truth": truth,
+    return truth, table, rng
+
+
+def support_diagnosis(spec, records: list[dict]) -> str:
+    """Which cells' true sigma lies below the model's smooth support bound (there the model's
+    prior is zero, so the truth cannot be recovered), and the rank histograms of sigma, xi and
+    mu pooled over cells inside and outside it. A diagnosis, not a calibration test (it selects
+    on the truth)."""
+    from scipy import stats
+
+    from evtsync.evt.model import SUPPORT_SMOOTHING, _smooth_max0, prepare_data
+
+    groups: dict[bool, dict[str, list[int]]] = {True: {n: [] for n in CELL_PARAMS},
+                                                False: {n: [] for n in CELL_PARAMS}}
+    excess = []
+    for r in records:
+        if r["status"] != "fitted":
+            continue
+        _, table, _ = replicate_data(spec, r["replicate"], r["n_per_cell"], r["seed"])
+        data = prepare_data(table, spec)
+        width = SUPPORT_SMOOTHING * float(np.std(data.z_model))
+        for i, cell in enumerate(data.cell_labels):
+            z = data.z_model[data.cell_slice(i)]
+            mu, sigma, xi = (r["truth"][f"{n}[{cell}]"] for n in ("mu", "sigma", "xi"))
+            terms = [xi * (mu - z.min()), xi * (mu - z.max())]
+            smooth = float(_smooth_max0(terms, width))
+            excess.append((smooth - max(0.0, *terms)) / sigma)
+            for n in CELL_PARAMS:
+                groups[sigma >= smooth][n].append(r["ranks"][f"{n}[{cell}]"])
+    n_out, n_all = len(groups[False]["sigma"]), len(excess)
+    lines = [f"cells whose true sigma lies below the smooth support bound: {n_out} of {n_all}; the bound exceeds "
+             f"the exact one by a median {np.median(excess):.1%} of the true sigma (90% quantile "
+             f"{np.quantile(excess, 0.9):.1%})"]
+    for inside, label in ((True, "inside"), (False, "outside")):
+        for n in CELL_PARAMS:
+            ranks = np.array(groups[inside][n], dtype=int)
+            if len(ranks):
+                counts = np.bincount(ranks * BINS // (THIN_DRAWS + 1), minlength=BINS)
+                lines.append(f"- {label} ({len(ranks)} cells), {n}: {' '.join(map(str, counts))}; "
+                             f"chi-square p {stats.chisquare(counts).pvalue:.3g}")
+    return "\n".join(lines)
+
+
+def run_replicate(spec, index: int, n_per_cell: int, seed: int, compiled_cache: dict | None = None,
+                  extend: int = 0) -> dict:
+    """One SBC replicate: prior draw, simulated data, fit, ranks of the truths.
+
+    ``compiled_cache`` is passed to :func:`~evtsync.evt.fit.fit_table`: replicates of the same
+    structure reuse one compiled model (the same draws as a fresh compilation, ~20 s less each).
+    ``extend``: the sampler's ``extend`` setting (0 is the spec's default).
+    """
+    from evtsync.errors import InputError
+    from evtsync.evt.fit import fit_table
+
+    truth, table, rng = replicate_data(spec, index, n_per_cell, seed)
+    record = {"replicate": index, "seed": seed, "n_per_cell": n_per_cell, "extend": extend, "truth": truth,
               "load_avg": round(os.getloadavg()[0], 2)}
     start = time.perf_counter()
     try:
-        tree = fit_table(table, spec, seed=int(rng.integers(2**31 - 1)), source=f"SBC replicate {index}",
-                         compiled_cache=compiled_cache)
+        config = spec.sampler_config().override(seed=int(rng.integers(2**31 - 1)), extend=extend)
+        tree = fit_table(table, spec, sampler=config, source=f"SBC replicate {index}", compiled_cache=compiled_cache)
     except InputError as exc:  # the scale guard refused the data: counted, not ranked
         record.update({"status": "refused", "reason": str(exc), "wall_s": round(time.perf_counter() - start, 1)})
         return record
@@ -103,7 +153,8 @@ def run_replicate(spec, index: int, n_per_cell: int, seed: int, compiled_cache: 
         "draws": int(tree.attrs["draws"]), "tune": int(tree.attrs["tune"]), "chains": int(tree.attrs["chains"]),
         "converged": bool(int(tree.attrs["converged"])), "divergences": int(tree.attrs["divergences"]),
         "max_rhat": float(tree.attrs["max_rhat"]), "min_ess_bulk": float(tree.attrs["min_ess_bulk"]),
-        "convergence": tree.attrs["convergence"], "target_accept": float(tree.attrs["target_accept"]),
+        "convergence": tree.attrs["convergence"], "extended": tree.attrs["extended"],
+        "target_accept": float(tree.attrs["target_accept"]),
         "posterior_predictive_fits": int(tree.attrs["posterior_predictive_fits"]),
         "support_transform_cells": json.loads(tree.attrs["sigma_support_transform_cells"]),
         "xi_parametrization": json.loads(tree.attrs["xi_parametrization"]),
@@ -182,6 +233,13 @@ def summary(records: list[dict]) -> str:
         walls = np.array([r["wall_s"] for r in fitted])
         lines.append(f"wall per replicate: median {np.median(walls):.1f} s, max {walls.max():.1f} s; "
                      f"load average median {np.median([r['load_avg'] for r in fitted]):.1f}")
+        for label, group in (("compiled", [r for r in fitted if not r.get("compiled_model_reused")]),
+                             ("reused compiled model", [r for r in fitted if r.get("compiled_model_reused")])):
+            if group:
+                t = {k: np.median([r["timings"][k] for r in group]) for k in ("compile_s", "sampling_s")}
+                lines.append(f"- {label}: {len(group)} replicates, median wall {np.median([r['wall_s'] for r in group]):.1f} s "
+                             f"(compile {t['compile_s']:.1f} s, sampling {t['sampling_s']:.1f} s), median load "
+                             f"{np.median([r['load_avg'] for r in group]):.1f}")
     for r in bad:
         lines.append(f"- replicate {r['replicate']}: {r['convergence']}")
     for r in refused:
@@ -212,13 +270,26 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="JSON lines, one per replicate (appended; a rerun resumes)")
     parser.add_argument("--n", type=int, default=150, help="z-scores per cell (6 cells)")
     parser.add_argument("--seed", type=int, default=19)
+    parser.add_argument("--extend", type=int, default=0, help="the sampler's extend setting (spec default 0)")
+    parser.add_argument("--indices", type=int, nargs="*", help="run only these replicate indices")
     parser.add_argument("--summary", type=Path, help="print the markdown summary of an output and exit")
+    parser.add_argument("--replace", type=Path,
+                        help="with --summary: replicates in this file replace those of the same index")
+    parser.add_argument("--diagnose", action="store_true",
+                        help="with --summary: ranks of cells whose true sigma is inside / outside the support bound")
     parser.add_argument("--plot", type=Path, help="with --summary: write the rank histograms (PNG)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     if args.summary:
         records = read_records(args.summary)
+        if args.replace:
+            by_index = {r["replicate"]: r for r in read_records(args.replace)}
+            records = [by_index.get(r["replicate"], r) for r in records]
         print(summary(records))
+        if args.diagnose:
+            from evtsync.evt.spec import load_spec
+
+            print("\n" + support_diagnosis(load_spec(SPEC_PATH), records))
         if args.plot:
             fitted = sum(r["status"] == "fitted" for r in records)
             plot_ranks(uniformity(records), args.plot,
@@ -230,11 +301,12 @@ def main() -> None:
     spec = load_spec(SPEC_PATH)
     records = read_records(args.out) if args.out else []
     compiled_cache: dict = {}
-    done = {r["replicate"] for r in records if r.get("seed") == args.seed and r.get("n_per_cell") == args.n}
-    for index in range(args.replicates):
+    done = {r["replicate"] for r in records if r.get("seed") == args.seed and r.get("n_per_cell") == args.n
+            and r.get("extend", 0) == args.extend}
+    for index in (args.indices if args.indices is not None else range(args.replicates)):
         if index in done:
             continue
-        record = run_replicate(spec, index, args.n, args.seed, compiled_cache)
+        record = run_replicate(spec, index, args.n, args.seed, compiled_cache, args.extend)
         state = record["status"] if record["status"] == "refused" else record["convergence"]
         print(f"replicate {index}: {record['wall_s']} s (load {record['load_avg']}); {state}", flush=True)
         if args.out:
