@@ -194,3 +194,117 @@ def test_off_surface_small_cell_is_covered_or_flagged():
     small = next(c for c in result["cells"] if c["n"] == 200)
     assert small["xi"]["inside"] or ("does not fit" in result["ppc"] and small["cell"] in result["ppc"]), small
     assert result["divergences"] == 0, result["convergence"]
+
+
+def _sbc():
+    """benchmarks/sbc_hier_gev.py as a module (the SBC study of the main model)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "sbc_hier_gev.py"
+    spec = importlib.util.spec_from_file_location("sbc_hier_gev", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_sbc_thinning_and_uniformity_test_on_hand_made_ranks():
+    """Thinning keeps every 20th draw of each chain of 2 x 1000 (99 draws, hand-listed ends);
+    ranks 0..99 once each fill the 10 bins evenly (chi-square 0, p = 1); ranks all 50 fill one
+    bin (p ~ 0)."""
+    sbc = _sbc()
+    draws = np.arange(2000).reshape(2, 1000)  # value = chain * 1000 + draw
+    kept = sbc.thin(draws)
+    assert len(kept) == 99 == sbc.THIN_DRAWS
+    assert (kept[0], kept[1], kept[49], kept[50], kept[-1]) == (0, 20, 980, 1000, 1960)
+    even = [{"status": "fitted", "converged": True, "ranks": {"xi0": k}} for k in range(100)]
+    table = sbc.uniformity(even)
+    assert table.loc[0, "counts"] == [10] * 10 and table.loc[0, "chi2"] == 0 and table.loc[0, "p_value"] == 1
+    piled = [{"status": "fitted", "converged": True, "ranks": {"xi0": 50}} for _ in range(100)]
+    assert sbc.uniformity(piled).loc[0, "p_value"] < 1e-100
+    # refused and (for converged_only) non-converged replicates are left out of the ranks, and counted
+    mixed = even[:10] + [{"status": "refused", "reason": "scale"},
+                         {"status": "fitted", "converged": False, "ranks": {"xi0": 3}}]
+    assert sbc.uniformity(mixed).loc[0, "replicates"] == 11
+    assert sbc.uniformity(mixed, converged_only=True).loc[0, "replicates"] == 10
+
+
+def test_sbc_runs_resumes_and_writes_its_histogram(tmp_path):
+    """Two replicates, then a rerun asking for three adds only the third (resumable); every
+    rank lies in 0..99 for xi0, the spreads and every cell's xi, mu and sigma; the summary
+    counts them and the rank-histogram PNG is written."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "sbc_hier_gev.py"
+    out = tmp_path / "sbc.jsonl"
+    for total in (2, 3):
+        subprocess.run([sys.executable, str(script), "--replicates", str(total), "--n", "100", "--out", str(out)],
+                       check=True, capture_output=True, text=True)
+    sbc = _sbc()
+    records = sbc.read_records(out)
+    assert sorted(r["replicate"] for r in records) == [0, 1, 2]
+    cells = [f"{g}|{p}" for g in ("A100", "B200", "H200") for p in ("bf16", "fp32")]
+    expected = {"xi0", "xi_sd_gpu", "xi_sd_precision", "xi_sd_cell", "mu_mean", "mu_sd", "sigma_gmean",
+                "log_sigma_sd"} | {f"{n}[{c}]" for n in ("xi", "mu", "sigma") for c in cells}
+    for r in records:
+        assert r["status"] in ("fitted", "refused"), r
+        if r["status"] == "fitted":
+            assert set(r["ranks"]) == expected
+            assert all(0 <= v <= sbc.THIN_DRAWS for v in r["ranks"].values()), r["ranks"]
+            assert (r["draws"], r["tune"], r["chains"]) == (1000, 1000, 2)  # the spec's defaults
+    png = tmp_path / "ranks.png"
+    done = subprocess.run([sys.executable, str(script), "--summary", str(out), "--plot", str(png)],
+                          check=True, capture_output=True, text=True)
+    assert done.stdout.startswith("replicates: 3 (")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_reused_compiled_model_gives_the_draws_of_a_fresh_compilation():
+    """fit_table's compiled_cache: a model compiled on data set A and reused on B (same 3 x 2
+    structure) gives bit for bit the draws of a fresh compilation on B with the same seed, so
+    nothing of A's data is left in the reused model; the fit records the reuse."""
+    spec = load_spec(MODELS / "gev-hier-gpu-precision.toml")
+    truth_b = TRUTH6.assign(xi=TRUTH6["xi"] + 0.1, mu=TRUTH6["mu"] - 0.2)
+    table_a = simulate_zscore_table(TRUTH6, 150, seed=1)
+    table_b = simulate_zscore_table(truth_b, 150, seed=2)
+    cache: dict = {}
+    first = fit_table(table_a, spec, draws=200, tune=200, seed=3, compiled_cache=cache)
+    reused = fit_table(table_b, spec, draws=200, tune=200, seed=3, compiled_cache=cache)
+    fresh = fit_table(table_b, spec, draws=200, tune=200, seed=3)
+    assert (first.attrs["compiled_model_reused"], reused.attrs["compiled_model_reused"]) == (0, 1)
+    assert len(cache) == 1
+    for name in ("xi", "mu", "sigma", "xi0", "xi_sd_cell", "log_sigma_sd"):
+        np.testing.assert_array_equal(reused["posterior"][name].values, fresh["posterior"][name].values)
+    assert not np.array_equal(first["posterior"]["xi"].values, fresh["posterior"]["xi"].values)
+
+
+def test_extend_continues_the_same_chains_when_only_ess_fails():
+    """[sampling] extend = 1: a fit whose bulk ESS is short of 400 (2 chains x 100 draws) and
+    has no divergence continues its chains to 200 draws. The longer run is the same chains
+    (its first 100 draws are those of the run without extension, same seed), the fit says
+    what the shorter run gave, and the verdict is that of the longer run."""
+    from evtsync.evt.fit import check_convergence
+    from evtsync.evt.spec import SamplerConfig
+
+    spec = load_spec(MODELS / "gev.toml")
+    table = pd.DataFrame({"z": gev_rvs_np(0.8, 0.5, 0.1, np.random.default_rng(4), size=500)})
+    plain = fit_table(table, spec, sampler=SamplerConfig(draws=100, tune=300, chains=2, seed=7))
+    assert not is_converged(plain) and plain.attrs["divergences"] == 0, plain.attrs["convergence"]
+    assert plain.attrs["extended"] == "no"
+    longer = fit_table(table, spec, sampler=SamplerConfig(draws=100, tune=300, chains=2, seed=7, extend=1))
+    assert longer["posterior"].sizes["draw"] == 200 and longer.attrs["draws"] == 200
+    np.testing.assert_array_equal(longer["posterior"]["xi"].values[:, :100], plain["posterior"]["xi"].values)
+    assert longer.attrs["extended"].startswith("100 draws per chain gave NOT CONVERGED")
+    assert "chains continued to 200 draws" in longer.attrs["convergence"]
+    assert bool(longer.attrs["converged"]) == check_convergence(longer).converged
+
+
+def test_extend_setting_is_read_from_the_spec_and_checked():
+    """[sampling] extend: absent = 0 (the default), an integer >= 0, anything else named in the error."""
+    from evtsync.errors import ModelSpecError
+
+    base = (MODELS / "gev.toml").read_text()
+    assert parse_spec(base, "gev.toml").sampler_config().extend == 0
+    assert parse_spec(base + "\n[sampling]\nextend = 2\n", "x.toml").sampler_config().extend == 2
+    with pytest.raises(ModelSpecError, match="sampling.extend"):
+        parse_spec(base + "\n[sampling]\nextend = -1\n", "x.toml")

@@ -222,24 +222,53 @@ def _assemble(built: BuiltModel, raw: xr.DataTree, sampler: str, provenance: dic
     return tree
 
 
+def model_structure_key(built: BuiltModel, backend: str) -> str:
+    """What a compiled model depends on besides its ``pm.Data``: the spec, the cells and their
+    sizes, and the choices made from the data (support transform, parametrisation, cell basis)."""
+    basis = None if built.cell_basis is None else np.round(built.cell_basis, 12).tolist()
+    return json.dumps({"spec": built.spec.text, "backend": backend, "cells": built.data.cell_labels,
+                       "n_obs": built.data.cells["n_obs"].astype(int).tolist(),
+                       "support_transform": built.support_transform_cells.astype(int).tolist(),
+                       "parametrization": built.parametrization, "basis": basis})
+
+
+def _reuse_compiled(compiled, built: BuiltModel):
+    """``compiled`` (the same structure) with ``built``'s data and initial point."""
+    import dataclasses
+
+    model = built.model
+    compiled = compiled.with_data(**{v.name: v.get_value() for v in model.data_vars})
+    point = model.initial_point()
+    flat = np.concatenate([np.asarray(point[model.rvs_to_values[rv].name], dtype=float).ravel()
+                           for rv in model.free_RVs])
+    return dataclasses.replace(compiled, initial_point_func=lambda seed=None: flat.copy())
+
+
 def _sample_nutpie(built: BuiltModel, config: SamplerConfig, seed: int, progress: bool,
-                   target_accept: float) -> xr.DataTree:
+                   target_accept: float, compiled_cache: dict | None = None) -> xr.DataTree:
     import nutpie
     import pytensor
 
     # No fast-math: with it, a freshly compiled graph and the same graph loaded from PyTensor's
     # cache round differently, and the same seed gave different draws on the first run.
     start = time.perf_counter()
-    if config.backend == "jax":
+    key = model_structure_key(built, config.backend) if compiled_cache is not None else None
+    reused = key is not None and key in compiled_cache
+    if reused:
+        compiled = _reuse_compiled(compiled_cache[key], built)
+    elif config.backend == "jax":
         compiled = nutpie.compile_pymc_model(built.model, backend="jax", gradient_backend="jax", jitter_rvs=set())
     else:
         with pytensor.config.change_flags(numba__fastmath=False):
             compiled = nutpie.compile_pymc_model(built.model, backend="numba", jitter_rvs=set())
+    if key is not None and not reused:
+        compiled_cache[key] = compiled
     compile_s = time.perf_counter() - start
     cores = min(config.chains, os.cpu_count() or 1)
     raw = nutpie.sample(compiled, draws=config.draws, tune=config.tune, chains=config.chains, cores=cores,
                         seed=seed, progress_bar=progress, save_warmup=False, target_accept=target_accept)
     raw.attrs["compile_seconds"] = compile_s
+    raw.attrs["compiled_model_reused"] = int(reused)
     return raw
 
 
@@ -251,6 +280,18 @@ def _sample_pymc(built: BuiltModel, config: SamplerConfig, seed: int, progress: 
         return pm.sample(draws=config.draws, tune=config.tune, chains=config.chains, cores=1, init="adapt_diag",
                          random_seed=seed, progressbar=progress, compute_convergence_checks=False,
                          target_accept=target_accept)
+
+
+def _run_sampler(built: BuiltModel, config: SamplerConfig, seed: int, progress: bool, target_accept: float,
+                 compiled_cache: dict) -> tuple[xr.DataTree, str]:
+    """Sample with the configured sampler (PyMC's NUTS when nutpie is missing); the sampler used."""
+    if config.sampler == "nutpie":
+        try:
+            return _sample_nutpie(built, config, seed, progress, target_accept, compiled_cache), "nutpie"
+        except ImportError as exc:
+            log.warning("nutpie (or its %s backend) is not available (%s); falling back to PyMC's NUTS",
+                        config.backend, exc)
+    return _sample_pymc(built, config, seed, progress, target_accept), "pymc"
 
 
 def resolve_sampler_config(spec: ModelSpec, sampler: SamplerConfig | str | None = None, **overrides) -> SamplerConfig:
@@ -280,6 +321,7 @@ def fit_table(
     progress: bool = False,
     target_accept: float | str | None = None,
     backend: str | None = None,
+    compiled_cache: dict | None = None,
 ) -> xr.DataTree:
     """Fit ``spec`` to ``table`` and return the self-describing fit tree (see module doc).
 
@@ -287,7 +329,10 @@ def fit_table(
     sampler's name); absent, the spec's ``[sampling]`` table; ``draws``, ``tune``, ``chains``,
     ``seed``, ``target_accept`` and ``backend`` override it when not None. A seed of None
     draws a fresh one, recorded in the fit. ``target_accept``: a number in (0, 1) or
-    ``"auto"`` (:func:`resolve_target_accept`).
+    ``"auto"`` (:func:`resolve_target_accept`). ``compiled_cache`` (a dict kept by the caller,
+    nutpie only): a model compiled for a data set of the same structure
+    (:func:`model_structure_key`) is reused with this table's data and initial point instead of
+    compiled again (studies that fit many simulated data sets); recorded in the attrs.
 
     Besides the posterior the tree holds the prior and the posterior predictive checks
     (``prior_predictive_check``, ``posterior_predictive_check`` groups; verdicts in the attrs
@@ -305,43 +350,58 @@ def fit_table(
     ta = resolve_target_accept(config.target_accept, len(data.z))
     built = build_model(spec, data, source=source)
     timings["build_s"] = time.perf_counter() - t0
-    sampler_name = config.sampler
-    start = time.perf_counter()
-    if sampler_name == "nutpie":
-        try:
-            raw = _sample_nutpie(built, config, seed_used, progress, ta)
-        except ImportError as exc:
-            log.warning("nutpie (or its %s backend) is not available (%s); falling back to PyMC's NUTS",
-                        config.backend, exc)
-            sampler_name = "pymc"
-    if sampler_name == "pymc":
-        raw = _sample_pymc(built, config, seed_used, progress, ta)
-    elapsed = time.perf_counter() - start
-    timings["compile_s"] = float(raw.attrs.get("compile_seconds", 0.0))
-    timings["sampling_s"] = elapsed - timings["compile_s"]
-    if built.data.standardised:
-        raw["posterior"] = xr.DataTree(to_data_scale(built, raw["posterior"].to_dataset()))
-    provenance = {
-        "model_name": spec.name,
-        "model_family": spec.family,
-        "model_spec_path": spec.path,
-        "model_spec_text": spec.text,
-        "input_path": source,
-        "input_sha256": source_sha256,
-        "package_versions": json.dumps(package_versions()),
-        "seed": int(seed_used),
-        "draws": int(config.draws),
-        "tune": int(config.tune),
-        "chains": int(config.chains),
-        "target_accept": float(ta),
-        "nutpie_backend": config.backend if sampler_name == "nutpie" else "",
-        "command": command or " ".join(sys.argv),
-        "sampling_seconds": round(elapsed, 3),
-        "created": pd.Timestamp.now(tz="UTC").isoformat(),
-    }
-    t1 = time.perf_counter()
-    tree = _assemble(built, raw, sampler_name, provenance)
-    timings["assemble_s"] = time.perf_counter() - t1
+    # A fit that fails only on R-hat or ESS (no divergence: more draws cannot remove those)
+    # continues its chains to twice the draws, up to config.extend times: the same seed and
+    # tuning give the same first draws (nutpie), so the longer run is the same chains run
+    # longer, not a second try picked for its verdict. Each earlier verdict is kept in the fit.
+    cache = compiled_cache if compiled_cache is not None else {}
+    extensions: list[str] = []
+    compile_s = sampling_s = assemble_s = 0.0
+    reused = 0
+    while True:
+        start = time.perf_counter()
+        raw, sampler_name = _run_sampler(built, config, seed_used, progress, ta, cache)
+        elapsed = time.perf_counter() - start
+        compile_s += float(raw.attrs.get("compile_seconds", 0.0))
+        sampling_s += elapsed - float(raw.attrs.get("compile_seconds", 0.0))
+        if not extensions:
+            reused = int(raw.attrs.get("compiled_model_reused", 0))
+        if built.data.standardised:
+            raw["posterior"] = xr.DataTree(to_data_scale(built, raw["posterior"].to_dataset()))
+        provenance = {
+            "model_name": spec.name,
+            "model_family": spec.family,
+            "model_spec_path": spec.path,
+            "model_spec_text": spec.text,
+            "input_path": source,
+            "input_sha256": source_sha256,
+            "package_versions": json.dumps(package_versions()),
+            "seed": int(seed_used),
+            "draws": int(config.draws),
+            "tune": int(config.tune),
+            "chains": int(config.chains),
+            "target_accept": float(ta),
+            "nutpie_backend": config.backend if sampler_name == "nutpie" else "",
+            "command": command or " ".join(sys.argv),
+            "sampling_seconds": round(compile_s + sampling_s, 3),
+            "compiled_model_reused": reused,
+            "created": pd.Timestamp.now(tz="UTC").isoformat(),
+        }
+        t1 = time.perf_counter()
+        tree = _assemble(built, raw, sampler_name, provenance)
+        assemble_s += time.perf_counter() - t1
+        if is_converged(tree) or int(tree.attrs["divergences"]) > 0 or len(extensions) >= config.extend:
+            break
+        extensions.append(f"{config.draws} draws per chain gave {tree.attrs['convergence']}")
+        log.warning("%s: %s; continuing the chains to %d draws", spec.name, extensions[-1], 2 * config.draws)
+        config = config.override(draws=2 * config.draws)
+    timings["compile_s"] = compile_s
+    timings["sampling_s"] = sampling_s
+    timings["assemble_s"] = assemble_s
+    tree.attrs["extended"] = "; ".join(extensions) if extensions else "no"
+    if extensions:
+        tree.attrs["convergence"] += (f" (chains continued to {config.draws} draws: "
+                                      + "; ".join(extensions).replace("draws per chain gave ", "draws: ") + ")")
     tree.attrs["sigma_support_transform_cells"] = json.dumps(
         [c for c, flag in zip(built.data.cell_labels, built.support_transform_cells, strict=True) if flag])
     tree.attrs["spread_priors"] = json.dumps(built.spread_priors)

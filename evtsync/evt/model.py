@@ -27,8 +27,9 @@ Design choices that make the fit fast and robust at 250k z-scores (issue 9):
   point of the support) the posterior reaches the region where some z-score leaves the
   support and the likelihood drops to zero; NUTS then diverges at that wall. For those cells
   sigma is sampled as ``bound(mu, xi) + exp(u)`` (a smooth maximum of ``xi (mu - z_min)``,
-  ``xi (mu - z_max)`` and 0, with the Jacobian), which keeps every point inside the support and
-  leaves the posterior unchanged. Other cells keep the plain log-sigma (closer to Gaussian
+  ``xi (mu - z_max)`` and 0, with the Jacobian), which keeps every point inside the support.
+  The smooth maximum lies above the exact bound, so it also removes the sliver of sigma
+  between the two: not negligible for small cells (SBC in docs/bayesian.md). Other cells keep the plain log-sigma (closer to Gaussian
   there); ``[sigma] support_transform`` overrides the automatic, per-cell choice.
 * Scale. ``data.scale = "z"`` models refuse data far outside the z-score scale of their
   priors (:func:`check_scale`); ``"raw"`` models standardise each cell by its median and IQR
@@ -284,6 +285,9 @@ def _prior_dist(prior: Prior):
 #: the GEV likelihood vanishes like gap^(1/|xi| - 1). A wide smoothing keeps the bend of the
 #: transform at xi = 0 gentle: at Port Pirie 1e-3 gave a bulk ESS of xi of ~180 per 2000
 #: draws, 0.2 gave ~350, with the same posterior median and sd within Monte Carlo error.
+#: But the smooth bound is above the exact one, so sigma between the two gets no prior mass:
+#: the SBC of the main model (docs/bayesian.md, 3 x 2 cells of 150 z-scores) found the true
+#: sigma below the smooth bound in 107 of 702 cells and sigma's ranks piled at 0 there.
 SUPPORT_SMOOTHING = 0.2
 
 
@@ -713,22 +717,28 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
 
         # sigma = bound(mu, xi) + exp(u): for the cells with the support transform every point
         # the sampler visits is inside the support of every z-score, so NUTS never meets the wall
-        # where the likelihood vanishes; elsewhere bound = 0 (plain log-sigma). The posterior is
-        # unchanged (the likelihood is zero below the bound); the prior of sigma enters as a
+        # where the likelihood vanishes; elsewhere bound = 0 (plain log-sigma). The likelihood is
+        # zero below the exact bound; the smooth bound is above it by up to width * ln 3, and that
+        # sliver is cut off too (see SUPPORT_SMOOTHING). The prior of sigma enters as a
         # potential with the Jacobian exp(u).
         if not flags.any() and spec.sigma.pooling != "partial":
             # no cell near its support wall and no population: the plain (log-transformed) sigma
             sigma = (_prior_rv("sigma", spec.sigma.prior) if spec.sigma.pooling == "complete"
                      else _prior_rv("sigma", spec.sigma.prior, dims="cell"))
         else:
-            terms = [_support_bound_terms(cell_mu(i), cell_xi(i), z_min[i], z_max[i]) for i in range(n_cells)]
+            # the data enter as pm.Data (not constants), so that a compiled model can be reused on
+            # another data set of the same structure (fit_table's compiled_cache)
+            z_min_d = pm.Data("z_min", z_min, dims="cell")
+            z_max_d = pm.Data("z_max", z_max, dims="cell")
+            width_d = pm.Data("support_smoothing_width", width)
+            terms = [_support_bound_terms(cell_mu(i), cell_xi(i), z_min_d[i], z_max_d[i]) for i in range(n_cells)]
             if spec.sigma.pooling != "complete":
                 u = pm.Flat("sigma_log_excess", dims="cell")
-                bounds = [_smooth_max0(t, width) if flags[i] else pt.constant(0.0) for i, t in enumerate(terms)]
+                bounds = [_smooth_max0(t, width_d) if flags[i] else pt.constant(0.0) for i, t in enumerate(terms)]
                 sigma = pm.Deterministic("sigma", pt.stack(bounds) + pt.exp(u), dims="cell")
             else:
                 u = pm.Flat("sigma_log_excess")
-                bound = _smooth_max0([v for t in terms for v in t], width) if flags.any() else 0.0
+                bound = _smooth_max0([v for t in terms for v in t], width_d) if flags.any() else 0.0
                 sigma = pm.Deterministic("sigma", bound + pt.exp(u))
             if spec.sigma.pooling == "partial":
                 # log sigma = log sigma_gmean + zero-sum deviations (as for mu): the density of the
@@ -755,7 +765,7 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
             name = f"z_obs_{i}"
             z_cell = data.z_model[data.cell_slice(i)]
             if logp_impl == "fused":
-                pm.Potential(name, gev_logp_sum(z_cell, mu_i, sigma_i, xi_i))
+                pm.Potential(name, gev_logp_sum(pm.Data(f"z_cell_{i}", z_cell), mu_i, sigma_i, xi_i))
             else:
                 GEV(name, mu=mu_i, sigma=sigma_i, xi=xi_i, observed=z_cell)
             obs_names.append(name)
@@ -797,10 +807,67 @@ def _draw_prior(prior: Prior, size: int, rng: np.random.Generator) -> np.ndarray
     return np.asarray(_scipy_prior(prior).rvs(size=size, random_state=rng), dtype=float).reshape(size)
 
 
+def draw_prior(spec: ModelSpec, data: ModelData, draws: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """``draws`` parameter sets from the priors of ``spec`` on the cell structure of ``data``.
+
+    The one forward sampler of the model's prior (the PyMC model puts the prior of sigma in a
+    potential, which PyMC's prior sampling ignores). Returns ``mu``, ``sigma``, ``xi`` of shape
+    (draws, cells) and each hyper-parameter the model has under its posterior name, shape
+    (draws,): ``mu_mean``, ``mu_sd``, ``sigma_gmean``, ``log_sigma_sd`` (partial pooling),
+    ``xi0``, ``xi_sd_<factor>``, ``xi_sd_cell`` (additive xi; the cell term when the spec and
+    the cells have one). Only the z-data's cell labels are used, not the z-scores.
+    """
+    n_cells = len(data.cells)
+    out: dict[str, np.ndarray] = {}
+
+    def per_cell(param, name: str, log_scale: bool = False) -> np.ndarray:
+        if param.pooling == "none":
+            return np.stack([_draw_prior(param.prior, draws, rng) for _ in range(n_cells)], axis=1)
+        centre_draws = _draw_prior(param.prior, draws, rng)
+        centre = np.repeat(centre_draws[:, None], n_cells, axis=1)
+        if param.pooling == "complete":
+            return centre
+        spread = _draw_prior(param.population_sd_prior, draws, rng)
+        raw = rng.normal(size=(draws, n_cells))
+        noise = spread[:, None] * (raw - raw.mean(axis=1, keepdims=True))  # ZeroSumNormal(spread)
+        if log_scale:
+            out[f"{name}_gmean"], out[f"log_{name}_sd"] = centre_draws, spread
+            return centre * np.exp(noise)
+        out[f"{name}_mean"], out[f"{name}_sd"] = centre_draws, spread
+        return centre + noise
+
+    out["mu"] = per_cell(spec.mu, "mu")
+    out["sigma"] = per_cell(spec.sigma, "sigma", log_scale=True)
+    if spec.family == "gumbel":
+        xi = np.zeros((draws, n_cells))
+    elif spec.xi.structure == "pooled":
+        xi = np.repeat(_draw_prior(spec.xi.prior, draws, rng)[:, None], n_cells, axis=1)
+    else:
+        xi0 = _draw_prior(spec.xi.prior, draws, rng)
+        out["xi0"] = xi0
+        xi = np.repeat(xi0[:, None], n_cells, axis=1)
+        for f in spec.xi.factors:
+            sd = _draw_prior(spec.xi.spread_prior(len(data.factor_levels[f])), draws, rng)
+            out[f"xi_sd_{f}"] = sd
+            raw = rng.normal(size=(draws, len(data.factor_levels[f])))
+            delta = (raw - raw.mean(axis=1, keepdims=True)) * sd[:, None]  # ZeroSumNormal(sd)
+            xi = xi + delta[:, level_index(data, f)]
+        if spec.xi.cell_sd_prior is not None:
+            basis = interaction_basis(spec, data)
+            if basis.shape[1]:
+                sd_cell = _draw_prior(spec.xi.cell_sd_prior, draws, rng)
+                out["xi_sd_cell"] = sd_cell
+                sd = sd_cell * np.sqrt(n_cells / basis.shape[1])
+                coef = rng.normal(size=(draws, basis.shape[1])) * sd[:, None]
+                xi = xi + coef @ basis.T
+    out["xi"] = xi
+    return out
+
+
 def prior_predictive_check(spec: ModelSpec, data: ModelData, draws: int = 500, seed: int = 0,
                            level: float = 0.99) -> pd.DataFrame:
     """Prior predictive check: per cell, the GEV quantiles implied by parameter draws from the
-    priors, against the observed quantiles of the z-scores.
+    priors (:func:`draw_prior`), against the observed quantiles of the z-scores.
 
     One row per (cell, quantile): observed value, the prior predictive median and central
     ``level`` interval of that quantile, the share of prior draws below the observed value
@@ -809,39 +876,8 @@ def prior_predictive_check(spec: ModelSpec, data: ModelData, draws: int = 500, s
     """
     from evtsync.evt import gev
 
-    rng = np.random.default_rng(seed)
-    n_cells = len(data.cells)
-
-    def per_cell(param, log_scale: bool = False) -> np.ndarray:
-        if param.pooling == "none":
-            return np.stack([_draw_prior(param.prior, draws, rng) for _ in range(n_cells)], axis=1)
-        centre = np.repeat(_draw_prior(param.prior, draws, rng)[:, None], n_cells, axis=1)
-        if param.pooling == "complete":
-            return centre
-        spread = _draw_prior(param.population_sd_prior, draws, rng)[:, None]
-        raw = rng.normal(size=(draws, n_cells))
-        noise = spread * (raw - raw.mean(axis=1, keepdims=True))  # ZeroSumNormal(spread)
-        return centre * np.exp(noise) if log_scale else centre + noise
-
-    mu = per_cell(spec.mu)
-    sigma = per_cell(spec.sigma, log_scale=True)
-    if spec.family == "gumbel":
-        xi = np.zeros((draws, n_cells))
-    elif spec.xi.structure == "pooled":
-        xi = np.repeat(_draw_prior(spec.xi.prior, draws, rng)[:, None], n_cells, axis=1)
-    else:
-        xi = np.repeat(_draw_prior(spec.xi.prior, draws, rng)[:, None], n_cells, axis=1)
-        for f in spec.xi.factors:
-            sd = _draw_prior(spec.xi.spread_prior(len(data.factor_levels[f])), draws, rng)
-            raw = rng.normal(size=(draws, len(data.factor_levels[f])))
-            delta = (raw - raw.mean(axis=1, keepdims=True)) * sd[:, None]  # ZeroSumNormal(sd)
-            xi = xi + delta[:, level_index(data, f)]
-        if spec.xi.cell_sd_prior is not None:
-            basis = interaction_basis(spec, data)
-            if basis.shape[1]:
-                sd = _draw_prior(spec.xi.cell_sd_prior, draws, rng) * np.sqrt(n_cells / basis.shape[1])
-                coef = rng.normal(size=(draws, basis.shape[1])) * sd[:, None]
-                xi = xi + coef @ basis.T
+    prior = draw_prior(spec, data, draws, np.random.default_rng(seed))
+    mu, sigma, xi = prior["mu"], prior["sigma"], prior["xi"]
     rows = []
     lo_q, hi_q = (1 - level) / 2, (1 + level) / 2
     for i, cell in enumerate(data.cell_labels):

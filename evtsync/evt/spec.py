@@ -132,7 +132,9 @@ class SamplerConfig:
 
     ``seed = None`` means a fresh random seed per fit (recorded in the fit); ``target_accept``
     is a number in (0, 1) or ``"auto"`` (see :func:`evtsync.evt.fit.resolve_target_accept`);
-    ``backend`` is nutpie's (``numba``, or ``jax`` where jax is installed).
+    ``backend`` is nutpie's (``numba``, or ``jax`` where jax is installed); ``extend``: how many
+    times a fit that fails only on R-hat or ESS (no divergence) continues its chains to twice
+    the draws (0, the default: never; see :func:`evtsync.evt.fit.fit_table`).
     """
 
     draws: int = DEFAULT_DRAWS
@@ -142,6 +144,7 @@ class SamplerConfig:
     seed: int | None = None
     sampler: str = "nutpie"
     backend: str = "numba"
+    extend: int = 0
 
     def override(self, **values: Any) -> SamplerConfig:
         """A copy with the given values replaced; ``None`` keeps the current one (CLI flags)."""
@@ -168,6 +171,8 @@ class SamplerConfig:
             raise _err(source, "sampling.seed", f"expected an integer >= 0, got {self.seed!r}")
         _str(source, "sampling.sampler", self.sampler, SAMPLERS)
         _str(source, "sampling.backend", self.backend, BACKENDS)
+        if isinstance(self.extend, bool) or not isinstance(self.extend, int) or self.extend < 0:
+            raise _err(source, "sampling.extend", f"expected an integer >= 0, got {self.extend!r}")
 
 
 @dataclass(frozen=True)
@@ -197,7 +202,7 @@ _DATA_KEYS = {"column", "groups", "scale"}
 _PARAM_KEYS = {"pooling", "prior", "population_sd_prior"}
 _XI_KEYS = {"structure", "prior", "factors", "group_sd_prior", "few_levels_sd_prior", "many_levels",
             "cell_sd_prior", "parametrization", "centred_min_obs"}
-_SAMPLING_KEYS = {"draws", "tune", "chains", "target_accept", "seed", "sampler", "backend"}
+_SAMPLING_KEYS = {"draws", "tune", "chains", "target_accept", "seed", "sampler", "backend", "extend"}
 
 
 def _err(src: str, key: str, what: str) -> ModelSpecError:
@@ -371,7 +376,7 @@ def parse_spec(text: str, source: str = "<string>") -> ModelSpec:
         elif k in ("sampler", "backend"):
             sampling[k] = _str(source, f"sampling.{k}", v, SAMPLERS if k == "sampler" else BACKENDS)
         else:
-            sampling[k] = _int(source, f"sampling.{k}", v, 0 if k == "seed" else 1)
+            sampling[k] = _int(source, f"sampling.{k}", v, 0 if k in ("seed", "extend") else 1)
     return ModelSpec(
         name=name,
         family=family,
