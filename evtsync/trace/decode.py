@@ -437,7 +437,7 @@ class _StringCodes:
 
 #: Above this many strings the shared dictionary starts afresh (files being decoded keep
 #: theirs), so traces whose names never repeat cannot grow it without bound.
-_MAX_SHARED_STRINGS = 1 << 20
+_MAX_SHARED_STRINGS = 1 << 18
 _strings = _StringCodes()
 
 
@@ -518,7 +518,7 @@ class _Columns:
         so every table reads the same whatever profiler generation wrote the file.
         """
         cat_codes = {}
-        for table in TABLE_FIELDS:  # the few distinct categories, respelled before by_code is fixed
+        for table in TABLE_FIELDS:  # the few distinct categories, respelled first
             if "cat" not in self.chunks[table]:
                 continue
             parts = self.chunks[table]["cat"]
@@ -528,8 +528,6 @@ class _Columns:
                 if canonical != self.strings[code]:
                     codes[codes == code] = self.codes([canonical])[0]
             cat_codes[table] = codes
-        with self._lock:  # a snapshot: other threads may be adding strings
-            by_code = np.array(self.strings, dtype=object)
         out: dict[str, dict[str, Any]] = {}
         for table, fields in TABLE_FIELDS.items():
             cols: dict[str, Any] = {}
@@ -543,7 +541,7 @@ class _Columns:
                 else:
                     codes = cat_codes[table] if name == "cat" else \
                         (np.concatenate(parts) if parts else np.empty(0, np.int32))
-                    cols[name] = _categorical(codes, by_code)
+                    cols[name] = _categorical(codes, self.strings)
             out[table] = cols
         return out
 
@@ -582,21 +580,27 @@ def string_dtype(categories: Sequence[str]) -> pd.CategoricalDtype:
     return _string_dtype(tuple(categories))
 
 
-def _categorical(codes: np.ndarray, by_code: np.ndarray) -> pd.Categorical:
-    """Codes into the file's string dictionary -> Categorical with sorted categories."""
+def _categorical(codes: np.ndarray, strings: list[str]) -> pd.Categorical:
+    """Codes into the (shared) string dictionary -> Categorical with sorted categories.
+
+    Work in the rows' codes only, never in the dictionary's size: the dictionary is shared
+    by every file of the process and may hold far more strings than one file uses (entries
+    are only appended, so reading those below a code is safe while other threads add).
+    """
     present = codes >= 0
     if not present.any():
         if len(codes):  # all missing: no category to type
             return pd.Categorical.from_codes(np.full(len(codes), -1, np.int8),
                                              categories=pd.Index([], dtype=np.float64))
         return pd.Categorical.from_codes(np.empty(0, np.int8), dtype=_EMPTY_OBJECT_DTYPE, validate=False)
-    used = np.flatnonzero(np.bincount(codes[present], minlength=len(by_code)))
-    names = by_code[used].tolist()
+    used, inverse = np.unique(codes[present], return_inverse=True)
+    names = [strings[c] for c in used.tolist()]
     order = sorted(range(len(names)), key=names.__getitem__)  # code-point order, as numpy sorts
-    remap = np.full(len(by_code) + 1, -1, dtype=np.int32)  # code -1 (missing) takes the last entry
-    remap[used[order]] = np.arange(len(used), dtype=np.int32)
-    return pd.Categorical.from_codes(remap[codes], dtype=string_dtype([names[i] for i in order]),
-                                     validate=False)
+    rank_of = np.empty(len(used), dtype=np.int32)
+    rank_of[order] = np.arange(len(used), dtype=np.int32)
+    new_codes = np.full(len(codes), -1, dtype=np.int32)
+    new_codes[present] = rank_of[inverse.ravel()]
+    return pd.Categorical.from_codes(new_codes, dtype=string_dtype([names[i] for i in order]), validate=False)
 
 
 _EMPTY_OBJECT_DTYPE = pd.CategoricalDtype(pd.Index([], dtype=object))
