@@ -64,3 +64,10 @@ def test_diff_of_two_equally_partial_sides_keeps_the_verdict_and_says_so(partial
     verdicts = {r["verdict"] for r in doc["rows"]}
     assert verdicts == {"no difference"}  # the same tables on both sides
     assert all("both sides lack rank(s) 5" in r["reason"] for r in doc["rows"])
+
+
+def test_report_command_prints_the_missing_ranks(partial_run: tuple[Path, Path], tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    out, _ = partial_run
+    assert main(["-q", "report", str(out), "--out", str(tmp_path / "rep")]) == 0
+    assert "INCOMPLETE rank set (--allow-partial): workload dlrm has no trace of rank(s) 5" in capsys.readouterr().err

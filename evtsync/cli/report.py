@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from evtsync.errors import InputError
-    from evtsync.pipeline.layout import being_written
+    from evtsync.pipeline.layout import MANIFEST, being_written, incomplete_notes, read_manifest
     from evtsync.report.html import REPORT_HTML, REPORT_MD, build_report
 
     if being_written(args.source):
@@ -37,4 +37,9 @@ def run(args: argparse.Namespace) -> int:
     html = next(p for p in written if Path(p).name == REPORT_HTML)
     md = next(p for p in written if Path(p).name == REPORT_MD)
     print(f"report: {html}\nsummary: {md}\nfigures: {len(written) - 2} file(s) in {Path(html).parent / 'figures'}")
+    if (Path(args.source) / MANIFEST).is_file():  # a partial study or rank set is said here too, not only in the report
+        import sys
+
+        for note in incomplete_notes(read_manifest(args.source)):
+            print(note, file=sys.stderr)
     return 0

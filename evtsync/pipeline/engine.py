@@ -11,6 +11,11 @@ stages intact and the next run resumes after them.
 A stage ends ``done``, ``not_applicable`` (:class:`NotApplicable`, with the reason),
 ``unavailable`` (:class:`Unavailable`) or ``failed`` — only for the package's own errors
 (:class:`~evtsync.errors.EvtsyncError`); any other exception is a bug and propagates.
+
+In a study of several workloads, the stages that read traces run each workload on its own
+(:meth:`Run.per_workload`): a workload whose work raises the package's own error is recorded in
+the stage's manifest entry (``failed_workloads``) and left out from then on, and the stage goes on
+with the others; it fails only when every workload does.
 """
 
 from __future__ import annotations
