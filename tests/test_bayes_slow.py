@@ -160,15 +160,20 @@ def test_same_seed_same_draws_with_a_fresh_compilation_cache(tmp_path):
     assert first == second
 
 
-def _study():
-    """The simulation study's cases (benchmarks/study_hier_gev.py: one home for the grid)."""
+def _benchmark(name: str):
+    """``benchmarks/NAME.py`` as a module (the studies' one home for their cases and code)."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "study_hier_gev.py"
-    spec = importlib.util.spec_from_file_location("study_hier_gev", path)
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _study():
+    """The simulation study's cases (benchmarks/study_hier_gev.py: one home for the grid)."""
+    return _benchmark("study_hier_gev")
 
 
 @pytest.mark.parametrize("name", ["spread 0, 2000 per cell", "spread 0.15, 200 per cell",
@@ -198,13 +203,7 @@ def test_off_surface_small_cell_is_covered_or_flagged():
 
 def _sbc():
     """benchmarks/sbc_hier_gev.py as a module (the SBC study of the main model)."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "sbc_hier_gev.py"
-    spec = importlib.util.spec_from_file_location("sbc_hier_gev", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _benchmark("sbc_hier_gev")
 
 
 def test_sbc_thinning_and_uniformity_test_on_hand_made_ranks():

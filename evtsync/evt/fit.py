@@ -333,6 +333,9 @@ def fit_table(
     nutpie only): a model compiled for a data set of the same structure
     (:func:`model_structure_key`) is reused with this table's data and initial point instead of
     compiled again (studies that fit many simulated data sets); recorded in the attrs.
+    ``extend`` (a sampler setting, default 0): a fit that fails only on R-hat or ESS, with no
+    divergence, continues its chains to twice the draws up to that many times; the attr
+    ``extended`` and the convergence line keep each shorter run's verdict.
 
     Besides the posterior the tree holds the prior and the posterior predictive checks
     (``prior_predictive_check``, ``posterior_predictive_check`` groups; verdicts in the attrs
