@@ -20,6 +20,11 @@ in-process attribution (one process holds every rank's tables and DAG: the basel
 the per-rank tasks on a process pool of ``--jobs`` (the caller reads only the collectives;
 each task reads one rank): wall time, the caller's peak RSS, every worker's peak RSS (as
 the tasks report it) and whether the two tables are identical.
+
+``--cli ITERATIONS`` runs the command itself, ``evtsync attribute --jobs JOBS --cache``, on
+``--ranks`` synthetic ranks of that many iterations (9,000: about 1.0 GB per rank; written into
+``--out`` when missing, about 6 min of CPU for 8 GB), and samples the peak RSS (VmHWM) of every
+process in its tree twice a second: the caller, the fork server and each pool worker.
 """
 
 from __future__ import annotations
@@ -268,6 +273,78 @@ def scale(iterations: list[int], ranks: int, jobs: int, out: str) -> None:
               f"{worker:.0f} MiB | {worker / r['mb_per_rank']:.1f} | {r['identical']} |")
 
 
+def _proc_children(pid: int) -> list[int]:
+    import os
+
+    out: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def _proc_memory(pid: int) -> tuple[float, float, str] | None:
+    """(VmHWM, VmRSS in MiB, command line) of one process, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode(errors="replace")[:160]
+        return int(fields["VmHWM"].split()[0]) / 1024, int(fields["VmRSS"].split()[0]) / 1024, cmd
+    except (OSError, KeyError):
+        return None
+
+
+def run_with_tree_peaks(cmd: list[str], interval_s: float = 0.5) -> dict:
+    """Run ``cmd``; every ``interval_s`` read VmHWM (the kernel's own peak RSS) of every process
+    in its tree — pool workers are children of a fork server, so ``ru_maxrss`` of the caller
+    does not see them. Linux only. Returns the per-process peaks, the wall time and the load."""
+    import os
+
+    t0 = time.time()
+    load0 = os.getloadavg()
+    proc = subprocess.Popen(cmd)
+    peaks: dict[int, dict] = {}
+    while proc.poll() is None:
+        todo, seen = [proc.pid], set()
+        while todo:
+            pid = todo.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            mem = _proc_memory(pid)
+            if mem:
+                row = peaks.setdefault(pid, {"pid": pid, "cmd": mem[2], "first_seen_s": round(time.time() - t0, 1),
+                                             "peak_hwm_mib": 0.0})
+                row["peak_hwm_mib"] = max(row["peak_hwm_mib"], mem[0])
+                row["last_seen_s"] = round(time.time() - t0, 1)
+            todo += _proc_children(pid)
+        time.sleep(interval_s)
+    return {"command": cmd, "returncode": proc.returncode, "wall_s": time.time() - t0, "load_at_start": load0,
+            "load_at_end": os.getloadavg(), "processes": sorted(peaks.values(), key=lambda r: r["first_seen_s"])}
+
+
+def cli_study(iterations: int, ranks: int, jobs: int, out: str) -> None:
+    """The --cli benchmark: ``evtsync attribute`` itself (a pool of ``jobs``) on ``ranks`` synthetic
+    ranks of ``iterations`` iterations (9,000: ~1.0 GB per rank), every process's peak RSS."""
+    from pathlib import Path
+
+    from evtsync.synth import SynthConfig, synthesize
+
+    folder = Path(out) / f"r{ranks}-it{iterations}"
+    if not (folder / "ground_truth.json").is_file():
+        synthesize(SynthConfig.build(ranks=ranks, iterations=iterations, seed=5), folder)
+    result = run_with_tree_peaks([sys.executable, "-m", "evtsync", "attribute", str(folder / "traces"),
+                                  "-o", str(Path(out) / "attr.parquet"), "--jobs", str(jobs),
+                                  "--cache", str(Path(out) / "cache")])
+    print(json.dumps(result, indent=1))
+    for row in result["processes"]:
+        print(f"{row['pid']:>8} {row['peak_hwm_mib']:8.0f} MiB  {row['cmd'][:100]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
@@ -277,7 +354,13 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", default="/tmp/bench_critpath")
+    parser.add_argument("--cli", type=int, default=None, metavar="ITERATIONS",
+                        help="run `evtsync attribute` on --ranks synthetic ranks of ITERATIONS iterations "
+                             "(9000: ~1 GB each) in --out with a pool of --jobs; peak RSS of every process")
     args = parser.parse_args()
+    if args.cli:
+        cli_study(args.cli, args.ranks, args.jobs, args.out)
+        return
     if args.scale:
         scale([int(x) for x in args.scale.split(",")], args.ranks, args.jobs, args.out)
         return
