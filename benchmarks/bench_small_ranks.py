@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import time
@@ -81,21 +80,11 @@ def child(method: str, folder: Path) -> dict:
 
 def tax_command(folder: Path) -> dict:
     """``evtsync tax`` in a fresh process under /usr/bin/time -v: CPU of the whole command."""
-    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "evtsync", "tax", str(folder), "--jobs", "1",
-           "--no-cache", "--json"]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                          env={**os.environ, "EVTSYNC_QUIET": "1"})
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"evtsync tax failed:\n{proc.stderr[-3000:]}")
+    sys.path.insert(0, str(HERE))
+    from bench_pipeline import evtsync_cmd, timed  # one home for timing a CLI run
 
-    def field(name: str) -> float:
-        match = re.search(rf"{re.escape(name)}: ([\d.]+)", proc.stderr)
-        return float(match.group(1)) if match else float("nan")
-
-    return {"cpu_s": field("User time (seconds)") + field("System time (seconds)"), "wall_s": wall,
-            "peak_rss_mb": field("Maximum resident set size (kbytes)") / 1024}
+    res = timed([*evtsync_cmd(), "tax", str(folder), "--jobs", "1", "--no-cache", "--json"])
+    return {k: v for k, v in res.items() if k != "stdout"}
 
 
 def bench(workdir: Path, ranks: int, mb: float) -> dict:
