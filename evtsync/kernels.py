@@ -260,7 +260,7 @@ def mark_comm_kernels(tables: Any, extra: tuple[tuple[str, str], ...] = ()) -> N
     also wins over the collective read for an NCCL kernel. Each distinct kernel name is
     classified once.
     """
-    from evtsync.trace.tables import category_flags
+    from evtsync.trace.tables import category_flags, string_values
 
     kernels = tables.columns["kernels"]
     names = kernels["name"]
@@ -280,8 +280,7 @@ def mark_comm_kernels(tables: Any, extra: tuple[tuple[str, str], ...] = ()) -> N
     if relabel.any():
         label_of = [u if u is not None else k for u, k in zip(user, kinds, strict=True)]
         new = np.array([label_of[c] if c >= 0 else None for c in codes[relabel]], dtype=object)
-        collective = np.asarray(kernels["collective"].astype(object), dtype=object).copy()
-        collective[np.asarray(kernels["collective"].codes) < 0] = None
+        collective = string_values(kernels["collective"])
         collective[relabel] = new
         tables.set_column("kernels", "collective", pd.Categorical(collective, categories=pd.Index(
             sorted({c for c in collective if isinstance(c, str)}), dtype="str")))

@@ -465,7 +465,7 @@ class _Columns:
         try:
             return np.fromiter(map(code_of.__getitem__, values), dtype=np.int32, count=len(values))
         except KeyError:
-            pass  # strings not seen before in this file (or non-string values): add them
+            pass  # strings this process has not seen before (or non-string values): add them
         if any(not (v is None or isinstance(v, str)) for v in set(values)):
             values = [v if v is None or isinstance(v, str) else str(v) for v in values]
         with self._lock:  # the dictionary is shared by the threads of a process (Dask workers)
@@ -494,7 +494,7 @@ class _Columns:
                 except AttributeError:  # a trace wrote "args": null: no arguments, like absent ones
                     args = [_EMPTY_ARGS if a is None else a for a in args]
                     values = _ARG_VALUES[name](args)
-            try:  # the common case in C: plain ints, strings seen before in this file
+            try:  # the common case in C: plain ints, strings seen before in this process
                 if kind == "i":
                     column = np.full(n, MISSING, dtype=np.int64) if values.count(MISSING) == n else \
                         np.fromiter(values, np.int64, n)

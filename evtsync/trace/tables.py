@@ -279,6 +279,14 @@ def _lookup(keys: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return pos, keys[pos] == wanted
 
 
+def string_values(column: pd.Categorical) -> np.ndarray:
+    """A categorical's values as an object array, None where missing (not NaN, which
+    ``astype(object)`` gives and ``str()`` would turn into the string "nan")."""
+    values = np.asarray(column.astype(object), dtype=object)
+    values[np.asarray(column.codes) < 0] = None
+    return values
+
+
 def _missing(values: Any) -> np.ndarray:
     """Rows without a value: -1 in an integer column, a missing code in a categorical."""
     if isinstance(values, pd.Categorical):
@@ -315,12 +323,8 @@ def _annotate_kernels(kernels: Columns, cpu_ops: Columns) -> None:
                 filled[rows] = cpu_ops[name][source]
                 kernels[name] = filled
             else:
-                obj = np.asarray(col.astype(object), dtype=object)
-                obj[np.asarray(col.codes) < 0] = None
-                src = cpu_ops[name]
-                values = np.asarray(src.astype(object), dtype=object)[source]
-                values[np.asarray(src.codes)[source] < 0] = None
-                obj[rows] = values
+                obj = string_values(col)
+                obj[rows] = string_values(cpu_ops[name])[source]
                 kernels[name] = _str_column(list(obj))
     codes = np.full(len(names), -1, dtype=np.int32)
     categories: list[str] = []
