@@ -85,7 +85,7 @@ def support_diagnosis(spec, records: list[dict]) -> str:
     on the truth)."""
     from scipy import stats
 
-    from evtsync.evt.model import SUPPORT_SMOOTHING, _smooth_max0, prepare_data
+    from evtsync.evt.model import prepare_data, support_bound, support_widths
 
     groups: dict[bool, dict[str, list[int]]] = {True: {n: [] for n in CELL_PARAMS},
                                                 False: {n: [] for n in CELL_PARAMS}}
@@ -95,12 +95,12 @@ def support_diagnosis(spec, records: list[dict]) -> str:
             continue
         _, table, _ = replicate_data(spec, r["replicate"], r["n_per_cell"], r["seed"])
         data = prepare_data(table, spec)
-        width = SUPPORT_SMOOTHING * float(np.std(data.z_model))
+        widths = support_widths(data)
         for i, cell in enumerate(data.cell_labels):
             z = data.z_model[data.cell_slice(i)]
             mu, sigma, xi = (r["truth"][f"{n}[{cell}]"] for n in ("mu", "sigma", "xi"))
             terms = [xi * (mu - z.min()), xi * (mu - z.max())]
-            smooth = float(_smooth_max0(terms, width))
+            smooth = float(support_bound(terms, widths[i]))
             excess.append((smooth - max(0.0, *terms)) / sigma)
             for n in CELL_PARAMS:
                 groups[sigma >= smooth][n].append(r["ranks"][f"{n}[{cell}]"])

@@ -26,11 +26,13 @@ Design choices that make the fit fast and robust at 250k z-scores (issue 9):
 * Support wall. With small cells (and large cells whose extreme z-score sits near the end
   point of the support) the posterior reaches the region where some z-score leaves the
   support and the likelihood drops to zero; NUTS then diverges at that wall. For those cells
-  sigma is sampled as ``bound(mu, xi) + exp(u)`` (a smooth maximum of ``xi (mu - z_min)``,
-  ``xi (mu - z_max)`` and 0, with the Jacobian), which keeps every point inside the support.
-  The smooth maximum lies above the exact bound, so it also removes the sliver of sigma
-  between the two: not negligible for small cells (SBC in docs/bayesian.md). Other cells keep the plain log-sigma (closer to Gaussian
-  there); ``[sigma] support_transform`` overrides the automatic, per-cell choice.
+  sigma is sampled as ``bound(mu, xi) + exp(u)`` (with the Jacobian), where the bound is a
+  smooth maximum of ``xi (mu - z_min)`` and ``xi (mu - z_max)`` at a width of 0.2 of the
+  cell's sd (:func:`support_bound`), so every point is inside the support. It lies above the
+  exact bound by at most width·ln 2 at xi = 0 and exponentially less elsewhere; an earlier
+  version (with 0 as a third term and the pooled sd) cut off sigma the likelihood allows in
+  small cells (SBC in docs/bayesian.md). Other cells keep the plain log-sigma (closer to
+  Gaussian there); ``[sigma] support_transform`` overrides the automatic, per-cell choice.
 * Scale. ``data.scale = "z"`` models refuse data far outside the z-score scale of their
   priors (:func:`check_scale`); ``"raw"`` models standardise each cell by its median and IQR
   and map the posterior back (:func:`to_data_scale`).
@@ -279,35 +281,71 @@ def _prior_dist(prior: Prior):
     return _PRIOR_CLASSES[prior.dist].dist(**prior.params)
 
 
-#: Width of the smooth maximum in the support bound of sigma, relative to the z-scores' sd.
-#: The smooth bound exceeds the exact one by at most width·ln 3, and only where the bound is
-#: within a few widths of zero; near the exact bound (where the excess is exponentially small)
-#: the GEV likelihood vanishes like gap^(1/|xi| - 1). A wide smoothing keeps the bend of the
-#: transform at xi = 0 gentle: at Port Pirie 1e-3 gave a bulk ESS of xi of ~180 per 2000
-#: draws, 0.2 gave ~350, with the same posterior median and sd within Monte Carlo error.
-#: But the smooth bound is above the exact one, so sigma between the two gets no prior mass:
-#: the SBC of the main model (docs/bayesian.md, 3 x 2 cells of 150 z-scores) found the true
-#: sigma below the smooth bound in 107 of 702 cells and sigma's ranks piled at 0 there.
+#: Width of the smooth maximum in the support bound of sigma, relative to each cell's sd of z.
+#: The exact bound max(0, xi (mu - z_min), xi (mu - z_max)) has a kink at xi = 0; sampling
+#: sigma above it exactly makes a bend that NUTS crosses with small steps (at Port Pirie a
+#: width of 1e-3 gave a bulk ESS of xi of ~180 per 2000 draws, 0.2 gave ~350-750).
+#: :func:`support_bound` is above the exact bound (so the sampler never meets the wall) by at
+#: most width·ln 2 at xi = 0 and by width·exp(-|xi| (z_max - z_min) / width) elsewhere: sigma in
+#: that sliver gets no prior mass. An earlier bound (a smooth maximum with 0 as a third term,
+#: with a width from the pooled sd of every cell's z) exceeded the exact one by a median 13.8%
+#: of the true sigma and excluded the truth in 107 of 702 cells of the SBC (docs/bayesian.md);
+#: this one, on the same 702 cells, by a median 0.03% and in none.
 SUPPORT_SMOOTHING = 0.2
+#: The positive part of the smooth maximum is smoothed at this fraction of the width; it only
+#: acts where mu lies outside the data's range (both terms negative), where the bound is 0.
+_POSITIVE_PART_SMOOTHING = 0.01
 
 
-def _smooth_max0(values: list, width: float):
-    """``width * log(1 + sum(exp(v / width)))`` >= max(0, *values), smooth (PyTensor or NumPy)."""
-    lib = pt if any(isinstance(v, pt.TensorVariable) for v in values) else np
+def support_bound(values: list, width):
+    """A smooth upper bound of ``max(0, *values)`` (PyTensor or NumPy): the log-sum-exp of the
+    values at ``width`` (``max + width·log(1 + sum exp(-(max - v)/width))``), made positive by
+    a softplus of ``_POSITIVE_PART_SMOOTHING`` × width.
+
+    For one cell the values are ``xi (mu - z_min)`` and ``xi (mu - z_max)``, of opposite signs
+    when ``z_min < mu < z_max`` and 0 together at xi = 0, so no zero term is needed: the
+    excess is ``width·ln 2`` at xi = 0 and decays with ``|xi| (z_max - z_min) / width``.
+    """
+    lib = pt if any(isinstance(v, pt.TensorVariable) for v in values) or isinstance(width, pt.TensorVariable) else np
     scaled = [v / width for v in values]
-    m = scaled[0]
+    top = scaled[0]
     for v in scaled[1:]:
-        m = lib.maximum(m, v)
-    m = lib.maximum(m, 0.0)
-    total = lib.exp(-m)
+        top = lib.maximum(top, v)
+    total = 0.0
     for v in scaled:
-        total = total + lib.exp(v - m)
-    return width * (m + lib.log(total))
+        total = total + lib.exp(v - top)
+    smooth_max = (top + lib.log(total)) / _POSITIVE_PART_SMOOTHING
+    positive = lib.maximum(smooth_max, 0.0) + lib.log1p(lib.exp(-abs(smooth_max)))
+    return width * _POSITIVE_PART_SMOOTHING * positive
+
+
+def support_widths(data: ModelData) -> np.ndarray:
+    """Per cell: the smoothing width of its support bound (``SUPPORT_SMOOTHING`` × its sd of z;
+    the pooled sd for a cell of fewer than two distinct values)."""
+    pooled = max(float(np.std(data.z_model)), 1e-12)
+    widths = []
+    for i in range(len(data.cells)):
+        sd = float(np.std(data.z_model[data.cell_slice(i)]))
+        widths.append(SUPPORT_SMOOTHING * (sd if sd > 0 else pooled))
+    return np.array(widths)
 
 
 def _support_bound_terms(mu_i, xi_i, z_min: float, z_max: float) -> list:
     """sigma must exceed both: xi (mu - z_min) (binding for xi > 0), xi (mu - z_max) (xi < 0)."""
     return [xi_i * (mu_i - z_min), xi_i * (mu_i - z_max)]
+
+
+def _shared_sigma_bound(spec: ModelSpec, mu, xi_cells: list, z_min, z_max, width):
+    """The smooth support bound of a sigma shared by every cell. With mu and xi shared too the
+    binding terms are those of the smallest and the largest z-score (one cell's form);
+    otherwise the smooth maximum of every cell's terms together."""
+    n_cells = len(xi_cells)
+    if n_cells == 1 or (spec.mu.pooling == "complete" and spec.xi.structure != "additive"):
+        return support_bound(_support_bound_terms(mu if spec.mu.pooling == "complete" else mu[0], xi_cells[0],
+                                                  z_min.min(), z_max.max()), width)
+    mus = [mu if spec.mu.pooling == "complete" else mu[i] for i in range(n_cells)]
+    terms = [v for i in range(n_cells) for v in _support_bound_terms(mus[i], xi_cells[i], z_min[i], z_max[i])]
+    return support_bound(terms, width)
 
 
 @dataclass
@@ -605,17 +643,17 @@ def check_scale(spec: ModelSpec, data: ModelData, source: str = "z-score table")
 
 
 def _excess_initval(init: dict[str, np.ndarray], spec: ModelSpec, z_min: np.ndarray, z_max: np.ndarray,
-                    width: float, flags: np.ndarray) -> dict[str, np.ndarray]:
+                    widths: np.ndarray, shared_width: float, flags: np.ndarray) -> dict[str, np.ndarray]:
     """Initial ``sigma_log_excess`` from the initial sigma (which is inside the support)."""
     n_cells = len(z_min)
     mu = np.broadcast_to(init["mu"], (n_cells,))
     xi = init["_xi_cells"]
-    terms = [_support_bound_terms(mu[i], xi[i], z_min[i], z_max[i]) for i in range(n_cells)]
     sigma = np.asarray(init["sigma"], dtype=float)
     if spec.sigma.pooling != "complete":
-        bound = np.array([_smooth_max0(t, width) if flags[i] else 0.0 for i, t in enumerate(terms)])
+        terms = [_support_bound_terms(mu[i], xi[i], z_min[i], z_max[i]) for i in range(n_cells)]
+        bound = np.array([support_bound(t, widths[i]) if flags[i] else 0.0 for i, t in enumerate(terms)])
     else:
-        bound = _smooth_max0([v for t in terms for v in t], width) if flags.any() else 0.0
+        bound = _shared_sigma_bound(spec, init["mu"], list(xi), z_min, z_max, shared_width) if flags.any() else 0.0
     out = {k: v for k, v in init.items() if k != "sigma" and not k.startswith("_")}
     out["sigma_log_excess"] = np.log(np.maximum(sigma - bound, 0.05 * sigma))
     return out
@@ -658,7 +696,8 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
     flags = use_support_transform(spec, data, mles)
     z_min = np.array([data.z_model[data.cell_slice(i)].min() for i in range(n_cells)])
     z_max = np.array([data.z_model[data.cell_slice(i)].max() for i in range(n_cells)])
-    width = SUPPORT_SMOOTHING * max(float(np.std(data.z_model)), 1e-12)
+    widths = support_widths(data)
+    shared_width = SUPPORT_SMOOTHING * max(float(np.std(data.z_model)), 1e-12)
     spread_priors: dict[str, str] = {}
     with pm.Model(coords=coords, check_bounds=False) as model:
         if spec.mu.pooling == "complete":
@@ -717,10 +756,9 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
 
         # sigma = bound(mu, xi) + exp(u): for the cells with the support transform every point
         # the sampler visits is inside the support of every z-score, so NUTS never meets the wall
-        # where the likelihood vanishes; elsewhere bound = 0 (plain log-sigma). The likelihood is
-        # zero below the exact bound; the smooth bound is above it by up to width * ln 3, and that
-        # sliver is cut off too (see SUPPORT_SMOOTHING). The prior of sigma enters as a
-        # potential with the Jacobian exp(u).
+        # where the likelihood vanishes; elsewhere bound = 0 (plain log-sigma). The smooth bound is
+        # above the exact one by a sliver that gets no prior mass (see SUPPORT_SMOOTHING). The
+        # prior of sigma enters as a potential with the Jacobian exp(u).
         if not flags.any() and spec.sigma.pooling != "partial":
             # no cell near its support wall and no population: the plain (log-transformed) sigma
             sigma = (_prior_rv("sigma", spec.sigma.prior) if spec.sigma.pooling == "complete"
@@ -730,15 +768,17 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
             # another data set of the same structure (fit_table's compiled_cache)
             z_min_d = pm.Data("z_min", z_min, dims="cell")
             z_max_d = pm.Data("z_max", z_max, dims="cell")
-            width_d = pm.Data("support_smoothing_width", width)
-            terms = [_support_bound_terms(cell_mu(i), cell_xi(i), z_min_d[i], z_max_d[i]) for i in range(n_cells)]
+            width_d = pm.Data("support_smoothing_width", widths, dims="cell")
             if spec.sigma.pooling != "complete":
+                terms = [_support_bound_terms(cell_mu(i), cell_xi(i), z_min_d[i], z_max_d[i]) for i in range(n_cells)]
                 u = pm.Flat("sigma_log_excess", dims="cell")
-                bounds = [_smooth_max0(t, width_d) if flags[i] else pt.constant(0.0) for i, t in enumerate(terms)]
+                bounds = [support_bound(t, width_d[i]) if flags[i] else pt.constant(0.0) for i, t in enumerate(terms)]
                 sigma = pm.Deterministic("sigma", pt.stack(bounds) + pt.exp(u), dims="cell")
             else:
                 u = pm.Flat("sigma_log_excess")
-                bound = _smooth_max0([v for t in terms for v in t], width_d) if flags.any() else 0.0
+                shared_width_d = pm.Data("support_smoothing_width_shared", shared_width)
+                bound = (_shared_sigma_bound(spec, mu, [cell_xi(i) for i in range(n_cells)], z_min_d, z_max_d,
+                                             shared_width_d) if flags.any() else 0.0)
                 sigma = pm.Deterministic("sigma", bound + pt.exp(u))
             if spec.sigma.pooling == "partial":
                 # log sigma = log sigma_gmean + zero-sum deviations (as for mu): the density of the
@@ -756,7 +796,7 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
             else:
                 sigma_prior = pm.logp(_prior_dist(spec.sigma.prior), sigma).sum() + u.sum()
             pm.Potential("sigma_prior", sigma_prior)
-            init = _excess_initval(init, spec, z_min, z_max, width, flags)
+            init = _excess_initval(init, spec, z_min, z_max, widths, shared_width, flags)
         obs_names = []
         for i in range(n_cells):
             mu_i = cell_mu(i)
