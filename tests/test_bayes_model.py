@@ -15,7 +15,13 @@ import pytest
 from conftest import DATA as SHARED_DATA  # ../shared/data beside the clone
 
 from evtsync.errors import InputError
-from evtsync.evt.fit import Convergence, cell_parameters, fit_table, tree_from_draws
+from evtsync.evt.fit import (
+    Convergence,
+    cell_parameters,
+    fit_table,
+    resolve_adaptation,
+    tree_from_draws,
+)
 from evtsync.evt.model import (
     build_model,
     interaction_basis,
@@ -205,11 +211,20 @@ def test_sampler_config_from_spec_overrides_and_old_keywords():
         config.override(sampler="numpyro")
     with pytest.raises(TypeError, match="unknown sampler setting"):
         config.override(draw=10)
+    with pytest.raises(InputError, match="sampling.adaptation"):
+        config.override(adaptation="full")
+    # the mass matrix: diagonal up to 20,000 z-scores (small cells: funnels), low-rank above
+    assert config.adaptation == "auto"
+    assert resolve_adaptation("auto", 20_000) == "diag" and resolve_adaptation("auto", 20_001) == "low_rank"
+    assert resolve_adaptation("low_rank", 100) == "low_rank" and resolve_adaptation(None, 10**6) == "low_rank"
     table = simulate_zscore_table(_grid(0.1, 0).iloc[:1], 200, seed=6)
     gumbel = load_spec(MODELS / "gumbel.toml")
     a = fit_table(table, gumbel, sampler=SamplerConfig(draws=60, tune=60, chains=1, seed=9))
     b = fit_table(table, gumbel, draws=60, tune=60, chains=1, seed=9)  # the old keywords
     assert (a.attrs["draws"], a.attrs["chains"], a.attrs["seed"]) == (60, 1, 9)
+    assert a.attrs["nutpie_adaptation"] == "diag"  # auto at 200 z-scores
+    c = fit_table(table, gumbel, sampler=SamplerConfig(draws=60, tune=60, chains=1, seed=9, adaptation="low_rank"))
+    assert c.attrs["nutpie_adaptation"] == "low_rank"
     np.testing.assert_array_equal(a["posterior"]["mu"].values, b["posterior"]["mu"].values)
     unseeded = fit_table(table, gumbel, draws=30, tune=30, chains=1)
     assert isinstance(unseeded.attrs["seed"], int | np.integer)  # a fresh seed, recorded

@@ -85,6 +85,7 @@ def test_target_accept_auto_rule():
         (lambda t: t + "[sampling]\ntarget_accept = \"high\"\n", "sampling.target_accept"),
         (lambda t: t + "[sampling]\nsampler = \"stan\"\n", "sampling.sampler"),
         (lambda t: t + "[sampling]\nbackend = \"cuda\"\n", "sampling.backend"),
+        (lambda t: t + "[sampling]\nadaptation = \"dense\"\n", "sampling.adaptation"),
         (lambda t: t + "[sampling]\nseed = -1\n", "sampling.seed"),
         (lambda t: t.replace('pooling = "none"\nprior = { dist = "normal"', 'pooling = "partial"\nprior = { dist = "normal"'),
          "mu.population_sd_prior"),

@@ -35,7 +35,8 @@ def sampler_settings(spec: Any, args: argparse.Namespace) -> Any:
     return spec.sampler_config().override(
         draws=getattr(args, "draws", None), tune=getattr(args, "tune", None),
         chains=getattr(args, "chains", None), target_accept=getattr(args, "target_accept", None),
-        seed=getattr(args, "seed", None), sampler=getattr(args, "sampler", None))
+        seed=getattr(args, "seed", None), sampler=getattr(args, "sampler", None),
+        adaptation=getattr(args, "adaptation", None))
 
 
 def _read_z_table(args: argparse.Namespace) -> pd.DataFrame:

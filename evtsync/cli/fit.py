@@ -66,6 +66,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bayes.add_argument("--seed", type=int, default=None, help="random seed")
     bayes.add_argument("--sampler", choices=("nutpie", "pymc"), default=None,
                        help="NUTS sampler (default: the model's [sampling] sampler, else nutpie)")
+    bayes.add_argument("--adaptation", choices=("auto", "low_rank", "diag"), default=None,
+                       help="nutpie's mass matrix: low_rank (diagonal plus a low-rank correction), diag, or "
+                            "auto (default: the model's [sampling] adaptation, else auto: diag up to 20,000 "
+                            "z-scores, low_rank above)")
     bayes.add_argument("--target-accept", type=_target_accept, default=None, metavar="P",
                        help="NUTS step-size target in (0, 1), or 'auto' (default: the spec's "
                             "sampling.target_accept, else auto: 0.95 up to 20,000 z-scores, 0.8 above)")

@@ -36,6 +36,7 @@ One file describes one model variant (see ``docs/bayesian.md`` for every key)::
     seed = 1                           # optional; absent = a fresh random seed per fit
     sampler = "nutpie"                 # "nutpie" | "pymc"
     backend = "numba"                  # nutpie's backend: "numba" | "jax" (needs jax installed)
+    adaptation = "auto"                # nutpie's mass matrix: "auto" (the default) | "low_rank" | "diag"
 
 Every error names the file and the key at fault (:class:`~evtsync.errors.ModelSpecError`).
 """
@@ -54,6 +55,9 @@ POOLINGS = ("complete", "none", "partial")
 SCALES = ("z", "raw")
 SAMPLERS = ("nutpie", "pymc")
 BACKENDS = ("numba", "jax")
+#: nutpie's mass-matrix adaptation: a diagonal plus low-rank correction from the draws and
+#: their gradients, the diagonal only, or "auto" (:func:`evtsync.evt.fit.resolve_adaptation`).
+ADAPTATIONS = ("auto", "low_rank", "diag")
 XI_STRUCTURES = ("pooled", "additive")
 PARAMETRIZATIONS = ("auto", "centred", "noncentred")
 
@@ -132,7 +136,12 @@ class SamplerConfig:
 
     ``seed = None`` means a fresh random seed per fit (recorded in the fit); ``target_accept``
     is a number in (0, 1) or ``"auto"`` (see :func:`evtsync.evt.fit.resolve_target_accept`);
-    ``backend`` is nutpie's (``numba``, or ``jax`` where jax is installed); ``extend``: how many
+    ``backend`` is nutpie's (``numba``, or ``jax`` where jax is installed); ``adaptation`` its
+    mass matrix (``low_rank``: diagonal plus a low-rank correction, which follows the strong
+    correlations of a hierarchical posterior with large cells, e.g. a small cell's xi against
+    the factor effects; ``diag``: diagonal only; ``auto``, the default: by the number of
+    z-scores, :func:`evtsync.evt.fit.resolve_adaptation`; ignored by the pymc sampler);
+    ``extend``: how many
     times a fit that fails only on R-hat or ESS (no divergence) continues its chains to twice
     the draws (0, the default: never; see :func:`evtsync.evt.fit.fit_table`).
     """
@@ -144,6 +153,7 @@ class SamplerConfig:
     seed: int | None = None
     sampler: str = "nutpie"
     backend: str = "numba"
+    adaptation: str = "auto"
     extend: int = 0
 
     def override(self, **values: Any) -> SamplerConfig:
@@ -171,6 +181,7 @@ class SamplerConfig:
             raise _err(source, "sampling.seed", f"expected an integer >= 0, got {self.seed!r}")
         _str(source, "sampling.sampler", self.sampler, SAMPLERS)
         _str(source, "sampling.backend", self.backend, BACKENDS)
+        _str(source, "sampling.adaptation", self.adaptation, ADAPTATIONS)
         if isinstance(self.extend, bool) or not isinstance(self.extend, int) or self.extend < 0:
             raise _err(source, "sampling.extend", f"expected an integer >= 0, got {self.extend!r}")
 
@@ -202,7 +213,7 @@ _DATA_KEYS = {"column", "groups", "scale"}
 _PARAM_KEYS = {"pooling", "prior", "population_sd_prior"}
 _XI_KEYS = {"structure", "prior", "factors", "group_sd_prior", "few_levels_sd_prior", "many_levels",
             "cell_sd_prior", "parametrization", "centred_min_obs"}
-_SAMPLING_KEYS = {"draws", "tune", "chains", "target_accept", "seed", "sampler", "backend", "extend"}
+_SAMPLING_KEYS = {"draws", "tune", "chains", "target_accept", "seed", "sampler", "backend", "adaptation", "extend"}
 
 
 def _err(src: str, key: str, what: str) -> ModelSpecError:
@@ -373,8 +384,9 @@ def parse_spec(text: str, source: str = "<string>") -> ModelSpec:
     for k, v in sampling_raw.items():
         if k == "target_accept":
             sampling[k] = _target_accept(source, v)
-        elif k in ("sampler", "backend"):
-            sampling[k] = _str(source, f"sampling.{k}", v, SAMPLERS if k == "sampler" else BACKENDS)
+        elif k in ("sampler", "backend", "adaptation"):
+            sampling[k] = _str(source, f"sampling.{k}", v,
+                               {"sampler": SAMPLERS, "backend": BACKENDS, "adaptation": ADAPTATIONS}[k])
         else:
             sampling[k] = _int(source, f"sampling.{k}", v, 0 if k in ("seed", "extend") else 1)
     return ModelSpec(
