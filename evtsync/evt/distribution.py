@@ -40,6 +40,7 @@ from pytensor.tensor.random.op import RandomVariable
 __all__ = [
     "GEV",
     "gev_logp_sum",
+    "gev_logp_sum_cells",
     "gev_logp_sum_grad_np",
     "gev_L",
     "gev_logcdf_np",
@@ -231,6 +232,7 @@ def _gev_sum_kernel(z: np.ndarray, mu: float, sigma: float, xi: float) -> tuple[
 
 
 _numba_kernel = None
+_numba_cells_kernel = None
 
 
 def _jit_kernel():
@@ -243,75 +245,115 @@ def _jit_kernel():
     return _numba_kernel
 
 
+def _cells_kernel_for(sum_kernel):
+    """The kernel over cells ``z[starts[i]:starts[i + 1]]``, each at its own parameters, built
+    on ``sum_kernel`` (:func:`_gev_sum_kernel`, or its numba dispatcher for nopython mode):
+    the summed log density and its (3, n_cells) gradient; ``-inf`` and 0 when any z-score is
+    outside its cell's support."""
+
+    def cells_kernel(z, starts, mu, sigma, xi):
+        n_cells = mu.shape[0]
+        grad = np.zeros((3, n_cells))
+        total = 0.0
+        for i in range(n_cells):
+            lp, dmu, dsig, dxi = sum_kernel(z[starts[i]:starts[i + 1]], mu[i], sigma[i], xi[i])
+            if lp == -np.inf:
+                return -np.inf, np.zeros((3, n_cells))
+            total += lp
+            grad[0, i] = dmu
+            grad[1, i] = dsig
+            grad[2, i] = dxi
+        return total, grad
+
+    return cells_kernel
+
+
+def _jit_cells_kernel():
+    """The per-cell kernel compiled by numba (once per process)."""
+    global _numba_cells_kernel
+    if _numba_cells_kernel is None:
+        import numba
+
+        _numba_cells_kernel = numba.njit(fastmath=False, cache=False)(_cells_kernel_for(_jit_kernel()))
+    return _numba_cells_kernel
+
+
 def gev_logp_sum_grad_np(z, mu: float, sigma: float, xi: float) -> tuple[float, np.ndarray]:
     """Summed GEV log density of ``z`` and its gradient in (mu, sigma, xi) (numba kernel)."""
     lp, dmu, dsig, dxi = _jit_kernel()(np.ascontiguousarray(z, dtype=np.float64), float(mu), float(sigma), float(xi))
     return lp, np.array([dmu, dsig, dxi])
 
 
-class GEVLogpSum(Op):
-    """``(z, mu, sigma, xi) -> (sum log f(z), d/d(mu, sigma, xi))`` in one pass over ``z``.
+class GEVLogpSumCells(Op):
+    """``(z, starts, mu, sigma, xi) -> (sum log f, d/d(mu, sigma, xi) per cell)``: the fused
+    log-likelihood of every cell of a model in one node, cell ``i`` being
+    ``z[starts[i]:starts[i + 1]]`` at ``mu[i], sigma[i], xi[i]``.
 
-    The gradient of the first output is the second output of the same node, so PyTensor's
-    merge optimisation keeps a single traversal of the data per log-density-and-gradient
-    evaluation. Compiled by numba in PyTensor's numba backend (nutpie); ``perform`` runs the
-    same kernel for the other backends (PyMC's default NUTS). No fast-math, so that the
-    rounding (and with it the draws for a given seed) does not depend on how it was compiled.
+    One node instead of one :class:`GEVLogpSum` per cell keeps the model's graph the same size
+    whatever the number of cells, which is what PyTensor's rewriting and numba's compilation
+    spend their time on; the arithmetic is the same kernel, cell by cell.
     """
 
     __props__ = ()
 
-    def make_node(self, z, mu, sigma, xi):
+    def make_node(self, z, starts, mu, sigma, xi):
         z = pt.as_tensor_variable(z, dtype="float64")
+        starts = pt.as_tensor_variable(starts, dtype="int64")
         mu, sigma, xi = (pt.as_tensor_variable(v, dtype="float64") for v in (mu, sigma, xi))
-        if z.ndim != 1 or any(v.ndim != 0 for v in (mu, sigma, xi)):
-            raise TypeError("GEVLogpSum needs a vector of z-scores and scalar mu, sigma, xi")
-        return Apply(self, [z, mu, sigma, xi], [pt.dscalar(), pt.dvector()])
+        if z.ndim != 1 or starts.ndim != 1 or any(v.ndim != 1 for v in (mu, sigma, xi)):
+            raise TypeError("GEVLogpSumCells needs vectors: z-scores, cell starts, and mu, sigma, xi per cell")
+        return Apply(self, [z, starts, mu, sigma, xi], [pt.dscalar(), pt.dmatrix()])
 
     def perform(self, node, inputs, output_storage):
-        z, mu, sigma, xi = inputs
-        lp, grad = gev_logp_sum_grad_np(z, float(mu), float(sigma), float(xi))
+        z, starts, mu, sigma, xi = inputs
+        lp, grad = _jit_cells_kernel()(np.ascontiguousarray(z, dtype=np.float64), np.asarray(starts, dtype=np.int64),
+                                       *(np.ascontiguousarray(v, dtype=np.float64) for v in (mu, sigma, xi)))
         output_storage[0][0] = np.asarray(lp, dtype=np.float64)
         output_storage[1][0] = grad
 
     def pullback(self, inputs, outputs, output_grads):
         g_lp, g_grad = output_grads
         if not isinstance(g_grad.type, DisconnectedType):
-            raise NotImplementedError("second derivatives of GEVLogpSum are not implemented")
+            raise NotImplementedError("second derivatives of GEVLogpSumCells are not implemented")
         grad = outputs[1]
         return [
             pytensor.gradient.grad_undefined(self, 0, inputs[0], "z-scores are data"),
+            DisconnectedType()(),
             g_lp * grad[0],
             g_lp * grad[1],
             g_lp * grad[2],
         ]
 
     def connection_pattern(self, node):
-        return [[True, False], [True, True], [True, True], [True, True]]
+        return [[True, False], [False, False], [True, True], [True, True], [True, True]]
 
 
-gev_logp_sum_op = GEVLogpSum()
+gev_logp_sum_cells_op = GEVLogpSumCells()
+
+
+def gev_logp_sum_cells(z, starts, mu, sigma, xi):
+    """Summed GEV log density of every cell ``z[starts[i]:starts[i + 1]]`` (fused, one node)."""
+    return gev_logp_sum_cells_op(z, starts, mu, sigma, xi)[0]
 
 
 def gev_logp_sum(z, mu, sigma, xi):
-    """Summed GEV log density of the data vector ``z`` at scalar parameters (fused, fast)."""
-    return gev_logp_sum_op(z, mu, sigma, xi)[0]
+    """Summed GEV log density of the data vector ``z`` at scalar parameters (fused, fast): the
+    one-cell case of :func:`gev_logp_sum_cells`."""
+    z = pt.as_tensor_variable(z, dtype="float64")
+    starts = pt.stack([pt.constant(0, dtype="int64"), pt.cast(z.shape[0], "int64")])
+    return gev_logp_sum_cells(z, starts, *(pt.atleast_1d(pt.as_tensor_variable(v, dtype="float64"))
+                                           for v in (mu, sigma, xi)))
 
 
-@register_funcify_default_op_cache_key(GEVLogpSum)
-def _numba_funcify_gev_logp_sum(op, node=None, **kwargs):
-    kernel = numba_njit(fastmath=False)(_gev_sum_kernel)
+@register_funcify_default_op_cache_key(GEVLogpSumCells)
+def _numba_funcify_gev_logp_sum_cells(op, node=None, **kwargs):
+    kernel = numba_njit(fastmath=False)(_cells_kernel_for(numba_njit(fastmath=False)(_gev_sum_kernel)))
 
     @numba_njit
-    def gev_logp_sum_numba(z, mu, sigma, xi):
-        lp, dmu, dsig, dxi = kernel(z, mu[()], sigma[()], xi[()])
+    def gev_logp_sum_cells_numba(z, starts, mu, sigma, xi):
+        lp, grad = kernel(z, starts, mu, sigma, xi)
         out_lp = np.empty(())
         out_lp[()] = lp
-        grad = np.empty(3)
-        grad[0] = dmu
-        grad[1] = dsig
-        grad[2] = dxi
         return out_lp, grad
 
-    return gev_logp_sum_numba
-
+    return gev_logp_sum_cells_numba

@@ -189,7 +189,7 @@ def _loglik_tree(tree: xr.DataTree) -> xr.Dataset:
 def _assemble(built: BuiltModel, raw: xr.DataTree, sampler: str, provenance: dict[str, str]) -> xr.DataTree:
     data = built.data
     post = raw["posterior"].to_dataset()
-    drop = [v for v in post.data_vars if v.startswith("z_obs_")]
+    drop = [v for v in post.data_vars if v.startswith("z_obs")]
     post = post.drop_vars(drop)
     stats = raw["sample_stats"].to_dataset()
     if "diverging" not in stats and "divergences" in stats:

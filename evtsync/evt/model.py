@@ -51,7 +51,7 @@ import xarray as xr
 from scipy import optimize
 
 from evtsync.errors import InputError
-from evtsync.evt.distribution import GEV, gev_logp_sum, gev_logp_sum_grad_np
+from evtsync.evt.distribution import GEV, gev_logp_sum_cells, gev_logp_sum_grad_np
 from evtsync.evt.spec import ModelSpec, Prior
 
 log = logging.getLogger("evtsync.evt.model")
@@ -754,6 +754,11 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
                 return 0.0
             return xi[i] if spec.xi.structure == "additive" else xi
 
+        # the per-cell parameters as vectors (one graph node per quantity, whatever the cells)
+        cells_zero = pt.zeros(n_cells)
+        mu_vec = cells_zero + mu if spec.mu.pooling == "complete" else mu
+        xi_vec = cells_zero if xi is None else (xi if spec.xi.structure == "additive" else cells_zero + xi)
+
         # sigma = bound(mu, xi) + exp(u): for the cells with the support transform every point
         # the sampler visits is inside the support of every z-score, so NUTS never meets the wall
         # where the likelihood vanishes; elsewhere bound = 0 (plain log-sigma). The smooth bound is
@@ -770,10 +775,10 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
             z_max_d = pm.Data("z_max", z_max, dims="cell")
             width_d = pm.Data("support_smoothing_width", widths, dims="cell")
             if spec.sigma.pooling != "complete":
-                terms = [_support_bound_terms(cell_mu(i), cell_xi(i), z_min_d[i], z_max_d[i]) for i in range(n_cells)]
                 u = pm.Flat("sigma_log_excess", dims="cell")
-                bounds = [support_bound(t, width_d[i]) if flags[i] else pt.constant(0.0) for i, t in enumerate(terms)]
-                sigma = pm.Deterministic("sigma", pt.stack(bounds) + pt.exp(u), dims="cell")
+                bounds = support_bound(_support_bound_terms(mu_vec, xi_vec, z_min_d, z_max_d), width_d)
+                sigma = pm.Deterministic("sigma", pt.as_tensor_variable(flags.astype(float)) * bounds + pt.exp(u),
+                                         dims="cell")
             else:
                 u = pm.Flat("sigma_log_excess")
                 shared_width_d = pm.Data("support_smoothing_width_shared", shared_width)
@@ -798,17 +803,19 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
             pm.Potential("sigma_prior", sigma_prior)
             init = _excess_initval(init, spec, z_min, z_max, widths, shared_width, flags)
         obs_names = []
-        for i in range(n_cells):
-            mu_i = cell_mu(i)
-            sigma_i = sigma if spec.sigma.pooling == "complete" else sigma[i]
-            xi_i = cell_xi(i)
-            name = f"z_obs_{i}"
-            z_cell = data.z_model[data.cell_slice(i)]
-            if logp_impl == "fused":
-                pm.Potential(name, gev_logp_sum(pm.Data(f"z_cell_{i}", z_cell), mu_i, sigma_i, xi_i))
-            else:
-                GEV(name, mu=mu_i, sigma=sigma_i, xi=xi_i, observed=z_cell)
-            obs_names.append(name)
+        if logp_impl == "fused":
+            # every cell's log-likelihood in one node (z_model is ordered by cell)
+            starts = np.array([data.cell_slice(i).start for i in range(n_cells)] + [len(data.z_model)], dtype=np.int64)
+            sigma_vec = cells_zero + sigma if spec.sigma.pooling == "complete" else sigma
+            pm.Potential("z_obs", gev_logp_sum_cells(pm.Data("z_model", data.z_model), pt.as_tensor_variable(starts),
+                                                     mu_vec, sigma_vec, xi_vec))
+            obs_names.append("z_obs")
+        else:
+            for i in range(n_cells):
+                sigma_i = sigma if spec.sigma.pooling == "complete" else sigma[i]
+                name = f"z_obs_{i}"
+                GEV(name, mu=cell_mu(i), sigma=sigma_i, xi=cell_xi(i), observed=data.z_model[data.cell_slice(i)])
+                obs_names.append(name)
         free = {rv.name for rv in model.free_RVs}
         init = {k: v for k, v in init.items() if k in free}
         for name, value in init.items():
