@@ -27,12 +27,13 @@ Design choices that make the fit fast and robust at 250k z-scores (issue 9):
   point of the support) the posterior reaches the region where some z-score leaves the
   support and the likelihood drops to zero; NUTS then diverges at that wall. For those cells
   sigma is sampled as ``bound(mu, xi) + exp(u)`` (with the Jacobian), where the bound is a
-  smooth maximum of ``xi (mu - z_min)`` and ``xi (mu - z_max)`` at a width of 0.2 of the
-  cell's sd (:func:`support_bound`), so every point is inside the support. It lies above the
-  exact bound by at most width·ln 2 at xi = 0 and exponentially less elsewhere; an earlier
-  version (with 0 as a third term and the pooled sd) cut off sigma the likelihood allows in
-  small cells (SBC in docs/bayesian.md). Other cells keep the plain log-sigma (closer to
-  Gaussian there); ``[sigma] support_transform`` overrides the automatic, per-cell choice.
+  smooth maximum of ``xi (mu - z_min)``, ``xi (mu - z_max)`` and 0 at a width of 0.2 of the
+  cell's robust scale (:func:`support_bound`), so every point is inside the support. It lies
+  above the exact bound by at most width·ln 3 at xi = 0 and exponentially less elsewhere; with
+  the width from the pooled sd of all cells (the first version) it cut off sigma the
+  likelihood allows in small cells (SBC in docs/bayesian.md). Other cells keep the plain
+  log-sigma (closer to Gaussian there); ``[sigma] support_transform`` overrides the automatic,
+  per-cell choice.
 * Scale. ``data.scale = "z"`` models refuse data far outside the z-score scale of their
   priors (:func:`check_scale`); ``"raw"`` models standardise each cell by its median and IQR
   and map the posterior back (:func:`to_data_scale`).
@@ -281,52 +282,51 @@ def _prior_dist(prior: Prior):
     return _PRIOR_CLASSES[prior.dist].dist(**prior.params)
 
 
-#: Width of the smooth maximum in the support bound of sigma, relative to each cell's sd of z.
-#: The exact bound max(0, xi (mu - z_min), xi (mu - z_max)) has a kink at xi = 0; sampling
-#: sigma above it exactly makes a bend that NUTS crosses with small steps (at Port Pirie a
-#: width of 1e-3 gave a bulk ESS of xi of ~180 per 2000 draws, 0.2 gave ~350-750).
-#: :func:`support_bound` is above the exact bound (so the sampler never meets the wall) by at
-#: most width·ln 2 at xi = 0 and by width·exp(-|xi| (z_max - z_min) / width) elsewhere: sigma in
-#: that sliver gets no prior mass. An earlier bound (a smooth maximum with 0 as a third term,
-#: with a width from the pooled sd of every cell's z) exceeded the exact one by a median 13.8%
-#: of the true sigma and excluded the truth in 107 of 702 cells of the SBC (docs/bayesian.md);
-#: this one, on the same 702 cells, by a median 0.03% and in none.
+#: Width of the smooth maximum in the support bound of sigma, relative to each cell's robust
+#: scale of z (IQR / 1.349). The exact bound max(0, xi (mu - z_min), xi (mu - z_max)) has a
+#: kink at xi = 0; sampling sigma above it exactly makes a bend that NUTS crosses with small
+#: steps (at Port Pirie a width of 1e-3 gave a bulk ESS of xi of ~180 per 2000 draws, 0.2 gave
+#: ~350-750). :func:`support_bound` lies above the exact bound (so the sampler never meets the
+#: wall) by at most width·ln 3 at xi = 0, and sigma in that sliver gets no prior mass: the
+#: width must be small against every sigma the data allow. An sd is not a safe measure of
+#: that: heavy tails (xi > 0) inflate it, and so did the pooled sd of all cells (between-cell
+#: differences of mu) used at first, with which the SBC (docs/bayesian.md) found the true
+#: sigma below the bound in 107 of 702 cells; with the per-cell robust scale, in none of the
+#: same 702 (median excess 3.9% of the true sigma, where the bound is far below it).
 SUPPORT_SMOOTHING = 0.2
-#: The positive part of the smooth maximum is smoothed at this fraction of the width; it only
-#: acts where mu lies outside the data's range (both terms negative), where the bound is 0.
-_POSITIVE_PART_SMOOTHING = 0.01
 
 
 def support_bound(values: list, width):
-    """A smooth upper bound of ``max(0, *values)`` (PyTensor or NumPy): the log-sum-exp of the
-    values at ``width`` (``max + width·log(1 + sum exp(-(max - v)/width))``), made positive by
-    a softplus of ``_POSITIVE_PART_SMOOTHING`` × width.
+    """``width * log(1 + sum(exp(v / width)))`` >= max(0, *values), smooth (PyTensor or NumPy).
 
-    For one cell the values are ``xi (mu - z_min)`` and ``xi (mu - z_max)``, of opposite signs
-    when ``z_min < mu < z_max`` and 0 together at xi = 0, so no zero term is needed: the
-    excess is ``width·ln 2`` at xi = 0 and decays with ``|xi| (z_max - z_min) / width``.
+    For one cell the values are ``xi (mu - z_min)`` and ``xi (mu - z_max)``; the excess over
+    the exact bound is ``width·ln 3`` at xi = 0 and vanishes exponentially in ``|xi|·distance /
+    width`` away from it.
     """
     lib = pt if any(isinstance(v, pt.TensorVariable) for v in values) or isinstance(width, pt.TensorVariable) else np
     scaled = [v / width for v in values]
     top = scaled[0]
     for v in scaled[1:]:
         top = lib.maximum(top, v)
-    total = 0.0
+    top = lib.maximum(top, 0.0)
+    total = lib.exp(-top)
     for v in scaled:
         total = total + lib.exp(v - top)
-    smooth_max = (top + lib.log(total)) / _POSITIVE_PART_SMOOTHING
-    positive = lib.maximum(smooth_max, 0.0) + lib.log1p(lib.exp(-abs(smooth_max)))
-    return width * _POSITIVE_PART_SMOOTHING * positive
+    return width * (top + lib.log(total))
 
 
 def support_widths(data: ModelData) -> np.ndarray:
-    """Per cell: the smoothing width of its support bound (``SUPPORT_SMOOTHING`` × its sd of z;
-    the pooled sd for a cell of fewer than two distinct values)."""
-    pooled = max(float(np.std(data.z_model)), 1e-12)
+    """Per cell: the smoothing width of its support bound (``SUPPORT_SMOOTHING`` × its IQR /
+    1.349; the pooled one for a cell whose IQR is 0)."""
+    def robust_scale(z: np.ndarray) -> float:
+        q1, q3 = np.quantile(z, [0.25, 0.75])
+        return float(q3 - q1) / 1.349
+
+    pooled = max(robust_scale(data.z_model), 1e-12)
     widths = []
     for i in range(len(data.cells)):
-        sd = float(np.std(data.z_model[data.cell_slice(i)]))
-        widths.append(SUPPORT_SMOOTHING * (sd if sd > 0 else pooled))
+        scale = robust_scale(data.z_model[data.cell_slice(i)])
+        widths.append(SUPPORT_SMOOTHING * (scale if scale > 0 else pooled))
     return np.array(widths)
 
 
@@ -697,7 +697,7 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
     z_min = np.array([data.z_model[data.cell_slice(i)].min() for i in range(n_cells)])
     z_max = np.array([data.z_model[data.cell_slice(i)].max() for i in range(n_cells)])
     widths = support_widths(data)
-    shared_width = SUPPORT_SMOOTHING * max(float(np.std(data.z_model)), 1e-12)
+    shared_width = float(np.min(widths))
     spread_priors: dict[str, str] = {}
     with pm.Model(coords=coords, check_bounds=False) as model:
         if spec.mu.pooling == "complete":
@@ -762,8 +762,9 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
         # sigma = bound(mu, xi) + exp(u): for the cells with the support transform every point
         # the sampler visits is inside the support of every z-score, so NUTS never meets the wall
         # where the likelihood vanishes; elsewhere bound = 0 (plain log-sigma). The smooth bound is
-        # above the exact one by a sliver that gets no prior mass (see SUPPORT_SMOOTHING). The
-        # prior of sigma enters as a potential with the Jacobian exp(u).
+        # above the exact one by a sliver that gets no prior mass; the width keeps it clear of
+        # every sigma the data allow (see SUPPORT_SMOOTHING). The prior of sigma enters as a
+        # potential with the Jacobian exp(u).
         if not flags.any() and spec.sigma.pooling != "partial":
             # no cell near its support wall and no population: the plain (log-transformed) sigma
             sigma = (_prior_rv("sigma", spec.sigma.prior) if spec.sigma.pooling == "complete"
