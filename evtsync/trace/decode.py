@@ -555,20 +555,11 @@ class _Columns:
         """Concatenate the chunks: arrays for numbers, sorted categoricals for strings.
 
         Categories come out in their canonical spelling (``Kernel`` -> ``kernel``,
-        ``Memcpy`` -> ``gpu_memcpy``, see :func:`~evtsync.trace.schema.canonical_category`),
-        so every table reads the same whatever profiler generation wrote the file.
+        ``Memcpy`` -> ``gpu_memcpy``, see :func:`~evtsync.trace.schema.canonical_category`;
+        the router codes them so), so every table reads the same whatever profiler
+        generation wrote the file. A column of one chunk (a file of one block) is used as
+        it is, not copied.
         """
-        cat_codes = {}
-        for table in TABLE_FIELDS:  # the few distinct categories, respelled first
-            if "cat" not in self.chunks[table]:
-                continue
-            parts = self.chunks[table]["cat"]
-            codes = np.concatenate(parts) if parts else np.empty(0, np.int32)
-            for code in np.unique(codes[codes >= 0]).tolist():
-                canonical = canonical_category(self.strings[code])
-                if canonical != self.strings[code]:
-                    codes[codes == code] = self.codes([canonical])[0]
-            cat_codes[table] = codes
         out: dict[str, dict[str, Any]] = {}
         for table, fields in TABLE_FIELDS.items():
             cols: dict[str, Any] = {}
@@ -578,11 +569,9 @@ class _Columns:
                 if kind == "t":
                     cols[name] = _concat_times(parts)
                 elif kind == "i":
-                    cols[name] = np.concatenate(parts) if parts else np.empty(0, np.int64)
+                    cols[name] = _concat_chunks(parts, np.int64)
                 else:
-                    codes = cat_codes[table] if name == "cat" else \
-                        (np.concatenate(parts) if parts else np.empty(0, np.int32))
-                    cols[name] = _categorical(codes, self.strings, self._orders)
+                    cols[name] = _categorical(_concat_chunks(parts, np.int32), self.strings, self._orders)
             out[table] = cols
         return out
 
@@ -600,10 +589,19 @@ def _time_array(values: list[Any], path: Path, column: str) -> np.ndarray | None
         raise TraceError(f"{path}: `{column}` values out of range for a timestamp in µs") from None
 
 
+def _concat_chunks(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    """One column from its chunks (the chunk itself when there is one)."""
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else np.empty(0, dtype)
+
+
 def _concat_times(parts: list[np.ndarray]) -> np.ndarray:
     """One time column; float64 throughout as soon as one block has fractional times."""
     if not parts:
         return np.empty(0, np.float64)
+    if len(parts) == 1:
+        return parts[0]
     if any(p.dtype == np.float64 for p in parts):
         return np.concatenate([p.astype(np.float64, copy=False) for p in parts])
     return np.concatenate(parts)
@@ -726,19 +724,25 @@ class _EventKeys:
     def __init__(self) -> None:
         self.code_of: dict[tuple[Any, str | None], int] = {}
         self.phases: list[str] = []
-        self.categories: list[str | None] = []
+        self.categories: list[str | None] = []  # as written
+        self.canonical: list[str | None] = []  # in the canonical spelling, as tables hold them
         self.tables = np.empty(0, dtype=np.int8)
         self.lock = threading.Lock()
 
     def add(self, pairs: set[tuple[Any, str | None]]) -> None:
+        """Give codes to the pairs not met before. A code is published in ``code_of`` only
+        once its phase, categories and table are in place (other threads may be routing)."""
         with self.lock:
-            for phase, cat in pairs.difference(self.code_of):
-                name = phase if isinstance(phase, str) else phase.__struct_config__.tag
-                self.code_of[(phase, cat)] = len(self.phases)
-                self.phases.append(name)
+            new = list(pairs.difference(self.code_of))
+            for phase, cat in new:
+                self.phases.append(phase if isinstance(phase, str) else phase.__struct_config__.tag)
                 self.categories.append(cat)
+                self.canonical.append(canonical_category(cat))
             self.tables = np.array([_table_of(c) if ph == "X" else _NO_TABLE
                                     for ph, c in zip(self.phases, self.categories, strict=True)], dtype=np.int8)
+            first = len(self.phases) - len(new)
+            for i, pair in enumerate(new):
+                self.code_of[pair] = first + i
 
 
 #: Above this many keys the shared key dictionary starts afresh (blocks being routed keep theirs).
@@ -783,9 +787,10 @@ def _route_block(events: list[Any], phased: bool, columns: _Columns, counts: Cou
         counts[cat or "(none)"] += n_key
         if key_tables[key] == _NO_TABLE:
             untabulated[(keys.phases[key] or "(none)", cat or "(none)")] += n_key
-    # the category of each row as a code into the string dictionary, looked up per key
+    # the category of each row (canonical spelling) as a code into the string dictionary,
+    # looked up per key
     cat_of_key = np.full(len(key_tables), MISSING, dtype=np.int32)
-    cat_of_key[present] = columns.codes([keys.categories[k] for k in present])
+    cat_of_key[present] = columns.codes([keys.canonical[k] for k in present])
     tables = key_tables[key_codes]
     for code, table in enumerate(_TABLES):
         idx = np.flatnonzero(tables == code)
