@@ -467,24 +467,30 @@ class _StringCodes:
         self.orders: dict[bytes, tuple[pd.CategoricalDtype, np.ndarray]] = {}
 
 
+    def __len__(self) -> int:
+        return len(self.strings)
+
+
 #: Above this many strings the shared dictionary starts afresh (files being decoded keep
 #: theirs), so traces whose names never repeat cannot grow it without bound.
 _MAX_SHARED_STRINGS = 1 << 18
-_strings = _StringCodes()
+_process_shared: dict[type, Any] = {}
 
 
-def _shared_strings() -> _StringCodes:
-    global _strings
-    if len(_strings.strings) > _MAX_SHARED_STRINGS:
-        _strings = _StringCodes()
-    return _strings
+def _shared[T](kind: type[T], limit: int) -> T:
+    """The one ``kind`` (string or event-key dictionary) of this process, started afresh once
+    it holds more than ``limit`` entries; work under way keeps the one it took."""
+    current = _process_shared.get(kind)
+    if current is None or len(current) > limit:
+        current = _process_shared[kind] = kind()
+    return current
 
 
 class _Columns:
     """Per-table column chunks of one file, and the (shared) dictionary of unique strings."""
 
     def __init__(self) -> None:
-        shared = _shared_strings()
+        shared = _shared(_StringCodes, _MAX_SHARED_STRINGS)
         self.code_of: dict[Any, int] = shared.code_of
         self.strings: list[str] = shared.strings
         self._lock = shared.lock
@@ -745,16 +751,12 @@ class _EventKeys:
                 self.code_of[pair] = first + i
 
 
+    def __len__(self) -> int:
+        return len(self.phases)
+
+
 #: Above this many keys the shared key dictionary starts afresh (blocks being routed keep theirs).
 _MAX_EVENT_KEYS = 1 << 12
-_event_keys = _EventKeys()
-
-
-def _shared_event_keys() -> _EventKeys:
-    global _event_keys
-    if len(_event_keys.phases) > _MAX_EVENT_KEYS:
-        _event_keys = _EventKeys()
-    return _event_keys
 
 
 def _route_block(events: list[Any], phased: bool, columns: _Columns, counts: Counter[str],
@@ -766,7 +768,7 @@ def _route_block(events: list[Any], phased: bool, columns: _Columns, counts: Cou
     """
     if not events:
         return
-    keys = _shared_event_keys()
+    keys = _shared(_EventKeys, _MAX_EVENT_KEYS)
     cats = [e.cat for e in events]
     phases = None if phased else [e.ph for e in events]
 
