@@ -5,7 +5,7 @@ Each block is split after its last complete event and decoded with msgspec into 
 holding only the fields evtsync uses (msgspec skips the rest without building objects;
 events of phases other than complete ``"X"`` events keep only their category), which are
 turned into numpy arrays at once (integers as int64, strings as int32 codes into one
-per-file dictionary of unique strings) and dropped. Peak memory is therefore bounded by
+per-process dictionary of unique strings) and dropped. Peak memory is therefore bounded by
 one block's structs plus the compact columns of the events kept, never by the whole JSON
 text or a list of Python objects per event; the columns are concatenated at the end.
 
@@ -499,7 +499,7 @@ class _Columns:
             table: {name: [] for name, _ in fields} for table, fields in TABLE_FIELDS.items()}
 
     def codes(self, values: list[Any]) -> np.ndarray:
-        """int32 codes of strings into the per-file dictionary; -1 for None."""
+        """int32 codes of strings into the (per-process) string dictionary; -1 for None."""
         code_of = self.code_of
         try:
             return np.fromiter(map(code_of.__getitem__, values), dtype=np.int32, count=len(values))
