@@ -260,18 +260,23 @@ def mark_comm_kernels(tables: Any, extra: tuple[tuple[str, str], ...] = ()) -> N
     also wins over the collective read for an NCCL kernel. Each distinct kernel name is
     classified once.
     """
-    from evtsync.trace.tables import category_flags, string_values
+    from evtsync.trace.tables import (
+        category_flags,
+        category_strings,
+        is_kernel_category,
+        string_values,
+    )
 
     kernels = tables.columns["kernels"]
     names = kernels["name"]
     if not isinstance(names, pd.Categorical):
         names = pd.Categorical(names)
-    categories = [str(c) for c in names.categories]
+    categories = category_strings(names.dtype)
     kinds = [comm_kind(c, extra) for c in categories]
     user = [_user_kind(c, extra) for c in categories] if extra else [None] * len(categories)
     codes = np.asarray(names.codes)
     at = np.where(codes >= 0, codes, len(categories))  # missing names take the final False
-    is_kernel = category_flags(kernels["cat"], lambda c: c == "kernel")
+    is_kernel = category_flags(kernels["cat"], is_kernel_category)
     registry = np.array([k is not None for k in kinds] + [False], dtype=bool)[at] & is_kernel
     is_nccl = np.asarray(kernels["is_nccl"], dtype=bool)
     forced = np.array([u is not None for u in user] + [False], dtype=bool)[at] & is_kernel

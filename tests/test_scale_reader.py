@@ -280,3 +280,38 @@ def test_a_set_of_ranks_with_different_names_concatenates_to_every_file_s_rows(t
         assert pg_names == (["pg_of_rank_2"] if rank == 2 else ["0"])  # the set differs by rank
     assert not kernels.loc[kernels["rank"] == 1, "is_nccl"].any()
     assert kernels.loc[kernels["rank"] == 1, "collective"].isna().all()
+
+
+def test_arguments_few_events_carry_on_different_rows_match_the_raw_json(tmp_path: Path) -> None:
+    """Arguments present on a few events each, on different rows per argument (the reader
+    converts such columns on the rows that hold them only), one of them with loose types,
+    next to a dense one: every value lands on its own row, against a plain json reading."""
+    events = []
+    for i in range(600):
+        args: dict = {"External id": i}
+        if i % 37 == 0:
+            args["Process Group Name"] = f"pg{i % 3}"
+        if i % 53 == 3:
+            args["In msg nelems"] = 1000 + i
+        if i % 41 == 5:
+            args["dtype"] = 7 if i == 5 else "Float"  # an int once: made a string
+        if i % 11 == 0:
+            args["Sequence number"] = str(i) if i == 22 else i  # a numeric string once
+        if i % 2:
+            args["Group size"] = 8  # dense: half the rows
+        events.append({"ph": "X", "cat": "cpu_op", "name": f"op{i % 5}", "pid": 1, "tid": 1,
+                       "ts": 10 * i, "dur": 3, "args": args})
+    path = _write(tmp_path / "sparse.json", events)
+    raw = [e["args"] for e in _events(path)]
+    from evtsync.trace.tables import build_rank_tables
+
+    for block in (997, 1 << 20):
+        ops = build_rank_tables(decode_file(path, block_size=block)).cpu_ops
+        assert ops["pg_name"].astype(object).where(ops["pg_name"].notna(), None).tolist() == \
+            [a.get("Process Group Name") for a in raw]
+        assert ops["in_nelems"].tolist() == [a.get("In msg nelems", -1) for a in raw]
+        assert ops["dtype"].astype(object).where(ops["dtype"].notna(), None).tolist() == \
+            [None if "dtype" not in a else str(a["dtype"]) for a in raw]
+        assert ops["seq"].tolist() == [int(a.get("Sequence number", -1)) for a in raw]
+        assert ops["group_size"].tolist() == [a.get("Group size", -1) for a in raw]
+        assert ops["external_id"].tolist() == list(range(600))

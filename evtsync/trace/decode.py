@@ -5,7 +5,7 @@ Each block is split after its last complete event and decoded with msgspec into 
 holding only the fields evtsync uses (msgspec skips the rest without building objects;
 events of phases other than complete ``"X"`` events keep only their category), which are
 turned into numpy arrays at once (integers as int64, strings as int32 codes into one
-per-file dictionary of unique strings) and dropped. Peak memory is therefore bounded by
+per-process dictionary of unique strings) and dropped. Peak memory is therefore bounded by
 one block's structs plus the compact columns of the events kept, never by the whole JSON
 text or a list of Python objects per event; the columns are concatenated at the end.
 
@@ -140,8 +140,6 @@ _PHASED_TYPES = (_Complete, *(msgspec.defstruct(f"_Phase{i}", [], bases=(_OtherP
 #: Decodes a block with the events of skipped phases reduced to their category: in a
 #: profiler trace ~40% of the events are flows (ac2g) and instants, whose names and args
 #: are then never built as Python objects.
-_PHASE_NAMES: list[str] = [cls.__struct_config__.tag for cls in _PHASED_TYPES]
-_PHASE_CODE: dict[type, int] = {cls: i for i, cls in enumerate(_PHASED_TYPES)}
 _phased_decoder = msgspec.json.Decoder(list[Union[_PHASED_TYPES]])  # noqa: UP007 - a runtime tuple
 _decoder = msgspec.json.Decoder(list[_Event])
 
@@ -234,6 +232,22 @@ class DecodedTrace:
     bytes_read: int = 0
 
 
+_thread_buffers = threading.local()
+
+
+def _plain_buffer(size: int = BLOCK_SIZE) -> bytearray:
+    """A read buffer of ``size`` bytes kept by this thread for the files it reads next: a
+    fresh 1 MiB buffer per file, with the heap trimmed after each, page-faulted ~0.5 ms of
+    system time into every 1 MB rank file (issue 21). Only the default block size is kept."""
+    buffer = getattr(_thread_buffers, "plain", None)
+    if buffer is not None and len(buffer) == size:
+        return buffer
+    buffer = bytearray(size)
+    if size == BLOCK_SIZE:
+        _thread_buffers.plain = buffer
+    return buffer
+
+
 class _Source:
     """Blocks of decompressed bytes from a plain or gzip file, with clear errors.
 
@@ -260,7 +274,7 @@ class _Source:
         self._later_member = False  # the current member follows a complete one
         self._member_in = self._member_out = 0  # compressed bytes fed to / inflated from it
         self._inflated = 0  # decompressed bytes produced so far (the offsets of gzip errors)
-        self._plain = bytearray()  # reused read buffer of plain files
+        self._plain = _plain_buffer()  # read buffer of plain files, reused by the thread
         self.eof_error: str | None = None
 
     def _inflate_more(self) -> bytes:
@@ -336,7 +350,7 @@ class _Source:
         start = len(target)
         if self._inflater is None:
             if len(self._plain) != size:
-                self._plain = bytearray(size)
+                self._plain = _plain_buffer(size)
             n = self._raw.readinto(self._plain)
             with memoryview(self._plain) as view:
                 target += view[:n]
@@ -424,6 +438,21 @@ def _int_array(values: list[Any]) -> np.ndarray:
         return np.fromiter(map(_as_int, values), dtype=np.int64, count=len(values))
 
 
+def _rows_holding(values: list[Any], absent: Any, present: int, rows: list[int] | None) -> list[int]:
+    """Sorted positions that hold every one of the ``present`` values other than ``absent``
+    (None, or -1 for integers) of ``values``: ``rows`` when they already do (the arguments
+    of collectives sit on the same few events), else ``rows`` joined with this column's own."""
+    if rows is not None:
+        sub = [values[i] for i in rows]
+        if len(sub) - sub.count(absent) == present:
+            return rows
+    if absent is None:
+        own = [i for i, v in enumerate(values) if v is not None]
+    else:
+        own = [i for i, v in enumerate(values) if v != absent]
+    return own if rows is None else sorted(set(rows).union(own))
+
+
 class _StringCodes:
     """Unique strings -> int32 codes, shared by every file one process decodes: kernel and
     op names recur in every rank file of a job, and building a file's dictionary from
@@ -433,34 +462,44 @@ class _StringCodes:
         self.code_of: dict[Any, int] = {None: MISSING}
         self.strings: list[str] = []
         self.lock = threading.Lock()
+        #: the sorted categories of each set of codes met (the same few sets recur in every
+        #: rank file of a job): used codes as bytes -> (dtype, rank of each used code)
+        self.orders: dict[bytes, tuple[pd.CategoricalDtype, np.ndarray]] = {}
+
+
+    def __len__(self) -> int:
+        return len(self.strings)
 
 
 #: Above this many strings the shared dictionary starts afresh (files being decoded keep
 #: theirs), so traces whose names never repeat cannot grow it without bound.
 _MAX_SHARED_STRINGS = 1 << 18
-_strings = _StringCodes()
+_process_shared: dict[type, Any] = {}
 
 
-def _shared_strings() -> _StringCodes:
-    global _strings
-    if len(_strings.strings) > _MAX_SHARED_STRINGS:
-        _strings = _StringCodes()
-    return _strings
+def _shared[T](kind: type[T], limit: int) -> T:
+    """The one ``kind`` (string or event-key dictionary) of this process, started afresh once
+    it holds more than ``limit`` entries; work under way keeps the one it took."""
+    current = _process_shared.get(kind)
+    if current is None or len(current) > limit:
+        current = _process_shared[kind] = kind()
+    return current
 
 
 class _Columns:
     """Per-table column chunks of one file, and the (shared) dictionary of unique strings."""
 
     def __init__(self) -> None:
-        shared = _shared_strings()
+        shared = _shared(_StringCodes, _MAX_SHARED_STRINGS)
         self.code_of: dict[Any, int] = shared.code_of
         self.strings: list[str] = shared.strings
         self._lock = shared.lock
+        self._orders = shared.orders
         self.chunks: dict[str, dict[str, list[np.ndarray]]] = {
             table: {name: [] for name, _ in fields} for table, fields in TABLE_FIELDS.items()}
 
     def codes(self, values: list[Any]) -> np.ndarray:
-        """int32 codes of strings into the per-file dictionary; -1 for None."""
+        """int32 codes of strings into the (per-process) string dictionary; -1 for None."""
         code_of = self.code_of
         try:
             return np.fromiter(map(code_of.__getitem__, values), dtype=np.int32, count=len(values))
@@ -474,15 +513,19 @@ class _Columns:
                 self.strings.append(text)
         return np.fromiter(map(code_of.__getitem__, values), dtype=np.int32, count=len(values))
 
-    def add(self, table: str, events: list[_Event], times: dict[str, np.ndarray]) -> None:
-        """Append one table's events of a block column-wise (``times``: ts/dur converted)."""
+    def add(self, table: str, events: list[_Event], times: dict[str, np.ndarray], cats: np.ndarray) -> None:
+        """Append one table's events of a block column-wise (``times``: ts/dur converted;
+        ``cats``: the categories' codes, found per key by the router)."""
         chunks = self.chunks[table]
         n = len(events)
-        code_of = self.code_of
         args: list[_Args] | None = None
+        rows: list[int] | None = None  # where the block's sparse arguments are (found once)
         for name, kind in TABLE_FIELDS[table]:
             if kind == "t":
                 chunks[name].append(times[name])
+                continue
+            if name == "cat":
+                chunks[name].append(cats)
                 continue
             if name in _EVENT_VALUES:
                 values = _EVENT_VALUES[name](events)
@@ -494,16 +537,20 @@ class _Columns:
                 except AttributeError:  # a trace wrote "args": null: no arguments, like absent ones
                     args = [_EMPTY_ARGS if a is None else a for a in args]
                     values = _ARG_VALUES[name](args)
-            try:  # the common case in C: plain ints, strings seen before in this process
-                if kind == "i":
-                    column = np.full(n, MISSING, dtype=np.int64) if values.count(MISSING) == n else \
-                        np.fromiter(values, np.int64, n)
-                elif kind == "o" and values.count(None) == n:  # an argument these events lack
-                    column = np.full(n, MISSING, dtype=np.int32)
+            if kind == "s":
+                column = self.codes(values)
+            else:
+                absent = None if kind == "o" else MISSING
+                present = n - values.count(absent)
+                if not present:  # an argument these events lack
+                    column = np.full(n, MISSING, dtype=np.int32 if kind == "o" else np.int64)
+                elif present * 4 <= n:  # few events carry it (PG fields, on collectives only)
+                    rows = _rows_holding(values, absent, present, rows)
+                    sub = [values[i] for i in rows]
+                    column = np.full(n, MISSING, dtype=np.int32 if kind == "o" else np.int64)
+                    column[rows] = self.codes(sub) if kind == "o" else _int_array(sub)
                 else:
-                    column = np.fromiter(map(code_of.__getitem__, values), np.int32, n)
-            except (TypeError, ValueError, OverflowError, KeyError):
-                column = _int_array(values) if kind == "i" else self.codes(values)
+                    column = self.codes(values) if kind == "o" else _int_array(values)
             if name == "external_id":
                 lacking = np.flatnonzero(column == MISSING)
                 if lacking.size:  # PyTorch 1.8 spelled it "external id": read that key there
@@ -514,20 +561,11 @@ class _Columns:
         """Concatenate the chunks: arrays for numbers, sorted categoricals for strings.
 
         Categories come out in their canonical spelling (``Kernel`` -> ``kernel``,
-        ``Memcpy`` -> ``gpu_memcpy``, see :func:`~evtsync.trace.schema.canonical_category`),
-        so every table reads the same whatever profiler generation wrote the file.
+        ``Memcpy`` -> ``gpu_memcpy``, see :func:`~evtsync.trace.schema.canonical_category`;
+        the router codes them so), so every table reads the same whatever profiler
+        generation wrote the file. A column of one chunk (a file of one block) is used as
+        it is, not copied.
         """
-        cat_codes = {}
-        for table in TABLE_FIELDS:  # the few distinct categories, respelled first
-            if "cat" not in self.chunks[table]:
-                continue
-            parts = self.chunks[table]["cat"]
-            codes = np.concatenate(parts) if parts else np.empty(0, np.int32)
-            for code in np.unique(codes[codes >= 0]).tolist():
-                canonical = canonical_category(self.strings[code])
-                if canonical != self.strings[code]:
-                    codes[codes == code] = self.codes([canonical])[0]
-            cat_codes[table] = codes
         out: dict[str, dict[str, Any]] = {}
         for table, fields in TABLE_FIELDS.items():
             cols: dict[str, Any] = {}
@@ -537,11 +575,9 @@ class _Columns:
                 if kind == "t":
                     cols[name] = _concat_times(parts)
                 elif kind == "i":
-                    cols[name] = np.concatenate(parts) if parts else np.empty(0, np.int64)
+                    cols[name] = _concat_chunks(parts, np.int64)
                 else:
-                    codes = cat_codes[table] if name == "cat" else \
-                        (np.concatenate(parts) if parts else np.empty(0, np.int32))
-                    cols[name] = _categorical(codes, self.strings)
+                    cols[name] = _categorical(_concat_chunks(parts, np.int32), self.strings, self._orders)
             out[table] = cols
         return out
 
@@ -559,10 +595,19 @@ def _time_array(values: list[Any], path: Path, column: str) -> np.ndarray | None
         raise TraceError(f"{path}: `{column}` values out of range for a timestamp in µs") from None
 
 
+def _concat_chunks(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    """One column from its chunks (the chunk itself when there is one)."""
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else np.empty(0, dtype)
+
+
 def _concat_times(parts: list[np.ndarray]) -> np.ndarray:
     """One time column; float64 throughout as soon as one block has fractional times."""
     if not parts:
         return np.empty(0, np.float64)
+    if len(parts) == 1:
+        return parts[0]
     if any(p.dtype == np.float64 for p in parts):
         return np.concatenate([p.astype(np.float64, copy=False) for p in parts])
     return np.concatenate(parts)
@@ -580,12 +625,18 @@ def string_dtype(categories: Sequence[str]) -> pd.CategoricalDtype:
     return _string_dtype(tuple(categories))
 
 
-def _categorical(codes: np.ndarray, strings: list[str]) -> pd.Categorical:
+#: Beyond this many entries the cache of category orders starts afresh.
+_MAX_ORDERS = 1 << 12
+
+
+def _categorical(codes: np.ndarray, strings: list[str],
+                 orders: dict[bytes, tuple[pd.CategoricalDtype, np.ndarray]] | None = None) -> pd.Categorical:
     """Codes into the (shared) string dictionary -> Categorical with sorted categories.
 
     Work in the rows' codes only, never in the dictionary's size: the dictionary is shared
     by every file of the process and may hold far more strings than one file uses (entries
     are only appended, so reading those below a code is safe while other threads add).
+    ``orders`` caches the sorted categories of each set of used codes (the dictionary's).
     """
     present = codes >= 0
     if not present.any():
@@ -593,14 +644,35 @@ def _categorical(codes: np.ndarray, strings: list[str]) -> pd.Categorical:
             return pd.Categorical.from_codes(np.full(len(codes), -1, np.int8),
                                              categories=pd.Index([], dtype=np.float64))
         return pd.Categorical.from_codes(np.empty(0, np.int8), dtype=_EMPTY_OBJECT_DTYPE, validate=False)
-    used, inverse = np.unique(codes[present], return_inverse=True)
-    names = [strings[c] for c in used.tolist()]
-    order = sorted(range(len(names)), key=names.__getitem__)  # code-point order, as numpy sorts
-    rank_of = np.empty(len(used), dtype=np.int32)
-    rank_of[order] = np.arange(len(used), dtype=np.int32)
-    new_codes = np.full(len(codes), -1, dtype=np.int32)
-    new_codes[present] = rank_of[inverse.ravel()]
-    return pd.Categorical.from_codes(new_codes, dtype=string_dtype([names[i] for i in order]), validate=False)
+    top = int(codes.max())
+    if top <= 4 * len(codes) + 1024:  # a lookup table over the codes beats sorting them
+        seen = np.zeros(top + 2, dtype=bool)
+        seen[codes] = True  # code -1 (missing) marks the extra last entry
+        used = np.flatnonzero(seen[:-1]).astype(codes.dtype, copy=False)
+        inverse = None
+    else:
+        used, inverse = np.unique(codes[present], return_inverse=True)
+    key = used.tobytes()
+    cached = orders.get(key) if orders is not None else None
+    if cached is None:
+        names = [strings[c] for c in used.tolist()]
+        order = sorted(range(len(names)), key=names.__getitem__)  # code-point order, as numpy sorts
+        rank_of = np.empty(len(used), dtype=np.int32)
+        rank_of[order] = np.arange(len(used), dtype=np.int32)
+        cached = (string_dtype([names[i] for i in order]), rank_of)
+        if orders is not None:
+            if len(orders) > _MAX_ORDERS:
+                orders.clear()
+            orders[key] = cached
+    dtype, rank_of = cached
+    if inverse is None:
+        lookup = np.full(top + 2, -1, dtype=np.int32)  # the last entry: code -1 stays missing
+        lookup[used] = rank_of
+        new_codes = lookup[codes]
+    else:
+        new_codes = np.full(len(codes), -1, dtype=np.int32)
+        new_codes[present] = rank_of[inverse.ravel()]
+    return pd.Categorical.from_codes(new_codes, dtype=dtype, validate=False)
 
 
 _EMPTY_OBJECT_DTYPE = pd.CategoricalDtype(pd.Index([], dtype=object))
@@ -648,6 +720,45 @@ def _lenient_event(raw: msgspec.Raw) -> _Event:
         return _Event(ph=head.ph, cat=head.cat)
 
 
+class _EventKeys:
+    """(phase, category as written) of events -> small int codes, shared by every file one
+    process decodes (the same few pairs recur in every block): each event's key is found
+    with one dict lookup, and the table, phase and category of a key are looked up per key,
+    not per event. The phase is the struct class of a phase-typed block, else the ``ph``
+    string. Keys are only ever added (under the lock)."""
+
+    def __init__(self) -> None:
+        self.code_of: dict[tuple[Any, str | None], int] = {}
+        self.phases: list[str] = []
+        self.categories: list[str | None] = []  # as written
+        self.canonical: list[str | None] = []  # in the canonical spelling, as tables hold them
+        self.tables = np.empty(0, dtype=np.int8)
+        self.lock = threading.Lock()
+
+    def add(self, pairs: set[tuple[Any, str | None]]) -> None:
+        """Give codes to the pairs not met before. A code is published in ``code_of`` only
+        once its phase, categories and table are in place (other threads may be routing)."""
+        with self.lock:
+            new = list(pairs.difference(self.code_of))
+            for phase, cat in new:
+                self.phases.append(phase if isinstance(phase, str) else phase.__struct_config__.tag)
+                self.categories.append(cat)
+                self.canonical.append(canonical_category(cat))
+            self.tables = np.array([_table_of(c) if ph == "X" else _NO_TABLE
+                                    for ph, c in zip(self.phases, self.categories, strict=True)], dtype=np.int8)
+            first = len(self.phases) - len(new)
+            for i, pair in enumerate(new):
+                self.code_of[pair] = first + i
+
+
+    def __len__(self) -> int:
+        return len(self.phases)
+
+
+#: Above this many keys the shared key dictionary starts afresh (blocks being routed keep theirs).
+_MAX_EVENT_KEYS = 1 << 12
+
+
 def _route_block(events: list[Any], phased: bool, columns: _Columns, counts: Counter[str],
                  untabulated: Counter[tuple[str, str]], skipped: dict[str, int], path: Path) -> None:
     """Route one block's events to their table and append their fields as numpy chunks.
@@ -657,33 +768,32 @@ def _route_block(events: list[Any], phased: bool, columns: _Columns, counts: Cou
     """
     if not events:
         return
+    keys = _shared(_EventKeys, _MAX_EVENT_KEYS)
     cats = [e.cat for e in events]
-    distinct = list(set(cats))
-    position = {c: i for i, c in enumerate(distinct)}
-    cat_codes = np.fromiter(map(position.__getitem__, cats), np.int32, len(cats))  # map: the loop in C
-    # the phase: the struct class when the block decoded phase-typed (no attribute to
-    # read), else the ``ph`` string; as a small code next to the category's
-    if phased:
-        phase_names = _PHASE_NAMES
-        ph_codes = np.fromiter(map(_PHASE_CODE.__getitem__, map(type, events)), np.int32, len(cats))
-    else:
-        phs = [e.ph for e in events]
-        phase_names = list(set(phs))
-        ph_position = {p: i for i, p in enumerate(phase_names)}
-        ph_codes = np.fromiter(map(ph_position.__getitem__, phs), np.int32, len(cats))
-    n_ph = len(phase_names)
-    key_codes = cat_codes * n_ph + ph_codes
-    n_keys = len(distinct) * n_ph
-    table_lut = np.full(n_keys, _NO_TABLE, dtype=np.int8)
-    per_key = np.bincount(key_codes, minlength=n_keys)
-    for key in np.flatnonzero(per_key).tolist():
-        cat, ph, n = distinct[key // n_ph], phase_names[key % n_ph], int(per_key[key])
-        counts[cat or "(none)"] += n
-        if ph == "X":
-            table_lut[key] = _table_of(cat)
-        if table_lut[key] == _NO_TABLE:
-            untabulated[(ph or "(none)", cat or "(none)")] += n
-    tables = table_lut[key_codes]
+    phases = None if phased else [e.ph for e in events]
+
+    def pairs() -> Any:
+        return zip(map(type, events) if phases is None else phases, cats, strict=True)
+
+    n = len(events)
+    try:  # map + fromiter: the loop in C; zip reuses its pair tuple between lookups
+        key_codes = np.fromiter(map(keys.code_of.__getitem__, pairs()), np.int32, n)
+    except KeyError:  # pairs this process has not met before
+        keys.add(set(pairs()))
+        key_codes = np.fromiter(map(keys.code_of.__getitem__, pairs()), np.int32, n)
+    key_tables = keys.tables
+    per_key = np.bincount(key_codes, minlength=len(key_tables))
+    present = np.flatnonzero(per_key).tolist()
+    for key in present:
+        cat, n_key = keys.categories[key], int(per_key[key])
+        counts[cat or "(none)"] += n_key
+        if key_tables[key] == _NO_TABLE:
+            untabulated[(keys.phases[key] or "(none)", cat or "(none)")] += n_key
+    # the category of each row (canonical spelling) as a code into the string dictionary,
+    # looked up per key
+    cat_of_key = np.full(len(key_tables), MISSING, dtype=np.int32)
+    cat_of_key[present] = columns.codes([keys.canonical[k] for k in present])
+    tables = key_tables[key_codes]
     for code, table in enumerate(_TABLES):
         idx = np.flatnonzero(tables == code)
         if not idx.size:
@@ -691,20 +801,22 @@ def _route_block(events: list[Any], phased: bool, columns: _Columns, counts: Cou
         selected = list(map(events.__getitem__, idx.tolist()))
         times = {name: _time_array(_EVENT_VALUES[name](selected), path, name) for name in ("ts", "dur")}
         if times["ts"] is None or times["dur"] is None:
-            selected = _drop_non_numeric(selected, skipped)
-            if not selected:
+            kept = _numeric_times(selected, skipped)
+            if not kept:
                 continue
+            selected, idx = [selected[i] for i in kept], idx[kept]
             times = {name: _time_array(_EVENT_VALUES[name](selected), path, name)
                      for name in ("ts", "dur")}
-        columns.add(table, selected, times)  # type: ignore[arg-type]
+        columns.add(table, selected, times, cat_of_key[key_codes[idx]])  # type: ignore[arg-type]
 
 
-def _drop_non_numeric(events: list[_Event], skipped: dict[str, int]) -> list[_Event]:
-    """Events with numeric ts and dur; the others are counted in ``skipped`` by category."""
+def _numeric_times(events: list[_Event], skipped: dict[str, int]) -> list[int]:
+    """Positions of the events with numeric ts and dur; the others are counted in
+    ``skipped`` by category."""
     keep = []
-    for ev in events:
+    for i, ev in enumerate(events):
         if isinstance(ev.ts, int | float) and isinstance(ev.dur, int | float):
-            keep.append(ev)
+            keep.append(i)
         else:
             key = f"{canonical_category(ev.cat)} event without numeric ts/dur"
             skipped[key] = skipped.get(key, 0) + 1
@@ -751,23 +863,21 @@ class _Decoder:
 
     def run(self) -> DecodedTrace:
         src, path, block_size = self.src, self.path, self.block_size
-        # 1. Find the traceEvents array in the first blocks; keep the bytes before it.
-        head = b""
+        # 1. Find the traceEvents array in the first blocks (read straight into the work
+        #    buffer, after its "["); keep the bytes before it.
+        work = self.work
         match = None
         while match is None:
-            data = src.read(block_size)
-            if not data:
+            if not src.read_into(work, block_size):
                 break
-            head += data
-            match = _TRACE_EVENTS_RE.search(head)
-            if match is None and len(head) > 64 * block_size:
+            match = _TRACE_EVENTS_RE.search(work, 1)
+            if match is None and len(work) > 64 * block_size:
                 break
         if match is None:
-            _raise_not_a_trace(path, head, src)
-        prefix = head[: match.end() - 1]
-        self.work += memoryview(head)[match.end():]
-        self.consumed = self.last_end = match.end()
-        del head
+            _raise_not_a_trace(path, bytes(work[1:]), src)
+        prefix = bytes(work[1: match.end() - 1])
+        del work[1: match.end()]
+        self.consumed = self.last_end = match.end() - 1
         truncated_at: int | None = None
         # 2. Decode complete events block by block.
         while True:

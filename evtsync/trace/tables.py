@@ -127,9 +127,9 @@ class RankTables:
         if scope == "collectives":
             keep = {"kernels": nccl, "cpu_ops": gloo, "runtime": np.zeros(n_rows(runtime), dtype=bool)}
         elif scope == "blocks":
-            steps = category_flags(cpu_ops["name"], lambda n: PROFILER_STEP_RE.match(n) is not None)
+            steps = category_flags(cpu_ops["name"], _is_profiler_step)
             launches = kernels["correlation"][nccl]
-            keep = {"kernels": category_flags(kernels["cat"], lambda n: n == "kernel"),
+            keep = {"kernels": category_flags(kernels["cat"], is_kernel_category),
                     "cpu_ops": gloo | steps,
                     "runtime": np.isin(runtime["correlation"], launches[launches >= 0])}
         else:
@@ -143,7 +143,7 @@ class RankTables:
 
 def is_gloo_collective(names: pd.Series | pd.Categorical | np.ndarray) -> np.ndarray:
     """Rows that are gloo collectives (``gloo:<op>`` annotations, see docs/gloo.md)."""
-    return category_flags(names, lambda n: n.startswith("gloo:"))
+    return category_flags(names, _is_gloo_name)
 
 
 def _time_ns(values: np.ndarray, base_ns: int) -> np.ndarray:
@@ -263,12 +263,66 @@ def _format_rank_tuple(ranks: tuple[int, ...]) -> str:
 
 
 def category_flags(column: pd.Series | pd.Categorical | np.ndarray, test: Callable[[str], bool]) -> np.ndarray:
-    """``test`` of each row's string, evaluated once per category (missing rows: False)."""
+    """``test`` of each row's string, evaluated once per category (missing rows: False).
+
+    For a categorical the per-category answers are kept per (dtype, ``test``): the ranks of
+    a job share their dtypes (:func:`~evtsync.trace.decode.string_dtype`), so a named
+    ``test`` runs once per process and category list, not once per rank file (issue 21).
+    """
     values = column.array if isinstance(column, pd.Series) else column
     if not isinstance(values, pd.Categorical):
         return np.array([not pd.isna(v) and test(str(v)) for v in values], dtype=bool)
-    per_category = np.array([test(str(c)) for c in values.categories] + [False], dtype=bool)
+    dtype = values.dtype
+    key = (id(dtype), test)
+    hit = _FLAGS.get(key)
+    if hit is not None and hit[0] is dtype:  # the dtype held by the entry: its id is not reused
+        per_category = hit[1]
+    else:
+        per_category = np.array([test(c) for c in category_strings(dtype)] + [False], dtype=bool)
+        if len(_FLAGS) > _MAX_FLAGS:
+            _FLAGS.clear()
+        _FLAGS[key] = (dtype, per_category)
     return per_category[np.asarray(values.codes)]  # code -1 (missing) takes the final False
+
+
+_FLAGS: dict[tuple[int, Callable[[str], bool]], tuple[pd.CategoricalDtype, np.ndarray]] = {}
+_CATEGORY_STRINGS: dict[int, tuple[pd.CategoricalDtype, list[str]]] = {}
+_MAX_FLAGS = 1 << 12
+
+
+def category_strings(dtype: pd.CategoricalDtype) -> list[str]:
+    """The categories of ``dtype`` as Python strings, kept per dtype (iterating a pandas
+    string Index costs ~3 µs per element; every rank's tables share a few dtypes)."""
+    hit = _CATEGORY_STRINGS.get(id(dtype))
+    if hit is not None and hit[0] is dtype:
+        return hit[1]
+    strings = [str(c) for c in dtype.categories.tolist()]
+    if len(_CATEGORY_STRINGS) > _MAX_FLAGS:
+        _CATEGORY_STRINGS.clear()
+    _CATEGORY_STRINGS[id(dtype)] = (dtype, strings)
+    return strings
+
+
+def is_kernel_category(category: str) -> bool:
+    """A GPU compute kernel's category (not memcpy or memset)."""
+    return category == "kernel"
+
+
+def is_nccl_kernel_name(name: str) -> bool:
+    """An NCCL/RCCL collective kernel's name (:data:`~evtsync.trace.schema.NCCL_KERNEL_RE`)."""
+    return NCCL_KERNEL_RE.match(name) is not None
+
+
+def _is_gloo_name(name: str) -> bool:
+    return name.startswith("gloo:")
+
+
+def _is_profiler_step(name: str) -> bool:
+    return PROFILER_STEP_RE.match(name) is not None
+
+
+def _is_record_param_comms(name: str) -> bool:
+    return name == "record_param_comms"
 
 
 def _lookup(keys: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -301,9 +355,8 @@ _PG_FIELDS = ("collective_name", "in_nelems", "out_nelems", "group_size", "dtype
 def _annotate_kernels(kernels: Columns, cpu_ops: Columns) -> None:
     """Add NCCL columns: is_nccl, collective, msg_bytes; fill PG fields from the launching op."""
     names = kernels["name"]
-    kernels["is_nccl"] = category_flags(names, lambda n: NCCL_KERNEL_RE.match(n) is not None) \
-        & category_flags(kernels["cat"], lambda n: n == "kernel")
-    comm = category_flags(cpu_ops["name"], lambda n: n == "record_param_comms") & (cpu_ops["external_id"] >= 0)
+    kernels["is_nccl"] = category_flags(names, is_nccl_kernel_name) & category_flags(kernels["cat"], is_kernel_category)
+    comm = category_flags(cpu_ops["name"], _is_record_param_comms) & (cpu_ops["external_id"] >= 0)
     nccl_idx = np.flatnonzero(kernels["is_nccl"])
     if nccl_idx.size and comm.any():
         comm_rows = np.flatnonzero(comm)
@@ -497,7 +550,7 @@ def build_rank_tables(decoded: DecodedTrace, rank: int | None = None) -> RankTab
         "schema_version": header.get("schemaVersion", MISSING) if isinstance(header.get("schemaVersion"), int) else MISSING,
         "pg_config_names": ",".join(str(p.get("pg_name", "")) for p in pg_config if isinstance(p, dict)),
         "n_events": decoded.n_events,
-        "n_kernels": int(category_flags(kernels["cat"], lambda n: n == "kernel").sum()),
+        "n_kernels": int(category_flags(kernels["cat"], is_kernel_category).sum()),
         "n_kernels_without_dur": int(decoded.skipped.get("kernel event without numeric ts/dur", 0)),
         "n_cpu_ops": n_rows(cpu_ops),
         "n_runtime": n_rows(runtime),
