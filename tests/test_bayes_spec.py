@@ -59,7 +59,9 @@ def test_target_accept_auto_rule():
     from evtsync.errors import InputError
     from evtsync.evt.fit import AUTO_TARGET_MAX_OBS, resolve_target_accept
 
-    assert resolve_target_accept("auto", 1908) == resolve_target_accept(None, AUTO_TARGET_MAX_OBS) == 0.95
+    # 0.99 for a few thousand z-scores (cells of a few hundred), 0.95 up to 20,000, 0.8 above
+    assert resolve_target_accept("auto", 1908) == resolve_target_accept(None, 5000) == 0.99
+    assert resolve_target_accept("auto", 5001) == resolve_target_accept(None, AUTO_TARGET_MAX_OBS) == 0.95
     assert resolve_target_accept("auto", 250_000) == 0.8
     assert resolve_target_accept(0.9, 250_000) == 0.9
     for bad in (1.0, 0.0, "high"):

@@ -72,7 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "z-scores, low_rank above)")
     bayes.add_argument("--target-accept", type=_target_accept, default=None, metavar="P",
                        help="NUTS step-size target in (0, 1), or 'auto' (default: the spec's "
-                            "sampling.target_accept, else auto: 0.95 up to 20,000 z-scores, 0.8 above)")
+                            "sampling.target_accept, else auto: 0.99 up to 5,000 z-scores, 0.95 up to 20,000, 0.8 above)")
     p.set_defaults(handler=run_fit)
 
 

@@ -774,8 +774,8 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
             # another data set of the same structure (fit_table's compiled_cache)
             z_min_d = pm.Data("z_min", z_min, dims="cell")
             z_max_d = pm.Data("z_max", z_max, dims="cell")
-            width_d = pm.Data("support_smoothing_width", widths, dims="cell")
             if spec.sigma.pooling != "complete":
+                width_d = pm.Data("support_smoothing_width", widths, dims="cell")
                 u = pm.Flat("sigma_log_excess", dims="cell")
                 bounds = support_bound(_support_bound_terms(mu_vec, xi_vec, z_min_d, z_max_d), width_d)
                 sigma = pm.Deterministic("sigma", pt.as_tensor_variable(flags.astype(float)) * bounds + pt.exp(u),
