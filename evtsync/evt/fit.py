@@ -69,9 +69,9 @@ SAMPLERS = ("nutpie", "pymc")
 #: time); above it the posterior is nearly Gaussian and each step costs more, so the
 #: samplers' usual 0.8 (250k z-scores: 0.95 took 130 s against 65 s at 0.8).
 #: Up to AUTO_TARGET_TINY_MAX_OBS z-scores (cells of a few hundred) the spreads' funnels are
-#: sharper still: 200 z-scores per cell (issue 19's grid) diverged in 2 of 4 data sets at 0.95
-#: (1-3 divergences each) and in none at 0.99, for ~2.5x the leapfrog steps of cheap
-#: evaluations.
+#: sharper still: at 0.95 the SBC (150 z-scores per cell) had divergences in 24 of 117 fits and
+#: issue 19's 200-per-cell study cases in 1 of 4 seeds of one case and at the slow test's seed
+#: of another; at 0.99, 1 of 117 and none, for ~2x the leapfrog steps of cheap evaluations.
 TARGET_ACCEPT_TINY, TARGET_ACCEPT_SMALL, TARGET_ACCEPT_LARGE = 0.99, 0.95, 0.8
 AUTO_TARGET_TINY_MAX_OBS = 5_000
 AUTO_TARGET_MAX_OBS = 20_000
