@@ -13,10 +13,12 @@ Measures, in one session:
    compilation, sampling, diagnostics), R-hat, bulk ESS, divergences, leapfrog steps per draw,
    and whether the 90% intervals contain the truth.
 2. ``loo``: PSIS-LOO of that fit (wall time, memory above the fit's own: peak RSS reset before).
-3. ``logp``: one log-density + gradient evaluation at N, compiled with numba, for
+3. ``kernel`` (``--kernel``): the fused kernel alone against its scalar predecessor, ns per
+   z-score, alternating in one process.
+4. ``logp``: one log-density + gradient evaluation at N, compiled with numba, for
    (a) this package's fused per-cell op, (b) this package's elementwise PyTensor GEV as the
    observed distribution, (c) the baseline.
-4. ``baseline``: the same hierarchical model written the usual way with pymc-extras'
+5. ``baseline``: the same hierarchical model written the usual way with pymc-extras'
    ``GenExtreme`` log density (re-implemented here from pymc-extras 0.2's source, because its
    only release pins pymc < 6.4: a switch on ``isclose(xi, 0)`` between the Gumbel and the GEV
    formula, ``pow`` for ``(1 + xi t)^(-1/xi)``), per-row parameters gathered by cell index,
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import time
@@ -232,6 +235,64 @@ def bench_logp(n: int, seed: int, repeats: int = 30) -> dict:
     return out
 
 
+#: The fused kernel as it was before issue 16's vectorisation (scalar glibc log1p/exp, an early
+#: return and a branch per z-score): the same-run baseline of ``--kernel``.
+def _scalar_kernel(z: np.ndarray, mu: float, sigma: float, xi: float) -> tuple[float, float, float, float]:
+    inv_s = 1.0 / sigma
+    acc_lp = 0.0
+    acc_mu = 0.0
+    acc_s = 0.0
+    acc_xi = 0.0
+    for i in range(z.shape[0]):
+        t = (z[i] - mu) * inv_s
+        zz = xi * t
+        s = 1.0 + zz
+        if not s > 0.0:
+            return -np.inf, 0.0, 0.0, 0.0
+        if abs(zz) < 1e-3:
+            L = t * (1.0 + zz * (-0.5 + zz * (1.0 / 3.0 + zz * (-0.25 + zz * 0.2))))
+            dL_dxi = t * t * (-0.5 + zz * (2.0 / 3.0 + zz * (-0.75 + zz * 0.8)))
+        else:
+            L = math.log1p(zz) / xi
+            dL_dxi = (t / s - L) / xi
+        e = math.exp(-L)
+        g = e - (1.0 + xi)
+        gt = g / s
+        acc_lp += -(1.0 + xi) * L - e
+        acc_mu += gt
+        acc_s += gt * t
+        acc_xi += g * dL_dxi - L
+    n = z.shape[0]
+    return acc_lp - n * math.log(sigma), -acc_mu * inv_s, -acc_s * inv_s - n * inv_s, acc_xi
+
+
+def bench_kernel(n: int, seed: int, repeats: int = 40, rounds: int = 7) -> dict:
+    """CPU ns per z-score of one log density + gradient pass over one cell of ``n`` z-scores:
+    the package's kernel against the scalar one, alternating, best of ``rounds`` (CPU time)."""
+    import numba
+
+    from evtsync.evt.distribution import _jit_kernel, gev_rvs_np
+
+    kernels = {"scalar_glibc (baseline)": numba.njit(fastmath=False)(_scalar_kernel), "vectorised (package)": _jit_kernel()}
+    out: dict = {}
+    for xi in (0.15, 0.0, -0.2):
+        z = gev_rvs_np(0.0, 1.0, xi, np.random.default_rng(seed), size=n)
+        point = (0.02, 1.03, xi + 0.01)
+        values = {name: np.array(k(z, *point)) for name, k in kernels.items()}
+        best = dict.fromkeys(kernels, np.inf)
+        for _ in range(rounds):
+            for name, k in kernels.items():
+                t0 = time.process_time()
+                for _ in range(repeats):
+                    k(z, *point)
+                best[name] = min(best[name], (time.process_time() - t0) / repeats / n * 1e9)
+        base, new = values["scalar_glibc (baseline)"], values["vectorised (package)"]
+        out[f"xi={xi}"] = {**{f"{name} ns/z": round(v, 2) for name, v in best.items()},
+                           "ratio baseline / package": round(best["scalar_glibc (baseline)"] / best["vectorised (package)"], 2),
+                           "max relative difference (lp, dmu, dsigma, dxi)": float(np.max(np.abs(new - base) / np.abs(base)))}
+    return out
+
+
 def bench_baseline(n: int, draws: int, tune: int, seed: int) -> dict:
     import nutpie
 
@@ -263,11 +324,17 @@ def main() -> None:
     parser.add_argument("--previous", action="store_true",
                         help="also fit the issue-9 main model at the first seed (same-run baseline, ratio)")
     parser.add_argument("--skip", nargs="*", default=[], choices=["fit", "loo", "logp", "baseline"])
+    parser.add_argument("--kernel", action="store_true",
+                        help="only the fused kernel against its scalar predecessor (ns per z-score, same run)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args()
     results: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores",
                      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                      "load_average_at_start": [round(v, 2) for v in os.getloadavg()]}
+    if args.kernel:
+        results["kernel"] = bench_kernel(args.n, args.seed)
+        print("kernel", json.dumps(results["kernel"], indent=1), flush=True)
+        args.skip = ["fit", "loo", "logp", "baseline"]
     if args.seeds:
         results["fits"] = []
         for k, seed in enumerate(args.seeds):
