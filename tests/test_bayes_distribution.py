@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pymc as pm
 import pytensor
@@ -128,7 +130,11 @@ def test_fused_sum_matches_scipy_and_autodiff(mode):
     assert out[0] == -np.inf and all(g == 0 for g in out[1:])
 
 
-@pytest.mark.parametrize("mode", ["NUMBA", "FAST_COMPILE"])
+_JAX = pytest.param("JAX", marks=pytest.mark.skipif(importlib.util.find_spec("jax") is None,
+                                                    reason="jax is not installed (the optional JAX backend)"))
+
+
+@pytest.mark.parametrize("mode", ["NUMBA", "FAST_COMPILE", _JAX])
 def test_fused_cells_sum_matches_scipy_per_cell(mode):
     """Every cell of a model in one node: the value is the sum of scipy's log densities, cell
     by cell at its own parameters; the gradient per cell is scipy's by central differences."""

@@ -388,3 +388,47 @@ def _kernel_cache_salt() -> int:
 
     source = inspect.getsource(_gev_sum_kernel) + inspect.getsource(_cells_kernel_for) + inspect.getsource(simd)
     return _KERNEL_VERSION * 10**12 + int(hashlib.sha256(source.encode()).hexdigest()[:10], 16)
+
+
+def _register_jax() -> None:
+    """The fused op for PyTensor's JAX backend (nutpie ``backend = "jax"``), where jax is
+    installed: the same formulas in ``jax.numpy``, one cell index per z-score; the gradient
+    output is the formulas' (XLA drops it when nutpie differentiates the value with jax)."""
+    try:
+        from pytensor.link.jax.dispatch import jax_funcify
+    except ImportError:  # pytensor without its JAX link: nothing to register
+        return
+
+    @jax_funcify.register(GEVLogpSumCells)
+    def _jax_funcify_gev_logp_sum_cells(op, **kwargs):
+        import jax.numpy as jnp
+        from jax.ops import segment_sum
+
+        def gev_logp_sum_cells_jax(z, starts, mu, sigma, xi):
+            n_cells = mu.shape[0]
+            cell = jnp.searchsorted(starts[1:], jnp.arange(z.shape[0]), side="right")
+            sig, x = sigma[cell], xi[cell]
+            t = (z - mu[cell]) / sig
+            zz = x * t
+            inside = 1.0 + zz > 0.0
+            s = jnp.where(inside, 1.0 + zz, 1.0)
+            small = jnp.abs(zz) < SERIES_THRESHOLD
+            x_safe = jnp.where(small, 1.0, x)
+            L = jnp.where(small, t * (1.0 + zz * (-0.5 + zz * (1.0 / 3.0 + zz * (-0.25 + zz * 0.2)))),
+                          jnp.log1p(jnp.where(inside, zz, 0.0)) / x_safe)
+            dL_dxi = jnp.where(small, t * t * (-0.5 + zz * (2.0 / 3.0 + zz * (-0.75 + zz * 0.8))), (t / s - L) / x_safe)
+            e = jnp.exp(-L)
+            g = e - (1.0 + x)
+            gt = g / s
+            counts = jnp.diff(starts).astype(z.dtype)
+            lp = segment_sum(-(1.0 + x) * L - e, cell, n_cells).sum() - (counts * jnp.log(sigma)).sum()
+            grad = jnp.stack([-segment_sum(gt, cell, n_cells) / sigma,
+                              -segment_sum(gt * t, cell, n_cells) / sigma - counts / sigma,
+                              segment_sum(g * dL_dxi - L, cell, n_cells)])
+            outside = ~jnp.all(inside)
+            return jnp.where(outside, -jnp.inf, lp), jnp.where(outside, 0.0, grad)
+
+        return gev_logp_sum_cells_jax
+
+
+_register_jax()
