@@ -18,6 +18,7 @@ from evtsync.evt.distribution import (
     gev_logp_sum_cells,
     gev_logpdf_np,
     gev_rvs_np,
+    register_jax_backend,
 )
 
 XS = np.array([-6.0, -3.0, -1.0, -0.2, 0.0, 0.5, 2.0, 5.0, 20.0])
@@ -144,6 +145,8 @@ def test_fused_cells_sum_matches_scipy_per_cell(mode):
                                                                                            strict=True)])
     starts = np.concatenate([[0], np.cumsum(sizes)])
     mu, sigma, xi = pt.dvector(), pt.dvector(), pt.dvector()
+    if mode == "JAX":
+        register_jax_backend()
     lp = gev_logp_sum_cells(z, starts, mu, sigma, xi)
     f = pytensor.function([mu, sigma, xi], [lp, *pytensor.grad(lp, [mu, sigma, xi])], mode=mode)
     point = [np.array([0.1, -0.2, 0.05]), np.array([1.1, 0.8, 0.95]), np.array([0.2, 0.0, -0.1])]

@@ -24,6 +24,7 @@ point (``xi > 0``) and ``0`` above the upper end point (``xi < 0``).
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pytensor
@@ -44,6 +45,7 @@ __all__ = [
     "gev_logp_sum",
     "gev_logp_sum_cells",
     "gev_logp_sum_grad_np",
+    "register_jax_backend",
     "gev_L",
     "gev_logcdf_np",
     "gev_logpdf_np",
@@ -390,14 +392,22 @@ def _kernel_cache_salt() -> int:
     return _KERNEL_VERSION * 10**12 + int(hashlib.sha256(source.encode()).hexdigest()[:10], 16)
 
 
-def _register_jax() -> None:
-    """The fused op for PyTensor's JAX backend (nutpie ``backend = "jax"``), where jax is
-    installed: the same formulas in ``jax.numpy``, one cell index per z-score; the gradient
-    output is the formulas' (XLA drops it when nutpie differentiates the value with jax)."""
-    try:
-        from pytensor.link.jax.dispatch import jax_funcify
-    except ImportError:  # pytensor without its JAX link: nothing to register
+_jax_registered = False
+
+
+def register_jax_backend() -> None:
+    """Teach PyTensor's JAX backend (nutpie ``backend = "jax"``) the fused op: the same
+    formulas in ``jax.numpy``, one cell index per z-score; the gradient output is the
+    formulas' (XLA drops it when nutpie differentiates the value with jax).
+
+    Called by the fit before it compiles for JAX, and at import when PyTensor's JAX link is
+    already loaded; not at every import, because loading it imports jax (2 s). Raises
+    ImportError where jax is not installed.
+    """
+    global _jax_registered
+    if _jax_registered:
         return
+    from pytensor.link.jax.dispatch import jax_funcify
 
     @jax_funcify.register(GEVLogpSumCells)
     def _jax_funcify_gev_logp_sum_cells(op, **kwargs):
@@ -430,5 +440,8 @@ def _register_jax() -> None:
 
         return gev_logp_sum_cells_jax
 
+    _jax_registered = True
 
-_register_jax()
+
+if "pytensor.link.jax.dispatch" in sys.modules:
+    register_jax_backend()

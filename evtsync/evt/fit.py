@@ -281,6 +281,9 @@ def _sample_nutpie(built: BuiltModel, config: SamplerConfig, seed: int, progress
     if reused:
         compiled = _reuse_compiled(compiled_cache[key], built)
     elif config.backend == "jax":
+        from evtsync.evt.distribution import register_jax_backend
+
+        register_jax_backend()
         compiled = nutpie.compile_pymc_model(built.model, backend="jax", gradient_backend="jax", jitter_rvs=set())
     else:
         with pytensor.config.change_flags(numba__fastmath=False):
