@@ -99,6 +99,11 @@ def test_fit_file_is_self_describing_and_loads_back(hier_fit):
     ref = stats.genextreme.logpdf(obs["z"].values[i], -params["xi"].values[..., c], loc=params["mu"].values[..., c],
                                   scale=params["sigma"].values[..., c])
     np.testing.assert_allclose(back["log_likelihood"]["z"].values[..., i], ref, rtol=1e-9)
+    # ... and so does every z-score at one draw (the log-likelihood is computed cell by cell)
+    cells = obs["cell"].values
+    ref_all = stats.genextreme.logpdf(obs["z"].values, -params["xi"].values[1, 7, cells],
+                                      loc=params["mu"].values[1, 7, cells], scale=params["sigma"].values[1, 7, cells])
+    np.testing.assert_allclose(back["log_likelihood"]["z"].values[1, 7], ref_all, rtol=1e-9)
 
 
 def test_initial_point_is_inside_support_and_off_zero():
