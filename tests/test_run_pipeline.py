@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -374,3 +375,25 @@ def test_report_draws_fig13_and_the_path_view(tiny_run: tuple[Path, dict, list[S
     build_report(copy, tmp_path / "rep")
     text = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
     assert text.count("No straggler-vs-fastest path view: this run folder has no tables/attribution_paths.parquet") == 3
+
+
+def test_fits_run_side_by_side_in_a_pool_and_give_the_same_draws(tiny_run: tuple[Path, dict, list[StageEvent]],
+                                                                  tmp_path: Path) -> None:
+    """With two models and --jobs 2 the fits are jobs of a process pool: each fit stage says
+    where its fit ran, and the gumbel fit's draws are those of the in-process run (same seed)."""
+    import xarray as xr
+
+    out_single, manifest_single, _ = tiny_run
+    assert manifest_single["stages"]["fit-gumbel"]["job_ran_in"] == "this process"  # one fit: no pool
+    out = tmp_path / "demo"
+    manifest, _ = _run(out, models=["gumbel", "gev"], jobs=2)
+    for name in ("fit-gumbel", "fit-gev"):
+        entry = manifest["stages"][name]
+        assert entry["status"] == STATUS_DONE, entry.get("reason")
+        assert entry["job_ran_in"] == "a pool of 2 processes"
+    _assert_outputs_intact(out, manifest)
+    pooled = xr.open_datatree(out / "fits" / "gumbel.nc")
+    single = xr.open_datatree(out_single / "fits" / "gumbel.nc")
+    for var in single["posterior"].data_vars:
+        np.testing.assert_array_equal(pooled["posterior"][var].values, single["posterior"][var].values)
+    assert pooled.attrs["workloads"] == single.attrs["workloads"]

@@ -35,16 +35,16 @@ def nonnegative_float(text: str) -> float:
     return value
 
 
-def add_trace_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    """TRACES plus the reading and alignment options."""
+def add_trace_arguments(parser: argparse.ArgumentParser, required: bool = True, jobs_help: str | None = None) -> None:
+    """TRACES plus the reading and alignment options (``jobs_help``: what ``--jobs`` also sets)."""
     parser.add_argument("traces", nargs="+" if required else "*", metavar="TRACES",
                         help="trace files (.json / .json.gz) and/or folders of them, one file per rank")
     group = parser.add_argument_group("reading and alignment")
     group.add_argument("--salvage", action="store_true",
                        help="keep the complete events of files cut mid-write (reports what was dropped)")
     group.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
-                       help="local reader processes (default: one per core; in-process for "
-                            "small sets; 1: in this process)")
+                       help=jobs_help or "local reader processes (default: one per core; in-process for "
+                                         "small sets; 1: in this process)")
     group.add_argument("--pg", action="append", default=[], metavar="NAME=RANKS[@STREAM]",
                        help="declare a process group, e.g. tp=0-3@84 (repeatable); overrides the trace")
     group.add_argument("--allow-partial", action="store_true",

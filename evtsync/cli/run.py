@@ -34,7 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="Stages: demo (without TRACES), tax, attribution, zscores, mle, fit-<model> for every "
         "models/*.toml, compare, prediction, predicted-vs-measured, report. Stages that do not apply "
         "to the data are recorded with the reason and listed in the report.")
-    add_trace_arguments(parser, required=False)
+    add_trace_arguments(parser, required=False,
+                        jobs_help="local processes for reading the traces (in-process for small sets) and for "
+                                  "the Bayesian fits, which then run side by side (default: one per core; 1: "
+                                  "everything in this process)")
     add_scale_arguments(parser)
     for action in parser._actions:
         if action.dest == "pg":

@@ -16,6 +16,13 @@ In a study of several workloads, the stages that read traces run each workload o
 (:meth:`Run.per_workload`): a workload whose work raises the package's own error is recorded in
 the stage's manifest entry (``failed_workloads``) and left out from then on, and the stage goes on
 with the others; it fails only when every workload does.
+
+A stage may declare a ``job``: its heavy, self-contained work (a Bayesian fit), which depends
+only on stages already finished. When the engine reaches the first of several such stages that
+must run, it starts all their jobs at once in a pool of processes (``--jobs``, default one per
+core), so that one fit compiles and samples while another does; each stage's body then takes its
+job's result in stage order, and everything else (manifest, outputs, errors) is as if the body
+had done the work itself. ``--jobs 1`` runs them in this process.
 """
 
 from __future__ import annotations
@@ -121,6 +128,10 @@ class Stage:
     func: Callable[[Run], dict[str, Any]]
     needs: tuple[str, ...]
     params: Callable[[Run], dict[str, Any]]
+    #: the stage's heavy work, runnable in another process: given the run, a picklable
+    #: zero-argument callable (or :class:`NotApplicable`); the body gets its result from
+    #: :meth:`Run.job_result`
+    job: Callable[[Run], Callable[[], Any]] | None = None
 
 
 class Run:
@@ -140,6 +151,13 @@ class Run:
         self.outputs: dict[str, list[str]] = {}
         #: per running stage: workload -> why it failed there (the study went on without it)
         self.failures: dict[str, dict[str, str]] = {}
+        #: jobs started ahead of their stage (:meth:`start_jobs`): stage name -> future
+        self._jobs: dict[str, Any] = {}
+        self._jobs_considered: set[str] = set()
+        #: stage name -> where its job ran, recorded in its manifest entry
+        self._job_places: dict[str, str] = {}
+        self._job_pool: Any = None
+        self._job_pool_size = 0
 
     # ---- files
     def path(self, rel: str) -> Path:
@@ -287,13 +305,63 @@ class Run:
                     for n in stage.needs}
         return _key(stage.name, stage.params(self), upstream, __version__, self.code)
 
+    def _reusable(self, stage: Stage, key: str) -> bool:
+        old = self.manifest.get("stages", {}).get(stage.name, {})
+        return (not self.options.force and old.get("key") == key and old.get("status") in CACHEABLE
+                and self._intact(old))
+
+    def start_jobs(self, stages: list[Stage], stack: contextlib.ExitStack) -> None:
+        """Start, in a process pool, the jobs of ``stages`` that will run (not reused, applicable),
+        when there are at least two and ``--jobs`` allows more than one process."""
+        import os
+
+        jobs = self.options.jobs or os.cpu_count() or 1
+        stages = [st for st in stages if st.job is not None and st.name not in self._jobs_considered]
+        self._jobs_considered.update(st.name for st in stages)
+        if jobs < 2 or len(stages) < 2:
+            return
+        todo = []
+        for stage in stages:
+            if self._reusable(stage, self.stage_key(stage)):
+                continue
+            try:
+                todo.append((stage.name, stage.job(self)))
+            except (NotApplicable, Unavailable, EvtsyncError):
+                continue  # the body meets the same outcome when it runs, and records it
+        if len(todo) < 2:
+            return
+        if self._job_pool is None:
+            self._job_pool_size = min(jobs, len(todo))
+            self._job_pool = stack.enter_context(_job_pool(self._job_pool_size))
+        log.info("starting %d stage jobs in %d processes: %s", len(todo), min(jobs, len(todo)),
+                 ", ".join(name for name, _ in todo))
+        for name, fn in todo:
+            self._jobs[name] = self._job_pool.submit(fn)
+
+    def job_result(self, stage_name: str, job: Callable[[], Any]) -> Any:
+        """The result of the running stage's job: from the pool when :meth:`start_jobs` started it
+        (its errors re-raised here), else ``job()`` run now in this process."""
+        future = self._jobs.pop(stage_name, None)
+        if future is None:
+            self._job_places[stage_name] = "this process"
+            return job()
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            result = future.result()
+        except BrokenProcessPool as exc:
+            log.warning("the process running stage %s died (%s); it runs again in this process", stage_name, exc)
+            self._job_places[stage_name] = "this process (after the pool broke)"
+            return job()
+        self._job_places[stage_name] = f"a pool of {self._job_pool_size} processes"
+        return result
+
     def run_stage(self, stage: Stage) -> None:
         """Reuse the stage when its key matches and its outputs are intact; else run it."""
         stages = self.manifest.setdefault("stages", {})
         key = self.stage_key(stage)
         old = stages.get(stage.name, {})
-        if (not self.options.force and old.get("key") == key and old.get("status") in CACHEABLE
-                and self._intact(old)):
+        if self._reusable(stage, key):
             self._history(stage.name, "reused", old["status"])
             self.on_stage(StageEvent(stage.name, "reused", old["status"], old.get("reason", "")))
             return
@@ -322,6 +390,9 @@ class Run:
         for rel in set(old.get("outputs", {})) - set(entry["outputs"]):
             self.path(rel).unlink(missing_ok=True)
         entry["seconds"] = round(time.perf_counter() - started, 3)
+        if stage.name in self._job_places:
+            # a job started ahead ran beside others: the stage's seconds are its wait, not its work
+            entry["job_ran_in"] = self._job_places.pop(stage.name)
         stages[stage.name] = entry
         self._history(stage.name, "ran", entry["status"])
         self.save_manifest()
@@ -336,6 +407,22 @@ class Run:
         hist.append({"time": pd.Timestamp.now(tz="UTC").isoformat(), "stage": stage, "action": action,
                      "status": status})
         del hist[:-500]
+
+
+@contextlib.contextmanager
+def _job_pool(processes: int) -> Iterator[Any]:
+    """A forkserver process pool for stage jobs (the fit module preloaded in the fork server when
+    it starts here), shut down with its unfinished jobs cancelled when the run ends."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["evtsync.evt.fit"])
+    pool = ProcessPoolExecutor(max_workers=processes, mp_context=ctx)
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def clean_temporaries(out: Path) -> int:
@@ -407,9 +494,14 @@ def execute(run: Run, build_stages: Callable[[Run], list[Stage]]) -> Run:
                 for rel in run.manifest["stages"][name].get("outputs", {}):
                     run.path(rel).unlink(missing_ok=True)
                 del run.manifest["stages"][name]
-        for stage in progress(stages, "evtsync run", len(stages), "stage"):
+        finished: set[str] = set()
+        for i, stage in enumerate(progress(stages, "evtsync run", len(stages), "stage")):
             if stage.name == "tax":
                 run.before_tax()
+            if stage.job is not None:
+                # every later job whose inputs are ready starts now, beside this one
+                run.start_jobs([s for s in stages[i:] if s.job is not None and set(s.needs) <= finished], stack)
             run.run_stage(stage)
+            finished.add(stage.name)
         run.save_manifest()
     return run

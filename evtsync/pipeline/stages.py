@@ -22,6 +22,7 @@ stages whose module is not installed :class:`~evtsync.pipeline.engine.Unavailabl
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Callable
@@ -335,33 +336,61 @@ def _check_fit_applies(run: Run, spec: Any, z: pd.DataFrame) -> None:
             raise NotApplicable(f"every factor of xi has one level ({levels}): nothing to pool")
 
 
-def _fit_stage(model_path: Path) -> Callable[[Run], dict[str, Any]]:
-    def stage(run: Run) -> dict[str, Any]:
-        from evtsync.evt.fit import fit_table, save_fit
-        from evtsync.evt.spec import load_spec
-        from evtsync.progress import progress_enabled
+def _fit_inputs(run: Run, model_path: Path) -> tuple[Any, pd.DataFrame, dict[str, int], Callable[[], Any]]:
+    """The spec, z-scores and sampling settings of one model's fit, and the fit itself as a
+    self-contained, picklable call (run here or in a pool process); ``NotApplicable`` when the
+    z-scores cannot carry the model."""
+    from evtsync.evt.spec import load_spec
 
-        run.require("zscores")
-        spec = load_spec(model_path)
-        rel = f"{TABLES}/zscores.parquet"
-        z = run.table(rel)
-        z = z[np.isfinite(pd.to_numeric(z[spec.column], errors="coerce"))]
-        _check_fit_applies(run, spec, z)
-        s = run.options.sampling(spec.sampling)
-        tree = fit_table(z, spec, draws=s["draws"], tune=s["tune"], chains=s["chains"], seed=run.options.seed,
-                         sampler=run.options.sampler, source=str(run.path(rel)),
-                         source_sha256=file_sha256(run.path(rel)), command="evtsync run",
-                         progress=progress_enabled())
+    run.require("zscores")
+    spec = load_spec(model_path)
+    rel = f"{TABLES}/zscores.parquet"
+    z = run.table(rel)
+    z = z[np.isfinite(pd.to_numeric(z[spec.column], errors="coerce"))]
+    _check_fit_applies(run, spec, z)
+    s = run.options.sampling(spec.sampling)
+    fit = functools.partial(fit_in_process, z, model_path, s, run.options.seed, run.options.sampler,
+                            str(run.path(rel)), file_sha256(run.path(rel)))
+    return spec, z, s, fit
+
+
+def fit_in_process(z: pd.DataFrame, model_path: Path, sampling: dict[str, int], seed: int | None,
+                   sampler: str | None, source: str, source_sha256: str) -> Any:
+    """Fit ``model_path``'s model to the z-scores ``z`` (:func:`evtsync.evt.fit.fit_table`): one
+    fit stage's work, with a progress bar only when run in the main process."""
+    import multiprocessing
+
+    from evtsync.evt.fit import fit_table
+    from evtsync.evt.spec import load_spec
+    from evtsync.progress import progress_enabled
+
+    in_main = multiprocessing.parent_process() is None
+    return fit_table(z, load_spec(model_path), draws=sampling["draws"], tune=sampling["tune"],
+                     chains=sampling["chains"], seed=seed, sampler=sampler, source=source,
+                     source_sha256=source_sha256, command="evtsync run", progress=in_main and progress_enabled())
+
+
+def _fit_stage(model_path: Path) -> tuple[Callable[[Run], dict[str, Any]], Callable[[Run], Callable[[], Any]]]:
+    """The body of the fit stage of ``model_path``, and its job (the fit alone)."""
+    def job(run: Run) -> Callable[[], Any]:
+        return _fit_inputs(run, model_path)[3]
+
+    def stage(run: Run) -> dict[str, Any]:
+        from evtsync.evt.fit import save_fit
+
+        name = f"fit-{model_path.stem}"
+        spec, z, s, fit = _fit_inputs(run, model_path)
+        tree = run.job_result(name, fit)
         lacking = _workloads_lacking(run, z)
         tree.attrs["workloads"] = ", ".join(sorted(set(z["workload"].astype(str)))) if "workload" in z else ""
         tree.attrs["workloads_lacking"] = "; ".join(f"{n} ({r})" for n, r in lacking.items())
         out = f"{FITS}/{spec.name}.nc"
         save_fit(tree, run.path(out))
-        run.produced(f"fit-{model_path.stem}", out)
+        run.produced(name, out)
         return {"model": spec.name, "family": spec.family, "n_obs": int(tree.attrs["n_obs"]),
                 "converged": bool(int(tree.attrs["converged"])), "convergence": tree.attrs["convergence"],
                 "sampling_seconds": float(tree.attrs.get("sampling_seconds", 0.0)), "workloads_lacking": lacking, **s}
-    return stage
+    return stage, job
 
 
 def compare_fits(trees: dict[str, Any]) -> tuple[pd.DataFrame, str]:
@@ -530,9 +559,10 @@ def build_stages(run: Run) -> list[Stage]:
     models = _model_paths(run)
     for path in models:
         text = path.read_text(encoding="utf-8")
-        stages.append(Stage(f"fit-{path.stem}", _fit_stage(path), ("zscores",),
+        body, job = _fit_stage(path)
+        stages.append(Stage(f"fit-{path.stem}", body, ("zscores",),
                             lambda r, text=text: {"spec": text, **sampling, "seed": o.seed, "sampler": o.sampler,
-                                                  "min": MIN_Z_BAYES}))
+                                                  "min": MIN_Z_BAYES}, job=job))
     fit_names = tuple(f"fit-{p.stem}" for p in models)
     stages += [
         Stage("compare", _stage_compare, fit_names, none),
