@@ -31,9 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "synthetic study (A100/H100/H200 x bf16/fp32) generated deterministically. Finished stages "
         "are reused when their inputs did not change (content hashes in manifest.json), so an "
         "interrupted run resumes where it stopped.",
-        epilog="Stages: demo (without TRACES), tax, attribution, zscores, mle, fit-<model> for every "
-        "models/*.toml, compare, prediction, predicted-vs-measured, report. Stages that do not apply "
-        "to the data are recorded with the reason and listed in the report.")
+        epilog="Stages: demo (without TRACES), tax, zscores, attribution, mle, fit-<model> for every "
+        "models/*.toml (the fits start in a process pool once the z-scores exist and run beside the "
+        "attribution and the MLE), compare, prediction, predicted-vs-measured, report. Stages that do "
+        "not apply to the data are recorded with the reason and listed in the report.")
     add_trace_arguments(parser, required=False,
                         jobs_help="local processes for reading the traces (in-process for small sets) and for "
                                   "the Bayesian fits, which then run side by side (default: one per core; 1: "

@@ -18,10 +18,10 @@ the stage's manifest entry (``failed_workloads``) and left out from then on, and
 with the others; it fails only when every workload does.
 
 A stage may declare a ``job``: its heavy, self-contained work (a Bayesian fit), which depends
-only on stages already finished. When the engine reaches the first of several such stages that
-must run, it starts all their jobs at once in a pool of processes (``--jobs``, default one per
-core), so that one fit compiles and samples while another does; each stage's body then takes its
-job's result in stage order, and everything else (manifest, outputs, errors) is as if the body
+only on stages already finished. As soon as the inputs of several such stages that must run are
+ready, it starts all their jobs at once in a pool of processes (``--jobs``, default one per
+core), so that one fit compiles and samples while another does, and while the stages before them
+go on in this process; each stage's body then takes its job's result in stage order, and everything else (manifest, outputs, errors) is as if the body
 had done the work itself. ``--jobs 1`` runs them in this process.
 """
 
@@ -498,9 +498,9 @@ def execute(run: Run, build_stages: Callable[[Run], list[Stage]]) -> Run:
         for i, stage in enumerate(progress(stages, "evtsync run", len(stages), "stage")):
             if stage.name == "tax":
                 run.before_tax()
-            if stage.job is not None:
-                # every later job whose inputs are ready starts now, beside this one
-                run.start_jobs([s for s in stages[i:] if s.job is not None and set(s.needs) <= finished], stack)
+            # the jobs of this and later stages whose inputs are ready start now, so that they run
+            # beside this stage (and one another)
+            run.start_jobs([s for s in stages[i:] if s.job is not None and set(s.needs) <= finished], stack)
             run.run_stage(stage)
             finished.add(stage.name)
         run.save_manifest()

@@ -5,8 +5,8 @@ stage                  what it computes (SPEC section)                 outputs
 =====================  ==============================================  =====================
 demo                   the bundled synthetic study (demo run only)     ``inputs/demo/``
 tax                    alignment and synchronization tax (§2, §3)      ``tables/tax_*.parquet``
-attribution            critical-path causes of the straggler (§4)      ``tables/attribution_*``
 zscores                compute blocks and pooled z-scores (§5)         ``tables/zscores.parquet``
+attribution            critical-path causes of the straggler (§4)      ``tables/attribution_*``
 mle                    Gumbel/GEV maximum likelihood per cell (§6)     ``tables/mle.parquet``
 fit-<model>            Bayesian fit of each model specification (§6)   ``fits/<model>.nc``
 compare                PSIS-LOO comparison of the fits (§6)            ``tables/compare.parquet``
@@ -18,6 +18,8 @@ report                 HTML report, Markdown summary, figures          ``report.
 Stages that do not apply to the data (no tensor-parallel blocks, no GEMM blocks, too few
 z-scores, one cell only) raise :class:`~evtsync.pipeline.engine.NotApplicable` with the reason;
 stages whose module is not installed :class:`~evtsync.pipeline.engine.Unavailable`.
+The fits are jobs (:class:`~evtsync.pipeline.engine.Stage`): they start in a process pool as soon
+as the z-scores exist and run beside the attribution, the MLE and one another.
 """
 
 from __future__ import annotations
@@ -551,9 +553,11 @@ def build_stages(run: Run) -> list[Stage]:
                                                                   "overrides": {**DEMO_OVERRIDES, **o.demo_overrides}}))
     stages += [
         Stage("tax", _stage_tax, (), traces_params),
-        Stage("attribution", _stage_attribution, ("tax",), traces_params),
+        # the z-scores before the attribution: the fits, which need only them, start in the pool
+        # then and run beside the attribution and the MLE (engine: jobs)
         Stage("zscores", _stage_zscores, ("tax",),
                lambda r: {**traces_params(r), "pg": o.block_pg, "m": o.m, "time": o.time}),
+        Stage("attribution", _stage_attribution, ("tax",), traces_params),
         Stage("mle", _stage_mle, ("zscores",), lambda r: {"level": LEVEL, "min": MIN_Z_MLE}),
     ]
     models = _model_paths(run)
