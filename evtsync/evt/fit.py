@@ -296,16 +296,21 @@ def _sample_nutpie(built: BuiltModel, config: SamplerConfig, seed: int, progress
     start = time.perf_counter()
     key = model_structure_key(built, config.backend) if compiled_cache is not None else None
     reused = key is not None and key in compiled_cache
+    # nutpie stores the free variables only; the deterministics are computed from their draws
+    # afterwards (_with_deterministics): compiling them into nutpie's numba function cost ~3 s
+    # of every fit, evaluating them over 2 x 1000 draws costs ~0.3 s
+    free = [rv.name for rv in built.model.free_RVs]
     if reused:
         compiled = _reuse_compiled(compiled_cache[key], built)
     elif config.backend == "jax":
         from evtsync.evt.distribution import register_jax_backend
 
         register_jax_backend()
-        compiled = nutpie.compile_pymc_model(built.model, backend="jax", gradient_backend="jax", jitter_rvs=set())
+        compiled = nutpie.compile_pymc_model(built.model, backend="jax", gradient_backend="jax", jitter_rvs=set(),
+                                             var_names=free)
     else:
         with pytensor.config.change_flags(numba__fastmath=False):
-            compiled = nutpie.compile_pymc_model(built.model, backend="numba", jitter_rvs=set())
+            compiled = nutpie.compile_pymc_model(built.model, backend="numba", jitter_rvs=set(), var_names=free)
     if key is not None and not reused:
         compiled_cache[key] = compiled
     compile_s = time.perf_counter() - start
@@ -315,6 +320,34 @@ def _sample_nutpie(built: BuiltModel, config: SamplerConfig, seed: int, progress
                         adaptation=config.adaptation)
     raw.attrs["compile_seconds"] = compile_s
     raw.attrs["compiled_model_reused"] = int(reused)
+    return _with_deterministics(raw, built)
+
+
+def _with_deterministics(raw: xr.DataTree, built: BuiltModel) -> xr.DataTree:
+    """``raw`` with the model's deterministics added to its posterior, evaluated from the draws of
+    the free variables in one call of a small PyTensor function vectorised over the draws (no
+    numba compilation; PyMC's ``compute_deterministics`` calls one per draw: 1.4 s for 2,000)."""
+    import pytensor
+    import pytensor.tensor as pt
+    from pytensor.graph.replace import vectorize_graph
+
+    model = built.model
+    if not model.deterministics:
+        return raw
+    post = raw["posterior"].to_dataset()
+    n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
+    batched = {rv: pt.tensor(dtype=rv.dtype, shape=(None, *rv.type.shape), name=rv.name) for rv in model.free_RVs}
+    outs = vectorize_graph(list(model.deterministics), replace=batched)
+    fn = pytensor.function(list(batched.values()), outs, mode="FAST_COMPILE", on_unused_input="ignore")
+    draws = [post[rv.name].values.reshape(n_chain * n_draw, *post[rv.name].shape[2:]).astype(rv.dtype)
+             for rv in model.free_RVs]
+    for det, values in zip(model.deterministics, fn(*draws), strict=True):
+        dims = tuple(model.named_vars_to_dims.get(det.name) or ())
+        values = np.asarray(values).reshape(n_chain, n_draw, *np.shape(values)[1:])
+        dims = dims or tuple(f"{det.name}_dim_{i}" for i in range(values.ndim - 2))
+        coords = {d: np.asarray(model.coords[d]) for d in dims if model.coords.get(d) is not None}
+        post[det.name] = xr.DataArray(values, dims=("chain", "draw", *dims), coords=coords)
+    raw["posterior"] = xr.DataTree(post)
     return raw
 
 
