@@ -26,6 +26,7 @@ from evtsync.critpath.dag import (
     build_rank_dag,
 )
 from evtsync.critpath.tasks import (
+    DAG_COLUMNS,
     FastestSide,
     RankWork,
     SetupCache,
@@ -88,9 +89,30 @@ class AttributionResult(TablesDisplay):
     dag_stats: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-def _rank_tables(traces: TraceSet, rank: int) -> tuple[pd.DataFrame, ...]:
-    return tuple(df[df["rank"].to_numpy() == rank] for df in
-                 (traces.kernels, traces.cpu_ops, traces.runtime, traces.syncs))
+class RankTables:
+    """A trace set's kernels, cpu_ops, runtime and syncs tables split by rank once: ``of(rank)``
+    gives each table's rows of one rank (in table order, row labels kept: what a boolean mask
+    on the rank column gives) without a pass over every table for every rank. With
+    ``columns`` (one tuple per table) only those of its columns that a table has are kept."""
+
+    def __init__(self, traces: TraceSet, columns: tuple[tuple[str, ...], ...] | None = None) -> None:
+        tables = (traces.kernels, traces.cpu_ops, traces.runtime, traces.syncs)
+        self._order = []
+        for df in tables:
+            ranks = df["rank"].to_numpy()
+            order = np.argsort(ranks, kind="stable")
+            self._order.append((order, ranks[order]))
+        if columns is not None:
+            tables = tuple(df[[c for c in cols if c in df.columns]] for df, cols in zip(tables, columns, strict=True))
+        self._tables = tables
+
+    def of(self, rank: int) -> tuple[pd.DataFrame, ...]:
+        """Each table's rows of ``rank``."""
+        out = []
+        for df, (order, sorted_ranks) in zip(self._tables, self._order, strict=True):
+            lo, hi = np.searchsorted(sorted_ranks, rank, side="left"), np.searchsorted(sorted_ranks, rank, side="right")
+            out.append(df.take(order[lo:hi]))
+        return tuple(out)
 
 
 def build_dags(traces: TraceSet, ranks: Iterable[int], *, vocab: Vocabulary | None = None,
@@ -98,9 +120,10 @@ def build_dags(traces: TraceSet, ranks: Iterable[int], *, vocab: Vocabulary | No
     """The event DAG of each given rank (names share one vocabulary)."""
     vocab = vocab if vocab is not None else Vocabulary()
     ranks = sorted(set(ranks))
+    tables = RankTables(traces)
     out = {}
     for r in progress(ranks, "building DAGs", len(ranks), "rank"):
-        out[r] = build_rank_dag(*_rank_tables(traces, r), rank=r, vocab=vocab,
+        out[r] = build_rank_dag(*tables.of(r), rank=r, vocab=vocab,
                                 same_stream_tolerance_ns=int(round(same_stream_tolerance_us * 1000)))
     return out
 
@@ -184,10 +207,11 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     runner: Backend = backend if backend is not None else InProcess()
     # both rounds in this process: a rank's DAG built in round 1 serves its round 2 too
     setups = SetupCache(set(fastest_of.values())) if isinstance(runner, InProcess) else None
+    split = None if distributed else RankTables(traces, DAG_COLUMNS)
 
     def work(rank: int) -> RankWork:
-        tables = None if distributed else tuple(df[df["rank"].to_numpy() == rank] for df in
-                                                (traces.kernels, traces.cpu_ops, traces.runtime, traces.syncs))
+        # (a rank whose setup is kept from round 1 needs no tables)
+        tables = None if split is None or (setups is not None and rank in setups) else split.of(rank)
         return RankWork(rank=rank, instances=by_rank.get(rank, pd.DataFrame(columns=inst_cols)),
                         path=paths.get(rank) if distributed else None, tables=tables, read_options=read_options,
                         same_stream_tolerance_ns=tol_ns, keep_paths=keep_paths, setups=setups)

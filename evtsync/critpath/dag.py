@@ -44,6 +44,7 @@ events (one pass, integers only).
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 
@@ -137,10 +138,21 @@ class RankDAG:
                                                              strict=True)]
 
     def launch_of(self, node: int) -> int:
-        """The launch-call node of a GPU node (its parent through a launch edge), or -1."""
-        lo, hi = self.parent_ptr[node], self.parent_ptr[node + 1]
-        hit = np.flatnonzero(self.parent_kind[lo:hi] == EDGE_LAUNCH)
-        return int(self.parent[lo + hit[-1]]) if hit.size else -1
+        """The launch-call node of a GPU node (its parent through a launch edge, the last in
+        parent order if several), or -1."""
+        return int(self._launch_node[node])
+
+    @functools.cached_property
+    def _launch_node(self) -> np.ndarray:
+        """:meth:`launch_of` of every node, found once (a walk asks for it at every step)."""
+        launch = np.full(self.n_nodes, -1, dtype=np.int64)
+        edges = np.flatnonzero(self.parent_kind == EDGE_LAUNCH)
+        if edges.size:
+            dst = np.searchsorted(self.parent_ptr, edges, side="right") - 1
+            last = np.ones(edges.size, dtype=bool)  # the last launch edge of each destination
+            last[:-1] = dst[1:] != dst[:-1]
+            launch[dst[last]] = self.parent[edges[last]]
+        return launch
 
     def gpu_node(self, row: int) -> int:
         """Node id of the GPU event at ``row`` of the trace set's kernels table (-1 when absent)."""

@@ -248,6 +248,9 @@ class SetupCache:
         self._kept: dict[int, RankSetup] = {}
         self.built = 0
 
+    def __contains__(self, rank: int) -> bool:
+        return rank in self._kept
+
     def get(self, work: RankWork, *, keep: bool) -> RankSetup:
         """The setup of ``work``'s rank: a kept one (dropped from the cache), else built (and,
         with ``keep``, kept when a later round wants it and the budget allows)."""
