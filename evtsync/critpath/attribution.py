@@ -156,7 +156,8 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     this process reads only the collectives (for the alignment and the tax) and every task
     reads its own rank's trace (``read_options`` go to its :func:`load_traces`, e.g. the
     cache), so no process holds more than one rank's tables; without a backend everything
-    is read and run here.
+    is read and run here, and a rank's DAG built in round 1 serves its round 2 too
+    (:class:`~evtsync.critpath.tasks.SetupCache`).
     """
     read_options = dict(read_options or {})
     distributed = backend is not None and not isinstance(traces, TraceSet)
