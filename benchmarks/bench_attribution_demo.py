@@ -12,12 +12,13 @@ Each measurement runs in a fresh subprocess; ``--baseline-src DIR`` (a checkout 
 code, e.g. ``git archive main | tar -x -C DIR``) measures that code too, in the same run,
 alternating with this checkout's, and prints the ratio. Reported: wall time, CPU time
 (``os.times``: user + system of the process and its reaped children) and
-``time.process_time``; the median of ``--repeat`` runs.
+``time.process_time``; the median of ``--repeat`` runs. ``--phases`` adds a run of each
+checkout that sums the CPU time of its main functions (:data:`PHASES`).
 
 Run by hand::
 
     .venv/bin/python benchmarks/bench_attribution_demo.py /tmp/hatt/demo --out /tmp/hatt/bench \\
-        [--baseline-src /tmp/hatt/base] [--repeat 3] [--profile /tmp/hatt/attr.pstats]
+        [--baseline-src /tmp/hatt/base] [--repeat 3] [--phases] [--profile /tmp/hatt/attr.pstats]
 """
 
 from __future__ import annotations
@@ -35,7 +36,40 @@ HERE = Path(__file__).resolve().parent.parent
 TABLES = ("collectives", "summary", "validation", "paths")
 
 
-def measure(run_dir: Path, out: Path, profile: str | None) -> dict:
+#: (module, function) pairs whose CPU time ``--phases`` adds up, each where its callers look it up.
+PHASES = (
+    ("evtsync.critpath.attribution", "straggler_task"), ("evtsync.critpath.attribution", "fastest_task"),
+    ("evtsync.critpath.tasks", "_rank_setup"), ("evtsync.critpath.tasks", "build_rank_dag"),
+    ("evtsync.critpath.tasks", "rank_instance_nodes"), ("evtsync.critpath.attribution", "combine"),
+    ("evtsync.critpath.attribution", "regress_path_on_tax"), ("evtsync.critpath.attribution", "paths_table_of"),
+    ("evtsync.critpath.attribution", "compute_tax"),
+)
+
+
+def _time_phases() -> dict[str, float]:
+    """Wrap the :data:`PHASES` functions (those this checkout has) to add up their CPU time."""
+    import functools
+    import importlib
+
+    spent: dict[str, float] = {}
+    for module_name, name in PHASES:
+        module = importlib.import_module(module_name)
+        plain = getattr(module, name, None)
+        if plain is None:
+            continue
+
+        def timed(*args, _plain=plain, _key=name, **kwargs):  # type: ignore[no-untyped-def]
+            t = time.process_time()
+            try:
+                return _plain(*args, **kwargs)
+            finally:
+                spent[_key] = spent.get(_key, 0.0) + time.process_time() - t
+
+        setattr(module, name, functools.wraps(plain)(timed))
+    return spent
+
+
+def measure(run_dir: Path, out: Path, profile: str | None, phases: bool = False) -> dict:
     """Time the attribution stage once in this process (traces loaded and aligned first)."""
     from evtsync.pipeline.engine import Run
     from evtsync.pipeline.options import RunOptions, Workload
@@ -50,6 +84,7 @@ def measure(run_dir: Path, out: Path, profile: str | None) -> dict:
         if hasattr(run, "tax"):  # the tax tables too, since the run memoises them
             run.tax(w)
     results = _record_results()
+    spent = _time_phases() if phases else {}
     import scipy.stats  # noqa: F401  (the demo stage before imports it: not attribution's cost in a run)
     n_events = sum(len(t.kernels) + len(t.cpu_ops) + len(t.runtime) for t in run._traces.values())
     prof = None
@@ -69,7 +104,8 @@ def measure(run_dir: Path, out: Path, profile: str | None) -> dict:
     cpu_tree = (c1.user - c0.user) + (c1.system - c0.system) + (c1.children_user - c0.children_user) + \
         (c1.children_system - c0.children_system)
     return {"wall_s": wall, "cpu_s": cpu_tree, "process_time_s": cpu, "workloads": len(run.workloads),
-            "events": n_events, "collectives": summary["collectives"], "attributed": summary["attributed"]}
+            "events": n_events, "collectives": summary["collectives"], "attributed": summary["attributed"],
+            "phases_cpu_s": spent}
 
 
 def _record_results() -> list:
@@ -129,10 +165,12 @@ def compare(run_dir: Path, out: Path) -> dict[str, str]:
     return verdict
 
 
-def subprocess_run(src: Path, run_dir: Path, out: Path, profile: str | None) -> dict:
+def subprocess_run(src: Path, run_dir: Path, out: Path, profile: str | None, phases: bool) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), str(run_dir), "--out", str(out), "--child"]
     if profile:
         cmd += ["--profile", profile]
+    if phases:
+        cmd += ["--phases"]
     env = {**os.environ, "PYTHONPATH": str(src)}
     done = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True, cwd=src)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -145,12 +183,16 @@ def main() -> None:
     parser.add_argument("--baseline-src", type=Path, default=None)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--profile", default=None, help="write a cProfile of the stage (this checkout) here")
+    parser.add_argument("--phases", action="store_true",
+                        help="one more run of each checkout that adds up the CPU time of its main functions "
+                             "(wrappers, not a profiler; nested: _rank_setup holds build_rank_dag)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        res = measure(args.run_dir, args.out, args.profile)
+        res = measure(args.run_dir, args.out, args.profile, args.phases)
         print(json.dumps(res))
         return
+    print(f"load average at the start: {os.getloadavg()}")
     sources = {"new": HERE}
     if args.baseline_src is not None:
         sources["baseline"] = args.baseline_src.resolve()
@@ -159,7 +201,12 @@ def main() -> None:
         for label, src in sources.items():
             out = args.out / label
             prof = args.profile if (label == "new" and i == 0) else None
-            runs[label].append(subprocess_run(src, args.run_dir, out, prof))
+            runs[label].append(subprocess_run(src, args.run_dir, out, prof, False))
+    if args.phases:
+        for label, src in sources.items():
+            res = subprocess_run(src, args.run_dir, args.out / f"{label}-phases", None, True)
+            print(f"{label}, CPU by function (a run of its own, {res['cpu_s']:.2f} s CPU in all): " +
+                  ", ".join(f"{k} {v:.2f} s" for k, v in res["phases_cpu_s"].items()))
     print(f"load average at the end: {os.getloadavg()}")
     med = {}
     for label, rs in runs.items():
