@@ -165,10 +165,10 @@ class RankDAG:
 
 
 def _is_one_of(values: pd.Series, names: frozenset[str] | set[str]) -> np.ndarray:
-    """Whether each value, as a string (a missing one as ``"nan"``, as ``astype(str)`` gives it),
-    is one of ``names``: for a categorical column one test per category, not per row."""
+    """Whether each value, as a string (``astype(str)``; a missing value is none of them), is one
+    of ``names``: for a categorical column one test per category, not per row."""
     if isinstance(values.dtype, pd.CategoricalDtype):
-        hit = np.array([str(c) in names for c in values.cat.categories] + ["nan" in names], dtype=bool)
+        hit = np.array([str(c) in names for c in values.cat.categories] + [False], dtype=bool)
         codes = values.cat.codes.to_numpy()
         return hit[np.where(codes < 0, len(hit) - 1, codes)]
     return values.astype(str).isin(names).to_numpy()

@@ -238,15 +238,14 @@ class SetupCache:
     rank that is a straggler in some collectives and the fastest in others has its DAG built
     once: round 1 keeps the setups of the ranks round 2 will need (``wanted``) while their nodes
     stay within ``max_nodes`` (default :data:`SETUP_CACHE_NODES`); round 2 takes each one (and
-    drops it); ``built`` counts the setups built. The setups are the
-    same whichever round built them, so the results do not depend on the cache."""
+    drops it). A setup is the same whichever round built it, so the results do not depend on
+    the cache."""
 
     def __init__(self, wanted: set[int], max_nodes: int | None = None) -> None:
         self.wanted = set(wanted)
         self.max_nodes = SETUP_CACHE_NODES if max_nodes is None else max_nodes
         self.nodes = 0
         self._kept: dict[int, RankSetup] = {}
-        self.built = 0
 
     def __contains__(self, rank: int) -> bool:
         return rank in self._kept
@@ -259,7 +258,6 @@ class SetupCache:
             self.nodes -= kept.dag.n_nodes
             return kept
         setup = _rank_setup(work)
-        self.built += 1
         if keep and work.rank in self.wanted and self.nodes + setup.dag.n_nodes <= self.max_nodes:
             self.wanted.discard(work.rank)
             self._kept[work.rank] = setup
