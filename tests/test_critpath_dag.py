@@ -267,3 +267,32 @@ def test_edge_counts_match_a_plain_reading_of_the_raw_json(name):
     assert dag.stats["gpu_nodes"] == len(gpu)
     assert dag.stats["launch_edges"] == n_launch
     assert dag.stats["sync_edges"] == n_sync
+
+
+def test_pair_codes_number_pairs_by_first_appearance():
+    """Thread lanes: the codes of (pid, tid) pairs are those of factorizing the pairs themselves
+    (first appearance), with and without a missing value."""
+    import numpy as np
+
+    from evtsync.critpath.dag import _pair_codes
+
+    pid = np.array([7, 7, 3, 7, 3, 9])
+    tid = np.array([1, 2, 1, 1, 1, 2])
+    assert _pair_codes(pid, tid).tolist() == [0, 1, 2, 0, 2, 3]  # (7,1) (7,2) (3,1) (7,1) (3,1) (9,2)
+    with_nan = np.array([1.0, np.nan, 1.0, 2.0])
+    assert _pair_codes(np.array([5, 5, 5, 5]), with_nan).tolist() == \
+        pd.factorize(pd.MultiIndex.from_arrays([[5, 5, 5, 5], with_nan]))[0].tolist()
+
+
+def test_name_membership_by_category_matches_the_strings():
+    """``_is_one_of`` on a categorical column (one test per category) gives what testing each
+    row's string (``astype(str).isin``) gives, a missing value and a literal "nan" included."""
+    from evtsync.critpath.dag import _is_one_of
+
+    values = ["cudaLaunchKernel", None, "cudaMemcpyAsync", "cudaLaunchKernel", "nan"]
+    col = pd.Series(values, dtype="category")
+    for names in ({"cudaLaunchKernel", "nan"}, {"cudaMemcpyAsync"}, set()):
+        assert _is_one_of(col, names).tolist() == col.astype(str).isin(names).tolist()
+    assert _is_one_of(col, {"cudaLaunchKernel", "nan"}).tolist() == [True, False, False, True, True]
+    assert _is_one_of(pd.Series(values, dtype=object), {"cudaMemcpyAsync"}).tolist() == \
+        [False, False, True, False, False]

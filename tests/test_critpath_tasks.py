@@ -87,3 +87,32 @@ def test_nesting_sweep_in_chunks_finds_the_enclosing_events(chunk):
     assert partial == 0
     assert parent.tolist() == _parents_by_hand(lane.tolist(), start.tolist(), end.tolist())
     assert parent.tolist()[:4] == [-1, 0, 1, 1]  # the hand count for the first thread's first events
+
+
+def test_in_process_builds_each_rank_dag_once_with_the_same_tables(monkeypatch):
+    """In one process, a rank that straggles in some collectives and is the fastest in others
+    has its DAG built once for both rounds; with no room to keep it (built again for round 2,
+    as a worker does) the tables are the same."""
+    from evtsync.critpath import tasks
+
+    built: list[int] = []
+    plain = tasks.build_rank_dag
+
+    def counting(*args, **kwargs):
+        built.append(kwargs["rank"])
+        return plain(*args, **kwargs)
+
+    monkeypatch.setattr(tasks, "build_rank_dag", counting)
+    cached = attribute(DLRM)
+    sides = cached.collectives[cached.collectives["status"] != "no_tax"]
+    involved = set(sides["straggler_rank"]) | set(sides["fastest_rank"])
+    both = set(sides["straggler_rank"]) & set(sides["fastest_rank"])
+    assert both, "the set must have ranks in both roles for this test to mean anything"
+    assert sorted(built) == sorted(involved)  # once per rank, by a count of the table itself
+    built.clear()
+    monkeypatch.setattr(tasks, "SETUP_CACHE_NODES", 0)
+    rebuilt = attribute(DLRM)
+    assert len(built) == len(set(sides["straggler_rank"])) + len(set(sides["fastest_rank"]))
+    pd.testing.assert_frame_equal(rebuilt.collectives, cached.collectives)
+    pd.testing.assert_frame_equal(rebuilt.paths, cached.paths)
+    pd.testing.assert_frame_equal(rebuilt.validation, cached.validation)

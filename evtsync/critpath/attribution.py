@@ -26,8 +26,10 @@ from evtsync.critpath.dag import (
     build_rank_dag,
 )
 from evtsync.critpath.tasks import (
+    DAG_COLUMNS,
     FastestSide,
     RankWork,
+    SetupCache,
     StragglerSide,
     combine,
     fastest_task,
@@ -87,9 +89,30 @@ class AttributionResult(TablesDisplay):
     dag_stats: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-def _rank_tables(traces: TraceSet, rank: int) -> tuple[pd.DataFrame, ...]:
-    return tuple(df[df["rank"].to_numpy() == rank] for df in
-                 (traces.kernels, traces.cpu_ops, traces.runtime, traces.syncs))
+class RankTables:
+    """A trace set's kernels, cpu_ops, runtime and syncs tables split by rank once: ``of(rank)``
+    gives each table's rows of one rank (in table order, row labels kept: what a boolean mask
+    on the rank column gives) without a pass over every table for every rank. With
+    ``columns`` (one tuple per table) only those of its columns that a table has are kept."""
+
+    def __init__(self, traces: TraceSet, columns: tuple[tuple[str, ...], ...] | None = None) -> None:
+        tables = (traces.kernels, traces.cpu_ops, traces.runtime, traces.syncs)
+        self._order = []
+        for df in tables:
+            ranks = df["rank"].to_numpy()
+            order = np.argsort(ranks, kind="stable")
+            self._order.append((order, ranks[order]))
+        if columns is not None:
+            tables = tuple(df[[c for c in cols if c in df.columns]] for df, cols in zip(tables, columns, strict=True))
+        self._tables = tables
+
+    def of(self, rank: int) -> tuple[pd.DataFrame, ...]:
+        """Each table's rows of ``rank``."""
+        out = []
+        for df, (order, sorted_ranks) in zip(self._tables, self._order, strict=True):
+            lo, hi = np.searchsorted(sorted_ranks, rank, side="left"), np.searchsorted(sorted_ranks, rank, side="right")
+            out.append(df.take(order[lo:hi]))
+        return tuple(out)
 
 
 def build_dags(traces: TraceSet, ranks: Iterable[int], *, vocab: Vocabulary | None = None,
@@ -97,9 +120,10 @@ def build_dags(traces: TraceSet, ranks: Iterable[int], *, vocab: Vocabulary | No
     """The event DAG of each given rank (names share one vocabulary)."""
     vocab = vocab if vocab is not None else Vocabulary()
     ranks = sorted(set(ranks))
+    tables = RankTables(traces)
     out = {}
     for r in progress(ranks, "building DAGs", len(ranks), "rank"):
-        out[r] = build_rank_dag(*_rank_tables(traces, r), rank=r, vocab=vocab,
+        out[r] = build_rank_dag(*tables.of(r), rank=r, vocab=vocab,
                                 same_stream_tolerance_ns=int(round(same_stream_tolerance_us * 1000)))
     return out
 
@@ -132,7 +156,8 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     this process reads only the collectives (for the alignment and the tax) and every task
     reads its own rank's trace (``read_options`` go to its :func:`load_traces`, e.g. the
     cache), so no process holds more than one rank's tables; without a backend everything
-    is read and run here.
+    is read and run here, and a rank's DAG built in round 1 serves its round 2 too
+    (:class:`~evtsync.critpath.tasks.SetupCache`).
     """
     read_options = dict(read_options or {})
     distributed = backend is not None and not isinstance(traces, TraceSet)
@@ -180,14 +205,18 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     inst_cols = ["pg", "index", "stream", "ts_ns", "end_ns", "correlation"]
     by_rank = {int(r): g[inst_cols].reset_index(drop=True) for r, g in inst.groupby("rank")}
 
+    runner: Backend = backend if backend is not None else InProcess()
+    # both rounds in this process: a rank's DAG built in round 1 serves its round 2 too
+    setups = SetupCache(set(fastest_of.values())) if isinstance(runner, InProcess) else None
+    split = None if distributed else RankTables(traces, DAG_COLUMNS)
+
     def work(rank: int) -> RankWork:
-        tables = None if distributed else tuple(df[df["rank"].to_numpy() == rank] for df in
-                                                (traces.kernels, traces.cpu_ops, traces.runtime, traces.syncs))
+        # (a rank whose setup is kept from round 1 needs no tables)
+        tables = None if split is None or (setups is not None and rank in setups) else split.of(rank)
         return RankWork(rank=rank, instances=by_rank.get(rank, pd.DataFrame(columns=inst_cols)),
                         path=paths.get(rank) if distributed else None, tables=tables, read_options=read_options,
-                        same_stream_tolerance_ns=tol_ns, keep_paths=keep_paths)
+                        same_stream_tolerance_ns=tol_ns, keep_paths=keep_paths, setups=setups)
 
-    runner: Backend = backend if backend is not None else InProcess()
     round1 = []
     for rank, keys in sorted(roles.items()):
         w = work(rank)
@@ -215,7 +244,7 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
             stats[st["rank"]] = st
         for side in result:
             sides_f[side.key] = side
-    path_parts: list[pd.DataFrame] = []
+    path_parts: list[tuple[StragglerSide, FastestSide, np.ndarray, np.ndarray]] = []
     n_missing = 0
     for key, row in rows.items():
         if row["status"] == "no_tax":
@@ -226,13 +255,8 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
             n_missing += 1
             continue
         seg_s, extra = combine(s_side, f_side, row, share_band=(EXPLAINED_SHARE_MIN, EXPLAINED_SHARE_MAX))
-        if keep_paths and s_side.frame is not None:
-            frame = s_side.frame.copy()
-            frame["own_us"], frame["wait_us"] = seg_s[2::2] / 1000.0, seg_s[3::2] / 1000.0
-            seg_f = np.where(np.repeat(f_side.matched, 2), f_side.seg_ns, 0)
-            frame["own_fastest_us"], frame["wait_fastest_us"] = seg_f[2::2] / 1000.0, seg_f[3::2] / 1000.0
-            frame["extra_us"] = extra.reshape(-1, 2).sum(axis=1)[1:] / 1000.0
-            path_parts.extend([frame, f_side.frame])
+        if keep_paths and s_side.rows is not None:
+            path_parts.append((s_side, f_side, seg_s, extra))
     if n_missing:
         log.warning("%d collective(s) have no GPU node for their straggler or fastest rank in the DAG "
                     "(status no_node)", n_missing)
@@ -241,11 +265,52 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     if gpu_causes.any():
         table.loc[gpu_causes, "cause_category"] = classify_names(table.loc[gpu_causes, "cause_name"].tolist())
     summary, gpu_only = summarize(table)
-    paths_table = pd.concat(path_parts, ignore_index=True).reindex(columns=PATH_COLUMNS) if path_parts else \
-        pd.DataFrame(columns=PATH_COLUMNS)
+    paths_table = paths_table_of(path_parts) if path_parts else pd.DataFrame(columns=PATH_COLUMNS)
     return AttributionResult(collectives=table, summary=summary, validation=regress_path_on_tax(table),
                              paths=paths_table, gpu_only_share=gpu_only,
                              dag_stats=pd.DataFrame([stats[r] for r in sorted(stats)]))
+
+
+def paths_table_of(parts: list[tuple[StragglerSide, FastestSide, np.ndarray, np.ndarray]]) -> pd.DataFrame:
+    """The ``paths`` table: per collective (its straggler side, fastest side, the straggler's
+    segments and their extras over the fastest rank, see :func:`combine`), the straggler's path
+    with its own and wait times against the fastest rank's, then the fastest rank's own path."""
+    pg: list[str] = []
+    index: list[int] = []
+    rank: list[int] = []
+    role: list[str] = []
+    name: list[str] = []
+    kind: list[str] = []
+    step, start, end, occurrence, timed = [], [], [], [], []
+    for s_side, f_side, seg_s, extra in parts:
+        seg_f = np.where(np.repeat(f_side.matched, 2), f_side.seg_ns, 0)
+        for side, who in ((s_side, "straggler"), (f_side, "fastest")):
+            rows = side.rows
+            assert rows is not None  # kept for both sides or neither
+            n = len(rows)
+            pg += [side.key[0]] * n
+            index += [side.key[1]] * n
+            rank += [side.rank] * n
+            role += [who] * n
+            name += rows.names
+            kind += rows.kinds
+            step.append(np.arange(n))
+            start.append(rows.start_ns)
+            end.append(rows.end_ns)
+            occurrence.append(rows.occurrence)
+        # own and wait times of the straggler's path nodes (chain positions 1..), the fastest
+        # rank's counterparts, and the extra time of each node; none on the fastest rank's path
+        timed.append(np.stack([seg_s[2::2] / 1000.0, seg_s[3::2] / 1000.0, seg_f[2::2] / 1000.0,
+                               seg_f[3::2] / 1000.0, extra.reshape(-1, 2).sum(axis=1)[1:] / 1000.0], axis=1))
+        timed.append(np.full((len(step[-1]), 5), np.nan))
+    start_ns, end_ns = np.concatenate(start), np.concatenate(end)
+    times = np.concatenate(timed)
+    return pd.DataFrame({
+        "pg": pg, "index": index, "rank": rank, "role": role, "step": np.concatenate(step), "name": name,
+        "kind": kind, "start_ns": start_ns, "end_ns": end_ns, "dur_us": (end_ns - start_ns) / 1000.0,
+        "occurrence": np.concatenate(occurrence), "own_us": times[:, 0], "wait_us": times[:, 1],
+        "own_fastest_us": times[:, 2], "wait_fastest_us": times[:, 3], "extra_us": times[:, 4]},
+        columns=PATH_COLUMNS)
 
 
 def summarize(collectives: pd.DataFrame) -> tuple[pd.DataFrame, float]:

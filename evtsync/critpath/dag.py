@@ -44,6 +44,7 @@ events (one pass, integers only).
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 
@@ -137,10 +138,21 @@ class RankDAG:
                                                              strict=True)]
 
     def launch_of(self, node: int) -> int:
-        """The launch-call node of a GPU node (its parent through a launch edge), or -1."""
-        lo, hi = self.parent_ptr[node], self.parent_ptr[node + 1]
-        hit = np.flatnonzero(self.parent_kind[lo:hi] == EDGE_LAUNCH)
-        return int(self.parent[lo + hit[-1]]) if hit.size else -1
+        """The launch-call node of a GPU node (its parent through a launch edge, the last in
+        parent order if several), or -1."""
+        return int(self._launch_node[node])
+
+    @functools.cached_property
+    def _launch_node(self) -> np.ndarray:
+        """:meth:`launch_of` of every node, found once (a walk asks for it at every step)."""
+        launch = np.full(self.n_nodes, -1, dtype=np.int64)
+        edges = np.flatnonzero(self.parent_kind == EDGE_LAUNCH)
+        if edges.size:
+            dst = np.searchsorted(self.parent_ptr, edges, side="right") - 1
+            last = np.ones(edges.size, dtype=bool)  # the last launch edge of each destination
+            last[:-1] = dst[1:] != dst[:-1]
+            launch[dst[last]] = self.parent[edges[last]]
+        return launch
 
     def gpu_node(self, row: int) -> int:
         """Node id of the GPU event at ``row`` of the trace set's kernels table (-1 when absent)."""
@@ -152,15 +164,23 @@ class RankDAG:
         return np.flatnonzero((self.source == source) & (self.row == row))
 
 
+def _is_one_of(values: pd.Series, names: frozenset[str] | set[str]) -> np.ndarray:
+    """Whether each value, as a string (``astype(str)``; a missing value is none of them), is one
+    of ``names``: for a categorical column one test per category, not per row."""
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        hit = np.array([str(c) in names for c in values.cat.categories] + [False], dtype=bool)
+        codes = values.cat.codes.to_numpy()
+        return hit[np.where(codes < 0, len(hit) - 1, codes)]
+    return values.astype(str).isin(names).to_numpy()
+
+
 def _cpu_events(cpu_ops: pd.DataFrame, runtime: pd.DataFrame, vocab: Vocabulary) -> dict[str, np.ndarray]:
     """The CPU events of one rank as columns: thread, times, kind, name id, source row, sort priority
     (plain arrays: a DataFrame would copy them into one block)."""
-    ops = cpu_ops[cpu_ops["cat"].astype(str) != "gpu_user_annotation"]
-    op_cat = ops["cat"].astype(str).to_numpy()
-    op_kind = np.where(np.isin(op_cat, list(PYTHON_CATEGORIES)), KIND_PYTHON, KIND_CPU_OP)
-    rt_names = runtime["name"].astype(str).to_numpy()
-    rt_kind = np.where(np.isin(rt_names, list(LAUNCH_CALL_NAMES)), KIND_LAUNCH,
-                       np.where(np.isin(rt_names, list(BLOCKING_SYNC_NAMES)), KIND_SYNC, KIND_RUNTIME))
+    ops = cpu_ops[~_is_one_of(cpu_ops["cat"], {"gpu_user_annotation"})]
+    op_kind = np.where(_is_one_of(ops["cat"], PYTHON_CATEGORIES), KIND_PYTHON, KIND_CPU_OP)
+    rt_kind = np.where(_is_one_of(runtime["name"], LAUNCH_CALL_NAMES), KIND_LAUNCH,
+                       np.where(_is_one_of(runtime["name"], BLOCKING_SYNC_NAMES), KIND_SYNC, KIND_RUNTIME))
     frame = {
         "pid": np.concatenate([ops["pid"].to_numpy(), runtime["pid"].to_numpy()]),
         "tid": np.concatenate([ops["tid"].to_numpy(), runtime["tid"].to_numpy()]),
@@ -217,11 +237,20 @@ def _nesting_parents(lane: np.ndarray, start: np.ndarray, end: np.ndarray,
     return parent, partial
 
 
+def _pair_codes(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Code of each (a, b) pair, numbered by first appearance (``pd.factorize`` of the pairs),
+    from the codes of each column: no MultiIndex of tuples."""
+    code_a, uniq_a = pd.factorize(a)
+    code_b, uniq_b = pd.factorize(b)
+    if (code_a < 0).any() or (code_b < 0).any():  # a missing value: the pairs as they are
+        return pd.factorize(pd.MultiIndex.from_arrays([a, b]))[0].astype(np.int64)
+    return pd.factorize(code_a.astype(np.int64) * len(uniq_b) + code_b)[0].astype(np.int64)
+
+
 def _cpu_slices(events: dict[str, np.ndarray], gap_id: int) -> tuple[dict[str, np.ndarray], list[tuple[str, int, int]], int]:
     """Exclusive time slices of the CPU events of one rank (all threads), in (lane, start, end)
     order; the lanes (threads) in lane order; the number of partial overlaps."""
-    lane_key = pd.MultiIndex.from_arrays([events["pid"], events["tid"]])
-    lane = pd.factorize(lane_key)[0].astype(np.int64)
+    lane = _pair_codes(events["pid"], events["tid"])
     order = np.lexsort((events["prio"], -events["end"], events["start"], lane))
     # columns are taken in sweep order one at a time (``ev(c)``), never as a copy of the frame
 
@@ -290,9 +319,10 @@ def _cpu_slices(events: dict[str, np.ndarray], gap_id: int) -> tuple[dict[str, n
         "source": owned("source", SRC_NONE), "row": owned("row", -1),
     }
     del sl_lane, lo, hi, by_lane
-    lanes = pd.DataFrame({"pid": ev("pid"), "tid": ev("tid"), "lane": lane}
-                         ).drop_duplicates("lane").sort_values("lane")
-    return slices, [("thread", int(p), int(t)) for p, t in zip(lanes["pid"], lanes["tid"], strict=True)], partial
+    # one (pid, tid) per lane, in lane order (every event of a lane has the same pair)
+    _, first = np.unique(lane, return_index=True)
+    threads = [("thread", int(p), int(t)) for p, t in zip(ev("pid")[first], ev("tid")[first], strict=True)]
+    return slices, threads, partial
 
 
 def build_rank_dag(kernels: pd.DataFrame, cpu_ops: pd.DataFrame, runtime: pd.DataFrame,
@@ -386,7 +416,7 @@ def build_rank_dag(kernels: pd.DataFrame, cpu_ops: pd.DataFrame, runtime: pd.Dat
     # ---- launch edges by correlation
     n_launch = 0
     if len(rt_calls) and n_gpu:
-        is_launch = rt_calls["name"].astype(str).isin(LAUNCH_CALL_NAMES).to_numpy() & \
+        is_launch = _is_one_of(rt_calls["name"], LAUNCH_CALL_NAMES) & \
             (rt_calls["correlation"].to_numpy() >= 0)
         launches = rt_calls[is_launch]
         g_corr = g["correlation"].to_numpy()
@@ -409,7 +439,7 @@ def build_rank_dag(kernels: pd.DataFrame, cpu_ops: pd.DataFrame, runtime: pd.Dat
     # ---- synchronization edges
     n_sync = 0
     if len(rt_calls) and n_gpu:
-        is_sync = rt_calls["name"].astype(str).isin(BLOCKING_SYNC_NAMES).to_numpy()
+        is_sync = _is_one_of(rt_calls["name"], BLOCKING_SYNC_NAMES)
         sync_calls = rt_calls[is_sync]
         if len(sync_calls):
             src_list, dst_rows, dst_ends = _sync_sources(g, g_lane, gpu_lane_uniques, start[:n_gpu],
@@ -466,8 +496,8 @@ def _sync_sources(g: pd.DataFrame, g_lane: np.ndarray, lane_uniques: pd.Index, g
     """For each blocking sync call: the GPU node it waited for (node ids are GPU positions)."""
     by_corr = syncs[syncs["correlation"] >= 0].drop_duplicates("correlation").set_index("correlation") \
         if len(syncs) else None
-    record_ts = runtime[runtime["name"].astype(str).isin({"cudaEventRecord", "hipEventRecord",
-                                                          "cudaEventRecordWithFlags"})]
+    record_ts = runtime[_is_one_of(runtime["name"], {"cudaEventRecord", "hipEventRecord",
+                                                     "cudaEventRecordWithFlags"})]
     record_ts = record_ts[record_ts["correlation"] >= 0].drop_duplicates("correlation") \
         .set_index("correlation")["ts_ns"]
     # launch time of each GPU node (for Event Sync: what was launched before the record)

@@ -17,6 +17,7 @@ path of its trace file, which it reads itself (a process pool or a Dask cluster,
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,7 +55,6 @@ from evtsync.critpath.walk import (
     Window,
     net_cpu_runs,
     segment_category,
-    tile_path,
 )
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,24 @@ class RankWork:
     fastest_of: list[tuple[CollectiveKey, StragglerSide]] = field(default_factory=list)
     same_stream_tolerance_ns: int = SAME_STREAM_TOLERANCE_NS
     keep_paths: bool = False
+    #: in-process only: the rank setups kept from round 1 for round 2 (never sent to a worker)
+    setups: SetupCache | None = None
+
+
+@dataclass
+class PathRows:
+    """One rank's critical path of one collective, node by node: the rows of
+    :attr:`evtsync.critpath.AttributionResult.paths` before the collective's columns are added
+    (plain arrays: the table is built once, from every path, by the caller)."""
+
+    names: list[str]
+    kinds: list[str]
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    occurrence: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.names)
 
 
 @dataclass
@@ -105,7 +123,7 @@ class StragglerSide:
     bottom: str = ""
     here_start_ns: int = 0
     prev_end_ns: int | None = None
-    frame: pd.DataFrame | None = None
+    rows: PathRows | None = None
 
     @property
     def path_len(self) -> int:
@@ -126,7 +144,7 @@ class FastestSide:
     path_us: float = float("nan")
     here_start_ns: int = 0
     prev_end_ns: int | None = None
-    frame: pd.DataFrame | None = None
+    rows: PathRows | None = None
 
 
 #: Columns of each trace table that the DAG and the instance lookup read; a task drops the
@@ -157,19 +175,39 @@ def _read_rank_tables(work: RankWork) -> tuple[pd.DataFrame, ...]:
 def release_freed_memory() -> None:
     """Hand memory freed by the allocator back to the OS (glibc's ``malloc_trim``), so a
     worker's resident size follows what it holds; a no-op elsewhere."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim``, or None (looked up once: ``find_library`` runs ``ldconfig``)."""
     import ctypes
     import ctypes.util
 
     name = ctypes.util.find_library("c")
     if not name:
-        return
+        return None
     try:
-        ctypes.CDLL(name).malloc_trim(0)
+        return ctypes.CDLL(name).malloc_trim
     except (OSError, AttributeError):  # not glibc
-        return
+        return None
 
 
-def _rank_setup(work: RankWork) -> tuple[RankDAG, KeyIndex, Walker, Vocabulary, dict[CollectiveKey, tuple[int, int, int]]]:
+@dataclass
+class RankSetup:
+    """What the walks of one rank need: its DAG, key index, walker and name vocabulary, and its
+    collective instances' (node, start ns, end ns) by (pg, index)."""
+
+    dag: RankDAG
+    keys: KeyIndex
+    walker: Walker
+    vocab: Vocabulary
+    by_key: dict[CollectiveKey, tuple[int, int, int]]
+
+
+def _rank_setup(work: RankWork) -> RankSetup:
     """Load (when needed) and build one rank's DAG, and find its collective instances' nodes.
 
     Only the DAG is kept: the rank's tables are dropped once it is built and the
@@ -182,11 +220,53 @@ def _rank_setup(work: RankWork) -> tuple[RankDAG, KeyIndex, Walker, Vocabulary, 
     del cpu_ops, runtime, syncs
     nodes = rank_instance_nodes(kernels, work.instances, dag)
     del kernels
-    release_freed_memory()
+    if work.setups is None:  # a task of its own (a worker): hand the tables' memory back
+        release_freed_memory()
     by_key = {(p, int(i)): (int(n), int(s), int(e)) for p, i, n, s, e in
               zip(work.instances["pg"], work.instances["index"], nodes, work.instances["ts_ns"],
                   work.instances["end_ns"], strict=True)}
-    return dag, KeyIndex(dag), Walker(dag), vocab, by_key
+    return RankSetup(dag, KeyIndex(dag), Walker(dag), vocab, by_key)
+
+
+#: Most DAG nodes (all ranks together) whose setups an in-process attribution keeps from round 1
+#: for round 2, about 150 bytes a node with the key index (~0.6 GB); ranks beyond it are built again.
+SETUP_CACHE_NODES = 4_000_000
+
+
+class SetupCache:
+    """Rank setups kept between the two rounds when both run in the calling process, so that a
+    rank that is a straggler in some collectives and the fastest in others has its DAG built
+    once: round 1 keeps the setups of the ranks round 2 will need (``wanted``) while their nodes
+    stay within ``max_nodes`` (default :data:`SETUP_CACHE_NODES`); round 2 takes each one (and
+    drops it). A setup is the same whichever round built it, so the results do not depend on
+    the cache."""
+
+    def __init__(self, wanted: set[int], max_nodes: int | None = None) -> None:
+        self.wanted = set(wanted)
+        self.max_nodes = SETUP_CACHE_NODES if max_nodes is None else max_nodes
+        self.nodes = 0
+        self._kept: dict[int, RankSetup] = {}
+
+    def __contains__(self, rank: int) -> bool:
+        return rank in self._kept
+
+    def get(self, work: RankWork, *, keep: bool) -> RankSetup:
+        """The setup of ``work``'s rank: a kept one (dropped from the cache), else built (and,
+        with ``keep``, kept when a later round wants it and the budget allows)."""
+        kept = self._kept.pop(work.rank, None)
+        if kept is not None:
+            self.nodes -= kept.dag.n_nodes
+            return kept
+        setup = _rank_setup(work)
+        if keep and work.rank in self.wanted and self.nodes + setup.dag.n_nodes <= self.max_nodes:
+            self.wanted.discard(work.rank)
+            self._kept[work.rank] = setup
+            self.nodes += setup.dag.n_nodes
+        return setup
+
+
+def _setup_of(work: RankWork, *, keep: bool) -> RankSetup:
+    return work.setups.get(work, keep=keep) if work.setups is not None else _rank_setup(work)
 
 
 def rank_instance_nodes(kernels: pd.DataFrame, instances: pd.DataFrame, dag: RankDAG) -> np.ndarray:
@@ -225,7 +305,8 @@ def _previous(by_key: dict[CollectiveKey, tuple[int, int, int]], key: Collective
 
 def straggler_task(work: RankWork) -> tuple[list[StragglerSide], dict[str, int]]:
     """Round 1: the straggler side of every collective in ``work.straggler_of``."""
-    dag, keys, walker, vocab, by_key = _rank_setup(work)
+    setup = _setup_of(work, keep=True)
+    dag, keys, walker, vocab, by_key = setup.dag, setup.keys, setup.walker, setup.vocab, setup.by_key
     names = vocab.names
     out = []
     for key in work.straggler_of:
@@ -242,9 +323,10 @@ def straggler_task(work: RankWork) -> tuple[list[StragglerSide], dict[str, int]]
         pkeys = keys.key_of(path)
         # a sync the fastest rank did not make keeps its whole blocked time; whether it did is
         # known in round 2, so both tilings are kept (row 0: syncs after their GPU work, row 1: whole)
-        own, wait, _ = tile_path(dag, chain, win, fastest=False)
+        own, wait, _ = walker.tile_path(chain, win, fastest=False)
         syncs = frozenset(j for j in range(1, len(chain)) if kinds[j] == KIND_SYNC)
-        own_w, wait_w, _ = tile_path(dag, chain, win, fastest=False, whole_syncs=syncs) if syncs else (own, wait, 0)
+        own_w, wait_w, _ = walker.tile_path(chain, win, fastest=False, whole_syncs=syncs) if syncs \
+            else (own, wait, 0)
         k = len(chain)
         seg_kind = np.empty(2 * k, dtype=np.int8)
         for j in range(k):
@@ -268,7 +350,7 @@ def straggler_task(work: RankWork) -> tuple[list[StragglerSide], dict[str, int]]
             has_launch=np.array([kinds[j] != KIND_GPU or dag.launch_of(c) >= 0 for j, c in enumerate(chain)]),
             bottom=bottom, here_start_ns=here[1], prev_end_ns=prev[2] if prev else None)
         if work.keep_paths:
-            side.frame = _frame(key, work.rank, "straggler", dag, path, occ, names)
+            side.rows = _path_rows(dag, path, occ, names)
         out.append(side)
     return out, {"rank": work.rank, **dag.stats, "peak_rss_mb": peak_rss_mb()}
 
@@ -287,7 +369,8 @@ def peak_rss_mb() -> float:
 
 def fastest_task(work: RankWork) -> tuple[list[FastestSide], dict[str, int]]:
     """Round 2: the fastest side of every collective in ``work.fastest_of``."""
-    dag, keys, walker, vocab, by_key = _rank_setup(work)
+    setup = _setup_of(work, keep=False)
+    dag, keys, walker, vocab, by_key = setup.dag, setup.keys, setup.walker, setup.vocab, setup.by_key
     names = vocab.names
     out = []
     for key, s in work.fastest_of:
@@ -305,7 +388,7 @@ def fastest_task(work: RankWork) -> tuple[list[FastestSide], dict[str, int]]:
         else:
             match = np.zeros(0, np.int64)
         chain_f = [here[0], *match.tolist()]
-        own_f, wait_f, _ = tile_path(dag, chain_f, win, fastest=True)
+        own_f, wait_f, _ = walker.tile_path(chain_f, win, fastest=True)
         seg = np.empty(2 * len(chain_f), dtype=np.int64)
         seg[0::2], seg[1::2] = own_f, wait_f
         path_f = walker.path(here[0], win, prev[0] if prev else -1)
@@ -313,24 +396,20 @@ def fastest_task(work: RankWork) -> tuple[list[FastestSide], dict[str, int]]:
         pk = keys.key_of(path_f)
         path_keys = [(names[int(i) // THREAD_SLOTS], int(i) % THREAD_SLOTS, int(o))
                      for i, o in zip(pk.tolist(), occ_f.tolist(), strict=True)]
-        own_p, wait_p, _ = tile_path(dag, [here[0], *path_f.tolist()], win, fastest=False)
+        own_p, wait_p, _ = walker.tile_path([here[0], *path_f.tolist()], win, fastest=False)
         side = FastestSide(key=key, rank=work.rank, found=True, matched=np.concatenate([[True], match >= 0]),
                            seg_ns=seg, path_keys=path_keys, path_us=(sum(own_p) + sum(wait_p)) / 1000.0,
                            here_start_ns=here[1], prev_end_ns=prev[2] if prev else None)
         if work.keep_paths:
-            side.frame = _frame(key, work.rank, "fastest", dag, path_f, occ_f, names)
+            side.rows = _path_rows(dag, path_f, occ_f, names)
         out.append(side)
     return out, {"rank": work.rank, **dag.stats, "peak_rss_mb": peak_rss_mb()}
 
 
-def _frame(key: CollectiveKey, rank: int, role: str, dag: RankDAG, path: np.ndarray, occurrence: np.ndarray,
-           names: list[str]) -> pd.DataFrame:
-    return pd.DataFrame({
-        "pg": key[0], "index": key[1], "rank": rank, "role": role, "step": np.arange(len(path)),
-        "name": [names[i] for i in dag.name_id[path].tolist()],
-        "kind": [KIND_NAMES[k] for k in dag.kind[path].tolist()],
-        "start_ns": dag.start[path], "end_ns": dag.end[path],
-        "dur_us": (dag.end[path] - dag.start[path]) / 1000.0, "occurrence": occurrence})
+def _path_rows(dag: RankDAG, path: np.ndarray, occurrence: np.ndarray, names: list[str]) -> PathRows:
+    return PathRows(names=[names[i] for i in dag.name_id[path].tolist()],
+                    kinds=[KIND_NAMES[k] for k in dag.kind[path].tolist()],
+                    start_ns=dag.start[path], end_ns=dag.end[path], occurrence=occurrence)
 
 
 def combine(s: StragglerSide, f: FastestSide, row: dict[str, Any], *, share_band: tuple[float, float]

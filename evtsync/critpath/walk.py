@@ -9,7 +9,7 @@ lookup per step.
 
 Events are matched across ranks by *key*: (event name — with its thread's ordinal for CPU
 events —, occurrence index among the rank's window nodes with that key). The path of a
-collective tiles the straggler's time into *own* and *wait* segments (:func:`tile_path`);
+collective tiles the straggler's time into *own* and *wait* segments (:meth:`Walker.tile_path`);
 measured the same way on the fastest rank's matched events, their differences sum to the
 straggler's lateness (see :mod:`evtsync.critpath.tasks` and docs/critical-path.md).
 """
@@ -170,8 +170,12 @@ class Walker:
     def __init__(self, dag: RankDAG) -> None:
         self.dag = dag
         self.critical = memoryview(np.ascontiguousarray(dag.critical, dtype=np.int64))
+        self.start = memoryview(np.ascontiguousarray(dag.start, dtype=np.int64))
         self.end = memoryview(np.ascontiguousarray(dag.end, dtype=np.int64))
         self.is_gpu = memoryview(dag.kind == KIND_GPU)
+        self.parent_ptr = memoryview(np.ascontiguousarray(dag.parent_ptr, dtype=np.int64))
+        self.parent = memoryview(np.ascontiguousarray(dag.parent, dtype=np.int64))
+        self.parent_ready = memoryview(np.ascontiguousarray(dag.parent_ready, dtype=np.int64))
         self._stamp = memoryview(np.zeros(dag.n_nodes, dtype=np.int64))
         self._walk_id = 0
         self.cycles = 0
@@ -200,8 +204,75 @@ class Walker:
             n = crit[n]
         return np.asarray(out, dtype=np.int64)
 
+    def edge_ready(self, src: int, dst: int) -> int | None:
+        """Ready time of the edge src -> dst (the latest if several), or None when there is none."""
+        parent, ready = self.parent, self.parent_ready
+        best = None
+        for e in range(self.parent_ptr[dst], self.parent_ptr[dst + 1]):
+            if parent[e] == src and (best is None or ready[e] > best):
+                best = ready[e]
+        return best
 
-#: Segments of the straggler's time along its path (see :func:`tile_path` and :mod:`evtsync.critpath.tasks`).
+    def critical_ready(self, node: int) -> int | None:
+        """Ready time of a node's critical edge (None without parents)."""
+        lo, hi = self.parent_ptr[node], self.parent_ptr[node + 1]
+        return self.parent_ready[hi - 1] if hi > lo else None
+
+    def tile_path(self, chain: list[int], window: Window, *, fastest: bool,
+                  whole_syncs: frozenset[int] = frozenset()) -> tuple[list[int], list[int], int]:
+        """Own and wait segment lengths of each chain position (0 = the collective).
+
+        ``chain`` lists nodes newest first. On the straggler (``fastest=False``) consecutive
+        entries are linked by critical edges and the segments tile its time from the returned
+        bottom to the collective's start. On the fastest rank entries are the matches of the
+        straggler's nodes, -1 where there is none: a node's segments follow the same rules,
+        through the edges to its matched neighbours when the fastest rank has them, else from
+        its own end and its own critical parent. A wait is counted from the window start of
+        the side (GPU or CPU) that let the node go. Positions in ``whole_syncs``
+        (straggler-only syncs) keep their whole blocked time as their own.
+        Returns own, wait and the bottom (start of the oldest segment).
+        """
+        k = len(chain)
+        own, wait = [0] * k, [0] * k
+        start, end, is_gpu, critical = self.start, self.end, self.is_gpu, self.critical
+        edge_ready = self.edge_ready
+        lo_child: int | None = None
+        child = -1
+        bottom = 0
+        for j in range(k):
+            n = chain[j]
+            if n < 0:
+                lo_child, child = None, -1
+                continue
+            ws = window.gpu_start if is_gpu[n] else window.cpu_start
+            s_n, e_n = start[n], end[n]
+            if j == 0:
+                hi = s_n
+            else:
+                r = edge_ready(n, child) if child >= 0 else None
+                if r is None:
+                    r = e_n
+                hi = min(r, lo_child) if lo_child is not None else r
+            parent = chain[j + 1] if j + 1 < k else -1
+            rp = edge_ready(parent, n) if parent >= 0 else None
+            if rp is None and (j + 1 == k or fastest):
+                rp = self.critical_ready(n)
+                parent = critical[n]
+            if j in whole_syncs:
+                rp = None
+            floor = min(rp, hi) if rp is not None else s_n
+            lo = min(max(s_n, floor, ws), hi) if j else hi
+            own[j] = max(hi - lo, 0)
+            # a wait is counted from the window start of the side that let the node go
+            ws_parent = ws if parent < 0 else (window.gpu_start if is_gpu[parent] else window.cpu_start)
+            base = max(min(rp, lo), ws_parent) if rp is not None else lo
+            wait[j] = max(lo - base, 0)
+            bottom = base
+            lo_child, child = lo, n
+        return own, wait, bottom
+
+
+#: Segments of the straggler's time along its path (see :meth:`Walker.tile_path` and :mod:`evtsync.critpath.tasks`).
 SEGMENT_NAMES = ("kernel", "cpu_slice", "sync_wait", "launch_gap", "stream_queue", "cpu_wait")
 SEG_KERNEL, SEG_CPU, SEG_SYNC, SEG_LAUNCH_GAP, SEG_QUEUE, SEG_CPU_WAIT = range(6)
 #: Segments spent on the GPU (the others are the CPU's, or the GPU waiting for the CPU).
@@ -209,74 +280,6 @@ GPU_SEGMENTS = frozenset({SEG_KERNEL, SEG_QUEUE})
 #: How the tiling of the straggler's path ends (the oldest node's parent).
 BOTTOM_PREVIOUS, BOTTOM_WINDOW, BOTTOM_NO_PARENT, BOTTOM_CYCLE = (
     "previous_collective", "window_start", "no_parent", "cycle")
-
-
-def _edge_ready(dag: RankDAG, src: int, dst: int) -> int | None:
-    """Ready time of the edge src -> dst (the latest if several), or None when there is none."""
-    lo, hi = int(dag.parent_ptr[dst]), int(dag.parent_ptr[dst + 1])
-    if hi == lo:
-        return None
-    hit = np.flatnonzero(dag.parent[lo:hi] == src)
-    return int(dag.parent_ready[lo + hit].max()) if hit.size else None
-
-
-def _critical_ready(dag: RankDAG, node: int) -> int | None:
-    """Ready time of a node's critical edge (None without parents)."""
-    lo, hi = int(dag.parent_ptr[node]), int(dag.parent_ptr[node + 1])
-    return int(dag.parent_ready[hi - 1]) if hi > lo else None
-
-
-def tile_path(dag: RankDAG, chain: list[int], window: Window, *, fastest: bool,
-          whole_syncs: frozenset[int] = frozenset()) -> tuple[list[int], list[int], int]:
-    """Own and wait segment lengths of each chain position (0 = the collective).
-
-    ``chain`` lists nodes newest first. On the straggler (``fastest=False``) consecutive
-    entries are linked by critical edges and the segments tile its time from the returned
-    bottom to the collective's start. On the fastest rank entries are the matches of the
-    straggler's nodes, -1 where there is none: a node's segments follow the same rules,
-    through the edges to its matched neighbours when the fastest rank has them, else from
-    its own end and its own critical parent. A wait is counted from the window start of
-    the side (GPU or CPU) that let the node go. Positions in ``whole_syncs``
-    (straggler-only syncs) keep their whole blocked time as their own.
-    Returns own, wait and the bottom (start of the oldest segment).
-    """
-    k = len(chain)
-    own, wait = [0] * k, [0] * k
-    start, end, kind = dag.start, dag.end, dag.kind
-    lo_child: int | None = None
-    child = -1
-    bottom = 0
-    for j in range(k):
-        n = chain[j]
-        if n < 0:
-            lo_child, child = None, -1
-            continue
-        ws = window.gpu_start if kind[n] == KIND_GPU else window.cpu_start
-        s_n, e_n = int(start[n]), int(end[n])
-        if j == 0:
-            hi = s_n
-        else:
-            r = _edge_ready(dag, n, child) if child >= 0 else None
-            if r is None:
-                r = e_n
-            hi = min(r, lo_child) if lo_child is not None else r
-        parent = chain[j + 1] if j + 1 < k else -1
-        rp = _edge_ready(dag, parent, n) if parent >= 0 else None
-        if rp is None and (j + 1 == k or fastest):
-            rp = _critical_ready(dag, n)
-            parent = int(dag.critical[n])
-        if j in whole_syncs:
-            rp = None
-        floor = min(rp, hi) if rp is not None else s_n
-        lo = min(max(s_n, floor, ws), hi) if j else hi
-        own[j] = max(hi - lo, 0)
-        # a wait is counted from the window start of the side that let the node go
-        ws_parent = ws if parent < 0 else (window.gpu_start if kind[parent] == KIND_GPU else window.cpu_start)
-        base = max(min(rp, lo), ws_parent) if rp is not None else lo
-        wait[j] = max(lo - base, 0)
-        bottom = base
-        lo_child, child = lo, n
-    return own, wait, bottom
 
 
 def net_cpu_runs(raw: np.ndarray, cpu_position: np.ndarray) -> np.ndarray:

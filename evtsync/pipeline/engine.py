@@ -145,6 +145,7 @@ class Run:
         self.workloads: list[Workload] = []
         self._traces: dict[str, Any] = {}
         self._alignments: dict[str, Any] = {}
+        self._tax: dict[str, Any] = {}
         #: Dask backend of the run (``workers``/``scheduler``/environment), open during it
         self.backend: Any = None
         self.code = source_digest()
@@ -213,6 +214,15 @@ class Run:
             self._alignments[workload.name] = align_collectives(self.traces(workload), backend=self.backend,
                                                                 **self.align_options())
         return self._alignments[workload.name]
+
+    def tax(self, workload: Workload) -> Any:
+        """The :class:`~evtsync.tax.TaxTables` of a workload's alignment (memoised: the ``tax``
+        stage computes them, ``attribution`` reuses them)."""
+        if workload.name not in self._tax:
+            from evtsync.tax import compute_tax
+
+            self._tax[workload.name] = compute_tax(self.alignment(workload))
+        return self._tax[workload.name]
 
     def trace_hashes(self) -> dict[str, str]:
         """SHA-256 of every trace file, reusing the manifest's when size and mtime match."""

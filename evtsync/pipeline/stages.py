@@ -82,7 +82,7 @@ def _gpu_of(traces: Any) -> str:
 
 
 def _stage_tax(run: Run) -> dict[str, Any]:
-    from evtsync.tax import compute_tax, tax_summary
+    from evtsync.tax import tax_summary
 
     parts: dict[str, list[pd.DataFrame]] = {k: [] for k in
                                             ("collectives", "ranks", "summary", "groups", "mismatches", "traces")}
@@ -93,7 +93,7 @@ def _stage_tax(run: Run) -> dict[str, Any]:
         traces = run.traces(w)
         gpu = _gpu_of(traces)
         alignment = run.alignment(w)
-        tables = compute_tax(alignment)
+        tables = run.tax(w)
         info = traces.ranks.drop(columns=[c for c in ("path",) if c in traces.ranks]).copy()
         info["file"] = traces.ranks["path"].map(lambda p: Path(str(p)).name)
         for name, table in (("collectives", tables.collectives), ("ranks", tables.ranks),
@@ -139,7 +139,7 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
             reasons.append(f"{w.name}: no collectives")
             return
         try:
-            result = attribute(traces, alignment=alignment)
+            result = attribute(traces, alignment=alignment, tax=run.tax(w))
         except InputError as exc:  # does not apply to this workload (no CPU side, …): said, not failed
             reasons.append(f"{w.name}: {exc}")
             return
