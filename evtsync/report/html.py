@@ -19,6 +19,7 @@ import html
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -246,12 +247,30 @@ def wilson_interval(k: int, n: int, level: float = LEVEL) -> tuple[float, float,
 class _Ctx:
     """What the section builders share: the run folder, its manifest, the figure folder."""
 
-    def __init__(self, run_dir: Path, out: Path, manifest: dict[str, Any]) -> None:
+    def __init__(self, run_dir: Path, out: Path, manifest: dict[str, Any],
+                 load_fit: Callable[[Path], Any] | None = None) -> None:
         self.run_dir = run_dir
         self.out = out
         self.fig_dir = out / FIGURES
         self.manifest = manifest
         self.written: list[Path] = []
+        self._load_fit = load_fit
+        self._main_fit: tuple[Any, str | None] | None = None
+
+    def main_fit(self) -> tuple[Any, str | None]:
+        """The main model's :class:`~evtsync.evt.bayesfit.BayesFit` and name ((None, None) without
+        one), read once per report (through the run's reader when the pipeline gives one)."""
+        if self._main_fit is None:
+            from evtsync.evt.bayesfit import BayesFit, fit_path, load_fit
+            from evtsync.pipeline.layout import fitted_models, main_model
+
+            name = main_model(self.run_dir, self.manifest)
+            if name is None:
+                self._main_fit = (None, None)
+            else:
+                path = fitted_models(self.run_dir, self.manifest)[name]
+                self._main_fit = (BayesFit((self._load_fit or load_fit)(path), fit_path(path)), name)
+        return self._main_fit
 
     def stage(self, name: str) -> dict[str, Any]:
         return self.manifest.get("stages", {}).get(name, {})
@@ -604,7 +623,7 @@ def _gpu_sections(ctx: _Ctx) -> list[Section]:
     z = ctx.table("zscores")
     mle = ctx.table("mle")
     pvm = ctx.table("predicted_vs_measured")
-    main_tree, main_name = _main_fit(ctx)
+    main_tree, main_name = ctx.main_fit()
     if coll is None:
         return []
     sections = []
@@ -721,16 +740,6 @@ def _path_view(ctx: _Ctx, gpu: str, slug: str) -> Any:
         f"{fmt(top['tau_max_us'])} µs), as in the paper's Fig. 4: GPU and CPU-side events on separate lanes, time "
         f"from each path's first event (both ranks leave the previous collective together, SPEC §4); outlined "
         f"in red: the principal cause, {cause}."))
-
-
-def _main_fit(ctx: _Ctx) -> tuple[Any, str | None]:
-    from evtsync.evt.bayesfit import BayesFit
-    from evtsync.pipeline.layout import fitted_models, main_model
-
-    name = main_model(ctx.run_dir, ctx.manifest)
-    if name is None:
-        return None, None
-    return BayesFit.load(fitted_models(ctx.run_dir, ctx.manifest)[name]), name
 
 
 def _cell_draws(fit: Any, gpu: str, precision: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -923,7 +932,7 @@ def _whatif_section(ctx: _Ctx) -> list[Section]:
     tau = ctx.table("tau")
     if tau is None or tau.empty or "b_us" not in tau.columns:
         return [Section(title, [ctx.why_not("prediction")], anchor="whatif")]
-    fit, name = _main_fit(ctx)
+    fit, name = ctx.main_fit()
     if fit is None:
         return [Section(title, [Skipped("Skipped — no main Bayesian fit in this run.")], anchor="whatif")]
     ref = tau[(tau["model"] == name) & (tau.get("gpu", "") == "H200") & (tau.get("precision", "") == "bf16")]
@@ -982,7 +991,7 @@ def _flops_section(ctx: _Ctx) -> list[Section]:
     summary = ctx.stage("prediction").get("summary", {})
     if tau is None or tau.empty or "b_us" not in tau.columns or not summary:
         return [Section(title, [ctx.why_not("prediction")], anchor="flops")]
-    fit, name = _main_fit(ctx)
+    fit, name = ctx.main_fit()
     if fit is None:
         return [Section(title, [Skipped("Skipped — no main Bayesian fit in this run.")], anchor="flops")]
     m = int(ctx.manifest.get("options", {}).get("m", 4) or 4)
@@ -1241,9 +1250,11 @@ def _files_section(ctx: _Ctx) -> list[Section]:
                                                                    "content hash and status.")], anchor="files")]
 
 
-def run_sections(run_dir: Path, out: Path, manifest: dict[str, Any]) -> tuple[list[Section], list[Path]]:
-    """The document of a run folder, and the figure files written for it."""
-    ctx = _Ctx(run_dir, out, manifest)
+def run_sections(run_dir: Path, out: Path, manifest: dict[str, Any],
+                 load_fit: Callable[[Path], Any] | None = None) -> tuple[list[Section], list[Path]]:
+    """The document of a run folder, and the figure files written for it (``load_fit``: how to
+    read a fit's tree, :func:`evtsync.evt.bayesfit.load_fit` by default)."""
+    ctx = _Ctx(run_dir, out, manifest, load_fit)
     sections: list[Section] = []
     for builder in (_summary_section, _inputs, _gpu_sections, _xi_section, _compare_section, _prediction_sections, _flops_section,
                     _whatif_section,
@@ -1334,9 +1345,12 @@ def timestamp_text(stamp: Any) -> str:
     return when.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def build_report(source: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> list[Path]:
+def build_report(source: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
+                 load_fit: Callable[[Path], Any] | None = None) -> list[Path]:
     """Write ``report.html``, ``report.md`` and ``figures/`` for a run folder or a fit; returns
-    every file written (figures first)."""
+    every file written (figures first). ``load_fit`` reads a run's fit trees (the pipeline passes
+    its own, so that a fit the stages read is not read again); default
+    :func:`evtsync.evt.bayesfit.load_fit`."""
     from evtsync.evt.bayesfit import FIT_FILE
     from evtsync.pipeline.layout import MANIFEST, read_manifest
 
@@ -1344,7 +1358,7 @@ def build_report(source: str | os.PathLike[str], out: str | os.PathLike[str] | N
     if (src / MANIFEST).is_file():
         manifest = read_manifest(src)
         dest = Path(out) if out else src
-        sections, written = run_sections(src, dest, manifest)
+        sections, written = run_sections(src, dest, manifest, load_fit)
         name = src.resolve().name
         title = f"evtsync report: {name}"
         subtitle = (f"Run folder {src}; evtsync {manifest.get('evtsync_version', '?')}; last updated "
