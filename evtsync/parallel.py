@@ -68,16 +68,19 @@ class InProcess:
 class ProcessPool:
     """A local pool of ``jobs`` processes (forkserver: safe with threads and Dask)."""
 
-    def __init__(self, jobs: int) -> None:
+    def __init__(self, jobs: int, preload: Sequence[str] = PRELOAD) -> None:
         if jobs < 1:
             raise InputError(f"--jobs must be at least 1, got {jobs}")
         self.jobs = jobs
+        self.preload = tuple(preload)
         self.name = f"process pool ({jobs} processes)"
 
     def map(self, fn: Callable[[T], R], items: Sequence[T], desc: str) -> list[R]:
         ctx = multiprocessing.get_context("forkserver")
-        # the fork server imports the reader once; each worker forked from it starts warm
-        ctx.set_forkserver_preload(list(PRELOAD))
+        # the fork server imports the work's modules once (``preload``: the trace reader unless
+        # told otherwise); each worker forked from it starts warm. A fork server already
+        # running keeps what it imported first.
+        ctx.set_forkserver_preload(list(self.preload))
         try:
             with _without_main_script(fn), \
                     ProcessPoolExecutor(max_workers=min(self.jobs, len(items)), mp_context=ctx) as pool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,19 @@ def save_png_svg(fig: Any, folder: str | os.PathLike[str], stem: str) -> tuple[P
         raise
     png = save_figure(fig, folder / f"{stem}.png", dpi=110)
     return png, svg
+
+
+#: The modules a process that draws the report's figures needs (imported once, before forking).
+PLOT_MODULES = ("evtsync.plots.fits", "evtsync.plots.paths", "evtsync.plots.predictions", "evtsync.plots.tax",
+                "evtsync.plots.whatif", "evtsync.plots.zscores")
+
+
+def draw_png_svg(folder: str | os.PathLike[str], job: tuple[Callable[[], Any], str]) -> tuple[Path, Path]:
+    """``job`` is ``(draw, stem)``: call ``draw`` (a figure function of :mod:`evtsync.plots` bound to
+    its tables, e.g. a ``functools.partial``) and save its figure as ``folder/stem.png`` and
+    ``.svg`` with :func:`save_png_svg`; the unit of work the report hands to its worker processes."""
+    draw, stem = job
+    return save_png_svg(draw(), folder, stem)
 
 
 def not_converged_mark(ax: Any, converged: bool, what: str = "fit") -> None:

@@ -15,8 +15,10 @@ measured means) unless a caption says otherwise.
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import logging
+import multiprocessing
 import os
 import re
 from collections.abc import Callable
@@ -32,7 +34,7 @@ from evtsync.evt.mlefit import MIN_Z_MLE
 from evtsync.plots import fits as fit_figs
 from evtsync.plots import predictions as pred_figs
 from evtsync.plots import tax as tax_figs
-from evtsync.plots.base import save_png_svg
+from evtsync.plots.base import PLOT_MODULES, draw_png_svg
 from evtsync.report.markdown import (
     Alert,
     Caption,
@@ -59,6 +61,9 @@ FIGURES = "figures"
 
 #: Fewest z-scores of a cell for its histogram, QQ plot and MLE table (the MLE's own minimum).
 MIN_Z_FIGURE = MIN_Z_MLE
+
+#: Most worker processes that draw a report's figures (a 2-core machine uses both cores).
+FIGURE_WORKERS = 4
 
 #: Domain sizes shown in the tables of tau(n) and B* (the figures show every power of two).
 TABLE_NS = (8, 64, 128, 512, 4096)
@@ -255,6 +260,7 @@ class _Ctx:
         self.manifest = manifest
         self.written: list[Path] = []
         self._load_fit = load_fit
+        self._figures: list[tuple[Callable[[], Any], str]] = []
         self._main_fit: tuple[Any, str | None] | None = None
 
     def main_fit(self) -> tuple[Any, str | None]:
@@ -282,11 +288,30 @@ class _Ctx:
         path = self.run_dir / "tables" / f"{name}.parquet"
         return read_table(path) if path.is_file() else None
 
-    def figure(self, fig: Any, stem: str, caption: str) -> Figure:
-        """Save a matplotlib figure of :mod:`evtsync.plots` as ``figures/stem.png/.svg`` for the report."""
-        pair = save_png_svg(fig, self.fig_dir, stem)
+    def figure(self, draw: Callable[[], Any], stem: str, caption: str) -> Figure:
+        """Plan ``figures/stem.png/.svg``: ``draw`` (a figure function of :mod:`evtsync.plots` bound to
+        its tables with ``functools.partial``) is called by :meth:`draw_figures`, after the text."""
+        if any(stem == planned for _, planned in self._figures):
+            raise ValueError(f"figure {stem} planned twice")  # a bug: one file per figure
+        self._figures.append((draw, stem))
+        pair = (self.fig_dir / f"{stem}.png", self.fig_dir / f"{stem}.svg")
         self.written.extend(pair)
         return Figure(pair[0], pair[1], caption)
+
+    def draw_figures(self, workers: int | None = None) -> None:
+        """Draw and save every planned figure, in ``workers`` processes (default: one per core, at
+        most :data:`FIGURE_WORKERS`) when there are several figures: drawing and saving them is
+        most of a report's time. One worker draws them in this process."""
+        from evtsync.parallel import InProcess, ProcessPool
+
+        jobs, self._figures = self._figures, []
+        if workers is None:
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            workers = min(cores, FIGURE_WORKERS)
+        workers = min(workers, len(jobs))
+        in_daemon = multiprocessing.current_process().daemon  # a daemon may not start processes
+        backend = ProcessPool(workers, preload=PLOT_MODULES) if workers > 1 and not in_daemon else InProcess()
+        backend.map(functools.partial(draw_png_svg, self.fig_dir), jobs, "report figures")
 
     def why_not(self, name: str) -> str:
         entry = self.stage(name)
@@ -653,12 +678,12 @@ def _gpu_sections(ctx: _Ctx) -> list[Section]:
                                           "collectives flagged by the alignment checks."))
         if len(sub):
             labelled = sub.assign(pg=sub["workload"].astype(str) + " " + sub["pg"].astype(str))
-            sec.items.append(ctx.figure(tax_figs.tax_cdfs(labelled), f"tax-cdf-{slug}", f"Empirical CDF of the synchronization tax tau_max (max − min NCCL "
+            sec.items.append(ctx.figure(functools.partial(tax_figs.tax_cdfs, labelled), f"tax-cdf-{slug}", f"Empirical CDF of the synchronization tax tau_max (max − min NCCL "
                                         f"kernel duration across the member ranks, log µs) of every aligned collective "
                                         f"on {gpu}, one curve per workload, process group and collective type "
                                         f"(SPEC §3)."))
         if ranks is not None and len(ranks[ranks["gpu"].astype(str) == gpu]):
-            fig = tax_figs.wait_shares(ranks[ranks["gpu"].astype(str) == gpu], f"Wait shares on {gpu}")
+            fig = functools.partial(tax_figs.wait_shares, ranks[ranks["gpu"].astype(str) == gpu], f"Wait shares on {gpu}")
             sec.items.append(ctx.figure(fig, f"wait-shares-{slug}", f"Distribution over collectives of the wait share (d_r − min d)/d_r: solid "
                                               f"for the rank that waited longest, dashed for the median rank, one "
                                               f"colour per workload on {gpu} (SPEC §3)."))
@@ -702,7 +727,7 @@ def _attribution_items(ctx: _Ctx, att: pd.DataFrame | None, gpu: str, slug: str)
                        "Principal cause of each straggler (the event with the largest extra time on its critical "
                        "path against the fastest rank's, SPEC §4), by category; paper: GEMM 78%, FlashAttention "
                        "15.4%, FSDP 4.3%, Norm 1.2%, Concat/Split 0.6% of GPU causes."))
-    items.append(ctx.figure(tax_figs.attribution_breakdown(sub), f"attribution-{slug}", f"Share of attributed collectives on {gpu} per principal-cause category, one bar per "
+    items.append(ctx.figure(functools.partial(tax_figs.attribution_breakdown, sub), f"attribution-{slug}", f"Share of attributed collectives on {gpu} per principal-cause category, one bar per "
                                   f"workload (critical-path walk from each collective back to the previous collective "
                                   f"of its PG, straggler's path compared with the fastest rank's, SPEC §4)."))
     items.append(_path_view(ctx, gpu, slug))
@@ -731,7 +756,7 @@ def _path_view(ctx: _Ctx, gpu: str, slug: str) -> Any:
     top = kept.sort_values("tau_max_us", ascending=False, kind="stable").iloc[0]
     rows = on_gpu[(on_gpu["workload"] == top["workload"]) & (on_gpu["pg"].astype(str) == str(top["pg"]))
                   & (on_gpu["index"] == top["index"])]
-    fig = straggler_vs_fastest(rows, top["pg"], int(top["index"]), kept[kept["workload"] == top["workload"]])
+    fig = functools.partial(straggler_vs_fastest, rows, top["pg"], int(top["index"]), kept[kept["workload"] == top["workload"]])
     cause = f"{top.get('cause_name')} ({top.get('cause_category')}, +{fmt(top.get('cause_extra_us'))} µs)"
     return ctx.figure(fig, f"path-{slug}", (
         f"The straggler's critical path (rank {int(top['straggler_rank'])}) against the fastest rank's "
@@ -786,7 +811,7 @@ def _cell_section(ctx: _Ctx, gpu: str, precision: str, z: pd.DataFrame, mle: pd.
     label = f"{model}{'' if tree is None or tree.converged else ' (NOT converged)'}"
     posterior_text = (f" and, in green, the posterior mean density of {label} with its {PCT} pointwise band"
                       if post is not None else " (no Bayesian fit covers this cell)")
-    fig = fit_figs.gev_cell(values, _mle_dict(mle, gpu, precision, "gev"), _mle_dict(mle, gpu, precision, "gumbel"),
+    fig = functools.partial(fit_figs.gev_cell, values, _mle_dict(mle, gpu, precision, "gev"), _mle_dict(mle, gpu, precision, "gumbel"),
                             post, label, f"{gpu} {precision}")
     sec.items.append(ctx.figure(fig, f"gev-{_slug(gpu)}-{_slug(precision)}", f"Left: histogram of the pooled z-scores z = (M − X̄)/s_pooled of the GEMM blocks "
                                       f"on {gpu} {precision} (SPEC §5) with the GEV and Gumbel maximum-likelihood "
@@ -845,7 +870,7 @@ def _xi_section(ctx: _Ctx) -> list[Section]:
         items.insert(0, Skipped("Skipped — no fitted model has a free shape xi (the Gumbel models fix it at 0), so "
                                 "there is no forest plot of xi."))
         return [Section("Shape parameter xi per GPU and precision", items, anchor="xi")]
-    items.insert(0, ctx.figure(fit_figs.xi_forest(shown, population), "xi-forest", f"Posterior mean and central {PCT} credible interval of the GEV shape xi in every GPU × "
+    items.insert(0, ctx.figure(functools.partial(fit_figs.xi_forest, shown, population), "xi-forest", f"Posterior mean and central {PCT} credible interval of the GEV shape xi in every GPU × "
                                      "precision cell, for every fitted model with a free shape (pooled models give one "
                                      f"value for all cells; x markers: fit not converged). Grey band: {PCT} interval of the "
                                      "population shape xi0 of the hierarchical model (SPEC §6)."))
@@ -858,7 +883,7 @@ def _xi_section(ctx: _Ctx) -> list[Section]:
     if z is not None and len(z) and {"gpu", "precision", "z"} <= set(z.columns):
         from evtsync.plots.zscores import zscores_by_cell
 
-        items.append(ctx.figure(zscores_by_cell(z), "zscores-by-cell", "Pooled z-scores of the block maxima per GPU × "
+        items.append(ctx.figure(functools.partial(zscores_by_cell, z), "zscores-by-cell", "Pooled z-scores of the block maxima per GPU × "
                                 "precision (the paper's Fig. 10): the data every shape above is fitted to."))
     return [Section("Shape parameter xi per GPU and precision", items, anchor="xi")]
 
@@ -897,7 +922,7 @@ def _prediction_sections(ctx: _Ctx) -> list[Section]:
     summary = ctx.stage("prediction").get("summary", {})
     main = summary.get("main_model")
     models = [main] + [m for m in ("gumbel-hier", "gumbel") if m in set(tau["model"]) and m != main][:1]
-    items: list[Any] = [ctx.figure(pred_figs.tau_curves(tau, models), "tau-n", f"Predicted mean straggler delay tau(n) = b·E_k, k = n/m, for domains of n = m "
+    items: list[Any] = [ctx.figure(functools.partial(pred_figs.tau_curves, tau, models), "tau-n", f"Predicted mean straggler delay tau(n) = b·E_k, k = n/m, for domains of n = m "
                                          f"… 4096 ranks (SPEC §7): E_k is the expected maximum of k GEV draws at each "
                                          f"posterior draw of the cell's (mu, sigma, xi); b = mean r × mean a over the "
                                          f"cell's block identities. Lines: posterior mean; bands: {PCT} credible "
@@ -910,7 +935,7 @@ def _prediction_sections(ctx: _Ctx) -> list[Section]:
     items.append(Table(wide.reset_index(), f"tau(n) in µs at selected domain sizes: posterior mean [{PCT} credible interval]."))
     sections = [Section("Predicted tax tau(n)", items, anchor="tau")]
     if bstar is not None and len(bstar):
-        b_items: list[Any] = [ctx.figure(pred_figs.bstar_curves(bstar), "bstar-n", f"Optimal bandwidth B* at elasticity eps = {fmt(summary.get('eps'))} of "
+        b_items: list[Any] = [ctx.figure(functools.partial(pred_figs.bstar_curves, bstar), "bstar-n", f"Optimal bandwidth B* at elasticity eps = {fmt(summary.get('eps'))} of "
                                                f"the augmented Hockney model T(B) = p·alpha + q·S/B + tau (SPEC §8) "
                                                f"against n, per topology, with tau(n) from {main} (posterior mean, {PCT} "
                                                f"band per GPU × precision) beside Hockney's B*_H (tau = 0, dashed). "
@@ -1019,7 +1044,7 @@ def _flops_section(ctx: _Ctx) -> list[Section]:
     items: list[Any] = []
     if not fit.converged:
         items.append(Alert(f"{name} did not converge; this figure inherits it.", level="warning"))
-    items.append(ctx.figure(bstar_vs_flops(table, nvlink=nvlink_reference_lines()), "bstar-flops", (
+    items.append(ctx.figure(functools.partial(bstar_vs_flops, table, nvlink=nvlink_reference_lines()), "bstar-flops", (
         f"Optimal bandwidth B* as peak FLOPS grow {FLOPS_SWEEP[0]:g}–{FLOPS_SWEEP[-1]:g}x over the H200's "
         f"{REFERENCE_TFLOPS:g} TFLOPS, for n = 256 and 4096 (the paper's Figure 13), at eps = {fmt(eps)}: the block's b "
         f"is divided by the factor, and tau(n) with it (SPEC §8). Tax from {name}'s posterior for {which}, {cell}, b = {fmt(b_ref)} "
@@ -1092,7 +1117,7 @@ def _pvm_section(ctx: _Ctx) -> list[Section]:
     selection = ctx.stage("predicted-vs-measured").get("summary", {}).get("selection", "")
     m = ctx.manifest.get("options", {}).get("m", 4)
     ns = sorted({int(n) for n in pvm["n"]})
-    pvm_fig = pred_figs.predicted_vs_measured(pvm)
+    pvm_fig = functools.partial(pred_figs.predicted_vs_measured, pvm)
     items: list[Any] = [
         Alert(f"In-sample: the fit was made on the z-scores of the very blocks whose following collectives are "
               f"measured here (group sizes n = {', '.join(map(str, ns))}; m = {m}"
@@ -1260,6 +1285,7 @@ def run_sections(run_dir: Path, out: Path, manifest: dict[str, Any],
                     _whatif_section,
                     _pvm_section, _truth_section, _convergence_section, _stages_section, _files_section):
         sections += builder(ctx)
+    ctx.draw_figures()
     return sections, ctx.written
 
 
@@ -1313,7 +1339,7 @@ def fit_sections(fit_file: Path, out: Path) -> tuple[list[Section], list[Path]]:
                      "xi_mean": q["xi"][0], "xi_lo": q["xi"][1], "xi_hi": q["xi"][2]})
         z = obs["z"].values[obs["cell"].values == i]
         mle_gev, mle_gumbel = _cell_mle(z)
-        fig = fit_figs.gev_cell(z, mle_gev, mle_gumbel, draws, name, cell)
+        fig = functools.partial(fit_figs.gev_cell, z, mle_gev, mle_gumbel, draws, name, cell)
         sections.append(Section(f"Cell {cell}", [
             f"mu {fmt_ci(*q['mu'])}, sigma {fmt_ci(*q['sigma'])}, xi {fmt_ci(*q['xi'])} (posterior mean [{PCT} CrI]).",
             ctx.figure(fig, f"gev-{_slug(cell)}", f"Left: histogram of the {z.size} z-scores of cell {cell} with the posterior mean GEV "
@@ -1323,7 +1349,8 @@ def fit_sections(fit_file: Path, out: Path) -> tuple[list[Section], list[Path]]:
     xi = pd.DataFrame(rows)
     if xi["xi_hi"].max() != 0 or xi["xi_lo"].min() != 0:
         sections.insert(1, Section("Shape parameter xi per cell", [ctx.figure(
-            fit_figs.xi_forest(xi, None), "xi-forest", f"Posterior mean and {PCT} credible interval of xi in every cell of the fit.")], anchor="xi"))
+            functools.partial(fit_figs.xi_forest, xi, None), "xi-forest", f"Posterior mean and {PCT} credible interval of xi in every cell of the fit.")], anchor="xi"))
+    ctx.draw_figures()
     return sections, ctx.written
 
 
