@@ -19,6 +19,7 @@ Dask is imported only when a Dask backend is asked for.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import multiprocessing
@@ -94,6 +95,18 @@ class ProcessPool:
             log.warning("the process pool could not run (%s: %s); %s in this process instead "
                         "(--jobs 1 avoids the pool)", type(exc).__name__, exc, desc)
             return InProcess().map(fn, items, desc)
+
+
+def start_fork_server(preload: Sequence[str] = PRELOAD) -> None:
+    """Start the local pool's fork server now, importing ``preload`` there, so that it boots while
+    this process does other work (a :class:`ProcessPool` started later forks from it at once).
+    A server already running is left as it is; where none can start, the pool says so later."""
+    from multiprocessing import forkserver
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(preload))
+    with contextlib.suppress(OSError, RuntimeError, ValueError), _without_main_script(start_fork_server):
+        forkserver.ensure_running()
 
 
 def _defined_in_main(fn: Callable[..., Any]) -> bool:

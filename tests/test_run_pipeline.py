@@ -263,13 +263,9 @@ def test_report_embeds_every_figure_and_each_decodes(tiny_run: tuple[Path, dict,
     out, _, _ = tiny_run
     images = check_self_contained(out / "report.html")
     pngs = sorted((out / "figures").glob("*.png"))
-    svgs = sorted((out / "figures").glob("*.svg"))
     assert len(images) == len(pngs) >= 12
-    assert [p.stem for p in pngs] == [p.stem for p in svgs]
-    for svg in svgs:
-        import xml.etree.ElementTree as ET
-
-        assert ET.parse(svg).getroot().tag.endswith("svg")
+    assert not list((out / "figures").glob("*.svg"))          # SVG only when asked for (--svg)
+    assert "figures (PNG) lie beside" in (out / "report.html").read_text(encoding="utf-8")
 
 
 def test_report_of_one_fit(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_path: Path) -> None:
@@ -280,9 +276,14 @@ def test_report_of_one_fit(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_pa
 
     out, _, _ = tiny_run
     fit = out / "fits" / "gumbel.nc"
-    written = build_report(fit, tmp_path / "rep")
+    written = build_report(fit, tmp_path / "rep", svg=True)
     html = tmp_path / "rep" / "report.html"
     assert html in written and (tmp_path / "rep" / "report.md") in written
+    pngs, svgs = sorted((tmp_path / "rep" / "figures").glob("*.png")), sorted((tmp_path / "rep" / "figures").glob("*.svg"))
+    assert [p.stem for p in pngs] == [p.stem for p in svgs] and len(pngs) == 1     # svg=True: each figure twice
+    import xml.etree.ElementTree as ET
+
+    assert ET.parse(svgs[0]).getroot().tag.endswith("svg")
     assert len(check_self_contained(html)) == 1          # one cell (pooled), Gumbel: no xi forest
     text = html.read_text(encoding="utf-8")
     assert "Cell all" in text and "posterior mean [90% CrI]" in text

@@ -2,9 +2,11 @@
 
 ``build_report(source, out)`` reads what ``evtsync run`` wrote (``manifest.json``, the
 tables in ``tables/``, the fits in ``fits/``), draws the figures into ``out/figures/`` as PNG
-and SVG, and writes ``out/report.html`` (every figure embedded as a base64 PNG, styles
-inline: it opens without a network) and ``out/report.md``. Given a single fit (a folder with
-``fit.nc`` or a ``.nc`` file) it reports that fit alone.
+(and SVG with ``svg=True``; ``evtsync report --svg``), and writes ``out/report.html`` (every
+figure embedded as a base64 PNG, styles inline: it opens without a network) and
+``out/report.md``. Given a single fit (a folder with ``fit.nc`` or a ``.nc`` file) it reports
+that fit alone. The text is built first; the figures are then drawn by one worker process per
+core (:meth:`_Ctx.draw_figures`), since drawing and saving them is most of a report's time.
 
 The report is organised per hardware generation (GPU model) and precision; non-converged
 fits and failed stages are flagged in red at the top; stages that did not apply say why.
@@ -253,14 +255,15 @@ class _Ctx:
     """What the section builders share: the run folder, its manifest, the figure folder."""
 
     def __init__(self, run_dir: Path, out: Path, manifest: dict[str, Any],
-                 load_fit: Callable[[Path], Any] | None = None) -> None:
+                 load_fit: Callable[[Path], Any] | None = None, svg: bool = False) -> None:
         self.run_dir = run_dir
         self.out = out
         self.fig_dir = out / FIGURES
         self.manifest = manifest
         self.written: list[Path] = []
         self._load_fit = load_fit
-        self._figures: list[tuple[Callable[[], Any], str]] = []
+        self._figures: list[tuple[Callable[[], Any], str, bool]] = []
+        self.svg = svg
         self._main_fit: tuple[Any, str | None] | None = None
 
     def main_fit(self) -> tuple[Any, str | None]:
@@ -289,14 +292,22 @@ class _Ctx:
         return read_table(path) if path.is_file() else None
 
     def figure(self, draw: Callable[[], Any], stem: str, caption: str) -> Figure:
-        """Plan ``figures/stem.png/.svg``: ``draw`` (a figure function of :mod:`evtsync.plots` bound to
-        its tables with ``functools.partial``) is called by :meth:`draw_figures`, after the text."""
-        if any(stem == planned for _, planned in self._figures):
-            raise ValueError(f"figure {stem} planned twice")  # a bug: one file per figure
-        self._figures.append((draw, stem))
-        pair = (self.fig_dir / f"{stem}.png", self.fig_dir / f"{stem}.svg")
-        self.written.extend(pair)
-        return Figure(pair[0], pair[1], caption)
+        """Plan ``figures/stem.png`` (and ``.svg`` when the report was asked for SVG): ``draw`` (a
+        figure function of :mod:`evtsync.plots` bound to its tables with ``functools.partial``) is
+        called by :meth:`draw_figures`, after the text."""
+        png, svg = self.fig_dir / f"{stem}.png", (self.fig_dir / f"{stem}.svg" if self.svg else None)
+        # a stem planned again replaces the earlier plan (as saving it again would overwrite the file)
+        self._figures = [job for job in self._figures if job[1] != stem] + [(draw, stem, self.svg)]
+        self.written = [p for p in self.written if p not in (png, svg)] + [p for p in (png, svg) if p is not None]
+        return Figure(png, svg, caption)
+
+    def figure_workers(self, workers: int | None = None) -> int:
+        """How many processes draw the figures: ``workers``, default one per core (at most
+        :data:`FIGURE_WORKERS`); 1 in a daemon process, which may not start any."""
+        if workers is None:
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            workers = min(cores, FIGURE_WORKERS)
+        return 1 if multiprocessing.current_process().daemon else workers
 
     def draw_figures(self, workers: int | None = None) -> None:
         """Draw and save every planned figure, in ``workers`` processes (default: one per core, at
@@ -305,12 +316,8 @@ class _Ctx:
         from evtsync.parallel import InProcess, ProcessPool
 
         jobs, self._figures = self._figures, []
-        if workers is None:
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-            workers = min(cores, FIGURE_WORKERS)
-        workers = min(workers, len(jobs))
-        in_daemon = multiprocessing.current_process().daemon  # a daemon may not start processes
-        backend = ProcessPool(workers, preload=PLOT_MODULES) if workers > 1 and not in_daemon else InProcess()
+        workers = min(self.figure_workers(workers), len(jobs))
+        backend = ProcessPool(workers, preload=PLOT_MODULES) if workers > 1 else InProcess()
         backend.map(functools.partial(draw_png_svg, self.fig_dir), jobs, "report figures")
 
     def why_not(self, name: str) -> str:
@@ -1276,16 +1283,22 @@ def _files_section(ctx: _Ctx) -> list[Section]:
 
 
 def run_sections(run_dir: Path, out: Path, manifest: dict[str, Any],
-                 load_fit: Callable[[Path], Any] | None = None) -> tuple[list[Section], list[Path]]:
+                 load_fit: Callable[[Path], Any] | None = None, svg: bool = False,
+                 workers: int | None = None) -> tuple[list[Section], list[Path]]:
     """The document of a run folder, and the figure files written for it (``load_fit``: how to
-    read a fit's tree, :func:`evtsync.evt.bayesfit.load_fit` by default)."""
-    ctx = _Ctx(run_dir, out, manifest, load_fit)
+    read a fit's tree, :func:`evtsync.evt.bayesfit.load_fit` by default; ``svg``: each figure as
+    SVG too; ``workers``: processes drawing the figures, see :meth:`_Ctx.draw_figures`)."""
+    ctx = _Ctx(run_dir, out, manifest, load_fit, svg)
+    if ctx.figure_workers(workers) > 1:
+        from evtsync.parallel import start_fork_server
+
+        start_fork_server(PLOT_MODULES)  # it imports matplotlib while the text is built here
     sections: list[Section] = []
     for builder in (_summary_section, _inputs, _gpu_sections, _xi_section, _compare_section, _prediction_sections, _flops_section,
                     _whatif_section,
                     _pvm_section, _truth_section, _convergence_section, _stages_section, _files_section):
         sections += builder(ctx)
-    ctx.draw_figures()
+    ctx.draw_figures(workers)
     return sections, ctx.written
 
 
@@ -1304,12 +1317,13 @@ def _cell_mle(z: np.ndarray) -> tuple[dict[str, float] | None, dict[str, float] 
             {"mu": gum.mu, "sigma": gum.sigma, "xi": 0.0} if gum.converged else None)
 
 
-def fit_sections(fit_file: Path, out: Path) -> tuple[list[Section], list[Path]]:
+def fit_sections(fit_file: Path, out: Path, svg: bool = False,
+                 workers: int | None = None) -> tuple[list[Section], list[Path]]:
     """The document of one Bayesian fit: convergence, parameters, xi per cell, fit per cell."""
     from evtsync.evt.bayesfit import cell_parameters, is_converged, load_fit, parameter_summary
 
     tree = load_fit(fit_file)
-    ctx = _Ctx(fit_file.parent, out, {})
+    ctx = _Ctx(fit_file.parent, out, {}, svg=svg)
     name = str(tree.attrs.get("model_name", fit_file.stem))
     items: list[Any] = []
     if not is_converged(tree):
@@ -1350,7 +1364,7 @@ def fit_sections(fit_file: Path, out: Path) -> tuple[list[Section], list[Path]]:
     if xi["xi_hi"].max() != 0 or xi["xi_lo"].min() != 0:
         sections.insert(1, Section("Shape parameter xi per cell", [ctx.figure(
             functools.partial(fit_figs.xi_forest, xi, None), "xi-forest", f"Posterior mean and {PCT} credible interval of xi in every cell of the fit.")], anchor="xi"))
-    ctx.draw_figures()
+    ctx.draw_figures(workers)
     return sections, ctx.written
 
 
@@ -1373,11 +1387,13 @@ def timestamp_text(stamp: Any) -> str:
 
 
 def build_report(source: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
-                 load_fit: Callable[[Path], Any] | None = None) -> list[Path]:
-    """Write ``report.html``, ``report.md`` and ``figures/`` for a run folder or a fit; returns
-    every file written (figures first). ``load_fit`` reads a run's fit trees (the pipeline passes
-    its own, so that a fit the stages read is not read again); default
-    :func:`evtsync.evt.bayesfit.load_fit`."""
+                 load_fit: Callable[[Path], Any] | None = None, svg: bool = False,
+                 workers: int | None = None) -> list[Path]:
+    """Write ``report.html``, ``report.md`` and ``figures/`` (PNG; with ``svg`` each figure as SVG
+    too) for a run folder or a fit; returns every file written (figures first). ``load_fit`` reads
+    a run's fit trees (the pipeline passes its own, so that a fit the stages read is not read
+    again); default :func:`evtsync.evt.bayesfit.load_fit`. ``workers``: processes that draw the
+    figures (default one per core; 1 draws them in this process)."""
     from evtsync.evt.bayesfit import FIT_FILE
     from evtsync.pipeline.layout import MANIFEST, read_manifest
 
@@ -1385,23 +1401,23 @@ def build_report(source: str | os.PathLike[str], out: str | os.PathLike[str] | N
     if (src / MANIFEST).is_file():
         manifest = read_manifest(src)
         dest = Path(out) if out else src
-        sections, written = run_sections(src, dest, manifest, load_fit)
+        sections, written = run_sections(src, dest, manifest, load_fit, svg, workers)
         name = src.resolve().name
         title = f"evtsync report: {name}"
         subtitle = (f"Run folder {src}; evtsync {manifest.get('evtsync_version', '?')}; last updated "
                     f"{timestamp_text(manifest.get('updated'))}. Intervals are central {PCT} intervals. Tables and "
-                    f"figures (PNG and SVG) lie beside this file.")
+                    f"figures ({'PNG and SVG' if svg else 'PNG'}) lie beside this file.")
     else:
         fit_file = src / FIT_FILE if src.is_dir() else src
         if not fit_file.is_file():
             raise InputError(f"{src}: neither a run folder ({MANIFEST}) nor a fit ({FIT_FILE} or a .nc file)")
         dest = Path(out) if out else (src if src.is_dir() else src.parent)
-        sections, written = fit_sections(fit_file, dest)
+        sections, written = fit_sections(fit_file, dest, svg, workers)
         title = f"evtsync report: fit {fit_file.stem if fit_file.name != FIT_FILE else src.name}"
         subtitle = f"Fit file {fit_file}. Intervals are central {PCT} credible intervals."
     dest.mkdir(parents=True, exist_ok=True)
     html_path = write_text_atomic(dest / REPORT_HTML, render_html(title, subtitle, sections))
     md_path = write_text_atomic(dest / REPORT_MD, render_markdown(title, sections, dest))
-    log.info("report written: %s (%d figures)", html_path, len(written) // 2)
+    log.info("report written: %s (%d figures)", html_path, sum(p.suffix == ".png" for p in written))
     return [*written, html_path, md_path]
 
