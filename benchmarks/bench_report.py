@@ -15,6 +15,13 @@ median wall and CPU seconds (user + system of the process and its reaped childre
 workers are children of multiprocessing's fork server, so ``new`` under-reports CPU) and the
 load average before each run; then the ratios of the medians.
 
+Then the report stage as ``evtsync run`` runs it, ``--repeat`` times per side: a fresh process
+imports what the earlier stages imported and (this checkout) reads the fits into
+``Run.fit_tree`` as compare, prediction and predicted-vs-measured do, then times
+``evtsync.pipeline.stages._stage_report`` on a copy of the run folder (without its figures):
+the baseline, this checkout with one process drawing the figures (``new-j1``) and this
+checkout's default (``new``).
+
 Then the content check: ``report.html`` and ``report.md`` compared as text without the "last
 updated" stamp (the HTML embeds every PNG as base64, so equal HTML means byte-equal PNGs), the
 set of figure files, each PNG byte for byte and each SVG without its ``<dc:date>`` and with
@@ -53,6 +60,46 @@ def run_report(src: Path, run_dir: Path, out: Path, extra: list[str]) -> dict[st
         raise SystemExit(f"{' '.join(cmd)} failed with {src} on the path:\n{proc.stderr[-3000:]}")
     wall, user, system = map(float, re.findall(r"^TIME (\S+) (\S+) (\S+)$", proc.stderr, re.M)[-1])
     return {"wall_s": wall, "cpu_s": user + system, "load1": load}
+
+
+#: The report stage as ``evtsync run`` runs it: in the process that ran the stages before it, so
+#: their imports are paid and (with this checkout) the fits they read are in ``Run.fit_tree``.
+IN_RUN = """
+import shutil, sys, time
+from pathlib import Path
+src, copy, workers = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+shutil.rmtree(copy, ignore_errors=True)
+shutil.copytree(src, copy, ignore=shutil.ignore_patterns("figures", "report.*"))
+import scipy.stats  # noqa: F401  (the earlier stages' imports)
+import evtsync.evt.compare, evtsync.evt.predict, evtsync.evt.mlefit  # noqa: F401,E401
+from evtsync.pipeline import stages
+from evtsync.pipeline.engine import Run
+from evtsync.pipeline.layout import fitted_models, read_manifest
+from evtsync.pipeline.options import RunOptions
+run = Run(RunOptions(out=copy))
+run.manifest = read_manifest(copy)
+if hasattr(run, "fit_tree"):  # this checkout: compare, prediction and predicted-vs-measured read them
+    for path in fitted_models(copy, run.manifest).values():
+        run.fit_tree(path)
+if workers:  # this checkout: at most this many figure processes (1: in this process)
+    import evtsync.report.html
+    evtsync.report.html.FIGURE_WORKERS = workers
+t0 = time.perf_counter()
+stages._stage_report(run)
+print(f"STAGE {time.perf_counter() - t0:.3f}")
+"""
+
+
+def run_stage(src: Path, run_dir: Path, out: Path, workers: int = 0) -> dict[str, float]:
+    """The report stage of ``evtsync run`` (:data:`IN_RUN`) in a fresh process, ``src`` first on the path."""
+    env = {**os.environ, "PYTHONPATH": str(src), "EVTSYNC_QUIET": "1"}
+    load = os.getloadavg()[0]
+    proc = subprocess.run([sys.executable, "-c", IN_RUN, str(run_dir), str(out), str(workers)], env=env,
+                          capture_output=True,
+                          text=True, check=False, cwd=out.parent)
+    if proc.returncode != 0:
+        raise SystemExit(f"the report stage failed with {src} on the path:\n{proc.stderr[-3000:]}")
+    return {"stage_s": float(re.findall(r"^STAGE (\S+)$", proc.stdout, re.M)[-1]), "load1": load}
 
 
 def _without_stamp(text: str) -> str:
@@ -114,6 +161,16 @@ def main() -> int:
         print(f"{k:8s} median over {args.repeat}: {med[k]['wall_s']:.2f} s wall, {med[k]['cpu_s']:.2f} s CPU")
     print(f"ratio baseline / new: wall {med['baseline']['wall_s'] / med['new']['wall_s']:.2f}x; "
           f"CPU baseline / new-j1 (all of it in one process) {med['baseline']['cpu_s'] / med['new-j1']['cpu_s']:.2f}x")
+    stage: dict[str, list[dict[str, float]]] = {"baseline": [], "new-j1": [], "new": []}
+    for i in range(args.repeat):
+        for name, src, workers in (("baseline", variants["baseline"][0], 0), ("new-j1", HERE, 1), ("new", HERE, 0)):
+            stage[name].append(run_stage(src, args.run_dir, args.workdir / f"stage-{name}", workers))
+            print(f"report stage in a run, {name:8s} {i + 1}: {stage[name][-1]['stage_s']:6.2f} s wall, "
+                  f"load {stage[name][-1]['load1']:.2f}", flush=True)
+    med_stage = {k: statistics.median(r["stage_s"] for r in v) for k, v in stage.items()}
+    print(f"report stage in a run: baseline {med_stage['baseline']:.2f} s, new with one process "
+          f"{med_stage['new-j1']:.2f} s, new {med_stage['new']:.2f} s; ratio baseline / new "
+          f"{med_stage['baseline'] / med_stage['new']:.2f}x")
     work = args.workdir
     diffs = [f"new (PNG only): {d}" for d in content_differences(work / "baseline-0", work / "new-0", False)]
     diffs += [f"new --svg: {d}" for d in content_differences(work / "baseline-0", work / "new-svg-0")]
@@ -121,7 +178,8 @@ def main() -> int:
     print("content: the same document as the baseline's (HTML, Markdown, figure set, PNG bytes; with --svg "
           "the SVGs too; --jobs 1 the same as the pool)" if not diffs else "content DIFFERS:\n  " + "\n  ".join(diffs))
     if args.json:
-        args.json.write_text(json.dumps({"runs": runs, "median_wall_s": med, "content_differences": diffs},
+        args.json.write_text(json.dumps({"runs": runs, "medians": med, "stage_in_run": stage,
+                                         "content_differences": diffs},
                                         indent=2), encoding="utf-8")
     return 1 if diffs else 0
 
