@@ -375,3 +375,29 @@ def test_report_draws_fig13_and_the_path_view(tiny_run: tuple[Path, dict, list[S
     build_report(copy, tmp_path / "rep")
     text = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
     assert text.count("No straggler-vs-fastest path view: this run folder has no tables/attribution_paths.parquet") == 3
+
+
+def test_a_run_reads_each_fit_once_and_a_rewritten_fit_again(tiny_run: tuple[Path, dict, list[StageEvent]],
+                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """compare, prediction, predicted-vs-measured and the report share Run.fit_tree: one read per
+    fit file, and a file rewritten since (another size or mtime) is read again."""
+    from evtsync.evt import bayesfit
+    from evtsync.pipeline.engine import Run
+    from evtsync.pipeline.options import RunOptions
+
+    out, _, _ = tiny_run
+    fit = tmp_path / "fits" / "gumbel.nc"
+    fit.parent.mkdir()
+    shutil.copy2(out / "fits" / "gumbel.nc", fit)
+    reads: list[Path] = []
+    real = bayesfit.load_fit
+    monkeypatch.setattr(bayesfit, "load_fit", lambda p: reads.append(Path(p)) or real(p))
+    run = Run(RunOptions(out=tmp_path))
+    first = run.fit_tree(fit)
+    assert run.fit_tree(fit) is first and run.fit_tree(tmp_path / "fits" / "." / "gumbel.nc") is first
+    assert len(reads) == 1
+    stat = fit.stat()
+    os.utime(fit, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))     # written again, one second later
+    second = run.fit_tree(fit)
+    assert len(reads) == 2 and second is not first
+    assert run.fit_tree(fit) is second and len(reads) == 2
