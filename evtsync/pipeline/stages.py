@@ -502,7 +502,8 @@ def _stage_report(run: Run) -> dict[str, Any]:
     from evtsync.report.html import build_report
 
     run.save_manifest()
-    written = build_report(run.out, run.out, load_fit=run.fit_tree)
+    # --jobs sizes the figure processes too (1: every figure drawn in this process)
+    written = build_report(run.out, run.out, load_fit=run.fit_tree, workers=run.options.jobs)
     run.produced("report", *[str(Path(p).relative_to(run.out)) for p in written])
     return {"files": len(written)}
 
