@@ -19,6 +19,7 @@ Dask is imported only when a Dask backend is asked for.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import multiprocessing
@@ -68,16 +69,19 @@ class InProcess:
 class ProcessPool:
     """A local pool of ``jobs`` processes (forkserver: safe with threads and Dask)."""
 
-    def __init__(self, jobs: int) -> None:
+    def __init__(self, jobs: int, preload: Sequence[str] = PRELOAD) -> None:
         if jobs < 1:
             raise InputError(f"--jobs must be at least 1, got {jobs}")
         self.jobs = jobs
+        self.preload = tuple(preload)
         self.name = f"process pool ({jobs} processes)"
 
     def map(self, fn: Callable[[T], R], items: Sequence[T], desc: str) -> list[R]:
         ctx = multiprocessing.get_context("forkserver")
-        # the fork server imports the reader once; each worker forked from it starts warm
-        ctx.set_forkserver_preload(list(PRELOAD))
+        # the fork server imports the work's modules once (``preload``: the trace reader unless
+        # told otherwise); each worker forked from it starts warm. A fork server already
+        # running keeps what it imported first.
+        ctx.set_forkserver_preload(list(self.preload))
         try:
             with _without_main_script(fn), \
                     ProcessPoolExecutor(max_workers=min(self.jobs, len(items)), mp_context=ctx) as pool:
@@ -91,6 +95,18 @@ class ProcessPool:
             log.warning("the process pool could not run (%s: %s); %s in this process instead "
                         "(--jobs 1 avoids the pool)", type(exc).__name__, exc, desc)
             return InProcess().map(fn, items, desc)
+
+
+def start_fork_server(preload: Sequence[str] = PRELOAD) -> None:
+    """Start the local pool's fork server now, importing ``preload`` there, so that it boots while
+    this process does other work (a :class:`ProcessPool` started later forks from it at once).
+    A server already running is left as it is; where none can start, the pool says so later."""
+    from multiprocessing import forkserver
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(preload))
+    with contextlib.suppress(OSError, RuntimeError, ValueError), _without_main_script(start_fork_server):
+        forkserver.ensure_running()
 
 
 def _defined_in_main(fn: Callable[..., Any]) -> bool:

@@ -101,3 +101,29 @@ def test_wilson_interval_reference_values() -> None:
     assert p == 0 and lo == 0 and hi == pytest.approx(0.2775, abs=5e-4)
     p, lo, hi = wilson_interval(5, 10, 0.95)
     assert (lo, hi) == (pytest.approx(0.2366, abs=5e-4), pytest.approx(0.7634, abs=5e-4))
+
+
+def test_figures_drawn_by_worker_processes_equal_those_drawn_here(tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """The report hands its figures to worker processes: each file must be what drawing the same
+    figure in this process and saving it with save_png_svg writes, byte for byte (PNG)."""
+    import functools
+
+    from evtsync.plots import fits as fit_figs
+    from evtsync.plots.base import save_png_svg
+    from evtsync.report.html import _Ctx
+
+    rng = np.random.default_rng(3)
+    draws = [functools.partial(fit_figs.gev_cell, rng.gumbel(size=n), None, None, None, "none", f"cell {n}")
+             for n in (40, 80, 120)]
+    ctx = _Ctx(tmp_path, tmp_path / "pool", {}, svg=True)
+    planned = [ctx.figure(draw, f"cell-{i}", "A cell.") for i, draw in enumerate(draws)]
+    assert not (tmp_path / "pool" / "figures").exists()        # planned, not drawn yet
+    ctx.draw_figures(workers=2)
+    assert "could not run" not in caplog.text                  # the pool drew them, not the fallback
+    for i, (draw, fig) in enumerate(zip(draws, planned, strict=True)):
+        here_png, here_svg = save_png_svg(draw(), tmp_path / "here", f"cell-{i}")
+        assert fig.png.read_bytes() == here_png.read_bytes()
+        assert fig.svg is not None and fig.svg.read_text(encoding="utf-8").count("<svg") == 1
+    assert sorted(p.name for p in (tmp_path / "pool" / "figures").iterdir()) == sorted(
+        p.name for p in (tmp_path / "here").iterdir())

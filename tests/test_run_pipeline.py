@@ -264,13 +264,9 @@ def test_report_embeds_every_figure_and_each_decodes(tiny_run: tuple[Path, dict,
     out, _, _ = tiny_run
     images = check_self_contained(out / "report.html")
     pngs = sorted((out / "figures").glob("*.png"))
-    svgs = sorted((out / "figures").glob("*.svg"))
     assert len(images) == len(pngs) >= 12
-    assert [p.stem for p in pngs] == [p.stem for p in svgs]
-    for svg in svgs:
-        import xml.etree.ElementTree as ET
-
-        assert ET.parse(svg).getroot().tag.endswith("svg")
+    assert not list((out / "figures").glob("*.svg"))          # SVG only when asked for (--svg)
+    assert "figures (PNG) lie beside" in (out / "report.html").read_text(encoding="utf-8")
 
 
 def test_report_of_one_fit(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_path: Path) -> None:
@@ -281,9 +277,14 @@ def test_report_of_one_fit(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_pa
 
     out, _, _ = tiny_run
     fit = out / "fits" / "gumbel.nc"
-    written = build_report(fit, tmp_path / "rep")
+    written = build_report(fit, tmp_path / "rep", svg=True)
     html = tmp_path / "rep" / "report.html"
     assert html in written and (tmp_path / "rep" / "report.md") in written
+    pngs, svgs = sorted((tmp_path / "rep" / "figures").glob("*.png")), sorted((tmp_path / "rep" / "figures").glob("*.svg"))
+    assert [p.stem for p in pngs] == [p.stem for p in svgs] and len(pngs) == 1     # svg=True: each figure twice
+    import xml.etree.ElementTree as ET
+
+    assert ET.parse(svgs[0]).getroot().tag.endswith("svg")
     assert len(check_self_contained(html)) == 1          # one cell (pooled), Gumbel: no xi forest
     text = html.read_text(encoding="utf-8")
     assert "Cell all" in text and "posterior mean [90% CrI]" in text
@@ -397,3 +398,29 @@ def test_fits_run_side_by_side_in_a_pool_and_give_the_same_draws(tiny_run: tuple
     for var in single["posterior"].data_vars:
         np.testing.assert_array_equal(pooled["posterior"][var].values, single["posterior"][var].values)
     assert pooled.attrs["workloads"] == single.attrs["workloads"]
+
+
+def test_a_run_reads_each_fit_once_and_a_rewritten_fit_again(tiny_run: tuple[Path, dict, list[StageEvent]],
+                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """compare, prediction, predicted-vs-measured and the report share Run.fit_tree: one read per
+    fit file, and a file rewritten since (another size or mtime) is read again."""
+    from evtsync.evt import bayesfit
+    from evtsync.pipeline.engine import Run
+    from evtsync.pipeline.options import RunOptions
+
+    out, _, _ = tiny_run
+    fit = tmp_path / "fits" / "gumbel.nc"
+    fit.parent.mkdir()
+    shutil.copy2(out / "fits" / "gumbel.nc", fit)
+    reads: list[Path] = []
+    real = bayesfit.load_fit
+    monkeypatch.setattr(bayesfit, "load_fit", lambda p: reads.append(Path(p)) or real(p))
+    run = Run(RunOptions(out=tmp_path))
+    first = run.fit_tree(fit)
+    assert run.fit_tree(fit) is first and run.fit_tree(tmp_path / "fits" / "." / "gumbel.nc") is first
+    assert len(reads) == 1
+    stat = fit.stat()
+    os.utime(fit, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))     # written again, one second later
+    second = run.fit_tree(fit)
+    assert len(reads) == 2 and second is not first
+    assert run.fit_tree(fit) is second and len(reads) == 2

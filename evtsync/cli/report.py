@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import argparse
 
+from evtsync.cli._common import positive_int
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``report`` command."""
     parser = sub.add_parser(
         "report", help="HTML report (figures embedded) and Markdown summary of a run folder or a fit",
         description="Write report.html (self-contained: every figure embedded, no network needed), report.md and "
-        "figures/ (PNG and SVG) for a run folder written by `evtsync run`, or for one Bayesian fit (a folder "
+        "figures/ (PNG; --svg adds SVG) for a run folder written by `evtsync run`, or for one Bayesian fit (a folder "
         "holding fit.nc, or a .nc file). The report is organised per GPU model and precision; non-converged fits "
         "and failed stages are flagged in red at the top.")
     parser.add_argument("source", metavar="FIT_OR_RUN_DIR", help="run folder (with manifest.json) or fit (folder or .nc)")
     parser.add_argument("--out", metavar="DIR", default=None, help="folder of the report (default: the run or fit folder)")
+    parser.add_argument("--svg", action="store_true",
+                        help="also save each figure as SVG (vector, for papers) beside its PNG; slower")
+    parser.add_argument("-j", "--jobs", type=positive_int, default=None, metavar="N",
+                        help="processes that draw the figures (default: one per core; 1: in this process)")
     parser.set_defaults(handler=run)
 
 
@@ -33,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         from evtsync.tableio import check_output_dir
 
         check_output_dir(args.out, "--out")
-    written = build_report(args.source, args.out)
+    written = build_report(args.source, args.out, svg=args.svg, workers=args.jobs)
     html = next(p for p in written if Path(p).name == REPORT_HTML)
     md = next(p for p in written if Path(p).name == REPORT_MD)
     print(f"report: {html}\nsummary: {md}\nfigures: {len(written) - 2} file(s) in {Path(html).parent / 'figures'}")

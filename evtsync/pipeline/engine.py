@@ -146,6 +146,7 @@ class Run:
         self._traces: dict[str, Any] = {}
         self._alignments: dict[str, Any] = {}
         self._tax: dict[str, Any] = {}
+        self._fit_trees: dict[Path, tuple[tuple[int, int], Any]] = {}
         #: Dask backend of the run (``workers``/``scheduler``/environment), open during it
         self.backend: Any = None
         self.code = source_digest()
@@ -223,6 +224,21 @@ class Run:
 
             self._tax[workload.name] = compute_tax(self.alignment(workload))
         return self._tax[workload.name]
+
+    # ---- fits
+    def fit_tree(self, path: str | Path) -> Any:
+        """The fit tree of ``path`` (:func:`evtsync.evt.bayesfit.load_fit`), read once per run:
+        compare, prediction, predicted-vs-measured and the report share it. A file rewritten since
+        (other size or mtime) is read again."""
+        from evtsync.evt.bayesfit import fit_path, load_fit
+
+        key = fit_path(path).resolve()
+        stat = key.stat() if key.is_file() else None
+        stamp = (stat.st_mtime_ns, stat.st_size) if stat else (-1, -1)
+        hit = self._fit_trees.get(key)
+        if hit is None or hit[0] != stamp:
+            self._fit_trees[key] = hit = (stamp, load_fit(path))  # load_fit names a missing file
+        return hit[1]
 
     def trace_hashes(self) -> dict[str, str]:
         """SHA-256 of every trace file, reusing the manifest's when size and mtime match."""

@@ -418,9 +418,14 @@ def compare_fits(trees: dict[str, Any]) -> tuple[pd.DataFrame, str]:
 
 
 def _load_trees(run: Run) -> dict[str, Any]:
-    from evtsync.evt.bayesfit import load_fit
+    return {name: run.fit_tree(path) for name, path in fitted_models(run.out, run.manifest).items()}
 
-    return {name: load_fit(path) for name, path in fitted_models(run.out, run.manifest).items()}
+
+def _load_fit(run: Run, path: Path) -> Any:
+    """The :class:`~evtsync.evt.bayesfit.BayesFit` of ``path``, its tree read once per run."""
+    from evtsync.evt.bayesfit import BayesFit, fit_path
+
+    return BayesFit(run.fit_tree(path), fit_path(path))
 
 
 def _stage_compare(run: Run) -> dict[str, Any]:
@@ -443,7 +448,6 @@ def _message_bytes(run: Run) -> tuple[float, str]:
 
 def _stage_prediction(run: Run) -> dict[str, Any]:
     from evtsync.evt import predict
-    from evtsync.evt.bayesfit import BayesFit
 
     run.require("zscores")
     fitted = fitted_models(run.out, run.manifest)
@@ -456,7 +460,7 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
     o = run.options
     tau, xi, pop, bstar = [], [], [], []
     for model, path in fitted.items():
-        fit = BayesFit.load(path)
+        fit = _load_fit(run, path)
         tau.append(predict.tau_table(fit, ns, scales, o.m, LEVEL))
         xi.append(predict.cell_parameter_table(fit, LEVEL, scales[["gpu", "precision"]]))
         pop.append(predict.population_table(fit, LEVEL))
@@ -475,7 +479,6 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
 
 def _stage_predicted_vs_measured(run: Run) -> dict[str, Any]:
     from evtsync.evt import predict
-    from evtsync.evt.bayesfit import BayesFit
 
     run.require("zscores", "prediction")
     main = main_model(run.out, run.manifest)
@@ -486,7 +489,7 @@ def _stage_predicted_vs_measured(run: Run) -> dict[str, Any]:
                                                   run.table(f"{TABLES}/tax_collectives.parquet"), attribution)
     if measured.empty:
         raise NotApplicable(f"no {selection}")
-    fit = BayesFit.load(fitted_models(run.out, run.manifest)[main])
+    fit = _load_fit(run, fitted_models(run.out, run.manifest)[main])
     table = predict.predicted_vs_measured(fit, measured, run.options.m, LEVEL, source="predicted-vs-measured")
     if table.empty:
         raise NotApplicable(f"no {selection} in a group whose size is a multiple of m = {run.options.m} "
@@ -530,7 +533,8 @@ def _stage_report(run: Run) -> dict[str, Any]:
     from evtsync.report.html import build_report
 
     run.save_manifest()
-    written = build_report(run.out, run.out)
+    # --jobs sizes the figure processes too (1: every figure drawn in this process)
+    written = build_report(run.out, run.out, load_fit=run.fit_tree, workers=run.options.jobs)
     run.produced("report", *[str(Path(p).relative_to(run.out)) for p in written])
     return {"files": len(written)}
 

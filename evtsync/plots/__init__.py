@@ -2,7 +2,7 @@
 
 Each public function takes plain tables (those of :mod:`evtsync.evt.predict`, the run folder's
 ``tables/``, a fit's draws) and returns a :class:`matplotlib.figure.Figure`; save it with
-:func:`save_figure` (one file, format from the extension) or :func:`save_png_svg` (both, for the
+:func:`save_figure` (one file, format from the extension) or :func:`save_png_svg` (PNG and, when asked, SVG, for the
 report). Modules: :mod:`~evtsync.plots.tax` (tax CDFs, wait shares, attribution),
 :mod:`~evtsync.plots.fits` (GEV per cell, xi forest, posterior per cell),
 :mod:`~evtsync.plots.predictions` (tau(n), B*, predicted vs measured). Nothing in

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,19 +49,36 @@ def save_figure(fig: Any, path: str | os.PathLike[str], dpi: int = 130) -> Path:
     return Path(path)
 
 
-def save_png_svg(fig: Any, folder: str | os.PathLike[str], stem: str) -> tuple[Path, Path]:
-    """Save ``fig`` as ``folder/stem.svg`` and ``folder/stem.png`` (atomically) and close it."""
+def save_png_svg(fig: Any, folder: str | os.PathLike[str], stem: str,
+                 svg: bool = True) -> tuple[Path, Path | None]:
+    """Save ``fig`` as ``folder/stem.png`` and (``svg``) ``folder/stem.svg``, atomically, and close it;
+    returns both paths (None for an SVG not asked for)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    svg = folder / f"{stem}.svg"
-    try:
-        with atomic_path(svg) as tmp:
-            fig.savefig(tmp, format="svg", bbox_inches="tight")
-    except BaseException:
-        plt.close(fig)
-        raise
+    svg_path = folder / f"{stem}.svg" if svg else None
+    if svg_path is not None:
+        try:
+            with atomic_path(svg_path) as tmp:
+                fig.savefig(tmp, format="svg", bbox_inches="tight")
+        except BaseException:
+            plt.close(fig)
+            raise
     png = save_figure(fig, folder / f"{stem}.png", dpi=110)
-    return png, svg
+    return png, svg_path
+
+
+#: The modules a process that draws the report's figures needs (imported once, before forking).
+PLOT_MODULES = ("evtsync.plots.fits", "evtsync.plots.paths", "evtsync.plots.predictions", "evtsync.plots.tax",
+                "evtsync.plots.whatif", "evtsync.plots.zscores")
+
+
+def draw_png_svg(folder: str | os.PathLike[str], job: tuple[Callable[[], Any], str, bool]) -> tuple[Path, Path | None]:
+    """``job`` is ``(draw, stem, svg)``: call ``draw`` (a figure function of :mod:`evtsync.plots`
+    bound to its tables, e.g. a ``functools.partial``) and save its figure as ``folder/stem.png``
+    (and ``.svg`` when ``svg``) with :func:`save_png_svg`; the unit of work the report hands to its
+    worker processes."""
+    draw, stem, svg = job
+    return save_png_svg(draw(), folder, stem, svg)
 
 
 def not_converged_mark(ax: Any, converged: bool, what: str = "fit") -> None:

@@ -2,9 +2,11 @@
 
 ``build_report(source, out)`` reads what ``evtsync run`` wrote (``manifest.json``, the
 tables in ``tables/``, the fits in ``fits/``), draws the figures into ``out/figures/`` as PNG
-and SVG, and writes ``out/report.html`` (every figure embedded as a base64 PNG, styles
-inline: it opens without a network) and ``out/report.md``. Given a single fit (a folder with
-``fit.nc`` or a ``.nc`` file) it reports that fit alone.
+(and SVG with ``svg=True``; ``evtsync report --svg``), and writes ``out/report.html`` (every
+figure embedded as a base64 PNG, styles inline: it opens without a network) and
+``out/report.md``. Given a single fit (a folder with ``fit.nc`` or a ``.nc`` file) it reports
+that fit alone. The text is built first; the figures are then drawn by one worker process per
+core (:meth:`_Ctx.draw_figures`), since drawing and saving them is most of a report's time.
 
 The report is organised per hardware generation (GPU model) and precision; non-converged
 fits and failed stages are flagged in red at the top; stages that did not apply say why.
@@ -15,10 +17,13 @@ measured means) unless a caption says otherwise.
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import logging
+import multiprocessing
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +36,7 @@ from evtsync.evt.mlefit import MIN_Z_MLE
 from evtsync.plots import fits as fit_figs
 from evtsync.plots import predictions as pred_figs
 from evtsync.plots import tax as tax_figs
-from evtsync.plots.base import save_png_svg
+from evtsync.plots.base import PLOT_MODULES, draw_png_svg
 from evtsync.report.markdown import (
     Alert,
     Caption,
@@ -58,6 +63,9 @@ FIGURES = "figures"
 
 #: Fewest z-scores of a cell for its histogram, QQ plot and MLE table (the MLE's own minimum).
 MIN_Z_FIGURE = MIN_Z_MLE
+
+#: Most worker processes that draw a report's figures (a 2-core machine uses both cores).
+FIGURE_WORKERS = 4
 
 #: Domain sizes shown in the tables of tau(n) and B* (the figures show every power of two).
 TABLE_NS = (8, 64, 128, 512, 4096)
@@ -246,12 +254,32 @@ def wilson_interval(k: int, n: int, level: float = LEVEL) -> tuple[float, float,
 class _Ctx:
     """What the section builders share: the run folder, its manifest, the figure folder."""
 
-    def __init__(self, run_dir: Path, out: Path, manifest: dict[str, Any]) -> None:
+    def __init__(self, run_dir: Path, out: Path, manifest: dict[str, Any],
+                 load_fit: Callable[[Path], Any] | None = None, svg: bool = False) -> None:
         self.run_dir = run_dir
         self.out = out
         self.fig_dir = out / FIGURES
         self.manifest = manifest
         self.written: list[Path] = []
+        self._load_fit = load_fit
+        self._figures: list[tuple[Callable[[], Any], str, bool]] = []
+        self.svg = svg
+        self._main_fit: tuple[Any, str | None] | None = None
+
+    def main_fit(self) -> tuple[Any, str | None]:
+        """The main model's :class:`~evtsync.evt.bayesfit.BayesFit` and name ((None, None) without
+        one), read once per report (through the run's reader when the pipeline gives one)."""
+        if self._main_fit is None:
+            from evtsync.evt.bayesfit import BayesFit, fit_path, load_fit
+            from evtsync.pipeline.layout import fitted_models, main_model
+
+            name = main_model(self.run_dir, self.manifest)
+            if name is None:
+                self._main_fit = (None, None)
+            else:
+                path = fitted_models(self.run_dir, self.manifest)[name]
+                self._main_fit = (BayesFit((self._load_fit or load_fit)(path), fit_path(path)), name)
+        return self._main_fit
 
     def stage(self, name: str) -> dict[str, Any]:
         return self.manifest.get("stages", {}).get(name, {})
@@ -263,11 +291,34 @@ class _Ctx:
         path = self.run_dir / "tables" / f"{name}.parquet"
         return read_table(path) if path.is_file() else None
 
-    def figure(self, fig: Any, stem: str, caption: str) -> Figure:
-        """Save a matplotlib figure of :mod:`evtsync.plots` as ``figures/stem.png/.svg`` for the report."""
-        pair = save_png_svg(fig, self.fig_dir, stem)
-        self.written.extend(pair)
-        return Figure(pair[0], pair[1], caption)
+    def figure(self, draw: Callable[[], Any], stem: str, caption: str) -> Figure:
+        """Plan ``figures/stem.png`` (and ``.svg`` when the report was asked for SVG): ``draw`` (a
+        figure function of :mod:`evtsync.plots` bound to its tables with ``functools.partial``) is
+        called by :meth:`draw_figures`, after the text."""
+        png, svg = self.fig_dir / f"{stem}.png", (self.fig_dir / f"{stem}.svg" if self.svg else None)
+        # a stem planned again replaces the earlier plan (as saving it again would overwrite the file)
+        self._figures = [job for job in self._figures if job[1] != stem] + [(draw, stem, self.svg)]
+        self.written = [p for p in self.written if p not in (png, svg)] + [p for p in (png, svg) if p is not None]
+        return Figure(png, svg, caption)
+
+    def figure_workers(self, workers: int | None = None) -> int:
+        """How many processes draw the figures: ``workers``, default one per core (at most
+        :data:`FIGURE_WORKERS`); 1 in a daemon process, which may not start any."""
+        if workers is None:
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            workers = min(cores, FIGURE_WORKERS)
+        return 1 if multiprocessing.current_process().daemon else workers
+
+    def draw_figures(self, workers: int | None = None) -> None:
+        """Draw and save every planned figure, in ``workers`` processes (default: one per core, at
+        most :data:`FIGURE_WORKERS`) when there are several figures: drawing and saving them is
+        most of a report's time. One worker draws them in this process."""
+        from evtsync.parallel import InProcess, ProcessPool
+
+        jobs, self._figures = self._figures, []
+        workers = min(self.figure_workers(workers), len(jobs))
+        backend = ProcessPool(workers, preload=PLOT_MODULES) if workers > 1 else InProcess()
+        backend.map(functools.partial(draw_png_svg, self.fig_dir), jobs, "report figures")
 
     def why_not(self, name: str) -> str:
         entry = self.stage(name)
@@ -604,7 +655,7 @@ def _gpu_sections(ctx: _Ctx) -> list[Section]:
     z = ctx.table("zscores")
     mle = ctx.table("mle")
     pvm = ctx.table("predicted_vs_measured")
-    main_tree, main_name = _main_fit(ctx)
+    main_tree, main_name = ctx.main_fit()
     if coll is None:
         return []
     sections = []
@@ -634,12 +685,12 @@ def _gpu_sections(ctx: _Ctx) -> list[Section]:
                                           "collectives flagged by the alignment checks."))
         if len(sub):
             labelled = sub.assign(pg=sub["workload"].astype(str) + " " + sub["pg"].astype(str))
-            sec.items.append(ctx.figure(tax_figs.tax_cdfs(labelled), f"tax-cdf-{slug}", f"Empirical CDF of the synchronization tax tau_max (max − min NCCL "
+            sec.items.append(ctx.figure(functools.partial(tax_figs.tax_cdfs, labelled), f"tax-cdf-{slug}", f"Empirical CDF of the synchronization tax tau_max (max − min NCCL "
                                         f"kernel duration across the member ranks, log µs) of every aligned collective "
                                         f"on {gpu}, one curve per workload, process group and collective type "
                                         f"(SPEC §3)."))
         if ranks is not None and len(ranks[ranks["gpu"].astype(str) == gpu]):
-            fig = tax_figs.wait_shares(ranks[ranks["gpu"].astype(str) == gpu], f"Wait shares on {gpu}")
+            fig = functools.partial(tax_figs.wait_shares, ranks[ranks["gpu"].astype(str) == gpu], f"Wait shares on {gpu}")
             sec.items.append(ctx.figure(fig, f"wait-shares-{slug}", f"Distribution over collectives of the wait share (d_r − min d)/d_r: solid "
                                               f"for the rank that waited longest, dashed for the median rank, one "
                                               f"colour per workload on {gpu} (SPEC §3)."))
@@ -683,7 +734,7 @@ def _attribution_items(ctx: _Ctx, att: pd.DataFrame | None, gpu: str, slug: str)
                        "Principal cause of each straggler (the event with the largest extra time on its critical "
                        "path against the fastest rank's, SPEC §4), by category; paper: GEMM 78%, FlashAttention "
                        "15.4%, FSDP 4.3%, Norm 1.2%, Concat/Split 0.6% of GPU causes."))
-    items.append(ctx.figure(tax_figs.attribution_breakdown(sub), f"attribution-{slug}", f"Share of attributed collectives on {gpu} per principal-cause category, one bar per "
+    items.append(ctx.figure(functools.partial(tax_figs.attribution_breakdown, sub), f"attribution-{slug}", f"Share of attributed collectives on {gpu} per principal-cause category, one bar per "
                                   f"workload (critical-path walk from each collective back to the previous collective "
                                   f"of its PG, straggler's path compared with the fastest rank's, SPEC §4)."))
     items.append(_path_view(ctx, gpu, slug))
@@ -712,7 +763,7 @@ def _path_view(ctx: _Ctx, gpu: str, slug: str) -> Any:
     top = kept.sort_values("tau_max_us", ascending=False, kind="stable").iloc[0]
     rows = on_gpu[(on_gpu["workload"] == top["workload"]) & (on_gpu["pg"].astype(str) == str(top["pg"]))
                   & (on_gpu["index"] == top["index"])]
-    fig = straggler_vs_fastest(rows, top["pg"], int(top["index"]), kept[kept["workload"] == top["workload"]])
+    fig = functools.partial(straggler_vs_fastest, rows, top["pg"], int(top["index"]), kept[kept["workload"] == top["workload"]])
     cause = f"{top.get('cause_name')} ({top.get('cause_category')}, +{fmt(top.get('cause_extra_us'))} µs)"
     return ctx.figure(fig, f"path-{slug}", (
         f"The straggler's critical path (rank {int(top['straggler_rank'])}) against the fastest rank's "
@@ -721,16 +772,6 @@ def _path_view(ctx: _Ctx, gpu: str, slug: str) -> Any:
         f"{fmt(top['tau_max_us'])} µs), as in the paper's Fig. 4: GPU and CPU-side events on separate lanes, time "
         f"from each path's first event (both ranks leave the previous collective together, SPEC §4); outlined "
         f"in red: the principal cause, {cause}."))
-
-
-def _main_fit(ctx: _Ctx) -> tuple[Any, str | None]:
-    from evtsync.evt.bayesfit import BayesFit
-    from evtsync.pipeline.layout import fitted_models, main_model
-
-    name = main_model(ctx.run_dir, ctx.manifest)
-    if name is None:
-        return None, None
-    return BayesFit.load(fitted_models(ctx.run_dir, ctx.manifest)[name]), name
 
 
 def _cell_draws(fit: Any, gpu: str, precision: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -777,7 +818,7 @@ def _cell_section(ctx: _Ctx, gpu: str, precision: str, z: pd.DataFrame, mle: pd.
     label = f"{model}{'' if tree is None or tree.converged else ' (NOT converged)'}"
     posterior_text = (f" and, in green, the posterior mean density of {label} with its {PCT} pointwise band"
                       if post is not None else " (no Bayesian fit covers this cell)")
-    fig = fit_figs.gev_cell(values, _mle_dict(mle, gpu, precision, "gev"), _mle_dict(mle, gpu, precision, "gumbel"),
+    fig = functools.partial(fit_figs.gev_cell, values, _mle_dict(mle, gpu, precision, "gev"), _mle_dict(mle, gpu, precision, "gumbel"),
                             post, label, f"{gpu} {precision}")
     sec.items.append(ctx.figure(fig, f"gev-{_slug(gpu)}-{_slug(precision)}", f"Left: histogram of the pooled z-scores z = (M − X̄)/s_pooled of the GEMM blocks "
                                       f"on {gpu} {precision} (SPEC §5) with the GEV and Gumbel maximum-likelihood "
@@ -836,7 +877,7 @@ def _xi_section(ctx: _Ctx) -> list[Section]:
         items.insert(0, Skipped("Skipped — no fitted model has a free shape xi (the Gumbel models fix it at 0), so "
                                 "there is no forest plot of xi."))
         return [Section("Shape parameter xi per GPU and precision", items, anchor="xi")]
-    items.insert(0, ctx.figure(fit_figs.xi_forest(shown, population), "xi-forest", f"Posterior mean and central {PCT} credible interval of the GEV shape xi in every GPU × "
+    items.insert(0, ctx.figure(functools.partial(fit_figs.xi_forest, shown, population), "xi-forest", f"Posterior mean and central {PCT} credible interval of the GEV shape xi in every GPU × "
                                      "precision cell, for every fitted model with a free shape (pooled models give one "
                                      f"value for all cells; x markers: fit not converged). Grey band: {PCT} interval of the "
                                      "population shape xi0 of the hierarchical model (SPEC §6)."))
@@ -849,7 +890,7 @@ def _xi_section(ctx: _Ctx) -> list[Section]:
     if z is not None and len(z) and {"gpu", "precision", "z"} <= set(z.columns):
         from evtsync.plots.zscores import zscores_by_cell
 
-        items.append(ctx.figure(zscores_by_cell(z), "zscores-by-cell", "Pooled z-scores of the block maxima per GPU × "
+        items.append(ctx.figure(functools.partial(zscores_by_cell, z), "zscores-by-cell", "Pooled z-scores of the block maxima per GPU × "
                                 "precision (the paper's Fig. 10): the data every shape above is fitted to."))
     return [Section("Shape parameter xi per GPU and precision", items, anchor="xi")]
 
@@ -888,7 +929,7 @@ def _prediction_sections(ctx: _Ctx) -> list[Section]:
     summary = ctx.stage("prediction").get("summary", {})
     main = summary.get("main_model")
     models = [main] + [m for m in ("gumbel-hier", "gumbel") if m in set(tau["model"]) and m != main][:1]
-    items: list[Any] = [ctx.figure(pred_figs.tau_curves(tau, models), "tau-n", f"Predicted mean straggler delay tau(n) = b·E_k, k = n/m, for domains of n = m "
+    items: list[Any] = [ctx.figure(functools.partial(pred_figs.tau_curves, tau, models), "tau-n", f"Predicted mean straggler delay tau(n) = b·E_k, k = n/m, for domains of n = m "
                                          f"… 4096 ranks (SPEC §7): E_k is the expected maximum of k GEV draws at each "
                                          f"posterior draw of the cell's (mu, sigma, xi); b = mean r × mean a over the "
                                          f"cell's block identities. Lines: posterior mean; bands: {PCT} credible "
@@ -901,7 +942,7 @@ def _prediction_sections(ctx: _Ctx) -> list[Section]:
     items.append(Table(wide.reset_index(), f"tau(n) in µs at selected domain sizes: posterior mean [{PCT} credible interval]."))
     sections = [Section("Predicted tax tau(n)", items, anchor="tau")]
     if bstar is not None and len(bstar):
-        b_items: list[Any] = [ctx.figure(pred_figs.bstar_curves(bstar), "bstar-n", f"Optimal bandwidth B* at elasticity eps = {fmt(summary.get('eps'))} of "
+        b_items: list[Any] = [ctx.figure(functools.partial(pred_figs.bstar_curves, bstar), "bstar-n", f"Optimal bandwidth B* at elasticity eps = {fmt(summary.get('eps'))} of "
                                                f"the augmented Hockney model T(B) = p·alpha + q·S/B + tau (SPEC §8) "
                                                f"against n, per topology, with tau(n) from {main} (posterior mean, {PCT} "
                                                f"band per GPU × precision) beside Hockney's B*_H (tau = 0, dashed). "
@@ -923,7 +964,7 @@ def _whatif_section(ctx: _Ctx) -> list[Section]:
     tau = ctx.table("tau")
     if tau is None or tau.empty or "b_us" not in tau.columns:
         return [Section(title, [ctx.why_not("prediction")], anchor="whatif")]
-    fit, name = _main_fit(ctx)
+    fit, name = ctx.main_fit()
     if fit is None:
         return [Section(title, [Skipped("Skipped — no main Bayesian fit in this run.")], anchor="whatif")]
     ref = tau[(tau["model"] == name) & (tau.get("gpu", "") == "H200") & (tau.get("precision", "") == "bf16")]
@@ -982,7 +1023,7 @@ def _flops_section(ctx: _Ctx) -> list[Section]:
     summary = ctx.stage("prediction").get("summary", {})
     if tau is None or tau.empty or "b_us" not in tau.columns or not summary:
         return [Section(title, [ctx.why_not("prediction")], anchor="flops")]
-    fit, name = _main_fit(ctx)
+    fit, name = ctx.main_fit()
     if fit is None:
         return [Section(title, [Skipped("Skipped — no main Bayesian fit in this run.")], anchor="flops")]
     m = int(ctx.manifest.get("options", {}).get("m", 4) or 4)
@@ -1010,7 +1051,7 @@ def _flops_section(ctx: _Ctx) -> list[Section]:
     items: list[Any] = []
     if not fit.converged:
         items.append(Alert(f"{name} did not converge; this figure inherits it.", level="warning"))
-    items.append(ctx.figure(bstar_vs_flops(table, nvlink=nvlink_reference_lines()), "bstar-flops", (
+    items.append(ctx.figure(functools.partial(bstar_vs_flops, table, nvlink=nvlink_reference_lines()), "bstar-flops", (
         f"Optimal bandwidth B* as peak FLOPS grow {FLOPS_SWEEP[0]:g}–{FLOPS_SWEEP[-1]:g}x over the H200's "
         f"{REFERENCE_TFLOPS:g} TFLOPS, for n = 256 and 4096 (the paper's Figure 13), at eps = {fmt(eps)}: the block's b "
         f"is divided by the factor, and tau(n) with it (SPEC §8). Tax from {name}'s posterior for {which}, {cell}, b = {fmt(b_ref)} "
@@ -1083,7 +1124,7 @@ def _pvm_section(ctx: _Ctx) -> list[Section]:
     selection = ctx.stage("predicted-vs-measured").get("summary", {}).get("selection", "")
     m = ctx.manifest.get("options", {}).get("m", 4)
     ns = sorted({int(n) for n in pvm["n"]})
-    pvm_fig = pred_figs.predicted_vs_measured(pvm)
+    pvm_fig = functools.partial(pred_figs.predicted_vs_measured, pvm)
     items: list[Any] = [
         Alert(f"In-sample: the fit was made on the z-scores of the very blocks whose following collectives are "
               f"measured here (group sizes n = {', '.join(map(str, ns))}; m = {m}"
@@ -1241,14 +1282,23 @@ def _files_section(ctx: _Ctx) -> list[Section]:
                                                                    "content hash and status.")], anchor="files")]
 
 
-def run_sections(run_dir: Path, out: Path, manifest: dict[str, Any]) -> tuple[list[Section], list[Path]]:
-    """The document of a run folder, and the figure files written for it."""
-    ctx = _Ctx(run_dir, out, manifest)
+def run_sections(run_dir: Path, out: Path, manifest: dict[str, Any],
+                 load_fit: Callable[[Path], Any] | None = None, svg: bool = False,
+                 workers: int | None = None) -> tuple[list[Section], list[Path]]:
+    """The document of a run folder, and the figure files written for it (``load_fit``: how to
+    read a fit's tree, :func:`evtsync.evt.bayesfit.load_fit` by default; ``svg``: each figure as
+    SVG too; ``workers``: processes drawing the figures, see :meth:`_Ctx.draw_figures`)."""
+    ctx = _Ctx(run_dir, out, manifest, load_fit, svg)
+    if ctx.figure_workers(workers) > 1:
+        from evtsync.parallel import start_fork_server
+
+        start_fork_server(PLOT_MODULES)  # it imports matplotlib while the text is built here
     sections: list[Section] = []
     for builder in (_summary_section, _inputs, _gpu_sections, _xi_section, _compare_section, _prediction_sections, _flops_section,
                     _whatif_section,
                     _pvm_section, _truth_section, _convergence_section, _stages_section, _files_section):
         sections += builder(ctx)
+    ctx.draw_figures(workers)
     return sections, ctx.written
 
 
@@ -1267,12 +1317,13 @@ def _cell_mle(z: np.ndarray) -> tuple[dict[str, float] | None, dict[str, float] 
             {"mu": gum.mu, "sigma": gum.sigma, "xi": 0.0} if gum.converged else None)
 
 
-def fit_sections(fit_file: Path, out: Path) -> tuple[list[Section], list[Path]]:
+def fit_sections(fit_file: Path, out: Path, svg: bool = False,
+                 workers: int | None = None) -> tuple[list[Section], list[Path]]:
     """The document of one Bayesian fit: convergence, parameters, xi per cell, fit per cell."""
     from evtsync.evt.bayesfit import cell_parameters, is_converged, load_fit, parameter_summary
 
     tree = load_fit(fit_file)
-    ctx = _Ctx(fit_file.parent, out, {})
+    ctx = _Ctx(fit_file.parent, out, {}, svg=svg)
     name = str(tree.attrs.get("model_name", fit_file.stem))
     items: list[Any] = []
     if not is_converged(tree):
@@ -1302,7 +1353,7 @@ def fit_sections(fit_file: Path, out: Path) -> tuple[list[Section], list[Path]]:
                      "xi_mean": q["xi"][0], "xi_lo": q["xi"][1], "xi_hi": q["xi"][2]})
         z = obs["z"].values[obs["cell"].values == i]
         mle_gev, mle_gumbel = _cell_mle(z)
-        fig = fit_figs.gev_cell(z, mle_gev, mle_gumbel, draws, name, cell)
+        fig = functools.partial(fit_figs.gev_cell, z, mle_gev, mle_gumbel, draws, name, cell)
         sections.append(Section(f"Cell {cell}", [
             f"mu {fmt_ci(*q['mu'])}, sigma {fmt_ci(*q['sigma'])}, xi {fmt_ci(*q['xi'])} (posterior mean [{PCT} CrI]).",
             ctx.figure(fig, f"gev-{_slug(cell)}", f"Left: histogram of the {z.size} z-scores of cell {cell} with the posterior mean GEV "
@@ -1312,7 +1363,8 @@ def fit_sections(fit_file: Path, out: Path) -> tuple[list[Section], list[Path]]:
     xi = pd.DataFrame(rows)
     if xi["xi_hi"].max() != 0 or xi["xi_lo"].min() != 0:
         sections.insert(1, Section("Shape parameter xi per cell", [ctx.figure(
-            fit_figs.xi_forest(xi, None), "xi-forest", f"Posterior mean and {PCT} credible interval of xi in every cell of the fit.")], anchor="xi"))
+            functools.partial(fit_figs.xi_forest, xi, None), "xi-forest", f"Posterior mean and {PCT} credible interval of xi in every cell of the fit.")], anchor="xi"))
+    ctx.draw_figures(workers)
     return sections, ctx.written
 
 
@@ -1334,9 +1386,14 @@ def timestamp_text(stamp: Any) -> str:
     return when.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def build_report(source: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> list[Path]:
-    """Write ``report.html``, ``report.md`` and ``figures/`` for a run folder or a fit; returns
-    every file written (figures first)."""
+def build_report(source: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
+                 load_fit: Callable[[Path], Any] | None = None, svg: bool = False,
+                 workers: int | None = None) -> list[Path]:
+    """Write ``report.html``, ``report.md`` and ``figures/`` (PNG; with ``svg`` each figure as SVG
+    too) for a run folder or a fit; returns every file written (figures first). ``load_fit`` reads
+    a run's fit trees (the pipeline passes its own, so that a fit the stages read is not read
+    again); default :func:`evtsync.evt.bayesfit.load_fit`. ``workers``: processes that draw the
+    figures (default one per core; 1 draws them in this process)."""
     from evtsync.evt.bayesfit import FIT_FILE
     from evtsync.pipeline.layout import MANIFEST, read_manifest
 
@@ -1344,23 +1401,23 @@ def build_report(source: str | os.PathLike[str], out: str | os.PathLike[str] | N
     if (src / MANIFEST).is_file():
         manifest = read_manifest(src)
         dest = Path(out) if out else src
-        sections, written = run_sections(src, dest, manifest)
+        sections, written = run_sections(src, dest, manifest, load_fit, svg, workers)
         name = src.resolve().name
         title = f"evtsync report: {name}"
         subtitle = (f"Run folder {src}; evtsync {manifest.get('evtsync_version', '?')}; last updated "
                     f"{timestamp_text(manifest.get('updated'))}. Intervals are central {PCT} intervals. Tables and "
-                    f"figures (PNG and SVG) lie beside this file.")
+                    f"figures ({'PNG and SVG' if svg else 'PNG'}) lie beside this file.")
     else:
         fit_file = src / FIT_FILE if src.is_dir() else src
         if not fit_file.is_file():
             raise InputError(f"{src}: neither a run folder ({MANIFEST}) nor a fit ({FIT_FILE} or a .nc file)")
         dest = Path(out) if out else (src if src.is_dir() else src.parent)
-        sections, written = fit_sections(fit_file, dest)
+        sections, written = fit_sections(fit_file, dest, svg, workers)
         title = f"evtsync report: fit {fit_file.stem if fit_file.name != FIT_FILE else src.name}"
         subtitle = f"Fit file {fit_file}. Intervals are central {PCT} credible intervals."
     dest.mkdir(parents=True, exist_ok=True)
     html_path = write_text_atomic(dest / REPORT_HTML, render_html(title, subtitle, sections))
     md_path = write_text_atomic(dest / REPORT_MD, render_markdown(title, sections, dest))
-    log.info("report written: %s (%d figures)", html_path, len(written) // 2)
+    log.info("report written: %s (%d figures)", html_path, sum(p.suffix == ".png" for p in written))
     return [*written, html_path, md_path]
 

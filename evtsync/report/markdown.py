@@ -20,10 +20,11 @@ import pandas as pd
 
 @dataclass
 class Figure:
-    """A figure saved as PNG and SVG, with its caption (what it shows, how it was computed)."""
+    """A figure saved as PNG (and SVG where asked for), with its caption (what it shows, how it was
+    computed)."""
 
     png: Path
-    svg: Path
+    svg: Path | None
     caption: str
 
 

@@ -1,0 +1,188 @@
+"""The report of a run folder (issue 16): ``evtsync report`` timed against a baseline checkout.
+
+Run by hand (not a test), on a run folder written by ``evtsync run`` (the demo: ``evtsync run
+--out /tmp/demo``, about 2-3 minutes)::
+
+    git archive <baseline-commit> | tar -x -C /tmp/report-base      # the code to compare with
+    .venv/bin/python benchmarks/bench_report.py /tmp/demo --baseline-src /tmp/report-base --repeat 3
+
+Each repeat runs ``python -m evtsync report RUN --out WORKDIR/<variant>-<i> -q`` in a fresh
+process under /usr/bin/time, the variants in turn: ``baseline`` (the baseline's sources first on
+``PYTHONPATH``), ``new-j1`` (this checkout, ``--jobs 1``: every figure drawn in the one process,
+so its CPU time is all of the work), ``new`` (this checkout's default: PNG figures drawn by one
+process per core) and ``new-svg`` (``--svg``: the baseline's PNG and SVG). Printed per variant:
+median wall and CPU seconds (user + system of the process and its reaped children; the pool's
+workers are children of multiprocessing's fork server, so ``new`` under-reports CPU) and the
+load average before each run; then the ratios of the medians.
+
+Then the report stage as ``evtsync run`` runs it, ``--repeat`` times per side: a fresh process
+imports what the earlier stages imported and (this checkout) reads the fits into
+``Run.fit_tree`` as compare, prediction and predicted-vs-measured do, then times
+``evtsync.pipeline.stages._stage_report`` on a copy of the run folder (without its figures):
+the baseline, this checkout with one process drawing the figures (``new-j1``) and this
+checkout's default (``new``).
+
+Then the content check: ``report.html`` and ``report.md`` compared as text without the "last
+updated" stamp (the HTML embeds every PNG as base64, so equal HTML means byte-equal PNGs), the
+set of figure files, each PNG byte for byte and each SVG without its ``<dc:date>`` and with
+matplotlib's random element ids renumbered in order of appearance: ``new-svg`` against the
+baseline in full, ``new`` against the baseline without its SVGs, ``new`` against ``new-j1``.
+The script exits 1 when the content differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+
+
+def run_report(src: Path, run_dir: Path, out: Path, extra: list[str]) -> dict[str, float]:
+    """One ``evtsync report`` in a fresh process under /usr/bin/time, ``src`` first on the path."""
+    shutil.rmtree(out, ignore_errors=True)
+    env = {**os.environ, "PYTHONPATH": str(src), "EVTSYNC_QUIET": "1"}
+    load = os.getloadavg()[0]
+    cmd = ["/usr/bin/time", "-f", "TIME %e %U %S", sys.executable, "-m", "evtsync", "report", str(run_dir),
+           "--out", str(out), "-q", *extra]
+    # run outside any checkout: `python -m` puts the working directory before PYTHONPATH
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, cwd=out.parent)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed with {src} on the path:\n{proc.stderr[-3000:]}")
+    wall, user, system = map(float, re.findall(r"^TIME (\S+) (\S+) (\S+)$", proc.stderr, re.M)[-1])
+    return {"wall_s": wall, "cpu_s": user + system, "load1": load}
+
+
+#: The report stage as ``evtsync run`` runs it: in the process that ran the stages before it, so
+#: their imports are paid and (with this checkout) the fits they read are in ``Run.fit_tree``.
+IN_RUN = """
+import shutil, sys, time
+from pathlib import Path
+src, copy, workers = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+shutil.rmtree(copy, ignore_errors=True)
+shutil.copytree(src, copy, ignore=shutil.ignore_patterns("figures", "report.*"))
+import scipy.stats  # noqa: F401  (the earlier stages' imports)
+import evtsync.evt.compare, evtsync.evt.predict, evtsync.evt.mlefit  # noqa: F401,E401
+from evtsync.pipeline import stages
+from evtsync.pipeline.engine import Run
+from evtsync.pipeline.layout import fitted_models, read_manifest
+from evtsync.pipeline.options import RunOptions
+run = Run(RunOptions(out=copy))
+run.manifest = read_manifest(copy)
+if hasattr(run, "fit_tree"):  # this checkout: compare, prediction and predicted-vs-measured read them
+    for path in fitted_models(copy, run.manifest).values():
+        run.fit_tree(path)
+if workers:  # this checkout: at most this many figure processes (1: in this process)
+    import evtsync.report.html
+    evtsync.report.html.FIGURE_WORKERS = workers
+t0 = time.perf_counter()
+stages._stage_report(run)
+print(f"STAGE {time.perf_counter() - t0:.3f}")
+"""
+
+
+def run_stage(src: Path, run_dir: Path, out: Path, workers: int = 0) -> dict[str, float]:
+    """The report stage of ``evtsync run`` (:data:`IN_RUN`) in a fresh process, ``src`` first on the path."""
+    env = {**os.environ, "PYTHONPATH": str(src), "EVTSYNC_QUIET": "1"}
+    load = os.getloadavg()[0]
+    proc = subprocess.run([sys.executable, "-c", IN_RUN, str(run_dir), str(out), str(workers)], env=env,
+                          capture_output=True,
+                          text=True, check=False, cwd=out.parent)
+    if proc.returncode != 0:
+        raise SystemExit(f"the report stage failed with {src} on the path:\n{proc.stderr[-3000:]}")
+    return {"stage_s": float(re.findall(r"^STAGE (\S+)$", proc.stdout, re.M)[-1]), "load1": load}
+
+
+def _without_stamp(text: str) -> str:
+    return re.sub(r"last updated [^.]*\.", "", text)
+
+
+def _svg_normalised(text: str) -> str:
+    text = re.sub(r"<dc:date>[^<]*</dc:date>", "", text)
+    ids: dict[str, str] = {}
+    return re.sub(r"\b[mpc][0-9a-f]{10}\b", lambda m: ids.setdefault(m.group(0), f"id{len(ids)}"), text)
+
+
+def content_differences(a: Path, b: Path, b_has_svg: bool = True) -> list[str]:
+    """What differs between two report folders (empty when they are the same document). When
+    ``b`` was written without ``--svg``, the SVG files of ``a`` and the subtitle's "(PNG and SVG)"
+    are left out of the comparison."""
+    diffs = []
+    for name in ("report.html", "report.md"):
+        text_a = _without_stamp((a / name).read_text(encoding="utf-8"))
+        if not b_has_svg:
+            text_a = text_a.replace("figures (PNG and SVG) lie beside", "figures (PNG) lie beside")
+        if text_a != _without_stamp((b / name).read_text(encoding="utf-8")):
+            diffs.append(name)
+    fa = {p.name for p in (a / "figures").iterdir() if b_has_svg or p.suffix != ".svg"}
+    fb = {p.name for p in (b / "figures").iterdir()}
+    diffs += [f"figure only in one report: {n}" for n in sorted(fa ^ fb)]
+    for name in sorted(fa & fb):
+        x, y = a / "figures" / name, b / "figures" / name
+        same = (_svg_normalised(x.read_text(encoding="utf-8")) == _svg_normalised(y.read_text(encoding="utf-8"))
+                if name.endswith(".svg") else x.read_bytes() == y.read_bytes())
+        if not same:
+            diffs.append(f"figure differs: {name}")
+    return diffs
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run_dir", type=Path, help="run folder written by `evtsync run`")
+    ap.add_argument("--baseline-src", type=Path, required=True, help="checkout of the baseline code")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--baseline-args", default="", help="extra options of the baseline's evtsync report")
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/evtsync-bench-report"))
+    ap.add_argument("--json", type=Path, help="also write the measurements here")
+    args = ap.parse_args()
+    args.run_dir, args.workdir = args.run_dir.resolve(), args.workdir.resolve()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    variants = {"baseline": (args.baseline_src.resolve(), args.baseline_args.split()),
+                "new-j1": (HERE, ["--jobs", "1"]), "new": (HERE, []), "new-svg": (HERE, ["--svg"])}
+    runs: dict[str, list[dict[str, float]]] = {k: [] for k in variants}
+    for i in range(args.repeat):
+        for name, (src, extra) in variants.items():
+            runs[name].append(run_report(src, args.run_dir, args.workdir / f"{name}-{i}", extra))
+            r = runs[name][-1]
+            print(f"{name:8s} run {i + 1}: {r['wall_s']:6.2f} s wall, {r['cpu_s']:6.2f} s CPU, "
+                  f"load {r['load1']:.2f}", flush=True)
+    med = {k: {m: statistics.median(r[m] for r in v) for m in ("wall_s", "cpu_s")} for k, v in runs.items()}
+    print(f"{platform.machine()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    for k in variants:
+        print(f"{k:8s} median over {args.repeat}: {med[k]['wall_s']:.2f} s wall, {med[k]['cpu_s']:.2f} s CPU")
+    print(f"ratio baseline / new: wall {med['baseline']['wall_s'] / med['new']['wall_s']:.2f}x; "
+          f"CPU baseline / new-j1 (all of it in one process) {med['baseline']['cpu_s'] / med['new-j1']['cpu_s']:.2f}x")
+    stage: dict[str, list[dict[str, float]]] = {"baseline": [], "new-j1": [], "new": []}
+    for i in range(args.repeat):
+        for name, src, workers in (("baseline", variants["baseline"][0], 0), ("new-j1", HERE, 1), ("new", HERE, 0)):
+            stage[name].append(run_stage(src, args.run_dir, args.workdir / f"stage-{name}", workers))
+            print(f"report stage in a run, {name:8s} {i + 1}: {stage[name][-1]['stage_s']:6.2f} s wall, "
+                  f"load {stage[name][-1]['load1']:.2f}", flush=True)
+    med_stage = {k: statistics.median(r["stage_s"] for r in v) for k, v in stage.items()}
+    print(f"report stage in a run: baseline {med_stage['baseline']:.2f} s, new with one process "
+          f"{med_stage['new-j1']:.2f} s, new {med_stage['new']:.2f} s; ratio baseline / new "
+          f"{med_stage['baseline'] / med_stage['new']:.2f}x")
+    work = args.workdir
+    diffs = [f"new (PNG only): {d}" for d in content_differences(work / "baseline-0", work / "new-0", False)]
+    diffs += [f"new --svg: {d}" for d in content_differences(work / "baseline-0", work / "new-svg-0")]
+    diffs += [f"new --jobs 1: {d}" for d in content_differences(work / "new-j1-0", work / "new-0")]
+    print("content: the same document as the baseline's (HTML, Markdown, figure set, PNG bytes; with --svg "
+          "the SVGs too; --jobs 1 the same as the pool)" if not diffs else "content DIFFERS:\n  " + "\n  ".join(diffs))
+    if args.json:
+        args.json.write_text(json.dumps({"runs": runs, "medians": med, "stage_in_run": stage,
+                                         "content_differences": diffs},
+                                        indent=2), encoding="utf-8")
+    return 1 if diffs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
