@@ -36,9 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "attribution and the MLE), compare, prediction, predicted-vs-measured, report. Stages that do "
         "not apply to the data are recorded with the reason and listed in the report.")
     add_trace_arguments(parser, required=False,
-                        jobs_help="local processes for reading the traces (in-process for small sets) and for "
-                                  "the Bayesian fits, which then run side by side (default: one per core; 1: "
-                                  "everything in this process)")
+                        jobs_help="local processes for reading the traces (in-process for small sets), for "
+                                  "the Bayesian fits, which then run side by side, and for drawing the report's "
+                                  "figures (default: one per core; 1: everything in this process)")
     add_scale_arguments(parser)
     for action in parser._actions:
         if action.dest == "pg":
