@@ -217,7 +217,7 @@ def _split_single_chain(tree: xr.DataTree) -> xr.DataTree:
 
 def parameter_summary(tree: xr.DataTree, level: float = INTERVAL_LEVEL) -> pd.DataFrame:
     """Mean, sd, central ``level`` interval (``lo``, ``hi``), R-hat and bulk/tail ESS of every posterior scalar."""
-    import arviz as az
+    import arviz_stats as az  # the stats alone: `arviz` also imports its plotting (matplotlib)
 
     post = tree["posterior"].to_dataset()
     rhat = az.rhat(_split_single_chain(tree))

@@ -41,7 +41,7 @@ FAMILY_NAMES = {"gumbel": "Gumbel", "frechet": "Fréchet", "gev": "GEV"}
 
 def relative_efficiency(tree: xr.DataTree) -> float:
     """ArviZ's r_eff: mean ESS (method "mean") over posterior quantities / number of draws."""
-    import arviz as az
+    import arviz_stats as az  # the stats alone: `arviz` also imports its plotting (matplotlib)
 
     post = tree["posterior"].to_dataset()
     n_samples = post.sizes["chain"] * post.sizes["draw"]
@@ -360,7 +360,7 @@ def loo(tree: xr.DataTree, chunk_values: int | None = None, threads: int | None 
 
 def arviz_loo(tree: xr.DataTree):
     """ArviZ's own :func:`arviz.loo` on a fit whose log-likelihood group is stored."""
-    import arviz as az
+    import arviz_stats as az  # the stats alone: `arviz` also imports its plotting (matplotlib)
 
     if "log_likelihood" not in tree.children:
         raise FitError(f"{tree.attrs.get('fit_path', 'fit')}: log-likelihood not stored; use evtsync.evt.compare.loo")

@@ -437,13 +437,14 @@ class Run:
 
 @contextlib.contextmanager
 def _job_pool(processes: int) -> Iterator[Any]:
-    """A forkserver process pool for stage jobs (the fit module preloaded in the fork server when
-    it starts here), shut down with its unfinished jobs cancelled when the run ends."""
+    """A forkserver process pool for stage jobs (the fit's modules, PyMC, nutpie and ArviZ's stats,
+    imported once by the fork server when it starts here, not by every worker), shut down with its
+    unfinished jobs cancelled when the run ends."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["evtsync.evt.fit"])
+    ctx.set_forkserver_preload(["evtsync.evt.fit", "nutpie", "arviz_stats"])
     pool = ProcessPoolExecutor(max_workers=processes, mp_context=ctx)
     try:
         yield pool
