@@ -323,6 +323,23 @@ def _sample_nutpie(built: BuiltModel, config: SamplerConfig, seed: int, progress
     return _with_deterministics(raw, built)
 
 
+def warm_up_sampler() -> None:
+    """Compile a one-variable model with nutpie's numba backend, as a fit does: the compilation
+    that every first fit of a process pays besides its own model's (numba's helpers for
+    nutpie's wrappers, ~4 s), done ahead, e.g. by a pool process while other work runs."""
+    try:
+        import nutpie
+    except ImportError:
+        return
+    import pymc as pm
+    import pytensor
+
+    with pm.Model() as model:
+        pm.Normal("x")
+    with pytensor.config.change_flags(numba__fastmath=False):
+        nutpie.compile_pymc_model(model, backend="numba", jitter_rvs=set(), var_names=["x"])
+
+
 def _with_deterministics(raw: xr.DataTree, built: BuiltModel) -> xr.DataTree:
     """``raw`` with the model's deterministics added to its posterior, evaluated from the draws of
     the free variables in one call of a small PyTensor function vectorised over the draws (no

@@ -132,6 +132,9 @@ class Stage:
     #: zero-argument callable (or :class:`NotApplicable`); the body gets its result from
     #: :meth:`Run.job_result`
     job: Callable[[Run], Callable[[], Any]] | None = None
+    #: run once in each pool process when it starts (a picklable function), e.g. compiling
+    #: what every job of the kind compiles first
+    job_warm_up: Callable[[], None] | None = None
 
 
 class Run:
@@ -357,12 +360,34 @@ class Run:
         if len(todo) < 2:
             return
         if self._job_pool is None:
-            self._job_pool_size = min(jobs, len(todo))
-            self._job_pool = stack.enter_context(_job_pool(self._job_pool_size))
+            self._open_job_pool(min(jobs, len(todo)), stages, stack)
         log.info("starting %d stage jobs in %d processes: %s", len(todo), min(jobs, len(todo)),
                  ", ".join(name for name, _ in todo))
         for name, fn in todo:
             self._jobs[name] = self._job_pool.submit(fn)
+
+    def _open_job_pool(self, processes: int, stages: list[Stage], stack: contextlib.ExitStack) -> None:
+        warm_up = next((st.job_warm_up for st in stages if st.job_warm_up is not None), None)
+        self._job_pool_size = processes
+        self._job_pool = stack.enter_context(_job_pool(processes, warm_up))
+
+    def warm_job_pool(self, stages: list[Stage], stack: contextlib.ExitStack) -> None:
+        """Open the job pool before any stage runs, its processes warming up (imports, the jobs'
+        common compilation) on the core the first stages leave idle, when the run is fresh: at
+        least two job stages and none of them finished before (a rerun that may reuse them all
+        opens no pool)."""
+        import os
+
+        jobs = self.options.jobs or os.cpu_count() or 1
+        job_stages = [st for st in stages if st.job is not None]
+        if jobs < 2 or len(job_stages) < 2 or self._job_pool is not None:
+            return
+        if any(self.done(st.name) for st in job_stages) and not self.options.force:
+            return
+        processes = min(jobs, len(job_stages))
+        self._open_job_pool(processes, job_stages, stack)
+        for _ in range(processes):  # a task per process makes the pool start them all now
+            self._job_pool.submit(_nothing)
 
     def job_result(self, stage_name: str, job: Callable[[], Any]) -> Any:
         """The result of the running stage's job: from the pool when :meth:`start_jobs` started it
@@ -435,8 +460,12 @@ class Run:
         del hist[:-500]
 
 
+def _nothing() -> None:
+    """A task that only makes the pool start a process."""
+
+
 @contextlib.contextmanager
-def _job_pool(processes: int) -> Iterator[Any]:
+def _job_pool(processes: int, warm_up: Callable[[], None] | None = None) -> Iterator[Any]:
     """A forkserver process pool for stage jobs (the fit's modules, PyMC, nutpie and ArviZ's stats,
     imported once by the fork server when it starts here, not by every worker), shut down with its
     unfinished jobs cancelled when the run ends."""
@@ -445,7 +474,7 @@ def _job_pool(processes: int) -> Iterator[Any]:
 
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["evtsync.evt.fit", "nutpie", "arviz_stats"])
-    pool = ProcessPoolExecutor(max_workers=processes, mp_context=ctx)
+    pool = ProcessPoolExecutor(max_workers=processes, mp_context=ctx, initializer=warm_up)
     try:
         yield pool
     finally:
@@ -522,6 +551,7 @@ def execute(run: Run, build_stages: Callable[[Run], list[Stage]]) -> Run:
                     run.path(rel).unlink(missing_ok=True)
                 del run.manifest["stages"][name]
         finished: set[str] = set()
+        run.warm_job_pool(stages, stack)
         for i, stage in enumerate(progress(stages, "evtsync run", len(stages), "stage")):
             if stage.name == "tax":
                 run.before_tax()

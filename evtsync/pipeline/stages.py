@@ -372,6 +372,13 @@ def fit_in_process(z: pd.DataFrame, model_path: Path, sampling: dict[str, int], 
                      source_sha256=source_sha256, command="evtsync run", progress=in_main and progress_enabled())
 
 
+def _warm_up_fits() -> None:
+    """What each pool process of the fits compiles before its first fit (the sampler's own part)."""
+    from evtsync.evt.fit import warm_up_sampler
+
+    warm_up_sampler()
+
+
 def _fit_stage(model_path: Path) -> tuple[Callable[[Run], dict[str, Any]], Callable[[Run], Callable[[], Any]]]:
     """The body of the fit stage of ``model_path``, and its job (the fit alone)."""
     def job(run: Run) -> Callable[[], Any]:
@@ -570,7 +577,7 @@ def build_stages(run: Run) -> list[Stage]:
         body, job = _fit_stage(path)
         stages.append(Stage(f"fit-{path.stem}", body, ("zscores",),
                             lambda r, text=text: {"spec": text, **sampling, "seed": o.seed, "sampler": o.sampler,
-                                                  "min": MIN_Z_BAYES}, job=job))
+                                                  "min": MIN_Z_BAYES}, job=job, job_warm_up=_warm_up_fits))
     fit_names = tuple(f"fit-{p.stem}" for p in models)
     stages += [
         Stage("compare", _stage_compare, fit_names, none),
