@@ -361,7 +361,7 @@ class Run:
             return
         if self._job_pool is None:
             self._open_job_pool(min(jobs, len(todo)), stages, stack)
-        log.info("starting %d stage jobs in %d processes: %s", len(todo), min(jobs, len(todo)),
+        log.info("starting %d stage jobs in %d processes: %s", len(todo), self._job_pool_size,
                  ", ".join(name for name, _ in todo))
         for name, fn in todo:
             self._jobs[name] = self._job_pool.submit(fn)
