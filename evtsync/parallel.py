@@ -26,7 +26,7 @@ import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
@@ -95,6 +95,38 @@ class ProcessPool:
             log.warning("the process pool could not run (%s: %s); %s in this process instead "
                         "(--jobs 1 avoids the pool)", type(exc).__name__, exc, desc)
             return InProcess().map(fn, items, desc)
+
+
+class JobPool:
+    """A local ``forkserver`` pool for single jobs submitted one at a time, whose results the
+    caller collects later (the pipeline's stage jobs): the fork server imports ``preload``
+    once (a server already running keeps what it imported first), ``initializer`` runs in each
+    process when it starts, and processes start, on :meth:`submit`, without re-importing the
+    caller's script, as :class:`ProcessPool`'s do. Closing waits for running jobs and cancels
+    the others."""
+
+    def __init__(self, processes: int, preload: Sequence[str] = (),
+                 initializer: Callable[[], None] | None = None) -> None:
+        if processes < 1:
+            raise InputError(f"--jobs must be at least 1, got {processes}")
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(list(preload))
+        self.processes = processes
+        self._pool = ProcessPoolExecutor(max_workers=processes, mp_context=ctx, initializer=initializer)
+
+    def submit(self, fn: Callable[[], R]) -> Future[R]:
+        """Run ``fn()`` in a pool process (started now if the pool has room for one more)."""
+        with _without_main_script(fn):  # processes are started here, by the executor's submit
+            return self._pool.submit(fn)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> JobPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def start_fork_server(preload: Sequence[str] = PRELOAD) -> None:

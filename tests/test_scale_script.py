@@ -49,3 +49,21 @@ def test_a_cache_path_is_that_cache(traces_dir: Path, tmp_path: Path) -> None:
     again = load_traces(traces_dir / "dlrm-8rank-v100/worker0_step_12.1694128201545.pt.trace.json.gz",
                         cache=tmp_path / "c", jobs=1)
     assert again.kernels.equals(first.kernels) and again.untabulated.equals(first.untabulated)
+
+
+def test_job_pool_from_a_script_without_main_guard(tmp_path: Path) -> None:
+    """The pipeline's job pool (the fits of ``evtsync run``) started from a plain script: its
+    processes must not re-import the script (which would start the pool again inside them)."""
+    script = tmp_path / "plain_jobs.py"
+    script.write_text(
+        "import functools, math\n"
+        "from evtsync.parallel import JobPool\n"
+        "with JobPool(2) as pool:\n"
+        "    futures = [pool.submit(functools.partial(math.sqrt, x)) for x in (4.0, 9.0)]\n"
+        "    print(*(f.result() for f in futures))\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["2.0", "3.0"]
+    assert "bootstrapping" not in done.stderr

@@ -162,7 +162,6 @@ class Run:
         #: stage name -> where its job ran, recorded in its manifest entry
         self._job_places: dict[str, str] = {}
         self._job_pool: Any = None
-        self._job_pool_size = 0
 
     # ---- files
     def path(self, rel: str) -> Path:
@@ -342,9 +341,7 @@ class Run:
     def start_jobs(self, stages: list[Stage], stack: contextlib.ExitStack) -> None:
         """Start, in a process pool, the jobs of ``stages`` that will run (not reused, applicable),
         when there are at least two and ``--jobs`` allows more than one process."""
-        import os
-
-        jobs = self.options.jobs or os.cpu_count() or 1
+        jobs = self._job_processes()
         stages = [st for st in stages if st.job is not None and st.name not in self._jobs_considered]
         self._jobs_considered.update(st.name for st in stages)
         if jobs < 2 or len(stages) < 2:
@@ -361,24 +358,28 @@ class Run:
             return
         if self._job_pool is None:
             self._open_job_pool(min(jobs, len(todo)), stages, stack)
-        log.info("starting %d stage jobs in %d processes: %s", len(todo), self._job_pool_size,
+        log.info("starting %d stage jobs in %d processes: %s", len(todo), self._job_pool.processes,
                  ", ".join(name for name, _ in todo))
         for name, fn in todo:
             self._jobs[name] = self._job_pool.submit(fn)
 
+    def _job_processes(self) -> int:
+        import os
+
+        return self.options.jobs or os.cpu_count() or 1
+
     def _open_job_pool(self, processes: int, stages: list[Stage], stack: contextlib.ExitStack) -> None:
+        from evtsync.parallel import JobPool
+
         warm_up = next((st.job_warm_up for st in stages if st.job_warm_up is not None), None)
-        self._job_pool_size = processes
-        self._job_pool = stack.enter_context(_job_pool(processes, warm_up))
+        self._job_pool = stack.enter_context(JobPool(processes, JOB_PRELOAD, warm_up))
 
     def warm_job_pool(self, stages: list[Stage], stack: contextlib.ExitStack) -> None:
         """Open the job pool before any stage runs, its processes warming up (imports, the jobs'
         common compilation) on the core the first stages leave idle, when the run is fresh: at
         least two job stages and none of them finished before (a rerun that may reuse them all
         opens no pool)."""
-        import os
-
-        jobs = self.options.jobs or os.cpu_count() or 1
+        jobs = self._job_processes()
         job_stages = [st for st in stages if st.job is not None]
         if jobs < 2 or len(job_stages) < 2 or self._job_pool is not None:
             return
@@ -404,7 +405,7 @@ class Run:
             log.warning("the process running stage %s died (%s); it runs again in this process", stage_name, exc)
             self._job_places[stage_name] = "this process (after the pool broke)"
             return job()
-        self._job_places[stage_name] = f"a pool of {self._job_pool_size} processes"
+        self._job_places[stage_name] = f"a pool of {self._job_pool.processes} processes"
         return result
 
     def run_stage(self, stage: Stage) -> None:
@@ -464,21 +465,9 @@ def _nothing() -> None:
     """A task that only makes the pool start a process."""
 
 
-@contextlib.contextmanager
-def _job_pool(processes: int, warm_up: Callable[[], None] | None = None) -> Iterator[Any]:
-    """A forkserver process pool for stage jobs (the fit's modules, PyMC, nutpie and ArviZ's stats,
-    imported once by the fork server when it starts here, not by every worker), shut down with its
-    unfinished jobs cancelled when the run ends."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["evtsync.evt.fit", "nutpie", "arviz_stats"])
-    pool = ProcessPoolExecutor(max_workers=processes, mp_context=ctx, initializer=warm_up)
-    try:
-        yield pool
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+#: Modules the fork server of the job pool imports once for every process: the fit's (PyMC,
+#: PyTensor, numba), nutpie and ArviZ's stats. Missing ones are skipped by multiprocessing.
+JOB_PRELOAD = ("evtsync.evt.fit", "nutpie", "arviz_stats")
 
 
 def clean_temporaries(out: Path) -> int:
