@@ -309,8 +309,10 @@ def _sample_nutpie(built: BuiltModel, config: SamplerConfig, seed: int, progress
         compiled = nutpie.compile_pymc_model(built.model, backend="jax", gradient_backend="jax", jitter_rvs=set(),
                                              var_names=free)
     else:
+        from evtsync.evt.nutpie_numba import compile_numba_model
+
         with pytensor.config.change_flags(numba__fastmath=False):
-            compiled = nutpie.compile_pymc_model(built.model, backend="numba", jitter_rvs=set(), var_names=free)
+            compiled = compile_numba_model(built.model, free)
     if key is not None and not reused:
         compiled_cache[key] = compiled
     compile_s = time.perf_counter() - start
@@ -327,17 +329,20 @@ def warm_up_sampler() -> None:
     """Compile a one-variable model with nutpie's numba backend, as a fit does: the compilation
     that every first fit of a process pays besides its own model's (numba's helpers for
     nutpie's wrappers, ~4 s), done ahead, e.g. by a pool process while other work runs."""
-    try:
-        import nutpie
-    except ImportError:
+    from importlib.util import find_spec
+
+    if find_spec("nutpie") is None:
         return
     import pymc as pm
     import pytensor
 
+    from evtsync.evt.nutpie_numba import compile_numba_model
+
     with pm.Model() as model:
         pm.Normal("x")
+
     with pytensor.config.change_flags(numba__fastmath=False):
-        nutpie.compile_pymc_model(model, backend="numba", jitter_rvs=set(), var_names=["x"])
+        compile_numba_model(model, ["x"])
 
 
 def _with_deterministics(raw: xr.DataTree, built: BuiltModel) -> xr.DataTree:
