@@ -38,7 +38,7 @@ from pytensor.graph.op import Op
 from pytensor.link.numba.dispatch.basic import numba_njit, register_funcify_default_op_cache_key
 from pytensor.tensor.random.op import RandomVariable
 
-from evtsync.evt.simd import add_reassociable, exp_bounded, log_positive
+from evtsync.evt.simd import add_reassociable, exp_bounded, log_positive, prefer_wide_vectors
 
 __all__ = [
     "GEV",
@@ -217,6 +217,7 @@ _KERNEL_VERSION = 2
 
 
 def _gev_sum_kernel(z: np.ndarray, mu: float, sigma: float, xi: float) -> tuple[float, float, float, float]:
+    prefer_wide_vectors()
     inv_s = 1.0 / sigma
     inv_xi = 1.0 / xi if xi != 0.0 else 0.0
     opx = 1.0 + xi
@@ -257,13 +258,32 @@ _numba_kernel = None
 _numba_cells_kernel = None
 
 
+def _cached_njit(function, name: str):
+    """``function`` compiled by numba with the kernel's settings, cached on disk in PyTensor's
+    numba cache under a key holding the kernel's source hash (:func:`_kernel_cache_salt`):
+    compiling it cost ~2 s in every process that fits (the MLE start of each cell), and
+    numba's own cache would not notice a change in :mod:`evtsync.evt.simd`. A renamed copy of
+    the function carries the key, so PyTensor's own compilation of the kernel is not affected."""
+    import types
+
+    import numba
+    import pytensor
+
+    copy = types.FunctionType(function.__code__, function.__globals__, name, function.__defaults__,
+                              function.__closure__)
+    if not pytensor.config.numba__cache:
+        return numba.njit(cache=False, **_KERNEL_JIT)(copy)
+    from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
+
+    CACHED_SRC_FUNCTIONS[copy] = f"evtsync_{name}_{_kernel_cache_salt()}"
+    return numba.njit(cache=True, **_KERNEL_JIT)(copy)
+
+
 def _jit_kernel():
-    """The kernel compiled by numba (once per process)."""
+    """The kernel compiled by numba (once per process, loaded from the disk cache when it can)."""
     global _numba_kernel
     if _numba_kernel is None:
-        import numba
-
-        _numba_kernel = numba.njit(cache=False, **_KERNEL_JIT)(_gev_sum_kernel)
+        _numba_kernel = _cached_njit(_gev_sum_kernel, "gev_sum_kernel")
     return _numba_kernel
 
 
@@ -293,7 +313,7 @@ def _cells_kernel_for(sum_kernel):
 def _jit_cells_kernel():
     """The per-cell kernel compiled by numba (once per process)."""
     global _numba_cells_kernel
-    if _numba_cells_kernel is None:
+    if _numba_cells_kernel is None:  # not cached on disk: numba keys a closure by its pickle, new in each process
         import numba
 
         _numba_cells_kernel = numba.njit(cache=False, **_KERNEL_JIT)(_cells_kernel_for(_jit_kernel()))
