@@ -207,8 +207,9 @@ class GEV(Continuous):
 # The loop has no branch and no call (``log1p`` as ``log(s)`` plus its first-order correction
 # ``(xi t - (s - 1)) / s``, ``log`` and ``exp`` from :mod:`evtsync.evt.simd`, the series and
 # the log branch both computed and one selected, the support checked by a count after the
-# loop), so numba's LLVM vectorises it: 6-7 ns per z-score against 20-27 ns for the scalar
-# glibc calls (docs/performance/bayes.md).
+# loop), so numba's LLVM vectorises it, with 8 doubles per instruction where the CPU has
+# AVX-512 (``prefer_wide_vectors``): 4.9-5.1 ns per z-score against 22.5-24.1 ns for the scalar
+# glibc calls in the same run (6-7 ns with LLVM's default 4 doubles; docs/performance/bayes.md).
 # ---------------------------------------------------------------------------------------------
 
 #: Bumped, with the source hash, into PyTensor's numba cache key of the fused op, so that a
