@@ -1,4 +1,4 @@
-# ruff: noqa: SIM108, SIM109 - explicit comparisons, the plainest code for numba to compile
+# ruff: noqa: SIM108, SIM109, SIM114 - explicit comparisons, the plainest code for numba to compile
 """Compiled columnar scanner of one block of Kineto trace events (issues 16 and 21).
 
 :func:`scan_block` reads the bytes ``[ev, ev, ...]`` that the decoder (:mod:`evtsync.trace.decode`)
@@ -297,67 +297,124 @@ def _literal(buf, i, n):
 
 
 @_jit
-def _skip(buf, i, n, stack, pow10):
-    """Index past the JSON value at ``i`` (whitespace before it skipped), or -status."""
+def _skip(buf, i, n, stack):
+    """Index past the JSON value at ``i`` (whitespace before it skipped), or -status. Strings,
+    numbers and literals are read inline (no call per token), strictly: a number must be
+    well-formed and followed by a delimiter, a string valid (see :func:`_string`)."""
     depth = 0
     while True:
-        i = _ws(buf, i, n)
+        while i < n and _WS[buf[i]] != 0:
+            i += 1
         if i >= n:
             return -_INVALID
         c = buf[i]
         if c == _LBRACE or c == _LBRACKET:
-            j = _ws(buf, i + 1, n)
-            if j >= n:
+            i += 1
+            while i < n and _WS[buf[i]] != 0:
+                i += 1
+            if i >= n:
                 return -_INVALID
-            if (c == _LBRACE and buf[j] == _RBRACE) or (c == _LBRACKET and buf[j] == _RBRACKET):
-                i = j + 1
+            if (c == _LBRACE and buf[i] == _RBRACE) or (c == _LBRACKET and buf[i] == _RBRACKET):
+                i += 1
             else:
                 if depth >= _MAX_DEPTH:
                     return -_DEPTH
                 stack[depth] = c
                 depth += 1
-                i = j
                 if c == _LBRACE:  # a key, then its value
                     if buf[i] != _QUOTE:
                         return -_INVALID
-                    i, _ = _string(buf, i, n)
-                    if i < 0:
-                        return -_STRING
-                    i = _ws(buf, i, n)
+                    j = i + 1
+                    while j < n and _SPECIAL[buf[j]] == 0:
+                        j += 1
+                    if j < n and buf[j] == _QUOTE:
+                        i = j + 1
+                    else:
+                        i, _esc = _string(buf, i, n)
+                        if i < 0:
+                            return -_STRING
+                    while i < n and _WS[buf[i]] != 0:
+                        i += 1
                     if i >= n or buf[i] != _COLON:
                         return -_INVALID
                     i += 1
                 continue
         elif c == _QUOTE:
-            i, _ = _string(buf, i, n)
-            if i < 0:
-                return -_STRING
+            j = i + 1
+            while j < n and _SPECIAL[buf[j]] == 0:
+                j += 1
+            if j < n and buf[j] == _QUOTE:
+                i = j + 1
+            else:
+                i, _esc = _string(buf, i, n)
+                if i < 0:
+                    return -_STRING
         elif c == _MINUS or _ZERO <= c <= _NINE:
-            i, kind, _, _ = _number(buf, i, n, pow10)
-            if kind < 0:
+            j = i + 1 if c == _MINUS else i
+            if j >= n:
                 return -_INVALID
+            d = buf[j]
+            if d == _ZERO:
+                j += 1
+            elif _ZERO < d <= _NINE:
+                while j < n and _ZERO <= buf[j] <= _NINE:
+                    j += 1
+            else:
+                return -_INVALID
+            if j < n and buf[j] == _DOT:
+                j += 1
+                k = j
+                while j < n and _ZERO <= buf[j] <= _NINE:
+                    j += 1
+                if j == k:
+                    return -_INVALID
+            if j < n and (buf[j] == 101 or buf[j] == 69):
+                j += 1
+                if j < n and (buf[j] == _PLUS or buf[j] == _MINUS):
+                    j += 1
+                k = j
+                while j < n and _ZERO <= buf[j] <= _NINE:
+                    j += 1
+                if j == k:
+                    return -_INVALID
+            i = j  # a digit after a leading zero fails the delimiter check below
+        elif c == 110 and i + 4 <= n and buf[i + 1] == 117 and buf[i + 2] == 108 and buf[i + 3] == 108:
+            i += 4
+        elif c == 116 and i + 4 <= n and buf[i + 1] == 114 and buf[i + 2] == 117 and buf[i + 3] == 101:
+            i += 4
+        elif (c == 102 and i + 5 <= n and buf[i + 1] == 97 and buf[i + 2] == 108 and buf[i + 3] == 115
+              and buf[i + 4] == 101):
+            i += 5
         else:
-            i, _ = _literal(buf, i, n)
-            if i < 0:
-                return -_INVALID
+            return -_INVALID
         # a value is complete: close containers or go on to the next element
         while True:
             if depth == 0:
                 return i
-            i = _ws(buf, i, n)
+            while i < n and _WS[buf[i]] != 0:
+                i += 1
             if i >= n:
                 return -_INVALID
             c = buf[i]
             top = stack[depth - 1]
             if c == _COMMA:
-                i = _ws(buf, i + 1, n)
+                i += 1
+                while i < n and _WS[buf[i]] != 0:
+                    i += 1
                 if top == _LBRACE:
                     if i >= n or buf[i] != _QUOTE:
                         return -_INVALID
-                    i, _ = _string(buf, i, n)
-                    if i < 0:
-                        return -_STRING
-                    i = _ws(buf, i, n)
+                    j = i + 1
+                    while j < n and _SPECIAL[buf[j]] == 0:
+                        j += 1
+                    if j < n and buf[j] == _QUOTE:
+                        i = j + 1
+                    else:
+                        i, _esc = _string(buf, i, n)
+                        if i < 0:
+                            return -_STRING
+                    while i < n and _WS[buf[i]] != 0:
+                        i += 1
                     if i >= n or buf[i] != _COLON:
                         return -_INVALID
                     i += 1
@@ -576,22 +633,44 @@ def scan_block(buf, n, phase_of, arg_bytes, arg_offs, arg_is_str, arg_hash, arg_
                     vend = i - 1
                     vkind = _V_STR
                 elif _ZERO <= c <= _NINE or c == _MINUS:
-                    j = i
+                    # inline: integers of up to 18 digits, and decimals without exponent
+                    # whose digits make an exact mantissa (Clinger's fast path); the rest by
+                    # _number
+                    neg = c == _MINUS
+                    j = i + 1 if neg else i
+                    first = j
                     v = 0
-                    while j < n and j - i < 19:
+                    while j < n and j - first < 19:
                         d = buf[j]
                         if d < _ZERO or d > _NINE:
                             break
                         v = v * 10 + (d - _ZERO)
                         j += 1
-                    digits = j - i
-                    plain = c != _MINUS and digits <= 18 and not (c == _ZERO and digits > 1)
+                    digits = j - first
+                    plain = 0 < digits <= 18 and not (buf[first] == _ZERO and digits > 1)
+                    fraction = 0
+                    if plain and j < n and buf[j] == _DOT:
+                        j += 1
+                        while j < n and j - first < 20:
+                            d = buf[j]
+                            if d < _ZERO or d > _NINE:
+                                break
+                            v = v * 10 + (d - _ZERO)
+                            j += 1
+                            fraction += 1
+                        plain = fraction > 0 and digits + fraction <= 18 and v <= _MAX_EXACT
                     if plain and j < n:
                         d = buf[j]
-                        plain = d != _DOT and d != 101 and d != 69 and not (_ZERO <= d <= _NINE)
+                        plain = d != 101 and d != 69 and not (_ZERO <= d <= _NINE)
                     if plain:
-                        vkind = _V_INT
-                        ival = v
+                        if fraction:
+                            vkind = _V_FLOAT
+                            fval = float(v) / pow10[fraction]
+                            if neg:
+                                fval = -fval
+                        else:
+                            vkind = _V_INT
+                            ival = -v if neg else v
                         i = j
                     else:
                         i, nkind, ival, fval = _number(buf, i, n, pow10)
@@ -601,7 +680,7 @@ def scan_block(buf, n, phase_of, arg_bytes, arg_offs, arg_is_str, arg_hash, arg_
                             _V_SLOW if nkind == 2 else _V_BIG))
                     vend = i
                 elif c == _LBRACE or c == _LBRACKET:
-                    i = _skip(buf, i, n, stack, pow10)
+                    i = _skip(buf, i, n, stack)
                     if i < 0:
                         return -i, n_ev, n_str, n_slow
                     vkind = _V_OTHER
@@ -664,8 +743,13 @@ def scan_block(buf, n, phase_of, arg_bytes, arg_offs, arg_is_str, arg_hash, arg_
                 else:  # args that are not an object (null included)
                     bad = True
                 if intern_col >= 0:  # the block's id of this text (FNV-1a, open addressing)
-                    h = np.uint64(14695981039346656037)
-                    for m in range(vstart, vend):
+                    # FNV-1a over the length and at most the first and last 24 bytes (long
+                    # kernel names share neither often; equal hashes are compared in full)
+                    h = np.uint64(14695981039346656037) ^ np.uint64(vend - vstart)
+                    mid = vstart + 24 if vend - vstart > 48 else vend
+                    for m in range(vstart, mid):
+                        h = (h ^ np.uint64(buf[m])) * np.uint64(1099511628211)
+                    for m in range(max(mid, vend - 24), vend):
                         h = (h ^ np.uint64(buf[m])) * np.uint64(1099511628211)
                     mask = len(hash_gen) - 1
                     slot = np.int64(h & np.uint64(mask))
