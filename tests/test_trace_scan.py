@@ -279,3 +279,16 @@ def test_truncated_file_same_with_and_without_salvage(tmp_path: Path, monkeypatc
     path.write_text(text[: len(text) * 2 // 3])
     for salvage in (False, True):
         _both(path, monkeypatch, salvage=salvage, block_size=2000)
+
+
+def test_blocks_beyond_the_first_capacities(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many unique strings, and many tiny events, in one block: the scanner's arrays grow
+    (it scans again) and the results still agree."""
+    unique = _text([_kernel(name=f"kernel number {i}", ts=i, args={"stream": 7, "dtype": f"t{i}"})
+                    for i in range(6000)])
+    tiny = ", ".join('{"ph":"i","ts":1}' for _ in range(60000))
+    path = _write(tmp_path, unique + ", " + tiny)
+    fast, stats = _both(path, monkeypatch)
+    assert _all_scanned(stats)
+    assert fast.n_events == 66000
+    assert len(set(np.asarray(fast.columns["gpu"]["name"]))) == 6000

@@ -845,9 +845,12 @@ class _Scanner:
         want = n_bytes // 64 + 64
         if current is not None and (current.events >= want or current.events >= n_bytes // 2 + 2) and not grow:
             return current
-        if grow and current is not None:
+        if grow and current is not None:  # (events or strings were too many: both grow)
             want = max(want, 4 * current.events)
-        current = self.local.scratch = _ScanScratch(min(want, n_bytes // 2 + 2), len(_ARG_FIELDS))
+        strings = want // 8 + 256  # unique strings: a few hundred in a 1 MiB block of a real trace
+        if grow and current is not None:
+            strings = 4 * len(current.str_escaped)
+        current = self.local.scratch = _ScanScratch(min(want, n_bytes // 2 + 2), strings, len(_ARG_FIELDS))
         return current
 
 
@@ -856,14 +859,13 @@ class _ScanScratch:
     (fresh memory costs page faults on every block; the hash table is never cleared: its
     slots carry the generation of the block that filled them)."""
 
-    def __init__(self, events: int, n_args: int) -> None:
+    def __init__(self, events: int, n_strings: int, n_args: int) -> None:
         from evtsync.trace import scan
 
         self.events = events
-        self.ints = np.empty((events, scan.COL_ARGS + n_args), dtype=np.int64)
+        self.ints = np.empty((scan.COL_ARGS + n_args, events), dtype=np.int64)  # a row per field
         self.floats = np.empty((events, 2), dtype=np.float64)
         self.slow = np.empty((2 * events, 4), dtype=np.int64)
-        n_strings = 2 * events + 256
         self.str_span = np.empty((n_strings, 2), dtype=np.int64)
         self.str_escaped = np.zeros(n_strings, dtype=np.bool_)
         slots = 1 << (2 * n_strings - 1).bit_length()
@@ -935,7 +937,7 @@ def _scan_route(scanner: _Scanner, block: bytes | memoryview, decoder: _Decoder)
         return scan.DECLINED[status]
     if not n_ev:
         return None
-    ints, floats = scratch.ints[:n_ev], scratch.floats[:n_ev]
+    ints, floats = scratch.ints[:, :n_ev], scratch.floats[:n_ev]
     spans = scratch.str_span[:n_str].tolist()
     try:
         strings: list[str] = _unique_strings_decoder.decode(
@@ -957,7 +959,7 @@ def _scan_route(scanner: _Scanner, block: bytes | memoryview, decoder: _Decoder)
     lut[n_str + 1] = MISSING
     # (phase, category as written) of each event -> the shared event keys
     width = n_str + 1
-    combo = ints[:, scan.COL_PHASE] * width + (ints[:, scan.COL_CAT] + 1)
+    combo = ints[scan.COL_PHASE] * width + (ints[scan.COL_CAT] + 1)
     per_combo = np.bincount(combo)
     present = np.flatnonzero(per_combo)
     keys = _shared(_EventKeys, _MAX_EVENT_KEYS)
@@ -971,7 +973,7 @@ def _scan_route(scanner: _Scanner, block: bytes | memoryview, decoder: _Decoder)
     tables = table_of_combo[combo]
     tabulated = tables != _NO_TABLE
     if tabulated.any():
-        flags = ints[tabulated, scan.COL_FLAGS]
+        flags = ints[scan.COL_FLAGS][tabulated]
         if (flags & (scan.PID_LOOSE | scan.TID_LOOSE)).any():
             return "a tabulated event with a pid or tid that is not an integer"
         needs = scan.TS_NUMBER | scan.DUR_NUMBER
@@ -991,8 +993,7 @@ def _scan_route(scanner: _Scanner, block: bytes | memoryview, decoder: _Decoder)
         idx = np.flatnonzero(tables == code)
         if not idx.size:
             continue
-        rows = ints[idx]
-        flags = rows[:, scan.COL_FLAGS]
+        flags = ints[scan.COL_FLAGS][idx]
         chunks = columns.chunks[table]
         for name, kind in TABLE_FIELDS[table]:
             if kind == "t":
@@ -1000,24 +1001,24 @@ def _scan_route(scanner: _Scanner, block: bytes | memoryview, decoder: _Decoder)
                                         else (1, scan.COL_DUR, scan.DUR_FLOAT))
                 floated = (flags & is_float) != 0
                 if floated.any():
-                    column = np.where(floated, floats[idx, field], rows[:, col].astype(np.float64))
+                    column = np.where(floated, floats[idx, field], ints[col][idx].astype(np.float64))
                 else:
-                    column = rows[:, col].copy()
+                    column = ints[col][idx]
             elif name == "cat":
                 column = cat_of_combo[combo[idx]]
             elif name == "name":
-                column = lut[rows[:, scan.COL_NAME]]
+                column = lut[ints[scan.COL_NAME][idx]]
             elif name in ("pid", "tid"):
-                column = rows[:, scan.COL_PID if name == "pid" else scan.COL_TID].copy()
+                column = ints[scan.COL_PID if name == "pid" else scan.COL_TID][idx]
             elif kind == "o":
-                column = lut[rows[:, arg_column[name]]]
+                column = lut[ints[arg_column[name]][idx]]
             elif name == "external_id":  # PyTorch 1.8 spelled it "external id": read that where needed
-                column = rows[:, arg_column[name]].copy()
+                column = ints[arg_column[name]][idx]
                 lacking = column == MISSING
                 if lacking.any():
-                    column[lacking] = rows[lacking, arg_column["external_id_lower"]]
+                    column[lacking] = ints[arg_column["external_id_lower"]][idx[lacking]]
             else:
-                column = rows[:, arg_column[name]].copy()
+                column = ints[arg_column[name]][idx]
             chunks[name].append(column)
     return None
 

@@ -483,7 +483,7 @@ def scan_block(buf, n, phase_of, arg_bytes, arg_offs, arg_is_str, arg_hash, arg_
     ``phase_of[c]``: phase code of the one-character phase ``c`` (-1 unknown). The ``args``
     keys read: ``arg_bytes``/``arg_offs`` (:func:`key_table`), ``arg_is_str`` (a string,
     else an int64 argument), ``arg_hash``/``arg_mult`` (:func:`arg_key_hash`). Per event
-    ``e``: ``ints[e]`` holds the columns ``COL_*`` (arguments from ``COL_ARGS`` in key order;
+    ``e``: ``ints[:, e]`` holds the columns ``COL_*`` (rows of ``ints``) (arguments from ``COL_ARGS`` in key order;
     int arguments -1 when absent, string arguments a string id or -1), ``floats[e]`` the
     float ts and dur. ``slow[k]`` = (event, 0 ts / 1 dur, start, end) of floats to convert
     by their text; ``str_span[s]`` the span of unique string ``s``, ``str_escaped[s]``
@@ -491,7 +491,7 @@ def scan_block(buf, n, phase_of, arg_bytes, arg_offs, arg_is_str, arg_hash, arg_
     """
     stack = np.empty(_MAX_DEPTH, dtype=np.uint8)
     n_args = len(arg_offs) - 1
-    cap = ints.shape[0]
+    cap = ints.shape[1]
     n_ev = 0
     n_str = 0
     n_slow = 0
@@ -510,15 +510,15 @@ def scan_block(buf, n, phase_of, arg_bytes, arg_offs, arg_is_str, arg_hash, arg_
         if n_ev >= cap:
             return FULL, n_ev, n_str, n_slow
         e = n_ev
-        ints[e, COL_PHASE] = -1
-        ints[e, COL_CAT] = -1
-        ints[e, COL_NAME] = NAME_ABSENT
-        ints[e, COL_PID] = -1
-        ints[e, COL_TID] = -1
-        ints[e, COL_TS] = 0
-        ints[e, COL_DUR] = 0
+        ints[COL_PHASE, e] = -1
+        ints[COL_CAT, e] = -1
+        ints[COL_NAME, e] = NAME_ABSENT
+        ints[COL_PID, e] = -1
+        ints[COL_TID, e] = -1
+        ints[COL_TS, e] = 0
+        ints[COL_DUR, e] = 0
         for a in range(n_args):
-            ints[e, COL_ARGS + a] = -1
+            ints[COL_ARGS + a, e] = -1
         flags = 0
         seen = 0
         arg_seen = 0
@@ -702,13 +702,13 @@ def scan_block(buf, n, phase_of, arg_bytes, arg_offs, arg_is_str, arg_hash, arg_
                         elif vkind != _V_NULL:  # null reads as absent
                             bad = True
                     elif vkind == _V_INT:
-                        ints[e, COL_ARGS + key] = ival
+                        ints[COL_ARGS + key, e] = ival
                     elif vkind != _V_NULL:
                         bad = True
                 elif key == _K_PH:
                     if vkind != _V_STR or esc or vend - vstart != 1 or phase_of[buf[vstart]] < 0:
                         return _PHASE, n_ev, n_str, n_slow
-                    ints[e, COL_PHASE] = phase_of[buf[vstart]]
+                    ints[COL_PHASE, e] = phase_of[buf[vstart]]
                 elif key == _K_CAT or key == _K_NAME:
                     if vkind == _V_STR:
                         intern_col = COL_CAT if key == _K_CAT else COL_NAME
@@ -719,7 +719,7 @@ def scan_block(buf, n, phase_of, arg_bytes, arg_offs, arg_is_str, arg_hash, arg_
                         bad = True  # a name that is not a string
                 elif key == _K_PID or key == _K_TID:
                     if vkind == _V_INT:
-                        ints[e, COL_PID if key == _K_PID else COL_TID] = ival
+                        ints[COL_PID if key == _K_PID else COL_TID, e] = ival
                     elif vkind == _V_STR or vkind == _V_NULL:  # read loosely by the msgspec path
                         flags |= PID_LOOSE if key == _K_PID else TID_LOOSE
                     else:
@@ -727,7 +727,7 @@ def scan_block(buf, n, phase_of, arg_bytes, arg_offs, arg_is_str, arg_hash, arg_
                 elif key == _K_TS or key == _K_DUR:
                     field = 0 if key == _K_TS else 1
                     if vkind == _V_INT:
-                        ints[e, COL_TS + field] = ival
+                        ints[COL_TS + field, e] = ival
                         flags |= TS_NUMBER if field == 0 else DUR_NUMBER
                     elif vkind == _V_FLOAT or vkind == _V_SLOW:
                         floats[e, field] = fval
@@ -743,13 +743,14 @@ def scan_block(buf, n, phase_of, arg_bytes, arg_offs, arg_is_str, arg_hash, arg_
                 else:  # args that are not an object (null included)
                     bad = True
                 if intern_col >= 0:  # the block's id of this text (FNV-1a, open addressing)
-                    # FNV-1a over the length and at most the first and last 24 bytes (long
-                    # kernel names share neither often; equal hashes are compared in full)
+                    # FNV-1a over the length and at most the first and last 16 bytes (long
+                    # kernel names share neither often; strings of one slot chain are
+                    # compared in full)
                     h = np.uint64(14695981039346656037) ^ np.uint64(vend - vstart)
-                    mid = vstart + 24 if vend - vstart > 48 else vend
+                    mid = vstart + 16 if vend - vstart > 32 else vend
                     for m in range(vstart, mid):
                         h = (h ^ np.uint64(buf[m])) * np.uint64(1099511628211)
-                    for m in range(max(mid, vend - 24), vend):
+                    for m in range(max(mid, vend - 16), vend):
                         h = (h ^ np.uint64(buf[m])) * np.uint64(1099511628211)
                     mask = len(hash_gen) - 1
                     slot = np.int64(h & np.uint64(mask))
@@ -777,7 +778,7 @@ def scan_block(buf, n, phase_of, arg_bytes, arg_offs, arg_is_str, arg_hash, arg_
                             if same:
                                 break
                         slot = (slot + 1) & mask
-                    ints[e, intern_col] = sid
+                    ints[intern_col, e] = sid
             # -- after the value: the next key, or the end of args / of the event --
             done = False
             while True:
@@ -801,11 +802,11 @@ def scan_block(buf, n, phase_of, arg_bytes, arg_offs, arg_is_str, arg_hash, arg_
                 return _INVALID, n_ev, n_str, n_slow
             if done:
                 break
-        if ints[e, COL_PHASE] < 0:
+        if ints[COL_PHASE, e] < 0:
             return _PHASE, n_ev, n_str, n_slow
-        if bad and ints[e, COL_PHASE] == 0:
+        if bad and ints[COL_PHASE, e] == 0:
             return _TYPE, n_ev, n_str, n_slow
-        ints[e, COL_FLAGS] = flags
+        ints[COL_FLAGS, e] = flags
         n_ev += 1
         while i < n and _WS[buf[i]] != 0:
             i += 1
