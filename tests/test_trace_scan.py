@@ -293,3 +293,17 @@ def test_blocks_beyond_the_first_capacities(tmp_path: Path, monkeypatch: pytest.
     assert _all_scanned(stats)
     assert fast.n_events == 66000
     assert len(set(np.asarray(fast.columns["gpu"]["name"]))) == 6000
+
+
+def test_without_a_working_scanner_msgspec_decodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scanner that cannot load (here: numba's JIT disabled) leaves every block to msgspec,
+    with a warning, instead of failing or running the scanner as slow Python."""
+    import numba
+
+    monkeypatch.setattr(decode, "_scanner_state", {})
+    monkeypatch.setattr(numba.config, "DISABLE_JIT", True)
+    assert decode.prepare_fast_decoder() is False
+    assert decode._scanner_state == {"unavailable": True}
+    before = dict(decode._SCAN_STATS)
+    trace = decode.decode_file(DATA / "edge-cases" / "triton.json.gz")
+    assert trace.n_events > 0 and dict(decode._SCAN_STATS) == before

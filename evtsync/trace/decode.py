@@ -875,31 +875,48 @@ class _ScanScratch:
 
 
 def _fast_scanner() -> _Scanner | None:
-    """The compiled scanner (numba imported on first use), or None when it is switched off
-    (``EVTSYNC_DECODER=msgspec``) or numba cannot be imported."""
+    """The compiled scanner, loaded (numba imported, the code loaded from numba's cache or
+    compiled) on first use; None when it is switched off (``EVTSYNC_DECODER=msgspec``) or
+    cannot work here (numba missing, no writable cache location, JIT disabled by
+    ``NUMBA_DISABLE_JIT``, a compilation error): msgspec then decodes every block."""
     if os.environ.get(DECODER_ENV, "").strip().lower() == "msgspec":
         return None
     scanner = _scanner_state.get("scanner")
     if scanner is None and "unavailable" not in _scanner_state:
-        try:
-            from evtsync.trace import scan
-        except ImportError as exc:  # pragma: no cover - numba is a dependency
-            log.debug("compiled trace scanner unavailable (%s): decoding with msgspec", exc)
-            _scanner_state["unavailable"] = True
-            return None
-        scanner = _scanner_state["scanner"] = _Scanner(scan)
+        with _scanner_lock:
+            scanner = _scanner_state.get("scanner")
+            if scanner is None and "unavailable" not in _scanner_state:
+                scanner = _load_scanner()
+    return scanner
+
+
+_scanner_lock = threading.Lock()
+
+
+def _load_scanner() -> _Scanner | None:
+    try:
+        import numba
+
+        if numba.config.DISABLE_JIT:  # the scanner would run as plain Python: far slower
+            raise RuntimeError("NUMBA_DISABLE_JIT is set")
+        from evtsync.trace import scan
+
+        scanner = _Scanner(scan)
+        empty = np.frombuffer(bytearray(b"[]"), dtype=np.uint8)  # writable, as blocks are
+        if _run_scanner(scanner, empty, scanner.scratch(64))[0] != scan.OK:
+            raise RuntimeError("the scanner rejects an empty array")
+    except Exception as exc:  # noqa: BLE001 - any failure of the optional fast path means msgspec
+        log.warning("compiled trace scanner unavailable (%s): decoding with msgspec", exc)
+        _scanner_state["unavailable"] = True
+        return None
+    _scanner_state["scanner"] = scanner
     return scanner
 
 
 def prepare_fast_decoder() -> bool:
     """Import numba and load (or compile, the first time) the compiled scanner now, so the
-    first file decoded does not pay it; False when the scanner is switched off or missing."""
-    scanner = _fast_scanner()
-    if scanner is None:
-        return False
-    scratch = scanner.scratch(64)
-    _run_scanner(scanner, np.frombuffer(bytearray(b"[]"), dtype=np.uint8), scratch)  # writable, as blocks are
-    return True
+    first file decoded does not pay it; False when the scanner is switched off or unavailable."""
+    return _fast_scanner() is not None
 
 
 def _run_scanner(scanner: _Scanner, buf: np.ndarray, scratch: _ScanScratch) -> tuple[int, int, int, int]:
