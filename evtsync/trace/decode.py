@@ -17,6 +17,11 @@ fails, and for the last block, a vectorised structural scan (numpy) that tracks 
 escapes and nesting finds every event end exactly, and the errors of malformed input come
 from that scan.
 
+Each block is first given to the compiled scanner (:mod:`evtsync.trace.scan`), which writes
+the fields straight into numpy arrays (no Python object per event) and declines any block
+outside its strict grammar; declined blocks, and every block under ``EVTSYNC_DECODER=msgspec``
+or where the scanner cannot load, take the msgspec path above, with the same result.
+
 A file cut in the middle (a job killed while writing) is detected with the byte offset
 of the cut; with ``salvage=True`` the complete events before it are kept and the rest is
 counted as dropped.
