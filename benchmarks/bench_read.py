@@ -11,12 +11,17 @@ resident set size"); the process also reports the CPU and wall seconds of the wo
 (imports excluded). Methods, each on the same file:
 
 - ``evtsync``: ``evtsync.trace.traceset.read_rank`` (decode + typed per-rank tables);
+- ``evtsync-msgspec``: the same with the compiled scanner switched off
+  (``EVTSYNC_DECODER=msgspec``): the reader before the scanner, in the same run;
 - ``json+pandas``: ``json.load`` then ``pandas.DataFrame(doc["traceEvents"])`` (the common way);
 - ``orjson``: ``orjson.loads`` of the whole text, no table at all;
 - ``imports``: only the imports (the RSS floor every other number includes).
 
 Imports and pandas' first-use import of pyarrow happen before the clock starts, for every
-method alike.
+method alike; so does loading evtsync's compiled scanner (``prepare_fast_decoder``: numba's
+import and the compiled code from its cache), whose CPU is reported apart
+(``scanner_load_cpu_s``). Its memory is in evtsync's peak RSS (the ``imports`` floor does not
+load numba).
 
 Memory is reported three ways: the peak RSS of the process (gross: it includes the ~170 MB
 of interpreter and libraries every method imports), the same net of the ``imports`` floor,
@@ -53,7 +58,7 @@ MORE_REAL = tuple(SHARED_TRACES / name for name in (
     "single-rank/tracelens_mi300_rccl_rank0of8.json.gz",
     "dlrm-8rank-v100/worker0_step_12.1694128201545.pt.trace.json.gz",
 ))
-METHODS = ("imports", "evtsync", "json+pandas", "orjson")
+METHODS = ("imports", "evtsync", "evtsync-msgspec", "json+pandas", "orjson")
 #: Synth iterations per MB of one rank file (4-rank TP job, 1 layer): measured, ~9.1 per MB.
 ITERATIONS_PER_MB = 9342 / 1031
 
@@ -65,10 +70,19 @@ def run_method(method: str, path: str, traced: bool = False) -> dict:
     import orjson
     import pandas as pd
 
+    from evtsync.trace.decode import DECODER_ENV, prepare_fast_decoder
     from evtsync.trace.traceset import read_rank
 
     # pandas imports pyarrow for string columns on first use: done here, untimed, for all
     pd.DataFrame({"warm": ["up"]}).astype({"warm": "category"})
+    scanner_load = 0.0
+    if method == "evtsync-msgspec":
+        os.environ[DECODER_ENV] = "msgspec"
+    elif method == "evtsync":
+        os.environ.pop(DECODER_ENV, None)
+        s0 = time.process_time()
+        prepare_fast_decoder()
+        scanner_load = time.process_time() - s0
     gz = path.endswith(".gz")
     if traced:
         import tracemalloc
@@ -76,7 +90,7 @@ def run_method(method: str, path: str, traced: bool = False) -> dict:
         tracemalloc.start()
     t0, c0 = time.perf_counter(), time.process_time()
     rows = 0
-    if method == "evtsync":
+    if method.startswith("evtsync"):
         tables = read_rank(path)
         rows = len(tables.kernels) + len(tables.cpu_ops) + len(tables.runtime) + len(tables.syncs)
     elif method == "json+pandas":
@@ -89,7 +103,7 @@ def run_method(method: str, path: str, traced: bool = False) -> dict:
             doc = orjson.loads(fh.read())
         rows = len(doc["traceEvents"])
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    result = {"wall_s": wall, "cpu_s": cpu, "rows": rows}
+    result = {"wall_s": wall, "cpu_s": cpu, "rows": rows, "scanner_load_cpu_s": scanner_load}
     if traced:
         result["traced_peak_mb"] = tracemalloc.get_traced_memory()[1] / 1e6
         tracemalloc.stop()
@@ -158,6 +172,8 @@ def bench_file(path: Path, reps: int, methods: tuple[str, ...] = METHODS, traced
         results["memory_ratio_net_of_imports"] = (ev["peak_rss_mb"] - floor) / (base["peak_rss_mb"] - floor)
         if "orjson" in results:
             results["speedup_vs_orjson"] = results["orjson"]["cpu_s"] / ev["cpu_s"]
+        if "evtsync-msgspec" in results:
+            results["speedup_msgspec_decoder_vs_json_pandas"] = base["cpu_s"] / results["evtsync-msgspec"]["cpu_s"]
         if "traced_peak_mb" in ev:
             results["traced_ratio_vs_json_pandas"] = ev["traced_peak_mb"] / base["traced_peak_mb"]
     return results
@@ -207,7 +223,10 @@ def markdown(report: dict) -> str:
         lines += ["", f"evtsync vs json+pandas: **{r['speedup_vs_json_pandas']:.2f}x** faster (CPU), "
                       f"peak RSS ratio **{r['memory_ratio_vs_json_pandas']:.2f}** "
                       f"(net of imports **{r['memory_ratio_net_of_imports']:.2f}**){traced_ratio}; "
-                      f"vs orjson.loads alone: {r['speedup_vs_orjson']:.2f}x.", ""]
+                      f"vs orjson.loads alone: {r['speedup_vs_orjson']:.2f}x; with the msgspec decoder "
+                      f"(no scanner): {r.get('speedup_msgspec_decoder_vs_json_pandas', float('nan')):.2f}x; "
+                      f"scanner load {r['evtsync'].get('scanner_load_cpu_s', 0.0):.2f} s CPU "
+                      "(before the clock).", ""]
     measured = [report[k] for k in keys if k in report]
     if len(measured) > 1:
         lines += ["| file | MB of JSON | speedup vs json+pandas | vs orjson | peak RSS ratio | "

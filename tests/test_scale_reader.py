@@ -219,23 +219,36 @@ def test_only_complete_events_are_held_to_the_schema_wherever_the_blocks_fall(tm
             decode_file(path, block_size=block)
 
 
-def test_decoding_while_something_holds_a_view_of_the_block(traces_dir: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("decoder", ["msgspec", "scanner"])
+def test_decoding_while_something_holds_a_view_of_the_block(traces_dir: Path, monkeypatch, decoder: str) -> None:
     """Dask's worker profiler keeps the frames of running tasks alive from another thread
     (``sys._current_frames``), so the decoder's view of a block can outlive the call that
     used it, and resizing the pending buffer raised BufferError (seen once in a Dask run of
-    the full suite). Here every block's view is kept alive on purpose: same columns."""
+    the full suite). Here every block's view is kept alive on purpose: same columns, with
+    the msgspec path and with the compiled scanner."""
     import evtsync.trace.decode as decode
 
     path = traces_dir / "dlrm-8rank-v100/worker0_step_12.1694128201545.pt.trace.json.gz"
     expected = decode_file(path, block_size=1 << 14)
     held = []
-    original = decode._decode_events
+    if decoder == "msgspec":
+        monkeypatch.setenv(decode.DECODER_ENV, "msgspec")
+        original = decode._decode_events
 
-    def holding(data):  # noqa: ANN001, ANN202 - a stand-in with the same signature
-        held.append(data)  # what a profiler's reference to the frame does
-        return original(data)
+        def holding(data):  # noqa: ANN001, ANN202 - a stand-in with the same signature
+            held.append(data)  # what a profiler's reference to the frame does
+            return original(data)
 
-    monkeypatch.setattr(decode, "_decode_events", holding)
+        monkeypatch.setattr(decode, "_decode_events", holding)
+    else:
+        monkeypatch.delenv(decode.DECODER_ENV, raising=False)
+        original_scan = decode._scan_route
+
+        def holding(scanner, block, decoder):  # noqa: ANN001, ANN202 - same signature
+            held.append(block)
+            return original_scan(scanner, block, decoder)
+
+        monkeypatch.setattr(decode, "_scan_route", holding)
     decoded = decode_file(path, block_size=1 << 14)
     assert len(held) > 1
     for table, cols in expected.columns.items():

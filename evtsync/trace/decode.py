@@ -17,6 +17,11 @@ fails, and for the last block, a vectorised structural scan (numpy) that tracks 
 escapes and nesting finds every event end exactly, and the errors of malformed input come
 from that scan.
 
+Each block is first given to the compiled scanner (:mod:`evtsync.trace.scan`), which writes
+the fields straight into numpy arrays (no Python object per event) and declines any block
+outside its strict grammar; declined blocks, and every block under ``EVTSYNC_DECODER=msgspec``
+or where the scanner cannot load, take the msgspec path above, with the same result.
+
 A file cut in the middle (a job killed while writing) is detected with the byte offset
 of the cut; with ``salvage=True`` the complete events before it are kept and the rest is
 counted as dropped.
@@ -27,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import re
 import threading
 import zlib
@@ -810,6 +816,235 @@ def _route_block(events: list[Any], phased: bool, columns: _Columns, counts: Cou
         columns.add(table, selected, times, cat_of_key[key_codes[idx]])  # type: ignore[arg-type]
 
 
+#: Environment variable choosing the decoder of event blocks: ``msgspec`` forces the msgspec
+#: path for every block; anything else (the default) tries the compiled scanner first.
+DECODER_ENV = "EVTSYNC_DECODER"
+#: Blocks decoded by the compiled scanner in this process (``"scanned"``) and blocks it left
+#: to msgspec, by reason (what :mod:`evtsync.trace.scan` declines; debug statistics).
+_SCAN_STATS: Counter[str] = Counter()
+#: The phases the scanner knows, in code order: "X" (code 0), then the other phases.
+_SCAN_PHASES = "X" + _OTHER_PHASES
+_ARG_FIELDS = msgspec.structs.fields(_Args)
+_scanner_state: dict[str, Any] = {}
+
+
+class _Scanner:
+    """The compiled scanner with its constant tables, and per-thread scratch arrays."""
+
+    def __init__(self, scan: Any) -> None:
+        self.scan = scan
+        self.phase_of = np.full(256, -1, dtype=np.int64)
+        for code, phase in enumerate(_SCAN_PHASES):
+            self.phase_of[ord(phase)] = code
+        names = tuple(f.encode_name for f in _ARG_FIELDS)
+        self.arg_keys = scan.key_table(names)
+        self.arg_hash = scan.arg_key_hash(names)
+        self.arg_is_str = np.array([f.default is None for f in _ARG_FIELDS], dtype=np.bool_)
+        self.arg_column = {f.name: scan.COL_ARGS + k for k, f in enumerate(_ARG_FIELDS)}
+        self.local = threading.local()
+
+    def scratch(self, n_bytes: int, grow: bool = False) -> _ScanScratch:
+        """This thread's scratch arrays, large enough for a block of ``n_bytes`` (``grow``:
+        larger than the last ones, which were too small)."""
+        current = getattr(self.local, "scratch", None)
+        want = n_bytes // 64 + 64
+        if current is not None and (current.events >= want or current.events >= n_bytes // 2 + 2) and not grow:
+            return current
+        if grow and current is not None:  # (events or strings were too many: both grow)
+            want = max(want, 4 * current.events)
+        strings = want // 8 + 256  # unique strings: a few hundred in a 1 MiB block of a real trace
+        if grow and current is not None:
+            strings = 4 * len(current.str_escaped)
+        current = self.local.scratch = _ScanScratch(min(want, n_bytes // 2 + 2), strings, len(_ARG_FIELDS))
+        return current
+
+
+class _ScanScratch:
+    """Output arrays of the scanner for blocks of up to ``events`` events, reused by a thread
+    (fresh memory costs page faults on every block; the hash table is never cleared: its
+    slots carry the generation of the block that filled them)."""
+
+    def __init__(self, events: int, n_strings: int, n_args: int) -> None:
+        from evtsync.trace import scan
+
+        self.events = events
+        self.ints = np.empty((scan.COL_ARGS + n_args, events), dtype=np.int64)  # a row per field
+        self.floats = np.empty((events, 2), dtype=np.float64)
+        self.slow = np.empty((2 * events, 4), dtype=np.int64)
+        self.str_span = np.empty((n_strings, 2), dtype=np.int64)
+        self.str_escaped = np.zeros(n_strings, dtype=np.bool_)
+        slots = 1 << (2 * n_strings - 1).bit_length()
+        self.hash_gen = np.zeros(slots, dtype=np.int64)
+        self.hash_id = np.zeros(slots, dtype=np.int64)
+        self.gen = 0
+
+
+def _fast_scanner() -> _Scanner | None:
+    """The compiled scanner, loaded (numba imported, the code loaded from numba's cache or
+    compiled) on first use; None when it is switched off (``EVTSYNC_DECODER=msgspec``) or
+    cannot work here (numba missing, no writable cache location, JIT disabled by
+    ``NUMBA_DISABLE_JIT``, a compilation error): msgspec then decodes every block."""
+    if os.environ.get(DECODER_ENV, "").strip().lower() == "msgspec":
+        return None
+    scanner = _scanner_state.get("scanner")
+    if scanner is None and "unavailable" not in _scanner_state:
+        with _scanner_lock:
+            scanner = _scanner_state.get("scanner")
+            if scanner is None and "unavailable" not in _scanner_state:
+                scanner = _load_scanner()
+    return scanner
+
+
+_scanner_lock = threading.Lock()
+
+
+def _load_scanner() -> _Scanner | None:
+    try:
+        import numba
+
+        if numba.config.DISABLE_JIT:  # the scanner would run as plain Python: far slower
+            raise RuntimeError("NUMBA_DISABLE_JIT is set")
+        from evtsync.trace import scan
+
+        scanner = _Scanner(scan)
+        empty = np.frombuffer(bytearray(b"[]"), dtype=np.uint8)  # writable, as blocks are
+        if _run_scanner(scanner, empty, scanner.scratch(64))[0] != scan.OK:
+            raise RuntimeError("the scanner rejects an empty array")
+    except Exception as exc:  # noqa: BLE001 - any failure of the optional fast path means msgspec
+        log.warning("compiled trace scanner unavailable (%s): decoding with msgspec", exc)
+        _scanner_state["unavailable"] = True
+        return None
+    _scanner_state["scanner"] = scanner
+    return scanner
+
+
+def prepare_fast_decoder() -> bool:
+    """Import numba and load (or compile, the first time) the compiled scanner now, so the
+    first file decoded does not pay it; False when the scanner is switched off or unavailable."""
+    return _fast_scanner() is not None
+
+
+def _run_scanner(scanner: _Scanner, buf: np.ndarray, scratch: _ScanScratch) -> tuple[int, int, int, int]:
+    scratch.gen += 1
+    arg_bytes, arg_offs = scanner.arg_keys
+    arg_hash, arg_mult = scanner.arg_hash
+    return scanner.scan.scan_block(
+        buf, len(buf), scanner.phase_of, arg_bytes, arg_offs, scanner.arg_is_str, arg_hash, arg_mult,
+        scanner.scan.POW10, scratch.ints, scratch.floats, scratch.slow, scratch.str_span,
+        scratch.str_escaped, scratch.hash_gen, scratch.hash_id, scratch.gen)
+
+
+_unique_strings_decoder = msgspec.json.Decoder(list[str])
+
+
+def _scan_route(scanner: _Scanner, block: bytes | memoryview, decoder: _Decoder) -> str | None:
+    """Decode one block (``[ev, ...]``) with the compiled scanner and append its columns and
+    counts exactly as :func:`_route_block` does for the msgspec structs; returns None, or why
+    it declined (then nothing was counted or appended, and msgspec decodes the block).
+
+    Beyond what the scanner itself declines, a block is left to msgspec when an event that
+    goes to a table has a loosely typed pid/tid (a string or null, as PyTorch 1.8 wrote) or
+    lacks a numeric ts/dur (the msgspec path counts it as skipped), or when a float the
+    scanner left to Python is not finite.
+    """
+    scan = scanner.scan
+    buf = np.frombuffer(block, dtype=np.uint8)
+    scratch = scanner.scratch(len(buf))
+    status, n_ev, n_str, n_slow = _run_scanner(scanner, buf, scratch)
+    while status == scan.FULL:
+        scratch = scanner.scratch(len(buf), grow=True)
+        status, n_ev, n_str, n_slow = _run_scanner(scanner, buf, scratch)
+    del buf
+    if status != scan.OK:
+        return scan.DECLINED[status]
+    if not n_ev:
+        return None
+    ints, floats = scratch.ints[:, :n_ev], scratch.floats[:n_ev]
+    spans = scratch.str_span[:n_str].tolist()
+    try:
+        strings: list[str] = _unique_strings_decoder.decode(
+            b'["' + b'","'.join([block[s:e] for s, e in spans]) + b'"]') if n_str else []
+    except (msgspec.DecodeError, msgspec.ValidationError):  # pragma: no cover - the scanner checked them
+        return "strings msgspec does not decode"
+    if n_slow:
+        slow = scratch.slow[:n_slow]
+        values = np.array([float(bytes(block[s:e])) for s, e in slow[:, 2:].tolist()], dtype=np.float64)
+        if not np.isfinite(values).all():
+            return "a float out of range"
+        floats[slow[:, 0], slow[:, 1]] = values
+    columns = decoder.columns
+    # codes of the block's unique strings in the process dictionary; index -2: the empty
+    # name of an event without one, -1: absent
+    lut = np.empty(n_str + 2, dtype=np.int32)
+    lut[:n_str] = columns.codes(strings)
+    lut[n_str] = columns.codes([""])[0]
+    lut[n_str + 1] = MISSING
+    # (phase, category as written) of each event -> the shared event keys
+    width = n_str + 1
+    combo = ints[scan.COL_PHASE] * width + (ints[scan.COL_CAT] + 1)
+    per_combo = np.bincount(combo)
+    present = np.flatnonzero(per_combo)
+    keys = _shared(_EventKeys, _MAX_EVENT_KEYS)
+    pairs = [(_SCAN_PHASES[c // width], strings[c % width - 1] if c % width else None)
+             for c in present.tolist()]
+    if any(pair not in keys.code_of for pair in pairs):
+        keys.add(set(pairs))
+    key_of = [keys.code_of[pair] for pair in pairs]
+    table_of_combo = np.full(len(per_combo), _NO_TABLE, dtype=np.int8)
+    table_of_combo[present] = keys.tables[key_of]
+    tables = table_of_combo[combo]
+    tabulated = tables != _NO_TABLE
+    if tabulated.any():
+        flags = ints[scan.COL_FLAGS][tabulated]
+        if (flags & (scan.PID_LOOSE | scan.TID_LOOSE)).any():
+            return "a tabulated event with a pid or tid that is not an integer"
+        needs = scan.TS_NUMBER | scan.DUR_NUMBER
+        if ((flags & needs) != needs).any():
+            return "a tabulated event without numeric ts/dur"
+    cat_of_combo = np.full(len(per_combo), MISSING, dtype=np.int32)
+    cat_of_combo[present] = columns.codes([keys.canonical[k] for k in key_of])
+    # from here on the block is the scanner's: count and append
+    decoder.n_events += n_ev
+    for key, n_key in zip(key_of, per_combo[present].tolist(), strict=True):
+        cat = keys.categories[key]
+        decoder.counts[cat or "(none)"] += n_key
+        if keys.tables[key] == _NO_TABLE:
+            decoder.untabulated[(keys.phases[key] or "(none)", cat or "(none)")] += n_key
+    arg_column = scanner.arg_column
+    for code, table in enumerate(_TABLES):
+        idx = np.flatnonzero(tables == code)
+        if not idx.size:
+            continue
+        flags = ints[scan.COL_FLAGS][idx]
+        chunks = columns.chunks[table]
+        for name, kind in TABLE_FIELDS[table]:
+            if kind == "t":
+                field, col, is_float = ((0, scan.COL_TS, scan.TS_FLOAT) if name == "ts"
+                                        else (1, scan.COL_DUR, scan.DUR_FLOAT))
+                floated = (flags & is_float) != 0
+                if floated.any():
+                    column = np.where(floated, floats[idx, field], ints[col][idx].astype(np.float64))
+                else:
+                    column = ints[col][idx]
+            elif name == "cat":
+                column = cat_of_combo[combo[idx]]
+            elif name == "name":
+                column = lut[ints[scan.COL_NAME][idx]]
+            elif name in ("pid", "tid"):
+                column = ints[scan.COL_PID if name == "pid" else scan.COL_TID][idx]
+            elif kind == "o":
+                column = lut[ints[arg_column[name]][idx]]
+            elif name == "external_id":  # PyTorch 1.8 spelled it "external id": read that where needed
+                column = ints[arg_column[name]][idx]
+                lacking = column == MISSING
+                if lacking.any():
+                    column[lacking] = ints[arg_column["external_id_lower"]][idx[lacking]]
+            else:
+                column = ints[arg_column[name]][idx]
+            chunks[name].append(column)
+    return None
+
+
 def _numeric_times(events: list[_Event], skipped: dict[str, int]) -> list[int]:
     """Positions of the events with numeric ts and dur; the others are counted in
     ``skipped`` by category."""
@@ -860,6 +1095,9 @@ class _Decoder:
         self.consumed = 0  # decompressed offset of work[1]
         self.last_end = 0  # decompressed offset just past the last complete event
         self.suffix = b""
+        self.scanner = _fast_scanner()
+        self.scanned_blocks = 0
+        self.declined: Counter[str] = Counter()  # blocks the scanner left to msgspec, by reason
 
     def run(self) -> DecodedTrace:
         src, path, block_size = self.src, self.path, self.block_size
@@ -907,6 +1145,10 @@ class _Decoder:
                             path, src.eof_error, self.n_events)
             header_bytes = prefix + b"[]" + self.suffix
         header = _decode_header(path, header_bytes, tolerant=truncated_at is not None or bool(src.eof_error))
+        if self.declined:
+            log.debug("%s: the compiled scanner declined %d of %d blocks (%s); msgspec decoded them",
+                      path, sum(self.declined.values()), sum(self.declined.values()) + self.scanned_blocks,
+                      ", ".join(f"{n} x {why}" for why, n in self.declined.most_common()))
         return DecodedTrace(path=path, header=header, columns=self.columns.finish(),
                             category_counts=dict(self.counts), untabulated=dict(self.untabulated),
                             n_events=self.n_events,
@@ -931,15 +1173,17 @@ class _Decoder:
         view = memoryview(work)
         block = view[: end + 1]
         try:
-            events, phased = _decode_events(block)
+            if not self._scan(block):
+                events, phased = _decode_events(block)
+                self.n_events += len(events)
+                _route_block(events, phased, self.columns, self.counts, self.untabulated, self.skipped,
+                             self.path)
+                del events
         except (msgspec.DecodeError, msgspec.ValidationError):
             return False  # not a cut between top-level events: the structural scan decides
         finally:
             work[end] = following
             _release(block, view)
-        self.n_events += len(events)
-        _route_block(events, phased, self.columns, self.counts, self.untabulated, self.skipped, self.path)
-        del events
         # keep "[" + the text from the next event's "{" on
         nxt = last.end() - 1
         try:
@@ -982,9 +1226,26 @@ class _Decoder:
         self.work = bytearray(b"[")
         return True
 
+    def _scan(self, block: bytes | memoryview) -> bool:
+        """Decode and route one block with the compiled scanner; False when it declines (or
+        is switched off), and the block is then the msgspec path's."""
+        if self.scanner is None:
+            return False
+        declined = _scan_route(self.scanner, block, self)
+        if declined is None:
+            self.scanned_blocks += 1
+            _SCAN_STATS["scanned"] += 1
+            return True
+        self.declined[declined] += 1
+        _SCAN_STATS[declined] += 1
+        return False
+
     def _decode_block(self, body: bytes, offset: int) -> None:
+        block = bytearray(b"[") + body + b"]"  # writable, as the fast path's (one compiled variant)
+        if self._scan(block):
+            return
         try:
-            events, phased = _decode_events(b"[" + body + b"]")
+            events, phased = _decode_events(block)
         except msgspec.ValidationError as exc:
             raise TraceError(f"{self.path}: {_invalid_event_at(str(exc), body, offset)}") from None
         except msgspec.DecodeError as exc:

@@ -1,0 +1,823 @@
+# ruff: noqa: SIM108, SIM109, SIM114 - explicit comparisons, the plainest code for numba to compile
+"""Compiled columnar scanner of one block of Kineto trace events (issues 16 and 21).
+
+:func:`scan_block` reads the bytes ``[ev, ev, ...]`` that the decoder (:mod:`evtsync.trace.decode`)
+cuts from a trace and writes, per event, its phase, category and name (as ids of the block's
+unique strings), pid, tid, ts and dur, and the ``args`` keys evtsync reads into preallocated
+numpy arrays, without one Python object per event. Every other key is skipped (its value is
+still checked to be valid JSON).
+
+The scanner implements a narrow, strict grammar and **declines** (returns a non-zero status)
+for anything outside it: invalid JSON, a non-object entry, an unknown or missing phase, a
+duplicate or escaped key, raw control characters, invalid UTF-8, a bad escape or a lone
+surrogate in any string, too deep nesting, and (for complete ``"X"`` events) any read field of
+a type the typed msgspec decoding would reject or treat loosely. The caller then decodes the
+block with msgspec as before, so what a file decodes to never depends on the scanner.
+
+Numbers: integers are exact int64 (a larger one makes a read field declined); a float whose
+decimal mantissa is an exact integer below 2**53 and whose decimal exponent is within ±22 is
+computed with one IEEE multiplication or division by an exact power of ten (Clinger's fast
+path: correctly rounded, so bit-identical to any correct parser); other floats are recorded
+by their span for the caller to convert with Python's ``float``.
+
+Strings are interned per block in an open-addressing hash table over their raw bytes (with a
+generation stamp, so the table is never cleared): the caller decodes each unique span once.
+
+Only NumPy and numba are used here; numba is imported when this module is (the decoder
+imports it on first use, not at ``import evtsync``). Compiled with ``cache=True`` (reused by
+later processes) and ``nogil=True`` (threads scan blocks in parallel).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+# -- layout of the per-event int64 matrix ---------------------------------------------------
+COL_PHASE, COL_CAT, COL_NAME, COL_PID, COL_TID, COL_TS, COL_DUR, COL_FLAGS = range(8)
+#: first column of the ``args`` keys (in the order of the key table given to the scanner)
+COL_ARGS = 8
+#: name id of an event without ``name`` (its name is the empty string, as msgspec's default)
+NAME_ABSENT = -2
+
+# -- per-event flags ------------------------------------------------------------------------
+TS_FLOAT, DUR_FLOAT, TS_NUMBER, DUR_NUMBER, PID_LOOSE, TID_LOOSE = 1, 2, 4, 8, 16, 32
+
+# -- status codes ---------------------------------------------------------------------------
+OK = 0
+FULL = 1  # the event or string capacity was too small: scan again with larger arrays
+DECLINED: dict[int, str] = {
+    2: "invalid JSON",
+    3: "an entry that is not an object",
+    4: "an event without a known phase",
+    5: "a duplicate key",
+    6: "an escaped key",
+    7: "a field of a complete event of a type outside the fast grammar",
+    8: "a category that is not a string",
+    9: "a string with control characters, invalid UTF-8, a bad escape or a lone surrogate",
+    10: "nesting deeper than the fast path follows",
+    11: "text after the array",
+}
+_INVALID, _NOT_OBJECT, _PHASE, _DUPLICATE, _ESCAPED_KEY, _TYPE, _CATEGORY, _STRING, _DEPTH, _TRAILING = range(2, 12)
+
+#: exact powers of ten (10**22 is the largest exactly representable)
+POW10 = np.array([float(10**k) for k in range(23)], dtype=np.float64)
+_MAX_EXACT = 1 << 53
+_MAX_DEPTH = 64
+
+#: top-level keys the scanner reads, in this order (codes 0..7)
+TOP_KEYS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")
+_K_PH, _K_CAT, _K_NAME, _K_PID, _K_TID, _K_TS, _K_DUR, _K_ARGS = range(8)
+
+_QUOTE, _BACKSLASH, _COMMA, _COLON = 34, 92, 44, 58
+_LBRACE, _RBRACE, _LBRACKET, _RBRACKET = 123, 125, 91, 93
+_MINUS, _PLUS, _DOT, _ZERO, _NINE = 45, 43, 46, 48, 57
+
+#: A call between compiled functions costs ~15 ns here (numba's status and tuple protocol),
+#: more than most tokens take: the common tokens (keys, ASCII strings, plain integers) are
+#: therefore read inline in :func:`scan_block` and the helpers serve the rarer ones
+#: (numba's ``inline="always"`` made the compilation take minutes and the scanner slower).
+_jit = numba.njit(cache=True, nogil=True)
+
+
+def key_table(keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Keys as (concatenated UTF-8 bytes, offsets) arrays for the scanner."""
+    encoded = [k.encode("utf-8") for k in keys]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(b) for b in encoded])
+    return np.frombuffer(b"".join(encoded), dtype=np.uint8).copy(), offsets
+
+
+@_jit
+def _ws(buf, i, n):
+    while i < n:
+        c = buf[i]
+        if c != 32 and c != 10 and c != 13 and c != 9:
+            return i
+        i += 1
+    return i
+
+
+@_jit
+def _hex(c):
+    if 48 <= c <= 57:
+        return c - 48
+    if 97 <= c <= 102:
+        return c - 87
+    if 65 <= c <= 70:
+        return c - 55
+    return -1
+
+
+@_jit
+def _u4(buf, i, n):
+    """Value of the 4 hex digits at ``i`` or -1."""
+    if i + 4 > n:
+        return -1
+    v = 0
+    for k in range(4):
+        h = _hex(buf[i + k])
+        if h < 0:
+            return -1
+        v = v * 16 + h
+    return v
+
+
+@_jit
+def _string(buf, i, n):
+    """The string whose opening quote is at ``i``: (index past its closing quote, has an
+    escape); (-1, _) when it is not a strict, valid JSON string of valid UTF-8."""
+    i += 1
+    escaped = False
+    while i < n:
+        c = buf[i]
+        if c == _QUOTE:
+            return i + 1, escaped
+        if c == _BACKSLASH:
+            escaped = True
+            if i + 1 >= n:
+                return -1, escaped
+            e = buf[i + 1]
+            if e == 117:  # \uXXXX
+                v = _u4(buf, i + 2, n)
+                if v < 0 or 0xDC00 <= v <= 0xDFFF:
+                    return -1, escaped
+                if 0xD800 <= v <= 0xDBFF:  # must be followed by a low surrogate
+                    if i + 7 >= n or buf[i + 6] != _BACKSLASH or buf[i + 7] != 117:
+                        return -1, escaped
+                    w = _u4(buf, i + 8, n)
+                    if w < 0xDC00 or w > 0xDFFF:
+                        return -1, escaped
+                    i += 12
+                else:
+                    i += 6
+                continue
+            if e == _QUOTE or e == _BACKSLASH or e == 47 or e == 98 or e == 102 or e == 110 or e == 114 or e == 116:
+                i += 2
+                continue
+            return -1, escaped
+        if c < 32:
+            return -1, escaped
+        if c < 128:
+            i += 1
+            continue
+        # UTF-8: well-formed sequences only (no overlongs, surrogates or code points > U+10FFFF)
+        if 0xC2 <= c <= 0xDF:
+            if i + 1 >= n or not (0x80 <= buf[i + 1] <= 0xBF):
+                return -1, escaped
+            i += 2
+        elif 0xE0 <= c <= 0xEF:
+            if i + 2 >= n:
+                return -1, escaped
+            c1 = buf[i + 1]
+            lo = 0xA0 if c == 0xE0 else 0x80
+            hi = 0x9F if c == 0xED else 0xBF
+            if not (lo <= c1 <= hi) or not (0x80 <= buf[i + 2] <= 0xBF):
+                return -1, escaped
+            i += 3
+        elif 0xF0 <= c <= 0xF4:
+            if i + 3 >= n:
+                return -1, escaped
+            c1 = buf[i + 1]
+            lo = 0x90 if c == 0xF0 else 0x80
+            hi = 0x8F if c == 0xF4 else 0xBF
+            if not (lo <= c1 <= hi) or not (0x80 <= buf[i + 2] <= 0xBF) or not (0x80 <= buf[i + 3] <= 0xBF):
+                return -1, escaped
+            i += 4
+        else:
+            return -1, escaped
+    return -1, escaped
+
+
+@_jit
+def _number(buf, i, n, pow10):
+    """The JSON number at ``i``: (end, kind, int value, float value). kind: 0 an int64,
+    1 a float computed exactly, 2 a float to convert by its text, 3 an integer beyond
+    int64, -1 not a strict JSON number."""
+    neg = False
+    if buf[i] == _MINUS:
+        neg = True
+        i += 1
+        if i >= n:
+            return i, -1, 0, 0.0
+    c = buf[i]
+    acc = 0  # the integer, accumulated negatively (int64 holds -2**63)
+    big = False
+    mant = 0  # decimal mantissa of a float while it is exact (< 2**53)
+    inexact = False
+    if c == _ZERO:
+        i += 1
+        if i < n and _ZERO <= buf[i] <= _NINE:
+            return i, -1, 0, 0.0  # leading zero
+    elif _ZERO < c <= _NINE:
+        while i < n:
+            c = buf[i]
+            if c < _ZERO or c > _NINE:
+                break
+            d = c - _ZERO
+            if acc < -922337203685477580 or (acc == -922337203685477580 and d > (8 if neg else 7)):
+                big = True
+            else:
+                acc = acc * 10 - d
+            if not inexact:
+                if mant > (_MAX_EXACT - d) // 10:
+                    inexact = True
+                else:
+                    mant = mant * 10 + d
+            i += 1
+    else:
+        return i, -1, 0, 0.0
+    is_float = False
+    exp10 = 0
+    if i < n and buf[i] == _DOT:
+        is_float = True
+        i += 1
+        digits = 0
+        while i < n:
+            c = buf[i]
+            if c < _ZERO or c > _NINE:
+                break
+            d = c - _ZERO
+            if not inexact:
+                if mant > (_MAX_EXACT - d) // 10:
+                    inexact = True
+                else:
+                    mant = mant * 10 + d
+                    exp10 -= 1
+            digits += 1
+            i += 1
+        if digits == 0:
+            return i, -1, 0, 0.0
+    if i < n and (buf[i] == 101 or buf[i] == 69):  # e E
+        is_float = True
+        i += 1
+        eneg = False
+        if i < n and (buf[i] == _PLUS or buf[i] == _MINUS):
+            eneg = buf[i] == _MINUS
+            i += 1
+        digits = 0
+        e = 0
+        while i < n:
+            c = buf[i]
+            if c < _ZERO or c > _NINE:
+                break
+            if e < 100000:
+                e = e * 10 + (c - _ZERO)
+            digits += 1
+            i += 1
+        if digits == 0:
+            return i, -1, 0, 0.0
+        exp10 += -e if eneg else e
+    if not is_float:
+        if big:
+            return i, 3, 0, 0.0
+        return i, 0, (acc if neg else -acc), 0.0
+    if inexact or exp10 > 22 or exp10 < -22:
+        return i, 2, 0, 0.0
+    f = float(mant)
+    if exp10 >= 0:
+        f = f * pow10[exp10]
+    else:
+        f = f / pow10[-exp10]
+    return i, 1, 0, (-f if neg else f)
+
+
+@_jit
+def _literal(buf, i, n):
+    """End of the literal true/false/null at ``i`` and its kind (0 null, 1 bool) or (-1, -1)."""
+    c = buf[i]
+    if c == 110 and i + 4 <= n and buf[i + 1] == 117 and buf[i + 2] == 108 and buf[i + 3] == 108:
+        return i + 4, 0
+    if c == 116 and i + 4 <= n and buf[i + 1] == 114 and buf[i + 2] == 117 and buf[i + 3] == 101:
+        return i + 4, 1
+    if (c == 102 and i + 5 <= n and buf[i + 1] == 97 and buf[i + 2] == 108 and buf[i + 3] == 115
+            and buf[i + 4] == 101):
+        return i + 5, 1
+    return -1, -1
+
+
+@_jit
+def _skip(buf, i, n, stack):
+    """Index past the JSON value at ``i`` (whitespace before it skipped), or -status. Strings,
+    numbers and literals are read inline (no call per token), strictly: a number must be
+    well-formed and followed by a delimiter, a string valid (see :func:`_string`)."""
+    depth = 0
+    while True:
+        while i < n and _WS[buf[i]] != 0:
+            i += 1
+        if i >= n:
+            return -_INVALID
+        c = buf[i]
+        if c == _LBRACE or c == _LBRACKET:
+            i += 1
+            while i < n and _WS[buf[i]] != 0:
+                i += 1
+            if i >= n:
+                return -_INVALID
+            if (c == _LBRACE and buf[i] == _RBRACE) or (c == _LBRACKET and buf[i] == _RBRACKET):
+                i += 1
+            else:
+                if depth >= _MAX_DEPTH:
+                    return -_DEPTH
+                stack[depth] = c
+                depth += 1
+                if c == _LBRACE:  # a key, then its value
+                    if buf[i] != _QUOTE:
+                        return -_INVALID
+                    j = i + 1
+                    while j < n and _SPECIAL[buf[j]] == 0:
+                        j += 1
+                    if j < n and buf[j] == _QUOTE:
+                        i = j + 1
+                    else:
+                        i, _esc = _string(buf, i, n)
+                        if i < 0:
+                            return -_STRING
+                    while i < n and _WS[buf[i]] != 0:
+                        i += 1
+                    if i >= n or buf[i] != _COLON:
+                        return -_INVALID
+                    i += 1
+                continue
+        elif c == _QUOTE:
+            j = i + 1
+            while j < n and _SPECIAL[buf[j]] == 0:
+                j += 1
+            if j < n and buf[j] == _QUOTE:
+                i = j + 1
+            else:
+                i, _esc = _string(buf, i, n)
+                if i < 0:
+                    return -_STRING
+        elif c == _MINUS or _ZERO <= c <= _NINE:
+            j = i + 1 if c == _MINUS else i
+            if j >= n:
+                return -_INVALID
+            d = buf[j]
+            if d == _ZERO:
+                j += 1
+            elif _ZERO < d <= _NINE:
+                while j < n and _ZERO <= buf[j] <= _NINE:
+                    j += 1
+            else:
+                return -_INVALID
+            if j < n and buf[j] == _DOT:
+                j += 1
+                k = j
+                while j < n and _ZERO <= buf[j] <= _NINE:
+                    j += 1
+                if j == k:
+                    return -_INVALID
+            if j < n and (buf[j] == 101 or buf[j] == 69):
+                j += 1
+                if j < n and (buf[j] == _PLUS or buf[j] == _MINUS):
+                    j += 1
+                k = j
+                while j < n and _ZERO <= buf[j] <= _NINE:
+                    j += 1
+                if j == k:
+                    return -_INVALID
+            i = j  # a digit after a leading zero fails the delimiter check below
+        elif c == 110 and i + 4 <= n and buf[i + 1] == 117 and buf[i + 2] == 108 and buf[i + 3] == 108:
+            i += 4
+        elif c == 116 and i + 4 <= n and buf[i + 1] == 114 and buf[i + 2] == 117 and buf[i + 3] == 101:
+            i += 4
+        elif (c == 102 and i + 5 <= n and buf[i + 1] == 97 and buf[i + 2] == 108 and buf[i + 3] == 115
+              and buf[i + 4] == 101):
+            i += 5
+        else:
+            return -_INVALID
+        # a value is complete: close containers or go on to the next element
+        while True:
+            if depth == 0:
+                return i
+            while i < n and _WS[buf[i]] != 0:
+                i += 1
+            if i >= n:
+                return -_INVALID
+            c = buf[i]
+            top = stack[depth - 1]
+            if c == _COMMA:
+                i += 1
+                while i < n and _WS[buf[i]] != 0:
+                    i += 1
+                if top == _LBRACE:
+                    if i >= n or buf[i] != _QUOTE:
+                        return -_INVALID
+                    j = i + 1
+                    while j < n and _SPECIAL[buf[j]] == 0:
+                        j += 1
+                    if j < n and buf[j] == _QUOTE:
+                        i = j + 1
+                    else:
+                        i, _esc = _string(buf, i, n)
+                        if i < 0:
+                            return -_STRING
+                    while i < n and _WS[buf[i]] != 0:
+                        i += 1
+                    if i >= n or buf[i] != _COLON:
+                        return -_INVALID
+                    i += 1
+                break
+            if (c == _RBRACE and top == _LBRACE) or (c == _RBRACKET and top == _LBRACKET):
+                depth -= 1
+                i += 1
+                continue
+            return -_INVALID
+
+
+@_jit
+def _match(buf, start, end, kbytes, koffs):
+    """Index of the key ``buf[start:end]`` in the key table, or -1."""
+    length = end - start
+    for k in range(len(koffs) - 1):
+        ks = koffs[k]
+        if koffs[k + 1] - ks != length:
+            continue
+        same = True
+        for j in range(length):
+            if buf[start + j] != kbytes[ks + j]:
+                same = False
+                break
+        if same:
+            return k
+    return -1
+
+
+#: bytes that end the fast reading of a string: the quote, a backslash, control characters
+#: and every non-ASCII byte (those go through :func:`_string`, which checks them)
+_SPECIAL = np.zeros(256, dtype=np.uint8)
+_SPECIAL[:32] = 1
+_SPECIAL[_QUOTE] = 1
+_SPECIAL[_BACKSLASH] = 1
+_SPECIAL[128:] = 1
+_HASH_SIZE = 256
+_WS = np.zeros(256, dtype=np.uint8)
+_WS[[32, 10, 13, 9]] = 1
+# value kinds of the generic value reader
+_V_STR, _V_INT, _V_FLOAT, _V_SLOW, _V_BIG, _V_NULL, _V_OTHER = range(7)
+
+
+def _key_slot(key: bytes, mult: int) -> int:
+    return (len(key) * mult + key[0] * 7 + key[-1]) & (_HASH_SIZE - 1)
+
+
+def arg_key_hash(keys: tuple[str, ...]) -> tuple[np.ndarray, int]:
+    """A collision-free slot table of the ``args`` keys (slot -> key index or -1) and its
+    multiplier, for the scanner's one-lookup key matching."""
+    encoded = [k.encode("utf-8") for k in keys]
+    for mult in range(31, 10_000):
+        slots = [_key_slot(k, mult) for k in encoded]
+        if len(set(slots)) == len(slots):
+            table = np.full(_HASH_SIZE, -1, dtype=np.int64)
+            table[slots] = np.arange(len(slots))
+            return table, mult
+    raise ValueError("no collision-free slot table for these keys")  # pragma: no cover
+
+
+@_jit
+def scan_block(buf, n, phase_of, arg_bytes, arg_offs, arg_is_str, arg_hash, arg_mult, pow10,
+               ints, floats, slow, str_span, str_escaped, hash_gen, hash_id, gen):
+    """Scan the JSON array of events in ``buf[:n]`` into the given arrays.
+
+    ``phase_of[c]``: phase code of the one-character phase ``c`` (-1 unknown). The ``args``
+    keys read: ``arg_bytes``/``arg_offs`` (:func:`key_table`), ``arg_is_str`` (a string,
+    else an int64 argument), ``arg_hash``/``arg_mult`` (:func:`arg_key_hash`). Per event
+    ``e``: ``ints[:, e]`` holds the columns ``COL_*`` (rows of ``ints``) (arguments from ``COL_ARGS`` in key order;
+    int arguments -1 when absent, string arguments a string id or -1), ``floats[e]`` the
+    float ts and dur. ``slow[k]`` = (event, 0 ts / 1 dur, start, end) of floats to convert
+    by their text; ``str_span[s]`` the span of unique string ``s``, ``str_escaped[s]``
+    whether it holds a backslash escape. Returns (status, events, strings, slow floats).
+    """
+    stack = np.empty(_MAX_DEPTH, dtype=np.uint8)
+    n_args = len(arg_offs) - 1
+    cap = ints.shape[1]
+    n_ev = 0
+    n_str = 0
+    n_slow = 0
+    i = _ws(buf, 0, n)
+    if i >= n or buf[i] != _LBRACKET:
+        return _INVALID, 0, 0, 0
+    i = _ws(buf, i + 1, n)
+    if i < n and buf[i] == _RBRACKET:
+        i = _ws(buf, i + 1, n)
+        return (OK if i == n else _TRAILING), 0, 0, 0
+    while True:  # one event per iteration
+        if i >= n:
+            return _INVALID, n_ev, n_str, n_slow
+        if buf[i] != _LBRACE:
+            return _NOT_OBJECT, n_ev, n_str, n_slow
+        if n_ev >= cap:
+            return FULL, n_ev, n_str, n_slow
+        e = n_ev
+        ints[COL_PHASE, e] = -1
+        ints[COL_CAT, e] = -1
+        ints[COL_NAME, e] = NAME_ABSENT
+        ints[COL_PID, e] = -1
+        ints[COL_TID, e] = -1
+        ints[COL_TS, e] = 0
+        ints[COL_DUR, e] = 0
+        for a in range(n_args):
+            ints[COL_ARGS + a, e] = -1
+        flags = 0
+        seen = 0
+        arg_seen = 0
+        bad = False  # a field a complete event would be held to has a type outside the grammar
+        level = 0  # 0: the event's own keys, 1: the keys of its args
+        i += 1
+        while i < n and _WS[buf[i]] != 0:
+            i += 1
+        if i < n and buf[i] == _RBRACE:
+            return _PHASE, n_ev, n_str, n_slow  # {} has no phase
+        while True:  # one "key": value per iteration
+            # -- the key --
+            if i >= n or buf[i] != _QUOTE:
+                return _INVALID, n_ev, n_str, n_slow
+            ks = i + 1
+            j = ks
+            while j < n and _SPECIAL[buf[j]] == 0:
+                j += 1
+            if j >= n:
+                return _INVALID, n_ev, n_str, n_slow
+            if buf[j] == _QUOTE:
+                ke = j
+                i = j + 1
+                length = ke - ks
+                key = -1
+                if level == 0:
+                    if length == 2:
+                        b0, b1 = buf[ks], buf[ks + 1]
+                        if b0 == 112 and b1 == 104:  # ph
+                            key = _K_PH
+                        elif b0 == 116 and b1 == 115:  # ts
+                            key = _K_TS
+                    elif length == 3:
+                        b0, b1, b2 = buf[ks], buf[ks + 1], buf[ks + 2]
+                        if b0 == 99 and b1 == 97 and b2 == 116:  # cat
+                            key = _K_CAT
+                        elif b0 == 112 and b1 == 105 and b2 == 100:  # pid
+                            key = _K_PID
+                        elif b0 == 116 and b1 == 105 and b2 == 100:  # tid
+                            key = _K_TID
+                        elif b0 == 100 and b1 == 117 and b2 == 114:  # dur
+                            key = _K_DUR
+                    elif length == 4:
+                        b0, b1, b2, b3 = buf[ks], buf[ks + 1], buf[ks + 2], buf[ks + 3]
+                        if b0 == 110 and b1 == 97 and b2 == 109 and b3 == 101:  # name
+                            key = _K_NAME
+                        elif b0 == 97 and b1 == 114 and b2 == 103 and b3 == 115:  # args
+                            key = _K_ARGS
+                    if key >= 0:
+                        if seen & (1 << key):
+                            return _DUPLICATE, n_ev, n_str, n_slow
+                        seen |= 1 << key
+                elif length > 0:
+                    cand = arg_hash[(length * arg_mult + buf[ks] * 7 + buf[ke - 1]) & (_HASH_SIZE - 1)]
+                    if cand >= 0 and arg_offs[cand + 1] - arg_offs[cand] == length:
+                        k0 = arg_offs[cand]
+                        same = True
+                        for m in range(length):
+                            if buf[ks + m] != arg_bytes[k0 + m]:
+                                same = False
+                                break
+                        if same:
+                            key = cand
+                            if arg_seen & (1 << cand):
+                                return _DUPLICATE, n_ev, n_str, n_slow
+                            arg_seen |= 1 << cand
+            else:  # an escape, control character or non-ASCII byte in the key
+                i, esc = _string(buf, i, n)
+                if i < 0:
+                    return _STRING, n_ev, n_str, n_slow
+                if esc:
+                    return _ESCAPED_KEY, n_ev, n_str, n_slow
+                key = -1  # every key read is ASCII
+            while i < n and _WS[buf[i]] != 0:
+                i += 1
+            if i >= n or buf[i] != _COLON:
+                return _INVALID, n_ev, n_str, n_slow
+            i += 1
+            while i < n and _WS[buf[i]] != 0:
+                i += 1
+            if i >= n:
+                return _INVALID, n_ev, n_str, n_slow
+            c = buf[i]
+            # -- args: the keys of the object are read next --
+            if level == 0 and key == _K_ARGS and c == _LBRACE:
+                i += 1
+                while i < n and _WS[buf[i]] != 0:
+                    i += 1
+                if i < n and buf[i] == _RBRACE:
+                    i += 1
+                else:
+                    level = 1
+                    continue
+            else:
+                # -- the value, of any type --
+                vstart = i
+                vend = i
+                esc = False
+                ival = 0
+                fval = 0.0
+                if c == _QUOTE:
+                    j = i + 1
+                    while j < n and _SPECIAL[buf[j]] == 0:
+                        j += 1
+                    if j < n and buf[j] == _QUOTE:
+                        i = j + 1
+                    else:
+                        i, esc = _string(buf, i, n)
+                        if i < 0:
+                            return _STRING, n_ev, n_str, n_slow
+                    vstart += 1
+                    vend = i - 1
+                    vkind = _V_STR
+                elif _ZERO <= c <= _NINE or c == _MINUS:
+                    # inline: integers of up to 18 digits, and decimals without exponent
+                    # whose digits make an exact mantissa (Clinger's fast path); the rest by
+                    # _number
+                    neg = c == _MINUS
+                    j = i + 1 if neg else i
+                    first = j
+                    v = 0
+                    while j < n and j - first < 19:
+                        d = buf[j]
+                        if d < _ZERO or d > _NINE:
+                            break
+                        v = v * 10 + (d - _ZERO)
+                        j += 1
+                    digits = j - first
+                    plain = 0 < digits <= 18 and not (buf[first] == _ZERO and digits > 1)
+                    fraction = 0
+                    if plain and j < n and buf[j] == _DOT:
+                        j += 1
+                        while j < n and j - first < 20:
+                            d = buf[j]
+                            if d < _ZERO or d > _NINE:
+                                break
+                            v = v * 10 + (d - _ZERO)
+                            j += 1
+                            fraction += 1
+                        plain = fraction > 0 and digits + fraction <= 18 and v <= _MAX_EXACT
+                    if plain and j < n:
+                        d = buf[j]
+                        plain = d != 101 and d != 69 and not (_ZERO <= d <= _NINE)
+                    if plain:
+                        if fraction:
+                            vkind = _V_FLOAT
+                            fval = float(v) / pow10[fraction]
+                            if neg:
+                                fval = -fval
+                        else:
+                            vkind = _V_INT
+                            ival = -v if neg else v
+                        i = j
+                    else:
+                        i, nkind, ival, fval = _number(buf, i, n, pow10)
+                        if nkind < 0:
+                            return _INVALID, n_ev, n_str, n_slow
+                        vkind = _V_INT if nkind == 0 else (_V_FLOAT if nkind == 1 else (
+                            _V_SLOW if nkind == 2 else _V_BIG))
+                    vend = i
+                elif c == _LBRACE or c == _LBRACKET:
+                    i = _skip(buf, i, n, stack)
+                    if i < 0:
+                        return -i, n_ev, n_str, n_slow
+                    vkind = _V_OTHER
+                else:
+                    i, lkind = _literal(buf, i, n)
+                    if i < 0:
+                        return _INVALID, n_ev, n_str, n_slow
+                    vkind = _V_NULL if lkind == 0 else _V_OTHER
+                # -- what the value is to the field read --
+                intern_col = -1  # the column that gets the id of the value's text
+                if key < 0:
+                    pass
+                elif level == 1:
+                    if arg_is_str[key]:
+                        if vkind == _V_STR or (vkind == _V_INT and not (ival == 0 and buf[vstart] == _MINUS)):
+                            # a string, or an integer whose digits are the string the msgspec
+                            # path makes of it ("-0" is written "0")
+                            intern_col = COL_ARGS + key
+                        elif vkind != _V_NULL:  # null reads as absent
+                            bad = True
+                    elif vkind == _V_INT:
+                        ints[COL_ARGS + key, e] = ival
+                    elif vkind != _V_NULL:
+                        bad = True
+                elif key == _K_PH:
+                    if vkind != _V_STR or esc or vend - vstart != 1 or phase_of[buf[vstart]] < 0:
+                        return _PHASE, n_ev, n_str, n_slow
+                    ints[COL_PHASE, e] = phase_of[buf[vstart]]
+                elif key == _K_CAT or key == _K_NAME:
+                    if vkind == _V_STR:
+                        intern_col = COL_CAT if key == _K_CAT else COL_NAME
+                    elif key == _K_CAT:
+                        if vkind != _V_NULL:  # null is no category, anything else is invalid
+                            return _CATEGORY, n_ev, n_str, n_slow
+                    else:
+                        bad = True  # a name that is not a string
+                elif key == _K_PID or key == _K_TID:
+                    if vkind == _V_INT:
+                        ints[COL_PID if key == _K_PID else COL_TID, e] = ival
+                    elif vkind == _V_STR or vkind == _V_NULL:  # read loosely by the msgspec path
+                        flags |= PID_LOOSE if key == _K_PID else TID_LOOSE
+                    else:
+                        bad = True
+                elif key == _K_TS or key == _K_DUR:
+                    field = 0 if key == _K_TS else 1
+                    if vkind == _V_INT:
+                        ints[COL_TS + field, e] = ival
+                        flags |= TS_NUMBER if field == 0 else DUR_NUMBER
+                    elif vkind == _V_FLOAT or vkind == _V_SLOW:
+                        floats[e, field] = fval
+                        flags |= (TS_NUMBER | TS_FLOAT) if field == 0 else (DUR_NUMBER | DUR_FLOAT)
+                        if vkind == _V_SLOW:
+                            slow[n_slow, 0] = e
+                            slow[n_slow, 1] = field
+                            slow[n_slow, 2] = vstart
+                            slow[n_slow, 3] = vend
+                            n_slow += 1
+                    elif vkind != _V_NULL:  # null is a missing time
+                        bad = True
+                else:  # args that are not an object (null included)
+                    bad = True
+                if intern_col >= 0:  # the block's id of this text (FNV-1a, open addressing)
+                    # FNV-1a over the length and at most the first and last 16 bytes (long
+                    # kernel names share neither often; strings of one slot chain are
+                    # compared in full)
+                    h = np.uint64(14695981039346656037) ^ np.uint64(vend - vstart)
+                    mid = vstart + 16 if vend - vstart > 32 else vend
+                    for m in range(vstart, mid):
+                        h = (h ^ np.uint64(buf[m])) * np.uint64(1099511628211)
+                    for m in range(max(mid, vend - 16), vend):
+                        h = (h ^ np.uint64(buf[m])) * np.uint64(1099511628211)
+                    mask = len(hash_gen) - 1
+                    slot = np.int64(h & np.uint64(mask))
+                    length = vend - vstart
+                    while True:
+                        if hash_gen[slot] != gen:  # a free slot: a new string
+                            if n_str >= len(str_span):
+                                return FULL, n_ev, n_str, n_slow
+                            hash_gen[slot] = gen
+                            hash_id[slot] = n_str
+                            str_span[n_str, 0] = vstart
+                            str_span[n_str, 1] = vend
+                            str_escaped[n_str] = esc
+                            sid = n_str
+                            n_str += 1
+                            break
+                        sid = hash_id[slot]
+                        s0 = str_span[sid, 0]
+                        if str_span[sid, 1] - s0 == length:
+                            same = True
+                            for m in range(length):
+                                if buf[s0 + m] != buf[vstart + m]:
+                                    same = False
+                                    break
+                            if same:
+                                break
+                        slot = (slot + 1) & mask
+                    ints[intern_col, e] = sid
+            # -- after the value: the next key, or the end of args / of the event --
+            done = False
+            while True:
+                while i < n and _WS[buf[i]] != 0:
+                    i += 1
+                if i >= n:
+                    return _INVALID, n_ev, n_str, n_slow
+                c = buf[i]
+                if c == _COMMA:
+                    i += 1
+                    while i < n and _WS[buf[i]] != 0:
+                        i += 1
+                    break
+                if c == _RBRACE:
+                    i += 1
+                    if level == 1:
+                        level = 0
+                        continue
+                    done = True
+                    break
+                return _INVALID, n_ev, n_str, n_slow
+            if done:
+                break
+        if ints[COL_PHASE, e] < 0:
+            return _PHASE, n_ev, n_str, n_slow
+        if bad and ints[COL_PHASE, e] == 0:
+            return _TYPE, n_ev, n_str, n_slow
+        ints[COL_FLAGS, e] = flags
+        n_ev += 1
+        while i < n and _WS[buf[i]] != 0:
+            i += 1
+        if i >= n:
+            return _INVALID, n_ev, n_str, n_slow
+        if buf[i] == _COMMA:
+            i += 1
+            while i < n and _WS[buf[i]] != 0:
+                i += 1
+            continue
+        if buf[i] == _RBRACKET:
+            i = _ws(buf, i + 1, n)
+            return (OK if i == n else _TRAILING), n_ev, n_str, n_slow
+        return _INVALID, n_ev, n_str, n_slow
