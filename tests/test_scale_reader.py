@@ -241,7 +241,7 @@ def test_decoding_while_something_holds_a_view_of_the_block(traces_dir: Path, mo
 
         monkeypatch.setattr(decode, "_decode_events", holding)
     else:
-        monkeypatch.delenv(decode.DECODER_ENV, raising=False)
+        monkeypatch.setenv(decode.DECODER_ENV, "scanner")
         original_scan = decode._scan_route
 
         def holding(scanner, block, decoder):  # noqa: ANN001, ANN202 - same signature

@@ -70,7 +70,7 @@ def assert_same_trace(fast: object, slow: object) -> None:
 
 
 def _both(path: Path, monkeypatch: pytest.MonkeyPatch, **kw):
-    fast, stats = _decode(path, monkeypatch, "", **kw)
+    fast, stats = _decode(path, monkeypatch, "scanner", **kw)
     slow, slow_stats = _decode(path, monkeypatch, "msgspec", **kw)
     assert not slow_stats  # the switch turns the scanner off
     assert_same_trace(fast, slow)
@@ -307,3 +307,33 @@ def test_without_a_working_scanner_msgspec_decodes(monkeypatch: pytest.MonkeyPat
     before = dict(decode._SCAN_STATS)
     trace = decode.decode_file(DATA / "edge-cases" / "triton.json.gz")
     assert trace.n_events > 0 and dict(decode._SCAN_STATS) == before
+
+
+def test_auto_loads_the_scanner_only_for_work_that_pays_its_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``auto`` (the default): a small trace in a process without the scanner is decoded by
+    msgspec (the load, ~1.1 s, would cost more than it saves); work of at least
+    SCANNER_MIN_BYTES loads it; once loaded it decodes every file; ``msgspec`` wins over all."""
+    path = DATA / "edge-cases" / "triton.json.gz"
+    monkeypatch.delenv(decode.DECODER_ENV, raising=False)
+    monkeypatch.setattr(decode, "_scanner_state", {})
+    before = dict(decode._SCAN_STATS)
+    decode.decode_file(path)
+    assert dict(decode._SCAN_STATS) == before and "scanner" not in decode._scanner_state
+    assert decode.use_fast_decoder_for(decode.SCANNER_MIN_BYTES - 1) is False
+    assert decode.use_fast_decoder_for(decode.SCANNER_MIN_BYTES) is True
+    decode.decode_file(path)
+    assert decode._SCAN_STATS["scanned"] > before.get("scanned", 0)
+    monkeypatch.setenv(decode.DECODER_ENV, "msgspec")
+    assert decode.use_fast_decoder_for(1 << 40) is False
+
+
+def test_the_decompressed_size_estimate_reads_the_gzip_trailer(tmp_path: Path) -> None:
+    import gzip
+
+    text = b'{"traceEvents": [' + b", ".join([b'{"ph": "i", "ts": 1}'] * 5000) + b"]}"
+    plain, packed = tmp_path / "t.json", tmp_path / "t.json.gz"
+    plain.write_bytes(text)
+    packed.write_bytes(gzip.compress(text))
+    assert decode.json_bytes_estimate(plain) == len(text)
+    assert decode.json_bytes_estimate(packed) == len(text)  # not the compressed size
+    assert packed.stat().st_size < len(text) // 10

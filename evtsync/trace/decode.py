@@ -817,8 +817,16 @@ def _route_block(events: list[Any], phased: bool, columns: _Columns, counts: Cou
 
 
 #: Environment variable choosing the decoder of event blocks: ``msgspec`` forces the msgspec
-#: path for every block; anything else (the default) tries the compiled scanner first.
+#: path for every block; ``scanner`` always tries the compiled scanner first; ``auto`` (the
+#: default, also for any other value) uses the scanner once it is loaded in the process, and
+#: loads it only for work of at least :data:`SCANNER_MIN_BYTES` of JSON (see below).
 DECODER_ENV = "EVTSYNC_DECODER"
+#: Decompressed JSON a process must have to read before ``auto`` loads the compiled scanner.
+#: Loading it costs ~1.1 s of CPU once per process (importing numba, which imports
+#: scipy.linalg for its BLAS check, and loading the cached code) and +110 MB of memory; it
+#: saves ~3-3.5 ms per MB of JSON against the msgspec path (docs/performance/reading.md), so
+#: it pays from ~300 MB: a lone 54 MB trace reads faster without it (0.39 against 0.2 + 1.1 s).
+SCANNER_MIN_BYTES = 256 << 20
 #: Blocks decoded by the compiled scanner in this process (``"scanned"``) and blocks it left
 #: to msgspec, by reason (what :mod:`evtsync.trace.scan` declines; debug statistics).
 _SCAN_STATS: Counter[str] = Counter()
@@ -879,15 +887,51 @@ class _ScanScratch:
         self.gen = 0
 
 
-def _fast_scanner() -> _Scanner | None:
-    """The compiled scanner, loaded (numba imported, the code loaded from numba's cache or
-    compiled) on first use; None when it is switched off (``EVTSYNC_DECODER=msgspec``) or
-    cannot work here (numba missing, no writable cache location, JIT disabled by
-    ``NUMBA_DISABLE_JIT``, a compilation error): msgspec then decodes every block."""
-    if os.environ.get(DECODER_ENV, "").strip().lower() == "msgspec":
+def decoder_mode() -> str:
+    """``msgspec``, ``scanner`` or ``auto``: what :data:`DECODER_ENV` asks for."""
+    mode = os.environ.get(DECODER_ENV, "").strip().lower()
+    return mode if mode in ("msgspec", "scanner") else "auto"
+
+
+def json_bytes_estimate(path: str | Path) -> int:
+    """The decompressed size of a trace file: its size, or for gzip the size its trailer
+    records (modulo 4 GiB, so never less than the compressed size); 0 if unreadable."""
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(2) != b"\x1f\x8b":
+                return os.fstat(fh.fileno()).st_size
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(size - 4, 0))
+            recorded = int.from_bytes(fh.read(4), "little")
+    except OSError:
+        return 0
+    return recorded if recorded >= size else recorded + (1 << 32) * max(1, (10 * size) >> 32)
+
+
+def use_fast_decoder_for(json_bytes: int) -> bool:
+    """Load the compiled scanner now when the ``auto`` rule says it pays for ``json_bytes`` of
+    JSON that this process is about to decode (or the user asked for it); True when it will
+    be used. Readers of many files call this once with their total."""
+    mode = decoder_mode()
+    if mode == "msgspec":
+        return False
+    if mode == "scanner" or json_bytes >= SCANNER_MIN_BYTES or "scanner" in _scanner_state:
+        return _fast_scanner(load=True) is not None
+    return False
+
+
+def _fast_scanner(load: bool = False) -> _Scanner | None:
+    """The compiled scanner: the one loaded in this process, else (``load``, or
+    ``EVTSYNC_DECODER=scanner``) loaded now (numba imported, the code loaded from numba's
+    cache or compiled the first time); None when it is switched off
+    (``EVTSYNC_DECODER=msgspec``), not loaded under ``auto``, or cannot work here (numba
+    missing, no writable cache location, JIT disabled by ``NUMBA_DISABLE_JIT``, a compilation
+    error): msgspec then decodes every block."""
+    mode = decoder_mode()
+    if mode == "msgspec":
         return None
     scanner = _scanner_state.get("scanner")
-    if scanner is None and "unavailable" not in _scanner_state:
+    if scanner is None and "unavailable" not in _scanner_state and (load or mode == "scanner"):
         with _scanner_lock:
             scanner = _scanner_state.get("scanner")
             if scanner is None and "unavailable" not in _scanner_state:
@@ -919,9 +963,10 @@ def _load_scanner() -> _Scanner | None:
 
 
 def prepare_fast_decoder() -> bool:
-    """Import numba and load (or compile, the first time) the compiled scanner now, so the
-    first file decoded does not pay it; False when the scanner is switched off or unavailable."""
-    return _fast_scanner() is not None
+    """Import numba and load (or compile, the first time) the compiled scanner now, so that
+    every file this process decodes next uses it whatever its size (unless
+    ``EVTSYNC_DECODER=msgspec``); False when it is switched off or unavailable."""
+    return _fast_scanner(load=True) is not None
 
 
 def _run_scanner(scanner: _Scanner, buf: np.ndarray, scratch: _ScanScratch) -> tuple[int, int, int, int]:
@@ -1065,6 +1110,7 @@ def decode_file(path: str | Path, *, salvage: bool = False, block_size: int = BL
         raise TraceError(f"{path}: no such file")
     if path.stat().st_size == 0:
         raise TraceError(f"{path}: empty file (expected a Kineto JSON trace)")
+    use_fast_decoder_for(json_bytes_estimate(path))  # the scanner, if this file alone pays its load
     src = _Source(path)
     try:
         return _Decoder(src, salvage=salvage, block_size=block_size).run()
