@@ -189,7 +189,8 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]],
             if not found:
                 raise TraceError(f"{path}: folder holds no trace files (*.json, *.json.gz), nor "
                                  "iteration_N subfolders of them")
-            ignored = [p.name for p in path.iterdir() if p.is_file() and p not in found]
+            kept = set(found)  # a set: with a list this was quadratic (2.1 M comparisons at 2,048 ranks)
+            ignored = [p.name for p in path.iterdir() if p.is_file() and p not in kept]
             if ignored:
                 log.debug("%s: ignoring non-trace files %s", path, ", ".join(sorted(ignored)))
             if given is not None and len(found) > 1:
