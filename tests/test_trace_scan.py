@@ -337,3 +337,22 @@ def test_the_decompressed_size_estimate_reads_the_gzip_trailer(tmp_path: Path) -
     assert decode.json_bytes_estimate(plain) == len(text)
     assert decode.json_bytes_estimate(packed) == len(text)  # not the compressed size
     assert packed.stat().st_size < len(text) // 10
+
+
+def test_a_study_read_from_the_cache_does_not_load_the_scanner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``load_traces`` announces its JSON to the ``auto`` rule, which loads the scanner when a
+    file is really decoded: a first read decodes (and loads it, the threshold lowered here), a
+    second read from the warm cache decodes nothing and loads nothing."""
+    from evtsync.trace.traceset import load_traces
+
+    study = DATA / "dlrm-8rank-v100"
+    monkeypatch.delenv(decode.DECODER_ENV, raising=False)
+    monkeypatch.setattr(decode, "SCANNER_MIN_BYTES", 1 << 20)  # the study is ~7 MB of JSON
+    monkeypatch.setattr(decode, "_scanner_state", {})
+    first = load_traces(study, jobs=1, cache=tmp_path / "cache")
+    assert "scanner" in decode._scanner_state
+    monkeypatch.setattr(decode, "_scanner_state", {})
+    again = load_traces(study, jobs=1, cache=tmp_path / "cache")
+    assert decode._scanner_state == {}
+    assert len(again.kernels) == len(first.kernels) > 0
+    assert decode._expected["json_bytes"] == 0  # the announcement ends with the reading

@@ -908,6 +908,25 @@ def json_bytes_estimate(path: str | Path) -> int:
     return recorded if recorded >= size else recorded + (1 << 32) * max(1, (10 * size) >> 32)
 
 
+_expected = {"json_bytes": 0}
+
+
+def expect_json_bytes(json_bytes: int) -> None:
+    """Tell the ``auto`` rule how much JSON this process is about to decode in all (a reader
+    of many files, once): the first file it really decodes (not one read from the cache)
+    then loads the scanner if that total pays for it."""
+    _expected["json_bytes"] = json_bytes
+
+
+def _choose_decoder_for(path: Path) -> None:
+    """Under ``auto``, before the scanner is loaded or found unavailable: load it if this
+    file, or the work announced by :func:`expect_json_bytes`, pays for its load."""
+    if _scanner_state or decoder_mode() != "auto":
+        return  # decided already, or decided by the user
+    work = _expected["json_bytes"]
+    use_fast_decoder_for(work if work >= SCANNER_MIN_BYTES else max(work, json_bytes_estimate(path)))
+
+
 def use_fast_decoder_for(json_bytes: int) -> bool:
     """Load the compiled scanner now when the ``auto`` rule says it pays for ``json_bytes`` of
     JSON that this process is about to decode (or the user asked for it); True when it will
@@ -1110,7 +1129,7 @@ def decode_file(path: str | Path, *, salvage: bool = False, block_size: int = BL
         raise TraceError(f"{path}: no such file")
     if path.stat().st_size == 0:
         raise TraceError(f"{path}: empty file (expected a Kineto JSON trace)")
-    use_fast_decoder_for(json_bytes_estimate(path))  # the scanner, if this file alone pays its load
+    _choose_decoder_for(path)
     src = _Source(path)
     try:
         return _Decoder(src, salvage=salvage, block_size=block_size).run()

@@ -35,9 +35,10 @@ from evtsync.display import TablesDisplay
 from evtsync.errors import InputError, TraceError
 from evtsync.trace.decode import (
     decode_file,
+    decoder_mode,
+    expect_json_bytes,
     json_bytes_estimate,
     string_dtype,
-    use_fast_decoder_for,
 )
 from evtsync.trace.tables import (
     SCOPES,
@@ -233,13 +234,13 @@ def _read_one(item: tuple[str, int | None], salvage: bool, cache_dir: str | None
     """One rank file's tables (from the cache when there), reduced to ``scope``: the unit
     of work of every backend, so a worker ships back only what is kept. ``fast_decoder_bytes``:
     the JSON each process of the backend reads in all, for the compiled scanner's ``auto``
-    rule (:func:`evtsync.trace.decode.use_fast_decoder_for`)."""
+    rule (:func:`evtsync.trace.decode.expect_json_bytes`)."""
     from evtsync.kernels import mark_comm_kernels
     from evtsync.trace.cache import read_rank_cached
 
     path, rank = item
     if fast_decoder_bytes:
-        use_fast_decoder_for(fast_decoder_bytes)
+        expect_json_bytes(fast_decoder_bytes)  # the scanner loads when a file is really decoded
     tables = read_rank_cached(path, salvage, cache_dir, rank)
     mark_comm_kernels(tables, comm_kernels)
     return tables.in_scope(scope)
@@ -252,7 +253,7 @@ def _read_all(files: Sequence[tuple[Path, int | None]], salvage: bool, jobs: int
     from evtsync.parallel import backend_for
 
     total = sum(f.stat().st_size for f, _ in files)
-    json_total = sum(json_bytes_estimate(f) for f, _ in files)
+    json_total = sum(json_bytes_estimate(f) for f, _ in files) if decoder_mode() == "auto" else 0
     with backend_for(len(files), jobs=jobs, workers=workers, scheduler=scheduler, total_bytes=total,
                      parallel_min_bytes=PARALLEL_MIN_BYTES, client=client) as backend:
         # the scanner's load is paid once per process: what one process reads decides it
@@ -260,7 +261,10 @@ def _read_all(files: Sequence[tuple[Path, int | None]], salvage: bool, jobs: int
         task = functools.partial(_read_one, salvage=salvage, cache_dir=None if cache is None else str(cache),
                                  scope=scope, comm_kernels=comm_kernels, fast_decoder_bytes=per_process)
         log.debug("reading %d trace file(s) on %s", len(files), backend.name)
-        return backend.map(task, [(str(f), r) for f, r in files], "reading traces")
+        try:
+            return backend.map(task, [(str(f), r) for f, r in files], "reading traces")
+        finally:
+            expect_json_bytes(0)  # (in-process backends) the announcement ends with the reading
 
 
 def _assign_windows(parts: Sequence[RankTables]) -> list[int]:
