@@ -23,7 +23,9 @@ def test_fmt_significant_digits_and_specials() -> None:
     assert fmt(float("inf")) == "∞"
     assert fmt(True) == "yes"
     assert fmt(None) == "–"
-    assert fmt(3.2e-9) == "3.20e-09"
+    assert fmt(3.2e-9) == "0.0000000032"  # no exponent notation (issue 34)
+    assert fmt(32480.4) == "32,480" and fmt(1.5e6) == "1,500,000"
+    assert fmt_ci(99.96, 99.9, 99.99) == "99.96 [99.9, 99.99]"   # not "100 [99.9, 100]"
     assert fmt_ci(0.15, 0.05, 0.26) == "0.15 [0.05, 0.26]"
 
 
@@ -75,7 +77,7 @@ def test_median_interval_covers_the_true_median_at_its_binomial_level() -> None:
     its exact binomial coverage 1 - 2 P(B <= j - 1), within 3 Monte-Carlo standard errors."""
     from scipy import stats
 
-    from evtsync.report.html import median_interval
+    from evtsync.intervals import median_interval
 
     rng = np.random.default_rng(7)
     n, reps = 41, 2000
@@ -95,7 +97,7 @@ def test_median_interval_covers_the_true_median_at_its_binomial_level() -> None:
 
 def test_wilson_interval_reference_values() -> None:
     """0 of 10 at 95%: [0, 0.2775] (Wilson 1927; Agresti & Coull 1998, Table 1 style value)."""
-    from evtsync.report.html import wilson_interval
+    from evtsync.intervals import wilson_interval
 
     p, lo, hi = wilson_interval(0, 10, 0.95)
     assert p == 0 and lo == 0 and hi == pytest.approx(0.2775, abs=5e-4)
@@ -111,12 +113,12 @@ def test_figures_drawn_by_worker_processes_equal_those_drawn_here(tmp_path: Path
 
     from evtsync.plots import fits as fit_figs
     from evtsync.plots.base import save_png_svg
-    from evtsync.report.html import _Ctx
+    from evtsync.report.context import ReportContext
 
     rng = np.random.default_rng(3)
     draws = [functools.partial(fit_figs.gev_cell, rng.gumbel(size=n), None, None, None, "none", f"cell {n}")
              for n in (40, 80, 120)]
-    ctx = _Ctx(tmp_path, tmp_path / "pool", {}, svg=True)
+    ctx = ReportContext(tmp_path, tmp_path / "pool", {}, svg=True)
     planned = [ctx.figure(draw, f"cell-{i}", "A cell.") for i, draw in enumerate(draws)]
     assert not (tmp_path / "pool" / "figures").exists()        # planned, not drawn yet
     ctx.draw_figures(workers=2)

@@ -16,8 +16,27 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from evtsync.report import html as report_html
-from evtsync.report.markdown import Link, Section, Skipped, Table, human_label, render_markdown
+from evtsync.intervals import quantile_interval
+from evtsync.pipeline.summary import summary_numbers
+from evtsync.report.context import MIN_Z_FIGURE, ReportContext
+from evtsync.report.html import timestamp_text
+from evtsync.report.markdown import (
+    Alert,
+    Figure,
+    Link,
+    Section,
+    Skipped,
+    Table,
+    fmt,
+    human_label,
+    render_markdown,
+)
+from evtsync.report.render import render_html
+from evtsync.report.sections import gpu as gpu_sec
+from evtsync.report.sections import prediction as prediction_sec
+from evtsync.report.sections import pvm as pvm_sec
+from evtsync.report.sections import summary as summary_sec
+from evtsync.report.sections import xi as xi_sec
 
 MODEL = "gev-hand"
 
@@ -105,7 +124,7 @@ def _order_statistic_median_ci(x: np.ndarray, level: float) -> tuple[float, floa
 
 def test_summary_numbers_match_the_tables_they_come_from(hand_run: tuple[Path, dict]) -> None:
     run, manifest = hand_run
-    numbers, info = report_html.summary_numbers(run, manifest)
+    numbers, info = summary_numbers(run, manifest)
     assert info["model"] == MODEL and info["n"] == 512
     assert list(zip(numbers["gpu"], numbers["precision"], strict=True)) == [("A100", "bf16"), ("A100", "fp32")]
     coll = pd.read_parquet(run / "tables" / "tax_collectives.parquet")
@@ -136,36 +155,36 @@ def test_p90_interval_covers_at_its_level() -> None:
     """Exponential(1), true P90 = ln 10: coverage of the order-statistic interval is at least 90%."""
     rng = np.random.default_rng(11)
     hits = sum(lo <= np.log(10) <= hi for lo, hi in
-               (report_html.quantile_interval(rng.exponential(size=80), 0.9, 0.9)[1:] for _ in range(1500)))
+               (quantile_interval(rng.exponential(size=80), 0.9, 0.9)[1:] for _ in range(1500)))
     assert hits / 1500 >= 0.90 - 3 * np.sqrt(0.09 / 1500)
-    _, lo, hi = report_html.quantile_interval(np.arange(5.0), 0.9, 0.9)   # 5 points cannot bound a P90 above
+    _, lo, hi = quantile_interval(np.arange(5.0), 0.9, 0.9)   # 5 points cannot bound a P90 above
     assert hi == np.inf and np.isfinite(lo)
 
 
 def test_summary_comes_first_with_links_and_flags(hand_run: tuple[Path, dict], tmp_path: Path) -> None:
     run, manifest = hand_run
-    ctx = report_html._Ctx(run, tmp_path / "out", manifest)
-    [summary] = report_html._summary_section(ctx)
+    ctx = ReportContext(run, tmp_path / "out", manifest)
+    [summary] = summary_sec.build(ctx)
     table = next(i for i in summary.items if isinstance(i, Table))
     assert table.css_class == "summary"
     links = [v for v in table.frame.iloc[0] if isinstance(v, Link)]
     hrefs = {v.href for v in links}
     assert {"#tax-a100", "#attribution-a100", "#xi", "#tau", "#bstar", "#cell-a100-bf16"} <= hrefs
-    assert table.frame.iloc[0]["tax median (µs)"].text.startswith(report_html.fmt(
+    assert table.frame.iloc[0]["tax median (µs)"].text.startswith(fmt(
         float(np.median(pd.read_parquet(run / "tables" / "tax_collectives.parquet").query(
             "workload == 'w-bf16' and valid and pg == '1'")["tau_max_us"]))))
     # the fp32 B* rows come from a non-converged fit: its summary row is flagged
     assert table.frame["not converged"].tolist() == [False, True]
-    assert "NOT converged" in table.frame.iloc[1][report_html.SUMMARY_NOTE]
-    page = report_html.render_html("T", "sub", [summary, Section("Later", ["x"], anchor="later")])
+    assert "NOT converged" in table.frame.iloc[1][summary_sec.SUMMARY_NOTE]
+    page = render_html("T", "sub", [summary, Section("Later", ["x"], anchor="later")])
     assert page.index("Summary: the answers") < page.index("<nav>") < page.index("Later")
     assert '<a href="#tau">' in page
 
 
 def test_markdown_summary_links_to_anchors(hand_run: tuple[Path, dict], tmp_path: Path) -> None:
     run, manifest = hand_run
-    ctx = report_html._Ctx(run, tmp_path / "out", manifest)
-    md = render_markdown("T", report_html._summary_section(ctx), tmp_path)
+    ctx = ReportContext(run, tmp_path / "out", manifest)
+    md = render_markdown("T", summary_sec.build(ctx), tmp_path)
     assert '<a id="summary"></a>' in md
     assert "](#tax-a100)" in md and "](#compare)" in md
 
@@ -173,7 +192,7 @@ def test_markdown_summary_links_to_anchors(hand_run: tuple[Path, dict], tmp_path
 def test_bstar_table_is_pivoted_cells_by_n(hand_run: tuple[Path, dict]) -> None:
     run, _ = hand_run
     bstar = pd.read_parquet(run / "tables" / "bstar.parquet")
-    wide = report_html.bstar_pivot(bstar[bstar["n"].isin(report_html.TABLE_NS)], "reduction")
+    wide = prediction_sec.bstar_pivot(bstar[bstar["n"].isin(prediction_sec.TABLE_NS)], "reduction")
     assert len(bstar) == 30 and len(wide) == 6                      # 3 topologies × 2 cells
     assert [c for c in wide.columns if c.startswith("n = ")] == ["n = 8", "n = 128", "n = 512", "n = 4096"]
     row = wide[(wide["topology"] == "ring") & (wide["precision"] == "fp32")].iloc[0]
@@ -190,36 +209,36 @@ def test_predicted_vs_measured_is_labelled_in_sample(tmp_path: Path) -> None:
     _write(run, "predicted_vs_measured", pvm)
     manifest = {"options": {"m": 4}, "stages": {"predicted-vs-measured": {
         "status": "done", "summary": {"selection": "collectives", "holdout_reason": "too few z-scores"}}}}
-    ctx = report_html._Ctx(run, tmp_path / "out", manifest)
-    sections = report_html._pvm_section(ctx)
+    ctx = ReportContext(run, tmp_path / "out", manifest)
+    sections = pvm_sec.build(ctx)
     assert "(in-sample)" in sections[0].title
-    texts = [getattr(i, "text", i) for i in sections[0].items if not isinstance(i, report_html.Figure)]
+    texts = [getattr(i, "text", i) for i in sections[0].items if not isinstance(i, Figure)]
     assert any("In-sample" in t and "k = n/m = 1" in t for t in texts)
-    figure = next(i for i in sections[0].items if isinstance(i, report_html.Figure))
+    figure = next(i for i in sections[0].items if isinstance(i, Figure))
     assert figure.caption.startswith("In-sample")
     # no out-of-sample table: a one-line reason instead of a silent gap
     assert sections[1].items == [Skipped("Skipped — too few z-scores.")]
     _write(run, "predicted_vs_measured_holdout", pvm.assign(model="mle-gev"))
-    held = report_html._pvm_section(ctx)[1]
+    held = pvm_sec.build(ctx)[1]
     assert held.title.startswith("Out-of-sample") and any(isinstance(i, Table) for i in held.items)
 
 
 def test_cell_with_two_zscores_is_skipped_with_its_reason(tmp_path: Path) -> None:
     z = pd.DataFrame({"gpu": "V100", "precision": "fp32", "workload": "dlrm", "block": ["a", "b"],
                       "z": [0.4, 1.1], "cv": 0.02})
-    ctx = report_html._Ctx(tmp_path, tmp_path / "out", {})
-    sec = report_html._cell_section(ctx, "V100", "fp32", z, None, None, None, None)
+    ctx = ReportContext(tmp_path, tmp_path / "out", {})
+    sec = gpu_sec._cell_section(ctx, "V100", "fp32", z, None, None, None, None)
     assert len(sec.items) == 1 and isinstance(sec.items[0], Skipped)
-    assert "2 z-score(s)" in sec.items[0].text and f"fewer than {report_html.MIN_Z_FIGURE}" in sec.items[0].text
+    assert "2 z-score(s)" in sec.items[0].text and f"fewer than {MIN_Z_FIGURE}" in sec.items[0].text
     assert not (tmp_path / "out" / "figures").exists()                 # no empty QQ plot drawn
-    page = report_html.render_html("T", "s", [sec])
+    page = render_html("T", "s", [sec])
     assert '<p class="skipped">Skipped — 2 z-score(s)' in page
 
 
 def test_page_is_responsive_with_scrollable_tables_and_print_styles() -> None:
     tables = [Table(pd.DataFrame({"share_of_gpu_causes": [0.5], "tau_p90_us": [3.0]}), "c"),
               Table(pd.DataFrame({"a": [1]}))]
-    page = report_html.render_html("T", "s", [Section("S", tables, anchor="s")])
+    page = render_html("T", "s", [Section("S", tables, anchor="s")])
     assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
     assert page.count('<div class="table-wrap"><table') == page.count("<table") == 2
     css = page[page.index("<style>"):page.index("</style>")]
@@ -232,9 +251,9 @@ def test_human_labels_and_timestamp() -> None:
     assert human_label("bstar_hockney_gbps") == "bstar hockney (GB/s)"
     assert human_label("r_hat") == "R-hat" and human_label("ess_bulk") == "bulk ESS"
     assert human_label("n") == "n" and human_label("tau median µs [90% CI]") == "tau median µs [90% CI]"
-    assert report_html.timestamp_text("2026-12-01T09:35:28.324587+00:00") == "2026-12-01 09:35:28 UTC"
-    assert report_html.timestamp_text("2026-12-01T10:35:28.9+01:00") == "2026-12-01 09:35:28 UTC"
-    assert report_html.timestamp_text(None) == "?"
+    assert timestamp_text("2026-12-01T09:35:28.324587+00:00") == "2026-12-01 09:35:28 UTC"
+    assert timestamp_text("2026-12-01T10:35:28.9+01:00") == "2026-12-01 09:35:28 UTC"
+    assert timestamp_text(None) == "?"
 
 
 def test_log_ticks_stay_few_and_readable() -> None:
@@ -253,22 +272,22 @@ def test_non_converged_fit_flags_every_row_beside_its_numbers(hand_run: tuple[Pa
     run, manifest = hand_run
     xi = pd.read_parquet(run / "tables" / "xi.parquet").assign(converged=False)
     _write(run, "xi", xi)
-    ctx = report_html._Ctx(run, tmp_path / "out", manifest)
-    [summary] = report_html._summary_section(ctx)
+    ctx = ReportContext(run, tmp_path / "out", manifest)
+    [summary] = summary_sec.build(ctx)
     table = next(i for i in summary.items if isinstance(i, Table))
     assert table.frame["not converged"].all()
-    assert all("NOT converged" in note for note in table.frame[report_html.SUMMARY_NOTE])
+    assert all("NOT converged" in note for note in table.frame[summary_sec.SUMMARY_NOTE])
 
 
 def test_a_stage_wide_reason_is_said_once_not_per_row(hand_run: tuple[Path, dict], tmp_path: Path) -> None:
     run, manifest = hand_run
     (run / "tables" / "attribution_collectives.parquet").unlink()
     manifest["stages"]["attribution"] = {"status": "not_applicable", "reason": "no collective to attribute"}
-    ctx = report_html._Ctx(run, tmp_path / "out", manifest)
-    [summary] = report_html._summary_section(ctx)
+    ctx = ReportContext(run, tmp_path / "out", manifest)
+    [summary] = summary_sec.build(ctx)
     table = next(i for i in summary.items if isinstance(i, Table))
-    assert not table.frame[report_html.SUMMARY_NOTE].str.contains("GPU-only").any()   # not repeated per row
-    alerts = [i.text for i in summary.items if isinstance(i, report_html.Alert)]
+    assert not table.frame[summary_sec.SUMMARY_NOTE].str.contains("GPU-only").any()   # not repeated per row
+    alerts = [i.text for i in summary.items if isinstance(i, Alert)]
     assert alerts == ["Every row of the summary: GPU-only share: stage attribution did not apply: no collective to "
                       "attribute."]
     assert (table.frame["GPU-only stragglers (%)"].map(lambda v: v.text) == "–").all()
@@ -278,7 +297,7 @@ def test_xi_forest_is_skipped_when_every_model_fixes_xi(tmp_path: Path) -> None:
     run = tmp_path / "run"
     _write(run, "xi", pd.DataFrame([{"model": "gumbel", "gpu": "A100", "precision": "bf16", "xi_mean": 0.0,
                                      "xi_lo": 0.0, "xi_hi": 0.0, "converged": True}]))
-    ctx = report_html._Ctx(run, tmp_path / "out", {})
-    [sec] = report_html._xi_section(ctx)
+    ctx = ReportContext(run, tmp_path / "out", {})
+    [sec] = xi_sec.build(ctx)
     assert isinstance(sec.items[0], Skipped) and "free shape" in sec.items[0].text
-    assert not any(isinstance(i, report_html.Figure) for i in sec.items)
+    assert not any(isinstance(i, Figure) for i in sec.items)

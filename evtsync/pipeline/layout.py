@@ -36,13 +36,22 @@ STATUS_DONE = "done"
 STATUS_NA = "not_applicable"
 STATUS_UNAVAILABLE = "unavailable"
 STATUS_FAILED = "failed"
+#: A stage's status in words, for readers.
+STATUS_TEXT = {"done": "done", "not_applicable": "did not apply", "unavailable": "unavailable",
+               "failed": "FAILED", "not run": "not run"}
 
 #: The table of each stage's main output (relative to the run folder).
 TABLE_FILES = {name: f"{TABLES}/{name}.parquet" for name in (
     "tax_collectives", "tax_ranks", "tax_summary", "tax_groups", "tax_mismatches", "tax_traces",
     "attribution_collectives", "attribution_summary", "attribution_validation", "attribution_paths", "zscores", "blocks_dropped",
     "mle", "compare", "tau", "bstar", "xi", "xi_population", "block_scale", "predicted_vs_measured",
-    "predicted_vs_measured_holdout")}
+    "predicted_vs_measured_holdout", "tax_stragglers", "tax_straggler_ranks", "whatif", "bstar_flops",
+    "flops_scaling", "summary")}
+#: The run's answer table as JSON (the same rows as ``tables/summary.parquet``), beside the manifest.
+SUMMARY_JSON = "summary.json"
+#: The report's files in the run folder (beside ``figures/``).
+REPORT_HTML = "report.html"
+REPORT_MD = "report.md"
 
 
 def being_written(run_dir: str | os.PathLike[str]) -> bool:

@@ -8,14 +8,17 @@ whose figures link to the PNG files beside it.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
+
+from evtsync.display import fmt, fmt_ci
+
+__all__ = ["Alert", "Caption", "Figure", "Link", "Section", "Skipped", "Table", "fmt", "fmt_ci", "human_label",
+           "markdown_table", "render_markdown"]
 
 
 @dataclass
@@ -31,12 +34,13 @@ class Figure:
 @dataclass
 class Table:
     """A table with an optional caption; ``flag`` names a boolean column whose True rows are
-    highlighted (e.g. non-converged fits)."""
+    highlighted (e.g. non-converged fits); ``note`` a column of free text shown wrapped."""
 
     frame: pd.DataFrame
     caption: str = ""
     flag: str | None = None
     css_class: str = ""
+    note: str | None = None
 
 
 @dataclass
@@ -80,39 +84,6 @@ class Section:
     items: list[Any] = field(default_factory=list)
     level: int = 2
     anchor: str = ""
-
-
-def fmt(value: Any, digits: int = 3) -> str:
-    """A number with ``digits`` significant digits; other values as text; NaN as an en dash."""
-    if value is None:
-        return "–"
-    if isinstance(value, Link):
-        return value.text
-    if isinstance(value, bool | np.bool_):
-        return "yes" if value else "no"
-    if isinstance(value, np.integer):
-        return str(int(value))
-    if isinstance(value, np.floating):
-        value = float(value)
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return "–" if math.isnan(value) else ("∞" if value > 0 else "-∞")
-        if value != 0 and (abs(value) >= 10 ** (digits + 3) or abs(value) < 10 ** -(digits + 1)):
-            return f"{value:.{digits - 1}e}"
-        text = f"{value:.{digits}g}"
-        if "e" in text:
-            text = f"{value:.0f}"
-        return text
-    return str(value)
-
-
-def fmt_ci(mean: Any, lo: Any, hi: Any, digits: int = 3) -> str:
-    """``mean [lo, hi]``: a number with its interval."""
-    return f"{fmt(mean, digits)} [{fmt(lo, digits)}, {fmt(hi, digits)}]"
 
 
 def human_label(name: Any) -> str:

@@ -1,0 +1,127 @@
+"""What the report's section builders share: the run folder, its manifest, its tables, the
+figures planned for the report and drawn after the text."""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from evtsync.defaults import INTERVAL_LEVEL as LEVEL
+from evtsync.evt.mlefit import MIN_Z_MLE
+from evtsync.pipeline.layout import STATUS_TEXT
+from evtsync.plots.base import PLOT_MODULES, draw_png_svg
+from evtsync.report.markdown import Figure
+from evtsync.tableio import read_table
+
+#: The interval level in words, for captions ("90%").
+PCT = f"{LEVEL:.0%}"
+
+FIGURES = "figures"
+
+#: Fewest z-scores of a cell for its histogram, QQ plot and MLE table (the MLE's own minimum).
+MIN_Z_FIGURE = MIN_Z_MLE
+
+#: Most worker processes that draw a report's figures (a 2-core machine uses both cores).
+FIGURE_WORKERS = 4
+
+# --------------------------------------------------------------------------- helpers
+
+class ReportContext:
+    """What the section builders share: the run folder, its manifest, the figure folder."""
+
+    def __init__(self, run_dir: Path, out: Path, manifest: dict[str, Any],
+                 load_fit: Callable[[Path], Any] | None = None, svg: bool = False) -> None:
+        self.run_dir = run_dir
+        self.out = out
+        self.fig_dir = out / FIGURES
+        self.manifest = manifest
+        self.written: list[Path] = []
+        self._load_fit = load_fit
+        self._figures: list[tuple[Callable[[], Any], str, bool]] = []
+        self.svg = svg
+        self._main_fit: tuple[Any, str | None] | None = None
+
+    def main_fit(self) -> tuple[Any, str | None]:
+        """The main model's :class:`~evtsync.evt.bayesfit.BayesFit` and name ((None, None) without
+        one), read once per report (through the run's reader when the pipeline gives one)."""
+        if self._main_fit is None:
+            from evtsync.evt.bayesfit import BayesFit, fit_path, load_fit
+            from evtsync.pipeline.layout import fitted_models, main_model
+
+            name = main_model(self.run_dir, self.manifest)
+            if name is None:
+                self._main_fit = (None, None)
+            else:
+                path = fitted_models(self.run_dir, self.manifest)[name]
+                self._main_fit = (BayesFit((self._load_fit or load_fit)(path), fit_path(path)), name)
+        return self._main_fit
+
+    def stage(self, name: str) -> dict[str, Any]:
+        return self.manifest.get("stages", {}).get(name, {})
+
+    def done(self, name: str) -> bool:
+        return self.stage(name).get("status") == "done"
+
+    def table(self, name: str) -> pd.DataFrame | None:
+        path = self.run_dir / "tables" / f"{name}.parquet"
+        return read_table(path) if path.is_file() else None
+
+    def figure(self, draw: Callable[[], Any], stem: str, caption: str) -> Figure:
+        """Plan ``figures/stem.png`` (and ``.svg`` when the report was asked for SVG): ``draw`` (a
+        figure function of :mod:`evtsync.plots` bound to its tables with ``functools.partial``) is
+        called by :meth:`draw_figures`, after the text."""
+        png, svg = self.fig_dir / f"{stem}.png", (self.fig_dir / f"{stem}.svg" if self.svg else None)
+        # a stem planned again replaces the earlier plan (as saving it again would overwrite the file)
+        self._figures = [job for job in self._figures if job[1] != stem] + [(draw, stem, self.svg)]
+        self.written = [p for p in self.written if p not in (png, svg)] + [p for p in (png, svg) if p is not None]
+        return Figure(png, svg, caption)
+
+    def figure_workers(self, workers: int | None = None) -> int:
+        """How many processes draw the figures: ``workers``, default one per core (at most
+        :data:`FIGURE_WORKERS`); 1 in a daemon process, which may not start any."""
+        if workers is None:
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            workers = min(cores, FIGURE_WORKERS)
+        return 1 if multiprocessing.current_process().daemon else workers
+
+    def draw_figures(self, workers: int | None = None) -> None:
+        """Draw and save every planned figure, in ``workers`` processes (default: one per core, at
+        most :data:`FIGURE_WORKERS`) when there are several figures: drawing and saving them is
+        most of a report's time. One worker draws them in this process."""
+        from evtsync.parallel import InProcess, ProcessPool
+
+        jobs, self._figures = self._figures, []
+        workers = min(self.figure_workers(workers), len(jobs))
+        backend = ProcessPool(workers, preload=PLOT_MODULES) if workers > 1 else InProcess()
+        backend.map(functools.partial(draw_png_svg, self.fig_dir), jobs, "report figures")
+
+    def why_not(self, name: str) -> str:
+        entry = self.stage(name)
+        status = entry.get("status", "not run")
+        return f"Stage {name} {STATUS_TEXT.get(status, status)}: {entry.get('reason') or 'no reason recorded'}."
+
+
+def slug(text: str) -> str:
+    """``text`` as an HTML anchor or file-name part: lower case, runs of other characters as ``-``."""
+    return "".join(ch if ch.isalnum() else "-" for ch in str(text).lower()).strip("-")
+
+
+def fit_rows(run_dir: Path, manifest: dict[str, Any]) -> pd.DataFrame:
+    """One row per Bayesian fit stage of the run: status, convergence, sampling settings, seconds."""
+    rows = []
+    for name, entry in manifest.get("stages", {}).items():
+        if not name.startswith("fit-"):
+            continue
+        s = entry.get("summary", {})
+        rows.append({"model": name[4:], "status": entry.get("status"), "converged": s.get("converged"),
+                     "convergence": s.get("convergence", entry.get("reason", "")), "z-scores": s.get("n_obs"),
+                     "draws": s.get("draws"), "tune": s.get("tune"), "chains": s.get("chains"),
+                     "seconds": entry.get("seconds")})
+    return pd.DataFrame(rows)
+

@@ -1,0 +1,85 @@
+"""The report of one Bayesian fit: convergence, parameters, xi per cell, the fit of every cell."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from evtsync.defaults import INTERVAL_LEVEL as LEVEL
+from evtsync.plots import fits as fit_figs
+from evtsync.report.context import PCT, ReportContext, slug
+from evtsync.report.markdown import (
+    Alert,
+    Section,
+    Table,
+    fmt_ci,
+)
+
+
+def _cell_mle(z: np.ndarray) -> tuple[dict[str, float] | None, dict[str, float] | None]:
+    """GEV and Gumbel maximum-likelihood parameters of one cell (None where too few z-scores)."""
+    from evtsync.evt import mle
+    from evtsync.evt.mlefit import MIN_Z_MLE
+
+    z = z[np.isfinite(z)]
+    if z.size < MIN_Z_MLE:
+        return None, None
+    gev, gum = mle.fit_gev(z), mle.fit_gumbel(z)
+    return ({"mu": gev.mu, "sigma": gev.sigma, "xi": gev.xi} if gev.converged else None,
+            {"mu": gum.mu, "sigma": gum.sigma, "xi": 0.0} if gum.converged else None)
+
+
+def fit_sections(fit_file: Path, out: Path, svg: bool = False,
+                 workers: int | None = None) -> tuple[list[Section], list[Path]]:
+    """The document of one Bayesian fit: convergence, parameters, xi per cell, fit per cell."""
+    from evtsync.evt.bayesfit import cell_parameters, is_converged, load_fit, parameter_summary
+
+    tree = load_fit(fit_file)
+    ctx = ReportContext(fit_file.parent, out, {}, svg=svg)
+    name = str(tree.attrs.get("model_name", fit_file.stem))
+    items: list[Any] = []
+    if not is_converged(tree):
+        items.append(Alert(f"Fit {name} did NOT converge ({tree.attrs.get('convergence', '')})."))
+    items.append(f"Model {name} ({tree.attrs.get('model_family', '')}) on {tree.attrs.get('n_obs')} z-scores from "
+                 f"{tree.attrs.get('input_path', '')}; {tree.attrs.get('draws')} draws × {tree.attrs.get('chains')} "
+                 f"chains after {tree.attrs.get('tune')} tuning steps ({tree.attrs.get('sampler', '')}); "
+                 f"{tree.attrs.get('convergence', '')}.")
+    summary = parameter_summary(tree)
+    summary["not converged"] = (summary["r_hat"] > 1.01) | (summary["ess_bulk"] < 400)
+    summary["r_hat"] = [f"{v:.4f}" for v in summary["r_hat"]]
+    items.append(Table(summary.drop(columns=["level"]).rename(columns={"lo": f"{(1 - LEVEL) / 2:.0%}", "hi": f"{(1 + LEVEL) / 2:.0%}"}), "Posterior of every parameter: mean, sd, "
+                       f"central {PCT} interval, split R-hat, bulk and tail ESS (rows in red fail R-hat ≤ 1.01 or ESS ≥ 400).",
+                       flag="not converged"))
+    sections = [Section(f"Fit {name}", items, anchor="fit")]
+    params = cell_parameters(tree)
+    cells = tree["cells"].to_dataset()
+    obs = tree["observed_data"].to_dataset()
+    rows = []
+    for i, cell in enumerate(cells["cell"].values.astype(str)):
+        gpu = str(cells["gpu"].values[i]) if "gpu" in cells else "all"
+        precision = str(cells["precision"].values[i]) if "precision" in cells else "all"
+        draws = tuple(params[p].isel(cell=i).values.ravel() for p in ("mu", "sigma", "xi"))
+        q = {p: (float(np.mean(d)), float(np.quantile(d, (1 - LEVEL) / 2)), float(np.quantile(d, (1 + LEVEL) / 2)))
+             for p, d in zip(("mu", "sigma", "xi"), draws, strict=True)}
+        rows.append({"model": name, "gpu": gpu, "precision": precision, "converged": is_converged(tree),
+                     "xi_mean": q["xi"][0], "xi_lo": q["xi"][1], "xi_hi": q["xi"][2]})
+        z = obs["z"].values[obs["cell"].values == i]
+        mle_gev, mle_gumbel = _cell_mle(z)
+        fig = functools.partial(fit_figs.gev_cell, z, mle_gev, mle_gumbel, draws, name, cell)
+        sections.append(Section(f"Cell {cell}", [
+            f"mu {fmt_ci(*q['mu'])}, sigma {fmt_ci(*q['sigma'])}, xi {fmt_ci(*q['xi'])} (posterior mean [{PCT} CrI]).",
+            ctx.figure(fig, f"gev-{slug(cell)}", f"Left: histogram of the {z.size} z-scores of cell {cell} with the posterior mean GEV "
+                             f"density of {name} and its {PCT} pointwise band, and the GEV and Gumbel "
+                             f"maximum-likelihood densities. Right: QQ plot of the ordered z-scores against the MLE "
+                             f"model quantiles at i/(n+1) (SPEC §6).")], level=3))
+    xi = pd.DataFrame(rows)
+    if xi["xi_hi"].max() != 0 or xi["xi_lo"].min() != 0:
+        sections.insert(1, Section("Shape parameter xi per cell", [ctx.figure(
+            functools.partial(fit_figs.xi_forest, xi, None), "xi-forest", f"Posterior mean and {PCT} credible interval of xi in every cell of the fit.")], anchor="xi"))
+    ctx.draw_figures(workers)
+    return sections, ctx.written
+

@@ -1,0 +1,143 @@
+"""The one HTML renderer and stylesheet of evtsync's reports (run, fit and diff).
+
+A report is a list of :class:`~evtsync.report.markdown.Section` (paragraphs, tables, figures,
+alerts); :func:`render_html` turns it into one self-contained page: styles inline, every
+figure embedded as a base64 PNG, so it opens without a network.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+from pathlib import Path
+from typing import Any
+
+from evtsync.pipeline.layout import STATUS_TEXT
+from evtsync.report.markdown import (
+    Alert,
+    Caption,
+    Figure,
+    Link,
+    Section,
+    Skipped,
+    Table,
+    fmt,
+    human_label,
+)
+
+_CSS = """
+*{box-sizing:border-box}
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1240px;margin:1em auto;
+padding:0 1em;color:#1d1d1f;line-height:1.45}
+h1{font-size:1.55em;border-bottom:2px solid #ddd;padding-bottom:.2em;margin:.3em 0}
+h2{font-size:1.3em;margin-top:1.8em;border-bottom:1px solid #e5e5e5}
+h3{font-size:1.08em;margin-top:1.3em}
+p.subtitle{font-size:.85em;color:#555;margin:.2em 0 .6em}
+.table-wrap{overflow-x:auto;max-width:100%;margin:.4em 0}
+table{border-collapse:collapse;font-size:.86em}
+th,td{border:1px solid #d0d0d0;padding:.25em .55em;text-align:right;vertical-align:top}
+th{background:#f3f3f3}
+td:first-child,th:first-child{text-align:left}
+tr.flag td{background:#fde2e2;color:#9b1111;font-weight:600}
+table.summary{font-size:.9em}
+table.summary td{white-space:nowrap}
+table.summary .ci{font-size:.85em;color:#555}
+table.summary th{font-size:.92em}
+table.summary td.note{white-space:normal;min-width:12em;text-align:left;font-size:.92em;color:#7f0f0f}
+a{color:#0b57d0}
+.alert{border-left:6px solid #c62828;background:#fde2e2;color:#7f0f0f;padding:.45em .9em;margin:.4em 0;
+font-weight:600}
+.warning{border-left:6px solid #d89b00;background:#fff4d6;color:#5c4300;padding:.45em .9em;margin:.4em 0;
+font-size:.92em}
+figure{margin:1em 0}
+figure img{max-width:100%;height:auto;border:1px solid #eee}
+figcaption{font-size:.88em;color:#444;max-width:60em}
+.caption{font-size:.88em;color:#444;margin:.5em 0 .2em}
+.skipped{color:#666;font-style:italic}
+.status-done{color:#1b5e20}.status-not_applicable,.status-unavailable{color:#8a6d00}
+.status-failed{color:#b71c1c;font-weight:700}
+nav ul{columns:3;font-size:.88em;margin:.3em 0}
+@media (max-width:700px){nav ul{columns:1}body{padding:0 .5em}table{font-size:.8em}}
+@media print{body{max-width:none;margin:0;font-size:10pt}nav,.no-print{display:none}
+.table-wrap{overflow:visible}table{font-size:8pt}figure,table,tr{break-inside:avoid}
+h2,h3{break-after:avoid}a{color:inherit;text-decoration:none}
+tr.flag td{-webkit-print-color-adjust:exact;print-color-adjust:exact}}
+"""
+
+
+# --------------------------------------------------------------------------- rendering
+
+def _img_tag(path: Path, alt: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _cell_html(column: Any, value: Any, two_lines: bool = False) -> str:
+    if isinstance(value, Link):
+        found = re.fullmatch(r"(.+?) (\[.+\])", value.text) if two_lines else None
+        if found:
+            return (f'<a href="{html.escape(value.href)}">{html.escape(found.group(1))}<br>'
+                    f'<span class="ci">{html.escape(found.group(2))}</span></a>')
+        return f'<a href="{html.escape(value.href)}">{html.escape(value.text)}</a>'
+    if column == "status":
+        return (f'<span class="status-{html.escape(str(value))}">'
+                f'{html.escape(STATUS_TEXT.get(str(value), str(value)))}</span>')
+    return html.escape(fmt(value))
+
+
+def _table_html(table: Table) -> str:
+    frame = table.frame
+    out = []
+    if table.caption:
+        out.append(f'<p class="caption">{html.escape(table.caption)}</p>')
+    if frame.empty:
+        return "".join(out) + "<p><em>(empty)</em></p>"
+    cols = [c for c in frame.columns if c != table.flag or table.flag is None]
+    css = f' class="{html.escape(table.css_class)}"' if table.css_class else ""
+    out.append(f'<div class="table-wrap"><table{css}><thead><tr>'
+               + "".join(f"<th>{html.escape(human_label(c))}</th>" for c in cols) + "</tr></thead><tbody>")
+    for _, row in frame.iterrows():
+        flagged = table.flag is not None and bool(row.get(table.flag, False))
+        cells = []
+        for c in cols:
+            note = ' class="note"' if table.note is not None and str(c) == table.note else ""
+            cells.append(f"<td{note}>{_cell_html(c, row[c], table.css_class == 'summary')}</td>")
+        out.append(f"<tr{' class=\"flag\"' if flagged else ''}>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table></div>")
+    return "".join(out)
+
+
+def render_html(title: str, subtitle: str, sections: list[Section]) -> str:
+    """The document as one self-contained HTML page (figures embedded as base64 PNG).
+
+    The table of contents follows the first section (the summary, when there is one)."""
+    body = [f"<h1>{html.escape(title)}</h1>", f'<p class="subtitle">{html.escape(subtitle)}</p>']
+    toc = [f'<li><a href="#{s.anchor}">{html.escape(s.title)}</a></li>' for s in sections if s.level == 2 and s.anchor]
+    nav = "<nav><ul>" + "".join(toc) + "</ul></nav>" if toc else ""
+    for i, section in enumerate(sections):
+        anchor = f' id="{html.escape(section.anchor)}"' if section.anchor else ""
+        body.append(f"<h{section.level}{anchor}>{html.escape(section.title)}</h{section.level}>")
+        for item in section.items:
+            if isinstance(item, Link):
+                body.append(f'<p><a href="{html.escape(item.href)}">{html.escape(item.text)}</a></p>')
+            elif isinstance(item, Skipped):
+                body.append(f'<p class="skipped">{html.escape(item.text)}</p>')
+            elif isinstance(item, Caption):
+                body.append(f'<p class="caption">{html.escape(item.text)}</p>')
+            elif isinstance(item, str):
+                body.append(f"<p>{html.escape(item)}</p>")
+            elif isinstance(item, Alert):
+                body.append(f'<div class="{"alert" if item.level == "error" else "warning"}">{html.escape(item.text)}</div>')
+            elif isinstance(item, Table):
+                body.append(_table_html(item))
+            elif isinstance(item, Figure):
+                body.append(f"<figure>{_img_tag(item.png, item.caption.split('.')[0])}"
+                            f"<figcaption>{html.escape(item.caption)}</figcaption></figure>")
+        if i == 0 and nav:
+            body.append(nav)
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>\n"
+            + "\n".join(body) + "\n</body></html>\n")
+

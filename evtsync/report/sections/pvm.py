@@ -1,0 +1,79 @@
+"""Predicted against measured straggler delay, in-sample and out-of-sample."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import pandas as pd
+
+from evtsync.plots import predictions as pred_figs
+from evtsync.report.context import PCT, ReportContext
+from evtsync.report.markdown import (
+    Alert,
+    Section,
+    Skipped,
+    Table,
+    fmt,
+    fmt_ci,
+)
+
+
+def _ratio_line(table: pd.DataFrame) -> str:
+    ratio = table["measured_mean_us"] / table["predicted_mean_us"]
+    inside = int(table["inside_interval"].astype(bool).sum()) if "inside_interval" in table else None
+    text = (f"Measured / predicted: median {fmt(float(ratio.median()))}, range {fmt(float(ratio.min()))} – "
+            f"{fmt(float(ratio.max()))} over {len(table)} workload group(s)")
+    if inside is not None:
+        text += f"; measured mean inside the predicted {PCT} interval in {inside} of {len(table)}"
+    return text + "."
+
+
+
+def build(ctx: ReportContext) -> list[Section]:
+    """This module's sections of the run report (see the module docstring)."""
+    pvm = ctx.table("predicted_vs_measured")
+    title = "Predicted vs measured straggler delay"
+    if pvm is None or pvm.empty:
+        return [Section(title, [ctx.why_not("predicted-vs-measured")], anchor="pvm")]
+    selection = ctx.stage("predicted-vs-measured").get("summary", {}).get("selection", "")
+    m = ctx.manifest.get("options", {}).get("m", 4)
+    ns = sorted({int(n) for n in pvm["n"]})
+    pvm_fig = functools.partial(pred_figs.predicted_vs_measured, pvm)
+    items: list[Any] = [
+        Alert(f"In-sample: the fit was made on the z-scores of the very blocks whose following collectives are "
+              f"measured here (group sizes n = {', '.join(map(str, ns))}; m = {m}"
+              + (", so k = n/m = 1: no extrapolation in the domain size either" if ns == [m] else "")
+              + "). Agreement shows that the model describes its own data; it is not a test of prediction.",
+              level="warning"),
+        ctx.figure(pvm_fig, "predicted-vs-measured", f"In-sample. Measured mean straggler delay (mean − min NCCL "
+                   f"kernel duration over the ranks, averaged over {selection}; error bars: {PCT} t interval of the "
+                   f"mean) against the prediction b·E_k with k = n/m from the posterior of {pvm['model'].iloc[0]} "
+                   f"and b the pooled sd of the preceding blocks (error bars: {PCT} credible interval), per workload "
+                   "(SPEC §7)."),
+        "In-sample. " + _ratio_line(pvm)]
+    sections = [Section(f"{title} (in-sample)", items, anchor="pvm")]
+    hold = ctx.table("predicted_vs_measured_holdout")
+    summary = ctx.stage("predicted-vs-measured").get("summary", {})
+    if hold is not None and len(hold):
+        split = summary.get("holdout", {})
+        shown = pd.DataFrame({
+            "workload": hold["workload"], "GPU": hold["gpu"], "precision": hold["precision"], "n": hold["n"],
+            "later block–collective pairs": hold["n_collectives"],
+            f"measured µs [{PCT} CI]": [fmt_ci(a, b, c) for a, b, c in zip(hold["measured_mean_us"], hold["measured_lo_us"], hold["measured_hi_us"], strict=True)],
+            f"predicted µs [{PCT} CI]": [fmt_ci(a, b, c) for a, b, c in zip(hold["predicted_mean_us"], hold["predicted_lo_us"], hold["predicted_hi_us"], strict=True)],
+            "inside interval": hold["inside_interval"].astype(bool)})
+        sections.append(Section("Out-of-sample check: later collectives from earlier ones", [
+            f"{split.get('description', 'A fit to the earlier collectives predicts the later ones.')} "
+            + _ratio_line(hold),
+            Table(shown, f"Out-of-sample: predicted ({hold['model'].iloc[0]}, approximate {PCT} interval from the "
+                         f"normal approximation of the MLE) against measured ({PCT} t interval of the mean) mean "
+                         "straggler delay of the later collectives, which the fit never saw.")],
+            level=3, anchor="pvm-holdout"))
+    else:
+        reason = summary.get("holdout_reason") or ("this run folder has no out-of-sample table "
+                                                  "(tables/predicted_vs_measured_holdout.parquet)")
+        sections.append(Section("Out-of-sample check", [Skipped(f"Skipped — {reason}.")], level=3,
+                                anchor="pvm-holdout"))
+    return sections
+
