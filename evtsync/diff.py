@@ -69,7 +69,7 @@ class RunTables:
     missing_ranks: list[int] = field(default_factory=list)
 
 
-def _role(table: pd.DataFrame) -> pd.Series:
+def role_of(table: pd.DataFrame) -> pd.Series:
     """The PG's role: its description when the traces give one, else its name."""
     name = table["pg"].astype(str)
     if "pg_desc" not in table.columns:
@@ -78,7 +78,8 @@ def _role(table: pd.DataFrame) -> pd.Series:
     return desc.where(desc.ne("") & desc.ne("nan") & desc.ne("undefined"), name).astype(str)
 
 
-def _valid(table: pd.DataFrame) -> pd.DataFrame:
+def valid_collectives(table: pd.DataFrame) -> pd.DataFrame:
+    """The collectives the alignment checks kept (all of them where the table has no ``valid``)."""
     if "valid" in table.columns:
         return table[table["valid"].fillna(False).astype(bool)]
     return table
@@ -184,8 +185,8 @@ def diff_tax(a: RunTables, b: RunTables, *, level: float | None = None, n_boot: 
         if missing:
             raise InputError(f"diff: the tax table of {side.label} lacks column(s) {sorted(missing)}")
     rng = np.random.default_rng(seed)
-    va, vb = _valid(a.collectives).copy(), _valid(b.collectives).copy()
-    va["role"], vb["role"] = _role(va), _role(vb)
+    va, vb = valid_collectives(a.collectives).copy(), valid_collectives(b.collectives).copy()
+    va["role"], vb["role"] = role_of(va), role_of(vb)
     keys = sorted(set(zip(va["role"], va["collective"], strict=True))
                   | set(zip(vb["role"], vb["collective"], strict=True)))
     rows = []

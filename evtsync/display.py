@@ -97,3 +97,19 @@ def fmt_ci(mean: Any, lo: Any, hi: Any, digits: int = 3) -> str:
         if not clash:
             break
     return f"{texts[0]} [{texts[1]}, {texts[2]}]"
+
+
+def fmt_interval(mean: Any, lo: Any, hi: Any, kind: Any = None, digits: int = 3) -> str:
+    """:func:`fmt_ci`, followed by what the interval is where it is not an interval at the report's
+    level: ``kind`` "range of 3" (too few points for the level) is shown, a level ("90%") is not;
+    an end at ±∞ (no distribution-free bound exists at the level) reads as ∞ already."""
+    text = fmt_ci(mean, lo, hi, digits)
+    kind = "" if kind is None or (isinstance(kind, float) and math.isnan(kind)) else str(kind)
+    return f"{text} ({kind})" if kind and not kind.endswith("%") else text
+
+
+def fmt_share(value: Any, digits: int = 3) -> str:
+    """A proportion as a percentage (0.3125 -> "31.3%"); NaN as an en dash."""
+    if value is None or (isinstance(value, float | np.floating) and not math.isfinite(float(value))):
+        return "–"
+    return f"{fmt(100.0 * float(value), digits)}%"

@@ -7,7 +7,6 @@ import numpy as np
 
 from evtsync.defaults import INTERVAL_LEVEL as LEVEL
 
-# --------------------------------------------------------------------------- intervals
 
 def quantile_interval(values: np.ndarray, q: float, level: float = LEVEL) -> tuple[float, float, float]:
     """The ``q`` quantile (NumPy's linear interpolation) with a distribution-free confidence interval.
@@ -52,6 +51,20 @@ def median_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, fl
     if 1 - 2 * stats.binom.cdf(j - 1, n, 0.5) < level:
         j = 1
     return float(np.median(x)), float(x[j - 1]), float(x[n - j])
+
+
+def median_interval_kind(n: int, level: float = LEVEL) -> str:
+    """What :func:`median_interval` returns for ``n`` values, in words: the level (``"90%"``), or
+    ``"range of n"`` where ``n`` points are too few for that level and the interval is [min, max]
+    (its coverage, 1 − 2·0.5^n, is below the level: 75% for 3 points)."""
+    from scipy import stats
+
+    if n <= 0:
+        return "no data"
+    j = max(int(stats.binom.ppf((1 - level) / 2, n, 0.5)), 1)
+    if 1 - 2 * stats.binom.cdf(j - 1, n, 0.5) < level:
+        return f"range of {n}"
+    return f"{level:.0%}"
 
 
 def wilson_interval(k: int, n: int, level: float = LEVEL) -> tuple[float, float, float]:

@@ -25,6 +25,7 @@ from evtsync.collectives import (
     plan_alignment,
 )
 from evtsync.display import TablesDisplay
+from evtsync.intervals import median_interval, median_interval_kind
 from evtsync.parallel import Backend
 from evtsync.trace.traceset import TraceSet
 
@@ -100,11 +101,16 @@ def compute_tax(alignment: Alignment) -> TaxTables:
 def tax_summary(tax: TaxTables) -> pd.DataFrame:
     """Per PG × collective type: count, median / P90 / max tau_max, median wait shares.
 
+    The median comes with its distribution-free interval (:func:`evtsync.intervals.median_interval`,
+    ``_lo_us`` / ``_hi_us``) and what that interval is (``tau_median_interval``: the level, or
+    "range of n" where the collectives are too few for it).
+
     ``fastest_wait_share`` is the wait share of the rank that waited longest (the first to
     arrive) in each instance; ``median_rank_wait_share`` the median over ranks; both are
     summarised by their median over instances.
     """
-    cols = ["pg", "pg_desc", "collective", "count", "tau_median_us", "tau_p90_us", "tau_max_us",
+    cols = ["pg", "pg_desc", "collective", "count", "tau_median_us", "tau_median_lo_us", "tau_median_hi_us",
+            "tau_median_interval", "tau_p90_us", "tau_max_us",
             "tau_med_median_us", "fastest_wait_share", "median_rank_wait_share", "n_invalid"]
     if tax.collectives.empty:
         return pd.DataFrame(columns=cols)
@@ -113,9 +119,11 @@ def tax_summary(tax: TaxTables) -> pd.DataFrame:
     rows = []
     for (pg, coll), grp in merged.groupby(["pg", "collective"], sort=True):
         tau = grp["tau_max_us"].to_numpy()
+        median, lo, hi = median_interval(tau)
         rows.append({
             "pg": pg, "pg_desc": grp["pg_desc"].iloc[0], "collective": coll, "count": len(grp),
-            "tau_median_us": float(np.median(tau)), "tau_p90_us": float(np.percentile(tau, 90)),
+            "tau_median_us": median, "tau_median_lo_us": lo, "tau_median_hi_us": hi,
+            "tau_median_interval": median_interval_kind(len(tau)), "tau_p90_us": float(np.percentile(tau, 90)),
             "tau_max_us": float(tau.max()), "tau_med_median_us": float(grp["tau_med_us"].median()),
             "fastest_wait_share": float(grp["max"].median()),
             "median_rank_wait_share": float(grp["median"].median()),

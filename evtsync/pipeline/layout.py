@@ -179,3 +179,44 @@ def stage_table(manifest: dict[str, Any]) -> pd.DataFrame:
              "reason": stages.get(name, {}).get("reason", ""),
              "seconds": stages.get(name, {}).get("seconds", float("nan"))} for name in order]
     return pd.DataFrame(rows, columns=["stage", "status", "reason", "seconds"])
+
+
+#: The stages whose results a stage reads (a fit stage is any ``fit-<model>``): where a stage did
+#: not run, :func:`root_cause` follows these back to the first one that did not.
+UPSTREAM = {"zscores": ("tax",), "attribution": ("tax",), "mle": ("zscores",), "fit-": ("zscores",),
+            "compare": ("fit-",), "prediction": ("zscores", "fit-"), "predicted-vs-measured": ("prediction",)}
+
+
+def root_cause(manifest: dict[str, Any], stage: str) -> tuple[str, str]:
+    """(stage, reason) of the stage that explains why ``stage`` has no result: the first stage up
+    its chain (:data:`UPSTREAM`) that did not run, or ``stage`` itself."""
+    stages = manifest.get("stages", {})
+    for parent in UPSTREAM.get("fit-" if stage.startswith("fit-") else stage, ()):
+        names = [n for n in stages if n.startswith("fit-")] if parent == "fit-" else [parent]
+        entries = [stages.get(n, {}) for n in names]
+        if names and all(e.get("status") != STATUS_DONE for e in entries):
+            return root_cause(manifest, names[0])
+    return stage, str(stages.get(stage, {}).get("reason") or "")
+
+
+def next_step(stage: str, reason: str) -> str:
+    """What a user can do where ``stage`` could not compute (its ``reason``), in one sentence; ""
+    where the reason is about the data themselves and there is nothing to change."""
+    text = reason.lower()
+    if "z-score" in text and ("fewer than" in text or "cell has" in text):
+        return ("Next: profile more training steps — each step adds one z-score per kept compute block — e.g. "
+                "torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=1, active=20), ...) with "
+                "prof.step() once per step, until each GPU × precision cell has at least 30, then rerun "
+                "`evtsync run` on the new traces.")
+    if "no compute block" in text or "no such pg" in text or ("process group" in text and "block" in text):
+        return ("Next: name the process group the compute blocks sit between with `evtsync run --pg PG` (the PGs "
+                "are listed in the Inputs table; docs/blocks.md).")
+    if "not installed" in text:
+        return "Next: install the module named above into this environment and rerun `evtsync run`."
+    if "nothing to compare" in text:
+        return ("Next: fit a Gumbel and a free-shape model (the default model set does both; do not restrict "
+                "`--model` to one) to compare them.")
+    if "cell only" in text or "one level" in text:
+        return ("Nothing to do: with a single cell the pooled model answers; traces of another GPU or precision "
+                "would give this model something to pool.")
+    return ""

@@ -12,6 +12,7 @@ fit-<model>            Bayesian fit of each model specification (§6)   ``fits/<
 compare                PSIS-LOO comparison of the fits (§6)            ``tables/compare.parquet``
 prediction             tau(n) and B* with credible bands (§7, §8)      ``tables/tau.parquet`` …
 predicted-vs-measured  predicted vs measured straggler delay (§7)      ``tables/predicted_vs_measured.parquet``
+summary                the answer table, one row per GPU × precision   ``tables/summary.parquet``, ``summary.json``
 report                 HTML report, Markdown summary, figures          ``report.html`` …
 =====================  ==============================================  =====================
 
@@ -38,7 +39,14 @@ from evtsync.defaults import INTERVAL_LEVEL
 from evtsync.errors import InputError
 from evtsync.evt.mlefit import MIN_Z_MLE
 from evtsync.pipeline.engine import NotApplicable, Run, Stage, Unavailable
-from evtsync.pipeline.layout import FITS, TABLES, failed_workloads, fitted_models, main_model
+from evtsync.pipeline.layout import (
+    FITS,
+    SUMMARY_JSON,
+    TABLES,
+    failed_workloads,
+    fitted_models,
+    main_model,
+)
 from evtsync.pipeline.options import DEMO_OVERRIDES, DEMO_STUDY
 from evtsync.tableio import file_sha256
 
@@ -82,10 +90,10 @@ def _gpu_of(traces: Any) -> str:
 
 
 def _stage_tax(run: Run) -> dict[str, Any]:
-    from evtsync.tax import tax_summary
+    from evtsync.tax import straggler_identity, tax_summary
 
-    parts: dict[str, list[pd.DataFrame]] = {k: [] for k in
-                                            ("collectives", "ranks", "summary", "groups", "mismatches", "traces")}
+    parts: dict[str, list[pd.DataFrame]] = {k: [] for k in ("collectives", "ranks", "summary", "groups", "mismatches",
+                                                             "traces", "stragglers", "straggler_ranks")}
     missing: dict[str, list[int]] = {}
     problems: dict[str, list[str]] = {}
 
@@ -96,7 +104,9 @@ def _stage_tax(run: Run) -> dict[str, Any]:
         tables = run.tax(w)
         info = traces.ranks.drop(columns=[c for c in ("path",) if c in traces.ranks]).copy()
         info["file"] = traces.ranks["path"].map(lambda p: Path(str(p)).name)
+        stragglers, straggler_ranks = straggler_identity(tables)  # who straggles, per PG (SPEC §3)
         for name, table in (("collectives", tables.collectives), ("ranks", tables.ranks),
+                            ("stragglers", stragglers), ("straggler_ranks", straggler_ranks),
                             ("summary", tax_summary(tables)), ("groups", alignment.groups),
                             ("mismatches", alignment.mismatches), ("traces", info.drop(columns=["gpu"]))):
             parts[name].append(_tag(table, w.name, gpu))
@@ -466,12 +476,14 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
     size_bytes, size_source = _message_bytes(run)
     o = run.options
     tau, xi, pop, bstar = [], [], [], []
+    main_fit = None
     for model, path in fitted.items():
         fit = _load_fit(run, path)
         tau.append(predict.tau_table(fit, ns, scales, o.m, LEVEL))
         xi.append(predict.cell_parameter_table(fit, LEVEL, scales[["gpu", "precision"]]))
         pop.append(predict.population_table(fit, LEVEL))
         if model == main:
+            main_fit = fit
             bstar.append(predict.bandwidth_table(fit, TOPOLOGIES, ns, o.alpha_us, size_bytes, scales, o.eps, o.m, LEVEL))
     tau_all = pd.concat(tau, ignore_index=True)
     if tau_all.empty:
@@ -479,9 +491,21 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
     run.produced("prediction", *(run.write_table(f"{TABLES}/{name}.parquet", pd.concat(parts, ignore_index=True))
                                  for name, parts in (("tau", tau), ("bstar", bstar), ("xi", xi),
                                                      ("xi_population", pop), ("block_scale", [scales]))))
+    whatif: dict[str, Any] = {"refused": "no main Bayesian fit"}
+    flops: dict[str, Any] = {"refused": "no main Bayesian fit"}
+    if main_fit is not None and "b_us" in tau_all.columns:
+        from evtsync.pipeline.whatif import flops_tables, whatif_table
+
+        presets, whatif = whatif_table(main_fit, tau_all, main, o.m)
+        bstar_flops, scaling, flops = flops_tables(main_fit, tau_all, main, TOPOLOGIES, o.alpha_us, size_bytes,
+                                                   o.eps, o.m)
+        for name, table in (("whatif", presets), ("bstar_flops", bstar_flops), ("flops_scaling", scaling)):
+            if len(table):
+                run.produced("prediction", run.write_table(f"{TABLES}/{name}.parquet", table))
     return {"main_model": main, "domain_sizes": ns.tolist(), "bytes": size_bytes, "bytes_source": size_source,
             "alpha_us": o.alpha_us, "eps": o.eps, "level": LEVEL, "infinite_draws": predict.INFINITE_POLICY,
-            "workloads_lacking": _workloads_lacking(run, run.table(f"{TABLES}/zscores.parquet"))}
+            "workloads_lacking": _workloads_lacking(run, run.table(f"{TABLES}/zscores.parquet")),
+            "whatif": whatif, "flops": flops}
 
 
 def _stage_predicted_vs_measured(run: Run) -> dict[str, Any]:
@@ -536,6 +560,18 @@ def _holdout(run: Run, family: str, attribution: pd.DataFrame | None) -> tuple[p
                               "skipped": hold.attrs["skipped"]}}
 
 
+def _stage_summary(run: Run) -> dict[str, Any]:
+    """The answer table: ``tables/summary.parquet`` and ``summary.json`` (evtsync.pipeline.summary)."""
+    from evtsync.pipeline.summary import summary_document, summary_numbers
+
+    run.require("tax")
+    run.save_manifest()  # the summary reads the stages' reasons from it
+    numbers, info = summary_numbers(run.out, run.manifest)
+    run.produced("summary", run.write_table(f"{TABLES}/summary.parquet", numbers),
+                 run.write_json(SUMMARY_JSON, summary_document(numbers, info)))
+    return {"rows": len(numbers), "model": info["model"], "n": info["n"]}
+
+
 def _stage_report(run: Run) -> dict[str, Any]:
     from evtsync.report.html import build_report
 
@@ -588,6 +624,7 @@ def build_stages(run: Run) -> list[Stage]:
                ("zscores", "tax", "attribution", "prediction", "compare", *fit_names),
                lambda r: {"m": o.m, "level": LEVEL}),
     ]
+    stages.append(Stage("summary", _stage_summary, tuple(s.name for s in stages), none))
     if o.report:
         all_names = tuple(s.name for s in stages)
         stages.append(Stage("report", _stage_report, all_names, none))

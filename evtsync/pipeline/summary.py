@@ -14,14 +14,29 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from evtsync.defaults import INTERVAL_LEVEL
 from evtsync.display import fmt
-from evtsync.intervals import median_interval, quantile_interval, wilson_interval
-from evtsync.pipeline.layout import STATUS_TEXT, TABLES, main_model
+from evtsync.intervals import (
+    median_interval,
+    median_interval_kind,
+    quantile_interval,
+    wilson_interval,
+)
+from evtsync.pipeline.layout import (
+    STATUS_TEXT,
+    SUMMARY_JSON,
+    TABLES,
+    main_model,
+    next_step,
+    root_cause,
+)
 from evtsync.tableio import read_table
 
 #: Domain size of the summary's tau(n) and B* when the run's options name none (the paper's
 #: 3D-torus example; the largest tabulated n below it otherwise).
 SUMMARY_N = 512
+#: The format tag of ``summary.json``.
+SUMMARY_FORMAT = "evtsync-summary/1"
 
 
 def _workload_precision(z: pd.DataFrame | None) -> dict[str, str]:
@@ -58,6 +73,52 @@ def tail_verdict(lo: float, hi: float, family: str) -> str:
     return "Gumbel (0 in interval)"
 
 
+def loo_choice(compare: pd.DataFrame | None) -> tuple[str | None, bool]:
+    """The family LOO prefers ("gumbel" or "free") and whether the preference is clear (the
+    difference exceeds 2 standard errors); (None, False) without two families to compare."""
+    if compare is None or compare.empty or "family" not in compare:
+        return None, False
+    table = compare.sort_values("rank")
+    gumbel = table.iloc[0]["family"] == "gumbel"
+    other = table[(table["family"] == "gumbel") != gumbel]
+    if other.empty:
+        return None, False
+    rival = other.iloc[0]
+    return ("gumbel" if gumbel else "free"), abs(float(rival["elpd_diff"])) > 2 * float(rival["dse"])
+
+
+def reconcile_loo_tail(compare: pd.DataFrame | None, verdicts: list[str]) -> str:
+    """One sentence that puts the LOO preference beside the per-cell tail verdicts ("" when either
+    is missing): LOO weighs one model against another over every z-score of every cell at once,
+    the verdict reads each cell's interval of xi, so the two answer different questions."""
+    family, clear = loo_choice(compare)
+    read = [v for v in verdicts if v and v != "–" and not v.startswith("Gumbel (model")]
+    if family is None or not read:
+        return ""
+    nonzero = [v for v in read if not v.startswith("Gumbel")]
+    cells = f"{len(nonzero)} of {len(read)} cell(s)"
+    if family == "free" and clear:
+        if nonzero:
+            return (f"Consistent: LOO clearly prefers a free shape over all cells pooled, and xi's interval excludes 0 in "
+                    f"{cells} (the per-cell tail column).")
+        return ("LOO clearly prefers a free shape over all cells pooled although no single cell's interval of xi "
+                "excludes 0: the evidence for a non-zero shape adds up across cells; read each cell's tail as "
+                "undetermined.")
+    if family == "gumbel" and clear:
+        if nonzero:
+            return (f"LOO clearly prefers Gumbel over all cells pooled, yet xi's interval excludes 0 in {cells}: those "
+                    "cells' shapes are not enough to improve the predictive fit of the whole; treat their tail verdicts "
+                    "with caution.")
+        return "Consistent: LOO clearly prefers Gumbel, and every cell's interval of xi holds 0."
+    if nonzero:
+        return (f"LOO does not clearly separate Gumbel from a free shape over all cells pooled (difference under 2 "
+                f"standard errors), while xi's interval excludes 0 in {cells}: a non-zero shape in some cells is too "
+                "small a change in predictive fit overall to separate the models; the per-cell tail column is the "
+                "finer reading, the LOO line the overall one.")
+    return ("Consistent: LOO does not clearly separate Gumbel from a free shape, and every cell's interval of xi "
+            "holds 0: the data do not determine the tail type.")
+
+
 def loo_verdict(compare: pd.DataFrame | None) -> str:
     """The LOO comparison's answer to "Gumbel or a free shape?" in one sentence ("" without a table).
 
@@ -90,11 +151,15 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
     Columns: gpu, precision; tax over the valid collectives of the process group(s) the
     compute blocks were cut from (all valid collectives where there are no z-scores):
     ``n_collectives``, ``tax_median_us`` / ``_lo`` / ``_hi`` (order-statistic interval),
-    ``tax_p90_us`` / ``_lo`` / ``_hi``; the attribution: ``n_attributed``, ``n_not_attributed``,
+    ``tax_p90_us`` / ``_lo`` / ``_hi``, with ``tax_median_interval`` / ``tax_p90_interval`` saying
+    what each interval is (the level, or "range of n" / an unbounded side where the collectives are
+    too few for it); the attribution: ``n_attributed``, ``n_not_attributed``,
     ``gpu_only_share`` / ``_lo`` / ``_hi`` (Wilson); the main model's ``xi_mean`` / ``_lo`` /
     ``_hi``, ``family``, ``verdict``; ``tau_mean_us`` / ``_lo_us`` / ``_hi_us`` and
-    ``tau_share_infinite`` at n; per topology ``reduction_<topology>`` / ``_lo`` / ``_hi``;
-    ``converged`` and ``notes``. The second value holds ``n``, ``model``, ``loo`` and ``topologies``.
+    ``tau_share_infinite`` at n; per topology ``reduction_<topology>`` / ``_lo`` / ``_hi`` and
+    ``bstar_<topology>_gbps`` / ``_lo_gbps`` / ``_hi_gbps``; ``converged`` and ``notes`` (with what to
+    do next where something could not be computed). The second value holds ``n``, ``model``,
+    ``loo``, ``loo_and_tail`` (the sentence reconciling them), ``topologies`` and ``level``.
     """
     def table(name: str) -> pd.DataFrame | None:
         path = run_dir / TABLES / f"{name}.parquet"
@@ -103,9 +168,12 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
     stages = manifest.get("stages", {})
 
     def why(stage: str) -> str:
-        entry = stages.get(stage, {})
-        return f"stage {stage} {STATUS_TEXT.get(entry.get('status', 'not run'), entry.get('status', 'not run'))}" + (
-            f": {entry['reason']}" if entry.get("reason") else "")
+        """Why ``stage`` has no result: its root cause up the chain, and what to do about it."""
+        cause, reason = root_cause(manifest, stage)
+        status = stages.get(cause, {}).get("status", "not run")
+        step = next_step(cause, reason)
+        return (f"stage {cause} {STATUS_TEXT.get(status, status)}" + (f": {reason}" if reason else "")
+                + (f". {step}" if step else ""))
 
     coll, z, att = table("tax_collectives"), table("zscores"), table("attribution_collectives")
     xi, tau, bstar, compare = table("xi"), table("tau"), table("bstar"), table("compare")
@@ -128,6 +196,7 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
         return frame[mask]
 
     topologies = list(dict.fromkeys(bstar["topology"])) if bstar is not None and len(bstar) else []
+    level_text = f"{INTERVAL_LEVEL:.0%}"
     rows = []
     for gpu, precision in cells.itertuples(index=False):
         row: dict[str, Any] = {"gpu": gpu, "precision": precision}
@@ -139,7 +208,10 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
             values = c["tau_max_us"].to_numpy(float)
             row["n_collectives"] = int(values.size)
             row["tax_median_us"], row["tax_median_lo_us"], row["tax_median_hi_us"] = median_interval(values)
+            row["tax_median_interval"] = median_interval_kind(values.size)
             row["tax_p90_us"], row["tax_p90_lo_us"], row["tax_p90_hi_us"] = quantile_interval(values, 0.9)
+            row["tax_p90_interval"] = (level_text if np.isfinite(row["tax_p90_lo_us"]) and np.isfinite(row["tax_p90_hi_us"])
+                                       else f"{values.size} collectives cannot bound the P90 at {level_text} on each side")
         else:
             notes.append(f"tax: {why('tax')}")
         if att is not None and len(att):
@@ -167,7 +239,7 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
             else:
                 notes.append(f"no cell of {model} for {gpu} {precision}")
         else:
-            notes.append(f"xi: {why('prediction')}")
+            notes.append(f"xi, tau(n) and B*: {why('prediction')}")
         if tau is not None and model is not None and len(tau):
             t = tau[(tau["model"] == model) & (tau["gpu"].astype(str) == gpu)
                     & (tau["precision"].astype(str) == precision) & (tau["n"] == n)]
@@ -179,21 +251,49 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
                 if row["tau_share_infinite"] > 0:
                     notes.append(f"{row['tau_share_infinite']:.1%} of tau draws infinite (xi >= 1): mean over the "
                                  "finite draws, interval open")
-        else:
-            notes.append(f"tau(n): {why('prediction')}")
+            else:
+                notes.append(f"tau(n): no row of {model} at n = {n} for {gpu} {precision}")
         for topo in topologies:
             b = bstar[(bstar["topology"] == topo) & (bstar["gpu"].astype(str) == gpu)
                       & (bstar["precision"].astype(str) == precision) & (bstar["n"] == n)]
             if len(b):
                 r = b.iloc[0]
                 row.update({f"reduction_{topo}": float(r["reduction_mean"]), f"reduction_{topo}_lo": float(r["reduction_lo"]),
-                            f"reduction_{topo}_hi": float(r["reduction_hi"])})
+                            f"reduction_{topo}_hi": float(r["reduction_hi"]),
+                            f"bstar_{topo}_gbps": float(r["bstar_mean_gbps"]),
+                            f"bstar_{topo}_lo_gbps": float(r["bstar_lo_gbps"]),
+                            f"bstar_{topo}_hi_gbps": float(r["bstar_hi_gbps"])})
                 fit_ok = fit_ok and bool(r.get("converged", True))
         row["converged"] = fit_ok
         if not fit_ok:
             notes.insert(0, f"fit {model} NOT converged: xi, tau and B* are unreliable")
         row["notes"] = "; ".join(notes)
         rows.append(row)
-    info = {"n": n, "model": model, "loo": loo_verdict(compare), "topologies": topologies}
+    info = {"n": n, "model": model, "loo": loo_verdict(compare), "topologies": topologies, "level": INTERVAL_LEVEL,
+            "loo_and_tail": reconcile_loo_tail(compare, [str(r.get("verdict") or "") for r in rows])}
     return pd.DataFrame(rows), info
 
+
+
+def summary_document(numbers: pd.DataFrame, info: dict[str, Any]) -> dict[str, Any]:
+    """The answer table as one JSON-ready document: ``info`` (n, model, loo, …) and ``rows`` (one
+    per GPU × precision, :func:`summary_numbers`' columns; NaN and ±∞ become null, and each
+    interval's ``*_interval`` column says when a null end means "unbounded")."""
+    from evtsync.tableio import json_ready
+
+    return json_ready({"format": SUMMARY_FORMAT, **info, "rows": numbers.to_dict(orient="records")})
+
+
+def read_summary(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The run's answer table as the summary stage wrote it (``tables/summary.parquet`` and
+    ``summary.json``); computed from the tables (:func:`summary_numbers`) for a run folder written
+    before the summary stage existed."""
+    import json
+
+    path, doc = run_dir / TABLES / "summary.parquet", run_dir / SUMMARY_JSON
+    if path.is_file() and doc.is_file():
+        info = json.loads(doc.read_text(encoding="utf-8"))
+        info.pop("rows", None)
+        info.pop("format", None)
+        return read_table(path), info
+    return summary_numbers(run_dir, manifest)

@@ -10,11 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from evtsync.defaults import INTERVAL_LEVEL as LEVEL
 from evtsync.evt.mlefit import MIN_Z_MLE
-from evtsync.pipeline.layout import STATUS_TEXT
+from evtsync.pipeline.layout import STATUS_TEXT, next_step, root_cause
 from evtsync.plots.base import PLOT_MODULES, draw_png_svg
 from evtsync.report.markdown import Figure
 from evtsync.tableio import read_table
@@ -45,6 +46,7 @@ class ReportContext:
         self._load_fit = load_fit
         self._figures: list[tuple[Callable[[], Any], str, bool]] = []
         self.svg = svg
+        self._explained: set[tuple[str, str]] = set()
         self._main_fit: tuple[Any, str | None] | None = None
 
     def main_fit(self) -> tuple[Any, str | None]:
@@ -102,9 +104,21 @@ class ReportContext:
         backend.map(functools.partial(draw_png_svg, self.fig_dir), jobs, "report figures")
 
     def why_not(self, name: str) -> str:
+        """Why stage ``name`` has no result, in one line: its reason, the upstream stage that
+        caused it (:func:`~evtsync.pipeline.layout.root_cause`) and what to do next; a cause
+        already explained earlier in the report is referred to, not repeated."""
         entry = self.stage(name)
-        status = entry.get("status", "not run")
-        return f"Stage {name} {STATUS_TEXT.get(status, status)}: {entry.get('reason') or 'no reason recorded'}."
+        status = STATUS_TEXT.get(entry.get("status", "not run"), entry.get("status", "not run"))
+        cause, reason = root_cause(self.manifest, name)
+        if (cause, reason) in self._explained:
+            return f"Stage {name} {status}, for the reason given above (stage {cause})."
+        self._explained.add((cause, reason))
+        text = f"Stage {name} {status}: {entry.get('reason') or 'no reason recorded'}."
+        if cause != name:
+            cause_status = self.stage(cause).get("status", "not run")
+            text += f" Because stage {cause} {STATUS_TEXT.get(cause_status, cause_status)}: {reason or 'no reason recorded'}."
+        step = next_step(cause, reason)
+        return f"{text} {step}" if step else text
 
 
 def slug(text: str) -> str:
@@ -125,3 +139,19 @@ def fit_rows(run_dir: Path, manifest: dict[str, Any]) -> pd.DataFrame:
                      "seconds": entry.get("seconds")})
     return pd.DataFrame(rows)
 
+
+
+def mle_parameters(mle: pd.DataFrame | None, family: str, **cell: str) -> dict[str, float] | None:
+    """mu, sigma, xi of ``family``'s maximum-likelihood fit in the MLE table's row of ``cell``
+    (column=value pairs, e.g. ``gpu="H100", precision="bf16"``); None where the table has no
+    converged fit there."""
+    if mle is None or "mu" not in mle:
+        return None
+    mask = mle["family"] == family
+    for column, value in cell.items():
+        mask &= mle[column].astype(str) == str(value)
+    row = mle[mask]
+    if row.empty or not np.isfinite(row["mu"].iloc[0]) or not bool(row.get("converged", pd.Series([True])).iloc[0]):
+        return None
+    r = row.iloc[0]
+    return {"mu": float(r["mu"]), "sigma": float(r["sigma"]), "xi": float(r["xi"])}

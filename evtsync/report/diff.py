@@ -1,72 +1,65 @@
 """The HTML report of ``evtsync diff``: the verdict table and, per PG role and collective type,
 the tax CDFs of both runs on one axis; with fits, Δξ, Δτ(n) and ΔB* per GPU × precision cell
-with the ΔB* figure (self-contained: figures embedded, styles inline)."""
+with the ΔB* figure. One self-contained page (figures embedded, styles inline) drawn by the
+report's one renderer (:func:`evtsync.report.render.render_html`)."""
 
 from __future__ import annotations
 
-import base64
-import html
 import io
 import math
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
+from evtsync.report.markdown import EmbeddedFigure, Section, Table
+from evtsync.report.render import render_html
 from evtsync.tableio import write_text_atomic
-
-_CSS = ("body{font-family:system-ui,sans-serif;max-width:1180px;margin:1.5em auto;padding:0 1em;color:#1d1d1f}"
-        ".scroll{overflow-x:auto}table{border-collapse:collapse;font-size:.86em}th,td{border:1px solid #d0d0d0;"
-        "padding:.25em .55em;text-align:right}td:first-child,td:nth-child(2){text-align:left}th{background:#f3f3f3}"
-        "tr.none td{color:#8a6d00}img{max-width:100%;height:auto}")
 
 
 def _num(value: object, fmt: str = "{:.1f}") -> str:
     return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)
 
 
-def _embed(fig, alt: str) -> str:  # noqa: ANN001 - a matplotlib figure
-    """The figure as an inline PNG ``<img>`` (the page loads nothing from outside)."""
+def _png(fig: Any, alt: str) -> EmbeddedFigure:
+    """A matplotlib figure as an in-memory PNG (the page loads nothing from outside)."""
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
-    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
+    return EmbeddedFigure(buf.getvalue(), alt)
 
 
-def _figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str]) -> str:
+def _tax_cdfs(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str]) -> EmbeddedFigure:
     from evtsync.plots.tax import tax_cdfs
 
     both = pd.concat([a.assign(pg=labels[0]), b.assign(pg=labels[1])], ignore_index=True)
-    return _embed(tax_cdfs(both), "tax CDFs")
+    return _png(tax_cdfs(both), "tax CDFs")
 
 
-def _verdict_cell(verdict: object, reason: object) -> str:
-    return f"<td><b>{html.escape(str(verdict))}</b>: {html.escape(str(reason))}</td>"
+def _verdict(verdict: object, reason: object) -> str:
+    return f"{verdict}: {reason}"
 
 
-def _fits_html(fits: pd.DataFrame) -> str:
+def _fits_section(fits: pd.DataFrame) -> Section:
     """Δξ and Δτ(n) per cell (:func:`evtsync.diff.diff_fits`)."""
     level = fits.attrs.get("level", 0.9)
     rows = []
     for r in fits.itertuples():
-        what = "ξ" if r.quantity == "xi" else f"τ(n={int(r.n)}) µs"
-        cls = ' class="none"' if r.verdict == "no verdict" else ""
-        if isinstance(r.d_mean, float) and math.isnan(r.d_mean):
-            numbers = "<td>—</td><td>—</td><td>—</td>"
-        else:
-            numbers = (f"<td>{r.a_median:.4g}</td><td>{r.b_median:.4g}</td>"
-                       f"<td>{r.d_median:+.4g} [{r.d_lo:+.4g}, {r.d_hi:+.4g}]</td>")
-        rows.append(f"<tr{cls}><td>{html.escape(str(r.cell))}</td><td>{what}</td>{numbers}"
-                    f"{_verdict_cell(r.verdict, r.reason)}</tr>")
-    return (f"<h2>Fit level: Δξ and Δτ(n)</h2><p>Fits {html.escape(str(fits.attrs.get('a')))} (A) and "
-            f"{html.escape(str(fits.attrs.get('b')))} (B): posterior medians and B − A with its {level:.0%} "
-            "interval (independent posteriors, draws paired at random; τ(n) = b·E_(n/m) with the same b on both "
-            "sides).</p><div class=\"scroll\"><table><tr><th>cell</th><th>quantity</th><th>A</th><th>B</th>"
-            f"<th>B − A [interval]</th><th>verdict</th></tr>{''.join(rows)}</table></div>")
+        empty = isinstance(r.d_mean, float) and math.isnan(r.d_mean)
+        rows.append({"cell": str(r.cell), "quantity": "ξ" if r.quantity == "xi" else f"τ(n={int(r.n)}) µs",
+                     "A": "—" if empty else f"{r.a_median:.4g}", "B": "—" if empty else f"{r.b_median:.4g}",
+                     "B − A [interval]": "—" if empty else f"{r.d_median:+.4g} [{r.d_lo:+.4g}, {r.d_hi:+.4g}]",
+                     "verdict": _verdict(r.verdict, r.reason), "no verdict": r.verdict == "no verdict"})
+    return Section("Fit level: Δξ and Δτ(n)", [
+        f"Fits {fits.attrs.get('a')} (A) and {fits.attrs.get('b')} (B): posterior medians and B − A with its "
+        f"{level:.0%} interval (independent posteriors, draws paired at random; τ(n) = b·E_(n/m) with the same b on "
+        "both sides).",
+        Table(pd.DataFrame(rows), muted="no verdict")], anchor="fits")
 
 
-def _bstar_html(bstar: pd.DataFrame) -> str:
+def _bstar_section(bstar: pd.DataFrame) -> Section:
     """ΔB* per cell, topology, n and eps (:func:`evtsync.diff.diff_bstar`) with its figure."""
     from evtsync.errors import InputError
     from evtsync.plots.diff import bstar_shift
@@ -74,24 +67,21 @@ def _bstar_html(bstar: pd.DataFrame) -> str:
     level = bstar.attrs.get("level", 0.9)
     rows = []
     for r in bstar.itertuples():
-        cls = ' class="none"' if r.verdict == "no verdict" else ""
-        if isinstance(r.d_mean_gbps, float) and math.isnan(r.d_mean_gbps):
-            rows.append(f"<tr{cls}><td>{html.escape(str(r.cell))}</td><td colspan=\"6\">—</td>"
-                        f"{_verdict_cell(r.verdict, r.reason)}</tr>")
-            continue
-        rows.append(f"<tr{cls}><td>{html.escape(str(r.cell))}</td><td>{html.escape(str(r.topology))}</td>"
-                    f"<td>{int(r.n)}</td><td>{r.eps:g}</td><td>{r.a_median_gbps:.5g}</td><td>{r.b_median_gbps:.5g}</td>"
-                    f"<td>{r.d_median_gbps:+.5g} [{r.d_lo_gbps:+.5g}, {r.d_hi_gbps:+.5g}] "
-                    f"({100 * r.d_rel_median:+.1f}%)</td>{_verdict_cell(r.verdict, r.reason)}</tr>")
+        empty = isinstance(r.d_mean_gbps, float) and math.isnan(r.d_mean_gbps)
+        rows.append({"cell": str(r.cell), "topology": "—" if empty else str(r.topology),
+                     "n": "—" if empty else int(r.n), "eps": "—" if empty else f"{r.eps:g}",
+                     "B* A": "—" if empty else f"{r.a_median_gbps:.5g}", "B* B": "—" if empty else f"{r.b_median_gbps:.5g}",
+                     "B − A [interval] (relative)": "—" if empty else (
+                         f"{r.d_median_gbps:+.5g} [{r.d_lo_gbps:+.5g}, {r.d_hi_gbps:+.5g}] ({100 * r.d_rel_median:+.1f}%)"),
+                     "verdict": _verdict(r.verdict, r.reason), "no verdict": r.verdict == "no verdict"})
+    items: list[Any] = [f"Optimal bandwidth B* (SPEC §8) of each run in GB/s, posterior medians and B − A with its "
+                        f"{level:.0%} interval. {bstar.attrs.get('inputs', '')}.",
+                        Table(pd.DataFrame(rows), muted="no verdict")]
     try:
-        figure = _embed(bstar_shift(bstar), "relative change of B*")
+        items.append(_png(bstar_shift(bstar), "relative change of B*"))
     except InputError as exc:
-        figure = f"<p>No ΔB* figure: {html.escape(str(exc))}.</p>"
-    return (f"<h2>Fit level: ΔB*</h2><p>Optimal bandwidth B* (SPEC §8) of each run in GB/s, posterior medians and "
-            f"B − A with its {level:.0%} interval. {html.escape(str(bstar.attrs.get('inputs', '')))}.</p>"
-            "<div class=\"scroll\"><table><tr><th>cell</th><th>topology</th><th>n</th><th>eps</th><th>B* A</th>"
-            f"<th>B* B</th><th>B − A [interval] (relative)</th><th>verdict</th></tr>{''.join(rows)}</table></div>"
-            f"{figure}")
+        items.append(f"No ΔB* figure: {exc}.")
+    return Section("Fit level: ΔB*", items, anchor="bstar")
 
 
 def write_diff_report(table: pd.DataFrame, a, b, path: str | Path, *,  # noqa: ANN001 - RunTables
@@ -100,40 +90,38 @@ def write_diff_report(table: pd.DataFrame, a, b, path: str | Path, *,  # noqa: A
     """Write the diff report of ``table`` (:func:`evtsync.diff.diff_tax`) for sides ``a``, ``b``;
     with ``fits`` (:func:`evtsync.diff.diff_fits`) and ``bstar`` (:func:`evtsync.diff.diff_bstar`)
     the fit level too; ``notes`` (what was used, what was not computed and why) are shown."""
-    from evtsync.diff import _role, _valid
+    from evtsync.diff import role_of, valid_collectives
 
     level = table.attrs.get("level", 0.9)
     rows = []
     for r in table.itertuples():
         delta = ("—" if isinstance(r.d_median_us, float) and math.isnan(r.d_median_us) else
                  f"{r.d_median_us:+.1f} [{r.d_median_lo_us:+.1f}, {r.d_median_hi_us:+.1f}]")
-        cls = ' class="none"' if r.verdict == "no verdict" else ""
-        rows.append(f"<tr{cls}><td>{html.escape(str(r.role))}</td><td>{html.escape(str(r.collective))}</td>"
-                    f"<td>{r.n_a}</td><td>{r.n_b}</td><td>{_num(r.median_a_us)}</td><td>{_num(r.median_b_us)}</td>"
-                    f"<td>{delta}</td><td>{_num(r.d_p90_us, '{:+.1f}')}</td><td>{_num(r.change_rate_a, '{:.2f}')} → "
-                    f"{_num(r.change_rate_b, '{:.2f}')}</td><td><b>{html.escape(r.verdict)}</b>: "
-                    f"{html.escape(str(r.reason))}</td></tr>")
-    va, vb = _valid(a.collectives).copy(), _valid(b.collectives).copy()
-    va["role"], vb["role"] = _role(va), _role(vb)
+        rows.append({"role": str(r.role), "collective": str(r.collective), "n A": r.n_a, "n B": r.n_b,
+                     "median A (µs)": _num(r.median_a_us), "median B (µs)": _num(r.median_b_us),
+                     "Δ median [interval] (µs)": delta, "Δ P90 (µs)": _num(r.d_p90_us, "{:+.1f}"),
+                     "straggler change rate": f"{_num(r.change_rate_a, '{:.2f}')} → {_num(r.change_rate_b, '{:.2f}')}",
+                     "verdict": _verdict(r.verdict, r.reason), "no verdict": r.verdict == "no verdict"})
+    va, vb = valid_collectives(a.collectives).copy(), valid_collectives(b.collectives).copy()
+    va["role"], vb["role"] = role_of(va), role_of(vb)
+    sections = [Section("Verdicts", [
+        f"tau_max per PG role and collective type; B − A of the median with its {level:.0%} percentile-bootstrap "
+        "interval (each run resampled independently); verdicts as in docs/comparing-runs.md.",
+        Table(pd.DataFrame(rows), muted="no verdict")], anchor="verdicts")]
     figures = []
     for r in table.itertuples():
         sa = va[(va["role"] == r.role) & (va["collective"] == r.collective)]
         sb = vb[(vb["role"] == r.role) & (vb["collective"] == r.collective)]
         if len(sa) and len(sb):
-            figures.append(f"<h3>{html.escape(f'{r.role} {r.collective}')}</h3>"
-                           f"{_figure(sa, sb, ('A', 'B'))}")
-    page = f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1"><title>evtsync diff</title>
-<style>{_CSS}</style></head><body>
-<h1>evtsync diff</h1>
-<p>A = {html.escape(a.label)}<br>B = {html.escape(b.label)}</p>
-<p>tau_max per PG role and collective type; B − A of the median with its {level:.0%} percentile-bootstrap
-interval (each run resampled independently); verdicts as in docs/comparing-runs.md.</p>
-<div class="scroll"><table><tr><th>role</th><th>collective</th><th>n A</th><th>n B</th><th>median A (µs)</th>
-<th>median B (µs)</th><th>Δ median [interval] (µs)</th><th>Δ P90 (µs)</th><th>straggler change rate</th>
-<th>verdict</th></tr>{''.join(rows)}</table></div>
-<h2>Tax distributions</h2>{''.join(figures) or '<p>No role is present in both runs.</p>'}
-{_fits_html(fits) if fits is not None else ''}{_bstar_html(bstar) if bstar is not None else ''}
-{''.join(f'<p class="note">Note: {html.escape(n)}</p>' for n in [*(notes or []), *table.attrs.get("notes", [])])}
-</body></html>"""
-    return write_text_atomic(path, page)
+            figures.append(Section(f"{r.role} {r.collective}", [_tax_cdfs(sa, sb, ("A", "B"))], level=3))
+    sections.append(Section("Tax distributions", [] if figures else ["No role is present in both runs."],
+                            anchor="distributions"))
+    sections += figures
+    if fits is not None:
+        sections.append(_fits_section(fits))
+    if bstar is not None:
+        sections.append(_bstar_section(bstar))
+    all_notes = [*(notes or []), *table.attrs.get("notes", [])]
+    if all_notes:
+        sections.append(Section("Notes", [f"Note: {n}" for n in all_notes], anchor="notes"))
+    return write_text_atomic(path, render_html("evtsync diff", f"A = {a.label}; B = {b.label}", sections))

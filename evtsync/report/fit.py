@@ -11,7 +11,7 @@ import pandas as pd
 
 from evtsync.defaults import INTERVAL_LEVEL as LEVEL
 from evtsync.plots import fits as fit_figs
-from evtsync.report.context import PCT, ReportContext, slug
+from evtsync.report.context import PCT, ReportContext, mle_parameters, slug
 from evtsync.report.markdown import (
     Alert,
     Section,
@@ -20,23 +20,12 @@ from evtsync.report.markdown import (
 )
 
 
-def _cell_mle(z: np.ndarray) -> tuple[dict[str, float] | None, dict[str, float] | None]:
-    """GEV and Gumbel maximum-likelihood parameters of one cell (None where too few z-scores)."""
-    from evtsync.evt import mle
-    from evtsync.evt.mlefit import MIN_Z_MLE
-
-    z = z[np.isfinite(z)]
-    if z.size < MIN_Z_MLE:
-        return None, None
-    gev, gum = mle.fit_gev(z), mle.fit_gumbel(z)
-    return ({"mu": gev.mu, "sigma": gev.sigma, "xi": gev.xi} if gev.converged else None,
-            {"mu": gum.mu, "sigma": gum.sigma, "xi": 0.0} if gum.converged else None)
-
-
 def fit_sections(fit_file: Path, out: Path, svg: bool = False,
                  workers: int | None = None) -> tuple[list[Section], list[Path]]:
     """The document of one Bayesian fit: convergence, parameters, xi per cell, fit per cell."""
     from evtsync.evt.bayesfit import cell_parameters, is_converged, load_fit, parameter_summary
+    from evtsync.evt.fit import ESS_MIN, RHAT_MAX
+    from evtsync.evt.mlefit import mle_cell_table
 
     tree = load_fit(fit_file)
     ctx = ReportContext(fit_file.parent, out, {}, svg=svg)
@@ -49,17 +38,21 @@ def fit_sections(fit_file: Path, out: Path, svg: bool = False,
                  f"chains after {tree.attrs.get('tune')} tuning steps ({tree.attrs.get('sampler', '')}); "
                  f"{tree.attrs.get('convergence', '')}.")
     summary = parameter_summary(tree)
-    summary["not converged"] = (summary["r_hat"] > 1.01) | (summary["ess_bulk"] < 400)
+    summary["not converged"] = (summary["r_hat"] > RHAT_MAX) | (summary["ess_bulk"] < ESS_MIN)
     summary["r_hat"] = [f"{v:.4f}" for v in summary["r_hat"]]
     items.append(Table(summary.drop(columns=["level"]).rename(columns={"lo": f"{(1 - LEVEL) / 2:.0%}", "hi": f"{(1 + LEVEL) / 2:.0%}"}), "Posterior of every parameter: mean, sd, "
-                       f"central {PCT} interval, split R-hat, bulk and tail ESS (rows in red fail R-hat ≤ 1.01 or ESS ≥ 400).",
+                       f"central {PCT} interval, split R-hat, bulk and tail ESS (rows in red fail R-hat ≤ {RHAT_MAX:g} or ESS ≥ {ESS_MIN}).",
                        flag="not converged"))
     sections = [Section(f"Fit {name}", items, anchor="fit")]
     params = cell_parameters(tree)
     cells = tree["cells"].to_dataset()
     obs = tree["observed_data"].to_dataset()
+    labels = cells["cell"].values.astype(str)
+    observed = pd.DataFrame({"cell": labels[obs["cell"].values.astype(int)], "z": obs["z"].values})
+    # the GEV and Gumbel MLE of every cell, as the run's mle stage computes them (no profile interval: not shown)
+    mle = mle_cell_table(observed, ("cell",), pooled=False, profile=False)
     rows = []
-    for i, cell in enumerate(cells["cell"].values.astype(str)):
+    for i, cell in enumerate(labels):
         gpu = str(cells["gpu"].values[i]) if "gpu" in cells else "all"
         precision = str(cells["precision"].values[i]) if "precision" in cells else "all"
         draws = tuple(params[p].isel(cell=i).values.ravel() for p in ("mu", "sigma", "xi"))
@@ -68,8 +61,8 @@ def fit_sections(fit_file: Path, out: Path, svg: bool = False,
         rows.append({"model": name, "gpu": gpu, "precision": precision, "converged": is_converged(tree),
                      "xi_mean": q["xi"][0], "xi_lo": q["xi"][1], "xi_hi": q["xi"][2]})
         z = obs["z"].values[obs["cell"].values == i]
-        mle_gev, mle_gumbel = _cell_mle(z)
-        fig = functools.partial(fit_figs.gev_cell, z, mle_gev, mle_gumbel, draws, name, cell)
+        fig = functools.partial(fit_figs.gev_cell, z, mle_parameters(mle, "gev", cell=cell),
+                                mle_parameters(mle, "gumbel", cell=cell), draws, name, cell)
         sections.append(Section(f"Cell {cell}", [
             f"mu {fmt_ci(*q['mu'])}, sigma {fmt_ci(*q['sigma'])}, xi {fmt_ci(*q['xi'])} (posterior mean [{PCT} CrI]).",
             ctx.figure(fig, f"gev-{slug(cell)}", f"Left: histogram of the {z.size} z-scores of cell {cell} with the posterior mean GEV "

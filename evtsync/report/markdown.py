@@ -17,7 +17,7 @@ import pandas as pd
 
 from evtsync.display import fmt, fmt_ci
 
-__all__ = ["Alert", "Caption", "Figure", "Link", "Section", "Skipped", "Table", "fmt", "fmt_ci", "human_label",
+__all__ = ["Alert", "Caption", "EmbeddedFigure", "Figure", "Link", "Section", "Skipped", "Table", "fmt", "fmt_ci", "human_label",
            "markdown_table", "render_markdown"]
 
 
@@ -32,15 +32,26 @@ class Figure:
 
 
 @dataclass
+class EmbeddedFigure:
+    """A figure held in memory as PNG bytes (a one-file report with no figures folder: the diff)."""
+
+    png: bytes
+    alt: str
+    caption: str = ""
+
+
+@dataclass
 class Table:
     """A table with an optional caption; ``flag`` names a boolean column whose True rows are
-    highlighted (e.g. non-converged fits); ``note`` a column of free text shown wrapped."""
+    highlighted (e.g. non-converged fits); ``note`` a column of free text shown wrapped; ``muted``
+    a boolean column whose True rows are shown greyed (e.g. no verdict)."""
 
     frame: pd.DataFrame
     caption: str = ""
     flag: str | None = None
     css_class: str = ""
     note: str | None = None
+    muted: str | None = None
 
 
 @dataclass
@@ -147,6 +158,8 @@ def render_markdown(title: str, sections: list[Section], base: Path) -> str:
                 if item.caption:
                     lines += [f"_{item.caption}_", ""]
                 lines += [markdown_table(item.frame), ""]
+            elif isinstance(item, EmbeddedFigure):
+                lines += [f"_(figure: {item.alt}; in the HTML report)_", ""]
             elif isinstance(item, Figure):
                 rel = item.png.relative_to(base) if item.png.is_relative_to(base) else item.png
                 lines += [f"![{item.caption.split('.')[0]}]({rel.as_posix()})", "", f"_{item.caption}_", ""]

@@ -17,6 +17,7 @@ from evtsync.pipeline.layout import STATUS_TEXT
 from evtsync.report.markdown import (
     Alert,
     Caption,
+    EmbeddedFigure,
     Figure,
     Link,
     Section,
@@ -40,6 +41,7 @@ th,td{border:1px solid #d0d0d0;padding:.25em .55em;text-align:right;vertical-ali
 th{background:#f3f3f3}
 td:first-child,th:first-child{text-align:left}
 tr.flag td{background:#fde2e2;color:#9b1111;font-weight:600}
+tr.muted td{color:#8a6d00}
 table.summary{font-size:.9em}
 table.summary td{white-space:nowrap}
 table.summary .ci{font-size:.85em;color:#555}
@@ -93,17 +95,19 @@ def _table_html(table: Table) -> str:
         out.append(f'<p class="caption">{html.escape(table.caption)}</p>')
     if frame.empty:
         return "".join(out) + "<p><em>(empty)</em></p>"
-    cols = [c for c in frame.columns if c != table.flag or table.flag is None]
+    cols = [c for c in frame.columns if c not in (table.flag, table.muted)]
     css = f' class="{html.escape(table.css_class)}"' if table.css_class else ""
     out.append(f'<div class="table-wrap"><table{css}><thead><tr>'
                + "".join(f"<th>{html.escape(human_label(c))}</th>" for c in cols) + "</tr></thead><tbody>")
     for _, row in frame.iterrows():
         flagged = table.flag is not None and bool(row.get(table.flag, False))
+        muted = table.muted is not None and bool(row.get(table.muted, False))
         cells = []
         for c in cols:
             note = ' class="note"' if table.note is not None and str(c) == table.note else ""
             cells.append(f"<td{note}>{_cell_html(c, row[c], table.css_class == 'summary')}</td>")
-        out.append(f"<tr{' class=\"flag\"' if flagged else ''}>" + "".join(cells) + "</tr>")
+        css_row = ' class="flag"' if flagged else (' class="muted"' if muted else "")
+        out.append(f"<tr{css_row}>" + "".join(cells) + "</tr>")
     out.append("</tbody></table></div>")
     return "".join(out)
 
@@ -131,6 +135,11 @@ def render_html(title: str, subtitle: str, sections: list[Section]) -> str:
                 body.append(f'<div class="{"alert" if item.level == "error" else "warning"}">{html.escape(item.text)}</div>')
             elif isinstance(item, Table):
                 body.append(_table_html(item))
+            elif isinstance(item, EmbeddedFigure):
+                data = base64.b64encode(item.png).decode("ascii")
+                body.append(f'<figure><img alt="{html.escape(item.alt)}" src="data:image/png;base64,{data}">'
+                            + (f"<figcaption>{html.escape(item.caption)}</figcaption>" if item.caption else "")
+                            + "</figure>")
             elif isinstance(item, Figure):
                 body.append(f"<figure>{_img_tag(item.png, item.caption.split('.')[0])}"
                             f"<figcaption>{html.escape(item.caption)}</figcaption></figure>")

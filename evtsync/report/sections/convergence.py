@@ -11,12 +11,14 @@ from evtsync.report.markdown import (
 
 def build(ctx: ReportContext) -> list[Section]:
     """This module's sections of the run report (see the module docstring)."""
+    from evtsync.evt.fit import ESS_MIN, RHAT_MAX
+
     fits = fit_rows(ctx.run_dir, ctx.manifest)
     if fits.empty:
         return []
     fits["not converged"] = (fits["status"] == "done") & (fits["converged"] == False)  # noqa: E712
     return [Section("Convergence diagnostics", [
-        Table(fits, "Every Bayesian fit: converged means max split R-hat ≤ 1.01, min bulk ESS ≥ 400 and no divergent "
+        Table(fits, f"Every Bayesian fit: converged means max split R-hat ≤ {RHAT_MAX:g}, min bulk ESS ≥ {ESS_MIN} and no divergent "
                     "transition over all free parameters; rows in red did not converge.", flag="not converged")],
         anchor="convergence")]
 

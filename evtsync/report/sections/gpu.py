@@ -8,10 +8,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.intervals import median_interval, wilson_interval
+from evtsync.display import fmt_interval
+from evtsync.intervals import wilson_interval
 from evtsync.plots import fits as fit_figs
 from evtsync.plots import tax as tax_figs
-from evtsync.report.context import MIN_Z_FIGURE, PCT, ReportContext, slug
+from evtsync.report.context import MIN_Z_FIGURE, PCT, ReportContext, mle_parameters, slug
 from evtsync.report.markdown import (
     Section,
     Skipped,
@@ -19,6 +20,7 @@ from evtsync.report.markdown import (
     fmt,
     fmt_ci,
 )
+from evtsync.report.sections.stragglers import straggler_table
 
 
 def build(ctx: ReportContext) -> list[Section]:
@@ -43,12 +45,14 @@ def build(ctx: ReportContext) -> list[Section]:
         sec = Section(f"{gpu}: synchronization tax", level=3, anchor=f"tax-{gslug}")
         if summary is not None and len(summary):
             s = summary[summary["gpu"].astype(str) == gpu]
-            medians = {key: median_interval(grp["tau_max_us"].to_numpy(float))
-                       for key, grp in sub.groupby(["workload", "pg", "collective"])}
+            if "tau_median_lo_us" in s:
+                medians = [fmt_interval(*v) for v in zip(s["tau_median_us"], s["tau_median_lo_us"],
+                                                         s["tau_median_hi_us"], s["tau_median_interval"], strict=True)]
+            else:  # a tax table written before the interval was part of it
+                medians = [fmt(v) for v in s["tau_median_us"]]
             shown = pd.DataFrame({
                 "workload": s["workload"], "pg": s["pg"], "collective": s["collective"], "count": s["count"],
-                f"tau median µs [{PCT} CI]": [fmt_ci(*medians.get((w, p, c), (np.nan,) * 3))
-                                          for w, p, c in zip(s["workload"], s["pg"], s["collective"], strict=True)],
+                f"tau median µs [{PCT} CI]": medians,
                 "tau p90 µs": s["tau_p90_us"], "tau max µs": s["tau_max_us"],
                 "wait share, longest-waiting rank": s["fastest_wait_share"],
                 "wait share, median rank": s["median_rank_wait_share"], "invalid": s["n_invalid"]})
@@ -57,7 +61,9 @@ def build(ctx: ReportContext) -> list[Section]:
                                           f"its distribution-free {PCT} confidence interval (order statistics), 90th "
                                           "percentile, maximum; wait share = (d_r − min d)/d_r, median over the "
                                           "collectives, for the rank that waited longest and for the median rank; "
-                                          "collectives flagged by the alignment checks."))
+                                          "collectives flagged by the alignment checks. An interval marked \"range of "
+                                          "n\" is [min, max] of too few collectives for the level."))
+        sec.items.append(straggler_table(ctx, gpu))
         if len(sub):
             labelled = sub.assign(pg=sub["workload"].astype(str) + " " + sub["pg"].astype(str))
             sec.items.append(ctx.figure(functools.partial(tax_figs.tax_cdfs, labelled), f"tax-cdf-{gslug}", f"Empirical CDF of the synchronization tax tau_max (max − min NCCL "
@@ -164,16 +170,6 @@ def _cell_draws(fit: Any, gpu: str, precision: str) -> tuple[np.ndarray, np.ndar
     return tuple(d[:, c] for d in fit.cell_draws())  # type: ignore[return-value]
 
 
-def _mle_dict(mle: pd.DataFrame | None, gpu: str, precision: str, family: str) -> dict[str, float] | None:
-    if mle is None or "mu" not in mle:
-        return None
-    row = mle[(mle["gpu"].astype(str) == gpu) & (mle["precision"].astype(str) == precision) & (mle["family"] == family)]
-    if row.empty or not np.isfinite(row["mu"].iloc[0]):
-        return None
-    r = row.iloc[0]
-    return {"mu": float(r["mu"]), "sigma": float(r["sigma"]), "xi": float(r["xi"])}
-
-
 def _cell_section(ctx: ReportContext, gpu: str, precision: str, z: pd.DataFrame, mle: pd.DataFrame | None,
                   pvm: pd.DataFrame | None, tree: Any, model: str | None) -> Section:
     sec = Section(f"{gpu} {precision}: z-scores and fits", level=3, anchor=f"cell-{slug(gpu)}-{slug(precision)}")
@@ -193,7 +189,8 @@ def _cell_section(ctx: ReportContext, gpu: str, precision: str, z: pd.DataFrame,
     label = f"{model}{'' if tree is None or tree.converged else ' (NOT converged)'}"
     posterior_text = (f" and, in green, the posterior mean density of {label} with its {PCT} pointwise band"
                       if post is not None else " (no Bayesian fit covers this cell)")
-    fig = functools.partial(fit_figs.gev_cell, values, _mle_dict(mle, gpu, precision, "gev"), _mle_dict(mle, gpu, precision, "gumbel"),
+    fig = functools.partial(fit_figs.gev_cell, values, mle_parameters(mle, "gev", gpu=gpu, precision=precision),
+                            mle_parameters(mle, "gumbel", gpu=gpu, precision=precision),
                             post, label, f"{gpu} {precision}")
     sec.items.append(ctx.figure(fig, f"gev-{slug(gpu)}-{slug(precision)}", f"Left: histogram of the pooled z-scores z = (M − X̄)/s_pooled of the GEMM blocks "
                                       f"on {gpu} {precision} (SPEC §5) with the GEV and Gumbel maximum-likelihood "

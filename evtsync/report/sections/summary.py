@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.pipeline.summary import summary_numbers
+from evtsync.display import fmt_interval
+from evtsync.pipeline.summary import read_summary
 from evtsync.report.context import PCT, ReportContext, fit_rows, slug
 from evtsync.report.markdown import (
     Alert,
@@ -16,8 +17,8 @@ from evtsync.report.markdown import (
     Section,
     Skipped,
     Table,
-    fmt_ci,
 )
+from evtsync.report.sections.stragglers import straggler_table
 
 #: The summary's column of notes (convergence, refusals) shown beside the numbers.
 SUMMARY_NOTE = "flags"
@@ -27,7 +28,7 @@ def build(ctx: ReportContext) -> list[Section]:
     """This module's sections of the run report (see the module docstring)."""
     from evtsync.pipeline.layout import incomplete_notes
 
-    numbers, info = summary_numbers(ctx.run_dir, ctx.manifest)
+    numbers, info = read_summary(ctx.run_dir, ctx.manifest)
     items: list[Any] = [Alert(note) for note in incomplete_notes(ctx.manifest)]  # a failed workload, missing ranks
     fits = fit_rows(ctx.run_dir, ctx.manifest)
     bad = fits[(fits["status"] == "done") & (fits["converged"] == False)] if len(fits) else fits  # noqa: E712
@@ -43,11 +44,11 @@ def build(ctx: ReportContext) -> list[Section]:
     n, model = info["n"], info["model"]
     topo_names = {"full": "fully connected", "ring": "ring", "torus3d": "3D torus"}
 
-    def ci(row: Any, key: str, lo: str, hi: str, scale: float = 1.0, digits: int = 3) -> str:
+    def ci(row: Any, key: str, lo: str, hi: str, scale: float = 1.0, digits: int = 3, kind: str | None = None) -> str:
         value = row.get(key)
         if value is None or (isinstance(value, float) and np.isnan(value)):
             return "–"
-        return fmt_ci(scale * value, scale * row[lo], scale * row[hi], digits)
+        return fmt_interval(scale * value, scale * row[lo], scale * row[hi], row.get(kind) if kind else None, digits)
 
     records = numbers.to_dict(orient="records")
     split = [[n for n in str(r.get("notes") or "").split("; ") if n] for r in records]
@@ -60,7 +61,8 @@ def build(ctx: ReportContext) -> list[Section]:
         cell_anchor = f"#cell-{gslug}-{pslug}" if r["precision"] != "all" else f"#gpu-{gslug}"
         entry: dict[str, Any] = {
             "GPU × precision": Link(f"{r['gpu']} {r['precision']}", cell_anchor),
-            "tax median (µs)": Link(ci(r, "tax_median_us", "tax_median_lo_us", "tax_median_hi_us"), f"#tax-{gslug}"),
+            "tax median (µs)": Link(ci(r, "tax_median_us", "tax_median_lo_us", "tax_median_hi_us",
+                                       kind="tax_median_interval"), f"#tax-{gslug}"),
             "tax P90 (µs)": Link(ci(r, "tax_p90_us", "tax_p90_lo_us", "tax_p90_hi_us"), f"#tax-{gslug}"),
             "GPU-only stragglers (%)": Link(ci(r, "gpu_only_share", "gpu_only_share_lo", "gpu_only_share_hi", 100.0),
                                             f"#attribution-{gslug}"),
@@ -68,6 +70,9 @@ def build(ctx: ReportContext) -> list[Section]:
             "tail": Link(str(r.get("verdict") or "–"), "#compare"),
             f"tau(n = {n}) (µs)": Link(ci(r, "tau_mean_us", "tau_lo_us", "tau_hi_us"), "#tau"),
         }
+        for topo in info["topologies"]:
+            entry[f"B*, {topo_names.get(topo, topo)} (GB/s)"] = Link(
+                ci(r, f"bstar_{topo}_gbps", f"bstar_{topo}_lo_gbps", f"bstar_{topo}_hi_gbps"), "#bstar")
         for topo in info["topologies"]:
             entry[f"B* reduction, {topo_names.get(topo, topo)} (%)"] = Link(
                 ci(r, f"reduction_{topo}", f"reduction_{topo}_lo", f"reduction_{topo}_hi", 100.0), "#bstar")
@@ -80,19 +85,25 @@ def build(ctx: ReportContext) -> list[Section]:
         frame = frame.drop(columns=[SUMMARY_NOTE])
     loo = info["loo"] or ("LOO comparison: " + ctx.why_not("compare"))
     items.append(Link(loo, "#compare"))
+    if info.get("loo_and_tail"):
+        items.append(info["loo_and_tail"])
     items.append(Table(frame, f"Per GPU × precision: value [{PCT} interval], each linked to its section; xi, "
-                              f"tau and B* from {model or 'no fit'} at n = {n} ranks. Rows in red: fit not "
-                              "converged.", flag="not converged", css_class="summary"))
+                              f"tau and B* from {model or 'no fit'} at n = {n} ranks. An interval marked \"range of "
+                              "n\" is [min, max] of n values, too few for the level; ∞: too few values to bound that "
+                              "side. Rows in red: fit not converged.", flag="not converged", css_class="summary",
+                       note=SUMMARY_NOTE))
     for note in common:
         items.append(Alert(f"Every row of the summary: {note}.", level="warning"))
     items.append(Caption(f"How the summary is computed: tax = max − min NCCL kernel duration over the member ranks, over "
                  f"the valid collectives of the process group(s) the compute blocks were cut from (the PG tau(n) "
                  f"predicts), median and 90th percentile with distribution-free order-statistic {PCT} intervals; "
                  f"GPU-only share = attributed collectives whose straggler path is GPU-only, Wilson {PCT} "
-                 f"interval; xi, tau(n) = b·E_(n/m) and the B* reduction 1 − B*/B*_H per topology are posterior "
-                 f"means with {PCT} credible intervals of {model or 'no fit'} (m = "
+                 f"interval; xi, tau(n) = b·E_(n/m) and B* in GB/s and its reduction 1 − B*/B*_H per topology are "
+                 f"posterior means with {PCT} credible intervals of {model or 'no fit'} (m = "
                  f"{ctx.manifest.get('options', {}).get('m', 4)}); the tail verdict reads the interval of xi: Fréchet "
                  "(heavy tail) when it lies above 0, Weibull (bounded) below 0, Gumbel when it holds 0."))
+    items.append(Caption("Who straggles (all process groups; per GPU in its tax section):"))
+    items.append(straggler_table(ctx))
     if ctx.manifest.get("demo"):
         s = ctx.manifest.get("sampling", {})
         items.append(Alert(f"The bundled demo: a synthetic study with known truth (see "

@@ -1,0 +1,91 @@
+"""What-if tables of the prediction stage: tau(n) of the named hardware presets without traces,
+and B* as peak FLOPS grow (the paper's Fig. 13) with the bandwidth-scaling requirement.
+
+Both come from the main Bayesian fit; the prediction stage writes them as
+``tables/whatif.parquet``, ``tables/bstar_flops.parquet`` and ``tables/flops_scaling.parquet``
+and records how they were made (the reference b, the cell, refusals) in its summary; the report
+shows them (docs/what-if.md, SPEC §7, §8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from evtsync.defaults import INTERVAL_LEVEL as LEVEL
+from evtsync.errors import EvtsyncError
+
+#: FLOPS factors (relative to the H200's 989 TFLOPS) and domain sizes of the report's Fig. 13.
+FLOPS_SWEEP = (1.0, 2.0, 4.0, 8.0, 16.0)
+FLOPS_NS = (256, 4096)
+
+
+def whatif_table(fit: Any, tau: pd.DataFrame, model: str, m: int) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """tau(n) of the bf16 domains of :data:`evtsync.reference.PRESETS` from ``fit`` (a GPU absent
+    from the fit drawn from the hierarchy's population), with b the H200 bf16 cell's (else the
+    median over the fitted cells) divided by the preset's FLOPS factor. Returns the table (one row
+    per preset) and how it was made (``b_us``, ``b_source``, ``not_predicted``; ``refused`` where
+    the fit cannot predict)."""
+    from evtsync.evt.predict import tau_table
+    from evtsync.reference import PRESETS, REFERENCE_TFLOPS
+
+    rows_of = tau[tau["model"] == model]
+    ref = rows_of[(rows_of.get("gpu", "") == "H200") & (rows_of.get("precision", "") == "bf16")]
+    b_source = "the H200 bf16 cell's b (the paper's reference GPU)"
+    if ref.empty:
+        ref, b_source = rows_of, "the median b over the fitted cells (no H200 bf16 cell)"
+    b_ref = float(np.median(ref["b_us"]))
+    rows, notes = [], []
+    for preset, spec in PRESETS.items():
+        factor = float(spec["tflops"]) / REFERENCE_TFLOPS
+        n = int(spec["n"])
+        if n % m:
+            notes.append(f"{preset}: n = {n} is not a multiple of m = {m}")
+            continue
+        try:
+            t = tau_table(fit, [n], b_ref / factor, m, LEVEL, gpu=str(spec["gpu"]), precision="bf16")
+        except EvtsyncError as exc:
+            return pd.DataFrame(), {"refused": str(exc)}
+        for r in t.itertuples():
+            rows.append({"preset": preset, "gpu": spec["gpu"], "n": n, "flops_factor": factor,
+                         "prediction_kind": getattr(r, "prediction_kind", "cell"),
+                         "tau_mean_us": r.tau_mean_us, "tau_lo_us": r.tau_lo_us, "tau_hi_us": r.tau_hi_us,
+                         "nvlink_gbps": spec["nvlink_gbps"], "tflops": spec["tflops"],
+                         "tflops_source": spec.get("tflops_source", ""), "source": spec["source"],
+                         "converged": bool(fit.converged)})
+    return pd.DataFrame(rows), {"b_us": b_ref, "b_source": b_source, "not_predicted": notes}
+
+
+def flops_tables(fit: Any, tau: pd.DataFrame, model: str, topologies: Sequence[str], alpha_us: float,
+                 size_bytes: float, eps: float, m: int) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """B* against the FLOPS factors :data:`FLOPS_SWEEP` at n in :data:`FLOPS_NS` for the H200 bf16
+    cell of ``fit`` (else its first cell), and the bandwidth-scaling requirement over the sweep
+    (:func:`evtsync.evt.predict.flops_scaling_table`). Returns both tables and how they were made
+    (``b_us``, ``which``, ``cell``; ``refused`` where they cannot be computed)."""
+    from evtsync.evt.predict import bandwidth_table, flops_scaling_table
+
+    if any(n % m for n in FLOPS_NS):
+        return pd.DataFrame(), pd.DataFrame(), {
+            "refused": f"n = {', '.join(map(str, FLOPS_NS))} (the paper's Fig. 13) are not multiples of this run's m = {m}"}
+    rows = tau[tau["model"] == model]
+    ref = rows[(rows.get("gpu", "") == "H200") & (rows.get("precision", "") == "bf16")]
+    which = "the H200 bf16 cell (the paper's reference GPU)"
+    if ref.empty:
+        ref = rows.sort_values([c for c in ("gpu", "precision") if c in rows.columns]).head(1)
+        which = "the first fitted cell (no H200 bf16 cell in this run)"
+    r0 = ref.iloc[0]
+    gpu, precision = (str(r0["gpu"]), str(r0["precision"])) if "gpu" in ref.columns else (None, None)
+    b_ref = float(r0["b_us"])
+    args = (fit, list(topologies), list(FLOPS_NS), alpha_us, size_bytes, b_ref)
+    try:
+        table = bandwidth_table(*args, eps, m, LEVEL, list(FLOPS_SWEEP), gpu=gpu, precision=precision)
+        scaling = flops_scaling_table(*args, list(FLOPS_SWEEP), eps, m, LEVEL, gpu=gpu, precision=precision)
+    except EvtsyncError as exc:
+        return pd.DataFrame(), pd.DataFrame(), {"refused": str(exc)}
+    scaling = scaling.assign(converged=bool(fit.converged))
+    cell = str(table["cell"].iloc[0]) if len(table) else "?"
+    return table, scaling, {"b_us": b_ref, "which": which, "cell": cell, "sweep": list(FLOPS_SWEEP),
+                            "ns": list(FLOPS_NS)}
