@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Render an evtsync report in headless Chromium and check it as a reader's browser shows it.
 
-For each width (default 1400, 800 and 420 px) the report is loaded from a copy that carries a
+For each width (default 1400, 800 and a phone's 390 px, laid out at exactly that width in an
+iframe: Chromium's own window cannot go below about 500 px) the report is loaded from a copy that carries a
 small probe script; Chromium runs it and ``--dump-dom`` returns its findings:
 
 - elements that stick out of the page horizontally and are not inside a scrollable container
   (a clipped table or figure),
-- images that did not decode (``naturalWidth == 0``),
+- images that did not decode (``naturalWidth == 0``), and figures shown at less than
+  :data:`LEGIBLE_SCALE` of their own pixel width (their text would be too small to read),
+- a layout width other than the one asked for,
 - resources fetched from the network (``performance.getEntriesByType('resource')``: a
   self-contained report fetches none; ``data:`` URIs are not listed),
 - the page's headings visible in the first screen (to check that the answer comes first).
@@ -27,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from evtsync.report.render import LEGIBLE_SCALE
 
 PROBE = r"""
 <script>
@@ -49,9 +54,11 @@ window.addEventListener('load', function () {
         ' right=' + Math.round(r.right) + ' > ' + W);
     }
   });
-  var broken = [];
+  var broken = [], shrunk = [];
   document.querySelectorAll('img').forEach(function (img) {
-    if (!img.complete || img.naturalWidth === 0) broken.push(img.alt || img.src.slice(0, 60));
+    if (!img.complete || img.naturalWidth === 0) { broken.push(img.alt || img.src.slice(0, 60)); return; }
+    var scale = img.getBoundingClientRect().width / img.naturalWidth;
+    if (scale < LEGIBLE_SCALE - 0.02) shrunk.push((img.alt || '').slice(0, 50) + ' at ' + Math.round(100 * scale) + '%');
   });
   var fetched = performance.getEntriesByType('resource').map(function (e) { return e.name; })
     .filter(function (n) { return !n.startsWith('data:'); });
@@ -61,14 +68,16 @@ window.addEventListener('load', function () {
     if (r.top < H && r.bottom > 0) first.push(el.tagName.toLowerCase() + ': ' + el.textContent.trim().slice(0, 80));
   });
   var findings = JSON.stringify({width: W, scroll_width: document.documentElement.scrollWidth,
-    overflow: overflow, broken_images: broken, n_images: document.images.length,
+    overflow: overflow, broken_images: broken, shrunk_images: shrunk, n_images: document.images.length,
     network: fetched, first_screen: first});
   parent.postMessage(findings, '*');
 });
 </script>
 """
 
-WIDTHS = (1400, 800, 420)
+WIDTHS = (1400, 800, 390)
+
+
 
 
 def find_chromium() -> str | None:
@@ -105,7 +114,8 @@ def check_report(report: Path, out: Path, widths=WIDTHS, height: int = 900) -> d
         raise RuntimeError("chromium not found: apt-get install chromium")
     out.mkdir(parents=True, exist_ok=True)
     text = report.read_text(encoding="utf-8")
-    probed = text.replace("</body>", PROBE + "</body>") if "</body>" in text else text + PROBE
+    probe = PROBE.replace("LEGIBLE_SCALE", str(LEGIBLE_SCALE))
+    probed = text.replace("</body>", probe + "</body>") if "</body>" in text else text + probe
     results = {}
     with tempfile.TemporaryDirectory(prefix="evtsync-browser-") as tmp:
         page = Path(tmp) / "report.html"
@@ -133,8 +143,12 @@ def problems(results: dict) -> list[str]:
     for width, r in results.items():
         for item in r["overflow"]:
             lines.append(f"{width} px: overflows the page: {item}")
+        if r["width"] != width:
+            lines.append(f"{width} px: the page was laid out {r['width']} px wide, not {width}")
         for item in r["broken_images"]:
             lines.append(f"{width} px: image does not decode: {item}")
+        for item in r.get("shrunk_images", []):
+            lines.append(f"{width} px: figure shrunk below legibility: {item}")
         for item in r["network"]:
             lines.append(f"{width} px: network request: {item}")
         if r["n_images"] == 0:

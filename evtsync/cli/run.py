@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "interrupted run resumes where it stopped.",
         epilog="Stages: demo (without TRACES), tax, zscores, attribution, mle, fit-<model> for every "
         "models/*.toml (the fits start in a process pool once the z-scores exist and run beside the "
-        "attribution and the MLE), compare, prediction, predicted-vs-measured, report. Stages that do "
+        "attribution and the MLE), compare, prediction, predicted-vs-measured, summary (the answer table: tables/summary.parquet and "
+        "summary.json), report. Stages that do "
         "not apply to the data are recorded with the reason and listed in the report.")
     add_trace_arguments(parser, required=False,
                         jobs_help="local processes for reading the traces (in-process for small sets), for "
@@ -50,6 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="run folder (default fits/demo for the demo, else fits/<name of the trace folder>)")
     parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
                         help="no progress bars or stage lines; warnings and the final summary only")
+    parser.add_argument("--json", action="store_true",
+                        help="print the answer table (summary.json: one row per GPU × precision) on stdout; the "
+                        "lines naming the report and the run folder go to stderr")
     parser.add_argument("--force", action="store_true", help="redo every stage, even those whose inputs did not change")
     parser.add_argument("--no-report", dest="report", action="store_false", help="stop before the report")
     parser.add_argument("--allow-failed-workloads", action="store_true",
@@ -138,13 +142,16 @@ def run(args: argparse.Namespace) -> int:
     failed = [n for n, e in stages.items() if e.get("status") == STATUS_FAILED]
     skipped = [n for n, e in stages.items() if e.get("status") in (STATUS_NA, STATUS_UNAVAILABLE)]
     report = result.out / "report.html"
+    said = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the JSON alone
+    if args.json:
+        _print_summary(result.out)
     if report.is_file() and options.report:
-        print(f"report: {report}")
+        print(f"report: {report}", file=said)
     bad_workloads = failed_workloads(result.manifest)
     partial = (f"; INCOMPLETE study: {len(bad_workloads)} of {len(result.workloads)} workload(s) failed "
                f"({', '.join(bad_workloads)})") if bad_workloads else ""
     print(f"run folder: {result.out} ({len(stages) - len(failed) - len(skipped)} stage(s) with results, "
-          f"{len(skipped)} not applicable or unavailable, {len(failed)} failed{partial})")
+          f"{len(skipped)} not applicable or unavailable, {len(failed)} failed{partial})", file=said)
     for name in failed:
         print(f"  FAILED {name}: {stages[name].get('reason', '')}", file=sys.stderr)
     for note in incomplete_notes(result.manifest):
@@ -157,3 +164,18 @@ def run(args: argparse.Namespace) -> int:
               "exit 0)", file=sys.stderr)
         return PARTIAL_STUDY_EXIT
     return 0
+
+
+def _print_summary(run_dir: Path) -> None:
+    """``summary.json`` of the run folder on stdout (strict JSON: missing values are null), or a
+    document saying why there is none (the summary stage did not run)."""
+    import json
+
+    from evtsync.pipeline.layout import SUMMARY_JSON, read_manifest, root_cause
+
+    path = run_dir / SUMMARY_JSON
+    if path.is_file():
+        print(json.dumps(json.loads(path.read_text(encoding="utf-8")), indent=2, allow_nan=False))
+        return
+    stage, reason = root_cause(read_manifest(run_dir), "summary")
+    print(json.dumps({"rows": [], "missing": f"no {SUMMARY_JSON}: stage {stage}: {reason or 'not run'}"}, indent=2))

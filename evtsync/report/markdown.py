@@ -131,7 +131,7 @@ def markdown_table(frame: pd.DataFrame) -> str:
     """A GitHub-flavoured Markdown pipe table."""
     if frame.empty:
         return "_(empty)_"
-    head = "| " + " | ".join(human_label(c) for c in frame.columns) + " |"
+    head = "| " + " | ".join(human_label(c).replace("|", "\\|") for c in frame.columns) + " |"
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
     rows = ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join([head, rule, *rows])

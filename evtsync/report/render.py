@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import html
 import re
-from pathlib import Path
 from typing import Any
 
 from evtsync.pipeline.layout import STATUS_TEXT
@@ -35,11 +34,13 @@ h1{font-size:1.55em;border-bottom:2px solid #ddd;padding-bottom:.2em;margin:.3em
 h2{font-size:1.3em;margin-top:1.8em;border-bottom:1px solid #e5e5e5}
 h3{font-size:1.08em;margin-top:1.3em}
 p.subtitle{font-size:.85em;color:#555;margin:.2em 0 .6em}
-.table-wrap{overflow-x:auto;max-width:100%;margin:.4em 0}
+.table-wrap{overflow-x:auto;max-width:100%;margin:.4em 0;border:1px solid #e2e2e2;border-radius:6px}
 table{border-collapse:collapse;font-size:.86em}
 th,td{border:1px solid #d0d0d0;padding:.25em .55em;text-align:right;vertical-align:top}
 th{background:#f3f3f3}
-td:first-child,th:first-child{text-align:left}
+td:first-child,th:first-child{text-align:left;position:sticky;left:0;z-index:1;background:#fff}
+th:first-child{background:#f3f3f3}
+.table-wrap table{margin:0}
 tr.flag td{background:#fde2e2;color:#9b1111;font-weight:600}
 tr.muted td{color:#8a6d00}
 table.summary{font-size:.9em}
@@ -53,14 +54,17 @@ font-weight:600}
 .warning{border-left:6px solid #d89b00;background:#fff4d6;color:#5c4300;padding:.45em .9em;margin:.4em 0;
 font-size:.92em}
 figure{margin:1em 0}
-figure img{max-width:100%;height:auto;border:1px solid #eee}
+.figure-wrap{overflow-x:auto;max-width:100%}
+figure img{max-width:100%;height:auto;border:1px solid #eee;display:block}
 figcaption{font-size:.88em;color:#444;max-width:60em}
 .caption{font-size:.88em;color:#444;margin:.5em 0 .2em}
 .skipped{color:#666;font-style:italic}
 .status-done{color:#1b5e20}.status-not_applicable,.status-unavailable{color:#8a6d00}
 .status-failed{color:#b71c1c;font-weight:700}
 nav ul{columns:3;font-size:.88em;margin:.3em 0}
-@media (max-width:700px){nav ul{columns:1}body{padding:0 .5em}table{font-size:.8em}}
+@media (max-width:700px){nav ul{columns:1}body{padding:0 .5em}table{font-size:.8em}
+figure{margin:1em -.5em}figcaption{padding:0 .5em}
+figure img{max-width:none;width:100%;min-width:var(--legible-width,100%)}}
 @media print{body{max-width:none;margin:0;font-size:10pt}nav,.no-print{display:none}
 .table-wrap{overflow:visible}table{font-size:8pt}figure,table,tr{break-inside:avoid}
 h2,h3{break-after:avoid}a{color:inherit;text-decoration:none}
@@ -70,9 +74,26 @@ tr.flag td{-webkit-print-color-adjust:exact;print-color-adjust:exact}}
 
 # --------------------------------------------------------------------------- rendering
 
-def _img_tag(path: Path, alt: str) -> str:
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+#: The least share of a figure's own pixel width it is shown at on a narrow screen: a 10 pt label
+#: of a 110 dpi figure then reads at about 10 px; narrower screens scroll the figure instead.
+LEGIBLE_SCALE = 0.7
+
+
+def png_width(png: bytes) -> int | None:
+    """The pixel width of a PNG (from its IHDR chunk), or None for bytes that are not a PNG."""
+    if len(png) < 24 or png[:8] != b"\x89PNG\r\n\x1a\n":
+        return None
+    return int.from_bytes(png[16:20], "big")
+
+
+def _img_tag(png: bytes, alt: str) -> str:
+    """An inline ``<img>`` in a horizontally scrolling wrapper; on a narrow screen the image keeps
+    :data:`LEGIBLE_SCALE` of its width (so its text stays legible) and the wrapper scrolls."""
+    data = base64.b64encode(png).decode("ascii")
+    width = png_width(png)
+    style = f' style="--legible-width:{round(LEGIBLE_SCALE * width)}px"' if width else ""
+    return (f'<div class="figure-wrap"><img alt="{html.escape(alt)}"{style} '
+            f'src="data:image/png;base64,{data}"></div>')
 
 
 def _cell_html(column: Any, value: Any, two_lines: bool = False) -> str:
@@ -136,12 +157,11 @@ def render_html(title: str, subtitle: str, sections: list[Section]) -> str:
             elif isinstance(item, Table):
                 body.append(_table_html(item))
             elif isinstance(item, EmbeddedFigure):
-                data = base64.b64encode(item.png).decode("ascii")
-                body.append(f'<figure><img alt="{html.escape(item.alt)}" src="data:image/png;base64,{data}">'
+                body.append(f"<figure>{_img_tag(item.png, item.alt)}"
                             + (f"<figcaption>{html.escape(item.caption)}</figcaption>" if item.caption else "")
                             + "</figure>")
             elif isinstance(item, Figure):
-                body.append(f"<figure>{_img_tag(item.png, item.caption.split('.')[0])}"
+                body.append(f"<figure>{_img_tag(item.png.read_bytes(), item.caption.split('.')[0])}"
                             f"<figcaption>{html.escape(item.caption)}</figcaption></figure>")
         if i == 0 and nav:
             body.append(nav)

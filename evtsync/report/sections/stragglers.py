@@ -28,7 +28,7 @@ def straggler_frame(per_pg: pd.DataFrame, per_rank: pd.DataFrame) -> pd.DataFram
             "workload": r.workload, "PG": str(r.pg) + (f" ({r.pg_desc})" if str(r.pg_desc or "") not in
                                                      ("", "None", "nan", str(r.pg)) else ""),
             "top stragglers (share of collectives)": named or "–",
-            "uniform share 1/|R|": fmt_share(r.uniform_share),
+            "uniform share (1 / ranks)": fmt_share(r.uniform_share),
             "change rate": fmt_share(r.change_rate),
             "distinct stragglers": f"{int(r.n_distinct)} of {int(r.n_ranks)} ranks",
             "collectives": int(r.n_collectives),
