@@ -44,9 +44,10 @@ window.addEventListener('load', function () {
     }
     return false;
   }
-  var overflow = [];
+  var overflow = [], wide = [];
   document.querySelectorAll('body *').forEach(function (el) {
     var r = el.getBoundingClientRect();
+    if (r.width > 0 && r.right > W + 1 && wide.length < 5) wide.push(el.tagName.toLowerCase() + '.' + (typeof el.className === 'string' ? el.className : '') + ' ' + Math.round(r.left) + '..' + Math.round(r.right));
     if (r.width > 0 && r.right > W + 1 && !scrollable(el)) {
       var parentOut = el.parentElement && el.parentElement.getBoundingClientRect().right > W + 1;
       if (!parentOut) overflow.push(el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
@@ -69,7 +70,7 @@ window.addEventListener('load', function () {
   });
   var findings = JSON.stringify({width: W, scroll_width: document.documentElement.scrollWidth,
     overflow: overflow, broken_images: broken, shrunk_images: shrunk, n_images: document.images.length,
-    network: fetched, first_screen: first});
+    network: fetched, first_screen: first, wide: wide});
   parent.postMessage(findings, '*');
 });
 </script>
@@ -143,6 +144,8 @@ def problems(results: dict) -> list[str]:
     for width, r in results.items():
         for item in r["overflow"]:
             lines.append(f"{width} px: overflows the page: {item}")
+        if r["scroll_width"] > r["width"] + 1:
+            lines.append(f"{width} px: the page scrolls sideways ({r['scroll_width']} px wide; e.g. {r.get('wide')})")
         if r["width"] != width:
             lines.append(f"{width} px: the page was laid out {r['width']} px wide, not {width}")
         for item in r["broken_images"]:

@@ -30,6 +30,7 @@ _CSS = """
 *{box-sizing:border-box}
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1240px;margin:1em auto;
 padding:0 1em;color:#1d1d1f;line-height:1.45}
+p,li,figcaption,.caption,.alert,.warning,h1,h2,h3{overflow-wrap:anywhere}
 h1{font-size:1.55em;border-bottom:2px solid #ddd;padding-bottom:.2em;margin:.3em 0}
 h2{font-size:1.3em;margin-top:1.8em;border-bottom:1px solid #e5e5e5}
 h3{font-size:1.08em;margin-top:1.3em}
@@ -55,7 +56,7 @@ font-weight:600}
 font-size:.92em}
 figure{margin:1em 0}
 .figure-wrap{overflow-x:auto;max-width:100%}
-figure img{max-width:100%;height:auto;border:1px solid #eee;display:block}
+figure img{max-width:100%;min-width:var(--legible-width,0);height:auto;border:1px solid #eee;display:block}
 figcaption{font-size:.88em;color:#444;max-width:60em}
 .caption{font-size:.88em;color:#444;margin:.5em 0 .2em}
 .skipped{color:#666;font-style:italic}
@@ -63,8 +64,7 @@ figcaption{font-size:.88em;color:#444;max-width:60em}
 .status-failed{color:#b71c1c;font-weight:700}
 nav ul{columns:3;font-size:.88em;margin:.3em 0}
 @media (max-width:700px){nav ul{columns:1}body{padding:0 .5em}table{font-size:.8em}
-figure{margin:1em -.5em}figcaption{padding:0 .5em}
-figure img{max-width:none;width:100%;min-width:var(--legible-width,100%)}}
+figure{margin:1em -.5em}figcaption{padding:0 .5em}}
 @media print{body{max-width:none;margin:0;font-size:10pt}nav,.no-print{display:none}
 .table-wrap{overflow:visible}table{font-size:8pt}figure,table,tr{break-inside:avoid}
 h2,h3{break-after:avoid}a{color:inherit;text-decoration:none}
