@@ -301,3 +301,45 @@ def test_xi_forest_is_skipped_when_every_model_fixes_xi(tmp_path: Path) -> None:
     [sec] = xi_sec.build(ctx)
     assert isinstance(sec.items[0], Skipped) and "free shape" in sec.items[0].text
     assert not any(isinstance(i, Figure) for i in sec.items)
+
+
+def test_summary_holds_bstar_in_gbps_and_what_each_interval_is(hand_run: tuple[Path, dict], tmp_path: Path) -> None:
+    import json
+
+    from evtsync.pipeline.summary import summary_document
+
+    run, manifest = hand_run
+    numbers, info = summary_numbers(run, manifest)
+    bf16 = numbers.iloc[0]
+    for topo in ("full", "ring", "torus3d"):          # the hand table: B* = 100/n [80/n, 120/n] GB/s, n = 512
+        assert (bf16[f"bstar_{topo}_gbps"], bf16[f"bstar_{topo}_lo_gbps"], bf16[f"bstar_{topo}_hi_gbps"]) == (
+            pytest.approx(100 / 512), pytest.approx(80 / 512), pytest.approx(120 / 512))
+    assert bf16["tax_median_interval"] == "90%" and bf16["tax_p90_interval"] == "90%"   # 60 collectives each
+    assert "Consistent" in info["loo_and_tail"]        # LOO clearly prefers xi free; bf16's interval excludes 0
+    doc = json.loads(json.dumps(summary_document(numbers, info), allow_nan=False))   # strict JSON
+    assert doc["n"] == 512 and doc["model"] == MODEL and len(doc["rows"]) == 2
+    assert doc["rows"][0]["bstar_full_gbps"] == pytest.approx(100 / 512)
+    ctx = ReportContext(run, tmp_path / "out", manifest)
+    [summary] = summary_sec.build(ctx)
+    table = next(i for i in summary.items if isinstance(i, Table))
+    assert table.frame.iloc[0]["B*, fully connected (GB/s)"].text == "0.195 [0.156, 0.234]"
+    assert info["loo_and_tail"] in summary.items
+
+
+def test_a_tax_from_three_collectives_is_a_range_not_a_90_percent_interval(hand_run: tuple[Path, dict],
+                                                                           tmp_path: Path) -> None:
+    run, manifest = hand_run
+    coll = pd.read_parquet(run / "tables" / "tax_collectives.parquet")
+    three = coll[(coll["workload"] == "w-bf16") & (coll["index"] < 3) | (coll["workload"] == "w-fp32")]
+    _write(run, "tax_collectives", three)
+    numbers, _ = summary_numbers(run, manifest)
+    bf16 = numbers.iloc[0]
+    taxes = sorted(three[(three["workload"] == "w-bf16") & three["valid"] & (three["pg"] == "1")]["tau_max_us"])
+    assert bf16["n_collectives"] == 3 and bf16["tax_median_interval"] == "range of 3"
+    assert (bf16["tax_median_lo_us"], bf16["tax_median_hi_us"]) == (taxes[0], taxes[-1])
+    assert bf16["tax_p90_hi_us"] == np.inf and "cannot bound" in bf16["tax_p90_interval"]
+    [summary] = summary_sec.build(ReportContext(run, tmp_path / "out", manifest))
+    table = next(i for i in summary.items if isinstance(i, Table))
+    cell = table.frame.iloc[0]["tax median (µs)"].text
+    assert cell.endswith("(range of 3)") and "90%" not in cell
+    assert table.frame.iloc[0]["tax P90 (µs)"].text.endswith("∞]")

@@ -424,3 +424,40 @@ def test_a_run_reads_each_fit_once_and_a_rewritten_fit_again(tiny_run: tuple[Pat
     second = run.fit_tree(fit)
     assert len(reads) == 2 and second is not first
     assert run.fit_tree(fit) is second and len(reads) == 2
+
+
+def test_summary_stage_writes_the_answer_table(tiny_run: tuple[Path, dict, list[StageEvent]],
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """tables/summary.parquet and summary.json hold the report's answer table, recomputed here
+    from the stages' tables with pandas; `evtsync run --json` prints the JSON."""
+    from evtsync.cli.run import _print_summary
+
+    out, manifest, _ = tiny_run
+    assert manifest["stages"]["summary"]["status"] == STATUS_DONE
+    table = pd.read_parquet(out / "tables" / "summary.parquet")
+    doc = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert [(r["gpu"], r["precision"]) for r in doc["rows"]] == list(zip(table["gpu"], table["precision"], strict=True))
+    coll = pd.read_parquet(out / "tables" / "tax_collectives.parquet")
+    z = pd.read_parquet(out / "tables" / "zscores.parquet")
+    bstar = pd.read_parquet(out / "tables" / "bstar.parquet")
+    for row in doc["rows"]:
+        workloads = set(z[(z["gpu"] == row["gpu"]) & (z["precision"] == row["precision"])]["workload"])
+        pgs = set(zip(z["workload"], z["pg"].astype(str), strict=True))
+        taxes = coll[coll["workload"].isin(workloads) & coll["valid"].astype(bool)
+                     & np.array([(w, str(p)) in pgs for w, p in zip(coll["workload"], coll["pg"], strict=True)])
+                     ]["tau_max_us"]
+        assert row["n_collectives"] == len(taxes) and row["tax_median_us"] == pytest.approx(taxes.median())
+        b = bstar[(bstar["topology"] == "ring") & (bstar["gpu"] == row["gpu"])
+                  & (bstar["precision"] == row["precision"]) & (bstar["n"] == doc["n"])]
+        assert row["bstar_ring_gbps"] == pytest.approx(float(b["bstar_mean_gbps"].iloc[0]))
+    # who straggles: the most frequent straggler of each PG, counted here from the collectives
+    per_pg = pd.read_parquet(out / "tables" / "tax_stragglers.parquet")
+    for r in per_pg.itertuples():
+        used = coll[(coll["workload"] == r.workload) & (coll["pg"].astype(str) == str(r.pg))
+                    & coll["valid"].astype(bool) & (coll["tau_max_us"] > 0)]
+        counts = used["straggler_rank"].value_counts()
+        assert counts.iloc[0] == round(r.top_share * len(used)) and r.top_rank in counts[counts == counts.iloc[0]].index
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "B*, fully connected (GB/s)" in md and "top stragglers (share of collectives)" in md
+    _print_summary(out)
+    assert json.loads(capsys.readouterr().out) == doc
