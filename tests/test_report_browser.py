@@ -1,7 +1,7 @@
 """The report in a real browser (issues 20, 34): headless Chromium at 1400, 800 and a true 390 px.
 
-The demo test is slow (it runs the demo); the 390 px layout test is not. Both are skipped where Debian's ``chromium`` is not installed. Checks that no
-element sticks out of the page outside a scrollable container, every image decodes, no
+The demo test is slow (it runs the demo); the 390 px layout test is not. Both are skipped
+where Debian's ``chromium`` is not installed. Checks that no element sticks out of the page outside a scrollable container, every image decodes, no
 network request is made, and the answer (the summary and its table) is in the first screen at 1400
 px; the in-sample label and the ground-truth section are present.
 ``tools/check_report_browser.py`` is the same check by hand, and regenerates
