@@ -1,8 +1,11 @@
-"""Readable ``repr`` and notebook HTML for the result objects that hold several tables.
+"""Readable ``repr``, notebook HTML and numbers for reading.
 
 A :class:`TraceSet`, :class:`TaxTables`, :class:`Alignment`, :class:`AttributionResult` or
 :class:`BlockSet` printed in a terminal or shown in a notebook lists its tables (rows ×
-columns) and its scalar fields, instead of pandas' repr of every table in full.
+columns) and its scalar fields, instead of pandas' repr of every table in full. A fit
+(:func:`fit_html`), a model specification (:func:`spec_html`) and a run (:func:`run_html`)
+show what a person wants to see first: cells, ξ with its interval, convergence. :func:`fmt`
+and :func:`fmt_ci` are the one number format of the reports and these views.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import math
 from typing import Any
 
 import numpy as np
+
+from evtsync.defaults import INTERVAL_LEVEL
 
 
 def _fields(obj: Any) -> list[tuple[str, Any]]:
@@ -55,9 +60,10 @@ MAX_DIGITS = 6
 
 
 def fmt(value: Any, digits: int = 3) -> str:
-    """A number for reading: ``digits`` significant digits, no exponent notation (values of
-    ``digits`` or more integer digits whole (from five digits with thousands separators, ``32,480``); small ones as decimals, ``0.000123``); booleans as
-    yes/no; NaN as an en dash, infinities as ∞; other values as text."""
+    """A number for reading: ``digits`` significant digits and no exponent notation — values of
+    ``digits`` or more integer digits whole (from five digits with thousands separators,
+    ``32,480``), small ones as decimals (``0.000123``); booleans as yes/no; NaN as an en dash,
+    infinities as ∞; other values as text."""
     if value is None:
         return "–"
     if isinstance(value, bool | np.bool_):
@@ -113,3 +119,110 @@ def fmt_share(value: Any, digits: int = 3) -> str:
     if value is None or (isinstance(value, float | np.floating) and not math.isfinite(float(value))):
         return "–"
     return f"{fmt(100.0 * float(value), digits)}%"
+
+
+_VIEW_CSS = ("<style>.evtsync-view table{border-collapse:collapse;font-size:.9em}.evtsync-view th,.evtsync-view td"
+             "{border:1px solid #d0d0d0;padding:.15em .5em;text-align:right}.evtsync-view td:first-child,"
+             ".evtsync-view th:first-child{text-align:left}.evtsync-view .bad{color:#b71c1c;font-weight:700}"
+             ".evtsync-view .ok{color:#1b5e20}</style>")
+
+
+def _html_table(header: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(fmt(v) if not isinstance(v, str) else v)}</td>" for v in row)
+                   + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _verdict_html(converged: bool, note: str) -> str:
+    if converged:
+        return '<span class="ok">converged</span>'
+    return f'<span class="bad">NOT CONVERGED</span> {html.escape(note)}'
+
+
+def fit_html(fit: Any, xi: list[tuple[float, float, float]] | None = None, interval: str = "",
+             level: float = INTERVAL_LEVEL) -> str:
+    """A fit in a notebook (any :class:`~evtsync.evt.bayesfit.CellFit`): its name, family and
+    kind, the convergence verdict, and one row per cell with its group values, z-scores and ξ
+    with its central ``level`` interval — ``xi`` (mean, lo, hi) per cell where the fit has its
+    own interval (``interval`` names it), else from the fit's draws."""
+    cells = fit.cells
+    if xi is None:
+        draws = fit.cell_draws()[2]
+        lo, hi = np.nanquantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
+        xi = list(zip(np.nanmean(draws, axis=0), lo, hi, strict=True))
+        interval = interval or f"{level:.0%} {'credible' if fit.kind == 'bayes' else 'normal-approximation'} interval"
+    groups = [c for c in cells.columns if c not in ("cell", "n_obs")]
+    header = [*(groups or ["cell"]), "z-scores", f"ξ [{interval}]"]
+    rows = [[*(str(r[g]) for g in groups or ["cell"]), r["n_obs"], fmt_ci(*x, digits=2)]
+            for r, x in zip(cells.to_dict(orient="records"), xi, strict=True)]
+    title = f"{type(fit).__name__} <b>{html.escape(fit.name)}</b> ({html.escape(fit.family)}, {html.escape(fit.kind)})"
+    return (f'{_VIEW_CSS}<div class="evtsync-view">{title}: {len(cells)} cell(s), '
+            f"{_verdict_html(bool(fit.converged), fit.convergence_note)}{_html_table(header, rows)}</div>")
+
+
+def spec_html(spec: Any) -> str:
+    """A model specification in a notebook: name, family, data, and each parameter's structure and prior."""
+    def prior(p: Any) -> str:
+        return p.describe() if p is not None else "–"
+
+    rows = [["data", f"column {spec.column}, groups {', '.join(spec.groups) or '(none)'}, scale {spec.scale}"],
+            ["mu", f"{spec.mu.pooling}; prior {prior(spec.mu.prior)}"
+             + (f"; spread {prior(spec.mu.population_sd_prior)}" if spec.mu.population_sd_prior else "")],
+            ["sigma", f"{spec.sigma.pooling}; prior {prior(spec.sigma.prior)}"
+             + (f"; spread {prior(spec.sigma.population_sd_prior)}" if spec.sigma.population_sd_prior else "")]]
+    if spec.family != "gumbel":
+        x = spec.xi
+        rows.append(["xi", f"{x.structure}; prior {prior(x.prior)}" + (f"; factors {', '.join(x.factors)}"
+                                                                       if x.factors else "")])
+    else:
+        rows.append(["xi", "0 (Gumbel)"])
+    if spec.sampling:
+        rows.append(["sampling", ", ".join(f"{k} {v}" for k, v in spec.sampling.items())])
+    title = f"ModelSpec <b>{html.escape(spec.name)}</b> ({html.escape(spec.family)}) from {html.escape(str(spec.path))}"
+    desc = f"<br><i>{html.escape(spec.description)}</i>" if spec.description else ""
+    return f'{_VIEW_CSS}<div class="evtsync-view">{title}{desc}{_html_table(["part", "specification"], rows)}</div>'
+
+
+#: The answer table's columns a run's notebook view shows: summary.json's value, interval ends, heading.
+RUN_VIEW_COLUMNS = (("tax_median_us", "tax_median_lo_us", "tax_median_hi_us", "tax median µs"),
+                    ("gpu_only_share", "gpu_only_share_lo", "gpu_only_share_hi", "GPU-only share"),
+                    ("xi_mean", "xi_lo", "xi_hi", "ξ"), ("verdict", None, None, "tail"),
+                    ("tau_mean_us", "tau_lo_us", "tau_hi_us", "τ(n) µs"))
+
+
+def run_html(out: Any, stages: Any, summary: dict[str, Any] | None) -> str:
+    """A pipeline run in a notebook: its folder, the answer table (``summary``: the run's
+    ``summary.json``; None before the summary stage ran) and each stage's status and reason."""
+    parts = [f'{_VIEW_CSS}<div class="evtsync-view">Run folder <code>{html.escape(str(out))}</code>']
+    failed = [r for r in stages.itertuples() if r.status == "failed"]
+    if failed:
+        parts.append(" — " + ", ".join(f'<span class="bad">{html.escape(r.stage)} FAILED</span>' for r in failed))
+    if summary and summary.get("rows"):
+        n = summary.get("n")
+        header = ["GPU × precision", *(label.replace("(n)", f"(n = {n})") for *_, label in RUN_VIEW_COLUMNS),
+                  "converged"]
+        rows = []
+        for r in summary["rows"]:
+            cells: list[Any] = [f"{r.get('gpu')} {r.get('precision')}"]
+            for key, lo, hi, _ in RUN_VIEW_COLUMNS:
+                value = r.get(key)
+                if value is None:
+                    cells.append("–")
+                elif lo is None:
+                    cells.append(str(value))
+                else:
+                    cells.append(fmt_interval(value, r.get(lo), r.get(hi), r.get(key.replace("_us", "_interval"))
+                                              if key == "tax_median_us" else None))
+            cells.append(bool(r.get("converged", True)))
+            rows.append(cells)
+        parts.append(f"<p>The answers (model {html.escape(str(summary.get('model')))}, "
+                     f"{summary.get('level', INTERVAL_LEVEL):.0%} intervals; all columns in summary.json):</p>")
+        parts.append(_html_table(header, rows))
+        for line in (summary.get("loo"), summary.get("loo_and_tail")):
+            if line:
+                parts.append(f"<p>{html.escape(str(line))}</p>")
+    rows = [[r.stage, r.status, r.reason or "", r.seconds] for r in stages.itertuples()]
+    parts.append("<details><summary>Stages</summary>" + _html_table(["stage", "status", "reason", "seconds"], rows)
+                 + "</details></div>")
+    return "".join(parts)

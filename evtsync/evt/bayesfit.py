@@ -410,6 +410,12 @@ class BayesFit:
         verdict = "converged" if self.converged else "NOT CONVERGED"
         return f"<BayesFit {self.name} ({self.family}), {len(self.cells)} cell(s), {verdict}{where}>"
 
+    def _repr_html_(self) -> str:
+        """The fit in a notebook: cells, ξ with its 90% credible interval, convergence."""
+        from evtsync.display import fit_html
+
+        return fit_html(self)
+
 
 def as_fit(value: Any) -> Any:
     """A :class:`CellFit` from a fit object, a fit tree, or a path to a fit file."""

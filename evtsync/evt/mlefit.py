@@ -159,6 +159,19 @@ class MleCellFit:
         out["n_obs"] = self._rows["n"].to_numpy()
         return out.reset_index(drop=True)
 
+    def _repr_html_(self) -> str:
+        """The fit in a notebook: cells, ξ with its profile-likelihood interval, convergence."""
+        from evtsync.display import fit_html
+
+        rows = self._rows
+        if self.family == "gumbel":
+            xi = [(0.0, 0.0, 0.0)] * len(rows)
+        else:
+            xi = list(zip(rows["xi"], rows.get("xi_lo", np.nan), rows.get("xi_hi", np.nan), strict=True))
+        level = float(rows["level"].iloc[0]) if "level" in rows else INTERVAL_LEVEL
+        kind = "fixed at 0" if self.family == "gumbel" else f"{level:.0%} profile-likelihood interval"
+        return fit_html(self, xi, kind)
+
     def cell_draws(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Normal-approximation draws of mu, sigma, xi, arrays (n_draws, cell)."""
         rng = np.random.default_rng(self.seed)

@@ -207,6 +207,12 @@ class ModelSpec:
         """The spec's ``[sampling]`` table as a :class:`SamplerConfig` (defaults for absent keys)."""
         return SamplerConfig(**self.sampling)
 
+    def _repr_html_(self) -> str:
+        """The specification in a notebook: family, data, each parameter's structure and prior."""
+        from evtsync.display import spec_html
+
+        return spec_html(self)
+
 
 _TOP_KEYS = {"name", "family", "description", "data", "mu", "sigma", "xi", "sampling"}
 _DATA_KEYS = {"column", "groups", "scale"}

@@ -163,6 +163,15 @@ class Run:
         self._job_places: dict[str, str] = {}
         self._job_pool: Any = None
 
+    def _repr_html_(self) -> str:
+        """The run in a notebook: its folder, the answer table (``summary.json``) and its stages."""
+        from evtsync.display import run_html
+        from evtsync.pipeline.layout import SUMMARY_JSON, stage_table
+
+        path = self.out / SUMMARY_JSON
+        summary = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        return run_html(self.out, stage_table(self.manifest), summary)
+
     # ---- files
     def path(self, rel: str) -> Path:
         """Absolute path of a run-folder file."""

@@ -1,4 +1,10 @@
-"""Shared matplotlib set-up: headless backend, consistent style, atomic saving of figures."""
+"""Shared matplotlib set-up: headless backend, consistent style, atomic saving of figures.
+
+Figures are made outside pyplot's registry (:func:`new_figure`): a function returns its figure
+and nothing else holds it, so a notebook shows a returned figure once (not again at the cell's
+end) and a script's figures are freed when dropped. The headless Agg backend is chosen unless
+a backend was named in ``MPLBACKEND`` (a Jupyter kernel names its inline backend there).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,8 @@ from typing import Any
 import matplotlib
 import numpy as np
 
-matplotlib.use("Agg")
+if not os.environ.get("MPLBACKEND"):
+    matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -20,8 +27,14 @@ FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
 
 def new_figure(width: float = 6.4, height: float = 4.2, **kwargs: Any) -> tuple[Any, Any]:
-    """A figure and axes with the package's default size."""
-    return plt.subplots(figsize=(width, height), **kwargs)
+    """A figure and its axes (``kwargs`` as :meth:`matplotlib.figure.Figure.subplots`: ``ncols`` …),
+    outside pyplot's registry (see the module docstring)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)  # drawn and saved headless; a notebook renders it through its own formatter
+    return fig, fig.subplots(**kwargs)
 
 
 def figure_format(path: str | os.PathLike[str]) -> str:

@@ -26,12 +26,10 @@ def gev_cell(z: np.ndarray, mle_gev: dict[str, float] | None, mle_gumbel: dict[s
              post: tuple[np.ndarray, np.ndarray, np.ndarray] | None, post_label: str, title: str,
              level: float = INTERVAL_LEVEL) -> Figure:
     """Histogram of the z-scores with fitted densities, and the QQ plot against the GEV MLE."""
-    import matplotlib.pyplot as plt
-
     from evtsync.evt import gev
 
     x = np.sort(z[np.isfinite(z)])
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 3.8))
+    fig, (ax1, ax2) = new_figure(9.0, 3.8, ncols=2)
     ax1.hist(x, bins="auto", density=True, color="0.85", edgecolor="0.55", label=f"z-scores (n={x.size})")
     pad = 0.15 * (x.max() - x.min()) if x.size > 1 else 1.0
     grid = np.linspace(x.min() - pad, x.max() + pad, 300)

@@ -85,7 +85,7 @@ def straggler_vs_fastest(paths: pd.DataFrame, pg: Any, index: int, collectives: 
         ax.broken_barh([(start, width)], (y - 0.45, 0.9), facecolor="none", edgecolor="red", lw=1.5)
         # the label beside the bar, in the free band above the lanes, kept inside the axes
         right = start + width / 2 > 0.5 * span_ns / scale
-        ax.annotate(f"principal cause: {name[:40]} (+{fmt(extra)} µs)", (start + width / 2, y - 0.45),
+        ax.annotate(f"principal cause: {name[:48]} (+{fmt(extra)} µs)", (start + width / 2, y - 0.45),
                     xytext=(0.98 if right else 0.02, 0.97), textcoords="axes fraction", ha="right" if right else "left",
                     va="top", fontsize=8, color="red",
                     arrowprops={"arrowstyle": "-", "color": "red", "lw": 0.8})
