@@ -23,6 +23,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from evtsync.tableio import atomic_path  # noqa: E402
 
+if os.environ.get("MPLBACKEND"):
+    # load the named backend now: figures made outside pyplot never make pyplot load it, and a
+    # Jupyter kernel's inline backend registers on loading how a returned figure is shown
+    plt.switch_backend(os.environ["MPLBACKEND"])
+
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
 
