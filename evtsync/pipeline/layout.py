@@ -5,7 +5,9 @@ The report and other readers of a run folder use this module, never the engine::
     run_dir/
       manifest.json            stages: key, status, reason, seconds, outputs (sha256 each)
       inputs/demo/             the demo study's traces (demo run only)
-      tables/*.parquet         tax_*, attribution_*, zscores, mle, compare, tau, bstar, xi, ...
+      tables/*.parquet         tax_*, attribution_*, zscores, mle, compare, tau, bstar, xi, ...,
+                               summary (the answer table, one row per GPU × precision)
+      summary.json             the answer table as JSON (``evtsync run --json`` prints it)
       fits/<model>.nc          one Bayesian fit per model (BayesFit files)
       figures/, report.html, report.md
 
