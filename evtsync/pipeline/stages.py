@@ -132,6 +132,21 @@ def _stage_tax(run: Run) -> dict[str, Any]:
             "missing_ranks": missing, "rank_problems": problems}
 
 
+def _with_intervals(summary: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
+    """A workload's attribution summary with its Wilson intervals (evtsync.intervals): each
+    category's share of the attributed collectives (``collective_share`` / ``_lo`` / ``_hi``) and
+    the GPU-only share of the stragglers (``gpu_only_share`` / ``_lo`` / ``_hi``, ``n_attributed``)."""
+    from evtsync.intervals import wilson_interval
+
+    ok = collectives[collectives["status"] == "ok"]
+    share, lo, hi = wilson_interval(int((ok["path_kind"] == "gpu_only").sum()), len(ok))
+    summary = summary.assign(gpu_only_share=share, gpu_only_share_lo=lo, gpu_only_share_hi=hi, n_attributed=len(ok))
+    total = int(summary["count"].sum()) if len(summary) else 0
+    shares = [wilson_interval(int(k), total) for k in summary["count"]] if len(summary) else []
+    return summary.assign(collective_share=[s[0] for s in shares], collective_share_lo=[s[1] for s in shares],
+                          collective_share_hi=[s[2] for s in shares])
+
+
 def _stage_attribution(run: Run) -> dict[str, Any]:
     try:
         from evtsync.critpath.attribution import attribute
@@ -154,8 +169,7 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
             reasons.append(f"{w.name}: {exc}")
             return
         collectives.append(_tag(result.collectives, w.name, gpu))
-        summary = result.summary.copy()
-        summary["gpu_only_share"] = result.gpu_only_share
+        summary = _with_intervals(result.summary.copy(), result.collectives)
         summaries.append(_tag(summary, w.name, gpu))
         validations.append(_tag(result.validation, w.name, gpu))
         paths.append(_tag(_path_view_rows(result), w.name, gpu))

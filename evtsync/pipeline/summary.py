@@ -35,6 +35,8 @@ from evtsync.tableio import read_table
 #: Domain size of the summary's tau(n) and B* when the run's options name none (the paper's
 #: 3D-torus example; the largest tabulated n below it otherwise).
 SUMMARY_N = 512
+#: Between the notes of a summary row (a reason may hold semicolons itself).
+NOTE_SEPARATOR = "\n"
 #: The format tag of ``summary.json``.
 SUMMARY_FORMAT = "evtsync-summary/1"
 
@@ -157,8 +159,8 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
     ``gpu_only_share`` / ``_lo`` / ``_hi`` (Wilson); the main model's ``xi_mean`` / ``_lo`` /
     ``_hi``, ``family``, ``verdict``; ``tau_mean_us`` / ``_lo_us`` / ``_hi_us`` and
     ``tau_share_infinite`` at n; per topology ``reduction_<topology>`` / ``_lo`` / ``_hi`` and
-    ``bstar_<topology>_gbps`` / ``_lo_gbps`` / ``_hi_gbps``; ``converged`` and ``notes`` (with what to
-    do next where something could not be computed). The second value holds ``n``, ``model``,
+    ``bstar_<topology>_gbps`` / ``_lo_gbps`` / ``_hi_gbps``; ``converged`` and ``notes`` (one per line,
+    :data:`NOTE_SEPARATOR`, with what to do next where something could not be computed). The second value holds ``n``, ``model``,
     ``loo``, ``loo_and_tail`` (the sentence reconciling them), ``topologies`` and ``level``.
     """
     def table(name: str) -> pd.DataFrame | None:
@@ -267,7 +269,7 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
         row["converged"] = fit_ok
         if not fit_ok:
             notes.insert(0, f"fit {model} NOT converged: xi, tau and B* are unreliable")
-        row["notes"] = "; ".join(notes)
+        row["notes"] = NOTE_SEPARATOR.join(notes)
         rows.append(row)
     info = {"n": n, "model": model, "loo": loo_verdict(compare), "topologies": topologies, "level": INTERVAL_LEVEL,
             "loo_and_tail": reconcile_loo_tail(compare, [str(r.get("verdict") or "") for r in rows])}

@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 
 from evtsync.display import fmt_interval
-from evtsync.intervals import wilson_interval
 from evtsync.plots import fits as fit_figs
 from evtsync.plots import tax as tax_figs
 from evtsync.report.context import MIN_Z_FIGURE, PCT, ReportContext, mle_parameters, slug
@@ -96,18 +95,16 @@ def _attribution_items(ctx: ReportContext, att: pd.DataFrame | None, gpu: str, g
     if sub.empty:
         return [f"Critical-path attribution: no attributed collective on {gpu}."]
     items: list[Any] = []
-    coll = ctx.table("attribution_collectives")
-    if coll is not None and len(coll):
-        ok = coll[(coll["gpu"].astype(str) == gpu) & (coll["status"] == "ok")]
-        parts = []
-        for w, grp in ok.groupby("workload", sort=True):
-            p, lo, hi = wilson_interval(int((grp["path_kind"] == "gpu_only").sum()), len(grp))
-            parts.append(f"{w} {fmt_ci(100 * p, 100 * lo, 100 * hi)}% of {len(grp)}")
-        items.append(f"Share of attributed collectives whose straggler path is GPU-only, with its {PCT} Wilson "
-                     "interval: " + "; ".join(parts) + " (paper: 93.7%).")
-    totals = sub.groupby("workload")["count"].transform("sum").to_numpy()
-    cat = sub.assign(**{f"share [{PCT} CI]": [fmt_ci(*wilson_interval(int(k), int(n)))
-                                           for k, n in zip(sub["count"], totals, strict=True)]})
+    if "collective_share_lo" not in sub:
+        return [Skipped("No attribution tables with intervals: this run folder's attribution stage was run by an "
+                        "evtsync that left the intervals to the report; rerun `evtsync run --force` to add them.")]
+    per_workload = sub.drop_duplicates("workload").sort_values("workload")
+    items.append(f"Share of attributed collectives whose straggler path is GPU-only, with its {PCT} Wilson "
+                 "interval: " + "; ".join(
+                     f"{r.workload} {fmt_ci(100 * r.gpu_only_share, 100 * r.gpu_only_share_lo, 100 * r.gpu_only_share_hi)}%"
+                     f" of {int(r.n_attributed)}" for r in per_workload.itertuples()) + " (paper: 93.7%).")
+    cat = sub.assign(**{f"share [{PCT} CI]": [fmt_ci(*v) for v in zip(
+        sub["collective_share"], sub["collective_share_lo"], sub["collective_share_hi"], strict=True)]})
     cat = cat.rename(columns={"cause_class": "cause class", "count": "collectives",
                               "share_of_gpu_causes": "share of GPU causes"})
     items.append(Table(cat[["workload", "category", "cause class", "collectives", f"share [{PCT} CI]",
@@ -180,7 +177,8 @@ def _cell_section(ctx: ReportContext, gpu: str, precision: str, z: pd.DataFrame,
         sec.items.append(Skipped(f"Skipped — {values.size} z-score(s) from {cell['block'].nunique()} block "
                                  f"identit{'y' if cell['block'].nunique() == 1 else 'ies'} (workloads "
                                  f"{', '.join(sorted(cell['workload'].astype(str).unique()))}): fewer than "
-                                 f"{MIN_Z_FIGURE}, too few for a histogram, a QQ plot or a fit."))
+                                 f"{MIN_Z_FIGURE}, too few for a histogram, a QQ plot or a fit: profile more training steps (how: "
+                                 "the summary's note)."))
         return sec
     sec.items.append(f"{len(values)} pooled z-scores from {cell['block'].nunique()} block identities "
                      f"(workloads {', '.join(sorted(cell['workload'].unique()))}); mean coefficient of variation "

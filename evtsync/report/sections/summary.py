@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 from evtsync.display import fmt_interval
-from evtsync.pipeline.summary import read_summary
+from evtsync.pipeline.layout import STATUS_TEXT
+from evtsync.pipeline.summary import NOTE_SEPARATOR, read_summary
 from evtsync.report.context import PCT, ReportContext, fit_rows, slug
 from evtsync.report.markdown import (
     Alert,
@@ -51,7 +52,7 @@ def build(ctx: ReportContext) -> list[Section]:
         return fmt_interval(scale * value, scale * row[lo], scale * row[hi], row.get(kind) if kind else None, digits)
 
     records = numbers.to_dict(orient="records")
-    split = [[n for n in str(r.get("notes") or "").split("; ") if n] for r in records]
+    split = [[n for n in str(r.get("notes") or "").split(NOTE_SEPARATOR) if n] for r in records]
     common = [n for n in split[0] if all(n in other for other in split) and "NOT converged" not in n] if split else []
     for r, notes in zip(records, split, strict=True):
         r["notes"] = "; ".join(n for n in notes if n not in common)
@@ -83,7 +84,9 @@ def build(ctx: ReportContext) -> list[Section]:
     frame = pd.DataFrame(shown)
     if SUMMARY_NOTE in frame and (frame[SUMMARY_NOTE] == "–").all():
         frame = frame.drop(columns=[SUMMARY_NOTE])
-    loo = info["loo"] or ("LOO comparison: " + ctx.why_not("compare"))
+    compare = ctx.stage("compare")
+    loo = info["loo"] or (f"LOO comparison: stage compare {STATUS_TEXT.get(compare.get('status', 'not run'), 'not run')}"
+                          f": {compare.get('reason') or 'no reason recorded'} (why, and what to do: the notes below).")
     items.append(Link(loo, "#compare"))
     if info.get("loo_and_tail"):
         items.append(info["loo_and_tail"])
