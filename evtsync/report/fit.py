@@ -6,7 +6,6 @@ import functools
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from evtsync.defaults import INTERVAL_LEVEL as LEVEL
@@ -23,9 +22,16 @@ from evtsync.report.markdown import (
 def fit_sections(fit_file: Path, out: Path, svg: bool = False,
                  workers: int | None = None) -> tuple[list[Section], list[Path]]:
     """The document of one Bayesian fit: convergence, parameters, xi per cell, fit per cell."""
-    from evtsync.evt.bayesfit import cell_parameters, is_converged, load_fit, parameter_summary
+    from evtsync.evt.bayesfit import (
+        BayesFit,
+        cell_parameters,
+        is_converged,
+        load_fit,
+        parameter_summary,
+    )
     from evtsync.evt.fit import ESS_MIN, RHAT_MAX
     from evtsync.evt.mlefit import mle_cell_table
+    from evtsync.evt.predict import cell_parameter_table
 
     tree = load_fit(fit_file)
     ctx = ReportContext(fit_file.parent, out, {}, svg=svg)
@@ -51,13 +57,15 @@ def fit_sections(fit_file: Path, out: Path, svg: bool = False,
     observed = pd.DataFrame({"cell": labels[obs["cell"].values.astype(int)], "z": obs["z"].values})
     # the GEV and Gumbel MLE of every cell, as the run's mle stage computes them (no profile interval: not shown)
     mle = mle_cell_table(observed, ("cell",), pooled=False, profile=False)
+    # posterior mean and central interval of mu, sigma, xi per cell: the prediction tables' summary
+    summary_of_cells = cell_parameter_table(BayesFit(tree, fit_file), LEVEL).astype({"cell": str}).set_index("cell")
     rows = []
     for i, cell in enumerate(labels):
         gpu = str(cells["gpu"].values[i]) if "gpu" in cells else "all"
         precision = str(cells["precision"].values[i]) if "precision" in cells else "all"
         draws = tuple(params[p].isel(cell=i).values.ravel() for p in ("mu", "sigma", "xi"))
-        q = {p: (float(np.mean(d)), float(np.quantile(d, (1 - LEVEL) / 2)), float(np.quantile(d, (1 + LEVEL) / 2)))
-             for p, d in zip(("mu", "sigma", "xi"), draws, strict=True)}
+        r = summary_of_cells.loc[cell]
+        q = {p: (float(r[f"{p}_mean"]), float(r[f"{p}_lo"]), float(r[f"{p}_hi"])) for p in ("mu", "sigma", "xi")}
         rows.append({"model": name, "gpu": gpu, "precision": precision, "converged": is_converged(tree),
                      "xi_mean": q["xi"][0], "xi_lo": q["xi"][1], "xi_hi": q["xi"][2]})
         z = obs["z"].values[obs["cell"].values == i]
