@@ -181,3 +181,29 @@ def test_sections_are_one_module_each_in_one_list() -> None:
     assert all(m.startswith("evtsync.report.sections.") for m in modules)
     html_source = (Path(__file__).resolve().parent.parent / "evtsync" / "report" / "html.py").read_text()
     assert len(html_source.splitlines()) < 150                         # the entry point only
+
+
+def test_attribution_stage_writes_the_wilson_intervals_by_hand() -> None:
+    """9 attributed collectives, 6 with a GPU-only straggler path; categories 5 gemm, 3 attention,
+    1 launch delay (and 2 collectives not attributed, left out). Wilson's interval by its textbook
+    formula: (p + z²/2n ± z·sqrt(p(1−p)/n + z²/4n²)) / (1 + z²/n), z the 95% normal quantile."""
+    from scipy import stats
+
+    from evtsync.pipeline.stages import attribution_with_intervals
+
+    coll = pd.DataFrame({"status": ["ok"] * 9 + ["no_tax"] * 2,
+                         "path_kind": ["gpu_only"] * 6 + ["launch_delay"] * 3 + ["gpu_only"] * 2})
+    summary = pd.DataFrame({"category": ["gemm", "attention", "launch_delay"], "count": [5, 3, 1]})
+    out = attribution_with_intervals(summary, coll)
+    z = stats.norm.ppf(0.95)
+
+    def wilson(k: int, n: int) -> tuple[float, float]:
+        p = k / n
+        centre, half = p + z * z / (2 * n), z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+        return (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
+
+    assert (out["n_attributed"] == 9).all() and out["gpu_only_share"].iloc[0] == pytest.approx(6 / 9)
+    assert (out["gpu_only_share_lo"].iloc[0], out["gpu_only_share_hi"].iloc[0]) == pytest.approx(wilson(6, 9))
+    for row, k in zip(out.itertuples(), (5, 3, 1), strict=True):
+        assert row.collective_share == pytest.approx(k / 9)
+        assert (row.collective_share_lo, row.collective_share_hi) == pytest.approx(wilson(k, 9))

@@ -132,7 +132,7 @@ def _stage_tax(run: Run) -> dict[str, Any]:
             "missing_ranks": missing, "rank_problems": problems}
 
 
-def _with_intervals(summary: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
+def attribution_with_intervals(summary: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
     """A workload's attribution summary with its Wilson intervals (evtsync.intervals): each
     category's share of the attributed collectives (``collective_share`` / ``_lo`` / ``_hi``) and
     the GPU-only share of the stragglers (``gpu_only_share`` / ``_lo`` / ``_hi``, ``n_attributed``)."""
@@ -169,7 +169,7 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
             reasons.append(f"{w.name}: {exc}")
             return
         collectives.append(_tag(result.collectives, w.name, gpu))
-        summary = _with_intervals(result.summary.copy(), result.collectives)
+        summary = attribution_with_intervals(result.summary.copy(), result.collectives)
         summaries.append(_tag(summary, w.name, gpu))
         validations.append(_tag(result.validation, w.name, gpu))
         paths.append(_tag(_path_view_rows(result), w.name, gpu))
