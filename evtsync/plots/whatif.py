@@ -105,8 +105,11 @@ def bstar_vs_flops(table: pd.DataFrame, ns: Sequence[int] | None = None,
         ax.grid(alpha=0.3, which="both")
         not_converged_mark(ax, _converged(sub))
     axes[0][0].set_ylabel("optimal bandwidth B* (GB/s)")
-    axes[0][0].legend(fontsize=6)
     fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:  # one legend below the panels: never over the curves
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(4, len(labels)),
+                   fontsize=8, frameon=False)
     return fig
 
 

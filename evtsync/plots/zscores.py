@@ -53,8 +53,7 @@ def zscores_by_cell(z: pd.DataFrame, params: pd.DataFrame | None = None, column:
                     mu, sigma, xi = lookup[(g, p)]
                     ax.plot(grid, gev.pdf(grid, mu, sigma, xi), color="C0", lw=1.3, label=f"GEV xi={xi:.2f}")
                     ax.legend(fontsize=6, loc="upper right")
-                ax.text(0.02, 0.95, f"n={x.size}", transform=ax.transAxes, fontsize=7, va="top")
-            ax.set_title(f"{g} {p}", fontsize=9)
+            ax.set_title(f"{g} {p}" + (f", n={x.size}" if x.size else ""), fontsize=9)  # the count beside, not over, the bars
             if i == len(gpus) - 1:
                 ax.set_xlabel("z = (max - mean) / pooled sd")
         axes[i][0].set_ylabel("density")
