@@ -207,3 +207,20 @@ def test_attribution_stage_writes_the_wilson_intervals_by_hand() -> None:
     for row, k in zip(out.itertuples(), (5, 3, 1), strict=True):
         assert row.collective_share == pytest.approx(k / 9)
         assert (row.collective_share_lo, row.collective_share_hi) == pytest.approx(wilson(k, 9))
+
+
+def test_pivoted_prediction_tables_show_the_label_columns_a_stage_writes() -> None:
+    """A label the prediction stage adds (here an estimator name, one per row key) is shown beside
+    the keys; bookkeeping columns and per-n values are not."""
+    from evtsync.report.context import label_columns
+    from evtsync.report.sections.prediction import bstar_pivot
+
+    rows = [{"model": "m", "topology": "ring", "gpu": "H100", "precision": "bf16", "n": n, "estimator": "exact",
+             "fit_kind": "bayes", "bstar_mean_gbps": 1.0, "bstar_lo_gbps": 0.5, "bstar_hi_gbps": 2.0,
+             "converged": True} for n in (8, 64)]
+    frame = pd.DataFrame(rows)
+    assert label_columns(frame, ["topology", "gpu", "precision"]) == ["model", "estimator"]
+    wide = bstar_pivot(frame, "bstar")
+    assert list(wide.columns) == ["topology", "GPU", "precision", "model", "estimator", "n = 8", "n = 64",
+                                  "not converged"]
+    assert wide.iloc[0]["estimator"] == "exact" and wide.iloc[0]["n = 8"] == "1 [0.5, 2]"

@@ -155,3 +155,18 @@ def mle_parameters(mle: pd.DataFrame | None, family: str, **cell: str) -> dict[s
         return None
     r = row.iloc[0]
     return {"mu": float(r["mu"]), "sigma": float(r["sigma"]), "xi": float(r["xi"])}
+
+
+#: Columns of a prediction table that are keys or bookkeeping, not labels a reader needs per row.
+NOT_LABELS = frozenset({"cell", "fit_kind", "level", "converged", "n", "k", "topology", "eps", "flops_factor"})
+
+
+def label_columns(frame: pd.DataFrame, keys: list[str]) -> list[str]:
+    """The text columns of ``frame`` besides ``keys`` that hold one value per key (labels such as
+    how a row was predicted): a pivoted table shows them beside its keys, whatever the stage wrote."""
+    if frame.empty:
+        return []
+    text = [c for c in frame.columns if c not in keys and c not in NOT_LABELS
+            and not pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c])]
+    per_key = frame.groupby(keys, sort=False)
+    return [c for c in text if int(per_key[c].nunique(dropna=False).max()) == 1]

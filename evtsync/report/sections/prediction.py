@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.plots import predictions as pred_figs
-from evtsync.report.context import PCT, ReportContext
+from evtsync.report.context import PCT, ReportContext, label_columns
 from evtsync.report.markdown import (
     Section,
     Table,
@@ -38,7 +38,8 @@ def build(ctx: ReportContext) -> list[Section]:
                                          f"lower bound where fitted.")]
     t = tau[tau["model"].isin(models) & tau["n"].isin(TABLE_NS)]
     wide = t.assign(value=[fmt_ci(a, b, c) for a, b, c in zip(t["tau_mean_us"], t["tau_lo_us"], t["tau_hi_us"], strict=True)])
-    wide = wide.pivot_table(index=["model", "gpu", "precision"], columns="n", values="value", aggfunc="first")
+    keys = ["model", "gpu", "precision"]
+    wide = wide.pivot_table(index=keys + label_columns(t, keys), columns="n", values="value", aggfunc="first")
     wide.columns = [f"n={c} µs [{PCT} CrI]" for c in wide.columns]
     items.append(Table(wide.reset_index(), f"tau(n) in µs at selected domain sizes: posterior mean [{PCT} credible interval]."))
     sections = [Section("Predicted tax tau(n)", items, anchor="tau")]
@@ -65,9 +66,10 @@ def bstar_pivot(bstar: pd.DataFrame, value: str) -> pd.DataFrame:
     text = [fmt_ci(scale * a, scale * b, scale * c) for a, b, c in
             zip(bstar[f"{value}_mean{unit}"], bstar[f"{value}_lo{unit}"], bstar[f"{value}_hi{unit}"], strict=True)]
     keys = ["topology", "gpu", "precision"]
-    wide = bstar.assign(_text=text).pivot_table(index=keys, columns="n", values="_text", aggfunc="first", sort=False)
+    index = keys + label_columns(bstar, keys)  # labels the prediction stage wrote (e.g. the estimator)
+    wide = bstar.assign(_text=text).pivot_table(index=index, columns="n", values="_text", aggfunc="first", sort=False)
     wide.columns = [f"n = {c}" for c in wide.columns]
-    conv = bstar.groupby(keys, sort=False)["converged"].agg(lambda v: bool(np.all(v.astype(bool))))
+    conv = bstar.groupby(index, sort=False)["converged"].agg(lambda v: bool(np.all(v.astype(bool))))
     wide["not converged"] = ~conv.reindex(wide.index).to_numpy(bool)
     return wide.reset_index().rename(columns={"gpu": "GPU"})
 
