@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from evtsync.plots import fits as fit_figs
-from evtsync.report.context import PCT, ReportContext
+from evtsync.report.context import NOT_LABELS, PCT, ReportContext, label_columns
 from evtsync.report.markdown import (
     Section,
     Skipped,
@@ -47,11 +47,15 @@ def build(ctx: ReportContext) -> list[Section]:
                                      "precision cell, for every fitted model with a free shape (pooled models give one "
                                      f"value for all cells; x markers: fit not converged). Grey band: {PCT} interval of the "
                                      "population shape xi0 of the hierarchical model (SPEC §6)."))
+    keys = ["model", "gpu", "precision"]
+    labels = label_columns(shown, keys) + [c for c in shown.columns if pd.api.types.is_bool_dtype(shown[c])
+                                           and c not in NOT_LABELS]  # e.g. a prior-dominance flag
     items.append(Table(pd.DataFrame({
         "model": shown["model"], "GPU": shown["gpu"], "precision": shown["precision"],
         f"xi [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in zip(shown["xi_mean"], shown["xi_lo"], shown["xi_hi"], strict=True)],
-        "not converged": ~shown["converged"].astype(bool)}), "Posterior of xi per cell (rows in red: fit not converged).",
-        flag="not converged"))
+        **{c: shown[c] for c in labels},
+        "not converged": ~shown["converged"].astype(bool)}), "Posterior of xi per cell, with the labels the prediction "
+        "stage gives each row (rows in red: fit not converged).", flag="not converged"))
     z = ctx.table("zscores")
     if z is not None and len(z) and {"gpu", "precision", "z"} <= set(z.columns):
         from evtsync.plots.zscores import zscores_by_cell
