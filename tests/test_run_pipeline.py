@@ -461,3 +461,13 @@ def test_summary_stage_writes_the_answer_table(tiny_run: tuple[Path, dict, list[
     assert "B*, fully connected (GB/s)" in md and "top stragglers (share of collectives)" in md
     _print_summary(out)
     assert json.loads(capsys.readouterr().out) == doc
+    # the demo's truth beside the estimates: the planted xi read here from each ground_truth.json
+    truth = pd.read_parquet(out / "tables" / "truth_xi.parquet").set_index("workload")
+    xi = pd.read_parquet(out / "tables" / "xi.parquet")
+    for path in sorted((out / "inputs" / "demo").glob("*/ground_truth.json")):
+        planted = json.loads(path.read_text(encoding="utf-8"))
+        row = truth.loc[planted.get("workload", path.parent.name)]
+        assert row["true_xi"] == planted["gev"]["xi"]
+        est = xi[(xi["model"] == doc["model"]) & (xi["gpu"] == planted["gpu"]) & (xi["precision"] == planted["precision"])]
+        assert bool(row["model_covers"]) == bool(est["xi_lo"].iloc[0] <= planted["gev"]["xi"] <= est["xi_hi"].iloc[0])
+    assert "Estimates vs ground truth (demo)" in md and "covers truth" in md

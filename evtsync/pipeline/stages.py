@@ -13,6 +13,7 @@ compare                PSIS-LOO comparison of the fits (§6)            ``tables
 prediction             tau(n) and B* with credible bands (§7, §8)      ``tables/tau.parquet`` …
 predicted-vs-measured  predicted vs measured straggler delay (§7)      ``tables/predicted_vs_measured.parquet``
 summary                the answer table, one row per GPU × precision   ``tables/summary.parquet``, ``summary.json``
+                       (demo: its estimates beside the planted truth)  ``tables/truth_*.parquet``
 report                 HTML report, Markdown summary, figures          ``report.html`` …
 =====================  ==============================================  =====================
 
@@ -583,6 +584,17 @@ def _stage_summary(run: Run) -> dict[str, Any]:
     numbers, info = summary_numbers(run.out, run.manifest)
     run.produced("summary", run.write_table(f"{TABLES}/summary.parquet", numbers),
                  run.write_json(SUMMARY_JSON, summary_document(numbers, info)))
+    if run.options.is_demo:  # the demo's estimates beside its planted truth
+        from evtsync.pipeline.truth import read_truths, truth_tables
+
+        truths = read_truths(run.out, run.manifest)
+        if truths:
+            def table(name: str) -> pd.DataFrame | None:
+                return run.table(f"{TABLES}/{name}.parquet") if run.path(f"{TABLES}/{name}.parquet").is_file() else None
+
+            xi, att = truth_tables(truths, table("xi"), table("mle"), table("attribution_collectives"), info["model"])
+            run.produced("summary", run.write_table(f"{TABLES}/truth_xi.parquet", xi),
+                         run.write_table(f"{TABLES}/truth_attribution.parquet", att))
     return {"rows": len(numbers), "model": info["model"], "n": info["n"]}
 
 
