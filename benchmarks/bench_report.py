@@ -83,7 +83,11 @@ if hasattr(run, "fit_tree"):  # this checkout: compare, prediction and predicted
         run.fit_tree(path)
 if workers:  # this checkout: at most this many figure processes (1: in this process)
     import evtsync.report.html
-    evtsync.report.html.FIGURE_WORKERS = workers
+    try:
+        import evtsync.report.context as figure_home  # the report split into sections (issue 31)
+    except ImportError:
+        figure_home = evtsync.report.html  # a checkout from before the split
+    figure_home.FIGURE_WORKERS = workers
 t0 = time.perf_counter()
 stages._stage_report(run)
 print(f"STAGE {time.perf_counter() - t0:.3f}")
