@@ -4,7 +4,7 @@ Purpose
     Truth for CPU-side attribution (issue 28) that evtsync did not make: real torch profiler
     traces of 4-rank CPU jobs on the gloo backend, in which the script itself makes chosen
     ranks late at chosen steps, measures how long each plant took, and writes what the plan
-    says the analysis must find (``truth.json``) from the plan, the program's own log of the
+    says the analysis must find (``<out>.truth.json``) from the plan, the program's own log of the
     collectives it issued, and the measured plant durations — never from evtsync's output.
 
 Jobs (``--job``)
@@ -32,7 +32,7 @@ Profiling
     use_gzip=True)`` (files ``rank{r}.<ms>.pt.trace.json.gz``). CPU activity only,
     ``record_shapes=True``. ``torch.set_num_threads(1)`` per rank.
 
-truth.json
+<out>.truth.json (beside the folder)
     ``plants``: rank, step, kind, position (collectives the rank issued in that step before the
     plant), measured_us, expected ``cause`` (the event name the plant leaves on the main thread:
     ``data_loader_stall``, ``aten::mm`` or ``(python gap)``), ``affected``: for every group of the
@@ -269,7 +269,8 @@ def main() -> int:
     truth = truth_from_logs(args.job, args.clean, logs)
     truth["load_average_at_start"] = [round(x, 2) for x in load]
     truth["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    (args.out / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+    # beside the folder, not in it: the folder holds the traces only (evtsync reads all of it)
+    args.out.with_name(args.out.name + ".truth.json").write_text(json.dumps(truth, indent=1) + "\n")
     files = sorted(args.out.glob("*.pt.trace.json.gz"))
     if len(files) != WORLD_SIZE * 2:
         print(f"record_gloo_planted: {len(files)} trace files, expected {WORLD_SIZE * 2}", file=sys.stderr)
