@@ -60,7 +60,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
+from torch.profiler import (
+    ProfilerActivity,
+    profile,
+    record_function,
+    schedule,
+    tensorboard_trace_handler,
+)
 
 WORLD_SIZE = 4
 STEPS = 8

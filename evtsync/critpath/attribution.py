@@ -19,6 +19,7 @@ import pandas as pd
 
 from evtsync.collectives import Alignment, align_collectives
 from evtsync.critpath.categories import CPU_CATEGORIES, classify_names
+from evtsync.critpath.cpu import CPU_SIDE_CATEGORIES, attribute_cpu_side, collectives_are_cpu_side
 from evtsync.critpath.dag import (
     SAME_STREAM_TOLERANCE_NS,
     RankDAG,
@@ -53,8 +54,10 @@ COLLECTIVE_COLUMNS = [
     "cause_extra_us", "cause_raw_extra_us", "cause_duration_us", "cause_fastest_duration_us", "cause_occurrence",
     "cause_start_ns", "cause_on_fastest_path", "lca_name", "n_common", "path_extra_us",
     "path_gpu_extra_us", "path_cpu_extra_us", "straggler_path_us", "fastest_path_us", "fastest_matched_us",
-    "unplaced_us",
+    "unplaced_us", "cause_pg", "cause_index", "root_rank", "root_pg", "root_index", "root_cause",
+    "root_category", "root_chain", "root_cycle",
 ]
+RANK_COLUMNS = ["rank", "collectives", "straggled", "wait_suffered_us", "wait_caused_us", "wait_caused_root_us"]
 PATH_COLUMNS = ["pg", "index", "rank", "role", "step", "name", "kind", "start_ns", "end_ns",
                 "dur_us", "occurrence", "own_us", "wait_us", "own_fastest_us", "wait_fastest_us", "extra_us"]
 #: A collective is explained when its path's extra time is within this band of its tax
@@ -79,6 +82,11 @@ class AttributionResult(TablesDisplay):
       on the communication-time difference (slope, intercept, R², n) — SPEC §4 (a).
     - ``paths``: the straggler's and fastest rank's paths event by event (when kept).
     - ``gpu_only_share``: share of attributed collectives whose straggler path is GPU-only.
+    - ``ranks``: per rank, the wait it suffered (its own waiting in collectives) against the
+      wait it caused (the other members' waiting where it straggled, and where it is the root
+      after routing across process groups, see :func:`route_blame`).
+    - ``cpu_side``: the collectives are CPU-side (gloo): attributed on the main threads
+      (:mod:`evtsync.critpath.cpu`).
     """
 
     collectives: pd.DataFrame
@@ -87,6 +95,8 @@ class AttributionResult(TablesDisplay):
     paths: pd.DataFrame
     gpu_only_share: float
     dag_stats: pd.DataFrame = field(default_factory=pd.DataFrame)
+    ranks: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=RANK_COLUMNS))
+    cpu_side: bool = False
 
 
 class RankTables:
@@ -168,10 +178,15 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
         elif isinstance(backend, DaskCluster):
             where["client"] = backend.client
         traces = load_traces(traces, scope="collectives" if distributed else "all", **read_options, **where)
-    if not distributed:
-        traces.require(("all",), "critical-path attribution")
     alignment = alignment if alignment is not None else align_collectives(traces, **align_options)
     tax = tax if tax is not None else compute_tax(alignment)
+    cpu_side = alignment.instances["correlation"].eq(-1).all() and collectives_are_cpu_side(traces) \
+        if len(alignment.instances) else False
+    if cpu_side and distributed:  # CPU-side collectives: small traces, read everything here
+        traces = load_traces(traces.ranks["path"].astype(str).unique().tolist(), scope="all", **read_options)
+        distributed = False
+    if not distributed:
+        traces.require(("all",), "critical-path attribution")
     inst = alignment.instances
     groups = alignment.groups
     if pg is not None:
@@ -184,6 +199,15 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
         empty = pd.DataFrame(columns=COLLECTIVE_COLUMNS)
         return AttributionResult(empty, pd.DataFrame(columns=SUMMARY_COLUMNS),
                                  regress_path_on_tax(empty), pd.DataFrame(columns=PATH_COLUMNS), float("nan"))
+    if cpu_side:
+        table, paths_table = attribute_cpu_side(
+            traces, alignment, tax, set(inst["pg"].unique()), columns=COLLECTIVE_COLUMNS,
+            share_band=(EXPLAINED_SHARE_MIN, EXPLAINED_SHARE_MAX), keep_paths=keep_paths)
+        table = route_blame(table)
+        summary, gpu_only = summarize(table)
+        return AttributionResult(collectives=table, summary=summary, validation=regress_path_on_tax(table),
+                                 paths=paths_table if len(paths_table) else pd.DataFrame(columns=PATH_COLUMNS),
+                                 gpu_only_share=gpu_only, ranks=rank_blame(table, tax), cpu_side=True)
     tax_rows = tax.collectives
     tax_rows = tax_rows[tax_rows["pg"].isin(inst["pg"].unique())]
     rows: dict[tuple[str, int], dict[str, Any]] = {}
@@ -264,11 +288,101 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     gpu_causes = table["cause_segment"] == "kernel"
     if gpu_causes.any():
         table.loc[gpu_causes, "cause_category"] = classify_names(table.loc[gpu_causes, "cause_name"].tolist())
+    _name_collective_causes(table, inst)
+    table = route_blame(table)
     summary, gpu_only = summarize(table)
     paths_table = paths_table_of(path_parts) if path_parts else pd.DataFrame(columns=PATH_COLUMNS)
     return AttributionResult(collectives=table, summary=summary, validation=regress_path_on_tax(table),
                              paths=paths_table, gpu_only_share=gpu_only,
-                             dag_stats=pd.DataFrame([stats[r] for r in sorted(stats)]))
+                             dag_stats=pd.DataFrame([stats[r] for r in sorted(stats)]), ranks=rank_blame(table, tax))
+
+
+def _name_collective_causes(table: pd.DataFrame, instances: pd.DataFrame) -> None:
+    """Where a GPU principal cause is a collective kernel of the straggler (another PG's, or an
+    earlier one of its own), fill ``cause_pg`` / ``cause_index`` with that collective."""
+    if table.empty or "cause_start_ns" not in table:
+        return
+    lookup = {(int(r), int(ts)): (pg, int(i)) for r, ts, pg, i in
+              zip(instances["rank"], instances["ts_ns"], instances["pg"], instances["index"], strict=True)}
+    for i, rank, start, seg in zip(table.index, table["straggler_rank"], table["cause_start_ns"],
+                                   table["cause_segment"], strict=True):
+        if seg != "kernel" or start is None or pd.isna(start):
+            continue
+        hit = lookup.get((int(rank), int(start)))
+        if hit is not None:
+            table.at[i, "cause_pg"], table.at[i, "cause_index"] = hit
+
+
+def route_blame(table: pd.DataFrame) -> pd.DataFrame:
+    """Route each collective's blame to its root (issue 28, item 4).
+
+    A straggler whose principal cause is a collective (it waited in, or arrived late from,
+    collective ``cause_pg``/``cause_index``, of its own or another process group) passes the
+    blame to that collective's straggler and its cause, recursively: ``root_rank``, ``root_pg``,
+    ``root_index``, ``root_cause``, ``root_category`` are where the chain ends (a cause that is
+    not a collective, or a collective without a row or cause), ``root_chain`` the number of
+    hops (0: the collective is its own root). A chain that comes back to a collective already
+    on it is cut there: ``root_cycle`` is True and the root is the last collective before the
+    repeat (logged). Rows without a named cause keep their own straggler as the root.
+    """
+    table = table.copy()
+    if table.empty:
+        return table
+    key_of = {(pg, int(i)): n for n, (pg, i) in enumerate(zip(table["pg"], table["index"], strict=True))}
+    cause_pg, cause_index = table["cause_pg"].tolist(), table["cause_index"].tolist()
+    out = {c: [] for c in ("root_rank", "root_pg", "root_index", "root_cause", "root_category",
+                           "root_chain", "root_cycle")}
+    n_cycles = 0
+    for n in range(len(table)):
+        seen, here, cycle = {n}, n, False
+        while True:
+            pg, idx = cause_pg[here], cause_index[here]
+            if pg is None or idx is None or (isinstance(idx, float) and np.isnan(idx)):
+                break
+            nxt = key_of.get((pg, int(idx)))
+            if nxt is None or table["status"].iat[nxt] in ("no_tax", "no_node"):
+                break
+            if nxt in seen:
+                cycle = True
+                break
+            seen.add(nxt)
+            here = nxt
+        n_cycles += cycle
+        out["root_rank"].append(table["straggler_rank"].iat[here])
+        out["root_pg"].append(table["pg"].iat[here])
+        out["root_index"].append(int(table["index"].iat[here]))
+        out["root_cause"].append(table["cause_name"].iat[here])
+        out["root_category"].append(table["cause_category"].iat[here])
+        out["root_chain"].append(len(seen) - 1)
+        out["root_cycle"].append(cycle)
+    for c, v in out.items():
+        table[c] = v
+    if n_cycles:
+        log.warning("blame routing: %d collective(s) reach a cycle of collectives waiting for each other; "
+                    "cut at the repeat (root_cycle)", n_cycles)
+    return table
+
+
+def rank_blame(table: pd.DataFrame, tax: TaxTables) -> pd.DataFrame:
+    """Per rank: collectives it took part in, how often it straggled, the wait it suffered (its
+    own ``wait_us`` over all its collectives), the wait it caused as the straggler (the other
+    members' waiting in the collectives it straggled in) and as the root after routing."""
+    ranks = tax.ranks
+    if ranks.empty:
+        return pd.DataFrame(columns=RANK_COLUMNS)
+    wait = ranks.groupby(["pg", "index"], observed=True)["wait_us"].sum()
+    suffered = ranks.groupby("rank")["wait_us"].sum()
+    n = ranks.groupby("rank").size()
+    rows = {int(r): {"rank": int(r), "collectives": int(n[r]), "straggled": 0, "wait_suffered_us": float(suffered[r]),
+                     "wait_caused_us": 0.0, "wait_caused_root_us": 0.0} for r in n.index}
+    for pg, idx, s, root in zip(table["pg"], table["index"], table["straggler_rank"], table["root_rank"], strict=True):
+        w = float(wait.get((pg, int(idx)), 0.0))
+        if s is not None and int(s) in rows and table is not None:
+            rows[int(s)]["straggled"] += 1
+            rows[int(s)]["wait_caused_us"] += w
+        if root is not None and not pd.isna(root) and int(root) in rows:
+            rows[int(root)]["wait_caused_root_us"] += w
+    return pd.DataFrame(list(rows.values()), columns=RANK_COLUMNS)
 
 
 def paths_table_of(parts: list[tuple[StragglerSide, FastestSide, np.ndarray, np.ndarray]]) -> pd.DataFrame:
@@ -322,7 +436,7 @@ def summarize(collectives: pd.DataFrame) -> tuple[pd.DataFrame, float]:
     n_gpu = int((ok["path_kind"] == "gpu_only").sum())
     rows = []
     for category, count in counts.items():
-        is_cpu = category in CPU_CATEGORIES
+        is_cpu = category in CPU_CATEGORIES or category in CPU_SIDE_CATEGORIES
         rows.append({"category": category, "cause_class": "cpu" if is_cpu else "gpu", "count": int(count),
                      "share": count / len(ok),
                      "share_of_gpu_causes": float("nan") if is_cpu or not n_gpu else count / n_gpu})
