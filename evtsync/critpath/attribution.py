@@ -87,6 +87,7 @@ class AttributionResult(TablesDisplay):
       after routing across process groups, see :func:`route_blame`).
     - ``cpu_side``: the collectives are CPU-side (gloo): attributed on the main threads
       (:mod:`evtsync.critpath.cpu`).
+    - ``instances``: the aligned collective instances attributed (one row per pg, index, rank).
     """
 
     collectives: pd.DataFrame
@@ -97,6 +98,7 @@ class AttributionResult(TablesDisplay):
     dag_stats: pd.DataFrame = field(default_factory=pd.DataFrame)
     ranks: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=RANK_COLUMNS))
     cpu_side: bool = False
+    instances: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 class RankTables:
@@ -203,11 +205,13 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
         table, paths_table = attribute_cpu_side(
             traces, alignment, tax, set(inst["pg"].unique()), columns=COLLECTIVE_COLUMNS,
             share_band=(EXPLAINED_SHARE_MIN, EXPLAINED_SHARE_MAX), keep_paths=keep_paths)
+        _refuse_when_nothing_attributed(table, "CPU-side (gloo) collectives")
         table = route_blame(table)
         summary, gpu_only = summarize(table)
         return AttributionResult(collectives=table, summary=summary, validation=regress_path_on_tax(table),
                                  paths=paths_table if len(paths_table) else pd.DataFrame(columns=PATH_COLUMNS),
-                                 gpu_only_share=gpu_only, ranks=rank_blame(table, tax), cpu_side=True)
+                                 gpu_only_share=gpu_only, ranks=rank_blame(table, tax), cpu_side=True,
+                                 instances=inst)
     tax_rows = tax.collectives
     tax_rows = tax_rows[tax_rows["pg"].isin(inst["pg"].unique())]
     rows: dict[tuple[str, int], dict[str, Any]] = {}
@@ -276,6 +280,8 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
         s_side, f_side = sides_s[key], sides_f.get(key)
         if not s_side.found or f_side is None or not f_side.found:
             row["status"] = "no_node"
+            row["unexplained_reason"] = (f"rank {s_side.rank if not s_side.found else row['fastest_rank']}: "
+                                         "the collective has no GPU node in the rank's event DAG")
             n_missing += 1
             continue
         seg_s, extra = combine(s_side, f_side, row, share_band=(EXPLAINED_SHARE_MIN, EXPLAINED_SHARE_MAX))
@@ -288,13 +294,27 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     gpu_causes = table["cause_segment"] == "kernel"
     if gpu_causes.any():
         table.loc[gpu_causes, "cause_category"] = classify_names(table.loc[gpu_causes, "cause_name"].tolist())
+    _refuse_when_nothing_attributed(table, "collectives")
     _name_collective_causes(table, inst)
     table = route_blame(table)
     summary, gpu_only = summarize(table)
     paths_table = paths_table_of(path_parts) if path_parts else pd.DataFrame(columns=PATH_COLUMNS)
     return AttributionResult(collectives=table, summary=summary, validation=regress_path_on_tax(table),
                              paths=paths_table, gpu_only_share=gpu_only,
-                             dag_stats=pd.DataFrame([stats[r] for r in sorted(stats)]), ranks=rank_blame(table, tax))
+                             dag_stats=pd.DataFrame([stats[r] for r in sorted(stats)]), ranks=rank_blame(table, tax),
+                             instances=inst)
+
+
+def _refuse_when_nothing_attributed(table: pd.DataFrame, what: str) -> None:
+    """Raise when collectives have a tax but none could be attributed: the trace lacks what the
+    walk needs (an empty table would read as 'nothing to explain')."""
+    taxed = table[table["status"] != "no_tax"]
+    if len(taxed) and (taxed["status"] == "no_node").all():
+        reasons = taxed["unexplained_reason"].dropna()
+        why = reasons.iloc[0] if len(reasons) else (
+            "no GPU event of the collective kernels in the event DAG of the straggler or the fastest rank")
+        raise InputError(f"attribution cannot run on these traces: none of {len(taxed)} {what} with a tax could be "
+                         f"attributed ({why})")
 
 
 def _name_collective_causes(table: pd.DataFrame, instances: pd.DataFrame) -> None:
