@@ -67,11 +67,15 @@ def collectives_are_cpu_side(traces: TraceSet) -> bool:
     return bool(names.str.startswith("gloo:").any())
 
 
-def main_thread(ops: pd.DataFrame) -> int | None:
+def main_thread(ops: pd.DataFrame, *, fallback: bool = False) -> int | None:
     """The main thread of one rank's CPU ops: the thread of the ``ProfilerStep#N`` annotations,
-    else the one that enqueues the most ``c10d::*`` collectives; None when neither exists."""
+    else the one that enqueues the most ``c10d::*`` collectives, else (with ``fallback``) the
+    thread with the most events; None when there is none."""
     names = ops["name"].astype(str)
-    for mask in (names.str.match(_STEP.pattern), names.str.startswith("c10d::")):
+    masks = [names.str.match(_STEP.pattern), names.str.startswith("c10d::")]
+    if fallback:
+        masks.append(pd.Series(True, index=ops.index))
+    for mask in masks:
         if mask.any():
             return int(ops.loc[mask, "tid"].value_counts().idxmax())
     return None
@@ -147,10 +151,12 @@ def _tile(starts: np.ndarray, ends: np.ndarray, owner_kind: list[int], owner_nam
     return out
 
 
-def rank_timeline(rank: int, ops: pd.DataFrame, instances: pd.DataFrame) -> RankTimeline | None:
+def rank_timeline(rank: int, ops: pd.DataFrame, instances: pd.DataFrame, *,
+                  any_thread: bool = False) -> RankTimeline | None:
     """The main-thread timeline of one rank (``ops``: its CPU ops, ``instances``: its aligned
-    collective instances); None when it has no main thread."""
-    tid = main_thread(ops)
+    collective instances: pg, index, window, collective, ts_ns, end_ns); None when it has no main
+    thread (with ``any_thread``, the thread with the most events serves when nothing marks one)."""
+    tid = main_thread(ops, fallback=any_thread)
     if tid is None:
         return None
     main = ops[ops["tid"].to_numpy() == tid]

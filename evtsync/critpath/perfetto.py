@@ -14,7 +14,8 @@ source traces in the window is copied (name, category, time, duration); on top:
   was routed there (``root_chain`` > 0).
 
 With several windows the files are ``OUT.w0.json``, ``OUT.w1.json``, …; each is written
-atomically.
+atomically. Times are µs from the window's earliest event, whose absolute time (ns, as the
+reader places events) is ``otherData.time_origin_ns``.
 """
 
 from __future__ import annotations
@@ -50,9 +51,21 @@ def window_paths(out: str | Path, n_windows: int) -> list[Path]:
     return [out.with_name(f"{stem}.w{w}.json") for w in range(n_windows)]
 
 
-def _events_of(traces: TraceSet, window: int) -> tuple[list[dict[str, Any]], pd.DataFrame]:
-    """The window's events of every rank as trace events, and a lookup table of them
-    (rank, tid, ts_ns, end_ns) for placing the marks."""
+def _origin(traces: TraceSet, window: int) -> int:
+    """The earliest event start of the window (ns): the file's time zero, so that µs times stay
+    exact in a double (absolute epoch µs would lose the sub-µs digits)."""
+    starts = []
+    for table in (traces.cpu_ops, traces.runtime, traces.kernels):
+        if len(table):
+            sel = table["window"].to_numpy() == window if "window" in table else np.ones(len(table), bool)
+            if sel.any():
+                starts.append(int(table["ts_ns"].to_numpy(np.int64)[sel].min()))
+    return min(starts) if starts else 0
+
+
+def _events_of(traces: TraceSet, window: int, origin: int) -> tuple[list[dict[str, Any]], pd.DataFrame]:
+    """The window's events of every rank as trace events (µs from ``origin``), and a lookup table
+    of them (rank, tid, ts_ns, end_ns) for placing the marks."""
     out: list[dict[str, Any]] = []
     places = []
     ranks = sorted(int(r) for r in traces.ranks.loc[traces.ranks["window"] == window, "rank"].unique()) \
@@ -71,7 +84,7 @@ def _events_of(traces: TraceSet, window: int) -> tuple[list[dict[str, Any]], pd.
         cats = t["cat"].astype(str).tolist() if "cat" in t else ["kernel" if is_gpu else "cuda_runtime"] * len(t)
         for name, cat, r, th, s, e in zip(t["name"].astype(str).tolist(), cats, rank.tolist(), tid.tolist(),
                                           ts.tolist(), end.tolist(), strict=True):
-            out.append({"ph": "X", "name": name, "cat": cat, "pid": r, "tid": th, "ts": _us(s), "dur": _us(e - s)})
+            out.append({"ph": "X", "name": name, "cat": cat, "pid": r, "tid": th, "ts": _us(s - origin), "dur": _us(e - s)})
         places.append(pd.DataFrame({"rank": rank, "tid": tid, "ts_ns": ts, "end_ns": end,
                                     "event": np.arange(len(out) - len(t), len(out))}))
         if is_gpu:
@@ -129,7 +142,8 @@ def write_perfetto(result: Any, traces: TraceSet, out: str | Path) -> list[Path]
     rows = coll[coll["status"].isin(["ok", "unexplained"])]
     written = []
     for w, path in enumerate(paths):
-        events, lookup = _events_of(traces, w)
+        origin = _origin(traces, w)
+        events, lookup = _events_of(traces, w, origin)
         marked = 0
         cause_at: dict[tuple[Any, int], tuple[int, int, float]] = {}  # (pg, index) -> (rank, tid, ts µs)
         for row in rows.itertuples(index=False):
@@ -147,7 +161,7 @@ def write_perfetto(result: Any, traces: TraceSet, out: str | Path) -> list[Path]
             if row.cause_name is not None and start is not None and start >= 0:
                 cause = _enclosing(lookup, key[2], int(start))
                 if cause is not None:
-                    at = (key[2], int(cause["tid"]), _us(start))
+                    at = (key[2], int(cause["tid"]), _us(int(start) - origin))
                     cause_at[(row.pg, int(row.index))] = at
                     events.append({"ph": "i", "s": "t", "name": f"cause: {row.cause_name}", "cat": "evtsync",
                                    "pid": at[0], "tid": at[1], "ts": at[2],
@@ -166,10 +180,11 @@ def write_perfetto(result: Any, traces: TraceSet, out: str | Path) -> list[Path]
             events.append({"ph": "s", "id": flow, "name": "root cause", "cat": "evtsync", "pid": src[0],
                            "tid": src[1], "ts": src[2]})
             events.append({"ph": "f", "bp": "e", "id": flow, "name": "root cause", "cat": "evtsync", "pid": key[2],
-                           "tid": tid, "ts": _us(ts)})
+                           "tid": tid, "ts": _us(ts - origin)})
         with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
             json.dump({"traceEvents": events, "displayTimeUnit": "ms",
-                       "otherData": {"producer": "evtsync attribute --perfetto", "window": w}}, fh)
+                       "otherData": {"producer": "evtsync attribute --perfetto", "window": w,
+                                     "time_origin_ns": origin}}, fh)
         log.info("Perfetto trace of window %d: %s (%d events, %d collectives marked, %d root-cause arrows)",
                  w, path, len(events), marked, flow)
         written.append(path)
