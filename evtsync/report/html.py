@@ -37,6 +37,7 @@ from evtsync.plots import fits as fit_figs
 from evtsync.plots import predictions as pred_figs
 from evtsync.plots import tax as tax_figs
 from evtsync.plots.base import PLOT_MODULES, draw_png_svg
+from evtsync.report.attribution_section import attribution_why_items
 from evtsync.report.markdown import (
     Alert,
     Caption,
@@ -738,7 +739,7 @@ def _attribution_items(ctx: _Ctx, att: pd.DataFrame | None, gpu: str, slug: str)
                                   f"workload (critical-path walk from each collective back to the previous collective "
                                   f"of its PG, straggler's path compared with the fastest rank's, SPEC §4)."))
     items.append(_path_view(ctx, gpu, slug))
-    return items
+    return items + attribution_why_items(coll, gpu)
 
 
 def _path_view(ctx: _Ctx, gpu: str, slug: str) -> Any:
