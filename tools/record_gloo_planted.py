@@ -2,7 +2,7 @@
 
 Purpose
     Truth for CPU-side attribution (issue 28) that evtsync did not make: real torch profiler
-    traces of 4-rank CPU jobs on the gloo backend, in which the script itself makes chosen
+    traces of 4- and 8-rank CPU jobs on the gloo backend, in which the script itself makes chosen
     ranks late at chosen steps, measures how long each plant took, and writes what the plan
     says the analysis must find (``<out>.truth.json``) from the plan, the program's own log of the
     collectives it issued, and the measured plant durations — never from evtsync's output.
@@ -17,6 +17,8 @@ Jobs (``--job``)
               all-reduce in the backward through a custom autograd Function, as Megatron's
               row-parallel layer); then each layer's gradient all-reduced on DP; then the
               scalar loss on the world.
+    ``tpdp8`` the same structure on 8 ranks: TP pairs {0,1} … {6,7} inside DP groups of four
+              DP0246 {0,2,4,6} and DP1357 {1,3,5,7}, and the world.
     ``--clean`` records the same job without plants (the clean twin: its tax is the noise).
 
 Plants (not with ``--clean``), each on one rank at one recorded step (``PLANTS``):
@@ -68,7 +70,6 @@ from torch.profiler import (
     tensorboard_trace_handler,
 )
 
-WORLD_SIZE = 4
 STEPS = 8
 RECORDED_STEPS = (2, 3, 6, 7)
 TOKENS = 64
@@ -80,7 +81,11 @@ PLANTS = {
             (2, 6, "bare_sleep", 20.0, "layer1"), (0, 7, "slow_data", 25.0, "data")],
     "tpdp": [(0, 2, "annotated_stall", 30.0, "data"), (3, 3, "extra_matmul", 25.0, "layer1"),
              (1, 6, "bare_sleep", 20.0, "layer1"), (2, 7, "slow_data", 25.0, "data")],
+    "tpdp8": [(5, 2, "annotated_stall", 30.0, "data"), (2, 3, "extra_matmul", 25.0, "layer1"),
+              (7, 6, "bare_sleep", 20.0, "layer1"), (0, 7, "slow_data", 25.0, "data")],
 }
+#: Ranks of each job; ``tpdp8``: TP pairs {0,1} … {6,7} inside DP groups of 4 {0,2,4,6}, {1,3,5,7}.
+WORLD = {"ddp": 4, "tpdp": 4, "tpdp8": 8}
 EXPECTED_CAUSE = {"annotated_stall": "data_loader_stall", "extra_matmul": "aten::mm",
                   "bare_sleep": "(python gap)", "slow_data": "(python gap)"}
 
@@ -135,12 +140,15 @@ class TensorParallelAllReduce(torch.autograd.Function):
 def worker(rank: int, job: str, clean: bool, out_dir: str) -> None:
     """One rank: init gloo, build the groups, run STEPS steps, write its traces and its log."""
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE)
+    world = WORLD[job]
+    dist.init_process_group("gloo", rank=rank, world_size=world)
     groups: dict[str, tuple[object, str]] = {"WORLD": (None, "default_pg")}
-    if job == "tpdp":
-        for kind, pairs in (("TP", ([0, 1], [2, 3])), ("DP", ([0, 2], [1, 3]))):
-            for ranks in pairs:
-                desc = f"{kind}{ranks[0]}{ranks[1]}"
+    if job.startswith("tpdp"):
+        tp = [[r, r + 1] for r in range(0, world, 2)]
+        dp = [list(range(0, world, 2)), list(range(1, world, 2))]
+        for kind, sets in (("TP", tp), ("DP", dp)):
+            for ranks in sets:
+                desc = kind + "".join(map(str, ranks))
                 group = dist.new_group(ranks, group_desc=desc)
                 if rank in ranks:
                     groups[kind] = (group, desc)
@@ -154,6 +162,7 @@ def worker(rank: int, job: str, clean: bool, out_dir: str) -> None:
 
     gen = torch.Generator().manual_seed(7)
     layers = 4 if job == "ddp" else 2
+    job_kind = "ddp" if job == "ddp" else "tpdp"
     weights = [(torch.randn(HIDDEN, HIDDEN, generator=gen) * 0.05).requires_grad_(True) for _ in range(layers)]
     data_gen = torch.Generator().manual_seed(100 + rank)
     my_plants = [] if clean else [p for p in PLANTS[job] if p[0] == rank]
@@ -177,7 +186,7 @@ def worker(rank: int, job: str, clean: bool, out_dir: str) -> None:
                 if layer == 1:
                     maybe_plant(step, "layer1")
                 h = torch.matmul(x, w)
-                if job == "tpdp":
+                if job_kind == "tpdp":
                     h = torch.matmul(torch.softmax(h, dim=-1), w.t())
                     h = TensorParallelAllReduce.apply(h, comm)
                     h = torch.nn.functional.gelu(torch.matmul(h, w))
@@ -187,7 +196,7 @@ def worker(rank: int, job: str, clean: bool, out_dir: str) -> None:
                 x = x + h
             loss = (x * x).mean()
             loss.backward()
-            if job == "ddp":
+            if job_kind == "ddp":
                 buckets = [weights[2:], weights[:2]]
                 for bucket in buckets:
                     with record_function("ddp_bucket"):
@@ -247,7 +256,7 @@ def truth_from_logs(job: str, clean: bool, logs: list[dict]) -> dict:
                        "target_ms": entry["target_ms"], "measured_us": entry["measured_ns"] / 1000.0,
                        "cause": EXPECTED_CAUSE[entry["kind"]], "affected": affected, "spread": spread})
     counts = {desc: len([e for e in recorded[min(ranks)] if e["pg_desc"] == desc]) for desc, ranks in members.items()}
-    return {"job": job, "clean": clean, "world_size": WORLD_SIZE, "recorded_steps": list(RECORDED_STEPS),
+    return {"job": job, "clean": clean, "world_size": WORLD[job], "recorded_steps": list(RECORDED_STEPS),
             "groups": {d: sorted(r) for d, r in members.items()}, "collectives": counts, "plants": plants,
             "torch": torch.__version__, "python": sys.version.split()[0]}
 
@@ -266,9 +275,10 @@ def main() -> int:
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(free_port())
     load = os.getloadavg()
-    mp.spawn(worker, args=(args.job, args.clean, str(args.out)), nprocs=WORLD_SIZE, join=True)
+    world = WORLD[args.job]
+    mp.spawn(worker, args=(args.job, args.clean, str(args.out)), nprocs=world, join=True)
     logs = []
-    for r in range(WORLD_SIZE):
+    for r in range(world):
         path = args.out / f".log-rank{r}.json"
         logs.append(json.loads(path.read_text()))
         path.unlink()
@@ -278,8 +288,8 @@ def main() -> int:
     # beside the folder, not in it: the folder holds the traces only (evtsync reads all of it)
     args.out.with_name(args.out.name + ".truth.json").write_text(json.dumps(truth, indent=1) + "\n")
     files = sorted(args.out.glob("*.pt.trace.json.gz"))
-    if len(files) != WORLD_SIZE * 2:
-        print(f"record_gloo_planted: {len(files)} trace files, expected {WORLD_SIZE * 2}", file=sys.stderr)
+    if len(files) != world * 2:
+        print(f"record_gloo_planted: {len(files)} trace files, expected {world * 2}", file=sys.stderr)
         return 1
     print(f"{len(files)} files, {sum(f.stat().st_size for f in files)} bytes; torch {torch.__version__}")
     return 0
