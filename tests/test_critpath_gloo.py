@@ -260,3 +260,17 @@ def test_attribute_and_breakdown_refuse_a_trace_without_collectives(tmp_path):
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     rows = json.loads(proc.stdout)
     assert len(rows) == 8 and all(r["sync_wait_us"] == 0 for r in rows)
+
+
+def test_breakdown_refuses_a_trace_without_events(tmp_path):
+    """No GPU event and no CPU operator: one line, non-zero, no output file (issue 33, item 6: it
+    died with ZeroDivisionError, or printed [] and exited 0)."""
+    trace = tmp_path / "rank0.json"
+    trace.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1},
+                                 "traceEvents": [{"ph": "i", "name": "x", "pid": 1, "tid": 1, "ts": 1.0, "s": "t"}]}))
+    out = tmp_path / "b.csv"
+    for extra in (["-o", str(out)], ["--json"]):
+        proc = _cli("breakdown", str(trace), "--no-cache", *extra)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert "nothing to break down" in proc.stderr and proc.stdout.strip() == ""
+    assert not out.exists()

@@ -130,6 +130,7 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
     run.require("tax")
     collectives, summaries, validations, paths = [], [], [], []
     reasons = []
+    cpu_side: list[bool] = []
 
     def one(w: Any) -> None:
         traces = run.traces(w)
@@ -143,6 +144,7 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
         except InputError as exc:  # does not apply to this workload (no CPU side, …): said, not failed
             reasons.append(f"{w.name}: {exc}")
             return
+        cpu_side.append(result.cpu_side)
         collectives.append(_tag(result.collectives, w.name, gpu))
         summary = result.summary.copy()
         summary["gpu_only_share"] = result.gpu_only_share
@@ -164,7 +166,7 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
                                  _stringify(pd.concat(paths, ignore_index=True))))
     ok = table[table["status"] == "ok"]
     return {"collectives": len(table), "attributed": len(ok),
-            "gpu_only_share": float((ok["path_kind"] == "gpu_only").mean()) if len(ok) else None,
+            "gpu_only_share": float((ok["path_kind"] == "gpu_only").mean()) if len(ok) and not all(cpu_side) else None,
             "skipped_workloads": reasons}
 
 
