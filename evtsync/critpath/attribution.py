@@ -210,7 +210,8 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
         summary, _ = summarize(table)
         return AttributionResult(collectives=table, summary=summary, validation=regress_path_on_tax(table),
                                  paths=paths_table if len(paths_table) else pd.DataFrame(columns=PATH_COLUMNS),
-                                 gpu_only_share=float("nan"),  # no GPU: the share does not apply ranks=rank_blame(table, tax), cpu_side=True,
+                                 gpu_only_share=float("nan"),  # no GPU: the share does not apply
+                                 ranks=rank_blame(table, tax), cpu_side=True,
                                  instances=inst)
     tax_rows = tax.collectives
     tax_rows = tax_rows[tax_rows["pg"].isin(inst["pg"].unique())]
