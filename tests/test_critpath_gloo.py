@@ -274,3 +274,12 @@ def test_breakdown_refuses_a_trace_without_events(tmp_path):
         assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
         assert "nothing to break down" in proc.stderr and proc.stdout.strip() == ""
     assert not out.exists()
+
+
+def test_cpu_side_attribution_with_a_process_pool_equals_in_process(results):
+    """Given paths and a backend, CPU-side collectives are read whole in the caller (they are small)
+    and give the same table as in-process (it used to look for the files by a stale path)."""
+    from evtsync.parallel import ProcessPool
+
+    pooled = cp.attribute([DATA / "ddp"], backend=ProcessPool(2), read_options={"cache": False})
+    pd.testing.assert_frame_equal(pooled.collectives, results["ddp"].collectives)

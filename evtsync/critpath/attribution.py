@@ -173,6 +173,7 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     """
     read_options = dict(read_options or {})
     distributed = backend is not None and not isinstance(traces, TraceSet)
+    inputs = traces
     if not isinstance(traces, TraceSet):
         where: dict[str, Any] = {}
         if isinstance(backend, ProcessPool):   # the caller reads nothing itself either
@@ -185,7 +186,7 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     cpu_side = alignment.instances["correlation"].eq(-1).all() and collectives_are_cpu_side(traces) \
         if len(alignment.instances) else False
     if cpu_side and distributed:  # CPU-side collectives: small traces, read everything here
-        traces = load_traces(traces.ranks["path"].astype(str).unique().tolist(), scope="all", **read_options)
+        traces = load_traces(inputs, scope="all", **read_options)
         distributed = False
     if not distributed:
         traces.require(("all",), "critical-path attribution")
