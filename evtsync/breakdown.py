@@ -160,19 +160,9 @@ def step_breakdown(traces, rank_tax: pd.DataFrame | None = None, **align_options
         my_waits, my_cpu = mine(waits), mine(cpu)
         w_start = my_waits["ts_ns"].to_numpy(np.int64)
         w_end = w_start + np.rint(my_waits["wait_us"].to_numpy(float) * 1000.0).astype(np.int64)
-        parts = partition_span((lo, hi), (start_ns[~comm_rows], end_ns[~comm_rows]),
-                               (start_ns[comm_rows], end_ns[comm_rows]), (w_start, w_end),
-                               (my_cpu["ts_ns"].to_numpy(np.int64), my_cpu["end_ns"].to_numpy(np.int64)))
-        ws, we = merge_intervals(np.clip(w_start, lo, hi), np.clip(w_end, lo, hi))
-        span = hi - lo
-        row = {"rank": rank, "window": window, "start_ns": lo, "end_ns": hi, "span_us": span / 1000.0}
-        row.update({f"{p}_us": v / 1000.0 for p, v in parts.items()})
-        row["tax_wait_us"] = float((we - ws).sum()) / 1000.0
-        for name, num in (("sync_wait_share", parts["sync_wait"]),
-                          ("compute_share", parts["compute_only"] + parts["compute_comm_overlap"]),
-                          ("comm_share", parts["sync_wait"] + parts["comm_only"]),
-                          ("idle_share", parts["cpu_bound_idle"] + parts["idle"])):
-            row[name] = num / span if span > 0 else float("nan")
+        row = _span_row(rank, window, (lo, hi), (start_ns[~comm_rows], end_ns[~comm_rows]),
+                        (start_ns[comm_rows], end_ns[comm_rows]), (w_start, w_end),
+                        (my_cpu["ts_ns"].to_numpy(np.int64), my_cpu["end_ns"].to_numpy(np.int64)))
         row["n_compute_events"] = int((~comm_rows).sum())
         row["n_collectives"] = int(comm_rows.sum())
         row["unaligned_collectives"] = max(int(comm_rows.sum()) - len(my_waits), 0)
@@ -186,6 +176,28 @@ def step_breakdown(traces, rank_tax: pd.DataFrame | None = None, **align_options
     table.attrs["ranks_without_gpu_events"] = missing
     table.attrs["missing_ranks"] = list(getattr(traces, "missing_ranks", ()))  # without a file (--allow-partial)
     return table
+
+
+Intervals = tuple[np.ndarray, np.ndarray]
+
+
+def _span_row(rank: int, window: int, span: tuple[int, int], compute: Intervals, comm: Intervals,
+              wait: Intervals, cpu: Intervals) -> dict:
+    """The common columns of one breakdown row: the parts of ``span`` (µs), the whole waiting
+    time and the shares (see :func:`partition_span` for the four interval sets)."""
+    lo, hi = span
+    parts = partition_span(span, compute, comm, wait, cpu)
+    ws, we = merge_intervals(np.clip(wait[0], lo, hi), np.clip(wait[1], lo, hi))
+    width = hi - lo
+    row = {"rank": rank, "window": window, "start_ns": lo, "end_ns": hi, "span_us": width / 1000.0}
+    row.update({f"{p}_us": v / 1000.0 for p, v in parts.items()})
+    row["tax_wait_us"] = float((we - ws).sum()) / 1000.0
+    for name, num in (("sync_wait_share", parts["sync_wait"]),
+                      ("compute_share", parts["compute_only"] + parts["compute_comm_overlap"]),
+                      ("comm_share", parts["sync_wait"] + parts["comm_only"]),
+                      ("idle_share", parts["cpu_bound_idle"] + parts["idle"])):
+        row[name] = num / width if width > 0 else float("nan")
+    return row
 
 
 def _rank_tax(traces, **align_options) -> pd.DataFrame:  # noqa: ANN001 - a TraceSet
@@ -241,17 +253,7 @@ def cpu_breakdown(traces, rank_tax: pd.DataFrame) -> pd.DataFrame:  # noqa: ANN0
             w_start = w["ts_ns"].to_numpy(np.int64) if len(w) else np.zeros(0, np.int64)
             w_end = w_start + (np.rint(w["wait_us"].to_numpy(float) * 1000.0).astype(np.int64) if len(w)
                                else np.zeros(0, np.int64))
-            parts = partition_span((lo, hi), of("cpu_op"), comm, (w_start, w_end), of("python"))
-            ws, we = merge_intervals(np.clip(w_start, lo, hi), np.clip(w_end, lo, hi))
-            span = hi - lo
-            row = {"rank": rank, "window": window, "start_ns": lo, "end_ns": hi, "span_us": span / 1000.0}
-            row.update({f"{p}_us": v / 1000.0 for p, v in parts.items()})
-            row["tax_wait_us"] = float((we - ws).sum()) / 1000.0
-            for name, num in (("sync_wait_share", parts["sync_wait"]),
-                              ("compute_share", parts["compute_only"] + parts["compute_comm_overlap"]),
-                              ("comm_share", parts["sync_wait"] + parts["comm_only"]),
-                              ("idle_share", parts["cpu_bound_idle"] + parts["idle"])):
-                row[name] = num / span if span > 0 else float("nan")
+            row = _span_row(rank, window, (lo, hi), of("cpu_op"), comm, (w_start, w_end), of("python"))
             in_window = mine & ((ops["window"].to_numpy() == window) if "window" in ops else True)
             row["n_compute_events"] = int((in_window & (ops["tid"].to_numpy() == tl.tid)
                                            & (ops["cat"].astype(str).to_numpy() == "cpu_op")).sum())
