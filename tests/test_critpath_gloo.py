@@ -283,3 +283,32 @@ def test_cpu_side_attribution_with_a_process_pool_equals_in_process(results):
 
     pooled = cp.attribute([DATA / "ddp"], backend=ProcessPool(2), read_options={"cache": False})
     pd.testing.assert_frame_equal(pooled.collectives, results["ddp"].collectives)
+
+
+def test_gpu_blame_routed_from_fsdp_to_the_planted_tp_rank(tmp_path):
+    """NCCL traces (the generator, 8 ranks, TP 4 inside FSDP pairs): a 20 ms GEMM planted on rank 2
+    makes its TP collective late; the first FSDP collective of every pair after it is late too,
+    with a straggler that only waited in the TP collective (ranks 0, 1, 3) or the planted rank
+    itself (rank 2). Every one has the planted rank as its root (generator truth: the plant)."""
+    out = tmp_path / "s"
+    proc = _cli("synth", str(out), "--ranks", "8", "--tp", "4", "--fsdp", "2", "--iterations", "4", "--seed", "5",
+                "--plant", "slow_gemm:2:2:0:fwd-mlp:20000")
+    assert proc.returncode == 0, proc.stderr
+    truth = json.loads((out / "ground_truth.json").read_text())
+    plant = truth["plants"][0]
+    fsdp = {g["pg_name"] for g in truth["process_groups"] if g["kind"] == "fsdp"}
+    assert len(fsdp) == 4
+    late = {}
+    for c in truth["collectives"]:  # first FSDP collective of each pair that the plant made late
+        if c["pg"] in fsdp and c["tau_max_us"] > plant["delay_us"] / 2 and c["pg"] not in late:
+            late[c["pg"]] = c
+    assert len(late) == 4
+    result = cp.attribute(load_traces([out / "traces"], cache=False))
+    rows = result.collectives.set_index(["pg", "index"])
+    for pg, c in late.items():
+        row = rows.loc[(pg, c["index"])]
+        assert row["straggler_rank"] == c["straggler_rank"]
+        assert row["root_rank"] == plant["rank"], (pg, c["index"])
+        assert (row["root_pg"], row["root_index"]) == (plant["collective"]["pg"], plant["collective"]["index"]) \
+            or row["straggler_rank"] == plant["rank"]
+        assert row["root_cause"] == plant["event"]

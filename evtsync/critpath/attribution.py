@@ -292,7 +292,7 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     if n_missing:
         log.warning("%d collective(s) have no GPU node for their straggler or fastest rank in the DAG "
                     "(status no_node)", n_missing)
-    table = pd.DataFrame(list(rows.values()), columns=COLLECTIVE_COLUMNS)
+    table = exact_times(pd.DataFrame(list(rows.values()), columns=COLLECTIVE_COLUMNS), list(rows.values()))
     gpu_causes = table["cause_segment"] == "kernel"
     if gpu_causes.any():
         table.loc[gpu_causes, "cause_category"] = classify_names(table.loc[gpu_causes, "cause_name"].tolist())
@@ -305,6 +305,13 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
                              paths=paths_table, gpu_only_share=gpu_only,
                              dag_stats=pd.DataFrame([stats[r] for r in sorted(stats)]), ranks=rank_blame(table, tax),
                              instances=inst)
+
+
+def exact_times(table: pd.DataFrame, rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """``cause_start_ns`` as exact integers (nullable): built from dicts with None, pandas makes it
+    float64, which rounds epoch nanoseconds (~1.7e18) to 256 ns."""
+    table["cause_start_ns"] = pd.array([r.get("cause_start_ns") for r in rows], dtype="Int64")
+    return table
 
 
 def _refuse_when_nothing_attributed(table: pd.DataFrame, what: str) -> None:

@@ -387,4 +387,6 @@ def attribute_cpu_side(traces: TraceSet, alignment: Alignment, tax: TaxTables, p
     no_main = sorted(r for r, tl in timelines.items() if tl is None)
     if no_main:
         log.warning("CPU-side attribution: rank(s) %s have no main thread (no ProfilerStep#N, no c10d::* op)", no_main)
-    return pd.DataFrame(rows, columns=columns), pd.DataFrame(path_rows)
+    from evtsync.critpath.attribution import exact_times
+
+    return exact_times(pd.DataFrame(rows, columns=columns), rows), pd.DataFrame(path_rows)
