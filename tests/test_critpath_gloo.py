@@ -312,3 +312,10 @@ def test_gpu_blame_routed_from_fsdp_to_the_planted_tp_rank(tmp_path):
         assert (row["root_pg"], row["root_index"]) == (plant["collective"]["pg"], plant["collective"]["index"]) \
             or row["straggler_rank"] == plant["rank"]
         assert row["root_cause"] == plant["event"]
+    # the export on GPU traces: the three routed collectives get a root-cause arrow each
+    from evtsync.critpath.perfetto import write_perfetto
+
+    (path,) = write_perfetto(result, load_traces([out / "traces"], cache=False), tmp_path / "gpu.json")
+    events = json.loads(path.read_text())["traceEvents"]
+    assert sum(e["ph"] == "s" for e in events) == sum(e["ph"] == "f" for e in events) >= 3
+    assert {e["tid"] for e in events if e["ph"] == "f"} <= {e["tid"] for e in events if e["ph"] == "X"}

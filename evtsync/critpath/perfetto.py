@@ -109,7 +109,7 @@ def _enclosing(lookup: pd.DataFrame, rank: int, ts_ns: int, tid: int | None = No
 
 
 def _clean(value: Any) -> Any:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return None
     if isinstance(value, (np.integer,)):
         return int(value)
