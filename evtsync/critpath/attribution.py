@@ -212,7 +212,7 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
         return AttributionResult(collectives=table, summary=summary, validation=regress_path_on_tax(table),
                                  paths=paths_table if len(paths_table) else pd.DataFrame(columns=PATH_COLUMNS),
                                  gpu_only_share=float("nan"),  # no GPU: the share does not apply
-                                 ranks=rank_blame(table, tax), cpu_side=True,
+                                 ranks=rank_blame(table, tax.ranks), cpu_side=True,
                                  instances=inst)
     tax_rows = tax.collectives
     tax_rows = tax_rows[tax_rows["pg"].isin(inst["pg"].unique())]
@@ -303,7 +303,7 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     paths_table = paths_table_of(path_parts) if path_parts else pd.DataFrame(columns=PATH_COLUMNS)
     return AttributionResult(collectives=table, summary=summary, validation=regress_path_on_tax(table),
                              paths=paths_table, gpu_only_share=gpu_only,
-                             dag_stats=pd.DataFrame([stats[r] for r in sorted(stats)]), ranks=rank_blame(table, tax),
+                             dag_stats=pd.DataFrame([stats[r] for r in sorted(stats)]), ranks=rank_blame(table, tax.ranks),
                              instances=inst)
 
 
@@ -392,11 +392,12 @@ def route_blame(table: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def rank_blame(table: pd.DataFrame, tax: TaxTables) -> pd.DataFrame:
+def rank_blame(table: pd.DataFrame, ranks: pd.DataFrame) -> pd.DataFrame:
     """Per rank: collectives it took part in, how often it straggled, the wait it suffered (its
     own ``wait_us`` over all its collectives), the wait it caused as the straggler (the other
-    members' waiting in the collectives it straggled in) and as the root after routing."""
-    ranks = tax.ranks
+    members' waiting in the collectives it straggled in) and as the root after routing.
+    ``table``: the attribution's collectives; ``ranks``: the tax's per-rank table (pg, index,
+    rank, wait_us)."""
     if ranks.empty:
         return pd.DataFrame(columns=RANK_COLUMNS)
     wait = ranks.groupby(["pg", "index"], observed=True)["wait_us"].sum()

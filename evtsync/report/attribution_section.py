@@ -14,8 +14,8 @@ import pandas as pd
 
 from evtsync.report.markdown import Table
 
-#: Kinds of ``unexplained_reason`` (matched by their wording in evtsync.critpath), each with
-#: what to change in the profiling so that the next trace explains it.
+#: Kinds of ``unexplained_reason`` (matched by their wording in evtsync.critpath: every word of
+#: an entry), each with what to change in the profiling so that the next trace explains it.
 REASON_KINDS: list[tuple[str, tuple[str, ...], str]] = [
     ("first collective in the profiling window", ("first collective of its group",),
      "record more steps per window (torch.profiler.schedule(active=…) larger) so that a previous collective "
@@ -36,9 +36,9 @@ REASON_KINDS: list[tuple[str, tuple[str, ...], str]] = [
     ("end times disagree (CPU-side, busy host)", ("descheduled",),
      "give each rank its own cores (fewer ranks or threads per host) or record a longer window; on an "
      "oversubscribed CPU the collective's end moves by milliseconds"),
-    ("events missing from the trace", ("no GPU node", "no c10d", "no main thread"),
-     "keep record_shapes and the default CPU activity on; a trace without the collective's enqueue or kernel "
-     "cannot be walked"),
+    *(("events missing from the trace", (needle,),
+       "keep record_shapes and the default CPU activity on; a trace without the collective's enqueue or kernel "
+       "cannot be walked") for needle in ("no GPU node", "no c10d", "no main thread")),
 ]
 OTHER_REASON = ("rest off the critical path",
                 "record with_stack=True or more record_function(...) annotations to name the off-path time")
@@ -94,8 +94,27 @@ def unexplained_table(coll: pd.DataFrame) -> pd.DataFrame:
         ["workload", "reason", "collectives", "tax_us", "change"]]
 
 
-def attribution_why_items(coll: pd.DataFrame | None, gpu: str) -> list[Any]:
-    """Report items for the collectives of ``gpu``: root causes and unexplained reasons."""
+def rank_blame_table(coll: pd.DataFrame, tax_ranks: pd.DataFrame | None) -> pd.DataFrame:
+    """Per workload and rank: how often it straggled, the wait it suffered against the wait it
+    caused (as the straggler, and as the root after routing), from the run's tables."""
+    from evtsync.critpath.attribution import rank_blame
+
+    if tax_ranks is None or tax_ranks.empty or "workload" not in coll.columns:
+        return pd.DataFrame()
+    parts = []
+    for workload, sub in coll.groupby("workload", sort=True):
+        ranks = tax_ranks[tax_ranks["workload"].astype(str) == str(workload)]
+        if len(ranks):
+            parts.append(rank_blame(sub, ranks).assign(workload=workload))
+    if not parts:
+        return pd.DataFrame()
+    out = pd.concat(parts, ignore_index=True)
+    return out[["workload", "rank", "collectives", "straggled", "wait_suffered_us", "wait_caused_us",
+                "wait_caused_root_us"]]
+
+
+def attribution_why_items(coll: pd.DataFrame | None, gpu: str, tax_ranks: pd.DataFrame | None = None) -> list[Any]:
+    """Report items for the collectives of ``gpu``: root causes, per-rank blame, unexplained reasons."""
     if coll is None or coll.empty or "root_cause" not in coll.columns:
         return []
     sub = coll[coll["gpu"].astype(str) == gpu] if "gpu" in coll.columns else coll
@@ -111,6 +130,16 @@ def attribution_why_items(coll: pd.DataFrame | None, gpu: str) -> list[Any]:
                            "that collective's straggler, recursively; the root is where the chain ends "
                            "(docs/critical-path.md). Tax µs: sum of tau over the collectives routed to each root; "
                            "via other collectives: how many of them reached it through a chain."))
+    if tax_ranks is not None and "gpu" in tax_ranks.columns:
+        tax_ranks = tax_ranks[tax_ranks["gpu"].astype(str) == gpu]
+    blame = rank_blame_table(sub, tax_ranks)
+    if len(blame):
+        items.append(Table(blame.rename(columns={"wait_suffered_us": "wait suffered µs",
+                                                 "wait_caused_us": "wait caused as straggler µs",
+                                                 "wait_caused_root_us": "wait caused as root µs"}),
+                           "Per rank: the waiting it suffered (its own wait in all its collectives) against the "
+                           "waiting it caused (the other members' wait in the collectives it straggled in, and in "
+                           "those whose blame was routed to it as the root)."))
     unexplained = unexplained_table(sub)
     if len(unexplained):
         items.append(Table(unexplained.rename(columns={"tax_us": "tax µs", "change": "what to change in the profiling"}),

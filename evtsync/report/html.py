@@ -739,7 +739,7 @@ def _attribution_items(ctx: _Ctx, att: pd.DataFrame | None, gpu: str, slug: str)
                                   f"workload (critical-path walk from each collective back to the previous collective "
                                   f"of its PG, straggler's path compared with the fastest rank's, SPEC §4)."))
     items.append(_path_view(ctx, gpu, slug))
-    return items + attribution_why_items(coll, gpu)
+    return items + attribution_why_items(coll, gpu, ctx.table("tax_ranks"))
 
 
 def _path_view(ctx: _Ctx, gpu: str, slug: str) -> Any:
