@@ -407,7 +407,7 @@ def rank_blame(table: pd.DataFrame, ranks: pd.DataFrame) -> pd.DataFrame:
                      "wait_caused_us": 0.0, "wait_caused_root_us": 0.0} for r in n.index}
     for pg, idx, s, root in zip(table["pg"], table["index"], table["straggler_rank"], table["root_rank"], strict=True):
         w = float(wait.get((pg, int(idx)), 0.0))
-        if s is not None and int(s) in rows and table is not None:
+        if s is not None and not pd.isna(s) and int(s) in rows:
             rows[int(s)]["straggled"] += 1
             rows[int(s)]["wait_caused_us"] += w
         if root is not None and not pd.isna(root) and int(root) in rows:
