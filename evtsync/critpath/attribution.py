@@ -33,6 +33,7 @@ from evtsync.critpath.tasks import (
     SetupCache,
     StragglerSide,
     combine,
+    exact_times,
     fastest_task,
     rank_instance_nodes,
     straggler_task,
@@ -305,13 +306,6 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
                              paths=paths_table, gpu_only_share=gpu_only,
                              dag_stats=pd.DataFrame([stats[r] for r in sorted(stats)]), ranks=rank_blame(table, tax.ranks),
                              instances=inst)
-
-
-def exact_times(table: pd.DataFrame, rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """``cause_start_ns`` as exact integers (nullable): built from dicts with None, pandas makes it
-    float64, which rounds epoch nanoseconds (~1.7e18) to 256 ns."""
-    table["cause_start_ns"] = pd.array([r.get("cause_start_ns") for r in rows], dtype="Int64")
-    return table
 
 
 def _refuse_when_nothing_attributed(table: pd.DataFrame, what: str) -> None:

@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.collectives import Alignment
+from evtsync.critpath.tasks import exact_times
 from evtsync.tax import TaxTables
 from evtsync.trace.traceset import TraceSet
 
@@ -387,6 +388,4 @@ def attribute_cpu_side(traces: TraceSet, alignment: Alignment, tax: TaxTables, p
     no_main = sorted(r for r, tl in timelines.items() if tl is None)
     if no_main:
         log.warning("CPU-side attribution: rank(s) %s have no main thread (no ProfilerStep#N, no c10d::* op)", no_main)
-    from evtsync.critpath.attribution import exact_times
-
     return exact_times(pd.DataFrame(rows, columns=columns), rows), pd.DataFrame(path_rows)
