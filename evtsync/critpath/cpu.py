@@ -99,6 +99,27 @@ class RankTimeline:
     slices: pd.DataFrame
     arrivals: pd.DataFrame
     window_start: dict[int, int] = field(default_factory=dict)
+    #: row of ``arrivals`` by (pg, index); rows [first, last) of ``slices`` by window
+    arrival_row: dict[tuple[Any, int], int] = field(default_factory=dict)
+    window_rows: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.arrival_row = {(pg, int(i)): n for n, (pg, i) in
+                            enumerate(zip(self.arrivals["pg"], self.arrivals["index"], strict=True))}
+        windows = self.slices["window"].to_numpy(np.int64)
+        for w in np.unique(windows).tolist():  # slices are in window order, each window's sorted by time
+            rows = np.flatnonzero(windows == w)
+            self.window_rows[int(w)] = (int(rows[0]), int(rows[-1]) + 1)
+        self._starts = self.slices["start_ns"].to_numpy(np.int64)
+        self._ends = self.slices["end_ns"].to_numpy(np.int64)
+
+    def slice_rows(self, window: int, lo: int, hi: int) -> tuple[int, int]:
+        """Rows [first, last) of ``slices`` of ``window`` that overlap [lo, hi): a window's slices
+        tile its time in order, so both their starts and their ends are sorted."""
+        first, last = self.window_rows.get(window, (0, 0))
+        a = first + int(np.searchsorted(self._ends[first:last], lo, side="right"))
+        b = first + int(np.searchsorted(self._starts[first:last], hi, side="left"))
+        return a, max(a, b)
 
 
 def pair_enqueues(c10d: pd.DataFrame, instances: pd.DataFrame) -> np.ndarray:
@@ -248,20 +269,19 @@ def side_of(tl: RankTimeline, pg: Any, index: int) -> Side | None:
     """The rank's side of collective (pg, index), or None when it is not on this rank or its
     enqueue was not found."""
     a = tl.arrivals
-    here = a[(a["pg"] == pg) & (a["index"] == index)]
-    if here.empty or int(here["enqueue_ns"].iloc[0]) < 0:
+    row = tl.arrival_row.get((pg, int(index)))
+    if row is None or int(a["enqueue_ns"].iat[row]) < 0:
         return None
-    h = here.iloc[0]
+    h = a.iloc[row]
     w = int(h["window"])
-    prev = a[(a["pg"] == pg) & (a["index"] == index - 1) & (a["window"] == w)]
-    if len(prev):
-        lo, bottom = int(prev["end_ns"].iloc[0]), "previous_collective"
+    prev = tl.arrival_row.get((pg, int(index) - 1))
+    if prev is not None and int(a["window"].iat[prev]) == w:
+        lo, bottom = int(a["end_ns"].iat[prev]), "previous_collective"
     else:
         lo, bottom = tl.window_start.get(w, int(h["enqueue_ns"])), "window_start"
     arrive, start = int(h["enqueue_ns"]), int(h["start_ns"])
-    sl = tl.slices
-    sel = (sl["window"].to_numpy() == w) & (sl["end_ns"].to_numpy() > lo) & (sl["start_ns"].to_numpy() < arrive)
-    part = sl[sel].copy()
+    first, last = tl.slice_rows(w, lo, arrive)
+    part = tl.slices.iloc[first:last].copy()
     part["start_ns"] = part["start_ns"].clip(lower=lo)
     part["end_ns"] = part["end_ns"].clip(upper=arrive)
     enqueue = pd.DataFrame([{"start_ns": arrive, "end_ns": max(start, arrive), "kind": _KIND_CODE["enqueue"],
