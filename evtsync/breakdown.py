@@ -225,6 +225,9 @@ def cpu_breakdown(traces, rank_tax: pd.DataFrame) -> pd.DataFrame:  # noqa: ANN0
     is_gloo = names.str.startswith("gloo:").to_numpy()
     is_step = names.str.match(r"^ProfilerStep#\d+$").to_numpy()
     ranks_col = ops["rank"].to_numpy()
+    windows_col = ops["window"].to_numpy() if "window" in ops else np.zeros(len(ops), np.int64)
+    is_op = (ops["cat"].astype(str) == "cpu_op").to_numpy()
+    tids = ops["tid"].to_numpy()
     waits = rank_tax[rank_tax["wait_us"].notna()] if len(rank_tax) else rank_tax
     rows = []
     for rank in sorted(int(r) for r in np.unique(ranks_col)):
@@ -254,9 +257,8 @@ def cpu_breakdown(traces, rank_tax: pd.DataFrame) -> pd.DataFrame:  # noqa: ANN0
             w_end = w_start + (np.rint(w["wait_us"].to_numpy(float) * 1000.0).astype(np.int64) if len(w)
                                else np.zeros(0, np.int64))
             row = _span_row(rank, window, (lo, hi), of("cpu_op"), comm, (w_start, w_end), of("python"))
-            in_window = mine & ((ops["window"].to_numpy() == window) if "window" in ops else True)
-            row["n_compute_events"] = int((in_window & (ops["tid"].to_numpy() == tl.tid)
-                                           & (ops["cat"].astype(str).to_numpy() == "cpu_op")).sum())
+            in_window = mine & (windows_col == window)
+            row["n_compute_events"] = int((in_window & (tids == tl.tid) & is_op).sum())
             row["n_collectives"] = len(here)
             row["unaligned_collectives"] = max(int((in_window & is_gloo).sum()) - len(here), 0)
             row["n_profiler_steps"] = int(names[in_window & is_step].nunique())
