@@ -25,6 +25,15 @@ collectives aligned across ranks have a waiting part: a collective the alignment
 match counts as ``comm`` and the row says how many there were (``unaligned_collectives``).
 Python annotations (``user_annotation``, ``python_function``, ``ProfilerStep#N``) do not count
 as CPU work, since they enclose the idle time as well.
+
+**Without GPU events** (a CPU-only gloo job, a trace without a device activity; ``timeline =
+"cpu"``) the span is the main thread's (the thread of the ``ProfilerStep#N`` annotations, see
+:mod:`evtsync.critpath.cpu`), from its first event to its last, tiled into exclusive slices;
+the same parts then mean: ``compute`` — operators' own time (``cpu_op``), overlapping a
+collective of the rank (asynchronous) or not; ``sync_wait`` — a collective of the rank runs
+(its ``gloo:*`` event or its ``c10d::*`` enqueue) inside its waiting part; ``comm_only`` — the
+rest of the collective's time; ``cpu_bound_idle`` — annotated Python (``record_function`` or
+Python function self time); ``idle`` — uninstrumented Python, time no event covers.
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ BREAKDOWN_COLUMNS = [
     "rank", "window", "start_ns", "end_ns", "span_us",
     *(f"{p}_us" for p in PARTS),
     "tax_wait_us", "sync_wait_share", "compute_share", "comm_share", "idle_share",
-    "n_compute_events", "n_collectives", "unaligned_collectives", "n_profiler_steps",
+    "n_compute_events", "n_collectives", "unaligned_collectives", "n_profiler_steps", "timeline",
 ]
 #: CPU categories that mean the host is busy (annotations enclose idle time too).
 CPU_BUSY_CATEGORIES = frozenset({"cpu_op", "cuda_runtime", "cuda_driver"})
@@ -122,11 +131,10 @@ def step_breakdown(traces, rank_tax: pd.DataFrame | None = None, **align_options
     """
     traces.require(("all",), "the per-rank time breakdown")
     if rank_tax is None:
-        from evtsync.tax import tax_from_traces
-
-        _, tables = tax_from_traces(traces, **align_options)
-        rank_tax = tables.ranks
+        rank_tax = _rank_tax(traces, **align_options)
     kernels = traces.kernels
+    if kernels.empty:
+        return cpu_breakdown(traces, rank_tax)
     by_window = "window" in kernels.columns
     keys = ["rank", "window"] if by_window else ["rank"]
     ops = traces.cpu_ops
@@ -152,23 +160,14 @@ def step_breakdown(traces, rank_tax: pd.DataFrame | None = None, **align_options
         my_waits, my_cpu = mine(waits), mine(cpu)
         w_start = my_waits["ts_ns"].to_numpy(np.int64)
         w_end = w_start + np.rint(my_waits["wait_us"].to_numpy(float) * 1000.0).astype(np.int64)
-        parts = partition_span((lo, hi), (start_ns[~comm_rows], end_ns[~comm_rows]),
-                               (start_ns[comm_rows], end_ns[comm_rows]), (w_start, w_end),
-                               (my_cpu["ts_ns"].to_numpy(np.int64), my_cpu["end_ns"].to_numpy(np.int64)))
-        ws, we = merge_intervals(np.clip(w_start, lo, hi), np.clip(w_end, lo, hi))
-        span = hi - lo
-        row = {"rank": rank, "window": window, "start_ns": lo, "end_ns": hi, "span_us": span / 1000.0}
-        row.update({f"{p}_us": v / 1000.0 for p, v in parts.items()})
-        row["tax_wait_us"] = float((we - ws).sum()) / 1000.0
-        for name, num in (("sync_wait_share", parts["sync_wait"]),
-                          ("compute_share", parts["compute_only"] + parts["compute_comm_overlap"]),
-                          ("comm_share", parts["sync_wait"] + parts["comm_only"]),
-                          ("idle_share", parts["cpu_bound_idle"] + parts["idle"])):
-            row[name] = num / span if span > 0 else float("nan")
+        row = _span_row(rank, window, (lo, hi), (start_ns[~comm_rows], end_ns[~comm_rows]),
+                        (start_ns[comm_rows], end_ns[comm_rows]), (w_start, w_end),
+                        (my_cpu["ts_ns"].to_numpy(np.int64), my_cpu["end_ns"].to_numpy(np.int64)))
         row["n_compute_events"] = int((~comm_rows).sum())
         row["n_collectives"] = int(comm_rows.sum())
         row["unaligned_collectives"] = max(int(comm_rows.sum()) - len(my_waits), 0)
         row["n_profiler_steps"] = int(mine(steps)["name"].nunique())
+        row["timeline"] = "gpu"
         rows.append(row)
     table = pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)
     missing = sorted(set(traces.ranks["rank"]) - set(table["rank"])) if len(traces.ranks) else []
@@ -179,10 +178,106 @@ def step_breakdown(traces, rank_tax: pd.DataFrame | None = None, **align_options
     return table
 
 
+Intervals = tuple[np.ndarray, np.ndarray]
+
+
+def _span_row(rank: int, window: int, span: tuple[int, int], compute: Intervals, comm: Intervals,
+              wait: Intervals, cpu: Intervals) -> dict:
+    """The common columns of one breakdown row: the parts of ``span`` (µs), the whole waiting
+    time and the shares (see :func:`partition_span` for the four interval sets)."""
+    lo, hi = span
+    parts = partition_span(span, compute, comm, wait, cpu)
+    ws, we = merge_intervals(np.clip(wait[0], lo, hi), np.clip(wait[1], lo, hi))
+    width = hi - lo
+    row = {"rank": rank, "window": window, "start_ns": lo, "end_ns": hi, "span_us": width / 1000.0}
+    row.update({f"{p}_us": v / 1000.0 for p, v in parts.items()})
+    row["tax_wait_us"] = float((we - ws).sum()) / 1000.0
+    for name, num in (("sync_wait_share", parts["sync_wait"]),
+                      ("compute_share", parts["compute_only"] + parts["compute_comm_overlap"]),
+                      ("comm_share", parts["sync_wait"] + parts["comm_only"]),
+                      ("idle_share", parts["cpu_bound_idle"] + parts["idle"])):
+        row[name] = num / width if width > 0 else float("nan")
+    return row
+
+
+def _rank_tax(traces, **align_options) -> pd.DataFrame:  # noqa: ANN001 - a TraceSet
+    """The per-rank tax table, or an empty one when the traces hold no collective (then no
+    time is a waiting part: said in the log)."""
+    from evtsync.collectives import _collective_events
+    from evtsync.tax import RANK_COLUMNS, tax_from_traces
+
+    events, _ = _collective_events(traces)
+    if events.empty:
+        log.warning("time breakdown: no collective on any rank; no time counts as synchronisation wait")
+        return pd.DataFrame(columns=RANK_COLUMNS)
+    _, tables = tax_from_traces(traces, **align_options)
+    return tables.ranks
+
+
+def cpu_breakdown(traces, rank_tax: pd.DataFrame) -> pd.DataFrame:  # noqa: ANN001 - a TraceSet
+    """One row per rank and window of a trace set without GPU events: the main thread's span
+    cut into the parts of the module docstring (``timeline = "cpu"``)."""
+    from evtsync.critpath.cpu import CPU_SIDE_CATEGORIES, rank_timeline
+
+    code = {k: i for i, k in enumerate(CPU_SIDE_CATEGORIES)}
+    ops = traces.cpu_ops
+    names = ops["name"].astype(str)
+    is_gloo = names.str.startswith("gloo:").to_numpy()
+    is_step = names.str.match(r"^ProfilerStep#\d+$").to_numpy()
+    ranks_col = ops["rank"].to_numpy()
+    windows_col = ops["window"].to_numpy() if "window" in ops else np.zeros(len(ops), np.int64)
+    is_op = (ops["cat"].astype(str) == "cpu_op").to_numpy()
+    tids = ops["tid"].to_numpy()
+    waits = rank_tax[rank_tax["wait_us"].notna()] if len(rank_tax) else rank_tax
+    rows = []
+    for rank in sorted(int(r) for r in np.unique(ranks_col)):
+        mine = ranks_col == rank
+        inst = rank_tax[rank_tax["rank"] == rank] if len(rank_tax) else pd.DataFrame(
+            columns=["pg", "index", "window", "collective", "ts_ns", "end_ns"])
+        tl = rank_timeline(rank, ops[mine], inst, any_thread=True)
+        if tl is None:
+            continue
+        for window in sorted(tl.window_start):
+            sl = tl.slices[tl.slices["window"] == window]
+            if sl.empty:
+                continue
+            lo, hi = int(sl["start_ns"].min()), int(sl["end_ns"].max())
+            kind = sl["kind"].to_numpy()
+
+            def of(*kinds: str, sl: pd.DataFrame = sl, kind: np.ndarray = kind) -> tuple[np.ndarray, np.ndarray]:
+                sel = np.isin(kind, [code[k] for k in kinds])
+                return sl["start_ns"].to_numpy(np.int64)[sel], sl["end_ns"].to_numpy(np.int64)[sel]
+
+            here = inst[inst["window"] == window] if "window" in inst else inst
+            enq_s, enq_e = of("enqueue")
+            comm = (np.concatenate([here["ts_ns"].to_numpy(np.int64), enq_s]),
+                    np.concatenate([here["end_ns"].to_numpy(np.int64), enq_e]))
+            w = waits[(waits["rank"] == rank) & (waits["window"] == window)] if len(waits) else waits
+            w_start = w["ts_ns"].to_numpy(np.int64) if len(w) else np.zeros(0, np.int64)
+            w_end = w_start + (np.rint(w["wait_us"].to_numpy(float) * 1000.0).astype(np.int64) if len(w)
+                               else np.zeros(0, np.int64))
+            row = _span_row(rank, window, (lo, hi), of("cpu_op"), comm, (w_start, w_end), of("python"))
+            in_window = mine & (windows_col == window)
+            row["n_compute_events"] = int((in_window & (tids == tl.tid) & is_op).sum())
+            row["n_collectives"] = len(here)
+            row["unaligned_collectives"] = max(int((in_window & is_gloo).sum()) - len(here), 0)
+            row["n_profiler_steps"] = int(names[in_window & is_step].nunique())
+            row["timeline"] = "cpu"
+            rows.append(row)
+    table = pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)
+    log.info("time breakdown: no GPU events in the trace set; main-thread (CPU) time of %d rank(s)",
+             table["rank"].nunique())
+    table.attrs["ranks_without_gpu_events"] = []
+    table.attrs["cpu_timeline"] = True
+    table.attrs["missing_ranks"] = list(getattr(traces, "missing_ranks", ()))
+    return table
+
+
 def summarise_breakdown(table: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
     """Sum the parts over ranks (and windows) and give each as a share of the total span."""
     cols = ["span_us", *(f"{p}_us" for p in PARTS), "tax_wait_us"]
     total = table.groupby(list(by))[cols].sum() if by else table[cols].sum().to_frame().T
+    span = total["span_us"].astype(float).replace(0.0, np.nan)  # no span (no row): shares are NaN, not 0/0
     for p in PARTS:
-        total[f"{p}_share"] = total[f"{p}_us"] / total["span_us"]
+        total[f"{p}_share"] = total[f"{p}_us"].astype(float) / span
     return total.reset_index(drop=not by)

@@ -40,6 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "parent (default 3)")
     parser.add_argument("--category", action="append", default=[], metavar="NAME=REGEX",
                         help="add a cause category for kernel names matching REGEX (checked first; repeatable)")
+    parser.add_argument("--perfetto", metavar="OUT.json",
+                        help="write one Chrome trace-event file per profiling window (OUT.w<N>.json when there "
+                             "are several) merging all ranks, with the straggler paths, causes and root-cause "
+                             "links marked, for Perfetto or chrome://tracing")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(handler=run)
 
@@ -90,27 +94,45 @@ def run(args: argparse.Namespace) -> int:
                       keep_paths=args.paths or bool(args.plot_path),
                       **align_options(args))
         pg = selections[0] if selections else None
+        traces = None
         if isinstance(backend, InProcess):
-            result = attribute(load_traces(args.traces, **options), pg, **common)
+            traces = load_traces(args.traces, **options)
+            result = attribute(traces, pg, **common)
         else:
             # per-rank tasks read their own rank: no process holds every rank's tables
             print(f"attribution on {backend.name}: one task per rank", file=sys.stderr)
             read = {k: options[k] for k in ("salvage", "cache") if k in options}
             result = attribute(args.traces, pg, backend=backend, read_options=read, **common)
+    taxed = result.collectives[result.collectives["status"] != "no_tax"]
+    if result.collectives.empty:
+        raise InputError("nothing to attribute: no collective (NCCL/communication kernel or gloo:* annotation) "
+                         f"in {', '.join(map(str, args.traces))}" + (f" for --pg {pg}" if pg else ""))
+    if taxed.empty:
+        raise InputError(f"nothing to attribute: all {len(result.collectives)} collective(s) have no tax "
+                         "(one rank, or equal durations)")
     write_table(result.collectives, args.output)
     write_table(result.summary, sibling_path(args.output, "summary"))
     write_table(result.validation, sibling_path(args.output, "validation"))
+    write_table(result.ranks, sibling_path(args.output, "ranks"))
     if args.paths:
         write_table(result.paths, sibling_path(args.output, "paths"))
     if args.plot:
         plot_breakdown(result, args.plot)
     if args.plot_path:
         _plot_path(result, args.collective, args.plot_path)
+    if args.perfetto:
+        from evtsync.critpath.perfetto import write_perfetto
+
+        whole = traces if traces is not None else load_traces(args.traces, **options)
+        for path in write_perfetto(result, whole, args.perfetto):
+            print(f"Perfetto trace: {path}")
     if args.json:
         print(json.dumps({"gpu_only_share": None if math.isnan(result.gpu_only_share) else result.gpu_only_share,
                           "summary": result.summary.to_dict(orient="records"),
                           "validation": result.validation.to_dict(orient="records"),
-                          "status": result.collectives["status"].value_counts().to_dict()},
+                          "status": result.collectives["status"].value_counts().to_dict(),
+                          "cpu_side": result.cpu_side,
+                          "ranks": result.ranks.to_dict(orient="records")},
                          indent=2, default=str).replace("NaN", "null"))
         return 0
     _print_report(result)
@@ -142,9 +164,36 @@ def plot_breakdown(result, path: str) -> None:  # noqa: ANN001 - figure renderin
     save_figure(fig, path)
 
 
+def _print_blame(result) -> None:  # noqa: ANN001 - CLI rendering only
+    """Collectives whose blame was routed to another collective, and per rank caused vs suffered wait."""
+    table = result.collectives
+    routed = table[table["root_chain"].fillna(0).astype(int) > 0]
+    if len(routed):
+        print(f"\nblame routed to another collective ({len(routed)}; chain = hops, root = the collective whose "
+              "straggler started the delay):")
+        print(f"  {'pg':<12} {'index':>5} {'tau µs':>9} {'straggler':>9} {'root':>5} {'root pg:index':<16} "
+              f"{'chain':>5}  root cause")
+        for r in routed.sort_values("tau_max_us", ascending=False).head(15).itertuples():
+            print(f"  {str(r.pg):<12} {r.index:>5} {r.tau_max_us:>9.1f} {r.straggler_rank:>9} {r.root_rank:>5} "
+                  f"{f'{r.root_pg}:{r.root_index}':<16} {r.root_chain:>5}  {r.root_cause}"
+                  + ("  (cycle cut)" if r.root_cycle else ""))
+    cycles = int(table["root_cycle"].fillna(False).astype(bool).sum())
+    if cycles:
+        print(f"  {cycles} chain(s) came back to a collective already on them and were cut there")
+    if len(result.ranks):
+        print("\nper rank: wait suffered (its own waiting) against wait caused (the others' waiting where it "
+              "straggled / where it is the root), µs:")
+        for r in result.ranks.itertuples():
+            print(f"  rank {r.rank:>5}  straggled {r.straggled:>4} of {r.collectives:<5} suffered "
+                  f"{r.wait_suffered_us:>11.0f}  caused {r.wait_caused_us:>11.0f}  as root {r.wait_caused_root_us:>11.0f}")
+
+
 def _print_report(result) -> None:  # noqa: ANN001 - CLI rendering only
     table = result.collectives
     ok = table[table["status"] == "ok"]
+    if result.cpu_side:
+        print("CPU-side collectives (gloo): each straggler's main thread from the previous collective of its group "
+              "to its enqueue, against the fastest rank's (docs/critical-path.md, CPU-side collectives)")
     others = [f"{n} {s}" for s, n in table["status"].value_counts().items() if s != "ok"]
     print(f"{len(table)} collective(s): {len(ok)} explained" + (f" ({', '.join(others)})" if others else ""))
     if len(ok):
@@ -159,7 +208,9 @@ def _print_report(result) -> None:  # noqa: ANN001 - CLI rendering only
             gpu_share = "" if math.isnan(s.share_of_gpu_causes) else f"  ({s.share_of_gpu_causes:.1%} of GPU causes" \
                 + (f"; paper {PAPER_GPU_CAUSES[s.category]:.1%})" if s.category in PAPER_GPU_CAUSES else ")")
             print(f"  {s.category:<16} {s.cause_class:<4} {s.count:>6}  {s.share:>6.1%}{gpu_share}")
-        print(f"\nGPU-only straggler paths: {result.gpu_only_share:.1%} (paper: {PAPER_GPU_ONLY_SHARE:.1%})")
+        if not result.cpu_side:
+            print(f"\nGPU-only straggler paths: {result.gpu_only_share:.1%} (paper: {PAPER_GPU_ONLY_SHARE:.1%})")
+    _print_blame(result)
     from evtsync.critpath.attribution import EXPLAINED_SHARE_MAX, EXPLAINED_SHARE_MIN
 
     unexplained = table[table["status"] == "unexplained"]

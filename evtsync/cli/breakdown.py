@@ -34,6 +34,11 @@ def run(args: argparse.Namespace) -> int:
         backend = enter_dask(options, stack)
         traces = load_traces(args.traces, **options)
         table = step_breakdown(traces, backend=backend, **align_options(args))
+    if table.empty:
+        from evtsync.errors import InputError
+
+        raise InputError(f"nothing to break down: no GPU event and no CPU operator on any rank of "
+                         f"{', '.join(map(str, args.traces))}")
     if args.output:
         write_table(table, args.output)
     if args.json:
@@ -41,8 +46,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     labels = {"compute_comm_overlap": "overlap", "compute_only": "compute", "sync_wait": "sync wait",
               "comm_only": "comm", "cpu_bound_idle": "cpu-bound", "idle": "idle"}
-    print("per-rank GPU time, µs (share of the span); sync wait = exposed tax, "
-          "tax wait = all waiting inside collectives")
+    cpu = bool(table.attrs.get("cpu_timeline"))
+    if cpu:
+        labels.update(cpu_bound_idle="python")
+        print("no GPU events: per-rank main-thread (CPU) time, µs (share of the span); compute = operators, "
+              "comm = collectives (enqueue and run), sync wait = waiting in them, python = annotated Python, "
+              "idle = uninstrumented Python (docs/critical-path.md)")
+    else:
+        print("per-rank GPU time, µs (share of the span); sync wait = exposed tax, "
+              "tax wait = all waiting inside collectives")
     head = f"  {'rank':>5} {'window':>6} {'span':>11} " + " ".join(f"{labels[p]:>17}" for p in PARTS) \
         + f" {'tax wait':>11}"
     print(head)
@@ -51,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
                          if row.span_us > 0 else f"{'-':>17}" for p in PARTS)
         print(f"  {row.rank:>5} {row.window:>6} {row.span_us:>11.0f} {cells} {row.tax_wait_us:>11.0f}")
     total = summarise_breakdown(table).iloc[0]
-    print(f"\nall ranks: sync wait {total['sync_wait_share']:.1%} of GPU time, compute "
+    print(f"\nall ranks: sync wait {total['sync_wait_share']:.1%} of {'main-thread' if cpu else 'GPU'} time, compute "
           f"{total['compute_only_share'] + total['compute_comm_overlap_share']:.1%}, idle "
           f"{total['idle_share'] + total['cpu_bound_idle_share']:.1%}")
     if table.attrs.get("missing_ranks"):

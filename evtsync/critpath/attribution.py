@@ -19,6 +19,7 @@ import pandas as pd
 
 from evtsync.collectives import Alignment, align_collectives
 from evtsync.critpath.categories import CPU_CATEGORIES, classify_names
+from evtsync.critpath.cpu import CPU_SIDE_CATEGORIES, attribute_cpu_side, collectives_are_cpu_side
 from evtsync.critpath.dag import (
     SAME_STREAM_TOLERANCE_NS,
     RankDAG,
@@ -32,6 +33,7 @@ from evtsync.critpath.tasks import (
     SetupCache,
     StragglerSide,
     combine,
+    exact_times,
     fastest_task,
     rank_instance_nodes,
     straggler_task,
@@ -53,8 +55,10 @@ COLLECTIVE_COLUMNS = [
     "cause_extra_us", "cause_raw_extra_us", "cause_duration_us", "cause_fastest_duration_us", "cause_occurrence",
     "cause_start_ns", "cause_on_fastest_path", "lca_name", "n_common", "path_extra_us",
     "path_gpu_extra_us", "path_cpu_extra_us", "straggler_path_us", "fastest_path_us", "fastest_matched_us",
-    "unplaced_us",
+    "unplaced_us", "cause_pg", "cause_index", "root_rank", "root_pg", "root_index", "root_cause",
+    "root_category", "root_chain", "root_cycle",
 ]
+RANK_COLUMNS = ["rank", "collectives", "straggled", "wait_suffered_us", "wait_caused_us", "wait_caused_root_us"]
 PATH_COLUMNS = ["pg", "index", "rank", "role", "step", "name", "kind", "start_ns", "end_ns",
                 "dur_us", "occurrence", "own_us", "wait_us", "own_fastest_us", "wait_fastest_us", "extra_us"]
 #: A collective is explained when its path's extra time is within this band of its tax
@@ -79,6 +83,12 @@ class AttributionResult(TablesDisplay):
       on the communication-time difference (slope, intercept, R², n) — SPEC §4 (a).
     - ``paths``: the straggler's and fastest rank's paths event by event (when kept).
     - ``gpu_only_share``: share of attributed collectives whose straggler path is GPU-only.
+    - ``ranks``: per rank, the wait it suffered (its own waiting in collectives) against the
+      wait it caused (the other members' waiting where it straggled, and where it is the root
+      after routing across process groups, see :func:`route_blame`).
+    - ``cpu_side``: the collectives are CPU-side (gloo): attributed on the main threads
+      (:mod:`evtsync.critpath.cpu`).
+    - ``instances``: the aligned collective instances attributed (one row per pg, index, rank).
     """
 
     collectives: pd.DataFrame
@@ -87,6 +97,9 @@ class AttributionResult(TablesDisplay):
     paths: pd.DataFrame
     gpu_only_share: float
     dag_stats: pd.DataFrame = field(default_factory=pd.DataFrame)
+    ranks: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=RANK_COLUMNS))
+    cpu_side: bool = False
+    instances: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 class RankTables:
@@ -161,6 +174,7 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     """
     read_options = dict(read_options or {})
     distributed = backend is not None and not isinstance(traces, TraceSet)
+    inputs = traces
     if not isinstance(traces, TraceSet):
         where: dict[str, Any] = {}
         if isinstance(backend, ProcessPool):   # the caller reads nothing itself either
@@ -168,10 +182,15 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
         elif isinstance(backend, DaskCluster):
             where["client"] = backend.client
         traces = load_traces(traces, scope="collectives" if distributed else "all", **read_options, **where)
-    if not distributed:
-        traces.require(("all",), "critical-path attribution")
     alignment = alignment if alignment is not None else align_collectives(traces, **align_options)
     tax = tax if tax is not None else compute_tax(alignment)
+    cpu_side = alignment.instances["correlation"].eq(-1).all() and collectives_are_cpu_side(traces) \
+        if len(alignment.instances) else False
+    if cpu_side and distributed:  # CPU-side collectives: small traces, read everything here
+        traces = load_traces(inputs, scope="all", **read_options)
+        distributed = False
+    if not distributed:
+        traces.require(("all",), "critical-path attribution")
     inst = alignment.instances
     groups = alignment.groups
     if pg is not None:
@@ -184,6 +203,18 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
         empty = pd.DataFrame(columns=COLLECTIVE_COLUMNS)
         return AttributionResult(empty, pd.DataFrame(columns=SUMMARY_COLUMNS),
                                  regress_path_on_tax(empty), pd.DataFrame(columns=PATH_COLUMNS), float("nan"))
+    if cpu_side:
+        table, paths_table = attribute_cpu_side(
+            traces, alignment, tax, set(inst["pg"].unique()), columns=COLLECTIVE_COLUMNS,
+            share_band=(EXPLAINED_SHARE_MIN, EXPLAINED_SHARE_MAX), keep_paths=keep_paths)
+        _refuse_when_nothing_attributed(table, "CPU-side (gloo) collectives")
+        table = route_blame(table)
+        summary, _ = summarize(table)
+        return AttributionResult(collectives=table, summary=summary, validation=regress_path_on_tax(table),
+                                 paths=paths_table if len(paths_table) else pd.DataFrame(columns=PATH_COLUMNS),
+                                 gpu_only_share=float("nan"),  # no GPU: the share does not apply
+                                 ranks=rank_blame(table, tax.ranks), cpu_side=True,
+                                 instances=inst)
     tax_rows = tax.collectives
     tax_rows = tax_rows[tax_rows["pg"].isin(inst["pg"].unique())]
     rows: dict[tuple[str, int], dict[str, Any]] = {}
@@ -252,6 +283,8 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
         s_side, f_side = sides_s[key], sides_f.get(key)
         if not s_side.found or f_side is None or not f_side.found:
             row["status"] = "no_node"
+            row["unexplained_reason"] = (f"rank {s_side.rank if not s_side.found else row['fastest_rank']}: "
+                                         "the collective has no GPU node in the rank's event DAG")
             n_missing += 1
             continue
         seg_s, extra = combine(s_side, f_side, row, share_band=(EXPLAINED_SHARE_MIN, EXPLAINED_SHARE_MAX))
@@ -260,15 +293,120 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     if n_missing:
         log.warning("%d collective(s) have no GPU node for their straggler or fastest rank in the DAG "
                     "(status no_node)", n_missing)
-    table = pd.DataFrame(list(rows.values()), columns=COLLECTIVE_COLUMNS)
+    table = exact_times(pd.DataFrame(list(rows.values()), columns=COLLECTIVE_COLUMNS), list(rows.values()))
     gpu_causes = table["cause_segment"] == "kernel"
     if gpu_causes.any():
         table.loc[gpu_causes, "cause_category"] = classify_names(table.loc[gpu_causes, "cause_name"].tolist())
+    _refuse_when_nothing_attributed(table, "collectives")
+    _name_collective_causes(table, inst)
+    table = route_blame(table)
     summary, gpu_only = summarize(table)
     paths_table = paths_table_of(path_parts) if path_parts else pd.DataFrame(columns=PATH_COLUMNS)
     return AttributionResult(collectives=table, summary=summary, validation=regress_path_on_tax(table),
                              paths=paths_table, gpu_only_share=gpu_only,
-                             dag_stats=pd.DataFrame([stats[r] for r in sorted(stats)]))
+                             dag_stats=pd.DataFrame([stats[r] for r in sorted(stats)]), ranks=rank_blame(table, tax.ranks),
+                             instances=inst)
+
+
+def _refuse_when_nothing_attributed(table: pd.DataFrame, what: str) -> None:
+    """Raise when collectives have a tax but none could be attributed: the trace lacks what the
+    walk needs (an empty table would read as 'nothing to explain')."""
+    taxed = table[table["status"] != "no_tax"]
+    if len(taxed) and (taxed["status"] == "no_node").all():
+        reasons = taxed["unexplained_reason"].dropna()
+        why = reasons.iloc[0] if len(reasons) else (
+            "no GPU event of the collective kernels in the event DAG of the straggler or the fastest rank")
+        raise InputError(f"attribution cannot run on these traces: none of {len(taxed)} {what} with a tax could be "
+                         f"attributed ({why})")
+
+
+def _name_collective_causes(table: pd.DataFrame, instances: pd.DataFrame) -> None:
+    """Where a GPU principal cause is a collective kernel of the straggler (another PG's, or an
+    earlier one of its own), fill ``cause_pg`` / ``cause_index`` with that collective."""
+    if table.empty or "cause_start_ns" not in table:
+        return
+    lookup = {(int(r), int(ts)): (pg, int(i)) for r, ts, pg, i in
+              zip(instances["rank"], instances["ts_ns"], instances["pg"], instances["index"], strict=True)}
+    for i, rank, start, seg in zip(table.index, table["straggler_rank"], table["cause_start_ns"],
+                                   table["cause_segment"], strict=True):
+        if seg != "kernel" or start is None or pd.isna(start):
+            continue
+        hit = lookup.get((int(rank), int(start)))
+        if hit is not None:
+            table.at[i, "cause_pg"], table.at[i, "cause_index"] = hit
+
+
+def route_blame(table: pd.DataFrame) -> pd.DataFrame:
+    """Route each collective's blame to its root (issue 28, item 4).
+
+    A straggler whose principal cause is a collective (it waited in, or arrived late from,
+    collective ``cause_pg``/``cause_index``, of its own or another process group) passes the
+    blame to that collective's straggler and its cause, recursively: ``root_rank``, ``root_pg``,
+    ``root_index``, ``root_cause``, ``root_category`` are where the chain ends (a cause that is
+    not a collective, or a collective without a row or cause), ``root_chain`` the number of
+    hops (0: the collective is its own root). A chain that comes back to a collective already
+    on it is cut there: ``root_cycle`` is True and the root is the last collective before the
+    repeat (logged). Rows without a named cause keep their own straggler as the root.
+    """
+    table = table.copy()
+    if table.empty:
+        return table
+    key_of = {(pg, int(i)): n for n, (pg, i) in enumerate(zip(table["pg"], table["index"], strict=True))}
+    cause_pg, cause_index = table["cause_pg"].tolist(), table["cause_index"].tolist()
+    out = {c: [] for c in ("root_rank", "root_pg", "root_index", "root_cause", "root_category",
+                           "root_chain", "root_cycle")}
+    n_cycles = 0
+    for n in range(len(table)):
+        seen, here, cycle = {n}, n, False
+        while True:
+            pg, idx = cause_pg[here], cause_index[here]
+            if pg is None or idx is None or (isinstance(idx, float) and np.isnan(idx)):
+                break
+            nxt = key_of.get((pg, int(idx)))
+            if nxt is None or table["status"].iat[nxt] in ("no_tax", "no_node"):
+                break
+            if nxt in seen:
+                cycle = True
+                break
+            seen.add(nxt)
+            here = nxt
+        n_cycles += cycle
+        out["root_rank"].append(table["straggler_rank"].iat[here])
+        out["root_pg"].append(table["pg"].iat[here])
+        out["root_index"].append(int(table["index"].iat[here]))
+        out["root_cause"].append(table["cause_name"].iat[here])
+        out["root_category"].append(table["cause_category"].iat[here])
+        out["root_chain"].append(len(seen) - 1)
+        out["root_cycle"].append(cycle)
+    for c, v in out.items():
+        table[c] = v
+    if n_cycles:
+        log.warning("blame routing: %d collective(s) reach a cycle of collectives waiting for each other; "
+                    "cut at the repeat (root_cycle)", n_cycles)
+    return table
+
+
+def rank_blame(table: pd.DataFrame, ranks: pd.DataFrame) -> pd.DataFrame:
+    """Per rank: collectives it took part in, how often it straggled, the wait it suffered (its
+    own ``wait_us`` over all its collectives), the wait it caused as the straggler (the other
+    members' waiting in the collectives it straggled in) and as the root after routing.
+    ``table``: the attribution's collectives; ``ranks``: the tax's per-rank table (pg, index,
+    rank, wait_us)."""
+    if ranks.empty:
+        return pd.DataFrame(columns=RANK_COLUMNS)
+    wait = ranks.groupby(["pg", "index"], observed=True)["wait_us"].sum()
+    suffered = ranks.groupby("rank")["wait_us"].sum()
+    n = ranks.groupby("rank").size()
+    rows = {int(r): {"rank": int(r), "collectives": int(n[r]), "straggled": 0, "wait_suffered_us": float(suffered[r]),
+                     "wait_caused_us": 0.0, "wait_caused_root_us": 0.0} for r in n.index}
+    for pg, idx, s, root in zip(table["pg"], table["index"], table["straggler_rank"], table["root_rank"], strict=True):
+        w = float(wait.get((pg, int(idx)), 0.0))
+        if s is not None and not pd.isna(s) and int(s) in rows:
+            rows[int(s)]["straggled"] += 1
+            rows[int(s)]["wait_caused_us"] += w
+        if root is not None and not pd.isna(root) and int(root) in rows:
+            rows[int(root)]["wait_caused_root_us"] += w
+    return pd.DataFrame(list(rows.values()), columns=RANK_COLUMNS)
 
 
 def paths_table_of(parts: list[tuple[StragglerSide, FastestSide, np.ndarray, np.ndarray]]) -> pd.DataFrame:
@@ -322,7 +460,7 @@ def summarize(collectives: pd.DataFrame) -> tuple[pd.DataFrame, float]:
     n_gpu = int((ok["path_kind"] == "gpu_only").sum())
     rows = []
     for category, count in counts.items():
-        is_cpu = category in CPU_CATEGORIES
+        is_cpu = category in CPU_CATEGORIES or category in CPU_SIDE_CATEGORIES
         rows.append({"category": category, "cause_class": "cpu" if is_cpu else "gpu", "count": int(count),
                      "share": count / len(ok),
                      "share_of_gpu_causes": float("nan") if is_cpu or not n_gpu else count / n_gpu})

@@ -476,6 +476,13 @@ def combine(s: StragglerSide, f: FastestSide, row: dict[str, Any], *, share_band
     return seg_s, extra
 
 
+def exact_times(table: pd.DataFrame, rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """``cause_start_ns`` as exact integers (nullable): built from dicts with None, pandas makes it
+    float64, which rounds epoch nanoseconds (~1.7e18) to 256 ns."""
+    table["cause_start_ns"] = pd.array([r.get("cause_start_ns") for r in rows], dtype="Int64")
+    return table
+
+
 def _positions_covered(unmatched_sync: np.ndarray) -> np.ndarray:
     """Chain positions whose segments come from the whole-sync tiling: each straggler-only
     sync and its critical parent (whose own time ends where the sync began)."""

@@ -137,10 +137,13 @@ def attribution_with_intervals(summary: pd.DataFrame, collectives: pd.DataFrame)
     """A workload's attribution summary with its Wilson intervals (evtsync.intervals): each
     category's share of the attributed collectives (``collective_share`` / ``_lo`` / ``_hi``) and
     the GPU-only share of the stragglers (``gpu_only_share`` / ``_lo`` / ``_hi``, ``n_attributed``)."""
+    from evtsync.critpath.cpu import CPU_SIDE_CATEGORIES
     from evtsync.intervals import wilson_interval
 
     ok = collectives[collectives["status"] == "ok"]
     share, lo, hi = wilson_interval(int((ok["path_kind"] == "gpu_only").sum()), len(ok))
+    if len(ok) and ok["path_kind"].isin(CPU_SIDE_CATEGORIES).all():
+        share = lo = hi = None  # CPU-side (gloo) paths only: a GPU-only share has no meaning
     summary = summary.assign(gpu_only_share=share, gpu_only_share_lo=lo, gpu_only_share_hi=hi, n_attributed=len(ok))
     total = int(summary["count"].sum()) if len(summary) else 0
     shares = [wilson_interval(int(k), total) for k in summary["count"]] if len(summary) else []
@@ -156,6 +159,7 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
     run.require("tax")
     collectives, summaries, validations, paths = [], [], [], []
     reasons = []
+    cpu_side: list[bool] = []
 
     def one(w: Any) -> None:
         traces = run.traces(w)
@@ -169,6 +173,7 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
         except InputError as exc:  # does not apply to this workload (no CPU side, …): said, not failed
             reasons.append(f"{w.name}: {exc}")
             return
+        cpu_side.append(result.cpu_side)
         collectives.append(_tag(result.collectives, w.name, gpu))
         summary = attribution_with_intervals(result.summary.copy(), result.collectives)
         summaries.append(_tag(summary, w.name, gpu))
@@ -189,7 +194,7 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
                                  _stringify(pd.concat(paths, ignore_index=True))))
     ok = table[table["status"] == "ok"]
     return {"collectives": len(table), "attributed": len(ok),
-            "gpu_only_share": float((ok["path_kind"] == "gpu_only").mean()) if len(ok) else None,
+            "gpu_only_share": float((ok["path_kind"] == "gpu_only").mean()) if len(ok) and not all(cpu_side) else None,
             "skipped_workloads": reasons}
 
 

@@ -11,6 +11,7 @@ import pandas as pd
 from evtsync.display import fmt_interval
 from evtsync.plots import fits as fit_figs
 from evtsync.plots import tax as tax_figs
+from evtsync.report.attribution_section import attribution_why_items
 from evtsync.report.context import MIN_Z_FIGURE, PCT, ReportContext, mle_parameters, slug
 from evtsync.report.markdown import (
     Section,
@@ -99,10 +100,13 @@ def _attribution_items(ctx: ReportContext, att: pd.DataFrame | None, gpu: str, g
         return [Skipped("No attribution tables with intervals: this run folder's attribution stage was run by an "
                         "evtsync that left the intervals to the report; rerun `evtsync run --force` to add them.")]
     per_workload = sub.drop_duplicates("workload").sort_values("workload")
-    items.append(f"Share of attributed collectives whose straggler path is GPU-only, with its {PCT} Wilson "
-                 "interval: " + "; ".join(
-                     f"{r.workload} {fmt_ci(100 * r.gpu_only_share, 100 * r.gpu_only_share_lo, 100 * r.gpu_only_share_hi)}%"
-                     f" of {int(r.n_attributed)}" for r in per_workload.itertuples()) + " (paper: 93.7%).")
+    # CPU-side (gloo) runs have no GPU-only share (the stage writes None): no line for them.
+    gpu_side = per_workload[per_workload["gpu_only_share"].notna()]
+    if not gpu_side.empty:
+        items.append(f"Share of attributed collectives whose straggler path is GPU-only, with its {PCT} Wilson "
+                     "interval: " + "; ".join(
+                         f"{r.workload} {fmt_ci(100 * r.gpu_only_share, 100 * r.gpu_only_share_lo, 100 * r.gpu_only_share_hi)}%"
+                         f" of {int(r.n_attributed)}" for r in gpu_side.itertuples()) + " (paper: 93.7%).")
     cat = sub.assign(**{f"share [{PCT} CI]": [fmt_ci(*v) for v in zip(
         sub["collective_share"], sub["collective_share_lo"], sub["collective_share_hi"], strict=True)]})
     cat = cat.rename(columns={"cause_class": "cause class", "count": "collectives",
@@ -116,6 +120,9 @@ def _attribution_items(ctx: ReportContext, att: pd.DataFrame | None, gpu: str, g
                                   f"workload (critical-path walk from each collective back to the previous collective "
                                   f"of its PG, straggler's path compared with the fastest rank's, SPEC §4)."))
     items.append(_path_view(ctx, gpu, gslug))
+    coll = ctx.table("attribution_collectives")
+    if coll is not None:
+        items += attribution_why_items(coll, gpu, ctx.table("tax_ranks"))
     return items
 
 
