@@ -450,11 +450,12 @@ def _fit_gev_standardised(y: NDArray[np.float64], start: tuple[float, float, flo
         except FitError:
             continue
         tried.append((label, opt))
-        if opt.converged or opt.at_boundary:
+        if opt.converged:
             break
     if not tried:
         raise FitError("GEV fit: no starting value gave a finite likelihood")
-    good = [o for _, o in tried if o.converged]
+    # an optimum, or the xi = -1 edge where the likelihood is higher still; else the best end point
+    good = [o for _, o in tried if o.converged or o.at_boundary]
     best = min(good or [o for _, o in tried], key=lambda o: o.f)
     first_label, first_opt = tried[0]
     if best is not first_opt and start is not None:
