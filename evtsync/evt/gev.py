@@ -45,6 +45,7 @@ __all__ = [
     "cdf",
     "expected_max",
     "expm1_ratio",
+    "isf",
     "log1p_ratio",
     "logcdf",
     "logpdf",
@@ -252,6 +253,15 @@ def ppf(q: ArrayLike, mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike) -> Array:
     return _out(np.asarray(mu_a + sigma_a * _expm1_div(u, xi_a)))
 
 
+def isf(v: ArrayLike, mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike) -> Array:
+    """Inverse survival function: the quantile at probability ``1 - v``, accurate for tiny ``v``
+    (``-log F = -log1p(-v)``), e.g. for draws of an upper order statistic of a large sample."""
+    mu_a, sigma_a, xi_a = _params(mu, sigma, xi)
+    e = -np.log1p(-np.asarray(v, dtype=float))
+    with np.errstate(divide="ignore"):
+        return _out(np.asarray(mu_a + sigma_a * _expm1_div(-np.log(e), xi_a)))
+
+
 def return_level(period: ArrayLike, mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike) -> Array:
     """Return level z_p exceeded once every ``period`` blocks on average (Coles 2001, eq. 3.10).
 
@@ -273,7 +283,8 @@ def rvs(
     size: int | tuple[int, ...] | None = None,
     rng: np.random.Generator | int | None = None,
 ) -> Array:
-    """Random draws: ``mu + sigma (E^(-xi) - 1)/xi`` with ``E ~ Exp(1)`` (inverse CDF).
+    """Random draws: ``mu + sigma (E^(-xi) - 1)/xi`` with ``E = -log U ~ Exp(1)`` (inverse CDF): the
+    one GEV sampler of the package (PyMC's GEV op and the simulated z-score tables draw through it).
 
     ``size`` is the output shape (the parameters broadcast to it); by default the broadcast
     shape of the parameters. ``rng`` is a ``numpy.random.Generator`` or a seed.
@@ -283,7 +294,7 @@ def rvs(
     shape = np.broadcast_shapes(mu_a.shape, sigma_a.shape, xi_a.shape)
     if size is not None:
         shape = (size,) if isinstance(size, int | np.integer) else tuple(size)
-    e = generator.standard_exponential(shape)
+    e = -np.log(generator.uniform(size=shape))  # E = -log U: the stream PyMC's GEV op has always drawn
     return _out(np.asarray(mu_a + sigma_a * _expm1_div(-np.log(e), xi_a)))
 
 

@@ -828,13 +828,13 @@ def simulate_zscore_table(cell_params: pd.DataFrame, n_per_cell: int | list[int]
     table ``evtsync blocks`` writes (z, gpu, precision, workload, block, instance,
     block_mean_us, block_sd_us).
     """
-    from evtsync.evt.distribution import gev_rvs_np
+    from evtsync.evt import gev
 
     rng = np.random.default_rng(seed)
     counts = [n_per_cell] * len(cell_params) if isinstance(n_per_cell, int) else list(n_per_cell)
     parts = []
     for (_, row), n in zip(cell_params.iterrows(), counts, strict=True):
-        z = gev_rvs_np(row["mu"], row["sigma"], row["xi"], rng, size=n)
+        z = gev.rvs(row["mu"], row["sigma"], row["xi"], rng=rng, size=n)
         parts.append(pd.DataFrame({
             "z": z, "gpu": row["gpu"], "precision": row["precision"], "workload": "synthetic",
             "block": "gemm-block", "instance": np.arange(n), "block_mean_us": 1000.0, "block_sd_us": 20.0,
