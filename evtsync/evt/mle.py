@@ -618,9 +618,10 @@ class ProfileInterval:
     *open*: its bound is ``-inf``/``+inf`` and ``open_below``/``open_above`` is True (small
     samples: the data do not bound the parameter). ``searched`` is the range examined and
     ``note`` says why a side is open or what else was found. ``flag`` is non-empty when the
-    interval must not be read as a plain interval (the fit sits on the xi = -1 boundary, or a
-    return level's interval lies below a value the data already hold): the text output and the
-    tables print it beside the interval. Unpacks as ``lower, upper``.
+    interval must not be read as a plain interval (the fit sits on the xi = -1 boundary, a
+    return level's interval lies below a value the data already hold, or an end was found where
+    the nuisance parameters did not converge): the text output and the JSON print it beside the
+    interval. Unpacks as ``lower, upper``.
     """
 
     parameter: str
@@ -779,6 +780,8 @@ def _profile_interval(profile: _Profile, parameter: str, hat: float, ll_hat: flo
             continue
         ends.append(_solve_end(profile, inner, outer, target))
         opened.append(False)
+    approximate = [side for side, end, is_open in (("lower", ends[0], opened[0]), ("upper", ends[1], opened[1]))
+                   if not is_open and end in profile.failed]
     searched = (min(profile.points), max(profile.points))
     notes = []
     higher = [v for v, (ll, _, _) in profile.points.items() if ll > ll_hat + 1e-6]
@@ -795,9 +798,12 @@ def _profile_interval(profile: _Profile, parameter: str, hat: float, ll_hat: flo
                          f"open {side}: the {level:.0%} profile stays above its cut up to {to_data(searched[1]):.4g}")
     if open_at_bound and any(opened):
         notes.append(open_at_bound)
+    flag = (f"the {' and '.join(approximate)} end{'s are' if len(approximate) > 1 else ' is'} approximate: the "
+            "nuisance parameters did not converge there (far in the tail the likelihood is nearly flat)"
+            if approximate else "")
     return ProfileInterval(parameter=parameter, estimate=float(hat), level=float(level), lower=ends[0],
                            upper=ends[1], open_below=opened[0], open_above=opened[1],
-                           searched=(float(searched[0]), float(searched[1])), note="; ".join(notes))
+                           searched=(float(searched[0]), float(searched[1])), note="; ".join(notes), flag=flag)
 
 
 def _xi_bounds(xi_hat: float) -> tuple[float, float]:
@@ -851,8 +857,8 @@ def profile_ci_xi(data: ArrayLike, fit: MleFit | None = None, level: float = INT
     res = _profile_interval(profile, "xi", fit.xi, ll_hat, z * se, level, (lo_b, hi_b), max_doublings=12,
                             open_at_bound=f"xi is searched in ({_XI_FLOOR:g}, {hi_b:g}]: below -1 the "
                             "likelihood is unbounded; above, only degenerate fits of few maxima")
-    flag = _boundary_flag(fit)
-    return replace(res, flag=flag) if flag else res
+    flags = [f for f in (_boundary_flag(fit), res.flag) if f]
+    return replace(res, flag="; ".join(flags))
 
 
 def profile_ci_return_level(data: ArrayLike, fit: MleFit, period: float,
@@ -910,7 +916,7 @@ def profile_ci_return_level(data: ArrayLike, fit: MleFit, period: float,
                 else:
                     upper, open_above = math.inf, True
     lower_data = loc + scale * lower
-    flags = [_boundary_flag(fit)] if fit.boundary else []
+    flags = [f for f in (_boundary_flag(fit), res.flag) if f]
     top = float(np.max(x))
     p_seen = -math.expm1(x.size * math.log1p(-1.0 / period))  # P(n blocks exceed the period-block level)
     if math.isfinite(lower_data) and lower_data < top and p_seen <= 1.0 - level:
