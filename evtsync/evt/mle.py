@@ -37,17 +37,28 @@ import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import stats
 
 from evtsync.defaults import INTERVAL_LEVEL
 from evtsync.errors import FitError, InputError
 from evtsync.evt import gev
 
 log = logging.getLogger("evtsync.evt.mle")
+
+
+def chi2_1_quantile(level: float) -> float:
+    """The ``level`` quantile of chi2 with 1 degree of freedom, the square of the normal's
+    ``(1 + level)/2`` quantile (standard library: ``fit --mle`` needs no ``scipy.stats``)."""
+    return NormalDist().inv_cdf(0.5 + 0.5 * level) ** 2
+
+
+def chi2_1_sf(deviance: float) -> float:
+    """Upper tail of chi2 with 1 degree of freedom: ``erfc(sqrt(d/2))``."""
+    return math.erfc(math.sqrt(max(deviance, 0.0) / 2.0))
 
 __all__ = [
     "FAMILIES",
@@ -584,7 +595,7 @@ def likelihood_ratio_test(data: ArrayLike, gev_fit: MleFit | None = None) -> Lik
         if deviance < -1e-6:
             log.warning("GEV log-likelihood below Gumbel's by %.3g: GEV optimum not reached", -deviance)
         deviance = 0.0
-    return LikelihoodRatioTest(gumbel, full, float(deviance), 1, float(stats.chi2.sf(deviance, 1)))
+    return LikelihoodRatioTest(gumbel, full, float(deviance), 1, chi2_1_sf(deviance))
 
 
 def return_level_delta(fit: MleFit, period: float) -> tuple[float, float]:
@@ -750,7 +761,7 @@ def _profile_interval(profile: _Profile, parameter: str, hat: float, ll_hat: flo
     next point where the profile's tangent reaches the cut (at most 4 times as far, up to
     ``bounds``) until the profile falls below the cut; then the end by :func:`_solve_end`.
     ``to_data`` maps a value to the data's units for the notes."""
-    target = ll_hat - 0.5 * float(stats.chi2.ppf(level, 1))
+    target = ll_hat - 0.5 * chi2_1_quantile(level)
     profile.points.setdefault(hat, (ll_hat, profile.nuisance(hat), 0.0))
     ends: list[float] = []
     opened: list[bool] = []
@@ -851,7 +862,7 @@ def profile_ci_xi(data: ArrayLike, fit: MleFit | None = None, level: float = INT
     y, loc, scale = _standardise(x)
     profile = _xi_profile(y, np.array([(fit.mu - loc) / scale, fit.sigma / scale]), fit.xi)
     ll_hat = fit.loglik + x.size * math.log(scale)
-    z = math.sqrt(float(stats.chi2.ppf(level, 1)))
+    z = math.sqrt(chi2_1_quantile(level))
     se = fit.se["xi"]
     lo_b, hi_b = _xi_bounds(fit.xi)
     res = _profile_interval(profile, "xi", fit.xi, ll_hat, z * se, level, (lo_b, hi_b), max_doublings=12,
@@ -898,7 +909,7 @@ def profile_ci_return_level(data: ArrayLike, fit: MleFit, period: float,
         profile = _Profile(lambda z: _objective_at_level(y, z, u, False), np.array([fit.sigma / scale, fit.xi]),
                            z_hat_s, feasible, (-math.inf, _XI_SEARCH_FLOOR), (math.inf, xi_max))
     ll_hat = fit.loglik + x.size * math.log(scale)
-    zq = math.sqrt(float(stats.chi2.ppf(level, 1)))
+    zq = math.sqrt(chi2_1_quantile(level))
     half = zq * z_se / scale if math.isfinite(z_se) and z_se > 0 else 0.1
     limit = half * 2.0**_MAX_DOUBLINGS
     res = _profile_interval(profile, f"{period:g}-block return level", z_hat_s, ll_hat, half, level,

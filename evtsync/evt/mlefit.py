@@ -46,7 +46,7 @@ def mle_cell_table(z: pd.DataFrame, groups: Sequence[str] = ("gpu", "precision")
                    level: float = INTERVAL_LEVEL, min_n: int = MIN_Z_MLE, pooled: bool = True,
                    profile: bool = True) -> pd.DataFrame:
     """Gumbel and GEV MLE per cell of ``z`` (see the module docstring for the columns)."""
-    from scipy import stats
+    from statistics import NormalDist
 
     from evtsync.evt import mle
 
@@ -61,7 +61,7 @@ def mle_cell_table(z: pd.DataFrame, groups: Sequence[str] = ("gpu", "precision")
         for key, sub in z.groupby(list(groups), sort=True):
             key = key if isinstance(key, tuple) else (key,)
             cells.append((tuple(map(str, key)), pd.to_numeric(sub[column], errors="coerce").to_numpy(float)))
-    zq = float(stats.norm.ppf(0.5 + level / 2))
+    zq = NormalDist().inv_cdf(0.5 + level / 2)
     rows = []
     for key, values in cells:
         labels = dict(zip(groups, key, strict=True))
