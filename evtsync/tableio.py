@@ -16,9 +16,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from evtsync.errors import InputError
+
+
+class _Pandas:
+    """pandas, imported at its first use: this module is read by every command (the output checks
+    of the command line run before any work), and most outputs are not tables (issue 30: small
+    commands start without pandas and pyarrow)."""
+
+    def __getattr__(self, name: str) -> Any:
+        import pandas
+
+        return getattr(pandas, name)
+
+
+pd: Any = _Pandas()
 
 TABLE_SUFFIXES = (".parquet", ".csv", ".csv.gz")
 #: Every temporary file of :func:`atomic_path` ends so (``.NAME.XXXXXXXX.evtsync.tmp``): the

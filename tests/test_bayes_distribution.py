@@ -11,13 +11,11 @@ import pytensor.tensor as pt
 import pytest
 from scipy import stats
 
+from evtsync.evt import gev
 from evtsync.evt.distribution import (
     GEV,
-    gev_logcdf_np,
     gev_logp_sum,
     gev_logp_sum_cells,
-    gev_logpdf_np,
-    gev_rvs_np,
     register_jax_backend,
 )
 
@@ -41,7 +39,7 @@ def test_logp_matches_scipy_on_and_off_support(xi):
     assert np.array_equal(np.isneginf(lp), np.isneginf(ref))
     finite = np.isfinite(ref)
     np.testing.assert_allclose(lp[finite], ref[finite], rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(gev_logpdf_np(XS, MU, SIGMA, xi), lp, rtol=1e-12)
+    np.testing.assert_allclose(gev.logpdf(XS, MU, SIGMA, xi), lp, rtol=1e-12)
 
 
 @pytest.mark.parametrize("xi", XIS)
@@ -51,7 +49,7 @@ def test_logcdf_matches_scipy_on_both_sides_of_support(xi):
     assert np.array_equal(np.isneginf(lc), np.isneginf(ref))
     finite = np.isfinite(ref)
     np.testing.assert_allclose(lc[finite], ref[finite], rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(gev_logcdf_np(XS, MU, SIGMA, xi), lc, rtol=1e-12)
+    np.testing.assert_allclose(gev.logcdf(XS, MU, SIGMA, xi), lc, rtol=1e-12)
 
 
 def test_logcdf_above_upper_end_point_is_zero_and_below_lower_end_is_minus_inf():
@@ -97,7 +95,7 @@ def test_gradient_is_continuous_through_xi_zero():
 def test_random_draws_follow_the_distribution():
     rng = np.random.default_rng(12)
     for xi in (-0.2, 0.0, 0.25):
-        draws = gev_rvs_np(MU, SIGMA, xi, rng, size=4000)
+        draws = gev.rvs(MU, SIGMA, xi, rng=rng, size=4000)
         p = stats.kstest(draws, stats.genextreme(-xi, loc=MU, scale=SIGMA).cdf).pvalue
         assert p > 1e-3, (xi, p)
     draws = pm.draw(GEV.dist(MU, SIGMA, 0.25), draws=4000, random_seed=3)
@@ -181,7 +179,7 @@ def test_fused_op_has_a_single_node_for_value_and_gradient():
 def test_pymc_samplers_start_at_xi_zero_and_run():
     """A symmetric prior's initial point is xi = 0 exactly: NUTS must get a finite gradient
     there and move; the gradient-free samplers must run too."""
-    z = gev_rvs_np(0.5, 1.0, 0.1, np.random.default_rng(4), size=200)
+    z = gev.rvs(0.5, 1.0, 0.1, rng=np.random.default_rng(4), size=200)
     with pm.Model() as model:
         mu = pm.Normal("mu", 0.0, 2.0)
         sigma = pm.HalfNormal("sigma", 2.0)

@@ -17,7 +17,7 @@ from scipy import stats
 
 from evtsync.cli import main
 from evtsync.errors import FitError, InputError
-from evtsync.evt.distribution import gev_logpdf_np
+from evtsync.evt import gev
 from evtsync.evt.fit import (
     cell_parameters,
     fit_table,
@@ -185,7 +185,7 @@ def test_cli_fit_writes_the_file_and_reports(tmp_path, capsys):
     # the log-likelihood of the stored posterior is the GEV density at the stored parameters
     ll = tree["log_likelihood"]["z"].values
     post = tree["posterior"]
-    np.testing.assert_allclose(ll[0, 0, :3], gev_logpdf_np(tree["observed_data"]["z"].values[:3],
+    np.testing.assert_allclose(ll[0, 0, :3], gev.logpdf(tree["observed_data"]["z"].values[:3],
                                                            float(post["mu"][0, 0]), float(post["sigma"][0, 0]), 0.0))
 
 

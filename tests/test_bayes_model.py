@@ -151,9 +151,9 @@ def test_raw_model_fits_microseconds_on_their_own_scale():
 
 def _ppc_tree(sim_xi, fit_xi, n=2000, seed=5):
     rng = np.random.default_rng(seed)
-    from evtsync.evt.distribution import gev_rvs_np
+    from evtsync.evt import gev
 
-    z = gev_rvs_np(0.8, 0.5, sim_xi, rng, size=n)
+    z = gev.rvs(0.8, 0.5, sim_xi, rng=rng, size=n)
     draws = {"mu": np.full((2, 300), 0.8) + 0.01 * rng.normal(size=(2, 300)),
              "sigma": np.full((2, 300), 0.5) + 0.005 * rng.normal(size=(2, 300)),
              "xi": np.full((2, 300), fit_xi) + 0.01 * rng.normal(size=(2, 300))}
@@ -175,11 +175,11 @@ def test_posterior_predictive_check_accepts_the_truth_and_flags_a_wrong_shape():
 
 def test_order_statistic_replicates_match_brute_force_simulation():
     """The Beta order-statistic shortcut equals simulating whole data sets (n = 50)."""
-    from evtsync.evt.distribution import gev_rvs_np
+    from evtsync.evt import gev
 
     rng = np.random.default_rng(0)
     n, reps = 50, 20000
-    sims = np.sort(gev_rvs_np(0.0, 1.0, 0.2, rng, size=(reps, n)), axis=1)
+    sims = np.sort(gev.rvs(0.0, 1.0, 0.2, rng=rng, size=(reps, n)), axis=1)
     tree = _ppc_tree(0.2, 0.2, n=n)
     tree["posterior"]["mu"][:] = 0.0
     tree["posterior"]["sigma"][:] = 1.0

@@ -17,8 +17,8 @@ from conftest import DATA as SHARED_DATA  # ../shared/data beside the clone
 from scipy import stats
 from test_bayes_fit import WEAK_GEV
 
+from evtsync.evt import gev
 from evtsync.evt.compare import compare_fits
-from evtsync.evt.distribution import gev_rvs_np
 from evtsync.evt.fit import cell_parameters, fit_table, is_converged
 from evtsync.evt.model import simulate_zscore_table
 from evtsync.evt.spec import load_spec, parse_spec
@@ -81,7 +81,7 @@ def test_simulation_based_calibration_coverage():
     n_sets = 30
     for i in range(n_sets):
         truth = {"mu": rng.normal(0.8, 0.2), "sigma": np.exp(rng.normal(-0.7, 0.2)), "xi": rng.normal(0.05, 0.1)}
-        z = gev_rvs_np(truth["mu"], truth["sigma"], truth["xi"], rng, size=200)
+        z = gev.rvs(truth["mu"], truth["sigma"], truth["xi"], rng=rng, size=200)
         tree = fit_table(pd.DataFrame({"z": z}), spec, draws=400, tune=300, chains=1, seed=i)
         for name, value in truth.items():
             lo, hi = np.quantile(tree["posterior"][name].values, [0.05, 0.95])
@@ -128,7 +128,7 @@ def test_loo_does_not_prefer_gev_on_gumbel_data():
 
 
 def test_loo_prefers_heavy_tail_on_frechet_data():
-    z = gev_rvs_np(0.8, 0.5, 0.15, np.random.default_rng(8), size=5000)
+    z = gev.rvs(0.8, 0.5, 0.15, rng=np.random.default_rng(8), size=5000)
     trees = _pooled_fits(z, ["gumbel", "frechet", "gev"], seed=2)
     table, words = compare_fits(trees)
     row = table.set_index("model")
@@ -147,9 +147,9 @@ def test_same_seed_same_draws_with_a_fresh_compilation_cache(tmp_path):
         "import numpy as np, pandas as pd\n"
         "from evtsync.evt.fit import fit_table\n"
         "from evtsync.evt.spec import load_spec\n"
-        "from evtsync.evt.distribution import gev_rvs_np\n"
+        "from evtsync.evt import gev\n"
         f"spec = load_spec({str(MODELS / 'gev.toml')!r})\n"
-        "z = gev_rvs_np(0.8, 0.5, 0.1, np.random.default_rng(0), size=3000)\n"
+        "z = gev.rvs(0.8, 0.5, 0.1, rng=np.random.default_rng(0), size=3000)\n"
         "tree = fit_table(pd.DataFrame({'z': z}), spec, draws=200, tune=200, chains=2, seed=4)\n"
         "print(repr(float(tree['posterior']['xi'].values.sum())))\n"
     )
@@ -286,7 +286,7 @@ def test_extend_continues_the_same_chains_when_only_ess_fails():
     from evtsync.evt.spec import SamplerConfig
 
     spec = load_spec(MODELS / "gev.toml")
-    table = pd.DataFrame({"z": gev_rvs_np(0.8, 0.5, 0.1, np.random.default_rng(4), size=500)})
+    table = pd.DataFrame({"z": gev.rvs(0.8, 0.5, 0.1, rng=np.random.default_rng(4), size=500)})
     plain = fit_table(table, spec, sampler=SamplerConfig(draws=100, tune=300, chains=2, seed=7))
     assert not is_converged(plain) and plain.attrs["divergences"] == 0, plain.attrs["convergence"]
     assert plain.attrs["extended"] == "no"

@@ -7,6 +7,7 @@ modules comes from ``python -X importtime`` in a fresh interpreter, read as plai
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -78,3 +79,60 @@ def test_only_the_chosen_command_is_built() -> None:
     assert args.handler.__name__ == "run_fit"
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert not sub.choices["tax"]._actions[1:]  # only -h: tax was registered by name and help
+
+
+# --- issue 30 item 2: small commands start small ---------------------------------------------
+
+#: what a small command must not load: the table and statistics stack (pyarrow comes with pandas)
+TABLE_STACK = ("pandas", "pyarrow", "scipy")
+NCCL_LOG = ROOT / "tests" / "data" / "nccltests" / "replay_all_reduce_A100-80GB_1x8.txt"
+
+
+def _loaded_after(args: list[str]) -> tuple[set[str], int, str]:
+    """Run ``evtsync ARGS`` in a fresh interpreter and read ``sys.modules`` at its end (``--help``
+    ends in SystemExit, caught): the top-level packages loaded, the exit status, and stdout."""
+    code = ("import json, sys\n"
+            "from evtsync.cli import main\n"
+            "try:\n"
+            f"    rc = main({args!r})\n"
+            "except SystemExit as exc:\n"
+            "    rc = exc.code or 0\n"
+            "print('\\nMODULES ' + json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+            "sys.exit(rc)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=120)
+    line = next(ln for ln in done.stdout.splitlines() if ln.startswith("MODULES "))
+    return set(json.loads(line[len("MODULES "):])), done.returncode, done.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ["models"],
+    ["models", "--json"],
+    ["nccl-tests", "parse", str(NCCL_LOG)],
+    ["nccl-tests", "parse", str(NCCL_LOG), "--json"],
+], ids=lambda a: " ".join(a[:2]) + (" --json" if "--json" in a else ""))
+def test_small_commands_load_no_table_stack(args: list[str]) -> None:
+    """The work itself, not only the parser: ``sys.modules`` at the end of the command."""
+    modules, rc, out = _loaded_after(args)
+    assert rc == 0, out[-2000:]
+    assert "evtsync" in modules and out.strip()
+    assert not modules & set(TABLE_STACK), f"evtsync {' '.join(args)} loaded {sorted(modules & set(TABLE_STACK))}"
+
+
+def _every_command() -> list:
+    from evtsync.cli import COMMANDS
+
+    heavy_parsers = {  # their parsers take choices from modules that load pandas at import
+        "blocks": "evtsync.blocks / evtsync.kernels (TIME_DEFINITIONS, PRECISIONS) import pandas at module level",
+        "synth": "evtsync.synth.config imports NumPy/SciPy at module level (synth/ is being rewritten)",
+    }
+    return [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=heavy_parsers[name]))
+            if name in heavy_parsers else name for name in COMMANDS]
+
+
+@pytest.mark.parametrize("command", _every_command())
+def test_help_of_every_command_loads_no_table_stack(command: str) -> None:
+    modules, rc, out = _loaded_after([command, "--help"])
+    assert rc == 0, out[-2000:]
+    assert not modules & set(TABLE_STACK), f"evtsync {command} --help loaded {sorted(modules & set(TABLE_STACK))}"

@@ -216,3 +216,56 @@ def test_return_level() -> None:
                 expected = MU - SIGMA / xi * (1 - y_p ** (-xi))
             assert gev.return_level(period, MU, SIGMA, xi) == pytest.approx(expected, rel=1e-12)
             assert gev.return_level(period, MU, SIGMA, xi) == pytest.approx(gev.ppf(1 - p, MU, SIGMA, xi), rel=1e-9)
+
+
+# --- the series helpers and their derivatives (issue 30/31) -----------------------------------
+
+@pytest.mark.parametrize("t", [-2.5, 0.3, 4.0])
+@pytest.mark.parametrize("xi", [0.0, 1e-9, -3e-4, 2e-4, 0.05, -0.2, 0.7])
+def test_log1p_ratio_and_its_xi_derivatives(t: float, xi: float) -> None:
+    """L = log1p(xi t)/xi and dL/dxi, d2L/dxi2 against high-precision values from the power
+    series written out in mpmath-free form: sum_k (-1)^k xi^k t^(k+1)/(k+1) with 60 terms (exact
+    to double precision for |xi t| <= 0.5), and closed forms elsewhere checked by central differences."""
+    value, d1, d2 = (float(v) for v in gev.log1p_ratio(t, xi, 2))
+    z = xi * t
+    if not 1 + z > 0:  # outside the support
+        assert np.isnan(value)
+    elif abs(z) <= 0.5:
+        k = np.arange(60)
+        ref = [np.sum((-1.0) ** k * xi**k * t ** (k + 1) / (k + 1)),
+               np.sum((-1.0) ** k[1:] * k[1:] * xi ** (k[1:] - 1) * t ** (k[1:] + 1) / (k[1:] + 1)),
+               np.sum((-1.0) ** k[2:] * k[2:] * (k[2:] - 1) * xi ** (k[2:] - 2) * t ** (k[2:] + 1) / (k[2:] + 1))]
+        np.testing.assert_allclose([value, d1, d2], ref, rtol=2e-9)
+    else:
+        h = 1e-5
+        f = [float(gev.log1p_ratio(t, xi + s * h)[0]) for s in (-1, 1)]
+        assert d1 == pytest.approx((f[1] - f[0]) / (2 * h), rel=1e-7)
+        g = [float(gev.log1p_ratio(t, xi + s * h, 1)[1]) for s in (-1, 1)]
+        assert d2 == pytest.approx((g[1] - g[0]) / (2 * h), rel=1e-6)
+
+
+def test_series_and_closed_forms_meet_at_the_threshold() -> None:
+    """Just below and just above ``SERIES_THRESHOLD`` the two branches give the same values."""
+    t, u = 2.0, 4.6
+    for fn, arg in ((gev.log1p_ratio, t), (gev.expm1_ratio, u)):
+        edge = gev.SERIES_THRESHOLD / arg
+        below = np.array([float(v) for v in fn(arg, edge * (1 - 1e-12), 2)])
+        above = np.array([float(v) for v in fn(arg, edge * (1 + 1e-12), 2)])
+        for k, rtol in enumerate((1e-12, 1e-10, 1e-8)):  # the closed forms cancel more in each derivative
+            assert below[k] == pytest.approx(above[k], rel=rtol), (fn.__name__, k)
+
+
+@pytest.mark.parametrize("xi", [0.0, 1e-7, 0.3, -0.4])
+def test_expm1_ratio_derivatives(xi: float) -> None:
+    u = np.array([-1.2, 0.5, 4.6])
+    c, d1, d2 = gev.expm1_ratio(u, xi, 2)
+    h = 1e-5
+    cp, cm = gev.expm1_ratio(u, xi + h)[0], gev.expm1_ratio(u, xi - h)[0]
+    np.testing.assert_allclose(d1, (cp - cm) / (2 * h), rtol=1e-7)
+    np.testing.assert_allclose(d2, (cp - 2 * c + cm) / h**2, rtol=1e-4)
+
+
+@pytest.mark.parametrize("xi", [0.0, 0.2, -0.3])
+def test_isf_matches_scipy_in_the_far_tail(xi: float) -> None:
+    v = np.array([1e-15, 1e-9, 1e-3, 0.4])
+    np.testing.assert_allclose(gev.isf(v, MU, SIGMA, xi), scipy_gev(xi).isf(v), rtol=1e-10)

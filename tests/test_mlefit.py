@@ -63,3 +63,17 @@ def test_fit_object_draws_follow_the_normal_approximation() -> None:
         assert mu[:, c].std() == pytest.approx(rows.loc[label, "mu_se"], rel=0.03)
     gumbel = MleCellFit(t, "gumbel", n_draws=100)
     assert (gumbel.cell_draws()[2] == 0).all()
+
+
+def test_a_boundary_fit_is_flagged_in_the_table() -> None:
+    """Six values whose GEV likelihood rises to xi = -1 (a bounded parent, seed 2; the same sample
+    as tests/test_mle.py): the GEV row says boundary, not converged, and why; the fit object
+    reports the cell as not converged."""
+    z = pd.DataFrame({"gpu": "H200", "precision": "bf16",
+                      "z": stats.genextreme.rvs(0.3, size=6, random_state=2)})
+    t = mle_cell_table(z, min_n=6, pooled=False)
+    gev = t[t["family"] == "gev"].iloc[0]
+    assert bool(gev["boundary"]) and not bool(gev["converged"]) and "xi reached -1" in gev["note"]
+    assert not bool(t[t["family"] == "gumbel"].iloc[0]["boundary"])
+    fit = MleCellFit(t, "gev")
+    assert not fit.converged and "H200|bf16" in fit.convergence_note

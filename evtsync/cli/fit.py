@@ -5,7 +5,11 @@ table) is fitted by maximum likelihood; ``--json`` prints ``family, n, mu, sigma
 loglik, aic`` first (NaN and infinities as null), then the convergence flag, covariance, profile interval for xi
 (an open side is null with ``open_below``/``open_above`` true, and said in words in the text output), the 10- and
 100-block return levels with delta-method standard errors and profile intervals, and the Gumbel-vs-GEV
-likelihood-ratio test. Exit status 1 when the fit did not converge.
+likelihood-ratio test. Exit status 1 when the fit did not converge
+(judged at the optimum: gradient and Hessian) or ended on the xi = -1 boundary; such a fit and
+any interval that contradicts the data (a return level's lower end below the sample maximum that
+the period says should rarely be exceeded) are flagged in the text (``FLAGGED: ...``) and in the
+JSON (``boundary``, ``flag``).
 
 With ``--model NAME|PATH`` the Bayesian fitter (``evtsync.cli._bayes``) is called.
 """
@@ -184,7 +188,7 @@ def run_fit(args: argparse.Namespace) -> int:
             entry["profile_ci"] = intervals[period].to_dict()
         record["return_levels"].append(entry)
     if args.family == "gev":
-        lrt = mle.likelihood_ratio_test(values)
+        lrt = mle.likelihood_ratio_test(values, fit)  # the Gumbel fit is the constrained one, from this optimum
         record["lrt_gumbel"] = {"deviance": lrt.deviance, "df": lrt.df, "pvalue": lrt.pvalue,
                                 "aic_gumbel": lrt.gumbel.aic}
     if args.plot:
@@ -200,6 +204,12 @@ def run_fit(args: argparse.Namespace) -> int:
         for name in fit.param_names:
             print(f"  {name:6s} = {_fmt(getattr(fit, name))}  (se {_fmt(fit.se[name])})")
         print(f"  loglik = {_fmt(fit.loglik)}   AIC = {_fmt(fit.aic)}")
+        if fit.boundary:
+            print(f"  FLAGGED: xi_hat = {fit.xi:.4g} is at the boundary -1, where the likelihood is unbounded: no "
+                  "regular maximum; the estimates, standard errors and intervals below are not reliable")
+        elif fit.converged:
+            print(f"  converged: at the optimum (Newton decrement {fit.decrement:.1e} standard errors, observed "
+                  f"information positive definite; {fit.newton_steps} Newton steps)")
         if "xi" in intervals:
             iv = intervals["xi"]
             print(f"  xi {iv.level:.0%} profile-likelihood interval: {iv.describe('.6g')}")

@@ -29,6 +29,7 @@ from scipy.special import logsumexp
 from evtsync.errors import FitError
 from evtsync.evt import gev
 from evtsync.evt.bayesfit import cell_parameters, convergence_note, is_converged
+from evtsync.evt.gev import SERIES_THRESHOLD
 from evtsync.progress import progress
 
 log = logging.getLogger("evtsync.evt.compare")
@@ -230,8 +231,8 @@ def _psis_column(ll: np.ndarray, M: int, lw_buf: np.ndarray) -> tuple[float, flo
 def _loo_all(z, cell, mu, sigma, xi, M, elpd_out, p_out, k_out):
     """Log-likelihood and PSIS-LOO observation by observation: memory O(draws).
 
-    The log density is the formula of :mod:`evtsync.evt.distribution` (series for
-    |xi t| < 1e-3) with log(sigma), 1/sigma and 1/xi hoisted out of the loop over observations.
+    The log density is the formula of :mod:`evtsync.evt.gev` (series for
+    |xi t| < ``gev.SERIES_THRESHOLD``) with log(sigma), 1/sigma and 1/xi hoisted out of the loop over observations.
     """
     S, n_cells = mu.shape
     log_sigma = np.log(sigma)
@@ -251,7 +252,7 @@ def _loo_all(z, cell, mu, sigma, xi, M, elpd_out, p_out, k_out):
             if not 1.0 + zz > 0.0:
                 ll[s] = -np.inf
                 continue
-            if abs(zz) < 1e-3:
+            if abs(zz) < SERIES_THRESHOLD:
                 L = t * (1.0 + zz * (-0.5 + zz * (1.0 / 3.0 + zz * (-0.25 + zz * 0.2))))
             else:
                 L = math.log1p(zz) * inv_xi[s, c]

@@ -19,6 +19,11 @@ infinity in the branch not taken can leak into the gradient (``0 * inf = NaN``).
 
 Outside the support the log density is ``-inf``; the log CDF is ``-inf`` below the lower end
 point (``xi > 0``) and ``0`` above the upper end point (``xi < 0``).
+
+The NumPy GEV (density, CDF, quantile, draws, the series and its threshold) lives in
+:mod:`evtsync.evt.gev`; this module holds only what PyMC and the samplers need: the PyTensor
+graph, the random-variable op (drawing through :func:`evtsync.evt.gev.rvs`) and the fused numba
+log-likelihood kernel.
 """
 
 from __future__ import annotations
@@ -38,22 +43,19 @@ from pytensor.graph.op import Op
 from pytensor.link.numba.dispatch.basic import numba_njit, register_funcify_default_op_cache_key
 from pytensor.tensor.random.op import RandomVariable
 
+from evtsync.evt import gev as gev_numpy
 from evtsync.evt.simd import add_reassociable, exp_bounded, log_positive, prefer_wide_vectors
 
 __all__ = [
     "GEV",
     "gev_logp_sum",
     "gev_logp_sum_cells",
-    "gev_logp_sum_grad_np",
     "register_jax_backend",
     "gev_L",
-    "gev_logcdf_np",
-    "gev_logpdf_np",
-    "gev_rvs_np",
 ]
 
-#: |xi t| below which the series for log1p(xi t)/xi is used.
-SERIES_THRESHOLD = 1e-3
+#: |xi t| below which the series for log1p(xi t)/xi is used: the one threshold, from evtsync.evt.gev.
+SERIES_THRESHOLD = gev_numpy.SERIES_THRESHOLD
 
 
 def gev_L(t, xi):
@@ -90,55 +92,8 @@ def gev_logcdf_pt(value, mu, sigma, xi):
     return pt.switch(inside, -pt.exp(-L), outside)
 
 
-def gev_rvs_np(mu, sigma, xi, rng: np.random.Generator, size=None) -> np.ndarray:
-    """Draws from GEV(mu, sigma, xi) by inversion, stable at ``xi = 0``."""
-    mu, sigma, xi = np.broadcast_arrays(np.asarray(mu, float), np.asarray(sigma, float), np.asarray(xi, float))
-    if size is None:
-        size = mu.shape
-    u = rng.uniform(size=size)
-    # E = -log U is standard exponential; x = mu + sigma * (E^-xi - 1) / xi.
-    log_e = np.log(-np.log(u))
-    xi_b = np.broadcast_to(xi, np.shape(log_e))
-    small = np.abs(xi_b) < 1e-12
-    safe = np.where(small, 1.0, xi_b)
-    frac = np.where(small, -log_e, np.expm1(-safe * log_e) / safe)
-    return mu + sigma * frac
-
-
-def _L_np(t: np.ndarray, xi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    z = xi * t
-    inside = 1.0 + z > 0
-    small = np.abs(z) < SERIES_THRESHOLD
-    with np.errstate(divide="ignore", invalid="ignore"):
-        zs = np.where(small, z, 0.0)
-        series = t * (1.0 + zs * (-0.5 + zs * (1.0 / 3.0 + zs * (-0.25 + zs * 0.2))))
-        use_exact = inside & ~small
-        exact = np.log1p(np.where(use_exact, z, 0.0)) / np.where(use_exact, xi, 1.0)
-    return np.where(small, series, exact), inside
-
-
-def gev_logpdf_np(x, mu, sigma, xi) -> np.ndarray:
-    """NumPy twin of the PyTensor log density (same formula), used for chunked log-likelihoods."""
-    x, mu, sigma, xi = (np.asarray(a, dtype=float) for a in (x, mu, sigma, xi))
-    t = (x - mu) / sigma
-    L, inside = _L_np(t, xi)
-    with np.errstate(over="ignore", invalid="ignore"):
-        res = -np.log(sigma) - (1.0 + xi) * L - np.exp(-L)
-    return np.where(inside, res, -np.inf)
-
-
-def gev_logcdf_np(x, mu, sigma, xi) -> np.ndarray:
-    """NumPy twin of the PyTensor log CDF."""
-    x, mu, sigma, xi = (np.asarray(a, dtype=float) for a in (x, mu, sigma, xi))
-    t = (x - mu) / sigma
-    L, inside = _L_np(t, xi)
-    with np.errstate(over="ignore"):
-        res = -np.exp(-L)
-    return np.where(inside, res, np.where(xi > 0, -np.inf, 0.0))
-
-
 class GEVRV(RandomVariable):
-    """Random variable op of the GEV (draws by inversion, see :func:`gev_rvs_np`)."""
+    """Random variable op of the GEV (draws by inversion: :func:`evtsync.evt.gev.rvs`)."""
 
     name = "gev"
     signature = "(),(),()->()"
@@ -147,7 +102,7 @@ class GEVRV(RandomVariable):
 
     @classmethod
     def rng_fn(cls, rng, mu, sigma, xi, size) -> np.ndarray:
-        return np.asarray(gev_rvs_np(mu, sigma, xi, rng, size=size))
+        return np.asarray(gev_numpy.rvs(mu, sigma, xi, size=size, rng=rng))
 
 
 gev = GEVRV()
@@ -319,12 +274,6 @@ def _jit_cells_kernel():
 
         _numba_cells_kernel = numba.njit(cache=False, **_KERNEL_JIT)(_cells_kernel_for(_jit_kernel()))
     return _numba_cells_kernel
-
-
-def gev_logp_sum_grad_np(z, mu: float, sigma: float, xi: float) -> tuple[float, np.ndarray]:
-    """Summed GEV log density of ``z`` and its gradient in (mu, sigma, xi) (numba kernel)."""
-    lp, dmu, dsig, dxi = _jit_kernel()(np.ascontiguousarray(z, dtype=np.float64), float(mu), float(sigma), float(xi))
-    return lp, np.array([dmu, dsig, dxi])
 
 
 class GEVLogpSumCells(Op):

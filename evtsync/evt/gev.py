@@ -13,8 +13,15 @@ Scalars in give NumPy scalars out.
 Numerical stability at and near ``xi = 0``: every ``xi``-dependent expression is written through
 two helpers that have exact limits and no cancellation,
 
-- ``log1p(xi t)/xi``  (limit ``t``) for the density and CDF,
-- ``expm1(xi u)/xi``  (limit ``u``) for quantiles, the max-of-k location, the mean and E_k,
+- ``log1p(xi t)/xi``  (limit ``t``) for the density and CDF (:func:`log1p_ratio`),
+- ``expm1(xi u)/xi``  (limit ``u``) for quantiles, the max-of-k location, the mean and E_k
+  (:func:`expm1_ratio`),
+
+each taken from its Taylor series in ``xi t`` (``xi u``) where ``|xi t| < SERIES_THRESHOLD`` —
+the one threshold of the package: the PyTensor density and the numba kernels of
+:mod:`evtsync.evt.distribution` and :mod:`evtsync.evt.compare` import it from here. The two
+helpers also return their first and second derivatives in ``xi``, which the maximum-likelihood
+engine (:mod:`evtsync.evt.mle`) needs and which cancel catastrophically near 0 in closed form.
 
 and ``lgamma(1 - xi)/xi`` (limit Euler's gamma) is evaluated by its Taylor series
 ``gamma_E + sum_{j>=2} zeta(j) xi^(j-1)/j`` for ``|xi| < 0.05``: computing ``1 - xi`` in floating
@@ -34,8 +41,12 @@ from evtsync.errors import InputError
 
 __all__ = [
     "EULER_GAMMA",
+    "SERIES_THRESHOLD",
     "cdf",
     "expected_max",
+    "expm1_ratio",
+    "isf",
+    "log1p_ratio",
     "logcdf",
     "logpdf",
     "logsf",
@@ -50,6 +61,13 @@ __all__ = [
 ]
 
 EULER_GAMMA = float(np.euler_gamma)
+
+#: |xi t| (or |xi u|) below which ``log1p(xi t)/xi`` and ``expm1(xi u)/xi`` and their
+#: derivatives in xi are taken from their Taylor series: the one threshold of the package.
+#: At 1e-3 the series below (8 terms) are exact to double precision, and the closed forms
+#: above it lose at most ~1e-10 relative in the second derivative (cancellation ~ eps/|xi t|).
+SERIES_THRESHOLD = 1e-3
+_SERIES_TERMS = 8
 
 #: |xi| below which lgamma(1 - xi)/xi is taken from its Taylor series.
 _LGAMMA_SERIES_BELOW = 0.05
@@ -74,22 +92,77 @@ def _params(mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike) -> tuple[Array, Arra
     return mu_a, sigma_a, xi_a
 
 
+def log1p_ratio(t: ArrayLike, xi: ArrayLike, order: int = 0) -> tuple[Array, ...]:
+    """``L = log1p(xi t)/xi`` (limit ``t`` at ``xi = 0``) and, for ``order`` 1 or 2, its first
+    and second derivatives in ``xi``; NaN outside ``1 + xi t > 0``.
+
+    With ``z = xi t``: ``L = t sum_k (-z)^k/(k+1)``, ``dL/dxi = (t/(1+z) - L)/xi`` and
+    ``d2L/dxi2 = (-t^2/(1+z)^2 - 2 dL/dxi)/xi``, each from its series where
+    ``|z| < SERIES_THRESHOLD``. Returns a tuple of ``order + 1`` arrays.
+    """
+    t_a, xi_a = np.broadcast_arrays(np.asarray(t, dtype=float), np.asarray(xi, dtype=float))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        z = np.where(xi_a == 0, 0.0, xi_a * t_a)
+        small = np.abs(z) < SERIES_THRESHOLD
+        safe_xi = np.where(small, 1.0, xi_a)
+        out = [np.log1p(z) / safe_xi]
+        if order >= 1:
+            d1 = (t_a / (1.0 + z) - out[0]) / safe_xi
+            out.append(d1)
+        if order >= 2:
+            out.append((-(t_a / (1.0 + z)) ** 2 - 2.0 * d1) / safe_xi)
+    if np.any(small):
+        zs, ts = z[small], t_a[small]
+        # coefficients of z^j: L/t: (-1)^j/(j+1); dL/dxi / t^2: (-1)^(j+1) (j+1)/(j+2);
+        # d2L/dxi2 / t^3: (-1)^j (j+2)(j+1)/(j+3)
+        j = np.arange(_SERIES_TERMS)
+        coefs = [(-1.0) ** j / (j + 1), (-1.0) ** (j + 1) * (j + 1) / (j + 2), (-1.0) ** j * (j + 2) * (j + 1) / (j + 3)]
+        for k in range(order + 1):
+            value = np.polynomial.polynomial.polyval(zs, coefs[k]) * ts ** (k + 1)
+            out[k] = np.where(small, 0.0, out[k])
+            out[k][small] = value
+    return tuple(out)
+
+
+def expm1_ratio(u: ArrayLike, xi: ArrayLike, order: int = 0) -> tuple[Array, ...]:
+    """``c = expm1(xi u)/xi`` (limit ``u`` at ``xi = 0``; infinite ``u`` handled) and, for
+    ``order`` 1 or 2, its derivatives ``dc/dxi = (u e^(xi u) - c)/xi`` and
+    ``d2c/dxi2 = (u^2 e^(xi u) - 2 dc/dxi)/xi``, from the series ``sum_k u^(k+1) xi^k/(k+1)!``
+    where ``|xi u| < SERIES_THRESHOLD``. Returns a tuple of ``order + 1`` arrays.
+    """
+    u_a, xi_a = np.broadcast_arrays(np.asarray(u, dtype=float), np.asarray(xi, dtype=float))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        w = xi_a * u_a
+        small = (np.abs(w) < SERIES_THRESHOLD) | (xi_a == 0)
+        safe_xi = np.where(small, 1.0, xi_a)
+        out = [np.expm1(w) / safe_xi]
+        if order >= 1:
+            e = np.exp(w)
+            d1 = (u_a * e - out[0]) / safe_xi
+            out.append(d1)
+        if order >= 2:
+            out.append((u_a * u_a * e - 2.0 * d1) / safe_xi)
+    if np.any(small):
+        ws, us = np.where(xi_a == 0, 0.0, w)[small], u_a[small]
+        j = np.arange(_SERIES_TERMS)
+        fact = special.factorial(j + 3)
+        coefs = [1.0 / special.factorial(j + 1), (j + 1) / special.factorial(j + 2), (j + 2) * (j + 1) / fact]
+        for k in range(order + 1):
+            with np.errstate(invalid="ignore"):
+                value = np.polynomial.polynomial.polyval(ws, coefs[k]) * us ** (k + 1)
+            out[k] = np.array(out[k], dtype=float)
+            out[k][small] = value
+    return tuple(out)
+
+
 def _log1p_div(t: Array, xi: Array) -> Array:
     """``log1p(xi t)/xi`` with its limit ``t`` at ``xi = 0``; NaN outside ``1 + xi t > 0``."""
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        zero = xi == 0
-        safe_xi = np.where(zero, 1.0, xi)
-        value = np.log1p(np.where(zero, 0.0, xi * t)) / safe_xi
-        return np.where(zero, t, value)
+    return log1p_ratio(t, xi)[0]
 
 
 def _expm1_div(u: Array, xi: Array) -> Array:
     """``expm1(xi u)/xi`` with its limit ``u`` at ``xi = 0``; infinite ``u`` handled."""
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        zero = xi == 0
-        safe_xi = np.where(zero, 1.0, xi)
-        value = np.expm1(np.where(zero, 0.0, xi * u)) / safe_xi
-        return np.where(zero, u, value)
+    return expm1_ratio(u, xi)[0]
 
 
 def _lgamma1m_div(xi: Array) -> Array:
@@ -180,6 +253,15 @@ def ppf(q: ArrayLike, mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike) -> Array:
     return _out(np.asarray(mu_a + sigma_a * _expm1_div(u, xi_a)))
 
 
+def isf(v: ArrayLike, mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike) -> Array:
+    """Inverse survival function: the quantile at probability ``1 - v``, accurate for tiny ``v``
+    (``-log F = -log1p(-v)``), e.g. for draws of an upper order statistic of a large sample."""
+    mu_a, sigma_a, xi_a = _params(mu, sigma, xi)
+    e = -np.log1p(-np.asarray(v, dtype=float))
+    with np.errstate(divide="ignore"):
+        return _out(np.asarray(mu_a + sigma_a * _expm1_div(-np.log(e), xi_a)))
+
+
 def return_level(period: ArrayLike, mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike) -> Array:
     """Return level z_p exceeded once every ``period`` blocks on average (Coles 2001, eq. 3.10).
 
@@ -201,7 +283,8 @@ def rvs(
     size: int | tuple[int, ...] | None = None,
     rng: np.random.Generator | int | None = None,
 ) -> Array:
-    """Random draws: ``mu + sigma (E^(-xi) - 1)/xi`` with ``E ~ Exp(1)`` (inverse CDF).
+    """Random draws: ``mu + sigma (E^(-xi) - 1)/xi`` with ``E = -log U ~ Exp(1)`` (inverse CDF): the
+    one GEV sampler of the package (PyMC's GEV op and the simulated z-score tables draw through it).
 
     ``size`` is the output shape (the parameters broadcast to it); by default the broadcast
     shape of the parameters. ``rng`` is a ``numpy.random.Generator`` or a seed.
@@ -211,7 +294,7 @@ def rvs(
     shape = np.broadcast_shapes(mu_a.shape, sigma_a.shape, xi_a.shape)
     if size is not None:
         shape = (size,) if isinstance(size, int | np.integer) else tuple(size)
-    e = generator.standard_exponential(shape)
+    e = -np.log(generator.uniform(size=shape))  # E = -log U: the stream PyMC's GEV op has always drawn
     return _out(np.asarray(mu_a + sigma_a * _expm1_div(-np.log(e), xi_a)))
 
 

@@ -4,7 +4,8 @@
 the z-scores of every GPU × precision cell, and to all of them pooled (cell ``all|all``), and
 returns one row per cell and family: estimates, standard errors, ``level`` intervals (Wald for
 mu and sigma, profile likelihood for xi), log-likelihood, AIC, the covariance, and on the GEV
-row the likelihood-ratio test of xi = 0 (:func:`evtsync.evt.mle.likelihood_ratio_test`). Cells
+row the likelihood-ratio test of xi = 0 (:func:`evtsync.evt.mle.likelihood_ratio_test`), and
+``boundary`` (the GEV fit ended on xi = -1: flagged, not converged, its ``note`` says so). Cells
 with fewer than ``min_n`` z-scores keep a row that says so. The CLI (``evtsync fit --mle``), the
 pipeline's ``mle`` stage and the report all read this table.
 
@@ -45,7 +46,7 @@ def mle_cell_table(z: pd.DataFrame, groups: Sequence[str] = ("gpu", "precision")
                    level: float = INTERVAL_LEVEL, min_n: int = MIN_Z_MLE, pooled: bool = True,
                    profile: bool = True) -> pd.DataFrame:
     """Gumbel and GEV MLE per cell of ``z`` (see the module docstring for the columns)."""
-    from scipy import stats
+    from statistics import NormalDist
 
     from evtsync.evt import mle
 
@@ -60,7 +61,7 @@ def mle_cell_table(z: pd.DataFrame, groups: Sequence[str] = ("gpu", "precision")
         for key, sub in z.groupby(list(groups), sort=True):
             key = key if isinstance(key, tuple) else (key,)
             cells.append((tuple(map(str, key)), pd.to_numeric(sub[column], errors="coerce").to_numpy(float)))
-    zq = float(stats.norm.ppf(0.5 + level / 2))
+    zq = NormalDist().inv_cdf(0.5 + level / 2)
     rows = []
     for key, values in cells:
         labels = dict(zip(groups, key, strict=True))
@@ -71,7 +72,7 @@ def mle_cell_table(z: pd.DataFrame, groups: Sequence[str] = ("gpu", "precision")
         if finite.size < min_n:
             rows.append({**base, "family": "gev", "note": f"fewer than {min_n} z-scores: not fitted"})
             continue
-        lrt = mle.likelihood_ratio_test(finite)
+        lrt = mle.likelihood_ratio_test(finite, mle.fit_gev(finite))
         xi_lo = xi_hi = float("nan")
         if profile:
             try:
@@ -82,7 +83,7 @@ def mle_cell_table(z: pd.DataFrame, groups: Sequence[str] = ("gpu", "precision")
             row = {**base, "family": fit.family, "mu": fit.mu, "sigma": fit.sigma, "xi": fit.xi,
                    "mu_se": fit.se.get("mu", float("nan")), "sigma_se": fit.se.get("sigma", float("nan")),
                    "xi_se": fit.se.get("xi", 0.0), "loglik": fit.loglik, "aic": fit.aic,
-                   "converged": bool(fit.converged), "note": fit.message}
+                   "converged": bool(fit.converged), "boundary": bool(fit.boundary), "note": fit.message}
             for name in ("mu", "sigma"):
                 se = row[f"{name}_se"]
                 row[f"{name}_lo"] = row[name] - zq * se

@@ -49,10 +49,9 @@ import pandas as pd
 import pymc as pm
 import pytensor.tensor as pt
 import xarray as xr
-from scipy import optimize
 
-from evtsync.errors import InputError
-from evtsync.evt.distribution import GEV, gev_logp_sum_cells, gev_logp_sum_grad_np
+from evtsync.errors import EvtsyncError, InputError
+from evtsync.evt.distribution import GEV, gev_logp_sum_cells
 from evtsync.evt.spec import ModelSpec, Prior
 
 log = logging.getLogger("evtsync.evt.model")
@@ -227,35 +226,31 @@ def _feasible_sigma(z: np.ndarray, mu: float, sigma: float, xi: float) -> float:
 
 
 def fit_cell_mle(z: np.ndarray, family: str, xi_fixed: float | None = None) -> tuple[float, float, float]:
-    """Maximum-likelihood (mu, sigma, xi) of one cell, for the initial point.
+    """Maximum-likelihood (mu, sigma, xi) of one cell, for the initial point, by the MLE engine
+    of :mod:`evtsync.evt.mle` (the one GEV MLE of the package).
 
     ``family`` gumbel fixes xi = 0, frechet keeps xi > 0; ``xi_fixed`` re-fits mu and sigma
-    only. The result always has every z inside the support.
+    only. A cell the engine cannot fit (too few or identical values, no optimum) starts from
+    the moment estimates of the Gumbel. The result always has every z inside the support.
     """
+    from evtsync.evt import mle
+
     z = np.asarray(z, dtype=float)
     sd = float(np.std(z)) or 1.0
     sigma0 = sd * np.sqrt(6.0) / np.pi
     mu0 = float(np.mean(z)) - 0.5772156649 * sigma0
-
-    def nll(mu: float, log_sigma: float, xi: float) -> float:
-        val = -gev_logp_sum_grad_np(z, mu, np.exp(log_sigma), xi)[0]
-        return float(val) if np.isfinite(val) else 1e300
-
-    if family == "gumbel" or xi_fixed is not None:
-        xi_val = 0.0 if family == "gumbel" else float(xi_fixed)
-        sigma_start = _feasible_sigma(z, mu0, sigma0, xi_val)
-        res = optimize.minimize(lambda p: nll(p[0], p[1], xi_val), [mu0, np.log(sigma_start)], method="Nelder-Mead",
-                                options={"xatol": 1e-6, "fatol": 1e-8, "maxiter": 2000})
-        mu, sigma = float(res.x[0]), float(np.exp(res.x[1]))
-        return mu, _feasible_sigma(z, mu, sigma, xi_val), xi_val
-    best = None
-    for xi_start in (0.1, -0.1):
-        sigma_start = _feasible_sigma(z, mu0, sigma0, xi_start)
-        res = optimize.minimize(lambda p: nll(p[0], p[1], p[2]), [mu0, np.log(sigma_start), xi_start],
-                                method="Nelder-Mead", options={"xatol": 1e-6, "fatol": 1e-8, "maxiter": 4000})
-        if best is None or res.fun < best.fun:
-            best = res
-    mu, sigma, xi = float(best.x[0]), float(np.exp(best.x[1])), float(best.x[2])
+    try:
+        if family == "gumbel" or xi_fixed is not None:
+            xi_val = 0.0 if family == "gumbel" else float(xi_fixed)
+            mu, sigma, _ = mle.location_scale_at_xi(z, xi_val)
+            return mu, _feasible_sigma(z, mu, sigma, xi_val), xi_val
+        fit = mle.fit_gev(z)
+        if not (fit.converged or fit.boundary):
+            log.info("initial point: the cell's GEV MLE did not converge (%s); using its end point", fit.message)
+        mu, sigma, xi = fit.mu, fit.sigma, fit.xi
+    except EvtsyncError as exc:
+        log.info("initial point: no MLE for a cell of %d z-scores (%s); moment estimates", z.size, exc)
+        mu, sigma, xi = mu0, sigma0, 0.0 if family == "gumbel" or xi_fixed is None else float(xi_fixed)
     if family == "frechet":
         xi = max(xi, 0.01)
     return mu, _feasible_sigma(z, mu, sigma, xi), xi
@@ -833,13 +828,13 @@ def simulate_zscore_table(cell_params: pd.DataFrame, n_per_cell: int | list[int]
     table ``evtsync blocks`` writes (z, gpu, precision, workload, block, instance,
     block_mean_us, block_sd_us).
     """
-    from evtsync.evt.distribution import gev_rvs_np
+    from evtsync.evt import gev
 
     rng = np.random.default_rng(seed)
     counts = [n_per_cell] * len(cell_params) if isinstance(n_per_cell, int) else list(n_per_cell)
     parts = []
     for (_, row), n in zip(cell_params.iterrows(), counts, strict=True):
-        z = gev_rvs_np(row["mu"], row["sigma"], row["xi"], rng, size=n)
+        z = gev.rvs(row["mu"], row["sigma"], row["xi"], rng=rng, size=n)
         parts.append(pd.DataFrame({
             "z": z, "gpu": row["gpu"], "precision": row["precision"], "workload": "synthetic",
             "block": "gemm-block", "instance": np.arange(n), "block_mean_us": 1000.0, "block_sd_us": 20.0,

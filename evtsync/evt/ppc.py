@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from evtsync.evt.gev import _expm1_div
+from evtsync.evt import gev
 
 log = logging.getLogger("evtsync.evt.ppc")
 
@@ -45,12 +45,6 @@ def _order_statistic_index(q: float | None, n: int) -> int:
     if q is None:
         return n
     return int(min(max(np.ceil(q * n), 1), n))
-
-
-def _gev_at_upper_tail(v: np.ndarray, mu: np.ndarray, sigma: np.ndarray, xi: np.ndarray) -> np.ndarray:
-    """GEV quantile at probability ``1 - v``, accurate for tiny ``v`` (the maximum of 50k)."""
-    e = -np.log1p(-v)  # -log F
-    return mu + sigma * _expm1_div(-np.log(e), xi)
 
 
 def posterior_predictive_check(tree: xr.DataTree, seed: int = 0, max_draws: int = PPC_MAX_DRAWS,
@@ -79,7 +73,7 @@ def posterior_predictive_check(tree: xr.DataTree, seed: int = 0, max_draws: int 
             k = _order_statistic_index(q, n)
             observed = float(z_cell[k - 1])
             v = rng.beta(n + 1 - k, k, size=len(take))  # 1 - U_(k)
-            rep = _gev_at_upper_tail(v, draws["mu"], draws["sigma"], draws["xi"])
+            rep = gev.isf(v, draws["mu"], draws["sigma"], draws["xi"])  # accurate for tiny v (the max of 50k)
             p_low = float(np.mean(rep <= observed))
             p_high = float(np.mean(rep >= observed))
             p_value = min(1.0, 2.0 * min(p_low, p_high))
