@@ -34,7 +34,6 @@ import pandas as pd
 from evtsync.display import TablesDisplay
 from evtsync.errors import InputError, TraceError
 from evtsync.trace.decode import (
-    decode_file,
     decoder_mode,
     expect_json_bytes,
     json_bytes_estimate,
@@ -44,7 +43,6 @@ from evtsync.trace.tables import (
     SCOPES,
     Columns,
     RankTables,
-    build_rank_tables,
     format_ranks,
     n_rows,
     parse_rank_list,
@@ -105,6 +103,12 @@ class TraceSet(TablesDisplay):
     untabulated: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=UNTABULATED_COLUMNS))
     problems: list[str] = field(default_factory=list)
     missing_ranks: tuple[int, ...] = ()
+    #: the reader of the files (:mod:`evtsync.trace.readers`): ``kineto``, ``nsys``,
+    #: ``nccl-inspector``, or several joined by ``+``
+    source: str = "kineto"
+    #: NCCL Inspector logs only: one row per logged collective and rank (the event tables
+    #: are then empty: the logs hold no timeline), see :mod:`evtsync.trace.readers.inspector`
+    logged: pd.DataFrame | None = None
 
     def check_complete(self, allow_partial: bool = False, purpose: str = "the tax") -> None:
         """Refuse an incomplete or foreign rank set before ``purpose`` is computed.
@@ -129,10 +133,19 @@ class TraceSet(TablesDisplay):
 
     def require(self, scopes: tuple[str, ...], purpose: str) -> None:
         """Raise a clear error when ``purpose`` needs rows this set was not loaded with."""
+        self.require_timeline(purpose)
         if self.scope not in scopes:
             raise InputError(f"{purpose} needs the rows of scope {' or '.join(map(repr, scopes))}, but these "
                              f"traces were loaded with scope={self.scope!r}; load them again with "
                              f"scope={scopes[0]!r}")
+
+    def require_timeline(self, purpose: str) -> None:
+        """Raise a clear error when ``purpose`` needs a kernel timeline and these are NCCL
+        Inspector logs (one execution time per collective and rank, nothing else)."""
+        if self.logged is not None:
+            raise InputError(f"{purpose} needs a kernel timeline, but these are NCCL Inspector logs: they hold "
+                             "the execution time of each collective on each rank (the tax and straggler identity), "
+                             "no compute kernels or CPU ops; capture Kineto or Nsight Systems traces for it")
 
     @property
     def nccl_kernels(self) -> pd.DataFrame:
@@ -159,7 +172,19 @@ class TraceSet(TablesDisplay):
 
 
 def _trace_files_in(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(TRACE_SUFFIXES))
+    """A folder's files that some reader reads: Kineto's suffixes, or another reader's
+    suffix with content it recognises (a ``.log`` of stdout next to traces is not one)."""
+    from evtsync.trace.readers import all_suffixes, sniff_reader
+
+    suffixes = all_suffixes()
+    found = []
+    for p in sorted(folder.iterdir()):
+        name = p.name.lower()
+        if not p.is_file() or not name.endswith(suffixes):
+            continue
+        if name.endswith(TRACE_SUFFIXES) or sniff_reader(p) is not None:
+            found.append(p)
+    return found
 
 
 def expand_inputs(paths: Iterable[str | os.PathLike[str]],
@@ -188,8 +213,10 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]],
                                  key=lambda p: int(p.name.split("_")[1]))
                 found = [f for w in windows for f in _trace_files_in(w)]
             if not found:
-                raise TraceError(f"{path}: folder holds no trace files (*.json, *.json.gz), nor "
-                                 "iteration_N subfolders of them")
+                from evtsync.trace.readers import all_suffixes
+
+                raise TraceError(f"{path}: folder holds no trace files ({', '.join('*' + s for s in all_suffixes())}"
+                                 "), nor iteration_N subfolders of them")
             kept = set(found)  # a set: with a list this was quadratic (2.1 M comparisons at 2,048 ranks)
             ignored = [p.name for p in path.iterdir() if p.is_file() and p not in kept]
             if ignored:
@@ -224,9 +251,29 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
 
 
 def read_rank(path: str | os.PathLike[str], salvage: bool = False, rank: int | None = None) -> RankTables:
-    """Decode one trace file into its rank's tables (the unit of parallel work); ``rank``
-    is the user's word for its rank, if any."""
-    return build_rank_tables(decode_file(path, salvage=salvage), rank=rank)
+    """Read one trace file into its rank's tables (the unit of parallel work) with the
+    reader its content calls for (:mod:`evtsync.trace.readers`); ``rank`` is the user's
+    word for its rank, if any."""
+    from evtsync.trace.readers import reader_for
+
+    reader = reader_for(path)
+    if reader.produces != "ranks":
+        raise TraceError(f"{path}: {reader.description} hold collective timings, not a rank's timeline: "
+                         "read them with load_traces (or evtsync tax)")
+    return reader.read(path, salvage=salvage, rank=rank)
+
+
+def empty_event_tables() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Kernel, CPU-op, runtime and sync tables without rows (for sources with no timeline)."""
+    def frame(names: Sequence[str]) -> pd.DataFrame:
+        columns: dict[str, Any] = {"rank": np.zeros(0, np.int32), "window": np.zeros(0, np.int32)}
+        for name in names:
+            columns[name] = np.zeros(0, bool if name.startswith("is_") else np.int64)
+        return pd.DataFrame(columns)
+
+    gpu = ("ts_ns", "dur_ns", "end_ns", "device", "stream", "correlation", "external_id", "is_nccl", "is_comm")
+    return (frame(gpu), frame(("ts_ns", "dur_ns", "end_ns", "external_id")),
+            frame(("ts_ns", "dur_ns", "end_ns", "correlation")), frame(("ts_ns", "dur_ns", "end_ns")))
 
 
 def _read_one(item: tuple[str, int | None], salvage: bool, cache_dir: str | None, scope: str,
@@ -253,7 +300,8 @@ def _read_all(files: Sequence[tuple[Path, int | None]], salvage: bool, jobs: int
     from evtsync.parallel import backend_for
 
     total = sum(f.stat().st_size for f, _ in files)
-    json_total = sum(json_bytes_estimate(f) for f, _ in files) if decoder_mode() == "auto" else 0
+    json_total = (sum(json_bytes_estimate(f) for f, _ in files if f.name.lower().endswith(TRACE_SUFFIXES))
+                  if decoder_mode() == "auto" else 0)
     with backend_for(len(files), jobs=jobs, workers=workers, scheduler=scheduler, total_bytes=total,
                      parallel_min_bytes=PARALLEL_MIN_BYTES, client=client) as backend:
         # the scanner's load is paid once per process: what one process reads decides it
@@ -642,6 +690,46 @@ def load_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
     files = expand_inputs(paths, rank_from)
+    sources = _sources_of(files)
+    if "nccl-inspector" in sources.values():
+        return _load_logs(files, sources, salvage, jobs, workers, scheduler, client)
     patterns = parse_comm_kernels(comm_kernels)
-    return assemble(_read_all(files, salvage, jobs, workers, scheduler, cache, client, scope, patterns),
-                    scope=scope)
+    traces = assemble(_read_all(files, salvage, jobs, workers, scheduler, cache, client, scope, patterns),
+                      scope=scope)
+    traces.source = "+".join(sorted(set(sources.values())))
+    return traces
+
+
+def _sources_of(files: Sequence[tuple[Path, int | None]]) -> dict[Path, str]:
+    """The reader of each file, by content (:func:`evtsync.trace.readers.reader_for`)."""
+    from evtsync.trace.readers import reader_for
+
+    return {f: reader_for(f).name for f, _ in files}
+
+
+def _read_log(item: tuple[str, int | None], salvage: bool) -> Any:
+    """One NCCL Inspector log's collective records (the unit of parallel work)."""
+    from evtsync.trace.readers.inspector import read_log
+
+    path, rank = item
+    return read_log(path, salvage=salvage, rank=rank)
+
+
+def _load_logs(files: Sequence[tuple[Path, int | None]], sources: dict[Path, str], salvage: bool,
+               jobs: int | None, workers: int | None, scheduler: str | None, client: Any) -> TraceSet:
+    """The TraceSet of a folder of NCCL Inspector logs (nothing else may be mixed in)."""
+    from evtsync.parallel import backend_for
+    from evtsync.trace.readers import reader_named
+    from evtsync.trace.readers.inspector import assemble_logs
+
+    others = [f"{f} ({sources[f]})" for f, _ in files if sources[f] != "nccl-inspector"]
+    if others:
+        raise InputError(f"NCCL Inspector logs cannot be mixed with traces of other sources in one job: "
+                         f"{', '.join(others[:3])}{' ...' if len(others) > 3 else ''}")
+    reader = reader_named("nccl-inspector")
+    total = sum(reader.cost(f) for f, _ in files)
+    with backend_for(len(files), jobs=jobs, workers=workers, scheduler=scheduler, total_bytes=total,
+                     parallel_min_bytes=PARALLEL_MIN_BYTES, client=client) as backend:
+        task = functools.partial(_read_log, salvage=salvage)
+        logs = backend.map(task, [(str(f), r) for f, r in files], "reading NCCL Inspector logs")
+    return assemble_logs(logs)
