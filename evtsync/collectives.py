@@ -526,3 +526,96 @@ def _validate(label: str, inst: pd.DataFrame, domains: dict[int, str], tolerance
         mismatches.append((label, int(index), int(worst["rank"]), "end_time",
                            f"end times spread {spread:.1f} us > {tolerance_us:g} us"))
         invalid.add((label, int(index)))
+
+
+#: The ``pg_source`` of communicators read from NCCL Inspector logs.
+LOGGED_SOURCE = "nccl-inspector"
+
+
+def align_logged(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
+                 end_tolerance_us: float = END_TOLERANCE_US, strict: bool = True,
+                 allow_partial: bool = False, ranks_per_host: int = RANKS_PER_HOST,
+                 backend: Backend | None = None) -> Alignment:
+    """Match the collectives of NCCL Inspector logs (``traces.logged``) across ranks by
+    (communicator id, sequence number): the Inspector's own identity of an operation, so
+    nothing is matched by position.
+
+    Each communicator is a PG (``pg`` = its id, ``pg_desc`` = its name). Every instance is
+    validated as a Kineto one (:func:`_validate`: type, size, and, in verbose logs, kernel
+    stop times within ``end_tolerance_us`` among ranks of one host). Besides: an instance
+    whose ranks timed it differently (``kernel_gpu`` against ``kernel_cpu`` /
+    ``collective_cpu``) is flagged (kind ``timing_source``); CPU-timed instances keep their
+    source in the collective label (``"AllReduce [collective_cpu]"``), so no summary mixes
+    them with GPU-timed ones; an instance logged by only some member ranks (kind
+    ``partial``) is flagged. Those and missing ranks are refused first unless
+    ``allow_partial`` (:meth:`TraceSet.check_complete`). ``overrides`` do not apply (the
+    logs name their communicators); ``ranks_per_host`` is unused (logs name their host).
+    """
+    del backend, ranks_per_host  # one vectorised pass: nothing to distribute
+    if list(overrides):
+        raise InputError("--pg does not apply to NCCL Inspector logs: they name each collective's communicator")
+    traces.check_complete(allow_partial)
+    logged = traces.logged
+    if logged is None or logged.empty:
+        return merge_alignments([])
+    mismatches: list[tuple] = []
+    invalid: set[tuple[str, int]] = set()
+    groups = []
+    parts = []
+    pg_rows = traces.process_groups.set_index("pg_name")
+    for label, inst in logged.groupby("pg", sort=True):
+        label = str(label)
+        inst = inst.reset_index(drop=True)
+        meta = pg_rows.loc[label]
+        n_present = len(str(meta["seen_on_ranks"]).split(","))
+        # partial instances: fewer records than members with a log
+        sizes = inst.groupby("index", sort=True)["rank"].size()
+        for index in sizes.index[sizes < n_present]:
+            invalid.add((label, int(index)))
+            mismatches.append((label, int(index), -1, "partial",
+                               f"logged by {int(sizes[index])} of {n_present} member rank(s)"))
+        # timing sources: one per instance, else not comparable
+        sources = inst.groupby("index", sort=True)["timing_source"].agg(lambda s: "|".join(sorted(set(s))))
+        for index, value in sources[sources.str.contains("|", regex=False)].items():
+            invalid.add((label, int(index)))
+            mismatches.append((label, int(index), -1, "timing_source",
+                               f"ranks timed it differently ({value.replace('|', ', ')})"))
+        # type and size as for Kineto; no clock domains: the end check below reads only the
+        # records with kernel times (verbose logs), per host
+        _validate(label, inst, {}, end_tolerance_us, mismatches, invalid, strict)
+        _check_logged_ends(label, inst, end_tolerance_us, mismatches, invalid)
+        source = inst["index"].map(sources)
+        collective = np.where(source == "kernel_gpu", inst["collective"],
+                              inst["collective"] + " [" + source.str.replace("|", ", ") + "]")
+        parts.append(pd.DataFrame({
+            "pg": label, "index": inst["index"].to_numpy(np.int64), "window": inst["window"].to_numpy(np.int32),
+            "rank": inst["rank"].to_numpy(np.int32), "collective": collective,
+            "msg_bytes": inst["msg_bytes"].to_numpy(np.int64), "dtype": "", "stream": -1,
+            "ts_ns": inst["ts_ns"].to_numpy(np.int64), "dur_ns": inst["dur_ns"].to_numpy(np.int64),
+            "end_ns": inst["end_ns"].to_numpy(np.int64), "correlation": -1, "external_id": -1}))
+        groups.append({"pg": label, "pg_name": label, "pg_desc": meta["pg_desc"], "pg_ranks": meta["pg_ranks"],
+                       "n_ranks": int(meta["pg_size"]), "pg_source": LOGGED_SOURCE, "streams": "",
+                       "n_collectives": int(sizes.size), "present_ranks": meta["seen_on_ranks"], "windows": "0"})
+    table = pd.DataFrame(mismatches, columns=MISMATCH_COLUMNS)
+    if len(table):
+        log.warning("%d mismatch(es) among the logged collectives; see the mismatches table", len(table))
+    return Alignment(pd.DataFrame(groups, columns=GROUP_COLUMNS), pd.concat(parts, ignore_index=True), table,
+                     invalid)
+
+
+def _check_logged_ends(label: str, inst: pd.DataFrame, tolerance_us: float, mismatches: list[tuple],
+                       invalid: set[tuple[str, int]]) -> None:
+    """Verbose Inspector logs: the last kernel stop of one collective agrees across the
+    ranks of one host (one clock) within ``tolerance_us``, else the match is suspect."""
+    timed = inst[inst["end_ns"] >= 0]
+    if timed.empty:
+        return
+    ends = timed.groupby(["index", "host"], sort=True)["end_ns"]
+    spread_us = (ends.max() - ends.min()) / 1000.0
+    for (index, host), spread in spread_us[spread_us > tolerance_us].items():
+        grp = timed[(timed["index"] == index) & (timed["host"] == host)]
+        values = grp["end_ns"].to_numpy()
+        worst = int(grp["rank"].iloc[int(np.argmax(np.abs(values - np.median(values))))])
+        mismatches.append((label, int(index), worst, "end_time",
+                           f"kernel stop times on host {host} spread {spread:.1f} us > {tolerance_us:g} us"))
+        invalid.add((label, int(index)))

@@ -78,7 +78,8 @@ def compute_tax(alignment: Alignment) -> TaxTables:
         "fastest_rank": fastest.to_numpy().astype(np.int64),
         "min_dur_us": stats["min"].to_numpy(),
         "max_dur_us": stats["max"].to_numpy(),
-        "end_spread_us": ((g["end_ns"].max() - g["end_ns"].min()) / 1000.0).to_numpy(),
+        # NaN where a rank's end time is unknown (NCCL Inspector logs without kernel times)
+        "end_spread_us": ((g["end_ns"].max() - g["end_ns"].min()) / 1000.0).where(g["end_ns"].min() >= 0).to_numpy(),
         "start_ns": g["ts_ns"].min().to_numpy(),
     })
     table["valid"] = [(p, int(i)) not in alignment.invalid for p, i in zip(table["pg"], table["index"], strict=True)]
@@ -138,8 +139,13 @@ def tax_from_traces(traces: TraceSet, *, backend: Backend | None = None,
     With a ``backend`` (e.g. a Dask cluster from :mod:`evtsync.parallel`) each process group
     is aligned and taxed as a task of its own; the tables are the same as without one.
     """
-    from evtsync.collectives import note_missing_ranks
+    from evtsync.collectives import align_logged, note_missing_ranks
 
+    if traces.logged is not None:  # NCCL Inspector logs: matched by (communicator, sequence number)
+        alignment = align_logged(traces, **align_options)
+        tables = compute_tax(alignment)
+        note_missing_ranks(traces, tables.collectives, tables.ranks)
+        return alignment, tables
     if backend is None:
         alignment = align_collectives(traces, **align_options)
         tables = compute_tax(alignment)
