@@ -340,22 +340,22 @@ def _global_ranks(logs: list[LoggedCollectives]) -> tuple[list[int], str, int]:
     communicator logged by every file with the most ranks (a job's default process group).
     """
     given = [log_.given_rank for log_ in logs]
-    if all(g is not None for g in given):
-        sizes = [log_.comms[c][1] for log_ in logs for c in log_.comms]
-        return [int(g) for g in given], "given", max(sizes, default=MISSING)  # type: ignore[arg-type]
-    if any(g is not None for g in given):
-        raise TraceError("some Inspector logs have a rank given (RANK=PATH) and others not: give every file's "
-                         "rank, or none")
     in_every = set(logs[0].comms)
     for log_ in logs[1:]:
         in_every &= set(log_.comms)
-    if not in_every:
+    world = max(in_every, key=lambda c: (logs[0].comms[c][1], c)) if in_every else None
+    if all(g is not None for g in given):
+        # the world size is known only from a communicator every file logs
+        return [int(g) for g in given], "given", logs[0].comms[world][1] if world else MISSING  # type: ignore[arg-type]
+    if any(g is not None for g in given):
+        raise TraceError("some Inspector logs have a rank given (RANK=PATH) and others not: give every file's "
+                         "rank, or none")
+    if world is None:
         largest = max((log_.comms[c][1] for log_ in logs for c in log_.comms), default=0)
         raise TraceError(f"cannot tell the global rank of each of the {len(logs)} Inspector logs: no "
                          f"communicator is logged by all of them (the largest has {largest} ranks; a world "
                          "communicator's collectives may be below NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES); give "
                          "the ranks with --rank-from order or RANK=PATH")
-    world = max(in_every, key=lambda c: (logs[0].comms[c][1], c))
     ranks = [log_.comms[world][0] for log_ in logs]
     return ranks, f"world communicator {world}", logs[0].comms[world][1]
 
