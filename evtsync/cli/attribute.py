@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from evtsync.errors import InputError
     from evtsync.parallel import InProcess, backend_for
     from evtsync.tableio import table_format, write_table
-    from evtsync.trace.traceset import expand_paths, load_traces
+    from evtsync.trace.traceset import expand_inputs, load_traces
 
     table_format(args.output)
     selections = [p for p in args.pg if "=" not in p]
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     for text in args.category:
         categories.add_pattern(*categories.parse_category_option(text))
     options = reading_options(args)
-    with backend_for(len(expand_paths(args.traces)), jobs=options.get("jobs"), workers=options.get("workers"),
+    with backend_for(len(expand_inputs(args.traces)), jobs=options.get("jobs"), workers=options.get("workers"),
                      scheduler=options.get("scheduler"), total_bytes=0, parallel_min_bytes=1) as backend:
         common = dict(same_stream_tolerance_us=args.same_stream_tolerance_us,
                       keep_paths=args.paths or bool(args.plot_path),

@@ -241,7 +241,8 @@ def decode_export(path: str | os.PathLike[str]) -> DecodedTrace:
         head = fh.read(100)
     if not head.startswith(SQLITE_MAGIC):
         raise TraceError(f"{path}: not an SQLite file (expected an `nsys export --type sqlite` output)")
-    page_size = int.from_bytes(head[16:18], "big") or 65536
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size  # SQLite writes 1 for 64 KiB pages
     pages = int.from_bytes(head[28:32], "big")
     if pages and size < page_size * pages:
         raise TraceError(f"{path}: truncated Nsight Systems export: {size} bytes, its header says "
