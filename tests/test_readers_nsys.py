@@ -119,3 +119,41 @@ def test_cli_says_what_it_lacks(tmp_path: Path) -> None:
                             capture_output=True, text=True, check=False)
     assert blocks.returncode != 0 and "Traceback" not in blocks.stderr
     assert "no process group with NCCL collectives" in blocks.stderr
+
+
+def test_synthetic_job_as_nsys_exports_same_tax_and_blocks(tmp_path: Path) -> None:
+    """An 8-rank synthetic job written as nsys exports (tests/nsys_writer.py: the schema of a
+    real export) gives the Kineto reading's tax and compute blocks; the exports carry no
+    process-group fields, so the groups are inferred per stream (same members)."""
+    import numpy as np
+
+    from evtsync.blocks import compute_zscores
+    from evtsync.synth import write_demo_traces
+    from evtsync.tax import tax_from_traces
+    from evtsync.trace.traceset import expand_paths
+    from nsys_writer import write_export
+
+    traces_dir = write_demo_traces(tmp_path / "synth")
+    exports = tmp_path / "nsys"
+    exports.mkdir()
+    for path in expand_paths([traces_dir]):
+        tables = read_rank(path)
+        write_export(tables, exports / f"rank{tables.rank}.sqlite")
+    kineto = load_traces(traces_dir, jobs=1)
+    nsys = load_traces(exports, jobs=1)
+    assert nsys.source == "nsys" and nsys.rank_ids == list(range(8))
+    assert len(nsys.nccl_kernels) == len(kineto.nccl_kernels) > 0
+    ka, kt = tax_from_traces(kineto)
+    na, nt = tax_from_traces(nsys)
+    assert sorted(na.groups["pg_ranks"]) == sorted(ka.groups["pg_ranks"])
+    assert set(na.groups["pg_source"]) == {"inferred"}
+    by_members = {row.pg: row.pg_ranks for row in ka.groups.itertuples()}
+    key = ["pg_ranks", "index"]
+    a = kt.collectives.assign(pg_ranks=kt.collectives["pg"].map(by_members)).sort_values(key)
+    b = nt.collectives.sort_values(key)
+    np.testing.assert_array_equal(a["tau_max_us"].to_numpy(), b["tau_max_us"].to_numpy())
+    np.testing.assert_array_equal(a["straggler_rank"].to_numpy(), b["straggler_rank"].to_numpy())
+    za, _ = compute_zscores(kineto)
+    zb, _ = compute_zscores(nsys)
+    assert len(za) == len(zb) > 0
+    np.testing.assert_allclose(np.sort(za["z"].to_numpy()), np.sort(zb["z"].to_numpy()), atol=1e-9)
