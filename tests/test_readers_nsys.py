@@ -126,12 +126,12 @@ def test_synthetic_job_as_nsys_exports_same_tax_and_blocks(tmp_path: Path) -> No
     real export) gives the Kineto reading's tax and compute blocks; the exports carry no
     process-group fields, so the groups are inferred per stream (same members)."""
     import numpy as np
+    from nsys_writer import write_export
 
     from evtsync.blocks import compute_zscores
     from evtsync.synth import write_demo_traces
     from evtsync.tax import tax_from_traces
     from evtsync.trace.traceset import expand_paths
-    from nsys_writer import write_export
 
     traces_dir = write_demo_traces(tmp_path / "synth")
     exports = tmp_path / "nsys"
