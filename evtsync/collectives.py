@@ -563,32 +563,42 @@ def align_logged(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
     groups = []
     parts = []
     pg_rows = traces.process_groups.set_index("pg_name")
-    for label, inst in logged.groupby("pg", sort=True):
+    for label, inst in logged.groupby("pg", sort=True, observed=True):
         label = str(label)
         inst = inst.reset_index(drop=True)
         meta = pg_rows.loc[label]
         n_present = len(str(meta["seen_on_ranks"]).split(","))
+        index = inst["index"]
         # partial instances: fewer records than members with a log
-        sizes = inst.groupby("index", sort=True)["rank"].size()
-        for index in sizes.index[sizes < n_present]:
-            invalid.add((label, int(index)))
-            mismatches.append((label, int(index), -1, "partial",
-                               f"logged by {int(sizes[index])} of {n_present} member rank(s)"))
+        sizes = index.value_counts(sort=False).sort_index()
+        for sn in sizes.index[sizes < n_present]:
+            invalid.add((label, int(sn)))
+            mismatches.append((label, int(sn), -1, "partial",
+                               f"logged by {int(sizes[sn])} of {n_present} member rank(s)"))
         # timing sources: one per instance, else not comparable
-        sources = inst.groupby("index", sort=True)["timing_source"].agg(lambda s: "|".join(sorted(set(s))))
-        for index, value in sources[sources.str.contains("|", regex=False)].items():
-            invalid.add((label, int(index)))
-            mismatches.append((label, int(index), -1, "timing_source",
-                               f"ranks timed it differently ({value.replace('|', ', ')})"))
+        source = _strings_of(inst["timing_source"])
+        n_sources = inst["timing_source"].cat.codes.groupby(index.to_numpy()).nunique()
+        mixed = set(n_sources.index[n_sources > 1].tolist())
+        for sn in sorted(mixed):
+            value = ", ".join(sorted(set(source[(index == sn).to_numpy()])))
+            invalid.add((label, int(sn)))
+            mismatches.append((label, int(sn), -1, "timing_source", f"ranks timed it differently ({value})"))
         # type and size as for Kineto; no clock domains: the end check below reads only the
         # records with kernel times (verbose logs), per host
         _validate(label, inst, {}, end_tolerance_us, mismatches, invalid, strict)
         _check_logged_ends(label, inst, end_tolerance_us, mismatches, invalid)
-        source = inst["index"].map(sources)
-        collective = np.where(source == "kernel_gpu", inst["collective"],
-                              inst["collective"] + " [" + source.str.replace("|", ", ") + "]")
+        collective = _strings_of(inst["collective"])
+        other = source != "kernel_gpu"
+        if other.any() or mixed:
+            is_mixed = index.isin(mixed).to_numpy()
+            tag = np.where(is_mixed, None, source)
+            for sn in mixed:  # every rank's row of a mixed instance says so alike
+                tag[(index == sn).to_numpy()] = ", ".join(sorted(set(source[(index == sn).to_numpy()])))
+            flagged = other | is_mixed
+            collective = collective.copy()
+            collective[flagged] = [f"{c} [{t}]" for c, t in zip(collective[flagged], tag[flagged], strict=True)]
         parts.append(pd.DataFrame({
-            "pg": label, "index": inst["index"].to_numpy(np.int64), "window": inst["window"].to_numpy(np.int32),
+            "pg": label, "index": index.to_numpy(np.int64), "window": inst["window"].to_numpy(np.int32),
             "rank": inst["rank"].to_numpy(np.int32), "collective": collective,
             "msg_bytes": inst["msg_bytes"].to_numpy(np.int64), "dtype": "", "stream": -1,
             "ts_ns": inst["ts_ns"].to_numpy(np.int64), "dur_ns": inst["dur_ns"].to_numpy(np.int64),
@@ -619,3 +629,9 @@ def _check_logged_ends(label: str, inst: pd.DataFrame, tolerance_us: float, mism
         mismatches.append((label, int(index), worst, "end_time",
                            f"kernel stop times on host {host} spread {spread:.1f} us > {tolerance_us:g} us"))
         invalid.add((label, int(index)))
+
+
+def _strings_of(column: pd.Series) -> np.ndarray:
+    """A categorical column as an object array of its strings (no per-row conversion)."""
+    cat = column.array
+    return np.asarray(cat.categories.astype(object), dtype=object)[np.asarray(cat.codes)]

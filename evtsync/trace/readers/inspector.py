@@ -95,7 +95,6 @@ class _Record(msgspec.Struct):
     p2p_perf: _P2P | None = None
 
 
-_DECODE_BATCH = msgspec.json.Decoder(list[_Record])
 _DECODE_ONE = msgspec.json.Decoder(_Record)
 
 
@@ -104,7 +103,8 @@ class LoggedCollectives:
     """The collective records of one Inspector log file (one process), as columns.
 
     ``comms`` lists the communicators the file logs: id -> (rank in it, n_ranks, nnodes,
-    comm_name); ``columns`` holds :data:`RECORD_COLUMNS` (``comm`` indexes ``comm_ids``);
+    comm_name); ``columns`` holds :data:`RECORD_COLUMNS` (``comm`` indexes ``comm_ids``,
+    ``collective`` and ``timing_source`` index ``vocabularies``);
     ``info`` the file's metadata and counts; ``skipped`` the records not used, by reason.
     """
 
@@ -115,6 +115,8 @@ class LoggedCollectives:
     info: dict[str, Any]
     skipped: dict[str, int] = field(default_factory=dict)
     given_rank: int | None = None
+    #: the strings the ``collective`` and ``timing_source`` codes stand for
+    vocabularies: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def n_records(self) -> int:
@@ -136,25 +138,29 @@ class _Builder:
         self.versions: set[str] = set()
         self.n_p2p = 0
         self.verbose = 0
+        self.names: dict[str, int] = {}  # collective type -> code
+        self.sources: dict[str, int] = {}  # timing source -> code
 
     def skip(self, reason: str, n: int = 1) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + n
 
     def add(self, records: list[_Record], first_line: int) -> None:
-        colls = []
-        for i, rec in enumerate(records):
-            if rec.coll_perf is not None:
-                colls.append(rec)
-            elif rec.p2p_perf is not None:
-                self.n_p2p += 1
-            else:
-                self.skip("record with neither coll_perf nor p2p_perf")
-            meta = rec.metadata
-            if meta is not None and (meta.hostname not in self.hosts or meta.pid not in self.pids):
-                self.hosts.add(meta.hostname)
-                self.pids.add(meta.pid)
-                self.versions.add(meta.inspector_output_format_version)
-            self._note_comm(rec.header, first_line + i)
+        colls = [r for r in records if r.coll_perf is not None]
+        if len(colls) < len(records):
+            n_p2p = sum(1 for r in records if r.coll_perf is None and r.p2p_perf is not None)
+            self.n_p2p += n_p2p
+            if len(records) - len(colls) - n_p2p:
+                self.skip("record with neither coll_perf nor p2p_perf", len(records) - len(colls) - n_p2p)
+        # per distinct value, not per record: a log repeats a few headers and one process
+        for meta in {(m.hostname, m.pid, m.inspector_output_format_version)
+                     for m in (r.metadata for r in records) if m is not None}:
+            self.hosts.add(meta[0])
+            self.pids.add(meta[1])
+            self.versions.add(meta[2])
+        for key in {(h.id, h.rank, h.n_ranks) for h in (r.header for r in records)}:
+            if self.comms.get(key[0], (None, None))[:2] != key[1:]:
+                i = next(i for i, r in enumerate(records) if (r.header.id, r.header.rank, r.header.n_ranks) == key)
+                self._note_comm(records[i].header, first_line + i)
         if not colls:
             return
         index = self.comm_index
@@ -162,11 +168,14 @@ class _Builder:
         p["comm"].append(np.fromiter((index[r.header.id] for r in colls), np.int32, len(colls)))
         p["local_rank"].append(np.fromiter((r.header.rank for r in colls), np.int32, len(colls)))
         p["sn"].append(np.fromiter((r.coll_perf.coll_sn for r in colls), np.int64, len(colls)))  # type: ignore[union-attr]
-        p["collective"].append([r.coll_perf.coll for r in colls])  # type: ignore[union-attr]
+        names, sources = self.names, self.sources
+        p["collective"].append(np.fromiter((names.setdefault(r.coll_perf.coll, len(names))  # type: ignore[union-attr]
+                                            for r in colls), np.int32, len(colls)))
         p["msg_bytes"].append(np.fromiter((r.coll_perf.coll_msg_size_bytes for r in colls), np.int64, len(colls)))  # type: ignore[union-attr]
         p["exec_ns"].append(np.rint(np.fromiter((r.coll_perf.coll_exec_time_us for r in colls), np.float64,  # type: ignore[union-attr]
                                                 len(colls)) * 1000.0).astype(np.int64))
-        p["timing_source"].append([r.coll_perf.coll_timing_source for r in colls])  # type: ignore[union-attr]
+        p["timing_source"].append(np.fromiter((sources.setdefault(r.coll_perf.coll_timing_source,  # type: ignore[union-attr]
+                                                                  len(sources)) for r in colls), np.int32, len(colls)))
         p["dump_us"].append(np.fromiter((r.metadata.dump_timestamp_us if r.metadata else MISSING for r in colls),
                                         np.int64, len(colls)))
         starts = np.full(len(colls), MISSING, dtype=np.int64)
@@ -199,12 +208,9 @@ class _Builder:
     def result(self, info: dict[str, Any]) -> LoggedCollectives:
         columns: dict[str, Any] = {}
         for name, pieces in self.parts.items():
-            if name in ("collective", "timing_source"):
-                flat = [v for piece in pieces for v in piece]
-                columns[name] = pd.Categorical(flat)
-            else:
-                dtype = np.int32 if name in ("comm", "local_rank") else np.int64
-                columns[name] = np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
+            dtype = np.int32 if name in ("comm", "local_rank", "collective", "timing_source") else np.int64
+            codes = np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
+            columns[name] = codes
         if len(self.hosts) > 1 or len(self.pids) > 1:
             raise TraceError(f"{self.path}: records of {len(self.pids)} processes (hosts "
                              f"{', '.join(sorted(self.hosts))}); an Inspector log holds one process")
@@ -213,19 +219,25 @@ class _Builder:
                     n_collective_records=len(columns["sn"]), n_p2p_records=self.n_p2p,
                     n_verbose_records=self.verbose)
         return LoggedCollectives(str(self.path), list(self.comm_index), self.comms, columns, info,
-                                 dict(self.skipped))
+                                 dict(self.skipped), vocabularies={"collective": list(self.names),
+                                                                   "timing_source": list(self.sources)})
+
+
+def _batch_text(builder: _Builder, text: bytes, first_line: int, salvage: bool) -> None:
+    """Decode complete lines (newline-delimited JSON, blank lines allowed) in one msgspec call;
+    on a failure, line by line to name the bad one."""
+    try:
+        builder.add(_DECODE_ONE.decode_lines(text), first_line)
+    except msgspec.DecodeError:
+        _batch(builder, text.split(b"\n"), first_line, salvage)
 
 
 def _batch(builder: _Builder, lines: list[bytes], first_line: int, salvage: bool) -> None:
-    """Decode complete lines (blank ones already removed) in one msgspec call; on a failure,
-    line by line to name the bad one."""
-    try:
-        builder.add(_DECODE_BATCH.decode(b"[" + b",".join(lines) + b"]"), first_line)
-        return
-    except msgspec.DecodeError:
-        pass
+    """Decode lines one by one (blank ones skipped), naming a bad one by its line number."""
     good = []
     for i, line in enumerate(lines):
+        if not line.strip():
+            continue
         try:
             good.append(_DECODE_ONE.decode(line))
         except msgspec.DecodeError as exc:
@@ -265,16 +277,10 @@ def read_log(path: str | os.PathLike[str], *, salvage: bool = False, rank: int |
                 pending = data
                 continue
             pending = data[cut + 1:]
-            raw = data[:cut].split(b"\n")
-            lines, blank_before = [], 0
-            for line in raw:
-                if line.strip():
-                    lines.append(line)
-                else:
-                    blank_before += 1
-            if lines:
-                _batch(builder, lines, line_no, salvage)
-            line_no += len(raw)
+            complete = data[:cut]
+            n_lines = complete.count(b"\n") + 1
+            _batch_text(builder, complete, line_no, salvage)
+            line_no += n_lines
         eof_error = src.eof_error
     finally:
         src.close()
@@ -405,26 +411,41 @@ def assemble_logs(logs: list[LoggedCollectives]) -> Any:
         if lacking:
             problems.append(f"communicator {cid} ({row['name'] or 'unnamed'}): its rank(s) "
                             f"{rank_ranges(lacking)} of {row['n_ranks']} have no log")
-    # the collective records, with global ranks
-    parts = []
-    for log_, rank in zip(logs, ranks, strict=True):
-        cols = log_.columns
-        n = len(cols["sn"])
-        ids = np.asarray(log_.comm_ids, dtype=object)
-        comm = ids[cols["comm"]] if n else np.zeros(0, dtype=object)
-        starts, stops = cols["kernel_start_us"], cols["kernel_stop_us"]
-        parts.append(pd.DataFrame({
-            "rank": np.full(n, rank, dtype=np.int32), "window": np.zeros(n, dtype=np.int32), "pg": comm,
-            "pg_desc": [comm_rows[c]["name"] for c in comm] if n else [],
-            "local_rank": cols["local_rank"], "index": cols["sn"],
-            "collective": np.asarray(cols["collective"], dtype=object),
-            "timing_source": np.asarray(cols["timing_source"], dtype=object),
-            "msg_bytes": cols["msg_bytes"], "dur_ns": cols["exec_ns"],
-            "ts_ns": np.where(starts >= 0, starts * 1000, MISSING),
-            "end_ns": np.where(stops >= 0, stops * 1000, MISSING),
-            "dump_ns": np.where(cols["dump_us"] >= 0, cols["dump_us"] * 1000, MISSING),
-            "host": log_.info["host"]}))
-    logged = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=LOGGED_COLUMNS)
+    # the collective records, with global ranks, one numpy concatenation per column
+    comm_names = sorted(comm_rows)
+    comm_code = {cid: i for i, cid in enumerate(comm_names)}
+    lengths = [len(log_.columns["sn"]) for log_ in logs]
+    rank_col = np.repeat(np.asarray(ranks, dtype=np.int32), lengths)
+    pg_codes = np.concatenate([np.asarray([comm_code[c] for c in log_.comm_ids], dtype=np.int32)[log_.columns["comm"]]
+                               for log_ in logs]) if logs else np.zeros(0, np.int32)
+
+    def column(name: str) -> np.ndarray:
+        return np.concatenate([log_.columns[name] for log_ in logs])
+
+    def labels(name: str) -> pd.Categorical:
+        words = sorted({w for log_ in logs for w in log_.vocabularies[name]})
+        code = {w: i for i, w in enumerate(words)}
+        parts = [np.asarray([code[w] for w in log_.vocabularies[name]], dtype=np.int32)[log_.columns[name]]
+                 if len(log_.columns[name]) else np.zeros(0, np.int32) for log_ in logs]
+        return pd.Categorical.from_codes(np.concatenate(parts) if parts else np.zeros(0, np.int32), categories=words)
+
+    starts, stops, dumps = column("kernel_start_us"), column("kernel_stop_us"), column("dump_us")
+    descs = sorted({comm_rows[c]["name"] for c in comm_names})
+    desc_of_comm = np.asarray([descs.index(comm_rows[c]["name"]) for c in comm_names], dtype=np.int32)
+    hosts = sorted({log_.info["host"] for log_ in logs})
+    host_code = {h: i for i, h in enumerate(hosts)}
+    logged = pd.DataFrame({
+        "rank": rank_col, "window": np.zeros(len(rank_col), dtype=np.int32),
+        "pg": pd.Categorical.from_codes(pg_codes, categories=comm_names),
+        "pg_desc": pd.Categorical.from_codes(desc_of_comm[pg_codes], categories=descs),
+        "local_rank": column("local_rank"), "index": column("sn"),
+        "collective": labels("collective"), "timing_source": labels("timing_source"),
+        "msg_bytes": column("msg_bytes"), "dur_ns": column("exec_ns"),
+        "ts_ns": np.where(starts >= 0, starts * 1000, MISSING),
+        "end_ns": np.where(stops >= 0, stops * 1000, MISSING),
+        "dump_ns": np.where(dumps >= 0, dumps * 1000, MISSING),
+        "host": pd.Categorical.from_codes(np.repeat(np.asarray([host_code[log_.info["host"]] for log_ in logs],
+                                                               dtype=np.int32), lengths), categories=hosts)})
     logged = logged.sort_values(["pg", "index", "rank"], kind="stable").reset_index(drop=True)
     dup = logged.duplicated(["pg", "index", "rank"])
     if dup.any():
@@ -499,3 +520,4 @@ def _partial_problems(logged: pd.DataFrame, comm_rows: dict[str, dict[str, Any]]
                    f"rank that died, or the size cutoff): {'; '.join(examples)}"
                    + (" ..." if len(short) > _NAMED_PARTIAL else ""))
     return out
+
