@@ -560,75 +560,85 @@ def align_logged(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
         return merge_alignments([])
     mismatches: list[tuple] = []
     invalid: set[tuple[str, int]] = set()
-    groups = []
-    parts = []
-    pg_rows = traces.process_groups.set_index("pg_name")
-    for label, inst in logged.groupby("pg", sort=True, observed=True):
-        label = str(label)
-        inst = inst.reset_index(drop=True)
-        meta = pg_rows.loc[label]
-        n_present = len(str(meta["seen_on_ranks"]).split(","))
-        index = inst["index"]
-        # partial instances: fewer records than members with a log
-        sizes = index.value_counts(sort=False).sort_index()
-        for sn in sizes.index[sizes < n_present]:
-            invalid.add((label, int(sn)))
-            mismatches.append((label, int(sn), -1, "partial",
-                               f"logged by {int(sizes[sn])} of {n_present} member rank(s)"))
-        # timing sources: one per instance, else not comparable
-        source = _strings_of(inst["timing_source"])
-        n_sources = inst["timing_source"].cat.codes.groupby(index.to_numpy()).nunique()
-        mixed = set(n_sources.index[n_sources > 1].tolist())
-        for sn in sorted(mixed):
-            value = ", ".join(sorted(set(source[(index == sn).to_numpy()])))
-            invalid.add((label, int(sn)))
-            mismatches.append((label, int(sn), -1, "timing_source", f"ranks timed it differently ({value})"))
-        # type and size as for Kineto; no clock domains: the end check below reads only the
-        # records with kernel times (verbose logs), per host
-        _validate(label, inst, {}, end_tolerance_us, mismatches, invalid, strict)
-        _check_logged_ends(label, inst, end_tolerance_us, mismatches, invalid)
-        collective = _strings_of(inst["collective"])
-        other = source != "kernel_gpu"
-        if other.any() or mixed:
-            is_mixed = index.isin(mixed).to_numpy()
-            tag = np.where(is_mixed, None, source)
-            for sn in mixed:  # every rank's row of a mixed instance says so alike
-                tag[(index == sn).to_numpy()] = ", ".join(sorted(set(source[(index == sn).to_numpy()])))
-            flagged = other | is_mixed
-            collective = collective.copy()
-            collective[flagged] = [f"{c} [{t}]" for c, t in zip(collective[flagged], tag[flagged], strict=True)]
-        parts.append(pd.DataFrame({
-            "pg": label, "index": index.to_numpy(np.int64), "window": inst["window"].to_numpy(np.int32),
-            "rank": inst["rank"].to_numpy(np.int32), "collective": collective,
-            "msg_bytes": inst["msg_bytes"].to_numpy(np.int64), "dtype": "", "stream": -1,
-            "ts_ns": inst["ts_ns"].to_numpy(np.int64), "dur_ns": inst["dur_ns"].to_numpy(np.int64),
-            "end_ns": inst["end_ns"].to_numpy(np.int64), "correlation": -1, "external_id": -1}))
-        groups.append({"pg": label, "pg_name": label, "pg_desc": meta["pg_desc"], "pg_ranks": meta["pg_ranks"],
-                       "n_ranks": int(meta["pg_size"]), "pg_source": LOGGED_SOURCE, "streams": "",
-                       "n_collectives": int(sizes.size), "present_ranks": meta["seen_on_ranks"], "windows": "0"})
+    # one pass over all communicators (logged is sorted by pg, index, rank); the per-PG
+    # checks of _validate run only for the communicators a vectorised test finds at fault
+    pg_codes = np.asarray(logged["pg"].array.codes)
+    pg_names = [str(c) for c in logged["pg"].array.categories]
+    index = logged["index"].to_numpy()
+    keys = pd.MultiIndex.from_arrays([pg_codes, index])
+    per_instance = logged.groupby([pg_codes, index], sort=True)
+    sizes = per_instance["rank"].size()
+    meta = traces.process_groups.set_index("pg_name")
+    present = {pg: len(str(meta.loc[pg, "seen_on_ranks"]).split(",")) for pg in pg_names}
+    n_present = np.asarray([present[pg_names[c]] for c in sizes.index.get_level_values(0)])
+    for (code, sn), n in sizes[sizes.to_numpy() < n_present].items():
+        label = pg_names[code]
+        invalid.add((label, int(sn)))
+        mismatches.append((label, int(sn), -1, "partial", f"logged by {int(n)} of {present[label]} member rank(s)"))
+    source_codes = pd.Series(np.asarray(logged["timing_source"].array.codes), index=logged.index)
+    n_sources = source_codes.groupby([pg_codes, index], sort=True).nunique()
+    sources = _strings_of(logged["timing_source"])
+    mixed_keys = n_sources.index[n_sources.to_numpy() > 1]
+    mixed_rows = keys.isin(mixed_keys) if len(mixed_keys) else np.zeros(len(logged), dtype=bool)
+    tag = sources.copy()
+    for code, sn in mixed_keys:
+        rows = (pg_codes == code) & (index == sn)
+        value = ", ".join(sorted(set(sources[rows])))
+        tag[rows] = value
+        invalid.add((pg_names[code], int(sn)))
+        mismatches.append((pg_names[code], int(sn), -1, "timing_source", f"ranks timed it differently ({value})"))
+    disagree = ((per_instance["collective"].nunique() > 1) | (per_instance["msg_bytes"].nunique() > 1))
+    for code in sorted(set(disagree.index[disagree.to_numpy()].get_level_values(0))):
+        # type and size checks (and their errors) exactly as for Kineto; no clock domains: the
+        # end check reads only the records with kernel times (verbose logs), per host
+        rows = pg_codes == code
+        _validate(pg_names[code], logged[rows].assign(collective=_strings_of(logged["collective"])[rows]), {},
+                  end_tolerance_us, mismatches, invalid, strict)
+    _check_logged_ends(logged, pg_names, pg_codes, end_tolerance_us, mismatches, invalid)
+    collective = _strings_of(logged["collective"])
+    flagged = (sources != "kernel_gpu") | mixed_rows
+    if flagged.any():  # CPU-timed instances keep their source in the label
+        collective = collective.copy()
+        collective[flagged] = [f"{c} [{t}]" for c, t in zip(collective[flagged], tag[flagged], strict=True)]
+    n = len(logged)
+    instances = pd.DataFrame({
+        "pg": pd.Categorical.from_codes(pg_codes, categories=pg_names), "index": index.astype(np.int64),
+        "window": logged["window"].to_numpy(np.int32), "rank": logged["rank"].to_numpy(np.int32),
+        "collective": pd.Categorical(collective), "msg_bytes": logged["msg_bytes"].to_numpy(np.int64),
+        "dtype": pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[""]),
+        "stream": np.full(n, -1, dtype=np.int64), "ts_ns": logged["ts_ns"].to_numpy(np.int64),
+        "dur_ns": logged["dur_ns"].to_numpy(np.int64), "end_ns": logged["end_ns"].to_numpy(np.int64),
+        "correlation": np.full(n, -1, dtype=np.int64), "external_id": np.full(n, -1, dtype=np.int64)})
+    n_collectives = sizes.groupby(level=0).size()
+    groups = pd.DataFrame(
+        [{"pg": pg, "pg_name": pg, "pg_desc": meta.loc[pg, "pg_desc"], "pg_ranks": meta.loc[pg, "pg_ranks"],
+          "n_ranks": int(meta.loc[pg, "pg_size"]), "pg_source": LOGGED_SOURCE, "streams": "",
+          "n_collectives": int(n_collectives.get(code, 0)), "present_ranks": meta.loc[pg, "seen_on_ranks"],
+          "windows": "0"} for code, pg in enumerate(pg_names) if code in n_collectives.index],
+        columns=GROUP_COLUMNS)
     table = pd.DataFrame(mismatches, columns=MISMATCH_COLUMNS)
     if len(table):
         log.warning("%d mismatch(es) among the logged collectives; see the mismatches table", len(table))
-    return Alignment(pd.DataFrame(groups, columns=GROUP_COLUMNS), pd.concat(parts, ignore_index=True), table,
-                     invalid)
+    return Alignment(groups, instances, table, invalid)
 
 
-def _check_logged_ends(label: str, inst: pd.DataFrame, tolerance_us: float, mismatches: list[tuple],
-                       invalid: set[tuple[str, int]]) -> None:
+def _check_logged_ends(logged: pd.DataFrame, pg_names: list[str], pg_codes: np.ndarray, tolerance_us: float,
+                       mismatches: list[tuple], invalid: set[tuple[str, int]]) -> None:
     """Verbose Inspector logs: the last kernel stop of one collective agrees across the
     ranks of one host (one clock) within ``tolerance_us``, else the match is suspect."""
-    timed = inst[inst["end_ns"] >= 0]
-    if timed.empty:
+    timed = (logged["end_ns"] >= 0).to_numpy()
+    if not timed.any():
         return
-    ends = timed.groupby(["index", "host"], sort=True)["end_ns"]
+    sub = logged[timed].assign(pg_code=pg_codes[timed])
+    ends = sub.groupby(["pg_code", "index", "host"], sort=True, observed=True)["end_ns"]
     spread_us = (ends.max() - ends.min()) / 1000.0
-    for (index, host), spread in spread_us[spread_us > tolerance_us].items():
-        grp = timed[(timed["index"] == index) & (timed["host"] == host)]
+    for (code, index, host), spread in spread_us[spread_us > tolerance_us].items():
+        grp = sub[(sub["pg_code"] == code) & (sub["index"] == index) & (sub["host"] == host)]
         values = grp["end_ns"].to_numpy()
         worst = int(grp["rank"].iloc[int(np.argmax(np.abs(values - np.median(values))))])
-        mismatches.append((label, int(index), worst, "end_time",
+        mismatches.append((pg_names[code], int(index), worst, "end_time",
                            f"kernel stop times on host {host} spread {spread:.1f} us > {tolerance_us:g} us"))
-        invalid.add((label, int(index)))
+        invalid.add((pg_names[code], int(index)))
 
 
 def _strings_of(column: pd.Series) -> np.ndarray:
