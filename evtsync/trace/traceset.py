@@ -46,6 +46,7 @@ from evtsync.trace.tables import (
     format_ranks,
     n_rows,
     parse_rank_list,
+    rank_ranges,
 )
 
 log = logging.getLogger(__name__)
@@ -347,20 +348,6 @@ def _assign_windows(parts: Sequence[RankTables]) -> list[int]:
                     f"one profiling window (other ranks' files overlap both); cannot tell the windows apart")
             seen[window[i]] = i
     return window
-
-
-def rank_ranges(ranks: Iterable[int]) -> str:
-    """Sorted ranks as short text: ``[0, 1, 2, 5, 7, 8]`` -> ``"0-2,5,7,8"`` (runs of 3+ as ranges)."""
-    values = sorted(set(ranks))
-    parts: list[str] = []
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
-            j += 1
-        parts.extend([f"{values[i]}-{values[j]}"] if j - i >= 2 else [str(v) for v in values[i:j + 1]])
-        i = j + 1
-    return ",".join(parts)
 
 
 def _time_clusters(span: Sequence[tuple[int, int]]) -> list[int]:
@@ -732,4 +719,5 @@ def _load_logs(files: Sequence[tuple[Path, int | None]], sources: dict[Path, str
                      parallel_min_bytes=PARALLEL_MIN_BYTES, client=client) as backend:
         task = functools.partial(_read_log, salvage=salvage)
         logs = backend.map(task, [(str(f), r) for f, r in files], "reading NCCL Inspector logs")
-    return assemble_logs(logs)
+    kernels, cpu_ops, runtime, syncs = empty_event_tables()
+    return TraceSet(kernels=kernels, cpu_ops=cpu_ops, runtime=runtime, syncs=syncs, **assemble_logs(logs))

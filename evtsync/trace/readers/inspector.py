@@ -366,13 +366,12 @@ def _global_ranks(logs: list[LoggedCollectives]) -> tuple[list[int], str, int]:
     return ranks, f"world communicator {world}", logs[0].comms[world][1]
 
 
-def assemble_logs(logs: list[LoggedCollectives]) -> Any:
-    """The TraceSet of a job's Inspector logs: ``logged`` (one row per collective record,
+def assemble_logs(logs: list[LoggedCollectives]) -> dict[str, Any]:
+    """The TraceSet fields of a job's Inspector logs: ``logged`` (one row per collective record,
     global ranks), ``ranks`` (one row per file), ``process_groups`` (one per communicator)
     and ``problems`` (missing ranks, communicator members without a log, collectives seen
     by only some members), refused before the tax unless partial sets are allowed."""
-    from evtsync.trace.tables import format_ranks
-    from evtsync.trace.traceset import TraceSet, empty_event_tables, rank_ranges
+    from evtsync.trace.tables import format_ranks, rank_ranges
 
     ranks, rank_source, world = _global_ranks(logs)
     owner: dict[int, str] = {}
@@ -486,19 +485,16 @@ def assemble_logs(logs: list[LoggedCollectives]) -> Any:
     n_records = len(logged)
     log.info("%d Inspector log(s): %d collective records in %d communicator(s), %d p2p records not used",
              len(logs), n_records, len(comm_rows), sum(log_.info["n_p2p_records"] for log_ in logs))
-    kernels, cpu_ops, runtime, syncs = empty_event_tables()
-    return TraceSet(kernels=kernels, cpu_ops=cpu_ops, runtime=runtime, syncs=syncs, ranks=ranks_table,
-                    process_groups=groups,
-                    skipped=pd.DataFrame(skipped, columns=["rank", "window", "reason", "count"]),
-                    scope="collectives",
-                    untabulated=pd.DataFrame(untabulated,
-                                             columns=["rank", "window", "phase", "category", "count", "reason"]),
-                    problems=problems, missing_ranks=tuple(missing), source=INSPECTOR.name, logged=logged)
+    return {"ranks": ranks_table, "process_groups": groups,
+            "skipped": pd.DataFrame(skipped, columns=["rank", "window", "reason", "count"]),
+            "scope": "collectives",
+            "untabulated": pd.DataFrame(untabulated, columns=["rank", "window", "phase", "category", "count", "reason"]),
+            "problems": problems, "missing_ranks": tuple(missing), "source": INSPECTOR.name, "logged": logged}
 
 
 def _partial_problems(logged: pd.DataFrame, comm_rows: dict[str, dict[str, Any]]) -> list[str]:
     """One line per communicator with collectives logged by only some of its present members."""
-    from evtsync.trace.traceset import rank_ranges
+    from evtsync.trace.tables import rank_ranges
 
     if logged.empty:
         return []
