@@ -275,3 +275,27 @@ def test_cli_tax_on_log_folder(tmp_path: Path) -> None:
                             capture_output=True, text=True, check=False)
     assert blocks.returncode != 0 and "Traceback" not in blocks.stderr
     assert "NCCL Inspector logs" in blocks.stderr
+
+
+def test_type_disagreement_stops_unless_not_strict(tmp_path: Path) -> None:
+    from evtsync.errors import AlignmentError
+
+    job = write_job(tmp_path / "job")
+    path = job / "node1-pid1002.log"  # rank 2 logs its sn 2 as a ReduceScatter
+    lines = path.read_text().splitlines(keepends=True)
+    lines[1] = lines[1].replace('"AllReduce"', '"ReduceScatter"')
+    path.write_text("".join(lines))
+    traces = load_traces(job, jobs=1)
+    with pytest.raises(AlignmentError, match="collective 2: types differ across ranks"):
+        tax_from_traces(traces)
+    alignment, tax = tax_from_traces(traces, strict=False)
+    world = tax.collectives.query("pg == '0xworld'").set_index("index")
+    assert world["valid"].tolist() == [True, False, True]
+    assert alignment.mismatches[["index", "rank", "kind"]].values.tolist() == [[2, 2, "type"]]
+
+
+def test_process_pool_reads_the_same(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "job")
+    pooled = load_traces(job, jobs=2)
+    alone = load_traces(job, jobs=1)
+    assert pooled.logged.equals(alone.logged) and pooled.ranks.equals(alone.ranks)
