@@ -48,7 +48,9 @@ RECORD_COLUMNS = ("comm", "local_rank", "sn", "collective", "msg_bytes", "exec_n
                   "kernel_start_us", "kernel_stop_us", "dump_us")
 
 
-class _Header(msgspec.Struct):
+#: Structs without GC tracking: decoded records hold no reference cycles, and ~100k tracked
+#: objects per batch made the collector run (and freeing them cost as much as decoding).
+class _Header(msgspec.Struct, gc=False):
     id: str
     rank: int
     n_ranks: int
@@ -56,26 +58,26 @@ class _Header(msgspec.Struct):
     comm_name: str = ""
 
 
-class _Meta(msgspec.Struct):
+class _Meta(msgspec.Struct, gc=False):
     hostname: str = ""
     pid: int = MISSING
     dump_timestamp_us: int = MISSING
     inspector_output_format_version: str = ""
 
 
-class _KernelTimes(msgspec.Struct):
+class _KernelTimes(msgspec.Struct, gc=False):
     channel_id: int = MISSING
     kernel_start_ts: int | None = None
     kernel_stop_ts: int | None = None
 
 
-class _EventTimes(msgspec.Struct):
+class _EventTimes(msgspec.Struct, gc=False):
     coll_start_ts: int | None = None
     coll_stop_ts: int | None = None
     kernel_events: list[_KernelTimes] = []
 
 
-class _Coll(msgspec.Struct):
+class _Coll(msgspec.Struct, gc=False):
     coll: str
     coll_sn: int
     coll_exec_time_us: float
@@ -84,11 +86,11 @@ class _Coll(msgspec.Struct):
     event_trace_ts: _EventTimes | None = None
 
 
-class _P2P(msgspec.Struct):
+class _P2P(msgspec.Struct, gc=False):
     p2p: str = ""
 
 
-class _Record(msgspec.Struct):
+class _Record(msgspec.Struct, gc=False):
     header: _Header
     metadata: _Meta | None = None
     coll_perf: _Coll | None = None
@@ -152,37 +154,39 @@ class _Builder:
             if len(records) - len(colls) - n_p2p:
                 self.skip("record with neither coll_perf nor p2p_perf", len(records) - len(colls) - n_p2p)
         # per distinct value, not per record: a log repeats a few headers and one process
-        for meta in {(m.hostname, m.pid, m.inspector_output_format_version)
-                     for m in (r.metadata for r in records) if m is not None}:
-            self.hosts.add(meta[0])
-            self.pids.add(meta[1])
-            self.versions.add(meta[2])
-        for key in {(h.id, h.rank, h.n_ranks) for h in (r.header for r in records)}:
+        # per distinct value, not per record: a log repeats a few headers and one process
+        headers = [r.header for r in records]
+        metas = [r.metadata for r in records]
+        for host, pid, version in {(m.hostname, m.pid, m.inspector_output_format_version) for m in metas if m}:
+            self.hosts.add(host)
+            self.pids.add(pid)
+            self.versions.add(version)
+        for key in {(h.id, h.rank, h.n_ranks) for h in headers}:
             if self.comms.get(key[0], (None, None))[:2] != key[1:]:
-                i = next(i for i, r in enumerate(records) if (r.header.id, r.header.rank, r.header.n_ranks) == key)
-                self._note_comm(records[i].header, first_line + i)
+                i = next(i for i, h in enumerate(headers) if (h.id, h.rank, h.n_ranks) == key)
+                self._note_comm(headers[i], first_line + i)
         if not colls:
             return
-        index = self.comm_index
+        # one list comprehension per field (inlined in CPython 3.12: faster than generators)
+        heads = [r.header for r in colls]
+        perfs: list[_Coll] = [r.coll_perf for r in colls]  # type: ignore[misc]
+        index, names, sources = self.comm_index, self.names, self.sources
         p = self.parts
-        p["comm"].append(np.fromiter((index[r.header.id] for r in colls), np.int32, len(colls)))
-        p["local_rank"].append(np.fromiter((r.header.rank for r in colls), np.int32, len(colls)))
-        p["sn"].append(np.fromiter((r.coll_perf.coll_sn for r in colls), np.int64, len(colls)))  # type: ignore[union-attr]
-        names, sources = self.names, self.sources
-        p["collective"].append(np.fromiter((names.setdefault(r.coll_perf.coll, len(names))  # type: ignore[union-attr]
-                                            for r in colls), np.int32, len(colls)))
-        p["msg_bytes"].append(np.fromiter((r.coll_perf.coll_msg_size_bytes for r in colls), np.int64, len(colls)))  # type: ignore[union-attr]
-        p["exec_ns"].append(np.rint(np.fromiter((r.coll_perf.coll_exec_time_us for r in colls), np.float64,  # type: ignore[union-attr]
-                                                len(colls)) * 1000.0).astype(np.int64))
-        p["timing_source"].append(np.fromiter((sources.setdefault(r.coll_perf.coll_timing_source,  # type: ignore[union-attr]
-                                                                  len(sources)) for r in colls), np.int32, len(colls)))
-        p["dump_us"].append(np.fromiter((r.metadata.dump_timestamp_us if r.metadata else MISSING for r in colls),
-                                        np.int64, len(colls)))
+        p["comm"].append(np.array([index[h.id] for h in heads], dtype=np.int32))
+        p["local_rank"].append(np.array([h.rank for h in heads], dtype=np.int32))
+        p["sn"].append(np.array([c.coll_sn for c in perfs], dtype=np.int64))
+        p["collective"].append(np.array([names.setdefault(c.coll, len(names)) for c in perfs], dtype=np.int32))
+        p["msg_bytes"].append(np.array([c.coll_msg_size_bytes for c in perfs], dtype=np.int64))
+        p["exec_ns"].append(np.rint(np.array([c.coll_exec_time_us for c in perfs], dtype=np.float64)
+                                    * 1000.0).astype(np.int64))
+        p["timing_source"].append(np.array([sources.setdefault(c.coll_timing_source, len(sources)) for c in perfs],
+                                           dtype=np.int32))
+        p["dump_us"].append(np.array([r.metadata.dump_timestamp_us if r.metadata else MISSING for r in colls],
+                                     dtype=np.int64))
         starts = np.full(len(colls), MISSING, dtype=np.int64)
         stops = np.full(len(colls), MISSING, dtype=np.int64)
-        for i, r in enumerate(colls):
-            trace = r.coll_perf.event_trace_ts  # type: ignore[union-attr]
-            if trace is not None and trace.kernel_events:
+        for i, trace in enumerate([c.event_trace_ts for c in perfs]):
+            if trace is not None and trace.kernel_events:  # verbose logs only
                 begin = [k.kernel_start_ts for k in trace.kernel_events if k.kernel_start_ts]
                 end = [k.kernel_stop_ts for k in trace.kernel_events if k.kernel_stop_ts]
                 if begin and end:
@@ -445,12 +449,17 @@ def assemble_logs(logs: list[LoggedCollectives]) -> dict[str, Any]:
         "dump_ns": np.where(dumps >= 0, dumps * 1000, MISSING),
         "host": pd.Categorical.from_codes(np.repeat(np.asarray([host_code[log_.info["host"]] for log_ in logs],
                                                                dtype=np.int32), lengths), categories=hosts)})
-    logged = logged.sort_values(["pg", "index", "rank"], kind="stable").reset_index(drop=True)
-    dup = logged.duplicated(["pg", "index", "rank"])
-    if dup.any():
-        first = logged[dup].iloc[0]
+    # in (communicator, sequence number, rank) order: one numpy lexsort on the codes
+    sn = logged["index"].to_numpy()
+    order = np.lexsort((rank_col, sn, pg_codes))
+    logged = logged.take(order).reset_index(drop=True)
+    pg_sorted, sn_sorted, rank_sorted = pg_codes[order], sn[order], rank_col[order]
+    dup = np.flatnonzero((pg_sorted[1:] == pg_sorted[:-1]) & (sn_sorted[1:] == sn_sorted[:-1])
+                         & (rank_sorted[1:] == rank_sorted[:-1]))
+    if dup.size:
+        first = logged.iloc[int(dup[0]) + 1]
         raise TraceError(f"communicator {first['pg']}: collective {int(first['index'])} logged twice by rank "
-                         f"{int(first['rank'])} ({owner[int(first['rank'])]}): {int(dup.sum())} repeated record(s)")
+                         f"{int(first['rank'])} ({owner[int(first['rank'])]}): {dup.size} repeated record(s)")
     problems.extend(_partial_problems(logged, comm_rows))
     info_rows = []
     for log_, rank in zip(logs, ranks, strict=True):
