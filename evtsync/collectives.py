@@ -329,6 +329,9 @@ def plan_alignment(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
                    ranks_per_host: int = RANKS_PER_HOST) -> list[GroupTask]:
     """Assign every collective to its PG and cut the work into one task per PG and window
     (sorted). The rank set is checked first (:meth:`TraceSet.check_complete`)."""
+    if traces.logged is not None:
+        raise InputError("NCCL Inspector logs are aligned by (communicator, sequence number) in one pass "
+                         "(align_collectives / align_logged), not planned per PG")
     traces.check_complete(allow_partial)
     nccl, is_gloo = _collective_events(traces)
     if is_gloo and end_tolerance_us == END_TOLERANCE_US:
@@ -466,6 +469,11 @@ def align_collectives(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
     count/type mismatches, flagging them instead of stopping. With a ``backend`` (see
     :mod:`evtsync.parallel`) each PG is aligned as a task of its own: same result.
     """
+    if traces.logged is not None:  # NCCL Inspector logs: matched by (communicator, sequence number)
+        alignment = align_logged(traces, overrides=overrides, end_tolerance_us=end_tolerance_us, strict=strict,
+                                 allow_partial=allow_partial)
+        note_missing_ranks(traces, alignment.groups, alignment.instances)
+        return alignment
     tasks = plan_alignment(traces, overrides=overrides, end_tolerance_us=end_tolerance_us,
                            strict=strict, allow_partial=allow_partial, ranks_per_host=ranks_per_host)
     if backend is None or len(tasks) < 2:

@@ -141,10 +141,10 @@ def tax_from_traces(traces: TraceSet, *, backend: Backend | None = None,
     With a ``backend`` (e.g. a Dask cluster from :mod:`evtsync.parallel`) each process group
     is aligned and taxed as a task of its own; the tables are the same as without one.
     """
-    from evtsync.collectives import align_logged, note_missing_ranks
+    from evtsync.collectives import note_missing_ranks
 
     if traces.logged is not None:  # NCCL Inspector logs: matched by (communicator, sequence number)
-        alignment = align_logged(traces, **align_options)
+        alignment = align_collectives(traces, **align_options)
         tables = compute_tax(alignment)
         note_missing_ranks(traces, tables.collectives, tables.ranks)
         return alignment, tables

@@ -299,3 +299,17 @@ def test_process_pool_reads_the_same(tmp_path: Path) -> None:
     pooled = load_traces(job, jobs=2)
     alone = load_traces(job, jobs=1)
     assert pooled.logged.equals(alone.logged) and pooled.ranks.equals(alone.ranks)
+
+
+@pytest.mark.slow
+def test_run_on_inspector_logs(tmp_path: Path) -> None:
+    """``evtsync run`` on a folder of logs: the tax stage runs, every stage that needs a
+    kernel timeline is recorded as not applicable with the reason."""
+    job = write_job(tmp_path / "job")
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "evtsync", "run", str(job), "--out", str(out), "-q"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    text = json.dumps(manifest)
+    assert "needs a kernel timeline, but these are NCCL Inspector logs" in text

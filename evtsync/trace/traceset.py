@@ -172,7 +172,7 @@ class TraceSet(TablesDisplay):
         return row.iloc[0].to_dict()
 
 
-def _trace_files_in(folder: Path) -> list[Path]:
+def trace_files_in(folder: Path) -> list[Path]:
     """A folder's files that some reader reads: Kineto's suffixes, or another reader's
     suffix with content it recognises (a ``.log`` of stdout next to traces is not one)."""
     from evtsync.trace.readers import all_suffixes, sniff_reader
@@ -208,11 +208,11 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]],
         if match and not path.exists():
             given, path = int(match.group(1)), Path(match.group(2))
         if path.is_dir():
-            found = _trace_files_in(path)
+            found = trace_files_in(path)
             if not found:
                 windows = sorted((p for p in path.iterdir() if p.is_dir() and WINDOW_FOLDER_RE.match(p.name)),
                                  key=lambda p: int(p.name.split("_")[1]))
-                found = [f for w in windows for f in _trace_files_in(w)]
+                found = [f for w in windows for f in trace_files_in(w)]
             if not found:
                 from evtsync.trace.readers import all_suffixes
 
