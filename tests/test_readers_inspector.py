@@ -313,3 +313,17 @@ def test_run_on_inspector_logs(tmp_path: Path) -> None:
     manifest = json.loads((out / "manifest.json").read_text())
     text = json.dumps(manifest)
     assert "needs a kernel timeline, but these are NCCL Inspector logs" in text
+
+
+def test_truncated_gzip_is_an_error_unless_salvaged(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "job")
+    path = job / "node1-pid1003.log"
+    packed = gzip.compress(path.read_bytes())
+    path.unlink()
+    cut = job / "node1-pid1003.log.gz"
+    cut.write_bytes(packed[: len(packed) - 30])  # the trailer and the end of the last member gone
+    with pytest.raises(TraceError, match=r"node1-pid1003.log.gz: gzip stream ends early.*--salvage"):
+        load_traces(job, jobs=1)
+    traces = load_traces(job, jobs=1, salvage=True)
+    skipped = traces.skipped.set_index(["rank", "reason"])["count"]
+    assert skipped.loc[(3, "gzip stream cut short (records after the cut lost)")] == 1

@@ -157,3 +157,10 @@ def test_synthetic_job_as_nsys_exports_same_tax_and_blocks(tmp_path: Path) -> No
     zb, _ = compute_zscores(nsys)
     assert len(za) == len(zb) > 0
     np.testing.assert_allclose(np.sort(za["z"].to_numpy()), np.sort(zb["z"].to_numpy()), atol=1e-9)
+
+
+def test_two_processes_in_one_export_refused(tmp_path: Path) -> None:
+    copy = damaged(tmp_path, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = globalPid + (1 << 24) "
+                             "WHERE rowid % 2 = 0")
+    with pytest.raises(TraceError, match=r"GPU activity of 2 processes .* one rank per file"):
+        read_rank(copy)

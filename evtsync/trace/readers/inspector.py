@@ -258,8 +258,9 @@ def read_log(path: str | os.PathLike[str], *, salvage: bool = False, rank: int |
 
     Memory: one block of text at a time plus the compact columns. A last line without
     its newline that does not parse is the record being written: it is left unread and
-    counted (``unread_tail_bytes``), not an error. A gzip stream cut short is read up to
-    its last complete line and reported the same way.
+    counted (``unread_tail_bytes``), not an error. A gzip stream cut short is an error
+    (a gzipped log is finished: damage), unless ``salvage``: then it is read up to its last
+    complete line and counted in ``skipped``.
     """
     path = Path(path)
     if not path.is_file():
@@ -297,8 +298,11 @@ def read_log(path: str | os.PathLike[str], *, salvage: bool = False, rank: int |
             unread = len(pending)
             log.warning("%s: last line (%d bytes, line %d) is incomplete: a log still being written? read up to "
                         "the last complete record", path, unread, line_no)
-    if eof_error:
-        log.warning("%s: %s; read up to the last complete record", path, eof_error)
+    if eof_error:  # a gzipped log is a finished one: cut short is damage, not growth
+        if not salvage:
+            raise TraceError(f"{path}: {eof_error}; pass --salvage to read up to the last complete record")
+        log.warning("%s: %s; read up to the last complete record (--salvage)", path, eof_error)
+        builder.skip("gzip stream cut short (records after the cut lost)")
     info = {"path": str(path), "bytes_decompressed": total, "unread_tail_bytes": unread,
             "truncated": bool(eof_error), "n_lines": line_no - 1 + (1 if tail else 0)}
     result = builder.result(info)
