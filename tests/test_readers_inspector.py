@@ -327,3 +327,13 @@ def test_truncated_gzip_is_an_error_unless_salvaged(tmp_path: Path) -> None:
     traces = load_traces(job, jobs=1, salvage=True)
     skipped = traces.skipped.set_index(["rank", "reason"])["count"]
     assert skipped.loc[(3, "gzip stream cut short (records after the cut lost)")] == 1
+
+
+@pytest.mark.slow
+def test_dask_reads_the_same(tmp_path: Path) -> None:
+    """Thousands of logs go to Dask like trace files: the tables do not depend on it."""
+    pytest.importorskip("distributed")
+    job = write_job(tmp_path / "job")
+    on_dask = load_traces(job, workers=2)
+    alone = load_traces(job, jobs=1)
+    assert on_dask.logged.equals(alone.logged) and on_dask.ranks.equals(alone.ranks)
