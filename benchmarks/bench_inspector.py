@@ -45,23 +45,41 @@ _TEMPLATE = ('{{"header":{{"id":"{cid}","comm_name":"{name}","rank":{local},"n_r
              '"coll_timing_source":"kernel_gpu","coll_algobw_gbs":{bw:.6f},"coll_busbw_gbs":{bw:.6f}}}}}\n')
 
 
-def write_job(folder: Path, n_files: int, mb: float, seed: int = 0) -> int:
-    """The logs of one job; returns the total bytes."""
+def _draws(n_files: int, n_sn: int, seed: int) -> tuple:
+    """The execution times (µs) of every rank: world AllReduce and TP AllGather, per step."""
     import numpy as np
 
+    rng = np.random.default_rng(seed)
+    world = rng.gamma(4.0, 25.0, size=(n_sn, n_files)).astype(np.int64) + 3000
+    tp = rng.gamma(2.0, 10.0, size=(n_sn, n_files)).astype(np.int64) + 400
+    return world, tp
+
+
+def _steps(n_files: int, mb: float) -> int:
+    per_record = len(_TEMPLATE.format(cid="0x0123456789abcd", name="default_pg", local=999, n=n_files, nodes=125,
+                                      dump=1748030377748202, host="node-0000", pid=100000, coll="AllReduce",
+                                      sn=99999, size=1 << 27, us=61974, bw=277.2))
+    return max(1, int(mb * 1e6 / per_record / 2))  # each step: one world AllReduce, one TP AllGather
+
+
+def true_world_tau_median(n_files: int, mb: float, seed: int = 0) -> float:
+    """The median over steps of max - min of the world AllReduce times written (the truth)."""
+    import numpy as np
+
+    world, _ = _draws(n_files, _steps(n_files, mb), seed)
+    return float(np.median(world.max(axis=1) - world.min(axis=1)))
+
+
+def write_job(folder: Path, n_files: int, mb: float, seed: int = 0) -> int:
+    """The logs of one job; returns the total bytes."""
     folder.mkdir(parents=True, exist_ok=True)
     marker = folder / ".complete"
     if marker.exists() and json.loads(marker.read_text()) == [n_files, mb, seed]:
         return sum(p.stat().st_size for p in folder.glob("*.log"))
     for old in folder.glob("*.log"):
         old.unlink()
-    per_record = len(_TEMPLATE.format(cid="0x0123456789abcd", name="default_pg", local=999, n=n_files, nodes=125,
-                                      dump=1748030377748202, host="node-0000", pid=100000, coll="AllReduce",
-                                      sn=99999, size=1 << 27, us=61974, bw=277.2))
-    n_sn = max(1, int(mb * 1e6 / per_record / 2))  # each step: one world AllReduce, one TP AllGather
-    rng = np.random.default_rng(seed)
-    world = rng.gamma(4.0, 25.0, size=(n_sn, n_files)).astype(np.int64) + 3000
-    tp = rng.gamma(2.0, 10.0, size=(n_sn, n_files)).astype(np.int64) + 400
+    n_sn = _steps(n_files, mb)
+    world, tp = _draws(n_files, n_sn, seed)
     total = 0
     for r in range(n_files):
         host, pid = f"node-{r // 8:04d}", 100000 + r
@@ -154,6 +172,10 @@ def main() -> None:
             results[method] = run_method(method, folder)
             results[method]["mb_per_cpu_s"] = total / 1e6 / results[method]["cpu_s"]
         print(f"{method:>20}: {json.dumps(results[method])}", flush=True)
+    taxed = results.get("evtsync read+tax")
+    if taxed:
+        truth = true_world_tau_median(args.files, args.mb)
+        print(f"# world AllReduce median tau_max: measured {taxed['tau_median_world_us']:.1f} us, written {truth:.1f} us")
     base = results.get("json.loads floor")
     if base:
         for method in ("evtsync read", "evtsync read+tax"):
