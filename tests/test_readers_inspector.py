@@ -337,3 +337,41 @@ def test_dask_reads_the_same(tmp_path: Path) -> None:
     on_dask = load_traces(job, workers=2)
     alone = load_traces(job, jobs=1)
     assert on_dask.logged.equals(alone.logged) and on_dask.ranks.equals(alone.ranks)
+
+
+def test_follower_reads_only_appended_bytes(tmp_path: Path) -> None:
+    from evtsync.trace.follow import LogFollower
+
+    job = write_job(tmp_path / "job", skip={(r, 3) for r in range(4)})  # sn 3 not yet logged
+    follower = LogFollower(job)
+    first = follower.refresh()
+    assert follower.last_bytes_read == sum(p.stat().st_size for p in job.iterdir())
+    assert sorted(set(first.logged.query("pg == '0xworld'")["index"])) == [1, 2]
+    # the job goes on: every rank logs sn 3; rank 0 is caught mid-record
+    appended = 0
+    for r in range(4):
+        path = job / f"node{r // 2}-pid{1000 + r}.log"
+        line = record("0xworld", "default_pg", r, 4, "AllReduce", 3, WORLD_US[r][2], host=f"node{r // 2}",
+                      pid=1000 + r)
+        text = line if r else line[:40]
+        with path.open("a") as fh:
+            fh.write(text)
+        appended += len(text)
+    second = follower.refresh()
+    assert follower.last_bytes_read == appended  # only the new bytes
+    assert second.ranks.set_index("rank").loc[0, "unread_tail_bytes"] == 40
+    with (job / "node0-pid1000.log").open("a") as fh:
+        fh.write(line_rest := record("0xworld", "default_pg", 0, 4, "AllReduce", 3, WORLD_US[0][2], host="node0",
+                                     pid=1000)[40:])
+    third = follower.refresh()
+    assert follower.last_bytes_read == 40 + len(line_rest)  # the cut record again, then the rest
+    whole = load_traces(job, jobs=1)
+    assert third.logged.equals(whole.logged)
+    _, tax = tax_from_traces(third)
+    assert tax.collectives.query("pg == '0xworld'")["tau_max_us"].tolist() == [40.0, 40.0, 39.0]
+    # a file rewritten before the point read is read whole again
+    path = job / "node1-pid1003.log"
+    path.write_text(path.read_text().replace('"coll_exec_time_us": 110', '"coll_exec_time_us": 111'))
+    fourth = follower.refresh()
+    assert follower.last_bytes_read == path.stat().st_size
+    assert fourth.logged.equals(load_traces(job, jobs=1).logged)

@@ -707,7 +707,6 @@ def _load_logs(files: Sequence[tuple[Path, int | None]], sources: dict[Path, str
     """The TraceSet of a folder of NCCL Inspector logs (nothing else may be mixed in)."""
     from evtsync.parallel import backend_for
     from evtsync.trace.readers import reader_named
-    from evtsync.trace.readers.inspector import assemble_logs
 
     others = [f"{f} ({sources[f]})" for f, _ in files if sources[f] != "nccl-inspector"]
     if others:
@@ -719,5 +718,12 @@ def _load_logs(files: Sequence[tuple[Path, int | None]], sources: dict[Path, str
                      parallel_min_bytes=PARALLEL_MIN_BYTES, client=client) as backend:
         task = functools.partial(_read_log, salvage=salvage)
         logs = backend.map(task, [(str(f), r) for f, r in files], "reading NCCL Inspector logs")
+    return logs_traceset(logs)
+
+
+def logs_traceset(logs: Sequence[Any]) -> TraceSet:
+    """The TraceSet of read NCCL Inspector logs (:func:`~evtsync.trace.readers.inspector.read_log` results)."""
+    from evtsync.trace.readers.inspector import assemble_logs
+
     kernels, cpu_ops, runtime, syncs = empty_event_tables()
-    return TraceSet(kernels=kernels, cpu_ops=cpu_ops, runtime=runtime, syncs=syncs, **assemble_logs(logs))
+    return TraceSet(kernels=kernels, cpu_ops=cpu_ops, runtime=runtime, syncs=syncs, **assemble_logs(list(logs)))

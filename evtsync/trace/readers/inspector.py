@@ -23,6 +23,7 @@ log still being written are counted per file in ``TraceSet.ranks`` and ``skipped
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -143,6 +144,23 @@ class _Builder:
         self.names: dict[str, int] = {}  # collective type -> code
         self.sources: dict[str, int] = {}  # timing source -> code
 
+    @classmethod
+    def resume(cls, path: Path, since: LoggedCollectives) -> _Builder:
+        """A builder holding an earlier read of the file, to add the records appended since."""
+        builder = cls(path)
+        builder.comm_index = {cid: i for i, cid in enumerate(since.comm_ids)}
+        builder.comms = dict(since.comms)
+        builder.names = {w: i for i, w in enumerate(since.vocabularies["collective"])}
+        builder.sources = {w: i for i, w in enumerate(since.vocabularies["timing_source"])}
+        builder.parts = {name: [since.columns[name]] for name in RECORD_COLUMNS}
+        builder.skipped = dict(since.skipped)
+        if since.info["host"] or since.info["pid"] != MISSING:
+            builder.hosts, builder.pids = {since.info["host"]}, {since.info["pid"]}
+        builder.versions = {v for v in str(since.info["format_version"]).split(",") if v}
+        builder.n_p2p = int(since.info["n_p2p_records"])
+        builder.verbose = int(since.info["n_verbose_records"])
+        return builder
+
     def skip(self, reason: str, n: int = 1) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + n
 
@@ -252,8 +270,12 @@ def _batch(builder: _Builder, lines: list[bytes], first_line: int, salvage: bool
     builder.add(good, first_line)
 
 
+#: Bytes before the resume point whose hash must be unchanged for an incremental re-read.
+RESUME_CHECK_BYTES = 4096
+
+
 def read_log(path: str | os.PathLike[str], *, salvage: bool = False, rank: int | None = None,
-             block_bytes: int = BLOCK_BYTES) -> LoggedCollectives:
+             block_bytes: int = BLOCK_BYTES, since: LoggedCollectives | None = None) -> LoggedCollectives:
     """Stream one Inspector log (plain or gzip) into its collective records.
 
     Memory: one block of text at a time plus the compact columns. A last line without
@@ -261,14 +283,24 @@ def read_log(path: str | os.PathLike[str], *, salvage: bool = False, rank: int |
     counted (``unread_tail_bytes``), not an error. A gzip stream cut short is an error
     (a gzipped log is finished: damage), unless ``salvage``: then it is read up to its last
     complete line and counted in ``skipped``.
+
+    ``since``: this file's result of an earlier call. When the file is plain text, has not
+    shrunk and its bytes before the point read up to then are unchanged (their last
+    :data:`RESUME_CHECK_BYTES` hash the same), only the bytes appended since are read and
+    added to it (``info["bytes_read_now"]`` says how many); otherwise the whole file is read.
     """
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"{path}: no such file")
-    builder = _Builder(path)
-    src = ByteSource(path)
+    offset = _resume_offset(path, since)
+    builder = _Builder(path) if offset == 0 else _Builder.resume(path, since)  # type: ignore[arg-type]
+    line_no = 1 if offset == 0 else int(since.info["n_complete_lines"]) + 1  # type: ignore[union-attr]
+    if offset:
+        src: Any = open(path, "rb")  # noqa: SIM115 - closed below
+        src.seek(offset)
+    else:
+        src = ByteSource(path)
     pending = b""
-    line_no = 1
     total = 0
     try:
         while True:
@@ -286,7 +318,8 @@ def read_log(path: str | os.PathLike[str], *, salvage: bool = False, rank: int |
             n_lines = complete.count(b"\n") + 1
             _batch_text(builder, complete, line_no, salvage)
             line_no += n_lines
-        eof_error = src.eof_error
+        eof_error = getattr(src, "eof_error", None)
+        is_gzip = bool(getattr(src, "gzip", False))
     finally:
         src.close()
     tail = pending.strip()
@@ -294,6 +327,7 @@ def read_log(path: str | os.PathLike[str], *, salvage: bool = False, rank: int |
     if tail:
         try:
             builder.add([_DECODE_ONE.decode(tail)], line_no)
+            line_no += 1
         except msgspec.DecodeError:
             unread = len(pending)
             log.warning("%s: last line (%d bytes, line %d) is incomplete: a log still being written? read up to "
@@ -303,14 +337,36 @@ def read_log(path: str | os.PathLike[str], *, salvage: bool = False, rank: int |
             raise TraceError(f"{path}: {eof_error}; pass --salvage to read up to the last complete record")
         log.warning("%s: %s; read up to the last complete record (--salvage)", path, eof_error)
         builder.skip("gzip stream cut short (records after the cut lost)")
-    info = {"path": str(path), "bytes_decompressed": total, "unread_tail_bytes": unread,
-            "truncated": bool(eof_error), "n_lines": line_no - 1 + (1 if tail else 0)}
+    consumed = offset + total - unread
+    info = {"path": str(path), "bytes_decompressed": offset + total, "bytes_read_now": total, "unread_tail_bytes": unread, "truncated": bool(eof_error),
+            "n_lines": line_no - 1 + (1 if unread else 0), "n_complete_lines": line_no - 1,
+            "consumed_bytes": consumed, "gzip": is_gzip,
+            "resume_sha256": "" if is_gzip else _hash_before(path, consumed)}
     result = builder.result(info)
     result.given_rank = rank
     if result.n_records == 0 and not result.info["n_p2p_records"]:
         raise TraceError(f"{path}: no NCCL Inspector records (empty log, or a log of a process that ran "
                          "no collective at or above NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES)")
     return result
+
+
+def _hash_before(path: Path, offset: int) -> str:
+    """sha256 of the :data:`RESUME_CHECK_BYTES` bytes before ``offset`` of a plain file."""
+    start = max(0, offset - RESUME_CHECK_BYTES)
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        return hashlib.sha256(fh.read(offset - start)).hexdigest()
+
+
+def _resume_offset(path: Path, since: LoggedCollectives | None) -> int:
+    """Where an incremental re-read of ``path`` may start (0: read it all)."""
+    if since is None or since.path != str(path) or since.info.get("gzip", True):
+        return 0
+    offset = int(since.info.get("consumed_bytes", 0))
+    if offset <= 0 or path.stat().st_size < offset or _hash_before(path, offset) != since.info.get("resume_sha256"):
+        log.info("%s: changed before the point read up to last time; reading it whole", path)
+        return 0
+    return offset
 
 
 class InspectorReader:
