@@ -119,6 +119,10 @@ def test_cli_says_what_it_lacks(tmp_path: Path) -> None:
                             capture_output=True, text=True, check=False)
     assert blocks.returncode != 0 and "Traceback" not in blocks.stderr
     assert "no process group with NCCL collectives" in blocks.stderr
+    attribute = subprocess.run([sys.executable, "-m", "evtsync", "attribute", f"0={EXPORT}", "--no-cache", "-o",
+                                str(tmp_path / "attribution.csv")], capture_output=True, text=True, check=False)
+    assert attribute.returncode == 0, attribute.stderr
+    assert "nothing to attribute" in attribute.stdout
 
 
 def test_synthetic_job_as_nsys_exports_same_tax_and_blocks(tmp_path: Path) -> None:

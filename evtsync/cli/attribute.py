@@ -147,6 +147,8 @@ def _print_report(result) -> None:  # noqa: ANN001 - CLI rendering only
     ok = table[table["status"] == "ok"]
     others = [f"{n} {s}" for s, n in table["status"].value_counts().items() if s != "ok"]
     print(f"{len(table)} collective(s): {len(ok)} explained" + (f" ({', '.join(others)})" if others else ""))
+    if table.empty:
+        print("no collective in the traces (no NCCL, communication-registry or gloo collective): nothing to attribute")
     if len(ok):
         print("\nlargest taxes and their principal causes (extra µs over the fastest rank):")
         print(f"  {'pg':<12} {'index':>5} {'tau µs':>9} {'straggler':>9} {'path':<16} {'category':<16} "
