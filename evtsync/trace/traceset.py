@@ -265,16 +265,21 @@ def read_rank(path: str | os.PathLike[str], salvage: bool = False, rank: int | N
 
 
 def empty_event_tables() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Kernel, CPU-op, runtime and sync tables without rows (for sources with no timeline)."""
-    def frame(names: Sequence[str]) -> pd.DataFrame:
-        columns: dict[str, Any] = {"rank": np.zeros(0, np.int32), "window": np.zeros(0, np.int32)}
-        for name in names:
-            columns[name] = np.zeros(0, bool if name.startswith("is_") else np.int64)
-        return pd.DataFrame(columns)
+    """Kernel, CPU-op, runtime and sync tables without rows but with every column a trace's
+    tables have (for sources with no timeline: code that reads a column finds it)."""
+    from evtsync.trace.decode import TABLE_FIELDS
 
-    gpu = ("ts_ns", "dur_ns", "end_ns", "device", "stream", "correlation", "external_id", "is_nccl", "is_comm")
-    return (frame(gpu), frame(("ts_ns", "dur_ns", "end_ns", "external_id")),
-            frame(("ts_ns", "dur_ns", "end_ns", "correlation")), frame(("ts_ns", "dur_ns", "end_ns")))
+    def frame(table: str, extra: dict[str, Any]) -> pd.DataFrame:
+        columns: dict[str, Any] = {"rank": np.zeros(0, np.int32), "window": np.zeros(0, np.int32)}
+        for name, kind in TABLE_FIELDS[table]:
+            columns[name + "_ns" if kind == "t" else name] = (
+                np.zeros(0, np.int64) if kind in ("i", "t") else pd.Categorical([], categories=[]))
+        columns["end_ns"] = np.zeros(0, np.int64)
+        return pd.DataFrame({**columns, **extra})
+
+    kernel_extra = {"is_nccl": np.zeros(0, bool), "collective": pd.Categorical([], categories=[]),
+                    "msg_bytes": np.zeros(0, np.int64), "is_comm": np.zeros(0, bool)}
+    return frame("gpu", kernel_extra), frame("cpu", {}), frame("runtime", {}), frame("sync", {})
 
 
 def _read_one(item: tuple[str, int | None], salvage: bool, cache_dir: str | None, scope: str,
