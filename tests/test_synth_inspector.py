@@ -70,3 +70,20 @@ def test_cli_tax_on_synth_logs(job: tuple[Path, dict[int, Path]], tmp_path: Path
                            "--no-cache"], capture_output=True, text=True, check=False)
     assert bare.returncode != 0 and "Traceback" not in bare.stderr
     assert "--rank-from order" in bare.stderr
+
+
+def test_synth_cli_writes_logs(tmp_path: Path) -> None:
+    out = tmp_path / "job"
+    made = subprocess.run([sys.executable, "-m", "evtsync", "synth", str(out), "--iterations", "2", "--inspector",
+                           "verbose", "--gzip"], capture_output=True, text=True, check=False)
+    assert made.returncode == 0, made.stderr
+    logs = sorted((out / "inspector").iterdir())
+    assert len(logs) == 8 and all(p.name.endswith(".log.gz") for p in logs)
+    taxed = subprocess.run([sys.executable, "-m", "evtsync", "tax", str(out / "inspector"), "--rank-from", "order",
+                            "--no-cache", "--json"], capture_output=True, text=True, check=False)
+    assert taxed.returncode == 0, taxed.stderr
+    import json
+
+    report = json.loads(taxed.stdout)
+    assert report["n_mismatches"] == 0 and not report["rank_set_problems"]
+    assert {g["pg_desc"] for g in report["groups"]} == {"mesh_tp"}
