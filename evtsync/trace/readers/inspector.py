@@ -218,12 +218,12 @@ class _Builder:
         entry = (header.rank, header.n_ranks, header.nnodes, header.comm_name)
         if known is None:
             if not 0 <= header.rank < header.n_ranks:
-                raise TraceError(f"{self.path}:{line}: communicator {header.id}: rank {header.rank} is not "
+                raise TraceError(f"{self.path}: line {line}: communicator {header.id}: rank {header.rank} is not "
                                  f"below n_ranks {header.n_ranks}")
             self.comm_index[header.id] = len(self.comm_index)
             self.comms[header.id] = entry
         elif known[:2] != entry[:2]:
-            raise TraceError(f"{self.path}:{line}: communicator {header.id} logged with rank {header.rank} of "
+            raise TraceError(f"{self.path}: line {line}: communicator {header.id} logged with rank {header.rank} of "
                              f"{header.n_ranks}, earlier lines say rank {known[0]} of {known[1]} (one file "
                              "holds one process: files of two processes concatenated?)")
 
@@ -233,6 +233,10 @@ class _Builder:
             dtype = np.int32 if name in ("comm", "local_rank", "collective", "timing_source") else np.int64
             codes = np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
             columns[name] = codes
+        negative = int((columns["exec_ns"] < 0).sum())
+        if negative:
+            raise TraceError(f"{self.path}: {negative} record(s) with a negative coll_exec_time_us (expected a "
+                             "duration >= 0)")
         if len(self.hosts) > 1 or len(self.pids) > 1:
             raise TraceError(f"{self.path}: records of {len(self.pids)} processes (hosts "
                              f"{', '.join(sorted(self.hosts))}); an Inspector log holds one process")
