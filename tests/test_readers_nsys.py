@@ -125,18 +125,17 @@ def test_cli_says_what_it_lacks(tmp_path: Path) -> None:
     assert "nothing to attribute" in attribute.stdout
 
 
-def test_synthetic_job_as_nsys_exports_same_tax_and_blocks(tmp_path: Path) -> None:
-    """An 8-rank synthetic job written as nsys exports (tests/nsys_writer.py: the schema of a
-    real export) gives the Kineto reading's tax and compute blocks; the exports carry no
-    process-group fields, so the groups are inferred per stream (same members)."""
-    import numpy as np
+@pytest.fixture(scope="module")
+def synthetic_job(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - test fixture
+    """An 8-rank synthetic job read from its Kineto traces and from nsys exports of them
+    (tests/nsys_writer.py: the schema of a real export), with both tax readings."""
     from nsys_writer import write_export
 
-    from evtsync.blocks import compute_zscores
     from evtsync.synth import write_demo_traces
     from evtsync.tax import tax_from_traces
     from evtsync.trace.traceset import expand_paths
 
+    tmp_path = tmp_path_factory.mktemp("nsys-synth")
     traces_dir = write_demo_traces(tmp_path / "synth")
     exports = tmp_path / "nsys"
     exports.mkdir()
@@ -145,10 +144,19 @@ def test_synthetic_job_as_nsys_exports_same_tax_and_blocks(tmp_path: Path) -> No
         write_export(tables, exports / f"rank{tables.rank}.sqlite")
     kineto = load_traces(traces_dir, jobs=1)
     nsys = load_traces(exports, jobs=1)
+    return kineto, nsys, tax_from_traces(kineto), tax_from_traces(nsys)
+
+
+def test_synthetic_job_as_nsys_exports_same_tax_and_blocks(synthetic_job) -> None:  # noqa: ANN001
+    """The exports give the Kineto reading's tax, stragglers and block z-scores; they carry
+    no process-group fields, so the groups are inferred per stream (same members)."""
+    import numpy as np
+
+    from evtsync.blocks import compute_zscores
+
+    kineto, nsys, (ka, kt), (na, nt) = synthetic_job
     assert nsys.source == "nsys" and nsys.rank_ids == list(range(8))
     assert len(nsys.nccl_kernels) == len(kineto.nccl_kernels) > 0
-    ka, kt = tax_from_traces(kineto)
-    na, nt = tax_from_traces(nsys)
     assert sorted(na.groups["pg_ranks"]) == sorted(ka.groups["pg_ranks"])
     assert set(na.groups["pg_source"]) == {"inferred"}
     by_members = {row.pg: row.pg_ranks for row in ka.groups.itertuples()}
@@ -161,6 +169,28 @@ def test_synthetic_job_as_nsys_exports_same_tax_and_blocks(tmp_path: Path) -> No
     zb, _ = compute_zscores(nsys)
     assert len(za) == len(zb) > 0
     np.testing.assert_allclose(np.sort(za["z"].to_numpy()), np.sort(zb["z"].to_numpy()), atol=1e-9)
+
+
+@pytest.mark.slow
+def test_synthetic_job_as_nsys_exports_same_attribution(synthetic_job) -> None:  # noqa: ANN001
+    """Critical-path attribution from the exports: the same straggler paths and causes,
+    collective by collective."""
+    import numpy as np
+
+    from evtsync.critpath.attribution import attribute
+
+    kineto, nsys, (ka, _), (na, _) = synthetic_job
+    key = ["pg_ranks", "index"]
+    aa = attribute(kineto, keep_paths=False).collectives
+    ab = attribute(nsys, keep_paths=False).collectives
+    aa = aa.assign(pg_ranks=aa["pg"].map({row.pg: row.pg_ranks for row in ka.groups.itertuples()}))
+    ab = ab.assign(pg_ranks=ab["pg"].map({row.pg: row.pg_ranks for row in na.groups.itertuples()}))
+    aa, ab = aa.sort_values(key).reset_index(drop=True), ab.sort_values(key).reset_index(drop=True)
+    assert len(aa) == len(ab) > 0
+    for column in ("status", "straggler_rank", "path_kind", "cause_name", "cause_category"):
+        assert aa[column].astype(str).tolist() == ab[column].astype(str).tolist(), column
+    np.testing.assert_allclose(aa["cause_extra_us"].to_numpy(float), ab["cause_extra_us"].to_numpy(float),
+                               atol=1e-6, equal_nan=True)
 
 
 def test_two_processes_in_one_export_refused(tmp_path: Path) -> None:
