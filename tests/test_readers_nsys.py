@@ -171,7 +171,6 @@ def test_synthetic_job_as_nsys_exports_same_tax_and_blocks(synthetic_job) -> Non
     np.testing.assert_allclose(np.sort(za["z"].to_numpy()), np.sort(zb["z"].to_numpy()), atol=1e-9)
 
 
-@pytest.mark.slow
 def test_synthetic_job_as_nsys_exports_same_attribution(synthetic_job) -> None:  # noqa: ANN001
     """Critical-path attribution from the exports: the same straggler paths and causes,
     collective by collective."""
