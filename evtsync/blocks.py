@@ -391,6 +391,7 @@ def cut_blocks(traces: TraceSet, alignment: Alignment | None = None, *, pg: str 
     ``backend`` (e.g. a Dask cluster from :mod:`evtsync.parallel`) each PG is aligned and
     cut as a task of its own; the result is the same as without one.
     """
+    traces.require_timeline("compute blocks")
     _check_inputs(traces, m)  # before aligning: a bad --m is the error to report, not alignment's
     if alignment is None:
         alignment = align_collectives(traces, backend=backend, **align_options)

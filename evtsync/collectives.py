@@ -329,6 +329,9 @@ def plan_alignment(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
                    ranks_per_host: int = RANKS_PER_HOST) -> list[GroupTask]:
     """Assign every collective to its PG and cut the work into one task per PG and window
     (sorted). The rank set is checked first (:meth:`TraceSet.check_complete`)."""
+    if traces.logged is not None:
+        raise InputError("NCCL Inspector logs are aligned by (communicator, sequence number) in one pass "
+                         "(align_collectives / align_logged), not planned per PG")
     traces.check_complete(allow_partial)
     nccl, is_gloo = _collective_events(traces)
     if is_gloo and end_tolerance_us == END_TOLERANCE_US:
@@ -466,6 +469,11 @@ def align_collectives(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
     count/type mismatches, flagging them instead of stopping. With a ``backend`` (see
     :mod:`evtsync.parallel`) each PG is aligned as a task of its own: same result.
     """
+    if traces.logged is not None:  # NCCL Inspector logs: matched by (communicator, sequence number)
+        alignment = align_logged(traces, overrides=overrides, end_tolerance_us=end_tolerance_us, strict=strict,
+                                 allow_partial=allow_partial)
+        note_missing_ranks(traces, alignment.groups, alignment.instances)
+        return alignment
     tasks = plan_alignment(traces, overrides=overrides, end_tolerance_us=end_tolerance_us,
                            strict=strict, allow_partial=allow_partial, ranks_per_host=ranks_per_host)
     if backend is None or len(tasks) < 2:
@@ -526,3 +534,122 @@ def _validate(label: str, inst: pd.DataFrame, domains: dict[int, str], tolerance
         mismatches.append((label, int(index), int(worst["rank"]), "end_time",
                            f"end times spread {spread:.1f} us > {tolerance_us:g} us"))
         invalid.add((label, int(index)))
+
+
+#: The ``pg_source`` of communicators read from NCCL Inspector logs.
+LOGGED_SOURCE = "nccl-inspector"
+
+
+def align_logged(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
+                 end_tolerance_us: float = END_TOLERANCE_US, strict: bool = True,
+                 allow_partial: bool = False, ranks_per_host: int = RANKS_PER_HOST,
+                 backend: Backend | None = None) -> Alignment:
+    """Match the collectives of NCCL Inspector logs (``traces.logged``) across ranks by
+    (communicator id, sequence number): the Inspector's own identity of an operation, so
+    nothing is matched by position.
+
+    Each communicator is a PG (``pg`` = its id, ``pg_desc`` = its name). Every instance is
+    validated as a Kineto one (:func:`_validate`: type, size, and, in verbose logs, kernel
+    stop times within ``end_tolerance_us`` among ranks of one host). Besides: an instance
+    whose ranks timed it differently (``kernel_gpu`` against ``kernel_cpu`` /
+    ``collective_cpu``) is flagged (kind ``timing_source``); CPU-timed instances keep their
+    source in the collective label (``"AllReduce [collective_cpu]"``), so no summary mixes
+    them with GPU-timed ones; an instance logged by only some member ranks (kind
+    ``partial``) is flagged. Those and missing ranks are refused first unless
+    ``allow_partial`` (:meth:`TraceSet.check_complete`). ``overrides`` do not apply (the
+    logs name their communicators); ``ranks_per_host`` is unused (logs name their host).
+    """
+    del backend, ranks_per_host  # one vectorised pass: nothing to distribute
+    if list(overrides):
+        raise InputError("--pg does not apply to NCCL Inspector logs: they name each collective's communicator")
+    traces.check_complete(allow_partial)
+    logged = traces.logged
+    if logged is None or logged.empty:
+        return merge_alignments([])
+    mismatches: list[tuple] = []
+    invalid: set[tuple[str, int]] = set()
+    # one pass over all communicators (logged is sorted by pg, index, rank); the per-PG
+    # checks of _validate run only for the communicators a vectorised test finds at fault
+    pg_codes = np.asarray(logged["pg"].array.codes)
+    pg_names = [str(c) for c in logged["pg"].array.categories]
+    index = logged["index"].to_numpy()
+    keys = pd.MultiIndex.from_arrays([pg_codes, index])
+    per_instance = logged.groupby([pg_codes, index], sort=True)
+    sizes = per_instance["rank"].size()
+    meta = traces.process_groups.set_index("pg_name")
+    present = {pg: len(str(meta.loc[pg, "seen_on_ranks"]).split(",")) for pg in pg_names}
+    n_present = np.asarray([present[pg_names[c]] for c in sizes.index.get_level_values(0)])
+    for (code, sn), n in sizes[sizes.to_numpy() < n_present].items():
+        label = pg_names[code]
+        invalid.add((label, int(sn)))
+        mismatches.append((label, int(sn), -1, "partial", f"logged by {int(n)} of {present[label]} member rank(s)"))
+    source_codes = pd.Series(np.asarray(logged["timing_source"].array.codes), index=logged.index)
+    n_sources = source_codes.groupby([pg_codes, index], sort=True).nunique()
+    sources = _strings_of(logged["timing_source"])
+    mixed_keys = n_sources.index[n_sources.to_numpy() > 1]
+    mixed_rows = keys.isin(mixed_keys) if len(mixed_keys) else np.zeros(len(logged), dtype=bool)
+    tag = sources.copy()
+    for code, sn in mixed_keys:
+        rows = (pg_codes == code) & (index == sn)
+        value = ", ".join(sorted(set(sources[rows])))
+        tag[rows] = value
+        invalid.add((pg_names[code], int(sn)))
+        mismatches.append((pg_names[code], int(sn), -1, "timing_source", f"ranks timed it differently ({value})"))
+    disagree = ((per_instance["collective"].nunique() > 1) | (per_instance["msg_bytes"].nunique() > 1))
+    for code in sorted(set(disagree.index[disagree.to_numpy()].get_level_values(0))):
+        # type and size checks (and their errors) exactly as for Kineto; no clock domains: the
+        # end check reads only the records with kernel times (verbose logs), per host
+        rows = pg_codes == code
+        _validate(pg_names[code], logged[rows].assign(collective=_strings_of(logged["collective"])[rows]), {},
+                  end_tolerance_us, mismatches, invalid, strict)
+    _check_logged_ends(logged, pg_names, pg_codes, end_tolerance_us, mismatches, invalid)
+    collective = _strings_of(logged["collective"])
+    flagged = (sources != "kernel_gpu") | mixed_rows
+    if flagged.any():  # CPU-timed instances keep their source in the label
+        collective = collective.copy()
+        collective[flagged] = [f"{c} [{t}]" for c, t in zip(collective[flagged], tag[flagged], strict=True)]
+    n = len(logged)
+    instances = pd.DataFrame({
+        "pg": pd.Categorical.from_codes(pg_codes, categories=pg_names), "index": index.astype(np.int64),
+        "window": logged["window"].to_numpy(np.int32), "rank": logged["rank"].to_numpy(np.int32),
+        "collective": pd.Categorical(collective), "msg_bytes": logged["msg_bytes"].to_numpy(np.int64),
+        "dtype": pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[""]),
+        "stream": np.full(n, -1, dtype=np.int64), "ts_ns": logged["ts_ns"].to_numpy(np.int64),
+        "dur_ns": logged["dur_ns"].to_numpy(np.int64), "end_ns": logged["end_ns"].to_numpy(np.int64),
+        "correlation": np.full(n, -1, dtype=np.int64), "external_id": np.full(n, -1, dtype=np.int64)})
+    n_collectives = sizes.groupby(level=0).size()
+    groups = pd.DataFrame(
+        [{"pg": pg, "pg_name": pg, "pg_desc": meta.loc[pg, "pg_desc"], "pg_ranks": meta.loc[pg, "pg_ranks"],
+          "n_ranks": int(meta.loc[pg, "pg_size"]), "pg_source": LOGGED_SOURCE, "streams": "",
+          "n_collectives": int(n_collectives.get(code, 0)), "present_ranks": meta.loc[pg, "seen_on_ranks"],
+          "windows": "0"} for code, pg in enumerate(pg_names) if code in n_collectives.index],
+        columns=GROUP_COLUMNS)
+    table = pd.DataFrame(mismatches, columns=MISMATCH_COLUMNS)
+    if len(table):
+        log.warning("%d mismatch(es) among the logged collectives; see the mismatches table", len(table))
+    return Alignment(groups, instances, table, invalid)
+
+
+def _check_logged_ends(logged: pd.DataFrame, pg_names: list[str], pg_codes: np.ndarray, tolerance_us: float,
+                       mismatches: list[tuple], invalid: set[tuple[str, int]]) -> None:
+    """Verbose Inspector logs: the last kernel stop of one collective agrees across the
+    ranks of one host (one clock) within ``tolerance_us``, else the match is suspect."""
+    timed = (logged["end_ns"] >= 0).to_numpy()
+    if not timed.any():
+        return
+    sub = logged[timed].assign(pg_code=pg_codes[timed])
+    ends = sub.groupby(["pg_code", "index", "host"], sort=True, observed=True)["end_ns"]
+    spread_us = (ends.max() - ends.min()) / 1000.0
+    for (code, index, host), spread in spread_us[spread_us > tolerance_us].items():
+        grp = sub[(sub["pg_code"] == code) & (sub["index"] == index) & (sub["host"] == host)]
+        values = grp["end_ns"].to_numpy()
+        worst = int(grp["rank"].iloc[int(np.argmax(np.abs(values - np.median(values))))])
+        mismatches.append((pg_names[code], int(index), worst, "end_time",
+                           f"kernel stop times on host {host} spread {spread:.1f} us > {tolerance_us:g} us"))
+        invalid.add((pg_names[code], int(index)))
+
+
+def _strings_of(column: pd.Series) -> np.ndarray:
+    """A categorical column as an object array of its strings (no per-row conversion)."""
+    cat = column.array
+    return np.asarray(cat.categories.astype(object), dtype=object)[np.asarray(cat.codes)]

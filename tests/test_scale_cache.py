@@ -46,7 +46,11 @@ def test_second_load_comes_from_the_cache_without_parsing(dlrm_copy: Path, tmp_p
     def no_parsing(*args: object, **kwargs: object) -> None:
         raise AssertionError("JSON parsed despite a cache hit")
 
-    monkeypatch.setattr(traceset, "decode_file", no_parsing)
+    from evtsync.trace.readers import (
+        kineto,  # the Kineto reader behind the reader seam decodes JSON
+    )
+
+    monkeypatch.setattr(kineto, "decode_file", no_parsing)
     second = load_traces(dlrm_copy, jobs=1, cache=cache)
     _assert_same(plain, second)
 

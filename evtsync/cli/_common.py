@@ -38,7 +38,9 @@ def nonnegative_float(text: str) -> float:
 def add_trace_arguments(parser: argparse.ArgumentParser, required: bool = True, jobs_help: str | None = None) -> None:
     """TRACES plus the reading and alignment options (``jobs_help``: what ``--jobs`` also sets)."""
     parser.add_argument("traces", nargs="+" if required else "*", metavar="TRACES",
-                        help="trace files (.json / .json.gz) and/or folders of them, one file per rank")
+                        help="trace files and/or folders of them, one file per rank: Kineto JSON (.json, "
+                             ".json.gz), Nsight Systems SQLite exports (.sqlite), or NCCL Inspector logs "
+                             "(.log, .jsonl, gzipped; one per process); recognised by content")
     group = parser.add_argument_group("reading and alignment")
     group.add_argument("--salvage", action="store_true",
                        help="keep the complete events of files cut mid-write (reports what was dropped)")

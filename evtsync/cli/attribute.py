@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     from evtsync.errors import InputError
     from evtsync.parallel import InProcess, backend_for
     from evtsync.tableio import table_format, write_table
-    from evtsync.trace.traceset import expand_paths, load_traces
+    from evtsync.trace.traceset import expand_inputs, load_traces
 
     table_format(args.output)
     selections = [p for p in args.pg if "=" not in p]
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     for text in args.category:
         categories.add_pattern(*categories.parse_category_option(text))
     options = reading_options(args)
-    with backend_for(len(expand_paths(args.traces)), jobs=options.get("jobs"), workers=options.get("workers"),
+    with backend_for(len(expand_inputs(args.traces)), jobs=options.get("jobs"), workers=options.get("workers"),
                      scheduler=options.get("scheduler"), total_bytes=0, parallel_min_bytes=1) as backend:
         common = dict(same_stream_tolerance_us=args.same_stream_tolerance_us,
                       keep_paths=args.paths or bool(args.plot_path),
@@ -196,6 +196,8 @@ def _print_report(result) -> None:  # noqa: ANN001 - CLI rendering only
               "to its enqueue, against the fastest rank's (docs/critical-path.md, CPU-side collectives)")
     others = [f"{n} {s}" for s, n in table["status"].value_counts().items() if s != "ok"]
     print(f"{len(table)} collective(s): {len(ok)} explained" + (f" ({', '.join(others)})" if others else ""))
+    if table.empty:
+        print("no collective in the traces (no NCCL, communication-registry or gloo collective): nothing to attribute")
     if len(ok):
         print("\nlargest taxes and their principal causes (extra µs over the fastest rank):")
         print(f"  {'pg':<12} {'index':>5} {'tau µs':>9} {'straggler':>9} {'path':<16} {'category':<16} "

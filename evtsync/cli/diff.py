@@ -36,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="fewest collectives per side for a verdict (default 20)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--no-cache", action="store_true", help="read traces without the Parquet cache")
+    parser.add_argument("--rank-from", choices=("file", "order"), default="file",
+                        help="where each trace's rank comes from when A/B are traces: file (default) or order "
+                             "(the i-th file is rank i; NCCL Inspector logs without a world communicator)")
     parser.add_argument("-o", "--output", metavar="PATH", help="write the table (Parquet or CSV by extension)")
     fits = parser.add_argument_group(
         "fit level (Δξ, Δτ(n) and ΔB* per GPU × precision cell; run folders with fits use their main fit)")
@@ -74,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
     from evtsync.tableio import write_table
 
     options = {"cache": None} if args.no_cache else {}
+    if args.rank_from != "file":
+        options["rank_from"] = args.rank_from
     a = load_side(args.a, args.label_a or args.a, args.workload_a, **options)
     b = load_side(args.b, args.label_b or args.b, args.workload_b, **options)
     table = diff_tax(a, b, level=args.level, allow=args.allow, seed=args.seed,

@@ -46,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     out.add_argument("--only-rank", type=int, action="append", default=None, metavar="R",
                      help="write only these ranks' files (repeatable; the simulation covers all)")
     out.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    out.add_argument("--inspector", choices=("plain", "verbose"), default=None,
+                     help="also write the NCCL Inspector logs of the job into OUT_DIR/inspector (verbose: "
+                          "with kernel timestamps); read them with `evtsync tax OUT_DIR/inspector --rank-from order`")
     noise = parser.add_argument_group("noise and causes")
     noise.add_argument("--gev", type=float, nargs=3, metavar=("MU", "SIGMA", "XI"), default=None,
                        help="GEV of the block z-scores (Coles; default per GPU x precision)")
@@ -80,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
             gev = res.summary["gev"]
             print(f"{entry['workload']}: {len(res.traces)} traces in {res.traces_dir}, "
                   f"GEV(mu={gev['mu']}, sigma={gev['sigma']}, xi={gev['xi']})")
+            _write_inspector(args, res)
         return 0
     cfg = SynthConfig.build(gpu=args.gpu, precision=args.precision,
                             gev=tuple(args.gev) if args.gev else None, **options)
@@ -90,4 +94,17 @@ def run(args: argparse.Namespace) -> int:
     print(f"{summary['n_collectives']} collectives ({summary['n_tp_collectives']} TP, median tau_max "
           f"{summary['median_tp_tau_max_us']} us), {summary['n_blocks']} block identities, "
           f"{summary['n_plants']} planted causes; truth in {res.truth_path}")
+    _write_inspector(args, res)
     return 0
+
+
+def _write_inspector(args: argparse.Namespace, res: object) -> None:
+    """``--inspector``: the NCCL Inspector logs of the job just written."""
+    if not args.inspector:
+        return
+    from evtsync.synth.inspector import INSPECTOR_DIR, write_inspector_logs
+
+    folder = res.out_dir / INSPECTOR_DIR  # type: ignore[attr-defined]
+    logs = write_inspector_logs(res.traces_dir, folder, verbose=args.inspector == "verbose",  # type: ignore[attr-defined]
+                                compress=args.gzip)
+    print(f"{len(logs)} NCCL Inspector logs ({args.inspector}) in {folder}")

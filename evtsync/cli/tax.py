@@ -12,8 +12,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     parser = sub.add_parser(
         "tax", help="synchronization tax of every collective (SPEC §3)",
-        description="Read one Kineto trace per rank, align the collectives of every process "
-        "group and report how long the early ranks waited for the straggler.")
+        description="Read one trace per rank (Kineto JSON, Nsight Systems SQLite) or a folder of NCCL "
+        "Inspector logs, align the collectives of every process group (Inspector: by communicator and "
+        "sequence number) and report how long the early ranks waited for the straggler.")
     add_trace_arguments(parser, required=False)
     add_scale_arguments(parser)
     parser.add_argument("--demo", action="store_true",
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from evtsync.tax import straggler_identity
 
     stragglers, straggler_ranks = straggler_identity(tables)
-    if traces.comm_kernels.empty:
+    if traces.logged is None and traces.comm_kernels.empty:
         if alignment.instances.empty:
             print(f"no NCCL kernels, no other communication kernels and no gloo collectives in {len(traces.rank_ids)} "
                   "trace(s): nothing to align (empty result)")
@@ -89,16 +90,20 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_report(traces, alignment, summary, stragglers) -> None:  # noqa: ANN001 - CLI rendering only
     ranks = traces.ranks
-    gpus = ", ".join(sorted(set(ranks["gpu"])))
-    other = len(traces.comm_kernels) - len(traces.nccl_kernels)
-    print(f"{len(traces.rank_ids)} rank(s) [{gpus}], {int(ranks['n_events'].sum())} events, "
-          f"{len(traces.nccl_kernels)} NCCL kernels" + (f", {other} other communication kernels" if other else "")
-          + (f", {traces.n_windows} profiling windows" if traces.n_windows > 1 else ""))
-    if len(alignment.groups):
-        print("\nprocess groups:")
-        for g in alignment.groups.itertuples():
-            print(f"  {g.pg:<24} {g.pg_source:<9} ranks {g.pg_ranks:<24} {g.n_collectives} collectives"
-                  f" (stream {g.streams})")
+    if traces.logged is not None:
+        _print_logged_header(traces, alignment)
+    else:
+        gpus = ", ".join(sorted(set(ranks["gpu"])))
+        other = len(traces.comm_kernels) - len(traces.nccl_kernels)
+        print(f"{len(traces.rank_ids)} rank(s) [{gpus}], {int(ranks['n_events'].sum())} events, "
+              f"{len(traces.nccl_kernels)} NCCL kernels" + (f", {other} other communication kernels" if other else "")
+              + (f", {traces.n_windows} profiling windows" if traces.n_windows > 1 else "")
+              + (f" (read from {traces.source})" if traces.source != "kineto" else ""))
+        if len(alignment.groups):
+            print("\nprocess groups:")
+            for g in alignment.groups.itertuples():
+                print(f"  {g.pg:<24} {g.pg_source:<9} ranks {g.pg_ranks:<24} {g.n_collectives} collectives"
+                      f" (stream {g.streams})")
     if len(summary):
         print("\ntax per PG and collective (tau = max-min NCCL duration, µs; wait share = "
               "waiting / kernel time):")
@@ -126,3 +131,20 @@ def _print_report(traces, alignment, summary, stragglers) -> None:  # noqa: ANN0
     if len(traces.skipped):
         total = int(traces.skipped["count"].sum())
         print(f"\nskipped {total} event(s) that could not be tabulated (see warnings)")
+
+
+def _print_logged_header(traces, alignment) -> None:  # noqa: ANN001 - CLI rendering only
+    """What a folder of NCCL Inspector logs held, and its communicators."""
+    ranks = traces.ranks
+    verbose = int(ranks["n_verbose_records"].sum())
+    print(f"{len(traces.rank_ids)} rank(s) from NCCL Inspector logs ({ranks['rank_source'].iloc[0]}): "
+          f"{int(ranks['n_collective_records'].sum())} collective records"
+          + (f" ({verbose} with kernel times)" if verbose else "")
+          + f", {int(ranks['n_p2p_records'].sum())} p2p records not used (no collective tax)")
+    tails = int((ranks["unread_tail_bytes"] > 0).sum())
+    if tails:
+        print(f"{tails} log(s) end in an incomplete record (still being written?): read up to the last complete one")
+    if len(alignment.groups):
+        print("\ncommunicators (process groups):")
+        for g in alignment.groups.itertuples():
+            print(f"  {g.pg:<20} {str(g.pg_desc or '-'):<16} ranks {g.pg_ranks:<24} {g.n_collectives} collectives")

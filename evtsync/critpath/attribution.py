@@ -182,6 +182,7 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
         elif isinstance(backend, DaskCluster):
             where["client"] = backend.client
         traces = load_traces(traces, scope="collectives" if distributed else "all", **read_options, **where)
+    traces.require_timeline("critical-path attribution")
     alignment = alignment if alignment is not None else align_collectives(traces, **align_options)
     tax = tax if tax is not None else compute_tax(alignment)
     cpu_side = alignment.instances["correlation"].eq(-1).all() and collectives_are_cpu_side(traces) \

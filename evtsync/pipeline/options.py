@@ -112,7 +112,9 @@ def default_out(options: RunOptions) -> Path:
 
 
 def _has_traces(folder: Path) -> bool:
-    return any(p.is_file() and p.name.lower().endswith((".json", ".json.gz")) for p in folder.iterdir())
+    from evtsync.trace.traceset import trace_files_in
+
+    return bool(trace_files_in(folder))
 
 
 def _window_folders(folder: Path) -> bool:
@@ -145,7 +147,8 @@ def discover_workloads(paths: Sequence[str | os.PathLike[str]]) -> list[Workload
             if (path / "traces").is_dir() and _has_traces(path / "traces"):
                 found = [Workload(path.name, expand_paths([path / "traces"]))]
             if not found:
-                raise InputError(f"{path}: holds no trace files (*.json, *.json.gz) and no folders of them")
+                raise InputError(f"{path}: holds no trace files (Kineto *.json(.gz), nsys *.sqlite, NCCL Inspector "
+                                 "*.log/*.jsonl(.gz)) and no folders of them")
             workloads.extend(found)
         elif path.is_dir():
             workloads.append(Workload(path.name, expand_paths([path])))

@@ -939,6 +939,10 @@ def use_fast_decoder_for(json_bytes: int) -> bool:
     return False
 
 
+#: Blocks of decompressed bytes of a plain or gzip file (the byte source of every JSON reader).
+ByteSource = _Source
+
+
 def _fast_scanner(load: bool = False) -> _Scanner | None:
     """The compiled scanner: the one loaded in this process, else (``load``, or
     ``EVTSYNC_DECODER=scanner``) loaded now (numba imported, the code loaded from numba's

@@ -12,7 +12,7 @@ import ast
 import functools
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -564,3 +564,17 @@ def build_rank_tables(decoded: DecodedTrace, rank: int | None = None) -> RankTab
     return RankTables(rank, info, *tables, pg_config=[p for p in pg_config if isinstance(p, dict)],
                       skipped=dict(decoded.skipped),
                       untabulated=[[ph, cat, n] for (ph, cat), n in sorted(decoded.untabulated.items())])
+
+
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """Sorted ranks as short text: ``[0, 1, 2, 5, 7, 8]`` -> ``"0-2,5,7,8"`` (runs of 3+ as ranges)."""
+    values = sorted(set(ranks))
+    parts: list[str] = []
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
+            j += 1
+        parts.extend([f"{values[i]}-{values[j]}"] if j - i >= 2 else [str(v) for v in values[i:j + 1]])
+        i = j + 1
+    return ",".join(parts)

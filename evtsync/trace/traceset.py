@@ -34,7 +34,6 @@ import pandas as pd
 from evtsync.display import TablesDisplay
 from evtsync.errors import InputError, TraceError
 from evtsync.trace.decode import (
-    decode_file,
     decoder_mode,
     expect_json_bytes,
     json_bytes_estimate,
@@ -44,10 +43,10 @@ from evtsync.trace.tables import (
     SCOPES,
     Columns,
     RankTables,
-    build_rank_tables,
     format_ranks,
     n_rows,
     parse_rank_list,
+    rank_ranges,
 )
 
 log = logging.getLogger(__name__)
@@ -105,6 +104,12 @@ class TraceSet(TablesDisplay):
     untabulated: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=UNTABULATED_COLUMNS))
     problems: list[str] = field(default_factory=list)
     missing_ranks: tuple[int, ...] = ()
+    #: the reader of the files (:mod:`evtsync.trace.readers`): ``kineto``, ``nsys``,
+    #: ``nccl-inspector``, or several joined by ``+``
+    source: str = "kineto"
+    #: NCCL Inspector logs only: one row per logged collective and rank (the event tables
+    #: are then empty: the logs hold no timeline), see :mod:`evtsync.trace.readers.inspector`
+    logged: pd.DataFrame | None = None
 
     def check_complete(self, allow_partial: bool = False, purpose: str = "the tax") -> None:
         """Refuse an incomplete or foreign rank set before ``purpose`` is computed.
@@ -129,10 +134,19 @@ class TraceSet(TablesDisplay):
 
     def require(self, scopes: tuple[str, ...], purpose: str) -> None:
         """Raise a clear error when ``purpose`` needs rows this set was not loaded with."""
+        self.require_timeline(purpose)
         if self.scope not in scopes:
             raise InputError(f"{purpose} needs the rows of scope {' or '.join(map(repr, scopes))}, but these "
                              f"traces were loaded with scope={self.scope!r}; load them again with "
                              f"scope={scopes[0]!r}")
+
+    def require_timeline(self, purpose: str) -> None:
+        """Raise a clear error when ``purpose`` needs a kernel timeline and these are NCCL
+        Inspector logs (one execution time per collective and rank, nothing else)."""
+        if self.logged is not None:
+            raise InputError(f"{purpose} needs a kernel timeline, but these are NCCL Inspector logs: they hold "
+                             "the execution time of each collective on each rank (the tax and straggler identity), "
+                             "no compute kernels or CPU ops; capture Kineto or Nsight Systems traces for it")
 
     @property
     def nccl_kernels(self) -> pd.DataFrame:
@@ -158,8 +172,20 @@ class TraceSet(TablesDisplay):
         return row.iloc[0].to_dict()
 
 
-def _trace_files_in(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(TRACE_SUFFIXES))
+def trace_files_in(folder: Path) -> list[Path]:
+    """A folder's files that some reader reads: Kineto's suffixes, or another reader's
+    suffix with content it recognises (a ``.log`` of stdout next to traces is not one)."""
+    from evtsync.trace.readers import all_suffixes, sniff_reader
+
+    suffixes = all_suffixes()
+    found = []
+    for p in sorted(folder.iterdir()):
+        name = p.name.lower()
+        if not p.is_file() or not name.endswith(suffixes):
+            continue
+        if name.endswith(TRACE_SUFFIXES) or sniff_reader(p) is not None:
+            found.append(p)
+    return found
 
 
 def expand_inputs(paths: Iterable[str | os.PathLike[str]],
@@ -182,14 +208,16 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]],
         if match and not path.exists():
             given, path = int(match.group(1)), Path(match.group(2))
         if path.is_dir():
-            found = _trace_files_in(path)
+            found = trace_files_in(path)
             if not found:
                 windows = sorted((p for p in path.iterdir() if p.is_dir() and WINDOW_FOLDER_RE.match(p.name)),
                                  key=lambda p: int(p.name.split("_")[1]))
-                found = [f for w in windows for f in _trace_files_in(w)]
+                found = [f for w in windows for f in trace_files_in(w)]
             if not found:
-                raise TraceError(f"{path}: folder holds no trace files (*.json, *.json.gz), nor "
-                                 "iteration_N subfolders of them")
+                from evtsync.trace.readers import all_suffixes
+
+                raise TraceError(f"{path}: folder holds no trace files ({', '.join('*' + s for s in all_suffixes())}"
+                                 "), nor iteration_N subfolders of them")
             kept = set(found)  # a set: with a list this was quadratic (2.1 M comparisons at 2,048 ranks)
             ignored = [p.name for p in path.iterdir() if p.is_file() and p not in kept]
             if ignored:
@@ -224,9 +252,34 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
 
 
 def read_rank(path: str | os.PathLike[str], salvage: bool = False, rank: int | None = None) -> RankTables:
-    """Decode one trace file into its rank's tables (the unit of parallel work); ``rank``
-    is the user's word for its rank, if any."""
-    return build_rank_tables(decode_file(path, salvage=salvage), rank=rank)
+    """Read one trace file into its rank's tables (the unit of parallel work) with the
+    reader its content calls for (:mod:`evtsync.trace.readers`); ``rank`` is the user's
+    word for its rank, if any."""
+    from evtsync.trace.readers import reader_for
+
+    reader = reader_for(path)
+    if reader.produces != "ranks":
+        raise TraceError(f"{path}: {reader.description} hold collective timings, not a rank's timeline: "
+                         "read them with load_traces (or evtsync tax)")
+    return reader.read(path, salvage=salvage, rank=rank)
+
+
+def empty_event_tables() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Kernel, CPU-op, runtime and sync tables without rows but with every column a trace's
+    tables have (for sources with no timeline: code that reads a column finds it)."""
+    from evtsync.trace.decode import TABLE_FIELDS
+
+    def frame(table: str, extra: dict[str, Any]) -> pd.DataFrame:
+        columns: dict[str, Any] = {"rank": np.zeros(0, np.int32), "window": np.zeros(0, np.int32)}
+        for name, kind in TABLE_FIELDS[table]:
+            columns[name + "_ns" if kind == "t" else name] = (
+                np.zeros(0, np.int64) if kind in ("i", "t") else pd.Categorical([], categories=[]))
+        columns["end_ns"] = np.zeros(0, np.int64)
+        return pd.DataFrame({**columns, **extra})
+
+    kernel_extra = {"is_nccl": np.zeros(0, bool), "collective": pd.Categorical([], categories=[]),
+                    "msg_bytes": np.zeros(0, np.int64), "is_comm": np.zeros(0, bool)}
+    return frame("gpu", kernel_extra), frame("cpu", {}), frame("runtime", {}), frame("sync", {})
 
 
 def _read_one(item: tuple[str, int | None], salvage: bool, cache_dir: str | None, scope: str,
@@ -253,7 +306,8 @@ def _read_all(files: Sequence[tuple[Path, int | None]], salvage: bool, jobs: int
     from evtsync.parallel import backend_for
 
     total = sum(f.stat().st_size for f, _ in files)
-    json_total = sum(json_bytes_estimate(f) for f, _ in files) if decoder_mode() == "auto" else 0
+    json_total = (sum(json_bytes_estimate(f) for f, _ in files if f.name.lower().endswith(TRACE_SUFFIXES))
+                  if decoder_mode() == "auto" else 0)
     with backend_for(len(files), jobs=jobs, workers=workers, scheduler=scheduler, total_bytes=total,
                      parallel_min_bytes=PARALLEL_MIN_BYTES, client=client) as backend:
         # the scanner's load is paid once per process: what one process reads decides it
@@ -299,20 +353,6 @@ def _assign_windows(parts: Sequence[RankTables]) -> list[int]:
                     f"one profiling window (other ranks' files overlap both); cannot tell the windows apart")
             seen[window[i]] = i
     return window
-
-
-def rank_ranges(ranks: Iterable[int]) -> str:
-    """Sorted ranks as short text: ``[0, 1, 2, 5, 7, 8]`` -> ``"0-2,5,7,8"`` (runs of 3+ as ranges)."""
-    values = sorted(set(ranks))
-    parts: list[str] = []
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
-            j += 1
-        parts.extend([f"{values[i]}-{values[j]}"] if j - i >= 2 else [str(v) for v in values[i:j + 1]])
-        i = j + 1
-    return ",".join(parts)
 
 
 def _time_clusters(span: Sequence[tuple[int, int]]) -> list[int]:
@@ -642,6 +682,53 @@ def load_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
     files = expand_inputs(paths, rank_from)
+    sources = _sources_of(files)
+    if "nccl-inspector" in sources.values():
+        return _load_logs(files, sources, salvage, jobs, workers, scheduler, client)
     patterns = parse_comm_kernels(comm_kernels)
-    return assemble(_read_all(files, salvage, jobs, workers, scheduler, cache, client, scope, patterns),
-                    scope=scope)
+    traces = assemble(_read_all(files, salvage, jobs, workers, scheduler, cache, client, scope, patterns),
+                      scope=scope)
+    traces.source = "+".join(sorted(set(sources.values())))
+    return traces
+
+
+def _sources_of(files: Sequence[tuple[Path, int | None]]) -> dict[Path, str]:
+    """The reader of each file, by content (:func:`evtsync.trace.readers.reader_for`)."""
+    from evtsync.trace.readers import reader_for
+
+    return {f: reader_for(f).name for f, _ in files}
+
+
+def _read_log(item: tuple[str, int | None], salvage: bool) -> Any:
+    """One NCCL Inspector log's collective records (the unit of parallel work)."""
+    from evtsync.trace.readers.inspector import read_log
+
+    path, rank = item
+    return read_log(path, salvage=salvage, rank=rank)
+
+
+def _load_logs(files: Sequence[tuple[Path, int | None]], sources: dict[Path, str], salvage: bool,
+               jobs: int | None, workers: int | None, scheduler: str | None, client: Any) -> TraceSet:
+    """The TraceSet of a folder of NCCL Inspector logs (nothing else may be mixed in)."""
+    from evtsync.parallel import backend_for
+    from evtsync.trace.readers import reader_named
+
+    others = [f"{f} ({sources[f]})" for f, _ in files if sources[f] != "nccl-inspector"]
+    if others:
+        raise InputError(f"NCCL Inspector logs cannot be mixed with traces of other sources in one job: "
+                         f"{', '.join(others[:3])}{' ...' if len(others) > 3 else ''}")
+    reader = reader_named("nccl-inspector")
+    total = sum(reader.cost(f) for f, _ in files)
+    with backend_for(len(files), jobs=jobs, workers=workers, scheduler=scheduler, total_bytes=total,
+                     parallel_min_bytes=PARALLEL_MIN_BYTES, client=client) as backend:
+        task = functools.partial(_read_log, salvage=salvage)
+        logs = backend.map(task, [(str(f), r) for f, r in files], "reading NCCL Inspector logs")
+    return logs_traceset(logs)
+
+
+def logs_traceset(logs: Sequence[Any]) -> TraceSet:
+    """The TraceSet of read NCCL Inspector logs (:func:`~evtsync.trace.readers.inspector.read_log` results)."""
+    from evtsync.trace.readers.inspector import assemble_logs
+
+    kernels, cpu_ops, runtime, syncs = empty_event_tables()
+    return TraceSet(kernels=kernels, cpu_ops=cpu_ops, runtime=runtime, syncs=syncs, **assemble_logs(list(logs)))

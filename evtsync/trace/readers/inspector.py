@@ -1,0 +1,592 @@
+"""NCCL Inspector logs: one JSON record per completed collective per communicator per process.
+
+The NCCL Inspector profiler plugin (NCCL >= 2.27, ``NCCL_INSPECTOR_ENABLE=1``) writes one file
+per process, ``<dump dir>/<hostname>-pid<pid>.log`` (also ``.jsonl``, gzipped ``.log.gz`` /
+``.jsonl.gz``), one JSON object per line: ``header`` (communicator ``id``, ``comm_name``,
+``rank`` in that communicator, ``n_ranks``, ``nnodes``), ``metadata`` (hostname, pid, dump
+time) and ``coll_perf`` (``coll``, ``coll_sn``, ``coll_msg_size_bytes``, ``coll_exec_time_us``,
+``coll_timing_source``; verbose logs add ``event_trace_ts`` with per-channel kernel start and
+stop times in µs) or ``p2p_perf`` (send/recv).
+
+For the tax (docs/methodology.md §3) the member ranks' execution times of one collective
+(same communicator ``id``, same ``coll_sn``) play the role of the NCCL kernel durations: the
+collective ends together, so a longer execution means an earlier arrival. Reading here
+turns each file into compact columns (one row per collective record, about 60 bytes in
+memory instead of ~300 of text); :func:`assemble_logs` gives every process its global rank
+(its rank in the communicator that spans all processes), checks the set and builds the
+TraceSet whose ``logged`` table :func:`evtsync.collectives.align_logged` matches.
+
+Nothing is dropped silently: p2p records (no collective tax), records of neither kind,
+malformed lines (with ``salvage``; an error otherwise) and the incomplete last line of a
+log still being written are counted per file in ``TraceSet.ranks`` and ``skipped``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from evtsync.errors import TraceError
+from evtsync.trace.decode import ByteSource, json_bytes_estimate
+
+log = logging.getLogger(__name__)
+
+#: Bytes of decompressed text decoded per batch (the unit of memory while streaming a file).
+BLOCK_BYTES = 4 << 20
+#: The timing source of GPU-timed collectives (the only one comparable to kernel durations).
+GPU_TIMING = "kernel_gpu"
+MISSING = -1
+#: Columns of one file's collective records (``LoggedCollectives.columns``).
+RECORD_COLUMNS = ("comm", "local_rank", "sn", "collective", "msg_bytes", "exec_ns", "timing_source",
+                  "kernel_start_us", "kernel_stop_us", "dump_us")
+
+
+#: Structs without GC tracking: decoded records hold no reference cycles, and ~100k tracked
+#: objects per batch made the collector run (and freeing them cost as much as decoding).
+class _Header(msgspec.Struct, gc=False):
+    id: str
+    rank: int
+    n_ranks: int
+    nnodes: int = MISSING
+    comm_name: str = ""
+
+
+class _Meta(msgspec.Struct, gc=False):
+    hostname: str = ""
+    pid: int = MISSING
+    dump_timestamp_us: int = MISSING
+    inspector_output_format_version: str = ""
+
+
+class _KernelTimes(msgspec.Struct, gc=False):
+    channel_id: int = MISSING
+    kernel_start_ts: int | None = None
+    kernel_stop_ts: int | None = None
+
+
+class _EventTimes(msgspec.Struct, gc=False):
+    coll_start_ts: int | None = None
+    coll_stop_ts: int | None = None
+    kernel_events: list[_KernelTimes] = []
+
+
+class _Coll(msgspec.Struct, gc=False):
+    coll: str
+    coll_sn: int
+    coll_exec_time_us: float
+    coll_msg_size_bytes: int = MISSING
+    coll_timing_source: str = GPU_TIMING  # logs before the field existed were GPU-timed only
+    event_trace_ts: _EventTimes | None = None
+
+
+class _P2P(msgspec.Struct, gc=False):
+    p2p: str = ""
+
+
+class _Record(msgspec.Struct, gc=False):
+    header: _Header
+    metadata: _Meta | None = None
+    coll_perf: _Coll | None = None
+    p2p_perf: _P2P | None = None
+
+
+_DECODE_ONE = msgspec.json.Decoder(_Record)
+
+
+@dataclass
+class LoggedCollectives:
+    """The collective records of one Inspector log file (one process), as columns.
+
+    ``comms`` lists the communicators the file logs: id -> (rank in it, n_ranks, nnodes,
+    comm_name); ``columns`` holds :data:`RECORD_COLUMNS` (``comm`` indexes ``comm_ids``,
+    ``collective`` and ``timing_source`` index ``vocabularies``);
+    ``info`` the file's metadata and counts; ``skipped`` the records not used, by reason.
+    """
+
+    path: str
+    comm_ids: list[str]
+    comms: dict[str, tuple[int, int, int, str]]
+    columns: dict[str, Any]
+    info: dict[str, Any]
+    skipped: dict[str, int] = field(default_factory=dict)
+    given_rank: int | None = None
+    #: the strings the ``collective`` and ``timing_source`` codes stand for
+    vocabularies: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def n_records(self) -> int:
+        """Collective records kept."""
+        return len(self.columns["sn"])
+
+
+class _Builder:
+    """Columns of one file, filled batch by batch."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.comm_index: dict[str, int] = {}
+        self.comms: dict[str, tuple[int, int, int, str]] = {}
+        self.parts: dict[str, list[Any]] = {name: [] for name in RECORD_COLUMNS}
+        self.skipped: dict[str, int] = {}
+        self.hosts: set[str] = set()
+        self.pids: set[int] = set()
+        self.versions: set[str] = set()
+        self.n_p2p = 0
+        self.verbose = 0
+        self.names: dict[str, int] = {}  # collective type -> code
+        self.sources: dict[str, int] = {}  # timing source -> code
+
+    @classmethod
+    def resume(cls, path: Path, since: LoggedCollectives) -> _Builder:
+        """A builder holding an earlier read of the file, to add the records appended since."""
+        builder = cls(path)
+        builder.comm_index = {cid: i for i, cid in enumerate(since.comm_ids)}
+        builder.comms = dict(since.comms)
+        builder.names = {w: i for i, w in enumerate(since.vocabularies["collective"])}
+        builder.sources = {w: i for i, w in enumerate(since.vocabularies["timing_source"])}
+        builder.parts = {name: [since.columns[name]] for name in RECORD_COLUMNS}
+        builder.skipped = dict(since.skipped)
+        if since.info["host"] or since.info["pid"] != MISSING:
+            builder.hosts, builder.pids = {since.info["host"]}, {since.info["pid"]}
+        builder.versions = {v for v in str(since.info["format_version"]).split(",") if v}
+        builder.n_p2p = int(since.info["n_p2p_records"])
+        builder.verbose = int(since.info["n_verbose_records"])
+        return builder
+
+    def skip(self, reason: str, n: int = 1) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + n
+
+    def add(self, records: list[_Record], first_line: int) -> None:
+        colls = [r for r in records if r.coll_perf is not None]
+        if len(colls) < len(records):
+            n_p2p = sum(1 for r in records if r.coll_perf is None and r.p2p_perf is not None)
+            self.n_p2p += n_p2p
+            if len(records) - len(colls) - n_p2p:
+                self.skip("record with neither coll_perf nor p2p_perf", len(records) - len(colls) - n_p2p)
+        # per distinct value, not per record: a log repeats a few headers and one process
+        # per distinct value, not per record: a log repeats a few headers and one process
+        headers = [r.header for r in records]
+        metas = [r.metadata for r in records]
+        for host, pid, version in {(m.hostname, m.pid, m.inspector_output_format_version) for m in metas if m}:
+            self.hosts.add(host)
+            self.pids.add(pid)
+            self.versions.add(version)
+        for key in {(h.id, h.rank, h.n_ranks) for h in headers}:
+            if self.comms.get(key[0], (None, None))[:2] != key[1:]:
+                i = next(i for i, h in enumerate(headers) if (h.id, h.rank, h.n_ranks) == key)
+                self._note_comm(headers[i], first_line + i)
+        if not colls:
+            return
+        # one list comprehension per field (inlined in CPython 3.12: faster than generators)
+        heads = [r.header for r in colls]
+        perfs: list[_Coll] = [r.coll_perf for r in colls]  # type: ignore[misc]
+        index, names, sources = self.comm_index, self.names, self.sources
+        p = self.parts
+        p["comm"].append(np.array([index[h.id] for h in heads], dtype=np.int32))
+        p["local_rank"].append(np.array([h.rank for h in heads], dtype=np.int32))
+        p["sn"].append(np.array([c.coll_sn for c in perfs], dtype=np.int64))
+        p["collective"].append(np.array([names.setdefault(c.coll, len(names)) for c in perfs], dtype=np.int32))
+        p["msg_bytes"].append(np.array([c.coll_msg_size_bytes for c in perfs], dtype=np.int64))
+        p["exec_ns"].append(np.rint(np.array([c.coll_exec_time_us for c in perfs], dtype=np.float64)
+                                    * 1000.0).astype(np.int64))
+        p["timing_source"].append(np.array([sources.setdefault(c.coll_timing_source, len(sources)) for c in perfs],
+                                           dtype=np.int32))
+        p["dump_us"].append(np.array([r.metadata.dump_timestamp_us if r.metadata else MISSING for r in colls],
+                                     dtype=np.int64))
+        starts = np.full(len(colls), MISSING, dtype=np.int64)
+        stops = np.full(len(colls), MISSING, dtype=np.int64)
+        for i, trace in enumerate([c.event_trace_ts for c in perfs]):
+            if trace is not None and trace.kernel_events:  # verbose logs only
+                begin = [k.kernel_start_ts for k in trace.kernel_events if k.kernel_start_ts]
+                end = [k.kernel_stop_ts for k in trace.kernel_events if k.kernel_stop_ts]
+                if begin and end:
+                    starts[i], stops[i] = min(begin), max(end)
+        self.verbose += int((starts >= 0).sum())
+        p["kernel_start_us"].append(starts)
+        p["kernel_stop_us"].append(stops)
+
+    def _note_comm(self, header: _Header, line: int) -> None:
+        known = self.comms.get(header.id)
+        entry = (header.rank, header.n_ranks, header.nnodes, header.comm_name)
+        if known is None:
+            if not 0 <= header.rank < header.n_ranks:
+                raise TraceError(f"{self.path}: line {line}: communicator {header.id}: rank {header.rank} is not "
+                                 f"below n_ranks {header.n_ranks}")
+            self.comm_index[header.id] = len(self.comm_index)
+            self.comms[header.id] = entry
+        elif known[:2] != entry[:2]:
+            raise TraceError(f"{self.path}: line {line}: communicator {header.id} logged with rank {header.rank} of "
+                             f"{header.n_ranks}, earlier lines say rank {known[0]} of {known[1]} (one file "
+                             "holds one process: files of two processes concatenated?)")
+
+    def result(self, info: dict[str, Any]) -> LoggedCollectives:
+        columns: dict[str, Any] = {}
+        for name, pieces in self.parts.items():
+            dtype = np.int32 if name in ("comm", "local_rank", "collective", "timing_source") else np.int64
+            codes = np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
+            columns[name] = codes
+        negative = int((columns["exec_ns"] < 0).sum())
+        if negative:
+            raise TraceError(f"{self.path}: {negative} record(s) with a negative coll_exec_time_us (expected a "
+                             "duration >= 0)")
+        if len(self.hosts) > 1 or len(self.pids) > 1:
+            raise TraceError(f"{self.path}: records of {len(self.pids)} processes (hosts "
+                             f"{', '.join(sorted(self.hosts))}); an Inspector log holds one process")
+        info.update(host=next(iter(self.hosts), ""), pid=next(iter(self.pids), MISSING),
+                    format_version=",".join(sorted(v for v in self.versions if v)),
+                    n_collective_records=len(columns["sn"]), n_p2p_records=self.n_p2p,
+                    n_verbose_records=self.verbose)
+        return LoggedCollectives(str(self.path), list(self.comm_index), self.comms, columns, info,
+                                 dict(self.skipped), vocabularies={"collective": list(self.names),
+                                                                   "timing_source": list(self.sources)})
+
+
+def _batch_text(builder: _Builder, text: bytes, first_line: int, salvage: bool) -> None:
+    """Decode complete lines (newline-delimited JSON, blank lines allowed) in one msgspec call;
+    on a failure, line by line to name the bad one."""
+    try:
+        builder.add(_DECODE_ONE.decode_lines(text), first_line)
+    except msgspec.DecodeError:
+        _batch(builder, text.split(b"\n"), first_line, salvage)
+
+
+def _batch(builder: _Builder, lines: list[bytes], first_line: int, salvage: bool) -> None:
+    """Decode lines one by one (blank ones skipped), naming a bad one by its line number."""
+    good = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            good.append(_DECODE_ONE.decode(line))
+        except msgspec.DecodeError as exc:
+            if not salvage:
+                raise TraceError(f"{builder.path}: line {first_line + i}: not an NCCL Inspector record ({exc}); "
+                                 "pass --salvage to skip such lines, counting them") from None
+            builder.skip("malformed line")
+    builder.add(good, first_line)
+
+
+#: Bytes before the resume point whose hash must be unchanged for an incremental re-read.
+RESUME_CHECK_BYTES = 4096
+
+
+def read_log(path: str | os.PathLike[str], *, salvage: bool = False, rank: int | None = None,
+             block_bytes: int = BLOCK_BYTES, since: LoggedCollectives | None = None) -> LoggedCollectives:
+    """Stream one Inspector log (plain or gzip) into its collective records.
+
+    Memory: one block of text at a time plus the compact columns. A last line without
+    its newline that does not parse is the record being written: it is left unread and
+    counted (``unread_tail_bytes``), not an error. A gzip stream cut short is an error
+    (a gzipped log is finished: damage), unless ``salvage``: then it is read up to its last
+    complete line and counted in ``skipped``.
+
+    ``since``: this file's result of an earlier call. When the file is plain text, has not
+    shrunk and its bytes before the point read up to then are unchanged (their last
+    :data:`RESUME_CHECK_BYTES` hash the same), only the bytes appended since are read and
+    added to it (``info["bytes_read_now"]`` says how many); otherwise the whole file is read.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"{path}: no such file")
+    offset = _resume_offset(path, since)
+    builder = _Builder(path) if offset == 0 else _Builder.resume(path, since)  # type: ignore[arg-type]
+    line_no = 1 if offset == 0 else int(since.info["n_complete_lines"]) + 1  # type: ignore[union-attr]
+    if offset:
+        src: Any = open(path, "rb")  # noqa: SIM115 - closed below
+        src.seek(offset)
+    else:
+        src = ByteSource(path)
+    pending = b""
+    total = 0
+    try:
+        while True:
+            block = src.read(block_bytes)
+            if not block:
+                break
+            total += len(block)
+            data = pending + block if pending else block
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                pending = data
+                continue
+            pending = data[cut + 1:]
+            complete = data[:cut]
+            n_lines = complete.count(b"\n") + 1
+            _batch_text(builder, complete, line_no, salvage)
+            line_no += n_lines
+        eof_error = getattr(src, "eof_error", None)
+        is_gzip = bool(getattr(src, "gzip", False))
+    finally:
+        src.close()
+    tail = pending.strip()
+    unread = 0
+    if tail:
+        try:
+            builder.add([_DECODE_ONE.decode(tail)], line_no)
+            line_no += 1
+        except msgspec.DecodeError:
+            unread = len(pending)
+            log.warning("%s: last line (%d bytes, line %d) is incomplete: a log still being written? read up to "
+                        "the last complete record", path, unread, line_no)
+    if eof_error:  # a gzipped log is a finished one: cut short is damage, not growth
+        if not salvage:
+            raise TraceError(f"{path}: {eof_error}; pass --salvage to read up to the last complete record")
+        log.warning("%s: %s; read up to the last complete record (--salvage)", path, eof_error)
+        builder.skip("gzip stream cut short (records after the cut lost)")
+    consumed = offset + total - unread
+    info = {"path": str(path), "bytes_decompressed": offset + total, "bytes_read_now": total, "unread_tail_bytes": unread, "truncated": bool(eof_error),
+            "n_lines": line_no - 1 + (1 if unread else 0), "n_complete_lines": line_no - 1,
+            "consumed_bytes": consumed, "gzip": is_gzip,
+            "resume_sha256": "" if is_gzip else _hash_before(path, consumed)}
+    result = builder.result(info)
+    result.given_rank = rank
+    if result.n_records == 0 and not result.info["n_p2p_records"]:
+        raise TraceError(f"{path}: no NCCL Inspector records (empty log, or a log of a process that ran "
+                         "no collective at or above NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES)")
+    return result
+
+
+def _hash_before(path: Path, offset: int) -> str:
+    """sha256 of the :data:`RESUME_CHECK_BYTES` bytes before ``offset`` of a plain file."""
+    start = max(0, offset - RESUME_CHECK_BYTES)
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        return hashlib.sha256(fh.read(offset - start)).hexdigest()
+
+
+def _resume_offset(path: Path, since: LoggedCollectives | None) -> int:
+    """Where an incremental re-read of ``path`` may start (0: read it all)."""
+    if since is None or since.path != str(path) or since.info.get("gzip", True):
+        return 0
+    offset = int(since.info.get("consumed_bytes", 0))
+    if offset <= 0 or path.stat().st_size < offset or _hash_before(path, offset) != since.info.get("resume_sha256"):
+        log.info("%s: changed before the point read up to last time; reading it whole", path)
+        return 0
+    return offset
+
+
+class InspectorReader:
+    """NCCL Inspector JSON-lines logs (see the module docstring)."""
+
+    name = "nccl-inspector"
+    description = "NCCL Inspector logs"
+    suffixes = (".log", ".jsonl", ".log.gz", ".jsonl.gz")
+    produces = "collectives"
+
+    def sniff(self, head: bytes) -> bool:
+        """The first line is a JSON object with a ``header`` and a ``coll_perf``/``p2p_perf``."""
+        first = head.lstrip(b"\xef\xbb\xbf \t\r\n").split(b"\n", 1)[0]
+        return (first.startswith(b"{") and b'"header"' in first
+                and (b'"coll_perf"' in first or b'"p2p_perf"' in first))
+
+    def read(self, path: str | os.PathLike[str], *, salvage: bool = False,
+             rank: int | None = None) -> LoggedCollectives:
+        """One log's collective records (see :func:`read_log`)."""
+        return read_log(path, salvage=salvage, rank=rank)
+
+    def cost(self, path: str | os.PathLike[str]) -> int:
+        """The text bytes to decode (a gzip file's recorded inflated size)."""
+        return json_bytes_estimate(path)
+
+
+INSPECTOR = InspectorReader()
+
+
+#: Columns of ``TraceSet.logged``: one row per collective record of an Inspector log.
+LOGGED_COLUMNS = ["rank", "window", "pg", "pg_desc", "local_rank", "index", "collective", "timing_source",
+                  "msg_bytes", "dur_ns", "ts_ns", "end_ns", "dump_ns", "host"]
+#: Partial collectives named one by one in a problem line (the rest are counted).
+_NAMED_PARTIAL = 3
+
+
+def _global_ranks(logs: list[LoggedCollectives]) -> tuple[list[int], str, int]:
+    """Each file's global rank, where it came from, and the world size (-1 if unknown).
+
+    The rank the user gave wins; else the file's rank in the world communicator: the
+    communicator logged by every file with the most ranks (a job's default process group).
+    """
+    given = [log_.given_rank for log_ in logs]
+    in_every = set(logs[0].comms)
+    for log_ in logs[1:]:
+        in_every &= set(log_.comms)
+    world = max(in_every, key=lambda c: (logs[0].comms[c][1], c)) if in_every else None
+    if all(g is not None for g in given):
+        # the world size is known only from a communicator every file logs
+        return [int(g) for g in given], "given", logs[0].comms[world][1] if world else MISSING  # type: ignore[arg-type]
+    if any(g is not None for g in given):
+        raise TraceError("some Inspector logs have a rank given (RANK=PATH) and others not: give every file's "
+                         "rank, or none")
+    if world is None:
+        largest = max((log_.comms[c][1] for log_ in logs for c in log_.comms), default=0)
+        raise TraceError(f"cannot tell the global rank of each of the {len(logs)} Inspector logs: no "
+                         f"communicator is logged by all of them (the largest has {largest} ranks; a world "
+                         "communicator's collectives may be below NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES); give "
+                         "the ranks with --rank-from order or RANK=PATH")
+    ranks = [log_.comms[world][0] for log_ in logs]
+    return ranks, f"world communicator {world}", logs[0].comms[world][1]
+
+
+def assemble_logs(logs: list[LoggedCollectives]) -> dict[str, Any]:
+    """The TraceSet fields of a job's Inspector logs: ``logged`` (one row per collective record,
+    global ranks), ``ranks`` (one row per file), ``process_groups`` (one per communicator)
+    and ``problems`` (missing ranks, communicator members without a log, collectives seen
+    by only some members), refused before the tax unless partial sets are allowed."""
+    from evtsync.trace.tables import format_ranks, rank_ranges
+
+    ranks, rank_source, world = _global_ranks(logs)
+    owner: dict[int, str] = {}
+    for log_, rank in zip(logs, ranks, strict=True):
+        if rank in owner:
+            raise TraceError(f"two Inspector logs are rank {rank}: {owner[rank]} and {log_.path} (the same "
+                             "process twice, or logs of two jobs?)")
+        owner[rank] = log_.path
+    problems: list[str] = []
+    if world > 0:
+        beyond = sorted(r for r in ranks if r >= world)
+        if beyond:
+            raise TraceError(f"rank(s) {rank_ranges(beyond)} not below the world size {world}")
+        missing = sorted(set(range(world)).difference(ranks))
+        if missing:
+            problems.append(f"rank(s) {rank_ranges(missing)} have no Inspector log (world size {world}; "
+                            f"{len(ranks)} present: {rank_ranges(ranks)})")
+    else:
+        missing = []
+    # communicators: members, sizes, names
+    comm_rows: dict[str, dict[str, Any]] = {}
+    for log_, rank in zip(logs, ranks, strict=True):
+        for cid, (local, n_ranks, nnodes, name) in log_.comms.items():
+            row = comm_rows.setdefault(cid, {"n_ranks": n_ranks, "nnodes": nnodes, "name": name, "members": {}})
+            if row["n_ranks"] != n_ranks:
+                raise TraceError(f"communicator {cid}: {log_.path} says {n_ranks} ranks, other logs "
+                                 f"{row['n_ranks']}")
+            if local in row["members"]:
+                raise TraceError(f"communicator {cid}: two logs are its rank {local}: "
+                                 f"{owner[row['members'][local]]} and {log_.path}")
+            row["members"][local] = rank
+            if name and name != "unknown":
+                row["name"] = name
+    for cid, row in sorted(comm_rows.items()):
+        lacking = sorted(set(range(row["n_ranks"])).difference(row["members"]))
+        if lacking:
+            problems.append(f"communicator {cid} ({row['name'] or 'unnamed'}): its rank(s) "
+                            f"{rank_ranges(lacking)} of {row['n_ranks']} have no log")
+    # the collective records, with global ranks, one numpy concatenation per column
+    comm_names = sorted(comm_rows)
+    comm_code = {cid: i for i, cid in enumerate(comm_names)}
+    lengths = [len(log_.columns["sn"]) for log_ in logs]
+    rank_col = np.repeat(np.asarray(ranks, dtype=np.int32), lengths)
+    pg_codes = np.concatenate([np.asarray([comm_code[c] for c in log_.comm_ids], dtype=np.int32)[log_.columns["comm"]]
+                               for log_ in logs]) if logs else np.zeros(0, np.int32)
+
+    def column(name: str) -> np.ndarray:
+        return np.concatenate([log_.columns[name] for log_ in logs])
+
+    def labels(name: str) -> pd.Categorical:
+        words = sorted({w for log_ in logs for w in log_.vocabularies[name]})
+        code = {w: i for i, w in enumerate(words)}
+        parts = [np.asarray([code[w] for w in log_.vocabularies[name]], dtype=np.int32)[log_.columns[name]]
+                 if len(log_.columns[name]) else np.zeros(0, np.int32) for log_ in logs]
+        return pd.Categorical.from_codes(np.concatenate(parts) if parts else np.zeros(0, np.int32), categories=words)
+
+    starts, stops, dumps = column("kernel_start_us"), column("kernel_stop_us"), column("dump_us")
+    descs = sorted({comm_rows[c]["name"] for c in comm_names})
+    desc_of_comm = np.asarray([descs.index(comm_rows[c]["name"]) for c in comm_names], dtype=np.int32)
+    hosts = sorted({log_.info["host"] for log_ in logs})
+    host_code = {h: i for i, h in enumerate(hosts)}
+    logged = pd.DataFrame({
+        "rank": rank_col, "window": np.zeros(len(rank_col), dtype=np.int32),
+        "pg": pd.Categorical.from_codes(pg_codes, categories=comm_names),
+        "pg_desc": pd.Categorical.from_codes(desc_of_comm[pg_codes], categories=descs),
+        "local_rank": column("local_rank"), "index": column("sn"),
+        "collective": labels("collective"), "timing_source": labels("timing_source"),
+        "msg_bytes": column("msg_bytes"), "dur_ns": column("exec_ns"),
+        "ts_ns": np.where(starts >= 0, starts * 1000, MISSING),
+        "end_ns": np.where(stops >= 0, stops * 1000, MISSING),
+        "dump_ns": np.where(dumps >= 0, dumps * 1000, MISSING),
+        "host": pd.Categorical.from_codes(np.repeat(np.asarray([host_code[log_.info["host"]] for log_ in logs],
+                                                               dtype=np.int32), lengths), categories=hosts)})
+    # in (communicator, sequence number, rank) order: one numpy lexsort on the codes
+    sn = logged["index"].to_numpy()
+    order = np.lexsort((rank_col, sn, pg_codes))
+    logged = logged.take(order).reset_index(drop=True)
+    pg_sorted, sn_sorted, rank_sorted = pg_codes[order], sn[order], rank_col[order]
+    dup = np.flatnonzero((pg_sorted[1:] == pg_sorted[:-1]) & (sn_sorted[1:] == sn_sorted[:-1])
+                         & (rank_sorted[1:] == rank_sorted[:-1]))
+    if dup.size:
+        first = logged.iloc[int(dup[0]) + 1]
+        raise TraceError(f"communicator {first['pg']}: collective {int(first['index'])} logged twice by rank "
+                         f"{int(first['rank'])} ({owner[int(first['rank'])]}): {dup.size} repeated record(s)")
+    problems.extend(_partial_problems(logged, comm_rows))
+    info_rows = []
+    for log_, rank in zip(logs, ranks, strict=True):
+        dumps = log_.columns["dump_us"]
+        dumps = dumps[dumps >= 0]
+        info_rows.append({"rank": rank, "rank_source": rank_source, "path": log_.path, "world_size": world,
+                          "source": INSPECTOR.name, "gpu": "unknown", "host": log_.info["host"],
+                          "pid": log_.info["pid"], "n_events": log_.info["n_lines"], "n_kernels": 0,
+                          "n_collective_records": log_.info["n_collective_records"],
+                          "n_p2p_records": log_.info["n_p2p_records"],
+                          "n_verbose_records": log_.info["n_verbose_records"],
+                          "n_communicators": len(log_.comms), "format_version": log_.info["format_version"],
+                          "start_ns": int(dumps.min()) * 1000 if dumps.size else MISSING,
+                          "end_ns": int(dumps.max()) * 1000 if dumps.size else MISSING,
+                          "unread_tail_bytes": log_.info["unread_tail_bytes"],
+                          "truncated": log_.info["truncated"],
+                          "bytes_decompressed": log_.info["bytes_decompressed"], "window": 0})
+    ranks_table = pd.DataFrame(info_rows).sort_values("rank", kind="stable").reset_index(drop=True)
+    skipped = [{"rank": rank, "window": 0, "reason": reason, "count": n}
+               for log_, rank in zip(logs, ranks, strict=True) for reason, n in log_.skipped.items()]
+    skipped += [{"rank": rank, "window": 0, "reason": "incomplete last line (log still being written?)",
+                 "count": 1} for log_, rank in zip(logs, ranks, strict=True) if log_.info["unread_tail_bytes"]]
+    untabulated = [{"rank": rank, "window": 0, "phase": "record", "category": "p2p_perf",
+                    "count": log_.info["n_p2p_records"], "reason": "p2p operation: no collective tax"}
+                   for log_, rank in zip(logs, ranks, strict=True) if log_.info["n_p2p_records"]]
+    groups = pd.DataFrame(
+        [{"pg_name": cid, "pg_desc": row["name"], "pg_size": row["n_ranks"],
+          "pg_ranks": format_ranks(tuple(row["members"][k] for k in sorted(row["members"]))),
+          "backend_config": "nccl", "seen_on_ranks": format_ranks(tuple(sorted(row["members"].values())))}
+         for cid, row in sorted(comm_rows.items())],
+        columns=["pg_name", "pg_desc", "pg_size", "pg_ranks", "backend_config", "seen_on_ranks"])
+    n_records = len(logged)
+    log.info("%d Inspector log(s): %d collective records in %d communicator(s), %d p2p records not used",
+             len(logs), n_records, len(comm_rows), sum(log_.info["n_p2p_records"] for log_ in logs))
+    return {"ranks": ranks_table, "process_groups": groups,
+            "skipped": pd.DataFrame(skipped, columns=["rank", "window", "reason", "count"]),
+            "scope": "collectives",
+            "untabulated": pd.DataFrame(untabulated, columns=["rank", "window", "phase", "category", "count", "reason"]),
+            "problems": problems, "missing_ranks": tuple(missing), "source": INSPECTOR.name, "logged": logged}
+
+
+def _partial_problems(logged: pd.DataFrame, comm_rows: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per communicator with collectives logged by only some of its present members."""
+    from evtsync.trace.tables import rank_ranges
+
+    if logged.empty:
+        return []
+    out = []
+    counts = logged.groupby(["pg", "index"], sort=True)["rank"].size()
+    for cid, per_sn in counts.groupby(level=0, sort=True):
+        present = len(comm_rows[cid]["members"])
+        short = per_sn[per_sn < present]
+        if short.empty:
+            continue
+        members = set(comm_rows[cid]["members"].values())
+        sub = logged[logged["pg"] == cid]
+        examples = []
+        for (_, sn), _n in short.head(_NAMED_PARTIAL).items():
+            have = set(sub.loc[sub["index"] == sn, "rank"].tolist())
+            examples.append(f"sn {sn} lacks rank(s) {rank_ranges(members - have)}")
+        out.append(f"communicator {cid} ({comm_rows[cid]['name'] or 'unnamed'}): {len(short)} of {len(per_sn)} "
+                   f"collective(s) logged by only some of its {present} rank(s) with a log (ring-buffer loss, a "
+                   f"rank that died, or the size cutoff): {'; '.join(examples)}"
+                   + (" ..." if len(short) > _NAMED_PARTIAL else ""))
+    return out
+

@@ -1,0 +1,295 @@
+"""Nsight Systems SQLite exports (``nsys export --type sqlite``): one file per rank.
+
+The schema changes between Nsight Systems releases, so the tables and columns are read
+from the file (``sqlite_master``, ``PRAGMA table_info``), never assumed. What is read, into
+the same tables as a Kineto trace (times: ns since the session start, plus the session's
+``utcEpochNs`` as the base time):
+
+- ``CUPTI_ACTIVITY_KIND_KERNEL`` (required): GPU kernels, names through ``StringIds``
+  (``demangledName``, else ``shortName``, else ``mangledName``); ``deviceId``, ``streamId``,
+  ``correlationId``. NCCL kernels are recognised by name as in Kineto traces.
+- ``CUPTI_ACTIVITY_KIND_MEMCPY`` / ``_MEMSET``: copies and memsets (GPU table).
+- ``CUPTI_ACTIVITY_KIND_RUNTIME``: CUDA runtime calls with their ``correlationId`` (which
+  links a launch to its kernel) and the calling process/thread from ``globalTid``.
+- ``NVTX_EVENTS``: NVTX push/pop and start/end ranges as user annotations (CPU table).
+- ``TARGET_INFO_GPU``: the GPU model; ``TARGET_INFO_SESSION_START_TIME``: the base time.
+
+Rows of other tables with per-event data are counted in ``TraceSet.untabulated``. The rank
+comes from the file name or the user (``--rank-from``, ``RANK=PATH``): an export carries no
+distributed rank. The file's kernels must come from one process (one rank per file).
+What an export lacks compared with Kineto: no PyTorch ops or ``record_param_comms`` (so no
+process-group fields: groups are inferred per stream; no message sizes).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from evtsync.errors import TraceError
+from evtsync.trace.decode import TABLE_FIELDS, DecodedTrace, string_dtype
+from evtsync.trace.tables import MISSING, RankTables, build_rank_tables
+
+log = logging.getLogger(__name__)
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
+#: Kernel name columns, in order of preference (ids into ``StringIds``).
+NAME_COLUMNS = ("demangledName", "shortName", "mangledName")
+#: Tables read into the rank tables (the rest of the per-event tables are counted only).
+READ_TABLES = (KERNEL_TABLE, "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+               "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "StringIds", "TARGET_INFO_GPU",
+               "TARGET_INFO_SESSION_START_TIME")
+#: Per-event tables not read (counted as untabulated when they have rows).
+COUNTED_TABLES = ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+                  "CUDA_GPU_MEMORY_USAGE_EVENTS", "OSRT_API", "SCHED_EVENTS", "COMPOSITE_EVENTS",
+                  "MPI_P2P_EVENTS", "MPI_COLLECTIVES_EVENTS", "NVTX_PAYLOAD_SCHEMAS")
+#: NVTX event types that are ranges (push/pop 59, start/end 60; NvtxPushPopRange, NvtxStartEndRange).
+NVTX_RANGE_TYPES = (59, 60)
+
+
+class _Schema:
+    """The tables and columns one export has."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self.path = path
+        self.conn = conn
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        self.columns: dict[str, list[str]] = {
+            name: [r[1] for r in conn.execute(f'PRAGMA table_info("{name}")')] for name in names}
+
+    def has(self, table: str, *columns: str) -> bool:
+        return table in self.columns and all(c in self.columns[table] for c in columns)
+
+    def need(self, table: str, *columns: str, purpose: str) -> None:
+        """Raise a one-line error naming the missing table or column."""
+        if table not in self.columns:
+            raise TraceError(f"{self.path}: Nsight Systems export has no table {table} (needed for {purpose}); "
+                             "export with `nsys export --type sqlite` from a report captured with CUDA "
+                             "tracing (`nsys profile -t cuda,nvtx`)")
+        lacking = [c for c in columns if c not in self.columns[table]]
+        if lacking:
+            raise TraceError(f"{self.path}: table {table} has no column {', '.join(lacking)} (needed for "
+                             f"{purpose}); its columns: {', '.join(self.columns[table])}")
+
+    def first_of(self, table: str, candidates: Sequence[str]) -> str | None:
+        return next((c for c in candidates if self.has(table, c)), None)
+
+
+def _strings(values: Sequence[Any]) -> pd.Categorical:
+    """Loose strings (None: missing) as a categorical with sorted categories."""
+    cats = sorted({v for v in values if v is not None})
+    return pd.Categorical(list(values), dtype=string_dtype(cats))
+
+
+def _ints(values: Sequence[Any]) -> np.ndarray:
+    return np.asarray([MISSING if v is None else v for v in values], dtype=np.int64)
+
+
+def _us(values: Sequence[Any]) -> np.ndarray:
+    """ns integers -> µs floats (what the Kineto decoder's ``t`` columns hold)."""
+    return np.asarray(values, dtype=np.int64).astype(np.float64) / 1000.0
+
+
+def _empty_columns(table: str, n: int = 0) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, kind in TABLE_FIELDS[table]:
+        if kind == "t":
+            out[name] = np.zeros(n, dtype=np.float64)
+        elif kind == "i":
+            out[name] = np.full(n, MISSING, dtype=np.int64)
+        else:
+            out[name] = _strings([None] * n)
+    return out
+
+
+def _query(schema: _Schema, sql: str) -> list[tuple[Any, ...]]:
+    try:
+        return schema.conn.execute(sql).fetchall()
+    except sqlite3.DatabaseError as exc:
+        raise TraceError(f"{schema.path}: damaged Nsight Systems export ({exc}) while reading: {sql}") from None
+
+
+def _gpu_rows(schema: _Schema) -> tuple[dict[str, Any], int]:
+    """Kernels, memcpys and memsets as the GPU table's columns; the one process they came from."""
+    schema.need(KERNEL_TABLE, "start", "end", "deviceId", "streamId", "correlationId", purpose="GPU kernels")
+    name_col = schema.first_of(KERNEL_TABLE, NAME_COLUMNS)
+    if name_col is None:
+        raise TraceError(f"{schema.path}: table {KERNEL_TABLE} has none of the name columns "
+                         f"{', '.join(NAME_COLUMNS)}; its columns: {', '.join(schema.columns[KERNEL_TABLE])}")
+    schema.need("StringIds", "id", "value", purpose="kernel names")
+    pid_col = "globalPid" if schema.has(KERNEL_TABLE, "globalPid") else "NULL"
+    parts = [f'SELECT k.start, k."end", k.deviceId, k.streamId, k.correlationId, s.value, \'kernel\', {pid_col} '
+             f'FROM {KERNEL_TABLE} k LEFT JOIN StringIds s ON s.id = k.{name_col}']
+    for table, cat, label in (("CUPTI_ACTIVITY_KIND_MEMCPY", "gpu_memcpy", "Memcpy"),
+                              ("CUPTI_ACTIVITY_KIND_MEMSET", "gpu_memset", "Memset")):
+        if schema.has(table, "start", "end", "deviceId", "streamId", "correlationId"):
+            pid = "globalPid" if schema.has(table, "globalPid") else "NULL"
+            parts.append(f"SELECT start, \"end\", deviceId, streamId, correlationId, '{label}', '{cat}', {pid} "
+                         f"FROM {table}")
+    rows = _query(schema, " UNION ALL ".join(parts))
+    processes = sorted({r[7] for r in rows if r[7] is not None})
+    if len(processes) > 1:
+        raise TraceError(f"{schema.path}: GPU activity of {len(processes)} processes (globalPid "
+                         f"{', '.join(str(p >> 24 & 0xFFFFFF) for p in processes[:8])}) in one export; evtsync "
+                         "reads one rank per file: capture one report per rank (e.g. `nsys profile -o "
+                         "rank%q{RANK}`)")
+    n = len(rows)
+    cols = _empty_columns("gpu", n)
+    if n:
+        start, end, device, stream, corr, name, cat, _ = zip(*rows, strict=True)
+        unnamed = sum(1 for v in name if v is None)
+        if unnamed:
+            raise TraceError(f"{schema.path}: {unnamed} kernel(s) whose {name_col} is not in StringIds "
+                             "(damaged export)")
+        cols.update(cat=_strings(cat), name=_strings(name), pid=_ints(device), tid=_ints(stream),
+                    ts=_us(start), dur=_us(np.asarray(end, dtype=np.int64) - np.asarray(start, dtype=np.int64)),
+                    device=_ints(device), stream=_ints(stream), correlation=_ints(corr))
+    return cols, (processes[0] if processes else MISSING)
+
+
+def _split_tid(global_tid: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """nsys ``globalTid`` -> (pid, tid): bits 24-47 and 0-23."""
+    values = _ints(global_tid)
+    return (values >> 24) & 0xFFFFFF, values & 0xFFFFFF
+
+
+def _runtime_rows(schema: _Schema) -> dict[str, Any]:
+    table = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    if table not in schema.columns:
+        log.info("%s: no %s table: no CUDA runtime calls (launch gaps unknown)", schema.path, table)
+        return _empty_columns("runtime")
+    schema.need(table, "start", "end", "globalTid", "correlationId", "nameId", purpose="CUDA runtime calls")
+    rows = _query(schema, f'SELECT r.start, r."end", r.globalTid, r.correlationId, s.value FROM {table} r '
+                          "LEFT JOIN StringIds s ON s.id = r.nameId")
+    cols = _empty_columns("runtime", len(rows))
+    if rows:
+        start, end, gtid, corr, name = zip(*rows, strict=True)
+        pid, tid = _split_tid(gtid)
+        # CUPTI names carry the API version ("cudaLaunchKernel_v7000"); Kineto's do not
+        clean = [None if v is None else str(v).split("_v")[0] for v in name]
+        cols.update(cat=_strings(["cuda_runtime"] * len(rows)), name=_strings(clean), pid=pid, tid=tid,
+                    ts=_us(start), dur=_us(np.asarray(end, dtype=np.int64) - np.asarray(start, dtype=np.int64)),
+                    correlation=_ints(corr))
+    return cols
+
+
+def _nvtx_rows(schema: _Schema) -> dict[str, Any]:
+    table = "NVTX_EVENTS"
+    if table not in schema.columns:
+        return _empty_columns("cpu")
+    schema.need(table, "start", "end", "globalTid", "eventType", purpose="NVTX ranges")
+    if schema.has(table, "textId"):
+        text = "COALESCE(n.text, s.value)" if schema.has(table, "text") else "s.value"
+        join = "LEFT JOIN StringIds s ON s.id = n.textId"
+    else:
+        schema.need(table, "text", purpose="NVTX range names")
+        text, join = "n.text", ""
+    types = ", ".join(str(t) for t in NVTX_RANGE_TYPES)
+    rows = _query(schema, f'SELECT n.start, n."end", n.globalTid, {text} FROM {table} n {join} '
+                          f'WHERE n.eventType IN ({types}) AND n."end" IS NOT NULL')
+    cols = _empty_columns("cpu", len(rows))
+    if rows:
+        start, end, gtid, name = zip(*rows, strict=True)
+        pid, tid = _split_tid(gtid)
+        cols.update(cat=_strings(["user_annotation"] * len(rows)),
+                    name=_strings(["" if v is None else str(v) for v in name]), pid=pid, tid=tid,
+                    ts=_us(start), dur=_us(np.asarray(end, dtype=np.int64) - np.asarray(start, dtype=np.int64)))
+    return cols
+
+
+def _header(schema: _Schema) -> dict[str, Any]:
+    header: dict[str, Any] = {}
+    if schema.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
+        row = _query(schema, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
+        if row and isinstance(row[0][0], int):
+            header["baseTimeNanoseconds"] = int(row[0][0])
+    if schema.has("TARGET_INFO_GPU", "name"):
+        id_col = schema.first_of("TARGET_INFO_GPU", ("cuDevice", "id"))
+        rows = _query(schema, f"SELECT {id_col or 'NULL'}, name FROM TARGET_INFO_GPU")
+        header["deviceProperties"] = [{"id": i, "name": n} for i, n in rows]
+    if schema.has("META_DATA_EXPORT", "name", "value"):
+        meta = dict(_query(schema, "SELECT name, value FROM META_DATA_EXPORT"))
+        header["nsys_version"] = str(meta.get("EXPORT_PRODUCT_VERSION", ""))
+    return header
+
+
+def _untabulated(schema: _Schema) -> dict[tuple[str, str], int]:
+    out = {}
+    for table in COUNTED_TABLES:
+        if table in schema.columns:
+            n = _query(schema, f'SELECT COUNT(*) FROM "{table}"')[0][0]
+            if n:
+                out[("nsys", table)] = int(n)
+    return out
+
+
+def decode_export(path: str | os.PathLike[str]) -> DecodedTrace:
+    """One export as the decoder's columns (the Kineto decoder's output shape)."""
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"{path}: no such file")
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(100)
+    if not head.startswith(SQLITE_MAGIC):
+        raise TraceError(f"{path}: not an SQLite file (expected an `nsys export --type sqlite` output)")
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size  # SQLite writes 1 for 64 KiB pages
+    pages = int.from_bytes(head[28:32], "big")
+    if pages and size < page_size * pages:
+        raise TraceError(f"{path}: truncated Nsight Systems export: {size} bytes, its header says "
+                         f"{page_size * pages} ({pages} pages of {page_size})")
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    except sqlite3.Error as exc:
+        raise TraceError(f"{path}: cannot open the SQLite export ({exc})") from None
+    try:
+        schema = _Schema(conn, path)
+        gpu, _ = _gpu_rows(schema)
+        runtime = _runtime_rows(schema)
+        cpu = _nvtx_rows(schema)
+        header = _header(schema)
+        untabulated = _untabulated(schema)
+    except sqlite3.DatabaseError as exc:
+        raise TraceError(f"{path}: damaged Nsight Systems export ({exc})") from None
+    finally:
+        conn.close()
+    n_events = sum(len(c["ts"]) for c in (gpu, runtime, cpu)) + sum(untabulated.values())
+    return DecodedTrace(path=path, header=header,
+                        columns={"gpu": gpu, "cpu": cpu, "runtime": runtime, "sync": _empty_columns("sync")},
+                        untabulated=untabulated, n_events=n_events, bytes_read=size)
+
+
+class NsysReader:
+    """Nsight Systems SQLite exports (see the module docstring)."""
+
+    name = "nsys"
+    description = "Nsight Systems SQLite exports"
+    suffixes = (".sqlite", ".sqlite3", ".nsys.sqlite")
+    produces = "ranks"
+
+    def sniff(self, head: bytes) -> bool:
+        """SQLite's magic header (the tables are checked when read)."""
+        return head.startswith(SQLITE_MAGIC)
+
+    def read(self, path: str | os.PathLike[str], *, salvage: bool = False, rank: int | None = None) -> RankTables:
+        """One export's rank tables (``salvage`` does not apply: SQLite pages are whole or not)."""
+        decoded = decode_export(path)
+        tables = build_rank_tables(decoded, rank=rank)
+        tables.info["nsys_version"] = decoded.header.get("nsys_version", "")
+        return tables
+
+    def cost(self, path: str | os.PathLike[str]) -> int:
+        """The file's size."""
+        return os.path.getsize(path)
+
+
+NSYS = NsysReader()
