@@ -121,8 +121,10 @@ def test_cli_says_what_it_lacks(tmp_path: Path) -> None:
     assert "no process group with NCCL collectives" in blocks.stderr
     attribute = subprocess.run([sys.executable, "-m", "evtsync", "attribute", f"0={EXPORT}", "--no-cache", "-o",
                                 str(tmp_path / "attribution.csv")], capture_output=True, text=True, check=False)
-    assert attribute.returncode == 0, attribute.stderr
-    assert "nothing to attribute" in attribute.stdout
+    # issue 28: an input attribution cannot run on is a one-line error and a non-zero exit, no file
+    assert attribute.returncode != 0 and "Traceback" not in attribute.stderr
+    assert "nothing to attribute: no collective" in attribute.stderr
+    assert not (tmp_path / "attribution.csv").exists()
 
 
 @pytest.fixture(scope="module")
