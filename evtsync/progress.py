@@ -1,11 +1,14 @@
 """Progress bars for long work, switched off globally by ``--quiet`` or ``EVTSYNC_QUIET=1``.
 
 Library code wraps long loops in :func:`progress`; bars go to stderr and disappear when
-stderr is not a terminal unless forced, so logs and tests stay clean.
+stderr is not a terminal unless forced, so logs and tests stay clean. Log records and the
+command line's status lines go through :class:`BarSafeHandler` and :func:`write_line`, which
+write whole lines above the bars, so that the two never interleave on one terminal line.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterable, Iterator
@@ -36,3 +39,43 @@ def progress[T](iterable: Iterable[T], desc: str, total: int | None = None, unit
     from tqdm.auto import tqdm
 
     yield from tqdm(iterable, desc=desc, total=total, unit=unit, file=sys.stderr, leave=False)
+
+
+def _bars_open() -> bool:
+    """Whether a tqdm bar is on the terminal now (without importing tqdm when none was)."""
+    module = sys.modules.get("tqdm")
+    if module is None:
+        return False
+    return bool(getattr(module.tqdm, "_instances", None))
+
+
+def write_line(text: str) -> None:
+    """Print one line on stderr without breaking a progress bar: through ``tqdm.write`` (which
+    clears the bars, writes the line, redraws them) while one is shown, else plainly."""
+    if _bars_open():
+        from tqdm import tqdm
+
+        tqdm.write(text, file=sys.stderr)
+    else:
+        print(text, file=sys.stderr, flush=True)
+
+
+class BarSafeHandler(logging.StreamHandler):
+    """The command line's log handler: each record is one whole line on stderr, written through
+    :func:`write_line` so that log lines and progress bars never share a terminal line (what
+    tqdm's ``logging_redirect_tqdm`` does, without importing tqdm before a bar exists)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Format the record and write it as whole lines."""
+        try:
+            text = self.format(record)
+            if _bars_open():
+                write_line(text)
+            else:
+                self.stream.write(text + self.terminator)
+                self.flush()
+        except Exception:  # noqa: BLE001 - logging's own contract: report, never raise
+            self.handleError(record)

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
+from typing import Any
+
+from evtsync.progress import write_line
+
+log = logging.getLogger("evtsync.cli.run")
 
 #: Exit status of a study in which a workload failed while the others' results were written.
 PARTIAL_STUDY_EXIT = 3
@@ -12,7 +18,12 @@ PARTIAL_STUDY_EXIT = 3
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``run`` command."""
-    from evtsync.cli._common import add_scale_arguments, add_trace_arguments
+    from evtsync.cli._common import (
+        ListOption,
+        add_out_argument,
+        add_scale_arguments,
+        add_trace_arguments,
+    )
     from evtsync.defaults import (
         DEFAULT_CHAINS,
         DEFAULT_DRAWS,
@@ -22,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         DEMO_TUNE,
     )
     from evtsync.reference import DGX_H200_ALPHA_US
+    from evtsync.units import SIZE_HELP, byte_size
 
     parser = sub.add_parser(
         "run", help="the main job: traces -> tax -> attribution -> z-scores -> fits -> predictions -> report",
@@ -46,10 +58,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "a plain NAME chooses the PG whose compute blocks are fitted (default: the "
                            "tensor-parallel group)")
             action.metavar = "NAME[=RANKS[@STREAM]]"
-    parser.add_argument("--out", metavar="DIR", default=None,
-                        help="run folder (default fits/demo for the demo, else fits/<name of the trace folder>)")
+    add_out_argument(parser, "own", "run folder (default fits/demo for the demo, else fits/<name of the trace "
+                     "folder>)", metavar="DIR")
     parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
                         help="no progress bars or stage lines; warnings and the final summary only")
+    parser.add_argument("--json", action="store_true",
+                        help="print the outcome as JSON: run folder, report, every stage's status, reason, wall "
+                             "and CPU seconds, failed workloads and notes (the stage lines are not printed)")
     parser.add_argument("--force", action="store_true", help="redo every stage, even those whose inputs did not change")
     parser.add_argument("--no-report", dest="report", action="store_false", help="stop before the report")
     parser.add_argument("--allow-failed-workloads", action="store_true",
@@ -70,13 +85,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     fit.add_argument("--sampler", choices=("nutpie", "pymc"), default="nutpie", help="NUTS sampler (default nutpie)")
     fit.add_argument("--models-dir", metavar="DIR", default=None,
                      help="folder of model specifications (default: the models shipped with evtsync; see `evtsync models`)")
-    fit.add_argument("--model", dest="models", action="append", default=[], metavar="NAME",
-                     help="fit only this model of the models folder (repeatable; default: all)")
+    fit.add_argument("--model", dest="models", action=ListOption, default=[], metavar="NAME",
+                     examples=("gumbel", "frechet"),
+                     help="fit only these models of the models folder (space or comma separated, repeatable; "
+                          "default: all)")
     bw = parser.add_argument_group("predictions (tau(n) and B*)")
     bw.add_argument("--alpha-us", type=float, default=DGX_H200_ALPHA_US,
                     help=f"per-step latency alpha in µs (default {DGX_H200_ALPHA_US:g}, DGX H200)")
-    bw.add_argument("--bytes", type=float, default=None, metavar="S",
-                    help="buffer size S in bytes (default: median message size of the block PG's collectives)")
+    bw.add_argument("--bytes", type=byte_size, default=None, metavar="S",
+                    help=f"buffer size S (default: median message size of the block PG's collectives); {SIZE_HELP}")
     bw.add_argument("--eps", type=float, default=-0.5, help="target elasticity of B* in (-1, 0) (default -0.5)")
     parser.set_defaults(handler=run)
 
@@ -114,30 +131,35 @@ def run(args: argparse.Namespace) -> int:
         comm_kernels=list(args.comm_kernel))
     options.check()  # bad options and output paths fail here, before any work
     out = options.out or default_out(options)
-    quiet = args.quiet
+    quiet = args.quiet or args.json
     if not quiet:
         what = "the bundled demo study" if options.is_demo else " ".join(options.traces)
         s = options.sampling()
-        print(f"evtsync run: {what} -> {out}  (sampling: {s['draws']} draws, {s['tune']} tune, "
-              f"{s['chains']} chains{' — demo settings' if options.is_demo and not args.draws else ''})",
-              file=sys.stderr)
+        write_line(f"evtsync run: {what} -> {out}  (sampling: {s['draws']} draws, {s['tune']} tune, "
+                   f"{s['chains']} chains{' — demo settings' if options.is_demo and not args.draws else ''})")
+        write_line("  stage                    status, CPU time (the stage's cost) and wall time")
 
     def show(event: StageEvent) -> None:
+        """One whole line per stage (written above the progress bar, never through it)."""
         if quiet:
             return
         if event.action == "start":
-            print(f"  {event.stage:<24} running…", file=sys.stderr, flush=True)
+            log.info("stage %s running", event.stage)
         elif event.action == "reused":
-            print(f"  {event.stage:<24} reused ({event.status})", file=sys.stderr)
+            write_line(f"  {event.stage:<24} reused ({event.status})")
         else:
             detail = f": {event.reason}" if event.reason else ""
-            print(f"  {event.stage:<24} {event.status} in {event.seconds:.1f} s{detail}", file=sys.stderr)
+            write_line(f"  {event.stage:<24} {event.status}, CPU {event.cpu_seconds:.1f} s "
+                       f"(wall {event.seconds:.1f} s){detail}")
 
     result = run_pipeline(options, on_stage=show)
     stages = result.manifest.get("stages", {})
     failed = [n for n, e in stages.items() if e.get("status") == STATUS_FAILED]
     skipped = [n for n, e in stages.items() if e.get("status") in (STATUS_NA, STATUS_UNAVAILABLE)]
     report = result.out / "report.html"
+    if args.json:
+        return _print_json(result, failed, report if report.is_file() and options.report else None,
+                           args.allow_failed_workloads)
     if report.is_file() and options.report:
         print(f"report: {report}")
     bad_workloads = failed_workloads(result.manifest)
@@ -157,3 +179,30 @@ def run(args: argparse.Namespace) -> int:
               "exit 0)", file=sys.stderr)
         return PARTIAL_STUDY_EXIT
     return 0
+
+
+def _print_json(result: Any, failed: list[str], report: Path | None, allow_failed_workloads: bool) -> int:
+    """``run --json``: the outcome as one strict JSON document; the same exit status as the text."""
+    from evtsync.pipeline.layout import failed_workloads, incomplete_notes
+    from evtsync.tableio import emit_json
+
+    stages = result.manifest.get("stages", {})
+    bad_workloads = failed_workloads(result.manifest)
+    summary_path = result.out / "summary.json"
+    emit_json({
+        "run_folder": result.out, "report": report, "workloads": list(result.workloads),
+        "stages": {name: {"status": e.get("status"), "reason": e.get("reason", ""), "seconds": e.get("seconds"),
+                          "cpu_seconds": e.get("cpu_seconds")} for name, e in stages.items()},
+        "failed_stages": failed, "failed_workloads": bad_workloads,
+        "notes": incomplete_notes(result.manifest),
+        "summary": _read_json(summary_path) if summary_path.is_file() else None,
+    })
+    if failed:
+        return 1
+    return PARTIAL_STUDY_EXIT if bad_workloads and not allow_failed_workloads else 0
+
+
+def _read_json(path: Path) -> Any:
+    import json
+
+    return json.loads(path.read_text(encoding="utf-8"))

@@ -84,6 +84,9 @@ class StageEvent:
     status: str = ""
     reason: str = ""
     seconds: float = 0.0
+    #: CPU time the stage cost (this process, plus its job's process when it ran in the pool):
+    #: its work, where ``seconds`` (wall clock) includes waiting for a job that ran beside others
+    cpu_seconds: float = 0.0
 
 
 @functools.cache
@@ -161,6 +164,7 @@ class Run:
         self._jobs_considered: set[str] = set()
         #: stage name -> where its job ran, recorded in its manifest entry
         self._job_places: dict[str, str] = {}
+        self._job_cpu: dict[str, float] = {}  # CPU seconds of the jobs that ran in the pool, by stage
         self._job_pool: Any = None
 
     # ---- files
@@ -361,7 +365,7 @@ class Run:
         log.info("starting %d stage jobs in %d processes: %s", len(todo), self._job_pool.processes,
                  ", ".join(name for name, _ in todo))
         for name, fn in todo:
-            self._jobs[name] = self._job_pool.submit(fn)
+            self._jobs[name] = self._job_pool.submit(functools.partial(_cpu_timed, fn))
 
     def _job_processes(self) -> int:
         import os
@@ -400,12 +404,13 @@ class Run:
         from concurrent.futures.process import BrokenProcessPool
 
         try:
-            result = future.result()
+            result, cpu_seconds = future.result()
         except BrokenProcessPool as exc:
             log.warning("the process running stage %s died (%s); it runs again in this process", stage_name, exc)
             self._job_places[stage_name] = "this process (after the pool broke)"
             return job()
         self._job_places[stage_name] = f"a pool of {self._job_pool.processes} processes"
+        self._job_cpu[stage_name] = cpu_seconds
         return result
 
     def run_stage(self, stage: Stage) -> None:
@@ -419,6 +424,7 @@ class Run:
             return
         self.on_stage(StageEvent(stage.name, "start"))
         started = time.perf_counter()
+        cpu_started = time.process_time()
         entry: dict[str, Any] = {"key": key, "started": pd.Timestamp.now(tz="UTC").isoformat()}
         self.outputs[stage.name] = []
         self.failures[stage.name] = {}
@@ -442,13 +448,15 @@ class Run:
         for rel in set(old.get("outputs", {})) - set(entry["outputs"]):
             self.path(rel).unlink(missing_ok=True)
         entry["seconds"] = round(time.perf_counter() - started, 3)
+        entry["cpu_seconds"] = round(time.process_time() - cpu_started + self._job_cpu.pop(stage.name, 0.0), 3)
         if stage.name in self._job_places:
             # a job started ahead ran beside others: the stage's seconds are its wait, not its work
             entry["job_ran_in"] = self._job_places.pop(stage.name)
         stages[stage.name] = entry
         self._history(stage.name, "ran", entry["status"])
         self.save_manifest()
-        self.on_stage(StageEvent(stage.name, "ran", entry["status"], entry.get("reason", ""), entry["seconds"]))
+        self.on_stage(StageEvent(stage.name, "ran", entry["status"], entry.get("reason", ""), entry["seconds"],
+                                 entry["cpu_seconds"]))
 
     def produced(self, stage: str, *rels: str) -> None:
         """Record output files of the running stage."""
@@ -463,6 +471,12 @@ class Run:
 
 def _nothing() -> None:
     """A task that only makes the pool start a process."""
+
+
+def _cpu_timed(job: Callable[[], Any]) -> tuple[Any, float]:
+    """``job()`` and the CPU seconds it took in the process that ran it (a pool's worker)."""
+    started = time.process_time()
+    return job(), time.process_time() - started
 
 
 #: Modules the fork server of the job pool imports once for every process: the fit's (PyMC,
