@@ -114,7 +114,7 @@ def _configure_logging(verbose: int, quiet: bool) -> None:
     root.propagate = False
 
 
-def _check_outputs(command: str | None, args: argparse.Namespace) -> None:
+def _check_outputs(command: str | None, args: argparse.Namespace, argv: Sequence[str] = ()) -> None:
     """Every output path of the command line checked before any work starts (issue 18): an
     existing folder where a file is expected, a file where a folder is, a place that cannot be
     written (``/proc``, a read-only folder) — one line naming the option.
@@ -128,11 +128,14 @@ def _check_outputs(command: str | None, args: argparse.Namespace) -> None:
     out, kind = getattr(args, "out", None), getattr(args, "out_kind", None)
     if getattr(args, "out_required", False) and not out:
         raise InputError(f"{command}: give the output with -o/--out")
+    # the error names the option as it was typed
+    option = next((t.partition("=")[0] for t in argv if t.partition("=")[0] in ("-o", "--out", "--output")),
+                  "-o/--out")
     if isinstance(out, str) and out and kind != "own":
         if kind == "folder":
-            check_output_dir(out, "-o/--out")
+            check_output_dir(out, option)
         else:
-            check_output_file(out, "-o/--out")
+            check_output_file(out, option)
             if kind == "table":
                 table_format(out)  # .parquet or .csv, before the work rather than at the write after it
     for attr, option in (("plot", "--plot"), ("plot_path", "--plot-path"), ("out_dir", "OUT_DIR"),
@@ -174,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         set_progress(False)
     try:
-        _check_outputs(command_of(argv), args)
+        _check_outputs(command_of(argv), args, argv)
         return int(args.handler(args) or 0)
     except EvtsyncError as exc:
         print(f"evtsync: error: {exc}", file=sys.stderr)
