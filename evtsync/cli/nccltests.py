@@ -196,6 +196,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     shown["n"] = view["n_cycles"]
     shown["median_us"] = view["median_us"].map(_num)
     shown["p95_us"] = view["p95_us"].map(_num)
+    shown["busbw_GB/s"] = view["busbw_median_gbps"].map(_num)  # median of the log's busbw column
     shown["cycle_cv%"] = view["cycle_cv_pct"].map(_num)
     shown["iter_cv%"] = view["iter_cv_pct"].map(_num)
     shown["correctness"] = view["correctness"]
@@ -343,7 +344,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="JSON output")
     p.set_defaults(handler=_cmd_parse)
 
-    s = sub.add_parser("stats", help="median, P95, cycle/iteration CV and stability per size")
+    s = sub.add_parser("stats", help="median time, P95, busbw, cycle/iteration CV and stability per size")
     s.add_argument("logs", nargs="+")
     _add_log_overrides(s)
     s.add_argument("--pool", action="store_true", help="pool cycles of all logs and runs (replicate processes)")
