@@ -21,8 +21,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("b", metavar="B", help="the run compared with it (same kinds)")
     parser.add_argument("--label-a", default=None, help="name of A in the outputs (default: its path)")
     parser.add_argument("--label-b", default=None, help="name of B in the outputs (default: its path)")
-    parser.add_argument("--workload-a", default=None, help="workload of run folder A (when it holds several)")
-    parser.add_argument("--workload-b", default=None, help="workload of run folder B (when it holds several)")
+    parser.add_argument("--workload-a", default=None,
+                        help="workload of run folder A (default: every workload found in both A and B, each "
+                             "compared with its namesake)")
+    parser.add_argument("--workload-b", default=None, help="workload of run folder B (as --workload-a)")
     add_level_argument(parser)
     parser.add_argument("--allow", action=ListOption, default=[], item_choices=("gpu", "bytes", "group_size"),
                         metavar="WHAT", examples=("gpu", "bytes"),
@@ -67,14 +69,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evtsync.diff import MIN_COLLECTIVES, diff_tax, load_side
+    from evtsync.diff import MIN_COLLECTIVES, diff_runs
     from evtsync.tableio import write_table
 
-    options = {"cache": None} if args.no_cache else {}
-    a = load_side(args.a, args.label_a or args.a, args.workload_a, **options)
-    b = load_side(args.b, args.label_b or args.b, args.workload_b, **options)
-    table = diff_tax(a, b, level=args.level, allow=args.allow, seed=args.seed,
-                     min_collectives=MIN_COLLECTIVES if args.min_collectives is None else args.min_collectives)
+    table, a, b = diff_runs(
+        args.a, args.b, label_a=args.label_a, label_b=args.label_b, workload_a=args.workload_a,
+        workload_b=args.workload_b, load_options={"cache": None} if args.no_cache else {}, level=args.level,
+        allow=args.allow, seed=args.seed,
+        min_collectives=MIN_COLLECTIVES if args.min_collectives is None else args.min_collectives)
     fit_table, bstar_table, fit_notes, bstar_note = _fit_level(args)
     if args.out:
         from evtsync.cli._common import sibling_path
@@ -113,7 +115,11 @@ def run(args: argparse.Namespace) -> int:
           "bootstrap interval")
     print(f"  {'role':<16} {'collective':<14} {'n A':>6} {'n B':>6} {'median A':>9} {'median B':>9} "
           f"{'Δ median [interval]':>28} {'Δ P90':>9}  verdict")
+    workload = None
     for r in table.itertuples():
+        if "workload" in table.columns and r.workload != workload:  # several workloads: one block each
+            workload = r.workload
+            print(f"  workload {workload}:")
         if isinstance(r.d_median_us, float) and math.isnan(r.d_median_us):
             delta, d90, ma, mb = "—", "—", "—", "—"
         else:
