@@ -404,11 +404,8 @@ def _fit_stage(model_path: Path) -> tuple[Callable[[Run], dict[str, Any]], Calla
 
 def compare_fits(trees: dict[str, Any]) -> tuple[pd.DataFrame, str]:
     """PSIS-LOO comparison of fits of the same z-scores (:func:`evtsync.evt.compare.compare_fits`):
-    one row per model, best first, and the verdict in words.
-
-    Columns: rank, model, family, elpd_loo, se, p_loo, elpd_diff (best minus this model),
-    dse (standard error of that difference), n_bad_k (observations with Pareto k > 0.7),
-    converged.
+    one row per model, best first, and the verdict in words: the table of ``evtsync compare
+    --out``, with the same columns (:data:`evtsync.evt.compare.COMPARE_COLUMNS`).
     """
     from evtsync.errors import FitError
     from evtsync.evt import compare
@@ -419,8 +416,6 @@ def compare_fits(trees: dict[str, Any]) -> tuple[pd.DataFrame, str]:
         table, verdict = compare.compare_fits(list(trees.values()))
     except FitError as exc:
         raise NotApplicable(str(exc)) from exc
-    table = table.rename(columns={"diff_se": "dse"})
-    table["n_bad_k"] = table["k_bad"].astype(int) + table["k_very_bad"].astype(int)
     return table, verdict
 
 

@@ -400,7 +400,7 @@ def loo_verdict(compare: pd.DataFrame | None) -> str:
     if other.empty:
         return f"LOO: best model {best['model']}; no model of the other family (Gumbel / free xi) to compare."
     rival = other.iloc[0]
-    diff, se = float(rival["elpd_diff"]), float(rival["dse"])
+    diff, se = float(rival["elpd_diff"]), float(rival["diff_se"])
     diff = abs(diff)
     clear = diff > 2 * se
     winner = "Gumbel (xi = 0)" if gumbel else "a free shape xi"
@@ -903,7 +903,7 @@ def _compare_section(ctx: _Ctx) -> list[Section]:
     shown = pd.DataFrame({
         "rank": table["rank"], "model": table["model"],
         "elpd_loo ± se": [f"{fmt(a, 5)} ± {fmt(b, 3)}" for a, b in zip(table["elpd_loo"], table["se"], strict=True)],
-        "Δelpd ± se": [f"{fmt(-a + 0.0, 4)} ± {fmt(b, 3)}" for a, b in zip(table["elpd_diff"], table["dse"], strict=True)],
+        "Δelpd ± se": [f"{fmt(-a + 0.0, 4)} ± {fmt(b, 3)}" for a, b in zip(table["elpd_diff"], table["diff_se"], strict=True)],
         "p_loo": table["p_loo"], "Pareto k > 0.7": table["n_bad_k"],
         "not converged": ~table["converged"].astype(bool)})
     lines = [line.strip() for line in str(verdict).splitlines() if line.strip()]
