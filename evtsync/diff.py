@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from evtsync.defaults import DEFAULT_EPS, DEFAULT_M
 from evtsync.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -415,7 +416,7 @@ FIT_DIFF_COLUMNS = [
 
 
 def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: float | Mapping[str, float] = 1.0,
-              m: int = 4, level: float | None = None, seed: int = 0,
+              m: int = DEFAULT_M, level: float | None = None, seed: int = 0,
               block_sd_b_us: float | Mapping[str, float] | None = None, refuse: Iterable[str] = ()) -> pd.DataFrame:
     """Per GPU × precision cell of both fits: the posterior of Δξ = ξ_B − ξ_A and of Δτ(n).
 
@@ -535,8 +536,8 @@ class BandwidthInputs:
     topologies: list[str]
     alpha_us: dict[str, float]
     size_bytes: float
-    eps: list[float] = field(default_factory=lambda: [-0.5])
-    m: int = 4
+    eps: list[float] = field(default_factory=lambda: [DEFAULT_EPS])
+    m: int = DEFAULT_M
     alpha_draws_us: dict[str, Any] | None = None
     source: str = "given"
 

@@ -57,7 +57,8 @@ def write_line(text: str) -> None:
 
         tqdm.write(text, file=sys.stderr)
     else:
-        print(text, file=sys.stderr, flush=True)
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
 
 
 class BarSafeHandler(logging.StreamHandler):

@@ -15,7 +15,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import pandas as pd
 
@@ -159,14 +159,6 @@ def json_text(value: Any, indent: int | None = 2) -> str:
     import json
 
     return json.dumps(json_ready(value), indent=indent, allow_nan=False, ensure_ascii=False)
-
-
-def emit_json(value: Any, file: TextIO | None = None, indent: int | None = 2) -> None:
-    """Print ``value`` as strict JSON (:func:`json_text`) on ``file`` (standard output): what every
-    ``--json`` of the command line prints, so that a strict parser reads every command's output."""
-    import sys
-
-    print(json_text(value, indent=indent), file=sys.stdout if file is None else file)
 
 
 def _writable_place(path: Path, option: str, what: str, shown: Path | None = None) -> None:

@@ -12,7 +12,6 @@ size means the same number of bytes on both sides of the call. Sizes are printed
 
 from __future__ import annotations
 
-import argparse
 import re
 
 from evtsync.errors import InputError
@@ -33,14 +32,6 @@ def parse_bytes(text: str, what: str = "byte count") -> float:
     if not value > 0:
         raise InputError(f"{what} must be > 0 bytes; got {text!r}")
     return value
-
-
-def byte_size(text: str) -> float:
-    """argparse type of every size option: :func:`parse_bytes`, a parse error otherwise."""
-    try:
-        return parse_bytes(text, "size in bytes")
-    except InputError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def format_bytes(n: float) -> str:

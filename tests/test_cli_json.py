@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 
 from evtsync.cli import main
-from evtsync.tableio import emit_json, json_ready, json_text
+from evtsync.cli._common import emit_json
+from evtsync.tableio import json_ready, json_text
 
 DATA = Path(__file__).resolve().parent / "data"
 GLOO = DATA / "gloo-torch2.13"

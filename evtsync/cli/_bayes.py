@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from evtsync.cli._common import emit_json
+from evtsync.defaults import DEFAULT_EPS
 from evtsync.errors import InputError
-from evtsync.tableio import emit_json
 
 
 def sampler_settings(spec: Any, args: argparse.Namespace) -> Any:
@@ -193,7 +194,7 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
         raise InputError("give the domain sizes --n N... (or --preset NAME)")
     sizes = hw["sizes"]
     domain_multiple(sizes, args.m)
-    eps_values = parse_float_list(args.eps, "--eps", -0.5)
+    eps_values = parse_float_list(args.eps, "--eps", DEFAULT_EPS)
     for eps in eps_values:
         if not -1 < eps < 0:
             raise InputError(f"--eps must lie in (-1, 0); got {eps:g}")
@@ -219,7 +220,7 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
                   else bstar_panels(summary, nvlink=hw["nvlink"]))
         save_figure(figure, args.plot)
     if getattr(args, "out", None):
-        from evtsync.cli.bandwidth import write_bandwidth_tables
+        from evtsync.cli._whatif import write_bandwidth_tables
 
         write_bandwidth_tables(args.out, summary, scaling)
     if args.json:

@@ -184,6 +184,15 @@ def alpha_us_from_args(args: argparse.Namespace) -> float:
     return float(alpha_from_log(args.alpha_from).alpha_us)
 
 
+def emit_json(value: Any, file: Any = None, indent: int | None = 2) -> None:
+    """Print ``value`` as strict JSON (:func:`evtsync.tableio.json_text`: missing values as
+    ``null``, never ``NaN``; no ``default=str``) on ``file`` (standard output): what every
+    ``--json`` of the command line prints, so that a strict parser reads every command's output."""
+    from evtsync.tableio import json_text
+
+    print(json_text(value, indent=indent), file=sys.stdout if file is None else file)
+
+
 # --------------------------------------------------------------------------- the CLI convention
 # (docs/cli.md, "Conventions"; tests/test_cli_convention.py checks every command against it)
 
@@ -235,6 +244,17 @@ def add_level_argument(parser: argparse.ArgumentParser | Any, what: str = "centr
     for spelling in old:
         parser.add_argument(spelling, dest="level", type=interval_level, action=DeprecatedAlias, new="--level",
                             metavar="P")
+
+
+def byte_size(text: str) -> float:
+    """argparse type of every size option: :func:`evtsync.units.parse_bytes` (1G = 10^9 bytes,
+    1Gi = 2^30), a parse error otherwise."""
+    from evtsync.units import parse_bytes
+
+    try:
+        return parse_bytes(text, "size in bytes")
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def interval_level(text: str) -> float:

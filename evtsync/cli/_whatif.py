@@ -126,3 +126,13 @@ def alpha_setup(args: argparse.Namespace, topologies: list[str], n_draws: int | 
 def _level_of(args: argparse.Namespace) -> float:
     level = getattr(args, "level", None)
     return INTERVAL_LEVEL if level is None else float(level)
+
+
+def write_bandwidth_tables(path: str, table: Any, scaling: Any) -> None:
+    """``-o PATH``: the B* table, and with a FLOPS sweep its scaling table as PATH_scaling."""
+    from evtsync.cli._common import sibling_path
+    from evtsync.tableio import write_table
+
+    write_table(table, path)
+    if scaling is not None:
+        write_table(scaling, sibling_path(path, "scaling"))

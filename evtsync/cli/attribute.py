@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot_path:
         _plot_path(result, args.collective, args.plot_path)
     if args.json:
-        from evtsync.tableio import emit_json
+        from evtsync.cli._common import emit_json
 
         emit_json({"gpu_only_share": result.gpu_only_share, "summary": result.summary,
                    "validation": result.validation,

@@ -25,10 +25,23 @@ import os
 from pathlib import Path
 from typing import Any
 
-from evtsync.cli._common import ListOption, add_level_argument, add_out_argument, parse_topologies
-from evtsync.cli._whatif import add_hardware_arguments, alpha_setup, hardware, parse_float_list
+from evtsync.cli._common import (
+    ListOption,
+    add_level_argument,
+    add_out_argument,
+    byte_size,
+    parse_topologies,
+)
+from evtsync.cli._whatif import (
+    add_hardware_arguments,
+    alpha_setup,
+    hardware,
+    parse_float_list,
+    write_bandwidth_tables,
+)
+from evtsync.defaults import DEFAULT_EPS, DEFAULT_M
 from evtsync.errors import InputError
-from evtsync.units import SIZE_HELP, byte_size
+from evtsync.units import SIZE_HELP
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -51,15 +64,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="with --alpha-from: the topology of the machine the sweep ran on; its per-step alpha is "
                    "reused for every --topology (default: each topology reads the sweep with its own p)")
     p.add_argument("--bytes", type=byte_size, required=True, metavar="S", help=f"buffer size S: {SIZE_HELP}")
-    p.add_argument("--eps", action=ListOption, default=["-0.5"], metavar="EPS", examples=("-0.5", "-0.1"),
-                   help="target elasticities in (-1, 0): --eps -0.5 -0.1 or --eps=-0.5,-0.1 (default -0.5)")
+    p.add_argument("--eps", action=ListOption, default=[str(DEFAULT_EPS)], metavar="EPS", examples=("-0.5", "-0.1"),
+                   help=f"target elasticities in (-1, 0): --eps -0.5 -0.1 or --eps=-0.5,-0.1 (default {DEFAULT_EPS:g})")
     tax = p.add_mutually_exclusive_group(required=True)
     tax.add_argument("--tau-us", type=float, metavar="T", help="synchronization tax in µs, the same for every n")
     tax.add_argument("--gumbel", type=float, nargs=2, metavar=("MU", "SIGMA"), help="Gumbel fit of the z-scores")
     tax.add_argument("--gev", type=float, nargs=3, metavar=("MU", "SIGMA", "XI"), help="GEV fit of the z-scores")
     tax.add_argument("--fit", metavar="FIT_DIR", help="Bayesian fit folder: B* with its posterior")
     p.add_argument("--block-sd-us", type=float, metavar="B", help="block standard deviation b in µs (with a fit)")
-    p.add_argument("--m", type=int, default=4, help="ranks per sample of the fit (default 4); n must be a multiple")
+    p.add_argument("--m", type=int, default=DEFAULT_M,
+                   help=f"ranks per sample of the fit (default {DEFAULT_M}); n must be a multiple")
     p.add_argument("--flops-factor", action=ListOption, metavar="F", examples=("1", "2"),
                    help="GPU peak FLOPS relative to the reference (H200): tau is divided by F; a comma list or "
                    "a doubling range LO..HI sweeps it (space or comma separated; default 1, or --preset's TFLOPS / 989)")
@@ -130,7 +144,7 @@ def run_bandwidth(args: argparse.Namespace) -> int:
     if not hw["sizes"]:
         raise InputError("give the domain sizes --n N... (or --preset NAME)")
     sizes = hw["sizes"]
-    eps_values = parse_float_list(args.eps, "--eps", -0.5)
+    eps_values = parse_float_list(args.eps, "--eps", DEFAULT_EPS)
     for eps in eps_values:
         if not -1 < eps < 0:
             raise InputError(f"--eps must lie in (-1, 0); got {eps:g}")
@@ -150,7 +164,7 @@ def run_bandwidth(args: argparse.Namespace) -> int:
     if args.plot:
         _plot(records, args.plot, hw["nvlink"])
     if args.json:
-        from evtsync.tableio import emit_json
+        from evtsync.cli._common import emit_json
 
         payload: Any = records if scaling is None else {"rows": records, "flops_scaling": scaling,
                                                        "definition": SCALING_DEFINITION}
@@ -178,16 +192,6 @@ def run_bandwidth(args: argparse.Namespace) -> int:
 #: How the bandwidth-scaling requirement is defined (docs/what-if.md).
 SCALING_DEFINITION = ("growth = B*(f_hi)/B*(f_lo); roofline growth = f_hi/f_lo; "
                       "scaling_reduction = 1 - growth/roofline growth; Hockney's B*_H does not depend on FLOPS")
-
-
-def write_bandwidth_tables(path: str, table: Any, scaling: Any) -> None:
-    """``-o PATH``: the B* table, and with a FLOPS sweep its scaling table as PATH_scaling."""
-    from evtsync.cli._common import sibling_path
-    from evtsync.tableio import write_table
-
-    write_table(table, path)
-    if scaling is not None:
-        write_table(scaling, sibling_path(path, "scaling"))
 
 
 def point_scaling(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         write_table(blocks.dropped, sibling_path(args.out, "dropped"))
     n_dropped = int(summary["count"].sum()) if len(summary) else 0
     if args.json:
-        from evtsync.tableio import emit_json
+        from evtsync.cli._common import emit_json
 
         emit_json({
             "pg": blocks.groups["pg"].astype(str).tolist(), "m": blocks.m, "time": args.time,

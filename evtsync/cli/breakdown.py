@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         write_table(table, args.out)
     if args.json:
-        from evtsync.tableio import emit_json
+        from evtsync.cli._common import emit_json
 
         emit_json({"rows": table, "missing_ranks": list(table.attrs.get("missing_ranks") or []),
                    "ranks_without_gpu_events": list(table.attrs.get("ranks_without_gpu_events") or [])})

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import math
 
+from evtsync.defaults import DEFAULT_EPS, DEFAULT_M
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from evtsync.cli._common import ListOption, add_level_argument, add_out_argument
-    from evtsync.units import SIZE_HELP, byte_size
+    from evtsync.cli._common import ListOption, add_level_argument, add_out_argument, byte_size
+    from evtsync.units import SIZE_HELP
 
     parser = sub.add_parser(
         "diff", help="compare the tax of two runs: shifts with intervals and a verdict per PG role",
@@ -48,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     fits.add_argument("--own-b", action="store_true",
                       help="run folders: each run's own measured b per cell, so Δτ and ΔB* show the change of the "
                            "whole tax (block spread and tail); default: A's b on both sides (the tail alone)")
-    fits.add_argument("--m", type=int, default=None, help="ranks per sample of the fits (default 4, or A's run's)")
+    fits.add_argument("--m", type=int, default=None,
+                      help=f"ranks per sample of the fits (default {DEFAULT_M}, or A's run's)")
     bw = parser.add_argument_group(
         "ΔB* inputs (as in `evtsync bandwidth`; run folders: default A's run's topologies, alpha, S and eps)")
     bw.add_argument("--topology", action=ListOption, default=[], metavar="NAME", examples=("full", "ring"),
@@ -62,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="with --alpha-from: the topology the sweep ran on (its per-step alpha reused for every topology)")
     bw.add_argument("--bytes", type=byte_size, default=None, metavar="S", help=f"buffer size S: {SIZE_HELP}")
     bw.add_argument("--eps", action=ListOption, default=None, metavar="EPS", examples=("-0.5", "-0.1"),
-                    help="target elasticities in (-1, 0) (default -0.5, or A's run's)")
+                    help=f"target elasticities in (-1, 0) (default {DEFAULT_EPS:g}, or A's run's)")
     parser.add_argument("--html", metavar="PATH", help="write an HTML report: the table and the tax CDFs of both runs")
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
     parser.set_defaults(handler=run)
@@ -91,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         write_diff_report(table, a, b, args.html, fits=fit_table, bstar=bstar_table,
                           notes=[*fit_notes, *([bstar_note] if bstar_note else [])])
     if args.json:
-        from evtsync.tableio import emit_json
+        from evtsync.cli._common import emit_json
 
         doc = {"a": a.label, "b": b.label, "level": table.attrs["level"],
                "missing_ranks": table.attrs.get("missing_ranks", {"a": [], "b": []}), "rows": table}
@@ -230,7 +233,7 @@ def _fit_level(args: argparse.Namespace):  # noqa: ANN202 - (fit table, ΔB* tab
     if args.workload_a or args.workload_b:
         notes.append("the fits are the runs' own, over every workload of each run; --workload-a/-b select the "
                      "tax table only")
-    m = args.m if args.m is not None else (run_a.m if run_a is not None else 4)
+    m = args.m if args.m is not None else (run_a.m if run_a is not None else DEFAULT_M)
     refuse = []
     if run_a is not None and run_b is not None and run_a.m != run_b.m:
         refuse.append(f"sample size m of the z-scores differs ({run_a.m} vs {run_b.m}): the fits describe "
@@ -292,7 +295,7 @@ def _bandwidth_inputs(args: argparse.Namespace, run_a, m: int, fit_a, fit_b):  #
         alpha = {t: float(run_alpha) for t in topologies}
         sources.append(f"alpha {run_alpha:g} µs from A's run")
     run_eps = run_a.eps if run_a is not None else None
-    eps = parse_float_list(args.eps, "--eps", -0.5 if run_eps is None else float(run_eps))
+    eps = parse_float_list(args.eps, "--eps", DEFAULT_EPS if run_eps is None else float(run_eps))
     if args.eps is None:
-        sources.append("eps from A's run" if run_eps is not None else "eps -0.5 (the default of evtsync bandwidth)")
+        sources.append("eps from A's run" if run_eps is not None else f"eps {DEFAULT_EPS:g} (the default of evtsync bandwidth)")
     return BandwidthInputs(topologies, alpha, float(size), eps, m, draws, "; ".join(sources) or "given"), None

@@ -29,6 +29,7 @@ log = logging.getLogger("evtsync.cli.fit")
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``fit`` command."""
     from evtsync.cli._common import add_level_argument, add_out_argument
+    from evtsync.defaults import SAMPLERS
 
     p = subparsers.add_parser(
         "fit",
@@ -64,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bayes.add_argument("--chains", type=int, default=None,
                        help="number of chains (default: the model's [sampling] chains, else 4)")
     bayes.add_argument("--seed", type=int, default=None, help="random seed")
-    bayes.add_argument("--sampler", choices=("nutpie", "pymc"), default=None,
+    bayes.add_argument("--sampler", choices=SAMPLERS, default=None,
                        help="NUTS sampler (default: the model's [sampling] sampler, else nutpie)")
     bayes.add_argument("--adaptation", choices=("auto", "low_rank", "diag"), default=None,
                        help="nutpie's mass matrix: low_rank (diagonal plus a low-rank correction), diag, or "
@@ -186,7 +187,7 @@ def run_fit(args: argparse.Namespace) -> int:
         plot_diagnostics(fit, values, args.plot)
         record["plot"] = str(args.plot)
     if args.json:
-        from evtsync.tableio import emit_json
+        from evtsync.cli._common import emit_json
 
         emit_json(record, indent=None)
     else:

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     result = inject_delay(args.traces, args.out, rank=args.rank, delay_us=args.delay_ms * 1000.0, **options)
     m = result.manifest
     if args.json:
-        from evtsync.tableio import emit_json
+        from evtsync.cli._common import emit_json
 
         emit_json({**m, "files": [str(f) for f in result.files], "out_dir": result.out_dir})
         return 0
@@ -89,7 +89,7 @@ def _run_sweep(args: argparse.Namespace, options: dict, inject_sweep) -> int:  #
     table = inject_sweep(args.traces, args.out, delays_ms=delays, rank=args.rank, **options)
     write_table(table, Path(args.out) / "sweep.csv")
     if args.json:
-        from evtsync.tableio import emit_json
+        from evtsync.cli._common import emit_json
 
         emit_json(table)
         return 0

@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     folder = models_dir(args.models_dir)
     entries = list_models(folder)
     if args.json:
-        from evtsync.tableio import emit_json
+        from evtsync.cli._common import emit_json
 
         emit_json([{"name": e.name, "file": str(e.path), "family": e.family, "description": e.description}
                    for e in entries])

@@ -57,7 +57,7 @@ def _num(v: Any, fmt: str = ".2f") -> str:
 
 
 def _dump_json(obj: Any) -> None:
-    from evtsync.tableio import emit_json
+    from evtsync.cli._common import emit_json
 
     emit_json(obj)
 

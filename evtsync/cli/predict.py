@@ -19,6 +19,7 @@ import argparse
 
 from evtsync.cli._common import ListOption, add_level_argument, add_out_argument
 from evtsync.cli._whatif import add_hardware_arguments
+from evtsync.defaults import DEFAULT_M
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--block-sd-us", type=float, metavar="B", help="block standard deviation b in µs")
     p.add_argument("--block-mean-us", type=float, metavar="A", help="block mean a in µs (with --cv)")
     p.add_argument("--cv", type=float, metavar="R", help="coefficient of variation r of the block (b = r·a)")
-    p.add_argument("--m", type=int, default=4, help="ranks per sample of the fitted z-scores (default 4)")
+    p.add_argument("--m", type=int, default=DEFAULT_M, help=f"ranks per sample of the fitted z-scores (default {DEFAULT_M})")
     add_level_argument(p)
     p.add_argument("--json", action="store_true", help="print a JSON list, one record per (cell, n)")
     p.add_argument("--plot", metavar="PATH", help="tau(n) against n with credible bands (.png/.svg/.pdf)")

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     md = next(p for p in written if Path(p).name == REPORT_MD)
     notes = incomplete_notes(read_manifest(args.source)) if (Path(args.source) / MANIFEST).is_file() else []
     if args.json:
-        from evtsync.tableio import emit_json
+        from evtsync.cli._common import emit_json
 
         emit_json({"report": html, "summary": md, "figures": [p for p in written if p not in (html, md)],
                    "notes": notes})

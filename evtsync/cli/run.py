@@ -23,17 +23,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         add_out_argument,
         add_scale_arguments,
         add_trace_arguments,
+        byte_size,
     )
     from evtsync.defaults import (
         DEFAULT_CHAINS,
         DEFAULT_DRAWS,
+        DEFAULT_EPS,
+        DEFAULT_M,
+        DEFAULT_SAMPLER,
         DEFAULT_TUNE,
         DEMO_CHAINS,
         DEMO_DRAWS,
         DEMO_TUNE,
+        SAMPLERS,
     )
     from evtsync.reference import DGX_H200_ALPHA_US
-    from evtsync.units import SIZE_HELP, byte_size
+    from evtsync.units import SIZE_HELP
 
     parser = sub.add_parser(
         "run", help="the main job: traces -> tax -> attribution -> z-scores -> fits -> predictions -> report",
@@ -71,7 +76,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="exit 0 although a workload of the study failed (default: exit 3; either way the "
                         "other workloads' results are written and every output names the failed one)")
     blocks = parser.add_argument_group("blocks and z-scores")
-    blocks.add_argument("--m", type=int, default=4, help="ranks per sample of the block maxima (default 4)")
+    blocks.add_argument("--m", type=int, default=DEFAULT_M,
+                        help=f"ranks per sample of the block maxima (default {DEFAULT_M})")
     blocks.add_argument("--time", choices=("busy", "span", "window"), default="busy",
                         help="block time definition (default busy; see `evtsync blocks --help`)")
     fit = parser.add_argument_group("Bayesian fits")
@@ -82,7 +88,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     fit.add_argument("--chains", type=int, default=None,
                      help=f"chains (default {DEFAULT_CHAINS}; demo {DEMO_CHAINS})")
     fit.add_argument("--seed", type=int, default=0, help="random seed of the samplers (default 0)")
-    fit.add_argument("--sampler", choices=("nutpie", "pymc"), default="nutpie", help="NUTS sampler (default nutpie)")
+    fit.add_argument("--sampler", choices=SAMPLERS, default=DEFAULT_SAMPLER,
+                     help=f"NUTS sampler (default {DEFAULT_SAMPLER})")
     fit.add_argument("--models-dir", metavar="DIR", default=None,
                      help="folder of model specifications (default: the models shipped with evtsync; see `evtsync models`)")
     fit.add_argument("--model", dest="models", action=ListOption, default=[], metavar="NAME",
@@ -94,7 +101,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help=f"per-step latency alpha in µs (default {DGX_H200_ALPHA_US:g}, DGX H200)")
     bw.add_argument("--bytes", type=byte_size, default=None, metavar="S",
                     help=f"buffer size S (default: median message size of the block PG's collectives); {SIZE_HELP}")
-    bw.add_argument("--eps", type=float, default=-0.5, help="target elasticity of B* in (-1, 0) (default -0.5)")
+    bw.add_argument("--eps", type=float, default=DEFAULT_EPS,
+                    help=f"target elasticity of B* in (-1, 0) (default {DEFAULT_EPS:g})")
     parser.set_defaults(handler=run)
 
 
@@ -183,8 +191,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_json(result: Any, failed: list[str], report: Path | None, allow_failed_workloads: bool) -> int:
     """``run --json``: the outcome as one strict JSON document; the same exit status as the text."""
+    from evtsync.cli._common import emit_json
     from evtsync.pipeline.layout import failed_workloads, incomplete_notes
-    from evtsync.tableio import emit_json
 
     stages = result.manifest.get("stages", {})
     bad_workloads = failed_workloads(result.manifest)

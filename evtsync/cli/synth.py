@@ -69,9 +69,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from evtsync.cli._common import emit_json
     from evtsync.errors import InputError
     from evtsync.synth import STUDIES, Plant, SynthConfig, study, synthesize
-    from evtsync.tableio import emit_json
 
     if bool(args.out) == bool(args.out_dir):
         raise InputError("synth: give the output folder once: -o/--out DIR (or OUT_DIR)")

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
         plot_tax_cdfs(tables.collectives, args.plot)
     if args.json:
-        from evtsync.tableio import emit_json
+        from evtsync.cli._common import emit_json
 
         emit_json({"groups": alignment.groups, "summary": summary, "stragglers": stragglers,
                    "n_mismatches": len(alignment.mismatches), "missing_ranks": list(traces.missing_ranks),

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.defaults import INTERVAL_LEVEL
+from evtsync.defaults import INTERVAL_LEVEL, RUN_TOPOLOGIES
 from evtsync.errors import InputError
 from evtsync.evt.mlefit import MIN_Z_MLE
 from evtsync.pipeline.engine import NotApplicable, Run, Stage, Unavailable
@@ -50,7 +50,7 @@ MIN_Z_BAYES = 30
 LEVEL = INTERVAL_LEVEL
 #: Largest domain size of the tau(n) and B* curves.
 N_MAX = 4096
-TOPOLOGIES = ("full", "ring", "torus3d")
+TOPOLOGIES = RUN_TOPOLOGIES
 
 
 def _stage_demo(run: Run) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from evtsync.defaults import INTERVAL_LEVEL
 from evtsync.tableio import write_text_atomic
 
 _CSS = ("body{font-family:system-ui,sans-serif;max-width:1180px;margin:1.5em auto;padding:0 1em;color:#1d1d1f}"
@@ -47,7 +48,7 @@ def _verdict_cell(verdict: object, reason: object) -> str:
 
 def _fits_html(fits: pd.DataFrame) -> str:
     """Δξ and Δτ(n) per cell (:func:`evtsync.diff.diff_fits`)."""
-    level = fits.attrs.get("level", 0.9)
+    level = fits.attrs.get("level", INTERVAL_LEVEL)
     rows = []
     for r in fits.itertuples():
         what = "ξ" if r.quantity == "xi" else f"τ(n={int(r.n)}) µs"
@@ -71,7 +72,7 @@ def _bstar_html(bstar: pd.DataFrame) -> str:
     from evtsync.errors import InputError
     from evtsync.plots.diff import bstar_shift
 
-    level = bstar.attrs.get("level", 0.9)
+    level = bstar.attrs.get("level", INTERVAL_LEVEL)
     rows = []
     for r in bstar.itertuples():
         cls = ' class="none"' if r.verdict == "no verdict" else ""
@@ -102,7 +103,7 @@ def write_diff_report(table: pd.DataFrame, a, b, path: str | Path, *,  # noqa: A
     the fit level too; ``notes`` (what was used, what was not computed and why) are shown."""
     from evtsync.diff import _role, _valid
 
-    level = table.attrs.get("level", 0.9)
+    level = table.attrs.get("level", INTERVAL_LEVEL)
     rows = []
     for r in table.itertuples():
         delta = ("—" if isinstance(r.d_median_us, float) and math.isnan(r.d_median_us) else

@@ -30,9 +30,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from evtsync.defaults import ESS_MIN, RHAT_MAX
 from evtsync.defaults import INTERVAL_LEVEL as LEVEL
 from evtsync.errors import InputError
 from evtsync.evt.mlefit import MIN_Z_MLE
+from evtsync.hockney import topology_label
 from evtsync.plots import fits as fit_figs
 from evtsync.plots import predictions as pred_figs
 from evtsync.plots import tax as tax_figs
@@ -544,7 +546,6 @@ def _summary_section(ctx: _Ctx) -> list[Section]:
         items.append(Skipped("No summary: the run has no tax table (" + ctx.why_not("tax") + ")"))
         return [Section("Summary: the answers", items, anchor="summary")]
     n, model = info["n"], info["model"]
-    topo_names = {"full": "fully connected", "ring": "ring", "torus3d": "3D torus"}
 
     def ci(row: Any, key: str, lo: str, hi: str, scale: float = 1.0, digits: int = 3) -> str:
         value = row.get(key)
@@ -572,7 +573,7 @@ def _summary_section(ctx: _Ctx) -> list[Section]:
             f"tau(n = {n}) (µs)": Link(ci(r, "tau_mean_us", "tau_lo_us", "tau_hi_us"), "#tau"),
         }
         for topo in info["topologies"]:
-            entry[f"B* reduction, {topo_names.get(topo, topo)} (%)"] = Link(
+            entry[f"B* reduction, {topology_label(topo)} (%)"] = Link(
                 ci(r, f"reduction_{topo}", f"reduction_{topo}_lo", f"reduction_{topo}_hi", 100.0), "#bstar")
         if any(split):
             entry[SUMMARY_NOTE] = r.get("notes") or "–"
@@ -1266,7 +1267,7 @@ def _convergence_section(ctx: _Ctx) -> list[Section]:
         return []
     fits["not converged"] = (fits["status"] == "done") & (fits["converged"] == False)  # noqa: E712
     return [Section("Convergence diagnostics", [
-        Table(fits, "Every Bayesian fit: converged means max split R-hat ≤ 1.01, min bulk ESS ≥ 400 and no divergent "
+        Table(fits, f"Every Bayesian fit: converged means max split R-hat ≤ {RHAT_MAX:g}, min bulk ESS ≥ {ESS_MIN} and no divergent "
                     "transition over all free parameters; rows in red did not converge.", flag="not converged")],
         anchor="convergence")]
 
@@ -1333,10 +1334,10 @@ def fit_sections(fit_file: Path, out: Path, svg: bool = False,
                  f"chains after {tree.attrs.get('tune')} tuning steps ({tree.attrs.get('sampler', '')}); "
                  f"{tree.attrs.get('convergence', '')}.")
     summary = parameter_summary(tree)
-    summary["not converged"] = (summary["r_hat"] > 1.01) | (summary["ess_bulk"] < 400)
+    summary["not converged"] = (summary["r_hat"] > RHAT_MAX) | (summary["ess_bulk"] < ESS_MIN)
     summary["r_hat"] = [f"{v:.4f}" for v in summary["r_hat"]]
     items.append(Table(summary.drop(columns=["level"]).rename(columns={"lo": f"{(1 - LEVEL) / 2:.0%}", "hi": f"{(1 + LEVEL) / 2:.0%}"}), "Posterior of every parameter: mean, sd, "
-                       f"central {PCT} interval, split R-hat, bulk and tail ESS (rows in red fail R-hat ≤ 1.01 or ESS ≥ 400).",
+                       f"central {PCT} interval, split R-hat, bulk and tail ESS (rows in red fail R-hat ≤ {RHAT_MAX:g} or ESS ≥ {ESS_MIN}).",
                        flag="not converged"))
     sections = [Section(f"Fit {name}", items, anchor="fit")]
     params = cell_parameters(tree)
