@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
 
 _enabled: bool | None = None
 
@@ -64,15 +65,21 @@ def write_line(text: str) -> None:
 class BarSafeHandler(logging.StreamHandler):
     """The command line's log handler: each record is one whole line on stderr, written through
     :func:`write_line` so that log lines and progress bars never share a terminal line (what
-    tqdm's ``logging_redirect_tqdm`` does, without importing tqdm before a bar exists)."""
+    tqdm's ``logging_redirect_tqdm`` does, without importing tqdm before a bar exists), and each
+    distinct line once per command."""
 
     def __init__(self) -> None:
         super().__init__(sys.stderr)
+        self._seen: set[str] = set()
 
     def emit(self, record: logging.LogRecord) -> None:
-        """Format the record and write it as whole lines."""
+        """Format the record and write it as whole lines; a line already written is not repeated
+        (a warning about one fit, raised by every stage that reads the fit, is said once)."""
         try:
             text = self.format(record)
+            if text in self._seen:
+                return
+            self._seen.add(text)
             if _bars_open():
                 write_line(text)
             else:
@@ -80,3 +87,19 @@ class BarSafeHandler(logging.StreamHandler):
                 self.flush()
         except Exception:  # noqa: BLE001 - logging's own contract: report, never raise
             self.handleError(record)
+
+
+def wait_for[T](future: Future[T], desc: str) -> T:
+    """``future.result()``, with a bar counting the seconds waited while progress bars are on
+    (a job running in another process, e.g. a Bayesian fit of ``evtsync run``, shows it is alive)."""
+    if future.done() or not progress_enabled():
+        return future.result()
+    from concurrent.futures import wait
+
+    from tqdm.auto import tqdm
+
+    with tqdm(desc=desc, total=None, unit="s", file=sys.stderr, leave=False,
+              bar_format="{desc}: {elapsed} elapsed") as bar:
+        while not wait([future], timeout=0.5).done:
+            bar.refresh()
+    return future.result()

@@ -8,7 +8,13 @@ import pytest
 
 from evtsync.nccltests.parse import busbw_factor, normalise_collective, parse_log
 from evtsync.trace.schema import canonical_collective, dtype_size
-from evtsync.vocabulary import COLLECTIVES, NCCL_TESTS_NAMES, collective_name, dtype_bytes, nccl_tests_name
+from evtsync.vocabulary import (
+    COLLECTIVES,
+    NCCL_TESTS_NAMES,
+    collective_name,
+    dtype_bytes,
+    nccl_tests_name,
+)
 
 NCCL = Path(__file__).resolve().parent / "data" / "nccltests"
 

@@ -257,8 +257,8 @@ def _finish(out: pd.DataFrame, fit: Any, level: float, skipped: dict[str, int], 
     for why, count in skipped.items():
         if count:
             log.warning("%s: skipped %d row(s): %s", what, count, why)
-    if fit.convergence_note:
-        log.warning("%s", fit.convergence_note)
+    if fit.convergence_note:  # the table's `converged` column carries it; the fit's own stage or the CLI says it
+        log.info("%s", fit.convergence_note.removeprefix("WARNING: "))
     return out
 
 
@@ -786,7 +786,7 @@ def _kind_attrs(out: pd.DataFrame) -> pd.DataFrame:
     """Say in the table's attrs (and the log) when some rows are population-level or pooled."""
     if "prediction_kind" in out and (out["prediction_kind"] == "population").any():
         out.attrs["population_note"] = POPULATION_NOTE
-        log.warning("%s", POPULATION_NOTE)
+        log.info("%s", POPULATION_NOTE)  # in the table's attrs, printed by every output
     if "prediction_kind" in out and (out["prediction_kind"] == "pooled").any():
         out.attrs["pooled_note"] = "the pooled fit has no GPU or precision effect: every GPU is predicted alike"
     return out

@@ -403,14 +403,18 @@ class Run:
             return job()
         from concurrent.futures.process import BrokenProcessPool
 
+        from evtsync.progress import wait_for
+
         try:
-            result, cpu_seconds = future.result()
+            result, cpu_seconds, records = wait_for(future, f"{stage_name}: running in a pool process")
         except BrokenProcessPool as exc:
             log.warning("the process running stage %s died (%s); it runs again in this process", stage_name, exc)
             self._job_places[stage_name] = "this process (after the pool broke)"
             return job()
         self._job_places[stage_name] = f"a pool of {self._job_pool.processes} processes"
         self._job_cpu[stage_name] = cpu_seconds
+        for record in records:  # what the job logged in its process, said here, in order
+            logging.getLogger(record.name).handle(record)
         return result
 
     def run_stage(self, stage: Stage) -> None:
@@ -473,10 +477,35 @@ def _nothing() -> None:
     """A task that only makes the pool start a process."""
 
 
-def _cpu_timed(job: Callable[[], Any]) -> tuple[Any, float]:
-    """``job()`` and the CPU seconds it took in the process that ran it (a pool's worker)."""
+class _RecordList(logging.Handler):
+    """Keeps the log records of a job run in a pool's worker, to be logged again in the main
+    process (whose handler writes them above the progress bars, once each)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        record.msg, record.args = record.getMessage(), None  # picklable, whatever the arguments were
+        record.exc_info = record.exc_text = None
+        self.records.append(record)
+
+
+def _cpu_timed(job: Callable[[], Any]) -> tuple[Any, float, list[logging.LogRecord]]:
+    """``job()``, the CPU seconds it took in the process that ran it (a pool's worker) and the
+    log records it wrote there, which the main process logs when it takes the result."""
+    root = logging.getLogger("evtsync")
+    keep = _RecordList()
+    propagate = root.propagate
+    root.addHandler(keep)
+    root.propagate = False  # not written by the worker itself, under the main process's bars
     started = time.process_time()
-    return job(), time.process_time() - started
+    try:
+        result = job()
+    finally:
+        root.removeHandler(keep)
+        root.propagate = propagate
+    return result, time.process_time() - started, keep.records
 
 
 #: Modules the fork server of the job pool imports once for every process: the fit's (PyMC,

@@ -396,6 +396,8 @@ def _fit_stage(model_path: Path) -> tuple[Callable[[Run], dict[str, Any]], Calla
         out = f"{FITS}/{spec.name}.nc"
         save_fit(tree, run.path(out))
         run.produced(name, out)
+        if not int(tree.attrs["converged"]):  # said once, here; the tables and the report carry the flag
+            log.warning("fit %s: %s", spec.name, tree.attrs["convergence"])
         return {"model": spec.name, "family": spec.family, "n_obs": int(tree.attrs["n_obs"]),
                 "converged": bool(int(tree.attrs["converged"])), "convergence": tree.attrs["convergence"],
                 "sampling_seconds": float(tree.attrs.get("sampling_seconds", 0.0)), "workloads_lacking": lacking, **s}
