@@ -155,3 +155,20 @@ def test_docs_state_the_convention() -> None:
     head = text.split("## `evtsync`")[0]
     for words in ("-o/--out", "--json", "--level", "Gi", "commas", "deprecated", "-v"):
         assert words in head, f"docs/cli.md's conventions do not mention {words}"
+
+
+def test_bandwidth_writes_a_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`bandwidth -o` (issue 34: it could not write a table). B* by hand for a ring of 8:
+    p = 2(n-1) = 14, q = 2(n-1)/n = 1.75; B* = q S (1+eps) / (-eps (p alpha + tau))
+    = 1.75 * 1e9 * 0.5 / (0.5 * (14 * 5 + 10) µs) = 21875 GB/s."""
+    from evtsync.tableio import read_table
+
+    out = tmp_path / "bstar.csv"
+    assert main(["bandwidth", "--topology", "ring", "--n", "8", "--alpha-us", "5", "--bytes", "1G", "--tau-us", "10",
+                 "-o", str(out)]) == 0
+    capsys.readouterr()
+    table = read_table(out)
+    assert len(table) == 1 and table.loc[0, "bstar"] == pytest.approx(21875.0)
+    assert main(["bandwidth", "--topology", "ring", "--n", "8", "--alpha-us", "5", "--bytes", "1G", "--tau-us", "10",
+                 "--flops-factor", "1", "2", "-o", str(tmp_path / "sweep.parquet")]) == 0
+    assert (tmp_path / "sweep_scaling.parquet").is_file() and len(read_table(tmp_path / "sweep.parquet")) == 2

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.cli._common import emit_json
+from evtsync.cli._common import emit_json, level_of
 from evtsync.defaults import DEFAULT_EPS
 from evtsync.errors import InputError
 
@@ -80,7 +80,7 @@ def run_bayesian_fit(args: argparse.Namespace) -> int:
         command=command, progress=progress_enabled(),
     )
     path = save_fit(tree, out)
-    summary = parameter_summary(tree, _level(args))
+    summary = parameter_summary(tree, level_of(args))
     if getattr(args, "plot", None):
         plot_fit(tree, args.plot)
     converged = bool(tree.attrs["converged"])
@@ -163,13 +163,6 @@ def _close(fit: Any, args: argparse.Namespace) -> int:
     return 0 if fit.converged else 1
 
 
-def _level(args: argparse.Namespace) -> float:
-    from evtsync.defaults import INTERVAL_LEVEL
-
-    level = getattr(args, "level", None)
-    return INTERVAL_LEVEL if level is None else float(level)
-
-
 def _interval_name(fit: Any) -> str:
     return "credible" if fit.kind == "bayes" else "confidence"
 
@@ -201,7 +194,7 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
     if getattr(args, "tau_us", None) is not None:
         raise InputError("--fit takes the tax from the posterior; do not also give --tau-us")
     block_sd = _block_sd(args)
-    level = _level(args)
+    level = level_of(args)
     n_draws = int(np.prod(fit.cell_draws()[0].shape[:1]))
     alpha, alpha_draws, alpha_notes = alpha_setup(args, topologies, n_draws if args.alpha_from else None)
     common = {"alpha_draws_us": alpha_draws, "gpu": hw["gpu"], "precision": getattr(args, "precision", None),
@@ -290,7 +283,7 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     sizes = hw["sizes"]
     domain_multiple(sizes, args.m)
     block_sd = _block_sd(args)
-    level = _level(args)
+    level = level_of(args)
     parts = []
     for factor in hw["factors"]:
         part = tau_table(fit, sizes, block_sd / factor, args.m, level, gpu=hw["gpu"],
@@ -325,7 +318,7 @@ def _straggler(args: argparse.Namespace, fit: Any) -> int:
 
     if args.n or any(getattr(args, k, None) is not None for k in ("block_sd_us", "block_mean_us", "cv")):
         raise InputError("--straggler takes n and b from the table; do not also give --n or the block spread")
-    level = _level(args)
+    level = level_of(args)
     table = predicted_vs_measured(fit, read_table(args.straggler), args.m, level, source=str(args.straggler))
     if table.empty:
         raise InputError(f"{args.straggler}: no row matches a cell of the fit ({table.attrs['skipped']})")

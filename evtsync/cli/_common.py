@@ -257,6 +257,14 @@ def byte_size(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def level_of(args: argparse.Namespace) -> float:
+    """The interval level of a command line: its ``--level``, else the one default."""
+    from evtsync.defaults import INTERVAL_LEVEL
+
+    level = getattr(args, "level", None)
+    return INTERVAL_LEVEL if level is None else float(level)
+
+
 def interval_level(text: str) -> float:
     """argparse type of ``--level``: a number in (0, 1)."""
     try:
