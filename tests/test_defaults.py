@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "evtsync"
 
 #: Parameter, field and keyword names whose literal value must come from evtsync.defaults.
 NAMED = {"m": defaults.DEFAULT_M, "eps": defaults.DEFAULT_EPS, "level": defaults.INTERVAL_LEVEL,
-         "ci_level": defaults.INTERVAL_LEVEL}
+         "ci_level": defaults.INTERVAL_LEVEL, "sampler": defaults.DEFAULT_SAMPLER}
 #: Options whose default must be a name from evtsync.defaults, never a literal.
 OPTIONS = {"--m", "--eps", "--level", "--ci-level", "--sampler"}
 #: The home of the topologies' names, p, q and labels (the defaults table names the run's set).
@@ -46,6 +46,8 @@ def _text(node: ast.AST) -> str:
 
 
 def _is_default(value: object, default: object) -> bool:
+    if isinstance(default, str):
+        return value == default
     return isinstance(value, int | float) and not isinstance(value, bool) and value == default
 
 
@@ -134,6 +136,7 @@ def test_no_shared_default_is_written_outside_its_home() -> None:
     ("names = {'full': 'fully connected', 'ring': 'ring', 'torus3d': '3D torus'}", "topology names"),
     ("model = 'gev-hier-gpu-precision'", "model name"),
     ("tau = predict(n, m=4)", "keyword m=4"),
+    ("class S:\n    sampler: str = 'nutpie'", "field sampler"),
 ])
 def test_the_scan_finds_each_kind_of_literal(source: str, what: str) -> None:
     assert any(what in line for line in scan(source, "evtsync/x.py")), scan(source, "evtsync/x.py")

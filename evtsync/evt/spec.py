@@ -48,7 +48,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from evtsync.defaults import SAMPLERS
+from evtsync.defaults import DEFAULT_SAMPLER, SAMPLERS
 from evtsync.errors import InputError, ModelSpecError
 
 FAMILIES = ("gumbel", "frechet", "gev")
@@ -151,7 +151,7 @@ class SamplerConfig:
     chains: int = DEFAULT_CHAINS
     target_accept: float | str = "auto"
     seed: int | None = None
-    sampler: str = "nutpie"
+    sampler: str = DEFAULT_SAMPLER
     backend: str = "numba"
     adaptation: str = "auto"
     extend: int = 0
