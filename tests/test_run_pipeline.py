@@ -392,6 +392,7 @@ def test_fits_run_side_by_side_in_a_pool_and_give_the_same_draws(tiny_run: tuple
         entry = manifest["stages"][name]
         assert entry["status"] == STATUS_DONE, entry.get("reason")
         assert entry["job_ran_in"] == "a pool of 2 processes"
+        assert entry["cpu_seconds"] > 0  # the fit's own CPU in its pool process: the stage's cost
     _assert_outputs_intact(out, manifest)
     pooled = xr.open_datatree(out / "fits" / "gumbel.nc")
     single = xr.open_datatree(out_single / "fits" / "gumbel.nc")
@@ -424,3 +425,27 @@ def test_a_run_reads_each_fit_once_and_a_rewritten_fit_again(tiny_run: tuple[Pat
     second = run.fit_tree(fit)
     assert len(reads) == 2 and second is not first
     assert run.fit_tree(fit) is second and len(reads) == 2
+
+
+def test_run_json_prints_the_outcome(tiny_run: tuple[Path, dict, list[StageEvent]],
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """`evtsync run --json`: one strict JSON document with every stage's status, wall and CPU
+    seconds, and the exit status of the text output (issue 34)."""
+    import json
+    from types import SimpleNamespace
+
+    from evtsync.cli.run import _print_json
+    from evtsync.pipeline.options import Workload
+
+    out, manifest, _ = tiny_run
+    result = SimpleNamespace(out=out, manifest=manifest, workloads=[Workload("a100-bf16", [out / "x.json"])])
+    assert _print_json(result, [], out / "report.html", False) == 0
+
+    def refuse(constant: str) -> None:
+        raise ValueError(constant)
+
+    doc = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    assert {n: e["status"] for n, e in doc["stages"].items()} == {n: e["status"] for n, e in manifest["stages"].items()}
+    assert doc["stages"]["tax"]["cpu_seconds"] == manifest["stages"]["tax"]["cpu_seconds"] >= 0
+    assert doc["workloads"] == [{"name": "a100-bf16", "n_traces": 1}] and doc["run_folder"] == str(out)
+    assert _print_json(result, ["tax"], None, False) == 1

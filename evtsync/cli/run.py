@@ -198,7 +198,7 @@ def _print_json(result: Any, failed: list[str], report: Path | None, allow_faile
     bad_workloads = failed_workloads(result.manifest)
     summary_path = result.out / "summary.json"
     emit_json({
-        "run_folder": result.out, "report": report, "workloads": list(result.workloads),
+        "run_folder": result.out, "report": report, "workloads": [{"name": w.name, "n_traces": len(w.files)} for w in result.workloads],
         "stages": {name: {"status": e.get("status"), "reason": e.get("reason", ""), "seconds": e.get("seconds"),
                           "cpu_seconds": e.get("cpu_seconds")} for name, e in stages.items()},
         "failed_stages": failed, "failed_workloads": bad_workloads,
