@@ -93,3 +93,8 @@ def test_a_pool_job_reports_its_cpu_time_and_its_log(caplog: pytest.LogCaptureFi
 def test_run_json_and_stage_lines_are_documented() -> None:
     text = (Path(__file__).resolve().parent.parent / "docs" / "tutorial.md").read_text(encoding="utf-8")
     assert "CPU time (the stage's cost) and wall time" in text and "running…" not in text
+
+
+def test_repeated_v_before_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["-vvv", "models", "--json"]) == 0
+    assert capsys.readouterr().out.lstrip().startswith("[")

@@ -43,7 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 #: Options of ``evtsync`` itself (before the command); none takes a value.
-_GLOBAL_FLAGS = {"-q", "--quiet", "-v", "-vv", "--verbose", "-h", "--help", "--version"}
+_GLOBAL_FLAGS = {"-q", "--quiet", "-v", "--verbose", "-h", "--help", "--version"}
 QUIET_HELP = "no progress bars or status lines: warnings, errors and the results only"
 VERBOSE_HELP = "say what each step does (log level INFO); -vv adds debugging detail"
 
@@ -51,7 +51,7 @@ VERBOSE_HELP = "say what each step does (log level INFO); -vv adds debugging det
 def command_of(argv: Sequence[str]) -> str | None:
     """The command named in ``argv`` (the first word that is not a global option), if any."""
     for token in argv:
-        if token in _GLOBAL_FLAGS:
+        if token in _GLOBAL_FLAGS or (token.startswith("-v") and set(token[1:]) == {"v"}):  # -v, -vv, -vvv
             continue
         return token if token in COMMANDS else None
     return None
