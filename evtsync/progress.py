@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 
 _enabled: bool | None = None
@@ -89,9 +89,10 @@ class BarSafeHandler(logging.StreamHandler):
             self.handleError(record)
 
 
-def wait_for[T](future: Future[T], desc: str) -> T:
+def wait_for[T](future: Future[T], desc: str, status: Callable[[], str] | None = None) -> T:
     """``future.result()``, with a bar counting the seconds waited while progress bars are on
-    (a job running in another process, e.g. a Bayesian fit of ``evtsync run``, shows it is alive)."""
+    (a job running in another process, e.g. a Bayesian fit of ``evtsync run``, shows it is alive);
+    ``status()``, refreshed twice a second, says how the other jobs stand (``2 of 5 done``)."""
     if future.done() or not progress_enabled():
         return future.result()
     from concurrent.futures import wait
@@ -99,7 +100,9 @@ def wait_for[T](future: Future[T], desc: str) -> T:
     from tqdm.auto import tqdm
 
     with tqdm(desc=desc, total=None, unit="s", file=sys.stderr, leave=False,
-              bar_format="{desc}: {elapsed} elapsed") as bar:
+              bar_format="{desc}: {elapsed} elapsed{postfix}") as bar:
         while not wait([future], timeout=0.5).done:
+            if status is not None:
+                bar.set_postfix_str(status(), refresh=False)
             bar.refresh()
     return future.result()

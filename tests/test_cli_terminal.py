@@ -98,3 +98,22 @@ def test_run_json_and_stage_lines_are_documented() -> None:
 def test_repeated_v_before_the_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["-vvv", "models", "--json"]) == 0
     assert capsys.readouterr().out.lstrip().startswith("[")
+
+
+def test_waiting_for_a_pool_job_shows_a_live_bar(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run`'s fits in a pool: the main process's bar says the job is alive and how many are done."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from evtsync.progress import set_progress, wait_for
+
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    set_progress(True)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(time.sleep, 1.2)
+            assert wait_for(future, "fit-gev: running in a pool process", lambda: "1 of 2 pool jobs done") is None
+    finally:
+        set_progress(None)
+    text = stream.getvalue()
+    assert "fit-gev: running in a pool process: 00:0" in text and "1 of 2 pool jobs done" in text

@@ -161,6 +161,8 @@ class Run:
         self.failures: dict[str, dict[str, str]] = {}
         #: jobs started ahead of their stage (:meth:`start_jobs`): stage name -> future
         self._jobs: dict[str, Any] = {}
+        #: every future started in the pool (for the wait bar's count of finished jobs)
+        self._started_jobs: list[Any] = []
         self._jobs_considered: set[str] = set()
         #: stage name -> where its job ran, recorded in its manifest entry
         self._job_places: dict[str, str] = {}
@@ -366,6 +368,7 @@ class Run:
                  ", ".join(name for name, _ in todo))
         for name, fn in todo:
             self._jobs[name] = self._job_pool.submit(functools.partial(_cpu_timed, fn))
+            self._started_jobs.append(self._jobs[name])
 
     def _job_processes(self) -> int:
         import os
@@ -406,7 +409,9 @@ class Run:
         from evtsync.progress import wait_for
 
         try:
-            result, cpu_seconds, records = wait_for(future, f"{stage_name}: running in a pool process")
+            result, cpu_seconds, records = wait_for(
+                future, f"{stage_name}: running in a pool process",
+                lambda: f"{sum(f.done() for f in self._started_jobs)} of {len(self._started_jobs)} pool jobs done")
         except BrokenProcessPool as exc:
             log.warning("the process running stage %s died (%s); it runs again in this process", stage_name, exc)
             self._job_places[stage_name] = "this process (after the pool broke)"
