@@ -52,6 +52,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.collectives import Alignment, align_collectives
+from evtsync.defaults import DEFAULT_M
 from evtsync.display import TablesDisplay
 from evtsync.errors import InputError
 from evtsync.kernels import (
@@ -70,7 +71,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TIME_DEFINITIONS = ("busy", "span", "window")
-DEFAULT_M = 4
 _TP_RE = re.compile(r"(?<![a-z])(?:tp|tensor)", re.IGNORECASE)
 
 TIME_COLUMNS = ["pg", "index", "window", "rank", "group_rank", "sample", "position", "instance", "block",

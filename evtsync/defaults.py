@@ -1,13 +1,37 @@
-"""The defaults every layer shares, in one table (like ArviZ's ``ci_prob``).
+"""The defaults every layer shares, in one validated table (like ArviZ's ``ci_prob``).
 
 Light on purpose (no NumPy): the command line reads these to build its parser before any
-command runs.
+command runs. Each default is written here once and imported everywhere else:
+``tests/test_defaults.py`` scans the package's syntax tree and fails when one of these values
+is written again as a literal outside this module (a parameter ``m=4``, ``eps=-0.5``,
+``level=0.9``, the sampler or topology lists, a model name, the convergence thresholds).
+:data:`DEFAULTS` is the table, checked at import by :func:`check_defaults`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 #: Central credible / confidence level of every interval evtsync reports (equal-tailed).
 INTERVAL_LEVEL = 0.90
+#: Ranks per sample of the pooled z-scores (a domain of n = k·m ranks gives k samples).
+DEFAULT_M = 4
+#: Target elasticity eps of the optimal bandwidth B* (in (-1, 0)).
+DEFAULT_EPS = -0.5
+#: Convergence of a Bayesian fit: split R-hat at most this, bulk and tail ESS at least ESS_MIN,
+#: no divergence (Vehtari et al. 2021).
+RHAT_MAX = 1.01
+ESS_MIN = 400
+#: NUTS samplers a fit can run on, the default first.
+SAMPLERS = ("nutpie", "pymc")
+DEFAULT_SAMPLER = SAMPLERS[0]
+#: The hierarchical model whose population predicts hardware a fit has not seen.
+POPULATION_MODEL = "gev-hier-gpu-precision"
+#: The model a run reports its predictions with when LOO cannot choose, in this order.
+MAIN_MODEL_PREFERENCE = (POPULATION_MODEL, "gev", "gumbel")
+#: Topologies of a run's predictions (names of :data:`evtsync.hockney.TOPOLOGIES`, which holds
+#: their p, q and labels), in the order of its tables.
+RUN_TOPOLOGIES = ("full", "ring", "torus3d")
 #: Default tolerance on end-time agreement across ranks that share a clock (µs).
 END_TOLERANCE_US = 50.0
 #: Ranks per host when traces do not name their host (clock domains for end-time checks).
@@ -19,6 +43,44 @@ DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS = 1000, 1000, 4
 #: the whole demo finishes in a few minutes on two cores; its fits are flagged when they miss
 #: the convergence thresholds (with 400 draws most of them did, hence 1000).
 DEMO_DRAWS, DEMO_TUNE, DEMO_CHAINS = 1000, 1000, 2
+
+#: The table: every default above by name.
+DEFAULTS: dict[str, Any] = {
+    "INTERVAL_LEVEL": INTERVAL_LEVEL, "DEFAULT_M": DEFAULT_M, "DEFAULT_EPS": DEFAULT_EPS, "RHAT_MAX": RHAT_MAX,
+    "ESS_MIN": ESS_MIN, "SAMPLERS": SAMPLERS, "DEFAULT_SAMPLER": DEFAULT_SAMPLER,
+    "POPULATION_MODEL": POPULATION_MODEL, "MAIN_MODEL_PREFERENCE": MAIN_MODEL_PREFERENCE,
+    "RUN_TOPOLOGIES": RUN_TOPOLOGIES, "END_TOLERANCE_US": END_TOLERANCE_US, "RANKS_PER_HOST": RANKS_PER_HOST,
+    "DEFAULT_DRAWS": DEFAULT_DRAWS, "DEFAULT_TUNE": DEFAULT_TUNE, "DEFAULT_CHAINS": DEFAULT_CHAINS,
+    "DEMO_DRAWS": DEMO_DRAWS, "DEMO_TUNE": DEMO_TUNE, "DEMO_CHAINS": DEMO_CHAINS,
+}
+
+
+def check_defaults(table: dict[str, Any]) -> dict[str, Any]:
+    """``table`` after checking that its values make sense together; ``ValueError`` naming the
+    first one that does not (run at import on :data:`DEFAULTS`, so a bad edit fails at once)."""
+    rules = [
+        ("INTERVAL_LEVEL", lambda v: 0 < v < 1, "a level in (0, 1)"),
+        ("DEFAULT_M", lambda v: isinstance(v, int) and v >= 2, "a whole number of ranks >= 2"),
+        ("DEFAULT_EPS", lambda v: -1 < v < 0, "an elasticity in (-1, 0)"),
+        ("RHAT_MAX", lambda v: v > 1, "an R-hat threshold above 1"),
+        ("ESS_MIN", lambda v: isinstance(v, int) and v > 0, "a positive effective sample size"),
+        ("SAMPLERS", lambda v: len(v) == len(set(v)) > 0, "distinct sampler names"),
+        ("DEFAULT_SAMPLER", lambda v: v in table["SAMPLERS"], "one of SAMPLERS"),
+        ("MAIN_MODEL_PREFERENCE", lambda v: v[0] == table["POPULATION_MODEL"] and len(set(v)) == len(v),
+         "distinct model names, the population model first"),
+        ("RUN_TOPOLOGIES", lambda v: len(v) == len(set(v)) > 0, "distinct topology names"),
+        ("END_TOLERANCE_US", lambda v: v >= 0, "a tolerance >= 0 µs"),
+        ("RANKS_PER_HOST", lambda v: isinstance(v, int) and v >= 1, "a whole number >= 1"),
+        *((name, lambda v: isinstance(v, int) and v >= 1, "a whole number >= 1")
+          for name in ("DEFAULT_DRAWS", "DEFAULT_TUNE", "DEFAULT_CHAINS", "DEMO_DRAWS", "DEMO_TUNE", "DEMO_CHAINS")),
+    ]
+    for name, ok, expected in rules:
+        if not ok(table[name]):
+            raise ValueError(f"evtsync.defaults: {name} = {table[name]!r} is not {expected}")
+    return table
+
+
+check_defaults(DEFAULTS)
 
 
 def check_level(level: float) -> float:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from evtsync.defaults import DEFAULT_EPS, DEFAULT_M
 from evtsync.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -305,6 +306,98 @@ def tables_from_run(run_dir, label: str | None = None, workload: str | None = No
                      None if ranks is None else ranks.reset_index(drop=True), missing_ranks=lacking)
 
 
+def run_workloads(path) -> list[str]:
+    """The workloads of a run folder's tax table, sorted ([] for traces, or a run without the column)."""
+    from pathlib import Path
+
+    from evtsync.pipeline.layout import table_path
+
+    if not (Path(path) / "manifest.json").is_file():
+        return []
+    table = table_path(Path(path), "tax_collectives")
+    if not table.is_file():
+        return []
+    import pyarrow.parquet as pq
+
+    if table.suffix == ".parquet":
+        if "workload" not in pq.read_schema(table).names:
+            return []
+        column = pq.read_table(table, columns=["workload"]).column("workload").to_pylist()
+    else:
+        from evtsync.tableio import read_table
+
+        frame = read_table(str(table))
+        column = frame["workload"].tolist() if "workload" in frame.columns else []
+    return sorted({str(w) for w in column})
+
+
+def matching_workloads(a, b, workload_a: str | None = None, workload_b: str | None = None
+                       ) -> tuple[list[tuple[str | None, str | None]], list[str]]:
+    """Which workloads of A and B to compare, and notes on those left out.
+
+    Given ``workload_a``/``workload_b``: that pair. Two run folders of several workloads: every
+    workload present in both, by name (a study before and after a change), each compared with its
+    namesake; the workloads found on one side only are named in the notes. A run folder of several
+    workloads against traces, or two studies without a workload in common: ``InputError`` naming
+    the workloads to choose from with ``--workload-a/--workload-b``.
+    """
+    if workload_a is not None or workload_b is not None:
+        return [(workload_a, workload_b)], []
+    in_a, in_b = run_workloads(a), run_workloads(b)
+    if len(in_a) <= 1 and len(in_b) <= 1:
+        return [(None, None)], []
+    if in_a and in_b:
+        common = [w for w in in_a if w in in_b]
+        if common:
+            notes = [f"workload {w} is only in {side}: not compared"
+                     for side, own, other in (("A", in_a, in_b), ("B", in_b, in_a)) for w in own if w not in other]
+            return [(w, w) for w in common], notes
+    raise InputError(f"diff: no workload to compare by name: A holds {', '.join(in_a) or 'one trace set'}, "
+                     f"B holds {', '.join(in_b) or 'one trace set'}; choose with --workload-a NAME and --workload-b NAME")
+
+
+def diff_runs(a, b, *, label_a: str | None = None, label_b: str | None = None, workload_a: str | None = None,
+              workload_b: str | None = None, load_options: Mapping[str, object] | None = None,
+              **diff_options) -> tuple[pd.DataFrame, RunTables, RunTables]:
+    """:func:`diff_tax` of two runs (run folders or traces) over their matching workloads
+    (:func:`matching_workloads`): one table, with a ``workload`` column (A's name) when several
+    workloads were compared, and both sides as read (their workloads' collectives together)."""
+    pairs, notes = matching_workloads(a, b, workload_a, workload_b)
+    options = dict(load_options or {})
+    tables, sides_a, sides_b = [], [], []
+    for wa, wb in pairs:
+        side_a = load_side(a, label_a or str(a), wa, **options)
+        side_b = load_side(b, label_b or str(b), wb, **options)
+        table = diff_tax(side_a, side_b, **diff_options)
+        if len(pairs) > 1:
+            table.insert(0, "workload", wa)
+        tables.append(table)
+        sides_a.append(side_a)
+        sides_b.append(side_b)
+    if len(pairs) == 1:
+        table = tables[0]
+        table.attrs["notes"] = [*table.attrs.get("notes", []), *notes]
+        return table, sides_a[0], sides_b[0]
+    table = pd.concat(tables, ignore_index=True)
+    table.attrs.update({k: v for k, v in tables[0].attrs.items() if k not in ("notes", "missing_ranks")})
+    table.attrs["notes"] = [f"{len(pairs)} workloads compared, each with its namesake: "
+                            f"{', '.join(w for w, _ in pairs)}", *notes,
+                            *dict.fromkeys(n for t, (w, _) in zip(tables, pairs, strict=True)
+                                           for n in (f"{w}: {x}" for x in t.attrs.get("notes", [])))]
+    table.attrs["missing_ranks"] = {side: sorted({r for t in tables for r in t.attrs.get("missing_ranks", {}).get(side, [])})
+                                    for side in ("a", "b")}
+    return table, _joined(sides_a), _joined(sides_b)
+
+
+def _joined(sides: list[RunTables]) -> RunTables:
+    """One side of several workloads: their collectives (and rank tables) together."""
+    ranks = [s.ranks for s in sides if s.ranks is not None]
+    return RunTables(sides[0].label, pd.concat([s.collectives for s in sides], ignore_index=True),
+                     pd.concat(ranks, ignore_index=True) if ranks else None,
+                     notes=[n for s in sides for n in s.notes],
+                     missing_ranks=sorted({r for s in sides for r in s.missing_ranks}))
+
+
 def load_side(path, label: str | None = None, workload: str | None = None, **options) -> RunTables:
     """A run folder (it has a manifest.json) or traces (files or folders of them)."""
     from pathlib import Path
@@ -324,7 +417,7 @@ FIT_DIFF_COLUMNS = [
 
 
 def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: float | Mapping[str, float] = 1.0,
-              m: int = 4, level: float | None = None, seed: int = 0,
+              m: int = DEFAULT_M, level: float | None = None, seed: int = 0,
               block_sd_b_us: float | Mapping[str, float] | None = None, refuse: Iterable[str] = ()) -> pd.DataFrame:
     """Per GPU × precision cell of both fits: the posterior of Δξ = ξ_B − ξ_A and of Δτ(n).
 
@@ -444,8 +537,8 @@ class BandwidthInputs:
     topologies: list[str]
     alpha_us: dict[str, float]
     size_bytes: float
-    eps: list[float] = field(default_factory=lambda: [-0.5])
-    m: int = 4
+    eps: list[float] = field(default_factory=lambda: [DEFAULT_EPS])
+    m: int = DEFAULT_M
     alpha_draws_us: dict[str, Any] | None = None
     source: str = "given"
 

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from evtsync.defaults import DEFAULT_EPS
 from evtsync.errors import InputError
 
 __all__ = [
@@ -126,6 +127,15 @@ _ALIASES = {
 }
 
 
+def topology_label(name: str) -> str:
+    """How a topology is written in prose ("fully connected", "ring", "3D torus"); an unknown
+    name as given."""
+    topology = TOPOLOGIES.get(_ALIASES.get(name, name)) if isinstance(name, str) else None
+    if topology is None:
+        return str(name)
+    return topology.label if topology.label[:2].isupper() else topology.label.lower()
+
+
 def get_topology(name: str) -> Topology:
     """Topology by name (ring, torus3d, full; aliases torus, fully-connected, nvswitch)."""
     key = name.strip().lower()
@@ -166,7 +176,7 @@ def elasticity(
 
 def optimal_bandwidth(
     size_bytes: ArrayLike, alpha_us: ArrayLike, tau_us: ArrayLike, p: ArrayLike, q: ArrayLike,
-    eps: ArrayLike = -0.5,
+    eps: ArrayLike = DEFAULT_EPS,
 ) -> Array:
     """B*(eps) = q·S·(1 + eps) / (-eps·(p·alpha + tau)) in bytes/s; ``inf`` if p·alpha + tau = 0."""
     eps_a = _check_eps(eps)
@@ -183,7 +193,7 @@ def optimal_bandwidth(
 
 
 def hockney_bandwidth(
-    size_bytes: ArrayLike, alpha_us: ArrayLike, p: ArrayLike, q: ArrayLike, eps: ArrayLike = -0.5
+    size_bytes: ArrayLike, alpha_us: ArrayLike, p: ArrayLike, q: ArrayLike, eps: ArrayLike = DEFAULT_EPS
 ) -> Array:
     """Hockney's B*_H: :func:`optimal_bandwidth` with tau = 0 (bytes/s)."""
     return optimal_bandwidth(size_bytes, alpha_us, 0.0, p, q, eps)
@@ -198,7 +208,7 @@ def bandwidth_reduction(alpha_us: ArrayLike, tau_us: ArrayLike, p: ArrayLike) ->
 
 def flops_scaled_bandwidth(
     size_bytes: ArrayLike, alpha_us: ArrayLike, tau_us: ArrayLike, p: ArrayLike, q: ArrayLike,
-    factor: ArrayLike, eps: ArrayLike = -0.5,
+    factor: ArrayLike, eps: ArrayLike = DEFAULT_EPS,
 ) -> Array:
     """B* on a GPU ``factor`` times faster: the block time, and so tau = b·E_k, divide by f (§8).
 

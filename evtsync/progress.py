@@ -1,14 +1,18 @@
 """Progress bars for long work, switched off globally by ``--quiet`` or ``EVTSYNC_QUIET=1``.
 
 Library code wraps long loops in :func:`progress`; bars go to stderr and disappear when
-stderr is not a terminal unless forced, so logs and tests stay clean.
+stderr is not a terminal unless forced, so logs and tests stay clean. Log records and the
+command line's status lines go through :class:`BarSafeHandler` and :func:`write_line`, which
+write whole lines above the bars, so that the two never interleave on one terminal line.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
 
 _enabled: bool | None = None
 
@@ -36,3 +40,69 @@ def progress[T](iterable: Iterable[T], desc: str, total: int | None = None, unit
     from tqdm.auto import tqdm
 
     yield from tqdm(iterable, desc=desc, total=total, unit=unit, file=sys.stderr, leave=False)
+
+
+def _bars_open() -> bool:
+    """Whether a tqdm bar is on the terminal now (without importing tqdm when none was)."""
+    module = sys.modules.get("tqdm")
+    if module is None:
+        return False
+    return bool(getattr(module.tqdm, "_instances", None))
+
+
+def write_line(text: str) -> None:
+    """Print one line on stderr without breaking a progress bar: through ``tqdm.write`` (which
+    clears the bars, writes the line, redraws them) while one is shown, else plainly."""
+    if _bars_open():
+        from tqdm import tqdm
+
+        tqdm.write(text, file=sys.stderr)
+    else:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+
+class BarSafeHandler(logging.StreamHandler):
+    """The command line's log handler: each record is one whole line on stderr, written through
+    :func:`write_line` so that log lines and progress bars never share a terminal line (what
+    tqdm's ``logging_redirect_tqdm`` does, without importing tqdm before a bar exists), and each
+    distinct line once per command."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+        self._seen: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Format the record and write it as whole lines; a line already written is not repeated
+        (a warning about one fit, raised by every stage that reads the fit, is said once)."""
+        try:
+            text = self.format(record)
+            if text in self._seen:
+                return
+            self._seen.add(text)
+            if _bars_open():
+                write_line(text)
+            else:
+                self.stream.write(text + self.terminator)
+                self.flush()
+        except Exception:  # noqa: BLE001 - logging's own contract: report, never raise
+            self.handleError(record)
+
+
+def wait_for[T](future: Future[T], desc: str, status: Callable[[], str] | None = None) -> T:
+    """``future.result()``, with a bar counting the seconds waited while progress bars are on
+    (a job running in another process, e.g. a Bayesian fit of ``evtsync run``, shows it is alive);
+    ``status()``, refreshed twice a second, says how the other jobs stand (``2 of 5 done``)."""
+    if future.done() or not progress_enabled():
+        return future.result()
+    from concurrent.futures import wait
+
+    from tqdm.auto import tqdm
+
+    with tqdm(desc=desc, total=None, unit="s", file=sys.stderr, leave=False,
+              bar_format="{desc}: {elapsed} elapsed{postfix}") as bar:
+        while not wait([future], timeout=0.5).done:
+            if status is not None:
+                bar.set_postfix_str(status(), refresh=False)
+            bar.refresh()
+    return future.result()

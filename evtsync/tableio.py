@@ -8,6 +8,7 @@ renamed over the destination (an atomic operation on POSIX file systems).
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
 import math
 import os
@@ -126,22 +127,50 @@ def file_sha256(path: str | os.PathLike[str], chunk_size: int = 1 << 22) -> str:
 
 
 def json_ready(value: Any) -> Any:
-    """``value`` with NumPy scalars as Python ones, paths as strings and NaN/inf as None, recursively.
+    """``value`` made of JSON types only, recursively: NumPy scalars and arrays as Python ones,
+    paths and datetimes as strings, DataFrames as lists of records, and every missing value
+    (NaN, ±inf, ``None``, ``pd.NA``, ``NaT``) as ``None``.
 
     The one JSON cleaner: ``json.dumps(json_ready(x), allow_nan=False)`` always succeeds for
-    the package's records (tables' rows, manifests, summaries).
+    the package's records (tables' rows, manifests, summaries); a type it does not know is left
+    as it is, so that :func:`json_text` refuses it instead of printing its ``str``.
     """
     if isinstance(value, dict):
         return {str(k): json_ready(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [json_ready(v) for v in value]
+    if isinstance(value, set | frozenset):
+        return [json_ready(v) for v in sorted(value, key=str)]
+    if isinstance(value, pd.DataFrame):
+        return json_ready(value.to_dict(orient="records"))
+    if isinstance(value, pd.Series):
+        return json_ready(value.to_list())
+    if hasattr(value, "tolist") and hasattr(value, "dtype") and getattr(value, "ndim", 0) >= 1:
+        return json_ready(value.tolist())  # a NumPy array
+    if value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, pd.Timestamp | datetime.datetime | datetime.date):
+        return value.isoformat()
+    if isinstance(value, pd.Timedelta | datetime.timedelta):
+        return value.total_seconds()
     if hasattr(value, "item") and hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0:
         value = value.item()  # a NumPy scalar
+        if isinstance(value, datetime.datetime | datetime.date):
+            return value.isoformat()
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, os.PathLike):
         return os.fspath(value)
     return value
+
+
+def json_text(value: Any, indent: int | None = 2) -> str:
+    """Strict JSON text of ``value`` (:func:`json_ready` first): missing values are ``null``, never
+    a bare ``NaN`` or ``Infinity``, and a value of an unknown type raises ``TypeError`` rather than
+    being written as its ``str`` (no ``default=str``)."""
+    import json
+
+    return json.dumps(json_ready(value), indent=indent, allow_nan=False, ensure_ascii=False)
 
 
 def _writable_place(path: Path, option: str, what: str, shown: Path | None = None) -> None:

@@ -129,3 +129,28 @@ def test_identical_fits_are_named_not_preferred(data):
     table, words = compare_fits([a, b])
     assert table["diff_se"].iloc[1] == 0.0
     assert "identical pointwise ELPD" in words and "preferred" not in words and "inf" not in words
+
+
+def test_compare_out_and_the_run_table_are_one_table(data, tmp_path, capsys):
+    """`evtsync compare --out` and a run's tables/compare.parquet are built in one place (issue 31):
+    the same columns and values; n_bad_k counts the Pareto k above 0.7 that ArviZ reports."""
+    from evtsync.cli import main
+    from evtsync.evt.bayesfit import save_fit
+    from evtsync.evt.compare import COMPARE_COLUMNS
+    from evtsync.pipeline.stages import compare_fits as run_compare_table
+    from evtsync.tableio import read_table
+
+    rng, z = data
+    mu, sigma, xi = _posterior(rng, (2, 200))
+    trees = {"gev": _tree(z, mu, sigma, xi, name="gev"), "gumbel": _tree(z, mu, sigma, None, family="gumbel",
+                                                                          name="gumbel")}
+    paths = [str(save_fit(tree, tmp_path / f"{name}.nc")) for name, tree in trees.items()]
+    out = tmp_path / "compare.csv"
+    main(["compare", *paths, "-o", str(out)])
+    capsys.readouterr()
+    written = read_table(out)
+    in_run, _ = run_compare_table(trees)
+    assert list(written.columns) == list(in_run.columns) == COMPARE_COLUMNS
+    pd.testing.assert_frame_equal(written, in_run, check_dtype=False)
+    ref = az.loo(trees[written["model"].iloc[0]], pointwise=True, var_name="z")
+    assert written["n_bad_k"].iloc[0] == int((ref.pareto_k.values > 0.7).sum())

@@ -130,6 +130,8 @@ def test_cli_breakdown_json(traces_dir, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "evtsync", "-q", "breakdown", str(traces_dir / "dlrm-8rank-v100"),
                            "--no-cache", "--json", "-o", str(out)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    rows = _json.loads(proc.stdout)
+    doc = _json.loads(proc.stdout)
+    rows = doc["rows"]
+    assert doc["missing_ranks"] == [] and doc["ranks_without_gpu_events"] == []
     assert sorted(r["rank"] for r in rows) == list(range(8))
     assert out.is_file()

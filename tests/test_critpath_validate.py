@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from evtsync.critpath.validate import THEIL_MAX_POINTS, fit_line, regress_path_on_tax
 
@@ -15,7 +16,7 @@ def test_one_outlier_moves_ols_not_theil_sen():
     fit = fit_line(x, y)
     assert abs(fit["slope"] - 1.0) > 0.5          # OLS is levered by it
     assert fit["theil_slope"] == 1.0              # the median pairwise slope is not
-    assert fit["theil_lo95"] <= 1.0 <= fit["theil_hi95"]
+    assert fit["theil_lo"] <= 1.0 <= fit["theil_hi"]
     assert fit["theil_n"] == 40
 
 
@@ -35,3 +36,19 @@ def test_subsets_all_and_explained():
     assert v.loc[("a", "all"), "n"] == 5 and v.loc[("a", "explained"), "n"] == 4
     assert v.loc[("a", "explained"), "slope"] == 1.0 and v.loc[("a", "explained"), "r2"] == 1.0
     assert v.loc[("a", "all"), "slope"] < 0.5
+
+
+def test_intervals_at_the_one_level_of_evtsync():
+    """90% by default (issue 34: attribute printed 95% where everything else says 90%); the OLS
+    half-width scales as the t quantile, read from scipy by hand here."""
+    from scipy import stats
+
+    rng = np.random.default_rng(3)
+    x = np.arange(1.0, 31.0)
+    y = 2.0 * x + rng.normal(0.0, 1.0, x.size)
+    at90, at95 = fit_line(x, y), fit_line(x, y, level=0.95)
+    assert at90["level"] == 0.9 and at95["level"] == 0.95
+    half90 = at90["slope_hi"] - at90["slope"]
+    half95 = at95["slope_hi"] - at95["slope"]
+    assert half90 / half95 == pytest.approx(stats.t.ppf(0.95, 28) / stats.t.ppf(0.975, 28))
+    assert at95["theil_lo"] <= at90["theil_lo"] <= at90["theil_hi"] <= at95["theil_hi"]

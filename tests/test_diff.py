@@ -268,3 +268,37 @@ def test_cli_delta_bstar_needs_its_inputs_for_trace_sets(runs, tmp_path):
     assert doc["bstar"] is None and "give --topology, --alpha-us or --alpha-from, --bytes" in doc["bstar_note"]
     text = subprocess.run(cmd, capture_output=True, text=True).stdout
     assert "ΔB*: not computed: give --topology" in text
+
+
+def _study_folder(folder, workloads: dict[str, np.ndarray]):
+    """A run folder reduced to what `diff` reads of a study: the tax table with a workload column."""
+    (folder / "tables").mkdir(parents=True)
+    pd.concat([_table(tau).assign(workload=name) for name, tau in workloads.items()], ignore_index=True).to_parquet(
+        folder / "tables" / "tax_collectives.parquet")
+    (folder / "manifest.json").write_text(json.dumps({"format": "evtsync-run/1"}))
+    return folder
+
+
+def test_cli_study_folders_compare_matching_workloads(tmp_path, capsys):
+    """README's `evtsync diff fits/before fits/after` on studies of several workloads (issue 34):
+    each workload of both is compared with its namesake, the one-sided one is named, and two
+    studies without a workload in common are refused naming the workloads to choose from."""
+    from evtsync.cli import main
+
+    base = np.arange(101.0)
+    a = _study_folder(tmp_path / "before", {"H100-bf16": base, "H200-bf16": base})
+    b = _study_folder(tmp_path / "after", {"H100-bf16": base + 200.0, "H200-bf16": base, "B200-fp8": base})
+    assert main(["diff", str(a), str(b), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    verdicts = {row["workload"]: row["verdict"] for row in doc["rows"]}
+    assert verdicts == {"H100-bf16": "higher", "H200-bf16": "no difference"}
+    assert {row["workload"]: row["d_median_us"] for row in doc["rows"]} == {"H100-bf16": 200.0, "H200-bf16": 0.0}
+    assert main(["diff", str(a), str(b)]) == 0
+    text = capsys.readouterr().out
+    assert "workload H100-bf16:" in text and "workload B200-fp8 is only in B: not compared" in text
+    c = _study_folder(tmp_path / "other", {"A100-fp32": base, "A100-bf16": base})
+    assert main(["diff", str(a), str(c)]) == 2
+    err = capsys.readouterr().err
+    assert "H100-bf16, H200-bf16" in err and "A100-bf16, A100-fp32" in err and "--workload-a" in err
+    assert main(["diff", str(a), str(c), "--workload-a", "H100-bf16", "--workload-b", "A100-bf16", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"][0]["verdict"] == "no difference"

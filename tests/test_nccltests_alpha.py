@@ -151,12 +151,15 @@ def test_too_few_points_is_a_clear_error():
 
 def test_alpha_cli(capsys: pytest.CaptureFixture[str]):
     log = str(DATA / "all_reduce_H100_2x8_gcp-a3mega-ztan.txt")
-    assert main(["nccl-tests", "alpha", log, "--range", "1G:4G"]) == 0
+    assert main(["nccl-tests", "alpha", log, "--range", "1Gi:4Gi"]) == 0
     out = capsys.readouterr().out
-    assert "size range 1G..4G" in out and "alpha =" in out and "interval" in out
-    assert main(["nccl-tests", "alpha", log, "--range", "1G:4G", "--json", "--topology", "nvswitch"]) == 0
+    assert "size range 1Gi..4Gi" in out and "alpha =" in out and "interval" in out
+    assert main(["nccl-tests", "alpha", log, "--range", "1Gi:4Gi", "--json", "--topology", "nvswitch"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["topology"] == "full" and doc["size_range_bytes"] == [GIB, 4 * GIB]
+    # one size convention (evtsync.units): 8G is 8e9 bytes, below the log's 8 GiB = 8.59e9 size
+    assert main(["nccl-tests", "alpha", log, "--range", "1G:8G", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["size_range_bytes"] == [GIB, 4 * GIB]
     assert main(["nccl-tests", "alpha", log, "--range", "4G:1G"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("evtsync: error:") and "Traceback" not in err

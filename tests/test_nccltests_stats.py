@@ -227,3 +227,20 @@ def test_unchecked_correctness_gives_no_verdict():
             assert v.verdict == "no verdict" and any("not checked" in r for r in v.reasons)
         else:
             assert v.verdict == "no significant change" and v.precise
+
+
+def test_cli_stats_shows_busbw(capsys) -> None:
+    """busbw, the number nccl-tests users read first, is in the text table (issue 34): the values
+    here are the log's own busbw column (line 18 and 23 of the file), read by hand."""
+    from pathlib import Path
+
+    from evtsync.cli import main
+
+    log = Path(__file__).resolve().parent / "data" / "nccltests" / "replay_all_reduce_A100-80GB_1x8.txt"
+    assert main(["nccl-tests", "stats", str(log), "--placement", "out-of-place"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line.split() for line in lines if "median_us" in line)
+    col = header.index("busbw_GB/s")
+    rows = {line.split()[header.index("size")]: line.split()[col] for line in lines
+            if line.split()[:1] == ["0"] and "out-of-place" in line}
+    assert rows["32Mi"] == "170.31" and rows["1Gi"] == "231.72"

@@ -94,10 +94,10 @@ def hand_run(tmp_path: Path) -> tuple[Path, dict]:
                               "reduction_hi": min(r + 0.05, 1.0), "converged": p == "bf16"})
     _write(run, "bstar", pd.DataFrame(bstar))
     _write(run, "compare", pd.DataFrame([
-        {"rank": 0, "model": MODEL, "family": "gev", "elpd_loo": -100.0, "se": 5.0, "elpd_diff": 0.0, "dse": 0.0,
+        {"rank": 0, "model": MODEL, "family": "gev", "elpd_loo": -100.0, "se": 5.0, "elpd_diff": 0.0, "diff_se": 0.0,
          "p_loo": 3.0, "n_bad_k": 0, "converged": True},
         {"rank": 1, "model": "gumbel", "family": "gumbel", "elpd_loo": -118.1, "se": 5.5, "elpd_diff": 18.1,
-         "dse": 5.9, "p_loo": 2.0, "n_bad_k": 0, "converged": True}]))
+         "diff_se": 5.9, "p_loo": 2.0, "n_bad_k": 0, "converged": True}]))
     manifest = {"format": "evtsync-run/1", "options": {"m": 4}, "updated": "2026-12-01T09:35:28.324587+00:00",
                 "stage_order": ["tax", "attribution", "zscores", f"fit-{MODEL}", "fit-gumbel", "compare",
                                 "prediction"],

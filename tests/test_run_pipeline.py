@@ -392,6 +392,7 @@ def test_fits_run_side_by_side_in_a_pool_and_give_the_same_draws(tiny_run: tuple
         entry = manifest["stages"][name]
         assert entry["status"] == STATUS_DONE, entry.get("reason")
         assert entry["job_ran_in"] == "a pool of 2 processes"
+        assert entry["cpu_seconds"] > 0  # the fit's own CPU in its pool process: the stage's cost
     _assert_outputs_intact(out, manifest)
     pooled = xr.open_datatree(out / "fits" / "gumbel.nc")
     single = xr.open_datatree(out_single / "fits" / "gumbel.nc")
@@ -430,7 +431,7 @@ def test_summary_stage_writes_the_answer_table(tiny_run: tuple[Path, dict, list[
                                                capsys: pytest.CaptureFixture[str]) -> None:
     """tables/summary.parquet and summary.json hold the report's answer table, recomputed here
     from the stages' tables with pandas; `evtsync run --json` prints the JSON."""
-    from evtsync.cli.run import _print_summary
+    from evtsync.cli.run import run_summary
 
     out, manifest, _ = tiny_run
     assert manifest["stages"]["summary"]["status"] == STATUS_DONE
@@ -459,8 +460,7 @@ def test_summary_stage_writes_the_answer_table(tiny_run: tuple[Path, dict, list[
         assert counts.iloc[0] == round(r.top_share * len(used)) and r.top_rank in counts[counts == counts.iloc[0]].index
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "B*, fully connected (GB/s)" in md and "top stragglers (share of collectives)" in md
-    _print_summary(out)
-    assert json.loads(capsys.readouterr().out) == doc
+    assert run_summary(out, manifest) == doc  # what `evtsync run --json` prints under "summary"
     # the demo's truth beside the estimates: the planted xi read here from each ground_truth.json
     truth = pd.read_parquet(out / "tables" / "truth_xi.parquet").set_index("workload")
     xi = pd.read_parquet(out / "tables" / "xi.parquet")
@@ -471,3 +471,26 @@ def test_summary_stage_writes_the_answer_table(tiny_run: tuple[Path, dict, list[
         est = xi[(xi["model"] == doc["model"]) & (xi["gpu"] == planted["gpu"]) & (xi["precision"] == planted["precision"])]
         assert bool(row["model_covers"]) == bool(est["xi_lo"].iloc[0] <= planted["gev"]["xi"] <= est["xi_hi"].iloc[0])
     assert "Estimates vs ground truth (demo)" in md and "covers truth" in md
+def test_run_json_prints_the_outcome(tiny_run: tuple[Path, dict, list[StageEvent]],
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """`evtsync run --json`: one strict JSON document with every stage's status, wall and CPU
+    seconds, and the exit status of the text output (issue 34)."""
+    import json
+    from types import SimpleNamespace
+
+    from evtsync.cli.run import _print_json
+    from evtsync.pipeline.options import Workload
+
+    out, manifest, _ = tiny_run
+    result = SimpleNamespace(out=out, manifest=manifest, workloads=[Workload("a100-bf16", [out / "x.json"])])
+    assert _print_json(result, [], out / "report.html", False) == 0
+
+    def refuse(constant: str) -> None:
+        raise ValueError(constant)
+
+    doc = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    assert {n: e["status"] for n, e in doc["stages"].items()} == {n: e["status"] for n, e in manifest["stages"].items()}
+    assert doc["stages"]["tax"]["cpu_seconds"] == manifest["stages"]["tax"]["cpu_seconds"] >= 0
+    assert doc["workloads"] == [{"name": "a100-bf16", "n_traces": 1}] and doc["run_folder"] == str(out)
+    assert doc["summary"] == json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert _print_json(result, ["tax"], None, False) == 1

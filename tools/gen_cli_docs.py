@@ -35,6 +35,43 @@ def _walk(parser: argparse.ArgumentParser, path: list[str], out: list[str]) -> N
 
 PYTHON_TAG = "Rendered with Python"
 
+#: The convention every command follows (tests/test_cli_convention.py checks it over every parser).
+CONVENTIONS = """## Conventions
+
+Every command follows these rules; `tests/test_cli_convention.py` walks every parser of
+`evtsync.cli.COMMANDS` and fails when one does not.
+
+- **Output: `-o/--out`.** Where a command writes, `-o/--out` names what it writes: a table
+  (Parquet or CSV, chosen by the suffix `.parquet`/`.csv`/`.csv.gz`; a command that writes several
+  tables writes `PATH` and siblings `PATH_<part>` beside it), or a folder where the command writes
+  several files (`run`, `report`, `inject`, `synth`, `nccl-tests run`, `fit --model`). The path is
+  checked before any work starts. Old spellings (`--output`) still work as hidden, deprecated aliases
+  that say so on stderr. Figures are `--plot PATH` (`.png`/`.svg`/`.pdf`).
+- **`--json` on every command.** It prints one strict JSON document on standard output (notes go
+  to stderr): missing values are `null`, never a bare `NaN` or `Infinity`, so `jq` and
+  `JSON.parse` read it (`evtsync.tableio.emit_json`).
+- **Lists: spaces or commas alike.** `--topology full ring` and `--topology full,ring` are the same,
+  and a list option may be repeated (`--n 8 --n 64`). Options whose values are patterns or
+  declarations (`--pg`, `--comm-kernel`, `--category`, `--where`, `--plant` …) take one per use.
+  A negative value in a comma list needs `=`: `--eps=-0.5,-0.1` (or `--eps -0.5 -0.1`).
+- **Sizes: SI and IEC prefixes, distinguished.** `K`, `M`, `G`, `T` are powers of ten
+  (`1G` = 10^9 bytes) and `Ki`, `Mi`, `Gi`, `Ti` powers of two (`1Gi` = 2^30 bytes); a trailing
+  `B` is optional and case is ignored (`evtsync.units`). This holds for `--bytes`, `nccl-tests alpha
+  --range` and `nccl-tests plan --min-bytes/--max-bytes`. nccl-tests itself reads `-b 1G` as 2^30
+  bytes, so the plan passes it the exact byte count (`--min-bytes 1Mi` runs `-b 1048576`), and sizes
+  are printed in the same notation (`1Gi`, `64Mi`).
+- **Intervals: `--level`, one default.** Every interval is central and equal-tailed at `--level`
+  (default 0.9, `evtsync.defaults.INTERVAL_LEVEL`), and says its level where it is printed;
+  `fit --ci-level` is a deprecated alias. `attribute`'s regression intervals use the same level.
+- **A quiet terminal.** By default a command prints its results, warnings and errors; `-v` adds
+  what each step does (INFO), `-vv` debugging detail, `-q` removes progress bars and status lines.
+  Progress bars (on a terminal only) and log lines never share a line. `run` prints one line per
+  stage with its CPU time (the stage's cost, including its fit's process) and its wall time.
+- **Errors** are one line on stderr, `evtsync: error: …`, with a non-zero exit status and no
+  traceback.
+
+""".splitlines()
+
 
 def render() -> str:
     """The Markdown text of docs/cli.md."""
@@ -48,6 +85,7 @@ def render() -> str:
            "(a test checks that this file is up to date).", "",
            f"{PYTHON_TAG} {sys.version_info.major}.{sys.version_info.minor} (argparse lays out help "
            "differently between Python versions).", ""]
+    out += CONVENTIONS
     commands = _subcommands(parser)
     out += ["Commands: " + ", ".join(f"[`{name}`](#evtsync-{name})" for name, _ in commands) + ".", ""]
     _walk(parser, ["evtsync"], out)

@@ -44,12 +44,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 #: Options of ``evtsync`` itself (before the command); none takes a value.
 _GLOBAL_FLAGS = {"-q", "--quiet", "-v", "--verbose", "-h", "--help", "--version"}
+QUIET_HELP = "no progress bars or status lines: warnings, errors and the results only"
+VERBOSE_HELP = "say what each step does (log level INFO); -vv adds debugging detail"
 
 
 def command_of(argv: Sequence[str]) -> str | None:
     """The command named in ``argv`` (the first word that is not a global option), if any."""
     for token in argv:
-        if token in _GLOBAL_FLAGS:
+        if token in _GLOBAL_FLAGS or (token.startswith("-v") and set(token[1:]) == {"v"}):  # -v, -vv, -vvv
             continue
         return token if token in COMMANDS else None
     return None
@@ -68,8 +70,8 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
         "in GPU scale-up domains.",
     )
     parser.add_argument("--version", action="version", version=f"evtsync {__version__}")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars, warnings only")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debugging detail")
+    parser.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
+    parser.add_argument("-v", "--verbose", action="count", default=0, help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
         if command == "*" or command == name:
@@ -89,20 +91,22 @@ def _add_global_options(parser: argparse.ArgumentParser) -> None:
     """
     present = {opt for action in parser._actions for opt in action.option_strings}
     if "-q" not in present and "--quiet" not in present:
-        parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
-                            help="no progress bars, warnings only")
+        parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=QUIET_HELP)
     if "-v" not in present and "--verbose" not in present:
-        parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                            help="log debugging detail")
+        parser.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for child in action.choices.values():
                 _add_global_options(child)
 
 
-def _configure_logging(verbose: bool, quiet: bool) -> None:
-    level = logging.DEBUG if verbose else (logging.WARNING if quiet else logging.INFO)
-    handler = logging.StreamHandler(sys.stderr)
+def _configure_logging(verbose: int, quiet: bool) -> None:
+    """A quiet terminal by default (issue 34): warnings and errors; ``-v`` adds what the stages
+    do (INFO), ``-vv`` debugging detail. Records are whole lines above any progress bar."""
+    from evtsync.progress import BarSafeHandler
+
+    level = logging.DEBUG if verbose >= 2 else (logging.INFO if verbose == 1 and not quiet else logging.WARNING)
+    handler = BarSafeHandler()
     handler.setFormatter(logging.Formatter("evtsync: %(levelname)s: %(message)s"))
     root = logging.getLogger("evtsync")
     root.handlers[:] = [handler]
@@ -110,42 +114,40 @@ def _configure_logging(verbose: bool, quiet: bool) -> None:
     root.propagate = False
 
 
-#: Commands whose ``--out`` is checked by the command itself (a folder or a file by suffix).
-_OWN_OUT_CHECK = {"run", "report", "fit"}
-
-
-#: Output options (attribute, command) that name a table (.parquet/.csv); ``-o`` names one everywhere
-#: but in ``inject``.
-_TABLE_OUTPUTS = {("out", "compare"), ("out", "predict")}
-
-
-def _check_outputs(command: str | None, args: argparse.Namespace) -> None:
+def _check_outputs(command: str | None, args: argparse.Namespace, argv: Sequence[str] = ()) -> None:
     """Every output path of the command line checked before any work starts (issue 18): an
     existing folder where a file is expected, a file where a folder is, a place that cannot be
-    written (``/proc``, a read-only folder) — one line naming the option."""
-    from evtsync.tableio import check_output_dir, check_output_file
+    written (``/proc``, a read-only folder) — one line naming the option.
 
-    folders = {"out_dir"}
-    if command == "inject":
-        folders.add("output")
-    if command == "nccl-tests" and getattr(args, "nccl_command", None) == "run":
-        folders.add("out")
-    for attr, option in (("output", "-o"), ("plot", "--plot"), ("out", "--out"), ("out_dir", "OUT_DIR"),
+    ``-o/--out`` is checked by the kind its command declared (:func:`evtsync.cli._common.add_out_argument`:
+    a table by suffix, a folder, another file, or ``own`` for the commands that check it themselves).
+    """
+    from evtsync.errors import InputError
+    from evtsync.tableio import check_output_dir, check_output_file, table_format
+
+    out, kind = getattr(args, "out", None), getattr(args, "out_kind", None)
+    if getattr(args, "out_required", False) and not out:
+        raise InputError(f"{command}: give the output with -o/--out")
+    # the error names the option as it was typed
+    option = next((t.partition("=")[0] for t in argv if t.partition("=")[0] in ("-o", "--out", "--output")),
+                  "-o/--out")
+    if isinstance(out, str) and out and kind != "own":
+        if kind == "folder":
+            check_output_dir(out, option)
+        else:
+            check_output_file(out, option)
+            if kind == "table":
+                table_format(out)  # .parquet or .csv, before the work rather than at the write after it
+    for attr, option in (("plot", "--plot"), ("plot_path", "--plot-path"), ("out_dir", "OUT_DIR"),
                          ("html", "--html")):
         value = getattr(args, attr, None)
-        if not isinstance(value, str) or not value or (attr == "out" and command in _OWN_OUT_CHECK):
+        if not isinstance(value, str) or not value:
             continue
-        if attr == "plot":  # a figure name must end in a figure format, before any sampling or reading
+        if attr.startswith("plot"):  # a figure name must end in a figure format, before any sampling or reading
             from evtsync.plots.base import figure_format
 
             figure_format(value)
-        (check_output_dir if attr in folders else check_output_file)(value, option)
-        if (attr, command) in _TABLE_OUTPUTS or (attr == "output" and command != "inject") or (
-                attr == "out" and command == "nccl-tests"
-                and getattr(args, "nccl_command", None) in ("parse", "stats")):
-            from evtsync.tableio import table_format
-
-            table_format(value)  # .parquet or .csv, before the work rather than at the write after it
+        (check_output_dir if attr == "out_dir" else check_output_file)(value, option)
 
 
 def _route_warnings() -> None:
@@ -175,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         set_progress(False)
     try:
-        _check_outputs(command_of(argv), args)
+        _check_outputs(command_of(argv), args, argv)
         return int(args.handler(args) or 0)
     except EvtsyncError as exc:
         print(f"evtsync: error: {exc}", file=sys.stderr)

@@ -10,7 +10,6 @@ so), 0 otherwise; bad input raises an ``EvtsyncError``.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -19,12 +18,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from evtsync.cli._common import emit_json, level_of
+from evtsync.defaults import DEFAULT_EPS
 from evtsync.errors import InputError
-from evtsync.tableio import json_ready as _json_safe
-
-
-def _records(table: pd.DataFrame) -> list[dict[str, Any]]:
-    return [_json_safe(r) for r in table.to_dict(orient="records")]
 
 
 def sampler_settings(spec: Any, args: argparse.Namespace) -> Any:
@@ -84,19 +80,19 @@ def run_bayesian_fit(args: argparse.Namespace) -> int:
         command=command, progress=progress_enabled(),
     )
     path = save_fit(tree, out)
-    summary = parameter_summary(tree)
+    summary = parameter_summary(tree, level_of(args))
     if getattr(args, "plot", None):
         plot_fit(tree, args.plot)
     converged = bool(tree.attrs["converged"])
     if args.json:
-        print(json.dumps(_json_safe({
+        emit_json({
             "fit": str(path), "model": spec.name, "family": spec.family, "n_obs": int(tree.attrs["n_obs"]),
             "skipped_rows": int(tree.attrs["n_skipped"]), "seed": seed, "sampler": tree.attrs["sampler"],
             "converged": converged, "max_rhat": tree.attrs["max_rhat"], "min_ess_bulk": tree.attrs["min_ess_bulk"],
             "divergences": int(tree.attrs["divergences"]), "sampling_seconds": tree.attrs["sampling_seconds"],
             "prior_predictive": tree.attrs["prior_predictive"],
-            "parameters": _records(summary),
-        }), allow_nan=False))
+            "parameters": summary,
+        }, indent=None)
     else:
         print(f"Bayesian fit of {spec.name} ({spec.family}) to {tree.attrs['n_obs']} z-scores of {args.data} "
               f"in {tree['cells'].sizes['cell']} cell(s); {tree.attrs['chains']} chains x {tree.attrs['draws']} draws "
@@ -167,13 +163,6 @@ def _close(fit: Any, args: argparse.Namespace) -> int:
     return 0 if fit.converged else 1
 
 
-def _level(args: argparse.Namespace) -> float:
-    from evtsync.defaults import INTERVAL_LEVEL
-
-    level = getattr(args, "level", None)
-    return INTERVAL_LEVEL if level is None else float(level)
-
-
 def _interval_name(fit: Any) -> str:
     return "credible" if fit.kind == "bayes" else "confidence"
 
@@ -198,14 +187,14 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
         raise InputError("give the domain sizes --n N... (or --preset NAME)")
     sizes = hw["sizes"]
     domain_multiple(sizes, args.m)
-    eps_values = parse_float_list(args.eps, "--eps", -0.5)
+    eps_values = parse_float_list(args.eps, "--eps", DEFAULT_EPS)
     for eps in eps_values:
         if not -1 < eps < 0:
             raise InputError(f"--eps must lie in (-1, 0); got {eps:g}")
     if getattr(args, "tau_us", None) is not None:
         raise InputError("--fit takes the tax from the posterior; do not also give --tau-us")
     block_sd = _block_sd(args)
-    level = _level(args)
+    level = level_of(args)
     n_draws = int(np.prod(fit.cell_draws()[0].shape[:1]))
     alpha, alpha_draws, alpha_notes = alpha_setup(args, topologies, n_draws if args.alpha_from else None)
     common = {"alpha_draws_us": alpha_draws, "gpu": hw["gpu"], "precision": getattr(args, "precision", None),
@@ -223,12 +212,16 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
         figure = (bstar_vs_flops(summary, nvlink=hw["nvlink"]) if scaling is not None
                   else bstar_panels(summary, nvlink=hw["nvlink"]))
         save_figure(figure, args.plot)
+    if getattr(args, "out", None):
+        from evtsync.cli._whatif import write_bandwidth_tables
+
+        write_bandwidth_tables(args.out, summary, scaling)
     if args.json:
         if scaling is None:
-            print(json.dumps(_records(summary), allow_nan=False))
+            emit_json(summary, indent=None)
         else:
-            print(json.dumps({"rows": _records(summary), "flops_scaling": _records(scaling),
-                              "definition": scaling.attrs["definition"]}, allow_nan=False))
+            emit_json({"rows": summary, "flops_scaling": scaling, "definition": scaling.attrs["definition"]},
+                      indent=None)
     else:
         for note in [*alpha_notes, *hw["notes"]]:
             print(note)
@@ -290,7 +283,7 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     sizes = hw["sizes"]
     domain_multiple(sizes, args.m)
     block_sd = _block_sd(args)
-    level = _level(args)
+    level = level_of(args)
     parts = []
     for factor in hw["factors"]:
         part = tau_table(fit, sizes, block_sd / factor, args.m, level, gpu=hw["gpu"],
@@ -300,7 +293,7 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     summary.attrs.update(parts[0].attrs)
     _write_outputs(args, summary, tau_curves)
     if args.json:
-        print(json.dumps(_records(summary), allow_nan=False))
+        emit_json(summary, indent=None)
     else:
         for note in hw["notes"]:
             print(note)
@@ -325,13 +318,13 @@ def _straggler(args: argparse.Namespace, fit: Any) -> int:
 
     if args.n or any(getattr(args, k, None) is not None for k in ("block_sd_us", "block_mean_us", "cv")):
         raise InputError("--straggler takes n and b from the table; do not also give --n or the block spread")
-    level = _level(args)
+    level = level_of(args)
     table = predicted_vs_measured(fit, read_table(args.straggler), args.m, level, source=str(args.straggler))
     if table.empty:
         raise InputError(f"{args.straggler}: no row matches a cell of the fit ({table.attrs['skipped']})")
     _write_outputs(args, table, pvm_figure)
     if args.json:
-        print(json.dumps(_json_safe({"rows": _records(table), "skipped": table.attrs["skipped"]}), allow_nan=False))
+        emit_json({"rows": table, "skipped": table.attrs["skipped"]}, indent=None)
         return 0 if fit.converged else 1
     print(f"fit {fit.name}: predicted vs measured mean straggler delay; "
           f"mean [{level:.0%} {_interval_name(fit)} interval]")
@@ -362,7 +355,7 @@ def run_bayesian_compare(args: argparse.Namespace) -> int:
     if args.out:
         write_table(table, args.out)
     if args.json:
-        print(json.dumps(_json_safe({"models": _records(table), "verdict": words.splitlines()}), allow_nan=False))
+        emit_json({"models": table, "verdict": words.splitlines()}, indent=None)
     else:
         cols = ["rank", "model", "family", "elpd_loo", "se", "p_loo", "elpd_diff", "diff_se",
                 "k_good", "k_bad", "k_very_bad", "converged"]

@@ -184,3 +184,126 @@ def alpha_us_from_args(args: argparse.Namespace) -> float:
     from evtsync.nccltests.alpha import alpha_from_log
 
     return float(alpha_from_log(args.alpha_from).alpha_us)
+
+
+def emit_json(value: Any, file: Any = None, indent: int | None = 2) -> None:
+    """Print ``value`` as strict JSON (:func:`evtsync.tableio.json_text`: missing values as
+    ``null``, never ``NaN``; no ``default=str``) on ``file`` (standard output): what every
+    ``--json`` of the command line prints, so that a strict parser reads every command's output."""
+    from evtsync.tableio import json_text
+
+    print(json_text(value, indent=indent), file=sys.stdout if file is None else file)
+
+
+# --------------------------------------------------------------------------- the CLI convention
+# (docs/cli.md, "Conventions"; tests/test_cli_convention.py checks every command against it)
+
+#: What ``-o/--out`` names, per command: a table (.parquet/.csv, chosen by the suffix; siblings
+#: PATH_<part> where the command writes several), a folder, a file of another kind, or a path the
+#: command checks itself (a folder, or a fit's .nc file).
+OUT_KINDS = ("table", "folder", "file", "own")
+
+
+class DeprecatedAlias(argparse.Action):
+    """The old spelling of an option (``--output``, ``--ci-level``): hidden from ``--help``,
+    stores into the new option's destination and says on stderr that it is deprecated."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str = "", **kwargs: Any) -> None:
+        self.new = new
+        kwargs["help"] = argparse.SUPPRESS
+        kwargs["default"] = argparse.SUPPRESS
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"evtsync: warning: {option_string} is deprecated; use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_out_argument(parser: argparse.ArgumentParser | Any, kind: str, help: str, *, required: bool = False,
+                     metavar: str | None = None, old: tuple[str, ...] = ()) -> None:
+    """``-o/--out``, the output of every command (``kind``: one of :data:`OUT_KINDS`), with the
+    command's old spellings ``old`` as hidden deprecated aliases. ``required`` is checked after
+    parsing (:func:`evtsync.cli._check_outputs`), so that an alias satisfies it too."""
+    if kind not in OUT_KINDS:
+        raise ValueError(f"unknown output kind {kind!r}")
+    metavar = metavar or ("DIR" if kind == "folder" else "PATH")
+    parser.add_argument("-o", "--out", dest="out", metavar=metavar, default=None,
+                        help=help + (" (required)" if required else ""))
+    for spelling in old:
+        parser.add_argument(spelling, dest="out", action=DeprecatedAlias, new="-o/--out", metavar=metavar)
+    parser.set_defaults(out_kind=kind, out_required=required)
+
+
+def add_level_argument(parser: argparse.ArgumentParser | Any, what: str = "central interval level",
+                       old: tuple[str, ...] = ()) -> None:
+    """``--level``, the one interval level of every command (default :data:`INTERVAL_LEVEL`),
+    with old spellings (``--ci-level``) as hidden deprecated aliases."""
+    from evtsync.defaults import INTERVAL_LEVEL
+
+    parser.add_argument("--level", type=interval_level, default=INTERVAL_LEVEL, metavar="P",
+                        help=f"{what} in (0, 1) (default {INTERVAL_LEVEL:g}, as every interval of evtsync)")
+    for spelling in old:
+        parser.add_argument(spelling, dest="level", type=interval_level, action=DeprecatedAlias, new="--level",
+                            metavar="P")
+
+
+def byte_size(text: str) -> float:
+    """argparse type of every size option: :func:`evtsync.units.parse_bytes` (1G = 10^9 bytes,
+    1Gi = 2^30), a parse error otherwise."""
+    from evtsync.units import parse_bytes
+
+    try:
+        return parse_bytes(text, "size in bytes")
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def level_of(args: argparse.Namespace) -> float:
+    """The interval level of a command line: its ``--level``, else the one default."""
+    from evtsync.defaults import INTERVAL_LEVEL
+
+    level = getattr(args, "level", None)
+    return INTERVAL_LEVEL if level is None else float(level)
+
+
+def interval_level(text: str) -> float:
+    """argparse type of ``--level``: a number in (0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a level in (0, 1), e.g. 0.9; got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a level in (0, 1), e.g. 0.9; got {text!r}")
+    return value
+
+
+class ListOption(argparse.Action):
+    """A list option: values separated by spaces or commas alike (``--topology full ring`` ==
+    ``--topology full,ring``), repeatable (each use extends the list). ``item`` converts each
+    value (a parse error names the option), ``choices`` checks it; ``examples`` (two values) is
+    what the convention test parses both ways."""
+
+    def __init__(self, option_strings: list[str], dest: str, item: Any = str, examples: tuple[str, ...] = (),
+                 item_choices: Any = None, **kwargs: Any) -> None:
+        self.item, self.examples, self.item_choices = item, tuple(examples), item_choices
+        kwargs.setdefault("nargs", "+")
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        current = getattr(namespace, self.dest, None)
+        items = [] if current is None or current is self.default else list(current)
+        for value in values if isinstance(values, list) else [values]:
+            for part in str(value).split(","):
+                part = part.strip()
+                if not part:
+                    continue
+                if self.item_choices is not None and part not in self.item_choices:
+                    raise argparse.ArgumentError(self, f"invalid choice {part!r} (choose from "
+                                                       f"{', '.join(map(str, self.item_choices))})")
+                try:
+                    items.append(self.item(part))
+                except (ValueError, argparse.ArgumentTypeError) as exc:
+                    raise argparse.ArgumentError(self, f"{part!r}: {exc}") from None
+        setattr(namespace, self.dest, items)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from evtsync.cli._common import parse_domain_sizes
-from evtsync.defaults import INTERVAL_LEVEL
+from evtsync.cli._common import level_of, parse_domain_sizes
 from evtsync.errors import InputError
 
 
@@ -102,7 +101,7 @@ def alpha_setup(args: argparse.Namespace, topologies: list[str], n_draws: int | 
     from evtsync.nccltests.alpha import alpha_draws, alpha_for_topology, alpha_from_log
 
     machine = getattr(args, "alpha_topology", None)
-    fit = alpha_from_log(args.alpha_from, topology=machine or "ring", level=_level_of(args))
+    fit = alpha_from_log(args.alpha_from, topology=machine or "ring", level=level_of(args))
     per_topology = {}
     notes = []
     for t in names:
@@ -123,6 +122,11 @@ def alpha_setup(args: argparse.Namespace, topologies: list[str], n_draws: int | 
     return {t: float(a.alpha_us) for t, a in per_topology.items()}, draws, notes
 
 
-def _level_of(args: argparse.Namespace) -> float:
-    level = getattr(args, "level", None)
-    return INTERVAL_LEVEL if level is None else float(level)
+def write_bandwidth_tables(path: str, table: Any, scaling: Any) -> None:
+    """``-o PATH``: the B* table, and with a FLOPS sweep its scaling table as PATH_scaling."""
+    from evtsync.cli._common import sibling_path
+    from evtsync.tableio import write_table
+
+    write_table(table, path)
+    if scaling is not None:
+        write_table(scaling, sibling_path(path, "scaling"))

@@ -1,9 +1,8 @@
-"""``evtsync attribute TRACES… -o PATH``: critical-path attribution of every collective."""
+"""``evtsync attribute TRACES… [-o PATH]``: critical-path attribution of every collective."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 
@@ -13,7 +12,7 @@ from evtsync.reference import PAPER_GPU_CAUSES, PAPER_GPU_ONLY_SHARE  # noqa: E4
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from evtsync.cli._common import add_scale_arguments, add_trace_arguments
+    from evtsync.cli._common import add_out_argument, add_scale_arguments, add_trace_arguments
 
     parser = sub.add_parser(
         "attribute", help="why the straggler was late: critical-path attribution (SPEC §4)",
@@ -24,11 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--pg NAME selects a process group; --pg NAME=RANKS[@STREAM] declares one (as in `tax`).")
     add_trace_arguments(parser)
     add_scale_arguments(parser)
-    parser.add_argument("-o", "--output", metavar="PATH", required=True,
-                        help="per-collective table (.parquet/.csv); also PATH_summary, PATH_validation "
-                             "and, with --paths, PATH_paths")
+    add_out_argument(parser, "table", "write the per-collective table (.parquet/.csv); also PATH_summary, "
+                     "PATH_validation and, with --paths, PATH_paths", old=("--output",))
     parser.add_argument("--paths", action="store_true",
-                        help="also write the straggler's and fastest rank's paths event by event")
+                        help="with -o: also write the straggler's and fastest rank's paths event by event")
     parser.add_argument("--plot", metavar="PATH", help="cause breakdown figure (.png/.svg/.pdf)")
     parser.add_argument("--plot-path", metavar="PATH",
                         help="the straggler's path against the fastest rank's, as a timeline (the paper's "
@@ -77,10 +75,11 @@ def run(args: argparse.Namespace) -> int:
     from evtsync.critpath.attribution import attribute
     from evtsync.errors import InputError
     from evtsync.parallel import InProcess, backend_for
-    from evtsync.tableio import table_format, write_table
+    from evtsync.tableio import write_table
     from evtsync.trace.traceset import expand_inputs, load_traces
 
-    table_format(args.output)
+    if args.paths and not args.out:
+        raise InputError("--paths writes PATH_paths beside the table: give -o/--out PATH")
     selections = [p for p in args.pg if "=" not in p]
     args.pg = [p for p in args.pg if "=" in p]
     if len(selections) > 1:
@@ -110,12 +109,13 @@ def run(args: argparse.Namespace) -> int:
     if taxed.empty:
         raise InputError(f"nothing to attribute: all {len(result.collectives)} collective(s) have no tax "
                          "(one rank, or equal durations)")
-    write_table(result.collectives, args.output)
-    write_table(result.summary, sibling_path(args.output, "summary"))
-    write_table(result.validation, sibling_path(args.output, "validation"))
-    write_table(result.ranks, sibling_path(args.output, "ranks"))
-    if args.paths:
-        write_table(result.paths, sibling_path(args.output, "paths"))
+    if args.out:
+        write_table(result.collectives, args.out)
+        write_table(result.summary, sibling_path(args.out, "summary"))
+        write_table(result.validation, sibling_path(args.out, "validation"))
+        write_table(result.ranks, sibling_path(args.out, "ranks"))
+        if args.paths:
+            write_table(result.paths, sibling_path(args.out, "paths"))
     if args.plot:
         plot_breakdown(result, args.plot)
     if args.plot_path:
@@ -127,13 +127,12 @@ def run(args: argparse.Namespace) -> int:
         for path in write_perfetto(result, whole, args.perfetto):
             print(f"Perfetto trace: {path}")
     if args.json:
-        print(json.dumps({"gpu_only_share": None if math.isnan(result.gpu_only_share) else result.gpu_only_share,
-                          "summary": result.summary.to_dict(orient="records"),
-                          "validation": result.validation.to_dict(orient="records"),
-                          "status": result.collectives["status"].value_counts().to_dict(),
-                          "cpu_side": result.cpu_side,
-                          "ranks": result.ranks.to_dict(orient="records")},
-                         indent=2, default=str).replace("NaN", "null"))
+        from evtsync.cli._common import emit_json
+
+        emit_json({"gpu_only_share": result.gpu_only_share, "summary": result.summary,
+                   "validation": result.validation,
+                   "status": result.collectives["status"].value_counts().to_dict(),
+                   "cpu_side": result.cpu_side, "ranks": result.ranks})
         return 0
     _print_report(result)
     return 0
@@ -222,11 +221,12 @@ def _print_report(result) -> None:  # noqa: ANN001 - CLI rendering only
         for r in unexplained.sort_values("tau_max_us", ascending=False).head(5).itertuples():
             print(f"  {str(r.pg):<12} {r.index:>5} {r.tau_max_us:>9.1f}  {r.unexplained_reason}")
     if len(result.validation):
-        print("\npath extra time vs tax (µs; OLS and Theil-Sen, 95% intervals):")
+        level = float(result.validation["level"].iloc[0])
+        print(f"\npath extra time vs tax (µs; OLS and Theil-Sen, {level:.0%} intervals):")
         for v in result.validation.itertuples():
             if v.n >= 3 and not math.isnan(v.slope):
-                print(f"  {v.scope:<12} {v.subset:<9} n={v.n:<5} OLS slope {v.slope:.3f} [{v.slope_lo95:.3f}, "
-                      f"{v.slope_hi95:.3f}]  R² {v.r2:.3f}  intercept {v.intercept_us:.1f}  Theil-Sen slope "
-                      f"{v.theil_slope:.3f} [{v.theil_lo95:.3f}, {v.theil_hi95:.3f}]")
+                print(f"  {v.scope:<12} {v.subset:<9} n={v.n:<5} OLS slope {v.slope:.3f} [{v.slope_lo:.3f}, "
+                      f"{v.slope_hi:.3f}]  R² {v.r2:.3f}  intercept {v.intercept_us:.1f}  Theil-Sen slope "
+                      f"{v.theil_slope:.3f} [{v.theil_lo:.3f}, {v.theil_hi:.3f}]")
             else:
                 print(f"  {v.scope:<12} {v.subset:<9} n={v.n:<5} too few points for a regression")

@@ -20,26 +20,28 @@ hardware the fit may not have seen (population-level predictions).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 from pathlib import Path
 from typing import Any
 
-from evtsync.cli._common import parse_topologies
-from evtsync.cli._whatif import add_hardware_arguments, alpha_setup, hardware, parse_float_list
-from evtsync.defaults import INTERVAL_LEVEL
+from evtsync.cli._common import (
+    ListOption,
+    add_level_argument,
+    add_out_argument,
+    byte_size,
+    parse_topologies,
+)
+from evtsync.cli._whatif import (
+    add_hardware_arguments,
+    alpha_setup,
+    hardware,
+    parse_float_list,
+    write_bandwidth_tables,
+)
+from evtsync.defaults import DEFAULT_EPS, DEFAULT_M
 from evtsync.errors import InputError
-
-
-def parse_bytes(text: str) -> float:
-    """``--bytes``: ``"268435456"``, ``"256MiB"``, ``"0.27GB"`` -> bytes (:func:`evtsync.units.parse_bytes`)."""
-    from evtsync.units import parse_bytes as parse
-
-    try:
-        return parse(text, "buffer size")
-    except InputError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+from evtsync.units import SIZE_HELP
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,9 +52,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="B*(eps) = q S (1+eps) / (-eps (p alpha + tau)) for each topology and domain size, "
         "beside Hockney's B*_H (tau = 0). Bandwidths in GB/s (1e9 bytes/s).",
     )
-    p.add_argument("--topology", action="append", required=True, metavar="NAME",
-                   help="ring, torus3d or full; repeatable or a comma list")
-    p.add_argument("--n", nargs="+", metavar="N", help="domain sizes (space or comma separated; default: --preset's)")
+    p.add_argument("--topology", action=ListOption, required=True, metavar="NAME", examples=("full", "ring"),
+                   help="ring, torus3d or full (space or comma separated, repeatable)")
+    p.add_argument("--n", action=ListOption, metavar="N", examples=("8", "64"),
+                   help="domain sizes (space or comma separated; default: --preset's)")
     alpha = p.add_mutually_exclusive_group(required=True)
     alpha.add_argument("--alpha-us", type=float, help="per-step latency alpha in µs")
     alpha.add_argument("--alpha-from", metavar="LOG",
@@ -60,27 +63,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--alpha-topology", metavar="NAME",
                    help="with --alpha-from: the topology of the machine the sweep ran on; its per-step alpha is "
                    "reused for every --topology (default: each topology reads the sweep with its own p)")
-    p.add_argument("--bytes", type=parse_bytes, required=True, metavar="S", help="buffer size S in bytes")
-    p.add_argument("--eps", nargs="+", default=["-0.5"], metavar="EPS",
-                   help="target elasticities in (-1, 0): --eps -0.5 -0.1 or --eps=-0.5,-0.1 (default -0.5)")
+    p.add_argument("--bytes", type=byte_size, required=True, metavar="S", help=f"buffer size S: {SIZE_HELP}")
+    p.add_argument("--eps", action=ListOption, default=[str(DEFAULT_EPS)], metavar="EPS", examples=("-0.5", "-0.1"),
+                   help=f"target elasticities in (-1, 0): --eps -0.5 -0.1 or --eps=-0.5,-0.1 (default {DEFAULT_EPS:g})")
     tax = p.add_mutually_exclusive_group(required=True)
     tax.add_argument("--tau-us", type=float, metavar="T", help="synchronization tax in µs, the same for every n")
     tax.add_argument("--gumbel", type=float, nargs=2, metavar=("MU", "SIGMA"), help="Gumbel fit of the z-scores")
     tax.add_argument("--gev", type=float, nargs=3, metavar=("MU", "SIGMA", "XI"), help="GEV fit of the z-scores")
     tax.add_argument("--fit", metavar="FIT_DIR", help="Bayesian fit folder: B* with its posterior")
     p.add_argument("--block-sd-us", type=float, metavar="B", help="block standard deviation b in µs (with a fit)")
-    p.add_argument("--m", type=int, default=4, help="ranks per sample of the fit (default 4); n must be a multiple")
-    p.add_argument("--flops-factor", metavar="F",
+    p.add_argument("--m", type=int, default=DEFAULT_M,
+                   help=f"ranks per sample of the fit (default {DEFAULT_M}); n must be a multiple")
+    p.add_argument("--flops-factor", action=ListOption, metavar="F", examples=("1", "2"),
                    help="GPU peak FLOPS relative to the reference (H200): tau is divided by F; a comma list or "
-                   "a doubling range LO..HI sweeps it (default 1, or --preset's TFLOPS / 989)")
+                   "a doubling range LO..HI sweeps it (space or comma separated; default 1, or --preset's TFLOPS / 989)")
     add_hardware_arguments(p)
-    p.add_argument("--level", type=float, default=INTERVAL_LEVEL,
-                   help=f"central interval level with --fit (default {INTERVAL_LEVEL:g})")
+    add_level_argument(p)
     p.add_argument("--json", action="store_true", help="print a JSON list, one record per (topology, n)")
+    add_out_argument(p, "table", "write the table, one row per (topology, n, eps, FLOPS factor) (.parquet/.csv); "
+                     "with a FLOPS sweep also PATH_scaling")
     p.add_argument("--plot", metavar="PATH", help="B* against n per topology beside Hockney (.png/.svg/.pdf); with "
                    "several --eps one panel row per eps; with a FLOPS sweep and --fit, B* against FLOPS (Fig. 13)")
-    p.add_argument("--nvlink-gbps", default=None, metavar="GBPS",
-                   help="reference lines on the plot, comma list (default: Table 1's 450 (H100/H200) and 900 (B200))")
+    p.add_argument("--nvlink-gbps", action=ListOption, default=None, metavar="GBPS", examples=("450", "900"),
+                   help="reference lines on the plot, space or comma separated (default: Table 1's 450 (H100/H200) and 900 (B200))")
     p.set_defaults(handler=run_bandwidth)
 
 
@@ -139,7 +144,7 @@ def run_bandwidth(args: argparse.Namespace) -> int:
     if not hw["sizes"]:
         raise InputError("give the domain sizes --n N... (or --preset NAME)")
     sizes = hw["sizes"]
-    eps_values = parse_float_list(args.eps, "--eps", -0.5)
+    eps_values = parse_float_list(args.eps, "--eps", DEFAULT_EPS)
     for eps in eps_values:
         if not -1 < eps < 0:
             raise InputError(f"--eps must lie in (-1, 0); got {eps:g}")
@@ -152,14 +157,18 @@ def run_bandwidth(args: argparse.Namespace) -> int:
                 for r in bandwidth_records([t], sizes, alpha_by_topology[get_name(t)], args.bytes, eps, tau_of_n):
                     records.append({**r, "flops_factor": factor})
     scaling = point_scaling(records) if len(set(hw["factors"])) > 1 else None
+    if args.out:
+        import pandas as pd
+
+        write_bandwidth_tables(args.out, pd.DataFrame(records), None if scaling is None else pd.DataFrame(scaling))
     if args.plot:
         _plot(records, args.plot, hw["nvlink"])
     if args.json:
-        from evtsync.tableio import json_ready
+        from evtsync.cli._common import emit_json
 
         payload: Any = records if scaling is None else {"rows": records, "flops_scaling": scaling,
                                                        "definition": SCALING_DEFINITION}
-        print(json.dumps(json_ready(payload), allow_nan=False))
+        emit_json(payload, indent=None)
         return 0
     for note in notes:
         print(note)

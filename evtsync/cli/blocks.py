@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     from evtsync.blocks import DEFAULT_M, TIME_DEFINITIONS
-    from evtsync.cli._common import add_scale_arguments, add_trace_arguments
+    from evtsync.cli._common import add_out_argument, add_scale_arguments, add_trace_arguments
     from evtsync.kernels import PRECISIONS
 
     parser = sub.add_parser(
@@ -38,9 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="extra regular expression for GEMM kernel names (repeatable)")
     parser.add_argument("--keep-all", action="store_true",
                         help="keep blocks without GEMM kernels (default: GEMM blocks only)")
-    parser.add_argument("-o", "--output", metavar="PATH",
-                        help="write the z-score table (.parquet/.csv); PATH_times has the "
-                             "per-rank block times, PATH_dropped the block samples left out")
+    add_out_argument(parser, "table", "write the z-score table (.parquet/.csv); PATH_times has the "
+                     "per-rank block times, PATH_dropped the block samples left out", old=("--output",))
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(handler=run)
 
@@ -70,19 +68,21 @@ def run(args: argparse.Namespace) -> int:
             precision=args.precision, gemm_patterns=args.gemm_pattern, keep_all=args.keep_all,
             backend=backend, **align_options(args))
     summary = drop_summary(blocks)
-    if args.output:
-        write_table(table, args.output)
-        write_table(blocks.times, sibling_path(args.output, "times"))
-        write_table(blocks.dropped, sibling_path(args.output, "dropped"))
+    if args.out:
+        write_table(table, args.out)
+        write_table(blocks.times, sibling_path(args.out, "times"))
+        write_table(blocks.dropped, sibling_path(args.out, "dropped"))
     n_dropped = int(summary["count"].sum()) if len(summary) else 0
     if args.json:
-        print(json.dumps({
+        from evtsync.cli._common import emit_json
+
+        emit_json({
             "pg": blocks.groups["pg"].astype(str).tolist(), "m": blocks.m, "time": args.time,
             "iterations": blocks.iterations, "n_zscores": len(table),
             "n_identities": int(table["block"].nunique()) if len(table) else 0,
-            "dropped": summary.to_dict(orient="records"), "n_dropped": n_dropped,
+            "dropped": summary, "n_dropped": n_dropped,
             "unassigned_kernels": blocks.unassigned_kernels,
-        }, indent=2, default=str))
+        })
         return 0
     _print_report(table, blocks, summary, n_dropped, args)
     return 0
@@ -117,5 +117,5 @@ def _print_report(table, blocks, summary, n_dropped, args) -> None:  # noqa: ANN
         by = table.groupby(["gpu", "precision", "workload"]).size()
         print("\nz-scores per GPU, precision and workload: "
               + "; ".join(f"{g}/{p}/{w}: {c}" for (g, p, w), c in by.items()))
-    if args.output:
-        print(f"\nwrote {args.output} (+ _times, _dropped)")
+    if args.out:
+        print(f"\nwrote {args.out} (+ _times, _dropped)")

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from evtsync.cli._common import add_scale_arguments, add_trace_arguments
+    from evtsync.cli._common import add_out_argument, add_scale_arguments, add_trace_arguments
 
     parser = sub.add_parser(
         "breakdown", help="per-rank time breakdown: compute, communication, sync wait, idle",
@@ -16,8 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "communication, CPU-bound idle and idle time; the parts add up to the span.")
     add_trace_arguments(parser)
     add_scale_arguments(parser)
-    parser.add_argument("-o", "--output", metavar="PATH", help="write the table (Parquet or CSV by extension)")
-    parser.add_argument("--json", action="store_true", help="print the table as JSON")
+    add_out_argument(parser, "table", "write the table (Parquet or CSV by extension)", old=("--output",))
+    parser.add_argument("--json", action="store_true",
+                        help="print the table as JSON (rows, and the ranks without a trace or without GPU events)")
     parser.set_defaults(handler=run)
 
 
@@ -39,10 +39,13 @@ def run(args: argparse.Namespace) -> int:
 
         raise InputError(f"nothing to break down: no GPU event and no CPU operator on any rank of "
                          f"{', '.join(map(str, args.traces))}")
-    if args.output:
-        write_table(table, args.output)
+    if args.out:
+        write_table(table, args.out)
     if args.json:
-        print(json.dumps(table.to_dict(orient="records"), indent=2, default=str))
+        from evtsync.cli._common import emit_json
+
+        emit_json({"rows": table, "missing_ranks": list(table.attrs.get("missing_ranks") or []),
+                   "ranks_without_gpu_events": list(table.attrs.get("ranks_without_gpu_events") or [])})
         return 0
     labels = {"compute_comm_overlap": "overlap", "compute_only": "compute", "sync_wait": "sync wait",
               "comm_only": "comm", "cpu_bound_idle": "cpu-bound", "idle": "idle"}

@@ -13,6 +13,8 @@ import argparse
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``compare`` command."""
+    from evtsync.cli._common import add_out_argument
+
     p = subparsers.add_parser(
         "compare",
         help="compare Bayesian fits by PSIS-LOO: ELPD differences with SE, Pareto k, verdict",
@@ -20,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(PSIS-LOO), with differences, standard errors and Pareto-k diagnostics.",
     )
     p.add_argument("fits", nargs="+", metavar="FIT", help="two or more fit folders (or fit.nc files)")
-    p.add_argument("--out", metavar="PATH", help="also write the comparison table (.csv/.parquet)")
+    add_out_argument(p, "table", "also write the comparison table (.csv/.parquet)")
     p.add_argument("--json", action="store_true", help="print the table and verdict as JSON")
     p.set_defaults(handler=run_compare)
 

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 
-
-def _parse_bytes(text: str) -> float:
-    from evtsync.cli.bandwidth import parse_bytes
-
-    return parse_bytes(text)
+from evtsync.defaults import DEFAULT_EPS, DEFAULT_M
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from evtsync.cli._common import ListOption, add_level_argument, add_out_argument, byte_size
+    from evtsync.units import SIZE_HELP
+
     parser = sub.add_parser(
         "diff", help="compare the tax of two runs: shifts with intervals and a verdict per PG role",
         description="Compare two runs — run folders of `evtsync run` or trace sets — per PG role "
@@ -25,13 +23,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("b", metavar="B", help="the run compared with it (same kinds)")
     parser.add_argument("--label-a", default=None, help="name of A in the outputs (default: its path)")
     parser.add_argument("--label-b", default=None, help="name of B in the outputs (default: its path)")
-    parser.add_argument("--workload-a", default=None, help="workload of run folder A (when it holds several)")
-    parser.add_argument("--workload-b", default=None, help="workload of run folder B (when it holds several)")
-    parser.add_argument("--level", type=float, default=None,
-                        help="interval level (default 0.90)")
-    parser.add_argument("--allow", action="append", default=[], choices=["gpu", "bytes", "group_size"],
-                        help="give a verdict although this differs (repeatable), e.g. --allow gpu to "
-                             "compare hardware generations")
+    parser.add_argument("--workload-a", default=None,
+                        help="workload of run folder A (default: every workload found in both A and B, each "
+                             "compared with its namesake)")
+    parser.add_argument("--workload-b", default=None, help="workload of run folder B (as --workload-a)")
+    add_level_argument(parser)
+    parser.add_argument("--allow", action=ListOption, default=[], item_choices=("gpu", "bytes", "group_size"),
+                        metavar="WHAT", examples=("gpu", "bytes"),
+                        help="give a verdict although this differs: gpu, bytes, group_size (space or comma "
+                             "separated, repeatable), e.g. --allow gpu to compare hardware generations")
     parser.add_argument("--min-collectives", type=int, default=None,
                         help="fewest collectives per side for a verdict (default 20)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
@@ -39,12 +39,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--rank-from", choices=("file", "order"), default="file",
                         help="where each trace's rank comes from when A/B are traces: file (default) or order "
                              "(the i-th file is rank i; NCCL Inspector logs without a world communicator)")
-    parser.add_argument("-o", "--output", metavar="PATH", help="write the table (Parquet or CSV by extension)")
+    add_out_argument(parser, "table", "write the table (Parquet or CSV by extension); with the fit level also "
+                     "PATH_fits and PATH_bstar", old=("--output",))
     fits = parser.add_argument_group(
         "fit level (Δξ, Δτ(n) and ΔB* per GPU × precision cell; run folders with fits use their main fit)")
     fits.add_argument("--fit-a", metavar="FIT", help="a Bayesian fit of A (a fit folder or .nc)")
     fits.add_argument("--fit-b", metavar="FIT", help="a Bayesian fit of B")
-    fits.add_argument("--n", type=int, nargs="+", default=[8, 64, 512],
+    fits.add_argument("--n", action=ListOption, item=int, default=[8, 64, 512], metavar="N", examples=("8", "64"),
                       help="domain sizes of Δτ(n) and ΔB* (default 8 64 512)")
     fits.add_argument("--block-sd-us", type=float, default=None,
                       help="block sd b (µs) for Δτ(n) and ΔB*, the same on both sides (needed with --fit-a/--fit-b; "
@@ -52,11 +53,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     fits.add_argument("--own-b", action="store_true",
                       help="run folders: each run's own measured b per cell, so Δτ and ΔB* show the change of the "
                            "whole tax (block spread and tail); default: A's b on both sides (the tail alone)")
-    fits.add_argument("--m", type=int, default=None, help="ranks per sample of the fits (default 4, or A's run's)")
+    fits.add_argument("--m", type=int, default=None,
+                      help=f"ranks per sample of the fits (default {DEFAULT_M}, or A's run's)")
     bw = parser.add_argument_group(
         "ΔB* inputs (as in `evtsync bandwidth`; run folders: default A's run's topologies, alpha, S and eps)")
-    bw.add_argument("--topology", action="append", default=[], metavar="NAME",
-                    help="ring, torus3d or full; repeatable or a comma list")
+    bw.add_argument("--topology", action=ListOption, default=[], metavar="NAME", examples=("full", "ring"),
+                    help="ring, torus3d or full (space or comma separated, repeatable)")
     alpha = bw.add_mutually_exclusive_group()
     alpha.add_argument("--alpha-us", type=float, default=None, help="per-step latency alpha in µs")
     alpha.add_argument("--alpha-from", metavar="LOG",
@@ -64,53 +66,53 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "are carried into ΔB*)")
     bw.add_argument("--alpha-topology", metavar="NAME",
                     help="with --alpha-from: the topology the sweep ran on (its per-step alpha reused for every topology)")
-    bw.add_argument("--bytes", type=_parse_bytes, default=None, metavar="S", help="buffer size S in bytes (K/M/G, KiB/MiB/GiB)")
-    bw.add_argument("--eps", nargs="+", default=None, metavar="EPS",
-                    help="target elasticities in (-1, 0) (default -0.5, or A's run's)")
+    bw.add_argument("--bytes", type=byte_size, default=None, metavar="S", help=f"buffer size S: {SIZE_HELP}")
+    bw.add_argument("--eps", action=ListOption, default=None, metavar="EPS", examples=("-0.5", "-0.1"),
+                    help=f"target elasticities in (-1, 0) (default {DEFAULT_EPS:g}, or A's run's)")
     parser.add_argument("--html", metavar="PATH", help="write an HTML report: the table and the tax CDFs of both runs")
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from evtsync.diff import MIN_COLLECTIVES, diff_tax, load_side
+    from evtsync.diff import MIN_COLLECTIVES, diff_runs
     from evtsync.tableio import write_table
 
-    options = {"cache": None} if args.no_cache else {}
+    load_options: dict = {"cache": None} if args.no_cache else {}
     if args.rank_from != "file":
-        options["rank_from"] = args.rank_from
-    a = load_side(args.a, args.label_a or args.a, args.workload_a, **options)
-    b = load_side(args.b, args.label_b or args.b, args.workload_b, **options)
-    table = diff_tax(a, b, level=args.level, allow=args.allow, seed=args.seed,
-                     min_collectives=MIN_COLLECTIVES if args.min_collectives is None else args.min_collectives)
+        load_options["rank_from"] = args.rank_from
+    table, a, b = diff_runs(
+        args.a, args.b, label_a=args.label_a, label_b=args.label_b, workload_a=args.workload_a,
+        workload_b=args.workload_b, load_options=load_options, level=args.level,
+        allow=args.allow, seed=args.seed,
+        min_collectives=MIN_COLLECTIVES if args.min_collectives is None else args.min_collectives)
     fit_table, bstar_table, fit_notes, bstar_note = _fit_level(args)
-    if args.output:
+    if args.out:
         from evtsync.cli._common import sibling_path
 
-        write_table(table, args.output)
+        write_table(table, args.out)
         for tag, extra in (("fits", fit_table), ("bstar", bstar_table)):
             if extra is not None:
-                write_table(extra, sibling_path(args.output, tag))
+                write_table(extra, sibling_path(args.out, tag))
     if args.html:
         from evtsync.report.diff import write_diff_report
 
         write_diff_report(table, a, b, args.html, fits=fit_table, bstar=bstar_table,
                           notes=[*fit_notes, *([bstar_note] if bstar_note else [])])
     if args.json:
-        from evtsync.tableio import json_ready
+        from evtsync.cli._common import emit_json
 
         doc = {"a": a.label, "b": b.label, "level": table.attrs["level"],
-               "missing_ranks": table.attrs.get("missing_ranks", {"a": [], "b": []}),
-               "rows": json_ready(table.to_dict(orient="records"))}
+               "missing_ranks": table.attrs.get("missing_ranks", {"a": [], "b": []}), "rows": table}
         if fit_table is not None:
-            doc["fits"] = json_ready(fit_table.to_dict(orient="records"))
-            doc["bstar"] = None if bstar_table is None else json_ready(bstar_table.to_dict(orient="records"))
+            doc["fits"] = fit_table
+            doc["bstar"] = bstar_table
             doc["bstar_inputs"] = None if bstar_table is None else bstar_table.attrs["inputs"]
             if bstar_note:
                 doc["bstar_note"] = bstar_note
         if fit_notes:
             doc["fit_notes"] = fit_notes
-        print(json.dumps(doc, indent=2, default=str, allow_nan=False))
+        emit_json(doc)
         return 0
     level = table.attrs["level"]
     for name, side in (("A", a), ("B", b)):
@@ -122,7 +124,11 @@ def run(args: argparse.Namespace) -> int:
           "bootstrap interval")
     print(f"  {'role':<16} {'collective':<14} {'n A':>6} {'n B':>6} {'median A':>9} {'median B':>9} "
           f"{'Δ median [interval]':>28} {'Δ P90':>9}  verdict")
+    workload = None
     for r in table.itertuples():
+        if "workload" in table.columns and r.workload != workload:  # several workloads: one block each
+            workload = r.workload
+            print(f"  workload {workload}:")
         if isinstance(r.d_median_us, float) and math.isnan(r.d_median_us):
             delta, d90, ma, mb = "—", "—", "—", "—"
         else:
@@ -233,7 +239,7 @@ def _fit_level(args: argparse.Namespace):  # noqa: ANN202 - (fit table, ΔB* tab
     if args.workload_a or args.workload_b:
         notes.append("the fits are the runs' own, over every workload of each run; --workload-a/-b select the "
                      "tax table only")
-    m = args.m if args.m is not None else (run_a.m if run_a is not None else 4)
+    m = args.m if args.m is not None else (run_a.m if run_a is not None else DEFAULT_M)
     refuse = []
     if run_a is not None and run_b is not None and run_a.m != run_b.m:
         refuse.append(f"sample size m of the z-scores differs ({run_a.m} vs {run_b.m}): the fits describe "
@@ -295,7 +301,7 @@ def _bandwidth_inputs(args: argparse.Namespace, run_a, m: int, fit_a, fit_b):  #
         alpha = {t: float(run_alpha) for t in topologies}
         sources.append(f"alpha {run_alpha:g} µs from A's run")
     run_eps = run_a.eps if run_a is not None else None
-    eps = parse_float_list(args.eps, "--eps", -0.5 if run_eps is None else float(run_eps))
+    eps = parse_float_list(args.eps, "--eps", DEFAULT_EPS if run_eps is None else float(run_eps))
     if args.eps is None:
-        sources.append("eps from A's run" if run_eps is not None else "eps -0.5 (the default of evtsync bandwidth)")
+        sources.append("eps from A's run" if run_eps is not None else f"eps {DEFAULT_EPS:g} (the default of evtsync bandwidth)")
     return BandwidthInputs(topologies, alpha, float(size), eps, m, draws, "; ".join(sources) or "given"), None

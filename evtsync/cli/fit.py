@@ -17,12 +17,10 @@ With ``--model NAME|PATH`` the Bayesian fitter (``evtsync.cli._bayes``) is calle
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 from typing import TYPE_CHECKING, Any
 
-from evtsync.defaults import INTERVAL_LEVEL
 from evtsync.errors import InputError
 
 if TYPE_CHECKING:
@@ -34,6 +32,9 @@ log = logging.getLogger("evtsync.cli.fit")
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``fit`` command."""
+    from evtsync.cli._common import add_level_argument, add_out_argument
+    from evtsync.defaults import SAMPLERS
+
     p = subparsers.add_parser(
         "fit",
         help="fit a Gumbel/GEV model to block maxima (z-scores): MLE or Bayesian",
@@ -52,13 +53,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="keep only rows where COL equals VALUE (repeatable), e.g. gpu=H200")
     p.add_argument("--negate", action="store_true",
                    help="fit the negated values (minima as maxima, e.g. strengths)")
-    p.add_argument("--ci-level", type=float, default=INTERVAL_LEVEL,
-                   help=f"level of the profile intervals (default {INTERVAL_LEVEL:g}, as every interval of evtsync)")
+    add_level_argument(p, "level of the intervals (MLE: profile likelihood; --model: credible)", old=("--ci-level",))
     p.add_argument("--no-profile", action="store_true", help="skip the profile-likelihood intervals (xi and return levels)")
     p.add_argument("--json", action="store_true", help="print the fit as one JSON object")
     p.add_argument("--plot", metavar="PATH", help="figure (.png/.svg/.pdf): with --mle the diagnostic panel (gev.diag), with --model the posterior of xi per cell")
     bayes = p.add_argument_group("Bayesian fit (with --model)")
-    bayes.add_argument("--out", metavar="DIR", help="output folder of the Bayesian fit")
+    add_out_argument(bayes, "own", "output folder (or .nc file) of the Bayesian fit (default fits/<model>)",
+                     metavar="DIR")
     bayes.add_argument("--models-dir", metavar="DIR", default=None,
                        help="folder where --model NAME is looked up (default: the models shipped with evtsync)")
     bayes.add_argument("--draws", type=int, default=None,
@@ -68,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bayes.add_argument("--chains", type=int, default=None,
                        help="number of chains (default: the model's [sampling] chains, else 4)")
     bayes.add_argument("--seed", type=int, default=None, help="random seed")
-    bayes.add_argument("--sampler", choices=("nutpie", "pymc"), default=None,
+    bayes.add_argument("--sampler", choices=SAMPLERS, default=None,
                        help="NUTS sampler (default: the model's [sampling] sampler, else nutpie)")
     bayes.add_argument("--adaptation", choices=("auto", "low_rank", "diag"), default=None,
                        help="nutpie's mass matrix: low_rank (diagonal plus a low-rank correction), diag, or "
@@ -139,13 +140,6 @@ def load_maxima(path: str, column: str | None, where: list[str], negate: bool) -
 MAX_MAGNITUDE = 1e100
 
 
-def json_safe(value: Any) -> Any:
-    """Replace NaN and infinities (not valid JSON) by null, recursively (:func:`evtsync.tableio.json_ready`)."""
-    from evtsync.tableio import json_ready
-
-    return json_ready(value)
-
-
 def _bayesian(args: argparse.Namespace) -> int:
     from evtsync.cli._bayes import run_bayesian_fit
 
@@ -166,8 +160,8 @@ def run_fit(args: argparse.Namespace) -> int:
         return _bayesian(args)
     from evtsync.evt import mle
 
-    if not 0 < args.ci_level < 1:
-        raise InputError(f"--ci-level must lie in (0, 1); got {args.ci_level}")
+    if args.out:
+        raise InputError("-o/--out writes a Bayesian fit (with --model); the MLE is printed (--json for a record)")
     values, column, skipped = load_maxima(args.data, args.column, args.where, args.negate)
     try:
         fit = mle.fit_mle(values, args.family)
@@ -177,14 +171,14 @@ def run_fit(args: argparse.Namespace) -> int:
     record.update({"data": str(args.data), "column": column, "negated": bool(args.negate), "skipped_rows": skipped})
     intervals: dict[Any, Any] = {}  # the ProfileInterval objects, for the text output
     if args.family == "gev" and not args.no_profile:
-        intervals["xi"] = mle.profile_ci_xi(values, fit, args.ci_level)
+        intervals["xi"] = mle.profile_ci_xi(values, fit, args.level)
         record["xi_profile_ci"] = intervals["xi"].to_dict()
     record["return_levels"] = []
     for period in RETURN_PERIODS:  # issue 19: the MLE output names its return levels with intervals
         z, z_se = mle.return_level_delta(fit, period)
         entry: dict[str, Any] = {"period_blocks": period, "level": z, "se_delta": z_se}
         if not args.no_profile:
-            intervals[period] = mle.profile_ci_return_level(values, fit, period, args.ci_level)
+            intervals[period] = mle.profile_ci_return_level(values, fit, period, args.level)
             entry["profile_ci"] = intervals[period].to_dict()
         record["return_levels"].append(entry)
     if args.family == "gev":
@@ -197,7 +191,9 @@ def run_fit(args: argparse.Namespace) -> int:
         plot_diagnostics(fit, values, args.plot)
         record["plot"] = str(args.plot)
     if args.json:
-        print(json.dumps(json_safe(record), allow_nan=False))
+        from evtsync.cli._common import emit_json
+
+        emit_json(record, indent=None)
     else:
         label = "Gumbel" if fit.family == "gumbel" else "GEV"
         print(f"{label} MLE of {column!r} in {args.data}: n = {fit.n}" + (" (negated)" if args.negate else ""))

@@ -18,15 +18,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``evtsync models``."""
-    import json
-
     from evtsync.evt.catalog import list_models, models_dir
 
     folder = models_dir(args.models_dir)
     entries = list_models(folder)
     if args.json:
-        print(json.dumps([{"name": e.name, "file": str(e.path), "family": e.family,
-                           "description": e.description} for e in entries], indent=2))
+        from evtsync.cli._common import emit_json
+
+        emit_json([{"name": e.name, "file": str(e.path), "family": e.family, "description": e.description}
+                   for e in entries])
         return 0
     print(f"{len(entries)} model specification(s) in {folder}:")
     width = max((len(e.path.stem) for e in entries), default=0)

@@ -7,31 +7,29 @@ readable table (or JSON with ``--json``).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import sys
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from evtsync.cli._common import ListOption, add_level_argument, add_out_argument
 from evtsync.errors import InputError
 from evtsync.nccltests.parse import ParsedLog, parse_log
 from evtsync.nccltests.plan import DEFAULT_MATRICES
+from evtsync.units import SIZE_HELP
 
 if TYPE_CHECKING:  # heavy modules (pandas, scipy) load inside the handlers that use them
     import pandas as pd
 
 ORDER = 80
 
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
 def parse_size(text: str) -> float:
-    """Bytes from '8', '4e9', '1M', '1GB', '512KiB' (K/M/G/T are powers of 1024, as in nccl-tests)."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
-    if not m:
-        raise InputError(f"size {text!r}: expected a number with an optional K/M/G/T suffix, e.g. 1G")
-    return float(m.group(1)) * _UNITS[m.group(2).upper()]
+    """Bytes from '8', '4e9', '1G' (10^9), '1Gi' (2^30), '512KiB': evtsync's one size convention
+    (:func:`evtsync.units.parse_bytes`; SI prefixes are powers of ten, IEC ones powers of two)."""
+    from evtsync.units import parse_bytes
+
+    return parse_bytes(text, "size")
 
 
 def _size_range(text: str | None) -> tuple[float, float] | None:
@@ -39,7 +37,7 @@ def _size_range(text: str | None) -> tuple[float, float] | None:
         return None
     parts = re.split(r"[:,]|\.\.", text)
     if len(parts) != 2:
-        raise InputError(f"--range {text!r}: expected LOW:HIGH, e.g. 1G:4G")
+        raise InputError(f"--range {text!r}: expected LOW:HIGH, e.g. 1Gi:4Gi")
     lo, hi = parse_size(parts[0]), parse_size(parts[1])
     if not 0 < lo <= hi:
         raise InputError(f"--range {text!r}: need 0 < LOW <= HIGH")
@@ -47,11 +45,9 @@ def _size_range(text: str | None) -> tuple[float, float] | None:
 
 
 def _fmt_size(n: Any) -> str:
-    n = int(n)
-    for unit, f in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n >= f and n % f == 0:
-            return f"{n // f}{unit}"
-    return str(n)
+    from evtsync.units import format_bytes
+
+    return format_bytes(n)
 
 
 def _num(v: Any, fmt: str = ".2f") -> str:
@@ -61,21 +57,9 @@ def _num(v: Any, fmt: str = ".2f") -> str:
 
 
 def _dump_json(obj: Any) -> None:
-    def default(o: Any) -> Any:
-        if hasattr(o, "item"):
-            return o.item()
-        return str(o)
+    from evtsync.cli._common import emit_json
 
-    def clean(o: Any) -> Any:
-        if isinstance(o, float) and not math.isfinite(o):
-            return None
-        if isinstance(o, dict):
-            return {k: clean(v) for k, v in o.items()}
-        if isinstance(o, (list, tuple)):
-            return [clean(v) for v in o]
-        return o
-
-    print(json.dumps(clean(obj), indent=1, default=default))
+    emit_json(obj)
 
 
 def _print_table(df: pd.DataFrame) -> None:
@@ -103,6 +87,17 @@ def _print_rows(rows: list[dict[str, Any]], columns: list[str]) -> None:
     print(" ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)))
     for row in cells:
         print(" ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)))
+
+
+def _plan_size(text: str) -> str:
+    """``--min-bytes``/``--max-bytes``: checked now, kept as written (the plan records it)."""
+    from evtsync.units import nccl_tests_size
+
+    try:
+        nccl_tests_size(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _add_log_overrides(p: argparse.ArgumentParser) -> None:
@@ -188,7 +183,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         _dump_json({"logs": [pl.path for pl in logs], "cv_threshold_pct": args.cv_threshold,
                     "min_cycles": args.min_cycles,
                     "runs": [[r.to_dict() for r in pl.runs] for pl in logs],
-                    "stats": table.astype(object).where(table.notna(), None).to_dict(orient="records")})
+                    "stats": table})
         return 0
     for pl in logs:
         print(pl.path)
@@ -201,6 +196,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     shown["n"] = view["n_cycles"]
     shown["median_us"] = view["median_us"].map(_num)
     shown["p95_us"] = view["p95_us"].map(_num)
+    shown["busbw_GB/s"] = view["busbw_median_gbps"].map(_num)  # median of the log's busbw column
     shown["cycle_cv%"] = view["cycle_cv_pct"].map(_num)
     shown["iter_cv%"] = view["iter_cv_pct"].map(_num)
     shown["correctness"] = view["correctness"]
@@ -279,18 +275,18 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from evtsync.nccltests.plan import PlanSettings, build_plan
-    from evtsync.tableio import write_text_atomic
+    from evtsync.tableio import json_text, write_text_atomic
 
     settings = PlanSettings(binary=args.binary, min_bytes=args.min_bytes, max_bytes=args.max_bytes,
                             step_factor=args.step_factor, gpus=args.gpus, cycles=args.cycles,
                             datatype=args.datatype, op=args.op, cpu=None if args.no_affinity else args.cpu,
                             remote_cpu=args.remote_cpu, extra=list(args.extra or []))
-    matrices = [m.strip() for m in args.matrices.split(",") if m.strip()] if args.matrices else None
+    matrices = list(args.matrices) if args.matrices else None
     if args.no_affinity and matrices is None:
         matrices = [m for m in DEFAULT_MATRICES if m not in ("affinity", "noise")]
     plan = build_plan(settings, matrices, replicates=_parse_assignments(args.replicates, int, "--replicates"),
                       designs=_parse_assignments(args.design, str, "--design"))
-    text = json.dumps(plan, indent=1)
+    text = json_text(plan, indent=1)
     if args.out:
         write_text_atomic(args.out, text + "\n")
     if args.json:
@@ -314,8 +310,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
     report = run_plan(plan, args.out, timeout_s=args.timeout, only_matrix=args.matrix)
     if args.json:
-        summary = report.summary.astype(object).where(report.summary.notna(), None)
-        _dump_json({"out_dir": report.out_dir, "runs": report.records, "summary": summary.to_dict(orient="records")})
+        _dump_json({"out_dir": report.out_dir, "runs": report.records, "summary": report.summary})
     else:
         _print_table(pd.DataFrame([{k: r.get(k) for k in ("order", "matrix", "variant", "replicate", "status",
                                                            "rows", "seconds", "log")} for r in report.records]))
@@ -344,19 +339,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = sub.add_parser("parse", help="read a log: measurements, metadata, skipped lines")
     p.add_argument("log")
     _add_log_overrides(p)
-    p.add_argument("--out", help="write the measurements table (.csv or .parquet)")
+    add_out_argument(p, "table", "write the measurements table (.csv or .parquet)")
     p.add_argument("--show-skipped", action="store_true", help="list every skipped line with its reason")
     p.add_argument("--json", action="store_true", help="JSON output")
     p.set_defaults(handler=_cmd_parse)
 
-    s = sub.add_parser("stats", help="median, P95, cycle/iteration CV and stability per size")
+    s = sub.add_parser("stats", help="median time, P95, busbw, cycle/iteration CV and stability per size")
     s.add_argument("logs", nargs="+")
     _add_log_overrides(s)
     s.add_argument("--pool", action="store_true", help="pool cycles of all logs and runs (replicate processes)")
     s.add_argument("--placement", choices=["both", "out-of-place", "in-place"], default="both")
     s.add_argument("--cv-threshold", type=float, default=5.0, help="stability threshold in %% (default 5)")
     s.add_argument("--min-cycles", type=int, default=3, help="cycles needed to judge stability (default 3)")
-    s.add_argument("--out", help="write the statistics table (.csv or .parquet)")
+    add_out_argument(s, "table", "write the statistics table (.csv or .parquet)")
     s.add_argument("--json", action="store_true", help="JSON output")
     s.set_defaults(handler=_cmd_stats)
 
@@ -377,11 +372,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     a = sub.add_parser("alpha", help="fit T(S) = p*alpha + q*S/B: alpha and B with intervals")
     a.add_argument("log")
     _add_log_overrides(a)
-    a.add_argument("--range", help="size range LOW:HIGH, e.g. 1G:4G (default: where T(S) is linear)")
+    a.add_argument("--range", metavar="LOW:HIGH",
+                   help=f"size range, e.g. 1Gi:4Gi (default: where T(S) is linear); {SIZE_HELP}")
     a.add_argument("--topology", default="ring",
                    help="p and q of SPEC §8 by topology name, e.g. ring (default ring; an unknown name "
                         "is refused with the list of known ones)")
-    a.add_argument("--level", type=float, default=0.9, help="credible level (default 0.9)")
+    add_level_argument(a, "level of the alpha and B intervals")
     a.add_argument("--placement", choices=["out-of-place", "in-place"], default="out-of-place")
     a.add_argument("--run", type=int, help="run index when the log holds several")
     a.add_argument("--linear-tolerance", type=float, default=0.05,
@@ -391,12 +387,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     pl = sub.add_parser("plan", help="write a balanced (Latin-square / mirrored) command matrix")
     pl.add_argument("--binary", required=True, help="nccl-tests binary, e.g. ./build/all_reduce_perf")
-    pl.add_argument("--out", help="write the plan as JSON here")
-    pl.add_argument("--matrices", help=f"comma-separated subset of {','.join(DEFAULT_MATRICES)}")
+    add_out_argument(pl, "file", "write the plan as JSON here (the input of `nccl-tests run`)")
+    pl.add_argument("--matrices", action=ListOption, item_choices=tuple(DEFAULT_MATRICES), metavar="MATRIX",
+                    examples=tuple(DEFAULT_MATRICES)[:2],
+                    help=f"subset of {', '.join(DEFAULT_MATRICES)} (space or comma separated)")
     pl.add_argument("--replicates", action="append", metavar="MATRIX=K", help="replicates of a matrix")
     pl.add_argument("--design", action="append", metavar="MATRIX=latin|mirror", help="ordering design of a matrix")
-    pl.add_argument("--min-bytes", default="1M")
-    pl.add_argument("--max-bytes", default="64M")
+    pl.add_argument("--min-bytes", type=_plan_size, default="1Mi",
+                    help=f"-b of nccl-tests (default 1Mi = 2^20), passed as the exact byte count; {SIZE_HELP}")
+    pl.add_argument("--max-bytes", type=_plan_size, default="64Mi",
+                    help=f"-e of nccl-tests (default 64Mi = 2^26), passed as the exact byte count; {SIZE_HELP}")
     pl.add_argument("--step-factor", type=int, default=64)
     pl.add_argument("--gpus", type=int, default=4, help="-g: GPUs per process")
     pl.add_argument("--cycles", type=int, default=10, help="-N: cycles per process")
@@ -411,7 +411,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     r = sub.add_parser("run", help="execute a plan, collecting outputs per variant")
     r.add_argument("plan", help="plan JSON written by 'evtsync nccl-tests plan --out'")
-    r.add_argument("--out", required=True, help="output folder")
+    add_out_argument(r, "folder", "output folder", required=True)
     r.add_argument("--timeout", type=float, default=600.0, help="seconds per command (default 600)")
     r.add_argument("--matrix", help="run only this matrix")
     r.add_argument("--json", action="store_true", help="JSON output")

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import argparse
 
+from evtsync.cli._common import ListOption, add_level_argument, add_out_argument
 from evtsync.cli._whatif import add_hardware_arguments
-from evtsync.defaults import INTERVAL_LEVEL
+from evtsync.defaults import DEFAULT_M
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,22 +31,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "interval per cell of the fit (GPU x precision) and domain size n.",
     )
     p.add_argument("fit", metavar="FIT", help="fit folder written by `evtsync fit --model` (or its fit.nc)")
-    p.add_argument("--n", nargs="+", metavar="N",
+    p.add_argument("--n", action=ListOption, metavar="N", examples=("8", "64"),
                    help="domain sizes, multiples of --m (space or comma separated)")
     p.add_argument("--straggler", metavar="TABLE",
                    help="predicted vs measured straggler delay for this table (.csv/.parquet) instead of --n")
-    p.add_argument("--out", metavar="PATH", help="also write the result table (.csv/.parquet)")
+    add_out_argument(p, "table", "also write the result table (.csv/.parquet)")
     p.add_argument("--block-sd-us", type=float, metavar="B", help="block standard deviation b in µs")
     p.add_argument("--block-mean-us", type=float, metavar="A", help="block mean a in µs (with --cv)")
     p.add_argument("--cv", type=float, metavar="R", help="coefficient of variation r of the block (b = r·a)")
-    p.add_argument("--m", type=int, default=4, help="ranks per sample of the fitted z-scores (default 4)")
-    p.add_argument("--level", type=float, default=INTERVAL_LEVEL,
-                   help=f"central interval level (default {INTERVAL_LEVEL:g})")
+    p.add_argument("--m", type=int, default=DEFAULT_M, help=f"ranks per sample of the fitted z-scores (default {DEFAULT_M})")
+    add_level_argument(p)
     p.add_argument("--json", action="store_true", help="print a JSON list, one record per (cell, n)")
     p.add_argument("--plot", metavar="PATH", help="tau(n) against n with credible bands (.png/.svg/.pdf)")
-    p.add_argument("--flops-factor", metavar="F",
+    p.add_argument("--flops-factor", action=ListOption, metavar="F", examples=("1", "2"),
                    help="GPU peak FLOPS relative to the reference (H200): b and tau are divided by F; a comma list or "
-                   "a doubling range LO..HI (default 1, or --preset's TFLOPS / 989)")
+                   "a doubling range LO..HI (space or comma separated; default 1, or --preset's TFLOPS / 989)")
     add_hardware_arguments(p)
     p.set_defaults(handler=run_predict)
 

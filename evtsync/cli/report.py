@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from evtsync.cli._common import positive_int
+from evtsync.cli._common import add_out_argument, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,11 +16,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "holding fit.nc, or a .nc file). The report is organised per GPU model and precision; non-converged fits "
         "and failed stages are flagged in red at the top.")
     parser.add_argument("source", metavar="FIT_OR_RUN_DIR", help="run folder (with manifest.json) or fit (folder or .nc)")
-    parser.add_argument("--out", metavar="DIR", default=None, help="folder of the report (default: the run or fit folder)")
+    add_out_argument(parser, "own", "folder of the report (default: the run or fit folder)", metavar="DIR")
     parser.add_argument("--svg", action="store_true",
                         help="also save each figure as SVG (vector, for papers) beside its PNG; slower")
     parser.add_argument("-j", "--jobs", type=positive_int, default=None, metavar="N",
                         help="processes that draw the figures (default: one per core; 1: in this process)")
+    parser.add_argument("--json", action="store_true", help="print the written files and notes as JSON")
     parser.set_defaults(handler=run)
 
 
@@ -42,10 +43,16 @@ def run(args: argparse.Namespace) -> int:
     written = build_report(args.source, args.out, svg=args.svg, workers=args.jobs)
     html = next(p for p in written if Path(p).name == REPORT_HTML)
     md = next(p for p in written if Path(p).name == REPORT_MD)
-    print(f"report: {html}\nsummary: {md}\nfigures: {len(written) - 2} file(s) in {Path(html).parent / 'figures'}")
-    if (Path(args.source) / MANIFEST).is_file():  # a partial study or rank set is said here too, not only in the report
-        import sys
+    notes = incomplete_notes(read_manifest(args.source)) if (Path(args.source) / MANIFEST).is_file() else []
+    if args.json:
+        from evtsync.cli._common import emit_json
 
-        for note in incomplete_notes(read_manifest(args.source)):
-            print(note, file=sys.stderr)
+        emit_json({"report": html, "summary": md, "figures": [p for p in written if p not in (html, md)],
+                   "notes": notes})
+        return 0
+    print(f"report: {html}\nsummary: {md}\nfigures: {len(written) - 2} file(s) in {Path(html).parent / 'figures'}")
+    import sys
+
+    for note in notes:  # a partial study or rank set is said here too, not only in the report
+        print(note, file=sys.stderr)
     return 0

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
+from typing import Any
+
+from evtsync.progress import write_line
+
+log = logging.getLogger("evtsync.cli.run")
 
 #: Exit status of a study in which a workload failed while the others' results were written.
 PARTIAL_STUDY_EXIT = 3
@@ -12,16 +18,27 @@ PARTIAL_STUDY_EXIT = 3
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``run`` command."""
-    from evtsync.cli._common import add_scale_arguments, add_trace_arguments
+    from evtsync.cli._common import (
+        ListOption,
+        add_out_argument,
+        add_scale_arguments,
+        add_trace_arguments,
+        byte_size,
+    )
     from evtsync.defaults import (
         DEFAULT_CHAINS,
         DEFAULT_DRAWS,
+        DEFAULT_EPS,
+        DEFAULT_M,
+        DEFAULT_SAMPLER,
         DEFAULT_TUNE,
         DEMO_CHAINS,
         DEMO_DRAWS,
         DEMO_TUNE,
+        SAMPLERS,
     )
     from evtsync.reference import DGX_H200_ALPHA_US
+    from evtsync.units import SIZE_HELP
 
     parser = sub.add_parser(
         "run", help="the main job: traces -> tax -> attribution -> z-scores -> fits -> predictions -> report",
@@ -47,20 +64,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "a plain NAME chooses the PG whose compute blocks are fitted (default: the "
                            "tensor-parallel group)")
             action.metavar = "NAME[=RANKS[@STREAM]]"
-    parser.add_argument("--out", metavar="DIR", default=None,
-                        help="run folder (default fits/demo for the demo, else fits/<name of the trace folder>)")
+    add_out_argument(parser, "own", "run folder (default fits/demo for the demo, else fits/<name of the trace "
+                     "folder>)", metavar="DIR")
     parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
                         help="no progress bars or stage lines; warnings and the final summary only")
     parser.add_argument("--json", action="store_true",
-                        help="print the answer table (summary.json: one row per GPU × precision) on stdout; the "
-                        "lines naming the report and the run folder go to stderr")
+                        help="print the outcome as JSON: the answer table (summary.json: one row per GPU × precision), "
+                             "run folder, report, every stage's status, reason, wall and CPU seconds, failed workloads "
+                             "and notes (the stage lines are not printed)")
     parser.add_argument("--force", action="store_true", help="redo every stage, even those whose inputs did not change")
     parser.add_argument("--no-report", dest="report", action="store_false", help="stop before the report")
     parser.add_argument("--allow-failed-workloads", action="store_true",
                         help="exit 0 although a workload of the study failed (default: exit 3; either way the "
                         "other workloads' results are written and every output names the failed one)")
     blocks = parser.add_argument_group("blocks and z-scores")
-    blocks.add_argument("--m", type=int, default=4, help="ranks per sample of the block maxima (default 4)")
+    blocks.add_argument("--m", type=int, default=DEFAULT_M,
+                        help=f"ranks per sample of the block maxima (default {DEFAULT_M})")
     blocks.add_argument("--time", choices=("busy", "span", "window"), default="busy",
                         help="block time definition (default busy; see `evtsync blocks --help`)")
     fit = parser.add_argument_group("Bayesian fits")
@@ -71,17 +90,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     fit.add_argument("--chains", type=int, default=None,
                      help=f"chains (default {DEFAULT_CHAINS}; demo {DEMO_CHAINS})")
     fit.add_argument("--seed", type=int, default=0, help="random seed of the samplers (default 0)")
-    fit.add_argument("--sampler", choices=("nutpie", "pymc"), default="nutpie", help="NUTS sampler (default nutpie)")
+    fit.add_argument("--sampler", choices=SAMPLERS, default=DEFAULT_SAMPLER,
+                     help=f"NUTS sampler (default {DEFAULT_SAMPLER})")
     fit.add_argument("--models-dir", metavar="DIR", default=None,
                      help="folder of model specifications (default: the models shipped with evtsync; see `evtsync models`)")
-    fit.add_argument("--model", dest="models", action="append", default=[], metavar="NAME",
-                     help="fit only this model of the models folder (repeatable; default: all)")
+    fit.add_argument("--model", dest="models", action=ListOption, default=[], metavar="NAME",
+                     examples=("gumbel", "frechet"),
+                     help="fit only these models of the models folder (space or comma separated, repeatable; "
+                          "default: all)")
     bw = parser.add_argument_group("predictions (tau(n) and B*)")
     bw.add_argument("--alpha-us", type=float, default=DGX_H200_ALPHA_US,
                     help=f"per-step latency alpha in µs (default {DGX_H200_ALPHA_US:g}, DGX H200)")
-    bw.add_argument("--bytes", type=float, default=None, metavar="S",
-                    help="buffer size S in bytes (default: median message size of the block PG's collectives)")
-    bw.add_argument("--eps", type=float, default=-0.5, help="target elasticity of B* in (-1, 0) (default -0.5)")
+    bw.add_argument("--bytes", type=byte_size, default=None, metavar="S",
+                    help=f"buffer size S (default: median message size of the block PG's collectives); {SIZE_HELP}")
+    bw.add_argument("--eps", type=float, default=DEFAULT_EPS,
+                    help=f"target elasticity of B* in (-1, 0) (default {DEFAULT_EPS:g})")
     parser.set_defaults(handler=run)
 
 
@@ -118,33 +141,36 @@ def run(args: argparse.Namespace) -> int:
         comm_kernels=list(args.comm_kernel))
     options.check()  # bad options and output paths fail here, before any work
     out = options.out or default_out(options)
-    quiet = args.quiet
+    quiet = args.quiet or args.json
     if not quiet:
         what = "the bundled demo study" if options.is_demo else " ".join(options.traces)
         s = options.sampling()
-        print(f"evtsync run: {what} -> {out}  (sampling: {s['draws']} draws, {s['tune']} tune, "
-              f"{s['chains']} chains{' — demo settings' if options.is_demo and not args.draws else ''})",
-              file=sys.stderr)
+        write_line(f"evtsync run: {what} -> {out}  (sampling: {s['draws']} draws, {s['tune']} tune, "
+                   f"{s['chains']} chains{' — demo settings' if options.is_demo and not args.draws else ''})")
+        write_line("  stage                    status, CPU time (the stage's cost) and wall time")
 
     def show(event: StageEvent) -> None:
+        """One whole line per stage (written above the progress bar, never through it)."""
         if quiet:
             return
         if event.action == "start":
-            print(f"  {event.stage:<24} running…", file=sys.stderr, flush=True)
+            log.info("stage %s running", event.stage)
         elif event.action == "reused":
-            print(f"  {event.stage:<24} reused ({event.status})", file=sys.stderr)
+            write_line(f"  {event.stage:<24} reused ({event.status})")
         else:
             detail = f": {event.reason}" if event.reason else ""
-            print(f"  {event.stage:<24} {event.status} in {event.seconds:.1f} s{detail}", file=sys.stderr)
+            write_line(f"  {event.stage:<24} {event.status}, CPU {event.cpu_seconds:.1f} s "
+                       f"(wall {event.seconds:.1f} s){detail}")
 
     result = run_pipeline(options, on_stage=show)
     stages = result.manifest.get("stages", {})
     failed = [n for n, e in stages.items() if e.get("status") == STATUS_FAILED]
     skipped = [n for n, e in stages.items() if e.get("status") in (STATUS_NA, STATUS_UNAVAILABLE)]
     report = result.out / "report.html"
-    said = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the JSON alone
+    said = sys.stdout
     if args.json:
-        _print_summary(result.out)
+        return _print_json(result, failed, report if report.is_file() and options.report else None,
+                           args.allow_failed_workloads)
     if report.is_file() and options.report:
         print(f"report: {report}", file=said)
     bad_workloads = failed_workloads(result.manifest)
@@ -166,16 +192,36 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_summary(run_dir: Path) -> None:
-    """``summary.json`` of the run folder on stdout (strict JSON: missing values are null), or a
-    document saying why there is none (the summary stage did not run)."""
+def _print_json(result: Any, failed: list[str], report: Path | None, allow_failed_workloads: bool) -> int:
+    """``run --json``: the outcome as one strict JSON document, the answer table (``summary.json``)
+    under ``summary`` (or why there is none); the same exit status as the text."""
+    from evtsync.cli._common import emit_json
+    from evtsync.pipeline.layout import failed_workloads, incomplete_notes
+
+    stages = result.manifest.get("stages", {})
+    bad_workloads = failed_workloads(result.manifest)
+    emit_json({
+        "run_folder": result.out, "report": report, "workloads": [{"name": w.name, "n_traces": len(w.files)} for w in result.workloads],
+        "stages": {name: {"status": e.get("status"), "reason": e.get("reason", ""), "seconds": e.get("seconds"),
+                          "cpu_seconds": e.get("cpu_seconds")} for name, e in stages.items()},
+        "failed_stages": failed, "failed_workloads": bad_workloads,
+        "notes": incomplete_notes(result.manifest),
+        "summary": run_summary(result.out, result.manifest),
+    })
+    if failed:
+        return 1
+    return PARTIAL_STUDY_EXIT if bad_workloads and not allow_failed_workloads else 0
+
+
+def run_summary(run_dir: Path, manifest: dict) -> dict:
+    """``summary.json`` of the run folder (the answer table), or a document saying why there is
+    none (the summary stage did not run)."""
     import json
 
-    from evtsync.pipeline.layout import SUMMARY_JSON, read_manifest, root_cause
+    from evtsync.pipeline.layout import SUMMARY_JSON, root_cause
 
     path = run_dir / SUMMARY_JSON
     if path.is_file():
-        print(json.dumps(json.loads(path.read_text(encoding="utf-8")), indent=2, allow_nan=False))
-        return
-    stage, reason = root_cause(read_manifest(run_dir), "summary")
-    print(json.dumps({"rows": [], "missing": f"no {SUMMARY_JSON}: stage {stage}: {reason or 'not run'}"}, indent=2))
+        return json.loads(path.read_text(encoding="utf-8"))
+    stage, reason = root_cause(manifest, "summary")
+    return {"rows": [], "missing": f"no {SUMMARY_JSON}: stage {stage}: {reason or 'not run'}"}

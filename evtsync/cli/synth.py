@@ -6,6 +6,7 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from evtsync.cli._common import ListOption, add_out_argument
     from evtsync.synth.config import (
         FORMATS,
         GPU_MODELS,
@@ -21,7 +22,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(OUT_DIR/traces/) and OUT_DIR/ground_truth.json: per collective the per-rank durations, "
         "straggler and tax; per compute block the run times and pooled z-scores, drawn from a stated "
         "GEV; planted causes. Same seed, same bytes. See docs/synth.md.")
-    parser.add_argument("out_dir", metavar="OUT_DIR", help="output folder (created)")
+    parser.add_argument("out_dir", metavar="OUT_DIR", nargs="?", default=None,
+                        help="output folder (created); the same as -o/--out")
+    add_out_argument(parser, "folder", "output folder (created)")
+    parser.add_argument("--json", action="store_true", help="print what was written (paths, counts, GEV) as JSON")
     lay = parser.add_argument_group("layout")
     lay.add_argument("--ranks", type=int, default=8, help="number of ranks (default 8)")
     lay.add_argument("--tp", type=int, default=4, help="TP group size; consecutive ranks (default 4)")
@@ -34,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     lay.add_argument("--gpu", choices=sorted(GPU_MODELS), default="H200", help="GPU model (default H200)")
     lay.add_argument("--precision", choices=PRECISIONS, default="bf16", help="GEMM precision (default bf16)")
     lay.add_argument("--gpus-per-host", type=int, default=8, help="GPUs per host (default 8)")
-    lay.add_argument("--clock-offset-us", type=float, nargs="+", default=None, metavar="US",
+    lay.add_argument("--clock-offset-us", action=ListOption, item=float, default=None, metavar="US",
+                     examples=("0", "250"),
                      help="per-host clock offsets: one value per host, or one step s (host h gets h*s; "
                           "default 250)")
     out = parser.add_argument_group("output")
@@ -43,8 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     out.add_argument("--gzip", action="store_true", help="write .json.gz")
     out.add_argument("--cuda-sync-events", action="store_true",
                      help="write cuda_sync events as enable_cuda_sync_events does")
-    out.add_argument("--only-rank", type=int, action="append", default=None, metavar="R",
-                     help="write only these ranks' files (repeatable; the simulation covers all)")
+    out.add_argument("--only-rank", action=ListOption, item=int, default=None, metavar="R", examples=("0", "1"),
+                     help="write only these ranks' files (space or comma separated, repeatable; the simulation "
+                          "covers all)")
     out.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     out.add_argument("--inspector", choices=("plain", "verbose"), default=None,
                      help="also write the NCCL Inspector logs of the job into OUT_DIR/inspector (verbose: "
@@ -66,7 +72,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from evtsync.cli._common import emit_json
+    from evtsync.errors import InputError
     from evtsync.synth import STUDIES, Plant, SynthConfig, study, synthesize
+
+    if bool(args.out) == bool(args.out_dir):
+        raise InputError("synth: give the output folder once: -o/--out DIR (or OUT_DIR)")
+    out_dir = args.out or args.out_dir
 
     options = {
         "ranks": args.ranks, "tp": args.tp, "fsdp": args.fsdp, "ep": args.ep, "tp_mode": args.tp_mode,
@@ -78,7 +90,12 @@ def run(args: argparse.Namespace) -> int:
         "write_ranks": tuple(args.only_rank) if args.only_rank else None,
     }
     if args.study:
-        results = study(args.out_dir, args.study, **options)
+        results = study(out_dir, args.study, **options)
+        if args.json:
+            emit_json([{"workload": entry["workload"], "traces_dir": res.traces_dir, "n_traces": len(res.traces),
+                        "truth": res.truth_path, "summary": res.summary}
+                       for entry, res in zip(STUDIES[args.study], results, strict=True)])
+            return 0
         for entry, res in zip(STUDIES[args.study], results, strict=True):
             gev = res.summary["gev"]
             print(f"{entry['workload']}: {len(res.traces)} traces in {res.traces_dir}, "
@@ -87,8 +104,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     cfg = SynthConfig.build(gpu=args.gpu, precision=args.precision,
                             gev=tuple(args.gev) if args.gev else None, **options)
-    res = synthesize(cfg, args.out_dir)
+    res = synthesize(cfg, out_dir)
     summary = res.summary
+    if args.json:
+        emit_json({"traces_dir": res.traces_dir, "n_traces": len(res.traces), "truth": res.truth_path,
+                   "summary": summary})
+        return 0
     print(f"{len(res.traces)} {cfg.format} traces ({cfg.gpu} {cfg.precision}, {cfg.ranks} ranks, TP {cfg.tp_size}, "
           f"{cfg.iterations} iterations) in {res.traces_dir}")
     print(f"{summary['n_collectives']} collectives ({summary['n_tp_collectives']} TP, median tau_max "

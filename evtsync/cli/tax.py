@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from evtsync.cli._common import add_scale_arguments, add_trace_arguments
+    from evtsync.cli._common import add_out_argument, add_scale_arguments, add_trace_arguments
 
     parser = sub.add_parser(
         "tax", help="synchronization tax of every collective (SPEC §3)",
@@ -19,9 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_scale_arguments(parser)
     parser.add_argument("--demo", action="store_true",
                         help="run on a synthetic 8-rank trace set generated on the fly")
-    parser.add_argument("-o", "--output", metavar="PATH",
-                        help="write the full tables: PATH (per collective), PATH_ranks (per rank), "
-                             "PATH_mismatches; Parquet or CSV by extension")
+    add_out_argument(parser, "table", "write the full tables: PATH (per collective), PATH_ranks (per rank), "
+                     "PATH_mismatches, PATH_groups, PATH_stragglers, PATH_straggler_ranks; Parquet or CSV by "
+                     "extension", old=("--output",))
     parser.add_argument("--plot", metavar="PATH", help="CDFs of tau per PG and collective type (.png/.svg)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(handler=run)
@@ -58,31 +57,31 @@ def run(args: argparse.Namespace) -> int:
     from evtsync.tax import straggler_identity
 
     stragglers, straggler_ranks = straggler_identity(tables)
+    notes = sys.stderr if args.json else sys.stdout  # --json: standard output holds the JSON document alone
     if traces.logged is None and traces.comm_kernels.empty:
         if alignment.instances.empty:
             print(f"no NCCL kernels, no other communication kernels and no gloo collectives in {len(traces.rank_ids)} "
-                  "trace(s): nothing to align (empty result)")
+                  "trace(s): nothing to align (empty result)", file=notes)
         else:
             print("no NCCL kernels: using the CPU-side gloo collectives (their duration includes "
-                  "the wait; see docs/gloo.md)")
-    if args.output:
-        write_table(tables.collectives, args.output)
-        write_table(tables.ranks, sibling_path(args.output, "ranks"))
-        write_table(alignment.mismatches, sibling_path(args.output, "mismatches"))
-        write_table(alignment.groups, sibling_path(args.output, "groups"))
-        write_table(stragglers, sibling_path(args.output, "stragglers"))
-        write_table(straggler_ranks, sibling_path(args.output, "straggler_ranks"))
+                  "the wait; see docs/gloo.md)", file=notes)
+    if args.out:
+        write_table(tables.collectives, args.out)
+        write_table(tables.ranks, sibling_path(args.out, "ranks"))
+        write_table(alignment.mismatches, sibling_path(args.out, "mismatches"))
+        write_table(alignment.groups, sibling_path(args.out, "groups"))
+        write_table(stragglers, sibling_path(args.out, "stragglers"))
+        write_table(straggler_ranks, sibling_path(args.out, "straggler_ranks"))
     if args.plot:
         from evtsync.plots.tax import plot_tax_cdfs
 
         plot_tax_cdfs(tables.collectives, args.plot)
     if args.json:
-        print(json.dumps({"groups": alignment.groups.to_dict(orient="records"),
-                          "summary": summary.to_dict(orient="records"),
-                          "stragglers": stragglers.to_dict(orient="records"),
-                          "n_mismatches": len(alignment.mismatches),
-                          "missing_ranks": list(traces.missing_ranks),
-                          "rank_set_problems": traces.problems}, indent=2, default=str))
+        from evtsync.cli._common import emit_json
+
+        emit_json({"groups": alignment.groups, "summary": summary, "stragglers": stragglers,
+                   "n_mismatches": len(alignment.mismatches), "missing_ranks": list(traces.missing_ranks),
+                   "rank_set_problems": traces.problems})
         return 0
     _print_report(traces, alignment, summary, stragglers)
     return 0

@@ -372,11 +372,19 @@ def _label(res: LooResult) -> str:
     return f"{res.name} ({FAMILY_NAMES.get(res.family, res.family)})"
 
 
+#: Columns of the comparison table: rank (0 = best), model, family, elpd_loo with its se, p_loo,
+#: elpd_diff (best minus this model) with its standard error diff_se, the Pareto-k counts
+#: (k_good <= 0.7 < k_bad <= 1 < k_very_bad; n_bad_k = k_bad + k_very_bad), converged.
+COMPARE_COLUMNS = ["rank", "model", "family", "elpd_loo", "se", "p_loo", "elpd_diff", "diff_se", "k_good", "k_bad",
+                   "k_very_bad", "n_bad_k", "converged"]
+
+
 def compare_fits(trees: list[xr.DataTree], chunk_values: int | None = None) -> tuple[pd.DataFrame, str]:
     """Rank fits by ELPD-LOO; the table has each one's difference to the best with its SE.
 
     All fits must be on the same z-scores (matched by input row). Returns the table and a
-    verdict in words.
+    verdict in words. The one comparison table of evtsync (``compare --out`` and a run's
+    ``tables/compare.parquet`` alike): :data:`COMPARE_COLUMNS`, best model first.
     """
     if len(trees) < 2:
         raise FitError("compare needs at least two fits")
@@ -403,9 +411,9 @@ def compare_fits(trees: list[xr.DataTree], chunk_values: int | None = None) -> t
             "rank": rank, "model": r.name, "family": r.family, "elpd_loo": r.elpd, "se": r.se,
             "p_loo": r.p_loo, "elpd_diff": float(diff.sum()), "diff_se": d_se,
             "k_good": kc["good"], "k_bad": kc["bad"], "k_very_bad": kc["very_bad"],
-            "converged": r.converged,
+            "n_bad_k": kc["bad"] + kc["very_bad"], "converged": r.converged,
         })
-    table = pd.DataFrame(rows)
+    table = pd.DataFrame(rows, columns=COMPARE_COLUMNS)
     return table, verdict(table, results)
 
 

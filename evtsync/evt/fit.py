@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from evtsync.defaults import ESS_MIN, RHAT_MAX
 from evtsync.errors import InputError
 from evtsync.evt import gev
 from evtsync.evt.bayesfit import (  # noqa: F401 - the fit file's reading and writing, re-exported here
@@ -57,11 +58,8 @@ from evtsync.tableio import file_sha256
 
 log = logging.getLogger("evtsync.evt.fit")
 
-RHAT_MAX = 1.01
-ESS_MIN = 400
 #: Largest chain x draw x observation count whose log-likelihood is stored in the file.
 LOGLIK_STORE_LIMIT = 20_000_000
-SAMPLERS = ("nutpie", "pymc")
 #: NUTS step-size target for ``target_accept = "auto"`` (the default): the stricter target
 #: up to AUTO_TARGET_MAX_OBS z-scores, where the group spreads of the hierarchical models
 #: put curvature into the posterior that 0.8 steps through with divergences (demo study,

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from evtsync.defaults import INTERVAL_LEVEL
 from evtsync.evt import gev
 
 log = logging.getLogger("evtsync.evt.ppc")
@@ -37,7 +38,7 @@ PPC_ALPHA = 0.01
 #: Posterior draws used (thinned evenly when the posterior has more).
 PPC_MAX_DRAWS = 2000
 #: Central level of the posterior predictive interval stored beside each statistic.
-PPC_LEVEL = 0.9
+PPC_LEVEL = INTERVAL_LEVEL
 
 
 def _order_statistic_index(q: float | None, n: int) -> int:

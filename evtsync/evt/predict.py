@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
-from evtsync.defaults import INTERVAL_LEVEL, check_level
+from evtsync.defaults import DEFAULT_EPS, DEFAULT_M, INTERVAL_LEVEL, POPULATION_MODEL, check_level
 from evtsync.errors import InputError
 from evtsync.evt import gev
 from evtsync.reference import REFERENCE_TFLOPS
@@ -85,7 +85,7 @@ INFINITE_POLICY = ("share_infinite = share of draws that are infinite (xi >= 1);
 MEASURED_COLUMNS = ("workload", "gpu", "precision", "n_ranks", "block_sd_us", "mean_delay_us")
 
 
-def domain_multiple(n: ArrayLike, m: int = 4) -> NDArray[np.float64]:
+def domain_multiple(n: ArrayLike, m: int = DEFAULT_M) -> NDArray[np.float64]:
     """``k = n / m`` as floats, after checking that every n is a positive multiple of m.
 
     A domain size that is not a multiple of the fitted sample size has no k = n/m samples of
@@ -113,7 +113,7 @@ def predicted_tax_us(
     sigma: ArrayLike,
     xi: ArrayLike,
     n: ArrayLike,
-    m: int = 4,
+    m: int = DEFAULT_M,
 ) -> NDArray[np.float64]:
     """tau(n) = b · E_k(mu, sigma, xi) with k = n/m, in µs (SPEC §7).
 
@@ -137,7 +137,7 @@ def predicted_tax_curve_us(
     sigma: ArrayLike,
     xi: ArrayLike,
     n: ArrayLike,
-    m: int = 4,
+    m: int = DEFAULT_M,
 ) -> NDArray[np.float64]:
     """tau for every domain size in the 1-D ``n``, with n as a new last axis.
 
@@ -257,8 +257,8 @@ def _finish(out: pd.DataFrame, fit: Any, level: float, skipped: dict[str, int], 
     for why, count in skipped.items():
         if count:
             log.warning("%s: skipped %d row(s): %s", what, count, why)
-    if fit.convergence_note:
-        log.warning("%s", fit.convergence_note)
+    if fit.convergence_note:  # the table's `converged` column carries it; the fit's own stage or the CLI says it
+        log.info("%s", fit.convergence_note.removeprefix("WARNING: "))
     return out
 
 
@@ -269,7 +269,7 @@ def _tau_from(params: tuple[NDArray[np.float64], ...], b: NDArray[np.float64], n
     return predicted_tax_curve_us(b[None, :], mu, sigma, xi, list(n), m)
 
 
-def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: int = 4,
+def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: int = DEFAULT_M,
               level: float = INTERVAL_LEVEL, *, gpu: str | None = None, precision: str | None = None,
               seed: int = 0) -> pd.DataFrame:
     """tau(n) = b·E_(n/m) per cell and n: mean, ``level`` interval, share of infinite draws (µs).
@@ -342,7 +342,7 @@ def _bstar_draws(tau: NDArray[np.float64], alpha: NDArray[np.float64] | float, p
 
 
 def bstar_draws_gbps(tau_us: ArrayLike, topology: str, n: Sequence[int], alpha_us: float | Mapping[str, float],
-                     size_bytes: float, eps: float = -0.5, *,
+                     size_bytes: float, eps: float = DEFAULT_EPS, *,
                      alpha_draws_us: ArrayLike | Mapping[str, ArrayLike] | None = None,
                      seed: int = 0) -> dict[str, Any]:
     """B* (GB/s), the reduction and Hockney's B*_H draw by draw for tax draws ``tau_us`` of shape
@@ -379,8 +379,8 @@ def bstar_draws_gbps(tau_us: ArrayLike, topology: str, n: Sequence[int], alpha_u
 
 
 def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha_us: float | Mapping[str, float],
-                    size_bytes: float, block_sd_us: float | pd.DataFrame, eps: float | Sequence[float] = -0.5,
-                    m: int = 4, level: float = INTERVAL_LEVEL, flops_factor: float | Sequence[float] = 1.0, *,
+                    size_bytes: float, block_sd_us: float | pd.DataFrame, eps: float | Sequence[float] = DEFAULT_EPS,
+                    m: int = DEFAULT_M, level: float = INTERVAL_LEVEL, flops_factor: float | Sequence[float] = 1.0, *,
                     alpha_draws_us: ArrayLike | Mapping[str, ArrayLike] | None = None, gpu: str | None = None,
                     precision: str | None = None, seed: int = 0) -> pd.DataFrame:
     """B* (GB/s) with the tax, Hockney's B*_H and the reduction 1 - B*/B*_H per cell, topology and n.
@@ -442,7 +442,7 @@ def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha
 def flops_scaling_table(fit: Any, topologies: Sequence[str], n: Sequence[int],
                         alpha_us: float | Mapping[str, float], size_bytes: float,
                         block_sd_us: float | pd.DataFrame, flops_factors: Sequence[float],
-                        eps: float | Sequence[float] = -0.5, m: int = 4, level: float = INTERVAL_LEVEL, *,
+                        eps: float | Sequence[float] = DEFAULT_EPS, m: int = DEFAULT_M, level: float = INTERVAL_LEVEL, *,
                         alpha_draws_us: ArrayLike | Mapping[str, ArrayLike] | None = None, gpu: str | None = None,
                         precision: str | None = None, seed: int = 0) -> pd.DataFrame:
     """The bandwidth-scaling requirement as FLOPS grow (the paper's Fig. 13 and its 11.7%).
@@ -504,7 +504,7 @@ def flops_scaling_table(fit: Any, topologies: Sequence[str], n: Sequence[int],
     return out
 
 
-def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = 4, level: float = INTERVAL_LEVEL,
+def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, level: float = INTERVAL_LEVEL,
                           source: str = "measured table") -> pd.DataFrame:
     """Predicted against measured mean straggler delay per workload × GPU × precision × n.
 
@@ -605,7 +605,6 @@ POPULATION_NOTE = ("population-level prediction: the GPU/precision level was not
                    "per posterior draw, from the fitted population (new deviation ~ Normal(0, spread·sqrt(1 + 1/L)), "
                    "L = fitted levels), so the interval includes the spread between levels (SPEC §7)")
 #: The shipped model that can answer a question about an unseen level.
-POPULATION_MODEL = "gev-hier-gpu-precision"
 
 
 def _zero_sum_new(sd: NDArray[np.float64], n_levels: int, rng: np.random.Generator) -> NDArray[np.float64]:
@@ -787,7 +786,7 @@ def _kind_attrs(out: pd.DataFrame) -> pd.DataFrame:
     """Say in the table's attrs (and the log) when some rows are population-level or pooled."""
     if "prediction_kind" in out and (out["prediction_kind"] == "population").any():
         out.attrs["population_note"] = POPULATION_NOTE
-        log.warning("%s", POPULATION_NOTE)
+        log.info("%s", POPULATION_NOTE)  # in the table's attrs, printed by every output
     if "prediction_kind" in out and (out["prediction_kind"] == "pooled").any():
         out.attrs["pooled_note"] = "the pooled fit has no GPU or precision effect: every GPU is predicted alike"
     return out

@@ -48,12 +48,12 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from evtsync.defaults import DEFAULT_SAMPLER, SAMPLERS
 from evtsync.errors import InputError, ModelSpecError
 
 FAMILIES = ("gumbel", "frechet", "gev")
 POOLINGS = ("complete", "none", "partial")
 SCALES = ("z", "raw")
-SAMPLERS = ("nutpie", "pymc")
 BACKENDS = ("numba", "jax")
 #: nutpie's mass-matrix adaptation: a diagonal plus low-rank correction from the draws and
 #: their gradients, the diagonal only, or "auto" (:func:`evtsync.evt.fit.resolve_adaptation`).
@@ -151,7 +151,7 @@ class SamplerConfig:
     chains: int = DEFAULT_CHAINS
     target_accept: float | str = "auto"
     seed: int | None = None
-    sampler: str = "nutpie"
+    sampler: str = DEFAULT_SAMPLER
     backend: str = "numba"
     adaptation: str = "auto"
     extend: int = 0

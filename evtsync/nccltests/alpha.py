@@ -45,6 +45,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from evtsync import hockney as _hockney
+from evtsync.defaults import INTERVAL_LEVEL
 from evtsync.errors import InputError, NcclTestsError
 from evtsync.nccltests.parse import ParsedLog, busbw_factor, normalise_collective, parse_log
 
@@ -89,7 +90,7 @@ class AlphaFit:
     topology: str = "ring"
     p: float = math.nan
     q: float = math.nan
-    level: float = 0.9
+    level: float = INTERVAL_LEVEL
     placement: str = "out-of-place"
     n_points: int = 0
     n_sizes: int = 0
@@ -178,7 +179,7 @@ def fit_alpha(
     *,
     size_range: tuple[float, float] | None = None,
     topology: str = "ring",
-    level: float = 0.9,
+    level: float = INTERVAL_LEVEL,
     placement: str = "out-of-place",
     run: int | None = None,
     linear_tolerance: float = 0.05,
@@ -303,7 +304,7 @@ def alpha_from_log(
     *,
     size_range: tuple[float, float] | None = None,
     topology: str = "ring",
-    level: float = 0.9,
+    level: float = INTERVAL_LEVEL,
     placement: str = "out-of-place",
     run: int | None = None,
     collective: str | None = None,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evtsync.errors import NcclTestsError
+from evtsync.vocabulary import DTYPE_BYTES, nccl_tests_name
 
 if TYPE_CHECKING:  # pandas is imported only when a DataFrame is asked for (CLI start-up cost)
     import pandas as pd
@@ -36,22 +37,8 @@ PER_RANK_COUNT = ("all_gather", "reduce_scatter", "alltoall", "gather", "scatter
 FULL_COUNT = ("all_reduce", "broadcast", "reduce", "sendrecv", "hypercube")
 KNOWN_COLLECTIVES = PER_RANK_COUNT + FULL_COUNT
 
-_ALIASES = {
-    "allreduce": "all_reduce",
-    "allgather": "all_gather",
-    "reducescatter": "reduce_scatter",
-    "all_to_all": "alltoall",
-    "alltoallv": "alltoall",
-    "bcast": "broadcast",
-    "send_recv": "sendrecv",
-}
-
-WORD_SIZES = {
-    "int8": 1, "uint8": 1, "char": 1, "f8e4m3": 1, "f8e5m2": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
-    "half": 2, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
-    "int32": 4, "uint32": 4, "int": 4, "float": 4, "float32": 4, "fp32": 4,
-    "int64": 8, "uint64": 8, "double": 8, "float64": 8, "fp64": 8,
-}  # fmt: skip
+#: Bytes per element of nccl-tests' ``type`` names: the shared vocabulary's table.
+WORD_SIZES = DTYPE_BYTES
 
 MEASUREMENT_COLUMNS = [
     "run", "cycle", "line", "size", "count", "type", "redop", "root", "placement",
@@ -61,10 +48,9 @@ MEASUREMENT_COLUMNS = [
 
 
 def normalise_collective(name: str) -> str:
-    """Canonical collective name (``all_reduce``, ``alltoall`` ...) from a test/binary name."""
-    base = Path(name.strip()).name.lower()
-    base = re.sub(r"_(?:perf|test)(_mpi)?$", "", base)
-    return _ALIASES.get(base, base)
+    """Canonical nccl-tests collective name (``all_reduce``, ``alltoall`` ...) from a test/binary
+    name or the traces' spelling (``AllReduce``): :func:`evtsync.vocabulary.nccl_tests_name`."""
+    return nccl_tests_name(name)
 
 
 def busbw_factor(collective: str, n_ranks: int) -> float:

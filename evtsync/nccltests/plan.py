@@ -68,8 +68,10 @@ class PlanSettings:
     """Fixed part of every command (the seed's defaults)."""
 
     binary: str
-    min_bytes: str = "1M"
-    max_bytes: str = "64M"
+    #: sizes in evtsync's convention (evtsync.units: ``Mi`` = 2^20, ``M`` = 10^6); passed to
+    #: nccl-tests as exact byte counts, since its own ``1M`` means 2^20
+    min_bytes: str = "1Mi"
+    max_bytes: str = "64Mi"
     step_factor: int = 64
     gpus: int = 4
     cycles: int = 10
@@ -149,7 +151,9 @@ def _command(settings: PlanSettings, matrix: str, value: str) -> tuple[list[str]
             raise NcclTestsError(f"noise variant {value!r}: expected idle, same-core or remote")
     else:
         raise NcclTestsError(f"unknown matrix {matrix!r}; known: {', '.join(DEFAULT_MATRICES)}")
-    argv = [settings.binary, "-b", settings.min_bytes, "-e", settings.max_bytes, "-f", str(settings.step_factor),
+    from evtsync.units import nccl_tests_size
+
+    argv = [settings.binary, "-b", nccl_tests_size(settings.min_bytes), "-e", nccl_tests_size(settings.max_bytes), "-f", str(settings.step_factor),
             "-g", str(settings.gpus), "-w", str(opts["warmup"]), "-n", str(opts["iterations"]),
             "-N", str(settings.cycles), "-c", "1", "-I", str(opts["instrumentation"]),
             "-z", str(opts["blocking"]), "-d", settings.datatype, "-o", settings.op,

@@ -84,6 +84,9 @@ class StageEvent:
     status: str = ""
     reason: str = ""
     seconds: float = 0.0
+    #: CPU time the stage cost (this process, plus its job's process when it ran in the pool):
+    #: its work, where ``seconds`` (wall clock) includes waiting for a job that ran beside others
+    cpu_seconds: float = 0.0
 
 
 @functools.cache
@@ -158,9 +161,12 @@ class Run:
         self.failures: dict[str, dict[str, str]] = {}
         #: jobs started ahead of their stage (:meth:`start_jobs`): stage name -> future
         self._jobs: dict[str, Any] = {}
+        #: every future started in the pool (for the wait bar's count of finished jobs)
+        self._started_jobs: list[Any] = []
         self._jobs_considered: set[str] = set()
         #: stage name -> where its job ran, recorded in its manifest entry
         self._job_places: dict[str, str] = {}
+        self._job_cpu: dict[str, float] = {}  # CPU seconds of the jobs that ran in the pool, by stage
         self._job_pool: Any = None
 
     def _repr_html_(self) -> str:
@@ -370,7 +376,8 @@ class Run:
         log.info("starting %d stage jobs in %d processes: %s", len(todo), self._job_pool.processes,
                  ", ".join(name for name, _ in todo))
         for name, fn in todo:
-            self._jobs[name] = self._job_pool.submit(fn)
+            self._jobs[name] = self._job_pool.submit(functools.partial(_cpu_timed, fn))
+            self._started_jobs.append(self._jobs[name])
 
     def _job_processes(self) -> int:
         import os
@@ -408,13 +415,20 @@ class Run:
             return job()
         from concurrent.futures.process import BrokenProcessPool
 
+        from evtsync.progress import wait_for
+
         try:
-            result = future.result()
+            result, cpu_seconds, records = wait_for(
+                future, f"{stage_name}: running in a pool process",
+                lambda: f"{sum(f.done() for f in self._started_jobs)} of {len(self._started_jobs)} pool jobs done")
         except BrokenProcessPool as exc:
             log.warning("the process running stage %s died (%s); it runs again in this process", stage_name, exc)
             self._job_places[stage_name] = "this process (after the pool broke)"
             return job()
         self._job_places[stage_name] = f"a pool of {self._job_pool.processes} processes"
+        self._job_cpu[stage_name] = cpu_seconds
+        for record in records:  # what the job logged in its process, said here, in order
+            logging.getLogger(record.name).handle(record)
         return result
 
     def run_stage(self, stage: Stage) -> None:
@@ -428,6 +442,7 @@ class Run:
             return
         self.on_stage(StageEvent(stage.name, "start"))
         started = time.perf_counter()
+        cpu_started = time.process_time()
         entry: dict[str, Any] = {"key": key, "started": pd.Timestamp.now(tz="UTC").isoformat()}
         self.outputs[stage.name] = []
         self.failures[stage.name] = {}
@@ -451,13 +466,15 @@ class Run:
         for rel in set(old.get("outputs", {})) - set(entry["outputs"]):
             self.path(rel).unlink(missing_ok=True)
         entry["seconds"] = round(time.perf_counter() - started, 3)
+        entry["cpu_seconds"] = round(time.process_time() - cpu_started + self._job_cpu.pop(stage.name, 0.0), 3)
         if stage.name in self._job_places:
             # a job started ahead ran beside others: the stage's seconds are its wait, not its work
             entry["job_ran_in"] = self._job_places.pop(stage.name)
         stages[stage.name] = entry
         self._history(stage.name, "ran", entry["status"])
         self.save_manifest()
-        self.on_stage(StageEvent(stage.name, "ran", entry["status"], entry.get("reason", ""), entry["seconds"]))
+        self.on_stage(StageEvent(stage.name, "ran", entry["status"], entry.get("reason", ""), entry["seconds"],
+                                 entry["cpu_seconds"]))
 
     def produced(self, stage: str, *rels: str) -> None:
         """Record output files of the running stage."""
@@ -472,6 +489,37 @@ class Run:
 
 def _nothing() -> None:
     """A task that only makes the pool start a process."""
+
+
+class _RecordList(logging.Handler):
+    """Keeps the log records of a job run in a pool's worker, to be logged again in the main
+    process (whose handler writes them above the progress bars, once each)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        record.msg, record.args = record.getMessage(), None  # picklable, whatever the arguments were
+        record.exc_info = record.exc_text = None
+        self.records.append(record)
+
+
+def _cpu_timed(job: Callable[[], Any]) -> tuple[Any, float, list[logging.LogRecord]]:
+    """``job()``, the CPU seconds it took in the process that ran it (a pool's worker) and the
+    log records it wrote there, which the main process logs when it takes the result."""
+    root = logging.getLogger("evtsync")
+    keep = _RecordList()
+    propagate = root.propagate
+    root.addHandler(keep)
+    root.propagate = False  # not written by the worker itself, under the main process's bars
+    started = time.process_time()
+    try:
+        result = job()
+    finally:
+        root.removeHandler(keep)
+        root.propagate = propagate
+    return result, time.process_time() - started, keep.records
 
 
 #: Modules the fork server of the job pool imports once for every process: the fit's (PyMC,

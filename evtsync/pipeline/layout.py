@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from evtsync.defaults import MAIN_MODEL_PREFERENCE
 from evtsync.errors import InputError
 from evtsync.tableio import read_table
 
@@ -119,7 +120,7 @@ def main_model(run_dir: Path, manifest: dict[str, Any]) -> str | None:
             return str(conv.iloc[0]["model"])
         if len(table):
             return str(table.iloc[0]["model"])
-    for preferred in ("gev-hier-gpu-precision", "gev", "gumbel"):
+    for preferred in MAIN_MODEL_PREFERENCE:
         if preferred in fitted:
             return preferred
     return sorted(fitted)[0]

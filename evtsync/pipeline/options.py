@@ -12,6 +12,9 @@ from typing import Any
 from evtsync.defaults import (
     DEFAULT_CHAINS,
     DEFAULT_DRAWS,
+    DEFAULT_EPS,
+    DEFAULT_M,
+    DEFAULT_SAMPLER,
     DEFAULT_TUNE,
     DEMO_CHAINS,
     DEMO_DRAWS,
@@ -36,16 +39,16 @@ class RunOptions:
     tune: int | None = None
     chains: int | None = None
     seed: int = 0
-    sampler: str = "nutpie"
+    sampler: str = DEFAULT_SAMPLER
     block_pg: str | None = None
     pg_overrides: list[str] = field(default_factory=list)
-    m: int = 4
+    m: int = DEFAULT_M
     time: str = "busy"
     models_dir: Path | None = None
     models: list[str] = field(default_factory=list)
     alpha_us: float = DGX_H200_ALPHA_US
     bytes: float | None = None
-    eps: float = -0.5
+    eps: float = DEFAULT_EPS
     salvage: bool = False
     jobs: int | None = None
     workers: int | None = None

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.defaults import INTERVAL_LEVEL
+from evtsync.defaults import INTERVAL_LEVEL, RUN_TOPOLOGIES
 from evtsync.errors import InputError
 from evtsync.evt.mlefit import MIN_Z_MLE
 from evtsync.pipeline.engine import NotApplicable, Run, Stage, Unavailable
@@ -59,7 +59,7 @@ MIN_Z_BAYES = 30
 LEVEL = INTERVAL_LEVEL
 #: Largest domain size of the tau(n) and B* curves.
 N_MAX = 4096
-TOPOLOGIES = ("full", "ring", "torus3d")
+TOPOLOGIES = RUN_TOPOLOGIES
 
 
 def _stage_demo(run: Run) -> dict[str, Any]:
@@ -426,6 +426,8 @@ def _fit_stage(model_path: Path) -> tuple[Callable[[Run], dict[str, Any]], Calla
         out = f"{FITS}/{spec.name}.nc"
         save_fit(tree, run.path(out))
         run.produced(name, out)
+        if not int(tree.attrs["converged"]):  # said once, here; the tables and the report carry the flag
+            log.warning("fit %s: %s", spec.name, tree.attrs["convergence"])
         return {"model": spec.name, "family": spec.family, "n_obs": int(tree.attrs["n_obs"]),
                 "converged": bool(int(tree.attrs["converged"])), "convergence": tree.attrs["convergence"],
                 "sampling_seconds": float(tree.attrs.get("sampling_seconds", 0.0)), "workloads_lacking": lacking, **s}
@@ -434,11 +436,8 @@ def _fit_stage(model_path: Path) -> tuple[Callable[[Run], dict[str, Any]], Calla
 
 def compare_fits(trees: dict[str, Any]) -> tuple[pd.DataFrame, str]:
     """PSIS-LOO comparison of fits of the same z-scores (:func:`evtsync.evt.compare.compare_fits`):
-    one row per model, best first, and the verdict in words.
-
-    Columns: rank, model, family, elpd_loo, se, p_loo, elpd_diff (best minus this model),
-    dse (standard error of that difference), n_bad_k (observations with Pareto k > 0.7),
-    converged.
+    one row per model, best first, and the verdict in words: the table of ``evtsync compare
+    --out``, with the same columns (:data:`evtsync.evt.compare.COMPARE_COLUMNS`).
     """
     from evtsync.errors import FitError
     from evtsync.evt import compare
@@ -449,8 +448,6 @@ def compare_fits(trees: dict[str, Any]) -> tuple[pd.DataFrame, str]:
         table, verdict = compare.compare_fits(list(trees.values()))
     except FitError as exc:
         raise NotApplicable(str(exc)) from exc
-    table = table.rename(columns={"diff_se": "dse"})
-    table["n_bad_k"] = table["k_bad"].astype(int) + table["k_very_bad"].astype(int)
     return table, verdict
 
 

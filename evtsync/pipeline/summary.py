@@ -86,7 +86,7 @@ def loo_choice(compare: pd.DataFrame | None) -> tuple[str | None, bool]:
     if other.empty:
         return None, False
     rival = other.iloc[0]
-    return ("gumbel" if gumbel else "free"), abs(float(rival["elpd_diff"])) > 2 * float(rival["dse"])
+    return ("gumbel" if gumbel else "free"), abs(float(rival["elpd_diff"])) > 2 * float(rival["diff_se"])
 
 
 def reconcile_loo_tail(compare: pd.DataFrame | None, verdicts: list[str]) -> str:
@@ -136,7 +136,7 @@ def loo_verdict(compare: pd.DataFrame | None) -> str:
     if other.empty:
         return f"LOO: best model {best['model']}; no model of the other family (Gumbel / free xi) to compare."
     rival = other.iloc[0]
-    diff, se = float(rival["elpd_diff"]), float(rival["dse"])
+    diff, se = float(rival["elpd_diff"]), float(rival["diff_se"])
     diff = abs(diff)
     clear = diff > 2 * se
     winner = "Gumbel (xi = 0)" if gumbel else "a free shape xi"

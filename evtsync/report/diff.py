@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from evtsync.defaults import INTERVAL_LEVEL
 from evtsync.report.markdown import EmbeddedFigure, Section, Table
 from evtsync.report.render import render_html
 from evtsync.tableio import write_text_atomic
@@ -44,7 +45,7 @@ def _verdict(verdict: object, reason: object) -> str:
 
 def _fits_section(fits: pd.DataFrame) -> Section:
     """Δξ and Δτ(n) per cell (:func:`evtsync.diff.diff_fits`)."""
-    level = fits.attrs.get("level", 0.9)
+    level = fits.attrs.get("level", INTERVAL_LEVEL)
     rows = []
     for r in fits.itertuples():
         empty = isinstance(r.d_mean, float) and math.isnan(r.d_mean)
@@ -64,7 +65,7 @@ def _bstar_section(bstar: pd.DataFrame) -> Section:
     from evtsync.errors import InputError
     from evtsync.plots.diff import bstar_shift
 
-    level = bstar.attrs.get("level", 0.9)
+    level = bstar.attrs.get("level", INTERVAL_LEVEL)
     rows = []
     for r in bstar.itertuples():
         empty = isinstance(r.d_mean_gbps, float) and math.isnan(r.d_mean_gbps)
@@ -92,7 +93,7 @@ def write_diff_report(table: pd.DataFrame, a, b, path: str | Path, *,  # noqa: A
     the fit level too; ``notes`` (what was used, what was not computed and why) are shown."""
     from evtsync.diff import role_of, valid_collectives
 
-    level = table.attrs.get("level", 0.9)
+    level = table.attrs.get("level", INTERVAL_LEVEL)
     rows = []
     for r in table.itertuples():
         delta = ("—" if isinstance(r.d_median_us, float) and math.isnan(r.d_median_us) else

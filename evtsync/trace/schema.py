@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import re
 
+from evtsync.vocabulary import dtype_bytes
+
 Scalar = int | float | str | None
 
 
@@ -103,21 +105,10 @@ def canonical_collective(text: str | None) -> str:
     return "Unknown"
 
 
-#: Bytes per element of the dtype names found in traces (args ``dtype`` and kernel names).
-DTYPE_BYTES: dict[str, int] = {
-    "float": 4, "float32": 4, "fp32": 4, "half": 2, "float16": 2, "fp16": 2,
-    "bfloat16": 2, "bf16": 2, "double": 8, "float64": 8, "int": 4, "int32": 4,
-    "int64": 8, "long": 8, "int8": 1, "uint8": 1, "byte": 1, "char": 1, "bool": 1,
-    "int16": 2, "short": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8": 1,
-    "complexfloat": 8, "complexdouble": 16,
-}
-
-
 def dtype_size(dtype: str | None) -> int:
-    """Bytes per element of a trace dtype name, or 0 when unknown."""
-    if not dtype:
-        return 0
-    return DTYPE_BYTES.get(str(dtype).lower().replace("c10::", ""), 0)
+    """Bytes per element of a trace dtype name, or 0 when unknown (:func:`evtsync.vocabulary.dtype_bytes`,
+    the table shared with nccl-tests logs)."""
+    return dtype_bytes(dtype)
 
 
 #: CUDA/HIP API names that launch work on a stream (the launch edge of the DAG).

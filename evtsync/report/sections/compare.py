@@ -24,7 +24,7 @@ def build(ctx: ReportContext) -> list[Section]:
     shown = pd.DataFrame({
         "rank": table["rank"], "model": table["model"],
         "elpd_loo ± se": [f"{fmt(a, 5)} ± {fmt(b, 3)}" for a, b in zip(table["elpd_loo"], table["se"], strict=True)],
-        "Δelpd ± se": [f"{fmt(-a + 0.0, 4)} ± {fmt(b, 3)}" for a, b in zip(table["elpd_diff"], table["dse"], strict=True)],
+        "Δelpd ± se": [f"{fmt(-a + 0.0, 4)} ± {fmt(b, 3)}" for a, b in zip(table["elpd_diff"], table["diff_se"], strict=True)],
         "p_loo": table["p_loo"], "Pareto k > 0.7": table["n_bad_k"],
         "not converged": ~table["converged"].astype(bool)})
     lines = [line.strip() for line in str(verdict).splitlines() if line.strip()]

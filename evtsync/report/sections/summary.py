@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.display import fmt_interval
+from evtsync.hockney import topology_label
 from evtsync.pipeline.layout import STATUS_TEXT
 from evtsync.pipeline.summary import NOTE_SEPARATOR, read_summary
 from evtsync.report.context import PCT, ReportContext, fit_rows, slug
@@ -43,7 +44,6 @@ def build(ctx: ReportContext) -> list[Section]:
         items.append(Skipped("No summary: the run has no tax table (" + ctx.why_not("tax") + ")"))
         return [Section("Summary: the answers", items, anchor="summary")]
     n, model = info["n"], info["model"]
-    topo_names = {"full": "fully connected", "ring": "ring", "torus3d": "3D torus"}
 
     def ci(row: Any, key: str, lo: str, hi: str, scale: float = 1.0, digits: int = 3, kind: str | None = None) -> str:
         value = row.get(key)
@@ -72,10 +72,10 @@ def build(ctx: ReportContext) -> list[Section]:
             f"tau(n = {n}) (µs)": Link(ci(r, "tau_mean_us", "tau_lo_us", "tau_hi_us"), "#tau"),
         }
         for topo in info["topologies"]:
-            entry[f"B*, {topo_names.get(topo, topo)} (GB/s)"] = Link(
+            entry[f"B*, {topology_label(topo)} (GB/s)"] = Link(
                 ci(r, f"bstar_{topo}_gbps", f"bstar_{topo}_lo_gbps", f"bstar_{topo}_hi_gbps"), "#bstar")
         for topo in info["topologies"]:
-            entry[f"B* reduction, {topo_names.get(topo, topo)} (%)"] = Link(
+            entry[f"B* reduction, {topology_label(topo)} (%)"] = Link(
                 ci(r, f"reduction_{topo}", f"reduction_{topo}_lo", f"reduction_{topo}_hi", 100.0), "#bstar")
         if any(split):
             entry[SUMMARY_NOTE] = r.get("notes") or "–"
