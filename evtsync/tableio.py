@@ -12,6 +12,7 @@ import datetime
 import hashlib
 import math
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,17 +142,23 @@ def json_ready(value: Any) -> Any:
         return [json_ready(v) for v in value]
     if isinstance(value, set | frozenset):
         return [json_ready(v) for v in sorted(value, key=str)]
-    if isinstance(value, pd.DataFrame):
-        return json_ready(value.to_dict(orient="records"))
-    if isinstance(value, pd.Series):
-        return json_ready(value.to_list())
+    pandas = sys.modules.get("pandas")  # a value cannot be a pandas object unless pandas is loaded:
+    if pandas is not None:              # small commands print JSON without importing it (issue 30)
+        if isinstance(value, pandas.DataFrame):
+            return json_ready(value.to_dict(orient="records"))
+        if isinstance(value, pandas.Series):
+            return json_ready(value.to_list())
+        if value is pandas.NA or value is pandas.NaT:
+            return None
+        if isinstance(value, pandas.Timestamp):
+            return value.isoformat()
+        if isinstance(value, pandas.Timedelta):
+            return value.total_seconds()
     if hasattr(value, "tolist") and hasattr(value, "dtype") and getattr(value, "ndim", 0) >= 1:
         return json_ready(value.tolist())  # a NumPy array
-    if value is pd.NA or value is pd.NaT:
-        return None
-    if isinstance(value, pd.Timestamp | datetime.datetime | datetime.date):
+    if isinstance(value, datetime.datetime | datetime.date):
         return value.isoformat()
-    if isinstance(value, pd.Timedelta | datetime.timedelta):
+    if isinstance(value, datetime.timedelta):
         return value.total_seconds()
     if hasattr(value, "item") and hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0:
         value = value.item()  # a NumPy scalar

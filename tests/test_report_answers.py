@@ -104,7 +104,7 @@ def test_a_reason_is_explained_once_then_referred_to(tmp_path: Path) -> None:
 def _compare(best: str, diff: float, se: float) -> pd.DataFrame:
     other = "gumbel" if best == "gev" else "gev"
     return pd.DataFrame({"rank": [0, 1], "model": [best, other], "family": [best, other],
-                         "elpd_diff": [0.0, diff], "dse": [0.0, se]})
+                         "elpd_diff": [0.0, diff], "diff_se": [0.0, se]})
 
 
 def test_one_sentence_reconciles_loo_and_the_tail_verdicts() -> None:
