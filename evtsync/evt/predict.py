@@ -57,6 +57,10 @@ from evtsync.reference import REFERENCE_TFLOPS
 log = logging.getLogger("evtsync.evt.predict")
 
 __all__ = [
+    "DEFAULT_ESTIMATOR",
+    "ESTIMATORS",
+    "FIXED_ALPHA_NOTE",
+    "FIXED_B_NOTE",
     "INFINITE_POLICY",
     "REFERENCE_TFLOPS",
     "POPULATION_NOTE",
@@ -64,6 +68,8 @@ __all__ = [
     "bandwidth_table",
     "bstar_draws_gbps",
     "cell_parameter_table",
+    "check_estimator",
+    "fit_column",
     "flops_scaling_table",
     "population_draws",
     "predicted_vs_measured",
@@ -78,11 +84,69 @@ __all__ = [
 ]
 
 
+#: The estimators of tau(n) (docs/methodology.md, "Predicting tau(n)"): name -> (the column of the
+#: z-score table the fit must be of, what the estimate is). Both compute b·E_k of the fitted GEV;
+#: they differ in what the GEV was fitted to.
+ESTIMATORS: dict[str, tuple[str, str]] = {
+    "centred": ("y", "calibrated: b·E_(n/m) of the centred maximum y = (M - block mean)/s, the mean straggler "
+                     "delay of n ranks (docs/methodology.md)"),
+    "paper": ("z", "the paper's b·E_(n/m) of z = (M - sample mean)/s: exact at n = m, biased low at n > m "
+                   "(9-18% at n = 8-512 for normal, Gumbel and lognormal ranks; docs/methodology.md)"),
+}
+#: The estimator every prediction uses unless told otherwise.
+DEFAULT_ESTIMATOR = "centred"
+#: What the B* and tau intervals hold fixed (issue 29, item 8): b and alpha's point values.
+FIXED_B_NOTE = ("b fixed at its estimate (the pooled sd of the blocks; its sampling error cancels to first order "
+                "in the centred estimator, docs/methodology.md)")
+FIXED_ALPHA_NOTE = "alpha fixed at its point value"
+
 #: How every table treats infinite draws (see the module docstring).
 INFINITE_POLICY = ("share_infinite = share of draws that are infinite (xi >= 1); mean over the finite draws; "
                    "quantiles over all draws (an infinite bound means the interval reaches them)")
 #: Columns a measured-delay table needs for :func:`predicted_vs_measured`.
 MEASURED_COLUMNS = ("workload", "gpu", "precision", "n_ranks", "block_sd_us", "mean_delay_us")
+
+
+def fit_column(fit: Any) -> str | None:
+    """The column of the z-score table a fit was made of (``y``, ``z``, ...), or None when the fit
+    does not record it (a fit built from draws)."""
+    column = getattr(fit, "column", None)
+    if column is None:
+        try:
+            column = fit.spec.column
+        except Exception:  # noqa: BLE001 - a fit without its spec text records no column
+            return None
+    return str(column)
+
+
+def check_estimator(fit: Any, estimator: str = DEFAULT_ESTIMATOR) -> str:
+    """The estimator's name after checking that ``fit`` was made of the column it needs.
+
+    ``centred`` needs a fit of ``y``, ``paper`` a fit of ``z``; any other pairing is an
+    ``InputError`` that says what to do (a fit of ``z`` answered as if calibrated would be
+    biased low by 10-20% at n > m without a word). A fit that records no column is taken as
+    the estimator asked for (logged).
+    """
+    if estimator not in ESTIMATORS:
+        raise InputError(f"estimator {estimator!r}: expected one of {', '.join(ESTIMATORS)}")
+    needs = ESTIMATORS[estimator][0]
+    column = fit_column(fit)
+    name = getattr(fit, "name", "fit")
+    if column is None:
+        log.info("fit %s records no data column; its tau(n) is taken as the %s estimator", name, estimator)
+        return estimator
+    if column == needs:
+        return estimator
+    if column in ("y", "z"):
+        other = "paper" if column == "z" else "centred"
+        raise InputError(
+            f"fit {name} is of column {column!r}, which gives the {other!r} estimator, not {estimator!r}: "
+            + ("refit with a model whose data.column is 'y' (the shipped models; a z-score table written by "
+               "`evtsync blocks` before the centred maximum existed lacks y: rerun blocks), or ask for "
+               "--estimator paper (biased low at n > m)" if estimator == "centred"
+               else "refit with data.column = 'z' (`evtsync fit --column z`) for the paper's estimator"))
+    raise InputError(f"fit {name} is of column {column!r}: tau(n) = b·E_(n/m) needs a fit of the centred maximum "
+                     f"'y' (default) or of the z-scores 'z' (--estimator paper)")
 
 
 def domain_multiple(n: ArrayLike, m: int = 4) -> NDArray[np.float64]:
@@ -247,8 +311,12 @@ def _rows_for(fit: Any, block_sd_us: float | pd.DataFrame,
     return pd.DataFrame(keep), index, skipped
 
 
-def _finish(out: pd.DataFrame, fit: Any, level: float, skipped: dict[str, int], what: str) -> pd.DataFrame:
+def _finish(out: pd.DataFrame, fit: Any, level: float, skipped: dict[str, int], what: str,
+            estimator: str | None = None) -> pd.DataFrame:
     out.insert(0, "model", fit.name)
+    if estimator is not None:
+        out.insert(1, "estimator", estimator)
+        out.attrs["estimator"] = f"{estimator}: {ESTIMATORS[estimator][1]}"
     out["fit_kind"] = fit.kind
     out["level"] = level
     out["converged"] = bool(fit.converged)
@@ -271,15 +339,18 @@ def _tau_from(params: tuple[NDArray[np.float64], ...], b: NDArray[np.float64], n
 
 def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: int = 4,
               level: float = INTERVAL_LEVEL, *, gpu: str | None = None, precision: str | None = None,
-              seed: int = 0) -> pd.DataFrame:
+              seed: int = 0, estimator: str = DEFAULT_ESTIMATOR) -> pd.DataFrame:
     """tau(n) = b·E_(n/m) per cell and n: mean, ``level`` interval, share of infinite draws (µs).
 
     ``gpu``/``precision`` ask for those cells (None: every fitted level); a cell the fit has not
     seen is predicted from the hierarchy's population (``prediction_kind`` "population",
-    :func:`population_draws`; ``seed`` fixes its new draws).
+    :func:`population_draws`; ``seed`` fixes its new draws). ``estimator`` (:data:`ESTIMATORS`)
+    must match the column the fit was made of (:func:`check_estimator`); it is the ``estimator``
+    column of the result.
     """
     level = check_level(level)
     fit = _fit(fit)
+    estimator = check_estimator(fit, estimator)
     domain_multiple(n, m)
     rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
     records = []
@@ -289,7 +360,7 @@ def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: 
         for i, row in enumerate(rows.to_dict(orient="records")):
             for j, nn in enumerate(n):
                 records.append({**row, "n": int(nn), "k": int(nn) / m, **_columns("tau", "_us", s, (i, j))})
-    return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "tau(n)"))
+    return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "tau(n)", estimator))
 
 
 def _as_list(value: float | Sequence[float], what: str) -> list[float]:
@@ -382,8 +453,13 @@ def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha
                     size_bytes: float, block_sd_us: float | pd.DataFrame, eps: float | Sequence[float] = -0.5,
                     m: int = 4, level: float = INTERVAL_LEVEL, flops_factor: float | Sequence[float] = 1.0, *,
                     alpha_draws_us: ArrayLike | Mapping[str, ArrayLike] | None = None, gpu: str | None = None,
-                    precision: str | None = None, seed: int = 0) -> pd.DataFrame:
+                    precision: str | None = None, seed: int = 0,
+                    estimator: str = DEFAULT_ESTIMATOR) -> pd.DataFrame:
     """B* (GB/s) with the tax, Hockney's B*_H and the reduction 1 - B*/B*_H per cell, topology and n.
+
+    The intervals carry the fit's uncertainty (and alpha's, given ``alpha_draws_us``); b is held
+    at its estimate: the columns ``b_uncertainty`` and ``alpha_uncertainty`` say so (labels
+    :data:`FIXED_B_NOTE`, :data:`FIXED_ALPHA_NOTE`). ``estimator`` as in :func:`tau_table`.
 
     ``flops_factor`` f divides the block sd, and with it tau, for a GPU f times faster (§8);
     ``eps`` and ``flops_factor`` may be sequences (one row per value). ``alpha_us`` is one value
@@ -405,6 +481,7 @@ def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha
         if not f > 0:
             raise InputError(f"FLOPS factor must be > 0; got {f}")
     fit = _fit(fit)
+    estimator = check_estimator(fit, estimator)
     domain_multiple(n, m)
     rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
     rng = np.random.default_rng(seed + 1)
@@ -435,8 +512,11 @@ def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha
                                 "bstar_hockney_gbps": float(bh_point[j]),
                                 "bstar_hockney_lo_gbps": float(np.asarray(hs["lo"]).reshape(-1, len(p))[0, j]),
                                 "bstar_hockney_hi_gbps": float(np.asarray(hs["hi"]).reshape(-1, len(p))[0, j]),
-                                **_columns("reduction", "", rs, (i, j))})
-    return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "B*"))
+                                **_columns("reduction", "", rs, (i, j)),
+                                "b_uncertainty": FIXED_B_NOTE,
+                                "alpha_uncertainty": ("alpha's draws carried" if alpha_draws_us is not None
+                                                      else FIXED_ALPHA_NOTE)})
+    return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "B*", estimator))
 
 
 def flops_scaling_table(fit: Any, topologies: Sequence[str], n: Sequence[int],
@@ -444,7 +524,8 @@ def flops_scaling_table(fit: Any, topologies: Sequence[str], n: Sequence[int],
                         block_sd_us: float | pd.DataFrame, flops_factors: Sequence[float],
                         eps: float | Sequence[float] = -0.5, m: int = 4, level: float = INTERVAL_LEVEL, *,
                         alpha_draws_us: ArrayLike | Mapping[str, ArrayLike] | None = None, gpu: str | None = None,
-                        precision: str | None = None, seed: int = 0) -> pd.DataFrame:
+                        precision: str | None = None, seed: int = 0,
+                        estimator: str = DEFAULT_ESTIMATOR) -> pd.DataFrame:
     """The bandwidth-scaling requirement as FLOPS grow (the paper's Fig. 13 and its 11.7%).
 
     Over the sweep f_lo = min(flops_factors) .. f_hi = max, per cell, topology, n and eps:
@@ -469,6 +550,7 @@ def flops_scaling_table(fit: Any, topologies: Sequence[str], n: Sequence[int],
     level = check_level(level)
     eps_values = _as_list(eps, "eps")
     fit = _fit(fit)
+    estimator = check_estimator(fit, estimator)
     domain_multiple(n, m)
     rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
     rng = np.random.default_rng(seed + 1)
@@ -498,14 +580,14 @@ def flops_scaling_table(fit: Any, topologies: Sequence[str], n: Sequence[int],
                             **{k: v for k, v in _columns("growth", "", gs, (i, j)).items()},
                             **_columns("scaling_exponent", "", xs, (i, j)),
                             **_columns("scaling_reduction", "", rs, (i, j))})
-    out = _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "FLOPS scaling"))
+    out = _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "FLOPS scaling", estimator))
     out.attrs["definition"] = ("growth = B*(f_hi)/B*(f_lo) per draw; roofline growth = f_hi/f_lo; "
                                "scaling_reduction = 1 - growth/roofline growth; Hockney's B*_H does not depend on FLOPS")
     return out
 
 
 def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = 4, level: float = INTERVAL_LEVEL,
-                          source: str = "measured table") -> pd.DataFrame:
+                          source: str = "measured table", estimator: str = DEFAULT_ESTIMATOR) -> pd.DataFrame:
     """Predicted against measured mean straggler delay per workload × GPU × precision × n.
 
     ``measured`` has one row per collective (or per workload, already averaged) with columns
@@ -513,12 +595,14 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = 4, level: f
     measured mean with its Student-t ``level`` interval (NaN from a single row), against
     tau(n) = b·E_(n/m) with b the group's mean ``block_sd_us`` and the fit's cell for its GPU and
     precision. Rows with no matching cell, an n that is not a multiple of m, or non-finite
-    values are skipped and counted by reason (``attrs["skipped"]``, in input rows).
+    values are skipped and counted by reason (``attrs["skipped"]``, in input rows). ``estimator``
+    as in :func:`tau_table`; ``beyond_m`` marks the rows with n > m (an extrapolation, k > 1).
     """
     from scipy import stats
 
     level = check_level(level)
     fit = _fit(fit)
+    estimator = check_estimator(fit, estimator)
     missing = [c for c in MEASURED_COLUMNS if c not in measured.columns]
     if missing:
         raise InputError(f"{source}: missing column(s) {missing}; expected {list(MEASURED_COLUMNS)}")
@@ -553,8 +637,9 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = 4, level: f
         records.append({"workload": row["workload"], "gpu": row["gpu"], "precision": row["precision"], "n": n,
                         "cell": row["cell"], "n_collectives": k, "block_sd_us": float(row["b_us"]),
                         "measured_mean_us": mean, "measured_lo_us": mean - tq * se, "measured_hi_us": mean + tq * se,
-                        **_columns("predicted", "_us", ps, ()), "inside_interval": bool(lo_p <= mean <= hi_p)})
-    return _finish(pd.DataFrame(records), fit, level, skipped, source)
+                        **_columns("predicted", "_us", ps, ()), "inside_interval": bool(lo_p <= mean <= hi_p),
+                        "ratio": float(ps["mean"]) / mean if mean > 0 else float("nan"), "beyond_m": n > m})
+    return _finish(pd.DataFrame(records), fit, level, skipped, source, estimator)
 
 
 def cell_parameter_table(fit: Any, level: float = INTERVAL_LEVEL, cells: pd.DataFrame | None = None, *,
