@@ -21,6 +21,12 @@ DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS = 1000, 1000, 4
 DEMO_DRAWS, DEMO_TUNE, DEMO_CHAINS = 1000, 1000, 2
 
 
+#: The estimators of tau(n) (docs/methodology.md, "Predicting tau(n)") and the one used unless
+#: told otherwise; their meaning and checks live in :mod:`evtsync.evt.predict`.
+ESTIMATOR_NAMES = ("centred", "paper")
+DEFAULT_ESTIMATOR = "centred"
+
+
 def check_level(level: float) -> float:
     """``level`` as a float after checking that it lies in (0, 1); ``InputError`` otherwise."""
     from evtsync.errors import InputError

@@ -189,7 +189,13 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
     from evtsync.cli._common import parse_topologies
     from evtsync.cli._whatif import alpha_setup, hardware, parse_float_list
     from evtsync.evt.bayesfit import BayesFit
-    from evtsync.evt.predict import bandwidth_table, domain_multiple, flops_scaling_table
+    from evtsync.evt.predict import (
+        FIXED_ALPHA_NOTE,
+        FIXED_B_NOTE,
+        bandwidth_table,
+        domain_multiple,
+        flops_scaling_table,
+    )
 
     fit = BayesFit.load(args.fit)
     topologies = parse_topologies(args.topology)
@@ -209,7 +215,7 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
     n_draws = int(np.prod(fit.cell_draws()[0].shape[:1]))
     alpha, alpha_draws, alpha_notes = alpha_setup(args, topologies, n_draws if args.alpha_from else None)
     common = {"alpha_draws_us": alpha_draws, "gpu": hw["gpu"], "precision": getattr(args, "precision", None),
-              "seed": getattr(args, "seed", 0)}
+              "seed": getattr(args, "seed", 0), "estimator": args.estimator}
     summary = bandwidth_table(fit, topologies, sizes, alpha, args.bytes, block_sd, eps_values, args.m, level,
                               hw["factors"], **common)
     scaling = None
@@ -234,6 +240,9 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
             print(note)
         print(f"fit {fit.name}: S = {args.bytes:.6g} bytes, b = {block_sd:g} µs on the reference GPU; "
               f"mean [{level:.0%} {_interval_name(fit)} interval]; bandwidths in GB/s")
+        print(f"tau(n): {summary.attrs['estimator']}")
+        print(f"intervals: {FIXED_B_NOTE}; "
+              + ("alpha's draws carried" if alpha_draws is not None else FIXED_ALPHA_NOTE))
         mark = "" if fit.converged else "  NOT CONVERGED"
         for _, r in summary.iterrows():
             kind = "  [population-level]" if r.get("prediction_kind") == "population" else ""
@@ -278,7 +287,7 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     """
     from evtsync.cli._whatif import hardware
     from evtsync.evt.bayesfit import BayesFit
-    from evtsync.evt.predict import domain_multiple, tau_table
+    from evtsync.evt.predict import FIXED_B_NOTE, domain_multiple, tau_table
     from evtsync.plots.predictions import tau_curves
 
     fit = BayesFit.load(args.fit)
@@ -294,7 +303,8 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     parts = []
     for factor in hw["factors"]:
         part = tau_table(fit, sizes, block_sd / factor, args.m, level, gpu=hw["gpu"],
-                         precision=getattr(args, "precision", None), seed=getattr(args, "seed", 0))
+                         precision=getattr(args, "precision", None), seed=getattr(args, "seed", 0),
+                         estimator=args.estimator)
         parts.append(part.assign(flops_factor=factor))
     summary = pd.concat(parts, ignore_index=True)
     summary.attrs.update(parts[0].attrs)
@@ -306,6 +316,7 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
             print(note)
         print(f"fit {fit.name}: tau(n) = b·E_(n/{args.m}) with b = {block_sd:g} µs on the reference GPU / flops factor; "
               f"mean [{level:.0%} {_interval_name(fit)} interval]")
+        print(f"estimator: {summary.attrs['estimator']}; {FIXED_B_NOTE}")
         mark = "" if fit.converged else "  NOT CONVERGED"
         for _, r in summary.iterrows():
             kind = "  [population-level]" if r.get("prediction_kind") == "population" else ""
@@ -326,7 +337,8 @@ def _straggler(args: argparse.Namespace, fit: Any) -> int:
     if args.n or any(getattr(args, k, None) is not None for k in ("block_sd_us", "block_mean_us", "cv")):
         raise InputError("--straggler takes n and b from the table; do not also give --n or the block spread")
     level = _level(args)
-    table = predicted_vs_measured(fit, read_table(args.straggler), args.m, level, source=str(args.straggler))
+    table = predicted_vs_measured(fit, read_table(args.straggler), args.m, level, source=str(args.straggler),
+                                  estimator=args.estimator)
     if table.empty:
         raise InputError(f"{args.straggler}: no row matches a cell of the fit ({table.attrs['skipped']})")
     _write_outputs(args, table, pvm_figure)
@@ -335,6 +347,7 @@ def _straggler(args: argparse.Namespace, fit: Any) -> int:
         return 0 if fit.converged else 1
     print(f"fit {fit.name}: predicted vs measured mean straggler delay; "
           f"mean [{level:.0%} {_interval_name(fit)} interval]")
+    print(f"estimator: {table.attrs['estimator']}")
     mark = "" if fit.converged else "  NOT CONVERGED"
     for _, r in table.iterrows():
         print(f"  {r['workload']:16s} {r['gpu']:6s} {r['precision']:5s} n={r['n']:<4d} measured "

@@ -182,3 +182,13 @@ def alpha_us_from_args(args: argparse.Namespace) -> float:
     from evtsync.nccltests.alpha import alpha_from_log
 
     return float(alpha_from_log(args.alpha_from).alpha_us)
+
+
+def add_estimator_argument(parser: argparse.ArgumentParser) -> None:
+    """``--estimator centred|paper``: which estimator of tau(n) (:data:`evtsync.evt.predict.ESTIMATORS`)."""
+    from evtsync.defaults import DEFAULT_ESTIMATOR, ESTIMATOR_NAMES
+
+    parser.add_argument("--estimator", choices=list(ESTIMATOR_NAMES), default=DEFAULT_ESTIMATOR,
+                        help="estimator of tau(n): centred (default; calibrated for n > m, needs a fit of the "
+                             "z-score table's column y) or paper (the paper's b·E_(n/m) of z: biased low at n > m, "
+                             "needs a fit of column z)")

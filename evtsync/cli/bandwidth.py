@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from evtsync.cli._common import parse_topologies
+from evtsync.cli._common import add_estimator_argument, parse_topologies
 from evtsync.cli._whatif import add_hardware_arguments, alpha_setup, hardware, parse_float_list
 from evtsync.defaults import INTERVAL_LEVEL
 from evtsync.errors import InputError
@@ -81,6 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "several --eps one panel row per eps; with a FLOPS sweep and --fit, B* against FLOPS (Fig. 13)")
     p.add_argument("--nvlink-gbps", default=None, metavar="GBPS",
                    help="reference lines on the plot, comma list (default: Table 1's 450 (H100/H200) and 900 (B200))")
+    add_estimator_argument(p)
     p.set_defaults(handler=run_bandwidth)
 
 

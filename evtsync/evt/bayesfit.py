@@ -56,7 +56,7 @@ REQUIRED_GROUPS = ("posterior", "sample_stats", "observed_data", "cells")
 #: Names under which a posterior predictive check may be stored (the first present is used).
 PPC_GROUPS = ("posterior_predictive_check", "ppc")
 #: Root attributes that make up a fit's provenance.
-PROVENANCE_KEYS = ("model_name", "model_family", "model_spec_path", "input_path", "input_sha256", "seed",
+PROVENANCE_KEYS = ("model_name", "model_family", "model_spec_path", "data_column", "input_path", "input_sha256", "seed",
                    "draws", "tune", "chains", "target_accept", "sampler", "command", "sampling_seconds",
                    "created", "package_versions")
 
@@ -305,6 +305,18 @@ class BayesFit:
     def family(self) -> str:
         """``gumbel``, ``frechet`` or ``gev``."""
         return str(self.tree.attrs.get("model_family", "gev"))
+
+    @property
+    def column(self) -> str | None:
+        """The z-score table's column the fit was made of (``y``: the centred estimator of tau(n);
+        ``z``: the paper's), from the fit's record, else from its spec text; None without either."""
+        column = self.tree.attrs.get("data_column")
+        if column:
+            return str(column)
+        try:
+            return self.spec.column
+        except Exception:  # noqa: BLE001 - a fit built from draws stores no spec
+            return None
 
     @cached_property
     def spec(self) -> ModelSpec:

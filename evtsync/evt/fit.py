@@ -478,6 +478,7 @@ def fit_table(
             "model_family": spec.family,
             "model_spec_path": spec.path,
             "model_spec_text": spec.text,
+            "data_column": spec.column,  # the column fitted (a CLI --column may differ from the text's)
             "input_path": source,
             "input_sha256": source_sha256,
             "package_versions": json.dumps(package_versions()),

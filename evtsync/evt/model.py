@@ -107,6 +107,12 @@ def prepare_data(table: pd.DataFrame, spec: ModelSpec, source: str = "z-score ta
     """Check the columns the spec needs, drop non-finite z-scores (counted), sort by cell."""
     needed = [spec.column, *spec.groups]
     missing = [c for c in needed if c not in table.columns]
+    if missing == ["y"] and "z" in table.columns:
+        raise InputError(
+            f"{source}: no column 'y' (the centred block maximum (M - block mean)/pooled sd) needed by model "
+            f"{spec.name!r} ({spec.path}): the table was written before the calibrated estimator of tau(n) existed. "
+            "Rerun `evtsync blocks` on the traces to write it, or fit the paper's estimator with --column z "
+            "(biased low at n > m, docs/methodology.md)")
     if missing:
         raise InputError(
             f"{source}: missing column(s) {missing} needed by model {spec.name!r} ({spec.path}); "

@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
-from evtsync.defaults import INTERVAL_LEVEL, check_level
+from evtsync.defaults import DEFAULT_ESTIMATOR, ESTIMATOR_NAMES, INTERVAL_LEVEL, check_level
 from evtsync.errors import InputError
 from evtsync.evt import gev
 from evtsync.reference import REFERENCE_TFLOPS
@@ -69,6 +69,7 @@ __all__ = [
     "bstar_draws_gbps",
     "cell_parameter_table",
     "check_estimator",
+    "estimator_of",
     "fit_column",
     "flops_scaling_table",
     "population_draws",
@@ -93,8 +94,7 @@ ESTIMATORS: dict[str, tuple[str, str]] = {
     "paper": ("z", "the paper's b·E_(n/m) of z = (M - sample mean)/s: exact at n = m, biased low at n > m "
                    "(9-18% at n = 8-512 for normal, Gumbel and lognormal ranks; docs/methodology.md)"),
 }
-#: The estimator every prediction uses unless told otherwise.
-DEFAULT_ESTIMATOR = "centred"
+assert tuple(ESTIMATORS) == ESTIMATOR_NAMES
 #: What the B* and tau intervals hold fixed (issue 29, item 8): b and alpha's point values.
 FIXED_B_NOTE = ("b fixed at its estimate (the pooled sd of the blocks; its sampling error cancels to first order "
                 "in the centred estimator, docs/methodology.md)")
@@ -117,6 +117,12 @@ def fit_column(fit: Any) -> str | None:
         except Exception:  # noqa: BLE001 - a fit without its spec text records no column
             return None
     return str(column)
+
+
+def estimator_of(fit: Any) -> str | None:
+    """The estimator a fit gives (``centred`` for a fit of y, ``paper`` for z), None when unknown."""
+    column = fit_column(fit)
+    return next((name for name, (col, _) in ESTIMATORS.items() if col == column), None)
 
 
 def check_estimator(fit: Any, estimator: str = DEFAULT_ESTIMATOR) -> str:

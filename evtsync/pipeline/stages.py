@@ -473,6 +473,9 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
         pop.append(predict.population_table(fit, LEVEL))
         if model == main:
             bstar.append(predict.bandwidth_table(fit, TOPOLOGIES, ns, o.alpha_us, size_bytes, scales, o.eps, o.m, LEVEL))
+    paper = _paper_tau(run, ns, scales)
+    if paper is not None:
+        tau.append(paper)
     tau_all = pd.concat(tau, ignore_index=True)
     if tau_all.empty:
         raise NotApplicable("no fit covers the GPU × precision cells of the z-scores")
@@ -482,6 +485,24 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
     return {"main_model": main, "domain_sizes": ns.tolist(), "bytes": size_bytes, "bytes_source": size_source,
             "alpha_us": o.alpha_us, "eps": o.eps, "level": LEVEL, "infinite_draws": predict.INFINITE_POLICY,
             "workloads_lacking": _workloads_lacking(run, run.table(f"{TABLES}/zscores.parquet"))}
+
+
+def _paper_tau(run: Run, ns: Any, scales: pd.DataFrame) -> pd.DataFrame | None:
+    """The paper's estimator beside the calibrated ones, labelled (``estimator`` = "paper"): tau(n) =
+    b·E_(n/m) of the per-cell GEV MLE of z (the ``mle`` stage); None without that table."""
+    from evtsync.evt import predict
+    from evtsync.evt.mlefit import MleCellFit
+
+    if not run.done("mle"):
+        return None
+    try:
+        fit = MleCellFit(run.table(f"{TABLES}/mle.parquet"), family="gev")
+    except InputError as exc:
+        log.info("no paper-estimator rows in tau.parquet: %s", exc)
+        return None
+    if predict.estimator_of(fit) not in (None, "paper"):
+        return None
+    return predict.tau_table(fit, ns, scales, run.options.m, LEVEL, estimator="paper")
 
 
 def _stage_predicted_vs_measured(run: Run) -> dict[str, Any]:
@@ -518,7 +539,7 @@ def _holdout(run: Run, family: str, attribution: pd.DataFrame | None) -> tuple[p
     cut = z.groupby("workload")["index"].transform("median")
     early, late = z[z["index"] < cut], z[z["index"] >= cut]
     mle_family = "gumbel" if family == "gumbel" else "gev"
-    table = mle_cell_table(early, ("gpu", "precision"), level=LEVEL, min_n=MIN_Z_MLE)
+    table = mle_cell_table(early, ("gpu", "precision"), column="y", level=LEVEL, min_n=MIN_Z_MLE)
     try:
         fit = MleCellFit(table, family=mle_family)
     except InputError as exc:
@@ -581,7 +602,7 @@ def build_stages(run: Run) -> list[Stage]:
     fit_names = tuple(f"fit-{p.stem}" for p in models)
     stages += [
         Stage("compare", _stage_compare, fit_names, none),
-        Stage("prediction", _stage_prediction, ("zscores", "tax", "compare", *fit_names),
+        Stage("prediction", _stage_prediction, ("zscores", "tax", "mle", "compare", *fit_names),
                lambda r: {"m": o.m, "alpha": o.alpha_us, "bytes": o.bytes, "eps": o.eps, "level": LEVEL,
                           "n_max": N_MAX}),
         Stage("predicted-vs-measured", _stage_predicted_vs_measured,
