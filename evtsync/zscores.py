@@ -30,7 +30,7 @@ from evtsync.errors import InputError
 
 log = logging.getLogger(__name__)
 
-ZSCORE_COLUMNS = ["z", "y", "gpu", "precision", "workload", "block", "instance", "sample",
+ZSCORE_COLUMNS = ["z", "gpu", "precision", "workload", "y", "block", "instance", "sample",
                   "block_mean_us", "block_sd_us", "cv", "max_us", "mean_us", "n_gemm_kernels",
                   "has_gemm", "pg", "position", "signature", "index", "ranks", "max_rank",
                   "n_kernels", "n_samples", "dof", "mean_var_ratio", "time"]
