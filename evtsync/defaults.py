@@ -13,8 +13,10 @@ END_TOLERANCE_US = 50.0
 #: Ranks per host when traces do not name their host (clock domains for end-time checks).
 RANKS_PER_HOST = 8
 
-#: Sampler settings of real runs (per chain).
+#: Sampler settings of real runs (per chain), shared by ``evtsync fit`` and ``evtsync run``, and
+#: the seed both use unless given one (recorded in every fit).
 DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS = 1000, 1000, 4
+DEFAULT_SEED = 0
 #: Sampler settings of the bundled demo: two chains (one per core of a small machine) so that
 #: the whole demo finishes in a few minutes on two cores; its fits are flagged when they miss
 #: the convergence thresholds (with 400 draws most of them did, hence 1000).

@@ -16,6 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from evtsync.defaults import (
         DEFAULT_CHAINS,
         DEFAULT_DRAWS,
+        DEFAULT_SEED,
         DEFAULT_TUNE,
         DEMO_CHAINS,
         DEMO_DRAWS,
@@ -66,7 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help=f"tuning steps per chain (default {DEFAULT_TUNE}; demo {DEMO_TUNE})")
     fit.add_argument("--chains", type=int, default=None,
                      help=f"chains (default {DEFAULT_CHAINS}; demo {DEMO_CHAINS})")
-    fit.add_argument("--seed", type=int, default=0, help="random seed of the samplers (default 0)")
+    fit.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                     help=f"random seed of the samplers (default {DEFAULT_SEED}, as `evtsync fit`)")
     fit.add_argument("--sampler", choices=("nutpie", "pymc"), default="nutpie", help="NUTS sampler (default nutpie)")
     fit.add_argument("--models-dir", metavar="DIR", default=None,
                      help="folder of model specifications (default: the models shipped with evtsync; see `evtsync models`)")
