@@ -62,10 +62,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "(repeatable)")
     noise.add_argument("--launch-queue-depth", type=int, default=16,
                        help="kernels the CPU may queue ahead of the GPU before a launch blocks (default 16)")
-    parser.add_argument("--study", choices=["demo", "ranks"], default=None,
-                        help="write a study: several workloads, one folder each (demo: GPU x precision with "
-                             "GEV-designed z-scores; ranks: TP groups of 16, 32, 64 simulated ranks from the normal, "
-                             "lognormal and Gumbel parents)")
+    parser.add_argument("--study", choices=["demo", "ranks", "gev-design"], default=None,
+                        help="write a study: several workloads, one folder each (demo: GPU x precision, simulated "
+                             "ranks from the normal, lognormal and Gumbel parents, TP groups of 4 to 32; ranks: TP "
+                             "groups of 16, 32, 64; gev-design: the earlier demo, z-scores following a stated GEV). "
+                             "A study's entries fix their own layout (ranks, TP size, parent)")
     parser.set_defaults(handler=run)
 
 
