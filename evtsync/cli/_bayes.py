@@ -57,6 +57,7 @@ def run_bayesian_fit(args: argparse.Namespace) -> int:
     """``evtsync fit DATA --model models/NAME.toml [--out fits/NAME] ...``: sample, save, summarise."""
     from dataclasses import replace
 
+    from evtsync.evt.bayesfit import spread_prior_table
     from evtsync.evt.catalog import resolve_model
     from evtsync.evt.fit import fit_table, parameter_summary, save_fit
     from evtsync.evt.spec import load_spec
@@ -98,6 +99,8 @@ def run_bayesian_fit(args: argparse.Namespace) -> int:
             "divergences": int(tree.attrs["divergences"]), "sampling_seconds": tree.attrs["sampling_seconds"],
             "prior_predictive": tree.attrs["prior_predictive"],
             "parameters": _records(summary),
+            "spreads_prior_vs_posterior": _records(spread_prior_table(tree, float(summary["level"].iloc[0]))),
+            "chain_starts": tree.attrs.get("chain_starts", ""), "data_column": tree.attrs.get("data_column", ""),
         }), allow_nan=False))
     else:
         print(f"Bayesian fit of {spec.name} ({spec.family}) to {tree.attrs['n_obs']} z-scores of {args.data} "
@@ -108,6 +111,17 @@ def run_bayesian_fit(args: argparse.Namespace) -> int:
         cols = ["parameter", "mean", "sd", "lo", "hi", "r_hat", "ess_bulk", "ess_tail"]
         print(f"  (lo, hi: central {summary['level'].iloc[0]:.0%} credible interval)")
         print(summary[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        from evtsync.evt.bayesfit import PRIOR_DOMINATED_RATIO
+
+        spreads = spread_prior_table(tree, float(summary["level"].iloc[0]))
+        if len(spreads):
+            print(f"  spreads, prior against posterior ({summary['level'].iloc[0]:.0%} intervals; prior-dominated: the "
+                  f"posterior interval is at least {PRIOR_DOMINATED_RATIO:.0%} of the prior's, so the prior sets the "
+                  "width of a new level's prediction):")
+            for r in spreads.itertuples():
+                print(f"    {r.parameter:16s} prior {r.prior:28s} [{r.prior_lo:.3g}, {r.prior_hi:.3g}]   posterior "
+                      f"{r.mean:.3g} [{r.lo:.3g}, {r.hi:.3g}]   width ratio {r.width_ratio:.2f}"
+                      + ("   PRIOR-DOMINATED" if r.prior_dominated else ""))
         print(f"  prior predictive check: {tree.attrs['prior_predictive']}")
         print(f"  {tree.attrs['convergence']}")
         print(f"  written: {path}")
@@ -247,7 +261,7 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
               + ("alpha's draws carried" if alpha_draws is not None else FIXED_ALPHA_NOTE))
         mark = "" if fit.converged else "  NOT CONVERGED"
         for _, r in summary.iterrows():
-            kind = "  [population-level]" if r.get("prediction_kind") == "population" else ""
+            kind = _row_labels(r)
             hock = (f"{r['bstar_hockney_gbps']:10.5g}" if r["alpha_source"] == "point" else
                     f"{r['bstar_hockney_gbps']:10.5g} [{r['bstar_hockney_lo_gbps']:.5g}, {r['bstar_hockney_hi_gbps']:.5g}]")
             print(f"  {r['cell']:14s} {r['topology']:8s} n={r['n']:<5d} eps={r['eps']:<5g} f={r['flops_factor']:<5.3g} "
@@ -269,9 +283,18 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
     return 0 if fit.converged else 1
 
 
+def _row_labels(row: pd.Series) -> str:
+    """The labels a printed prediction row carries: population-level, prior-dominated width."""
+    text = "  [population-level]" if row.get("prediction_kind") == "population" else ""
+    if row.get("prior_dominated"):
+        text += f"  [prior-dominated: {row.get('prior_dominated_spreads')}]"
+    return text
+
+
 def _print_prediction_notes(table: pd.DataFrame) -> None:
-    """The notes a prediction table carries (population-level rows, a pooled fit)."""
-    for note in (table.attrs.get("population_note"), table.attrs.get("pooled_note")):
+    """The notes a prediction table carries (population-level rows, prior-dominated widths, a pooled fit)."""
+    for note in (table.attrs.get("population_note"), table.attrs.get("prior_dominated_note"),
+                 table.attrs.get("pooled_note")):
         if note:
             print(f"NOTE: {note}")
 
@@ -321,7 +344,7 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
         print(f"estimator: {summary.attrs['estimator']}; {FIXED_B_NOTE}")
         mark = "" if fit.converged else "  NOT CONVERGED"
         for _, r in summary.iterrows():
-            kind = "  [population-level]" if r.get("prediction_kind") == "population" else ""
+            kind = _row_labels(r)
             flops = f" f={r['flops_factor']:<5.3g}" if len(hw["factors"]) > 1 or r["flops_factor"] != 1 else ""
             print(f"  {r['cell']:14s} n={r['n']:<6d}{flops} tau {r['tau_mean_us']:10.4g} µs  "
                   f"[{r['tau_lo_us']:.4g}, {r['tau_hi_us']:.4g}]" + _infinite(r, "tau") + kind + mark)

@@ -366,7 +366,7 @@ def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: 
         for i, row in enumerate(rows.to_dict(orient="records")):
             for j, nn in enumerate(n):
                 records.append({**row, "n": int(nn), "k": int(nn) / m, **_columns("tau", "_us", s, (i, j))})
-    return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "tau(n)", estimator))
+    return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "tau(n)", estimator), fit)
 
 
 def _as_list(value: float | Sequence[float], what: str) -> list[float]:
@@ -522,7 +522,7 @@ def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha
                                 "b_uncertainty": FIXED_B_NOTE,
                                 "alpha_uncertainty": ("alpha's draws carried" if alpha_draws_us is not None
                                                       else FIXED_ALPHA_NOTE)})
-    return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "B*", estimator))
+    return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "B*", estimator), fit)
 
 
 def flops_scaling_table(fit: Any, topologies: Sequence[str], n: Sequence[int],
@@ -586,7 +586,7 @@ def flops_scaling_table(fit: Any, topologies: Sequence[str], n: Sequence[int],
                             **{k: v for k, v in _columns("growth", "", gs, (i, j)).items()},
                             **_columns("scaling_exponent", "", xs, (i, j)),
                             **_columns("scaling_reduction", "", rs, (i, j))})
-    out = _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "FLOPS scaling", estimator))
+    out = _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "FLOPS scaling", estimator), fit)
     out.attrs["definition"] = ("growth = B*(f_hi)/B*(f_lo) per draw; roofline growth = f_hi/f_lo; "
                                "scaling_reduction = 1 - growth/roofline growth; Hockney's B*_H does not depend on FLOPS")
     return out
@@ -874,8 +874,47 @@ def _target_rows(fit: Any, block_sd_us: float | pd.DataFrame, gpu: str | None, p
     return pd.DataFrame(records), tuple(np.stack(d, axis=1) for d in zip(*draws, strict=True)), skipped
 
 
-def _kind_attrs(out: pd.DataFrame) -> pd.DataFrame:
-    """Say in the table's attrs (and the log) when some rows are population-level or pooled."""
+#: What a row whose width the prior sets is (issue 29, item 6).
+PRIOR_DOMINATED_NOTE = ("prior-dominated: a spread this population-level prediction draws on is set by its prior, not "
+                        "by the data (its posterior interval is at least half the prior's: "
+                        "evtsync.evt.bayesfit.spread_prior_table), so the interval's width is the prior's choice")
+
+
+def _prior_dominated_spreads(fit: Any, out: pd.DataFrame) -> list[str]:
+    """Per row: the prior-dominated spreads a population-level row draws on, comma-joined ("" for
+    rows of fitted cells, or when the fit has no spreads)."""
+    if "prediction_kind" not in out or not (out["prediction_kind"] == "population").any():
+        return [""] * len(out)
+    if getattr(fit, "kind", "") != "bayes" or getattr(fit, "tree", None) is None:
+        return [""] * len(out)
+    from evtsync.evt.bayesfit import spread_prior_table
+
+    table = spread_prior_table(fit.tree)
+    dominated = set(table.loc[table["prior_dominated"], "parameter"])
+    cells = fit.cells
+    labels = []
+    for row in out.to_dict(orient="records"):
+        if row.get("prediction_kind") != "population":
+            labels.append("")
+            continue
+        used = {"mu_sd", "log_sigma_sd", "xi_sd_cell"}
+        for g in ("gpu", "precision"):
+            if g in cells and str(row.get(g)) not in set(cells[g].astype(str)):
+                used.add(f"xi_sd_{g}")
+        labels.append(", ".join(sorted(used & dominated)))
+    return labels
+
+
+def _kind_attrs(out: pd.DataFrame, fit: Any = None) -> pd.DataFrame:
+    """Say in the table's attrs (and the log) when some rows are population-level or pooled, and
+    which population-level rows have a prior-dominated width (column ``prior_dominated``)."""
+    if fit is not None and len(out):
+        spreads = _prior_dominated_spreads(fit, out)
+        out["prior_dominated_spreads"] = spreads
+        out["prior_dominated"] = [bool(v) for v in spreads]
+        if out["prior_dominated"].any():
+            out.attrs["prior_dominated_note"] = PRIOR_DOMINATED_NOTE
+            log.warning("%s", PRIOR_DOMINATED_NOTE)
     if "prediction_kind" in out and (out["prediction_kind"] == "population").any():
         out.attrs["population_note"] = POPULATION_NOTE
         log.warning("%s", POPULATION_NOTE)
@@ -885,23 +924,35 @@ def _kind_attrs(out: pd.DataFrame) -> pd.DataFrame:
 
 
 def population_table(fit: Any, level: float = INTERVAL_LEVEL) -> pd.DataFrame:
-    """The population parameters of a hierarchical fit (``xi0``, ``xi_delta_*``, ``xi_sd_*``):
-    one row per scalar with mean, ``level`` interval and median (empty for other fits)."""
+    """The population parameters of a hierarchical fit (``xi0``, ``xi_delta_*``, ``xi_sd_*`` and the
+    spreads ``mu_sd``, ``log_sigma_sd``): one row per scalar with mean, ``level`` interval and
+    median (empty for other fits); spreads also with their prior's interval, the width ratio and
+    ``prior_dominated`` (:func:`evtsync.evt.bayesfit.spread_prior_table`)."""
     level = check_level(level)
     fit = _fit(fit)
     records = []
     if fit.kind == "bayes":
+        from evtsync.evt.bayesfit import spread_prior_table
+
+        priors = spread_prior_table(fit.tree, level).set_index("parameter")
         post = fit.tree["posterior"].to_dataset()
         for var in post.data_vars:
-            if var == "xi0" or (var.startswith(("xi_delta_", "xi_sd_")) and not var.endswith("_raw")):
+            if var in ("mu_sd", "log_sigma_sd") or var == "xi0" or (
+                    var.startswith(("xi_delta_", "xi_sd_")) and not var.endswith("_raw")):
                 da = post[var]
                 extra = [d for d in da.dims if d not in ("chain", "draw")]
                 flat = da.stack(sample=("chain", "draw")).transpose(*extra, "sample")
                 labels = [f"{var}[{v}]" for v in da[extra[0]].values] if extra else [var]
                 for label, v in zip(labels, flat.values.reshape(len(labels), -1), strict=True):
                     s = summarise(v, level)
-                    records.append({"parameter": label, **{k: float(s[k]) for k in ("mean", "lo", "median", "hi")}})
-    out = pd.DataFrame(records, columns=["parameter", "mean", "lo", "median", "hi"])
+                    rec = {"parameter": label, **{k: float(s[k]) for k in ("mean", "lo", "median", "hi")}}
+                    if label in priors.index:
+                        p = priors.loc[label]
+                        rec.update(prior=p["prior"], prior_lo=p["prior_lo"], prior_hi=p["prior_hi"],
+                                   width_ratio=p["width_ratio"], prior_dominated=bool(p["prior_dominated"]))
+                    records.append(rec)
+    out = pd.DataFrame(records, columns=["parameter", "mean", "lo", "median", "hi", "prior", "prior_lo", "prior_hi",
+                                         "width_ratio", "prior_dominated"])
     return _finish(out, fit, level, {}, "population parameters")
 
 
