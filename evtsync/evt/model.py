@@ -836,8 +836,10 @@ def simulate_zscore_table(cell_params: pd.DataFrame, n_per_cell: int | list[int]
     """A z-score table drawn from known per-cell GEV parameters (for tests and benchmarks).
 
     ``cell_params`` has columns gpu, precision, mu, sigma, xi; the result has the columns of the
-    table ``evtsync blocks`` writes (z, gpu, precision, workload, block, instance,
-    block_mean_us, block_sd_us).
+    table ``evtsync blocks`` writes (z, y, gpu, precision, workload, block, instance,
+    block_mean_us, block_sd_us). A GEV sample has no ranks behind it, so the same draws stand
+    for either statistic: ``y`` (what the shipped models fit) equals ``z``. To test the
+    estimators against ranks, simulate ranks (``evtsync.synth`` with ``parent``).
     """
     from evtsync.evt.distribution import gev_rvs_np
 
@@ -847,7 +849,7 @@ def simulate_zscore_table(cell_params: pd.DataFrame, n_per_cell: int | list[int]
     for (_, row), n in zip(cell_params.iterrows(), counts, strict=True):
         z = gev_rvs_np(row["mu"], row["sigma"], row["xi"], rng, size=n)
         parts.append(pd.DataFrame({
-            "z": z, "gpu": row["gpu"], "precision": row["precision"], "workload": "synthetic",
+            "z": z, "y": z, "gpu": row["gpu"], "precision": row["precision"], "workload": "synthetic",
             "block": "gemm-block", "instance": np.arange(n), "block_mean_us": 1000.0, "block_sd_us": 20.0,
         }))
     return pd.concat(parts, ignore_index=True)
