@@ -165,6 +165,11 @@ def run_bandwidth(args: argparse.Namespace) -> int:
     for note in notes:
         print(note)
     print(f"S = {args.bytes:.6g} bytes; bandwidths in GB/s")
+    if args.tau_us is None:  # tau from given GEV parameters: what they were fitted to decides the estimator
+        print(f"tau(n) = b·E_(n/{args.m}) of the given GEV, as the {args.estimator} estimator: "
+              + ("its parameters must be a fit of the centred maxima y" if args.estimator == "centred" else
+                 "the paper's, from a fit of z (biased low beyond n = m)")
+              + "; b and alpha fixed at the values given")
     print(f"{'topology':9s} {'n':>6s} {'eps':>5s} {'flops':>6s} {'p':>9s} {'q':>7s} {'alpha_us':>8s} {'tau_us':>10s} "
           f"{'B*':>12s} {'B*_Hockney':>12s} {'reduction':>9s}")
     for r in records:
