@@ -105,6 +105,30 @@ def pooled_zscores(times: pd.DataFrame, *, m: int, value: str = "busy_us") -> tu
     return per[[c for c in ZSCORE_COLUMNS if c != "workload"]], zero_sd
 
 
+#: p-value below which an identity's sample means vary more between instances than iid ranks allow.
+DRIFT_P = 0.001
+
+
+def drifting_identities(table: pd.DataFrame, p_below: float = DRIFT_P) -> pd.DataFrame:
+    """Block identities whose mean drifts between instances (one row each): the centred maximum y
+    assumes a stationary mean, and a drift makes the default tau(n) an upper bound.
+
+    The test: under iid ranks ``mean_var_ratio`` = m·var(sample means)/s² follows about
+    F(n_samples − 1, dof) (normal ranks); identities with an upper-tail p below ``p_below``
+    are returned with their ratio and p. An older table without the column gives an empty one.
+    """
+    from scipy import stats
+
+    columns = ["block", "n_samples", "mean_var_ratio", "p_value"]
+    if "mean_var_ratio" not in table or table.empty:
+        return pd.DataFrame(columns=columns)
+    ident = table.groupby("block", sort=False).agg(n_samples=("n_samples", "first"), dof=("dof", "first"),
+                                                   mean_var_ratio=("mean_var_ratio", "first")).reset_index()
+    ident = ident[ident["n_samples"] > 1]
+    ident["p_value"] = stats.f.sf(ident["mean_var_ratio"], ident["n_samples"] - 1, ident["dof"])
+    return ident.loc[ident["p_value"] < p_below, columns].reset_index(drop=True)
+
+
 def _label(values: pd.Series) -> str:
     """One GPU label for a sample: the model, or the models joined by ``+`` when mixed."""
     uniq = sorted(set(map(str, values)))

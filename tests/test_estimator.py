@@ -94,3 +94,14 @@ def test_a_z_table_without_y_says_to_rerun_blocks(normal_ranks) -> None:
     spec = load_spec("models/gev.toml")
     with pytest.raises(InputError, match="(?i)rerun `evtsync blocks`"):
         prepare_data(table.drop(columns=["y"]), spec)
+
+
+def test_a_drifting_block_mean_is_flagged_a_stationary_one_not() -> None:
+    from evtsync.zscores import drifting_identities
+
+    rng = np.random.default_rng(3)
+    steady = 1000.0 + 20.0 * rng.standard_normal((300, 1, M))
+    drift = steady + np.linspace(0, 200, 300)[:, None, None]  # the whole block slows by 10 sd over the run
+    assert drifting_identities(pooled_zscores(_times(steady), m=M)[0]).empty
+    flagged = drifting_identities(pooled_zscores(_times(drift), m=M)[0])
+    assert flagged["block"].tolist() == ["b"] and flagged["mean_var_ratio"].iloc[0] > 10

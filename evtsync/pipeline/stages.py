@@ -230,7 +230,14 @@ def _stage_zscores(run: Run) -> dict[str, Any]:
     z = _stringify(pd.concat(tables, ignore_index=True))
     run.produced("zscores", run.write_table(f"{TABLES}/zscores.parquet", z))
     drops = pd.concat(dropped, ignore_index=True)["reason"].value_counts().to_dict() if dropped else {}
+    from evtsync.zscores import drifting_identities
+
+    drift = drifting_identities(z)
+    if len(drift):
+        log.warning("%d block identit(ies) drift between instances (F-test on the sample means): tau(n) from the "
+                    "centred maxima is an upper bound for them", len(drift))
     return {"zscores": len(z), "cells": _cells(z).to_dict(orient="records"), "skipped_workloads": reasons,
+            "drifting_identities": [str(b) for b in drift["block"]],
             "dropped": {str(k): int(v) for k, v in drops.items()}, "not_tensor_parallel": _not_tensor_parallel(run, z),
             "block_pgs": sorted(z["pg"].astype(str).unique().tolist()) if "pg" in z else []}
 
