@@ -5,9 +5,13 @@ replicate: ``synth --parent`` writes an 8-rank job (one TP group of 8, two sampl
 block instance); ``evtsync.zscore_table`` reads its traces as any user's; the shipped
 ``models/gev.toml`` is fitted at its default sampler settings (4 dispersed chains x 1000 draws)
 to the centred maxima ``y`` (the default estimator) and, for the paper's estimator, to ``z``;
-``tau_summary`` predicts tau(n) for n in 8, 64, 512, 4096 with b = 1, and both are compared
+``tau_summary`` predicts tau(n) for n in 8, 64, 512, 4096 in units of b, and both are compared
 with the truth the generator states (``ground_truth.json``: E[max_n X - mean_n X]/b integrated
-from the parent). Each output line is one fit.
+from the parent). The table compares them in µs, as the pipeline predicts: tau = b_us·E_k with
+b_us = mean a × mean r of the cell (``evtsync.evt.predict.block_scale``), against the true delay
+of a block with that mean, cv·mean a·truth; the factor between the two scales, mean r / cv, is
+recorded per job (``b_ratio``; regenerated from the seed for records without it). Each output
+line is one fit.
 
     nice -n 10 .venv/bin/python benchmarks/study_estimator.py --replicates 8 --out study.jsonl
     .venv/bin/python benchmarks/study_estimator.py --table study.jsonl [--plot figure.png]
@@ -39,7 +43,7 @@ def run(args: argparse.Namespace) -> None:
     spec_z = replace(spec_y, column="z")
     parents = args.parents.split(",")
     with open(args.out, "a", encoding="utf-8") as out:
-        for rep in range(args.replicates):
+        for rep in range(args.first_replicate, args.replicates):
             for parent in parents:
                 seed = 1000 * rep + parents.index(parent) if parent in PARENTS else 1000 * rep + 7
                 with tempfile.TemporaryDirectory() as tmp:
@@ -47,6 +51,7 @@ def run(args: argparse.Namespace) -> None:
                                                        parent=parent), tmp)
                     z = evtsync.zscore_table(evtsync.load_traces(res.traces_dir))
                     truth = res.truth["parent"]["true_straggler_delay_sd"]
+                b_ratio = b_scale_ratio(z, res.truth["config"]["cv"])
                 for estimator, spec in (("centred", spec_y), ("paper", spec_z)):
                     cpu0, wall0 = time.process_time(), time.perf_counter()
                     tree = evtsync.fit_table(z, spec, seed=seed)
@@ -55,6 +60,7 @@ def run(args: argparse.Namespace) -> None:
                     rows = [{"n": int(r.n), "true": truth[str(int(r.n))], "mean": r.tau_mean_us, "lo": r.tau_lo_us,
                              "hi": r.tau_hi_us} for r in tau.itertuples()]
                     out.write(json.dumps({"parent": parent, "replicate": rep, "seed": seed, "estimator": estimator,
+                                          "b_ratio": b_ratio, "iterations": args.iterations,
                                           "n_obs": int(tree.attrs["n_obs"]), "converged": bool(tree.attrs["converged"]),
                                           "max_rhat": float(tree.attrs["max_rhat"]),
                                           "divergences": int(tree.attrs["divergences"]), "cpu_s": round(cpu, 2),
@@ -63,11 +69,36 @@ def run(args: argparse.Namespace) -> None:
                     print(parent, rep, estimator, [round(r["mean"] / r["true"], 3) for r in rows], flush=True)
 
 
+def b_scale_ratio(z: pd.DataFrame, cv: float) -> float:
+    """mean r / cv of the job's one cell: the pipeline's b_us over the true sd of a block of mean a."""
+    from evtsync.evt.predict import block_scale
+
+    return float(block_scale(z)["mean_r"].iloc[0]) / float(cv)
+
+
+def _regenerated_b_ratio(parent: str, seed: int, iterations: int) -> float:
+    import evtsync
+    from evtsync.synth import SynthConfig, synthesize
+
+    with tempfile.TemporaryDirectory() as tmp:
+        res = synthesize(SynthConfig.build(ranks=8, tp=8, iterations=iterations, seed=seed, parent=parent), tmp)
+        return b_scale_ratio(evtsync.zscore_table(evtsync.load_traces(res.traces_dir)), res.truth["config"]["cv"])
+
+
 def table(path: str, plot: str | None) -> None:
     from scipy import stats
 
-    records = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+    records = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    cache: dict[tuple[str, int], float] = {}
+    for r in records:
+        if "b_ratio" not in r:
+            key = (r["parent"], r["seed"])
+            if key not in cache:
+                cache[key] = _regenerated_b_ratio(r["parent"], r["seed"], r.get("iterations", 40))
+            r["b_ratio"] = cache[key]
     flat = pd.DataFrame([{**{k: v for k, v in r.items() if k != "rows"}, **row} for r in records for row in r["rows"]])
+    for col in ("mean", "lo", "hi"):  # in µs per (cv·mean a): the pipeline's b_us times E_k
+        flat[col] = flat[col] * flat["b_ratio"]
     flat["ratio"] = flat["mean"] / flat["true"]
     flat["covers"] = (flat["lo"] <= flat["true"]) & (flat["true"] <= flat["hi"])
     g = flat.groupby(["parent", "estimator", "n"])
@@ -109,6 +140,7 @@ def table(path: str, plot: str | None) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicates", type=int, default=8)
+    parser.add_argument("--first-replicate", type=int, default=0, help="resume: start at this replicate")
     parser.add_argument("--iterations", type=int, default=40, help="profiled iterations per synthetic job")
     parser.add_argument("--parents", default=",".join(PARENTS))
     parser.add_argument("--out", default="study_estimator.jsonl")

@@ -10,6 +10,13 @@ with ``E_k`` the expected maximum of k iid GEV draws (:func:`evtsync.evt.gev.exp
 For the Gumbel fit (xi = 0) this is ``b · (mu + sigma (gamma_E + ln(n/m)))``: the tax grows
 at least logarithmically with the domain size.
 
+What tau(n) estimates depends on the statistic the GEV was fitted to (:data:`ESTIMATORS`,
+docs/methodology.md "Predicting tau(n)"): a fit of the centred maxima ``y = (M - block mean)/s``
+gives the mean straggler delay of n ranks, calibrated for n = m … 4096 (``centred``, the
+default); a fit of the paper's ``z = (M - sample mean)/s`` gives the paper's estimate, exact at
+n = m and biased low beyond (``paper``). Every table checks the fit's column against its
+``estimator`` argument (:func:`check_estimator`) and names the estimator in a column.
+
 Shapes: every function broadcasts with NumPy's rules. Posterior draws are passed as arrays of
 one common shape, e.g. ``(chain, draw)``; to evaluate a vector of domain sizes against them,
 give the draws a trailing axis::
@@ -94,7 +101,8 @@ ESTIMATORS: dict[str, tuple[str, str]] = {
     "paper": ("z", "the paper's b·E_(n/m) of z = (M - sample mean)/s: exact at n = m, biased low at n > m "
                    "(9-18% at n = 8-512 for normal, Gumbel and lognormal ranks; docs/methodology.md)"),
 }
-assert tuple(ESTIMATORS) == ESTIMATOR_NAMES
+if tuple(ESTIMATORS) != ESTIMATOR_NAMES:  # the CLI's choices come from evtsync.defaults
+    raise RuntimeError(f"evtsync.defaults.ESTIMATOR_NAMES {ESTIMATOR_NAMES} != {tuple(ESTIMATORS)}")
 #: What the B* and tau intervals hold fixed (issue 29, item 8): b and alpha's point values.
 FIXED_B_NOTE = ("b fixed at its estimate (the pooled sd of the blocks; its sampling error cancels to first order "
                 "in the centred estimator, docs/methodology.md)")
