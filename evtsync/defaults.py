@@ -17,9 +17,10 @@ RANKS_PER_HOST = 8
 #: the seed both use unless given one (recorded in every fit).
 DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS = 1000, 1000, 4
 DEFAULT_SEED = 0
-#: Sampler settings of the bundled demo: the same 4 dispersed chains as every fit (issue 29), with
-#: 500 draws each, so that the demo keeps the 2,000 draws per fit it had with 2 chains x 1000.
-DEMO_DRAWS, DEMO_TUNE, DEMO_CHAINS = 500, 1000, 4
+#: Sampler settings of the bundled demo: those of every fit (issue 29: 4 dispersed chains x 1000
+#: draws). With 500 draws per chain the hierarchical model's bulk ESS was 266 on the demo
+#: (2026-12-02), short of the 400 the convergence verdict asks for.
+DEMO_DRAWS, DEMO_TUNE, DEMO_CHAINS = DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS
 
 
 #: The estimators of tau(n) (docs/methodology.md, "Predicting tau(n)") and the one used unless
