@@ -440,6 +440,7 @@ def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: flo
     if not 0 < level < 1:
         raise InputError(f"diff: the interval level must lie in (0, 1), got {level}")
     fa, fb = as_fit(fit_a), as_fit(fit_b)
+    estimator = same_estimator(fa, fb)
     ns = [int(v) for v in n]
     cells_a, cells_b, draws_a, draws_b = _paired_draws(fa, fb, seed)
     unconverged = [*_unconverged(fa, fb), *refuse]
@@ -447,7 +448,7 @@ def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: flo
     for cell in sorted(set(cells_a) | set(cells_b)):
         parts = cell.split("|")
         base = {"cell": cell, "gpu": parts[0] if len(parts) == 2 else "", "precision": parts[1] if len(parts) == 2 else "",
-                "level": level, "model_a": fa.name, "model_b": fb.name}
+                "level": level, "model_a": fa.name, "model_b": fb.name, "estimator": estimator}
         if cell not in cells_a or cell not in cells_b:
             rows.append({**base, "quantity": "xi", "verdict": "no verdict",
                          "reason": f"cell only in {'B' if cell not in cells_a else 'A'}"})
@@ -551,6 +552,19 @@ class BandwidthInputs:
                 f"m = {self.m}; the same on both sides ({self.source})")
 
 
+def same_estimator(fit_a: Any, fit_b: Any) -> str:
+    """The estimator of tau(n) both fits give (:func:`evtsync.evt.predict.estimator_of`): a fit of
+    the centred maximum y against one of z would compare two different quantities, so it is refused."""
+    from evtsync.evt.predict import estimator_of
+
+    ea, eb = estimator_of(fit_a), estimator_of(fit_b)
+    if ea != eb:
+        raise InputError(f"diff: fit A ({fit_a.name}) gives the {ea or 'unknown'} estimator of tau(n) and fit B "
+                         f"({fit_b.name}) the {eb or 'unknown'} one (fits of columns y and z of the z-score table): "
+                         "refit both with the same data column")
+    return ea or "unknown"
+
+
 def _paired_draws(fa: Any, fb: Any, seed: int) -> tuple[dict[str, int], dict[str, int], list, list]:
     """Cell indices of both fits and their draws resampled to a common count, paired at random."""
     rng = np.random.default_rng(seed)
@@ -601,9 +615,11 @@ def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 
     ns = [int(v) for v in n]
     domain_multiple(ns, inputs.m)
     fa, fb = as_fit(fit_a), as_fit(fit_b)
+    estimator = same_estimator(fa, fb)
     cells_a, cells_b, draws_a, draws_b = _paired_draws(fa, fb, seed)
     unconverged = [*_unconverged(fa, fb), *refuse]
     common = {"bytes": float(inputs.size_bytes), "m": inputs.m, "level": level, "model_a": fa.name, "model_b": fb.name,
+              "estimator": estimator,
               "alpha_source": "draws" if inputs.alpha_draws_us else "point"}
     rows: list[dict[str, Any]] = []
     for cell in sorted(set(cells_a) | set(cells_b)):

@@ -6,9 +6,16 @@ For block identity c, instance j and sample s of m ranks with block times X_{c,j
 - s_pooled(c) = sqrt( sum_{j,s} sum_r (X - Xbar)^2 / sum_{j,s} (m - 1) ), pooled over every
   instance and sample of the identity;
 - z = (M - Xbar) / s_pooled(c);
-- a_c = mean of all X of the identity, r_c = s_pooled / a_c (coefficient of variation).
+- a_c = mean of all X of the identity, r_c = s_pooled / a_c (coefficient of variation);
+- y = (M - a_c) / s_pooled(c): the *centred maximum*, the sample's maximum measured from the
+  identity's mean over every instance rather than from the sample's own mean. Its expected
+  maximum over k samples is the n = k·m rank mean straggler delay in units of s_pooled, which
+  is what the default estimator of tau(n) fits (docs/methodology.md, "Predicting tau(n)");
+- mean_var_ratio(c) = m · var_j(Xbar) / s_pooled^2: the variance of the sample means across
+  instances against what iid ranks give (1). Well above 1, the identity's mean drifts between
+  instances and y, which assumes a stationary mean, overstates the spread of the maximum.
 
-z is invariant under X -> a + b X (b > 0), which is what lets one GEV describe blocks of any
+z and y are invariant under X -> a + b X (b > 0), which is what lets one GEV describe blocks of any
 size. Identities whose pooled sd is 0 (all times equal) have no z and are reported.
 """
 
@@ -23,10 +30,12 @@ from evtsync.errors import InputError
 
 log = logging.getLogger(__name__)
 
-ZSCORE_COLUMNS = ["z", "gpu", "precision", "workload", "block", "instance", "sample",
+ZSCORE_COLUMNS = ["z", "gpu", "precision", "workload", "y", "block", "instance", "sample",
                   "block_mean_us", "block_sd_us", "cv", "max_us", "mean_us", "n_gemm_kernels",
                   "has_gemm", "pg", "position", "signature", "index", "ranks", "max_rank",
-                  "n_kernels", "n_samples", "dof", "time"]
+                  "n_kernels", "n_samples", "dof", "mean_var_ratio", "time"]
+#: Columns the default (centred) estimator of tau(n) needs; tables written before it lack them.
+CENTRED_COLUMNS = ("y", "mean_var_ratio")
 _GROUP = ["block", "instance", "pg", "sample"]
 
 
@@ -85,12 +94,39 @@ def pooled_zscores(times: pd.DataFrame, *, m: int, value: str = "busy_us") -> tu
         detail="all block times of the identity are equal")
     per = per[~zero].reset_index(drop=True)
     per["z"] = (per["max_us"] - per["mean_us"]) / per["block_sd_us"]
+    per["y"] = (per["max_us"] - per["block_mean_us"]) / per["block_sd_us"]
+    between = per.groupby("block", sort=False)["mean_us"].transform(lambda v: v.var(ddof=1) if len(v) > 1 else np.nan)
+    per["mean_var_ratio"] = m * between / per["block_sd_us"] ** 2
     per["cv"] = per["block_sd_us"] / per["block_mean_us"]
     per["has_gemm"] = per["n_gemm_kernels"] > 0
     per["time"] = value.removesuffix("_us")
     per["instance"] = per["instance"].astype(np.int64)
     per["sample"] = per["sample"].astype(np.int64)
     return per[[c for c in ZSCORE_COLUMNS if c != "workload"]], zero_sd
+
+
+#: p-value below which an identity's sample means vary more between instances than iid ranks allow.
+DRIFT_P = 0.001
+
+
+def drifting_identities(table: pd.DataFrame, p_below: float = DRIFT_P) -> pd.DataFrame:
+    """Block identities whose mean drifts between instances (one row each): the centred maximum y
+    assumes a stationary mean, and a drift makes the default tau(n) an upper bound.
+
+    The test: under iid ranks ``mean_var_ratio`` = m·var(sample means)/s² follows about
+    F(n_samples − 1, dof) (normal ranks); identities with an upper-tail p below ``p_below``
+    are returned with their ratio and p. An older table without the column gives an empty one.
+    """
+    from scipy import stats
+
+    columns = ["block", "n_samples", "mean_var_ratio", "p_value"]
+    if "mean_var_ratio" not in table or table.empty:
+        return pd.DataFrame(columns=columns)
+    ident = table.groupby("block", sort=False).agg(n_samples=("n_samples", "first"), dof=("dof", "first"),
+                                                   mean_var_ratio=("mean_var_ratio", "first")).reset_index()
+    ident = ident[ident["n_samples"] > 1]
+    ident["p_value"] = stats.f.sf(ident["mean_var_ratio"], ident["n_samples"] - 1, ident["dof"])
+    return ident.loc[ident["p_value"] < p_below, columns].reset_index(drop=True)
 
 
 def _label(values: pd.Series) -> str:

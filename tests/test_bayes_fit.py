@@ -159,9 +159,9 @@ def test_pymc_sampler_fallback_gives_the_same_posterior():
 def test_bad_input_is_refused(tmp_path):
     spec = load_spec(MODELS / "gev-hier-gpu-precision.toml")
     with pytest.raises(InputError, match="missing column"):
-        prepare_data(pd.DataFrame({"z": [1.0, 2.0, 3.0]}), spec, "t.csv")
+        prepare_data(pd.DataFrame({"y": [1.0, 2.0, 3.0]}), spec, "t.csv")
     table = simulate_zscore_table(TRUTH, 50, seed=6)
-    table.loc[:4, "z"] = np.nan
+    table.loc[:4, "y"] = np.nan
     data = prepare_data(table, spec)
     assert data.n_skipped == 5 and len(data.z) == len(table) - 5
     with pytest.raises(FitError, match="no such fit"):

@@ -126,8 +126,8 @@ def test_zscore_model_refuses_data_in_their_own_units():
     z = pd.read_csv(SHARED_DATA / "evt" / "portpirie.csv")["SeaLevel"].to_numpy()
     spec = load_spec(MODELS / "gev.toml")
     with pytest.raises(InputError, match=r"far outside the z-score scale.*Standardise.*gev-hier-raw-us"):
-        build_model(spec, prepare_data(pd.DataFrame({"z": z * 1000.0}), spec), source="pp.csv")
-    build_model(spec, prepare_data(pd.DataFrame({"z": z}), spec))
+        build_model(spec, prepare_data(pd.DataFrame({"y": z * 1000.0}), spec), source="pp.csv")
+    build_model(spec, prepare_data(pd.DataFrame({"y": z}), spec))
 
 
 def test_raw_model_fits_microseconds_on_their_own_scale():
@@ -202,7 +202,7 @@ def test_convergence_needs_tail_ess():
 def test_sampler_config_from_spec_overrides_and_old_keywords():
     spec = load_spec(MAIN)
     config = spec.sampler_config()
-    assert config == SamplerConfig(draws=1000, tune=1000, chains=2, target_accept="auto", seed=None,
+    assert config == SamplerConfig(draws=1000, tune=1000, chains=4, target_accept="auto", seed=None,
                                    sampler="nutpie", backend="numba")
     assert config.override(draws=None, chains=4, seed=3) == replace(config, chains=4, seed=3)
     with pytest.raises(InputError, match="sampling.chains"):

@@ -111,7 +111,7 @@ def test_glass_posterior_agrees_with_mle():
 
 
 def _pooled_fits(z, names, seed):
-    table = pd.DataFrame({"z": z})
+    table = pd.DataFrame({"y": z})  # the shipped models fit the column y
     return [fit_table(table, load_spec(MODELS / f"{n}.toml"), draws=500, tune=500, chains=2, seed=seed)
             for n in names]
 
@@ -150,7 +150,7 @@ def test_same_seed_same_draws_with_a_fresh_compilation_cache(tmp_path):
         "from evtsync.evt import gev\n"
         f"spec = load_spec({str(MODELS / 'gev.toml')!r})\n"
         "z = gev.rvs(0.8, 0.5, 0.1, rng=np.random.default_rng(0), size=3000)\n"
-        "tree = fit_table(pd.DataFrame({'z': z}), spec, draws=200, tune=200, chains=2, seed=4)\n"
+        "tree = fit_table(pd.DataFrame({'y': z}), spec, draws=200, tune=200, chains=2, seed=4)\n"
         "print(repr(float(tree['posterior']['xi'].values.sum())))\n"
     )
     env = dict(os.environ, PYTENSOR_FLAGS=f"base_compiledir={tmp_path / 'pytensor'}")
@@ -250,7 +250,7 @@ def test_sbc_runs_resumes_and_writes_its_histogram(tmp_path):
         if r["status"] == "fitted":
             assert set(r["ranks"]) == expected
             assert all(0 <= v <= sbc.THIN_DRAWS for v in r["ranks"].values()), r["ranks"]
-            assert (r["draws"], r["tune"], r["chains"]) == (1000, 1000, 2)  # the spec's defaults
+            assert (r["draws"], r["tune"], r["chains"]) == (1000, 1000, 4)  # the shared defaults (issue 29)
     png = tmp_path / "ranks.png"
     done = subprocess.run([sys.executable, str(script), "--summary", str(out), "--plot", str(png)],
                           check=True, capture_output=True, text=True)
@@ -286,7 +286,7 @@ def test_extend_continues_the_same_chains_when_only_ess_fails():
     from evtsync.evt.spec import SamplerConfig
 
     spec = load_spec(MODELS / "gev.toml")
-    table = pd.DataFrame({"z": gev.rvs(0.8, 0.5, 0.1, rng=np.random.default_rng(4), size=500)})
+    table = pd.DataFrame({"y": gev.rvs(0.8, 0.5, 0.1, rng=np.random.default_rng(4), size=500)})
     plain = fit_table(table, spec, sampler=SamplerConfig(draws=100, tune=300, chains=2, seed=7))
     assert not is_converged(plain) and plain.attrs["divergences"] == 0, plain.attrs["convergence"]
     assert plain.attrs["extended"] == "no"

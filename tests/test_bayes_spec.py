@@ -52,7 +52,7 @@ def test_sampling_table_fills_the_sampler_config():
     config = spec.sampler_config()
     assert (config.draws, config.tune, config.chains, config.seed, config.sampler) == (500, 1000, 3, 7, "pymc")
     assert config.override(chains=None, draws=200).draws == 200 and config.override(chains=None).chains == 3
-    assert parse_spec(BASE, "t.toml").sampler_config().chains == 2  # one default: docs/bayesian.md
+    assert parse_spec(BASE, "t.toml").sampler_config().chains == 4  # one default for fit and run (issue 29)
 
 
 def test_target_accept_auto_rule():

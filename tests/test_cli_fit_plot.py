@@ -23,7 +23,7 @@ def test_fit_model_plot_writes_the_figure_and_the_report_reads_the_fit(tmp_path:
                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     rng = np.random.default_rng(2)
     table = pd.DataFrame({"gpu": np.repeat(["H200", "A100"], 150), "precision": "bf16",
-                          "z": np.r_[rng.gumbel(0.8, 0.5, 150), rng.gumbel(0.6, 0.4, 150)]})
+                          "y": np.r_[rng.gumbel(0.8, 0.5, 150), rng.gumbel(0.6, 0.4, 150)]})
     data = tmp_path / "z.parquet"
     table.to_parquet(data)
     png, svg = tmp_path / "xi.png", tmp_path / "xi.svg"

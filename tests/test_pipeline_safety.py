@@ -77,7 +77,7 @@ def test_fit_out_that_is_a_file_fails_before_sampling(tmp_path: Path, capsys: py
     import pandas as pd
 
     table = tmp_path / "z.csv"
-    pd.DataFrame({"z": [0.1, 0.5, 0.9] * 20}).to_csv(table, index=False)
+    pd.DataFrame({"y": [0.1, 0.5, 0.9] * 20}).to_csv(table, index=False)
     afile = tmp_path / "taken"
     afile.write_text("x")
     assert main(["-q", "fit", str(table), "--model", "gumbel", "--out", str(afile)]) == 2

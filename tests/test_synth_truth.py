@@ -266,8 +266,22 @@ def test_cli_runs_and_reports_errors(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["-q", "synth", str(tmp_path / "bad2"), "--tp", "3"]) == 2
 
 
+def test_demo_study_simulates_ranks_with_groups_beyond_m(tmp_path: Path) -> None:
+    assert main(["-q", "synth", str(tmp_path), "--study", "demo", "--iterations", "2", "--layers", "1"]) == 0
+    parents, sizes = {}, {}
+    for folder in sorted(p for p in tmp_path.iterdir() if p.is_dir()):
+        truth = json.loads((folder / "ground_truth.json").read_text())
+        parents[folder.name] = truth["parent"]["name"]
+        sizes[folder.name] = max(pg["pg_size"] for pg in truth["process_groups"] if pg["kind"] == "tp")
+        assert truth["gev"] is None and "4096" in truth["parent"]["true_straggler_delay_sd"]
+    assert parents == {"a100-bf16": "normal", "a100-fp32": "normal", "h100-bf16": "lognormal",
+                       "h100-fp32": "lognormal", "h200-bf16": "gumbel", "h200-fp32": "gumbel"}
+    assert sizes == {"a100-bf16": 4, "a100-fp32": 16, "h100-bf16": 8, "h100-fp32": 16, "h200-bf16": 4,
+                     "h200-fp32": 32}
+
+
 def test_study_writes_one_folder_per_workload(tmp_path: Path) -> None:
-    code = main(["-q", "synth", str(tmp_path), "--study", "demo", "--ranks", "4", "--tp", "4",
+    code = main(["-q", "synth", str(tmp_path), "--study", "gev-design", "--ranks", "4", "--tp", "4",
                  "--iterations", "2", "--layers", "1"])
     assert code == 0
     xis = {}

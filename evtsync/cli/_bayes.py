@@ -25,7 +25,7 @@ from evtsync.errors import InputError
 
 def sampler_settings(spec: Any, args: argparse.Namespace) -> Any:
     """The :class:`~evtsync.evt.spec.SamplerConfig` of a fit: the spec's ``[sampling]`` table
-    (evtsync's defaults for absent keys: 1000 draws, 1000 tuning steps, 4 chains, target
+    (evtsync's defaults for absent keys: 1000 draws, 1000 tuning steps, 4 chains, seed 0, target
     "auto", nutpie), overridden by the CLI flags that were given — the one place where flags
     meet the spec."""
     return spec.sampler_config().override(
@@ -53,6 +53,7 @@ def run_bayesian_fit(args: argparse.Namespace) -> int:
     """``evtsync fit DATA --model models/NAME.toml [--out fits/NAME] ...``: sample, save, summarise."""
     from dataclasses import replace
 
+    from evtsync.evt.bayesfit import spread_prior_table
     from evtsync.evt.catalog import resolve_model
     from evtsync.evt.fit import fit_table, parameter_summary, save_fit
     from evtsync.evt.spec import load_spec
@@ -74,7 +75,9 @@ def run_bayesian_fit(args: argparse.Namespace) -> int:
         check_output_dir(out, "--out")  # before the sampling, not after it
     command = "evtsync " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else ""
     settings = sampler_settings(spec, args)  # flags over the spec's [sampling]
-    seed = settings.seed if settings.seed is not None else int(np.random.default_rng().integers(2**31 - 1))
+    from evtsync.defaults import DEFAULT_SEED
+
+    seed = settings.seed if settings.seed is not None else DEFAULT_SEED  # the seed `evtsync run` uses
     tree = fit_table(
         table, spec, sampler=settings, seed=seed, source=str(args.data), source_sha256=file_sha256(args.data),
         command=command, progress=progress_enabled(),
@@ -92,6 +95,8 @@ def run_bayesian_fit(args: argparse.Namespace) -> int:
             "divergences": int(tree.attrs["divergences"]), "sampling_seconds": tree.attrs["sampling_seconds"],
             "prior_predictive": tree.attrs["prior_predictive"],
             "parameters": summary,
+            "spreads_prior_vs_posterior": spread_prior_table(tree, float(summary["level"].iloc[0])),
+            "chain_starts": tree.attrs.get("chain_starts", ""), "data_column": tree.attrs.get("data_column", ""),
         }, indent=None)
     else:
         print(f"Bayesian fit of {spec.name} ({spec.family}) to {tree.attrs['n_obs']} z-scores of {args.data} "
@@ -102,6 +107,17 @@ def run_bayesian_fit(args: argparse.Namespace) -> int:
         cols = ["parameter", "mean", "sd", "lo", "hi", "r_hat", "ess_bulk", "ess_tail"]
         print(f"  (lo, hi: central {summary['level'].iloc[0]:.0%} credible interval)")
         print(summary[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        from evtsync.evt.bayesfit import PRIOR_DOMINATED_RATIO
+
+        spreads = spread_prior_table(tree, float(summary["level"].iloc[0]))
+        if len(spreads):
+            print(f"  spreads, prior against posterior ({summary['level'].iloc[0]:.0%} intervals; prior-dominated: the "
+                  f"posterior interval is at least {PRIOR_DOMINATED_RATIO:.0%} of the prior's, so the prior sets the "
+                  "width of a new level's prediction):")
+            for r in spreads.itertuples():
+                print(f"    {r.parameter:16s} prior {r.prior:28s} [{r.prior_lo:.3g}, {r.prior_hi:.3g}]   posterior "
+                      f"{r.mean:.3g} [{r.lo:.3g}, {r.hi:.3g}]   width ratio {r.width_ratio:.2f}"
+                      + ("   PRIOR-DOMINATED" if r.prior_dominated else ""))
         print(f"  prior predictive check: {tree.attrs['prior_predictive']}")
         print(f"  {tree.attrs['convergence']}")
         print(f"  written: {path}")
@@ -178,7 +194,13 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
     from evtsync.cli._common import parse_topologies
     from evtsync.cli._whatif import alpha_setup, hardware, parse_float_list
     from evtsync.evt.bayesfit import BayesFit
-    from evtsync.evt.predict import bandwidth_table, domain_multiple, flops_scaling_table
+    from evtsync.evt.predict import (
+        FIXED_ALPHA_NOTE,
+        FIXED_B_NOTE,
+        bandwidth_table,
+        domain_multiple,
+        flops_scaling_table,
+    )
 
     fit = BayesFit.load(args.fit)
     topologies = parse_topologies(args.topology)
@@ -198,7 +220,7 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
     n_draws = int(np.prod(fit.cell_draws()[0].shape[:1]))
     alpha, alpha_draws, alpha_notes = alpha_setup(args, topologies, n_draws if args.alpha_from else None)
     common = {"alpha_draws_us": alpha_draws, "gpu": hw["gpu"], "precision": getattr(args, "precision", None),
-              "seed": getattr(args, "seed", 0)}
+              "seed": getattr(args, "seed", 0), "estimator": args.estimator}
     summary = bandwidth_table(fit, topologies, sizes, alpha, args.bytes, block_sd, eps_values, args.m, level,
                               hw["factors"], **common)
     scaling = None
@@ -227,9 +249,12 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
             print(note)
         print(f"fit {fit.name}: S = {args.bytes:.6g} bytes, b = {block_sd:g} µs on the reference GPU; "
               f"mean [{level:.0%} {_interval_name(fit)} interval]; bandwidths in GB/s")
+        print(f"tau(n): {summary.attrs['estimator']}")
+        print(f"intervals: {FIXED_B_NOTE}; "
+              + ("alpha's draws carried" if alpha_draws is not None else FIXED_ALPHA_NOTE))
         mark = "" if fit.converged else "  NOT CONVERGED"
         for _, r in summary.iterrows():
-            kind = "  [population-level]" if r.get("prediction_kind") == "population" else ""
+            kind = _row_labels(r)
             hock = (f"{r['bstar_hockney_gbps']:10.5g}" if r["alpha_source"] == "point" else
                     f"{r['bstar_hockney_gbps']:10.5g} [{r['bstar_hockney_lo_gbps']:.5g}, {r['bstar_hockney_hi_gbps']:.5g}]")
             print(f"  {r['cell']:14s} {r['topology']:8s} n={r['n']:<5d} eps={r['eps']:<5g} f={r['flops_factor']:<5.3g} "
@@ -251,9 +276,18 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
     return 0 if fit.converged else 1
 
 
+def _row_labels(row: pd.Series) -> str:
+    """The labels a printed prediction row carries: population-level, prior-dominated width."""
+    text = "  [population-level]" if row.get("prediction_kind") == "population" else ""
+    if row.get("prior_dominated"):
+        text += f"  [prior-dominated: {row.get('prior_dominated_spreads')}]"
+    return text
+
+
 def _print_prediction_notes(table: pd.DataFrame) -> None:
-    """The notes a prediction table carries (population-level rows, a pooled fit)."""
-    for note in (table.attrs.get("population_note"), table.attrs.get("pooled_note")):
+    """The notes a prediction table carries (population-level rows, prior-dominated widths, a pooled fit)."""
+    for note in (table.attrs.get("population_note"), table.attrs.get("prior_dominated_note"),
+                 table.attrs.get("pooled_note")):
         if note:
             print(f"NOTE: {note}")
 
@@ -271,7 +305,7 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     """
     from evtsync.cli._whatif import hardware
     from evtsync.evt.bayesfit import BayesFit
-    from evtsync.evt.predict import domain_multiple, tau_table
+    from evtsync.evt.predict import FIXED_B_NOTE, domain_multiple, tau_table
     from evtsync.plots.predictions import tau_curves
 
     fit = BayesFit.load(args.fit)
@@ -287,7 +321,8 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     parts = []
     for factor in hw["factors"]:
         part = tau_table(fit, sizes, block_sd / factor, args.m, level, gpu=hw["gpu"],
-                         precision=getattr(args, "precision", None), seed=getattr(args, "seed", 0))
+                         precision=getattr(args, "precision", None), seed=getattr(args, "seed", 0),
+                         estimator=args.estimator)
         parts.append(part.assign(flops_factor=factor))
     summary = pd.concat(parts, ignore_index=True)
     summary.attrs.update(parts[0].attrs)
@@ -299,9 +334,10 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
             print(note)
         print(f"fit {fit.name}: tau(n) = b·E_(n/{args.m}) with b = {block_sd:g} µs on the reference GPU / flops factor; "
               f"mean [{level:.0%} {_interval_name(fit)} interval]")
+        print(f"estimator: {summary.attrs['estimator']}; {FIXED_B_NOTE}")
         mark = "" if fit.converged else "  NOT CONVERGED"
         for _, r in summary.iterrows():
-            kind = "  [population-level]" if r.get("prediction_kind") == "population" else ""
+            kind = _row_labels(r)
             flops = f" f={r['flops_factor']:<5.3g}" if len(hw["factors"]) > 1 or r["flops_factor"] != 1 else ""
             print(f"  {r['cell']:14s} n={r['n']:<6d}{flops} tau {r['tau_mean_us']:10.4g} µs  "
                   f"[{r['tau_lo_us']:.4g}, {r['tau_hi_us']:.4g}]" + _infinite(r, "tau") + kind + mark)
@@ -319,7 +355,8 @@ def _straggler(args: argparse.Namespace, fit: Any) -> int:
     if args.n or any(getattr(args, k, None) is not None for k in ("block_sd_us", "block_mean_us", "cv")):
         raise InputError("--straggler takes n and b from the table; do not also give --n or the block spread")
     level = level_of(args)
-    table = predicted_vs_measured(fit, read_table(args.straggler), args.m, level, source=str(args.straggler))
+    table = predicted_vs_measured(fit, read_table(args.straggler), args.m, level, source=str(args.straggler),
+                                  estimator=args.estimator)
     if table.empty:
         raise InputError(f"{args.straggler}: no row matches a cell of the fit ({table.attrs['skipped']})")
     _write_outputs(args, table, pvm_figure)
@@ -328,6 +365,7 @@ def _straggler(args: argparse.Namespace, fit: Any) -> int:
         return 0 if fit.converged else 1
     print(f"fit {fit.name}: predicted vs measured mean straggler delay; "
           f"mean [{level:.0%} {_interval_name(fit)} interval]")
+    print(f"estimator: {table.attrs['estimator']}")
     mark = "" if fit.converged else "  NOT CONVERGED"
     for _, r in table.iterrows():
         print(f"  {r['workload']:16s} {r['gpu']:6s} {r['precision']:5s} n={r['n']:<4d} measured "

@@ -307,3 +307,11 @@ class ListOption(argparse.Action):
                 except (ValueError, argparse.ArgumentTypeError) as exc:
                     raise argparse.ArgumentError(self, f"{part!r}: {exc}") from None
         setattr(namespace, self.dest, items)
+def add_estimator_argument(parser: argparse.ArgumentParser) -> None:
+    """``--estimator centred|paper``: which estimator of tau(n) (:data:`evtsync.evt.predict.ESTIMATORS`)."""
+    from evtsync.defaults import DEFAULT_ESTIMATOR, ESTIMATOR_NAMES
+
+    parser.add_argument("--estimator", choices=list(ESTIMATOR_NAMES), default=DEFAULT_ESTIMATOR,
+                        help="estimator of tau(n): centred (default; calibrated for n > m, needs a fit of the "
+                             "z-score table's column y) or paper (the paper's b·E_(n/m) of z: biased low at n > m, "
+                             "needs a fit of column z)")

@@ -27,6 +27,7 @@ from typing import Any
 
 from evtsync.cli._common import (
     ListOption,
+    add_estimator_argument,
     add_level_argument,
     add_out_argument,
     byte_size,
@@ -86,6 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "several --eps one panel row per eps; with a FLOPS sweep and --fit, B* against FLOPS (Fig. 13)")
     p.add_argument("--nvlink-gbps", action=ListOption, default=None, metavar="GBPS", examples=("450", "900"),
                    help="reference lines on the plot, space or comma separated (default: Table 1's 450 (H100/H200) and 900 (B200))")
+    add_estimator_argument(p)
     p.set_defaults(handler=run_bandwidth)
 
 
@@ -173,6 +175,11 @@ def run_bandwidth(args: argparse.Namespace) -> int:
     for note in notes:
         print(note)
     print(f"S = {args.bytes:.6g} bytes; bandwidths in GB/s")
+    if args.tau_us is None:  # tau from given GEV parameters: what they were fitted to decides the estimator
+        print(f"tau(n) = b·E_(n/{args.m}) of the given GEV, as the {args.estimator} estimator: "
+              + ("its parameters must be a fit of the centred maxima y" if args.estimator == "centred" else
+                 "the paper's, from a fit of z (biased low beyond n = m)")
+              + "; b and alpha fixed at the values given")
     print(f"{'topology':9s} {'n':>6s} {'eps':>5s} {'flops':>6s} {'p':>9s} {'q':>7s} {'alpha_us':>8s} {'tau_us':>10s} "
           f"{'B*':>12s} {'B*_Hockney':>12s} {'reduction':>9s}")
     for r in records:

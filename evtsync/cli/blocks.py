@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
             traces, pg=selector, m=args.m, time=args.time, workload=args.workload,
             precision=args.precision, gemm_patterns=args.gemm_pattern, keep_all=args.keep_all,
             backend=backend, **align_options(args))
+    from evtsync.zscores import drifting_identities
+
     summary = drop_summary(blocks)
     if args.out:
         write_table(table, args.out)
@@ -82,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
             "n_identities": int(table["block"].nunique()) if len(table) else 0,
             "dropped": summary, "n_dropped": n_dropped,
             "unassigned_kernels": blocks.unassigned_kernels,
+            "drifting_identities": drifting_identities(table),
         })
         return 0
     _print_report(table, blocks, summary, n_dropped, args)
@@ -114,6 +117,14 @@ def _print_report(table, blocks, summary, n_dropped, args) -> None:  # noqa: ANN
                   f"{row.sd_us:>10.2f} {row.cv:>7.4f} {row.precision!s:>6} {row.z_mean:>7.3f}")
         if len(ident) > 40:
             print(f"  … {len(ident) - 40} more")
+        from evtsync.zscores import DRIFT_P, drifting_identities
+
+        drift = drifting_identities(table)
+        if len(drift):
+            print(f"\nWARNING: {len(drift)} of {len(ident)} block identities have a mean that drifts between instances "
+                  f"(m·var(sample means)/s² up to {drift['mean_var_ratio'].max():.3g}, F-test p < {DRIFT_P:g}): the "
+                  "centred maximum y assumes a stationary mean, so tau(n) from them is an upper bound "
+                  "(docs/methodology.md, \"Predicting tau(n)\")")
         by = table.groupby(["gpu", "precision", "workload"]).size()
         print("\nz-scores per GPU, precision and workload: "
               + "; ".join(f"{g}/{p}/{w}: {c}" for (g, p, w), c in by.items()))

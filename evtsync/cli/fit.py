@@ -68,7 +68,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="tuning steps per chain (default: the model's [sampling] tune, else 1000)")
     bayes.add_argument("--chains", type=int, default=None,
                        help="number of chains (default: the model's [sampling] chains, else 4)")
-    bayes.add_argument("--seed", type=int, default=None, help="random seed")
+    bayes.add_argument("--seed", type=int, default=None,
+                       help="random seed (default: the model's [sampling] seed, else 0 as `evtsync run`; recorded in the fit)")
     bayes.add_argument("--sampler", choices=SAMPLERS, default=None,
                        help="NUTS sampler (default: the model's [sampling] sampler, else nutpie)")
     bayes.add_argument("--adaptation", choices=("auto", "low_rank", "diag"), default=None,

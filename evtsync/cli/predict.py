@@ -1,7 +1,10 @@
 """``evtsync predict FIT --n N...``: posterior predictive tax tau(n) per GPU x precision (SPEC §7).
 
 tau(n) = b·E_k with k = n/m is evaluated for every posterior draw of a Bayesian fit
-(``evtsync fit --model``) and summarised as its mean and credible interval. The block's
+(``evtsync fit --model``) and summarised as its mean and credible interval. By default the fit
+is of the centred maximum y and tau(n) is the calibrated estimate of the n-rank mean straggler
+delay; ``--estimator paper`` takes a fit of z and gives the paper's estimate, biased low at n > m
+(docs/methodology.md). The block's
 spread b is given as ``--block-sd-us B`` or as ``--block-mean-us A --cv R`` (b = r·a).
 
 ``--straggler TABLE`` instead compares predicted with measured mean straggler delay (SPEC §7,
@@ -17,7 +20,12 @@ from __future__ import annotations
 
 import argparse
 
-from evtsync.cli._common import ListOption, add_level_argument, add_out_argument
+from evtsync.cli._common import (
+    ListOption,
+    add_estimator_argument,
+    add_level_argument,
+    add_out_argument,
+)
 from evtsync.cli._whatif import add_hardware_arguments
 from evtsync.defaults import DEFAULT_M
 
@@ -46,6 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--flops-factor", action=ListOption, metavar="F", examples=("1", "2"),
                    help="GPU peak FLOPS relative to the reference (H200): b and tau are divided by F; a comma list or "
                    "a doubling range LO..HI (space or comma separated; default 1, or --preset's TFLOPS / 989)")
+    add_estimator_argument(p)
     add_hardware_arguments(p)
     p.set_defaults(handler=run_predict)
 

@@ -31,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         DEFAULT_EPS,
         DEFAULT_M,
         DEFAULT_SAMPLER,
+        DEFAULT_SEED,
         DEFAULT_TUNE,
         DEMO_CHAINS,
         DEMO_DRAWS,
@@ -89,7 +90,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help=f"tuning steps per chain (default {DEFAULT_TUNE}; demo {DEMO_TUNE})")
     fit.add_argument("--chains", type=int, default=None,
                      help=f"chains (default {DEFAULT_CHAINS}; demo {DEMO_CHAINS})")
-    fit.add_argument("--seed", type=int, default=0, help="random seed of the samplers (default 0)")
+    fit.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                     help=f"random seed of the samplers (default {DEFAULT_SEED}, as `evtsync fit`)")
     fit.add_argument("--sampler", choices=SAMPLERS, default=DEFAULT_SAMPLER,
                      help=f"NUTS sampler (default {DEFAULT_SAMPLER})")
     fit.add_argument("--models-dir", metavar="DIR", default=None,

@@ -58,6 +58,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     noise = parser.add_argument_group("noise and causes")
     noise.add_argument("--gev", type=float, nargs=3, metavar=("MU", "SIGMA", "XI"), default=None,
                        help="GEV of the block z-scores (Coles; default per GPU x precision)")
+    noise.add_argument("--parent", choices=["normal", "gumbel", "lognormal", "student-t", "mixture"], default=None,
+                       help="simulate ranks: every rank's block time drawn iid from this parent (standardised; "
+                            "mixture = rare slow ranks), z-scores computed from them like any trace, and the true "
+                            "mean straggler delay for n = m..4096 in ground_truth.json (default: z-scores designed "
+                            "to follow --gev)")
     noise.add_argument("--cv", type=float, default=0.02, help="block run-time CV b/a (default 0.02)")
     noise.add_argument("--cpu-delay-rate", type=float, default=0.002,
                        help="probability of a random Python gap before each op of each rank (default 0.002)")
@@ -66,8 +71,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "(repeatable)")
     noise.add_argument("--launch-queue-depth", type=int, default=16,
                        help="kernels the CPU may queue ahead of the GPU before a launch blocks (default 16)")
-    parser.add_argument("--study", choices=["demo"], default=None,
-                        help="write a study: several workloads (GPU x precision), one folder each")
+    parser.add_argument("--study", choices=["demo", "ranks", "gev-design"], default=None,
+                        help="write a study: several workloads, one folder each (demo: GPU x precision, simulated "
+                             "ranks from the normal, lognormal and Gumbel parents, TP groups of 4 to 32; ranks: TP "
+                             "groups of 16, 32, 64; gev-design: the earlier demo, z-scores following a stated GEV). "
+                             "A study's entries fix their own layout (ranks, TP size, parent)")
     parser.set_defaults(handler=run)
 
 
@@ -88,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         "cpu_delay_rate": args.cpu_delay_rate, "launch_queue_depth": args.launch_queue_depth,
         "plants": tuple(Plant.parse(p) for p in args.plant),
         "write_ranks": tuple(args.only_rank) if args.only_rank else None,
+        "parent": args.parent,
     }
     if args.study:
         results = study(out_dir, args.study, **options)
@@ -98,8 +107,10 @@ def run(args: argparse.Namespace) -> int:
             return 0
         for entry, res in zip(STUDIES[args.study], results, strict=True):
             gev = res.summary["gev"]
-            print(f"{entry['workload']}: {len(res.traces)} traces in {res.traces_dir}, "
-                  f"GEV(mu={gev['mu']}, sigma={gev['sigma']}, xi={gev['xi']})")
+            parent = res.summary["parent"]
+            noise = (f"ranks from the {parent} parent" if parent else
+                     f"GEV(mu={gev['mu']}, sigma={gev['sigma']}, xi={gev['xi']})")
+            print(f"{entry['workload']}: {len(res.traces)} traces in {res.traces_dir}, {noise}")
             _write_inspector(args, res)
         return 0
     cfg = SynthConfig.build(gpu=args.gpu, precision=args.precision,

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from evtsync.defaults import INTERVAL_LEVEL
+from evtsync.defaults import INTERVAL_LEVEL, check_level
 from evtsync.errors import FitError
 from evtsync.tableio import atomic_path
 
@@ -56,7 +56,7 @@ REQUIRED_GROUPS = ("posterior", "sample_stats", "observed_data", "cells")
 #: Names under which a posterior predictive check may be stored (the first present is used).
 PPC_GROUPS = ("posterior_predictive_check", "ppc")
 #: Root attributes that make up a fit's provenance.
-PROVENANCE_KEYS = ("model_name", "model_family", "model_spec_path", "input_path", "input_sha256", "seed",
+PROVENANCE_KEYS = ("model_name", "model_family", "model_spec_path", "data_column", "input_path", "input_sha256", "seed",
                    "draws", "tune", "chains", "target_accept", "sampler", "command", "sampling_seconds",
                    "created", "package_versions")
 
@@ -247,6 +247,64 @@ def parameter_summary(tree: xr.DataTree, level: float = INTERVAL_LEVEL) -> pd.Da
     return pd.DataFrame(rows)
 
 
+#: A spread whose posterior interval is at least this share of its prior's is "prior-dominated":
+#: the data narrowed it by less than half, so the prior, not the data, sets intervals that draw on it
+#: (a new GPU or precision level's effect, SPEC §7).
+PRIOR_DOMINATED_RATIO = 0.5
+
+
+def _spread_priors(tree: xr.DataTree) -> dict[str, Any]:
+    """Each spread variable of a fit with the spec prior it was given (as the model chose it)."""
+    from evtsync.evt.spec import parse_spec
+
+    text = tree.attrs.get("model_spec_text")
+    if not text:
+        return {}
+    spec = parse_spec(str(text), "fit")
+    post = tree["posterior"]
+    out: dict[str, Any] = {}
+    if "mu_sd" in post and spec.mu.population_sd_prior is not None:
+        out["mu_sd"] = spec.mu.population_sd_prior
+    if "log_sigma_sd" in post and spec.sigma.population_sd_prior is not None:
+        out["log_sigma_sd"] = spec.sigma.population_sd_prior
+    for factor in spec.xi.factors:
+        name = f"xi_sd_{factor}"
+        if name in post and f"xi_delta_{factor}" in post:
+            prior = spec.xi.spread_prior(int(post[f"xi_delta_{factor}"].sizes[factor]))
+            if prior is not None:
+                out[name] = prior
+    if "xi_sd_cell" in post and spec.xi.cell_sd_prior is not None:
+        out["xi_sd_cell"] = spec.xi.cell_sd_prior
+    return out
+
+
+def spread_prior_table(tree: xr.DataTree, level: float = INTERVAL_LEVEL) -> pd.DataFrame:
+    """Prior against posterior for every spread of a hierarchical fit (issue 29, item 6).
+
+    One row per spread (``mu_sd``, ``log_sigma_sd``, ``xi_sd_<factor>``, ``xi_sd_cell``): the
+    prior (as the model chose it, e.g. the few-levels prior of a factor with 2 levels), its
+    central ``level`` interval, the posterior's mean and interval, ``width_ratio`` = posterior
+    width / prior width, and ``prior_dominated`` = width_ratio >= :data:`PRIOR_DOMINATED_RATIO`.
+    Empty for a fit without spreads.
+    """
+    from evtsync.evt.model import _scipy_prior
+
+    level = check_level(level)
+    post = tree["posterior"].to_dataset()
+    q = [(1 - level) / 2, (1 + level) / 2]
+    rows = []
+    for name, prior in _spread_priors(tree).items():
+        v = post[name].values.ravel()
+        p_lo, p_hi = (float(x) for x in _scipy_prior(prior).ppf(q))
+        lo, hi = (float(x) for x in np.quantile(v, q))
+        ratio = (hi - lo) / (p_hi - p_lo) if p_hi > p_lo else float("nan")
+        rows.append({"parameter": name, "prior": prior.describe(), "prior_lo": p_lo, "prior_hi": p_hi,
+                     "mean": float(v.mean()), "lo": lo, "hi": hi, "level": level, "width_ratio": ratio,
+                     "prior_dominated": bool(ratio >= PRIOR_DOMINATED_RATIO)})
+    return pd.DataFrame(rows, columns=["parameter", "prior", "prior_lo", "prior_hi", "mean", "lo", "hi", "level",
+                                       "width_ratio", "prior_dominated"])
+
+
 def cell_table(tree: xr.DataTree) -> pd.DataFrame:
     """One row per cell of a fit: ``cell`` label, its group columns, ``n_obs``."""
     cells = tree["cells"].to_dataset()
@@ -305,6 +363,18 @@ class BayesFit:
     def family(self) -> str:
         """``gumbel``, ``frechet`` or ``gev``."""
         return str(self.tree.attrs.get("model_family", "gev"))
+
+    @property
+    def column(self) -> str | None:
+        """The z-score table's column the fit was made of (``y``: the centred estimator of tau(n);
+        ``z``: the paper's), from the fit's record, else from its spec text; None without either."""
+        column = self.tree.attrs.get("data_column")
+        if column:
+            return str(column)
+        try:
+            return self.spec.column
+        except Exception:  # noqa: BLE001 - a fit built from draws stores no spec
+            return None
 
     @cached_property
     def spec(self) -> ModelSpec:

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -278,10 +279,64 @@ def _reuse_compiled(compiled, built: BuiltModel):
 
     model = built.model
     compiled = compiled.with_data(**{v.name: v.get_value() for v in model.data_vars})
-    point = model.initial_point()
-    flat = np.concatenate([np.asarray(point[model.rvs_to_values[rv].name], dtype=float).ravel()
-                           for rv in model.free_RVs])
+    flat, _ = _point_splitter(model)
     return dataclasses.replace(compiled, initial_point_func=lambda seed=None: flat.copy())
+
+
+#: Half-width of each chain's uniform jitter around the model's initial point, per coordinate of
+#: the unconstrained space (PyMC's "jitter+adapt_diag" uses 1 too): chains that start apart let
+#: R-hat see a start dependence that chains started at one point would hide (issue 29).
+START_JITTER = 1.0
+#: How often a start outside the support (non-finite log density) is redrawn at half the width.
+START_TRIES = 12
+#: What the fit records about its chains' starting points (attribute ``chain_starts``).
+START_POLICY = (f"dispersed: each chain starts at the initial point + Uniform(-{START_JITTER:g}, {START_JITTER:g}) per "
+                "unconstrained coordinate, redrawn at half the width while outside the support")
+
+
+def _point_splitter(model: Any) -> tuple[np.ndarray, Any]:
+    """The model's initial point as nutpie's flat vector, and a function from such a vector to
+    PyMC's point dict (free variables in ``model.free_RVs`` order)."""
+    point = model.initial_point()
+    names = [model.rvs_to_values[rv].name for rv in model.free_RVs]
+    shapes = [np.shape(point[n]) for n in names]
+    sizes = [int(np.prod(sh)) for sh in shapes]
+    flat = np.concatenate([np.asarray(point[n], dtype=float).ravel() for n in names])
+
+    def to_point(x: np.ndarray) -> dict[str, np.ndarray]:
+        out, i = {}, 0
+        for name, shape, size in zip(names, shapes, sizes, strict=True):
+            out[name] = np.asarray(x[i:i + size]).reshape(shape)
+            i += size
+        return out
+
+    return flat, to_point
+
+
+def _dispersed_starts(compiled: Any, built: BuiltModel) -> Any:
+    """``compiled`` whose chains start apart (:data:`START_POLICY`), each start inside the support.
+
+    nutpie asks ``initial_point_func`` for one start per chain with its own seed; each is the
+    model's initial point plus a uniform jitter, checked against the model's log density."""
+    import dataclasses
+
+    flat, to_point = _point_splitter(built.model)
+    logp = built.model.compile_logp()
+
+    def start(seed: Any = None) -> np.ndarray:
+        rng = np.random.default_rng(seed)
+        width = START_JITTER
+        for _ in range(START_TRIES):
+            x = flat + rng.uniform(-width, width, flat.size)
+            with np.errstate(all="ignore"):
+                if np.isfinite(float(logp(to_point(x)))):
+                    return x
+            width /= 2
+        log.info("no dispersed start inside the support after %d tries: a chain starts at the initial point",
+                 START_TRIES)
+        return flat.copy()
+
+    return dataclasses.replace(compiled, initial_point_func=start)
 
 
 def _sample_nutpie(built: BuiltModel, config: SamplerConfig, seed: int, progress: bool,
@@ -313,6 +368,7 @@ def _sample_nutpie(built: BuiltModel, config: SamplerConfig, seed: int, progress
             compiled = compile_numba_model(built.model, free)
     if key is not None and not reused:
         compiled_cache[key] = compiled
+    compiled = _dispersed_starts(compiled, built)
     compile_s = time.perf_counter() - start
     cores = min(config.chains, os.cpu_count() or 1)
     raw = nutpie.sample(compiled, draws=config.draws, tune=config.tune, chains=config.chains, cores=cores,
@@ -376,7 +432,7 @@ def _sample_pymc(built: BuiltModel, config: SamplerConfig, seed: int, progress: 
     import pymc as pm
 
     with built.model:
-        return pm.sample(draws=config.draws, tune=config.tune, chains=config.chains, cores=1, init="adapt_diag",
+        return pm.sample(draws=config.draws, tune=config.tune, chains=config.chains, cores=1, init="jitter+adapt_diag",
                          random_seed=seed, progressbar=progress, compute_convergence_checks=False,
                          target_accept=target_accept)
 
@@ -476,6 +532,7 @@ def fit_table(
             "model_family": spec.family,
             "model_spec_path": spec.path,
             "model_spec_text": spec.text,
+            "data_column": spec.column,  # the column fitted (a CLI --column may differ from the text's)
             "input_path": source,
             "input_sha256": source_sha256,
             "package_versions": json.dumps(package_versions()),
@@ -483,6 +540,7 @@ def fit_table(
             "draws": int(config.draws),
             "tune": int(config.tune),
             "chains": int(config.chains),
+            "chain_starts": START_POLICY,
             "target_accept": float(ta),
             "nutpie_backend": config.backend if sampler_name == "nutpie" else "",
             "nutpie_adaptation": config.adaptation if sampler_name == "nutpie" else "",

@@ -45,7 +45,9 @@ _COV = ("mu", "sigma", "xi")
 def mle_cell_table(z: pd.DataFrame, groups: Sequence[str] = ("gpu", "precision"), column: str = "z",
                    level: float = INTERVAL_LEVEL, min_n: int = MIN_Z_MLE, pooled: bool = True,
                    profile: bool = True) -> pd.DataFrame:
-    """Gumbel and GEV MLE per cell of ``z`` (see the module docstring for the columns)."""
+    """Gumbel and GEV MLE per cell of ``z``'s ``column`` (see the module docstring for the columns;
+    ``column`` is recorded in every row: ``y`` fits give the centred estimator of tau(n), ``z``
+    fits the paper's, :data:`evtsync.evt.predict.ESTIMATORS`)."""
     from statistics import NormalDist
 
     from evtsync.evt import mle
@@ -68,7 +70,7 @@ def mle_cell_table(z: pd.DataFrame, groups: Sequence[str] = ("gpu", "precision")
         finite = values[np.isfinite(values)]
         skipped = int(values.size - finite.size)
         base = {**labels, "cell": "|".join(key) if key else POOLED, "n": int(finite.size), "n_skipped": skipped,
-                "level": level}
+                "level": level, "column": column}
         if finite.size < min_n:
             rows.append({**base, "family": "gev", "note": f"fewer than {min_n} z-scores: not fitted"})
             continue
@@ -133,6 +135,15 @@ class MleCellFit:
     def name(self) -> str:
         """``mle-gev`` or ``mle-gumbel``."""
         return f"mle-{self.family}"
+
+    @property
+    def column(self) -> str | None:
+        """The z-score table's column the cells were fitted to (``y`` or ``z``; None in a table
+        written before the column was recorded)."""
+        if "column" not in self.table.columns:
+            return None
+        values = self.table["column"].dropna().astype(str).unique()
+        return str(values[0]) if len(values) == 1 else None
 
     @property
     def groups(self) -> tuple[str, ...]:

@@ -106,6 +106,12 @@ def prepare_data(table: pd.DataFrame, spec: ModelSpec, source: str = "z-score ta
     """Check the columns the spec needs, drop non-finite z-scores (counted), sort by cell."""
     needed = [spec.column, *spec.groups]
     missing = [c for c in needed if c not in table.columns]
+    if missing == ["y"] and "z" in table.columns:
+        raise InputError(
+            f"{source}: no column 'y' (the centred block maximum (M - block mean)/pooled sd) needed by model "
+            f"{spec.name!r} ({spec.path}): the table was written before the calibrated estimator of tau(n) existed. "
+            "Rerun `evtsync blocks` on the traces to write it, or fit the paper's estimator with --column z "
+            "(biased low at n > m, docs/methodology.md)")
     if missing:
         raise InputError(
             f"{source}: missing column(s) {missing} needed by model {spec.name!r} ({spec.path}); "
@@ -825,8 +831,10 @@ def simulate_zscore_table(cell_params: pd.DataFrame, n_per_cell: int | list[int]
     """A z-score table drawn from known per-cell GEV parameters (for tests and benchmarks).
 
     ``cell_params`` has columns gpu, precision, mu, sigma, xi; the result has the columns of the
-    table ``evtsync blocks`` writes (z, gpu, precision, workload, block, instance,
-    block_mean_us, block_sd_us).
+    table ``evtsync blocks`` writes (z, y, gpu, precision, workload, block, instance,
+    block_mean_us, block_sd_us). A GEV sample has no ranks behind it, so the same draws stand
+    for either statistic: ``y`` (what the shipped models fit) equals ``z``. To test the
+    estimators against ranks, simulate ranks (``evtsync.synth`` with ``parent``).
     """
     from evtsync.evt import gev
 
@@ -836,7 +844,7 @@ def simulate_zscore_table(cell_params: pd.DataFrame, n_per_cell: int | list[int]
     for (_, row), n in zip(cell_params.iterrows(), counts, strict=True):
         z = gev.rvs(row["mu"], row["sigma"], row["xi"], rng=rng, size=n)
         parts.append(pd.DataFrame({
-            "z": z, "gpu": row["gpu"], "precision": row["precision"], "workload": "synthetic",
+            "z": z, "y": z, "gpu": row["gpu"], "precision": row["precision"], "workload": "synthetic",
             "block": "gemm-block", "instance": np.arange(n), "block_mean_us": 1000.0, "block_sd_us": 20.0,
         }))
     return pd.concat(parts, ignore_index=True)

@@ -10,6 +10,13 @@ with ``E_k`` the expected maximum of k iid GEV draws (:func:`evtsync.evt.gev.exp
 For the Gumbel fit (xi = 0) this is ``b · (mu + sigma (gamma_E + ln(n/m)))``: the tax grows
 at least logarithmically with the domain size.
 
+What tau(n) estimates depends on the statistic the GEV was fitted to (:data:`ESTIMATORS`,
+docs/methodology.md "Predicting tau(n)"): a fit of the centred maxima ``y = (M - block mean)/s``
+gives the mean straggler delay of n ranks, calibrated for n = m … 4096 (``centred``, the
+default); a fit of the paper's ``z = (M - sample mean)/s`` gives the paper's estimate, exact at
+n = m and biased low beyond (``paper``). Every table checks the fit's column against its
+``estimator`` argument (:func:`check_estimator`) and names the estimator in a column.
+
 Shapes: every function broadcasts with NumPy's rules. Posterior draws are passed as arrays of
 one common shape, e.g. ``(chain, draw)``; to evaluate a vector of domain sizes against them,
 give the draws a trailing axis::
@@ -49,7 +56,15 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
-from evtsync.defaults import DEFAULT_EPS, DEFAULT_M, INTERVAL_LEVEL, POPULATION_MODEL, check_level
+from evtsync.defaults import (
+    DEFAULT_EPS,
+    DEFAULT_ESTIMATOR,
+    DEFAULT_M,
+    ESTIMATOR_NAMES,
+    INTERVAL_LEVEL,
+    POPULATION_MODEL,
+    check_level,
+)
 from evtsync.errors import InputError
 from evtsync.evt import gev
 from evtsync.reference import REFERENCE_TFLOPS
@@ -57,6 +72,10 @@ from evtsync.reference import REFERENCE_TFLOPS
 log = logging.getLogger("evtsync.evt.predict")
 
 __all__ = [
+    "DEFAULT_ESTIMATOR",
+    "ESTIMATORS",
+    "FIXED_ALPHA_NOTE",
+    "FIXED_B_NOTE",
     "INFINITE_POLICY",
     "REFERENCE_TFLOPS",
     "POPULATION_NOTE",
@@ -64,6 +83,9 @@ __all__ = [
     "bandwidth_table",
     "bstar_draws_gbps",
     "cell_parameter_table",
+    "check_estimator",
+    "estimator_of",
+    "fit_column",
     "flops_scaling_table",
     "population_draws",
     "predicted_vs_measured",
@@ -78,11 +100,75 @@ __all__ = [
 ]
 
 
+#: The estimators of tau(n) (docs/methodology.md, "Predicting tau(n)"): name -> (the column of the
+#: z-score table the fit must be of, what the estimate is). Both compute b·E_k of the fitted GEV;
+#: they differ in what the GEV was fitted to.
+ESTIMATORS: dict[str, tuple[str, str]] = {
+    "centred": ("y", "calibrated: b·E_(n/m) of the centred maximum y = (M - block mean)/s, the mean straggler "
+                     "delay of n ranks (docs/methodology.md)"),
+    "paper": ("z", "the paper's b·E_(n/m) of z = (M - sample mean)/s: exact at n = m, biased low at n > m "
+                   "(9-18% at n = 8-512 for normal, Gumbel and lognormal ranks; docs/methodology.md)"),
+}
+if tuple(ESTIMATORS) != ESTIMATOR_NAMES:  # the CLI's choices come from evtsync.defaults
+    raise RuntimeError(f"evtsync.defaults.ESTIMATOR_NAMES {ESTIMATOR_NAMES} != {tuple(ESTIMATORS)}")
+#: What the B* and tau intervals hold fixed (issue 29, item 8): b and alpha's point values.
+FIXED_B_NOTE = ("b fixed at its estimate (the pooled sd of the blocks; its sampling error cancels to first order "
+                "in the centred estimator, docs/methodology.md)")
+FIXED_ALPHA_NOTE = "alpha fixed at its point value"
+
 #: How every table treats infinite draws (see the module docstring).
 INFINITE_POLICY = ("share_infinite = share of draws that are infinite (xi >= 1); mean over the finite draws; "
                    "quantiles over all draws (an infinite bound means the interval reaches them)")
 #: Columns a measured-delay table needs for :func:`predicted_vs_measured`.
 MEASURED_COLUMNS = ("workload", "gpu", "precision", "n_ranks", "block_sd_us", "mean_delay_us")
+
+
+def fit_column(fit: Any) -> str | None:
+    """The column of the z-score table a fit was made of (``y``, ``z``, ...), or None when the fit
+    does not record it (a fit built from draws)."""
+    column = getattr(fit, "column", None)
+    if column is None:
+        try:
+            column = fit.spec.column
+        except Exception:  # noqa: BLE001 - a fit without its spec text records no column
+            return None
+    return str(column)
+
+
+def estimator_of(fit: Any) -> str | None:
+    """The estimator a fit gives (``centred`` for a fit of y, ``paper`` for z), None when unknown."""
+    column = fit_column(fit)
+    return next((name for name, (col, _) in ESTIMATORS.items() if col == column), None)
+
+
+def check_estimator(fit: Any, estimator: str = DEFAULT_ESTIMATOR) -> str:
+    """The estimator's name after checking that ``fit`` was made of the column it needs.
+
+    ``centred`` needs a fit of ``y``, ``paper`` a fit of ``z``; any other pairing is an
+    ``InputError`` that says what to do (a fit of ``z`` answered as if calibrated would be
+    biased low by 10-20% at n > m without a word). A fit that records no column is taken as
+    the estimator asked for (logged).
+    """
+    if estimator not in ESTIMATORS:
+        raise InputError(f"estimator {estimator!r}: expected one of {', '.join(ESTIMATORS)}")
+    needs = ESTIMATORS[estimator][0]
+    column = fit_column(fit)
+    name = getattr(fit, "name", "fit")
+    if column is None:
+        log.info("fit %s records no data column; its tau(n) is taken as the %s estimator", name, estimator)
+        return estimator
+    if column == needs:
+        return estimator
+    if column in ("y", "z"):
+        other = "paper" if column == "z" else "centred"
+        raise InputError(
+            f"fit {name} is of column {column!r}, which gives the {other!r} estimator, not {estimator!r}: "
+            + ("refit with a model whose data.column is 'y' (the shipped models; a z-score table written by "
+               "`evtsync blocks` before the centred maximum existed lacks y: rerun blocks), or ask for "
+               "--estimator paper (biased low at n > m)" if estimator == "centred"
+               else "refit with data.column = 'z' (`evtsync fit --column z`) for the paper's estimator"))
+    raise InputError(f"fit {name} is of column {column!r}: tau(n) = b·E_(n/m) needs a fit of the centred maximum "
+                     f"'y' (default) or of the z-scores 'z' (--estimator paper)")
 
 
 def domain_multiple(n: ArrayLike, m: int = DEFAULT_M) -> NDArray[np.float64]:
@@ -247,8 +333,12 @@ def _rows_for(fit: Any, block_sd_us: float | pd.DataFrame,
     return pd.DataFrame(keep), index, skipped
 
 
-def _finish(out: pd.DataFrame, fit: Any, level: float, skipped: dict[str, int], what: str) -> pd.DataFrame:
+def _finish(out: pd.DataFrame, fit: Any, level: float, skipped: dict[str, int], what: str,
+            estimator: str | None = None) -> pd.DataFrame:
     out.insert(0, "model", fit.name)
+    if estimator is not None:
+        out.insert(1, "estimator", estimator)
+        out.attrs["estimator"] = f"{estimator}: {ESTIMATORS[estimator][1]}"
     out["fit_kind"] = fit.kind
     out["level"] = level
     out["converged"] = bool(fit.converged)
@@ -271,15 +361,18 @@ def _tau_from(params: tuple[NDArray[np.float64], ...], b: NDArray[np.float64], n
 
 def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: int = DEFAULT_M,
               level: float = INTERVAL_LEVEL, *, gpu: str | None = None, precision: str | None = None,
-              seed: int = 0) -> pd.DataFrame:
+              seed: int = 0, estimator: str = DEFAULT_ESTIMATOR) -> pd.DataFrame:
     """tau(n) = b·E_(n/m) per cell and n: mean, ``level`` interval, share of infinite draws (µs).
 
     ``gpu``/``precision`` ask for those cells (None: every fitted level); a cell the fit has not
     seen is predicted from the hierarchy's population (``prediction_kind`` "population",
-    :func:`population_draws`; ``seed`` fixes its new draws).
+    :func:`population_draws`; ``seed`` fixes its new draws). ``estimator`` (:data:`ESTIMATORS`)
+    must match the column the fit was made of (:func:`check_estimator`); it is the ``estimator``
+    column of the result.
     """
     level = check_level(level)
     fit = _fit(fit)
+    estimator = check_estimator(fit, estimator)
     domain_multiple(n, m)
     rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
     records = []
@@ -289,7 +382,7 @@ def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: 
         for i, row in enumerate(rows.to_dict(orient="records")):
             for j, nn in enumerate(n):
                 records.append({**row, "n": int(nn), "k": int(nn) / m, **_columns("tau", "_us", s, (i, j))})
-    return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "tau(n)"))
+    return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "tau(n)", estimator), fit)
 
 
 def _as_list(value: float | Sequence[float], what: str) -> list[float]:
@@ -382,8 +475,13 @@ def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha
                     size_bytes: float, block_sd_us: float | pd.DataFrame, eps: float | Sequence[float] = DEFAULT_EPS,
                     m: int = DEFAULT_M, level: float = INTERVAL_LEVEL, flops_factor: float | Sequence[float] = 1.0, *,
                     alpha_draws_us: ArrayLike | Mapping[str, ArrayLike] | None = None, gpu: str | None = None,
-                    precision: str | None = None, seed: int = 0) -> pd.DataFrame:
+                    precision: str | None = None, seed: int = 0,
+                    estimator: str = DEFAULT_ESTIMATOR) -> pd.DataFrame:
     """B* (GB/s) with the tax, Hockney's B*_H and the reduction 1 - B*/B*_H per cell, topology and n.
+
+    The intervals carry the fit's uncertainty (and alpha's, given ``alpha_draws_us``); b is held
+    at its estimate: the columns ``b_uncertainty`` and ``alpha_uncertainty`` say so (labels
+    :data:`FIXED_B_NOTE`, :data:`FIXED_ALPHA_NOTE`). ``estimator`` as in :func:`tau_table`.
 
     ``flops_factor`` f divides the block sd, and with it tau, for a GPU f times faster (§8);
     ``eps`` and ``flops_factor`` may be sequences (one row per value). ``alpha_us`` is one value
@@ -405,6 +503,7 @@ def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha
         if not f > 0:
             raise InputError(f"FLOPS factor must be > 0; got {f}")
     fit = _fit(fit)
+    estimator = check_estimator(fit, estimator)
     domain_multiple(n, m)
     rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
     rng = np.random.default_rng(seed + 1)
@@ -435,8 +534,11 @@ def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha
                                 "bstar_hockney_gbps": float(bh_point[j]),
                                 "bstar_hockney_lo_gbps": float(np.asarray(hs["lo"]).reshape(-1, len(p))[0, j]),
                                 "bstar_hockney_hi_gbps": float(np.asarray(hs["hi"]).reshape(-1, len(p))[0, j]),
-                                **_columns("reduction", "", rs, (i, j))})
-    return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "B*"))
+                                **_columns("reduction", "", rs, (i, j)),
+                                "b_uncertainty": FIXED_B_NOTE,
+                                "alpha_uncertainty": ("alpha's draws carried" if alpha_draws_us is not None
+                                                      else FIXED_ALPHA_NOTE)})
+    return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "B*", estimator), fit)
 
 
 def flops_scaling_table(fit: Any, topologies: Sequence[str], n: Sequence[int],
@@ -444,7 +546,8 @@ def flops_scaling_table(fit: Any, topologies: Sequence[str], n: Sequence[int],
                         block_sd_us: float | pd.DataFrame, flops_factors: Sequence[float],
                         eps: float | Sequence[float] = DEFAULT_EPS, m: int = DEFAULT_M, level: float = INTERVAL_LEVEL, *,
                         alpha_draws_us: ArrayLike | Mapping[str, ArrayLike] | None = None, gpu: str | None = None,
-                        precision: str | None = None, seed: int = 0) -> pd.DataFrame:
+                        precision: str | None = None, seed: int = 0,
+                        estimator: str = DEFAULT_ESTIMATOR) -> pd.DataFrame:
     """The bandwidth-scaling requirement as FLOPS grow (the paper's Fig. 13 and its 11.7%).
 
     Over the sweep f_lo = min(flops_factors) .. f_hi = max, per cell, topology, n and eps:
@@ -469,6 +572,7 @@ def flops_scaling_table(fit: Any, topologies: Sequence[str], n: Sequence[int],
     level = check_level(level)
     eps_values = _as_list(eps, "eps")
     fit = _fit(fit)
+    estimator = check_estimator(fit, estimator)
     domain_multiple(n, m)
     rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
     rng = np.random.default_rng(seed + 1)
@@ -498,14 +602,14 @@ def flops_scaling_table(fit: Any, topologies: Sequence[str], n: Sequence[int],
                             **{k: v for k, v in _columns("growth", "", gs, (i, j)).items()},
                             **_columns("scaling_exponent", "", xs, (i, j)),
                             **_columns("scaling_reduction", "", rs, (i, j))})
-    out = _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "FLOPS scaling"))
+    out = _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "FLOPS scaling", estimator), fit)
     out.attrs["definition"] = ("growth = B*(f_hi)/B*(f_lo) per draw; roofline growth = f_hi/f_lo; "
                                "scaling_reduction = 1 - growth/roofline growth; Hockney's B*_H does not depend on FLOPS")
     return out
 
 
 def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, level: float = INTERVAL_LEVEL,
-                          source: str = "measured table") -> pd.DataFrame:
+                          source: str = "measured table", estimator: str = DEFAULT_ESTIMATOR) -> pd.DataFrame:
     """Predicted against measured mean straggler delay per workload × GPU × precision × n.
 
     ``measured`` has one row per collective (or per workload, already averaged) with columns
@@ -513,12 +617,14 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, 
     measured mean with its Student-t ``level`` interval (NaN from a single row), against
     tau(n) = b·E_(n/m) with b the group's mean ``block_sd_us`` and the fit's cell for its GPU and
     precision. Rows with no matching cell, an n that is not a multiple of m, or non-finite
-    values are skipped and counted by reason (``attrs["skipped"]``, in input rows).
+    values are skipped and counted by reason (``attrs["skipped"]``, in input rows). ``estimator``
+    as in :func:`tau_table`; ``beyond_m`` marks the rows with n > m (an extrapolation, k > 1).
     """
     from scipy import stats
 
     level = check_level(level)
     fit = _fit(fit)
+    estimator = check_estimator(fit, estimator)
     missing = [c for c in MEASURED_COLUMNS if c not in measured.columns]
     if missing:
         raise InputError(f"{source}: missing column(s) {missing}; expected {list(MEASURED_COLUMNS)}")
@@ -553,8 +659,9 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, 
         records.append({"workload": row["workload"], "gpu": row["gpu"], "precision": row["precision"], "n": n,
                         "cell": row["cell"], "n_collectives": k, "block_sd_us": float(row["b_us"]),
                         "measured_mean_us": mean, "measured_lo_us": mean - tq * se, "measured_hi_us": mean + tq * se,
-                        **_columns("predicted", "_us", ps, ()), "inside_interval": bool(lo_p <= mean <= hi_p)})
-    return _finish(pd.DataFrame(records), fit, level, skipped, source)
+                        **_columns("predicted", "_us", ps, ()), "inside_interval": bool(lo_p <= mean <= hi_p),
+                        "ratio": float(ps["mean"]) / mean if mean > 0 else float("nan"), "beyond_m": n > m})
+    return _finish(pd.DataFrame(records), fit, level, skipped, source, estimator)
 
 
 def cell_parameter_table(fit: Any, level: float = INTERVAL_LEVEL, cells: pd.DataFrame | None = None, *,
@@ -782,8 +889,47 @@ def _target_rows(fit: Any, block_sd_us: float | pd.DataFrame, gpu: str | None, p
     return pd.DataFrame(records), tuple(np.stack(d, axis=1) for d in zip(*draws, strict=True)), skipped
 
 
-def _kind_attrs(out: pd.DataFrame) -> pd.DataFrame:
-    """Say in the table's attrs (and the log) when some rows are population-level or pooled."""
+#: What a row whose width the prior sets is (issue 29, item 6).
+PRIOR_DOMINATED_NOTE = ("prior-dominated: a spread this population-level prediction draws on is set by its prior, not "
+                        "by the data (its posterior interval is at least half the prior's: "
+                        "evtsync.evt.bayesfit.spread_prior_table), so the interval's width is the prior's choice")
+
+
+def _prior_dominated_spreads(fit: Any, out: pd.DataFrame) -> list[str]:
+    """Per row: the prior-dominated spreads a population-level row draws on, comma-joined ("" for
+    rows of fitted cells, or when the fit has no spreads)."""
+    if "prediction_kind" not in out or not (out["prediction_kind"] == "population").any():
+        return [""] * len(out)
+    if getattr(fit, "kind", "") != "bayes" or getattr(fit, "tree", None) is None:
+        return [""] * len(out)
+    from evtsync.evt.bayesfit import spread_prior_table
+
+    table = spread_prior_table(fit.tree)
+    dominated = set(table.loc[table["prior_dominated"], "parameter"])
+    cells = fit.cells
+    labels = []
+    for row in out.to_dict(orient="records"):
+        if row.get("prediction_kind") != "population":
+            labels.append("")
+            continue
+        used = {"mu_sd", "log_sigma_sd", "xi_sd_cell"}
+        for g in ("gpu", "precision"):
+            if g in cells and str(row.get(g)) not in set(cells[g].astype(str)):
+                used.add(f"xi_sd_{g}")
+        labels.append(", ".join(sorted(used & dominated)))
+    return labels
+
+
+def _kind_attrs(out: pd.DataFrame, fit: Any = None) -> pd.DataFrame:
+    """Say in the table's attrs (and the log) when some rows are population-level or pooled, and
+    which population-level rows have a prior-dominated width (column ``prior_dominated``)."""
+    if fit is not None and len(out):
+        spreads = _prior_dominated_spreads(fit, out)
+        out["prior_dominated_spreads"] = spreads
+        out["prior_dominated"] = [bool(v) for v in spreads]
+        if out["prior_dominated"].any():
+            out.attrs["prior_dominated_note"] = PRIOR_DOMINATED_NOTE
+            log.warning("%s", PRIOR_DOMINATED_NOTE)
     if "prediction_kind" in out and (out["prediction_kind"] == "population").any():
         out.attrs["population_note"] = POPULATION_NOTE
         log.info("%s", POPULATION_NOTE)  # in the table's attrs, printed by every output
@@ -793,23 +939,35 @@ def _kind_attrs(out: pd.DataFrame) -> pd.DataFrame:
 
 
 def population_table(fit: Any, level: float = INTERVAL_LEVEL) -> pd.DataFrame:
-    """The population parameters of a hierarchical fit (``xi0``, ``xi_delta_*``, ``xi_sd_*``):
-    one row per scalar with mean, ``level`` interval and median (empty for other fits)."""
+    """The population parameters of a hierarchical fit (``xi0``, ``xi_delta_*``, ``xi_sd_*`` and the
+    spreads ``mu_sd``, ``log_sigma_sd``): one row per scalar with mean, ``level`` interval and
+    median (empty for other fits); spreads also with their prior's interval, the width ratio and
+    ``prior_dominated`` (:func:`evtsync.evt.bayesfit.spread_prior_table`)."""
     level = check_level(level)
     fit = _fit(fit)
     records = []
     if fit.kind == "bayes":
+        from evtsync.evt.bayesfit import spread_prior_table
+
+        priors = spread_prior_table(fit.tree, level).set_index("parameter")
         post = fit.tree["posterior"].to_dataset()
         for var in post.data_vars:
-            if var == "xi0" or (var.startswith(("xi_delta_", "xi_sd_")) and not var.endswith("_raw")):
+            if var in ("mu_sd", "log_sigma_sd") or var == "xi0" or (
+                    var.startswith(("xi_delta_", "xi_sd_")) and not var.endswith("_raw")):
                 da = post[var]
                 extra = [d for d in da.dims if d not in ("chain", "draw")]
                 flat = da.stack(sample=("chain", "draw")).transpose(*extra, "sample")
                 labels = [f"{var}[{v}]" for v in da[extra[0]].values] if extra else [var]
                 for label, v in zip(labels, flat.values.reshape(len(labels), -1), strict=True):
                     s = summarise(v, level)
-                    records.append({"parameter": label, **{k: float(s[k]) for k in ("mean", "lo", "median", "hi")}})
-    out = pd.DataFrame(records, columns=["parameter", "mean", "lo", "median", "hi"])
+                    rec = {"parameter": label, **{k: float(s[k]) for k in ("mean", "lo", "median", "hi")}}
+                    if label in priors.index:
+                        p = priors.loc[label]
+                        rec.update(prior=p["prior"], prior_lo=p["prior_lo"], prior_hi=p["prior_hi"],
+                                   width_ratio=p["width_ratio"], prior_dominated=bool(p["prior_dominated"]))
+                    records.append(rec)
+    out = pd.DataFrame(records, columns=["parameter", "mean", "lo", "median", "hi", "prior", "prior_lo", "prior_hi",
+                                         "width_ratio", "prior_dominated"])
     return _finish(out, fit, level, {}, "population parameters")
 
 

@@ -31,9 +31,9 @@ One file describes one model variant (see ``docs/bayesian.md`` for every key)::
     [sampling]                         # defaults of every fit of the spec (:class:`SamplerConfig`)
     draws = 1000
     tune = 1000
-    chains = 2
+    chains = 4
     target_accept = "auto"             # NUTS step-size target in (0, 1), or "auto" (the default)
-    seed = 1                           # optional; absent = a fresh random seed per fit
+    seed = 1                           # optional; absent = 0 (DEFAULT_SEED, as `evtsync run`)
     sampler = "nutpie"                 # "nutpie" | "pymc"
     backend = "numba"                  # nutpie's backend: "numba" | "jax" (needs jax installed)
     adaptation = "auto"                # nutpie's mass matrix: "auto" (the default) | "low_rank" | "diag"
@@ -124,17 +124,17 @@ class XiSpec:
         return self.group_sd_prior
 
 
-#: Sampler settings: the defaults of :class:`SamplerConfig` (and of ``evtsync fit``).
-DEFAULT_DRAWS = 1000
-DEFAULT_TUNE = 1000
-DEFAULT_CHAINS = 2
+#: Sampler settings: the defaults of :class:`SamplerConfig`, shared by ``evtsync fit`` and
+#: ``evtsync run`` (one home: :mod:`evtsync.defaults`).
+from evtsync.defaults import DEFAULT_CHAINS, DEFAULT_DRAWS, DEFAULT_TUNE  # noqa: E402
 
 
 @dataclass(frozen=True)
 class SamplerConfig:
     """How a spec is sampled: from the spec's ``[sampling]`` table, overridden by CLI flags.
 
-    ``seed = None`` means a fresh random seed per fit (recorded in the fit); ``target_accept``
+    ``seed = None`` means :data:`evtsync.defaults.DEFAULT_SEED` (0, the seed ``evtsync run``
+    uses too; recorded in the fit); ``target_accept``
     is a number in (0, 1) or ``"auto"`` (see :func:`evtsync.evt.fit.resolve_target_accept`);
     ``backend`` is nutpie's (``numba``, or ``jax`` where jax is installed); ``adaptation`` its
     mass matrix (``low_rank``: diagonal plus a low-rank correction, which follows the strong

@@ -260,7 +260,14 @@ def _stage_zscores(run: Run) -> dict[str, Any]:
     z = _stringify(pd.concat(tables, ignore_index=True))
     run.produced("zscores", run.write_table(f"{TABLES}/zscores.parquet", z))
     drops = pd.concat(dropped, ignore_index=True)["reason"].value_counts().to_dict() if dropped else {}
+    from evtsync.zscores import drifting_identities
+
+    drift = drifting_identities(z)
+    if len(drift):
+        log.warning("%d block identit(ies) drift between instances (F-test on the sample means): tau(n) from the "
+                    "centred maxima is an upper bound for them", len(drift))
     return {"zscores": len(z), "cells": _cells(z).to_dict(orient="records"), "skipped_workloads": reasons,
+            "drifting_identities": [str(b) for b in drift["block"]],
             "dropped": {str(k): int(v) for k, v in drops.items()}, "not_tensor_parallel": _not_tensor_parallel(run, z),
             "block_pgs": sorted(z["pg"].astype(str).unique().tolist()) if "pg" in z else []}
 
@@ -502,6 +509,9 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
         if model == main:
             main_fit = fit
             bstar.append(predict.bandwidth_table(fit, TOPOLOGIES, ns, o.alpha_us, size_bytes, scales, o.eps, o.m, LEVEL))
+    paper = _paper_tau(run, ns, scales)
+    if paper is not None:
+        tau.append(paper)
     tau_all = pd.concat(tau, ignore_index=True)
     if tau_all.empty:
         raise NotApplicable("no fit covers the GPU × precision cells of the z-scores")
@@ -523,6 +533,24 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
             "alpha_us": o.alpha_us, "eps": o.eps, "level": LEVEL, "infinite_draws": predict.INFINITE_POLICY,
             "workloads_lacking": _workloads_lacking(run, run.table(f"{TABLES}/zscores.parquet")),
             "whatif": whatif, "flops": flops}
+
+
+def _paper_tau(run: Run, ns: Any, scales: pd.DataFrame) -> pd.DataFrame | None:
+    """The paper's estimator beside the calibrated ones, labelled (``estimator`` = "paper"): tau(n) =
+    b·E_(n/m) of the per-cell GEV MLE of z (the ``mle`` stage); None without that table."""
+    from evtsync.evt import predict
+    from evtsync.evt.mlefit import MleCellFit
+
+    if not run.done("mle"):
+        return None
+    try:
+        fit = MleCellFit(run.table(f"{TABLES}/mle.parquet"), family="gev")
+    except InputError as exc:
+        log.info("no paper-estimator rows in tau.parquet: %s", exc)
+        return None
+    if predict.estimator_of(fit) not in (None, "paper"):
+        return None
+    return predict.tau_table(fit, ns, scales, run.options.m, LEVEL, estimator="paper")
 
 
 def _stage_predicted_vs_measured(run: Run) -> dict[str, Any]:
@@ -559,7 +587,7 @@ def _holdout(run: Run, family: str, attribution: pd.DataFrame | None) -> tuple[p
     cut = z.groupby("workload")["index"].transform("median")
     early, late = z[z["index"] < cut], z[z["index"] >= cut]
     mle_family = "gumbel" if family == "gumbel" else "gev"
-    table = mle_cell_table(early, ("gpu", "precision"), level=LEVEL, min_n=MIN_Z_MLE)
+    table = mle_cell_table(early, ("gpu", "precision"), column="y", level=LEVEL, min_n=MIN_Z_MLE)
     try:
         fit = MleCellFit(table, family=mle_family)
     except InputError as exc:
@@ -645,7 +673,7 @@ def build_stages(run: Run) -> list[Stage]:
     fit_names = tuple(f"fit-{p.stem}" for p in models)
     stages += [
         Stage("compare", _stage_compare, fit_names, none),
-        Stage("prediction", _stage_prediction, ("zscores", "tax", "compare", *fit_names),
+        Stage("prediction", _stage_prediction, ("zscores", "tax", "mle", "compare", *fit_names),
                lambda r: {"m": o.m, "alpha": o.alpha_us, "bytes": o.bytes, "eps": o.eps, "level": LEVEL,
                           "n_max": N_MAX}),
         Stage("predicted-vs-measured", _stage_predicted_vs_measured,

@@ -89,7 +89,8 @@ def synthesize(config: SynthConfig, out_dir: str | Path) -> SynthResult:
     summary = {"n_collectives": sim.n_collectives, "n_tp_collectives": len(taus),
                "median_tp_tau_max_us": taus[len(taus) // 2] if taus else 0,
                "n_blocks": sum(1 for p in range(sim.n_tp) if sim.design_rows[p]),
-               "n_plants": len(sim.plant_records), "gev": dict(zip(("mu", "sigma", "xi"), config.gev_params, strict=True))}
+               "n_plants": len(sim.plant_records), "gev": dict(zip(("mu", "sigma", "xi"), config.gev_params, strict=True)),
+               "parent": config.parent}
     log.info("wrote %d rank traces (%s format, %s %s) and %s: %d collectives, %d block identities",
              len(traces), config.format, config.gpu, config.precision, truth_path.name, sim.n_collectives,
              summary["n_blocks"])
@@ -98,16 +99,39 @@ def synthesize(config: SynthConfig, out_dir: str | Path) -> SynthResult:
     return SynthResult(out, traces, truth_path, summary)
 
 
-#: Named studies: several workloads, each written to its own folder. The demo spans the
-#: three GEV families (xi > 0, = 0, < 0) over A100 / H100 / H200 and bf16 / fp32.
+#: Named studies: several workloads, each written to its own folder. The demo simulates ranks
+#: (issue 29): every rank's block time is drawn iid from a stated parent (normal on A100,
+#: lognormal on H100, Gumbel on H200), z-scores come from the traces like any others, and the
+#: truth states the mean straggler delay per n. The bf16 workloads have TP groups of m = 4 (or
+#: 8) ranks, the fp32 ones a single TP group of 16 or 32 ranks, so that the prediction is
+#: checked against measured delays beyond the fitted sample size. ``gev-design``: the earlier
+#: demo, whose z-scores follow a stated GEV per GPU x precision by construction.
 STUDIES: dict[str, list[dict[str, Any]]] = {
     "demo": [
+        {"workload": "a100-bf16", "gpu": "A100", "precision": "bf16", "parent": "normal", "ranks": 8, "tp": 4},
+        {"workload": "a100-fp32", "gpu": "A100", "precision": "fp32", "parent": "normal", "ranks": 16, "tp": 16},
+        {"workload": "h100-bf16", "gpu": "H100", "precision": "bf16", "parent": "lognormal", "ranks": 8, "tp": 8},
+        {"workload": "h100-fp32", "gpu": "H100", "precision": "fp32", "parent": "lognormal", "ranks": 16, "tp": 16},
+        {"workload": "h200-bf16", "gpu": "H200", "precision": "bf16", "parent": "gumbel", "ranks": 8, "tp": 4},
+        {"workload": "h200-fp32", "gpu": "H200", "precision": "fp32", "parent": "gumbel", "ranks": 32, "tp": 32},
+    ],
+    "gev-design": [
         {"workload": "a100-bf16", "gpu": "A100", "precision": "bf16"},
         {"workload": "a100-fp32", "gpu": "A100", "precision": "fp32"},
         {"workload": "h100-bf16", "gpu": "H100", "precision": "bf16"},
         {"workload": "h100-fp32", "gpu": "H100", "precision": "fp32"},
         {"workload": "h200-bf16", "gpu": "H200", "precision": "bf16"},
         {"workload": "h200-fp32", "gpu": "H200", "precision": "fp32"},
+    ],
+    # simulated ranks (issue 29): one TP group of 16, 32 and 64 ranks, each from a stated parent,
+    # so that predictions fitted on samples of m = 4 are checked against measured delays at n > m
+    "ranks": [
+        {"workload": "h100-bf16-normal-16", "gpu": "H100", "precision": "bf16", "parent": "normal",
+         "ranks": 16, "tp": 16},
+        {"workload": "h200-bf16-lognormal-32", "gpu": "H200", "precision": "bf16", "parent": "lognormal",
+         "ranks": 32, "tp": 32},
+        {"workload": "a100-bf16-gumbel-64", "gpu": "A100", "precision": "bf16", "parent": "gumbel",
+         "ranks": 64, "tp": 64},
     ],
 }
 

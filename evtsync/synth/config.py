@@ -175,6 +175,9 @@ class SynthConfig:
     gpus_per_host: int = GPUS_PER_HOST_DEFAULT
     clock_offsets_us: tuple[int, ...] = (0,)
     gev: tuple[float, float, float] | None = None
+    #: None: block z-scores designed to follow ``gev`` (:mod:`evtsync.synth.noise`); a name of
+    #: :data:`evtsync.synth.parents.PARENTS`: every rank's block time drawn iid from that parent.
+    parent: str | None = None
     cv: float = 0.02
     sample_size: int = 4
     plants: tuple[Plant, ...] = ()
@@ -306,6 +309,11 @@ class SynthConfig:
         if len(self.clock_offsets_us) != self.hosts:
             bad(f"{len(self.clock_offsets_us)} clock offsets given for {self.hosts} hosts; give one per host "
                 f"or a single step")
+        if self.parent is not None:
+            from evtsync.synth.parents import PARENTS
+
+            if self.parent not in PARENTS:
+                bad(f"unknown parent {self.parent!r}; expected one of {', '.join(PARENTS)}")
         mu, sigma, xi = self.gev_params
         if not sigma > 0:
             bad(f"GEV sigma must be > 0, got {sigma}")

@@ -351,6 +351,13 @@ class Simulation:
             a = float(w.sum())
             rows = list(range(1, J)) if p == 0 else list(range(J))
             self.design_rows[p] = rows
+            if cfg.parent is not None:  # simulated ranks: iid from the parent, every row
+                from evtsync.synth.parents import get_parent
+
+                d = get_parent(cfg.parent).standard_draws(self.rng_design, (J + 1, cfg.ranks))
+                x = np.rint(a * (1.0 + cfg.cv * d)).astype(np.int64)
+                self.durations[p] = split_integer_rows(x.reshape(-1), w).reshape(J + 1, cfg.ranks, len(w))
+                continue
             d = self.rng_design.standard_normal((J + 1, cfg.ranks)) * 0.5   # non-design rows
             if rows:
                 for sample in self.samples:

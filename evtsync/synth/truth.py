@@ -16,6 +16,7 @@ import orjson
 from evtsync._version import __version__
 from evtsync.synth.config import DEFAULT_GEV, SynthConfig
 from evtsync.synth.noise import pooled_z
+from evtsync.synth.parents import get_parent, true_delay_sd, true_delays_us
 from evtsync.synth.timeline import Simulation
 from evtsync.tableio import atomic_path
 
@@ -38,7 +39,8 @@ def _blocks(sim: Simulation) -> list[dict[str, Any]]:
         inst = [(jj, j, sample) for jj, j in enumerate(rows) for sample in sim.samples]
         busy = np.array([busy_all[jj, list(sample)] for jj, _, sample in inst], dtype=float)
         span = np.array([span_all[jj, list(sample)] for jj, _, sample in inst], dtype=float)
-        z_design = np.array([sim.designs[(p, sample)].z[jj] for jj, _, sample in inst])
+        z_design = (np.array([sim.designs[(p, sample)].z[jj] for jj, _, sample in inst]) if cfg.parent is None
+                    else np.full(len(inst), np.nan))
         z = pooled_z(busy)
         z_span = pooled_z(span)
         xbar = busy.mean(axis=1)
@@ -56,14 +58,36 @@ def _blocks(sim: Simulation) -> list[dict[str, Any]]:
             "cv": s_pooled / float(busy.mean()),
             "planted": p in planted_positions,
             "span_gap_rank_independent": bool(np.all(gaps.max(axis=1) == gaps.min(axis=1))),
-            "max_abs_z_minus_design": float(np.max(np.abs(z - z_design))),
+            "max_abs_z_minus_design": float(np.max(np.abs(z - z_design))) if cfg.parent is None else None,
+            **({} if cfg.parent is None else {
+                "true_straggler_delay_us": true_delays_us(cfg.parent, a_design * cfg.cv, _domain_sizes(cfg))}),
             "instances": [{"iteration": j, "ranks": list(sample), "busy_us": [int(v) for v in b],
                            "span_us": [int(v) for v in sp], "z": float(zz), "z_span": float(zs),
                            "z_design": float(zd), "max_rank": sample[int(np.argmax(b))],
-                           "max_rank_design": int(sample[int(sim.designs[(p, sample)].max_pos[jj])])}
+                           "max_rank_design": (int(sample[int(sim.designs[(p, sample)].max_pos[jj])])
+                                               if cfg.parent is None else None)}
                           for (jj, j, sample), b, sp, zz, zs, zd in zip(inst, busy, span, z, z_span, z_design, strict=True)],
         })
     return blocks
+
+
+def _domain_sizes(cfg: SynthConfig) -> list[int]:
+    """m, 2m, … up to 4096: the n of the true straggler delays (those of the tau(n) curves)."""
+    from evtsync.evt.predict import domain_sizes
+
+    return [int(n) for n in domain_sizes(cfg.sample_size, 4096)]
+
+
+def _parent_truth(cfg: SynthConfig) -> dict[str, Any] | None:
+    """The parent of the rank times and its true mean straggler delay per n (in units of b)."""
+    if cfg.parent is None:
+        return None
+    parent = get_parent(cfg.parent)
+    return {"name": parent.name, "description": parent.description,
+            "rank_time": "X = a (1 + cv·eps), eps iid over ranks and iterations, mean 0, sd 1",
+            "true_straggler_delay_sd": {str(n): true_delay_sd(cfg.parent, n) for n in _domain_sizes(cfg)},
+            "definition": "E[max_n X - mean_n X] / b, b = cv·a, integrated from the parent's CDF "
+                          "(per block identity in µs: blocks[].true_straggler_delay_us)"}
 
 
 def truth_header(sim: Simulation, files: dict[int, Path]) -> dict[str, Any]:
@@ -85,8 +109,9 @@ def truth_header(sim: Simulation, files: dict[int, Path]) -> dict[str, Any]:
         "hosts": {str(h): {"ranks": [r for r in range(cfg.ranks) if cfg.host_of(r) == h],
                            "clock_offset_us": cfg.clock_offsets_us[h]} for h in range(cfg.hosts)},
         "process_groups": [{k: pg[k] for k in ("pg_name", "pg_desc", "pg_size", "ranks", "kind")} for pg in sim.pgs],
-        "gev": {"mu": mu, "sigma": sigma, "xi": xi, "convention": "Coles (scipy genextreme c = -xi)",
-                "truncated_at_zero": True},
+        "gev": ({"mu": mu, "sigma": sigma, "xi": xi, "convention": "Coles (scipy genextreme c = -xi)",
+                 "truncated_at_zero": True} if cfg.parent is None else None),
+        "parent": _parent_truth(cfg),
         "gev_table": {f"{g}/{pr}": list(v) for (g, pr), v in DEFAULT_GEV.items()},
         "noise": {"cv": cfg.cv, "sample_size": cfg.sample_size, "samples": [list(s) for s in sim.samples],
                   "z_redraws": sim.z_redraws, "direction_redraws": sim.direction_redraws},
