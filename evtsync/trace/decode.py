@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.errors import TraceError
+from evtsync.parallel import Work
 from evtsync.trace import scan
 from evtsync.trace.schema import (
     CPU_CATEGORIES,
@@ -1032,6 +1033,30 @@ def _run_scanner(scanner: _Scanner, buf: np.ndarray, scratch: _ScanScratch) -> t
         buf, len(buf), scanner.phase_of, arg_bytes, arg_offs, scanner.arg_is_str, arg_hash, arg_mult,
         scan.POW10, scratch.ints, scratch.floats, scratch.slow, scratch.str_span,
         scratch.str_escaped, scratch.hash_gen, scratch.hash_id, scratch.gen)
+
+
+#: CPU seconds to read one trace file into its tables, per file and per byte of JSON, with
+#: the compiled scanner and with msgspec (2-core x86_64: 1 MB rank files 3.9-4.8 ms per MB
+#: with the scanner, 11-13 ms with msgspec; the 54 MB V100 trace 2.4 and 4.8 ms per MB), and
+#: what a process pool adds to move one file's tables back (pickled in the worker, unpickled
+#: by the caller: ~0.7 ms per file, plus 0.3 ms per MB of JSON for every table, 0.03 for the
+#: collectives); docs/performance/reading.md.
+READ_CPU_S = {"scanner": (1.5e-3, 2.5e-9), "msgspec": (6e-3, 5e-9)}
+TRANSFER_CPU_S = {"all": (0.7e-3, 0.3e-9), "reduced": (0.7e-3, 0.05e-9)}
+
+
+def reading_work(json_sizes: Sequence[int], scope: str = "all") -> Work:
+    """The estimated cost of reading files of these decompressed sizes (one process), for the
+    pool model (:func:`evtsync.parallel.pool_pays`): with the scanner where ``auto`` will use
+    it, else with msgspec."""
+    total = sum(json_sizes)
+    built = "scanner" in _scanner_state or scan.ahead_of_time_path().is_file()
+    fast = decoder_mode() == "scanner" or (decoder_mode() == "auto" and (
+        (built and total >= SCANNER_MIN_BYTES) or total >= SCANNER_BUILD_MIN_BYTES))
+    per_file, per_byte = READ_CPU_S["scanner" if fast else "msgspec"]
+    move_file, move_byte = TRANSFER_CPU_S["all" if scope == "all" else "reduced"]
+    n = len(json_sizes)
+    return Work(items=n, cpu_s=n * per_file + total * per_byte, transfer_cpu_s=n * move_file + total * move_byte)
 
 
 _unique_strings_decoder = msgspec.json.Decoder(list[str])

@@ -982,8 +982,10 @@ def _build_into(directory: str, name: str) -> None:
     compiler.compile()
 
 
-if __name__ == "__main__":  # pragma: no cover - run by build_ahead_of_time in a child process
+if __name__ == "__main__":  # pragma: no cover - run by hand or by build_ahead_of_time's child
     if len(sys.argv) == 4 and sys.argv[1] == "--build-into":
         _build_into(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 1:  # python -m evtsync.trace.scan: build for this installation now
+        print(build_ahead_of_time())
     else:
-        sys.exit(f"usage: {Path(sys.argv[0]).name} --build-into DIR NAME")
+        sys.exit("usage: python -m evtsync.trace.scan  (builds the ahead-of-time trace scanner)")
