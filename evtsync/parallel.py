@@ -347,10 +347,11 @@ def backend_for(n_items: int, *, jobs: int | None = None, workers: int | None = 
     A Dask ``client`` given by the caller wins; then a Dask cluster: ``scheduler`` (an
     address, or ``"local"``), ``workers`` (a local cluster of that many workers) or, unless
     ``jobs`` is given, the environment (see :func:`scheduler_address`). Otherwise a local
-    process pool of ``jobs`` processes (default one per core), or the calling process when
-    there is one item or ``jobs`` is 1, and, ``jobs`` not given, where the pool does not pay:
-    by the cost model when the caller estimates its ``work`` (:func:`pool_pays`), else below
-    ``parallel_min_bytes`` of input (``total_bytes``).
+    process pool of ``jobs`` processes (default one per core; one per idle core when the caller
+    estimates its ``work``), or the calling process when there is one item or ``jobs`` is 1,
+    and, ``jobs`` not given, where the pool does not pay: by the cost model when the caller
+    estimates its ``work`` (:func:`pool_pays`), else below ``parallel_min_bytes`` of input
+    (``total_bytes``).
     """
     if client is not None:
         yield DaskCluster(client, "Dask client given by the caller")
@@ -361,9 +362,11 @@ def backend_for(n_items: int, *, jobs: int | None = None, workers: int | None = 
             return
     n = jobs if jobs is not None else min(n_items, os.cpu_count() or 1)
     if jobs is None and work is not None:
-        pays = n > 1 and pool_pays(work, n)
+        idle = idle_cores()
+        n = min(n, idle)  # the default pool: one process per idle core
+        pays = n > 1 and pool_pays(work, n, cores=idle)
         log.debug("pool model: %d items, %.2f s of CPU, %.2f s to move results, %d idle cores: %s",
-                  work.items, work.cpu_s, work.transfer_cpu_s, idle_cores(), "pool" if pays else "one process")
+                  work.items, work.cpu_s, work.transfer_cpu_s, idle, f"{n} processes" if pays else "one process")
         if not pays:
             n = 1
     if n <= 1 or n_items <= 1 or (jobs is None and work is None and total_bytes < parallel_min_bytes):

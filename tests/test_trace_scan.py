@@ -413,7 +413,8 @@ def test_the_ahead_of_time_build_loads_without_numba_and_decodes_identically(tmp
     v100 = DATA / "single-rank" / "hta_v100_allreduce_rank1of2.json.gz"
     built = scan.build_ahead_of_time(tmp_path / "scanner")
     assert built == scan.ahead_of_time_path(tmp_path / "scanner") and built.is_file()
-    assert [p.name for p in (tmp_path / "scanner").iterdir()] == [built.name]  # no temporary left
+    left = {p.name for p in (tmp_path / "scanner").iterdir()}
+    assert left == {built.name, built.with_suffix(".lock").name}  # no temporary left behind
     child = f"""
 import pickle, sys
 from evtsync.trace import decode
@@ -460,3 +461,20 @@ def test_a_study_read_from_the_cache_does_not_load_the_scanner(compiled_scan_blo
     assert decode._scanner_state == {}
     assert len(again.kernels) == len(first.kernels) > 0
     assert decode._expected["json_bytes"] == 0  # the announcement ends with the reading
+
+
+def test_a_failed_build_is_recorded_and_not_run_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build whose compiler fails (here the interpreter itself is /bin/false) raises a clear
+    error, records why beside the module, and the next call reports that without building."""
+    import sys
+
+    from evtsync.trace import scan
+
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    with pytest.raises(RuntimeError, match=r"building the ahead-of-time trace scanner failed \(exit 1: no output\)"):
+        scan.build_ahead_of_time(tmp_path)
+    assert scan.build_failure(tmp_path) == "exit 1: no output"
+    assert not scan.ahead_of_time_path(tmp_path).exists()
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")  # would fail differently if run
+    with pytest.raises(RuntimeError, match=r"\(exit 1: no output\)"):
+        scan.build_ahead_of_time(tmp_path)

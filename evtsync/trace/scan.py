@@ -940,7 +940,8 @@ def build_failure(directory: Path | None = None) -> str | None:
 def build_ahead_of_time(directory: Path | None = None) -> Path:
     """Compile :func:`scan_block` with numba's AOT compiler into ``directory`` (default
     :func:`ahead_of_time_dir`) in a child process, once: the file appears whole (written
-    under a temporary name, then renamed). Raises RuntimeError when the build fails (no C
+    under a temporary name, then renamed), and processes that build at the same time wait
+    for the first (a lock file beside it). Raises RuntimeError when the build fails (no C
     compiler, numba without ``pycc``); the reason is recorded beside it and returned by
     :func:`build_failure` to later processes."""
     import subprocess
@@ -951,7 +952,12 @@ def build_ahead_of_time(directory: Path | None = None) -> Path:
     if target.is_file():
         return target
     directory.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".build-", dir=directory) as tmp:
+    with _build_lock(target), tempfile.TemporaryDirectory(prefix=".build-", dir=directory) as tmp:
+        if target.is_file():  # another process built it while this one waited
+            return target
+        failure = build_failure(directory)
+        if failure is not None:
+            raise RuntimeError(f"building the ahead-of-time trace scanner failed ({failure})")
         # this file run as a script: the child needs numba and NumPy, not evtsync on its path
         cmd = [sys.executable, str(Path(__file__).resolve()), "--build-into", tmp, ahead_of_time_name()]
         try:
@@ -965,9 +971,26 @@ def build_ahead_of_time(directory: Path | None = None) -> Path:
                 return target
             lines = (done.stderr or done.stdout or "").strip().splitlines()
             reason = f"exit {done.returncode}: {lines[-1] if lines else 'no output'}"
-    with contextlib.suppress(OSError):
-        target.with_suffix(".failed").write_text(reason + "\n")
+        with contextlib.suppress(OSError):  # (under the lock: a waiting process reads it)
+            target.with_suffix(".failed").write_text(reason + "\n")
     raise RuntimeError(f"building the ahead-of-time trace scanner failed ({reason})")
+
+
+@contextlib.contextmanager
+def _build_lock(target: Path) -> Any:
+    """Hold an exclusive lock on ``<target>.lock`` (processes reading in parallel that all
+    find the module missing build it once: the others wait, then load it)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - no POSIX locks: concurrent builds each rename whole files
+        yield
+        return
+    with open(target.with_suffix(".lock"), "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def _build_into(directory: str, name: str) -> None:
