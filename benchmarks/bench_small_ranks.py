@@ -22,9 +22,10 @@ reported separately) over every rank file, divided by the number of ranks:
 - ``evtsync tax``: the whole command (``--jobs 1 --no-cache --json``) under
   ``/usr/bin/time``: imports, reading, alignment, tax and output, CPU per rank.
 
-The evtsync methods load the compiled scanner (``prepare_fast_decoder``: numba's import and
-the compiled code from numba's cache, or its compilation on a first run) before the clock,
-like the other imports; its CPU is reported separately (``scanner_load_cpu_s``).
+The evtsync methods load the compiled scanner (``prepare_fast_decoder``: the ahead-of-time
+module, ~1 ms, built first on a first run; numba's just-in-time scanner where it cannot be
+built) before the clock, like the other imports; its CPU is reported separately
+(``scanner_load_cpu_s``).
 
 ``--pool`` measures instead the reader's choice of backend (issue 30, item 4): in fresh
 processes, ``load_traces(folder)`` with the default backend, with ``jobs=1`` and with ``jobs=2``
