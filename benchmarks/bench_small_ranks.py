@@ -232,25 +232,24 @@ def main() -> None:
     args = parser.parse_args()
     if args.pool:
         results = [pool(args.workdir, int(n), args.mb, args.scope) for n in args.ranks.split(",")]
-        report = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
-                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "pool": results}
-        if args.json:
-            args.json.write_text(json.dumps(report, indent=1))
-        print(pool_markdown(results))
-        print(f"\n{report['machine']}; {report['date']}")
+        write_report("pool", results, pool_markdown(results), args.json)
         return
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     unknown = set(methods) - set(METHODS)
     if unknown:
         parser.error(f"unknown methods: {sorted(unknown)}")
     results = [bench(args.workdir, int(n), args.mb, methods, not args.no_tax) for n in args.ranks.split(",")]
-    report = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "results": results}
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1))
-    print(markdown(results))
-    print(f"\n{report['machine']}; {report['date']}")
+    write_report("results", results, markdown(results), args.json)
 
+
+def write_report(key: str, results: list[dict], table: str, path: Path | None) -> None:
+    """Print the table with the machine and date; the results as JSON under ``key`` to ``path``."""
+    report = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), key: results}
+    if path:
+        path.write_text(json.dumps(report, indent=1))
+    print(table)
+    print(f"\n{report['machine']}; {report['date']}")
 
 if __name__ == "__main__":
     main()
