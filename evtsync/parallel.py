@@ -15,6 +15,13 @@ of the items, so the tables built from them do not depend on the backend.
   must be able to import evtsync and to read the trace paths (see docs/scaling.md).
 
 Dask is imported only when a Dask backend is asked for.
+
+Without ``--jobs``, whether the local pool runs at all is decided by :func:`pool_pays`: a
+cost model of the work (CPU seconds estimated by the caller, e.g. from the trace files' sizes)
+against what the pool adds (starting its processes, pickling every result back) and the
+cores that are idle now. The default pool runs only where it gains wall time *and* costs at
+most :data:`POOL_MAX_EXTRA_CPU` more CPU than one process (issue 30; the measured constants
+are in docs/performance/reading.md).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import multiprocessing
 import os
 import sys
@@ -29,6 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from evtsync.errors import InputError
@@ -45,6 +54,56 @@ SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 LOCAL_DASK = "local"
 #: Modules the local pool's fork server imports before forking workers.
 PRELOAD = ("evtsync.trace.traceset", "evtsync.trace.cache")
+
+
+#: CPU seconds a local pool costs before its first result: the fork server importing the
+#: reader (pandas, pyarrow), then each worker's own start (measured on 2 cores: a 2-process pool
+#: adds 0.66-0.87 s of CPU to 64-256 small ranks, of which 0.08-0.33 s is moving results).
+POOL_START_CPU_S = 0.4
+POOL_START_CPU_PER_WORKER_S = 0.15
+#: The most extra CPU (start + moving results), as a fraction of the work's own CPU, that the
+#: default pool may cost; above it the work runs in one process unless ``--jobs`` asks.
+POOL_MAX_EXTRA_CPU = 0.10
+#: The least wall time the default pool must save, as a fraction of the one-process time.
+POOL_MIN_WALL_GAIN = 0.20
+
+
+@dataclass(frozen=True)
+class Work:
+    """A cost estimate of ``items`` pieces of work for the pool model (CPU seconds, one core).
+
+    ``cpu_s``: the work itself in one process; ``transfer_cpu_s``: what a pool adds to move the
+    results back (pickling in the workers, unpickling here)."""
+
+    items: int
+    cpu_s: float
+    transfer_cpu_s: float
+
+
+def idle_cores(cores: int | None = None, load: float | None = None) -> int:
+    """Cores free for a pool now: ``cores`` (default: this machine's) less the others' load (the
+    1-minute load average, which counts this process too), at least 1."""
+    cores = cores or os.cpu_count() or 1
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:  # pragma: no cover - no load average on this platform
+            load = 0.0
+    return max(1, min(cores, math.floor(cores + 1 - load + 0.5)))
+
+
+def pool_pays(work: Work, processes: int, cores: int | None = None) -> bool:
+    """Whether a local pool of ``processes`` (no more than ``cores``, default :func:`idle_cores`)
+    beats one process on ``work``: its extra CPU (start and moving results) at most
+    :data:`POOL_MAX_EXTRA_CPU` of the work, and its estimated wall time (start, then the work
+    and its transfers shared by the processes) at least :data:`POOL_MIN_WALL_GAIN` shorter."""
+    n = min(processes, work.items, idle_cores() if cores is None else cores)
+    if n < 2 or work.cpu_s <= 0:
+        return False
+    start = POOL_START_CPU_S + POOL_START_CPU_PER_WORKER_S * n
+    extra = start + work.transfer_cpu_s
+    wall = start + (work.cpu_s + work.transfer_cpu_s) / n
+    return extra <= POOL_MAX_EXTRA_CPU * work.cpu_s and wall <= (1 - POOL_MIN_WALL_GAIN) * work.cpu_s
 
 
 class Backend(Protocol):
@@ -282,15 +341,17 @@ def optional_dask(scheduler: str | None = None, workers: int | None = None,
 @contextmanager
 def backend_for(n_items: int, *, jobs: int | None = None, workers: int | None = None,
                 scheduler: str | None = None, total_bytes: int = 0, parallel_min_bytes: int = 0,
-                client: Any = None) -> Iterator[Backend]:
+                work: Work | None = None, client: Any = None) -> Iterator[Backend]:
     """The backend a run should use.
 
     A Dask ``client`` given by the caller wins; then a Dask cluster: ``scheduler`` (an
     address, or ``"local"``), ``workers`` (a local cluster of that many workers) or, unless
     ``jobs`` is given, the environment (see :func:`scheduler_address`). Otherwise a local
-    process pool of ``jobs`` processes (default one per core), or the calling process when
-    there is one item, ``jobs`` is 1, or (``jobs`` not given) less than
-    ``parallel_min_bytes`` of input, where starting processes costs more than it saves.
+    process pool of ``jobs`` processes (default one per core; one per idle core when the caller
+    estimates its ``work``), or the calling process when there is one item or ``jobs`` is 1,
+    and, ``jobs`` not given, where the pool does not pay: by the cost model when the caller
+    estimates its ``work`` (:func:`pool_pays`), else below ``parallel_min_bytes`` of input
+    (``total_bytes``).
     """
     if client is not None:
         yield DaskCluster(client, "Dask client given by the caller")
@@ -300,7 +361,15 @@ def backend_for(n_items: int, *, jobs: int | None = None, workers: int | None = 
             yield dask
             return
     n = jobs if jobs is not None else min(n_items, os.cpu_count() or 1)
-    if n <= 1 or n_items <= 1 or (jobs is None and total_bytes < parallel_min_bytes):
+    if jobs is None and work is not None:
+        idle = idle_cores()
+        n = min(n, idle)  # the default pool: one process per idle core
+        pays = n > 1 and pool_pays(work, n, cores=idle)
+        log.debug("pool model: %d items, %.2f s of CPU, %.2f s to move results, %d idle cores: %s",
+                  work.items, work.cpu_s, work.transfer_cpu_s, idle, f"{n} processes" if pays else "one process")
+        if not pays:
+            n = 1
+    if n <= 1 or n_items <= 1 or (jobs is None and work is None and total_bytes < parallel_min_bytes):
         yield InProcess()
         return
     yield ProcessPool(n)

@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import TRACES as DATA  # $EVTSYNC_SHARED/data/traces (../shared beside the clone)
 
 from evtsync.errors import TraceError
 from evtsync.trace import decode
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT.parent / "shared" / "data" / "traces"
 TRACES = sorted(p for folder in (DATA, ROOT / "tests" / "data") if folder.is_dir()
                 for p in folder.rglob("*") if p.name.endswith((".json", ".json.gz")))
 
@@ -295,36 +295,140 @@ def test_blocks_beyond_the_first_capacities(tmp_path: Path, monkeypatch: pytest.
     assert len(set(np.asarray(fast.columns["gpu"]["name"]))) == 6000
 
 
-def test_without_a_working_scanner_msgspec_decodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A scanner that cannot load (here: numba's JIT disabled) leaves every block to msgspec,
-    with a warning, instead of failing or running the scanner as slow Python."""
+@pytest.fixture
+def compiled_scan_block(monkeypatch: pytest.MonkeyPatch):
+    """The compiled ``scan_block`` this installation loads (ahead of time, built into the
+    cache the first time, or just in time): what the fakes below hand to the ``auto`` rule."""
+    monkeypatch.setenv(decode.DECODER_ENV, "scanner")
+    scanner = decode._fast_scanner(load=True)
+    assert scanner is not None
+    monkeypatch.delenv(decode.DECODER_ENV)
+    return scanner.scan_block
+
+
+class _FakeBuilds:
+    """The ahead-of-time module of an empty cache: absent until built (``fails``: the build
+    fails); counts the builds and the just-in-time loads asked for."""
+
+    def __init__(self, scan_block, monkeypatch: pytest.MonkeyPatch, *, fails: bool = False) -> None:
+        from evtsync.trace import scan
+
+        self.built, self.builds, self.jit_loads, self.scan_block = False, 0, 0, scan_block
+        self.fails = fails
+        monkeypatch.setattr(scan, "load_ahead_of_time", lambda directory=None: self.scan_block if self.built else None)
+        monkeypatch.setattr(scan, "build_ahead_of_time", self.build)
+        monkeypatch.setattr(scan, "build_failure", lambda directory=None: None)
+        monkeypatch.setattr(scan, "jit_scan_block", self.jit)
+        monkeypatch.setattr(decode, "_scanner_state", {})
+
+    def build(self, directory=None) -> None:
+        self.builds += 1
+        if self.fails:
+            raise RuntimeError("no C compiler (test)")
+        self.built = True
+
+    def jit(self):
+        self.jit_loads += 1
+        return self.scan_block
+
+
+def test_without_a_working_scanner_msgspec_decodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scanner that cannot load (here: its ahead-of-time build failed before, and numba's
+    JIT is disabled) leaves every block to msgspec, with a warning, instead of failing or
+    running the scanner as slow Python; the failed build is not tried again."""
     import numba
 
+    from evtsync.trace import scan
+
+    monkeypatch.setenv("EVTSYNC_CACHE_DIR", str(tmp_path))
+    marker = scan.ahead_of_time_path().with_suffix(".failed")
+    marker.parent.mkdir(parents=True)
+    marker.write_text("exit 1: error: command 'gcc' failed\n")
+    monkeypatch.setattr(scan, "build_ahead_of_time", lambda directory=None: pytest.fail("built again"))
     monkeypatch.setattr(decode, "_scanner_state", {})
     monkeypatch.setattr(numba.config, "DISABLE_JIT", True)
     assert decode.prepare_fast_decoder() is False
-    assert decode._scanner_state == {"unavailable": True}
+    assert decode._scanner_state == {"ahead-of-time failed": True, "jit failed": True}
     before = dict(decode._SCAN_STATS)
     trace = decode.decode_file(DATA / "edge-cases" / "triton.json.gz")
     assert trace.n_events > 0 and dict(decode._SCAN_STATS) == before
 
 
-def test_auto_loads_the_scanner_only_for_work_that_pays_its_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``auto`` (the default): a small trace in a process without the scanner is decoded by
-    msgspec (the load, ~1.1 s, would cost more than it saves); work of at least
-    SCANNER_MIN_BYTES loads it; once loaded it decodes every file; ``msgspec`` wins over all."""
+def test_auto_uses_a_built_scanner_from_a_small_size(compiled_scan_block, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``auto`` (the default) with the ahead-of-time module built: used from SCANNER_MIN_BYTES
+    (1 MiB; its load is ~1 ms), then for every file of the process; a tiny trace alone is
+    msgspec's; ``msgspec`` wins over all."""
     path = DATA / "edge-cases" / "triton.json.gz"
-    monkeypatch.delenv(decode.DECODER_ENV, raising=False)
-    monkeypatch.setattr(decode, "_scanner_state", {})
+    assert decode.json_bytes_estimate(path) < decode.SCANNER_MIN_BYTES
+    fake = _FakeBuilds(compiled_scan_block, monkeypatch)
+    fake.built = True
     before = dict(decode._SCAN_STATS)
     decode.decode_file(path)
     assert dict(decode._SCAN_STATS) == before and "scanner" not in decode._scanner_state
     assert decode.use_fast_decoder_for(decode.SCANNER_MIN_BYTES - 1) is False
     assert decode.use_fast_decoder_for(decode.SCANNER_MIN_BYTES) is True
+    assert decode._scanner_state["scanner"].how == "ahead-of-time"
+    assert (fake.builds, fake.jit_loads) == (0, 0)
     decode.decode_file(path)
     assert decode._SCAN_STATS["scanned"] > before.get("scanned", 0)
     monkeypatch.setenv(decode.DECODER_ENV, "msgspec")
     assert decode.use_fast_decoder_for(1 << 40) is False
+
+
+def test_auto_builds_the_scanner_once_for_a_real_trace(compiled_scan_block, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not built yet: below SCANNER_BUILD_MIN_BYTES msgspec decodes (no build, no numba);
+    from it the module is built once and used."""
+    fake = _FakeBuilds(compiled_scan_block, monkeypatch)
+    assert decode.use_fast_decoder_for(decode.SCANNER_BUILD_MIN_BYTES - 1) is False
+    assert (fake.builds, fake.jit_loads) == (0, 0) and decode._scanner_state == {}
+    assert decode.use_fast_decoder_for(decode.SCANNER_BUILD_MIN_BYTES) is True
+    assert fake.builds == 1 and fake.jit_loads == 0
+    assert decode._scanner_state["scanner"].how == "ahead-of-time"
+
+
+def test_auto_falls_back_to_numba_where_the_build_fails(compiled_scan_block, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build failed (no C compiler): numba's just-in-time scanner only for work that pays
+    its ~1.1 s load (JIT_SCANNER_MIN_BYTES), and the build is not tried again in the process."""
+    fake = _FakeBuilds(compiled_scan_block, monkeypatch, fails=True)
+    assert decode.use_fast_decoder_for(decode.JIT_SCANNER_MIN_BYTES - 1) is False
+    assert fake.builds == 1 and fake.jit_loads == 0
+    assert decode.use_fast_decoder_for(decode.JIT_SCANNER_MIN_BYTES) is True
+    assert fake.builds == 1 and fake.jit_loads == 1
+    assert decode._scanner_state["scanner"].how == "just-in-time"
+
+
+@pytest.mark.slow
+def test_the_ahead_of_time_build_loads_without_numba_and_decodes_identically(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real build (numba's AOT compiler in a child process, ~10-20 s of CPU) writes one
+    module; a fresh process loads it without importing numba and decodes the V100 trace
+    exactly as the msgspec path does."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    from evtsync.trace import scan
+
+    v100 = DATA / "single-rank" / "hta_v100_allreduce_rank1of2.json.gz"
+    built = scan.build_ahead_of_time(tmp_path / "scanner")
+    assert built == scan.ahead_of_time_path(tmp_path / "scanner") and built.is_file()
+    left = {p.name for p in (tmp_path / "scanner").iterdir()}
+    assert left == {built.name, built.with_suffix(".lock").name}  # no temporary left behind
+    child = f"""
+import pickle, sys
+from evtsync.trace import decode
+assert decode.use_fast_decoder_for(decode.SCANNER_MIN_BYTES)
+assert decode._scanner_state["scanner"].how == "ahead-of-time", decode._scanner_state
+trace = decode.decode_file({str(v100)!r})
+assert "numba" not in sys.modules and decode._SCAN_STATS["scanned"] >= 50, decode._SCAN_STATS
+sys.stdout.buffer.write(pickle.dumps(trace))
+"""
+    env = {**os.environ, "EVTSYNC_CACHE_DIR": str(tmp_path), "EVTSYNC_DECODER": "auto"}
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, check=False, env=env)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    slow, _ = _decode(v100, monkeypatch, "msgspec")
+    assert_same_trace(pickle.loads(done.stdout), slow)
 
 
 def test_the_decompressed_size_estimate_reads_the_gzip_trailer(tmp_path: Path) -> None:
@@ -339,7 +443,8 @@ def test_the_decompressed_size_estimate_reads_the_gzip_trailer(tmp_path: Path) -
     assert packed.stat().st_size < len(text) // 10
 
 
-def test_a_study_read_from_the_cache_does_not_load_the_scanner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_study_read_from_the_cache_does_not_load_the_scanner(compiled_scan_block, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """``load_traces`` announces its JSON to the ``auto`` rule, which loads the scanner when a
     file is really decoded: a first read decodes (and loads it, the threshold lowered here), a
     second read from the warm cache decodes nothing and loads nothing."""
@@ -348,7 +453,7 @@ def test_a_study_read_from_the_cache_does_not_load_the_scanner(tmp_path: Path, m
     study = DATA / "dlrm-8rank-v100"
     monkeypatch.delenv(decode.DECODER_ENV, raising=False)
     monkeypatch.setattr(decode, "SCANNER_MIN_BYTES", 1 << 20)  # the study is ~7 MB of JSON
-    monkeypatch.setattr(decode, "_scanner_state", {})
+    _FakeBuilds(compiled_scan_block, monkeypatch).built = True
     first = load_traces(study, jobs=1, cache=tmp_path / "cache")
     assert "scanner" in decode._scanner_state
     monkeypatch.setattr(decode, "_scanner_state", {})
@@ -356,3 +461,20 @@ def test_a_study_read_from_the_cache_does_not_load_the_scanner(tmp_path: Path, m
     assert decode._scanner_state == {}
     assert len(again.kernels) == len(first.kernels) > 0
     assert decode._expected["json_bytes"] == 0  # the announcement ends with the reading
+
+
+def test_a_failed_build_is_recorded_and_not_run_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build whose compiler fails (here the interpreter itself is /bin/false) raises a clear
+    error, records why beside the module, and the next call reports that without building."""
+    import sys
+
+    from evtsync.trace import scan
+
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    with pytest.raises(RuntimeError, match=r"building the ahead-of-time trace scanner failed \(exit 1: no output\)"):
+        scan.build_ahead_of_time(tmp_path)
+    assert scan.build_failure(tmp_path) == "exit 1: no output"
+    assert not scan.ahead_of_time_path(tmp_path).exists()
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")  # would fail differently if run
+    with pytest.raises(RuntimeError, match=r"\(exit 1: no output\)"):
+        scan.build_ahead_of_time(tmp_path)

@@ -47,6 +47,8 @@ import numpy as np
 import pandas as pd
 
 from evtsync.errors import TraceError
+from evtsync.parallel import Work
+from evtsync.trace import scan
 from evtsync.trace.schema import (
     CPU_CATEGORIES,
     GPU_CATEGORIES,
@@ -818,29 +820,39 @@ def _route_block(events: list[Any], phased: bool, columns: _Columns, counts: Cou
 
 #: Environment variable choosing the decoder of event blocks: ``msgspec`` forces the msgspec
 #: path for every block; ``scanner`` always tries the compiled scanner first; ``auto`` (the
-#: default, also for any other value) uses the scanner once it is loaded in the process, and
-#: loads it only for work of at least :data:`SCANNER_MIN_BYTES` of JSON (see below).
+#: default, also for any other value) uses the scanner where its load pays (see below).
 DECODER_ENV = "EVTSYNC_DECODER"
-#: Decompressed JSON a process must have to read before ``auto`` loads the compiled scanner.
-#: Loading it costs ~1.1 s of CPU once per process (importing numba, which imports
-#: scipy.linalg for its BLAS check, and loading the cached code) and +110 MB of memory; it
-#: saves ~3-3.5 ms per MB of JSON against the msgspec path (docs/performance/reading.md), so
-#: it pays from ~300 MB: a lone 54 MB trace reads faster without it (0.39 against 0.2 + 1.1 s).
-SCANNER_MIN_BYTES = 256 << 20
+#: Decompressed JSON a process must have to read before ``auto`` loads the ahead-of-time
+#: scanner when it is already built (:mod:`evtsync.trace.scan`). Its load is ~1-2 ms of CPU
+#: and no numba import; below this size msgspec is as fast (docs/performance/reading.md).
+SCANNER_MIN_BYTES = 1 << 20
+#: ... and before ``auto`` builds it, when it is not built yet: once per installation and
+#: version of the scanner, ~10-20 s of CPU in a child process (numba's AOT compiler and the
+#: C compiler). A real trace of this size pays the build back over its later reads.
+SCANNER_BUILD_MIN_BYTES = 32 << 20
+#: ... and before ``auto`` falls back to numba's just-in-time scanner where the module cannot
+#: be built (no C compiler): that load costs ~1.1 s of CPU per process (importing numba, which
+#: imports scipy.linalg for its BLAS check, and loading the cached code) and +110 MB of memory;
+#: it saves ~3-3.5 ms per MB of JSON against the msgspec path, so it pays from ~300 MB.
+JIT_SCANNER_MIN_BYTES = 256 << 20
 #: Blocks decoded by the compiled scanner in this process (``"scanned"``) and blocks it left
 #: to msgspec, by reason (what :mod:`evtsync.trace.scan` declines; debug statistics).
 _SCAN_STATS: Counter[str] = Counter()
 #: The phases the scanner knows, in code order: "X" (code 0), then the other phases.
 _SCAN_PHASES = "X" + _OTHER_PHASES
 _ARG_FIELDS = msgspec.structs.fields(_Args)
+#: ``"scanner"``: the loaded scanner; ``"ahead-of-time failed"`` / ``"jit failed"``: a way
+#: that failed in this process (not tried again)
 _scanner_state: dict[str, Any] = {}
 
 
 class _Scanner:
     """The compiled scanner with its constant tables, and per-thread scratch arrays."""
 
-    def __init__(self, scan: Any) -> None:
-        self.scan = scan
+    def __init__(self, scan_block: Callable[..., tuple[int, int, int, int]], how: str) -> None:
+        self.scan_block = scan_block
+        #: "ahead-of-time" or "just-in-time"
+        self.how = how
         self.phase_of = np.full(256, -1, dtype=np.int64)
         for code, phase in enumerate(_SCAN_PHASES):
             self.phase_of[ord(phase)] = code
@@ -873,8 +885,6 @@ class _ScanScratch:
     slots carry the generation of the block that filled them)."""
 
     def __init__(self, events: int, n_strings: int, n_args: int) -> None:
-        from evtsync.trace import scan
-
         self.events = events
         self.ints = np.empty((scan.COL_ARGS + n_args, events), dtype=np.int64)  # a row per field
         self.floats = np.empty((events, 2), dtype=np.float64)
@@ -919,76 +929,103 @@ def expect_json_bytes(json_bytes: int) -> None:
 
 
 def _choose_decoder_for(path: Path) -> None:
-    """Under ``auto``, before the scanner is loaded or found unavailable: load it if this
-    file, or the work announced by :func:`expect_json_bytes`, pays for its load."""
-    if _scanner_state or decoder_mode() != "auto":
+    """Under ``auto``, before the scanner is loaded: load it if this file, or the work
+    announced by :func:`expect_json_bytes`, pays for its load."""
+    if "scanner" in _scanner_state or decoder_mode() != "auto":
         return  # decided already, or decided by the user
-    work = _expected["json_bytes"]
-    use_fast_decoder_for(work if work >= SCANNER_MIN_BYTES else max(work, json_bytes_estimate(path)))
+    use_fast_decoder_for(max(_expected["json_bytes"], json_bytes_estimate(path)))
 
 
 def use_fast_decoder_for(json_bytes: int) -> bool:
     """Load the compiled scanner now when the ``auto`` rule says it pays for ``json_bytes`` of
     JSON that this process is about to decode (or the user asked for it); True when it will
-    be used. Readers of many files call this once with their total."""
+    be used. Readers of many files call this once with their total.
+
+    The rule: the ahead-of-time scanner from :data:`SCANNER_MIN_BYTES` when it is built;
+    built first (once per installation) from :data:`SCANNER_BUILD_MIN_BYTES`; numba's
+    just-in-time scanner from :data:`JIT_SCANNER_MIN_BYTES` where it cannot be built."""
     mode = decoder_mode()
     if mode == "msgspec":
         return False
-    if mode == "scanner" or json_bytes >= SCANNER_MIN_BYTES or "scanner" in _scanner_state:
+    if mode == "scanner" or "scanner" in _scanner_state:
         return _fast_scanner(load=True) is not None
-    return False
+    if json_bytes < SCANNER_MIN_BYTES:
+        return False
+    return _fast_scanner(load=True, build=json_bytes >= SCANNER_BUILD_MIN_BYTES,
+                         jit=json_bytes >= JIT_SCANNER_MIN_BYTES) is not None
 
 
 #: Blocks of decompressed bytes of a plain or gzip file (the byte source of every JSON reader).
 ByteSource = _Source
 
 
-def _fast_scanner(load: bool = False) -> _Scanner | None:
+def _fast_scanner(load: bool = False, *, build: bool = True, jit: bool = True) -> _Scanner | None:
     """The compiled scanner: the one loaded in this process, else (``load``, or
-    ``EVTSYNC_DECODER=scanner``) loaded now (numba imported, the code loaded from numba's
-    cache or compiled the first time); None when it is switched off
-    (``EVTSYNC_DECODER=msgspec``), not loaded under ``auto``, or cannot work here (numba
-    missing, no writable cache location, JIT disabled by ``NUMBA_DISABLE_JIT``, a compilation
+    ``EVTSYNC_DECODER=scanner``) loaded now: the ahead-of-time module, built first when
+    ``build`` allows and it is not built yet; else (``jit``) numba's just-in-time scanner
+    (numba imported, the code loaded from numba's cache or compiled the first time). None when
+    it is switched off (``EVTSYNC_DECODER=msgspec``), not loaded under ``auto``, or cannot work
+    here (no build and numba missing, its JIT disabled by ``NUMBA_DISABLE_JIT``, a compilation
     error): msgspec then decodes every block."""
     mode = decoder_mode()
     if mode == "msgspec":
         return None
     scanner = _scanner_state.get("scanner")
-    if scanner is None and "unavailable" not in _scanner_state and (load or mode == "scanner"):
+    if scanner is None and (load or mode == "scanner"):
         with _scanner_lock:
-            scanner = _scanner_state.get("scanner")
-            if scanner is None and "unavailable" not in _scanner_state:
-                scanner = _load_scanner()
+            scanner = _scanner_state.get("scanner") or _load_scanner(build=build, jit=jit)
     return scanner
 
 
 _scanner_lock = threading.Lock()
 
 
-def _load_scanner() -> _Scanner | None:
-    try:
-        import numba
+def _load_scanner(*, build: bool, jit: bool) -> _Scanner | None:
+    if "ahead-of-time failed" not in _scanner_state:
+        try:
+            scan_block = scan.load_ahead_of_time()
+            if scan_block is None and build:
+                failure = scan.build_failure()
+                if failure is not None:
+                    raise RuntimeError(f"its build failed before: {failure}; delete "
+                                       f"{scan.ahead_of_time_path().with_suffix('.failed')} to try again")
+                log.info("building the trace scanner ahead of time, once for this version "
+                         "(~10-20 s of CPU) into %s", scan.ahead_of_time_dir())
+                scan.build_ahead_of_time()
+                scan_block = scan.load_ahead_of_time()
+            if scan_block is not None:
+                return _checked_scanner(_Scanner(scan_block, "ahead-of-time"))
+        except Exception as exc:  # noqa: BLE001 - any failure of the optional fast path: next way
+            log.warning("ahead-of-time trace scanner unavailable (%s)", exc)
+            _scanner_state["ahead-of-time failed"] = True
+    if jit and "jit failed" not in _scanner_state:
+        try:
+            import numba
 
-        if numba.config.DISABLE_JIT:  # the scanner would run as plain Python: far slower
-            raise RuntimeError("NUMBA_DISABLE_JIT is set")
-        from evtsync.trace import scan
+            if numba.config.DISABLE_JIT:  # the scanner would run as plain Python: far slower
+                raise RuntimeError("NUMBA_DISABLE_JIT is set")
+            return _checked_scanner(_Scanner(scan.jit_scan_block(), "just-in-time"))
+        except Exception as exc:  # noqa: BLE001 - any failure of the optional fast path means msgspec
+            log.warning("compiled trace scanner unavailable (%s): decoding with msgspec", exc)
+            _scanner_state["jit failed"] = True
+    return None
 
-        scanner = _Scanner(scan)
-        empty = np.frombuffer(bytearray(b"[]"), dtype=np.uint8)  # writable, as blocks are
-        if _run_scanner(scanner, empty, scanner.scratch(64))[0] != scan.OK:
-            raise RuntimeError("the scanner rejects an empty array")
-    except Exception as exc:  # noqa: BLE001 - any failure of the optional fast path means msgspec
-        log.warning("compiled trace scanner unavailable (%s): decoding with msgspec", exc)
-        _scanner_state["unavailable"] = True
-        return None
+
+def _checked_scanner(scanner: _Scanner) -> _Scanner:
+    """The scanner, made this process's after it reads an empty array; RuntimeError if not."""
+    empty = np.frombuffer(bytearray(b"[]"), dtype=np.uint8)  # writable, as blocks are
+    if _run_scanner(scanner, empty, scanner.scratch(64))[0] != scan.OK:
+        raise RuntimeError("the scanner rejects an empty array")
     _scanner_state["scanner"] = scanner
+    log.debug("trace scanner loaded (%s)", scanner.how)
     return scanner
 
 
 def prepare_fast_decoder() -> bool:
-    """Import numba and load (or compile, the first time) the compiled scanner now, so that
-    every file this process decodes next uses it whatever its size (unless
-    ``EVTSYNC_DECODER=msgspec``); False when it is switched off or unavailable."""
+    """Load the compiled scanner now (building the ahead-of-time module first if it is not
+    built, else numba's just-in-time one), so that every file this process decodes next uses
+    it whatever its size (unless ``EVTSYNC_DECODER=msgspec``); False when it is switched off
+    or unavailable."""
     return _fast_scanner(load=True) is not None
 
 
@@ -996,10 +1033,34 @@ def _run_scanner(scanner: _Scanner, buf: np.ndarray, scratch: _ScanScratch) -> t
     scratch.gen += 1
     arg_bytes, arg_offs = scanner.arg_keys
     arg_hash, arg_mult = scanner.arg_hash
-    return scanner.scan.scan_block(
+    return scanner.scan_block(
         buf, len(buf), scanner.phase_of, arg_bytes, arg_offs, scanner.arg_is_str, arg_hash, arg_mult,
-        scanner.scan.POW10, scratch.ints, scratch.floats, scratch.slow, scratch.str_span,
+        scan.POW10, scratch.ints, scratch.floats, scratch.slow, scratch.str_span,
         scratch.str_escaped, scratch.hash_gen, scratch.hash_id, scratch.gen)
+
+
+#: CPU seconds to read one trace file into its tables, per file and per byte of JSON, with
+#: the compiled scanner and with msgspec (2-core x86_64: 1 MB rank files 3.9-4.8 ms per MB
+#: with the scanner, 11-13 ms with msgspec; the 54 MB V100 trace 2.4 and 4.8 ms per MB), and
+#: what a process pool adds to move one file's tables back (pickled in the worker, unpickled
+#: by the caller: ~0.7 ms per file, plus 0.3 ms per MB of JSON for every table, 0.03 for the
+#: collectives); docs/performance/reading.md.
+READ_CPU_S = {"scanner": (1.5e-3, 2.5e-9), "msgspec": (6e-3, 5e-9)}
+TRANSFER_CPU_S = {"all": (0.7e-3, 0.3e-9), "reduced": (0.7e-3, 0.05e-9)}
+
+
+def reading_work(json_sizes: Sequence[int], scope: str = "all") -> Work:
+    """The estimated cost of reading files of these decompressed sizes (one process), for the
+    pool model (:func:`evtsync.parallel.pool_pays`): with the scanner where ``auto`` will use
+    it, else with msgspec."""
+    total = sum(json_sizes)
+    built = "scanner" in _scanner_state or scan.ahead_of_time_path().is_file()
+    fast = decoder_mode() == "scanner" or (decoder_mode() == "auto" and (
+        (built and total >= SCANNER_MIN_BYTES) or total >= SCANNER_BUILD_MIN_BYTES))
+    per_file, per_byte = READ_CPU_S["scanner" if fast else "msgspec"]
+    move_file, move_byte = TRANSFER_CPU_S["all" if scope == "all" else "reduced"]
+    n = len(json_sizes)
+    return Work(items=n, cpu_s=n * per_file + total * per_byte, transfer_cpu_s=n * move_file + total * move_byte)
 
 
 _unique_strings_decoder = msgspec.json.Decoder(list[str])
@@ -1015,7 +1076,6 @@ def _scan_route(scanner: _Scanner, block: bytes | memoryview, decoder: _Decoder)
     lacks a numeric ts/dur (the msgspec path counts it as skipped), or when a float the
     scanner left to Python is not finite.
     """
-    scan = scanner.scan
     buf = np.frombuffer(block, dtype=np.uint8)
     scratch = scanner.scratch(len(buf))
     status, n_ev, n_str, n_slow = _run_scanner(scanner, buf, scratch)

@@ -23,15 +23,38 @@ by their span for the caller to convert with Python's ``float``.
 Strings are interned per block in an open-addressing hash table over their raw bytes (with a
 generation stamp, so the table is never cleared): the caller decodes each unique span once.
 
-Only NumPy and numba are used here; numba is imported when this module is (the decoder
-imports it on first use, not at ``import evtsync``). Compiled with ``cache=True`` (reused by
-later processes) and ``nogil=True`` (threads scan blocks in parallel).
+Two ways to run it, the same code (only NumPy and numba are used here):
+
+- **ahead of time** (the default): :func:`build_ahead_of_time` compiles :func:`scan_block` with
+  numba's AOT compiler (``numba.pycc``) into a plain extension module, once per version of this
+  file and of NumPy, in ``<cache>/scanner/`` (:func:`evtsync.trace.cache.default_cache_dir`);
+  :func:`load_ahead_of_time` imports it in ~1 ms **without importing numba** (numba's import
+  and its cached JIT code cost ~1 s of CPU per process, docs/performance/reading.md);
+- **just in time**: :func:`jit_scan_block` imports numba and compiles the functions here with
+  ``cache=True`` (reused by later processes) and ``nogil=True`` (threads scan blocks in
+  parallel): the fallback where the module cannot be built (no C compiler).
+
+The functions marked :func:`_compiled` stay plain Python until one of these compiles them;
+importing this module does not import numba.
 """
 
 from __future__ import annotations
 
-import numba
+import contextlib
+import functools
+import hashlib
+import importlib.util
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 # -- layout of the per-event int64 matrix ---------------------------------------------------
 COL_PHASE, COL_CAT, COL_NAME, COL_PID, COL_TID, COL_TS, COL_DUR, COL_FLAGS = range(8)
@@ -77,7 +100,15 @@ _MINUS, _PLUS, _DOT, _ZERO, _NINE = 45, 43, 46, 48, 57
 #: more than most tokens take: the common tokens (keys, ASCII strings, plain integers) are
 #: therefore read inline in :func:`scan_block` and the helpers serve the rarer ones
 #: (numba's ``inline="always"`` made the compilation take minutes and the scanner slower).
-_jit = numba.njit(cache=True, nogil=True)
+#: names of the functions numba compiles (callees first), filled by :func:`_compiled`
+_COMPILED: list[str] = []
+
+
+def _compiled[F: Callable[..., Any]](func: F) -> F:
+    """Mark a function for numba: it is compiled (and its module global replaced by the
+    compiled dispatcher) by :func:`jit_scan_block` or :func:`build_ahead_of_time`."""
+    _COMPILED.append(func.__name__)
+    return func
 
 
 def key_table(keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -88,7 +119,7 @@ def key_table(keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(b"".join(encoded), dtype=np.uint8).copy(), offsets
 
 
-@_jit
+@_compiled
 def _ws(buf, i, n):
     while i < n:
         c = buf[i]
@@ -98,7 +129,7 @@ def _ws(buf, i, n):
     return i
 
 
-@_jit
+@_compiled
 def _hex(c):
     if 48 <= c <= 57:
         return c - 48
@@ -109,7 +140,7 @@ def _hex(c):
     return -1
 
 
-@_jit
+@_compiled
 def _u4(buf, i, n):
     """Value of the 4 hex digits at ``i`` or -1."""
     if i + 4 > n:
@@ -123,7 +154,7 @@ def _u4(buf, i, n):
     return v
 
 
-@_jit
+@_compiled
 def _string(buf, i, n):
     """The string whose opening quote is at ``i``: (index past its closing quote, has an
     escape); (-1, _) when it is not a strict, valid JSON string of valid UTF-8."""
@@ -189,7 +220,7 @@ def _string(buf, i, n):
     return -1, escaped
 
 
-@_jit
+@_compiled
 def _number(buf, i, n, pow10):
     """The JSON number at ``i``: (end, kind, int value, float value). kind: 0 an int64,
     1 a float computed exactly, 2 a float to convert by its text, 3 an integer beyond
@@ -282,7 +313,7 @@ def _number(buf, i, n, pow10):
     return i, 1, 0, (-f if neg else f)
 
 
-@_jit
+@_compiled
 def _literal(buf, i, n):
     """End of the literal true/false/null at ``i`` and its kind (0 null, 1 bool) or (-1, -1)."""
     c = buf[i]
@@ -296,7 +327,7 @@ def _literal(buf, i, n):
     return -1, -1
 
 
-@_jit
+@_compiled
 def _skip(buf, i, n, stack):
     """Index past the JSON value at ``i`` (whitespace before it skipped), or -status. Strings,
     numbers and literals are read inline (no call per token), strictly: a number must be
@@ -426,7 +457,7 @@ def _skip(buf, i, n, stack):
             return -_INVALID
 
 
-@_jit
+@_compiled
 def _match(buf, start, end, kbytes, koffs):
     """Index of the key ``buf[start:end]`` in the key table, or -1."""
     length = end - start
@@ -475,7 +506,7 @@ def arg_key_hash(keys: tuple[str, ...]) -> tuple[np.ndarray, int]:
     raise ValueError("no collision-free slot table for these keys")  # pragma: no cover
 
 
-@_jit
+@_compiled
 def scan_block(buf, n, phase_of, arg_bytes, arg_offs, arg_is_str, arg_hash, arg_mult, pow10,
                ints, floats, slow, str_span, str_escaped, hash_gen, hash_id, gen):
     """Scan the JSON array of events in ``buf[:n]`` into the given arrays.
@@ -821,3 +852,163 @@ def scan_block(buf, n, phase_of, arg_bytes, arg_offs, arg_is_str, arg_hash, arg_
             i = _ws(buf, i + 1, n)
             return (OK if i == n else _TRAILING), n_ev, n_str, n_slow
         return _INVALID, n_ev, n_str, n_slow
+
+
+# -- compiling and loading ------------------------------------------------------------------
+#: The signature the ahead-of-time module exports: the arrays the decoder passes (C-contiguous,
+#: writable) and the 4 counts returned.
+AOT_SIGNATURE = (
+    "UniTuple(int64, 4)(uint8[::1], int64, int64[::1], uint8[::1], int64[::1], boolean[::1], "
+    "int64[::1], int64, float64[::1], int64[:, ::1], float64[:, ::1], int64[:, ::1], int64[:, ::1], "
+    "boolean[::1], int64[::1], int64[::1], int64)")
+#: CPU time a build may take before it is abandoned (it takes ~10-20 s of CPU on 2 cores)
+BUILD_TIMEOUT_S = 600
+_jit_lock = threading.Lock()
+
+
+def _jit_all(cache: bool) -> None:
+    """Replace each function marked :func:`_compiled` by its numba dispatcher (idempotent)."""
+    import numba
+
+    with _jit_lock:
+        module = globals()
+        for name in _COMPILED:
+            if not isinstance(module[name], numba.core.dispatcher.Dispatcher):
+                module[name] = numba.njit(cache=cache, nogil=True)(module[name])
+
+
+def jit_scan_block() -> Callable[..., tuple[int, int, int, int]]:
+    """:func:`scan_block` compiled just in time by numba (from numba's cache after the first
+    time); imports numba (~0.5 s) and loads its CPU target and the code (~0.6 s)."""
+    _jit_all(cache=True)
+    return globals()["scan_block"]
+
+
+@functools.cache
+def ahead_of_time_name() -> str:
+    """Module name of the ahead-of-time scanner for this source and NumPy: a hash of both,
+    so an edited scanner or another NumPy never loads a stale build."""
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    digest.update(f"{np.__version__}|{sys.implementation.cache_tag}|{sys.platform}".encode())
+    return f"_evtsync_scan_{digest.hexdigest()[:16]}"
+
+
+def _suffix() -> str:
+    import importlib.machinery
+
+    return importlib.machinery.EXTENSION_SUFFIXES[0]
+
+
+def ahead_of_time_dir() -> Path:
+    """Where the ahead-of-time module lives: ``<cache>/scanner`` (``$EVTSYNC_CACHE_DIR``,
+    ``$XDG_CACHE_HOME/evtsync`` or ``~/.cache/evtsync``, as the table cache)."""
+    from evtsync.trace.cache import default_cache_dir
+
+    return default_cache_dir() / "scanner"
+
+
+def ahead_of_time_path(directory: Path | None = None) -> Path:
+    """The file of this source's ahead-of-time module in ``directory`` (default
+    :func:`ahead_of_time_dir`)."""
+    return (directory or ahead_of_time_dir()) / f"{ahead_of_time_name()}{_suffix()}"
+
+
+def load_ahead_of_time(directory: Path | None = None) -> Callable[..., tuple[int, int, int, int]] | None:
+    """The ahead-of-time :func:`scan_block`, or None when it has not been built (numba is not
+    imported: the module is plain machine code with NumPy's C API)."""
+    path = ahead_of_time_path(directory)
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location(path.name.split(".")[0], path)
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.scan_block
+
+
+def build_failure(directory: Path | None = None) -> str | None:
+    """Why the last build of this source's module failed (recorded so that later processes
+    do not try again), or None."""
+    marker = ahead_of_time_path(directory).with_suffix(".failed")
+    try:
+        return marker.read_text(errors="replace").strip() or "unknown error"
+    except OSError:
+        return None
+
+
+def build_ahead_of_time(directory: Path | None = None) -> Path:
+    """Compile :func:`scan_block` with numba's AOT compiler into ``directory`` (default
+    :func:`ahead_of_time_dir`) in a child process, once: the file appears whole (written
+    under a temporary name, then renamed), and processes that build at the same time wait
+    for the first (a lock file beside it). Raises RuntimeError when the build fails (no C
+    compiler, numba without ``pycc``); the reason is recorded beside it and returned by
+    :func:`build_failure` to later processes."""
+    import subprocess
+    import tempfile
+
+    directory = directory or ahead_of_time_dir()
+    target = ahead_of_time_path(directory)
+    if target.is_file():
+        return target
+    directory.mkdir(parents=True, exist_ok=True)
+    with _build_lock(target), tempfile.TemporaryDirectory(prefix=".build-", dir=directory) as tmp:
+        if target.is_file():  # another process built it while this one waited
+            return target
+        failure = build_failure(directory)
+        if failure is not None:
+            raise RuntimeError(f"building the ahead-of-time trace scanner failed ({failure})")
+        # this file run as a script: the child needs numba and NumPy, not evtsync on its path
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--build-into", tmp, ahead_of_time_name()]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+        else:
+            built = Path(tmp) / target.name
+            if done.returncode == 0 and built.is_file():
+                os.replace(built, target)
+                return target
+            lines = (done.stderr or done.stdout or "").strip().splitlines()
+            reason = f"exit {done.returncode}: {lines[-1] if lines else 'no output'}"
+        with contextlib.suppress(OSError):  # (under the lock: a waiting process reads it)
+            target.with_suffix(".failed").write_text(reason + "\n")
+    raise RuntimeError(f"building the ahead-of-time trace scanner failed ({reason})")
+
+
+@contextlib.contextmanager
+def _build_lock(target: Path) -> Any:
+    """Hold an exclusive lock on ``<target>.lock`` (processes reading in parallel that all
+    find the module missing build it once: the others wait, then load it)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - no POSIX locks: concurrent builds each rename whole files
+        yield
+        return
+    with open(target.with_suffix(".lock"), "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _build_into(directory: str, name: str) -> None:
+    """The child of :func:`build_ahead_of_time`: compile and write ``name`` into ``directory``."""
+    from numba.pycc import CC
+
+    _jit_all(cache=False)  # the callees as dispatchers, which the AOT compiler links in
+    compiler = CC(name)
+    compiler.output_dir = directory
+    compiler.verbose = False
+    compiler.export("scan_block", AOT_SIGNATURE)(globals()["scan_block"].py_func)
+    compiler.compile()
+
+
+if __name__ == "__main__":  # pragma: no cover - run by hand or by build_ahead_of_time's child
+    if len(sys.argv) == 4 and sys.argv[1] == "--build-into":
+        _build_into(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 1:  # python -m evtsync.trace.scan: build for this installation now
+        print(build_ahead_of_time())
+    else:
+        sys.exit("usage: python -m evtsync.trace.scan  (builds the ahead-of-time trace scanner)")

@@ -37,6 +37,7 @@ from evtsync.trace.decode import (
     decoder_mode,
     expect_json_bytes,
     json_bytes_estimate,
+    reading_work,
     string_dtype,
 )
 from evtsync.trace.tables import (
@@ -52,10 +53,6 @@ from evtsync.trace.tables import (
 log = logging.getLogger(__name__)
 
 TRACE_SUFFIXES = (".json", ".json.gz")
-#: Below this many bytes in total, reading in-process beats starting a process pool (the
-#: pool costs 2-3 s to start and ship tables back; a 58 MB set of 256 ranks read 1.5x faster
-#: in-process, docs/performance/reading.md).
-PARALLEL_MIN_BYTES = 256 << 20
 #: How a rank is found for each file: ``file`` (its ``distributedInfo.rank``, else its file
 #: name) or ``order`` (the i-th file given, folders expanded in name order, is rank i).
 RANK_FROM = ("file", "order")
@@ -305,11 +302,11 @@ def _read_all(files: Sequence[tuple[Path, int | None]], salvage: bool, jobs: int
               comm_kernels: tuple[tuple[str, str], ...] = ()) -> list[RankTables]:
     from evtsync.parallel import backend_for
 
-    total = sum(f.stat().st_size for f, _ in files)
-    json_total = (sum(json_bytes_estimate(f) for f, _ in files if f.name.lower().endswith(TRACE_SUFFIXES))
-                  if decoder_mode() == "auto" else 0)
-    with backend_for(len(files), jobs=jobs, workers=workers, scheduler=scheduler, total_bytes=total,
-                     parallel_min_bytes=PARALLEL_MIN_BYTES, client=client) as backend:
+    json_sizes = [json_bytes_estimate(f) for f, _ in files]
+    json_total = (sum(size for (f, _), size in zip(files, json_sizes, strict=True)
+                      if f.name.lower().endswith(TRACE_SUFFIXES)) if decoder_mode() == "auto" else 0)
+    with backend_for(len(files), jobs=jobs, workers=workers, scheduler=scheduler,
+                     work=reading_work(json_sizes, scope), client=client) as backend:
         # the scanner's load is paid once per process: what one process reads decides it
         per_process = json_total // max(1, min(getattr(backend, "jobs", 1), len(files)))
         task = functools.partial(_read_one, salvage=salvage, cache_dir=None if cache is None else str(cache),
@@ -707,6 +704,11 @@ def _read_log(item: tuple[str, int | None], salvage: bool) -> Any:
     return read_log(path, salvage=salvage, rank=rank)
 
 
+#: Below this many bytes of NCCL Inspector logs one process reads them all (a pool's start-up,
+#: ~0.7 s, outweighs reading ~100 MB at the reader's ~150 MB/s per core; docs/performance/inspector.md).
+INSPECTOR_PARALLEL_MIN_BYTES = 256 << 20
+
+
 def _load_logs(files: Sequence[tuple[Path, int | None]], sources: dict[Path, str], salvage: bool,
                jobs: int | None, workers: int | None, scheduler: str | None, client: Any) -> TraceSet:
     """The TraceSet of a folder of NCCL Inspector logs (nothing else may be mixed in)."""
@@ -720,7 +722,7 @@ def _load_logs(files: Sequence[tuple[Path, int | None]], sources: dict[Path, str
     reader = reader_named("nccl-inspector")
     total = sum(reader.cost(f) for f, _ in files)
     with backend_for(len(files), jobs=jobs, workers=workers, scheduler=scheduler, total_bytes=total,
-                     parallel_min_bytes=PARALLEL_MIN_BYTES, client=client) as backend:
+                     parallel_min_bytes=INSPECTOR_PARALLEL_MIN_BYTES, client=client) as backend:
         task = functools.partial(_read_log, salvage=salvage)
         logs = backend.map(task, [(str(f), r) for f, r in files], "reading NCCL Inspector logs")
     return logs_traceset(logs)
