@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from conftest import full_data_file
 
 from evtsync.cli import main
 from evtsync.collectives import PGOverride, align_collectives
@@ -71,7 +72,7 @@ def test_dlrm_all_collectives_aligned_and_tau_equals_raw(traces_dir: Path) -> No
 
 
 def test_missing_member_rank_is_an_error_unless_partial(traces_dir: Path) -> None:
-    traces = load_traces(traces_dir / "single-rank/tracelens_b200_rank0of8_pg_fields.json.gz")
+    traces = load_traces(full_data_file("traces/single-rank/tracelens_b200_rank0of8_pg_fields.json.gz"))
     # the rank set is checked before any alignment (issue 18): the ranks and the world size named
     with pytest.raises(TraceError, match=r"rank\(s\) 1-7 have no trace file \(world size 8"):
         align_collectives(traces)

@@ -88,21 +88,22 @@ def fit_path(path: str | os.PathLike[str]) -> Path:
     return p / FIT_FILE if p.is_dir() or not p.suffix else p
 
 
-def _require_netcdf_engine() -> None:
-    """Fits are netCDF-4 files written with h5netcdf (an optional extra): say so clearly."""
+def require_netcdf_engine() -> None:
+    """Fits are netCDF-4 files written with h5netcdf (a core dependency): a broken install is
+    named before any sampling starts (``fit``, ``run``), never after the draws are made."""
     try:
         import h5netcdf  # noqa: F401
         import h5py  # noqa: F401
     except ImportError as exc:
-        raise FitError("writing and reading fits needs the netCDF engine: "
-                       "pip install 'evtsync[netcdf]' (h5netcdf and h5py)") from exc
+        raise FitError(f"writing and reading fits needs h5netcdf and h5py, which evtsync requires "
+                       f"({exc}): reinstall with pip install --force-reinstall evtsync") from exc
 
 
 def save_fit(tree: xr.DataTree, out: str | os.PathLike[str]) -> Path:
     """Write the fit tree atomically to ``out/fit.nc`` (or to ``out`` if it names a .nc file)."""
     dest = fit_path(out)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    _require_netcdf_engine()
+    require_netcdf_engine()
     tree.attrs.setdefault(FORMAT_ATTR, FIT_FORMAT)
     tree.attrs.pop("fit_path", None)
     tree.attrs[CONTENT_ATTR] = content_sha256(tree)
@@ -147,7 +148,7 @@ def load_fit(path: str | os.PathLike[str]) -> xr.DataTree:
     p = fit_path(path)
     if not p.is_file():
         raise FitError(f"{p}: no such fit file (expected a folder written by `evtsync fit` or its {FIT_FILE})")
-    _require_netcdf_engine()
+    require_netcdf_engine()
     try:
         opened = xr.open_datatree(p, engine="h5netcdf")
         try:

@@ -20,6 +20,7 @@ into one window, are an error.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import os
 import re
@@ -158,8 +159,32 @@ class TraceSet(TablesDisplay):
         return row.iloc[0].to_dict()
 
 
+_DIGITS_RE = re.compile(r"(\d+)")
+
+
+def natural_key(path: Path) -> tuple[tuple[int, int | str], ...]:
+    """Sort key of a file name with its numbers compared as numbers: ``trace_2`` before
+    ``trace_10`` (a plain string sort puts ``trace_10`` first, which numbered ranks wrongly
+    from the 11th file on)."""
+    return tuple((1, int(part)) if part.isdigit() else (0, part)
+                 for part in _DIGITS_RE.split(path.name) if part)
+
+
 def _trace_files_in(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(TRACE_SUFFIXES))
+    return sorted((p for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(TRACE_SUFFIXES)),
+                  key=natural_key)
+
+
+def _check_given_order(files: list[Path]) -> None:
+    """``--rank-from order``: files named one by one (a shell glob sorts ``trace_10`` before
+    ``trace_2``) must not contradict the numbers in their names, or ranks would be wrong."""
+    for before, after in itertools.pairwise(files):
+        if before.parent == after.parent and natural_key(before) > natural_key(after):
+            raise InputError(
+                f"--rank-from order: {before.name} is given before {after.name}, against the numbers in "
+                "their names (a shell glob sorts names as text: trace_10 before trace_2), so the ranks "
+                "would be wrong; give the folder instead (its files are taken in natural name order), "
+                "list the files in rank order, or name each rank with RANK=PATH")
 
 
 def expand_inputs(paths: Iterable[str | os.PathLike[str]],
@@ -167,7 +192,7 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]],
     """Trace files named directly or found in named folders, each with the rank the user
     gave it (None: read from the file).
 
-    A folder's trace files are taken in name order; a folder holding no trace files but
+    A folder's trace files are taken in natural name order (``trace_2`` before ``trace_10``); a folder holding no trace files but
     ``iteration_N`` subfolders (torchtitan) gives the files of those, in N order. An
     argument ``RANK=PATH`` (e.g. ``3=trace.json``) gives the rank of that file; with
     ``rank_from="order"`` the i-th file is rank i.
@@ -207,6 +232,7 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]],
     if rank_from == "order":
         if any(g is not None for _, g in out):
             raise InputError("--rank-from order numbers the files itself: do not also give RANK=PATH")
+        _check_given_order([f for f, _ in out])
         out = [(f, i) for i, (f, _) in enumerate(out)]
     return out
 
