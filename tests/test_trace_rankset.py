@@ -205,3 +205,30 @@ def test_rank_from_order_refuses_files_listed_against_their_numbers(traces_dir: 
     with pytest.raises(InputError, match=r"trace_11\.json\.gz is given before trace_2\.json\.gz"):
         load_traces(globbed, rank_from="order")
     assert main(["tax", *globbed, "--rank-from", "order", "--no-cache"]) == 2
+
+
+def test_rank_without_collective_kernels_is_part_of_rank_set_completeness(traces_dir: Path, tmp_path: Path,
+                                                                           capsys) -> None:
+    """Issue 33 (2): rank 4 keeps its compute kernels but lost its 8 NCCL kernels; the groups
+    were inferred from the other 7 ranks and the tax computed over 7 of 8 with exit 0."""
+    from evtsync import tax_table
+
+    def drop_nccl(rank: int, raw: dict) -> dict:
+        if rank == 4:
+            raw["traceEvents"] = [e for e in raw["traceEvents"]
+                                  if not (e.get("cat") == "kernel" and e.get("name", "").startswith("nccl"))]
+        return raw
+
+    folder = _copy_dlrm(traces_dir, tmp_path / "no_nccl4", drop_nccl)
+    traces = load_traces(folder, jobs=1)
+    with pytest.raises(TraceError, match=r"rank 4 \(\S*worker4_\S*\): \d+ GPU kernel\(s\) but no NCCL collective "
+                                         r"kernel, while 7 other file\(s\) have them"):
+        tax_table(traces)
+    table = tax_table(traces, allow_partial=True)  # opted in: over the 7 ranks, said so
+    assert set(table["n_ranks"]) == {7}
+    capsys.readouterr()
+    assert main(["tax", "-q", "--no-cache", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "no NCCL collective kernel" in err
+    assert main(["tax", "--no-cache", "--allow-partial", str(folder)]) == 0
+    assert "INCOMPLETE rank set (--allow-partial): rank 4" in capsys.readouterr().out

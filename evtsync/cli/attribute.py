@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"attribution on {backend.name}: one task per rank", file=sys.stderr)
             read = {k: options[k] for k in ("salvage", "cache") if k in options}
             result = attribute(args.traces, pg, backend=backend, read_options=read, **common)
+    result, n_invalid = _valid_only(result)
     write_table(result.collectives, args.output)
     write_table(result.summary, sibling_path(args.output, "summary"))
     write_table(result.validation, sibling_path(args.output, "validation"))
@@ -110,11 +111,31 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"gpu_only_share": None if math.isnan(result.gpu_only_share) else result.gpu_only_share,
                           "summary": result.summary.to_dict(orient="records"),
                           "validation": result.validation.to_dict(orient="records"),
-                          "status": result.collectives["status"].value_counts().to_dict()},
+                          "status": result.collectives["status"].value_counts().to_dict(),
+                          "n_invalid_left_out": n_invalid},
                          indent=2, default=str).replace("NaN", "null"))
         return 0
-    _print_report(result)
+    _print_report(result, n_invalid)
     return 0
+
+
+def _valid_only(result):  # noqa: ANN001, ANN202 - an AttributionResult and the number left out
+    """The summary and the path-vs-tax regression over the collectives the alignment did not flag
+    invalid (issue 33: end times apart, type or size mismatch); the per-collective table keeps
+    every row with its ``valid`` flag. Returns the result and the number left out."""
+    from dataclasses import replace
+
+    from evtsync.critpath.attribution import summarize
+    from evtsync.critpath.validate import regress_path_on_tax
+
+    table = result.collectives
+    valid = table["valid"].fillna(False).astype(bool).to_numpy() if len(table) else []
+    n_invalid = int(len(table) - sum(valid))
+    if not n_invalid:
+        return result, 0
+    summary, gpu_only = summarize(table[valid])
+    return replace(result, summary=summary, gpu_only_share=gpu_only,
+                   validation=regress_path_on_tax(table[valid])), n_invalid
 
 
 def plot_breakdown(result, path: str) -> None:  # noqa: ANN001 - figure rendering only
@@ -142,11 +163,16 @@ def plot_breakdown(result, path: str) -> None:  # noqa: ANN001 - figure renderin
     save_figure(fig, path)
 
 
-def _print_report(result) -> None:  # noqa: ANN001 - CLI rendering only
+def _print_report(result, n_invalid: int = 0) -> None:  # noqa: ANN001 - CLI rendering only
     table = result.collectives
+    if n_invalid:
+        table = table[table["valid"].fillna(False).astype(bool).to_numpy()]
     ok = table[table["status"] == "ok"]
     others = [f"{n} {s}" for s, n in table["status"].value_counts().items() if s != "ok"]
     print(f"{len(table)} collective(s): {len(ok)} explained" + (f" ({', '.join(others)})" if others else ""))
+    if n_invalid:
+        print(f"{n_invalid} collective(s) flagged invalid by the alignment checks are left out of this listing, "
+              "the cause categories and the regressions (rows kept with valid = False in the table)")
     if len(ok):
         print("\nlargest taxes and their principal causes (extra µs over the fastest rank):")
         print(f"  {'pg':<12} {'index':>5} {'tau µs':>9} {'straggler':>9} {'path':<16} {'category':<16} "

@@ -85,7 +85,8 @@ class TraceSet(TablesDisplay):
     - ``untabulated``: events that went to no table, per rank, window, phase and category,
       with the reason (metadata, flow, instant, not tabulated by design, unknown category).
     - ``problems``: one line per reason the rank set is incomplete or foreign (a missing
-      rank, another job's file, an empty or kernel-less rank, kernels without ``dur``),
+      rank, another job's file, an empty or kernel-less rank, a rank without collective
+      kernels while others have them, kernels without ``dur``),
       naming rank and file; :meth:`check_complete` refuses them unless partial sets are
       allowed, and ``missing_ranks`` lists the ranks without a file.
     - every event table and ``ranks`` carry ``window``, the profiling window (0, 1, ...).
@@ -419,12 +420,18 @@ def _rank_set_problems(parts: Sequence[RankTables], windows: list[int], world: i
             problems.append(f"files of another job? {len(values[common])} rank(s) have {label} {common}, but {odd}")
     problems.extend(_apart_in_time(parts, windows))
     with_kernels = sum(1 for p in parts if p.info.get("n_kernels", 0) > 0)
+    with_collectives = sum(1 for p in parts if p.info.get("n_nccl_kernels", 0) > 0)
     for part in parts:
         where = f"rank {part.rank} ({part.info['path']})"
         if part.info.get("n_events", 0) == 0:
             problems.append(f"{where}: empty trace (no events in traceEvents)")
         elif with_kernels and part.info.get("n_kernels", 0) == 0:
             problems.append(f"{where}: no GPU kernels, while {with_kernels} other file(s) have them")
+        elif with_collectives and part.info.get("n_nccl_kernels", 0) == 0:
+            # its groups would be inferred without it: the tax over the others, silently (issue 33)
+            problems.append(f"{where}: {part.info['n_kernels']} GPU kernel(s) but no NCCL collective kernel, "
+                            f"while {with_collectives} other file(s) have them (its process groups would be "
+                            "aligned without it)")
         if part.info.get("n_kernels_without_dur", 0):
             problems.append(f"{where}: {part.info['n_kernels_without_dur']} kernel(s) without a numeric dur "
                             "(left out, so the rank cannot join its collectives)")
