@@ -47,10 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "tensor-parallel group)")
             action.metavar = "NAME[=RANKS[@STREAM]]"
     parser.add_argument("--out", metavar="DIR", default=None,
-                        help="run folder (default fits/demo for the demo, else fits/<name of the trace folder>)")
+                        help="run folder (default fits/demo for the demo, else fits/<name of the trace folder>): "
+                        "new, empty or a run folder; never an input folder or inside one")
     parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
                         help="no progress bars or stage lines; warnings and the final summary only")
-    parser.add_argument("--force", action="store_true", help="redo every stage, even those whose inputs did not change")
+    parser.add_argument("--force", action="store_true", help="redo every stage, even those whose inputs did not change; also write into a "
+                        "non-empty --out that is not a run folder (its files of the same names are replaced)")
     parser.add_argument("--no-report", dest="report", action="store_false", help="stop before the report")
     parser.add_argument("--allow-failed-workloads", action="store_true",
                         help="exit 0 although a workload of the study failed (default: exit 3; either way the "

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from evtsync.errors import InputError
-from evtsync.tableio import read_table
+from evtsync.tableio import TEMP_SUFFIX, read_table
 
 MANIFEST = "manifest.json"
 #: The lock a running ``evtsync run`` holds on its folder.
@@ -81,6 +82,35 @@ def read_manifest(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         raise InputError(f"{path}: not an evtsync run manifest (format {found!r}); rerun `evtsync run` with "
                          "--force to rebuild it, or choose another --out")
     return data
+
+
+def check_run_folder(out: str | os.PathLike[str], inputs: Sequence[str | os.PathLike[str]] = (),
+                     force: bool = False) -> None:
+    """Refuse, before any work, a run folder that would write among files that are not the run's.
+
+    ``out`` may not be, nor lie inside, a folder of the inputs (the manifest and tables would be
+    read as traces by later commands); it must be absent, empty, or a run folder (its
+    ``manifest.json`` is checked by :func:`read_manifest`). A non-empty folder without a
+    manifest holds the user's own files, which the run's ``report.html``, ``tables/`` and so on
+    would replace: refused unless ``force``.
+    """
+    target = Path(out).resolve()
+    for item in inputs:
+        path = Path(item).resolve()
+        folder = path if path.is_dir() else path.parent
+        if target == folder or folder in target.parents:
+            raise InputError(f"--out {out}: is {'the' if target == folder else 'inside the'} input folder "
+                             f"{item}: the run's manifest.json, tables and report would lie among the traces "
+                             "(and be read as traces by later commands); choose a folder outside the inputs")
+    if not target.is_dir() or (target / MANIFEST).exists():
+        return
+    own = {LOCK}
+    foreign = sorted(p.name for p in target.iterdir() if p.name not in own and not p.name.endswith(TEMP_SUFFIX))
+    if foreign and not force:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise InputError(f"--out {out}: a non-empty folder that is not an evtsync run folder (no {MANIFEST}; "
+                         f"holds {shown}): the run would replace files of the same names; choose an empty or "
+                         "new folder, or pass --force to write into it anyway")
 
 
 def fitted_models(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Path]:
