@@ -180,6 +180,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EvtsyncError as exc:
         print(f"evtsync: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # an environment failure not turned into an EvtsyncError where it happened
+        from evtsync.errors import OutputError
+        from evtsync.tableio import one_line_reason
+
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        print(f"evtsync: error: {where}{one_line_reason(exc)}", file=sys.stderr)
+        return OutputError.exit_code
     except KeyboardInterrupt:
         print("evtsync: interrupted", file=sys.stderr)
         return 130

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from evtsync.critpath.attribution import attribute
     from evtsync.errors import InputError
     from evtsync.parallel import InProcess, backend_for
-    from evtsync.tableio import table_format, write_table
+    from evtsync.tableio import all_or_nothing, table_format, write_table
     from evtsync.trace.traceset import expand_paths, load_traces
 
     table_format(args.output)
@@ -98,15 +98,16 @@ def run(args: argparse.Namespace) -> int:
             read = {k: options[k] for k in ("salvage", "cache") if k in options}
             result = attribute(args.traces, pg, backend=backend, read_options=read, **common)
     result, n_invalid = _valid_only(result)
-    write_table(result.collectives, args.output)
-    write_table(result.summary, sibling_path(args.output, "summary"))
-    write_table(result.validation, sibling_path(args.output, "validation"))
-    if args.paths:
-        write_table(result.paths, sibling_path(args.output, "paths"))
-    if args.plot:
-        plot_breakdown(result, args.plot)
-    if args.plot_path:
-        _plot_path(result, args.collective, args.plot_path)
+    with all_or_nothing():  # every output or none (a full disk half-way leaves nothing)
+        write_table(result.collectives, args.output)
+        write_table(result.summary, sibling_path(args.output, "summary"))
+        write_table(result.validation, sibling_path(args.output, "validation"))
+        if args.paths:
+            write_table(result.paths, sibling_path(args.output, "paths"))
+        if args.plot:
+            plot_breakdown(result, args.plot)
+        if args.plot_path:
+            _plot_path(result, args.collective, args.plot_path)
     if args.json:
         print(json.dumps({"gpu_only_share": None if math.isnan(result.gpu_only_share) else result.gpu_only_share,
                           "summary": result.summary.to_dict(orient="records"),

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
     from evtsync.cli._common import align_options, enter_dask, reading_options, sibling_path
     from evtsync.errors import InputError
-    from evtsync.tableio import write_table
+    from evtsync.tableio import all_or_nothing, write_table
     from evtsync.tax import tax_from_traces, tax_summary
     from evtsync.trace.traceset import load_traces
 
@@ -64,17 +64,18 @@ def run(args: argparse.Namespace) -> int:
         else:
             print("no NCCL kernels: using the CPU-side gloo collectives (their duration includes "
                   "the wait; see docs/gloo.md)")
-    if args.output:
-        write_table(tables.collectives, args.output)
-        write_table(tables.ranks, sibling_path(args.output, "ranks"))
-        write_table(alignment.mismatches, sibling_path(args.output, "mismatches"))
-        write_table(alignment.groups, sibling_path(args.output, "groups"))
-        write_table(stragglers, sibling_path(args.output, "stragglers"))
-        write_table(straggler_ranks, sibling_path(args.output, "straggler_ranks"))
-    if args.plot:
-        from evtsync.plots.tax import plot_tax_cdfs
+    with all_or_nothing():  # a full disk at the third table leaves none of them, not two
+        if args.output:
+            write_table(tables.collectives, args.output)
+            write_table(tables.ranks, sibling_path(args.output, "ranks"))
+            write_table(alignment.mismatches, sibling_path(args.output, "mismatches"))
+            write_table(alignment.groups, sibling_path(args.output, "groups"))
+            write_table(stragglers, sibling_path(args.output, "stragglers"))
+            write_table(straggler_ranks, sibling_path(args.output, "straggler_ranks"))
+        if args.plot:
+            from evtsync.plots.tax import plot_tax_cdfs
 
-        plot_tax_cdfs(tables.collectives, args.plot)
+            plot_tax_cdfs(tables.collectives, args.plot)
     if args.json:
         print(json.dumps({"groups": alignment.groups.to_dict(orient="records"),
                           "summary": summary.to_dict(orient="records"),

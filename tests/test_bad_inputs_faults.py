@@ -1,0 +1,96 @@
+"""Issue 33's fault campaign, one test class per kind of fault it found: disk, outputs, ... .
+
+Each case damages the environment (a full disk, simulated by making the writes' ``fsync`` fail
+with ENOSPC, or a real 16 KiB tmpfs where the tests run as root) and asserts what a user sees:
+exit status 2, exactly one ``evtsync: error:`` line naming the file and the system's reason, no
+traceback, and nothing half-written (no temporaries, no partial set of tables, an earlier file
+unchanged).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import TRACES
+
+from evtsync.cli import main
+from evtsync.tableio import TEMP_SUFFIX
+
+DLRM = TRACES / "dlrm-8rank-v100"
+ENOSPC_TEXT = os.strerror(errno.ENOSPC)  # "No space left on device"
+
+
+def _disk_full_after(monkeypatch: pytest.MonkeyPatch, writes: int) -> None:
+    """The disk fills after ``writes`` complete outputs: every later fsync fails with ENOSPC."""
+    real, done = os.fsync, [0]
+
+    def fsync(fd: int) -> None:
+        if done[0] >= writes:
+            raise OSError(errno.ENOSPC, ENOSPC_TEXT)
+        done[0] += 1
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+def _one_error_line(err: str) -> str:
+    assert "Traceback" not in err
+    lines = [x for x in err.splitlines() if x.startswith("evtsync: error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+class TestDiskFull:
+    def test_tax_tables_are_all_written_or_none(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+        """``tax -o`` writes six tables; the disk fills at the third: none of them is left."""
+        out = tmp_path / "out"
+        out.mkdir()
+        _disk_full_after(monkeypatch, 2)
+        capsys.readouterr()
+        assert main(["tax", "-q", str(DLRM), "--no-cache", "-o", str(out / "t.csv")]) == 2
+        line = _one_error_line(capsys.readouterr().err)
+        assert f"{out}/t_mismatches.csv: cannot write: {ENOSPC_TEXT}, ENOSPC" in line
+        assert "none of this command's outputs were written" in line
+        assert list(out.iterdir()) == []
+
+    def test_an_earlier_output_is_left_unchanged(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+        earlier = tmp_path / "t.csv"
+        earlier.write_text("an earlier result\n")
+        _disk_full_after(monkeypatch, 0)
+        assert main(["tax", "-q", str(DLRM), "--no-cache", "-o", str(earlier)]) == 2
+        _one_error_line(capsys.readouterr().err)
+        assert earlier.read_text() == "an earlier result\n"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
+
+    def test_run_stops_with_one_line_and_no_temporaries(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+        """``run`` on a full disk: one line, exit 2, the stage not recorded as failed by the data."""
+        out = tmp_path / "run"
+        _disk_full_after(monkeypatch, 0)
+        capsys.readouterr()
+        assert main(["run", "-q", str(DLRM), "--out", str(out), "--no-cache", "--no-report", "--model", "gumbel"]) == 2
+        line = _one_error_line(capsys.readouterr().err)
+        assert ENOSPC_TEXT in line and str(out) in line
+        assert not [p for p in out.rglob("*") if p.name.endswith(TEMP_SUFFIX)]
+
+    def test_real_full_tmpfs(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """The same on a real 16 KiB tmpfs (root only; skipped elsewhere)."""
+        mnt = tmp_path / "tiny"
+        mnt.mkdir()
+        if os.geteuid() != 0 or shutil.which("mount") is None or subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mnt)], capture_output=True).returncode:
+            pytest.skip("needs root and tmpfs to mount a tiny file system")
+        try:
+            assert main(["tax", "-q", str(DLRM), "--no-cache", "-o", str(mnt / "t.csv"), "--plot", str(mnt / "t.png")]) == 2
+            line = _one_error_line(capsys.readouterr().err)
+            assert ENOSPC_TEXT in line
+            assert list(mnt.iterdir()) == []
+        finally:
+            subprocess.run(["umount", str(mnt)], check=False)
