@@ -94,3 +94,35 @@ class TestDiskFull:
             assert list(mnt.iterdir()) == []
         finally:
             subprocess.run(["umount", str(mnt)], check=False)
+
+
+@pytest.fixture(scope="module")
+def dlrm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run folder of the DLRM traces (tax, attribution; too few z-scores for fits)."""
+    out = tmp_path_factory.mktemp("run") / "dlrm"
+    assert main(["run", "-q", str(DLRM), "--out", str(out), "--no-cache", "--model", "gumbel"]) == 0
+    return out
+
+
+class TestIntegrity:
+    def test_report_and_diff_refuse_a_table_edited_after_the_run(self, dlrm_run: Path, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+        """Issue 33 (7): run tables edited x10 were accepted by ``report`` and ``diff``
+        (verdict "higher +5458.5 µs") although the manifest stores every output's SHA-256."""
+        import pandas as pd
+
+        edited = tmp_path / "edited"
+        shutil.copytree(dlrm_run, edited)
+        assert main(["diff", str(dlrm_run), str(edited), "--json"]) == 0  # unchanged: compared
+        table_file = edited / "tables" / "tax_collectives.parquet"
+        table = pd.read_parquet(table_file)
+        table["tau_max_us"] *= 10
+        table.to_parquet(table_file, index=False)
+        capsys.readouterr()
+        assert main(["diff", str(dlrm_run), str(edited)]) == 2
+        line = _one_error_line(capsys.readouterr().err)
+        assert f"{edited}: tables/tax_collectives.parquet changed after `evtsync run` wrote it" in line
+        assert main(["report", str(edited), "--out", str(tmp_path / "rep")]) == 2
+        line = _one_error_line(capsys.readouterr().err)
+        assert "tables/tax_collectives.parquet changed after `evtsync run` wrote it" in line
+        assert not (tmp_path / "rep" / "report.html").exists()

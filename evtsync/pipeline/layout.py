@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from evtsync.errors import InputError
-from evtsync.tableio import TEMP_SUFFIX, read_table
+from evtsync.tableio import TEMP_SUFFIX, file_sha256, read_table
 
 MANIFEST = "manifest.json"
 #: The lock a running ``evtsync run`` holds on its folder.
@@ -82,6 +82,36 @@ def read_manifest(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         raise InputError(f"{path}: not an evtsync run manifest (format {found!r}); rerun `evtsync run` with "
                          "--force to rebuild it, or choose another --out")
     return data
+
+
+#: The folders of a run whose files its readers (report, diff) take as data: each file is checked
+#: against the SHA-256 the manifest recorded when the run wrote it (:func:`read_verified_manifest`).
+VERIFIED_FOLDERS = (TABLES, FITS)
+
+
+def changed_outputs(run_dir: str | os.PathLike[str], manifest: dict[str, Any]) -> list[str]:
+    """The tables and fits of a run (relative paths) whose content differs from what the run wrote."""
+    changed = []
+    for entry in manifest.get("stages", {}).values():
+        for rel, digest in (entry.get("outputs") or {}).items():
+            path = Path(run_dir) / rel
+            if Path(rel).parts[0] in VERIFIED_FOLDERS and path.is_file() and file_sha256(path) != digest:
+                changed.append(rel)
+    return sorted(changed)
+
+
+def read_verified_manifest(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The manifest of a run folder (:func:`read_manifest`), after checking every table and fit
+    it lists against the SHA-256 recorded when the run wrote it: a file edited since (a table's
+    values multiplied by 10) is refused by name, never reported or compared."""
+    manifest = read_manifest(run_dir)
+    changed = changed_outputs(run_dir, manifest)
+    if changed:
+        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        raise InputError(f"{run_dir}: {shown} changed after `evtsync run` wrote {'it' if len(changed) == 1 else 'them'} "
+                         f"(SHA-256 differs from the one in {MANIFEST}); rerun `evtsync run` with the same inputs "
+                         "and --out to rebuild, instead of reading altered results")
+    return manifest
 
 
 def check_run_folder(out: str | os.PathLike[str], inputs: Sequence[str | os.PathLike[str]] = (),
