@@ -329,7 +329,9 @@ def plan_alignment(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
                    ranks_per_host: int = RANKS_PER_HOST) -> list[GroupTask]:
     """Assign every collective to its PG and cut the work into one task per PG and window
     (sorted). The rank set is checked first (:meth:`TraceSet.check_complete`)."""
-    traces.check_complete(allow_partial)
+    # every command aligns here (tax, blocks, attribute, breakdown, run): the refusal names the
+    # step refused, not the tax of one of them
+    traces.check_complete(allow_partial, purpose="to align its collectives")
     nccl, is_gloo = _collective_events(traces)
     if is_gloo and end_tolerance_us == END_TOLERANCE_US:
         end_tolerance_us = GLOO_END_TOLERANCE_US

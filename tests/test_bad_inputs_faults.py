@@ -126,3 +126,53 @@ class TestIntegrity:
         line = _one_error_line(capsys.readouterr().err)
         assert "tables/tax_collectives.parquet changed after `evtsync run` wrote it" in line
         assert not (tmp_path / "rep" / "report.html").exists()
+
+
+class TestClocksAndMessages:
+    def test_a_clock_offset_is_shown_in_its_own_unit(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """Issue 33 (11): rank 2's clock 5 s ahead was reported as "starts +0.00 h from them"."""
+        import gzip
+        import json
+
+        folder = tmp_path / "offset"
+        folder.mkdir()
+        for path in sorted(DLRM.glob("*.json.gz")):
+            raw = json.loads(gzip.decompress(path.read_bytes()))
+            if raw["distributedInfo"]["rank"] == 2:
+                for e in raw["traceEvents"]:
+                    if isinstance(e.get("ts"), int | float):
+                        e["ts"] += 5_000_000  # µs
+            (folder / path.name.removesuffix(".gz")).write_text(json.dumps(raw))
+        capsys.readouterr()
+        assert main(["tax", "-q", str(folder), "--no-cache"]) == 2
+        line = _one_error_line(capsys.readouterr().err)
+        import re
+
+        # 5 s plus the ranks' own few ms of start difference: seconds, not "+0.00 h"
+        assert "does not overlap in time" in line and re.search(r"\(starts \+5\.0\d s from them\)", line)
+        assert "refusing to align its collectives" in line  # not "the tax": blocks, breakdown ... say it too
+
+    def test_format_offset_by_hand(self) -> None:
+        from evtsync.units import format_offset
+
+        assert [format_offset(v) for v in (5e9, -320e3, 9e12, 123.4e6, 0)] == [
+            "+5.00 s", "-320 µs", "+2.50 h", "+123 ms", "+0.00 ns"]
+
+    def test_not_converged_is_said_once_per_fit(self, caplog: pytest.LogCaptureFixture) -> None:
+        """Issue 33 (11): the warning came 13 times in one run (once per prediction table)."""
+        import numpy as np
+        import pandas as pd
+
+        from evtsync.evt.fit import tree_from_draws
+        from evtsync.evt.predict import tau_table
+
+        rng = np.random.default_rng(1)
+        tree = tree_from_draws({"mu": rng.normal(0, 0.1, (2, 20)), "sigma": np.exp(rng.normal(0, 0.1, (2, 20)))},
+                               pd.DataFrame({"cell": ["all"]}), rng.gumbel(size=50), np.zeros(50, dtype=int),
+                               family="gumbel")
+        tree.attrs.update(model_name="once-test", converged=0, convergence="NOT CONVERGED: max r_hat 1.3 > 1.01")
+        caplog.set_level("WARNING", logger="evtsync")
+        tables = [tau_table(tree, [8, 16], 10.0) for _ in range(3)]
+        notes = [r for r in caplog.records if "NOT CONVERGED" in r.getMessage()]
+        assert len(notes) == 1 and "once-test" in notes[0].getMessage()
+        assert all(not t["converged"].any() for t in tables)  # every table still carries the flag

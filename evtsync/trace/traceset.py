@@ -50,6 +50,7 @@ from evtsync.trace.tables import (
     n_rows,
     parse_rank_list,
 )
+from evtsync.units import format_offset
 
 log = logging.getLogger(__name__)
 
@@ -374,9 +375,9 @@ def _apart_in_time(parts: Sequence[RankTables], windows: list[int]) -> list[str]
     out = []
     for i, part in enumerate(parts):
         if cluster[i] != main and span[i][0] >= 0:
-            hours = (span[i][0] - main_start) / 3.6e12
+            offset = format_offset(span[i][0] - main_start)
             out.append(f"files of another job? rank {part.rank} ({part.info['path']}) does not overlap in time "
-                       f"with the other {sizes[main]} rank(s)' traces (starts {hours:+.2f} h from them)")
+                       f"with the other {sizes[main]} rank(s)' traces (starts {offset} from them)")
     return out
 
 
