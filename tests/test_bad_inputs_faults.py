@@ -176,3 +176,23 @@ class TestClocksAndMessages:
         notes = [r for r in caplog.records if "NOT CONVERGED" in r.getMessage()]
         assert len(notes) == 1 and "once-test" in notes[0].getMessage()
         assert all(not t["converged"].any() for t in tables)  # every table still carries the flag
+
+
+class TestTruncatedLog:
+    def test_a_cut_nccl_tests_table_is_said(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """Issue 33 (11): a table cut after 2 of its sizes parsed without a word. The header of
+        this real log announces 32 MiB .. 1 GiB by factor 2: 6 sizes (counted by hand)."""
+        from evtsync.nccltests.parse import parse_log
+
+        src = (TRACES.parent / "nccl-tests" / "all_reduce_A100-80GB_1x8_meta-gcm-fixture.txt").read_text()
+        lines = src.splitlines(keepends=True)
+        cut = tmp_path / "cut.txt"
+        cut.write_text("".join(lines[:19]))  # header, devices, column header, 2 result rows
+        assert parse_log(TRACES.parent / "nccl-tests" / "all_reduce_A100-80GB_1x8_meta-gcm-fixture.txt").runs[0].warnings == []
+        run = parse_log(cut).runs[0]
+        assert len(run.warnings) == 1
+        assert run.warnings[0].startswith("the table holds 2 of the 6 sizes its header announces")
+        assert "no footer" in run.warnings[0]
+        capsys.readouterr()
+        assert main(["nccl-tests", "parse", str(cut)]) == 0
+        assert "warning: the table holds 2 of the 6 sizes" in capsys.readouterr().out
