@@ -196,3 +196,23 @@ class TestTruncatedLog:
         capsys.readouterr()
         assert main(["nccl-tests", "parse", str(cut)]) == 0
         assert "warning: the table holds 2 of the 6 sizes" in capsys.readouterr().out
+
+
+class TestReportMarkdown:
+    def test_report_md_keeps_injected_html_inert(self, tmp_path: Path) -> None:
+        """Issue 33 (11): report.md kept a trace's injected HTML raw (Markdown viewers render it)."""
+        import pandas as pd
+
+        from evtsync.report.markdown import Alert, Caption, Section, Table, render_markdown
+
+        evil = '<script>alert(1)</script><img src=x onerror=alert(2)> [click](javascript:alert(3)) `x`'
+        sections = [Section(f"workload {evil}", [f"PG {evil}", Alert(evil), Caption(evil),
+                                                  Table(pd.DataFrame({"pg": [evil], evil: [1.5]}), caption=evil)])]
+        md = render_markdown(f"T {evil}", sections, tmp_path)
+        import re
+
+        for raw in ("<script", "<img", "`x`"):
+            assert raw not in md
+        assert not re.search(r"(?<!\\)\]\(javascript", md)  # the brackets are escaped: no link
+        # title, heading, text, alert, small print, table caption, column label, cell: 8 (by hand)
+        assert md.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 8
