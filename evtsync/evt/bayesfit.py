@@ -144,6 +144,8 @@ _UNCHECKED_ATTRS = (CONTENT_ATTR, CHECKSUMS_ATTR, "fit_path")
 def _plain(value: Any) -> Any:
     """An attribute or value as written and as read back alike (numpy scalars and arrays, which
     netCDF returns for Python numbers and lists, as Python ones; booleans as integers)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, np.ndarray):
         return [_plain(v) for v in value.tolist()]
     if isinstance(value, list | tuple):
