@@ -677,5 +677,10 @@ def load_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
         paths = [paths]
     files = expand_inputs(paths, rank_from)
     patterns = parse_comm_kernels(comm_kernels)
-    return assemble(_read_all(files, salvage, jobs, workers, scheduler, cache, client, scope, patterns),
-                    scope=scope)
+    traces = assemble(_read_all(files, salvage, jobs, workers, scheduler, cache, client, scope, patterns),
+                      scope=scope)
+    if cache is not None:
+        from evtsync.trace.cache import RankCache, cache_max_bytes
+
+        RankCache(Path(cache)).prune(cache_max_bytes())  # capped: least recently used entries go
+    return traces
