@@ -216,3 +216,95 @@ class TestReportMarkdown:
         assert not re.search(r"(?<!\\)\]\(javascript", md)  # the brackets are escaped: no link
         # title, heading, text, alert, small print, table caption, column label, cell: 8 (by hand)
         assert md.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 8
+
+
+class TestInterrupts:
+    def test_ctrl_c_stops_the_pool_without_worker_tracebacks(self, tmp_path: Path) -> None:
+        """Issue 33 (11): Ctrl-C printed a KeyboardInterrupt traceback from every pool process.
+        Ctrl-C reaches the whole foreground process group: here SIGINT is sent to the group of a
+        script whose job pool runs a 60 s job beside an idle process. Its processes must leave the interrupt to the
+        parent, which stops them at once: one line, exit 130, well before the tasks would end."""
+        import signal
+        import sys
+        import time
+
+        script = tmp_path / "pool.py"
+        script.write_text(  # as the run's job pool: one process busy with a long job, one idle
+            "import functools, sys, time\n"
+            "from evtsync.parallel import JobPool\n"
+            "try:\n"
+            "    with JobPool(2) as pool:\n"
+            "        short = pool.submit(functools.partial(time.sleep, 0.5))\n"
+            "        long = pool.submit(functools.partial(time.sleep, 60))\n"
+            "        short.result()\n"
+            "        print('started', flush=True)\n"
+            "        long.result()\n"
+            "except KeyboardInterrupt:\n"
+            "    print('interrupted', file=sys.stderr)\n"
+            "    sys.exit(130)\n")
+        import evtsync
+
+        env = {**os.environ, "PYTHONPATH": str(Path(evtsync.__file__).resolve().parent.parent)}  # this evtsync
+        proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True, env=env)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
+        time.sleep(1)  # the long job runs, the other process waits for work
+        began = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=30)
+        finally:
+            with __import__("contextlib").suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert time.monotonic() - began < 20  # not the tasks' 60 s
+        assert proc.returncode == 130, err
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+        assert err.strip() == "interrupted"
+
+
+class TestTemporaries:
+    def test_a_command_leaves_nothing_in_tmpdir(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Issue 33 (11): each rerun left ~17 files in $TMPDIR (PyTensor's numba backend writes the
+        source of every compiled function with NamedTemporaryFile(delete=False), in this process
+        and in the pool's). What a command's process or its children leave there goes with it."""
+        import sys
+        import tempfile
+
+        import evtsync.cli.models as models_cli
+
+        tmpdir = tmp_path / "tmp"
+        tmpdir.mkdir()
+        monkeypatch.setenv("TMPDIR", str(tmpdir))
+        monkeypatch.setattr(tempfile, "tempdir", None)  # read $TMPDIR again
+
+        def leaves_temporaries(args: object) -> int:
+            with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh:
+                fh.write("def f(): pass\n")  # as PyTensor does
+            subprocess.run([sys.executable, "-c", "import tempfile; tempfile.mkstemp()"], check=True)
+            return 0
+
+        monkeypatch.setattr(models_cli, "run", leaves_temporaries)
+        assert main(["models"]) == 0
+        assert list(tmpdir.iterdir()) == []
+        assert os.environ["TMPDIR"] == str(tmpdir) and tempfile.gettempdir() == str(tmpdir)  # restored
+
+    @pytest.mark.slow
+    def test_a_real_fit_leaves_nothing_in_tmpdir(self, tmp_path: Path) -> None:
+        """The same with a real Bayesian fit in a child ``evtsync`` process (PyTensor's numba backend)."""
+        import sys
+
+        import numpy as np
+        import pandas as pd
+
+        import evtsync
+
+        z = tmp_path / "z.csv"
+        pd.DataFrame({"z": np.random.default_rng(0).gumbel(size=200)}).to_csv(z, index=False)
+        tmpdir = tmp_path / "tmp"
+        tmpdir.mkdir()
+        env = {**os.environ, "TMPDIR": str(tmpdir), "PYTHONPATH": str(Path(evtsync.__file__).resolve().parent.parent)}
+        done = subprocess.run([sys.executable, "-m", "evtsync", "-q", "fit", str(z), "--model", "gumbel", "--draws",
+                               "50", "--tune", "50", "--chains", "1", "--out", str(tmp_path / "fit")],
+                              env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode in (0, 1), done.stderr[-2000:]
+        assert list(tmpdir.iterdir()) == []
