@@ -308,3 +308,33 @@ class TestTemporaries:
                               env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode in (0, 1), done.stderr[-2000:]
         assert list(tmpdir.iterdir()) == []
+
+
+class TestInstall:
+    def test_the_fit_engine_is_checked_before_any_sampling(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+        """Issue 33 (9): without h5netcdf, ``fit`` sampled for minutes, then failed writing the fit.
+        (It is a core dependency now; a broken install is still said before the first draw.)"""
+        import numpy as np
+        import pandas as pd
+
+        import evtsync.evt.bayesfit as bayesfit
+        import evtsync.evt.fit as fit
+        from evtsync.errors import FitError
+
+        def missing() -> None:
+            raise FitError("writing and reading fits needs h5netcdf and h5py (No module named 'h5netcdf')")
+
+        def no_sampling(*args: object, **kwargs: object) -> None:
+            raise AssertionError("sampling started before the fit file's engine was checked")
+
+        monkeypatch.setattr(bayesfit, "require_netcdf_engine", missing)
+        monkeypatch.setattr(fit, "fit_table", no_sampling)
+        z = tmp_path / "z.csv"
+        pd.DataFrame({"z": np.random.default_rng(0).gumbel(size=100)}).to_csv(z, index=False)
+        capsys.readouterr()
+        assert main(["fit", str(z), "--model", "gumbel", "--out", str(tmp_path / "fit")]) == 2
+        assert "needs h5netcdf" in _one_error_line(capsys.readouterr().err)
+        assert main(["run", str(DLRM), "--out", str(tmp_path / "run"), "--model", "gumbel", "--no-cache"]) == 2
+        assert "needs h5netcdf" in _one_error_line(capsys.readouterr().err)
+        assert not (tmp_path / "run").exists()  # refused before the run folder was made
