@@ -668,8 +668,9 @@ def _gpu_sections(ctx: _Ctx) -> list[Section]:
         sec = Section(f"{gpu}: synchronization tax", level=3, anchor=f"tax-{slug}")
         if summary is not None and len(summary):
             s = summary[summary["gpu"].astype(str) == gpu]
-            medians = {key: median_interval(grp["tau_max_us"].to_numpy(float))
-                       for key, grp in sub.groupby(["workload", "pg", "collective"])}
+            valid = sub[sub["valid"].fillna(False).astype(bool).to_numpy()] if "valid" in sub else sub
+            medians = {key: median_interval(grp["tau_max_us"].to_numpy(float))  # as the summary: valid only
+                       for key, grp in valid.groupby(["workload", "pg", "collective"])}
             shown = pd.DataFrame({
                 "workload": s["workload"], "pg": s["pg"], "collective": s["collective"], "count": s["count"],
                 f"tau median µs [{PCT} CI]": [fmt_ci(*medians.get((w, p, c), (np.nan,) * 3))
@@ -678,11 +679,13 @@ def _gpu_sections(ctx: _Ctx) -> list[Section]:
                 "wait share, longest-waiting rank": s["fastest_wait_share"],
                 "wait share, median rank": s["median_rank_wait_share"], "invalid": s["n_invalid"]})
             sec.items.append(Table(shown, "Tax per workload, PG and collective type (SPEC §3): tau = max − min NCCL "
-                                          "kernel duration over the member ranks, µs: median over the collectives with "
+                                          "kernel duration over the member ranks, µs, over the valid collectives "
+                                          "(count): median with "
                                           f"its distribution-free {PCT} confidence interval (order statistics), 90th "
                                           "percentile, maximum; wait share = (d_r − min d)/d_r, median over the "
                                           "collectives, for the rank that waited longest and for the median rank; "
-                                          "collectives flagged by the alignment checks."))
+                                          "invalid: collectives flagged by the alignment checks, left out of every "
+                                          "statistic."))
         if len(sub):
             labelled = sub.assign(pg=sub["workload"].astype(str) + " " + sub["pg"].astype(str))
             sec.items.append(ctx.figure(functools.partial(tax_figs.tax_cdfs, labelled), f"tax-cdf-{slug}", f"Empirical CDF of the synchronization tax tau_max (max − min NCCL "
