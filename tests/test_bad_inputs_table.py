@@ -556,5 +556,7 @@ def test_a_run_keeps_user_tmp_files_under_out(tmp_path: Path) -> None:
     drafts = [out / "sub" / ".draft.tmp", out / ".notes.tmp", out / "tables-mine.tmp"]
     for p in drafts:
         p.write_text("mine")
-    assert main(["-q", "run", str(DLRM), "--no-cache", "--out", str(out), "--model", "gumbel", "--no-report"]) == 0
+    # --force: a folder of the user's files is refused as --out otherwise (issue 33)
+    assert main(["-q", "run", str(DLRM), "--no-cache", "--out", str(out), "--model", "gumbel", "--no-report",
+                 "--force"]) == 0
     assert all(p.read_text() == "mine" for p in drafts)
