@@ -127,8 +127,11 @@ def check_run_folder(out: str | os.PathLike[str], inputs: Sequence[str | os.Path
     target = Path(out).resolve()
     for item in inputs:
         path = Path(item).resolve()
+        if not path.exists():
+            continue  # said by the reader, naming it
         folder = path if path.is_dir() else path.parent
-        if target == folder or folder in target.parents:
+        # a folder of traces or of workloads: nothing of the run inside it; loose files: not beside them
+        if target == folder or (path.is_dir() and folder in target.parents):
             raise InputError(f"--out {out}: is {'the' if target == folder else 'inside the'} input folder "
                              f"{item}: the run's manifest.json, tables and report would lie among the traces "
                              "(and be read as traces by later commands); choose a folder outside the inputs")

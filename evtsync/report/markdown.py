@@ -141,15 +141,16 @@ _WORDS = {"gpu": "GPU", "cpu": "CPU", "pg": "PG", "n": "number of", "id": "ID", 
           "loo": "LOO", "elpd": "elpd", "cv": "CV", "mle": "MLE", "xi": "xi", "nccl": "NCCL"}
 
 
-_MD_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "[": "\\[", "]": "\\]", "`": "\\`"}
-_MD_SPECIAL = re.compile("[&<>\\[\\]`]")
+_MD_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "](": "\\](", "`": "\\`"}
+_MD_SPECIAL = re.compile(r"[&<>`]|\]\(")
 
 
 def md_text(text: Any) -> str:
     """Text from the data (workload, PG, kernel and file names; numbers) made inert in Markdown:
     ``<``, ``>`` and ``&`` as HTML entities (Markdown viewers render raw HTML, so an injected
-    ``<script>`` or ``<img onerror>`` in a trace's names would run), brackets and backticks
-    escaped (no injected links or code spans). Shown as the same characters."""
+    ``<script>`` or ``<img onerror>`` in a trace's names would run), ``](`` and backticks escaped
+    (no injected links or code spans; an interval's ``[lo, hi]`` stays as it is). Shown as the
+    same characters."""
     return _MD_SPECIAL.sub(lambda m: _MD_ESCAPES[m.group(0)], str(text))
 
 
