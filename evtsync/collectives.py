@@ -332,7 +332,9 @@ def plan_alignment(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
     if traces.logged is not None:
         raise InputError("NCCL Inspector logs are aligned by (communicator, sequence number) in one pass "
                          "(align_collectives / align_logged), not planned per PG")
-    traces.check_complete(allow_partial)
+    # every command aligns here (tax, blocks, attribute, breakdown, run): the refusal names the
+    # step refused, not the tax of one of them
+    traces.check_complete(allow_partial, purpose="to align its collectives")
     nccl, is_gloo = _collective_events(traces)
     if is_gloo and end_tolerance_us == END_TOLERANCE_US:
         end_tolerance_us = GLOO_END_TOLERANCE_US

@@ -278,10 +278,11 @@ def tables_from_run(run_dir, label: str | None = None, workload: str | None = No
     """A side of a comparison read from a run folder's tax tables (``evtsync run --out``)."""
     from pathlib import Path
 
-    from evtsync.pipeline.layout import missing_ranks, read_manifest, table_path
+    from evtsync.pipeline.layout import missing_ranks, read_verified_manifest, table_path
     from evtsync.tableio import read_table
 
     run_dir = Path(run_dir)
+    manifest = read_verified_manifest(run_dir)  # its tables as the run wrote them, or refused
     path = table_path(run_dir, "tax_collectives")
     if not path.is_file():
         raise InputError(f"diff: {run_dir} holds no tax table ({path.relative_to(run_dir)}): is it the "
@@ -301,7 +302,7 @@ def tables_from_run(run_dir, label: str | None = None, workload: str | None = No
         raise InputError(f"diff: {run_dir} holds {len(names)} workloads ({', '.join(names)}); "
                          "choose one with --workload-a/--workload-b")
     names = sorted(set(coll["workload"].astype(str))) if "workload" in coll.columns else []
-    lacking = missing_ranks(read_manifest(run_dir)).get(workload or (names[0] if len(names) == 1 else ""), [])
+    lacking = missing_ranks(manifest).get(workload or (names[0] if len(names) == 1 else ""), [])
     return RunTables(label or str(run_dir), coll.reset_index(drop=True),
                      None if ranks is None else ranks.reset_index(drop=True), missing_ranks=lacking)
 
@@ -689,11 +690,16 @@ def fit_of_run(run_dir) -> RunFit | None:
     """
     from pathlib import Path
 
-    from evtsync.pipeline.layout import fitted_models, main_model, read_manifest, table_path
+    from evtsync.pipeline.layout import (
+        fitted_models,
+        main_model,
+        read_verified_manifest,
+        table_path,
+    )
     from evtsync.tableio import read_table
 
     run_dir = Path(run_dir)
-    manifest = read_manifest(run_dir)
+    manifest = read_verified_manifest(run_dir)
     name = main_model(run_dir, manifest)
     if name is None:
         return None

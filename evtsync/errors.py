@@ -26,6 +26,11 @@ class InputError(EvtsyncError):
     """A table, option or data file given by the user is not what was expected."""
 
 
+class OutputError(EvtsyncError):
+    """An output could not be written (disk full, no permission, I/O error): nothing half-written
+    is left, and the message names the file and the system's reason."""
+
+
 class NcclTestsError(EvtsyncError):
     """An nccl-tests log cannot be turned into a table of measurements."""
 

@@ -32,6 +32,7 @@ import logging
 import math
 import multiprocessing
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -143,9 +144,14 @@ class ProcessPool:
         ctx.set_forkserver_preload(list(self.preload))
         try:
             with _without_main_script(fn), \
-                    ProcessPoolExecutor(max_workers=min(self.jobs, len(items)), mp_context=ctx) as pool:
+                    ProcessPoolExecutor(max_workers=min(self.jobs, len(items)), mp_context=ctx,
+                                        initializer=leave_interrupts_to_the_parent) as pool:
                 futures = [pool.submit(fn, item) for item in items]
-                return [fut.result() for fut in progress(futures, desc, len(items))]
+                try:
+                    return [fut.result() for fut in progress(futures, desc, len(items))]
+                except KeyboardInterrupt:
+                    stop_pool(pool)
+                    raise
         except (BrokenProcessPool, RuntimeError) as exc:
             # a worker died, or the pool cannot start here; an error of the work itself
             # (a bad trace) is re-raised as it is
@@ -171,7 +177,8 @@ class JobPool:
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(list(preload))
         self.processes = processes
-        self._pool = ProcessPoolExecutor(max_workers=processes, mp_context=ctx, initializer=initializer)
+        self._pool = ProcessPoolExecutor(max_workers=processes, mp_context=ctx,
+                                         initializer=functools.partial(leave_interrupts_to_the_parent, initializer))
 
     def submit(self, fn: Callable[[], R]) -> Future[R]:
         """Run ``fn()`` in a pool process (started now if the pool has room for one more)."""
@@ -184,8 +191,32 @@ class JobPool:
     def __enter__(self) -> JobPool:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            stop_pool(self._pool)  # Ctrl-C: the running jobs are stopped, not waited for
         self.close()
+
+
+def leave_interrupts_to_the_parent(then: Callable[[], None] | None = None) -> None:
+    """Initializer of every pool process: Ctrl-C reaches the whole process group, and each
+    process printed its own KeyboardInterrupt traceback (issue 33). The pool's processes ignore
+    it; the parent, which gets it too, stops them (:func:`stop_pool`) and says one line.
+    ``then``: the pool's own initializer, run next."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if then is not None:
+        then()
+
+
+def stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Cancel the pending work of ``pool`` and terminate its processes now (on Ctrl-C), instead of
+    waiting for the running tasks (a fit may take minutes)."""
+    # terminated processes make the executor's own shutdown (by its caller) quick: it finds them
+    # gone and cancels the rest. (shutdown(wait=False) first left Python 3.12.1's exit hook
+    # writing to a closed pipe: "Exception ignored ... Bad file descriptor".)
+    processes = list((getattr(pool, "_processes", None) or {}).values())  # the executor's own table
+    for process in processes:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            process.terminate()
 
 
 def start_fork_server(preload: Sequence[str] = PRELOAD) -> None:

@@ -8,7 +8,9 @@ renamed over the destination (an atomic operation on POSIX file systems).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import datetime
+import errno
 import hashlib
 import math
 import os
@@ -18,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from evtsync.errors import InputError
+from evtsync.errors import InputError, OutputError
 
 
 class _Pandas:
@@ -46,15 +48,43 @@ def _umask() -> int:
     return mask
 
 
+#: Outputs written inside :func:`all_or_nothing`: (temporary, destination) pairs renamed together
+#: when it ends, or removed together when it fails.
+_PENDING: contextvars.ContextVar[list[tuple[Path, Path]] | None] = contextvars.ContextVar(
+    "evtsync_pending_outputs", default=None)
+
+
+def one_line_reason(exc: OSError) -> str:
+    """The system's reason for an OS error on one line (HDF5's messages span several)."""
+    if exc.errno:
+        return os.strerror(exc.errno)
+    text = str(exc.strerror or exc or type(exc).__name__)
+    return " ".join(text.split())
+
+
+def output_error(dest: Path, exc: OSError) -> OutputError:
+    """The one-line error of an output that could not be written (disk full, permission, I/O)."""
+    reason = one_line_reason(exc)
+    errno_name = f", {errno.errorcode[exc.errno]}" if exc.errno in errno.errorcode else ""
+    together = "; none of this command's outputs were written" if _PENDING.get() is not None else \
+        "; it was not written (an earlier file of that name is unchanged)"
+    return OutputError(f"{dest}: cannot write: {reason}{errno_name}{together}")
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` on success.
 
-    On any exception the temporary file is removed and ``path`` is left untouched.
+    On any exception the temporary file is removed and ``path`` is left untouched; an
+    :class:`OSError` (disk full, permission, I/O error) becomes an :class:`OutputError` naming
+    ``path``. Inside :func:`all_or_nothing` the rename waits for the end of that block.
     """
     dest = Path(path)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=TEMP_SUFFIX, dir=dest.parent)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=TEMP_SUFFIX, dir=dest.parent)
+    except OSError as exc:
+        raise output_error(dest, exc) from exc
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get the usual mode
     finally:
@@ -64,10 +94,41 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
-        os.replace(tmp, dest)
+        pending = _PENDING.get()
+        if pending is None:
+            os.replace(tmp, dest)
+        else:
+            pending.append((tmp, dest))
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise output_error(dest, exc) from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def all_or_nothing() -> Iterator[None]:
+    """Make the outputs written inside (through :func:`atomic_path`) appear together at the end,
+    or, if anything fails (a full disk at the third table), none of them: a command's set of
+    outputs is never half-written."""
+    pending: list[tuple[Path, Path]] = []
+    token = _PENDING.set(pending)
+    try:
+        yield
+    except BaseException:
+        for tmp, _ in pending:
+            tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        _PENDING.reset(token)
+    for i, (tmp, dest) in enumerate(pending):
+        try:
+            os.replace(tmp, dest)
+        except OSError as exc:
+            for left, _ in pending[i:]:
+                left.unlink(missing_ok=True)
+            raise output_error(dest, exc) from exc
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> Path:

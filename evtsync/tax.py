@@ -102,11 +102,17 @@ def compute_tax(alignment: Alignment) -> TaxTables:
 
 
 def tax_summary(tax: TaxTables) -> pd.DataFrame:
-    """Per PG × collective type: count, median / P90 / max tau_max, median wait shares.
+    """Per PG × collective type: count, median / P90 / max tau_max, median wait shares, over
+    the **valid** collectives only.
 
     The median comes with its distribution-free interval (:func:`evtsync.intervals.median_interval`,
     ``_lo_us`` / ``_hi_us``) and what that interval is (``tau_median_interval``: the level, or
     "range of n" where the collectives are too few for it).
+
+    ``count`` is the number of valid collectives the statistics are computed from;
+    ``n_invalid`` the number left out because the alignment flagged them (end times apart,
+    type or size mismatch, one rank present): a flagged collective's durations do not measure
+    a tax, so it never enters a statistic (the statistics are NaN when none is valid).
 
     ``fastest_wait_share`` is the wait share of the rank that waited longest (the first to
     arrive) in each instance; ``median_rank_wait_share`` the median over ranks; both are
@@ -120,17 +126,21 @@ def tax_summary(tax: TaxTables) -> pd.DataFrame:
     per_instance = tax.ranks.groupby(["pg", "index"])["wait_share"].agg(["max", "median"])
     merged = tax.collectives.join(per_instance, on=["pg", "index"])
     rows = []
+    nan = float("nan")
     for (pg, coll), grp in merged.groupby(["pg", "collective"], sort=True):
-        tau = grp["tau_max_us"].to_numpy()
+        valid = grp[grp["valid"].astype(bool).to_numpy()]
+        tau = valid["tau_max_us"].to_numpy(dtype=float)
         median, lo, hi = median_interval(tau)
         rows.append({
-            "pg": pg, "pg_desc": grp["pg_desc"].iloc[0], "collective": coll, "count": len(grp),
+            "pg": pg, "pg_desc": grp["pg_desc"].iloc[0], "collective": coll, "count": len(valid),
             "tau_median_us": median, "tau_median_lo_us": lo, "tau_median_hi_us": hi,
-            "tau_median_interval": median_interval_kind(len(tau)), "tau_p90_us": float(np.percentile(tau, 90)),
-            "tau_max_us": float(tau.max()), "tau_med_median_us": float(grp["tau_med_us"].median()),
-            "fastest_wait_share": float(grp["max"].median()),
-            "median_rank_wait_share": float(grp["median"].median()),
-            "n_invalid": int((~grp["valid"]).sum())})
+            "tau_median_interval": median_interval_kind(len(tau)),
+            "tau_p90_us": float(np.percentile(tau, 90)) if tau.size else nan,
+            "tau_max_us": float(tau.max()) if tau.size else nan,
+            "tau_med_median_us": float(valid["tau_med_us"].median()) if tau.size else nan,
+            "fastest_wait_share": float(valid["max"].median()) if tau.size else nan,
+            "median_rank_wait_share": float(valid["median"].median()) if tau.size else nan,
+            "n_invalid": len(grp) - len(valid)})
     return pd.DataFrame(rows, columns=cols)
 
 

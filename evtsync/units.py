@@ -1,4 +1,6 @@
-"""Byte sizes in text, one convention for every command: SI prefixes are powers of ten
+"""Units in text. Time offsets: :func:`format_offset` (``+5.00 s``, ``-320 µs``, ``+2.50 h``).
+
+Byte sizes, one convention for every command: SI prefixes are powers of ten
 (``K`` = 10³, ``M`` = 10⁶, ``G`` = 10⁹, ``T`` = 10¹²), IEC prefixes powers of two (``Ki`` = 2¹⁰,
 ``Mi`` = 2²⁰, ``Gi`` = 2³⁰, ``Ti`` = 2⁴⁰); a trailing ``B`` is optional and case is ignored.
 
@@ -56,3 +58,16 @@ def nccl_tests_size(text: str) -> str:
     if not value.is_integer():
         raise InputError(f"nccl-tests size {text!r} is {value:g} bytes: give a whole number of bytes")
     return str(int(value))
+_OFFSET_UNITS = ((3600e9, "h"), (60e9, "min"), (1e9, "s"), (1e6, "ms"), (1e3, "µs"), (1.0, "ns"))
+
+
+def format_offset(ns: float) -> str:
+    """A signed time difference in the largest unit that keeps it >= 1, three significant
+    figures: ``format_offset(5e9) == "+5.00 s"`` (a 5 s clock offset was shown as "+0.00 h")."""
+    size = abs(ns)
+    for scale, unit in _OFFSET_UNITS:
+        if size >= scale or unit == "ns":
+            value = ns / scale
+            digits = max(0, 2 - len(str(int(abs(value)))) + 1)
+            return f"{value:+.{digits}f} {unit}"
+    raise AssertionError("unreachable")

@@ -1,5 +1,5 @@
 """Bad input, table-driven (issue 18): every case runs the CLI as a user would, on damaged copies
-of the real data in ../shared/data, and asserts
+of the real data in tests/data/public (copies of the public data), and asserts
 
 - a non-zero exit status,
 - one line on stderr that starts ``evtsync: error:`` and names the culprit (file, rank, option),
@@ -7,7 +7,7 @@ of the real data in ../shared/data, and asserts
 - no traceback, no numpy/pandas warning on the terminal,
 - no half-written output left behind, and no file outside the outputs touched.
 
-The copies are made in a temporary folder; ../shared/data is never written.
+The copies are made in a temporary folder; tests/data/public (copies of the public data) is never written.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import TRACES, file_hashes
+from conftest import TRACES, file_hashes, full_data_file
 
 DLRM = TRACES / "dlrm-8rank-v100"
 pytestmark = pytest.mark.skipif(not DLRM.is_dir(), reason=f"shared data not found at {DLRM}")
@@ -75,7 +75,7 @@ def _missing_rank(tmp: Path) -> list[str]:
 def _foreign_rank(tmp: Path) -> list[str]:
     folder = _dlrm_copy(tmp)
     _rank_file(folder, 3).unlink()
-    shutil.copy(TRACES / "single-rank" / "hta_rank3of8.json.gz", folder / "worker3_other_job.json.gz")
+    shutil.copy(full_data_file("traces/single-rank/hta_rank3of8.json.gz"), folder / "worker3_other_job.json.gz")
     return ["tax", str(folder), "--no-cache"]
 
 
@@ -100,7 +100,7 @@ def _no_dur(tmp: Path) -> list[str]:
 
 
 def _one_of_two(tmp: Path) -> list[str]:
-    shutil.copy(TRACES / "single-rank" / "hta_rank1of2.json.gz", tmp / "rank1.json.gz")
+    shutil.copy(full_data_file("traces/single-rank/hta_rank1of2.json.gz"), tmp / "rank1.json.gz")
     return ["tax", str(tmp / "rank1.json.gz"), "--no-cache"]
 
 

@@ -1,5 +1,5 @@
 """Bad input, table-driven, the long list (issue 18): each case damages a copy of the real data in
-../shared/data (or gives a bad argument or output path) and runs the CLI in this process, as
+tests/data/public (copies of the public data) (or gives a bad argument or output path) and runs the CLI in this process, as
 ``evtsync -q ARGS…``. Every case asserts
 
 - a non-zero exit status (2 for bad input; the run's own codes where a stage or workload failed),
@@ -9,7 +9,7 @@
 - no temporary file left, no input file touched, and nothing written outside the case's folder.
 
 tests/test_bad_inputs.py runs a few of the same kinds of cases in a subprocess (the real terminal).
-The copies are made in a temporary folder; ../shared/data is never written.
+The copies are made in a temporary folder; tests/data/public (copies of the public data) is never written.
 """
 
 from __future__ import annotations
@@ -26,12 +26,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import DATA, TRACES, file_hashes
+from conftest import DATA, TRACES, file_hashes, full_data_file
 
 from evtsync.cli import main
 
 DLRM = TRACES / "dlrm-8rank-v100"
-SINGLE = TRACES / "single-rank"
 NCCL = DATA / "nccl-tests"
 pytestmark = pytest.mark.skipif(not DLRM.is_dir(), reason=f"shared data not found at {DLRM}")
 
@@ -308,10 +307,10 @@ CASES = [
     Case("two ranks of 128", lambda tmp: ["tax", str(TRACES / "two-of-128-ranks"), "--no-cache"],
          r"rank\S* 2-127 have no trace file"),
     Case("foreign B200 rank", on_folder(lambda f: (_rank_file(f, 7).unlink(), shutil.copy(
-        SINGLE / "tracelens_b200_rank0of8_pg_fields.json.gz", f / "worker7_b200.json.gz"))),
+        full_data_file("traces/single-rank/tracelens_b200_rank0of8_pg_fields.json.gz"), f / "worker7_b200.json.gz"))),
         r"(another job|world size|rank).*worker7_b200|worker7_b200.*(another job|world size)"),
     Case("foreign rank, diff", lambda tmp: ["diff", str(DLRM), str(on_folder(lambda f: (
-        _rank_file(f, 3).unlink(), shutil.copy(SINGLE / "hta_rank3of8.json.gz", f / "worker3_x.json.gz")))(tmp)[1]),
+        _rank_file(f, 3).unlink(), shutil.copy(full_data_file("traces/single-rank/hta_rank3of8.json.gz"), f / "worker3_x.json.gz")))(tmp)[1]),
         "--no-cache"], r"worker3_x"),
     Case("empty rank, blocks", on_doc(2, lambda d: d.update(traceEvents=[]), "blocks"), r"worker2_.*empty"),
     Case("kernels without dur, attribute", lambda tmp: [*on_doc(4, lambda d: [k.pop("dur") for k in _kernels(d)],
@@ -557,5 +556,7 @@ def test_a_run_keeps_user_tmp_files_under_out(tmp_path: Path) -> None:
     drafts = [out / "sub" / ".draft.tmp", out / ".notes.tmp", out / "tables-mine.tmp"]
     for p in drafts:
         p.write_text("mine")
-    assert main(["-q", "run", str(DLRM), "--no-cache", "--out", str(out), "--model", "gumbel", "--no-report"]) == 0
+    # --force: a folder of the user's files is refused as --out otherwise (issue 33)
+    assert main(["-q", "run", str(DLRM), "--no-cache", "--out", str(out), "--model", "gumbel", "--no-report",
+                 "--force"]) == 0
     assert all(p.read_text() == "mine" for p in drafts)

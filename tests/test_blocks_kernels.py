@@ -13,6 +13,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from conftest import full_data_file
 
 from evtsync.errors import InputError
 from evtsync.kernels import (
@@ -34,7 +35,8 @@ def _kernel_names(path: Path) -> tuple[str, ...]:
 
 
 def real_name(traces_dir: Path, trace: str, prefix: str) -> str:
-    names = [n for n in _kernel_names(traces_dir / trace) if n.startswith(prefix)]
+    path = traces_dir / trace if (traces_dir / trace).is_file() else full_data_file(f"traces/{trace}")
+    names = [n for n in _kernel_names(path) if n.startswith(prefix)]
     assert names, f"no kernel starting {prefix!r} in {trace}"
     return names[0]
 
@@ -91,10 +93,10 @@ def test_real_kernel_names(traces_dir: Path, trace: str, prefix: str, gemm: bool
         assert precision_from_name(name) == precision
 
 
-def test_every_tensile_and_nvjet_kernel_in_the_real_traces_is_a_gemm(traces_dir: Path) -> None:
+def test_every_tensile_and_nvjet_kernel_in_the_real_traces_is_a_gemm(full_traces_dir: Path) -> None:
     classifier = KernelClassifier()
     seen = 0
-    for path in sorted(traces_dir.rglob("*.json.gz")):
+    for path in sorted(full_traces_dir.rglob("*.json.gz")):
         for name in _kernel_names(path) if path.stat().st_size < 4 << 20 else ():
             if name.startswith(("Cijk_", "nvjet_", "volta_sgemm", "ampere_sgemm")):
                 seen += 1

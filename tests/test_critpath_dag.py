@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import DATA as SHARED_DATA  # ../shared/data beside the clone
+from conftest import DATA as SHARED_DATA  # the public data copied into tests/data/public
 
 import evtsync
 from evtsync.critpath.dag import (

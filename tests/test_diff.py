@@ -134,7 +134,7 @@ def test_cli_json_and_bad_input(runs, tmp_path):
     assert "data:image/png;base64," in page and "higher" in page and 'name="viewport"' in page
     fake_run = tmp_path / "run"
     fake_run.mkdir()
-    (fake_run / "manifest.json").write_text("{}")
+    (fake_run / "manifest.json").write_text('{"format": "evtsync-run/1"}')  # a run that wrote nothing yet
     proc = subprocess.run([sys.executable, "-m", "evtsync", "-q", "diff", str(fake_run), str(runs["b"].traces_dir)],
                           capture_output=True, text=True)
     assert proc.returncode != 0 and "holds no tax table" in proc.stderr and "Traceback" not in proc.stderr
@@ -195,9 +195,11 @@ def _fake_run(folder, side, tree, b_us: float, alpha_us: float = 5.0, size_bytes
     pd.DataFrame({"gpu": ["H200"], "precision": ["bf16"], "b_us": [b_us]}).to_parquet(
         folder / "tables" / "block_scale.parquet")
     pd.DataFrame({"topology": ["full", "ring", "torus3d"], "n": 64}).to_parquet(folder / "tables" / "bstar.parquet")
-    save_fit(tree, folder / "fits" / "gumbel.nc")
-    manifest = {"format": "evtsync-run/1", "options": {"m": 4},
-                "stages": {"fit-gumbel": {"status": "done", "outputs": {"fits/gumbel.nc": "-"}},
+    from evtsync.tableio import file_sha256
+
+    fit = save_fit(tree, folder / "fits" / "gumbel.nc")
+    manifest = {"format": "evtsync-run/1", "options": {"m": 4},  # outputs with their SHA-256, as a run records
+                "stages": {"fit-gumbel": {"status": "done", "outputs": {"fits/gumbel.nc": file_sha256(fit)}},
                            "prediction": {"status": "done", "summary": {
                                "alpha_us": alpha_us, "bytes": size_bytes, "bytes_source": "median message size",
                                "eps": eps}}}}

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import DATA as SHARED_DATA  # ../shared/data beside the clone
+from conftest import DATA as SHARED_DATA  # the public data copied into tests/data/public
 from scipy import optimize, stats
 
 from evtsync.errors import FitError, InputError

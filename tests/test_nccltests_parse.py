@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import DATA as SHARED_DATA  # ../shared/data beside the clone
+from conftest import DATA as SHARED_DATA  # the public data copied into tests/data/public
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -23,7 +23,7 @@ from evtsync.nccltests.plan import (
     run_plan,
 )
 
-FAKE = Path(__file__).parent / "data" / "nccltests" / "fake_all_reduce_perf.py"
+FAKE = Path(__file__).parent / "data" / "nccltests" / "bin" / "all_reduce_perf"  # a stand-in
 
 
 def test_latin_square_puts_every_variant_in_every_position_once():
@@ -121,3 +121,65 @@ def test_plan_and_run_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     assert "binary not found" in err and len(err.strip().splitlines()) == 1
     assert main(["nccl-tests", "plan", "--binary", "b", "--matrices", "noise", "--replicates", "noise=2"]) == 2
     assert "always run at position" in capsys.readouterr().err
+
+
+def _plan_with(tmp_path: Path, argv: list[str] | None = None, log: str | None = None) -> Path:
+    """A plan of the stand-in whose first entry is edited, as a plan file from elsewhere might be."""
+    plan = build_plan(PlanSettings(binary=str(FAKE), cpu=None, cycles=1), ["instrumentation"])
+    if argv is not None:
+        plan["entries"][0]["argv"] = argv
+    if log is not None:
+        plan["entries"][0]["log"] = log
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    return path
+
+
+@pytest.mark.parametrize("argv", [
+    ["sh", "-c", "touch {marker}"],
+    ["mpirun", "-np", "2", "bash", "-c", "touch {marker}; all_reduce_perf"],
+    ["mpirun", "--oversubscribe", "touch", "{marker}", "all_reduce_perf"],
+    ["/usr/bin/env", "touch", "{marker}"],
+    ["touch", "{marker}"],
+])
+def test_a_plan_runs_only_nccl_tests_binaries(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              argv: list[str]) -> None:
+    """Issue 33 (8): ``nccl-tests run PLAN`` executed any command a plan named (a ``sh -c`` ran)."""
+    marker = tmp_path / "ran"
+    plan = _plan_with(tmp_path, [a.format(marker=marker) for a in argv])
+    capsys.readouterr()
+    assert main(["nccl-tests", "run", str(plan), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "plan entry 0: refusing to run" in err and "--allow-any-command" in err
+    assert not marker.exists() and not (tmp_path / "out").exists()  # nothing ran, nothing written
+
+
+def test_any_command_runs_when_the_user_opts_in(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    plan = load_plan(_plan_with(tmp_path, ["sh", "-c", f"touch {marker}"]))
+    report = run_plan(plan, tmp_path / "out", timeout_s=60, allow_any_command=True)
+    assert marker.exists()
+    assert report.records[0]["status"].startswith("no table")  # it ran; its output is no nccl-tests log
+
+
+def test_wrapped_binaries_are_accepted() -> None:
+    from evtsync.nccltests.plan import _tool_of
+
+    for argv in (["taskset", "-c", "3", str(FAKE), "-b", "1M"],
+                 ["mpirun", "-np", "16", "-x", "NCCL_DEBUG=INFO", "--bind-to", "none", "./all_reduce_perf"],
+                 ["srun", "--mpi=pmix", "-N", "2", "--ntasks-per-node=8", "alltoall_perf_mpi", "-g", "1"]):
+        assert _tool_of(argv)[0] is not None, argv
+
+
+@pytest.mark.parametrize("log", ["../../x.log", "/tmp/evtsync-plan-escape.log", "a/../../x.log"])
+def test_a_plan_writes_only_under_out(tmp_path: Path, capsys: pytest.CaptureFixture[str], log: str) -> None:
+    """Issue 33 (8): logs were written outside --out (``../../x.log``, absolute paths)."""
+    out = tmp_path / "deep" / "out"
+    plan = _plan_with(tmp_path, log=log)
+    capsys.readouterr()
+    assert main(["nccl-tests", "run", str(plan), "--out", str(out), "--allow-any-command"]) == 2
+    err = capsys.readouterr().err
+    assert f"log {log!r} lies outside the output folder" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x.log").exists() and not Path("/tmp/evtsync-plan-escape.log").exists()
+    assert not out.exists()

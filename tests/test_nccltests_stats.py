@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DATA as SHARED_DATA  # ../shared/data beside the clone
+from conftest import DATA as SHARED_DATA  # the public data copied into tests/data/public
 
 from evtsync.cli import main
 from evtsync.nccltests.parse import parse_log, parse_text

@@ -122,3 +122,49 @@ def test_report_refuses_a_folder_that_a_run_is_writing(tmp_path: Path, capsys: p
         assert main(["-q", "report", str(out)]) == 2
         assert "is writing this folder now" in capsys.readouterr().err
     assert not (out / "report.html").exists()
+
+
+def test_run_refuses_a_non_empty_folder_that_is_not_a_run_folder(traces_dir: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 33 (4): ``run --out DIR`` replaced the user's report.html, report.md and
+    tables/tax_collectives.parquet in a folder that was never a run folder."""
+    mine = tmp_path / "mine"
+    (mine / "tables").mkdir(parents=True)
+    files = {mine / "report.html": "<p>my report</p>", mine / "report.md": "# mine",
+             mine / "tables" / "tax_collectives.parquet": "my table"}
+    for path, text in files.items():
+        path.write_text(text)
+    capsys.readouterr()
+    assert main(["run", str(traces_dir / "dlrm-8rank-v100"), "--out", str(mine), "--no-report"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = [x for x in err.splitlines() if "error:" in x]
+    assert f"--out {mine}: a non-empty folder that is not an evtsync run folder" in line
+    assert "report.html" in line and "--force" in line
+    assert {p: p.read_text() for p in files} == files  # nothing touched
+    assert sorted(p.name for p in mine.iterdir()) == ["report.html", "report.md", "tables"]  # no lock left
+    # opted in: the check passes (the run would write there), an empty or new folder needs nothing
+    RunOptions(traces=[str(traces_dir / "dlrm-8rank-v100")], out=mine, force=True).check()
+    (tmp_path / "empty").mkdir()
+    for out in (tmp_path / "empty", tmp_path / "new"):
+        RunOptions(traces=[str(traces_dir / "dlrm-8rank-v100")], out=out).check()
+
+
+def test_run_refuses_to_write_into_its_input_folder(traces_dir: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 33 (4): ``run X --out X`` wrote manifest.json among the traces, and every later
+    ``tax X`` failed on it; inside X it would be read as a workload. Refused even with --force."""
+    import shutil
+
+    traces = tmp_path / "job"
+    shutil.copytree(traces_dir / "dlrm-8rank-v100", traces)
+    before = sorted(p.name for p in traces.iterdir())
+    for out, force in ((traces, []), (traces / "results", ["--force"]), (traces, ["--force"])):
+        capsys.readouterr()
+        assert main(["run", str(traces), "--out", str(out), "--no-report", *force]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and f"--out {out}: is " in err and "input folder" in err
+    loose = [str(p) for p in sorted(traces.glob("*.json.gz"))]
+    with pytest.raises(InputError, match="is the input folder"):
+        RunOptions(traces=loose, out=traces).check()  # files given one by one: their folder
+    assert sorted(p.name for p in traces.iterdir()) == before

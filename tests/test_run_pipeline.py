@@ -300,7 +300,8 @@ def test_run_on_a_local_dask_cluster_gives_the_same_tables(tiny_run: tuple[Path,
     assert manifest["backend"] == "local"
     copy = tmp_path / "dask"
     shutil.copytree(out / "inputs", copy / "inputs")  # the same demo traces (never rewritten)
-    options = RunOptions(out=copy, traces=[str(copy / "inputs" / "demo")], workers=1, report=False,
+    # force: a folder holding only the copied inputs is not a run folder yet (refused otherwise)
+    options = RunOptions(out=copy, traces=[str(copy / "inputs" / "demo")], workers=1, report=False, force=True,
                          **{k: v for k, v in FAST.items() if k != "demo_overrides"})
     run = run_pipeline(options)
     assert run.manifest["backend"] == "local Dask cluster (1 workers)"

@@ -121,3 +121,55 @@ def test_cli_uses_the_cache_folder_and_no_cache_writes_nothing(dlrm_copy: Path, 
                  "--allow-partial"]) == 0
     assert capsys.readouterr().out == outputs[0]
     assert not other.exists()
+
+
+def test_an_edit_with_the_timestamp_restored_misses_the_cache(tmp_path: Path, traces_dir: Path) -> None:
+    """Issue 33 (11): the key trusted size + mtime (+ first and last 64 KiB): an edit in the middle
+    of a plain JSON trace, with its modification time set back, returned the stale tables."""
+    import gzip
+    import json
+
+    src = sorted((traces_dir / "dlrm-8rank-v100").glob("worker0_*.json.gz"))[0]
+    raw = json.loads(gzip.decompress(src.read_bytes()))
+    nccl = sorted((e for e in raw["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("nccl")),
+                  key=lambda e: e["ts"])
+    target = nccl[len(nccl) // 2]
+    old_dur = target["dur"]
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(raw))
+    assert load_traces(path, jobs=1, cache=tmp_path / "cache").nccl_kernels["dur_ns"].tolist().count(old_dur * 1000)
+    text = path.read_text()
+    needle = f'"dur": {old_dur}, '
+    at = text.index(needle, text.index(f'"ts": {target["ts"]}') - 400)  # this kernel's own dur
+    new_dur = old_dur + 1 if len(str(old_dur + 1)) == len(str(old_dur)) else old_dur - 1
+    stat = path.stat()
+    path.write_text(text[:at] + f'"dur": {new_dur}, ' + text[at + len(needle):])  # same size
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the editor restores the timestamp
+    assert path.stat().st_size == stat.st_size and path.stat().st_mtime_ns == stat.st_mtime_ns
+    again = load_traces(path, jobs=1, cache=tmp_path / "cache")
+    assert (again.nccl_kernels["dur_ns"] == new_dur * 1000).sum() >= 1  # the edit is read, not the cache
+
+
+def test_the_cache_is_capped_and_pruned_least_recently_used_first(dlrm_copy: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    cache = tmp_path / "cache"
+    load_traces(dlrm_copy, jobs=1, cache=cache)
+    entries = RankCache(cache).entries()
+    assert len(entries) == 2
+    one = max(e.size for e in entries)
+    monkeypatch.setenv("EVTSYNC_CACHE_MAX_BYTES", str(one + 10))  # room for one entry
+    first = sorted(dlrm_copy.iterdir())[0]
+    load_traces(first, jobs=1, cache=cache)  # rank 0 used last: rank 1's entry goes
+    left = RankCache(cache).entries()
+    assert len(left) == 1 and sum(e.size for e in left) <= one + 10
+    assert left[0].path.name == RankCache(cache).key(first, salvage=False)
+    capsys.readouterr()
+    assert main(["cache", "--dir", str(cache), "--json"]) == 0
+    import json
+
+    assert json.loads(capsys.readouterr().out)["entries"] == 1
+    assert main(["cache", "--dir", str(cache), "--prune", "--max-size", "1"]) == 0  # 1 byte: nothing fits
+    assert "removed 1 entry" in capsys.readouterr().out
+    assert RankCache(cache).entries() == []
+    assert main(["cache", "--dir", str(cache), "--max-size", "1G"]) == 2  # a cap without --prune: said

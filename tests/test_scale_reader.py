@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import full_data_file
 
 from evtsync.errors import TraceError
 from evtsync.trace.decode import decode_file
@@ -150,7 +151,7 @@ def test_cut_file_error_offset_and_salvage_at_small_blocks(tmp_path: Path, trace
 
 def test_peak_memory_is_a_fraction_of_the_file(tmp_path: Path, traces_dir: Path) -> None:
     """Reading a ~20 MB trace in 1 MB blocks: traced peak well below the file's size."""
-    data = gzip.decompress((traces_dir / "single-rank/hta_rank1of2.json.gz").read_bytes())
+    data = gzip.decompress((full_data_file("traces/single-rank/hta_rank1of2.json.gz")).read_bytes())
     path = tmp_path / "big.json"
     path.write_bytes(data)
     tracemalloc.start()
@@ -262,7 +263,7 @@ def test_a_set_of_ranks_with_different_names_concatenates_to_every_file_s_rows(t
     """The set's tables are the files' rows one after the other, whatever categories each file
     has: ranks whose kernel names, PG names and argument values differ (one rank with no
     NCCL kernel at all, whose string arguments are all missing) against a plain json reading."""
-    src = _events(traces_dir / "single-rank/hta_nccl_pg_fields_rank0of2.json.gz")  # kernels with PG names
+    src = _events(full_data_file("traces/single-rank/hta_nccl_pg_fields_rank0of2.json.gz"))  # kernels with PG names
     files = []
     for rank in range(3):
         events = []

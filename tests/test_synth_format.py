@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DATA as SHARED_DATA  # ../shared/data beside the clone
+from conftest import FULL_DATA, FULL_TRACES, full_data_file
+from conftest import TRACES as DATA  # the public traces copied into tests/data/public
 
 from evtsync.synth import Plant, SynthConfig, synthesize
 
-DATA = SHARED_DATA / "traces"
-REAL_MODERN = [DATA / "single-rank/hta_nccl_pg_fields_rank0of2.json.gz",
-               DATA / "single-rank/tracelens_b200_rank0of8_pg_fields.json.gz"]
+REAL_MODERN = [FULL_TRACES / "single-rank/hta_nccl_pg_fields_rank0of2.json.gz",
+               FULL_TRACES / "single-rank/tracelens_b200_rank0of8_pg_fields.json.gz"]
 REAL_LEGACY = [DATA / "dlrm-8rank-v100/worker0_step_12.1694128201545.pt.trace.json.gz"]
 REAL_SYNC = [DATA / "critical-path/cuda_event_sync.json.gz", DATA / "critical-path/simple_add.json.gz"]
 
@@ -107,7 +107,7 @@ def synth_sets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[
 
 @pytest.fixture(scope="module")
 def real_modern() -> list[dict[str, Any]]:
-    return [_load(p) for p in REAL_MODERN]
+    return [_load(full_data_file(str(p.relative_to(FULL_DATA)))) for p in REAL_MODERN]
 
 
 @pytest.fixture(scope="module")

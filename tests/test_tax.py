@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from conftest import full_data_file
 
 from evtsync.cli import main
 from evtsync.collectives import PGOverride, align_collectives
@@ -71,7 +72,7 @@ def test_dlrm_all_collectives_aligned_and_tau_equals_raw(traces_dir: Path) -> No
 
 
 def test_missing_member_rank_is_an_error_unless_partial(traces_dir: Path) -> None:
-    traces = load_traces(traces_dir / "single-rank/tracelens_b200_rank0of8_pg_fields.json.gz")
+    traces = load_traces(full_data_file("traces/single-rank/tracelens_b200_rank0of8_pg_fields.json.gz"))
     # the rank set is checked before any alignment (issue 18): the ranks and the world size named
     with pytest.raises(TraceError, match=r"rank\(s\) 1-7 have no trace file \(world size 8"):
         align_collectives(traces)
@@ -243,3 +244,64 @@ def test_reduced_scopes_are_refused_where_they_lack_rows(traces_dir: Path) -> No
             run()
     with pytest.raises(InputError, match="scope 'some': expected one of all, blocks, collectives"):
         load_traces(folder, scope="some")
+
+
+def _dlrm_with_a_late_allreduce(traces_dir: Path, tmp_path: Path) -> tuple[Path, dict[int, list[tuple[str, int]]]]:
+    """DLRM with rank 3's second AllReduce moved 1 ms later, and every rank's NCCL kernels
+    (kind, dur) in time order from the raw JSON."""
+    folder = tmp_path / "late"
+    folder.mkdir()
+    durations: dict[int, list[tuple[str, int]]] = {}
+    for path in sorted((traces_dir / "dlrm-8rank-v100").glob("*.json.gz")):
+        raw = _raw(path)
+        rank = raw["distributedInfo"]["rank"]
+        nccl = sorted((e for e in raw["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("nccl")),
+                      key=lambda e: e["ts"])
+        if rank == 3:
+            [e for e in nccl if "AllReduce" in e["name"]][1]["ts"] += 1000
+        durations[rank] = [("AllReduce" if "AllReduce" in e["name"] else "other", e["dur"]) for e in nccl]
+        (folder / path.name.removesuffix(".gz")).write_text(json.dumps(raw))
+    return folder, durations
+
+
+def test_summary_leaves_out_the_collectives_flagged_invalid(traces_dir: Path, tmp_path: Path, capsys) -> None:
+    """Issue 33 (3): the summary's median included collectives whose end times disagree.
+    Rank 3's second AllReduce is moved 1 ms later (its duration unchanged): that collective's
+    end times spread 1 ms > 50 µs, so it is invalid. The truth is computed from the raw JSON:
+    the AllReduce tau median over the two others."""
+    folder, durations = _dlrm_with_a_late_allreduce(traces_dir, tmp_path)
+    kinds = [k for k, _ in durations[0]]
+    allreduce = [i for i, k in enumerate(kinds) if k == "AllReduce"]
+    late = allreduce[1]
+    taus = [max(durations[r][i][1] for r in durations) - min(durations[r][i][1] for r in durations)
+            for i in allreduce if i != late]
+    alignment = align_collectives(load_traces(folder, jobs=1))
+    assert alignment.invalid == {(alignment.groups.iloc[0]["pg"], late)}
+    summary = tax_summary(compute_tax(alignment)).set_index("collective")
+    row = summary.loc["AllReduce"]
+    assert (row["count"], row["n_invalid"]) == (2, 1)
+    assert row["tau_median_us"] == pytest.approx(statistics.median(taus))
+    assert row["tau_max_us"] == pytest.approx(max(taus))
+    capsys.readouterr()
+    assert main(["tax", "--no-cache", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 8 collective(s) flagged invalid are left out of these statistics" in out
+
+
+def test_attribute_leaves_out_the_collectives_flagged_invalid(traces_dir: Path, tmp_path: Path, capsys) -> None:
+    """Issue 33 (3), ``attribute``: the invalid collective is neither listed nor counted in the
+    cause categories; the table keeps it with valid = False."""
+    import pandas as pd
+
+    folder, durations = _dlrm_with_a_late_allreduce(traces_dir, tmp_path)
+    late = [i for i, (k, _) in enumerate(durations[0]) if k == "AllReduce"][1]
+    out = tmp_path / "a.csv"
+    capsys.readouterr()
+    assert main(["attribute", str(folder), "--no-cache", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("7 collective(s):")  # 8 NCCL collectives, 1 flagged
+    assert "1 collective(s) flagged invalid by the alignment checks are left out" in printed
+    table = pd.read_csv(out)
+    assert table.loc[~table["valid"], "index"].tolist() == [late]
+    summary = pd.read_csv(tmp_path / "a_summary.csv")
+    assert summary["count"].sum() == ((table["status"] == "ok") & table["valid"]).sum()

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import DATA, FULL_DATA, full_data_file
 
 from evtsync.trace.traceset import load_traces
 
@@ -70,24 +70,23 @@ def _trace_files(shared: Path) -> list[Path]:
 
 # --- the test ---------------------------------------------------------------------------
 
-def test_corpus_has_traces(shared_data: Path) -> None:
-    files = _trace_files(shared_data)
+def test_corpus_has_traces(full_data: Path) -> None:
+    files = _trace_files(full_data)
     assert len(files) >= 30, files  # the shared data's traces/ folder (its README lists them)
 
 
 def _corpus_ids() -> list[str]:
-    """The files to parametrize over, found where the ``shared_data`` fixture looks (the test
-    itself takes the folder from the fixture, so it skips when the data are absent)."""
-    data = Path(os.environ.get("EVTSYNC_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "data"
-    ids = [str(p.relative_to(data)) for p in _trace_files(data)] if data.is_dir() else []
-    return ids or ["(no shared data)"]
+    """The files to parametrize over: the copies in tests/data/public, and the full public set
+    where it is present (a file of the full set only skips when the set is absent)."""
+    ids = {str(p.relative_to(DATA)) for p in _trace_files(DATA)}
+    if FULL_DATA.is_dir():
+        ids |= {str(p.relative_to(FULL_DATA)) for p in _trace_files(FULL_DATA)}
+    return sorted(ids)
 
 
 @pytest.mark.parametrize("name", _corpus_ids())
-def test_every_shared_trace_is_read_completely(shared_data: Path, name: str) -> None:
-    path = shared_data / name
-    if not path.is_file():
-        pytest.skip(f"{path}: not in the shared data")
+def test_every_shared_trace_is_read_completely(name: str) -> None:
+    path = DATA / name if (DATA / name).is_file() else full_data_file(name)
     expected = plain_counts(path)
     # order: files without any rank are rank 0 (each is read alone here)
     traces = load_traces(path, rank_from="order", jobs=1)
@@ -124,7 +123,7 @@ def test_old_generation_excerpt_in_tests_data_is_read_completely() -> None:
 def test_old_generation_trace_reads_like_a_new_one(traces_dir: Path) -> None:
     """PyTorch 1.8: ``Kernel``/``Runtime``/``Operator`` categories, ``tid: "stream 7"``,
     ``external id`` in lower case. Values checked against the raw events by hand."""
-    path = traces_dir / "old-formats/kineto_tb_resnet50_v100_2021-02_worker0.pt.trace.json.gz"
+    path = full_data_file("traces/old-formats/kineto_tb_resnet50_v100_2021-02_worker0.pt.trace.json.gz")
     raw = _load(path)["traceEvents"]
     traces = load_traces(path, jobs=1)
     kernels = traces.kernels[traces.kernels["cat"] == "kernel"]

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import full_data_file
 
 from evtsync.cli import main
 from evtsync.errors import InputError, TraceError
@@ -62,7 +63,7 @@ def test_another_jobs_trace_as_rank_3_is_an_error(traces_dir: Path, tmp_path: Pa
     from evtsync import tax_table
 
     folder = _copy_dlrm(traces_dir, tmp_path / "foreign", lambda r, raw: None if r == 3 else raw)
-    foreign = traces_dir / "single-rank/hta_rank3of8.json.gz"  # rank 3 of 8, an A100 job of 2022
+    foreign = full_data_file("traces/single-rank/hta_rank3of8.json.gz")  # rank 3 of 8, an A100 job of 2022
     shutil.copy(foreign, folder / "worker3.json.gz")
     with pytest.raises(TraceError) as info:
         tax_table(folder)
@@ -91,7 +92,7 @@ def test_damaged_rank_is_an_error_naming_rank_and_file(traces_dir: Path, tmp_pat
 def test_one_rank_of_a_two_rank_job_gives_no_tax_without_a_word(traces_dir: Path) -> None:
     from evtsync import tax_table
 
-    path = traces_dir / "single-rank/hta_v100_allreduce_rank1of2.json.gz"
+    path = full_data_file("traces/single-rank/hta_v100_allreduce_rank1of2.json.gz")
     with pytest.raises(TraceError, match=r"rank\(s\) 0 have no trace file \(world size 2"):
         tax_table(path)
     partial = tax_table(path, allow_partial=True)
@@ -117,7 +118,7 @@ def test_rank_from_order_and_rank_equals_path(traces_dir: Path, tmp_path: Path) 
 
 
 def test_cli_rank_from_on_a_single_gpu_trace(traces_dir: Path, capsys) -> None:
-    path = traces_dir / "single-rank/tracelens_h100_qwen.json.gz"  # no distributedInfo, no rank in the name
+    path = full_data_file("traces/single-rank/tracelens_h100_qwen.json.gz")  # no distributedInfo, no rank in the name
     assert main(["tax", "--no-cache", str(path)]) == 2
     assert "--rank-from" in capsys.readouterr().err
     assert main(["tax", "--no-cache", "--rank-from", "order", str(path)]) == 0
@@ -182,3 +183,52 @@ def test_cli_comm_kernel_option(traces_dir: Path, tmp_path: Path, capsys) -> Non
                  str(folder)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {s["collective"] for s in out["summary"]} == {"Dispatch", "EPCombine"}
+
+
+def test_rank_from_order_numbers_a_folder_in_natural_order(traces_dir: Path, tmp_path: Path) -> None:
+    """Issue 33 (1): with 11+ rankless files, ``trace_10`` sorted before ``trace_2`` and ranks
+    were wrong from the 11th file on. The truth is the number each file's name carries."""
+    for i in range(12):
+        shutil.copy(traces_dir / "edge-cases/no_rank.json.gz", tmp_path / f"trace_{i}.json.gz")
+    ranks = load_traces(tmp_path, rank_from="order", jobs=1).ranks
+    by_rank = {int(r): Path(p).name for r, p in ranks[["rank", "path"]].values}
+    assert by_rank == {i: f"trace_{i}.json.gz" for i in range(12)}
+
+
+def test_rank_from_order_refuses_files_listed_against_their_numbers(traces_dir: Path, tmp_path: Path) -> None:
+    """A shell glob lists trace_0 trace_1 trace_10 trace_11 trace_2 ...: refused, not mis-ranked."""
+    files = []
+    for i in range(12):
+        files.append(tmp_path / f"trace_{i}.json.gz")
+        shutil.copy(traces_dir / "edge-cases/no_rank.json.gz", files[-1])
+    globbed = sorted(str(f) for f in files)  # text order, as the shell gives it
+    with pytest.raises(InputError, match=r"trace_11\.json\.gz is given before trace_2\.json\.gz"):
+        load_traces(globbed, rank_from="order")
+    assert main(["tax", *globbed, "--rank-from", "order", "--no-cache"]) == 2
+
+
+def test_rank_without_collective_kernels_is_part_of_rank_set_completeness(traces_dir: Path, tmp_path: Path,
+                                                                           capsys) -> None:
+    """Issue 33 (2): rank 4 keeps its compute kernels but lost its 8 NCCL kernels; the groups
+    were inferred from the other 7 ranks and the tax computed over 7 of 8 with exit 0."""
+    from evtsync import tax_table
+
+    def drop_nccl(rank: int, raw: dict) -> dict:
+        if rank == 4:
+            raw["traceEvents"] = [e for e in raw["traceEvents"]
+                                  if not (e.get("cat") == "kernel" and e.get("name", "").startswith("nccl"))]
+        return raw
+
+    folder = _copy_dlrm(traces_dir, tmp_path / "no_nccl4", drop_nccl)
+    traces = load_traces(folder, jobs=1)
+    with pytest.raises(TraceError, match=r"rank 4 \(\S*worker4_\S*\): \d+ GPU kernel\(s\) but no NCCL collective "
+                                         r"kernel, while 7 other file\(s\) have them"):
+        tax_table(traces)
+    table = tax_table(traces, allow_partial=True)  # opted in: over the 7 ranks, said so
+    assert set(table["n_ranks"]) == {7}
+    capsys.readouterr()
+    assert main(["tax", "-q", "--no-cache", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "no NCCL collective kernel" in err
+    assert main(["tax", "--no-cache", "--allow-partial", str(folder)]) == 0
+    assert "INCOMPLETE rank set (--allow-partial): rank 4" in capsys.readouterr().out

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import full_data_file
 
 from evtsync.errors import TraceError
 from evtsync.trace.decode import decode_file
@@ -62,14 +63,16 @@ def _raw(path: Path) -> dict:
         return json.load(fh)
 
 
-def test_expectation_table_covers_every_shared_trace(traces_dir: Path) -> None:
-    found = {str(p.relative_to(traces_dir)) for p in traces_dir.rglob("*.json*")}
+def test_expectation_table_covers_every_shared_trace(traces_dir: Path, full_traces_dir: Path) -> None:
+    found = {str(p.relative_to(full_traces_dir)) for p in full_traces_dir.rglob("*.json*")}
     assert found == set(EXPECTED)
+    copied = {str(p.relative_to(traces_dir)) for p in traces_dir.rglob("*.json*")}
+    assert copied <= set(EXPECTED)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_each_shared_trace_loads_or_fails_clearly(traces_dir: Path, name: str) -> None:
-    path = traces_dir / name
+    path = traces_dir / name if (traces_dir / name).is_file() else full_data_file(f"traces/{name}")
     expected = EXPECTED[name]
     if expected.startswith("error"):
         with pytest.raises(TraceError) as info:
@@ -101,7 +104,7 @@ def test_each_shared_trace_loads_or_fails_clearly(traces_dir: Path, name: str) -
 
 
 def test_pg_fields_and_gpu_model(traces_dir: Path) -> None:
-    traces = load_traces(traces_dir / "single-rank/tracelens_b200_rank0of8_pg_fields.json.gz")
+    traces = load_traces(full_data_file("traces/single-rank/tracelens_b200_rank0of8_pg_fields.json.gz"))
     nccl = traces.nccl_kernels
     assert len(nccl) == 1
     row = nccl.iloc[0]
@@ -119,7 +122,7 @@ def test_pg_fields_and_gpu_model(traces_dir: Path) -> None:
 
 
 def test_rccl_and_ns_display_unit(traces_dir: Path) -> None:
-    path = traces_dir / "single-rank/tracelens_mi300_rccl_rank0of8.json.gz"
+    path = full_data_file("traces/single-rank/tracelens_mi300_rccl_rank0of8.json.gz")
     mi300 = load_traces(path)
     # RCCL's ncclDevKernel_Generic names no collective: it comes from the record_param_comms
     # op that launched it (kernel correlation -> launch External id -> op). Independent check:
@@ -136,7 +139,7 @@ def test_rccl_and_ns_display_unit(traces_dir: Path) -> None:
         expected.append(canonical.get(op_coll.get(ext), "Unknown"))
     assert len(expected) == 17 and "Unknown" in expected and "AllReduce" in expected
     assert mi300.nccl_kernels["collective"].astype(str).tolist() == expected
-    ns = load_traces(traces_dir / "single-rank/hta_ns_time_unit_worldsize1.json.gz")
+    ns = load_traces(full_data_file("traces/single-rank/hta_ns_time_unit_worldsize1.json.gz"))
     assert ns.ranks.iloc[0]["display_time_unit"] == "ns"
     # ts stays µs despite displayTimeUnit ns: 2024-04-04 in unix ns
     assert 1.7e18 < ns.kernels["ts_ns"].iloc[0] < 1.8e18

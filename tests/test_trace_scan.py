@@ -19,13 +19,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import TRACES as DATA  # $EVTSYNC_SHARED/data/traces (../shared beside the clone)
+from conftest import FULL_TRACES, full_data_file
+from conftest import TRACES as DATA  # the public traces copied into tests/data/public
 
 from evtsync.errors import TraceError
 from evtsync.trace import decode
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACES = sorted(p for folder in (DATA, ROOT / "tests" / "data") if folder.is_dir()
+TRACES = sorted(p for folder in (FULL_TRACES, ROOT / "tests" / "data") if folder.is_dir()
                 for p in folder.rglob("*") if p.name.endswith((".json", ".json.gz")))
 
 
@@ -85,7 +86,7 @@ def test_every_trace_decodes_identically(path: Path, block_size: int, monkeypatc
 
 def test_the_real_traces_are_mostly_scanned(monkeypatch: pytest.MonkeyPatch) -> None:
     """The fast path is used on real data (not declined wholesale)."""
-    _, stats = _both(DATA / "single-rank" / "hta_v100_allreduce_rank1of2.json.gz", monkeypatch)
+    _, stats = _both(full_data_file("traces/single-rank/hta_v100_allreduce_rank1of2.json.gz"), monkeypatch)
     assert stats.get("scanned", 0) >= 50 and sum(stats.values()) - stats["scanned"] <= 1, stats
 
 

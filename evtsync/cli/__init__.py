@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "diff": ("diff", "compare the tax of two runs: shifts with intervals and a verdict per PG role"),
     "nccl-tests": ("nccltests", "parse nccl-tests logs; stats, verdicts, alpha/B, run plans"),
     "synth": ("synth", "write a synthetic multi-rank Kineto trace set with ground truth"),
+    "cache": ("cache", "the per-rank trace cache: its folder and size; --prune to its cap, --clear"),
 }
 
 #: Options of ``evtsync`` itself (before the command); none takes a value.
@@ -176,12 +177,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         from evtsync.progress import set_progress
 
         set_progress(False)
+    from evtsync.cli._common import private_tempdir
+
     try:
         _check_outputs(command_of(argv), args, argv)
-        return int(args.handler(args) or 0)
+        with private_tempdir():  # what libraries leave in $TMPDIR goes with it
+            return int(args.handler(args) or 0)
     except EvtsyncError as exc:
         print(f"evtsync: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # an environment failure not turned into an EvtsyncError where it happened
+        from evtsync.errors import OutputError
+        from evtsync.tableio import one_line_reason
+
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        print(f"evtsync: error: {where}{one_line_reason(exc)}", file=sys.stderr)
+        return OutputError.exit_code
     except KeyboardInterrupt:
         print("evtsync: interrupted", file=sys.stderr)
         return 130

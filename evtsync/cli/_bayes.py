@@ -53,7 +53,7 @@ def run_bayesian_fit(args: argparse.Namespace) -> int:
     """``evtsync fit DATA --model models/NAME.toml [--out fits/NAME] ...``: sample, save, summarise."""
     from dataclasses import replace
 
-    from evtsync.evt.bayesfit import spread_prior_table
+    from evtsync.evt.bayesfit import require_netcdf_engine, spread_prior_table
     from evtsync.evt.catalog import resolve_model
     from evtsync.evt.fit import fit_table, parameter_summary, save_fit
     from evtsync.evt.spec import load_spec
@@ -73,6 +73,7 @@ def run_bayesian_fit(args: argparse.Namespace) -> int:
         check_output_file(out, "--out")
     else:
         check_output_dir(out, "--out")  # before the sampling, not after it
+    require_netcdf_engine()  # likewise: the fit file's engine is checked before any draw
     command = "evtsync " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else ""
     settings = sampler_settings(spec, args)  # flags over the spec's [sampling]
     from evtsync.defaults import DEFAULT_SEED

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from evtsync.defaults import END_TOLERANCE_US, RANKS_PER_HOST
@@ -315,3 +317,28 @@ def add_estimator_argument(parser: argparse.ArgumentParser) -> None:
                         help="estimator of tau(n): centred (default; calibrated for n > m, needs a fit of the "
                              "z-score table's column y) or paper (the paper's b·E_(n/m) of z: biased low at n > m, "
                              "needs a fit of column z)")
+@contextlib.contextmanager
+def private_tempdir() -> Iterator[Path]:
+    """Send every temporary file of this process and of the processes it starts into a private
+    folder of the system's temporary folder, removed at the end: PyTensor's numba backend leaves
+    one ``tmpXXXXXXXX`` source file per compiled function in ``$TMPDIR`` (~17 per fit, issue 33)."""
+    import multiprocessing.util
+    import os
+    import shutil
+    import tempfile
+
+    # multiprocessing's own folder (its fork server's socket) stays where it is: multiprocessing
+    # removes it itself at exit, after this folder is gone
+    multiprocessing.util.get_temp_dir()
+    path = Path(tempfile.mkdtemp(prefix="evtsync-", dir=tempfile.gettempdir()))
+    saved_env, saved_dir = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"], tempfile.tempdir = str(path), str(path)
+    try:
+        yield path
+    finally:
+        tempfile.tempdir = saved_dir
+        if saved_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved_env
+        shutil.rmtree(path, ignore_errors=True)

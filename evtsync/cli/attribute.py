@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from evtsync.critpath.attribution import attribute
     from evtsync.errors import InputError
     from evtsync.parallel import InProcess, backend_for
-    from evtsync.tableio import write_table
+    from evtsync.tableio import all_or_nothing, write_table
     from evtsync.trace.traceset import expand_inputs, load_traces
 
     if args.paths and not args.out:
@@ -109,17 +109,19 @@ def run(args: argparse.Namespace) -> int:
     if taxed.empty:
         raise InputError(f"nothing to attribute: all {len(result.collectives)} collective(s) have no tax "
                          "(one rank, or equal durations)")
-    if args.out:
-        write_table(result.collectives, args.out)
-        write_table(result.summary, sibling_path(args.out, "summary"))
-        write_table(result.validation, sibling_path(args.out, "validation"))
-        write_table(result.ranks, sibling_path(args.out, "ranks"))
-        if args.paths:
-            write_table(result.paths, sibling_path(args.out, "paths"))
-    if args.plot:
-        plot_breakdown(result, args.plot)
-    if args.plot_path:
-        _plot_path(result, args.collective, args.plot_path)
+    result, n_invalid = _valid_only(result)
+    with all_or_nothing():  # every output or none (a full disk half-way leaves nothing)
+        if args.out:
+            write_table(result.collectives, args.out)
+            write_table(result.summary, sibling_path(args.out, "summary"))
+            write_table(result.validation, sibling_path(args.out, "validation"))
+            write_table(result.ranks, sibling_path(args.out, "ranks"))
+            if args.paths:
+                write_table(result.paths, sibling_path(args.out, "paths"))
+        if args.plot:
+            plot_breakdown(result, args.plot)
+        if args.plot_path:
+            _plot_path(result, args.collective, args.plot_path)
     if args.perfetto:
         from evtsync.critpath.perfetto import write_perfetto
 
@@ -132,10 +134,29 @@ def run(args: argparse.Namespace) -> int:
         emit_json({"gpu_only_share": result.gpu_only_share, "summary": result.summary,
                    "validation": result.validation,
                    "status": result.collectives["status"].value_counts().to_dict(),
-                   "cpu_side": result.cpu_side, "ranks": result.ranks})
+                   "cpu_side": result.cpu_side, "ranks": result.ranks, "n_invalid_left_out": n_invalid})
         return 0
-    _print_report(result)
+    _print_report(result, n_invalid)
     return 0
+
+
+def _valid_only(result):  # noqa: ANN001, ANN202 - an AttributionResult and the number left out
+    """The summary and the path-vs-tax regression over the collectives the alignment did not flag
+    invalid (issue 33: end times apart, type or size mismatch); the per-collective table keeps
+    every row with its ``valid`` flag. Returns the result and the number left out."""
+    from dataclasses import replace
+
+    from evtsync.critpath.attribution import summarize
+    from evtsync.critpath.validate import regress_path_on_tax
+
+    table = result.collectives
+    valid = table["valid"].fillna(False).astype(bool).to_numpy() if len(table) else []
+    n_invalid = int(len(table) - sum(valid))
+    if not n_invalid:
+        return result, 0
+    summary, gpu_only = summarize(table[valid])
+    return replace(result, summary=summary, gpu_only_share=gpu_only,
+                   validation=regress_path_on_tax(table[valid])), n_invalid
 
 
 def plot_breakdown(result, path: str) -> None:  # noqa: ANN001 - figure rendering only
@@ -187,14 +208,19 @@ def _print_blame(result) -> None:  # noqa: ANN001 - CLI rendering only
                   f"{r.wait_suffered_us:>11.0f}  caused {r.wait_caused_us:>11.0f}  as root {r.wait_caused_root_us:>11.0f}")
 
 
-def _print_report(result) -> None:  # noqa: ANN001 - CLI rendering only
+def _print_report(result, n_invalid: int = 0) -> None:  # noqa: ANN001 - CLI rendering only
     table = result.collectives
+    if n_invalid:
+        table = table[table["valid"].fillna(False).astype(bool).to_numpy()]
     ok = table[table["status"] == "ok"]
     if result.cpu_side:
         print("CPU-side collectives (gloo): each straggler's main thread from the previous collective of its group "
               "to its enqueue, against the fastest rank's (docs/critical-path.md, CPU-side collectives)")
     others = [f"{n} {s}" for s, n in table["status"].value_counts().items() if s != "ok"]
     print(f"{len(table)} collective(s): {len(ok)} explained" + (f" ({', '.join(others)})" if others else ""))
+    if n_invalid:
+        print(f"{n_invalid} collective(s) flagged invalid by the alignment checks are left out of this listing, "
+              "the cause categories and the regressions (rows kept with valid = False in the table)")
     if table.empty:
         print("no collective in the traces (no NCCL, communication-registry or gloo collective): nothing to attribute")
     if len(ok):

@@ -308,7 +308,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from evtsync.nccltests.plan import load_plan, run_plan
 
     plan = load_plan(args.plan)
-    report = run_plan(plan, args.out, timeout_s=args.timeout, only_matrix=args.matrix)
+    report = run_plan(plan, args.out, timeout_s=args.timeout, only_matrix=args.matrix,
+                      allow_any_command=args.allow_any_command)
     if args.json:
         _dump_json({"out_dir": report.out_dir, "runs": report.records, "summary": report.summary})
     else:
@@ -409,9 +410,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pl.add_argument("--json", action="store_true", help="print the plan as JSON")
     pl.set_defaults(handler=_cmd_plan)
 
-    r = sub.add_parser("run", help="execute a plan, collecting outputs per variant")
+    r = sub.add_parser("run", help="execute a plan, collecting outputs per variant",
+                       description="Execute a plan's commands one at a time and collect their logs under --out. "
+                       "A plan is a script: run only plans you wrote or trust. Its commands must be nccl-tests "
+                       "binaries (*_perf), optionally behind mpirun/mpiexec/srun/taskset/numactl; anything else "
+                       "is refused unless --allow-any-command. Logs are written only under --out.")
     r.add_argument("plan", help="plan JSON written by 'evtsync nccl-tests plan --out'")
-    add_out_argument(r, "folder", "output folder", required=True)
+    add_out_argument(r, "folder", "output folder (every log is written under it)", required=True)
+    r.add_argument("--allow-any-command", action="store_true",
+                   help="run commands other than nccl-tests binaries (the plan's author can run anything)")
     r.add_argument("--timeout", type=float, default=600.0, help="seconds per command (default 600)")
     r.add_argument("--matrix", help="run only this matrix")
     r.add_argument("--json", action="store_true", help="JSON output")

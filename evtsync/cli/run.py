@@ -66,14 +66,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "tensor-parallel group)")
             action.metavar = "NAME[=RANKS[@STREAM]]"
     add_out_argument(parser, "own", "run folder (default fits/demo for the demo, else fits/<name of the trace "
-                     "folder>)", metavar="DIR")
+                     "folder>): new, empty or a run folder; never an input folder or inside one", metavar="DIR")
     parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
                         help="no progress bars or stage lines; warnings and the final summary only")
     parser.add_argument("--json", action="store_true",
                         help="print the outcome as JSON: the answer table (summary.json: one row per GPU × precision), "
                              "run folder, report, every stage's status, reason, wall and CPU seconds, failed workloads "
                              "and notes (the stage lines are not printed)")
-    parser.add_argument("--force", action="store_true", help="redo every stage, even those whose inputs did not change")
+    parser.add_argument("--force", action="store_true", help="redo every stage, even those whose inputs did not change; also write into a "
+                        "non-empty --out that is not a run folder (its files of the same names are replaced)")
     parser.add_argument("--no-report", dest="report", action="store_false", help="stop before the report")
     parser.add_argument("--allow-failed-workloads", action="store_true",
                         help="exit 0 although a workload of the study failed (default: exit 3; either way the "

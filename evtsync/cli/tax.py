@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
     from evtsync.cli._common import align_options, enter_dask, reading_options, sibling_path
     from evtsync.errors import InputError
-    from evtsync.tableio import write_table
+    from evtsync.tableio import all_or_nothing, write_table
     from evtsync.tax import tax_from_traces, tax_summary
     from evtsync.trace.traceset import load_traces
 
@@ -65,17 +65,18 @@ def run(args: argparse.Namespace) -> int:
         else:
             print("no NCCL kernels: using the CPU-side gloo collectives (their duration includes "
                   "the wait; see docs/gloo.md)", file=notes)
-    if args.out:
-        write_table(tables.collectives, args.out)
-        write_table(tables.ranks, sibling_path(args.out, "ranks"))
-        write_table(alignment.mismatches, sibling_path(args.out, "mismatches"))
-        write_table(alignment.groups, sibling_path(args.out, "groups"))
-        write_table(stragglers, sibling_path(args.out, "stragglers"))
-        write_table(straggler_ranks, sibling_path(args.out, "straggler_ranks"))
-    if args.plot:
-        from evtsync.plots.tax import plot_tax_cdfs
+    with all_or_nothing():  # a full disk at the third table leaves none of them, not two
+        if args.out:
+            write_table(tables.collectives, args.out)
+            write_table(tables.ranks, sibling_path(args.out, "ranks"))
+            write_table(alignment.mismatches, sibling_path(args.out, "mismatches"))
+            write_table(alignment.groups, sibling_path(args.out, "groups"))
+            write_table(stragglers, sibling_path(args.out, "stragglers"))
+            write_table(straggler_ranks, sibling_path(args.out, "straggler_ranks"))
+        if args.plot:
+            from evtsync.plots.tax import plot_tax_cdfs
 
-        plot_tax_cdfs(tables.collectives, args.plot)
+            plot_tax_cdfs(tables.collectives, args.plot)
     if args.json:
         from evtsync.cli._common import emit_json
 
@@ -104,15 +105,23 @@ def _print_report(traces, alignment, summary, stragglers) -> None:  # noqa: ANN0
                 print(f"  {g.pg:<24} {g.pg_source:<9} ranks {g.pg_ranks:<24} {g.n_collectives} collectives"
                       f" (stream {g.streams})")
     if len(summary):
-        print("\ntax per PG and collective (tau = max-min NCCL duration, µs; wait share = "
-              "waiting / kernel time):")
-        header = (f"  {'pg':<20} {'collective':<14} {'n':>6} {'tau med':>10} {'tau p90':>10} "
+        n_invalid = int(summary["n_invalid"].sum())
+        print("\ntax per PG and collective over the valid collectives (tau = max-min NCCL duration, µs; "
+              "wait share = waiting / kernel time; invalid = flagged by the alignment checks, left out):")
+        header = (f"  {'pg':<20} {'collective':<14} {'n':>6} {'invalid':>8} {'tau med':>10} {'tau p90':>10} "
                   f"{'tau max':>10} {'fastest waits':>14} {'median waits':>13}")
         print(header)
         for s in summary.itertuples():
-            print(f"  {s.pg:<20} {s.collective:<14} {s.count:>6} {s.tau_median_us:>10.1f} "
+            if not s.count:
+                print(f"  {s.pg:<20} {s.collective:<14} {s.count:>6} {s.n_invalid:>8}   no valid collective: "
+                      "no tax measured (see the mismatches)")
+                continue
+            print(f"  {s.pg:<20} {s.collective:<14} {s.count:>6} {s.n_invalid:>8} {s.tau_median_us:>10.1f} "
                   f"{s.tau_p90_us:>10.1f} {s.tau_max_us:>10.1f} {s.fastest_wait_share:>13.0%} "
                   f"{s.median_rank_wait_share:>13.0%}")
+        if n_invalid:
+            print(f"  {n_invalid} of {n_invalid + int(summary['count'].sum())} collective(s) flagged invalid "
+                  "are left out of these statistics and of the stragglers")
     if len(stragglers):
         print("\nwho straggles per PG (change rate = share of consecutive collectives whose straggler "
               "differs; top = the most frequent straggler, against 1/|R| if all were alike):")

@@ -88,24 +88,27 @@ def fit_path(path: str | os.PathLike[str]) -> Path:
     return p / FIT_FILE if p.is_dir() or not p.suffix else p
 
 
-def _require_netcdf_engine() -> None:
-    """Fits are netCDF-4 files written with h5netcdf (an optional extra): say so clearly."""
+def require_netcdf_engine() -> None:
+    """Fits are netCDF-4 files written with h5netcdf (a core dependency): a broken install is
+    named before any sampling starts (``fit``, ``run``), never after the draws are made."""
     try:
         import h5netcdf  # noqa: F401
         import h5py  # noqa: F401
     except ImportError as exc:
-        raise FitError("writing and reading fits needs the netCDF engine: "
-                       "pip install 'evtsync[netcdf]' (h5netcdf and h5py)") from exc
+        raise FitError(f"writing and reading fits needs h5netcdf and h5py, which evtsync requires "
+                       f"({exc}): reinstall with pip install --force-reinstall evtsync") from exc
 
 
 def save_fit(tree: xr.DataTree, out: str | os.PathLike[str]) -> Path:
     """Write the fit tree atomically to ``out/fit.nc`` (or to ``out`` if it names a .nc file)."""
     dest = fit_path(out)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    _require_netcdf_engine()
+    require_netcdf_engine()
     tree.attrs.setdefault(FORMAT_ATTR, FIT_FORMAT)
     tree.attrs.pop("fit_path", None)
     tree.attrs[CONTENT_ATTR] = content_sha256(tree)
+    tree.attrs.pop(CHECKSUMS_ATTR, None)
+    tree.attrs[CHECKSUMS_ATTR] = json.dumps(part_checksums(tree), sort_keys=True)
     with atomic_path(dest) as tmp:
         tree.to_netcdf(tmp, engine="h5netcdf")
     return dest
@@ -129,6 +132,85 @@ def content_sha256(tree: xr.DataTree) -> str:
     return digest.hexdigest()
 
 
+#: Root attribute holding, as JSON, the sha256 of every part of the fit (each root attribute,
+#: ``attr:NAME``, and each group's variables and attributes, ``group:/PATH``): written by
+#: :func:`save_fit`, checked by :func:`load_fit`, so that an edited ``converged`` flag or
+#: diagnostic is refused by name like an edited draw (issue 33).
+CHECKSUMS_ATTR = "evtsync_sha256"
+#: Root attributes outside the checksums (the checksums themselves; where the file was read from).
+_UNCHECKED_ATTRS = (CONTENT_ATTR, CHECKSUMS_ATTR, "fit_path")
+
+
+def _plain(value: Any) -> Any:
+    """An attribute or value as written and as read back alike (numpy scalars and arrays, which
+    netCDF returns for Python numbers and lists, as Python ones; booleans as integers)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, np.ndarray):
+        return [_plain(v) for v in value.tolist()]
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+def _digest_text(value: Any) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(_plain(value), sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _group_digest(node: xr.DataTree) -> str:
+    """sha256 of one group's own variables (names, dims, values; numeric dtypes) and attributes."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    ds = node.to_dataset(inherit=False)
+    for name in sorted(ds.variables, key=str):
+        var = ds.variables[name]
+        values = np.asarray(var.values)
+        kind = values.dtype.kind
+        digest.update(f"{name}|{var.dims}|{values.shape}|".encode())
+        if kind in "OUS":  # text: object or fixed-width after a round trip, hash the strings
+            digest.update("\x1f".join(map(str, values.ravel().tolist())).encode())
+        else:
+            digest.update(values.dtype.str.encode())
+            digest.update(np.ascontiguousarray(values).tobytes())
+        digest.update(_digest_text({str(k): v for k, v in var.attrs.items()}).encode())
+    digest.update(_digest_text({str(k): v for k, v in node.attrs.items()}).encode())
+    return digest.hexdigest()
+
+
+def part_checksums(tree: xr.DataTree) -> dict[str, str]:
+    """sha256 of every part of a fit: each root attribute and each group (see :data:`CHECKSUMS_ATTR`)."""
+    parts = {f"attr:{k}": _digest_text(v) for k, v in tree.attrs.items() if k not in _UNCHECKED_ATTRS}
+    for node in tree.subtree:
+        if node is not tree:
+            parts[f"group:{node.path}"] = _group_digest(node)
+    return parts
+
+
+def _check_parts(tree: xr.DataTree, source: Path) -> None:
+    """Refuse a fit whose attributes or groups differ from the checksums recorded when written."""
+    try:
+        recorded = json.loads(str(tree.attrs[CHECKSUMS_ATTR]))
+    except ValueError as exc:
+        raise FitError(f"{source}: unreadable checksums ({CHECKSUMS_ATTR}): the file was altered; fit again") from exc
+    found = part_checksums(tree)
+    differ = sorted(k for k in set(recorded) | set(found) if recorded.get(k) != found.get(k))
+    if differ:
+        named = ", ".join(("attribute " if k.startswith("attr:") else "group ") + repr(k.split(":", 1)[1])
+                          for k in differ[:5]) + (f" and {len(differ) - 5} more" if len(differ) > 5 else "")
+        raise FitError(f"{source}: {named} no longer match{'es' if len(differ) == 1 else ''} the checksum recorded "
+                       f"when the fit was written ({CHECKSUMS_ATTR}): the file was altered after evtsync wrote it; "
+                       "fit again")
+
+
 def format_version(tree: xr.DataTree, source: str = "fit") -> int:
     """The layout version of a fit tree; ``FitError`` when newer than this code reads."""
     raw = tree.attrs.get(FORMAT_ATTR, 0)
@@ -147,7 +229,7 @@ def load_fit(path: str | os.PathLike[str]) -> xr.DataTree:
     p = fit_path(path)
     if not p.is_file():
         raise FitError(f"{p}: no such fit file (expected a folder written by `evtsync fit` or its {FIT_FILE})")
-    _require_netcdf_engine()
+    require_netcdf_engine()
     try:
         opened = xr.open_datatree(p, engine="h5netcdf")
         try:
@@ -167,6 +249,8 @@ def load_fit(path: str | os.PathLike[str]) -> xr.DataTree:
     if recorded is not None and str(recorded) != content_sha256(tree):
         raise FitError(f"{p}: the posterior no longer matches the checksum recorded when the fit was written "
                        f"({CONTENT_ATTR}): the file was altered after `evtsync fit` wrote it; fit again")
+    if CHECKSUMS_ATTR in tree.attrs:
+        _check_parts(tree, p)
     tree.attrs["fit_path"] = str(p)
     return tree
 

@@ -352,6 +352,10 @@ def _finish(out: pd.DataFrame, fit: Any, level: float, skipped: dict[str, int], 
     return out
 
 
+#: Convergence warnings already logged by this process (see :func:`_finish`).
+_NOTED_FITS: set[str] = set()
+
+
 def _tau_from(params: tuple[NDArray[np.float64], ...], b: NDArray[np.float64], n: Sequence[int],
               m: int) -> NDArray[np.float64]:
     """tau draws (sample, row, n) from parameter draws (sample, row) and block sds ``b`` (row,)."""

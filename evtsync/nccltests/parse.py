@@ -819,6 +819,40 @@ def _finish_run(st: _RunState, text: str, path: str, collective: str | None, n_r
     info.n_rows = len({r["line"] for r in st.rows})
     info.n_cycles = 1 + max(r["cycle"] for r in st.rows)
     _flag_rows(info, st.rows)
+    _check_sizes(info, st.rows)
+
+
+def announced_sizes(min_bytes: int, max_bytes: int, step: str) -> int | None:
+    """How many message sizes a header's ``minBytes``, ``maxBytes`` and ``step`` announce
+    (``2(factor)``: min, 2 min, ... up to max; ``N(bytes)``: min, min + N, ...); None when unknown."""
+    m = re.fullmatch(r"(\d+)\((factor|bytes)\)", step or "")
+    if not m or min_bytes <= 0 or max_bytes < min_bytes:
+        return None
+    value = int(m.group(1))
+    if m.group(2) == "bytes":
+        return max_bytes // value - min_bytes // value + 1 if value > 0 else None
+    if value < 2:
+        return None
+    count, size = 0, min_bytes
+    while size <= max_bytes:
+        count, size = count + 1, size * value
+    return count
+
+
+def _check_sizes(info: RunInfo, rows: list[dict[str, Any]]) -> None:
+    """Warn when a run's table holds fewer sizes than its header announced: a log cut short
+    (a truncated paste, a killed run) would otherwise read as a complete sweep."""
+    if info.min_bytes is None or info.max_bytes is None or info.step is None:
+        return
+    expected = announced_sizes(info.min_bytes, info.max_bytes, info.step)
+    found = len({r["size"] for r in rows})
+    if expected is not None and found < expected:
+        largest = max(r["size"] for r in rows)
+        message = (f"the table holds {found} of the {expected} sizes its header announces (minBytes "
+                   f"{info.min_bytes}, maxBytes {info.max_bytes}, step {info.step}); the largest is {largest} "
+                   f"bytes{'' if info.has_footer else ' and there is no footer'}: a truncated log?")
+        info.warnings.append(message)
+        log.warning("run %d: %s", info.index, message)
 
 
 def _decide_time_unit(info: RunInfo, rows: list[dict[str, Any]]) -> None:

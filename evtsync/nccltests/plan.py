@@ -14,6 +14,14 @@ position (the seed's rejected first round confounded warmup with GPU clock ramp-
 ``run_plan`` executes the commands where the binary exists, one process at a time, each
 output stored atomically per variant and replicate, plus ``index.json`` and a pooled
 per-variant summary (cycles of all replicates of a variant pooled, as in the seed).
+
+**A plan is a script**: running it executes the commands it lists. ``run_plan`` therefore runs
+only what a plan of ``build_plan`` holds, an nccl-tests binary (``*_perf``, ``*_perf_mpi``),
+optionally behind the launchers and pinning wrappers of :data:`WRAPPERS` (``mpirun``, ``srun``,
+``taskset``, ...); anything else (``sh -c ...``, an interpreter, any other program) is refused
+unless the caller passes ``allow_any_command=True`` (``--allow-any-command``). Whatever the
+commands, every log is written under the output folder: a log path that is absolute or climbs
+out of it (``../../x.log``) is refused before anything runs.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -205,6 +214,65 @@ def load_plan(path: str | Path) -> dict[str, Any]:
     return plan
 
 
+#: Programs a plan may put before the nccl-tests binary: MPI and Slurm launchers, pinning.
+WRAPPERS = frozenset({"mpirun", "mpiexec", "orterun", "prterun", "srun", "taskset", "numactl"})
+#: nccl-tests binaries: ``all_reduce_perf``, ``alltoall_perf``, ``sendrecv_perf_mpi``, ...
+NCCL_TESTS_BINARY_RE = re.compile(r"^[a-z][a-z0-9_]*_perf(_mpi)?$")
+#: Never accepted as an option value before the binary: they would run code of their own.
+_INTERPRETERS = re.compile(r"^(sh|bash|dash|zsh|ksh|csh|tcsh|fish|env|xargs|eval|exec|sudo|su|nohup|"
+                           r"python[0-9.]*|perl|ruby|node|lua|awk|gawk)$")
+
+
+def _tool_of(argv: list[str]) -> tuple[str | None, str]:
+    """The nccl-tests binary a command runs, or None with the reason it is not one.
+
+    The command is wrappers (each with its options, which start with ``-``, and their values)
+    followed by the binary; the first other word, or an interpreter anywhere before the binary,
+    makes it something else.
+    """
+    after_option = False
+    for word in argv:
+        name = os.path.basename(word)
+        if NCCL_TESTS_BINARY_RE.match(name):
+            return word, ""
+        if name in WRAPPERS:
+            after_option = False
+            continue
+        if _INTERPRETERS.match(name):
+            return None, f"it runs {word!r}"
+        if word.startswith("-"):
+            after_option = "=" not in word
+            continue
+        if after_option and shutil.which(word) is None:  # the value of the option before it, not a program
+            after_option = False
+            continue
+        return None, f"it runs {word!r}, which is neither an nccl-tests binary nor one of {', '.join(sorted(WRAPPERS))}"
+    return None, "it names no nccl-tests binary (*_perf)"
+
+
+def check_plan(entries: list[dict[str, Any]], out: Path, allow_any_command: bool = False) -> None:
+    """Refuse, before anything runs, a plan entry whose log would lie outside ``out`` and, unless
+    ``allow_any_command``, one whose command is not an nccl-tests binary behind :data:`WRAPPERS`."""
+    root = out.resolve()
+    for e in entries:
+        where = f"plan entry {e.get('order', '?')}"
+        argv, log_rel = e.get("argv"), e.get("log")
+        if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
+            raise NcclTestsError(f"{where}: 'argv' must be a non-empty list of strings, got {argv!r}")
+        if not isinstance(log_rel, str) or not log_rel:
+            raise NcclTestsError(f"{where}: 'log' must be a relative file path, got {log_rel!r}")
+        target = (root / log_rel).resolve()
+        if Path(log_rel).is_absolute() or root not in target.parents:
+            raise NcclTestsError(f"{where}: log {log_rel!r} lies outside the output folder {out}; a plan writes "
+                                 "only under --out (relative paths without '..')")
+        if not allow_any_command:
+            tool, why = _tool_of(argv)
+            if tool is None:
+                raise NcclTestsError(f"{where}: refusing to run {' '.join(argv)!r}: {why}; a plan is a script "
+                                     "and runs only nccl-tests binaries (pass --allow-any-command to run it "
+                                     "anyway, if you trust whoever wrote it)")
+
+
 def _check_executables(plan: dict[str, Any]) -> None:
     needed = set()
     for e in plan["entries"]:
@@ -243,12 +311,15 @@ def _writers() -> tuple[Any, Any]:
 
 
 def run_plan(plan: dict[str, Any], out_dir: str | Path, *, timeout_s: float = 600.0,
-             only_matrix: str | None = None) -> RunReport:
-    """Execute a plan's commands in order, store each output, and summarise per variant."""
+             only_matrix: str | None = None, allow_any_command: bool = False) -> RunReport:
+    """Execute a plan's commands in order, store each output under ``out_dir``, and summarise per
+    variant. The plan is checked first (:func:`check_plan`): only nccl-tests binaries run unless
+    ``allow_any_command``, and no log is written outside ``out_dir``."""
     out = Path(out_dir)
-    entries = [e for e in plan["entries"] if only_matrix is None or e["matrix"] == only_matrix]
+    entries = [e for e in plan["entries"] if only_matrix is None or e.get("matrix") == only_matrix]
     if not entries:
         raise NcclTestsError(f"plan has no entries{' for matrix ' + only_matrix if only_matrix else ''}")
+    check_plan(entries, out, allow_any_command)
     _check_executables({"entries": entries})
     write_table, write_text_atomic = _writers()
     records = []

@@ -40,7 +40,7 @@ from typing import Any
 
 import pandas as pd
 
-from evtsync.errors import EvtsyncError, InputError
+from evtsync.errors import EvtsyncError, InputError, OutputError
 from evtsync.pipeline.layout import (
     LOCK,
     MANIFEST,
@@ -303,6 +303,8 @@ class Run:
         for w in progress(live, label, len(live), "workload"):
             try:
                 results.append((w, body(w)))
+            except OutputError:
+                raise  # a full disk is not the workload's fault: the run stops, saying so
             except EvtsyncError as exc:
                 failures[w.name] = f"{type(exc).__name__}: {exc}"
                 errors.append(exc)
@@ -453,6 +455,11 @@ class Run:
             entry.update(status=STATUS_NA, reason=str(exc))
         except Unavailable as exc:
             entry.update(status=STATUS_UNAVAILABLE, reason=str(exc))
+        except OutputError:
+            # the disk is full (or the folder unwritable): not a result of the stage. The run stops;
+            # the manifest keeps the stage's previous entry, whose hashes no longer match any output
+            # replaced meanwhile, so a rerun redoes it
+            raise
         except EvtsyncError as exc:
             entry.update(status=STATUS_FAILED, reason=f"{type(exc).__name__}: {exc}")
             log.warning("stage %s failed: %s", stage.name, exc)

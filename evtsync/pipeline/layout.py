@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ import pandas as pd
 
 from evtsync.defaults import MAIN_MODEL_PREFERENCE
 from evtsync.errors import InputError
-from evtsync.tableio import read_table
+from evtsync.tableio import TEMP_SUFFIX, file_sha256, read_table
 
 MANIFEST = "manifest.json"
 #: The lock a running ``evtsync run`` holds on its folder.
@@ -93,6 +94,68 @@ def read_manifest(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         raise InputError(f"{path}: not an evtsync run manifest (format {found!r}); rerun `evtsync run` with "
                          "--force to rebuild it, or choose another --out")
     return data
+
+
+#: The folders of a run whose files its readers (report, diff) take as data: each file is checked
+#: against the SHA-256 the manifest recorded when the run wrote it (:func:`read_verified_manifest`).
+VERIFIED_FOLDERS = (TABLES, FITS)
+
+
+def changed_outputs(run_dir: str | os.PathLike[str], manifest: dict[str, Any]) -> list[str]:
+    """The tables and fits of a run (relative paths) whose content differs from what the run wrote."""
+    changed = []
+    for entry in manifest.get("stages", {}).values():
+        for rel, digest in (entry.get("outputs") or {}).items():
+            path = Path(run_dir) / rel
+            if Path(rel).parts[0] in VERIFIED_FOLDERS and path.is_file() and file_sha256(path) != digest:
+                changed.append(rel)
+    return sorted(changed)
+
+
+def read_verified_manifest(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The manifest of a run folder (:func:`read_manifest`), after checking every table and fit
+    it lists against the SHA-256 recorded when the run wrote it: a file edited since (a table's
+    values multiplied by 10) is refused by name, never reported or compared."""
+    manifest = read_manifest(run_dir)
+    changed = changed_outputs(run_dir, manifest)
+    if changed:
+        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        raise InputError(f"{run_dir}: {shown} changed after `evtsync run` wrote {'it' if len(changed) == 1 else 'them'} "
+                         f"(SHA-256 differs from the one in {MANIFEST}); rerun `evtsync run` with the same inputs "
+                         "and --out to rebuild, instead of reading altered results")
+    return manifest
+
+
+def check_run_folder(out: str | os.PathLike[str], inputs: Sequence[str | os.PathLike[str]] = (),
+                     force: bool = False) -> None:
+    """Refuse, before any work, a run folder that would write among files that are not the run's.
+
+    ``out`` may not be, nor lie inside, a folder of the inputs (the manifest and tables would be
+    read as traces by later commands); it must be absent, empty, or a run folder (its
+    ``manifest.json`` is checked by :func:`read_manifest`). A non-empty folder without a
+    manifest holds the user's own files, which the run's ``report.html``, ``tables/`` and so on
+    would replace: refused unless ``force``.
+    """
+    target = Path(out).resolve()
+    for item in inputs:
+        path = Path(item).resolve()
+        if not path.exists():
+            continue  # said by the reader, naming it
+        folder = path if path.is_dir() else path.parent
+        # a folder of traces or of workloads: nothing of the run inside it; loose files: not beside them
+        if target == folder or (path.is_dir() and folder in target.parents):
+            raise InputError(f"--out {out}: is {'the' if target == folder else 'inside the'} input folder "
+                             f"{item}: the run's manifest.json, tables and report would lie among the traces "
+                             "(and be read as traces by later commands); choose a folder outside the inputs")
+    if not target.is_dir() or (target / MANIFEST).exists():
+        return
+    own = {LOCK}
+    foreign = sorted(p.name for p in target.iterdir() if p.name not in own and not p.name.endswith(TEMP_SUFFIX))
+    if foreign and not force:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise InputError(f"--out {out}: a non-empty folder that is not an evtsync run folder (no {MANIFEST}; "
+                         f"holds {shown}): the run would replace files of the same names; choose an empty or "
+                         "new folder, or pass --force to write into it anyway")
 
 
 def fitted_models(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Path]:

@@ -79,7 +79,11 @@ class RunOptions:
                 raise InputError(f"--{name} must be >= 1, got {value}")
         if not -1 < self.eps < 0:
             raise InputError(f"--eps {self.eps}: the target elasticity must lie in (-1, 0)")
-        check_output_dir(self.out or default_out(self), "--out")
+        from evtsync.pipeline.layout import check_run_folder
+
+        out = self.out or default_out(self)
+        check_output_dir(out, "--out")
+        check_run_folder(out, self.traces, force=self.force)  # not the inputs', nor the user's own files
 
     def sampling(self, spec_sampling: dict[str, Any] | None = None) -> dict[str, int]:
         """Draws, tune and chains of a fit: the user's flags; else, for the demo, its settings; else the

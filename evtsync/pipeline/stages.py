@@ -664,6 +664,10 @@ def build_stages(run: Run) -> list[Stage]:
         Stage("mle", _stage_mle, ("zscores",), lambda r: {"level": LEVEL, "min": MIN_Z_MLE}),
     ]
     models = _model_paths(run)
+    if models:
+        from evtsync.evt.bayesfit import require_netcdf_engine
+
+        require_netcdf_engine()  # the fits' file engine, before the run starts rather than after sampling
     for path in models:
         text = path.read_text(encoding="utf-8")
         body, job = _fit_stage(path)

@@ -82,11 +82,11 @@ def build_report(source: str | os.PathLike[str], out: str | os.PathLike[str] | N
     again); default :func:`evtsync.evt.bayesfit.load_fit`. ``workers``: processes that draw the
     figures (default one per core; 1 draws them in this process)."""
     from evtsync.evt.bayesfit import FIT_FILE
-    from evtsync.pipeline.layout import MANIFEST, read_manifest
+    from evtsync.pipeline.layout import MANIFEST, read_verified_manifest
 
     src = Path(source)
     if (src / MANIFEST).is_file():
-        manifest = read_manifest(src)
+        manifest = read_verified_manifest(src)  # tables and fits as the run wrote them, or refused
         dest = Path(out) if out else src
         sections, written = run_sections(src, dest, manifest, load_fit, svg, workers)
         name = src.resolve().name

@@ -8,10 +8,12 @@ whose figures link to the PNG files beside it.
 
 from __future__ import annotations
 
+import html
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pandas as pd
 
@@ -121,17 +123,30 @@ _WORDS = {"gpu": "GPU", "cpu": "CPU", "pg": "PG", "n": "number of", "id": "ID", 
           "loo": "LOO", "elpd": "elpd", "cv": "CV", "mle": "MLE", "xi": "xi", "nccl": "NCCL"}
 
 
+_MD_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "](": "\\](", "`": "\\`"}
+_MD_SPECIAL = re.compile(r"[&<>`]|\]\(")
+
+
+def md_text(text: Any) -> str:
+    """Text from the data (workload, PG, kernel and file names; numbers) made inert in Markdown:
+    ``<``, ``>`` and ``&`` as HTML entities (Markdown viewers render raw HTML, so an injected
+    ``<script>`` or ``<img onerror>`` in a trace's names would run), ``](`` and backticks escaped
+    (no injected links or code spans; an interval's ``[lo, hi]`` stays as it is). Shown as the
+    same characters."""
+    return _MD_SPECIAL.sub(lambda m: _MD_ESCAPES[m.group(0)], str(text))
+
+
 def _md_cell(value: Any) -> str:
     if isinstance(value, Link):
-        return f"[{value.text}]({value.href})".replace("|", "\\|")
-    return fmt(value).replace("|", "\\|").replace("\n", " ")
+        return f"[{md_text(value.text)}]({value.href})".replace("|", "\\|")
+    return md_text(fmt(value)).replace("|", "\\|").replace("\n", " ")
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
-    """A GitHub-flavoured Markdown pipe table."""
+    """A GitHub-flavoured Markdown pipe table (text escaped, :func:`md_text`)."""
     if frame.empty:
         return "_(empty)_"
-    head = "| " + " | ".join(human_label(c).replace("|", "\\|") for c in frame.columns) + " |"
+    head = "| " + " | ".join(md_text(human_label(c)).replace("|", "\\|") for c in frame.columns) + " |"
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
     rows = ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join([head, rule, *rows])
@@ -139,28 +154,29 @@ def markdown_table(frame: pd.DataFrame) -> str:
 
 def render_markdown(title: str, sections: list[Section], base: Path) -> str:
     """The document as Markdown; figure links are relative to ``base`` (the report's folder)."""
-    lines = [f"# {title}", ""]
+    lines = [f"# {md_text(title)}", ""]
     for section in sections:
         if section.anchor:
-            lines += [f'<a id="{section.anchor}"></a>', ""]
-        lines += ["#" * section.level + " " + section.title, ""]
+            lines += [f'<a id="{html.escape(section.anchor, quote=True)}"></a>', ""]
+        lines += ["#" * section.level + " " + md_text(section.title), ""]
         for item in section.items:
             if isinstance(item, Link):
-                lines += [f"[{item.text}]({item.href})", ""]
+                lines += [f"[{md_text(item.text)}]({item.href})", ""]
             elif isinstance(item, Skipped | Caption):
-                lines += [f"_{item.text}_", ""]
+                lines += [f"_{md_text(item.text)}_", ""]
             elif isinstance(item, str):
-                lines += [item, ""]
+                lines += [md_text(item), ""]
             elif isinstance(item, Alert):
                 marker = "**NOT OK:**" if item.level == "error" else "**Note:**"
-                lines += [f"> {marker} {item.text}", ""]
+                lines += [f"> {marker} {md_text(item.text)}", ""]
             elif isinstance(item, Table):
                 if item.caption:
-                    lines += [f"_{item.caption}_", ""]
+                    lines += [f"_{md_text(item.caption)}_", ""]
                 lines += [markdown_table(item.frame), ""]
             elif isinstance(item, EmbeddedFigure):
                 lines += [f"_(figure: {item.alt}; in the HTML report)_", ""]
             elif isinstance(item, Figure):
                 rel = item.png.relative_to(base) if item.png.is_relative_to(base) else item.png
-                lines += [f"![{item.caption.split('.')[0]}]({rel.as_posix()})", "", f"_{item.caption}_", ""]
+                lines += [f"![{md_text(item.caption.split('.')[0])}]({quote(rel.as_posix())})", "",
+                          f"_{md_text(item.caption)}_", ""]
     return "\n".join(lines).rstrip() + "\n"

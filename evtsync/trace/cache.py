@@ -1,11 +1,17 @@
 """Per-rank tables cached as Parquet, so a second analysis of the same traces skips the JSON.
 
 An entry is a folder named by a key: the SHA-256 of the trace file's resolved path, size,
-modification time (ns), a hash of its first and last 64 KiB, the ``salvage`` flag, the
-evtsync version with a hash of the reader's source files, and the cache format. Editing,
-replacing or touching a trace therefore misses the cache; so does a new evtsync version or
-any change to the reader's code. The whole content is not hashed: that
+modification time (ns), inode and status-change time (ns), a hash of its content sampled
+(its first and last 64 KiB and 4 KiB at 32 evenly spaced offsets), the ``salvage`` flag,
+the evtsync version with a hash of the reader's source files, and the cache format. Editing,
+replacing or touching a trace therefore misses the cache, even when the editor restores the
+modification time (the status-change time cannot be set back, issue 33); so does a new
+evtsync version or any change to the reader's code. The whole content is not hashed: that
 would read the whole file on every run, a good part of what the cache saves.
+
+The cache is capped: after each load its entries beyond ``$EVTSYNC_CACHE_MAX_BYTES`` (default
+2 GiB) are removed, least recently used first, and entries of other evtsync versions (never
+read again) go first; ``evtsync cache --prune`` does the same on demand, ``--clear`` empties it.
 
 Entry layout: ``kernels.parquet``, ``cpu_ops.parquet``, ``runtime.parquet``,
 ``syncs.parquet`` and ``meta.json`` (rank info, pg_config, skipped counts, the warnings
@@ -21,6 +27,7 @@ chooses another (on a Dask cluster: a folder every worker can write), ``--no-cac
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -68,13 +75,18 @@ def _version() -> str:
     return f"{__version__}+{digest.hexdigest()[:16]}"
 
 
-def _ends_digest(path: Path, span: int = 1 << 16) -> str:
-    """SHA-256 of the first and last ``span`` bytes: catches a rewrite within the mtime's
-    granularity (a gzip file ends with the CRC and length of all its data)."""
+def _sampled_digest(path: Path, span: int = 1 << 16, samples: int = 32, block: int = 1 << 12) -> str:
+    """SHA-256 of the first and last ``span`` bytes and of ``block`` bytes at ``samples`` evenly
+    spaced offsets between: catches a rewrite within the mtime's granularity (a gzip file ends
+    with the CRC and length of all its data) and most edits of a plain JSON file, for ~200 KiB
+    read whatever the file's size."""
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         digest.update(fh.read(span))
         size = fh.seek(0, os.SEEK_END)
+        for i in range(1, samples + 1):
+            fh.seek(span + (size - 2 * span) * i // (samples + 1) if size > 2 * span else 0)
+            digest.update(fh.read(block))
         fh.seek(max(0, size - span))
         digest.update(fh.read(span))
     return digest.hexdigest()
@@ -102,7 +114,8 @@ class RankCache:
         resolved = Path(path).resolve()
         stat = resolved.stat()
         material = json.dumps({"path": str(resolved), "size": stat.st_size,
-                               "mtime_ns": stat.st_mtime_ns, "ends": _ends_digest(resolved),
+                               "mtime_ns": stat.st_mtime_ns, "inode": stat.st_ino, "ctime_ns": stat.st_ctime_ns,
+                               "sampled": _sampled_digest(resolved),
                                "salvage": bool(salvage), "rank": rank,
                                "version": _version(), "format": CACHE_FORMAT}, sort_keys=True)
         return hashlib.sha256(material.encode()).hexdigest()
@@ -117,12 +130,15 @@ class RankCache:
         if not entry.is_dir():
             return None
         try:
-            return _read_entry(entry)
+            hit = _read_entry(entry)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("%s: damaged cache entry %s (%s); rebuilding it from the trace",
                         path, entry, exc)
             shutil.rmtree(entry, ignore_errors=True)
             return None
+        with contextlib.suppress(OSError):  # a read-only cache is still read
+            os.utime(entry)  # last use, for pruning the least recently used first
+        return hit
 
     def store(self, path: str | os.PathLike[str], salvage: bool, tables: RankTables,
               messages: list[list[Any]], rank: int | None = None) -> Path:
@@ -157,6 +173,81 @@ class RankCache:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return entry
+
+
+    def entries(self) -> list[CacheEntry]:
+        """Every entry of the folder (complete or not), with its size, last use and version."""
+        found = []
+        if not self.folder.is_dir():
+            return found
+        for shard in self.folder.iterdir():
+            if not (shard.is_dir() and len(shard.name) == 2):
+                continue
+            for entry in shard.iterdir():
+                try:
+                    if not entry.is_dir():
+                        continue
+                    size = sum(f.stat().st_size for f in entry.iterdir() if f.is_file())
+                    last_used = entry.stat().st_mtime
+                except OSError:  # removed meanwhile by another process
+                    continue
+                try:
+                    version = str(json.loads((entry / META).read_text()).get("version", ""))
+                except (OSError, ValueError):
+                    version = ""  # a temporary folder of a killed writer, or a damaged entry
+                found.append(CacheEntry(entry, size, last_used, version))
+        return found
+
+    def prune(self, max_bytes: int, stale_after_s: float = 3600.0) -> tuple[int, int]:
+        """Remove entries until the folder holds at most ``max_bytes``: first those of other
+        evtsync versions or reader code (never read again) and temporaries of killed writers
+        older than ``stale_after_s``, then the least recently used. Returns (entries removed,
+        bytes freed)."""
+        import time
+
+        now, current = time.time(), _version()
+        entries = self.entries()
+        # another version's entries are never read again; a folder without metadata is a killed
+        # writer's temporary (or a damaged entry) once it is old, else maybe a writer's at work
+        unusable = [e for e in entries if e.version != current
+                    and (e.version or now - e.last_used > stale_after_s)]
+        kept = sorted((e for e in entries if e.version == current), key=lambda e: e.last_used)
+        total = sum(e.size for e in kept)
+        doomed = list(unusable)
+        while kept and total > max_bytes:
+            oldest = kept.pop(0)
+            doomed.append(oldest)
+            total -= oldest.size
+        for e in doomed:
+            shutil.rmtree(e.path, ignore_errors=True)
+        freed = sum(e.size for e in doomed)
+        if doomed:
+            log.info("trace cache %s: removed %d entr%s (%d bytes)", self.folder, len(doomed),
+                     "y" if len(doomed) == 1 else "ies", freed)
+        return len(doomed), freed
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One folder of the cache: where, its size in bytes, its last use (epoch s), its evtsync version."""
+
+    path: Path
+    size: int
+    last_used: float
+    version: str
+
+
+#: Size the cache is pruned to after each load unless ``$EVTSYNC_CACHE_MAX_BYTES`` says otherwise.
+DEFAULT_CACHE_MAX_BYTES = 2 << 30
+CACHE_MAX_ENV = "EVTSYNC_CACHE_MAX_BYTES"
+
+
+def cache_max_bytes() -> int:
+    """The cache's cap: ``$EVTSYNC_CACHE_MAX_BYTES`` (e.g. ``500M``, ``4GiB``), else 2 GiB."""
+    from evtsync.units import parse_bytes
+
+    text = os.environ.get(CACHE_MAX_ENV)
+    return DEFAULT_CACHE_MAX_BYTES if not text else int(parse_bytes(text, f"${CACHE_MAX_ENV}"))
 
 
 def _read_entry(entry: Path) -> tuple[RankTables, list[list[Any]]]:

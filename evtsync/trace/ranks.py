@@ -44,7 +44,8 @@ def detect_rank(path: Path, header: dict[str, Any], given: int | None = None) ->
     raise TraceError(
         f"{path}: cannot tell which rank this trace belongs to: no distributedInfo.rank and no "
         "rank in the file name (expected e.g. rank-3, rank3 or worker3 in the name); give it with "
-        "--rank-from order (ranks 0, 1, ... in the order of the files), --rank-from file (the "
+        "--rank-from order (ranks 0, 1, ... in the order of the files; a folder's in natural name order, "
+        "trace_2 before trace_10), --rank-from file (the "
         "file name) or RANK=PATH (load_traces(rank_from=...) in Python)")
 
 

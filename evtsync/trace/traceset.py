@@ -20,6 +20,7 @@ into one window, are an error.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import os
 import re
@@ -49,6 +50,7 @@ from evtsync.trace.tables import (
     parse_rank_list,
     rank_ranges,
 )
+from evtsync.units import format_offset
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +82,8 @@ class TraceSet(TablesDisplay):
     - ``untabulated``: events that went to no table, per rank, window, phase and category,
       with the reason (metadata, flow, instant, not tabulated by design, unknown category).
     - ``problems``: one line per reason the rank set is incomplete or foreign (a missing
-      rank, another job's file, an empty or kernel-less rank, kernels without ``dur``),
+      rank, another job's file, an empty or kernel-less rank, a rank without collective
+      kernels while others have them, kernels without ``dur``),
       naming rank and file; :meth:`check_complete` refuses them unless partial sets are
       allowed, and ``missing_ranks`` lists the ranks without a file.
     - every event table and ``ranks`` carry ``window``, the profiling window (0, 1, ...).
@@ -169,6 +172,29 @@ class TraceSet(TablesDisplay):
         return row.iloc[0].to_dict()
 
 
+_DIGITS_RE = re.compile(r"(\d+)")
+
+
+def natural_key(path: Path) -> tuple[tuple[int, int | str], ...]:
+    """Sort key of a file name with its numbers compared as numbers: ``trace_2`` before
+    ``trace_10`` (a plain string sort puts ``trace_10`` first, which numbered ranks wrongly
+    from the 11th file on)."""
+    return tuple((1, int(part)) if part.isdigit() else (0, part)
+                 for part in _DIGITS_RE.split(path.name) if part)
+
+
+def _check_given_order(files: list[Path]) -> None:
+    """``--rank-from order``: files named one by one (a shell glob sorts ``trace_10`` before
+    ``trace_2``) must not contradict the numbers in their names, or ranks would be wrong."""
+    for before, after in itertools.pairwise(files):
+        if before.parent == after.parent and natural_key(before) > natural_key(after):
+            raise InputError(
+                f"--rank-from order: {before.name} is given before {after.name}, against the numbers in "
+                "their names (a shell glob sorts names as text: trace_10 before trace_2), so the ranks "
+                "would be wrong; give the folder instead (its files are taken in natural name order), "
+                "list the files in rank order, or name each rank with RANK=PATH")
+
+
 def trace_files_in(folder: Path) -> list[Path]:
     """A folder's files that some reader reads: Kineto's suffixes, or another reader's
     suffix with content it recognises (a ``.log`` of stdout next to traces is not one)."""
@@ -176,7 +202,7 @@ def trace_files_in(folder: Path) -> list[Path]:
 
     suffixes = all_suffixes()
     found = []
-    for p in sorted(folder.iterdir()):
+    for p in sorted(folder.iterdir(), key=natural_key):
         name = p.name.lower()
         if not p.is_file() or not name.endswith(suffixes):
             continue
@@ -190,7 +216,7 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]],
     """Trace files named directly or found in named folders, each with the rank the user
     gave it (None: read from the file).
 
-    A folder's trace files are taken in name order; a folder holding no trace files but
+    A folder's trace files are taken in natural name order (``trace_2`` before ``trace_10``); a folder holding no trace files but
     ``iteration_N`` subfolders (torchtitan) gives the files of those, in N order. An
     argument ``RANK=PATH`` (e.g. ``3=trace.json``) gives the rank of that file; with
     ``rank_from="order"`` the i-th file is rank i.
@@ -232,6 +258,7 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]],
     if rank_from == "order":
         if any(g is not None for _, g in out):
             raise InputError("--rank-from order numbers the files itself: do not also give RANK=PATH")
+        _check_given_order([f for f, _ in out])
         out = [(f, i) for i, (f, _) in enumerate(out)]
     return out
 
@@ -384,9 +411,9 @@ def _apart_in_time(parts: Sequence[RankTables], windows: list[int]) -> list[str]
     out = []
     for i, part in enumerate(parts):
         if cluster[i] != main and span[i][0] >= 0:
-            hours = (span[i][0] - main_start) / 3.6e12
+            offset = format_offset(span[i][0] - main_start)
             out.append(f"files of another job? rank {part.rank} ({part.info['path']}) does not overlap in time "
-                       f"with the other {sizes[main]} rank(s)' traces (starts {hours:+.2f} h from them)")
+                       f"with the other {sizes[main]} rank(s)' traces (starts {offset} from them)")
     return out
 
 
@@ -430,12 +457,18 @@ def _rank_set_problems(parts: Sequence[RankTables], windows: list[int], world: i
             problems.append(f"files of another job? {len(values[common])} rank(s) have {label} {common}, but {odd}")
     problems.extend(_apart_in_time(parts, windows))
     with_kernels = sum(1 for p in parts if p.info.get("n_kernels", 0) > 0)
+    with_collectives = sum(1 for p in parts if p.info.get("n_nccl_kernels", 0) > 0)
     for part in parts:
         where = f"rank {part.rank} ({part.info['path']})"
         if part.info.get("n_events", 0) == 0:
             problems.append(f"{where}: empty trace (no events in traceEvents)")
         elif with_kernels and part.info.get("n_kernels", 0) == 0:
             problems.append(f"{where}: no GPU kernels, while {with_kernels} other file(s) have them")
+        elif with_collectives and part.info.get("n_nccl_kernels", 0) == 0:
+            # its groups would be inferred without it: the tax over the others, silently (issue 33)
+            problems.append(f"{where}: {part.info['n_kernels']} GPU kernel(s) but no NCCL collective kernel, "
+                            f"while {with_collectives} other file(s) have them (its process groups would be "
+                            "aligned without it)")
         if part.info.get("n_kernels_without_dur", 0):
             problems.append(f"{where}: {part.info['n_kernels_without_dur']} kernel(s) without a numeric dur "
                             "(left out, so the rank cannot join its collectives)")
@@ -686,6 +719,10 @@ def load_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
     traces = assemble(_read_all(files, salvage, jobs, workers, scheduler, cache, client, scope, patterns),
                       scope=scope)
     traces.source = "+".join(sorted(set(sources.values())))
+    if cache is not None:
+        from evtsync.trace.cache import RankCache, cache_max_bytes
+
+        RankCache(Path(cache)).prune(cache_max_bytes())  # capped: least recently used entries go
     return traces
 
 

@@ -57,11 +57,13 @@ def build(ctx: ReportContext) -> list[Section]:
                 "wait share, longest-waiting rank": s["fastest_wait_share"],
                 "wait share, median rank": s["median_rank_wait_share"], "invalid": s["n_invalid"]})
             sec.items.append(Table(shown, "Tax per workload, PG and collective type (SPEC §3): tau = max − min NCCL "
-                                          "kernel duration over the member ranks, µs: median over the collectives with "
+                                          "kernel duration over the member ranks, µs, over the valid collectives "
+                                          "(count): median with "
                                           f"its distribution-free {PCT} confidence interval (order statistics), 90th "
                                           "percentile, maximum; wait share = (d_r − min d)/d_r, median over the "
                                           "collectives, for the rank that waited longest and for the median rank; "
-                                          "collectives flagged by the alignment checks. An interval marked \"range of "
+                                          "invalid: collectives flagged by the alignment checks, left out of every "
+                                          "statistic. An interval marked \"range of "
                                           "n\" is [min, max] of too few collectives for the level."))
         sec.items.append(straggler_table(ctx, gpu))
         if len(sub):

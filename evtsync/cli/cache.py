@@ -1,0 +1,55 @@
+"""``evtsync cache``: where the per-rank trace cache is, how big, and pruning or clearing it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "cache", help="the per-rank trace cache: its folder and size; --prune to its cap, --clear",
+        description="Show the per-rank trace cache (Parquet tables of each trace read, reused while the trace "
+        "is unchanged): its folder ($EVTSYNC_CACHE_DIR, else $XDG_CACHE_HOME/evtsync, else ~/.cache/evtsync), "
+        "entries and size. Every command that reads traces prunes it to its cap after reading "
+        "($EVTSYNC_CACHE_MAX_BYTES, default 2 GiB), least recently used first.")
+    parser.add_argument("--dir", metavar="DIR", default=None, help="the cache folder (default: as above)")
+    parser.add_argument("--prune", action="store_true",
+                        help="remove entries of other evtsync versions and stale temporaries, then the least "
+                             "recently used beyond the cap (or --max-size)")
+    parser.add_argument("--max-size", metavar="SIZE", default=None,
+                        help="cap for --prune, e.g. 500M or 4GiB (default $EVTSYNC_CACHE_MAX_BYTES, else 2 GiB)")
+    parser.add_argument("--clear", action="store_true", help="remove every entry")
+    parser.add_argument("--json", action="store_true", help="print the state as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from evtsync.errors import InputError
+    from evtsync.trace.cache import RankCache, cache_max_bytes, default_cache_dir
+    from evtsync.units import parse_bytes
+
+    if args.clear and (args.prune or args.max_size):
+        raise InputError("give --clear or --prune [--max-size SIZE], not both")
+    if args.max_size and not args.prune:
+        raise InputError("--max-size is the cap of --prune: give --prune too")
+    cache = RankCache(Path(args.dir) if args.dir else default_cache_dir())
+    removed = freed = 0
+    if args.clear:
+        removed, freed = cache.prune(0, stale_after_s=0.0)
+    elif args.prune:
+        cap = int(parse_bytes(args.max_size, "--max-size")) if args.max_size else cache_max_bytes()
+        removed, freed = cache.prune(cap)
+    entries = cache.entries()
+    state = {"folder": str(cache.folder), "entries": len(entries), "bytes": sum(e.size for e in entries),
+             "cap_bytes": cache_max_bytes(), "removed_entries": removed, "freed_bytes": freed}
+    if args.json:
+        print(json.dumps(state, indent=2))
+        return 0
+    print(f"trace cache {state['folder']}: {state['entries']} entr{'y' if state['entries'] == 1 else 'ies'}, "
+          f"{state['bytes'] / 2**20:.1f} MiB (cap {state['cap_bytes'] / 2**30:.2f} GiB)")
+    if args.prune or args.clear:
+        print(f"removed {removed} entr{'y' if removed == 1 else 'ies'} ({freed / 2**20:.1f} MiB)")
+    return 0
