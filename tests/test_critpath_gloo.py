@@ -258,7 +258,7 @@ def test_attribute_and_breakdown_refuse_a_trace_without_collectives(tmp_path):
     assert "nothing to attribute" in proc.stderr
     proc = _cli("breakdown", str(folder), "--no-cache", "--json")
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
-    rows = json.loads(proc.stdout)
+    rows = json.loads(proc.stdout)["rows"]
     assert len(rows) == 8 and all(r["sync_wait_us"] == 0 for r in rows)
 
 

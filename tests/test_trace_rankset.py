@@ -154,6 +154,8 @@ def test_deepep_kernels_are_aligned_and_taxed_like_nccl(traces_dir: Path, tmp_pa
 def test_user_comm_kernel_pattern_and_one_rank(traces_dir: Path, tmp_path: Path, caplog) -> None:
     from evtsync import tax_table
 
+    caplog.set_level("INFO", logger="evtsync")  # what was found is said at INFO (the CLI's -v)
+
     def rename(rank: int, raw: dict) -> dict:
         for e in raw["traceEvents"]:
             if e.get("cat") == "kernel" and e["name"].startswith("ncclKernel_"):

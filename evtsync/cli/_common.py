@@ -93,7 +93,7 @@ def reading_options(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {"salvage": args.salvage, "jobs": args.jobs,
                                "rank_from": args.rank_from, "comm_kernels": list(args.comm_kernel)}
     if hasattr(args, "scheduler"):
-        from evtsync.trace.cache import default_cache_dir
+        from evtsync.trace.cache_dir import default_cache_dir
 
         options["scheduler"] = args.scheduler
         options["workers"] = args.workers

@@ -28,7 +28,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from evtsync.errors import InputError
-    from evtsync.trace.cache import RankCache, cache_max_bytes, default_cache_dir
+    from evtsync.trace.cache import RankCache, cache_max_bytes
+    from evtsync.trace.cache_dir import default_cache_dir
     from evtsync.units import parse_bytes
 
     if args.clear and (args.prune or args.max_size):

@@ -347,8 +347,11 @@ def _finish(out: pd.DataFrame, fit: Any, level: float, skipped: dict[str, int], 
     for why, count in skipped.items():
         if count:
             log.warning("%s: skipped %d row(s): %s", what, count, why)
-    if fit.convergence_note:  # the table's `converged` column carries it; the fit's own stage or the CLI says it
-        log.info("%s", fit.convergence_note.removeprefix("WARNING: "))
+    if fit.convergence_note and fit.convergence_note not in _NOTED_FITS:
+        # once per fit and process: a run predicts from one fit for many tables (it was said 13
+        # times); every table still carries the fit's ``converged`` flag
+        _NOTED_FITS.add(fit.convergence_note)
+        log.warning("%s", fit.convergence_note.removeprefix("WARNING: "))
     return out
 
 

@@ -50,17 +50,8 @@ log = logging.getLogger(__name__)
 
 #: Bumped whenever the cached tables' layout changes; part of every key.
 CACHE_FORMAT = 2
-CACHE_ENV = "EVTSYNC_CACHE_DIR"
 TABLES = ("kernels", "cpu_ops", "runtime", "syncs")
 META = "meta.json"
-
-
-def default_cache_dir() -> Path:
-    """``$EVTSYNC_CACHE_DIR``, else ``$XDG_CACHE_HOME/evtsync``, else ``~/.cache/evtsync``."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "evtsync"
 
 
 @functools.cache

@@ -27,7 +27,7 @@ Two ways to run it, the same code (only NumPy and numba are used here):
 
 - **ahead of time** (the default): :func:`build_ahead_of_time` compiles :func:`scan_block` with
   numba's AOT compiler (``numba.pycc``) into a plain extension module, once per version of this
-  file and of NumPy, in ``<cache>/scanner/`` (:func:`evtsync.trace.cache.default_cache_dir`);
+  file and of NumPy, in ``<cache>/scanner/`` (:func:`evtsync.trace.cache_dir.default_cache_dir`);
   :func:`load_ahead_of_time` imports it in ~1 ms **without importing numba** (numba's import
   and its cached JIT code cost ~1 s of CPU per process, docs/performance/reading.md);
 - **just in time**: :func:`jit_scan_block` imports numba and compiles the functions here with
@@ -902,7 +902,7 @@ def _suffix() -> str:
 def ahead_of_time_dir() -> Path:
     """Where the ahead-of-time module lives: ``<cache>/scanner`` (``$EVTSYNC_CACHE_DIR``,
     ``$XDG_CACHE_HOME/evtsync`` or ``~/.cache/evtsync``, as the table cache)."""
-    from evtsync.trace.cache import default_cache_dir
+    from evtsync.trace.cache_dir import default_cache_dir
 
     return default_cache_dir() / "scanner"
 
@@ -1009,6 +1009,6 @@ if __name__ == "__main__":  # pragma: no cover - run by hand or by build_ahead_o
     if len(sys.argv) == 4 and sys.argv[1] == "--build-into":
         _build_into(sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 1:  # python -m evtsync.trace.scan: build for this installation now
-        print(build_ahead_of_time())
+        sys.stdout.write(f"{build_ahead_of_time()}\n")
     else:
         sys.exit("usage: python -m evtsync.trace.scan  (builds the ahead-of-time trace scanner)")

@@ -706,7 +706,7 @@ def load_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
     if cache is False:
         cache = None
     elif cache is True:
-        from evtsync.trace.cache import default_cache_dir
+        from evtsync.trace.cache_dir import default_cache_dir
 
         cache = default_cache_dir()
     if isinstance(paths, str | os.PathLike):
