@@ -359,7 +359,7 @@ def plan_blocks(traces: TraceSet, alignment: Alignment | None = None, *, pg: str
     is_gemm = classifier.gemm_mask(compute["name"])
     compute = compute[["rank", "name", "stream", "ts_ns", "dur_ns", "end_ns"]].assign(
         is_gemm=is_gemm, name_hash=_name_hashes(compute["name"]),
-        precision=np.where(is_gemm, name_precisions(compute["name"]), None))
+        precision=np.where(is_gemm, name_precisions(compute["name"]), np.array(None, dtype=object)))
     gpu_of = dict(zip(traces.ranks["rank"].astype(int), traces.ranks["gpu"].astype(str), strict=True))
     instances = alignment.instances
     tasks = []
@@ -511,7 +511,7 @@ def _judge_blocks(label: str, members: tuple[int, ...], present: set[int], k: in
              ((inst_of < 0) & from_steps, DROP_OUTSIDE, "collective {n} launched outside every ProfilerStep"),
              (majority.isna().to_numpy(), DROP_EMPTY, "no compute kernel between the collectives on any rank"))
     for mask, why, text in rules:
-        for j in np.flatnonzero(mask & (reason == None)):  # noqa: E711 - elementwise on objects
+        for j in np.flatnonzero(mask & (reason == None)).tolist():  # noqa: E711 - elementwise on objects
             reason[j], detail[j] = why, text.format(i=j, n=j + 1)
     drops: list[list[Any]] = [[label, int(j), int(s), block[j], int(inst_of[j]), reason[j], detail[j]]
                               for j in np.flatnonzero(reason != None) for s in samples]  # noqa: E711
@@ -572,7 +572,8 @@ def _precisions(times: pd.DataFrame, gemm_prec: pd.DataFrame, rows0: pd.DataFram
     dtypes = rows0.set_index("index")["dtype"]
     for block, sub in times.groupby("block", sort=False):
         if block not in best:
-            labels = {precision_from_dtype(dtypes.get(i + 1)) for i in sub["index"].unique()} - {None}
+            labels = {p for p in (precision_from_dtype(dtypes.get(i + 1)) for i in sub["index"].unique())
+                      if p is not None}
             best[block] = labels.pop() if len(labels) == 1 else "unknown"
     return times["block"].map(best).astype(object)
 

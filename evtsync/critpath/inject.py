@@ -370,10 +370,10 @@ def _rewrite(src: Path, dest: Path, dag: RankDAG, s_shift: np.ndarray, e_shift: 
         cat = ev.get("cat")
         ts, dur = ev.get("ts"), ev.get("dur")
         t0 = _ts_ns(ts, base_ns)
-        if t0 is None or not isinstance(dur, int | float):
+        if t0 is None or not isinstance(ts, int | float) or not isinstance(dur, int | float):
             continue
         t1 = t0 + (_ts_ns(dur, 0) or 0)
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        args = raw_args if isinstance(raw_args := ev.get("args"), dict) else {}
         if cat in GPU_CATEGORIES:
             lane = index.lane("stream", args.get("device", ev.get("pid")), args.get("stream", ev.get("tid")))
             if lane < 0:
@@ -401,7 +401,7 @@ def _rewrite(src: Path, dest: Path, dag: RankDAG, s_shift: np.ndarray, e_shift: 
         if not isinstance(ev, dict):
             continue
         ph, cat = ev.get("ph"), ev.get("cat")
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        args = raw_args if isinstance(raw_args := ev.get("args"), dict) else {}
         if ph == "X" and cat == "cuda_sync" and isinstance(args.get("correlation"), int):
             s0, s1 = cpu_corr.get(args["correlation"], (0, 0))
             if isinstance(ev.get("ts"), int | float) and isinstance(ev.get("dur"), int | float):

@@ -122,7 +122,7 @@ def content_sha256(tree: xr.DataTree) -> str:
 
     digest = hashlib.sha256()
     post = tree["posterior"].to_dataset()
-    for name in sorted(post.data_vars):
+    for name in sorted(map(str, post.data_vars)):
         values = np.ascontiguousarray(post[name].values)
         digest.update(f"{name}|{values.shape}|{values.dtype.str}|".encode())
         digest.update(values.tobytes())
@@ -235,7 +235,7 @@ def parameter_summary(tree: xr.DataTree, level: float = INTERVAL_LEVEL) -> pd.Da
             eb = ess_bulk[name].stack(idx=extra).values
             et = ess_tail[name].stack(idx=extra).values
         else:
-            labels, values = [name], flat.values[None, :]
+            labels, values = [str(name)], flat.values[None, :]
             r, eb, et = [np.atleast_1d(x[name].values) for x in (rhat, ess_bulk, ess_tail)]
         for k, label in enumerate(labels):
             v = values[k]
@@ -338,7 +338,7 @@ class BayesFit:
     @property
     def convergence(self) -> dict[str, Any]:
         """The recorded convergence numbers (``converged``, ``max_rhat``, ``min_ess_bulk``, ...)."""
-        keys = [k for k in self.tree.attrs if k in ("converged", "convergence", "divergences")
+        keys = [k for k in map(str, self.tree.attrs) if k in ("converged", "convergence", "divergences")
                 or k.startswith(("max_rhat", "min_ess"))]
         out = {k: self.tree.attrs[k] for k in keys}
         out["converged"] = self.converged

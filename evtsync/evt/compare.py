@@ -339,7 +339,7 @@ def loo(tree: xr.DataTree, chunk_values: int | None = None, threads: int | None 
         slices = [slice(a, min(a + step, n_obs)) for a in range(0, n_obs, step)]
 
         def run(sl: slice) -> None:
-            _loo_kernel(z[sl], cell[sl], *flat, M, elpd_i[sl], p_i[sl], k_i[sl])
+            _loo_kernel(z[sl], cell[sl], flat[0], flat[1], flat[2], M, elpd_i[sl], p_i[sl], k_i[sl])
 
         if slices:
             run(slices[0])  # compiles (or loads from cache) once, before the threads start
@@ -354,7 +354,7 @@ def loo(tree: xr.DataTree, chunk_values: int | None = None, threads: int | None 
         family=str(tree.attrs.get("model_family", "?")),
         elpd=float(elpd_i.sum()), se=se, p_loo=float(p_i.sum()), n_obs=n_obs, n_samples=S,
         good_k=min(1 - 1 / np.log10(S), 0.7) if S > 1 else 0.7,
-        elpd_i=elpd_i, pareto_k=k_i, rows=tree["observed_data"]["row"].values,
+        elpd_i=elpd_i, pareto_k=k_i, rows=np.asarray(tree["observed_data"]["row"].values),
         converged=is_converged(tree), note=convergence_note(tree),
     )
 

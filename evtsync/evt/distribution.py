@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import sys
+from typing import Any
 
 import numpy as np
 import pytensor
@@ -173,7 +174,7 @@ _KERNEL_VERSION = 2
 
 
 def _gev_sum_kernel(z: np.ndarray, mu: float, sigma: float, xi: float) -> tuple[float, float, float, float]:
-    prefer_wide_vectors()
+    prefer_wide_vectors()  # type: ignore[call-arg]  # numba intrinsic: numba passes typingctx
     inv_s = 1.0 / sigma
     inv_xi = 1.0 / xi if xi != 0.0 else 0.0
     opx = 1.0 + xi
@@ -207,7 +208,7 @@ def _gev_sum_kernel(z: np.ndarray, mu: float, sigma: float, xi: float) -> tuple[
 
 #: numba settings of the kernel: FMA contraction only (no reassociation, which would undo
 #: the compensations in :mod:`evtsync.evt.simd`); float division without a zero check.
-_KERNEL_JIT = {"fastmath": {"contract"}, "error_model": "numpy"}
+_KERNEL_JIT: dict[str, Any] = {"fastmath": {"contract"}, "error_model": "numpy"}
 
 
 _numba_kernel = None

@@ -25,6 +25,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -80,7 +81,7 @@ def mle_cell_table(z: pd.DataFrame, groups: Sequence[str] = ("gpu", "precision")
             except (EvtsyncError, ValueError, RuntimeError) as exc:
                 log.info("profile interval of xi (%s): %s", base["cell"], exc)
         for fit in (lrt.gumbel, lrt.gev):
-            row = {**base, "family": fit.family, "mu": fit.mu, "sigma": fit.sigma, "xi": fit.xi,
+            row: dict[str, Any] = {**base, "family": fit.family, "mu": fit.mu, "sigma": fit.sigma, "xi": fit.xi,
                    "mu_se": fit.se.get("mu", float("nan")), "sigma_se": fit.se.get("sigma", float("nan")),
                    "xi_se": fit.se.get("xi", 0.0), "loglik": fit.loglik, "aic": fit.aic,
                    "converged": bool(fit.converged), "boundary": bool(fit.boundary), "note": fit.message}
