@@ -168,7 +168,7 @@ def check_convergence(tree: xr.DataTree, summary: pd.DataFrame | None = None) ->
     rhat = s["r_hat"].fillna(np.inf)
     ess = s["ess_bulk"].fillna(0.0)
     tail = s["ess_tail"].fillna(0.0)
-    div = tree["sample_stats"]["diverging"].values
+    div = np.asarray(tree["sample_stats"]["diverging"].values)
     return Convergence(
         max_rhat=float(rhat.max()) if len(s) else float("nan"),
         min_ess_bulk=float(ess.min()) if len(s) else float("nan"),
@@ -199,9 +199,10 @@ def _loglik_tree(tree: xr.DataTree) -> xr.Dataset:
     mu, sigma, xi = (v.reshape(n_chain * n_draw, -1) for v in (mu, sigma, xi))
     ll = np.empty((n_chain * n_draw, z.shape[0]))
     for cell in np.unique(cell_of_obs):
-        rows = np.flatnonzero(cell_of_obs == cell)
-        if rows[-1] - rows[0] + 1 == rows.size:  # the usual case: a cell's z-scores are contiguous
-            rows = slice(rows[0], rows[-1] + 1)
+        cell_rows = np.flatnonzero(cell_of_obs == cell)
+        rows: np.ndarray | slice = cell_rows
+        if cell_rows[-1] - cell_rows[0] + 1 == cell_rows.size:  # the usual case: a cell's z-scores are contiguous
+            rows = slice(cell_rows[0], cell_rows[-1] + 1)
         z_cell = z[rows][None, :]
         step = max(1, LOGLIK_CHUNK_VALUES // z_cell.shape[1])
         for d in range(0, n_chain * n_draw, step):
@@ -214,7 +215,7 @@ def _loglik_tree(tree: xr.DataTree) -> xr.Dataset:
 def _assemble(built: BuiltModel, raw: xr.DataTree, sampler: str, provenance: dict[str, str]) -> xr.DataTree:
     data = built.data
     post = raw["posterior"].to_dataset()
-    drop = [v for v in post.data_vars if v.startswith("z_obs")]
+    drop = [v for v in post.data_vars if str(v).startswith("z_obs")]
     post = post.drop_vars(drop)
     stats = raw["sample_stats"].to_dataset()
     if "diverging" not in stats and "divergences" in stats:
@@ -295,13 +296,14 @@ def _sample_nutpie(built: BuiltModel, config: SamplerConfig, seed: int, progress
     # cache round differently, and the same seed gave different draws on the first run.
     start = time.perf_counter()
     key = model_structure_key(built, config.backend) if compiled_cache is not None else None
-    reused = key is not None and key in compiled_cache
+    cache = compiled_cache if compiled_cache is not None else {}  # never used without a key
+    reused = key is not None and key in cache
     # nutpie stores the free variables only; the deterministics are computed from their draws
     # afterwards (_with_deterministics): compiling them into nutpie's numba function cost ~3 s
     # of every fit, evaluating them over 2 x 1000 draws costs ~0.3 s
     free = [rv.name for rv in built.model.free_RVs]
     if reused:
-        compiled = _reuse_compiled(compiled_cache[key], built)
+        compiled = _reuse_compiled(cache[key], built)
     elif config.backend == "jax":
         from evtsync.evt.distribution import register_jax_backend
 
@@ -314,7 +316,7 @@ def _sample_nutpie(built: BuiltModel, config: SamplerConfig, seed: int, progress
         with pytensor.config.change_flags(numba__fastmath=False):
             compiled = compile_numba_model(built.model, free)
     if key is not None and not reused:
-        compiled_cache[key] = compiled
+        cache[key] = compiled
     compile_s = time.perf_counter() - start
     cores = min(config.chains, os.cpu_count() or 1)
     raw = nutpie.sample(compiled, draws=config.draws, tune=config.tune, chains=config.chains, cores=cores,

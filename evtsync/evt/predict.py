@@ -238,10 +238,11 @@ def _rows_for(fit: Any, block_sd_us: float | pd.DataFrame,
         else:
             if any(g not in row.index for g in groups):
                 raise InputError(f"block scale table: needs the fit's group column(s) {groups}")
-            c = lookup.get(tuple(str(row[g]) for g in groups))
-            if c is None:
+            found = lookup.get(tuple(str(row[g]) for g in groups))
+            if found is None:
                 skipped["no matching cell"] += 1
                 continue
+            c = found
         keep.append({**row.to_dict(), "cell": str(cells["cell"].iloc[c])})
         index.append(c)
     return pd.DataFrame(keep), index, skipped
@@ -300,7 +301,7 @@ def _as_list(value: float | Sequence[float], what: str) -> list[float]:
 
 
 def _alpha_for(topology: str, alpha_us: float | Mapping[str, float],
-               alpha_draws_us: NDArray[np.float64] | Mapping[str, ArrayLike] | None, n_sample: int,
+               alpha_draws_us: ArrayLike | Mapping[str, ArrayLike] | None, n_sample: int,
                rng: np.random.Generator) -> tuple[float, NDArray[np.float64] | float]:
     """(point alpha, alpha draws (sample,) or the point) of one topology, draws paired at random.
 
@@ -580,8 +581,8 @@ def cell_parameter_table(fit: Any, level: float = INTERVAL_LEVEL, cells: pd.Data
                 rec.update({k: v for k, v in _columns(name, "", s, ()).items() if not k.endswith("share_infinite")})
             records.append(rec)
         return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "cell parameters"))
-    draws = dict(zip(("mu", "sigma", "xi"), fit.cell_draws(), strict=True))
-    summaries = {k: summarise(v, level) for k, v in draws.items()}
+    by_name = dict(zip(("mu", "sigma", "xi"), fit.cell_draws(), strict=True))
+    summaries = {k: summarise(v, level) for k, v in by_name.items()}
     if cells is None:
         rows, index, skipped = fit.cells.reset_index(drop=True), list(range(len(fit.cells))), {}
     else:
