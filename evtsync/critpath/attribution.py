@@ -161,17 +161,49 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
               read_options: dict[str, Any] | None = None, **align_options: Any) -> AttributionResult:
     """Critical-path attribution of every collective (of PG ``pg``, or of every PG).
 
-    ``pg`` is a PG label of the alignment (``evtsync tax`` lists them) or a ``pg_name``.
-    ``same_stream_tolerance_us`` is the walk's preference for same-stream predecessors.
-    ``align_options`` go to :func:`evtsync.align_collectives`.
-
     The work runs as two rounds of per-rank tasks (:mod:`evtsync.critpath.tasks`). Given
-    paths and a ``backend`` (:mod:`evtsync.parallel`: a process pool or a Dask cluster),
-    this process reads only the collectives (for the alignment and the tax) and every task
-    reads its own rank's trace (``read_options`` go to its :func:`load_traces`, e.g. the
-    cache), so no process holds more than one rank's tables; without a backend everything
-    is read and run here, and a rank's DAG built in round 1 serves its round 2 too
-    (:class:`~evtsync.critpath.tasks.SetupCache`).
+    paths and a ``backend``, this process reads only the collectives (for the alignment and
+    the tax) and every task reads its own rank's trace, so no process holds more than one
+    rank's tables; without a backend everything is read and run here, and a rank's DAG built
+    in round 1 serves its round 2 too (:class:`~evtsync.critpath.tasks.SetupCache`).
+
+    Parameters
+    ----------
+    traces : TraceSet, path or iterable of paths
+        A loaded :class:`~evtsync.trace.traceset.TraceSet`, or trace files and/or folders,
+        read by :func:`evtsync.load_traces`.
+    pg : str or None, default None
+        A PG label of the alignment (``evtsync tax`` lists them) or a ``pg_name``; None: every PG.
+    same_stream_tolerance_us : float, default 3.0
+        The walk's preference for same-stream predecessors (µs).
+    keep_paths : bool, default True
+        Keep every collective's critical path (``AttributionResult.paths``).
+    alignment : Alignment or None, default None
+        A ready alignment (computed here when None).
+    tax : TaxTables or None, default None
+        Ready tax tables of that alignment (computed here when None).
+    backend : Backend or None, default None
+        A process pool or Dask cluster (:mod:`evtsync.parallel`).
+    read_options : dict or None, default None
+        Options for each task's :func:`evtsync.load_traces` (e.g. ``cache``, ``salvage``).
+    **align_options
+        Passed to :func:`evtsync.align_collectives`.
+
+    Returns
+    -------
+    AttributionResult
+        One row per collective with its straggler, fastest rank, principal cause and the
+        explained share; collectives that could not be attributed say why (``status``,
+        ``unexplained_reason``).
+
+    Raises
+    ------
+    InputError
+        An unknown ``pg``, or traces without a kernel timeline (e.g. NCCL Inspector logs).
+    TraceError
+        The files cannot be read, or the rank set is not one complete job.
+    AlignmentError
+        The collectives do not match across ranks.
     """
     read_options = dict(read_options or {})
     distributed = backend is not None and not isinstance(traces, TraceSet)

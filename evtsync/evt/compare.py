@@ -375,8 +375,25 @@ def _label(res: LooResult) -> str:
 def compare_fits(trees: list[xr.DataTree], chunk_values: int | None = None) -> tuple[pd.DataFrame, str]:
     """Rank fits by ELPD-LOO; the table has each one's difference to the best with its SE.
 
-    All fits must be on the same z-scores (matched by input row). Returns the table and a
-    verdict in words.
+    Parameters
+    ----------
+    trees : list of xarray.DataTree
+        At least two fit trees (``BayesFit.tree``) on the same z-scores (matched by input row).
+    chunk_values : int or None, default None
+        Compute the pointwise log-likelihood in blocks of that many values (NumPy path, same
+        numbers) instead of one compiled pass per observation (:func:`loo`).
+
+    Returns
+    -------
+    tuple of (pandas.DataFrame, str)
+        The table (one row per fit, best first: ``elpd_loo`` with ``se``, ``p_loo``,
+        ``elpd_diff`` to the best with ``diff_se``, the Pareto-k counts ``k_good``/``k_bad``/
+        ``k_very_bad``, ``converged``) and a verdict in words.
+
+    Raises
+    ------
+    FitError
+        Fewer than two fits, or fits made on different z-scores.
     """
     if len(trees) < 2:
         raise FitError("compare needs at least two fits")

@@ -46,7 +46,37 @@ _COV = ("mu", "sigma", "xi")
 def mle_cell_table(z: pd.DataFrame, groups: Sequence[str] = ("gpu", "precision"), column: str = "z",
                    level: float = INTERVAL_LEVEL, min_n: int = MIN_Z_MLE, pooled: bool = True,
                    profile: bool = True) -> pd.DataFrame:
-    """Gumbel and GEV MLE per cell of ``z`` (see the module docstring for the columns)."""
+    """Gumbel and GEV MLE per cell of ``z`` (see the module docstring for the columns).
+
+    Parameters
+    ----------
+    z : pandas.DataFrame
+        The z-score table (:func:`evtsync.zscore_table`).
+    groups : sequence of str, default ("gpu", "precision")
+        Columns whose values make a cell.
+    column : str, default "z"
+        The column of z-scores.
+    level : float, default 0.90
+        Level of the intervals (Wald for mu and sigma, profile likelihood for xi), in (0, 1).
+    min_n : int, default 20
+        Fewest finite z-scores for a fit; a smaller cell keeps a row that says so.
+    pooled : bool, default True
+        Also fit all z-scores together (cell ``all|all``).
+    profile : bool, default True
+        Compute the profile-likelihood interval of xi (else NaN).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per cell and family: estimates, standard errors, intervals, log-likelihood,
+        AIC, covariance, ``n`` and ``n_skipped`` (non-finite z-scores left out), ``converged``,
+        ``boundary`` and ``note``; the GEV row carries the likelihood-ratio test of xi = 0.
+
+    Raises
+    ------
+    InputError
+        A missing group or z column, or a ``level`` outside (0, 1).
+    """
     from statistics import NormalDist
 
     from evtsync.evt import mle
