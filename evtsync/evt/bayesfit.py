@@ -99,7 +99,25 @@ def _require_netcdf_engine() -> None:
 
 
 def save_fit(tree: xr.DataTree, out: str | os.PathLike[str]) -> Path:
-    """Write the fit tree atomically to ``out/fit.nc`` (or to ``out`` if it names a .nc file)."""
+    """Write the fit tree atomically to ``out/fit.nc`` (or to ``out`` if it names a .nc file).
+
+    Parameters
+    ----------
+    tree : xarray.DataTree
+        The fit (:func:`evtsync.fit_table`).
+    out : path
+        A folder (created if needed) or a ``.nc`` file name.
+
+    Returns
+    -------
+    pathlib.Path
+        The file written.
+
+    Raises
+    ------
+    FitError
+        The netCDF engine (h5netcdf) is not installed.
+    """
     dest = fit_path(out)
     dest.parent.mkdir(parents=True, exist_ok=True)
     _require_netcdf_engine()
@@ -143,7 +161,24 @@ def format_version(tree: xr.DataTree, source: str = "fit") -> int:
 
 
 def load_fit(path: str | os.PathLike[str]) -> xr.DataTree:
-    """Load a fit written by :func:`save_fit` into memory (the tree); ``FitError`` if it is not one."""
+    """Load a fit written by :func:`save_fit` into memory (the tree).
+
+    Parameters
+    ----------
+    path : path
+        A fit file (``fit.nc``) or the folder that holds it.
+
+    Returns
+    -------
+    xarray.DataTree
+        The fit tree.
+
+    Raises
+    ------
+    FitError
+        No such file, not a netCDF evtsync fit (group or attribute missing), a newer or unknown
+        format version, or a posterior that no longer matches its recorded checksum.
+    """
     p = fit_path(path)
     if not p.is_file():
         raise FitError(f"{p}: no such fit file (expected a folder written by `evtsync fit` or its {FIT_FILE})")
@@ -284,12 +319,44 @@ class BayesFit:
     # ---- files
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> BayesFit:
-        """Read a fit file (or its folder); checks the groups and the format version."""
+        """Read a fit file (or its folder); checks the groups and the format version.
+
+        Parameters
+        ----------
+        path : path
+            A fit file (``fit.nc``) or the folder that holds it.
+
+        Returns
+        -------
+        BayesFit
+            The fit, with ``path`` set.
+
+        Raises
+        ------
+        FitError
+            As for :func:`load_fit`.
+        """
         p = fit_path(path)
         return cls(load_fit(p), p)
 
     def save(self, out: str | os.PathLike[str]) -> Path:
-        """Write the fit to ``out/fit.nc`` (or the .nc file ``out``) atomically; returns the path."""
+        """Write the fit to ``out/fit.nc`` (or the .nc file ``out``) atomically; returns the path.
+
+        Parameters
+        ----------
+        out : path
+            A folder (created if needed) or a ``.nc`` file name.
+
+        Returns
+        -------
+        pathlib.Path
+            The file written (also stored as ``self.path``).
+
+        Raises
+        ------
+        FitError
+            The netCDF engine (h5netcdf) is not installed.
+        """
         self.tree.attrs[FORMAT_ATTR] = FIT_FORMAT
         dest = save_fit(self.tree, out)
         self.path = dest
@@ -374,8 +441,14 @@ class BayesFit:
         return xr.merge([rest, cellwise], join="outer", compat="override", combine_attrs="override")
 
     def cell_parameters(self) -> xr.Dataset:
-        """``mu``, ``sigma``, ``xi`` draws (chain, draw, cell) for the observed cells, pooled ones
-        broadcast; ``cell`` is indexed by the group coordinates and keeps its label as ``cell_label``."""
+        """``mu``, ``sigma``, ``xi`` draws (chain, draw, cell) for the observed cells, pooled ones broadcast.
+
+        Returns
+        -------
+        xarray.Dataset
+            ``cell`` is indexed by the group coordinates (e.g. ``.sel(gpu="H200",
+            precision="bf16")``) and keeps its label as ``cell_label``.
+        """
         params = cell_parameters(self.tree)
         index = _group_index(self.cells)
         if index is None:
@@ -385,7 +458,14 @@ class BayesFit:
         return params.drop_vars("cell").assign_coords(coords).assign_coords(cell_label=("cell", labels))
 
     def cell_draws(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """mu, sigma, xi as arrays (sample, cell), cells in the order of :attr:`cells`."""
+        """mu, sigma, xi as arrays (sample, cell), cells in the order of :attr:`cells`.
+
+        Returns
+        -------
+        tuple of three numpy.ndarray
+            mu, sigma and xi, each of shape (chains × draws, cells); pooled parameters are
+            broadcast to every cell.
+        """
         params = cell_parameters(self.tree)
         n_cell = params.sizes["cell"]
         return tuple(params[v].values.reshape(-1, n_cell) for v in ("mu", "sigma", "xi"))  # type: ignore[return-value]

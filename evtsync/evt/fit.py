@@ -428,14 +428,8 @@ def fit_table(
 ) -> xr.DataTree:
     """Fit ``spec`` to ``table`` and return the self-describing fit tree (see module doc).
 
-    Settings: ``sampler`` is a :class:`~evtsync.evt.spec.SamplerConfig` (or, as before, the
-    sampler's name); absent, the spec's ``[sampling]`` table; ``draws``, ``tune``, ``chains``,
-    ``seed``, ``target_accept`` and ``backend`` override it when not None. A seed of None
-    draws a fresh one, recorded in the fit. ``target_accept``: a number in (0, 1) or
-    ``"auto"`` (:func:`resolve_target_accept`). ``compiled_cache`` (a dict kept by the caller,
-    nutpie only): a model compiled for a data set of the same structure
-    (:func:`model_structure_key`) is reused with this table's data and initial point instead of
-    compiled again (studies that fit many simulated data sets); recorded in the attrs.
+    Settings come from ``sampler``, else the spec's ``[sampling]`` table; ``draws``, ``tune``,
+    ``chains``, ``seed``, ``target_accept`` and ``backend`` override them when not None.
     ``extend`` (a sampler setting, default 0): a fit that fails only on R-hat or ESS, with no
     divergence, continues its chains to twice the draws up to that many times; the attr
     ``extended`` and the convergence line keep each shorter run's verdict.
@@ -443,6 +437,50 @@ def fit_table(
     Besides the posterior the tree holds the prior and the posterior predictive checks
     (``prior_predictive_check``, ``posterior_predictive_check`` groups; verdicts in the attrs
     ``prior_predictive``, ``posterior_predictive`` and ``posterior_predictive_fits``).
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The z-score table (:func:`evtsync.zscore_table`) with the spec's column and groups.
+    spec : ModelSpec
+        The model (:func:`evtsync.load_spec`).
+    sampler : SamplerConfig, str or None, default None
+        Sampler settings (:class:`~evtsync.evt.spec.SamplerConfig`), or, as before, the
+        sampler's name; None: the spec's ``[sampling]`` table.
+    draws, tune, chains : int or None, default None
+        Draws and tuning steps per chain, and the number of chains.
+    seed : int or None, default None
+        Random seed; None draws a fresh one, recorded in the fit.
+    source : str, default "<table>"
+        Name of the input in messages and in the fit's provenance.
+    source_sha256 : str, default ""
+        Checksum of the input file, recorded in the provenance.
+    command : str, default ""
+        The command line that made the fit, recorded in the provenance.
+    progress : bool, default False
+        Show the sampler's progress bar.
+    target_accept : float, str or None, default None
+        A number in (0, 1) or ``"auto"`` (:func:`resolve_target_accept`).
+    backend : str or None, default None
+        nutpie's backend (``numba``, or ``jax`` where jax is installed).
+    compiled_cache : dict or None, default None
+        A dict kept by the caller (nutpie only): a model compiled for a data set of the same
+        structure (:func:`model_structure_key`) is reused with this table's data and initial
+        point instead of compiled again (studies that fit many simulated data sets); recorded
+        in the attrs.
+
+    Returns
+    -------
+    xarray.DataTree
+        The fit: posterior, predictive checks, observed data, the spec text, provenance and
+        convergence verdict (``converged``, ``convergence``) in the attrs; wrap it in
+        :class:`evtsync.BayesFit`.
+
+    Raises
+    ------
+    InputError
+        Missing or non-numeric columns, fewer than 3 usable z-scores (in all, or in a cell), a
+        cell whose values are all equal, or a ``target_accept`` outside (0, 1).
     """
     from evtsync.evt.model import cell_interaction_note, to_data_scale
     from evtsync.evt.ppc import check_dataset, posterior_predictive_check, ppc_verdict

@@ -413,7 +413,23 @@ def parse_spec(text: str, source: str = "<string>") -> ModelSpec:
 
 
 def load_spec(path: str | Path) -> ModelSpec:
-    """Read and validate ``models/NAME.toml``; errors name the file and the key."""
+    """Read and validate ``models/NAME.toml``.
+
+    Parameters
+    ----------
+    path : str or path
+        The specification file (:func:`evtsync.resolve_model` finds it by name).
+
+    Returns
+    -------
+    ModelSpec
+        The validated specification, with its text and path.
+
+    Raises
+    ------
+    ModelSpecError
+        No such file, invalid TOML, or an invalid key; the message names the file and the key.
+    """
     p = Path(path)
     if not p.is_file():
         raise ModelSpecError(f"{p}: no such model specification file")
