@@ -289,7 +289,7 @@ class GEVLogpSumCells(Op):
 
     __props__ = ()
 
-    def make_node(self, z, starts, mu, sigma, xi):
+    def make_node(self, z, starts, mu, sigma, xi):  # type: ignore[override]  # PyTensor Ops name their inputs
         z = pt.as_tensor_variable(z, dtype="float64")
         starts = pt.as_tensor_variable(starts, dtype="int64")
         mu, sigma, xi = (pt.as_tensor_variable(v, dtype="float64") for v in (mu, sigma, xi))
@@ -326,7 +326,8 @@ gev_logp_sum_cells_op = GEVLogpSumCells()
 
 def gev_logp_sum_cells(z, starts, mu, sigma, xi):
     """Summed GEV log density of every cell ``z[starts[i]:starts[i + 1]]`` (fused, one node)."""
-    return gev_logp_sum_cells_op(z, starts, mu, sigma, xi)[0]
+    outputs: list = gev_logp_sum_cells_op(z, starts, mu, sigma, xi)  # type: ignore[assignment]  # several outputs: a list
+    return outputs[0]
 
 
 def gev_logp_sum(z, mu, sigma, xi):
