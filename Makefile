@@ -4,7 +4,7 @@ PYTHON ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3 p
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv demo test lint
+.PHONY: venv demo test lint typecheck
 
 $(BIN)/evtsync: pyproject.toml setup.py
 	@test -n "$(PYTHON)" || { echo "Python >= 3.12 not found: set PYTHON=/path/to/python3.12"; exit 1; }
@@ -23,3 +23,6 @@ test: venv
 
 lint: venv
 	$(BIN)/ruff check .
+
+typecheck: venv
+	$(BIN)/mypy evtsync

@@ -80,8 +80,33 @@ def tax_table(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
               per_rank: bool = False, **align_options: Any) -> pd.DataFrame:
     """The tax of every collective instance (or, with ``per_rank``, of every rank in it).
 
-    ``traces`` is a loaded :class:`TraceSet` or paths to load; ``align_options`` go to
-    :func:`evtsync.align_collectives` (``overrides``, ``end_tolerance_us``, ``strict``, ...).
+    Parameters
+    ----------
+    traces : TraceSet, path or iterable of paths
+        A loaded :class:`~evtsync.trace.traceset.TraceSet`, or trace files and/or folders,
+        read by :func:`evtsync.load_traces`; paths are read with ``scope="collectives"``
+        (all the tax reads).
+    per_rank : bool, default False
+        Return the per-rank table (one row per rank of each instance) instead of one row per
+        collective instance.
+    **align_options
+        Passed to :func:`evtsync.align_collectives` (``overrides``, ``end_tolerance_us``,
+        ``strict``, ``allow_partial``, ...).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``TaxTables.collectives`` (or ``TaxTables.ranks`` with ``per_rank``) of
+        :func:`evtsync.compute_tax`; mismatched instances are kept with ``valid=False``.
+
+    Raises
+    ------
+    TraceError
+        The files cannot be read, or the rank set is not one complete job.
+    AlignmentError
+        The collectives of a process group do not match across its ranks (with ``strict``).
+    InputError
+        Bad options (e.g. a malformed PG override).
     """
     from evtsync.tax import tax_from_traces
     from evtsync.trace.traceset import TraceSet, load_traces

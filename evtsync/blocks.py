@@ -359,7 +359,7 @@ def plan_blocks(traces: TraceSet, alignment: Alignment | None = None, *, pg: str
     is_gemm = classifier.gemm_mask(compute["name"])
     compute = compute[["rank", "name", "stream", "ts_ns", "dur_ns", "end_ns"]].assign(
         is_gemm=is_gemm, name_hash=_name_hashes(compute["name"]),
-        precision=np.where(is_gemm, name_precisions(compute["name"]), None))
+        precision=np.where(is_gemm, name_precisions(compute["name"]), np.array(None, dtype=object)))
     gpu_of = dict(zip(traces.ranks["rank"].astype(int), traces.ranks["gpu"].astype(str), strict=True))
     instances = alignment.instances
     tasks = []
@@ -511,7 +511,7 @@ def _judge_blocks(label: str, members: tuple[int, ...], present: set[int], k: in
              ((inst_of < 0) & from_steps, DROP_OUTSIDE, "collective {n} launched outside every ProfilerStep"),
              (majority.isna().to_numpy(), DROP_EMPTY, "no compute kernel between the collectives on any rank"))
     for mask, why, text in rules:
-        for j in np.flatnonzero(mask & (reason == None)):  # noqa: E711 - elementwise on objects
+        for j in np.flatnonzero(mask & (reason == None)).tolist():  # noqa: E711 - elementwise on objects
             reason[j], detail[j] = why, text.format(i=j, n=j + 1)
     drops: list[list[Any]] = [[label, int(j), int(s), block[j], int(inst_of[j]), reason[j], detail[j]]
                               for j in np.flatnonzero(reason != None) for s in samples]  # noqa: E711
@@ -572,7 +572,8 @@ def _precisions(times: pd.DataFrame, gemm_prec: pd.DataFrame, rows0: pd.DataFram
     dtypes = rows0.set_index("index")["dtype"]
     for block, sub in times.groupby("block", sort=False):
         if block not in best:
-            labels = {precision_from_dtype(dtypes.get(i + 1)) for i in sub["index"].unique()} - {None}
+            labels = {p for p in (precision_from_dtype(dtypes.get(i + 1)) for i in sub["index"].unique())
+                      if p is not None}
             best[block] = labels.pop() if len(labels) == 1 else "unknown"
     return times["block"].map(best).astype(object)
 
@@ -604,7 +605,24 @@ def compute_zscores(traces: TraceSet | str | os.PathLike[str] | Iterable[str | o
                     **align_options: Any) -> tuple[pd.DataFrame, BlockSet]:
     """The pooled z-score table and the :class:`BlockSet` it came from (with the drop list).
 
-    See :func:`zscore_table` for the arguments.
+    Parameters
+    ----------
+    traces : TraceSet, path or iterable of paths
+        A loaded :class:`~evtsync.trace.traceset.TraceSet`, or trace files and/or folders,
+        read by :func:`evtsync.load_traces`.
+    pg, m, time, workload, precision, gemm_patterns, keep_all, alignment, backend, **align_options
+        As for :func:`zscore_table`.
+
+    Returns
+    -------
+    tuple of (pandas.DataFrame, BlockSet)
+        The z-score table of :func:`zscore_table` and the blocks with every dropped sample and
+        its reason.
+
+    Raises
+    ------
+    InputError, TraceError, AlignmentError
+        As for :func:`zscore_table`.
     """
     from evtsync.trace.traceset import load_traces
     from evtsync.zscores import ZSCORE_COLUMNS, pooled_zscores
@@ -631,15 +649,50 @@ def zscore_table(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.P
                  gemm_patterns: Iterable[str] = (), keep_all: bool = False,
                  alignment: Alignment | None = None, backend: Backend | None = None,
                  **align_options: Any) -> pd.DataFrame:
-    """Pooled z-scores of the block maxima (SPEC §5), one row per block instance and sample.
+    """Pooled z-scores of the block maxima (docs/methodology.md), one row per block instance and sample.
 
-    ``pg``: PG label, name or description (default: the TP group, see :func:`select_groups`);
-    ``m``: sample size; ``time``: ``busy`` | ``span`` | ``window`` (module docstring);
-    ``workload``: label (default: the traces' folder name); ``precision``: override;
-    ``gemm_patterns``: extra GEMM regexes; ``keep_all``: keep blocks without GEMMs;
-    ``alignment``/``align_options``: a ready alignment or options for
-    :func:`evtsync.align_collectives`; ``backend``: run each PG's blocks as a task there
-    (:mod:`evtsync.parallel`). Dropped block samples are logged with their reasons.
+    Dropped block samples are logged with their reasons.
+
+    Parameters
+    ----------
+    traces : TraceSet, path or iterable of paths
+        A loaded :class:`~evtsync.trace.traceset.TraceSet`, or trace files and/or folders,
+        read by :func:`evtsync.load_traces`.
+    pg : str or None, default None
+        PG label, name or description (default: the TP group, see :func:`select_groups`).
+    m : int, default 4
+        Sample size: the number of ranks whose blocks give one maximum (an integer >= 2
+        dividing the PG's size).
+    time : {"busy", "span", "window"}, default "busy"
+        Which duration of a block is used (module docstring).
+    workload : str or None, default None
+        Label of the workload (default: the traces' folder name).
+    precision : str or None, default None
+        Override of the precision read from the GEMM kernels.
+    gemm_patterns : iterable of str, default ()
+        Extra regular expressions that name GEMM kernels.
+    keep_all : bool, default False
+        Keep blocks without GEMMs.
+    alignment : Alignment or None, default None
+        A ready alignment (computed here when None).
+    backend : Backend or None, default None
+        Run each PG's blocks as a task there (:mod:`evtsync.parallel`).
+    **align_options
+        Passed to :func:`evtsync.align_collectives` when ``alignment`` is None.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per block instance and sample: the z-score ``z`` with its workload, gpu,
+        precision, PG and block identity.
+
+    Raises
+    ------
+    InputError
+        No process group with NCCL collectives, an unknown ``pg``, a PG whose size is not a
+        multiple of ``m``, ``m`` < 2, or an unknown ``time``.
+    TraceError, AlignmentError
+        As for :func:`evtsync.load_traces` and :func:`evtsync.align_collectives`.
     """
     table, _ = compute_zscores(traces, pg=pg, m=m, time=time, workload=workload, precision=precision,
                                gemm_patterns=gemm_patterns, keep_all=keep_all, alignment=alignment,

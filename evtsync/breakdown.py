@@ -124,10 +124,25 @@ def step_breakdown(traces, rank_tax: pd.DataFrame | None = None, **align_options
     """One row per rank (and window): the GPU span cut into compute, communication, exposed
     synchronisation wait, CPU-bound idle and idle time (see the module docstring).
 
-    ``traces`` is a loaded :class:`~evtsync.trace.traceset.TraceSet` (scope ``"all"``: the CPU
-    operators are needed); ``rank_tax`` the per-rank tax table
-    (``evtsync.tax_table(traces, per_rank=True)``), computed here when not given, with
-    ``align_options`` passed on to the alignment.
+    Parameters
+    ----------
+    traces : TraceSet
+        A loaded trace set of scope ``"all"`` (the CPU operators are needed).
+    rank_tax : pandas.DataFrame or None, default None
+        The per-rank tax table (``evtsync.tax_table(traces, per_rank=True)``), computed here
+        when None.
+    **align_options
+        Passed to the alignment when ``rank_tax`` is computed here.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per rank (and window): ``span_us`` and each part's ``*_us``.
+
+    Raises
+    ------
+    InputError
+        Traces read with a smaller scope than ``"all"``.
     """
     traces.require(("all",), "the per-rank time breakdown")
     if rank_tax is None:
@@ -274,7 +289,21 @@ def cpu_breakdown(traces, rank_tax: pd.DataFrame) -> pd.DataFrame:  # noqa: ANN0
 
 
 def summarise_breakdown(table: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
-    """Sum the parts over ranks (and windows) and give each as a share of the total span."""
+    """Sum the parts over ranks (and windows) and give each as a share of the total span.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The table of :func:`step_breakdown`.
+    by : sequence of str, default ()
+        Columns to sum within (e.g. ``("workload",)``); empty: one row for everything.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The summed ``*_us`` columns and each part's ``*_share`` of ``span_us`` (NaN where the
+        span is 0).
+    """
     cols = ["span_us", *(f"{p}_us" for p in PARTS), "tax_wait_us"]
     total = table.groupby(list(by))[cols].sum() if by else table[cols].sum().to_frame().T
     span = total["span_us"].astype(float).replace(0.0, np.nan)  # no span (no row): shares are NaN, not 0/0

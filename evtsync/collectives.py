@@ -466,10 +466,41 @@ def align_collectives(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
                       backend: Backend | None = None) -> Alignment:
     """Match the i-th collective of every PG across its member ranks and validate the match.
 
-    ``allow_partial`` aligns PGs over the ranks present when member ranks are missing
-    (otherwise an :class:`AlignmentError` names them); ``strict=False`` keeps going past
-    count/type mismatches, flagging them instead of stopping. With a ``backend`` (see
-    :mod:`evtsync.parallel`) each PG is aligned as a task of its own: same result.
+    With a ``backend`` each PG is aligned as a task of its own: same result.
+
+    Parameters
+    ----------
+    traces : TraceSet
+        A loaded trace set (any scope that holds the communication kernels).
+    overrides : iterable of PGOverride, default ()
+        Process groups named by the user (``--pg NAME=RANKS[@STREAM]``) where the trace does
+        not describe them.
+    end_tolerance_us : float, default 50.0
+        How far apart (µs) the ends of one collective's kernels may be on its ranks before the
+        instance is flagged.
+    strict : bool, default True
+        Stop at count/type mismatches; ``False`` keeps going, flagging them instead.
+    allow_partial : bool, default False
+        Align PGs over the ranks present when member ranks are missing (otherwise an
+        :class:`~evtsync.errors.AlignmentError` names them).
+    ranks_per_host : int, default 8
+        Ranks per host, to tell intra-host groups from inter-host ones.
+    backend : Backend or None, default None
+        A process pool or Dask cluster (:mod:`evtsync.parallel`); None runs here.
+
+    Returns
+    -------
+    Alignment
+        The matched instances (one row per collective instance and rank), the PG table and what
+        was flagged.
+
+    Raises
+    ------
+    AlignmentError
+        Missing member ranks (without ``allow_partial``) or mismatched collectives (with
+        ``strict``).
+    InputError
+        An override that names no NCCL kernels or contradicts the trace.
     """
     if traces.logged is not None:  # NCCL Inspector logs: matched by (communicator, sequence number)
         alignment = align_logged(traces, overrides=overrides, end_tolerance_us=end_tolerance_us, strict=strict,

@@ -205,11 +205,12 @@ def diff_tax(a: RunTables, b: RunTables, *, level: float | None = None, n_boot: 
             rows.append(row)
             continue
         ta, tb = ra["tau_max_us"].to_numpy(float), rb["tau_max_us"].to_numpy(float)
-        row["median_a_us"], row["median_b_us"] = float(np.median(ta)), float(np.median(tb))
+        median_a = float(np.median(ta))
+        row["median_a_us"], row["median_b_us"] = median_a, float(np.median(tb))
         row["p90_a_us"], row["p90_b_us"] = float(np.quantile(ta, 0.9)), float(np.quantile(tb, 0.9))
         d, lo, hi = _bootstrap_diff(ta, tb, 0.5, level, n_boot, rng)
         row.update(d_median_us=d, d_median_lo_us=lo, d_median_hi_us=hi,
-                   d_median_rel=d / row["median_a_us"] if row["median_a_us"] else np.nan)
+                   d_median_rel=d / median_a if median_a else np.nan)
         d90, lo90, hi90 = _bootstrap_diff(ta, tb, 0.9, level, n_boot, rng)
         row.update(d_p90_us=d90, d_p90_lo_us=lo90, d_p90_hi_us=hi90)
         row["fastest_wait_share_a"] = _fastest_wait_share(a, ra)
@@ -456,14 +457,15 @@ def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: flo
             continue
         pa = [d[:, cells_a[cell]] for d in draws_a]
         pb = [d[:, cells_b[cell]] for d in draws_b]
-        quantities = [("xi", None, pa[2], pb[2])]
+        quantities: list[tuple[str, int | None, np.ndarray, np.ndarray]] = [("xi", None, pa[2], pb[2])]
         b_a, b_b, missing_b = _block_sds(block_sd_us, block_sd_b_us, cell)
         if missing_b:
             rows += [{**base, "quantity": "tau_us", "n": nn, "verdict": "no verdict", "reason": missing_b}
                      for nn in ns]
         else:
-            tau_a = predicted_tax_curve_us(b_a, *pa, ns, m)
-            tau_b = predicted_tax_curve_us(b_b, *pb, ns, m)
+            assert b_a is not None and b_b is not None  # no reason: both sides have b
+            tau_a = predicted_tax_curve_us(b_a, pa[0], pa[1], pa[2], ns, m)
+            tau_b = predicted_tax_curve_us(b_b, pb[0], pb[1], pb[2], ns, m)
             quantities += [("tau_us", nn, tau_a[:, j], tau_b[:, j]) for j, nn in enumerate(ns)]
         for name, nn, va, vb in quantities:
             with np.errstate(invalid="ignore"):
@@ -508,7 +510,7 @@ def _unconverged(fa: Any, fb: Any) -> list[str]:
     return [f"{side}'s fit {f.name} not converged" for side, f in (("A", fa), ("B", fb)) if not f.converged]
 
 
-def _verdict(d: np.ndarray, level: float, refuse: list[str]) -> tuple[str, str, dict[str, float]]:
+def _verdict(d: np.ndarray, level: float, refuse: list[str]) -> tuple[str, str, dict[str, np.ndarray]]:
     """Verdict and reason for posterior draws ``d`` of a difference B − A, and their summary."""
     from evtsync.evt.predict import summarise
 
@@ -635,8 +637,9 @@ def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 
             continue
         pa = [d[:, cells_a[cell]] for d in draws_a]
         pb = [d[:, cells_b[cell]] for d in draws_b]
-        tau = np.stack([predicted_tax_curve_us(b_a, *pa, ns, inputs.m),
-                        predicted_tax_curve_us(b_b, *pb, ns, inputs.m)], axis=1)  # (sample, side, n)
+        assert b_a is not None and b_b is not None  # no reason: both sides have b
+        tau = np.stack([predicted_tax_curve_us(b_a, pa[0], pa[1], pa[2], ns, inputs.m),
+                        predicted_tax_curve_us(b_b, pb[0], pb[1], pb[2], ns, inputs.m)], axis=1)  # (sample, side, n)
         for k, topo in enumerate(inputs.topologies):
             for eps in inputs.eps:
                 out = bstar_draws_gbps(tau, topo, ns, inputs.alpha_us, inputs.size_bytes, eps,

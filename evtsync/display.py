@@ -96,9 +96,9 @@ def fmt_ci(mean: Any, lo: Any, hi: Any, digits: int = 3) -> str:
     for d in range(digits, MAX_DIGITS + 1):
         texts = [fmt(v, d) for v in values]
         numbers = [float(v) if isinstance(v, int | float | np.integer | np.floating) else None for v in values]
-        clash = any(texts[i] == texts[j] and numbers[i] is not None and numbers[j] is not None
-                    and math.isfinite(numbers[i])
-                    and not math.isclose(numbers[i], numbers[j], rel_tol=1e-9)
+        clash = any(texts[i] == texts[j] and (a := numbers[i]) is not None and (b := numbers[j]) is not None
+                    and math.isfinite(a)
+                    and not math.isclose(a, b, rel_tol=1e-9)
                     for i in range(3) for j in range(i + 1, 3))
         if not clash:
             break

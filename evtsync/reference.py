@@ -6,6 +6,8 @@ reference point of FLOPS scaling. Import-free so that any layer may read them.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 #: Peak dense BF16 TFLOPS of the reference GPU of the paper (H200), SPEC §8.
 REFERENCE_TFLOPS = 989.0
 #: The reference GPU itself.
@@ -43,7 +45,18 @@ def nvlink_reference_lines(min_gbps: float = 450.0) -> dict[str, float]:
 #:   per 8 GPUs, 1000 W configuration: 4.5 sparse = 2.25 dense PFLOPS per GPU); NVL72 2500 from
 #:   the NVIDIA GB200 NVL72 datasheet (360 PFLOPS with sparsity per 72 GPUs, the 1200 W GB200
 #:   configuration: 5 sparse = 2.5 dense PFLOPS per GPU).
-PRESETS: dict[str, dict[str, object]] = {
+class Preset(TypedDict):
+    """One named what-if hardware: GPU, domain size, NVLink GB/s, dense BF16 TFLOPS and sources."""
+
+    gpu: str
+    n: int
+    nvlink_gbps: float
+    tflops: float
+    tflops_source: str
+    source: str
+
+
+PRESETS: dict[str, Preset] = {
     "H200-8": {"gpu": "H200", "n": 8, "nvlink_gbps": 450.0, "tflops": 989.0, "tflops_source": "paper",
                "source": "Table 1 (8 GPUs, 450 GB/s); 989 TFLOPS from the paper (seeds)"},
     "B200": {"gpu": "B200", "n": 72, "nvlink_gbps": 900.0, "tflops": 2250.0, "tflops_source": "datasheet",

@@ -45,7 +45,20 @@ class TaxTables(TablesDisplay):
 
 
 def compute_tax(alignment: Alignment) -> TaxTables:
-    """Tax tables from aligned collectives; instances flagged by a mismatch get valid=False."""
+    """Tax tables from aligned collectives; instances flagged by a mismatch get valid=False.
+
+    Parameters
+    ----------
+    alignment : Alignment
+        The matched collectives of :func:`evtsync.align_collectives`.
+
+    Returns
+    -------
+    TaxTables
+        ``collectives``: one row per collective instance (tau_max, straggler, fastest rank,
+        ``valid``); ``ranks``: one row per rank of each instance (its wait). Empty tables (with
+        their columns) when the alignment has no instance.
+    """
     inst = alignment.instances
     if inst.empty:
         return TaxTables(pd.DataFrame(columns=TAX_COLUMNS), pd.DataFrame(columns=RANK_COLUMNS))
@@ -117,6 +130,16 @@ def tax_summary(tax: TaxTables) -> pd.DataFrame:
     ``fastest_wait_share`` is the wait share of the rank that waited longest (the first to
     arrive) in each instance; ``median_rank_wait_share`` the median over ranks; both are
     summarised by their median over instances.
+
+    Parameters
+    ----------
+    tax : TaxTables
+        The tables of :func:`compute_tax`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per PG and collective type.
     """
     cols = ["pg", "pg_desc", "collective", "count", "tau_median_us", "tau_median_lo_us", "tau_median_hi_us",
             "tau_median_interval", "tau_p90_us", "tau_max_us",
@@ -156,8 +179,27 @@ def tax_from_traces(traces: TraceSet, *, backend: Backend | None = None,
                     **align_options: Any) -> tuple[Alignment, TaxTables]:
     """Align the collectives of a trace set and compute its tax tables in one call.
 
-    With a ``backend`` (e.g. a Dask cluster from :mod:`evtsync.parallel`) each process group
-    is aligned and taxed as a task of its own; the tables are the same as without one.
+    Parameters
+    ----------
+    traces : TraceSet
+        A loaded trace set (scope ``"collectives"`` is enough).
+    backend : Backend or None, default None
+        A process pool or Dask cluster (:mod:`evtsync.parallel`): each process group is aligned
+        and taxed as a task of its own; the tables are the same as without one.
+    **align_options
+        Passed to :func:`evtsync.align_collectives`.
+
+    Returns
+    -------
+    tuple of (Alignment, TaxTables)
+        The alignment and the tax tables of :func:`compute_tax`.
+
+    Raises
+    ------
+    TraceError
+        The rank set is not one complete job.
+    AlignmentError, InputError
+        As for :func:`evtsync.align_collectives`.
     """
     from evtsync.collectives import note_missing_ranks
 

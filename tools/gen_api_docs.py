@@ -20,7 +20,32 @@ DOC = ROOT / "docs" / "api-reference.md"
 
 
 def _doc(obj: object) -> str:
-    return inspect.cleandoc(inspect.getdoc(obj) or "(no docstring)")
+    return _numpydoc_markdown(inspect.cleandoc(inspect.getdoc(obj) or "(no docstring)"))
+
+
+def _numpydoc_markdown(doc: str) -> str:
+    """numpydoc sections (``Parameters`` over a dashed underline, then ``name : type`` lines with
+    indented descriptions) as Markdown: a bold title and one list item per entry."""
+    lines = doc.split("\n")
+    out: list[str] = []
+    in_section = False
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        underline = lines[i + 1] if i + 1 < len(lines) else ""
+        if line.strip() and underline and set(underline) == {"-"} and len(underline) == len(line):
+            out += ["", f"**{line}**", ""] if out and out[-1] else [f"**{line}**", ""]
+            in_section, i = True, i + 2
+            continue
+        if in_section and line and not line[0].isspace():
+            name, _, kind = line.partition(" : ")
+            out.append(f"- `{name}`" + (f" ({kind})" if kind else ""))
+        elif in_section and line.strip():
+            out.append("  " + line.strip())
+        elif not (in_section and not line):
+            out.append(line)
+        i += 1
+    return "\n".join(out)
 
 
 def _signature(obj: object) -> str:

@@ -55,9 +55,11 @@ def hardware(args: argparse.Namespace) -> dict[str, Any]:
     """gpu, n (list or None), flops factors, nvlink lines and notes from --preset and the flags over it."""
     from evtsync.reference import PRESETS, REFERENCE_TFLOPS, nvlink_reference_lines
 
-    preset = PRESETS.get(getattr(args, "preset", None) or "", {})
+    name = getattr(args, "preset", None) or ""
+    preset: dict[str, Any] = dict(PRESETS[name]) if name in PRESETS else {}
     notes = []
     gpu = getattr(args, "gpu", None) or preset.get("gpu")
+    sizes: list[int] | None
     if getattr(args, "n", None):
         sizes = parse_domain_sizes(args.n)
     else:

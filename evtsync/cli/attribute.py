@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from typing import Any
 
 ORDER = 20
 
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             # per-rank tasks read their own rank: no process holds every rank's tables
             print(f"attribution on {backend.name}: one task per rank", file=sys.stderr)
-            read = {k: options[k] for k in ("salvage", "cache") if k in options}
+            read: dict[str, Any] = {k: options[k] for k in ("salvage", "cache") if k in options}
             result = attribute(args.traces, pg, backend=backend, read_options=read, **common)
     taxed = result.collectives[result.collectives["status"] != "no_tax"]
     if result.collectives.empty:

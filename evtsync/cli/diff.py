@@ -212,8 +212,9 @@ def _fit_level(args: argparse.Namespace):  # noqa: ANN202 - (fit table, ΔB* tab
                 notes.append(f"fit level skipped: {' and '.join(missing)} {'has' if len(missing) == 1 else 'have'} "
                              "no Bayesian fit with results (give --fit-a/--fit-b, or run folders whose fits finished)")
             return None, None, notes, None
-        fit_a, fit_b = BayesFit.load(runs["A"].path), BayesFit.load(runs["B"].path)
-        notes.append(f"fits: A's main model {runs['A'].model}, B's main model {runs['B'].model} (run folders)")
+        assert run_a is not None and run_b is not None  # else returned above
+        fit_a, fit_b = BayesFit.load(run_a.path), BayesFit.load(run_b.path)
+        notes.append(f"fits: A's main model {run_a.model}, B's main model {run_b.model} (run folders)")
     block_sd_b: dict[str, float] | None = None
     if args.own_b:
         if args.block_sd_us is not None:
@@ -288,6 +289,7 @@ def _bandwidth_inputs(args: argparse.Namespace, run_a, m: int, fit_a, fit_b):  #
     if missing:
         return None, (f"not computed: give {', '.join(missing)} (the inputs of `evtsync bandwidth`; a run folder "
                       "with a prediction stage supplies them)")
+    assert size is not None  # else missing above
     if not size > 0:
         raise InputError(f"diff: --bytes must be > 0; got {size}")
     draws = None
@@ -298,6 +300,7 @@ def _bandwidth_inputs(args: argparse.Namespace, run_a, m: int, fit_a, fit_b):  #
     else:
         if args.alpha_topology:
             raise InputError("--alpha-topology only applies with --alpha-from")
+        assert run_alpha is not None  # else missing above
         alpha = {t: float(run_alpha) for t in topologies}
         sources.append(f"alpha {run_alpha:g} µs from A's run")
     run_eps = run_a.eps if run_a is not None else None

@@ -136,7 +136,8 @@ def build_dags(traces: TraceSet, ranks: Iterable[int], *, vocab: Vocabulary | No
     tables = RankTables(traces)
     out = {}
     for r in progress(ranks, "building DAGs", len(ranks), "rank"):
-        out[r] = build_rank_dag(*tables.of(r), rank=r, vocab=vocab,
+        kernels, cpu_ops, runtime, syncs = tables.of(r)
+        out[r] = build_rank_dag(kernels, cpu_ops, runtime, syncs, rank=r, vocab=vocab,
                                 same_stream_tolerance_ns=int(round(same_stream_tolerance_us * 1000)))
     return out
 
@@ -160,17 +161,49 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
               read_options: dict[str, Any] | None = None, **align_options: Any) -> AttributionResult:
     """Critical-path attribution of every collective (of PG ``pg``, or of every PG).
 
-    ``pg`` is a PG label of the alignment (``evtsync tax`` lists them) or a ``pg_name``.
-    ``same_stream_tolerance_us`` is the walk's preference for same-stream predecessors.
-    ``align_options`` go to :func:`evtsync.align_collectives`.
-
     The work runs as two rounds of per-rank tasks (:mod:`evtsync.critpath.tasks`). Given
-    paths and a ``backend`` (:mod:`evtsync.parallel`: a process pool or a Dask cluster),
-    this process reads only the collectives (for the alignment and the tax) and every task
-    reads its own rank's trace (``read_options`` go to its :func:`load_traces`, e.g. the
-    cache), so no process holds more than one rank's tables; without a backend everything
-    is read and run here, and a rank's DAG built in round 1 serves its round 2 too
-    (:class:`~evtsync.critpath.tasks.SetupCache`).
+    paths and a ``backend``, this process reads only the collectives (for the alignment and
+    the tax) and every task reads its own rank's trace, so no process holds more than one
+    rank's tables; without a backend everything is read and run here, and a rank's DAG built
+    in round 1 serves its round 2 too (:class:`~evtsync.critpath.tasks.SetupCache`).
+
+    Parameters
+    ----------
+    traces : TraceSet, path or iterable of paths
+        A loaded :class:`~evtsync.trace.traceset.TraceSet`, or trace files and/or folders,
+        read by :func:`evtsync.load_traces`.
+    pg : str or None, default None
+        A PG label of the alignment (``evtsync tax`` lists them) or a ``pg_name``; None: every PG.
+    same_stream_tolerance_us : float, default 3.0
+        The walk's preference for same-stream predecessors (µs).
+    keep_paths : bool, default True
+        Keep every collective's critical path (``AttributionResult.paths``).
+    alignment : Alignment or None, default None
+        A ready alignment (computed here when None).
+    tax : TaxTables or None, default None
+        Ready tax tables of that alignment (computed here when None).
+    backend : Backend or None, default None
+        A process pool or Dask cluster (:mod:`evtsync.parallel`).
+    read_options : dict or None, default None
+        Options for each task's :func:`evtsync.load_traces` (e.g. ``cache``, ``salvage``).
+    **align_options
+        Passed to :func:`evtsync.align_collectives`.
+
+    Returns
+    -------
+    AttributionResult
+        One row per collective with its straggler, fastest rank, principal cause and the
+        explained share; collectives that could not be attributed say why (``status``,
+        ``unexplained_reason``).
+
+    Raises
+    ------
+    InputError
+        An unknown ``pg``, or traces without a kernel timeline (e.g. NCCL Inspector logs).
+    TraceError
+        The files cannot be read, or the rank set is not one complete job.
+    AlignmentError
+        The collectives do not match across ranks.
     """
     read_options = dict(read_options or {})
     distributed = backend is not None and not isinstance(traces, TraceSet)
@@ -188,6 +221,7 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     cpu_side = alignment.instances["correlation"].eq(-1).all() and collectives_are_cpu_side(traces) \
         if len(alignment.instances) else False
     if cpu_side and distributed:  # CPU-side collectives: small traces, read everything here
+        assert not isinstance(inputs, TraceSet)  # distributed: the inputs are paths
         traces = load_traces(inputs, scope="all", **read_options)
         distributed = False
     if not distributed:
@@ -255,9 +289,9 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
         w.straggler_of = keys
         round1.append(w)
     sides_s: dict[tuple[str, int], StragglerSide] = {}
-    stats: dict[int, dict[str, int]] = {}
+    stats: dict[int, dict[str, float]] = {}
     for result, st in runner.map(straggler_task, round1, "critical paths: straggler sides"):
-        stats[st["rank"]] = st
+        stats[int(st["rank"])] = st
         for side in result:
             sides_s[side.key] = side
     round2: dict[int, RankWork] = {}
@@ -269,13 +303,15 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
             round2[f_rank] = work(f_rank)
         round2[f_rank].fastest_of.append((key, side))
     sides_f: dict[tuple[str, int], FastestSide] = {}
-    for result, st in runner.map(fastest_task, [round2[r] for r in sorted(round2)], "critical paths: fastest sides"):
-        if st["rank"] in stats:
-            stats[st["rank"]]["peak_rss_mb"] = max(stats[st["rank"]]["peak_rss_mb"], st["peak_rss_mb"])
+    for fastest_sides, st in runner.map(fastest_task, [round2[r] for r in sorted(round2)],
+                                        "critical paths: fastest sides"):
+        rank = int(st["rank"])
+        if rank in stats:
+            stats[rank]["peak_rss_mb"] = max(stats[rank]["peak_rss_mb"], st["peak_rss_mb"])
         else:
-            stats[st["rank"]] = st
-        for side in result:
-            sides_f[side.key] = side
+            stats[rank] = st
+        for fastest in fastest_sides:
+            sides_f[fastest.key] = fastest
     path_parts: list[tuple[StragglerSide, FastestSide, np.ndarray, np.ndarray]] = []
     n_missing = 0
     for key, row in rows.items():
@@ -354,7 +390,7 @@ def route_blame(table: pd.DataFrame) -> pd.DataFrame:
         return table
     key_of = {(pg, int(i)): n for n, (pg, i) in enumerate(zip(table["pg"], table["index"], strict=True))}
     cause_pg, cause_index = table["cause_pg"].tolist(), table["cause_index"].tolist()
-    out = {c: [] for c in ("root_rank", "root_pg", "root_index", "root_cause", "root_category",
+    out: dict[str, list[Any]] = {c: [] for c in ("root_rank", "root_pg", "root_index", "root_cause", "root_category",
                            "root_chain", "root_cycle")}
     n_cycles = 0
     for n in range(len(table)):

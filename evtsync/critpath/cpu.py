@@ -392,6 +392,7 @@ def attribute_cpu_side(traces: TraceSet, alignment: Alignment, tax: TaxTables, p
                 f"rank {missing}: no main thread (no ProfilerStep#N annotation and no c10d::* op)" if tl is None
                 else f"rank {missing}: no c10d::* enqueue on the main thread before its {t.collective} of PG {t.pg}")
             continue
+        assert s_tl is not None  # s was found on it
         extra = combine_sides(s, f, s_tl, row, share_band)
         if keep_paths:
             for role, side, rank in (("straggler", s, s_rank), ("fastest", f, f_rank)):

@@ -408,7 +408,7 @@ def build_rank_dag(kernels: pd.DataFrame, cpu_ops: pd.DataFrame, runtime: pd.Dat
     rt_source = source[cpu_lo:]
     # the node of each runtime call = its last slice (the one ending at the call's end)
     rt_calls = runtime
-    call_lane_of_row = {}
+    call_lane_of_row = pd.Series(dtype=float)
     if len(rt_calls):
         mask = rt_source == SRC_RUNTIME
         node_ids = np.flatnonzero(mask) + cpu_lo

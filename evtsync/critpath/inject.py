@@ -215,11 +215,44 @@ def inject_delay(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
                  **align_options: Any) -> InjectResult:
     """Write a copy of a trace set with ``delay_us`` inserted before one CPU launch.
 
-    The launch is the ``occurrence``-th (0-based) launch on ``rank`` inside its
-    ``iteration``-th ``ProfilerStep`` annotation (whole trace when None) whose GPU event
-    name matches the regular expression ``kernel`` (any when None) and, if given, whose
-    correlation id is ``correlation``. With ``on="kernel"`` the launched GPU event itself
-    (kernel, copy) runs ``delay_us`` longer instead: a slow kernel rather than a late launch.
+    Parameters
+    ----------
+    paths : path or iterable of paths
+        The trace files and/or folders of the job.
+    out_dir : path
+        Folder for the copy (not the folder of the inputs).
+    rank : int
+        The rank whose launch is delayed.
+    delay_us : float
+        The delay (µs), 0 to 20 ms.
+    iteration : int or None, default None
+        The ``iteration``-th ``ProfilerStep`` annotation of ``rank`` to look in (whole trace
+        when None).
+    kernel : str or None, default None
+        Regular expression the launched GPU event's name must match (any when None).
+    occurrence : int, default 0
+        Which matching launch (0-based).
+    correlation : int or None, default None
+        The launch's correlation id, if given.
+    on : {"launch", "kernel"}, default "launch"
+        ``"kernel"``: the launched GPU event itself (kernel, copy) runs ``delay_us`` longer
+        instead: a slow kernel rather than a late launch.
+    **align_options
+        Passed to :func:`evtsync.align_collectives`.
+
+    Returns
+    -------
+    InjectResult
+        The output folder, the file written per rank and a manifest of the launch chosen and how
+        far events moved.
+
+    Raises
+    ------
+    InputError
+        An unknown ``on``, a delay out of range, a rank not in the set, an invalid ``kernel``
+        pattern, no such step or launch, or ``out_dir`` holding the inputs.
+    TraceError
+        The traces cannot be read.
     """
     if on not in INJECT_TARGETS:
         raise InputError(f"inject: --on {on!r}: expected one of {', '.join(INJECT_TARGETS)}")
@@ -370,10 +403,10 @@ def _rewrite(src: Path, dest: Path, dag: RankDAG, s_shift: np.ndarray, e_shift: 
         cat = ev.get("cat")
         ts, dur = ev.get("ts"), ev.get("dur")
         t0 = _ts_ns(ts, base_ns)
-        if t0 is None or not isinstance(dur, int | float):
+        if t0 is None or not isinstance(ts, int | float) or not isinstance(dur, int | float):
             continue
         t1 = t0 + (_ts_ns(dur, 0) or 0)
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        args = raw_args if isinstance(raw_args := ev.get("args"), dict) else {}
         if cat in GPU_CATEGORIES:
             lane = index.lane("stream", args.get("device", ev.get("pid")), args.get("stream", ev.get("tid")))
             if lane < 0:
@@ -401,7 +434,7 @@ def _rewrite(src: Path, dest: Path, dag: RankDAG, s_shift: np.ndarray, e_shift: 
         if not isinstance(ev, dict):
             continue
         ph, cat = ev.get("ph"), ev.get("cat")
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        args = raw_args if isinstance(raw_args := ev.get("args"), dict) else {}
         if ph == "X" and cat == "cuda_sync" and isinstance(args.get("correlation"), int):
             s0, s1 = cpu_corr.get(args["correlation"], (0, 0))
             if isinstance(ev.get("ts"), int | float) and isinstance(ev.get("dur"), int | float):

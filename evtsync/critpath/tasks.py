@@ -168,6 +168,8 @@ def _read_rank_tables(work: RankWork) -> tuple[pd.DataFrame, ...]:
         return _dag_columns(work.tables)
     from evtsync.trace.traceset import load_traces
 
+    if work.path is None:
+        raise ValueError(f"rank {work.rank}: work item has neither tables nor a trace path")
     traces = load_traces([work.path], jobs=1, **work.read_options)
     return _dag_columns((traces.kernels, traces.cpu_ops, traces.runtime, traces.syncs))
 
@@ -303,7 +305,7 @@ def _previous(by_key: dict[CollectiveKey, tuple[int, int, int]], key: Collective
     return prev if prev is not None and prev[0] >= 0 else None
 
 
-def straggler_task(work: RankWork) -> tuple[list[StragglerSide], dict[str, int]]:
+def straggler_task(work: RankWork) -> tuple[list[StragglerSide], dict[str, float]]:
     """Round 1: the straggler side of every collective in ``work.straggler_of``."""
     setup = _setup_of(work, keep=True)
     dag, keys, walker, vocab, by_key = setup.dag, setup.keys, setup.walker, setup.vocab, setup.by_key
@@ -367,7 +369,7 @@ def peak_rss_mb() -> float:
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
-def fastest_task(work: RankWork) -> tuple[list[FastestSide], dict[str, int]]:
+def fastest_task(work: RankWork) -> tuple[list[FastestSide], dict[str, float]]:
     """Round 2: the fastest side of every collective in ``work.fastest_of``."""
     setup = _setup_of(work, keep=False)
     dag, keys, walker, vocab, by_key = setup.dag, setup.keys, setup.walker, setup.vocab, setup.by_key
@@ -413,7 +415,7 @@ def _path_rows(dag: RankDAG, path: np.ndarray, occurrence: np.ndarray, names: li
 
 
 def combine(s: StragglerSide, f: FastestSide, row: dict[str, Any], *, share_band: tuple[float, float]
-            ) -> tuple[np.ndarray, np.ndarray] | None:
+            ) -> tuple[np.ndarray, np.ndarray]:
     """Fill a collective's ``row`` from its two sides; returns (straggler segments, extras).
 
     Extras = straggler segment − fastest counterpart, CPU runs netted (see

@@ -100,7 +100,25 @@ def require_netcdf_engine() -> None:
 
 
 def save_fit(tree: xr.DataTree, out: str | os.PathLike[str]) -> Path:
-    """Write the fit tree atomically to ``out/fit.nc`` (or to ``out`` if it names a .nc file)."""
+    """Write the fit tree atomically to ``out/fit.nc`` (or to ``out`` if it names a .nc file).
+
+    Parameters
+    ----------
+    tree : xarray.DataTree
+        The fit (:func:`evtsync.fit_table`).
+    out : path
+        A folder (created if needed) or a ``.nc`` file name.
+
+    Returns
+    -------
+    pathlib.Path
+        The file written.
+
+    Raises
+    ------
+    FitError
+        The netCDF engine (h5netcdf) is not installed.
+    """
     dest = fit_path(out)
     dest.parent.mkdir(parents=True, exist_ok=True)
     require_netcdf_engine()
@@ -125,7 +143,7 @@ def content_sha256(tree: xr.DataTree) -> str:
 
     digest = hashlib.sha256()
     post = tree["posterior"].to_dataset()
-    for name in sorted(post.data_vars):
+    for name in sorted(map(str, post.data_vars)):
         values = np.ascontiguousarray(post[name].values)
         digest.update(f"{name}|{values.shape}|{values.dtype.str}|".encode())
         digest.update(values.tobytes())
@@ -225,7 +243,24 @@ def format_version(tree: xr.DataTree, source: str = "fit") -> int:
 
 
 def load_fit(path: str | os.PathLike[str]) -> xr.DataTree:
-    """Load a fit written by :func:`save_fit` into memory (the tree); ``FitError`` if it is not one."""
+    """Load a fit written by :func:`save_fit` into memory (the tree).
+
+    Parameters
+    ----------
+    path : path
+        A fit file (``fit.nc``) or the folder that holds it.
+
+    Returns
+    -------
+    xarray.DataTree
+        The fit tree.
+
+    Raises
+    ------
+    FitError
+        No such file, not a netCDF evtsync fit (group or attribute missing), a newer or unknown
+        format version, or a posterior that no longer matches its recorded checksum.
+    """
     p = fit_path(path)
     if not p.is_file():
         raise FitError(f"{p}: no such fit file (expected a folder written by `evtsync fit` or its {FIT_FILE})")
@@ -319,7 +354,7 @@ def parameter_summary(tree: xr.DataTree, level: float = INTERVAL_LEVEL) -> pd.Da
             eb = ess_bulk[name].stack(idx=extra).values
             et = ess_tail[name].stack(idx=extra).values
         else:
-            labels, values = [name], flat.values[None, :]
+            labels, values = [str(name)], flat.values[None, :]
             r, eb, et = [np.atleast_1d(x[name].values) for x in (rhat, ess_bulk, ess_tail)]
         for k, label in enumerate(labels):
             v = values[k]
@@ -426,12 +461,44 @@ class BayesFit:
     # ---- files
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> BayesFit:
-        """Read a fit file (or its folder); checks the groups and the format version."""
+        """Read a fit file (or its folder); checks the groups and the format version.
+
+        Parameters
+        ----------
+        path : path
+            A fit file (``fit.nc``) or the folder that holds it.
+
+        Returns
+        -------
+        BayesFit
+            The fit, with ``path`` set.
+
+        Raises
+        ------
+        FitError
+            As for :func:`load_fit`.
+        """
         p = fit_path(path)
         return cls(load_fit(p), p)
 
     def save(self, out: str | os.PathLike[str]) -> Path:
-        """Write the fit to ``out/fit.nc`` (or the .nc file ``out``) atomically; returns the path."""
+        """Write the fit to ``out/fit.nc`` (or the .nc file ``out``) atomically; returns the path.
+
+        Parameters
+        ----------
+        out : path
+            A folder (created if needed) or a ``.nc`` file name.
+
+        Returns
+        -------
+        pathlib.Path
+            The file written (also stored as ``self.path``).
+
+        Raises
+        ------
+        FitError
+            The netCDF engine (h5netcdf) is not installed.
+        """
         self.tree.attrs[FORMAT_ATTR] = FIT_FORMAT
         dest = save_fit(self.tree, out)
         self.path = dest
@@ -492,7 +559,7 @@ class BayesFit:
     @property
     def convergence(self) -> dict[str, Any]:
         """The recorded convergence numbers (``converged``, ``max_rhat``, ``min_ess_bulk``, ...)."""
-        keys = [k for k in self.tree.attrs if k in ("converged", "convergence", "divergences")
+        keys = [k for k in map(str, self.tree.attrs) if k in ("converged", "convergence", "divergences")
                 or k.startswith(("max_rhat", "min_ess"))]
         out = {k: self.tree.attrs[k] for k in keys}
         out["converged"] = self.converged
@@ -528,8 +595,14 @@ class BayesFit:
         return xr.merge([rest, cellwise], join="outer", compat="override", combine_attrs="override")
 
     def cell_parameters(self) -> xr.Dataset:
-        """``mu``, ``sigma``, ``xi`` draws (chain, draw, cell) for the observed cells, pooled ones
-        broadcast; ``cell`` is indexed by the group coordinates and keeps its label as ``cell_label``."""
+        """``mu``, ``sigma``, ``xi`` draws (chain, draw, cell) for the observed cells, pooled ones broadcast.
+
+        Returns
+        -------
+        xarray.Dataset
+            ``cell`` is indexed by the group coordinates (e.g. ``.sel(gpu="H200",
+            precision="bf16")``) and keeps its label as ``cell_label``.
+        """
         params = cell_parameters(self.tree)
         index = _group_index(self.cells)
         if index is None:
@@ -539,7 +612,14 @@ class BayesFit:
         return params.drop_vars("cell").assign_coords(coords).assign_coords(cell_label=("cell", labels))
 
     def cell_draws(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """mu, sigma, xi as arrays (sample, cell), cells in the order of :attr:`cells`."""
+        """mu, sigma, xi as arrays (sample, cell), cells in the order of :attr:`cells`.
+
+        Returns
+        -------
+        tuple of three numpy.ndarray
+            mu, sigma and xi, each of shape (chains × draws, cells); pooled parameters are
+            broadcast to every cell.
+        """
         params = cell_parameters(self.tree)
         n_cell = params.sizes["cell"]
         return tuple(params[v].values.reshape(-1, n_cell) for v in ("mu", "sigma", "xi"))  # type: ignore[return-value]

@@ -65,7 +65,25 @@ def model_paths(folder: str | os.PathLike[str] | None = None) -> list[Path]:
 
 
 def list_models(folder: str | os.PathLike[str] | None = None) -> list[ModelEntry]:
-    """Every specification of a models folder with its family and description (not validated)."""
+    """Every specification of a models folder with its family and description (not validated).
+
+    Parameters
+    ----------
+    folder : path or None, default None
+        The models folder; None: :func:`default_models_dir`.
+
+    Returns
+    -------
+    list of ModelEntry
+        Name, file, family and description of each ``*.toml`` file.
+
+    Raises
+    ------
+    ModelSpecError
+        A file that is not readable TOML.
+    InputError
+        ``folder`` is not a folder.
+    """
     entries = []
     for path in model_paths(folder):
         try:
@@ -81,8 +99,23 @@ def list_models(folder: str | os.PathLike[str] | None = None) -> list[ModelEntry
 def resolve_model(name_or_path: str | os.PathLike[str], folder: str | os.PathLike[str] | None = None) -> Path:
     """The specification file of ``name_or_path``: an existing file, or a name in the models folder.
 
-    A name is the file's stem (``gev-hier-gpu-precision``) or its ``name`` key; an unknown name
-    is an ``InputError`` listing the names available.
+    Parameters
+    ----------
+    name_or_path : str or path
+        A specification file, or a model's name: the file's stem (``gev-hier-gpu-precision``)
+        or its ``name`` key.
+    folder : path or None, default None
+        The models folder to look in; None: :func:`default_models_dir`.
+
+    Returns
+    -------
+    pathlib.Path
+        The specification file.
+
+    Raises
+    ------
+    InputError
+        An unknown name (the message lists the names available), or ``folder`` is not a folder.
     """
     text = str(name_or_path)
     path = Path(text)

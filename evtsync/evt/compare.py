@@ -339,7 +339,7 @@ def loo(tree: xr.DataTree, chunk_values: int | None = None, threads: int | None 
         slices = [slice(a, min(a + step, n_obs)) for a in range(0, n_obs, step)]
 
         def run(sl: slice) -> None:
-            _loo_kernel(z[sl], cell[sl], *flat, M, elpd_i[sl], p_i[sl], k_i[sl])
+            _loo_kernel(z[sl], cell[sl], flat[0], flat[1], flat[2], M, elpd_i[sl], p_i[sl], k_i[sl])
 
         if slices:
             run(slices[0])  # compiles (or loads from cache) once, before the threads start
@@ -354,7 +354,7 @@ def loo(tree: xr.DataTree, chunk_values: int | None = None, threads: int | None 
         family=str(tree.attrs.get("model_family", "?")),
         elpd=float(elpd_i.sum()), se=se, p_loo=float(p_i.sum()), n_obs=n_obs, n_samples=S,
         good_k=min(1 - 1 / np.log10(S), 0.7) if S > 1 else 0.7,
-        elpd_i=elpd_i, pareto_k=k_i, rows=tree["observed_data"]["row"].values,
+        elpd_i=elpd_i, pareto_k=k_i, rows=np.asarray(tree["observed_data"]["row"].values),
         converged=is_converged(tree), note=convergence_note(tree),
     )
 
@@ -385,6 +385,26 @@ def compare_fits(trees: list[xr.DataTree], chunk_values: int | None = None) -> t
     All fits must be on the same z-scores (matched by input row). Returns the table and a
     verdict in words. The one comparison table of evtsync (``compare --out`` and a run's
     ``tables/compare.parquet`` alike): :data:`COMPARE_COLUMNS`, best model first.
+
+    Parameters
+    ----------
+    trees : list of xarray.DataTree
+        At least two fit trees (``BayesFit.tree``) on the same z-scores (matched by input row).
+    chunk_values : int or None, default None
+        Compute the pointwise log-likelihood in blocks of that many values (NumPy path, same
+        numbers) instead of one compiled pass per observation (:func:`loo`).
+
+    Returns
+    -------
+    tuple of (pandas.DataFrame, str)
+        The table (one row per fit, best first: ``elpd_loo`` with ``se``, ``p_loo``,
+        ``elpd_diff`` to the best with ``diff_se``, the Pareto-k counts ``k_good``/``k_bad``/
+        ``k_very_bad``, ``converged``) and a verdict in words.
+
+    Raises
+    ------
+    FitError
+        Fewer than two fits, or fits made on different z-scores.
     """
     if len(trees) < 2:
         raise FitError("compare needs at least two fits")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import sys
+from typing import Any
 
 import numpy as np
 import pytensor
@@ -173,7 +174,7 @@ _KERNEL_VERSION = 2
 
 
 def _gev_sum_kernel(z: np.ndarray, mu: float, sigma: float, xi: float) -> tuple[float, float, float, float]:
-    prefer_wide_vectors()
+    prefer_wide_vectors()  # type: ignore[call-arg]  # numba intrinsic: numba passes typingctx
     inv_s = 1.0 / sigma
     inv_xi = 1.0 / xi if xi != 0.0 else 0.0
     opx = 1.0 + xi
@@ -207,7 +208,7 @@ def _gev_sum_kernel(z: np.ndarray, mu: float, sigma: float, xi: float) -> tuple[
 
 #: numba settings of the kernel: FMA contraction only (no reassociation, which would undo
 #: the compensations in :mod:`evtsync.evt.simd`); float division without a zero check.
-_KERNEL_JIT = {"fastmath": {"contract"}, "error_model": "numpy"}
+_KERNEL_JIT: dict[str, Any] = {"fastmath": {"contract"}, "error_model": "numpy"}
 
 
 _numba_kernel = None
@@ -288,7 +289,7 @@ class GEVLogpSumCells(Op):
 
     __props__ = ()
 
-    def make_node(self, z, starts, mu, sigma, xi):
+    def make_node(self, z, starts, mu, sigma, xi):  # type: ignore[override]  # PyTensor Ops name their inputs
         z = pt.as_tensor_variable(z, dtype="float64")
         starts = pt.as_tensor_variable(starts, dtype="int64")
         mu, sigma, xi = (pt.as_tensor_variable(v, dtype="float64") for v in (mu, sigma, xi))
@@ -325,7 +326,8 @@ gev_logp_sum_cells_op = GEVLogpSumCells()
 
 def gev_logp_sum_cells(z, starts, mu, sigma, xi):
     """Summed GEV log density of every cell ``z[starts[i]:starts[i + 1]]`` (fused, one node)."""
-    return gev_logp_sum_cells_op(z, starts, mu, sigma, xi)[0]
+    outputs: list = gev_logp_sum_cells_op(z, starts, mu, sigma, xi)  # type: ignore[assignment]  # several outputs: a list
+    return outputs[0]
 
 
 def gev_logp_sum(z, mu, sigma, xi):

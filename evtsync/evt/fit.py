@@ -167,7 +167,7 @@ def check_convergence(tree: xr.DataTree, summary: pd.DataFrame | None = None) ->
     rhat = s["r_hat"].fillna(np.inf)
     ess = s["ess_bulk"].fillna(0.0)
     tail = s["ess_tail"].fillna(0.0)
-    div = tree["sample_stats"]["diverging"].values
+    div = np.asarray(tree["sample_stats"]["diverging"].values)
     return Convergence(
         max_rhat=float(rhat.max()) if len(s) else float("nan"),
         min_ess_bulk=float(ess.min()) if len(s) else float("nan"),
@@ -198,9 +198,10 @@ def _loglik_tree(tree: xr.DataTree) -> xr.Dataset:
     mu, sigma, xi = (v.reshape(n_chain * n_draw, -1) for v in (mu, sigma, xi))
     ll = np.empty((n_chain * n_draw, z.shape[0]))
     for cell in np.unique(cell_of_obs):
-        rows = np.flatnonzero(cell_of_obs == cell)
-        if rows[-1] - rows[0] + 1 == rows.size:  # the usual case: a cell's z-scores are contiguous
-            rows = slice(rows[0], rows[-1] + 1)
+        cell_rows = np.flatnonzero(cell_of_obs == cell)
+        rows: np.ndarray | slice = cell_rows
+        if cell_rows[-1] - cell_rows[0] + 1 == cell_rows.size:  # the usual case: a cell's z-scores are contiguous
+            rows = slice(cell_rows[0], cell_rows[-1] + 1)
         z_cell = z[rows][None, :]
         step = max(1, LOGLIK_CHUNK_VALUES // z_cell.shape[1])
         for d in range(0, n_chain * n_draw, step):
@@ -213,7 +214,7 @@ def _loglik_tree(tree: xr.DataTree) -> xr.Dataset:
 def _assemble(built: BuiltModel, raw: xr.DataTree, sampler: str, provenance: dict[str, str]) -> xr.DataTree:
     data = built.data
     post = raw["posterior"].to_dataset()
-    drop = [v for v in post.data_vars if v.startswith("z_obs")]
+    drop = [v for v in post.data_vars if str(v).startswith("z_obs")]
     post = post.drop_vars(drop)
     stats = raw["sample_stats"].to_dataset()
     if "diverging" not in stats and "divergences" in stats:
@@ -348,13 +349,14 @@ def _sample_nutpie(built: BuiltModel, config: SamplerConfig, seed: int, progress
     # cache round differently, and the same seed gave different draws on the first run.
     start = time.perf_counter()
     key = model_structure_key(built, config.backend) if compiled_cache is not None else None
-    reused = key is not None and key in compiled_cache
+    cache = compiled_cache if compiled_cache is not None else {}  # never used without a key
+    reused = key is not None and key in cache
     # nutpie stores the free variables only; the deterministics are computed from their draws
     # afterwards (_with_deterministics): compiling them into nutpie's numba function cost ~3 s
     # of every fit, evaluating them over 2 x 1000 draws costs ~0.3 s
     free = [rv.name for rv in built.model.free_RVs]
     if reused:
-        compiled = _reuse_compiled(compiled_cache[key], built)
+        compiled = _reuse_compiled(cache[key], built)
     elif config.backend == "jax":
         from evtsync.evt.distribution import register_jax_backend
 
@@ -480,14 +482,8 @@ def fit_table(
 ) -> xr.DataTree:
     """Fit ``spec`` to ``table`` and return the self-describing fit tree (see module doc).
 
-    Settings: ``sampler`` is a :class:`~evtsync.evt.spec.SamplerConfig` (or, as before, the
-    sampler's name); absent, the spec's ``[sampling]`` table; ``draws``, ``tune``, ``chains``,
-    ``seed``, ``target_accept`` and ``backend`` override it when not None. A seed of None
-    draws a fresh one, recorded in the fit. ``target_accept``: a number in (0, 1) or
-    ``"auto"`` (:func:`resolve_target_accept`). ``compiled_cache`` (a dict kept by the caller,
-    nutpie only): a model compiled for a data set of the same structure
-    (:func:`model_structure_key`) is reused with this table's data and initial point instead of
-    compiled again (studies that fit many simulated data sets); recorded in the attrs.
+    Settings come from ``sampler``, else the spec's ``[sampling]`` table; ``draws``, ``tune``,
+    ``chains``, ``seed``, ``target_accept`` and ``backend`` override them when not None.
     ``extend`` (a sampler setting, default 0): a fit that fails only on R-hat or ESS, with no
     divergence, continues its chains to twice the draws up to that many times; the attr
     ``extended`` and the convergence line keep each shorter run's verdict.
@@ -495,6 +491,50 @@ def fit_table(
     Besides the posterior the tree holds the prior and the posterior predictive checks
     (``prior_predictive_check``, ``posterior_predictive_check`` groups; verdicts in the attrs
     ``prior_predictive``, ``posterior_predictive`` and ``posterior_predictive_fits``).
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The z-score table (:func:`evtsync.zscore_table`) with the spec's column and groups.
+    spec : ModelSpec
+        The model (:func:`evtsync.load_spec`).
+    sampler : SamplerConfig, str or None, default None
+        Sampler settings (:class:`~evtsync.evt.spec.SamplerConfig`), or, as before, the
+        sampler's name; None: the spec's ``[sampling]`` table.
+    draws, tune, chains : int or None, default None
+        Draws and tuning steps per chain, and the number of chains.
+    seed : int or None, default None
+        Random seed; None draws a fresh one, recorded in the fit.
+    source : str, default "<table>"
+        Name of the input in messages and in the fit's provenance.
+    source_sha256 : str, default ""
+        Checksum of the input file, recorded in the provenance.
+    command : str, default ""
+        The command line that made the fit, recorded in the provenance.
+    progress : bool, default False
+        Show the sampler's progress bar.
+    target_accept : float, str or None, default None
+        A number in (0, 1) or ``"auto"`` (:func:`resolve_target_accept`).
+    backend : str or None, default None
+        nutpie's backend (``numba``, or ``jax`` where jax is installed).
+    compiled_cache : dict or None, default None
+        A dict kept by the caller (nutpie only): a model compiled for a data set of the same
+        structure (:func:`model_structure_key`) is reused with this table's data and initial
+        point instead of compiled again (studies that fit many simulated data sets); recorded
+        in the attrs.
+
+    Returns
+    -------
+    xarray.DataTree
+        The fit: posterior, predictive checks, observed data, the spec text, provenance and
+        convergence verdict (``converged``, ``convergence``) in the attrs; wrap it in
+        :class:`evtsync.BayesFit`.
+
+    Raises
+    ------
+    InputError
+        Missing or non-numeric columns, fewer than 3 usable z-scores (in all, or in a cell), a
+        cell whose values are all equal, or a ``target_accept`` outside (0, 1).
     """
     from evtsync.evt.model import cell_interaction_note, to_data_scale
     from evtsync.evt.ppc import check_dataset, posterior_predictive_check, ppc_verdict

@@ -574,7 +574,26 @@ def location_scale_at_xi(data: ArrayLike, xi: float) -> tuple[float, float, bool
 
 
 def fit_mle(data: ArrayLike, family: str = "gev") -> MleFit:
-    """Fit ``family`` ("gev" or "gumbel") by maximum likelihood."""
+    """Fit ``family`` ("gev" or "gumbel") by maximum likelihood.
+
+    Parameters
+    ----------
+    data : array-like
+        The block maxima (z-scores).
+    family : {"gev", "gumbel"}, default "gev"
+        The distribution family.
+
+    Returns
+    -------
+    MleFit
+        Estimates, standard errors and covariance, log-likelihood, AIC and ``converged`` (with
+        ``message`` saying why not).
+
+    Raises
+    ------
+    InputError
+        An unknown ``family``, NaN or infinite values, or too few block maxima.
+    """
     if family == "gev":
         return fit_gev(data)
     if family == "gumbel":

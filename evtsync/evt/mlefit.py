@@ -25,6 +25,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -47,7 +48,38 @@ def mle_cell_table(z: pd.DataFrame, groups: Sequence[str] = ("gpu", "precision")
                    profile: bool = True) -> pd.DataFrame:
     """Gumbel and GEV MLE per cell of ``z``'s ``column`` (see the module docstring for the columns;
     ``column`` is recorded in every row: ``y`` fits give the centred estimator of tau(n), ``z``
-    fits the paper's, :data:`evtsync.evt.predict.ESTIMATORS`)."""
+    fits the paper's, :data:`evtsync.evt.predict.ESTIMATORS`).
+
+    Parameters
+    ----------
+    z : pandas.DataFrame
+        The z-score table (:func:`evtsync.zscore_table`).
+    groups : sequence of str, default ("gpu", "precision")
+        Columns whose values make a cell.
+    column : str, default "z"
+        The column fitted: ``y`` (the centred maxima, for the default estimator of tau(n)) or
+        ``z`` (the paper's z-scores); recorded in every row.
+    level : float, default 0.90
+        Level of the intervals (Wald for mu and sigma, profile likelihood for xi), in (0, 1).
+    min_n : int, default 20
+        Fewest finite z-scores for a fit; a smaller cell keeps a row that says so.
+    pooled : bool, default True
+        Also fit all z-scores together (cell ``all|all``).
+    profile : bool, default True
+        Compute the profile-likelihood interval of xi (else NaN).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per cell and family: estimates, standard errors, intervals, log-likelihood,
+        AIC, covariance, ``n`` and ``n_skipped`` (non-finite z-scores left out), ``converged``,
+        ``boundary`` and ``note``; the GEV row carries the likelihood-ratio test of xi = 0.
+
+    Raises
+    ------
+    InputError
+        A missing group or z column, or a ``level`` outside (0, 1).
+    """
     from statistics import NormalDist
 
     from evtsync.evt import mle
@@ -82,7 +114,7 @@ def mle_cell_table(z: pd.DataFrame, groups: Sequence[str] = ("gpu", "precision")
             except (EvtsyncError, ValueError, RuntimeError) as exc:
                 log.info("profile interval of xi (%s): %s", base["cell"], exc)
         for fit in (lrt.gumbel, lrt.gev):
-            row = {**base, "family": fit.family, "mu": fit.mu, "sigma": fit.sigma, "xi": fit.xi,
+            row: dict[str, Any] = {**base, "family": fit.family, "mu": fit.mu, "sigma": fit.sigma, "xi": fit.xi,
                    "mu_se": fit.se.get("mu", float("nan")), "sigma_se": fit.se.get("sigma", float("nan")),
                    "xi_se": fit.se.get("xi", 0.0), "loglik": fit.loglik, "aic": fit.aic,
                    "converged": bool(fit.converged), "boundary": bool(fit.boundary), "note": fit.message}

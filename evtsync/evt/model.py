@@ -75,7 +75,8 @@ class ModelData:
     #: (``data.scale = "raw"``: median and IQR / 1.5725 of the cell; else 0 and 1).
     cell_centre: np.ndarray | None = None
     cell_scale: np.ndarray | None = None
-    z_model: np.ndarray | None = None
+    #: The values the model sees; ``None`` only until ``__post_init__`` sets it to ``z``.
+    z_model: np.ndarray = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         n_cells = len(self.cells)
@@ -247,7 +248,7 @@ def fit_cell_mle(z: np.ndarray, family: str, xi_fixed: float | None = None) -> t
     mu0 = float(np.mean(z)) - 0.5772156649 * sigma0
     try:
         if family == "gumbel" or xi_fixed is not None:
-            xi_val = 0.0 if family == "gumbel" else float(xi_fixed)
+            xi_val = 0.0 if family == "gumbel" or xi_fixed is None else float(xi_fixed)
             mu, sigma, _ = mle.location_scale_at_xi(z, xi_val)
             return mu, _feasible_sigma(z, mu, sigma, xi_val), xi_val
         fit = mle.fit_gev(z)
@@ -273,8 +274,16 @@ _PRIOR_CLASSES = {
 }
 
 
-def _prior_rv(name: str, prior: Prior, **kwargs):
+def _required(prior: Prior | None, what: str) -> Prior:
+    """The prior that the spec's validation guarantees for ``what`` in this model structure."""
+    if prior is None:
+        raise ValueError(f"model specification has no prior for {what} (the spec parser should have refused it)")
+    return prior
+
+
+def _prior_rv(name: str, prior: Prior | None, **kwargs):
     """A model variable with the prior of the spec."""
+    prior = _required(prior, name)
     return _PRIOR_CLASSES[prior.dist](name, **prior.params, **kwargs)
 
 
@@ -382,7 +391,7 @@ def cell_interaction_note(built: BuiltModel) -> str:
             return "none: the additive surface already has one free xi per cell"
         return "none (not in the spec)"
     return (f"xi_cell_effect: {built.cell_basis.shape[1]} coefficient(s) orthogonal to the additive surface, "
-            f"spread xi_sd_cell ~ {built.spec.xi.cell_sd_prior.describe()}, {built.parametrization['cell']}")
+            f"spread xi_sd_cell ~ {_required(built.spec.xi.cell_sd_prior, "xi_sd_cell").describe()}, {built.parametrization['cell']}")
 
 
 def level_index(data: ModelData, factor: str) -> np.ndarray:
@@ -652,7 +661,8 @@ def _excess_initval(init: dict[str, np.ndarray], spec: ModelSpec, z_min: np.ndar
     sigma = np.asarray(init["sigma"], dtype=float)
     if spec.sigma.pooling != "complete":
         terms = [_support_bound_terms(mu[i], xi[i], z_min[i], z_max[i]) for i in range(n_cells)]
-        bound = np.array([support_bound(t, widths[i]) if flags[i] else 0.0 for i, t in enumerate(terms)])
+        bound: np.ndarray | float = np.array([support_bound(t, widths[i]) if flags[i] else 0.0
+                                              for i, t in enumerate(terms)])
     else:
         bound = _shared_sigma_bound(spec, init["mu"], list(xi), z_min, z_max, shared_width) if flags.any() else 0.0
     out = {k: v for k, v in init.items() if k != "sigma" and not k.startswith("_")}
@@ -711,7 +721,7 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
             # spread (mu_mean's width ~ mu_sd / sqrt(cells)); it is integrated out instead.
             mu_mean = _prior_rv("mu_mean", spec.mu.prior)
             mu_sd = _prior_rv("mu_sd", spec.mu.population_sd_prior)
-            spread_priors["mu_sd"] = spec.mu.population_sd_prior.describe()
+            spread_priors["mu_sd"] = _required(spec.mu.population_sd_prior, "mu_sd").describe()
             if parametrization.get("mu") == "noncentred":
                 dev = mu_sd * pm.ZeroSumNormal("mu_dev_raw", sigma=1.0, dims="cell")
             else:
@@ -726,7 +736,7 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
             xi_cells = xi0
             for f in spec.xi.factors:
                 sd_prior = spec.xi.spread_prior(len(data.factor_levels[f]))
-                spread_priors[f"xi_sd_{f}"] = sd_prior.describe()
+                spread_priors[f"xi_sd_{f}"] = _required(sd_prior, f"xi_sd_{f}").describe()
                 sd = _prior_rv(f"xi_sd_{f}", sd_prior)
                 if parametrization[f] == "centred":
                     delta = pm.ZeroSumNormal(f"xi_delta_{f}", sigma=sd, dims=f)
@@ -735,7 +745,7 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
                     delta = pm.Deterministic(f"xi_delta_{f}", sd * raw, dims=f)
                 xi_cells = xi_cells + delta[level_index(data, f)]
             if basis is not None:
-                spread_priors["xi_sd_cell"] = spec.xi.cell_sd_prior.describe()
+                spread_priors["xi_sd_cell"] = _required(spec.xi.cell_sd_prior, "xi_sd_cell").describe()
                 sd_cell = _prior_rv("xi_sd_cell", spec.xi.cell_sd_prior)
                 # coefficients scaled so that the average marginal sd of a cell effect is xi_sd_cell
                 coef_sd = sd_cell * np.sqrt(n_cells / basis.shape[1])
@@ -792,7 +802,7 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
                 # vector s = log sigma is p(mean s) * ZeroSumNormal(s - mean s | log_sigma_sd), then
                 # the Jacobian of s = log(bound + exp(u)) is exp(u) / sigma.
                 log_sd = _prior_rv("log_sigma_sd", spec.sigma.population_sd_prior)
-                spread_priors["log_sigma_sd"] = spec.sigma.population_sd_prior.describe() + " (of log sigma)"
+                spread_priors["log_sigma_sd"] = _required(spec.sigma.population_sd_prior, "log_sigma_sd").describe() + " (of log sigma)"
                 log_sigma = pt.log(sigma)
                 centre = log_sigma.mean()
                 pm.Deterministic("sigma_gmean", pt.exp(centre))
@@ -853,8 +863,9 @@ def simulate_zscore_table(cell_params: pd.DataFrame, n_per_cell: int | list[int]
 PRIOR_CHECK_QUANTILES = (0.05, 0.5, 0.95, 0.99)
 
 
-def _draw_prior(prior: Prior, size: int, rng: np.random.Generator) -> np.ndarray:
+def _draw_prior(prior: Prior | None, size: int, rng: np.random.Generator) -> np.ndarray:
     """``size`` draws from a spec prior (scipy: no PyTensor compilation per prior)."""
+    prior = _required(prior, "a drawn parameter")
     return np.asarray(_scipy_prior(prior).rvs(size=size, random_state=rng), dtype=float).reshape(size)
 
 

@@ -140,8 +140,11 @@ def _compile_cached(model: Any, var_names: list[str]) -> Any:
         model, mode="NUMBA", compute_grad=True, join_expanded=True, pymc_initial_point_fn=point_fn,
         var_names=var_names)
     logp_inner, expand_inner = logp_pt.vm.jit_fn, expand_pt.vm.jit_fn
-    inner_keys = [CACHED_SRC_FUNCTIONS.get(getattr(f, "py_func", None)) for f in (logp_inner, expand_inner)]
-    if None in inner_keys:
+    # a jit function without py_func is not one PyTensor cached (and None is no weak-ref key)
+    found = [CACHED_SRC_FUNCTIONS.get(f.py_func) if hasattr(f, "py_func") else None
+             for f in (logp_inner, expand_inner)]
+    inner_keys = [k for k in found if k is not None]
+    if len(inner_keys) < len(found):
         raise _Unsupported("PyTensor does not cache this model's graph")
 
     shared_data: dict[str, np.ndarray] = {}

@@ -324,10 +324,11 @@ def _rows_for(fit: Any, block_sd_us: float | pd.DataFrame,
         else:
             if any(g not in row.index for g in groups):
                 raise InputError(f"block scale table: needs the fit's group column(s) {groups}")
-            c = lookup.get(tuple(str(row[g]) for g in groups))
-            if c is None:
+            found = lookup.get(tuple(str(row[g]) for g in groups))
+            if found is None:
                 skipped["no matching cell"] += 1
                 continue
+            c = found
         keep.append({**row.to_dict(), "cell": str(cells["cell"].iloc[c])})
         index.append(c)
     return pd.DataFrame(keep), index, skipped
@@ -371,11 +372,45 @@ def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: 
               seed: int = 0, estimator: str = DEFAULT_ESTIMATOR) -> pd.DataFrame:
     """tau(n) = b·E_(n/m) per cell and n: mean, ``level`` interval, share of infinite draws (µs).
 
-    ``gpu``/``precision`` ask for those cells (None: every fitted level); a cell the fit has not
-    seen is predicted from the hierarchy's population (``prediction_kind`` "population",
-    :func:`population_draws`; ``seed`` fixes its new draws). ``estimator`` (:data:`ESTIMATORS`)
-    must match the column the fit was made of (:func:`check_estimator`); it is the ``estimator``
-    column of the result.
+    Parameters
+    ----------
+    fit : BayesFit, MleCellFit or fit tree
+        A fit offering :class:`~evtsync.evt.bayesfit.CellFit` (a Bayesian fit, or an MLE with
+        normal-approximation draws), or the tree of :func:`evtsync.fit_table`.
+    n : sequence of int
+        Domain sizes (ranks), each a multiple of ``m``.
+    block_sd_us : float or pandas.DataFrame
+        The block standard deviation b (µs): one number for every cell, or a table with the
+        group columns and ``b_us`` (one row per cell to predict; see :func:`block_scale`).
+    m : int, default 4
+        Sample size of the fit's z-scores (ranks per block maximum).
+    level : float, default 0.90
+        Central interval level, in (0, 1).
+    gpu, precision : str or None, default None
+        Ask for these cells (None: every fitted level); a cell the fit has not seen is predicted
+        from the hierarchy's population (``prediction_kind`` "population",
+        :func:`population_draws`).
+    seed : int, default 0
+        Seed of the new population draws for unseen cells.
+    estimator : str, default "centred"
+        :data:`ESTIMATORS`: must match the column the fit was made of
+        (:func:`check_estimator`); it is the ``estimator`` column of the result.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per cell and n: ``n``, ``k`` = n/m and ``tau_mean_us``, ``tau_lo_us``,
+        ``tau_median_us``, ``tau_hi_us``, ``tau_share_infinite``.
+        The table has ``model``, ``fit_kind``, ``level`` and ``converged``; rows that
+        cannot be predicted (no matching cell) are skipped, counted in
+        ``attrs["skipped"]`` and logged.
+
+    Raises
+    ------
+    InputError
+        A ``level`` outside (0, 1), an n that is not a positive multiple of ``m``, a negative
+        block sd, a block-scale table without the fit's group columns, or cells the fit cannot
+        give.
     """
     level = check_level(level)
     fit = _fit(fit)
@@ -400,7 +435,7 @@ def _as_list(value: float | Sequence[float], what: str) -> list[float]:
 
 
 def _alpha_for(topology: str, alpha_us: float | Mapping[str, float],
-               alpha_draws_us: NDArray[np.float64] | Mapping[str, ArrayLike] | None, n_sample: int,
+               alpha_draws_us: ArrayLike | Mapping[str, ArrayLike] | None, n_sample: int,
                rng: np.random.Generator) -> tuple[float, NDArray[np.float64] | float]:
     """(point alpha, alpha draws (sample,) or the point) of one topology, draws paired at random.
 
@@ -488,15 +523,63 @@ def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha
 
     The intervals carry the fit's uncertainty (and alpha's, given ``alpha_draws_us``); b is held
     at its estimate: the columns ``b_uncertainty`` and ``alpha_uncertainty`` say so (labels
-    :data:`FIXED_B_NOTE`, :data:`FIXED_ALPHA_NOTE`). ``estimator`` as in :func:`tau_table`.
+    :data:`FIXED_B_NOTE`, :data:`FIXED_ALPHA_NOTE`).
 
-    ``flops_factor`` f divides the block sd, and with it tau, for a GPU f times faster (§8);
-    ``eps`` and ``flops_factor`` may be sequences (one row per value). ``alpha_us`` is one value
-    or one per topology; ``alpha_draws_us`` (one array, or one per topology: e.g.
-    :func:`evtsync.nccltests.alpha.alpha_draws`) carries alpha's uncertainty into B*, B*_H and
-    the reduction, draw by draw against the tax draws (``bstar_hockney_gbps`` stays at the
-    point alpha; ``bstar_hockney_lo_gbps``/``_hi_gbps`` bound it). ``gpu``/``precision``: as in
-    :func:`tau_table` (population-level rows for unseen cells).
+    Parameters
+    ----------
+    fit : BayesFit, MleCellFit or fit tree
+        A fit offering :class:`~evtsync.evt.bayesfit.CellFit` (a Bayesian fit, or an MLE with
+        normal-approximation draws), or the tree of :func:`evtsync.fit_table`.
+    topologies : sequence of str
+        Collective algorithms (:mod:`evtsync.hockney`: e.g. ``"full"``, ``"ring"``).
+    n : sequence of int
+        Domain sizes (ranks), each a multiple of ``m``.
+    alpha_us : float or mapping of str to float
+        Latency alpha (µs): one value, or one per topology.
+    size_bytes : float
+        Buffer size S (bytes), > 0.
+    block_sd_us : float or pandas.DataFrame
+        The block standard deviation b (µs): one number for every cell, or a table with the
+        group columns and ``b_us`` (one row per cell to predict; see :func:`block_scale`).
+    eps : float or sequence of float, default -0.5
+        Target elasticity, in (-1, 0); a sequence gives one row per value.
+    m : int, default 4
+        Sample size of the fit's z-scores.
+    level : float, default 0.90
+        Central interval level, in (0, 1).
+    flops_factor : float or sequence of float, default 1.0
+        f > 0 divides the block sd, and with it tau, for a GPU f times faster
+        (docs/methodology.md); a sequence gives one row per value.
+    alpha_draws_us : array-like, mapping of str to array-like, or None, default None
+        Draws of alpha (one array, or one per topology: e.g.
+        :func:`evtsync.nccltests.alpha.alpha_draws`): carries alpha's uncertainty into B*, B*_H
+        and the reduction, draw by draw against the tax draws (``bstar_hockney_gbps`` stays at
+        the point alpha; ``bstar_hockney_lo_gbps``/``_hi_gbps`` bound it).
+    gpu, precision : str or None, default None
+        Ask for these cells (None: every fitted level); a cell the fit has not seen is predicted
+        from the hierarchy's population (``prediction_kind`` "population",
+        :func:`population_draws`).
+    seed : int, default 0
+        Seed of the new population draws for unseen cells.
+    estimator : str, default "centred"
+        As in :func:`tau_table`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per cell, topology, n, eps and FLOPS factor: the ``tau_*_us``, ``bstar_*_gbps``
+        (mean, lo, median, hi) and ``reduction_*`` columns, and ``bstar_hockney_gbps`` with
+        ``bstar_hockney_lo_gbps``/``_hi_gbps``.
+        The table has ``model``, ``fit_kind``, ``level`` and ``converged``; rows that
+        cannot be predicted (no matching cell) are skipped, counted in
+        ``attrs["skipped"]`` and logged.
+
+    Raises
+    ------
+    InputError
+        A ``level`` outside (0, 1), an unknown topology, alpha missing or negative for a
+        topology, S <= 0, eps outside (-1, 0), a FLOPS factor <= 0, or an n that is not a
+        positive multiple of ``m``.
     """
     from evtsync.hockney import get_topology
 
@@ -619,13 +702,39 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, 
                           source: str = "measured table", estimator: str = DEFAULT_ESTIMATOR) -> pd.DataFrame:
     """Predicted against measured mean straggler delay per workload × GPU × precision × n.
 
-    ``measured`` has one row per collective (or per workload, already averaged) with columns
-    :data:`MEASURED_COLUMNS`. Rows are grouped by workload, gpu, precision and n_ranks: the
-    measured mean with its Student-t ``level`` interval (NaN from a single row), against
-    tau(n) = b·E_(n/m) with b the group's mean ``block_sd_us`` and the fit's cell for its GPU and
-    precision. Rows with no matching cell, an n that is not a multiple of m, or non-finite
-    values are skipped and counted by reason (``attrs["skipped"]``, in input rows). ``estimator``
-    as in :func:`tau_table`; ``beyond_m`` marks the rows with n > m (an extrapolation, k > 1).
+    Rows are grouped by workload, gpu, precision and n_ranks: the measured mean with its
+    Student-t ``level`` interval (NaN from a single row), against tau(n) = b·E_(n/m) with b the
+    group's mean ``block_sd_us`` and the fit's cell for its GPU and precision.
+
+    Parameters
+    ----------
+    fit : BayesFit, MleCellFit or fit tree
+        A fit offering :class:`~evtsync.evt.bayesfit.CellFit` (a Bayesian fit, or an MLE with
+        normal-approximation draws), or the tree of :func:`evtsync.fit_table`.
+    measured : pandas.DataFrame
+        One row per collective (or per workload, already averaged) with columns
+        :data:`MEASURED_COLUMNS` (workload, gpu, precision, n_ranks, block_sd_us,
+        mean_delay_us).
+    m : int, default 4
+        Sample size of the fit's z-scores.
+    level : float, default 0.90
+        Central interval level, in (0, 1).
+    source : str, default "measured table"
+        Name of ``measured`` in error messages.
+    estimator : str, default "centred"
+        As in :func:`tau_table`; ``beyond_m`` marks the rows with n > m (an extrapolation, k > 1).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: measured mean and interval, predicted tau with its interval. Rows
+        with no matching cell, an n that is not a multiple of m, or non-finite values are
+        skipped and counted by reason (``attrs["skipped"]``, in input rows).
+
+    Raises
+    ------
+    InputError
+        ``measured`` lacks a column of :data:`MEASURED_COLUMNS`, or ``level`` is outside (0, 1).
     """
     from scipy import stats
 
@@ -675,10 +784,37 @@ def cell_parameter_table(fit: Any, level: float = INTERVAL_LEVEL, cells: pd.Data
                          gpu: str | None = None, precision: str | None = None, seed: int = 0) -> pd.DataFrame:
     """mu, sigma, xi per cell: mean, ``level`` interval, median (columns ``xi_mean``, ``xi_lo`` ...).
 
-    ``cells`` (a table of group values such as gpu, precision) asks for those cells, each with
-    its fit cell (a pooled fit's one cell for all of them); default: the fit's own cells.
-    ``gpu``/``precision`` ask for cells by level, unseen ones from the population
-    (``prediction_kind``; see :func:`tau_table`).
+    Parameters
+    ----------
+    fit : BayesFit, MleCellFit or fit tree
+        A fit offering :class:`~evtsync.evt.bayesfit.CellFit` (a Bayesian fit, or an MLE with
+        normal-approximation draws), or the tree of :func:`evtsync.fit_table`.
+    level : float, default 0.90
+        Central interval level, in (0, 1).
+    cells : pandas.DataFrame or None, default None
+        A table of group values (such as gpu, precision): those cells, each with its fit cell
+        (a pooled fit's one cell for all of them); default: the fit's own cells.
+    gpu, precision : str or None, default None
+        Ask for these cells (None: every fitted level); a cell the fit has not seen is predicted
+        from the hierarchy's population (``prediction_kind`` "population",
+        :func:`population_draws`).
+    seed : int, default 0
+        Seed of the new population draws for unseen cells.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per cell: ``mu_*``, ``sigma_*``, ``xi_*`` (mean, lo, median, hi); with
+        ``gpu``/``precision``, ``prediction_kind`` says which rows come from the population.
+        The table has ``model``, ``fit_kind``, ``level`` and ``converged``; rows that
+        cannot be predicted (no matching cell) are skipped, counted in
+        ``attrs["skipped"]`` and logged.
+
+    Raises
+    ------
+    InputError
+        Both ``cells`` and ``gpu``/``precision`` given, a ``level`` outside (0, 1), or cells the
+        fit cannot give.
     """
     level = check_level(level)
     fit = _fit(fit)
@@ -694,8 +830,8 @@ def cell_parameter_table(fit: Any, level: float = INTERVAL_LEVEL, cells: pd.Data
                 rec.update({k: v for k, v in _columns(name, "", s, ()).items() if not k.endswith("share_infinite")})
             records.append(rec)
         return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "cell parameters"))
-    draws = dict(zip(("mu", "sigma", "xi"), fit.cell_draws(), strict=True))
-    summaries = {k: summarise(v, level) for k, v in draws.items()}
+    by_name = dict(zip(("mu", "sigma", "xi"), fit.cell_draws(), strict=True))
+    summaries = {k: summarise(v, level) for k, v in by_name.items()}
     if cells is None:
         rows, index, skipped = fit.cells.reset_index(drop=True), list(range(len(fit.cells))), {}
     else:

@@ -107,7 +107,7 @@ def log_positive(x):
     """Natural log of ``x > 0`` (vectorisable; no check: a non-positive ``x`` gives garbage)."""
     tiny = x < _MIN_NORMAL
     x_normal = x * _TWO54 if tiny else x
-    bits = _bits_of(x_normal)
+    bits: int = _bits_of(x_normal)  # type: ignore[call-arg]  # numba intrinsic: numba passes typingctx
     m = _float_of((bits & _MANTISSA) | _ONE_BITS)
     e = _float_of(_TWO52_BITS | (bits >> 52)) - (_TWO52 + 1023.0)
     e = e - 54.0 if tiny else e
@@ -147,6 +147,6 @@ def exp_bounded(x):
     a6 = 1.0 / 479001600.0 + r * (1.0 / 6227020800.0)
     poly = ((a0 + r2 * a1) + r4 * (a2 + r2 * a3)) + r8 * ((a4 + r2 * a5) + r4 * a6)
     # 2^k as 2^(k-1) * 2, so that k = 1024 (x up to the overflow threshold) stays finite
-    value = poly * _float_of((_bits_of(kd) + 1022) << 52) * 2.0
+    value = poly * _float_of((_bits_of(kd) + 1022) << 52) * 2.0  # type: ignore[call-arg]  # numba intrinsics
     value = np.inf if x > _EXP_OVERFLOW else value
     return 0.0 if x < _EXP_LOW else value

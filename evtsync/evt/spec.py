@@ -46,7 +46,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from evtsync.defaults import DEFAULT_SAMPLER, SAMPLERS
 from evtsync.errors import InputError, ModelSpecError
@@ -205,7 +205,8 @@ class ModelSpec:
 
     def sampler_config(self) -> SamplerConfig:
         """The spec's ``[sampling]`` table as a :class:`SamplerConfig` (defaults for absent keys)."""
-        return SamplerConfig(**self.sampling)
+        # the parser checked each key's type against SamplerConfig's fields
+        return SamplerConfig(**cast(dict[str, Any], self.sampling))
 
     def _repr_html_(self) -> str:
         """The specification in a notebook: family, data, each parameter's structure and prior."""
@@ -363,7 +364,7 @@ def parse_spec(text: str, source: str = "<string>") -> ModelSpec:
                     raise _err(source, "xi.factors", f"factor {f!r} is not among data.groups {list(groups)}")
             if "group_sd_prior" not in xi_raw:
                 raise _err(source, "xi.group_sd_prior", "missing (prior of each factor's spread of deltas)")
-            sd_prior = _prior(source, "xi.group_sd_prior", xi_raw["group_sd_prior"], positive=True)
+            sd_prior: Prior | None = _prior(source, "xi.group_sd_prior", xi_raw["group_sd_prior"], positive=True)
             few_prior = (_prior(source, "xi.few_levels_sd_prior", xi_raw["few_levels_sd_prior"], positive=True)
                          if "few_levels_sd_prior" in xi_raw else None)
             cell_prior = (_prior(source, "xi.cell_sd_prior", xi_raw["cell_sd_prior"], positive=True)
@@ -412,7 +413,23 @@ def parse_spec(text: str, source: str = "<string>") -> ModelSpec:
 
 
 def load_spec(path: str | Path) -> ModelSpec:
-    """Read and validate ``models/NAME.toml``; errors name the file and the key."""
+    """Read and validate ``models/NAME.toml``.
+
+    Parameters
+    ----------
+    path : str or path
+        The specification file (:func:`evtsync.resolve_model` finds it by name).
+
+    Returns
+    -------
+    ModelSpec
+        The validated specification, with its text and path.
+
+    Raises
+    ------
+    ModelSpecError
+        No such file, invalid TOML, or an invalid key; the message names the file and the key.
+    """
     p = Path(path)
     if not p.is_file():
         raise ModelSpecError(f"{p}: no such model specification file")

@@ -1108,10 +1108,12 @@ def parse_json(text: str, *, path: str = "<json>", collective: str | None = None
                              f"{exc.colno}: {exc.msg}); an interrupted run leaves the report unclosed") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise NcclTestsError(f"{path}: JSON without a 'results' list; not an nccl-tests -J report")
-    cfg = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    cfg_raw = doc.get("config")
+    cfg: dict = cfg_raw if isinstance(cfg_raw, dict) else {}
     info = RunInfo(index=0, has_header=bool(cfg))
     info.nccl_version = _nccl_code_to_version(doc.get("nccl_version"))
-    args = doc.get("args") if isinstance(doc.get("args"), list) else []
+    args_raw = doc.get("args")
+    args: list = args_raw if isinstance(args_raw, list) else []
     if collective:
         info.collective, info.collective_source = normalise_collective(collective), "given"
     elif args and isinstance(args[0], str):
@@ -1128,7 +1130,8 @@ def parse_json(text: str, *, path: str = "<json>", collective: str | None = None
     if str(cfg.get("blocking_collectives", "false")).lower() == "true":
         info.blocking = "enabled"
     info.per_iteration = str(cfg.get("per_iter_timing", "false")).lower() == "true"
-    devices = cfg.get("devices") if isinstance(cfg.get("devices"), list) else []
+    devices_raw = cfg.get("devices")
+    devices: list = devices_raw if isinstance(devices_raw, list) else []
     devs = [d for d in devices if isinstance(d, dict)]
     if devs:
         info.hosts = sorted({str(d.get("hostname", "")) for d in devs})

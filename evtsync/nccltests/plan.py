@@ -176,7 +176,7 @@ def build_plan(settings: PlanSettings, matrices: list[str] | None = None,
                replicates: dict[str, int] | None = None, designs: dict[str, str] | None = None) -> dict[str, Any]:
     """The command matrix as a JSON-ready dict: entries in execution order."""
     names = matrices or list(DEFAULT_MATRICES)
-    entries = []
+    entries: list[dict[str, Any]] = []
     mats = []
     for name in names:
         if name not in DEFAULT_MATRICES:

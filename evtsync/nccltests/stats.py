@@ -257,7 +257,7 @@ def _verdict(r: dict[str, Any], diffs: list[str], threshold: float, cv_threshold
     ocv, ncv = _f(r.get("cycle_cv_pct_old")), _f(r.get("cycle_cv_pct_new"))
     observed = (nm / om - 1.0) * 100.0 if om and nm else None
     p95_change = (np95 / op - 1.0) * 100.0 if op and np95 else None
-    common = dict(observed_change_pct=observed, p95_change_pct=p95_change, old_median_us=om,
+    common: dict[str, Any] = dict(observed_change_pct=observed, p95_change_pct=p95_change, old_median_us=om,
                   new_median_us=nm, old_cv_pct=ocv, new_cv_pct=ncv)
     reasons: list[str] = []
     if r["_merge"] != "both":

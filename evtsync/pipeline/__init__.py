@@ -44,9 +44,26 @@ from evtsync.pipeline.stages import build_stages
 def run_pipeline(options: RunOptions, on_stage: Callable[[StageEvent], None] | None = None) -> Run:
     """Run (or resume) every stage of a study into ``options.out``; returns the finished run.
 
-    ``on_stage`` is called with a :class:`StageEvent` when a stage starts, runs or is reused.
     Stage failures (the package's own errors) are recorded, not raised; the caller reads
     ``run.manifest["stages"]``. Bad options and output paths are refused before any work.
+
+    Parameters
+    ----------
+    options : RunOptions
+        What to run: traces or the demo, output folder, models, sampler settings, ...
+    on_stage : callable or None, default None
+        Called with a :class:`StageEvent` when a stage starts, runs or is reused.
+
+    Returns
+    -------
+    Run
+        The finished run: its folder (``run.out``), manifest (``run.manifest``, with every
+        stage's status) and tables (``run.table("tables/summary.parquet")``, ...).
+
+    Raises
+    ------
+    InputError
+        Bad options or output path, or another ``evtsync run`` writing the same folder.
     """
     return execute(Run(options, on_stage), build_stages)
 

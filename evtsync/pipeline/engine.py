@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -58,6 +58,9 @@ from evtsync.tableio import (
     write_table,
     write_text_atomic,
 )
+
+if TYPE_CHECKING:
+    from evtsync.parallel import JobPool
 
 log = logging.getLogger("evtsync.pipeline")
 
@@ -368,6 +371,7 @@ class Run:
             if self._reusable(stage, self.stage_key(stage)):
                 continue
             try:
+                assert stage.job is not None  # stages without a job were filtered out above
                 todo.append((stage.name, stage.job(self)))
             except (NotApplicable, Unavailable, EvtsyncError):
                 continue  # the body meets the same outcome when it runs, and records it
@@ -386,11 +390,12 @@ class Run:
 
         return self.options.jobs or os.cpu_count() or 1
 
-    def _open_job_pool(self, processes: int, stages: list[Stage], stack: contextlib.ExitStack) -> None:
+    def _open_job_pool(self, processes: int, stages: list[Stage], stack: contextlib.ExitStack) -> JobPool:
         from evtsync.parallel import JobPool
 
         warm_up = next((st.job_warm_up for st in stages if st.job_warm_up is not None), None)
         self._job_pool = stack.enter_context(JobPool(processes, JOB_PRELOAD, warm_up))
+        return self._job_pool
 
     def warm_job_pool(self, stages: list[Stage], stack: contextlib.ExitStack) -> None:
         """Open the job pool before any stage runs, its processes warming up (imports, the jobs'
@@ -404,9 +409,9 @@ class Run:
         if any(self.done(st.name) for st in job_stages) and not self.options.force:
             return
         processes = min(jobs, len(job_stages))
-        self._open_job_pool(processes, job_stages, stack)
+        pool = self._open_job_pool(processes, job_stages, stack)
         for _ in range(processes):  # a task per process makes the pool start them all now
-            self._job_pool.submit(_nothing)
+            pool.submit(_nothing)
 
     def job_result(self, stage_name: str, job: Callable[[], Any]) -> Any:
         """The result of the running stage's job: from the pool when :meth:`start_jobs` started it

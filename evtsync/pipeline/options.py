@@ -95,7 +95,7 @@ class RunOptions:
             base = {k: int(spec_sampling.get(k, d)) for k, d in
                     (("draws", DEFAULT_DRAWS), ("tune", DEFAULT_TUNE), ("chains", DEFAULT_CHAINS))}
         given = {"draws": self.draws, "tune": self.tune, "chains": self.chains}
-        return {k: int(base[k] if given[k] is None else given[k]) for k in base}  # 0 is refused, not the default
+        return {k: base[k] if (v := given[k]) is None else int(v) for k in base}  # 0 is refused, not the default
 
 
 @dataclass

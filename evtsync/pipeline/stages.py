@@ -70,7 +70,7 @@ def _stage_demo(run: Run) -> dict[str, Any]:
     folder = run.path("inputs/demo")
     overrides = {**DEMO_OVERRIDES, **run.options.demo_overrides}
     results = study(folder, DEMO_STUDY, **overrides)
-    files = []
+    files: list[str] = []
     for res in results:
         files.extend(str(p.relative_to(run.out)) for p in sorted(res.traces.values()))
         files.append(str(res.truth_path.relative_to(run.out)))
@@ -141,6 +141,9 @@ def attribution_with_intervals(summary: pd.DataFrame, collectives: pd.DataFrame)
     from evtsync.intervals import wilson_interval
 
     ok = collectives[collectives["status"] == "ok"]
+    share: float | None
+    lo: float | None
+    hi: float | None
     share, lo, hi = wilson_interval(int((ok["path_kind"] == "gpu_only").sum()), len(ok))
     if len(ok) and ok["path_kind"].isin(CPU_SIDE_CATEGORIES).all():
         share = lo = hi = None  # CPU-side (gloo) paths only: a GPU-only share has no meaning
@@ -503,7 +506,7 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
     main_fit = None
     for model, path in fitted.items():
         fit = _load_fit(run, path)
-        tau.append(predict.tau_table(fit, ns, scales, o.m, LEVEL))
+        tau.append(predict.tau_table(fit, ns.tolist(), scales, o.m, LEVEL))
         xi.append(predict.cell_parameter_table(fit, LEVEL, scales[["gpu", "precision"]]))
         pop.append(predict.population_table(fit, LEVEL))
         if model == main:
@@ -520,7 +523,7 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
                                                      ("xi_population", pop), ("block_scale", [scales]))))
     whatif: dict[str, Any] = {"refused": "no main Bayesian fit"}
     flops: dict[str, Any] = {"refused": "no main Bayesian fit"}
-    if main_fit is not None and "b_us" in tau_all.columns:
+    if main_fit is not None and main is not None and "b_us" in tau_all.columns:  # main_fit is main's
         from evtsync.pipeline.whatif import flops_tables, whatif_table
 
         presets, whatif = whatif_table(main_fit, tau_all, main, o.m)
@@ -672,8 +675,8 @@ def build_stages(run: Run) -> list[Stage]:
         text = path.read_text(encoding="utf-8")
         body, job = _fit_stage(path)
         stages.append(Stage(f"fit-{path.stem}", body, ("zscores",),
-                            lambda r, text=text: {"spec": text, **sampling, "seed": o.seed, "sampler": o.sampler,
-                                                  "min": MIN_Z_BAYES}, job=job, job_warm_up=_warm_up_fits))
+                            functools.partial(lambda r, text: {"spec": text, **sampling, "seed": o.seed, "sampler": o.sampler,
+                                                  "min": MIN_Z_BAYES}, text=text), job=job, job_warm_up=_warm_up_fits))
     fit_names = tuple(f"fit-{p.stem}" for p in models)
     stages += [
         Stage("compare", _stage_compare, fit_names, none),

@@ -256,6 +256,7 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
             else:
                 notes.append(f"tau(n): no row of {model} at n = {n} for {gpu} {precision}")
         for topo in topologies:
+            assert bstar is not None  # topologies come from bstar
             b = bstar[(bstar["topology"] == topo) & (bstar["gpu"].astype(str) == gpu)
                       & (bstar["precision"].astype(str) == precision) & (bstar["n"] == n)]
             if len(b):

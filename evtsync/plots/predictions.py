@@ -17,6 +17,7 @@ import pandas as pd
 from evtsync.plots.base import legend_below, new_figure, not_converged_mark, readable_log_axis
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 
@@ -38,7 +39,7 @@ def _converged(table: pd.DataFrame) -> bool:
     return bool(table["converged"].astype(bool).all()) if "converged" in table else True
 
 
-def _bands(ax: object, table: pd.DataFrame, column: str, unit: str) -> None:
+def _bands(ax: Axes, table: pd.DataFrame, column: str, unit: str) -> None:
     """One line (mean) and band (lo..hi) per cell of ``table`` against n."""
     for i, (key, cell) in enumerate(table.groupby(_series(table), sort=True)):
         cell = cell.sort_values("n")
@@ -52,10 +53,10 @@ def _bands(ax: object, table: pd.DataFrame, column: str, unit: str) -> None:
 
 def tau_curves(tau: pd.DataFrame, models: list[str] | None = None) -> Figure:
     """Predicted tax tau(n) against the domain size: mean and ``level`` band per cell, a panel per model."""
-    models = models or list(dict.fromkeys(tau["model"])) if "model" in tau else [None]
-    fig, axes = new_figure(max(6.4, 3.6 * len(models)), 3.8, ncols=max(1, len(models)), sharey=True,
+    panels: list[str | None] = [*(models or dict.fromkeys(tau["model"]))] if "model" in tau else [None]
+    fig, axes = new_figure(max(6.4, 3.6 * len(panels)), 3.8, ncols=max(1, len(panels)), sharey=True,
                            squeeze=False)
-    for ax, model in zip(axes[0], models, strict=False):
+    for ax, model in zip(axes[0], panels, strict=False):
         sub = tau if model is None else tau[tau["model"] == model]
         _bands(ax, sub, "tau", "_us")
         _n_ticks(ax, sub["n"])
@@ -72,20 +73,20 @@ def tau_curves(tau: pd.DataFrame, models: list[str] | None = None) -> Figure:
     return fig
 
 
-def _n_ticks(ax: object, n: pd.Series) -> None:
+def _n_ticks(ax: Axes, n: pd.Series) -> None:
     """Domain sizes as plain labels on a base-2 axis, at most seven of them."""
     from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
 
     ns = sorted({int(v) for v in n})
     step = max(1, int(np.ceil(len(ns) / 7)))
-    ax.xaxis.set_major_locator(FixedLocator(ns[::step]))  # type: ignore[attr-defined]
-    ax.xaxis.set_major_formatter(ScalarFormatter())  # type: ignore[attr-defined]
-    ax.xaxis.set_minor_formatter(NullFormatter())  # type: ignore[attr-defined]
+    ax.xaxis.set_major_locator(FixedLocator(ns[::step]))
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
-def _legend_under(fig: Figure, ax: object) -> None:
+def _legend_under(fig: Figure, ax: Axes) -> None:
     """One legend for the figure, under its panels (the curves are the same cells in each)."""
-    handles, labels = ax.get_legend_handles_labels()  # type: ignore[attr-defined]
+    handles, labels = ax.get_legend_handles_labels()
     if handles:
         fig.legend(handles, labels, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.0),
                    ncol=min(len(labels), 4), frameon=False)

@@ -63,7 +63,8 @@ def fit_sections(fit_file: Path, out: Path, svg: bool = False,
     for i, cell in enumerate(labels):
         gpu = str(cells["gpu"].values[i]) if "gpu" in cells else "all"
         precision = str(cells["precision"].values[i]) if "precision" in cells else "all"
-        draws = tuple(params[p].isel(cell=i).values.ravel() for p in ("mu", "sigma", "xi"))
+        draws = (params["mu"].isel(cell=i).values.ravel(), params["sigma"].isel(cell=i).values.ravel(),
+                 params["xi"].isel(cell=i).values.ravel())
         r = summary_of_cells.loc[cell]
         q = {p: (float(r[f"{p}_mean"]), float(r[f"{p}_lo"]), float(r[f"{p}_hi"])) for p in ("mu", "sigma", "xi")}
         rows.append({"model": name, "gpu": gpu, "precision": precision, "converged": is_converged(tree),

@@ -141,7 +141,7 @@ class Simulation:
         # truth: collective records go to ``collective_sink`` as they resolve (kept in
         # ``collectives`` unless a sink is set); block times stay in arrays
         self.collectives: list[dict[str, Any]] = []
-        self.collective_sink: Callable[[dict[str, Any]], None] = self.collectives.append
+        self.collective_sink: Callable[[dict[str, Any]], object] = self.collectives.append
         self.n_collectives = 0
         self.tp_tau_max: list[int] = []
         self.spans = {p: np.full((cfg.iterations + 1, cfg.ranks), -1, dtype=np.int64) for p in range(self.n_tp)}

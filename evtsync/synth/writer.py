@@ -59,8 +59,9 @@ class RankFile:
         self.rank = rank
         self.modern = sim.modern
         self._raw: IO[bytes] = open(tmp, "wb")  # noqa: SIM115 - closed in close()
-        self._out: IO[bytes] = (gzip.GzipFile(filename="", mode="wb", fileobj=self._raw, mtime=0, compresslevel=5)
-                                if self.cfg.gzip else io.BufferedWriter(self._raw, 1 << 20))  # type: ignore[arg-type]
+        self._out: gzip.GzipFile | io.BufferedWriter = (
+            gzip.GzipFile(filename="", mode="wb", fileobj=self._raw, mtime=0, compresslevel=5)
+            if self.cfg.gzip else io.BufferedWriter(self._raw, 1 << 20))
         self._first = True
         self.first_ts: int | float | None = None
         self.n_events = 0

@@ -40,7 +40,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, NoReturn, Union
 
 import msgspec
 import numpy as np
@@ -61,11 +61,11 @@ from evtsync.trace.schema import (
 try:  # ISA-L inflates gzip ~3x faster than zlib, with zlib's API (python-isal)
     from isal import isal_zlib as _inflate_lib
 except ImportError:  # pragma: no cover - isal is a dependency; zlib keeps a bare install working
-    _inflate_lib = zlib
+    _inflate_lib = zlib  # type: ignore[misc]  # isal_zlib has zlib's API
 
 log = logging.getLogger(__name__)
 #: What a corrupt gzip stream raises, from either inflater.
-_INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, _inflate_lib.error)
+_INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, _inflate_lib.error)  # type: ignore[assignment]  # isal's stubs type error as an instance
 
 #: Bytes decoded per msgspec call: small enough that one block's structs stay in the CPU
 #: caches while their fields are pulled out column by column (1 MiB measured fastest,
@@ -148,7 +148,7 @@ _PHASED_TYPES = (_Complete, *(msgspec.defstruct(f"_Phase{i}", [], bases=(_OtherP
 #: Decodes a block with the events of skipped phases reduced to their category: in a
 #: profiler trace ~40% of the events are flows (ac2g) and instants, whose names and args
 #: are then never built as Python objects.
-_phased_decoder = msgspec.json.Decoder(list[Union[_PHASED_TYPES]])  # noqa: UP007 - a runtime tuple
+_phased_decoder = msgspec.json.Decoder(list[Union[_PHASED_TYPES]])  # type: ignore[valid-type]  # noqa: UP007 - a runtime tuple
 _decoder = msgspec.json.Decoder(list[_Event])
 
 #: Column layout of each raw table, in order. ``s`` = string (categorical), ``i`` = int64
@@ -526,7 +526,7 @@ class _Columns:
         ``cats``: the categories' codes, found per key by the router)."""
         chunks = self.chunks[table]
         n = len(events)
-        args: list[_Args] | None = None
+        args: list[Any] | None = None  # _Args, or None where a trace wrote "args": null (normalised below)
         rows: list[int] | None = None  # where the block's sparse arguments are (found once)
         for name, kind in TABLE_FIELDS[table]:
             if kind == "t":
@@ -562,6 +562,7 @@ class _Columns:
             if name == "external_id":
                 lacking = np.flatnonzero(column == MISSING)
                 if lacking.size:  # PyTorch 1.8 spelled it "external id": read that key there
+                    assert args is not None  # external_id is an argument: args were read above
                     column[lacking] = _int_array([args[i].external_id_lower for i in lacking.tolist()])
             chunks[name].append(column)
 
@@ -1002,7 +1003,7 @@ def _load_scanner(*, build: bool, jit: bool) -> _Scanner | None:
         try:
             import numba
 
-            if numba.config.DISABLE_JIT:  # the scanner would run as plain Python: far slower
+            if numba.config.DISABLE_JIT:  # type: ignore[attr-defined]  # not in numba's stubs; the scanner would run as plain Python: far slower
                 raise RuntimeError("NUMBA_DISABLE_JIT is set")
             return _checked_scanner(_Scanner(scan.jit_scan_block(), "just-in-time"))
         except Exception as exc:  # noqa: BLE001 - any failure of the optional fast path means msgspec
@@ -1066,7 +1067,7 @@ def reading_work(json_sizes: Sequence[int], scope: str = "all") -> Work:
 _unique_strings_decoder = msgspec.json.Decoder(list[str])
 
 
-def _scan_route(scanner: _Scanner, block: bytes | memoryview, decoder: _Decoder) -> str | None:
+def _scan_route(scanner: _Scanner, block: bytes | bytearray | memoryview, decoder: _Decoder) -> str | None:
     """Decode one block (``[ev, ...]``) with the compiled scanner and append its columns and
     counts exactly as :func:`_route_block` does for the msgspec structs; returns None, or why
     it declined (then nothing was counted or appended, and msgspec decodes the block).
@@ -1355,7 +1356,7 @@ class _Decoder:
         self.work = bytearray(b"[")
         return True
 
-    def _scan(self, block: bytes | memoryview) -> bool:
+    def _scan(self, block: bytes | bytearray | memoryview) -> bool:
         """Decode and route one block with the compiled scanner; False when it declines (or
         is switched off), and the block is then the msgspec path's."""
         if self.scanner is None:
@@ -1438,7 +1439,7 @@ def _decode_header(path: Path, data: bytes, tolerant: bool) -> dict[str, Any]:
     return header
 
 
-def _raise_not_a_trace(path: Path, head: bytes, src: _Source) -> None:
+def _raise_not_a_trace(path: Path, head: bytes, src: _Source) -> NoReturn:
     if src.eof_error and not head:
         raise TraceError(f"{path}: {src.eof_error}")
     text = head[:2000].lstrip()

@@ -529,10 +529,12 @@ def build_rank_tables(decoded: DecodedTrace, rank: int | None = None) -> RankTab
     _annotate_kernels(kernels, cpu_ops)
     check_gpu_timing(kernels, str(decoded.path))
     tables = [{"rank": np.full(n_rows(t), rank, dtype=np.int32), **t} for t in (kernels, cpu_ops, runtime, syncs)]
-    info_block = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
+    info_raw = header.get("distributedInfo")
+    info_block: dict = info_raw if isinstance(info_raw, dict) else {}
     devices = kernels["device"]
     device = int(np.bincount(devices[devices >= 0]).argmax()) if (devices >= 0).any() else None
-    pg_config = info_block.get("pg_config") if isinstance(info_block.get("pg_config"), list) else []
+    pg_raw = info_block.get("pg_config")
+    pg_config: list = pg_raw if isinstance(pg_raw, list) else []
     host = header.get("host_name") or header.get("hostname")
     start_ns, end_ns = _time_span((kernels, cpu_ops, runtime, syncs))
     info = {
@@ -561,7 +563,8 @@ def build_rank_tables(decoded: DecodedTrace, rank: int | None = None) -> RankTab
         "dropped_bytes": decoded.dropped_bytes,
         "bytes_decompressed": decoded.bytes_read,
     }
-    return RankTables(rank, info, *tables, pg_config=[p for p in pg_config if isinstance(p, dict)],
+    kernel_t, cpu_op_t, runtime_t, sync_t = tables
+    return RankTables(rank, info, kernel_t, cpu_op_t, runtime_t, sync_t, pg_config=[p for p in pg_config if isinstance(p, dict)],
                       skipped=dict(decoded.skipped),
                       untabulated=[[ph, cat, n] for (ph, cat), n in sorted(decoded.untabulated.items())])
 

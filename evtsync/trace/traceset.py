@@ -677,27 +677,55 @@ def load_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
                 comm_kernels: Iterable[str | tuple[str, str]] = ()) -> TraceSet:
     """Load a multi-rank trace set from files and/or folders.
 
-    ``salvage`` keeps the complete events of files cut mid-write (counting what was
-    dropped); ``jobs`` sets the local reader processes (default: one per core, in-process
-    for small sets; 1: in this process); ``workers`` reads on a local Dask cluster of that
-    many workers, ``scheduler`` (or ``$DASK_SCHEDULER_ADDRESS``) on the Dask cluster at that
-    address (``"local"`` starts one) and ``client`` on the Dask client given; ``cache`` is a
-    folder of per-rank Parquet tables reused across runs (see :mod:`evtsync.trace.cache`;
-    None or False: no cache). The tables do not depend on any of these choices.
+    The tables do not depend on how they were read (processes, Dask, cache). Nothing is
+    checked away here: an incomplete or foreign rank set is listed in ``TraceSet.problems`` and
+    refused before any tax (:meth:`TraceSet.check_complete`).
 
-    ``scope`` keeps fewer rows (each worker drops the rest before sending its tables back):
-    ``"blocks"``, what alignment, the tax and compute blocks read; ``"collectives"``, the
-    communication kernels and gloo collectives alone, all that alignment and the tax need
-    (:data:`~evtsync.trace.tables.SCOPES`).
+    Parameters
+    ----------
+    paths : path or iterable of paths
+        Trace files and/or folders; a path written ``"RANK=PATH"`` gives that file's rank.
+    salvage : bool, default False
+        Keep the complete events of files cut mid-write (counting what was dropped).
+    jobs : int or None, default None
+        Local reader processes (default: one per core, in-process for small sets; 1: in this
+        process).
+    workers : int or None, default None
+        Read on a local Dask cluster of that many workers.
+    scheduler : str or None, default None
+        Read on the Dask cluster at that address (or ``$DASK_SCHEDULER_ADDRESS``; ``"local"``
+        starts one).
+    cache : path or None, default None
+        A folder of per-rank Parquet tables reused across runs (see
+        :mod:`evtsync.trace.cache`); None or False: no cache.
+    client : dask.distributed.Client or None, default None
+        Read on the Dask client given.
+    scope : {"all", "blocks", "collectives"}, default "all"
+        Keep fewer rows (each worker drops the rest before sending its tables back):
+        ``"blocks"``, what alignment, the tax and compute blocks read; ``"collectives"``, the
+        communication kernels and gloo collectives alone, all that alignment and the tax need
+        (:data:`~evtsync.trace.tables.SCOPES`).
+    rank_from : {"file", "order"}, default "file"
+        ``"file"`` reads each file's ``distributedInfo.rank``, else the rank in its file name;
+        ``"order"`` numbers the files 0, 1, ... in the order given.
+    comm_kernels : iterable of str or (str, str), default ()
+        Communication-kernel name patterns, ``"REGEX=KIND"`` or ``(regex, kind)``, added to the
+        built-in registry (:data:`evtsync.kernels.COMM_KERNEL_PATTERNS`).
 
-    Ranks: ``rank_from="file"`` (default) reads each file's ``distributedInfo.rank``, else
-    the rank in its file name; ``"order"`` numbers the files 0, 1, ... in the order given;
-    a path written ``"RANK=PATH"`` gives that file's rank. ``comm_kernels`` adds
-    communication-kernel name patterns, ``"REGEX=KIND"`` or ``(regex, kind)``, to the
-    built-in registry (:data:`evtsync.kernels.COMM_KERNEL_PATTERNS`).
+    Returns
+    -------
+    TraceSet
+        The typed tables of every rank (kernels, CPU operators, runtime calls, syncs, ranks),
+        with what was skipped and the problems found.
 
-    Nothing is checked away here: an incomplete or foreign rank set is listed in
-    ``TraceSet.problems`` and refused before any tax (:meth:`TraceSet.check_complete`).
+    Raises
+    ------
+    TraceError
+        No trace files, a missing path, a folder without traces, or a file that cannot be
+        decoded (without ``salvage``).
+    InputError
+        Bad options: an unknown ``rank_from`` or ``scope``, ``RANK=PATH`` naming a folder or
+        combined with ``rank_from="order"``.
     """
     from evtsync.kernels import parse_comm_kernels
 

@@ -173,7 +173,7 @@ def _cell_draws(fit: Any, gpu: str, precision: str) -> tuple[np.ndarray, np.ndar
         c = 0
     else:
         return None
-    return tuple(d[:, c] for d in fit.cell_draws())  # type: ignore[return-value]
+    return tuple(d[:, c] for d in fit.cell_draws())
 
 
 def _cell_section(ctx: ReportContext, gpu: str, precision: str, z: pd.DataFrame, mle: pd.DataFrame | None,

@@ -37,9 +37,9 @@ def build(ctx: ReportContext) -> list[Section]:
     for row in bad.itertuples():
         items.append(Alert(f"Fit {row.model} did NOT converge ({row.convergence}). Every number computed from it "
                            "is marked; rerun with more --draws/--tune before relying on it."))
-    for name, entry in ctx.manifest.get("stages", {}).items():
-        if entry.get("status") == "failed":
-            items.append(Alert(f"Stage {name} FAILED: {entry.get('reason', '')}"))
+    for name, stage in ctx.manifest.get("stages", {}).items():
+        if stage.get("status") == "failed":
+            items.append(Alert(f"Stage {name} FAILED: {stage.get('reason', '')}"))
     if numbers.empty:
         items.append(Skipped("No summary: the run has no tax table (" + ctx.why_not("tax") + ")"))
         return [Section("Summary: the answers", items, anchor="summary")]

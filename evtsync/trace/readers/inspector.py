@@ -378,7 +378,7 @@ class InspectorReader:
 
     name = "nccl-inspector"
     description = "NCCL Inspector logs"
-    suffixes = (".log", ".jsonl", ".log.gz", ".jsonl.gz")
+    suffixes: tuple[str, ...] = (".log", ".jsonl", ".log.gz", ".jsonl.gz")
     produces = "collectives"
 
     def sniff(self, head: bytes) -> bool:
@@ -394,7 +394,7 @@ class InspectorReader:
 
     def cost(self, path: str | os.PathLike[str]) -> int:
         """The text bytes to decode (a gzip file's recorded inflated size)."""
-        return json_bytes_estimate(path)
+        return json_bytes_estimate(os.fspath(path))
 
 
 INSPECTOR = InspectorReader()

@@ -13,7 +13,7 @@ class KinetoReader:
 
     name = "kineto"
     description = "PyTorch profiler (Kineto) JSON traces"
-    suffixes = (".json", ".json.gz")
+    suffixes: tuple[str, ...] = (".json", ".json.gz")
     produces = "ranks"
 
     def sniff(self, head: bytes) -> bool:
@@ -23,11 +23,11 @@ class KinetoReader:
 
     def read(self, path: str | os.PathLike[str], *, salvage: bool = False, rank: int | None = None) -> RankTables:
         """Decode one trace file into its rank's tables."""
-        return build_rank_tables(decode_file(path, salvage=salvage), rank=rank)
+        return build_rank_tables(decode_file(os.fspath(path), salvage=salvage), rank=rank)
 
     def cost(self, path: str | os.PathLike[str]) -> int:
         """The JSON bytes to decode (a gzip file's recorded inflated size)."""
-        return json_bytes_estimate(path)
+        return json_bytes_estimate(os.fspath(path))
 
 
 KINETO = KinetoReader()

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from evtsync.errors import TraceError
 from evtsync.trace.decode import TABLE_FIELDS, DecodedTrace, string_dtype
@@ -93,7 +94,7 @@ def _ints(values: Sequence[Any]) -> np.ndarray:
     return np.asarray([MISSING if v is None else v for v in values], dtype=np.int64)
 
 
-def _us(values: Sequence[Any]) -> np.ndarray:
+def _us(values: ArrayLike) -> np.ndarray:
     """ns integers -> µs floats (what the Kineto decoder's ``t`` columns hold)."""
     return np.asarray(values, dtype=np.int64).astype(np.float64) / 1000.0
 
@@ -128,11 +129,11 @@ def _gpu_rows(schema: _Schema) -> tuple[dict[str, Any], int]:
     pid_col = "globalPid" if schema.has(KERNEL_TABLE, "globalPid") else "NULL"
     parts = [f'SELECT k.start, k."end", k.deviceId, k.streamId, k.correlationId, s.value, \'kernel\', {pid_col} '
              f'FROM {KERNEL_TABLE} k LEFT JOIN StringIds s ON s.id = k.{name_col}']
-    for table, cat, label in (("CUPTI_ACTIVITY_KIND_MEMCPY", "gpu_memcpy", "Memcpy"),
+    for table, category, label in (("CUPTI_ACTIVITY_KIND_MEMCPY", "gpu_memcpy", "Memcpy"),
                               ("CUPTI_ACTIVITY_KIND_MEMSET", "gpu_memset", "Memset")):
         if schema.has(table, "start", "end", "deviceId", "streamId", "correlationId"):
             pid = "globalPid" if schema.has(table, "globalPid") else "NULL"
-            parts.append(f"SELECT start, \"end\", deviceId, streamId, correlationId, '{label}', '{cat}', {pid} "
+            parts.append(f"SELECT start, \"end\", deviceId, streamId, correlationId, '{label}', '{category}', {pid} "
                          f"FROM {table}")
     rows = _query(schema, " UNION ALL ".join(parts))
     processes = sorted({r[7] for r in rows if r[7] is not None})
@@ -273,7 +274,7 @@ class NsysReader:
 
     name = "nsys"
     description = "Nsight Systems SQLite exports"
-    suffixes = (".sqlite", ".sqlite3", ".nsys.sqlite")
+    suffixes: tuple[str, ...] = (".sqlite", ".sqlite3", ".nsys.sqlite")
     produces = "ranks"
 
     def sniff(self, head: bytes) -> bool:
