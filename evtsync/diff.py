@@ -383,7 +383,7 @@ def diff_runs(a, b, *, label_a: str | None = None, label_b: str | None = None, w
     table = pd.concat(tables, ignore_index=True)
     table.attrs.update({k: v for k, v in tables[0].attrs.items() if k not in ("notes", "missing_ranks")})
     table.attrs["notes"] = [f"{len(pairs)} workloads compared, each with its namesake: "
-                            f"{', '.join(w for w, _ in pairs)}", *notes,
+                            f"{', '.join(str(w) for w, _ in pairs)}", *notes,
                             *dict.fromkeys(n for t, (w, _) in zip(tables, pairs, strict=True)
                                            for n in (f"{w}: {x}" for x in t.attrs.get("notes", [])))]
     table.attrs["missing_ranks"] = {side: sorted({r for t in tables for r in t.attrs.get("missing_ranks", {}).get(side, [])})

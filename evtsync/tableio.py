@@ -65,7 +65,7 @@ def one_line_reason(exc: OSError) -> str:
 def output_error(dest: Path, exc: OSError) -> OutputError:
     """The one-line error of an output that could not be written (disk full, permission, I/O)."""
     reason = one_line_reason(exc)
-    errno_name = f", {errno.errorcode[exc.errno]}" if exc.errno in errno.errorcode else ""
+    errno_name = f", {errno.errorcode[exc.errno]}" if exc.errno is not None and exc.errno in errno.errorcode else ""
     together = "; none of this command's outputs were written" if _PENDING.get() is not None else \
         "; it was not written (an earlier file of that name is unchanged)"
     return OutputError(f"{dest}: cannot write: {reason}{errno_name}{together}")

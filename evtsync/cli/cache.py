@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
+from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,10 +44,13 @@ def run(args: argparse.Namespace) -> int:
         cap = int(parse_bytes(args.max_size, "--max-size")) if args.max_size else cache_max_bytes()
         removed, freed = cache.prune(cap)
     entries = cache.entries()
-    state = {"folder": str(cache.folder), "entries": len(entries), "bytes": sum(e.size for e in entries),
-             "cap_bytes": cache_max_bytes(), "removed_entries": removed, "freed_bytes": freed}
+    state: dict[str, Any] = {"folder": str(cache.folder), "entries": len(entries),
+                             "bytes": sum(e.size for e in entries), "cap_bytes": cache_max_bytes(),
+                             "removed_entries": removed, "freed_bytes": freed}
     if args.json:
-        print(json.dumps(state, indent=2))
+        from evtsync.cli._common import emit_json
+
+        emit_json(state)
         return 0
     print(f"trace cache {state['folder']}: {state['entries']} entr{'y' if state['entries'] == 1 else 'ies'}, "
           f"{state['bytes'] / 2**20:.1f} MiB (cap {state['cap_bytes'] / 2**30:.2f} GiB)")

@@ -369,7 +369,7 @@ def _sample_nutpie(built: BuiltModel, config: SamplerConfig, seed: int, progress
         with pytensor.config.change_flags(numba__fastmath=False):
             compiled = compile_numba_model(built.model, free)
     if key is not None and not reused:
-        compiled_cache[key] = compiled
+        cache[key] = compiled
     compiled = _dispersed_starts(compiled, built)
     compile_s = time.perf_counter() - start
     cores = min(config.chains, os.cpu_count() or 1)

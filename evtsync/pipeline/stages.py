@@ -511,7 +511,7 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
         pop.append(predict.population_table(fit, LEVEL))
         if model == main:
             main_fit = fit
-            bstar.append(predict.bandwidth_table(fit, TOPOLOGIES, ns, o.alpha_us, size_bytes, scales, o.eps, o.m, LEVEL))
+            bstar.append(predict.bandwidth_table(fit, TOPOLOGIES, ns.tolist(), o.alpha_us, size_bytes, scales, o.eps, o.m, LEVEL))
     paper = _paper_tau(run, ns, scales)
     if paper is not None:
         tau.append(paper)

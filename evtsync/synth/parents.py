@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from scipy import integrate, stats
@@ -33,7 +34,7 @@ class Parent:
 
     name: str
     description: str
-    dist: object | None  # a frozen scipy distribution (None: the mixture)
+    dist: Any | None  # a frozen scipy distribution (None: the mixture)
 
     @property
     def mean(self) -> float:

@@ -168,7 +168,7 @@ class RankCache:
 
     def entries(self) -> list[CacheEntry]:
         """Every entry of the folder (complete or not), with its size, last use and version."""
-        found = []
+        found: list[CacheEntry] = []
         if not self.folder.is_dir():
             return found
         for shard in self.folder.iterdir():
