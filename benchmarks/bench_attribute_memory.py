@@ -35,10 +35,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from bench_pipeline import study, timed  # noqa: E402  (one home for studies and timing)
-
-
-def loadavg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+from bench_small_ranks import loadavg  # noqa: E402
 
 
 def attribute_run(src: Path, folder: Path, out: Path) -> dict:
