@@ -9,6 +9,7 @@ from conftest import DATA as SHARED_DATA
 
 from evtsync.critpath import attribute
 from evtsync.parallel import ProcessPool
+from evtsync.trace.traceset import load_traces
 
 DLRM = SHARED_DATA / "traces" / "dlrm-8rank-v100"
 
@@ -103,7 +104,7 @@ def test_in_process_builds_each_rank_dag_once_with_the_same_tables(monkeypatch):
         return plain(*args, **kwargs)
 
     monkeypatch.setattr(tasks, "build_rank_dag", counting)
-    cached = attribute(DLRM)
+    cached = attribute(load_traces(DLRM))   # the whole set in memory: setups kept within SETUP_CACHE_NODES
     sides = cached.collectives[cached.collectives["status"] != "no_tax"]
     involved = set(sides["straggler_rank"]) | set(sides["fastest_rank"])
     both = set(sides["straggler_rank"]) & set(sides["fastest_rank"])
@@ -111,8 +112,53 @@ def test_in_process_builds_each_rank_dag_once_with_the_same_tables(monkeypatch):
     assert sorted(built) == sorted(involved)  # once per rank, by a count of the table itself
     built.clear()
     monkeypatch.setattr(tasks, "SETUP_CACHE_NODES", 0)
-    rebuilt = attribute(DLRM)
+    rebuilt = attribute(load_traces(DLRM))
     assert len(built) == len(set(sides["straggler_rank"])) + len(set(sides["fastest_rank"]))
     pd.testing.assert_frame_equal(rebuilt.collectives, cached.collectives)
     pd.testing.assert_frame_equal(rebuilt.paths, cached.paths)
     pd.testing.assert_frame_equal(rebuilt.validation, cached.validation)
+
+
+def test_in_process_from_paths_reads_one_rank_at_a_time_and_matches_the_whole_set(monkeypatch):
+    """Given paths and no pool (issue 30, item 5), this process reads only the collectives of the
+    set, then each rank's whole trace alone (one file per read), and keeps between the rounds no
+    more DAG nodes than the largest rank has: memory is bounded by the largest rank, not by the
+    set. The tables equal those of the whole set loaded at once."""
+    from evtsync.critpath import attribution, tasks
+    from evtsync.trace import traceset
+
+    whole = attribute(load_traces(DLRM))
+    scopes: list[str] = []
+    plain_set = attribution.load_traces
+
+    def set_read(*args, **kwargs):
+        scopes.append(kwargs.get("scope", "all"))
+        return plain_set(*args, **kwargs)
+
+    files_read: list[int] = []
+    plain_rank = traceset.load_traces
+
+    def rank_read(paths, **kwargs):
+        files_read.append(len(paths))
+        return plain_rank(paths, **kwargs)
+
+    kept: list[int] = []
+    plain_get = tasks.SetupCache.get
+
+    def get(self, work, *, keep):
+        setup = plain_get(self, work, keep=keep)
+        kept.append(self.nodes)
+        return setup
+
+    monkeypatch.setattr(attribution, "load_traces", set_read)
+    monkeypatch.setattr(traceset, "load_traces", rank_read)
+    monkeypatch.setattr(tasks.SetupCache, "get", get)
+    by_rank = attribute(DLRM)
+    assert scopes == ["collectives"]   # the caller never loads every rank's tables
+    ranks = set(by_rank.dag_stats["rank"])
+    assert files_read and set(files_read) == {1} and len(files_read) >= len(ranks)
+    largest = int(by_rank.dag_stats["nodes"].max())
+    assert kept and max(kept) <= largest
+    pd.testing.assert_frame_equal(by_rank.collectives, whole.collectives)
+    pd.testing.assert_frame_equal(by_rank.paths.reset_index(drop=True), whole.paths.reset_index(drop=True))
+    pd.testing.assert_frame_equal(by_rank.validation, whole.validation)

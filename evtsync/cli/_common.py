@@ -85,7 +85,8 @@ def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
                        help="folder of cached per-rank tables (Parquet), reused when the trace "
                             "is unchanged (default: $EVTSYNC_CACHE_DIR, else ~/.cache/evtsync)")
     group.add_argument("--no-cache", action="store_true",
-                       help="read every trace, neither using nor writing the cache")
+                       help="read every trace (and draw every report figure), neither using nor "
+                            "writing the cache")
 
 
 def reading_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -95,14 +95,12 @@ def run(args: argparse.Namespace) -> int:
                       **align_options(args))
         pg = selections[0] if selections else None
         traces = None
-        if isinstance(backend, InProcess):
-            traces = load_traces(args.traces, **options)
-            result = attribute(traces, pg, **common)
-        else:
-            # per-rank tasks read their own rank: no process holds every rank's tables
+        if not isinstance(backend, InProcess):
             print(f"attribution on {backend.name}: one task per rank", file=sys.stderr)
-            read: dict[str, Any] = {k: options[k] for k in ("salvage", "cache") if k in options}
-            result = attribute(args.traces, pg, backend=backend, read_options=read, **common)
+        # per-rank tasks read their own rank and drop it once its DAG is built: no process
+        # holds every rank's tables (in this process too, one rank after the other)
+        read: dict[str, Any] = {k: options[k] for k in ("salvage", "cache", "comm_kernels", "rank_from") if k in options}
+        result = attribute(args.traces, pg, backend=backend, read_options=read, **common)
     taxed = result.collectives[result.collectives["status"] != "no_tax"]
     if result.collectives.empty:
         raise InputError("nothing to attribute: no collective (NCCL/communication kernel or gloo:* annotation) "

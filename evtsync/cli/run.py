@@ -126,12 +126,15 @@ def run(args: argparse.Namespace) -> int:
         run_pipeline,
     )
     from evtsync.pipeline.layout import failed_workloads, incomplete_notes
+    from evtsync.trace.cache_dir import default_cache_dir
 
     declared = [p for p in args.pg if "=" in p]
     chosen = [p for p in args.pg if "=" not in p]
     if len(chosen) > 1:
         raise InputError(f"--pg: choose at most one process group to fit ({', '.join(chosen)})")
     cache = reading_options(args)["cache"] if args.traces else None  # the demo is never cached
+    # report figures are kept by content (their tables' hash), so the demo's are reused too
+    figure_cache = None if args.no_cache else Path(args.cache or default_cache_dir()) / "figures"
     options = RunOptions(
         traces=list(args.traces), out=Path(args.out) if args.out else None, force=args.force,
         draws=args.draws, tune=args.tune, chains=args.chains, seed=args.seed, sampler=args.sampler,
@@ -139,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
         models_dir=Path(args.models_dir) if args.models_dir else None, models=args.models,
         alpha_us=args.alpha_us, bytes=args.bytes, eps=args.eps, salvage=args.salvage, jobs=args.jobs,
         workers=args.workers, scheduler=args.scheduler, cache=None if cache is None else str(cache),
+        figure_cache=None if figure_cache is None else str(figure_cache),
         strict=args.strict, allow_partial=args.allow_partial, end_tolerance_us=args.end_tolerance_us,
         ranks_per_host=args.ranks_per_host, report=args.report, rank_from=args.rank_from,
         comm_kernels=list(args.comm_kernel))

@@ -106,7 +106,8 @@ class RankTables:
     """A trace set's kernels, cpu_ops, runtime and syncs tables split by rank once: ``of(rank)``
     gives each table's rows of one rank (in table order, row labels kept: what a boolean mask
     on the rank column gives) without a pass over every table for every rank. With
-    ``columns`` (one tuple per table) only those of its columns that a table has are kept."""
+    ``columns`` (one tuple per table) only those of its columns that a table has are kept,
+    chosen per rank: no copy of the whole set's tables is made."""
 
     def __init__(self, traces: TraceSet, columns: tuple[tuple[str, ...], ...] | None = None) -> None:
         tables = (traces.kernels, traces.cpu_ops, traces.runtime, traces.syncs)
@@ -115,16 +116,17 @@ class RankTables:
             ranks = df["rank"].to_numpy()
             order = np.argsort(ranks, kind="stable")
             self._order.append((order, ranks[order]))
-        if columns is not None:
-            tables = tuple(df[[c for c in cols if c in df.columns]] for df, cols in zip(tables, columns, strict=True))
         self._tables = tables
+        self._columns = (tuple(df.columns.get_indexer([c for c in cols if c in df.columns])
+                               for df, cols in zip(tables, columns, strict=True))
+                         if columns is not None else tuple(None for _ in tables))
 
     def of(self, rank: int) -> tuple[pd.DataFrame, ...]:
         """Each table's rows of ``rank``."""
         out = []
-        for df, (order, sorted_ranks) in zip(self._tables, self._order, strict=True):
+        for df, cols, (order, sorted_ranks) in zip(self._tables, self._columns, self._order, strict=True):
             lo, hi = np.searchsorted(sorted_ranks, rank, side="left"), np.searchsorted(sorted_ranks, rank, side="right")
-            out.append(df.take(order[lo:hi]))
+            out.append(df.take(order[lo:hi]) if cols is None else df.iloc[order[lo:hi], cols])
         return tuple(out)
 
 
@@ -162,10 +164,14 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     """Critical-path attribution of every collective (of PG ``pg``, or of every PG).
 
     The work runs as two rounds of per-rank tasks (:mod:`evtsync.critpath.tasks`). Given
-    paths and a ``backend``, this process reads only the collectives (for the alignment and
-    the tax) and every task reads its own rank's trace, so no process holds more than one
-    rank's tables; without a backend everything is read and run here, and a rank's DAG built
-    in round 1 serves its round 2 too (:class:`~evtsync.critpath.tasks.SetupCache`).
+    paths, this process reads only the collectives (for the alignment and the tax) and every
+    task reads its own rank's trace (``read_options`` go to its :func:`load_traces`, e.g. the
+    cache, ``salvage`` or ``comm_kernels``) and drops its tables once the rank's DAG is built,
+    so no process holds more than one rank's tables: memory is bounded by the largest rank,
+    not by the set. The tasks run on ``backend`` (:mod:`evtsync.parallel`: a process pool or
+    a Dask cluster) or, without one, one after the other in this process, where a rank's DAG
+    built in round 1 serves its round 2 too (:class:`~evtsync.critpath.tasks.SetupCache`).
+    Given a loaded :class:`TraceSet`, everything runs here on the caller's tables.
 
     Parameters
     ----------
@@ -206,7 +212,7 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
         The collectives do not match across ranks.
     """
     read_options = dict(read_options or {})
-    distributed = backend is not None and not isinstance(traces, TraceSet)
+    per_rank_reads = not isinstance(traces, TraceSet)   # each task reads (and drops) its own rank
     inputs = traces
     if not isinstance(traces, TraceSet):
         where: dict[str, Any] = {}
@@ -214,17 +220,17 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
             where["jobs"] = backend.jobs
         elif isinstance(backend, DaskCluster):
             where["client"] = backend.client
-        traces = load_traces(traces, scope="collectives" if distributed else "all", **read_options, **where)
+        traces = load_traces(traces, scope="collectives", **read_options, **where)
     traces.require_timeline("critical-path attribution")
     alignment = alignment if alignment is not None else align_collectives(traces, **align_options)
     tax = tax if tax is not None else compute_tax(alignment)
     cpu_side = alignment.instances["correlation"].eq(-1).all() and collectives_are_cpu_side(traces) \
         if len(alignment.instances) else False
-    if cpu_side and distributed:  # CPU-side collectives: small traces, read everything here
-        assert not isinstance(inputs, TraceSet)  # distributed: the inputs are paths
+    if cpu_side and per_rank_reads:  # CPU-side collectives: small traces, read everything here
+        assert not isinstance(inputs, TraceSet)  # per-rank reads: the inputs are paths
         traces = load_traces(inputs, scope="all", **read_options)
-        distributed = False
-    if not distributed:
+        per_rank_reads = False
+    if not per_rank_reads:
         traces.require(("all",), "critical-path attribution")
     inst = alignment.instances
     groups = alignment.groups
@@ -273,14 +279,16 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
 
     runner: Backend = backend if backend is not None else InProcess()
     # both rounds in this process: a rank's DAG built in round 1 serves its round 2 too
-    setups = SetupCache(set(fastest_of.values())) if isinstance(runner, InProcess) else None
-    split = None if distributed else RankTables(traces, DAG_COLUMNS)
+    # (reading rank by rank, it keeps no more than the largest rank's DAG: memory stays bounded by it)
+    setups = SetupCache(set(fastest_of.values()), within_largest_rank=per_rank_reads) \
+        if isinstance(runner, InProcess) else None
+    split = None if per_rank_reads else RankTables(traces, DAG_COLUMNS)
 
     def work(rank: int) -> RankWork:
         # (a rank whose setup is kept from round 1 needs no tables)
         tables = None if split is None or (setups is not None and rank in setups) else split.of(rank)
         return RankWork(rank=rank, instances=by_rank.get(rank, pd.DataFrame(columns=inst_cols)),
-                        path=paths.get(rank) if distributed else None, tables=tables, read_options=read_options,
+                        path=paths.get(rank) if per_rank_reads else None, tables=tables, read_options=read_options,
                         same_stream_tolerance_ns=tol_ns, keep_paths=keep_paths, setups=setups)
 
     round1 = []

@@ -222,7 +222,7 @@ def _rank_setup(work: RankWork) -> RankSetup:
     del cpu_ops, runtime, syncs
     nodes = rank_instance_nodes(kernels, work.instances, dag)
     del kernels
-    if work.setups is None:  # a task of its own (a worker): hand the tables' memory back
+    if work.setups is None or work.tables is None:  # a worker, or tables read here: hand their memory back
         release_freed_memory()
     by_key = {(p, int(i)): (int(n), int(s), int(e)) for p, i, n, s, e in
               zip(work.instances["pg"], work.instances["index"], nodes, work.instances["ts_ns"],
@@ -241,11 +241,18 @@ class SetupCache:
     once: round 1 keeps the setups of the ranks round 2 will need (``wanted``) while their nodes
     stay within ``max_nodes`` (default :data:`SETUP_CACHE_NODES`); round 2 takes each one (and
     drops it). A setup is the same whichever round built it, so the results do not depend on
-    the cache."""
+    the cache.
 
-    def __init__(self, wanted: set[int], max_nodes: int | None = None) -> None:
+    ``within_largest_rank``: the kept setups never hold more nodes than the largest rank's DAG
+    built so far (instead of ``max_nodes``), so that memory stays bounded by the largest rank
+    whatever the number of ranks: for tasks that read their own rank, where the set's tables
+    are never all in memory; a rank not kept is read and built again in round 2."""
+
+    def __init__(self, wanted: set[int], max_nodes: int | None = None, *, within_largest_rank: bool = False) -> None:
         self.wanted = set(wanted)
         self.max_nodes = SETUP_CACHE_NODES if max_nodes is None else max_nodes
+        self.within_largest_rank = within_largest_rank
+        self.largest = 0
         self.nodes = 0
         self._kept: dict[int, RankSetup] = {}
 
@@ -260,7 +267,9 @@ class SetupCache:
             self.nodes -= kept.dag.n_nodes
             return kept
         setup = _rank_setup(work)
-        if keep and work.rank in self.wanted and self.nodes + setup.dag.n_nodes <= self.max_nodes:
+        self.largest = max(self.largest, setup.dag.n_nodes)
+        budget = min(self.largest, self.max_nodes) if self.within_largest_rank else self.max_nodes
+        if keep and work.rank in self.wanted and self.nodes + setup.dag.n_nodes <= budget:
             self.wanted.discard(work.rank)
             self._kept[work.rank] = setup
             self.nodes += setup.dag.n_nodes

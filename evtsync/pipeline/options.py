@@ -54,6 +54,9 @@ class RunOptions:
     workers: int | None = None
     scheduler: str | None = None
     cache: str | None = None
+    #: folder of report figures kept by a hash of their input tables and the code (reused by any
+    #: run folder whose figure data has not changed; None: every figure is drawn)
+    figure_cache: str | None = None
     strict: bool = True
     allow_partial: bool = False
     end_tolerance_us: float | None = None

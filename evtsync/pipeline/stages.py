@@ -636,7 +636,8 @@ def _stage_report(run: Run) -> dict[str, Any]:
 
     run.save_manifest()
     # --jobs sizes the figure processes too (1: every figure drawn in this process)
-    written = build_report(run.out, run.out, load_fit=run.fit_tree, workers=run.options.jobs)
+    written = build_report(run.out, run.out, load_fit=run.fit_tree, workers=run.options.jobs,
+                           figure_cache=run.options.figure_cache)
     run.produced("report", *[str(Path(p).relative_to(run.out)) for p in written])
     return {"files": len(written)}
 

@@ -4,8 +4,14 @@ figures planned for the report and drawn after the text."""
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import logging
 import multiprocessing
 import os
+import pickle
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +24,9 @@ from evtsync.evt.mlefit import MIN_Z_MLE
 from evtsync.pipeline.layout import STATUS_TEXT, next_step, root_cause
 from evtsync.plots.base import PLOT_MODULES, draw_png_svg
 from evtsync.report.markdown import Figure
-from evtsync.tableio import read_table
+from evtsync.tableio import atomic_path, file_sha256, read_table
+
+log = logging.getLogger(__name__)
 
 #: The interval level in words, for captions ("90%").
 PCT = f"{LEVEL:.0%}"
@@ -31,20 +39,99 @@ MIN_Z_FIGURE = MIN_Z_MLE
 #: Most worker processes that draw a report's figures (a 2-core machine uses both cores).
 FIGURE_WORKERS = 4
 
+#: A figure cache entry's list of files with their SHA-256 (checked before an entry is reused).
+FIGURE_META = "meta.json"
+
+#: A planned figure: (draw, stem, svg), see :meth:`ReportContext.figure`.
+FigureJob = tuple[Callable[[], Any], str, bool]
+
+
+def figure_key(job: FigureJob) -> str | None:
+    """Cache key of a planned figure: SHA-256 of its drawing call pickled (the figure function's
+    name and every table and value bound to it) and its SVG flag, with the digest of evtsync's
+    sources (:func:`evtsync.pipeline.engine.source_digest`: any code change misses) and
+    matplotlib's version. None when the call cannot be pickled (the figure is then always drawn)."""
+    import matplotlib
+
+    from evtsync.pipeline.engine import source_digest
+
+    draw, _stem, svg = job
+    try:
+        data = pickle.dumps((draw, svg), protocol=5)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return None
+    digest = hashlib.sha256(data)
+    digest.update(f"{source_digest()} matplotlib {matplotlib.__version__}".encode())
+    return digest.hexdigest()
+
+
+class FigureCache:
+    """Figures drawn earlier, by :func:`figure_key` (so a figure whose input tables and code have
+    not changed is drawn once, whatever run folder it goes to): ``folder/KEY/`` holds
+    ``figure.png`` (and ``figure.svg``) and :data:`FIGURE_META`, the files' SHA-256. An entry is
+    written into a temporary folder and renamed into place; a damaged one (a file missing or
+    differing from its hash) is reported with a warning, removed and drawn again."""
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.folder = Path(folder)
+
+    def fetch(self, key: str, png: Path, svg: Path | None) -> bool:
+        """Copy the entry of ``key`` to ``png`` (and ``svg``), atomically; False when there is none."""
+        entry = self.folder / key
+        meta_path = entry / FIGURE_META
+        if not meta_path.is_file():
+            return False
+        try:
+            files = json.loads(meta_path.read_text(encoding="utf-8"))["files"]
+            wanted = {"figure.png": png, **({"figure.svg": svg} if svg is not None else {})}
+            for name in wanted:
+                if file_sha256(entry / name) != files[name]:
+                    raise ValueError(f"{name} differs from its hash")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("figure cache entry %s is damaged (%s): removed, the figure is drawn again", entry, exc)
+            shutil.rmtree(entry, ignore_errors=True)
+            return False
+        for name, dest in wanted.items():
+            with atomic_path(dest) as tmp:
+                shutil.copyfile(entry / name, tmp)
+        return True
+
+    def store(self, key: str, png: Path, svg: Path | None) -> None:
+        """Keep ``png`` (and ``svg``) as the entry of ``key`` (an entry already there is kept)."""
+        entry = self.folder / key
+        if entry.is_dir():
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=self.folder))
+        try:
+            files = {}
+            for name, src in (("figure.png", png), ("figure.svg", svg)):
+                if src is not None:
+                    shutil.copyfile(src, tmp / name)
+                    files[name] = file_sha256(tmp / name)
+            (tmp / FIGURE_META).write_text(json.dumps({"files": files}), encoding="utf-8")
+            os.rename(tmp, entry)
+        except OSError as exc:  # another process stored it first, or the cache is not writable
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not entry.is_dir():
+                log.warning("figure cache %s: entry not written (%s)", self.folder, exc)
+
 # --------------------------------------------------------------------------- helpers
 
 class ReportContext:
     """What the section builders share: the run folder, its manifest, the figure folder."""
 
     def __init__(self, run_dir: Path, out: Path, manifest: dict[str, Any],
-                 load_fit: Callable[[Path], Any] | None = None, svg: bool = False) -> None:
+                 load_fit: Callable[[Path], Any] | None = None, svg: bool = False,
+                 figure_cache: str | os.PathLike[str] | None = None) -> None:
         self.run_dir = run_dir
+        self.figure_cache = FigureCache(figure_cache) if figure_cache is not None else None
         self.out = out
         self.fig_dir = out / FIGURES
         self.manifest = manifest
         self.written: list[Path] = []
         self._load_fit = load_fit
-        self._figures: list[tuple[Callable[[], Any], str, bool]] = []
+        self._figures: list[FigureJob] = []
         self.svg = svg
         self._explained: set[tuple[str, str]] = set()
         self._main_fit: tuple[Any, str | None] | None = None
@@ -95,13 +182,29 @@ class ReportContext:
     def draw_figures(self, workers: int | None = None) -> None:
         """Draw and save every planned figure, in ``workers`` processes (default: one per core, at
         most :data:`FIGURE_WORKERS`) when there are several figures: drawing and saving them is
-        most of a report's time. One worker draws them in this process."""
+        most of a report's time. One worker draws them in this process. With a figure cache, a
+        figure drawn before from the same tables by the same code is copied, not drawn."""
         from evtsync.parallel import InProcess, ProcessPool
 
         jobs, self._figures = self._figures, []
-        workers = min(self.figure_workers(workers), len(jobs))
+        keys = [figure_key(job) if self.figure_cache is not None else None for job in jobs]
+        todo = []
+        for job, key in zip(jobs, keys, strict=True):
+            png, svg = self.fig_dir / f"{job[1]}.png", (self.fig_dir / f"{job[1]}.svg" if job[2] else None)
+            if key is None or self.figure_cache is None or not self.figure_cache.fetch(key, png, svg):
+                todo.append((job, key, png, svg))
+        if self.figure_cache is not None:
+            log.info("report figures: %d reused from %s, %d drawn", len(jobs) - len(todo),
+                     self.figure_cache.folder, len(todo))
+        if not todo:
+            return
+        workers = min(self.figure_workers(workers), len(todo))
         backend = ProcessPool(workers, preload=PLOT_MODULES) if workers > 1 else InProcess()
-        backend.map(functools.partial(draw_png_svg, self.fig_dir), jobs, "report figures")
+        backend.map(functools.partial(draw_png_svg, self.fig_dir), [t[0] for t in todo], "report figures")
+        if self.figure_cache is not None:
+            for _job, key, png, svg in todo:
+                if key is not None:
+                    self.figure_cache.store(key, png, svg)
 
     def why_not(self, name: str) -> str:
         """Why stage ``name`` has no result, in one line: its reason, the upstream stage that

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,10 @@ from evtsync.report.markdown import (
 
 
 def fit_sections(fit_file: Path, out: Path, svg: bool = False,
-                 workers: int | None = None) -> tuple[list[Section], list[Path]]:
-    """The document of one Bayesian fit: convergence, parameters, xi per cell, fit per cell."""
+                 workers: int | None = None,
+                 figure_cache: str | os.PathLike[str] | None = None) -> tuple[list[Section], list[Path]]:
+    """The document of one Bayesian fit: convergence, parameters, xi per cell, fit per cell
+    (``figure_cache``: see :class:`~evtsync.report.context.FigureCache`)."""
     from evtsync.evt.bayesfit import (
         BayesFit,
         cell_parameters,
@@ -34,7 +37,7 @@ def fit_sections(fit_file: Path, out: Path, svg: bool = False,
     from evtsync.evt.predict import cell_parameter_table
 
     tree = load_fit(fit_file)
-    ctx = ReportContext(fit_file.parent, out, {}, svg=svg)
+    ctx = ReportContext(fit_file.parent, out, {}, svg=svg, figure_cache=figure_cache)
     name = str(tree.attrs.get("model_name", fit_file.stem))
     items: list[Any] = []
     if not is_converged(tree):

@@ -1,0 +1,112 @@
+"""CPU of the warm demo (issue 30, item 6): ``evtsync run --out FRESH_DIR -q``, summed over processes.
+
+Run by hand (not a test)::
+
+    git -C /work/main archive main | tar -x -C /tmp/demo-base       # the code to compare with
+    .venv/bin/python benchmarks/bench_demo_cpu.py --baseline-src /tmp/demo-base [--workdir /tmp/demo-cpu]
+
+"Warm": the caches a second demo on the same machine finds (PyTensor's compiled models, numba's,
+evtsync's figure cache), and a fresh run folder each time, so every stage runs. The runs, in
+order, each a fresh process on a fresh folder: the baseline checkout (``--baseline-src``, when
+given), this checkout with an empty figure cache (the first demo: it fills the cache) and this
+checkout again (the warm demo). The cache folder is ``WORKDIR/cache`` (``EVTSYNC_CACHE_DIR``).
+
+CPU is summed over every process of the run: this script makes itself the child subreaper
+(Linux ``prctl(PR_SET_CHILD_SUBREAPER)``), so the pool workers (children of multiprocessing's fork
+server, which outlives nothing here) are reparented to it and reaped by it; their user + system
+time is then in ``getrusage(RUSAGE_CHILDREN)``, which ``/usr/bin/time`` misses. Printed: CPU,
+wall, load average before and after, and each stage's seconds from the run's manifest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+PR_SET_CHILD_SUBREAPER = 36
+sys.path.insert(0, str(HERE / "benchmarks"))
+from bench_small_ranks import loadavg  # noqa: E402  (one home for the load average)
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants are reparented to this process (so their CPU time is counted here)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise SystemExit(f"prctl(PR_SET_CHILD_SUBREAPER) failed: errno {ctypes.get_errno()}")
+
+
+def reap_all() -> None:
+    """Wait for every remaining descendant (reparented here) to exit."""
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
+def demo_run(src: Path, out: Path, cache: Path) -> dict:
+    """One ``evtsync run --out out -q`` with the code of ``src``: CPU of every process, wall, stages."""
+    shutil.rmtree(out, ignore_errors=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load = loadavg()
+    t0 = time.perf_counter()
+    # ``-P``: the current folder is not put before PYTHONPATH, so ``src`` is the code that runs
+    proc = subprocess.run([sys.executable, "-P", "-m", "evtsync", "run", "--out", str(out), "-q"],
+                          env={**os.environ, "PYTHONPATH": str(src), "EVTSYNC_CACHE_DIR": str(cache),
+                               "EVTSYNC_QUIET": "1"}, capture_output=True, text=True, check=False)
+    reap_all()
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"evtsync run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    stages = {name: entry.get("seconds") for name, entry in manifest.get("stages", {}).items()}
+    return {"cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+            "wall_s": wall, "load_before": load, "load_after": loadavg(), "stage_seconds": stages}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--baseline-src", type=Path, help="a checkout of the code to compare with")
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/evtsync-demo-cpu"))
+    ap.add_argument("--json", type=Path, help="write the results here")
+    args = ap.parse_args()
+    become_subreaper()
+    cache = args.workdir / "cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    runs = ([("baseline", args.baseline_src.resolve())] if args.baseline_src else []) + \
+        [("this, first (figure cache empty)", HERE), ("this, warm", HERE)]
+    results: dict = {"machine": f"{platform.node()} {os.cpu_count()} cores",
+                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": {}}
+    for i, (name, src) in enumerate(runs):
+        res = demo_run(src, args.workdir / f"run{i}", cache)
+        results["runs"][name] = res
+        print(f"{name}: CPU {res['cpu_s']:.1f} s (all processes), wall {res['wall_s']:.1f} s, "
+              f"load {res['load_before']} -> {res['load_after']}", file=sys.stderr)
+    print(f"\n{results['date']}, {results['machine']}")
+    names = list(results["runs"])
+    print("| run | CPU s (all processes) | wall s | load before | " + " | ".join(
+        results["runs"][names[0]]["stage_seconds"]) + " |")
+    print("|" + "---|" * (4 + len(results["runs"][names[0]]["stage_seconds"])))
+    for name in names:
+        r = results["runs"][name]
+        print(f"| {name} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | {r['load_before']} | "
+              + " | ".join(f"{r['stage_seconds'].get(s, float('nan')):.1f}" for s in results["runs"][names[0]]["stage_seconds"]) + " |")
+    if "baseline" in results["runs"]:
+        print(f"warm / baseline CPU: {results['runs']['this, warm']['cpu_s'] / results['runs']['baseline']['cpu_s']:.2f}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
