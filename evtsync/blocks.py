@@ -1,4 +1,4 @@
-"""Compute blocks between the collectives of one process group (SPEC §5), and their z-scores.
+"""Compute blocks between the collectives of one process group (methodology §5), and their z-scores.
 
 For a chosen PG and each member rank r, block i is the GPU work between two consecutive
 collectives of that PG: every kernel that **starts** in the window from the end of

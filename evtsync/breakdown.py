@@ -12,7 +12,7 @@ holds exactly (up to float rounding of nanoseconds to µs). At each instant, in 
   and a collective kernel run at once, on different streams;
 - ``compute_only``: compute runs, no collective;
 - ``sync_wait``: only collectives run, and the instant lies inside a collective's *waiting
-  part* — its first ``d_r − min d`` of duration (SPEC §3: a rank whose kernel is longer
+  part* — its first ``d_r − min d`` of duration (methodology §3: a rank whose kernel is longer
   arrived earlier and waits inside it for the straggler). This is the exposed tax;
 - ``comm_only``: only collectives run, outside their waiting parts (the transfer itself);
 - ``cpu_bound_idle``: no GPU work, while the host runs an operator or a CUDA runtime call

@@ -1,4 +1,4 @@
-"""Process groups and the alignment of collectives across ranks (SPEC §2).
+"""Process groups and the alignment of collectives across ranks (methodology §2).
 
 Every NCCL kernel is assigned to a process group (PG):
 

@@ -1,6 +1,6 @@
 """Did it get better? Two runs compared collective by collective, with intervals and a verdict.
 
-Each side is a set of tax tables (SPEC §3) — from a run folder or from traces — and the
+Each side is a set of tax tables (methodology §3) — from a run folder or from traces — and the
 comparison is made per *role* (the PG's description where the traces give one, e.g. ``TP``,
 else its name) and collective type:
 
@@ -105,7 +105,7 @@ def straggler_statistics(collectives: pd.DataFrame) -> tuple[float, int]:
     """Change rate of the straggler between consecutive collectives, pooled over the PGs of the
     rows given (one role and collective type), and the number of distinct stragglers.
 
-    Per PG the statistics are :func:`evtsync.tax.straggler_identity`'s (SPEC §3); the change
+    Per PG the statistics are :func:`evtsync.tax.straggler_identity`'s (methodology §3); the change
     rate is pooled as changes over pairs, and the distinct stragglers are summed over the PGs
     (the PGs of one role — the TP groups of a mesh, say — have disjoint members).
     """
@@ -426,7 +426,7 @@ def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: flo
     The two fits are independent posteriors (different data), so a draw of the difference is
     a draw of B minus a draw of A paired at random (both resampled to the larger count, with
     ``seed``); Δτ(n) uses the same block sd ``b`` on both sides, so it isolates the change in
-    the tail of the z-scores (SPEC §7), not a change in the block's spread (``block_sd_us``: one
+    the tail of the z-scores (methodology §7), not a change in the block's spread (``block_sd_us``: one
     value, or one per cell name, e.g. A's measured b from :func:`fit_of_run`); ``block_sd_b_us``
     gives B its own b instead (each run's measured b: Δτ is then the change of the whole tax, b
     and tail together). Verdict per row
@@ -534,7 +534,7 @@ BSTAR_DIFF_COLUMNS = [
 
 @dataclass
 class BandwidthInputs:
-    """What B* (SPEC §8) needs besides the tax, the same for both sides of a ΔB*: the topologies
+    """What B* (methodology §8) needs besides the tax, the same for both sides of a ΔB*: the topologies
     (they give p and q), alpha per topology (µs, a point and optionally draws), the buffer size
     S (bytes), the elasticities eps, the sample size m, and a sentence saying where they came from."""
 
@@ -585,7 +585,7 @@ def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 
                seed: int = 0, block_sd_b_us: float | Mapping[str, float] | None = None,
                refuse: Iterable[str] = ()) -> pd.DataFrame:
     """Per GPU × precision cell of both fits, topology, n and eps: the posterior of
-    ΔB* = B*_B − B*_A (GB/s, SPEC §8) with its ``level`` interval and a verdict.
+    ΔB* = B*_B − B*_A (GB/s, methodology §8) with its ``level`` interval and a verdict.
 
     B* is computed draw by draw by :func:`evtsync.evt.predict.bstar_draws_gbps` (the one home of
     the B* computation) from each side's tau(n) = b·E_(n/m) (:func:`diff_fits`' pairing: draws of

@@ -1,4 +1,4 @@
-"""The augmented Hockney model of a collective and the optimal bandwidth B* (SPEC §8).
+"""The augmented Hockney model of a collective and the optimal bandwidth B* (methodology §8).
 
     T(B) = p·alpha + q·S/B + tau
 

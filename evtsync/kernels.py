@@ -1,6 +1,6 @@
 """Kernel-name classification: which GPU kernels are GEMMs, and at what precision.
 
-The z-scores of SPEC §5 are fitted on compute blocks that contain GEMMs, labelled with the
+The z-scores of methodology §5 are fitted on compute blocks that contain GEMMs, labelled with the
 precision of those GEMMs. Neither fact is recorded in a Kineto trace; both are read from
 kernel names, whose conventions differ by vendor library:
 

@@ -1,4 +1,4 @@
-"""The synchronization tax of every aligned collective instance (SPEC §3).
+"""The synchronization tax of every aligned collective instance (methodology §3).
 
 For instance l of a PG with member ranks R and NCCL kernel durations d_r:
 tau_max = max d - min d, tau_med = median d - min d, mean straggler delay = mean d - min d,
@@ -231,7 +231,7 @@ STRAGGLER_RANK_COLUMNS = ["pg", "rank", "n_straggled", "share", "uniform_share"]
 
 
 def straggler_identity(tax: TaxTables) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Who straggles, per PG (SPEC §3): the paper's "the identity of the slowest rank shifts".
+    """Who straggles, per PG (methodology §3): the paper's "the identity of the slowest rank shifts".
 
     Over each PG's valid collectives with a tax (tau_max > 0), in index order:
     ``change_rate`` = share of consecutive pairs (l-1, l) whose stragglers differ (pairs

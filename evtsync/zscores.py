@@ -1,4 +1,4 @@
-"""Pooled z-scores of block maxima (SPEC §5).
+"""Pooled z-scores of block maxima (methodology §5).
 
 For block identity c, instance j and sample s of m ranks with block times X_{c,j,s,r}:
 

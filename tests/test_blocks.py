@@ -142,7 +142,7 @@ def noisy(seed: int, base: int = 200, spread: int = 30) -> Callable[[int, int, i
 
 def expected_z(job: Job, samples: list[list[int]], iterations: range, block: int,
                what: str = "busy") -> tuple[dict[tuple[int, int], float], float, float]:
-    """z per (iteration, sample), s_pooled and the mean, straight from SPEC §5 with loops."""
+    """z per (iteration, sample), s_pooled and the mean, straight from methodology §5 with loops."""
     times = getattr(job, what)
     ss, dof, total, count = 0.0, 0, 0.0, 0
     stats = {}

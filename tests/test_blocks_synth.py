@@ -1,6 +1,6 @@
 """`evtsync blocks` on synthetic traces whose compute noise was drawn from a known GEV.
 
-The generator (evtsync.synth) builds per-rank block run times whose pooled z-scores (SPEC §5)
+The generator (evtsync.synth) builds per-rank block run times whose pooled z-scores (methodology §5)
 are GEV draws it records in ground_truth.json. Here the traces go through the reader, the
 PG alignment and the block cutting, and the z-scores that come out must be the recorded ones
 (to floating-point rounding: the generator's times are integer µs) and fit back to the GEV

@@ -1,4 +1,4 @@
-"""The per-rank event DAG (SPEC §4) against hand readings of real traces and hand-built tables.
+"""The per-rank event DAG (methodology §4) against hand readings of real traces and hand-built tables.
 
 Expected values below were read by hand from the raw JSON of the HTA test traces in
 ``data/traces/critical-path/`` (timestamps in µs as written in the files), not from the code.

@@ -3,7 +3,7 @@
 Two generators. (1) The GEV design draws the pooled z-scores of every compute block from a
 known GEV; the package cuts the blocks from the traces, computes the z-scores, fits a GEV of z
 in PyMC and predicts the paper's tau(n) = b * E_k, whose 90% interval must contain what the
-generating GEV implies (SPEC §7). (2) Simulated ranks from a normal parent: the shipped model
+generating GEV implies (methodology §7). (2) Simulated ranks from a normal parent: the shipped model
 fits the centred maxima y, and its tau(n) interval must contain the true mean straggler delay
 of n ranks stated by the truth (integrated from the parent), for n = 8 to 512.
 """

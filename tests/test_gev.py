@@ -18,7 +18,7 @@ X = np.linspace(-8.0, 25.0, 331)
 
 
 def scipy_gev(xi: float):
-    """scipy's genextreme uses c = -xi (SPEC §6)."""
+    """scipy's genextreme uses c = -xi (methodology §6)."""
     return stats.genextreme(c=-xi, loc=MU, scale=SIGMA)
 
 
@@ -105,7 +105,7 @@ def test_invalid_parameters_raise() -> None:
 
 
 def _ek_closed_form(mu, sigma, xi, k):
-    """SPEC §6 formula, fine away from xi = 0."""
+    """methodology §6 formula, fine away from xi = 0."""
     return mu + sigma * (k**xi * special.gamma(1 - xi) - 1) / xi
 
 

@@ -1,4 +1,4 @@
-"""Augmented Hockney model and B* (evtsync.hockney), with the paper's reference figures (SPEC §8)."""
+"""Augmented Hockney model and B* (evtsync.hockney), with the paper's reference figures (methodology §8)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ S_BYTES = 256 * 2**20
 
 
 def test_p_and_q_table() -> None:
-    """SPEC §8 table, evaluated by hand."""
+    """methodology §8 table, evaluated by hand."""
     ring, torus, full = (hockney.get_topology(n) for n in ("ring", "torus3d", "full"))
     assert ring.p(128) == 254 and ring.q(128) == pytest.approx(254 / 128)
     assert torus.p(512) == pytest.approx(42.0) and torus.p(64) == pytest.approx(18.0)
@@ -89,7 +89,7 @@ def test_bad_arguments() -> None:
         hockney.flops_scaled_bandwidth(S_BYTES, ALPHA_US, 1.0, 2.0, 1.5, 0.0)
 
 
-# ---- the paper's reference figures (SPEC §8): alpha = 5 µs, eps = -0.5, Gumbel tau(n) ----
+# ---- the paper's reference figures (methodology §8): alpha = 5 µs, eps = -0.5, Gumbel tau(n) ----
 #
 # With a Gumbel fit, tau(n) = b mu + b sigma (gamma_E + ln(n/m)) = A + C ln(n/m): two free
 # constants. The buffer size S cancels from every reduction and from B*(8)/B*(512) (q does

@@ -166,7 +166,7 @@ def test_alpha_cli(capsys: pytest.CaptureFixture[str]):
 
 
 def test_alpha_refuses_a_log_that_failed_correctness(shared_data) -> None:
-    """SPEC §9: a result with #wrong != 0 is not a valid baseline, so no alpha from it."""
+    """methodology §9: a result with #wrong != 0 is not a valid baseline, so no alpha from it."""
     path = shared_data / "nccl-tests/bad_all_reduce_RTX3090_4x1_idx20801464614-wrong-nonzero.txt"
     wrong_rows = [line for line in path.read_text().splitlines()
                   if line.strip() and line.strip()[0].isdigit() and len(line.split()) >= 12

@@ -13,7 +13,7 @@ from evtsync.evt import predict
 
 
 def test_gumbel_formula() -> None:
-    """SPEC §7 with xi = 0: tau(n) = b (mu + sigma (gamma_E + ln(n/m)))."""
+    """methodology §7 with xi = 0: tau(n) = b (mu + sigma (gamma_E + ln(n/m)))."""
     b, mu, sigma = 12.5, 0.4, 0.8
     for n, m in ((4, 4), (8, 4), (512, 4), (64, 8)):
         expected = b * (mu + sigma * (0.5772156649015329 + math.log(n / m)))
@@ -74,7 +74,7 @@ def test_heavy_tail_without_mean() -> None:
 
 
 def test_flops_scaling_helpers() -> None:
-    """SPEC §8: a GPU f times faster divides a, hence b = r a, hence tau, by f."""
+    """methodology §8: a GPU f times faster divides a, hence b = r a, hence tau, by f."""
     f = predict.flops_factor(2250.0)
     assert f == pytest.approx(2250.0 / 989.0)
     assert predict.block_sd_from_cv(500.0, 0.02) == pytest.approx(10.0)

@@ -1,4 +1,4 @@
-"""Predictions for a GPU or precision level absent from the fit (SPEC §7): population draws.
+"""Predictions for a GPU or precision level absent from the fit (methodology §7): population draws.
 
 The fit trees are built from known posterior arrays (``tree_from_draws`` plus the hierarchy's
 variables), so every expected value is a hand computation from those arrays, not the code's

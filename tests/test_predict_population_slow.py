@@ -1,4 +1,4 @@
-"""Coverage of population-level predictions for a held-out GPU (issue 17, SPEC §7).
+"""Coverage of population-level predictions for a held-out GPU (issue 17, methodology §7).
 
 Each replicate draws a fresh hardware population from the hierarchy the main model assumes,
 with known population parameters: 4 GPUs x 2 precisions, xi = 0.05 + delta_gpu (Normal(0, 0.08))

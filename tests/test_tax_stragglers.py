@@ -1,4 +1,4 @@
-"""Straggler identity per PG (SPEC §3) against a hand-built tax table, counted by hand."""
+"""Straggler identity per PG (methodology §3) against a hand-built tax table, counted by hand."""
 
 from __future__ import annotations
 

@@ -302,7 +302,7 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     """``evtsync predict FIT --n N... (--block-sd-us B | --block-mean-us A --cv R)``: tau(n) posterior.
 
     ``--gpu``/``--precision``/``--preset`` ask for cells, unseen ones from the population;
-    ``--flops-factor F`` divides b (and so tau) by F for a GPU F times faster (SPEC §8).
+    ``--flops-factor F`` divides b (and so tau) by F for a GPU F times faster (methodology §8).
     """
     from evtsync.cli._whatif import hardware
     from evtsync.evt.bayesfit import BayesFit

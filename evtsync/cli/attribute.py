@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from evtsync.cli._common import add_out_argument, add_scale_arguments, add_trace_arguments
 
     parser = sub.add_parser(
-        "attribute", help="why the straggler was late: critical-path attribution (SPEC §4)",
+        "attribute", help="why the straggler was late: critical-path attribution (methodology §4)",
         description="Build each rank's event DAG, walk the straggler's and the fastest rank's critical "
         "paths back to the previous collective of the process group and name the principal cause "
         "of every collective (event, category, extra µs, path kind); summarise the cause categories "

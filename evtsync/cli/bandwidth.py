@@ -1,9 +1,9 @@
-"""``evtsync bandwidth``: optimal bandwidth B* of the augmented Hockney model (SPEC §8).
+"""``evtsync bandwidth``: optimal bandwidth B* of the augmented Hockney model (methodology §8).
 
 The tax tau(n) is given directly (``--tau-us``, the same for every n) or predicted from a
 Gumbel/GEV fit of the pooled z-scores as tau(n) = b·E_{n/m} (``--gumbel MU SIGMA`` or
 ``--gev MU SIGMA XI`` with ``--block-sd-us B`` and ``--m M``). ``--flops-factor F`` divides
-tau by F (a GPU F times faster, SPEC §8). Bandwidths are printed in GB/s (1e9 bytes/s);
+tau by F (a GPU F times faster, methodology §8). Bandwidths are printed in GB/s (1e9 bytes/s);
 alpha and tau in µs; ``--bytes`` in bytes (suffixes K/M/G and KiB/MiB/GiB accepted).
 With ``--fit FIT_DIR`` the posterior of a Bayesian fit is used (``evtsync.cli._bayes``).
 
@@ -118,7 +118,7 @@ def tax_function(args: argparse.Namespace, sizes: list[int], flops_factor: float
         raise InputError(f"{'--gumbel' if args.gumbel else '--gev'}: the scale sigma must be > 0; got {sigma}")
     if xi >= 1:
         raise InputError(f"--gev shape xi = {xi:g} >= 1: the mean of the maximum is infinite, so tau(n) and B* "
-                         "are not defined (SPEC §6: the mean exists for xi < 1)")
+                         "are not defined (methodology §6: the mean exists for xi < 1)")
     domain_multiple(sizes, args.m)
     b = args.block_sd_us / flops_factor
     return lambda n: float(predicted_tax_us(b, mu, sigma, xi, n, args.m))

@@ -1,4 +1,4 @@
-"""``evtsync blocks TRACES…``: compute blocks between collectives and their pooled z-scores (SPEC §5)."""
+"""``evtsync blocks TRACES…``: compute blocks between collectives and their pooled z-scores (methodology §5)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from evtsync.kernels import PRECISIONS
 
     parser = sub.add_parser(
-        "blocks", help="compute blocks between collectives and pooled z-scores (SPEC §5)",
+        "blocks", help="compute blocks between collectives and pooled z-scores (methodology §5)",
         description="Cut every rank's GPU timeline into compute blocks between consecutive "
         "collectives of one process group (default: the TP group), and write the pooled z-score "
         "of each block maximum over samples of m ranks. See docs/blocks.md.")

@@ -11,7 +11,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from evtsync.cli._common import ListOption, add_out_argument
 
     parser = sub.add_parser(
-        "inject", help="copy a trace set with a known delay before one CPU launch (SPEC §4 b)",
+        "inject", help="copy a trace set with a known delay before one CPU launch (methodology §4 b)",
         description="Insert DELAY before one kernel launch on one rank (the occurrence-th launch "
         "in the iteration-th ProfilerStep whose kernel name matches --kernel) and move every event "
         "that depends on it consistently, on that rank and, through the collectives, on the others. "

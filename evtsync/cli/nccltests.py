@@ -333,7 +333,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``nccl-tests`` command group."""
     group = subparsers.add_parser("nccl-tests", help="parse nccl-tests logs; stats, verdicts, alpha/B, run plans",
-                                  description="Read nccl-tests output and apply the benchmark rules of SPEC §9.")
+                                  description="Read nccl-tests output and apply the benchmark rules of methodology §9.")
     sub = group.add_subparsers(dest="nccl_command", metavar="SUBCOMMAND")
     group.set_defaults(handler=lambda a: (group.print_help(), 2)[1])
 
@@ -376,7 +376,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     a.add_argument("--range", metavar="LOW:HIGH",
                    help=f"size range, e.g. 1Gi:4Gi (default: where T(S) is linear); {SIZE_HELP}")
     a.add_argument("--topology", default="ring",
-                   help="p and q of SPEC §8 by topology name, e.g. ring (default ring; an unknown name "
+                   help="p and q of methodology §8 by topology name, e.g. ring (default ring; an unknown name "
                         "is refused with the list of known ones)")
     add_level_argument(a, "level of the alpha and B intervals")
     a.add_argument("--placement", choices=["out-of-place", "in-place"], default="out-of-place")

@@ -1,4 +1,4 @@
-"""``evtsync predict FIT --n N...``: posterior predictive tax tau(n) per GPU x precision (SPEC §7).
+"""``evtsync predict FIT --n N...``: posterior predictive tax tau(n) per GPU x precision (methodology §7).
 
 tau(n) = b·E_k with k = n/m is evaluated for every posterior draw of a Bayesian fit
 (``evtsync fit --model``) and summarised as its mean and credible interval. By default the fit
@@ -7,13 +7,13 @@ delay; ``--estimator paper`` takes a fit of z and gives the paper's estimate, bi
 (docs/methodology.md). The block's
 spread b is given as ``--block-sd-us B`` or as ``--block-mean-us A --cv R`` (b = r·a).
 
-``--straggler TABLE`` instead compares predicted with measured mean straggler delay (SPEC §7,
+``--straggler TABLE`` instead compares predicted with measured mean straggler delay (methodology §7,
 the paper's Figure 11) for a table with columns workload, gpu, precision, block_mean_us,
 block_sd_us, mean_delay_us, n_ranks (each row with its own b and n).
 
 ``--gpu B200 --precision bf16`` (or ``--preset NVL72``) asks for hardware the fit may not have
 seen: such a cell is predicted from the hierarchy's population and labelled population-level
-(SPEC §7); a model without a population for a per-cell parameter refuses, naming it.
+(methodology §7); a model without a population for a per-cell parameter refuses, naming it.
 """
 
 from __future__ import annotations

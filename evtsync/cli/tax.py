@@ -10,7 +10,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from evtsync.cli._common import add_out_argument, add_scale_arguments, add_trace_arguments
 
     parser = sub.add_parser(
-        "tax", help="synchronization tax of every collective (SPEC §3)",
+        "tax", help="synchronization tax of every collective (methodology §3)",
         description="Read one trace per rank (Kineto JSON, Nsight Systems SQLite) or a folder of NCCL "
         "Inspector logs, align the collectives of every process group (Inspector: by communicator and "
         "sequence number) and report how long the early ranks waited for the straggler.")

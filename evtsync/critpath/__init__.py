@@ -1,4 +1,4 @@
-"""Critical-path attribution (SPEC §4): why the straggler of a collective was late.
+"""Critical-path attribution (methodology §4): why the straggler of a collective was late.
 
 - :mod:`~evtsync.critpath.dag`: the per-rank event DAG (CPU exclusive slices, stream,
   cross-stream, launch and synchronization edges, critical parents);
@@ -8,8 +8,8 @@
   their combination into each collective's time accounting;
 - :mod:`~evtsync.critpath.categories`: the extendable table of cause categories;
 - :mod:`~evtsync.critpath.attribution`: :func:`attribute`, the whole analysis as tables;
-- :mod:`~evtsync.critpath.validate`: the path-vs-tax regression (SPEC §4 a);
-- :mod:`~evtsync.critpath.inject`: delay injection into a copy of a trace set (SPEC §4 b).
+- :mod:`~evtsync.critpath.validate`: the path-vs-tax regression (methodology §4 a);
+- :mod:`~evtsync.critpath.inject`: delay injection into a copy of a trace set (methodology §4 b).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Critical-path attribution of every collective: which event made the straggler late.
 
-``attribute(traces)`` aligns the collectives (SPEC §2), computes their tax (SPEC §3),
+``attribute(traces)`` aligns the collectives (methodology §2), computes their tax (methodology §3),
 builds one event DAG per member rank, walks the straggler's and the fastest rank's
 critical paths back to the previous collective of the PG and names the principal cause
-(SPEC §4). Results are pandas tables; see :class:`AttributionResult`.
+(methodology §4). Results are pandas tables; see :class:`AttributionResult`.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class AttributionResult(TablesDisplay):
     - ``summary``: cause categories over the attributed collectives (share of all, share
       among GPU causes) — the paper's GEMM / FlashAttention / FSDP / norm / concat table.
     - ``validation``: per PG and in total, the regression of the path's compute difference
-      on the communication-time difference (slope, intercept, R², n) — SPEC §4 (a).
+      on the communication-time difference (slope, intercept, R², n) — methodology §4 (a).
     - ``paths``: the straggler's and fastest rank's paths event by event (when kept).
     - ``gpu_only_share``: share of attributed collectives whose straggler path is GPU-only.
     - ``ranks``: per rank, the wait it suffered (its own waiting in collectives) against the

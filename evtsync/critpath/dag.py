@@ -1,4 +1,4 @@
-"""Per-rank event DAG for critical-path analysis (SPEC §4).
+"""Per-rank event DAG for critical-path analysis (methodology §4).
 
 One DAG is built per rank over the whole trace; the window between two consecutive
 collectives of a process group is a time range on it (the walk stops at the previous

@@ -1,4 +1,4 @@
-"""Delay injection (SPEC §4 b): copy a trace set with a known delay before one CPU launch.
+"""Delay injection (methodology §4 b): copy a trace set with a known delay before one CPU launch.
 
 The delay is inserted on the CPU thread just before the chosen launch call (the time is
 added to the slice that precedes it: the enclosing op's own time, or a Python gap). Every
@@ -461,7 +461,7 @@ def inject_sweep(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
                  *, delays_ms: Iterable[float], rank: int, iteration: int | None = None, kernel: str | None = None,
                  occurrence: int = 0, correlation: int | None = None, on: str = "launch",
                  **align_options: Any) -> Any:
-    """Validation (b) of SPEC §4 as one call: inject each delay (ms) into its own copy
+    """Validation (b) of methodology §4 as one call: inject each delay (ms) into its own copy
     (``OUT_DIR/delay-<D>ms/``), attribute it, and return one row per delay for the
     collective that follows the delayed kernel on ``rank`` (straggler, cause, its extra µs
     against the delay and against what reached the GPU, ``expected_extra_us`` = the kernel's

@@ -1,4 +1,4 @@
-"""Validation (a) of SPEC §4: does the critical path explain the tax?
+"""Validation (a) of methodology §4: does the critical path explain the tax?
 
 Per workload (and per PG), regress the straggler's path extra time (the sum of its path
 segments' extra time over the fastest rank, see :mod:`evtsync.critpath.tasks`)

@@ -368,7 +368,7 @@ def parameter_summary(tree: xr.DataTree, level: float = INTERVAL_LEVEL) -> pd.Da
 
 #: A spread whose posterior interval is at least this share of its prior's is "prior-dominated":
 #: the data narrowed it by less than half, so the prior, not the data, sets intervals that draw on it
-#: (a new GPU or precision level's effect, SPEC §7).
+#: (a new GPU or precision level's effect, methodology §7).
 PRIOR_DOMINATED_RATIO = 0.5
 
 

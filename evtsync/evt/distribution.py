@@ -1,6 +1,6 @@
 """The generalised extreme-value distribution for PyMC, written in PyTensor.
 
-Coles' convention (SPEC §6): ``xi > 0`` Fréchet, ``xi = 0`` Gumbel, ``xi < 0`` Weibull;
+Coles' convention (methodology §6): ``xi > 0`` Fréchet, ``xi = 0`` Gumbel, ``xi < 0`` Weibull;
 support ``1 + xi (x - mu) / sigma > 0``.
 
 Everything is expressed through one quantity,

@@ -1,4 +1,4 @@
-"""The generalised extreme-value (GEV) distribution in NumPy, Coles' sign convention (SPEC §6).
+"""The generalised extreme-value (GEV) distribution in NumPy, Coles' sign convention (methodology §6).
 
 ``GEV(mu, sigma, xi)`` has CDF ``F(x) = exp(-(1 + xi t)^(-1/xi))`` with ``t = (x - mu)/sigma``
 on the support ``1 + xi t > 0``; ``xi > 0`` is Fréchet (heavy tail, lower end point
@@ -333,7 +333,7 @@ def max_of_k(
 
 
 def expected_max(mu: ArrayLike, sigma: ArrayLike, xi: ArrayLike, k: ArrayLike) -> Array:
-    """E_k, the expected maximum of k iid GEV draws (SPEC §6); ``inf`` for xi >= 1.
+    """E_k, the expected maximum of k iid GEV draws (methodology §6); ``inf`` for xi >= 1.
 
     ``E_k = mu + sigma (k^xi Gamma(1 - xi) - 1)/xi``, computed as
     ``mu + sigma expm1(xi ln k + lgamma(1 - xi))/xi`` with the exponent written as

@@ -1,4 +1,4 @@
-"""Maximum-likelihood fits of the Gumbel and GEV distributions, the paper's baseline (SPEC §6).
+"""Maximum-likelihood fits of the Gumbel and GEV distributions, the paper's baseline (methodology §6).
 
 What is computed, in Coles' (2001) notation, chapter 3:
 

@@ -648,7 +648,7 @@ def check_scale(spec: ModelSpec, data: ModelData, source: str = "z-score table")
             f"{source}: column {spec.column!r} is far outside the z-score scale that model {spec.name!r} "
             f"({spec.path}) assumes: its priors put mu in [{mu_lo:.3g}, {mu_hi:.3g}] and sigma below {sig_hi:.3g} "
             f"({SCALE_GUARD_MASS:.1%} prior mass), the data give {', '.join(bad)}. Standardise first: "
-            f"z = (block max - block mean) / pooled sd as `evtsync blocks` writes it (SPEC §5), or fit raw "
+            f"z = (block max - block mean) / pooled sd as `evtsync blocks` writes it (methodology §5), or fit raw "
             f"maxima with models/gev-hier-raw-us.toml (priors scaled from each cell's median and IQR)")
 
 

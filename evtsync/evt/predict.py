@@ -1,4 +1,4 @@
-"""Predicted synchronization tax for a domain of n = k·m ranks (SPEC §7), and FLOPS scaling (§8).
+"""Predicted synchronization tax for a domain of n = k·m ranks (methodology §7), and FLOPS scaling (§8).
 
 A compute block with pooled standard deviation ``b`` (µs) whose pooled z-scores of the maximum
 over ``m`` ranks follow GEV(mu, sigma, xi) has, in a domain of ``n = k·m`` ranks, a predicted
@@ -201,7 +201,7 @@ def predicted_tax_us(
     n: ArrayLike,
     m: int = DEFAULT_M,
 ) -> NDArray[np.float64]:
-    """tau(n) = b · E_k(mu, sigma, xi) with k = n/m, in µs (SPEC §7).
+    """tau(n) = b · E_k(mu, sigma, xi) with k = n/m, in µs (methodology §7).
 
     ``block_sd_us`` is b, the block's pooled standard deviation in µs (``b = r·a``); ``mu, sigma,
     xi`` are the GEV parameters of the pooled z-scores (Coles' sign convention; scalars or
@@ -259,7 +259,7 @@ def flops_factor(target_tflops: ArrayLike, reference_tflops: float = REFERENCE_T
 def scale_block_sd_for_flops(block_sd_us: ArrayLike, factor: ArrayLike) -> NDArray[np.float64]:
     """b / f: a GPU f times faster runs the block in a/f, and with r fixed, b = r·a scales alike.
 
-    Since tau(n) is linear in b, the tax on the faster GPU is tau(n) / f as well (SPEC §8).
+    Since tau(n) is linear in b, the tax on the faster GPU is tau(n) / f as well (methodology §8).
     """
     f = np.asarray(factor, dtype=float)
     if np.any(f <= 0):
@@ -481,7 +481,7 @@ def bstar_draws_gbps(tau_us: ArrayLike, topology: str, n: Sequence[int], alpha_u
                      alpha_draws_us: ArrayLike | Mapping[str, ArrayLike] | None = None,
                      seed: int = 0) -> dict[str, Any]:
     """B* (GB/s), the reduction and Hockney's B*_H draw by draw for tax draws ``tau_us`` of shape
-    (sample, len(n)) or (sample, row, len(n)), on one topology (SPEC §8).
+    (sample, len(n)) or (sample, row, len(n)), on one topology (methodology §8).
 
     The computation of :func:`bandwidth_table`, without the summary: for callers that combine
     draws (e.g. :func:`evtsync.diff.diff_bstar`, B minus A). ``alpha_us``/``alpha_draws_us`` as
@@ -647,7 +647,7 @@ def flops_scaling_table(fit: Any, topologies: Sequence[str], n: Sequence[int],
     * the conventional requirement (roofline: bytes per FLOP kept, bandwidth grows with FLOPS)
       is F; ``scaling_reduction`` = 1 - growth/F (the paper's "lower bandwidth scaling
       requirement"), ``scaling_exponent`` = ln(growth)/ln F (1 for the roofline);
-    * Hockney's B*_H (tau = 0, SPEC §8) does not depend on FLOPS at all (growth 1).
+    * Hockney's B*_H (tau = 0, methodology §8) does not depend on FLOPS at all (growth 1).
 
     Since tau/f shrinks with f, growth = (p·alpha + tau_lo)/(p·alpha + tau_lo·f_lo/f_hi) < F.
     """
@@ -845,7 +845,7 @@ def cell_parameter_table(fit: Any, level: float = INTERVAL_LEVEL, cells: pd.Data
     return _finish(pd.DataFrame(records), fit, level, skipped, "cell parameters")
 
 
-# --------------------------------------------------------------------------- unseen hardware (SPEC §7)
+# --------------------------------------------------------------------------- unseen hardware (methodology §7)
 
 #: ``prediction_kind`` of a row: the fitted cell's own posterior, a draw from the hierarchy's
 #: population for a level the fit has not seen, or a pooled fit's single cell (no GPU effect).
@@ -853,7 +853,7 @@ PREDICTION_KINDS = ("cell", "population", "pooled")
 #: What a population-level row is, for the tables' ``attrs`` and every printed output.
 POPULATION_NOTE = ("population-level prediction: the GPU/precision level was not in the fit; its effects are drawn, "
                    "per posterior draw, from the fitted population (new deviation ~ Normal(0, spread·sqrt(1 + 1/L)), "
-                   "L = fitted levels), so the interval includes the spread between levels (SPEC §7)")
+                   "L = fitted levels), so the interval includes the spread between levels (methodology §7)")
 #: The shipped model that can answer a question about an unseen level.
 
 
@@ -876,7 +876,7 @@ def _flat(post: Any, name: str) -> NDArray[np.float64]:
 def _population_refusal(fit: Any, parameter: str, why: str) -> InputError:
     return InputError(
         f"fit {fit.name}: cannot predict a GPU/precision level it has not seen: {parameter} {why}, so it has no "
-        f"population to draw a new level from (SPEC §7); fit models/{POPULATION_MODEL}.toml (mu and sigma partially "
+        f"population to draw a new level from (methodology §7); fit models/{POPULATION_MODEL}.toml (mu and sigma partially "
         f"pooled across cells, xi = xi0 + delta_gpu + delta_precision + cell term) to answer this question")
 
 

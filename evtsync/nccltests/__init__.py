@@ -1,8 +1,8 @@
 """nccl-tests logs: parsing, statistics and verdicts, alpha/B fits, and a run planner.
 
-A side entrance to evtsync (SPEC §9): ``parse`` reads any nccl-tests output, ``stats``
+A side entrance to evtsync (methodology §9): ``parse`` reads any nccl-tests output, ``stats``
 applies the seed's stability rules (median, P95, cycle and iteration CV, CV <= 5%),
-``alpha`` fits T(S) = p*alpha + q*S/B for the Hockney model of SPEC §8, and ``plan``
+``alpha`` fits T(S) = p*alpha + q*S/B for the Hockney model of methodology §8, and ``plan``
 writes and runs a balanced experiment matrix.
 """
 

@@ -1,4 +1,4 @@
-"""Latency alpha and bandwidth B from an nccl-tests size sweep (SPEC §8, §9).
+"""Latency alpha and bandwidth B from an nccl-tests size sweep (methodology §8, §9).
 
 Model: T(S) = p*alpha + q*S/B, with p and q those of the collective on the chosen topology
 (table below). Over the chosen size range, T is regressed on S with a Bayesian linear
@@ -22,7 +22,7 @@ broadcast, reduce      p=n-1, q=1              p=3(n^(1/3)-1),q=1 p=1, q=1
 sendrecv               p=1, q=1                p=1, q=1           p=1, q=1
 =====================  ======================  =================  ==========
 
-The all_reduce rows are SPEC §8's table; the others follow the same step counting (one
+The all_reduce rows are methodology §8's table; the others follow the same step counting (one
 phase instead of two) and are this package's documented choice.
 
 Default size range: the largest block of the biggest sizes over which a straight line fits
@@ -216,11 +216,11 @@ def fit_alpha(
     if (wrong > 0).any():
         bad = ", ".join(_fmt_bytes(s) for s in np.unique(sel["size"].to_numpy(dtype=float)[wrong > 0]))
         raise NcclTestsError(f"{parsed.path}: #wrong != 0 at {bad} in the fitted size range: a run that "
-                             "failed its correctness check is not a valid baseline (SPEC §9)")
+                             "failed its correctness check is not a valid baseline (methodology §9)")
     if info.old_error_column:  # old logs print a max-error column; their footer is the verdict
         if info.out_of_bounds_ok is False:
             raise NcclTestsError(f"{parsed.path}: the run's footer says FAILED ({info.out_of_bounds} out-of-bounds "
-                                 "values): a run that failed its correctness check is not a valid baseline (SPEC §9)")
+                                 "values): a run that failed its correctness check is not a valid baseline (methodology §9)")
         if info.out_of_bounds_ok is None:
             warnings.append("correctness not checked (old 'error' column and no footer): alpha and B rest on "
                             "unverified results")
@@ -314,7 +314,7 @@ def alpha_from_log(
     """alpha and B with ``level`` credible intervals from an nccl-tests log file.
 
     ``size_range`` (bytes, inclusive) defaults to the sizes where T(S) is linear;
-    ``topology`` selects p and q (ring by default, SPEC §8). Used by
+    ``topology`` selects p and q (ring by default, methodology §8). Used by
     ``evtsync bandwidth --alpha-from LOG``.
     """
     parsed = parse_log(path, collective=collective, n_ranks=n_ranks)

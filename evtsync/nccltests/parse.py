@@ -10,7 +10,7 @@ can, and lists every line it skipped with the reason. A file with no table at al
 
 Result: one long table, one row per measurement (a table line gives an out-of-place and an
 in-place measurement), with the run, the ``-N`` cycle, the source line number and a flag
-when algbw/busbw disagree with size/time and the collective's busbw factor (SPEC §9).
+when algbw/busbw disagree with size/time and the collective's busbw factor (methodology §9).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def normalise_collective(name: str) -> str:
 
 
 def busbw_factor(collective: str, n_ranks: int) -> float:
-    """nccl-tests' busbw/algbw factor (SPEC §9): AllReduce 2(n-1)/n; AllGather, ReduceScatter,
+    """nccl-tests' busbw/algbw factor (methodology §9): AllReduce 2(n-1)/n; AllGather, ReduceScatter,
     AlltoAll, Gather, Scatter (n-1)/n; Broadcast, Reduce, SendRecv 1."""
     c = normalise_collective(collective)
     if n_ranks < 1:

@@ -1,4 +1,4 @@
-"""Statistics and verdicts for nccl-tests results, following the seed's rules (SPEC §9).
+"""Statistics and verdicts for nccl-tests results, following the seed's rules (methodology §9).
 
 Per size and placement: median, P95 and cycle CV over the ``-N`` cycles (CV = population
 sd / mean x 100%), and the iteration CV printed by ``-I 1`` where present. A precise

@@ -7,7 +7,7 @@ counterpart on the fastest rank). Each path is drawn on up to two lanes (GPU eve
 a lane without events is left out)
 with time measured from the path's own first event
 (in µs, ms or s by the paths' span: :func:`time_unit`) (both ranks leave the previous collective
-together, SPEC §4), so the straggler's path visibly ends later; the event with the largest
+together, methodology §4), so the straggler's path visibly ends later; the event with the largest
 extra time (the principal cause) is outlined and named above the lanes, inside the axes.
 """
 

@@ -1,6 +1,6 @@
 """Compute-block run-time noise whose pooled z-scores are a GEV sample by construction.
 
-For one block identity c with J samples of m ranks each (SPEC §5):
+For one block identity c with J samples of m ranks each (methodology §5):
 
 1. draw target z_j ~ GEV(mu, sigma, xi) (Coles; scipy's ``genextreme`` with c = -xi),
    redrawing every z_j <= 0 (a z-score is (max - mean)/sd >= 0, so the design samples the
@@ -130,7 +130,7 @@ def split_integer_rows(totals: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 
 def pooled_z(x: np.ndarray) -> np.ndarray:
-    """SPEC §5 pooled z-scores of a (J, m) array of block times: one z per row."""
+    """methodology §5 pooled z-scores of a (J, m) array of block times: one z per row."""
     x = np.asarray(x, dtype=float)
     xbar = x.mean(axis=1)
     ss = float(((x - xbar[:, None]) ** 2).sum())

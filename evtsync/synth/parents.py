@@ -3,7 +3,7 @@
 With ``SynthConfig.parent`` set, every rank's block time is drawn independently,
 X = a (1 + cv ε), ε from a parent standardised to mean 0 and sd 1, so the z-scores (and the
 centred maxima y) are computed from simulated ranks like those of any trace, instead of being
-designed to follow a GEV (:mod:`evtsync.synth.noise`). The quantity the model predicts (SPEC §3,
+designed to follow a GEV (:mod:`evtsync.synth.noise`). The quantity the model predicts (methodology §3,
 §7), the mean straggler delay of n ranks E[max_n X - mean_n X] = b (E[max_n ε] - E[ε]) with
 b = cv·a, is then known exactly: :func:`true_delay_sd` integrates it from the parent's CDF,
 E[max_n ε] = ∫_0^∞ (1 - F^n) dε - ∫_-∞^0 F^n dε (quadrature, accurate to ~1e-8; a Monte-Carlo
