@@ -146,3 +146,35 @@ def test_pvm_beyond_m_table_by_hand(tmp_path: Path) -> None:
     assert list(beyond.frame["workload"]) == ["w16"] and list(beyond.frame["k = n/m"]) == [4.0]
     assert beyond.frame["predicted / measured"].iloc[0] == pytest.approx(1.04)  # 5.2 / 5.0
     assert bool(beyond.frame["within ±5%"].iloc[0]) and "n > m = 4" in beyond.caption
+
+
+def test_mle_table_flags_a_boundary_fit(tmp_path: Path) -> None:
+    """A GEV fit that ended on xi = -1 (issue 29, item 7) is shown as boundary and not converged."""
+    import numpy as np
+
+    from evtsync.report.context import MIN_Z_FIGURE
+    from evtsync.report.sections import gpu as gpu_sec
+
+    z = pd.DataFrame({"gpu": "H100", "precision": "bf16", "workload": "w", "block": "b", "cv": 0.02,
+                      "z": np.linspace(-1.0, 2.0, MIN_Z_FIGURE + 5)})
+    mle = pd.DataFrame({"gpu": ["H100"] * 2, "precision": ["bf16"] * 2, "family": ["gumbel", "gev"], "n": [25, 25],
+                        "mu": [0.1, 0.2], "mu_lo": [0.0, 0.1], "mu_hi": [0.2, 0.3], "sigma": [1.0, 1.1],
+                        "sigma_lo": [0.9, 1.0], "sigma_hi": [1.1, 1.2], "xi": [0.0, -1.0], "xi_lo": [0.0, -1.0],
+                        "xi_hi": [0.0, -0.9], "aic": [10.0, 9.0], "lrt_pvalue": [None, 0.01],
+                        "converged": [True, False], "boundary": [False, True]})
+    ctx = ReportContext(tmp_path, tmp_path / "out", {})
+    sec = gpu_sec._cell_section(ctx, "H100", "bf16", z, mle, None, None, None)
+    table = next(i for i in sec.items if isinstance(i, Table) and "family" in i.frame)
+    assert list(table.frame["boundary xi = −1"]) == [False, True]
+    assert list(table.frame["not converged"]) == [False, True] and table.flag == "not converged"
+
+
+def test_what_the_bstar_bands_hold_fixed_goes_to_the_caption_once() -> None:
+    """One value in every row: said once in the caption, not repeated per row; values that differ
+    stay in the table."""
+    same = pd.DataFrame({"n": [8, 64], "b_uncertainty": ["b fixed"] * 2, "alpha_uncertainty": ["alpha fixed"] * 2})
+    table, caption = prediction_sec._held_fixed(same)
+    assert list(table.columns) == ["n"] and caption == " The bands carry the fit's uncertainty only: b fixed, alpha fixed."
+    differ = same.assign(b_uncertainty=["b fixed", "b sampled"])
+    table, caption = prediction_sec._held_fixed(differ)
+    assert "b_uncertainty" in table and caption == ""

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.evt.predict import ESTIMATORS, FIXED_ALPHA_NOTE, FIXED_B_NOTE
+from evtsync.evt.predict import ESTIMATORS
 from evtsync.pipeline.truth import PAPER_MODEL
 from evtsync.plots import predictions as pred_figs
 from evtsync.report.context import PCT, ReportContext, label_columns
@@ -57,18 +57,32 @@ def build(ctx: ReportContext) -> list[Section]:
                                            f"comparison: {ESTIMATORS['paper'][1]}."))
     sections = [Section("Predicted tax tau(n)", items, anchor="tau")]
     if bstar is not None and len(bstar):
+        bstar, held_fixed = _held_fixed(bstar)
         b_items: list[Any] = [ctx.figure(functools.partial(pred_figs.bstar_curves, bstar), "bstar-n", f"Optimal bandwidth B* at elasticity eps = {fmt(summary.get('eps'))} of "
                                                f"the augmented Hockney model T(B) = p·alpha + q·S/B + tau (SPEC §8) "
                                                f"against n, per topology, with tau(n) from {main} (posterior mean, {PCT} "
                                                f"band per GPU × precision) beside Hockney's B*_H (tau = 0, dashed). "
                                                f"alpha = {fmt(summary.get('alpha_us'))} µs, S = "
-                                               f"{fmt(summary.get('bytes'))} bytes ({summary.get('bytes_source', '')}). "
-                                               f"The bands carry the fit's uncertainty only: {FIXED_B_NOTE}, "
-                                               f"{FIXED_ALPHA_NOTE}.")]
+                                               f"{fmt(summary.get('bytes'))} bytes ({summary.get('bytes_source', '')})."
+                                               + held_fixed)]
         b_items += _bstar_tables(bstar[bstar["n"].isin(TABLE_NS)])
         sections.append(Section("Optimal bandwidth B* against n", b_items, anchor="bstar"))
     return sections
 
+
+
+#: Columns of the B* table that say what its intervals hold fixed (evtsync.evt.predict.FIXED_B_NOTE, …).
+HELD_FIXED_COLUMNS = ("b_uncertainty", "alpha_uncertainty")
+
+
+def _held_fixed(bstar: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """What the B* intervals hold fixed, as one sentence for the caption when every row says the
+    same (those columns then leave the table); otherwise the columns stay, one value per row."""
+    cols = [c for c in HELD_FIXED_COLUMNS if c in bstar]
+    if not cols or any(bstar[c].nunique(dropna=False) != 1 for c in cols):
+        return bstar, ""
+    notes = ", ".join(str(bstar[c].iloc[0]) for c in cols)
+    return bstar.drop(columns=cols), f" The bands carry the fit's uncertainty only: {notes}."
 
 
 def bstar_pivot(bstar: pd.DataFrame, value: str) -> pd.DataFrame:
