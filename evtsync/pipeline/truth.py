@@ -15,7 +15,7 @@ def read_truths(run_dir: Path, manifest: dict[str, Any]) -> dict[str, dict[str, 
     """Workload -> the demo study's ``ground_truth.json`` (only those the demo stage wrote)."""
     import orjson
 
-    from evtsync.synth.truth import TRUTH_FILE
+    from evtsync.synth.config import TRUTH_FILE
 
     out = {}
     for rel in manifest.get("stages", {}).get("demo", {}).get("outputs", {}):
