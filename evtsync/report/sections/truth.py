@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from evtsync.pipeline.truth import PAPER_MODEL
 from evtsync.report.context import PCT, ReportContext
 from evtsync.report.markdown import Section, Skipped, Table, fmt_ci
 
@@ -45,11 +46,11 @@ def _delay_table(delay: pd.DataFrame) -> Table:
     shown = pd.DataFrame({"measured here": rows["measured_here"].map(lambda v: "yes" if v else ""),
                           "true delay / b": rows["true_delay_sd"].round(4)})
     flagged = pd.Series(False, index=shown.index)
-    main = None
+    others = delay.loc[delay["model"] != PAPER_MODEL, "model"]
+    main = str(others.iloc[0]) if len(others) else None
     for (model, estimator), d in delay.groupby(["model", "estimator"], sort=False):
         d = d.set_index(keys)
         label = f"{model} ({estimator})" if estimator else str(model)
-        main = main or label
         shown[f"{label}: predicted/true [{PCT}]"] = pd.Series(
             [fmt_ci(*v) for v in zip(d["ratio_mean"], d["ratio_lo"], d["ratio_hi"], strict=True)], index=d.index)
         shown[f"{label}: covers"] = d["covers"]
