@@ -64,13 +64,13 @@ from evtsync.kernels import (
 )
 from evtsync.trace.schema import PROFILER_STEP_RE
 from evtsync.trace.traceset import TraceSet
+from evtsync.vocabulary import TIME_DEFINITIONS
 
 if TYPE_CHECKING:
     from evtsync.parallel import Backend
 
 log = logging.getLogger(__name__)
 
-TIME_DEFINITIONS = ("busy", "span", "window")
 _TP_RE = re.compile(r"(?<![a-z])(?:tp|tensor)", re.IGNORECASE)
 
 TIME_COLUMNS = ["pg", "index", "window", "rank", "group_rank", "sample", "position", "instance", "block",

@@ -44,11 +44,9 @@ import numpy as np
 import pandas as pd
 
 from evtsync.errors import InputError
+from evtsync.vocabulary import PRECISIONS
 
 log = logging.getLogger(__name__)
-
-#: Canonical precision labels, widest to narrowest.
-PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")
 
 #: Built-in GEMM name patterns (case-insensitive ``re.search``).
 GEMM_PATTERNS: tuple[str, ...] = (

@@ -5,15 +5,24 @@ Traces name a collective by its kernel or ``Collective name`` argument (``AllRed
 Both are read into the canonical names of :data:`COLLECTIVES` (the traces' spelling, used in
 every table of evtsync) by :func:`collective_name`; :func:`nccl_tests_name` gives the binary's
 spelling that nccl-tests' own conventions (busbw factors, count semantics) are keyed by.
-Element sizes of every dtype spelling met in either source are in :data:`DTYPE_BYTES`.
+Element sizes of every dtype spelling met in either source are in :data:`DTYPE_BYTES`; the
+GEMM precision labels of the z-score tables in :data:`PRECISIONS` and the definitions of a
+compute block's time in :data:`TIME_DEFINITIONS`.
 
-Light on purpose (no NumPy): the command line and the trace schema import it.
+Light on purpose (no NumPy): the command line (its parsers' choices) and the trace schema import it.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+#: Canonical GEMM precision labels of the z-score tables, widest to narrowest (``--precision``;
+#: evtsync.kernels).
+PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")
+#: Definitions of a compute block's time (``--time``; evtsync.blocks): GPU busy time, first
+#: start to last end, or the window between the bounding collectives.
+TIME_DEFINITIONS = ("busy", "span", "window")
 
 #: Canonical collective names (the trace schema's): each with its nccl-tests binary name, if any.
 NCCL_TESTS_NAMES: dict[str, str] = {

@@ -120,15 +120,10 @@ def test_small_commands_load_no_table_stack(args: list[str]) -> None:
     assert not modules & set(TABLE_STACK), f"evtsync {' '.join(args)} loaded {sorted(modules & set(TABLE_STACK))}"
 
 
-def _every_command() -> list:
+def _every_command() -> list[str]:
     from evtsync.cli import COMMANDS
 
-    heavy_parsers = {  # their parsers take choices from modules that load pandas at import
-        "blocks": "evtsync.blocks / evtsync.kernels (TIME_DEFINITIONS, PRECISIONS) import pandas at module level",
-        "synth": "evtsync.synth.config imports NumPy/SciPy at module level (synth/ is being rewritten)",
-    }
-    return [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=heavy_parsers[name]))
-            if name in heavy_parsers else name for name in COMMANDS]
+    return list(COMMANDS)  # blocks and synth too: their choices come from light modules
 
 
 @pytest.mark.parametrize("command", _every_command())

@@ -462,16 +462,34 @@ def test_summary_stage_writes_the_answer_table(tiny_run: tuple[Path, dict, list[
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "B*, fully connected (GB/s)" in md and "top stragglers (share of collectives)" in md
     assert run_summary(out, manifest) == doc  # what `evtsync run --json` prints under "summary"
-    # the demo's truth beside the estimates: the planted xi read here from each ground_truth.json
-    truth = pd.read_parquet(out / "tables" / "truth_xi.parquet").set_index("workload")
+    # the demo's truth beside the estimates, read here from each ground_truth.json: the planted xi,
+    # or for simulated ranks (gev null) the true mean straggler delay per n against tau(n)/b
+    truth = pd.read_parquet(out / "tables" / "truth_xi.parquet")
+    delay_path = out / "tables" / "truth_delay.parquet"
+    delay = pd.read_parquet(delay_path) if delay_path.is_file() else pd.DataFrame(columns=["workload", "model"])
     xi = pd.read_parquet(out / "tables" / "xi.parquet")
-    for path in sorted((out / "inputs" / "demo").glob("*/ground_truth.json")):
+    tau = pd.read_parquet(out / "tables" / "tau.parquet")
+    truths = sorted((out / "inputs" / "demo").glob("*/ground_truth.json"))
+    assert truths
+    for path in truths:
         planted = json.loads(path.read_text(encoding="utf-8"))
-        row = truth.loc[planted.get("workload", path.parent.name)]
-        assert row["true_xi"] == planted["gev"]["xi"]
-        est = xi[(xi["model"] == doc["model"]) & (xi["gpu"] == planted["gpu"]) & (xi["precision"] == planted["precision"])]
-        assert bool(row["model_covers"]) == bool(est["xi_lo"].iloc[0] <= planted["gev"]["xi"] <= est["xi_hi"].iloc[0])
-    assert "Estimates vs ground truth (demo)" in md and "covers truth" in md
+        workload = planted.get("workload", path.parent.name)
+        if planted["gev"] is not None:
+            row = truth.set_index("workload").loc[workload]
+            assert row["true_xi"] == planted["gev"]["xi"]
+            est = xi[(xi["model"] == doc["model"]) & (xi["gpu"] == planted["gpu"])
+                     & (xi["precision"] == planted["precision"])]
+            assert bool(row["model_covers"]) == bool(est["xi_lo"].iloc[0] <= planted["gev"]["xi"] <= est["xi_hi"].iloc[0])
+            continue
+        true = planted["parent"]["true_straggler_delay_sd"]
+        rows = delay[(delay["workload"] == workload) & (delay["model"] == doc["model"])]
+        assert planted["config"]["sample_size"] in set(rows["n"])  # n = m at least
+        for r in rows.itertuples():
+            assert r.true_delay_sd == true[str(r.n)]
+            t = tau[(tau["model"] == doc["model"]) & (tau["gpu"] == planted["gpu"])
+                    & (tau["precision"] == planted["precision"]) & (tau["n"] == r.n)].iloc[0]
+            assert bool(r.covers) == bool(t["tau_lo_us"] <= true[str(r.n)] * t["b_us"] <= t["tau_hi_us"])
+    assert "Estimates vs ground truth (demo)" in md and "covers" in md
 def test_run_json_prints_the_outcome(tiny_run: tuple[Path, dict, list[StageEvent]],
                                      capsys: pytest.CaptureFixture[str]) -> None:
     """`evtsync run --json`: one strict JSON document with every stage's status, wall and CPU

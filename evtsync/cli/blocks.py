@@ -6,9 +6,9 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from evtsync.blocks import DEFAULT_M, TIME_DEFINITIONS
     from evtsync.cli._common import add_out_argument, add_scale_arguments, add_trace_arguments
-    from evtsync.kernels import PRECISIONS
+    from evtsync.defaults import DEFAULT_M
+    from evtsync.vocabulary import PRECISIONS, TIME_DEFINITIONS
 
     parser = sub.add_parser(
         "blocks", help="compute blocks between collectives and pooled z-scores (methodology §5)",

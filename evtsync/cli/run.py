@@ -40,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     from evtsync.reference import DGX_H200_ALPHA_US
     from evtsync.units import SIZE_HELP
+    from evtsync.vocabulary import TIME_DEFINITIONS
 
     parser = sub.add_parser(
         "run", help="the main job: traces -> tax -> attribution -> z-scores -> fits -> predictions -> report",
@@ -82,7 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     blocks = parser.add_argument_group("blocks and z-scores")
     blocks.add_argument("--m", type=int, default=DEFAULT_M,
                         help=f"ranks per sample of the block maxima (default {DEFAULT_M})")
-    blocks.add_argument("--time", choices=("busy", "span", "window"), default="busy",
+    blocks.add_argument("--time", choices=TIME_DEFINITIONS, default="busy",
                         help="block time definition (default busy; see `evtsync blocks --help`)")
     fit = parser.add_argument_group("Bayesian fits")
     fit.add_argument("--draws", type=int, default=None,

@@ -618,7 +618,7 @@ def _stage_summary(run: Run) -> dict[str, Any]:
     run.produced("summary", run.write_table(f"{TABLES}/summary.parquet", numbers),
                  run.write_json(SUMMARY_JSON, summary_document(numbers, info)))
     if run.options.is_demo:  # the demo's estimates beside its planted truth
-        from evtsync.pipeline.truth import read_truths, truth_tables
+        from evtsync.pipeline.truth import read_truths, truth_delay_table, truth_tables
 
         truths = read_truths(run.out, run.manifest)
         if truths:
@@ -628,6 +628,9 @@ def _stage_summary(run: Run) -> dict[str, Any]:
             xi, att = truth_tables(truths, table("xi"), table("mle"), table("attribution_collectives"), info["model"])
             run.produced("summary", run.write_table(f"{TABLES}/truth_xi.parquet", xi),
                          run.write_table(f"{TABLES}/truth_attribution.parquet", att))
+            delay = truth_delay_table(truths, table("tau"), info["model"])
+            if len(delay):  # simulated ranks: the true straggler delay against tau(n)
+                run.produced("summary", run.write_table(f"{TABLES}/truth_delay.parquet", delay))
     return {"rows": len(numbers), "model": info["model"], "n": info["n"]}
 
 

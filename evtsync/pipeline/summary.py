@@ -272,7 +272,11 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
             notes.insert(0, f"fit {model} NOT converged: xi, tau and B* are unreliable")
         row["notes"] = NOTE_SEPARATOR.join(notes)
         rows.append(row)
-    info = {"n": n, "model": model, "loo": loo_verdict(compare), "topologies": topologies, "level": INTERVAL_LEVEL,
+    # which estimator of tau(n) the rows' tau and B* are (issue 29: "centred" unless told otherwise)
+    estimators = (sorted(set(tau.loc[tau["model"] == model, "estimator"].astype(str)))
+                  if tau is not None and model is not None and "estimator" in tau else [])
+    info = {"n": n, "model": model, "estimator": ", ".join(estimators) or None,
+            "loo": loo_verdict(compare), "topologies": topologies, "level": INTERVAL_LEVEL,
             "loo_and_tail": reconcile_loo_tail(compare, [str(r.get("verdict") or "") for r in rows])}
     return pd.DataFrame(rows), info
 

@@ -26,7 +26,9 @@ FLOPS_NS = (256, 4096)
 def whatif_table(fit: Any, tau: pd.DataFrame, model: str, m: int) -> tuple[pd.DataFrame, dict[str, Any]]:
     """tau(n) of the bf16 domains of :data:`evtsync.reference.PRESETS` from ``fit`` (a GPU absent
     from the fit drawn from the hierarchy's population), with b the H200 bf16 cell's (else the
-    median over the fitted cells) divided by the preset's FLOPS factor. Returns the table (one row
+    median over the fitted cells) divided by the preset's FLOPS factor; ``prior_dominated`` and
+    ``prior_dominated_spreads`` name the spreads whose prior sets a population row's width
+    (:data:`evtsync.evt.predict.PRIOR_DOMINATED_NOTE`). Returns the table (one row
     per preset) and how it was made (``b_us``, ``b_source``, ``not_predicted``; ``refused`` where
     the fit cannot predict)."""
     from evtsync.evt.predict import tau_table
@@ -52,6 +54,9 @@ def whatif_table(fit: Any, tau: pd.DataFrame, model: str, m: int) -> tuple[pd.Da
         for r in t.itertuples():
             rows.append({"preset": preset, "gpu": spec["gpu"], "n": n, "flops_factor": factor,
                          "prediction_kind": getattr(r, "prediction_kind", "cell"),
+                         # the spreads whose prior, not the data, sets a population row's width (issue 29)
+                         "prior_dominated": bool(getattr(r, "prior_dominated", False)),
+                         "prior_dominated_spreads": str(getattr(r, "prior_dominated_spreads", "")),
                          "tau_mean_us": r.tau_mean_us, "tau_lo_us": r.tau_lo_us, "tau_hi_us": r.tau_hi_us,
                          "nvlink_gbps": spec["nvlink_gbps"], "tflops": spec["tflops"],
                          "tflops_source": spec.get("tflops_source", ""), "source": spec["source"],

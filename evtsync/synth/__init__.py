@@ -5,6 +5,9 @@ trace per rank (modern 2024+ or legacy 2023 format) plus ``ground_truth.json``: 
 collective's per-rank durations, straggler and tax, every compute block's run times and
 pooled z-scores (drawn from a stated GEV), and the effects of planted causes.
 ``study(out_dir)`` writes several workloads (GPU model x precision) for the demo.
+
+Importing the package is light (no NumPy or SciPy: ``evtsync synth --help`` reads its choices
+from :mod:`evtsync.synth.config`); :func:`synthesize` imports the simulation's modules.
 """
 
 from __future__ import annotations
@@ -20,10 +23,14 @@ from typing import Any
 import orjson
 
 from evtsync.errors import InputError
-from evtsync.synth.config import DEFAULT_GEV, GPU_MODELS, PLANT_KINDS, Plant, SynthConfig
-from evtsync.synth.timeline import Simulation
-from evtsync.synth.truth import TRUTH_FILE, write_truth
-from evtsync.synth.writer import trace_file_name, write_traces
+from evtsync.synth.config import (
+    DEFAULT_GEV,
+    GPU_MODELS,
+    PLANT_KINDS,
+    TRUTH_FILE,
+    Plant,
+    SynthConfig,
+)
 
 __all__ = ["DEFAULT_GEV", "GPU_MODELS", "PLANT_KINDS", "STUDIES", "TRACES_DIR", "TRUTH_FILE", "Plant",
            "SynthConfig", "SynthResult", "study", "synthesize", "write_demo_traces"]
@@ -61,6 +68,10 @@ class SynthResult:
 
 def synthesize(config: SynthConfig, out_dir: str | Path) -> SynthResult:
     """Simulate ``config`` and write its traces and ``ground_truth.json`` into ``out_dir``."""
+    from evtsync.synth.timeline import Simulation
+    from evtsync.synth.truth import write_truth
+    from evtsync.synth.writer import trace_file_name, write_traces
+
     config.validate()
     out = Path(out_dir)
     if out.exists() and not out.is_dir():

@@ -15,6 +15,8 @@ from typing import Any
 from evtsync.errors import InputError
 
 GPUS_PER_HOST_DEFAULT = 8
+#: The ground truth's file name in a synth output folder (evtsync.synth.truth writes it).
+TRUTH_FILE = "ground_truth.json"
 
 #: deviceProperties of real GPUs (field set and values copied from real Kineto traces where
 #: one exists in ``data/traces``: V100, A100, H100, B200; H200 from its data sheet), plus the

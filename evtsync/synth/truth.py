@@ -14,14 +14,13 @@ import numpy as np
 import orjson
 
 from evtsync._version import __version__
-from evtsync.synth.config import DEFAULT_GEV, SynthConfig
+from evtsync.synth.config import DEFAULT_GEV, TRUTH_FILE, SynthConfig
 from evtsync.synth.noise import pooled_z
 from evtsync.synth.parents import get_parent, true_delay_sd, true_delays_us
 from evtsync.synth.timeline import Simulation
 from evtsync.tableio import atomic_path
 
 TRUTH_SCHEMA_VERSION = 1
-TRUTH_FILE = "ground_truth.json"
 
 
 def _blocks(sim: Simulation) -> list[dict[str, Any]]:

@@ -214,9 +214,20 @@ def _cell_section(ctx: ReportContext, gpu: str, precision: str, z: pd.DataFrame,
                                     for f, a, b, c in zip(rows["family"], rows["xi"], rows["xi_lo"], rows["xi_hi"], strict=True)],
             "AIC": rows["aic"], "LRT p (Gumbel vs GEV)": rows.get("lrt_pvalue"),
         })
-        sec.items.append(Table(shown, f"Maximum-likelihood fits of the cell (SPEC §6): Wald {PCT} intervals for mu and "
-                                      f"sigma from the observed information, profile-likelihood {PCT} interval for xi; "
-                                      "the likelihood-ratio test of xi = 0 has one degree of freedom."))
+        caption = (f"Maximum-likelihood fits of the cell (SPEC §6): Wald {PCT} intervals for mu and "
+                   f"sigma from the observed information, profile-likelihood {PCT} interval for xi; "
+                   "the likelihood-ratio test of xi = 0 has one degree of freedom.")
+        flag = None
+        if "converged" in rows:
+            shown["not converged"] = rows["converged"].ne(True)
+            flag = "not converged"
+            caption += " Rows in red: fit not converged."
+        if "boundary" in rows:  # issue 29, item 7: the GEV fit ended on the boundary xi = -1
+            shown["boundary xi = −1"] = rows["boundary"].eq(True)
+            caption += (" \"boundary xi = −1\": the GEV likelihood was maximised on the edge of its parameter "
+                        "space (xî = −1, where it is unbounded), so the fit is flagged not converged "
+                        "(evtsync.evt.mlefit).")
+        sec.items.append(Table(shown, caption, flag=flag))
     if pvm is not None and len(pvm):
         rows = pvm[(pvm["gpu"].astype(str) == gpu) & (pvm["precision"].astype(str) == precision)]
         if len(rows):

@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from evtsync.evt.predict import ESTIMATORS
+from evtsync.pipeline.truth import PAPER_MODEL
 from evtsync.plots import predictions as pred_figs
 from evtsync.report.context import PCT, ReportContext, label_columns
 from evtsync.report.markdown import (
@@ -32,28 +34,55 @@ def build(ctx: ReportContext) -> list[Section]:
     models = [main] + [m for m in ("gumbel-hier", "gumbel") if m in set(tau["model"]) and m != main][:1]
     items: list[Any] = [ctx.figure(functools.partial(pred_figs.tau_curves, tau, models), "tau-n", f"Predicted mean straggler delay tau(n) = b·E_k, k = n/m, for domains of n = m "
                                          f"… 4096 ranks (SPEC §7): E_k is the expected maximum of k GEV draws at each "
-                                         f"posterior draw of the cell's (mu, sigma, xi); b = mean r × mean a over the "
-                                         f"cell's block identities. Lines: posterior mean; bands: {PCT} credible "
+                                         f"posterior draw of the cell's (mu, sigma, xi), fitted to the centred block "
+                                         f"maxima y (the calibrated estimator of the n-rank mean straggler delay, "
+                                         f"docs/methodology.md); b = mean r × mean a over the "
+                                         f"cell's block identities, held at its estimate. Lines: posterior mean; bands: {PCT} credible "
                                          f"intervals. Left: {main} (the model used for predictions); right: the Gumbel "
                                          f"lower bound where fitted.")]
-    t = tau[tau["model"].isin(models) & tau["n"].isin(TABLE_NS)]
+    shown_models = models + ([PAPER_MODEL] if PAPER_MODEL in set(tau["model"]) else [])
+    t = tau[tau["model"].isin(shown_models) & tau["n"].isin(TABLE_NS)]
+    if "estimator" not in t:  # a run folder from before the estimators were named
+        t = t.assign(estimator="")
+    keys = ["model", "estimator", "gpu", "precision"]
+    labels = label_columns(t, keys)
+    t = t.assign(**{c: t[c].fillna("") for c in labels})  # the paper's rows lack the Bayesian fits' labels
     wide = t.assign(value=[fmt_ci(a, b, c) for a, b, c in zip(t["tau_mean_us"], t["tau_lo_us"], t["tau_hi_us"], strict=True)])
-    keys = ["model", "gpu", "precision"]
-    wide = wide.pivot_table(index=keys + label_columns(t, keys), columns="n", values="value", aggfunc="first")
-    wide.columns = [f"n={c} µs [{PCT} CrI]" for c in wide.columns]
-    items.append(Table(wide.reset_index(), f"tau(n) in µs at selected domain sizes: posterior mean [{PCT} credible interval]."))
+    wide = wide.pivot_table(index=keys + labels, columns="n", values="value", aggfunc="first", sort=False)
+    wide.columns = [f"n={c} µs [{PCT} interval]" for c in wide.columns]
+    items.append(Table(wide.reset_index(), f"tau(n) in µs at selected domain sizes: mean [{PCT} interval] (credible "
+                                           "for the Bayesian fits). Estimator \"centred\" (the default): "
+                                           f"{ESTIMATORS['centred'][1]}. Estimator \"paper\" (model {PAPER_MODEL}, "
+                                           "the GEV MLE per cell, approximate confidence interval), shown for "
+                                           f"comparison: {ESTIMATORS['paper'][1]}."))
     sections = [Section("Predicted tax tau(n)", items, anchor="tau")]
     if bstar is not None and len(bstar):
+        bstar, held_fixed = _held_fixed(bstar)
         b_items: list[Any] = [ctx.figure(functools.partial(pred_figs.bstar_curves, bstar), "bstar-n", f"Optimal bandwidth B* at elasticity eps = {fmt(summary.get('eps'))} of "
                                                f"the augmented Hockney model T(B) = p·alpha + q·S/B + tau (SPEC §8) "
                                                f"against n, per topology, with tau(n) from {main} (posterior mean, {PCT} "
                                                f"band per GPU × precision) beside Hockney's B*_H (tau = 0, dashed). "
                                                f"alpha = {fmt(summary.get('alpha_us'))} µs, S = "
-                                               f"{fmt(summary.get('bytes'))} bytes ({summary.get('bytes_source', '')}).")]
+                                               f"{fmt(summary.get('bytes'))} bytes ({summary.get('bytes_source', '')})."
+                                               + held_fixed)]
         b_items += _bstar_tables(bstar[bstar["n"].isin(TABLE_NS)])
         sections.append(Section("Optimal bandwidth B* against n", b_items, anchor="bstar"))
     return sections
 
+
+
+#: Columns of the B* table that say what its intervals hold fixed (evtsync.evt.predict.FIXED_B_NOTE, …).
+HELD_FIXED_COLUMNS = ("b_uncertainty", "alpha_uncertainty")
+
+
+def _held_fixed(bstar: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """What the B* intervals hold fixed, as one sentence for the caption when every row says the
+    same (those columns then leave the table); otherwise the columns stay, one value per row."""
+    cols = [c for c in HELD_FIXED_COLUMNS if c in bstar]
+    if not cols or any(bstar[c].nunique(dropna=False) != 1 for c in cols):
+        return bstar, ""
+    notes = ", ".join(str(bstar[c].iloc[0]) for c in cols)
+    return bstar.drop(columns=cols), f" The bands carry the fit's uncertainty only: {notes}."
 
 
 def bstar_pivot(bstar: pd.DataFrame, value: str) -> pd.DataFrame:

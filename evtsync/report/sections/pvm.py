@@ -30,6 +30,28 @@ def _ratio_line(table: pd.DataFrame) -> str:
 
 
 
+#: Relative agreement the "beyond m" table marks (|predicted / measured − 1| at most this).
+AGREEMENT = 0.05
+
+
+def _beyond_m_table(beyond: pd.DataFrame, m: int) -> Table:
+    """The rows of groups larger than the fitted sample size m: the extrapolation k = n/m > 1."""
+    ratio = beyond["predicted_mean_us"] / beyond["measured_mean_us"]
+    estimator = ", ".join(sorted(set(beyond["estimator"].astype(str)))) if "estimator" in beyond else "centred"
+    return Table(pd.DataFrame({
+        "workload": beyond["workload"], "GPU": beyond["gpu"], "precision": beyond["precision"],
+        "n": beyond["n"], "k = n/m": beyond["n"].astype(int) / m, "collectives": beyond["n_collectives"],
+        f"measured µs [{PCT} CI]": [fmt_ci(a, b, c) for a, b, c in zip(
+            beyond["measured_mean_us"], beyond["measured_lo_us"], beyond["measured_hi_us"], strict=True)],
+        f"predicted µs [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in zip(
+            beyond["predicted_mean_us"], beyond["predicted_lo_us"], beyond["predicted_hi_us"], strict=True)],
+        "predicted / measured": ratio.round(3), f"within ±{AGREEMENT:.0%}": (ratio - 1).abs() <= AGREEMENT,
+        "inside interval": beyond["inside_interval"].astype(bool)}),
+        f"Beyond the fitted sample size (n > m = {m}): the tail fitted on samples of m ranks is carried to the "
+        f"whole group of n ranks (k = n/m > 1), an extrapolation in the domain size that the fit never sees "
+        f"as one sample; estimator: {estimator} (docs/methodology.md, \"Predicting tau(n)\").")
+
+
 def build(ctx: ReportContext) -> list[Section]:
     """This module's sections of the run report (see the module docstring)."""
     pvm = ctx.table("predicted_vs_measured")
@@ -52,6 +74,9 @@ def build(ctx: ReportContext) -> list[Section]:
                    f"and b the pooled sd of the preceding blocks (error bars: {PCT} credible interval), per workload "
                    "(SPEC §7)."),
         "In-sample. " + _ratio_line(pvm)]
+    beyond = pvm[pvm["n"].astype(int) > int(m)]
+    if len(beyond):
+        items.append(_beyond_m_table(beyond, int(m)))
     sections = [Section(f"{title} (in-sample)", items, anchor="pvm")]
     hold = ctx.table("predicted_vs_measured_holdout")
     summary = ctx.stage("predicted-vs-measured").get("summary", {})

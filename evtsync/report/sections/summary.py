@@ -91,7 +91,9 @@ def build(ctx: ReportContext) -> list[Section]:
     if info.get("loo_and_tail"):
         items.append(info["loo_and_tail"])
     items.append(Table(frame, f"Per GPU × precision: value [{PCT} interval], each linked to its section; xi, "
-                              f"tau and B* from {model or 'no fit'} at n = {n} ranks. An interval marked \"range of "
+                              f"tau and B* from {model or 'no fit'}"
+                              + (f" (estimator of tau(n): {info['estimator']})" if info.get("estimator") else "")
+                              + f" at n = {n} ranks. An interval marked \"range of "
                               "n\" is [min, max] of n values, too few for the level; ∞: too few values to bound that "
                               "side. Rows in red: fit not converged.", flag="not converged", css_class="summary",
                        note=SUMMARY_NOTE))

@@ -38,7 +38,7 @@ def build(ctx: ReportContext) -> list[Section]:
     b_source, b_ref, notes = made.get("b_source", ""), made.get("b_us"), made.get("not_predicted", [])
     rows = pd.DataFrame({
         "preset": presets["preset"], "GPU": presets["gpu"], "n": presets["n"],
-        "FLOPS factor": [fmt(v) for v in presets["flops_factor"]], "prediction": presets["prediction_kind"],
+        "FLOPS factor": [fmt(v) for v in presets["flops_factor"]], "prediction": _prediction_labels(presets),
         f"tau(n) µs [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in
                                   zip(presets["tau_mean_us"], presets["tau_lo_us"], presets["tau_hi_us"], strict=True)],
         "NVLink GB/s": presets["nvlink_gbps"], "TFLOPS": presets["tflops"], "TFLOPS from": presets["tflops_source"],
@@ -54,6 +54,18 @@ def build(ctx: ReportContext) -> list[Section]:
         f"`evtsync predict FIT --gpu G --precision P --n N --flops-factor F`."))]
     if not converged:
         items.insert(0, f"WARNING: {name} did not converge; these predictions inherit it.")
+    if "prior_dominated" in presets and presets["prior_dominated"].astype(bool).any():
+        from evtsync.evt.predict import PRIOR_DOMINATED_NOTE
+
+        items.append(f"Rows labelled {PRIOR_DOMINATED_NOTE}.")
     items += [f"Not predicted: {note}." for note in notes]
     return [Section(title, items, anchor="whatif")]
+
+
+def _prediction_labels(presets: pd.DataFrame) -> list[str]:
+    """How each row was predicted, with "(prior-dominated: <spreads>)" where the prior sets its width."""
+    dominated = presets["prior_dominated"].astype(bool) if "prior_dominated" in presets else [False] * len(presets)
+    spreads = presets["prior_dominated_spreads"] if "prior_dominated_spreads" in presets else [""] * len(presets)
+    return [f"{kind} (prior-dominated: {which})" if flag else str(kind)
+            for kind, flag, which in zip(presets["prediction_kind"], dominated, spreads, strict=True)]
 

@@ -13,6 +13,7 @@ from evtsync.report.markdown import (
     Section,
     Skipped,
     Table,
+    fmt,
     fmt_ci,
 )
 
@@ -30,12 +31,21 @@ def build(ctx: ReportContext) -> list[Section]:
         if len(p0):
             r = p0.iloc[0]
             population = {"mean": float(r["mean"]), "lo": float(r["lo"]), "hi": float(r["hi"])}
-        items.append(Table(pd.DataFrame({
+        columns = {
             "model": pop["model"], "parameter": pop["parameter"],
-            f"posterior mean [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in zip(pop["mean"], pop["lo"], pop["hi"], strict=True)],
-            "converged": pop["converged"]}),
+            f"posterior mean [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in zip(pop["mean"], pop["lo"], pop["hi"], strict=True)]}
+        if "prior_lo" in pop:  # the spreads' priors (evtsync.evt.predict.population_table)
+            columns[f"prior [{PCT}]"] = ["" if not isinstance(d, str) else f"{d} [{fmt(a)}, {fmt(b)}]"
+                                        for d, a, b in zip(pop["prior"], pop["prior_lo"], pop["prior_hi"], strict=True)]
+            columns["prior-dominated"] = pop["prior_dominated"].map(lambda v: "yes" if pd.notna(v) and bool(v) else "")
+        columns["converged"] = pop["converged"]
+        items.append(Table(pd.DataFrame(columns),
             "Population effect of the hierarchical model: xi0 is the shape shared by all cells; xi_delta_<factor> the "
-            "zero-sum deviations of each GPU model and precision; xi_sd_<factor> their spread (partial pooling)."))
+            "zero-sum deviations of each GPU model and precision; xi_sd_<factor> their spread (partial pooling), "
+            "mu_sd and log_sigma_sd the spreads of mu and log sigma between cells. For each spread, its prior beside "
+            "its posterior: \"prior-dominated\" when the posterior interval is at least half as wide as the prior's, "
+            "so that the prior, not the data, sets the width of a prediction for a GPU or precision the fit has not "
+            "seen (such predictions are labelled prior-dominated in the tables)."))
     models = [m for m in xi["model"].unique() if xi[xi["model"] == m]["xi_hi"].max() != 0 or
               xi[xi["model"] == m]["xi_lo"].min() != 0]
     shown = xi[xi["model"].isin(models)]

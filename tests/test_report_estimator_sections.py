@@ -1,0 +1,180 @@
+"""The estimator's report content in the one-module-per-section report (issue 29, ported after the
+merge of the section split): the demo truth of simulated ranks against tau(n) of the main model
+and of the paper's estimator, the paper's rows in the tau table, the prior-dominated labels and
+the "beyond m" table of predicted vs measured.
+
+Every expected value is written here by hand from the small tables the tests write.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from evtsync.pipeline.truth import truth_delay_table, truth_tables
+from evtsync.report.context import ReportContext
+from evtsync.report.markdown import Table, render_markdown
+from evtsync.report.sections import prediction as prediction_sec
+from evtsync.report.sections import pvm as pvm_sec
+from evtsync.report.sections import truth as truth_sec
+from evtsync.report.sections import whatif as whatif_sec
+from evtsync.report.sections import xi as xi_sec
+
+MAIN = "gev-hand"
+
+
+def _write(run: Path, name: str, frame: pd.DataFrame) -> None:
+    (run / "tables").mkdir(parents=True, exist_ok=True)
+    frame.to_parquet(run / "tables" / f"{name}.parquet")
+
+
+def _truth() -> dict:
+    """A simulated-ranks truth as the synth writes it: no GEV, a parent with the true delay per n."""
+    return {"workload": "w", "gpu": "H100", "precision": "bf16", "gev": None,
+            "parent": {"name": "normal", "true_straggler_delay_sd": {"4": 1.0, "8": 1.5, "512": 3.0, "4096": 3.5}},
+            "config": {"sample_size": 4},
+            "process_groups": [{"pg_size": 8, "kind": "tp"}, {"pg_size": 2, "kind": "dp"}],
+            "collectives": []}
+
+
+def _tau() -> pd.DataFrame:
+    """tau rows with b = 2 µs: the main model at n = 4, 8, 512 (none at 4096); the paper's at 4, 8."""
+    rows = []
+    for n, (lo, mean, hi) in {4: (1.8, 2.0, 2.2), 8: (2.8, 3.2, 3.6), 512: (6.2, 6.6, 7.0)}.items():
+        rows.append({"model": MAIN, "estimator": "centred", "gpu": "H100", "precision": "bf16", "n": n,
+                     "b_us": 2.0, "tau_lo_us": lo, "tau_mean_us": mean, "tau_hi_us": hi, "converged": True})
+    for n, (lo, mean, hi) in {4: (1.9, 2.0, 2.1), 8: (2.4, 2.6, 2.8)}.items():
+        rows.append({"model": "mle-gev", "estimator": "paper", "gpu": "H100", "precision": "bf16", "n": n,
+                     "b_us": 2.0, "tau_lo_us": lo, "tau_mean_us": mean, "tau_hi_us": hi, "converged": True})
+    return pd.DataFrame(rows)
+
+
+def test_truth_delay_of_simulated_ranks_by_hand() -> None:
+    """tau/b over the true delay and whether the interval covers it, at n = m, the TP group size
+    and 512 (4096: no tau row of either model, so no row); no xi row for a truth without GEV."""
+    delay = truth_delay_table({"w": _truth()}, _tau(), MAIN)
+    got = {(r.model, r.n): r for r in delay.itertuples()}
+    assert set(got) == {(MAIN, 4), (MAIN, 8), (MAIN, 512), ("mle-gev", 4), ("mle-gev", 8)}
+    # main at n = 8: tau/b = 1.6 [1.4, 1.8], truth 1.5 -> ratio 1.0667, covered
+    r = got[(MAIN, 8)]
+    assert r.ratio_mean == pytest.approx(1.6 / 1.5) and r.ratio_lo == pytest.approx(1.4 / 1.5)
+    assert r.covers and r.measured_here and r.estimator == "centred"
+    # the paper at n = 8: tau/b = 1.3 [1.2, 1.4] misses 1.5
+    r = got[("mle-gev", 8)]
+    assert r.ratio_mean == pytest.approx(1.3 / 1.5) and not r.covers and r.estimator == "paper"
+    # main at 512: 3.3 [3.1, 3.5] against 3.0: missed; n = 4 is not the TP group
+    assert not got[(MAIN, 512)].covers and not got[(MAIN, 4)].measured_here
+    xi, att = truth_tables({"w": _truth()}, None, None, None, MAIN)
+    assert xi.empty and list(att["workload"]) == ["w"]
+
+
+def test_truth_section_shows_the_delay_against_both_estimators(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    xi, att = truth_tables({"w": _truth()}, None, None, None, MAIN)
+    _write(run, "truth_xi", xi)
+    _write(run, "truth_attribution", att)
+    _write(run, "truth_delay", truth_delay_table({"w": _truth()}, _tau(), MAIN))
+    ctx = ReportContext(run, tmp_path / "out", {"demo": True, "stages": {"demo": {"status": "done"}}})
+    sections = truth_sec.build(ctx)
+    md = render_markdown("t", sections, tmp_path)
+    assert "simulate ranks" in md and "Planted GEV" not in md
+    table = next(i for i in sections[0].items if isinstance(i, Table)).frame
+    assert list(table["n"]) == [4, 8, 512]
+    assert list(table[f"{MAIN} (centred): covers"]) == [True, True, False]
+    assert table["mle-gev (paper): covers"].tolist()[:2] == [True, False]
+    assert pd.isna(table["mle-gev (paper): covers"].iloc[2])  # no paper row at 512
+    assert list(table["measured here"]) == ["", "yes", ""]
+
+
+def test_tau_table_shows_the_paper_estimator_beside_the_main_model(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _write(run, "tau", _tau().assign(prediction_kind="cell").astype({"n": int}))
+    manifest = {"stages": {"prediction": {"status": "done", "summary": {"main_model": MAIN}}}}
+    ctx = ReportContext(run, tmp_path / "out", manifest)
+    sections = prediction_sec.build(ctx)
+    table = next(i for i in sections[0].items if isinstance(i, Table))
+    assert set(zip(table.frame["model"], table.frame["estimator"], strict=True)) == {(MAIN, "centred"),
+                                                                                      ("mle-gev", "paper")}
+    assert "biased low" in table.caption
+    paper = table.frame[table.frame["model"] == "mle-gev"].iloc[0]
+    assert paper["n=8 µs [90% interval]"].startswith("2.6")
+
+
+def test_population_spreads_show_prior_and_prior_dominance(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _write(run, "xi", pd.DataFrame({"model": [MAIN], "gpu": ["H100"], "precision": ["bf16"], "xi_mean": [0.1],
+                                    "xi_lo": [0.0], "xi_hi": [0.2], "converged": [True]}))
+    _write(run, "xi_population", pd.DataFrame({
+        "model": [MAIN, MAIN], "parameter": ["xi0", "xi_sd_gpu"], "mean": [0.1, 0.3], "lo": [0.0, 0.02],
+        "hi": [0.2, 0.9], "prior": [None, "HalfNormal(0.5)"], "prior_lo": [None, 0.03],
+        "prior_hi": [None, 0.98], "prior_dominated": [None, True], "converged": [True, True]}))
+    ctx = ReportContext(run, tmp_path / "out", {})
+    table = next(i for i in xi_sec.build(ctx)[0].items
+                 if isinstance(i, Table) and "parameter" in i.frame).frame.set_index("parameter")
+    assert table.loc["xi_sd_gpu", "prior-dominated"] == "yes" and table.loc["xi0", "prior-dominated"] == ""
+    assert table.loc["xi_sd_gpu", "prior [90%]"].startswith("HalfNormal(0.5) [0.03")
+
+
+def test_whatif_labels_prior_dominated_rows(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _write(run, "whatif", pd.DataFrame({
+        "preset": ["a", "b"], "gpu": ["H200", "B200"], "n": [8, 8], "flops_factor": [1.0, 2.0],
+        "prediction_kind": ["cell", "population"], "prior_dominated": [False, True],
+        "prior_dominated_spreads": ["", "xi_sd_gpu"], "tau_mean_us": [1.0, 2.0], "tau_lo_us": [0.5, 1.0],
+        "tau_hi_us": [1.5, 3.0], "nvlink_gbps": [900, 1800], "tflops": [989, 2250], "tflops_source": ["", ""],
+        "source": ["s", "s"], "converged": [True, True]}))
+    manifest = {"stages": {"prediction": {"status": "done", "summary": {
+        "main_model": MAIN, "whatif": {"b_us": 1.0, "b_source": "x", "not_predicted": []}}}}}
+    items = whatif_sec.build(ReportContext(run, tmp_path / "out", manifest))[0].items
+    table = next(i for i in items if isinstance(i, Table)).frame
+    assert list(table["prediction"]) == ["cell", "population (prior-dominated: xi_sd_gpu)"]
+
+
+def test_pvm_beyond_m_table_by_hand(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _write(run, "predicted_vs_measured", pd.DataFrame({
+        "model": [MAIN] * 2, "estimator": ["centred"] * 2, "workload": ["w4", "w16"], "gpu": ["H100"] * 2,
+        "precision": ["bf16"] * 2, "n": [4, 16], "n_collectives": [10, 12],
+        "measured_mean_us": [2.0, 5.0], "measured_lo_us": [1.8, 4.5], "measured_hi_us": [2.2, 5.5],
+        "predicted_mean_us": [2.1, 5.2], "predicted_lo_us": [1.9, 4.0], "predicted_hi_us": [2.3, 6.0],
+        "inside_interval": [True, True]}))
+    manifest = {"options": {"m": 4}, "stages": {"predicted-vs-measured": {"status": "done", "summary": {}}}}
+    items = pvm_sec.build(ReportContext(run, tmp_path / "out", manifest))[0].items
+    beyond = next(i for i in items if isinstance(i, Table))
+    assert list(beyond.frame["workload"]) == ["w16"] and list(beyond.frame["k = n/m"]) == [4.0]
+    assert beyond.frame["predicted / measured"].iloc[0] == pytest.approx(1.04)  # 5.2 / 5.0
+    assert bool(beyond.frame["within ±5%"].iloc[0]) and "n > m = 4" in beyond.caption
+
+
+def test_mle_table_flags_a_boundary_fit(tmp_path: Path) -> None:
+    """A GEV fit that ended on xi = -1 (issue 29, item 7) is shown as boundary and not converged."""
+    import numpy as np
+
+    from evtsync.report.context import MIN_Z_FIGURE
+    from evtsync.report.sections import gpu as gpu_sec
+
+    z = pd.DataFrame({"gpu": "H100", "precision": "bf16", "workload": "w", "block": "b", "cv": 0.02,
+                      "z": np.linspace(-1.0, 2.0, MIN_Z_FIGURE + 5)})
+    mle = pd.DataFrame({"gpu": ["H100"] * 2, "precision": ["bf16"] * 2, "family": ["gumbel", "gev"], "n": [25, 25],
+                        "mu": [0.1, 0.2], "mu_lo": [0.0, 0.1], "mu_hi": [0.2, 0.3], "sigma": [1.0, 1.1],
+                        "sigma_lo": [0.9, 1.0], "sigma_hi": [1.1, 1.2], "xi": [0.0, -1.0], "xi_lo": [0.0, -1.0],
+                        "xi_hi": [0.0, -0.9], "aic": [10.0, 9.0], "lrt_pvalue": [None, 0.01],
+                        "converged": [True, False], "boundary": [False, True]})
+    ctx = ReportContext(tmp_path, tmp_path / "out", {})
+    sec = gpu_sec._cell_section(ctx, "H100", "bf16", z, mle, None, None, None)
+    table = next(i for i in sec.items if isinstance(i, Table) and "family" in i.frame)
+    assert list(table.frame["boundary xi = −1"]) == [False, True]
+    assert list(table.frame["not converged"]) == [False, True] and table.flag == "not converged"
+
+
+def test_what_the_bstar_bands_hold_fixed_goes_to_the_caption_once() -> None:
+    """One value in every row: said once in the caption, not repeated per row; values that differ
+    stay in the table."""
+    same = pd.DataFrame({"n": [8, 64], "b_uncertainty": ["b fixed"] * 2, "alpha_uncertainty": ["alpha fixed"] * 2})
+    table, caption = prediction_sec._held_fixed(same)
+    assert list(table.columns) == ["n"] and caption == " The bands carry the fit's uncertainty only: b fixed, alpha fixed."
+    differ = same.assign(b_uncertainty=["b fixed", "b sampled"])
+    table, caption = prediction_sec._held_fixed(differ)
+    assert "b_uncertainty" in table and caption == ""
