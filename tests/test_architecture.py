@@ -160,3 +160,18 @@ def test_library_neither_prints_nor_takes_namespaces() -> None:
                   and isinstance(n.func, ast.Name) and n.func.id == "print"]
         assert not prints, f"{path}: print() at lines {prints}"
         assert "argparse" not in path.read_text(encoding="utf-8"), f"{path} uses argparse"
+
+
+def test_citations_stay_inside_the_repository() -> None:
+    """Docstrings, help texts and report captions cite docs/methodology.md (§1–§9), which states
+    every definition; the SPEC file they once cited is not shipped (issue 31, item 5)."""
+    import re
+
+    root = PKG.parent
+    methodology = (root / "docs" / "methodology.md").read_text(encoding="utf-8")
+    for n in range(1, 10):
+        assert f"### §{n} " in methodology, f"docs/methodology.md lacks its section §{n}"
+    offenders = [f"{p.relative_to(root)}:{i}" for p in sorted(PKG.rglob("*.py"))
+                 for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+                 if re.search(r"\bSPEC\b(?!IAL)", line)]
+    assert not offenders, "cites a file outside the repository (use 'methodology §N'): " + ", ".join(offenders)

@@ -1,7 +1,7 @@
 """The stages of ``evtsync run``: each a short body that calls the library and writes its outputs.
 
 =====================  ==============================================  =====================
-stage                  what it computes (SPEC section)                 outputs
+stage                  what it computes (methodology §)                 outputs
 =====================  ==============================================  =====================
 demo                   the bundled synthetic study (demo run only)     ``inputs/demo/``
 tax                    alignment and synchronization tax (§2, §3)      ``tables/tax_*.parquet``
@@ -105,7 +105,7 @@ def _stage_tax(run: Run) -> dict[str, Any]:
         tables = run.tax(w)
         info = traces.ranks.drop(columns=[c for c in ("path",) if c in traces.ranks]).copy()
         info["file"] = traces.ranks["path"].map(lambda p: Path(str(p)).name)
-        stragglers, straggler_ranks = straggler_identity(tables)  # who straggles, per PG (SPEC §3)
+        stragglers, straggler_ranks = straggler_identity(tables)  # who straggles, per PG (methodology §3)
         for name, table in (("collectives", tables.collectives), ("ranks", tables.ranks),
                             ("stragglers", stragglers), ("straggler_ranks", straggler_ranks),
                             ("summary", tax_summary(tables)), ("groups", alignment.groups),

@@ -4,7 +4,7 @@ and B* as peak FLOPS grow (the paper's Fig. 13) with the bandwidth-scaling requi
 Both come from the main Bayesian fit; the prediction stage writes them as
 ``tables/whatif.parquet``, ``tables/bstar_flops.parquet`` and ``tables/flops_scaling.parquet``
 and records how they were made (the reference b, the cell, refusals) in its summary; the report
-shows them (docs/what-if.md, SPEC §7, §8).
+shows them (docs/what-if.md, methodology §7, §8).
 """
 
 from __future__ import annotations

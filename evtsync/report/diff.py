@@ -75,7 +75,7 @@ def _bstar_section(bstar: pd.DataFrame) -> Section:
                      "B − A [interval] (relative)": "—" if empty else (
                          f"{r.d_median_gbps:+.5g} [{r.d_lo_gbps:+.5g}, {r.d_hi_gbps:+.5g}] ({100 * r.d_rel_median:+.1f}%)"),
                      "verdict": _verdict(r.verdict, r.reason), "no verdict": r.verdict == "no verdict"})
-    items: list[Any] = [f"Optimal bandwidth B* (SPEC §8) of each run in GB/s, posterior medians and B − A with its "
+    items: list[Any] = [f"Optimal bandwidth B* (methodology §8) of each run in GB/s, posterior medians and B − A with its "
                         f"{level:.0%} interval. {bstar.attrs.get('inputs', '')}.",
                         Table(pd.DataFrame(rows), muted="no verdict")]
     try:

@@ -80,7 +80,7 @@ def fit_sections(fit_file: Path, out: Path, svg: bool = False,
             ctx.figure(fig, f"gev-{slug(cell)}", f"Left: histogram of the {z.size} z-scores of cell {cell} with the posterior mean GEV "
                              f"density of {name} and its {PCT} pointwise band, and the GEV and Gumbel "
                              f"maximum-likelihood densities. Right: QQ plot of the ordered z-scores against the MLE "
-                             f"model quantiles at i/(n+1) (SPEC §6).")], level=3))
+                             f"model quantiles at i/(n+1) (methodology §6).")], level=3))
     xi = pd.DataFrame(rows)
     if xi["xi_hi"].max() != 0 or xi["xi_lo"].min() != 0:
         sections.insert(1, Section("Shape parameter xi per cell", [ctx.figure(

@@ -34,7 +34,7 @@ def build(ctx: ReportContext) -> list[Section]:
         verdict_items[0] = f"Verdict: {verdict_items[0]}"
     return [Section("Model comparison", [
         *verdict_items,
-        Table(shown, "PSIS-LOO comparison of the Bayesian fits on the same z-scores (SPEC §6): expected log pointwise "
+        Table(shown, "PSIS-LOO comparison of the Bayesian fits on the same z-scores (methodology §6): expected log pointwise "
                      "predictive density with its standard error, difference to the best model with the standard "
                      "error of the difference (a difference under about 2 standard errors does not separate the "
                      "models), effective number of parameters, observations whose Pareto k exceeds "

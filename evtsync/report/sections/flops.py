@@ -48,7 +48,7 @@ def build(ctx: ReportContext) -> list[Section]:
     items.append(ctx.figure(functools.partial(bstar_vs_flops, table, nvlink=nvlink_reference_lines()), "bstar-flops", (
         f"Optimal bandwidth B* as peak FLOPS grow {sweep[0]:g}–{sweep[-1]:g}x over the H200's "
         f"{REFERENCE_TFLOPS:g} TFLOPS, for n = 256 and 4096 (the paper's Figure 13), at eps = {fmt(eps)}: the block's b "
-        f"is divided by the factor, and tau(n) with it (SPEC §8). Tax from {name}'s posterior for {which}, {cell}, b = {fmt(b_ref)} "
+        f"is divided by the factor, and tau(n) with it (methodology §8). Tax from {name}'s posterior for {which}, {cell}, b = {fmt(b_ref)} "
         f"µs; alpha = {fmt(alpha)} µs, S = {fmt(size)} bytes ({summary.get('bytes_source', '')}). Solid with "
         f"{PCT} band: with the tax; dashed: Hockney's B*_H (no compute term, flat); dotted: the roofline "
         "(B*_H grown with the FLOPS); horizontal lines: Table 1's NVLink generations.")))

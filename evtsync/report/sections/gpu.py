@@ -56,7 +56,7 @@ def build(ctx: ReportContext) -> list[Section]:
                 "tau p90 µs": s["tau_p90_us"], "tau max µs": s["tau_max_us"],
                 "wait share, longest-waiting rank": s["fastest_wait_share"],
                 "wait share, median rank": s["median_rank_wait_share"], "invalid": s["n_invalid"]})
-            sec.items.append(Table(shown, "Tax per workload, PG and collective type (SPEC §3): tau = max − min NCCL "
+            sec.items.append(Table(shown, "Tax per workload, PG and collective type (methodology §3): tau = max − min NCCL "
                                           "kernel duration over the member ranks, µs, over the valid collectives "
                                           "(count): median with "
                                           f"its distribution-free {PCT} confidence interval (order statistics), 90th "
@@ -71,12 +71,12 @@ def build(ctx: ReportContext) -> list[Section]:
             sec.items.append(ctx.figure(functools.partial(tax_figs.tax_cdfs, labelled), f"tax-cdf-{gslug}", f"Empirical CDF of the synchronization tax tau_max (max − min NCCL "
                                         f"kernel duration across the member ranks, log µs) of every aligned collective "
                                         f"on {gpu}, one curve per workload, process group and collective type "
-                                        f"(SPEC §3)."))
+                                        f"(methodology §3)."))
         if ranks is not None and len(ranks[ranks["gpu"].astype(str) == gpu]):
             fig = functools.partial(tax_figs.wait_shares, ranks[ranks["gpu"].astype(str) == gpu], f"Wait shares on {gpu}")
             sec.items.append(ctx.figure(fig, f"wait-shares-{gslug}", f"Distribution over collectives of the wait share (d_r − min d)/d_r: solid "
                                               f"for the rank that waited longest, dashed for the median rank, one "
-                                              f"colour per workload on {gpu} (SPEC §3)."))
+                                              f"colour per workload on {gpu} (methodology §3)."))
         sections.append(sec)
         sections.append(Section(f"{gpu}: critical-path attribution", _attribution_items(ctx, att, gpu, gslug),
                                 level=3, anchor=f"attribution-{gslug}"))
@@ -93,7 +93,7 @@ def build(ctx: ReportContext) -> list[Section]:
 
 def _attribution_items(ctx: ReportContext, att: pd.DataFrame | None, gpu: str, gslug: str) -> list[Any]:
     if not ctx.done("attribution"):
-        return [f"Critical-path attribution (SPEC §4): {ctx.why_not('attribution')}"]
+        return [f"Critical-path attribution (methodology §4): {ctx.why_not('attribution')}"]
     sub = att[att["gpu"].astype(str) == gpu] if att is not None else pd.DataFrame()
     if sub.empty:
         return [f"Critical-path attribution: no attributed collective on {gpu}."]
@@ -116,11 +116,11 @@ def _attribution_items(ctx: ReportContext, att: pd.DataFrame | None, gpu: str, g
     items.append(Table(cat[["workload", "category", "cause class", "collectives", f"share [{PCT} CI]",
                             "share of GPU causes"]],
                        "Principal cause of each straggler (the event with the largest extra time on its critical "
-                       "path against the fastest rank's, SPEC §4), by category; paper: GEMM 78%, FlashAttention "
+                       "path against the fastest rank's, methodology §4), by category; paper: GEMM 78%, FlashAttention "
                        "15.4%, FSDP 4.3%, Norm 1.2%, Concat/Split 0.6% of GPU causes."))
     items.append(ctx.figure(functools.partial(tax_figs.attribution_breakdown, sub), f"attribution-{gslug}", f"Share of attributed collectives on {gpu} per principal-cause category, one bar per "
                                   f"workload (critical-path walk from each collective back to the previous collective "
-                                  f"of its PG, straggler's path compared with the fastest rank's, SPEC §4)."))
+                                  f"of its PG, straggler's path compared with the fastest rank's, methodology §4)."))
     items.append(_path_view(ctx, gpu, gslug))
     coll = ctx.table("attribution_collectives")
     if coll is not None:
@@ -157,7 +157,7 @@ def _path_view(ctx: ReportContext, gpu: str, gslug: str) -> Any:
         f"(rank {int(top['fastest_rank'])}) for collective {int(top['index'])} of PG {top['pg']} in workload "
         f"{top['workload']}, the attributed collective with the largest tax on {gpu} (tau_max "
         f"{fmt(top['tau_max_us'])} µs), as in the paper's Fig. 4: GPU and CPU-side events on separate lanes, time "
-        f"from each path's first event (both ranks leave the previous collective together, SPEC §4); outlined "
+        f"from each path's first event (both ranks leave the previous collective together, methodology §4); outlined "
         f"in red: the principal cause, {cause}."))
 
 
@@ -200,10 +200,10 @@ def _cell_section(ctx: ReportContext, gpu: str, precision: str, z: pd.DataFrame,
                             mle_parameters(mle, "gumbel", gpu=gpu, precision=precision),
                             post, label, f"{gpu} {precision}")
     sec.items.append(ctx.figure(fig, f"gev-{slug(gpu)}-{slug(precision)}", f"Left: histogram of the pooled z-scores z = (M − X̄)/s_pooled of the GEMM blocks "
-                                      f"on {gpu} {precision} (SPEC §5) with the GEV and Gumbel maximum-likelihood "
+                                      f"on {gpu} {precision} (methodology §5) with the GEV and Gumbel maximum-likelihood "
                                       f"densities where fitted{posterior_text}. Right: QQ plot of the ordered z-scores against the MLE model "
                                       f"quantiles at i/(n+1); points above the diagonal in the upper tail mean a "
-                                      f"heavier tail than the model (SPEC §6)."))
+                                      f"heavier tail than the model (methodology §6)."))
     if mle is not None and "mu" in mle:
         rows = mle[(mle["gpu"].astype(str) == gpu) & (mle["precision"].astype(str) == precision)]
         shown = pd.DataFrame({
@@ -214,7 +214,7 @@ def _cell_section(ctx: ReportContext, gpu: str, precision: str, z: pd.DataFrame,
                                     for f, a, b, c in zip(rows["family"], rows["xi"], rows["xi_lo"], rows["xi_hi"], strict=True)],
             "AIC": rows["aic"], "LRT p (Gumbel vs GEV)": rows.get("lrt_pvalue"),
         })
-        caption = (f"Maximum-likelihood fits of the cell (SPEC §6): Wald {PCT} intervals for mu and "
+        caption = (f"Maximum-likelihood fits of the cell (methodology §6): Wald {PCT} intervals for mu and "
                    f"sigma from the observed information, profile-likelihood {PCT} interval for xi; "
                    "the likelihood-ratio test of xi = 0 has one degree of freedom.")
         flag = None
@@ -237,7 +237,7 @@ def _cell_section(ctx: ReportContext, gpu: str, precision: str, z: pd.DataFrame,
                 f"predicted µs [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in zip(rows["predicted_mean_us"], rows["predicted_lo_us"], rows["predicted_hi_us"], strict=True)],
             }), "IN-SAMPLE: mean straggler delay (mean − min kernel duration) of the collectives after this cell's "
                 "GEMM blocks, measured (t interval of the mean) and predicted as b·E_k from the posterior of a fit "
-                "to these very blocks' z-scores (SPEC §7) — agreement shows the fit describes its data, not that "
+                "to these very blocks' z-scores (methodology §7) — agreement shows the fit describes its data, not that "
                 "it predicts new data; see the out-of-sample check in \"Predicted vs measured\"."))
     return sec
 

@@ -30,6 +30,6 @@ def build(ctx: ReportContext) -> list[Section]:
     return [Section("Inputs", [Table(pd.DataFrame(rows), "One row per workload (one job's traces): ranks "
                                                          "counted as distinct ranks, beside the trace files read (a "
                                                          "rank's trace may span several files); process groups as "
-                                                         "aligned (SPEC §2).")],
+                                                         "aligned (methodology §2).")],
                     anchor="inputs")]
 

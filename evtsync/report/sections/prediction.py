@@ -33,7 +33,7 @@ def build(ctx: ReportContext) -> list[Section]:
     main = summary.get("main_model")
     models = [main] + [m for m in ("gumbel-hier", "gumbel") if m in set(tau["model"]) and m != main][:1]
     items: list[Any] = [ctx.figure(functools.partial(pred_figs.tau_curves, tau, models), "tau-n", f"Predicted mean straggler delay tau(n) = b·E_k, k = n/m, for domains of n = m "
-                                         f"… 4096 ranks (SPEC §7): E_k is the expected maximum of k GEV draws at each "
+                                         f"… 4096 ranks (methodology §7): E_k is the expected maximum of k GEV draws at each "
                                          f"posterior draw of the cell's (mu, sigma, xi), fitted to the centred block "
                                          f"maxima y (the calibrated estimator of the n-rank mean straggler delay, "
                                          f"docs/methodology.md); b = mean r × mean a over the "
@@ -59,7 +59,7 @@ def build(ctx: ReportContext) -> list[Section]:
     if bstar is not None and len(bstar):
         bstar, held_fixed = _held_fixed(bstar)
         b_items: list[Any] = [ctx.figure(functools.partial(pred_figs.bstar_curves, bstar), "bstar-n", f"Optimal bandwidth B* at elasticity eps = {fmt(summary.get('eps'))} of "
-                                               f"the augmented Hockney model T(B) = p·alpha + q·S/B + tau (SPEC §8) "
+                                               f"the augmented Hockney model T(B) = p·alpha + q·S/B + tau (methodology §8) "
                                                f"against n, per topology, with tau(n) from {main} (posterior mean, {PCT} "
                                                f"band per GPU × precision) beside Hockney's B*_H (tau = 0, dashed). "
                                                f"alpha = {fmt(summary.get('alpha_us'))} µs, S = "

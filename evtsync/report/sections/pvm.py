@@ -72,7 +72,7 @@ def build(ctx: ReportContext) -> list[Section]:
                    f"kernel duration over the ranks, averaged over {selection}; error bars: {PCT} t interval of the "
                    f"mean) against the prediction b·E_k with k = n/m from the posterior of {pvm['model'].iloc[0]} "
                    f"and b the pooled sd of the preceding blocks (error bars: {PCT} credible interval), per workload "
-                   "(SPEC §7)."),
+                   "(methodology §7)."),
         "In-sample. " + _ratio_line(pvm)]
     beyond = pvm[pvm["n"].astype(int) > int(m)]
     if len(beyond):

@@ -18,7 +18,7 @@ from evtsync.report.markdown import (
 
 def build(ctx: ReportContext) -> list[Section]:
     """What will hardware without traces pay? tau(n) of the named presets (reference.PRESETS),
-    drawn from the main fit's population when the GPU is not in the fit (SPEC §7), from the
+    drawn from the main fit's population when the GPU is not in the fit (methodology §7), from the
     prediction stage's ``tables/whatif.parquet``."""
     from evtsync.reference import REFERENCE_TFLOPS
 
@@ -48,7 +48,7 @@ def build(ctx: ReportContext) -> list[Section]:
         f"tau(n) of bf16 domains that have no traces, from {name}: a GPU absent from the fit is drawn from the "
         f"hierarchy's population (a new GPU deviation and cell term per posterior draw: 'population', wider "
         f"intervals); b = {b_source}, {fmt(b_ref)} µs, divided by the preset's FLOPS over the H200's "
-        f"{REFERENCE_TFLOPS:g} TFLOPS (SPEC §8). n and NVLink GB/s are the paper's Table 1; its Table 1 lists no "
+        f"{REFERENCE_TFLOPS:g} TFLOPS (methodology §8). n and NVLink GB/s are the paper's Table 1; its Table 1 lists no "
         f"TFLOPS: 'TFLOPS from' says whether a value is the paper's (H200) or an NVIDIA datasheet's (named in "
         f"'source'). Presets: evtsync.reference.PRESETS; any other with "
         f"`evtsync predict FIT --gpu G --precision P --n N --flops-factor F`."))]

@@ -56,7 +56,7 @@ def build(ctx: ReportContext) -> list[Section]:
     items.insert(0, ctx.figure(functools.partial(fit_figs.xi_forest, shown, population), "xi-forest", f"Posterior mean and central {PCT} credible interval of the GEV shape xi in every GPU × "
                                      "precision cell, for every fitted model with a free shape (pooled models give one "
                                      f"value for all cells; x markers: fit not converged). Grey band: {PCT} interval of the "
-                                     "population shape xi0 of the hierarchical model (SPEC §6)."))
+                                     "population shape xi0 of the hierarchical model (methodology §6)."))
     keys = ["model", "gpu", "precision"]
     labels = label_columns(shown, keys) + [c for c in shown.columns if pd.api.types.is_bool_dtype(shown[c])
                                            and c not in NOT_LABELS]  # e.g. a prior-dominance flag
