@@ -10,7 +10,7 @@ Every measurement runs in a fresh process under ``/usr/bin/time -v`` (peak RSS =
 resident set size"); the process also reports the CPU and wall seconds of the work itself
 (imports excluded). Methods, each on the same file:
 
-- ``evtsync``: ``evtsync.trace.traceset.read_rank`` (decode + typed per-rank tables) with the
+- ``evtsync``: ``evtsync.trace.readers.read_rank`` (decode + typed per-rank tables) with the
   default decoder (``EVTSYNC_DECODER=auto``), **its load inside the clock**: the process
   starts without the compiled scanner, and whatever the default rule loads for this file
   (the ahead-of-time scanner, ~1 ms, or numba's just-in-time one, ~1 s) is counted; which
@@ -75,7 +75,7 @@ def run_method(method: str, path: str, traced: bool = False) -> dict:
     import pandas as pd
 
     from evtsync.trace import decode
-    from evtsync.trace.traceset import read_rank
+    from evtsync.trace.readers import read_rank
 
     # pandas imports pyarrow for string columns on first use: done here, untimed, for all
     pd.DataFrame({"warm": ["up"]}).astype({"warm": "category"})

@@ -74,7 +74,7 @@ import scipy.stats  # noqa: F401  (the earlier stages' imports)
 import evtsync.evt.compare, evtsync.evt.predict, evtsync.evt.mlefit  # noqa: F401,E401
 from evtsync.pipeline import stages
 from evtsync.pipeline.engine import Run
-from evtsync.pipeline.layout import fitted_models, read_manifest
+from evtsync.runfolder.layout import fitted_models, read_manifest
 from evtsync.pipeline.options import RunOptions
 run = Run(RunOptions(out=copy))
 run.manifest = read_manifest(copy)

@@ -55,7 +55,7 @@ from evtsync.collectives import Alignment, align_collectives
 from evtsync.defaults import DEFAULT_M
 from evtsync.display import TablesDisplay
 from evtsync.errors import InputError
-from evtsync.kernels import (
+from evtsync.trace.kernels import (
     KernelClassifier,
     canonical_precision,
     name_precisions,

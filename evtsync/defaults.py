@@ -27,6 +27,8 @@ SAMPLERS = ("nutpie", "pymc")
 DEFAULT_SAMPLER = SAMPLERS[0]
 #: The hierarchical model whose population predicts hardware a fit has not seen.
 POPULATION_MODEL = "gev-hier-gpu-precision"
+#: The model of the paper's estimator (tau(n) from the per-cell GEV MLE), shown beside the fits'.
+PAPER_MODEL = "mle-gev"
 #: The model a run reports its predictions with when LOO cannot choose, in this order.
 MAIN_MODEL_PREFERENCE = (POPULATION_MODEL, "gev", "gumbel")
 #: Topologies of a run's predictions (names of :data:`evtsync.hockney.TOPOLOGIES`, which holds
@@ -57,6 +59,7 @@ DEFAULTS: dict[str, Any] = {
     "INTERVAL_LEVEL": INTERVAL_LEVEL, "DEFAULT_M": DEFAULT_M, "DEFAULT_EPS": DEFAULT_EPS, "RHAT_MAX": RHAT_MAX,
     "ESS_MIN": ESS_MIN, "SAMPLERS": SAMPLERS, "DEFAULT_SAMPLER": DEFAULT_SAMPLER,
     "POPULATION_MODEL": POPULATION_MODEL, "MAIN_MODEL_PREFERENCE": MAIN_MODEL_PREFERENCE,
+    "PAPER_MODEL": PAPER_MODEL,
     "RUN_TOPOLOGIES": RUN_TOPOLOGIES, "END_TOLERANCE_US": END_TOLERANCE_US, "RANKS_PER_HOST": RANKS_PER_HOST,
     "DEFAULT_DRAWS": DEFAULT_DRAWS, "DEFAULT_TUNE": DEFAULT_TUNE, "DEFAULT_CHAINS": DEFAULT_CHAINS,
     "DEMO_DRAWS": DEMO_DRAWS, "DEMO_TUNE": DEMO_TUNE, "DEMO_CHAINS": DEMO_CHAINS,
@@ -76,6 +79,8 @@ def check_defaults(table: dict[str, Any]) -> dict[str, Any]:
         ("DEFAULT_SAMPLER", lambda v: v in table["SAMPLERS"], "one of SAMPLERS"),
         ("MAIN_MODEL_PREFERENCE", lambda v: v[0] == table["POPULATION_MODEL"] and len(set(v)) == len(v),
          "distinct model names, the population model first"),
+        ("PAPER_MODEL", lambda v: v.startswith("mle-") and v not in table["MAIN_MODEL_PREFERENCE"],
+         "an MLE model name (mle-FAMILY), apart from the Bayesian fits'"),
         ("RUN_TOPOLOGIES", lambda v: len(v) == len(set(v)) > 0, "distinct topology names"),
         ("END_TOLERANCE_US", lambda v: v >= 0, "a tolerance >= 0 µs"),
         ("RANKS_PER_HOST", lambda v: isinstance(v, int) and v >= 1, "a whole number >= 1"),

@@ -279,7 +279,7 @@ def tables_from_run(run_dir, label: str | None = None, workload: str | None = No
     """A side of a comparison read from a run folder's tax tables (``evtsync run --out``)."""
     from pathlib import Path
 
-    from evtsync.pipeline.layout import missing_ranks, read_verified_manifest, table_path
+    from evtsync.runfolder.layout import missing_ranks, read_verified_manifest, table_path
     from evtsync.tableio import read_table
 
     run_dir = Path(run_dir)
@@ -312,7 +312,7 @@ def run_workloads(path) -> list[str]:
     """The workloads of a run folder's tax table, sorted ([] for traces, or a run without the column)."""
     from pathlib import Path
 
-    from evtsync.pipeline.layout import table_path
+    from evtsync.runfolder.layout import table_path
 
     if not (Path(path) / "manifest.json").is_file():
         return []
@@ -683,7 +683,7 @@ class RunFit:
 
 
 def fit_of_run(run_dir) -> RunFit | None:
-    """The main fit of a run folder (:func:`evtsync.pipeline.layout.main_model`), or None when
+    """The main fit of a run folder (:func:`evtsync.runfolder.layout.main_model`), or None when
     the run has no Bayesian fit with results.
 
     ``block_sd_us``: b per cell name ("GPU|precision") from the run's ``block_scale`` table (a
@@ -693,7 +693,7 @@ def fit_of_run(run_dir) -> RunFit | None:
     """
     from pathlib import Path
 
-    from evtsync.pipeline.layout import (
+    from evtsync.runfolder.layout import (
         fitted_models,
         main_model,
         read_verified_manifest,

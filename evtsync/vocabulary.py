@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 #: Canonical GEMM precision labels of the z-score tables, widest to narrowest (``--precision``;
-#: evtsync.kernels).
+#: evtsync.trace.kernels).
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")
 #: Definitions of a compute block's time (``--time``; evtsync.blocks): GPU busy time, first
 #: start to last end, or the window between the bounding collectives.

@@ -16,7 +16,7 @@ import pytest
 from conftest import full_data_file
 
 from evtsync.errors import InputError
-from evtsync.kernels import (
+from evtsync.trace.kernels import (
     KernelClassifier,
     canonical_precision,
     name_precisions,

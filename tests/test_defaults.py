@@ -157,7 +157,8 @@ def test_the_scan_leaves_other_uses_alone(source: str) -> None:
 def test_the_table_is_validated() -> None:
     assert defaults.check_defaults(dict(defaults.DEFAULTS)) == defaults.DEFAULTS
     for name, bad in (("INTERVAL_LEVEL", 90), ("DEFAULT_EPS", 0.5), ("DEFAULT_SAMPLER", "hmc"), ("DEFAULT_M", 1),
-                      ("RHAT_MAX", 0.99), ("MAIN_MODEL_PREFERENCE", ("gev", "gumbel"))):
+                      ("RHAT_MAX", 0.99), ("MAIN_MODEL_PREFERENCE", ("gev", "gumbel")),
+                      ("PAPER_MODEL", "gev")):
         with pytest.raises(ValueError, match=name):
             defaults.check_defaults({**defaults.DEFAULTS, name: bad})
 

@@ -13,7 +13,7 @@ from scipy import optimize, stats
 
 from evtsync.errors import FitError, InputError
 from evtsync.evt import mle
-from evtsync.evt.diagnostics import plot_diagnostics
+from evtsync.plots.diagnostics import plot_diagnostics
 
 DATA = SHARED_DATA / "evt"
 CHI2_95 = stats.chi2.ppf(0.95, 1)

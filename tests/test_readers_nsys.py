@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from evtsync.errors import TraceError
-from evtsync.trace.readers import reader_for
-from evtsync.trace.traceset import load_traces, read_rank
+from evtsync.trace.readers import read_rank, reader_for
+from evtsync.trace.traceset import load_traces
 
 EXPORT = Path(__file__).parent / "data" / "nsys" / "perlmutter-cloverleaf-cuda.sqlite"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from evtsync.errors import TraceError
-from evtsync.trace.readers import all_suffixes, reader_for, readers
-from evtsync.trace.traceset import load_traces, read_rank, trace_files_in
+from evtsync.trace.readers import all_suffixes, read_rank, reader_for, readers
+from evtsync.trace.traceset import load_traces, trace_files_in
 
 DATA = Path(__file__).parent / "data"
 KINETO = DATA / "gloo-torch2.13" / "rank-0.json.gz"

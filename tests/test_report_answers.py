@@ -21,12 +21,12 @@ import pandas as pd
 import pytest
 
 from evtsync.intervals import median_interval, median_interval_kind
-from evtsync.pipeline.layout import next_step, root_cause
-from evtsync.pipeline.summary import reconcile_loo_tail
 from evtsync.report.context import ReportContext
 from evtsync.report.render import LEGIBLE_SCALE, png_width, render_html
 from evtsync.report.sections import RUN_SECTIONS
 from evtsync.report.sections.stragglers import straggler_frame
+from evtsync.runfolder.layout import next_step, root_cause
+from evtsync.runfolder.summary import reconcile_loo_tail
 from evtsync.tax import TaxTables, straggler_identity
 
 

@@ -17,7 +17,6 @@ import pytest
 from scipy import stats
 
 from evtsync.intervals import quantile_interval
-from evtsync.pipeline.summary import summary_numbers
 from evtsync.report.context import MIN_Z_FIGURE, ReportContext
 from evtsync.report.html import timestamp_text
 from evtsync.report.markdown import (
@@ -37,6 +36,7 @@ from evtsync.report.sections import prediction as prediction_sec
 from evtsync.report.sections import pvm as pvm_sec
 from evtsync.report.sections import summary as summary_sec
 from evtsync.report.sections import xi as xi_sec
+from evtsync.runfolder.summary import summary_numbers
 
 MODEL = "gev-hand"
 
@@ -306,7 +306,7 @@ def test_xi_forest_is_skipped_when_every_model_fixes_xi(tmp_path: Path) -> None:
 def test_summary_holds_bstar_in_gbps_and_what_each_interval_is(hand_run: tuple[Path, dict], tmp_path: Path) -> None:
     import json
 
-    from evtsync.pipeline.summary import summary_document
+    from evtsync.runfolder.summary import summary_document
 
     run, manifest = hand_run
     numbers, info = summary_numbers(run, manifest)

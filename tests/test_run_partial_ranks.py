@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from evtsync.cli import main
-from evtsync.pipeline.layout import incomplete_notes, missing_ranks, read_manifest
+from evtsync.runfolder.layout import incomplete_notes, missing_ranks, read_manifest
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,8 @@ import pytest
 import evtsync.trace.traceset as traceset
 from evtsync.cli import main
 from evtsync.trace.cache import RankCache, read_rank_cached
-from evtsync.trace.traceset import load_traces, read_rank
+from evtsync.trace.readers import read_rank
+from evtsync.trace.traceset import load_traces
 
 TABLES = ("kernels", "cpu_ops", "runtime", "syncs")
 

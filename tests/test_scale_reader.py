@@ -21,7 +21,7 @@ from conftest import full_data_file
 
 from evtsync.errors import TraceError
 from evtsync.trace.decode import decode_file
-from evtsync.trace.traceset import read_rank
+from evtsync.trace.readers import read_rank
 
 DLRM0 = "dlrm-8rank-v100/worker0_step_12.1694128201545.pt.trace.json.gz"
 BLOCKS = (97, 4096, 65_536, 1 << 24)

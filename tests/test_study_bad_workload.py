@@ -21,7 +21,7 @@ import pytest
 
 from evtsync.cli import main
 from evtsync.evt.bayesfit import load_fit
-from evtsync.pipeline.layout import failed_workloads, read_manifest
+from evtsync.runfolder.layout import failed_workloads, read_manifest
 from evtsync.synth import SynthConfig, synthesize
 
 FAST = ["--model", "gumbel", "--draws", "60", "--tune", "60", "--chains", "2", "-q"]
@@ -128,7 +128,7 @@ def test_a_workload_failing_after_the_tax_is_left_out_from_that_stage_on(
     error (injected): the first is attributed, the second recorded as failed there, exit 3."""
     import evtsync.critpath.attribution as attribution
     from evtsync.errors import AlignmentError
-    from evtsync.pipeline.layout import incomplete_notes
+    from evtsync.runfolder.layout import incomplete_notes
 
     study = tmp_path / "study"
     for name in ("first", "second"):

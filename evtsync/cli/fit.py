@@ -187,7 +187,7 @@ def run_fit(args: argparse.Namespace) -> int:
         record["lrt_gumbel"] = {"deviance": lrt.deviance, "df": lrt.df, "pvalue": lrt.pvalue,
                                 "aic_gumbel": lrt.gumbel.aic}
     if args.plot:
-        from evtsync.evt.diagnostics import plot_diagnostics
+        from evtsync.plots.diagnostics import plot_diagnostics
 
         plot_diagnostics(fit, values, args.plot)
         record["plot"] = str(args.plot)

@@ -30,8 +30,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from evtsync.errors import InputError
-    from evtsync.pipeline.layout import MANIFEST, being_written, incomplete_notes, read_manifest
     from evtsync.report.html import REPORT_HTML, REPORT_MD, build_report
+    from evtsync.runfolder.layout import MANIFEST, being_written, incomplete_notes, read_manifest
 
     if being_written(args.source):
         raise InputError(f"{args.source}: an `evtsync run` is writing this folder now; run `evtsync report` "

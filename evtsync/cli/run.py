@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         default_out,
         run_pipeline,
     )
-    from evtsync.pipeline.layout import failed_workloads, incomplete_notes
+    from evtsync.runfolder.layout import failed_workloads, incomplete_notes
     from evtsync.trace.cache_dir import default_cache_dir
 
     declared = [p for p in args.pg if "=" in p]
@@ -204,7 +204,7 @@ def _print_json(result: Any, failed: list[str], report: Path | None, allow_faile
     """``run --json``: the outcome as one strict JSON document, the answer table (``summary.json``)
     under ``summary`` (or why there is none); the same exit status as the text."""
     from evtsync.cli._common import emit_json
-    from evtsync.pipeline.layout import failed_workloads, incomplete_notes
+    from evtsync.runfolder.layout import failed_workloads, incomplete_notes
 
     stages = result.manifest.get("stages", {})
     bad_workloads = failed_workloads(result.manifest)
@@ -226,7 +226,7 @@ def run_summary(run_dir: Path, manifest: dict) -> dict:
     none (the summary stage did not run)."""
     import json
 
-    from evtsync.pipeline.layout import SUMMARY_JSON, root_cause
+    from evtsync.runfolder.layout import SUMMARY_JSON, root_cause
 
     path = run_dir / SUMMARY_JSON
     if path.is_file():

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from evtsync.errors import InputError
 
 #: Marker pattern of the default GEMM row: GEMMs are recognised by
-#: :class:`evtsync.kernels.KernelClassifier`, the one GEMM detector of the package (shared
+#: :class:`evtsync.trace.kernels.KernelClassifier`, the one GEMM detector of the package (shared
 #: with the compute blocks), not by a regex of this table.
-GEMM_ROW = "<evtsync.kernels GEMM detection>"
+GEMM_ROW = "<evtsync.trace.kernels GEMM detection>"
 
 #: CPU cause categories (not name-based).
 CPU_CATEGORIES = ("launch_delay", "python_gap", "synchronization")
@@ -57,7 +57,7 @@ class _GemmMatcher:
     """Regex-like ``search`` that answers with the package's GEMM detector."""
 
     def __init__(self) -> None:
-        from evtsync.kernels import KernelClassifier
+        from evtsync.trace.kernels import KernelClassifier
 
         self._classifier = KernelClassifier()
 

@@ -16,6 +16,4 @@ Submodules are imported on demand so that ``import evtsync.evt.gev`` stays light
 - :mod:`evtsync.evt.compare` — PSIS-LOO comparison of fits.
 - :mod:`evtsync.evt.predict` — tau(n) = b·E_k (methodology §7), FLOPS scaling (§8) and the one set of
   prediction tables (tau(n), B*, predicted vs measured) for CLI, pipeline and report.
-- :mod:`evtsync.evt.diagnostics` — the four-panel diagnostic plot of R's ``ismev::gev.diag``
-  (to move to :mod:`evtsync.plots`).
 """

@@ -6,7 +6,7 @@ inputs did not change and resumes an interrupted run. Modules:
 
 - :mod:`~evtsync.pipeline.options` — :class:`RunOptions` (checked before any work), workloads;
 - :mod:`~evtsync.pipeline.engine` — stages, cache keys, resume, manifest, lock, temporaries;
-- :mod:`~evtsync.pipeline.layout` — the run folder's layout and queries on it (the report's view);
+- :mod:`~evtsync.runfolder.layout` — the run folder's layout and queries on it (the report's view);
 - :mod:`~evtsync.pipeline.stages` — the stage bodies, each calling the library.
 """
 
@@ -23,7 +23,9 @@ from evtsync.pipeline.engine import (
     execute,
     source_digest,
 )
-from evtsync.pipeline.layout import (
+from evtsync.pipeline.options import RunOptions, Workload, default_out, discover_workloads
+from evtsync.pipeline.stages import build_stages
+from evtsync.runfolder.layout import (
     FITS,
     MANIFEST,
     MANIFEST_FORMAT,
@@ -37,8 +39,6 @@ from evtsync.pipeline.layout import (
     read_manifest,
     stage_table,
 )
-from evtsync.pipeline.options import RunOptions, Workload, default_out, discover_workloads
-from evtsync.pipeline.stages import build_stages
 
 
 def run_pipeline(options: RunOptions, on_stage: Callable[[StageEvent], None] | None = None) -> Run:

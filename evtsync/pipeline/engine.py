@@ -41,15 +41,16 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from evtsync.errors import EvtsyncError, InputError, OutputError
-from evtsync.pipeline.layout import (
+from evtsync.pipeline.options import RunOptions, Workload, default_out, discover_workloads
+from evtsync.runfolder.layout import (
     LOCK,
     MANIFEST,
     STATUS_DONE,
     STATUS_FAILED,
     STATUS_NA,
     STATUS_UNAVAILABLE,
+    source_digest,
 )
-from evtsync.pipeline.options import RunOptions, Workload, default_out, discover_workloads
 from evtsync.tableio import (
     TEMP_SUFFIX,
     file_sha256,
@@ -90,19 +91,6 @@ class StageEvent:
     #: CPU time the stage cost (this process, plus its job's process when it ran in the pool):
     #: its work, where ``seconds`` (wall clock) includes waiting for a job that ran beside others
     cpu_seconds: float = 0.0
-
-
-@functools.cache
-def source_digest() -> str:
-    """SHA-256 over the package's Python sources: a code change invalidates cached stages.
-
-    Computed once per process, so that a run is judged against the code it runs with."""
-    root = Path(__file__).resolve().parent.parent
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def _key(*parts: Any) -> str:
@@ -175,7 +163,7 @@ class Run:
     def _repr_html_(self) -> str:
         """The run in a notebook: its folder, the answer table (``summary.json``) and its stages."""
         from evtsync.display import run_html
-        from evtsync.pipeline.layout import SUMMARY_JSON, stage_table
+        from evtsync.runfolder.layout import SUMMARY_JSON, stage_table
 
         path = self.out / SUMMARY_JSON
         summary = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
@@ -287,7 +275,7 @@ class Run:
 
     def live_workloads(self) -> list[Workload]:
         """The study's workloads that did not fail in an earlier stage."""
-        from evtsync.pipeline.layout import failed_workloads
+        from evtsync.runfolder.layout import failed_workloads
 
         failed = failed_workloads(self.manifest)
         return [w for w in self.workloads if w.name not in failed]
@@ -564,8 +552,8 @@ def execute(run: Run, build_stages: Callable[[Run], list[Stage]]) -> Run:
     import dataclasses
 
     from evtsync.parallel import optional_dask
-    from evtsync.pipeline.layout import MANIFEST_FORMAT, read_manifest
     from evtsync.progress import progress
+    from evtsync.runfolder.layout import MANIFEST_FORMAT, read_manifest
 
     options = run.options
     options.check()

@@ -82,7 +82,7 @@ class RunOptions:
                 raise InputError(f"--{name} must be >= 1, got {value}")
         if not -1 < self.eps < 0:
             raise InputError(f"--eps {self.eps}: the target elasticity must lie in (-1, 0)")
-        from evtsync.pipeline.layout import check_run_folder
+        from evtsync.runfolder.layout import check_run_folder
 
         out = self.out or default_out(self)
         check_output_dir(out, "--out")

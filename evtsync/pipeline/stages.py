@@ -40,7 +40,8 @@ from evtsync.defaults import INTERVAL_LEVEL, RUN_TOPOLOGIES
 from evtsync.errors import InputError
 from evtsync.evt.mlefit import MIN_Z_MLE
 from evtsync.pipeline.engine import NotApplicable, Run, Stage, Unavailable
-from evtsync.pipeline.layout import (
+from evtsync.pipeline.options import DEMO_OVERRIDES, DEMO_STUDY
+from evtsync.runfolder.layout import (
     FITS,
     SUMMARY_JSON,
     TABLES,
@@ -48,7 +49,6 @@ from evtsync.pipeline.layout import (
     fitted_models,
     main_model,
 )
-from evtsync.pipeline.options import DEMO_OVERRIDES, DEMO_STUDY
 from evtsync.tableio import file_sha256
 
 log = logging.getLogger("evtsync.pipeline.stages")
@@ -609,8 +609,8 @@ def _holdout(run: Run, family: str, attribution: pd.DataFrame | None) -> tuple[p
 
 
 def _stage_summary(run: Run) -> dict[str, Any]:
-    """The answer table: ``tables/summary.parquet`` and ``summary.json`` (evtsync.pipeline.summary)."""
-    from evtsync.pipeline.summary import summary_document, summary_numbers
+    """The answer table: ``tables/summary.parquet`` and ``summary.json`` (evtsync.runfolder.summary)."""
+    from evtsync.runfolder.summary import summary_document, summary_numbers
 
     run.require("tax")
     run.save_manifest()  # the summary reads the stages' reasons from it

@@ -10,6 +10,8 @@ from typing import Any
 
 import pandas as pd
 
+from evtsync.defaults import PAPER_MODEL
+
 
 def read_truths(run_dir: Path, manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Workload -> the demo study's ``ground_truth.json`` (only those the demo stage wrote)."""
@@ -88,10 +90,6 @@ def _attribution_row(workload: str, t: dict[str, Any], attribution: pd.DataFrame
         arow["planted_found"] = found
     return arow
 
-
-#: tau(n) rows compared with the simulated truth: the main model's and the paper's estimator (the
-#: GEV MLE of z, model ``mle-gev``, biased low beyond n = m, docs/methodology.md).
-PAPER_MODEL = "mle-gev"
 
 #: Domain sizes of the truth comparison besides m and each workload's TP group size.
 TRUTH_NS = (512, 4096)

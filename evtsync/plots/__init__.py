@@ -5,7 +5,8 @@ Each public function takes plain tables (those of :mod:`evtsync.evt.predict`, th
 :func:`save_figure` (one file, format from the extension) or :func:`save_png_svg` (PNG and, when asked, SVG, for the
 report). Modules: :mod:`~evtsync.plots.tax` (tax CDFs, wait shares, attribution),
 :mod:`~evtsync.plots.fits` (GEV per cell, xi forest, posterior per cell),
-:mod:`~evtsync.plots.predictions` (tau(n), B*, predicted vs measured). Nothing in
+:mod:`~evtsync.plots.predictions` (tau(n), B*, predicted vs measured),
+:mod:`~evtsync.plots.diagnostics` (the four panels of R's ``ismev::gev.diag`` for one MLE). Nothing in
 :mod:`evtsync.evt` imports this package: statistics never need matplotlib.
 """
 

@@ -21,9 +21,9 @@ import pandas as pd
 
 from evtsync.defaults import INTERVAL_LEVEL as LEVEL
 from evtsync.evt.mlefit import MIN_Z_MLE
-from evtsync.pipeline.layout import STATUS_TEXT, next_step, root_cause
 from evtsync.plots.base import PLOT_MODULES, draw_png_svg
 from evtsync.report.markdown import Figure
+from evtsync.runfolder.layout import STATUS_TEXT, next_step, root_cause
 from evtsync.tableio import atomic_path, file_sha256, read_table
 
 log = logging.getLogger(__name__)
@@ -49,11 +49,11 @@ FigureJob = tuple[Callable[[], Any], str, bool]
 def figure_key(job: FigureJob) -> str | None:
     """Cache key of a planned figure: SHA-256 of its drawing call pickled (the figure function's
     name and every table and value bound to it) and its SVG flag, with the digest of evtsync's
-    sources (:func:`evtsync.pipeline.engine.source_digest`: any code change misses) and
+    sources (:func:`evtsync.runfolder.layout.source_digest`: any code change misses) and
     matplotlib's version. None when the call cannot be pickled (the figure is then always drawn)."""
     import matplotlib
 
-    from evtsync.pipeline.engine import source_digest
+    from evtsync.runfolder.layout import source_digest
 
     draw, _stem, svg = job
     try:
@@ -141,7 +141,7 @@ class ReportContext:
         one), read once per report (through the run's reader when the pipeline gives one)."""
         if self._main_fit is None:
             from evtsync.evt.bayesfit import BayesFit, fit_path, load_fit
-            from evtsync.pipeline.layout import fitted_models, main_model
+            from evtsync.runfolder.layout import fitted_models, main_model
 
             name = main_model(self.run_dir, self.manifest)
             if name is None:
@@ -208,7 +208,7 @@ class ReportContext:
 
     def why_not(self, name: str) -> str:
         """Why stage ``name`` has no result, in one line: its reason, the upstream stage that
-        caused it (:func:`~evtsync.pipeline.layout.root_cause`) and what to do next; a cause
+        caused it (:func:`~evtsync.runfolder.layout.root_cause`) and what to do next; a cause
         already explained earlier in the report is referred to, not repeated."""
         entry = self.stage(name)
         status = STATUS_TEXT.get(entry.get("status", "not run"), entry.get("status", "not run"))

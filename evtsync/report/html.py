@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from evtsync.errors import InputError
-from evtsync.pipeline.layout import REPORT_HTML, REPORT_MD
 from evtsync.plots.base import PLOT_MODULES
 from evtsync.report.context import PCT, ReportContext
 from evtsync.report.fit import fit_sections
 from evtsync.report.markdown import Section, render_markdown
 from evtsync.report.render import render_html
 from evtsync.report.sections import RUN_SECTIONS
+from evtsync.runfolder.layout import REPORT_HTML, REPORT_MD
 from evtsync.tableio import write_text_atomic
 
 log = logging.getLogger("evtsync.report.html")
@@ -87,7 +87,7 @@ def build_report(source: str | os.PathLike[str], out: str | os.PathLike[str] | N
     figures are kept by a hash of their input tables and the code (:class:`FigureCache`), so a
     figure whose data has not changed is copied, not drawn again; None: every figure is drawn."""
     from evtsync.evt.bayesfit import FIT_FILE
-    from evtsync.pipeline.layout import MANIFEST, read_verified_manifest
+    from evtsync.runfolder.layout import MANIFEST, read_verified_manifest
 
     src = Path(source)
     if (src / MANIFEST).is_file():

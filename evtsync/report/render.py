@@ -12,7 +12,6 @@ import html
 import re
 from typing import Any
 
-from evtsync.pipeline.layout import STATUS_TEXT
 from evtsync.report.markdown import (
     Alert,
     Caption,
@@ -25,6 +24,7 @@ from evtsync.report.markdown import (
     fmt,
     human_label,
 )
+from evtsync.runfolder.layout import STATUS_TEXT
 
 _CSS = """
 *{box-sizing:border-box}

@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.tableio import file_sha256
+from evtsync.trace.readers import read_rank
 from evtsync.trace.tables import RankTables
 
 log = logging.getLogger(__name__)
@@ -298,8 +299,6 @@ def read_rank_cached(path: str | os.PathLike[str], salvage: bool, cache_dir: str
     The warnings logged when the file was first read (rank from the file name, salvaged
     events, ...) are logged again on a hit, so a cached run says what an uncached one says.
     """
-    from evtsync.trace.traceset import read_rank
-
     if cache_dir is None:
         return read_rank(path, salvage, rank)
     cache = RankCache(Path(cache_dir))

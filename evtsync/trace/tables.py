@@ -121,7 +121,7 @@ class RankTables:
         if scope == "all":
             return self
         kernels, cpu_ops, runtime = (self.columns[t] for t in ("kernels", "cpu_ops", "runtime"))
-        # communication kernels: NCCL's and the registry's (evtsync.kernels.mark_comm_kernels)
+        # communication kernels: NCCL's and the registry's (evtsync.trace.kernels.mark_comm_kernels)
         nccl = np.asarray(kernels["is_comm" if "is_comm" in kernels else "is_nccl"], dtype=bool)
         gloo = is_gloo_collective(cpu_ops["name"])
         if scope == "collectives":

@@ -34,6 +34,7 @@ import pandas as pd
 
 from evtsync.display import TablesDisplay
 from evtsync.errors import InputError, TraceError
+from evtsync.trace.cache import read_rank_cached
 from evtsync.trace.decode import (
     decoder_mode,
     expect_json_bytes,
@@ -41,6 +42,7 @@ from evtsync.trace.decode import (
     reading_work,
     string_dtype,
 )
+from evtsync.trace.kernels import mark_comm_kernels, parse_comm_kernels
 from evtsync.trace.tables import (
     SCOPES,
     Columns,
@@ -275,19 +277,6 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     return [f for f, _ in inputs]
 
 
-def read_rank(path: str | os.PathLike[str], salvage: bool = False, rank: int | None = None) -> RankTables:
-    """Read one trace file into its rank's tables (the unit of parallel work) with the
-    reader its content calls for (:mod:`evtsync.trace.readers`); ``rank`` is the user's
-    word for its rank, if any."""
-    from evtsync.trace.readers import reader_for
-
-    reader = reader_for(path)
-    if reader.produces != "ranks":
-        raise TraceError(f"{path}: {reader.description} hold collective timings, not a rank's timeline: "
-                         "read them with load_traces (or evtsync tax)")
-    return reader.read(path, salvage=salvage, rank=rank)
-
-
 def empty_event_tables() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Kernel, CPU-op, runtime and sync tables without rows but with every column a trace's
     tables have (for sources with no timeline: code that reads a column finds it)."""
@@ -312,9 +301,6 @@ def _read_one(item: tuple[str, int | None], salvage: bool, cache_dir: str | None
     of work of every backend, so a worker ships back only what is kept. ``fast_decoder_bytes``:
     the JSON each process of the backend reads in all, for the compiled scanner's ``auto``
     rule (:func:`evtsync.trace.decode.expect_json_bytes`)."""
-    from evtsync.kernels import mark_comm_kernels
-    from evtsync.trace.cache import read_rank_cached
-
     path, rank = item
     if fast_decoder_bytes:
         expect_json_bytes(fast_decoder_bytes)  # the scanner loads when a file is really decoded
@@ -542,8 +528,6 @@ def assemble(parts: Sequence[RankTables], scope: str = "all") -> TraceSet:
         if beyond:
             raise TraceError(f"rank(s) {[p.rank for p in beyond]} not below the world size {world} "
                              f"({', '.join(p.info['path'] for p in beyond)})")
-    from evtsync.kernels import mark_comm_kernels
-
     for part in parts:
         if "is_comm" not in part.columns["kernels"]:  # tables read without the registry (read_rank)
             mark_comm_kernels(part)
@@ -710,7 +694,7 @@ def load_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
         ``"order"`` numbers the files 0, 1, ... in the order given.
     comm_kernels : iterable of str or (str, str), default ()
         Communication-kernel name patterns, ``"REGEX=KIND"`` or ``(regex, kind)``, added to the
-        built-in registry (:data:`evtsync.kernels.COMM_KERNEL_PATTERNS`).
+        built-in registry (:data:`evtsync.trace.kernels.COMM_KERNEL_PATTERNS`).
 
     Returns
     -------
@@ -727,8 +711,6 @@ def load_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
         Bad options: an unknown ``rank_from`` or ``scope``, ``RANK=PATH`` naming a folder or
         combined with ``rank_from="order"``.
     """
-    from evtsync.kernels import parse_comm_kernels
-
     if scope not in SCOPES:
         raise InputError(f"scope {scope!r}: expected one of {', '.join(SCOPES)}")
     if cache is False:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from evtsync.pipeline.layout import REPORT_HTML, REPORT_MD
 from evtsync.report.context import ReportContext
 from evtsync.report.markdown import (
     Section,
     Table,
 )
+from evtsync.runfolder.layout import REPORT_HTML, REPORT_MD
 
 
 def build(ctx: ReportContext) -> list[Section]:

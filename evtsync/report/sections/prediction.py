@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from evtsync.defaults import PAPER_MODEL
 from evtsync.evt.predict import ESTIMATORS
-from evtsync.pipeline.truth import PAPER_MODEL
 from evtsync.plots import predictions as pred_figs
 from evtsync.report.context import PCT, ReportContext, label_columns
 from evtsync.report.markdown import (

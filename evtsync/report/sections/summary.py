@@ -9,8 +9,6 @@ import pandas as pd
 
 from evtsync.display import fmt_interval
 from evtsync.hockney import topology_label
-from evtsync.pipeline.layout import STATUS_TEXT
-from evtsync.pipeline.summary import NOTE_SEPARATOR, read_summary
 from evtsync.report.context import PCT, ReportContext, fit_rows, slug
 from evtsync.report.markdown import (
     Alert,
@@ -21,6 +19,8 @@ from evtsync.report.markdown import (
     Table,
 )
 from evtsync.report.sections.stragglers import straggler_table
+from evtsync.runfolder.layout import STATUS_TEXT
+from evtsync.runfolder.summary import NOTE_SEPARATOR, read_summary
 
 #: The summary's column of notes (convergence, refusals) shown beside the numbers.
 SUMMARY_NOTE = "flags"
@@ -28,7 +28,7 @@ SUMMARY_NOTE = "flags"
 
 def build(ctx: ReportContext) -> list[Section]:
     """This module's sections of the run report (see the module docstring)."""
-    from evtsync.pipeline.layout import incomplete_notes
+    from evtsync.runfolder.layout import incomplete_notes
 
     numbers, info = read_summary(ctx.run_dir, ctx.manifest)
     items: list[Any] = [Alert(note) for note in incomplete_notes(ctx.manifest)]  # a failed workload, missing ranks

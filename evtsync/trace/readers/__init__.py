@@ -21,9 +21,12 @@ import gzip
 import os
 import zlib
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from evtsync.errors import TraceError
+
+if TYPE_CHECKING:
+    from evtsync.trace.tables import RankTables
 
 #: Bytes read from the start of a file (decompressed) to recognise its content.
 SNIFF_BYTES = 1 << 12
@@ -137,3 +140,14 @@ def reader_for(path: str | os.PathLike[str]) -> Reader:
         return by_suffix
     known = ", ".join(f"{r.description} ({', '.join(r.suffixes)})" for r in readers())
     raise TraceError(f"{path}: not a trace evtsync can read: its content is none of {known}")
+
+
+def read_rank(path: str | os.PathLike[str], salvage: bool = False, rank: int | None = None) -> RankTables:
+    """Read one trace file into its rank's tables (the unit of parallel work) with the
+    reader its content calls for (the registry above); ``rank`` is the user's
+    word for its rank, if any."""
+    reader = reader_for(path)
+    if reader.produces != "ranks":
+        raise TraceError(f"{path}: {reader.description} hold collective timings, not a rank's timeline: "
+                         "read them with load_traces (or evtsync tax)")
+    return reader.read(path, salvage=salvage, rank=rank)

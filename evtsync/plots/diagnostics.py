@@ -25,7 +25,7 @@ from evtsync.evt import gev
 from evtsync.evt.mle import MleFit, return_level_delta
 from evtsync.plots.base import figure_format, save_figure
 
-log = logging.getLogger("evtsync.evt.diagnostics")
+log = logging.getLogger("evtsync.plots.diagnostics")
 
 __all__ = ["plot_diagnostics"]
 

@@ -22,7 +22,7 @@ from evtsync.intervals import (
     quantile_interval,
     wilson_interval,
 )
-from evtsync.pipeline.layout import (
+from evtsync.runfolder.layout import (
     STATUS_TEXT,
     SUMMARY_JSON,
     TABLES,

@@ -44,6 +44,8 @@ import numpy as np
 import pandas as pd
 
 from evtsync.errors import InputError
+from evtsync.trace.schema import COMM_KERNEL_PATTERNS
+from evtsync.trace.tables import category_flags, category_strings, is_kernel_category, string_values
 from evtsync.vocabulary import PRECISIONS
 
 log = logging.getLogger(__name__)
@@ -226,8 +228,6 @@ def parse_comm_kernels(specs: Iterable[str | tuple[str, str]]) -> tuple[tuple[st
 
 @functools.lru_cache(maxsize=64)
 def _comm_patterns(extra: tuple[tuple[str, str], ...]) -> tuple[tuple[re.Pattern[str], str], ...]:
-    from evtsync.trace.schema import COMM_KERNEL_PATTERNS
-
     return tuple((re.compile(p, re.IGNORECASE), kind) for p, kind in (*extra, *COMM_KERNEL_PATTERNS))
 
 
@@ -258,13 +258,6 @@ def mark_comm_kernels(tables: Any, extra: tuple[tuple[str, str], ...] = ()) -> N
     also wins over the collective read for an NCCL kernel. Each distinct kernel name is
     classified once.
     """
-    from evtsync.trace.tables import (
-        category_flags,
-        category_strings,
-        is_kernel_category,
-        string_values,
-    )
-
     kernels = tables.columns["kernels"]
     names = kernels["name"]
     if not isinstance(names, pd.Categorical):

@@ -16,6 +16,8 @@ The run folder owns only the files its manifest lists; nothing else in it is tou
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 from collections.abc import Sequence
@@ -286,3 +288,16 @@ def next_step(stage: str, reason: str) -> str:
         return ("Nothing to do: with a single cell the pooled model answers; traces of another GPU or precision "
                 "would give this model something to pool.")
     return ""
+
+
+@functools.cache
+def source_digest() -> str:
+    """SHA-256 over the package's Python sources: a code change invalidates cached stages.
+
+    Computed once per process, so that a run is judged against the code it runs with."""
+    root = Path(__file__).resolve().parent.parent  # the evtsync package
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
