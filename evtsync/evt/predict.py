@@ -67,6 +67,7 @@ from evtsync.defaults import (
 )
 from evtsync.errors import InputError
 from evtsync.evt import gev
+from evtsync.evt.families import family as family_of
 from evtsync.reference import REFERENCE_TFLOPS
 
 log = logging.getLogger("evtsync.evt.predict")
@@ -944,7 +945,7 @@ def population_draws(fit: Any, levels: dict[str, str], seed: int = 0) -> tuple[N
     else:
         raise _population_refusal(fit, "sigma", "is one value per cell without a population (pooling 'none')")
     # xi
-    if fit.family == "gumbel" or "xi" not in post:
+    if not family_of(fit.family).has_xi or "xi" not in post:
         xi = np.zeros(n_sample)
     elif "cell" not in post["xi"].dims:
         xi = _flat(post, "xi").reshape(n_sample)
