@@ -242,7 +242,7 @@ class BayesFit:
 
     @property
     def family(self) -> str:
-        """``gumbel``, ``frechet`` or ``gev``."""
+        """The family's name, a key of :data:`evtsync.evt.families.FAMILY_TABLE` (``gumbel``, ``frechet``, ``weibull``, ``gev``)."""
         return str(self.tree.attrs.get("model_family", "gev"))
 
     @property
