@@ -11,7 +11,7 @@ import pytest
 
 from evtsync.cli import main
 from evtsync.errors import InputError, ModelSpecError
-from evtsync.evt.families import FAMILIES, family
+from evtsync.evt.families import FAMILIES, family, fixes_xi
 from evtsync.evt.fit import cell_parameters, fit_table
 from evtsync.evt.model import build_model, draw_prior, prepare_data, simulate_zscore_table
 from evtsync.evt.spec import load_spec, parse_spec
@@ -28,6 +28,7 @@ def test_table_entries_say_each_constraint():
     assert not family("gumbel").has_xi and family("gev").allows_additive_xi
     assert not family("weibull").allows_additive_xi
     assert family("weibull").start_xi(0.3) == -0.01 and family("weibull").start_xi(-0.4) == -0.4
+    assert fixes_xi("gumbel") and not fixes_xi("weibull") and not fixes_xi("")  # "" : a family not recorded
     with pytest.raises(InputError, match="unknown family 'pareto'"):
         family("pareto")
 

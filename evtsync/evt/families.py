@@ -93,3 +93,8 @@ def family(name: str) -> Family:
 def family_label(name: str) -> str:
     """The text label of a family (``"Fréchet"``); the name itself for one not in the table."""
     return FAMILY_TABLE[name].label if name in FAMILY_TABLE else name
+
+
+def fixes_xi(name: str) -> bool:
+    """Whether the family called ``name`` fixes xi at 0 (False for a name not in the table)."""
+    return name in FAMILY_TABLE and not FAMILY_TABLE[name].has_xi
