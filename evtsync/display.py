@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from evtsync.defaults import INTERVAL_LEVEL
+from evtsync.evt.families import family as family_of
+from evtsync.evt.families import family_label
 
 
 def _fields(obj: Any) -> list[tuple[str, Any]]:
@@ -171,12 +173,13 @@ def spec_html(spec: Any) -> str:
              + (f"; spread {prior(spec.mu.population_sd_prior)}" if spec.mu.population_sd_prior else "")],
             ["sigma", f"{spec.sigma.pooling}; prior {prior(spec.sigma.prior)}"
              + (f"; spread {prior(spec.sigma.population_sd_prior)}" if spec.sigma.population_sd_prior else "")]]
-    if spec.family != "gumbel":
+    if family_of(spec.family).has_xi:
         x = spec.xi
-        rows.append(["xi", f"{x.structure}; prior {prior(x.prior)}" + (f"; factors {', '.join(x.factors)}"
+        rows.append(["xi", f"{x.structure}; prior {prior(x.prior)}"
+                     + (" of |xi|" if family_of(spec.family).xi_sign else "") + (f"; factors {', '.join(x.factors)}"
                                                                        if x.factors else "")])
     else:
-        rows.append(["xi", "0 (Gumbel)"])
+        rows.append(["xi", f"0 ({family_label(spec.family)})"])
     if spec.sampling:
         rows.append(["sampling", ", ".join(f"{k} {v}" for k, v in spec.sampling.items())])
     title = f"ModelSpec <b>{html.escape(spec.name)}</b> ({html.escape(spec.family)}) from {html.escape(str(spec.path))}"

@@ -77,7 +77,7 @@ def test_target_accept_auto_rule():
         (lambda t: t.replace('dist = "halfnormal", sigma = 1.0', 'dist = "normal", mu = 0.0, sigma = 1.0'), "sigma.prior.dist"),
         (lambda t: t.replace('{ dist = "halfnormal", sigma = 0.1 }', '{ dist = "halfnormal", sigma = -0.1 }'), "xi.group_sd_prior.sigma"),
         (lambda t: t.replace('factors = ["gpu", "precision"]', 'factors = ["gpu", "node"]'), "xi.factors"),
-        (lambda t: t.replace('family = "gev"', 'family = "weibull"'), "family"),
+        (lambda t: t.replace('family = "gev"', 'family = "pareto"'), "family"),
         (lambda t: t.replace('family = "gev"', 'family = "gumbel"'), "xi"),
         (lambda t: t.replace('{ dist = "normal", mu = 0.0, sigma = 0.3 }', '{ dist = "normal", sigma = 0.3 }'), "xi.prior.mu"),
         (lambda t: t.replace('{ dist = "normal", mu = 0.0, sigma = 2.0 }', '{ dist = "normal", mu = "a", sigma = 2.0 }'), "mu.prior.mu"),

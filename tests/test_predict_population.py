@@ -133,3 +133,22 @@ def test_pooled_fit_answers_any_gpu_as_pooled() -> None:
                            family="gumbel")
     tau = tau_table(tree, [64], 10.0, gpu="B200", precision="bf16")
     assert tau["prediction_kind"].tolist() == ["pooled"] and "pooled_note" in tau.attrs
+
+
+def test_the_fit_draws_its_own_new_level() -> None:
+    """The model-variable reading is the fit's method; predict.population_draws delegates to it.
+
+    Hand expectation: a new GPU's xi mean is XI0 + DELTA_PREC[bf16]; mu's mean MU_MEAN.
+    """
+    from evtsync.evt.bayesfit import BayesFit
+
+    fit = BayesFit(_hier_tree())
+    mu, sigma, xi = fit.draw_new_level({"gpu": "B200", "precision": "bf16"}, seed=3)
+    assert abs(xi.mean() - (XI0 + DELTA_PREC[0])) < 0.01 and abs(mu.mean() - MU_MEAN) < 0.02
+    assert mu.shape == sigma.shape == xi.shape == (CHAINS * DRAWS,)
+    via_predict = population_draws(fit, {"gpu": "B200", "precision": "bf16"}, seed=3)
+    for a, b in zip((mu, sigma, xi), via_predict, strict=True):
+        np.testing.assert_array_equal(a, b)
+    # without a population of mu (pooling "none") the fit refuses and names the model that can answer
+    with pytest.raises(InputError, match="mu is one value per cell.*gev-hier-gpu-precision"):
+        BayesFit(_hier_tree(pooling="none")).draw_new_level({"gpu": "B200", "precision": "bf16"})

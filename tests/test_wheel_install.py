@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-MODEL_NAMES = {"frechet", "gev", "gev-hier-gpu-precision", "gumbel", "gumbel-hier"}
+MODEL_NAMES = {"frechet", "gev", "gev-hier-gpu-precision", "gumbel", "gumbel-hier", "weibull"}
 
 
 def test_models_resolve_through_importlib_resources() -> None:

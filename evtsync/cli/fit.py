@@ -22,6 +22,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from evtsync.errors import InputError
+from evtsync.evt.families import family_label
 
 if TYPE_CHECKING:
     import numpy as np
@@ -196,7 +197,7 @@ def run_fit(args: argparse.Namespace) -> int:
 
         emit_json(record, indent=None)
     else:
-        label = "Gumbel" if fit.family == "gumbel" else "GEV"
+        label = family_label(fit.family)
         print(f"{label} MLE of {column!r} in {args.data}: n = {fit.n}" + (" (negated)" if args.negate else ""))
         for name in fit.param_names:
             print(f"  {name:6s} = {_fmt(getattr(fit, name))}  (se {_fmt(fit.se[name])})")

@@ -31,6 +31,7 @@ predictions use (:class:`CellFit`): ``name``, ``family``, ``kind``, ``converged`
 from __future__ import annotations
 
 import json
+import logging
 import os
 from functools import cached_property
 from pathlib import Path
@@ -40,26 +41,41 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from evtsync.defaults import INTERVAL_LEVEL, check_level
-from evtsync.errors import FitError
-from evtsync.tableio import atomic_path
+from evtsync.defaults import POPULATION_MODEL
+from evtsync.errors import FitError, InputError
+from evtsync.evt.families import family as family_of
+from evtsync.evt.fitfile import (  # noqa: F401 - the fit file's format, re-exported with the object
+    CHECKSUMS_ATTR,
+    CONTENT_ATTR,
+    FIT_FILE,
+    FIT_FORMAT,
+    FORMAT_ATTR,
+    PPC_GROUPS,
+    PRIOR_DOMINATED_RATIO,
+    PROVENANCE_KEYS,
+    REQUIRED_GROUPS,
+    _group_index,
+    _split_single_chain,
+    _spread_priors,
+    cell_parameters,
+    cell_table,
+    content_sha256,
+    convergence_note,
+    fit_path,
+    format_version,
+    is_converged,
+    load_fit,
+    parameter_summary,
+    part_checksums,
+    require_netcdf_engine,
+    save_fit,
+    spread_prior_table,
+)
+
+log = logging.getLogger("evtsync.evt.bayesfit")
 
 if TYPE_CHECKING:
     from evtsync.evt.spec import ModelSpec
-
-FIT_FILE = "fit.nc"
-#: Version of the fit file layout this code writes and reads.
-FIT_FORMAT = 1
-FORMAT_ATTR = "evtsync_fit_format"
-#: Groups every fit file has.
-REQUIRED_GROUPS = ("posterior", "sample_stats", "observed_data", "cells")
-#: Names under which a posterior predictive check may be stored (the first present is used).
-PPC_GROUPS = ("posterior_predictive_check", "ppc")
-#: Root attributes that make up a fit's provenance.
-PROVENANCE_KEYS = ("model_name", "model_family", "model_spec_path", "data_column", "input_path", "input_sha256", "seed",
-                   "draws", "tune", "chains", "target_accept", "sampler", "command", "sampling_seconds",
-                   "created", "package_versions")
-
 
 @runtime_checkable
 class CellFit(Protocol):
@@ -80,366 +96,46 @@ class CellFit(Protocol):
     def cell_draws(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...  # noqa: D102
 
 
-# --------------------------------------------------------------------------- files
+def _zero_sum_new(sd: np.ndarray, n_levels: int, rng: np.random.Generator) -> np.ndarray:
+    """A new level's deviation from the mean of ``n_levels`` zero-sum deviations of spread ``sd``.
 
-def fit_path(path: str | os.PathLike[str]) -> Path:
-    """The netCDF file of a fit given as a folder (``fits/NAME``) or as the file itself."""
-    p = Path(path)
-    return p / FIT_FILE if p.is_dir() or not p.suffix else p
-
-
-def require_netcdf_engine() -> None:
-    """Fits are netCDF-4 files written with h5netcdf (a core dependency): a broken install is
-    named before any sampling starts (``fit``, ``run``), never after the draws are made."""
-    try:
-        import h5netcdf  # noqa: F401
-        import h5py  # noqa: F401
-    except ImportError as exc:
-        raise FitError(f"writing and reading fits needs h5netcdf and h5py, which evtsync requires "
-                       f"({exc}): reinstall with pip install --force-reinstall evtsync") from exc
-
-
-def save_fit(tree: xr.DataTree, out: str | os.PathLike[str]) -> Path:
-    """Write the fit tree atomically to ``out/fit.nc`` (or to ``out`` if it names a .nc file).
-
-    Parameters
-    ----------
-    tree : xarray.DataTree
-        The fit (:func:`evtsync.fit_table`).
-    out : path
-        A folder (created if needed) or a ``.nc`` file name.
-
-    Returns
-    -------
-    pathlib.Path
-        The file written.
-
-    Raises
-    ------
-    FitError
-        The netCDF engine (h5netcdf) is not installed.
+    The fitted deviations are eta - mean(eta) with eta iid Normal(0, sd) (a ZeroSumNormal); a new
+    level is eta_new - mean(eta), whose sd is ``sd · sqrt(1 + 1/L)`` (mean(eta) is not identified).
     """
-    dest = fit_path(out)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    require_netcdf_engine()
-    tree.attrs.setdefault(FORMAT_ATTR, FIT_FORMAT)
-    tree.attrs.pop("fit_path", None)
-    tree.attrs[CONTENT_ATTR] = content_sha256(tree)
-    tree.attrs.pop(CHECKSUMS_ATTR, None)
-    tree.attrs[CHECKSUMS_ATTR] = json.dumps(part_checksums(tree), sort_keys=True)
-    with atomic_path(dest) as tmp:
-        tree.to_netcdf(tmp, engine="h5netcdf")
-    return dest
+    return rng.standard_normal(sd.shape) * sd * np.sqrt(1.0 + 1.0 / max(n_levels, 1))
 
 
-#: Root attribute holding the sha256 of the posterior's values, written by :func:`save_fit`
-#: and checked by :func:`load_fit`: a fit altered in place is refused, not used.
-CONTENT_ATTR = "posterior_sha256"
+def _flat(post: Any, name: str) -> np.ndarray:
+    """A posterior variable as (sample, *rest) with chain and draw stacked."""
+    da = post[name]
+    rest = [d for d in da.dims if d not in ("chain", "draw")]
+    return np.asarray(da.transpose("chain", "draw", *rest).values, dtype=float).reshape(-1, *[da.sizes[d] for d in rest])
 
 
-def content_sha256(tree: xr.DataTree) -> str:
-    """sha256 over the posterior's variables (names, shapes, dtypes and values, in name order)."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    post = tree["posterior"].to_dataset()
-    for name in sorted(map(str, post.data_vars)):
-        values = np.ascontiguousarray(post[name].values)
-        digest.update(f"{name}|{values.shape}|{values.dtype.str}|".encode())
-        digest.update(values.tobytes())
-    return digest.hexdigest()
+def population_refusal(fit: Any, parameter: str, why: str) -> InputError:
+    """The error for a fit that cannot draw a new level: ``parameter`` ``why``, and the model that can."""
+    return InputError(
+        f"fit {fit.name}: cannot predict a GPU/precision level it has not seen: {parameter} {why}, so it has no "
+        f"population to draw a new level from (methodology §7); fit models/{POPULATION_MODEL}.toml (mu and sigma partially "
+        f"pooled across cells, xi = xi0 + delta_gpu + delta_precision + cell term) to answer this question")
 
 
-#: Root attribute holding, as JSON, the sha256 of every part of the fit (each root attribute,
-#: ``attr:NAME``, and each group's variables and attributes, ``group:/PATH``): written by
-#: :func:`save_fit`, checked by :func:`load_fit`, so that an edited ``converged`` flag or
-#: diagnostic is refused by name like an edited draw (issue 33).
-CHECKSUMS_ATTR = "evtsync_sha256"
-#: Root attributes outside the checksums (the checksums themselves; where the file was read from).
-_UNCHECKED_ATTRS = (CONTENT_ATTR, CHECKSUMS_ATTR, "fit_path")
-
-
-def _plain(value: Any) -> Any:
-    """An attribute or value as written and as read back alike (numpy scalars and arrays, which
-    netCDF returns for Python numbers and lists, as Python ones; booleans as integers)."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, np.ndarray):
-        return [_plain(v) for v in value.tolist()]
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return value
-
-
-def _digest_text(value: Any) -> str:
-    import hashlib
-
-    return hashlib.sha256(json.dumps(_plain(value), sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _group_digest(node: xr.DataTree) -> str:
-    """sha256 of one group's own variables (names, dims, values; numeric dtypes) and attributes."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    ds = node.to_dataset(inherit=False)
-    for name in sorted(ds.variables, key=str):
-        var = ds.variables[name]
-        values = np.asarray(var.values)
-        kind = values.dtype.kind
-        digest.update(f"{name}|{var.dims}|{values.shape}|".encode())
-        if kind in "OUS":  # text: object or fixed-width after a round trip, hash the strings
-            digest.update("\x1f".join(map(str, values.ravel().tolist())).encode())
-        else:
-            digest.update(values.dtype.str.encode())
-            digest.update(np.ascontiguousarray(values).tobytes())
-        digest.update(_digest_text({str(k): v for k, v in var.attrs.items()}).encode())
-    digest.update(_digest_text({str(k): v for k, v in node.attrs.items()}).encode())
-    return digest.hexdigest()
-
-
-def part_checksums(tree: xr.DataTree) -> dict[str, str]:
-    """sha256 of every part of a fit: each root attribute and each group (see :data:`CHECKSUMS_ATTR`)."""
-    parts = {f"attr:{k}": _digest_text(v) for k, v in tree.attrs.items() if k not in _UNCHECKED_ATTRS}
-    for node in tree.subtree:
-        if node is not tree:
-            parts[f"group:{node.path}"] = _group_digest(node)
-    return parts
-
-
-def _check_parts(tree: xr.DataTree, source: Path) -> None:
-    """Refuse a fit whose attributes or groups differ from the checksums recorded when written."""
+def _cell_term_spread(fit: Any, post: Any, n_sample: int, rng: np.random.Generator) -> np.ndarray | None:
+    """Spread draws of xi's cell term for a new cell: the posterior's ``xi_sd_cell``; when the spec
+    has a cell term that the data could not identify (no variable stored), its prior; else None."""
+    if "xi_sd_cell" in post:
+        return _flat(post, "xi_sd_cell")
     try:
-        recorded = json.loads(str(tree.attrs[CHECKSUMS_ATTR]))
-    except ValueError as exc:
-        raise FitError(f"{source}: unreadable checksums ({CHECKSUMS_ATTR}): the file was altered; fit again") from exc
-    found = part_checksums(tree)
-    differ = sorted(k for k in set(recorded) | set(found) if recorded.get(k) != found.get(k))
-    if differ:
-        named = ", ".join(("attribute " if k.startswith("attr:") else "group ") + repr(k.split(":", 1)[1])
-                          for k in differ[:5]) + (f" and {len(differ) - 5} more" if len(differ) > 5 else "")
-        raise FitError(f"{source}: {named} no longer match{'es' if len(differ) == 1 else ''} the checksum recorded "
-                       f"when the fit was written ({CHECKSUMS_ATTR}): the file was altered after evtsync wrote it; "
-                       "fit again")
-
-
-def format_version(tree: xr.DataTree, source: str = "fit") -> int:
-    """The layout version of a fit tree; ``FitError`` when newer than this code reads."""
-    raw = tree.attrs.get(FORMAT_ATTR, 0)
-    try:
-        version = int(raw)
-    except (TypeError, ValueError):
-        raise FitError(f"{source}: unknown fit format {raw!r} (attribute {FORMAT_ATTR})") from None
-    if version > FIT_FORMAT or version < 0:
-        raise FitError(f"{source}: fit format {version} is newer than this evtsync reads (format {FIT_FORMAT}); "
-                       "upgrade evtsync to read it")
-    return version
-
-
-def load_fit(path: str | os.PathLike[str]) -> xr.DataTree:
-    """Load a fit written by :func:`save_fit` into memory (the tree).
-
-    Parameters
-    ----------
-    path : path
-        A fit file (``fit.nc``) or the folder that holds it.
-
-    Returns
-    -------
-    xarray.DataTree
-        The fit tree.
-
-    Raises
-    ------
-    FitError
-        No such file, not a netCDF evtsync fit (group or attribute missing), a newer or unknown
-        format version, or a posterior that no longer matches its recorded checksum.
-    """
-    p = fit_path(path)
-    if not p.is_file():
-        raise FitError(f"{p}: no such fit file (expected a folder written by `evtsync fit` or its {FIT_FILE})")
-    require_netcdf_engine()
-    try:
-        opened = xr.open_datatree(p, engine="h5netcdf")
-        try:
-            tree = opened.load()
-        finally:
-            opened.close()  # the data are in memory; the file may be replaced while the fit is used
-    except (OSError, ValueError) as exc:
-        raise FitError(f"{p}: cannot read as a netCDF fit: {exc}") from exc
-    for group in REQUIRED_GROUPS:
-        if group not in tree.children:
-            raise FitError(f"{p}: not an evtsync fit (group '{group}' missing)")
-    for key in ("model_name", "converged"):
-        if key not in tree.attrs:
-            raise FitError(f"{p}: not an evtsync fit (attribute '{key}' missing)")
-    format_version(tree, str(p))
-    recorded = tree.attrs.get(CONTENT_ATTR)
-    if recorded is not None and str(recorded) != content_sha256(tree):
-        raise FitError(f"{p}: the posterior no longer matches the checksum recorded when the fit was written "
-                       f"({CONTENT_ATTR}): the file was altered after `evtsync fit` wrote it; fit again")
-    if CHECKSUMS_ATTR in tree.attrs:
-        _check_parts(tree, p)
-    tree.attrs["fit_path"] = str(p)
-    return tree
-
-
-# --------------------------------------------------------------------------- tree helpers
-
-def is_converged(tree: xr.DataTree) -> bool:
-    """The convergence verdict recorded in the fit."""
-    return bool(int(tree.attrs.get("converged", 0)))
-
-
-def convergence_note(tree: xr.DataTree) -> str:
-    """Empty when converged, else a warning line naming the fit, for every output using it."""
-    if is_converged(tree):
-        return ""
-    return f"WARNING: fit {tree.attrs.get('model_name', '?')} is NOT CONVERGED ({tree.attrs.get('convergence', '')})"
-
-
-def cell_parameters(tree: xr.DataTree) -> xr.Dataset:
-    """Per-cell ``mu``, ``sigma``, ``xi`` draws with dims (chain, draw, cell), pooled ones broadcast.
-
-    ``cell`` carries the file's labels (``"H200|bf16"``); :meth:`BayesFit.cell_parameters`
-    gives the same numbers with ``gpu``/``precision`` coordinates.
-    """
-    post = tree["posterior"].to_dataset()
-    cells = tree["cells"].to_dataset()
-    template = xr.zeros_like(post["mu"].isel({d: 0 for d in post["mu"].dims if d not in ("chain", "draw")}, drop=True))
-    cell_coord = xr.DataArray(np.zeros(cells.sizes["cell"]), dims="cell", coords={"cell": cells["cell"].values})
-    out = {}
-    for name in ("mu", "sigma", "xi"):
-        da = post.get(name, template)
-        if "cell" not in da.dims:
-            da = da + cell_coord
-        out[name] = da.transpose("chain", "draw", "cell")
-    return xr.Dataset(out)
-
-
-def _split_single_chain(tree: xr.DataTree) -> xr.DataTree:
-    """With one chain, its two halves as two chains, so that (split) R-hat is defined."""
-    post = tree["posterior"].to_dataset()
-    if post.sizes["chain"] > 1:
-        return tree
-    half = post.sizes["draw"] // 2
-    first = post.isel(chain=[0], draw=slice(0, half))
-    second = post.isel(chain=[0], draw=slice(half, 2 * half)).assign_coords(chain=[1], draw=first["draw"].values)
-    return xr.DataTree.from_dict({"posterior": xr.concat([first, second], dim="chain")})
-
-
-def parameter_summary(tree: xr.DataTree, level: float = INTERVAL_LEVEL) -> pd.DataFrame:
-    """Mean, sd, central ``level`` interval (``lo``, ``hi``), R-hat and bulk/tail ESS of every posterior scalar."""
-    import arviz_stats as az  # the stats alone: `arviz` also imports its plotting (matplotlib)
-
-    post = tree["posterior"].to_dataset()
-    rhat = az.rhat(_split_single_chain(tree))
-    ess_bulk = az.ess(tree, method="bulk")
-    ess_tail = az.ess(tree, method="tail")
-    rows = []
-    for name, da in post.data_vars.items():
-        flat = da.stack(sample=("chain", "draw"))
-        extra = [d for d in da.dims if d not in ("chain", "draw")]
-        if extra:
-            stacked = flat.stack(idx=extra)
-            labels = [f"{name}[{'|'.join(map(str, k if isinstance(k, tuple) else (k,)))}]" for k in stacked["idx"].values]
-            values = stacked.transpose("idx", "sample").values
-            r = rhat[name].stack(idx=extra).values
-            eb = ess_bulk[name].stack(idx=extra).values
-            et = ess_tail[name].stack(idx=extra).values
-        else:
-            labels, values = [str(name)], flat.values[None, :]
-            r, eb, et = [np.atleast_1d(x[name].values) for x in (rhat, ess_bulk, ess_tail)]
-        for k, label in enumerate(labels):
-            v = values[k]
-            rows.append({
-                "parameter": label, "mean": v.mean(), "sd": v.std(ddof=1),
-                "lo": np.quantile(v, (1 - level) / 2), "hi": np.quantile(v, (1 + level) / 2), "level": level,
-                "r_hat": float(r[k]), "ess_bulk": float(eb[k]), "ess_tail": float(et[k]),
-            })
-    return pd.DataFrame(rows)
-
-
-#: A spread whose posterior interval is at least this share of its prior's is "prior-dominated":
-#: the data narrowed it by less than half, so the prior, not the data, sets intervals that draw on it
-#: (a new GPU or precision level's effect, methodology §7).
-PRIOR_DOMINATED_RATIO = 0.5
-
-
-def _spread_priors(tree: xr.DataTree) -> dict[str, Any]:
-    """Each spread variable of a fit with the spec prior it was given (as the model chose it)."""
-    from evtsync.evt.spec import parse_spec
-
-    text = tree.attrs.get("model_spec_text")
-    if not text:
-        return {}
-    spec = parse_spec(str(text), "fit")
-    post = tree["posterior"]
-    out: dict[str, Any] = {}
-    if "mu_sd" in post and spec.mu.population_sd_prior is not None:
-        out["mu_sd"] = spec.mu.population_sd_prior
-    if "log_sigma_sd" in post and spec.sigma.population_sd_prior is not None:
-        out["log_sigma_sd"] = spec.sigma.population_sd_prior
-    for factor in spec.xi.factors:
-        name = f"xi_sd_{factor}"
-        if name in post and f"xi_delta_{factor}" in post:
-            prior = spec.xi.spread_prior(int(post[f"xi_delta_{factor}"].sizes[factor]))
-            if prior is not None:
-                out[name] = prior
-    if "xi_sd_cell" in post and spec.xi.cell_sd_prior is not None:
-        out["xi_sd_cell"] = spec.xi.cell_sd_prior
-    return out
-
-
-def spread_prior_table(tree: xr.DataTree, level: float = INTERVAL_LEVEL) -> pd.DataFrame:
-    """Prior against posterior for every spread of a hierarchical fit (issue 29, item 6).
-
-    One row per spread (``mu_sd``, ``log_sigma_sd``, ``xi_sd_<factor>``, ``xi_sd_cell``): the
-    prior (as the model chose it, e.g. the few-levels prior of a factor with 2 levels), its
-    central ``level`` interval, the posterior's mean and interval, ``width_ratio`` = posterior
-    width / prior width, and ``prior_dominated`` = width_ratio >= :data:`PRIOR_DOMINATED_RATIO`.
-    Empty for a fit without spreads.
-    """
+        prior = fit.spec.xi.cell_sd_prior
+    except Exception:  # noqa: BLE001 - a fit without its spec text (built from draws) has no term to draw
+        return None
+    if prior is None:
+        return None
     from evtsync.evt.model import _scipy_prior
 
-    level = check_level(level)
-    post = tree["posterior"].to_dataset()
-    q = [(1 - level) / 2, (1 + level) / 2]
-    rows = []
-    for name, prior in _spread_priors(tree).items():
-        v = post[name].values.ravel()
-        p_lo, p_hi = (float(x) for x in _scipy_prior(prior).ppf(q))
-        lo, hi = (float(x) for x in np.quantile(v, q))
-        ratio = (hi - lo) / (p_hi - p_lo) if p_hi > p_lo else float("nan")
-        rows.append({"parameter": name, "prior": prior.describe(), "prior_lo": p_lo, "prior_hi": p_hi,
-                     "mean": float(v.mean()), "lo": lo, "hi": hi, "level": level, "width_ratio": ratio,
-                     "prior_dominated": bool(ratio >= PRIOR_DOMINATED_RATIO)})
-    return pd.DataFrame(rows, columns=["parameter", "prior", "prior_lo", "prior_hi", "mean", "lo", "hi", "level",
-                                       "width_ratio", "prior_dominated"])
-
-
-def cell_table(tree: xr.DataTree) -> pd.DataFrame:
-    """One row per cell of a fit: ``cell`` label, its group columns, ``n_obs``."""
-    cells = tree["cells"].to_dataset()
-    out = pd.DataFrame({"cell": cells["cell"].values.astype(str)})
-    for name, da in cells.data_vars.items():
-        if name != "n_obs":
-            out[name] = da.values.astype(str)
-    out["n_obs"] = cells["n_obs"].values
-    return out
-
-
-def _group_index(cells: pd.DataFrame) -> pd.MultiIndex | None:
-    groups = [c for c in cells.columns if c not in ("cell", "n_obs")]
-    if not groups:
-        return None
-    return pd.MultiIndex.from_frame(cells[groups].astype(str))
+    log.info("fit %s: xi's cell term was not identified by the data; a new cell's term is drawn from its prior %s",
+             fit.name, prior.describe())
+    return np.asarray(_scipy_prior(prior).rvs(size=n_sample, random_state=rng), dtype=float)
 
 
 # --------------------------------------------------------------------------- the object
@@ -481,6 +177,40 @@ class BayesFit:
         p = fit_path(path)
         return cls(load_fit(p), p)
 
+    @classmethod
+    def fit(cls, table: pd.DataFrame, spec: ModelSpec | str | os.PathLike[str], **options: Any) -> BayesFit:
+        """Sample ``spec`` on the z-score ``table``: :func:`evtsync.evt.fit.fit_table`, wrapped.
+
+        Parameters
+        ----------
+        table : pandas.DataFrame
+            The z-score table with the spec's column and groups.
+        spec : ModelSpec, str or path
+            The model, or a specification file or shipped model's name
+            (:func:`evtsync.evt.catalog.resolve_model`).
+        **options
+            Passed to :func:`~evtsync.evt.fit.fit_table` (``draws``, ``tune``, ``chains``,
+            ``seed``, ``sampler``, ``source``, ...).
+
+        Returns
+        -------
+        BayesFit
+            The fit (not saved: ``path`` is None until :meth:`save`).
+
+        Raises
+        ------
+        InputError, ModelSpecError
+            As for :func:`~evtsync.evt.fit.fit_table` and :func:`~evtsync.evt.spec.load_spec`.
+        """
+        from evtsync.evt.fit import fit_table  # the sampler (PyMC, nutpie) only when sampling
+        from evtsync.evt.spec import ModelSpec, load_spec
+
+        if not isinstance(spec, ModelSpec):
+            from evtsync.evt.catalog import resolve_model
+
+            spec = load_spec(resolve_model(spec))
+        return cls(fit_table(table, spec, **options))
+
     def save(self, out: str | os.PathLike[str]) -> Path:
         """Write the fit to ``out/fit.nc`` (or the .nc file ``out``) atomically; returns the path.
 
@@ -512,7 +242,7 @@ class BayesFit:
 
     @property
     def family(self) -> str:
-        """``gumbel``, ``frechet`` or ``gev``."""
+        """The family's name, a key of :data:`evtsync.evt.families.FAMILY_TABLE` (``gumbel``, ``frechet``, ``weibull``, ``gev``)."""
         return str(self.tree.attrs.get("model_family", "gev"))
 
     @property
@@ -638,6 +368,73 @@ class BayesFit:
             if group in self.tree.children:
                 return self.tree[group].to_dataset()
         return None
+
+    # ---- the population
+    def draw_new_level(self, levels: dict[str, str], seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """mu, sigma, xi draws (sample,) of a cell not in the fit, drawn from the fitted population.
+
+        Per posterior draw: xi = xi0 + the fitted delta of each seen level + a new delta for
+        each unseen level of a factor (from that factor's fitted spread) + a new cell term (from
+        ``xi_sd_cell``); mu = mu_mean + a new deviation (spread ``mu_sd``); log sigma =
+        log sigma_gmean + a new deviation (``log_sigma_sd``); new deviations as in
+        :func:`_zero_sum_new` (methodology §7). A pooled parameter keeps its draws.
+
+        Parameters
+        ----------
+        levels : dict
+            The new cell's level of each group column (``{"gpu": "B200", "precision": "fp8"}``).
+        seed : int
+            Fixes the new deviations.
+
+        Raises
+        ------
+        InputError
+            A parameter is one value per cell without a population (pooling "none"), naming it
+            and the shipped model that can answer.
+        """
+        cells = self.cells.reset_index(drop=True)
+        groups = [c for c in cells.columns if c not in ("cell", "n_obs")]
+        mu_c, sigma_c, _ = self.cell_draws()
+        rng = np.random.default_rng(seed)
+        post = self.tree["posterior"].to_dataset()
+        n_sample = mu_c.shape[0]
+        n_cells = len(cells)
+        # mu
+        if "cell" not in post["mu"].dims:
+            mu = _flat(post, "mu").reshape(n_sample)
+        elif "mu_sd" in post and "mu_mean" in post:
+            mu = _flat(post, "mu_mean") + _zero_sum_new(_flat(post, "mu_sd"), n_cells, rng)
+        else:
+            raise population_refusal(self, "mu", "is one value per cell without a population (pooling 'none')")
+        # sigma
+        if "sigma" not in post or "cell" not in post["sigma"].dims:
+            sigma = sigma_c[:, 0]
+        elif "log_sigma_sd" in post and "sigma_gmean" in post:
+            sigma = _flat(post, "sigma_gmean") * np.exp(_zero_sum_new(_flat(post, "log_sigma_sd"), n_cells, rng))
+        else:
+            raise population_refusal(self, "sigma", "is one value per cell without a population (pooling 'none')")
+        # xi
+        if not family_of(self.family).has_xi or "xi" not in post:
+            xi = np.zeros(n_sample)
+        elif "cell" not in post["xi"].dims:
+            xi = _flat(post, "xi").reshape(n_sample)
+        elif "xi0" not in post:
+            raise population_refusal(self, "xi", "is one value per cell without a population")
+        else:
+            xi = _flat(post, "xi0").copy()
+            for g in groups:
+                name = f"xi_delta_{g}"
+                if name not in post:
+                    continue
+                fitted_levels = [str(v) for v in post[name][g].values]
+                if str(levels[g]) in fitted_levels:
+                    xi = xi + _flat(post, name)[:, fitted_levels.index(str(levels[g]))]
+                else:
+                    xi = xi + _zero_sum_new(_flat(post, f"xi_sd_{g}"), len(fitted_levels), rng)
+            spread = _cell_term_spread(self, post, n_sample, rng)
+            if spread is not None:
+                xi = xi + rng.standard_normal(n_sample) * spread
+        return mu, sigma, xi
 
     def __repr__(self) -> str:
         where = f" from {self.path}" if self.path else ""

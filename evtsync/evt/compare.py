@@ -29,6 +29,7 @@ from scipy.special import logsumexp
 from evtsync.errors import FitError
 from evtsync.evt import gev
 from evtsync.evt.bayesfit import cell_parameters, convergence_note, is_converged
+from evtsync.evt.families import family_label
 from evtsync.evt.gev import SERIES_THRESHOLD
 from evtsync.progress import progress
 
@@ -37,7 +38,6 @@ log = logging.getLogger("evtsync.evt.compare")
 #: Draws x observations per chunk (about 64 MB of float64 log-likelihood at a time).
 CHUNK_VALUES = 8_000_000
 
-FAMILY_NAMES = {"gumbel": "Gumbel", "frechet": "Fréchet", "gev": "GEV"}
 
 
 def relative_efficiency(tree: xr.DataTree) -> float:
@@ -369,7 +369,7 @@ def arviz_loo(tree: xr.DataTree):
 
 
 def _label(res: LooResult) -> str:
-    return f"{res.name} ({FAMILY_NAMES.get(res.family, res.family)})"
+    return f"{res.name} ({family_label(res.family)})"
 
 
 #: Columns of the comparison table: rank (0 = best), model, family, elpd_loo with its se, p_loo,
@@ -448,8 +448,8 @@ def verdict(table: pd.DataFrame, results: list[LooResult] | None = None) -> str:
     lines = []
     for _, row in table.iloc[1:].iterrows():
         d, se = row["elpd_diff"], row["diff_se"]
-        b = f"{best['model']} ({FAMILY_NAMES.get(best['family'], best['family'])})"
-        o = f"{row['model']} ({FAMILY_NAMES.get(row['family'], row['family'])})"
+        b = f"{best['model']} ({family_label(best['family'])})"
+        o = f"{row['model']} ({family_label(row['family'])})"
         if not se > 0:  # every observation's ELPD differs by the same amount (zero spread)
             if abs(d) <= 1e-9 * max(1.0, abs(best["elpd_loo"])):
                 lines.append(f"{b} and {o} have identical pointwise ELPD (ΔELPD = 0, no spread): the same "

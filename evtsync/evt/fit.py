@@ -41,7 +41,7 @@ import xarray as xr
 from evtsync.defaults import ESS_MIN, RHAT_MAX
 from evtsync.errors import InputError
 from evtsync.evt import gev
-from evtsync.evt.bayesfit import (  # noqa: F401 - the fit file's reading and writing, re-exported here
+from evtsync.evt.fitfile import (  # noqa: F401 - the fit file's reading and writing, re-exported here
     FIT_FILE,
     FIT_FORMAT,
     FORMAT_ATTR,

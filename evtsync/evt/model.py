@@ -52,6 +52,8 @@ import xarray as xr
 
 from evtsync.errors import EvtsyncError, InputError
 from evtsync.evt.distribution import GEV, gev_logp_sum_cells
+from evtsync.evt.families import XI_MAGNITUDE
+from evtsync.evt.families import family as family_of
 from evtsync.evt.spec import ModelSpec, Prior
 
 log = logging.getLogger("evtsync.evt.model")
@@ -236,19 +238,20 @@ def fit_cell_mle(z: np.ndarray, family: str, xi_fixed: float | None = None) -> t
     """Maximum-likelihood (mu, sigma, xi) of one cell, for the initial point, by the MLE engine
     of :mod:`evtsync.evt.mle` (the one GEV MLE of the package).
 
-    ``family`` gumbel fixes xi = 0, frechet keeps xi > 0; ``xi_fixed`` re-fits mu and sigma
-    only. A cell the engine cannot fit (too few or identical values, no optimum) starts from
+    ``family`` (a name of :mod:`evtsync.evt.families`) constrains xi: gumbel fixes it at 0,
+    frechet keeps it > 0, weibull < 0; ``xi_fixed`` re-fits mu and sigma only. A cell the engine cannot fit (too few or identical values, no optimum) starts from
     the moment estimates of the Gumbel. The result always has every z inside the support.
     """
     from evtsync.evt import mle
 
+    fam = family_of(family)
     z = np.asarray(z, dtype=float)
     sd = float(np.std(z)) or 1.0
     sigma0 = sd * np.sqrt(6.0) / np.pi
     mu0 = float(np.mean(z)) - 0.5772156649 * sigma0
     try:
-        if family == "gumbel" or xi_fixed is not None:
-            xi_val = 0.0 if family == "gumbel" or xi_fixed is None else float(xi_fixed)
+        if not fam.has_xi or xi_fixed is not None:
+            xi_val = 0.0 if not fam.has_xi or xi_fixed is None else float(xi_fixed)
             mu, sigma, _ = mle.location_scale_at_xi(z, xi_val)
             return mu, _feasible_sigma(z, mu, sigma, xi_val), xi_val
         fit = mle.fit_gev(z)
@@ -257,9 +260,8 @@ def fit_cell_mle(z: np.ndarray, family: str, xi_fixed: float | None = None) -> t
         mu, sigma, xi = fit.mu, fit.sigma, fit.xi
     except EvtsyncError as exc:
         log.info("initial point: no MLE for a cell of %d z-scores (%s); moment estimates", z.size, exc)
-        mu, sigma, xi = mu0, sigma0, 0.0 if family == "gumbel" or xi_fixed is None else float(xi_fixed)
-    if family == "frechet":
-        xi = max(xi, 0.01)
+        mu, sigma, xi = mu0, sigma0, 0.0 if not fam.has_xi or xi_fixed is None else float(xi_fixed)
+    xi = fam.start_xi(xi)
     return mu, _feasible_sigma(z, mu, sigma, xi), xi
 
 
@@ -440,7 +442,7 @@ def choose_parametrization(spec: ModelSpec, data: ModelData, basis: np.ndarray |
     forced = spec.xi.parametrization if spec.xi.parametrization != "auto" else None
     if spec.mu.pooling == "partial":
         out["mu"] = forced or ("centred" if int(data.cells["n_obs"].min()) >= MU_CENTRED_MIN_OBS else "noncentred")
-    if spec.family != "gev" or spec.xi.structure != "additive":
+    if not family_of(spec.family).allows_additive_xi or spec.xi.structure != "additive":
         return out
     for f in spec.xi.factors:
         per_level = data.cells.groupby(f)["n_obs"].sum()
@@ -477,12 +479,15 @@ def initial_values(spec: ModelSpec, data: ModelData, parametrization: dict[str, 
         mles = cell_mles(spec, data)
     mus, sigmas, xis = mles[:, 0].copy(), mles[:, 1].copy(), mles[:, 2].copy()
     init: dict[str, np.ndarray] = {}
-    if spec.family == "gumbel":
+    fam = family_of(spec.family)
+    if not fam.has_xi:
         xi_cells = np.zeros(n_cells)
     elif spec.xi.structure == "pooled":
         xi_pool = float(np.average(xis, weights=data.cells["n_obs"]))
-        xi_pool = max(xi_pool, 0.01) if spec.family == "frechet" else _nonzero(xi_pool)
+        xi_pool = fam.start_xi(xi_pool) if fam.xi_sign else _nonzero(xi_pool)
         init["xi"] = np.array(xi_pool)
+        if fam.xi_sign < 0:
+            init[XI_MAGNITUDE] = np.array(-xi_pool)
         xi_cells = np.full(n_cells, xi_pool)
     else:
         xi0 = _nonzero(float(np.mean(xis)))
@@ -512,7 +517,7 @@ def initial_values(spec: ModelSpec, data: ModelData, parametrization: dict[str, 
                 init["xi_cell_coef_raw"] = coef / (sd * scale)
             xi_cells = xi_cells + basis @ coef
     # Re-fit mu and sigma at the starting xi so that every z-score is inside the support.
-    if spec.family != "gumbel":
+    if fam.has_xi:
         for i in range(n_cells):
             z_cell = data.z_model[data.cell_slice(i)]
             if abs(xi_cells[i] - xis[i]) > 1e-9 or not _support_ok(z_cell, mus[i], sigmas[i], xi_cells[i]):
@@ -575,7 +580,7 @@ def use_support_transform(spec: ModelSpec, data: ModelData, mles: np.ndarray | N
     sigma is one value: transformed when any cell needs it.
     """
     n_cells = len(data.cells)
-    if spec.family == "gumbel" or spec.sigma.support_transform == "off":
+    if not family_of(spec.family).has_xi or spec.sigma.support_transform == "off":
         flags = np.zeros(n_cells, dtype=bool)
     elif spec.sigma.support_transform == "on":
         flags = np.ones(n_cells, dtype=bool)
@@ -691,7 +696,9 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
     if logp_impl not in LOGP_IMPLS:
         raise ValueError(f"logp_impl must be one of {LOGP_IMPLS}, got {logp_impl!r}")
     check_scale(spec, data, source)
-    basis = interaction_basis(spec, data) if spec.xi.cell_sd_prior is not None and spec.family == "gev" else None
+    fam = family_of(spec.family)
+    basis = (interaction_basis(spec, data) if spec.xi.cell_sd_prior is not None and fam.allows_additive_xi
+             else None)
     if basis is not None and basis.shape[1] == 0:
         log.info("model %s: the additive surface already fits every cell; no cell term", spec.name)
         basis = None
@@ -727,8 +734,11 @@ def build_model(spec: ModelSpec, data: ModelData, logp_impl: str = "fused", sour
             else:
                 dev = pm.ZeroSumNormal("mu_dev", sigma=mu_sd, dims="cell")
             mu = pm.Deterministic("mu", mu_mean + dev, dims="cell")
-        if spec.family == "gumbel":
+        if not fam.has_xi:
             xi = None
+        elif spec.xi.structure == "pooled" and fam.xi_sign < 0:
+            # xi < 0: the spec's (positive) prior is that of |xi|; xi itself is recorded
+            xi = pm.Deterministic("xi", -_prior_rv(XI_MAGNITUDE, spec.xi.prior))
         elif spec.xi.structure == "pooled":
             xi = _prior_rv("xi", spec.xi.prior)
         else:
@@ -900,10 +910,12 @@ def draw_prior(spec: ModelSpec, data: ModelData, draws: int, rng: np.random.Gene
 
     out["mu"] = per_cell(spec.mu, "mu")
     out["sigma"] = per_cell(spec.sigma, "sigma", log_scale=True)
-    if spec.family == "gumbel":
+    fam = family_of(spec.family)
+    if not fam.has_xi:
         xi = np.zeros((draws, n_cells))
     elif spec.xi.structure == "pooled":
-        xi = np.repeat(_draw_prior(spec.xi.prior, draws, rng)[:, None], n_cells, axis=1)
+        # a sign-constrained family's prior is that of |xi| (positive), xi = sign * |xi|
+        xi = np.repeat((fam.xi_sign or 1) * _draw_prior(spec.xi.prior, draws, rng)[:, None], n_cells, axis=1)
     else:
         xi0 = _draw_prior(spec.xi.prior, draws, rng)
         out["xi0"] = xi0

@@ -52,7 +52,7 @@ def posterior_predictive_check(tree: xr.DataTree, seed: int = 0, max_draws: int 
                                alpha: float = PPC_ALPHA) -> pd.DataFrame:
     """One row per (cell, statistic): observed value, posterior predictive median and
     ``PPC_LEVEL`` interval, the tail areas, the two-sided ``p_value`` and ``flagged``."""
-    from evtsync.evt.bayesfit import cell_parameters
+    from evtsync.evt.fitfile import cell_parameters
 
     params = cell_parameters(tree)
     obs = tree["observed_data"].to_dataset()

@@ -62,7 +62,6 @@ from evtsync.defaults import (
     DEFAULT_M,
     ESTIMATOR_NAMES,
     INTERVAL_LEVEL,
-    POPULATION_MODEL,
     check_level,
 )
 from evtsync.errors import InputError
@@ -854,60 +853,15 @@ PREDICTION_KINDS = ("cell", "population", "pooled")
 POPULATION_NOTE = ("population-level prediction: the GPU/precision level was not in the fit; its effects are drawn, "
                    "per posterior draw, from the fitted population (new deviation ~ Normal(0, spread·sqrt(1 + 1/L)), "
                    "L = fitted levels), so the interval includes the spread between levels (methodology §7)")
-#: The shipped model that can answer a question about an unseen level.
-
-
-def _zero_sum_new(sd: NDArray[np.float64], n_levels: int, rng: np.random.Generator) -> NDArray[np.float64]:
-    """A new level's deviation from the mean of ``n_levels`` zero-sum deviations of spread ``sd``.
-
-    The fitted deviations are eta - mean(eta) with eta iid Normal(0, sd) (a ZeroSumNormal); a new
-    level is eta_new - mean(eta), whose sd is ``sd · sqrt(1 + 1/L)`` (mean(eta) is not identified).
-    """
-    return rng.standard_normal(sd.shape) * sd * np.sqrt(1.0 + 1.0 / max(n_levels, 1))
-
-
-def _flat(post: Any, name: str) -> NDArray[np.float64]:
-    """A posterior variable as (sample, *rest) with chain and draw stacked."""
-    da = post[name]
-    rest = [d for d in da.dims if d not in ("chain", "draw")]
-    return np.asarray(da.transpose("chain", "draw", *rest).values, dtype=float).reshape(-1, *[da.sizes[d] for d in rest])
-
-
-def _population_refusal(fit: Any, parameter: str, why: str) -> InputError:
-    return InputError(
-        f"fit {fit.name}: cannot predict a GPU/precision level it has not seen: {parameter} {why}, so it has no "
-        f"population to draw a new level from (methodology §7); fit models/{POPULATION_MODEL}.toml (mu and sigma partially "
-        f"pooled across cells, xi = xi0 + delta_gpu + delta_precision + cell term) to answer this question")
-
-
-def _cell_term_spread(fit: Any, post: Any, n_sample: int, rng: np.random.Generator) -> NDArray[np.float64] | None:
-    """Spread draws of xi's cell term for a new cell: the posterior's ``xi_sd_cell``; when the spec
-    has a cell term that the data could not identify (no variable stored), its prior; else None."""
-    if "xi_sd_cell" in post:
-        return _flat(post, "xi_sd_cell")
-    try:
-        prior = fit.spec.xi.cell_sd_prior
-    except Exception:  # noqa: BLE001 - a fit without its spec text (built from draws) has no term to draw
-        return None
-    if prior is None:
-        return None
-    from evtsync.evt.model import _scipy_prior
-
-    log.info("fit %s: xi's cell term was not identified by the data; a new cell's term is drawn from its prior %s",
-             fit.name, prior.describe())
-    return np.asarray(_scipy_prior(prior).rvs(size=n_sample, random_state=rng), dtype=float)
 
 
 def population_draws(fit: Any, levels: dict[str, str], seed: int = 0) -> tuple[NDArray[np.float64], ...]:
     """mu, sigma, xi draws (sample,) for a cell given by its group levels, observed or not.
 
-    An observed cell returns its posterior draws. Otherwise, per posterior draw: xi = xi0 + the
-    fitted delta of each seen level + a new delta for each unseen level of a factor (from that
-    factor's fitted spread) + a new cell term (from ``xi_sd_cell``); mu = mu_mean + a new
-    deviation (spread ``mu_sd``); log sigma = log sigma_gmean + a new deviation
-    (``log_sigma_sd``); new deviations as in :func:`_zero_sum_new`. A parameter without a
-    population (pooling "none", an MLE fit) raises ``InputError`` naming it and the model that
-    can answer. ``seed`` fixes the new draws.
+    An observed cell returns its posterior draws; an unseen one is drawn from the fitted
+    population by :meth:`~evtsync.evt.bayesfit.BayesFit.draw_new_level` (the fit reads its own
+    model variables). A fit without a population (an MLE fit; a parameter with pooling "none")
+    raises ``InputError`` naming it and the model that can answer. ``seed`` fixes the new draws.
     """
     fit = _fit(fit)
     cells = fit.cells.reset_index(drop=True)
@@ -923,48 +877,11 @@ def population_draws(fit: Any, levels: dict[str, str], seed: int = 0) -> tuple[N
     if match.size:
         c = int(match[0])
         return mu_c[:, c], sigma_c[:, c], xi_c[:, c]
-    if getattr(fit, "kind", "") != "bayes" or getattr(fit, "tree", None) is None:
-        raise _population_refusal(fit, "every parameter", f"is estimated per cell by a {fit.kind} fit")
-    rng = np.random.default_rng(seed)
-    post = fit.tree["posterior"].to_dataset()
-    n_sample = mu_c.shape[0]
-    n_cells = len(cells)
-    # mu
-    if "cell" not in post["mu"].dims:
-        mu = _flat(post, "mu").reshape(n_sample)
-    elif "mu_sd" in post and "mu_mean" in post:
-        mu = _flat(post, "mu_mean") + _zero_sum_new(_flat(post, "mu_sd"), n_cells, rng)
-    else:
-        raise _population_refusal(fit, "mu", "is one value per cell without a population (pooling 'none')")
-    # sigma
-    if "sigma" not in post or "cell" not in post["sigma"].dims:
-        sigma = sigma_c[:, 0]
-    elif "log_sigma_sd" in post and "sigma_gmean" in post:
-        sigma = _flat(post, "sigma_gmean") * np.exp(_zero_sum_new(_flat(post, "log_sigma_sd"), n_cells, rng))
-    else:
-        raise _population_refusal(fit, "sigma", "is one value per cell without a population (pooling 'none')")
-    # xi
-    if fit.family == "gumbel" or "xi" not in post:
-        xi = np.zeros(n_sample)
-    elif "cell" not in post["xi"].dims:
-        xi = _flat(post, "xi").reshape(n_sample)
-    elif "xi0" not in post:
-        raise _population_refusal(fit, "xi", "is one value per cell without a population")
-    else:
-        xi = _flat(post, "xi0").copy()
-        for g in groups:
-            name = f"xi_delta_{g}"
-            if name not in post:
-                continue
-            fitted_levels = [str(v) for v in post[name][g].values]
-            if str(levels[g]) in fitted_levels:
-                xi = xi + _flat(post, name)[:, fitted_levels.index(str(levels[g]))]
-            else:
-                xi = xi + _zero_sum_new(_flat(post, f"xi_sd_{g}"), len(fitted_levels), rng)
-        spread = _cell_term_spread(fit, post, n_sample, rng)
-        if spread is not None:
-            xi = xi + rng.standard_normal(n_sample) * spread
-    return mu, sigma, xi
+    if not hasattr(fit, "draw_new_level"):
+        from evtsync.evt.bayesfit import population_refusal
+
+        raise population_refusal(fit, "every parameter", f"is estimated per cell by a {fit.kind} fit")
+    return fit.draw_new_level(levels, seed)
 
 
 def _target_levels(fit: Any, gpu: str | None, precision: str | None) -> list[dict[str, str]]:

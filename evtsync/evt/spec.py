@@ -3,7 +3,7 @@
 One file describes one model variant (see ``docs/bayesian.md`` for every key)::
 
     name = "gev-hier-gpu-precision"
-    family = "gev"                    # gumbel (xi = 0) | frechet (xi > 0) | gev (free xi)
+    family = "gev"                    # any name of evtsync.evt.families: gumbel (xi = 0) | frechet (xi > 0) | weibull (xi < 0) | gev (free xi)
     [data]
     column = "z"
     groups = ["gpu", "precision"]     # columns whose combinations are the cells; [] = pooled
@@ -50,8 +50,9 @@ from typing import Any, cast
 
 from evtsync.defaults import DEFAULT_SAMPLER, SAMPLERS
 from evtsync.errors import InputError, ModelSpecError
+from evtsync.evt.families import FAMILIES
+from evtsync.evt.families import family as family_of
 
-FAMILIES = ("gumbel", "frechet", "gev")
 POOLINGS = ("complete", "none", "partial")
 SCALES = ("z", "raw")
 BACKENDS = ("numba", "jax")
@@ -344,19 +345,20 @@ def parse_spec(text: str, source: str = "<string>") -> ModelSpec:
 
     xi_raw = _table(source, "xi", raw.get("xi", {}))
     _check_keys(source, "xi", xi_raw, _XI_KEYS)
-    if family == "gumbel":
+    fam = family_of(family)
+    if not fam.has_xi:
         if xi_raw:
-            raise _err(source, "xi", "the gumbel family fixes xi = 0; remove the [xi] table")
+            raise _err(source, "xi", f"the {family} family fixes xi = 0; remove the [xi] table")
         xi = XiSpec()
     else:
         if "prior" not in xi_raw:
             raise _err(source, "xi.prior", "missing")
         structure = _str(source, "xi.structure", xi_raw.get("structure", "pooled"), XI_STRUCTURES)
-        prior = _prior(source, "xi.prior", xi_raw["prior"], positive=family == "frechet")
+        prior = _prior(source, "xi.prior", xi_raw["prior"], positive=fam.xi_prior_positive)
         factors = _str_list(source, "xi.factors", xi_raw.get("factors", []))
         if structure == "additive":
-            if family != "gev":
-                raise _err(source, "xi.structure", "'additive' needs family = 'gev' (xi of any sign)")
+            if not fam.allows_additive_xi:
+                raise _err(source, "xi.structure", "'additive' needs a family with xi of any sign (e.g. 'gev')")
             if not factors:
                 raise _err(source, "xi.factors", "'additive' needs at least one factor")
             for f in factors:

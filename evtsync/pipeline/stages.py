@@ -584,12 +584,13 @@ def _holdout(run: Run, family: str, attribution: pd.DataFrame | None) -> tuple[p
     """Out of sample: a per-cell MLE on the z-scores of each workload's earlier collectives (index
     below the workload's median) predicts the measured delay after its later blocks."""
     from evtsync.evt import predict
+    from evtsync.evt.families import fixes_xi
     from evtsync.evt.mlefit import MleCellFit, mle_cell_table
 
     z = run.table(f"{TABLES}/zscores.parquet")
     cut = z.groupby("workload")["index"].transform("median")
     early, late = z[z["index"] < cut], z[z["index"] >= cut]
-    mle_family = "gumbel" if family == "gumbel" else "gev"
+    mle_family = "gumbel" if fixes_xi(family) else "gev"  # the MLE's two families: xi fixed at 0 or free
     table = mle_cell_table(early, ("gpu", "precision"), column="y", level=LEVEL, min_n=MIN_Z_MLE)
     try:
         fit = MleCellFit(table, family=mle_family)

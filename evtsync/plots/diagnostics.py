@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from evtsync.evt import gev
+from evtsync.evt.families import family_label
 from evtsync.evt.mle import MleFit, return_level_delta
 from evtsync.plots.base import figure_format, save_figure
 
@@ -80,7 +81,7 @@ def plot_diagnostics(fit: MleFit, data: ArrayLike, path: str | os.PathLike[str],
     ax.plot(grid, gev.pdf(grid, mu, sigma, xi), color="C0")
     ax.set(title="Density plot", xlabel="z", ylabel="f(z)")
 
-    label = "Gumbel" if fit.family == "gumbel" else "GEV"
+    label = family_label(fit.family)
     fig.suptitle(title or f"{label} fit: mu={mu:.4g}, sigma={sigma:.4g}, xi={xi:.4g} (n={n})")
     fig.tight_layout()
     return save_figure(fig, path, dpi=120)

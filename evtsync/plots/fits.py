@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.defaults import INTERVAL_LEVEL
+from evtsync.evt.families import fixes_xi
 from evtsync.plots.base import legend_below, new_figure, not_converged_mark
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def posterior_by_cell(params: Any, model: str, family: str, converged: bool,
     ``params`` is the Dataset of :meth:`evtsync.evt.bayesfit.BayesFit.cell_parameters` (or of
     :func:`evtsync.evt.bayesfit.cell_parameters`): ``mu``, ``sigma``, ``xi`` on (chain, draw, cell).
     """
-    name = "mu" if family == "gumbel" else "xi"
+    name = "mu" if fixes_xi(family) else "xi"
     labels = params["cell_label"].values if "cell_label" in params.coords else params["cell"].values
     fig, ax = new_figure(7.0, 4.5)
     values = params[name].transpose(..., "cell").values.reshape(-1, params.sizes["cell"])

@@ -16,6 +16,7 @@ import pandas as pd
 
 from evtsync.defaults import INTERVAL_LEVEL
 from evtsync.display import fmt
+from evtsync.evt.families import family_label, fixes_xi
 from evtsync.intervals import (
     median_interval,
     median_interval_kind,
@@ -64,8 +65,8 @@ def summary_n(manifest: dict[str, Any], tau: pd.DataFrame | None) -> int | None:
 
 def tail_verdict(lo: float, hi: float, family: str) -> str:
     """The tail type read from the interval [lo, hi] of xi (a Gumbel model fixes it)."""
-    if family == "gumbel":
-        return "Gumbel (model fixes xi = 0)"
+    if fixes_xi(family):
+        return f"{family_label(family)} (model fixes xi = 0)"
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return "–"
     if lo > 0:

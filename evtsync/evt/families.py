@@ -1,0 +1,100 @@
+"""The GEV families of the Bayesian models, described as data (one home).
+
+A family fixes what the shape parameter xi may be (Coles' convention, methodology §6:
+``xi > 0`` Fréchet, ``xi = 0`` Gumbel, ``xi < 0`` Weibull-tail, bounded above). The model
+builder, the spec parser, the prior sampler and the prediction code read the constraint from
+this table instead of testing family names, so a new family is one :class:`Family` entry here
+plus one TOML file in ``models/``::
+
+    from evtsync.evt.families import family
+    family("weibull").xi_sign        # -1: xi = -|xi|, the prior is that of |xi| (positive)
+
+A sign-constrained family samples the magnitude ``|xi|`` under the spec's (positive) prior and
+records ``xi = sign * |xi|``; the prior in the TOML file is the prior of ``|xi|``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from evtsync.errors import InputError
+
+#: What a family allows for xi.
+XI_CONSTRAINTS = ("free", "zero", "positive", "negative")
+
+#: Smallest |xi| of a starting point of a sign-constrained family (inside the open half-line).
+MIN_START_ABS_XI = 0.01
+
+
+@dataclass(frozen=True)
+class Family:
+    """One GEV family: its name in specs, its label in text, and its constraint on xi."""
+
+    name: str
+    label: str
+    xi: str
+
+    def __post_init__(self) -> None:
+        if self.xi not in XI_CONSTRAINTS:
+            raise ValueError(f"family {self.name}: xi constraint {self.xi!r} is not one of {XI_CONSTRAINTS}")
+
+    @property
+    def has_xi(self) -> bool:
+        """Whether xi is a parameter of the model (False: fixed at 0)."""
+        return self.xi != "zero"
+
+    @property
+    def xi_sign(self) -> int:
+        """+1 (xi > 0) or -1 (xi < 0) for a sign-constrained family, 0 otherwise."""
+        return {"positive": 1, "negative": -1}.get(self.xi, 0)
+
+    @property
+    def xi_prior_positive(self) -> bool:
+        """Whether the spec's xi prior must be a positive distribution (it is the prior of |xi|)."""
+        return self.xi_sign != 0
+
+    @property
+    def allows_additive_xi(self) -> bool:
+        """Whether xi may vary across cells additively (needs xi of any sign)."""
+        return self.xi == "free"
+
+    def start_xi(self, xi: float) -> float:
+        """A starting value of xi inside the family's constraint, nearest to ``xi``."""
+        if self.xi == "zero":
+            return 0.0
+        if self.xi_sign:
+            return self.xi_sign * max(self.xi_sign * float(xi), MIN_START_ABS_XI)
+        return float(xi)
+
+
+#: Every family, by name (the order of the list of choices in errors).
+FAMILY_TABLE: dict[str, Family] = {f.name: f for f in (
+    Family("gumbel", "Gumbel", "zero"),
+    Family("frechet", "Fréchet", "positive"),
+    Family("gev", "GEV", "free"),
+    Family("weibull", "Weibull", "negative"),
+)}
+
+#: Family names accepted in a spec.
+FAMILIES = tuple(FAMILY_TABLE)
+
+#: Name of the model variable |xi| of a sign-constrained family whose sign is negative.
+XI_MAGNITUDE = "xi_abs"
+
+
+def family(name: str) -> Family:
+    """The :class:`Family` called ``name``; ``InputError`` naming the choices otherwise."""
+    try:
+        return FAMILY_TABLE[name]
+    except KeyError:
+        raise InputError(f"unknown family {name!r}; expected one of {', '.join(FAMILIES)}") from None
+
+
+def family_label(name: str) -> str:
+    """The text label of a family (``"Fréchet"``); the name itself for one not in the table."""
+    return FAMILY_TABLE[name].label if name in FAMILY_TABLE else name
+
+
+def fixes_xi(name: str) -> bool:
+    """Whether the family called ``name`` fixes xi at 0 (False for a name not in the table)."""
+    return name in FAMILY_TABLE and not FAMILY_TABLE[name].has_xi
