@@ -18,8 +18,6 @@ from typing import Any
 import numpy as np
 
 from evtsync.defaults import INTERVAL_LEVEL
-from evtsync.evt.families import family as family_of
-from evtsync.evt.families import family_label
 
 
 def _fields(obj: Any) -> list[tuple[str, Any]]:
@@ -163,8 +161,10 @@ def fit_html(fit: Any, xi: list[tuple[float, float, float]] | None = None, inter
             f"{_verdict_html(bool(fit.converged), fit.convergence_note)}{_html_table(header, rows)}</div>")
 
 
-def spec_html(spec: Any) -> str:
-    """A model specification in a notebook: name, family, data, and each parameter's structure and prior."""
+def spec_html(spec: Any, xi_row: str) -> str:
+    """A model specification in a notebook: name, family, data, and each parameter's structure and
+    prior; ``xi_row`` is the shape's line, which the spec writes from its family's entry
+    (:mod:`evtsync.evt.families`)."""
     def prior(p: Any) -> str:
         return p.describe() if p is not None else "–"
 
@@ -173,13 +173,7 @@ def spec_html(spec: Any) -> str:
              + (f"; spread {prior(spec.mu.population_sd_prior)}" if spec.mu.population_sd_prior else "")],
             ["sigma", f"{spec.sigma.pooling}; prior {prior(spec.sigma.prior)}"
              + (f"; spread {prior(spec.sigma.population_sd_prior)}" if spec.sigma.population_sd_prior else "")]]
-    if family_of(spec.family).has_xi:
-        x = spec.xi
-        rows.append(["xi", f"{x.structure}; prior {prior(x.prior)}"
-                     + (" of |xi|" if family_of(spec.family).xi_sign else "") + (f"; factors {', '.join(x.factors)}"
-                                                                       if x.factors else "")])
-    else:
-        rows.append(["xi", f"0 ({family_label(spec.family)})"])
+    rows.append(["xi", xi_row])
     if spec.sampling:
         rows.append(["sampling", ", ".join(f"{k} {v}" for k, v in spec.sampling.items())])
     title = f"ModelSpec <b>{html.escape(spec.name)}</b> ({html.escape(spec.family)}) from {html.escape(str(spec.path))}"

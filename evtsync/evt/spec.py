@@ -212,8 +212,16 @@ class ModelSpec:
     def _repr_html_(self) -> str:
         """The specification in a notebook: family, data, each parameter's structure and prior."""
         from evtsync.display import spec_html
+        from evtsync.evt.families import family, family_label
 
-        return spec_html(self)
+        entry = family(self.family)
+        if entry.has_xi:
+            x = self.xi
+            xi_row = (f"{x.structure}; prior {x.prior.describe() if x.prior is not None else '–'}"
+                      + (" of |xi|" if entry.xi_sign else "") + (f"; factors {', '.join(x.factors)}" if x.factors else ""))
+        else:
+            xi_row = f"0 ({family_label(self.family)})"
+        return spec_html(self, xi_row)
 
 
 _TOP_KEYS = {"name", "family", "description", "data", "mu", "sigma", "xi", "sampling"}
