@@ -174,3 +174,23 @@ def test_the_cache_is_capped_and_pruned_least_recently_used_first(dlrm_copy: Pat
     assert "removed 1 entry" in capsys.readouterr().out
     assert RankCache(cache).entries() == []
     assert main(["cache", "--dir", str(cache), "--max-size", "1G"]) == 2  # a cap without --prune: said
+
+
+def test_a_load_of_hits_only_under_the_same_cap_does_not_walk_the_cache(dlrm_copy: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pruning walks every entry (~0.1 ms each): it is needed only when a store added bytes or the
+    cap changed, not on every warm load of a large set."""
+    cache = tmp_path / "cache"
+    load_traces(dlrm_copy, jobs=1, cache=cache)  # stores 2 entries, then prunes
+    walks = []
+    real = RankCache.entries
+    monkeypatch.setattr(RankCache, "entries", lambda self: walks.append(1) or real(self))
+    load_traces(dlrm_copy, jobs=1, cache=cache)  # hits only, same cap
+    assert walks == []
+    monkeypatch.setenv("EVTSYNC_CACHE_MAX_BYTES", str(10 << 30))  # another cap: prune again
+    load_traces(dlrm_copy, jobs=1, cache=cache)
+    assert walks == [1]
+    load_traces(dlrm_copy, jobs=1, cache=cache, salvage=True)  # other keys: new entries stored, pruned
+    assert walks == [1, 1]
+    load_traces(dlrm_copy, jobs=1, cache=cache, salvage=True)  # hits again
+    assert walks == [1, 1]

@@ -53,6 +53,9 @@ log = logging.getLogger(__name__)
 CACHE_FORMAT = 2
 TABLES = ("kernels", "cpu_ops", "runtime", "syncs")
 META = "meta.json"
+#: In the cache folder: the cap of the last prune. A store removes it (the folder grew), so a load
+#: that only read hits, under an unchanged cap, skips walking every entry (~0.1 ms each).
+PRUNED_MARK = ".pruned"
 
 
 @functools.cache
@@ -164,6 +167,8 @@ class RankCache:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        with contextlib.suppress(OSError):
+            (self.folder / PRUNED_MARK).unlink(missing_ok=True)  # grown: the next load prunes
         return entry
 
 
@@ -189,6 +194,17 @@ class RankCache:
                     version = ""  # a temporary folder of a killed writer, or a damaged entry
                 found.append(CacheEntry(entry, size, last_used, version))
         return found
+
+    def prune_if_grown(self, max_bytes: int) -> tuple[int, int]:
+        """:meth:`prune`, unless nothing was stored since the last prune to the same cap (hits
+        only reorder the entries, they never add bytes). Returns (entries removed, bytes freed)."""
+        mark = self.folder / PRUNED_MARK
+        with contextlib.suppress(OSError, ValueError):
+            if int(mark.read_text()) == max_bytes:
+                return 0, 0
+        with contextlib.suppress(OSError):  # before pruning: a store meanwhile removes it again
+            mark.write_text(str(max_bytes))
+        return self.prune(max_bytes)
 
     def prune(self, max_bytes: int, stale_after_s: float = 3600.0) -> tuple[int, int]:
         """Remove entries until the folder holds at most ``max_bytes``: first those of other

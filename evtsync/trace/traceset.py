@@ -732,7 +732,7 @@ def load_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
     if cache is not None:
         from evtsync.trace.cache import RankCache, cache_max_bytes
 
-        RankCache(Path(cache)).prune(cache_max_bytes())  # capped: least recently used entries go
+        RankCache(Path(cache)).prune_if_grown(cache_max_bytes())  # capped: least recently used entries go
     return traces
 
 
