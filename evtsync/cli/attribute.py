@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if taxed.empty:
         raise InputError(f"nothing to attribute: all {len(result.collectives)} collective(s) have no tax "
                          "(one rank, or equal durations)")
-    result, n_invalid = _valid_only(result)
+    n_invalid = result.n_invalid  # left out of the summary and the regressions by attribute()
     with all_or_nothing():  # every output or none (a full disk half-way leaves nothing)
         if args.out:
             write_table(result.collectives, args.out)
@@ -137,25 +137,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print_report(result, n_invalid)
     return 0
-
-
-def _valid_only(result):  # noqa: ANN001, ANN202 - an AttributionResult and the number left out
-    """The summary and the path-vs-tax regression over the collectives the alignment did not flag
-    invalid (issue 33: end times apart, type or size mismatch); the per-collective table keeps
-    every row with its ``valid`` flag. Returns the result and the number left out."""
-    from dataclasses import replace
-
-    from evtsync.critpath.attribution import summarize
-    from evtsync.critpath.validate import regress_path_on_tax
-
-    table = result.collectives
-    valid = table["valid"].fillna(False).astype(bool).to_numpy() if len(table) else []
-    n_invalid = int(len(table) - sum(valid))
-    if not n_invalid:
-        return result, 0
-    summary, gpu_only = summarize(table[valid])
-    return replace(result, summary=summary, gpu_only_share=gpu_only,
-                   validation=regress_path_on_tax(table[valid])), n_invalid
 
 
 def plot_breakdown(result, path: str) -> None:  # noqa: ANN001 - figure rendering only

@@ -89,6 +89,9 @@ class AttributionResult(TablesDisplay):
     - ``cpu_side``: the collectives are CPU-side (gloo): attributed on the main threads
       (:mod:`evtsync.critpath.cpu`).
     - ``instances``: the aligned collective instances attributed (one row per pg, index, rank).
+    - ``n_invalid``: collectives the alignment flagged invalid (end times apart, type or size
+      mismatch): kept in ``collectives`` with ``valid`` False, left out of ``summary``,
+      ``gpu_only_share`` and ``validation`` (their durations do not measure a tax).
     """
 
     collectives: pd.DataFrame
@@ -100,6 +103,7 @@ class AttributionResult(TablesDisplay):
     ranks: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=RANK_COLUMNS))
     cpu_side: bool = False
     instances: pd.DataFrame = field(default_factory=pd.DataFrame)
+    n_invalid: int = 0
 
 
 class RankTables:
@@ -250,12 +254,13 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
             share_band=(EXPLAINED_SHARE_MIN, EXPLAINED_SHARE_MAX), keep_paths=keep_paths)
         _refuse_when_nothing_attributed(table, "CPU-side (gloo) collectives")
         table = route_blame(table)
-        summary, _ = summarize(table)
-        return AttributionResult(collectives=table, summary=summary, validation=regress_path_on_tax(table),
+        valid, n_invalid = valid_collectives(table)
+        summary, _ = summarize(valid)
+        return AttributionResult(collectives=table, summary=summary, validation=regress_path_on_tax(valid),
                                  paths=paths_table if len(paths_table) else pd.DataFrame(columns=PATH_COLUMNS),
                                  gpu_only_share=float("nan"),  # no GPU: the share does not apply
                                  ranks=rank_blame(table, tax.ranks), cpu_side=True,
-                                 instances=inst)
+                                 instances=inst, n_invalid=n_invalid)
     tax_rows = tax.collectives
     tax_rows = tax_rows[tax_rows["pg"].isin(inst["pg"].unique())]
     rows: dict[tuple[str, int], dict[str, Any]] = {}
@@ -345,12 +350,13 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     _refuse_when_nothing_attributed(table, "collectives")
     _name_collective_causes(table, inst)
     table = route_blame(table)
-    summary, gpu_only = summarize(table)
+    valid, n_invalid = valid_collectives(table)
+    summary, gpu_only = summarize(valid)
     paths_table = paths_table_of(path_parts) if path_parts else pd.DataFrame(columns=PATH_COLUMNS)
-    return AttributionResult(collectives=table, summary=summary, validation=regress_path_on_tax(table),
+    return AttributionResult(collectives=table, summary=summary, validation=regress_path_on_tax(valid),
                              paths=paths_table, gpu_only_share=gpu_only,
                              dag_stats=pd.DataFrame([stats[r] for r in sorted(stats)]), ranks=rank_blame(table, tax.ranks),
-                             instances=inst)
+                             instances=inst, n_invalid=n_invalid)
 
 
 def _refuse_when_nothing_attributed(table: pd.DataFrame, what: str) -> None:
@@ -494,6 +500,15 @@ def paths_table_of(parts: list[tuple[StragglerSide, FastestSide, np.ndarray, np.
         "occurrence": np.concatenate(occurrence), "own_us": times[:, 0], "wait_us": times[:, 1],
         "own_fastest_us": times[:, 2], "wait_fastest_us": times[:, 3], "extra_us": times[:, 4]},
         columns=PATH_COLUMNS)
+
+
+def valid_collectives(collectives: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The rows the alignment did not flag invalid, and how many it did (issue 33: a flagged
+    collective's durations do not measure a tax, so it enters no summary)."""
+    if "valid" not in collectives or collectives.empty:
+        return collectives, 0
+    valid = collectives["valid"].fillna(False).astype(bool).to_numpy()
+    return collectives[valid], int((~valid).sum())
 
 
 def summarize(collectives: pd.DataFrame) -> tuple[pd.DataFrame, float]:

@@ -137,10 +137,12 @@ def attribution_with_intervals(summary: pd.DataFrame, collectives: pd.DataFrame)
     """A workload's attribution summary with its Wilson intervals (evtsync.intervals): each
     category's share of the attributed collectives (``collective_share`` / ``_lo`` / ``_hi``) and
     the GPU-only share of the stragglers (``gpu_only_share`` / ``_lo`` / ``_hi``, ``n_attributed``)."""
+    from evtsync.critpath.attribution import valid_collectives
     from evtsync.critpath.cpu import CPU_SIDE_CATEGORIES
     from evtsync.intervals import wilson_interval
 
-    ok = collectives[collectives["status"] == "ok"]
+    valid, _ = valid_collectives(collectives)  # as the summary: flagged collectives left out
+    ok = valid[valid["status"] == "ok"]
     share: float | None
     lo: float | None
     hi: float | None
@@ -156,7 +158,7 @@ def attribution_with_intervals(summary: pd.DataFrame, collectives: pd.DataFrame)
 
 def _stage_attribution(run: Run) -> dict[str, Any]:
     try:
-        from evtsync.critpath.attribution import attribute
+        from evtsync.critpath.attribution import attribute, valid_collectives
     except ImportError as exc:
         raise Unavailable(f"evtsync.critpath is not installed ({exc})") from exc
     run.require("tax")
@@ -195,8 +197,9 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
                                  _stringify(pd.concat(validations, ignore_index=True))),
                  run.write_table(f"{TABLES}/attribution_paths.parquet",
                                  _stringify(pd.concat(paths, ignore_index=True))))
-    ok = table[table["status"] == "ok"]
-    return {"collectives": len(table), "attributed": len(ok),
+    valid, n_invalid = valid_collectives(table)
+    ok = valid[valid["status"] == "ok"]
+    return {"collectives": len(table), "invalid_left_out": n_invalid, "attributed": len(ok),
             "gpu_only_share": float((ok["path_kind"] == "gpu_only").mean()) if len(ok) and not all(cpu_side) else None,
             "skipped_workloads": reasons}
 
