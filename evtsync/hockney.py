@@ -31,9 +31,8 @@ idealised torus); the paper evaluates cubes (n = 512 = 8³).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -44,7 +43,6 @@ from evtsync.errors import InputError
 __all__ = [
     "TOPOLOGIES",
     "Topology",
-    "bandwidth_records",
     "bandwidth_reduction",
     "comm_time_us",
     "elasticity",
@@ -218,32 +216,3 @@ def flops_scaled_bandwidth(
     if np.any(f <= 0):
         raise InputError("FLOPS factor f must be > 0")
     return optimal_bandwidth(size_bytes, alpha_us, np.asarray(tau_us, dtype=float) / f, p, q, eps)
-
-
-def bandwidth_records(
-    topologies: Iterable[str], ns: Sequence[int], alpha_us: float, size_bytes: float, eps: float,
-    tau_us_of_n: Callable[[int], float],
-) -> list[dict[str, Any]]:
-    """One record per (topology, n): p, q, tau_us, bstar, bstar_hockney (GB/s) and reduction."""
-    records = []
-    for name in topologies:
-        topo = get_topology(name)
-        for n in ns:
-            p = float(topo.p(n))
-            q = float(topo.q(n))
-            tau = float(tau_us_of_n(int(n)))
-            records.append({
-                "topology": topo.name,
-                "n": int(n),
-                "p": p,
-                "q": q,
-                "alpha_us": float(alpha_us),
-                "bytes": float(size_bytes),
-                "eps": float(eps),
-                "tau_us": tau,
-                "bstar": float(optimal_bandwidth(size_bytes, alpha_us, tau, p, q, eps)) / 1e9,
-                "bstar_hockney": float(hockney_bandwidth(size_bytes, alpha_us, p, q, eps)) / 1e9,
-                "reduction": float(bandwidth_reduction(alpha_us, tau, p)),
-                "bandwidth_unit": "GB/s",
-            })
-    return records

@@ -168,7 +168,7 @@ def test_bandwidth_writes_a_table(tmp_path: Path, capsys: pytest.CaptureFixture[
                  "-o", str(out)]) == 0
     capsys.readouterr()
     table = read_table(out)
-    assert len(table) == 1 and table.loc[0, "bstar"] == pytest.approx(21875.0)
+    assert len(table) == 1 and table.loc[0, "bstar_mean_gbps"] == pytest.approx(21875.0)
     assert main(["bandwidth", "--topology", "ring", "--n", "8", "--alpha-us", "5", "--bytes", "1G", "--tau-us", "10",
                  "--flops-factor", "1", "2", "-o", str(tmp_path / "sweep.parquet")]) == 0
     assert (tmp_path / "sweep_scaling.parquet").is_file() and len(read_table(tmp_path / "sweep.parquet")) == 2

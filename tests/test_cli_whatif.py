@@ -131,11 +131,11 @@ def test_paper_reference_numbers_for_the_flops_figure(capsys: pytest.CaptureFixt
     assert code == 0
     result = json.loads(out)
     base = {r["n"]: r for r in result["rows"] if r["flops_factor"] == 1}
-    assert base[4096]["bstar_hockney"] == pytest.approx(53_700, rel=0.01)
-    assert base[4096]["bstar"] == pytest.approx(450, rel=0.03)
+    assert base[4096]["bstar_hockney_gbps"] == pytest.approx(53_700, rel=0.01)
+    assert base[4096]["bstar_mean_gbps"] == pytest.approx(450, rel=0.03)
     for r in result["flops_scaling"]:
         assert r["hockney_growth"] == pytest.approx(1.0) and r["roofline_growth"] == 16
-        assert 0 < r["scaling_reduction"] < 0.2 and r["growth"] < 16
+        assert 0 < r["scaling_reduction_median"] < 0.2 and r["growth_median"] < 16
 
 
 def test_presets_follow_the_seeds_table_1_and_label_datasheet_values() -> None:

@@ -172,11 +172,27 @@ def test_reference_constants_and_the_texts_bandwidths() -> None:
     assert 400e9 < bstar <= 450e9
 
 
-def test_bandwidth_records() -> None:
-    records = hockney.bandwidth_records(["ring", "full"], [8, 128], ALPHA_US, S_BYTES, -0.5, lambda n: 100.0 * math.log(n))
-    assert [(r["topology"], r["n"]) for r in records] == [("ring", 8), ("ring", 128), ("full", 8), ("full", 128)]
-    r = records[1]
-    assert r["p"] == 254 and r["tau_us"] == pytest.approx(100 * math.log(128))
-    assert r["bstar"] == pytest.approx(r["q"] * S_BYTES / (254 * 5 + r["tau_us"]) * 1e6 / 1e9)
-    assert r["reduction"] == pytest.approx(1 - r["bstar"] / r["bstar_hockney"])
-    assert r["bandwidth_unit"] == "GB/s"
+def test_given_tax_bandwidth_table_matches_the_formulas_by_hand() -> None:
+    """The B* table of a tax given directly (``bandwidth --tau-us``): the same columns as a fit's
+    table, each value the §8 formula evaluated here by hand (ring of 128: p = 254)."""
+    from evtsync.evt.predict import bandwidth_table, given_tax_bandwidth_table
+
+    table = given_tax_bandwidth_table(300.0, ["ring", "full"], [8, 128], ALPHA_US, S_BYTES, -0.5)
+    assert [(r.topology, r.n) for r in table.itertuples()] == [("ring", 8), ("ring", 128), ("full", 8), ("full", 128)]
+    r = table.iloc[1]
+    assert r["p"] == 254 and r["tau_mean_us"] == r["tau_lo_us"] == r["tau_hi_us"] == 300.0
+    floor = 254 * 5 + 300.0
+    assert r["bstar_mean_gbps"] == pytest.approx((254 / 128) * S_BYTES / floor * 1e6 / 1e9, rel=1e-12)
+    assert r["bstar_hockney_gbps"] == pytest.approx((254 / 128) * S_BYTES / (254 * 5) * 1e6 / 1e9, rel=1e-12)
+    assert r["reduction_mean"] == pytest.approx(300.0 / floor, rel=1e-12)
+    assert r["model"] == "given tau" and r["fit_kind"] == "point"
+
+    # one column vocabulary: a one-draw GEV fit's table (bandwidth --gumbel) has the same columns, plus b
+    from evtsync.evt.predict import PointFit
+
+    gumbel = bandwidth_table(PointFit(1.0, 0.5), ["ring"], [8, 128], ALPHA_US, S_BYTES, block_sd_us=10.0)
+    assert set(gumbel.columns) - set(table.columns) == {"b_us", "estimator"}
+    assert set(table.columns) <= set(gumbel.columns)
+    tau = 10.0 * (1.0 + 0.5 * (np.euler_gamma + math.log(128 / 4)))  # b·E_k of the Gumbel, k = n/m
+    assert gumbel["tau_mean_us"].iloc[1] == pytest.approx(tau, rel=1e-12)
+

@@ -97,18 +97,17 @@ def _bayesian(args: argparse.Namespace) -> int:
     return int(run_bayesian_bandwidth(args) or 0)
 
 
-def tax_function(args: argparse.Namespace, sizes: list[int], flops_factor: float = 1.0):
-    """tau(n) in µs from the command line, checked for every requested n, on a GPU ``flops_factor`` times faster."""
-    from evtsync.evt.predict import domain_multiple, predicted_tax_us
+def point_fit(args: argparse.Namespace, sizes: list[int]) -> Any:
+    """The one-draw fit of ``--gumbel MU SIGMA`` / ``--gev MU SIGMA XI`` (:class:`evtsync.evt.predict.PointFit`),
+    or None for ``--tau-us``, after checking the options that go with each."""
+    from evtsync.evt.predict import PointFit, domain_multiple
 
-    if not flops_factor > 0:
-        raise InputError(f"--flops-factor must be > 0; got {flops_factor}")
     if args.tau_us is not None:
         if args.block_sd_us is not None:
             raise InputError("--block-sd-us only applies with --gumbel or --gev, not with --tau-us")
         if not args.tau_us >= 0:
             raise InputError(f"--tau-us must be >= 0 µs; got {args.tau_us}")
-        return lambda n: args.tau_us / flops_factor
+        return None
     if args.block_sd_us is None:
         raise InputError("--gumbel/--gev need --block-sd-us B (the block's pooled standard deviation in µs)")
     if not args.block_sd_us >= 0:
@@ -120,23 +119,28 @@ def tax_function(args: argparse.Namespace, sizes: list[int], flops_factor: float
         raise InputError(f"--gev shape xi = {xi:g} >= 1: the mean of the maximum is infinite, so tau(n) and B* "
                          "are not defined (methodology §6: the mean exists for xi < 1)")
     domain_multiple(sizes, args.m)
-    b = args.block_sd_us / flops_factor
-    return lambda n: float(predicted_tax_us(b, mu, sigma, xi, n, args.m))
+    return PointFit(mu, sigma, xi, estimator=args.estimator, name="gumbel" if args.gumbel else "gev")
 
 
-def _plot(records: list[dict[str, Any]], path: str | os.PathLike[str], nvlink: dict[str, float]) -> None:
+def _plot(table: Any, path: str | os.PathLike[str], nvlink: dict[str, float]) -> None:
     from evtsync.plots.base import figure_format, save_figure
     from evtsync.plots.whatif import bstar_points
 
     figure_format(path)
-    save_figure(bstar_points(records, nvlink), path, dpi=120)
+    save_figure(bstar_points(table, nvlink), path, dpi=120)
 
 
 def run_bandwidth(args: argparse.Namespace) -> int:
     """Handler of ``evtsync bandwidth``."""
     if args.fit is not None:
         return _bayesian(args)
-    from evtsync.hockney import bandwidth_records
+    from evtsync.evt.predict import (
+        SCALING_DEFINITION,
+        bandwidth_table,
+        flops_scaling_table,
+        given_tax_bandwidth_table,
+        given_tax_scaling_table,
+    )
 
     for flag in ("gpu", "precision", "preset"):
         if getattr(args, flag, None):
@@ -151,25 +155,27 @@ def run_bandwidth(args: argparse.Namespace) -> int:
         if not -1 < eps < 0:
             raise InputError(f"--eps must lie in (-1, 0); got {eps:g}")
     alpha_by_topology, _, notes = alpha_setup(args, topologies)
-    records = []
-    for factor in hw["factors"]:
-        tau_of_n = tax_function(args, sizes, factor)
-        for eps in eps_values:
-            for t in topologies:
-                for r in bandwidth_records([t], sizes, alpha_by_topology[get_name(t)], args.bytes, eps, tau_of_n):
-                    records.append({**r, "flops_factor": factor})
-    scaling = point_scaling(records) if len(set(hw["factors"])) > 1 else None
+    fit = point_fit(args, sizes)
+    sweep = len(set(hw["factors"])) > 1
+    if fit is None:  # the tax given: the same tables, one draw (evtsync.evt.predict)
+        table = given_tax_bandwidth_table(args.tau_us, topologies, sizes, alpha_by_topology, args.bytes, eps_values,
+                                          hw["factors"])
+        scaling = (given_tax_scaling_table(args.tau_us, topologies, sizes, alpha_by_topology, args.bytes,
+                                           hw["factors"], eps_values) if sweep else None)
+    else:  # given GEV parameters: a one-draw fit through the posterior's tables
+        table = bandwidth_table(fit, topologies, sizes, alpha_by_topology, args.bytes, args.block_sd_us, eps_values,
+                                args.m, flops_factor=hw["factors"], estimator=args.estimator)
+        scaling = (flops_scaling_table(fit, topologies, sizes, alpha_by_topology, args.bytes, args.block_sd_us,
+                                       hw["factors"], eps_values, args.m, estimator=args.estimator) if sweep else None)
     if args.out:
-        import pandas as pd
-
-        write_bandwidth_tables(args.out, pd.DataFrame(records), None if scaling is None else pd.DataFrame(scaling))
+        write_bandwidth_tables(args.out, table, scaling)
     if args.plot:
-        _plot(records, args.plot, hw["nvlink"])
+        _plot(table, args.plot, hw["nvlink"])
     if args.json:
         from evtsync.cli._common import emit_json
 
-        payload: Any = records if scaling is None else {"rows": records, "flops_scaling": scaling,
-                                                       "definition": SCALING_DEFINITION}
+        payload: Any = table if scaling is None else {"rows": table, "flops_scaling": scaling,
+                                                     "definition": SCALING_DEFINITION}
         emit_json(payload, indent=None)
         return 0
     for note in notes:
@@ -182,45 +188,17 @@ def run_bandwidth(args: argparse.Namespace) -> int:
               + "; b and alpha fixed at the values given")
     print(f"{'topology':9s} {'n':>6s} {'eps':>5s} {'flops':>6s} {'p':>9s} {'q':>7s} {'alpha_us':>8s} {'tau_us':>10s} "
           f"{'B*':>12s} {'B*_Hockney':>12s} {'reduction':>9s}")
-    for r in records:
-        reduction = "nan" if math.isnan(r["reduction"]) else f"{100 * r['reduction']:.2f}%"
+    for r in table.to_dict(orient="records"):
+        reduction = "nan" if math.isnan(r["reduction_mean"]) else f"{100 * r['reduction_mean']:.2f}%"
         print(f"{r['topology']:9s} {r['n']:6d} {r['eps']:5g} {r['flops_factor']:6.3g} {r['p']:9.4g} {r['q']:7.4f} "
-              f"{r['alpha_us']:8.4g} {r['tau_us']:10.4g} {r['bstar']:12.5g} {r['bstar_hockney']:12.5g} {reduction:>9s}")
-    if scaling:
+              f"{r['alpha_us']:8.4g} {r['tau_mean_us']:10.4g} {r['bstar_mean_gbps']:12.5g} "
+              f"{r['bstar_hockney_gbps']:12.5g} {reduction:>9s}")
+    if scaling is not None:
         print(f"bandwidth-scaling requirement ({SCALING_DEFINITION}):")
-        for r in scaling:
+        for r in scaling.to_dict(orient="records"):
             print(f"  {r['topology']:9s} n={r['n']:<6d} eps={r['eps']:<5g} FLOPS x{r['roofline_growth']:.4g}: B* grows "
-                  f"x{r['growth']:.4g}, {100 * r['scaling_reduction']:.1f}% below the roofline; Hockney's B*_H x1")
+                  f"x{r['growth_median']:.4g}, {100 * r['scaling_reduction_median']:.1f}% below the roofline; "
+                  "Hockney's B*_H x1")
     if args.plot:
         print(f"plot: {Path(args.plot)}")
     return 0
-
-
-#: How the bandwidth-scaling requirement is defined (docs/what-if.md).
-SCALING_DEFINITION = ("growth = B*(f_hi)/B*(f_lo); roofline growth = f_hi/f_lo; "
-                      "scaling_reduction = 1 - growth/roofline growth; Hockney's B*_H does not depend on FLOPS")
-
-
-def point_scaling(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per topology, n and eps: B*'s growth from the smallest to the largest FLOPS factor of
-    ``records`` against the roofline's (:func:`evtsync.evt.predict.flops_scaling_table` with a point tax)."""
-    out = []
-    keys = dict.fromkeys((r["topology"], r["n"], r["eps"]) for r in records)
-    for topo, n, eps in keys:
-        rows = sorted((r for r in records if (r["topology"], r["n"], r["eps"]) == (topo, n, eps)),
-                      key=lambda r: r["flops_factor"])
-        lo, hi = rows[0], rows[-1]
-        big_f = hi["flops_factor"] / lo["flops_factor"]
-        growth = hi["bstar"] / lo["bstar"]
-        out.append({"topology": topo, "n": n, "eps": eps, "flops_lo": lo["flops_factor"], "flops_hi": hi["flops_factor"],
-                    "roofline_growth": big_f, "hockney_growth": hi["bstar_hockney"] / lo["bstar_hockney"],
-                    "growth": growth, "scaling_exponent": math.log(growth) / math.log(big_f),
-                    "scaling_reduction": 1 - growth / big_f})
-    return out
-
-
-def get_name(topology: str) -> str:
-    """Canonical topology name."""
-    from evtsync.hockney import get_topology
-
-    return get_topology(topology).name

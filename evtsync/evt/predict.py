@@ -75,10 +75,13 @@ __all__ = [
     "ESTIMATORS",
     "FIXED_ALPHA_NOTE",
     "FIXED_B_NOTE",
+    "GIVEN_TAX_NOTE",
     "INFINITE_POLICY",
     "REFERENCE_TFLOPS",
     "POPULATION_NOTE",
     "PREDICTION_KINDS",
+    "PointFit",
+    "SCALING_DEFINITION",
     "bandwidth_table",
     "bstar_draws_gbps",
     "cell_parameter_table",
@@ -86,6 +89,8 @@ __all__ = [
     "estimator_of",
     "fit_column",
     "flops_scaling_table",
+    "given_tax_bandwidth_table",
+    "given_tax_scaling_table",
     "population_draws",
     "predicted_vs_measured",
     "summarise",
@@ -580,8 +585,20 @@ def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha
         topology, S <= 0, eps outside (-1, 0), a FLOPS factor <= 0, or an n that is not a
         positive multiple of ``m``.
     """
-    from evtsync.hockney import get_topology
+    level, eps_values, factors = _bandwidth_arguments(level, eps, flops_factor)
+    fit = _fit(fit)
+    estimator = check_estimator(fit, estimator)
+    domain_multiple(n, m)
+    rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
+    tau_ref = _tau_from(params, rows["b_us"].to_numpy(float), n, m) if len(rows) else None
+    records = _bandwidth_records(rows, tau_ref, topologies, n, alpha_us, alpha_draws_us, size_bytes, eps_values,
+                                 factors, level, np.random.default_rng(seed + 1), FIXED_B_NOTE)
+    return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "B*", estimator), fit)
 
+
+def _bandwidth_arguments(level: float, eps: float | Sequence[float], flops_factor: float | Sequence[float]
+                         ) -> tuple[float, list[float], list[float]]:
+    """The checked level, eps values and FLOPS factors of a B* table."""
     level = check_level(level)
     eps_values = _as_list(eps, "eps")
     factors = _as_list(flops_factor, "FLOPS factor")
@@ -591,43 +608,53 @@ def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha
     for f in factors:
         if not f > 0:
             raise InputError(f"FLOPS factor must be > 0; got {f}")
-    fit = _fit(fit)
-    estimator = check_estimator(fit, estimator)
-    domain_multiple(n, m)
-    rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
-    rng = np.random.default_rng(seed + 1)
-    records = []
-    if len(rows):
-        tau_ref = _tau_from(params, rows["b_us"].to_numpy(float), n, m)  # (sample, row, n) on the reference GPU
-        for name in topologies:
-            topo = get_topology(name)
-            p = np.asarray(topo.p(np.asarray(n)), dtype=float).reshape(-1)
-            q = np.asarray(topo.q(np.asarray(n)), dtype=float).reshape(-1)
-            point, alpha = _alpha_for(topo.name, alpha_us, alpha_draws_us, tau_ref.shape[0], rng)
-            als = summarise(np.atleast_1d(alpha), level)
-            for f in factors:
-                tau = tau_ref / f
-                ts = summarise(tau, level)
-                for e in eps_values:
-                    bstar, red, bh_draws = _bstar_draws(tau, alpha, p, q, size_bytes, e)
-                    bs, rs, hs = summarise(bstar, level), summarise(red, level), summarise(bh_draws, level)
-                    bh_point = _bstar_draws(tau[:1], point, p, q, size_bytes, e)[2].reshape(-1, len(p))[0]
-                    for i, row in enumerate(rows.to_dict(orient="records")):
-                        for j, nn in enumerate(n):
-                            records.append({
-                                **row, "topology": topo.name, "n": int(nn), "p": float(p[j]), "q": float(q[j]),
-                                "alpha_us": point, "alpha_lo_us": float(als["lo"]), "alpha_hi_us": float(als["hi"]),
-                                "alpha_source": "draws" if alpha_draws_us is not None else "point",
-                                "bytes": float(size_bytes), "eps": e, "flops_factor": f,
-                                **_columns("tau", "_us", ts, (i, j)), **_columns("bstar", "_gbps", bs, (i, j)),
-                                "bstar_hockney_gbps": float(bh_point[j]),
-                                "bstar_hockney_lo_gbps": float(np.asarray(hs["lo"]).reshape(-1, len(p))[0, j]),
-                                "bstar_hockney_hi_gbps": float(np.asarray(hs["hi"]).reshape(-1, len(p))[0, j]),
-                                **_columns("reduction", "", rs, (i, j)),
-                                "b_uncertainty": FIXED_B_NOTE,
-                                "alpha_uncertainty": ("alpha's draws carried" if alpha_draws_us is not None
-                                                      else FIXED_ALPHA_NOTE)})
-    return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "B*", estimator), fit)
+    return level, eps_values, factors
+
+
+def _bandwidth_records(rows: pd.DataFrame, tau_ref: NDArray[np.float64] | None, topologies: Sequence[str],
+                       n: Sequence[int], alpha_us: float | Mapping[str, float],
+                       alpha_draws_us: ArrayLike | Mapping[str, ArrayLike] | None, size_bytes: float,
+                       eps_values: list[float], factors: list[float], level: float, rng: np.random.Generator,
+                       b_note: str) -> list[dict[str, Any]]:
+    """The rows of every B* table (:func:`bandwidth_table`, :func:`given_tax_bandwidth_table`): one
+    per row of ``rows``, topology, n, eps and FLOPS factor, from tax draws ``tau_ref`` (sample,
+    row, n) on the reference GPU."""
+    from evtsync.hockney import get_topology
+
+    if not float(size_bytes) > 0:
+        raise InputError(f"buffer size S must be > 0 bytes; got {size_bytes}")
+    records: list[dict[str, Any]] = []
+    if tau_ref is None or not len(rows):
+        return records
+    for name in topologies:
+        topo = get_topology(name)
+        p = np.asarray(topo.p(np.asarray(n)), dtype=float).reshape(-1)
+        q = np.asarray(topo.q(np.asarray(n)), dtype=float).reshape(-1)
+        point, alpha = _alpha_for(topo.name, alpha_us, alpha_draws_us, tau_ref.shape[0], rng)
+        als = summarise(np.atleast_1d(alpha), level)
+        for f in factors:
+            tau = tau_ref / f
+            ts = summarise(tau, level)
+            for e in eps_values:
+                bstar, red, bh_draws = _bstar_draws(tau, alpha, p, q, size_bytes, e)
+                bs, rs, hs = summarise(bstar, level), summarise(red, level), summarise(bh_draws, level)
+                bh_point = _bstar_draws(tau[:1], point, p, q, size_bytes, e)[2].reshape(-1, len(p))[0]
+                for i, row in enumerate(rows.to_dict(orient="records")):
+                    for j, nn in enumerate(n):
+                        records.append({
+                            **row, "topology": topo.name, "n": int(nn), "p": float(p[j]), "q": float(q[j]),
+                            "alpha_us": point, "alpha_lo_us": float(als["lo"]), "alpha_hi_us": float(als["hi"]),
+                            "alpha_source": "draws" if alpha_draws_us is not None else "point",
+                            "bytes": float(size_bytes), "eps": e, "flops_factor": f,
+                            **_columns("tau", "_us", ts, (i, j)), **_columns("bstar", "_gbps", bs, (i, j)),
+                            "bstar_hockney_gbps": float(bh_point[j]),
+                            "bstar_hockney_lo_gbps": float(np.asarray(hs["lo"]).reshape(-1, len(p))[0, j]),
+                            "bstar_hockney_hi_gbps": float(np.asarray(hs["hi"]).reshape(-1, len(p))[0, j]),
+                            **_columns("reduction", "", rs, (i, j)),
+                            "b_uncertainty": b_note,
+                            "alpha_uncertainty": ("alpha's draws carried" if alpha_draws_us is not None
+                                                  else FIXED_ALPHA_NOTE)})
+    return records
 
 
 def flops_scaling_table(fit: Any, topologies: Sequence[str], n: Sequence[int],
@@ -650,50 +677,239 @@ def flops_scaling_table(fit: Any, topologies: Sequence[str], n: Sequence[int],
 
     Since tau/f shrinks with f, growth = (p·alpha + tau_lo)/(p·alpha + tau_lo·f_lo/f_hi) < F.
     """
-    factors = sorted(_as_list(flops_factors, "FLOPS factors"))
-    if len(factors) < 2 or factors[0] == factors[-1]:
-        raise InputError(f"a FLOPS sweep needs at least two different factors; got {factors}")
-    for f in factors:
-        if not f > 0:
-            raise InputError(f"FLOPS factor must be > 0; got {f}")
-    from evtsync.hockney import get_topology
-
+    factors = _sweep_factors(flops_factors)
     level = check_level(level)
     eps_values = _as_list(eps, "eps")
     fit = _fit(fit)
     estimator = check_estimator(fit, estimator)
     domain_multiple(n, m)
     rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
-    rng = np.random.default_rng(seed + 1)
-    big_f = factors[-1] / factors[0]
-    records = []
-    if len(rows):
-        tau_ref = _tau_from(params, rows["b_us"].to_numpy(float), n, m)
-        for name in topologies:
-            topo = get_topology(name)
-            p = np.asarray(topo.p(np.asarray(n)), dtype=float).reshape(-1)
-            q = np.asarray(topo.q(np.asarray(n)), dtype=float).reshape(-1)
-            point, alpha = _alpha_for(topo.name, alpha_us, alpha_draws_us, tau_ref.shape[0], rng)
-            for e in eps_values:
-                lo = _bstar_draws(tau_ref / factors[0], alpha, p, q, size_bytes, e)[0]
-                hi = _bstar_draws(tau_ref / factors[-1], alpha, p, q, size_bytes, e)[0]
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    growth = hi / lo
-                    exponent = np.log(growth) / np.log(big_f)
-                gs, xs, rs = summarise(growth, level), summarise(exponent, level), summarise(1 - growth / big_f, level)
-                for i, row in enumerate(rows.to_dict(orient="records")):
-                    for j, nn in enumerate(n):
-                        records.append({
-                            **row, "topology": topo.name, "n": int(nn), "eps": e, "alpha_us": point,
-                            "alpha_source": "draws" if alpha_draws_us is not None else "point",
-                            "bytes": float(size_bytes), "flops_lo": factors[0], "flops_hi": factors[-1],
-                            "roofline_growth": big_f, "hockney_growth": 1.0,
-                            **{k: v for k, v in _columns("growth", "", gs, (i, j)).items()},
-                            **_columns("scaling_exponent", "", xs, (i, j)),
-                            **_columns("scaling_reduction", "", rs, (i, j))})
+    tau_ref = _tau_from(params, rows["b_us"].to_numpy(float), n, m) if len(rows) else None
+    records = _scaling_records(rows, tau_ref, topologies, n, alpha_us, alpha_draws_us, size_bytes, eps_values,
+                               factors, level, np.random.default_rng(seed + 1))
     out = _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "FLOPS scaling", estimator), fit)
-    out.attrs["definition"] = ("growth = B*(f_hi)/B*(f_lo) per draw; roofline growth = f_hi/f_lo; "
-                               "scaling_reduction = 1 - growth/roofline growth; Hockney's B*_H does not depend on FLOPS")
+    out.attrs["definition"] = SCALING_DEFINITION
+    return out
+
+
+#: How the bandwidth-scaling requirement is defined (docs/what-if.md; every FLOPS scaling table's attrs).
+SCALING_DEFINITION = ("growth = B*(f_hi)/B*(f_lo) per draw; roofline growth = f_hi/f_lo; "
+                      "scaling_reduction = 1 - growth/roofline growth; Hockney's B*_H does not depend on FLOPS")
+
+
+def _sweep_factors(flops_factors: Sequence[float]) -> list[float]:
+    """The FLOPS factors of a sweep, sorted and checked (two different ones at least, each > 0)."""
+    factors = sorted(_as_list(flops_factors, "FLOPS factors"))
+    if len(factors) < 2 or factors[0] == factors[-1]:
+        raise InputError(f"a FLOPS sweep needs at least two different factors; got {factors}")
+    for f in factors:
+        if not f > 0:
+            raise InputError(f"FLOPS factor must be > 0; got {f}")
+    return factors
+
+
+def _scaling_records(rows: pd.DataFrame, tau_ref: NDArray[np.float64] | None, topologies: Sequence[str],
+                     n: Sequence[int], alpha_us: float | Mapping[str, float],
+                     alpha_draws_us: ArrayLike | Mapping[str, ArrayLike] | None, size_bytes: float,
+                     eps_values: list[float], factors: list[float], level: float,
+                     rng: np.random.Generator) -> list[dict[str, Any]]:
+    """The rows of every FLOPS scaling table (:func:`flops_scaling_table`,
+    :func:`given_tax_scaling_table`) from tax draws ``tau_ref`` (sample, row, n)."""
+    from evtsync.hockney import get_topology
+
+    big_f = factors[-1] / factors[0]
+    records: list[dict[str, Any]] = []
+    if tau_ref is None or not len(rows):
+        return records
+    for name in topologies:
+        topo = get_topology(name)
+        p = np.asarray(topo.p(np.asarray(n)), dtype=float).reshape(-1)
+        q = np.asarray(topo.q(np.asarray(n)), dtype=float).reshape(-1)
+        point, alpha = _alpha_for(topo.name, alpha_us, alpha_draws_us, tau_ref.shape[0], rng)
+        for e in eps_values:
+            lo = _bstar_draws(tau_ref / factors[0], alpha, p, q, size_bytes, e)[0]
+            hi = _bstar_draws(tau_ref / factors[-1], alpha, p, q, size_bytes, e)[0]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                growth = hi / lo
+                exponent = np.log(growth) / np.log(big_f)
+            gs, xs, rs = summarise(growth, level), summarise(exponent, level), summarise(1 - growth / big_f, level)
+            for i, row in enumerate(rows.to_dict(orient="records")):
+                for j, nn in enumerate(n):
+                    records.append({
+                        **row, "topology": topo.name, "n": int(nn), "eps": e, "alpha_us": point,
+                        "alpha_source": "draws" if alpha_draws_us is not None else "point",
+                        "bytes": float(size_bytes), "flops_lo": factors[0], "flops_hi": factors[-1],
+                        "roofline_growth": big_f, "hockney_growth": 1.0,
+                        **_columns("growth", "", gs, (i, j)),
+                        **_columns("scaling_exponent", "", xs, (i, j)),
+                        **_columns("scaling_reduction", "", rs, (i, j))})
+    return records
+
+
+class PointFit:
+    """A one-draw fit: GEV parameters of the z-scores given as numbers (``evtsync bandwidth
+    --gumbel MU SIGMA`` or ``--gev MU SIGMA XI``), with the small interface of
+    :class:`~evtsync.evt.bayesfit.CellFit`, so that the prediction tables (:func:`tau_table`,
+    :func:`bandwidth_table`, :func:`flops_scaling_table`) serve a point estimate as they serve a
+    posterior: every interval is the point itself (``fit_kind`` "point").
+
+    Parameters
+    ----------
+    mu, sigma, xi : float
+        Location, scale (> 0) and shape of the GEV (Coles' sign convention; xi = 0 is Gumbel).
+    estimator : str, default "centred"
+        What the parameters were fitted to (:data:`ESTIMATORS`): the centred maxima ``y`` or the
+        paper's ``z``.
+    name : str, default "given"
+        The table's ``model`` column.
+
+    Raises
+    ------
+    InputError
+        A parameter that is not finite, sigma <= 0, or an unknown estimator.
+    """
+
+    kind = "point"
+    converged = True
+    convergence_note = ""
+
+    def __init__(self, mu: float, sigma: float, xi: float = 0.0, estimator: str = DEFAULT_ESTIMATOR,
+                 name: str = "given") -> None:
+        values = np.asarray([mu, sigma, xi], dtype=float)
+        if not np.all(np.isfinite(values)):
+            raise InputError(f"GEV parameters must be finite; got mu={mu}, sigma={sigma}, xi={xi}")
+        if not sigma > 0:
+            raise InputError(f"the GEV scale sigma must be > 0; got {sigma}")
+        if estimator not in ESTIMATORS:
+            raise InputError(f"estimator {estimator!r}: expected one of {', '.join(ESTIMATORS)}")
+        self.mu, self.sigma, self.xi = (float(v) for v in values)
+        self.name = name
+        self.column = ESTIMATORS[estimator][0]
+
+    @property
+    def family(self) -> str:
+        """``gumbel`` when xi = 0, else ``gev``."""
+        return "gumbel" if self.xi == 0 else "gev"
+
+    @property
+    def cells(self) -> pd.DataFrame:
+        """One cell, ``given``, pooled (no group columns)."""
+        return pd.DataFrame({"cell": ["given"], "n_obs": [0]})
+
+    def cell_draws(self) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+        """mu, sigma, xi as one draw of one cell, each of shape (1, 1)."""
+        return np.full((1, 1), self.mu), np.full((1, 1), self.sigma), np.full((1, 1), self.xi)
+
+
+class _GivenTax:
+    """What a table of a tax given directly says of its source (the ``model`` and ``fit_kind`` columns)."""
+
+    name = "given tau"
+    kind = "point"
+    converged = True
+    convergence_note = ""
+
+
+#: The ``b_uncertainty`` of a table whose tax is given directly (no block sd enters it).
+GIVEN_TAX_NOTE = "tau given directly, the same for every n"
+
+
+def _given_tax(tau_us: float) -> tuple[pd.DataFrame, NDArray[np.float64]]:
+    if not float(tau_us) >= 0:
+        raise InputError(f"synchronization tax tau must be >= 0 µs; got {tau_us}")
+    rows = pd.DataFrame([{"cell": "given", "prediction_kind": "cell"}])
+    return rows, np.full((1, 1, 1), float(tau_us))
+
+
+def given_tax_bandwidth_table(tau_us: float, topologies: Sequence[str], n: Sequence[int],
+                              alpha_us: float | Mapping[str, float], size_bytes: float,
+                              eps: float | Sequence[float] = DEFAULT_EPS,
+                              flops_factor: float | Sequence[float] = 1.0) -> pd.DataFrame:
+    """:func:`bandwidth_table` for a tax tau given in µs, the same for every n (``evtsync bandwidth
+    --tau-us``): the same rows and columns, one draw (every interval is the point).
+
+    Parameters
+    ----------
+    tau_us : float
+        The synchronization tax (µs, >= 0) on the reference GPU; a FLOPS factor f divides it.
+    topologies : sequence of str
+        Collective algorithms (:mod:`evtsync.hockney`: e.g. ``"full"``, ``"ring"``).
+    n : sequence of int
+        Domain sizes (ranks), each >= 2.
+    alpha_us : float or mapping of str to float
+        Latency alpha (µs): one value, or one per topology.
+    size_bytes : float
+        Buffer size S (bytes), > 0.
+    eps : float or sequence of float, default -0.5
+        Target elasticity, in (-1, 0); a sequence gives one row per value.
+    flops_factor : float or sequence of float, default 1.0
+        f > 0 divides tau (a GPU f times faster, methodology §8); a sequence gives one row per value.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The columns of :func:`bandwidth_table` (``tau_*_us``, ``bstar_*_gbps``,
+        ``bstar_hockney_gbps``, ``reduction_*`` ...), ``model`` "given tau", ``fit_kind`` "point",
+        ``cell`` "given" (``prediction_kind`` "cell").
+
+    Raises
+    ------
+    InputError
+        tau < 0, an unknown topology, alpha missing or negative, S <= 0, eps outside (-1, 0) or a
+        FLOPS factor <= 0.
+    """
+    level, eps_values, factors = _bandwidth_arguments(INTERVAL_LEVEL, eps, flops_factor)
+    rows, tau = _given_tax(tau_us)
+    tau_ref = np.broadcast_to(tau, (1, 1, len(n)))
+    records = _bandwidth_records(rows, tau_ref, topologies, n, alpha_us, None, size_bytes, eps_values, factors,
+                                 level, np.random.default_rng(0), GIVEN_TAX_NOTE)
+    given = _GivenTax()
+    return _kind_attrs(_finish(pd.DataFrame(records), given, level, {}, "B*"), given)
+
+
+def given_tax_scaling_table(tau_us: float, topologies: Sequence[str], n: Sequence[int],
+                            alpha_us: float | Mapping[str, float], size_bytes: float,
+                            flops_factors: Sequence[float], eps: float | Sequence[float] = DEFAULT_EPS
+                            ) -> pd.DataFrame:
+    """:func:`flops_scaling_table` for a tax tau given in µs, the same for every n (one draw).
+
+    Parameters
+    ----------
+    tau_us : float
+        The synchronization tax (µs, >= 0) on the reference GPU.
+    topologies : sequence of str
+        Collective algorithms (:mod:`evtsync.hockney`).
+    n : sequence of int
+        Domain sizes (ranks), each >= 2.
+    alpha_us : float or mapping of str to float
+        Latency alpha (µs): one value, or one per topology.
+    size_bytes : float
+        Buffer size S (bytes), > 0.
+    flops_factors : sequence of float
+        The sweep: at least two different factors, each > 0.
+    eps : float or sequence of float, default -0.5
+        Target elasticity, in (-1, 0).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The columns of :func:`flops_scaling_table` (``growth_*``, ``scaling_exponent_*``,
+        ``scaling_reduction_*`` ...); ``attrs["definition"]`` is :data:`SCALING_DEFINITION`.
+
+    Raises
+    ------
+    InputError
+        As :func:`given_tax_bandwidth_table`, or fewer than two different FLOPS factors.
+    """
+    factors = _sweep_factors(flops_factors)
+    level, eps_values, _ = _bandwidth_arguments(INTERVAL_LEVEL, eps, 1.0)
+    rows, tau = _given_tax(tau_us)
+    tau_ref = np.broadcast_to(tau, (1, 1, len(n)))
+    records = _scaling_records(rows, tau_ref, topologies, n, alpha_us, None, size_bytes, eps_values, factors, level,
+                               np.random.default_rng(0))
+    given = _GivenTax()
+    out = _kind_attrs(_finish(pd.DataFrame(records), given, level, {}, "FLOPS scaling"), given)
+    out.attrs["definition"] = SCALING_DEFINITION
     return out
 
 

@@ -1,8 +1,8 @@
 """What-if figures of the optimal bandwidth: multi-eps B* panels, B* as FLOPS grow (the paper's
 Fig. 13), and the point-model B* of ``evtsync bandwidth`` without a fit.
 
-Inputs are the tables of :func:`evtsync.evt.predict.bandwidth_table` (or the records of
-:func:`evtsync.hockney.bandwidth_records`); ``nvlink`` maps a label to a bandwidth in GB/s drawn
+Inputs are the tables of :func:`evtsync.evt.predict.bandwidth_table` (a posterior's, or a
+one-draw point fit's and :func:`~evtsync.evt.predict.given_tax_bandwidth_table`'s); ``nvlink`` maps a label to a bandwidth in GB/s drawn
 as a horizontal reference line (default in the CLI: Table 1's 450 GB/s H100/H200 and 900 GB/s
 B200). Population-level rows (``prediction_kind`` "population") are drawn dashed and say so in
 their label. Each function returns a matplotlib figure.
@@ -113,10 +113,9 @@ def bstar_vs_flops(table: pd.DataFrame, ns: Sequence[int] | None = None,
     return fig
 
 
-def bstar_points(records: Sequence[Mapping[str, Any]] | pd.DataFrame,
-                 nvlink: Mapping[str, float] | None = None) -> Figure:
-    """B* against n per topology beside Hockney's, one panel per eps (point tax, no fit)."""
-    table = pd.DataFrame(list(records)) if not isinstance(records, pd.DataFrame) else records
+def bstar_points(table: pd.DataFrame, nvlink: Mapping[str, float] | None = None) -> Figure:
+    """B* against n per topology beside Hockney's, one panel per eps (point tax, no fit: the
+    ``bstar_mean_gbps`` and ``bstar_hockney_gbps`` of a one-draw table)."""
     eps_values = list(dict.fromkeys(table["eps"]))
     fig, axes = new_figure(6.4 * len(eps_values), 4.6, ncols=len(eps_values), squeeze=False)
     for ax, eps in zip(axes[0], eps_values, strict=True):
@@ -126,8 +125,8 @@ def bstar_points(records: Sequence[Mapping[str, Any]] | pd.DataFrame,
             part = part.sort_values("n")
             keys = key if isinstance(key, tuple) else (key,)
             flops = f", FLOPS x{keys[1]:g}" if len(keys) > 1 and sub["flops_factor"].nunique() > 1 else ""
-            ax.plot(part["n"], part["bstar"], "o-", color=f"C{i}", label=f"{keys[0]}{flops}: with tax")
-            ax.plot(part["n"], part["bstar_hockney"], "s--", color=f"C{i}", alpha=0.7, label=f"{keys[0]}: Hockney")
+            ax.plot(part["n"], part["bstar_mean_gbps"], "o-", color=f"C{i}", label=f"{keys[0]}{flops}: with tax")
+            ax.plot(part["n"], part["bstar_hockney_gbps"], "s--", color=f"C{i}", alpha=0.7, label=f"{keys[0]}: Hockney")
         _reference_lines(ax, nvlink)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
