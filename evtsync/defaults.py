@@ -54,6 +54,10 @@ DEMO_DRAWS, DEMO_TUNE, DEMO_CHAINS = DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS
 ESTIMATOR_NAMES = ("centred", "paper")
 DEFAULT_ESTIMATOR = "centred"
 
+#: Relative agreement a predicted-vs-measured row is marked within: |predicted / measured - 1| at
+#: most this (the ``within_agreement`` column of :func:`evtsync.evt.predict.predicted_vs_measured`).
+PVM_AGREEMENT = 0.05
+
 #: The table: every default above by name.
 DEFAULTS: dict[str, Any] = {
     "INTERVAL_LEVEL": INTERVAL_LEVEL, "DEFAULT_M": DEFAULT_M, "DEFAULT_EPS": DEFAULT_EPS, "RHAT_MAX": RHAT_MAX,
@@ -63,6 +67,7 @@ DEFAULTS: dict[str, Any] = {
     "RUN_TOPOLOGIES": RUN_TOPOLOGIES, "END_TOLERANCE_US": END_TOLERANCE_US, "RANKS_PER_HOST": RANKS_PER_HOST,
     "DEFAULT_DRAWS": DEFAULT_DRAWS, "DEFAULT_TUNE": DEFAULT_TUNE, "DEFAULT_CHAINS": DEFAULT_CHAINS,
     "DEMO_DRAWS": DEMO_DRAWS, "DEMO_TUNE": DEMO_TUNE, "DEMO_CHAINS": DEMO_CHAINS,
+    "PVM_AGREEMENT": PVM_AGREEMENT,
 }
 
 
@@ -84,6 +89,7 @@ def check_defaults(table: dict[str, Any]) -> dict[str, Any]:
         ("RUN_TOPOLOGIES", lambda v: len(v) == len(set(v)) > 0, "distinct topology names"),
         ("END_TOLERANCE_US", lambda v: v >= 0, "a tolerance >= 0 µs"),
         ("RANKS_PER_HOST", lambda v: isinstance(v, int) and v >= 1, "a whole number >= 1"),
+        ("PVM_AGREEMENT", lambda v: 0 < v < 1, "a relative tolerance in (0, 1)"),
         *((name, lambda v: isinstance(v, int) and v >= 1, "a whole number >= 1")
           for name in ("DEFAULT_DRAWS", "DEFAULT_TUNE", "DEFAULT_CHAINS", "DEMO_DRAWS", "DEMO_TUNE", "DEMO_CHAINS")),
     ]

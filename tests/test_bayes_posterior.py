@@ -78,14 +78,25 @@ def test_straggler_comparison_matches_cells_and_counts_skips():
     table = pd.DataFrame({
         "workload": ["llama", "llama", "gpt", "gpt"], "gpu": ["H200", "H200", "A100", "H200"],
         "precision": ["bf16", "fp32", "bf16", "bf16"], "block_mean_us": [1000.0] * 4,
-        "block_sd_us": [20.0, 20.0, 20.0, 20.0], "mean_delay_us": [24.6, 30.0, 10.0, 10.0], "n_ranks": [8, 8, 8, 6],
+        "block_sd_us": [20.0, 20.0, 20.0, 20.0], "mean_delay_us": [28.6, 30.0, 10.0, 10.0], "n_ranks": [8, 8, 8, 6],
     })
     out = straggler_comparison(tree, table)
     assert len(out) == 2 and out.attrs["skipped"] == {"no matching cell": 1, "n not a multiple of m": 1,
                                                        "non-finite value": 0}
-    expected = 20.0 * (0.8 + 0.5 * (np.log(2) + EULER))  # 24.70
+    expected = 20.0 * (0.8 + 0.5 * (np.log(2) + EULER))  # 28.70
     assert out.iloc[0]["predicted_mean_us"] == pytest.approx(expected)
     assert not out.iloc[0]["inside_interval"]  # constant draws: zero-width interval
+    # the columns the report reads (issue 31: the report does no arithmetic): k, ratio, agreement
+    assert out.iloc[0]["k"] == 2.0 and out.iloc[0]["ratio"] == pytest.approx(expected / 28.6)
+    assert bool(out.iloc[0]["within_agreement"])  # |28.70 / 28.6 - 1| = 0.35% <= 5%
+    fp32 = 20.0 * (0.7 + 0.5 * (np.log(2) + EULER))  # 26.70 against 30.0 measured: 11% low
+    assert out.iloc[1]["ratio"] == pytest.approx(fp32 / 30.0) and not out.iloc[1]["within_agreement"]
+    from evtsync.evt.predict import agreement_summary
+
+    summary = agreement_summary(out)
+    assert summary["groups"] == 2 and summary["inside"] == 0
+    assert summary["ratio_min"] == pytest.approx(fp32 / 30.0) and summary["ratio_max"] == pytest.approx(expected / 28.6)
+    assert summary["ratio_median"] == pytest.approx((fp32 / 30.0 + expected / 28.6) / 2)
     with pytest.raises(InputError, match="missing column"):
         straggler_comparison(tree, table.drop(columns="n_ranks"))
 

@@ -139,13 +139,18 @@ def test_pvm_beyond_m_table_by_hand(tmp_path: Path) -> None:
         "precision": ["bf16"] * 2, "n": [4, 16], "n_collectives": [10, 12],
         "measured_mean_us": [2.0, 5.0], "measured_lo_us": [1.8, 4.5], "measured_hi_us": [2.2, 5.5],
         "predicted_mean_us": [2.1, 5.2], "predicted_lo_us": [1.9, 4.0], "predicted_hi_us": [2.3, 6.0],
-        "inside_interval": [True, True]}))
-    manifest = {"options": {"m": 4}, "stages": {"predicted-vs-measured": {"status": "done", "summary": {}}}}
+        "inside_interval": [True, True], "k": [1.0, 4.0], "ratio": [2.1 / 2.0, 5.2 / 5.0],
+        "within_agreement": [True, True], "beyond_m": [False, True]}))
+    agreement = {"groups": 2, "ratio_median": 1.045, "ratio_min": 1.04, "ratio_max": 1.05, "inside": 2}
+    manifest = {"options": {"m": 4}, "stages": {"predicted-vs-measured": {"status": "done", "summary": {
+        "agreement": agreement}}}}
     items = pvm_sec.build(ReportContext(run, tmp_path / "out", manifest))[0].items
     beyond = next(i for i in items if isinstance(i, Table))
     assert list(beyond.frame["workload"]) == ["w16"] and list(beyond.frame["k = n/m"]) == [4.0]
     assert beyond.frame["predicted / measured"].iloc[0] == pytest.approx(1.04)  # 5.2 / 5.0
     assert bool(beyond.frame["within ±5%"].iloc[0]) and "n > m = 4" in beyond.caption
+    line = next(i for i in items if isinstance(i, str) and "Predicted / measured" in i)
+    assert "median 1.04, range 1.04 – 1.05 over 2 workload group(s)" in line and "in 2 of 2" in line  # fmt: 3 digits
 
 
 def test_mle_table_flags_a_boundary_fit(tmp_path: Path) -> None:

@@ -62,6 +62,7 @@ from evtsync.defaults import (
     DEFAULT_M,
     ESTIMATOR_NAMES,
     INTERVAL_LEVEL,
+    PVM_AGREEMENT,
     check_level,
 )
 from evtsync.errors import InputError
@@ -88,6 +89,7 @@ __all__ = [
     "check_estimator",
     "estimator_of",
     "fit_column",
+    "agreement_summary",
     "flops_scaling_table",
     "given_tax_bandwidth_table",
     "given_tax_scaling_table",
@@ -942,9 +944,12 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, 
     Returns
     -------
     pandas.DataFrame
-        One row per group: measured mean and interval, predicted tau with its interval. Rows
-        with no matching cell, an n that is not a multiple of m, or non-finite values are
-        skipped and counted by reason (``attrs["skipped"]``, in input rows).
+        One row per group: measured mean and interval, predicted tau with its interval, ``k`` =
+        n/m, ``ratio`` = predicted / measured mean (NaN when the measured mean is not > 0),
+        ``within_agreement`` (|ratio - 1| <= :data:`evtsync.defaults.PVM_AGREEMENT`),
+        ``inside_interval`` and ``beyond_m``. Rows with no matching cell, an n that is not a
+        multiple of m, or non-finite values are skipped and counted by reason
+        (``attrs["skipped"]``, in input rows).
 
     Raises
     ------
@@ -987,12 +992,37 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, 
         tq = float(stats.t.ppf(0.5 + level / 2, max(k - 1, 1)))
         mean = float(row["measured_mean_us"])
         lo_p, hi_p = float(ps["lo"]), float(ps["hi"])
+        ratio = float(ps["mean"]) / mean if mean > 0 else float("nan")
         records.append({"workload": row["workload"], "gpu": row["gpu"], "precision": row["precision"], "n": n,
-                        "cell": row["cell"], "n_collectives": k, "block_sd_us": float(row["b_us"]),
+                        "k": n / m, "cell": row["cell"], "n_collectives": k, "block_sd_us": float(row["b_us"]),
                         "measured_mean_us": mean, "measured_lo_us": mean - tq * se, "measured_hi_us": mean + tq * se,
                         **_columns("predicted", "_us", ps, ()), "inside_interval": bool(lo_p <= mean <= hi_p),
-                        "ratio": float(ps["mean"]) / mean if mean > 0 else float("nan"), "beyond_m": n > m})
+                        "ratio": ratio, "within_agreement": bool(abs(ratio - 1) <= PVM_AGREEMENT),
+                        "beyond_m": n > m})
     return _finish(pd.DataFrame(records), fit, level, skipped, source, estimator)
+
+
+def agreement_summary(table: pd.DataFrame) -> dict[str, Any]:
+    """How a :func:`predicted_vs_measured` table agrees, for its stage's summary and the report.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        A table of :func:`predicted_vs_measured` (columns ``ratio`` and ``inside_interval``).
+
+    Returns
+    -------
+    dict
+        ``groups`` (rows), ``ratio_median``, ``ratio_min``, ``ratio_max`` of ``ratio`` =
+        predicted / measured over its finite values (None when there is none), and ``inside``,
+        the rows whose measured mean lies inside the predicted interval.
+    """
+    ratio = pd.to_numeric(table["ratio"], errors="coerce").to_numpy(float) if len(table) else np.zeros(0)
+    finite = ratio[np.isfinite(ratio)]
+    median, low, high = ((float(np.median(finite)), float(finite.min()), float(finite.max())) if finite.size
+                         else (None, None, None))
+    return {"groups": int(len(table)), "ratio_median": median, "ratio_min": low, "ratio_max": high,
+            "inside": int(table["inside_interval"].astype(bool).sum()) if len(table) else 0}
 
 
 def cell_parameter_table(fit: Any, level: float = INTERVAL_LEVEL, cells: pd.DataFrame | None = None, *,

@@ -85,6 +85,15 @@ def _tag(table: pd.DataFrame, workload: str, gpu: str) -> pd.DataFrame:
     return table
 
 
+def _workload_inputs(info: pd.DataFrame, groups: pd.DataFrame) -> pd.DataFrame:
+    """One row of what a workload's traces hold (``tables/tax_workloads``, the report's inputs):
+    distinct ranks, trace files (a rank's trace may be split into windows, one file each), events
+    over its files (None when the reader does not count them) and aligned process groups."""
+    return pd.DataFrame([{
+        "ranks": int(info["rank"].nunique()) if "rank" in info else len(info), "trace_files": len(info),
+        "events": int(info["n_events"].sum()) if "n_events" in info else None, "process_groups": len(groups)}])
+
+
 def _gpu_of(traces: Any) -> str:
     gpus = traces.ranks["gpu"].astype(str)
     return str(gpus.mode().iloc[0]) if len(gpus) else "unknown"
@@ -94,7 +103,7 @@ def _stage_tax(run: Run) -> dict[str, Any]:
     from evtsync.tax import straggler_identity, tax_summary
 
     parts: dict[str, list[pd.DataFrame]] = {k: [] for k in ("collectives", "ranks", "summary", "groups", "mismatches",
-                                                             "traces", "stragglers", "straggler_ranks")}
+                                                             "traces", "workloads", "stragglers", "straggler_ranks")}
     missing: dict[str, list[int]] = {}
     problems: dict[str, list[str]] = {}
 
@@ -109,7 +118,8 @@ def _stage_tax(run: Run) -> dict[str, Any]:
         for name, table in (("collectives", tables.collectives), ("ranks", tables.ranks),
                             ("stragglers", stragglers), ("straggler_ranks", straggler_ranks),
                             ("summary", tax_summary(tables)), ("groups", alignment.groups),
-                            ("mismatches", alignment.mismatches), ("traces", info.drop(columns=["gpu"]))):
+                            ("mismatches", alignment.mismatches), ("traces", info.drop(columns=["gpu"])),
+                            ("workloads", _workload_inputs(info, alignment.groups))):
             parts[name].append(_tag(table, w.name, gpu))
         if traces.missing_ranks:  # only with --allow-partial: an incomplete set is refused otherwise
             missing[w.name] = [int(r) for r in traces.missing_ranks]
@@ -580,7 +590,8 @@ def _stage_predicted_vs_measured(run: Run) -> dict[str, Any]:
     hold, note = _holdout(run, fit.family, attribution)
     if hold is not None:
         run.produced("predicted-vs-measured", run.write_table(f"{TABLES}/predicted_vs_measured_holdout.parquet", hold))
-    return {"model": main, "selection": selection, "rows": len(table), "skipped": table.attrs["skipped"], **note}
+    return {"model": main, "selection": selection, "rows": len(table), "skipped": table.attrs["skipped"],
+            "agreement": predict.agreement_summary(table), **note}
 
 
 def _holdout(run: Run, family: str, attribution: pd.DataFrame | None) -> tuple[pd.DataFrame | None, dict[str, Any]]:
@@ -609,7 +620,7 @@ def _holdout(run: Run, family: str, attribution: pd.DataFrame | None) -> tuple[p
             f"{len(late)} later blocks (the GEV parameters never saw the later blocks; b, a block's pooled sd, is "
             "measured over all its instances).")
     return hold, {"holdout": {"description": text, "family": mle_family, "early_z": len(early), "late_z": len(late),
-                              "skipped": hold.attrs["skipped"]}}
+                              "skipped": hold.attrs["skipped"], "agreement": predict.agreement_summary(hold)}}
 
 
 def _stage_summary(run: Run) -> dict[str, Any]:

@@ -82,7 +82,7 @@ def fit_sections(fit_file: Path, out: Path, svg: bool = False,
                              f"maximum-likelihood densities. Right: QQ plot of the ordered z-scores against the MLE "
                              f"model quantiles at i/(n+1) (methodology §6).")], level=3))
     xi = pd.DataFrame(rows)
-    if xi["xi_hi"].max() != 0 or xi["xi_lo"].min() != 0:
+    if ((xi["xi_hi"] != 0) | (xi["xi_lo"] != 0)).any():  # a free shape (a Gumbel fit's rows are all 0)
         sections.insert(1, Section("Shape parameter xi per cell", [ctx.figure(
             functools.partial(fit_figs.xi_forest, xi, None), "xi-forest", f"Posterior mean and {PCT} credible interval of xi in every cell of the fit.")], anchor="xi"))
     ctx.draw_figures(workers)

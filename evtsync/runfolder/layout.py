@@ -48,7 +48,7 @@ STATUS_TEXT = {"done": "done", "not_applicable": "did not apply", "unavailable":
 
 #: The table of each stage's main output (relative to the run folder).
 TABLE_FILES = {name: f"{TABLES}/{name}.parquet" for name in (
-    "tax_collectives", "tax_ranks", "tax_summary", "tax_groups", "tax_mismatches", "tax_traces",
+    "tax_collectives", "tax_ranks", "tax_summary", "tax_groups", "tax_mismatches", "tax_traces", "tax_workloads",
     "attribution_collectives", "attribution_summary", "attribution_validation", "attribution_paths", "zscores", "blocks_dropped",
     "mle", "compare", "tau", "bstar", "xi", "xi_population", "block_scale", "predicted_vs_measured",
     "predicted_vs_measured_holdout", "tax_stragglers", "tax_straggler_ranks", "whatif", "bstar_flops",

@@ -160,7 +160,8 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
     ``gpu_only_share`` / ``_lo`` / ``_hi`` (Wilson); the main model's ``xi_mean`` / ``_lo`` /
     ``_hi``, ``family``, ``verdict``; ``tau_mean_us`` / ``_lo_us`` / ``_hi_us`` and
     ``tau_share_infinite`` at n; per topology ``reduction_<topology>`` / ``_lo`` / ``_hi`` and
-    ``bstar_<topology>_gbps`` / ``_lo_gbps`` / ``_hi_gbps``; ``converged`` and ``notes`` (one per line,
+    ``bstar_<topology>_gbps`` / ``_lo_gbps`` / ``_hi_gbps``; ``cv_mean``, the mean coefficient of
+    variation r over the cell's block identities (from the z-scores); ``converged`` and ``notes`` (one per line,
     :data:`NOTE_SEPARATOR`, with what to do next where something could not be computed). The second value holds ``n``, ``model``,
     ``loo``, ``loo_and_tail`` (the sentence reconciling them), ``topologies`` and ``level``.
     """
@@ -217,6 +218,9 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
                                        else f"{values.size} collectives cannot bound the P90 at {level_text} on each side")
         else:
             notes.append(f"tax: {why('tax')}")
+        if z is not None and len(z) and "cv" in z:  # the cell's blocks: their mean coefficient of variation r
+            zc = z[(z["gpu"].astype(str) == gpu) & (z["precision"].astype(str) == precision)]
+            row["cv_mean"] = float(zc.drop_duplicates("block")["cv"].mean()) if len(zc) else float("nan")
         if att is not None and len(att):
             a = in_cell(att, gpu, precision)
             ok = a[a["status"] == "ok"]

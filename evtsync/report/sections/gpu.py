@@ -35,6 +35,7 @@ def build(ctx: ReportContext) -> list[Section]:
     main_tree, main_name = ctx.main_fit()
     if coll is None:
         return []
+    cv_means = _cv_means(ctx)
     sections = []
     for gpu in sorted(coll["gpu"].astype(str).unique()):
         sub = coll[coll["gpu"].astype(str) == gpu]
@@ -87,8 +88,19 @@ def build(ctx: ReportContext) -> list[Section]:
                                                          else "no kept GEMM block in its workloads."))], level=3,
                 anchor=f"cell-{gslug}"))
         for precision in precisions:
-            sections.append(_cell_section(ctx, gpu, precision, z, mle, pvm, main_tree, main_name))
+            sections.append(_cell_section(ctx, gpu, precision, z, mle, pvm, main_tree, main_name,
+                                          cv_means.get((gpu, precision))))
     return sections
+
+
+def _cv_means(ctx: ReportContext) -> dict[tuple[str, str], float]:
+    """The mean coefficient of variation r per (GPU, precision), as the summary stage wrote it."""
+    from evtsync.runfolder.summary import read_summary
+
+    numbers, _ = read_summary(ctx.run_dir, ctx.manifest)
+    if numbers.empty or "cv_mean" not in numbers:
+        return {}
+    return {(str(r.gpu), str(r.precision)): r.cv_mean for r in numbers.itertuples()}
 
 
 def _attribution_items(ctx: ReportContext, att: pd.DataFrame | None, gpu: str, gslug: str) -> list[Any]:
@@ -177,7 +189,7 @@ def _cell_draws(fit: Any, gpu: str, precision: str) -> tuple[np.ndarray, np.ndar
 
 
 def _cell_section(ctx: ReportContext, gpu: str, precision: str, z: pd.DataFrame, mle: pd.DataFrame | None,
-                  pvm: pd.DataFrame | None, tree: Any, model: str | None) -> Section:
+                  pvm: pd.DataFrame | None, tree: Any, model: str | None, cv_mean: float | None = None) -> Section:
     sec = Section(f"{gpu} {precision}: z-scores and fits", level=3, anchor=f"cell-{slug(gpu)}-{slug(precision)}")
     cell = z[(z["gpu"].astype(str) == gpu) & (z["precision"].astype(str) == precision)]
     values = cell["z"].to_numpy(float)
@@ -191,7 +203,7 @@ def _cell_section(ctx: ReportContext, gpu: str, precision: str, z: pd.DataFrame,
         return sec
     sec.items.append(f"{len(values)} pooled z-scores from {cell['block'].nunique()} block identities "
                      f"(workloads {', '.join(sorted(cell['workload'].unique()))}); mean coefficient of variation "
-                     f"r = {fmt(cell.drop_duplicates('block')['cv'].mean())} (paper: about 0.02).")
+                     f"r = {fmt(cv_mean)} (paper: about 0.02).")
     post = _cell_draws(tree, gpu, precision) if tree is not None else None
     label = f"{model}{'' if tree is None or tree.converged else ' (NOT converged)'}"
     posterior_text = (f" and, in green, the posterior mean density of {label} with its {PCT} pointwise band"

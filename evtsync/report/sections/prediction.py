@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from evtsync.defaults import PAPER_MODEL
@@ -98,8 +97,9 @@ def bstar_pivot(bstar: pd.DataFrame, value: str) -> pd.DataFrame:
     index = keys + label_columns(bstar, keys)  # labels the prediction stage wrote (e.g. the estimator)
     wide = bstar.assign(_text=text).pivot_table(index=index, columns="n", values="_text", aggfunc="first", sort=False)
     wide.columns = [f"n = {c}" for c in wide.columns]
-    conv = bstar.groupby(index, sort=False)["converged"].agg(lambda v: bool(np.all(v.astype(bool))))
-    wide["not converged"] = ~conv.reindex(wide.index).to_numpy(bool)
+    # a row is flagged when any of its cells comes from a fit that did not converge
+    flagged = set(map(tuple, bstar.loc[~bstar["converged"].astype(bool), index].to_numpy().tolist()))
+    wide["not converged"] = [(key if isinstance(key, tuple) else (key,)) in flagged for key in wide.index]
     return wide.reset_index().rename(columns={"gpu": "GPU"})
 
 

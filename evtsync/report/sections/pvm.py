@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from evtsync.defaults import DEFAULT_M, PVM_AGREEMENT
 from evtsync.plots import predictions as pred_figs
 from evtsync.report.context import PCT, ReportContext
 from evtsync.report.markdown import (
@@ -19,33 +20,35 @@ from evtsync.report.markdown import (
 )
 
 
-def _ratio_line(table: pd.DataFrame) -> str:
-    ratio = table["measured_mean_us"] / table["predicted_mean_us"]
-    inside = int(table["inside_interval"].astype(bool).sum()) if "inside_interval" in table else None
-    text = (f"Measured / predicted: median {fmt(float(ratio.median()))}, range {fmt(float(ratio.min()))} – "
-            f"{fmt(float(ratio.max()))} over {len(table)} workload group(s)")
-    if inside is not None:
-        text += f"; measured mean inside the predicted {PCT} interval in {inside} of {len(table)}"
+def _ratio_line(agreement: dict[str, Any] | None) -> str:
+    """The agreement the stage recorded (:func:`evtsync.evt.predict.agreement_summary`), as a sentence."""
+    if not agreement:
+        return ("Predicted / measured: not recorded by this run folder's predicted-vs-measured stage (an evtsync "
+                "that left it to the report); rerun `evtsync run --force` to add it.")
+    groups = agreement.get("groups")
+    text = (f"Predicted / measured: median {fmt(agreement.get('ratio_median'))}, range "
+            f"{fmt(agreement.get('ratio_min'))} – {fmt(agreement.get('ratio_max'))} over {groups} workload group(s)")
+    if agreement.get("inside") is not None:
+        text += f"; measured mean inside the predicted {PCT} interval in {agreement['inside']} of {groups}"
     return text + "."
 
 
-
-#: Relative agreement the "beyond m" table marks (|predicted / measured − 1| at most this).
-AGREEMENT = 0.05
-
-
-def _beyond_m_table(beyond: pd.DataFrame, m: int) -> Table:
+def _beyond_m_table(beyond: pd.DataFrame, m: int) -> Table | Skipped:
     """The rows of groups larger than the fitted sample size m: the extrapolation k = n/m > 1."""
-    ratio = beyond["predicted_mean_us"] / beyond["measured_mean_us"]
+    if not {"k", "ratio", "within_agreement"} <= set(beyond.columns):
+        return Skipped("No \"beyond m\" table: this run folder's predicted-vs-measured table lacks the columns k, "
+                       "ratio and within_agreement (written by an evtsync that left them to the report); rerun "
+                       "`evtsync run --force` to add them.")
     estimator = ", ".join(sorted(set(beyond["estimator"].astype(str)))) if "estimator" in beyond else "centred"
     return Table(pd.DataFrame({
         "workload": beyond["workload"], "GPU": beyond["gpu"], "precision": beyond["precision"],
-        "n": beyond["n"], "k = n/m": beyond["n"].astype(int) / m, "collectives": beyond["n_collectives"],
+        "n": beyond["n"], "k = n/m": beyond["k"], "collectives": beyond["n_collectives"],
         f"measured µs [{PCT} CI]": [fmt_ci(a, b, c) for a, b, c in zip(
             beyond["measured_mean_us"], beyond["measured_lo_us"], beyond["measured_hi_us"], strict=True)],
         f"predicted µs [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in zip(
             beyond["predicted_mean_us"], beyond["predicted_lo_us"], beyond["predicted_hi_us"], strict=True)],
-        "predicted / measured": ratio.round(3), f"within ±{AGREEMENT:.0%}": (ratio - 1).abs() <= AGREEMENT,
+        "predicted / measured": beyond["ratio"].round(3),
+        f"within ±{PVM_AGREEMENT:.0%}": beyond["within_agreement"].astype(bool),
         "inside interval": beyond["inside_interval"].astype(bool)}),
         f"Beyond the fitted sample size (n > m = {m}): the tail fitted on samples of m ranks is carried to the "
         f"whole group of n ranks (k = n/m > 1), an extrapolation in the domain size that the fit never sees "
@@ -59,7 +62,7 @@ def build(ctx: ReportContext) -> list[Section]:
     if pvm is None or pvm.empty:
         return [Section(title, [ctx.why_not("predicted-vs-measured")], anchor="pvm")]
     selection = ctx.stage("predicted-vs-measured").get("summary", {}).get("selection", "")
-    m = ctx.manifest.get("options", {}).get("m", 4)
+    m = ctx.manifest.get("options", {}).get("m", DEFAULT_M)
     ns = sorted({int(n) for n in pvm["n"]})
     pvm_fig = functools.partial(pred_figs.predicted_vs_measured, pvm)
     items: list[Any] = [
@@ -73,8 +76,8 @@ def build(ctx: ReportContext) -> list[Section]:
                    f"mean) against the prediction b·E_k with k = n/m from the posterior of {pvm['model'].iloc[0]} "
                    f"and b the pooled sd of the preceding blocks (error bars: {PCT} credible interval), per workload "
                    "(methodology §7)."),
-        "In-sample. " + _ratio_line(pvm)]
-    beyond = pvm[pvm["n"].astype(int) > int(m)]
+        "In-sample. " + _ratio_line(ctx.stage("predicted-vs-measured").get("summary", {}).get("agreement"))]
+    beyond = pvm[pvm["beyond_m"].astype(bool)] if "beyond_m" in pvm else pvm[pvm["n"].astype(int) > int(m)]
     if len(beyond):
         items.append(_beyond_m_table(beyond, int(m)))
     sections = [Section(f"{title} (in-sample)", items, anchor="pvm")]
@@ -90,7 +93,7 @@ def build(ctx: ReportContext) -> list[Section]:
             "inside interval": hold["inside_interval"].astype(bool)})
         sections.append(Section("Out-of-sample check: later collectives from earlier ones", [
             f"{split.get('description', 'A fit to the earlier collectives predicts the later ones.')} "
-            + _ratio_line(hold),
+            + _ratio_line(split.get("agreement")),
             Table(shown, f"Out-of-sample: predicted ({hold['model'].iloc[0]}, approximate {PCT} interval from the "
                          f"normal approximation of the MLE) against measured ({PCT} t interval of the mean) mean "
                          "straggler delay of the later collectives, which the fit never saw.")],

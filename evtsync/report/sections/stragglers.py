@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from evtsync.display import fmt, fmt_share
+from evtsync.display import fmt_share
 from evtsync.report.context import ReportContext
 from evtsync.report.markdown import Skipped, Table
 
@@ -48,10 +48,9 @@ def straggler_table(ctx: ReportContext, gpu: str | None = None) -> Table | Skipp
     if per_pg.empty:
         return Skipped("No \"who straggles\" table: no process group with a collective.")
     frame = straggler_frame(per_pg, per_rank)
-    left = int(per_pg["n_skipped"].sum())
     return Table(frame, (
-        f"Who straggles, per process group: the ranks that were the straggler (the last to arrive: shortest NCCL "
-        f"kernel) most often, with their share of the PG's collectives, against the uniform share 1/|R| if every "
-        f"member straggled equally; change rate = share of consecutive collectives whose straggler differs; "
-        f"distinct stragglers = ranks that straggled at least once. Collectives flagged invalid or without a tax "
-        f"are left out ({fmt(left)} in all, column 'left out')."))
+        "Who straggles, per process group: the ranks that were the straggler (the last to arrive: shortest NCCL "
+        "kernel) most often, with their share of the PG's collectives, against the uniform share 1/|R| if every "
+        "member straggled equally; change rate = share of consecutive collectives whose straggler differs; "
+        "distinct stragglers = ranks that straggled at least once. Collectives flagged invalid or without a tax "
+        "are left out (column 'left out')."))

@@ -46,9 +46,8 @@ def build(ctx: ReportContext) -> list[Section]:
             "its posterior: \"prior-dominated\" when the posterior interval is at least half as wide as the prior's, "
             "so that the prior, not the data, sets the width of a prediction for a GPU or precision the fit has not "
             "seen (such predictions are labelled prior-dominated in the tables)."))
-    models = [m for m in xi["model"].unique() if xi[xi["model"] == m]["xi_hi"].max() != 0 or
-              xi[xi["model"] == m]["xi_lo"].min() != 0]
-    shown = xi[xi["model"].isin(models)]
+    free = (xi["xi_hi"] != 0) | (xi["xi_lo"] != 0)  # a Gumbel model's rows fix xi at 0: lo = hi = 0
+    shown = xi[xi["model"].isin(set(xi.loc[free, "model"]))]
     if shown.empty:
         items.insert(0, Skipped("Skipped — no fitted model has a free shape xi (the Gumbel models fix it at 0), so "
                                 "there is no forest plot of xi."))
