@@ -466,6 +466,29 @@ def _alpha_for(topology: str, alpha_us: float | Mapping[str, float],
     return float(point), rng.choice(draws, size=n_sample, replace=draws.size < n_sample)
 
 
+def _topology_terms(topology: str, n: Sequence[int]) -> tuple[Any, NDArray[np.float64], NDArray[np.float64]]:
+    """The topology (:func:`evtsync.hockney.get_topology`) with its p and q per domain size in ``n``."""
+    from evtsync.hockney import get_topology
+
+    topo = get_topology(topology)
+    p = np.asarray(topo.p(np.asarray(n)), dtype=float).reshape(-1)
+    q = np.asarray(topo.q(np.asarray(n)), dtype=float).reshape(-1)
+    return topo, p, q
+
+
+def _fit_tax(fit: Any, n: Sequence[int], m: int, block_sd_us: float | pd.DataFrame, gpu: str | None,
+             precision: str | None, seed: int, estimator: str
+             ) -> tuple[Any, str, pd.DataFrame, NDArray[np.float64] | None, dict[str, int]]:
+    """(fit, estimator, rows, tax draws (sample, row, n) on the reference GPU or None, skipped)
+    of a B* or FLOPS scaling table."""
+    fit = _fit(fit)
+    estimator = check_estimator(fit, estimator)
+    domain_multiple(n, m)
+    rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
+    tau_ref = _tau_from(params, rows["b_us"].to_numpy(float), n, m) if len(rows) else None
+    return fit, estimator, rows, tau_ref, skipped
+
+
 def _bstar_draws(tau: NDArray[np.float64], alpha: NDArray[np.float64] | float, p: NDArray[np.float64],
                  q: NDArray[np.float64], size_bytes: float, eps: float
                  ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
@@ -496,8 +519,6 @@ def bstar_draws_gbps(tau_us: ArrayLike, topology: str, n: Sequence[int], alpha_u
     ``reduction``, ``bstar_hockney_gbps`` (tau's shape), ``p``, ``q`` (per n), ``alpha_us`` (the
     point) and ``alpha_draws_us`` (sample,) or the point.
     """
-    from evtsync.hockney import get_topology
-
     tau = np.asarray(tau_us, dtype=float)
     if tau.ndim not in (2, 3) or tau.shape[-1] != len(n):
         raise InputError(f"tau draws must have shape (sample, len(n)) or (sample, row, len(n)); got {tau.shape}")
@@ -507,9 +528,7 @@ def bstar_draws_gbps(tau_us: ArrayLike, topology: str, n: Sequence[int], alpha_u
         raise InputError(f"target elasticity eps must lie in (-1, 0); got {eps}")
     squeeze = tau.ndim == 2
     tau3 = tau[:, None, :] if squeeze else tau
-    topo = get_topology(topology)
-    p = np.asarray(topo.p(np.asarray(n)), dtype=float).reshape(-1)
-    q = np.asarray(topo.q(np.asarray(n)), dtype=float).reshape(-1)
+    topo, p, q = _topology_terms(topology, n)
     point, alpha = _alpha_for(topo.name, alpha_us, alpha_draws_us, tau3.shape[0], np.random.default_rng(seed))
     bstar, red, bh = _bstar_draws(tau3, alpha, p, q, float(size_bytes), float(eps))
     bh = np.broadcast_to(bh, bstar.shape)
@@ -588,11 +607,7 @@ def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha
         positive multiple of ``m``.
     """
     level, eps_values, factors = _bandwidth_arguments(level, eps, flops_factor)
-    fit = _fit(fit)
-    estimator = check_estimator(fit, estimator)
-    domain_multiple(n, m)
-    rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
-    tau_ref = _tau_from(params, rows["b_us"].to_numpy(float), n, m) if len(rows) else None
+    fit, estimator, rows, tau_ref, skipped = _fit_tax(fit, n, m, block_sd_us, gpu, precision, seed, estimator)
     records = _bandwidth_records(rows, tau_ref, topologies, n, alpha_us, alpha_draws_us, size_bytes, eps_values,
                                  factors, level, np.random.default_rng(seed + 1), FIXED_B_NOTE)
     return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "B*", estimator), fit)
@@ -621,17 +636,13 @@ def _bandwidth_records(rows: pd.DataFrame, tau_ref: NDArray[np.float64] | None, 
     """The rows of every B* table (:func:`bandwidth_table`, :func:`given_tax_bandwidth_table`): one
     per row of ``rows``, topology, n, eps and FLOPS factor, from tax draws ``tau_ref`` (sample,
     row, n) on the reference GPU."""
-    from evtsync.hockney import get_topology
-
     if not float(size_bytes) > 0:
         raise InputError(f"buffer size S must be > 0 bytes; got {size_bytes}")
     records: list[dict[str, Any]] = []
     if tau_ref is None or not len(rows):
         return records
     for name in topologies:
-        topo = get_topology(name)
-        p = np.asarray(topo.p(np.asarray(n)), dtype=float).reshape(-1)
-        q = np.asarray(topo.q(np.asarray(n)), dtype=float).reshape(-1)
+        topo, p, q = _topology_terms(name, n)
         point, alpha = _alpha_for(topo.name, alpha_us, alpha_draws_us, tau_ref.shape[0], rng)
         als = summarise(np.atleast_1d(alpha), level)
         for f in factors:
@@ -680,13 +691,8 @@ def flops_scaling_table(fit: Any, topologies: Sequence[str], n: Sequence[int],
     Since tau/f shrinks with f, growth = (p·alpha + tau_lo)/(p·alpha + tau_lo·f_lo/f_hi) < F.
     """
     factors = _sweep_factors(flops_factors)
-    level = check_level(level)
-    eps_values = _as_list(eps, "eps")
-    fit = _fit(fit)
-    estimator = check_estimator(fit, estimator)
-    domain_multiple(n, m)
-    rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
-    tau_ref = _tau_from(params, rows["b_us"].to_numpy(float), n, m) if len(rows) else None
+    level, eps_values, _ = _bandwidth_arguments(level, eps, 1.0)
+    fit, estimator, rows, tau_ref, skipped = _fit_tax(fit, n, m, block_sd_us, gpu, precision, seed, estimator)
     records = _scaling_records(rows, tau_ref, topologies, n, alpha_us, alpha_draws_us, size_bytes, eps_values,
                                factors, level, np.random.default_rng(seed + 1))
     out = _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "FLOPS scaling", estimator), fit)
@@ -717,16 +723,12 @@ def _scaling_records(rows: pd.DataFrame, tau_ref: NDArray[np.float64] | None, to
                      rng: np.random.Generator) -> list[dict[str, Any]]:
     """The rows of every FLOPS scaling table (:func:`flops_scaling_table`,
     :func:`given_tax_scaling_table`) from tax draws ``tau_ref`` (sample, row, n)."""
-    from evtsync.hockney import get_topology
-
     big_f = factors[-1] / factors[0]
     records: list[dict[str, Any]] = []
     if tau_ref is None or not len(rows):
         return records
     for name in topologies:
-        topo = get_topology(name)
-        p = np.asarray(topo.p(np.asarray(n)), dtype=float).reshape(-1)
-        q = np.asarray(topo.q(np.asarray(n)), dtype=float).reshape(-1)
+        topo, p, q = _topology_terms(name, n)
         point, alpha = _alpha_for(topo.name, alpha_us, alpha_draws_us, tau_ref.shape[0], rng)
         for e in eps_values:
             lo = _bstar_draws(tau_ref / factors[0], alpha, p, q, size_bytes, e)[0]
