@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from evtsync.report.attribution_section import (
-    attribution_why_items,
+from evtsync.critpath.attribution import (
     reason_kind,
     root_cause_table,
     unexplained_table,
+    why_tables,
 )
+from evtsync.report.attribution_section import attribution_why_items
 
 
 def _rows() -> pd.DataFrame:
@@ -51,10 +52,18 @@ def test_unexplained_by_reason_with_what_to_change():
 def test_items_include_the_per_rank_blame_when_the_tax_ranks_are_given():
     ranks = pd.DataFrame({"workload": "w", "gpu": "unknown", "pg": ["1", "1", "4", "4"], "index": [0, 0, 0, 0],
                           "rank": [0, 1, 1, 3], "wait_us": [0.0, 100.0, 0.0, 50.0]})
-    items = attribution_why_items(_rows(), "unknown", ranks)
+    items = attribution_why_items(_rows(), "unknown", why_tables(_rows(), ranks))
     blame = items[1].frame.set_index("rank")
     # rank 0 is the root of both taxed collectives: the 150 µs that ranks 1 and 3 waited
     assert blame.loc[0, "wait caused as root µs"] == 150.0
     assert blame.loc[1, "wait suffered µs"] == 100.0 and blame.loc[3, "wait suffered µs"] == 50.0
     # as the straggler: rank 0 of the first (rank 1 waited 100 µs), rank 1 of the second (rank 3 waited 50 µs)
     assert blame.loc[0, "wait caused as straggler µs"] == 100.0 and blame.loc[1, "wait caused as straggler µs"] == 50.0
+
+
+def test_a_run_folder_without_the_tables_says_how_to_get_them():
+    """The report reads the stage's tables (issue 31): without them it says so, computing nothing."""
+    from evtsync.report.markdown import Skipped
+
+    items = attribution_why_items(_rows(), "unknown", {"root_causes": None, "rank_blame": None, "unexplained": None})
+    assert len(items) == 1 and isinstance(items[0], Skipped) and "rerun `evtsync run --force`" in items[0].text

@@ -527,3 +527,120 @@ def summarize(collectives: pd.DataFrame) -> tuple[pd.DataFrame, float]:
     summary = pd.DataFrame(rows, columns=SUMMARY_COLUMNS).sort_values(
         ["cause_class", "count"], ascending=[False, False]).reset_index(drop=True)
     return summary, float((ok["path_kind"] == "gpu_only").mean())
+
+
+# --------------------------------------------------------------------------- who and why (the run's tables)
+
+#: Kinds of ``unexplained_reason`` (matched by their wording in evtsync.critpath: every word of
+#: an entry), each with what to change in the profiling so that the next trace explains it.
+REASON_KINDS: list[tuple[str, tuple[str, ...], str]] = [
+    ("first collective in the profiling window", ("first collective of its group",),
+     "record more steps per window (torch.profiler.schedule(active=…) larger) so that a previous collective "
+     "of the group bounds the path"),
+    ("kernel without a launch link", ("no launch/correlation edge",),
+     "record the CUDA runtime too (activities=[CPU, CUDA]) so that every kernel links to its launch"),
+    ("delay carried over from before the window", ("already", "behind"),
+     "start the profiling window earlier (schedule(wait=…) smaller, active=… larger) so that the delay's "
+     "origin is inside it"),
+    ("fastest rank lost time off the path", ("ahead of the fastest rank",),
+     "annotate the phases of the step with record_function(...) so that the ranks' events match"),
+    ("critical-parent cycle", ("cycle",), "report it: the trace's dependencies form a loop (a clock or "
+                                          "correlation problem)"),
+    ("path reaches the trace start", ("no parent in the trace",),
+     "record a longer window so that the path reaches a previous collective"),
+    ("ranks ran different work", ("no counterpart",),
+     "annotate the phases with record_function(...) (or with_stack=True) so that the ranks' events match"),
+    ("end times disagree (CPU-side, busy host)", ("descheduled",),
+     "give each rank its own cores (fewer ranks or threads per host) or record a longer window; on an "
+     "oversubscribed CPU the collective's end moves by milliseconds"),
+    *(("events missing from the trace", (needle,),
+       "keep record_shapes and the default CPU activity on; a trace without the collective's enqueue or kernel "
+       "cannot be walked") for needle in ("no GPU node", "no c10d", "no main thread")),
+]
+OTHER_REASON = ("rest off the critical path",
+                "record with_stack=True or more record_function(...) annotations to name the off-path time")
+#: What to do about a root cause of each category.
+CATEGORY_ADVICE = {
+    "python_gap": "uninstrumented Python: wrap the code (data loading, logging, …) in "
+                  "torch.profiler.record_function('…') to name it",
+    "python": "annotated Python on the straggler: the named region itself",
+    "cpu_op": "an operator ran longer on the straggler (extra or slower work)",
+    "enqueue": "the collective's enqueue was slow (the thread descheduled inside it?)",
+    "launch_delay": "CPU-side launch delay: the kernel was launched late",
+    "synchronization": "a blocking synchronisation on the straggler",
+    "collective_wait": "the straggler waited in another collective whose own root is not attributed",
+}
+
+
+def reason_kind(reason: Any) -> tuple[str, str]:
+    """(kind, what to change in the profiling) of one ``unexplained_reason``."""
+    text = "" if reason is None or (isinstance(reason, float) and pd.isna(reason)) else str(reason)
+    for kind, needles, advice in REASON_KINDS:
+        if all(n in text for n in needles):
+            return kind, advice
+    return OTHER_REASON
+
+
+def root_cause_table(coll: pd.DataFrame) -> pd.DataFrame:
+    """Per workload, the root causes (rank, cause, category) by the tax they account for (sum of
+    tau over the collectives routed to them), with how many were reached through other groups."""
+    rows = coll[coll["status"].isin(["ok", "unexplained"]) & coll["root_cause"].notna()]
+    if rows.empty:
+        return pd.DataFrame()
+    rows = rows.assign(routed=rows["root_chain"].fillna(0).astype(float) > 0,
+                       cycle=rows["root_cycle"].fillna(False).astype(bool))
+    grouped = rows.groupby(["workload", "root_rank", "root_cause", "root_category"], dropna=False, sort=False)
+    out = grouped.agg(collectives=("index", "size"), tax_us=("tau_max_us", "sum"),
+                      through_other_collectives=("routed", "sum"), cycles_cut=("cycle", "sum")).reset_index()
+    out["advice"] = out["root_category"].map(lambda c: CATEGORY_ADVICE.get(str(c), ""))
+    out = out.sort_values(["workload", "tax_us"], ascending=[True, False])
+    return out.groupby("workload", sort=True).head(8).reset_index(drop=True)
+
+
+def unexplained_table(coll: pd.DataFrame) -> pd.DataFrame:
+    """Per workload and kind of reason, the unexplained (or unattributed) collectives, the tax
+    they hold and what to change in the profiling."""
+    rows = coll[coll["status"].isin(["unexplained", "no_node"])]
+    if rows.empty:
+        return pd.DataFrame()
+    kinds = [reason_kind(r) for r in rows["unexplained_reason"]]
+    rows = rows.assign(reason=[k for k, _ in kinds], change=[a for _, a in kinds])
+    out = rows.groupby(["workload", "reason", "change"], sort=False).agg(
+        collectives=("index", "size"), tax_us=("tau_max_us", "sum")).reset_index()
+    return out.sort_values(["workload", "tax_us"], ascending=[True, False]).reset_index(drop=True)[
+        ["workload", "reason", "collectives", "tax_us", "change"]]
+
+
+def rank_blame_table(coll: pd.DataFrame, tax_ranks: pd.DataFrame | None) -> pd.DataFrame:
+    """Per workload and rank: how often it straggled, the wait it suffered against the wait it
+    caused (as the straggler, and as the root after routing), from the run's tables."""
+    if tax_ranks is None or tax_ranks.empty or "workload" not in coll.columns:
+        return pd.DataFrame()
+    parts = []
+    for workload, sub in coll.groupby("workload", sort=True):
+        ranks = tax_ranks[tax_ranks["workload"].astype(str) == str(workload)]
+        if len(ranks):
+            parts.append(rank_blame(sub, ranks).assign(workload=workload))
+    if not parts:
+        return pd.DataFrame()
+    out = pd.concat(parts, ignore_index=True)
+    return out[["workload", "rank", "collectives", "straggled", "wait_suffered_us", "wait_caused_us",
+                "wait_caused_root_us"]]
+
+
+def why_tables(collectives: pd.DataFrame, tax_ranks: pd.DataFrame | None) -> dict[str, pd.DataFrame]:
+    """The attribution stage's "who and why" tables of a run (issue 28, item 6), each with the
+    ``workload`` and ``gpu`` of its rows: ``root_causes`` (:func:`root_cause_table`),
+    ``rank_blame`` (:func:`rank_blame_table`) and ``unexplained`` (:func:`unexplained_table`).
+    ``collectives`` holds the attributed collectives of every workload, tagged with its workload
+    and GPU; ``tax_ranks`` the tax's per-rank table (None: no per-rank blame)."""
+    gpu_of = dict(zip(collectives["workload"].astype(str), collectives["gpu"], strict=True)) \
+        if {"workload", "gpu"} <= set(collectives.columns) else {}
+    out = {"root_causes": root_cause_table(collectives), "rank_blame": rank_blame_table(collectives, tax_ranks),
+           "unexplained": unexplained_table(collectives)}
+    for name, table in out.items():
+        if len(table) and "gpu" not in table:
+            table.insert(1, "gpu", table["workload"].astype(str).map(gpu_of))
+        elif not len(table):
+            out[name] = pd.DataFrame(columns=["workload", "gpu"])
+    return out

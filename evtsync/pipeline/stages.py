@@ -168,7 +168,7 @@ def attribution_with_intervals(summary: pd.DataFrame, collectives: pd.DataFrame)
 
 def _stage_attribution(run: Run) -> dict[str, Any]:
     try:
-        from evtsync.critpath.attribution import attribute, valid_collectives
+        from evtsync.critpath.attribution import attribute, valid_collectives, why_tables
     except ImportError as exc:
         raise Unavailable(f"evtsync.critpath is not installed ({exc})") from exc
     run.require("tax")
@@ -199,7 +199,10 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
     if not collectives:
         raise NotApplicable("no collective to attribute: " + "; ".join(reasons))
     table = pd.concat(collectives, ignore_index=True)
+    why = why_tables(_stringify(table), run.table(f"{TABLES}/tax_ranks.parquet"))  # who and why, for the report
     run.produced("attribution",
+                 *(run.write_table(f"{TABLES}/attribution_{name}.parquet", _stringify(frame))
+                   for name, frame in why.items()),
                  run.write_table(f"{TABLES}/attribution_collectives.parquet", _stringify(table)),
                  run.write_table(f"{TABLES}/attribution_summary.parquet",
                                  _stringify(pd.concat(summaries, ignore_index=True))),

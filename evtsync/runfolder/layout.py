@@ -49,7 +49,8 @@ STATUS_TEXT = {"done": "done", "not_applicable": "did not apply", "unavailable":
 #: The table of each stage's main output (relative to the run folder).
 TABLE_FILES = {name: f"{TABLES}/{name}.parquet" for name in (
     "tax_collectives", "tax_ranks", "tax_summary", "tax_groups", "tax_mismatches", "tax_traces", "tax_workloads",
-    "attribution_collectives", "attribution_summary", "attribution_validation", "attribution_paths", "zscores", "blocks_dropped",
+    "attribution_collectives", "attribution_summary", "attribution_validation", "attribution_paths",
+    "attribution_root_causes", "attribution_rank_blame", "attribution_unexplained", "zscores", "blocks_dropped",
     "mle", "compare", "tau", "bstar", "xi", "xi_population", "block_scale", "predicted_vs_measured",
     "predicted_vs_measured_holdout", "tax_stragglers", "tax_straggler_ranks", "whatif", "bstar_flops",
     "flops_scaling", "summary", "truth_xi", "truth_attribution")}

@@ -136,7 +136,8 @@ def _attribution_items(ctx: ReportContext, att: pd.DataFrame | None, gpu: str, g
     items.append(_path_view(ctx, gpu, gslug))
     coll = ctx.table("attribution_collectives")
     if coll is not None:
-        items += attribution_why_items(coll, gpu, ctx.table("tax_ranks"))
+        items += attribution_why_items(coll, gpu, {name: ctx.table(f"attribution_{name}")
+                                                   for name in ("root_causes", "rank_blame", "unexplained")})
     return items
 
 
