@@ -229,12 +229,9 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
         scaling = flops_scaling_table(fit, topologies, sizes, alpha, args.bytes, block_sd, hw["factors"],
                                       eps_values, args.m, level, **common)
     if args.plot:
-        from evtsync.plots import save_figure
-        from evtsync.plots.whatif import bstar_panels, bstar_vs_flops
+        from evtsync.cli._whatif import plot_bandwidth
 
-        figure = (bstar_vs_flops(summary, nvlink=hw["nvlink"]) if scaling is not None
-                  else bstar_panels(summary, nvlink=hw["nvlink"]))
-        save_figure(figure, args.plot)
+        plot_bandwidth(args.plot, summary, scaling, hw["nvlink"])
     if getattr(args, "out", None):
         from evtsync.cli._whatif import write_bandwidth_tables
 

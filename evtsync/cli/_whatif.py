@@ -132,3 +132,16 @@ def write_bandwidth_tables(path: str, table: Any, scaling: Any) -> None:
     write_table(table, path)
     if scaling is not None:
         write_table(scaling, sibling_path(path, "scaling"))
+
+
+def plot_bandwidth(path: str, table: Any, scaling: Any, nvlink: dict[str, float]) -> None:
+    """``--plot PATH`` of ``bandwidth`` (with or without ``--fit``): B* against n, one panel per
+    topology and eps (:func:`evtsync.plots.whatif.bstar_panels`), or with a FLOPS sweep B* against
+    FLOPS (:func:`~evtsync.plots.whatif.bstar_vs_flops`, the paper's Fig. 13)."""
+    from evtsync.plots import save_figure
+    from evtsync.plots.base import figure_format
+    from evtsync.plots.whatif import bstar_panels, bstar_vs_flops
+
+    figure_format(path)
+    save_figure(bstar_vs_flops(table, nvlink=nvlink) if scaling is not None else bstar_panels(table, nvlink=nvlink),
+                path)

@@ -5,10 +5,14 @@ Gumbel/GEV fit of the pooled z-scores as tau(n) = b·E_{n/m} (``--gumbel MU SIGM
 ``--gev MU SIGMA XI`` with ``--block-sd-us B`` and ``--m M``). ``--flops-factor F`` divides
 tau by F (a GPU F times faster, methodology §8). Bandwidths are printed in GB/s (1e9 bytes/s);
 alpha and tau in µs; ``--bytes`` in bytes (suffixes K/M/G and KiB/MiB/GiB accepted).
-With ``--fit FIT_DIR`` the posterior of a Bayesian fit is used (``evtsync.cli._bayes``).
+With ``--fit FIT_DIR`` the posterior of a Bayesian fit is used (``evtsync.cli._bayes``); without
+it the same tables of :mod:`evtsync.evt.predict` are built from one draw (a
+:class:`~evtsync.evt.predict.PointFit` of the given GEV, or
+:func:`~evtsync.evt.predict.given_tax_bandwidth_table` for ``--tau-us``), so ``--json`` and
+``-o`` have the columns of ``bandwidth --fit``.
 
 ``--eps`` and ``--flops-factor`` take comma lists (``--flops-factor 1,2,4,8`` or the doubling
-range ``1..8``); with ``--fit`` and two or more factors the bandwidth-scaling requirement
+range ``1..8``); with two or more factors the bandwidth-scaling requirement
 against the roofline is printed as well (the paper's Fig. 13, :func:`evtsync.evt.predict.flops_scaling_table`).
 ``--alpha-from LOG`` fits alpha per topology: the sweep's intercept p·alpha over each
 topology's p at the log's rank count (or, with ``--alpha-topology T``, the machine's topology T,
@@ -21,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,7 @@ from evtsync.cli._whatif import (
     alpha_setup,
     hardware,
     parse_float_list,
+    plot_bandwidth,
     write_bandwidth_tables,
 )
 from evtsync.defaults import DEFAULT_EPS, DEFAULT_M
@@ -84,7 +88,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_out_argument(p, "table", "write the table, one row per (topology, n, eps, FLOPS factor) (.parquet/.csv); "
                      "with a FLOPS sweep also PATH_scaling")
     p.add_argument("--plot", metavar="PATH", help="B* against n per topology beside Hockney (.png/.svg/.pdf); with "
-                   "several --eps one panel row per eps; with a FLOPS sweep and --fit, B* against FLOPS (Fig. 13)")
+                   "several --eps one panel row per eps; with a FLOPS sweep, B* against FLOPS (Fig. 13)")
     p.add_argument("--nvlink-gbps", action=ListOption, default=None, metavar="GBPS", examples=("450", "900"),
                    help="reference lines on the plot, space or comma separated (default: Table 1's 450 (H100/H200) and 900 (B200))")
     add_estimator_argument(p)
@@ -120,14 +124,6 @@ def point_fit(args: argparse.Namespace, sizes: list[int]) -> Any:
                          "are not defined (methodology §6: the mean exists for xi < 1)")
     domain_multiple(sizes, args.m)
     return PointFit(mu, sigma, xi, estimator=args.estimator, name="gumbel" if args.gumbel else "gev")
-
-
-def _plot(table: Any, path: str | os.PathLike[str], nvlink: dict[str, float]) -> None:
-    from evtsync.plots.base import figure_format, save_figure
-    from evtsync.plots.whatif import bstar_points
-
-    figure_format(path)
-    save_figure(bstar_points(table, nvlink), path, dpi=120)
 
 
 def run_bandwidth(args: argparse.Namespace) -> int:
@@ -170,7 +166,7 @@ def run_bandwidth(args: argparse.Namespace) -> int:
     if args.out:
         write_bandwidth_tables(args.out, table, scaling)
     if args.plot:
-        _plot(table, args.plot, hw["nvlink"])
+        plot_bandwidth(args.plot, table, scaling, hw["nvlink"])
     if args.json:
         from evtsync.cli._common import emit_json
 

@@ -1,5 +1,5 @@
-"""What-if figures of the optimal bandwidth: multi-eps B* panels, B* as FLOPS grow (the paper's
-Fig. 13), and the point-model B* of ``evtsync bandwidth`` without a fit.
+"""What-if figures of the optimal bandwidth: multi-eps B* panels and B* as FLOPS grow (the paper's
+Fig. 13), for ``evtsync bandwidth`` with or without a fit (a point estimate is a one-draw table).
 
 Inputs are the tables of :func:`evtsync.evt.predict.bandwidth_table` (a posterior's, or a
 one-draw point fit's and :func:`~evtsync.evt.predict.given_tax_bandwidth_table`'s); ``nvlink`` maps a label to a bandwidth in GB/s drawn
@@ -110,29 +110,4 @@ def bstar_vs_flops(table: pd.DataFrame, ns: Sequence[int] | None = None,
     if handles:  # one legend below the panels: never over the curves
         fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(4, len(labels)),
                    fontsize=8, frameon=False)
-    return fig
-
-
-def bstar_points(table: pd.DataFrame, nvlink: Mapping[str, float] | None = None) -> Figure:
-    """B* against n per topology beside Hockney's, one panel per eps (point tax, no fit: the
-    ``bstar_mean_gbps`` and ``bstar_hockney_gbps`` of a one-draw table)."""
-    eps_values = list(dict.fromkeys(table["eps"]))
-    fig, axes = new_figure(6.4 * len(eps_values), 4.6, ncols=len(eps_values), squeeze=False)
-    for ax, eps in zip(axes[0], eps_values, strict=True):
-        sub = table[table["eps"] == eps]
-        groups = ["topology", "flops_factor"] if "flops_factor" in sub else ["topology"]
-        for i, (key, part) in enumerate(sub.groupby(groups, sort=False)):
-            part = part.sort_values("n")
-            keys = key if isinstance(key, tuple) else (key,)
-            flops = f", FLOPS x{keys[1]:g}" if len(keys) > 1 and sub["flops_factor"].nunique() > 1 else ""
-            ax.plot(part["n"], part["bstar_mean_gbps"], "o-", color=f"C{i}", label=f"{keys[0]}{flops}: with tax")
-            ax.plot(part["n"], part["bstar_hockney_gbps"], "s--", color=f"C{i}", alpha=0.7, label=f"{keys[0]}: Hockney")
-        _reference_lines(ax, nvlink)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set(xlabel="scale-up domain size n (GPUs)", ylabel="optimal bandwidth B* (GB/s)",
-               title=f"Optimal bandwidth at elasticity {eps:g}")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
     return fig
