@@ -53,3 +53,33 @@ def test_report_sections_compute_no_statistic(path: Path) -> None:
     found = reductions(path.read_text(encoding="utf-8"))
     assert not found, (f"{path.name} computes a statistic the stage that writes the table should write as a "
                        f"column (issue 31: the report only reads): " + "; ".join(found))
+
+
+def test_inputs_read_the_tax_stage_counts(tmp_path: Path) -> None:
+    """The tax stage counts each workload's inputs (``tables/tax_workloads``); the inputs section
+    shows them. By hand: rank 0 split into two files, rank 1 in one: 2 ranks, 3 files, 10 + 20 + 5
+    events; one aligned PG."""
+    import pandas as pd
+
+    from evtsync.pipeline.stages import _workload_inputs
+    from evtsync.report.context import ReportContext
+    from evtsync.report.markdown import Skipped, Table
+    from evtsync.report.sections import inputs
+
+    files = pd.DataFrame({"rank": [0, 0, 1], "n_events": [10, 20, 5], "file": ["a0", "a1", "b"]})
+    groups = pd.DataFrame({"pg": ["0"], "pg_ranks": ["0,1"], "n_collectives": [7]})
+    counts = _workload_inputs(files, groups).iloc[0]
+    assert (counts["ranks"], counts["trace_files"], counts["events"], counts["process_groups"]) == (2, 3, 35, 1)
+    run = tmp_path / "run"
+    (run / "tables").mkdir(parents=True)
+    files.assign(workload="w", gpu="H100").to_parquet(run / "tables" / "tax_traces.parquet")
+    groups.assign(workload="w", gpu="H100").to_parquet(run / "tables" / "tax_groups.parquet")
+    manifest = {"stages": {"tax": {"status": "done"}}}
+    (item,) = inputs.build(ReportContext(run, tmp_path / "out", manifest))[0].items
+    assert isinstance(item, Skipped) and "tax_workloads" in item.text  # an older run folder: said, not computed
+    _workload_inputs(files, groups).assign(workload="w", gpu="H100").to_parquet(run / "tables" / "tax_workloads.parquet")
+    (table,) = inputs.build(ReportContext(run, tmp_path / "out", manifest))[0].items
+    assert isinstance(table, Table)
+    row = table.frame.iloc[0]
+    assert (row["ranks"], row["trace files"], row["events"], row["process groups"]) == (2, 3, 35, 1)
+    assert row["PGs (label: ranks, collectives)"] == "0: 0,1 (7)"

@@ -343,3 +343,16 @@ def test_a_tax_from_three_collectives_is_a_range_not_a_90_percent_interval(hand_
     cell = table.frame.iloc[0]["tax median (µs)"].text
     assert cell.endswith("(range of 3)") and "90%" not in cell
     assert table.frame.iloc[0]["tax P90 (µs)"].text.endswith("∞]")
+
+
+def test_summary_has_the_mean_cv_over_block_identities(hand_run: tuple[Path, dict]) -> None:
+    """The report's "mean coefficient of variation r" is the summary stage's ``cv_mean`` (issue 31):
+    a mean over the cell's block identities, not over its z-score rows (by hand: block a with r =
+    0.01 and 30 rows, block b with r = 0.04 and 10 rows: (0.01 + 0.04) / 2 = 0.025, not 0.0175)."""
+    run, manifest = hand_run
+    z = pd.DataFrame([{"workload": "w-bf16", "gpu": "A100", "precision": "bf16", "pg": "1", "index": i,
+                       "block": block, "z": 0.1 * i, "cv": cv}
+                      for block, cv, k in (("a", 0.01, 30), ("b", 0.04, 10)) for i in range(k)])
+    _write(run, "zscores", z)
+    numbers, _ = summary_numbers(run, manifest)
+    assert numbers.set_index("precision").loc["bf16", "cv_mean"] == pytest.approx(0.025)
