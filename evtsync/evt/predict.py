@@ -49,7 +49,7 @@ quantiles are over all draws, so an interval reaching into them has an infinite 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -466,14 +466,19 @@ def _alpha_for(topology: str, alpha_us: float | Mapping[str, float],
     return float(point), rng.choice(draws, size=n_sample, replace=draws.size < n_sample)
 
 
-def _topology_terms(topology: str, n: Sequence[int]) -> tuple[Any, NDArray[np.float64], NDArray[np.float64]]:
-    """The topology (:func:`evtsync.hockney.get_topology`) with its p and q per domain size in ``n``."""
+def _topology_terms(topologies: Sequence[str], n: Sequence[int], alpha_us: float | Mapping[str, float],
+                    alpha_draws_us: ArrayLike | Mapping[str, ArrayLike] | None, n_sample: int,
+                    rng: np.random.Generator) -> Iterator[tuple[Any, NDArray[np.float64], NDArray[np.float64], float,
+                                                                NDArray[np.float64] | float]]:
+    """Per topology (:func:`evtsync.hockney.get_topology`): the topology, its p and q per domain
+    size in ``n``, and its point alpha with ``n_sample`` alpha draws (:func:`_alpha_for`)."""
     from evtsync.hockney import get_topology
 
-    topo = get_topology(topology)
-    p = np.asarray(topo.p(np.asarray(n)), dtype=float).reshape(-1)
-    q = np.asarray(topo.q(np.asarray(n)), dtype=float).reshape(-1)
-    return topo, p, q
+    for name in topologies:
+        topo = get_topology(name)
+        p = np.asarray(topo.p(np.asarray(n)), dtype=float).reshape(-1)
+        q = np.asarray(topo.q(np.asarray(n)), dtype=float).reshape(-1)
+        yield (topo, p, q, *_alpha_for(topo.name, alpha_us, alpha_draws_us, n_sample, rng))
 
 
 def _fit_tax(fit: Any, n: Sequence[int], m: int, block_sd_us: float | pd.DataFrame, gpu: str | None,
@@ -528,8 +533,8 @@ def bstar_draws_gbps(tau_us: ArrayLike, topology: str, n: Sequence[int], alpha_u
         raise InputError(f"target elasticity eps must lie in (-1, 0); got {eps}")
     squeeze = tau.ndim == 2
     tau3 = tau[:, None, :] if squeeze else tau
-    topo, p, q = _topology_terms(topology, n)
-    point, alpha = _alpha_for(topo.name, alpha_us, alpha_draws_us, tau3.shape[0], np.random.default_rng(seed))
+    topo, p, q, point, alpha = next(_topology_terms([topology], n, alpha_us, alpha_draws_us, tau3.shape[0],
+                                                    np.random.default_rng(seed)))
     bstar, red, bh = _bstar_draws(tau3, alpha, p, q, float(size_bytes), float(eps))
     bh = np.broadcast_to(bh, bstar.shape)
     out = {"bstar_gbps": bstar, "reduction": red, "bstar_hockney_gbps": bh}
@@ -638,12 +643,10 @@ def _bandwidth_records(rows: pd.DataFrame, tau_ref: NDArray[np.float64] | None, 
     row, n) on the reference GPU."""
     if not float(size_bytes) > 0:
         raise InputError(f"buffer size S must be > 0 bytes; got {size_bytes}")
-    records: list[dict[str, Any]] = []
     if tau_ref is None or not len(rows):
-        return records
-    for name in topologies:
-        topo, p, q = _topology_terms(name, n)
-        point, alpha = _alpha_for(topo.name, alpha_us, alpha_draws_us, tau_ref.shape[0], rng)
+        return []
+    records: list[dict[str, Any]] = []
+    for topo, p, q, point, alpha in _topology_terms(topologies, n, alpha_us, alpha_draws_us, tau_ref.shape[0], rng):
         als = summarise(np.atleast_1d(alpha), level)
         for f in factors:
             tau = tau_ref / f
@@ -724,12 +727,10 @@ def _scaling_records(rows: pd.DataFrame, tau_ref: NDArray[np.float64] | None, to
     """The rows of every FLOPS scaling table (:func:`flops_scaling_table`,
     :func:`given_tax_scaling_table`) from tax draws ``tau_ref`` (sample, row, n)."""
     big_f = factors[-1] / factors[0]
-    records: list[dict[str, Any]] = []
     if tau_ref is None or not len(rows):
-        return records
-    for name in topologies:
-        topo, p, q = _topology_terms(name, n)
-        point, alpha = _alpha_for(topo.name, alpha_us, alpha_draws_us, tau_ref.shape[0], rng)
+        return []
+    records: list[dict[str, Any]] = []
+    for topo, p, q, point, alpha in _topology_terms(topologies, n, alpha_us, alpha_draws_us, tau_ref.shape[0], rng):
         for e in eps_values:
             lo = _bstar_draws(tau_ref / factors[0], alpha, p, q, size_bytes, e)[0]
             hi = _bstar_draws(tau_ref / factors[-1], alpha, p, q, size_bytes, e)[0]
