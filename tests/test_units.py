@@ -33,4 +33,4 @@ def test_bandwidth_cli_reads_the_same_convention(capsys: pytest.CaptureFixture[s
     si = json.loads(capsys.readouterr().out)[0]
     assert main([*base, "--bytes", "1MiB"]) == 0
     iec = json.loads(capsys.readouterr().out)[0]
-    assert iec["bstar_hockney"] / si["bstar_hockney"] == pytest.approx(2**20 / 1e6)
+    assert iec["bstar_hockney_gbps"] / si["bstar_hockney_gbps"] == pytest.approx(2**20 / 1e6)
