@@ -155,3 +155,24 @@ def test_not_inspector_logs_are_not_streamed(tmp_path: Path) -> None:
     trace = tmp_path / "rank0.json"
     trace.write_text(json.dumps({"traceEvents": [], "distributedInfo": {"rank": 0}}))
     assert inspector_files([trace]) is None
+
+
+def test_api_and_cli_stream_inspector_folders(job: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import evtsync
+
+    paths = _given(job)
+    _, tables = tax_from_traces(load_traces(paths, jobs=1))
+    pd.testing.assert_frame_equal(evtsync.tax_table(paths), tables.collectives)
+    pd.testing.assert_frame_equal(evtsync.tax_table(paths, per_rank=True), tables.ranks)
+    out = tmp_path / "tax.parquet"
+    run = subprocess.run([sys.executable, "-m", "evtsync", "tax", *paths, "--no-cache", "-o", str(out), "--json"],
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert len(pd.read_parquet(out)) == len(tables.collectives)
+    ranks = pd.read_parquet(tmp_path / "tax_ranks.parquet")
+    assert len(ranks) == len(tables.ranks) and (ranks["wait_us"].to_numpy() == tables.ranks["wait_us"].to_numpy()).all()
+    summary = json.loads(run.stdout)["summary"]
+    assert [s["count"] for s in summary] == tax_summary(tables)["count"].tolist()
