@@ -751,11 +751,6 @@ def _read_log(item: tuple[str, int | None], salvage: bool) -> Any:
     return read_log(path, salvage=salvage, rank=rank)
 
 
-#: Below this many bytes of NCCL Inspector logs one process reads them all (a pool's start-up,
-#: ~0.7 s, outweighs reading ~100 MB at the reader's ~150 MB/s per core; docs/performance/inspector.md).
-INSPECTOR_PARALLEL_MIN_BYTES = 256 << 20
-
-
 def _load_logs(files: Sequence[tuple[Path, int | None]], sources: dict[Path, str], salvage: bool,
                jobs: int | None, workers: int | None, scheduler: str | None, client: Any) -> TraceSet:
     """The TraceSet of a folder of NCCL Inspector logs (nothing else may be mixed in)."""
@@ -766,10 +761,13 @@ def _load_logs(files: Sequence[tuple[Path, int | None]], sources: dict[Path, str
     if others:
         raise InputError(f"NCCL Inspector logs cannot be mixed with traces of other sources in one job: "
                          f"{', '.join(others[:3])}{' ...' if len(others) > 3 else ''}")
+    from evtsync.trace.readers.inspector import inspector_work
+
     reader = reader_named("nccl-inspector")
-    total = sum(reader.cost(f) for f, _ in files)
-    with backend_for(len(files), jobs=jobs, workers=workers, scheduler=scheduler, total_bytes=total,
-                     parallel_min_bytes=INSPECTOR_PARALLEL_MIN_BYTES, client=client) as backend:
+    sizes = [reader.cost(f) for f, _ in files]
+    # the pool only where the cost model says it pays, as for every other reader
+    with backend_for(len(files), jobs=jobs, workers=workers, scheduler=scheduler, total_bytes=sum(sizes),
+                     work=inspector_work(sizes), client=client) as backend:
         task = functools.partial(_read_log, salvage=salvage)
         logs = backend.map(task, [(str(f), r) for f, r in files], "reading NCCL Inspector logs")
     return logs_traceset(logs)
