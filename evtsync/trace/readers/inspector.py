@@ -482,8 +482,9 @@ class InspectorReader:
                 and (b'"coll_perf"' in first or b'"p2p_perf"' in first))
 
     def read(self, path: str | os.PathLike[str], *, salvage: bool = False,
-             rank: int | None = None) -> LoggedCollectives:
-        """One log's collective records (see :func:`read_log`)."""
+             rank: int | None = None, rank_from: str | None = None) -> LoggedCollectives:
+        """One log's collective records (see :func:`read_log`; ``rank_from`` does not apply:
+        the ranks come from the communicators every log names)."""
         return read_log(path, salvage=salvage, rank=rank)
 
     def cost(self, path: str | os.PathLike[str]) -> int:
