@@ -448,10 +448,19 @@ def _finish(job: _Job, results: list[LoggedCollectives], layout: Any, allow_part
     return LogTax(traces, alignment, tax, stats)
 
 
-def _categorical(frames: list[pd.DataFrame], column: str, categories: list[str] | None = None) -> pd.Categorical:
-    values = np.concatenate([np.asarray(f[column].astype(str), dtype=object) for f in frames]) if frames \
-        else np.zeros(0, dtype=object)
-    return pd.Categorical(values, categories=categories)
+def _concat(frames: list[pd.DataFrame], categories: dict[str, list[str] | None]) -> pd.DataFrame:
+    """The batches' rows as one frame, each of ``categories``' columns one categorical over the
+    given categories (None: the sorted union of the batches'), recoded batch by batch (a plain
+    ``pd.concat`` of categoricals with different categories makes object columns: ~10 times
+    the memory at a million rows)."""
+    union = {col: cats if cats is not None else sorted({str(c) for f in frames for c in f[col].array.categories})
+             for col, cats in categories.items()}
+    for frame in frames:
+        for col, cats in union.items():
+            frame[col] = frame[col].cat.set_categories(pd.Index(cats, dtype=frame[col].array.categories.dtype))
+    out = pd.concat(frames, ignore_index=True)
+    frames.clear()
+    return out
 
 
 def _assemble(job: _Job, groups: pd.DataFrame, comm_names: list[str]) -> tuple[Alignment, TaxTables]:
@@ -459,8 +468,7 @@ def _assemble(job: _Job, groups: pd.DataFrame, comm_names: list[str]) -> tuple[A
     meta = groups.set_index("pg_name")
     frames = job.collectives
     if frames:
-        coll = pd.concat(frames, ignore_index=True)
-        coll["pg"] = _categorical(frames, "pg", comm_names)
+        coll = _concat(frames, {"pg": comm_names})
         order = np.lexsort((coll["index"].to_numpy(), coll["pg"].array.codes))
         coll = coll.take(order).reset_index(drop=True)
         names = coll["pg"].astype(str)
@@ -470,9 +478,7 @@ def _assemble(job: _Job, groups: pd.DataFrame, comm_names: list[str]) -> tuple[A
         coll = compute_tax(Alignment(pd.DataFrame(columns=GROUP_COLUMNS), pd.DataFrame(),
                                      pd.DataFrame(columns=MISMATCH_COLUMNS), set())).collectives
     if job.rank_rows:
-        ranks = pd.concat(job.rank_rows, ignore_index=True)
-        ranks["pg"] = _categorical(job.rank_rows, "pg", comm_names)
-        ranks["collective"] = _categorical(job.rank_rows, "collective")
+        ranks = _concat(job.rank_rows, {"pg": comm_names, "collective": None})
         order = np.lexsort((ranks["rank"].to_numpy(), ranks["index"].to_numpy(), ranks["pg"].array.codes))
         ranks = ranks.take(order).reset_index(drop=True)
     else:
