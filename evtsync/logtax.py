@@ -42,7 +42,7 @@ from evtsync.collectives import (
 )
 from evtsync.defaults import END_TOLERANCE_US
 from evtsync.errors import InputError, TraceError
-from evtsync.tax import RANK_COLUMNS, TaxTables, compute_tax
+from evtsync.tax import RANK_COLUMNS, TAX_COLUMNS, TaxTables, compute_tax
 from evtsync.trace.readers.inspector import (
     BLOCK_BYTES,
     LOGGED_COLUMNS,
@@ -66,6 +66,8 @@ MIN_BLOCK_BYTES = 64 << 10
 #: job-wide codes (communicator, collective type, timing source).
 _OPEN = ("file", "comm", "local_rank", "sn", "collective", "msg_bytes", "exec_ns", "timing_source",
          "kernel_start_us", "kernel_stop_us", "dump_us")
+#: Columns of the tax table that are constants per PG (or per job), filled in at the end.
+_PER_PG = ("pg_desc", "pg_ranks", "pg_source", "dtype")
 #: Order of the mismatch kinds in the whole-table path's table (align_logged's passes).
 _KIND_BLOCK = {"partial": 0, "timing_source": 1, "type": 2, "size": 2, "end_time": 3}
 
@@ -277,7 +279,11 @@ class _Job:
                                    "seen_on_ranks": "0"})
         alignment = align_logged_rows(logged, groups, end_tolerance_us=self.end_tolerance_us, strict=self.strict)
         tables = compute_tax(alignment)
-        self.collectives.append(tables.collectives)
+        # per PG constants (filled in at the end) dropped, the type label as a categorical: the
+        # rows kept until the end are most of the memory that grows with the logs
+        coll = tables.collectives.drop(columns=list(_PER_PG))
+        coll["collective"] = coll["collective"].astype("category")
+        self.collectives.append(coll)
         if self.keep_ranks:
             self.rank_rows.append(tables.ranks)
         else:
@@ -468,12 +474,17 @@ def _assemble(job: _Job, groups: pd.DataFrame, comm_names: list[str]) -> tuple[A
     meta = groups.set_index("pg_name")
     frames = job.collectives
     if frames:
-        coll = _concat(frames, {"pg": comm_names})
+        coll = _concat(frames, {"pg": comm_names, "collective": None})
         order = np.lexsort((coll["index"].to_numpy(), coll["pg"].array.codes))
         coll = coll.take(order).reset_index(drop=True)
-        names = coll["pg"].astype(str)
-        coll["pg_desc"] = names.map(meta["pg_desc"]).astype(str).to_numpy()
-        coll["pg_ranks"] = names.map(meta["pg_ranks"]).astype(str).to_numpy()
+        codes = np.asarray(coll["pg"].array.codes)
+        per_pg = meta.reindex(comm_names)
+        coll["pg_desc"] = pd.array(per_pg["pg_desc"].astype(str).to_numpy()[codes], dtype="str")
+        coll["pg_ranks"] = pd.array(per_pg["pg_ranks"].astype(str).to_numpy()[codes], dtype="str")
+        coll["pg_source"] = pd.array(np.full(len(coll), LOGGED_SOURCE, dtype=object), dtype="str")
+        coll["dtype"] = pd.array(np.full(len(coll), "", dtype=object), dtype="str")
+        coll["collective"] = coll["collective"].astype("str")
+        coll = coll[TAX_COLUMNS]
     else:
         coll = compute_tax(Alignment(pd.DataFrame(columns=GROUP_COLUMNS), pd.DataFrame(),
                                      pd.DataFrame(columns=MISMATCH_COLUMNS), set())).collectives
