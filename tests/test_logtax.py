@@ -176,3 +176,30 @@ def test_api_and_cli_stream_inspector_folders(job: Path, tmp_path: Path) -> None
     assert len(ranks) == len(tables.ranks) and (ranks["wait_us"].to_numpy() == tables.ranks["wait_us"].to_numpy()).all()
     summary = json.loads(run.stdout)["summary"]
     assert [s["count"] for s in summary] == tax_summary(tables)["count"].tolist()
+
+
+def _record(cid: str, local: int, n: int, sn: int, us: int, host: str, pid: int) -> str:
+    return json.dumps({"header": {"id": cid, "comm_name": "pg", "rank": local, "n_ranks": n, "nnodes": 1},
+                       "metadata": {"inspector_output_format_version": "v4.0", "dump_timestamp_us": 1000 + sn,
+                                    "hostname": host, "pid": pid},
+                       "coll_perf": {"coll": "AllReduce", "coll_sn": sn, "coll_msg_size_bytes": 1024,
+                                     "coll_exec_time_us": us, "coll_timing_source": "kernel_gpu"}}) + "\n"
+
+
+def test_ranks_known_only_at_the_end_fall_back_to_the_whole_table_path(tmp_path: Path) -> None:
+    """Two processes: the communicator every log has in its first blocks (0xa) numbers them one
+    way, a larger id logged later (0xb, which the rule picks: most ranks, then the id) the other
+    way. The streamed pass guessed from the first blocks, so it reads the logs again whole: the
+    same tables, said in a warning."""
+    for pid, (local_a, local_b) in ((1, (0, 1)), (2, (1, 0))):
+        lines = [_record("0xa", local_a, 2, sn, 100 + 7 * pid + sn, "h", pid) for sn in range(40)]
+        lines += [_record("0xb", local_b, 2, sn, 200 + 3 * pid, "h", pid) for sn in range(3)]
+        (tmp_path / f"h-pid{pid}.log").write_text("".join(lines))
+    files = inspector_files(tmp_path)
+    assert files is not None
+    got = stream_tax(files, block_bytes=1024)
+    assert got.stats == {"streamed": False}
+    _, tables = tax_from_traces(load_traces(tmp_path, jobs=1))
+    pd.testing.assert_frame_equal(tables.collectives, got.tables.collectives)
+    # the global ranks are those of 0xb: pid 2 is its rank 0
+    assert got.traces.ranks.set_index("rank")["pid"].to_dict() == {0: 2, 1: 1}
