@@ -18,7 +18,11 @@ Each method runs in a fresh process, which reports the CPU seconds of its work a
   NVIDIA's exporter reads the logs, without its pandas step): the baseline;
 - ``evtsync read``: ``load_traces(folder, jobs=1)``: every record into the logged table;
 - ``evtsync read+tax``: the same plus ``tax_from_traces`` (matching by communicator and
-  sequence number, the tax tables) and ``tax_summary``;
+  sequence number, the tax tables) and ``tax_summary``: the whole-table path;
+- ``evtsync stream tax``: :func:`evtsync.logtax.stream_tax` (what ``evtsync tax LOGDIR`` runs
+  without ``-o``): the logs read in lockstep, each collective taxed and dropped once every
+  member reported it, no per-rank rows kept, then ``tax_summary``;
+- ``evtsync stream tax+ranks``: the same keeping the per-rank rows (``-o``, ``run``);
 - ``imports``: the imports only (the RSS floor the others include).
 
 MB/s per core = MB of log text / CPU seconds of one single-threaded process.
@@ -109,6 +113,7 @@ if method != "json.loads floor":
     from evtsync.trace.traceset import load_traces
     from evtsync.tax import tax_from_traces, tax_summary
     from evtsync.trace.readers import inspector  # noqa: F401
+    from evtsync.logtax import inspector_files, stream_tax
 files = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".log"))
 out = {}
 t0, w0 = time.process_time(), time.perf_counter()
@@ -120,6 +125,14 @@ if method == "json.loads floor":
                 json.loads(line)
                 n += 1
     out["records"] = n
+elif method.startswith("evtsync stream"):
+    got = stream_tax(inspector_files(folder), keep_ranks=method.endswith("+ranks"))
+    summary = tax_summary(got.tables)
+    out["collectives"] = len(got.tables.collectives)
+    out["invalid"] = int((~got.tables.collectives["valid"]).sum())
+    out["tau_median_world_us"] = float(summary.set_index("pg").loc["0x00000000c0ffee", "tau_median_us"])
+    out["rank_rows"] = len(got.tables.ranks)
+    out.update({k: got.stats[k] for k in ("rounds", "peak_open_records")})
 elif method.startswith("evtsync"):
     traces = load_traces(folder, jobs=1)
     out["records"] = len(traces.logged)
@@ -149,7 +162,8 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=1000)
     parser.add_argument("--mb", type=float, default=1.0, help="MB of log per file (default 1)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/evtsync-bench-inspector"))
-    parser.add_argument("--methods", default="imports,json.loads floor,evtsync read,evtsync read+tax")
+    parser.add_argument("--methods", default="imports,json.loads floor,evtsync read,evtsync read+tax,"
+                        "evtsync stream tax,evtsync stream tax+ranks")
     args = parser.parse_args()
     folder = args.workdir / f"{args.files}x{args.mb:g}MB"
     t = time.perf_counter()
@@ -172,13 +186,21 @@ def main() -> None:
             results[method] = run_method(method, folder)
             results[method]["mb_per_cpu_s"] = total / 1e6 / results[method]["cpu_s"]
         print(f"{method:>20}: {json.dumps(results[method])}", flush=True)
-    taxed = results.get("evtsync read+tax")
-    if taxed:
-        truth = true_world_tau_median(args.files, args.mb)
-        print(f"# world AllReduce median tau_max: measured {taxed['tau_median_world_us']:.1f} us, written {truth:.1f} us")
+    truth = true_world_tau_median(args.files, args.mb)
+    for method in ("evtsync read+tax", "evtsync stream tax", "evtsync stream tax+ranks"):
+        if method in results:
+            print(f"# {method}: world AllReduce median tau_max measured {results[method]['tau_median_world_us']:.1f} "
+                  f"us, written {truth:.1f} us")
+    whole = results.get("evtsync read+tax")
+    if whole:
+        for method in ("evtsync stream tax", "evtsync stream tax+ranks"):
+            if method in results:
+                print(f"# {method}: peak RSS {results[method]['peak_rss_mb']:.0f} MB = "
+                      f"{results[method]['peak_rss_mb'] / whole['peak_rss_mb']:.2f}x the whole-table path's "
+                      f"{whole['peak_rss_mb']:.0f} MB; CPU {results[method]['cpu_s'] / whole['cpu_s']:.2f}x")
     base = results.get("json.loads floor")
     if base:
-        for method in ("evtsync read", "evtsync read+tax"):
+        for method in ("evtsync read", "evtsync read+tax", "evtsync stream tax", "evtsync stream tax+ranks"):
             if method in results:
                 print(f"# {method}: {base['cpu_s'] / results[method]['cpu_s']:.2f}x the json.loads floor's speed")
     print(f"# load after {os.getloadavg()[0]:.2f}")

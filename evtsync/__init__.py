@@ -85,7 +85,9 @@ def tax_table(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     traces : TraceSet, path or iterable of paths
         A loaded :class:`~evtsync.trace.traceset.TraceSet`, or trace files and/or folders,
         read by :func:`evtsync.load_traces`; paths are read with ``scope="collectives"``
-        (all the tax reads).
+        (all the tax reads). Paths that are all NCCL Inspector logs are streamed instead
+        (:func:`evtsync.logtax.stream_tax`: memory bounded by the collectives not yet reported
+        by every member, same table).
     per_rank : bool, default False
         Return the per-rank table (one row per rank of each instance) instead of one row per
         collective instance.
@@ -112,6 +114,12 @@ def tax_table(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     from evtsync.trace.traceset import TraceSet, load_traces
 
     if not isinstance(traces, TraceSet):
+        from evtsync.logtax import inspector_files, stream_tax
+
+        logs = inspector_files(traces)
+        if logs is not None:  # NCCL Inspector logs: streamed, memory bounded by the open collectives
+            tables = stream_tax(logs, keep_ranks=per_rank, **align_options).tables
+            return tables.ranks if per_rank else tables.collectives
         traces = load_traces(traces, scope="collectives")  # all the tax reads
     _, tables = tax_from_traces(traces, **align_options)
     return tables.ranks if per_rank else tables.collectives

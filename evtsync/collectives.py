@@ -599,6 +599,33 @@ def align_logged(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
     logged = traces.logged
     if logged is None or logged.empty:
         return merge_alignments([])
+    return align_logged_rows(logged, traces.process_groups, end_tolerance_us=end_tolerance_us, strict=strict)
+
+
+def align_logged_rows(logged: pd.DataFrame, process_groups: pd.DataFrame, *,
+                      end_tolerance_us: float = END_TOLERANCE_US, strict: bool = True) -> Alignment:
+    """The matching of :func:`align_logged` on rows of a ``logged`` table (sorted by ``pg``,
+    ``index``, ``rank``; every row of one collective present) against the communicator
+    table ``process_groups``, without the rank-set check: the unit the streaming tax of
+    :mod:`evtsync.logtax` applies to each batch of completed collectives.
+
+    Parameters
+    ----------
+    logged : pandas.DataFrame
+        Rows of :data:`~evtsync.trace.readers.inspector.LOGGED_COLUMNS`.
+    process_groups : pandas.DataFrame
+        ``TraceSet.process_groups`` of the logs (``pg_name``, ``pg_desc``, ``pg_ranks``,
+        ``pg_size``, ``seen_on_ranks``).
+    end_tolerance_us : float
+        As for :func:`align_logged`.
+    strict : bool, default True
+        As for :func:`align_logged`.
+
+    Returns
+    -------
+    Alignment
+        As :func:`align_logged` returns.
+    """
     mismatches: list[tuple] = []
     invalid: set[tuple[str, int]] = set()
     # one pass over all communicators (logged is sorted by pg, index, rank); the per-PG
@@ -609,7 +636,7 @@ def align_logged(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
     keys = pd.MultiIndex.from_arrays([pg_codes, index])
     per_instance = logged.groupby([pg_codes, index], sort=True)
     sizes = per_instance["rank"].size()
-    meta = traces.process_groups.set_index("pg_name")
+    meta = process_groups.set_index("pg_name")
     present = {pg: len(str(meta.loc[pg, "seen_on_ranks"]).split(",")) for pg in pg_names}
     n_present = np.asarray([present[pg_names[c]] for c in sizes.index.get_level_values(0)])
     for (code, sn), n in sizes[sizes.to_numpy() < n_present].items():

@@ -21,7 +21,9 @@ from evtsync.defaults import INTERVAL_LEVEL
 
 
 def _fields(obj: Any) -> list[tuple[str, Any]]:
-    return [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)]
+    """The fields to show: an optional one left at its default None says nothing and is left out."""
+    return [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)
+            if not (f.default is None and getattr(obj, f.name) is None)]
 
 
 def _describe(value: Any) -> str:

@@ -38,10 +38,18 @@ RANK_COLUMNS = ["pg", "index", "window", "rank", "collective", "dur_us", "wait_u
 
 @dataclass(repr=False)
 class TaxTables(TablesDisplay):
-    """The tax per collective instance (``collectives``) and per rank (``ranks``)."""
+    """The tax per collective instance (``collectives``) and per rank (``ranks``).
+
+    The streaming tax of NCCL Inspector logs (:func:`evtsync.logtax.stream_tax` with
+    ``keep_ranks=False``) leaves ``ranks`` empty and keeps what the summaries read of it:
+    ``instance_shares`` (per ``pg`` and ``index``, the ``max`` and ``median`` wait share
+    over its ranks) and ``members`` (per PG, the ranks seen in its collectives).
+    """
 
     collectives: pd.DataFrame
     ranks: pd.DataFrame
+    instance_shares: pd.DataFrame | None = None
+    members: dict[str, list[int]] | None = None
 
 
 def compute_tax(alignment: Alignment) -> TaxTables:
@@ -146,8 +154,13 @@ def tax_summary(tax: TaxTables) -> pd.DataFrame:
             "tau_med_median_us", "fastest_wait_share", "median_rank_wait_share", "n_invalid"]
     if tax.collectives.empty:
         return pd.DataFrame(columns=cols)
-    per_instance = tax.ranks.groupby(["pg", "index"])["wait_share"].agg(["max", "median"])
-    merged = tax.collectives.join(per_instance, on=["pg", "index"])
+    if tax.instance_shares is not None:
+        per_instance = tax.instance_shares.set_index(["pg", "index"])[["max", "median"]]
+        merged = tax.collectives.assign(pg=tax.collectives["pg"].astype(str)).join(per_instance, on=["pg", "index"])
+        merged["pg"] = tax.collectives["pg"]
+    else:
+        per_instance = tax.ranks.groupby(["pg", "index"])["wait_share"].agg(["max", "median"])
+        merged = tax.collectives.join(per_instance, on=["pg", "index"])
     rows = []
     nan = float("nan")
     for (pg, coll), grp in merged.groupby(["pg", "collective"], sort=True):
@@ -245,7 +258,10 @@ def straggler_identity(tax: TaxTables) -> tuple[pd.DataFrame, pd.DataFrame]:
     coll = tax.collectives
     if coll.empty:
         return pd.DataFrame(columns=STRAGGLER_COLUMNS), pd.DataFrame(columns=STRAGGLER_RANK_COLUMNS)
-    members = tax.ranks.groupby("pg")["rank"].unique() if len(tax.ranks) else pd.Series(dtype=object)
+    if tax.members is not None:
+        members = pd.Series({pg: np.asarray(m) for pg, m in tax.members.items()}, dtype=object)
+    else:
+        members = tax.ranks.groupby("pg")["rank"].unique() if len(tax.ranks) else pd.Series(dtype=object)
     rows, rank_rows = [], []
     for pg, grp in coll.groupby("pg", sort=True):
         grp = grp.sort_values("index")

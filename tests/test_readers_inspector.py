@@ -392,3 +392,22 @@ def test_bad_fields_named(tmp_path: Path) -> None:
     path.write_text(record("0xc", "", 3, 2, "AllReduce", 1, 5, host="h", pid=1))
     with pytest.raises(TraceError, match=r"h-pid1.log: line 1: communicator 0xc: rank 3 is not below n_ranks 2"):
         read_log(path)
+
+
+def test_inspector_logs_use_the_pool_cost_model() -> None:
+    """One rule for every reader (issue 32): the pool model, no byte threshold of its own. By
+    hand from the constants: 1,000 logs of 10 KB are 1 s of reading at most, under the pool's
+    own start (0.7 s on 2 cores): one process; 1,000 logs of 20 MB (~130 s of reading, ~8 s to
+    move the columns) pay for a pool on 2 idle cores."""
+    from evtsync.parallel import pool_pays
+    from evtsync.trace.readers.inspector import inspector_work
+
+    small = inspector_work([10_000] * 1000)
+    assert small.items == 1000 and small.cpu_s < 1.0
+    assert not pool_pays(small, 2, cores=2)
+    large = inspector_work([20_000_000] * 1000)
+    assert 100 < large.cpu_s < 200 and large.transfer_cpu_s < 0.1 * large.cpu_s
+    assert pool_pays(large, 2, cores=2)
+    import evtsync.trace.traceset as traceset
+
+    assert not hasattr(traceset, "INSPECTOR_PARALLEL_MIN_BYTES")

@@ -199,3 +199,78 @@ def test_two_processes_in_one_export_refused(tmp_path: Path) -> None:
                              "WHERE rowid % 2 = 0")
     with pytest.raises(TraceError, match=r"GPU activity of 2 processes .* one rank per file"):
         read_rank(copy)
+
+
+#: NVTX_EVENTS as Nsight Systems writes it (the shared export has none: the tests add it).
+NVTX_TABLE = ('CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, "end" INTEGER, eventType INTEGER NOT NULL, '
+              "rangeId INTEGER, category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, "
+              "textId INTEGER, domainId INTEGER)")
+
+
+def _with_nvtx(tmp_path: Path, name: str, texts: list[tuple[int, str]], *, as_string_id: bool = False) -> Path:
+    """A copy of the export named ``name`` with NVTX events (type, text) inserted: 59 a push/pop
+    range, 34 a mark; ``as_string_id`` stores the text in StringIds (textId) as newer exports do."""
+    copy = tmp_path / name
+    shutil.copy(EXPORT, copy)
+    copy.chmod(0o644)
+    conn = sqlite3.connect(copy)
+    conn.execute(NVTX_TABLE)
+    for i, (kind, text) in enumerate(texts):
+        end = None if kind == 34 else 2000 + i
+        if as_string_id:
+            sid = conn.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM StringIds").fetchone()[0]
+            conn.execute("INSERT INTO StringIds VALUES (?, ?)", (sid, text))
+            conn.execute("INSERT INTO NVTX_EVENTS VALUES (?, ?, ?, NULL, NULL, NULL, NULL, ?, NULL, ?, 0)",
+                         (1000 + i, end, kind, 4242 << 24, sid))
+        else:
+            conn.execute("INSERT INTO NVTX_EVENTS VALUES (?, ?, ?, NULL, NULL, NULL, ?, ?, NULL, NULL, 0)",
+                         (1000 + i, end, kind, text, 4242 << 24))
+    conn.commit()
+    conn.close()
+    return copy
+
+
+@pytest.mark.parametrize("kind, text, as_string_id", [
+    (59, "rank 3", False), (34, "Rank: 3", False), (59, "NCCL AllReduce comm 0x7f rank=3 nranks=8", True),
+])
+def test_rank_from_nvtx(tmp_path: Path, kind: int, text: str, as_string_id: bool) -> None:
+    """Issue 32 item 3: an export whose NVTX range or mark names the rank is that rank, without
+    RANK=PATH; the other ranges (with digits, but no rank) do not count."""
+    path = _with_nvtx(tmp_path, "export.sqlite", [(59, "step 7"), (kind, text), (59, "local_rank=1")],
+                      as_string_id=as_string_id)
+    traces = load_traces([path], jobs=1, cache=None)
+    assert traces.rank_ids == [3]
+    assert traces.ranks["rank_source"].tolist() == ["NVTX"]
+
+
+def test_rank_from_nvtx_against_the_file_name(tmp_path: Path) -> None:
+    agree = _with_nvtx(tmp_path, "rank3.sqlite", [(59, "rank 3")])
+    assert load_traces([agree], jobs=1, cache=None).rank_ids == [3]
+    clash = _with_nvtx(tmp_path, "rank5.sqlite", [(59, "rank 3")])
+    with pytest.raises(TraceError, match=r"file name says rank 5, NVTX ranges/marks say rank 3"):
+        load_traces([clash], jobs=1, cache=None)
+    # the user's word wins over both
+    assert load_traces([f"7={clash}"], jobs=1, cache=None).rank_ids == [7]
+    run = subprocess.run([sys.executable, "-m", "evtsync", "blocks", str(clash), "--no-cache"],
+                         capture_output=True, text=True, check=False)
+    assert run.returncode != 0 and "Traceback" not in run.stderr and "file name says rank 5" in run.stderr
+
+
+def test_rank_from_a_user_nvtx_pattern(tmp_path: Path) -> None:
+    path = _with_nvtx(tmp_path, "export.sqlite", [(59, "worker-12 step 1"), (34, "rank 3 of a sub-group")])
+    # the built-in patterns read "rank 3"; the user's pattern reads the worker number instead
+    assert load_traces([path], jobs=1, cache=None).rank_ids == [3]
+    traces = load_traces([path], jobs=1, cache=None, rank_from=r"nvtx:worker-(\d+)")
+    assert traces.rank_ids == [12]
+    with pytest.raises(TraceError, match="no NVTX range or mark matches"):
+        load_traces([path], jobs=1, cache=None, rank_from=r"nvtx:gpu(\d+)")
+    from evtsync.errors import InputError
+
+    with pytest.raises(InputError, match="needs a group"):
+        load_traces([path], jobs=1, rank_from="nvtx:worker")
+    several = _with_nvtx(tmp_path, "several.sqlite", [(59, "rank 1"), (59, "rank 2")])
+    with pytest.raises(TraceError, match="name 2 different ranks"):
+        load_traces([several], jobs=1, cache=None)
+    run = subprocess.run([sys.executable, "-m", "evtsync", "blocks", str(path), "--no-cache", "--rank-from",
+                          "nvtx:worker("], capture_output=True, text=True, check=False)
+    assert run.returncode == 2 and "not a regular expression" in run.stderr and "Traceback" not in run.stderr

@@ -479,3 +479,28 @@ def test_a_failed_build_is_recorded_and_not_run_again(tmp_path: Path, monkeypatc
     monkeypatch.setattr(sys, "executable", "/nonexistent/python")  # would fail differently if run
     with pytest.raises(RuntimeError, match=r"\(exit 1: no output\)"):
         scan.build_ahead_of_time(tmp_path)
+
+
+def test_building_the_scanner_by_hand_is_a_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 32 item 4: ``python -m evtsync.trace.scan`` no longer writes to standard output (a
+    library module prints nothing); ``evtsync cache --build-scanner`` builds into the cache's
+    scanner/ folder and says where."""
+    import json as json_
+
+    from evtsync.cli import main
+    from evtsync.trace import scan
+
+    built: list[Path] = []
+
+    def fake_build(directory: Path | None = None) -> Path:
+        assert directory is not None
+        built.append(directory)
+        return directory / "scanner_module.so"
+
+    monkeypatch.setattr(scan, "build_ahead_of_time", fake_build)
+    assert main(["cache", "--dir", str(tmp_path), "--build-scanner", "--json"]) == 0
+    assert built == [tmp_path / "scanner"]
+    assert json_.loads(capsys.readouterr().out)["scanner_built"] == str(tmp_path / "scanner" / "scanner_module.so")
+    source = Path(scan.__file__).read_text()
+    assert "sys.stdout" not in source and "print(" not in source

@@ -60,10 +60,11 @@ def add_trace_arguments(parser: argparse.ArgumentParser, required: bool = True, 
     group.add_argument("--ranks-per-host", type=positive_int, default=RANKS_PER_HOST,
                        help="ranks sharing a clock when traces do not name their host "
                             f"(default {RANKS_PER_HOST})")
-    group.add_argument("--rank-from", choices=("file", "order"), default="file",
-                       help="where each file's rank comes from: file (distributedInfo.rank, else the "
-                            "file name; default) or order (the i-th file is rank i); a TRACES entry "
-                            "RANK=PATH gives one file's rank")
+    group.add_argument("--rank-from", type=_rank_from, default="file", metavar="{file,order,nvtx:REGEX}",
+                       help="where each file's rank comes from: file (distributedInfo.rank; Nsight Systems: "
+                            "the rank its NVTX ranges or marks name, 'rank 3'; else the file name; default), "
+                            "order (the i-th file is rank i) or nvtx:REGEX (Nsight Systems: REGEX's first "
+                            "group in the NVTX texts); a TRACES entry RANK=PATH gives one file's rank")
     group.add_argument("--comm-kernel", action="append", default=[], metavar="REGEX=KIND",
                        help="count kernels whose name matches REGEX as communication of kind KIND "
                             "(e.g. 'my_a2a=AllToAll'; repeatable), besides NCCL/RCCL, DeepEP, NVSHMEM "
@@ -87,6 +88,20 @@ def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-cache", action="store_true",
                        help="read every trace (and draw every report figure), neither using nor "
                             "writing the cache")
+
+
+def _rank_from(value: str) -> str:
+    """``--rank-from``: file, order or nvtx:REGEX (the pattern checked here)."""
+    from evtsync.trace.ranks import nvtx_rank_pattern
+
+    if value in ("file", "order"):
+        return value
+    try:
+        if nvtx_rank_pattern(value) is not None:
+            return value
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    raise argparse.ArgumentTypeError(f"{value!r}: expected file, order or nvtx:REGEX")
 
 
 def reading_options(args: argparse.Namespace) -> dict[str, Any]:

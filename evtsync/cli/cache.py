@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-size", metavar="SIZE", default=None,
                         help="cap for --prune, e.g. 500M or 4GiB (default $EVTSYNC_CACHE_MAX_BYTES, else 2 GiB)")
     parser.add_argument("--clear", action="store_true", help="remove every entry")
+    parser.add_argument("--build-scanner", action="store_true",
+                        help="build the compiled trace scanner of this evtsync version into the cache's scanner/ "
+                             "folder now (otherwise built on the first large read; needs numba and a C compiler)")
     parser.add_argument("--json", action="store_true", help="print the state as JSON")
     parser.set_defaults(handler=run)
 
@@ -37,6 +40,14 @@ def run(args: argparse.Namespace) -> int:
     if args.max_size and not args.prune:
         raise InputError("--max-size is the cap of --prune: give --prune too")
     cache = RankCache(Path(args.dir) if args.dir else default_cache_dir())
+    scanner = None
+    if args.build_scanner:
+        from evtsync.trace import scan
+
+        try:
+            scanner = str(scan.build_ahead_of_time(cache.folder / "scanner"))
+        except RuntimeError as exc:
+            raise InputError(f"the trace scanner could not be built: {exc}") from None
     removed = freed = 0
     if args.clear:
         removed, freed = cache.prune(0, stale_after_s=0.0)
@@ -46,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     entries = cache.entries()
     state: dict[str, Any] = {"folder": str(cache.folder), "entries": len(entries),
                              "bytes": sum(e.size for e in entries), "cap_bytes": cache_max_bytes(),
-                             "removed_entries": removed, "freed_bytes": freed}
+                             "removed_entries": removed, "freed_bytes": freed, "scanner_built": scanner}
     if args.json:
         from evtsync.cli._common import emit_json
 
@@ -54,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"trace cache {state['folder']}: {state['entries']} entr{'y' if state['entries'] == 1 else 'ies'}, "
           f"{state['bytes'] / 2**20:.1f} MiB (cap {state['cap_bytes'] / 2**30:.2f} GiB)")
+    if scanner:
+        print(f"trace scanner built: {scanner}")
     if args.prune or args.clear:
         print(f"removed {removed} entr{'y' if removed == 1 else 'ies'} ({freed / 2**20:.1f} MiB)")
     return 0

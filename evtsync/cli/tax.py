@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
     from evtsync.cli._common import align_options, enter_dask, reading_options, sibling_path
     from evtsync.errors import InputError
+    from evtsync.logtax import inspector_files, stream_tax
     from evtsync.tableio import all_or_nothing, write_table
     from evtsync.tax import tax_from_traces, tax_summary
     from evtsync.trace.traceset import load_traces
@@ -50,9 +51,14 @@ def run(args: argparse.Namespace) -> int:
         if args.demo:
             options["cache"] = None  # a temporary folder: nothing to reuse
         backend = enter_dask(options, stack)  # one cluster: reading and per-PG tasks
-        # the tax needs the collectives only: workers send back a small fraction of each rank
-        traces = load_traces(paths, scope="collectives", **options)
-        alignment, tables = tax_from_traces(traces, backend=backend, **align_options(args))
+        logs = inspector_files(paths, options["rank_from"]) if backend is None else None
+        if logs is not None:  # NCCL Inspector logs: streamed, memory bounded by the open collectives
+            streamed = stream_tax(logs, salvage=options["salvage"], keep_ranks=bool(args.out), **align_options(args))
+            traces, alignment, tables = streamed.traces, streamed.alignment, streamed.tables
+        else:
+            # the tax needs the collectives only: workers send back a small fraction of each rank
+            traces = load_traces(paths, scope="collectives", **options)
+            alignment, tables = tax_from_traces(traces, backend=backend, **align_options(args))
     summary = tax_summary(tables)
     from evtsync.tax import straggler_identity
 

@@ -210,6 +210,16 @@ class Run:
             from evtsync.trace.traceset import load_traces
 
             o = self.options
+            if self.backend is None:
+                from evtsync.logtax import inspector_files, stream_tax
+
+                logs = inspector_files(workload.files, o.rank_from)
+                if logs is not None:  # NCCL Inspector logs: streamed, memory bounded by the open collectives
+                    streamed = stream_tax(logs, salvage=o.salvage, **self.align_options())
+                    self._traces[workload.name] = streamed.traces
+                    self._alignments[workload.name] = streamed.alignment
+                    self._tax[workload.name] = streamed.tables
+                    return streamed.traces
             where = ({"client": self.backend.client} if self.backend is not None else {"jobs": o.jobs})
             self._traces[workload.name] = load_traces(workload.files, salvage=o.salvage, cache=o.cache,
                                                       rank_from=o.rank_from, comm_kernels=o.comm_kernels, **where)
@@ -217,20 +227,22 @@ class Run:
 
     def alignment(self, workload: Workload) -> Any:
         """The alignment of a workload's collectives (memoised)."""
+        traces = self.traces(workload)  # (streamed Inspector logs come aligned and taxed)
         if workload.name not in self._alignments:
             from evtsync.collectives import align_collectives
 
-            self._alignments[workload.name] = align_collectives(self.traces(workload), backend=self.backend,
+            self._alignments[workload.name] = align_collectives(traces, backend=self.backend,
                                                                 **self.align_options())
         return self._alignments[workload.name]
 
     def tax(self, workload: Workload) -> Any:
         """The :class:`~evtsync.tax.TaxTables` of a workload's alignment (memoised: the ``tax``
         stage computes them, ``attribution`` reuses them)."""
+        alignment = self.alignment(workload)
         if workload.name not in self._tax:
             from evtsync.tax import compute_tax
 
-            self._tax[workload.name] = compute_tax(self.alignment(workload))
+            self._tax[workload.name] = compute_tax(alignment)
         return self._tax[workload.name]
 
     # ---- fits

@@ -180,7 +180,7 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
         traces = run.traces(w)
         gpu = _gpu_of(traces)
         alignment = run.alignment(w)
-        if alignment.instances.empty:
+        if alignment.instances.empty and traces.logged is None:  # (Inspector logs: attribute() says why not)
             reasons.append(f"{w.name}: no collectives")
             return
         try:

@@ -309,14 +309,15 @@ class _Recorder(logging.Handler):
 
 
 def read_rank_cached(path: str | os.PathLike[str], salvage: bool, cache_dir: str | None,
-                     rank: int | None = None) -> RankTables:
-    """Tables of one trace file from the cache, or read (and cached) when missing.
+                     rank: int | None = None, rank_from: str | None = None) -> RankTables:
+    """Tables of one trace file from the cache, or read (and cached) when missing (a
+    ``rank_from`` ``nvtx:REGEX`` reads past the cache: the rank depends on the pattern).
 
     The warnings logged when the file was first read (rank from the file name, salvaged
     events, ...) are logged again on a hit, so a cached run says what an uncached one says.
     """
-    if cache_dir is None:
-        return read_rank(path, salvage, rank)
+    if cache_dir is None or rank_from:
+        return read_rank(path, salvage, rank, rank_from)
     cache = RankCache(Path(cache_dir))
     hit = cache.load(path, salvage, rank)
     if hit is not None:

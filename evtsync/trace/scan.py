@@ -1005,10 +1005,11 @@ def _build_into(directory: str, name: str) -> None:
     compiler.compile()
 
 
-if __name__ == "__main__":  # pragma: no cover - run by hand or by build_ahead_of_time's child
+if __name__ == "__main__":  # pragma: no cover - build_ahead_of_time's child
     if len(sys.argv) == 4 and sys.argv[1] == "--build-into":
         _build_into(sys.argv[2], sys.argv[3])
-    elif len(sys.argv) == 1:  # python -m evtsync.trace.scan: build for this installation now
-        sys.stdout.write(f"{build_ahead_of_time()}\n")
-    else:
-        sys.exit("usage: python -m evtsync.trace.scan  (builds the ahead-of-time trace scanner)")
+    else:  # the library prints nothing: building by hand is a command (evtsync cache --build-scanner)
+        logging.basicConfig()
+        log.error("usage: python -m evtsync.trace.scan --build-into DIR NAME (the build's child process); "
+                  "to build the scanner by hand: evtsync cache --build-scanner")
+        raise SystemExit(2)

@@ -43,6 +43,7 @@ from evtsync.trace.decode import (
     string_dtype,
 )
 from evtsync.trace.kernels import mark_comm_kernels, parse_comm_kernels
+from evtsync.trace.ranks import nvtx_rank_pattern
 from evtsync.trace.tables import (
     SCOPES,
     Columns,
@@ -223,8 +224,8 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]],
     argument ``RANK=PATH`` (e.g. ``3=trace.json``) gives the rank of that file; with
     ``rank_from="order"`` the i-th file is rank i.
     """
-    if rank_from not in RANK_FROM:
-        raise InputError(f"--rank-from {rank_from!r}: expected one of {', '.join(RANK_FROM)}")
+    if rank_from not in RANK_FROM and nvtx_rank_pattern(rank_from) is None:
+        raise InputError(f"--rank-from {rank_from!r}: expected one of {', '.join(RANK_FROM)} or nvtx:REGEX")
     out: list[tuple[Path, int | None]] = []
     for item in paths:
         given: int | None = None
@@ -296,7 +297,8 @@ def empty_event_tables() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.D
 
 
 def _read_one(item: tuple[str, int | None], salvage: bool, cache_dir: str | None, scope: str,
-              comm_kernels: tuple[tuple[str, str], ...] = (), fast_decoder_bytes: int = 0) -> RankTables:
+              comm_kernels: tuple[tuple[str, str], ...] = (), fast_decoder_bytes: int = 0,
+              rank_from: str | None = None) -> RankTables:
     """One rank file's tables (from the cache when there), reduced to ``scope``: the unit
     of work of every backend, so a worker ships back only what is kept. ``fast_decoder_bytes``:
     the JSON each process of the backend reads in all, for the compiled scanner's ``auto``
@@ -304,7 +306,7 @@ def _read_one(item: tuple[str, int | None], salvage: bool, cache_dir: str | None
     path, rank = item
     if fast_decoder_bytes:
         expect_json_bytes(fast_decoder_bytes)  # the scanner loads when a file is really decoded
-    tables = read_rank_cached(path, salvage, cache_dir, rank)
+    tables = read_rank_cached(path, salvage, cache_dir, rank, rank_from)
     mark_comm_kernels(tables, comm_kernels)
     return tables.in_scope(scope)
 
@@ -312,7 +314,7 @@ def _read_one(item: tuple[str, int | None], salvage: bool, cache_dir: str | None
 def _read_all(files: Sequence[tuple[Path, int | None]], salvage: bool, jobs: int | None,
               workers: int | None = None, scheduler: str | None = None,
               cache: str | os.PathLike[str] | None = None, client: Any = None, scope: str = "all",
-              comm_kernels: tuple[tuple[str, str], ...] = ()) -> list[RankTables]:
+              comm_kernels: tuple[tuple[str, str], ...] = (), rank_from: str | None = None) -> list[RankTables]:
     from evtsync.parallel import backend_for
 
     json_sizes = [json_bytes_estimate(f) for f, _ in files]
@@ -323,7 +325,8 @@ def _read_all(files: Sequence[tuple[Path, int | None]], salvage: bool, jobs: int
         # the scanner's load is paid once per process: what one process reads decides it
         per_process = json_total // max(1, min(getattr(backend, "jobs", 1), len(files)))
         task = functools.partial(_read_one, salvage=salvage, cache_dir=None if cache is None else str(cache),
-                                 scope=scope, comm_kernels=comm_kernels, fast_decoder_bytes=per_process)
+                                 scope=scope, comm_kernels=comm_kernels, fast_decoder_bytes=per_process,
+                                 rank_from=rank_from if nvtx_rank_pattern(rank_from) else None)
         log.debug("reading %d trace file(s) on %s", len(files), backend.name)
         try:
             return backend.map(task, [(str(f), r) for f, r in files], "reading traces")
@@ -689,9 +692,11 @@ def load_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
         ``"blocks"``, what alignment, the tax and compute blocks read; ``"collectives"``, the
         communication kernels and gloo collectives alone, all that alignment and the tax need
         (:data:`~evtsync.trace.tables.SCOPES`).
-    rank_from : {"file", "order"}, default "file"
-        ``"file"`` reads each file's ``distributedInfo.rank``, else the rank in its file name;
-        ``"order"`` numbers the files 0, 1, ... in the order given.
+    rank_from : {"file", "order"} or "nvtx:REGEX", default "file"
+        ``"file"`` reads each file's ``distributedInfo.rank`` (Nsight Systems exports: the
+        rank their NVTX ranges or marks name), else the rank in its file name; ``"order"``
+        numbers the files 0, 1, ... in the order given; ``"nvtx:REGEX"``: an Nsight Systems
+        export's rank is REGEX's first group in its NVTX texts.
     comm_kernels : iterable of str or (str, str), default ()
         Communication-kernel name patterns, ``"REGEX=KIND"`` or ``(regex, kind)``, added to the
         built-in registry (:data:`evtsync.trace.kernels.COMM_KERNEL_PATTERNS`).
@@ -726,8 +731,8 @@ def load_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
     if "nccl-inspector" in sources.values():
         return _load_logs(files, sources, salvage, jobs, workers, scheduler, client)
     patterns = parse_comm_kernels(comm_kernels)
-    traces = assemble(_read_all(files, salvage, jobs, workers, scheduler, cache, client, scope, patterns),
-                      scope=scope)
+    traces = assemble(_read_all(files, salvage, jobs, workers, scheduler, cache, client, scope, patterns,
+                                rank_from=rank_from), scope=scope)
     traces.source = "+".join(sorted(set(sources.values())))
     if cache is not None:
         from evtsync.trace.cache import RankCache, cache_max_bytes
@@ -751,11 +756,6 @@ def _read_log(item: tuple[str, int | None], salvage: bool) -> Any:
     return read_log(path, salvage=salvage, rank=rank)
 
 
-#: Below this many bytes of NCCL Inspector logs one process reads them all (a pool's start-up,
-#: ~0.7 s, outweighs reading ~100 MB at the reader's ~150 MB/s per core; docs/performance/inspector.md).
-INSPECTOR_PARALLEL_MIN_BYTES = 256 << 20
-
-
 def _load_logs(files: Sequence[tuple[Path, int | None]], sources: dict[Path, str], salvage: bool,
                jobs: int | None, workers: int | None, scheduler: str | None, client: Any) -> TraceSet:
     """The TraceSet of a folder of NCCL Inspector logs (nothing else may be mixed in)."""
@@ -766,10 +766,13 @@ def _load_logs(files: Sequence[tuple[Path, int | None]], sources: dict[Path, str
     if others:
         raise InputError(f"NCCL Inspector logs cannot be mixed with traces of other sources in one job: "
                          f"{', '.join(others[:3])}{' ...' if len(others) > 3 else ''}")
+    from evtsync.trace.readers.inspector import inspector_work
+
     reader = reader_named("nccl-inspector")
-    total = sum(reader.cost(f) for f, _ in files)
-    with backend_for(len(files), jobs=jobs, workers=workers, scheduler=scheduler, total_bytes=total,
-                     parallel_min_bytes=INSPECTOR_PARALLEL_MIN_BYTES, client=client) as backend:
+    sizes = [reader.cost(f) for f, _ in files]
+    # the pool only where the cost model says it pays, as for every other reader
+    with backend_for(len(files), jobs=jobs, workers=workers, scheduler=scheduler, total_bytes=sum(sizes),
+                     work=inspector_work(sizes), client=client) as backend:
         task = functools.partial(_read_log, salvage=salvage)
         logs = backend.map(task, [(str(f), r) for f, r in files], "reading NCCL Inspector logs")
     return logs_traceset(logs)

@@ -44,8 +44,10 @@ class Reader(Protocol):
         """Whether these first bytes (decompressed) are this source's content."""
         ...
 
-    def read(self, path: str | os.PathLike[str], *, salvage: bool = False, rank: int | None = None) -> Any:
-        """Read one file: RankTables (``produces == "ranks"``) or a collective log."""
+    def read(self, path: str | os.PathLike[str], *, salvage: bool = False, rank: int | None = None,
+             rank_from: str | None = None) -> Any:
+        """Read one file: RankTables (``produces == "ranks"``) or a collective log; ``rank_from``
+        is ``--rank-from`` for readers that find a rank in the content (``nvtx:REGEX``)."""
         ...
 
     def cost(self, path: str | os.PathLike[str]) -> int:
@@ -142,12 +144,13 @@ def reader_for(path: str | os.PathLike[str]) -> Reader:
     raise TraceError(f"{path}: not a trace evtsync can read: its content is none of {known}")
 
 
-def read_rank(path: str | os.PathLike[str], salvage: bool = False, rank: int | None = None) -> RankTables:
+def read_rank(path: str | os.PathLike[str], salvage: bool = False, rank: int | None = None,
+              rank_from: str | None = None) -> RankTables:
     """Read one trace file into its rank's tables (the unit of parallel work) with the
     reader its content calls for (the registry above); ``rank`` is the user's
-    word for its rank, if any."""
+    word for its rank, if any; ``rank_from`` a ``nvtx:REGEX`` for readers that use it."""
     reader = reader_for(path)
     if reader.produces != "ranks":
         raise TraceError(f"{path}: {reader.description} hold collective timings, not a rank's timeline: "
                          "read them with load_traces (or evtsync tax)")
-    return reader.read(path, salvage=salvage, rank=rank)
+    return reader.read(path, salvage=salvage, rank=rank, rank_from=rank_from)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.errors import TraceError
+from evtsync.parallel import Work
 from evtsync.trace.decode import ByteSource, json_bytes_estimate
 
 log = logging.getLogger(__name__)
@@ -143,6 +145,8 @@ class _Builder:
         self.verbose = 0
         self.names: dict[str, int] = {}  # collective type -> code
         self.sources: dict[str, int] = {}  # timing source -> code
+        self.n_coll = 0  # collective records added (also those taken away by take())
+        self.dump_range = [MISSING, MISSING]  # first and last dump time (µs) of the collective records
 
     @classmethod
     def resume(cls, path: Path, since: LoggedCollectives) -> _Builder:
@@ -159,7 +163,25 @@ class _Builder:
         builder.versions = {v for v in str(since.info["format_version"]).split(",") if v}
         builder.n_p2p = int(since.info["n_p2p_records"])
         builder.verbose = int(since.info["n_verbose_records"])
+        builder.n_coll = since.n_records
+        dumps = since.columns["dump_us"]
+        dumps = dumps[dumps >= 0]
+        builder.dump_range = [int(dumps.min()), int(dumps.max())] if dumps.size else [MISSING, MISSING]
         return builder
+
+    def take(self) -> dict[str, np.ndarray]:
+        """The columns added since the last call (then forgotten here: streaming)."""
+        columns = self._columns()
+        self.parts = {name: [] for name in RECORD_COLUMNS}
+        return columns
+
+    def _columns(self) -> dict[str, np.ndarray]:
+        columns: dict[str, np.ndarray] = {}
+        for name, pieces in self.parts.items():
+            dtype = np.int32 if name in ("comm", "local_rank", "collective", "timing_source") else np.int64
+            columns[name] = (pieces[0] if len(pieces) == 1 else np.concatenate(pieces)) if pieces \
+                else np.zeros(0, dtype=dtype)
+        return columns
 
     def skip(self, reason: str, n: int = 1) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + n
@@ -199,8 +221,18 @@ class _Builder:
                                     * 1000.0).astype(np.int64))
         p["timing_source"].append(np.array([sources.setdefault(c.coll_timing_source, len(sources)) for c in perfs],
                                            dtype=np.int32))
-        p["dump_us"].append(np.array([r.metadata.dump_timestamp_us if r.metadata else MISSING for r in colls],
-                                     dtype=np.int64))
+        dumps = np.array([r.metadata.dump_timestamp_us if r.metadata else MISSING for r in colls], dtype=np.int64)
+        p["dump_us"].append(dumps)
+        self.n_coll += len(colls)
+        known = dumps[dumps >= 0]
+        if known.size:
+            low, high = int(known.min()), int(known.max())
+            first, last = self.dump_range
+            self.dump_range = [low if first == MISSING else min(first, low), max(last, high)]
+        negative = int((p["exec_ns"][-1] < 0).sum())
+        if negative:
+            raise TraceError(f"{self.path}: {negative} record(s) with a negative coll_exec_time_us (expected a "
+                             "duration >= 0)")
         starts = np.full(len(colls), MISSING, dtype=np.int64)
         stops = np.full(len(colls), MISSING, dtype=np.int64)
         for i, trace in enumerate([c.event_trace_ts for c in perfs]):
@@ -228,22 +260,14 @@ class _Builder:
                              "holds one process: files of two processes concatenated?)")
 
     def result(self, info: dict[str, Any]) -> LoggedCollectives:
-        columns: dict[str, Any] = {}
-        for name, pieces in self.parts.items():
-            dtype = np.int32 if name in ("comm", "local_rank", "collective", "timing_source") else np.int64
-            codes = np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
-            columns[name] = codes
-        negative = int((columns["exec_ns"] < 0).sum())
-        if negative:
-            raise TraceError(f"{self.path}: {negative} record(s) with a negative coll_exec_time_us (expected a "
-                             "duration >= 0)")
+        columns: dict[str, Any] = self._columns()
         if len(self.hosts) > 1 or len(self.pids) > 1:
             raise TraceError(f"{self.path}: records of {len(self.pids)} processes (hosts "
                              f"{', '.join(sorted(self.hosts))}); an Inspector log holds one process")
         info.update(host=next(iter(self.hosts), ""), pid=next(iter(self.pids), MISSING),
                     format_version=",".join(sorted(v for v in self.versions if v)),
-                    n_collective_records=len(columns["sn"]), n_p2p_records=self.n_p2p,
-                    n_verbose_records=self.verbose)
+                    n_collective_records=self.n_coll, n_p2p_records=self.n_p2p,
+                    n_verbose_records=self.verbose, dump_first_us=self.dump_range[0], dump_last_us=self.dump_range[1])
         return LoggedCollectives(str(self.path), list(self.comm_index), self.comms, columns, info,
                                  dict(self.skipped), vocabularies={"collective": list(self.names),
                                                                    "timing_source": list(self.sources)})
@@ -293,65 +317,119 @@ def read_log(path: str | os.PathLike[str], *, salvage: bool = False, rank: int |
     :data:`RESUME_CHECK_BYTES` hash the same), only the bytes appended since are read and
     added to it (``info["bytes_read_now"]`` says how many); otherwise the whole file is read.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise TraceError(f"{path}: no such file")
-    offset = _resume_offset(path, since)
-    builder = _Builder(path) if offset == 0 else _Builder.resume(path, since)  # type: ignore[arg-type]
-    line_no = 1 if offset == 0 else int(since.info["n_complete_lines"]) + 1  # type: ignore[union-attr]
-    if offset:
-        src: Any = open(path, "rb")  # noqa: SIM115 - closed below
-        src.seek(offset)
-    else:
-        src = ByteSource(path)
-    pending = b""
-    total = 0
-    try:
-        while True:
-            block = src.read(block_bytes)
-            if not block:
-                break
-            total += len(block)
-            data = pending + block if pending else block
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                pending = data
-                continue
-            pending = data[cut + 1:]
-            complete = data[:cut]
-            n_lines = complete.count(b"\n") + 1
-            _batch_text(builder, complete, line_no, salvage)
-            line_no += n_lines
+    stream = LogStream(path, salvage=salvage, rank=rank, block_bytes=block_bytes, since=since)
+    while stream.step():
+        pass
+    return stream.result()
+
+
+class LogStream:
+    """One Inspector log read block by block (:func:`read_log` reads it to its end; the
+    streaming tax, :mod:`evtsync.logtax`, reads many in lockstep and takes each block's
+    records away with :meth:`take`, so that only the open collectives stay in memory).
+
+    The file stays open until :meth:`step` returns False (the end: the last line and a
+    damaged gzip stream handled as :func:`read_log` says) or :meth:`close`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, salvage: bool = False, rank: int | None = None,
+                 block_bytes: int = BLOCK_BYTES, since: LoggedCollectives | None = None) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise TraceError(f"{self.path}: no such file")
+        self.salvage, self.rank, self.block_bytes = salvage, rank, block_bytes
+        self.offset = _resume_offset(self.path, since)
+        self.builder = _Builder(self.path) if self.offset == 0 else _Builder.resume(self.path, since)  # type: ignore[arg-type]
+        self.line_no = 1 if self.offset == 0 else int(since.info["n_complete_lines"]) + 1  # type: ignore[union-attr]
+        self._src: Any = None
+        self._pending = b""
+        self._total = 0
+        self._info: dict[str, Any] | None = None
+
+    def take(self) -> dict[str, np.ndarray]:
+        """The collective records decoded since the last call, as :data:`RECORD_COLUMNS`
+        (codes of this file's ``comm_ids`` and vocabularies), forgotten here."""
+        return self.builder.take()
+
+    def _open(self) -> Any:
+        if self.offset:
+            src: Any = open(self.path, "rb")  # noqa: SIM115 - closed in step() or close()
+            src.seek(self.offset)
+            return src
+        return ByteSource(self.path)
+
+    def step(self) -> bool:
+        """Decode the complete lines of the next block; False at the end (then closed)."""
+        if self._info is not None:
+            return False
+        if self._src is None:
+            self._src = self._open()
+        try:
+            block = self._src.read(self.block_bytes)
+            if block:
+                self._total += len(block)
+                data = self._pending + block if self._pending else block
+                cut = data.rfind(b"\n")
+                if cut < 0:
+                    self._pending = data
+                    return True
+                self._pending = data[cut + 1:]
+                complete = data[:cut]
+                n_lines = complete.count(b"\n") + 1
+                _batch_text(self.builder, complete, self.line_no, self.salvage)
+                self.line_no += n_lines
+                return True
+            self._finish()
+        except BaseException:
+            self.close()
+            raise
+        return False
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        if self._src is not None:
+            self._src.close()
+            self._src = None
+
+    def _finish(self) -> None:
+        src, path, builder = self._src, self.path, self.builder
         eof_error = getattr(src, "eof_error", None)
         is_gzip = bool(getattr(src, "gzip", False))
-    finally:
-        src.close()
-    tail = pending.strip()
-    unread = 0
-    if tail:
-        try:
-            builder.add([_DECODE_ONE.decode(tail)], line_no)
-            line_no += 1
-        except msgspec.DecodeError:
-            unread = len(pending)
-            log.warning("%s: last line (%d bytes, line %d) is incomplete: a log still being written? read up to "
-                        "the last complete record", path, unread, line_no)
-    if eof_error:  # a gzipped log is a finished one: cut short is damage, not growth
-        if not salvage:
-            raise TraceError(f"{path}: {eof_error}; pass --salvage to read up to the last complete record")
-        log.warning("%s: %s; read up to the last complete record (--salvage)", path, eof_error)
-        builder.skip("gzip stream cut short (records after the cut lost)")
-    consumed = offset + total - unread
-    info = {"path": str(path), "bytes_decompressed": offset + total, "bytes_read_now": total, "unread_tail_bytes": unread, "truncated": bool(eof_error),
-            "n_lines": line_no - 1 + (1 if unread else 0), "n_complete_lines": line_no - 1,
-            "consumed_bytes": consumed, "gzip": is_gzip,
-            "resume_sha256": "" if is_gzip else _hash_before(path, consumed)}
-    result = builder.result(info)
-    result.given_rank = rank
-    if result.n_records == 0 and not result.info["n_p2p_records"]:
-        raise TraceError(f"{path}: no NCCL Inspector records (empty log, or a log of a process that ran "
-                         "no collective at or above NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES)")
-    return result
+        self.close()
+        line_no, pending = self.line_no, self._pending
+        tail = pending.strip()
+        unread = 0
+        if tail:
+            try:
+                builder.add([_DECODE_ONE.decode(tail)], line_no)
+                line_no += 1
+            except msgspec.DecodeError:
+                unread = len(pending)
+                log.warning("%s: last line (%d bytes, line %d) is incomplete: a log still being written? read up "
+                            "to the last complete record", path, unread, line_no)
+        if eof_error:  # a gzipped log is a finished one: cut short is damage, not growth
+            if not self.salvage:
+                raise TraceError(f"{path}: {eof_error}; pass --salvage to read up to the last complete record")
+            log.warning("%s: %s; read up to the last complete record (--salvage)", path, eof_error)
+            builder.skip("gzip stream cut short (records after the cut lost)")
+        offset, total = self.offset, self._total
+        consumed = offset + total - unread
+        self._info = {"path": str(path), "bytes_decompressed": offset + total, "bytes_read_now": total,
+                      "unread_tail_bytes": unread, "truncated": bool(eof_error),
+                      "n_lines": line_no - 1 + (1 if unread else 0), "n_complete_lines": line_no - 1,
+                      "consumed_bytes": consumed, "gzip": is_gzip,
+                      "resume_sha256": "" if is_gzip else _hash_before(path, consumed)}
+        if builder.n_coll == 0 and not builder.n_p2p:
+            raise TraceError(f"{path}: no NCCL Inspector records (empty log, or a log of a process that ran "
+                             "no collective at or above NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES)")
+
+    def result(self) -> LoggedCollectives:
+        """The file's records not taken yet, its communicators, metadata and counts (after the end)."""
+        if self._info is None:
+            raise RuntimeError("LogStream.result() before the end of the file")
+        result = self.builder.result(dict(self._info))
+        result.given_rank = self.rank
+        return result
 
 
 def _hash_before(path: Path, offset: int) -> str:
@@ -373,6 +451,22 @@ def _resume_offset(path: Path, since: LoggedCollectives | None) -> int:
     return offset
 
 
+#: CPU seconds to read one log in one process, per file and per byte of text (~150 MB/s per
+#: core), and what a process pool adds to move one file's columns back (pickled in the worker,
+#: unpickled here: the columns are ~1/7 of the text); measured on 32 files of 1 MB and 64 of
+#: 50 KB (docs/performance/inspector.md).
+READ_CPU_S = (0.1e-3, 6.5e-9)
+TRANSFER_CPU_S = (0.1e-3, 0.4e-9)
+
+
+def inspector_work(text_sizes: Sequence[int]) -> Work:
+    """The cost of reading logs of these text sizes (bytes, decompressed) in one process, for
+    the pool model (:func:`evtsync.parallel.pool_pays`), the rule every reader's pool follows."""
+    n, total = len(text_sizes), sum(text_sizes)
+    return Work(items=n, cpu_s=n * READ_CPU_S[0] + total * READ_CPU_S[1],
+                transfer_cpu_s=n * TRANSFER_CPU_S[0] + total * TRANSFER_CPU_S[1])
+
+
 class InspectorReader:
     """NCCL Inspector JSON-lines logs (see the module docstring)."""
 
@@ -388,8 +482,9 @@ class InspectorReader:
                 and (b'"coll_perf"' in first or b'"p2p_perf"' in first))
 
     def read(self, path: str | os.PathLike[str], *, salvage: bool = False,
-             rank: int | None = None) -> LoggedCollectives:
-        """One log's collective records (see :func:`read_log`)."""
+             rank: int | None = None, rank_from: str | None = None) -> LoggedCollectives:
+        """One log's collective records (see :func:`read_log`; ``rank_from`` does not apply:
+        the ranks come from the communicators every log names)."""
         return read_log(path, salvage=salvage, rank=rank)
 
     def cost(self, path: str | os.PathLike[str]) -> int:
@@ -407,7 +502,7 @@ LOGGED_COLUMNS = ["rank", "window", "pg", "pg_desc", "local_rank", "index", "col
 _NAMED_PARTIAL = 3
 
 
-def _global_ranks(logs: list[LoggedCollectives]) -> tuple[list[int], str, int]:
+def global_ranks(logs: list[LoggedCollectives]) -> tuple[list[int], str, int]:
     """Each file's global rank, where it came from, and the world size (-1 if unknown).
 
     The rank the user gave wins; else the file's rank in the world communicator: the
@@ -434,14 +529,27 @@ def _global_ranks(logs: list[LoggedCollectives]) -> tuple[list[int], str, int]:
     return ranks, f"world communicator {world}", logs[0].comms[world][1]
 
 
-def assemble_logs(logs: list[LoggedCollectives]) -> dict[str, Any]:
-    """The TraceSet fields of a job's Inspector logs: ``logged`` (one row per collective record,
-    global ranks), ``ranks`` (one row per file), ``process_groups`` (one per communicator)
-    and ``problems`` (missing ranks, communicator members without a log, collectives seen
-    by only some members), refused before the tax unless partial sets are allowed."""
-    from evtsync.trace.tables import format_ranks, rank_ranges
+@dataclass
+class JobLayout:
+    """Who is who in a job's Inspector logs: each file's global rank (``ranks``, in file
+    order), where it came from, the world size, the communicators (``comm_rows``: id ->
+    n_ranks, nnodes, name, members local rank -> global rank) and the rank-set problems
+    (missing ranks, communicator members without a log)."""
 
-    ranks, rank_source, world = _global_ranks(logs)
+    ranks: list[int]
+    rank_source: str
+    world: int
+    owner: dict[int, str]
+    comm_rows: dict[str, dict[str, Any]]
+    problems: list[str]
+    missing: list[int]
+
+
+def job_layout(logs: list[LoggedCollectives]) -> JobLayout:
+    """The :class:`JobLayout` of read logs (their ``comms``; the records are not needed)."""
+    from evtsync.trace.tables import rank_ranges
+
+    ranks, rank_source, world = global_ranks(logs)
     owner: dict[int, str] = {}
     for log_, rank in zip(logs, ranks, strict=True):
         if rank in owner:
@@ -478,6 +586,63 @@ def assemble_logs(logs: list[LoggedCollectives]) -> dict[str, Any]:
         if lacking:
             problems.append(f"communicator {cid} ({row['name'] or 'unnamed'}): its rank(s) "
                             f"{rank_ranges(lacking)} of {row['n_ranks']} have no log")
+    return JobLayout(ranks, rank_source, world, owner, comm_rows, problems, missing)
+
+
+def job_tables(logs: list[LoggedCollectives], layout: JobLayout) -> dict[str, Any]:
+    """The TraceSet fields of a job's logs other than ``logged`` and ``problems``: ``ranks``
+    (one row per file), ``process_groups`` (one per communicator), ``skipped``,
+    ``untabulated``, ``missing_ranks``, ``scope`` and ``source``."""
+    from evtsync.trace.tables import format_ranks
+
+    ranks, comm_rows = layout.ranks, layout.comm_rows
+    info_rows = []
+    for log_, rank in zip(logs, ranks, strict=True):
+        first, last = log_.info["dump_first_us"], log_.info["dump_last_us"]
+        info_rows.append({"rank": rank, "rank_source": layout.rank_source, "path": log_.path,
+                          "world_size": layout.world,
+                          "source": INSPECTOR.name, "gpu": "unknown", "host": log_.info["host"],
+                          "pid": log_.info["pid"], "n_events": log_.info["n_lines"], "n_kernels": 0,
+                          "n_collective_records": log_.info["n_collective_records"],
+                          "n_p2p_records": log_.info["n_p2p_records"],
+                          "n_verbose_records": log_.info["n_verbose_records"],
+                          "n_communicators": len(log_.comms), "format_version": log_.info["format_version"],
+                          "start_ns": int(first) * 1000 if first != MISSING else MISSING,
+                          "end_ns": int(last) * 1000 if last != MISSING else MISSING,
+                          "unread_tail_bytes": log_.info["unread_tail_bytes"],
+                          "truncated": log_.info["truncated"],
+                          "bytes_decompressed": log_.info["bytes_decompressed"], "window": 0})
+    ranks_table = pd.DataFrame(info_rows).sort_values("rank", kind="stable").reset_index(drop=True)
+    skipped = [{"rank": rank, "window": 0, "reason": reason, "count": n}
+               for log_, rank in zip(logs, ranks, strict=True) for reason, n in log_.skipped.items()]
+    skipped += [{"rank": rank, "window": 0, "reason": "incomplete last line (log still being written?)",
+                 "count": 1} for log_, rank in zip(logs, ranks, strict=True) if log_.info["unread_tail_bytes"]]
+    untabulated = [{"rank": rank, "window": 0, "phase": "record", "category": "p2p_perf",
+                    "count": log_.info["n_p2p_records"], "reason": "p2p operation: no collective tax"}
+                   for log_, rank in zip(logs, ranks, strict=True) if log_.info["n_p2p_records"]]
+    groups = pd.DataFrame(
+        [{"pg_name": cid, "pg_desc": row["name"], "pg_size": row["n_ranks"],
+          "pg_ranks": format_ranks(tuple(row["members"][k] for k in sorted(row["members"]))),
+          "backend_config": "nccl", "seen_on_ranks": format_ranks(tuple(sorted(row["members"].values())))}
+         for cid, row in sorted(comm_rows.items())],
+        columns=["pg_name", "pg_desc", "pg_size", "pg_ranks", "backend_config", "seen_on_ranks"])
+    log.info("%d Inspector log(s): %d collective records in %d communicator(s), %d p2p records not used",
+             len(logs), sum(log_.info["n_collective_records"] for log_ in logs), len(comm_rows),
+             sum(log_.info["n_p2p_records"] for log_ in logs))
+    return {"ranks": ranks_table, "process_groups": groups,
+            "skipped": pd.DataFrame(skipped, columns=["rank", "window", "reason", "count"]),
+            "scope": "collectives",
+            "untabulated": pd.DataFrame(untabulated, columns=["rank", "window", "phase", "category", "count", "reason"]),
+            "missing_ranks": tuple(layout.missing), "source": INSPECTOR.name}
+
+
+def assemble_logs(logs: list[LoggedCollectives]) -> dict[str, Any]:
+    """The TraceSet fields of a job's Inspector logs: ``logged`` (one row per collective record,
+    global ranks), ``ranks`` (one row per file), ``process_groups`` (one per communicator)
+    and ``problems`` (missing ranks, communicator members without a log, collectives seen
+    by only some members), refused before the tax unless partial sets are allowed."""
+    layout = job_layout(logs)
+    ranks, comm_rows, owner = layout.ranks, layout.comm_rows, layout.owner
     # the collective records, with global ranks, one numpy concatenation per column
     comm_names = sorted(comm_rows)
     comm_code = {cid: i for i, cid in enumerate(comm_names)}
@@ -524,49 +689,15 @@ def assemble_logs(logs: list[LoggedCollectives]) -> dict[str, Any]:
         first = logged.iloc[int(dup[0]) + 1]
         raise TraceError(f"communicator {first['pg']}: collective {int(first['index'])} logged twice by rank "
                          f"{int(first['rank'])} ({owner[int(first['rank'])]}): {dup.size} repeated record(s)")
-    problems.extend(_partial_problems(logged, comm_rows))
-    info_rows = []
-    for log_, rank in zip(logs, ranks, strict=True):
-        dumps = log_.columns["dump_us"]
-        dumps = dumps[dumps >= 0]
-        info_rows.append({"rank": rank, "rank_source": rank_source, "path": log_.path, "world_size": world,
-                          "source": INSPECTOR.name, "gpu": "unknown", "host": log_.info["host"],
-                          "pid": log_.info["pid"], "n_events": log_.info["n_lines"], "n_kernels": 0,
-                          "n_collective_records": log_.info["n_collective_records"],
-                          "n_p2p_records": log_.info["n_p2p_records"],
-                          "n_verbose_records": log_.info["n_verbose_records"],
-                          "n_communicators": len(log_.comms), "format_version": log_.info["format_version"],
-                          "start_ns": int(dumps.min()) * 1000 if dumps.size else MISSING,
-                          "end_ns": int(dumps.max()) * 1000 if dumps.size else MISSING,
-                          "unread_tail_bytes": log_.info["unread_tail_bytes"],
-                          "truncated": log_.info["truncated"],
-                          "bytes_decompressed": log_.info["bytes_decompressed"], "window": 0})
-    ranks_table = pd.DataFrame(info_rows).sort_values("rank", kind="stable").reset_index(drop=True)
-    skipped = [{"rank": rank, "window": 0, "reason": reason, "count": n}
-               for log_, rank in zip(logs, ranks, strict=True) for reason, n in log_.skipped.items()]
-    skipped += [{"rank": rank, "window": 0, "reason": "incomplete last line (log still being written?)",
-                 "count": 1} for log_, rank in zip(logs, ranks, strict=True) if log_.info["unread_tail_bytes"]]
-    untabulated = [{"rank": rank, "window": 0, "phase": "record", "category": "p2p_perf",
-                    "count": log_.info["n_p2p_records"], "reason": "p2p operation: no collective tax"}
-                   for log_, rank in zip(logs, ranks, strict=True) if log_.info["n_p2p_records"]]
-    groups = pd.DataFrame(
-        [{"pg_name": cid, "pg_desc": row["name"], "pg_size": row["n_ranks"],
-          "pg_ranks": format_ranks(tuple(row["members"][k] for k in sorted(row["members"]))),
-          "backend_config": "nccl", "seen_on_ranks": format_ranks(tuple(sorted(row["members"].values())))}
-         for cid, row in sorted(comm_rows.items())],
-        columns=["pg_name", "pg_desc", "pg_size", "pg_ranks", "backend_config", "seen_on_ranks"])
-    n_records = len(logged)
-    log.info("%d Inspector log(s): %d collective records in %d communicator(s), %d p2p records not used",
-             len(logs), n_records, len(comm_rows), sum(log_.info["n_p2p_records"] for log_ in logs))
-    return {"ranks": ranks_table, "process_groups": groups,
-            "skipped": pd.DataFrame(skipped, columns=["rank", "window", "reason", "count"]),
-            "scope": "collectives",
-            "untabulated": pd.DataFrame(untabulated, columns=["rank", "window", "phase", "category", "count", "reason"]),
-            "problems": problems, "missing_ranks": tuple(missing), "source": INSPECTOR.name, "logged": logged}
+    problems = layout.problems + partial_problems(logged, comm_rows)
+    return {**job_tables(logs, layout), "problems": problems, "logged": logged}
 
 
-def _partial_problems(logged: pd.DataFrame, comm_rows: dict[str, dict[str, Any]]) -> list[str]:
-    """One line per communicator with collectives logged by only some of its present members."""
+def partial_problems(logged: pd.DataFrame, comm_rows: dict[str, dict[str, Any]],
+                      totals: dict[str, int] | None = None) -> list[str]:
+    """One line per communicator with collectives logged by only some of its present members
+    (``totals``: each communicator's number of collectives, when ``logged`` holds only some;
+    by default counted in ``logged``)."""
     from evtsync.trace.tables import rank_ranges
 
     if logged.empty:
@@ -584,7 +715,8 @@ def _partial_problems(logged: pd.DataFrame, comm_rows: dict[str, dict[str, Any]]
         for (_, sn), _n in short.head(_NAMED_PARTIAL).items():
             have = set(sub.loc[sub["index"] == sn, "rank"].tolist())
             examples.append(f"sn {sn} lacks rank(s) {rank_ranges(members - have)}")
-        out.append(f"communicator {cid} ({comm_rows[cid]['name'] or 'unnamed'}): {len(short)} of {len(per_sn)} "
+        total = len(per_sn) if totals is None else totals.get(str(cid), len(per_sn))
+        out.append(f"communicator {cid} ({comm_rows[cid]['name'] or 'unnamed'}): {len(short)} of {total} "
                    f"collective(s) logged by only some of its {present} rank(s) with a log (ring-buffer loss, a "
                    f"rank that died, or the size cutoff): {'; '.join(examples)}"
                    + (" ..." if len(short) > _NAMED_PARTIAL else ""))

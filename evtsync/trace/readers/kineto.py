@@ -21,8 +21,10 @@ class KinetoReader:
         text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
         return text[:1] in (b"{", b"[")
 
-    def read(self, path: str | os.PathLike[str], *, salvage: bool = False, rank: int | None = None) -> RankTables:
-        """Decode one trace file into its rank's tables."""
+    def read(self, path: str | os.PathLike[str], *, salvage: bool = False, rank: int | None = None,
+             rank_from: str | None = None) -> RankTables:
+        """Decode one trace file into its rank's tables (``rank_from`` does not apply: a trace
+        names its rank in ``distributedInfo``, else its file name does)."""
         return build_rank_tables(decode_file(os.fspath(path), salvage=salvage), rank=rank)
 
     def cost(self, path: str | os.PathLike[str]) -> int:

@@ -15,8 +15,10 @@ the same tables as a Kineto trace (times: ns since the session start, plus the s
 - ``TARGET_INFO_GPU``: the GPU model; ``TARGET_INFO_SESSION_START_TIME``: the base time.
 
 Rows of other tables with per-event data are counted in ``TraceSet.untabulated``. The rank
-comes from the file name or the user (``--rank-from``, ``RANK=PATH``): an export carries no
-distributed rank. The file's kernels must come from one process (one rank per file).
+comes from the user (``RANK=PATH``, ``--rank-from order``), else from the NVTX ranges and marks
+that name one (``rank 3``, ``Rank: 3``, torch's ``... rank=3``, or the user's
+``--rank-from nvtx:REGEX``), else from the file name; NVTX and file name disagreeing is an
+error (an export carries no distributed rank of its own). The file's kernels must come from one process (one rank per file).
 What an export lacks compared with Kineto: no PyTorch ops or ``record_param_comms`` (so no
 process-group fields: groups are inferred per stream; no message sizes).
 """
@@ -206,6 +208,22 @@ def _nvtx_rows(schema: _Schema) -> dict[str, Any]:
     return cols
 
 
+def _nvtx_texts(schema: _Schema) -> list[str]:
+    """The distinct texts of every NVTX event (ranges and marks) that hold a digit."""
+    table = "NVTX_EVENTS"
+    if not schema.has(table):
+        return []
+    parts = []
+    if schema.has(table, "text"):
+        parts.append(f"SELECT DISTINCT text FROM {table} WHERE text IS NOT NULL")
+    if schema.has(table, "textId") and schema.has("StringIds", "id", "value"):
+        parts.append(f"SELECT DISTINCT s.value FROM {table} n JOIN StringIds s ON s.id = n.textId")
+    if not parts:
+        return []
+    rows = _query(schema, " UNION ".join(parts))
+    return sorted({str(r[0]) for r in rows if r[0] is not None and any(c.isdigit() for c in str(r[0]))})
+
+
 def _header(schema: _Schema) -> dict[str, Any]:
     header: dict[str, Any] = {}
     if schema.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
@@ -232,8 +250,14 @@ def _untabulated(schema: _Schema) -> dict[tuple[str, str], int]:
     return out
 
 
-def decode_export(path: str | os.PathLike[str]) -> DecodedTrace:
-    """One export as the decoder's columns (the Kineto decoder's output shape)."""
+def decode_export(path: str | os.PathLike[str], rank_pattern: str | None = None) -> DecodedTrace:
+    """One export as the decoder's columns (the Kineto decoder's output shape).
+
+    The header's ``nvtxRanks`` holds the ranks its NVTX ranges and marks name (``rank 3``,
+    ``Rank: 3``, ``rank=3``; with ``rank_pattern``, the user's ``nvtx:REGEX`` instead), for
+    :func:`~evtsync.trace.ranks.detect_rank`."""
+    from evtsync.trace.ranks import nvtx_rank_claims, nvtx_rank_pattern
+
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"{path}: no such file")
@@ -258,6 +282,10 @@ def decode_export(path: str | os.PathLike[str]) -> DecodedTrace:
         runtime = _runtime_rows(schema)
         cpu = _nvtx_rows(schema)
         header = _header(schema)
+        header["nvtxRanks"] = nvtx_rank_claims(_nvtx_texts(schema), nvtx_rank_pattern(rank_pattern))
+        if rank_pattern:
+            header["nvtxRankPattern"] = rank_pattern[len("nvtx:"):] if rank_pattern.startswith("nvtx:") \
+                else rank_pattern
         untabulated = _untabulated(schema)
     except sqlite3.DatabaseError as exc:
         raise TraceError(f"{path}: damaged Nsight Systems export ({exc})") from None
@@ -281,9 +309,11 @@ class NsysReader:
         """SQLite's magic header (the tables are checked when read)."""
         return head.startswith(SQLITE_MAGIC)
 
-    def read(self, path: str | os.PathLike[str], *, salvage: bool = False, rank: int | None = None) -> RankTables:
-        """One export's rank tables (``salvage`` does not apply: SQLite pages are whole or not)."""
-        decoded = decode_export(path)
+    def read(self, path: str | os.PathLike[str], *, salvage: bool = False, rank: int | None = None,
+             rank_from: str | None = None) -> RankTables:
+        """One export's rank tables (``salvage`` does not apply: SQLite pages are whole or not);
+        ``rank_from`` ``"nvtx:REGEX"``: the rank from the NVTX texts that REGEX matches."""
+        decoded = decode_export(path, rank_from if rank_from and rank_from.startswith("nvtx:") else None)
         tables = build_rank_tables(decoded, rank=rank)
         tables.info["nsys_version"] = decoded.header.get("nsys_version", "")
         return tables
