@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from evtsync.pipeline.democache import DEMO_CACHE_KEEP, DEMO_CACHE_MARKER, DEMO_META, DemoCache, demo_key
+from evtsync.pipeline.democache import (
+    DEMO_CACHE_KEEP,
+    DEMO_CACHE_MARKER,
+    DEMO_META,
+    DemoCache,
+    demo_key,
+)
 from evtsync.pipeline.engine import Run
 from evtsync.pipeline.options import DEMO_OVERRIDES, DEMO_STUDY, RunOptions
 from evtsync.pipeline.stages import _stage_demo
