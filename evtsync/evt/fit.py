@@ -44,12 +44,14 @@ from evtsync.evt.fitfile import (  # noqa: F401 - the fit file's reading and wri
     FIT_FILE,
     FIT_FORMAT,
     FORMAT_ATTR,
+    R_EFF_ATTR,
     cell_parameters,
     convergence_note,
     fit_path,
     is_converged,
     load_fit,
     parameter_summary,
+    relative_efficiency,
     save_fit,
 )
 from evtsync.evt.model import BuiltModel, build_model, prepare_data, prior_predictive_check
@@ -241,6 +243,7 @@ def _assemble(built: BuiltModel, raw: xr.DataTree, sampler: str, provenance: dic
         "min_ess_bulk": conv.min_ess_bulk,
         "divergences": conv.divergences,
         "convergence": conv.describe(),
+        R_EFF_ATTR: relative_efficiency(tree),  # PSIS-LOO's, for compare (evtsync.evt.compare.loo)
     })
     return tree
 
