@@ -27,16 +27,13 @@ _C = tuple((-1.0) ** j / (j + 1) for j in range(8))
 assert len(_C) == _SERIES_TERMS
 
 
-#: numba settings of the row kernel: FMA contraction only (no reassociation, which would undo
-#: the compensations in :mod:`evtsync.evt.simd`); float division without a zero check.
-_JIT = {"cache": True, "nogil": True, "fastmath": {"contract"}, "error_model": "numpy"}
-
-
-@numba.njit(**_JIT)
+# The row kernel: FMA contraction only (no reassociation, which would undo the compensations in
+# :mod:`evtsync.evt.simd`); float division without a zero check.
+@numba.njit(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy")
 def _row(z, lo, hi, mu, sigma, xi, out):  # pragma: no cover - compiled
     """``out[lo:hi]`` for one draw's parameters of one cell: a loop with no call and no branch
     (the series and the log branch both computed and one selected), which LLVM vectorises."""
-    prefer_wide_vectors()
+    prefer_wide_vectors()  # type: ignore[call-arg]  # numba intrinsic: numba passes typingctx
     safe_xi = xi if xi != 0.0 else 1.0
     log_sigma = math.log(sigma)
     opx = 1.0 + xi
