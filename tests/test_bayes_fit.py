@@ -84,6 +84,13 @@ def test_fit_file_is_self_describing_and_loads_back(hier_fit):
                                                        "precision": "noncentred", "cell": "noncentred"}
     assert "posterior_predictive_check" in back.children and attrs["posterior_predictive"]
     assert attrs["converged"] in (0, 1) and "R-hat" in attrs["convergence"]
+    # PSIS-LOO's relative efficiency, recorded for compare (issue 30 item 6): ArviZ's on the posterior
+    import arviz_stats
+
+    ess = arviz_stats.ess(back, method="mean")
+    n_samples = back["posterior"].sizes["chain"] * back["posterior"].sizes["draw"]
+    assert attrs["loo_r_eff"] == pytest.approx(np.mean(np.hstack([ess[v].values.ravel() for v in ess.data_vars]))
+                                               / n_samples, rel=1e-12)
     assert attrs["target_accept"] == 0.99  # the spec's "auto" at 1,600 z-scores reached the sampler
     accept = tree["sample_stats"]["mean_tree_accept"].values  # nutpie adapted to it
     assert accept.mean() > 0.9, accept.mean()

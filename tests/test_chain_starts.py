@@ -45,3 +45,31 @@ def test_fit_and_run_share_chains_and_seed() -> None:
     for name in ("gev", "gumbel", "frechet", "gumbel-hier", "gev-hier-gpu-precision"):
         assert load_spec(ROOT / "models" / f"{name}.toml").sampler_config().chains == 4, name
     assert RunOptions(out=Path("x")).seed == DEFAULT_SEED == 0
+
+
+def test_numba_density_check_gives_the_same_starts() -> None:
+    """Issue 30 (6): with nutpie's numba backend the starts are checked against the sampler's own
+    compiled density (no compilation of PyMC's); the starts are those of PyMC's density check."""
+    import pytest
+
+    pytest.importorskip("nutpie")
+    import pytensor
+
+    from evtsync.evt.nutpie_numba import compile_numba_model
+
+    rng = np.random.default_rng(0)
+    y = rng.gumbel(0.5, 0.6, 2000)  # a large sample: most jittered starts fall outside the support
+    spec = load_spec(ROOT / "models" / "gev.toml")
+    built = build_model(spec, prepare_data(pd.DataFrame({"y": y}), spec))
+    with pytensor.config.change_flags(numba__fastmath=False):
+        compiled = compile_numba_model(built.model, [rv.name for rv in built.model.free_RVs])
+    numba_start = _dispersed_starts(compiled, built).initial_point_func
+    pymc_start = _dispersed_starts(_Compiled(lambda seed=None: None), built).initial_point_func
+    flat, to_point = _point_splitter(built.model)
+    logp = built.model.compile_logp()
+    outside = 0
+    for seed in range(40):
+        a, b = numba_start(seed), pymc_start(seed)
+        np.testing.assert_array_equal(a, b)
+        outside += not np.isfinite(float(logp(to_point(flat + np.random.default_rng(seed).uniform(-1, 1, flat.size)))))
+    assert outside > 0  # the check was exercised: some first draws were outside the support

@@ -11,7 +11,7 @@ from evtsync.evt.bayesfit import CONTENT_ATTR, load_fit, save_fit
 from evtsync.evt.fit import tree_from_draws
 
 
-def _fit(tmp_path, converged: bool = True):
+def _fit(tmp_path, converged: bool = True, loglik: bool = False):
     rng = np.random.default_rng(0)
     z = rng.gumbel(size=50)
     tree = tree_from_draws({"mu": rng.normal(0, 0.1, (2, 20)), "sigma": np.exp(rng.normal(0, 0.1, (2, 20)))},
@@ -19,6 +19,12 @@ def _fit(tmp_path, converged: bool = True):
     tree["observed_data"].attrs["sample_dims"] = []  # as ArviZ writes: a list, read back as an array
     if not converged:  # as the sampler's diagnostics would record it
         tree.attrs.update(converged=0, convergence="NOT CONVERGED: max r_hat 1.2 > 1.01")
+    if loglik:  # as a sampled fit stores it
+        import xarray as xr
+
+        from evtsync.evt.fit import _loglik_tree
+
+        tree["log_likelihood"] = xr.DataTree(_loglik_tree(tree))
     return save_fit(tree, tmp_path / "fit")
 
 
@@ -83,3 +89,26 @@ def test_edited_sample_stats_and_group_attributes_are_refused(tmp_path):
         fh["cells"].attrs["note"] = "added by hand"
     with pytest.raises(FitError, match=r"group '/cells'"):
         load_fit(path)
+
+
+def test_skipped_group_is_not_read_and_the_rest_still_checked(tmp_path):
+    """Issue 30 (6): the run's reader leaves out the log-likelihood (most of a fit's bytes, which
+    nothing in a run reads); every other part is still checked against its checksum."""
+    h5py = pytest.importorskip("h5py")
+    path = _fit(tmp_path, loglik=True)
+    full = load_fit(path)
+    assert "log_likelihood" in full.children
+    light = load_fit(path, skip=("log_likelihood", "posterior"))  # a required group is read anyway
+    assert "log_likelihood" not in light.children and "posterior" in light.children
+    np.testing.assert_array_equal(light["posterior"]["mu"].values, full["posterior"]["mu"].values)
+    with h5py.File(path, "r+") as fh:
+        fh["log_likelihood/z"][0, 0, 0] = 42.0  # a part not read: not checked, nothing of it used
+    assert "log_likelihood" not in load_fit(path, skip=("log_likelihood",)).children
+    with pytest.raises(FitError, match=r"group '/log_likelihood'"):
+        load_fit(path)  # read in full: refused
+    with h5py.File(path, "r+") as fh:
+        name = next(iter(fh["sample_stats"].keys() - {"chain", "draw"}))
+        data = fh["sample_stats"][name]
+        data[...] = np.ones(data.shape, dtype=data.dtype)
+    with pytest.raises(FitError, match=r"group '/sample_stats'"):
+        load_fit(path, skip=("log_likelihood",))

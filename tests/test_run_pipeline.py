@@ -416,9 +416,11 @@ def test_a_run_reads_each_fit_once_and_a_rewritten_fit_again(tiny_run: tuple[Pat
     shutil.copy2(out / "fits" / "gumbel.nc", fit)
     reads: list[Path] = []
     real = bayesfit.load_fit
-    monkeypatch.setattr(bayesfit, "load_fit", lambda p: reads.append(Path(p)) or real(p))
+    monkeypatch.setattr(bayesfit, "load_fit", lambda p, **kw: reads.append(Path(p)) or real(p, **kw))
     run = Run(RunOptions(out=tmp_path))
     first = run.fit_tree(fit)
+    # the run reads no log-likelihood (issue 30 item 6: nothing of it uses that group)
+    assert "log_likelihood" not in first.children and "log_likelihood" in real(fit).children
     assert run.fit_tree(fit) is first and run.fit_tree(tmp_path / "fits" / "." / "gumbel.nc") is first
     assert len(reads) == 1
     stat = fit.stat()

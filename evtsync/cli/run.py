@@ -134,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
     if len(chosen) > 1:
         raise InputError(f"--pg: choose at most one process group to fit ({', '.join(chosen)})")
     cache = reading_options(args)["cache"] if args.traces else None  # the demo is never cached
-    # report figures are kept by content (their tables' hash), so the demo's are reused too
+    # report figures are kept by content (their tables' hash), so the demo's are reused too; the
+    # demo's synthetic study is kept by its settings and the code (pipeline.democache)
     figure_cache = None if args.no_cache else Path(args.cache or default_cache_dir()) / "figures"
     options = RunOptions(
         traces=list(args.traces), out=Path(args.out) if args.out else None, force=args.force,
@@ -144,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         alpha_us=args.alpha_us, bytes=args.bytes, eps=args.eps, salvage=args.salvage, jobs=args.jobs,
         workers=args.workers, scheduler=args.scheduler, cache=None if cache is None else str(cache),
         figure_cache=None if figure_cache is None else str(figure_cache),
+        demo_cache=None if args.no_cache or args.traces else str(Path(args.cache or default_cache_dir()) / "demo"),
         strict=args.strict, allow_partial=args.allow_partial, end_tolerance_us=args.end_tolerance_us,
         ranks_per_host=args.ranks_per_host, report=args.report, rank_from=args.rank_from,
         comm_kernels=list(args.comm_kernel))

@@ -30,6 +30,7 @@ from evtsync.errors import FitError
 from evtsync.evt import gev
 from evtsync.evt.bayesfit import cell_parameters, convergence_note, is_converged
 from evtsync.evt.families import family_label
+from evtsync.evt.fitfile import R_EFF_ATTR, relative_efficiency
 from evtsync.evt.gev import SERIES_THRESHOLD
 from evtsync.progress import progress
 
@@ -38,19 +39,6 @@ log = logging.getLogger("evtsync.evt.compare")
 #: Draws x observations per chunk (about 64 MB of float64 log-likelihood at a time).
 CHUNK_VALUES = 8_000_000
 
-
-
-def relative_efficiency(tree: xr.DataTree) -> float:
-    """ArviZ's r_eff: mean ESS (method "mean") over posterior quantities / number of draws."""
-    import arviz_stats as az  # the stats alone: `arviz` also imports its plotting (matplotlib)
-
-    post = tree["posterior"].to_dataset()
-    n_samples = post.sizes["chain"] * post.sizes["draw"]
-    if post.sizes["chain"] == 1:
-        return 1.0
-    ess = az.ess(tree, method="mean")
-    vals = np.hstack([np.asarray(ess[v].values).ravel() for v in ess.data_vars])
-    return float(np.mean(vals) / n_samples)
 
 
 def _gpdfit(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -319,7 +307,8 @@ def loo(tree: xr.DataTree, chunk_values: int | None = None, threads: int | None 
     smooths them vectorised (same numbers; the reference implementation). ``threads``
     (default: up to 2) run chunks of observations in parallel.
     """
-    r_eff = relative_efficiency(tree)
+    # the fit records it (computed where ArviZ's stats are already imported); older fits: here
+    r_eff = float(tree.attrs[R_EFF_ATTR]) if R_EFF_ATTR in tree.attrs else relative_efficiency(tree)
     n_obs = tree["observed_data"].sizes["obs"]
     post = tree["posterior"].to_dataset()
     S = post.sizes["chain"] * post.sizes["draw"]

@@ -40,17 +40,18 @@ import xarray as xr
 
 from evtsync.defaults import ESS_MIN, RHAT_MAX
 from evtsync.errors import InputError
-from evtsync.evt import gev
 from evtsync.evt.fitfile import (  # noqa: F401 - the fit file's reading and writing, re-exported here
     FIT_FILE,
     FIT_FORMAT,
     FORMAT_ATTR,
+    R_EFF_ATTR,
     cell_parameters,
     convergence_note,
     fit_path,
     is_converged,
     load_fit,
     parameter_summary,
+    relative_efficiency,
     save_fit,
 )
 from evtsync.evt.model import BuiltModel, build_model, prepare_data, prior_predictive_check
@@ -179,34 +180,16 @@ def check_convergence(tree: xr.DataTree, summary: pd.DataFrame | None = None) ->
     )
 
 
-#: Values per call of the pointwise log density in :func:`_loglik_tree`: its temporaries stay
-#: small and are reused, instead of first-touching hundreds of MB of fresh pages (1.6 s of CPU
-#: for 2 x 1000 draws x 1,908 z-scores in one call, against 0.2 s when the memory is warm).
-LOGLIK_CHUNK_VALUES = 1 << 15
-
-
 def _loglik_tree(tree: xr.DataTree) -> xr.Dataset:
-    """Pointwise log-likelihood of every z-score at every draw, cell by cell: each cell's
-    z-scores against its own parameters, broadcast over a block of draws at a time (no
-    per-z-score gather of parameters, no large temporaries)."""
+    """Pointwise log-likelihood of every z-score at every draw: each z-score against its own
+    cell's parameters, in one compiled pass (:func:`evtsync.evt.loglik.gev_loglik`)."""
+    from evtsync.evt.loglik import gev_loglik
+
     params = cell_parameters(tree)
     obs = tree["observed_data"].to_dataset()
-    cell_of_obs = obs["cell"].values
-    z = obs["z"].values
     mu, sigma, xi = (params[name].transpose("chain", "draw", "cell").values for name in ("mu", "sigma", "xi"))
     n_chain, n_draw = mu.shape[:2]
-    mu, sigma, xi = (v.reshape(n_chain * n_draw, -1) for v in (mu, sigma, xi))
-    ll = np.empty((n_chain * n_draw, z.shape[0]))
-    for cell in np.unique(cell_of_obs):
-        cell_rows = np.flatnonzero(cell_of_obs == cell)
-        rows: np.ndarray | slice = cell_rows
-        if cell_rows[-1] - cell_rows[0] + 1 == cell_rows.size:  # the usual case: a cell's z-scores are contiguous
-            rows = slice(cell_rows[0], cell_rows[-1] + 1)
-        z_cell = z[rows][None, :]
-        step = max(1, LOGLIK_CHUNK_VALUES // z_cell.shape[1])
-        for d in range(0, n_chain * n_draw, step):
-            block = slice(d, d + step)
-            ll[block, rows] = gev.logpdf(z_cell, mu[block, cell, None], sigma[block, cell, None], xi[block, cell, None])
+    ll = gev_loglik(obs["z"].values, obs["cell"].values, *(v.reshape(n_chain * n_draw, -1) for v in (mu, sigma, xi)))
     return xr.Dataset({"z": (("chain", "draw", "obs"), ll.reshape(n_chain, n_draw, -1))},
                       coords={"chain": params["chain"], "draw": params["draw"], "obs": obs["obs"]})
 
@@ -260,6 +243,7 @@ def _assemble(built: BuiltModel, raw: xr.DataTree, sampler: str, provenance: dic
         "min_ess_bulk": conv.min_ess_bulk,
         "divergences": conv.divergences,
         "convergence": conv.describe(),
+        R_EFF_ATTR: relative_efficiency(tree),  # PSIS-LOO's, for compare (evtsync.evt.compare.loo)
     })
     return tree
 
@@ -314,24 +298,58 @@ def _point_splitter(model: Any) -> tuple[np.ndarray, Any]:
     return flat, to_point
 
 
+def _finite_logp(compiled: Any, built: BuiltModel) -> Any:
+    """A function of nutpie's flat vector: whether the model's log density there is finite.
+
+    With nutpie's numba backend, the sampler's own compiled log density (its C callback, already
+    compiled or loaded from the cache): the density the chains will evaluate, at no compilation
+    cost. Otherwise (jax, another nutpie) PyMC's ``compile_logp`` (a compilation: 0.05-1 s)."""
+    import ctypes
+
+    cfunc = getattr(compiled, "compiled_logp_func", None)
+    user_data = getattr(compiled, "user_data", None)
+    n_dim = getattr(compiled, "_n_dim", None)
+    if cfunc is not None and isinstance(user_data, np.ndarray) and isinstance(n_dim, int):
+        call = cfunc.ctypes
+        doubles = ctypes.POINTER(ctypes.c_double)
+
+        def finite_numba(x: np.ndarray) -> bool:
+            x = np.ascontiguousarray(x, dtype=np.float64)
+            grad, value = np.empty(n_dim), np.full((), np.nan)  # per call: the chains' threads may call at once
+            # 0: log density and gradient finite; 3: the gradient is not (the density may be)
+            code = call(n_dim, x.ctypes.data_as(doubles), grad.ctypes.data_as(doubles), value.ctypes.data_as(doubles),
+                        user_data.ctypes.data_as(ctypes.c_void_p))
+            return code in (0, 3) and bool(np.isfinite(value[()]))
+
+        return finite_numba
+    _, to_point = _point_splitter(built.model)
+    logp = built.model.compile_logp()
+
+    def finite_pymc(x: np.ndarray) -> bool:
+        with np.errstate(all="ignore"):
+            return bool(np.isfinite(float(logp(to_point(x)))))
+
+    return finite_pymc
+
+
 def _dispersed_starts(compiled: Any, built: BuiltModel) -> Any:
     """``compiled`` whose chains start apart (:data:`START_POLICY`), each start inside the support.
 
     nutpie asks ``initial_point_func`` for one start per chain with its own seed; each is the
-    model's initial point plus a uniform jitter, checked against the model's log density."""
+    model's initial point plus a uniform jitter, checked against the model's log density
+    (:func:`_finite_logp`)."""
     import dataclasses
 
-    flat, to_point = _point_splitter(built.model)
-    logp = built.model.compile_logp()
+    flat, _ = _point_splitter(built.model)
+    finite = _finite_logp(compiled, built)
 
     def start(seed: Any = None) -> np.ndarray:
         rng = np.random.default_rng(seed)
         width = START_JITTER
         for _ in range(START_TRIES):
             x = flat + rng.uniform(-width, width, flat.size)
-            with np.errstate(all="ignore"):
-                if np.isfinite(float(logp(to_point(x)))):
-                    return x
+            if finite(x):
+                return x
             width /= 2
         log.info("no dispersed start inside the support after %d tries: a chain starts at the initial point",
                  START_TRIES)

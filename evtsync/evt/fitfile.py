@@ -170,12 +170,16 @@ def part_checksums(tree: xr.DataTree) -> dict[str, str]:
     return parts
 
 
-def _check_parts(tree: xr.DataTree, source: Path) -> None:
-    """Refuse a fit whose attributes or groups differ from the checksums recorded when written."""
+def _check_parts(tree: xr.DataTree, source: Path, skipped: tuple[str, ...] = ()) -> None:
+    """Refuse a fit whose attributes or groups differ from the checksums recorded when written
+    (``skipped``: parts deliberately not read, e.g. ``group:/log_likelihood``, not checked)."""
     try:
         recorded = json.loads(str(tree.attrs[CHECKSUMS_ATTR]))
     except ValueError as exc:
         raise FitError(f"{source}: unreadable checksums ({CHECKSUMS_ATTR}): the file was altered; fit again") from exc
+    if not isinstance(recorded, dict):
+        raise FitError(f"{source}: unreadable checksums ({CHECKSUMS_ATTR}): the file was altered; fit again")
+    recorded = {k: v for k, v in recorded.items() if k not in skipped}
     found = part_checksums(tree)
     differ = sorted(k for k in set(recorded) | set(found) if recorded.get(k) != found.get(k))
     if differ:
@@ -199,13 +203,18 @@ def format_version(tree: xr.DataTree, source: str = "fit") -> int:
     return version
 
 
-def load_fit(path: str | os.PathLike[str]) -> xr.DataTree:
+def load_fit(path: str | os.PathLike[str], skip: tuple[str, ...] = ()) -> xr.DataTree:
     """Load a fit written by :func:`save_fit` into memory (the tree).
 
     Parameters
     ----------
     path : path
         A fit file (``fit.nc``) or the folder that holds it.
+    skip : tuple of str, default ()
+        Optional groups not read (e.g. ``("log_likelihood",)``: 112 MB in a demo fit, which
+        :func:`evtsync.evt.compare.loo` recomputes and nothing else of a run reads): the tree
+        lacks them, and their checksums are not checked (their bytes are not read). A required
+        group (``posterior``, ``sample_stats``, ``observed_data``, ``cells``) is always read.
 
     Returns
     -------
@@ -225,6 +234,9 @@ def load_fit(path: str | os.PathLike[str]) -> xr.DataTree:
     try:
         opened = xr.open_datatree(p, engine="h5netcdf")
         try:
+            left_out = [g for g in skip if g not in REQUIRED_GROUPS and g in opened.children]
+            for group in left_out:
+                del opened[group]  # dropped before load(): its variables are never read
             tree = opened.load()
         finally:
             opened.close()  # the data are in memory; the file may be replaced while the fit is used
@@ -242,7 +254,7 @@ def load_fit(path: str | os.PathLike[str]) -> xr.DataTree:
         raise FitError(f"{p}: the posterior no longer matches the checksum recorded when the fit was written "
                        f"({CONTENT_ATTR}): the file was altered after `evtsync fit` wrote it; fit again")
     if CHECKSUMS_ATTR in tree.attrs:
-        _check_parts(tree, p)
+        _check_parts(tree, p, skipped=tuple(f"group:/{g}" for g in left_out))
     tree.attrs["fit_path"] = str(p)
     return tree
 
@@ -289,6 +301,35 @@ def _split_single_chain(tree: xr.DataTree) -> xr.DataTree:
     first = post.isel(chain=[0], draw=slice(0, half))
     second = post.isel(chain=[0], draw=slice(half, 2 * half)).assign_coords(chain=[1], draw=first["draw"].values)
     return xr.DataTree.from_dict({"posterior": xr.concat([first, second], dim="chain")})
+
+
+#: Root attribute of a fit: its LOO relative efficiency (:func:`relative_efficiency`), recorded
+#: when the fit is made so that a comparison need not import ArviZ's stats (~1.8 s) to get it.
+R_EFF_ATTR = "loo_r_eff"
+
+
+def relative_efficiency(tree: xr.DataTree) -> float:
+    """ArviZ's r_eff of PSIS-LOO: mean ESS (method "mean") over posterior quantities / number of draws.
+
+    Parameters
+    ----------
+    tree : xarray.DataTree
+        A fit tree (its ``posterior`` group).
+
+    Returns
+    -------
+    float
+        The relative efficiency (1.0 for a single chain).
+    """
+    post = tree["posterior"].to_dataset()
+    n_samples = post.sizes["chain"] * post.sizes["draw"]
+    if post.sizes["chain"] == 1:
+        return 1.0
+    import arviz_stats as az  # the stats alone: `arviz` also imports its plotting (matplotlib)
+
+    ess = az.ess(tree, method="mean")
+    vals = np.hstack([np.asarray(ess[v].values).ravel() for v in ess.data_vars])
+    return float(np.mean(vals) / n_samples)
 
 
 def parameter_summary(tree: xr.DataTree, level: float = INTERVAL_LEVEL) -> pd.DataFrame:

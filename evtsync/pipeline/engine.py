@@ -249,7 +249,9 @@ class Run:
     def fit_tree(self, path: str | Path) -> Any:
         """The fit tree of ``path`` (:func:`evtsync.evt.bayesfit.load_fit`), read once per run:
         compare, prediction, predicted-vs-measured and the report share it. A file rewritten since
-        (other size or mtime) is read again."""
+        (other size or mtime) is read again. Its ``log_likelihood`` group is not read: none of
+        them uses it (compare recomputes the pointwise log-likelihood), and it is most of the
+        file (112 MB of a demo fit's ~114)."""
         from evtsync.evt.bayesfit import fit_path, load_fit
 
         key = fit_path(path).resolve()
@@ -257,7 +259,8 @@ class Run:
         stamp = (stat.st_mtime_ns, stat.st_size) if stat else (-1, -1)
         hit = self._fit_trees.get(key)
         if hit is None or hit[0] != stamp:
-            self._fit_trees[key] = hit = (stamp, load_fit(path))  # load_fit names a missing file
+            # load_fit names a missing file
+            self._fit_trees[key] = hit = (stamp, load_fit(path, skip=("log_likelihood",)))
         return hit[1]
 
     def trace_hashes(self) -> dict[str, str]:

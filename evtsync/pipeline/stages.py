@@ -69,13 +69,25 @@ def _stage_demo(run: Run) -> dict[str, Any]:
         raise Unavailable(f"evtsync.synth is not installed ({exc})") from exc
     folder = run.path("inputs/demo")
     overrides = {**DEMO_OVERRIDES, **run.options.demo_overrides}
+    cache = key = None
+    if run.options.demo_cache is not None:  # the same study, written before on this machine
+        from evtsync.pipeline.democache import DemoCache, demo_key
+
+        cache, key = DemoCache(run.options.demo_cache), demo_key(DEMO_STUDY, overrides, run.code)
+        cached = cache.fetch(key, folder)
+        if cached is not None:
+            run.produced("demo", *(str(p.relative_to(run.out)) for p in cached))
+            return {"workloads": list(dict.fromkeys(p.relative_to(folder).parts[0] for p in cached)), "files": len(cached),
+                    "from_cache": str(cache.folder / key)}
     results = study(folder, DEMO_STUDY, **overrides)
-    files: list[str] = []
+    paths: list[Path] = []
     for res in results:
-        files.extend(str(p.relative_to(run.out)) for p in sorted(res.traces.values()))
-        files.append(str(res.truth_path.relative_to(run.out)))
-    run.produced("demo", *files)
-    return {"workloads": [r.out_dir.name for r in results], "files": len(files)}
+        paths.extend(sorted(res.traces.values()))
+        paths.append(res.truth_path)
+    run.produced("demo", *(str(p.relative_to(run.out)) for p in paths))
+    if cache is not None and key is not None:
+        cache.store(key, folder, paths)
+    return {"workloads": [r.out_dir.name for r in results], "files": len(paths)}
 
 
 def _tag(table: pd.DataFrame, workload: str, gpu: str) -> pd.DataFrame:
