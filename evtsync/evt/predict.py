@@ -62,6 +62,7 @@ from evtsync.defaults import (
     DEFAULT_M,
     ESTIMATOR_NAMES,
     INTERVAL_LEVEL,
+    POPULATION_MODEL,
     check_level,
 )
 from evtsync.errors import InputError
@@ -106,7 +107,9 @@ ESTIMATORS: dict[str, tuple[str, str]] = {
     "centred": ("y", "calibrated: b·E_(n/m) of the centred maximum y = (M - block mean)/s, the mean straggler "
                      "delay of n ranks (docs/methodology.md)"),
     "paper": ("z", "the paper's b·E_(n/m) of z = (M - sample mean)/s: exact at n = m, biased low at n > m "
-                   "(9-18% at n = 8-512 for normal, Gumbel and lognormal ranks; docs/methodology.md)"),
+                   "(PAPER_BIAS; docs/methodology.md)"),
+    "ranktail": ("u", "b·E[max_n u] of every rank's standardised value u = (X - block mean)/s: empirical body and "
+                      "generalized Pareto tail (evtsync.evt.ranktail; docs/methodology.md)"),
 }
 if tuple(ESTIMATORS) != ESTIMATOR_NAMES:  # the CLI's choices come from evtsync.defaults
     raise RuntimeError(f"evtsync.defaults.ESTIMATOR_NAMES {ESTIMATOR_NAMES} != {tuple(ESTIMATORS)}")
@@ -143,10 +146,11 @@ def estimator_of(fit: Any) -> str | None:
 def check_estimator(fit: Any, estimator: str = DEFAULT_ESTIMATOR) -> str:
     """The estimator's name after checking that ``fit`` was made of the column it needs.
 
-    ``centred`` needs a fit of ``y``, ``paper`` a fit of ``z``; any other pairing is an
-    ``InputError`` that says what to do (a fit of ``z`` answered as if calibrated would be
-    biased low by 10-20% at n > m without a word). A fit that records no column is taken as
-    the estimator asked for (logged).
+    ``centred`` needs a fit of ``y``, ``paper`` a fit of ``z``, ``ranktail`` the per-rank tail
+    fit of ``u`` (:class:`evtsync.evt.ranktail.RankTailFit`, built from the z-score table); any
+    other pairing is an ``InputError`` that says what to do (a fit of ``z`` answered as if
+    calibrated would be biased low by 10-20% at n > m without a word). A fit that records no
+    column is taken as the estimator asked for (logged).
     """
     if estimator not in ESTIMATORS:
         raise InputError(f"estimator {estimator!r}: expected one of {', '.join(ESTIMATORS)}")
@@ -158,6 +162,12 @@ def check_estimator(fit: Any, estimator: str = DEFAULT_ESTIMATOR) -> str:
         return estimator
     if column == needs:
         return estimator
+    if estimator == "ranktail" or column == "u":
+        raise InputError(
+            f"fit {name} is of column {column!r}, which does not give the {estimator!r} estimator: "
+            + ("the ranktail estimator is fitted to the z-score table's per-rank values "
+               "(evtsync.evt.ranktail.RankTailFit.from_table; the CLI's --estimator ranktail with --zscores TABLE)"
+               if estimator == "ranktail" else "ask for --estimator ranktail, or give a GEV fit of y (centred) or z (paper)"))
     if column in ("y", "z"):
         other = "paper" if column == "z" else "centred"
         raise InputError(
@@ -360,8 +370,18 @@ _NOTED_FITS: set[str] = set()
 
 
 def _tau_from(params: tuple[NDArray[np.float64], ...], b: NDArray[np.float64], n: Sequence[int],
-              m: int) -> NDArray[np.float64]:
-    """tau draws (sample, row, n) from parameter draws (sample, row) and block sds ``b`` (row,)."""
+              m: int, fit: Any = None) -> NDArray[np.float64]:
+    """tau draws (sample, row, n) from parameter draws (sample, row) and block sds ``b`` (row,).
+
+    A fit with ``expected_max`` (the ranktail estimator) gives draws of E[max_n u] per cell
+    itself: ``params`` is then its cell index per row, and tau = b·E[max_n u]."""
+    if fit is not None and hasattr(fit, "expected_max"):
+        domain_multiple(n, m)
+        index = [int(i) for i in params[0]]
+        draws = np.asarray(fit.expected_max(list(n), index), dtype=float)
+        if np.any(b < 0):
+            raise InputError("block standard deviation b must be >= 0 µs")
+        return draws * b[None, :, None]
     mu, sigma, xi = params
     return predicted_tax_curve_us(b[None, :], mu, sigma, xi, list(n), m)
 
@@ -418,7 +438,7 @@ def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: 
     rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
     records = []
     if len(rows):
-        tau = _tau_from(params, rows["b_us"].to_numpy(float), n, m)
+        tau = _tau_from(params, rows["b_us"].to_numpy(float), n, m, fit)
         s = summarise(tau, level)
         for i, row in enumerate(rows.to_dict(orient="records")):
             for j, nn in enumerate(n):
@@ -598,7 +618,7 @@ def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha
     rng = np.random.default_rng(seed + 1)
     records = []
     if len(rows):
-        tau_ref = _tau_from(params, rows["b_us"].to_numpy(float), n, m)  # (sample, row, n) on the reference GPU
+        tau_ref = _tau_from(params, rows["b_us"].to_numpy(float), n, m, fit)  # (sample, row, n) on the reference GPU
         for name in topologies:
             topo = get_topology(name)
             p = np.asarray(topo.p(np.asarray(n)), dtype=float).reshape(-1)
@@ -668,7 +688,7 @@ def flops_scaling_table(fit: Any, topologies: Sequence[str], n: Sequence[int],
     big_f = factors[-1] / factors[0]
     records = []
     if len(rows):
-        tau_ref = _tau_from(params, rows["b_us"].to_numpy(float), n, m)
+        tau_ref = _tau_from(params, rows["b_us"].to_numpy(float), n, m, fit)
         for name in topologies:
             topo = get_topology(name)
             p = np.asarray(topo.p(np.asarray(n)), dtype=float).reshape(-1)
@@ -761,10 +781,15 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, 
     unmatched = [tuple(r) not in matched for r in agg[keys].to_numpy().tolist()]
     skipped["no matching cell"] = int(agg.loc[unmatched, "n_collectives"].sum())  # rows, as the other reasons
     records = []
-    mu, sigma, xi = fit.cell_draws()
+    ranktail = hasattr(fit, "expected_max")
+    draws = None if ranktail else fit.cell_draws()
     for row, c in zip(rows.to_dict(orient="records"), index, strict=True):
         n = int(row["n_ranks"])
-        pred = predicted_tax_us(row["b_us"], mu[:, c], sigma[:, c], xi[:, c], n, m)
+        if draws is None:
+            pred = _tau_from((np.asarray([c], dtype=float),), np.asarray([row["b_us"]], dtype=float), [n], m, fit)[:, 0, 0]
+        else:
+            mu, sigma, xi = draws
+            pred = predicted_tax_us(row["b_us"], mu[:, c], sigma[:, c], xi[:, c], n, m)
         ps = summarise(pred, level)
         k = int(row["n_collectives"])
         se = row["sd"] / np.sqrt(k) if k > 1 else float("nan")
@@ -909,6 +934,8 @@ def _target_rows(fit: Any, block_sd_us: float | pd.DataFrame, gpu: str | None, p
     Without ``gpu``/``precision`` the fit's own cells (or the table's rows that match one); with
     them, the asked cells, each observed or drawn from the population (:func:`population_draws`).
     """
+    if hasattr(fit, "expected_max"):  # the ranktail estimator: per-cell draws of E[max_n u], no population
+        return _rank_tail_rows(fit, block_sd_us, gpu, precision, need_b)
     if gpu is None and precision is None:
         rows, index, skipped = _rows_for(fit, block_sd_us, need_b)
         mu, sigma, xi = fit.cell_draws()
@@ -947,6 +974,27 @@ def _target_rows(fit: Any, block_sd_us: float | pd.DataFrame, gpu: str | None, p
         empty = np.zeros((fit.cell_draws()[0].shape[0], 0))
         return pd.DataFrame(records), (empty, empty, empty), skipped
     return pd.DataFrame(records), tuple(np.stack(d, axis=1) for d in zip(*draws, strict=True)), skipped
+
+
+def _rank_tail_rows(fit: Any, block_sd_us: float | pd.DataFrame, gpu: str | None, precision: str | None,
+                    need_b: bool) -> tuple[pd.DataFrame, tuple[NDArray[np.float64], ...], dict[str, int]]:
+    """:func:`_target_rows` for a fit with ``expected_max`` (ranktail): the rows and, in place of
+    parameter draws, a 1-tuple of the fit's cell indices (row,); measured cells only."""
+    rows, index, skipped = _rows_for(fit, block_sd_us, need_b)
+    if gpu is not None or precision is not None:
+        keep = np.ones(len(rows), dtype=bool)
+        for g, v in (("gpu", gpu), ("precision", precision)):
+            if v is not None and g in rows:
+                keep &= rows[g].astype(str).to_numpy() == str(v)
+        if not keep.any():
+            raise InputError(f"the ranktail estimator predicts only measured cells ({', '.join(map(str, fit.cells['cell']))}); "
+                             f"gpu={gpu} precision={precision} was not measured: a hardware level without traces needs the "
+                             "hierarchical GEV's population (--estimator centred with a fit of models/"
+                             f"{POPULATION_MODEL}.toml), labelled population-level")
+        rows = rows[keep].reset_index(drop=True)
+        index = [i for i, k in zip(index, keep, strict=True) if k]
+    rows = rows.assign(prediction_kind="cell") if len(rows) else rows
+    return rows, (np.asarray(index, dtype=float),), skipped
 
 
 #: What a row whose width the prior sets is (issue 29, item 6).
