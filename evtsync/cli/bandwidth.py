@@ -136,6 +136,9 @@ def run_bandwidth(args: argparse.Namespace) -> int:
     """Handler of ``evtsync bandwidth``."""
     if args.fit is not None:
         return _bayesian(args)
+    if args.estimator == "ranktail":
+        raise InputError("--estimator ranktail predicts from every rank's value: give --fit ZSCORES (the z-score "
+                         "table written by `evtsync blocks`, or a run folder)")
     from evtsync.hockney import bandwidth_records
 
     for flag in ("gpu", "precision", "preset"):
