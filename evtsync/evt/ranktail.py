@@ -255,7 +255,20 @@ class RankTailFit:
                          "with a generalized Pareto tail; ask a GEV fit (--estimator centred) for them")
 
     def expected_max(self, n: Sequence[int], index: Sequence[int] | None = None) -> NDArray[np.float64]:
-        """Draws of E[max_n u], shape (draws, cells, len(n)); ``index`` picks cells (default all)."""
+        """Draws of E[max_n u] per cell (tau(n) = b times these).
+
+        Parameters
+        ----------
+        n : sequence of int
+            Domain sizes (ranks), each >= 1.
+        index : sequence of int or None, default None
+            Positions in :attr:`cells` of the cells wanted (None: all).
+
+        Returns
+        -------
+        numpy.ndarray
+            Shape (draws, cells, len(n)); ``inf`` where a draw's shape xi >= 1.
+        """
         labels = list(self._cells["cell"].astype(str))
         idx = range(len(labels)) if index is None else index
         return np.stack([expected_max_draws(self.tails[labels[i]], n) for i in idx], axis=1)
