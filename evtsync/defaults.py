@@ -55,10 +55,12 @@ ESTIMATOR_NAMES = ("centred", "paper", "ranktail")
 DEFAULT_ESTIMATOR = "centred"
 #: The per-rank tail estimator (``ranktail``, :mod:`evtsync.evt.ranktail`): the share of a cell's
 #: rank values above the generalized-Pareto threshold, the fewest exceedances it fits, the
-#: fewest rank values a cell needs, and the number of draws of E[max_n u] it returns.
+#: fewest and the most exceedances it fits (a large cell gets a higher threshold), the fewest
+#: rank values a cell needs, and the number of draws of E[max_n u] it returns.
 RANKTAIL_MODEL = "ranktail"  # the ``model`` of its rows in the prediction tables
 RANKTAIL_TAIL_SHARE = 0.10
 RANKTAIL_MIN_EXCEEDANCES = 30
+RANKTAIL_MAX_EXCEEDANCES = 5000
 RANKTAIL_MIN_VALUES = 120
 RANKTAIL_DRAWS = 1000
 
@@ -72,7 +74,9 @@ DEFAULTS: dict[str, Any] = {
     "DEFAULT_DRAWS": DEFAULT_DRAWS, "DEFAULT_TUNE": DEFAULT_TUNE, "DEFAULT_CHAINS": DEFAULT_CHAINS,
     "DEMO_DRAWS": DEMO_DRAWS, "DEMO_TUNE": DEMO_TUNE, "DEMO_CHAINS": DEMO_CHAINS,
     "ESTIMATOR_NAMES": ESTIMATOR_NAMES, "DEFAULT_ESTIMATOR": DEFAULT_ESTIMATOR,
-    "RANKTAIL_MODEL": RANKTAIL_MODEL, "RANKTAIL_TAIL_SHARE": RANKTAIL_TAIL_SHARE, "RANKTAIL_MIN_EXCEEDANCES": RANKTAIL_MIN_EXCEEDANCES,
+    "RANKTAIL_MODEL": RANKTAIL_MODEL, "RANKTAIL_TAIL_SHARE": RANKTAIL_TAIL_SHARE,
+    "RANKTAIL_MIN_EXCEEDANCES": RANKTAIL_MIN_EXCEEDANCES,
+    "RANKTAIL_MAX_EXCEEDANCES": RANKTAIL_MAX_EXCEEDANCES,
     "RANKTAIL_MIN_VALUES": RANKTAIL_MIN_VALUES, "RANKTAIL_DRAWS": RANKTAIL_DRAWS,
 }
 
@@ -97,7 +101,7 @@ def check_defaults(table: dict[str, Any]) -> dict[str, Any]:
         ("RANKS_PER_HOST", lambda v: isinstance(v, int) and v >= 1, "a whole number >= 1"),
         *((name, lambda v: isinstance(v, int) and v >= 1, "a whole number >= 1")
           for name in ("DEFAULT_DRAWS", "DEFAULT_TUNE", "DEFAULT_CHAINS", "DEMO_DRAWS", "DEMO_TUNE", "DEMO_CHAINS",
-                       "RANKTAIL_MIN_EXCEEDANCES", "RANKTAIL_DRAWS")),
+                       "RANKTAIL_MIN_EXCEEDANCES", "RANKTAIL_MAX_EXCEEDANCES", "RANKTAIL_DRAWS")),
         ("DEFAULT_ESTIMATOR", lambda v: v in table["ESTIMATOR_NAMES"], "one of ESTIMATOR_NAMES"),
         ("RANKTAIL_TAIL_SHARE", lambda v: 0 < v < 0.5, "a share in (0, 0.5)"),
         ("RANKTAIL_MIN_VALUES", lambda v: isinstance(v, int) and v >= 2 * table["RANKTAIL_MIN_EXCEEDANCES"],

@@ -228,6 +228,23 @@ def test_predicted_delay_matches_measured_on_the_synthetic_study(tiny_run: tuple
         assert gap < 3 * se + (row.predicted_hi_us - row.predicted_lo_us), row
 
 
+def test_tau_table_carries_the_ranktail_estimator_for_cells_with_enough_ranks(
+        tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:
+    """The per-rank tail estimator is in tau.parquet beside the GEV fits (labelled), for every cell
+    whose z-scores hold at least RANKTAIL_MIN_VALUES rank values (counted here from the table)."""
+    from evtsync.defaults import RANKTAIL_MIN_VALUES
+
+    out, _, _ = tiny_run
+    z = pd.read_parquet(out / "tables" / "zscores.parquet")
+    z = z[z["has_gemm"]]
+    counts = z.groupby(["gpu", "precision"])["u"].agg(lambda s: sum(len(v.split(",")) for v in s))
+    enough = {f"{g}|{p}" for (g, p), c in counts.items() if c >= RANKTAIL_MIN_VALUES}
+    tau = pd.read_parquet(out / "tables" / "tau.parquet")
+    rt = tau[tau["estimator"] == "ranktail"]
+    assert set(rt["cell"]) == enough and (rt["model"] == "ranktail").all()
+    assert (rt["tau_lo_us"] <= rt["tau_mean_us"]).all() and (rt["tau_mean_us"] <= rt["tau_hi_us"]).all()
+
+
 def test_cli_run_quiet_and_bad_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from evtsync.cli import main
 

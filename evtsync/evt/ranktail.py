@@ -9,7 +9,8 @@ sample of m ranks and extrapolates its GEV by k = n/m; this one uses **every ran
   cell (GPU × precision): N values;
 - their distribution F̂ = the empirical distribution below a threshold t (the
   (1 − :data:`~evtsync.defaults.RANKTAIL_TAIL_SHARE`) quantile, at least
-  :data:`~evtsync.defaults.RANKTAIL_MIN_EXCEEDANCES` values above it) and a generalized Pareto
+  :data:`~evtsync.defaults.RANKTAIL_MIN_EXCEEDANCES` and at most
+  :data:`~evtsync.defaults.RANKTAIL_MAX_EXCEEDANCES` values above it) and a generalized Pareto
   tail above it: F̂(x) = W_t + (1 − W_t)(1 − G(x − t)), G the GPD survival function with scale
   sigma and shape xi (xi > 0 heavy, 0 exponential, < 0 bounded);
 - E[max_n u] = ∫ x dF̂(x)^n: the body's atoms exactly, the tail by quadrature in w = −log G:
@@ -41,6 +42,7 @@ from numpy.typing import NDArray
 
 from evtsync.defaults import (
     RANKTAIL_DRAWS,
+    RANKTAIL_MAX_EXCEEDANCES,
     RANKTAIL_MIN_EXCEEDANCES,
     RANKTAIL_MIN_VALUES,
     RANKTAIL_MODEL,
@@ -58,6 +60,8 @@ RANK_COLUMN = "u"
 _XI_GRID = np.linspace(-0.5, 1.2, 171)
 #: Points of the tail quadrature in w = −log G.
 _W_POINTS = 2001
+#: At most this many atoms of the body in the Bayesian bootstrap (adjacent sorted values binned).
+_MAX_ATOMS = 4000
 _GROUPS = ("gpu", "precision")
 
 
@@ -108,18 +112,18 @@ def _gpd_grid_posterior(exc: NDArray[np.float64], draws: int, rng: np.random.Gen
     k = exc.size
     centre = math.log(float(exc.mean()))
     log_sigma = np.linspace(centre - 3.0, centre + 2.0, 251)
-    sigma = np.exp(log_sigma)[:, None, None]
-    xi = _XI_GRID[None, :, None]
-    z = 1.0 + xi * exc[None, None, :] / sigma
-    with np.errstate(divide="ignore", invalid="ignore"):
-        inside = np.all(z > 0, axis=2)
-        small = np.abs(_XI_GRID) < 1e-9
-        log_z = np.log(np.where(z > 0, z, 1.0))
-        sum_log = log_z.sum(axis=2)
-        xi2 = _XI_GRID[None, :]
-        ll = -k * np.log(sigma[:, :, 0]) - np.where(small[None, :], exc.sum() / sigma[:, :, 0],
-                                                    (1.0 + 1.0 / np.where(small, 1.0, xi2)) * sum_log)
-    ll = np.where(inside, ll, -np.inf)
+    sigma = np.exp(log_sigma)
+    top = float(exc.max())
+    ll = np.full((log_sigma.size, _XI_GRID.size), -np.inf)
+    for j, xi in enumerate(_XI_GRID):  # one shape at a time: memory (251 × k), not (251 × 171 × k)
+        if abs(xi) < 1e-9:
+            ll[:, j] = -k * log_sigma - exc.sum() / sigma
+            continue
+        inside = 1.0 + xi * top / sigma > 0 if xi < 0 else np.ones(sigma.size, dtype=bool)
+        if not inside.any():
+            continue
+        z = 1.0 + xi * exc[None, :] / sigma[inside, None]
+        ll[inside, j] = -k * log_sigma[inside] - (1.0 + 1.0 / xi) * np.log(z).sum(axis=1)
     post = np.exp(ll - ll.max())
     post /= post.sum()
     pick = rng.choice(post.size, size=draws, p=post.ravel())
@@ -130,7 +134,8 @@ def _gpd_grid_posterior(exc: NDArray[np.float64], draws: int, rng: np.random.Gen
 
 def fit_rank_tail(values: NDArray[np.float64], *, draws: int = RANKTAIL_DRAWS, seed: int = 0,
                   tail_share: float = RANKTAIL_TAIL_SHARE, min_exceedances: int = RANKTAIL_MIN_EXCEEDANCES,
-                  min_values: int = RANKTAIL_MIN_VALUES, label: str = "cell") -> RankTail:
+                  min_values: int = RANKTAIL_MIN_VALUES, max_exceedances: int = RANKTAIL_MAX_EXCEEDANCES,
+                  label: str = "cell") -> RankTail:
     """The semi-parametric fit of one cell's rank values ``values`` (standardised u).
 
     Parameters
@@ -147,6 +152,9 @@ def fit_rank_tail(values: NDArray[np.float64], *, draws: int = RANKTAIL_DRAWS, s
         The fewest values above the threshold (the threshold is lowered to reach it).
     min_values : int, default RANKTAIL_MIN_VALUES
         The fewest values a cell needs; fewer is an ``InputError`` naming ``label``.
+    max_exceedances : int, default RANKTAIL_MAX_EXCEEDANCES
+        The most values above the threshold (a large cell gets a higher threshold: less
+        bias from the GPD approximation, and bounded cost).
     label : str, default "cell"
         The cell's name in messages.
 
@@ -166,7 +174,7 @@ def fit_rank_tail(values: NDArray[np.float64], *, draws: int = RANKTAIL_DRAWS, s
     if u.size < min_values:
         raise InputError(f"ranktail: {label} has {u.size} rank value(s); the per-rank tail estimator needs at least "
                          f"{min_values} ({min_values // 4} samples of 4 ranks); use --estimator centred for this cell")
-    k = max(min_exceedances, int(math.ceil(tail_share * u.size)))
+    k = min(max(min_exceedances, int(math.ceil(tail_share * u.size))), max_exceedances)
     threshold = float(u[u.size - k - 1])
     exc = u[u > threshold] - threshold
     if exc.size < min_exceedances // 2 or float(exc.max()) <= 0:
@@ -192,16 +200,27 @@ def expected_max_draws(tail: RankTail, n: Sequence[int], *, chunk: int = 200) ->
         raise InputError("ranktail: domain sizes n must be positive integers")
     u, t = tail.values, tail.threshold
     body = u[u <= t]
+    n_tail = u.size - body.size
+    # Dirichlet(1, ..., 1) weights of the N values, aggregated exactly: a bin of s values has total
+    # weight Gamma(s) before normalising; a large body is cut into _MAX_ATOMS bins of adjacent
+    # sorted values, each at its mean (memory and time bounded for any N)
+    if body.size > _MAX_ATOMS:
+        edges = np.linspace(0, body.size, _MAX_ATOMS + 1).astype(int)
+        counts = np.diff(edges).astype(float)
+        atoms = np.add.reduceat(body, edges[:-1]) / counts
+    else:
+        counts, atoms = np.ones(body.size), body
     draws = tail.xi.size
     rng = np.random.default_rng(tail.weights_seed)
     w = np.linspace(0.0, 1.0, _W_POINTS)
     out = np.empty((draws, ns.size))
+    body = atoms
     for start in range(0, draws, chunk):
         stop = min(draws, start + chunk)
         d = stop - start
-        g = rng.standard_exponential((d, u.size))
-        g /= g.sum(axis=1, keepdims=True)
-        cum = np.cumsum(g[:, :body.size], axis=1)  # (d, K) body CDF at each atom
+        g = rng.standard_gamma(counts, size=(d, counts.size))
+        total = g.sum(axis=1) + rng.standard_gamma(float(n_tail), size=d)
+        cum = np.cumsum(g, axis=1) / total[:, None]  # (d, K) body CDF at each atom
         wt = cum[:, -1]  # W_t
         prev = np.concatenate([np.zeros((d, 1)), cum[:, :-1]], axis=1)
         sigma = np.exp(tail.log_sigma[start:stop])
