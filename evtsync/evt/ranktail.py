@@ -127,9 +127,9 @@ def _gpd_grid_posterior(exc: NDArray[np.float64], draws: int, rng: np.random.Gen
     post = np.exp(ll - ll.max())
     post /= post.sum()
     pick = rng.choice(post.size, size=draws, p=post.ravel())
-    i, j = np.unravel_index(pick, post.shape)
+    row, col = np.unravel_index(pick, post.shape)
     ds, dx = log_sigma[1] - log_sigma[0], _XI_GRID[1] - _XI_GRID[0]
-    return (log_sigma[i] + (rng.random(draws) - 0.5) * ds, _XI_GRID[j] + (rng.random(draws) - 0.5) * dx)
+    return (log_sigma[row] + (rng.random(draws) - 0.5) * ds, _XI_GRID[col] + (rng.random(draws) - 0.5) * dx)
 
 
 def fit_rank_tail(values: NDArray[np.float64], *, draws: int = RANKTAIL_DRAWS, seed: int = 0,
