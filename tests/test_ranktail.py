@@ -84,6 +84,11 @@ def test_a_tiny_cell_is_refused_naming_it() -> None:
     table, _ = pooled_zscores(_times(100.0 + rng.standard_normal((10, 2, M)), gpu="V100"), m=M)  # 80 values
     with pytest.raises(InputError, match=r"V100\|bf16 has 80 rank value\(s\).*at least"):
         RankTailFit.from_table(table)
+    # 40 instances × 8 ranks = 320 values: predicted, and every row says the cell is small
+    table, _ = pooled_zscores(_times(100.0 + rng.standard_normal((40, 2, M)), gpu="V100"), m=M)
+    tau = tau_table(RankTailFit.from_table(table), [8, 4096], 1.0, M, estimator="ranktail")
+    assert (tau["n_values"] == 320).all() and tau["ranktail_note"].str.startswith("small cell: 320").all()
+    assert "small cell" in tau.attrs["ranktail_note"]
 
 
 def test_an_old_table_without_u_says_to_rerun_blocks() -> None:

@@ -313,7 +313,7 @@ def _row_labels(row: pd.Series) -> str:
 def _print_prediction_notes(table: pd.DataFrame) -> None:
     """The notes a prediction table carries (population-level rows, prior-dominated widths, a pooled fit)."""
     for note in (table.attrs.get("population_note"), table.attrs.get("prior_dominated_note"),
-                 table.attrs.get("pooled_note")):
+                 table.attrs.get("pooled_note"), table.attrs.get("ranktail_note")):
         if note:
             print(f"NOTE: {note}")
 

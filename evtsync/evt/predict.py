@@ -1035,7 +1035,15 @@ def _prior_dominated_spreads(fit: Any, out: pd.DataFrame) -> list[str]:
 
 def _kind_attrs(out: pd.DataFrame, fit: Any = None) -> pd.DataFrame:
     """Say in the table's attrs (and the log) when some rows are population-level or pooled, and
-    which population-level rows have a prior-dominated width (column ``prior_dominated``)."""
+    which population-level rows have a prior-dominated width (column ``prior_dominated``); rows of
+    the ranktail estimator carry their cell's size and notes (``n_values``, ``n_exceedances``,
+    ``ranktail_note``: a small cell, whose interval is wide)."""
+    if fit is not None and len(out) and hasattr(fit, "cell_info") and "cell" in out:
+        info = fit.cell_info().set_index("cell")
+        for column, source in (("n_values", "n_values"), ("n_exceedances", "n_exceedances"), ("ranktail_note", "note")):
+            out[column] = out["cell"].astype(str).map(info[source])
+        if (out["ranktail_note"] != "").any():
+            out.attrs["ranktail_note"] = "; ".join(sorted(set(out["ranktail_note"]) - {""}))
     if fit is not None and len(out):
         spreads = _prior_dominated_spreads(fit, out)
         out["prior_dominated_spreads"] = spreads
