@@ -143,12 +143,12 @@ def table(path: str, plot: str | None) -> None:
         parents = sorted(summary["parent"].unique())
         fig, axes = plt.subplots(1, len(parents), figsize=(3.2 * len(parents), 3.2), sharey=True)
         for ax, parent in zip(np.atleast_1d(axes), parents, strict=True):
-            for estimator, marker in (("centred", "o"), ("paper", "s"), ("ranktail", "^")):
+            for estimator, marker, color in (("centred", "o", "C0"), ("paper", "s", "C1"), ("ranktail", "^", "C2")):
                 s = summary[(summary["parent"] == parent) & (summary["estimator"] == estimator)]
                 if s.empty:
                     continue
                 se = s["ratio_sd"] / np.sqrt(s["fits"])
-                ax.errorbar(s["n"], s["ratio"], yerr=2 * se, marker=marker, capsize=3, label=estimator)
+                ax.errorbar(s["n"], s["ratio"], yerr=2 * se, marker=marker, capsize=3, label=estimator, color=color)
             ax.axhline(1, color="grey", lw=0.8)
             ax.axhspan(0.97, 1.03, color="grey", alpha=0.15)
             ax.set(xscale="log", title=parent, xlabel="n ranks")
