@@ -171,7 +171,8 @@ def check_estimator(fit: Any, estimator: str = DEFAULT_ESTIMATOR) -> str:
         raise InputError(
             f"fit {name} is of column {column!r}, which does not give the {estimator!r} estimator: "
             + ("the ranktail estimator is fitted to the z-score table's per-rank values "
-               "(evtsync.evt.ranktail.RankTailFit.from_table; the CLI's --estimator ranktail with --zscores TABLE)"
+               "(evtsync.evt.ranktail.RankTailFit.from_table; on the command line `evtsync predict ZSCORES.parquet "
+               "--estimator ranktail`)"
                if estimator == "ranktail" else "ask for --estimator ranktail, or give a GEV fit of y (centred) or z (paper)"))
     if column in ("y", "z"):
         other = "paper" if column == "z" else "centred"
