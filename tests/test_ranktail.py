@@ -108,3 +108,19 @@ def test_estimator_pairings_and_unseen_hardware_are_refused() -> None:
     with pytest.raises(InputError, match="predicts only measured cells"):
         tau_table(fit, [8], 1.0, M, gpu="B200", estimator="ranktail")
     assert len(tau_table(fit, [8], 1.0, M, gpu="H100", estimator="ranktail")) == 1
+
+
+def test_cli_predict_takes_the_zscore_table_and_refuses_an_old_one(tmp_path, capsys) -> None:
+    from evtsync.cli import main
+
+    rng = np.random.default_rng(4)
+    table, _ = pooled_zscores(_times(100.0 + rng.standard_normal((100, 2, M))), m=M)
+    table.to_parquet(tmp_path / "z.parquet")
+    table.drop(columns=["u"]).to_parquet(tmp_path / "old.parquet")
+    assert main(["predict", str(tmp_path / "z.parquet"), "--estimator", "ranktail", "--n", "8", "4096",
+                 "--block-sd-us", "2", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"estimator": "ranktail"' in out and '"n": 4096' in out
+    assert main(["predict", str(tmp_path / "old.parquet"), "--estimator", "ranktail", "--n", "8",
+                 "--block-sd-us", "2"]) == 2
+    assert "rerun `evtsync blocks`" in capsys.readouterr().err
