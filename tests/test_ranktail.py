@@ -124,3 +124,11 @@ def test_cli_predict_takes_the_zscore_table_and_refuses_an_old_one(tmp_path, cap
     assert main(["predict", str(tmp_path / "old.parquet"), "--estimator", "ranktail", "--n", "8",
                  "--block-sd-us", "2"]) == 2
     assert "rerun `evtsync blocks`" in capsys.readouterr().err
+
+
+def test_an_interval_reaching_infinite_draws_has_an_infinite_bound_not_nan() -> None:
+    from evtsync.evt.predict import summarise
+
+    # 90 finite draws and 10 infinite (xi >= 1): the 95% quantile lies among the infinite ones
+    s = summarise(np.r_[np.arange(90.0), [np.inf] * 10], 0.9)
+    assert s["hi"] == np.inf and s["median"] == pytest.approx(49.5) and s["share_infinite"] == pytest.approx(0.1)

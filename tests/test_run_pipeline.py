@@ -245,6 +245,7 @@ def test_tau_table_carries_the_ranktail_estimator_for_cells_with_enough_ranks(
     assert len(rt) == len(enough) * len(set(tau["n"]))
     # the tiny study's cells are small: the draws are skewed and the mean may lie beyond the interval
     assert (rt["tau_lo_us"] <= rt["tau_median_us"]).all() and (rt["tau_median_us"] <= rt["tau_hi_us"]).all()
+    assert not rt[["tau_lo_us", "tau_median_us", "tau_hi_us"]].isna().any().any()
 
 
 def test_cli_run_quiet_and_bad_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -295,6 +295,8 @@ def summarise(draws: ArrayLike, level: float = INTERVAL_LEVEL, axis: int = 0) ->
         mean = np.nanmean(np.where(finite, x, np.nan), axis=axis)
         lo, median, hi = np.nanquantile(x, [(1 - level) / 2, 0.5, (1 + level) / 2], axis=axis)
     share = np.mean(np.isinf(x), axis=axis)
+    # a quantile between two infinite draws interpolates inf - inf = NaN: it is infinite (the policy)
+    lo, median, hi = (np.where(np.isnan(q) & (share > 0), np.inf, q) for q in (lo, median, hi))
     return {"mean": mean, "lo": lo, "median": median, "hi": hi, "share_infinite": share}
 
 
