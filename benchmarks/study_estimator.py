@@ -13,7 +13,12 @@ of a block with that mean, cv·mean a·truth; the factor between the two scales,
 recorded per job (``b_ratio``; regenerated from the seed for records without it). Each output
 line is one fit.
 
-    nice -n 10 .venv/bin/python benchmarks/study_estimator.py --replicates 8 --out study.jsonl
+The per-rank tail estimator (``ranktail``, :mod:`evtsync.evt.ranktail`) runs on the same jobs
+(same seeds) from the same table: its semi-parametric fit of every rank's value u, no sampler
+(``--estimators ranktail`` appends its lines to an existing results file). The table also gives
+the mean of the posterior medians (``median`` column; records written before it lack it).
+
+    nice -n 10 .venv/bin/python benchmarks/study_estimator.py --replicates 8 --out study.jsonl [--estimators ranktail]
     .venv/bin/python benchmarks/study_estimator.py --table study.jsonl [--plot figure.png]
 """
 
@@ -37,11 +42,13 @@ PARENTS = ("normal", "gumbel", "lognormal", "student-t")
 
 def run(args: argparse.Namespace) -> None:
     import evtsync
+    from evtsync.evt.ranktail import RankTailFit
     from evtsync.synth import SynthConfig, synthesize
 
     spec_y = evtsync.load_spec(ROOT / "models" / "gev.toml")
     spec_z = replace(spec_y, column="z")
     parents = args.parents.split(",")
+    estimators = args.estimators.split(",")
     with open(args.out, "a", encoding="utf-8") as out:
         for rep in range(args.first_replicate, args.replicates):
             for parent in parents:
@@ -52,19 +59,24 @@ def run(args: argparse.Namespace) -> None:
                     z = evtsync.zscore_table(evtsync.load_traces(res.traces_dir))
                     truth = res.truth["parent"]["true_straggler_delay_sd"]
                 b_ratio = b_scale_ratio(z, res.truth["config"]["cv"])
-                for estimator, spec in (("centred", spec_y), ("paper", spec_z)):
+                for estimator, spec in (("centred", spec_y), ("paper", spec_z), ("ranktail", None)):
+                    if estimator not in estimators:
+                        continue
                     cpu0, wall0 = time.process_time(), time.perf_counter()
-                    tree = evtsync.fit_table(z, spec, seed=seed)
+                    fit = RankTailFit.from_table(z, seed=seed) if spec is None else evtsync.fit_table(z, spec, seed=seed)
                     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-                    tau = evtsync.tau_summary(tree, n=list(NS), block_sd_us=1.0, m=4, level=0.9, estimator=estimator)
+                    tau = evtsync.tau_summary(fit, n=list(NS), block_sd_us=1.0, m=4, level=0.9, estimator=estimator)
                     rows = [{"n": int(r.n), "true": truth[str(int(r.n))], "mean": r.tau_mean_us, "lo": r.tau_lo_us,
-                             "hi": r.tau_hi_us} for r in tau.itertuples()]
+                             "hi": r.tau_hi_us, "median": r.tau_median_us} for r in tau.itertuples()]
+                    attrs = ({"n_obs": int(fit.cells["n_obs"].sum()), "converged": True, "max_rhat": float("nan"),
+                              "divergences": 0} if spec is None else
+                             {"n_obs": int(fit.attrs["n_obs"]), "converged": bool(fit.attrs["converged"]),
+                              "max_rhat": float(fit.attrs["max_rhat"]), "divergences": int(fit.attrs["divergences"])})
                     out.write(json.dumps({"parent": parent, "replicate": rep, "seed": seed, "estimator": estimator,
-                                          "b_ratio": b_ratio, "iterations": args.iterations,
-                                          "n_obs": int(tree.attrs["n_obs"]), "converged": bool(tree.attrs["converged"]),
-                                          "max_rhat": float(tree.attrs["max_rhat"]),
-                                          "divergences": int(tree.attrs["divergences"]), "cpu_s": round(cpu, 2),
-                                          "wall_s": round(wall, 2), "load": os.getloadavg()[0], "rows": rows}) + "\n")
+                                          "b_ratio": b_ratio, "iterations": args.iterations, **attrs,
+                                          "cpu_s": round(time.process_time() - cpu0, 2),
+                                          "fit_cpu_s": round(cpu, 2), "wall_s": round(wall, 2),
+                                          "load": os.getloadavg()[0], "rows": rows}) + "\n")
                     out.flush()
                     print(parent, rep, estimator, [round(r["mean"] / r["true"], 3) for r in rows], flush=True)
 
@@ -97,24 +109,31 @@ def table(path: str, plot: str | None) -> None:
                 cache[key] = _regenerated_b_ratio(r["parent"], r["seed"], r.get("iterations", 40))
             r["b_ratio"] = cache[key]
     flat = pd.DataFrame([{**{k: v for k, v in r.items() if k != "rows"}, **row} for r in records for row in r["rows"]])
-    for col in ("mean", "lo", "hi"):  # in µs per (cv·mean a): the pipeline's b_us times E_k
+    if "median" not in flat:
+        flat["median"] = np.nan
+    for col in ("mean", "lo", "hi", "median"):  # in µs per (cv·mean a): the pipeline's b_us times E_k
         flat[col] = flat[col] * flat["b_ratio"]
     flat["ratio"] = flat["mean"] / flat["true"]
+    flat["median_ratio"] = flat["median"] / flat["true"]
     flat["covers"] = (flat["lo"] <= flat["true"]) & (flat["true"] <= flat["hi"])
     g = flat.groupby(["parent", "estimator", "n"])
     summary = g.agg(fits=("ratio", "size"), ratio=("ratio", "mean"), ratio_sd=("ratio", "std"),
-                    covered=("covers", "sum"), converged=("converged", "sum")).reset_index()
-    print("| parent | estimator | n | fits | mean predicted/true (± se) | 90% intervals covering | 95% binomial range |")
-    print("|---|---|---|---|---|---|---|")
+                    median_ratio=("median_ratio", "mean"), covered=("covers", "sum"),
+                    converged=("converged", "sum")).reset_index()
+    print("| parent | estimator | n | fits | mean predicted/true (± se) | sd between replicates | median/true "
+          "| 90% intervals covering | 95% binomial range |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in summary.itertuples():
         se = r.ratio_sd / np.sqrt(r.fits) if r.fits > 1 else float("nan")
         lo, hi = stats.binom.ppf([0.025, 0.975], r.fits, 0.9)
-        print(f"| {r.parent} | {r.estimator} | {r.n} | {r.fits} | {r.ratio:.3f} (± {se:.3f}) | {int(r.covered)} of "
-              f"{r.fits} | {int(lo)}–{int(hi)} |")
+        median = "–" if not np.isfinite(r.median_ratio) else f"{r.median_ratio:.3f}"
+        print(f"| {r.parent} | {r.estimator} | {r.n} | {r.fits} | {r.ratio:.3f} (± {se:.3f}) | {r.ratio_sd:.3f} | "
+              f"{median} | {int(r.covered)} of {r.fits} | {int(lo)}–{int(hi)} |")
     fits = flat.drop_duplicates(["parent", "replicate", "estimator"])
     print(f"\n{len(fits)} fits, {int(fits['converged'].sum())} converged, {int(fits['divergences'].sum())} divergences; "
-          f"CPU per fit median {fits['cpu_s'].median():.1f} s; load average {fits['load'].min():.1f}–"
-          f"{fits['load'].max():.1f}")
+          f"load average {fits['load'].min():.1f}–{fits['load'].max():.1f}")
+    for estimator, part in fits.groupby("estimator"):
+        print(f"{estimator}: CPU per fit (with its tau(n)) median {part['cpu_s'].median():.2f} s")
     if plot:
         import matplotlib
 
@@ -124,10 +143,12 @@ def table(path: str, plot: str | None) -> None:
         parents = sorted(summary["parent"].unique())
         fig, axes = plt.subplots(1, len(parents), figsize=(3.2 * len(parents), 3.2), sharey=True)
         for ax, parent in zip(np.atleast_1d(axes), parents, strict=True):
-            for estimator, marker in (("centred", "o"), ("paper", "s")):
+            for estimator, marker, color in (("centred", "o", "C0"), ("paper", "s", "C1"), ("ranktail", "^", "C2")):
                 s = summary[(summary["parent"] == parent) & (summary["estimator"] == estimator)]
+                if s.empty:
+                    continue
                 se = s["ratio_sd"] / np.sqrt(s["fits"])
-                ax.errorbar(s["n"], s["ratio"], yerr=2 * se, marker=marker, capsize=3, label=estimator)
+                ax.errorbar(s["n"], s["ratio"], yerr=2 * se, marker=marker, capsize=3, label=estimator, color=color)
             ax.axhline(1, color="grey", lw=0.8)
             ax.axhspan(0.97, 1.03, color="grey", alpha=0.15)
             ax.set(xscale="log", title=parent, xlabel="n ranks")
@@ -143,6 +164,8 @@ def main() -> None:
     parser.add_argument("--first-replicate", type=int, default=0, help="resume: start at this replicate")
     parser.add_argument("--iterations", type=int, default=40, help="profiled iterations per synthetic job")
     parser.add_argument("--parents", default=",".join(PARENTS))
+    parser.add_argument("--estimators", default="centred,paper,ranktail",
+                        help="comma list of estimators to run (ranktail alone appends to an existing file)")
     parser.add_argument("--out", default="study_estimator.jsonl")
     parser.add_argument("--table", metavar="JSONL", help="summarise a results file instead of running")
     parser.add_argument("--plot", metavar="PNG", help="with --table: the figure")

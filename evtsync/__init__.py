@@ -52,7 +52,7 @@ _LAZY = {
     "TraceSet": "evtsync.trace.traceset", "load_traces": "evtsync.trace.traceset",
     "load_spec": "evtsync.evt.spec", "fit_table": "evtsync.evt.fit", "load_fit": "evtsync.evt.bayesfit",
     "save_fit": "evtsync.evt.bayesfit", "BayesFit": "evtsync.evt.bayesfit", "compare_fits": "evtsync.evt.compare",
-    "MleCellFit": "evtsync.evt.mlefit", "mle_cell_table": "evtsync.evt.mlefit",
+    "MleCellFit": "evtsync.evt.mlefit", "RankTailFit": "evtsync.evt.ranktail", "mle_cell_table": "evtsync.evt.mlefit",
     "list_models": "evtsync.evt.catalog", "resolve_model": "evtsync.evt.catalog",
     "tau_table": "evtsync.evt.predict", "bandwidth_table": "evtsync.evt.predict",
     "predicted_vs_measured": "evtsync.evt.predict", "cell_parameter_table": "evtsync.evt.predict",

@@ -51,8 +51,18 @@ DEMO_DRAWS, DEMO_TUNE, DEMO_CHAINS = DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS
 
 #: The estimators of tau(n) (docs/methodology.md, "Predicting tau(n)") and the one used unless
 #: told otherwise; their meaning and checks live in :mod:`evtsync.evt.predict`.
-ESTIMATOR_NAMES = ("centred", "paper")
+ESTIMATOR_NAMES = ("centred", "paper", "ranktail")
 DEFAULT_ESTIMATOR = "centred"
+#: The per-rank tail estimator (``ranktail``, :mod:`evtsync.evt.ranktail`): the share of a cell's
+#: rank values above the generalized-Pareto threshold, the fewest exceedances it fits, the
+#: fewest and the most exceedances it fits (a large cell gets a higher threshold), the fewest
+#: rank values a cell needs, and the number of draws of E[max_n u] it returns.
+RANKTAIL_MODEL = "ranktail"  # the ``model`` of its rows in the prediction tables
+RANKTAIL_TAIL_SHARE = 0.10
+RANKTAIL_MIN_EXCEEDANCES = 30
+RANKTAIL_MAX_EXCEEDANCES = 5000
+RANKTAIL_MIN_VALUES = 120
+RANKTAIL_DRAWS = 1000
 
 #: Relative agreement a predicted-vs-measured row is marked within: |predicted / measured - 1| at
 #: most this (the ``within_agreement`` column of :func:`evtsync.evt.predict.predicted_vs_measured`).
@@ -68,6 +78,11 @@ DEFAULTS: dict[str, Any] = {
     "DEFAULT_DRAWS": DEFAULT_DRAWS, "DEFAULT_TUNE": DEFAULT_TUNE, "DEFAULT_CHAINS": DEFAULT_CHAINS,
     "DEMO_DRAWS": DEMO_DRAWS, "DEMO_TUNE": DEMO_TUNE, "DEMO_CHAINS": DEMO_CHAINS,
     "PVM_AGREEMENT": PVM_AGREEMENT,
+    "ESTIMATOR_NAMES": ESTIMATOR_NAMES, "DEFAULT_ESTIMATOR": DEFAULT_ESTIMATOR,
+    "RANKTAIL_MODEL": RANKTAIL_MODEL, "RANKTAIL_TAIL_SHARE": RANKTAIL_TAIL_SHARE,
+    "RANKTAIL_MIN_EXCEEDANCES": RANKTAIL_MIN_EXCEEDANCES,
+    "RANKTAIL_MAX_EXCEEDANCES": RANKTAIL_MAX_EXCEEDANCES,
+    "RANKTAIL_MIN_VALUES": RANKTAIL_MIN_VALUES, "RANKTAIL_DRAWS": RANKTAIL_DRAWS,
 }
 
 
@@ -91,7 +106,12 @@ def check_defaults(table: dict[str, Any]) -> dict[str, Any]:
         ("RANKS_PER_HOST", lambda v: isinstance(v, int) and v >= 1, "a whole number >= 1"),
         ("PVM_AGREEMENT", lambda v: 0 < v < 1, "a relative tolerance in (0, 1)"),
         *((name, lambda v: isinstance(v, int) and v >= 1, "a whole number >= 1")
-          for name in ("DEFAULT_DRAWS", "DEFAULT_TUNE", "DEFAULT_CHAINS", "DEMO_DRAWS", "DEMO_TUNE", "DEMO_CHAINS")),
+          for name in ("DEFAULT_DRAWS", "DEFAULT_TUNE", "DEFAULT_CHAINS", "DEMO_DRAWS", "DEMO_TUNE", "DEMO_CHAINS",
+                       "RANKTAIL_MIN_EXCEEDANCES", "RANKTAIL_MAX_EXCEEDANCES", "RANKTAIL_DRAWS")),
+        ("DEFAULT_ESTIMATOR", lambda v: v in table["ESTIMATOR_NAMES"], "one of ESTIMATOR_NAMES"),
+        ("RANKTAIL_TAIL_SHARE", lambda v: 0 < v < 0.5, "a share in (0, 0.5)"),
+        ("RANKTAIL_MIN_VALUES", lambda v: isinstance(v, int) and v >= 2 * table["RANKTAIL_MIN_EXCEEDANCES"],
+         "a whole number at least twice RANKTAIL_MIN_EXCEEDANCES"),
     ]
     for name, ok, expected in rules:
         if not ok(table[name]):

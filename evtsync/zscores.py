@@ -11,6 +11,8 @@ For block identity c, instance j and sample s of m ranks with block times X_{c,j
   identity's mean over every instance rather than from the sample's own mean. Its expected
   maximum over k samples is the n = k·m rank mean straggler delay in units of s_pooled, which
   is what the default estimator of tau(n) fits (docs/methodology.md, "Predicting tau(n)");
+- u = (X - a_c) / s_pooled(c) for every rank of the sample, comma-joined in rank order (column
+  ``u``): the per-rank values the ``ranktail`` estimator of tau(n) pools (:mod:`evtsync.evt.ranktail`);
 - mean_var_ratio(c) = m · var_j(Xbar) / s_pooled^2: the variance of the sample means across
   instances against what iid ranks give (1). Well above 1, the identity's mean drifts between
   instances and y, which assumes a stationary mean, overstates the spread of the maximum.
@@ -33,9 +35,11 @@ log = logging.getLogger(__name__)
 ZSCORE_COLUMNS = ["z", "gpu", "precision", "workload", "y", "block", "instance", "sample",
                   "block_mean_us", "block_sd_us", "cv", "max_us", "mean_us", "n_gemm_kernels",
                   "has_gemm", "pg", "position", "signature", "index", "ranks", "max_rank",
-                  "n_kernels", "n_samples", "dof", "mean_var_ratio", "time"]
+                  "n_kernels", "n_samples", "dof", "mean_var_ratio", "time", "u"]
 #: Columns the default (centred) estimator of tau(n) needs; tables written before it lack them.
 CENTRED_COLUMNS = ("y", "mean_var_ratio")
+#: The column of per-rank standardised values the ranktail estimator needs (older tables lack it).
+RANK_VALUES_COLUMN = "u"
 _GROUP = ["block", "instance", "pg", "sample"]
 
 
@@ -82,6 +86,9 @@ def pooled_zscores(times: pd.DataFrame, *, m: int, value: str = "busy_us") -> tu
                 signature=("signature", "first"), index=("index", "first"),
                 n_kernels=("n_kernels", "first"), n_gemm_kernels=("n_gemm_kernels", "min"))
     per["ranks"] = g["rank"].agg(lambda r: ",".join(str(int(v)) for v in r))
+    values = t["_x"].to_numpy().reshape(-1, m)  # sorted by sample then rank: one row per sample, as ``per``
+    if not np.array_equal(values.max(axis=1), per["max_us"].to_numpy()):
+        raise RuntimeError("zscores: per-rank values out of step with their samples")
     per["max_rank"] = t.loc[g["_x"].idxmax(), "rank"].to_numpy().astype(np.int64)
     per = per.reset_index()
     ident = per.groupby("block", sort=False)
@@ -89,6 +96,10 @@ def pooled_zscores(times: pd.DataFrame, *, m: int, value: str = "busy_us") -> tu
     per["dof"] = per["n_samples"] * (m - 1)
     per["block_sd_us"] = np.sqrt(ident["ss"].transform("sum") / per["dof"])
     per["block_mean_us"] = ident["mean_us"].transform("mean")  # equal sample sizes: mean of all X
+    sd = per["block_sd_us"].to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        u = (values - per["block_mean_us"].to_numpy()[:, None]) / sd[:, None]
+    per["u"] = [",".join(f"{v:.7g}" for v in row) for row in u.tolist()]
     zero = per["block_sd_us"] <= 0
     zero_sd = per[zero][["pg", "index", "sample", "block", "instance"]].assign(
         detail="all block times of the identity are equal")

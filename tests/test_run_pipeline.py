@@ -228,6 +228,26 @@ def test_predicted_delay_matches_measured_on_the_synthetic_study(tiny_run: tuple
         assert gap < 3 * se + (row.predicted_hi_us - row.predicted_lo_us), row
 
 
+def test_tau_table_carries_the_ranktail_estimator_for_cells_with_enough_ranks(
+        tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:
+    """The per-rank tail estimator is in tau.parquet beside the GEV fits (labelled), for every cell
+    whose z-scores hold at least RANKTAIL_MIN_VALUES rank values (counted here from the table)."""
+    from evtsync.defaults import RANKTAIL_MIN_VALUES
+
+    out, _, _ = tiny_run
+    z = pd.read_parquet(out / "tables" / "zscores.parquet")
+    z = z[z["has_gemm"]]
+    counts = z.groupby(["gpu", "precision"])["u"].agg(lambda s: sum(len(v.split(",")) for v in s))
+    enough = {f"{g}|{p}" for (g, p), c in counts.items() if c >= RANKTAIL_MIN_VALUES}
+    tau = pd.read_parquet(out / "tables" / "tau.parquet")
+    rt = tau[tau["estimator"] == "ranktail"]
+    assert set(rt["cell"]) == enough and (rt["model"] == "ranktail").all()
+    assert len(rt) == len(enough) * len(set(tau["n"]))
+    # the tiny study's cells are small: the draws are skewed and the mean may lie beyond the interval
+    assert (rt["tau_lo_us"] <= rt["tau_median_us"]).all() and (rt["tau_median_us"] <= rt["tau_hi_us"]).all()
+    assert not rt[["tau_lo_us", "tau_median_us", "tau_hi_us"]].isna().any().any()
+
+
 def test_cli_run_quiet_and_bad_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from evtsync.cli import main
 
@@ -327,8 +347,11 @@ def test_pipeline_tables_equal_the_api_on_the_same_fit(tiny_run: tuple[Path, dic
     ns = summary["domain_sizes"]
     tau = predict.tau_table(fit, ns, scales, m=4)
     run_tau = pd.read_parquet(out / "tables" / "tau.parquet")
-    pd.testing.assert_frame_equal(run_tau[run_tau["model"] == "gumbel"].reset_index(drop=True), tau,
-                                  check_dtype=False)
+    gumbel = run_tau[run_tau["model"] == "gumbel"].reset_index(drop=True)
+    # the run's table also holds the ranktail rows, whose own columns (its cells' sizes and notes) are empty here
+    others = [c for c in gumbel.columns if c not in tau.columns]
+    assert set(others) <= {"n_values", "n_exceedances", "ranktail_note"} and gumbel[others].isna().all().all()
+    pd.testing.assert_frame_equal(gumbel[list(tau.columns)], tau, check_dtype=False)
     bstar = predict.bandwidth_table(fit, ["full", "ring", "torus3d"], ns, summary["alpha_us"], summary["bytes"],
                                     scales, summary["eps"], 4)
     pd.testing.assert_frame_equal(pd.read_parquet(out / "tables" / "bstar.parquet"), bstar, check_dtype=False)

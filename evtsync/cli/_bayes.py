@@ -172,15 +172,40 @@ def _write_outputs(args: argparse.Namespace, table: pd.DataFrame, figure: Any) -
         save_figure(figure(table), args.plot)
 
 
+def load_prediction_fit(path: str, estimator: str) -> Any:
+    """The fit a prediction command uses: a Bayesian fit folder (or its fit.nc), or, for
+    ``--estimator ranktail``, the per-rank tail fit of a z-score table (``.parquet``/``.csv`` written
+    by ``evtsync blocks``, or a run folder holding ``tables/zscores.parquet``)."""
+    from evtsync.evt.bayesfit import BayesFit
+
+    if estimator != "ranktail":
+        return BayesFit.load(path)
+    from pathlib import Path
+
+    from evtsync.evt.ranktail import RankTailFit
+    from evtsync.tableio import read_table
+
+    source = Path(path)
+    if source.is_dir():
+        source = source / "tables" / "zscores.parquet"
+    if not source.is_file() or source.suffix not in (".parquet", ".csv"):
+        raise InputError(f"{path}: --estimator ranktail takes the z-score table (.parquet/.csv written by "
+                         "`evtsync blocks`, or a run folder with tables/zscores.parquet), not a fit")
+    return RankTailFit.from_table(read_table(source), source=str(source))
+
+
 def _close(fit: Any, args: argparse.Namespace) -> int:
     """The convergence note and the figure's path after the text output; the exit status."""
-    _print_note(fit.tree)
+    if getattr(fit, "tree", None) is not None:
+        _print_note(fit.tree)
     if getattr(args, "plot", None):
         print(f"plot: {args.plot}")
     return 0 if fit.converged else 1
 
 
 def _interval_name(fit: Any) -> str:
+    if hasattr(fit, "expected_max"):
+        return "posterior (GPD grid posterior and Bayesian bootstrap)"
     return "credible" if fit.kind == "bayes" else "confidence"
 
 
@@ -194,7 +219,6 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
     """
     from evtsync.cli._common import parse_topologies
     from evtsync.cli._whatif import alpha_setup, hardware, parse_float_list
-    from evtsync.evt.bayesfit import BayesFit
     from evtsync.evt.predict import (
         FIXED_ALPHA_NOTE,
         FIXED_B_NOTE,
@@ -203,7 +227,7 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
         flops_scaling_table,
     )
 
-    fit = BayesFit.load(args.fit)
+    fit = load_prediction_fit(args.fit, args.estimator)
     topologies = parse_topologies(args.topology)
     hw = hardware(args)
     if not hw["sizes"]:
@@ -218,7 +242,8 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
         raise InputError("--fit takes the tax from the posterior; do not also give --tau-us")
     block_sd = _block_sd(args)
     level = level_of(args)
-    n_draws = int(np.prod(fit.cell_draws()[0].shape[:1]))
+    n_draws = (int(fit.expected_max([args.m], [0]).shape[0]) if hasattr(fit, "expected_max")
+               else int(np.prod(fit.cell_draws()[0].shape[:1])))
     alpha, alpha_draws, alpha_notes = alpha_setup(args, topologies, n_draws if args.alpha_from else None)
     common = {"alpha_draws_us": alpha_draws, "gpu": hw["gpu"], "precision": getattr(args, "precision", None),
               "seed": getattr(args, "seed", 0), "estimator": args.estimator}
@@ -285,7 +310,7 @@ def _row_labels(row: pd.Series) -> str:
 def _print_prediction_notes(table: pd.DataFrame) -> None:
     """The notes a prediction table carries (population-level rows, prior-dominated widths, a pooled fit)."""
     for note in (table.attrs.get("population_note"), table.attrs.get("prior_dominated_note"),
-                 table.attrs.get("pooled_note")):
+                 table.attrs.get("pooled_note"), table.attrs.get("ranktail_note")):
         if note:
             print(f"NOTE: {note}")
 
@@ -302,11 +327,10 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     ``--flops-factor F`` divides b (and so tau) by F for a GPU F times faster (methodology §8).
     """
     from evtsync.cli._whatif import hardware
-    from evtsync.evt.bayesfit import BayesFit
     from evtsync.evt.predict import FIXED_B_NOTE, domain_multiple, tau_table
     from evtsync.plots.predictions import tau_curves
 
-    fit = BayesFit.load(args.fit)
+    fit = load_prediction_fit(args.fit, args.estimator)
     if getattr(args, "straggler", None):
         return _straggler(args, fit)
     hw = hardware(args)

@@ -328,13 +328,14 @@ class ListOption(argparse.Action):
                     raise argparse.ArgumentError(self, f"{part!r}: {exc}") from None
         setattr(namespace, self.dest, items)
 def add_estimator_argument(parser: argparse.ArgumentParser) -> None:
-    """``--estimator centred|paper``: which estimator of tau(n) (:data:`evtsync.evt.predict.ESTIMATORS`)."""
+    """``--estimator centred|paper|ranktail``: which estimator of tau(n) (:data:`evtsync.evt.predict.ESTIMATORS`)."""
     from evtsync.defaults import DEFAULT_ESTIMATOR, ESTIMATOR_NAMES
 
     parser.add_argument("--estimator", choices=list(ESTIMATOR_NAMES), default=DEFAULT_ESTIMATOR,
                         help="estimator of tau(n): centred (default; calibrated for n > m, needs a fit of the "
-                             "z-score table's column y) or paper (the paper's b·E_(n/m) of z: biased low at n > m, "
-                             "needs a fit of column z)")
+                             "z-score table's column y), paper (the paper's b·E_(n/m) of z: biased low at n > m, "
+                             "needs a fit of column z) or ranktail (every rank's value with a generalized Pareto "
+                             "tail: give the z-score table or a run folder in place of the fit)")
 @contextlib.contextmanager
 def private_tempdir() -> Iterator[Path]:
     """Send every temporary file of this process and of the processes it starts into a private

@@ -130,6 +130,9 @@ def run_bandwidth(args: argparse.Namespace) -> int:
     """Handler of ``evtsync bandwidth``."""
     if args.fit is not None:
         return _bayesian(args)
+    if args.estimator == "ranktail" and args.tau_us is None:  # GEV parameters cannot give it
+        raise InputError("--estimator ranktail predicts from every rank's value: give --fit ZSCORES (the z-score "
+                         "table written by `evtsync blocks`, or a run folder)")
     from evtsync.evt.predict import (
         SCALING_DEFINITION,
         bandwidth_table,

@@ -14,7 +14,10 @@ What tau(n) estimates depends on the statistic the GEV was fitted to (:data:`EST
 docs/methodology.md "Predicting tau(n)"): a fit of the centred maxima ``y = (M - block mean)/s``
 gives the mean straggler delay of n ranks, calibrated for n = m … 4096 (``centred``, the
 default); a fit of the paper's ``z = (M - sample mean)/s`` gives the paper's estimate, exact at
-n = m and biased low beyond (``paper``). Every table checks the fit's column against its
+n = m and biased low beyond (``paper``); the per-rank tail fit of every rank's value
+(:class:`evtsync.evt.ranktail.RankTailFit`, ``ranktail``) gives b·E[max_n u] itself through its
+``expected_max`` (the seam: GEV fits give parameter draws, it gives draws of the expected maximum).
+Every table checks the fit's column against its
 ``estimator`` argument (:func:`check_estimator`) and names the estimator in a column.
 
 Shapes: every function broadcasts with NumPy's rules. Posterior draws are passed as arrays of
@@ -62,6 +65,7 @@ from evtsync.defaults import (
     DEFAULT_M,
     ESTIMATOR_NAMES,
     INTERVAL_LEVEL,
+    POPULATION_MODEL,
     PVM_AGREEMENT,
     check_level,
 )
@@ -107,13 +111,17 @@ __all__ = [
 
 
 #: The estimators of tau(n) (docs/methodology.md, "Predicting tau(n)"): name -> (the column of the
-#: z-score table the fit must be of, what the estimate is). Both compute b·E_k of the fitted GEV;
-#: they differ in what the GEV was fitted to.
+#: z-score table the fit must be of, what the estimate is). centred and paper compute b·E_k of the
+#: fitted GEV and differ in what it was fitted to; ranktail models every rank's value u
+#: (:class:`evtsync.evt.ranktail.RankTailFit`, built from the z-score table, not a GEV fit).
 ESTIMATORS: dict[str, tuple[str, str]] = {
     "centred": ("y", "calibrated: b·E_(n/m) of the centred maximum y = (M - block mean)/s, the mean straggler "
                      "delay of n ranks (docs/methodology.md)"),
     "paper": ("z", "the paper's b·E_(n/m) of z = (M - sample mean)/s: exact at n = m, biased low at n > m "
-                   "(9-18% at n = 8-512 for normal, Gumbel and lognormal ranks; docs/methodology.md)"),
+                   "(8-18% low at n = 8-512 for normal, Gumbel and lognormal ranks, 8-21% for Student-t5: the study "
+                   "in docs/bayesian.md)"),
+    "ranktail": ("u", "b·E[max_n u] of every rank's standardised value u = (X - block mean)/s: empirical body and "
+                      "generalized Pareto tail (evtsync.evt.ranktail; docs/methodology.md)"),
 }
 if tuple(ESTIMATORS) != ESTIMATOR_NAMES:  # the CLI's choices come from evtsync.defaults
     raise RuntimeError(f"evtsync.defaults.ESTIMATOR_NAMES {ESTIMATOR_NAMES} != {tuple(ESTIMATORS)}")
@@ -150,10 +158,11 @@ def estimator_of(fit: Any) -> str | None:
 def check_estimator(fit: Any, estimator: str = DEFAULT_ESTIMATOR) -> str:
     """The estimator's name after checking that ``fit`` was made of the column it needs.
 
-    ``centred`` needs a fit of ``y``, ``paper`` a fit of ``z``; any other pairing is an
-    ``InputError`` that says what to do (a fit of ``z`` answered as if calibrated would be
-    biased low by 10-20% at n > m without a word). A fit that records no column is taken as
-    the estimator asked for (logged).
+    ``centred`` needs a fit of ``y``, ``paper`` a fit of ``z``, ``ranktail`` the per-rank tail
+    fit of ``u`` (:class:`evtsync.evt.ranktail.RankTailFit`, built from the z-score table); any
+    other pairing is an ``InputError`` that says what to do (a fit of ``z`` answered as if
+    calibrated would be biased low by 10-20% at n > m without a word). A fit that records no
+    column is taken as the estimator asked for (logged).
     """
     if estimator not in ESTIMATORS:
         raise InputError(f"estimator {estimator!r}: expected one of {', '.join(ESTIMATORS)}")
@@ -165,6 +174,13 @@ def check_estimator(fit: Any, estimator: str = DEFAULT_ESTIMATOR) -> str:
         return estimator
     if column == needs:
         return estimator
+    if estimator == "ranktail" or column == "u":
+        raise InputError(
+            f"fit {name} is of column {column!r}, which does not give the {estimator!r} estimator: "
+            + ("the ranktail estimator is fitted to the z-score table's per-rank values "
+               "(evtsync.evt.ranktail.RankTailFit.from_table; on the command line `evtsync predict ZSCORES.parquet "
+               "--estimator ranktail`)"
+               if estimator == "ranktail" else "ask for --estimator ranktail, or give a GEV fit of y (centred) or z (paper)"))
     if column in ("y", "z"):
         other = "paper" if column == "z" else "centred"
         raise InputError(
@@ -286,6 +302,8 @@ def summarise(draws: ArrayLike, level: float = INTERVAL_LEVEL, axis: int = 0) ->
         mean = np.nanmean(np.where(finite, x, np.nan), axis=axis)
         lo, median, hi = np.nanquantile(x, [(1 - level) / 2, 0.5, (1 + level) / 2], axis=axis)
     share = np.mean(np.isinf(x), axis=axis)
+    # a quantile between two infinite draws interpolates inf - inf = NaN: it is infinite (the policy)
+    lo, median, hi = (np.where(np.isnan(q) & (share > 0), np.inf, q) for q in (lo, median, hi))
     return {"mean": mean, "lo": lo, "median": median, "hi": hi, "share_infinite": share}
 
 
@@ -367,8 +385,18 @@ _NOTED_FITS: set[str] = set()
 
 
 def _tau_from(params: tuple[NDArray[np.float64], ...], b: NDArray[np.float64], n: Sequence[int],
-              m: int) -> NDArray[np.float64]:
-    """tau draws (sample, row, n) from parameter draws (sample, row) and block sds ``b`` (row,)."""
+              m: int, fit: Any = None) -> NDArray[np.float64]:
+    """tau draws (sample, row, n) from parameter draws (sample, row) and block sds ``b`` (row,).
+
+    A fit with ``expected_max`` (the ranktail estimator) gives draws of E[max_n u] per cell
+    itself: ``params`` is then its cell index per row, and tau = b·E[max_n u]."""
+    if fit is not None and hasattr(fit, "expected_max"):
+        domain_multiple(n, m)
+        index = [int(i) for i in params[0]]
+        draws = np.asarray(fit.expected_max(list(n), index), dtype=float)
+        if np.any(b < 0):
+            raise InputError("block standard deviation b must be >= 0 µs")
+        return draws * b[None, :, None]
     mu, sigma, xi = params
     return predicted_tax_curve_us(b[None, :], mu, sigma, xi, list(n), m)
 
@@ -425,7 +453,7 @@ def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: 
     rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
     records = []
     if len(rows):
-        tau = _tau_from(params, rows["b_us"].to_numpy(float), n, m)
+        tau = _tau_from(params, rows["b_us"].to_numpy(float), n, m, fit)
         s = summarise(tau, level)
         for i, row in enumerate(rows.to_dict(orient="records")):
             for j, nn in enumerate(n):
@@ -490,7 +518,7 @@ def _fit_tax(fit: Any, n: Sequence[int], m: int, block_sd_us: float | pd.DataFra
     estimator = check_estimator(fit, estimator)
     domain_multiple(n, m)
     rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
-    tau_ref = _tau_from(params, rows["b_us"].to_numpy(float), n, m) if len(rows) else None
+    tau_ref = _tau_from(params, rows["b_us"].to_numpy(float), n, m, fit) if len(rows) else None
     return fit, estimator, rows, tau_ref, skipped
 
 
@@ -985,10 +1013,15 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, 
     unmatched = [tuple(r) not in matched for r in agg[keys].to_numpy().tolist()]
     skipped["no matching cell"] = int(agg.loc[unmatched, "n_collectives"].sum())  # rows, as the other reasons
     records = []
-    mu, sigma, xi = fit.cell_draws()
+    ranktail = hasattr(fit, "expected_max")
+    draws = None if ranktail else fit.cell_draws()
     for row, c in zip(rows.to_dict(orient="records"), index, strict=True):
         n = int(row["n_ranks"])
-        pred = predicted_tax_us(row["b_us"], mu[:, c], sigma[:, c], xi[:, c], n, m)
+        if draws is None:
+            pred = _tau_from((np.asarray([c], dtype=float),), np.asarray([row["b_us"]], dtype=float), [n], m, fit)[:, 0, 0]
+        else:
+            mu, sigma, xi = draws
+            pred = predicted_tax_us(row["b_us"], mu[:, c], sigma[:, c], xi[:, c], n, m)
         ps = summarise(pred, level)
         k = int(row["n_collectives"])
         se = row["sd"] / np.sqrt(k) if k > 1 else float("nan")
@@ -1158,6 +1191,8 @@ def _target_rows(fit: Any, block_sd_us: float | pd.DataFrame, gpu: str | None, p
     Without ``gpu``/``precision`` the fit's own cells (or the table's rows that match one); with
     them, the asked cells, each observed or drawn from the population (:func:`population_draws`).
     """
+    if hasattr(fit, "expected_max"):  # the ranktail estimator: per-cell draws of E[max_n u], no population
+        return _rank_tail_rows(fit, block_sd_us, gpu, precision, need_b)
     if gpu is None and precision is None:
         rows, index, skipped = _rows_for(fit, block_sd_us, need_b)
         mu, sigma, xi = fit.cell_draws()
@@ -1198,6 +1233,27 @@ def _target_rows(fit: Any, block_sd_us: float | pd.DataFrame, gpu: str | None, p
     return pd.DataFrame(records), tuple(np.stack(d, axis=1) for d in zip(*draws, strict=True)), skipped
 
 
+def _rank_tail_rows(fit: Any, block_sd_us: float | pd.DataFrame, gpu: str | None, precision: str | None,
+                    need_b: bool) -> tuple[pd.DataFrame, tuple[NDArray[np.float64], ...], dict[str, int]]:
+    """:func:`_target_rows` for a fit with ``expected_max`` (ranktail): the rows and, in place of
+    parameter draws, a 1-tuple of the fit's cell indices (row,); measured cells only."""
+    rows, index, skipped = _rows_for(fit, block_sd_us, need_b)
+    if gpu is not None or precision is not None:
+        keep = np.ones(len(rows), dtype=bool)
+        for g, v in (("gpu", gpu), ("precision", precision)):
+            if v is not None and g in rows:
+                keep &= rows[g].astype(str).to_numpy() == str(v)
+        if not keep.any():
+            raise InputError(f"the ranktail estimator predicts only measured cells ({', '.join(map(str, fit.cells['cell']))}); "
+                             f"gpu={gpu} precision={precision} was not measured: a hardware level without traces needs the "
+                             "hierarchical GEV's population (--estimator centred with a fit of models/"
+                             f"{POPULATION_MODEL}.toml), labelled population-level")
+        rows = rows[keep].reset_index(drop=True)
+        index = [i for i, k in zip(index, keep, strict=True) if k]
+    rows = rows.assign(prediction_kind="cell") if len(rows) else rows
+    return rows, (np.asarray(index, dtype=float),), skipped
+
+
 #: What a row whose width the prior sets is (issue 29, item 6).
 PRIOR_DOMINATED_NOTE = ("prior-dominated: a spread this population-level prediction draws on is set by its prior, not "
                         "by the data (its posterior interval is at least half the prior's: "
@@ -1231,7 +1287,15 @@ def _prior_dominated_spreads(fit: Any, out: pd.DataFrame) -> list[str]:
 
 def _kind_attrs(out: pd.DataFrame, fit: Any = None) -> pd.DataFrame:
     """Say in the table's attrs (and the log) when some rows are population-level or pooled, and
-    which population-level rows have a prior-dominated width (column ``prior_dominated``)."""
+    which population-level rows have a prior-dominated width (column ``prior_dominated``); rows of
+    the ranktail estimator carry their cell's size and notes (``n_values``, ``n_exceedances``,
+    ``ranktail_note``: a small cell, whose interval is wide)."""
+    if fit is not None and len(out) and hasattr(fit, "cell_info") and "cell" in out:
+        info = fit.cell_info().set_index("cell")
+        for column, source in (("n_values", "n_values"), ("n_exceedances", "n_exceedances"), ("ranktail_note", "note")):
+            out[column] = out["cell"].astype(str).map(info[source])
+        if (out["ranktail_note"] != "").any():
+            out.attrs["ranktail_note"] = "; ".join(sorted(set(out["ranktail_note"]) - {""}))
     if fit is not None and len(out):
         spreads = _prior_dominated_spreads(fit, out)
         out["prior_dominated_spreads"] = spreads

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.defaults import INTERVAL_LEVEL, RUN_TOPOLOGIES
+from evtsync.defaults import DEFAULT_SEED, INTERVAL_LEVEL, RUN_TOPOLOGIES
 from evtsync.errors import InputError
 from evtsync.evt.mlefit import MIN_Z_MLE
 from evtsync.pipeline.engine import NotApplicable, Run, Stage, Unavailable
@@ -543,6 +543,9 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
     paper = _paper_tau(run, ns, scales)
     if paper is not None:
         tau.append(paper)
+    ranktail = _ranktail_tau(run, ns, scales)
+    if ranktail is not None:
+        tau.append(ranktail)
     tau_all = pd.concat(tau, ignore_index=True)
     if tau_all.empty:
         raise NotApplicable("no fit covers the GPU × precision cells of the z-scores")
@@ -582,6 +585,22 @@ def _paper_tau(run: Run, ns: Any, scales: pd.DataFrame) -> pd.DataFrame | None:
     if predict.estimator_of(fit) not in (None, "paper"):
         return None
     return predict.tau_table(fit, ns, scales, run.options.m, LEVEL, estimator="paper")
+
+
+def _ranktail_tau(run: Run, ns: Any, scales: pd.DataFrame) -> pd.DataFrame | None:
+    """The per-rank tail estimator beside the GEV fits, labelled (``estimator`` = "ranktail", model
+    "ranktail"): b·E[max_n u] from every rank's value of the z-score table (evtsync.evt.ranktail);
+    None when no cell has enough rank values (logged)."""
+    from evtsync.evt import predict
+    from evtsync.evt.ranktail import RankTailFit
+
+    z = run.table(f"{TABLES}/zscores.parquet")
+    try:
+        fit = RankTailFit.from_table(z, seed=DEFAULT_SEED, source="tables/zscores.parquet")
+    except InputError as exc:
+        log.info("no ranktail rows in tau.parquet: %s", exc)
+        return None
+    return predict.tau_table(fit, ns, scales, run.options.m, LEVEL, estimator="ranktail")
 
 
 def _stage_predicted_vs_measured(run: Run) -> dict[str, Any]:

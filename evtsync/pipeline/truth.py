@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from evtsync.defaults import PAPER_MODEL
+from evtsync.defaults import PAPER_MODEL, RANKTAIL_MODEL
 
 
 def read_truths(run_dir: Path, manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -98,7 +98,7 @@ TRUTH_NS = (512, 4096)
 def truth_delay_table(truths: dict[str, dict[str, Any]], tau: pd.DataFrame | None, model: str | None) -> pd.DataFrame:
     """Simulated ranks (a truth with a ``parent``): the true mean straggler delay E[max_n X − mean_n X]
     in units of the block sd b against tau(n)/b of the main model ``model`` and of the paper's
-    estimator (:data:`PAPER_MODEL`), at n = m, the workload's TP group size and :data:`TRUTH_NS`.
+    estimator (:data:`PAPER_MODEL`) and of the per-rank tail estimator (:data:`RANKTAIL_MODEL`), at n = m, the workload's TP group size and :data:`TRUTH_NS`.
 
     One row per workload × n × model (``estimator`` as the tau table names it), with
     ``ratio_mean``/``ratio_lo``/``ratio_hi`` = tau/b over the truth and ``covers`` (is the truth
@@ -119,7 +119,7 @@ def truth_delay_table(truths: dict[str, dict[str, Any]], tau: pd.DataFrame | Non
                 continue
             base = {"workload": workload, "gpu": gpu, "precision": precision, "parent": str(parent["name"]),
                     "n": n, "m": m, "measured_here": n == group, "true_delay_sd": float(true)}
-            for name in (model, PAPER_MODEL):
+            for name in (model, PAPER_MODEL, RANKTAIL_MODEL):
                 if tau is None or name is None or not len(tau):
                     continue
                 x = tau[(tau["model"] == name) & (tau["gpu"].astype(str) == gpu)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from evtsync.defaults import PAPER_MODEL
+from evtsync.defaults import PAPER_MODEL, RANKTAIL_MODEL
 from evtsync.evt.predict import ESTIMATORS
 from evtsync.plots import predictions as pred_figs
 from evtsync.report.context import PCT, ReportContext, label_columns
@@ -39,7 +39,7 @@ def build(ctx: ReportContext) -> list[Section]:
                                          f"cell's block identities, held at its estimate. Lines: posterior mean; bands: {PCT} credible "
                                          f"intervals. Left: {main} (the model used for predictions); right: the Gumbel "
                                          f"lower bound where fitted.")]
-    shown_models = models + ([PAPER_MODEL] if PAPER_MODEL in set(tau["model"]) else [])
+    shown_models = models + [m for m in (PAPER_MODEL, RANKTAIL_MODEL) if m in set(tau["model"])]
     t = tau[tau["model"].isin(shown_models) & tau["n"].isin(TABLE_NS)]
     if "estimator" not in t:  # a run folder from before the estimators were named
         t = t.assign(estimator="")
@@ -53,7 +53,9 @@ def build(ctx: ReportContext) -> list[Section]:
                                            "for the Bayesian fits). Estimator \"centred\" (the default): "
                                            f"{ESTIMATORS['centred'][1]}. Estimator \"paper\" (model {PAPER_MODEL}, "
                                            "the GEV MLE per cell, approximate confidence interval), shown for "
-                                           f"comparison: {ESTIMATORS['paper'][1]}."))
+                                           f"comparison: {ESTIMATORS['paper'][1]}. Estimator \"ranktail\" (model "
+                                           f"{RANKTAIL_MODEL}, Bayesian bootstrap and grid posterior), shown for "
+                                           f"comparison: {ESTIMATORS['ranktail'][1]}."))
     sections = [Section("Predicted tax tau(n)", items, anchor="tau")]
     if bstar is not None and len(bstar):
         bstar, held_fixed = _held_fixed(bstar)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from evtsync.defaults import PAPER_MODEL
+from evtsync.defaults import PAPER_MODEL, RANKTAIL_MODEL
 from evtsync.report.context import PCT, ReportContext
 from evtsync.report.markdown import Section, Skipped, Table, fmt_ci
 
@@ -46,7 +46,7 @@ def _delay_table(delay: pd.DataFrame) -> Table:
     shown = pd.DataFrame({"measured here": rows["measured_here"].map(lambda v: "yes" if v else ""),
                           "true delay / b": rows["true_delay_sd"].round(4)})
     flagged = pd.Series(False, index=shown.index)
-    others = delay.loc[delay["model"] != PAPER_MODEL, "model"]
+    others = delay.loc[~delay["model"].isin([PAPER_MODEL, RANKTAIL_MODEL]), "model"]
     main = str(others.iloc[0]) if len(others) else None
     for (model, estimator), d in delay.groupby(["model", "estimator"], sort=False):
         d = d.set_index(keys)
@@ -61,7 +61,8 @@ def _delay_table(delay: pd.DataFrame) -> Table:
     return Table(shown, f"The true mean straggler delay E[max_n X − mean_n X] in units of the block sd b against "
                         f"tau(n)/b of the main model {main or '(none)'} (the calibrated centred estimator, {PCT} "
                         f"credible interval) and of the paper's estimator (mle-gev: GEV MLE of z, {PCT} approximate "
-                        "confidence interval; biased low beyond n = m), at n = m, at the workload's TP group size "
+                        "confidence interval; biased low beyond n = m) and, where given, of the per-rank tail "
+                        "estimator (ranktail: every rank's value, generalized Pareto tail), at n = m, at the workload's TP group size "
                         "(\"measured here\": its collectives measure the delay directly, see predicted vs measured) "
                         "and extrapolated to 512 and 4096 ranks; \"covers\" says whether the interval contains the "
                         f"truth (at the {PCT} level about one in ten may miss by chance); an empty cell: that model "

@@ -1,0 +1,346 @@
+"""The per-rank tail estimator of tau(n), ``ranktail`` (docs/methodology.md, "Predicting tau(n)", §5, §7).
+
+The mean straggler delay of n ranks is D(n) = E[max_n X] − a = b·E[max_n u], u = (X − a)/b a
+rank's standardised time (methodology §7). The centred estimator models only the maximum of each
+sample of m ranks and extrapolates its GEV by k = n/m; this one uses **every rank's value**:
+
+- per block identity c, u = (X − a_c)/s_c for all m ranks of every sample (the z-score table's
+  column ``u``, written by ``evtsync blocks`` and the pipeline's zscores stage, §5), pooled per
+  cell (GPU × precision): N values;
+- their distribution F̂ = the empirical distribution below a threshold t (the
+  (1 − :data:`~evtsync.defaults.RANKTAIL_TAIL_SHARE`) quantile, at least
+  :data:`~evtsync.defaults.RANKTAIL_MIN_EXCEEDANCES` and at most
+  :data:`~evtsync.defaults.RANKTAIL_MAX_EXCEEDANCES` values above it) and a generalized Pareto
+  tail above it: F̂(x) = W_t + (1 − W_t)(1 − G(x − t)), G the GPD survival function with scale
+  sigma and shape xi (xi > 0 heavy, 0 exponential, < 0 bounded);
+- E[max_n u] = ∫ x dF̂(x)^n: the body's atoms exactly, the tail by quadrature in w = −log G:
+  t(1 − W_t^n) + sigma ∫_0^∞ (1 − (1 − (1 − W_t) e^{−w})^n) e^{xi·w} dw (finite for xi < 1;
+  infinite draws otherwise, as everywhere in :mod:`evtsync.evt.predict`).
+
+Uncertainty, without MCMC: the GPD's (log sigma, xi) posterior on a grid (flat priors on
+log sigma and on xi ∈ [−0.5, 1.2]) from the exceedances, and a Bayesian bootstrap (Dirichlet(1, …, 1)
+weights) of all N values for the body and the exceedance rate 1 − W_t; each draw pairs one of
+each. b is held at its estimate, as for the other estimators (its sampling error cancels to
+first order: u is standardised by the same s_c).
+
+What it cannot do: predict a GPU or precision that was not measured (it has no population; the
+hierarchical GEV fits do, labelled population-level), or a cell with fewer than
+:data:`~evtsync.defaults.RANKTAIL_MIN_VALUES` rank values (refused, named). Beyond n ≈ N the
+answer rests on the GPD's extrapolation.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from evtsync.defaults import (
+    RANKTAIL_DRAWS,
+    RANKTAIL_MAX_EXCEEDANCES,
+    RANKTAIL_MIN_EXCEEDANCES,
+    RANKTAIL_MIN_VALUES,
+    RANKTAIL_MODEL,
+    RANKTAIL_TAIL_SHARE,
+)
+from evtsync.errors import InputError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RANK_COLUMN", "RankTail", "RankTailFit", "expected_max_draws", "fit_rank_tail", "rank_values"]
+
+#: The z-score table's column of per-rank standardised values u = (X − a_c)/s_c, comma-joined per sample.
+RANK_COLUMN = "u"
+#: The shape grid of the GPD posterior (flat prior on it).
+_XI_GRID = np.linspace(-0.5, 1.2, 171)
+#: Points of the tail quadrature in w = −log G.
+_W_POINTS = 2001
+#: At most this many atoms of the body in the Bayesian bootstrap (adjacent sorted values binned).
+_MAX_ATOMS = 4000
+_GROUPS = ("gpu", "precision")
+
+
+def rank_values(table: pd.DataFrame, source: str = "z-score table") -> NDArray[np.float64]:
+    """All per-rank values u of a z-score table (or of a selection of its rows), as one array.
+
+    ``InputError`` when the table lacks the column :data:`RANK_COLUMN` (a table written by
+    ``evtsync blocks`` before the ranktail estimator existed: rerun ``evtsync blocks``, or the run's
+    zscores stage with ``--force``) or holds a value that is not a finite number.
+    """
+    if RANK_COLUMN not in table.columns:
+        raise InputError(f"{source}: no per-rank column {RANK_COLUMN!r}, which the ranktail estimator of tau(n) needs "
+                         "(the table was written before it existed): rerun `evtsync blocks` (or `evtsync run --force`) "
+                         "to rewrite it, or ask for --estimator centred")
+    text = table[RANK_COLUMN].astype(str)
+    if text.empty:
+        return np.zeros(0)
+    try:
+        values = np.array(",".join(text).split(","), dtype=float)
+    except ValueError as exc:
+        raise InputError(f"{source}: column {RANK_COLUMN!r} holds a value that is not a number ({exc})") from None
+    if not np.isfinite(values).all():
+        raise InputError(f"{source}: column {RANK_COLUMN!r} holds {int((~np.isfinite(values)).sum())} non-finite value(s)")
+    return values
+
+
+@dataclass(frozen=True)
+class RankTail:
+    """The fitted tail of one cell: sorted values, threshold and GPD posterior draws."""
+
+    values: NDArray[np.float64]  # sorted, all N
+    threshold: float
+    n_exceedances: int
+    log_sigma: NDArray[np.float64]  # (draws,)
+    xi: NDArray[np.float64]  # (draws,)
+    weights_seed: int = 0
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def n_values(self) -> int:
+        """N, the cell's rank values."""
+        return int(self.values.size)
+
+
+def _gpd_grid_posterior(exc: NDArray[np.float64], draws: int, rng: np.random.Generator
+                        ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """(log sigma, xi) draws from the grid posterior of a GPD fitted to exceedances ``exc`` (> 0)."""
+    k = exc.size
+    centre = math.log(float(exc.mean()))
+    log_sigma = np.linspace(centre - 3.0, centre + 2.0, 251)
+    sigma = np.exp(log_sigma)
+    top = float(exc.max())
+    ll = np.full((log_sigma.size, _XI_GRID.size), -np.inf)
+    for j, xi in enumerate(_XI_GRID):  # one shape at a time: memory (251 × k), not (251 × 171 × k)
+        if abs(xi) < 1e-9:
+            ll[:, j] = -k * log_sigma - exc.sum() / sigma
+            continue
+        inside = 1.0 + xi * top / sigma > 0 if xi < 0 else np.ones(sigma.size, dtype=bool)
+        if not inside.any():
+            continue
+        z = 1.0 + xi * exc[None, :] / sigma[inside, None]
+        ll[inside, j] = -k * log_sigma[inside] - (1.0 + 1.0 / xi) * np.log(z).sum(axis=1)
+    post = np.exp(ll - ll.max())
+    post /= post.sum()
+    pick = rng.choice(post.size, size=draws, p=post.ravel())
+    row, col = np.unravel_index(pick, post.shape)
+    ds, dx = log_sigma[1] - log_sigma[0], _XI_GRID[1] - _XI_GRID[0]
+    return (log_sigma[row] + (rng.random(draws) - 0.5) * ds, _XI_GRID[col] + (rng.random(draws) - 0.5) * dx)
+
+
+def fit_rank_tail(values: NDArray[np.float64], *, draws: int = RANKTAIL_DRAWS, seed: int = 0,
+                  tail_share: float = RANKTAIL_TAIL_SHARE, min_exceedances: int = RANKTAIL_MIN_EXCEEDANCES,
+                  min_values: int = RANKTAIL_MIN_VALUES, max_exceedances: int = RANKTAIL_MAX_EXCEEDANCES,
+                  label: str = "cell") -> RankTail:
+    """The semi-parametric fit of one cell's rank values ``values`` (standardised u).
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        The cell's per-rank standardised values u (any order).
+    draws : int, default RANKTAIL_DRAWS
+        Posterior draws of the GPD parameters (and Bayesian-bootstrap weights at prediction).
+    seed : int, default 0
+        Seed of the draws.
+    tail_share : float, default RANKTAIL_TAIL_SHARE
+        Share of the values above the threshold.
+    min_exceedances : int, default RANKTAIL_MIN_EXCEEDANCES
+        The fewest values above the threshold (the threshold is lowered to reach it).
+    min_values : int, default RANKTAIL_MIN_VALUES
+        The fewest values a cell needs; fewer is an ``InputError`` naming ``label``.
+    max_exceedances : int, default RANKTAIL_MAX_EXCEEDANCES
+        The most values above the threshold (a large cell gets a higher threshold: less
+        bias from the GPD approximation, and bounded cost).
+    label : str, default "cell"
+        The cell's name in messages.
+
+    Returns
+    -------
+    RankTail
+        Sorted values, the threshold, the number of exceedances and the GPD draws.
+
+    Raises
+    ------
+    InputError
+        Too few values, or values that are not finite.
+    """
+    u = np.sort(np.asarray(values, dtype=float).ravel())
+    if not np.isfinite(u).all():
+        raise InputError(f"ranktail: {label}: rank values must be finite")
+    if u.size < min_values:
+        raise InputError(f"ranktail: {label} has {u.size} rank value(s); the per-rank tail estimator needs at least "
+                         f"{min_values} ({min_values // 4} samples of 4 ranks); use --estimator centred for this cell")
+    k = min(max(min_exceedances, int(math.ceil(tail_share * u.size))), max_exceedances)
+    threshold = float(u[u.size - k - 1])
+    exc = u[u > threshold] - threshold
+    if exc.size < min_exceedances // 2 or float(exc.max()) <= 0:
+        raise InputError(f"ranktail: {label}: only {exc.size} distinct value(s) above the threshold {threshold:.4g}; "
+                         "the tail cannot be fitted")
+    rng = np.random.default_rng(seed)
+    log_sigma, xi = _gpd_grid_posterior(exc, draws, rng)
+    notes = []
+    if u.size < 10 * min_values:
+        notes.append(f"small cell: {u.size} rank values, {exc.size} above the threshold; the interval is wide")
+    return RankTail(values=u, threshold=threshold, n_exceedances=int(exc.size), log_sigma=log_sigma, xi=xi,
+                    weights_seed=seed + 1, notes=tuple(notes))
+
+
+def expected_max_draws(tail: RankTail, n: Sequence[int], *, chunk: int = 200) -> NDArray[np.float64]:
+    """Draws of E[max_n u] (draws, len(n)) for a fitted cell (module docstring: ∫ x dF̂^n).
+
+    Draw d pairs GPD parameters d with one Bayesian-bootstrap weighting of the N values; draws
+    with xi >= 1 are ``inf`` (the mean maximum does not exist).
+    """
+    ns = np.asarray([int(v) for v in n], dtype=float)
+    if ns.size == 0 or np.any(ns < 1):
+        raise InputError("ranktail: domain sizes n must be positive integers")
+    u, t = tail.values, tail.threshold
+    body = u[u <= t]
+    n_tail = u.size - body.size
+    # Dirichlet(1, ..., 1) weights of the N values, aggregated exactly: a bin of s values has total
+    # weight Gamma(s) before normalising; a large body is cut into _MAX_ATOMS bins of adjacent
+    # sorted values, each at its mean (memory and time bounded for any N)
+    if body.size > _MAX_ATOMS:
+        edges = np.linspace(0, body.size, _MAX_ATOMS + 1).astype(int)
+        counts = np.diff(edges).astype(float)
+        atoms = np.add.reduceat(body, edges[:-1]) / counts
+    else:
+        counts, atoms = np.ones(body.size), body
+    draws = tail.xi.size
+    rng = np.random.default_rng(tail.weights_seed)
+    w = np.linspace(0.0, 1.0, _W_POINTS)
+    out = np.empty((draws, ns.size))
+    body = atoms
+    for start in range(0, draws, chunk):
+        stop = min(draws, start + chunk)
+        d = stop - start
+        g = rng.standard_gamma(counts, size=(d, counts.size))
+        total = g.sum(axis=1) + rng.standard_gamma(float(n_tail), size=d)
+        cum = np.cumsum(g, axis=1) / total[:, None]  # (d, K) body CDF at each atom
+        wt = cum[:, -1]  # W_t
+        prev = np.concatenate([np.zeros((d, 1)), cum[:, :-1]], axis=1)
+        sigma = np.exp(tail.log_sigma[start:stop])
+        xi = tail.xi[start:stop]
+        c = 1.0 - wt
+        for j, nn in enumerate(ns):
+            with np.errstate(divide="ignore"):
+                body_part = (body[None, :] * (np.exp(nn * np.log(cum)) - np.exp(nn * np.log(prev)))).sum(axis=1)
+            # tail: sigma ∫_0^W (1 - (1 - c e^-w)^n) e^{xi w} dw + the analytic rest beyond W, where
+            # 1 - (1 - c e^-w)^n ≈ n c e^-w
+            top = math.log(nn) + 30.0
+            ww = w[None, :] * top
+            s = c[:, None] * np.exp(-ww)
+            f = -np.expm1(nn * np.log1p(-s)) * np.exp(xi[:, None] * ww)
+            integral = np.trapezoid(f, ww, axis=1)
+            with np.errstate(over="ignore", divide="ignore"):
+                rest = np.where(xi < 1, nn * c * np.exp(-(1 - xi) * top) / np.maximum(1 - xi, 1e-12), np.inf)
+            tail_part = t * (1.0 - np.exp(nn * np.log(wt))) + sigma * (integral + rest)
+            out[start:stop, j] = np.where(xi < 1, body_part + tail_part, np.inf)
+    return out
+
+
+class RankTailFit:
+    """The ranktail estimator as a fit-like object per cell (GPU × precision) for the prediction tables.
+
+    It offers the :class:`~evtsync.evt.bayesfit.CellFit` attributes (``name``, ``family``,
+    ``kind``, ``converged``, ``convergence_note``, ``cells``) and, instead of GEV parameter
+    draws, :meth:`expected_max` (draws of E[max_n u] per cell), which
+    :mod:`evtsync.evt.predict` multiplies by b.
+    """
+
+    name = RANKTAIL_MODEL
+    family = "gpd-tail"
+    kind = "semi-parametric"
+    column = RANK_COLUMN
+    converged = True
+    convergence_note = ""
+
+    def __init__(self, tails: dict[str, RankTail], cells: pd.DataFrame) -> None:
+        self.tails = tails
+        self._cells = cells
+
+    @property
+    def cells(self) -> pd.DataFrame:
+        """One row per cell: ``cell`` label, ``gpu``, ``precision``, ``n_obs`` (rank values)."""
+        return self._cells
+
+    def cell_draws(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Not available: the ranktail estimator has no GEV parameters (``InputError``)."""
+        raise InputError("the ranktail estimator has no GEV parameters (mu, sigma, xi): it models every rank's value "
+                         "with a generalized Pareto tail; ask a GEV fit (--estimator centred) for them")
+
+    def expected_max(self, n: Sequence[int], index: Sequence[int] | None = None) -> NDArray[np.float64]:
+        """Draws of E[max_n u] per cell (tau(n) = b times these).
+
+        Parameters
+        ----------
+        n : sequence of int
+            Domain sizes (ranks), each >= 1.
+        index : sequence of int or None, default None
+            Positions in :attr:`cells` of the cells wanted (None: all).
+
+        Returns
+        -------
+        numpy.ndarray
+            Shape (draws, cells, len(n)); ``inf`` where a draw's shape xi >= 1.
+        """
+        labels = list(self._cells["cell"].astype(str))
+        idx = range(len(labels)) if index is None else index
+        return np.stack([expected_max_draws(self.tails[labels[i]], n) for i in idx], axis=1)
+
+    @classmethod
+    def from_table(cls, table: pd.DataFrame, *, draws: int = RANKTAIL_DRAWS, seed: int = 0,
+                   source: str = "z-score table") -> RankTailFit:
+        """Fit every GPU × precision cell of a z-score table (rows with ``has_gemm`` when present).
+
+        Parameters
+        ----------
+        table : pandas.DataFrame
+            A z-score table with the column :data:`RANK_COLUMN` and ``gpu``, ``precision``.
+        draws : int, default RANKTAIL_DRAWS
+            Draws per cell.
+        seed : int, default 0
+            Seed of the draws (cell i uses ``seed + 2 i``).
+        source : str, default "z-score table"
+            The table's name in messages.
+
+        Returns
+        -------
+        RankTailFit
+            One fitted tail per cell.
+
+        Raises
+        ------
+        InputError
+            The table lacks ``u`` (an older table: rerun ``evtsync blocks``), a group column, or a
+            cell has too few values.
+        """
+        missing = [g for g in _GROUPS if g not in table.columns]
+        if missing:
+            raise InputError(f"{source}: missing column(s) {missing}")
+        rank_values(table.head(1), source)  # the old-table message before any grouping
+        if "has_gemm" in table.columns:
+            table = table[table["has_gemm"].astype(bool)]
+        tails: dict[str, RankTail] = {}
+        rows = []
+        for i, ((gpu, precision), part) in enumerate(table.groupby(list(_GROUPS), sort=True, observed=True)):
+            label = f"{gpu}|{precision}"
+            tail = fit_rank_tail(rank_values(part, source), draws=draws, seed=seed + 2 * i, label=label)
+            for note in tail.notes:
+                log.warning("ranktail %s: %s", label, note)
+            tails[label] = tail
+            rows.append({"cell": label, "gpu": str(gpu), "precision": str(precision), "n_obs": tail.n_values})
+        if not rows:
+            raise InputError(f"{source}: no rows to fit the ranktail estimator to")
+        return cls(tails, pd.DataFrame(rows))
+
+    def cell_info(self) -> pd.DataFrame:
+        """Per cell: rank values, exceedances, threshold, GPD posterior means and notes (a small cell)."""
+        return pd.DataFrame([{"cell": label, "n_values": t.n_values, "n_exceedances": t.n_exceedances,
+                              "threshold": t.threshold, "gpd_sigma_mean": float(np.exp(t.log_sigma).mean()),
+                              "gpd_xi_mean": float(t.xi.mean()), "note": "; ".join(t.notes)}
+                             for label, t in self.tails.items()])
