@@ -92,8 +92,12 @@ def test_nesting_sweep_in_chunks_finds_the_enclosing_events(chunk):
 
 def test_in_process_builds_each_rank_dag_once_with_the_same_tables(monkeypatch):
     """In one process, a rank that straggles in some collectives and is the fastest in others
-    has its DAG built once for both rounds; with no room to keep it (built again for round 2,
-    as a worker does) the tables are the same."""
+    has its DAG built once for both rounds: kept in memory, or, with no room in memory, written
+    to a temporary file and read back (issue 30: no DAG built twice); with neither (built again
+    for round 2, as a worker does) the tables are the same, and the temporary folder is gone."""
+    import glob
+    import tempfile
+
     from evtsync.critpath import tasks
 
     built: list[int] = []
@@ -111,12 +115,32 @@ def test_in_process_builds_each_rank_dag_once_with_the_same_tables(monkeypatch):
     assert both, "the set must have ranks in both roles for this test to mean anything"
     assert sorted(built) == sorted(involved)  # once per rank, by a count of the table itself
     built.clear()
-    monkeypatch.setattr(tasks, "SETUP_CACHE_NODES", 0)
+    monkeypatch.setattr(tasks, "SETUP_CACHE_NODES", 0)   # no room in memory: written and read back
+    spilled: list[int] = []
+    plain_read = tasks._read_setup
+
+    def reading(path):
+        spilled.append(path)
+        return plain_read(path)
+
+    monkeypatch.setattr(tasks, "_read_setup", reading)
+    before = set(glob.glob(f"{tempfile.gettempdir()}/evtsync-setups-*"))
+    written = attribute(load_traces(DLRM))
+    assert sorted(built) == sorted(involved) and len(spilled) == len(both)
+    assert set(glob.glob(f"{tempfile.gettempdir()}/evtsync-setups-*")) == before   # removed
+    built.clear()
+    plain_init = tasks.SetupCache.__init__
+
+    def no_spill(self, *args, **kwargs):
+        plain_init(self, *args, **{**kwargs, "spill": False})
+
+    monkeypatch.setattr(tasks.SetupCache, "__init__", no_spill)
     rebuilt = attribute(load_traces(DLRM))
     assert len(built) == len(set(sides["straggler_rank"])) + len(set(sides["fastest_rank"]))
-    pd.testing.assert_frame_equal(rebuilt.collectives, cached.collectives)
-    pd.testing.assert_frame_equal(rebuilt.paths, cached.paths)
-    pd.testing.assert_frame_equal(rebuilt.validation, cached.validation)
+    for other in (written, rebuilt):
+        pd.testing.assert_frame_equal(other.collectives, cached.collectives)
+        pd.testing.assert_frame_equal(other.paths, cached.paths)
+        pd.testing.assert_frame_equal(other.validation, cached.validation)
 
 
 def test_in_process_from_paths_reads_one_rank_at_a_time_and_matches_the_whole_set(monkeypatch):

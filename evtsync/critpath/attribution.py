@@ -277,16 +277,30 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
             continue
         roles.setdefault(s_rank, []).append((t.pg, index))
         fastest_of[(t.pg, index)] = f_rank
+    runner: Backend = backend if backend is not None else InProcess()
+    # both rounds in this process: a rank's DAG built in round 1 serves its round 2 too, kept in
+    # memory or written to a temporary file (reading rank by rank, it keeps no more than the
+    # largest rank's DAG in memory: memory stays bounded by it)
+    setups = SetupCache(set(fastest_of.values()), within_largest_rank=per_rank_reads) \
+        if isinstance(runner, InProcess) else None
+    try:
+        return _attribute_rounds(traces, inst, tax, runner, setups, rows, roles, fastest_of, per_rank_reads,
+                                 read_options, same_stream_tolerance_us, keep_paths)
+    finally:
+        if setups is not None:
+            setups.close()
+
+
+def _attribute_rounds(traces: TraceSet, inst: pd.DataFrame, tax: TaxTables, runner: Backend,
+                      setups: SetupCache | None, rows: dict[tuple[str, int], dict[str, Any]],
+                      roles: dict[int, list[tuple[str, int]]], fastest_of: dict[tuple[str, int], int],
+                      per_rank_reads: bool, read_options: dict[str, Any], same_stream_tolerance_us: float,
+                      keep_paths: bool) -> AttributionResult:
+    """The two rounds of per-rank tasks of :func:`attribute` and the tables from their sides."""
     paths = dict(zip(traces.ranks["rank"].astype(int), traces.ranks["path"].astype(str), strict=True))
     tol_ns = int(round(same_stream_tolerance_us * 1000))
     inst_cols = ["pg", "index", "stream", "ts_ns", "end_ns", "correlation"]
     by_rank = {int(r): g[inst_cols].reset_index(drop=True) for r, g in inst.groupby("rank")}
-
-    runner: Backend = backend if backend is not None else InProcess()
-    # both rounds in this process: a rank's DAG built in round 1 serves its round 2 too
-    # (reading rank by rank, it keeps no more than the largest rank's DAG: memory stays bounded by it)
-    setups = SetupCache(set(fastest_of.values()), within_largest_rank=per_rank_reads) \
-        if isinstance(runner, InProcess) else None
     split = None if per_rank_reads else RankTables(traces, DAG_COLUMNS)
 
     def work(rank: int) -> RankWork:

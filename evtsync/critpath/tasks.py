@@ -230,50 +230,102 @@ def _rank_setup(work: RankWork) -> RankSetup:
     return RankSetup(dag, KeyIndex(dag), Walker(dag), vocab, by_key)
 
 
-#: Most DAG nodes (all ranks together) whose setups an in-process attribution keeps from round 1
-#: for round 2, about 150 bytes a node with the key index (~0.6 GB); ranks beyond it are built again.
+#: Most DAG nodes (all ranks together) whose setups an in-process attribution keeps in memory from
+#: round 1 for round 2, about 150 bytes a node with the key index (~0.6 GB); the setups of further
+#: ranks are written to a temporary file (:class:`SetupCache`) and read back in round 2.
 SETUP_CACHE_NODES = 4_000_000
 
 
 class SetupCache:
     """Rank setups kept between the two rounds when both run in the calling process, so that a
     rank that is a straggler in some collectives and the fastest in others has its DAG built
-    once: round 1 keeps the setups of the ranks round 2 will need (``wanted``) while their nodes
-    stay within ``max_nodes`` (default :data:`SETUP_CACHE_NODES`); round 2 takes each one (and
-    drops it). A setup is the same whichever round built it, so the results do not depend on
-    the cache.
+    once: round 1 keeps the setups of the ranks round 2 will need (``wanted``) in memory while
+    their nodes stay within ``max_nodes`` (default :data:`SETUP_CACHE_NODES`), and writes the
+    others to a temporary folder (``spill``, pickled arrays: reading one back costs a fraction
+    of reading the rank's trace and building its DAG again); round 2 takes each one (and drops
+    it). A setup is the same whichever round built it, so the results do not depend on the cache.
 
-    ``within_largest_rank``: the kept setups never hold more nodes than the largest rank's DAG
-    built so far (instead of ``max_nodes``), so that memory stays bounded by the largest rank
-    whatever the number of ranks: for tasks that read their own rank, where the set's tables
-    are never all in memory; a rank not kept is read and built again in round 2."""
+    ``within_largest_rank``: the setups kept in memory never hold more nodes than the largest
+    rank's DAG built so far (instead of ``max_nodes``), so that memory stays bounded by the
+    largest rank whatever the number of ranks: for tasks that read their own rank, where the
+    set's tables are never all in memory. ``spill=False``: a setup that does not fit is built
+    again in round 2 (as a worker of a pool does). :meth:`close` removes the folder."""
 
-    def __init__(self, wanted: set[int], max_nodes: int | None = None, *, within_largest_rank: bool = False) -> None:
+    def __init__(self, wanted: set[int], max_nodes: int | None = None, *, within_largest_rank: bool = False,
+                 spill: bool = True) -> None:
         self.wanted = set(wanted)
         self.max_nodes = SETUP_CACHE_NODES if max_nodes is None else max_nodes
         self.within_largest_rank = within_largest_rank
+        self.spill = spill
         self.largest = 0
         self.nodes = 0
         self._kept: dict[int, RankSetup] = {}
+        self._spilled: dict[int, str] = {}
+        self._folder: str | None = None
 
     def __contains__(self, rank: int) -> bool:
-        return rank in self._kept
+        return rank in self._kept or rank in self._spilled
+
+    @property
+    def n_spilled(self) -> int:
+        """Setups written to the temporary folder and not yet taken back."""
+        return len(self._spilled)
 
     def get(self, work: RankWork, *, keep: bool) -> RankSetup:
-        """The setup of ``work``'s rank: a kept one (dropped from the cache), else built (and,
-        with ``keep``, kept when a later round wants it and the budget allows)."""
+        """The setup of ``work``'s rank: a kept or written one (dropped from the cache), else
+        built (and, with ``keep``, kept or written when a later round wants it)."""
         kept = self._kept.pop(work.rank, None)
         if kept is not None:
             self.nodes -= kept.dag.n_nodes
             return kept
+        path = self._spilled.pop(work.rank, None)
+        if path is not None:
+            return _read_setup(path)
         setup = _rank_setup(work)
         self.largest = max(self.largest, setup.dag.n_nodes)
         budget = min(self.largest, self.max_nodes) if self.within_largest_rank else self.max_nodes
-        if keep and work.rank in self.wanted and self.nodes + setup.dag.n_nodes <= budget:
+        if keep and work.rank in self.wanted:
             self.wanted.discard(work.rank)
-            self._kept[work.rank] = setup
-            self.nodes += setup.dag.n_nodes
+            if self.nodes + setup.dag.n_nodes <= budget:
+                self._kept[work.rank] = setup
+                self.nodes += setup.dag.n_nodes
+            elif self.spill:
+                self._spilled[work.rank] = self._write(work.rank, setup)
         return setup
+
+    def _write(self, rank: int, setup: RankSetup) -> str:
+        import os
+        import pickle
+        import tempfile
+
+        if self._folder is None:
+            self._folder = tempfile.mkdtemp(prefix="evtsync-setups-")
+        path = os.path.join(self._folder, f"rank{rank}.pickle")
+        with open(path, "wb") as fh:  # the walker is rebuilt from the DAG when read back
+            pickle.dump((setup.dag, setup.keys, setup.vocab, setup.by_key), fh, protocol=5)
+        return path
+
+    def close(self) -> None:
+        """Remove the temporary folder and forget every setup."""
+        import shutil
+
+        self._kept.clear()
+        self._spilled.clear()
+        self.nodes = 0
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+
+
+def _read_setup(path: str) -> RankSetup:
+    """A setup written by :meth:`SetupCache._write` (the file is removed once read)."""
+    import os
+    import pickle
+
+    with open(path, "rb") as fh:
+        dag, keys, vocab, by_key = pickle.load(fh)
+    os.unlink(path)
+    return RankSetup(dag, keys, Walker(dag), vocab, by_key)
 
 
 def _setup_of(work: RankWork, *, keep: bool) -> RankSetup:
