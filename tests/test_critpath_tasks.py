@@ -3,6 +3,8 @@ same tables as the in-process run, and the caller then reads only the collective
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 from conftest import DATA as SHARED_DATA
@@ -144,27 +146,36 @@ def test_in_process_builds_each_rank_dag_once_with_the_same_tables(monkeypatch):
 
 
 def test_in_process_from_paths_reads_one_rank_at_a_time_and_matches_the_whole_set(monkeypatch):
-    """Given paths and no pool (issue 30, item 5), this process reads only the collectives of the
-    set, then each rank's whole trace alone (one file per read), and keeps between the rounds no
-    more DAG nodes than the largest rank has: memory is bounded by the largest rank, not by the
-    set. The tables equal those of the whole set loaded at once."""
+    """Given paths and no pool (issue 30, items 2 and 5), this process reads the set once, one rank
+    file at a time for the collectives, and builds each rank's DAG from that same read (written to a
+    temporary file until the rounds take it): no rank file is read a second time, no DAG built
+    twice, and the DAGs kept in memory between the rounds never hold more nodes than the largest
+    rank has: memory is bounded by the largest rank, not by the set. The tables equal those of the
+    whole set loaded at once."""
     from evtsync.critpath import attribution, tasks
     from evtsync.trace import traceset
 
     whole = attribute(load_traces(DLRM))
-    scopes: list[str] = []
+    scopes: list[tuple[str, object]] = []
     plain_set = attribution.load_traces
 
     def set_read(*args, **kwargs):
-        scopes.append(kwargs.get("scope", "all"))
+        scopes.append((kwargs.get("scope", "all"), kwargs.get("jobs")))
         return plain_set(*args, **kwargs)
 
-    files_read: list[int] = []
-    plain_rank = traceset.load_traces
+    rank_reads: list[str] = []
+    plain_file = traceset.read_rank_cached
 
-    def rank_read(paths, **kwargs):
-        files_read.append(len(paths))
-        return plain_rank(paths, **kwargs)
+    def file_read(path, *args, **kwargs):
+        rank_reads.append(str(path))
+        return plain_file(path, *args, **kwargs)
+
+    built: list[int] = []
+    plain_build = tasks.build_rank_dag
+
+    def counting(*args, **kwargs):
+        built.append(kwargs["rank"])
+        return plain_build(*args, **kwargs)
 
     kept: list[int] = []
     plain_get = tasks.SetupCache.get
@@ -175,12 +186,14 @@ def test_in_process_from_paths_reads_one_rank_at_a_time_and_matches_the_whole_se
         return setup
 
     monkeypatch.setattr(attribution, "load_traces", set_read)
-    monkeypatch.setattr(traceset, "load_traces", rank_read)
+    monkeypatch.setattr(traceset, "read_rank_cached", file_read)
+    monkeypatch.setattr(tasks, "build_rank_dag", counting)
     monkeypatch.setattr(tasks.SetupCache, "get", get)
     by_rank = attribute(DLRM)
-    assert scopes == ["collectives"]   # the caller never loads every rank's tables
-    ranks = set(by_rank.dag_stats["rank"])
-    assert files_read and set(files_read) == {1} and len(files_read) >= len(ranks)
+    assert scopes == [("collectives", 1)]   # the caller never loads every rank's tables
+    # each of the folder's eight trace files read once (listed by hand: worker0..7), each DAG built once
+    assert sorted(Path(p).name.split("_")[0] for p in rank_reads) == [f"worker{i}" for i in range(8)]
+    assert sorted(built) == list(range(8))
     largest = int(by_rank.dag_stats["nodes"].max())
     assert kept and max(kept) <= largest
     pd.testing.assert_frame_equal(by_rank.collectives, whole.collectives)

@@ -224,10 +224,13 @@ def _rank_setup(work: RankWork) -> RankSetup:
     del kernels
     if work.setups is None or work.tables is None:  # a worker, or tables read here: hand their memory back
         release_freed_memory()
-    by_key = {(p, int(i)): (int(n), int(s), int(e)) for p, i, n, s, e in
-              zip(work.instances["pg"], work.instances["index"], nodes, work.instances["ts_ns"],
-                  work.instances["end_ns"], strict=True)}
-    return RankSetup(dag, KeyIndex(dag), Walker(dag), vocab, by_key)
+    return RankSetup(dag, KeyIndex(dag), Walker(dag), vocab, _by_key(work.instances, nodes))
+
+
+def _by_key(instances: pd.DataFrame, nodes: np.ndarray) -> dict[CollectiveKey, tuple[int, int, int]]:
+    """(node, start ns, end ns) of each of a rank's collective instances by (pg, index)."""
+    return {(p, int(i)): (int(n), int(s), int(e)) for p, i, n, s, e in
+            zip(instances["pg"], instances["index"], nodes, instances["ts_ns"], instances["end_ns"], strict=True)}
 
 
 #: Most DAG nodes (all ranks together) whose setups an in-process attribution keeps in memory from
@@ -261,10 +264,38 @@ class SetupCache:
         self.nodes = 0
         self._kept: dict[int, RankSetup] = {}
         self._spilled: dict[int, str] = {}
+        self._prebuilt: dict[str, str] = {}
         self._folder: str | None = None
 
     def __contains__(self, rank: int) -> bool:
         return rank in self._kept or rank in self._spilled
+
+    def prebuild(self, tables: Any, *, same_stream_tolerance_ns: int = SAME_STREAM_TOLERANCE_NS) -> None:
+        """Build the DAG (and key index) of one rank file from its whole tables while they are read
+        for the collectives (the reading's hook, :data:`evtsync.trace.traceset.RANK_HOOK`), and
+        write it to the folder: the rounds then take it by the file's path instead of reading the
+        file again and building its DAG (each rank read once, its DAG built once). ``tables``: the
+        reader's :class:`~evtsync.trace.tables.RankTables`, the DAG's columns taken as
+        ``load_traces`` of the file alone would give them (same rows, same order)."""
+        frames = []
+        for name, wanted in zip(("kernels", "cpu_ops", "runtime", "syncs"), DAG_COLUMNS, strict=True):
+            columns = tables.columns[name]
+            frames.append(pd.DataFrame({c: columns[c] for c in wanted if c in columns}, copy=False))
+        kernels, cpu_ops, runtime, syncs = frames
+        vocab = Vocabulary()
+        dag = build_rank_dag(kernels, cpu_ops, runtime, syncs, rank=int(tables.rank), vocab=vocab,
+                             same_stream_tolerance_ns=same_stream_tolerance_ns)
+        nccl = kernels[kernels["is_nccl"]] if "is_nccl" in kernels else kernels
+        nccl = nccl[["stream", "ts_ns", "correlation"]]  # what finds the instances' nodes later
+        del frames, kernels, cpu_ops, runtime, syncs
+        path = str(tables.info["path"])
+        self._prebuilt[path] = self._dump(f"file{len(self._prebuilt)}", (dag, KeyIndex(dag), vocab, nccl))
+
+    def forget_prebuilt(self) -> None:
+        """Remove the DAGs built while reading (the rounds will not use them)."""
+        for path in self._prebuilt.values():
+            _unlink(path)
+        self._prebuilt.clear()
 
     @property
     def n_spilled(self) -> int:
@@ -281,6 +312,13 @@ class SetupCache:
         path = self._spilled.pop(work.rank, None)
         if path is not None:
             return _read_setup(path)
+        built = self._prebuilt.get(work.path) if work.path is not None and work.tables is None else None
+        if built is not None:
+            if keep and work.rank in self.wanted:  # round 2 reads the same file again
+                self.wanted.discard(work.rank)
+            else:
+                del self._prebuilt[str(work.path)]
+            return _read_prebuilt(built, work, remove=str(work.path) not in self._prebuilt)
         setup = _rank_setup(work)
         self.largest = max(self.largest, setup.dag.n_nodes)
         budget = min(self.largest, self.max_nodes) if self.within_largest_rank else self.max_nodes
@@ -294,15 +332,19 @@ class SetupCache:
         return setup
 
     def _write(self, rank: int, setup: RankSetup) -> str:
+        # the walker is rebuilt from the DAG when read back
+        return self._dump(f"rank{rank}", (setup.dag, setup.keys, setup.vocab, setup.by_key))
+
+    def _dump(self, name: str, value: Any) -> str:
         import os
         import pickle
         import tempfile
 
         if self._folder is None:
             self._folder = tempfile.mkdtemp(prefix="evtsync-setups-")
-        path = os.path.join(self._folder, f"rank{rank}.pickle")
-        with open(path, "wb") as fh:  # the walker is rebuilt from the DAG when read back
-            pickle.dump((setup.dag, setup.keys, setup.vocab, setup.by_key), fh, protocol=5)
+        path = os.path.join(self._folder, f"{name}.pickle")
+        with open(path, "wb") as fh:
+            pickle.dump(value, fh, protocol=5)
         return path
 
     def close(self) -> None:
@@ -311,21 +353,43 @@ class SetupCache:
 
         self._kept.clear()
         self._spilled.clear()
+        self._prebuilt.clear()
         self.nodes = 0
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
             self._folder = None
 
 
-def _read_setup(path: str) -> RankSetup:
-    """A setup written by :meth:`SetupCache._write` (the file is removed once read)."""
-    import os
+def _load(path: str, *, remove: bool) -> Any:
     import pickle
 
     with open(path, "rb") as fh:
-        dag, keys, vocab, by_key = pickle.load(fh)
-    os.unlink(path)
+        value = pickle.load(fh)
+    if remove:
+        _unlink(path)
+    return value
+
+
+def _unlink(path: str) -> None:
+    import contextlib
+    import os
+
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def _read_setup(path: str) -> RankSetup:
+    """A setup written by :meth:`SetupCache._write` (the file is removed once read)."""
+    dag, keys, vocab, by_key = _load(path, remove=True)
     return RankSetup(dag, keys, Walker(dag), vocab, by_key)
+
+
+def _read_prebuilt(path: str, work: RankWork, *, remove: bool) -> RankSetup:
+    """The setup of ``work`` from a DAG written by :meth:`SetupCache.prebuild`: its collective
+    instances' nodes found as :func:`_rank_setup` finds them."""
+    dag, keys, vocab, nccl = _load(path, remove=remove)
+    dag.rank = work.rank
+    return RankSetup(dag, keys, Walker(dag), vocab, _by_key(work.instances, rank_instance_nodes(nccl, work.instances, dag)))
 
 
 def _setup_of(work: RankWork, *, keep: bool) -> RankSetup:
