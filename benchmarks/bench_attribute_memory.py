@@ -21,7 +21,8 @@ the same run, alternating, and its collectives table must equal this checkout's 
 chooses the reading modes, each measured for every checkout: ``off`` (``--no-cache``), ``cold``
 (the trace cache on, in a new empty folder: the first run, which writes it) and ``warm`` (the same
 folder again: every later run). Each cache folder links the installed scanner (``scanner/``), so
-that no mode compiles it. Before the clock, every checkout runs once on the first study
+that no mode compiles it. ``--reps N``: N runs of each checkout and mode, interleaved, medians
+reported (CPU times on a shared 2-core machine vary by ±20% from run to run). Before the clock, every checkout runs once on the first study
 (unrecorded): one-time costs (byte-compiling, numba caches) are not counted.
 
 Reported per checkout and mode: peak RSS at each rank count, and the slope of peak RSS against the
@@ -36,6 +37,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -102,6 +104,7 @@ def main() -> None:
     ap.add_argument("--also", action="append", default=[], metavar="NAME=PATH", help="a further checkout")
     ap.add_argument("--cache", nargs="+", choices=["off", "cold", "warm"], default=["off"],
                     help="reading modes (default: off, i.e. --no-cache)")
+    ap.add_argument("--reps", type=int, default=1, help="runs per checkout and mode (medians reported)")
     ap.add_argument("--no-warmup", action="store_true", help="skip the unrecorded first run of each checkout")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/evtsync-bench"))
     ap.add_argument("--json", type=Path, help="write the results here")
@@ -127,16 +130,27 @@ def main() -> None:
     for i, (ranks, mb) in enumerate(studies):
         folder = study(args.workdir, ranks, mb)
         size_mb = sum(p.stat().st_size for p in folder.glob("*.json")) / 1e6
+        runs: dict[tuple[str, str], list[dict]] = {}
+        for _ in range(args.reps):   # repetitions interleaved: checkouts alternate within each mode
+            for mode in modes:
+                for name, code in checkouts.items():
+                    cache = None if mode == "off" else (
+                        new_cache(args.workdir, f"{name}-{ranks}x{mb:g}") if mode == "cold"
+                        else args.workdir / f"cache-{name}-{ranks}x{mb:g}")
+                    res = attribute_run(code, folder, args.workdir / f"attr-{name}-{ranks}x{mb:g}-{mode}"
+                                        / "collectives.parquet", mode, cache)
+                    runs.setdefault((mode, name), []).append(res)
+                    print(f"{ranks} ranks x {size_mb / ranks:.2f} MB, cache {mode}, {name}: peak "
+                          f"{res['peak_rss_mb']:.0f} MB, CPU {res['cpu_s']:.2f} s", file=sys.stderr)
         for mode in modes:
-            row: dict = {"ranks": ranks, "mb_per_rank": size_mb / ranks, "small": i < len(args.ranks), "mode": mode}
-            for name, code in checkouts.items():
-                cache = None if mode == "off" else (
-                    new_cache(args.workdir, f"{name}-{ranks}x{mb:g}") if mode == "cold"
-                    else args.workdir / f"cache-{name}-{ranks}x{mb:g}")
-                row[name] = attribute_run(code, folder, args.workdir / f"attr-{name}-{ranks}x{mb:g}-{mode}"
-                                          / "collectives.parquet", mode, cache)
-                print(f"{ranks} ranks x {size_mb / ranks:.2f} MB, cache {mode}, {name}: peak "
-                      f"{row[name]['peak_rss_mb']:.0f} MB, CPU {row[name]['cpu_s']:.2f} s", file=sys.stderr)
+            row: dict = {"ranks": ranks, "mb_per_rank": size_mb / ranks, "small": i < len(args.ranks), "mode": mode,
+                         "reps": args.reps}
+            for name in checkouts:
+                got = runs[(mode, name)]
+                row[name] = {"cpu_s": statistics.median(r["cpu_s"] for r in got),
+                             "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in got),
+                             "wall_s": statistics.median(r["wall_s"] for r in got),
+                             "cpu_s_all": [r["cpu_s"] for r in got]}
             for other in others:
                 row[f"identical_{other}"] = same_tables(
                     args.workdir / f"attr-this-{ranks}x{mb:g}-{mode}" / "collectives.parquet",

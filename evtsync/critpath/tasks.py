@@ -289,6 +289,7 @@ class SetupCache:
         nccl = nccl[["stream", "ts_ns", "correlation"]]  # what finds the instances' nodes later
         del frames, kernels, cpu_ops, runtime, syncs
         path = str(tables.info["path"])
+        self.largest = max(self.largest, dag.n_nodes)
         self._prebuilt[path] = self._dump(f"file{len(self._prebuilt)}", (dag, KeyIndex(dag), vocab, nccl))
 
     def forget_prebuilt(self) -> None:
@@ -312,13 +313,20 @@ class SetupCache:
         path = self._spilled.pop(work.rank, None)
         if path is not None:
             return _read_setup(path)
-        built = self._prebuilt.get(work.path) if work.path is not None and work.tables is None else None
+        built = self._prebuilt.pop(str(work.path), None) if work.path is not None and work.tables is None else None
+        budget = min(self.largest, self.max_nodes) if self.within_largest_rank else self.max_nodes
         if built is not None:
-            if keep and work.rank in self.wanted:  # round 2 reads the same file again
+            again = keep and work.rank in self.wanted   # round 2 wants it too
+            setup = _read_prebuilt(built, work, remove=not again)
+            if again:
                 self.wanted.discard(work.rank)
-            else:
-                del self._prebuilt[str(work.path)]
-            return _read_prebuilt(built, work, remove=str(work.path) not in self._prebuilt)
+                if self.nodes + setup.dag.n_nodes <= budget:  # kept in memory (the file goes)
+                    _unlink(built)
+                    self._kept[work.rank] = setup
+                    self.nodes += setup.dag.n_nodes
+                else:  # read again from the file in round 2
+                    self._prebuilt[str(work.path)] = built
+            return setup
         setup = _rank_setup(work)
         self.largest = max(self.largest, setup.dag.n_nodes)
         budget = min(self.largest, self.max_nodes) if self.within_largest_rank else self.max_nodes
