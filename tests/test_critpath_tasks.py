@@ -199,3 +199,27 @@ def test_in_process_from_paths_reads_one_rank_at_a_time_and_matches_the_whole_se
     pd.testing.assert_frame_equal(by_rank.collectives, whole.collectives)
     pd.testing.assert_frame_equal(by_rank.paths.reset_index(drop=True), whole.paths.reset_index(drop=True))
     pd.testing.assert_frame_equal(by_rank.validation, whole.validation)
+
+
+def test_instance_nodes_without_a_merge_match_the_merge():
+    """The collective instances' GPU nodes found by integer keys (the readers' dtypes) equal those
+    of the pandas merge (the path for other key dtypes), on every rank of the DLRM set, with an
+    instance whose key matches no kernel (-1) and the instances shuffled."""
+    from evtsync.collectives import align_collectives
+    from evtsync.critpath.attribution import RankTables
+    from evtsync.critpath.dag import Vocabulary, build_rank_dag
+    from evtsync.critpath.tasks import rank_instance_nodes
+
+    traces = load_traces(DLRM)
+    instances = align_collectives(traces).instances
+    split = RankTables(traces)
+    for rank in sorted(instances["rank"].unique()):
+        kernels, cpu_ops, runtime, syncs = split.of(rank)
+        dag = build_rank_dag(kernels, cpu_ops, runtime, syncs, rank=int(rank), vocab=Vocabulary())
+        mine = instances[instances["rank"] == rank].sample(frac=1, random_state=int(rank)).copy()
+        mine.iloc[0, mine.columns.get_loc("ts_ns")] += 7   # no kernel starts there
+        fast = rank_instance_nodes(kernels, mine, dag)
+        merged = rank_instance_nodes(kernels, mine.astype({"stream": "float64"}), dag)   # exact in float
+        assert fast[list(mine.index).index(mine.index[0])] == -1
+        assert (fast >= 0).sum() == len(mine) - 1
+        assert fast.tolist() == merged.tolist()

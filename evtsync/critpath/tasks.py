@@ -405,8 +405,26 @@ def _setup_of(work: RankWork, *, keep: bool) -> RankSetup:
 
 
 def rank_instance_nodes(kernels: pd.DataFrame, instances: pd.DataFrame, dag: RankDAG) -> np.ndarray:
-    """GPU node of each of one rank's aligned collective instances (-1 where not found)."""
+    """GPU node of each of one rank's aligned collective instances (-1 where not found): the
+    first kernel row with the instance's (stream, ts_ns, correlation), and the first GPU node
+    made from that row."""
     nccl = kernels[kernels["is_nccl"]] if "is_nccl" in kernels else kernels
+    keys_k = [nccl[c].to_numpy() for c in ("stream", "ts_ns", "correlation")]
+    keys_i = [instances[c].to_numpy() for c in ("stream", "ts_ns", "correlation")]
+    if all(a.dtype.kind in "iu" for a in keys_k + keys_i):  # integer keys (always, from the readers): no merge
+        first: dict[tuple[int, int, int], int] = {}
+        for key, row in zip(zip(*(a.tolist() for a in keys_k), strict=True), nccl.index.tolist(), strict=True):
+            first.setdefault(key, row)
+        rows = np.array([first.get(key, -1) for key in zip(*(a.tolist() for a in keys_i), strict=True)], dtype=np.int64)
+        gpu = np.flatnonzero(dag.kind == KIND_GPU)
+        gpu_rows = dag.row[gpu].astype(np.int64)
+        order = np.argsort(gpu_rows, kind="stable")   # equal rows keep node order: the first node first
+        at = np.searchsorted(gpu_rows[order], rows)
+        hit = (rows >= 0) & (at < len(order))
+        hit[hit] &= gpu_rows[order[at[hit]]] == rows[hit]
+        nodes = np.full(len(instances), -1, dtype=np.int64)
+        nodes[hit] = gpu[order[at[hit]]]
+        return nodes
     table = pd.DataFrame({"row": nccl.index.to_numpy(), "stream": nccl["stream"].to_numpy(),
                           "ts_ns": nccl["ts_ns"].to_numpy(), "correlation": nccl["correlation"].to_numpy()})
     keys = pd.DataFrame({"stream": instances["stream"].to_numpy(), "ts_ns": instances["ts_ns"].to_numpy(),
