@@ -111,6 +111,9 @@ def _loaded_after(args: list[str]) -> tuple[set[str], int, str]:
     ["models", "--json"],
     ["nccl-tests", "parse", str(NCCL_LOG)],
     ["nccl-tests", "parse", str(NCCL_LOG), "--json"],
+    ["nccl-tests", "stats", str(NCCL_LOG)],
+    ["nccl-tests", "stats", str(NCCL_LOG), "--json"],
+    ["nccl-tests", "stats", str(NCCL_LOG), str(NCCL_LOG), "--pool", "--placement", "in-place"],
 ], ids=lambda a: " ".join(a[:2]) + (" --json" if "--json" in a else ""))
 def test_small_commands_load_no_table_stack(args: list[str]) -> None:
     """The work itself, not only the parser: ``sys.modules`` at the end of the command."""
@@ -118,6 +121,21 @@ def test_small_commands_load_no_table_stack(args: list[str]) -> None:
     assert rc == 0, out[-2000:]
     assert "evtsync" in modules and out.strip()
     assert not modules & set(TABLE_STACK), f"evtsync {' '.join(args)} loaded {sorted(modules & set(TABLE_STACK))}"
+
+
+def test_stats_writes_its_table_with_pandas_only_then(tmp_path: Path) -> None:
+    """``nccl-tests stats -o`` still writes the table (pandas is loaded for the writing): the rows
+    printed and the rows written agree; the log's two placements of six sizes (32Mi to 1Gi, counted in the file)."""
+    out = tmp_path / "stats.csv"
+    modules, rc, stdout = _loaded_after(["nccl-tests", "stats", str(NCCL_LOG), "-o", str(out), "--json"])
+    assert rc == 0, stdout[-2000:]
+    assert "pandas" in modules
+    printed = json.loads(stdout.split("\nMODULES ")[0])["stats"]
+    import pandas as pd
+
+    written = pd.read_csv(out)
+    assert len(written) == len(printed) == 12
+    assert written["median_us"].tolist() == [r["median_us"] for r in printed]
 
 
 def _every_command() -> list[str]:

@@ -3,6 +3,8 @@ same tables as the in-process run, and the caller then reads only the collective
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 from conftest import DATA as SHARED_DATA
@@ -92,8 +94,12 @@ def test_nesting_sweep_in_chunks_finds_the_enclosing_events(chunk):
 
 def test_in_process_builds_each_rank_dag_once_with_the_same_tables(monkeypatch):
     """In one process, a rank that straggles in some collectives and is the fastest in others
-    has its DAG built once for both rounds; with no room to keep it (built again for round 2,
-    as a worker does) the tables are the same."""
+    has its DAG built once for both rounds: kept in memory, or, with no room in memory, written
+    to a temporary file and read back (issue 30: no DAG built twice); with neither (built again
+    for round 2, as a worker does) the tables are the same, and the temporary folder is gone."""
+    import glob
+    import tempfile
+
     from evtsync.critpath import tasks
 
     built: list[int] = []
@@ -111,36 +117,65 @@ def test_in_process_builds_each_rank_dag_once_with_the_same_tables(monkeypatch):
     assert both, "the set must have ranks in both roles for this test to mean anything"
     assert sorted(built) == sorted(involved)  # once per rank, by a count of the table itself
     built.clear()
-    monkeypatch.setattr(tasks, "SETUP_CACHE_NODES", 0)
+    monkeypatch.setattr(tasks, "SETUP_CACHE_NODES", 0)   # no room in memory: written and read back
+    spilled: list[int] = []
+    plain_read = tasks._read_setup
+
+    def reading(path):
+        spilled.append(path)
+        return plain_read(path)
+
+    monkeypatch.setattr(tasks, "_read_setup", reading)
+    before = set(glob.glob(f"{tempfile.gettempdir()}/evtsync-setups-*"))
+    written = attribute(load_traces(DLRM))
+    assert sorted(built) == sorted(involved) and len(spilled) == len(both)
+    assert set(glob.glob(f"{tempfile.gettempdir()}/evtsync-setups-*")) == before   # removed
+    built.clear()
+    plain_init = tasks.SetupCache.__init__
+
+    def no_spill(self, *args, **kwargs):
+        plain_init(self, *args, **{**kwargs, "spill": False})
+
+    monkeypatch.setattr(tasks.SetupCache, "__init__", no_spill)
     rebuilt = attribute(load_traces(DLRM))
     assert len(built) == len(set(sides["straggler_rank"])) + len(set(sides["fastest_rank"]))
-    pd.testing.assert_frame_equal(rebuilt.collectives, cached.collectives)
-    pd.testing.assert_frame_equal(rebuilt.paths, cached.paths)
-    pd.testing.assert_frame_equal(rebuilt.validation, cached.validation)
+    for other in (written, rebuilt):
+        pd.testing.assert_frame_equal(other.collectives, cached.collectives)
+        pd.testing.assert_frame_equal(other.paths, cached.paths)
+        pd.testing.assert_frame_equal(other.validation, cached.validation)
 
 
 def test_in_process_from_paths_reads_one_rank_at_a_time_and_matches_the_whole_set(monkeypatch):
-    """Given paths and no pool (issue 30, item 5), this process reads only the collectives of the
-    set, then each rank's whole trace alone (one file per read), and keeps between the rounds no
-    more DAG nodes than the largest rank has: memory is bounded by the largest rank, not by the
-    set. The tables equal those of the whole set loaded at once."""
+    """Given paths and no pool (issue 30, items 2 and 5), this process reads the set once, one rank
+    file at a time for the collectives, and builds each rank's DAG from that same read (written to a
+    temporary file until the rounds take it): no rank file is read a second time, no DAG built
+    twice, and the DAGs kept in memory between the rounds never hold more nodes than the largest
+    rank has: memory is bounded by the largest rank, not by the set. The tables equal those of the
+    whole set loaded at once."""
     from evtsync.critpath import attribution, tasks
     from evtsync.trace import traceset
 
     whole = attribute(load_traces(DLRM))
-    scopes: list[str] = []
+    scopes: list[tuple[str, object]] = []
     plain_set = attribution.load_traces
 
     def set_read(*args, **kwargs):
-        scopes.append(kwargs.get("scope", "all"))
+        scopes.append((kwargs.get("scope", "all"), kwargs.get("jobs")))
         return plain_set(*args, **kwargs)
 
-    files_read: list[int] = []
-    plain_rank = traceset.load_traces
+    rank_reads: list[str] = []
+    plain_file = traceset.read_rank_cached
 
-    def rank_read(paths, **kwargs):
-        files_read.append(len(paths))
-        return plain_rank(paths, **kwargs)
+    def file_read(path, *args, **kwargs):
+        rank_reads.append(str(path))
+        return plain_file(path, *args, **kwargs)
+
+    built: list[int] = []
+    plain_build = tasks.build_rank_dag
+
+    def counting(*args, **kwargs):
+        built.append(kwargs["rank"])
+        return plain_build(*args, **kwargs)
 
     kept: list[int] = []
     plain_get = tasks.SetupCache.get
@@ -151,14 +186,40 @@ def test_in_process_from_paths_reads_one_rank_at_a_time_and_matches_the_whole_se
         return setup
 
     monkeypatch.setattr(attribution, "load_traces", set_read)
-    monkeypatch.setattr(traceset, "load_traces", rank_read)
+    monkeypatch.setattr(traceset, "read_rank_cached", file_read)
+    monkeypatch.setattr(tasks, "build_rank_dag", counting)
     monkeypatch.setattr(tasks.SetupCache, "get", get)
     by_rank = attribute(DLRM)
-    assert scopes == ["collectives"]   # the caller never loads every rank's tables
-    ranks = set(by_rank.dag_stats["rank"])
-    assert files_read and set(files_read) == {1} and len(files_read) >= len(ranks)
+    assert scopes == [("collectives", 1)]   # the caller never loads every rank's tables
+    # each of the folder's eight trace files read once (listed by hand: worker0..7), each DAG built once
+    assert sorted(Path(p).name.split("_")[0] for p in rank_reads) == [f"worker{i}" for i in range(8)]
+    assert sorted(built) == list(range(8))
     largest = int(by_rank.dag_stats["nodes"].max())
     assert kept and max(kept) <= largest
     pd.testing.assert_frame_equal(by_rank.collectives, whole.collectives)
     pd.testing.assert_frame_equal(by_rank.paths.reset_index(drop=True), whole.paths.reset_index(drop=True))
     pd.testing.assert_frame_equal(by_rank.validation, whole.validation)
+
+
+def test_instance_nodes_without_a_merge_match_the_merge():
+    """The collective instances' GPU nodes found by integer keys (the readers' dtypes) equal those
+    of the pandas merge (the path for other key dtypes), on every rank of the DLRM set, with an
+    instance whose key matches no kernel (-1) and the instances shuffled."""
+    from evtsync.collectives import align_collectives
+    from evtsync.critpath.attribution import RankTables
+    from evtsync.critpath.dag import Vocabulary, build_rank_dag
+    from evtsync.critpath.tasks import rank_instance_nodes
+
+    traces = load_traces(DLRM)
+    instances = align_collectives(traces).instances
+    split = RankTables(traces)
+    for rank in sorted(instances["rank"].unique()):
+        kernels, cpu_ops, runtime, syncs = split.of(rank)
+        dag = build_rank_dag(kernels, cpu_ops, runtime, syncs, rank=int(rank), vocab=Vocabulary())
+        mine = instances[instances["rank"] == rank].sample(frac=1, random_state=int(rank)).copy()
+        mine.iloc[0, mine.columns.get_loc("ts_ns")] += 7   # no kernel starts there
+        fast = rank_instance_nodes(kernels, mine, dag)
+        merged = rank_instance_nodes(kernels, mine.astype({"stream": "float64"}), dag)   # exact in float
+        assert fast[list(mine.index).index(mine.index[0])] == -1
+        assert (fast >= 0).sum() == len(mine) - 1
+        assert fast.tolist() == merged.tolist()

@@ -170,15 +170,20 @@ def _cmd_parse(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    from evtsync.nccltests.stats import size_stats
-    from evtsync.tableio import write_table
+    # computed and printed without pandas (issue 30: a small command starts small); pandas only
+    # to write the table with -o
+    from evtsync.nccltests.stats import size_stats_records
 
     logs = [_load(p, args) for p in args.logs]
-    table = size_stats(logs, pool_runs=args.pool, cv_threshold=args.cv_threshold, min_cycles=args.min_cycles)
-    if args.placement != "both":
-        table = table[table["placement"] == args.placement]
+    every = size_stats_records(logs, pool_runs=args.pool, cv_threshold=args.cv_threshold,
+                               min_cycles=args.min_cycles)
+    table = every if args.placement == "both" else [r for r in every if r["placement"] == args.placement]
     if args.out:
-        write_table(table, args.out)
+        import pandas as pd
+
+        from evtsync.tableio import write_table
+
+        write_table(pd.DataFrame(table, columns=list(every[0])), args.out)
     if args.json:
         _dump_json({"logs": [pl.path for pl in logs], "cv_threshold_pct": args.cv_threshold,
                     "min_cycles": args.min_cycles,
@@ -189,21 +194,20 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         print(pl.path)
         for line in _run_line(pl):
             print(line)
-    view = table.copy()
-    view["size"] = view["size"].map(_fmt_size)
-    cols = [c for c in ("source", "run", "placement", "type", "redop", "size") if c in view]
-    shown = view[cols].copy()
-    shown["n"] = view["n_cycles"]
-    shown["median_us"] = view["median_us"].map(_num)
-    shown["p95_us"] = view["p95_us"].map(_num)
-    shown["busbw_GB/s"] = view["busbw_median_gbps"].map(_num)  # median of the log's busbw column
-    shown["cycle_cv%"] = view["cycle_cv_pct"].map(_num)
-    shown["iter_cv%"] = view["iter_cv_pct"].map(_num)
-    shown["correctness"] = view["correctness"]
-    shown["stability"] = view["stability"]
-    if len(logs) == 1:
-        shown = shown.drop(columns=["source"], errors="ignore")
-    _print_table(shown)
+    keys: list[str] = [c for c in ("source", "run", "placement", "type", "redop", "size") if c in every[0]]
+    if len(logs) == 1 and "source" in keys:
+        keys.remove("source")
+    shown: list[dict[str, Any]] = []
+    for r in table:
+        row: dict[str, Any] = {c: (_fmt_size(r[c]) if c == "size" else r[c]) for c in keys}
+        row.update({"n": r["n_cycles"], "median_us": _num(r["median_us"]), "p95_us": _num(r["p95_us"]),
+                    # the median of the log's busbw column
+                    "busbw_GB/s": _num(r["busbw_median_gbps"]), "cycle_cv%": _num(r["cycle_cv_pct"]),
+                    "iter_cv%": _num(r["iter_cv_pct"]), "correctness": r["correctness"],
+                    "stability": r["stability"]})
+        shown.append(row)
+    _print_rows(shown, [*keys, "n", "median_us", "p95_us", "busbw_GB/s", "cycle_cv%", "iter_cv%", "correctness",
+                        "stability"])
     print(f"rule: precise relative differences only where cycle CV <= {args.cv_threshold:g}% "
           f"with >= {args.min_cycles} cycles; #wrong != 0 is not a valid baseline")
     return 0

@@ -8,6 +8,7 @@ critical paths back to the previous collective of the PG and names the principal
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Iterable
@@ -44,7 +45,7 @@ from evtsync.errors import InputError
 from evtsync.parallel import Backend, DaskCluster, InProcess, ProcessPool
 from evtsync.progress import progress
 from evtsync.tax import TaxTables, compute_tax
-from evtsync.trace.traceset import TraceSet, load_traces
+from evtsync.trace.traceset import RANK_HOOK, TraceSet, load_traces
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +217,23 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
         The collectives do not match across ranks.
     """
     read_options = dict(read_options or {})
+    # in this process, each rank's DAG is built from the read that gives its collectives (written to
+    # a temporary file until the rounds take it): every rank is read once and its DAG built once
+    prebuilt = (SetupCache(set(), within_largest_rank=True)
+                if not isinstance(traces, TraceSet) and (backend is None or isinstance(backend, InProcess)) else None)
+    try:
+        return _attribute(traces, pg, same_stream_tolerance_us, keep_paths, alignment, tax, backend, read_options,
+                          prebuilt, align_options)
+    finally:
+        if prebuilt is not None:
+            prebuilt.close()
+
+
+def _attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.PathLike[str]], pg: str | None,
+               same_stream_tolerance_us: float, keep_paths: bool, alignment: Alignment | None, tax: TaxTables | None,
+               backend: Backend | None, read_options: dict[str, Any], prebuilt: SetupCache | None,
+               align_options: dict[str, Any]) -> AttributionResult:
+    """:func:`attribute`'s work; ``prebuilt``: where the in-process reading writes each rank's DAG."""
     per_rank_reads = not isinstance(traces, TraceSet)   # each task reads (and drops) its own rank
     inputs = traces
     if not isinstance(traces, TraceSet):
@@ -224,7 +242,16 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
             where["jobs"] = backend.jobs
         elif isinstance(backend, DaskCluster):
             where["client"] = backend.client
-        traces = load_traces(traces, scope="collectives", **read_options, **where)
+        hook = None
+        if prebuilt is not None:  # read here, one rank after the other, each DAG built as its rank is read
+            where["jobs"] = 1
+            tol_ns = int(round(same_stream_tolerance_us * 1000))
+            hook = RANK_HOOK.set(functools.partial(prebuilt.prebuild, same_stream_tolerance_ns=tol_ns))
+        try:
+            traces = load_traces(traces, scope="collectives", **{**read_options, **where})
+        finally:
+            if hook is not None:
+                RANK_HOOK.reset(hook)
     traces.require_timeline("critical-path attribution")
     alignment = alignment if alignment is not None else align_collectives(traces, **align_options)
     tax = tax if tax is not None else compute_tax(alignment)
@@ -234,6 +261,9 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
         assert not isinstance(inputs, TraceSet)  # per-rank reads: the inputs are paths
         traces = load_traces(inputs, scope="all", **read_options)
         per_rank_reads = False
+        if prebuilt is not None:
+            prebuilt.forget_prebuilt()
+            prebuilt = None
     if not per_rank_reads:
         traces.require(("all",), "critical-path attribution")
     inst = alignment.instances
@@ -277,16 +307,32 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
             continue
         roles.setdefault(s_rank, []).append((t.pg, index))
         fastest_of[(t.pg, index)] = f_rank
+    runner: Backend = backend if backend is not None else InProcess()
+    # both rounds in this process: a rank's DAG built in round 1 serves its round 2 too, kept in
+    # memory or written to a temporary file (reading rank by rank, it keeps no more than the
+    # largest rank's DAG in memory: memory stays bounded by it)
+    setups = SetupCache(set(fastest_of.values()), within_largest_rank=per_rank_reads) \
+        if isinstance(runner, InProcess) and prebuilt is None else prebuilt
+    if setups is not None:
+        setups.wanted = set(fastest_of.values())
+    try:
+        return _attribute_rounds(traces, inst, tax, runner, setups, rows, roles, fastest_of, per_rank_reads,
+                                 read_options, same_stream_tolerance_us, keep_paths)
+    finally:
+        if setups is not None:
+            setups.close()
+
+
+def _attribute_rounds(traces: TraceSet, inst: pd.DataFrame, tax: TaxTables, runner: Backend,
+                      setups: SetupCache | None, rows: dict[tuple[str, int], dict[str, Any]],
+                      roles: dict[int, list[tuple[str, int]]], fastest_of: dict[tuple[str, int], int],
+                      per_rank_reads: bool, read_options: dict[str, Any], same_stream_tolerance_us: float,
+                      keep_paths: bool) -> AttributionResult:
+    """The two rounds of per-rank tasks of :func:`attribute` and the tables from their sides."""
     paths = dict(zip(traces.ranks["rank"].astype(int), traces.ranks["path"].astype(str), strict=True))
     tol_ns = int(round(same_stream_tolerance_us * 1000))
     inst_cols = ["pg", "index", "stream", "ts_ns", "end_ns", "correlation"]
     by_rank = {int(r): g[inst_cols].reset_index(drop=True) for r, g in inst.groupby("rank")}
-
-    runner: Backend = backend if backend is not None else InProcess()
-    # both rounds in this process: a rank's DAG built in round 1 serves its round 2 too
-    # (reading rank by rank, it keeps no more than the largest rank's DAG: memory stays bounded by it)
-    setups = SetupCache(set(fastest_of.values()), within_largest_rank=per_rank_reads) \
-        if isinstance(runner, InProcess) else None
     split = None if per_rank_reads else RankTables(traces, DAG_COLUMNS)
 
     def work(rank: int) -> RankWork:

@@ -224,56 +224,180 @@ def _rank_setup(work: RankWork) -> RankSetup:
     del kernels
     if work.setups is None or work.tables is None:  # a worker, or tables read here: hand their memory back
         release_freed_memory()
-    by_key = {(p, int(i)): (int(n), int(s), int(e)) for p, i, n, s, e in
-              zip(work.instances["pg"], work.instances["index"], nodes, work.instances["ts_ns"],
-                  work.instances["end_ns"], strict=True)}
-    return RankSetup(dag, KeyIndex(dag), Walker(dag), vocab, by_key)
+    return RankSetup(dag, KeyIndex(dag), Walker(dag), vocab, _by_key(work.instances, nodes))
 
 
-#: Most DAG nodes (all ranks together) whose setups an in-process attribution keeps from round 1
-#: for round 2, about 150 bytes a node with the key index (~0.6 GB); ranks beyond it are built again.
+def _by_key(instances: pd.DataFrame, nodes: np.ndarray) -> dict[CollectiveKey, tuple[int, int, int]]:
+    """(node, start ns, end ns) of each of a rank's collective instances by (pg, index)."""
+    return {(p, int(i)): (int(n), int(s), int(e)) for p, i, n, s, e in
+            zip(instances["pg"], instances["index"], nodes, instances["ts_ns"], instances["end_ns"], strict=True)}
+
+
+#: Most DAG nodes (all ranks together) whose setups an in-process attribution keeps in memory from
+#: round 1 for round 2, about 150 bytes a node with the key index (~0.6 GB); the setups of further
+#: ranks are written to a temporary file (:class:`SetupCache`) and read back in round 2.
 SETUP_CACHE_NODES = 4_000_000
 
 
 class SetupCache:
     """Rank setups kept between the two rounds when both run in the calling process, so that a
     rank that is a straggler in some collectives and the fastest in others has its DAG built
-    once: round 1 keeps the setups of the ranks round 2 will need (``wanted``) while their nodes
-    stay within ``max_nodes`` (default :data:`SETUP_CACHE_NODES`); round 2 takes each one (and
-    drops it). A setup is the same whichever round built it, so the results do not depend on
-    the cache.
+    once: round 1 keeps the setups of the ranks round 2 will need (``wanted``) in memory while
+    their nodes stay within ``max_nodes`` (default :data:`SETUP_CACHE_NODES`), and writes the
+    others to a temporary folder (``spill``, pickled arrays: reading one back costs a fraction
+    of reading the rank's trace and building its DAG again); round 2 takes each one (and drops
+    it). A setup is the same whichever round built it, so the results do not depend on the cache.
 
-    ``within_largest_rank``: the kept setups never hold more nodes than the largest rank's DAG
-    built so far (instead of ``max_nodes``), so that memory stays bounded by the largest rank
-    whatever the number of ranks: for tasks that read their own rank, where the set's tables
-    are never all in memory; a rank not kept is read and built again in round 2."""
+    ``within_largest_rank``: the setups kept in memory never hold more nodes than the largest
+    rank's DAG built so far (instead of ``max_nodes``), so that memory stays bounded by the
+    largest rank whatever the number of ranks: for tasks that read their own rank, where the
+    set's tables are never all in memory. ``spill=False``: a setup that does not fit is built
+    again in round 2 (as a worker of a pool does). :meth:`close` removes the folder."""
 
-    def __init__(self, wanted: set[int], max_nodes: int | None = None, *, within_largest_rank: bool = False) -> None:
+    def __init__(self, wanted: set[int], max_nodes: int | None = None, *, within_largest_rank: bool = False,
+                 spill: bool = True) -> None:
         self.wanted = set(wanted)
         self.max_nodes = SETUP_CACHE_NODES if max_nodes is None else max_nodes
         self.within_largest_rank = within_largest_rank
+        self.spill = spill
         self.largest = 0
         self.nodes = 0
         self._kept: dict[int, RankSetup] = {}
+        self._spilled: dict[int, str] = {}
+        self._prebuilt: dict[str, str] = {}
+        self._folder: str | None = None
 
     def __contains__(self, rank: int) -> bool:
-        return rank in self._kept
+        return rank in self._kept or rank in self._spilled
+
+    def prebuild(self, tables: Any, *, same_stream_tolerance_ns: int = SAME_STREAM_TOLERANCE_NS) -> None:
+        """Build the DAG (and key index) of one rank file from its whole tables while they are read
+        for the collectives (the reading's hook, :data:`evtsync.trace.traceset.RANK_HOOK`), and
+        write it to the folder: the rounds then take it by the file's path instead of reading the
+        file again and building its DAG (each rank read once, its DAG built once). ``tables``: the
+        reader's :class:`~evtsync.trace.tables.RankTables`, the DAG's columns taken as
+        ``load_traces`` of the file alone would give them (same rows, same order)."""
+        frames = []
+        for name, wanted in zip(("kernels", "cpu_ops", "runtime", "syncs"), DAG_COLUMNS, strict=True):
+            columns = tables.columns[name]
+            frames.append(pd.DataFrame({c: columns[c] for c in wanted if c in columns}, copy=False))
+        kernels, cpu_ops, runtime, syncs = frames
+        vocab = Vocabulary()
+        dag = build_rank_dag(kernels, cpu_ops, runtime, syncs, rank=int(tables.rank), vocab=vocab,
+                             same_stream_tolerance_ns=same_stream_tolerance_ns)
+        nccl = kernels[kernels["is_nccl"]] if "is_nccl" in kernels else kernels
+        nccl = nccl[["stream", "ts_ns", "correlation"]]  # what finds the instances' nodes later
+        del frames, kernels, cpu_ops, runtime, syncs
+        path = str(tables.info["path"])
+        self.largest = max(self.largest, dag.n_nodes)
+        self._prebuilt[path] = self._dump(f"file{len(self._prebuilt)}", (dag, KeyIndex(dag), vocab, nccl))
+
+    def forget_prebuilt(self) -> None:
+        """Remove the DAGs built while reading (the rounds will not use them)."""
+        for path in self._prebuilt.values():
+            _unlink(path)
+        self._prebuilt.clear()
+
+    @property
+    def n_spilled(self) -> int:
+        """Setups written to the temporary folder and not yet taken back."""
+        return len(self._spilled)
 
     def get(self, work: RankWork, *, keep: bool) -> RankSetup:
-        """The setup of ``work``'s rank: a kept one (dropped from the cache), else built (and,
-        with ``keep``, kept when a later round wants it and the budget allows)."""
+        """The setup of ``work``'s rank: a kept or written one (dropped from the cache), else
+        built (and, with ``keep``, kept or written when a later round wants it)."""
         kept = self._kept.pop(work.rank, None)
         if kept is not None:
             self.nodes -= kept.dag.n_nodes
             return kept
+        path = self._spilled.pop(work.rank, None)
+        if path is not None:
+            return _read_setup(path)
+        built = self._prebuilt.pop(str(work.path), None) if work.path is not None and work.tables is None else None
+        budget = min(self.largest, self.max_nodes) if self.within_largest_rank else self.max_nodes
+        if built is not None:
+            again = keep and work.rank in self.wanted   # round 2 wants it too
+            setup = _read_prebuilt(built, work, remove=not again)
+            if again:
+                self.wanted.discard(work.rank)
+                if self.nodes + setup.dag.n_nodes <= budget:  # kept in memory (the file goes)
+                    _unlink(built)
+                    self._kept[work.rank] = setup
+                    self.nodes += setup.dag.n_nodes
+                else:  # read again from the file in round 2
+                    self._prebuilt[str(work.path)] = built
+            return setup
         setup = _rank_setup(work)
         self.largest = max(self.largest, setup.dag.n_nodes)
         budget = min(self.largest, self.max_nodes) if self.within_largest_rank else self.max_nodes
-        if keep and work.rank in self.wanted and self.nodes + setup.dag.n_nodes <= budget:
+        if keep and work.rank in self.wanted:
             self.wanted.discard(work.rank)
-            self._kept[work.rank] = setup
-            self.nodes += setup.dag.n_nodes
+            if self.nodes + setup.dag.n_nodes <= budget:
+                self._kept[work.rank] = setup
+                self.nodes += setup.dag.n_nodes
+            elif self.spill:
+                self._spilled[work.rank] = self._write(work.rank, setup)
         return setup
+
+    def _write(self, rank: int, setup: RankSetup) -> str:
+        # the walker is rebuilt from the DAG when read back
+        return self._dump(f"rank{rank}", (setup.dag, setup.keys, setup.vocab, setup.by_key))
+
+    def _dump(self, name: str, value: Any) -> str:
+        import os
+        import pickle
+        import tempfile
+
+        if self._folder is None:
+            self._folder = tempfile.mkdtemp(prefix="evtsync-setups-")
+        path = os.path.join(self._folder, f"{name}.pickle")
+        with open(path, "wb") as fh:
+            pickle.dump(value, fh, protocol=5)
+        return path
+
+    def close(self) -> None:
+        """Remove the temporary folder and forget every setup."""
+        import shutil
+
+        self._kept.clear()
+        self._spilled.clear()
+        self._prebuilt.clear()
+        self.nodes = 0
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+
+
+def _load(path: str, *, remove: bool) -> Any:
+    import pickle
+
+    with open(path, "rb") as fh:
+        value = pickle.load(fh)
+    if remove:
+        _unlink(path)
+    return value
+
+
+def _unlink(path: str) -> None:
+    import contextlib
+    import os
+
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def _read_setup(path: str) -> RankSetup:
+    """A setup written by :meth:`SetupCache._write` (the file is removed once read)."""
+    dag, keys, vocab, by_key = _load(path, remove=True)
+    return RankSetup(dag, keys, Walker(dag), vocab, by_key)
+
+
+def _read_prebuilt(path: str, work: RankWork, *, remove: bool) -> RankSetup:
+    """The setup of ``work`` from a DAG written by :meth:`SetupCache.prebuild`: its collective
+    instances' nodes found as :func:`_rank_setup` finds them."""
+    dag, keys, vocab, nccl = _load(path, remove=remove)
+    dag.rank = work.rank
+    return RankSetup(dag, keys, Walker(dag), vocab, _by_key(work.instances, rank_instance_nodes(nccl, work.instances, dag)))
 
 
 def _setup_of(work: RankWork, *, keep: bool) -> RankSetup:
@@ -281,8 +405,26 @@ def _setup_of(work: RankWork, *, keep: bool) -> RankSetup:
 
 
 def rank_instance_nodes(kernels: pd.DataFrame, instances: pd.DataFrame, dag: RankDAG) -> np.ndarray:
-    """GPU node of each of one rank's aligned collective instances (-1 where not found)."""
+    """GPU node of each of one rank's aligned collective instances (-1 where not found): the
+    first kernel row with the instance's (stream, ts_ns, correlation), and the first GPU node
+    made from that row."""
     nccl = kernels[kernels["is_nccl"]] if "is_nccl" in kernels else kernels
+    keys_k = [nccl[c].to_numpy() for c in ("stream", "ts_ns", "correlation")]
+    keys_i = [instances[c].to_numpy() for c in ("stream", "ts_ns", "correlation")]
+    if all(a.dtype.kind in "iu" for a in keys_k + keys_i):  # integer keys (always, from the readers): no merge
+        first: dict[tuple[int, int, int], int] = {}
+        for key, row in zip(zip(*(a.tolist() for a in keys_k), strict=True), nccl.index.tolist(), strict=True):
+            first.setdefault(key, row)
+        rows = np.array([first.get(key, -1) for key in zip(*(a.tolist() for a in keys_i), strict=True)], dtype=np.int64)
+        gpu = np.flatnonzero(dag.kind == KIND_GPU)
+        gpu_rows = dag.row[gpu].astype(np.int64)
+        order = np.argsort(gpu_rows, kind="stable")   # equal rows keep node order: the first node first
+        at = np.searchsorted(gpu_rows[order], rows)
+        hit = (rows >= 0) & (at < len(order))
+        hit[hit] &= gpu_rows[order[at[hit]]] == rows[hit]
+        nodes = np.full(len(instances), -1, dtype=np.int64)
+        nodes[hit] = gpu[order[at[hit]]]
+        return nodes
     table = pd.DataFrame({"row": nccl.index.to_numpy(), "stream": nccl["stream"].to_numpy(),
                           "ts_ns": nccl["ts_ns"].to_numpy(), "correlation": nccl["correlation"].to_numpy()})
     keys = pd.DataFrame({"stream": instances["stream"].to_numpy(), "ts_ns": instances["ts_ns"].to_numpy(),

@@ -39,14 +39,19 @@ def cv_pct(values: np.ndarray) -> float:
     return float(v.std(ddof=0) / v.mean() * 100.0)
 
 
-def _correctness(wrong: pd.Series, error: pd.Series) -> tuple[str, float]:
-    w = wrong.to_numpy(dtype=float)
+def _correctness(wrong: np.ndarray, error: np.ndarray) -> tuple[str, float]:
+    w = np.asarray(wrong, dtype=float)
     if np.isfinite(w).any():
         total = float(np.nansum(w))
         return ("failed" if total > 0 else "passed"), total
-    if np.isfinite(error.to_numpy(dtype=float)).any():
+    if np.isfinite(np.asarray(error, dtype=float)).any():
         return "max-error only (old format)", math.nan
     return "not checked", math.nan
+
+
+def _number(value: Any) -> float:
+    """A measurement cell as a float (a missing one as NaN, as in the DataFrame)."""
+    return math.nan if value is None else float(value)
 
 
 def size_stats(
@@ -62,39 +67,78 @@ def size_stats(
     ``pool_runs`` pools every run of every log given (e.g. the replicates of one variant of a
     planned experiment, as the seed pools 4 processes x 10 cycles); otherwise runs are kept
     apart (column ``run``). ``stability`` is ``stable`` (cycle CV <= threshold with at least
-    ``min_cycles`` cycles), ``unstable`` or ``unknown`` (too few cycles to tell).
+    ``min_cycles`` cycles), ``unstable`` or ``unknown`` (too few cycles to tell). The rows of
+    :func:`size_stats_records` as a DataFrame.
     """
     import pandas as pd
 
+    return pd.DataFrame(size_stats_records(logs, run=run, pool_runs=pool_runs, cv_threshold=cv_threshold,
+                                           min_cycles=min_cycles))
+
+
+def size_stats_records(
+    logs: ParsedLog | list[ParsedLog],
+    *,
+    run: int | None = None,
+    pool_runs: bool = False,
+    cv_threshold: float = CV_THRESHOLD_PCT,
+    min_cycles: int = 3,
+) -> list[dict[str, Any]]:
+    """The rows of :func:`size_stats` as plain dicts, in the same order, computed from the logs'
+    measurement records without pandas (``evtsync nccl-tests stats`` starts small, issue 30).
+
+    Parameters
+    ----------
+    logs : ParsedLog or list of ParsedLog
+        Parsed nccl-tests logs (:func:`evtsync.nccltests.parse_log`).
+    run : int or None, default None
+        Only this run of each log (None: every run).
+    pool_runs : bool, default False
+        Pool every run of every log into one row per size (replicate processes).
+    cv_threshold : float, default 5.0
+        Largest cycle CV (%) called stable.
+    min_cycles : int, default 3
+        Cycles needed to judge stability.
+
+    Returns
+    -------
+    list of dict
+        One dict per (source, run,) type, redop, root, size, count, placement, sorted by source,
+        run, placement, type, redop, root and size: the columns of :func:`size_stats`.
+
+    Raises
+    ------
+    NcclTestsError
+        No measurement (with a size > 0) to summarise.
+    """
     items = logs if isinstance(logs, list) else [logs]
-    frames = []
     footer: dict[tuple[int, int], bool | None] = {}
     aborted: dict[tuple[int, int], str] = {}
+    rows: list[dict[str, Any]] = []
     for i, pl in enumerate(items):
         for r in pl.runs:
             footer[(i, r.index)] = r.out_of_bounds_ok
             if r.failure is not None:
                 aborted[(i, r.index)] = r.failure
-        m = pl.measurements.copy()
-        if run is not None:
-            m = m[m["run"] == run]
-        m["source"] = i
-        frames.append(m)
-    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    if table.empty:
+        rows += [{**m, "source": i} for m in pl.rows if run is None or m["run"] == run]
+    if not rows:
         raise NcclTestsError("no measurements to summarise")
-    table = table[table["size"] > 0]
     group_cols = KEY if pool_runs else ["source", "run", *KEY]
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for m in rows:
+        if m["size"] > 0:
+            groups.setdefault(tuple(m[c] for c in group_cols), []).append(m)
     out = []
-    for key, g in table.groupby(group_cols, sort=False, dropna=False):
-        times = g["time_us"].to_numpy(dtype=float)
+    for key, g in groups.items():
+        times = np.array([_number(m["time_us"]) for m in g], dtype=float)
         times = times[np.isfinite(times)]
         n = int(times.size)
         cyc_cv = cv_pct(times) if n >= 2 else math.nan
-        icv = g["i_cv_pct"].to_numpy(dtype=float)
+        icv = np.array([_number(m["i_cv_pct"]) for m in g], dtype=float)
         icv = icv[np.isfinite(icv)]
-        status, wrong_total = _correctness(g["wrong"], g["error"])
-        members = list(g[["source", "run"]].drop_duplicates().itertuples(index=False, name=None))
+        status, wrong_total = _correctness(np.array([_number(m["wrong"]) for m in g], dtype=float),
+                                           np.array([_number(m["error"]) for m in g], dtype=float))
+        members = list(dict.fromkeys((m["source"], m["run"]) for m in g))
         oks = {footer.get(k) for k in members}
         if status.startswith("max-error"):
             if oks == {True}:
@@ -109,6 +153,7 @@ def size_stats(
             stability = "unknown"
         else:
             stability = "stable" if cyc_cv <= cv_threshold else "unstable"
+        busbw = np.array([_number(m["busbw_gbps"]) for m in g], dtype=float)
         row = dict(zip(group_cols, key, strict=True))
         row.update(
             n_cycles=n,
@@ -122,20 +167,19 @@ def size_stats(
             iter_cv_max_pct=float(icv.max()) if icv.size else math.nan,
             iter_stability=("unknown" if not icv.size else
                             "stable" if icv.max() <= cv_threshold else "unstable"),
-            busbw_median_gbps=float(np.nanmedian(g["busbw_gbps"])) if g["busbw_gbps"].notna().any() else math.nan,
+            busbw_median_gbps=float(np.nanmedian(busbw)) if (~np.isnan(busbw)).any() else math.nan,
             wrong_total=wrong_total,
             correctness=status,
             valid_baseline=status == "passed",
             stability=stability,
             precise_claims=stability == "stable",
-            n_flagged=int((g["bw_flag"] != "").sum()),
+            n_flagged=sum(m["bw_flag"] != "" for m in g),
         )
         out.append(row)
     if not out:
         raise NcclTestsError("no measurements with a size > 0 to summarise")
-    result = pd.DataFrame(out)
-    order = [c for c in ("source", "run", "placement", "type", "redop", "root", "size") if c in result]
-    return result.sort_values(order, kind="stable").reset_index(drop=True)
+    order = [c for c in ("source", "run", "placement", "type", "redop", "root", "size") if c in out[0]]
+    return sorted(out, key=lambda r: tuple(r[c] for c in order))  # stable, as the table's sort
 
 
 # --------------------------------------------------------------------------- compare

@@ -19,12 +19,13 @@ into one window, are an error.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import itertools
 import logging
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -296,6 +297,14 @@ def empty_event_tables() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.D
     return frame("gpu", kernel_extra), frame("cpu", {}), frame("runtime", {}), frame("sync", {})
 
 
+#: Called, where set, with each rank file's whole tables as this process reads them, before they
+#: are reduced to the reading's scope: in-process attribution builds each rank's DAG from the read
+#: that gives its collectives, instead of reading the file again (issue 30). A context variable:
+#: the workers of a pool never see it (their reads are not hooked).
+RANK_HOOK: contextvars.ContextVar[Callable[[RankTables], None] | None] = contextvars.ContextVar(
+    "evtsync_rank_hook", default=None)
+
+
 def _read_one(item: tuple[str, int | None], salvage: bool, cache_dir: str | None, scope: str,
               comm_kernels: tuple[tuple[str, str], ...] = (), fast_decoder_bytes: int = 0,
               rank_from: str | None = None) -> RankTables:
@@ -308,6 +317,9 @@ def _read_one(item: tuple[str, int | None], salvage: bool, cache_dir: str | None
         expect_json_bytes(fast_decoder_bytes)  # the scanner loads when a file is really decoded
     tables = read_rank_cached(path, salvage, cache_dir, rank, rank_from)
     mark_comm_kernels(tables, comm_kernels)
+    hook = RANK_HOOK.get()
+    if hook is not None:
+        hook(tables)
     return tables.in_scope(scope)
 
 
