@@ -213,8 +213,8 @@ def run_attribution(folder: str, mode: str, jobs: int, cache: str) -> dict:
     """Attribute a trace folder in-process (``mode == "in-process"``) or as per-rank tasks."""
     import hashlib
 
+    from evtsync.core.parallel import ProcessPool
     from evtsync.critpath import attribute
-    from evtsync.parallel import ProcessPool
 
     t0 = time.perf_counter()
     if mode == "in-process":

@@ -19,7 +19,7 @@ Each method runs in a fresh process, which reports the CPU seconds of its work a
 - ``evtsync read``: ``load_traces(folder, jobs=1)``: every record into the logged table;
 - ``evtsync read+tax``: the same plus ``tax_from_traces`` (matching by communicator and
   sequence number, the tax tables) and ``tax_summary``: the whole-table path;
-- ``evtsync stream tax``: :func:`evtsync.logtax.stream_tax` (what ``evtsync tax LOGDIR`` runs
+- ``evtsync stream tax``: :func:`evtsync.sync.logtax.stream_tax` (what ``evtsync tax LOGDIR`` runs
   without ``-o``): the logs read in lockstep, each collective taxed and dropped once every
   member reported it, no per-rank rows kept, then ``tax_summary``;
 - ``evtsync stream tax+ranks``: the same keeping the per-rank rows (``-o``, ``run``);
@@ -111,9 +111,9 @@ method, folder = sys.argv[1], sys.argv[2]
 if method != "json.loads floor":
     import pandas, numpy, msgspec
     from evtsync.trace.traceset import load_traces
-    from evtsync.tax import tax_from_traces, tax_summary
+    from evtsync.sync.tax import tax_from_traces, tax_summary
     from evtsync.trace.readers import inspector  # noqa: F401
-    from evtsync.logtax import inspector_files, stream_tax
+    from evtsync.sync.logtax import inspector_files, stream_tax
 files = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".log"))
 out = {}
 t0, w0 = time.process_time(), time.perf_counter()
@@ -177,7 +177,7 @@ def main() -> None:
         if method == "imports":
             env = {**os.environ, "PYTHONPATH": str(REPO)}
             code = ("import resource, pandas, numpy, msgspec; from evtsync.trace.traceset import load_traces; "
-                    "from evtsync.tax import tax_from_traces; "
+                    "from evtsync.sync.tax import tax_from_traces; "
                     "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
             rss = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                                        check=True).stdout)

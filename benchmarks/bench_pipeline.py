@@ -79,7 +79,7 @@ def summary_of(stdout: str) -> object:
 
 
 def many_ranks(workdir: Path, ranks: int) -> dict:
-    from evtsync.tax import tax_from_traces
+    from evtsync.sync.tax import tax_from_traces
     from evtsync.trace.traceset import load_traces
 
     traces_dir = study(workdir, ranks, 0.12)

@@ -71,7 +71,7 @@ src, copy, workers = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 shutil.rmtree(copy, ignore_errors=True)
 shutil.copytree(src, copy, ignore=shutil.ignore_patterns("figures", "report.*"))
 import scipy.stats  # noqa: F401  (the earlier stages' imports)
-import evtsync.evt.compare, evtsync.evt.predict, evtsync.evt.mlefit  # noqa: F401,E401
+import evtsync.evt.compare, evtsync.predict.tables, evtsync.evt.mlefit  # noqa: F401,E401
 from evtsync.pipeline import stages
 from evtsync.pipeline.engine import Run
 from evtsync.runfolder.layout import fitted_models, read_manifest

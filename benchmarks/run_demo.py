@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from evtsync.run import RunOptions, run_pipeline, stage_table
+from evtsync.pipeline import RunOptions, run_pipeline, stage_table
 
 
 def _cli(out: Path, rounds: int) -> None:

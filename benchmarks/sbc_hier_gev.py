@@ -126,7 +126,7 @@ def run_replicate(spec, index: int, n_per_cell: int, seed: int, compiled_cache: 
     structure reuse one compiled model (the same draws as a fresh compilation, ~20 s less each).
     ``extend``: the sampler's ``extend`` setting (0 is the spec's default).
     """
-    from evtsync.errors import InputError
+    from evtsync.core.errors import InputError
     from evtsync.evt.fit import fit_table
 
     truth, table, rng = replicate_data(spec, index, n_per_cell, seed)

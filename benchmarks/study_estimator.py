@@ -8,7 +8,7 @@ to the centred maxima ``y`` (the default estimator) and, for the paper's estimat
 ``tau_summary`` predicts tau(n) for n in 8, 64, 512, 4096 in units of b, and both are compared
 with the truth the generator states (``ground_truth.json``: E[max_n X - mean_n X]/b integrated
 from the parent). The table compares them in µs, as the pipeline predicts: tau = b_us·E_k with
-b_us = mean a × mean r of the cell (``evtsync.evt.predict.block_scale``), against the true delay
+b_us = mean a × mean r of the cell (``evtsync.predict.tables.block_scale``), against the true delay
 of a block with that mean, cv·mean a·truth; the factor between the two scales, mean r / cv, is
 recorded per job (``b_ratio``; regenerated from the seed for records without it). Each output
 line is one fit.
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> None:
 
 def b_scale_ratio(z: pd.DataFrame, cv: float) -> float:
     """mean r / cv of the job's one cell: the pipeline's b_us over the true sd of a block of mean a."""
-    from evtsync.evt.predict import block_scale
+    from evtsync.predict.tables import block_scale
 
     return float(block_scale(z)["mean_r"].iloc[0]) / float(cv)
 

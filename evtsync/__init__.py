@@ -27,7 +27,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from evtsync.errors import EvtsyncError
+from evtsync.core.errors import EvtsyncError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,25 +40,25 @@ from evtsync._version import __version__  # noqa: F401 - the public version attr
 #: evtsync`` (and so every worker process that reads traces) does not pay for scipy,
 #: PyMC or the critical-path code it may never use.
 _LAZY = {
-    "step_breakdown": "evtsync.breakdown", "summarise_breakdown": "evtsync.breakdown",
-    "compute_zscores": "evtsync.blocks", "zscore_table": "evtsync.blocks",
-    "Alignment": "evtsync.collectives", "PGOverride": "evtsync.collectives",
-    "align_collectives": "evtsync.collectives",
+    "step_breakdown": "evtsync.critpath.breakdown", "summarise_breakdown": "evtsync.critpath.breakdown",
+    "compute_zscores": "evtsync.blocks.cut", "zscore_table": "evtsync.blocks.cut",
+    "Alignment": "evtsync.sync.collectives", "PGOverride": "evtsync.sync.collectives",
+    "align_collectives": "evtsync.sync.collectives",
     "AttributionResult": "evtsync.critpath", "attribute": "evtsync.critpath",
     "inject_delay": "evtsync.critpath",
     "fit_mle": "evtsync.evt.mle",
-    "TaxTables": "evtsync.tax", "compute_tax": "evtsync.tax", "tax_from_traces": "evtsync.tax",
-    "tax_summary": "evtsync.tax",
+    "TaxTables": "evtsync.sync.tax", "compute_tax": "evtsync.sync.tax", "tax_from_traces": "evtsync.sync.tax",
+    "tax_summary": "evtsync.sync.tax",
     "TraceSet": "evtsync.trace.traceset", "load_traces": "evtsync.trace.traceset",
     "load_spec": "evtsync.evt.spec", "fit_table": "evtsync.evt.fit", "load_fit": "evtsync.evt.bayesfit",
     "save_fit": "evtsync.evt.bayesfit", "BayesFit": "evtsync.evt.bayesfit", "compare_fits": "evtsync.evt.compare",
     "MleCellFit": "evtsync.evt.mlefit", "RankTailFit": "evtsync.evt.ranktail", "mle_cell_table": "evtsync.evt.mlefit",
     "list_models": "evtsync.evt.catalog", "resolve_model": "evtsync.evt.catalog",
-    "tau_table": "evtsync.evt.predict", "bandwidth_table": "evtsync.evt.predict",
-    "predicted_vs_measured": "evtsync.evt.predict", "cell_parameter_table": "evtsync.evt.predict",
+    "tau_table": "evtsync.predict.tables", "bandwidth_table": "evtsync.predict.tables",
+    "predicted_vs_measured": "evtsync.predict.tables", "cell_parameter_table": "evtsync.predict.tables",
     # former names of the prediction tables (same functions)
-    "tau_summary": "evtsync.evt.posterior", "bandwidth_summary": "evtsync.evt.posterior",
-    "straggler_comparison": "evtsync.evt.posterior",
+    "tau_summary": "evtsync.predict.posterior", "bandwidth_summary": "evtsync.predict.posterior",
+    "straggler_comparison": "evtsync.predict.posterior",
     "RunOptions": "evtsync.pipeline", "run_pipeline": "evtsync.pipeline",
 }
 
@@ -86,7 +86,7 @@ def tax_table(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
         A loaded :class:`~evtsync.trace.traceset.TraceSet`, or trace files and/or folders,
         read by :func:`evtsync.load_traces`; paths are read with ``scope="collectives"``
         (all the tax reads). Paths that are all NCCL Inspector logs are streamed instead
-        (:func:`evtsync.logtax.stream_tax`: memory bounded by the collectives not yet reported
+        (:func:`evtsync.sync.logtax.stream_tax`: memory bounded by the collectives not yet reported
         by every member, same table).
     per_rank : bool, default False
         Return the per-rank table (one row per rank of each instance) instead of one row per
@@ -110,11 +110,11 @@ def tax_table(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     InputError
         Bad options (e.g. a malformed PG override).
     """
-    from evtsync.tax import tax_from_traces
+    from evtsync.sync.tax import tax_from_traces
     from evtsync.trace.traceset import TraceSet, load_traces
 
     if not isinstance(traces, TraceSet):
-        from evtsync.logtax import inspector_files, stream_tax
+        from evtsync.sync.logtax import inspector_files, stream_tax
 
         logs = inspector_files(traces)
         if logs is not None:  # NCCL Inspector logs: streamed, memory bounded by the open collectives

@@ -71,7 +71,7 @@ def render() -> str:
     evtsync = importlib.import_module("evtsync")
     out = ["# API reference", "",
            "Generated from the docstrings by `tools/gen_api_docs.py` (do not edit by hand; "
-           "`tests/test_api_reference.py` checks it is current). The guide is [api.md](api.md).", ""]
+           "`tests/project/test_api_reference.py` checks it is current). The guide is [api.md](api.md).", ""]
     names = sorted(n for n in evtsync.__all__ if not n.startswith("_"))
     out.append(" · ".join(f"[`{n}`](#{n.lower()})" for n in names))
     out.append("")

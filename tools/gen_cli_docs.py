@@ -35,10 +35,10 @@ def _walk(parser: argparse.ArgumentParser, path: list[str], out: list[str]) -> N
 
 PYTHON_TAG = "Rendered with Python"
 
-#: The convention every command follows (tests/test_cli_convention.py checks it over every parser).
+#: The convention every command follows (tests/cli/test_cli_convention.py checks it over every parser).
 CONVENTIONS = """## Conventions
 
-Every command follows these rules; `tests/test_cli_convention.py` walks every parser of
+Every command follows these rules; `tests/cli/test_cli_convention.py` walks every parser of
 `evtsync.cli.COMMANDS` and fails when one does not.
 
 - **Output: `-o/--out`.** Where a command writes, `-o/--out` names what it writes: a table
@@ -49,19 +49,19 @@ Every command follows these rules; `tests/test_cli_convention.py` walks every pa
   that say so on stderr. Figures are `--plot PATH` (`.png`/`.svg`/`.pdf`).
 - **`--json` on every command.** It prints one strict JSON document on standard output (notes go
   to stderr): missing values are `null`, never a bare `NaN` or `Infinity`, so `jq` and
-  `JSON.parse` read it (`evtsync.tableio.emit_json`).
+  `JSON.parse` read it (`evtsync.core.tableio.emit_json`).
 - **Lists: spaces or commas alike.** `--topology full ring` and `--topology full,ring` are the same,
   and a list option may be repeated (`--n 8 --n 64`). Options whose values are patterns or
   declarations (`--pg`, `--comm-kernel`, `--category`, `--where`, `--plant` …) take one per use.
   A negative value in a comma list needs `=`: `--eps=-0.5,-0.1` (or `--eps -0.5 -0.1`).
 - **Sizes: SI and IEC prefixes, distinguished.** `K`, `M`, `G`, `T` are powers of ten
   (`1G` = 10^9 bytes) and `Ki`, `Mi`, `Gi`, `Ti` powers of two (`1Gi` = 2^30 bytes); a trailing
-  `B` is optional and case is ignored (`evtsync.units`). This holds for `--bytes`, `nccl-tests alpha
+  `B` is optional and case is ignored (`evtsync.core.units`). This holds for `--bytes`, `nccl-tests alpha
   --range` and `nccl-tests plan --min-bytes/--max-bytes`. nccl-tests itself reads `-b 1G` as 2^30
   bytes, so the plan passes it the exact byte count (`--min-bytes 1Mi` runs `-b 1048576`), and sizes
   are printed in the same notation (`1Gi`, `64Mi`).
 - **Intervals: `--level`, one default.** Every interval is central and equal-tailed at `--level`
-  (default 0.9, `evtsync.defaults.INTERVAL_LEVEL`), and says its level where it is printed;
+  (default 0.9, `evtsync.core.defaults.INTERVAL_LEVEL`), and says its level where it is printed;
   `fit --ci-level` is a deprecated alias. `attribute`'s regression intervals use the same level.
 - **A quiet terminal.** By default a command prints its results, warnings and errors; `-v` adds
   what each step does (INFO), `-vv` debugging detail, `-q` removes progress bars and status lines.

@@ -7,7 +7,7 @@ reader uses its process pool):
 
 It writes a small synthetic job (8 ranks, TP 4, H200 bf16, with known ground truth) under
 OUT_DIR (default: a temporary folder), then measures, explains, models and predicts its tax,
-and saves the figures as PNG files beside it. ``tests/test_examples.py`` (slow) runs it.
+and saves the figures as PNG files beside it. ``tests/project/test_examples.py`` (slow) runs it.
 """
 
 import sys
@@ -15,9 +15,9 @@ import tempfile
 from pathlib import Path
 
 import evtsync
-from evtsync.evt.predict import block_scale
 from evtsync.plots import base, predictions
 from evtsync.plots import tax as tax_plots
+from evtsync.predict.tables import block_scale
 from evtsync.synth import SynthConfig, synthesize
 
 out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="evtsync-example-"))

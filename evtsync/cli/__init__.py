@@ -5,7 +5,7 @@ through ``register(subparsers)`` and calls the library. :data:`COMMANDS` lists t
 module of the command being run is imported (``--version``, ``--help`` and a mistyped
 command import none, and so no NumPy, pandas or SciPy: issue 16), and a command module
 imports the library inside its handler, so that parsing stays light. Errors of the package
-(:class:`evtsync.errors.EvtsyncError`) are printed as one line on stderr with a non-zero
+(:class:`evtsync.core.errors.EvtsyncError`) are printed as one line on stderr with a non-zero
 exit status and no traceback.
 """
 
@@ -18,12 +18,12 @@ import sys
 from collections.abc import Sequence
 
 from evtsync._version import __version__
-from evtsync.errors import EvtsyncError
+from evtsync.core.errors import EvtsyncError
 
 log = logging.getLogger("evtsync")
 
 #: Every command: name -> (module of this package, one-line help), in the order of ``--help``.
-#: The help must equal the one the module registers (tests/test_cli_startup.py checks it).
+#: The help must equal the one the module registers (tests/cli/test_cli_startup.py checks it).
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "the main job: traces -> tax -> attribution -> z-scores -> fits -> predictions -> report"),
     "report": ("report", "HTML report (figures embedded) and Markdown summary of a run folder or a fit"),
@@ -104,7 +104,7 @@ def _add_global_options(parser: argparse.ArgumentParser) -> None:
 def _configure_logging(verbose: int, quiet: bool) -> None:
     """A quiet terminal by default (issue 34): warnings and errors; ``-v`` adds what the stages
     do (INFO), ``-vv`` debugging detail. Records are whole lines above any progress bar."""
-    from evtsync.progress import BarSafeHandler
+    from evtsync.core.progress import BarSafeHandler
 
     level = logging.DEBUG if verbose >= 2 else (logging.INFO if verbose == 1 and not quiet else logging.WARNING)
     handler = BarSafeHandler()
@@ -123,8 +123,8 @@ def _check_outputs(command: str | None, args: argparse.Namespace, argv: Sequence
     ``-o/--out`` is checked by the kind its command declared (:func:`evtsync.cli._common.add_out_argument`:
     a table by suffix, a folder, another file, or ``own`` for the commands that check it themselves).
     """
-    from evtsync.errors import InputError
-    from evtsync.tableio import check_output_dir, check_output_file, table_format
+    from evtsync.core.errors import InputError
+    from evtsync.core.tableio import check_output_dir, check_output_file, table_format
 
     out, kind = getattr(args, "out", None), getattr(args, "out_kind", None)
     if getattr(args, "out_required", False) and not out:
@@ -174,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(args.verbose, args.quiet)
     _route_warnings()
     if args.quiet:
-        from evtsync.progress import set_progress
+        from evtsync.core.progress import set_progress
 
         set_progress(False)
     from evtsync.cli._common import private_tempdir
@@ -187,8 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"evtsync: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except OSError as exc:  # an environment failure not turned into an EvtsyncError where it happened
-        from evtsync.errors import OutputError
-        from evtsync.tableio import one_line_reason
+        from evtsync.core.errors import OutputError
+        from evtsync.core.tableio import one_line_reason
 
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         print(f"evtsync: error: {where}{one_line_reason(exc)}", file=sys.stderr)

@@ -2,7 +2,7 @@
 
 The argument parsers live in the command modules (fit, bandwidth, predict, compare); the
 handlers here call the library (:class:`evtsync.evt.bayesfit.BayesFit`,
-:mod:`evtsync.evt.predict`, :mod:`evtsync.evt.compare`), draw with :mod:`evtsync.plots` and
+:mod:`evtsync.predict.tables`, :mod:`evtsync.evt.compare`), draw with :mod:`evtsync.plots` and
 print. Exit status 1 when a fit used is not converged (the output is still written and says
 so), 0 otherwise; bad input raises an ``EvtsyncError``.
 """
@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from evtsync.cli._common import emit_json, level_of
-from evtsync.defaults import DEFAULT_EPS
-from evtsync.errors import InputError
+from evtsync.core.defaults import DEFAULT_EPS
+from evtsync.core.errors import InputError
 
 
 def sampler_settings(spec: Any, args: argparse.Namespace) -> Any:
@@ -36,7 +36,7 @@ def sampler_settings(spec: Any, args: argparse.Namespace) -> Any:
 
 
 def _read_z_table(args: argparse.Namespace) -> pd.DataFrame:
-    from evtsync.tableio import read_table
+    from evtsync.core.tableio import read_table
 
     table = read_table(args.data)
     for clause in getattr(args, "where", []) or []:
@@ -53,12 +53,12 @@ def run_bayesian_fit(args: argparse.Namespace) -> int:
     """``evtsync fit DATA --model models/NAME.toml [--out fits/NAME] ...``: sample, save, summarise."""
     from dataclasses import replace
 
+    from evtsync.core.progress import progress_enabled
+    from evtsync.core.tableio import file_sha256
     from evtsync.evt.bayesfit import require_netcdf_engine, spread_prior_table
     from evtsync.evt.catalog import resolve_model
     from evtsync.evt.fit import fit_table, parameter_summary, save_fit
     from evtsync.evt.spec import load_spec
-    from evtsync.progress import progress_enabled
-    from evtsync.tableio import file_sha256
 
     spec = load_spec(resolve_model(args.model, getattr(args, "models_dir", None)))
     if getattr(args, "column", None):
@@ -66,7 +66,7 @@ def run_bayesian_fit(args: argparse.Namespace) -> int:
     table = _read_z_table(args)
     if getattr(args, "negate", False):
         table = table.assign(**{spec.column: -pd.to_numeric(table[spec.column], errors="coerce")})
-    from evtsync.tableio import check_output_dir, check_output_file
+    from evtsync.core.tableio import check_output_dir, check_output_file
 
     out = Path(args.out) if args.out else Path("fits") / spec.name
     if out.suffix == ".nc":
@@ -76,7 +76,7 @@ def run_bayesian_fit(args: argparse.Namespace) -> int:
     require_netcdf_engine()  # likewise: the fit file's engine is checked before any draw
     command = "evtsync " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else ""
     settings = sampler_settings(spec, args)  # flags over the spec's [sampling]
-    from evtsync.defaults import DEFAULT_SEED
+    from evtsync.core.defaults import DEFAULT_SEED
 
     seed = settings.seed if settings.seed is not None else DEFAULT_SEED  # the seed `evtsync run` uses
     tree = fit_table(
@@ -163,7 +163,7 @@ def _print_note(tree) -> None:
 def _write_outputs(args: argparse.Namespace, table: pd.DataFrame, figure: Any) -> None:
     """``--out`` the table, ``--plot`` the figure ``figure(table)`` (a function of :mod:`evtsync.plots`)."""
     if getattr(args, "out", None):
-        from evtsync.tableio import write_table
+        from evtsync.core.tableio import write_table
 
         write_table(table, args.out)
     if getattr(args, "plot", None):
@@ -182,8 +182,8 @@ def load_prediction_fit(path: str, estimator: str) -> Any:
         return BayesFit.load(path)
     from pathlib import Path
 
+    from evtsync.core.tableio import read_table
     from evtsync.evt.ranktail import RankTailFit
-    from evtsync.tableio import read_table
 
     source = Path(path)
     if source.is_dir():
@@ -213,13 +213,13 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
     """``evtsync bandwidth --fit FIT ...``: B* and its reduction vs Hockney as credible intervals.
 
     Several ``--eps`` and ``--flops-factor`` values give one row each; two or more FLOPS factors
-    add the bandwidth-scaling requirement (:func:`evtsync.evt.predict.flops_scaling_table`);
+    add the bandwidth-scaling requirement (:func:`evtsync.predict.tables.flops_scaling_table`);
     ``--alpha-from`` carries alpha's draws; ``--gpu``/``--precision``/``--preset`` may ask for
     cells the fit has not seen (population-level rows, labelled).
     """
     from evtsync.cli._common import parse_topologies
     from evtsync.cli._whatif import alpha_setup, hardware, parse_float_list
-    from evtsync.evt.predict import (
+    from evtsync.predict.tables import (
         FIXED_ALPHA_NOTE,
         FIXED_B_NOTE,
         bandwidth_table,
@@ -327,8 +327,8 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     ``--flops-factor F`` divides b (and so tau) by F for a GPU F times faster (methodology §8).
     """
     from evtsync.cli._whatif import hardware
-    from evtsync.evt.predict import FIXED_B_NOTE, domain_multiple, tau_table
     from evtsync.plots.predictions import tau_curves
+    from evtsync.predict.tables import FIXED_B_NOTE, domain_multiple, tau_table
 
     fit = load_prediction_fit(args.fit, args.estimator)
     if getattr(args, "straggler", None):
@@ -370,9 +370,9 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
 
 def _straggler(args: argparse.Namespace, fit: Any) -> int:
     """Predicted vs measured mean straggler delay per row of ``--straggler TABLE``."""
-    from evtsync.evt.predict import predicted_vs_measured
+    from evtsync.core.tableio import read_table
     from evtsync.plots.predictions import predicted_vs_measured as pvm_figure
-    from evtsync.tableio import read_table
+    from evtsync.predict.tables import predicted_vs_measured
 
     if args.n or any(getattr(args, k, None) is not None for k in ("block_sd_us", "block_mean_us", "cv")):
         raise InputError("--straggler takes n and b from the table; do not also give --n or the block spread")
@@ -402,12 +402,12 @@ def _straggler(args: argparse.Namespace, fit: Any) -> int:
 
 def run_bayesian_compare(args: argparse.Namespace) -> int:
     """``evtsync compare FIT FIT ...``: PSIS-LOO table with ELPD differences and a verdict."""
+    from evtsync.core.tableio import write_table
     from evtsync.evt.bayesfit import load_fit
     from evtsync.evt.compare import compare_fits
-    from evtsync.tableio import write_table
 
     if args.out:
-        from evtsync.tableio import check_output_file
+        from evtsync.core.tableio import check_output_file
 
         check_output_file(args.out, "--out")
     trees = [load_fit(p) for p in args.fits]

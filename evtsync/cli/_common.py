@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from evtsync.defaults import END_TOLERANCE_US, RANKS_PER_HOST
-from evtsync.errors import InputError
+from evtsync.core.defaults import END_TOLERANCE_US, RANKS_PER_HOST
+from evtsync.core.errors import InputError
 
 
 def positive_int(text: str) -> int:
@@ -126,7 +126,7 @@ def enter_dask(options: dict[str, Any], stack: contextlib.ExitStack) -> Any:
     that follow share it; ``options`` (from :func:`reading_options`) then read through its
     client.
     """
-    from evtsync.parallel import optional_dask
+    from evtsync.core.parallel import optional_dask
 
     backend = stack.enter_context(optional_dask(options.get("scheduler"), options.get("workers"),
                                                 options.get("jobs")))
@@ -142,7 +142,7 @@ def enter_dask(options: dict[str, Any], stack: contextlib.ExitStack) -> Any:
 
 def align_options(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments of align_collectives from parsed arguments."""
-    from evtsync.collectives import PGOverride
+    from evtsync.sync.collectives import PGOverride
 
     return {
         "overrides": [PGOverride.parse(text) for text in args.pg],
@@ -164,7 +164,7 @@ def sibling_path(path: str, tag: str) -> str:
 
 def parse_topologies(values: list[str]) -> list[str]:
     """Topology names from repeated / comma-separated --topology values, validated."""
-    from evtsync.hockney import get_topology
+    from evtsync.predict.hockney import get_topology
 
     names: list[str] = []
     for value in values:
@@ -207,16 +207,16 @@ def alpha_us_from_args(args: argparse.Namespace) -> float:
 
 
 def emit_json(value: Any, file: Any = None, indent: int | None = 2) -> None:
-    """Print ``value`` as strict JSON (:func:`evtsync.tableio.json_text`: missing values as
+    """Print ``value`` as strict JSON (:func:`evtsync.core.tableio.json_text`: missing values as
     ``null``, never ``NaN``; no ``default=str``) on ``file`` (standard output): what every
     ``--json`` of the command line prints, so that a strict parser reads every command's output."""
-    from evtsync.tableio import json_text
+    from evtsync.core.tableio import json_text
 
     print(json_text(value, indent=indent), file=sys.stdout if file is None else file)
 
 
 # --------------------------------------------------------------------------- the CLI convention
-# (docs/cli.md, "Conventions"; tests/test_cli_convention.py checks every command against it)
+# (docs/cli.md, "Conventions"; tests/cli/test_cli_convention.py checks every command against it)
 
 #: What ``-o/--out`` names, per command: a table (.parquet/.csv, chosen by the suffix; siblings
 #: PATH_<part> where the command writes several), a folder, a file of another kind, or a path the
@@ -259,7 +259,7 @@ def add_level_argument(parser: argparse.ArgumentParser | Any, what: str = "centr
                        old: tuple[str, ...] = ()) -> None:
     """``--level``, the one interval level of every command (default :data:`INTERVAL_LEVEL`),
     with old spellings (``--ci-level``) as hidden deprecated aliases."""
-    from evtsync.defaults import INTERVAL_LEVEL
+    from evtsync.core.defaults import INTERVAL_LEVEL
 
     parser.add_argument("--level", type=interval_level, default=INTERVAL_LEVEL, metavar="P",
                         help=f"{what} in (0, 1) (default {INTERVAL_LEVEL:g}, as every interval of evtsync)")
@@ -269,9 +269,9 @@ def add_level_argument(parser: argparse.ArgumentParser | Any, what: str = "centr
 
 
 def byte_size(text: str) -> float:
-    """argparse type of every size option: :func:`evtsync.units.parse_bytes` (1G = 10^9 bytes,
+    """argparse type of every size option: :func:`evtsync.core.units.parse_bytes` (1G = 10^9 bytes,
     1Gi = 2^30), a parse error otherwise."""
-    from evtsync.units import parse_bytes
+    from evtsync.core.units import parse_bytes
 
     try:
         return parse_bytes(text, "size in bytes")
@@ -281,7 +281,7 @@ def byte_size(text: str) -> float:
 
 def level_of(args: argparse.Namespace) -> float:
     """The interval level of a command line: its ``--level``, else the one default."""
-    from evtsync.defaults import INTERVAL_LEVEL
+    from evtsync.core.defaults import INTERVAL_LEVEL
 
     level = getattr(args, "level", None)
     return INTERVAL_LEVEL if level is None else float(level)
@@ -328,8 +328,8 @@ class ListOption(argparse.Action):
                     raise argparse.ArgumentError(self, f"{part!r}: {exc}") from None
         setattr(namespace, self.dest, items)
 def add_estimator_argument(parser: argparse.ArgumentParser) -> None:
-    """``--estimator centred|paper|ranktail``: which estimator of tau(n) (:data:`evtsync.evt.predict.ESTIMATORS`)."""
-    from evtsync.defaults import DEFAULT_ESTIMATOR, ESTIMATOR_NAMES
+    """``--estimator centred|paper|ranktail``: which estimator of tau(n) (:data:`evtsync.predict.tables.ESTIMATORS`)."""
+    from evtsync.core.defaults import DEFAULT_ESTIMATOR, ESTIMATOR_NAMES
 
     parser.add_argument("--estimator", choices=list(ESTIMATOR_NAMES), default=DEFAULT_ESTIMATOR,
                         help="estimator of tau(n): centred (default; calibrated for n > m, needs a fit of the "

@@ -7,19 +7,19 @@ import argparse
 from typing import Any
 
 from evtsync.cli._common import level_of, parse_domain_sizes
-from evtsync.errors import InputError
+from evtsync.core.errors import InputError
 
 
 def add_hardware_arguments(p: argparse.ArgumentParser) -> None:
     """``--gpu``, ``--precision``, ``--preset``, ``--seed``: ask about (possibly unseen) hardware."""
-    from evtsync.reference import PRESETS
+    from evtsync.core.reference import PRESETS
 
     p.add_argument("--gpu", metavar="NAME", help="predict for this GPU level; one the fit has not seen is drawn "
                    "from the hierarchy's population (population-level, wider interval)")
     p.add_argument("--precision", metavar="NAME", help="predict for this precision level (as --gpu)")
     p.add_argument("--preset", choices=sorted(PRESETS), metavar="NAME",
                    help=f"what-if hardware ({', '.join(sorted(PRESETS))}): sets --gpu, --n and --flops-factor "
-                   "(TFLOPS / 989) unless given (evtsync.reference.PRESETS)")
+                   "(TFLOPS / 989) unless given (evtsync.core.reference.PRESETS)")
     p.add_argument("--seed", type=int, default=0, help="seed of the population and alpha draws (default 0)")
 
 
@@ -53,7 +53,7 @@ def parse_float_list(text: str | list[str] | None, what: str, default: float) ->
 
 def hardware(args: argparse.Namespace) -> dict[str, Any]:
     """gpu, n (list or None), flops factors, nvlink lines and notes from --preset and the flags over it."""
-    from evtsync.reference import PRESETS, REFERENCE_TFLOPS, nvlink_reference_lines
+    from evtsync.core.reference import PRESETS, REFERENCE_TFLOPS, nvlink_reference_lines
 
     name = getattr(args, "preset", None) or ""
     preset: dict[str, Any] = dict(PRESETS[name]) if name in PRESETS else {}
@@ -91,7 +91,7 @@ def alpha_setup(args: argparse.Namespace, topologies: list[str], n_draws: int | 
     (intercept over that topology's p), or with ``--alpha-topology T`` fitted under T and its
     per-step alpha reused for every topology; both are printed.
     """
-    from evtsync.hockney import get_topology
+    from evtsync.predict.hockney import get_topology
 
     names = [get_topology(t).name for t in topologies]
     if args.alpha_us is not None:
@@ -127,7 +127,7 @@ def alpha_setup(args: argparse.Namespace, topologies: list[str], n_draws: int | 
 def write_bandwidth_tables(path: str, table: Any, scaling: Any) -> None:
     """``-o PATH``: the B* table, and with a FLOPS sweep its scaling table as PATH_scaling."""
     from evtsync.cli._common import sibling_path
-    from evtsync.tableio import write_table
+    from evtsync.core.tableio import write_table
 
     write_table(table, path)
     if scaling is not None:

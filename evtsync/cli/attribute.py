@@ -9,7 +9,7 @@ from typing import Any
 
 ORDER = 20
 
-from evtsync.reference import PAPER_GPU_CAUSES, PAPER_GPU_ONLY_SHARE  # noqa: E402 - the paper's numbers
+from evtsync.core.reference import PAPER_GPU_CAUSES, PAPER_GPU_ONLY_SHARE  # noqa: E402 - the paper's numbers
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _plot_path(result, which: str | None, path: str) -> None:  # noqa: ANN001 - AttributionResult
     """Draw the straggler-vs-fastest view of one collective (``PG:INDEX`` or the largest tax)."""
-    from evtsync.errors import InputError
+    from evtsync.core.errors import InputError
     from evtsync.plots import save_figure
     from evtsync.plots.paths import straggler_vs_fastest
 
@@ -72,11 +72,11 @@ def _plot_path(result, which: str | None, path: str) -> None:  # noqa: ANN001 - 
 
 def run(args: argparse.Namespace) -> int:
     from evtsync.cli._common import align_options, reading_options, sibling_path
+    from evtsync.core.errors import InputError
+    from evtsync.core.parallel import InProcess, backend_for
+    from evtsync.core.tableio import all_or_nothing, write_table
     from evtsync.critpath import categories
     from evtsync.critpath.attribution import attribute
-    from evtsync.errors import InputError
-    from evtsync.parallel import InProcess, backend_for
-    from evtsync.tableio import all_or_nothing, write_table
     from evtsync.trace.traceset import expand_inputs, load_traces
 
     if args.paths and not args.out:

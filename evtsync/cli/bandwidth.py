@@ -6,14 +6,14 @@ Gumbel/GEV fit of the pooled z-scores as tau(n) = b·E_{n/m} (``--gumbel MU SIGM
 tau by F (a GPU F times faster, methodology §8). Bandwidths are printed in GB/s (1e9 bytes/s);
 alpha and tau in µs; ``--bytes`` in bytes (suffixes K/M/G and KiB/MiB/GiB accepted).
 With ``--fit FIT_DIR`` the posterior of a Bayesian fit is used (``evtsync.cli._bayes``); without
-it the same tables of :mod:`evtsync.evt.predict` are built from one draw (a
-:class:`~evtsync.evt.predict.PointFit` of the given GEV, or
-:func:`~evtsync.evt.predict.given_tax_bandwidth_table` for ``--tau-us``), so ``--json`` and
+it the same tables of :mod:`evtsync.predict.tables` are built from one draw (a
+:class:`~evtsync.predict.tables.PointFit` of the given GEV, or
+:func:`~evtsync.predict.tables.given_tax_bandwidth_table` for ``--tau-us``), so ``--json`` and
 ``-o`` have the columns of ``bandwidth --fit``.
 
 ``--eps`` and ``--flops-factor`` take comma lists (``--flops-factor 1,2,4,8`` or the doubling
 range ``1..8``); with two or more factors the bandwidth-scaling requirement
-against the roofline is printed as well (the paper's Fig. 13, :func:`evtsync.evt.predict.flops_scaling_table`).
+against the roofline is printed as well (the paper's Fig. 13, :func:`evtsync.predict.tables.flops_scaling_table`).
 ``--alpha-from LOG`` fits alpha per topology: the sweep's intercept p·alpha over each
 topology's p at the log's rank count (or, with ``--alpha-topology T``, the machine's topology T,
 whose per-step alpha is then reused for every topology, said so); with ``--fit`` its posterior
@@ -44,9 +44,9 @@ from evtsync.cli._whatif import (
     plot_bandwidth,
     write_bandwidth_tables,
 )
-from evtsync.defaults import DEFAULT_EPS, DEFAULT_M
-from evtsync.errors import InputError
-from evtsync.units import SIZE_HELP
+from evtsync.core.defaults import DEFAULT_EPS, DEFAULT_M
+from evtsync.core.errors import InputError
+from evtsync.core.units import SIZE_HELP
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -102,9 +102,9 @@ def _bayesian(args: argparse.Namespace) -> int:
 
 
 def point_fit(args: argparse.Namespace, sizes: list[int]) -> Any:
-    """The one-draw fit of ``--gumbel MU SIGMA`` / ``--gev MU SIGMA XI`` (:class:`evtsync.evt.predict.PointFit`),
+    """The one-draw fit of ``--gumbel MU SIGMA`` / ``--gev MU SIGMA XI`` (:class:`evtsync.predict.tables.PointFit`),
     or None for ``--tau-us``, after checking the options that go with each."""
-    from evtsync.evt.predict import PointFit, domain_multiple
+    from evtsync.predict.tables import PointFit, domain_multiple
 
     if args.tau_us is not None:
         if args.block_sd_us is not None:
@@ -133,7 +133,7 @@ def run_bandwidth(args: argparse.Namespace) -> int:
     if args.estimator == "ranktail" and args.tau_us is None:  # GEV parameters cannot give it
         raise InputError("--estimator ranktail predicts from every rank's value: give --fit ZSCORES (the z-score "
                          "table written by `evtsync blocks`, or a run folder)")
-    from evtsync.evt.predict import (
+    from evtsync.predict.tables import (
         SCALING_DEFINITION,
         bandwidth_table,
         flops_scaling_table,
@@ -156,7 +156,7 @@ def run_bandwidth(args: argparse.Namespace) -> int:
     alpha_by_topology, _, notes = alpha_setup(args, topologies)
     fit = point_fit(args, sizes)
     sweep = len(set(hw["factors"])) > 1
-    if fit is None:  # the tax given: the same tables, one draw (evtsync.evt.predict)
+    if fit is None:  # the tax given: the same tables, one draw (evtsync.predict.tables)
         table = given_tax_bandwidth_table(args.tau_us, topologies, sizes, alpha_by_topology, args.bytes, eps_values,
                                           hw["factors"])
         scaling = (given_tax_scaling_table(args.tau_us, topologies, sizes, alpha_by_topology, args.bytes,

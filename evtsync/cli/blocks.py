@@ -7,8 +7,8 @@ import argparse
 
 def register(sub: argparse._SubParsersAction) -> None:
     from evtsync.cli._common import add_out_argument, add_scale_arguments, add_trace_arguments
-    from evtsync.defaults import DEFAULT_M
-    from evtsync.vocabulary import PRECISIONS, TIME_DEFINITIONS
+    from evtsync.core.defaults import DEFAULT_M
+    from evtsync.core.vocabulary import PRECISIONS, TIME_DEFINITIONS
 
     parser = sub.add_parser(
         "blocks", help="compute blocks between collectives and pooled z-scores (methodology §5)",
@@ -46,11 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import contextlib
 
-    from evtsync.blocks import compute_zscores, drop_summary
+    from evtsync.blocks.cut import compute_zscores, drop_summary
     from evtsync.cli._common import align_options, enter_dask, reading_options, sibling_path
-    from evtsync.collectives import PGOverride
-    from evtsync.errors import InputError
-    from evtsync.tableio import write_table
+    from evtsync.core.errors import InputError
+    from evtsync.core.tableio import write_table
+    from evtsync.sync.collectives import PGOverride
     from evtsync.trace.traceset import load_traces
 
     selectors = [text for text in args.pg if "=" not in text]
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             traces, pg=selector, m=args.m, time=args.time, workload=args.workload,
             precision=args.precision, gemm_patterns=args.gemm_pattern, keep_all=args.keep_all,
             backend=backend, **align_options(args))
-    from evtsync.zscores import drifting_identities
+    from evtsync.blocks.zscores import drifting_identities
 
     summary = drop_summary(blocks)
     if args.out:
@@ -117,7 +117,7 @@ def _print_report(table, blocks, summary, n_dropped, args) -> None:  # noqa: ANN
                   f"{row.sd_us:>10.2f} {row.cv:>7.4f} {row.precision!s:>6} {row.z_mean:>7.3f}")
         if len(ident) > 40:
             print(f"  … {len(ident) - 40} more")
-        from evtsync.zscores import DRIFT_P, drifting_identities
+        from evtsync.blocks.zscores import DRIFT_P, drifting_identities
 
         drift = drifting_identities(table)
         if len(drift):

@@ -24,9 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import contextlib
 
-    from evtsync.breakdown import PARTS, step_breakdown, summarise_breakdown
     from evtsync.cli._common import align_options, enter_dask, reading_options
-    from evtsync.tableio import write_table
+    from evtsync.core.tableio import write_table
+    from evtsync.critpath.breakdown import PARTS, step_breakdown, summarise_breakdown
     from evtsync.trace.traceset import load_traces
 
     with contextlib.ExitStack() as stack:
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         traces = load_traces(args.traces, **options)
         table = step_breakdown(traces, backend=backend, **align_options(args))
     if table.empty:
-        from evtsync.errors import InputError
+        from evtsync.core.errors import InputError
 
         raise InputError(f"nothing to break down: no GPU event and no CPU operator on any rank of "
                          f"{', '.join(map(str, args.traces))}")

@@ -30,10 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from evtsync.errors import InputError
+    from evtsync.core.errors import InputError
+    from evtsync.core.units import parse_bytes
     from evtsync.trace.cache import RankCache, cache_max_bytes
     from evtsync.trace.cache_dir import default_cache_dir
-    from evtsync.units import parse_bytes
 
     if args.clear and (args.prune or args.max_size):
         raise InputError("give --clear or --prune [--max-size SIZE], not both")

@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_compare(args: argparse.Namespace) -> int:
     """Handler of ``evtsync compare``."""
     from evtsync.cli._bayes import run_bayesian_compare
-    from evtsync.errors import InputError
+    from evtsync.core.errors import InputError
 
     if len(args.fits) < 2:
         raise InputError("compare needs at least two fits")
@@ -41,7 +41,7 @@ def run_compare(args: argparse.Namespace) -> int:
 def _refuse_repeated_fits(fits: list[str]) -> None:
     """The same fit file given twice (by two spellings of its path) is a slip, not a comparison:
     its ELPD difference is 0 with no spread. Refused with both names."""
-    from evtsync.errors import InputError
+    from evtsync.core.errors import InputError
     from evtsync.evt.bayesfit import fit_path
 
     seen: dict[object, str] = {}

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import math
 
-from evtsync.defaults import DEFAULT_EPS, DEFAULT_M
+from evtsync.core.defaults import DEFAULT_EPS, DEFAULT_M
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     from evtsync.cli._common import ListOption, add_level_argument, add_out_argument, byte_size
-    from evtsync.units import SIZE_HELP
+    from evtsync.core.units import SIZE_HELP
 
     parser = sub.add_parser(
         "diff", help="compare the tax of two runs: shifts with intervals and a verdict per PG role",
@@ -75,8 +75,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evtsync.diff import MIN_COLLECTIVES, diff_runs
-    from evtsync.tableio import write_table
+    from evtsync.core.tableio import write_table
+    from evtsync.runfolder.diff import MIN_COLLECTIVES, diff_runs
 
     load_options: dict = {"cache": None} if args.no_cache else {}
     if args.rank_from != "file":
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _b_words(table) -> str:  # noqa: ANN001 - the table of evtsync.diff.diff_fits
+def _b_words(table) -> str:  # noqa: ANN001 - the table of evtsync.runfolder.diff.diff_fits
     def words(b: object) -> str:
         if isinstance(b, dict):
             return "per cell " + ", ".join(f"{c} {v:.4g} µs" for c, v in b.items() if c != "all")
@@ -176,7 +176,7 @@ def _b_words(table) -> str:  # noqa: ANN001 - the table of evtsync.diff.diff_fit
     return f"the same b on both sides: {words(a)}" if a == b else f"A's b {words(a)}; B's b {words(b)}"
 
 
-def _print_bstar(bstar, level: float) -> None:  # noqa: ANN001 - the table of evtsync.diff.diff_bstar
+def _print_bstar(bstar, level: float) -> None:  # noqa: ANN001 - the table of evtsync.runfolder.diff.diff_bstar
     print(f"\nΔB* (GB/s) per cell, topology, n and eps: medians A → B and B − A with its {level:.0%} interval")
     print(f"  inputs: {bstar.attrs['inputs']}")
     for r in bstar.itertuples():
@@ -193,9 +193,9 @@ def _fit_level(args: argparse.Namespace):  # noqa: ANN202 - (fit table, ΔB* tab
     Δτ(n) table and, when the B* inputs are known, the ΔB* table; notes on what was used."""
     from pathlib import Path
 
-    from evtsync.diff import diff_bstar, diff_fits, fit_of_run
-    from evtsync.errors import InputError
+    from evtsync.core.errors import InputError
     from evtsync.evt.bayesfit import BayesFit
+    from evtsync.runfolder.diff import diff_bstar, diff_fits, fit_of_run
 
     if bool(args.fit_a) != bool(args.fit_b):
         raise InputError("diff: give both --fit-a and --fit-b (or neither)")
@@ -267,8 +267,8 @@ def _bandwidth_inputs(args: argparse.Namespace, run_a, m: int, fit_a, fit_b):  #
     bandwidth`, each defaulting to what A's run used (alpha, S, eps; every topology of the run)."""
     from evtsync.cli._common import parse_topologies
     from evtsync.cli._whatif import alpha_setup, parse_float_list
-    from evtsync.diff import BandwidthInputs
-    from evtsync.errors import InputError
+    from evtsync.core.errors import InputError
+    from evtsync.runfolder.diff import BandwidthInputs
 
     sources = []
     if args.topology:

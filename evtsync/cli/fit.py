@@ -21,7 +21,7 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
-from evtsync.errors import InputError
+from evtsync.core.errors import InputError
 from evtsync.evt.families import family_label
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ log = logging.getLogger("evtsync.cli.fit")
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``fit`` command."""
     from evtsync.cli._common import add_level_argument, add_out_argument
-    from evtsync.defaults import SAMPLERS
+    from evtsync.core.defaults import SAMPLERS
 
     p = subparsers.add_parser(
         "fit",
@@ -107,7 +107,7 @@ def load_maxima(path: str, column: str | None, where: list[str], negate: bool) -
     import numpy as np
     import pandas as pd
 
-    from evtsync.tableio import read_table
+    from evtsync.core.tableio import read_table
 
     table = read_table(path)
     for clause in where:

@@ -43,9 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evtsync.collectives import PGOverride
+    from evtsync.core.errors import InputError
     from evtsync.critpath.inject import inject_delay, inject_sweep
-    from evtsync.errors import InputError
+    from evtsync.sync.collectives import PGOverride
 
     if (args.delay_ms is None) == (args.sweep is None):
         raise InputError("inject: give one of --delay-ms D or --sweep D1,D2,...")
@@ -80,8 +80,8 @@ def run(args: argparse.Namespace) -> int:
 def _run_sweep(args: argparse.Namespace, options: dict, inject_sweep) -> int:  # noqa: ANN001 - CLI only
     from pathlib import Path
 
-    from evtsync.errors import InputError
-    from evtsync.tableio import write_table
+    from evtsync.core.errors import InputError
+    from evtsync.core.tableio import write_table
 
     delays = list(args.sweep)
     if not delays:

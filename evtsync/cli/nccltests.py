@@ -14,10 +14,10 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from evtsync.cli._common import ListOption, add_level_argument, add_out_argument
-from evtsync.errors import InputError
+from evtsync.core.errors import InputError
+from evtsync.core.units import SIZE_HELP
 from evtsync.nccltests.parse import ParsedLog, parse_log
 from evtsync.nccltests.plan import DEFAULT_MATRICES
-from evtsync.units import SIZE_HELP
 
 if TYPE_CHECKING:  # heavy modules (pandas, scipy) load inside the handlers that use them
     import pandas as pd
@@ -26,8 +26,8 @@ ORDER = 80
 
 def parse_size(text: str) -> float:
     """Bytes from '8', '4e9', '1G' (10^9), '1Gi' (2^30), '512KiB': evtsync's one size convention
-    (:func:`evtsync.units.parse_bytes`; SI prefixes are powers of ten, IEC ones powers of two)."""
-    from evtsync.units import parse_bytes
+    (:func:`evtsync.core.units.parse_bytes`; SI prefixes are powers of ten, IEC ones powers of two)."""
+    from evtsync.core.units import parse_bytes
 
     return parse_bytes(text, "size")
 
@@ -45,7 +45,7 @@ def _size_range(text: str | None) -> tuple[float, float] | None:
 
 
 def _fmt_size(n: Any) -> str:
-    from evtsync.units import format_bytes
+    from evtsync.core.units import format_bytes
 
     return format_bytes(n)
 
@@ -91,7 +91,7 @@ def _print_rows(rows: list[dict[str, Any]], columns: list[str]) -> None:
 
 def _plan_size(text: str) -> str:
     """``--min-bytes``/``--max-bytes``: checked now, kept as written (the plan records it)."""
-    from evtsync.units import nccl_tests_size
+    from evtsync.core.units import nccl_tests_size
 
     try:
         nccl_tests_size(text)
@@ -134,7 +134,7 @@ def _run_line(pl: ParsedLog) -> list[str]:
 def _cmd_parse(args: argparse.Namespace) -> int:
     pl = _load(args.log, args)
     if args.out:
-        from evtsync.tableio import write_table
+        from evtsync.core.tableio import write_table
 
         write_table(pl.measurements, args.out)
     if args.json:
@@ -181,7 +181,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     if args.out:
         import pandas as pd
 
-        from evtsync.tableio import write_table
+        from evtsync.core.tableio import write_table
 
         write_table(pd.DataFrame(table, columns=list(every[0])), args.out)
     if args.json:
@@ -278,8 +278,8 @@ def _parse_assignments(items: list[str] | None, kind: type, what: str) -> dict[s
 def _cmd_plan(args: argparse.Namespace) -> int:
     import pandas as pd
 
+    from evtsync.core.tableio import json_text, write_text_atomic
     from evtsync.nccltests.plan import PlanSettings, build_plan
-    from evtsync.tableio import json_text, write_text_atomic
 
     settings = PlanSettings(binary=args.binary, min_bytes=args.min_bytes, max_bytes=args.max_bytes,
                             step_factor=args.step_factor, gpus=args.gpus, cycles=args.cycles,

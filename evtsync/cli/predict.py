@@ -27,7 +27,7 @@ from evtsync.cli._common import (
     add_out_argument,
 )
 from evtsync.cli._whatif import add_hardware_arguments
-from evtsync.defaults import DEFAULT_M
+from evtsync.core.defaults import DEFAULT_M
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``evtsync report``."""
     from pathlib import Path
 
-    from evtsync.errors import InputError
+    from evtsync.core.errors import InputError
     from evtsync.report.html import REPORT_HTML, REPORT_MD, build_report
     from evtsync.runfolder.layout import MANIFEST, being_written, incomplete_notes, read_manifest
 
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"{args.source}: an `evtsync run` is writing this folder now; run `evtsync report` "
                          "when it has finished (it writes the report itself at the end)")
     if args.out:
-        from evtsync.tableio import check_output_dir
+        from evtsync.core.tableio import check_output_dir
 
         check_output_dir(args.out, "--out")
     written = build_report(args.source, args.out, svg=args.svg, workers=args.jobs)

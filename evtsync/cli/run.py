@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from evtsync.progress import write_line
+from evtsync.core.progress import write_line
 
 log = logging.getLogger("evtsync.cli.run")
 
@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         add_trace_arguments,
         byte_size,
     )
-    from evtsync.defaults import (
+    from evtsync.core.defaults import (
         DEFAULT_CHAINS,
         DEFAULT_DRAWS,
         DEFAULT_EPS,
@@ -38,9 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         DEMO_TUNE,
         SAMPLERS,
     )
-    from evtsync.reference import DGX_H200_ALPHA_US
-    from evtsync.units import SIZE_HELP
-    from evtsync.vocabulary import TIME_DEFINITIONS
+    from evtsync.core.reference import DGX_H200_ALPHA_US
+    from evtsync.core.units import SIZE_HELP
+    from evtsync.core.vocabulary import TIME_DEFINITIONS
 
     parser = sub.add_parser(
         "run", help="the main job: traces -> tax -> attribution -> z-scores -> fits -> predictions -> report",
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``evtsync run``: exit 0 when every stage ran or did not apply, 1 when a stage failed,
     3 when a workload of the study failed and the others went on (0 with ``--allow-failed-workloads``)."""
     from evtsync.cli._common import reading_options
-    from evtsync.errors import InputError
+    from evtsync.core.errors import InputError
     from evtsync.pipeline import (
         STATUS_FAILED,
         STATUS_NA,

@@ -81,7 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evtsync.cli._common import emit_json
-    from evtsync.errors import InputError
+    from evtsync.core.errors import InputError
     from evtsync.synth import STUDIES, Plant, SynthConfig, study, synthesize
 
     if bool(args.out) == bool(args.out_dir):

@@ -31,10 +31,10 @@ def run(args: argparse.Namespace) -> int:
     import tempfile
 
     from evtsync.cli._common import align_options, enter_dask, reading_options, sibling_path
-    from evtsync.errors import InputError
-    from evtsync.logtax import inspector_files, stream_tax
-    from evtsync.tableio import all_or_nothing, write_table
-    from evtsync.tax import tax_from_traces, tax_summary
+    from evtsync.core.errors import InputError
+    from evtsync.core.tableio import all_or_nothing, write_table
+    from evtsync.sync.logtax import inspector_files, stream_tax
+    from evtsync.sync.tax import tax_from_traces, tax_summary
     from evtsync.trace.traceset import load_traces
 
     if args.demo == bool(args.traces):
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
             traces = load_traces(paths, scope="collectives", **options)
             alignment, tables = tax_from_traces(traces, backend=backend, **align_options(args))
     summary = tax_summary(tables)
-    from evtsync.tax import straggler_identity
+    from evtsync.sync.tax import straggler_identity
 
     stragglers, straggler_ranks = straggler_identity(tables)
     notes = sys.stderr if args.json else sys.stdout  # --json: standard output holds the JSON document alone

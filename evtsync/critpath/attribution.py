@@ -18,7 +18,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.collectives import Alignment, align_collectives
+from evtsync.core.display import TablesDisplay
+from evtsync.core.errors import InputError
+from evtsync.core.parallel import Backend, DaskCluster, InProcess, ProcessPool
+from evtsync.core.progress import progress
 from evtsync.critpath.categories import CPU_CATEGORIES, classify_names
 from evtsync.critpath.cpu import CPU_SIDE_CATEGORIES, attribute_cpu_side, collectives_are_cpu_side
 from evtsync.critpath.dag import (
@@ -40,11 +43,8 @@ from evtsync.critpath.tasks import (
     straggler_task,
 )
 from evtsync.critpath.validate import regress_path_on_tax
-from evtsync.display import TablesDisplay
-from evtsync.errors import InputError
-from evtsync.parallel import Backend, DaskCluster, InProcess, ProcessPool
-from evtsync.progress import progress
-from evtsync.tax import TaxTables, compute_tax
+from evtsync.sync.collectives import Alignment, align_collectives
+from evtsync.sync.tax import TaxTables, compute_tax
 from evtsync.trace.traceset import RANK_HOOK, TraceSet, load_traces
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     task reads its own rank's trace (``read_options`` go to its :func:`load_traces`, e.g. the
     cache, ``salvage`` or ``comm_kernels``) and drops its tables once the rank's DAG is built,
     so no process holds more than one rank's tables: memory is bounded by the largest rank,
-    not by the set. The tasks run on ``backend`` (:mod:`evtsync.parallel`: a process pool or
+    not by the set. The tasks run on ``backend`` (:mod:`evtsync.core.parallel`: a process pool or
     a Dask cluster) or, without one, one after the other in this process, where a rank's DAG
     built in round 1 serves its round 2 too (:class:`~evtsync.critpath.tasks.SetupCache`).
     Given a loaded :class:`TraceSet`, everything runs here on the caller's tables.
@@ -194,7 +194,7 @@ def attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Path
     tax : TaxTables or None, default None
         Ready tax tables of that alignment (computed here when None).
     backend : Backend or None, default None
-        A process pool or Dask cluster (:mod:`evtsync.parallel`).
+        A process pool or Dask cluster (:mod:`evtsync.core.parallel`).
     read_options : dict or None, default None
         Options for each task's :func:`evtsync.load_traces` (e.g. ``cache``, ``salvage``).
     **align_options

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from evtsync.errors import InputError
+from evtsync.core.errors import InputError
 
 #: Marker pattern of the default GEMM row: GEMMs are recognised by
 #: :class:`evtsync.trace.kernels.KernelClassifier`, the one GEMM detector of the package (shared

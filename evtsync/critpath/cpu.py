@@ -42,9 +42,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.collectives import Alignment
 from evtsync.critpath.tasks import exact_times
-from evtsync.tax import TaxTables
+from evtsync.sync.collectives import Alignment
+from evtsync.sync.tax import TaxTables
 from evtsync.trace.traceset import TraceSet
 
 log = logging.getLogger(__name__)

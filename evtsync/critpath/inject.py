@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from evtsync.collectives import align_collectives
+from evtsync.core.errors import InputError
+from evtsync.core.tableio import write_bytes_atomic
 from evtsync.critpath.attribution import build_dags
 from evtsync.critpath.dag import (
     EDGE_LAUNCH,
@@ -44,8 +45,7 @@ from evtsync.critpath.dag import (
     RankDAG,
     Vocabulary,
 )
-from evtsync.errors import InputError
-from evtsync.tableio import write_bytes_atomic
+from evtsync.sync.collectives import align_collectives
 from evtsync.trace.schema import CPU_CATEGORIES, GPU_CATEGORIES, RUNTIME_CATEGORIES
 from evtsync.trace.traceset import TraceSet, load_traces
 

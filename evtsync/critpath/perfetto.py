@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.tableio import atomic_path
+from evtsync.core.tableio import atomic_path
 from evtsync.trace.traceset import TraceSet
 
 log = logging.getLogger(__name__)

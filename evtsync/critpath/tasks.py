@@ -12,7 +12,7 @@ arrays per collective), and :func:`combine` turns each pair into the collective'
 
 A task gets either the rank's tables (in-process: the trace set is loaded already) or the
 path of its trace file, which it reads itself (a process pool or a Dask cluster, see
-:mod:`evtsync.parallel`); the result does not depend on where it ran.
+:mod:`evtsync.core.parallel`); the result does not depend on where it ran.
 """
 
 from __future__ import annotations

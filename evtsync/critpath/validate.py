@@ -8,7 +8,7 @@ time minus the straggler's). A slope and R² near 1 mean the path accounts for t
 Two fits per scope: ordinary least squares (slope with its standard error and a central
 interval from the t quantile, intercept, R²) and the Theil–Sen median of pairwise slopes
 (``scipy.stats.theilslopes``, with its interval), both at the level of every interval of
-evtsync (:data:`evtsync.defaults.INTERVAL_LEVEL`, stated in the ``level`` column), which one outlying collective cannot
+evtsync (:data:`evtsync.core.defaults.INTERVAL_LEVEL`, stated in the ``level`` column), which one outlying collective cannot
 move far; above :data:`THEIL_MAX_POINTS` collectives on a seeded random subsample of that
 size (its pairwise slopes take O(n²) memory), the size used in ``theil_n``. Each scope is fitted twice: over every attributed collective (``subset = all``:
 status ``ok`` or ``unexplained``) and over the explained ones only (``explained``).
@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from evtsync.defaults import INTERVAL_LEVEL
+from evtsync.core.defaults import INTERVAL_LEVEL
 
 VALIDATION_COLUMNS = ["scope", "subset", "n", "level", "slope", "slope_se", "slope_lo", "slope_hi", "intercept_us",
                       "r2", "theil_n", "theil_slope", "theil_lo", "theil_hi", "theil_intercept_us", "x_mean_us",

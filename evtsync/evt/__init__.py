@@ -1,4 +1,4 @@
-"""Extreme-value statistics: GEV mathematics, fits, comparison and predictions (no figures here).
+"""Extreme-value statistics: GEV mathematics, fits and their comparison (no figures here).
 
 Submodules are imported on demand so that ``import evtsync.evt.gev`` stays light (no PyMC):
 
@@ -14,6 +14,4 @@ Submodules are imported on demand so that ``import evtsync.evt.gev`` stays light
 - :mod:`evtsync.evt.bayesfit` — :class:`~evtsync.evt.bayesfit.BayesFit`, the fit object: load/save
   without PyMC, spec, provenance, convergence, format version, labelled posterior.
 - :mod:`evtsync.evt.compare` — PSIS-LOO comparison of fits.
-- :mod:`evtsync.evt.predict` — tau(n) = b·E_k (methodology §7), FLOPS scaling (§8) and the one set of
-  prediction tables (tau(n), B*, predicted vs measured) for CLI, pipeline and report.
 """

@@ -41,8 +41,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from evtsync.defaults import POPULATION_MODEL
-from evtsync.errors import FitError, InputError
+from evtsync.core.defaults import POPULATION_MODEL
+from evtsync.core.errors import FitError, InputError
 from evtsync.evt.families import family as family_of
 from evtsync.evt.fitfile import (  # noqa: F401 - the fit file's format, re-exported with the object
     CHECKSUMS_ATTR,
@@ -443,7 +443,7 @@ class BayesFit:
 
     def _repr_html_(self) -> str:
         """The fit in a notebook: cells, ξ with its 90% credible interval, convergence."""
-        from evtsync.display import fit_html
+        from evtsync.core.display import fit_html
 
         return fit_html(self)
 

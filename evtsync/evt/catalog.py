@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from evtsync.errors import InputError, ModelSpecError
+from evtsync.core.errors import InputError, ModelSpecError
 
 #: Folder of the packaged specifications inside the installed package.
 PACKAGE_FOLDER = "models"

@@ -9,7 +9,7 @@ The smoothing is ArviZ's PSIS algorithm (Vehtari et al. 2024: tail length, Zhang
 generalised-Pareto fit with its weak prior on k, smoothed tail quantiles capped at the largest
 raw weight, same relative efficiency r_eff) written vectorised over the observations of a chunk:
 ArviZ's own ``psislw`` loops over observations in Python (about 2 ms each, 8 minutes at 250k).
-``tests/test_bayes_compare.py`` checks the result against :func:`arviz.loo` to 1e-8.
+``tests/evt/test_bayes_compare.py`` checks the result against :func:`arviz.loo` to 1e-8.
 For fits whose log-likelihood is stored, :func:`arviz_loo` gives ArviZ's own object.
 """
 
@@ -26,13 +26,13 @@ import pandas as pd
 import xarray as xr
 from scipy.special import logsumexp
 
-from evtsync.errors import FitError
+from evtsync.core.errors import FitError
+from evtsync.core.progress import progress
 from evtsync.evt import gev
 from evtsync.evt.bayesfit import cell_parameters, convergence_note, is_converged
 from evtsync.evt.families import family_label
 from evtsync.evt.fitfile import R_EFF_ATTR, relative_efficiency
 from evtsync.evt.gev import SERIES_THRESHOLD
-from evtsync.progress import progress
 
 log = logging.getLogger("evtsync.evt.compare")
 

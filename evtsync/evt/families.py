@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from evtsync.errors import InputError
+from evtsync.core.errors import InputError
 
 #: What a family allows for xi.
 XI_CONSTRAINTS = ("free", "zero", "positive", "negative")

@@ -38,8 +38,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from evtsync.defaults import ESS_MIN, RHAT_MAX
-from evtsync.errors import InputError
+from evtsync.core.defaults import ESS_MIN, RHAT_MAX
+from evtsync.core.errors import InputError
+from evtsync.core.tableio import file_sha256
 from evtsync.evt.fitfile import (  # noqa: F401 - the fit file's reading and writing, re-exported here
     FIT_FILE,
     FIT_FORMAT,
@@ -56,7 +57,6 @@ from evtsync.evt.fitfile import (  # noqa: F401 - the fit file's reading and wri
 )
 from evtsync.evt.model import BuiltModel, build_model, prepare_data, prior_predictive_check
 from evtsync.evt.spec import ModelSpec, SamplerConfig
-from evtsync.tableio import file_sha256
 
 log = logging.getLogger("evtsync.evt.fit")
 
@@ -659,7 +659,7 @@ def fit_table(
 
 def fit_file(path: str | Path, spec: ModelSpec, **kwargs) -> xr.DataTree:
     """Read a z-score table (Parquet/CSV) and fit ``spec``; provenance records its sha256."""
-    from evtsync.tableio import read_table
+    from evtsync.core.tableio import read_table
 
     table = read_table(path)
     return fit_table(table, spec, source=str(path), source_sha256=file_sha256(path), **kwargs)

@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from evtsync.defaults import INTERVAL_LEVEL, check_level
-from evtsync.errors import FitError
-from evtsync.tableio import atomic_path
+from evtsync.core.defaults import INTERVAL_LEVEL, check_level
+from evtsync.core.errors import FitError
+from evtsync.core.tableio import atomic_path
 
 FIT_FILE = "fit.nc"
 #: Version of the fit file layout this code writes and reads.

@@ -37,7 +37,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import special
 
-from evtsync.errors import InputError
+from evtsync.core.errors import InputError
 
 __all__ = [
     "EULER_GAMMA",

@@ -8,7 +8,7 @@ loop computes the same formula value by value (the same operations in the same o
 :data:`evtsync.evt.gev.SERIES_THRESHOLD`, ``-log(sigma) - (1 + xi) L - exp(-L)``, ``-inf``
 outside the support), with ``log`` and ``exp`` from :mod:`evtsync.evt.simd` in a loop that
 LLVM vectorises (``log1p`` as ``log(1 + z)`` plus its rounding correction). The values agree
-with :func:`evtsync.evt.gev.logpdf` to ~1e-15 relative (``tests/test_bayes_loglik.py``).
+with :func:`evtsync.evt.gev.logpdf` to ~1e-15 relative (``tests/evt/test_bayes_loglik.py``).
 """
 
 from __future__ import annotations

@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from evtsync.defaults import INTERVAL_LEVEL
-from evtsync.errors import FitError, InputError
+from evtsync.core.defaults import INTERVAL_LEVEL
+from evtsync.core.errors import FitError, InputError
 from evtsync.evt import gev
 
 log = logging.getLogger("evtsync.evt.mle")

@@ -10,7 +10,7 @@ with fewer than ``min_n`` z-scores keep a row that says so. The CLI (``evtsync f
 pipeline's ``mle`` stage and the report all read this table.
 
 :class:`MleCellFit` offers the small interface of :class:`evtsync.evt.bayesfit.CellFit`, so that
-the predictions of :mod:`evtsync.evt.predict` take an MLE fit as well as a Bayesian one. Its
+the predictions of :mod:`evtsync.predict.tables` take an MLE fit as well as a Bayesian one. Its
 "draws" are a **normal approximation** of the sampling distribution: ``n_draws`` draws of
 (mu, log sigma, xi) from the normal with the MLE as mean and the observed-information
 covariance (delta method for log sigma, which keeps sigma > 0), seeded, so that summaries of
@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.defaults import INTERVAL_LEVEL, check_level
-from evtsync.errors import EvtsyncError, InputError
+from evtsync.core.defaults import INTERVAL_LEVEL, check_level
+from evtsync.core.errors import EvtsyncError, InputError
 
 log = logging.getLogger("evtsync.evt.mlefit")
 
@@ -48,7 +48,7 @@ def mle_cell_table(z: pd.DataFrame, groups: Sequence[str] = ("gpu", "precision")
                    profile: bool = True) -> pd.DataFrame:
     """Gumbel and GEV MLE per cell of ``z``'s ``column`` (see the module docstring for the columns;
     ``column`` is recorded in every row: ``y`` fits give the centred estimator of tau(n), ``z``
-    fits the paper's, :data:`evtsync.evt.predict.ESTIMATORS`).
+    fits the paper's, :data:`evtsync.predict.tables.ESTIMATORS`).
 
     Parameters
     ----------
@@ -205,7 +205,7 @@ class MleCellFit:
 
     def _repr_html_(self) -> str:
         """The fit in a notebook: cells, ξ with its profile-likelihood interval, convergence."""
-        from evtsync.display import fit_html
+        from evtsync.core.display import fit_html
 
         rows = self._rows
         if self.family == "gumbel":

@@ -50,7 +50,7 @@ import pymc as pm
 import pytensor.tensor as pt
 import xarray as xr
 
-from evtsync.errors import EvtsyncError, InputError
+from evtsync.core.errors import EvtsyncError, InputError
 from evtsync.evt.distribution import GEV, gev_logp_sum_cells
 from evtsync.evt.families import XI_MAGNITUDE
 from evtsync.evt.families import family as family_of

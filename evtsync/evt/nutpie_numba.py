@@ -13,7 +13,7 @@ ranks and dtypes, and deterministic keys); each wrapper is registered with PyTen
 cache under a key that hashes that source, the PyTensor cache keys of the two graphs it calls,
 and the nutpie and numba versions. A later fit of the same model structure loads the
 compiled wrappers from disk (0.1 s). The functions are the same code as nutpie's: logp,
-gradient and draws are bit-identical (``tests/test_bayes_nutpie_numba.py``).
+gradient and draws are bit-identical (``tests/evt/test_bayes_nutpie_numba.py``).
 
 Anything this module does not recognise (another nutpie whose internals differ, a graph
 PyTensor cannot cache, PyTensor's numba cache switched off) falls back to

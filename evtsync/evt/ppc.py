@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from evtsync.defaults import INTERVAL_LEVEL
+from evtsync.core.defaults import INTERVAL_LEVEL
 from evtsync.evt import gev
 
 log = logging.getLogger("evtsync.evt.ppc")

@@ -8,14 +8,14 @@ sample of m ranks and extrapolates its GEV by k = n/m; this one uses **every ran
   column ``u``, written by ``evtsync blocks`` and the pipeline's zscores stage, §5), pooled per
   cell (GPU × precision): N values;
 - their distribution F̂ = the empirical distribution below a threshold t (the
-  (1 − :data:`~evtsync.defaults.RANKTAIL_TAIL_SHARE`) quantile, at least
-  :data:`~evtsync.defaults.RANKTAIL_MIN_EXCEEDANCES` and at most
-  :data:`~evtsync.defaults.RANKTAIL_MAX_EXCEEDANCES` values above it) and a generalized Pareto
+  (1 − :data:`~evtsync.core.defaults.RANKTAIL_TAIL_SHARE`) quantile, at least
+  :data:`~evtsync.core.defaults.RANKTAIL_MIN_EXCEEDANCES` and at most
+  :data:`~evtsync.core.defaults.RANKTAIL_MAX_EXCEEDANCES` values above it) and a generalized Pareto
   tail above it: F̂(x) = W_t + (1 − W_t)(1 − G(x − t)), G the GPD survival function with scale
   sigma and shape xi (xi > 0 heavy, 0 exponential, < 0 bounded);
 - E[max_n u] = ∫ x dF̂(x)^n: the body's atoms exactly, the tail by quadrature in w = −log G:
   t(1 − W_t^n) + sigma ∫_0^∞ (1 − (1 − (1 − W_t) e^{−w})^n) e^{xi·w} dw (finite for xi < 1;
-  infinite draws otherwise, as everywhere in :mod:`evtsync.evt.predict`).
+  infinite draws otherwise, as everywhere in :mod:`evtsync.predict.tables`).
 
 Uncertainty, without MCMC: the GPD's (log sigma, xi) posterior on a grid (flat priors on
 log sigma and on xi ∈ [−0.5, 1.2]) from the exceedances, and a Bayesian bootstrap (Dirichlet(1, …, 1)
@@ -25,7 +25,7 @@ first order: u is standardised by the same s_c).
 
 What it cannot do: predict a GPU or precision that was not measured (it has no population; the
 hierarchical GEV fits do, labelled population-level), or a cell with fewer than
-:data:`~evtsync.defaults.RANKTAIL_MIN_VALUES` rank values (refused, named). Beyond n ≈ N the
+:data:`~evtsync.core.defaults.RANKTAIL_MIN_VALUES` rank values (refused, named). Beyond n ≈ N the
 answer rests on the GPD's extrapolation.
 """
 
@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from evtsync.defaults import (
+from evtsync.core.defaults import (
     RANKTAIL_DRAWS,
     RANKTAIL_MAX_EXCEEDANCES,
     RANKTAIL_MIN_EXCEEDANCES,
@@ -48,7 +48,7 @@ from evtsync.defaults import (
     RANKTAIL_MODEL,
     RANKTAIL_TAIL_SHARE,
 )
-from evtsync.errors import InputError
+from evtsync.core.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +249,7 @@ class RankTailFit:
     It offers the :class:`~evtsync.evt.bayesfit.CellFit` attributes (``name``, ``family``,
     ``kind``, ``converged``, ``convergence_note``, ``cells``) and, instead of GEV parameter
     draws, :meth:`expected_max` (draws of E[max_n u] per cell), which
-    :mod:`evtsync.evt.predict` multiplies by b.
+    :mod:`evtsync.predict.tables` multiplies by b.
     """
 
     name = RANKTAIL_MODEL

@@ -22,7 +22,7 @@ loop over z-scores into SIMD code (4 or 8 doubles per instruction):
   a kernel keeps IEEE order, which the two functions above depend on (their compensations
   and rounding tricks would be simplified away under fast-math).
 
-Both are within 2 ulp of glibc over their whole range (``tests/test_bayes_simd.py``). They
+Both are within 2 ulp of glibc over their whole range (``tests/evt/test_bayes_simd.py``). They
 run inside numba only (``@intrinsic`` bit casts); the kernels that use them are numba-compiled.
 """
 

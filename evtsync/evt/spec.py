@@ -38,7 +38,7 @@ One file describes one model variant (see ``docs/bayesian.md`` for every key)::
     backend = "numba"                  # nutpie's backend: "numba" | "jax" (needs jax installed)
     adaptation = "auto"                # nutpie's mass matrix: "auto" (the default) | "low_rank" | "diag"
 
-Every error names the file and the key at fault (:class:`~evtsync.errors.ModelSpecError`).
+Every error names the file and the key at fault (:class:`~evtsync.core.errors.ModelSpecError`).
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, cast
 
-from evtsync.defaults import DEFAULT_SAMPLER, SAMPLERS
-from evtsync.errors import InputError, ModelSpecError
+from evtsync.core.defaults import DEFAULT_SAMPLER, SAMPLERS
+from evtsync.core.errors import InputError, ModelSpecError
 from evtsync.evt.families import FAMILIES
 from evtsync.evt.families import family as family_of
 
@@ -126,15 +126,15 @@ class XiSpec:
 
 
 #: Sampler settings: the defaults of :class:`SamplerConfig`, shared by ``evtsync fit`` and
-#: ``evtsync run`` (one home: :mod:`evtsync.defaults`).
-from evtsync.defaults import DEFAULT_CHAINS, DEFAULT_DRAWS, DEFAULT_TUNE  # noqa: E402
+#: ``evtsync run`` (one home: :mod:`evtsync.core.defaults`).
+from evtsync.core.defaults import DEFAULT_CHAINS, DEFAULT_DRAWS, DEFAULT_TUNE  # noqa: E402
 
 
 @dataclass(frozen=True)
 class SamplerConfig:
     """How a spec is sampled: from the spec's ``[sampling]`` table, overridden by CLI flags.
 
-    ``seed = None`` means :data:`evtsync.defaults.DEFAULT_SEED` (0, the seed ``evtsync run``
+    ``seed = None`` means :data:`evtsync.core.defaults.DEFAULT_SEED` (0, the seed ``evtsync run``
     uses too; recorded in the fit); ``target_accept``
     is a number in (0, 1) or ``"auto"`` (see :func:`evtsync.evt.fit.resolve_target_accept`);
     ``backend`` is nutpie's (``numba``, or ``jax`` where jax is installed); ``adaptation`` its
@@ -211,7 +211,7 @@ class ModelSpec:
 
     def _repr_html_(self) -> str:
         """The specification in a notebook: family, data, each parameter's structure and prior."""
-        from evtsync.display import spec_html
+        from evtsync.core.display import spec_html
         from evtsync.evt.families import family, family_label
 
         entry = family(self.family)

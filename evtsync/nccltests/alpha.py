@@ -44,14 +44,14 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from evtsync import hockney as _hockney
-from evtsync.defaults import INTERVAL_LEVEL
-from evtsync.errors import InputError, NcclTestsError
+from evtsync.core.defaults import INTERVAL_LEVEL
+from evtsync.core.errors import InputError, NcclTestsError
 from evtsync.nccltests.parse import ParsedLog, busbw_factor, normalise_collective, parse_log
+from evtsync.predict import hockney as _hockney
 
 log = logging.getLogger("evtsync.nccltests.alpha")
 
-#: The topologies of :mod:`evtsync.hockney`, the one registry (names and aliases).
+#: The topologies of :mod:`evtsync.predict.hockney`, the one registry (names and aliases).
 TOPOLOGIES = tuple(_hockney.TOPOLOGIES)
 
 

@@ -6,7 +6,7 @@ without header or footer, truncated, or holding several runs. The parser therefo
 line by line with a small state machine per output stream, recognises table rows from the
 right-hand end of the line (so unknown prefixes do no harm), keeps every measurement it
 can, and lists every line it skipped with the reason. A file with no table at all is an
-:class:`~evtsync.errors.NcclTestsError` that says what the file holds instead.
+:class:`~evtsync.core.errors.NcclTestsError` that says what the file holds instead.
 
 Result: one long table, one row per measurement (a table line gives an out-of-place and an
 in-place measurement), with the run, the ``-N`` cycle, the source line number and a flag
@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evtsync.errors import NcclTestsError
-from evtsync.vocabulary import DTYPE_BYTES, nccl_tests_name
+from evtsync.core.errors import NcclTestsError
+from evtsync.core.vocabulary import DTYPE_BYTES, nccl_tests_name
 
 if TYPE_CHECKING:  # pandas is imported only when a DataFrame is asked for (CLI start-up cost)
     import pandas as pd
@@ -49,7 +49,7 @@ MEASUREMENT_COLUMNS = [
 
 def normalise_collective(name: str) -> str:
     """Canonical nccl-tests collective name (``all_reduce``, ``alltoall`` ...) from a test/binary
-    name or the traces' spelling (``AllReduce``): :func:`evtsync.vocabulary.nccl_tests_name`."""
+    name or the traces' spelling (``AllReduce``): :func:`evtsync.core.vocabulary.nccl_tests_name`."""
     return nccl_tests_name(name)
 
 

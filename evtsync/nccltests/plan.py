@@ -37,9 +37,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evtsync.errors import EvtsyncError, NcclTestsError
+from evtsync.core.errors import EvtsyncError, NcclTestsError
+from evtsync.core.progress import progress
 from evtsync.nccltests.parse import parse_log
-from evtsync.progress import progress
 
 if TYPE_CHECKING:  # pandas (and the table writer that needs it) load only when a plan runs
     import pandas as pd
@@ -77,7 +77,7 @@ class PlanSettings:
     """Fixed part of every command (the seed's defaults)."""
 
     binary: str
-    #: sizes in evtsync's convention (evtsync.units: ``Mi`` = 2^20, ``M`` = 10^6); passed to
+    #: sizes in evtsync's convention (evtsync.core.units: ``Mi`` = 2^20, ``M`` = 10^6); passed to
     #: nccl-tests as exact byte counts, since its own ``1M`` means 2^20
     min_bytes: str = "1Mi"
     max_bytes: str = "64Mi"
@@ -160,7 +160,7 @@ def _command(settings: PlanSettings, matrix: str, value: str) -> tuple[list[str]
             raise NcclTestsError(f"noise variant {value!r}: expected idle, same-core or remote")
     else:
         raise NcclTestsError(f"unknown matrix {matrix!r}; known: {', '.join(DEFAULT_MATRICES)}")
-    from evtsync.units import nccl_tests_size
+    from evtsync.core.units import nccl_tests_size
 
     argv = [settings.binary, "-b", nccl_tests_size(settings.min_bytes), "-e", nccl_tests_size(settings.max_bytes), "-f", str(settings.step_factor),
             "-g", str(settings.gpus), "-w", str(opts["warmup"]), "-n", str(opts["iterations"]),
@@ -305,7 +305,7 @@ class RunReport:
 
 
 def _writers() -> tuple[Any, Any]:
-    from evtsync.tableio import write_table, write_text_atomic
+    from evtsync.core.tableio import write_table, write_text_atomic
 
     return write_table, write_text_atomic
 

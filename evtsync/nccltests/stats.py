@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from evtsync.errors import NcclTestsError
+from evtsync.core.errors import NcclTestsError
 from evtsync.nccltests.parse import ParsedLog, RunInfo
 
 if TYPE_CHECKING:  # pandas is imported by the functions that build tables (CLI start-up cost)

@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from evtsync.tableio import atomic_path, file_sha256
+from evtsync.core.tableio import atomic_path, file_sha256
 
 log = logging.getLogger("evtsync.pipeline.democache")
 

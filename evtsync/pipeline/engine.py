@@ -10,7 +10,7 @@ stages intact and the next run resumes after them.
 
 A stage ends ``done``, ``not_applicable`` (:class:`NotApplicable`, with the reason),
 ``unavailable`` (:class:`Unavailable`) or ``failed`` — only for the package's own errors
-(:class:`~evtsync.errors.EvtsyncError`); any other exception is a bug and propagates.
+(:class:`~evtsync.core.errors.EvtsyncError`); any other exception is a bug and propagates.
 
 In a study of several workloads, the stages that read traces run each workload on its own
 (:meth:`Run.per_workload`): a workload whose work raises the package's own error is recorded in
@@ -40,7 +40,15 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from evtsync.errors import EvtsyncError, InputError, OutputError
+from evtsync.core.errors import EvtsyncError, InputError, OutputError
+from evtsync.core.tableio import (
+    TEMP_SUFFIX,
+    file_sha256,
+    json_ready,
+    read_table,
+    write_table,
+    write_text_atomic,
+)
 from evtsync.pipeline.options import RunOptions, Workload, default_out, discover_workloads
 from evtsync.runfolder.layout import (
     LOCK,
@@ -51,17 +59,9 @@ from evtsync.runfolder.layout import (
     STATUS_UNAVAILABLE,
     source_digest,
 )
-from evtsync.tableio import (
-    TEMP_SUFFIX,
-    file_sha256,
-    json_ready,
-    read_table,
-    write_table,
-    write_text_atomic,
-)
 
 if TYPE_CHECKING:
-    from evtsync.parallel import JobPool
+    from evtsync.core.parallel import JobPool
 
 log = logging.getLogger("evtsync.pipeline")
 
@@ -162,7 +162,7 @@ class Run:
 
     def _repr_html_(self) -> str:
         """The run in a notebook: its folder, the answer table (``summary.json``) and its stages."""
-        from evtsync.display import run_html
+        from evtsync.core.display import run_html
         from evtsync.runfolder.layout import SUMMARY_JSON, stage_table
 
         path = self.out / SUMMARY_JSON
@@ -196,7 +196,7 @@ class Run:
     # ---- traces
     def align_options(self) -> dict[str, Any]:
         """Keyword arguments of :func:`evtsync.align_collectives`."""
-        from evtsync.collectives import END_TOLERANCE_US, RANKS_PER_HOST, PGOverride
+        from evtsync.sync.collectives import END_TOLERANCE_US, RANKS_PER_HOST, PGOverride
 
         o = self.options
         return {"overrides": [PGOverride.parse(t) for t in o.pg_overrides],
@@ -211,7 +211,7 @@ class Run:
 
             o = self.options
             if self.backend is None:
-                from evtsync.logtax import inspector_files, stream_tax
+                from evtsync.sync.logtax import inspector_files, stream_tax
 
                 logs = inspector_files(workload.files, o.rank_from)
                 if logs is not None:  # NCCL Inspector logs: streamed, memory bounded by the open collectives
@@ -229,18 +229,18 @@ class Run:
         """The alignment of a workload's collectives (memoised)."""
         traces = self.traces(workload)  # (streamed Inspector logs come aligned and taxed)
         if workload.name not in self._alignments:
-            from evtsync.collectives import align_collectives
+            from evtsync.sync.collectives import align_collectives
 
             self._alignments[workload.name] = align_collectives(traces, backend=self.backend,
                                                                 **self.align_options())
         return self._alignments[workload.name]
 
     def tax(self, workload: Workload) -> Any:
-        """The :class:`~evtsync.tax.TaxTables` of a workload's alignment (memoised: the ``tax``
+        """The :class:`~evtsync.sync.tax.TaxTables` of a workload's alignment (memoised: the ``tax``
         stage computes them, ``attribution`` reuses them)."""
         alignment = self.alignment(workload)
         if workload.name not in self._tax:
-            from evtsync.tax import compute_tax
+            from evtsync.sync.tax import compute_tax
 
             self._tax[workload.name] = compute_tax(alignment)
         return self._tax[workload.name]
@@ -300,7 +300,7 @@ class Run:
         raises the package's own error is recorded as failed in this stage (the manifest's
         ``failed_workloads`` of the stage) and the study goes on with the others. When every
         workload fails, the stage fails (with the one error, or all of them on one line)."""
-        from evtsync.progress import progress
+        from evtsync.core.progress import progress
 
         live = self.live_workloads()
         results: list[tuple[Workload, Any]] = []
@@ -394,7 +394,7 @@ class Run:
         return self.options.jobs or os.cpu_count() or 1
 
     def _open_job_pool(self, processes: int, stages: list[Stage], stack: contextlib.ExitStack) -> JobPool:
-        from evtsync.parallel import JobPool
+        from evtsync.core.parallel import JobPool
 
         warm_up = next((st.job_warm_up for st in stages if st.job_warm_up is not None), None)
         self._job_pool = stack.enter_context(JobPool(processes, JOB_PRELOAD, warm_up))
@@ -425,7 +425,7 @@ class Run:
             return job()
         from concurrent.futures.process import BrokenProcessPool
 
-        from evtsync.progress import wait_for
+        from evtsync.core.progress import wait_for
 
         try:
             result, cpu_seconds, records = wait_for(
@@ -566,8 +566,8 @@ def execute(run: Run, build_stages: Callable[[Run], list[Stage]]) -> Run:
     """
     import dataclasses
 
-    from evtsync.parallel import optional_dask
-    from evtsync.progress import progress
+    from evtsync.core.parallel import optional_dask
+    from evtsync.core.progress import progress
     from evtsync.runfolder.layout import MANIFEST_FORMAT, read_manifest
 
     options = run.options
@@ -595,7 +595,7 @@ def execute(run: Run, build_stages: Callable[[Run], list[Stage]]) -> Run:
             old = {}
         run.manifest = old or {"format": MANIFEST_FORMAT, "created": pd.Timestamp.now(tz="UTC").isoformat()}
         from evtsync._version import __version__
-        from evtsync.defaults import INTERVAL_LEVEL
+        from evtsync.core.defaults import INTERVAL_LEVEL
 
         run.manifest.update({
             "format": MANIFEST_FORMAT, "evtsync_version": __version__, "source_digest": run.code,

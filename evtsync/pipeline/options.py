@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evtsync.defaults import (
+from evtsync.core.defaults import (
     DEFAULT_CHAINS,
     DEFAULT_DRAWS,
     DEFAULT_EPS,
@@ -20,8 +20,8 @@ from evtsync.defaults import (
     DEMO_DRAWS,
     DEMO_TUNE,
 )
-from evtsync.errors import InputError
-from evtsync.reference import DGX_H200_ALPHA_US
+from evtsync.core.errors import InputError
+from evtsync.core.reference import DGX_H200_ALPHA_US
 
 #: Settings of the demo study (see :func:`evtsync.synth.study`).
 DEMO_STUDY = "demo"
@@ -76,7 +76,7 @@ class RunOptions:
 
     def check(self) -> None:
         """Refuse bad options before any work: sample size, sampler settings, elasticity, output folder."""
-        from evtsync.tableio import check_output_dir
+        from evtsync.core.tableio import check_output_dir
 
         if self.m < 2:
             raise InputError(f"--m {self.m}: the sample size must be >= 2")

@@ -36,8 +36,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.defaults import DEFAULT_SEED, INTERVAL_LEVEL, RUN_TOPOLOGIES
-from evtsync.errors import InputError
+from evtsync.core.defaults import DEFAULT_SEED, INTERVAL_LEVEL, RUN_TOPOLOGIES
+from evtsync.core.errors import InputError
+from evtsync.core.tableio import file_sha256
 from evtsync.evt.mlefit import MIN_Z_MLE
 from evtsync.pipeline.engine import NotApplicable, Run, Stage, Unavailable
 from evtsync.pipeline.options import DEMO_OVERRIDES, DEMO_STUDY
@@ -49,7 +50,6 @@ from evtsync.runfolder.layout import (
     fitted_models,
     main_model,
 )
-from evtsync.tableio import file_sha256
 
 log = logging.getLogger("evtsync.pipeline.stages")
 
@@ -112,7 +112,7 @@ def _gpu_of(traces: Any) -> str:
 
 
 def _stage_tax(run: Run) -> dict[str, Any]:
-    from evtsync.tax import straggler_identity, tax_summary
+    from evtsync.sync.tax import straggler_identity, tax_summary
 
     parts: dict[str, list[pd.DataFrame]] = {k: [] for k in ("collectives", "ranks", "summary", "groups", "mismatches",
                                                              "traces", "workloads", "stragglers", "straggler_ranks")}
@@ -156,12 +156,12 @@ def _stage_tax(run: Run) -> dict[str, Any]:
 
 
 def attribution_with_intervals(summary: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
-    """A workload's attribution summary with its Wilson intervals (evtsync.intervals): each
+    """A workload's attribution summary with its Wilson intervals (evtsync.core.intervals): each
     category's share of the attributed collectives (``collective_share`` / ``_lo`` / ``_hi``) and
     the GPU-only share of the stragglers (``gpu_only_share`` / ``_lo`` / ``_hi``, ``n_attributed``)."""
+    from evtsync.core.intervals import wilson_interval
     from evtsync.critpath.attribution import valid_collectives
     from evtsync.critpath.cpu import CPU_SIDE_CATEGORIES
-    from evtsync.intervals import wilson_interval
 
     valid, _ = valid_collectives(collectives)  # as the summary: flagged collectives left out
     ok = valid[valid["status"] == "ok"]
@@ -255,7 +255,7 @@ def _stringify(table: pd.DataFrame) -> pd.DataFrame:
 
 def _stage_zscores(run: Run) -> dict[str, Any]:
     try:
-        from evtsync.blocks import compute_zscores
+        from evtsync.blocks.cut import compute_zscores
     except ImportError as exc:
         raise Unavailable(f"evtsync.blocks is not installed ({exc})") from exc
     run.require("tax")
@@ -291,7 +291,7 @@ def _stage_zscores(run: Run) -> dict[str, Any]:
     z = _stringify(pd.concat(tables, ignore_index=True))
     run.produced("zscores", run.write_table(f"{TABLES}/zscores.parquet", z))
     drops = pd.concat(dropped, ignore_index=True)["reason"].value_counts().to_dict() if dropped else {}
-    from evtsync.zscores import drifting_identities
+    from evtsync.blocks.zscores import drifting_identities
 
     drift = drifting_identities(z)
     if len(drift):
@@ -430,9 +430,9 @@ def fit_in_process(z: pd.DataFrame, model_path: Path, sampling: dict[str, int], 
     fit stage's work, with a progress bar only when run in the main process."""
     import multiprocessing
 
+    from evtsync.core.progress import progress_enabled
     from evtsync.evt.fit import fit_table
     from evtsync.evt.spec import load_spec
-    from evtsync.progress import progress_enabled
 
     in_main = multiprocessing.parent_process() is None
     return fit_table(z, load_spec(model_path), draws=sampling["draws"], tune=sampling["tune"],
@@ -477,7 +477,7 @@ def compare_fits(trees: dict[str, Any]) -> tuple[pd.DataFrame, str]:
     one row per model, best first, and the verdict in words: the table of ``evtsync compare
     --out``, with the same columns (:data:`evtsync.evt.compare.COMPARE_COLUMNS`).
     """
-    from evtsync.errors import FitError
+    from evtsync.core.errors import FitError
     from evtsync.evt import compare
 
     if len(trees) < 2:
@@ -519,7 +519,7 @@ def _message_bytes(run: Run) -> tuple[float, str]:
 
 
 def _stage_prediction(run: Run) -> dict[str, Any]:
-    from evtsync.evt import predict
+    from evtsync.predict import tables as predict
 
     run.require("zscores")
     fitted = fitted_models(run.out, run.manifest)
@@ -572,8 +572,8 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
 def _paper_tau(run: Run, ns: Any, scales: pd.DataFrame) -> pd.DataFrame | None:
     """The paper's estimator beside the calibrated ones, labelled (``estimator`` = "paper"): tau(n) =
     b·E_(n/m) of the per-cell GEV MLE of z (the ``mle`` stage); None without that table."""
-    from evtsync.evt import predict
     from evtsync.evt.mlefit import MleCellFit
+    from evtsync.predict import tables as predict
 
     if not run.done("mle"):
         return None
@@ -591,8 +591,8 @@ def _ranktail_tau(run: Run, ns: Any, scales: pd.DataFrame) -> pd.DataFrame | Non
     """The per-rank tail estimator beside the GEV fits, labelled (``estimator`` = "ranktail", model
     "ranktail"): b·E[max_n u] from every rank's value of the z-score table (evtsync.evt.ranktail);
     None when no cell has enough rank values (logged)."""
-    from evtsync.evt import predict
     from evtsync.evt.ranktail import RankTailFit
+    from evtsync.predict import tables as predict
 
     z = run.table(f"{TABLES}/zscores.parquet")
     try:
@@ -604,7 +604,7 @@ def _ranktail_tau(run: Run, ns: Any, scales: pd.DataFrame) -> pd.DataFrame | Non
 
 
 def _stage_predicted_vs_measured(run: Run) -> dict[str, Any]:
-    from evtsync.evt import predict
+    from evtsync.predict import tables as predict
 
     run.require("zscores", "prediction")
     main = main_model(run.out, run.manifest)
@@ -631,9 +631,9 @@ def _stage_predicted_vs_measured(run: Run) -> dict[str, Any]:
 def _holdout(run: Run, family: str, attribution: pd.DataFrame | None) -> tuple[pd.DataFrame | None, dict[str, Any]]:
     """Out of sample: a per-cell MLE on the z-scores of each workload's earlier collectives (index
     below the workload's median) predicts the measured delay after its later blocks."""
-    from evtsync.evt import predict
     from evtsync.evt.families import fixes_xi
     from evtsync.evt.mlefit import MleCellFit, mle_cell_table
+    from evtsync.predict import tables as predict
 
     z = run.table(f"{TABLES}/zscores.parquet")
     cut = z.groupby("workload")["index"].transform("median")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from evtsync.defaults import PAPER_MODEL, RANKTAIL_MODEL
+from evtsync.core.defaults import PAPER_MODEL, RANKTAIL_MODEL
 
 
 def read_truths(run_dir: Path, manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:

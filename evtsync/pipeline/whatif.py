@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.defaults import INTERVAL_LEVEL as LEVEL
-from evtsync.errors import EvtsyncError
+from evtsync.core.defaults import INTERVAL_LEVEL as LEVEL
+from evtsync.core.errors import EvtsyncError
 
 #: FLOPS factors (relative to the H200's 989 TFLOPS) and domain sizes of the report's Fig. 13.
 FLOPS_SWEEP = (1.0, 2.0, 4.0, 8.0, 16.0)
@@ -24,15 +24,15 @@ FLOPS_NS = (256, 4096)
 
 
 def whatif_table(fit: Any, tau: pd.DataFrame, model: str, m: int) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """tau(n) of the bf16 domains of :data:`evtsync.reference.PRESETS` from ``fit`` (a GPU absent
+    """tau(n) of the bf16 domains of :data:`evtsync.core.reference.PRESETS` from ``fit`` (a GPU absent
     from the fit drawn from the hierarchy's population), with b the H200 bf16 cell's (else the
     median over the fitted cells) divided by the preset's FLOPS factor; ``prior_dominated`` and
     ``prior_dominated_spreads`` name the spreads whose prior sets a population row's width
-    (:data:`evtsync.evt.predict.PRIOR_DOMINATED_NOTE`). Returns the table (one row
+    (:data:`evtsync.predict.tables.PRIOR_DOMINATED_NOTE`). Returns the table (one row
     per preset) and how it was made (``b_us``, ``b_source``, ``not_predicted``; ``refused`` where
     the fit cannot predict)."""
-    from evtsync.evt.predict import tau_table
-    from evtsync.reference import PRESETS, REFERENCE_TFLOPS
+    from evtsync.core.reference import PRESETS, REFERENCE_TFLOPS
+    from evtsync.predict.tables import tau_table
 
     rows_of = tau[tau["model"] == model]
     ref = rows_of[(rows_of.get("gpu", "") == "H200") & (rows_of.get("precision", "") == "bf16")]
@@ -68,9 +68,9 @@ def flops_tables(fit: Any, tau: pd.DataFrame, model: str, topologies: Sequence[s
                  size_bytes: float, eps: float, m: int) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """B* against the FLOPS factors :data:`FLOPS_SWEEP` at n in :data:`FLOPS_NS` for the H200 bf16
     cell of ``fit`` (else its first cell), and the bandwidth-scaling requirement over the sweep
-    (:func:`evtsync.evt.predict.flops_scaling_table`). Returns both tables and how they were made
+    (:func:`evtsync.predict.tables.flops_scaling_table`). Returns both tables and how they were made
     (``b_us``, ``which``, ``cell``; ``refused`` where they cannot be computed)."""
-    from evtsync.evt.predict import bandwidth_table, flops_scaling_table
+    from evtsync.predict.tables import bandwidth_table, flops_scaling_table
 
     if any(n % m for n in FLOPS_NS):
         return pd.DataFrame(), pd.DataFrame(), {

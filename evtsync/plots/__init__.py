@@ -1,6 +1,6 @@
 """Every figure of evtsync, for the CLI and the report alike.
 
-Each public function takes plain tables (those of :mod:`evtsync.evt.predict`, the run folder's
+Each public function takes plain tables (those of :mod:`evtsync.predict.tables`, the run folder's
 ``tables/``, a fit's draws) and returns a :class:`matplotlib.figure.Figure`; save it with
 :func:`save_figure` (one file, format from the extension) or :func:`save_png_svg` (PNG and, when asked, SVG, for the
 report). Modules: :mod:`~evtsync.plots.tax` (tax CDFs, wait shares, attribution),

@@ -21,7 +21,7 @@ if not os.environ.get("MPLBACKEND"):
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from evtsync.tableio import atomic_path  # noqa: E402
+from evtsync.core.tableio import atomic_path  # noqa: E402
 
 if os.environ.get("MPLBACKEND"):
     # load the named backend now: figures made outside pyplot never make pyplot load it, and a
@@ -49,7 +49,7 @@ def figure_format(path: str | os.PathLike[str]) -> str:
     """
     suffix = Path(path).suffix.lower()
     if suffix not in FIGURE_SUFFIXES:
-        from evtsync.errors import InputError
+        from evtsync.core.errors import InputError
 
         raise InputError(f"{path}: unknown figure format; expected a name ending in "
                          f"{', '.join(FIGURE_SUFFIXES)}")

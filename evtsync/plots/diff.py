@@ -1,6 +1,6 @@
 """Figures of ``evtsync diff``'s fit level: the shift of B* between two runs.
 
-Input: the table of :func:`evtsync.diff.diff_bstar` (one row per cell, topology, n and eps with
+Input: the table of :func:`evtsync.runfolder.diff.diff_bstar` (one row per cell, topology, n and eps with
 ``d_rel_lo``, ``d_rel_median``, ``d_rel_hi``: the posterior of B*_B / B*_A − 1). One panel per
 topology (the ratio is the same for every eps): the relative change against n with its interval, one series per GPU ×
 precision cell; rows without a verdict because a fit did not converge are drawn with x markers
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from evtsync.errors import InputError
+from evtsync.core.errors import InputError
 from evtsync.plots.base import new_figure, not_converged_mark
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ def bstar_shift(table: pd.DataFrame) -> Figure:
     need = ["cell", "topology", "n", "eps", "d_rel_lo", "d_rel_median", "d_rel_hi", "verdict", "reason"]
     missing = [c for c in need if c not in table.columns]
     if missing:
-        raise InputError(f"ΔB* table: missing column(s) {missing} (expected evtsync.diff.diff_bstar's table)")
+        raise InputError(f"ΔB* table: missing column(s) {missing} (expected evtsync.runfolder.diff.diff_bstar's table)")
     numbers = table[table["d_rel_median"].notna()]
     if numbers.empty:
         raise InputError("ΔB* table: no row has a posterior (every cell is in one fit only or lacks b)")

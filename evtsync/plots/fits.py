@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from evtsync.defaults import INTERVAL_LEVEL
+from evtsync.core.defaults import INTERVAL_LEVEL
 from evtsync.evt.families import fixes_xi
 from evtsync.plots.base import legend_below, new_figure, not_converged_mark
 

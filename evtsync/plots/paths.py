@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from evtsync.display import fmt
-from evtsync.errors import InputError
+from evtsync.core.display import fmt
+from evtsync.core.errors import InputError
 from evtsync.plots.base import new_figure
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """Figures of predictions: tau(n) against n, B* against n beside Hockney's B*_H, and predicted
 against measured straggler delay.
 
-They take the tables of :mod:`evtsync.evt.predict` (one column scheme: ``tau_mean_us``,
+They take the tables of :mod:`evtsync.predict.tables` (one column scheme: ``tau_mean_us``,
 ``tau_lo_us``, ``tau_hi_us``, ``level``, ``converged`` ...), so the CLI (``predict --plot``,
 ``bandwidth --fit --plot``) and the report draw the same figures. Each returns a matplotlib
 figure; save it with :func:`evtsync.plots.save_figure` or :func:`evtsync.plots.save_png_svg`.

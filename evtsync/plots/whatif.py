@@ -1,8 +1,8 @@
 """What-if figures of the optimal bandwidth: multi-eps B* panels and B* as FLOPS grow (the paper's
 Fig. 13), for ``evtsync bandwidth`` with or without a fit (a point estimate is a one-draw table).
 
-Inputs are the tables of :func:`evtsync.evt.predict.bandwidth_table` (a posterior's, or a
-one-draw point fit's and :func:`~evtsync.evt.predict.given_tax_bandwidth_table`'s); ``nvlink`` maps a label to a bandwidth in GB/s drawn
+Inputs are the tables of :func:`evtsync.predict.tables.bandwidth_table` (a posterior's, or a
+one-draw point fit's and :func:`~evtsync.predict.tables.given_tax_bandwidth_table`'s); ``nvlink`` maps a label to a bandwidth in GB/s drawn
 as a horizontal reference line (default in the CLI: Table 1's 450 GB/s H100/H200 and 900 GB/s
 B200). Population-level rows (``prediction_kind`` "population") are drawn dashed and say so in
 their label. Each function returns a matplotlib figure.

@@ -2,7 +2,7 @@
 
 One panel per GPU (rows) × precision (columns) of a z-score table (``evtsync blocks``: columns
 ``z``, ``gpu``, ``precision``): the histogram of the cell's z-scores, its count, and, given
-per-cell parameters (:func:`evtsync.evt.predict.cell_parameter_table`: ``mu_median``,
+per-cell parameters (:func:`evtsync.predict.tables.cell_parameter_table`: ``mu_median``,
 ``sigma_median``, ``xi_median`` per gpu and precision), the fitted GEV density. Empty cells of
 the grid say so (no z-scores), so a missing combination is never hidden.
 """
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from evtsync.errors import InputError
+from evtsync.core.errors import InputError
 from evtsync.plots.base import new_figure
 
 if TYPE_CHECKING:

@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.defaults import INTERVAL_LEVEL as LEVEL
+from evtsync.core.defaults import INTERVAL_LEVEL as LEVEL
+from evtsync.core.tableio import atomic_path, file_sha256, read_table
 from evtsync.evt.mlefit import MIN_Z_MLE
 from evtsync.plots.base import PLOT_MODULES, draw_png_svg
 from evtsync.report.markdown import Figure
 from evtsync.runfolder.layout import STATUS_TEXT, next_step, root_cause
-from evtsync.tableio import atomic_path, file_sha256, read_table
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ class ReportContext:
         most :data:`FIGURE_WORKERS`) when there are several figures: drawing and saving them is
         most of a report's time. One worker draws them in this process. With a figure cache, a
         figure drawn before from the same tables by the same code is copied, not drawn."""
-        from evtsync.parallel import InProcess, ProcessPool
+        from evtsync.core.parallel import InProcess, ProcessPool
 
         jobs, self._figures = self._figures, []
         keys = [figure_key(job) if self.figure_cache is not None else None for job in jobs]

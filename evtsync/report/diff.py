@@ -12,10 +12,10 @@ from typing import Any
 
 import pandas as pd
 
-from evtsync.defaults import INTERVAL_LEVEL
+from evtsync.core.defaults import INTERVAL_LEVEL
+from evtsync.core.tableio import write_text_atomic
 from evtsync.report.markdown import EmbeddedFigure, Section, Table
 from evtsync.report.render import render_html
-from evtsync.tableio import write_text_atomic
 
 
 def _num(value: object, fmt: str = "{:.1f}") -> str:
@@ -44,7 +44,7 @@ def _verdict(verdict: object, reason: object) -> str:
 
 
 def _fits_section(fits: pd.DataFrame) -> Section:
-    """Δξ and Δτ(n) per cell (:func:`evtsync.diff.diff_fits`)."""
+    """Δξ and Δτ(n) per cell (:func:`evtsync.runfolder.diff.diff_fits`)."""
     level = fits.attrs.get("level", INTERVAL_LEVEL)
     rows = []
     for r in fits.itertuples():
@@ -61,8 +61,8 @@ def _fits_section(fits: pd.DataFrame) -> Section:
 
 
 def _bstar_section(bstar: pd.DataFrame) -> Section:
-    """ΔB* per cell, topology, n and eps (:func:`evtsync.diff.diff_bstar`) with its figure."""
-    from evtsync.errors import InputError
+    """ΔB* per cell, topology, n and eps (:func:`evtsync.runfolder.diff.diff_bstar`) with its figure."""
+    from evtsync.core.errors import InputError
     from evtsync.plots.diff import bstar_shift
 
     level = bstar.attrs.get("level", INTERVAL_LEVEL)
@@ -88,10 +88,10 @@ def _bstar_section(bstar: pd.DataFrame) -> Section:
 def write_diff_report(table: pd.DataFrame, a, b, path: str | Path, *,  # noqa: ANN001 - RunTables
                       fits: pd.DataFrame | None = None, bstar: pd.DataFrame | None = None,
                       notes: list[str] | None = None) -> Path:
-    """Write the diff report of ``table`` (:func:`evtsync.diff.diff_tax`) for sides ``a``, ``b``;
-    with ``fits`` (:func:`evtsync.diff.diff_fits`) and ``bstar`` (:func:`evtsync.diff.diff_bstar`)
+    """Write the diff report of ``table`` (:func:`evtsync.runfolder.diff.diff_tax`) for sides ``a``, ``b``;
+    with ``fits`` (:func:`evtsync.runfolder.diff.diff_fits`) and ``bstar`` (:func:`evtsync.runfolder.diff.diff_bstar`)
     the fit level too; ``notes`` (what was used, what was not computed and why) are shown."""
-    from evtsync.diff import role_of, valid_collectives
+    from evtsync.runfolder.diff import role_of, valid_collectives
 
     level = table.attrs.get("level", INTERVAL_LEVEL)
     rows = []

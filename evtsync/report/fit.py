@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from evtsync.defaults import INTERVAL_LEVEL as LEVEL
+from evtsync.core.defaults import INTERVAL_LEVEL as LEVEL
 from evtsync.plots import fits as fit_figs
 from evtsync.report.context import PCT, ReportContext, mle_parameters, slug
 from evtsync.report.markdown import (
@@ -34,7 +34,7 @@ def fit_sections(fit_file: Path, out: Path, svg: bool = False,
     )
     from evtsync.evt.fit import ESS_MIN, RHAT_MAX
     from evtsync.evt.mlefit import mle_cell_table
-    from evtsync.evt.predict import cell_parameter_table
+    from evtsync.predict.tables import cell_parameter_table
 
     tree = load_fit(fit_file)
     ctx = ReportContext(fit_file.parent, out, {}, svg=svg, figure_cache=figure_cache)

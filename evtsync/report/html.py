@@ -11,7 +11,7 @@ tables; :mod:`evtsync.report.render` is the one HTML renderer and stylesheet. Th
 first; the figures are then drawn by one worker process per core
 (:meth:`~evtsync.report.context.ReportContext.draw_figures`).
 
-Every interval is a central ``evtsync.defaults.INTERVAL_LEVEL`` (90%) interval (credible for
+Every interval is a central ``evtsync.core.defaults.INTERVAL_LEVEL`` (90%) interval (credible for
 posteriors, confidence for MLE and measured means) unless a caption says otherwise.
 """
 
@@ -23,7 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from evtsync.errors import InputError
+from evtsync.core.errors import InputError
+from evtsync.core.tableio import write_text_atomic
 from evtsync.plots.base import PLOT_MODULES
 from evtsync.report.context import PCT, ReportContext
 from evtsync.report.fit import fit_sections
@@ -31,7 +32,6 @@ from evtsync.report.markdown import Section, render_markdown
 from evtsync.report.render import render_html
 from evtsync.report.sections import RUN_SECTIONS
 from evtsync.runfolder.layout import REPORT_HTML, REPORT_MD
-from evtsync.tableio import write_text_atomic
 
 log = logging.getLogger("evtsync.report.html")
 
@@ -50,7 +50,7 @@ def run_sections(run_dir: Path, out: Path, manifest: dict[str, Any],
     ctx = ReportContext(run_dir, out, manifest, load_fit, svg, figure_cache)
     # (with a figure cache the figures may all be there: the pool starts only for those to draw)
     if figure_cache is None and ctx.figure_workers(workers) > 1:
-        from evtsync.parallel import start_fork_server
+        from evtsync.core.parallel import start_fork_server
 
         start_fork_server(PLOT_MODULES)  # it imports matplotlib while the text is built here
     sections: list[Section] = []

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import pandas as pd
 
-from evtsync.display import fmt, fmt_ci
+from evtsync.core.display import fmt, fmt_ci
 
 __all__ = ["Alert", "Caption", "EmbeddedFigure", "Figure", "Link", "Section", "Skipped", "Table", "fmt", "fmt_ci", "human_label",
            "markdown_table", "render_markdown"]

@@ -26,9 +26,9 @@ from typing import Any
 
 import pandas as pd
 
-from evtsync.defaults import MAIN_MODEL_PREFERENCE
-from evtsync.errors import InputError
-from evtsync.tableio import TEMP_SUFFIX, file_sha256, read_table
+from evtsync.core.defaults import MAIN_MODEL_PREFERENCE
+from evtsync.core.errors import InputError
+from evtsync.core.tableio import TEMP_SUFFIX, file_sha256, read_table
 
 MANIFEST = "manifest.json"
 #: The lock a running ``evtsync run`` holds on its folder.

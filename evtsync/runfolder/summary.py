@@ -3,7 +3,7 @@ and the predictions (the ``summary`` stage writes it as ``tables/summary.parquet
 ``summary.json``; the report's summary shows it; ``evtsync run --json`` prints it).
 
 Every number is read from the stages' tables; the intervals of the measured tax and of the
-GPU-only share are computed here (:mod:`evtsync.intervals`), once.
+GPU-only share are computed here (:mod:`evtsync.core.intervals`), once.
 """
 
 from __future__ import annotations
@@ -14,15 +14,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.defaults import INTERVAL_LEVEL
-from evtsync.display import fmt
-from evtsync.evt.families import family_label, fixes_xi
-from evtsync.intervals import (
+from evtsync.core.defaults import INTERVAL_LEVEL
+from evtsync.core.display import fmt
+from evtsync.core.intervals import (
     median_interval,
     median_interval_kind,
     quantile_interval,
     wilson_interval,
 )
+from evtsync.core.tableio import read_table
+from evtsync.evt.families import family_label, fixes_xi
 from evtsync.runfolder.layout import (
     STATUS_TEXT,
     SUMMARY_JSON,
@@ -31,7 +32,6 @@ from evtsync.runfolder.layout import (
     next_step,
     root_cause,
 )
-from evtsync.tableio import read_table
 
 #: Domain size of the summary's tau(n) and B* when the run's options name none (the paper's
 #: 3D-torus example; the largest tabulated n below it otherwise).
@@ -291,7 +291,7 @@ def summary_document(numbers: pd.DataFrame, info: dict[str, Any]) -> dict[str, A
     """The answer table as one JSON-ready document: ``info`` (n, model, loo, …) and ``rows`` (one
     per GPU × precision, :func:`summary_numbers`' columns; NaN and ±∞ become null, and each
     interval's ``*_interval`` column says when a null end means "unbounded")."""
-    from evtsync.tableio import json_ready
+    from evtsync.core.tableio import json_ready
 
     return json_ready({"format": SUMMARY_FORMAT, **info, "rows": numbers.to_dict(orient="records")})
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from evtsync.errors import InputError
+from evtsync.core.errors import InputError
 from evtsync.synth.config import (
     DEFAULT_GEV,
     GPU_MODELS,

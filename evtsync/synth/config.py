@@ -2,7 +2,7 @@
 
 Everything the generator needs is here, so that the ground truth can record the exact
 configuration that produced a trace set, and so that every mistake in it is reported as one
-clear :class:`~evtsync.errors.InputError` before anything is written.
+clear :class:`~evtsync.core.errors.InputError` before anything is written.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evtsync.errors import InputError
+from evtsync.core.errors import InputError
 
 GPUS_PER_HOST_DEFAULT = 8
 #: The ground truth's file name in a synth output folder (evtsync.synth.truth writes it).

@@ -5,7 +5,7 @@ What the NCCL Inspector plugin would have logged for the same run: one file per 
 collective per communicator (format "v4.0", see shared/formats/nccl-inspector.md), in the
 order the collectives completed on that rank. The records come from the job's traces read
 back (:func:`~evtsync.trace.traceset.load_traces`, aligned with
-:func:`~evtsync.collectives.align_collectives`), so the two readings of one job share
+:func:`~evtsync.sync.collectives.align_collectives`), so the two readings of one job share
 their source and can be compared: communicator id = a hash of the PG's name and ranks,
 ``comm_name`` = the PG's description, ``rank`` = the rank's position in the PG's sorted
 member list, ``coll_sn`` = the aligned instance index, ``coll_exec_time_us`` = the NCCL
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from evtsync.errors import InputError
+from evtsync.core.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def write_inspector_logs(traces_dir: str | os.PathLike[str], out_dir: str | os.P
     Returns the file of each rank. Refuses to write into a folder holding other files
     (a reader would mix them in); files this function wrote before are replaced.
     """
-    from evtsync.collectives import align_collectives
+    from evtsync.sync.collectives import align_collectives
     from evtsync.trace.traceset import load_traces
 
     if min_size_bytes < 0:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import genextreme
 
-from evtsync.errors import InputError
+from evtsync.core.errors import InputError
 
 log = logging.getLogger("evtsync.synth.noise")
 

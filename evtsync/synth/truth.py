@@ -14,11 +14,11 @@ import numpy as np
 import orjson
 
 from evtsync._version import __version__
+from evtsync.core.tableio import atomic_path
 from evtsync.synth.config import DEFAULT_GEV, TRUTH_FILE, SynthConfig
 from evtsync.synth.noise import pooled_z
 from evtsync.synth.parents import get_parent, true_delay_sd, true_delays_us
 from evtsync.synth.timeline import Simulation
-from evtsync.tableio import atomic_path
 
 TRUTH_SCHEMA_VERSION = 1
 
@@ -72,7 +72,7 @@ def _blocks(sim: Simulation) -> list[dict[str, Any]]:
 
 def _domain_sizes(cfg: SynthConfig) -> list[int]:
     """m, 2m, … up to 4096: the n of the true straggler delays (those of the tau(n) curves)."""
-    from evtsync.evt.predict import domain_sizes
+    from evtsync.predict.tables import domain_sizes
 
     return [int(n) for n in domain_sizes(cfg.sample_size, 4096)]
 

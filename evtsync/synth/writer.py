@@ -3,7 +3,7 @@
 A rank file is written as it is simulated: the header (top-level keys and ``M`` metadata
 events), then each iteration's events as they come, then the closing keys — memory stays
 bounded by one iteration whatever the number of iterations. Each file goes to a temporary
-name through :func:`evtsync.tableio.atomic_path` and is renamed when complete; gzip output
+name through :func:`evtsync.core.tableio.atomic_path` and is renamed when complete; gzip output
 has a fixed header (no name, mtime 0) so that the same seed gives the same bytes.
 
 Layout, as Kineto writes it: ``schemaVersion``, ``deviceProperties``, (modern: CUDA/CUPTI
@@ -22,6 +22,7 @@ from typing import IO, Any
 
 import orjson
 
+from evtsync.core.tableio import atomic_path
 from evtsync.synth.config import GPU_MODELS, SynthConfig
 from evtsync.synth.timeline import (
     AUTOGRAD_TID_OFFSET,
@@ -35,7 +36,6 @@ from evtsync.synth.timeline import (
     TP_STREAM,
     Simulation,
 )
-from evtsync.tableio import atomic_path
 
 NCCL_VERSION = "2.21.5"
 

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.tableio import file_sha256
+from evtsync.core.tableio import file_sha256
 from evtsync.trace.readers import read_rank
 from evtsync.trace.tables import RankTables
 
@@ -252,7 +252,7 @@ CACHE_MAX_ENV = "EVTSYNC_CACHE_MAX_BYTES"
 
 def cache_max_bytes() -> int:
     """The cache's cap: ``$EVTSYNC_CACHE_MAX_BYTES`` (e.g. ``500M``, ``4GiB``), else 2 GiB."""
-    from evtsync.units import parse_bytes
+    from evtsync.core.units import parse_bytes
 
     text = os.environ.get(CACHE_MAX_ENV)
     return DEFAULT_CACHE_MAX_BYTES if not text else int(parse_bytes(text, f"${CACHE_MAX_ENV}"))

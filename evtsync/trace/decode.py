@@ -46,8 +46,8 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from evtsync.errors import TraceError
-from evtsync.parallel import Work
+from evtsync.core.errors import TraceError
+from evtsync.core.parallel import Work
 from evtsync.trace import scan
 from evtsync.trace.schema import (
     CPU_CATEGORIES,
@@ -1052,7 +1052,7 @@ TRANSFER_CPU_S = {"all": (0.7e-3, 0.3e-9), "reduced": (0.7e-3, 0.05e-9)}
 
 def reading_work(json_sizes: Sequence[int], scope: str = "all") -> Work:
     """The estimated cost of reading files of these decompressed sizes (one process), for the
-    pool model (:func:`evtsync.parallel.pool_pays`): with the scanner where ``auto`` will use
+    pool model (:func:`evtsync.core.parallel.pool_pays`): with the scanner where ``auto`` will use
     it, else with msgspec."""
     total = sum(json_sizes)
     built = "scanner" in _scanner_state or scan.ahead_of_time_path().is_file()

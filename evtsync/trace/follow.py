@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from evtsync.errors import InputError
+from evtsync.core.errors import InputError
 from evtsync.trace.readers import reader_for
 from evtsync.trace.readers.inspector import INSPECTOR, LoggedCollectives, read_log
 from evtsync.trace.traceset import TraceSet, expand_inputs, logs_traceset

@@ -43,10 +43,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.errors import InputError
+from evtsync.core.errors import InputError
+from evtsync.core.vocabulary import PRECISIONS
 from evtsync.trace.schema import COMM_KERNEL_PATTERNS
 from evtsync.trace.tables import category_flags, category_strings, is_kernel_category, string_values
-from evtsync.vocabulary import PRECISIONS
 
 log = logging.getLogger(__name__)
 

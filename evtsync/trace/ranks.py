@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from evtsync.errors import InputError, TraceError
+from evtsync.core.errors import InputError, TraceError
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import re
 
-from evtsync.vocabulary import dtype_bytes
+from evtsync.core.vocabulary import dtype_bytes
 
 Scalar = int | float | str | None
 
@@ -106,7 +106,7 @@ def canonical_collective(text: str | None) -> str:
 
 
 def dtype_size(dtype: str | None) -> int:
-    """Bytes per element of a trace dtype name, or 0 when unknown (:func:`evtsync.vocabulary.dtype_bytes`,
+    """Bytes per element of a trace dtype name, or 0 when unknown (:func:`evtsync.core.vocabulary.dtype_bytes`,
     the table shared with nccl-tests logs)."""
     return dtype_bytes(dtype)
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.errors import TraceError
+from evtsync.core.errors import TraceError
 from evtsync.trace.decode import TABLE_FIELDS, DecodedTrace, string_dtype
 from evtsync.trace.ranks import detect_rank, gpu_model
 from evtsync.trace.schema import (

@@ -33,8 +33,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.display import TablesDisplay
-from evtsync.errors import InputError, TraceError
+from evtsync.core.display import TablesDisplay
+from evtsync.core.errors import InputError, TraceError
+from evtsync.core.units import format_offset
 from evtsync.trace.cache import read_rank_cached
 from evtsync.trace.decode import (
     decoder_mode,
@@ -54,7 +55,6 @@ from evtsync.trace.tables import (
     parse_rank_list,
     rank_ranges,
 )
-from evtsync.units import format_offset
 
 log = logging.getLogger(__name__)
 
@@ -327,7 +327,7 @@ def _read_all(files: Sequence[tuple[Path, int | None]], salvage: bool, jobs: int
               workers: int | None = None, scheduler: str | None = None,
               cache: str | os.PathLike[str] | None = None, client: Any = None, scope: str = "all",
               comm_kernels: tuple[tuple[str, str], ...] = (), rank_from: str | None = None) -> list[RankTables]:
-    from evtsync.parallel import backend_for
+    from evtsync.core.parallel import backend_for
 
     json_sizes = [json_bytes_estimate(f) for f, _ in files]
     json_total = (sum(size for (f, _), size in zip(files, json_sizes, strict=True)
@@ -771,7 +771,7 @@ def _read_log(item: tuple[str, int | None], salvage: bool) -> Any:
 def _load_logs(files: Sequence[tuple[Path, int | None]], sources: dict[Path, str], salvage: bool,
                jobs: int | None, workers: int | None, scheduler: str | None, client: Any) -> TraceSet:
     """The TraceSet of a folder of NCCL Inspector logs (nothing else may be mixed in)."""
-    from evtsync.parallel import backend_for
+    from evtsync.core.parallel import backend_for
     from evtsync.trace.readers import reader_named
 
     others = [f"{f} ({sources[f]})" for f, _ in files if sources[f] != "nccl-inspector"]

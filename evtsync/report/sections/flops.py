@@ -22,8 +22,8 @@ def build(ctx: ReportContext) -> list[Section]:
     """B* as FLOPS grow (the paper's Fig. 13) for the main fit's reference cell at n = 256 and
     4096, with the bandwidth-scaling requirement against the roofline (docs/what-if.md), from the
     prediction stage's ``tables/bstar_flops`` and ``tables/flops_scaling``."""
+    from evtsync.core.reference import REFERENCE_TFLOPS, nvlink_reference_lines
     from evtsync.plots.whatif import bstar_vs_flops
-    from evtsync.reference import REFERENCE_TFLOPS, nvlink_reference_lines
 
     title = "Optimal bandwidth as FLOPS grow"
     summary = ctx.stage("prediction").get("summary", {})

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.display import fmt_interval
+from evtsync.core.display import fmt_interval
 from evtsync.plots import fits as fit_figs
 from evtsync.plots import tax as tax_figs
 from evtsync.report.attribution_section import attribution_why_items

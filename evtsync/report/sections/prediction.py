@@ -7,9 +7,9 @@ from typing import Any
 
 import pandas as pd
 
-from evtsync.defaults import PAPER_MODEL, RANKTAIL_MODEL
-from evtsync.evt.predict import ESTIMATORS
+from evtsync.core.defaults import PAPER_MODEL, RANKTAIL_MODEL
 from evtsync.plots import predictions as pred_figs
+from evtsync.predict.tables import ESTIMATORS
 from evtsync.report.context import PCT, ReportContext, label_columns
 from evtsync.report.markdown import (
     Section,
@@ -72,7 +72,7 @@ def build(ctx: ReportContext) -> list[Section]:
 
 
 
-#: Columns of the B* table that say what its intervals hold fixed (evtsync.evt.predict.FIXED_B_NOTE, …).
+#: Columns of the B* table that say what its intervals hold fixed (evtsync.predict.tables.FIXED_B_NOTE, …).
 HELD_FIXED_COLUMNS = ("b_uncertainty", "alpha_uncertainty")
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from evtsync.defaults import DEFAULT_M, PVM_AGREEMENT
+from evtsync.core.defaults import DEFAULT_M, PVM_AGREEMENT
 from evtsync.plots import predictions as pred_figs
 from evtsync.report.context import PCT, ReportContext
 from evtsync.report.markdown import (
@@ -21,7 +21,7 @@ from evtsync.report.markdown import (
 
 
 def _ratio_line(agreement: dict[str, Any] | None) -> str:
-    """The agreement the stage recorded (:func:`evtsync.evt.predict.agreement_summary`), as a sentence."""
+    """The agreement the stage recorded (:func:`evtsync.predict.tables.agreement_summary`), as a sentence."""
     if not agreement:
         return ("Predicted / measured: not recorded by this run folder's predicted-vs-measured stage (an evtsync "
                 "that left it to the report); rerun `evtsync run --force` to add it.")

@@ -1,13 +1,13 @@
 """Who straggles: per process group, the ranks that were the straggler most often (their share
 against the uniform 1/|R|), how often the straggler changes between consecutive collectives and
 how many distinct ranks straggled, read from the tax stage's ``tables/tax_stragglers`` and
-``tables/tax_straggler_ranks`` (:func:`evtsync.tax.straggler_identity`, methodology §3)."""
+``tables/tax_straggler_ranks`` (:func:`evtsync.sync.tax.straggler_identity`, methodology §3)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from evtsync.display import fmt_share
+from evtsync.core.display import fmt_share
 from evtsync.report.context import ReportContext
 from evtsync.report.markdown import Skipped, Table
 

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.display import fmt_interval
-from evtsync.hockney import topology_label
+from evtsync.core.display import fmt_interval
+from evtsync.predict.hockney import topology_label
 from evtsync.report.context import PCT, ReportContext, fit_rows, slug
 from evtsync.report.markdown import (
     Alert,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from evtsync.defaults import PAPER_MODEL, RANKTAIL_MODEL
+from evtsync.core.defaults import PAPER_MODEL, RANKTAIL_MODEL
 from evtsync.report.context import PCT, ReportContext
 from evtsync.report.markdown import Section, Skipped, Table, fmt_ci
 

@@ -20,7 +20,7 @@ def build(ctx: ReportContext) -> list[Section]:
     """What will hardware without traces pay? tau(n) of the named presets (reference.PRESETS),
     drawn from the main fit's population when the GPU is not in the fit (methodology §7), from the
     prediction stage's ``tables/whatif.parquet``."""
-    from evtsync.reference import REFERENCE_TFLOPS
+    from evtsync.core.reference import REFERENCE_TFLOPS
 
     title = "What if: hardware without traces"
     summary = ctx.stage("prediction").get("summary", {})
@@ -50,12 +50,12 @@ def build(ctx: ReportContext) -> list[Section]:
         f"intervals); b = {b_source}, {fmt(b_ref)} µs, divided by the preset's FLOPS over the H200's "
         f"{REFERENCE_TFLOPS:g} TFLOPS (methodology §8). n and NVLink GB/s are the paper's Table 1; its Table 1 lists no "
         f"TFLOPS: 'TFLOPS from' says whether a value is the paper's (H200) or an NVIDIA datasheet's (named in "
-        f"'source'). Presets: evtsync.reference.PRESETS; any other with "
+        f"'source'). Presets: evtsync.core.reference.PRESETS; any other with "
         f"`evtsync predict FIT --gpu G --precision P --n N --flops-factor F`."))]
     if not converged:
         items.insert(0, f"WARNING: {name} did not converge; these predictions inherit it.")
     if "prior_dominated" in presets and presets["prior_dominated"].astype(bool).any():
-        from evtsync.evt.predict import PRIOR_DOMINATED_NOTE
+        from evtsync.predict.tables import PRIOR_DOMINATED_NOTE
 
         items.append(f"Rows labelled {PRIOR_DOMINATED_NOTE}.")
     items += [f"Not predicted: {note}." for note in notes]

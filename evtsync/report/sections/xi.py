@@ -34,7 +34,7 @@ def build(ctx: ReportContext) -> list[Section]:
         columns = {
             "model": pop["model"], "parameter": pop["parameter"],
             f"posterior mean [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in zip(pop["mean"], pop["lo"], pop["hi"], strict=True)]}
-        if "prior_lo" in pop:  # the spreads' priors (evtsync.evt.predict.population_table)
+        if "prior_lo" in pop:  # the spreads' priors (evtsync.predict.tables.population_table)
             columns[f"prior [{PCT}]"] = ["" if not isinstance(d, str) else f"{d} [{fmt(a)}, {fmt(b)}]"
                                         for d, a, b in zip(pop["prior"], pop["prior_lo"], pop["prior_hi"], strict=True)]
             columns["prior-dominated"] = pop["prior_dominated"].map(lambda v: "yes" if pd.notna(v) and bool(v) else "")

@@ -23,7 +23,7 @@ import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from evtsync.errors import TraceError
+from evtsync.core.errors import TraceError
 
 if TYPE_CHECKING:
     from evtsync.trace.tables import RankTables

@@ -14,7 +14,7 @@ collective ends together, so a longer execution means an earlier arrival. Readin
 turns each file into compact columns (one row per collective record, about 60 bytes in
 memory instead of ~300 of text); :func:`assemble_logs` gives every process its global rank
 (its rank in the communicator that spans all processes), checks the set and builds the
-TraceSet whose ``logged`` table :func:`evtsync.collectives.align_logged` matches.
+TraceSet whose ``logged`` table :func:`evtsync.sync.collectives.align_logged` matches.
 
 Nothing is dropped silently: p2p records (no collective tax), records of neither kind,
 malformed lines (with ``salvage``; an error otherwise) and the incomplete last line of a
@@ -35,8 +35,8 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from evtsync.errors import TraceError
-from evtsync.parallel import Work
+from evtsync.core.errors import TraceError
+from evtsync.core.parallel import Work
 from evtsync.trace.decode import ByteSource, json_bytes_estimate
 
 log = logging.getLogger(__name__)
@@ -325,7 +325,7 @@ def read_log(path: str | os.PathLike[str], *, salvage: bool = False, rank: int |
 
 class LogStream:
     """One Inspector log read block by block (:func:`read_log` reads it to its end; the
-    streaming tax, :mod:`evtsync.logtax`, reads many in lockstep and takes each block's
+    streaming tax, :mod:`evtsync.sync.logtax`, reads many in lockstep and takes each block's
     records away with :meth:`take`, so that only the open collectives stay in memory).
 
     The file stays open until :meth:`step` returns False (the end: the last line and a
@@ -461,7 +461,7 @@ TRANSFER_CPU_S = (0.1e-3, 0.4e-9)
 
 def inspector_work(text_sizes: Sequence[int]) -> Work:
     """The cost of reading logs of these text sizes (bytes, decompressed) in one process, for
-    the pool model (:func:`evtsync.parallel.pool_pays`), the rule every reader's pool follows."""
+    the pool model (:func:`evtsync.core.parallel.pool_pays`), the rule every reader's pool follows."""
     n, total = len(text_sizes), sum(text_sizes)
     return Work(items=n, cpu_s=n * READ_CPU_S[0] + total * READ_CPU_S[1],
                 transfer_cpu_s=n * TRANSFER_CPU_S[0] + total * TRANSFER_CPU_S[1])

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from evtsync.errors import TraceError
+from evtsync.core.errors import TraceError
 from evtsync.trace.decode import TABLE_FIELDS, DecodedTrace, string_dtype
 from evtsync.trace.tables import MISSING, RankTables, build_rank_tables
 

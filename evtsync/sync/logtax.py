@@ -1,0 +1,525 @@
+"""The tax of a folder of NCCL Inspector logs, streamed: memory bounded by the open collectives.
+
+The whole-table path (:func:`~evtsync.trace.traceset.load_traces`, then
+:func:`~evtsync.sync.tax.tax_from_traces`) keeps every record of every file (~190 bytes each at its
+peak) before matching them. Here every rank's file is read in lockstep, one block per file
+per round (:class:`~evtsync.trace.readers.inspector.LogStream`); after each round the
+collectives that every member rank of their communicator has reported (same communicator
+id, same sequence number, ``n_ranks`` records) are matched and taxed exactly as
+:func:`~evtsync.sync.collectives.align_logged` and :func:`~evtsync.sync.tax.compute_tax` do
+(docs/methodology.md §3): their rows of the tax tables are kept, their records dropped. A
+collective some member never reports (ring-buffer loss, a rank that died, the size cutoff,
+a log cut short) stays open until the files end; it is then counted by communicator and
+reported as the whole-table path does (refused unless ``allow_partial``).
+
+The tables equal those of the whole-table path (same rows, order, values and dtypes; tested).
+Memory: one round of text (:data:`ROUND_BYTES` over all files), the
+records of the collectives still open, and the output: one row per collective and, unless
+``keep_ranks=False``, one row per rank of each collective (``TaxTables.ranks``; without it
+the per-collective wait shares the summary needs are kept instead).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from evtsync.core.defaults import END_TOLERANCE_US
+from evtsync.core.errors import InputError, TraceError
+from evtsync.sync.collectives import (
+    GROUP_COLUMNS,
+    LOGGED_SOURCE,
+    MISMATCH_COLUMNS,
+    Alignment,
+    align_logged_rows,
+    note_missing_ranks,
+)
+from evtsync.sync.tax import RANK_COLUMNS, TAX_COLUMNS, TaxTables, compute_tax
+from evtsync.trace.readers.inspector import (
+    BLOCK_BYTES,
+    LOGGED_COLUMNS,
+    MISSING,
+    LoggedCollectives,
+    LogStream,
+    global_ranks,
+    job_layout,
+    job_tables,
+    partial_problems,
+)
+from evtsync.trace.traceset import TraceSet, empty_event_tables, expand_inputs
+
+log = logging.getLogger(__name__)
+
+#: Text decoded per round over all files: the unit of memory besides the open collectives.
+ROUND_BYTES = 64 << 20
+#: Smallest block read from one file per round (many files: the round's text is split).
+MIN_BLOCK_BYTES = 64 << 10
+#: Columns of the open records (one int array each): the file, then the record's fields in
+#: job-wide codes (communicator, collective type, timing source).
+_OPEN = ("file", "comm", "local_rank", "sn", "collective", "msg_bytes", "exec_ns", "timing_source",
+         "kernel_start_us", "kernel_stop_us", "dump_us")
+#: Columns of the tax table that are constants per PG (or per job), filled in at the end.
+_PER_PG = ("pg_desc", "pg_ranks", "pg_source", "dtype")
+#: Order of the mismatch kinds in the whole-table path's table (align_logged's passes).
+_KIND_BLOCK = {"partial": 0, "timing_source": 1, "type": 2, "size": 2, "end_time": 3}
+
+
+@dataclass(repr=False)
+class LogTax:
+    """What :func:`stream_tax` returns: the job's TraceSet (its ``logged`` table left empty:
+    the records were dropped once taxed), the alignment (``instances`` empty, for the same
+    reason), the tax tables and the streaming's own counts (``stats``)."""
+
+    traces: TraceSet
+    alignment: Alignment
+    tables: TaxTables
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def inspector_files(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+                    rank_from: str = "file") -> list[tuple[Path, int | None]] | None:
+    """The files of ``paths`` when every one is an NCCL Inspector log, else None.
+
+    Parameters
+    ----------
+    paths : path or iterable of paths
+        Files and/or folders, as :func:`~evtsync.trace.traceset.load_traces` takes them.
+    rank_from : {"file", "order"}, default "file"
+        As for :func:`~evtsync.trace.traceset.load_traces`.
+
+    Returns
+    -------
+    list of (Path, int or None) or None
+        Each file with its given rank (``RANK=PATH`` or ``order``), or None (some other
+        source, or a mix that :func:`~evtsync.trace.traceset.load_traces` refuses by name).
+    """
+    from evtsync.trace.readers import reader_for
+
+    if isinstance(paths, str | os.PathLike):
+        paths = [paths]
+    files = expand_inputs(list(paths), rank_from)
+    if files and all(reader_for(f).name == LOGGED_SOURCE for f, _ in files):
+        return files
+    return None
+
+
+class _Open:
+    """The records of the collectives not yet complete, as parallel int64 arrays."""
+
+    def __init__(self) -> None:
+        self.parts: list[dict[str, np.ndarray]] = []
+        self.n = 0
+
+    def add(self, columns: dict[str, np.ndarray]) -> None:
+        if len(columns["sn"]):
+            self.parts.append(columns)
+            self.n += len(columns["sn"])
+
+    def take_all(self) -> dict[str, np.ndarray]:
+        if not self.parts:
+            out = {name: np.zeros(0, dtype=np.int64) for name in _OPEN}
+        elif len(self.parts) == 1:
+            out = self.parts[0]
+        else:
+            out = {name: np.concatenate([p[name] for p in self.parts]) for name in _OPEN}
+        self.parts, self.n = [], 0
+        return out
+
+
+class _Job:
+    """Job-wide codes of communicators and vocabularies, the files' ranks, and the rows taxed."""
+
+    def __init__(self, streams: list[LogStream], keep_ranks: bool, end_tolerance_us: float, strict: bool) -> None:
+        self.streams = streams
+        self.keep_ranks, self.end_tolerance_us, self.strict = keep_ranks, end_tolerance_us, strict
+        self.comm_code: dict[str, int] = {}
+        self.comm_ids: list[str] = []
+        self.comm_size: list[int] = []
+        self.words: dict[str, dict[str, int]] = {"collective": {}, "timing_source": {}}
+        self.hosts: list[str] = [""] * len(streams)
+        self.ranks: np.ndarray | None = None  # global rank of each file, once known
+        self.open = _Open()
+        self.collectives: list[pd.DataFrame] = []
+        self.rank_rows: list[pd.DataFrame] = []
+        self.shares: list[pd.DataFrame] = []
+        self.members: dict[str, set[int]] = {}
+        self.mismatches: list[pd.DataFrame] = []
+        self.invalid: set[tuple[str, int]] = set()
+        self.done_keys: list[pd.MultiIndex] = []
+        self.n_done = 0
+        self.peak_open = 0
+        self.rounds = 0
+
+    # ---- codes
+    def _lookup(self, codes: np.ndarray, table: list[str], book: dict[str, int]) -> np.ndarray:
+        for word in table:
+            book.setdefault(word, len(book))
+        lookup = np.asarray([book[w] for w in table], dtype=np.int64)
+        return lookup[codes] if len(codes) else np.zeros(0, dtype=np.int64)
+
+    def take(self, i: int) -> None:
+        """Move file ``i``'s newly decoded records into the open pool (job-wide codes)."""
+        stream = self.streams[i]
+        cols = stream.take()
+        builder = stream.builder
+        for cid in builder.comm_index:
+            if cid not in self.comm_code:
+                self.comm_code[cid] = len(self.comm_ids)
+                self.comm_ids.append(cid)
+                self.comm_size.append(builder.comms[cid][1])
+            elif self.comm_size[self.comm_code[cid]] != builder.comms[cid][1]:
+                raise TraceError(f"communicator {cid}: {stream.path} says {builder.comms[cid][1]} ranks, other "
+                                 f"logs {self.comm_size[self.comm_code[cid]]}")
+        if builder.hosts:
+            self.hosts[i] = next(iter(builder.hosts))
+        n = len(cols["sn"])
+        if not n:
+            return
+        out = {"file": np.full(n, i, dtype=np.int64)}
+        comm_lookup = np.asarray([self.comm_code[c] for c in builder.comm_index], dtype=np.int64)
+        out["comm"] = comm_lookup[cols["comm"]]
+        out["collective"] = self._lookup(cols["collective"], list(builder.names), self.words["collective"])
+        out["timing_source"] = self._lookup(cols["timing_source"], list(builder.sources), self.words["timing_source"])
+        for name in ("local_rank", "sn", "msg_bytes", "exec_ns", "kernel_start_us", "kernel_stop_us", "dump_us"):
+            out[name] = cols[name].astype(np.int64, copy=False)
+        self.open.add(out)
+
+    def resolve_ranks(self) -> None:
+        """The files' global ranks from what has been read so far (checked at the end)."""
+        shells = [LoggedCollectives(str(s.path), list(s.builder.comm_index), dict(s.builder.comms), {}, {},
+                                    given_rank=s.rank) for s in self.streams]
+        try:
+            ranks, _, _ = global_ranks(shells)
+        except TraceError:
+            return  # no communicator in every file yet: keep reading (records stay open)
+        if len(set(ranks)) == len(ranks):
+            self.ranks = np.asarray(ranks, dtype=np.int64)
+
+    # ---- completing collectives
+    def complete(self, final: bool = False, groups: pd.DataFrame | None = None) -> dict[str, np.ndarray] | None:
+        """Tax the collectives every member has reported; keep the rest open (``final``:
+        return the rest instead)."""
+        self.peak_open = max(self.peak_open, self.open.n)
+        if self.ranks is None or not self.open.n:
+            return self.open.take_all() if final else None
+        rec = self.open.take_all()
+        rank = self.ranks[rec["file"]]
+        order = np.lexsort((rank, rec["sn"], rec["comm"]))
+        rec = {name: col[order] for name, col in rec.items()}
+        rank = rank[order]
+        comm, sn = rec["comm"], rec["sn"]
+        n = len(sn)
+        new = np.ones(n, dtype=bool)
+        new[1:] = (comm[1:] != comm[:-1]) | (sn[1:] != sn[:-1])
+        same_rank = ~new[1:] & (rank[1:] == rank[:-1])
+        if same_rank.any():
+            at = int(np.flatnonzero(same_rank)[0]) + 1
+            raise TraceError(f"communicator {self.comm_ids[int(comm[at])]}: collective {int(sn[at])} logged twice "
+                             f"by rank {int(rank[at])} ({self.streams[int(rec['file'][at])].path}): "
+                             f"{int(same_rank.sum())} repeated record(s)")
+        starts = np.flatnonzero(new)
+        counts = np.diff(np.append(starts, n))
+        full = counts >= np.asarray(self.comm_size, dtype=np.int64)[comm[starts]]
+        done_rows = np.repeat(full, counts)
+        if final:
+            return rec
+        if done_rows.any():
+            self._tax({k: v[done_rows] for k, v in rec.items()}, rank[done_rows], groups)
+        rest = ~done_rows
+        if rest.any():
+            self.open.add({k: v[rest] for k, v in rec.items()})
+        return None
+
+    def frame(self, rec: dict[str, np.ndarray], rank: np.ndarray) -> pd.DataFrame:
+        """Records (sorted by communicator, sequence number, rank) as ``logged`` rows."""
+        codes = np.unique(rec["comm"])
+        names = sorted(self.comm_ids[int(c)] for c in codes)
+        remap = np.zeros(len(self.comm_ids), dtype=np.int32)
+        remap[codes] = [names.index(self.comm_ids[int(c)]) for c in codes]
+        pg = remap[rec["comm"]]
+
+        def labels(kind: str) -> pd.Categorical:
+            book = self.words[kind]
+            words = sorted(book)
+            where = np.zeros(len(book), dtype=np.int32)
+            for w, c in book.items():
+                where[c] = words.index(w)
+            return pd.Categorical.from_codes(where[rec[kind]], categories=words)
+
+        hosts = sorted(set(self.hosts))
+        host_of_file = np.asarray([hosts.index(h) for h in self.hosts], dtype=np.int32)
+        starts, stops, dumps = rec["kernel_start_us"], rec["kernel_stop_us"], rec["dump_us"]
+        n = len(pg)
+        return pd.DataFrame({
+            "rank": rank.astype(np.int32), "window": np.zeros(n, dtype=np.int32),
+            "pg": pd.Categorical.from_codes(pg, categories=names),
+            "pg_desc": pd.Categorical.from_codes(np.zeros(n, dtype=np.int32), categories=[""]),
+            "local_rank": rec["local_rank"].astype(np.int32), "index": rec["sn"],
+            "collective": labels("collective"), "timing_source": labels("timing_source"),
+            "msg_bytes": rec["msg_bytes"], "dur_ns": rec["exec_ns"],
+            "ts_ns": np.where(starts >= 0, starts * 1000, MISSING),
+            "end_ns": np.where(stops >= 0, stops * 1000, MISSING),
+            "dump_ns": np.where(dumps >= 0, dumps * 1000, MISSING),
+            "host": pd.Categorical.from_codes(host_of_file[rec["file"]], categories=hosts)}, columns=LOGGED_COLUMNS)
+
+    def _tax(self, rec: dict[str, np.ndarray], rank: np.ndarray, groups: pd.DataFrame | None) -> None:
+        logged = self.frame(rec, rank)
+        if groups is None:  # complete collectives: never partial, so the member counts do not matter
+            names = list(logged["pg"].array.categories)
+            groups = pd.DataFrame({"pg_name": names, "pg_desc": "", "pg_ranks": "",
+                                   "pg_size": [self.comm_size[self.comm_code[c]] for c in names],
+                                   "seen_on_ranks": "0"})
+        alignment = align_logged_rows(logged, groups, end_tolerance_us=self.end_tolerance_us, strict=self.strict)
+        tables = compute_tax(alignment)
+        # per PG constants (filled in at the end) dropped, the type label as a categorical: the
+        # rows kept until the end are most of the memory that grows with the logs
+        coll = tables.collectives.drop(columns=list(_PER_PG))
+        coll["collective"] = coll["collective"].astype("category")
+        self.collectives.append(coll)
+        if self.keep_ranks:
+            self.rank_rows.append(tables.ranks)
+        else:
+            shares = tables.ranks.groupby(["pg", "index"], observed=True)["wait_share"].agg(["max", "median"])
+            self.shares.append(shares.reset_index())
+        for pg, ranks in tables.ranks.groupby("pg", observed=True)["rank"].unique().items():
+            self.members.setdefault(str(pg), set()).update(int(r) for r in ranks)
+        if len(alignment.mismatches):
+            self.mismatches.append(alignment.mismatches)
+        self.invalid |= alignment.invalid
+        comm, sn = rec["comm"], rec["sn"]
+        first = np.ones(len(sn), dtype=bool)
+        first[1:] = (comm[1:] != comm[:-1]) | (sn[1:] != sn[:-1])
+        self.done_keys.append(pd.MultiIndex.from_arrays([comm[first], sn[first]]))
+        self.n_done += len(tables.collectives)
+
+
+def _block_bytes(n_files: int, round_bytes: int) -> int:
+    return int(min(BLOCK_BYTES, max(MIN_BLOCK_BYTES, round_bytes // max(1, n_files))))
+
+
+def _enough_file_handles(n_files: int) -> bool:
+    """Raise the soft limit of open files to hold every log open at once, if the hard limit allows."""
+    need = n_files + 64
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return True
+    if hard != resource.RLIM_INFINITY and hard < need:
+        return False
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+def stream_tax(files: Sequence[tuple[Path, int | None]], *, salvage: bool = False, keep_ranks: bool = True,
+               round_bytes: int = ROUND_BYTES, end_tolerance_us: float = END_TOLERANCE_US,
+               strict: bool = True, allow_partial: bool = False, overrides: Iterable[Any] = (),
+               ranks_per_host: int | None = None, block_bytes: int | None = None) -> LogTax:
+    """The tax of a job's NCCL Inspector logs, read in lockstep (see the module docstring).
+
+    Parameters
+    ----------
+    files : sequence of (Path, int or None)
+        The logs, each with its given rank (:func:`inspector_files`).
+    salvage : bool, default False
+        As for :func:`~evtsync.trace.readers.inspector.read_log`.
+    keep_ranks : bool, default True
+        Keep ``TaxTables.ranks`` (one row per rank of each collective: memory grows with the
+        records again, ~60 bytes each); False keeps the per-collective wait shares instead
+        (``TaxTables.instance_shares``) and the member ranks, all :func:`~evtsync.sync.tax.tax_summary`
+        and :func:`~evtsync.sync.tax.straggler_identity` read.
+    round_bytes : int
+        Text decoded per round over all files (each file's block: this over the number of
+        files, between 64 KiB and 4 MiB).
+    end_tolerance_us, strict, allow_partial
+        As for :func:`~evtsync.sync.collectives.align_logged`.
+    overrides : iterable
+        Must be empty (``--pg`` does not apply to Inspector logs).
+    ranks_per_host : int or None
+        Unused (the logs name their hosts).
+    block_bytes : int or None
+        Each file's block per round, overriding ``round_bytes`` (tests: many small rounds).
+
+    Returns
+    -------
+    LogTax
+        The TraceSet, alignment and tax tables, and ``stats`` (rounds, peak open records,
+        collectives completed while reading and left open at the end).
+
+    Raises
+    ------
+    TraceError
+        As :func:`~evtsync.trace.traceset.load_traces` and the whole-table path; a partial
+        job without ``allow_partial``.
+    AlignmentError
+        Collectives whose type differs across ranks (with ``strict``).
+    """
+    del ranks_per_host
+    if list(overrides):
+        raise InputError("--pg does not apply to NCCL Inspector logs: they name each collective's communicator")
+    if not files:
+        raise TraceError("no NCCL Inspector logs given")
+    if not _enough_file_handles(len(files)):
+        log.warning("%d Inspector logs cannot be open at once (limit of open files): reading them whole instead "
+                    "(memory grows with the records)", len(files))
+        return _whole(files, salvage, end_tolerance_us, strict, allow_partial)
+    block = block_bytes or _block_bytes(len(files), round_bytes)
+    streams = [LogStream(path, salvage=salvage, rank=rank, block_bytes=block) for path, rank in files]
+    job = _Job(streams, keep_ranks, end_tolerance_us, strict)
+    try:
+        active = list(range(len(streams)))
+        while active:
+            still = []
+            for i in active:
+                if streams[i].step():
+                    still.append(i)
+                job.take(i)
+            active = still
+            job.rounds += 1
+            if job.ranks is None:
+                job.resolve_ranks()
+            job.complete()
+    finally:
+        for s in streams:
+            s.close()
+    results = [s.result() for s in streams]
+    layout = job_layout(results)
+    if job.ranks is None or list(job.ranks) != layout.ranks:
+        log.warning("the ranks of the Inspector logs are known only from their whole content (no communicator "
+                    "logged by every file in their first blocks): reading them whole instead")
+        return _whole(files, salvage, end_tolerance_us, strict, allow_partial)
+    return _finish(job, results, layout, allow_partial)
+
+
+def _whole(files: Sequence[tuple[Path, int | None]], salvage: bool, end_tolerance_us: float, strict: bool,
+           allow_partial: bool) -> LogTax:
+    """The whole-table path (the fallback)."""
+    from evtsync.sync.tax import tax_from_traces
+    from evtsync.trace.traceset import load_traces
+
+    traces = load_traces([f"{rank}={path}" if rank is not None else str(path) for path, rank in files],
+                         salvage=salvage, jobs=1)
+    alignment, tables = tax_from_traces(traces, end_tolerance_us=end_tolerance_us, strict=strict,
+                                        allow_partial=allow_partial)
+    return LogTax(traces, alignment, tables, {"streamed": False})
+
+
+def _finish(job: _Job, results: list[LoggedCollectives], layout: Any, allow_partial: bool) -> LogTax:
+    """The open collectives (reported by only some members), the rank-set check, the tables."""
+    tables = job_tables(results, layout)
+    groups = tables["process_groups"]
+    comm_rows = layout.comm_rows
+    rec = job.complete(final=True)
+    assert rec is not None and job.ranks is not None
+    leftover = job.frame(rec, job.ranks[rec["file"]]) if len(rec["sn"]) else None
+    n_open = 0 if leftover is None else int(leftover.groupby(["pg", "index"], observed=True).ngroups)
+    totals: dict[str, int] = {}
+    for frame in job.collectives:
+        for pg, k in frame["pg"].astype(str).value_counts().items():
+            totals[str(pg)] = totals.get(str(pg), 0) + int(k)
+    problems = list(layout.problems)
+    if leftover is not None:
+        keys = pd.MultiIndex.from_arrays([rec["comm"], rec["sn"]])
+        done = job.done_keys[0].append(job.done_keys[1:]) if job.done_keys else None
+        if done is not None and keys.isin(done).any():
+            at = int(np.flatnonzero(keys.isin(done))[0])
+            raise TraceError(f"communicator {job.comm_ids[int(rec['comm'][at])]}: collective {int(rec['sn'][at])} "
+                             f"logged twice by rank {int(job.ranks[rec['file'][at]])} "
+                             f"({job.streams[int(rec['file'][at])].path}): a repeated record")
+        left_counts = leftover.groupby("pg", observed=True)["index"].nunique()
+        every = {pg: totals.get(pg, 0) + int(left_counts.get(pg, 0)) for pg in comm_rows}
+        problems += partial_problems(leftover, comm_rows, every)
+    kernels, cpu_ops, runtime, syncs = empty_event_tables()
+    traces = TraceSet(kernels=kernels, cpu_ops=cpu_ops, runtime=runtime, syncs=syncs, problems=problems,
+                      logged=pd.DataFrame(columns=LOGGED_COLUMNS), **tables)
+    traces.check_complete(allow_partial)
+    if leftover is not None:
+        job._tax(rec, job.ranks[rec["file"]], groups)
+    alignment, tax = _assemble(job, groups, sorted(comm_rows))
+    note_missing_ranks(traces, alignment.groups, alignment.instances)
+    note_missing_ranks(traces, tax.collectives, tax.ranks)
+    stats = {"streamed": True, "rounds": job.rounds, "peak_open_records": job.peak_open,
+             "collectives": len(tax.collectives), "left_open_at_end": n_open}
+    log.info("NCCL Inspector logs streamed in %d round(s): %d collective(s), at most %d record(s) open at once, "
+             "%d collective(s) still open at the end", job.rounds, len(tax.collectives), job.peak_open, n_open)
+    return LogTax(traces, alignment, tax, stats)
+
+
+def _concat(frames: list[pd.DataFrame], categories: dict[str, list[str] | None]) -> pd.DataFrame:
+    """The batches' rows as one frame, each of ``categories``' columns one categorical over the
+    given categories (None: the sorted union of the batches'), recoded batch by batch (a plain
+    ``pd.concat`` of categoricals with different categories makes object columns: ~10 times
+    the memory at a million rows)."""
+    union = {col: cats if cats is not None else sorted({str(c) for f in frames for c in f[col].array.categories})
+             for col, cats in categories.items()}
+    for frame in frames:
+        for col, cats in union.items():
+            frame[col] = frame[col].cat.set_categories(pd.Index(cats, dtype=frame[col].array.categories.dtype))
+    out = pd.concat(frames, ignore_index=True)
+    frames.clear()
+    return out
+
+
+def _assemble(job: _Job, groups: pd.DataFrame, comm_names: list[str]) -> tuple[Alignment, TaxTables]:
+    """The tables of the whole-table path from the batches' rows."""
+    meta = groups.set_index("pg_name")
+    frames = job.collectives
+    if frames:
+        coll = _concat(frames, {"pg": comm_names, "collective": None})
+        order = np.lexsort((coll["index"].to_numpy(), coll["pg"].array.codes))
+        coll = coll.take(order).reset_index(drop=True)
+        codes = np.asarray(coll["pg"].array.codes)
+        per_pg = meta.reindex(comm_names)
+        coll["pg_desc"] = pd.array(per_pg["pg_desc"].astype(str).to_numpy()[codes], dtype="str")
+        coll["pg_ranks"] = pd.array(per_pg["pg_ranks"].astype(str).to_numpy()[codes], dtype="str")
+        coll["pg_source"] = pd.array(np.full(len(coll), LOGGED_SOURCE, dtype=object), dtype="str")
+        coll["dtype"] = pd.array(np.full(len(coll), "", dtype=object), dtype="str")
+        coll["collective"] = coll["collective"].astype("str")
+        coll = coll[TAX_COLUMNS]
+    else:
+        coll = compute_tax(Alignment(pd.DataFrame(columns=GROUP_COLUMNS), pd.DataFrame(),
+                                     pd.DataFrame(columns=MISMATCH_COLUMNS), set())).collectives
+    if job.rank_rows:
+        ranks = _concat(job.rank_rows, {"pg": comm_names, "collective": None})
+        order = np.lexsort((ranks["rank"].to_numpy(), ranks["index"].to_numpy(), ranks["pg"].array.codes))
+        ranks = ranks.take(order).reset_index(drop=True)
+    else:
+        ranks = pd.DataFrame(columns=RANK_COLUMNS)
+    shares = None
+    if not job.keep_ranks:
+        shares = (pd.concat(job.shares, ignore_index=True) if job.shares
+                  else pd.DataFrame(columns=["pg", "index", "max", "median"]))
+        shares["pg"] = shares["pg"].astype(str)
+    members = {pg: sorted(m) for pg, m in job.members.items()} if not job.keep_ranks else None
+    tax = TaxTables(coll, ranks, instance_shares=shares, members=members)
+    # the alignment's tables: communicators with collectives, mismatches in the whole-table order
+    n_coll = coll["pg"].astype(str).value_counts() if len(coll) else pd.Series(dtype=np.int64)
+    group_rows = pd.DataFrame(
+        [{"pg": pg, "pg_name": pg, "pg_desc": meta.loc[pg, "pg_desc"], "pg_ranks": meta.loc[pg, "pg_ranks"],
+          "n_ranks": int(meta.loc[pg, "pg_size"]), "pg_source": LOGGED_SOURCE, "streams": "",
+          "n_collectives": int(n_coll[pg]), "present_ranks": meta.loc[pg, "seen_on_ranks"], "windows": "0"}
+         for pg in comm_names if pg in n_coll.index], columns=GROUP_COLUMNS)
+    if job.mismatches:
+        mism = pd.concat(job.mismatches, ignore_index=True)
+        code = {pg: i for i, pg in enumerate(comm_names)}
+        kind = mism["kind"].astype(str)
+        block = kind.map(_KIND_BLOCK).fillna(4).to_numpy()
+        pg_code = mism["pg"].astype(str).map(code).to_numpy()
+        within = np.where(block == 2, kind.map({"type": 0, "size": 1}).fillna(0).to_numpy(), 0)
+        # partial / timing / end: by (pg, index); type and size: per pg, types then sizes
+        order = np.lexsort((mism["index"].to_numpy(), within, np.where(block == 2, pg_code, 0),
+                            np.where(block == 2, 0, pg_code), block))
+        mism = mism.take(order).reset_index(drop=True)
+    else:
+        mism = pd.DataFrame(columns=MISMATCH_COLUMNS)
+    empty = pd.DataFrame({"pg": pd.Categorical([], categories=comm_names), "index": np.zeros(0, np.int64)})
+    return Alignment(group_rows, empty, mism, set(job.invalid)), tax

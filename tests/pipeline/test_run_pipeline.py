@@ -1,0 +1,539 @@
+"""`evtsync run`: the pipeline end to end on a tiny demo study, stage caching, resuming after a
+kill, and the real 8-rank DLRM traces where most stages do not apply.
+
+The default tests use a tiny study (4 iterations, 1 layer per workload) and the Gumbel model
+only, with a few draws; the full demo with every model is a ``slow`` test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from evtsync.core.tableio import file_sha256
+from evtsync.pipeline import (
+    MANIFEST,
+    STATUS_DONE,
+    STATUS_NA,
+    RunOptions,
+    StageEvent,
+    read_manifest,
+    run_pipeline,
+)
+
+TINY = {"iterations": 4, "layers": 1}
+FAST = {"draws": 60, "tune": 60, "chains": 2, "models": ["gumbel"], "demo_overrides": TINY}
+
+
+def _run(out: Path, **kwargs) -> tuple[dict, list[StageEvent]]:
+    events: list[StageEvent] = []
+    options = RunOptions(out=out, **{**FAST, **kwargs})
+    run = run_pipeline(options, on_stage=events.append)
+    return run.manifest, events
+
+
+def _assert_outputs_intact(out: Path, manifest: dict) -> None:
+    for name, entry in manifest["stages"].items():
+        for rel, digest in entry.get("outputs", {}).items():
+            assert file_sha256(out / rel) == digest, f"{name}: {rel} differs from the manifest"
+    assert not list(out.rglob(".*.tmp")), "temporary files left behind"
+    mask = os.umask(0o022)
+    os.umask(mask)
+    for path in [out / "manifest.json", *out.glob("tables/*.parquet")]:
+        assert path.stat().st_mode & 0o777 == 0o666 & ~mask, path  # the umask's mode, not mkstemp's 0600
+
+
+#: The package's source digest is part of every stage key; other work on the source tree while
+#: these tests run must not invalidate their stages, so the tests fix it.
+FIXED_DIGEST = "test-source-digest"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fixed_source_digest() -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("evtsync.pipeline.engine.source_digest", lambda: FIXED_DIGEST)
+        yield
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, list[StageEvent]]:
+    out = tmp_path_factory.mktemp("run") / "demo"
+    manifest, events = _run(out)
+    return out, manifest, events
+
+
+def test_tiny_demo_runs_every_stage(tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:
+    out, manifest, _ = tiny_run
+    status = {n: e["status"] for n, e in manifest["stages"].items()}
+    expected_done = ["demo", "tax", "attribution", "zscores", "mle", "fit-gumbel", "prediction",
+                     "predicted-vs-measured", "report"]
+    for name in expected_done:
+        assert status[name] == STATUS_DONE, (name, manifest["stages"][name].get("reason"))
+    # one model only: nothing to compare, and the report says so
+    assert status["compare"] == STATUS_NA
+    assert "nothing to compare" in manifest["stages"]["compare"]["reason"]
+    z = pd.read_parquet(out / "tables" / "zscores.parquet")
+    cells = set(zip(z["gpu"], z["precision"], strict=True))
+    assert cells == {(g, p) for g in ("A100", "H100", "H200") for p in ("bf16", "fp32")}
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "did not apply" in html and "nothing to compare" in html
+    # the what-if section: presets without traces, each row saying how it was predicted
+    whatif = html.split('id="whatif"', 1)[1].split("<h2", 1)[0]
+    assert "NVL72" in whatif and "B200" in whatif and ("pooled" in whatif or "population" in whatif)
+    _assert_outputs_intact(out, manifest)
+
+
+def test_rerun_reuses_every_stage(tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:
+    out, manifest, _ = tiny_run
+    before = {rel: d for e in manifest["stages"].values() for rel, d in e.get("outputs", {}).items()}
+    again, events = _run(out)
+    finished = {e.stage: e.action for e in events if e.action != "start"}
+    assert set(finished.values()) == {"reused"}, finished
+    after = {rel: d for e in again["stages"].values() for rel, d in e.get("outputs", {}).items()}
+    assert after == before
+
+
+def test_changed_output_is_recomputed(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_path: Path) -> None:
+    src, _, _ = tiny_run
+    out = tmp_path / "copy"
+    shutil.copytree(src, out)
+    (out / "tables" / "mle.parquet").write_bytes(b"not parquet")       # a damaged output
+    manifest, events = _run(out, report=False)
+    ran = {e.stage for e in events if e.action == "ran"}
+    assert "mle" in ran
+    assert {"demo", "tax", "attribution", "zscores", "fit-gumbel"}.isdisjoint(ran)
+    pd.read_parquet(out / "tables" / "mle.parquet")                     # readable again
+    _assert_outputs_intact(out, manifest)
+
+
+def test_parameter_change_reruns_only_dependent_stages(tiny_run: tuple[Path, dict, list[StageEvent]],
+                                                       tmp_path: Path) -> None:
+    src, _, _ = tiny_run
+    out = tmp_path / "copy"
+    shutil.copytree(src, out)
+    manifest, events = _run(out, report=False, alpha_us=9.0)
+    ran = {e.stage for e in events if e.action == "ran"}
+    assert ran == {"prediction", "predicted-vs-measured", "summary"}  # the answer table reads the predictions
+    bstar = pd.read_parquet(out / "tables" / "bstar.parquet")
+    assert (bstar["alpha_us"] == 9.0).all()
+
+
+def test_killed_run_resumes_without_redoing_finished_stages(tmp_path: Path) -> None:
+    out = tmp_path / "killed"
+    code = ("import sys; from pathlib import Path; import evtsync.pipeline as r; import evtsync.pipeline.engine as e; "
+            f"e.source_digest = lambda: {FIXED_DIGEST!r}; "
+            f"r.run_pipeline(r.RunOptions(out=Path(sys.argv[1]), **{FAST!r}))")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "EVTSYNC_QUIET": "1"})
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline:
+            manifest = read_manifest(out) if (out / MANIFEST).is_file() else {}
+            if manifest.get("stages", {}).get("tax", {}).get("status") == STATUS_DONE:
+                break
+            assert proc.poll() is None, "the run ended before it could be killed"
+            time.sleep(0.2)
+        else:
+            pytest.fail("the tax stage did not finish in time")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    killed = read_manifest(out)
+    finished = {n for n, e in killed["stages"].items() if e["status"] == STATUS_DONE}
+    assert {"demo", "tax"} <= finished
+    assert "report" not in finished
+    manifest, events = _run(out, report=False)
+    actions = {e.stage: e.action for e in events if e.action != "start"}
+    for name in finished:
+        assert actions[name] == "reused", (name, actions, killed.get("source_digest"), manifest.get("source_digest"),
+                                           killed["stages"][name]["key"], manifest["stages"][name]["key"])
+    assert manifest["stages"]["fit-gumbel"]["status"] == STATUS_DONE
+    reused_history = [h for h in manifest["history"] if h["action"] == "reused"]
+    assert {h["stage"] for h in reused_history} >= {"demo", "tax"}
+    _assert_outputs_intact(out, manifest)
+
+
+def test_dlrm_traces_report_which_stages_did_not_apply(traces_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "dlrm"
+    manifest, _ = _run(out, traces=[str(traces_dir / "dlrm-8rank-v100")], models=["gumbel", "gev"])
+    stages = manifest["stages"]
+    assert stages["tax"]["status"] == STATUS_DONE
+    assert stages["attribution"]["status"] == STATUS_DONE
+    coll = pd.read_parquet(out / "tables" / "tax_collectives.parquet")
+    assert len(coll) == 8 and set(coll["workload"]) == {"dlrm-8rank-v100"}
+    assert set(coll["gpu"]) == {"V100"}
+    # 8 collectives in one step leave far too few GEMM blocks for any fit
+    not_applied = {n for n, e in stages.items() if e["status"] == STATUS_NA}
+    assert {"fit-gumbel", "fit-gev", "compare", "prediction", "predicted-vs-measured"} <= not_applied
+    for name in not_applied:
+        assert stages[name]["reason"], name
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "Stages that did not apply" in html
+    assert "fewer than 30 for a Bayesian fit" in html
+    assert "no tensor-parallel process group" in html
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "not_applicable" in md or "did not apply" in md
+
+
+def test_failed_stage_is_recorded_then_retried_and_force_redoes_all(traces_dir: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    import evtsync.pipeline.stages as run_module
+    from evtsync.cli import main
+    from evtsync.core.errors import InputError
+
+    out = tmp_path / "dlrm"
+    traces = str(traces_dir / "dlrm-8rank-v100")
+
+    def broken(run: run_module.Run) -> dict:
+        raise InputError("injected failure")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(run_module, "_stage_attribution", broken)
+        status = main(["-q", "run", traces, "--out", str(out), "--model", "gumbel", "--no-report"])
+    assert status == 1
+    assert "FAILED attribution" in capsys.readouterr().err
+    stages = read_manifest(out)["stages"]
+    assert stages["attribution"]["status"] == "failed"
+    assert "injected failure" in stages["attribution"]["reason"]
+    assert stages["zscores"]["status"] == STATUS_DONE           # the run went on past the failure
+    manifest, events = _run(out, traces=[traces], report=False)
+    actions = {e.stage: e.action for e in events if e.action != "start"}
+    assert actions["attribution"] == "ran" and actions["tax"] == "reused"
+    assert manifest["stages"]["attribution"]["status"] == STATUS_DONE
+    _, events = _run(out, traces=[traces], report=False, force=True)
+    assert {e.action for e in events if e.action != "start"} == {"ran"}
+
+
+def test_predicted_delay_matches_measured_on_the_synthetic_study(tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:
+    """The study's block times are drawn so that the mean straggler delay is b·E_k: the
+    measured mean (90% t interval) and the prediction (90% credible interval) must agree
+    within their combined uncertainty (3 standard errors of the measured mean)."""
+    out, _, _ = tiny_run
+    pvm = pd.read_parquet(out / "tables" / "predicted_vs_measured.parquet")
+    assert len(pvm) == 6
+    for row in pvm.itertuples():
+        se = (row.measured_hi_us - row.measured_lo_us) / (2 * 1.7)
+        gap = abs(row.measured_mean_us - row.predicted_mean_us)
+        assert gap < 3 * se + (row.predicted_hi_us - row.predicted_lo_us), row
+
+
+def test_tau_table_carries_the_ranktail_estimator_for_cells_with_enough_ranks(
+        tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:
+    """The per-rank tail estimator is in tau.parquet beside the GEV fits (labelled), for every cell
+    whose z-scores hold at least RANKTAIL_MIN_VALUES rank values (counted here from the table)."""
+    from evtsync.core.defaults import RANKTAIL_MIN_VALUES
+
+    out, _, _ = tiny_run
+    z = pd.read_parquet(out / "tables" / "zscores.parquet")
+    z = z[z["has_gemm"]]
+    counts = z.groupby(["gpu", "precision"])["u"].agg(lambda s: sum(len(v.split(",")) for v in s))
+    enough = {f"{g}|{p}" for (g, p), c in counts.items() if c >= RANKTAIL_MIN_VALUES}
+    tau = pd.read_parquet(out / "tables" / "tau.parquet")
+    rt = tau[tau["estimator"] == "ranktail"]
+    assert set(rt["cell"]) == enough and (rt["model"] == "ranktail").all()
+    assert len(rt) == len(enough) * len(set(tau["n"]))
+    # the tiny study's cells are small: the draws are skewed and the mean may lie beyond the interval
+    assert (rt["tau_lo_us"] <= rt["tau_median_us"]).all() and (rt["tau_median_us"] <= rt["tau_hi_us"]).all()
+    assert not rt[["tau_lo_us", "tau_median_us", "tau_hi_us"]].isna().any().any()
+
+
+def test_cli_run_quiet_and_bad_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from evtsync.cli import main
+
+    assert main(["run", "--out", str(tmp_path / "x"), "--eps", "0.5"]) == 2
+    assert "--eps" in capsys.readouterr().err
+    assert main(["run", str(tmp_path / "missing"), "--out", str(tmp_path / "y")]) == 2
+    assert "no such file or folder" in capsys.readouterr().err
+
+
+def test_manifest_is_json_with_stage_order(tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:
+    out, _, _ = tiny_run
+    data = json.loads((out / MANIFEST).read_text())
+    assert data["stage_order"][0] == "demo" and data["stage_order"][-1] == "report"
+    assert data["sampling"] == {"draws": 60, "tune": 60, "chains": 2}
+
+
+@pytest.mark.slow
+def test_full_demo_with_every_model(tmp_path: Path) -> None:
+    """The demo as `make demo` runs it (all models, the demo's sampler settings)."""
+    from evtsync.cli import main
+
+    out = tmp_path / "demo"
+    assert main(["-q", "run", "--out", str(out)]) == 0
+    manifest = read_manifest(out)
+    assert all(e["status"] == STATUS_DONE for e in manifest["stages"].values()), \
+        {n: e.get("reason") for n, e in manifest["stages"].items()}
+    compare = pd.read_parquet(out / "tables" / "compare.parquet")
+    assert len(compare) == 5
+
+
+def test_report_embeds_every_figure_and_each_decodes(tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:
+    from tests.report_checks import check_self_contained
+
+    out, _, _ = tiny_run
+    images = check_self_contained(out / "report.html")
+    pngs = sorted((out / "figures").glob("*.png"))
+    assert len(images) == len(pngs) >= 12
+    assert not list((out / "figures").glob("*.svg"))          # SVG only when asked for (--svg)
+    assert "figures (PNG) lie beside" in (out / "report.html").read_text(encoding="utf-8")
+
+
+def test_report_of_one_fit(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_path: Path) -> None:
+    from evtsync.evt.fit import is_converged, load_fit
+    from evtsync.report.html import build_report
+    from tests.report_checks import check_self_contained
+
+    out, _, _ = tiny_run
+    fit = out / "fits" / "gumbel.nc"
+    written = build_report(fit, tmp_path / "rep", svg=True)
+    html = tmp_path / "rep" / "report.html"
+    assert html in written and (tmp_path / "rep" / "report.md") in written
+    pngs, svgs = sorted((tmp_path / "rep" / "figures").glob("*.png")), sorted((tmp_path / "rep" / "figures").glob("*.svg"))
+    assert [p.stem for p in pngs] == [p.stem for p in svgs] and len(pngs) == 1     # svg=True: each figure twice
+    import xml.etree.ElementTree as ET
+
+    assert ET.parse(svgs[0]).getroot().tag.endswith("svg")
+    assert len(check_self_contained(html)) == 1          # one cell (pooled), Gumbel: no xi forest
+    text = html.read_text(encoding="utf-8")
+    assert "Cell all" in text and "posterior mean [90% CrI]" in text
+    assert ("did NOT converge" in text) == (not is_converged(load_fit(fit)))
+
+
+def test_run_on_a_local_dask_cluster_gives_the_same_tables(tiny_run: tuple[Path, dict, list[StageEvent]],
+                                                           tmp_path: Path) -> None:
+    """``evtsync run --workers 1``: reading, alignment and blocks as Dask tasks; the tax and
+    z-score tables equal those of the local run, and the manifest names the backend."""
+    pytest.importorskip("distributed")
+    out, manifest, _ = tiny_run
+    assert manifest["backend"] == "local"
+    copy = tmp_path / "dask"
+    shutil.copytree(out / "inputs", copy / "inputs")  # the same demo traces (never rewritten)
+    # force: a folder holding only the copied inputs is not a run folder yet (refused otherwise)
+    options = RunOptions(out=copy, traces=[str(copy / "inputs" / "demo")], workers=1, report=False, force=True,
+                         **{k: v for k, v in FAST.items() if k != "demo_overrides"})
+    run = run_pipeline(options)
+    assert run.manifest["backend"] == "local Dask cluster (1 workers)"
+    assert run.manifest["stages"]["zscores"]["status"] == STATUS_DONE
+    local = [out / "tables" / "zscores.parquet", *sorted((out / "tables").glob("tax_*.parquet")),
+             *sorted((out / "tables").glob("blocks_dropped.parquet"))]
+    assert len(local) >= 2
+    for path in local:
+        pd.testing.assert_frame_equal(pd.read_parquet(copy / "tables" / path.name), pd.read_parquet(path))
+
+
+def test_pipeline_tables_equal_the_api_on_the_same_fit(tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:
+    """The run's tau, B*, xi and predicted-vs-measured tables are what the public API gives for
+    the same fit file and inputs: one prediction path for CLI, pipeline and report."""
+    from evtsync.evt.bayesfit import BayesFit
+    from evtsync.predict import tables as predict
+
+    out, manifest, _ = tiny_run
+    fit = BayesFit.load(out / "fits" / "gumbel.nc")
+    z = pd.read_parquet(out / "tables" / "zscores.parquet")
+    scales = predict.block_scale(z)
+    summary = manifest["stages"]["prediction"]["summary"]
+    ns = summary["domain_sizes"]
+    tau = predict.tau_table(fit, ns, scales, m=4)
+    run_tau = pd.read_parquet(out / "tables" / "tau.parquet")
+    gumbel = run_tau[run_tau["model"] == "gumbel"].reset_index(drop=True)
+    # the run's table also holds the ranktail rows, whose own columns (its cells' sizes and notes) are empty here
+    others = [c for c in gumbel.columns if c not in tau.columns]
+    assert set(others) <= {"n_values", "n_exceedances", "ranktail_note"} and gumbel[others].isna().all().all()
+    pd.testing.assert_frame_equal(gumbel[list(tau.columns)], tau, check_dtype=False)
+    bstar = predict.bandwidth_table(fit, ["full", "ring", "torus3d"], ns, summary["alpha_us"], summary["bytes"],
+                                    scales, summary["eps"], 4)
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "tables" / "bstar.parquet"), bstar, check_dtype=False)
+    measured, _ = predict.measured_delays(z, pd.read_parquet(out / "tables" / "tax_collectives.parquet"),
+                                          pd.read_parquet(out / "tables" / "attribution_collectives.parquet"))
+    pvm = predict.predicted_vs_measured(fit, measured, 4, source="predicted-vs-measured")
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "tables" / "predicted_vs_measured.parquet"), pvm,
+                                  check_dtype=False)
+    # the CLI computes the same numbers for one cell and b
+    cell = scales.iloc[0]
+    one = predict.tau_table(fit, ns, float(cell["b_us"]), m=4)
+    row = run_tau[(run_tau["model"] == "gumbel") & (run_tau["gpu"] == cell["gpu"])
+                  & (run_tau["precision"] == cell["precision"])]
+    assert one["tau_mean_us"].to_numpy()[: len(ns)] == pytest.approx(row["tau_mean_us"].to_numpy(), rel=1e-12)
+
+
+def test_report_draws_fig13_and_the_path_view(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_path: Path) -> None:
+    """The run's report carries the paper's Fig. 13 (B* as FLOPS grow, n = 256 and 4096) with the
+    bandwidth-scaling requirement, and one Fig. 4-style path view per GPU; a run folder without
+    the kept paths says why instead of leaving the view out."""
+    import re
+
+    from evtsync.report.html import build_report
+
+    out, _, _ = tiny_run
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert (out / "figures" / "bstar-flops.png").is_file()
+    # the requirement by hand: growth = (p·alpha + tau) / (p·alpha + tau/16) is monotone in tau, so its
+    # posterior median is that of the H200 bf16 cell's median tau at n = 256 (fully connected: p = 2, alpha = 5)
+    tau = pd.read_parquet(out / "tables" / "tau.parquet")
+    ref = tau[(tau["gpu"] == "H200") & (tau["precision"] == "bf16") & (tau["n"] == 256)].iloc[0]
+    want = (2 * 5.0 + ref["tau_median_us"]) / (2 * 5.0 + ref["tau_median_us"] / 16)
+    growth = float(re.search(r"\| full \| 256 \| ([0-9.]+) \[", md).group(1))
+    assert growth == pytest.approx(want, rel=0.01)
+    # the path view: per GPU, the attributed collective with the largest tax
+    coll = pd.read_parquet(out / "tables" / "attribution_collectives.parquet")
+    ok = coll[coll["status"] == "ok"]
+    for gpu, grp in ok.groupby("gpu"):
+        top = grp.sort_values("tau_max_us", ascending=False).iloc[0]
+        assert (out / "figures" / f"path-{gpu.lower()}.png").is_file()
+        assert f"collective {int(top['index'])} of PG {top['pg']} in workload {top['workload']}" in md
+    # without the kept paths, the report says so
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    (copy / "tables" / "attribution_paths.parquet").unlink()
+    build_report(copy, tmp_path / "rep")
+    text = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+    assert text.count("No straggler-vs-fastest path view: this run folder has no tables/attribution_paths.parquet") == 3
+
+
+def test_fits_run_side_by_side_in_a_pool_and_give_the_same_draws(tiny_run: tuple[Path, dict, list[StageEvent]],
+                                                                  tmp_path: Path) -> None:
+    """With two models and --jobs 2 the fits are jobs of a process pool: each fit stage says
+    where its fit ran, and the gumbel fit's draws are those of the in-process run (same seed)."""
+    import xarray as xr
+
+    out_single, manifest_single, _ = tiny_run
+    assert manifest_single["stages"]["fit-gumbel"]["job_ran_in"] == "this process"  # one fit: no pool
+    out = tmp_path / "demo"
+    manifest, _ = _run(out, models=["gumbel", "gev"], jobs=2)
+    for name in ("fit-gumbel", "fit-gev"):
+        entry = manifest["stages"][name]
+        assert entry["status"] == STATUS_DONE, entry.get("reason")
+        assert entry["job_ran_in"] == "a pool of 2 processes"
+        assert entry["cpu_seconds"] > 0  # the fit's own CPU in its pool process: the stage's cost
+    _assert_outputs_intact(out, manifest)
+    pooled = xr.open_datatree(out / "fits" / "gumbel.nc")
+    single = xr.open_datatree(out_single / "fits" / "gumbel.nc")
+    for var in single["posterior"].data_vars:
+        np.testing.assert_array_equal(pooled["posterior"][var].values, single["posterior"][var].values)
+    assert pooled.attrs["workloads"] == single.attrs["workloads"]
+
+
+def test_a_run_reads_each_fit_once_and_a_rewritten_fit_again(tiny_run: tuple[Path, dict, list[StageEvent]],
+                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """compare, prediction, predicted-vs-measured and the report share Run.fit_tree: one read per
+    fit file, and a file rewritten since (another size or mtime) is read again."""
+    from evtsync.evt import bayesfit
+    from evtsync.pipeline.engine import Run
+    from evtsync.pipeline.options import RunOptions
+
+    out, _, _ = tiny_run
+    fit = tmp_path / "fits" / "gumbel.nc"
+    fit.parent.mkdir()
+    shutil.copy2(out / "fits" / "gumbel.nc", fit)
+    reads: list[Path] = []
+    real = bayesfit.load_fit
+    monkeypatch.setattr(bayesfit, "load_fit", lambda p, **kw: reads.append(Path(p)) or real(p, **kw))
+    run = Run(RunOptions(out=tmp_path))
+    first = run.fit_tree(fit)
+    # the run reads no log-likelihood (issue 30 item 6: nothing of it uses that group)
+    assert "log_likelihood" not in first.children and "log_likelihood" in real(fit).children
+    assert run.fit_tree(fit) is first and run.fit_tree(tmp_path / "fits" / "." / "gumbel.nc") is first
+    assert len(reads) == 1
+    stat = fit.stat()
+    os.utime(fit, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))     # written again, one second later
+    second = run.fit_tree(fit)
+    assert len(reads) == 2 and second is not first
+    assert run.fit_tree(fit) is second and len(reads) == 2
+
+
+def test_summary_stage_writes_the_answer_table(tiny_run: tuple[Path, dict, list[StageEvent]],
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """tables/summary.parquet and summary.json hold the report's answer table, recomputed here
+    from the stages' tables with pandas; `evtsync run --json` prints the JSON."""
+    from evtsync.cli.run import run_summary
+
+    out, manifest, _ = tiny_run
+    assert manifest["stages"]["summary"]["status"] == STATUS_DONE
+    table = pd.read_parquet(out / "tables" / "summary.parquet")
+    doc = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert [(r["gpu"], r["precision"]) for r in doc["rows"]] == list(zip(table["gpu"], table["precision"], strict=True))
+    coll = pd.read_parquet(out / "tables" / "tax_collectives.parquet")
+    z = pd.read_parquet(out / "tables" / "zscores.parquet")
+    bstar = pd.read_parquet(out / "tables" / "bstar.parquet")
+    for row in doc["rows"]:
+        workloads = set(z[(z["gpu"] == row["gpu"]) & (z["precision"] == row["precision"])]["workload"])
+        pgs = set(zip(z["workload"], z["pg"].astype(str), strict=True))
+        taxes = coll[coll["workload"].isin(workloads) & coll["valid"].astype(bool)
+                     & np.array([(w, str(p)) in pgs for w, p in zip(coll["workload"], coll["pg"], strict=True)])
+                     ]["tau_max_us"]
+        assert row["n_collectives"] == len(taxes) and row["tax_median_us"] == pytest.approx(taxes.median())
+        b = bstar[(bstar["topology"] == "ring") & (bstar["gpu"] == row["gpu"])
+                  & (bstar["precision"] == row["precision"]) & (bstar["n"] == doc["n"])]
+        assert row["bstar_ring_gbps"] == pytest.approx(float(b["bstar_mean_gbps"].iloc[0]))
+    # who straggles: the most frequent straggler of each PG, counted here from the collectives
+    per_pg = pd.read_parquet(out / "tables" / "tax_stragglers.parquet")
+    for r in per_pg.itertuples():
+        used = coll[(coll["workload"] == r.workload) & (coll["pg"].astype(str) == str(r.pg))
+                    & coll["valid"].astype(bool) & (coll["tau_max_us"] > 0)]
+        counts = used["straggler_rank"].value_counts()
+        assert counts.iloc[0] == round(r.top_share * len(used)) and r.top_rank in counts[counts == counts.iloc[0]].index
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "B*, fully connected (GB/s)" in md and "top stragglers (share of collectives)" in md
+    assert run_summary(out, manifest) == doc  # what `evtsync run --json` prints under "summary"
+    # the demo's truth beside the estimates, read here from each ground_truth.json: the planted xi,
+    # or for simulated ranks (gev null) the true mean straggler delay per n against tau(n)/b
+    truth = pd.read_parquet(out / "tables" / "truth_xi.parquet")
+    delay_path = out / "tables" / "truth_delay.parquet"
+    delay = pd.read_parquet(delay_path) if delay_path.is_file() else pd.DataFrame(columns=["workload", "model"])
+    xi = pd.read_parquet(out / "tables" / "xi.parquet")
+    tau = pd.read_parquet(out / "tables" / "tau.parquet")
+    truths = sorted((out / "inputs" / "demo").glob("*/ground_truth.json"))
+    assert truths
+    for path in truths:
+        planted = json.loads(path.read_text(encoding="utf-8"))
+        workload = planted.get("workload", path.parent.name)
+        if planted["gev"] is not None:
+            row = truth.set_index("workload").loc[workload]
+            assert row["true_xi"] == planted["gev"]["xi"]
+            est = xi[(xi["model"] == doc["model"]) & (xi["gpu"] == planted["gpu"])
+                     & (xi["precision"] == planted["precision"])]
+            assert bool(row["model_covers"]) == bool(est["xi_lo"].iloc[0] <= planted["gev"]["xi"] <= est["xi_hi"].iloc[0])
+            continue
+        true = planted["parent"]["true_straggler_delay_sd"]
+        rows = delay[(delay["workload"] == workload) & (delay["model"] == doc["model"])]
+        assert planted["config"]["sample_size"] in set(rows["n"])  # n = m at least
+        for r in rows.itertuples():
+            assert r.true_delay_sd == true[str(r.n)]
+            t = tau[(tau["model"] == doc["model"]) & (tau["gpu"] == planted["gpu"])
+                    & (tau["precision"] == planted["precision"]) & (tau["n"] == r.n)].iloc[0]
+            assert bool(r.covers) == bool(t["tau_lo_us"] <= true[str(r.n)] * t["b_us"] <= t["tau_hi_us"])
+    assert "Estimates vs ground truth (demo)" in md and "covers" in md
+def test_run_json_prints_the_outcome(tiny_run: tuple[Path, dict, list[StageEvent]],
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """`evtsync run --json`: one strict JSON document with every stage's status, wall and CPU
+    seconds, and the exit status of the text output (issue 34)."""
+    import json
+    from types import SimpleNamespace
+
+    from evtsync.cli.run import _print_json
+    from evtsync.pipeline.options import Workload
+
+    out, manifest, _ = tiny_run
+    result = SimpleNamespace(out=out, manifest=manifest, workloads=[Workload("a100-bf16", [out / "x.json"])])
+    assert _print_json(result, [], out / "report.html", False) == 0
+
+    def refuse(constant: str) -> None:
+        raise ValueError(constant)
+
+    doc = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    assert {n: e["status"] for n, e in doc["stages"].items()} == {n: e["status"] for n, e in manifest["stages"].items()}
+    assert doc["stages"]["tax"]["cpu_seconds"] == manifest["stages"]["tax"]["cpu_seconds"] >= 0
+    assert doc["workloads"] == [{"name": "a100-bf16", "n_traces": 1}] and doc["run_folder"] == str(out)
+    assert doc["summary"] == json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert _print_json(result, ["tax"], None, False) == 1

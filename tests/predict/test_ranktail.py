@@ -1,0 +1,134 @@
+"""The per-rank tail estimator of tau(n) (``ranktail``, docs/methodology.md "Predicting tau(n)")
+against truths computed outside the package: the exact mean straggler delay of normal and
+Student-t₅ ranks by numerical integration of the parent's CDF, from ranks simulated with NumPy
+and read through the user's path (pooled z-score table → per-rank values u → estimator)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import integrate, stats
+
+from evtsync.blocks.zscores import pooled_zscores
+from evtsync.core.errors import InputError
+from evtsync.evt.ranktail import RankTailFit, expected_max_draws, fit_rank_tail
+from evtsync.predict.tables import check_estimator, tau_table
+
+M = 4
+NS = [4, 8, 64, 512, 4096]
+
+
+def _times(x: np.ndarray, gpu: str = "H100") -> pd.DataFrame:
+    """Per-rank block times of one identity from an array (instance, sample, rank), vectorised."""
+    j, s, r = np.meshgrid(*(np.arange(d) for d in x.shape), indexing="ij")
+    return pd.DataFrame({"pg": "0", "block": "b", "instance": j.ravel(), "sample": s.ravel(),
+                         "rank": (M * s + r).ravel(), "busy_us": x.ravel(), "gpu": gpu, "precision": "bf16",
+                         "position": 0, "signature": "gemm", "index": 2 * j.ravel(), "n_kernels": 2,
+                         "n_gemm_kernels": 1})
+
+
+def _true_delay(dist: stats.rv_continuous, n: int) -> float:
+    """E[max_n X] - E[X] in units of the parent's sd (integrated; independent of the package)."""
+    mean, sd = dist.mean(), dist.std()
+    upper = integrate.quad(lambda v: 1 - dist.cdf(v) ** n, mean, mean + 300 * sd, limit=400)[0]
+    lower = integrate.quad(lambda v: dist.cdf(v) ** n, mean - 40 * sd, mean, limit=400)[0]
+    return (upper - lower) / sd
+
+
+@pytest.mark.parametrize("name, dist", [("normal", stats.norm()), ("student-t5", stats.t(5))])
+def test_ranktail_meets_the_true_delay_of_simulated_ranks_up_to_4096(name, dist) -> None:
+    # 320 instances of an 8-rank group: 2,560 rank values, as the study's 40-iteration jobs
+    rng = np.random.default_rng(20261202)
+    x = 500.0 + 10.0 * dist.rvs(size=(320, 2, M), random_state=rng)
+    table, _ = pooled_zscores(_times(x), m=M)
+    fit = RankTailFit.from_table(table, seed=1)
+    b = float(table["block_sd_us"].iloc[0])
+    tau = tau_table(fit, NS, b, M, 0.99, estimator="ranktail")
+    assert (tau["estimator"] == "ranktail").all() and (tau["model"] == "ranktail").all()
+    for row, n in zip(tau.itertuples(), NS, strict=True):
+        true = 10.0 * dist.std() * _true_delay(dist, n)
+        # the estimator's own 99% interval holds the truth, and its mean is within that interval's half-width
+        assert row.tau_lo_us <= true <= row.tau_hi_us, (name, n, row.tau_lo_us, true, row.tau_hi_us)
+        assert abs(row.tau_mean_us - true) <= (row.tau_hi_us - row.tau_lo_us) / 2, (name, n)
+    # at n = 8 the body holds it: within 5% (the spread of 2,560 values is small there)
+    assert tau["tau_mean_us"].iloc[1] == pytest.approx(10.0 * dist.std() * _true_delay(dist, 8), rel=0.05)
+
+
+def test_one_rank_has_no_straggler_delay_and_the_estimate_scales_with_b() -> None:
+    rng = np.random.default_rng(5)
+    u = rng.standard_normal(4000)
+    u = (u - u.mean()) / u.std()
+    draws = expected_max_draws(fit_rank_tail(u, seed=0), [1, 64])
+    # n = 1: E[max_1 u] = E[u] = 0 (the values are centred): no straggler, no tax
+    assert abs(float(draws[:, 0].mean())) < 0.02
+    x = 800.0 + 25.0 * rng.standard_normal((300, 2, M))
+    t1, _ = pooled_zscores(_times(x), m=M)
+    t2, _ = pooled_zscores(_times(3.0 * x + 7.0), m=M)  # an affine change of units changes nothing in u
+    f1, f2 = RankTailFit.from_table(t1), RankTailFit.from_table(t2)
+    a, b = (tau_table(f, [64], 1.0, M, estimator="ranktail")["tau_mean_us"].iloc[0] for f in (f1, f2))
+    assert a == pytest.approx(b, rel=1e-5)
+
+
+def test_the_per_rank_values_are_each_ranks_standardised_time() -> None:
+    # by hand: two instances of one 4-rank sample, overall mean 4.5, s = sqrt(10/6)
+    x = np.array([[[1.0, 2.0, 3.0, 4.0]], [[5.0, 6.0, 7.0, 8.0]]])
+    table, _ = pooled_zscores(_times(x), m=M)
+    s = np.sqrt(10 / 6)
+    got = [[float(v) for v in text.split(",")] for text in table["u"]]
+    assert got == [pytest.approx([(v - 4.5) / s for v in row]) for row in ([1, 2, 3, 4], [5, 6, 7, 8])]
+
+
+def test_a_tiny_cell_is_refused_naming_it() -> None:
+    rng = np.random.default_rng(1)
+    table, _ = pooled_zscores(_times(100.0 + rng.standard_normal((10, 2, M)), gpu="V100"), m=M)  # 80 values
+    with pytest.raises(InputError, match=r"V100\|bf16 has 80 rank value\(s\).*at least"):
+        RankTailFit.from_table(table)
+    # 40 instances × 8 ranks = 320 values: predicted, and every row says the cell is small
+    table, _ = pooled_zscores(_times(100.0 + rng.standard_normal((40, 2, M)), gpu="V100"), m=M)
+    tau = tau_table(RankTailFit.from_table(table), [8, 4096], 1.0, M, estimator="ranktail")
+    assert (tau["n_values"] == 320).all() and tau["ranktail_note"].str.startswith("small cell: 320").all()
+    assert "small cell" in tau.attrs["ranktail_note"]
+
+
+def test_an_old_table_without_u_says_to_rerun_blocks() -> None:
+    rng = np.random.default_rng(2)
+    table, _ = pooled_zscores(_times(100.0 + rng.standard_normal((50, 2, M))), m=M)
+    with pytest.raises(InputError, match=r"no per-rank column 'u'.*rerun `evtsync blocks`"):
+        RankTailFit.from_table(table.drop(columns=["u"]), source="old.parquet")
+
+
+def test_estimator_pairings_and_unseen_hardware_are_refused() -> None:
+    rng = np.random.default_rng(3)
+    table, _ = pooled_zscores(_times(100.0 + rng.standard_normal((100, 2, M))), m=M)
+    fit = RankTailFit.from_table(table)
+    assert check_estimator(fit, "ranktail") == "ranktail"
+    with pytest.raises(InputError, match="does not give the 'centred' estimator"):
+        check_estimator(fit, "centred")
+    with pytest.raises(InputError, match="predicts only measured cells"):
+        tau_table(fit, [8], 1.0, M, gpu="B200", estimator="ranktail")
+    assert len(tau_table(fit, [8], 1.0, M, gpu="H100", estimator="ranktail")) == 1
+
+
+def test_cli_predict_takes_the_zscore_table_and_refuses_an_old_one(tmp_path, capsys) -> None:
+    from evtsync.cli import main
+
+    rng = np.random.default_rng(4)
+    table, _ = pooled_zscores(_times(100.0 + rng.standard_normal((100, 2, M))), m=M)
+    table.to_parquet(tmp_path / "z.parquet")
+    table.drop(columns=["u"]).to_parquet(tmp_path / "old.parquet")
+    assert main(["predict", str(tmp_path / "z.parquet"), "--estimator", "ranktail", "--n", "8", "4096",
+                 "--block-sd-us", "2", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"estimator": "ranktail"' in out and '"n": 4096' in out
+    assert main(["predict", str(tmp_path / "old.parquet"), "--estimator", "ranktail", "--n", "8",
+                 "--block-sd-us", "2"]) == 2
+    assert "rerun `evtsync blocks`" in capsys.readouterr().err
+
+
+def test_an_interval_reaching_infinite_draws_has_an_infinite_bound_not_nan() -> None:
+    from evtsync.predict.tables import summarise
+
+    # 90 finite draws and 10 infinite (xi >= 1): the 95% quantile lies among the infinite ones
+    s = summarise(np.r_[np.arange(90.0), [np.inf] * 10], 0.9)
+    assert s["hi"] == np.inf and s["median"] == pytest.approx(49.5) and s["share_infinite"] == pytest.approx(0.1)

@@ -1,0 +1,1 @@
+"""Checks of the repository as a whole: layering, docs, API reference, types."""

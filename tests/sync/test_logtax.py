@@ -1,0 +1,205 @@
+"""The streaming tax of NCCL Inspector logs (evtsync.sync.logtax, issue 32): the same tables as the
+whole-table path (load_traces + tax_from_traces, the reference) on synthetic jobs, whole,
+gzipped, growing, partial and mismatched, read in many small rounds; collectives leave memory
+once every member has reported them (hand counts of what stays open)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from evtsync.core.errors import AlignmentError, TraceError
+from evtsync.sync.logtax import inspector_files, stream_tax
+from evtsync.sync.tax import straggler_identity, tax_from_traces, tax_summary
+from evtsync.synth import SynthConfig, synthesize
+from evtsync.synth.inspector import write_inspector_logs
+from evtsync.trace.traceset import load_traces
+
+#: Tiny blocks: a few records per file and round, so that collectives complete across rounds.
+SMALL = 2048
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("logtax")
+    result = synthesize(SynthConfig.build(ranks=16, tp=8, fsdp=2, iterations=4, layers=1, seed=5), out)
+    write_inspector_logs(result.traces_dir, out / "inspector", verbose=True)
+    return out / "inspector"
+
+
+@pytest.fixture()
+def job(clean: Path, tmp_path: Path) -> Path:
+    folder = tmp_path / "inspector"
+    shutil.copytree(clean, folder)
+    return folder
+
+
+def _given(folder: Path) -> list[str]:
+    """RANK=PATH for every log (the synthetic job has no communicator spanning every rank)."""
+    return [f"{i}={p}" for i, p in enumerate(sorted(folder.iterdir(), key=lambda p: int(p.name.split("pid")[1]
+                                                                                         .split(".")[0])))]
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines(keepends=True)
+
+
+def _same(paths: list[str], *, allow_partial: bool = False, strict: bool = True, salvage: bool = False) -> dict:
+    """Both paths on ``paths``: every table equal; returns the streaming's stats."""
+    traces = load_traces(paths, jobs=1, salvage=salvage)
+    alignment, tables = tax_from_traces(traces, allow_partial=allow_partial, strict=strict)
+    files = inspector_files(paths)
+    assert files is not None
+    stats = {}
+    for block, keep in ((SMALL, True), (None, False)):
+        got = stream_tax(files, allow_partial=allow_partial, strict=strict, salvage=salvage, block_bytes=block,
+                         keep_ranks=keep)
+        assert got.stats["streamed"]
+        pd.testing.assert_frame_equal(tables.collectives, got.tables.collectives)
+        if keep:
+            pd.testing.assert_frame_equal(tables.ranks, got.tables.ranks)
+            stats = got.stats
+        else:
+            assert got.tables.ranks.empty
+        pd.testing.assert_frame_equal(tax_summary(tables), tax_summary(got.tables))
+        for want, have in zip(straggler_identity(tables), straggler_identity(got.tables), strict=True):
+            pd.testing.assert_frame_equal(want, have)
+        pd.testing.assert_frame_equal(alignment.groups, got.alignment.groups)
+        pd.testing.assert_frame_equal(alignment.mismatches, got.alignment.mismatches)
+        assert alignment.invalid == got.alignment.invalid
+        for name in ("ranks", "process_groups", "skipped", "untabulated"):
+            pd.testing.assert_frame_equal(getattr(traces, name), getattr(got.traces, name), obj=name)
+        assert traces.problems == got.traces.problems and traces.missing_ranks == got.traces.missing_ranks
+        assert tables.collectives.attrs == got.tables.collectives.attrs
+    return stats
+
+
+def test_whole_job_equal_and_memory_bounded(job: Path) -> None:
+    paths = _given(job)
+    n_records = sum(len(_lines(p)) for p in job.iterdir())
+    stats = _same(paths)
+    assert stats["rounds"] > 3 and stats["left_open_at_end"] == 0
+    # collectives left memory as they completed: far fewer records open at once than in the files
+    assert stats["peak_open_records"] < n_records / 2
+
+
+def test_gzip_and_growing_logs(job: Path) -> None:
+    files = sorted(job.iterdir())
+    for path in files[:5]:  # five logs gzipped
+        Path(f"{path}.gz").write_bytes(gzip.compress(path.read_bytes()))
+        path.unlink()
+    growing = files[7]
+    with open(growing, "a") as fh:  # a record being written: half a line
+        fh.write('{"header":{"id":"0x1","rank":0,"n_ranks":2},"coll_perf":{"coll":"AllRed')
+    stats = _same(_given(job))
+    assert stats["left_open_at_end"] == 0
+
+
+def test_ring_buffer_loss_refused_then_taxed_with_allow_partial(job: Path) -> None:
+    victim = sorted(job.iterdir())[3]
+    lines = _lines(victim)
+    lost = [lines[2], lines[5], lines[9]]  # three records the ring buffer dropped (hand count)
+    victim.write_text("".join(line for line in lines if line not in lost))
+    paths = _given(job)
+    with pytest.raises(TraceError, match="logged by only some") as old:
+        tax_from_traces(load_traces(paths, jobs=1))
+    files = inspector_files(paths)
+    assert files is not None
+    with pytest.raises(TraceError, match="logged by only some") as new:
+        stream_tax(files, block_bytes=SMALL)
+    assert str(old.value) == str(new.value)
+    stats = _same(paths, allow_partial=True)
+    assert stats["left_open_at_end"] == 3
+
+
+def test_missing_rank_file(job: Path) -> None:
+    paths = _given(job)
+    del paths[5]
+    stats = _same(paths, allow_partial=True)
+    # rank 5's TP and FSDP communicators never complete: every collective of theirs stayed open
+    assert stats["left_open_at_end"] > 0
+
+
+def test_mismatched_type_and_timing_source(job: Path) -> None:
+    victim = sorted(job.iterdir())[2]
+    lines = _lines(victim)
+    record = json.loads(lines[4])
+    record["coll_perf"]["coll"] = "Broadcast"
+    lines[4] = json.dumps(record) + "\n"
+    record = json.loads(lines[6])
+    record["coll_perf"]["coll_timing_source"] = "collective_cpu"
+    lines[6] = json.dumps(record) + "\n"
+    victim.write_text("".join(lines))
+    paths = _given(job)
+    with pytest.raises(AlignmentError, match="types differ"):
+        stream_tax(inspector_files(paths) or [], block_bytes=SMALL)
+    _same(paths, strict=False)
+
+
+def test_repeated_record_is_an_error(job: Path) -> None:
+    victim = sorted(job.iterdir())[1]
+    lines = _lines(victim)
+    victim.write_text("".join(lines + [lines[0]]))  # its first record again, at the end
+    files = inspector_files(_given(job))
+    assert files is not None
+    with pytest.raises(TraceError, match="logged twice"):
+        stream_tax(files, block_bytes=SMALL)
+
+
+def test_not_inspector_logs_are_not_streamed(tmp_path: Path) -> None:
+    trace = tmp_path / "rank0.json"
+    trace.write_text(json.dumps({"traceEvents": [], "distributedInfo": {"rank": 0}}))
+    assert inspector_files([trace]) is None
+
+
+def test_api_and_cli_stream_inspector_folders(job: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import evtsync
+
+    paths = _given(job)
+    _, tables = tax_from_traces(load_traces(paths, jobs=1))
+    pd.testing.assert_frame_equal(evtsync.tax_table(paths), tables.collectives)
+    pd.testing.assert_frame_equal(evtsync.tax_table(paths, per_rank=True), tables.ranks)
+    out = tmp_path / "tax.parquet"
+    run = subprocess.run([sys.executable, "-m", "evtsync", "tax", *paths, "--no-cache", "-o", str(out), "--json"],
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert len(pd.read_parquet(out)) == len(tables.collectives)
+    ranks = pd.read_parquet(tmp_path / "tax_ranks.parquet")
+    assert len(ranks) == len(tables.ranks) and (ranks["wait_us"].to_numpy() == tables.ranks["wait_us"].to_numpy()).all()
+    summary = json.loads(run.stdout)["summary"]
+    assert [s["count"] for s in summary] == tax_summary(tables)["count"].tolist()
+
+
+def _record(cid: str, local: int, n: int, sn: int, us: int, host: str, pid: int) -> str:
+    return json.dumps({"header": {"id": cid, "comm_name": "pg", "rank": local, "n_ranks": n, "nnodes": 1},
+                       "metadata": {"inspector_output_format_version": "v4.0", "dump_timestamp_us": 1000 + sn,
+                                    "hostname": host, "pid": pid},
+                       "coll_perf": {"coll": "AllReduce", "coll_sn": sn, "coll_msg_size_bytes": 1024,
+                                     "coll_exec_time_us": us, "coll_timing_source": "kernel_gpu"}}) + "\n"
+
+
+def test_ranks_known_only_at_the_end_fall_back_to_the_whole_table_path(tmp_path: Path) -> None:
+    """Two processes: the communicator every log has in its first blocks (0xa) numbers them one
+    way, a larger id logged later (0xb, which the rule picks: most ranks, then the id) the other
+    way. The streamed pass guessed from the first blocks, so it reads the logs again whole: the
+    same tables, said in a warning."""
+    for pid, (local_a, local_b) in ((1, (0, 1)), (2, (1, 0))):
+        lines = [_record("0xa", local_a, 2, sn, 100 + 7 * pid + sn, "h", pid) for sn in range(40)]
+        lines += [_record("0xb", local_b, 2, sn, 200 + 3 * pid, "h", pid) for sn in range(3)]
+        (tmp_path / f"h-pid{pid}.log").write_text("".join(lines))
+    files = inspector_files(tmp_path)
+    assert files is not None
+    got = stream_tax(files, block_bytes=1024)
+    assert got.stats == {"streamed": False}
+    _, tables = tax_from_traces(load_traces(tmp_path, jobs=1))
+    pd.testing.assert_frame_equal(tables.collectives, got.tables.collectives)
+    # the global ranks are those of 0xb: pid 2 is its rank 0
+    assert got.traces.ranks.set_index("rank")["pid"].to_dict() == {0: 2, 1: 1}
