@@ -245,8 +245,12 @@ class TestInterrupts:
         import evtsync
 
         env = {**os.environ, "PYTHONPATH": str(Path(evtsync.__file__).resolve().parent.parent)}  # this evtsync
+        # a terminal's foreground job gets Ctrl-C; a job started in the background of a
+        # non-interactive shell (a CI runner's `cmd &`, nohup) inherits SIGINT ignored, and Python
+        # then installs no KeyboardInterrupt handler: restore the default as a terminal has it
         proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True, env=env)
+                                text=True, start_new_session=True, env=env,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
         time.sleep(1)  # the long job runs, the other process waits for work
         began = time.monotonic()
