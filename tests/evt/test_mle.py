@@ -522,6 +522,52 @@ def test_port_pirie_matches_r_ismev(portpirie: np.ndarray) -> None:
     _within_rounding(se10**2, 0.00303, 5)
 
 
+#: R ``ismev::gev.fit`` (ismev 1.43, commit 25223b17285d45bf3911efd79ac75f363e7ae495 of the CRAN
+#: mirror, R 4.2.2 Patched r83330), run on the shared csv files (checked equal to ismev's own
+#: data/*.rda) by ``Rscript tools/ismev_reference.R ISMEV_GIT_DIR SHARED_EVT_DIR`` on 2026-12-02:
+#: (mle (mu, sigma, xi), se, nllh) with ismev's defaults (Nelder-Mead, optim's reltol ~1.5e-8)
+#: and with reltol 1e-14 restarted from that optimum until it stops moving ("tight").
+ISMEV_REFERENCE = {
+    "portpirie": {
+        "default": ((3.8747469218, 0.1980412043, -0.0500877274), (0.0279321076, 0.0202461007, 0.0982563299),
+                    -4.3390584476),
+        "tight": ((3.8747498579, 0.1980439562, -0.0501095425), (0.0279322939, 0.0202467284, 0.0982527676),
+                  -4.3390584737),
+    },
+    "glass_negated": {
+        "default": ((-1.6416229201, 0.2728611475, -0.0843667025), (0.0375253038, 0.0255243722, 0.0699436883),
+                    14.2852886325),
+        "tight": ((-1.6416264384, 0.2728636166, -0.0843466752), (0.0375254753, 0.0255247684, 0.0699479823),
+                  14.2852885760),
+    },
+}
+
+
+@pytest.mark.parametrize("name", ["portpirie", "glass_negated"])
+def test_matches_r_ismev_gev_fit(name: str, request: pytest.FixtureRequest) -> None:
+    """Our MLE against R ``ismev::gev.fit`` run here (:data:`ISMEV_REFERENCE`; issue 30: equal to
+    1e-4 on Port Pirie and glass).
+
+    With ismev's defaults, optim's Nelder-Mead stops on its relative tolerance ~2e-5 short of the
+    optimum in xi (its nllh is 2.6e-8 above ours on Port Pirie, 5.6e-8 on glass): the estimates
+    agree to 1e-4, as the issue asks, not closer. Run to reltol 1e-14, ismev reaches our optimum:
+    estimates to 1e-7 and nllh to 1e-9. ismev's standard errors come from optim's
+    finite-difference Hessian (step 1e-3), ours from the analytic one: equal to 1e-5 (at most
+    1.3e-4 relative, Port Pirie's sigma)."""
+    x = request.getfixturevalue(name)
+    fit = mle.fit_gev(x)
+    default, tight = ISMEV_REFERENCE[name]["default"], ISMEV_REFERENCE[name]["tight"]
+    ours = [fit.mu, fit.sigma, fit.xi]
+    np.testing.assert_allclose(ours, default[0], rtol=0, atol=1e-4)
+    assert -fit.loglik <= default[2] + 1e-12  # ours is at least as good as ismev's default optimum
+    assert -fit.loglik == pytest.approx(default[2], abs=1e-4)
+    np.testing.assert_allclose(ours, tight[0], rtol=0, atol=1e-7)
+    assert -fit.loglik == pytest.approx(tight[2], abs=1e-9)
+    se = [fit.se["mu"], fit.se["sigma"], fit.se["xi"]]
+    np.testing.assert_allclose(se, tight[1], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(se, default[1], rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize("name, old", [
     # the previous engine (Nelder-Mead from five shapes, finite-difference Hessian, commit fc35d59),
     # where it converged: (mu, sigma, xi, loglik), se (mu, sigma, xi), 95% profile ends of xi
