@@ -7,18 +7,24 @@ time minus the straggler's). A slope and R² near 1 mean the path accounts for t
 
 Two fits per scope: ordinary least squares (slope with its standard error and a central
 interval from the t quantile, intercept, R²) and the Theil–Sen median of pairwise slopes
-(``scipy.stats.theilslopes``, with its interval), both at the level of every interval of
+with Sen's (1968) interval (as ``scipy.stats.theilslopes`` computes them), both at the level of every interval of
 evtsync (:data:`evtsync.core.defaults.INTERVAL_LEVEL`, stated in the ``level`` column), which one outlying collective cannot
 move far; above :data:`THEIL_MAX_POINTS` collectives on a seeded random subsample of that
 size (its pairwise slopes take O(n²) memory), the size used in ``theil_n``. Each scope is fitted twice: over every attributed collective (``subset = all``:
 status ``ok`` or ``unexplained``) and over the explained ones only (``explained``).
+
+Written with NumPy and :mod:`math` (the formulas of ``scipy.stats.linregress``, ``t.ppf`` and
+``theilslopes``; ``tests/critpath/test_validate.py`` checks them against SciPy): importing
+``scipy.stats`` cost ~1 s of every ``evtsync attribute`` (issue 30).
 """
 
 from __future__ import annotations
 
+import math
+from statistics import NormalDist
+
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from evtsync.core.defaults import INTERVAL_LEVEL
 
@@ -30,6 +36,80 @@ VALIDATION_COLUMNS = ["scope", "subset", "n", "level", "slope", "slope_se", "slo
 THEIL_MAX_POINTS = 2000
 #: Statuses of collectives that have a path account (see evtsync.critpath.attribution).
 ACCOUNTED = ("ok", "unexplained")
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Quantile ``p`` (0.5 < p < 1) of Student's t with ``df`` >= 1 degrees of freedom.
+
+    Newton's method on the exact finite series of the t distribution function for integer
+    ``df`` (Abramowitz & Stegun 26.7.3-4: with theta = atan(t / sqrt(df)), P(|T| <= t) is
+    a sum of powers of cos(theta)), started at the normal quantile; equal to
+    ``scipy.stats.t.ppf`` to ~1e-12 relative.
+    """
+    if not 0.5 < p < 1 or df < 1:
+        raise ValueError(f"t_quantile needs 0.5 < p < 1 and df >= 1, got p={p}, df={df}")
+    level = 2 * p - 1  # P(|T| <= t)
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def central(t: float) -> float:
+        theta = math.atan(t / math.sqrt(df))
+        c2 = math.cos(theta) ** 2
+        if df % 2:  # odd: (2/pi) (theta + sin cos (1 + 2/3 c2 + 2·4/(3·5) c2² + ...)), df - 3 over 2 terms
+            k = np.arange(1, (df - 1) // 2)
+            series = 1 + float(np.sum(np.cumprod(2 * k / (2 * k + 1) * c2))) if df > 1 else 0.0
+            return 2 / math.pi * (theta + (math.sin(theta) * math.cos(theta) * series if df > 1 else 0.0))
+        k = np.arange(1, df // 2)  # even: sin (1 + 1/2 c2 + 1·3/(2·4) c2² + ...)
+        return math.sin(theta) * (1 + float(np.sum(np.cumprod((2 * k - 1) / (2 * k) * c2))))
+
+    t = NormalDist().inv_cdf(p)
+    for _ in range(100):
+        density = 2 * math.exp(log_norm - (df + 1) / 2 * math.log1p(t * t / df))  # of |T|
+        step = (central(t) - level) / density
+        t = max(t - step, t / 2)  # never below zero (the function is concave there)
+        if abs(step) <= 1e-15 * t:
+            break
+    return t
+
+
+def _linregress(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
+    """OLS of y on x as ``scipy.stats.linregress`` computes it: slope, intercept, r, stderr."""
+    n = len(x)
+    xm, ym = x.mean(), y.mean()
+    ssxm = float(np.mean((x - xm) ** 2))
+    ssym = float(np.mean((y - ym) ** 2))
+    ssxym = float(np.mean((x - xm) * (y - ym)))
+    r = 0.0 if ssxm == 0 or ssym == 0 else max(-1.0, min(1.0, ssxym / math.sqrt(ssxm * ssym)))
+    slope = ssxym / ssxm
+    intercept = float(ym - slope * xm)
+    stderr = math.sqrt((1 - r**2) * ssym / ssxm / (n - 2))
+    return slope, intercept, r, stderr
+
+
+def _tie_counts(v: np.ndarray) -> np.ndarray:
+    return np.unique(v, return_counts=True)[1].astype(np.float64)
+
+
+def _theilslopes(y: np.ndarray, x: np.ndarray, level: float) -> tuple[float, float, float, float]:
+    """Theil–Sen slope (median of the pairwise slopes over pairs with distinct x), intercept
+    median(y) - slope median(x), and Sen's (1968, eq. 2.6) interval of the slope at ``level``,
+    corrected for ties: the method and numbers of ``scipy.stats.theilslopes(y, x, level)``."""
+    i, j = np.triu_indices(len(x), k=1)
+    dx = x[i] - x[j]
+    keep = dx != 0
+    slopes = np.sort((y[i] - y[j])[keep] / dx[keep])
+    med = float(np.median(slopes))
+    intercept = float(np.median(y) - med * np.median(x))
+    alpha = 1 - level if level > 0.5 else level
+    z = NormalDist().inv_cdf(alpha / 2)
+    nt, ny = len(slopes), float(len(y))
+    ties = sum(float(np.sum(k * (k - 1) * (2 * k + 5))) for k in (_tie_counts(x), _tie_counts(y)))
+    sigsq = (ny * (ny - 1) * (2 * ny + 5) - ties) / 18
+    if sigsq < 0:
+        return med, intercept, math.nan, math.nan
+    sigma = math.sqrt(sigsq)
+    upper = min(int(np.round((nt - z * sigma) / 2)), nt - 1)
+    lower = max(int(np.round((nt + z * sigma) / 2)) - 1, 0)
+    return med, intercept, float(slopes[lower]), float(slopes[upper])
 
 
 def fit_line(x: np.ndarray, y: np.ndarray, level: float = INTERVAL_LEVEL) -> dict[str, float]:
@@ -44,11 +124,10 @@ def fit_line(x: np.ndarray, y: np.ndarray, level: float = INTERVAL_LEVEL) -> dic
            "x_mean_us": float(x.mean()) if n else np.nan, "y_mean_us": float(y.mean()) if n else np.nan}
     if n < 3 or np.ptp(x) == 0:
         return out
-    fit = stats.linregress(x, y)
-    t = stats.t.ppf((1 + level) / 2, n - 2)
-    out.update(slope=float(fit.slope), slope_se=float(fit.stderr), slope_lo=float(fit.slope - t * fit.stderr),
-               slope_hi=float(fit.slope + t * fit.stderr), intercept_us=float(fit.intercept),
-               r2=float(fit.rvalue ** 2))
+    slope, intercept, r, stderr = _linregress(x, y)
+    t = t_quantile((1 + level) / 2, n - 2)
+    out.update(slope=float(slope), slope_se=float(stderr), slope_lo=float(slope - t * stderr),
+               slope_hi=float(slope + t * stderr), intercept_us=float(intercept), r2=float(r ** 2))
     xs, ys = x, y
     if n > THEIL_MAX_POINTS:
         pick = np.sort(np.random.default_rng(0).choice(n, THEIL_MAX_POINTS, replace=False))
@@ -56,9 +135,8 @@ def fit_line(x: np.ndarray, y: np.ndarray, level: float = INTERVAL_LEVEL) -> dic
     out["theil_n"] = len(xs)
     if np.ptp(xs) == 0:
         return out
-    robust = stats.theilslopes(ys, xs, alpha=level)  # scipy's alpha is the confidence level
-    out.update(theil_slope=float(robust.slope), theil_lo=float(robust.low_slope),
-               theil_hi=float(robust.high_slope), theil_intercept_us=float(robust.intercept))
+    theil, theil_intercept, lo, hi = _theilslopes(ys, xs, level)
+    out.update(theil_slope=theil, theil_lo=lo, theil_hi=hi, theil_intercept_us=theil_intercept)
     return out
 
 

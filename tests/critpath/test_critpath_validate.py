@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from evtsync.critpath.validate import THEIL_MAX_POINTS, fit_line, regress_path_on_tax
+from evtsync.critpath.validate import THEIL_MAX_POINTS, fit_line, regress_path_on_tax, t_quantile
 
 
 def test_one_outlier_moves_ols_not_theil_sen():
@@ -52,3 +52,55 @@ def test_intervals_at_the_one_level_of_evtsync():
     half95 = at95["slope_hi"] - at95["slope"]
     assert half90 / half95 == pytest.approx(stats.t.ppf(0.95, 28) / stats.t.ppf(0.975, 28))
     assert at95["theil_lo"] <= at90["theil_lo"] <= at90["theil_hi"] <= at95["theil_hi"]
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 4, 5, 7, 10, 28, 29, 100, 1001, 20_000])
+@pytest.mark.parametrize("p", [0.55, 0.9, 0.95, 0.975, 0.995, 0.9999])
+def test_t_quantile_equals_scipy(df: int, p: float) -> None:
+    """The t quantile written without SciPy (its import was ~1 s of every `attribute`)."""
+    from scipy import stats
+
+    assert t_quantile(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-11)
+
+
+@pytest.mark.parametrize("seed, n, ties", [(0, 3, False), (1, 12, False), (2, 40, True), (3, 300, True),
+                                           (4, 2 * THEIL_MAX_POINTS, True)])
+@pytest.mark.parametrize("level", [0.9, 0.95])
+def test_fit_line_equals_scipy(seed: int, n: int, ties: bool, level: float) -> None:
+    """OLS and Theil–Sen (with Sen's tie-corrected interval) equal to scipy.stats' linregress,
+    t.ppf and theilslopes, ties in x and y and the subsample above THEIL_MAX_POINTS included."""
+    from scipy import stats
+
+    rng = np.random.default_rng(seed)
+    x = rng.gamma(2.0, 50.0, n)
+    y = 0.8 * x + rng.standard_t(3, n) * 20.0
+    if ties:
+        x, y = np.round(x / 10) * 10, np.round(y / 10) * 10
+    fit = fit_line(x, y, level)
+    ols = stats.linregress(x, y)
+    t = stats.t.ppf((1 + level) / 2, n - 2)
+    assert fit["slope"] == pytest.approx(ols.slope, rel=1e-12)
+    assert fit["intercept_us"] == pytest.approx(ols.intercept, rel=1e-10, abs=1e-9)
+    assert fit["slope_se"] == pytest.approx(ols.stderr, rel=1e-10)
+    assert fit["r2"] == pytest.approx(ols.rvalue**2, rel=1e-10)
+    assert fit["slope_lo"] == pytest.approx(ols.slope - t * ols.stderr, rel=1e-10)
+    assert fit["slope_hi"] == pytest.approx(ols.slope + t * ols.stderr, rel=1e-10)
+    if n > THEIL_MAX_POINTS:
+        pick = np.sort(np.random.default_rng(0).choice(n, THEIL_MAX_POINTS, replace=False))
+        x, y = x[pick], y[pick]
+    theil = stats.theilslopes(y, x, alpha=level)
+    assert fit["theil_slope"] == pytest.approx(theil.slope, rel=1e-12)
+    assert fit["theil_intercept_us"] == pytest.approx(theil.intercept, rel=1e-12, abs=1e-9)
+    assert fit["theil_lo"] == pytest.approx(theil.low_slope, rel=1e-12)
+    assert fit["theil_hi"] == pytest.approx(theil.high_slope, rel=1e-12)
+
+
+def test_validation_imports_no_scipy() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np; from evtsync.critpath.validate import fit_line; "
+            "fit_line(np.arange(10.0), np.arange(10.0) ** 1.5); "
+            "print(sorted(m for m in sys.modules if m.startswith('scipy')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
