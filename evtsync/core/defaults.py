@@ -64,6 +64,13 @@ RANKTAIL_MAX_EXCEEDANCES = 5000
 RANKTAIL_MIN_VALUES = 120
 RANKTAIL_DRAWS = 1000
 
+#: Largest chain x draw x observation count whose pointwise log-likelihood a fit stores in its
+#: file (the ``log_likelihood`` group, what :func:`arviz.loo` reads; 8 MB of float64). Above it
+#: the group is left out: evtsync's compare recomputes the values from the posterior (it never
+#: reads the group), and storing the demo's 14 million per fit cost ~1 s of CPU each (computing,
+#: moving from the pool, checksums, writing, hashing: issue 30).
+LOGLIK_STORE_LIMIT = 1_000_000
+
 #: Relative agreement a predicted-vs-measured row is marked within: |predicted / measured - 1| at
 #: most this (the ``within_agreement`` column of :func:`evtsync.predict.tables.predicted_vs_measured`).
 PVM_AGREEMENT = 0.05
@@ -77,7 +84,7 @@ DEFAULTS: dict[str, Any] = {
     "RUN_TOPOLOGIES": RUN_TOPOLOGIES, "END_TOLERANCE_US": END_TOLERANCE_US, "RANKS_PER_HOST": RANKS_PER_HOST,
     "DEFAULT_DRAWS": DEFAULT_DRAWS, "DEFAULT_TUNE": DEFAULT_TUNE, "DEFAULT_CHAINS": DEFAULT_CHAINS,
     "DEMO_DRAWS": DEMO_DRAWS, "DEMO_TUNE": DEMO_TUNE, "DEMO_CHAINS": DEMO_CHAINS,
-    "PVM_AGREEMENT": PVM_AGREEMENT,
+    "PVM_AGREEMENT": PVM_AGREEMENT, "LOGLIK_STORE_LIMIT": LOGLIK_STORE_LIMIT,
     "ESTIMATOR_NAMES": ESTIMATOR_NAMES, "DEFAULT_ESTIMATOR": DEFAULT_ESTIMATOR,
     "RANKTAIL_MODEL": RANKTAIL_MODEL, "RANKTAIL_TAIL_SHARE": RANKTAIL_TAIL_SHARE,
     "RANKTAIL_MIN_EXCEEDANCES": RANKTAIL_MIN_EXCEEDANCES,
@@ -107,7 +114,8 @@ def check_defaults(table: dict[str, Any]) -> dict[str, Any]:
         ("PVM_AGREEMENT", lambda v: 0 < v < 1, "a relative tolerance in (0, 1)"),
         *((name, lambda v: isinstance(v, int) and v >= 1, "a whole number >= 1")
           for name in ("DEFAULT_DRAWS", "DEFAULT_TUNE", "DEFAULT_CHAINS", "DEMO_DRAWS", "DEMO_TUNE", "DEMO_CHAINS",
-                       "RANKTAIL_MIN_EXCEEDANCES", "RANKTAIL_MAX_EXCEEDANCES", "RANKTAIL_DRAWS")),
+                       "RANKTAIL_MIN_EXCEEDANCES", "RANKTAIL_MAX_EXCEEDANCES", "RANKTAIL_DRAWS",
+                       "LOGLIK_STORE_LIMIT")),
         ("DEFAULT_ESTIMATOR", lambda v: v in table["ESTIMATOR_NAMES"], "one of ESTIMATOR_NAMES"),
         ("RANKTAIL_TAIL_SHARE", lambda v: 0 < v < 0.5, "a share in (0, 0.5)"),
         ("RANKTAIL_MIN_VALUES", lambda v: isinstance(v, int) and v >= 2 * table["RANKTAIL_MIN_EXCEEDANCES"],

@@ -11,7 +11,8 @@ The fit is an :class:`xarray.DataTree` in ArviZ 1.x layout:
   quantile against the prior predictive 99% interval of that quantile (attribute
   ``prior_predictive`` says which fall outside),
 * ``log_likelihood`` — pointwise ``z`` log-likelihood, stored when it is small
-  (:data:`LOGLIK_STORE_LIMIT` values); otherwise :func:`evtsync.evt.compare.pointwise_loglik`
+  (:data:`evtsync.core.defaults.LOGLIK_STORE_LIMIT` values; :func:`evtsync.evt.compare.arviz_loo`
+  then gives ArviZ's own ``loo``); otherwise :func:`evtsync.evt.compare.pointwise_loglik`
   recomputes it in chunks from the posterior and the observed data, to the same numbers,
 * root attributes — provenance (input sha256, spec text, package versions, seed, command,
   sampler) and the convergence verdict (``converged``, ``max_rhat``, ``min_ess_bulk``,
@@ -23,6 +24,8 @@ every later output that uses it says so.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import logging
 import os
@@ -32,13 +35,13 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 
-from evtsync.core.defaults import ESS_MIN, RHAT_MAX
+from evtsync.core.defaults import ESS_MIN, LOGLIK_STORE_LIMIT, RHAT_MAX
 from evtsync.core.errors import InputError
 from evtsync.core.tableio import file_sha256
 from evtsync.evt.fitfile import (  # noqa: F401 - the fit file's reading and writing, re-exported here
@@ -55,13 +58,14 @@ from evtsync.evt.fitfile import (  # noqa: F401 - the fit file's reading and wri
     relative_efficiency,
     save_fit,
 )
-from evtsync.evt.model import BuiltModel, build_model, prepare_data, prior_predictive_check
 from evtsync.evt.spec import ModelSpec, SamplerConfig
+
+if TYPE_CHECKING:  # PyMC (evtsync.evt.model) is imported by the functions that build or sample a model: a
+    # process that only writes fits or reads ESS_MIN from here (a run's main process) does not pay for it
+    from evtsync.evt.model import BuiltModel
 
 log = logging.getLogger("evtsync.evt.fit")
 
-#: Largest chain x draw x observation count whose log-likelihood is stored in the file.
-LOGLIK_STORE_LIMIT = 20_000_000
 #: NUTS step-size target for ``target_accept = "auto"`` (the default): the stricter target
 #: up to AUTO_TARGET_MAX_OBS z-scores, where the group spreads of the hierarchical models
 #: put curvature into the posterior that 0.8 steps through with divergences (demo study,
@@ -258,6 +262,40 @@ def model_structure_key(built: BuiltModel, backend: str) -> str:
                        "parametrization": built.parametrization, "basis": basis})
 
 
+@functools.lru_cache(maxsize=1)
+def _model_code_digest() -> str:
+    """SHA-256 of the sources a model's graph is built from (``evtsync/evt``, ``evtsync/core``)."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for folder in ("evt", "core"):
+        for path in sorted((root / folder).glob("*.py")):
+            digest.update(f"{folder}/{path.name}".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def compiled_model_key(built: BuiltModel, backend: str) -> str:
+    """The key of ``built``'s compiled model in the compiled-model cache
+    (:func:`evtsync.evt.nutpie_numba.compile_numba_model`): SHA-256 of its structure
+    (:func:`model_structure_key`), every value its graph may hold (the model's data variables,
+    the z-scores with their cells, the cells' table) and the sources that build it. Two fits
+    with one key build the same graph; any change of data, spec or code gives another key."""
+    digest = hashlib.sha256()
+    digest.update(model_structure_key(built, backend).encode())
+    digest.update(_model_code_digest().encode())
+    for var in sorted(built.model.data_vars, key=lambda v: str(v.name)):
+        value = np.ascontiguousarray(var.get_value())
+        digest.update(f"{var.name}:{value.dtype}:{value.shape}".encode())
+        digest.update(value.tobytes())
+    data = built.data
+    for arr in (data.z, data.cell_of_obs):
+        value = np.ascontiguousarray(arr)
+        digest.update(f"{value.dtype}:{value.shape}".encode())
+        digest.update(value.tobytes())
+    digest.update(data.cells.to_csv().encode())  # floats written as their shortest round-trip repr
+    return digest.hexdigest()
+
+
 def _reuse_compiled(compiled, built: BuiltModel):
     """``compiled`` (the same structure) with ``built``'s data and initial point."""
     import dataclasses
@@ -385,7 +423,7 @@ def _sample_nutpie(built: BuiltModel, config: SamplerConfig, seed: int, progress
         from evtsync.evt.nutpie_numba import compile_numba_model
 
         with pytensor.config.change_flags(numba__fastmath=False):
-            compiled = compile_numba_model(built.model, free)
+            compiled = compile_numba_model(built.model, free, cache_key=compiled_model_key(built, config.backend))
     if key is not None and not reused:
         cache[key] = compiled
     compiled = _dispersed_starts(compiled, built)
@@ -554,7 +592,13 @@ def fit_table(
         Missing or non-numeric columns, fewer than 3 usable z-scores (in all, or in a cell), a
         cell whose values are all equal, or a ``target_accept`` outside (0, 1).
     """
-    from evtsync.evt.model import cell_interaction_note, to_data_scale
+    from evtsync.evt.model import (
+        build_model,
+        cell_interaction_note,
+        prepare_data,
+        prior_predictive_check,
+        to_data_scale,
+    )
     from evtsync.evt.ppc import check_dataset, posterior_predictive_check, ppc_verdict
 
     config = resolve_sampler_config(spec, sampler, draws=draws, tune=tune, chains=chains, seed=seed,

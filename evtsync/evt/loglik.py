@@ -1,6 +1,6 @@
 """The pointwise GEV log-likelihood of every z-score at every posterior draw, compiled (methodology §6).
 
-A fit stores it (the ``log_likelihood`` group, up to :data:`evtsync.evt.fit.LOGLIK_STORE_LIMIT`
+A fit stores it (the ``log_likelihood`` group, up to :data:`evtsync.core.defaults.LOGLIK_STORE_LIMIT`
 values): 4 chains x 1000 draws x 3,498 z-scores in the demo, 14 million values per fit. NumPy's
 :func:`evtsync.evt.gev.logpdf` over them, chunk by chunk, cost 0.45-0.75 s of CPU per fit; this
 loop computes the same formula value by value (the same operations in the same order: ``t =

@@ -18,6 +18,19 @@ gradient and draws are bit-identical (``tests/evt/test_bayes_nutpie_numba.py``).
 Anything this module does not recognise (another nutpie whose internals differ, a graph
 PyTensor cannot cache, PyTensor's numba cache switched off) falls back to
 ``nutpie.compile_pymc_model`` itself, with a debug log line saying why.
+
+Before the wrappers, nutpie's ``_make_functions`` builds the two PyTensor functions (log density
+with gradient, and the draws' expansion) and PyTensor rewrites their graphs: 1-8 s of CPU per
+fit (the hierarchical models' graphs the most; issue 30), paid again by every process, although
+the numba code of the rewritten graphs is already cached. With a ``cache_key`` (the caller's
+digest of everything the model's graph is built from: :func:`evtsync.evt.fit.compiled_model_key`),
+:func:`compile_numba_model` keeps those two functions, rewritten, in the compiled-model cache
+(``<cache>/models/KEY.pkl``, cloudpickle, :data:`MODEL_CACHE_KEEP` most recent entries): a later
+fit of the same model on the same data loads them (their graphs already rewritten, their numba
+code from PyTensor's cache) instead of building and rewriting them. The functions are the same
+graphs, so log density, gradient and draws are bit-identical (``tests/evt/test_bayes_nutpie_numba.py``).
+An entry that cannot be read is ignored (and replaced); the cache holds pickles, so it must be
+the user's own folder, as PyTensor's and numba's caches of compiled code are.
 """
 
 from __future__ import annotations
@@ -25,7 +38,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import os
+import tempfile
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,6 +50,10 @@ log = logging.getLogger(__name__)
 
 #: Bump when the wrapper template's meaning changes without its text changing.
 WRAPPER_VERSION = 1
+#: Bump when what the compiled-model cache stores changes.
+MODEL_CACHE_FORMAT = 1
+#: Entries of the compiled-model cache kept (the most recently used; 0.1-1.5 MB each).
+MODEL_CACHE_KEEP = 64
 
 _WRAPPERS = '''
 def logp_wrapper(dim, x_, out_, logp_, user_data_):
@@ -85,14 +105,16 @@ class _Unsupported(Exception):
     """This model or this nutpie cannot take the cached path (the message says why)."""
 
 
-def compile_numba_model(model: Any, var_names: list[str]) -> Any:
+def compile_numba_model(model: Any, var_names: list[str], cache_key: str | None = None) -> Any:
     """``model`` compiled for nutpie's numba backend, as ``nutpie.compile_pymc_model(model,
     backend="numba", jitter_rvs=set(), var_names=var_names)`` compiles it, with the C wrappers
-    loaded from the numba cache when a model of this structure was compiled before."""
+    loaded from the numba cache when a model of this structure was compiled before, and, with a
+    ``cache_key`` that identifies the model's graph (its structure and data), its rewritten
+    PyTensor functions loaded from the compiled-model cache when this model was compiled before."""
     import nutpie
 
     try:
-        return _compile_cached(model, var_names)
+        return _compile_cached(model, var_names, cache_key)
     except _Unsupported as exc:
         log.debug("nutpie wrappers not cached (%s): nutpie compiles them", exc)
     return nutpie.compile_pymc_model(model, backend="numba", jitter_rvs=set(), var_names=var_names)
@@ -113,7 +135,68 @@ def _extraction(keys: list[str], ranks: dict[str, tuple[int, str]]) -> tuple[str
     return "\n".join(lines) or "        pass", "".join(f", {a}" for a in args)
 
 
-def _compile_cached(model: Any, var_names: list[str]) -> Any:
+def model_cache_folder() -> Path:
+    """Where the compiled-model cache lives: ``<cache>/models`` (``$EVTSYNC_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/evtsync``, else ``~/.cache/evtsync``)."""
+    from evtsync.trace.cache_dir import default_cache_dir
+
+    return default_cache_dir() / "models"
+
+
+def _entry_path(cache_key: str, var_names: list[str]) -> Path:
+    import numba
+    import nutpie
+    import pymc
+    import pytensor
+
+    text = "\n".join([str(MODEL_CACHE_FORMAT), cache_key, *var_names, nutpie.__version__, pytensor.__version__,
+                      pymc.__version__, numba.__version__, np.__version__,
+                      str(pytensor.config.numba__fastmath), str(pytensor.config.floatX)])
+    return model_cache_folder() / f"{hashlib.sha256(text.encode()).hexdigest()}.pkl"
+
+
+def _load_functions(path: Path) -> tuple | None:
+    """The stored ``_make_functions`` results (without the initial-point function), or None."""
+    import cloudpickle  # noqa: F401 - the pickles name cloudpickle's reconstructors
+
+    try:
+        with open(path, "rb") as fh:
+            import pickle
+
+            stored = pickle.load(fh)  # noqa: S301 - the user's own cache folder (module docstring)
+        os.utime(path)  # most recently used
+    except FileNotFoundError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - any unreadable entry is a miss, compiled and written again
+        log.debug("compiled-model cache entry %s not usable (%s: %s): compiling", path, type(exc).__name__, exc)
+        return None
+    if not (isinstance(stored, tuple) and len(stored) == 2 and stored[0] == MODEL_CACHE_FORMAT):
+        return None
+    return stored[1]
+
+
+def _store_functions(path: Path, functions: tuple) -> None:
+    """Write the entry atomically, then keep the :data:`MODEL_CACHE_KEEP` most recent ones."""
+    import cloudpickle
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                cloudpickle.dump((MODEL_CACHE_FORMAT, functions), fh, protocol=5)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        entries = sorted(path.parent.glob("*.pkl"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in entries[MODEL_CACHE_KEEP:]:
+            old.unlink(missing_ok=True)
+    except Exception as exc:  # noqa: BLE001 - a cache that cannot be written costs time, never the fit
+        log.debug("compiled-model cache entry %s not written (%s: %s)", path, type(exc).__name__, exc)
+
+
+def _compile_cached(model: Any, var_names: list[str], cache_key: str | None = None) -> Any:
     import numba
     import nutpie
     import pytensor
@@ -125,20 +208,30 @@ def _compile_cached(model: Any, var_names: list[str]) -> Any:
 
         fields = {f.name for f in dataclasses.fields(cp.CompiledPyMCModel)}
         helpers = (cp._make_functions, cp.make_user_data, cp.address_as_void_pointer,
-                   cp._prepare_dims_and_coords, cp._wrap_with_lock)
+                   cp._prepare_dims_and_coords, cp._wrap_with_lock, cp._rv_dict_to_flat_array_wrapper)
     except (ImportError, AttributeError) as exc:
         raise _Unsupported(f"nutpie {nutpie.__version__} or PyTensor lacks {exc}") from None
     if fields != _MODEL_FIELDS:
         raise _Unsupported(f"nutpie {nutpie.__version__}'s model fields differ")
     if not pytensor.config.numba__cache:
         raise _Unsupported("PyTensor's numba cache is off")
-    make_functions, make_user_data, void_pointer, dims_and_coords, with_lock = helpers
+    make_functions, make_user_data, void_pointer, dims_and_coords, with_lock, flat_point_fn = helpers
 
     point_fn = with_lock(make_initial_point_fn(model=model, overrides=None, default_strategy="support_point",
                                                jitter_rvs=set(), return_transformed=True))
-    n_dim, n_expanded, logp_pt, expand_pt, initial_point_fn, shape_info, reparameterized = make_functions(
-        model, mode="NUMBA", compute_grad=True, join_expanded=True, pymc_initial_point_fn=point_fn,
-        var_names=var_names)
+    entry = _entry_path(cache_key, var_names) if cache_key is not None else None
+    stored = _load_functions(entry) if entry is not None else None
+    if stored is not None:
+        n_dim, n_expanded, logp_pt, expand_pt, shape_info, reparameterized = stored
+        n_free = len(model.free_RVs)  # the free variables come first, as _make_functions joins them
+        initial_point_fn = flat_point_fn(point_fn, names=list(shape_info[0][:n_free]),
+                                         shapes=list(shape_info[2][:n_free]))
+    else:
+        n_dim, n_expanded, logp_pt, expand_pt, initial_point_fn, shape_info, reparameterized = make_functions(
+            model, mode="NUMBA", compute_grad=True, join_expanded=True, pymc_initial_point_fn=point_fn,
+            var_names=var_names)
+        if entry is not None:
+            _store_functions(entry, (n_dim, n_expanded, logp_pt, expand_pt, shape_info, reparameterized))
     logp_inner, expand_inner = logp_pt.vm.jit_fn, expand_pt.vm.jit_fn
     # a jit function without py_func is not one PyTensor cached (and None is no weak-ref key)
     found = [CACHED_SRC_FUNCTIONS.get(f.py_func) if hasattr(f, "py_func") else None

@@ -537,9 +537,9 @@ def _cpu_timed(job: Callable[[], Any]) -> tuple[Any, float, list[logging.LogReco
     return result, time.process_time() - started, keep.records
 
 
-#: Modules the fork server of the job pool imports once for every process: the fit's (PyMC,
-#: PyTensor, numba), nutpie and ArviZ's stats. Missing ones are skipped by multiprocessing.
-JOB_PRELOAD = ("evtsync.evt.fit", "nutpie", "arviz_stats")
+#: Modules the fork server of the job pool imports once for every process: the fit's and the
+#: model's (PyMC, PyTensor, numba), nutpie and ArviZ's stats. Missing ones are skipped by multiprocessing.
+JOB_PRELOAD = ("evtsync.evt.fit", "evtsync.evt.model", "nutpie", "arviz_stats")
 
 
 def clean_temporaries(out: Path) -> int:

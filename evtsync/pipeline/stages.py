@@ -453,7 +453,8 @@ def _fit_stage(model_path: Path) -> tuple[Callable[[Run], dict[str, Any]], Calla
         return _fit_inputs(run, model_path)[3]
 
     def stage(run: Run) -> dict[str, Any]:
-        from evtsync.evt.fit import save_fit
+        # from fitfile, not evtsync.evt.fit: this process need not import PyMC to write the file
+        from evtsync.evt.fitfile import save_fit
 
         name = f"fit-{model_path.stem}"
         spec, z, s, fit = _fit_inputs(run, model_path)

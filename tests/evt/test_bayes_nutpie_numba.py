@@ -131,3 +131,36 @@ def test_without_pytensors_numba_cache_nutpie_compiles(caplog):
         compiled = compile_numba_model(model, [rv.name for rv in model.free_RVs])
     assert "cache is off" in caplog.text
     assert dataclasses.is_dataclass(compiled) and _logp(compiled, np.zeros(3))[0] == 0
+
+
+def test_the_compiled_model_cache_gives_the_same_model(tmp_path, monkeypatch, compiled_pair):
+    """With a cache key, the rewritten PyTensor functions are stored (first compilation) and
+    loaded (second, on another model object built the same way): logp, gradient, expansion,
+    initial point and draws equal to nutpie's own compilation; another key is another entry,
+    and an unreadable entry is compiled again and replaced."""
+    monkeypatch.setenv("EVTSYNC_CACHE_DIR", str(tmp_path))
+    _, _, theirs = compiled_pair
+    free = [rv.name for rv in _model().free_RVs]
+    calls = []
+    real = nutpie.compile_pymc._make_functions
+    monkeypatch.setattr(nutpie.compile_pymc, "_make_functions", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with pytensor.config.change_flags(numba__fastmath=False):
+        first = compile_numba_model(_model(), free, cache_key="k1")
+        entries = list((tmp_path / "models").glob("*.pkl"))
+        again = compile_numba_model(_model(), free, cache_key="k1")
+    assert len(calls) == 1 and len(entries) == 1  # the second compilation built nothing
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        x = rng.normal(size=3)
+        assert _logp(first, x)[:2] == _logp(again, x)[:2] == _logp(theirs, x)[:2]
+        np.testing.assert_array_equal(_logp(again, x)[2], _logp(theirs, x)[2])
+        np.testing.assert_array_equal(_expand(again, x)[1], _expand(theirs, x)[1])
+    np.testing.assert_array_equal(again.initial_point_func(3), theirs.initial_point_func(3))
+    a = nutpie.sample(again, draws=50, tune=50, chains=1, cores=1, seed=7, progress_bar=False)
+    b = nutpie.sample(theirs, draws=50, tune=50, chains=1, cores=1, seed=7, progress_bar=False)
+    np.testing.assert_array_equal(a["posterior"]["beta"].values, b["posterior"]["beta"].values)
+    entries[0].write_bytes(b"not a pickle")
+    with pytensor.config.change_flags(numba__fastmath=False):
+        compile_numba_model(_model(), free, cache_key="k1")
+        compile_numba_model(_model(), free, cache_key="k2")
+    assert len(calls) == 3 and len(list((tmp_path / "models").glob("*.pkl"))) == 2
