@@ -72,16 +72,19 @@ def t_quantile(p: float, df: int) -> float:
 
 
 def _linregress(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
-    """OLS of y on x as ``scipy.stats.linregress`` computes it: slope, intercept, r, stderr."""
+    """OLS of y on x as ``scipy.stats.linregress`` computes it (the same operations in the same
+    order, so the same numbers): slope, intercept, r, stderr."""
     n = len(x)
-    xm, ym = x.mean(), y.mean()
-    ssxm = float(np.mean((x - xm) ** 2))
-    ssym = float(np.mean((y - ym) ** 2))
-    ssxym = float(np.mean((x - xm) * (y - ym)))
-    r = 0.0 if ssxm == 0 or ssym == 0 else max(-1.0, min(1.0, ssxym / math.sqrt(ssxm * ssym)))
+    xm, ym = np.mean(x), np.mean(y)
+    xd, yd = x - xm, y - ym
+    ssxm, ssym, ssxym = float(np.dot(xd, xd)) / n, float(np.dot(yd, yd)) / n, float(np.dot(xd, yd)) / n
+    if ssxm == 0.0 or ssym == 0.0:
+        r = math.nan if ssxym == 0 else 0.0
+    else:
+        r = min(1.0, max(-1.0, ssxym / math.sqrt(ssxm * ssym)))
     slope = ssxym / ssxm
     intercept = float(ym - slope * xm)
-    stderr = math.sqrt((1 - r**2) * ssym / ssxm / (n - 2))
+    stderr = math.sqrt((1 - r**2) * ssym / ssxm / (n - 2)) if r == r else math.nan
     return slope, intercept, r, stderr
 
 
