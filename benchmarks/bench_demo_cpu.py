@@ -15,7 +15,10 @@ CPU is summed over every process of the run: this script makes itself the child 
 (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``), so the pool workers (children of multiprocessing's fork
 server, which outlives nothing here) are reparented to it and reaped by it; their user + system
 time is then in ``getrusage(RUSAGE_CHILDREN)``, which ``/usr/bin/time`` misses. Printed: CPU,
-wall, load average before and after, and each stage's seconds from the run's manifest.
+wall, load average before and after, and each stage's CPU seconds from the run's manifest (its
+work in the main process plus its job's in a pool process; ``--json`` keeps the wall seconds
+too). The baseline's single run starts with empty numba and compiled-model caches, so it is not
+a warm run: ``--warm-baseline`` runs it again at the end, the ratio is then to that run.
 """
 
 from __future__ import annotations
@@ -71,8 +74,12 @@ def demo_run(src: Path, out: Path, cache: Path) -> dict:
         raise SystemExit(f"evtsync run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
     stages = {name: entry.get("seconds") for name, entry in manifest.get("stages", {}).items()}
+    # a stage's CPU: its work in this process plus its job's in a pool process (the engine's
+    # ``cpu_seconds``); its wall seconds include waiting for jobs that ran beside others
+    stage_cpu = {name: entry.get("cpu_seconds") for name, entry in manifest.get("stages", {}).items()}
     return {"cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
-            "wall_s": wall, "load_before": load, "load_after": loadavg(), "stage_seconds": stages}
+            "wall_s": wall, "load_before": load, "load_after": loadavg(), "stage_seconds": stages,
+            "stage_cpu_s": stage_cpu}
 
 
 def main() -> None:
@@ -80,12 +87,16 @@ def main() -> None:
     ap.add_argument("--baseline-src", type=Path, help="a checkout of the code to compare with")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/evtsync-demo-cpu"))
     ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument("--warm-baseline", action="store_true",
+                    help="run the baseline a second time after this checkout's runs: its warm run (the first "
+                         "fills its numba, demo and compiled-model caches), printed as 'baseline, warm'")
     args = ap.parse_args()
     become_subreaper()
     cache = args.workdir / "cache"
     shutil.rmtree(cache, ignore_errors=True)
     runs = ([("baseline", args.baseline_src.resolve())] if args.baseline_src else []) + \
-        [("this, first (figure cache empty)", HERE), ("this, warm", HERE)]
+        [("this, first (figure cache empty)", HERE), ("this, warm", HERE)] + \
+        ([("baseline, warm", args.baseline_src.resolve())] if args.baseline_src and args.warm_baseline else [])
     results: dict = {"machine": f"{platform.node()} {os.cpu_count()} cores",
                      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": {}}
     for i, (name, src) in enumerate(runs):
@@ -95,15 +106,18 @@ def main() -> None:
               f"load {res['load_before']} -> {res['load_after']}", file=sys.stderr)
     print(f"\n{results['date']}, {results['machine']}")
     names = list(results["runs"])
-    print("| run | CPU s (all processes) | wall s | load before | " + " | ".join(
-        results["runs"][names[0]]["stage_seconds"]) + " |")
-    print("|" + "---|" * (4 + len(results["runs"][names[0]]["stage_seconds"])))
+    stage_names = list(results["runs"][names[0]]["stage_cpu_s"])
+    print("| run | CPU s (all processes) | wall s | load before | sum of stage CPU | "
+          + " | ".join(stage_names) + " |   (stages: CPU s)")
+    print("|" + "---|" * (5 + len(stage_names)))
     for name in names:
         r = results["runs"][name]
-        print(f"| {name} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | {r['load_before']} | "
-              + " | ".join(f"{r['stage_seconds'].get(s, float('nan')):.1f}" for s in results["runs"][names[0]]["stage_seconds"]) + " |")
-    if "baseline" in results["runs"]:
-        print(f"warm / baseline CPU: {results['runs']['this, warm']['cpu_s'] / results['runs']['baseline']['cpu_s']:.2f}")
+        cpu = {k: (v if v is not None else float("nan")) for k, v in r["stage_cpu_s"].items()}
+        print(f"| {name} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | {r['load_before']} | {sum(cpu.values()):.1f} | "
+              + " | ".join(f"{cpu.get(s, float('nan')):.2f}" for s in stage_names) + " |")
+    base = results["runs"].get("baseline, warm") or results["runs"].get("baseline")
+    if base:
+        print(f"warm / baseline CPU: {results['runs']['this, warm']['cpu_s'] / base['cpu_s']:.2f}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1), encoding="utf-8")
 
