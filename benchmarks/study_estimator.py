@@ -18,7 +18,7 @@ The per-rank tail estimator (``ranktail``, :mod:`evtsync.evt.ranktail`) runs on 
 (``--estimators ranktail`` appends its lines to an existing results file). The table also gives
 the mean of the posterior medians (``median`` column; records written before it lack it).
 
-    nice -n 10 .venv/bin/python benchmarks/study_estimator.py --replicates 8 --out study.jsonl [--estimators ranktail]
+    nice -n 10 .venv/bin/python benchmarks/study_estimator.py --replicates 8 --out study.jsonl [--estimators ranktail] [--zscore-cache DIR]
     .venv/bin/python benchmarks/study_estimator.py --table study.jsonl [--plot figure.png]
 """
 
@@ -53,12 +53,21 @@ def run(args: argparse.Namespace) -> None:
         for rep in range(args.first_replicate, args.replicates):
             for parent in parents:
                 seed = 1000 * rep + parents.index(parent) if parent in PARENTS else 1000 * rep + 7
-                with tempfile.TemporaryDirectory() as tmp:
-                    res = synthesize(SynthConfig.build(ranks=8, tp=8, iterations=args.iterations, seed=seed,
-                                                       parent=parent), tmp)
-                    z = evtsync.zscore_table(evtsync.load_traces(res.traces_dir))
-                    truth = res.truth["parent"]["true_straggler_delay_sd"]
-                b_ratio = b_scale_ratio(z, res.truth["config"]["cv"])
+                cached = Path(args.zscore_cache, f"{parent}_{seed}.parquet") if args.zscore_cache else None
+                if cached is not None and cached.exists() and args.iterations == 40:
+                    z = pd.read_parquet(cached)
+                    truth, b_ratio = json.loads(str(z["truth"].iloc[0])), float(z["b_ratio"].iloc[0])
+                else:
+                    with tempfile.TemporaryDirectory() as tmp:
+                        res = synthesize(SynthConfig.build(ranks=8, tp=8, iterations=args.iterations, seed=seed,
+                                                           parent=parent), tmp)
+                        z = evtsync.zscore_table(evtsync.load_traces(res.traces_dir))
+                        truth = res.truth["parent"]["true_straggler_delay_sd"]
+                    b_ratio = b_scale_ratio(z, res.truth["config"]["cv"])
+                    if cached is not None and args.iterations == 40:
+                        cached.parent.mkdir(parents=True, exist_ok=True)
+                        z.attrs = {}
+                        z.assign(b_ratio=b_ratio, truth=json.dumps(truth)).to_parquet(cached)
                 for estimator, spec in (("centred", spec_y), ("paper", spec_z), ("ranktail", None)):
                     if estimator not in estimators:
                         continue
@@ -167,6 +176,9 @@ def main() -> None:
     parser.add_argument("--estimators", default="centred,paper,ranktail",
                         help="comma list of estimators to run (ranktail alone appends to an existing file)")
     parser.add_argument("--out", default="study_estimator.jsonl")
+    parser.add_argument("--zscore-cache", metavar="DIR",
+                        help="keep each job's z-score table (with its b_ratio and truth) in DIR/PARENT_SEED.parquet "
+                             "and reuse it (40 iterations only): a rerun of an estimator skips synth and reading")
     parser.add_argument("--table", metavar="JSONL", help="summarise a results file instead of running")
     parser.add_argument("--plot", metavar="PNG", help="with --table: the figure")
     args = parser.parse_args()

@@ -58,11 +58,13 @@ DEFAULT_ESTIMATOR = "centred"
 #: fewest and the most exceedances it fits (a large cell gets a higher threshold), the fewest
 #: rank values a cell needs, and the number of draws of E[max_n u] it returns.
 RANKTAIL_MODEL = "ranktail"  # the ``model`` of its rows in the prediction tables
-RANKTAIL_TAIL_SHARE = 0.10
+RANKTAIL_TAIL_SHARE = 0.05
 RANKTAIL_MIN_EXCEEDANCES = 30
 RANKTAIL_MAX_EXCEEDANCES = 5000
 RANKTAIL_MIN_VALUES = 120
 RANKTAIL_DRAWS = 1000
+RANKTAIL_XI_PRIOR_SD = 0.3  # sd of the Normal(0, sd) prior on the GPD shape (docs/methodology.md)
+RANKTAIL_STABILITY_ALPHA = 0.05  # level of the threshold-stability test (docs/methodology.md)
 
 #: Largest chain x draw x observation count whose pointwise log-likelihood a fit stores in its
 #: file (the ``log_likelihood`` group, what :func:`arviz.loo` reads; 8 MB of float64). Above it
@@ -90,6 +92,7 @@ DEFAULTS: dict[str, Any] = {
     "RANKTAIL_MIN_EXCEEDANCES": RANKTAIL_MIN_EXCEEDANCES,
     "RANKTAIL_MAX_EXCEEDANCES": RANKTAIL_MAX_EXCEEDANCES,
     "RANKTAIL_MIN_VALUES": RANKTAIL_MIN_VALUES, "RANKTAIL_DRAWS": RANKTAIL_DRAWS,
+    "RANKTAIL_XI_PRIOR_SD": RANKTAIL_XI_PRIOR_SD, "RANKTAIL_STABILITY_ALPHA": RANKTAIL_STABILITY_ALPHA,
 }
 
 
@@ -118,6 +121,8 @@ def check_defaults(table: dict[str, Any]) -> dict[str, Any]:
                        "LOGLIK_STORE_LIMIT")),
         ("DEFAULT_ESTIMATOR", lambda v: v in table["ESTIMATOR_NAMES"], "one of ESTIMATOR_NAMES"),
         ("RANKTAIL_TAIL_SHARE", lambda v: 0 < v < 0.5, "a share in (0, 0.5)"),
+        ("RANKTAIL_XI_PRIOR_SD", lambda v: v > 0, "a standard deviation > 0"),
+        ("RANKTAIL_STABILITY_ALPHA", lambda v: 0 <= v < 1, "a level in [0, 1) (0: no test)"),
         ("RANKTAIL_MIN_VALUES", lambda v: isinstance(v, int) and v >= 2 * table["RANKTAIL_MIN_EXCEEDANCES"],
          "a whole number at least twice RANKTAIL_MIN_EXCEEDANCES"),
     ]

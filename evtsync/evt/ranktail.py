@@ -10,16 +10,17 @@ sample of m ranks and extrapolates its GEV by k = n/m; this one uses **every ran
 - their distribution F̂ = the empirical distribution below a threshold t (the
   (1 − :data:`~evtsync.core.defaults.RANKTAIL_TAIL_SHARE`) quantile, at least
   :data:`~evtsync.core.defaults.RANKTAIL_MIN_EXCEEDANCES` and at most
-  :data:`~evtsync.core.defaults.RANKTAIL_MAX_EXCEEDANCES` values above it) and a generalized Pareto
-  tail above it: F̂(x) = W_t + (1 − W_t)(1 − G(x − t)), G the GPD survival function with scale
+  :data:`~evtsync.core.defaults.RANKTAIL_MAX_EXCEEDANCES` values above it; moved up while the
+  threshold-stability test, level :data:`~evtsync.core.defaults.RANKTAIL_STABILITY_ALPHA`,
+  rejects it) and a generalized Pareto tail above it: F̂(x) = W_t + (1 − W_t)(1 − G(x − t)), G the GPD survival function with scale
   sigma and shape xi (xi > 0 heavy, 0 exponential, < 0 bounded);
 - E[max_n u] = ∫ x dF̂(x)^n: the body's atoms exactly, the tail by quadrature in w = −log G:
   t(1 − W_t^n) + sigma ∫_0^∞ (1 − (1 − (1 − W_t) e^{−w})^n) e^{xi·w} dw (finite for xi < 1;
   infinite draws otherwise, as everywhere in :mod:`evtsync.predict.tables`).
 
-Uncertainty, without MCMC: the GPD's (log sigma, xi) posterior on a grid (flat priors on
-log sigma and on xi ∈ [−0.5, 1.2]) from the exceedances, and a Bayesian bootstrap (Dirichlet(1, …, 1)
-weights) of all N values for the body and the exceedance rate 1 − W_t; each draw pairs one of
+Uncertainty, without MCMC: the GPD's (log sigma, xi) posterior on a grid (flat prior on
+log sigma; xi ∈ [−0.5, 1.2] with a Normal(0, :data:`~evtsync.core.defaults.RANKTAIL_XI_PRIOR_SD`)
+prior) from the exceedances, and a Bayesian bootstrap (Dirichlet(1, …, 1) weights) of all N values for the body and the exceedance rate 1 − W_t; each draw pairs one of
 each. b is held at its estimate, as for the other estimators (its sampling error cancels to
 first order: u is standardised by the same s_c).
 
@@ -46,7 +47,9 @@ from evtsync.core.defaults import (
     RANKTAIL_MIN_EXCEEDANCES,
     RANKTAIL_MIN_VALUES,
     RANKTAIL_MODEL,
+    RANKTAIL_STABILITY_ALPHA,
     RANKTAIL_TAIL_SHARE,
+    RANKTAIL_XI_PRIOR_SD,
 )
 from evtsync.core.errors import InputError
 
@@ -56,10 +59,10 @@ __all__ = ["RANK_COLUMN", "RankTail", "RankTailFit", "expected_max_draws", "fit_
 
 #: The z-score table's column of per-rank standardised values u = (X − a_c)/s_c, comma-joined per sample.
 RANK_COLUMN = "u"
-#: The shape grid of the GPD posterior (flat prior on it).
+#: The shape grid of the GPD posterior (prior: Normal(0, RANKTAIL_XI_PRIOR_SD) on it).
 _XI_GRID = np.linspace(-0.5, 1.2, 171)
-#: Points of the tail quadrature in w = −log G.
-_W_POINTS = 2001
+#: Points of the tail quadrature in w = −log G (Simpson's rule).
+_W_POINTS = 801
 #: At most this many atoms of the body in the Bayesian bootstrap (adjacent sorted values binned).
 _MAX_ATOMS = 4000
 _GROUPS = ("gpu", "precision")
@@ -106,9 +109,8 @@ class RankTail:
         return int(self.values.size)
 
 
-def _gpd_grid_posterior(exc: NDArray[np.float64], draws: int, rng: np.random.Generator
-                        ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """(log sigma, xi) draws from the grid posterior of a GPD fitted to exceedances ``exc`` (> 0)."""
+def _gpd_loglik_grid(exc: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """The GPD log-likelihood of exceedances ``exc`` (> 0) on the grid: (log sigma (251,), ll (251, len(_XI_GRID)))."""
     k = exc.size
     centre = math.log(float(exc.mean()))
     log_sigma = np.linspace(centre - 3.0, centre + 2.0, 251)
@@ -124,12 +126,67 @@ def _gpd_grid_posterior(exc: NDArray[np.float64], draws: int, rng: np.random.Gen
             continue
         z = 1.0 + xi * exc[None, :] / sigma[inside, None]
         ll[inside, j] = -k * log_sigma[inside] - (1.0 + 1.0 / xi) * np.log(z).sum(axis=1)
+    return log_sigma, ll
+
+
+def _gpd_grid_posterior(exc: NDArray[np.float64], draws: int, rng: np.random.Generator
+                        ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """(log sigma, xi) draws from the grid posterior of a GPD fitted to exceedances ``exc`` (> 0)."""
+    log_sigma, ll = _gpd_loglik_grid(exc)
+    # the shape's prior, Normal(0, RANKTAIL_XI_PRIOR_SD) (docs/methodology.md, "The per-rank tail
+    # estimator"): weakly informative, centred on the exponential tail; it keeps a small tail sample's
+    # posterior from wandering into shapes whose mean maximum explodes
+    ll = ll + (-0.5 * (_XI_GRID / RANKTAIL_XI_PRIOR_SD) ** 2)[None, :]
     post = np.exp(ll - ll.max())
     post /= post.sum()
     pick = rng.choice(post.size, size=draws, p=post.ravel())
     row, col = np.unravel_index(pick, post.shape)
     ds, dx = log_sigma[1] - log_sigma[0], _XI_GRID[1] - _XI_GRID[0]
     return (log_sigma[row] + (rng.random(draws) - 0.5) * ds, _XI_GRID[col] + (rng.random(draws) - 0.5) * dx)
+
+
+def _gpd_loglik(exc: NDArray[np.float64], sigma: float, xi: float) -> float:
+    """GPD log-likelihood of exceedances ``exc`` at one (sigma, xi)."""
+    if abs(xi) < 1e-9:
+        return float(-exc.size * math.log(sigma) - exc.sum() / sigma)
+    z = 1.0 + xi * exc / sigma
+    if (z <= 0).any():
+        return -math.inf
+    return float(-exc.size * math.log(sigma) - (1.0 + 1.0 / xi) * np.log(z).sum())
+
+
+def _stable_exceedances(u: NDArray[np.float64], k: int, min_exceedances: int,
+                        alpha: float = RANKTAIL_STABILITY_ALPHA) -> int:
+    """The number of exceedances the threshold-stability test keeps (docs/methodology.md).
+
+    Candidates k, k/2, k/4, ... down to ``min_exceedances``. A threshold t is kept when the GPD
+    fitted above it (maximum likelihood on the grid) also describes the exceedances of every higher
+    candidate t': the likelihood ratio of their own fit against the implied one (same xi, sigma +
+    xi·(t' − t): the GPD's threshold stability), chi-square with 2 degrees of freedom, at level
+    ``alpha`` Bonferroni-divided over the higher candidates. A rejected threshold moves up to the
+    next candidate; the last is kept.
+    """
+    from scipy.stats import chi2
+
+    ks = [k]
+    while ks[-1] // 2 >= min_exceedances:
+        ks.append(ks[-1] // 2)
+    if alpha <= 0 or len(ks) == 1:
+        return k
+    fits = []
+    for kk in ks:
+        t = float(u[u.size - kk - 1])
+        exc = u[u > t] - t
+        log_sigma, ll = _gpd_loglik_grid(exc)
+        i, j = np.unravel_index(int(np.argmax(ll)), ll.shape)
+        fits.append((t, exc, math.exp(float(log_sigma[i])), float(_XI_GRID[j]), float(ll[i, j])))
+    for pos, (t, _, sigma, xi, _) in enumerate(fits[:-1]):
+        higher = fits[pos + 1:]
+        p_min = min(float(chi2.sf(max(0.0, 2.0 * (ll_free - _gpd_loglik(exc_h, sigma + xi * (t_h - t), xi))), 2))
+                    for t_h, exc_h, _, _, ll_free in higher)
+        if p_min >= alpha / len(higher):
+            return ks[pos]
+    return ks[-1]
 
 
 def fit_rank_tail(values: NDArray[np.float64], *, draws: int = RANKTAIL_DRAWS, seed: int = 0,
@@ -175,6 +232,7 @@ def fit_rank_tail(values: NDArray[np.float64], *, draws: int = RANKTAIL_DRAWS, s
         raise InputError(f"ranktail: {label} has {u.size} rank value(s); the per-rank tail estimator needs at least "
                          f"{min_values} ({min_values // 4} samples of 4 ranks); use --estimator centred for this cell")
     k = min(max(min_exceedances, int(math.ceil(tail_share * u.size))), max_exceedances)
+    k = _stable_exceedances(u, k, min_exceedances)
     threshold = float(u[u.size - k - 1])
     exc = u[u > threshold] - threshold
     if exc.size < min_exceedances // 2 or float(exc.max()) <= 0:
@@ -212,9 +270,16 @@ def expected_max_draws(tail: RankTail, n: Sequence[int], *, chunk: int = 200) ->
         counts, atoms = np.ones(body.size), body
     draws = tail.xi.size
     rng = np.random.default_rng(tail.weights_seed)
-    w = np.linspace(0.0, 1.0, _W_POINTS)
+    # the tail's quadrature grid in w = −log G, shared by every n: [0, log(max n) + 30], Simpson's weights
+    top = math.log(float(ns.max())) + 30.0
+    ww = np.linspace(0.0, top, _W_POINTS)
+    simpson_w = np.ones(_W_POINTS)
+    simpson_w[1:-1:2], simpson_w[2:-1:2] = 4.0, 2.0
+    simpson_w *= (ww[1] - ww[0]) / 3.0
+    e_minus = np.exp(-ww)
     out = np.empty((draws, ns.size))
     body = atoms
+    step = np.diff(body)
     for start in range(0, draws, chunk):
         stop = min(draws, start + chunk)
         d = stop - start
@@ -222,23 +287,24 @@ def expected_max_draws(tail: RankTail, n: Sequence[int], *, chunk: int = 200) ->
         total = g.sum(axis=1) + rng.standard_gamma(float(n_tail), size=d)
         cum = np.cumsum(g, axis=1) / total[:, None]  # (d, K) body CDF at each atom
         wt = cum[:, -1]  # W_t
-        prev = np.concatenate([np.zeros((d, 1)), cum[:, :-1]], axis=1)
         sigma = np.exp(tail.log_sigma[start:stop])
         xi = tail.xi[start:stop]
         c = 1.0 - wt
+        with np.errstate(divide="ignore"):
+            log_cum = np.log(cum)
+        log_survive = np.log1p(-c[:, None] * e_minus)  # log(1 - c e^-w), (d, W)
+        with np.errstate(over="ignore"):
+            growth = np.exp(xi[:, None] * ww[None, :]) * simpson_w[None, :]
+            rest_base = np.where(xi < 1, c * np.exp(-(1 - xi) * top) / np.maximum(1 - xi, 1e-12), np.inf)
         for j, nn in enumerate(ns):
-            with np.errstate(divide="ignore"):
-                body_part = (body[None, :] * (np.exp(nn * np.log(cum)) - np.exp(nn * np.log(prev)))).sum(axis=1)
+            # sum_i v_i (C_i^n - C_(i-1)^n) by parts: v_K C_K^n - sum_(i<K) C_i^n (v_(i+1) - v_i), one power per atom
+            powers = np.exp(nn * log_cum)
+            body_part = body[-1] * powers[:, -1] - powers[:, :-1] @ step
             # tail: sigma ∫_0^W (1 - (1 - c e^-w)^n) e^{xi w} dw + the analytic rest beyond W, where
             # 1 - (1 - c e^-w)^n ≈ n c e^-w
-            top = math.log(nn) + 30.0
-            ww = w[None, :] * top
-            s = c[:, None] * np.exp(-ww)
-            f = -np.expm1(nn * np.log1p(-s)) * np.exp(xi[:, None] * ww)
-            integral = np.trapezoid(f, ww, axis=1)
-            with np.errstate(over="ignore", divide="ignore"):
-                rest = np.where(xi < 1, nn * c * np.exp(-(1 - xi) * top) / np.maximum(1 - xi, 1e-12), np.inf)
-            tail_part = t * (1.0 - np.exp(nn * np.log(wt))) + sigma * (integral + rest)
+            with np.errstate(invalid="ignore"):
+                integral = np.einsum("dw,dw->d", -np.expm1(nn * log_survive), growth)
+            tail_part = t * (1.0 - powers[:, -1]) + sigma * (integral + nn * rest_base)
             out[start:stop, j] = np.where(xi < 1, body_part + tail_part, np.inf)
     return out
 
