@@ -38,7 +38,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="tau(n) = b·E_(n/m) for each posterior draw of a Bayesian fit: mean and credible "
         "interval per cell of the fit (GPU x precision) and domain size n.",
     )
-    p.add_argument("fit", metavar="FIT", help="fit folder written by `evtsync fit --model` (or its fit.nc)")
+    p.add_argument("fit", metavar="FIT", help="a run folder (ranktail from its z-score table, its main GEV fit for "
+                   "the fallback and unmeasured hardware), a z-score table (.parquet/.csv of `evtsync blocks`: "
+                   "ranktail) or a fit folder of `evtsync fit --model` (or its fit.nc: centred/paper; with the "
+                   "default estimator a labelled centred fallback)")
     p.add_argument("--n", action=ListOption, metavar="N", examples=("8", "64"),
                    help="domain sizes, multiples of --m (space or comma separated)")
     p.add_argument("--straggler", metavar="TABLE",
