@@ -238,6 +238,13 @@ def _close(fit: Any, args: argparse.Namespace, table: pd.DataFrame | None = None
     return 0 if _converged(fit, table) else 1
 
 
+def _models(table: pd.DataFrame, fit: Any) -> str:
+    """The fits whose rows a table holds (the ranktail fit and a fallback GEV fit), comma-joined."""
+    if "model" in table and len(table):
+        return ", ".join(dict.fromkeys(table["model"].astype(str)))
+    return str(fit.name)
+
+
 def _converged(fit: Any, table: pd.DataFrame | None = None) -> bool:
     if table is not None and "converged" in table and len(table):
         return bool(table["converged"].astype(bool).all())
@@ -314,7 +321,7 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
     else:
         for note in [*alpha_notes, *hw["notes"]]:
             print(note)
-        print(f"fit {fit.name}: S = {args.bytes:.6g} bytes, b = {block_sd:g} µs on the reference GPU; "
+        print(f"fit {_models(summary, fit)}: S = {args.bytes:.6g} bytes, b = {block_sd:g} µs on the reference GPU; "
               f"mean [{level:.0%} {_interval_name(fit)} interval]; bandwidths in GB/s")
         print(f"tau(n): {summary.attrs['estimator']}")
         print(f"intervals: {FIXED_B_NOTE}; "
@@ -402,7 +409,7 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     else:
         for note in hw["notes"]:
             print(note)
-        print(f"fit {fit.name}: tau(n) = b·E_(n/{args.m}) with b = {block_sd:g} µs on the reference GPU / flops factor; "
+        print(f"fit {_models(summary, fit)}: tau(n) = b·E_(n/{args.m}) with b = {block_sd:g} µs on the reference GPU / flops factor; "
               f"mean [{level:.0%} {_interval_name(fit)} interval]")
         print(f"estimator: {summary.attrs['estimator']}; {FIXED_B_NOTE}")
         for _, r in summary.iterrows():
@@ -433,7 +440,7 @@ def _straggler(args: argparse.Namespace, fit: Any, choice: Any) -> int:
     if args.json:
         emit_json({"rows": table, "skipped": table.attrs["skipped"]}, indent=None)
         return 0 if _converged(fit, table) else 1
-    print(f"fit {fit.name}: predicted vs measured mean straggler delay; "
+    print(f"fit {_models(table, fit)}: predicted vs measured mean straggler delay; "
           f"mean [{level:.0%} {_interval_name(fit)} interval]")
     print(f"estimator: {table.attrs['estimator']}")
     for _, r in table.iterrows():

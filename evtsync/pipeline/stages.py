@@ -552,7 +552,8 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
     others = pd.concat(tau, ignore_index=True).assign(default_estimate=False)
     tau_all = pd.concat([default, others], ignore_index=True)
     # the default's fallback rows are the main model's own rows, labelled: one copy of each
-    tau_all = tau_all.drop_duplicates(["model", "cell", "n"], keep="first").reset_index(drop=True)
+    tau_all = tau_all.drop_duplicates([c for c in ("model", "gpu", "precision", "cell", "n") if c in tau_all],
+                                      keep="first").reset_index(drop=True)
     if tau_all.empty:
         raise NotApplicable("no fit covers the GPU × precision cells of the z-scores")
     bstar = [predict_table(choice, predict.bandwidth_table, TOPOLOGIES, ns.tolist(), o.alpha_us, size_bytes, scales,
