@@ -686,7 +686,7 @@ def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 
                                  "d_rel_hi": float(rs["hi"]), "prob_lower": float(np.mean(d < 0)),
                                  "verdict": verdict, "reason": reason})
     table = pd.DataFrame(rows, columns=BSTAR_DIFF_COLUMNS)
-    table.attrs.update({"a": fa.name, "b": fb.name, "level": level, "inputs": inputs.describe(),
+    table.attrs.update({"a": fa.name, "b": fb.name, "level": level, "inputs": inputs.describe(), "estimator": estimator,
                         "pairing": "independent posteriors: draws paired at random; the same alpha draw on both sides"})
     return table
 
