@@ -32,7 +32,7 @@ from evtsync.predict.tables import ESTIMATORS, FALLBACK_ESTIMATOR, check_estimat
 
 log = logging.getLogger("evtsync.predict.estimator")
 
-__all__ = ["EstimatorChoice", "choose_estimator", "fit_ranktail", "predict_table"]
+__all__ = ["EstimatorChoice", "cache_expected_max", "choose_estimator", "fit_ranktail", "predict_table"]
 
 #: The reason of a fallback row whose GPU/precision was not measured.
 UNMEASURED_REASON = ("GPU/precision not measured: the ranktail estimator predicts measured cells only; the "
@@ -76,6 +76,32 @@ class EstimatorChoice:
                 "fallback_model": getattr(self.gev, "name", None) if self.gev is not None else None,
                 "ranktail_cells": ([str(c) for c in self.ranktail.cells["cell"]] if self.ranktail is not None else []),
                 "reason": self.reason, "cell_reasons": dict(self.cell_reasons)}
+
+
+def cache_expected_max(fit: Any) -> Any:
+    """``fit`` (a :class:`~evtsync.evt.ranktail.RankTailFit`) with its :meth:`expected_max` draws
+    computed once per cell and domain size: a run asks the same cells and n for tau(n), B*, what-if
+    and FLOPS (~10 s of quadrature each time on the demo). The draws of one (cell, n) do not depend
+    on which other n are asked (checked in the tests), so the answers are the fit's own. The fit
+    keeps its type (the prediction tables check it); only this instance's method is wrapped."""
+    import numpy as np
+
+    compute = fit.expected_max
+    draws: dict[tuple[int, int], Any] = {}
+
+    def expected_max(n: Any, index: Any = None) -> Any:
+        cells = range(len(fit.cells)) if index is None else [int(i) for i in index]
+        ns = [int(v) for v in n]
+        for i in cells:
+            todo = [v for v in dict.fromkeys(ns) if (i, v) not in draws]
+            if todo:
+                new = np.asarray(compute(todo, [i]))[:, 0, :]
+                draws.update({(i, v): new[:, j] for j, v in enumerate(todo)})
+        return np.stack([np.stack([draws[(i, v)] for v in ns], axis=1) for i in cells], axis=1)
+
+    expected_max.__doc__ = compute.__doc__
+    setattr(fit, "expected_max", expected_max)  # noqa: B010 - an instance attribute shadows the method
+    return fit
 
 
 def fit_ranktail(table: pd.DataFrame, *, seed: int = 0, source: str = "z-score table",
@@ -202,7 +228,7 @@ def choose_estimator(estimator: str | None = None, *, gev: Any = None, zscores: 
         log.warning("ranktail estimator: cell %s refused (%s); %s", cell, why,
                     f"its rows fall back to the {FALLBACK_ESTIMATOR} estimator of {gev.name}" if gev is not None
                     else "no GEV fit to fall back to: its rows are left out")
-    return EstimatorChoice(asked, explicit, ranktail=fit, gev=gev, cell_reasons=refused)
+    return EstimatorChoice(asked, explicit, ranktail=cache_expected_max(fit), gev=gev, cell_reasons=refused)
 
 
 def _fallback_all(asked: str, gev: Any, reason: str, refused: dict[str, str] | None = None) -> EstimatorChoice:

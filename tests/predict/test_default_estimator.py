@@ -166,3 +166,18 @@ def test_cli_default_and_explicit(tmp_path, capsys, ranks) -> None:
     assert "fallback to the centred estimator" in capsys.readouterr().out
     assert main(["bandwidth", "--topology", "ring", "--gumbel", "0.5", "0.4", "--block-sd-us", "3", "--n", "8", "--alpha-us", "2",
                  "--bytes", "1M", "--estimator", "ranktail"]) == 2
+
+
+def test_cached_expected_max_gives_the_fits_own_draws(ranks) -> None:
+    from evtsync.evt.ranktail import RankTailFit
+    from evtsync.predict.estimator import cache_expected_max
+
+    table, _ = ranks
+    plain = RankTailFit.from_table(table, seed=3)
+    cached = cache_expected_max(RankTailFit.from_table(table, seed=3))
+    first = cached.expected_max([64], [0])  # fills (cell 0, n = 64) alone
+    assert np.array_equal(first, plain.expected_max([64], [0]))
+    both = cached.expected_max([8, 64, 4096])
+    assert both.shape == plain.expected_max([8, 64, 4096]).shape
+    assert np.array_equal(both, plain.expected_max([8, 64, 4096]))
+    assert isinstance(cached, RankTailFit)
