@@ -172,35 +172,83 @@ def _write_outputs(args: argparse.Namespace, table: pd.DataFrame, figure: Any) -
         save_figure(figure(table), args.plot)
 
 
-def load_prediction_fit(path: str, estimator: str) -> Any:
-    """The fit a prediction command uses: a Bayesian fit folder (or its fit.nc), or, for
-    ``--estimator ranktail``, the per-rank tail fit of a z-score table (``.parquet``/``.csv`` written
-    by ``evtsync blocks``, or a run folder holding ``tables/zscores.parquet``)."""
-    from evtsync.evt.bayesfit import BayesFit
+def load_prediction_choice(path: str, estimator: str | None) -> Any:
+    """The estimator of tau(n) a prediction command uses and its fits
+    (:func:`evtsync.predict.estimator.choose_estimator`), from ``path``:
 
-    if estimator != "ranktail":
-        return BayesFit.load(path)
+    - a run folder (``manifest.json``): its ``tables/zscores.parquet`` (ranktail) and its main GEV fit
+      (the fallback, or ``--estimator centred``); ``--estimator paper`` takes its GEV MLE of z
+      (``tables/mle.parquet``);
+    - a z-score table (``.parquet``/``.csv`` written by ``evtsync blocks``): ranktail only;
+    - a Bayesian fit folder (or its fit.nc): centred/paper as the fit's column says; with the default
+      estimator the labelled centred fallback (the fit holds no per-rank values).
+
+    ``estimator`` None is the default (ranktail) with its fallback; a name is obeyed strictly.
+    """
     from pathlib import Path
 
     from evtsync.core.tableio import read_table
-    from evtsync.evt.ranktail import RankTailFit
+    from evtsync.evt.bayesfit import BayesFit
+    from evtsync.predict.estimator import choose_estimator
 
     source = Path(path)
-    if source.is_dir():
-        source = source / "tables" / "zscores.parquet"
-    if not source.is_file() or source.suffix not in (".parquet", ".csv"):
+    if source.is_dir() and (source / "manifest.json").is_file():
+        from evtsync.runfolder.layout import (
+            fitted_models,
+            main_model,
+            read_verified_manifest,
+            table_path,
+        )
+
+        manifest = read_verified_manifest(source)
+        zpath = table_path(source, "zscores")
+        zscores = read_table(str(zpath)) if zpath.is_file() else None
+        gev: Any = None
+        if estimator == "paper":
+            from evtsync.evt.mlefit import MleCellFit
+
+            mle = table_path(source, "mle")
+            if not mle.is_file():
+                raise InputError(f"{path}: --estimator paper needs the run's GEV MLE of z (tables/mle.parquet)")
+            gev = MleCellFit(read_table(str(mle)), family="gev")
+        else:
+            name = main_model(source, manifest)
+            gev = BayesFit.load(fitted_models(source, manifest)[name]) if name is not None else None
+        return choose_estimator(estimator, gev=gev, zscores=zscores, source=str(zpath))
+    if source.is_file() and source.suffix in (".parquet", ".csv"):
+        return choose_estimator(estimator, zscores=read_table(source), source=str(source))
+    if estimator == "ranktail":
         raise InputError(f"{path}: --estimator ranktail takes the z-score table (.parquet/.csv written by "
                          "`evtsync blocks`, or a run folder with tables/zscores.parquet), not a fit")
-    return RankTailFit.from_table(read_table(source), source=str(source))
+    return choose_estimator(estimator, gev=BayesFit.load(path))
 
 
-def _close(fit: Any, args: argparse.Namespace) -> int:
-    """The convergence note and the figure's path after the text output; the exit status."""
+def _shown_fit(choice: Any) -> Any:
+    """The fit a prediction's header names: the ranktail fit when it predicts, else the GEV fit."""
+    return choice.ranktail if choice.asked == "ranktail" and choice.ranktail is not None else choice.gev
+
+
+def _close(fit: Any, args: argparse.Namespace, table: pd.DataFrame | None = None) -> int:
+    """The convergence note and the figure's path after the text output; the exit status (the
+    rows' ``converged`` when a table is given: a fallback fit counts only where it predicted)."""
     if getattr(fit, "tree", None) is not None:
         _print_note(fit.tree)
     if getattr(args, "plot", None):
         print(f"plot: {args.plot}")
-    return 0 if fit.converged else 1
+    return 0 if _converged(fit, table) else 1
+
+
+def _models(table: pd.DataFrame, fit: Any) -> str:
+    """The fits whose rows a table holds (the ranktail fit and a fallback GEV fit), comma-joined."""
+    if "model" in table and len(table):
+        return ", ".join(dict.fromkeys(table["model"].astype(str)))
+    return str(fit.name)
+
+
+def _converged(fit: Any, table: pd.DataFrame | None = None) -> bool:
+    if table is not None and "converged" in table and len(table):
+        return bool(table["converged"].astype(bool).all())
+    return bool(fit.converged)
 
 
 def _interval_name(fit: Any) -> str:
@@ -219,6 +267,7 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
     """
     from evtsync.cli._common import parse_topologies
     from evtsync.cli._whatif import alpha_setup, hardware, parse_float_list
+    from evtsync.predict.estimator import predict_table
     from evtsync.predict.tables import (
         FIXED_ALPHA_NOTE,
         FIXED_B_NOTE,
@@ -227,7 +276,8 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
         flops_scaling_table,
     )
 
-    fit = load_prediction_fit(args.fit, args.estimator)
+    choice = load_prediction_choice(args.fit, args.estimator)
+    fit = _shown_fit(choice)
     topologies = parse_topologies(args.topology)
     hw = hardware(args)
     if not hw["sizes"]:
@@ -246,13 +296,13 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
                else int(np.prod(fit.cell_draws()[0].shape[:1])))
     alpha, alpha_draws, alpha_notes = alpha_setup(args, topologies, n_draws if args.alpha_from else None)
     common = {"alpha_draws_us": alpha_draws, "gpu": hw["gpu"], "precision": getattr(args, "precision", None),
-              "seed": getattr(args, "seed", 0), "estimator": args.estimator}
-    summary = bandwidth_table(fit, topologies, sizes, alpha, args.bytes, block_sd, eps_values, args.m, level,
-                              hw["factors"], **common)
+              "seed": getattr(args, "seed", 0)}
+    summary = predict_table(choice, bandwidth_table, topologies, sizes, alpha, args.bytes, block_sd, eps_values,
+                            args.m, level, hw["factors"], **common)
     scaling = None
     if len(set(hw["factors"])) > 1:
-        scaling = flops_scaling_table(fit, topologies, sizes, alpha, args.bytes, block_sd, hw["factors"],
-                                      eps_values, args.m, level, **common)
+        scaling = predict_table(choice, flops_scaling_table, topologies, sizes, alpha, args.bytes, block_sd,
+                                hw["factors"], eps_values, args.m, level, **common)
     if args.plot:
         from evtsync.cli._whatif import plot_bandwidth
 
@@ -267,17 +317,18 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
         else:
             emit_json({"rows": summary, "flops_scaling": scaling, "definition": scaling.attrs["definition"]},
                       indent=None)
+        return 0 if _converged(fit, summary) else 1
     else:
         for note in [*alpha_notes, *hw["notes"]]:
             print(note)
-        print(f"fit {fit.name}: S = {args.bytes:.6g} bytes, b = {block_sd:g} µs on the reference GPU; "
+        print(f"fit {_models(summary, fit)}: S = {args.bytes:.6g} bytes, b = {block_sd:g} µs on the reference GPU; "
               f"mean [{level:.0%} {_interval_name(fit)} interval]; bandwidths in GB/s")
         print(f"tau(n): {summary.attrs['estimator']}")
         print(f"intervals: {FIXED_B_NOTE}; "
               + ("alpha's draws carried" if alpha_draws is not None else FIXED_ALPHA_NOTE))
-        mark = "" if fit.converged else "  NOT CONVERGED"
         for _, r in summary.iterrows():
             kind = _row_labels(r)
+            mark = "" if r.get("converged", True) else "  NOT CONVERGED"
             hock = (f"{r['bstar_hockney_gbps']:10.5g}" if r["alpha_source"] == "point" else
                     f"{r['bstar_hockney_gbps']:10.5g} [{r['bstar_hockney_lo_gbps']:.5g}, {r['bstar_hockney_hi_gbps']:.5g}]")
             print(f"  {r['cell']:14s} {r['topology']:8s} n={r['n']:<5d} eps={r['eps']:<5g} f={r['flops_factor']:<5.3g} "
@@ -295,13 +346,14 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
                       f"= {100 * r['scaling_reduction_median']:.1f}% [{100 * r['scaling_reduction_lo']:.1f}, "
                       f"{100 * r['scaling_reduction_hi']:.1f}] below the roofline" + mark)
         _print_prediction_notes(summary)
-        return _close(fit, args)
-    return 0 if fit.converged else 1
+        return _close(fit, args, summary)
 
 
 def _row_labels(row: pd.Series) -> str:
-    """The labels a printed prediction row carries: population-level, prior-dominated width."""
-    text = "  [population-level]" if row.get("prediction_kind") == "population" else ""
+    """The labels a printed prediction row carries: the estimator when it is a fallback,
+    population-level, prior-dominated width."""
+    text = f"  [{row.get('estimator')}: fallback]" if row.get("estimator_note") else ""
+    text += "  [population-level]" if row.get("prediction_kind") == "population" else ""
     if row.get("prior_dominated"):
         text += f"  [prior-dominated: {row.get('prior_dominated_spreads')}]"
     return text
@@ -309,8 +361,9 @@ def _row_labels(row: pd.Series) -> str:
 
 def _print_prediction_notes(table: pd.DataFrame) -> None:
     """The notes a prediction table carries (population-level rows, prior-dominated widths, a pooled fit)."""
-    for note in (table.attrs.get("population_note"), table.attrs.get("prior_dominated_note"),
-                 table.attrs.get("pooled_note"), table.attrs.get("ranktail_note")):
+    for note in (table.attrs.get("estimator_note"), table.attrs.get("population_note"),
+                 table.attrs.get("prior_dominated_note"), table.attrs.get("pooled_note"),
+                 table.attrs.get("ranktail_note")):
         if note:
             print(f"NOTE: {note}")
 
@@ -328,11 +381,13 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     """
     from evtsync.cli._whatif import hardware
     from evtsync.plots.predictions import tau_curves
+    from evtsync.predict.estimator import predict_table
     from evtsync.predict.tables import FIXED_B_NOTE, domain_multiple, tau_table
 
-    fit = load_prediction_fit(args.fit, args.estimator)
+    choice = load_prediction_choice(args.fit, args.estimator)
+    fit = _shown_fit(choice)
     if getattr(args, "straggler", None):
-        return _straggler(args, fit)
+        return _straggler(args, fit, choice)
     hw = hardware(args)
     if not hw["sizes"]:
         raise InputError("give the domain sizes --n N... (or --preset NAME, or --straggler TABLE)")
@@ -342,62 +397,63 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     level = level_of(args)
     parts = []
     for factor in hw["factors"]:
-        part = tau_table(fit, sizes, block_sd / factor, args.m, level, gpu=hw["gpu"],
-                         precision=getattr(args, "precision", None), seed=getattr(args, "seed", 0),
-                         estimator=args.estimator)
+        part = predict_table(choice, tau_table, sizes, block_sd / factor, args.m, level, gpu=hw["gpu"],
+                             precision=getattr(args, "precision", None), seed=getattr(args, "seed", 0))
         parts.append(part.assign(flops_factor=factor))
     summary = pd.concat(parts, ignore_index=True)
     summary.attrs.update(parts[0].attrs)
     _write_outputs(args, summary, tau_curves)
     if args.json:
         emit_json(summary, indent=None)
+        return 0 if _converged(fit, summary) else 1
     else:
         for note in hw["notes"]:
             print(note)
-        print(f"fit {fit.name}: tau(n) = b·E_(n/{args.m}) with b = {block_sd:g} µs on the reference GPU / flops factor; "
+        print(f"fit {_models(summary, fit)}: tau(n) = b·E_(n/{args.m}) with b = {block_sd:g} µs on the reference GPU / flops factor; "
               f"mean [{level:.0%} {_interval_name(fit)} interval]")
         print(f"estimator: {summary.attrs['estimator']}; {FIXED_B_NOTE}")
-        mark = "" if fit.converged else "  NOT CONVERGED"
         for _, r in summary.iterrows():
             kind = _row_labels(r)
+            mark = "" if r.get("converged", True) else "  NOT CONVERGED"
             flops = f" f={r['flops_factor']:<5.3g}" if len(hw["factors"]) > 1 or r["flops_factor"] != 1 else ""
             print(f"  {r['cell']:14s} n={r['n']:<6d}{flops} tau {r['tau_mean_us']:10.4g} µs  "
                   f"[{r['tau_lo_us']:.4g}, {r['tau_hi_us']:.4g}]" + _infinite(r, "tau") + kind + mark)
         _print_prediction_notes(summary)
-        return _close(fit, args)
-    return 0 if fit.converged else 1
+        return _close(fit, args, summary)
 
 
-def _straggler(args: argparse.Namespace, fit: Any) -> int:
+def _straggler(args: argparse.Namespace, fit: Any, choice: Any) -> int:
     """Predicted vs measured mean straggler delay per row of ``--straggler TABLE``."""
     from evtsync.core.tableio import read_table
     from evtsync.plots.predictions import predicted_vs_measured as pvm_figure
+    from evtsync.predict.estimator import predict_table
     from evtsync.predict.tables import predicted_vs_measured
 
     if args.n or any(getattr(args, k, None) is not None for k in ("block_sd_us", "block_mean_us", "cv")):
         raise InputError("--straggler takes n and b from the table; do not also give --n or the block spread")
     level = level_of(args)
-    table = predicted_vs_measured(fit, read_table(args.straggler), args.m, level, source=str(args.straggler),
-                                  estimator=args.estimator)
+    table = predict_table(choice, predicted_vs_measured, read_table(args.straggler), args.m, level,
+                          source=str(args.straggler))
     if table.empty:
         raise InputError(f"{args.straggler}: no row matches a cell of the fit ({table.attrs['skipped']})")
     _write_outputs(args, table, pvm_figure)
     if args.json:
         emit_json({"rows": table, "skipped": table.attrs["skipped"]}, indent=None)
-        return 0 if fit.converged else 1
-    print(f"fit {fit.name}: predicted vs measured mean straggler delay; "
+        return 0 if _converged(fit, table) else 1
+    print(f"fit {_models(table, fit)}: predicted vs measured mean straggler delay; "
           f"mean [{level:.0%} {_interval_name(fit)} interval]")
     print(f"estimator: {table.attrs['estimator']}")
-    mark = "" if fit.converged else "  NOT CONVERGED"
     for _, r in table.iterrows():
+        mark = "" if r.get("converged", True) else "  NOT CONVERGED"
         print(f"  {r['workload']:16s} {r['gpu']:6s} {r['precision']:5s} n={r['n']:<4d} measured "
               f"{r['measured_mean_us']:9.4g} µs  predicted {r['predicted_mean_us']:9.4g} "
               f"[{r['predicted_lo_us']:.4g}, {r['predicted_hi_us']:.4g}]"
-              + ("" if r["inside_interval"] else "  outside") + mark)
+              + ("" if r["inside_interval"] else "  outside") + _row_labels(r) + mark)
     skipped = {k: v for k, v in table.attrs["skipped"].items() if v}
     if skipped:
         print(f"  skipped rows: {skipped}")
-    return _close(fit, args)
+    _print_prediction_notes(table)
+    return _close(fit, args, table)
 
 
 def run_bayesian_compare(args: argparse.Namespace) -> int:

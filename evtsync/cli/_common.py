@@ -331,11 +331,16 @@ def add_estimator_argument(parser: argparse.ArgumentParser) -> None:
     """``--estimator centred|paper|ranktail``: which estimator of tau(n) (:data:`evtsync.predict.tables.ESTIMATORS`)."""
     from evtsync.core.defaults import DEFAULT_ESTIMATOR, ESTIMATOR_NAMES
 
-    parser.add_argument("--estimator", choices=list(ESTIMATOR_NAMES), default=DEFAULT_ESTIMATOR,
-                        help="estimator of tau(n): centred (default; calibrated for n > m, needs a fit of the "
-                             "z-score table's column y), paper (the paper's b·E_(n/m) of z: biased low at n > m, "
-                             "needs a fit of column z) or ranktail (every rank's value with a generalized Pareto "
-                             "tail: give the z-score table or a run folder in place of the fit)")
+    parser.add_argument("--estimator", choices=list(ESTIMATOR_NAMES), default=None,
+                        help=f"estimator of tau(n) (default {DEFAULT_ESTIMATOR}): ranktail (every rank's value with a "
+                             "generalized Pareto tail, from the z-score table: give the table or a run folder), "
+                             "centred (the GEV of the centred maximum y: needs a GEV fit of column y) or paper (the "
+                             "paper's b·E_(n/m) of z: biased low at n > m, needs a fit of column z). Unless named, "
+                             "rows ranktail cannot give (a GEV fit without its z-score table, a table without "
+                             "column u, a cell with too few values, an unmeasured GPU) fall back to the centred "
+                             "estimator of the GEV fit, labelled and warned; a named estimator is obeyed strictly")
+
+
 @contextlib.contextmanager
 def private_tempdir() -> Iterator[Path]:
     """Send every temporary file of this process and of the processes it starts into a private

@@ -75,7 +75,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tax.add_argument("--tau-us", type=float, metavar="T", help="synchronization tax in µs, the same for every n")
     tax.add_argument("--gumbel", type=float, nargs=2, metavar=("MU", "SIGMA"), help="Gumbel fit of the z-scores")
     tax.add_argument("--gev", type=float, nargs=3, metavar=("MU", "SIGMA", "XI"), help="GEV fit of the z-scores")
-    tax.add_argument("--fit", metavar="FIT_DIR", help="Bayesian fit folder: B* with its posterior")
+    tax.add_argument("--fit", metavar="FIT", help="B* with its posterior from a run folder (ranktail from its z-score "
+                     "table, its main GEV fit for the fallback), a z-score table (ranktail) or a Bayesian fit folder "
+                     "(centred/paper; with the default estimator a labelled centred fallback)")
     p.add_argument("--block-sd-us", type=float, metavar="B", help="block standard deviation b in µs (with a fit)")
     p.add_argument("--m", type=int, default=DEFAULT_M,
                    help=f"ranks per sample of the fit (default {DEFAULT_M}); n must be a multiple")
@@ -123,7 +125,19 @@ def point_fit(args: argparse.Namespace, sizes: list[int]) -> Any:
         raise InputError(f"--gev shape xi = {xi:g} >= 1: the mean of the maximum is infinite, so tau(n) and B* "
                          "are not defined (methodology §6: the mean exists for xi < 1)")
     domain_multiple(sizes, args.m)
-    return PointFit(mu, sigma, xi, estimator=args.estimator, name="gumbel" if args.gumbel else "gev")
+    return PointFit(mu, sigma, xi, estimator=_point_estimator(args), name="gumbel" if args.gumbel else "gev")
+
+
+#: Why given GEV parameters are predicted with the centred estimator, not the default ranktail.
+POINT_FALLBACK_NOTE = ("fallback to the centred estimator: GEV parameters given (--gumbel/--gev) hold no per-rank "
+                       "values, which the default ranktail estimator needs (give --fit ZSCORES or a run folder)")
+
+
+def _point_estimator(args: argparse.Namespace) -> str:
+    """The estimator of given GEV parameters: the one named, else the labelled centred fallback."""
+    from evtsync.predict.tables import FALLBACK_ESTIMATOR
+
+    return str(args.estimator) if args.estimator is not None else FALLBACK_ESTIMATOR
 
 
 def run_bandwidth(args: argparse.Namespace) -> int:
@@ -162,10 +176,19 @@ def run_bandwidth(args: argparse.Namespace) -> int:
         scaling = (given_tax_scaling_table(args.tau_us, topologies, sizes, alpha_by_topology, args.bytes,
                                            hw["factors"], eps_values) if sweep else None)
     else:  # given GEV parameters: a one-draw fit through the posterior's tables
+        estimator = _point_estimator(args)
         table = bandwidth_table(fit, topologies, sizes, alpha_by_topology, args.bytes, args.block_sd_us, eps_values,
-                                args.m, flops_factor=hw["factors"], estimator=args.estimator)
+                                args.m, flops_factor=hw["factors"], estimator=estimator)
         scaling = (flops_scaling_table(fit, topologies, sizes, alpha_by_topology, args.bytes, args.block_sd_us,
-                                       hw["factors"], eps_values, args.m, estimator=args.estimator) if sweep else None)
+                                       hw["factors"], eps_values, args.m, estimator=estimator) if sweep else None)
+        if args.estimator is None:  # the default could not run: every row says so (issue 29)
+            import logging
+
+            logging.getLogger("evtsync.cli.bandwidth").warning("%s", POINT_FALLBACK_NOTE)
+            for t in (table, scaling):
+                if t is not None:
+                    t["estimator_note"] = POINT_FALLBACK_NOTE
+                    t.attrs["estimator_note"] = POINT_FALLBACK_NOTE
     if args.out:
         write_bandwidth_tables(args.out, table, scaling)
     if args.plot:
@@ -181,8 +204,10 @@ def run_bandwidth(args: argparse.Namespace) -> int:
         print(note)
     print(f"S = {args.bytes:.6g} bytes; bandwidths in GB/s")
     if args.tau_us is None:  # tau from given GEV parameters: what they were fitted to decides the estimator
-        print(f"tau(n) = b·E_(n/{args.m}) of the given GEV, as the {args.estimator} estimator: "
-              + ("its parameters must be a fit of the centred maxima y" if args.estimator == "centred" else
+        if args.estimator is None:
+            print(f"NOTE: {POINT_FALLBACK_NOTE}")
+        print(f"tau(n) = b·E_(n/{args.m}) of the given GEV, as the {_point_estimator(args)} estimator: "
+              + ("its parameters must be a fit of the centred maxima y" if _point_estimator(args) == "centred" else
                  "the paper's, from a fit of z (biased low beyond n = m)")
               + "; b and alpha fixed at the values given")
     print(f"{'topology':9s} {'n':>6s} {'eps':>5s} {'flops':>6s} {'p':>9s} {'q':>7s} {'alpha_us':>8s} {'tau_us':>10s} "

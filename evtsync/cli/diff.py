@@ -43,8 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "PATH_fits and PATH_bstar", old=("--output",))
     fits = parser.add_argument_group(
         "fit level (Δξ, Δτ(n) and ΔB* per GPU × precision cell; run folders with fits use their main fit)")
-    fits.add_argument("--fit-a", metavar="FIT", help="a Bayesian fit of A (a fit folder or .nc)")
-    fits.add_argument("--fit-b", metavar="FIT", help="a Bayesian fit of B")
+    fits.add_argument("--fit-a", metavar="FIT", help="A's fit: a Bayesian fit (a fit folder or .nc: centred/paper) or a "
+                      "z-score table (.parquet/.csv of `evtsync blocks`: ranktail)")
+    fits.add_argument("--fit-b", metavar="FIT", help="B's fit (the same kind as --fit-a)")
     fits.add_argument("--n", action=ListOption, item=int, default=[8, 64, 512], metavar="N", examples=("8", "64"),
                       help="domain sizes of Δτ(n) and ΔB* (default 8 64 512)")
     fits.add_argument("--block-sd-us", type=float, default=None,
@@ -55,6 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "whole tax (block spread and tail); default: A's b on both sides (the tail alone)")
     fits.add_argument("--m", type=int, default=None,
                       help=f"ranks per sample of the fits (default {DEFAULT_M}, or A's run's)")
+    from evtsync.cli._common import add_estimator_argument
+
+    add_estimator_argument(parser)  # both sides with the same estimator: run folders compare ranktail by default
     bw = parser.add_argument_group(
         "ΔB* inputs (as in `evtsync bandwidth`; run folders: default A's run's topologies, alpha, S and eps)")
     bw.add_argument("--topology", action=ListOption, default=[], metavar="NAME", examples=("full", "ring"),
@@ -194,8 +198,7 @@ def _fit_level(args: argparse.Namespace):  # noqa: ANN202 - (fit table, ΔB* tab
     from pathlib import Path
 
     from evtsync.core.errors import InputError
-    from evtsync.evt.bayesfit import BayesFit
-    from evtsync.runfolder.diff import diff_bstar, diff_fits, fit_of_run
+    from evtsync.runfolder.diff import diff_bstar, diff_fits, estimator_fits_of_runs, fit_of_run
 
     if bool(args.fit_a) != bool(args.fit_b):
         raise InputError("diff: give both --fit-a and --fit-b (or neither)")
@@ -203,7 +206,8 @@ def _fit_level(args: argparse.Namespace):  # noqa: ANN202 - (fit table, ΔB* tab
     run_a = fit_of_run(args.a) if (Path(args.a) / "manifest.json").is_file() else None
     run_b = fit_of_run(args.b) if (Path(args.b) / "manifest.json").is_file() else None
     if args.fit_a:
-        fit_a, fit_b = BayesFit.load(args.fit_a), BayesFit.load(args.fit_b)
+        fit_a, fit_b, note = _given_fits(args.fit_a, args.fit_b, args.estimator, args.seed)
+        notes.append(note)
     else:
         runs = {"A": run_a, "B": run_b}
         if not all(runs.values()):
@@ -213,8 +217,8 @@ def _fit_level(args: argparse.Namespace):  # noqa: ANN202 - (fit table, ΔB* tab
                              "no Bayesian fit with results (give --fit-a/--fit-b, or run folders whose fits finished)")
             return None, None, notes, None
         assert run_a is not None and run_b is not None  # else returned above
-        fit_a, fit_b = BayesFit.load(run_a.path), BayesFit.load(run_b.path)
-        notes.append(f"fits: A's main model {run_a.model}, B's main model {run_b.model} (run folders)")
+        fit_a, fit_b, note = estimator_fits_of_runs(run_a, run_b, args.estimator, args.seed)
+        notes.append(note)
     block_sd_b: dict[str, float] | None = None
     if args.own_b:
         if args.block_sd_us is not None:
@@ -262,6 +266,38 @@ def _fit_level(args: argparse.Namespace):  # noqa: ANN202 - (fit table, ΔB* tab
     return fit_table, bstar, notes, None
 
 
+def _given_fits(path_a: str, path_b: str, estimator: str | None, seed: int):  # noqa: ANN202 - (fit, fit, note)
+    """The fits of --fit-a/--fit-b: two z-score tables give ranktail (the default), two GEV fits their
+    own estimator (centred for fits of y; with the default estimator a labelled fallback, warned)."""
+    import logging
+    from pathlib import Path
+
+    from evtsync.core.errors import InputError
+    from evtsync.core.tableio import read_table
+    from evtsync.evt.bayesfit import BayesFit
+
+    tables = [Path(p).suffix in (".parquet", ".csv") and Path(p).is_file() for p in (path_a, path_b)]
+    if tables[0] != tables[1]:
+        raise InputError("diff: --fit-a and --fit-b must be of one kind (two z-score tables, or two Bayesian fits)")
+    if tables[0]:
+        if estimator not in (None, "ranktail"):
+            raise InputError(f"diff: --estimator {estimator} needs Bayesian fits; z-score tables give ranktail")
+        from evtsync.evt.ranktail import RankTailFit
+
+        fits = [RankTailFit.from_table(read_table(p), seed=seed, source=p) for p in (path_a, path_b)]
+        return fits[0], fits[1], "tau(n): the ranktail estimator on both sides (the z-score tables given)"
+    if estimator == "ranktail":
+        raise InputError("diff: --estimator ranktail needs the z-score tables (give them as --fit-a/--fit-b, or "
+                         "compare run folders), not Bayesian fits")
+    fit_a, fit_b = BayesFit.load(path_a), BayesFit.load(path_b)
+    if estimator is None:
+        note = ("tau(n): fallback to the fits' own (centred) estimator: Bayesian fits hold no per-rank values, which "
+                "the default ranktail estimator needs (give z-score tables or run folders)")
+        logging.getLogger("evtsync.cli.diff").warning("%s", note)
+        return fit_a, fit_b, note
+    return fit_a, fit_b, f"tau(n): the {estimator} estimator on both sides"
+
+
 def _bandwidth_inputs(args: argparse.Namespace, run_a, m: int, fit_a, fit_b):  # noqa: ANN001, ANN202
     """(BandwidthInputs, None), or (None, why ΔB* is not computed): the flags of `evtsync
     bandwidth`, each defaulting to what A's run used (alpha, S, eps; every topology of the run)."""
@@ -294,7 +330,9 @@ def _bandwidth_inputs(args: argparse.Namespace, run_a, m: int, fit_a, fit_b):  #
         raise InputError(f"diff: --bytes must be > 0; got {size}")
     draws = None
     if alpha_given:
-        n_draws = max(fit_a.cell_draws()[0].shape[0], fit_b.cell_draws()[0].shape[0])
+        from evtsync.runfolder.diff import _draw_count
+
+        n_draws = max(_draw_count(fit_a), _draw_count(fit_b))
         alpha, draws, alpha_notes = alpha_setup(args, topologies, n_draws if args.alpha_from else None)
         sources += alpha_notes
     else:

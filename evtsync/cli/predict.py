@@ -1,10 +1,12 @@
-"""``evtsync predict FIT --n N...``: posterior predictive tax tau(n) per GPU x precision (methodology §7).
+"""``evtsync predict FIT --n N...``: predicted tax tau(n) per GPU x precision with intervals (methodology §7).
 
-tau(n) = b·E_k with k = n/m is evaluated for every posterior draw of a Bayesian fit
-(``evtsync fit --model``) and summarised as its mean and credible interval. By default the fit
-is of the centred maximum y and tau(n) is the calibrated estimate of the n-rank mean straggler
-delay; ``--estimator paper`` takes a fit of z and gives the paper's estimate, biased low at n > m
-(docs/methodology.md). The block's
+The default estimator is ranktail (docs/methodology.md, "Predicting tau(n)"): FIT is a run folder
+(ranktail from its ``tables/zscores.parquet``, its main GEV fit for the cells ranktail cannot give)
+or a z-score table (``evtsync blocks``). A GEV fit folder (``evtsync fit --model``) alone gives its
+centred estimator, labelled as the default's fallback with a warning; so do a cell with too few
+rank values and a GPU/precision that was not measured (from the hierarchy's population). Every row
+says its estimator; ``--estimator centred|paper|ranktail`` asks for one strictly (``paper``: a fit of
+z, biased low at n > m). The block's
 spread b is given as ``--block-sd-us B`` or as ``--block-mean-us A --cv R`` (b = r·a).
 
 ``--straggler TABLE`` instead compares predicted with measured mean straggler delay (methodology §7,
@@ -34,11 +36,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``predict`` command."""
     p = subparsers.add_parser(
         "predict",
-        help="posterior predictive tax tau(n) of a Bayesian fit, per GPU x precision, with intervals",
-        description="tau(n) = b·E_(n/m) for each posterior draw of a Bayesian fit: mean and credible "
-        "interval per cell of the fit (GPU x precision) and domain size n.",
+        help="predicted tax tau(n) per GPU x precision, with intervals (default estimator: ranktail)",
+        description="tau(n) for each draw of the estimator (default ranktail: b·E[max_n u] from the z-score "
+        "table's per-rank values; centred/paper: b·E_(n/m) of a GEV fit's posterior): mean and interval per "
+        "cell (GPU x precision) and domain size n; rows the default cannot give fall back to the centred "
+        "estimator, labelled.",
     )
-    p.add_argument("fit", metavar="FIT", help="fit folder written by `evtsync fit --model` (or its fit.nc)")
+    p.add_argument("fit", metavar="FIT", help="a run folder (ranktail from its z-score table, its main GEV fit for "
+                   "the fallback and unmeasured hardware), a z-score table (.parquet/.csv of `evtsync blocks`: "
+                   "ranktail) or a fit folder of `evtsync fit --model` (or its fit.nc: centred/paper; with the "
+                   "default estimator a labelled centred fallback)")
     p.add_argument("--n", action=ListOption, metavar="N", examples=("8", "64"),
                    help="domain sizes, multiples of --m (space or comma separated)")
     p.add_argument("--straggler", metavar="TABLE",

@@ -520,7 +520,12 @@ def _message_bytes(run: Run) -> tuple[float, str]:
 
 
 def _stage_prediction(run: Run) -> dict[str, Any]:
+    """tau(n) of every estimator (``tables/tau.parquet``: each GEV model's centred rows, the paper's,
+    ranktail's), and B*, what-if and FLOPs tables by the default estimator (ranktail for measured
+    cells; the main GEV model's centred rows, labelled, where it cannot: issue 29). The rows the
+    default gives are marked ``default_estimate`` in tau.parquet."""
     from evtsync.predict import tables as predict
+    from evtsync.predict.estimator import predict_table
 
     run.require("zscores")
     fitted = fitted_models(run.out, run.manifest)
@@ -531,7 +536,7 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
     ns = predict.domain_sizes(run.options.m, N_MAX)
     size_bytes, size_source = _message_bytes(run)
     o = run.options
-    tau, xi, pop, bstar = [], [], [], []
+    tau, xi, pop = [], [], []
     main_fit = None
     for model, path in fitted.items():
         fit = _load_fit(run, path)
@@ -540,34 +545,47 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
         pop.append(predict.population_table(fit, LEVEL))
         if model == main:
             main_fit = fit
-            bstar.append(predict.bandwidth_table(fit, TOPOLOGIES, ns.tolist(), o.alpha_us, size_bytes, scales, o.eps, o.m, LEVEL))
     paper = _paper_tau(run, ns, scales)
     if paper is not None:
         tau.append(paper)
-    ranktail = _ranktail_tau(run, ns, scales)
-    if ranktail is not None:
-        tau.append(ranktail)
-    tau_all = pd.concat(tau, ignore_index=True)
+    choice = _estimator_choice(run, main_fit)
+    default = predict_table(choice, predict.tau_table, ns.tolist(), scales, o.m, LEVEL).assign(default_estimate=True)
+    others = pd.concat(tau, ignore_index=True).assign(default_estimate=False)
+    tau_all = pd.concat([default, others], ignore_index=True)
+    # the default's fallback rows are the main model's own rows, labelled: one copy of each
+    tau_all = tau_all.drop_duplicates([c for c in ("model", "gpu", "precision", "cell", "n") if c in tau_all],
+                                      keep="first").reset_index(drop=True)
     if tau_all.empty:
         raise NotApplicable("no fit covers the GPU × precision cells of the z-scores")
+    bstar = [predict_table(choice, predict.bandwidth_table, TOPOLOGIES, ns.tolist(), o.alpha_us, size_bytes, scales,
+                           o.eps, o.m, LEVEL)]
     run.produced("prediction", *(run.write_table(f"{TABLES}/{name}.parquet", pd.concat(parts, ignore_index=True))
-                                 for name, parts in (("tau", tau), ("bstar", bstar), ("xi", xi),
+                                 for name, parts in (("tau", [tau_all]), ("bstar", bstar), ("xi", xi),
                                                      ("xi_population", pop), ("block_scale", [scales]))))
     whatif: dict[str, Any] = {"refused": "no main Bayesian fit"}
     flops: dict[str, Any] = {"refused": "no main Bayesian fit"}
     if main_fit is not None and main is not None and "b_us" in tau_all.columns:  # main_fit is main's
         from evtsync.pipeline.whatif import flops_tables, whatif_table
 
-        presets, whatif = whatif_table(main_fit, tau_all, main, o.m)
-        bstar_flops, scaling, flops = flops_tables(main_fit, tau_all, main, TOPOLOGIES, o.alpha_us, size_bytes,
-                                                   o.eps, o.m)
+        presets, whatif = whatif_table(choice, tau_all, o.m)
+        bstar_flops, scaling, flops = flops_tables(choice, tau_all, TOPOLOGIES, o.alpha_us, size_bytes, o.eps, o.m)
         for name, table in (("whatif", presets), ("bstar_flops", bstar_flops), ("flops_scaling", scaling)):
             if len(table):
                 run.produced("prediction", run.write_table(f"{TABLES}/{name}.parquet", table))
     return {"main_model": main, "domain_sizes": ns.tolist(), "bytes": size_bytes, "bytes_source": size_source,
             "alpha_us": o.alpha_us, "eps": o.eps, "level": LEVEL, "infinite_draws": predict.INFINITE_POLICY,
+            "estimator": choice.describe(), "estimator_note": default.attrs.get("estimator_note", ""),
             "workloads_lacking": _workloads_lacking(run, run.table(f"{TABLES}/zscores.parquet")),
             "whatif": whatif, "flops": flops}
+
+
+def _estimator_choice(run: Run, main_fit: Any) -> Any:
+    """The run's estimator of tau(n): the default (ranktail, from tables/zscores.parquet) with the main
+    GEV model's centred estimator as its labelled fallback (:func:`evtsync.predict.estimator.choose_estimator`)."""
+    from evtsync.predict.estimator import choose_estimator
+
+    return choose_estimator(None, gev=main_fit, zscores=run.table(f"{TABLES}/zscores.parquet"),
+                            source="tables/zscores.parquet", seed=DEFAULT_SEED)
 
 
 def _paper_tau(run: Run, ns: Any, scales: pd.DataFrame) -> pd.DataFrame | None:
@@ -588,24 +606,11 @@ def _paper_tau(run: Run, ns: Any, scales: pd.DataFrame) -> pd.DataFrame | None:
     return predict.tau_table(fit, ns, scales, run.options.m, LEVEL, estimator="paper")
 
 
-def _ranktail_tau(run: Run, ns: Any, scales: pd.DataFrame) -> pd.DataFrame | None:
-    """The per-rank tail estimator beside the GEV fits, labelled (``estimator`` = "ranktail", model
-    "ranktail"): b·E[max_n u] from every rank's value of the z-score table (evtsync.evt.ranktail);
-    None when no cell has enough rank values (logged)."""
-    from evtsync.evt.ranktail import RankTailFit
-    from evtsync.predict import tables as predict
-
-    z = run.table(f"{TABLES}/zscores.parquet")
-    try:
-        fit = RankTailFit.from_table(z, seed=DEFAULT_SEED, source="tables/zscores.parquet")
-    except InputError as exc:
-        log.info("no ranktail rows in tau.parquet: %s", exc)
-        return None
-    return predict.tau_table(fit, ns, scales, run.options.m, LEVEL, estimator="ranktail")
-
-
 def _stage_predicted_vs_measured(run: Run) -> dict[str, Any]:
+    """Predicted (the default estimator, as the prediction stage: ranktail with the main model's
+    labelled centred fallback) against measured straggler delay, at n = m and n > m, and out of sample."""
     from evtsync.predict import tables as predict
+    from evtsync.predict.estimator import predict_table
 
     run.require("zscores", "prediction")
     main = main_model(run.out, run.manifest)
@@ -617,7 +622,9 @@ def _stage_predicted_vs_measured(run: Run) -> dict[str, Any]:
     if measured.empty:
         raise NotApplicable(f"no {selection}")
     fit = _load_fit(run, fitted_models(run.out, run.manifest)[main])
-    table = predict.predicted_vs_measured(fit, measured, run.options.m, LEVEL, source="predicted-vs-measured")
+    choice = _estimator_choice(run, fit)
+    table = predict_table(choice, predict.predicted_vs_measured, measured, run.options.m, LEVEL,
+                          source="predicted-vs-measured")
     if table.empty:
         raise NotApplicable(f"no {selection} in a group whose size is a multiple of m = {run.options.m} "
                             f"and whose cell the fit has ({table.attrs['skipped']})")
@@ -625,36 +632,53 @@ def _stage_predicted_vs_measured(run: Run) -> dict[str, Any]:
     hold, note = _holdout(run, fit.family, attribution)
     if hold is not None:
         run.produced("predicted-vs-measured", run.write_table(f"{TABLES}/predicted_vs_measured_holdout.parquet", hold))
-    return {"model": main, "selection": selection, "rows": len(table), "skipped": table.attrs["skipped"],
-            "agreement": predict.agreement_summary(table), **note}
+    estimators = sorted(set(table["estimator"].astype(str))) if "estimator" in table else []
+    return {"model": main, "estimator": ", ".join(estimators), "estimator_note": table.attrs.get("estimator_note", ""),
+            "selection": selection, "rows": len(table), "skipped": table.attrs["skipped"],
+            "agreement": predict.agreement_summary(table),
+            "agreement_beyond_m": predict.agreement_summary(table[table["beyond_m"].astype(bool)])
+            if "beyond_m" in table else None, **note}
 
 
 def _holdout(run: Run, family: str, attribution: pd.DataFrame | None) -> tuple[pd.DataFrame | None, dict[str, Any]]:
-    """Out of sample: a per-cell MLE on the z-scores of each workload's earlier collectives (index
-    below the workload's median) predicts the measured delay after its later blocks."""
+    """Out of sample: the default estimator fitted to the z-score rows of each workload's earlier
+    collectives (index below the workload's median) predicts the measured delay after its later
+    blocks: ranktail of their rank values, with a per-cell MLE of their centred maxima as the
+    labelled fallback (as in the run's prediction)."""
     from evtsync.evt.families import fixes_xi
     from evtsync.evt.mlefit import MleCellFit, mle_cell_table
     from evtsync.predict import tables as predict
+    from evtsync.predict.estimator import choose_estimator, predict_table
 
     z = run.table(f"{TABLES}/zscores.parquet")
     cut = z.groupby("workload")["index"].transform("median")
     early, late = z[z["index"] < cut], z[z["index"] >= cut]
     mle_family = "gumbel" if fixes_xi(family) else "gev"  # the MLE's two families: xi fixed at 0 or free
     table = mle_cell_table(early, ("gpu", "precision"), column="y", level=LEVEL, min_n=MIN_Z_MLE)
+    fit: Any = None
+    mle_reason = ""
     try:
         fit = MleCellFit(table, family=mle_family)
     except InputError as exc:
-        return None, {"holdout_reason": f"no cell has {MIN_Z_MLE} z-scores in the earlier half of its collectives "
-                                        f"({len(early)} in all: {exc})"}
+        mle_reason = f"no cell has {MIN_Z_MLE} z-scores in the earlier half of its collectives ({len(early)} in all: {exc})"
+    try:
+        choice = choose_estimator(None, gev=fit, zscores=early, source="tables/zscores.parquet (earlier half)",
+                                  seed=DEFAULT_SEED)
+    except InputError as exc:
+        return None, {"holdout_reason": mle_reason or str(exc)}
     measured, _ = predict.measured_delays(late, run.table(f"{TABLES}/tax_collectives.parquet"), attribution)
-    hold = predict.predicted_vs_measured(fit, measured, run.options.m, LEVEL, source="out-of-sample check")
+    hold = predict_table(choice, predict.predicted_vs_measured, measured, run.options.m, LEVEL,
+                         source="out-of-sample check")
     if hold.empty:
         return None, {"holdout_reason": f"no later collective to predict ({hold.attrs['skipped']})"}
-    text = (f"A {mle_family.upper()} maximum-likelihood fit per GPU × precision to the {len(early)} z-scores of the "
-            f"blocks before each workload's median collective index predicts the mean straggler delay after the "
-            f"{len(late)} later blocks (the GEV parameters never saw the later blocks; b, a block's pooled sd, is "
-            "measured over all its instances).")
-    return hold, {"holdout": {"description": text, "family": mle_family, "early_z": len(early), "late_z": len(late),
+    estimators = sorted(set(hold["estimator"].astype(str)))
+    text = (f"The {', '.join(estimators)} estimator of tau(n) fitted to the {len(early)} z-score rows of the blocks "
+            f"before each workload's median collective index (ranktail: their per-rank values; centred: a "
+            f"{mle_family.upper()} maximum-likelihood fit per GPU × precision of their centred maxima, the labelled "
+            f"fallback) predicts the mean straggler delay after the {len(late)} later blocks (the fit never saw the "
+            "later blocks; b, a block's pooled sd, is measured over all its instances).")
+    return hold, {"holdout": {"description": text, "family": mle_family, "estimator": ", ".join(estimators),
+                              "early_z": len(early), "late_z": len(late),
                               "skipped": hold.attrs["skipped"], "agreement": predict.agreement_summary(hold)}}
 
 

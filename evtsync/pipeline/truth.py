@@ -100,7 +100,8 @@ def truth_delay_table(truths: dict[str, dict[str, Any]], tau: pd.DataFrame | Non
     in units of the block sd b against tau(n)/b of the main model ``model`` and of the paper's
     estimator (:data:`PAPER_MODEL`) and of the per-rank tail estimator (:data:`RANKTAIL_MODEL`), at n = m, the workload's TP group size and :data:`TRUTH_NS`.
 
-    One row per workload × n × model (``estimator`` as the tau table names it), with
+    One row per workload × n × model (``estimator`` as the tau table names it; ``default_estimate``
+    marks the run's default estimator, ranktail, or its labelled fallback), with
     ``ratio_mean``/``ratio_lo``/``ratio_hi`` = tau/b over the truth and ``covers`` (is the truth
     inside the interval); a model without a row for that cell and n is left out of that n (its
     absence is the table's, not a miss). Workloads with planted GEV parameters have no row here."""
@@ -130,6 +131,7 @@ def truth_delay_table(truths: dict[str, dict[str, Any]], tau: pd.DataFrame | Non
                 b = float(r["b_us"])
                 lo, mean, hi = (float(r[c]) / b for c in ("tau_lo_us", "tau_mean_us", "tau_hi_us"))
                 rows.append({**base, "model": name, "estimator": str(r.get("estimator", "")),
+                             "default_estimate": bool(r.get("default_estimate", False)),
                              "converged": bool(r.get("converged", True)),
                              "tau_mean_sd": mean, "tau_lo_sd": lo, "tau_hi_sd": hi,
                              "ratio_mean": mean / true, "ratio_lo": lo / true, "ratio_hi": hi / true,

@@ -12,11 +12,13 @@ at least logarithmically with the domain size.
 
 What tau(n) estimates depends on the statistic the GEV was fitted to (:data:`ESTIMATORS`,
 docs/methodology.md "Predicting tau(n)"): a fit of the centred maxima ``y = (M - block mean)/s``
-gives the mean straggler delay of n ranks, calibrated for n = m … 4096 (``centred``, the
-default); a fit of the paper's ``z = (M - sample mean)/s`` gives the paper's estimate, exact at
+gives the mean straggler delay of n ranks (``centred``; the study in docs/bayesian.md finds it
+biased at large n for normal and Student-t ranks); a fit of the paper's ``z = (M - sample mean)/s`` gives the paper's estimate, exact at
 n = m and biased low beyond (``paper``); the per-rank tail fit of every rank's value
 (:class:`evtsync.evt.ranktail.RankTailFit`, ``ranktail``) gives b·E[max_n u] itself through its
-``expected_max`` (the seam: GEV fits give parameter draws, it gives draws of the expected maximum).
+``expected_max`` (the seam: GEV fits give parameter draws, it gives draws of the expected maximum):
+the default of the CLI and the run (:data:`~evtsync.core.defaults.DEFAULT_ESTIMATOR`), with the
+centred estimator as its labelled fallback (:mod:`evtsync.predict.estimator`).
 Every table checks the fit's column against its
 ``estimator`` argument (:func:`check_estimator`) and names the estimator in a column.
 
@@ -78,6 +80,7 @@ log = logging.getLogger("evtsync.predict.tables")
 __all__ = [
     "DEFAULT_ESTIMATOR",
     "ESTIMATORS",
+    "FALLBACK_ESTIMATOR",
     "FIXED_ALPHA_NOTE",
     "FIXED_B_NOTE",
     "GIVEN_TAX_NOTE",
@@ -115,16 +118,22 @@ __all__ = [
 #: fitted GEV and differ in what it was fitted to; ranktail models every rank's value u
 #: (:class:`evtsync.evt.ranktail.RankTailFit`, built from the z-score table, not a GEV fit).
 ESTIMATORS: dict[str, tuple[str, str]] = {
-    "centred": ("y", "calibrated: b·E_(n/m) of the centred maximum y = (M - block mean)/s, the mean straggler "
-                     "delay of n ranks (docs/methodology.md)"),
+    "centred": ("y", "b·E_(n/m) of the GEV of the centred maximum y = (M - block mean)/s, the mean straggler "
+                     "delay of n ranks as the GEV extrapolates it (biased at large n for normal and Student-t "
+                     "ranks: the study in docs/bayesian.md; the fallback of the default)"),
     "paper": ("z", "the paper's b·E_(n/m) of z = (M - sample mean)/s: exact at n = m, biased low at n > m "
                    "(8-18% low at n = 8-512 for normal, Gumbel and lognormal ranks, 8-21% for Student-t5: the study "
                    "in docs/bayesian.md)"),
     "ranktail": ("u", "b·E[max_n u] of every rank's standardised value u = (X - block mean)/s: empirical body and "
-                      "generalized Pareto tail (evtsync.evt.ranktail; docs/methodology.md)"),
+                      "generalized Pareto tail (the default; evtsync.evt.ranktail; docs/methodology.md)"),
 }
 if tuple(ESTIMATORS) != ESTIMATOR_NAMES:  # the CLI's choices come from evtsync.core.defaults
     raise RuntimeError(f"evtsync.core.defaults.ESTIMATOR_NAMES {ESTIMATOR_NAMES} != {tuple(ESTIMATORS)}")
+#: The estimator a prediction falls back to where the default (ranktail) cannot run: a GEV fit
+#: given without its z-score table, a table without the per-rank column u, a cell with too few
+#: rank values, or a GPU/precision that was not measured (only the hierarchical GEV's population
+#: predicts it). Every such row says so (:mod:`evtsync.predict.estimator`).
+FALLBACK_ESTIMATOR = "centred"
 #: What the B* and tau intervals hold fixed (issue 29, item 8): b and alpha's point values.
 FIXED_B_NOTE = ("b fixed at its estimate (the pooled sd of the blocks; its sampling error cancels to first order "
                 "in the centred estimator, docs/methodology.md)")
@@ -155,8 +164,14 @@ def estimator_of(fit: Any) -> str | None:
     return next((name for name, (col, _) in ESTIMATORS.items() if col == column), None)
 
 
-def check_estimator(fit: Any, estimator: str = DEFAULT_ESTIMATOR) -> str:
+def check_estimator(fit: Any, estimator: str | None = None) -> str:
     """The estimator's name after checking that ``fit`` was made of the column it needs.
+
+    ``estimator`` None takes the fit's own (:func:`estimator_of`: ``centred`` for a fit of y,
+    ``paper`` for z, ``ranktail`` for the per-rank tail fit; ``centred`` when the fit records no
+    column), named in every table's ``estimator`` column. The run's and the CLI's default,
+    :data:`~evtsync.core.defaults.DEFAULT_ESTIMATOR`, and its fallback are chosen one level up,
+    where the fit is chosen (:func:`evtsync.predict.estimator.choose_estimator`).
 
     ``centred`` needs a fit of ``y``, ``paper`` a fit of ``z``, ``ranktail`` the per-rank tail
     fit of ``u`` (:class:`evtsync.evt.ranktail.RankTailFit`, built from the z-score table); any
@@ -164,6 +179,8 @@ def check_estimator(fit: Any, estimator: str = DEFAULT_ESTIMATOR) -> str:
     calibrated would be biased low by 10-20% at n > m without a word). A fit that records no
     column is taken as the estimator asked for (logged).
     """
+    if estimator is None:
+        estimator = estimator_of(fit) or FALLBACK_ESTIMATOR
     if estimator not in ESTIMATORS:
         raise InputError(f"estimator {estimator!r}: expected one of {', '.join(ESTIMATORS)}")
     needs = ESTIMATORS[estimator][0]
@@ -403,7 +420,7 @@ def _tau_from(params: tuple[NDArray[np.float64], ...], b: NDArray[np.float64], n
 
 def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: int = DEFAULT_M,
               level: float = INTERVAL_LEVEL, *, gpu: str | None = None, precision: str | None = None,
-              seed: int = 0, estimator: str = DEFAULT_ESTIMATOR) -> pd.DataFrame:
+              seed: int = 0, estimator: str | None = None) -> pd.DataFrame:
     """tau(n) = b·E_(n/m) per cell and n: mean, ``level`` interval, share of infinite draws (µs).
 
     Parameters
@@ -426,9 +443,11 @@ def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: 
         :func:`population_draws`).
     seed : int, default 0
         Seed of the new population draws for unseen cells.
-    estimator : str, default "centred"
+    estimator : str or None, default None
         :data:`ESTIMATORS`: must match the column the fit was made of
-        (:func:`check_estimator`); it is the ``estimator`` column of the result.
+        (:func:`check_estimator`; None: the fit's own); it is the ``estimator`` column of the
+        result. The default estimator of the CLI and the run (ranktail, with its fallback) is
+        chosen where the fit is: :func:`evtsync.predict.estimator.predict_table`.
 
     Returns
     -------
@@ -510,7 +529,7 @@ def _topology_terms(topologies: Sequence[str], n: Sequence[int], alpha_us: float
 
 
 def _fit_tax(fit: Any, n: Sequence[int], m: int, block_sd_us: float | pd.DataFrame, gpu: str | None,
-             precision: str | None, seed: int, estimator: str
+             precision: str | None, seed: int, estimator: str | None
              ) -> tuple[Any, str, pd.DataFrame, NDArray[np.float64] | None, dict[str, int]]:
     """(fit, estimator, rows, tax draws (sample, row, n) on the reference GPU or None, skipped)
     of a B* or FLOPS scaling table."""
@@ -576,7 +595,7 @@ def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha
                     m: int = DEFAULT_M, level: float = INTERVAL_LEVEL, flops_factor: float | Sequence[float] = 1.0, *,
                     alpha_draws_us: ArrayLike | Mapping[str, ArrayLike] | None = None, gpu: str | None = None,
                     precision: str | None = None, seed: int = 0,
-                    estimator: str = DEFAULT_ESTIMATOR) -> pd.DataFrame:
+                    estimator: str | None = None) -> pd.DataFrame:
     """B* (GB/s) with the tax, Hockney's B*_H and the reduction 1 - B*/B*_H per cell, topology and n.
 
     The intervals carry the fit's uncertainty (and alpha's, given ``alpha_draws_us``); b is held
@@ -619,7 +638,7 @@ def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha
         :func:`population_draws`).
     seed : int, default 0
         Seed of the new population draws for unseen cells.
-    estimator : str, default "centred"
+    estimator : str or None, default None
         As in :func:`tau_table`.
 
     Returns
@@ -707,7 +726,7 @@ def flops_scaling_table(fit: Any, topologies: Sequence[str], n: Sequence[int],
                         eps: float | Sequence[float] = DEFAULT_EPS, m: int = DEFAULT_M, level: float = INTERVAL_LEVEL, *,
                         alpha_draws_us: ArrayLike | Mapping[str, ArrayLike] | None = None, gpu: str | None = None,
                         precision: str | None = None, seed: int = 0,
-                        estimator: str = DEFAULT_ESTIMATOR) -> pd.DataFrame:
+                        estimator: str | None = None) -> pd.DataFrame:
     """The bandwidth-scaling requirement as FLOPS grow (the paper's Fig. 13 and its 11.7%).
 
     Over the sweep f_lo = min(flops_factors) .. f_hi = max, per cell, topology, n and eps:
@@ -806,7 +825,7 @@ class PointFit:
     converged = True
     convergence_note = ""
 
-    def __init__(self, mu: float, sigma: float, xi: float = 0.0, estimator: str = DEFAULT_ESTIMATOR,
+    def __init__(self, mu: float, sigma: float, xi: float = 0.0, estimator: str = "centred",
                  name: str = "given") -> None:
         values = np.asarray([mu, sigma, xi], dtype=float)
         if not np.all(np.isfinite(values)):
@@ -947,7 +966,7 @@ def given_tax_scaling_table(tau_us: float, topologies: Sequence[str], n: Sequenc
 
 
 def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, level: float = INTERVAL_LEVEL,
-                          source: str = "measured table", estimator: str = DEFAULT_ESTIMATOR) -> pd.DataFrame:
+                          source: str = "measured table", estimator: str | None = None) -> pd.DataFrame:
     """Predicted against measured mean straggler delay per workload × GPU × precision × n.
 
     Rows are grouped by workload, gpu, precision and n_ranks: the measured mean with its
@@ -969,7 +988,7 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, 
         Central interval level, in (0, 1).
     source : str, default "measured table"
         Name of ``measured`` in error messages.
-    estimator : str, default "centred"
+    estimator : str or None, default None
         As in :func:`tau_table`; ``beyond_m`` marks the rows with n > m (an extrapolation, k > 1).
 
     Returns

@@ -261,7 +261,10 @@ def mle_parameters(mle: pd.DataFrame | None, family: str, **cell: str) -> dict[s
 
 
 #: Columns of a prediction table that are keys or bookkeeping, not labels a reader needs per row.
-NOT_LABELS = frozenset({"cell", "fit_kind", "level", "converged", "n", "k", "topology", "eps", "flops_factor"})
+NOT_LABELS = frozenset({"cell", "fit_kind", "level", "converged", "n", "k", "topology", "eps", "flops_factor",
+                        # why a row fell back to the centred estimator: a sentence, shown as a note (and
+                        # a short "fallback" label column), not as a table label
+                        "estimator_note", "ranktail_note"})
 
 
 def label_columns(frame: pd.DataFrame, keys: list[str]) -> list[str]:

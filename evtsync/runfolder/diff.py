@@ -423,6 +423,10 @@ def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: flo
               block_sd_b_us: float | Mapping[str, float] | None = None, refuse: Iterable[str] = ()) -> pd.DataFrame:
     """Per GPU × precision cell of both fits: the posterior of Δξ = ξ_B − ξ_A and of Δτ(n).
 
+    Both fits must give the same estimator of tau(n) (:func:`same_estimator`): two GEV fits
+    (centred or paper; Δξ and Δτ), or two ranktail fits of the runs' z-score tables
+    (:class:`~evtsync.evt.ranktail.RankTailFit`: Δτ only, it has no GEV shape xi).
+
     The two fits are independent posteriors (different data), so a draw of the difference is
     a draw of B minus a draw of A paired at random (both resampled to the larger count, with
     ``seed``); Δτ(n) uses the same block sd ``b`` on both sides, so it isolates the change in
@@ -436,7 +440,6 @@ def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: flo
     """
     from evtsync.core.defaults import INTERVAL_LEVEL
     from evtsync.evt.bayesfit import as_fit
-    from evtsync.predict.tables import predicted_tax_curve_us
 
     level = INTERVAL_LEVEL if level is None else float(level)
     if not 0 < level < 1:
@@ -444,7 +447,7 @@ def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: flo
     fa, fb = as_fit(fit_a), as_fit(fit_b)
     estimator = same_estimator(fa, fb)
     ns = [int(v) for v in n]
-    cells_a, cells_b, draws_a, draws_b = _paired_draws(fa, fb, seed)
+    cells_a, cells_b, pick_a, pick_b = _paired_picks(fa, fb, seed)
     unconverged = [*_unconverged(fa, fb), *refuse]
     rows = []
     for cell in sorted(set(cells_a) | set(cells_b)):
@@ -452,20 +455,20 @@ def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: flo
         base = {"cell": cell, "gpu": parts[0] if len(parts) == 2 else "", "precision": parts[1] if len(parts) == 2 else "",
                 "level": level, "model_a": fa.name, "model_b": fb.name, "estimator": estimator}
         if cell not in cells_a or cell not in cells_b:
-            rows.append({**base, "quantity": "xi", "verdict": "no verdict",
+            rows.append({**base, "quantity": "xi" if estimator != "ranktail" else "tau_us", "verdict": "no verdict",
                          "reason": f"cell only in {'B' if cell not in cells_a else 'A'}"})
             continue
-        pa = [d[:, cells_a[cell]] for d in draws_a]
-        pb = [d[:, cells_b[cell]] for d in draws_b]
-        quantities: list[tuple[str, int | None, np.ndarray, np.ndarray]] = [("xi", None, pa[2], pb[2])]
+        quantities: list[tuple[str, int | None, np.ndarray, np.ndarray]] = []
+        if estimator != "ranktail":  # the per-rank tail estimator has no GEV shape xi
+            quantities.append(("xi", None, _cell_xi(fa, cells_a[cell], pick_a), _cell_xi(fb, cells_b[cell], pick_b)))
         b_a, b_b, missing_b = _block_sds(block_sd_us, block_sd_b_us, cell)
         if missing_b:
             rows += [{**base, "quantity": "tau_us", "n": nn, "verdict": "no verdict", "reason": missing_b}
                      for nn in ns]
         else:
             assert b_a is not None and b_b is not None  # no reason: both sides have b
-            tau_a = predicted_tax_curve_us(b_a, pa[0], pa[1], pa[2], ns, m)
-            tau_b = predicted_tax_curve_us(b_b, pb[0], pb[1], pb[2], ns, m)
+            tau_a = _cell_tau(fa, cells_a[cell], pick_a, b_a, ns, m)
+            tau_b = _cell_tau(fb, cells_b[cell], pick_b, b_b, ns, m)
             quantities += [("tau_us", nn, tau_a[:, j], tau_b[:, j]) for j, nn in enumerate(ns)]
         for name, nn, va, vb in quantities:
             with np.errstate(invalid="ignore"):
@@ -476,7 +479,8 @@ def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: flo
                          "d_median": float(s["median"]), "d_hi": float(s["hi"]), "prob_lower": float(np.mean(d < 0)),
                          "verdict": verdict, "reason": reason})
     table = pd.DataFrame(rows, columns=FIT_DIFF_COLUMNS)
-    table.attrs.update({"a": fa.name, "b": fb.name, "level": level, "block_sd_us": _plain(block_sd_us),
+    table.attrs.update({"a": fa.name, "b": fb.name, "level": level, "estimator": estimator,
+                        "block_sd_us": _plain(block_sd_us),
                         "block_sd_b_us": _plain(block_sd_us if block_sd_b_us is None else block_sd_b_us),
                         "pairing": "independent posteriors: draws paired at random"})
     return table
@@ -568,16 +572,40 @@ def same_estimator(fit_a: Any, fit_b: Any) -> str:
     return ea or "unknown"
 
 
-def _paired_draws(fa: Any, fb: Any, seed: int) -> tuple[dict[str, int], dict[str, int], list, list]:
-    """Cell indices of both fits and their draws resampled to a common count, paired at random."""
+def _draw_count(fit: Any) -> int:
+    """Draws per cell of a fit (a ranktail fit: of E[max_n u])."""
+    if hasattr(fit, "expected_max"):
+        return int(fit.expected_max([1], [0]).shape[0])
+    return int(fit.cell_draws()[0].shape[0])
+
+
+def _paired_picks(fa: Any, fb: Any, seed: int) -> tuple[dict[str, int], dict[str, int], np.ndarray, np.ndarray]:
+    """Cell indices of both fits and the draw indices that resample both to a common count, paired at random."""
     rng = np.random.default_rng(seed)
     cells_a = {str(c): i for i, c in enumerate(fa.cells["cell"])}
     cells_b = {str(c): i for i, c in enumerate(fb.cells["cell"])}
-    draws_a, draws_b = fa.cell_draws(), fb.cell_draws()
-    size = max(draws_a[0].shape[0], draws_b[0].shape[0])
-    pick_a = rng.choice(draws_a[0].shape[0], size=size, replace=draws_a[0].shape[0] < size)
-    pick_b = rng.choice(draws_b[0].shape[0], size=size, replace=draws_b[0].shape[0] < size)
-    return cells_a, cells_b, [d[pick_a] for d in draws_a], [d[pick_b] for d in draws_b]
+    count_a, count_b = _draw_count(fa), _draw_count(fb)
+    size = max(count_a, count_b)
+    pick_a = rng.choice(count_a, size=size, replace=count_a < size)
+    pick_b = rng.choice(count_b, size=size, replace=count_b < size)
+    return cells_a, cells_b, pick_a, pick_b
+
+
+def _cell_xi(fit: Any, index: int, pick: np.ndarray) -> np.ndarray:
+    """The GEV shape's draws of one cell, resampled by ``pick``."""
+    return np.asarray(fit.cell_draws()[2])[pick][:, index]
+
+
+def _cell_tau(fit: Any, index: int, pick: np.ndarray, b: float, ns: list[int], m: int) -> np.ndarray:
+    """tau(n) draws (sample, len(ns)) of one cell, resampled by ``pick``: b·E_(n/m) of a GEV fit's
+    parameters, or b·E[max_n u] of a ranktail fit (:mod:`evtsync.predict.tables`)."""
+    from evtsync.predict.tables import domain_multiple, predicted_tax_curve_us
+
+    if hasattr(fit, "expected_max"):
+        domain_multiple(ns, m)
+        return float(b) * np.asarray(fit.expected_max(ns, [index]), dtype=float)[:, 0, :][pick]
+    mu, sigma, xi = (np.asarray(d)[pick][:, index] for d in fit.cell_draws())
+    return np.asarray(predicted_tax_curve_us(b, mu, sigma, xi, ns, m))
 
 
 def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 64, 512),
@@ -603,7 +631,6 @@ def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 
     from evtsync.predict.tables import (
         bstar_draws_gbps,
         domain_multiple,
-        predicted_tax_curve_us,
         summarise,
     )
 
@@ -619,7 +646,7 @@ def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 
     domain_multiple(ns, inputs.m)
     fa, fb = as_fit(fit_a), as_fit(fit_b)
     estimator = same_estimator(fa, fb)
-    cells_a, cells_b, draws_a, draws_b = _paired_draws(fa, fb, seed)
+    cells_a, cells_b, pick_a, pick_b = _paired_picks(fa, fb, seed)
     unconverged = [*_unconverged(fa, fb), *refuse]
     common = {"bytes": float(inputs.size_bytes), "m": inputs.m, "level": level, "model_a": fa.name, "model_b": fb.name,
               "estimator": estimator,
@@ -635,11 +662,9 @@ def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 
                       else missing_b)
             rows.append({**base, "verdict": "no verdict", "reason": reason})
             continue
-        pa = [d[:, cells_a[cell]] for d in draws_a]
-        pb = [d[:, cells_b[cell]] for d in draws_b]
         assert b_a is not None and b_b is not None  # no reason: both sides have b
-        tau = np.stack([predicted_tax_curve_us(b_a, pa[0], pa[1], pa[2], ns, inputs.m),
-                        predicted_tax_curve_us(b_b, pb[0], pb[1], pb[2], ns, inputs.m)], axis=1)  # (sample, side, n)
+        tau = np.stack([_cell_tau(fa, cells_a[cell], pick_a, b_a, ns, inputs.m),
+                        _cell_tau(fb, cells_b[cell], pick_b, b_b, ns, inputs.m)], axis=1)  # (sample, side, n)
         for k, topo in enumerate(inputs.topologies):
             for eps in inputs.eps:
                 out = bstar_draws_gbps(tau, topo, ns, inputs.alpha_us, inputs.size_bytes, eps,
@@ -661,7 +686,7 @@ def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 
                                  "d_rel_hi": float(rs["hi"]), "prob_lower": float(np.mean(d < 0)),
                                  "verdict": verdict, "reason": reason})
     table = pd.DataFrame(rows, columns=BSTAR_DIFF_COLUMNS)
-    table.attrs.update({"a": fa.name, "b": fb.name, "level": level, "inputs": inputs.describe(),
+    table.attrs.update({"a": fa.name, "b": fb.name, "level": level, "inputs": inputs.describe(), "estimator": estimator,
                         "pairing": "independent posteriors: draws paired at random; the same alpha draw on both sides"})
     return table
 
@@ -680,6 +705,65 @@ class RunFit:
     eps: float | None
     m: int
     topologies: list[str] = field(default_factory=list)
+    zscores: Any = None  # the run's tables/zscores.parquet (the ranktail estimator's input), None without
+    run_dir: Any = None  # the run folder
+
+
+def estimator_fits_of_runs(run_a: RunFit, run_b: RunFit, estimator: str | None = None,
+                           seed: int = 0) -> tuple[Any, Any, str]:
+    """The fits two runs are compared with, both of one estimator of tau(n), and a note saying which.
+
+    ``estimator`` None: the default, ranktail, fitted to each run's z-score table; when either side
+    cannot give it (no table, a table without ``u``, a cell with too few rank values), both sides
+    fall back to their main GEV fit's centred estimator, said in the note and logged. A named
+    estimator is obeyed strictly: ranktail from both tables, centred from both main fits, paper
+    from both runs' GEV MLE of z (``tables/mle.parquet``).
+
+    Raises
+    ------
+    InputError
+        A named estimator that a side cannot give, naming it.
+    """
+    import logging
+
+    from evtsync.core.defaults import DEFAULT_ESTIMATOR
+    from evtsync.core.tableio import read_table
+    from evtsync.evt.bayesfit import BayesFit
+
+    asked = estimator or DEFAULT_ESTIMATOR
+    if asked == "ranktail":
+        from evtsync.evt.ranktail import RankTailFit
+
+        try:
+            fits = []
+            for side, run in (("A", run_a), ("B", run_b)):
+                if run.zscores is None:
+                    raise InputError(f"diff: {side}'s run has no z-score table (tables/zscores.parquet), which the "
+                                     "ranktail estimator needs")
+                fits.append(RankTailFit.from_table(read_table(str(run.zscores)), seed=seed, source=str(run.zscores)))
+        except InputError as exc:
+            if estimator is not None:
+                raise
+            note = (f"tau(n): the default ranktail estimator cannot compare these runs ({exc}); both sides fall back "
+                    f"to their main model's centred estimator ({run_a.model}, {run_b.model})")
+            logging.getLogger(__name__).warning("%s", note)
+            return BayesFit.load(run_a.path), BayesFit.load(run_b.path), note
+        return fits[0], fits[1], ("tau(n): the ranktail estimator (default) on both sides, fitted to each run's "
+                                  "tables/zscores.parquet" if estimator is None else
+                                  "tau(n): the ranktail estimator on both sides (each run's tables/zscores.parquet)")
+    if asked == "paper":
+        from evtsync.evt.mlefit import MleCellFit
+        from evtsync.runfolder.layout import table_path
+
+        mles = [table_path(r.run_dir, "mle") for r in (run_a, run_b)]
+        missing = [side for side, path in zip("AB", mles, strict=True) if not path.is_file()]
+        if missing:
+            raise InputError(f"diff: --estimator paper needs each run's GEV MLE of z (tables/mle.parquet); "
+                             f"{' and '.join(missing)} lack it")
+        return (MleCellFit(read_table(str(mles[0])), family="gev"), MleCellFit(read_table(str(mles[1])), family="gev"),
+                "tau(n): the paper's estimator on both sides (each run's GEV MLE of z; biased low at n > m)")
+    return (BayesFit.load(run_a.path), BayesFit.load(run_b.path),
+            f"tau(n): the centred estimator of both runs' main models ({run_a.model}, {run_b.model})")
 
 
 def fit_of_run(run_dir) -> RunFit | None:
@@ -720,5 +804,7 @@ def fit_of_run(run_dir) -> RunFit | None:
     stage = manifest.get("stages", {}).get("prediction", {})
     summary = stage.get("summary", {}) if stage.get("status") == "done" else {}
     m = int(manifest.get("options", {}).get("m", 4) or 4)
+    zscores = table_path(run_dir, "zscores")
     return RunFit(path, name, scales, summary.get("alpha_us"), summary.get("bytes"),
-                  str(summary.get("bytes_source", "")), summary.get("eps"), m, topologies)
+                  str(summary.get("bytes_source", "")), summary.get("eps"), m, topologies,
+                  zscores if zscores.is_file() else None, run_dir)

@@ -248,10 +248,17 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
         else:
             notes.append(f"xi, tau(n) and B*: {why('prediction')}")
         if tau is not None and model is not None and len(tau):
-            t = tau[(tau["model"] == model) & (tau["gpu"].astype(str) == gpu)
+            # the default estimator's rows (ranktail, or the main model's labelled fallback: issue 29);
+            # a run written before tau.parquet marked them: the main model's
+            chosen = (tau["default_estimate"].astype(bool) if "default_estimate" in tau else tau["model"] == model)
+            t = tau[chosen & (tau["gpu"].astype(str) == gpu)
                     & (tau["precision"].astype(str) == precision) & (tau["n"] == n)]
             if len(t):
                 r = t.iloc[0]
+                row.update(estimator=str(r.get("estimator", "")), estimator_model=str(r["model"]),
+                           estimator_note=str(r.get("estimator_note", "") or ""))
+                if row["estimator_note"]:
+                    notes.append(f"tau(n): {row['estimator_note']}")
                 row.update(tau_mean_us=float(r["tau_mean_us"]), tau_lo_us=float(r["tau_lo_us"]),
                            tau_hi_us=float(r["tau_hi_us"]), tau_share_infinite=float(r.get("tau_share_infinite", 0.0)))
                 fit_ok = fit_ok and bool(r["converged"])
@@ -259,7 +266,7 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
                     notes.append(f"{row['tau_share_infinite']:.1%} of tau draws infinite (xi >= 1): mean over the "
                                  "finite draws, interval open")
             else:
-                notes.append(f"tau(n): no row of {model} at n = {n} for {gpu} {precision}")
+                notes.append(f"tau(n): no row of the default estimator at n = {n} for {gpu} {precision}")
         for topo in topologies:
             assert bstar is not None  # topologies come from bstar
             b = bstar[(bstar["topology"] == topo) & (bstar["gpu"].astype(str) == gpu)
@@ -277,8 +284,11 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
             notes.insert(0, f"fit {model} NOT converged: xi, tau and B* are unreliable")
         row["notes"] = NOTE_SEPARATOR.join(notes)
         rows.append(row)
-    # which estimator of tau(n) the rows' tau and B* are (issue 29: "centred" unless told otherwise)
-    estimators = (sorted(set(tau.loc[tau["model"] == model, "estimator"].astype(str)))
+    # which estimator of tau(n) the rows' tau and B* are (issue 29: ranktail, with the main model's
+    # centred estimator as its labelled fallback)
+    chosen_all = (None if tau is None else tau["default_estimate"].astype(bool) if "default_estimate" in tau
+                  else tau["model"] == model)
+    estimators = (sorted(set(tau.loc[chosen_all, "estimator"].astype(str)))
                   if tau is not None and model is not None and "estimator" in tau else [])
     info = {"n": n, "model": model, "estimator": ", ".join(estimators) or None,
             "loo": loo_verdict(compare), "topologies": topologies, "level": INTERVAL_LEVEL,

@@ -347,16 +347,26 @@ def test_pipeline_tables_equal_the_api_on_the_same_fit(tiny_run: tuple[Path, dic
     tau = predict.tau_table(fit, ns, scales, m=4)
     run_tau = pd.read_parquet(out / "tables" / "tau.parquet")
     gumbel = run_tau[run_tau["model"] == "gumbel"].reset_index(drop=True)
-    # the run's table also holds the ranktail rows, whose own columns (its cells' sizes and notes) are empty here
+    # the run's table also holds the ranktail rows, whose own columns (its cells' sizes and notes) are empty here,
+    # and marks the default estimator's rows: a gumbel row is one exactly when it is a labelled fallback
     others = [c for c in gumbel.columns if c not in tau.columns]
-    assert set(others) <= {"n_values", "n_exceedances", "ranktail_note"} and gumbel[others].isna().all().all()
+    assert set(others) <= {"n_values", "n_exceedances", "ranktail_note", "default_estimate", "estimator_note"}
+    assert gumbel[[c for c in others if c in ("n_values", "n_exceedances", "ranktail_note")]].isna().all().all()
+    fallback = gumbel["estimator_note"].fillna("").astype(str) != ""
+    assert (fallback == gumbel["default_estimate"].astype(bool)).all()
     pd.testing.assert_frame_equal(gumbel[list(tau.columns)], tau, check_dtype=False)
-    bstar = predict.bandwidth_table(fit, ["full", "ring", "torus3d"], ns, summary["alpha_us"], summary["bytes"],
-                                    scales, summary["eps"], 4)
+    # B* and predicted-vs-measured are the default estimator's (ranktail, the main fit's centred as fallback)
+    from evtsync.core.defaults import DEFAULT_SEED
+    from evtsync.predict.estimator import choose_estimator, predict_table
+
+    choice = choose_estimator(None, gev=fit, zscores=z, seed=DEFAULT_SEED)
+    bstar = predict_table(choice, predict.bandwidth_table, ["full", "ring", "torus3d"], ns, summary["alpha_us"],
+                          summary["bytes"], scales, summary["eps"], 4)
     pd.testing.assert_frame_equal(pd.read_parquet(out / "tables" / "bstar.parquet"), bstar, check_dtype=False)
+    assert summary["estimator"]["estimator"] == "ranktail" and summary["estimator"]["fallback"] == "centred"
     measured, _ = predict.measured_delays(z, pd.read_parquet(out / "tables" / "tax_collectives.parquet"),
                                           pd.read_parquet(out / "tables" / "attribution_collectives.parquet"))
-    pvm = predict.predicted_vs_measured(fit, measured, 4, source="predicted-vs-measured")
+    pvm = predict_table(choice, predict.predicted_vs_measured, measured, 4, source="predicted-vs-measured")
     pd.testing.assert_frame_equal(pd.read_parquet(out / "tables" / "predicted_vs_measured.parquet"), pvm,
                                   check_dtype=False)
     # the CLI computes the same numbers for one cell and b

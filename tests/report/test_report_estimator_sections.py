@@ -94,12 +94,35 @@ def test_tau_table_shows_the_paper_estimator_beside_the_main_model(tmp_path: Pat
     manifest = {"stages": {"prediction": {"status": "done", "summary": {"main_model": MAIN}}}}
     ctx = ReportContext(run, tmp_path / "out", manifest)
     sections = prediction_sec.build(ctx)
-    table = next(i for i in sections[0].items if isinstance(i, Table))
-    assert set(zip(table.frame["model"], table.frame["estimator"], strict=True)) == {(MAIN, "centred"),
-                                                                                      ("mle-gev", "paper")}
-    assert "biased low" in table.caption
-    paper = table.frame[table.frame["model"] == "mle-gev"].iloc[0]
+    # a run folder from before ranktail was the default: the main model's rows are the headline,
+    # the paper's the labelled alternative
+    headline, others = [i for i in sections[0].items if isinstance(i, Table)]
+    assert set(zip(headline.frame["model"], headline.frame["estimator"], strict=True)) == {(MAIN, "centred")}
+    assert set(zip(others.frame["model"], others.frame["estimator"], strict=True)) == {("mle-gev", "paper")}
+    assert "biased low" in others.caption
+    paper = others.frame[others.frame["model"] == "mle-gev"].iloc[0]
     assert paper["n=8 µs [90% interval]"].startswith("2.6")
+
+
+def test_tau_headline_is_ranktail_default_with_labelled_fallback_and_alternatives(tmp_path: Path) -> None:
+    """The run's tau table marks the default estimator's rows: ranktail for a measured cell, the main
+    model's centred rows where it fell back (estimator_note); the headline shows those, labelled."""
+    run = tmp_path / "run"
+    base = _tau().assign(prediction_kind="cell").astype({"n": int})
+    main = base[base["model"] == MAIN]
+    rank = main.assign(model="ranktail", estimator="ranktail", default_estimate=True, estimator_note="")
+    fallback = main.assign(gpu="B200", default_estimate=True, estimator_note="fallback to the centred estimator")
+    rest = base.assign(default_estimate=False, estimator_note="")
+    _write(run, "tau", pd.concat([rank, fallback, rest], ignore_index=True))
+    manifest = {"stages": {"prediction": {"status": "done", "summary": {"main_model": MAIN}}}}
+    sections = prediction_sec.build(ReportContext(run, tmp_path / "out", manifest))
+    headline, others = [i for i in sections[0].items if isinstance(i, Table)]
+    assert "ranktail (default)" in headline.caption
+    h = headline.frame.set_index("gpu")
+    assert h.loc["H100", "estimator"] == "ranktail" and h.loc["H100", "fallback"] == ""
+    assert h.loc["B200", "estimator"] == "centred" and h.loc["B200", "fallback"] == "yes"
+    assert set(others.frame["estimator"]) == {"centred", "paper"}
+    assert any("Not every headline row" in str(getattr(i, "text", i)) for i in sections[0].items)
 
 
 def test_population_spreads_show_prior_and_prior_dominance(tmp_path: Path) -> None:

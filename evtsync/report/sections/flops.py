@@ -48,7 +48,8 @@ def build(ctx: ReportContext) -> list[Section]:
     items.append(ctx.figure(functools.partial(bstar_vs_flops, table, nvlink=nvlink_reference_lines()), "bstar-flops", (
         f"Optimal bandwidth B* as peak FLOPS grow {sweep[0]:g}–{sweep[-1]:g}x over the H200's "
         f"{REFERENCE_TFLOPS:g} TFLOPS, for n = 256 and 4096 (the paper's Figure 13), at eps = {fmt(eps)}: the block's b "
-        f"is divided by the factor, and tau(n) with it (methodology §8). Tax from {name}'s posterior for {which}, {cell}, b = {fmt(b_ref)} "
+        f"is divided by the factor, and tau(n) with it (methodology §8). Tax by the "
+        f"{_estimator_words(table, name)} for {which}, {cell}, b = {fmt(b_ref)} "
         f"µs; alpha = {fmt(alpha)} µs, S = {fmt(size)} bytes ({summary.get('bytes_source', '')}). Solid with "
         f"{PCT} band: with the tax; dashed: Hockney's B*_H (no compute term, flat); dotted: the roofline "
         "(B*_H grown with the FLOPS); horizontal lines: Table 1's NVLink generations.")))
@@ -63,8 +64,18 @@ def build(ctx: ReportContext) -> list[Section]:
         "not converged": not converged})
     items.append(Table(shown, (
         f"Bandwidth-scaling requirement over the sweep: growth = B*(x{sweep[-1]:g}) / B*(x{sweep[0]:g}) draw "
-        f"by draw (posterior median [{PCT} credible interval]); the roofline grows as the FLOPS, Hockney's B*_H not at "
+        f"by draw (median [{PCT} interval], tax by the {_estimator_words(table, name)}); the roofline grows as the FLOPS, Hockney's B*_H not at "
         "all; 'below the roofline' = 1 − growth / FLOPS growth (the paper's \"11.7% lower bandwidth scaling "
         "requirement\" is this quantity for its unstated FLOPS range: docs/what-if.md)."), flag="not converged"))
     return [Section(title, items, anchor="flops")]
 
+
+def _estimator_words(table: pd.DataFrame, main: str | None) -> str:
+    """Which estimator gave the sweep's tax: "ranktail (default) estimator", or the labelled fallback."""
+    from evtsync.core.defaults import DEFAULT_ESTIMATOR
+
+    if "estimator" not in table or not len(table):
+        return f"centred estimator of {main}'s posterior"
+    names = list(dict.fromkeys(table["estimator"].astype(str)))
+    return " and ".join(f"{e} (default) estimator" if e == DEFAULT_ESTIMATOR else
+                        f"{e} estimator of {main} (fallback, labelled)" for e in names)

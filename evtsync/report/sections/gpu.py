@@ -20,6 +20,7 @@ from evtsync.report.markdown import (
     fmt,
     fmt_ci,
 )
+from evtsync.report.sections.pvm import estimator_words
 from evtsync.report.sections.stragglers import straggler_table
 
 
@@ -247,10 +248,11 @@ def _cell_section(ctx: ReportContext, gpu: str, precision: str, z: pd.DataFrame,
             sec.items.append(Table(pd.DataFrame({
                 "workload": rows["workload"], "n": rows["n"], "collectives": rows["n_collectives"],
                 f"measured µs [{PCT} CI]": [fmt_ci(a, b, c) for a, b, c in zip(rows["measured_mean_us"], rows["measured_lo_us"], rows["measured_hi_us"], strict=True)],
-                f"predicted µs [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in zip(rows["predicted_mean_us"], rows["predicted_lo_us"], rows["predicted_hi_us"], strict=True)],
+                f"predicted µs [{PCT} interval]": [fmt_ci(a, b, c) for a, b, c in zip(rows["predicted_mean_us"], rows["predicted_lo_us"], rows["predicted_hi_us"], strict=True)],
             }), "IN-SAMPLE: mean straggler delay (mean − min kernel duration) of the collectives after this cell's "
-                "GEMM blocks, measured (t interval of the mean) and predicted as b·E_k from the posterior of a fit "
-                "to these very blocks' z-scores (methodology §7) — agreement shows the fit describes its data, not that "
+                f"GEMM blocks, measured (t interval of the mean) and predicted as tau(n) by the estimator "
+                f"{estimator_words(rows)}, fitted "
+                "to these very blocks (methodology §7) — agreement shows the fit describes its data, not that "
                 "it predicts new data; see the out-of-sample check in \"Predicted vs measured\"."))
     return sec
 

@@ -7,11 +7,12 @@ from typing import Any
 
 import pandas as pd
 
-from evtsync.core.defaults import PAPER_MODEL, RANKTAIL_MODEL
+from evtsync.core.defaults import DEFAULT_ESTIMATOR, PAPER_MODEL, RANKTAIL_MODEL
 from evtsync.plots import predictions as pred_figs
 from evtsync.predict.tables import ESTIMATORS
 from evtsync.report.context import PCT, ReportContext, label_columns
 from evtsync.report.markdown import (
+    Alert,
     Section,
     Table,
     fmt,
@@ -30,38 +31,44 @@ def build(ctx: ReportContext) -> list[Section]:
         return [Section("Predicted tax tau(n) and optimal bandwidth B*", [ctx.why_not("prediction")], anchor="tau")]
     summary = ctx.stage("prediction").get("summary", {})
     main = summary.get("main_model")
-    models = [main] + [m for m in ("gumbel-hier", "gumbel") if m in set(tau["model"]) and m != main][:1]
-    items: list[Any] = [ctx.figure(functools.partial(pred_figs.tau_curves, tau, models), "tau-n", f"Predicted mean straggler delay tau(n) = b·E_k, k = n/m, for domains of n = m "
-                                         f"… 4096 ranks (methodology §7): E_k is the expected maximum of k GEV draws at each "
-                                         f"posterior draw of the cell's (mu, sigma, xi), fitted to the centred block "
-                                         f"maxima y (the calibrated estimator of the n-rank mean straggler delay, "
-                                         f"docs/methodology.md); b = mean r × mean a over the "
-                                         f"cell's block identities, held at its estimate. Lines: posterior mean; bands: {PCT} credible "
-                                         f"intervals. Left: {main} (the model used for predictions); right: the Gumbel "
-                                         f"lower bound where fitted.")]
-    shown_models = models + [m for m in (PAPER_MODEL, RANKTAIL_MODEL) if m in set(tau["model"])]
-    t = tau[tau["model"].isin(shown_models) & tau["n"].isin(TABLE_NS)]
-    if "estimator" not in t:  # a run folder from before the estimators were named
-        t = t.assign(estimator="")
-    keys = ["model", "estimator", "gpu", "precision"]
-    labels = label_columns(t, keys)
-    t = t.assign(**{c: t[c].fillna("") for c in labels})  # the paper's rows lack the Bayesian fits' labels
-    wide = t.assign(value=[fmt_ci(a, b, c) for a, b, c in zip(t["tau_mean_us"], t["tau_lo_us"], t["tau_hi_us"], strict=True)])
-    wide = wide.pivot_table(index=keys + labels, columns="n", values="value", aggfunc="first", sort=False)
-    wide.columns = [f"n={c} µs [{PCT} interval]" for c in wide.columns]
-    items.append(Table(wide.reset_index(), f"tau(n) in µs at selected domain sizes: mean [{PCT} interval] (credible "
-                                           "for the Bayesian fits). Estimator \"centred\" (the default): "
-                                           f"{ESTIMATORS['centred'][1]}. Estimator \"paper\" (model {PAPER_MODEL}, "
-                                           "the GEV MLE per cell, approximate confidence interval), shown for "
-                                           f"comparison: {ESTIMATORS['paper'][1]}. Estimator \"ranktail\" (model "
-                                           f"{RANKTAIL_MODEL}, Bayesian bootstrap and grid posterior), shown for "
-                                           f"comparison: {ESTIMATORS['ranktail'][1]}."))
+    if "default_estimate" not in tau:  # a run folder from before ranktail was the default: the main model's
+        tau = tau.assign(default_estimate=tau["model"] == main)
+    if "estimator" not in tau:  # a run folder from before the estimators were named
+        tau = tau.assign(estimator="")
+    headline = tau[tau["default_estimate"].astype(bool)]
+    head_models = list(dict.fromkeys(headline["model"].astype(str)))
+    models = [*head_models] + [m for m in [main, *("gumbel-hier", "gumbel")]
+                               if m in set(tau["model"]) and m not in head_models][:1]
+    items: list[Any] = [ctx.figure(functools.partial(pred_figs.tau_curves, tau, models), "tau-n",
+                                   f"Predicted mean straggler delay tau(n) for domains of n = m … 4096 ranks "
+                                   f"(methodology §7). Left: {', '.join(head_models)} — the default estimator "
+                                   f"(\"{DEFAULT_ESTIMATOR} (default)\": {ESTIMATORS[DEFAULT_ESTIMATOR][1]})"
+                                   + (f", with the main model {main}'s centred rows where it could not predict "
+                                      f"(labelled)" if main in head_models else "")
+                                   + f"; right: {models[-1] if len(models) > 1 else '–'}, the GEV model's centred "
+                                   f"estimator b·E_k (E_k the expected maximum of k = n/m GEV draws of the centred "
+                                   f"block maxima y), shown as an alternative. b = mean r × mean a over the cell's "
+                                   f"block identities, held at its estimate. Lines: mean; bands: {PCT} intervals.")]
+    items += _estimator_notes(headline, summary)
+    items.append(_tau_table(headline, f"Headline: tau(n) in µs by the default estimator, \"{DEFAULT_ESTIMATOR} "
+                                      f"(default)\", mean [{PCT} interval] (GPD grid posterior and Bayesian "
+                                      "bootstrap); a row whose cell it cannot predict comes from the main GEV model's "
+                                      "centred estimator and says so in \"fallback\"."))
+    others = tau[~tau["default_estimate"].astype(bool)
+                 & tau["model"].isin([*models, PAPER_MODEL, RANKTAIL_MODEL])]
+    if len(others):
+        items.append(_tau_table(others, f"Alternatives, labelled: tau(n) in µs, mean [{PCT} interval] (credible for "
+                                        "the Bayesian fits). Estimator \"centred\" (the GEV models): "
+                                        f"{ESTIMATORS['centred'][1]}. Estimator \"paper\" (model {PAPER_MODEL}, the "
+                                        "GEV MLE per cell, approximate confidence interval): "
+                                        f"{ESTIMATORS['paper'][1]}."))
     sections = [Section("Predicted tax tau(n)", items, anchor="tau")]
     if bstar is not None and len(bstar):
         bstar, held_fixed = _held_fixed(bstar)
         b_items: list[Any] = [ctx.figure(functools.partial(pred_figs.bstar_curves, bstar), "bstar-n", f"Optimal bandwidth B* at elasticity eps = {fmt(summary.get('eps'))} of "
                                                f"the augmented Hockney model T(B) = p·alpha + q·S/B + tau (methodology §8) "
-                                               f"against n, per topology, with tau(n) from {main} (posterior mean, {PCT} "
+                                               f"against n, per topology, with tau(n) by the default estimator "
+                                               f"({_estimators_of(bstar)}; mean, {PCT} "
                                                f"band per GPU × precision) beside Hockney's B*_H (tau = 0, dashed). "
                                                f"alpha = {fmt(summary.get('alpha_us'))} µs, S = "
                                                f"{fmt(summary.get('bytes'))} bytes ({summary.get('bytes_source', '')})."
@@ -70,6 +77,36 @@ def build(ctx: ReportContext) -> list[Section]:
         sections.append(Section("Optimal bandwidth B* against n", b_items, anchor="bstar"))
     return sections
 
+
+
+def _estimators_of(table: pd.DataFrame) -> str:
+    """"ranktail (default)" and any fallback estimator of a table's rows, in words."""
+    if "estimator" not in table or not len(table):
+        return "centred"
+    names = list(dict.fromkeys(table["estimator"].astype(str)))
+    return ", ".join(f"{e} (default)" if e == DEFAULT_ESTIMATOR else f"{e} (fallback, labelled)" for e in names)
+
+
+def _estimator_notes(headline: pd.DataFrame, summary: dict[str, Any]) -> list[Any]:
+    """Why rows of the headline fell back to the centred estimator (the prediction stage's note)."""
+    note = summary.get("estimator_note") or ""
+    if not note and "estimator_note" in headline:
+        note = "; ".join(sorted({str(v) for v in headline["estimator_note"] if v}))
+    return [Alert(f"Not every headline row is by the default estimator: {note}", level="warning")] if note else []
+
+
+def _tau_table(t: pd.DataFrame, caption: str) -> Table:
+    """tau(n) at :data:`TABLE_NS`: one row per model × estimator × GPU × precision, one column per n."""
+    t = t[t["n"].isin(TABLE_NS)]
+    if "estimator_note" in t:
+        t = t.assign(fallback=t["estimator_note"].fillna("").astype(str).map(lambda v: "yes" if v else ""))
+    keys = ["model", "estimator", "gpu", "precision"]
+    labels = label_columns(t, keys)
+    t = t.assign(**{c: t[c].fillna("") for c in labels})  # the paper's rows lack the Bayesian fits' labels
+    wide = t.assign(value=[fmt_ci(a, b, c) for a, b, c in zip(t["tau_mean_us"], t["tau_lo_us"], t["tau_hi_us"], strict=True)])
+    wide = wide.pivot_table(index=keys + labels, columns="n", values="value", aggfunc="first", sort=False)
+    wide.columns = [f"n={c} µs [{PCT} interval]" for c in wide.columns]
+    return Table(wide.reset_index(), caption)
 
 
 #: Columns of the B* table that say what its intervals hold fixed (evtsync.predict.tables.FIXED_B_NOTE, …).
@@ -95,6 +132,8 @@ def bstar_pivot(bstar: pd.DataFrame, value: str) -> pd.DataFrame:
     unit, scale = ("_gbps", 1.0) if value == "bstar" else ("", 100.0)
     text = [fmt_ci(scale * a, scale * b, scale * c) for a, b, c in
             zip(bstar[f"{value}_mean{unit}"], bstar[f"{value}_lo{unit}"], bstar[f"{value}_hi{unit}"], strict=True)]
+    if "estimator_note" in bstar:  # a fallback row (issue 29) says so in a short label
+        bstar = bstar.assign(fallback=bstar["estimator_note"].fillna("").astype(str).map(lambda v: "yes" if v else ""))
     keys = ["topology", "gpu", "precision"]
     index = keys + label_columns(bstar, keys)  # labels the prediction stage wrote (e.g. the estimator)
     wide = bstar.assign(_text=text).pivot_table(index=index, columns="n", values="_text", aggfunc="first", sort=False)

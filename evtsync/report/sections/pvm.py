@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from evtsync.core.defaults import DEFAULT_M, PVM_AGREEMENT
+from evtsync.core.defaults import DEFAULT_ESTIMATOR, DEFAULT_M, PVM_AGREEMENT
 from evtsync.plots import predictions as pred_figs
 from evtsync.report.context import PCT, ReportContext
 from evtsync.report.markdown import (
@@ -39,10 +39,11 @@ def _beyond_m_table(beyond: pd.DataFrame, m: int) -> Table | Skipped:
         return Skipped("No \"beyond m\" table: this run folder's predicted-vs-measured table lacks the columns k, "
                        "ratio and within_agreement (written by an evtsync that left them to the report); rerun "
                        "`evtsync run --force` to add them.")
-    estimator = ", ".join(sorted(set(beyond["estimator"].astype(str)))) if "estimator" in beyond else "centred"
+    estimator = estimator_words(beyond)
     return Table(pd.DataFrame({
         "workload": beyond["workload"], "GPU": beyond["gpu"], "precision": beyond["precision"],
-        "n": beyond["n"], "k = n/m": beyond["k"], "collectives": beyond["n_collectives"],
+        "n": beyond["n"], "k = n/m": beyond["k"], "estimator": _row_estimators(beyond),
+        "collectives": beyond["n_collectives"],
         f"measured µs [{PCT} CI]": [fmt_ci(a, b, c) for a, b, c in zip(
             beyond["measured_mean_us"], beyond["measured_lo_us"], beyond["measured_hi_us"], strict=True)],
         f"predicted µs [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in zip(
@@ -53,6 +54,24 @@ def _beyond_m_table(beyond: pd.DataFrame, m: int) -> Table | Skipped:
         f"Beyond the fitted sample size (n > m = {m}): the tail fitted on samples of m ranks is carried to the "
         f"whole group of n ranks (k = n/m > 1), an extrapolation in the domain size that the fit never sees "
         f"as one sample; estimator: {estimator} (docs/methodology.md, \"Predicting tau(n)\").")
+
+
+def _row_estimators(table: pd.DataFrame) -> list[str]:
+    """Per row: "ranktail (default)", or "centred (fallback)" for a row the default could not give."""
+    if "estimator" not in table:
+        return ["centred"] * len(table)
+    notes = table["estimator_note"].fillna("").astype(str) if "estimator_note" in table else [""] * len(table)
+    return [f"{e} (default)" if e == DEFAULT_ESTIMATOR and not note else f"{e} (fallback)"
+            for e, note in zip(table["estimator"].astype(str), notes, strict=True)]
+
+
+def estimator_words(table: pd.DataFrame) -> str:
+    """The estimators of a predicted-vs-measured table's rows in words, with a fallback's reason."""
+    if "estimator" not in table:
+        return "centred (a run folder from before the estimators were named)"
+    names = list(dict.fromkeys(_row_estimators(table)))
+    notes = sorted({str(v) for v in table.get("estimator_note", pd.Series(dtype=str)).fillna("") if v})
+    return ", ".join(names) + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def build(ctx: ReportContext) -> list[Section]:
@@ -73,8 +92,8 @@ def build(ctx: ReportContext) -> list[Section]:
               level="warning"),
         ctx.figure(pvm_fig, "predicted-vs-measured", f"In-sample. Measured mean straggler delay (mean − min NCCL "
                    f"kernel duration over the ranks, averaged over {selection}; error bars: {PCT} t interval of the "
-                   f"mean) against the prediction b·E_k with k = n/m from the posterior of {pvm['model'].iloc[0]} "
-                   f"and b the pooled sd of the preceding blocks (error bars: {PCT} credible interval), per workload "
+                   f"mean) against the predicted tau(n) by {estimator_words(pvm)} "
+                   f"and b the pooled sd of the preceding blocks (error bars: {PCT} interval), per workload "
                    "(methodology §7)."),
         "In-sample. " + _ratio_line(ctx.stage("predicted-vs-measured").get("summary", {}).get("agreement"))]
     beyond = pvm[pvm["beyond_m"].astype(bool)] if "beyond_m" in pvm else pvm[pvm["n"].astype(int) > int(m)]
@@ -87,6 +106,7 @@ def build(ctx: ReportContext) -> list[Section]:
         split = summary.get("holdout", {})
         shown = pd.DataFrame({
             "workload": hold["workload"], "GPU": hold["gpu"], "precision": hold["precision"], "n": hold["n"],
+            "estimator": _row_estimators(hold),
             "later block–collective pairs": hold["n_collectives"],
             f"measured µs [{PCT} CI]": [fmt_ci(a, b, c) for a, b, c in zip(hold["measured_mean_us"], hold["measured_lo_us"], hold["measured_hi_us"], strict=True)],
             f"predicted µs [{PCT} CI]": [fmt_ci(a, b, c) for a, b, c in zip(hold["predicted_mean_us"], hold["predicted_lo_us"], hold["predicted_hi_us"], strict=True)],
@@ -94,8 +114,8 @@ def build(ctx: ReportContext) -> list[Section]:
         sections.append(Section("Out-of-sample check: later collectives from earlier ones", [
             f"{split.get('description', 'A fit to the earlier collectives predicts the later ones.')} "
             + _ratio_line(split.get("agreement")),
-            Table(shown, f"Out-of-sample: predicted ({hold['model'].iloc[0]}, approximate {PCT} interval from the "
-                         f"normal approximation of the MLE) against measured ({PCT} t interval of the mean) mean "
+            Table(shown, f"Out-of-sample: predicted (estimator {estimator_words(hold)}; {PCT} interval: the "
+                         f"ranktail posterior, or the normal approximation of the MLE) against measured ({PCT} t interval of the mean) mean "
                          "straggler delay of the later collectives, which the fit never saw.")],
             level=3, anchor="pvm-holdout"))
     else:

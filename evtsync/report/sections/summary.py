@@ -91,8 +91,9 @@ def build(ctx: ReportContext) -> list[Section]:
     if info.get("loo_and_tail"):
         items.append(info["loo_and_tail"])
     items.append(Table(frame, f"Per GPU × precision: value [{PCT} interval], each linked to its section; xi, "
-                              f"tau and B* from {model or 'no fit'}"
-                              + (f" (estimator of tau(n): {info['estimator']})" if info.get("estimator") else "")
+                              f"xi from {model or 'no fit'}; tau and B* by "
+                              + (_estimator_words(info.get("estimator"), model) if info.get("estimator")
+                                 else f"{model or 'no fit'}")
                               + f" at n = {n} ranks. An interval marked \"range of "
                               "n\" is [min, max] of n values, too few for the level; ∞: too few values to bound that "
                               "side. Rows in red: fit not converged.", flag="not converged", css_class="summary",
@@ -103,8 +104,10 @@ def build(ctx: ReportContext) -> list[Section]:
                  f"the valid collectives of the process group(s) the compute blocks were cut from (the PG tau(n) "
                  f"predicts), median and 90th percentile with distribution-free order-statistic {PCT} intervals; "
                  f"GPU-only share = attributed collectives whose straggler path is GPU-only, Wilson {PCT} "
-                 f"interval; xi, tau(n) = b·E_(n/m) and B* in GB/s and its reduction 1 − B*/B*_H per topology are "
-                 f"posterior means with {PCT} credible intervals of {model or 'no fit'} (m = "
+                 f"interval; xi is the posterior mean with its {PCT} credible interval of {model or 'no fit'}; tau(n) "
+                 f"and B* in GB/s and its reduction 1 − B*/B*_H per topology are means with {PCT} intervals of the "
+                 f"default estimator of tau(n), ranktail (every rank's value with a generalized Pareto tail), or, "
+                 f"where it cannot predict (labelled in the notes), the centred estimator of {model or 'no fit'} (m = "
                  f"{ctx.manifest.get('options', {}).get('m', 4)}); the tail verdict reads the interval of xi: Fréchet "
                  "(heavy tail) when it lies above 0, Weibull (bounded) below 0, Gumbel when it holds 0."))
     items.append(Caption("Who straggles (all process groups; per GPU in its tax section):"))
@@ -116,3 +119,11 @@ def build(ctx: ReportContext) -> list[Section]:
                            f"steps, {s.get('chains')} chains (real runs: 1000 / 1000 / 4).", level="warning"))
     return [Section("Summary: the answers", items, anchor="summary")]
 
+
+def _estimator_words(estimators: Any, model: str | None) -> str:
+    """The summary's estimator(s) of tau(n), "ranktail (default)" first, a fallback named as one."""
+    from evtsync.core.defaults import DEFAULT_ESTIMATOR
+
+    names = [e.strip() for e in str(estimators).split(",") if e.strip()]
+    return ", ".join(f"{e} (default)" if e == DEFAULT_ESTIMATOR else f"{e} of {model or 'the main model'} "
+                     "(fallback, labelled)" for e in names)

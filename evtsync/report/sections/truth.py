@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from evtsync.core.defaults import PAPER_MODEL, RANKTAIL_MODEL
+from evtsync.core.defaults import DEFAULT_ESTIMATOR, PAPER_MODEL, RANKTAIL_MODEL
 from evtsync.report.context import PCT, ReportContext
 from evtsync.report.markdown import Section, Skipped, Table, fmt_ci
 
@@ -51,6 +51,8 @@ def _delay_table(delay: pd.DataFrame) -> Table:
     for (model, estimator), d in delay.groupby(["model", "estimator"], sort=False):
         d = d.set_index(keys)
         label = f"{model} ({estimator})" if estimator else str(model)
+        if "default_estimate" in d and d["default_estimate"].astype(bool).all() and estimator == DEFAULT_ESTIMATOR:
+            label = f"{model} ({estimator}, default)"
         shown[f"{label}: predicted/true [{PCT}]"] = pd.Series(
             [fmt_ci(*v) for v in zip(d["ratio_mean"], d["ratio_lo"], d["ratio_hi"], strict=True)], index=d.index)
         shown[f"{label}: covers"] = d["covers"]
@@ -59,10 +61,10 @@ def _delay_table(delay: pd.DataFrame) -> Table:
         shown["not converged"] = flagged
     shown = shown.reset_index().rename(columns={"gpu": "GPU"})
     return Table(shown, f"The true mean straggler delay E[max_n X − mean_n X] in units of the block sd b against "
-                        f"tau(n)/b of the main model {main or '(none)'} (the calibrated centred estimator, {PCT} "
+                        f"tau(n)/b of the default estimator ranktail (every rank's value, generalized Pareto tail: the "
+                        f"headline), of the main model {main or '(none)'} (the GEV's centred estimator, {PCT} "
                         f"credible interval) and of the paper's estimator (mle-gev: GEV MLE of z, {PCT} approximate "
-                        "confidence interval; biased low beyond n = m) and, where given, of the per-rank tail "
-                        "estimator (ranktail: every rank's value, generalized Pareto tail), at n = m, at the workload's TP group size "
+                        "confidence interval; biased low beyond n = m), at n = m, at the workload's TP group size "
                         "(\"measured here\": its collectives measure the delay directly, see predicted vs measured) "
                         "and extrapolated to 512 and 4096 ranks; \"covers\" says whether the interval contains the "
                         f"truth (at the {PCT} level about one in ten may miss by chance); an empty cell: that model "

@@ -38,16 +38,19 @@ def build(ctx: ReportContext) -> list[Section]:
     b_source, b_ref, notes = made.get("b_source", ""), made.get("b_us"), made.get("not_predicted", [])
     rows = pd.DataFrame({
         "preset": presets["preset"], "GPU": presets["gpu"], "n": presets["n"],
-        "FLOPS factor": [fmt(v) for v in presets["flops_factor"]], "prediction": _prediction_labels(presets),
+        "FLOPS factor": [fmt(v) for v in presets["flops_factor"]],
+        "estimator": (_estimator_labels(presets) if "estimator" in presets else ["centred"] * len(presets)),
+        "prediction": _prediction_labels(presets),
         f"tau(n) µs [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in
                                   zip(presets["tau_mean_us"], presets["tau_lo_us"], presets["tau_hi_us"], strict=True)],
         "NVLink GB/s": presets["nvlink_gbps"], "TFLOPS": presets["tflops"], "TFLOPS from": presets["tflops_source"],
         "source": presets["source"]})
     converged = bool(presets["converged"].all()) if "converged" in presets else True
     items: list[Any] = [Table(rows, (
-        f"tau(n) of bf16 domains that have no traces, from {name}: a GPU absent from the fit is drawn from the "
-        f"hierarchy's population (a new GPU deviation and cell term per posterior draw: 'population', wider "
-        f"intervals); b = {b_source}, {fmt(b_ref)} µs, divided by the preset's FLOPS over the H200's "
+        f"tau(n) of bf16 domains that have no traces: a measured GPU by the default estimator, \"ranktail "
+        f"(default)\"; a GPU absent from the traces by the centred estimator of {name} (ranktail has no "
+        f"population: the labelled fallback), drawn from the hierarchy's population (a new GPU deviation and cell "
+        f"term per posterior draw: 'population', wider intervals); b = {b_source}, {fmt(b_ref)} µs, divided by the preset's FLOPS over the H200's "
         f"{REFERENCE_TFLOPS:g} TFLOPS (methodology §8). n and NVLink GB/s are the paper's Table 1; its Table 1 lists no "
         f"TFLOPS: 'TFLOPS from' says whether a value is the paper's (H200) or an NVIDIA datasheet's (named in "
         f"'source'). Presets: evtsync.core.reference.PRESETS; any other with "
@@ -60,6 +63,16 @@ def build(ctx: ReportContext) -> list[Section]:
         items.append(f"Rows labelled {PRIOR_DOMINATED_NOTE}.")
     items += [f"Not predicted: {note}." for note in notes]
     return [Section(title, items, anchor="whatif")]
+
+
+def _estimator_labels(presets: pd.DataFrame) -> list[str]:
+    """"ranktail (default)" or "centred (fallback: <model>)" per row."""
+    from evtsync.core.defaults import DEFAULT_ESTIMATOR
+
+    notes = presets["estimator_note"].fillna("") if "estimator_note" in presets else [""] * len(presets)
+    models = presets["model"] if "model" in presets else [""] * len(presets)
+    return [f"{e} (default)" if e == DEFAULT_ESTIMATOR and not note else f"{e} (fallback: {model})"
+            for e, note, model in zip(presets["estimator"].astype(str), notes, models, strict=True)]
 
 
 def _prediction_labels(presets: pd.DataFrame) -> list[str]:
