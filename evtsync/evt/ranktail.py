@@ -12,16 +12,17 @@ sample of m ranks and extrapolates its GEV by k = n/m; this one uses **every ran
   :data:`~evtsync.core.defaults.RANKTAIL_MIN_EXCEEDANCES` and at most
   :data:`~evtsync.core.defaults.RANKTAIL_MAX_EXCEEDANCES` values above it; moved up while the
   threshold-stability test, level :data:`~evtsync.core.defaults.RANKTAIL_STABILITY_ALPHA`,
-  rejects it) and a generalized Pareto tail above it: F̂(x) = W_t + (1 − W_t)(1 − G(x − t)), G the GPD survival function with scale
-  sigma and shape xi (xi > 0 heavy, 0 exponential, < 0 bounded);
+  rejects it) and a generalized Pareto tail above it: F̂(x) = W_t + (1 − W_t)(1 − G(x − t)), G the
+  GPD survival function with scale sigma and shape xi (xi > 0 heavy, 0 exponential, < 0 bounded);
 - E[max_n u] = ∫ x dF̂(x)^n: the body's atoms exactly, the tail by quadrature in w = −log G:
   t(1 − W_t^n) + sigma ∫_0^∞ (1 − (1 − (1 − W_t) e^{−w})^n) e^{xi·w} dw (finite for xi < 1;
   infinite draws otherwise, as everywhere in :mod:`evtsync.predict.tables`).
 
 Uncertainty, without MCMC: the GPD's (log sigma, xi) posterior on a grid (flat prior on
 log sigma; xi ∈ [−0.5, 1.2] with a Normal(0, :data:`~evtsync.core.defaults.RANKTAIL_XI_PRIOR_SD`)
-prior) from the exceedances, and a Bayesian bootstrap (Dirichlet(1, …, 1) weights) of all N values for the body and the exceedance rate 1 − W_t; each draw pairs one of
-each. b is held at its estimate, as for the other estimators (its sampling error cancels to
+prior) from the exceedances, and a Bayesian bootstrap (Dirichlet(1, …, 1) weights) of all N
+values for the body and the exceedance rate 1 − W_t; each draw pairs one of each. b is held at
+its estimate, as for the other estimators (its sampling error cancels to
 first order: u is standardised by the same s_c).
 
 What it cannot do: predict a GPU or precision that was not measured (it has no population; the
@@ -109,30 +110,33 @@ class RankTail:
         return int(self.values.size)
 
 
+def _gpd_loglik(exc: NDArray[np.float64], sigma: NDArray[np.float64], xi: float) -> NDArray[np.float64]:
+    """GPD log-likelihood of exceedances ``exc`` (> 0) at shape ``xi`` for each scale in ``sigma``
+    (−inf where a bounded shape's support ends below the largest exceedance)."""
+    sigma = np.atleast_1d(np.asarray(sigma, dtype=float))
+    if abs(xi) < 1e-9:
+        return -exc.size * np.log(sigma) - exc.sum() / sigma
+    out = np.full(sigma.size, -np.inf)
+    inside = 1.0 + xi * float(exc.max()) / sigma > 0 if xi < 0 else np.ones(sigma.size, dtype=bool)
+    if inside.any():  # one shape at a time: memory (scales × k), not (scales × shapes × k)
+        z = 1.0 + xi * exc[None, :] / sigma[inside, None]
+        out[inside] = -exc.size * np.log(sigma[inside]) - (1.0 + 1.0 / xi) * np.log(z).sum(axis=1)
+    return out
+
+
 def _gpd_loglik_grid(exc: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """The GPD log-likelihood of exceedances ``exc`` (> 0) on the grid: (log sigma (251,), ll (251, len(_XI_GRID)))."""
-    k = exc.size
-    centre = math.log(float(exc.mean()))
-    log_sigma = np.linspace(centre - 3.0, centre + 2.0, 251)
+    log_sigma = np.linspace(math.log(float(exc.mean())) - 3.0, math.log(float(exc.mean())) + 2.0, 251)
     sigma = np.exp(log_sigma)
-    top = float(exc.max())
-    ll = np.full((log_sigma.size, _XI_GRID.size), -np.inf)
-    for j, xi in enumerate(_XI_GRID):  # one shape at a time: memory (251 × k), not (251 × 171 × k)
-        if abs(xi) < 1e-9:
-            ll[:, j] = -k * log_sigma - exc.sum() / sigma
-            continue
-        inside = 1.0 + xi * top / sigma > 0 if xi < 0 else np.ones(sigma.size, dtype=bool)
-        if not inside.any():
-            continue
-        z = 1.0 + xi * exc[None, :] / sigma[inside, None]
-        ll[inside, j] = -k * log_sigma[inside] - (1.0 + 1.0 / xi) * np.log(z).sum(axis=1)
-    return log_sigma, ll
+    return log_sigma, np.stack([_gpd_loglik(exc, sigma, float(xi)) for xi in _XI_GRID], axis=1)
 
 
-def _gpd_grid_posterior(exc: NDArray[np.float64], draws: int, rng: np.random.Generator
+def _gpd_grid_posterior(exc: NDArray[np.float64], draws: int, rng: np.random.Generator,
+                        grid: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None
                         ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """(log sigma, xi) draws from the grid posterior of a GPD fitted to exceedances ``exc`` (> 0)."""
-    log_sigma, ll = _gpd_loglik_grid(exc)
+    """(log sigma, xi) draws from the grid posterior of a GPD fitted to exceedances ``exc`` (> 0);
+    ``grid``: their :func:`_gpd_loglik_grid` when already computed."""
+    log_sigma, ll = _gpd_loglik_grid(exc) if grid is None else grid
     # the shape's prior, Normal(0, RANKTAIL_XI_PRIOR_SD) (docs/methodology.md, "The per-rank tail
     # estimator"): weakly informative, centred on the exponential tail; it keeps a small tail sample's
     # posterior from wandering into shapes whose mean maximum explodes
@@ -145,19 +149,11 @@ def _gpd_grid_posterior(exc: NDArray[np.float64], draws: int, rng: np.random.Gen
     return (log_sigma[row] + (rng.random(draws) - 0.5) * ds, _XI_GRID[col] + (rng.random(draws) - 0.5) * dx)
 
 
-def _gpd_loglik(exc: NDArray[np.float64], sigma: float, xi: float) -> float:
-    """GPD log-likelihood of exceedances ``exc`` at one (sigma, xi)."""
-    if abs(xi) < 1e-9:
-        return float(-exc.size * math.log(sigma) - exc.sum() / sigma)
-    z = 1.0 + xi * exc / sigma
-    if (z <= 0).any():
-        return -math.inf
-    return float(-exc.size * math.log(sigma) - (1.0 + 1.0 / xi) * np.log(z).sum())
-
-
 def _stable_exceedances(u: NDArray[np.float64], k: int, min_exceedances: int,
-                        alpha: float = RANKTAIL_STABILITY_ALPHA) -> int:
-    """The number of exceedances the threshold-stability test keeps (docs/methodology.md).
+                        alpha: float = RANKTAIL_STABILITY_ALPHA
+                        ) -> tuple[int, tuple[NDArray[np.float64], NDArray[np.float64]] | None]:
+    """The number of exceedances the threshold-stability test keeps (docs/methodology.md), and the
+    log-likelihood grid of its exceedances (None when the test did not run).
 
     Candidates k, k/2, k/4, ... down to ``min_exceedances``. A threshold t is kept when the GPD
     fitted above it (maximum likelihood on the grid) also describes the exceedances of every higher
@@ -172,21 +168,22 @@ def _stable_exceedances(u: NDArray[np.float64], k: int, min_exceedances: int,
     while ks[-1] // 2 >= min_exceedances:
         ks.append(ks[-1] // 2)
     if alpha <= 0 or len(ks) == 1:
-        return k
-    fits = []
+        return k, None
+    fits, grids = [], []
     for kk in ks:
         t = float(u[u.size - kk - 1])
         exc = u[u > t] - t
         log_sigma, ll = _gpd_loglik_grid(exc)
+        grids.append((log_sigma, ll))
         i, j = np.unravel_index(int(np.argmax(ll)), ll.shape)
         fits.append((t, exc, math.exp(float(log_sigma[i])), float(_XI_GRID[j]), float(ll[i, j])))
     for pos, (t, _, sigma, xi, _) in enumerate(fits[:-1]):
         higher = fits[pos + 1:]
-        p_min = min(float(chi2.sf(max(0.0, 2.0 * (ll_free - _gpd_loglik(exc_h, sigma + xi * (t_h - t), xi))), 2))
-                    for t_h, exc_h, _, _, ll_free in higher)
+        implied = [_gpd_loglik(exc_h, np.array([sigma + xi * (t_h - t)]), xi)[0] for t_h, exc_h, *_ in higher]
+        p_min = min(float(chi2.sf(max(0.0, 2.0 * (fit[4] - ll_h)), 2)) for fit, ll_h in zip(higher, implied, strict=True))
         if p_min >= alpha / len(higher):
-            return ks[pos]
-    return ks[-1]
+            return ks[pos], grids[pos]
+    return ks[-1], grids[-1]
 
 
 def fit_rank_tail(values: NDArray[np.float64], *, draws: int = RANKTAIL_DRAWS, seed: int = 0,
@@ -231,16 +228,19 @@ def fit_rank_tail(values: NDArray[np.float64], *, draws: int = RANKTAIL_DRAWS, s
     if u.size < min_values:
         raise InputError(f"ranktail: {label} has {u.size} rank value(s); the per-rank tail estimator needs at least "
                          f"{min_values} ({min_values // 4} samples of 4 ranks); use --estimator centred for this cell")
-    k = min(max(min_exceedances, int(math.ceil(tail_share * u.size))), max_exceedances)
-    k = _stable_exceedances(u, k, min_exceedances)
+    k_share = min(max(min_exceedances, int(math.ceil(tail_share * u.size))), max_exceedances)
+    k, grid = _stable_exceedances(u, k_share, min_exceedances)
     threshold = float(u[u.size - k - 1])
     exc = u[u > threshold] - threshold
     if exc.size < min_exceedances // 2 or float(exc.max()) <= 0:
         raise InputError(f"ranktail: {label}: only {exc.size} distinct value(s) above the threshold {threshold:.4g}; "
                          "the tail cannot be fitted")
     rng = np.random.default_rng(seed)
-    log_sigma, xi = _gpd_grid_posterior(exc, draws, rng)
+    log_sigma, xi = _gpd_grid_posterior(exc, draws, rng, grid)  # the test's grid: the same exceedances
     notes = []
+    if k < k_share:
+        notes.append(f"threshold moved up by the stability test: {exc.size} values above it instead of {k_share} (a second "
+                     "mode in the tail, such as rare slow ranks; beyond n ~ N the estimate is less certain)")
     if u.size < 10 * min_values:
         notes.append(f"small cell: {u.size} rank values, {exc.size} above the threshold; the interval is wide")
     return RankTail(values=u, threshold=threshold, n_exceedances=int(exc.size), log_sigma=log_sigma, xi=xi,

@@ -154,6 +154,7 @@ def test_the_threshold_moves_above_a_bump_of_slow_ranks_and_stays_for_a_plain_ta
     tail = fit_rank_tail((x - x.mean()) / sd, seed=3)
     assert tail.n_exceedances < 0.05 * n_values
     assert tail.threshold * sd + x.mean() > 3.0  # above the normal ranks' top, among the slow ones
+    assert any("stability test" in note for note in tail.notes)  # and the fit says so
     true = _mixture_delay(p, shift, n_values) / sd
     est = float(expected_max_draws(tail, [n_values]).mean())
     assert est == pytest.approx(true, rel=0.10)
