@@ -361,7 +361,7 @@ class RankTailFit:
 
     @classmethod
     def from_table(cls, table: pd.DataFrame, *, draws: int = RANKTAIL_DRAWS, seed: int = 0,
-                   source: str = "z-score table") -> RankTailFit:
+                   source: str = "z-score table", refused: dict[str, str] | None = None) -> RankTailFit:
         """Fit every GPU × precision cell of a z-score table (rows with ``has_gemm`` when present).
 
         Parameters
@@ -374,6 +374,10 @@ class RankTailFit:
             Seed of the draws (cell i uses ``seed + 2 i``).
         source : str, default "z-score table"
             The table's name in messages.
+        refused : dict or None, default None
+            None: a cell that cannot be fitted (too few values) raises. A dict: that cell is left
+            out and its reason recorded here under the cell's label (the other cells keep the
+            seeds they would have had).
 
         Returns
         -------
@@ -396,13 +400,20 @@ class RankTailFit:
         rows = []
         for i, ((gpu, precision), part) in enumerate(table.groupby(list(_GROUPS), sort=True, observed=True)):
             label = f"{gpu}|{precision}"
-            tail = fit_rank_tail(rank_values(part, source), draws=draws, seed=seed + 2 * i, label=label)
+            try:
+                tail = fit_rank_tail(rank_values(part, source), draws=draws, seed=seed + 2 * i, label=label)
+            except InputError as exc:
+                if refused is None:
+                    raise
+                refused[label] = str(exc)
+                continue
             for note in tail.notes:
                 log.warning("ranktail %s: %s", label, note)
             tails[label] = tail
             rows.append({"cell": label, "gpu": str(gpu), "precision": str(precision), "n_obs": tail.n_values})
         if not rows:
-            raise InputError(f"{source}: no rows to fit the ranktail estimator to")
+            raise InputError(f"{source}: no rows to fit the ranktail estimator to"
+                             + (f" (every cell refused: {'; '.join(refused.values())})" if refused else ""))
         return cls(tails, pd.DataFrame(rows))
 
     def cell_info(self) -> pd.DataFrame:

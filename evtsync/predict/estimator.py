@@ -108,9 +108,9 @@ def fit_ranktail(table: pd.DataFrame, *, seed: int = 0, source: str = "z-score t
                  strict: bool = False) -> tuple[Any, dict[str, str]]:
     """The ranktail fit of a z-score table's cells, and the cells it refused.
 
-    The whole table is fitted at once (:meth:`~evtsync.evt.ranktail.RankTailFit.from_table`); when a
-    cell has too few rank values, the other cells are fitted one by one with the seeds the whole
-    table would have given them, and the refused cells are returned with the reason.
+    The table's cells are fitted in one pass (:meth:`~evtsync.evt.ranktail.RankTailFit.from_table`
+    with ``refused``): a cell that cannot be fitted (too few rank values) is left out with its
+    reason, and the others keep the seeds the whole table gives them.
 
     Parameters
     ----------
@@ -133,32 +133,16 @@ def fit_ranktail(table: pd.DataFrame, *, seed: int = 0, source: str = "z-score t
     InputError
         The table lacks ``u`` or a group column (always), or a cell is refused (``strict``).
     """
-    from evtsync.evt.ranktail import RankTailFit, rank_values
+    from evtsync.evt.ranktail import RankTailFit
 
+    refused: dict[str, str] = {}
     try:
-        return RankTailFit.from_table(table, seed=seed, source=source), {}
+        fit = RankTailFit.from_table(table, seed=seed, source=source, refused=None if strict else refused)
     except InputError:
-        if strict:
-            raise
-    missing = [g for g in ("gpu", "precision") if g not in table.columns]
-    if missing:
-        raise InputError(f"{source}: missing column(s) {missing}")
-    rank_values(table.head(1), source)  # an old table: its message, never a per-cell fallback
-    rows = table[table["has_gemm"].astype(bool)] if "has_gemm" in table.columns else table
-    tails: dict[str, Any] = {}
-    cells, refused = [], {}
-    for i, ((gpu, precision), part) in enumerate(rows.groupby(["gpu", "precision"], sort=True, observed=True)):
-        label = f"{gpu}|{precision}"
-        try:
-            one = RankTailFit.from_table(part, seed=seed + 2 * i, source=source)  # the seed from_table gives cell i
-        except InputError as exc:
-            refused[label] = str(exc)
-            continue
-        tails.update(one.tails)
-        cells.append(one.cells)
-    if not tails:
-        return None, refused
-    return RankTailFit(tails, pd.concat(cells, ignore_index=True)), refused
+        if refused:  # every cell refused: the caller falls back for all of them
+            return None, refused
+        raise  # an old table without u, a missing column, no rows: never a per-cell fallback
+    return fit, refused
 
 
 def choose_estimator(estimator: str | None = None, *, gev: Any = None, zscores: pd.DataFrame | None = None,
