@@ -327,12 +327,13 @@ class ListOption(argparse.Action):
                 except (ValueError, argparse.ArgumentTypeError) as exc:
                     raise argparse.ArgumentError(self, f"{part!r}: {exc}") from None
         setattr(namespace, self.dest, items)
-def add_estimator_argument(parser: argparse.ArgumentParser) -> None:
-    """``--estimator centred|paper|ranktail``: which estimator of tau(n) (:data:`evtsync.predict.tables.ESTIMATORS`)."""
+def add_estimator_argument(parser: argparse.ArgumentParser, help_text: str | None = None) -> None:
+    """``--estimator centred|paper|ranktail``: which estimator of tau(n) (:data:`evtsync.predict.tables.ESTIMATORS`);
+    ``help_text`` replaces the text of the commands that compute tau(n) (``evtsync report`` only reads it)."""
     from evtsync.core.defaults import DEFAULT_ESTIMATOR, ESTIMATOR_NAMES
 
     parser.add_argument("--estimator", choices=list(ESTIMATOR_NAMES), default=None,
-                        help=f"estimator of tau(n) (default {DEFAULT_ESTIMATOR}): ranktail (every rank's value with a "
+                        help=help_text or f"estimator of tau(n) (default {DEFAULT_ESTIMATOR}): ranktail (every rank's value with a "
                              "generalized Pareto tail, from the z-score table: give the table or a run folder), "
                              "centred (the GEV of the centred maximum y: needs a GEV fit of column y) or paper (the "
                              "paper's b·E_(n/m) of z: biased low at n > m, needs a fit of column z). Unless named, "

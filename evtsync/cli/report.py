@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from evtsync.cli._common import add_out_argument, positive_int
+from evtsync.cli._common import add_estimator_argument, add_out_argument, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,6 +21,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="also save each figure as SVG (vector, for papers) beside its PNG; slower")
     parser.add_argument("-j", "--jobs", type=positive_int, default=None, metavar="N",
                         help="processes that draw the figures (default: one per core; 1: in this process)")
+    add_estimator_argument(parser, help_text="estimator of tau(n) whose tau(n), B*, what-if and predicted-vs-measured "
+                           "rows the report shows (default: the one the run used, from its manifest, with its "
+                           "labelled fallback rows): ranktail, centred (the main GEV model's) or paper. A named "
+                           "estimator is shown strictly: rows the run stored by another estimator are left out and "
+                           "counted; a run folder without tau(n) rows of it is refused")
     parser.add_argument("--json", action="store_true", help="print the written files and notes as JSON")
     parser.set_defaults(handler=run)
 
@@ -40,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         from evtsync.core.tableio import check_output_dir
 
         check_output_dir(args.out, "--out")
-    written = build_report(args.source, args.out, svg=args.svg, workers=args.jobs)
+    written = build_report(args.source, args.out, svg=args.svg, workers=args.jobs, estimator=args.estimator)
     html = next(p for p in written if Path(p).name == REPORT_HTML)
     md = next(p for p in written if Path(p).name == REPORT_MD)
     notes = incomplete_notes(read_manifest(args.source)) if (Path(args.source) / MANIFEST).is_file() else []

@@ -123,8 +123,10 @@ class ReportContext:
 
     def __init__(self, run_dir: Path, out: Path, manifest: dict[str, Any],
                  load_fit: Callable[[Path], Any] | None = None, svg: bool = False,
-                 figure_cache: str | os.PathLike[str] | None = None) -> None:
+                 figure_cache: str | os.PathLike[str] | None = None, estimator: str | None = None) -> None:
         self.run_dir = run_dir
+        self.asked_estimator = estimator  # ``evtsync report --estimator``; None: the run's own
+        self._view: Any = None
         self.figure_cache = FigureCache(figure_cache) if figure_cache is not None else None
         self.out = out
         self.fig_dir = out / FIGURES
@@ -150,6 +152,16 @@ class ReportContext:
                 path = fitted_models(self.run_dir, self.manifest)[name]
                 self._main_fit = (BayesFit((self._load_fit or load_fit)(path), fit_path(path)), name)
         return self._main_fit
+
+    @property
+    def estimator(self) -> Any:
+        """The :class:`~evtsync.report.estimator.EstimatorView` of the report: which estimator's
+        rows of tau(n), B*, what-if and predicted vs measured it shows."""
+        if self._view is None:
+            from evtsync.report.estimator import estimator_view
+
+            self._view = estimator_view(self.run_dir, self.manifest, self.asked_estimator)
+        return self._view
 
     def stage(self, name: str) -> dict[str, Any]:
         return self.manifest.get("stages", {}).get(name, {})

@@ -41,13 +41,14 @@ __all__ = ["REPORT_HTML", "REPORT_MD", "build_report", "render_html", "run_secti
 
 def run_sections(run_dir: Path, out: Path, manifest: dict[str, Any],
                  load_fit: Callable[[Path], Any] | None = None, svg: bool = False,
-                 workers: int | None = None,
-                 figure_cache: str | os.PathLike[str] | None = None) -> tuple[list[Section], list[Path]]:
+                 workers: int | None = None, figure_cache: str | os.PathLike[str] | None = None,
+                 estimator: str | None = None) -> tuple[list[Section], list[Path]]:
     """The document of a run folder, and the figure files written for it (``load_fit``: how to
     read a fit's tree, :func:`evtsync.evt.bayesfit.load_fit` by default; ``svg``: each figure as
     SVG too; ``workers``: processes drawing the figures, see :meth:`ReportContext.draw_figures`;
-    ``figure_cache``: a folder of figures drawn before, see :class:`FigureCache`)."""
-    ctx = ReportContext(run_dir, out, manifest, load_fit, svg, figure_cache)
+    ``figure_cache``: a folder of figures drawn before, see :class:`FigureCache`; ``estimator``: the
+    estimator of tau(n) whose rows the report shows, see :mod:`evtsync.report.estimator`)."""
+    ctx = ReportContext(run_dir, out, manifest, load_fit, svg, figure_cache, estimator)
     # (with a figure cache the figures may all be there: the pool starts only for those to draw)
     if figure_cache is None and ctx.figure_workers(workers) > 1:
         from evtsync.core.parallel import start_fork_server
@@ -78,22 +79,30 @@ def timestamp_text(stamp: Any) -> str:
 
 def build_report(source: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
                  load_fit: Callable[[Path], Any] | None = None, svg: bool = False,
-                 workers: int | None = None, figure_cache: str | os.PathLike[str] | None = None) -> list[Path]:
+                 workers: int | None = None, figure_cache: str | os.PathLike[str] | None = None,
+                 estimator: str | None = None) -> list[Path]:
     """Write ``report.html``, ``report.md`` and ``figures/`` (PNG; with ``svg`` each figure as SVG
     too) for a run folder or a fit; returns every file written (figures first). ``load_fit`` reads
     a run's fit trees (the pipeline passes its own, so that a fit the stages read is not read
     again); default :func:`evtsync.evt.bayesfit.load_fit`. ``workers``: processes that draw the
     figures (default one per core; 1 draws them in this process). ``figure_cache``: a folder where
     figures are kept by a hash of their input tables and the code (:class:`FigureCache`), so a
-    figure whose data has not changed is copied, not drawn again; None: every figure is drawn."""
+    figure whose data has not changed is copied, not drawn again; None: every figure is drawn.
+    ``estimator``: the estimator of tau(n) whose rows the report shows (``evtsync report
+    --estimator``; :mod:`evtsync.report.estimator`); None: the run's own. A run folder without rows
+    of it, or a fit (whose report has no tau(n)), is refused with ``InputError`` before anything
+    is written."""
     from evtsync.evt.bayesfit import FIT_FILE
     from evtsync.runfolder.layout import MANIFEST, read_verified_manifest
 
     src = Path(source)
     if (src / MANIFEST).is_file():
         manifest = read_verified_manifest(src)  # tables and fits as the run wrote them, or refused
+        from evtsync.report.estimator import check_report_estimator
+
+        check_report_estimator(src, manifest, estimator)
         dest = Path(out) if out else src
-        sections, written = run_sections(src, dest, manifest, load_fit, svg, workers, figure_cache)
+        sections, written = run_sections(src, dest, manifest, load_fit, svg, workers, figure_cache, estimator)
         name = src.resolve().name
         title = f"evtsync report: {name}"
         subtitle = (f"Run folder {src}; evtsync {manifest.get('evtsync_version', '?')}; last updated "
@@ -103,6 +112,9 @@ def build_report(source: str | os.PathLike[str], out: str | os.PathLike[str] | N
         fit_file = src / FIT_FILE if src.is_dir() else src
         if not fit_file.is_file():
             raise InputError(f"{src}: neither a run folder ({MANIFEST}) nor a fit ({FIT_FILE} or a .nc file)")
+        if estimator is not None:
+            raise InputError(f"--estimator {estimator}: {src} is one fit, whose report shows no tau(n); give a run "
+                             f"folder (or leave out --estimator)")
         dest = Path(out) if out else (src if src.is_dir() else src.parent)
         sections, written = fit_sections(fit_file, dest, svg, workers, figure_cache)
         title = f"evtsync report: fit {fit_file.stem if fit_file.name != FIT_FILE else src.name}"

@@ -37,6 +37,9 @@ def build(ctx: ReportContext) -> list[Section]:
                                         "`evtsync run --force` to add it.")], anchor="flops")]
     if "refused" in made or table is None or scaling is None:
         return [Section(title, [Skipped(f"Skipped — {made.get('refused', 'no table')}.")], anchor="flops")]
+    table, left_out = ctx.estimator.rows(table, "the FLOPS sweep of B*")
+    if left_out:  # the scaling table is the sweep's ratio: it goes with the sweep's rows, whole or not at all
+        return [Section(title, [Skipped(f"Skipped — {left_out}.")], anchor="flops")]
     name = summary.get("main_model")
     converged = bool(scaling["converged"].all()) if "converged" in scaling else True
     sweep = made.get("sweep", [1.0, 16.0])
@@ -76,6 +79,10 @@ def _estimator_words(table: pd.DataFrame, main: str | None) -> str:
 
     if "estimator" not in table or not len(table):
         return f"centred estimator of {main}'s posterior"
+    fallback = (table["estimator_note"].fillna("").astype(str) != "" if "estimator_note" in table
+                else table["estimator"].astype(str) != DEFAULT_ESTIMATOR)
     names = list(dict.fromkeys(table["estimator"].astype(str)))
     return " and ".join(f"{e} (default) estimator" if e == DEFAULT_ESTIMATOR else
-                        f"{e} estimator of {main} (fallback, labelled)" for e in names)
+                        f"{e} estimator of {main} (fallback, labelled)"
+                        if fallback[table["estimator"].astype(str) == e].any() else f"{e} estimator of {main}"
+                        for e in names)

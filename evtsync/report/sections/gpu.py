@@ -33,6 +33,8 @@ def build(ctx: ReportContext) -> list[Section]:
     z = ctx.table("zscores")
     mle = ctx.table("mle")
     pvm = ctx.table("predicted_vs_measured")
+    if pvm is not None:  # the rows of the report's estimator (evtsync report --estimator), as its own section
+        pvm = ctx.estimator.rows(pvm, "predicted vs measured")[0]
     main_tree, main_name = ctx.main_fit()
     if coll is None:
         return []

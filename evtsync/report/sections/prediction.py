@@ -11,9 +11,11 @@ from evtsync.core.defaults import DEFAULT_ESTIMATOR, PAPER_MODEL, RANKTAIL_MODEL
 from evtsync.plots import predictions as pred_figs
 from evtsync.predict.tables import ESTIMATORS
 from evtsync.report.context import PCT, ReportContext, label_columns
+from evtsync.report.estimator import row_estimators
 from evtsync.report.markdown import (
     Alert,
     Section,
+    Skipped,
     Table,
     fmt,
     fmt_ci,
@@ -31,60 +33,91 @@ def build(ctx: ReportContext) -> list[Section]:
         return [Section("Predicted tax tau(n) and optimal bandwidth B*", [ctx.why_not("prediction")], anchor="tau")]
     summary = ctx.stage("prediction").get("summary", {})
     main = summary.get("main_model")
-    if "default_estimate" not in tau:  # a run folder from before ranktail was the default: the main model's
-        tau = tau.assign(default_estimate=tau["model"] == main)
     if "estimator" not in tau:  # a run folder from before the estimators were named
-        tau = tau.assign(estimator="")
-    headline = tau[tau["default_estimate"].astype(bool)]
+        tau = tau.assign(estimator=row_estimators(tau))
+    view = ctx.estimator
+    headline, rest = view.tau_rows(tau)
     head_models = list(dict.fromkeys(headline["model"].astype(str)))
-    models = [*head_models] + [m for m in [main, *("gumbel-hier", "gumbel")]
+    # the estimator shown: the asked one, or the run's as its rows say (its fallback rows labelled)
+    own = (headline["estimator_note"].fillna("").astype(str) == "" if "estimator_note" in headline
+           else pd.Series(True, index=headline.index))
+    name = view.name if view.explicit else next(iter(headline.loc[own, "estimator"].astype(str)), view.name)
+    label = view.label() if view.explicit else _estimators_of(headline)
+    alternatives = [RANKTAIL_MODEL] if view.explicit and view.name != DEFAULT_ESTIMATOR else []
+    models = [*head_models] + [m for m in [*alternatives, main, *("gumbel-hier", "gumbel")]
                                if m in set(tau["model"]) and m not in head_models][:1]
-    items: list[Any] = [ctx.figure(functools.partial(pred_figs.tau_curves, tau, models), "tau-n",
+    shown_tau = pd.concat([headline, rest[rest["model"].isin(models[len(head_models):])]], ignore_index=True)
+    right = (f"; right: {models[-1]}, " + ("the default estimator ranktail, shown as an alternative"
+                                          if models[-1] == RANKTAIL_MODEL else
+                                          "the GEV model's centred estimator b·E_k (E_k the expected maximum of k = "
+                                          "n/m GEV draws of the centred block maxima y), shown as an alternative")
+             if len(models) > len(head_models) else "")
+    items: list[Any] = [ctx.figure(functools.partial(pred_figs.tau_curves, shown_tau, models), "tau-n",
                                    f"Predicted mean straggler delay tau(n) for domains of n = m … 4096 ranks "
-                                   f"(methodology §7). Left: {', '.join(head_models)} — the default estimator "
-                                   f"(\"{DEFAULT_ESTIMATOR} (default)\": {ESTIMATORS[DEFAULT_ESTIMATOR][1]})"
+                                   f"(methodology §7). Left: {', '.join(head_models)} — estimator "
+                                   f"{label}: {ESTIMATORS.get(name, ('', name))[1]}"
                                    + (f", with the main model {main}'s centred rows where it could not predict "
-                                      f"(labelled)" if main in head_models else "")
-                                   + f"; right: {models[-1] if len(models) > 1 else '–'}, the GEV model's centred "
-                                   f"estimator b·E_k (E_k the expected maximum of k = n/m GEV draws of the centred "
-                                   f"block maxima y), shown as an alternative. b = mean r × mean a over the cell's "
-                                   f"block identities, held at its estimate. Lines: mean; bands: {PCT} intervals.")]
-    items += _estimator_notes(headline, summary)
-    items.append(_tau_table(headline, f"Headline: tau(n) in µs by the default estimator, \"{DEFAULT_ESTIMATOR} "
-                                      f"(default)\", mean [{PCT} interval] (GPD grid posterior and Bayesian "
-                                      "bootstrap); a row whose cell it cannot predict comes from the main GEV model's "
-                                      "centred estimator and says so in \"fallback\"."))
-    others = tau[~tau["default_estimate"].astype(bool)
-                 & tau["model"].isin([*models, PAPER_MODEL, RANKTAIL_MODEL])]
+                                      f"(labelled)" if not view.explicit and main in head_models else "")
+                                   + right + f". b = mean r × mean a over the cell's block identities, held at its "
+                                   f"estimate. Lines: mean; bands: {PCT} intervals.")]
+    if not view.explicit:
+        items += _estimator_notes(headline, summary)
+    items.append(_tau_table(headline, f"Headline: tau(n) in µs by the estimator {label}, mean [{PCT} "
+                                      "interval] (" + _interval_words(name) + ")"
+                                      + ("; a row whose cell it cannot predict comes from the main GEV model's "
+                                         "centred estimator and says so in \"fallback\"." if not view.explicit else
+                                         "; only this estimator's rows (no fallback): a cell it does not predict "
+                                         "has no row.")))
+    others = rest[rest["model"].isin([*models, PAPER_MODEL, RANKTAIL_MODEL])]
     if len(others):
         items.append(_tau_table(others, f"Alternatives, labelled: tau(n) in µs, mean [{PCT} interval] (credible for "
-                                        "the Bayesian fits). Estimator \"centred\" (the GEV models): "
+                                        "the Bayesian fits). Estimator \"ranktail\" (the default): "
+                                        f"{ESTIMATORS['ranktail'][1]}. Estimator \"centred\" (the GEV models): "
                                         f"{ESTIMATORS['centred'][1]}. Estimator \"paper\" (model {PAPER_MODEL}, the "
                                         "GEV MLE per cell, approximate confidence interval): "
                                         f"{ESTIMATORS['paper'][1]}."))
     sections = [Section("Predicted tax tau(n)", items, anchor="tau")]
     if bstar is not None and len(bstar):
+        bstar, left_out = view.rows(bstar, "B*")
+        if bstar.empty:
+            sections.append(Section("Optimal bandwidth B* against n", [Skipped(f"Skipped — {left_out}.")],
+                                    anchor="bstar"))
+            return sections
         bstar, held_fixed = _held_fixed(bstar)
         b_items: list[Any] = [ctx.figure(functools.partial(pred_figs.bstar_curves, bstar), "bstar-n", f"Optimal bandwidth B* at elasticity eps = {fmt(summary.get('eps'))} of "
                                                f"the augmented Hockney model T(B) = p·alpha + q·S/B + tau (methodology §8) "
-                                               f"against n, per topology, with tau(n) by the default estimator "
-                                               f"({_estimators_of(bstar)}; mean, {PCT} "
+                                               f"against n, per topology, with tau(n) by the estimator "
+                                               f"{_estimators_of(bstar)} (mean, {PCT} "
                                                f"band per GPU × precision) beside Hockney's B*_H (tau = 0, dashed). "
                                                f"alpha = {fmt(summary.get('alpha_us'))} µs, S = "
                                                f"{fmt(summary.get('bytes'))} bytes ({summary.get('bytes_source', '')})."
                                                + held_fixed)]
+        if left_out:
+            b_items.append(Alert(f"{left_out}.", level="warning"))
         b_items += _bstar_tables(bstar[bstar["n"].isin(TABLE_NS)])
         sections.append(Section("Optimal bandwidth B* against n", b_items, anchor="bstar"))
     return sections
 
 
 
+def _interval_words(estimator: str) -> str:
+    """How an estimator's tau(n) interval is made, for a caption."""
+    return {"ranktail": "GPD grid posterior and Bayesian bootstrap",
+            "centred": "posterior of the GEV model: credible interval",
+            "paper": "GEV MLE per cell: approximate confidence interval"}.get(estimator, "")
+
+
 def _estimators_of(table: pd.DataFrame) -> str:
-    """"ranktail (default)" and any fallback estimator of a table's rows, in words."""
+    """"ranktail (default)" and any other estimator of a table's rows, in words ("(fallback, labelled)"
+    where its rows say why the default did not give them)."""
     if "estimator" not in table or not len(table):
         return "centred"
+    notes = (table["estimator_note"].fillna("").astype(str) != "" if "estimator_note" in table
+             else pd.Series(table["estimator"].astype(str) != DEFAULT_ESTIMATOR, index=table.index))
     names = list(dict.fromkeys(table["estimator"].astype(str)))
-    return ", ".join(f"{e} (default)" if e == DEFAULT_ESTIMATOR else f"{e} (fallback, labelled)" for e in names)
+    return ", ".join(f"{e} (default)" if e == DEFAULT_ESTIMATOR else
+                     f"{e} (fallback, labelled)" if notes[table["estimator"].astype(str) == e].any() else e
+                     for e in names)
 
 
 def _estimator_notes(headline: pd.DataFrame, summary: dict[str, Any]) -> list[Any]:

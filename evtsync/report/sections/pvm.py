@@ -9,6 +9,7 @@ import pandas as pd
 
 from evtsync.core.defaults import DEFAULT_ESTIMATOR, DEFAULT_M, PVM_AGREEMENT
 from evtsync.plots import predictions as pred_figs
+from evtsync.predict.tables import agreement_summary
 from evtsync.report.context import PCT, ReportContext
 from evtsync.report.markdown import (
     Alert,
@@ -57,11 +58,12 @@ def _beyond_m_table(beyond: pd.DataFrame, m: int) -> Table | Skipped:
 
 
 def _row_estimators(table: pd.DataFrame) -> list[str]:
-    """Per row: "ranktail (default)", or "centred (fallback)" for a row the default could not give."""
+    """Per row: "ranktail (default)", "centred (fallback)" for a row the default could not give (its
+    ``estimator_note`` says why), or the plain name (a row of an estimator asked for by name)."""
     if "estimator" not in table:
         return ["centred"] * len(table)
     notes = table["estimator_note"].fillna("").astype(str) if "estimator_note" in table else [""] * len(table)
-    return [f"{e} (default)" if e == DEFAULT_ESTIMATOR and not note else f"{e} (fallback)"
+    return [f"{e} (fallback)" if note else f"{e} (default)" if e == DEFAULT_ESTIMATOR else e
             for e, note in zip(table["estimator"].astype(str), notes, strict=True)]
 
 
@@ -80,6 +82,9 @@ def build(ctx: ReportContext) -> list[Section]:
     title = "Predicted vs measured straggler delay"
     if pvm is None or pvm.empty:
         return [Section(title, [ctx.why_not("predicted-vs-measured")], anchor="pvm")]
+    pvm, left_out = ctx.estimator.rows(pvm, "predicted vs measured")
+    if pvm.empty:
+        return [Section(title, [Skipped(f"Skipped — {left_out}.")], anchor="pvm")]
     selection = ctx.stage("predicted-vs-measured").get("summary", {}).get("selection", "")
     m = ctx.manifest.get("options", {}).get("m", DEFAULT_M)
     ns = sorted({int(n) for n in pvm["n"]})
@@ -95,13 +100,19 @@ def build(ctx: ReportContext) -> list[Section]:
                    f"mean) against the predicted tau(n) by {estimator_words(pvm)} "
                    f"and b the pooled sd of the preceding blocks (error bars: {PCT} interval), per workload "
                    "(methodology §7)."),
-        "In-sample. " + _ratio_line(ctx.stage("predicted-vs-measured").get("summary", {}).get("agreement"))]
+        "In-sample. " + (_ratio_line(ctx.stage("predicted-vs-measured").get("summary", {}).get("agreement"))
+                         if not left_out else _ratio_line(agreement_summary(pvm) if "ratio" in pvm else None))]
+    if left_out:
+        items.insert(1, Alert(f"{left_out}.", level="warning"))
     beyond = pvm[pvm["beyond_m"].astype(bool)] if "beyond_m" in pvm else pvm[pvm["n"].astype(int) > int(m)]
     if len(beyond):
         items.append(_beyond_m_table(beyond, int(m)))
     sections = [Section(f"{title} (in-sample)", items, anchor="pvm")]
     hold = ctx.table("predicted_vs_measured_holdout")
     summary = ctx.stage("predicted-vs-measured").get("summary", {})
+    hold_left = ""
+    if hold is not None and len(hold):
+        hold, hold_left = ctx.estimator.rows(hold, "the out-of-sample check")
     if hold is not None and len(hold):
         split = summary.get("holdout", {})
         shown = pd.DataFrame({
@@ -113,14 +124,16 @@ def build(ctx: ReportContext) -> list[Section]:
             "inside interval": hold["inside_interval"].astype(bool)})
         sections.append(Section("Out-of-sample check: later collectives from earlier ones", [
             f"{split.get('description', 'A fit to the earlier collectives predicts the later ones.')} "
-            + _ratio_line(split.get("agreement")),
+            + _ratio_line(split.get("agreement") if not hold_left else
+                          agreement_summary(hold) if "ratio" in hold else None),
+            *([Alert(f"{hold_left}.", level="warning")] if hold_left else []),
             Table(shown, f"Out-of-sample: predicted (estimator {estimator_words(hold)}; {PCT} interval: the "
                          f"ranktail posterior, or the normal approximation of the MLE) against measured ({PCT} t interval of the mean) mean "
                          "straggler delay of the later collectives, which the fit never saw.")],
             level=3, anchor="pvm-holdout"))
     else:
-        reason = summary.get("holdout_reason") or ("this run folder has no out-of-sample table "
-                                                  "(tables/predicted_vs_measured_holdout.parquet)")
+        reason = hold_left or summary.get("holdout_reason") or ("this run folder has no out-of-sample table "
+                                                               "(tables/predicted_vs_measured_holdout.parquet)")
         sections.append(Section("Out-of-sample check", [Skipped(f"Skipped — {reason}.")], level=3,
                                 anchor="pvm-holdout"))
     return sections

@@ -100,6 +100,11 @@ def build(ctx: ReportContext) -> list[Section]:
                        note=SUMMARY_NOTE))
     for note in common:
         items.append(Alert(f"Every row of the summary: {note}.", level="warning"))
+    view = ctx.estimator
+    if view.explicit and view.asked != view.run:
+        items.append(Alert(f"The summary's tau and B* are by the run's estimator, {view.run}; the sections below "
+                           f"show the {view.asked} estimator asked with --estimator where the run stored it.",
+                           level="warning"))
     items.append(Caption(f"How the summary is computed: tax = max − min NCCL kernel duration over the member ranks, over "
                  f"the valid collectives of the process group(s) the compute blocks were cut from (the PG tau(n) "
                  f"predicts), median and 90th percentile with distribution-free order-statistic {PCT} intervals; "

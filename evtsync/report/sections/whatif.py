@@ -8,6 +8,7 @@ import pandas as pd
 
 from evtsync.report.context import PCT, ReportContext
 from evtsync.report.markdown import (
+    Alert,
     Section,
     Skipped,
     Table,
@@ -34,6 +35,10 @@ def build(ctx: ReportContext) -> list[Section]:
                                         "`evtsync run --force` to add it.")], anchor="whatif")]
     if "refused" in made or presets is None:
         return [Section(title, [Skipped(f"Skipped — {made.get('refused', 'no table')}.")], anchor="whatif")]
+    view = ctx.estimator
+    presets, left_out = view.rows(presets, "what-if")
+    if presets.empty:
+        return [Section(title, [Skipped(f"Skipped — {left_out}.")], anchor="whatif")]
     name = summary.get("main_model")
     b_source, b_ref, notes = made.get("b_source", ""), made.get("b_us"), made.get("not_predicted", [])
     rows = pd.DataFrame({
@@ -46,11 +51,13 @@ def build(ctx: ReportContext) -> list[Section]:
         "NVLink GB/s": presets["nvlink_gbps"], "TFLOPS": presets["tflops"], "TFLOPS from": presets["tflops_source"],
         "source": presets["source"]})
     converged = bool(presets["converged"].all()) if "converged" in presets else True
+    by = (f"a measured GPU by the default estimator, \"ranktail (default)\"; a GPU absent from the traces by the "
+          f"centred estimator of {name} (ranktail has no population: the labelled fallback), drawn"
+          if not view.explicit else f"only the rows by the estimator {view.label()} (a GPU absent from the traces: "
+          f"the centred estimator of {name}, drawn")
     items: list[Any] = [Table(rows, (
-        f"tau(n) of bf16 domains that have no traces: a measured GPU by the default estimator, \"ranktail "
-        f"(default)\"; a GPU absent from the traces by the centred estimator of {name} (ranktail has no "
-        f"population: the labelled fallback), drawn from the hierarchy's population (a new GPU deviation and cell "
-        f"term per posterior draw: 'population', wider intervals); b = {b_source}, {fmt(b_ref)} µs, divided by the preset's FLOPS over the H200's "
+        f"tau(n) of bf16 domains that have no traces: {by} from the hierarchy's population (a new GPU deviation and "
+        f"cell term per posterior draw: 'population', wider intervals){')' if view.explicit else ''}; b = {b_source}, {fmt(b_ref)} µs, divided by the preset's FLOPS over the H200's "
         f"{REFERENCE_TFLOPS:g} TFLOPS (methodology §8). n and NVLink GB/s are the paper's Table 1; its Table 1 lists no "
         f"TFLOPS: 'TFLOPS from' says whether a value is the paper's (H200) or an NVIDIA datasheet's (named in "
         f"'source'). Presets: evtsync.core.reference.PRESETS; any other with "
@@ -62,16 +69,19 @@ def build(ctx: ReportContext) -> list[Section]:
 
         items.append(f"Rows labelled {PRIOR_DOMINATED_NOTE}.")
     items += [f"Not predicted: {note}." for note in notes]
+    if left_out:
+        items.append(Alert(f"{left_out}.", level="warning"))
     return [Section(title, items, anchor="whatif")]
 
 
 def _estimator_labels(presets: pd.DataFrame) -> list[str]:
-    """"ranktail (default)" or "centred (fallback: <model>)" per row."""
+    """"ranktail (default)", "centred (fallback: <model>)" for a fallback row, or "centred (<model>)" for
+    a row of an estimator asked for by name, per row."""
     from evtsync.core.defaults import DEFAULT_ESTIMATOR
 
     notes = presets["estimator_note"].fillna("") if "estimator_note" in presets else [""] * len(presets)
     models = presets["model"] if "model" in presets else [""] * len(presets)
-    return [f"{e} (default)" if e == DEFAULT_ESTIMATOR and not note else f"{e} (fallback: {model})"
+    return [f"{e} (fallback: {model})" if note else f"{e} (default)" if e == DEFAULT_ESTIMATOR else f"{e} ({model})"
             for e, note, model in zip(presets["estimator"].astype(str), notes, models, strict=True)]
 
 
