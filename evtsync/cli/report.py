@@ -48,12 +48,16 @@ def run(args: argparse.Namespace) -> int:
     written = build_report(args.source, args.out, svg=args.svg, workers=args.jobs, estimator=args.estimator)
     html = next(p for p in written if Path(p).name == REPORT_HTML)
     md = next(p for p in written if Path(p).name == REPORT_MD)
-    notes = incomplete_notes(read_manifest(args.source)) if (Path(args.source) / MANIFEST).is_file() else []
+    is_run = (Path(args.source) / MANIFEST).is_file()
+    notes = incomplete_notes(read_manifest(args.source)) if is_run else []
     if args.json:
         from evtsync.cli._common import emit_json
+        from evtsync.report.estimator import run_estimator
 
+        # the estimator whose tau(n) the report shows (None for a fit's report, which has none)
+        shown = (args.estimator or run_estimator(read_manifest(args.source))) if is_run else None
         emit_json({"report": html, "summary": md, "figures": [p for p in written if p not in (html, md)],
-                   "notes": notes})
+                   "notes": notes, "estimator": shown, "estimator_asked": args.estimator is not None})
         return 0
     print(f"report: {html}\nsummary: {md}\nfigures: {len(written) - 2} file(s) in {Path(html).parent / 'figures'}")
     import sys

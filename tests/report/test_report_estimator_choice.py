@@ -220,6 +220,8 @@ def test_cli_report_estimator(hand_run: Path, tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "evtsync", "report", str(hand_run), "--out", str(out),
                            "--estimator", "paper", "-j", "1", "--json"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["estimator"] == "paper" and doc["estimator_asked"] is True
     md = (out / "report.md").read_text()
     tau = pd.read_parquet(hand_run / "tables" / "tau.parquet")
     r = tau[(tau["estimator"] == "paper") & (tau["n"] == 512)].iloc[0]

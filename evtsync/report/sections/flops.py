@@ -37,7 +37,7 @@ def build(ctx: ReportContext) -> list[Section]:
                                         "`evtsync run --force` to add it.")], anchor="flops")]
     if "refused" in made or table is None or scaling is None:
         return [Section(title, [Skipped(f"Skipped — {made.get('refused', 'no table')}.")], anchor="flops")]
-    table, left_out = ctx.estimator.rows(table, "the FLOPS sweep of B*")
+    table, left_out = ctx.estimator.rows(table, "FLOPS sweep of B*")
     if left_out:  # the scaling table is the sweep's ratio: it goes with the sweep's rows, whole or not at all
         return [Section(title, [Skipped(f"Skipped — {left_out}.")], anchor="flops")]
     name = summary.get("main_model")

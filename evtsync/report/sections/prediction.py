@@ -68,7 +68,7 @@ def build(ctx: ReportContext) -> list[Section]:
                                          "centred estimator and says so in \"fallback\"." if not view.explicit else
                                          "; only this estimator's rows (no fallback): a cell it does not predict "
                                          "has no row.")))
-    others = rest[rest["model"].isin([*models, PAPER_MODEL, RANKTAIL_MODEL])]
+    others = rest[rest["model"].isin([*models, main, PAPER_MODEL, RANKTAIL_MODEL])]
     if len(others):
         items.append(_tau_table(others, f"Alternatives, labelled: tau(n) in µs, mean [{PCT} interval] (credible for "
                                         "the Bayesian fits). Estimator \"ranktail\" (the default): "
