@@ -44,10 +44,12 @@ CELL_PARAMS = ("xi", "mu", "sigma")
 
 
 def cell_template(spec, n_per_cell: int):
-    """The model's cell structure (3 x 2) as :class:`~evtsync.evt.model.ModelData` (z unused)."""
+    """The model's cell structure (3 x 2) as :class:`~evtsync.evt.model.ModelData` (values unused,
+    in the model's data column: ``y`` for the shipped models since issue 29)."""
     from evtsync.evt.model import prepare_data
 
-    rows = [{"gpu": g, "precision": p, "z": float(k)} for g in GPUS for p in PRECISIONS for k in range(n_per_cell)]
+    rows = [{"gpu": g, "precision": p, spec.column: float(k)} for g in GPUS for p in PRECISIONS
+            for k in range(n_per_cell)]
     return prepare_data(pd.DataFrame(rows), spec, "SBC template")
 
 
