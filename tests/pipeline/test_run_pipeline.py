@@ -310,6 +310,40 @@ def test_report_of_one_fit(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_pa
     assert ("did NOT converge" in text) == (not is_converged(load_fit(fit)))
 
 
+def test_report_estimator_on_a_real_run(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_path: Path) -> None:
+    """`evtsync report --estimator centred` on a real run: the headline tau(n) table holds the main
+    model's centred rows of tables/tau.parquet (read here with pandas), number for number; a fit's
+    report refuses --estimator (it has no tau(n))."""
+    import re
+
+    from evtsync.core.errors import InputError
+    from evtsync.report.html import build_report
+
+    out, _, _ = tiny_run
+    build_report(out, tmp_path / "rep", workers=1, estimator="centred")
+    md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+    section = md.split("## Predicted tax tau(n)", 1)[1]
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = []
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) != len(header) or cells[0] == header[0]:
+            break  # the next table (the alternatives) starts
+        rows.append(dict(zip(header, cells, strict=True)))
+    tau = pd.read_parquet(out / "tables" / "tau.parquet")
+    truth = tau[(tau["estimator"] == "centred") & (tau["model"] == "gumbel")]
+    assert rows and len(rows) == truth[["gpu", "precision"]].drop_duplicates().shape[0]
+    for row in rows:
+        assert (row["model"], row["estimator"]) == ("gumbel", "centred")
+        r = truth[(truth["gpu"] == row["gpu"]) & (truth["precision"] == row["precision"]) & (truth["n"] == 64)].iloc[0]
+        shown = [float(v.replace(",", "")) for v in re.findall(r"-?[\d,]*\.?\d+", row["n=64 µs [90% interval]"])]
+        assert shown == pytest.approx([r["tau_mean_us"], r["tau_lo_us"], r["tau_hi_us"]], rel=6e-3)
+    assert "by the estimator centred (asked with --estimator; the run used ranktail)" in md
+    with pytest.raises(InputError, match="one fit, whose report shows no tau"):
+        build_report(out / "fits" / "gumbel.nc", tmp_path / "fit", estimator="centred")
+
+
 def test_run_on_a_local_dask_cluster_gives_the_same_tables(tiny_run: tuple[Path, dict, list[StageEvent]],
                                                            tmp_path: Path) -> None:
     """``evtsync run --workers 1``: reading, alignment and blocks as Dask tasks; the tax and
