@@ -112,7 +112,7 @@ def build(ctx: ReportContext) -> list[Section]:
     summary = ctx.stage("predicted-vs-measured").get("summary", {})
     hold_left = ""
     if hold is not None and len(hold):
-        hold, hold_left = ctx.estimator.rows(hold, "the out-of-sample check")
+        hold, hold_left = ctx.estimator.rows(hold, "out-of-sample check")
     if hold is not None and len(hold):
         split = summary.get("holdout", {})
         shown = pd.DataFrame({
