@@ -74,7 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="print the outcome as JSON: the answer table (summary.json: one row per GPU × precision), "
                              "run folder, report, every stage's status, reason, wall and CPU seconds, failed workloads "
                              "and notes (the stage lines are not printed)")
-    parser.add_argument("--force", action="store_true", help="redo every stage, even those whose inputs did not change; also write into a "
+    parser.add_argument("--force", action="store_true", help="redo every stage, even those whose inputs did not change (none copied from the "
+                        "result cache; what it computes is kept there); also write into a "
                         "non-empty --out that is not a run folder (its files of the same names are replaced)")
     parser.add_argument("--no-result-cache", dest="result_cache", action="store_false",
                         help="compute every stage in this run folder: neither copy stage results that another run "
