@@ -13,6 +13,7 @@ demo study (4 iterations, 1 layer, the Gumbel model, 60 draws).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -273,6 +274,58 @@ def test_cache_command_shows_and_clears_only_its_entries(tmp_path: Path, capsys:
     text = capsys.readouterr().out
     assert "removed 2 result entries" in text
     assert ResultCache(tmp_path / "cache" / "results").entries() == [] and (foreign / "keep.txt").is_file()
+
+
+def _job_value(n: int) -> int:
+    CALLS[f"job{n}"] += 1
+    return 10 * n
+
+
+def _job_stages(run: Run) -> list[Stage]:
+    """Stage a, then two job stages (their work a picklable call, as the fits')."""
+    def job_stage(n: int) -> Stage:
+        def job(r: Run):
+            return functools.partial(_job_value, n)
+
+        def body(r: Run) -> dict:
+            value = r.job_result(f"j{n}", job(r))
+            r.produced(f"j{n}", r.write_json(f"fits/j{n}.json", {"value": value}))
+            return {"value": value}
+        return Stage(f"j{n}", body, ("a",), lambda r: {"n": n}, job=job, shareable=True)
+    return [*_stages()(run)[:1], job_stage(1), job_stage(2)]
+
+
+class _InlinePool:
+    """Stands for the process pool: runs each job at once, here."""
+
+    processes = 2
+
+    def submit(self, fn):
+        from concurrent.futures import Future
+
+        future: Future = Future()
+        future.set_result(fn())
+        return future
+
+
+def test_no_pool_opens_for_jobs_that_will_be_copied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[int] = []
+
+    def open_pool(self: Run, processes: int, stages: list, stack) -> _InlinePool:
+        opened.append(processes)
+        self._job_pool = _InlinePool()
+        return self._job_pool
+
+    monkeypatch.setattr(Run, "_open_job_pool", open_pool)
+    cache = tmp_path / "cache"
+    for i, expect_pool in enumerate((True, False)):  # the first run computes both jobs: a pool
+        CALLS.clear()
+        opened.clear()
+        run = Run(RunOptions(out=tmp_path / f"run{i}", jobs=2, result_cache=str(cache)))
+        execute(run, _job_stages)
+        assert bool(opened) is expect_pool
+        assert CALLS == ({"a": 1, "job1": 1, "job2": 1} if expect_pool else {})
+        assert json.loads((run.out / "fits" / "j2.json").read_text()) == {"value": 20}
 
 
 # ---- end to end: the tiny demo study
