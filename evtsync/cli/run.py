@@ -72,7 +72,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="no progress bars or stage lines; warnings and the final summary only")
     parser.add_argument("--json", action="store_true",
                         help="print the outcome as JSON: the answer table (summary.json: one row per GPU × precision), "
-                             "run folder, report, every stage's status, reason, wall and CPU seconds, failed workloads "
+                             "run folder, report, every stage's status, reason, wall and CPU seconds (and, when copied "
+                             "from the result cache, where and when it was computed), failed workloads "
                              "and notes (the stage lines are not printed)")
     parser.add_argument("--force", action="store_true", help="redo every stage, even those whose inputs did not change (none copied from the "
                         "result cache; what it computes is kept there); also write into a "
@@ -226,7 +227,9 @@ def _print_json(result: Any, failed: list[str], report: Path | None, allow_faile
     emit_json({
         "run_folder": result.out, "report": report, "workloads": [{"name": w.name, "n_traces": len(w.files)} for w in result.workloads],
         "stages": {name: {"status": e.get("status"), "reason": e.get("reason", ""), "seconds": e.get("seconds"),
-                          "cpu_seconds": e.get("cpu_seconds")} for name, e in stages.items()},
+                          "cpu_seconds": e.get("cpu_seconds"),
+                          # copied from the result cache: the key, where, when and at what cost it was computed
+                          "reused_from_cache": e.get("reused_from_cache")} for name, e in stages.items()},
         "failed_stages": failed, "failed_workloads": bad_workloads,
         "notes": incomplete_notes(result.manifest),
         "summary": run_summary(result.out, result.manifest),
