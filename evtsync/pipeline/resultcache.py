@@ -42,7 +42,6 @@ import stat
 import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import metadata
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -75,15 +74,9 @@ def result_cache_max_bytes() -> int:
 @lru_cache(maxsize=1)
 def library_versions() -> dict[str, str]:
     """Python's version and those of :data:`KEY_LIBRARIES` (``absent`` when not installed)."""
-    import platform
+    from evtsync.core.versions import package_versions
 
-    out = {"python": platform.python_version()}
-    for name in KEY_LIBRARIES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "absent"
-    return out
+    return package_versions(KEY_LIBRARIES)
 
 
 def _safe_rel(rel: str) -> bool:
