@@ -324,7 +324,7 @@ def test_no_pool_opens_for_jobs_that_will_be_copied(tmp_path: Path, monkeypatch:
         run = Run(RunOptions(out=tmp_path / f"run{i}", jobs=2, result_cache=str(cache)))
         execute(run, _job_stages)
         assert bool(opened) is expect_pool
-        assert CALLS == ({"a": 1, "job1": 1, "job2": 1} if expect_pool else {})
+        assert ({"a": 1, "job1": 1, "job2": 1} if expect_pool else {}) == CALLS
         assert json.loads((run.out / "fits" / "j2.json").read_text()) == {"value": 20}
 
 
