@@ -1,21 +1,21 @@
 """The stages of ``evtsync run``: each a short body that calls the library and writes its outputs.
 
-=====================  ==============================================  =====================
-stage                  what it computes (methodology §)                 outputs
-=====================  ==============================================  =====================
-demo                   the bundled synthetic study (demo run only)     ``inputs/demo/``
-tax                    alignment and synchronization tax (§2, §3)      ``tables/tax_*.parquet``
-zscores                compute blocks and pooled z-scores (§5)         ``tables/zscores.parquet``
-attribution            critical-path causes of the straggler (§4)      ``tables/attribution_*``
-mle                    Gumbel/GEV maximum likelihood per cell (§6)     ``tables/mle.parquet``
-fit-<model>            Bayesian fit of each model specification (§6)   ``fits/<model>.nc``
-compare                PSIS-LOO comparison of the fits (§6)            ``tables/compare.parquet``
-prediction             tau(n) and B* with credible bands (§7, §8)      ``tables/tau.parquet`` …
-predicted-vs-measured  predicted vs measured straggler delay (§7)      ``tables/predicted_vs_measured.parquet``
-summary                the answer table, one row per GPU × precision   ``tables/summary.parquet``, ``summary.json``
-                       (demo: its estimates beside the planted truth)  ``tables/truth_*.parquet``
-report                 HTML report, Markdown summary, figures          ``report.html`` …
-=====================  ==============================================  =====================
+=====================  ==============================================  ======  =====================
+stage                  what it computes (methodology §)                shared  outputs
+=====================  ==============================================  ======  =====================
+demo                   the bundled synthetic study (demo run only)     yes     ``inputs/demo/``
+tax                    alignment and synchronization tax (§2, §3)      yes     ``tables/tax_*.parquet``
+zscores                compute blocks and pooled z-scores (§5)         yes     ``tables/zscores.parquet``
+attribution            critical-path causes of the straggler (§4)      yes     ``tables/attribution_*``
+mle                    Gumbel/GEV maximum likelihood per cell (§6)     yes     ``tables/mle.parquet``
+fit-<model>            Bayesian fit of each model specification (§6)   seed    ``fits/<model>.nc``
+compare                PSIS-LOO comparison of the fits (§6)            yes     ``tables/compare.parquet``
+prediction             tau(n) and B* with credible bands (§7, §8)      yes     ``tables/tau.parquet`` …
+predicted-vs-measured  predicted vs measured straggler delay (§7)      yes     ``tables/predicted_vs_measured.parquet``
+summary                the answer table, one row per GPU × precision   no      ``tables/summary.parquet``, ``summary.json``
+                       (demo: its estimates beside the planted truth)          ``tables/truth_*.parquet``
+report                 HTML report, Markdown summary, figures          no      ``report.html`` …
+=====================  ==============================================  ======  =====================
 
 Stages that do not apply to the data (no tensor-parallel blocks, no GEMM blocks, too few
 z-scores, one cell only) raise :class:`~evtsync.pipeline.engine.NotApplicable` with the reason;
@@ -24,7 +24,7 @@ The fits are jobs (:class:`~evtsync.pipeline.engine.Stage`): they start in a pro
 as the z-scores exist and run beside the attribution, the MLE and one another.
 
 Every stage but ``summary`` (it reads the manifest) and ``report`` (it names the run folder and
-the stages' times) is *shareable*: its results are kept in the result cache
+the stages' times) is *shareable* (column "shared"): its results are kept in the result cache
 (:mod:`evtsync.pipeline.resultcache`) and copied into another run folder whose stage has the same
 key; a fit only with a fixed seed (``seed=None`` draws a random one).
 """
