@@ -246,12 +246,14 @@ def stage_table(manifest: dict[str, Any]) -> pd.DataFrame:
     stages = manifest.get("stages", {})
     order = manifest.get("stage_order", list(stages))
     rows = [{"stage": name, "status": stages.get(name, {}).get("status", "not run"),
-             "reason": _stage_reason(stages.get(name, {})),
+             "reason": stage_reason(stages.get(name, {})),
              "seconds": stages.get(name, {}).get("seconds", float("nan"))} for name in order]
     return pd.DataFrame(rows, columns=["stage", "status", "reason", "seconds"])
 
 
-def _stage_reason(entry: dict[str, Any]) -> str:
+def stage_reason(entry: dict[str, Any]) -> str:
+    """A stage's reason (why it did not apply or failed), and for a stage copied from the result
+    cache, where from: "copied from the result cache (computed DATE in N s of CPU)"."""
     reason = str(entry.get("reason", "") or "")
     origin = entry.get("reused_from_cache")
     if not origin:
