@@ -9,8 +9,7 @@ from typing import Any
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "cache", help="the per-rank trace cache and the stage result cache: folders and sizes; --prune to "
-        "their caps, --clear",
+        "cache", help="the trace cache and the stage result cache: folders, sizes; --prune to their caps, --clear",
         description="Show the per-rank trace cache (Parquet tables of each trace read, reused while the trace "
         "is unchanged): its folder ($EVTSYNC_CACHE_DIR, else $XDG_CACHE_HOME/evtsync, else ~/.cache/evtsync), "
         "entries and size. Every command that reads traces prunes it to its cap after reading "
