@@ -301,13 +301,9 @@ class ResultCache:
         (entries removed, bytes freed)."""
         import time
 
-        kept = sorted(self.entries(), key=lambda e: e.last_used)
-        total = sum(e.size for e in kept)
-        doomed = []
-        while kept and total > max_bytes:
-            oldest = kept.pop(0)
-            doomed.append(oldest)
-            total -= oldest.size
+        from evtsync.trace.cache import least_recently_used_beyond
+
+        doomed = least_recently_used_beyond(self.entries(), max_bytes)
         for e in doomed:
             shutil.rmtree(e.path, ignore_errors=True)
         with contextlib.suppress(OSError):
