@@ -19,6 +19,12 @@ wall, load average before and after, and each stage's CPU seconds from the run's
 work in the main process plus its job's in a pool process; ``--json`` keeps the wall seconds
 too). The baseline's single run starts with empty numba and compiled-model caches, so it is not
 a warm run: ``--warm-baseline`` runs it again at the end, the ratio is then to that run.
+
+``--result-cache``: the runs are this checkout's first demo (every cache empty: it fills them,
+the result cache too), a warm demo with ``--no-result-cache`` (the baseline: every stage computed,
+the other caches warm) and a warm demo that copies the shareable stages from the result cache
+(evtsync.pipeline.resultcache); the ratio is warm / baseline, and ``benchmarks/compare_runs.py``
+compares the two run folders (``WORKDIR/run1`` and ``WORKDIR/run2``).
 """
 
 from __future__ import annotations
@@ -57,14 +63,14 @@ def reap_all() -> None:
             return
 
 
-def demo_run(src: Path, out: Path, cache: Path) -> dict:
-    """One ``evtsync run --out out -q`` with the code of ``src``: CPU of every process, wall, stages."""
+def demo_run(src: Path, out: Path, cache: Path, extra: tuple[str, ...] = ()) -> dict:
+    """One ``evtsync run --out out -q [extra…]`` with the code of ``src``: CPU of every process, wall, stages."""
     shutil.rmtree(out, ignore_errors=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load = loadavg()
     t0 = time.perf_counter()
     # ``-P``: the current folder is not put before PYTHONPATH, so ``src`` is the code that runs
-    proc = subprocess.run([sys.executable, "-P", "-m", "evtsync", "run", "--out", str(out), "-q"],
+    proc = subprocess.run([sys.executable, "-P", "-m", "evtsync", "run", "--out", str(out), "-q", *extra],
                           env={**os.environ, "PYTHONPATH": str(src), "EVTSYNC_CACHE_DIR": str(cache),
                                "EVTSYNC_QUIET": "1"}, capture_output=True, text=True, check=False)
     reap_all()
@@ -90,17 +96,26 @@ def main() -> None:
     ap.add_argument("--warm-baseline", action="store_true",
                     help="run the baseline a second time after this checkout's runs: its warm run (the first "
                          "fills its numba, demo and compiled-model caches), printed as 'baseline, warm'")
+    ap.add_argument("--result-cache", action="store_true",
+                    help="this checkout only: first demo, warm demo with --no-result-cache (the baseline), "
+                         "warm demo copying from the result cache")
     args = ap.parse_args()
     become_subreaper()
     cache = args.workdir / "cache"
     shutil.rmtree(cache, ignore_errors=True)
-    runs = ([("baseline", args.baseline_src.resolve())] if args.baseline_src else []) + \
-        [("this, first (figure cache empty)", HERE), ("this, warm", HERE)] + \
-        ([("baseline, warm", args.baseline_src.resolve())] if args.baseline_src and args.warm_baseline else [])
+    runs: list[tuple[str, Path, tuple[str, ...]]]
+    if args.result_cache:
+        runs = [("this, first (caches empty)", HERE, ()),
+                ("baseline, warm (--no-result-cache)", HERE, ("--no-result-cache",)), ("this, warm", HERE, ())]
+    else:
+        runs = ([("baseline", args.baseline_src.resolve(), ())] if args.baseline_src else []) + \
+            [("this, first (figure cache empty)", HERE, ()), ("this, warm", HERE, ())] + \
+            ([("baseline, warm", args.baseline_src.resolve(), ())] if args.baseline_src and args.warm_baseline
+             else [])
     results: dict = {"machine": f"{platform.node()} {os.cpu_count()} cores",
                      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": {}}
-    for i, (name, src) in enumerate(runs):
-        res = demo_run(src, args.workdir / f"run{i}", cache)
+    for i, (name, src, extra) in enumerate(runs):
+        res = demo_run(src, args.workdir / f"run{i}", cache, extra)
         results["runs"][name] = res
         print(f"{name}: CPU {res['cpu_s']:.1f} s (all processes), wall {res['wall_s']:.1f} s, "
               f"load {res['load_before']} -> {res['load_after']}", file=sys.stderr)
@@ -115,7 +130,8 @@ def main() -> None:
         cpu = {k: (v if v is not None else float("nan")) for k, v in r["stage_cpu_s"].items()}
         print(f"| {name} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | {r['load_before']} | {sum(cpu.values()):.1f} | "
               + " | ".join(f"{cpu.get(s, float('nan')):.2f}" for s in stage_names) + " |")
-    base = results["runs"].get("baseline, warm") or results["runs"].get("baseline")
+    base = (results["runs"].get("baseline, warm") or results["runs"].get("baseline")
+            or results["runs"].get("baseline, warm (--no-result-cache)"))
     if base:
         print(f"warm / baseline CPU: {results['runs']['this, warm']['cpu_s'] / base['cpu_s']:.2f}")
     if args.json:

@@ -40,7 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "diff": ("diff", "compare the tax of two runs: shifts with intervals and a verdict per PG role"),
     "nccl-tests": ("nccltests", "parse nccl-tests logs; stats, verdicts, alpha/B, run plans"),
     "synth": ("synth", "write a synthetic multi-rank Kineto trace set with ground truth"),
-    "cache": ("cache", "the per-rank trace cache: its folder and size; --prune to its cap, --clear"),
+    "cache": ("cache", "the trace cache and the stage result cache: folders, sizes; --prune to their caps, --clear"),
 }
 
 #: Options of ``evtsync`` itself (before the command); none takes a value.

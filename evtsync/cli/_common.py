@@ -84,12 +84,12 @@ def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
                             "pool (--jobs)")
     group.add_argument("--cache", metavar="DIR", default=None,
                        help="folder of cached per-rank tables (Parquet), reused when the trace "
-                            "is unchanged, and of report figures and the demo's study, reused when "
-                            "their data and the code are unchanged (default: $EVTSYNC_CACHE_DIR, "
-                            "else ~/.cache/evtsync)")
+                            "is unchanged, and of report figures and `evtsync run`'s stage results, "
+                            "reused when their inputs and the code are unchanged (default: "
+                            "$EVTSYNC_CACHE_DIR, else ~/.cache/evtsync)")
     group.add_argument("--no-cache", action="store_true",
-                       help="read every trace (and draw every report figure, synthesise the "
-                            "demo's study), neither using nor writing the cache")
+                       help="read every trace (and draw every report figure, compute every stage "
+                            "of `evtsync run`), neither using nor writing the cache")
 
 
 def _rank_from(value: str) -> str:

@@ -72,10 +72,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="no progress bars or stage lines; warnings and the final summary only")
     parser.add_argument("--json", action="store_true",
                         help="print the outcome as JSON: the answer table (summary.json: one row per GPU × precision), "
-                             "run folder, report, every stage's status, reason, wall and CPU seconds, failed workloads "
+                             "run folder, report, every stage's status, reason, wall and CPU seconds (and, when copied "
+                             "from the result cache, where and when it was computed), failed workloads "
                              "and notes (the stage lines are not printed)")
-    parser.add_argument("--force", action="store_true", help="redo every stage, even those whose inputs did not change; also write into a "
+    parser.add_argument("--force", action="store_true", help="redo every stage, even those whose inputs did not change (none copied from the "
+                        "result cache; what it computes is kept there); also write into a "
                         "non-empty --out that is not a run folder (its files of the same names are replaced)")
+    parser.add_argument("--no-result-cache", dest="result_cache", action="store_false",
+                        help="compute every stage in this run folder: neither copy stage results that another run "
+                             "folder computed with the same inputs, parameters and code from the result cache "
+                             "(CACHE/results, see `evtsync cache`) nor keep this run's there (--no-cache implies it)")
     parser.add_argument("--no-report", dest="report", action="store_false", help="stop before the report")
     parser.add_argument("--allow-failed-workloads", action="store_true",
                         help="exit 0 although a workload of the study failed (default: exit 3; either way the "
@@ -135,8 +141,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--pg: choose at most one process group to fit ({', '.join(chosen)})")
     cache = reading_options(args)["cache"] if args.traces else None  # the demo is never cached
     # report figures are kept by content (their tables' hash), so the demo's are reused too; the
-    # demo's synthetic study is kept by its settings and the code (pipeline.democache)
+    # stages' results by their key, across run folders (pipeline.resultcache: the demo's study too)
     figure_cache = None if args.no_cache else Path(args.cache or default_cache_dir()) / "figures"
+    result_cache = (None if args.no_cache or not args.result_cache
+                    else Path(args.cache or default_cache_dir()) / "results")
     options = RunOptions(
         traces=list(args.traces), out=Path(args.out) if args.out else None, force=args.force,
         draws=args.draws, tune=args.tune, chains=args.chains, seed=args.seed, sampler=args.sampler,
@@ -145,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
         alpha_us=args.alpha_us, bytes=args.bytes, eps=args.eps, salvage=args.salvage, jobs=args.jobs,
         workers=args.workers, scheduler=args.scheduler, cache=None if cache is None else str(cache),
         figure_cache=None if figure_cache is None else str(figure_cache),
-        demo_cache=None if args.no_cache or args.traces else str(Path(args.cache or default_cache_dir()) / "demo"),
+        result_cache=None if result_cache is None else str(result_cache),
         strict=args.strict, allow_partial=args.allow_partial, end_tolerance_us=args.end_tolerance_us,
         ranks_per_host=args.ranks_per_host, report=args.report, rank_from=args.rank_from,
         comm_kernels=list(args.comm_kernel))
@@ -167,6 +175,12 @@ def run(args: argparse.Namespace) -> int:
             log.info("stage %s running", event.stage)
         elif event.action == "reused":
             write_line(f"  {event.stage:<24} reused ({event.status})")
+        elif event.action == "cached":
+            origin = event.cached_from
+            then = (f"; computed {str(origin.get('computed', '?'))[:16].replace('T', ' ')} UTC, CPU "
+                    f"{float(origin.get('cpu_seconds') or 0):.1f} s then") if origin else ""
+            write_line(f"  {event.stage:<24} {event.status}, copied from the result cache "
+                       f"(CPU {event.cpu_seconds:.1f} s{then})")
         else:
             detail = f": {event.reason}" if event.reason else ""
             write_line(f"  {event.stage:<24} {event.status}, CPU {event.cpu_seconds:.1f} s "
@@ -213,7 +227,9 @@ def _print_json(result: Any, failed: list[str], report: Path | None, allow_faile
     emit_json({
         "run_folder": result.out, "report": report, "workloads": [{"name": w.name, "n_traces": len(w.files)} for w in result.workloads],
         "stages": {name: {"status": e.get("status"), "reason": e.get("reason", ""), "seconds": e.get("seconds"),
-                          "cpu_seconds": e.get("cpu_seconds")} for name, e in stages.items()},
+                          "cpu_seconds": e.get("cpu_seconds"),
+                          # copied from the result cache: the key, where, when and at what cost it was computed
+                          "reused_from_cache": e.get("reused_from_cache")} for name, e in stages.items()},
         "failed_stages": failed, "failed_workloads": bad_workloads,
         "notes": incomplete_notes(result.manifest),
         "summary": run_summary(result.out, result.manifest),

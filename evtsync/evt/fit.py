@@ -29,11 +29,9 @@ import hashlib
 import json
 import logging
 import os
-import platform
 import sys
 import time
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -112,13 +110,9 @@ _PACKAGES = ("evtsync", "pymc", "pytensor", "nutpie", "arviz", "arviz-stats", "n
 
 def package_versions() -> dict[str, str]:
     """Versions of the packages a fit depends on (``absent`` when not installed)."""
-    out = {"python": platform.python_version()}
-    for name in _PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "absent"
-    return out
+    from evtsync.core.versions import package_versions as versions_of
+
+    return versions_of(_PACKAGES)
 
 
 @dataclass

@@ -23,6 +23,13 @@ ready, it starts all their jobs at once in a pool of processes (``--jobs``, defa
 core), so that one fit compiles and samples while another does, and while the stages before them
 go on in this process; each stage's body then takes its job's result in stage order, and everything else (manifest, outputs, errors) is as if the body
 had done the work itself. ``--jobs 1`` runs them in this process.
+
+A stage may be *shareable* (:attr:`Stage.shareable`: its outputs are a function of its key, and
+name neither the run folder nor the time): its ``done`` results are kept in the result cache
+across run folders (:mod:`evtsync.pipeline.resultcache`) under :meth:`Run.result_key`, and a run
+in another folder whose stage has the same key copies them instead of computing them (the
+manifest entry says so: ``reused_from_cache``). No pool process is started for a job whose
+stage will be copied.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -84,13 +91,15 @@ class StageEvent:
     """What happened to a stage, handed to the caller's ``on_stage`` callback."""
 
     stage: str
-    action: str          # "start", "ran", "reused"
+    action: str          # "start", "ran", "reused" (this run folder's), "cached" (copied from the result cache)
     status: str = ""
     reason: str = ""
     seconds: float = 0.0
     #: CPU time the stage cost (this process, plus its job's process when it ran in the pool):
     #: its work, where ``seconds`` (wall clock) includes waiting for a job that ran beside others
     cpu_seconds: float = 0.0
+    #: for a stage copied from the result cache: where, when and at what cost it was computed
+    cached_from: dict[str, Any] = field(default_factory=dict)
 
 
 def _key(*parts: Any) -> str:
@@ -129,6 +138,10 @@ class Stage:
     #: run once in each pool process when it starts (a picklable function), e.g. compiling
     #: what every job of the kind compiles first
     job_warm_up: Callable[[], None] | None = None
+    #: whether its ``done`` results may be copied into another run folder from the result cache:
+    #: only when its outputs are a function of :meth:`Run.result_key` (they name neither the run
+    #: folder nor the time, nor read the manifest; a fit's random seed is fixed)
+    shareable: bool = False
 
 
 class Run:
@@ -159,6 +172,12 @@ class Run:
         self._job_places: dict[str, str] = {}
         self._job_cpu: dict[str, float] = {}  # CPU seconds of the jobs that ran in the pool, by stage
         self._job_pool: Any = None
+        #: the stage results kept across run folders (None: ``--no-result-cache``)
+        self.result_cache: Any = None
+        if options.result_cache is not None:
+            from evtsync.pipeline.resultcache import ResultCache
+
+            self.result_cache = ResultCache(options.result_cache)
 
     def _repr_html_(self) -> str:
         """The run in a notebook: its folder, the answer table (``summary.json``) and its stages."""
@@ -356,6 +375,39 @@ class Run:
                     for n in stage.needs}
         return _key(stage.name, stage.params(self), upstream, __version__, self.code)
 
+    def _portable(self, path: str) -> str:
+        """A path as the result key sees it: relative to the run folder when inside it (the demo's
+        traces), else absolute."""
+        resolved = Path(path).resolve()
+        root = self.out.resolve()
+        return resolved.relative_to(root).as_posix() if resolved.is_relative_to(root) else str(resolved)
+
+    def result_key(self, stage: Stage, key: str | None = None) -> str:
+        """The key of the stage's result in the result cache: its :meth:`stage_key` (name,
+        parameters, inputs by content, version, source digest), the versions of the libraries
+        whose numbers flow into outputs, the study's workloads and trace files (paths relative
+        to the run folder when inside it) and the workloads that failed so far with their reasons
+        (they are named in outputs such as a fit's ``workloads_lacking``)."""
+        from evtsync.pipeline.resultcache import RESULT_CACHE_MARKER, library_versions
+        from evtsync.runfolder.layout import failed_workloads
+
+        workloads = [{"name": w.name, "files": [self._portable(str(f)) for f in w.files]} for w in self.workloads]
+        return _key(RESULT_CACHE_MARKER, key or self.stage_key(stage), library_versions(), workloads,
+                    failed_workloads(self.manifest))
+
+    def result_probe(self, stage: Stage) -> str:
+        """What a result of the stage is stored with besides its key: its name, parameters, version,
+        source digest and libraries, without its inputs (known before the run, unlike its key):
+        whether the cache may hold a job stage's result decides whether the run warms the pool."""
+        from evtsync._version import __version__
+        from evtsync.pipeline.resultcache import library_versions
+
+        return _key("probe", stage.name, stage.params(self), __version__, self.code, library_versions())
+
+    def _shares(self, stage: Stage) -> bool:
+        """Whether the stage's result may come from (and go to) the result cache."""
+        return stage.shareable and self.result_cache is not None and not self.options.force
+
     def _reusable(self, stage: Stage, key: str) -> bool:
         old = self.manifest.get("stages", {}).get(stage.name, {})
         return (not self.options.force and old.get("key") == key and old.get("status") in CACHEABLE
@@ -371,8 +423,11 @@ class Run:
             return
         todo = []
         for stage in stages:
-            if self._reusable(stage, self.stage_key(stage)):
+            key = self.stage_key(stage)
+            if self._reusable(stage, key):
                 continue
+            if self._shares(stage) and self.result_cache.holds(self.result_key(stage, key)):
+                continue  # copied when its turn comes (or, if the entry proves damaged, run here)
             try:
                 assert stage.job is not None  # stages without a job were filtered out above
                 todo.append((stage.name, stage.job(self)))
@@ -404,13 +459,20 @@ class Run:
         """Open the job pool before any stage runs, its processes warming up (imports, the jobs'
         common compilation) on the core the first stages leave idle, when the run is fresh: at
         least two job stages and none of them finished before (a rerun that may reuse them all
-        opens no pool)."""
+        opens no pool), nor all of them kept in the result cache with the same parameters and
+        code (:meth:`result_probe`)."""
         jobs = self._job_processes()
         job_stages = [st for st in stages if st.job is not None]
         if jobs < 2 or len(job_stages) < 2 or self._job_pool is not None:
             return
         if any(self.done(st.name) for st in job_stages) and not self.options.force:
             return
+        if all(self._shares(st) for st in job_stages):
+            probes = {self.result_probe(st) for st in job_stages}
+            if self.result_cache.holds_probe(probes) == probes:
+                # a result of each job stage with these parameters and code is in the result
+                # cache: most likely copied, so no pool now (it opens later if they must run)
+                return
         processes = min(jobs, len(job_stages))
         pool = self._open_job_pool(processes, job_stages, stack)
         for _ in range(processes):  # a task per process makes the pool start them all now
@@ -450,6 +512,10 @@ class Run:
             self._history(stage.name, "reused", old["status"])
             self.on_stage(StageEvent(stage.name, "reused", old["status"], old.get("reason", "")))
             return
+        shares = self._shares(stage)
+        result_key = self.result_key(stage, key) if shares else ""
+        if shares and self._copy_from_cache(stage, key, result_key, old):
+            return
         self.on_stage(StageEvent(stage.name, "start"))
         started = time.perf_counter()
         cpu_started = time.process_time()
@@ -487,9 +553,46 @@ class Run:
             entry["job_ran_in"] = self._job_places.pop(stage.name)
         stages[stage.name] = entry
         self._history(stage.name, "ran", entry["status"])
+        if shares and entry["status"] == STATUS_DONE:
+            kept: dict[str, Any] = {k: entry[k] for k in ("status", "reason", "summary", "failed_workloads") if k in entry}
+            kept["cached_from"] = {"run_folder": str(self.out.resolve()), "computed": entry["started"],
+                                   "seconds": entry["seconds"], "cpu_seconds": entry["cpu_seconds"]}
+            self.result_cache.store(result_key, stage.name, self.result_probe(stage), self.out, entry["outputs"],
+                                    json_ready(kept))
         self.save_manifest()
         self.on_stage(StageEvent(stage.name, "ran", entry["status"], entry.get("reason", ""), entry["seconds"],
                                  entry["cpu_seconds"]))
+
+    def _copy_from_cache(self, stage: Stage, key: str, result_key: str, old: dict[str, Any]) -> bool:
+        """Copy the stage's result from the result cache into the run folder and record it
+        (``reused_from_cache``: the key, where, when and at what cost it was computed); False
+        when the cache has no usable entry (the stage is computed)."""
+        started = time.perf_counter()
+        cpu_started = time.process_time()
+        when = pd.Timestamp.now(tz="UTC").isoformat()
+        hit = self.result_cache.fetch(result_key, self.out)
+        if hit is None:
+            return False
+        future = self._jobs.pop(stage.name, None)
+        if future is not None:  # started before the entry appeared (another run stored it meanwhile)
+            future.cancel()
+        kept = hit.entry
+        entry: dict[str, Any] = {"key": key, "started": when, "status": kept.get("status", STATUS_DONE),
+                                 "reason": kept.get("reason", ""), "summary": kept.get("summary", {})}
+        if kept.get("failed_workloads"):
+            entry["failed_workloads"] = kept["failed_workloads"]
+        entry["outputs"] = hit.outputs
+        for rel in set(old.get("outputs", {})) - set(hit.outputs):
+            self.path(rel).unlink(missing_ok=True)
+        entry["seconds"] = round(time.perf_counter() - started, 3)
+        entry["cpu_seconds"] = round(time.process_time() - cpu_started, 3)
+        entry["reused_from_cache"] = {"key": result_key, "cache": str(hit.folder), **kept.get("cached_from", {})}
+        self.manifest.setdefault("stages", {})[stage.name] = entry
+        self._history(stage.name, "cached", entry["status"])
+        self.save_manifest()
+        self.on_stage(StageEvent(stage.name, "cached", entry["status"], entry["reason"], entry["seconds"],
+                                 entry["cpu_seconds"], kept.get("cached_from", {})))
+        return True
 
     def produced(self, stage: str, *rels: str) -> None:
         """Record output files of the running stage."""

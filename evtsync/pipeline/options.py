@@ -57,9 +57,9 @@ class RunOptions:
     #: folder of report figures kept by a hash of their input tables and the code (reused by any
     #: run folder whose figure data has not changed; None: every figure is drawn)
     figure_cache: str | None = None
-    #: folder of demo studies synthesised before, by a hash of their settings and the code
-    #: (:mod:`evtsync.pipeline.democache`; None: the demo's study is synthesised every time)
-    demo_cache: str | None = None
+    #: folder of stage results kept across run folders, by their key
+    #: (:mod:`evtsync.pipeline.resultcache`; None: every stage is computed in this folder)
+    result_cache: str | None = None
     strict: bool = True
     allow_partial: bool = False
     end_tolerance_us: float | None = None

@@ -1,27 +1,32 @@
 """The stages of ``evtsync run``: each a short body that calls the library and writes its outputs.
 
-=====================  ==============================================  =====================
-stage                  what it computes (methodology §)                 outputs
-=====================  ==============================================  =====================
-demo                   the bundled synthetic study (demo run only)     ``inputs/demo/``
-tax                    alignment and synchronization tax (§2, §3)      ``tables/tax_*.parquet``
-zscores                compute blocks and pooled z-scores (§5)         ``tables/zscores.parquet``
-attribution            critical-path causes of the straggler (§4)      ``tables/attribution_*``
-mle                    Gumbel/GEV maximum likelihood per cell (§6)     ``tables/mle.parquet``
-fit-<model>            Bayesian fit of each model specification (§6)   ``fits/<model>.nc``
-compare                PSIS-LOO comparison of the fits (§6)            ``tables/compare.parquet``
-prediction             tau(n) and B* with credible bands (§7, §8)      ``tables/tau.parquet`` …
-predicted-vs-measured  predicted vs measured straggler delay (§7)      ``tables/predicted_vs_measured.parquet``
-summary                the answer table, one row per GPU × precision   ``tables/summary.parquet``, ``summary.json``
-                       (demo: its estimates beside the planted truth)  ``tables/truth_*.parquet``
-report                 HTML report, Markdown summary, figures          ``report.html`` …
-=====================  ==============================================  =====================
+=====================  ==============================================  ======  =====================
+stage                  what it computes (methodology §)                shared  outputs
+=====================  ==============================================  ======  =====================
+demo                   the bundled synthetic study (demo run only)     yes     ``inputs/demo/``
+tax                    alignment and synchronization tax (§2, §3)      yes     ``tables/tax_*.parquet``
+zscores                compute blocks and pooled z-scores (§5)         yes     ``tables/zscores.parquet``
+attribution            critical-path causes of the straggler (§4)      yes     ``tables/attribution_*``
+mle                    Gumbel/GEV maximum likelihood per cell (§6)     yes     ``tables/mle.parquet``
+fit-<model>            Bayesian fit of each model specification (§6)   seed    ``fits/<model>.nc``
+compare                PSIS-LOO comparison of the fits (§6)            yes     ``tables/compare.parquet``
+prediction             tau(n) and B* with credible bands (§7, §8)      yes     ``tables/tau.parquet`` …
+predicted-vs-measured  predicted vs measured straggler delay (§7)      yes     ``tables/predicted_vs_measured.parquet``
+summary                the answer table, one row per GPU × precision   no      ``tables/summary.parquet``, ``summary.json``
+                       (demo: its estimates beside the planted truth)          ``tables/truth_*.parquet``
+report                 HTML report, Markdown summary, figures          no      ``report.html`` …
+=====================  ==============================================  ======  =====================
 
 Stages that do not apply to the data (no tensor-parallel blocks, no GEMM blocks, too few
 z-scores, one cell only) raise :class:`~evtsync.pipeline.engine.NotApplicable` with the reason;
 stages whose module is not installed :class:`~evtsync.pipeline.engine.Unavailable`.
 The fits are jobs (:class:`~evtsync.pipeline.engine.Stage`): they start in a process pool as soon
 as the z-scores exist and run beside the attribution, the MLE and one another.
+
+Every stage but ``summary`` (it reads the manifest) and ``report`` (it names the run folder and
+the stages' times) is *shareable* (column "shared"): its results are kept in the result cache
+(:mod:`evtsync.pipeline.resultcache`) and copied into another run folder whose stage has the same
+key; a fit only with a fixed seed (``seed=None`` draws a random one).
 """
 
 from __future__ import annotations
@@ -63,30 +68,19 @@ TOPOLOGIES = RUN_TOPOLOGIES
 
 
 def _stage_demo(run: Run) -> dict[str, Any]:
+    """The bundled synthetic study, written into ``inputs/demo`` (the same bytes for the same
+    settings and code: a second demo copies it from the result cache)."""
     try:
         from evtsync.synth import study
     except ImportError as exc:
         raise Unavailable(f"evtsync.synth is not installed ({exc})") from exc
     folder = run.path("inputs/demo")
-    overrides = {**DEMO_OVERRIDES, **run.options.demo_overrides}
-    cache = key = None
-    if run.options.demo_cache is not None:  # the same study, written before on this machine
-        from evtsync.pipeline.democache import DemoCache, demo_key
-
-        cache, key = DemoCache(run.options.demo_cache), demo_key(DEMO_STUDY, overrides, run.code)
-        cached = cache.fetch(key, folder)
-        if cached is not None:
-            run.produced("demo", *(str(p.relative_to(run.out)) for p in cached))
-            return {"workloads": list(dict.fromkeys(p.relative_to(folder).parts[0] for p in cached)), "files": len(cached),
-                    "from_cache": str(cache.folder / key)}
-    results = study(folder, DEMO_STUDY, **overrides)
+    results = study(folder, DEMO_STUDY, **{**DEMO_OVERRIDES, **run.options.demo_overrides})
     paths: list[Path] = []
     for res in results:
         paths.extend(sorted(res.traces.values()))
         paths.append(res.truth_path)
     run.produced("demo", *(str(p.relative_to(run.out)) for p in paths))
-    if cache is not None and key is not None:
-        cache.store(key, folder, paths)
     return {"workloads": [r.out_dir.name for r in results], "files": len(paths)}
 
 
@@ -419,8 +413,10 @@ def _fit_inputs(run: Run, model_path: Path) -> tuple[Any, pd.DataFrame, dict[str
     z = z[np.isfinite(pd.to_numeric(z[spec.column], errors="coerce"))]
     _check_fit_applies(run, spec, z)
     s = run.options.sampling(spec.sampling)
+    # the input named relative to the run folder (where the fit's file lies, in fits/): the fit's
+    # bytes name no run folder, so that another run folder may copy them (result cache)
     fit = functools.partial(fit_in_process, z, model_path, s, run.options.seed, run.options.sampler,
-                            str(run.path(rel)), file_sha256(run.path(rel)))
+                            rel, file_sha256(run.path(rel)))
     return spec, z, s, fit
 
 
@@ -729,20 +725,25 @@ def build_stages(run: Run) -> list[Stage]:
 
     def traces_params(r: Run) -> dict[str, Any]:
         return {"files": r.trace_hashes(), "align": {k: str(v) for k, v in r.align_options().items()},
-                "salvage": o.salvage}
+                "salvage": o.salvage, "rank_from": o.rank_from, "comm_kernels": sorted(o.comm_kernels)}
 
+    # shareable (the result cache, across run folders): every stage whose outputs are a function
+    # of its key (the demo's files, tables, fits with a fixed seed: a fit names its input relative
+    # to the run folder); not the summary (it reads the manifest) nor the report (it names the run
+    # folder, the stages' times)
     stages = []
     if o.is_demo:
         stages.append(Stage("demo", _stage_demo, (), lambda r: {"study": DEMO_STUDY,
-                                                                  "overrides": {**DEMO_OVERRIDES, **o.demo_overrides}}))
+                                                                  "overrides": {**DEMO_OVERRIDES, **o.demo_overrides}},
+                            shareable=True))
     stages += [
-        Stage("tax", _stage_tax, (), traces_params),
+        Stage("tax", _stage_tax, (), traces_params, shareable=True),
         # the z-scores before the attribution: the fits, which need only them, start in the pool
         # then and run beside the attribution and the MLE (engine: jobs)
         Stage("zscores", _stage_zscores, ("tax",),
-               lambda r: {**traces_params(r), "pg": o.block_pg, "m": o.m, "time": o.time}),
-        Stage("attribution", _stage_attribution, ("tax",), traces_params),
-        Stage("mle", _stage_mle, ("zscores",), lambda r: {"level": LEVEL, "min": MIN_Z_MLE}),
+               lambda r: {**traces_params(r), "pg": o.block_pg, "m": o.m, "time": o.time}, shareable=True),
+        Stage("attribution", _stage_attribution, ("tax",), traces_params, shareable=True),
+        Stage("mle", _stage_mle, ("zscores",), lambda r: {"level": LEVEL, "min": MIN_Z_MLE}, shareable=True),
     ]
     models = _model_paths(run)
     if models:
@@ -752,18 +753,21 @@ def build_stages(run: Run) -> list[Stage]:
     for path in models:
         text = path.read_text(encoding="utf-8")
         body, job = _fit_stage(path)
+        # the spec's path too: the fit's file names it (model_spec_path); a random seed (None) is never shared
         stages.append(Stage(f"fit-{path.stem}", body, ("zscores",),
-                            functools.partial(lambda r, text: {"spec": text, **sampling, "seed": o.seed, "sampler": o.sampler,
-                                                  "min": MIN_Z_BAYES}, text=text), job=job, job_warm_up=_warm_up_fits))
+                            functools.partial(lambda r, text, path: {"spec": text, "spec_path": path, **sampling,
+                                                                     "seed": o.seed, "sampler": o.sampler,
+                                                                     "min": MIN_Z_BAYES}, text=text, path=str(path)),
+                            job=job, job_warm_up=_warm_up_fits, shareable=o.seed is not None))
     fit_names = tuple(f"fit-{p.stem}" for p in models)
     stages += [
-        Stage("compare", _stage_compare, fit_names, none),
+        Stage("compare", _stage_compare, fit_names, none, shareable=True),
         Stage("prediction", _stage_prediction, ("zscores", "tax", "mle", "compare", *fit_names),
                lambda r: {"m": o.m, "alpha": o.alpha_us, "bytes": o.bytes, "eps": o.eps, "level": LEVEL,
-                          "n_max": N_MAX}),
+                          "n_max": N_MAX}, shareable=True),
         Stage("predicted-vs-measured", _stage_predicted_vs_measured,
                ("zscores", "tax", "attribution", "prediction", "compare", *fit_names),
-               lambda r: {"m": o.m, "level": LEVEL}),
+               lambda r: {"m": o.m, "level": LEVEL}, shareable=True),
     ]
     stages.append(Stage("summary", _stage_summary, tuple(s.name for s in stages), none))
     if o.report:

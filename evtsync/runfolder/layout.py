@@ -241,13 +241,26 @@ def incomplete_notes(manifest: dict[str, Any]) -> list[str]:
 
 
 def stage_table(manifest: dict[str, Any]) -> pd.DataFrame:
-    """One row per stage of a run: name, status, reason, seconds (in run order)."""
+    """One row per stage of a run: name, status, reason, seconds (in run order); a stage copied
+    from the result cache says so in its reason, with when and at what CPU cost it was computed."""
     stages = manifest.get("stages", {})
     order = manifest.get("stage_order", list(stages))
     rows = [{"stage": name, "status": stages.get(name, {}).get("status", "not run"),
-             "reason": stages.get(name, {}).get("reason", ""),
+             "reason": stage_reason(stages.get(name, {})),
              "seconds": stages.get(name, {}).get("seconds", float("nan"))} for name in order]
     return pd.DataFrame(rows, columns=["stage", "status", "reason", "seconds"])
+
+
+def stage_reason(entry: dict[str, Any]) -> str:
+    """A stage's reason (why it did not apply or failed), and for a stage copied from the result
+    cache, where from: "copied from the result cache (computed DATE in N s of CPU)"."""
+    reason = str(entry.get("reason", "") or "")
+    origin = entry.get("reused_from_cache")
+    if not origin:
+        return reason
+    note = (f"copied from the result cache (computed {str(origin.get('computed', '?'))[:16].replace('T', ' ')} UTC "
+            f"in {float(origin.get('cpu_seconds') or 0):.1f} s of CPU)")
+    return f"{reason}; {note}" if reason else note
 
 
 #: The stages whose results a stage reads (a fit stage is any ``fit-<model>``): where a stage did

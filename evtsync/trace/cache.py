@@ -219,13 +219,7 @@ class RankCache:
         # writer's temporary (or a damaged entry) once it is old, else maybe a writer's at work
         unusable = [e for e in entries if e.version != current
                     and (e.version or now - e.last_used > stale_after_s)]
-        kept = sorted((e for e in entries if e.version == current), key=lambda e: e.last_used)
-        total = sum(e.size for e in kept)
-        doomed = list(unusable)
-        while kept and total > max_bytes:
-            oldest = kept.pop(0)
-            doomed.append(oldest)
-            total -= oldest.size
+        doomed = list(unusable) + least_recently_used_beyond([e for e in entries if e.version == current], max_bytes)
         for e in doomed:
             shutil.rmtree(e.path, ignore_errors=True)
         freed = sum(e.size for e in doomed)
@@ -233,6 +227,19 @@ class RankCache:
             log.info("trace cache %s: removed %d entr%s (%d bytes)", self.folder, len(doomed),
                      "y" if len(doomed) == 1 else "ies", freed)
         return len(doomed), freed
+
+
+def least_recently_used_beyond(entries: list[Any], max_bytes: int) -> list[Any]:
+    """The entries to remove so that the others hold at most ``max_bytes``: the least recently
+    used first (each entry has ``size`` in bytes and ``last_used``, epoch seconds)."""
+    kept = sorted(entries, key=lambda e: e.last_used)
+    total = sum(e.size for e in kept)
+    doomed = []
+    while kept and total > max_bytes:
+        oldest = kept.pop(0)
+        doomed.append(oldest)
+        total -= oldest.size
+    return doomed
 
 
 @dataclass(frozen=True)

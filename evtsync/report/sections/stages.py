@@ -11,6 +11,7 @@ from evtsync.report.markdown import (
     Section,
     Table,
 )
+from evtsync.runfolder.layout import stage_reason
 
 
 def build(ctx: ReportContext) -> list[Section]:
@@ -22,7 +23,7 @@ def build(ctx: ReportContext) -> list[Section]:
         if n == "report":
             rows.append({"stage": n, "status": "done", "reason": "this report", "seconds": None})
         else:
-            rows.append({"stage": n, "status": e.get("status", "not run"), "reason": e.get("reason", ""),
+            rows.append({"stage": n, "status": e.get("status", "not run"), "reason": stage_reason(e),
                          "seconds": e.get("seconds")})
     stages = pd.DataFrame(rows, columns=["stage", "status", "reason", "seconds"])
     items: list[Any] = []
@@ -33,6 +34,7 @@ def build(ctx: ReportContext) -> list[Section]:
                                                                for reason, stages_ in by_reason.items()) + ".")
     items.append(Table(stages, "Stages of the run, in order: done, did not apply (with the reason), unavailable "
                                "(module not installed) or FAILED; seconds of work (reused stages keep their first "
-                               "run's time)."))
+                               "run's time; a stage copied from the result cache, the seconds of copying, its "
+                               "computation's CPU time in the reason)."))
     return [Section("Stages of the run", items, anchor="stages")]
 
