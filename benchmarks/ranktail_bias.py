@@ -7,7 +7,9 @@ more of them: per data set 8 block identities × S samples × m = 4 ranks, iid f
 parent (normal, Gumbel, lognormal with log-sd 0.5, Student-t₅: the study's parents, ``scipy.stats``),
 each value standardised as :func:`evtsync.blocks.zscores` does (u = (X − identity mean) / pooled
 within-sample sd), then :func:`evtsync.evt.ranktail.fit_rank_tail` and
-:func:`~evtsync.evt.ranktail.expected_max_draws` at each tail share asked. The truth,
+:func:`~evtsync.evt.ranktail.expected_max_draws` at each tail share asked, summarised by the
+prediction tables' own :func:`evtsync.predict.tables.summarise` (draws with xi >= 1 are infinite:
+the mean is over the finite ones, their share recorded). The truth,
 (E[max_n X] − E X) / sd X, is integrated from the parent's quantile function here (independent of
 the estimator and of the synth generator). What it leaves out, and the study keeps: the traces'
 µs rounding, the block scale b (the study's ``b_ratio``), any between-sample drift.
@@ -57,6 +59,7 @@ def rank_values(name: str, rng: np.random.Generator, samples: int, identities: i
 
 def run(args: argparse.Namespace) -> None:
     from evtsync.evt.ranktail import expected_max_draws, fit_rank_tail
+    from evtsync.predict.tables import summarise
 
     shares = [float(s) for s in args.shares.split(",")]
     truth = {p: [true_delay(p, n) for n in NS] for p in PARENTS}
@@ -66,13 +69,16 @@ def run(args: argparse.Namespace) -> None:
                 u = rank_values(parent, np.random.default_rng(100000 + 10 * r + pi), args.samples)
                 for share in shares:
                     tail = fit_rank_tail(u, seed=r, tail_share=share)
-                    e = expected_max_draws(tail, NS)
+                    # the prediction tables' policy for draws with xi >= 1 (infinite mean maximum): the mean
+                    # over the finite draws, their share said, quantiles over all draws
+                    s = summarise(expected_max_draws(tail, NS), level=0.9)
                     rows = []
                     for j, n in enumerate(NS):
-                        lo, med, hi = np.quantile(e[:, j], [0.05, 0.5, 0.95])
                         t = truth[parent][j]
-                        rows.append({"n": n, "ratio": float(e[:, j].mean()) / t, "median_ratio": float(med) / t,
-                                     "covers": bool(lo <= t <= hi), "true": t, "lo": float(lo), "hi": float(hi)})
+                        lo, hi = float(s["lo"][j]), float(s["hi"][j])
+                        rows.append({"n": n, "ratio": float(s["mean"][j]) / t, "median_ratio": float(s["median"][j]) / t,
+                                     "covers": bool(lo <= t <= hi), "share_infinite": float(s["share_infinite"][j]),
+                                     "true": t, "lo": lo, "hi": hi})
                     out.write(json.dumps({"parent": parent, "dataset": r, "samples": args.samples,
                                           "n_values": int(u.size), "share": share, "k": tail.n_exceedances,
                                           "xi_mean": float(tail.xi.mean()), "load": os.getloadavg()[0],
@@ -84,14 +90,17 @@ def table(path: str) -> None:
     records = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
     flat = pd.DataFrame([{**{k: v for k, v in r.items() if k != "rows"}, **row} for r in records for row in r["rows"]])
     flat["covers"] = flat["covers"].astype(bool)
+    if "share_infinite" not in flat:  # the first records: every draw finite (checked), the key not yet written
+        flat["share_infinite"] = 0.0
     g = flat.groupby(["n_values", "share", "parent", "n"])
     s = g.agg(sets=("ratio", "size"), ratio=("ratio", "mean"), sd=("ratio", "std"), median=("median_ratio", "mean"),
-              covered=("covers", "mean"), k=("k", "mean")).reset_index()
-    print("| N values | tail share | parent | n | data sets | mean predicted/true (± se) | median/true | 90% covering | exceedances |")
-    print("|---|---|---|---|---|---|---|---|---|")
+              covered=("covers", "mean"), k=("k", "mean"),
+              with_infinite=("share_infinite", lambda x: int((x.fillna(0) > 0).sum()))).reset_index()
+    print("| N values | tail share | parent | n | data sets | mean predicted/true (± se) | median/true | 90% covering | exceedances | sets with xi >= 1 draws |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in s.itertuples():
         print(f"| {r.n_values} | {r.share:g} | {r.parent} | {r.n} | {r.sets} | {r.ratio:.3f} (± {r.sd / np.sqrt(r.sets):.3f}) "
-              f"| {r.median:.3f} | {r.covered:.3f} | {r.k:.0f} |")
+              f"| {r.median:.3f} | {r.covered:.3f} | {r.k:.0f} | {r.with_infinite} |")
     load = flat["load"].dropna()
     if not load.empty:
         print(f"\nload average {load.min():.1f}–{load.max():.1f}")
