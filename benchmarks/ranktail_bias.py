@@ -5,8 +5,9 @@ per parent leave a standard error of 1.6–4.7% at n = 4096, as large as the ±3
 This script draws the rank values the zscores stage would compute for the same design, and many
 more of them: per data set 8 block identities × S samples × m = 4 ranks, iid from a standardised
 parent (normal, Gumbel, lognormal with log-sd 0.5, Student-t₅: the study's parents, ``scipy.stats``),
-each value standardised as :func:`evtsync.blocks.zscores` does (u = (X − identity mean) / pooled
-within-sample sd), then :func:`evtsync.evt.ranktail.fit_rank_tail` and
+each value standardised by the pipeline's own code (:func:`evtsync.blocks.zscores.pooled_zscores`:
+u = (X − identity mean) / the identity's robust scale; :func:`evtsync.evt.ranktail.rank_values`: the
+cell's one ratio to the sd), then :func:`evtsync.evt.ranktail.fit_rank_tail` and
 :func:`~evtsync.evt.ranktail.expected_max_draws` at each tail share asked, summarised by the
 prediction tables' own :func:`evtsync.predict.tables.summarise` (draws with xi >= 1 are infinite:
 the mean is over the finite ones, their share recorded). The truth,
@@ -50,11 +51,20 @@ def true_delay(name: str, n: int, grid: int = 400_000) -> float:
 
 
 def rank_values(name: str, rng: np.random.Generator, samples: int, identities: int = 8, m: int = 4) -> np.ndarray:
-    """One data set's u values, standardised per identity as the zscores stage does."""
+    """One data set's per-rank values in sd units, through the pipeline's own code: the block times
+    1000 + 20·X µs go through :func:`evtsync.blocks.zscores.pooled_zscores` (u over the identity's
+    robust scale, ``u_scale``) and :func:`evtsync.evt.ranktail.rank_values` (the cell's one ratio)."""
+    from evtsync.blocks.zscores import pooled_zscores
+    from evtsync.evt.ranktail import rank_values as cell_values
+
     x = _parent(name).rvs(size=(identities, samples, m), random_state=rng)
-    mean = x.mean(axis=(1, 2), keepdims=True)
-    sd = np.sqrt(((x - x.mean(axis=2, keepdims=True)) ** 2).sum(axis=(1, 2), keepdims=True) / (samples * (m - 1)))
-    return ((x - mean) / sd).ravel()
+    ident, inst, rank = np.meshgrid(np.arange(identities), np.arange(samples), np.arange(m), indexing="ij")
+    times = pd.DataFrame({"pg": "0", "block": ident.ravel().astype(str), "instance": inst.ravel(), "sample": 0,
+                          "rank": rank.ravel(), "busy_us": 1000.0 + 20.0 * x.ravel(), "gpu": "sim", "precision": "bf16",
+                          "position": ident.ravel(), "signature": "s", "index": inst.ravel(), "n_kernels": 1,
+                          "n_gemm_kernels": 1})
+    table, _ = pooled_zscores(times, m=m)
+    return cell_values(table)
 
 
 def run(args: argparse.Namespace) -> None:

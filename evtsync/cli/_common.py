@@ -338,7 +338,7 @@ def add_estimator_argument(parser: argparse.ArgumentParser, help_text: str | Non
                              "centred (the GEV of the centred maximum y: needs a GEV fit of column y) or paper (the "
                              "paper's b·E_(n/m) of z: biased low at n > m, needs a fit of column z). Unless named, "
                              "rows ranktail cannot give (a GEV fit without its z-score table, a table without "
-                             "column u, a cell with too few values, an unmeasured GPU) fall back to the centred "
+                             "columns u and u_scale, a cell with too few values, an unmeasured GPU) fall back to the centred "
                              "estimator of the GEV fit, labelled and warned; a named estimator is obeyed strictly")
 
 

@@ -12,7 +12,7 @@ from scipy import integrate, stats
 
 from evtsync.blocks.zscores import pooled_zscores
 from evtsync.core.errors import InputError
-from evtsync.evt.ranktail import RankTailFit, expected_max_draws, fit_rank_tail
+from evtsync.evt.ranktail import RankTailFit, expected_max_draws, fit_rank_tail, rank_values
 from evtsync.predict.tables import check_estimator, tau_table
 
 M = 4
@@ -70,13 +70,58 @@ def test_one_rank_has_no_straggler_delay_and_the_estimate_scales_with_b() -> Non
     assert a == pytest.approx(b, rel=1e-5)
 
 
-def test_the_per_rank_values_are_each_ranks_standardised_time() -> None:
-    # by hand: two instances of one 4-rank sample, overall mean 4.5, s = sqrt(10/6)
+def test_the_per_rank_values_are_each_ranks_time_over_the_robust_scale() -> None:
+    # by hand: two instances of one 4-rank sample, overall mean 4.5, pooled sd s = sqrt(10/6).
+    # Pair differences per sample: 1, 2, 3, 1, 2, 1 -> 12 values, six 1s, four 2s, two 3s; their 90%
+    # quantile (linear) is 2.9, so the inner ones are the 1s and 2s: mean square (6 + 16) / 10 = 2.2;
+    # r = sqrt(2.2 / (2 c)), c = E[Z^2 | |Z| <= z_0.95] of a standard normal
     x = np.array([[[1.0, 2.0, 3.0, 4.0]], [[5.0, 6.0, 7.0, 8.0]]])
     table, _ = pooled_zscores(_times(x), m=M)
-    s = np.sqrt(10 / 6)
+    q = stats.norm.ppf(0.95)
+    c = (stats.norm.cdf(q) - stats.norm.cdf(-q) - 2 * q * stats.norm.pdf(q)) / 0.9
+    r, s = np.sqrt(2.2 / (2 * c)), np.sqrt(10 / 6)
     got = [[float(v) for v in text.split(",")] for text in table["u"]]
-    assert got == [pytest.approx([(v - 4.5) / s for v in row]) for row in ([1, 2, 3, 4], [5, 6, 7, 8])]
+    assert got == [pytest.approx([(v - 4.5) / r for v in row], rel=1e-6) for row in ([1, 2, 3, 4], [5, 6, 7, 8])]
+    assert table["u_scale"].to_numpy() == pytest.approx([r / s, r / s])
+    # the estimator's values are in units of the sd: the cell's one ratio r / s puts them back
+    assert rank_values(table) == pytest.approx([(v - 4.5) / s for v in range(1, 9)], rel=1e-6)
+
+
+def test_a_far_rank_keeps_its_distance_in_the_tail() -> None:
+    # one identity of 20 samples of 4 normal ranks (sd 1) and one rank 25 sd out: divided by the
+    # pooled sd, that rank would be ~16 sd (the rank itself inflates s to ~1.5); its u keeps ~25
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((20, 1, M))
+    x[7, 0, 2] += 25.0
+    table, _ = pooled_zscores(_times(x), m=M)
+    u = np.array([float(v) for v in ",".join(table["u"]).split(",")])
+    a = x.mean()
+    assert u.max() == pytest.approx(x[7, 0, 2] - a, rel=0.15)
+    assert float(table["block_sd_us"].iloc[0]) > 1.4  # the far rank's weight in the pooled sd
+
+
+def test_many_small_identities_keep_the_tail_of_the_ranks() -> None:
+    # 400 identities (kernels) of 20 samples of 4 lognormal ranks each, every identity on its own
+    # scale: pooled through the robust scale, the values' empirical mean maximum of 512 ranks is the
+    # parent's (integrated here) within 3%; divided by each identity's pooled sd it is ~15% short
+    rng = np.random.default_rng(12)
+    dist = stats.lognorm(0.5)
+    parts = []
+    for i in range(400):
+        x = 100.0 * (i + 1) + (1 + i % 7) * dist.rvs(size=(20, 1, M), random_state=rng)
+        parts.append(_times(x).assign(block=f"b{i}", position=i))
+    table, _ = pooled_zscores(pd.concat(parts, ignore_index=True), m=M)
+
+    def mean_max(values: np.ndarray, n: int) -> float:  # E[max_n] of the empirical distribution
+        v = np.sort(values)
+        cdf = np.arange(1, v.size + 1) / v.size
+        return float(np.sum(v * (cdf ** n - (cdf - 1 / v.size) ** n)))
+
+    true = _true_delay(dist, 512)
+    assert mean_max(rank_values(table), 512) == pytest.approx(true, rel=0.03)
+    by_sd = np.array([float(v) for v in ",".join(table["u"]).split(",")]) * np.repeat(
+        (table["u_scale"]).to_numpy(), M)  # (X - a_c) / s_c, the values before the robust scale
+    assert mean_max(by_sd, 512) < 0.9 * true
 
 
 def test_a_tiny_cell_is_refused_naming_it() -> None:
@@ -96,6 +141,11 @@ def test_an_old_table_without_u_says_to_rerun_blocks() -> None:
     table, _ = pooled_zscores(_times(100.0 + rng.standard_normal((50, 2, M))), m=M)
     with pytest.raises(InputError, match=r"no per-rank column 'u'.*rerun `evtsync blocks`"):
         RankTailFit.from_table(table.drop(columns=["u"]), source="old.parquet")
+    # a table of the first ranktail version: u divided by the pooled sd, no u_scale
+    with pytest.raises(InputError, match=r"old.parquet: no column 'u_scale'.*robustly scaled.*rerun `evtsync blocks`"):
+        RankTailFit.from_table(table.drop(columns=["u_scale"]), source="old.parquet")
+    with pytest.raises(InputError, match=r"'u_scale' holds 1 value\(s\) that are not positive"):
+        RankTailFit.from_table(table.assign(u_scale=[0.0] + [1.0] * (len(table) - 1)))
 
 
 def test_estimator_pairings_and_unseen_hardware_are_refused() -> None:
