@@ -104,13 +104,15 @@ def table(path: str) -> None:
         flat["share_infinite"] = 0.0
     g = flat.groupby(["n_values", "share", "parent", "n"])
     s = g.agg(sets=("ratio", "size"), ratio=("ratio", "mean"), sd=("ratio", "std"), median=("median_ratio", "mean"),
+              median_sd=("median_ratio", "std"),
               covered=("covers", "mean"), k=("k", "mean"),
               with_infinite=("share_infinite", lambda x: int((x.fillna(0) > 0).sum()))).reset_index()
-    print("| N values | tail share | parent | n | data sets | mean predicted/true (± se) | median/true | 90% covering | exceedances | sets with xi >= 1 draws |")
+    print("| N values | tail share | parent | n | data sets | posterior mean / true (± se) | posterior median / true, the point (± se) "
+          "| 90% covering | exceedances | sets with xi >= 1 draws |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in s.itertuples():
         print(f"| {r.n_values} | {r.share:g} | {r.parent} | {r.n} | {r.sets} | {r.ratio:.3f} (± {r.sd / np.sqrt(r.sets):.3f}) "
-              f"| {r.median:.3f} | {r.covered:.3f} | {r.k:.0f} | {r.with_infinite} |")
+              f"| {r.median:.3f} (± {r.median_sd / np.sqrt(r.sets):.3f}) | {r.covered:.3f} | {r.k:.0f} | {r.with_infinite} |")
     load = flat["load"].dropna()
     if not load.empty:
         print(f"\nload average {load.min():.1f}–{load.max():.1f}")
