@@ -484,7 +484,7 @@ def _tau_from(params: tuple[NDArray[np.float64], ...], b: NDArray[np.float64], n
 def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: int = DEFAULT_M,
               level: float = INTERVAL_LEVEL, *, gpu: str | None = None, precision: str | None = None,
               seed: int = 0, estimator: str | None = None) -> pd.DataFrame:
-    """tau(n) = b·E_(n/m) per cell and n: mean, ``level`` interval, share of infinite draws (µs).
+    """tau(n) = b·E_(n/m) per cell and n: point, mean, ``level`` interval, share of infinite draws (µs).
 
     Parameters
     ----------

@@ -92,16 +92,16 @@ class EstimatorView:
 
     def label(self, table: pd.DataFrame | None = None) -> str:
         """The estimator shown, in words for a caption: "ranktail (default)", "paper (asked with
-        --estimator; the run used ranktail)"; with ``table``, its point for the estimator's rows
-        ("ranktail (default; point: posterior median)", :func:`estimator_points`)."""
-        point = estimator_points(table, self.name) if table is not None else ""
-        text = f"{self.name} (default" + (f"; {point})" if point else ")") if self.name == DEFAULT_ESTIMATOR else (
-            self.name + (f" ({point})" if point else ""))
+        --estimator; the run used ranktail)"; with ``table``, last, its point for the estimator's
+        rows ("ranktail (default; point: posterior median)", :func:`estimator_points`)."""
+        tags = ["default"] if self.name == DEFAULT_ESTIMATOR else []
         if self.explicit and self.asked != self.run:
-            text += f" (asked with --estimator; the run used {self.run})"
+            tags.append(f"asked with --estimator; the run used {self.run}")
         elif self.explicit:
-            text += " (asked with --estimator: its own rows only, no fallback)"
-        return text
+            tags.append("asked with --estimator: its own rows only, no fallback")
+        point = estimator_points(table, self.name) if table is not None else ""
+        tags += [point] if point else []
+        return f"{self.name} ({'; '.join(tags)})" if tags else self.name
 
     def tau_rows(self, tau: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         """The headline rows of a tau table and the others.

@@ -70,7 +70,8 @@ def build(ctx: ReportContext) -> list[Section]:
                                          "has no row.")))
     others = rest[rest["model"].isin([*models, main, PAPER_MODEL, RANKTAIL_MODEL])]
     if len(others):
-        items.append(_tau_table(others, f"Alternatives, labelled: tau(n) in µs, point (column point_estimate) "
+        points = "; ".join(f"{e}, {estimator_points(others, e)}" for e in dict.fromkeys(row_estimators(others)))
+        items.append(_tau_table(others, f"Alternatives, labelled: tau(n) in µs, point ({points}) "
                                         f"[{PCT} interval] (credible for the Bayesian fits). Estimator \"ranktail\" (the default): "
                                         f"{ESTIMATORS['ranktail'][1]}. Estimator \"centred\" (the GEV models): "
                                         f"{ESTIMATORS['centred'][1]}. Estimator \"paper\" (model {PAPER_MODEL}, the "
