@@ -51,7 +51,7 @@ print(fit.posterior["xi"].mean().item(), "posterior mean xi;", fit.convergence_n
 # 5. Predict: tau(n) for larger domains and the optimal bandwidth B*, with 90% intervals.
 b_us = block_scale(z)["b_us"].iloc[0]                 # b = r·a of the blocks (methodology §7)
 tau = evtsync.tau_table(fit, n=[8, 64, 512], block_sd_us=float(b_us))
-print(tau[["n", "tau_mean_us", "tau_lo_us", "tau_hi_us", "level", "converged"]])
+print(tau[["n", "tau_point_us", "point_estimate", "tau_lo_us", "tau_hi_us", "level", "converged"]])
 bstar = evtsync.bandwidth_table(fit, ["full", "ring"], [8, 128, 512], alpha_us=5.0, size_bytes=2**28,
                                 block_sd_us=float(b_us))
 

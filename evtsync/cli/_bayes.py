@@ -274,6 +274,7 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
         bandwidth_table,
         domain_multiple,
         flops_scaling_table,
+        point_column,
     )
 
     choice = load_prediction_choice(args.fit, args.estimator)
@@ -322,19 +323,21 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
         for note in [*alpha_notes, *hw["notes"]]:
             print(note)
         print(f"fit {_models(summary, fit)}: S = {args.bytes:.6g} bytes, b = {block_sd:g} µs on the reference GPU; "
-              f"mean [{level:.0%} {_interval_name(fit)} interval]; bandwidths in GB/s")
-        print(f"tau(n): {summary.attrs['estimator']}")
+              f"point [{level:.0%} {_interval_name(fit)} interval]; bandwidths in GB/s")
+        print(f"tau(n): {summary.attrs['estimator']}; {_point_words(summary)}")
+        tau_pt, bstar_pt = point_column(summary, "tau", "_us"), point_column(summary, "bstar", "_gbps")
+        red_pt = point_column(summary, "reduction")
         print(f"intervals: {FIXED_B_NOTE}; "
               + ("alpha's draws carried" if alpha_draws is not None else FIXED_ALPHA_NOTE))
-        for _, r in summary.iterrows():
+        for i, r in summary.iterrows():
             kind = _row_labels(r)
             mark = "" if r.get("converged", True) else "  NOT CONVERGED"
             hock = (f"{r['bstar_hockney_gbps']:10.5g}" if r["alpha_source"] == "point" else
                     f"{r['bstar_hockney_gbps']:10.5g} [{r['bstar_hockney_lo_gbps']:.5g}, {r['bstar_hockney_hi_gbps']:.5g}]")
             print(f"  {r['cell']:14s} {r['topology']:8s} n={r['n']:<5d} eps={r['eps']:<5g} f={r['flops_factor']:<5.3g} "
-                  f"tau {r['tau_mean_us']:9.4g} [{r['tau_lo_us']:.4g}, {r['tau_hi_us']:.4g}] µs   "
-                  f"B* {r['bstar_mean_gbps']:10.5g} [{r['bstar_lo_gbps']:.5g}, {r['bstar_hi_gbps']:.5g}]   "
-                  f"Hockney {hock}   reduction {100 * r['reduction_mean']:.2f}% [{100 * r['reduction_lo']:.2f}, "
+                  f"tau {tau_pt[i]:9.4g} [{r['tau_lo_us']:.4g}, {r['tau_hi_us']:.4g}] µs   "
+                  f"B* {bstar_pt[i]:10.5g} [{r['bstar_lo_gbps']:.5g}, {r['bstar_hi_gbps']:.5g}]   "
+                  f"Hockney {hock}   reduction {100 * red_pt[i]:.2f}% [{100 * r['reduction_lo']:.2f}, "
                   f"{100 * r['reduction_hi']:.2f}]" + _infinite(r, "tau") + kind + mark)
         if scaling is not None:
             print(f"bandwidth-scaling requirement, FLOPS x{scaling['roofline_growth'].iloc[0]:g} "
@@ -347,6 +350,13 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
                       f"{100 * r['scaling_reduction_hi']:.1f}] below the roofline" + mark)
         _print_prediction_notes(summary)
         return _close(fit, args, summary)
+
+
+def _point_words(table: pd.DataFrame) -> str:
+    """"point: posterior median" (what the table's point estimates are; several joined by " / ")."""
+    from evtsync.predict.tables import point_labels
+
+    return "point: " + (" / ".join(dict.fromkeys(point_labels(table))) or "none")
 
 
 def _row_labels(row: pd.Series) -> str:
@@ -382,7 +392,7 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     from evtsync.cli._whatif import hardware
     from evtsync.plots.predictions import tau_curves
     from evtsync.predict.estimator import predict_table
-    from evtsync.predict.tables import FIXED_B_NOTE, domain_multiple, tau_table
+    from evtsync.predict.tables import FIXED_B_NOTE, domain_multiple, point_column, tau_table
 
     choice = load_prediction_choice(args.fit, args.estimator)
     fit = _shown_fit(choice)
@@ -410,13 +420,14 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
         for note in hw["notes"]:
             print(note)
         print(f"fit {_models(summary, fit)}: tau(n) = b·E_(n/{args.m}) with b = {block_sd:g} µs on the reference GPU / flops factor; "
-              f"mean [{level:.0%} {_interval_name(fit)} interval]")
-        print(f"estimator: {summary.attrs['estimator']}; {FIXED_B_NOTE}")
-        for _, r in summary.iterrows():
+              f"point [{level:.0%} {_interval_name(fit)} interval]")
+        print(f"estimator: {summary.attrs['estimator']}; {_point_words(summary)}; {FIXED_B_NOTE}")
+        tau_pt = point_column(summary, "tau", "_us")
+        for i, r in summary.iterrows():
             kind = _row_labels(r)
             mark = "" if r.get("converged", True) else "  NOT CONVERGED"
             flops = f" f={r['flops_factor']:<5.3g}" if len(hw["factors"]) > 1 or r["flops_factor"] != 1 else ""
-            print(f"  {r['cell']:14s} n={r['n']:<6d}{flops} tau {r['tau_mean_us']:10.4g} µs  "
+            print(f"  {r['cell']:14s} n={r['n']:<6d}{flops} tau {tau_pt[i]:10.4g} µs  "
                   f"[{r['tau_lo_us']:.4g}, {r['tau_hi_us']:.4g}]" + _infinite(r, "tau") + kind + mark)
         _print_prediction_notes(summary)
         return _close(fit, args, summary)
@@ -427,7 +438,7 @@ def _straggler(args: argparse.Namespace, fit: Any, choice: Any) -> int:
     from evtsync.core.tableio import read_table
     from evtsync.plots.predictions import predicted_vs_measured as pvm_figure
     from evtsync.predict.estimator import predict_table
-    from evtsync.predict.tables import predicted_vs_measured
+    from evtsync.predict.tables import point_column, predicted_vs_measured
 
     if args.n or any(getattr(args, k, None) is not None for k in ("block_sd_us", "block_mean_us", "cv")):
         raise InputError("--straggler takes n and b from the table; do not also give --n or the block spread")
@@ -441,12 +452,13 @@ def _straggler(args: argparse.Namespace, fit: Any, choice: Any) -> int:
         emit_json({"rows": table, "skipped": table.attrs["skipped"]}, indent=None)
         return 0 if _converged(fit, table) else 1
     print(f"fit {_models(table, fit)}: predicted vs measured mean straggler delay; "
-          f"mean [{level:.0%} {_interval_name(fit)} interval]")
-    print(f"estimator: {table.attrs['estimator']}")
-    for _, r in table.iterrows():
+          f"predicted: point [{level:.0%} {_interval_name(fit)} interval]; ratio = point / measured mean")
+    print(f"estimator: {table.attrs['estimator']}; {_point_words(table)}")
+    predicted_pt = point_column(table, "predicted", "_us")
+    for i, r in table.iterrows():
         mark = "" if r.get("converged", True) else "  NOT CONVERGED"
         print(f"  {r['workload']:16s} {r['gpu']:6s} {r['precision']:5s} n={r['n']:<4d} measured "
-              f"{r['measured_mean_us']:9.4g} µs  predicted {r['predicted_mean_us']:9.4g} "
+              f"{r['measured_mean_us']:9.4g} µs  predicted {predicted_pt[i]:9.4g} "
               f"[{r['predicted_lo_us']:.4g}, {r['predicted_hi_us']:.4g}]"
               + ("" if r["inside_interval"] else "  outside") + _row_labels(r) + mark)
     skipped = {k: v for k, v in table.attrs["skipped"].items() if v}

@@ -153,6 +153,7 @@ def run_bandwidth(args: argparse.Namespace) -> int:
         flops_scaling_table,
         given_tax_bandwidth_table,
         given_tax_scaling_table,
+        point_column,
     )
 
     for flag in ("gpu", "precision", "preset"):
@@ -212,10 +213,12 @@ def run_bandwidth(args: argparse.Namespace) -> int:
               + "; b and alpha fixed at the values given")
     print(f"{'topology':9s} {'n':>6s} {'eps':>5s} {'flops':>6s} {'p':>9s} {'q':>7s} {'alpha_us':>8s} {'tau_us':>10s} "
           f"{'B*':>12s} {'B*_Hockney':>12s} {'reduction':>9s}")
-    for r in table.to_dict(orient="records"):
-        reduction = "nan" if math.isnan(r["reduction_mean"]) else f"{100 * r['reduction_mean']:.2f}%"
+    points = zip(point_column(table, "tau", "_us"), point_column(table, "bstar", "_gbps"),
+                 point_column(table, "reduction"), strict=True)
+    for r, (tau, bstar, red) in zip(table.to_dict(orient="records"), points, strict=True):
+        reduction = "nan" if math.isnan(red) else f"{100 * red:.2f}%"
         print(f"{r['topology']:9s} {r['n']:6d} {r['eps']:5g} {r['flops_factor']:6.3g} {r['p']:9.4g} {r['q']:7.4f} "
-              f"{r['alpha_us']:8.4g} {r['tau_mean_us']:10.4g} {r['bstar_mean_gbps']:12.5g} "
+              f"{r['alpha_us']:8.4g} {tau:10.4g} {bstar:12.5g} "
               f"{r['bstar_hockney_gbps']:12.5g} {reduction:>9s}")
     if scaling is not None:
         print(f"bandwidth-scaling requirement ({SCALING_DEFINITION}):")

@@ -187,7 +187,7 @@ def spec_html(spec: Any, xi_row: str) -> str:
 RUN_VIEW_COLUMNS = (("tax_median_us", "tax_median_lo_us", "tax_median_hi_us", "tax median µs"),
                     ("gpu_only_share", "gpu_only_share_lo", "gpu_only_share_hi", "GPU-only share"),
                     ("xi_mean", "xi_lo", "xi_hi", "ξ"), ("verdict", None, None, "tail"),
-                    ("tau_mean_us", "tau_lo_us", "tau_hi_us", "τ(n) µs"))
+                    ("tau_point_us", "tau_lo_us", "tau_hi_us", "τ(n) µs"))
 
 
 def run_html(out: Any, stages: Any, summary: dict[str, Any] | None) -> str:
@@ -206,6 +206,8 @@ def run_html(out: Any, stages: Any, summary: dict[str, Any] | None) -> str:
             cells: list[Any] = [f"{r.get('gpu')} {r.get('precision')}"]
             for key, lo, hi, _ in RUN_VIEW_COLUMNS:
                 value = r.get(key)
+                if value is None and "_point" in key:  # a summary.json from before the point: its mean was
+                    value = r.get(key.replace("_point", "_mean"))
                 if value is None:
                     cells.append("–")
                 elif lo is None:
@@ -215,8 +217,13 @@ def run_html(out: Any, stages: Any, summary: dict[str, Any] | None) -> str:
                                               if key == "tax_median_us" else None))
             cells.append(bool(r.get("converged", True)))
             rows.append(cells)
+        given = summary.get("point_estimate")
+        points: dict[str, Any] = given if isinstance(given, dict) else {}
+        tau_by = ", ".join(f"{e} (point: {points.get(e, 'posterior mean')})"
+                           for e in str(summary.get("estimator") or "").split(", ") if e)
         parts.append(f"<p>The answers (model {html.escape(str(summary.get('model')))}, "
-                     f"{summary.get('level', INTERVAL_LEVEL):.0%} intervals; all columns in summary.json):</p>")
+                     + (f"τ(n) by {html.escape(tau_by)}, " if tau_by else "")
+                     + f"{summary.get('level', INTERVAL_LEVEL):.0%} intervals; all columns in summary.json):</p>")
         parts.append(_html_table(header, rows))
         for line in (summary.get("loo"), summary.get("loo_and_tail")):
             if line:

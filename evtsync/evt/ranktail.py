@@ -345,6 +345,9 @@ class RankTailFit:
     family = "gpd-tail"
     kind = "semi-parametric"
     column = RANK_COLUMN
+    #: The point summary of its draws (evtsync.predict.tables: the ``*_point*`` columns): the posterior
+    #: median, as E[max_n u] is convex in the GPD shape and its posterior mean overshoots (issue 29).
+    point_estimate = "median"
     converged = True
     convergence_note = ""
 

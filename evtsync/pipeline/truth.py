@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from evtsync.core.defaults import PAPER_MODEL, RANKTAIL_MODEL
+from evtsync.predict.tables import point_column, point_labels
 
 
 def read_truths(run_dir: Path, manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -102,6 +103,7 @@ def truth_delay_table(truths: dict[str, dict[str, Any]], tau: pd.DataFrame | Non
 
     One row per workload × n × model (``estimator`` as the tau table names it; ``default_estimate``
     marks the run's default estimator, ranktail, or its labelled fallback), with
+    ``ratio_point`` (the estimator's point, ``point_estimate``: :func:`evtsync.predict.tables.point_column`),
     ``ratio_mean``/``ratio_lo``/``ratio_hi`` = tau/b over the truth and ``covers`` (is the truth
     inside the interval); a model without a row for that cell and n is left out of that n (its
     absence is the table's, not a miss). Workloads with planted GEV parameters have no row here."""
@@ -130,10 +132,13 @@ def truth_delay_table(truths: dict[str, dict[str, Any]], tau: pd.DataFrame | Non
                 r = x.iloc[0]
                 b = float(r["b_us"])
                 lo, mean, hi = (float(r[c]) / b for c in ("tau_lo_us", "tau_mean_us", "tau_hi_us"))
+                point = float(point_column(x, "tau", "_us").iloc[0]) / b
                 rows.append({**base, "model": name, "estimator": str(r.get("estimator", "")),
                              "default_estimate": bool(r.get("default_estimate", False)),
                              "converged": bool(r.get("converged", True)),
-                             "tau_mean_sd": mean, "tau_lo_sd": lo, "tau_hi_sd": hi,
-                             "ratio_mean": mean / true, "ratio_lo": lo / true, "ratio_hi": hi / true,
+                             "point_estimate": str(point_labels(x).iloc[0]),
+                             "tau_point_sd": point, "tau_mean_sd": mean, "tau_lo_sd": lo, "tau_hi_sd": hi,
+                             "ratio_point": point / true, "ratio_mean": mean / true, "ratio_lo": lo / true,
+                             "ratio_hi": hi / true,
                              "covers": bool(lo <= true <= hi)})
     return pd.DataFrame(rows)

@@ -44,7 +44,7 @@ def whatif_table(choice: Any, tau: pd.DataFrame, m: int) -> tuple[pd.DataFrame, 
     cannot predict)."""
     from evtsync.core.reference import PRESETS, REFERENCE_TFLOPS
     from evtsync.predict.estimator import predict_table
-    from evtsync.predict.tables import tau_table
+    from evtsync.predict.tables import point_column, point_labels, tau_table
 
     rows_of = _default_rows(tau)
     ref = rows_of[(rows_of.get("gpu", "") == "H200") & (rows_of.get("precision", "") == "bf16")]
@@ -63,7 +63,8 @@ def whatif_table(choice: Any, tau: pd.DataFrame, m: int) -> tuple[pd.DataFrame, 
             t = predict_table(choice, tau_table, [n], b_ref / factor, m, LEVEL, gpu=str(spec["gpu"]), precision="bf16")
         except EvtsyncError as exc:
             return pd.DataFrame(), {"refused": str(exc)}
-        for r in t.itertuples():
+        points, labels = point_column(t, "tau", "_us").tolist(), point_labels(t).tolist()
+        for r, point, label in zip(t.itertuples(), points, labels, strict=True):
             rows.append({"preset": preset, "gpu": spec["gpu"], "n": n, "flops_factor": factor,
                          "prediction_kind": getattr(r, "prediction_kind", "cell"),
                          "model": str(getattr(r, "model", "")), "estimator": str(getattr(r, "estimator", "")),
@@ -71,7 +72,8 @@ def whatif_table(choice: Any, tau: pd.DataFrame, m: int) -> tuple[pd.DataFrame, 
                          # the spreads whose prior, not the data, sets a population row's width (issue 29)
                          "prior_dominated": bool(getattr(r, "prior_dominated", False) or False),
                          "prior_dominated_spreads": str(getattr(r, "prior_dominated_spreads", "") or ""),
-                         "tau_mean_us": r.tau_mean_us, "tau_lo_us": r.tau_lo_us, "tau_hi_us": r.tau_hi_us,
+                         "tau_point_us": point, "point_estimate": label, "tau_mean_us": r.tau_mean_us,
+                         "tau_lo_us": r.tau_lo_us, "tau_hi_us": r.tau_hi_us,
                          "nvlink_gbps": spec["nvlink_gbps"], "tflops": spec["tflops"],
                          "tflops_source": spec.get("tflops_source", ""), "source": spec["source"],
                          "converged": bool(r.converged)})

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from evtsync.plots.base import new_figure, not_converged_mark
+from evtsync.plots.predictions import point_name
+from evtsync.predict.tables import point_column
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -36,7 +38,7 @@ def _converged(table: pd.DataFrame) -> bool:
 
 
 def bstar_panels(table: pd.DataFrame, nvlink: Mapping[str, float] | None = None) -> Figure:
-    """B* against n: one row of panels per eps, one column per topology; mean and interval band
+    """B* against n: one row of panels per eps, one column per topology; point and interval band
     per cell (and FLOPS factor), Hockney's B*_H dashed (with its band when alpha has draws)."""
     eps_values = list(dict.fromkeys(table["eps"]))
     topologies = list(dict.fromkeys(table["topology"]))
@@ -53,9 +55,8 @@ def bstar_panels(table: pd.DataFrame, nvlink: Mapping[str, float] | None = None)
                 style = "--" if first.get("prediction_kind") == "population" else "-"
                 flops = f", FLOPS x{key[1]:g}" if sub["flops_factor"].nunique() > 1 else ""
                 ax.fill_between(cell["n"], cell["bstar_lo_gbps"], cell["bstar_hi_gbps"], color=f"C{i}", alpha=0.2, lw=0)
-                ax.errorbar(cell["n"], cell["bstar_mean_gbps"],
-                            yerr=[cell["bstar_mean_gbps"] - cell["bstar_lo_gbps"],
-                                  cell["bstar_hi_gbps"] - cell["bstar_mean_gbps"]],
+                point = point_column(cell, "bstar", "_gbps")
+                ax.errorbar(cell["n"], point, yerr=[point - cell["bstar_lo_gbps"], cell["bstar_hi_gbps"] - point],
                             fmt="o" + style, color=f"C{i}", ms=3, capsize=2, label=_cell_label(first) + flops)
             hock = sub.drop_duplicates("n").sort_values("n")
             if "bstar_hockney_lo_gbps" in hock and (hock["bstar_hockney_hi_gbps"] > hock["bstar_hockney_lo_gbps"]).any():
@@ -66,7 +67,7 @@ def bstar_panels(table: pd.DataFrame, nvlink: Mapping[str, float] | None = None)
             _reference_lines(ax, nvlink)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
-            ax.set_title(f"{topo}, eps = {eps:g} ({level} band)", fontsize=9)
+            ax.set_title(f"{topo}, eps = {eps:g} ({point_name(sub)}, {level} band)", fontsize=9)
             ax.grid(alpha=0.3, which="both")
             not_converged_mark(ax, _converged(sub))
             if r == len(eps_values) - 1:
@@ -94,7 +95,7 @@ def bstar_vs_flops(table: pd.DataFrame, ns: Sequence[int] | None = None,
             first = part.iloc[0].to_dict()
             f = part["flops_factor"]
             ax.fill_between(f, part["bstar_lo_gbps"], part["bstar_hi_gbps"], color=f"C{i}", alpha=0.2, lw=0)
-            ax.plot(f, part["bstar_mean_gbps"], "o-", color=f"C{i}", ms=3, label=f"n={n} {_cell_label(first)}")
+            ax.plot(f, point_column(part, "bstar", "_gbps"), "o-", color=f"C{i}", ms=3, label=f"n={n} {_cell_label(first)}")
             base = float(part["bstar_hockney_gbps"].iloc[0])
             ax.plot(f, [base] * len(f), "--", color=f"C{i}", lw=1, label=f"n={n} Hockney B*_H")
             ax.plot(f, base * f / f.iloc[0], ":", color=f"C{i}", lw=1, label=f"n={n} roofline (B*_H x FLOPS)")

@@ -44,6 +44,13 @@ all call these, so there is one column scheme:
     (``_us``) and the parameters ``mu``, ``sigma``, ``xi``; ``lo``/``hi`` bound the central
     ``level`` interval (column ``level``; default :data:`evtsync.core.defaults.INTERVAL_LEVEL`),
     credible for a Bayesian fit, approximate confidence for an MLE (``fit_kind``).
+``{quantity}_point{unit}`` and ``point_estimate``
+    the point estimate of every predicted quantity (not of the fit's own parameters): the
+    summary the fit declares by its attribute ``point_estimate`` (:data:`POINT_SUMMARIES`;
+    ``median`` for the ranktail estimator, ``mean`` for a fit without it), and what it is in
+    words (:func:`point_label`: "posterior mean", "posterior median", ...). Every consumer
+    reads the point through :func:`point_column`, which falls back to ``_mean`` for a table
+    written before the point existed (docs/methodology.md, "The point estimate").
 
 Infinite draws (tau, and with it B*, where xi >= 1: the mean maximum does not exist) are one
 policy everywhere (:data:`INFINITE_POLICY`, also in each table's ``attrs``): their share is
@@ -97,6 +104,11 @@ __all__ = [
     "estimator_of",
     "fit_column",
     "agreement_summary",
+    "POINT_SUMMARIES",
+    "point_column",
+    "point_label",
+    "point_labels",
+    "point_summary",
     "flops_scaling_table",
     "given_tax_bandwidth_table",
     "given_tax_scaling_table",
@@ -142,8 +154,52 @@ FIXED_ALPHA_NOTE = "alpha fixed at its point value"
 #: How every table treats infinite draws (see the module docstring).
 INFINITE_POLICY = ("share_infinite = share of draws that are infinite (xi >= 1); mean over the finite draws; "
                    "quantiles over all draws (an infinite bound means the interval reaches them)")
+#: The summaries a fit may name as its point (attribute ``point_estimate``; a fit without it: "mean").
+POINT_SUMMARIES = ("mean", "median")
+#: The ``point_estimate`` label of a fit whose "draws" are one given value (``fit_kind`` "point").
+GIVEN_POINT_LABEL = "given value"
 #: Columns a measured-delay table needs for :func:`predicted_vs_measured`.
 MEASURED_COLUMNS = ("workload", "gpu", "precision", "n_ranks", "block_sd_us", "mean_delay_us")
+
+
+def point_summary(fit: Any) -> str:
+    """The summary of a fit's draws that is its point estimate: its ``point_estimate`` attribute
+    (``median`` for :class:`evtsync.evt.ranktail.RankTailFit`), ``mean`` for a fit without one."""
+    summary = str(getattr(fit, "point_estimate", "mean"))
+    if summary not in POINT_SUMMARIES:
+        raise InputError(f"fit {getattr(fit, 'name', 'fit')}: point_estimate {summary!r}; "
+                         f"expected one of {', '.join(POINT_SUMMARIES)}")
+    return summary
+
+
+def point_label(fit_kind: str, summary: str = "mean") -> str:
+    """What the ``*_point*`` columns of a fit of kind ``fit_kind`` are, in words (the
+    ``point_estimate`` column): "posterior mean"/"posterior median"; for an MLE the mean of its
+    normal-approximation draws; for a given value (``fit_kind`` "point") the value itself."""
+    if fit_kind == "point":
+        return GIVEN_POINT_LABEL
+    if fit_kind == "mle":
+        return f"{summary} of the MLE's normal-approximation draws"
+    return f"posterior {summary}"
+
+
+def point_column(table: pd.DataFrame, prefix: str, unit: str = "") -> pd.Series:
+    """The point estimate ``{prefix}_point{unit}`` of a prediction table (e.g. ``point_column(t,
+    "tau", "_us")``); a table written before the point existed has none, and its
+    ``{prefix}_mean{unit}`` was the point (``KeyError`` naming both when neither is there)."""
+    for column in (f"{prefix}_point{unit}", f"{prefix}_mean{unit}"):
+        if column in table:
+            return table[column]
+    raise KeyError(f"the table has neither {prefix}_point{unit} nor {prefix}_mean{unit}")
+
+
+def point_labels(table: pd.DataFrame) -> pd.Series:
+    """The ``point_estimate`` column of a prediction table; for a table written before it existed,
+    the label of its ``_mean`` columns (the point then), by ``fit_kind`` where the table has it."""
+    if "point_estimate" in table:
+        return table["point_estimate"].astype(str)
+    kinds = table["fit_kind"].astype(str) if "fit_kind" in table else pd.Series("bayes", index=table.index)
+    return kinds.map(lambda kind: point_label(kind, "mean"))
 
 
 def fit_column(fit: Any) -> str | None:
@@ -324,8 +380,13 @@ def summarise(draws: ArrayLike, level: float = INTERVAL_LEVEL, axis: int = 0) ->
     return {"mean": mean, "lo": lo, "median": median, "hi": hi, "share_infinite": share}
 
 
-def _columns(prefix: str, unit: str, summary: dict[str, NDArray[np.float64]], index: Any) -> dict[str, float]:
+def _columns(prefix: str, unit: str, summary: dict[str, NDArray[np.float64]], index: Any,
+             point: str | None = None) -> dict[str, float]:
+    """The summary columns of one quantity at ``index``; with ``point`` (a :data:`POINT_SUMMARIES`
+    name, :func:`point_summary`), first ``{prefix}_point{unit}``, that summary's value."""
     out = {}
+    if point is not None:
+        out[f"{prefix}_point{unit}"] = float(np.asarray(summary[point])[index])
     for key in ("mean", "lo", "median", "hi"):
         out[f"{prefix}_{key}{unit}"] = float(np.asarray(summary[key])[index])
     out[f"{prefix}_share_infinite"] = float(np.asarray(summary["share_infinite"])[index])
@@ -376,11 +437,13 @@ def _rows_for(fit: Any, block_sd_us: float | pd.DataFrame,
 
 
 def _finish(out: pd.DataFrame, fit: Any, level: float, skipped: dict[str, int], what: str,
-            estimator: str | None = None) -> pd.DataFrame:
+            estimator: str | None = None, point: bool = False) -> pd.DataFrame:
     out.insert(0, "model", fit.name)
     if estimator is not None:
         out.insert(1, "estimator", estimator)
         out.attrs["estimator"] = f"{estimator}: {ESTIMATORS[estimator][1]}"
+    if point:  # a table of predicted quantities: its *_point* columns are this summary
+        out["point_estimate"] = point_label(fit.kind, point_summary(fit))
     out["fit_kind"] = fit.kind
     out["level"] = level
     out["converged"] = bool(fit.converged)
@@ -421,7 +484,7 @@ def _tau_from(params: tuple[NDArray[np.float64], ...], b: NDArray[np.float64], n
 def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: int = DEFAULT_M,
               level: float = INTERVAL_LEVEL, *, gpu: str | None = None, precision: str | None = None,
               seed: int = 0, estimator: str | None = None) -> pd.DataFrame:
-    """tau(n) = b·E_(n/m) per cell and n: mean, ``level`` interval, share of infinite draws (µs).
+    """tau(n) = b·E_(n/m) per cell and n: point, mean, ``level`` interval, share of infinite draws (µs).
 
     Parameters
     ----------
@@ -452,8 +515,9 @@ def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: 
     Returns
     -------
     pandas.DataFrame
-        One row per cell and n: ``n``, ``k`` = n/m and ``tau_mean_us``, ``tau_lo_us``,
-        ``tau_median_us``, ``tau_hi_us``, ``tau_share_infinite``.
+        One row per cell and n: ``n``, ``k`` = n/m and ``tau_point_us`` (the fit's point
+        estimate, named in ``point_estimate``: :func:`point_summary`), ``tau_mean_us``,
+        ``tau_lo_us``, ``tau_median_us``, ``tau_hi_us``, ``tau_share_infinite``.
         The table has ``model``, ``fit_kind``, ``level`` and ``converged``; rows that
         cannot be predicted (no matching cell) are skipped, counted in
         ``attrs["skipped"]`` and logged.
@@ -473,11 +537,11 @@ def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: 
     records = []
     if len(rows):
         tau = _tau_from(params, rows["b_us"].to_numpy(float), n, m, fit)
-        s = summarise(tau, level)
+        s, point = summarise(tau, level), point_summary(fit)
         for i, row in enumerate(rows.to_dict(orient="records")):
             for j, nn in enumerate(n):
-                records.append({**row, "n": int(nn), "k": int(nn) / m, **_columns("tau", "_us", s, (i, j))})
-    return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "tau(n)", estimator), fit)
+                records.append({**row, "n": int(nn), "k": int(nn) / m, **_columns("tau", "_us", s, (i, j), point)})
+    return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "tau(n)", estimator, point=True), fit)
 
 
 def _as_list(value: float | Sequence[float], what: str) -> list[float]:
@@ -661,8 +725,8 @@ def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha
     level, eps_values, factors = _bandwidth_arguments(level, eps, flops_factor)
     fit, estimator, rows, tau_ref, skipped = _fit_tax(fit, n, m, block_sd_us, gpu, precision, seed, estimator)
     records = _bandwidth_records(rows, tau_ref, topologies, n, alpha_us, alpha_draws_us, size_bytes, eps_values,
-                                 factors, level, np.random.default_rng(seed + 1), FIXED_B_NOTE)
-    return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "B*", estimator), fit)
+                                 factors, level, np.random.default_rng(seed + 1), FIXED_B_NOTE, point_summary(fit))
+    return _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "B*", estimator, point=True), fit)
 
 
 def _bandwidth_arguments(level: float, eps: float | Sequence[float], flops_factor: float | Sequence[float]
@@ -684,10 +748,10 @@ def _bandwidth_records(rows: pd.DataFrame, tau_ref: NDArray[np.float64] | None, 
                        n: Sequence[int], alpha_us: float | Mapping[str, float],
                        alpha_draws_us: ArrayLike | Mapping[str, ArrayLike] | None, size_bytes: float,
                        eps_values: list[float], factors: list[float], level: float, rng: np.random.Generator,
-                       b_note: str) -> list[dict[str, Any]]:
+                       b_note: str, point_stat: str = "mean") -> list[dict[str, Any]]:
     """The rows of every B* table (:func:`bandwidth_table`, :func:`given_tax_bandwidth_table`): one
     per row of ``rows``, topology, n, eps and FLOPS factor, from tax draws ``tau_ref`` (sample,
-    row, n) on the reference GPU."""
+    row, n) on the reference GPU; ``point_stat`` is the summary of the ``*_point*`` columns."""
     if not float(size_bytes) > 0:
         raise InputError(f"buffer size S must be > 0 bytes; got {size_bytes}")
     if tau_ref is None or not len(rows):
@@ -709,11 +773,12 @@ def _bandwidth_records(rows: pd.DataFrame, tau_ref: NDArray[np.float64] | None, 
                             "alpha_us": point, "alpha_lo_us": float(als["lo"]), "alpha_hi_us": float(als["hi"]),
                             "alpha_source": "draws" if alpha_draws_us is not None else "point",
                             "bytes": float(size_bytes), "eps": e, "flops_factor": f,
-                            **_columns("tau", "_us", ts, (i, j)), **_columns("bstar", "_gbps", bs, (i, j)),
+                            **_columns("tau", "_us", ts, (i, j), point_stat),
+                            **_columns("bstar", "_gbps", bs, (i, j), point_stat),
                             "bstar_hockney_gbps": float(bh_point[j]),
                             "bstar_hockney_lo_gbps": float(np.asarray(hs["lo"]).reshape(-1, len(p))[0, j]),
                             "bstar_hockney_hi_gbps": float(np.asarray(hs["hi"]).reshape(-1, len(p))[0, j]),
-                            **_columns("reduction", "", rs, (i, j)),
+                            **_columns("reduction", "", rs, (i, j), point_stat),
                             "b_uncertainty": b_note,
                             "alpha_uncertainty": ("alpha's draws carried" if alpha_draws_us is not None
                                                   else FIXED_ALPHA_NOTE)})
@@ -744,8 +809,9 @@ def flops_scaling_table(fit: Any, topologies: Sequence[str], n: Sequence[int],
     level, eps_values, _ = _bandwidth_arguments(level, eps, 1.0)
     fit, estimator, rows, tau_ref, skipped = _fit_tax(fit, n, m, block_sd_us, gpu, precision, seed, estimator)
     records = _scaling_records(rows, tau_ref, topologies, n, alpha_us, alpha_draws_us, size_bytes, eps_values,
-                               factors, level, np.random.default_rng(seed + 1))
-    out = _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "FLOPS scaling", estimator), fit)
+                               factors, level, np.random.default_rng(seed + 1), point_summary(fit))
+    out = _kind_attrs(_finish(pd.DataFrame(records), fit, level, skipped, "FLOPS scaling", estimator, point=True),
+                      fit)
     out.attrs["definition"] = SCALING_DEFINITION
     return out
 
@@ -770,9 +836,10 @@ def _scaling_records(rows: pd.DataFrame, tau_ref: NDArray[np.float64] | None, to
                      n: Sequence[int], alpha_us: float | Mapping[str, float],
                      alpha_draws_us: ArrayLike | Mapping[str, ArrayLike] | None, size_bytes: float,
                      eps_values: list[float], factors: list[float], level: float,
-                     rng: np.random.Generator) -> list[dict[str, Any]]:
+                     rng: np.random.Generator, point_stat: str = "mean") -> list[dict[str, Any]]:
     """The rows of every FLOPS scaling table (:func:`flops_scaling_table`,
-    :func:`given_tax_scaling_table`) from tax draws ``tau_ref`` (sample, row, n)."""
+    :func:`given_tax_scaling_table`) from tax draws ``tau_ref`` (sample, row, n); ``point_stat``
+    is the summary of the ``*_point*`` columns."""
     big_f = factors[-1] / factors[0]
     if tau_ref is None or not len(rows):
         return []
@@ -792,9 +859,9 @@ def _scaling_records(rows: pd.DataFrame, tau_ref: NDArray[np.float64] | None, to
                         "alpha_source": "draws" if alpha_draws_us is not None else "point",
                         "bytes": float(size_bytes), "flops_lo": factors[0], "flops_hi": factors[-1],
                         "roofline_growth": big_f, "hockney_growth": 1.0,
-                        **_columns("growth", "", gs, (i, j)),
-                        **_columns("scaling_exponent", "", xs, (i, j)),
-                        **_columns("scaling_reduction", "", rs, (i, j))})
+                        **_columns("growth", "", gs, (i, j), point_stat),
+                        **_columns("scaling_exponent", "", xs, (i, j), point_stat),
+                        **_columns("scaling_reduction", "", rs, (i, j), point_stat)})
     return records
 
 
@@ -916,7 +983,7 @@ def given_tax_bandwidth_table(tau_us: float, topologies: Sequence[str], n: Seque
     records = _bandwidth_records(rows, tau_ref, topologies, n, alpha_us, None, size_bytes, eps_values, factors,
                                  level, np.random.default_rng(0), GIVEN_TAX_NOTE)
     given = _GivenTax()
-    return _kind_attrs(_finish(pd.DataFrame(records), given, level, {}, "B*"), given)
+    return _kind_attrs(_finish(pd.DataFrame(records), given, level, {}, "B*", point=True), given)
 
 
 def given_tax_scaling_table(tau_us: float, topologies: Sequence[str], n: Sequence[int],
@@ -960,7 +1027,7 @@ def given_tax_scaling_table(tau_us: float, topologies: Sequence[str], n: Sequenc
     records = _scaling_records(rows, tau_ref, topologies, n, alpha_us, None, size_bytes, eps_values, factors, level,
                                np.random.default_rng(0))
     given = _GivenTax()
-    out = _kind_attrs(_finish(pd.DataFrame(records), given, level, {}, "FLOPS scaling"), given)
+    out = _kind_attrs(_finish(pd.DataFrame(records), given, level, {}, "FLOPS scaling", point=True), given)
     out.attrs["definition"] = SCALING_DEFINITION
     return out
 
@@ -994,8 +1061,9 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, 
     Returns
     -------
     pandas.DataFrame
-        One row per group: measured mean and interval, predicted tau with its interval, ``k`` =
-        n/m, ``ratio`` = predicted / measured mean (NaN when the measured mean is not > 0),
+        One row per group: measured mean and interval, predicted tau with its interval
+        (``predicted_point_us``, the fit's point: ``point_estimate``), ``k`` = n/m, ``ratio`` =
+        predicted point / measured mean (NaN when the measured mean is not > 0),
         ``within_agreement`` (|ratio - 1| <= :data:`evtsync.core.defaults.PVM_AGREEMENT`),
         ``inside_interval`` and ``beyond_m``. Rows with no matching cell, an n that is not a
         multiple of m, or non-finite values are skipped and counted by reason
@@ -1032,6 +1100,7 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, 
     unmatched = [tuple(r) not in matched for r in agg[keys].to_numpy().tolist()]
     skipped["no matching cell"] = int(agg.loc[unmatched, "n_collectives"].sum())  # rows, as the other reasons
     records = []
+    point = point_summary(fit)
     ranktail = hasattr(fit, "expected_max")
     draws = None if ranktail else fit.cell_draws()
     for row, c in zip(rows.to_dict(orient="records"), index, strict=True):
@@ -1047,14 +1116,14 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, 
         tq = float(stats.t.ppf(0.5 + level / 2, max(k - 1, 1)))
         mean = float(row["measured_mean_us"])
         lo_p, hi_p = float(ps["lo"]), float(ps["hi"])
-        ratio = float(ps["mean"]) / mean if mean > 0 else float("nan")
+        ratio = float(ps[point]) / mean if mean > 0 else float("nan")  # the point, as every output shows
         records.append({"workload": row["workload"], "gpu": row["gpu"], "precision": row["precision"], "n": n,
                         "k": n / m, "cell": row["cell"], "n_collectives": k, "block_sd_us": float(row["b_us"]),
                         "measured_mean_us": mean, "measured_lo_us": mean - tq * se, "measured_hi_us": mean + tq * se,
-                        **_columns("predicted", "_us", ps, ()), "inside_interval": bool(lo_p <= mean <= hi_p),
+                        **_columns("predicted", "_us", ps, (), point), "inside_interval": bool(lo_p <= mean <= hi_p),
                         "ratio": ratio, "within_agreement": bool(abs(ratio - 1) <= PVM_AGREEMENT),
                         "beyond_m": n > m})
-    return _finish(pd.DataFrame(records), fit, level, skipped, source, estimator)
+    return _finish(pd.DataFrame(records), fit, level, skipped, source, estimator, point=True)
 
 
 def agreement_summary(table: pd.DataFrame) -> dict[str, Any]:

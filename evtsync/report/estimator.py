@@ -24,7 +24,8 @@ import pandas as pd
 from evtsync.core.defaults import DEFAULT_ESTIMATOR, ESTIMATOR_NAMES, PAPER_MODEL
 from evtsync.core.errors import InputError
 
-__all__ = ["EstimatorView", "check_report_estimator", "estimator_view", "row_estimators", "run_estimator"]
+__all__ = ["EstimatorView", "check_report_estimator", "estimator_points", "estimator_view", "row_estimators",
+           "run_estimator"]
 
 #: The estimator of a run folder's prediction tables written before the estimators were named.
 UNNAMED_ESTIMATOR = "centred"
@@ -47,6 +48,18 @@ def row_estimators(table: pd.DataFrame) -> pd.Series:
         return table["estimator"].fillna("").astype(str)
     models = table["model"].astype(str) if "model" in table else pd.Series("", index=table.index)
     return models.map(lambda m: "paper" if m == PAPER_MODEL else UNNAMED_ESTIMATOR)
+
+
+def estimator_points(table: pd.DataFrame, estimator: str | None = None) -> str:
+    """What the point estimate of a table's rows (of ``estimator``'s rows; None: all) is, for a
+    caption where the estimator is named: "point: posterior median" (several joined by " / ";
+    a table from before the point existed: its mean, :func:`evtsync.predict.tables.point_labels`);
+    "" when no row is ``estimator``'s."""
+    from evtsync.predict.tables import point_labels
+
+    rows = table if estimator is None else table[row_estimators(table) == estimator]
+    labels = list(dict.fromkeys(point_labels(rows))) if len(rows) else []
+    return f"point: {' / '.join(labels)}" if labels else ""
 
 
 @dataclass(frozen=True)
@@ -77,15 +90,18 @@ class EstimatorView:
         """The estimator shown: the asked one, else the run's."""
         return self.asked or self.run
 
-    def label(self) -> str:
+    def label(self, table: pd.DataFrame | None = None) -> str:
         """The estimator shown, in words for a caption: "ranktail (default)", "paper (asked with
-        --estimator; the run used ranktail)"."""
-        text = f"{self.name} (default)" if self.name == DEFAULT_ESTIMATOR else self.name
+        --estimator; the run used ranktail)"; with ``table``, last, its point for the estimator's
+        rows ("ranktail (default; point: posterior median)", :func:`estimator_points`)."""
+        tags = ["default"] if self.name == DEFAULT_ESTIMATOR else []
         if self.explicit and self.asked != self.run:
-            text += f" (asked with --estimator; the run used {self.run})"
+            tags.append(f"asked with --estimator; the run used {self.run}")
         elif self.explicit:
-            text += " (asked with --estimator: its own rows only, no fallback)"
-        return text
+            tags.append("asked with --estimator: its own rows only, no fallback")
+        point = estimator_points(table, self.name) if table is not None else ""
+        tags += [point] if point else []
+        return f"{self.name} ({'; '.join(tags)})" if tags else self.name
 
     def tau_rows(self, tau: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         """The headline rows of a tau table and the others.

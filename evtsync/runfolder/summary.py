@@ -158,13 +158,17 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
     what each interval is (the level, or "range of n" / an unbounded side where the collectives are
     too few for it); the attribution: ``n_attributed``, ``n_not_attributed``,
     ``gpu_only_share`` / ``_lo`` / ``_hi`` (Wilson); the main model's ``xi_mean`` / ``_lo`` /
-    ``_hi``, ``family``, ``verdict``; ``tau_mean_us`` / ``_lo_us`` / ``_hi_us`` and
-    ``tau_share_infinite`` at n; per topology ``reduction_<topology>`` / ``_lo`` / ``_hi`` and
-    ``bstar_<topology>_gbps`` / ``_lo_gbps`` / ``_hi_gbps``; ``cv_mean``, the mean coefficient of
+    ``_hi``, ``family``, ``verdict``; ``tau_point_us`` (the estimator's point estimate, named in
+    ``point_estimate``: :func:`evtsync.predict.tables.point_column`), ``tau_mean_us`` / ``_lo_us`` /
+    ``_hi_us`` and ``tau_share_infinite`` at n; per topology ``reduction_<topology>`` / ``_lo`` /
+    ``_hi`` and ``bstar_<topology>_gbps`` / ``_lo_gbps`` / ``_hi_gbps`` (the points and their intervals); ``cv_mean``, the mean coefficient of
     variation r over the cell's block identities (from the z-scores); ``converged`` and ``notes`` (one per line,
     :data:`NOTE_SEPARATOR`, with what to do next where something could not be computed). The second value holds ``n``, ``model``,
-    ``loo``, ``loo_and_tail`` (the sentence reconciling them), ``topologies`` and ``level``.
+    ``loo``, ``loo_and_tail`` (the sentence reconciling them), ``topologies``, ``level`` and
+    ``point_estimate`` (per estimator of the rows: what its point is, e.g. "posterior median").
     """
+    from evtsync.predict.tables import point_column, point_labels
+
     def table(name: str) -> pd.DataFrame | None:
         path = run_dir / TABLES / f"{name}.parquet"
         return read_table(path) if path.is_file() else None
@@ -259,7 +263,9 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
                            estimator_note=str(r.get("estimator_note", "") or ""))
                 if row["estimator_note"]:
                     notes.append(f"tau(n): {row['estimator_note']}")
-                row.update(tau_mean_us=float(r["tau_mean_us"]), tau_lo_us=float(r["tau_lo_us"]),
+                row.update(point_estimate=str(point_labels(t).iloc[0]),
+                           tau_point_us=float(point_column(t, "tau", "_us").iloc[0]),
+                           tau_mean_us=float(r["tau_mean_us"]), tau_lo_us=float(r["tau_lo_us"]),
                            tau_hi_us=float(r["tau_hi_us"]), tau_share_infinite=float(r.get("tau_share_infinite", 0.0)))
                 fit_ok = fit_ok and bool(r["converged"])
                 if row["tau_share_infinite"] > 0:
@@ -273,9 +279,10 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
                       & (bstar["precision"].astype(str) == precision) & (bstar["n"] == n)]
             if len(b):
                 r = b.iloc[0]
-                row.update({f"reduction_{topo}": float(r["reduction_mean"]), f"reduction_{topo}_lo": float(r["reduction_lo"]),
+                row.update({f"reduction_{topo}": float(point_column(b, "reduction").iloc[0]),
+                            f"reduction_{topo}_lo": float(r["reduction_lo"]),
                             f"reduction_{topo}_hi": float(r["reduction_hi"]),
-                            f"bstar_{topo}_gbps": float(r["bstar_mean_gbps"]),
+                            f"bstar_{topo}_gbps": float(point_column(b, "bstar", "_gbps").iloc[0]),
                             f"bstar_{topo}_lo_gbps": float(r["bstar_lo_gbps"]),
                             f"bstar_{topo}_hi_gbps": float(r["bstar_hi_gbps"])})
                 fit_ok = fit_ok and bool(r.get("converged", True))
@@ -290,7 +297,10 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
                   else tau["model"] == model)
     estimators = (sorted(set(tau.loc[chosen_all, "estimator"].astype(str)))
                   if tau is not None and model is not None and "estimator" in tau else [])
-    info = {"n": n, "model": model, "estimator": ", ".join(estimators) or None,
+    points = ({str(e): " / ".join(dict.fromkeys(point_labels(part))) for e, part in
+               tau[chosen_all].groupby(tau.loc[chosen_all, "estimator"].astype(str), sort=True)}
+              if tau is not None and model is not None and "estimator" in tau else {})
+    info = {"n": n, "model": model, "estimator": ", ".join(estimators) or None, "point_estimate": points,
             "loo": loo_verdict(compare), "topologies": topologies, "level": INTERVAL_LEVEL,
             "loo_and_tail": reconcile_loo_tail(compare, [str(r.get("verdict") or "") for r in rows])}
     return pd.DataFrame(rows), info

@@ -246,6 +246,14 @@ def test_tau_table_carries_the_ranktail_estimator_for_cells_with_enough_ranks(
     # the tiny study's cells are small: the draws are skewed and the mean may lie beyond the interval
     assert (rt["tau_lo_us"] <= rt["tau_median_us"]).all() and (rt["tau_median_us"] <= rt["tau_hi_us"]).all()
     assert not rt[["tau_lo_us", "tau_median_us", "tau_hi_us"]].isna().any().any()
+    # the point (issue 29): ranktail's posterior median, the GEV fits' posterior mean, each labelled
+    assert (rt["tau_point_us"] == rt["tau_median_us"]).all() and (rt["point_estimate"] == "posterior median").all()
+    gev = tau[tau["fit_kind"] == "bayes"]
+    assert len(gev) and (gev["tau_point_us"] == gev["tau_mean_us"]).all()
+    assert (gev["point_estimate"] == "posterior mean").all()
+    md = (out / "report.md").read_text(encoding="utf-8")
+    if len(rt):  # the report names the point where it names the estimator
+        assert "ranktail (default; point: posterior median)" in md
 
 
 def test_cli_run_quiet_and_bad_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -339,7 +347,7 @@ def test_report_estimator_on_a_real_run(tiny_run: tuple[Path, dict, list[StageEv
         r = truth[(truth["gpu"] == row["gpu"]) & (truth["precision"] == row["precision"]) & (truth["n"] == 64)].iloc[0]
         shown = [float(v.replace(",", "")) for v in re.findall(r"-?[\d,]*\.?\d+", row["n=64 µs [90% interval]"])]
         assert shown == pytest.approx([r["tau_mean_us"], r["tau_lo_us"], r["tau_hi_us"]], rel=6e-3)
-    assert "by the estimator centred (asked with --estimator; the run used ranktail)" in md
+    assert "by the estimator centred (asked with --estimator; the run used ranktail; point: posterior mean)" in md
     with pytest.raises(InputError, match="one fit, whose report shows no tau"):
         build_report(out / "fits" / "gumbel.nc", tmp_path / "fit", estimator="centred")
 
@@ -519,7 +527,9 @@ def test_summary_stage_writes_the_answer_table(tiny_run: tuple[Path, dict, list[
         assert row["n_collectives"] == len(taxes) and row["tax_median_us"] == pytest.approx(taxes.median())
         b = bstar[(bstar["topology"] == "ring") & (bstar["gpu"] == row["gpu"])
                   & (bstar["precision"] == row["precision"]) & (bstar["n"] == doc["n"])]
-        assert row["bstar_ring_gbps"] == pytest.approx(float(b["bstar_mean_gbps"].iloc[0]))
+        # the B* table's point: its posterior median for a ranktail row, else the posterior mean
+        point = "bstar_median_gbps" if b["estimator"].iloc[0] == "ranktail" else "bstar_mean_gbps"
+        assert row["bstar_ring_gbps"] == pytest.approx(float(b[point].iloc[0]))
     # who straggles: the most frequent straggler of each PG, counted here from the collectives
     per_pg = pd.read_parquet(out / "tables" / "tax_stragglers.parquet")
     for r in per_pg.itertuples():

@@ -230,7 +230,7 @@ def test_cli_report_estimator(hand_run: Path, tmp_path: Path) -> None:
     numbers = _numbers(lines[0].split("mle-gev", 1)[1])
     triples = [numbers[i:i + 3] for i in range(len(numbers) - 2)]
     assert any(t == pytest.approx([r["tau_mean_us"], r["tau_lo_us"], r["tau_hi_us"]], rel=6e-3) for t in triples)
-    assert "by the estimator paper (asked with --estimator; the run used ranktail)" in md
+    assert "by the estimator paper (asked with --estimator; the run used ranktail; point: posterior mean)" in md
     tau[tau["estimator"] != "paper"].to_parquet(hand_run / "tables" / "tau.parquet")
     proc = subprocess.run([sys.executable, "-m", "evtsync", "report", str(hand_run), "--out", str(tmp_path / "r2"),
                            "--estimator", "paper", "-j", "1"], capture_output=True, text=True)

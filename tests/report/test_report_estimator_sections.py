@@ -110,15 +110,23 @@ def test_tau_headline_is_ranktail_default_with_labelled_fallback_and_alternative
     run = tmp_path / "run"
     base = _tau().assign(prediction_kind="cell").astype({"n": int})
     main = base[base["model"] == MAIN]
-    rank = main.assign(model="ranktail", estimator="ranktail", default_estimate=True, estimator_note="")
-    fallback = main.assign(gpu="B200", default_estimate=True, estimator_note="fallback to the centred estimator")
-    rest = base.assign(default_estimate=False, estimator_note="")
+    # ranktail's point is its posterior median (here 3.1 at n = 8, below the mean 3.2); the GEV rows' the mean
+    rank = main.assign(model="ranktail", estimator="ranktail", default_estimate=True, estimator_note="",
+                       tau_point_us=main["tau_mean_us"] - 0.1, point_estimate="posterior median")
+    fallback = main.assign(gpu="B200", default_estimate=True, estimator_note="fallback to the centred estimator",
+                           tau_point_us=main["tau_mean_us"], point_estimate="posterior mean")
+    rest = base.assign(default_estimate=False, estimator_note="", tau_point_us=base["tau_mean_us"],
+                       point_estimate="posterior mean")
     _write(run, "tau", pd.concat([rank, fallback, rest], ignore_index=True))
     manifest = {"stages": {"prediction": {"status": "done", "summary": {"main_model": MAIN}}}}
     sections = prediction_sec.build(ReportContext(run, tmp_path / "out", manifest))
     headline, others = [i for i in sections[0].items if isinstance(i, Table)]
-    assert "ranktail (default)" in headline.caption
+    assert "ranktail (default; point: posterior median)" in headline.caption
+    assert "centred (fallback, labelled; point: posterior mean)" in headline.caption
     h = headline.frame.set_index("gpu")
+    assert h.loc["H100", "n=8 µs [90% interval]"].startswith("3.1 ")  # the median, not the mean 3.2
+    assert h.loc["B200", "n=8 µs [90% interval]"].startswith("3.2 ")
+    assert h.loc["H100", "point_estimate"] == "posterior median" and h.loc["B200", "point_estimate"] == "posterior mean"
     assert h.loc["H100", "estimator"] == "ranktail" and h.loc["H100", "fallback"] == ""
     assert h.loc["B200", "estimator"] == "centred" and h.loc["B200", "fallback"] == "yes"
     assert set(others.frame["estimator"]) == {"centred", "paper"}
@@ -172,7 +180,7 @@ def test_pvm_beyond_m_table_by_hand(tmp_path: Path) -> None:
     assert list(beyond.frame["workload"]) == ["w16"] and list(beyond.frame["k = n/m"]) == [4.0]
     assert beyond.frame["predicted / measured"].iloc[0] == pytest.approx(1.04)  # 5.2 / 5.0
     assert bool(beyond.frame["within ±5%"].iloc[0]) and "n > m = 4" in beyond.caption
-    line = next(i for i in items if isinstance(i, str) and "Predicted / measured" in i)
+    line = next(i for i in items if isinstance(i, str) and "Predicted (the point estimate) / measured" in i)
     assert "median 1.04, range 1.04 – 1.05 over 2 workload group(s)" in line and "in 2 of 2" in line  # fmt: 3 digits
 
 

@@ -11,6 +11,7 @@ import pandas as pd
 from evtsync.core.display import fmt_interval
 from evtsync.plots import fits as fit_figs
 from evtsync.plots import tax as tax_figs
+from evtsync.predict.tables import point_column
 from evtsync.report.attribution_section import attribution_why_items
 from evtsync.report.context import MIN_Z_FIGURE, PCT, ReportContext, mle_parameters, slug
 from evtsync.report.markdown import (
@@ -250,7 +251,7 @@ def _cell_section(ctx: ReportContext, gpu: str, precision: str, z: pd.DataFrame,
             sec.items.append(Table(pd.DataFrame({
                 "workload": rows["workload"], "n": rows["n"], "collectives": rows["n_collectives"],
                 f"measured µs [{PCT} CI]": [fmt_ci(a, b, c) for a, b, c in zip(rows["measured_mean_us"], rows["measured_lo_us"], rows["measured_hi_us"], strict=True)],
-                f"predicted µs [{PCT} interval]": [fmt_ci(a, b, c) for a, b, c in zip(rows["predicted_mean_us"], rows["predicted_lo_us"], rows["predicted_hi_us"], strict=True)],
+                f"predicted µs [{PCT} interval]": [fmt_ci(a, b, c) for a, b, c in zip(point_column(rows, "predicted", "_us"), rows["predicted_lo_us"], rows["predicted_hi_us"], strict=True)],
             }), "IN-SAMPLE: mean straggler delay (mean − min kernel duration) of the collectives after this cell's "
                 f"GEMM blocks, measured (t interval of the mean) and predicted as tau(n) by the estimator "
                 f"{estimator_words(rows)}, fitted "

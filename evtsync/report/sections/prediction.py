@@ -9,9 +9,9 @@ import pandas as pd
 
 from evtsync.core.defaults import DEFAULT_ESTIMATOR, PAPER_MODEL, RANKTAIL_MODEL
 from evtsync.plots import predictions as pred_figs
-from evtsync.predict.tables import ESTIMATORS
+from evtsync.predict.tables import ESTIMATORS, point_column
 from evtsync.report.context import PCT, ReportContext, label_columns
-from evtsync.report.estimator import row_estimators
+from evtsync.report.estimator import estimator_points, row_estimators
 from evtsync.report.markdown import (
     Alert,
     Section,
@@ -42,7 +42,7 @@ def build(ctx: ReportContext) -> list[Section]:
     own = (headline["estimator_note"].fillna("").astype(str) == "" if "estimator_note" in headline
            else pd.Series(True, index=headline.index))
     name = view.name if view.explicit else next(iter(headline.loc[own, "estimator"].astype(str)), view.name)
-    label = view.label() if view.explicit else _estimators_of(headline)
+    label = view.label(headline) if view.explicit else _estimators_of(headline)
     alternatives = [RANKTAIL_MODEL] if view.explicit and view.name != DEFAULT_ESTIMATOR else []
     models = [*head_models] + [m for m in [*alternatives, main, *("gumbel-hier", "gumbel")]
                                if m in set(tau["model"]) and m not in head_models][:1]
@@ -59,10 +59,10 @@ def build(ctx: ReportContext) -> list[Section]:
                                    + (f", with the main model {main}'s centred rows where it could not predict "
                                       f"(labelled)" if not view.explicit and main in head_models else "")
                                    + right + f". b = mean r × mean a over the cell's block identities, held at its "
-                                   f"estimate. Lines: mean; bands: {PCT} intervals.")]
+                                   f"estimate. Lines: the point estimate (per estimator, as named); bands: {PCT} intervals.")]
     if not view.explicit:
         items += _estimator_notes(headline, summary)
-    items.append(_tau_table(headline, f"Headline: tau(n) in µs by the estimator {label}, mean [{PCT} "
+    items.append(_tau_table(headline, f"Headline: tau(n) in µs by the estimator {label}, point [{PCT} "
                                       "interval] (" + _interval_words(name) + ")"
                                       + ("; a row whose cell it cannot predict comes from the main GEV model's "
                                          "centred estimator and says so in \"fallback\"." if not view.explicit else
@@ -70,8 +70,9 @@ def build(ctx: ReportContext) -> list[Section]:
                                          "has no row.")))
     others = rest[rest["model"].isin([*models, main, PAPER_MODEL, RANKTAIL_MODEL])]
     if len(others):
-        items.append(_tau_table(others, f"Alternatives, labelled: tau(n) in µs, mean [{PCT} interval] (credible for "
-                                        "the Bayesian fits). Estimator \"ranktail\" (the default): "
+        points = "; ".join(f"{e}, {estimator_points(others, e)}" for e in dict.fromkeys(row_estimators(others)))
+        items.append(_tau_table(others, f"Alternatives, labelled: tau(n) in µs, point ({points}) "
+                                        f"[{PCT} interval] (credible for the Bayesian fits). Estimator \"ranktail\" (the default): "
                                         f"{ESTIMATORS['ranktail'][1]}. Estimator \"centred\" (the GEV models): "
                                         f"{ESTIMATORS['centred'][1]}. Estimator \"paper\" (model {PAPER_MODEL}, the "
                                         "GEV MLE per cell, approximate confidence interval): "
@@ -87,7 +88,7 @@ def build(ctx: ReportContext) -> list[Section]:
         b_items: list[Any] = [ctx.figure(functools.partial(pred_figs.bstar_curves, bstar), "bstar-n", f"Optimal bandwidth B* at elasticity eps = {fmt(summary.get('eps'))} of "
                                                f"the augmented Hockney model T(B) = p·alpha + q·S/B + tau (methodology §8) "
                                                f"against n, per topology, with tau(n) by the estimator "
-                                               f"{_estimators_of(bstar)} (mean, {PCT} "
+                                               f"{_estimators_of(bstar)} (point, {PCT} "
                                                f"band per GPU × precision) beside Hockney's B*_H (tau = 0, dashed). "
                                                f"alpha = {fmt(summary.get('alpha_us'))} µs, S = "
                                                f"{fmt(summary.get('bytes'))} bytes ({summary.get('bytes_source', '')})."
@@ -108,16 +109,22 @@ def _interval_words(estimator: str) -> str:
 
 
 def _estimators_of(table: pd.DataFrame) -> str:
-    """"ranktail (default)" and any other estimator of a table's rows, in words ("(fallback, labelled)"
-    where its rows say why the default did not give them)."""
+    """"ranktail (default; point: posterior median)" and any other estimator of a table's rows, in
+    words ("(fallback, labelled)" where its rows say why the default did not give them), each with
+    what its point estimate is (:func:`~evtsync.report.estimator.estimator_points`)."""
     if "estimator" not in table or not len(table):
         return "centred"
     notes = (table["estimator_note"].fillna("").astype(str) != "" if "estimator_note" in table
              else pd.Series(table["estimator"].astype(str) != DEFAULT_ESTIMATOR, index=table.index))
     names = list(dict.fromkeys(table["estimator"].astype(str)))
-    return ", ".join(f"{e} (default)" if e == DEFAULT_ESTIMATOR else
-                     f"{e} (fallback, labelled)" if notes[table["estimator"].astype(str) == e].any() else e
-                     for e in names)
+
+    def words(e: str) -> str:
+        tags = ["default"] if e == DEFAULT_ESTIMATOR else (
+            ["fallback, labelled"] if notes[table["estimator"].astype(str) == e].any() else [])
+        tags += [p for p in [estimator_points(table, e)] if p]
+        return f"{e} ({'; '.join(tags)})" if tags else e
+
+    return ", ".join(words(e) for e in names)
 
 
 def _estimator_notes(headline: pd.DataFrame, summary: dict[str, Any]) -> list[Any]:
@@ -136,7 +143,8 @@ def _tau_table(t: pd.DataFrame, caption: str) -> Table:
     keys = ["model", "estimator", "gpu", "precision"]
     labels = label_columns(t, keys)
     t = t.assign(**{c: t[c].fillna("") for c in labels})  # the paper's rows lack the Bayesian fits' labels
-    wide = t.assign(value=[fmt_ci(a, b, c) for a, b, c in zip(t["tau_mean_us"], t["tau_lo_us"], t["tau_hi_us"], strict=True)])
+    wide = t.assign(value=[fmt_ci(a, b, c) for a, b, c in
+                           zip(point_column(t, "tau", "_us"), t["tau_lo_us"], t["tau_hi_us"], strict=True)])
     wide = wide.pivot_table(index=keys + labels, columns="n", values="value", aggfunc="first", sort=False)
     wide.columns = [f"n={c} µs [{PCT} interval]" for c in wide.columns]
     return Table(wide.reset_index(), caption)
@@ -160,11 +168,12 @@ def bstar_pivot(bstar: pd.DataFrame, value: str) -> pd.DataFrame:
     """The B* table pivoted: one row per topology × GPU × precision, one column per n.
 
     ``value`` is ``"bstar"`` (GB/s) or ``"reduction"`` (1 − B*/B*_H, in %): each cell is the
-    posterior mean with its interval; a row of a non-converged fit has ``not converged`` True.
+    point estimate (:func:`~evtsync.predict.tables.point_column`; column ``point_estimate`` says
+    which) with its interval; a row of a non-converged fit has ``not converged`` True.
     """
     unit, scale = ("_gbps", 1.0) if value == "bstar" else ("", 100.0)
     text = [fmt_ci(scale * a, scale * b, scale * c) for a, b, c in
-            zip(bstar[f"{value}_mean{unit}"], bstar[f"{value}_lo{unit}"], bstar[f"{value}_hi{unit}"], strict=True)]
+            zip(point_column(bstar, value, unit), bstar[f"{value}_lo{unit}"], bstar[f"{value}_hi{unit}"], strict=True)]
     if "estimator_note" in bstar:  # a fallback row (issue 29) says so in a short label
         bstar = bstar.assign(fallback=bstar["estimator_note"].fillna("").astype(str).map(lambda v: "yes" if v else ""))
     keys = ["topology", "gpu", "precision"]

@@ -9,8 +9,9 @@ import pandas as pd
 
 from evtsync.core.defaults import DEFAULT_ESTIMATOR, DEFAULT_M, PVM_AGREEMENT
 from evtsync.plots import predictions as pred_figs
-from evtsync.predict.tables import agreement_summary
+from evtsync.predict.tables import agreement_summary, point_column
 from evtsync.report.context import PCT, ReportContext
+from evtsync.report.estimator import estimator_points
 from evtsync.report.markdown import (
     Alert,
     Section,
@@ -27,7 +28,7 @@ def _ratio_line(agreement: dict[str, Any] | None) -> str:
         return ("Predicted / measured: not recorded by this run folder's predicted-vs-measured stage (an evtsync "
                 "that left it to the report); rerun `evtsync run --force` to add it.")
     groups = agreement.get("groups")
-    text = (f"Predicted / measured: median {fmt(agreement.get('ratio_median'))}, range "
+    text = (f"Predicted (the point estimate) / measured: median {fmt(agreement.get('ratio_median'))}, range "
             f"{fmt(agreement.get('ratio_min'))} – {fmt(agreement.get('ratio_max'))} over {groups} workload group(s)")
     if agreement.get("inside") is not None:
         text += f"; measured mean inside the predicted {PCT} interval in {agreement['inside']} of {groups}"
@@ -48,7 +49,8 @@ def _beyond_m_table(beyond: pd.DataFrame, m: int) -> Table | Skipped:
         f"measured µs [{PCT} CI]": [fmt_ci(a, b, c) for a, b, c in zip(
             beyond["measured_mean_us"], beyond["measured_lo_us"], beyond["measured_hi_us"], strict=True)],
         f"predicted µs [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in zip(
-            beyond["predicted_mean_us"], beyond["predicted_lo_us"], beyond["predicted_hi_us"], strict=True)],
+            point_column(beyond, "predicted", "_us"), beyond["predicted_lo_us"], beyond["predicted_hi_us"],
+            strict=True)],
         "predicted / measured": beyond["ratio"].round(3),
         f"within ±{PVM_AGREEMENT:.0%}": beyond["within_agreement"].astype(bool),
         "inside interval": beyond["inside_interval"].astype(bool)}),
@@ -68,10 +70,12 @@ def _row_estimators(table: pd.DataFrame) -> list[str]:
 
 
 def estimator_words(table: pd.DataFrame) -> str:
-    """The estimators of a predicted-vs-measured table's rows in words, with a fallback's reason."""
+    """The estimators of a predicted-vs-measured table's rows in words, each with its point
+    (:func:`~evtsync.report.estimator.estimator_points`), with a fallback's reason."""
     if "estimator" not in table:
-        return "centred (a run folder from before the estimators were named)"
-    names = list(dict.fromkeys(_row_estimators(table)))
+        return f"centred (a run folder from before the estimators were named; {estimator_points(table)})"
+    names = [f"{label} ({estimator_points(table, e)})" for label, e in
+             dict.fromkeys(zip(_row_estimators(table), table["estimator"].astype(str), strict=True))]
     notes = sorted({str(v) for v in table.get("estimator_note", pd.Series(dtype=str)).fillna("") if v})
     return ", ".join(names) + (f" ({'; '.join(notes)})" if notes else "")
 
@@ -120,7 +124,7 @@ def build(ctx: ReportContext) -> list[Section]:
             "estimator": _row_estimators(hold),
             "later block–collective pairs": hold["n_collectives"],
             f"measured µs [{PCT} CI]": [fmt_ci(a, b, c) for a, b, c in zip(hold["measured_mean_us"], hold["measured_lo_us"], hold["measured_hi_us"], strict=True)],
-            f"predicted µs [{PCT} CI]": [fmt_ci(a, b, c) for a, b, c in zip(hold["predicted_mean_us"], hold["predicted_lo_us"], hold["predicted_hi_us"], strict=True)],
+            f"predicted µs [{PCT} CI]": [fmt_ci(a, b, c) for a, b, c in zip(point_column(hold, "predicted", "_us"), hold["predicted_lo_us"], hold["predicted_hi_us"], strict=True)],
             "inside interval": hold["inside_interval"].astype(bool)})
         sections.append(Section("Out-of-sample check: later collectives from earlier ones", [
             f"{split.get('description', 'A fit to the earlier collectives predicts the later ones.')} "

@@ -69,7 +69,8 @@ def build(ctx: ReportContext) -> list[Section]:
                                             f"#attribution-{gslug}"),
             "xi": Link(ci(r, "xi_mean", "xi_lo", "xi_hi", digits=2), "#xi"),
             "tail": Link(str(r.get("verdict") or "–"), "#compare"),
-            f"tau(n = {n}) (µs)": Link(ci(r, "tau_mean_us", "tau_lo_us", "tau_hi_us"), "#tau"),
+            f"tau(n = {n}) (µs)": Link(ci(r, "tau_point_us" if "tau_point_us" in r else "tau_mean_us", "tau_lo_us",
+                                          "tau_hi_us"), "#tau"),
         }
         for topo in info["topologies"]:
             entry[f"B*, {topology_label(topo)} (GB/s)"] = Link(
@@ -92,7 +93,8 @@ def build(ctx: ReportContext) -> list[Section]:
         items.append(info["loo_and_tail"])
     items.append(Table(frame, f"Per GPU × precision: value [{PCT} interval], each linked to its section; xi, "
                               f"xi from {model or 'no fit'}; tau and B* by "
-                              + (_estimator_words(info.get("estimator"), model) if info.get("estimator")
+                              + (_estimator_words(info.get("estimator"), model, info.get("point_estimate"))
+                                 if info.get("estimator")
                                  else f"{model or 'no fit'}")
                               + f" at n = {n} ranks. An interval marked \"range of "
                               "n\" is [min, max] of n values, too few for the level; ∞: too few values to bound that "
@@ -125,10 +127,13 @@ def build(ctx: ReportContext) -> list[Section]:
     return [Section("Summary: the answers", items, anchor="summary")]
 
 
-def _estimator_words(estimators: Any, model: str | None) -> str:
-    """The summary's estimator(s) of tau(n), "ranktail (default)" first, a fallback named as one."""
+def _estimator_words(estimators: Any, model: str | None, points: Any = None) -> str:
+    """The summary's estimator(s) of tau(n), "ranktail (default; point: posterior median)" first, a
+    fallback named as one; ``points`` maps an estimator to what its point is (summary.json's
+    ``point_estimate``; a summary written before it: the posterior mean, then the point)."""
     from evtsync.core.defaults import DEFAULT_ESTIMATOR
 
+    points = points if isinstance(points, dict) else {}
     names = [e.strip() for e in str(estimators).split(",") if e.strip()]
-    return ", ".join(f"{e} (default)" if e == DEFAULT_ESTIMATOR else f"{e} of {model or 'the main model'} "
-                     "(fallback, labelled)" for e in names)
+    return ", ".join((f"{e} (default" if e == DEFAULT_ESTIMATOR else f"{e} of {model or 'the main model'} "
+                      "(fallback, labelled") + f"; point: {points.get(e, 'posterior mean')})" for e in names)

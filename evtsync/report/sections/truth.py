@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from evtsync.core.defaults import DEFAULT_ESTIMATOR, PAPER_MODEL, RANKTAIL_MODEL
+from evtsync.predict.tables import point_column, point_labels
 from evtsync.report.context import PCT, ReportContext
 from evtsync.report.markdown import Section, Skipped, Table, fmt_ci
 
@@ -48,13 +49,16 @@ def _delay_table(delay: pd.DataFrame) -> Table:
     flagged = pd.Series(False, index=shown.index)
     others = delay.loc[~delay["model"].isin([PAPER_MODEL, RANKTAIL_MODEL]), "model"]
     main = str(others.iloc[0]) if len(others) else None
+    points: list[str] = []  # what each model's predicted/true is the ratio of (its point estimate)
     for (model, estimator), d in delay.groupby(["model", "estimator"], sort=False):
         d = d.set_index(keys)
         label = f"{model} ({estimator})" if estimator else str(model)
         if "default_estimate" in d and d["default_estimate"].astype(bool).all() and estimator == DEFAULT_ESTIMATOR:
             label = f"{model} ({estimator}, default)"
+        points.append(f"{label}: {' / '.join(dict.fromkeys(point_labels(d)))}")
         shown[f"{label}: predicted/true [{PCT}]"] = pd.Series(
-            [fmt_ci(*v) for v in zip(d["ratio_mean"], d["ratio_lo"], d["ratio_hi"], strict=True)], index=d.index)
+            [fmt_ci(*v) for v in zip(point_column(d, "ratio"), d["ratio_lo"], d["ratio_hi"], strict=True)],
+            index=d.index)
         shown[f"{label}: covers"] = d["covers"]
         flagged = flagged | (~d["converged"].astype(bool)).reindex(shown.index, fill_value=False)
     if not flagged.empty and flagged.any():
@@ -68,7 +72,8 @@ def _delay_table(delay: pd.DataFrame) -> Table:
                         "(\"measured here\": its collectives measure the delay directly, see predicted vs measured) "
                         "and extrapolated to 512 and 4096 ranks; \"covers\" says whether the interval contains the "
                         f"truth (at the {PCT} level about one in ten may miss by chance); an empty cell: that model "
-                        "has no tau(n) for the cell at that n.",
+                        "has no tau(n) for the cell at that n. predicted/true is each estimator's point estimate "
+                        f"over the truth ({'; '.join(points)}).",
                  flag="not converged" if "not converged" in shown else None)
 
 

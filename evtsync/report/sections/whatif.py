@@ -6,6 +6,7 @@ from typing import Any
 
 import pandas as pd
 
+from evtsync.predict.tables import point_column, point_labels
 from evtsync.report.context import PCT, ReportContext
 from evtsync.report.markdown import (
     Alert,
@@ -47,13 +48,14 @@ def build(ctx: ReportContext) -> list[Section]:
         "estimator": (_estimator_labels(presets) if "estimator" in presets else ["centred"] * len(presets)),
         "prediction": _prediction_labels(presets),
         f"tau(n) µs [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in
-                                  zip(presets["tau_mean_us"], presets["tau_lo_us"], presets["tau_hi_us"], strict=True)],
+                                  zip(point_column(presets, "tau", "_us"), presets["tau_lo_us"], presets["tau_hi_us"],
+                                      strict=True)],
         "NVLink GB/s": presets["nvlink_gbps"], "TFLOPS": presets["tflops"], "TFLOPS from": presets["tflops_source"],
         "source": presets["source"]})
     converged = bool(presets["converged"].all()) if "converged" in presets else True
-    by = (f"a measured GPU by the default estimator, \"ranktail (default)\"; a GPU absent from the traces by the "
+    by = (f"a measured GPU by the default estimator, \"ranktail (default; point: …)\"; a GPU absent from the traces by the "
           f"centred estimator of {name} (ranktail has no population: the labelled fallback), drawn"
-          if not view.explicit else f"only the rows by the estimator {view.label()} (a GPU absent from the traces: "
+          if not view.explicit else f"only the rows by the estimator {view.label(presets)} (a GPU absent from the traces: "
           f"the centred estimator of {name}, drawn")
     items: list[Any] = [Table(rows, (
         f"tau(n) of bf16 domains that have no traces: {by} from the hierarchy's population (a new GPU deviation and "
@@ -75,14 +77,17 @@ def build(ctx: ReportContext) -> list[Section]:
 
 
 def _estimator_labels(presets: pd.DataFrame) -> list[str]:
-    """"ranktail (default)", "centred (fallback: <model>)" for a fallback row, or "centred (<model>)" for
-    a row of an estimator asked for by name, per row."""
+    """"ranktail (default; point: posterior median)", "centred (fallback: <model>; point: posterior
+    mean)" for a fallback row, or "centred (<model>; point: ...)" for a row of an estimator asked for
+    by name, per row (the point: :func:`evtsync.predict.tables.point_labels`)."""
     from evtsync.core.defaults import DEFAULT_ESTIMATOR
 
     notes = presets["estimator_note"].fillna("") if "estimator_note" in presets else [""] * len(presets)
     models = presets["model"] if "model" in presets else [""] * len(presets)
-    return [f"{e} (fallback: {model})" if note else f"{e} (default)" if e == DEFAULT_ESTIMATOR else f"{e} ({model})"
-            for e, note, model in zip(presets["estimator"].astype(str), notes, models, strict=True)]
+    points = point_labels(presets)
+    return [(f"{e} (fallback: {model}" if note else f"{e} (default" if e == DEFAULT_ESTIMATOR else f"{e} ({model}")
+            + f"; point: {point})"
+            for e, note, model, point in zip(presets["estimator"].astype(str), notes, models, points, strict=True)]
 
 
 def _prediction_labels(presets: pd.DataFrame) -> list[str]:
