@@ -78,7 +78,7 @@ def robust_scale(samples: np.ndarray) -> tuple[float, bool]:
     ranks. A far rank leaves the inner share (it shifts the cut by at most m − 1 differences), so
     it cannot shrink its own u = (X − a_c)/r_c, as it does when divided by the pooled sd; and 90%
     of the differences keep r_c nearly as precise as the sd (docs/methodology.md, "The per-rank
-    tail estimator"). Where more than the inner share of differences is 0, r_c falls back to the
+    tail estimator"). Where the inner differences are all 0 (most samples' times equal), r_c falls back to the
     root mean square of all of them / sqrt(2) (the sd) and ``fell_back`` is True.
     """
     x = np.asarray(samples, dtype=float)
@@ -86,10 +86,10 @@ def robust_scale(samples: np.ndarray) -> tuple[float, bool]:
         raise InputError(f"robust scale needs a (J, m) array with J >= 1 and m >= 2, got shape {x.shape}")
     first, second = np.triu_indices(x.shape[1], k=1)
     diff = np.abs(x[:, first] - x[:, second]).ravel()
-    cut = float(np.quantile(diff, ROBUST_SCALE_INNER))
-    if cut > 0:
-        inner = diff[diff <= cut]
-        return math.sqrt(float(np.mean(inner * inner)) / (2.0 * _INNER_NORMAL_VARIANCE)), False
+    inner = diff[diff <= float(np.quantile(diff, ROBUST_SCALE_INNER))]
+    inner_square = float(np.mean(inner * inner))
+    if inner_square > 0:
+        return math.sqrt(inner_square / (2.0 * _INNER_NORMAL_VARIANCE)), False
     return math.sqrt(float(np.mean(diff * diff)) / 2.0), True
 
 

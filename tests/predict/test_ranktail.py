@@ -215,3 +215,24 @@ def test_the_threshold_moves_above_a_bump_of_slow_ranks_and_stays_for_a_plain_ta
     kept = sum(fit_rank_tail(np.random.default_rng(s).standard_normal(2560), seed=s).n_exceedances == first
                for s in range(20))
     assert kept >= 16  # 20 x (1 - 0.05) = 19 expected; 16 is below the binomial 1% point
+
+
+def test_identities_whose_times_are_mostly_equal_get_the_root_mean_square_scale() -> None:
+    from evtsync.blocks.zscores import robust_scale
+
+    # 90 of 100 samples with four equal times: 540 of the 600 pair differences are 0, their 90%
+    # quantile falls between the last zero and the first non-zero one, and the differences at or below
+    # it are all zeros: the scale is then the root mean square difference / sqrt(2) (the sd), said by
+    # the flag, never 0 (which would make every u infinite)
+    x = np.zeros((100, M))
+    x[90:] = np.random.default_rng(3).standard_normal((10, M))
+    scale, fell_back = robust_scale(x)
+    first, second = np.triu_indices(M, k=1)
+    diff = (x[:, first] - x[:, second]).ravel()
+    assert fell_back and scale == pytest.approx(np.sqrt(np.mean(diff ** 2) / 2))
+    # every sample's times equal but one rank: a finite u for every rank, the far one far out
+    x = np.full((50, 1, M), 100.0)
+    x[10, 0, 3] = 130.0
+    table, _ = pooled_zscores(_times(x), m=M)
+    u = np.array([float(v) for v in ",".join(table["u"]).split(",")])
+    assert np.isfinite(u).all() and u.argmax() == 10 * M + 3
