@@ -352,6 +352,7 @@ def test_report_estimator_on_a_real_run(tiny_run: tuple[Path, dict, list[StageEv
         build_report(out / "fits" / "gumbel.nc", tmp_path / "fit", estimator="centred")
 
 
+@pytest.mark.slow  # ~30 s (a local dask cluster); the backend's table equality also runs in tests/core/test_scale_dask.py
 def test_run_on_a_local_dask_cluster_gives_the_same_tables(tiny_run: tuple[Path, dict, list[StageEvent]],
                                                            tmp_path: Path) -> None:
     """``evtsync run --workers 1``: reading, alignment and blocks as Dask tasks; the tax and

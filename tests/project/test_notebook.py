@@ -81,6 +81,7 @@ def test_run_shows_the_answer_table_and_stages(tmp_path: Path) -> None:
     assert "prediction FAILED" in page and "<td>boom</td>" in page
 
 
+@pytest.mark.slow  # ~50 s on the 2-core CI machine (a Jupyter kernel and the whole notebook); run with -m slow
 def test_shipped_notebook_runs_in_a_kernel() -> None:
     """docs/examples/notebook.ipynb runs in a Jupyter kernel in the default run (CI, issue 34)."""
     nbformat = pytest.importorskip("nbformat")
