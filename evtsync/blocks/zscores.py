@@ -84,13 +84,28 @@ def robust_scale(samples: np.ndarray) -> tuple[float, bool]:
     x = np.asarray(samples, dtype=float)
     if x.ndim != 2 or x.shape[1] < 2 or x.shape[0] < 1:
         raise InputError(f"robust scale needs a (J, m) array with J >= 1 and m >= 2, got shape {x.shape}")
+    scale, fell_back = _robust_scales(x, np.zeros(x.shape[0], dtype=np.int64))
+    return float(scale[0]), bool(fell_back[0])
+
+
+def _robust_scales(x: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`robust_scale` of every identity at once: ``x`` (samples, m) block times, ``codes``
+    (samples,) the identity of each sample as 0 … K − 1; returns (scales (K,), fell_back (K,)).
+    One pass over all samples (the quantile per identity by pandas' grouped quantile, linear like
+    :func:`numpy.quantile`), not a Python loop over identities."""
     first, second = np.triu_indices(x.shape[1], k=1)
-    diff = np.abs(x[:, first] - x[:, second]).ravel()
-    inner = diff[diff <= float(np.quantile(diff, ROBUST_SCALE_INNER))]
-    inner_square = float(np.mean(inner * inner))
-    if inner_square > 0:
-        return math.sqrt(inner_square / (2.0 * _INNER_NORMAL_VARIANCE)), False
-    return math.sqrt(float(np.mean(diff * diff)) / 2.0), True
+    diff = np.abs(x[:, first] - x[:, second])  # (samples, pairs)
+    code = np.repeat(codes, first.size)
+    diff = diff.ravel()
+    cut = pd.Series(diff).groupby(code).quantile(ROBUST_SCALE_INNER).to_numpy()
+    inner = diff <= cut[code]
+    k = int(codes.max()) + 1
+    square = diff * diff
+    inner_square = np.bincount(code, weights=square * inner, minlength=k) / np.bincount(code, weights=inner,
+                                                                                          minlength=k)
+    all_square = np.bincount(code, weights=square, minlength=k) / np.bincount(code, minlength=k)
+    fell_back = ~(inner_square > 0)
+    return np.where(fell_back, np.sqrt(all_square / 2.0), np.sqrt(inner_square / (2.0 * _INNER_NORMAL_VARIANCE))), fell_back
 
 
 def pooled_zscores(times: pd.DataFrame, *, m: int, value: str = "busy_us") -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -138,12 +153,10 @@ def pooled_zscores(times: pd.DataFrame, *, m: int, value: str = "busy_us") -> tu
     per["block_mean_us"] = ident["mean_us"].transform("mean")  # equal sample sizes: mean of all X
     sd = per["block_sd_us"].to_numpy()
     # u = (X - a_c) / r_c with the identity's robust scale r_c (module docstring)
-    scale = np.zeros(len(per))
-    fell_back = 0
-    for positions in per.groupby("block", sort=False).indices.values():
-        r_c, fb = robust_scale(values[positions])
-        scale[positions] = r_c
-        fell_back += int(fb and r_c > 0)
+    codes = pd.factorize(per["block"])[0]
+    scales, fell = _robust_scales(values, codes)
+    scale = scales[codes]
+    fell_back = int((fell & (scales > 0)).sum())
     if fell_back:
         log.info("zscores: %d identit(ies) with more than %.0f%% of their within-sample rank differences 0: their u "
                  "is scaled by the root mean square difference (the sd) instead", fell_back, 100 * ROBUST_SCALE_INNER)
