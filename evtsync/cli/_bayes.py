@@ -354,9 +354,9 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
 
 def _point_words(table: pd.DataFrame) -> str:
     """"point: posterior median" (what the table's point estimates are; several joined by " / ")."""
-    from evtsync.predict.tables import point_labels
+    from evtsync.predict.tables import point_words
 
-    return "point: " + (" / ".join(dict.fromkeys(point_labels(table))) or "none")
+    return "point: " + (point_words(table) or "none")
 
 
 def _row_labels(row: pd.Series) -> str:

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.plots.base import legend_below, new_figure, not_converged_mark, readable_log_axis
-from evtsync.predict.tables import point_column, point_labels
+from evtsync.predict.tables import point_column, point_words
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -39,7 +39,7 @@ def _level(table: pd.DataFrame) -> str:
 
 def point_name(table: pd.DataFrame) -> str:
     """What the table's points are ("posterior median", ...; several joined by " / "; "point" when empty)."""
-    return " / ".join(dict.fromkeys(point_labels(table))) if len(table) else "point"
+    return point_words(table) or "point"
 
 
 def _converged(table: pd.DataFrame) -> bool:

@@ -108,6 +108,7 @@ __all__ = [
     "point_column",
     "point_label",
     "point_labels",
+    "point_words",
     "point_summary",
     "flops_scaling_table",
     "given_tax_bandwidth_table",
@@ -191,6 +192,12 @@ def point_column(table: pd.DataFrame, prefix: str, unit: str = "") -> pd.Series:
         if column in table:
             return table[column]
     raise KeyError(f"the table has neither {prefix}_point{unit} nor {prefix}_mean{unit}")
+
+
+def point_words(table: pd.DataFrame) -> str:
+    """The distinct :func:`point_labels` of a table's rows in words, in order of first appearance,
+    joined by " / " ("posterior median / posterior mean"); "" for a table without rows."""
+    return " / ".join(dict.fromkeys(point_labels(table))) if len(table) else ""
 
 
 def point_labels(table: pd.DataFrame) -> pd.Series:

@@ -55,11 +55,11 @@ def estimator_points(table: pd.DataFrame, estimator: str | None = None) -> str:
     caption where the estimator is named: "point: posterior median" (several joined by " / ";
     a table from before the point existed: its mean, :func:`evtsync.predict.tables.point_labels`);
     "" when no row is ``estimator``'s."""
-    from evtsync.predict.tables import point_labels
+    from evtsync.predict.tables import point_words
 
     rows = table if estimator is None else table[row_estimators(table) == estimator]
-    labels = list(dict.fromkeys(point_labels(rows))) if len(rows) else []
-    return f"point: {' / '.join(labels)}" if labels else ""
+    words = point_words(rows)
+    return f"point: {words}" if words else ""
 
 
 @dataclass(frozen=True)

@@ -167,7 +167,7 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
     ``loo``, ``loo_and_tail`` (the sentence reconciling them), ``topologies``, ``level`` and
     ``point_estimate`` (per estimator of the rows: what its point is, e.g. "posterior median").
     """
-    from evtsync.predict.tables import point_column, point_labels
+    from evtsync.predict.tables import point_column, point_labels, point_words
 
     def table(name: str) -> pd.DataFrame | None:
         path = run_dir / TABLES / f"{name}.parquet"
@@ -297,7 +297,7 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
                   else tau["model"] == model)
     estimators = (sorted(set(tau.loc[chosen_all, "estimator"].astype(str)))
                   if tau is not None and model is not None and "estimator" in tau else [])
-    points = ({str(e): " / ".join(dict.fromkeys(point_labels(part))) for e, part in
+    points = ({str(e): point_words(part) for e, part in
                tau[chosen_all].groupby(tau.loc[chosen_all, "estimator"].astype(str), sort=True)}
               if tau is not None and model is not None and "estimator" in tau else {})
     info = {"n": n, "model": model, "estimator": ", ".join(estimators) or None, "point_estimate": points,

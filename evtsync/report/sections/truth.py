@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from evtsync.core.defaults import DEFAULT_ESTIMATOR, PAPER_MODEL, RANKTAIL_MODEL
-from evtsync.predict.tables import point_column, point_labels
+from evtsync.predict.tables import point_column, point_words
 from evtsync.report.context import PCT, ReportContext
 from evtsync.report.markdown import Section, Skipped, Table, fmt_ci
 
@@ -55,7 +55,7 @@ def _delay_table(delay: pd.DataFrame) -> Table:
         label = f"{model} ({estimator})" if estimator else str(model)
         if "default_estimate" in d and d["default_estimate"].astype(bool).all() and estimator == DEFAULT_ESTIMATOR:
             label = f"{model} ({estimator}, default)"
-        points.append(f"{label}: {' / '.join(dict.fromkeys(point_labels(d)))}")
+        points.append(f"{label}: {point_words(d)}")
         shown[f"{label}: predicted/true [{PCT}]"] = pd.Series(
             [fmt_ci(*v) for v in zip(point_column(d, "ratio"), d["ratio_lo"], d["ratio_hi"], strict=True)],
             index=d.index)
