@@ -205,9 +205,11 @@ def run_html(out: Any, stages: Any, summary: dict[str, Any] | None) -> str:
         for r in summary["rows"]:
             cells: list[Any] = [f"{r.get('gpu')} {r.get('precision')}"]
             for key, lo, hi, _ in RUN_VIEW_COLUMNS:
+                if "_point" in key:  # a summary.json from before the point has its mean (predict.tables.point_key)
+                    from evtsync.predict.tables import point_key
+
+                    key = point_key(r, *key.split("_point", 1))
                 value = r.get(key)
-                if value is None and "_point" in key:  # a summary.json from before the point: its mean was
-                    value = r.get(key.replace("_point", "_mean"))
                 if value is None:
                     cells.append("–")
                 elif lo is None:

@@ -106,6 +106,7 @@ __all__ = [
     "agreement_summary",
     "POINT_SUMMARIES",
     "point_column",
+    "point_key",
     "point_label",
     "point_labels",
     "point_words",
@@ -149,7 +150,7 @@ if tuple(ESTIMATORS) != ESTIMATOR_NAMES:  # the CLI's choices come from evtsync.
 FALLBACK_ESTIMATOR = "centred"
 #: What the B* and tau intervals hold fixed (issue 29, item 8): b and alpha's point values.
 FIXED_B_NOTE = ("b fixed at its estimate (the pooled sd of the blocks; its sampling error cancels to first order "
-                "in the centred estimator, docs/methodology.md)")
+                "against the scale the centred and ranktail estimators divide by, docs/methodology.md)")
 FIXED_ALPHA_NOTE = "alpha fixed at its point value"
 
 #: How every table treats infinite draws (see the module docstring).
@@ -184,14 +185,22 @@ def point_label(fit_kind: str, summary: str = "mean") -> str:
     return f"posterior {summary}"
 
 
+def point_key(table: pd.DataFrame | Mapping[str, Any], prefix: str, unit: str = "") -> str:
+    """The name of the point-estimate column of a prediction table or of one of its rows as a
+    record (a ``summary.json`` row): ``{prefix}_point{unit}``, or ``{prefix}_mean{unit}`` where only
+    that is there (a table written before the point existed: its mean was the point)."""
+    point, mean = f"{prefix}_point{unit}", f"{prefix}_mean{unit}"
+    return mean if point not in table and mean in table else point
+
+
 def point_column(table: pd.DataFrame, prefix: str, unit: str = "") -> pd.Series:
     """The point estimate ``{prefix}_point{unit}`` of a prediction table (e.g. ``point_column(t,
-    "tau", "_us")``); a table written before the point existed has none, and its
-    ``{prefix}_mean{unit}`` was the point (``KeyError`` naming both when neither is there)."""
-    for column in (f"{prefix}_point{unit}", f"{prefix}_mean{unit}"):
-        if column in table:
-            return table[column]
-    raise KeyError(f"the table has neither {prefix}_point{unit} nor {prefix}_mean{unit}")
+    "tau", "_us")``), or the ``_mean`` column of a table written before it (:func:`point_key`);
+    ``KeyError`` naming both when neither is there."""
+    column = point_key(table, prefix, unit)
+    if column not in table:
+        raise KeyError(f"the table has neither {prefix}_point{unit} nor {prefix}_mean{unit}")
+    return table[column]
 
 
 def point_words(table: pd.DataFrame) -> str:

@@ -9,6 +9,7 @@ import pandas as pd
 
 from evtsync.core.display import fmt_interval
 from evtsync.predict.hockney import topology_label
+from evtsync.predict.tables import point_key
 from evtsync.report.context import PCT, ReportContext, fit_rows, slug
 from evtsync.report.markdown import (
     Alert,
@@ -69,8 +70,7 @@ def build(ctx: ReportContext) -> list[Section]:
                                             f"#attribution-{gslug}"),
             "xi": Link(ci(r, "xi_mean", "xi_lo", "xi_hi", digits=2), "#xi"),
             "tail": Link(str(r.get("verdict") or "–"), "#compare"),
-            f"tau(n = {n}) (µs)": Link(ci(r, "tau_point_us" if "tau_point_us" in r else "tau_mean_us", "tau_lo_us",
-                                          "tau_hi_us"), "#tau"),
+            f"tau(n = {n}) (µs)": Link(ci(r, point_key(r, "tau", "_us"), "tau_lo_us", "tau_hi_us"), "#tau"),
         }
         for topo in info["topologies"]:
             entry[f"B*, {topology_label(topo)} (GB/s)"] = Link(
