@@ -22,8 +22,12 @@ sample of m ranks and extrapolates its GEV by k = n/m; this one uses **every ran
 Uncertainty, without MCMC: the GPD's (log sigma, xi) posterior on a grid (flat prior on
 log sigma; xi ∈ [−0.5, 1.2] with a Normal(0, :data:`~evtsync.core.defaults.RANKTAIL_XI_PRIOR_SD`)
 prior) from the exceedances, and a Bayesian bootstrap (Dirichlet(1, …, 1) weights) of all N
-values for the body and the exceedance rate 1 − W_t; each draw pairs one of each. b is held at
-its estimate, as for the other estimators.
+values for the body and the exceedance rate 1 − W_t; each draw pairs one of each and is measured
+from its own mean, E[max_n u] − E[u] (u is measured from the identity's mean, so the bootstrap
+must be too: a draw that shifts the whole distribution is not a longer delay). b is held at its
+estimate: u was divided by the same identity scales, so b's sampling error cancels to first order
+(adding b's own bootstrap widens the n = 8 interval to 1.1–1.6 times the spread of the estimates;
+docs/methodology.md).
 
 The point estimate is the posterior **median** of E[max_n u] (``point_estimate``): E[max_n u]
 grows convexly with xi, so with ~100 exceedances the posterior mean lies 3–9% above the truth at
@@ -270,10 +274,14 @@ def fit_rank_tail(values: NDArray[np.float64], *, draws: int = RANKTAIL_DRAWS, s
 
 
 def expected_max_draws(tail: RankTail, n: Sequence[int], *, chunk: int = 200) -> NDArray[np.float64]:
-    """Draws of E[max_n u] (draws, len(n)) for a fitted cell (module docstring: ∫ x dF̂^n).
+    """Draws of D(n)/b = E[max_n u] − E[u] (draws, len(n)) for a fitted cell (module docstring:
+    ∫ x dF̂^n − ∫ x dF̂).
 
-    Draw d pairs GPD parameters d with one Bayesian-bootstrap weighting of the N values; draws
-    with xi >= 1 are ``inf`` (the mean maximum does not exist).
+    Draw d pairs GPD parameters d with one Bayesian-bootstrap weighting of the N values, and is
+    measured from that draw's own mean E[u] (body atoms under its weights plus the tail's share
+    times t + sigma/(1 − xi)): the estimator measures u from the identity's mean, so each draw
+    does too, and D(1) = 0 in every draw (docs/methodology.md, "Uncertainty"). Draws with
+    xi >= 1 are ``inf`` (the mean maximum does not exist).
     """
     ns = np.asarray([int(v) for v in n], dtype=float)
     if ns.size == 0 or np.any(ns < 1):
@@ -313,6 +321,9 @@ def expected_max_draws(tail: RankTail, n: Sequence[int], *, chunk: int = 200) ->
         sigma = np.exp(tail.log_sigma[start:stop])
         xi = tail.xi[start:stop]
         c = 1.0 - wt
+        # the draw's own mean E[u] under F̂: the body's weighted atoms and the tail's t + E[excess]
+        with np.errstate(divide="ignore", over="ignore"):
+            own_mean = (g @ body) / total + c * (t + sigma / np.maximum(1.0 - xi, 1e-12))
         with np.errstate(divide="ignore"):
             log_cum = np.log(cum)
         log_survive = np.log1p(-c[:, None] * e_minus)  # log(1 - c e^-w), (d, W)
@@ -328,7 +339,7 @@ def expected_max_draws(tail: RankTail, n: Sequence[int], *, chunk: int = 200) ->
             with np.errstate(invalid="ignore"):
                 integral = np.einsum("dw,dw->d", -np.expm1(nn * log_survive), growth)
             tail_part = t * (1.0 - powers[:, -1]) + sigma * (integral + nn * rest_base)
-            out[start:stop, j] = np.where(xi < 1, body_part + tail_part, np.inf)
+            out[start:stop, j] = np.where(xi < 1, body_part + tail_part - own_mean, np.inf)
     return out
 
 
@@ -366,7 +377,7 @@ class RankTailFit:
                          "with a generalized Pareto tail; ask a GEV fit (--estimator centred) for them")
 
     def expected_max(self, n: Sequence[int], index: Sequence[int] | None = None) -> NDArray[np.float64]:
-        """Draws of E[max_n u] per cell (tau(n) = b times these).
+        """Draws of E[max_n u] − E[u] per cell (tau(n) = b times these; :func:`expected_max_draws`).
 
         Parameters
         ----------
