@@ -44,7 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("fit", metavar="FIT", help="a run folder (ranktail from its z-score table, its main GEV fit for "
                    "the fallback and unmeasured hardware), a z-score table (.parquet/.csv of `evtsync blocks`: "
-                   "ranktail) or a fit folder of `evtsync fit --model` (or its fit.nc: centred/paper; with the "
+                   "ranktail, each GPU x precision cell from the rows given, its scale factor to the sd pooled over "
+                   "them: a filtered table is answered for its rows) or a fit folder of `evtsync fit --model` (or its fit.nc: centred/paper; with the "
                    "default estimator a labelled centred fallback)")
     p.add_argument("--n", action=ListOption, metavar="N", examples=("8", "64"),
                    help="domain sizes, multiples of --m (space or comma separated)")
