@@ -69,6 +69,7 @@ from evtsync.runfolder.layout import (
 
 if TYPE_CHECKING:
     from evtsync.core.parallel import JobPool
+    from evtsync.pipeline.resultcache import ResultCache
 
 log = logging.getLogger("evtsync.pipeline")
 
@@ -173,11 +174,17 @@ class Run:
         self._job_cpu: dict[str, float] = {}  # CPU seconds of the jobs that ran in the pool, by stage
         self._job_pool: Any = None
         #: the stage results kept across run folders (None: ``--no-result-cache``)
-        self.result_cache: Any = None
+        self.result_cache: ResultCache | None = None
         if options.result_cache is not None:
             from evtsync.pipeline.resultcache import ResultCache
 
             self.result_cache = ResultCache(options.result_cache)
+
+    def _cache(self) -> ResultCache:
+        """The result cache, where the caller has checked it is on (:meth:`_shares`)."""
+        if self.result_cache is None:
+            raise RuntimeError("the result cache is off (--no-result-cache): no stage shares results")
+        return self.result_cache
 
     def _repr_html_(self) -> str:
         """The run in a notebook: its folder, the answer table (``summary.json``) and its stages."""
@@ -426,7 +433,7 @@ class Run:
             key = self.stage_key(stage)
             if self._reusable(stage, key):
                 continue
-            if self._shares(stage) and self.result_cache.holds(self.result_key(stage, key)):
+            if self._shares(stage) and self._cache().holds(self.result_key(stage, key)):
                 continue  # copied when its turn comes (or, if the entry proves damaged, run here)
             try:
                 assert stage.job is not None  # stages without a job were filtered out above
@@ -469,7 +476,7 @@ class Run:
             return
         if all(self._shares(st) for st in job_stages):
             probes = {self.result_probe(st) for st in job_stages}
-            if self.result_cache.holds_probe(probes) == probes:
+            if self._cache().holds_probe(probes) == probes:
                 # a result of each job stage with these parameters and code is in the result
                 # cache: most likely copied, so no pool now (it opens later if they must run)
                 return
@@ -557,7 +564,7 @@ class Run:
             kept: dict[str, Any] = {k: entry[k] for k in ("status", "reason", "summary", "failed_workloads") if k in entry}
             kept["cached_from"] = {"run_folder": str(self.out.resolve()), "computed": entry["started"],
                                    "seconds": entry["seconds"], "cpu_seconds": entry["cpu_seconds"]}
-            self.result_cache.store(result_key, stage.name, self.result_probe(stage), self.out, entry["outputs"],
+            self._cache().store(result_key, stage.name, self.result_probe(stage), self.out, entry["outputs"],
                                     json_ready(kept))
         self.save_manifest()
         self.on_stage(StageEvent(stage.name, "ran", entry["status"], entry.get("reason", ""), entry["seconds"],
@@ -570,7 +577,7 @@ class Run:
         started = time.perf_counter()
         cpu_started = time.process_time()
         when = pd.Timestamp.now(tz="UTC").isoformat()
-        hit = self.result_cache.fetch(result_key, self.out)
+        hit = self._cache().fetch(result_key, self.out)
         if hit is None:
             return False
         future = self._jobs.pop(stage.name, None)
