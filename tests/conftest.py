@@ -7,14 +7,23 @@ the full ``traces/old-formats``, ``nsys``) live only in the full set, ``$EVTSYNC
 (default ``../shared/data`` beside the clone): ``FULL_DATA``/``FULL_TRACES`` and the
 ``full_data``/``full_traces_dir`` fixtures, whose tests skip with a reason when it is absent.
 Nothing here reads a file at import.
+
+The default run is parallel (pytest-xdist, one worker per logical CPU, whole files to a worker:
+:func:`pytest_cmdline_main`), and every test process keeps the evtsync caches in a temporary
+folder of its own (:func:`pytest_configure`): the suite never reads or writes the user's cache,
+and workers never share one.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+
+from evtsync.trace.cache_dir import CACHE_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data" / "public"
@@ -23,6 +32,51 @@ SHARED = Path(os.environ.get("EVTSYNC_SHARED", REPO.parent / "shared"))
 FULL_DATA = SHARED / "data"
 FULL_TRACES = FULL_DATA / "traces"
 FULL_DATA_MISSING = f"the full public data set is not at {FULL_DATA} (set EVTSYNC_SHARED)"
+
+#: How the default run spreads the tests over workers: a whole file to one worker, so that a
+#: module-scoped fixture (the tiny pipeline run, the fitted models, the synthetic studies) is
+#: computed once, not once per worker that happens to get one of its tests. Files balance well
+#: enough: the largest, tests/pipeline/test_run_pipeline.py, is ~30% of one worker's time, and
+#: the two workers' summed test times differed by 1-4% in the runs of 2026-12-05.
+DIST_MODE = "loadfile"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """The default run in parallel: ``-n logical`` unless ``-n`` is given (``-n 0`` runs in this
+    process; ``-p no:xdist`` too, or where pytest-xdist is not installed), and ``--dist loadfile``
+    unless ``--dist`` is given. Set here rather than in ``addopts`` so that a run without the
+    plugin still parses its options. Logical CPUs, not xdist's ``auto`` (physical cores, by
+    psutil): a CI machine's 2 vCPUs may be one core with two threads."""
+    if not config.pluginmanager.has_plugin("xdist") or hasattr(config, "workerinput"):
+        return
+    if config.option.numprocesses is None and not config.option.tx:
+        config.option.numprocesses = "logical"
+    if config.option.dist == "no":  # xdist puts it back to "no" when -n 0
+        config.option.dist = DIST_MODE
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Point evtsync's caches (trace tables, results, figures, the compiled scanner and models:
+    all under ``$EVTSYNC_CACHE_DIR``) at a temporary folder of this process, removed at the end:
+    the tests never read what an earlier run or the user left in ``~/.cache/evtsync`` nor
+    write there, and two workers never race on one cache. Subprocesses the tests start inherit
+    it; a test about the default location sets its own. Runs in each xdist worker too (after
+    the controller), which then replaces the controller's folder by its own."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    folder = tempfile.mkdtemp(prefix=f"evtsync-tests-{worker}-")
+    config.stash[_CACHE_FOLDER] = folder
+    os.environ[CACHE_ENV] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove this process's cache folder (:func:`pytest_configure`)."""
+    folder = config.stash.get(_CACHE_FOLDER, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+_CACHE_FOLDER = pytest.StashKey[str]()
 
 
 def file_hashes(root: Path) -> dict[str, str]:
