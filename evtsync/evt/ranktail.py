@@ -26,7 +26,7 @@ values for the body and the exceedance rate 1 − W_t; each draw pairs one of ea
 from its own mean, E[max_n u] − E[u] (u is measured from the identity's mean, so the bootstrap
 must be too: a draw that shifts the whole distribution is not a longer delay). b is held at its
 estimate: u was divided by the same identity scales, so b's sampling error cancels to first order
-(adding b's own bootstrap widens the n = 8 interval to 1.1–1.6 times the spread of the estimates;
+(adding b's own bootstrap widens the n = 8 interval to 1.2–1.4 times the spread of the estimates;
 docs/methodology.md).
 
 The point estimate is the posterior **median** of E[max_n u] (``point_estimate``): E[max_n u]
