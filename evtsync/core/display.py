@@ -190,6 +190,15 @@ RUN_VIEW_COLUMNS = (("tax_median_us", "tax_median_lo_us", "tax_median_hi_us", "t
                     ("tau_point_us", "tau_lo_us", "tau_hi_us", "τ(n) µs"))
 
 
+def point_key(table: Any, prefix: str, unit: str = "") -> str:
+    """The name of the point-estimate column of a prediction table (or of one of its rows as a
+    record, a ``summary.json`` row): ``{prefix}_point{unit}``, or ``{prefix}_mean{unit}`` where only
+    that is there (a table written before the point existed: its mean was the point). Here, not in
+    :mod:`evtsync.predict.tables` (which re-exports it), so that a run's view can read a summary."""
+    point, mean = f"{prefix}_point{unit}", f"{prefix}_mean{unit}"
+    return mean if point not in table and mean in table else point
+
+
 def run_html(out: Any, stages: Any, summary: dict[str, Any] | None) -> str:
     """A pipeline run in a notebook: its folder, the answer table (``summary``: the run's
     ``summary.json``; None before the summary stage ran) and each stage's status and reason."""
@@ -205,9 +214,7 @@ def run_html(out: Any, stages: Any, summary: dict[str, Any] | None) -> str:
         for r in summary["rows"]:
             cells: list[Any] = [f"{r.get('gpu')} {r.get('precision')}"]
             for key, lo, hi, _ in RUN_VIEW_COLUMNS:
-                if "_point" in key:  # a summary.json from before the point has its mean (predict.tables.point_key)
-                    from evtsync.predict.tables import point_key
-
+                if "_point" in key:  # a summary.json from before the point has its mean (point_key)
                     key = point_key(r, *key.split("_point", 1))
                 value = r.get(key)
                 if value is None:

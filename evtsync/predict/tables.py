@@ -78,6 +78,7 @@ from evtsync.core.defaults import (
     PVM_AGREEMENT,
     check_level,
 )
+from evtsync.core.display import point_key
 from evtsync.core.errors import InputError
 from evtsync.core.reference import REFERENCE_TFLOPS
 from evtsync.evt import gev
@@ -183,14 +184,6 @@ def point_label(fit_kind: str, summary: str = "mean") -> str:
     if fit_kind == "mle":
         return f"{summary} of the MLE's normal-approximation draws"
     return f"posterior {summary}"
-
-
-def point_key(table: pd.DataFrame | Mapping[str, Any], prefix: str, unit: str = "") -> str:
-    """The name of the point-estimate column of a prediction table or of one of its rows as a
-    record (a ``summary.json`` row): ``{prefix}_point{unit}``, or ``{prefix}_mean{unit}`` where only
-    that is there (a table written before the point existed: its mean was the point)."""
-    point, mean = f"{prefix}_point{unit}", f"{prefix}_mean{unit}"
-    return mean if point not in table and mean in table else point
 
 
 def point_column(table: pd.DataFrame, prefix: str, unit: str = "") -> pd.Series:

@@ -7,9 +7,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.core.display import fmt_interval
+from evtsync.core.display import fmt_interval, point_key
 from evtsync.predict.hockney import topology_label
-from evtsync.predict.tables import point_key
 from evtsync.report.context import PCT, ReportContext, fit_rows, slug
 from evtsync.report.markdown import (
     Alert,
