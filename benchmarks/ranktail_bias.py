@@ -21,6 +21,8 @@ first needs. What it leaves out, and the study keeps: the traces'
 µs rounding, the block scale b (the study's ``b_ratio``), any between-sample drift.
 
     nice .venv/bin/python benchmarks/ranktail_bias.py --datasets 150 --shares 0.05,0.075 --out bias.jsonl
+    nice .venv/bin/python benchmarks/ranktail_bias.py --datasets 40 --samples 320 --powers 1,0.5,0.6667 \
+        --ns 8,64,512,4096,32768 --out bias_large.jsonl    # the threshold rule beyond 2,560 values
     .venv/bin/python benchmarks/ranktail_bias.py --table bias.jsonl
 
 Data set r of parent p uses ``numpy.random.default_rng(100000 + 10 r + p)`` (p the parent's
@@ -81,22 +83,25 @@ def rank_values_and_b(name: str, rng: np.random.Generator, samples: int, identit
 
 
 def run(args: argparse.Namespace) -> None:
+    from evtsync.core.defaults import RANKTAIL_EXCEEDANCE_POWER, RANKTAIL_TAIL_SHARE
     from evtsync.evt.ranktail import expected_max_draws, fit_rank_tail
     from evtsync.predict.tables import summarise
 
-    shares = [float(s) for s in args.shares.split(",")]
-    truth = {p: [true_delay(p, n) for n in NS] for p in PARENTS}
+    shares = [float(s) for s in args.shares.split(",")] if args.shares else [RANKTAIL_TAIL_SHARE]
+    powers = [float(s) for s in args.powers.split(",")] if args.powers else [RANKTAIL_EXCEEDANCE_POWER]
+    ns = tuple(int(n) for n in args.ns.split(","))
+    truth = {p: [true_delay(p, n) for n in ns] for p in PARENTS}
     with open(args.out, "a", encoding="utf-8") as out:
         for r in range(args.first, args.first + args.datasets):
             for pi, parent in enumerate(PARENTS):
                 u, b_ratio = rank_values_and_b(parent, np.random.default_rng(100000 + 10 * r + pi), args.samples)
-                for share in shares:
-                    tail = fit_rank_tail(u, seed=r, tail_share=share)
+                for share, power in ((share, power) for share in shares for power in powers):
+                    tail = fit_rank_tail(u, seed=r, tail_share=share, exceedance_power=power)
                     # the prediction tables' policy for draws with xi >= 1 (infinite mean maximum): the mean
                     # over the finite draws, their share said, quantiles over all draws
-                    s = summarise(expected_max_draws(tail, NS), level=0.9)
+                    s = summarise(expected_max_draws(tail, ns), level=0.9)
                     rows = []
-                    for j, n in enumerate(NS):
+                    for j, n in enumerate(ns):
                         t = truth[parent][j]
                         lo, hi = float(s["lo"][j]), float(s["hi"][j])
                         # in µs, as a user gets it: b (estimated) times the draws against the true delay
@@ -106,7 +111,8 @@ def run(args: argparse.Namespace) -> None:
                                      "share_infinite": float(s["share_infinite"][j]),
                                      "true": t, "lo": lo, "hi": hi})
                     out.write(json.dumps({"parent": parent, "dataset": r, "samples": args.samples, "b_ratio": b_ratio,
-                                          "n_values": int(u.size), "share": share, "k": tail.n_exceedances,
+                                          "n_values": int(u.size), "share": share, "power": power,
+                                          "k": tail.n_exceedances,
                                           "xi_mean": float(tail.xi.mean()), "load": os.getloadavg()[0],
                                           "rows": rows}) + "\n")
             out.flush()
@@ -122,20 +128,23 @@ def table(path: str) -> None:
         if col not in flat:
             flat[col] = np.nan
     flat["covers_us"] = flat["covers_us"].astype(float)
-    g = flat.groupby(["n_values", "share", "parent", "n"])
+    if "power" not in flat:  # records before the threshold rule (2026-12-05 13:20 UTC): one share at every N
+        flat["power"] = 1.0
+    flat["power"] = flat["power"].fillna(1.0)
+    g = flat.groupby(["n_values", "share", "power", "parent", "n"])
     s = g.agg(sets=("ratio", "size"), ratio=("ratio", "mean"), sd=("ratio", "std"), median=("median_ratio", "mean"),
               median_sd=("median_ratio", "std"),
               covered=("covers", "mean"), covered_us=("covers_us", "mean"), median_us=("median_ratio_us", "mean"),
               median_us_sd=("median_ratio_us", "std"), k=("k", "mean"),
               with_infinite=("share_infinite", lambda x: int((x.fillna(0) > 0).sum()))).reset_index()
-    print("| N values | tail share | parent | n | data sets | posterior mean / true (± se) | posterior median / true, the point (± se) "
+    print("| N values | tail share | power beyond 2,560 | parent | n | data sets | posterior mean / true (± se) | posterior median / true, the point (± se) "
           "| 90% covering (sd units) | in µs with b: point / true (± se) | in µs: 90% covering | exceedances "
           "| sets with xi >= 1 draws |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in s.itertuples():
         us = ("– | –" if not np.isfinite(r.median_us) else
               f"{r.median_us:.3f} (± {r.median_us_sd / np.sqrt(r.sets):.3f}) | {r.covered_us:.3f}")
-        print(f"| {r.n_values} | {r.share:g} | {r.parent} | {r.n} | {r.sets} | {r.ratio:.3f} (± {r.sd / np.sqrt(r.sets):.3f}) "
+        print(f"| {r.n_values} | {r.share:g} | {r.power:g} | {r.parent} | {r.n} | {r.sets} | {r.ratio:.3f} (± {r.sd / np.sqrt(r.sets):.3f}) "
               f"| {r.median:.3f} (± {r.median_sd / np.sqrt(r.sets):.3f}) | {r.covered:.3f} | {us} | {r.k:.0f} "
               f"| {r.with_infinite} |")
     load = flat["load"].dropna()
@@ -149,7 +158,11 @@ def main() -> None:
     parser.add_argument("--first", type=int, default=0, help="first data set (disjoint ranges add up)")
     parser.add_argument("--samples", type=int, default=80,
                         help="samples of 4 ranks per identity (80: the study's jobs, 2,560 values)")
-    parser.add_argument("--shares", default="0.05", help="comma list of tail shares (RANKTAIL_TAIL_SHARE) to fit")
+    parser.add_argument("--shares", default="", help="comma list of tail shares (RANKTAIL_TAIL_SHARE, the default) to fit")
+    parser.add_argument("--powers", default="",
+                        help="comma list of powers of N the exceedances grow with beyond 2,560 values "
+                             "(RANKTAIL_EXCEEDANCE_POWER, the default; 1: the share at every N)")
+    parser.add_argument("--ns", default=",".join(str(n) for n in NS), help="comma list of domain sizes n")
     parser.add_argument("--out", default="ranktail_bias.jsonl")
     parser.add_argument("--table", metavar="JSONL", help="summarise a results file instead of running")
     args = parser.parse_args()

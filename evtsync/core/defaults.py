@@ -59,6 +59,13 @@ DEFAULT_ESTIMATOR = "ranktail"  # issue 29: calibrated at n > m; falls back to "
 #: rank values a cell needs, and the number of draws of E[max_n u] it returns.
 RANKTAIL_MODEL = "ranktail"  # the ``model`` of its rows in the prediction tables
 RANKTAIL_TAIL_SHARE = 0.035  # docs/bayesian.md: with the posterior median as the point, the best of 2.5/3.5/5% on 2,560 values
+#: The share holds up to RANKTAIL_SHARE_VALUES rank values; beyond, the exceedances grow as
+#: N^RANKTAIL_EXCEEDANCE_POWER (k = share · 2560 · (N/2560)^power), so the threshold rises with N
+#: and the GPD's approximation bias, which a fixed share keeps however many values there are,
+#: shrinks (docs/methodology.md, "Choosing the threshold and the prior";
+#: benchmarks/ranktail_approximation.py)
+RANKTAIL_SHARE_VALUES = 2560
+RANKTAIL_EXCEEDANCE_POWER = 0.5  # k ∝ √N: of √N and N^(2/3) the smaller worst bias at 10,240 and 40,960 values (docs/bayesian.md)
 RANKTAIL_MIN_EXCEEDANCES = 30
 RANKTAIL_MAX_EXCEEDANCES = 5000
 RANKTAIL_MIN_VALUES = 120
@@ -89,6 +96,7 @@ DEFAULTS: dict[str, Any] = {
     "PVM_AGREEMENT": PVM_AGREEMENT, "LOGLIK_STORE_LIMIT": LOGLIK_STORE_LIMIT,
     "ESTIMATOR_NAMES": ESTIMATOR_NAMES, "DEFAULT_ESTIMATOR": DEFAULT_ESTIMATOR,
     "RANKTAIL_MODEL": RANKTAIL_MODEL, "RANKTAIL_TAIL_SHARE": RANKTAIL_TAIL_SHARE,
+    "RANKTAIL_SHARE_VALUES": RANKTAIL_SHARE_VALUES, "RANKTAIL_EXCEEDANCE_POWER": RANKTAIL_EXCEEDANCE_POWER,
     "RANKTAIL_MIN_EXCEEDANCES": RANKTAIL_MIN_EXCEEDANCES,
     "RANKTAIL_MAX_EXCEEDANCES": RANKTAIL_MAX_EXCEEDANCES,
     "RANKTAIL_MIN_VALUES": RANKTAIL_MIN_VALUES, "RANKTAIL_DRAWS": RANKTAIL_DRAWS,
@@ -118,9 +126,11 @@ def check_defaults(table: dict[str, Any]) -> dict[str, Any]:
         *((name, lambda v: isinstance(v, int) and v >= 1, "a whole number >= 1")
           for name in ("DEFAULT_DRAWS", "DEFAULT_TUNE", "DEFAULT_CHAINS", "DEMO_DRAWS", "DEMO_TUNE", "DEMO_CHAINS",
                        "RANKTAIL_MIN_EXCEEDANCES", "RANKTAIL_MAX_EXCEEDANCES", "RANKTAIL_DRAWS",
+                       "RANKTAIL_SHARE_VALUES",
                        "LOGLIK_STORE_LIMIT")),
         ("DEFAULT_ESTIMATOR", lambda v: v in table["ESTIMATOR_NAMES"], "one of ESTIMATOR_NAMES"),
         ("RANKTAIL_TAIL_SHARE", lambda v: 0 < v < 0.5, "a share in (0, 0.5)"),
+        ("RANKTAIL_EXCEEDANCE_POWER", lambda v: 0 < v <= 1, "a power in (0, 1] (1: the share at every N)"),
         ("RANKTAIL_XI_PRIOR_SD", lambda v: v > 0, "a standard deviation > 0"),
         ("RANKTAIL_STABILITY_ALPHA", lambda v: 0 <= v < 1, "a level in [0, 1) (0: no test)"),
         ("RANKTAIL_MIN_VALUES", lambda v: isinstance(v, int) and v >= 2 * table["RANKTAIL_MIN_EXCEEDANCES"],

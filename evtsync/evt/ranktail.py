@@ -9,11 +9,12 @@ sample of m ranks and extrapolates its GEV by k = n/m; this one uses **every ran
   and the pipeline's zscores stage, §5), pooled per cell (GPU × precision) and put in units of
   the sd by the cell's one ratio (:func:`rank_values`): N values;
 - their distribution F̂ = the empirical distribution below a threshold t (the
-  (1 − :data:`~evtsync.core.defaults.RANKTAIL_TAIL_SHARE`) quantile, at least
-  :data:`~evtsync.core.defaults.RANKTAIL_MIN_EXCEEDANCES` and at most
-  :data:`~evtsync.core.defaults.RANKTAIL_MAX_EXCEEDANCES` values above it; moved up while the
-  threshold-stability test, level :data:`~evtsync.core.defaults.RANKTAIL_STABILITY_ALPHA`,
-  rejects it) and a generalized Pareto tail above it: F̂(x) = W_t + (1 − W_t)(1 − G(x − t)), G the
+  (1 − :data:`~evtsync.core.defaults.RANKTAIL_TAIL_SHARE`) quantile up to
+  :data:`~evtsync.core.defaults.RANKTAIL_SHARE_VALUES` values, a higher one beyond
+  (:func:`tail_exceedances`), at least :data:`~evtsync.core.defaults.RANKTAIL_MIN_EXCEEDANCES`
+  and at most :data:`~evtsync.core.defaults.RANKTAIL_MAX_EXCEEDANCES` values above it; moved up
+  while the threshold-stability test, level
+  :data:`~evtsync.core.defaults.RANKTAIL_STABILITY_ALPHA`, rejects it) and a generalized Pareto tail above it: F̂(x) = W_t + (1 − W_t)(1 − G(x − t)), G the
   GPD survival function with scale sigma and shape xi (xi > 0 heavy, 0 exponential, < 0 bounded);
 - E[max_n u] = ∫ x dF̂(x)^n: the body's atoms exactly, the tail by quadrature in w = −log G:
   t(1 − W_t^n) + sigma ∫_0^∞ (1 − (1 − (1 − W_t) e^{−w})^n) e^{xi·w} dw (finite for xi < 1;
@@ -54,10 +55,12 @@ from numpy.typing import NDArray
 from evtsync.blocks.zscores import RANK_SCALE_COLUMN, RANK_VALUES_COLUMN
 from evtsync.core.defaults import (
     RANKTAIL_DRAWS,
+    RANKTAIL_EXCEEDANCE_POWER,
     RANKTAIL_MAX_EXCEEDANCES,
     RANKTAIL_MIN_EXCEEDANCES,
     RANKTAIL_MIN_VALUES,
     RANKTAIL_MODEL,
+    RANKTAIL_SHARE_VALUES,
     RANKTAIL_STABILITY_ALPHA,
     RANKTAIL_TAIL_SHARE,
     RANKTAIL_XI_PRIOR_SD,
@@ -66,7 +69,8 @@ from evtsync.core.errors import InputError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RANK_COLUMN", "RankTail", "RankTailFit", "expected_max_draws", "fit_rank_tail", "rank_values"]
+__all__ = ["RANK_COLUMN", "RankTail", "RankTailFit", "expected_max_draws", "fit_rank_tail", "rank_values",
+           "tail_exceedances"]
 
 #: The z-score table's column of per-rank standardised values u = (X − a_c)/r_c, comma-joined per sample.
 RANK_COLUMN = RANK_VALUES_COLUMN
@@ -175,6 +179,23 @@ def _gpd_grid_posterior(exc: NDArray[np.float64], draws: int, rng: np.random.Gen
     return (log_sigma[row] + (rng.random(draws) - 0.5) * ds, _XI_GRID[col] + (rng.random(draws) - 0.5) * dx)
 
 
+def tail_exceedances(n_values: int, tail_share: float = RANKTAIL_TAIL_SHARE, *,
+                     min_exceedances: int = RANKTAIL_MIN_EXCEEDANCES, max_exceedances: int = RANKTAIL_MAX_EXCEEDANCES,
+                     share_values: int = RANKTAIL_SHARE_VALUES, power: float = RANKTAIL_EXCEEDANCE_POWER) -> int:
+    """k, the number of a cell's ``n_values`` rank values above the GPD threshold before the
+    threshold-stability test (docs/methodology.md, "Choosing the threshold and the prior").
+
+    ``tail_share`` of the values up to ``share_values`` values; beyond, k grows as
+    n_values^``power`` from there, k = tail_share · share_values · (n_values / share_values)^power,
+    so the threshold's quantile rises with N: a fixed share keeps the GPD's approximation bias
+    however many values there are (Student-t₅ above the 96.5% quantile: −3% at n = 4096, −8% at
+    32768 with unlimited data; benchmarks/ranktail_approximation.py). Clipped to
+    [``min_exceedances``, ``max_exceedances``].
+    """
+    scaled = tail_share * min(n_values, share_values) * (max(n_values, share_values) / share_values) ** power
+    return min(max(min_exceedances, int(math.ceil(scaled - 1e-9))), max_exceedances)
+
+
 def _stable_exceedances(u: NDArray[np.float64], k: int, min_exceedances: int,
                         alpha: float = RANKTAIL_STABILITY_ALPHA
                         ) -> tuple[int, tuple[NDArray[np.float64], NDArray[np.float64]] | None]:
@@ -215,7 +236,7 @@ def _stable_exceedances(u: NDArray[np.float64], k: int, min_exceedances: int,
 def fit_rank_tail(values: NDArray[np.float64], *, draws: int = RANKTAIL_DRAWS, seed: int = 0,
                   tail_share: float = RANKTAIL_TAIL_SHARE, min_exceedances: int = RANKTAIL_MIN_EXCEEDANCES,
                   min_values: int = RANKTAIL_MIN_VALUES, max_exceedances: int = RANKTAIL_MAX_EXCEEDANCES,
-                  label: str = "cell") -> RankTail:
+                  exceedance_power: float = RANKTAIL_EXCEEDANCE_POWER, label: str = "cell") -> RankTail:
     """The semi-parametric fit of one cell's rank values ``values`` (standardised u).
 
     Parameters
@@ -227,7 +248,8 @@ def fit_rank_tail(values: NDArray[np.float64], *, draws: int = RANKTAIL_DRAWS, s
     seed : int, default 0
         Seed of the draws.
     tail_share : float, default RANKTAIL_TAIL_SHARE
-        Share of the values above the threshold.
+        Share of the values above the threshold up to RANKTAIL_SHARE_VALUES values; a larger cell
+        has fewer in proportion (:func:`tail_exceedances`).
     min_exceedances : int, default RANKTAIL_MIN_EXCEEDANCES
         The fewest values above the threshold (the threshold is lowered to reach it).
     min_values : int, default RANKTAIL_MIN_VALUES
@@ -235,6 +257,9 @@ def fit_rank_tail(values: NDArray[np.float64], *, draws: int = RANKTAIL_DRAWS, s
     max_exceedances : int, default RANKTAIL_MAX_EXCEEDANCES
         The most values above the threshold (a large cell gets a higher threshold: less
         bias from the GPD approximation, and bounded cost).
+    exceedance_power : float, default RANKTAIL_EXCEEDANCE_POWER
+        Beyond RANKTAIL_SHARE_VALUES values the exceedances grow as N to this power
+        (:func:`tail_exceedances`; 1: the same share at every N).
     label : str, default "cell"
         The cell's name in messages.
 
@@ -254,7 +279,8 @@ def fit_rank_tail(values: NDArray[np.float64], *, draws: int = RANKTAIL_DRAWS, s
     if u.size < min_values:
         raise InputError(f"ranktail: {label} has {u.size} rank value(s); the per-rank tail estimator needs at least "
                          f"{min_values} ({min_values // 4} samples of 4 ranks); use --estimator centred for this cell")
-    k_share = min(max(min_exceedances, int(math.ceil(tail_share * u.size))), max_exceedances)
+    k_share = tail_exceedances(u.size, tail_share, min_exceedances=min_exceedances, max_exceedances=max_exceedances,
+                               power=exceedance_power)
     k, grid = _stable_exceedances(u, k_share, min_exceedances)
     threshold = float(u[u.size - k - 1])
     exc = u[u > threshold] - threshold

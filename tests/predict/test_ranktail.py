@@ -15,7 +15,13 @@ from scipy import integrate, stats
 from evtsync.blocks.zscores import pooled_zscores
 from evtsync.core.defaults import RANKTAIL_TAIL_SHARE
 from evtsync.core.errors import InputError
-from evtsync.evt.ranktail import RankTailFit, expected_max_draws, fit_rank_tail, rank_values
+from evtsync.evt.ranktail import (
+    RankTailFit,
+    expected_max_draws,
+    fit_rank_tail,
+    rank_values,
+    tail_exceedances,
+)
 from evtsync.predict.tables import check_estimator, tau_table
 
 M = 4
@@ -209,7 +215,7 @@ def test_the_threshold_moves_above_a_bump_of_slow_ranks_and_stays_for_a_plain_ta
     x = rng.standard_normal(n_values) + shift * (rng.random(n_values) < p)
     sd = float(x.std())
     tail = fit_rank_tail((x - x.mean()) / sd, seed=3)
-    assert tail.n_exceedances < RANKTAIL_TAIL_SHARE * n_values
+    assert tail.n_exceedances < tail_exceedances(n_values)  # moved up from the first candidate
     assert tail.threshold * sd + x.mean() > 3.0  # above the normal ranks' top, among the slow ones
     assert any("stability test" in note for note in tail.notes)  # and the fit says so
     true = _mixture_delay(p, shift, n_values) / sd
@@ -240,3 +246,19 @@ def test_identities_whose_times_are_mostly_equal_get_the_root_mean_square_scale(
     table, _ = pooled_zscores(_times(x), m=M)
     u = np.array([float(v) for v in ",".join(table["u"]).split(",")])
     assert np.isfinite(u).all() and u.argmax() == 10 * M + 3
+
+
+def test_the_tail_share_holds_up_to_2560_values_and_shrinks_beyond() -> None:
+    """The threshold rule (docs/methodology.md, "Choosing the threshold and the prior"), counted by
+    hand: 3.5% of N up to 2,560 values (89.6 -> 90; 1,272 -> 44.52 -> 45; never below 30), beyond
+    89.6 · (N/2560)^(1/2): 10,240 values -> 89.6 · 2 = 179.2 -> 180 (1.8%, not 3.5%'s 359),
+    40,960 -> 89.6 · 4 = 358.4 -> 359; never above 5,000."""
+    assert [tail_exceedances(n) for n in (100, 640, 1272, 2560)] == [30, 30, 45, 90]
+    assert tail_exceedances(10_240) == 180
+    assert tail_exceedances(40_960) == 359
+    assert tail_exceedances(10 ** 9) == 5000
+    assert tail_exceedances(10_240, power=1.0) == math.ceil(0.035 * 10_240)  # power 1: the share at every N
+    # the fit uses it: a normal cell of 10,240 values keeps 180 above the threshold (the stability
+    # test rarely moves a plain tail), not the 359 of a fixed share
+    tail = fit_rank_tail(np.random.default_rng(5).standard_normal(10_240), seed=1)
+    assert tail.n_exceedances == 180
