@@ -66,9 +66,18 @@ def fixed_source_digest() -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, list[StageEvent]]:
+def figure_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The module's figure cache (as ``evtsync run`` keeps one in its cache folder): the tiny run's
+    report draws every figure into it, and a later report of the same tables (the tests that
+    rebuild the report to check its text) copies those instead of drawing them again (~25 s of
+    CPU a report); a figure of other tables is drawn."""
+    return tmp_path_factory.mktemp("figures")
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory, figure_cache: Path) -> tuple[Path, dict, list[StageEvent]]:
     out = tmp_path_factory.mktemp("run") / "demo"
-    manifest, events = _run(out)
+    manifest, events = _run(out, figure_cache=str(figure_cache))
     return out, manifest, events
 
 
@@ -318,7 +327,8 @@ def test_report_of_one_fit(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_pa
     assert ("did NOT converge" in text) == (not is_converged(load_fit(fit)))
 
 
-def test_report_estimator_on_a_real_run(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_path: Path) -> None:
+def test_report_estimator_on_a_real_run(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_path: Path,
+                                        figure_cache: Path) -> None:
     """`evtsync report --estimator centred` on a real run: the headline tau(n) table holds the main
     model's centred rows of tables/tau.parquet (read here with pandas), number for number; a fit's
     report refuses --estimator (it has no tau(n))."""
@@ -328,7 +338,7 @@ def test_report_estimator_on_a_real_run(tiny_run: tuple[Path, dict, list[StageEv
     from evtsync.report.html import build_report
 
     out, _, _ = tiny_run
-    build_report(out, tmp_path / "rep", workers=1, estimator="centred")
+    build_report(out, tmp_path / "rep", workers=1, estimator="centred", figure_cache=figure_cache)
     md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
     section = md.split("## Predicted tax tau(n)", 1)[1]
     lines = [line for line in section.splitlines() if line.startswith("|")]
@@ -420,7 +430,8 @@ def test_pipeline_tables_equal_the_api_on_the_same_fit(tiny_run: tuple[Path, dic
     assert one["tau_mean_us"].to_numpy()[: len(ns)] == pytest.approx(row["tau_mean_us"].to_numpy(), rel=1e-12)
 
 
-def test_report_draws_fig13_and_the_path_view(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_path: Path) -> None:
+def test_report_draws_fig13_and_the_path_view(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_path: Path,
+                                              figure_cache: Path) -> None:
     """The run's report carries the paper's Fig. 13 (B* as FLOPS grow, n = 256 and 4096) with the
     bandwidth-scaling requirement, and one Fig. 4-style path view per GPU; a run folder without
     the kept paths says why instead of leaving the view out."""
@@ -449,7 +460,7 @@ def test_report_draws_fig13_and_the_path_view(tiny_run: tuple[Path, dict, list[S
     copy = tmp_path / "run"
     shutil.copytree(out, copy)
     (copy / "tables" / "attribution_paths.parquet").unlink()
-    build_report(copy, tmp_path / "rep")
+    build_report(copy, tmp_path / "rep", figure_cache=figure_cache)  # its other figures: copied, not drawn
     text = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
     assert text.count("No straggler-vs-fastest path view: this run folder has no tables/attribution_paths.parquet") == 3
 
@@ -457,13 +468,20 @@ def test_report_draws_fig13_and_the_path_view(tiny_run: tuple[Path, dict, list[S
 def test_fits_run_side_by_side_in_a_pool_and_give_the_same_draws(tiny_run: tuple[Path, dict, list[StageEvent]],
                                                                   tmp_path: Path) -> None:
     """With two models and --jobs 2 the fits are jobs of a process pool: each fit stage says
-    where its fit ran, and the gumbel fit's draws are those of the in-process run (same seed)."""
+    where its fit ran, and the gumbel fit's draws are those of the in-process run (same seed).
+    The run is the tiny run's folder again with its fit removed and the GEV model added, without
+    the report: the stages before the fits are reused (the same z-scores as a fresh run's: the
+    demo is seeded), both fits run."""
     import xarray as xr
 
     out_single, manifest_single, _ = tiny_run
     assert manifest_single["stages"]["fit-gumbel"]["job_ran_in"] == "this process"  # one fit: no pool
     out = tmp_path / "demo"
-    manifest, _ = _run(out, models=["gumbel", "gev"], jobs=2)
+    shutil.copytree(out_single, out)
+    (out / "fits" / "gumbel.nc").unlink()
+    manifest, events = _run(out, models=["gumbel", "gev"], jobs=2, report=False)
+    ran = {e.stage for e in events if e.action == "ran"}
+    assert {"fit-gumbel", "fit-gev"} <= ran and {"demo", "tax", "attribution", "zscores"}.isdisjoint(ran), ran
     for name in ("fit-gumbel", "fit-gev"):
         entry = manifest["stages"][name]
         assert entry["status"] == STATUS_DONE, entry.get("reason")
