@@ -36,8 +36,9 @@ FULL_DATA_MISSING = f"the full public data set is not at {FULL_DATA} (set EVTSYN
 #: How the default run spreads the tests over workers: a whole file to one worker, so that a
 #: module-scoped fixture (the tiny pipeline run, the fitted models, the synthetic studies) is
 #: computed once, not once per worker that happens to get one of its tests. Files balance well
-#: enough: the largest, tests/pipeline/test_run_pipeline.py, is ~30% of one worker's time, and
-#: the two workers' summed test times differed by 1-4% in the runs of 2026-12-05.
+#: enough when none is a large share of one worker's time: tests/pipeline/test_run_pipeline.py
+#: (~30% before) was split in two for that (tests/pipeline/test_run_fresh.py), and the two
+#: workers' summed test times differed by 1-4% in the runs of 2026-12-05.
 DIST_MODE = "loadfile"
 
 
