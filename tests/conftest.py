@@ -36,8 +36,9 @@ FULL_DATA_MISSING = f"the full public data set is not at {FULL_DATA} (set EVTSYN
 #: How the default run spreads the tests over workers: a whole file to one worker, so that a
 #: module-scoped fixture (the tiny pipeline run, the fitted models, the synthetic studies) is
 #: computed once, not once per worker that happens to get one of its tests. Files balance well
-#: enough: the largest, tests/pipeline/test_run_pipeline.py, is ~30% of one worker's time, and
-#: the two workers' summed test times differed by 1-4% in the runs of 2026-12-05.
+#: enough when none is a large share of one worker's time: tests/pipeline/test_run_pipeline.py
+#: (~30% before) was split in two for that (tests/pipeline/test_run_fresh.py), and the two
+#: workers' summed test times differed by 1-4% in the runs of 2026-12-05.
 DIST_MODE = "loadfile"
 
 
@@ -62,21 +63,51 @@ def pytest_configure(config: pytest.Config) -> None:
     the tests never read what an earlier run or the user left in ``~/.cache/evtsync`` nor
     write there, and two workers never race on one cache. Subprocesses the tests start inherit
     it; a test about the default location sets its own. Runs in each xdist worker too (after
-    the controller), which then replaces the controller's folder by its own."""
+    the controller), which then replaces the controller's folder by its own.
+
+    One exception: the compiled trace scanner (``<cache>/scanner``, ~40 s of CPU to build on 2
+    cores) is one folder for the whole session, made by the controller before it starts the
+    workers and linked into each process's cache (:func:`link_session_scanner`): built once,
+    by the first process that needs it (the others wait on its lock:
+    :func:`evtsync.trace.scan.build_ahead_of_time`), not once per worker and per test that
+    starts from an empty cache."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    if SCANNER_ENV not in os.environ:  # the controller (or a run without xdist): the workers inherit it
+        os.environ[SCANNER_ENV] = tempfile.mkdtemp(prefix="evtsync-tests-scanner-")
+        config.stash[_SCANNER_FOLDER] = os.environ[SCANNER_ENV]
     folder = tempfile.mkdtemp(prefix=f"evtsync-tests-{worker}-")
     config.stash[_CACHE_FOLDER] = folder
     os.environ[CACHE_ENV] = folder
+    link_session_scanner(Path(folder))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Remove this process's cache folder (:func:`pytest_configure`)."""
-    folder = config.stash.get(_CACHE_FOLDER, None)
-    if folder is not None:
-        shutil.rmtree(folder, ignore_errors=True)
+    """Remove this process's cache folder (:func:`pytest_configure`), and the session's scanner
+    folder in the process that made it."""
+    for key in (_CACHE_FOLDER, _SCANNER_FOLDER):
+        folder = config.stash.get(key, None)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+    if _SCANNER_FOLDER in config.stash:
+        os.environ.pop(SCANNER_ENV, None)
 
 
 _CACHE_FOLDER = pytest.StashKey[str]()
+_SCANNER_FOLDER = pytest.StashKey[str]()
+
+#: The environment variable naming the session's scanner folder (:func:`pytest_configure`).
+SCANNER_ENV = "EVTSYNC_TESTS_SCANNER_DIR"
+
+
+def link_session_scanner(cache: Path) -> Path:
+    """Make ``cache`` (an evtsync cache folder, created if missing) use the session's compiled
+    trace scanner: ``cache/scanner`` a link to the one folder of the test session. For tests
+    that give a command a fresh cache of its own (``$EVTSYNC_CACHE_DIR``) about something other
+    than the scanner's build: the build (tested in tests/trace/test_trace_scan.py) then happens
+    at most once a session, not in each such test. Returns ``cache``."""
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "scanner").symlink_to(os.environ[SCANNER_ENV], target_is_directory=True)
+    return cache
 
 
 def file_hashes(root: Path) -> dict[str, str]:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TRACES, file_hashes, full_data_file
+from tests.conftest import TRACES, file_hashes, full_data_file, link_session_scanner
 
 DLRM = TRACES / "dlrm-8rank-v100"
 pytestmark = pytest.mark.skipif(not DLRM.is_dir(), reason=f"shared data not found at {DLRM}")
@@ -185,7 +185,7 @@ def test_bad_input_gives_one_clear_line(case: Case, tmp_path: Path):
     work.mkdir()
     argv = case.make(work)
     before = file_hashes(work)
-    env = {**os.environ, "EVTSYNC_CACHE_DIR": str(tmp_path / "cache")}
+    env = {**os.environ, "EVTSYNC_CACHE_DIR": str(link_session_scanner(tmp_path / "cache"))}
     proc = subprocess.run([sys.executable, "-m", "evtsync", "-q", *argv], capture_output=True, text=True,
                           env=env, cwd=tmp_path, timeout=300)
     err = proc.stderr.strip()
@@ -209,7 +209,7 @@ def test_truncated_json_names_the_true_position(tmp_path: Path):
     work.mkdir()
     argv = _truncated_json(work)
     proc = subprocess.run([sys.executable, "-m", "evtsync", "-q", *argv], capture_output=True, text=True,
-                          env={**os.environ, "EVTSYNC_CACHE_DIR": str(tmp_path / "cache")})
+                          env={**os.environ, "EVTSYNC_CACHE_DIR": str(link_session_scanner(tmp_path / "cache"))})
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
     assert "worker0_" in line
@@ -227,7 +227,7 @@ def test_missing_rank_with_allow_partial_says_what_is_missing(tmp_path: Path):
     work.mkdir()
     argv = _missing_rank(work) + ["--allow-partial", "--json"]
     proc = subprocess.run([sys.executable, "-m", "evtsync", "-q", *argv], capture_output=True, text=True,
-                          env={**os.environ, "EVTSYNC_CACHE_DIR": str(tmp_path / "cache")})
+                          env={**os.environ, "EVTSYNC_CACHE_DIR": str(link_session_scanner(tmp_path / "cache"))})
     assert proc.returncode == 0, proc.stderr
     assert "5" in json.dumps(json.loads(proc.stdout).get("missing_ranks", "")), proc.stdout[:500]
 
@@ -235,7 +235,7 @@ def test_missing_rank_with_allow_partial_says_what_is_missing(tmp_path: Path):
 def test_outputs_follow_the_umask(tmp_path: Path):
     out = tmp_path / "tax.csv"
     proc = subprocess.run([sys.executable, "-m", "evtsync", "-q", "tax", str(DLRM), "--no-cache", "-o", str(out)],
-                          capture_output=True, text=True, env={**os.environ, "EVTSYNC_CACHE_DIR": str(tmp_path / "c")},
+                          capture_output=True, text=True, env={**os.environ, "EVTSYNC_CACHE_DIR": str(link_session_scanner(tmp_path / "c"))},
                           preexec_fn=lambda: os.umask(0o022))
     assert proc.returncode == 0, proc.stderr
     assert out.stat().st_mode & 0o777 == 0o644

@@ -28,7 +28,7 @@ import pandas as pd
 import pytest
 
 from evtsync.cli import main
-from tests.conftest import DATA, TRACES, file_hashes, full_data_file
+from tests.conftest import DATA, TRACES, file_hashes, full_data_file, link_session_scanner
 
 DLRM = TRACES / "dlrm-8rank-v100"
 NCCL = DATA / "nccl-tests"
@@ -502,7 +502,7 @@ def test_bad_input_one_line(case: Case, tmp_path: Path, capsys: pytest.CaptureFi
                             monkeypatch: pytest.MonkeyPatch) -> None:
     work = tmp_path / "in"
     work.mkdir()
-    monkeypatch.setenv("EVTSYNC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("EVTSYNC_CACHE_DIR", str(link_session_scanner(tmp_path / "cache")))  # the session's scanner: built once
     home = tmp_path / "cwd"
     home.mkdir()
     monkeypatch.chdir(home)

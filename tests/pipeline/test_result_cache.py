@@ -336,12 +336,14 @@ FAST = {"draws": 60, "tune": 60, "chains": 2, "models": ["gumbel"], "demo_overri
 
 @pytest.fixture(scope="module")
 def two_demos(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, Path, dict, list[StageEvent]]:
-    """The tiny demo computed into one folder, then into a fresh one with the same result cache."""
+    """The tiny demo computed into one folder, then into a fresh one with the same result cache.
+    The first run draws no report (~25 s of CPU): the report is not a shareable stage (the
+    second run computes its own, asserted below), and nothing here reads the first's."""
     with pytest.MonkeyPatch.context() as mp:  # other work on the sources must not change the keys
         mp.setattr("evtsync.pipeline.engine.source_digest", lambda: "test-source-digest")
         root = tmp_path_factory.mktemp("demos")
         cache = root / "cache"
-        first = run_pipeline(RunOptions(out=root / "one", result_cache=str(cache), **FAST))
+        first = run_pipeline(RunOptions(out=root / "one", result_cache=str(cache), report=False, **FAST))
         events: list[StageEvent] = []
         second = run_pipeline(RunOptions(out=root / "two", result_cache=str(cache), **FAST), on_stage=events.append)
     return first.out, first.manifest, second.out, second.manifest, events
@@ -355,6 +357,7 @@ def test_second_demo_copies_every_shareable_stage(two_demos) -> None:
     assert {"demo", "tax", "zscores", "attribution", "mle", "fit-gumbel", "prediction"} <= copied
     assert {e.stage for e in events if e.action == "cached"} == copied
     assert {e.stage for e in events if e.action == "ran"} == set(m2["stages"]) - copied  # summary, report, …
+    assert m2["stages"]["report"]["status"] == "done" and "report" not in m1["stages"]  # drawn from copied stages
     for name in copied:
         rels = list(m1["stages"][name]["outputs"])
         assert _hashes(two, rels) == _hashes(one, rels), name

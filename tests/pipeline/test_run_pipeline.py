@@ -1,5 +1,7 @@
-"""`evtsync run`: the pipeline end to end on a tiny demo study, stage caching, resuming after a
-kill, and the real 8-rank DLRM traces where most stages do not apply.
+"""`evtsync run`: the pipeline end to end on a tiny demo study (one run, a module fixture, that
+the tests read, copy or run again: stage caching, the report, the tables, the fits' pool). Runs
+from scratch on inputs of their own (resuming after a kill, the real 8-rank DLRM traces, a failed
+stage, a bad option) are in tests/pipeline/test_run_fresh.py.
 
 The default tests use a tiny study (4 iterations, 1 layer per workload) and the Gumbel model
 only, with a few draws; the full demo with every model is a ``slow`` test.
@@ -10,10 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -66,9 +64,18 @@ def fixed_source_digest() -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, list[StageEvent]]:
+def figure_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The module's figure cache (as ``evtsync run`` keeps one in its cache folder): the tiny run's
+    report draws every figure into it, and a later report of the same tables (the tests that
+    rebuild the report to check its text) copies those instead of drawing them again (~25 s of
+    CPU a report); a figure of other tables is drawn."""
+    return tmp_path_factory.mktemp("figures")
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory, figure_cache: Path) -> tuple[Path, dict, list[StageEvent]]:
     out = tmp_path_factory.mktemp("run") / "demo"
-    manifest, events = _run(out)
+    manifest, events = _run(out, figure_cache=str(figure_cache))
     return out, manifest, events
 
 
@@ -128,93 +135,6 @@ def test_parameter_change_reruns_only_dependent_stages(tiny_run: tuple[Path, dic
     assert (bstar["alpha_us"] == 9.0).all()
 
 
-def test_killed_run_resumes_without_redoing_finished_stages(tmp_path: Path) -> None:
-    out = tmp_path / "killed"
-    code = ("import sys; from pathlib import Path; import evtsync.pipeline as r; import evtsync.pipeline.engine as e; "
-            f"e.source_digest = lambda: {FIXED_DIGEST!r}; "
-            f"r.run_pipeline(r.RunOptions(out=Path(sys.argv[1]), **{FAST!r}))")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env={**os.environ, "EVTSYNC_QUIET": "1"})
-    deadline = time.monotonic() + 240
-    try:
-        while time.monotonic() < deadline:
-            manifest = read_manifest(out) if (out / MANIFEST).is_file() else {}
-            if manifest.get("stages", {}).get("tax", {}).get("status") == STATUS_DONE:
-                break
-            assert proc.poll() is None, "the run ended before it could be killed"
-            time.sleep(0.2)
-        else:
-            pytest.fail("the tax stage did not finish in time")
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    killed = read_manifest(out)
-    finished = {n for n, e in killed["stages"].items() if e["status"] == STATUS_DONE}
-    assert {"demo", "tax"} <= finished
-    assert "report" not in finished
-    manifest, events = _run(out, report=False)
-    actions = {e.stage: e.action for e in events if e.action != "start"}
-    for name in finished:
-        assert actions[name] == "reused", (name, actions, killed.get("source_digest"), manifest.get("source_digest"),
-                                           killed["stages"][name]["key"], manifest["stages"][name]["key"])
-    assert manifest["stages"]["fit-gumbel"]["status"] == STATUS_DONE
-    reused_history = [h for h in manifest["history"] if h["action"] == "reused"]
-    assert {h["stage"] for h in reused_history} >= {"demo", "tax"}
-    _assert_outputs_intact(out, manifest)
-
-
-def test_dlrm_traces_report_which_stages_did_not_apply(traces_dir: Path, tmp_path: Path) -> None:
-    out = tmp_path / "dlrm"
-    manifest, _ = _run(out, traces=[str(traces_dir / "dlrm-8rank-v100")], models=["gumbel", "gev"])
-    stages = manifest["stages"]
-    assert stages["tax"]["status"] == STATUS_DONE
-    assert stages["attribution"]["status"] == STATUS_DONE
-    coll = pd.read_parquet(out / "tables" / "tax_collectives.parquet")
-    assert len(coll) == 8 and set(coll["workload"]) == {"dlrm-8rank-v100"}
-    assert set(coll["gpu"]) == {"V100"}
-    # 8 collectives in one step leave far too few GEMM blocks for any fit
-    not_applied = {n for n, e in stages.items() if e["status"] == STATUS_NA}
-    assert {"fit-gumbel", "fit-gev", "compare", "prediction", "predicted-vs-measured"} <= not_applied
-    for name in not_applied:
-        assert stages[name]["reason"], name
-    html = (out / "report.html").read_text(encoding="utf-8")
-    assert "Stages that did not apply" in html
-    assert "fewer than 30 for a Bayesian fit" in html
-    assert "no tensor-parallel process group" in html
-    md = (out / "report.md").read_text(encoding="utf-8")
-    assert "not_applicable" in md or "did not apply" in md
-
-
-def test_failed_stage_is_recorded_then_retried_and_force_redoes_all(traces_dir: Path, tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch,
-                                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    import evtsync.pipeline.stages as run_module
-    from evtsync.cli import main
-    from evtsync.core.errors import InputError
-
-    out = tmp_path / "dlrm"
-    traces = str(traces_dir / "dlrm-8rank-v100")
-
-    def broken(run: run_module.Run) -> dict:
-        raise InputError("injected failure")
-
-    with monkeypatch.context() as mp:
-        mp.setattr(run_module, "_stage_attribution", broken)
-        status = main(["-q", "run", traces, "--out", str(out), "--model", "gumbel", "--no-report"])
-    assert status == 1
-    assert "FAILED attribution" in capsys.readouterr().err
-    stages = read_manifest(out)["stages"]
-    assert stages["attribution"]["status"] == "failed"
-    assert "injected failure" in stages["attribution"]["reason"]
-    assert stages["zscores"]["status"] == STATUS_DONE           # the run went on past the failure
-    manifest, events = _run(out, traces=[traces], report=False)
-    actions = {e.stage: e.action for e in events if e.action != "start"}
-    assert actions["attribution"] == "ran" and actions["tax"] == "reused"
-    assert manifest["stages"]["attribution"]["status"] == STATUS_DONE
-    _, events = _run(out, traces=[traces], report=False, force=True)
-    assert {e.action for e in events if e.action != "start"} == {"ran"}
-
-
 def test_predicted_delay_matches_measured_on_the_synthetic_study(tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:
     """The study's block times are drawn so that the mean straggler delay is b·E_k: the
     measured mean (90% t interval) and the prediction (90% credible interval) must agree
@@ -254,15 +174,6 @@ def test_tau_table_carries_the_ranktail_estimator_for_cells_with_enough_ranks(
     md = (out / "report.md").read_text(encoding="utf-8")
     if len(rt):  # the report names the point where it names the estimator
         assert "ranktail (default; point: posterior median)" in md
-
-
-def test_cli_run_quiet_and_bad_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from evtsync.cli import main
-
-    assert main(["run", "--out", str(tmp_path / "x"), "--eps", "0.5"]) == 2
-    assert "--eps" in capsys.readouterr().err
-    assert main(["run", str(tmp_path / "missing"), "--out", str(tmp_path / "y")]) == 2
-    assert "no such file or folder" in capsys.readouterr().err
 
 
 def test_manifest_is_json_with_stage_order(tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:
@@ -318,7 +229,8 @@ def test_report_of_one_fit(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_pa
     assert ("did NOT converge" in text) == (not is_converged(load_fit(fit)))
 
 
-def test_report_estimator_on_a_real_run(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_path: Path) -> None:
+def test_report_estimator_on_a_real_run(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_path: Path,
+                                        figure_cache: Path) -> None:
     """`evtsync report --estimator centred` on a real run: the headline tau(n) table holds the main
     model's centred rows of tables/tau.parquet (read here with pandas), number for number; a fit's
     report refuses --estimator (it has no tau(n))."""
@@ -328,7 +240,7 @@ def test_report_estimator_on_a_real_run(tiny_run: tuple[Path, dict, list[StageEv
     from evtsync.report.html import build_report
 
     out, _, _ = tiny_run
-    build_report(out, tmp_path / "rep", workers=1, estimator="centred")
+    build_report(out, tmp_path / "rep", workers=1, estimator="centred", figure_cache=figure_cache)
     md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
     section = md.split("## Predicted tax tau(n)", 1)[1]
     lines = [line for line in section.splitlines() if line.startswith("|")]
@@ -420,7 +332,8 @@ def test_pipeline_tables_equal_the_api_on_the_same_fit(tiny_run: tuple[Path, dic
     assert one["tau_mean_us"].to_numpy()[: len(ns)] == pytest.approx(row["tau_mean_us"].to_numpy(), rel=1e-12)
 
 
-def test_report_draws_fig13_and_the_path_view(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_path: Path) -> None:
+def test_report_draws_fig13_and_the_path_view(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_path: Path,
+                                              figure_cache: Path) -> None:
     """The run's report carries the paper's Fig. 13 (B* as FLOPS grow, n = 256 and 4096) with the
     bandwidth-scaling requirement, and one Fig. 4-style path view per GPU; a run folder without
     the kept paths says why instead of leaving the view out."""
@@ -449,7 +362,7 @@ def test_report_draws_fig13_and_the_path_view(tiny_run: tuple[Path, dict, list[S
     copy = tmp_path / "run"
     shutil.copytree(out, copy)
     (copy / "tables" / "attribution_paths.parquet").unlink()
-    build_report(copy, tmp_path / "rep")
+    build_report(copy, tmp_path / "rep", figure_cache=figure_cache)  # its other figures: copied, not drawn
     text = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
     assert text.count("No straggler-vs-fastest path view: this run folder has no tables/attribution_paths.parquet") == 3
 
@@ -457,13 +370,20 @@ def test_report_draws_fig13_and_the_path_view(tiny_run: tuple[Path, dict, list[S
 def test_fits_run_side_by_side_in_a_pool_and_give_the_same_draws(tiny_run: tuple[Path, dict, list[StageEvent]],
                                                                   tmp_path: Path) -> None:
     """With two models and --jobs 2 the fits are jobs of a process pool: each fit stage says
-    where its fit ran, and the gumbel fit's draws are those of the in-process run (same seed)."""
+    where its fit ran, and the gumbel fit's draws are those of the in-process run (same seed).
+    The run is the tiny run's folder again with its fit removed and the GEV model added, without
+    the report: the stages before the fits are reused (the same z-scores as a fresh run's: the
+    demo is seeded), both fits run."""
     import xarray as xr
 
     out_single, manifest_single, _ = tiny_run
     assert manifest_single["stages"]["fit-gumbel"]["job_ran_in"] == "this process"  # one fit: no pool
     out = tmp_path / "demo"
-    manifest, _ = _run(out, models=["gumbel", "gev"], jobs=2)
+    shutil.copytree(out_single, out)
+    (out / "fits" / "gumbel.nc").unlink()
+    manifest, events = _run(out, models=["gumbel", "gev"], jobs=2, report=False)
+    ran = {e.stage for e in events if e.action == "ran"}
+    assert {"fit-gumbel", "fit-gev"} <= ran and {"demo", "tax", "attribution", "zscores"}.isdisjoint(ran), ran
     for name in ("fit-gumbel", "fit-gev"):
         entry = manifest["stages"][name]
         assert entry["status"] == STATUS_DONE, entry.get("reason")

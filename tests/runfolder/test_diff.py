@@ -207,7 +207,19 @@ def _fake_run(folder, side, tree, b_us: float, alpha_us: float = 5.0, size_bytes
     return folder
 
 
-def test_cli_run_folders_with_fits_give_delta_bstar(runs, tmp_path):
+def _evtsync(args: list[str], capsys: pytest.CaptureFixture[str]) -> subprocess.CompletedProcess[str]:
+    """``evtsync ARGS`` run in this process through the CLI's ``main``: its exit status and what it
+    printed, as ``subprocess.run`` gives them (a child process would import the package again,
+    ~3-4 s of CPU each; test_cli_json_and_bad_input runs the real command)."""
+    from evtsync.cli import main
+
+    capsys.readouterr()
+    status = main(args)
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, status, out, err)
+
+
+def test_cli_run_folders_with_fits_give_delta_bstar(runs, tmp_path, capsys):
     """Two run folders with fits: Δξ, Δτ and ΔB* with A's b, alpha, S and eps and every topology;
     B's tail is heavier (Gumbel mu 1.6 vs 0.8), so its tax is higher and its B* lower, by the
     amounts computed by hand from the Gumbel mean maximum."""
@@ -217,8 +229,7 @@ def test_cli_run_folders_with_fits_give_delta_bstar(runs, tmp_path):
     rb = _fake_run(tmp_path / "rb", _side(runs["a2"], "a2"), _gumbel_tree(1.6, 0.45, seed=1), b_us=40.0,
                    alpha_us=99.0)
     html = tmp_path / "diff.html"
-    proc = subprocess.run([sys.executable, "-m", "evtsync", "-q", "diff", str(ra), str(rb), "--json", "--n", "64",
-                           "--html", str(html)], capture_output=True, text=True)
+    proc = _evtsync(["-q", "diff", str(ra), str(rb), "--json", "--n", "64", "--html", str(html)], capsys)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["rows"][0]["verdict"] == "no difference"  # the tax tables: two seeds of one configuration
@@ -236,38 +247,37 @@ def test_cli_run_folders_with_fits_give_delta_bstar(runs, tmp_path):
     page = html.read_text()
     assert "Fit level: ΔB*" in page and "Fit level: Δξ and Δτ(n)" in page and page.count("data:image/png") == 2
     # flags win over the run's inputs, as in `evtsync bandwidth`
-    proc = subprocess.run([sys.executable, "-m", "evtsync", "-q", "diff", str(ra), str(rb), "--json", "--n", "64",
-                           "--topology", "full", "--alpha-us", "2", "--bytes", "1GiB", "--block-sd-us", "10"],
-                          capture_output=True, text=True)
+    proc = _evtsync(["-q", "diff", str(ra), str(rb), "--json", "--n", "64", "--topology", "full", "--alpha-us", "2",
+                     "--bytes", "1GiB", "--block-sd-us", "10"], capsys)
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads(proc.stdout)["bstar"]
     assert (row["alpha_us"], row["bytes"], row["block_sd_us"]) == (2.0, 2**30, 10.0)
     # --own-b: each run's measured b (A 20 µs, B 40 µs), so ΔB* is the change of the whole tax
-    cmd = [sys.executable, "-m", "evtsync", "-q", "diff", str(ra), str(rb), "--n", "64", "--topology", "full", "--own-b"]
-    proc = subprocess.run([*cmd, "--json"], capture_output=True, text=True)
+    cmd = ["-q", "diff", str(ra), str(rb), "--n", "64", "--topology", "full", "--own-b"]
+    proc = _evtsync([*cmd, "--json"], capsys)
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads(proc.stdout)["bstar"]
     hand = (_hand_bstar_gbps(1.6, 0.45, 40.0, 64, 4, 5.0, 2.0, -0.5)
             - _hand_bstar_gbps(0.8, 0.45, 20.0, 64, 4, 5.0, 2.0, -0.5))
     assert (row["block_sd_us"], row["block_sd_b_us"]) == (20.0, 40.0)
     assert row["d_median_gbps"] == pytest.approx(hand, rel=2e-3) and row["verdict"] == "lower"
-    text = subprocess.run(cmd, capture_output=True, text=True)  # the printed table, as a user reads it
+    text = _evtsync(cmd, capsys)  # the printed table, as a user reads it
     assert text.returncode == 0 and "A's b per cell H200|bf16 20 µs; B's b per cell H200|bf16 40 µs" in text.stdout
     assert "ΔB* (GB/s) per cell" in text.stdout and "lower:" in text.stdout
 
 
-def test_cli_delta_bstar_needs_its_inputs_for_trace_sets(runs, tmp_path):
+def test_cli_delta_bstar_needs_its_inputs_for_trace_sets(runs, tmp_path, capsys):
     from evtsync.evt.bayesfit import save_fit
     from tests.runfolder.test_diff_fits import _gumbel_tree
 
     fa, fb = save_fit(_gumbel_tree(0.8, 0.45), tmp_path / "fa"), save_fit(_gumbel_tree(0.8, 0.45), tmp_path / "fb")
-    cmd = [sys.executable, "-m", "evtsync", "-q", "diff", str(runs["a"].traces_dir), str(runs["a2"].traces_dir),
-           "--no-cache", "--fit-a", str(fa), "--fit-b", str(fb), "--block-sd-us", "20", "--n", "64"]
-    proc = subprocess.run([*cmd, "--json"], capture_output=True, text=True)
+    cmd = ["-q", "diff", str(runs["a"].traces_dir), str(runs["a2"].traces_dir), "--no-cache", "--fit-a", str(fa),
+           "--fit-b", str(fb), "--block-sd-us", "20", "--n", "64"]
+    proc = _evtsync([*cmd, "--json"], capsys)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["bstar"] is None and "give --topology, --alpha-us or --alpha-from, --bytes" in doc["bstar_note"]
-    text = subprocess.run(cmd, capture_output=True, text=True).stdout
+    text = _evtsync(cmd, capsys).stdout
     assert "ΔB*: not computed: give --topology" in text
 
 
