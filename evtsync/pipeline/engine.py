@@ -722,6 +722,10 @@ def execute(run: Run, build_stages: Callable[[Run], list[Stage]]) -> Run:
                     run.path(rel).unlink(missing_ok=True)
                 del run.manifest["stages"][name]
         finished: set[str] = set()
+        if not options.is_demo:
+            # the trace paths first: a bad one is refused before the job pool opens (its processes
+            # import the samplers, 10-20 s on 2 cores, which a refusal would wait for)
+            run.before_tax()
         run.warm_job_pool(stages, stack)
         for i, stage in enumerate(progress(stages, "evtsync run", len(stages), "stage")):
             if stage.name == "tax":

@@ -123,3 +123,16 @@ def test_cli_run_quiet_and_bad_option(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "--eps" in capsys.readouterr().err
     assert main(["run", str(tmp_path / "missing"), "--out", str(tmp_path / "y")]) == 2
     assert "no such file or folder" in capsys.readouterr().err
+
+
+def test_a_bad_trace_path_is_refused_before_the_job_pool_opens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The pool's processes import the samplers (10-20 s on 2 cores): a refusal must not wait for them."""
+    from evtsync.cli import main
+    from evtsync.pipeline import engine
+
+    opened: list[int] = []
+    monkeypatch.setattr(engine.Run, "_open_job_pool", lambda self, processes, *a, **k: opened.append(processes))
+    assert main(["run", str(tmp_path / "missing"), "--out", str(tmp_path / "y"), "--jobs", "2"]) == 2
+    assert "no such file or folder" in capsys.readouterr().err
+    assert opened == []
