@@ -63,7 +63,9 @@ def pytest_configure(config: pytest.Config) -> None:
     the tests never read what an earlier run or the user left in ``~/.cache/evtsync`` nor
     write there, and two workers never race on one cache. Subprocesses the tests start inherit
     it; a test about the default location sets its own. Runs in each xdist worker too (after
-    the controller), which then replaces the controller's folder by its own.
+    the controller), which then replaces the controller's folder by its own. The user's settings
+    that change what evtsync does (:data:`USER_SETTINGS`) are removed for the session: a test
+    that needs one sets it itself.
 
     One exception: the compiled trace scanner (``<cache>/scanner``, ~40 s of CPU to build on 2
     cores) is one folder for the whole session, made by the controller before it starts the
@@ -71,6 +73,8 @@ def pytest_configure(config: pytest.Config) -> None:
     by the first process that needs it (the others wait on its lock:
     :func:`evtsync.trace.scan.build_ahead_of_time`), not once per worker and per test that
     starts from an empty cache."""
+    for name in USER_SETTINGS:
+        os.environ.pop(name, None)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     if SCANNER_ENV not in os.environ:  # the controller (or a run without xdist): the workers inherit it
         os.environ[SCANNER_ENV] = tempfile.mkdtemp(prefix="evtsync-tests-scanner-")
@@ -93,6 +97,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 _CACHE_FOLDER = pytest.StashKey[str]()
+
+#: The environment variables evtsync reads, besides the cache folder, that would change what a
+#: test sees if the user running the suite had set them: the trace decoder, a dask cluster to
+#: send work to, the caches' size limits, quiet mode (tests/project/test_test_isolation.py checks
+#: the list against the package's sources).
+USER_SETTINGS = ("EVTSYNC_DECODER", "DASK_SCHEDULER_ADDRESS", "EVTSYNC_CACHE_MAX_BYTES",
+                 "EVTSYNC_RESULT_CACHE_MAX_BYTES", "EVTSYNC_QUIET")
 _SCANNER_FOLDER = pytest.StashKey[str]()
 
 #: The environment variable naming the session's scanner folder (:func:`pytest_configure`).
