@@ -14,8 +14,9 @@ sample of m ranks and extrapolates its GEV by k = n/m; this one uses **every ran
   (:func:`tail_exceedances`), at least :data:`~evtsync.core.defaults.RANKTAIL_MIN_EXCEEDANCES`
   and at most :data:`~evtsync.core.defaults.RANKTAIL_MAX_EXCEEDANCES` values above it; moved up
   while the threshold-stability test, level
-  :data:`~evtsync.core.defaults.RANKTAIL_STABILITY_ALPHA`, rejects it) and a generalized Pareto tail above it: F̂(x) = W_t + (1 − W_t)(1 − G(x − t)), G the
-  GPD survival function with scale sigma and shape xi (xi > 0 heavy, 0 exponential, < 0 bounded);
+  :data:`~evtsync.core.defaults.RANKTAIL_STABILITY_ALPHA`, rejects it) and a generalized Pareto
+  tail above it: F̂(x) = W_t + (1 − W_t)(1 − G(x − t)), G the GPD survival function with scale
+  sigma and shape xi (xi > 0 heavy, 0 exponential, < 0 bounded);
 - E[max_n u] = ∫ x dF̂(x)^n: the body's atoms exactly, the tail by quadrature in w = −log G:
   t(1 − W_t^n) + sigma ∫_0^∞ (1 − (1 − (1 − W_t) e^{−w})^n) e^{xi·w} dw (finite for xi < 1;
   infinite draws otherwise, as everywhere in :mod:`evtsync.predict.tables`).
