@@ -303,7 +303,8 @@ class TestTemporaries:
         import evtsync
 
         z = tmp_path / "z.csv"
-        pd.DataFrame({"z": np.random.default_rng(0).gumbel(size=200)}).to_csv(z, index=False)
+        # y, the centred maxima: the column the shipped models fit by default (issue 29)
+        pd.DataFrame({"y": np.random.default_rng(0).gumbel(size=200)}).to_csv(z, index=False)
         tmpdir = tmp_path / "tmp"
         tmpdir.mkdir()
         env = {**os.environ, "TMPDIR": str(tmpdir), "PYTHONPATH": str(Path(evtsync.__file__).resolve().parent.parent)}
