@@ -97,6 +97,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 _CACHE_FOLDER = pytest.StashKey[str]()
+_SCANNER_FOLDER = pytest.StashKey[str]()
 
 #: The environment variables evtsync reads, besides the cache folder, that would change what a
 #: test sees if the user running the suite had set them: the trace decoder, a dask cluster to
@@ -104,7 +105,6 @@ _CACHE_FOLDER = pytest.StashKey[str]()
 #: the list against the package's sources).
 USER_SETTINGS = ("EVTSYNC_DECODER", "DASK_SCHEDULER_ADDRESS", "EVTSYNC_CACHE_MAX_BYTES",
                  "EVTSYNC_RESULT_CACHE_MAX_BYTES", "EVTSYNC_QUIET")
-_SCANNER_FOLDER = pytest.StashKey[str]()
 
 #: The environment variable naming the session's scanner folder (:func:`pytest_configure`).
 SCANNER_ENV = "EVTSYNC_TESTS_SCANNER_DIR"

@@ -13,9 +13,9 @@ PACKAGE = Path(__file__).resolve().parents[2] / "evtsync"
 
 def test_every_setting_evtsync_reads_from_the_environment_is_cleared_for_the_tests() -> None:
     """Read off the package's sources (a plain reading, not the code's own list): every
-    ``*_ENV = "NAME"`` constant and every ``os.environ.get("EVTSYNC_...")``, less the cache
-    folder (conftest gives each test process its own) and the progress bars' switch, which the
-    package reads as ``EVTSYNC_QUIET``."""
+    ``*_ENV = "NAME"`` constant and every ``os.environ.get("EVTSYNC_...")`` (the progress bars'
+    EVTSYNC_QUIET is read that way), less the cache folder, which conftest gives each test
+    process of its own."""
     found: set[str] = set()
     for path in PACKAGE.rglob("*.py"):
         text = path.read_text(encoding="utf-8")
