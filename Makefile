@@ -4,7 +4,7 @@ PYTHON ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3 p
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv demo test lint typecheck
+.PHONY: venv demo test test-slow lint typecheck
 
 $(BIN)/evtsync: pyproject.toml setup.py
 	@test -n "$(PYTHON)" || { echo "Python >= 3.12 not found: set PYTHON=/path/to/python3.12"; exit 1; }
@@ -20,6 +20,11 @@ demo: venv
 
 test: venv
 	$(BIN)/python -m pytest
+
+# the tests the default run leaves out (marked slow: the wheel install, the full demo, statistical
+# studies): ~35 minutes in one process on 2 cores; .ci/run-slow, for a nightly or pre-release job
+test-slow: venv
+	$(BIN)/python -m pytest -m slow -n 0
 
 lint: venv
 	$(BIN)/ruff check .

@@ -134,16 +134,19 @@ def table(path: str, plot: str | None) -> None:
     flat["covers"] = (flat["lo"] <= flat["true"]) & (flat["true"] <= flat["hi"])
     g = flat.groupby(["parent", "estimator", "n"])
     summary = g.agg(fits=("ratio", "size"), ratio=("ratio", "mean"), ratio_sd=("ratio", "std"),
+                    ratio_mid=("ratio", "median"),
                     median_ratio=("median_ratio", "mean"), mean_ratio=("mean_ratio", "mean"), covered=("covers", "sum"),
                     converged=("converged", "sum")).reset_index()
-    print("| parent | estimator | n | fits | point predicted/true, mean over fits (± se) | sd between replicates "
-          "| posterior mean/true | posterior median/true | 90% intervals covering | 95% binomial range |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| parent | estimator | n | fits | point predicted/true, mean over fits (± se) | its median over fits "
+          "| sd between replicates | posterior mean/true | posterior median/true | 90% intervals covering "
+          "| 95% binomial range |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in summary.itertuples():
         se = r.ratio_sd / np.sqrt(r.fits) if r.fits > 1 else float("nan")
         lo, hi = stats.binom.ppf([0.025, 0.975], r.fits, 0.9)
         median = "–" if not np.isfinite(r.median_ratio) else f"{r.median_ratio:.3f}"
-        print(f"| {r.parent} | {r.estimator} | {r.n} | {r.fits} | {r.ratio:.3f} (± {se:.3f}) | {r.ratio_sd:.3f} | "
+        print(f"| {r.parent} | {r.estimator} | {r.n} | {r.fits} | {r.ratio:.3f} (± {se:.3f}) | {r.ratio_mid:.3f} "
+              f"| {r.ratio_sd:.3f} | "
               f"{r.mean_ratio:.3f} | {median} | {int(r.covered)} of {r.fits} | {int(lo)}–{int(hi)} |")
     fits = flat.drop_duplicates(["parent", "replicate", "estimator"])
     print(f"\n{len(fits)} fits, {int(fits['converged'].sum())} converged, {int(fits['divergences'].sum())} divergences; "
