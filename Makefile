@@ -22,7 +22,7 @@ test: venv
 	$(BIN)/python -m pytest
 
 # the tests the default run leaves out (marked slow: the wheel install, the full demo, statistical
-# studies): ~35 minutes in one process on 2 cores; .ci/run-slow, for a nightly or pre-release job
+# studies): ~25–35 minutes in one process on 2 cores; .ci/run-slow, for a nightly or pre-release job
 test-slow: venv
 	$(BIN)/python -m pytest -m slow -n 0
 
