@@ -361,11 +361,14 @@ def _point_words(table: pd.DataFrame) -> str:
 
 def _row_labels(row: pd.Series) -> str:
     """The labels a printed prediction row carries: the estimator when it is a fallback,
-    population-level, prior-dominated width."""
+    population-level, prior-dominated width, n beyond the cell's rank values."""
     text = f"  [{row.get('estimator')}: fallback]" if row.get("estimator_note") else ""
     text += "  [population-level]" if row.get("prediction_kind") == "population" else ""
     if row.get("prior_dominated"):
         text += f"  [prior-dominated: {row.get('prior_dominated_spreads')}]"
+    beyond = row.get("beyond_data")
+    if beyond is not None and pd.notna(beyond) and bool(beyond):
+        text += f"  [beyond the data: n > N = {int(row['n_values'])} rank values]"
     return text
 
 
@@ -373,7 +376,7 @@ def _print_prediction_notes(table: pd.DataFrame) -> None:
     """The notes a prediction table carries (population-level rows, prior-dominated widths, a pooled fit)."""
     for note in (table.attrs.get("estimator_note"), table.attrs.get("population_note"),
                  table.attrs.get("prior_dominated_note"), table.attrs.get("pooled_note"),
-                 table.attrs.get("ranktail_note")):
+                 table.attrs.get("ranktail_note"), table.attrs.get("beyond_data_note")):
         if note:
             print(f"NOTE: {note}")
 

@@ -334,7 +334,7 @@ def predict_table(choice: EstimatorChoice, table: Callable[..., pd.DataFrame], *
         or parts[0].attrs.get("estimator", "")
     out.attrs["skipped"] = _merge_skipped(parts)
     for p in parts[1:]:
-        for key in ("population_note", "prior_dominated_note", "pooled_note"):
+        for key in ("population_note", "prior_dominated_note", "pooled_note", "ranktail_note", "beyond_data_note"):
             if key in p.attrs:
                 out.attrs[key] = p.attrs[key]
     notes = sorted({str(v) for v in out.get("estimator_note", pd.Series(dtype=str)) if v})

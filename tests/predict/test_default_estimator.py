@@ -181,3 +181,24 @@ def test_cached_expected_max_gives_the_fits_own_draws(ranks) -> None:
     assert both.shape == plain.expected_max([8, 64, 4096]).shape
     assert np.array_equal(both, plain.expected_max([8, 64, 4096]))
     assert isinstance(cached, RankTailFit)
+
+
+def test_n_beyond_the_cells_rank_values_is_labelled(tmp_path, capsys, ranks) -> None:
+    """A ranktail row with n above the cell's N rank values (here 320 groups × 2 samples × 4 ranks
+    = 2,560, counted by hand) is the GPD's extrapolation: the table, the attrs and the printed line say so."""
+    from evtsync.cli import main
+
+    table, b = ranks
+    tau = predict_table(choose_estimator(None, gev=_gev(table), zscores=table), tau_table, [512, 2560, 4096], b, M)
+    assert tau["n_values"].tolist() == [2560] * 3
+    assert tau["beyond_data"].tolist() == [False, False, True]
+    assert "beyond the data" in tau.attrs["beyond_data_note"]
+    within = predict_table(choose_estimator(None, gev=_gev(table), zscores=table), tau_table, [8, 512], b, M)
+    assert not within["beyond_data"].any() and "beyond_data_note" not in within.attrs
+    table.to_parquet(tmp_path / "z.parquet")
+    assert main(["predict", str(tmp_path / "z.parquet"), "--n", "512", "4096", "--block-sd-us", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    row = {int(line.split("n=")[1].split()[0]): line for line in lines if " n=" in line}
+    assert "[beyond the data: n > N = 2560 rank values]" in row[4096]
+    assert "beyond the data" not in row[512]
+    assert any(line.startswith("NOTE: beyond the data") for line in lines)

@@ -133,6 +133,31 @@ def test_tau_headline_is_ranktail_default_with_labelled_fallback_and_alternative
     assert any("Not every headline row" in str(getattr(i, "text", i)) for i in sections[0].items)
 
 
+def test_tau_values_beyond_the_cells_rank_values_are_marked(tmp_path: Path) -> None:
+    """A ranktail row whose n exceeds its cell's N rank values (300 here, n = 512 beyond it, 4 and 8
+    within) is marked † in the table, the table says N, and a note says what it means."""
+    run = tmp_path / "run"
+    main = _tau().assign(prediction_kind="cell").astype({"n": int})
+    main = main[main["model"] == MAIN]
+    rank = main.assign(model="ranktail", estimator="ranktail", default_estimate=True, estimator_note="",
+                       tau_point_us=main["tau_mean_us"], point_estimate="posterior median", n_values=300,
+                       beyond_data=main["n"] > 300)
+    _write(run, "tau", rank.reset_index(drop=True))
+    manifest = {"stages": {"prediction": {"status": "done", "summary": {"main_model": MAIN}}}}
+    sections = prediction_sec.build(ReportContext(run, tmp_path / "out", manifest))
+    headline = next(i for i in sections[0].items if isinstance(i, Table))
+    row = headline.frame.iloc[0]
+    assert row["N rank values"] == "300"
+    assert row["n=512 µs [90% interval]"].endswith(" †") and not row["n=8 µs [90% interval]"].endswith("†")
+    assert "†: n beyond the cell's N rank values" in headline.caption
+    assert any(str(getattr(i, "text", "")).startswith("† Beyond the data: n exceeds") for i in sections[0].items)
+    # the same table without the column (a run folder from before it): nothing marked, no note
+    _write(run, "tau", rank.drop(columns=["beyond_data"]).reset_index(drop=True))
+    sections = prediction_sec.build(ReportContext(run, tmp_path / "out", manifest))
+    headline = next(i for i in sections[0].items if isinstance(i, Table))
+    assert "†" not in "".join(headline.frame.astype(str).to_numpy().ravel()) and "†" not in headline.caption
+
+
 def test_population_spreads_show_prior_and_prior_dominance(tmp_path: Path) -> None:
     run = tmp_path / "run"
     _write(run, "xi", pd.DataFrame({"model": [MAIN], "gpu": ["H100"], "precision": ["bf16"], "xi_mean": [0.1],

@@ -9,7 +9,7 @@ import pandas as pd
 
 from evtsync.core.defaults import DEFAULT_ESTIMATOR, PAPER_MODEL, RANKTAIL_MODEL
 from evtsync.plots import predictions as pred_figs
-from evtsync.predict.tables import ESTIMATORS, point_column
+from evtsync.predict.tables import BEYOND_DATA_NOTE, ESTIMATORS, point_column
 from evtsync.report.context import PCT, ReportContext, label_columns
 from evtsync.report.estimator import estimator_points, row_estimators
 from evtsync.report.markdown import (
@@ -62,6 +62,8 @@ def build(ctx: ReportContext) -> list[Section]:
                                    f"estimate. Lines: the point estimate (per estimator, as named); bands: {PCT} intervals.")]
     if not view.explicit:
         items += _estimator_notes(headline, summary)
+    if beyond_data(headline[headline["n"].isin(TABLE_NS)]).any():
+        items.append(Alert(f"{BEYOND_MARK} {BEYOND_DATA_NOTE[0].upper()}{BEYOND_DATA_NOTE[1:]}.", level="warning"))
     items.append(_tau_table(headline, f"Headline: tau(n) in µs by the estimator {label}, point [{PCT} "
                                       "interval] (" + _interval_words(name) + ")"
                                       + ("; a row whose cell it cannot predict comes from the main GEV model's "
@@ -135,16 +137,41 @@ def _estimator_notes(headline: pd.DataFrame, summary: dict[str, Any]) -> list[An
     return [Alert(f"Not every headline row is by the default estimator: {note}", level="warning")] if note else []
 
 
+#: The mark of a value whose n is beyond its cell's N rank values (:data:`~evtsync.predict.tables.BEYOND_DATA_NOTE`).
+BEYOND_MARK = "†"
+
+
+def beyond_data(t: pd.DataFrame) -> pd.Series:
+    """Per row: n beyond the cell's N rank values (the ranktail column ``beyond_data``; False
+    where a row has none: another estimator's, or a run folder from before it existed)."""
+    if "beyond_data" not in t:
+        return pd.Series(False, index=t.index)
+    return t["beyond_data"].map(lambda v: bool(v) if pd.notna(v) else False).astype(bool)
+
+
+def _rank_values_label(t: pd.DataFrame) -> pd.DataFrame:
+    """The cell's N rank values as a text label column "N rank values" (ranktail rows; "" otherwise)."""
+    if "n_values" not in t:
+        return t
+    n_values = pd.to_numeric(t["n_values"], errors="coerce")
+    return t.assign(**{"N rank values": [f"{int(v)}" if pd.notna(v) else "" for v in n_values]})
+
+
 def _tau_table(t: pd.DataFrame, caption: str) -> Table:
-    """tau(n) at :data:`TABLE_NS`: one row per model × estimator × GPU × precision, one column per n."""
-    t = t[t["n"].isin(TABLE_NS)]
+    """tau(n) at :data:`TABLE_NS`: one row per model × estimator × GPU × precision, one column per n
+    (a value beyond its cell's rank values marked :data:`BEYOND_MARK`)."""
+    t = _rank_values_label(t[t["n"].isin(TABLE_NS)])
     if "estimator_note" in t:
         t = t.assign(fallback=t["estimator_note"].fillna("").astype(str).map(lambda v: "yes" if v else ""))
     keys = ["model", "estimator", "gpu", "precision"]
     labels = label_columns(t, keys)
     t = t.assign(**{c: t[c].fillna("") for c in labels})  # the paper's rows lack the Bayesian fits' labels
-    wide = t.assign(value=[fmt_ci(a, b, c) for a, b, c in
-                           zip(point_column(t, "tau", "_us"), t["tau_lo_us"], t["tau_hi_us"], strict=True)])
+    marks = [f" {BEYOND_MARK}" if v else "" for v in beyond_data(t)]
+    if any(marks):
+        caption += (f" {BEYOND_MARK}: n beyond the cell's N rank values (column \"N rank values\"): the GPD tail's "
+                    "extrapolation (see the note above).")
+    wide = t.assign(value=[fmt_ci(a, b, c) + mark for a, b, c, mark in
+                           zip(point_column(t, "tau", "_us"), t["tau_lo_us"], t["tau_hi_us"], marks, strict=True)])
     wide = wide.pivot_table(index=keys + labels, columns="n", values="value", aggfunc="first", sort=False)
     wide.columns = [f"n={c} µs [{PCT} interval]" for c in wide.columns]
     return Table(wide.reset_index(), caption)
@@ -169,11 +196,13 @@ def bstar_pivot(bstar: pd.DataFrame, value: str) -> pd.DataFrame:
 
     ``value`` is ``"bstar"`` (GB/s) or ``"reduction"`` (1 − B*/B*_H, in %): each cell is the
     point estimate (:func:`~evtsync.predict.tables.point_column`; column ``point_estimate`` says
-    which) with its interval; a row of a non-converged fit has ``not converged`` True.
+    which) with its interval, marked :data:`BEYOND_MARK` where n is beyond the cell's rank values;
+    a row of a non-converged fit has ``not converged`` True.
     """
     unit, scale = ("_gbps", 1.0) if value == "bstar" else ("", 100.0)
     text = [fmt_ci(scale * a, scale * b, scale * c) for a, b, c in
             zip(point_column(bstar, value, unit), bstar[f"{value}_lo{unit}"], bstar[f"{value}_hi{unit}"], strict=True)]
+    text = [v + (f" {BEYOND_MARK}" if mark else "") for v, mark in zip(text, beyond_data(bstar), strict=True)]
     if "estimator_note" in bstar:  # a fallback row (issue 29) says so in a short label
         bstar = bstar.assign(fallback=bstar["estimator_note"].fillna("").astype(str).map(lambda v: "yes" if v else ""))
     keys = ["topology", "gpu", "precision"]
@@ -190,12 +219,14 @@ def _bstar_tables(bt: pd.DataFrame) -> list[Table]:
     hockney = bt.drop_duplicates(["topology", "n"]).pivot_table(index="topology", columns="n",
                                                                 values="bstar_hockney_gbps", sort=False)
     hockney.columns = [f"n = {c}" for c in hockney.columns]
+    beyond = (f" {BEYOND_MARK}: n beyond the cell's N rank values, tau(n) the GPD tail's extrapolation (the tau "
+              "table's note)." if beyond_data(bt).any() else "")
     return [
         Table(bstar_pivot(bt, "reduction"), f"Reduction 1 − B*/B*_H in % [{PCT} CrI] per topology, GPU × precision "
               "and domain size n (paper, Llama-3 70B on DGX H200 with the Gumbel bound: 98.69% on the fully "
               "connected topology at n = 128, 37.26% on the ring at n = 128, 81.67% on the 3D torus at n = 512). "
-              "Rows in red: fit not converged.", flag="not converged"),
+              "Rows in red: fit not converged." + beyond, flag="not converged"),
         Table(bstar_pivot(bt, "bstar"), f"Optimal bandwidth B* in GB/s [{PCT} CrI] at the same n. Rows in red: fit "
-              "not converged.", flag="not converged"),
+              "not converged." + beyond, flag="not converged"),
         Table(hockney.reset_index(), "Hockney's B*_H in GB/s (tau = 0; the same for every GPU × precision).")]
 
