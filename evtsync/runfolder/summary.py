@@ -263,6 +263,11 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
                            estimator_note=str(r.get("estimator_note", "") or ""))
                 if row["estimator_note"]:
                     notes.append(f"tau(n): {row['estimator_note']}")
+                beyond = r.get("beyond_data")
+                row["beyond_data"] = bool(beyond) if beyond is not None and pd.notna(beyond) else False
+                if row["beyond_data"]:  # the GPD tail's extrapolation (evtsync.predict.tables.BEYOND_DATA_NOTE)
+                    notes.append(f"tau(n) at n = {n}: beyond the data (n > N = {int(r['n_values'])} rank values), the "
+                                 "GPD tail's extrapolation")
                 row.update(point_estimate=str(point_labels(t).iloc[0]),
                            tau_point_us=float(point_column(t, "tau", "_us").iloc[0]),
                            tau_mean_us=float(r["tau_mean_us"]), tau_lo_us=float(r["tau_lo_us"]),

@@ -151,6 +151,20 @@ def test_summary_numbers_match_the_tables_they_come_from(hand_run: tuple[Path, d
     assert "18.1 ± 5.9" in info["loo"] and "free shape" in info["loo"] and "more than 2" in info["loo"]
 
 
+def test_summary_says_when_tau_at_its_n_is_beyond_the_cells_rank_values(hand_run: tuple[Path, dict]) -> None:
+    """A ranktail row with n = 512 above its cell's 300 rank values is labelled in the summary (fp32);
+    a cell of 5,000 values at 512 is not (bf16), and neither is a table without the column (above)."""
+    run, manifest = hand_run
+    tau = pd.read_parquet(run / "tables" / "tau.parquet")
+    n_values = tau["precision"].map({"bf16": 5000, "fp32": 300})
+    _write(run, "tau", tau.assign(n_values=n_values, beyond_data=tau["n"] > n_values))
+    numbers, info = summary_numbers(run, manifest)
+    bf16, fp32 = numbers.iloc[0], numbers.iloc[1]
+    assert info["n"] == 512 and not bf16["beyond_data"] and fp32["beyond_data"]
+    assert "tau(n) at n = 512: beyond the data (n > N = 300 rank values)" in fp32["notes"]
+    assert "beyond the data" not in bf16["notes"]
+
+
 def test_p90_interval_covers_at_its_level() -> None:
     """Exponential(1), true P90 = ln 10: coverage of the order-statistic interval is at least 90%."""
     rng = np.random.default_rng(11)
