@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Any
 
 from evtsync.core.defaults import DEFAULT_EPS, DEFAULT_M
 
@@ -157,9 +158,10 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  {r.cell:<14} {what:<16} {r.verdict}: {r.reason}")
             else:
                 print(f"  {r.cell:<14} {what:<16} {r.a_median:>9.4g} → {r.b_median:<9.4g} Δ {r.d_median:+.4g} "
-                      f"[{r.d_lo:+.4g}, {r.d_hi:+.4g}]  {r.verdict}: {r.reason}")
+                      f"[{r.d_lo:+.4g}, {r.d_hi:+.4g}]  {r.verdict}: {r.reason}" + _beyond(r))
     if fit_table is not None or fit_notes:
-        for note in fit_notes:
+        for note in [*fit_notes, *([fit_table.attrs["beyond_data_note"]]
+                                   if fit_table is not None and "beyond_data_note" in fit_table.attrs else [])]:
             print(f"note: {note}")
     if bstar_table is not None:
         _print_bstar(bstar_table, level)
@@ -189,7 +191,14 @@ def _print_bstar(bstar, level: float) -> None:  # noqa: ANN001 - the table of ev
             continue
         print(f"  {r.cell:<14} {r.topology:<8} n={int(r.n):<5d} eps={r.eps:<5g} B* {r.a_median_gbps:>10.5g} → "
               f"{r.b_median_gbps:<10.5g} Δ {r.d_median_gbps:+.5g} [{r.d_lo_gbps:+.5g}, {r.d_hi_gbps:+.5g}] "
-              f"({100 * r.d_rel_median:+.1f}%)  {r.verdict}: {r.reason}")
+              f"({100 * r.d_rel_median:+.1f}%)  {r.verdict}: {r.reason}" + _beyond(r))
+    if "beyond_data_note" in bstar.attrs:
+        print(f"note: {bstar.attrs['beyond_data_note']}")
+
+
+def _beyond(row: Any) -> str:
+    """The label of a diff row whose n is beyond its cell's rank values on either side (ranktail)."""
+    return "  [beyond the data]" if bool(getattr(row, "beyond_data", False)) else ""
 
 
 def _fit_level(args: argparse.Namespace):  # noqa: ANN202 - (fit table, ΔB* table, notes, ΔB* note)

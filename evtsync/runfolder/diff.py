@@ -414,7 +414,7 @@ def load_side(path, label: str | None = None, workload: str | None = None, **opt
 
 FIT_DIFF_COLUMNS = [
     "cell", "gpu", "precision", "quantity", "n", "a_median", "b_median", "d_mean", "d_lo", "d_median", "d_hi",
-    "prob_lower", "level", "model_a", "model_b", "verdict", "reason",
+    "prob_lower", "level", "model_a", "model_b", "verdict", "reason", "beyond_data",
 ]
 
 
@@ -437,6 +437,8 @@ def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: flo
     ("lower" / "higher" / "no difference" by the ``level`` interval of the difference), or
     "no verdict" when either fit is not converged or the cell is in one fit only, or with the
     reasons in ``refuse`` (configurations that differ, e.g. the sample size m of the z-scores).
+    ``beyond_data``: a ranktail Δτ row whose n exceeds the cell's rank values on either side (the
+    GPD tail's extrapolation; ``attrs["beyond_data_note"]`` says so and names N).
     """
     from evtsync.core.defaults import INTERVAL_LEVEL
     from evtsync.evt.bayesfit import as_fit
@@ -449,6 +451,7 @@ def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: flo
     ns = [int(v) for v in n]
     cells_a, cells_b, pick_a, pick_b = _paired_picks(fa, fb, seed)
     unconverged = [*_unconverged(fa, fb), *refuse]
+    rank_values = _fewest_rank_values(fa, fb)
     rows = []
     for cell in sorted(set(cells_a) | set(cells_b)):
         parts = cell.split("|")
@@ -477,12 +480,38 @@ def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: flo
             rows.append({**base, "quantity": name, "n": nn, "a_median": float(np.median(va)),
                          "b_median": float(np.median(vb)), "d_mean": float(s["mean"]), "d_lo": float(s["lo"]),
                          "d_median": float(s["median"]), "d_hi": float(s["hi"]), "prob_lower": float(np.mean(d < 0)),
-                         "verdict": verdict, "reason": reason})
-    table = pd.DataFrame(rows, columns=FIT_DIFF_COLUMNS)
+                         "verdict": verdict, "reason": reason,
+                         "beyond_data": nn is not None and nn > rank_values.get(cell, np.inf)})
+    table = _beyond_data_note(pd.DataFrame(rows, columns=FIT_DIFF_COLUMNS), rank_values)
     table.attrs.update({"a": fa.name, "b": fb.name, "level": level, "estimator": estimator,
                         "block_sd_us": _plain(block_sd_us),
                         "block_sd_b_us": _plain(block_sd_us if block_sd_b_us is None else block_sd_b_us),
                         "pairing": "independent posteriors: draws paired at random"})
+    return table
+
+
+def _fewest_rank_values(fa: Any, fb: Any) -> dict[str, float]:
+    """Per cell: the fewer of the two sides' N rank values (ranktail fits; {} for GEV fits, which
+    extrapolate by k = n/m instead: methodology §7)."""
+    counts: dict[str, float] = {}
+    for fit in (fa, fb):
+        if hasattr(fit, "cell_info"):
+            for cell, n_values in fit.cell_info().set_index("cell")["n_values"].items():
+                counts[str(cell)] = min(counts.get(str(cell), np.inf), float(n_values))
+    return counts
+
+
+def _beyond_data_note(table: pd.DataFrame, rank_values: dict[str, float]) -> pd.DataFrame:
+    """``beyond_data`` as bool (rows without a tau: False) and, when a row is beyond its cell's
+    rank values on either side, the note :data:`~evtsync.predict.tables.BEYOND_DATA_NOTE` with
+    those cells' N in ``attrs["beyond_data_note"]``."""
+    from evtsync.predict.tables import BEYOND_DATA_NOTE
+
+    table["beyond_data"] = table["beyond_data"].map(lambda v: bool(v) if pd.notna(v) else False).astype(bool)
+    if table["beyond_data"].any():
+        cells = sorted(set(table.loc[table["beyond_data"], "cell"].astype(str)))
+        table.attrs["beyond_data_note"] = (f"{BEYOND_DATA_NOTE} (N, the fewer of A's and B's: "
+                                           + ", ".join(f"{c} {int(rank_values[c])}" for c in cells) + ")")
     return table
 
 
@@ -532,7 +561,7 @@ BSTAR_DIFF_COLUMNS = [
     "cell", "gpu", "precision", "topology", "n", "eps", "p", "q", "alpha_us", "alpha_source", "bytes",
     "block_sd_us", "block_sd_b_us", "m", "a_median_gbps", "b_median_gbps", "d_mean_gbps", "d_lo_gbps", "d_median_gbps",
     "d_hi_gbps", "d_rel_lo", "d_rel_median", "d_rel_hi", "prob_lower", "level", "model_a", "model_b", "verdict",
-    "reason",
+    "reason", "beyond_data",
 ]
 
 
@@ -624,7 +653,7 @@ def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 
     :func:`diff_fits`: "lower" / "higher" / "no difference" by the interval of B − A; "no
     verdict" with the reason when a fit is not converged, the cell is in one fit only or has no
     b; ``refuse`` as in :func:`diff_fits`. ``d_rel_lo``/``_median``/``_hi`` summarise
-    B*_B / B*_A − 1 alike.
+    B*_B / B*_A − 1 alike; ``beyond_data`` as in :func:`diff_fits`.
     """
     from evtsync.core.defaults import INTERVAL_LEVEL
     from evtsync.evt.bayesfit import as_fit
@@ -648,6 +677,7 @@ def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 
     estimator = same_estimator(fa, fb)
     cells_a, cells_b, pick_a, pick_b = _paired_picks(fa, fb, seed)
     unconverged = [*_unconverged(fa, fb), *refuse]
+    rank_values = _fewest_rank_values(fa, fb)
     common = {"bytes": float(inputs.size_bytes), "m": inputs.m, "level": level, "model_a": fa.name, "model_b": fb.name,
               "estimator": estimator,
               "alpha_source": "draws" if inputs.alpha_draws_us else "point"}
@@ -684,8 +714,9 @@ def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 
                                  "d_median_gbps": float(s["median"]), "d_hi_gbps": float(s["hi"]),
                                  "d_rel_lo": float(rs["lo"]), "d_rel_median": float(rs["median"]),
                                  "d_rel_hi": float(rs["hi"]), "prob_lower": float(np.mean(d < 0)),
-                                 "verdict": verdict, "reason": reason})
-    table = pd.DataFrame(rows, columns=BSTAR_DIFF_COLUMNS)
+                                 "verdict": verdict, "reason": reason,
+                                 "beyond_data": nn > rank_values.get(cell, np.inf)})
+    table = _beyond_data_note(pd.DataFrame(rows, columns=BSTAR_DIFF_COLUMNS), rank_values)
     table.attrs.update({"a": fa.name, "b": fb.name, "level": level, "inputs": inputs.describe(), "estimator": estimator,
                         "pairing": "independent posteriors: draws paired at random; the same alpha draw on both sides"})
     return table

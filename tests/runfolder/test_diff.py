@@ -313,3 +313,26 @@ def test_cli_study_folders_compare_matching_workloads(tmp_path, capsys):
     assert "H100-bf16, H200-bf16" in err and "A100-bf16, A100-fp32" in err and "--workload-a" in err
     assert main(["diff", str(a), str(c), "--workload-a", "H100-bf16", "--workload-b", "A100-bf16", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["rows"][0]["verdict"] == "no difference"
+
+
+def test_cli_ranktail_diff_labels_n_beyond_the_rank_values(runs, tmp_path, capsys):
+    """`diff --fit-a/--fit-b` with z-score tables (ranktail): a row whose n exceeds the fewer of the
+    two cells' rank values (counted here from the tables' comma-joined column u) is printed with
+    "[beyond the data]" and a note naming N; a row within them is not."""
+    import evtsync
+
+    paths, counts = [], []
+    for key in ("a", "a2"):
+        z = evtsync.zscore_table(evtsync.load_traces(runs[key].traces_dir))
+        counts.append(sum(len(str(v).split(",")) for v in z["u"]))
+        paths.append(tmp_path / f"{key}.parquet")
+        z.to_parquet(paths[-1])
+    n_fewest = min(counts)
+    within, beyond = 4 * (n_fewest // 8), 4 * (n_fewest // 4 + 1)  # multiples of m = 4 on each side of N
+    proc = _evtsync(["-q", "diff", str(runs["a"].traces_dir), str(runs["a2"].traces_dir), "--no-cache",
+                     "--fit-a", str(paths[0]), "--fit-b", str(paths[1]), "--block-sd-us", "18",
+                     "--n", str(within), str(beyond)], capsys)
+    assert proc.returncode == 0, proc.stderr
+    lines = {n: line for line in proc.stdout.splitlines() for n in (within, beyond) if f"tau(n={n})" in line}
+    assert "[beyond the data]" in lines[beyond] and "[beyond the data]" not in lines[within]
+    assert f"{n_fewest})" in next(line for line in proc.stdout.splitlines() if line.startswith("note: beyond the data"))

@@ -53,3 +53,20 @@ def test_ranktail_against_a_gev_fit_is_refused(tables) -> None:
     gev = MleCellFit(mle_cell_table(tables["a"], ("gpu", "precision"), column="y"), "gev")
     with pytest.raises(InputError, match="estimator"):
         diff_fits(RankTailFit.from_table(tables["a"]), gev, n=[8], block_sd_us=20.0, m=M)
+
+
+def test_n_beyond_the_rank_values_of_either_side_is_labelled(tables) -> None:
+    """400 groups × 2 samples × 4 ranks = 3,200 rank values on each side (counted by hand): n = 512
+    is within, 4096 beyond; both the Δτ and the ΔB* rows say so, with N in the note; xi-less
+    ranktail rows only, so a GEV pair has no such label."""
+    fa, fa2 = (RankTailFit.from_table(tables[k], seed=i) for i, k in enumerate(("a", "a2")))
+    table = diff_fits(fa, fa2, n=[512, 4096], block_sd_us=20.0, m=M).set_index("n")
+    assert table.loc[512, "beyond_data"] == False and table.loc[4096, "beyond_data"] == True  # noqa: E712
+    assert "beyond the data" in table.attrs["beyond_data_note"] and "H100|bf16 3200" in table.attrs["beyond_data_note"]
+    inputs = BandwidthInputs(["ring"], {"ring": 5.0}, 2.0**28, [-0.5], M)
+    bstar = diff_bstar(fa, fa2, inputs, n=[512, 4096], block_sd_us=20.0).set_index("n")
+    assert bstar["beyond_data"].tolist() == [False, True] and "beyond_data_note" in bstar.attrs
+    within = diff_fits(fa, fa2, n=[8, 512], block_sd_us=20.0, m=M)
+    assert not within["beyond_data"].any() and "beyond_data_note" not in within.attrs
+    gev = [MleCellFit(mle_cell_table(tables[k], ("gpu", "precision"), column="y"), "gev") for k in ("a", "a2")]
+    assert not diff_fits(*gev, n=[4096], block_sd_us=20.0, m=M)["beyond_data"].any()
