@@ -366,8 +366,9 @@ def _row_labels(row: pd.Series) -> str:
     text += "  [population-level]" if row.get("prediction_kind") == "population" else ""
     if row.get("prior_dominated"):
         text += f"  [prior-dominated: {row.get('prior_dominated_spreads')}]"
-    beyond = row.get("beyond_data")
-    if beyond is not None and pd.notna(beyond) and bool(beyond):
+    from evtsync.predict.tables import is_beyond_data
+
+    if is_beyond_data(row.get("beyond_data")):
         text += f"  [beyond the data: n > N = {int(row['n_values'])} rank values]"
     return text
 

@@ -198,7 +198,9 @@ def _print_bstar(bstar, level: float) -> None:  # noqa: ANN001 - the table of ev
 
 def _beyond(row: Any) -> str:
     """The label of a diff row whose n is beyond its cell's rank values on either side (ranktail)."""
-    return "  [beyond the data]" if bool(getattr(row, "beyond_data", False)) else ""
+    from evtsync.predict.tables import is_beyond_data
+
+    return "  [beyond the data]" if is_beyond_data(getattr(row, "beyond_data", None)) else ""
 
 
 def _fit_level(args: argparse.Namespace):  # noqa: ANN202 - (fit table, ΔB* table, notes, ΔB* note)

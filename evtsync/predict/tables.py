@@ -86,6 +86,7 @@ from evtsync.evt import gev
 log = logging.getLogger("evtsync.predict.tables")
 
 __all__ = [
+    "BEYOND_DATA_NOTE",
     "DEFAULT_ESTIMATOR",
     "ESTIMATORS",
     "FALLBACK_ESTIMATOR",
@@ -99,6 +100,7 @@ __all__ = [
     "PointFit",
     "SCALING_DEFINITION",
     "bandwidth_table",
+    "beyond_data_rows",
     "bstar_draws_gbps",
     "cell_parameter_table",
     "check_estimator",
@@ -115,6 +117,7 @@ __all__ = [
     "flops_scaling_table",
     "given_tax_bandwidth_table",
     "given_tax_scaling_table",
+    "is_beyond_data",
     "population_draws",
     "predicted_vs_measured",
     "summarise",
@@ -1363,6 +1366,20 @@ BEYOND_DATA_NOTE = ("beyond the data: n exceeds the cell's N rank values, so the
                     "n = 1.6 N the point is 0.95-1.04 of the true delay over four parents (Student-t5 short, "
                     "lognormal long), at 6.4 N 0.91-1.05, within +-3% where n <= N; the interval covers at its "
                     "level on both sides")
+
+
+def is_beyond_data(value: Any) -> bool:
+    """One row's ``beyond_data`` as a bool: False where the row has none (NaN or None: another
+    estimator's row, or a table written before the column existed)."""
+    return bool(value) if value is not None and pd.notna(value) else False
+
+
+def beyond_data_rows(table: pd.DataFrame) -> pd.Series:
+    """Per row of ``table``: n beyond the cell's N rank values (:func:`is_beyond_data` of the column
+    ``beyond_data``; all False without the column)."""
+    if "beyond_data" not in table:
+        return pd.Series(False, index=table.index)
+    return table["beyond_data"].map(is_beyond_data).astype(bool)
 
 
 def _prior_dominated_spreads(fit: Any, out: pd.DataFrame) -> list[str]:

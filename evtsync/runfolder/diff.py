@@ -505,9 +505,9 @@ def _beyond_data_note(table: pd.DataFrame, rank_values: dict[str, float]) -> pd.
     """``beyond_data`` as bool (rows without a tau: False) and, when a row is beyond its cell's
     rank values on either side, the note :data:`~evtsync.predict.tables.BEYOND_DATA_NOTE` with
     those cells' N in ``attrs["beyond_data_note"]``."""
-    from evtsync.predict.tables import BEYOND_DATA_NOTE
+    from evtsync.predict.tables import BEYOND_DATA_NOTE, beyond_data_rows
 
-    table["beyond_data"] = table["beyond_data"].map(lambda v: bool(v) if pd.notna(v) else False).astype(bool)
+    table["beyond_data"] = beyond_data_rows(table)
     if table["beyond_data"].any():
         cells = sorted(set(table.loc[table["beyond_data"], "cell"].astype(str)))
         table.attrs["beyond_data_note"] = (f"{BEYOND_DATA_NOTE} (N, the fewer of A's and B's: "

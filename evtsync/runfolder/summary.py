@@ -167,7 +167,7 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
     ``loo``, ``loo_and_tail`` (the sentence reconciling them), ``topologies``, ``level`` and
     ``point_estimate`` (per estimator of the rows: what its point is, e.g. "posterior median").
     """
-    from evtsync.predict.tables import point_column, point_labels, point_words
+    from evtsync.predict.tables import is_beyond_data, point_column, point_labels, point_words
 
     def table(name: str) -> pd.DataFrame | None:
         path = run_dir / TABLES / f"{name}.parquet"
@@ -263,8 +263,7 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
                            estimator_note=str(r.get("estimator_note", "") or ""))
                 if row["estimator_note"]:
                     notes.append(f"tau(n): {row['estimator_note']}")
-                beyond = r.get("beyond_data")
-                row["beyond_data"] = bool(beyond) if beyond is not None and pd.notna(beyond) else False
+                row["beyond_data"] = is_beyond_data(r.get("beyond_data"))
                 if row["beyond_data"]:  # the GPD tail's extrapolation (evtsync.predict.tables.BEYOND_DATA_NOTE)
                     notes.append(f"tau(n) at n = {n}: beyond the data (n > N = {int(r['n_values'])} rank values), the "
                                  "GPD tail's extrapolation")

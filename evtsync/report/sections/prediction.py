@@ -9,7 +9,7 @@ import pandas as pd
 
 from evtsync.core.defaults import DEFAULT_ESTIMATOR, PAPER_MODEL, RANKTAIL_MODEL
 from evtsync.plots import predictions as pred_figs
-from evtsync.predict.tables import BEYOND_DATA_NOTE, ESTIMATORS, point_column
+from evtsync.predict.tables import BEYOND_DATA_NOTE, ESTIMATORS, beyond_data_rows, point_column
 from evtsync.report.context import PCT, ReportContext, label_columns
 from evtsync.report.estimator import estimator_points, row_estimators
 from evtsync.report.markdown import (
@@ -62,7 +62,7 @@ def build(ctx: ReportContext) -> list[Section]:
                                    f"estimate. Lines: the point estimate (per estimator, as named); bands: {PCT} intervals.")]
     if not view.explicit:
         items += _estimator_notes(headline, summary)
-    if beyond_data(headline[headline["n"].isin(TABLE_NS)]).any():
+    if beyond_data_rows(headline[headline["n"].isin(TABLE_NS)]).any():
         items.append(Alert(f"{BEYOND_MARK} {BEYOND_DATA_NOTE[0].upper()}{BEYOND_DATA_NOTE[1:]}.", level="warning"))
     items.append(_tau_table(headline, f"Headline: tau(n) in µs by the estimator {label}, point [{PCT} "
                                       "interval] (" + _interval_words(name) + ")"
@@ -141,14 +141,6 @@ def _estimator_notes(headline: pd.DataFrame, summary: dict[str, Any]) -> list[An
 BEYOND_MARK = "†"
 
 
-def beyond_data(t: pd.DataFrame) -> pd.Series:
-    """Per row: n beyond the cell's N rank values (the ranktail column ``beyond_data``; False
-    where a row has none: another estimator's, or a run folder from before it existed)."""
-    if "beyond_data" not in t:
-        return pd.Series(False, index=t.index)
-    return t["beyond_data"].map(lambda v: bool(v) if pd.notna(v) else False).astype(bool)
-
-
 def _rank_values_label(t: pd.DataFrame) -> pd.DataFrame:
     """The cell's N rank values as a text label column "N rank values" (ranktail rows; "" otherwise)."""
     if "n_values" not in t:
@@ -166,7 +158,7 @@ def _tau_table(t: pd.DataFrame, caption: str) -> Table:
     keys = ["model", "estimator", "gpu", "precision"]
     labels = label_columns(t, keys)
     t = t.assign(**{c: t[c].fillna("") for c in labels})  # the paper's rows lack the Bayesian fits' labels
-    marks = [f" {BEYOND_MARK}" if v else "" for v in beyond_data(t)]
+    marks = [f" {BEYOND_MARK}" if v else "" for v in beyond_data_rows(t)]
     if any(marks):
         caption += (f" {BEYOND_MARK}: n beyond the cell's N rank values (column \"N rank values\"): the GPD tail's "
                     "extrapolation (see the note above).")
@@ -202,7 +194,7 @@ def bstar_pivot(bstar: pd.DataFrame, value: str) -> pd.DataFrame:
     unit, scale = ("_gbps", 1.0) if value == "bstar" else ("", 100.0)
     text = [fmt_ci(scale * a, scale * b, scale * c) for a, b, c in
             zip(point_column(bstar, value, unit), bstar[f"{value}_lo{unit}"], bstar[f"{value}_hi{unit}"], strict=True)]
-    text = [v + (f" {BEYOND_MARK}" if mark else "") for v, mark in zip(text, beyond_data(bstar), strict=True)]
+    text = [v + (f" {BEYOND_MARK}" if mark else "") for v, mark in zip(text, beyond_data_rows(bstar), strict=True)]
     if "estimator_note" in bstar:  # a fallback row (issue 29) says so in a short label
         bstar = bstar.assign(fallback=bstar["estimator_note"].fillna("").astype(str).map(lambda v: "yes" if v else ""))
     keys = ["topology", "gpu", "precision"]
@@ -220,7 +212,7 @@ def _bstar_tables(bt: pd.DataFrame) -> list[Table]:
                                                                 values="bstar_hockney_gbps", sort=False)
     hockney.columns = [f"n = {c}" for c in hockney.columns]
     beyond = (f" {BEYOND_MARK}: n beyond the cell's N rank values, tau(n) the GPD tail's extrapolation (the tau "
-              "table's note)." if beyond_data(bt).any() else "")
+              "table's note)." if beyond_data_rows(bt).any() else "")
     return [
         Table(bstar_pivot(bt, "reduction"), f"Reduction 1 − B*/B*_H in % [{PCT} CrI] per topology, GPU × precision "
               "and domain size n (paper, Llama-3 70B on DGX H200 with the Gumbel bound: 98.69% on the fully "
