@@ -43,7 +43,8 @@ MIN_KEY_CHARS = 32
 
 def containment_problem(root: str | os.PathLike[str], rel: object) -> str | None:
     """Why ``rel`` is not a path inside the folder ``root`` (None when it is): not a non-empty
-    string, absolute, a ``..`` step, a backslash or NUL, or resolving (links followed) outside."""
+    string, absolute, a ``..`` step, a backslash or NUL, or resolving (links followed) outside
+    or to the folder itself."""
     if not isinstance(rel, str) or not rel:
         return "not a non-empty relative path"
     pure = PurePosixPath(rel)
@@ -55,10 +56,12 @@ def containment_problem(root: str | os.PathLike[str], rel: object) -> str | None
         return "it holds a backslash or NUL"
     try:
         base = Path(root).resolve()
-        inside = (base / rel).resolve().is_relative_to(base)
+        target = (base / rel).resolve()
     except (OSError, RuntimeError) as exc:  # a link loop, a name too long
         return f"it cannot be resolved ({exc})"
-    return None if inside else "it leads out of the folder through a link"
+    if target == base:
+        return "it names the folder itself"
+    return None if target.is_relative_to(base) else "it leads out of the folder through a link"
 
 
 def contained(root: str | os.PathLike[str], rel: object, what: str, hint: str = "") -> Path:

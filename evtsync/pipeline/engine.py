@@ -217,7 +217,11 @@ class Run:
         from evtsync.core.trust import contained
 
         for rel in rels:
-            contained(self.out, rel, f"{self.path(MANIFEST)}: an output").unlink(missing_ok=True)
+            path = contained(self.out, rel, f"{self.path(MANIFEST)}: an output")
+            if path.is_dir() and not path.is_symlink():
+                raise InputError(f"{self.path(MANIFEST)}: output {rel!r} is a folder, not a file the run wrote; "
+                                 "refused (was the manifest edited? `evtsync run --force` rebuilds it)")
+            path.unlink(missing_ok=True)
 
     def table(self, rel: str) -> pd.DataFrame:
         """Read a table written by an earlier stage."""

@@ -100,7 +100,8 @@ def test_a_link_out_of_the_run_folder_is_outside(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("rel", "why"), [("/etc/passwd", "absolute"), ("../v2", "'..'"), ("a/../../v2", "'..'"),
-                                          ("", "non-empty"), (7, "non-empty"), ("a\\..\\b", "backslash")])
+                                          ("", "non-empty"), (7, "non-empty"), ("a\\..\\b", "backslash"),
+                                          (".", "folder itself")])
 def test_containment_refuses_each_way_out(tmp_path: Path, rel: object, why: str) -> None:
     problem = containment_problem(tmp_path, rel)
     assert problem is not None and why in problem
@@ -113,3 +114,12 @@ def test_containment_accepts_a_plain_relative_path(tmp_path: Path) -> None:
     (tmp_path / "inner").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "inner", target_is_directory=True)
     assert containment_problem(tmp_path, "link/x") is None  # a link that stays inside
+
+
+def test_an_output_that_names_a_folder_of_the_run_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "R"
+    execute(Run(RunOptions(out=out)), _stages)
+    _doctor(out, "ghost", ["tables"])
+    with pytest.raises(InputError, match="'tables' is a folder"):
+        execute(Run(RunOptions(out=out)), _stages)
+    assert (out / "tables" / "a.json").is_file()
