@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import logging
 import os
 import secrets
 import stat
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from evtsync.core.errors import InputError
 
@@ -227,3 +229,31 @@ def sign(data: bytes) -> str:
 def verify(data: bytes, signature: object) -> bool:
     """Whether ``signature`` is :func:`sign` of ``data`` (compared in constant time)."""
     return isinstance(signature, str) and hmac.compare_digest(sign(data), signature)
+
+
+#: The field of a signed listing (a cache entry's description) holding its :func:`sign`.
+SIGNATURE = "hmac"
+
+
+def _listing_bytes(listing: dict[str, Any]) -> bytes:
+    rest = {k: v for k, v in listing.items() if k != SIGNATURE}
+    return json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str).encode()
+
+
+def sign_listing(listing: dict[str, Any]) -> dict[str, Any]:
+    """``listing`` (a cache entry's description: its files' SHA-256 and what it says) as JSON reads
+    it back, with :data:`SIGNATURE`: the HMAC-SHA256 of the rest, canonical JSON, with
+    :func:`signing_key`. Raises :class:`SigningKeyError` when the key cannot be used."""
+    plain = json.loads(json.dumps({k: v for k, v in listing.items() if k != SIGNATURE}, default=str))
+    return {**plain, SIGNATURE: sign(_listing_bytes(plain))}
+
+
+def listing_problem(listing: dict[str, Any]) -> str | None:
+    """Why a listing read from a cache is not trusted (None when :func:`sign_listing` made it with
+    this user's key): unsigned, or signed with another key (written or edited by someone without
+    it). Raises :class:`SigningKeyError` when the key cannot be used (then nothing is trusted)."""
+    if SIGNATURE not in listing:
+        return "its listing is not signed"
+    if verify(_listing_bytes(listing), listing[SIGNATURE]):
+        return None
+    return f"its listing's signature was not made with your key {key_file()}"

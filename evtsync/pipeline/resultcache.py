@@ -16,8 +16,8 @@ An entry is ``FOLDER/KEY/``: ``files/`` (the outputs, by their path relative to 
 and :data:`RESULT_META`, a marker naming this cache, the key, the stage, each file's SHA-256 and
 the stage's manifest entry (status, reason, summary, failed workloads, and under
 ``cached_from`` the run folder, date, wall and CPU seconds of the computation), signed: its
-:data:`SIGNATURE` is the HMAC-SHA256 of the rest with the user's key, kept outside the cache
-(:func:`evtsync.core.trust.signing_key`). It is written into a temporary folder and renamed into
+``hmac`` is the HMAC-SHA256 of the rest with the user's key, kept outside the cache
+(:func:`evtsync.core.trust.sign_listing`). It is written into a temporary folder and renamed into
 place. A fetch uses an entry only when its marker and key are this cache's, its listing carries a
 signature made with this user's key (so one that someone else wrote or edited, hashes included, is
 never served: docs/security.md), and every listed file is a plain file inside the entry (no link)
@@ -84,33 +84,19 @@ def library_versions() -> dict[str, str]:
     return package_versions(KEY_LIBRARIES)
 
 
-#: The field of :data:`RESULT_META` holding the HMAC-SHA256 of the rest (:func:`evtsync.core.trust.sign`).
-SIGNATURE = "hmac"
-
-
-def _listing_bytes(meta: dict[str, Any]) -> bytes:
-    """What an entry's signature covers: its description (marker, key, stage, probe, every file's
-    path and SHA-256, the manifest entry) less the signature, as canonical JSON."""
-    rest = {k: v for k, v in meta.items() if k != SIGNATURE}
-    return json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str).encode()
-
-
 class _NoKey(Exception):
     """This user's signing key cannot be used: no entry can be checked (none is served)."""
 
 
 def _signature_problem(meta: dict[str, Any]) -> str | None:
-    """Why the entry's listing is not trusted (None when it is signed with this user's key);
-    :class:`_NoKey` when the key itself cannot be used."""
-    from evtsync.core.trust import SigningKeyError, key_file, verify
+    """Why the entry's listing is not trusted (:func:`evtsync.core.trust.listing_problem`; None
+    when it is signed with this user's key); :class:`_NoKey` when the key cannot be used."""
+    from evtsync.core.trust import SigningKeyError, listing_problem
 
-    if SIGNATURE not in meta:
-        return "its listing is not signed"
     try:
-        good = verify(_listing_bytes(meta), meta[SIGNATURE])
+        return listing_problem(meta)
     except SigningKeyError as exc:
         raise _NoKey(str(exc)) from exc
-    return None if good else f"its listing's signature was not made with your key {key_file()}"
 
 
 def _owned(path: Path) -> bool:
@@ -312,7 +298,7 @@ class ResultCache:
         except OSError as exc:
             log.warning("result cache %s: not writable (%s); stage %s is not kept", self.folder, exc, stage)
             return False
-        from evtsync.core.trust import SigningKeyError, containment_problem, sign
+        from evtsync.core.trust import SigningKeyError, containment_problem, sign_listing
 
         try:
             for rel, digest in outputs.items():
@@ -325,8 +311,7 @@ class ResultCache:
                     raise _Damaged(f"{rel} changed since stage {stage} wrote it")
             meta = {"marker": RESULT_CACHE_MARKER, "key": key, "stage": stage, "probe": probe, "files": outputs,
                     "bytes": size, "entry": entry}
-            meta = json.loads(json.dumps(meta, default=str))  # signed as it will be read back
-            meta[SIGNATURE] = sign(_listing_bytes(meta))
+            meta = sign_listing(meta)
             # not sorted: the outputs stay in the order the stage wrote them (the manifest's)
             (tmp / RESULT_META).write_text(json.dumps(meta, indent=1), encoding="utf-8")
             os.rename(tmp, target)

@@ -117,3 +117,22 @@ def test_the_key_is_made_private_outside_the_cache_and_one_open_to_others_is_ref
     assert events == ["start", "ran"]  # never served with a key others can read
     assert any("readable or writable by others" in r.getMessage() for r in caplog.records)
     assert [e.stage for e in ResultCache(cache).entries()] == ["tax"]  # the user's entry is kept
+
+
+def test_a_doctored_figure_cache_entry_is_not_used(tmp_path: Path) -> None:
+    """The report's figure cache: a figure replaced, its hash updated in the entry's listing."""
+    from evtsync.report.context import FIGURE_META, FigureCache
+
+    cache = FigureCache(tmp_path / "figures")
+    png = tmp_path / "drawn.png"
+    png.write_bytes(b"\x89PNG the true figure")
+    cache.store("k", png, None)
+    entry = tmp_path / "figures" / "k"
+    (entry / "figure.png").write_bytes(b"\x89PNG a false figure")
+    meta = json.loads((entry / FIGURE_META).read_text())
+    meta["files"]["figure.png"] = _sha(entry / "figure.png")
+    (entry / FIGURE_META).write_text(json.dumps(meta))
+    dest = tmp_path / "out.png"
+    assert cache.fetch("k", dest, None) is False and not dest.exists()
+    cache.store("k", png, None)  # the figure drawn again is kept, signed: used
+    assert cache.fetch("k", dest, None) is True and dest.read_bytes() == png.read_bytes()

@@ -140,3 +140,35 @@ def test_a_folder_above_that_others_can_write_is_unsafe(tmp_path: Path) -> None:
     assert "above" in str(unsafe_reason(cache / "x.pkl"))
     os.chmod(above, 0o1777)  # sticky, as /tmp: no one renames what is not theirs
     assert unsafe_reason(cache / "x.pkl") is None
+
+
+def test_a_doctored_trace_cache_entry_is_not_read(tmp_path: Path, traces_dir: Path,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """The per-rank table cache: kernel durations x10, the Parquet file's size and SHA-256 updated
+    in ``meta.json`` as anyone who can write the cache could. The entry's signature (the user's
+    key) no longer matches: the trace is read again, with a warning, and the tables are the trace's."""
+    import json
+
+    import pandas as pd
+
+    from evtsync.trace.cache import META, read_rank_cached
+    from evtsync.trace.readers import read_rank
+
+    trace = next(p for p in sorted((traces_dir / "dlrm-8rank-v100").iterdir()) if p.name.endswith((".json", ".gz")))
+    cache = tmp_path / "cache"
+    truth = read_rank(trace, False)
+    read_rank_cached(trace, False, str(cache))  # stores the entry
+    (meta_path,) = cache.rglob(META)
+    kernels = meta_path.parent / "kernels.parquet"
+    table = pd.read_parquet(kernels)
+    assert table["dur_ns"].sum() > 0
+    table["dur_ns"] = table["dur_ns"] * 10
+    table.to_parquet(kernels, index=False)
+    meta = json.loads(meta_path.read_text())
+    meta["files"]["kernels"] = {"size": kernels.stat().st_size,
+                                "sha256": __import__("hashlib").sha256(kernels.read_bytes()).hexdigest()}
+    meta_path.write_text(json.dumps(meta))
+    with caplog.at_level("WARNING", logger="evtsync.trace"):
+        got = read_rank_cached(trace, False, str(cache))
+    assert any("not trusted" in r.getMessage() for r in caplog.records)
+    assert got.kernels["dur_ns"].sum() == truth.kernels["dur_ns"].sum()
