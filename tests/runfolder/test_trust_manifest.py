@@ -19,6 +19,7 @@ from evtsync.core.errors import InputError
 from evtsync.core.trust import contained, containment_problem
 from evtsync.pipeline import RunOptions
 from evtsync.pipeline.engine import Run, Stage, execute
+from evtsync.runfolder.layout import read_manifest
 
 VICTIM_TEXT = "a file of the user's, outside the run folder\n"
 
@@ -64,6 +65,8 @@ def test_a_manifest_naming_files_outside_is_refused_and_nothing_is_deleted(tmp_p
         (out / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(InputError, match=r"lists an output that names '(/|\.\./v2)"):
         execute(Run(RunOptions(out=out)), _stages)
+    with pytest.raises(InputError, match="not inside"):  # every reader of the run folder reads it so
+        read_manifest(out)
     assert absolute.read_text() == VICTIM_TEXT and sibling.read_text() == VICTIM_TEXT
     assert (out / "tables" / "a.json").is_file()  # the run's own output is not touched either
 
