@@ -69,6 +69,10 @@ def test_a_manifest_naming_files_outside_is_refused_and_nothing_is_deleted(tmp_p
         read_manifest(out)
     assert absolute.read_text() == VICTIM_TEXT and sibling.read_text() == VICTIM_TEXT
     assert (out / "tables" / "a.json").is_file()  # the run's own output is not touched either
+    # the way out the message names: --force rebuilds the manifest without touching those paths
+    run = execute(Run(RunOptions(out=out, force=True)), _stages)
+    assert absolute.read_text() == VICTIM_TEXT and sibling.read_text() == VICTIM_TEXT
+    assert set(run.manifest["stages"]) == {"a"} and read_manifest(out)["stages"]["a"]["status"] == "done"
 
 
 def test_the_cli_exits_non_zero_naming_the_path_and_deletes_nothing(tmp_path: Path,
