@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from evtsync.core.trust import KEY_ENV
 from evtsync.trace.cache_dir import CACHE_ENV
 
 REPO = Path(__file__).resolve().parent.parent
@@ -62,8 +63,9 @@ def pytest_configure(config: pytest.Config) -> None:
     all under ``$EVTSYNC_CACHE_DIR``) at a temporary folder of this process, removed at the end:
     the tests never read what an earlier run or the user left in ``~/.cache/evtsync`` nor
     write there, and two workers never race on one cache. Subprocesses the tests start inherit
-    it; a test about the default location sets its own. Runs in each xdist worker too (after
-    the controller), which then replaces the controller's folder by its own. The user's settings
+    it; a test about the default location sets its own. The result cache's signing key
+    (``$EVTSYNC_CACHE_KEY``) is a file in another temporary folder of the process, made on first
+    use. Runs in each xdist worker too (after the controller), which then replaces the controller's folder by its own. The user's settings
     that change what evtsync does (:data:`USER_SETTINGS`) are removed for the session: a test
     that needs one sets it itself.
 
@@ -82,13 +84,17 @@ def pytest_configure(config: pytest.Config) -> None:
     folder = tempfile.mkdtemp(prefix=f"evtsync-tests-{worker}-")
     config.stash[_CACHE_FOLDER] = folder
     os.environ[CACHE_ENV] = folder
+    # the result cache's signing key (made on first use), outside the cache as the user's is
+    key_folder = tempfile.mkdtemp(prefix=f"evtsync-tests-key-{worker}-")
+    config.stash[_KEY_FOLDER] = key_folder
+    os.environ[KEY_ENV] = str(Path(key_folder) / "cache-key")
     link_session_scanner(Path(folder))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Remove this process's cache folder (:func:`pytest_configure`), and the session's scanner
     folder in the process that made it."""
-    for key in (_CACHE_FOLDER, _SCANNER_FOLDER):
+    for key in (_CACHE_FOLDER, _KEY_FOLDER, _SCANNER_FOLDER):
         folder = config.stash.get(key, None)
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
@@ -98,6 +104,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 _CACHE_FOLDER = pytest.StashKey[str]()
 _SCANNER_FOLDER = pytest.StashKey[str]()
+_KEY_FOLDER = pytest.StashKey[str]()
 
 #: The environment variables evtsync reads, besides the cache folder, that would change what a
 #: test sees if the user running the suite had set them: the trace decoder, a dask cluster to

@@ -86,7 +86,8 @@ def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
                        help="folder of cached per-rank tables (Parquet), reused when the trace "
                             "is unchanged, and of report figures and `evtsync run`'s stage results, "
                             "reused when their inputs and the code are unchanged (default: "
-                            "$EVTSYNC_CACHE_DIR, else ~/.cache/evtsync)")
+                            "$EVTSYNC_CACHE_DIR, else ~/.cache/evtsync); entries are used only when "
+                            "signed with your key (a shared folder: docs/security.md)")
     group.add_argument("--no-cache", action="store_true",
                        help="read every trace (and draw every report figure, compute every stage "
                             "of `evtsync run`), neither using nor writing the cache")

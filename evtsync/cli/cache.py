@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from evtsync.core.errors import InputError
+    from evtsync.core.trust import key_file
     from evtsync.core.units import parse_bytes
     from evtsync.pipeline.resultcache import ResultCache, result_cache_max_bytes
     from evtsync.trace.cache import RankCache, cache_max_bytes
@@ -73,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
                              "result_cache": {"folder": str(results.folder), "entries": len(kept),
                                               "bytes": sum(e.size for e in kept), "cap_bytes": result_cache_max_bytes(),
                                               "stages": sorted({e.stage for e in kept}),
-                                              "removed_entries": result_removed, "freed_bytes": result_freed}}
+                                              "removed_entries": result_removed, "freed_bytes": result_freed},
+                             "signing_key": str(key_file())}
     if args.json:
         from evtsync.cli._common import emit_json
 
@@ -85,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"result cache {rc['folder']}: {rc['entries']} entr{'y' if rc['entries'] == 1 else 'ies'}, "
           f"{rc['bytes'] / 2**20:.1f} MiB (cap {rc['cap_bytes'] / 2**30:.2f} GiB)"
           + (f"; stages {', '.join(rc['stages'])}" if rc["stages"] else ""))
+    print(f"entries are used only when signed with the key {state['signing_key']} (docs/security.md)")
     if scanner:
         print(f"trace scanner built: {scanner}")
     if args.prune or args.clear:

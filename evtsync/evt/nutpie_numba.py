@@ -29,8 +29,11 @@ digest of everything the model's graph is built from: :func:`evtsync.evt.fit.com
 fit of the same model on the same data loads them (their graphs already rewritten, their numba
 code from PyTensor's cache) instead of building and rewriting them. The functions are the same
 graphs, so log density, gradient and draws are bit-identical (``tests/evt/test_bayes_nutpie_numba.py``).
-An entry that cannot be read is ignored (and replaced); the cache holds pickles, so it must be
-the user's own folder, as PyTensor's and numba's caches of compiled code are.
+An entry that cannot be read is ignored (and replaced); the cache holds pickles, which run code
+when loaded, and no other format holds compiled PyTensor functions, so an entry is loaded (or
+written) only when it, its folder and every folder above belong to the user (or root, above)
+and no one else can write them (:func:`evtsync.core.trust.unsafe_reason`); else a warning says
+what to do and the model is compiled (docs/security.md).
 """
 
 from __future__ import annotations
@@ -155,15 +158,31 @@ def _entry_path(cache_key: str, var_names: list[str]) -> Path:
     return model_cache_folder() / f"{hashlib.sha256(text.encode()).hexdigest()}.pkl"
 
 
+def _cache_refused(path: Path) -> bool:
+    """Whether the entry ``path`` (or its folder, or one above) could have been written by another
+    user (:func:`evtsync.core.trust.unsafe_reason`): then it is neither loaded nor written, with a
+    warning saying what to do. A pickle runs code when it is loaded."""
+    from evtsync.core.trust import private_folder_problem, warn_once
+
+    problem = private_folder_problem(path, "compiled models (pickles)")
+    if problem is not None:
+        warn_once(problem)
+    return problem is not None
+
+
 def _load_functions(path: Path) -> tuple | None:
-    """The stored ``_make_functions`` results (without the initial-point function), or None."""
+    """The stored ``_make_functions`` results (without the initial-point function), or None
+    (also when the entry is refused: :func:`_cache_refused`)."""
     import cloudpickle  # noqa: F401 - the pickles name cloudpickle's reconstructors
 
+    if _cache_refused(path):
+        return None
     try:
         with open(path, "rb") as fh:
             import pickle
 
-            stored = pickle.load(fh)  # noqa: S301 - the user's own cache folder (module docstring)
+            # a pickle runs code: only from a folder that is the user's alone (checked just above)
+            stored = pickle.load(fh)  # noqa: S301
         os.utime(path)  # most recently used
     except FileNotFoundError:
         return None
@@ -179,8 +198,10 @@ def _store_functions(path: Path, functions: tuple) -> None:
     """Write the entry atomically, then keep the :data:`MODEL_CACHE_KEEP` most recent ones."""
     import cloudpickle
 
+    if _cache_refused(path):
+        return
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as fh:

@@ -253,6 +253,8 @@ def _tool_of(argv: list[str]) -> tuple[str | None, str]:
 def check_plan(entries: list[dict[str, Any]], out: Path, allow_any_command: bool = False) -> None:
     """Refuse, before anything runs, a plan entry whose log would lie outside ``out`` and, unless
     ``allow_any_command``, one whose command is not an nccl-tests binary behind :data:`WRAPPERS`."""
+    from evtsync.core.trust import containment_problem
+
     root = out.resolve()
     for e in entries:
         where = f"plan entry {e.get('order', '?')}"
@@ -261,10 +263,10 @@ def check_plan(entries: list[dict[str, Any]], out: Path, allow_any_command: bool
             raise NcclTestsError(f"{where}: 'argv' must be a non-empty list of strings, got {argv!r}")
         if not isinstance(log_rel, str) or not log_rel:
             raise NcclTestsError(f"{where}: 'log' must be a relative file path, got {log_rel!r}")
-        target = (root / log_rel).resolve()
-        if Path(log_rel).is_absolute() or root not in target.parents:
-            raise NcclTestsError(f"{where}: log {log_rel!r} lies outside the output folder {out}; a plan writes "
-                                 "only under --out (relative paths without '..')")
+        problem = containment_problem(root, log_rel)  # one check for every path a file names
+        if problem is not None:
+            raise NcclTestsError(f"{where}: log {log_rel!r} lies outside the output folder {out} ({problem}); a "
+                                 "plan writes only under --out (relative paths without '..')")
         if not allow_any_command:
             tool, why = _tool_of(argv)
             if tool is None:

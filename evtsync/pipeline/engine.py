@@ -40,7 +40,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -209,6 +209,19 @@ class Run:
         """Write a stage output JSON atomically; returns its relative path."""
         write_text_atomic(self.path(rel), json.dumps(json_ready(data), indent=2, sort_keys=True))
         return rel
+
+    def remove_outputs(self, rels: Iterable[str]) -> None:
+        """Delete outputs the manifest listed that the run no longer writes: each only when it lies
+        inside the run folder (:func:`evtsync.core.trust.contained`; :func:`read_manifest` refused a
+        manifest naming one outside before the run began, so this is the second check)."""
+        from evtsync.core.trust import contained
+
+        for rel in rels:
+            path = contained(self.out, rel, f"{self.path(MANIFEST)}: an output")
+            if path.is_dir() and not path.is_symlink():
+                raise InputError(f"{self.path(MANIFEST)}: output {rel!r} is a folder, not a file the run wrote; "
+                                 "refused (was the manifest edited? `evtsync run --force` rebuilds it)")
+            path.unlink(missing_ok=True)
 
     def table(self, rel: str) -> pd.DataFrame:
         """Read a table written by an earlier stage."""
@@ -551,8 +564,7 @@ class Run:
         if entry["status"] != STATUS_DONE:
             written = []
         entry["outputs"] = {rel: file_sha256(self.path(rel)) for rel in written}
-        for rel in set(old.get("outputs", {})) - set(entry["outputs"]):
-            self.path(rel).unlink(missing_ok=True)
+        self.remove_outputs(set(old.get("outputs", {})) - set(entry["outputs"]))
         entry["seconds"] = round(time.perf_counter() - started, 3)
         entry["cpu_seconds"] = round(time.process_time() - cpu_started + self._job_cpu.pop(stage.name, 0.0), 3)
         if stage.name in self._job_places:
@@ -589,8 +601,7 @@ class Run:
         if kept.get("failed_workloads"):
             entry["failed_workloads"] = kept["failed_workloads"]
         entry["outputs"] = hit.outputs
-        for rel in set(old.get("outputs", {})) - set(hit.outputs):
-            self.path(rel).unlink(missing_ok=True)
+        self.remove_outputs(set(old.get("outputs", {})) - set(hit.outputs))
         entry["seconds"] = round(time.perf_counter() - started, 3)
         entry["cpu_seconds"] = round(time.process_time() - cpu_started, 3)
         entry["reused_from_cache"] = {"key": result_key, "cache": str(hit.folder), **kept.get("cached_from", {})}
@@ -718,8 +729,7 @@ def execute(run: Run, build_stages: Callable[[Run], list[Stage]]) -> Run:
         run.manifest["stage_order"] = [st.name for st in stages]
         for name in list(run.manifest.get("stages", {})):
             if name not in run.manifest["stage_order"]:
-                for rel in run.manifest["stages"][name].get("outputs", {}):
-                    run.path(rel).unlink(missing_ok=True)
+                run.remove_outputs(run.manifest["stages"][name].get("outputs", {}))
                 del run.manifest["stages"][name]
         finished: set[str] = set()
         if not options.is_demo:

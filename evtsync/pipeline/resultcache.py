@@ -15,12 +15,17 @@ summary, the report) are never kept; failures never are.
 An entry is ``FOLDER/KEY/``: ``files/`` (the outputs, by their path relative to the run folder)
 and :data:`RESULT_META`, a marker naming this cache, the key, the stage, each file's SHA-256 and
 the stage's manifest entry (status, reason, summary, failed workloads, and under
-``cached_from`` the run folder, date, wall and CPU seconds of the computation). It is written into
-a temporary folder and renamed into place. A fetch uses an entry only when its marker and key
-are this cache's and every listed file is a plain file inside the entry (no link) whose SHA-256,
+``cached_from`` the run folder, date, wall and CPU seconds of the computation), signed: its
+``hmac`` is the HMAC-SHA256 of the rest with the user's key, kept outside the cache
+(:func:`evtsync.core.trust.sign_listing`). It is written into a temporary folder and renamed into
+place. A fetch uses an entry only when its marker and key are this cache's, its listing carries a
+signature made with this user's key (so one that someone else wrote or edited, hashes included, is
+never served: docs/security.md), and every listed file is a plain file inside the entry (no link)
+whose path stays inside the run folder (:func:`evtsync.core.trust.contained`) and whose SHA-256,
 computed while it is copied, matches; the copies appear in the run folder together or not at
-all. A damaged entry of this cache is removed with a warning and the stage computed again; a
-folder this cache did not write is never read, removed or overwritten.
+all. An untrusted or damaged entry is not used: the stage is computed again with a warning, and
+the entry removed when it is the user's own; a folder this cache did not write is never read,
+removed or overwritten.
 
 The cache is capped at ``$EVTSYNC_RESULT_CACHE_MAX_BYTES`` (default 2 GiB): after each store the
 least recently used entries (a fetch marks its entry used) are removed until the rest fit.
@@ -42,7 +47,7 @@ import stat
 import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from evtsync.core.tableio import all_or_nothing, atomic_path
@@ -79,9 +84,26 @@ def library_versions() -> dict[str, str]:
     return package_versions(KEY_LIBRARIES)
 
 
-def _safe_rel(rel: str) -> bool:
-    path = PurePosixPath(rel)
-    return bool(rel) and not path.is_absolute() and ".." not in path.parts and "\\" not in rel
+class _NoKey(Exception):
+    """This user's signing key cannot be used: no entry can be checked (none is served)."""
+
+
+def _signature_problem(meta: dict[str, Any]) -> str | None:
+    """Why the entry's listing is not trusted (:func:`evtsync.core.trust.listing_problem`; None
+    when it is signed with this user's key); :class:`_NoKey` when the key cannot be used."""
+    from evtsync.core.trust import SigningKeyError, listing_problem
+
+    try:
+        return listing_problem(meta)
+    except SigningKeyError as exc:
+        raise _NoKey(str(exc)) from exc
+
+
+def _owned(path: Path) -> bool:
+    try:
+        return path.lstat().st_uid == os.geteuid()
+    except OSError:
+        return False
 
 
 class _Damaged(Exception):
@@ -139,7 +161,11 @@ class ResultCache:
 
     def holds(self, key: str) -> bool:
         """Whether an entry of this cache has ``key`` (its files are checked only by :meth:`fetch`)."""
-        return self._meta(self.folder / key) is not None
+        meta = self._meta(self.folder / key)
+        try:
+            return meta is not None and _signature_problem(meta) is None
+        except _NoKey:
+            return False
 
     def holds_probe(self, probes: set[str]) -> set[str]:
         """The ``probes`` (:meth:`evtsync.pipeline.engine.Run.result_probe`: a stage's name,
@@ -176,6 +202,23 @@ class ResultCache:
                         "left alone, the stage is computed", entry, RESULT_META)
             return None
         try:
+            untrusted = _signature_problem(meta)
+        except _NoKey as exc:
+            from evtsync.core.trust import warn_once
+
+            warn_once(f"result cache {self.folder}: not used, every stage is computed ({exc})")
+            return None
+        if untrusted is not None:
+            # written or edited by someone without this user's key, or before entries were signed:
+            # never served (docs/security.md). Removed when it is this user's (the computation
+            # stores a signed one in its place); another user's is left alone
+            mine = _owned(entry)
+            log.warning("result cache entry %s (stage %s) is not trusted (%s): not used, the stage is computed%s",
+                        entry, meta.get("stage", "?"), untrusted, " (and the entry replaced)" if mine else "")
+            if mine:
+                shutil.rmtree(entry, ignore_errors=True)
+            return None
+        try:
             outputs = self._copy_out(entry, meta, dest)
         except (_Damaged, KeyError, TypeError, AttributeError, ValueError) as exc:
             log.warning("result cache entry %s (stage %s) is damaged (%s): removed, the stage is computed",
@@ -190,15 +233,17 @@ class ResultCache:
         files = meta["files"]
         if not isinstance(files, dict) or not isinstance(meta.get("entry"), dict):
             raise _Damaged("no file list or manifest entry")
-        root = (entry / "files").resolve()
+        from evtsync.core.trust import containment_problem
+
         for rel in files:
-            src = entry / "files" / rel
+            src = entry / "files" / str(rel)
+            problem = containment_problem(entry / "files", rel) or containment_problem(dest, rel)
             try:
-                plain = _safe_rel(rel) and stat.S_ISREG(os.lstat(src).st_mode) and src.resolve().is_relative_to(root)
+                plain = problem is None and stat.S_ISREG(os.lstat(src).st_mode)
             except OSError:
                 plain = False
             if not plain:
-                raise _Damaged(f"{rel}: not a plain file inside the entry")
+                raise _Damaged(f"{rel!r}: not a plain file inside the entry and the run folder ({problem or 'a link'})")
         outputs = {}
         with all_or_nothing():  # the copies appear together, after every hash matched
             for rel, digest in files.items():
@@ -253,20 +298,24 @@ class ResultCache:
         except OSError as exc:
             log.warning("result cache %s: not writable (%s); stage %s is not kept", self.folder, exc, stage)
             return False
+        from evtsync.core.trust import SigningKeyError, containment_problem, sign_listing
+
         try:
             for rel, digest in outputs.items():
-                if not _safe_rel(rel):
-                    raise _Damaged(f"{rel}: not a path inside the run folder")
+                problem = containment_problem(run_folder, rel)
+                if problem is not None:
+                    raise _Damaged(f"{rel!r}: not a path inside the run folder ({problem})")
                 copy = tmp / "files" / rel
                 copy.parent.mkdir(parents=True, exist_ok=True)
                 if _copy_hashing(run_folder / rel, copy) != digest:  # changed since the stage wrote it
                     raise _Damaged(f"{rel} changed since stage {stage} wrote it")
             meta = {"marker": RESULT_CACHE_MARKER, "key": key, "stage": stage, "probe": probe, "files": outputs,
                     "bytes": size, "entry": entry}
+            meta = sign_listing(meta)
             # not sorted: the outputs stay in the order the stage wrote them (the manifest's)
-            (tmp / RESULT_META).write_text(json.dumps(meta, indent=1, default=str), encoding="utf-8")
+            (tmp / RESULT_META).write_text(json.dumps(meta, indent=1), encoding="utf-8")
             os.rename(tmp, target)
-        except (OSError, _Damaged) as exc:  # another process stored it first, the cache is full, …
+        except (OSError, _Damaged, SigningKeyError) as exc:  # stored first by another process, a full disk, …
             shutil.rmtree(tmp, ignore_errors=True)
             if not target.is_dir():
                 log.warning("result cache %s: stage %s not kept (%s)", self.folder, stage, exc)

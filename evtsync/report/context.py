@@ -68,9 +68,11 @@ def figure_key(job: FigureJob) -> str | None:
 class FigureCache:
     """Figures drawn earlier, by :func:`figure_key` (so a figure whose input tables and code have
     not changed is drawn once, whatever run folder it goes to): ``folder/KEY/`` holds
-    ``figure.png`` (and ``figure.svg``) and :data:`FIGURE_META`, the files' SHA-256. An entry is
-    written into a temporary folder and renamed into place; a damaged one (a file missing or
-    differing from its hash) is reported with a warning, removed and drawn again."""
+    ``figure.png`` (and ``figure.svg``) and :data:`FIGURE_META`, the files' SHA-256, signed with
+    the user's key (:func:`evtsync.core.trust.sign_listing`). An entry is written into a
+    temporary folder and renamed into place; a damaged or untrusted one (a file missing or
+    differing from its hash, no signature of this key) is reported with a warning, removed and
+    drawn again."""
 
     def __init__(self, folder: str | os.PathLike[str]) -> None:
         self.folder = Path(folder)
@@ -81,12 +83,23 @@ class FigureCache:
         meta_path = entry / FIGURE_META
         if not meta_path.is_file():
             return False
+        from evtsync.core.trust import SigningKeyError, listing_problem
+
         try:
-            files = json.loads(meta_path.read_text(encoding="utf-8"))["files"]
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            untrusted = listing_problem(meta)  # an entry someone else wrote or edited is never used
+            if untrusted is not None:
+                raise ValueError(f"not trusted: {untrusted}")
+            files = meta["files"]
             wanted = {"figure.png": png, **({"figure.svg": svg} if svg is not None else {})}
             for name in wanted:
                 if file_sha256(entry / name) != files[name]:
                     raise ValueError(f"{name} differs from its hash")
+        except SigningKeyError as exc:
+            from evtsync.core.trust import warn_once
+
+            warn_once(f"figure cache {self.folder}: not used, every figure is drawn ({exc})")
+            return False
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("figure cache entry %s is damaged (%s): removed, the figure is drawn again", entry, exc)
             shutil.rmtree(entry, ignore_errors=True)
@@ -109,9 +122,11 @@ class FigureCache:
                 if src is not None:
                     shutil.copyfile(src, tmp / name)
                     files[name] = file_sha256(tmp / name)
-            (tmp / FIGURE_META).write_text(json.dumps({"files": files}), encoding="utf-8")
+            from evtsync.core.trust import SigningKeyError, sign_listing
+
+            (tmp / FIGURE_META).write_text(json.dumps(sign_listing({"files": files})), encoding="utf-8")
             os.rename(tmp, entry)
-        except OSError as exc:  # another process stored it first, or the cache is not writable
+        except (OSError, SigningKeyError) as exc:  # stored first by another process, an unwritable cache, no key
             shutil.rmtree(tmp, ignore_errors=True)
             if not entry.is_dir():
                 log.warning("figure cache %s: entry not written (%s)", self.folder, exc)

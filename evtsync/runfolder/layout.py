@@ -96,7 +96,31 @@ def read_manifest(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise InputError(f"{path}: not an evtsync run manifest (format {found!r}); rerun `evtsync run` with "
                          "--force to rebuild it, or choose another --out")
+    check_manifest_outputs(run_dir, data)
     return data
+
+
+def check_manifest_outputs(run_dir: str | os.PathLike[str], manifest: dict[str, Any]) -> None:
+    """Refuse a manifest any of whose stages lists an output outside the run folder (absolute,
+    with ``..``, or through a link out: :func:`evtsync.core.trust.contained`): the run deletes
+    and replaces the outputs it lists, and the readers read them, so an edited manifest could
+    otherwise make evtsync delete or read any file (docs/security.md)."""
+    from evtsync.core.trust import contained
+
+    path = Path(run_dir) / MANIFEST
+    stages = manifest.get("stages", {})
+    if not isinstance(stages, dict):
+        raise InputError(f"{path}: 'stages' is a {type(stages).__name__}, not a mapping; rerun `evtsync run` "
+                         "with --force to rebuild the manifest (every stage runs again)")
+    for name, entry in stages.items():
+        outputs = entry.get("outputs", {}) if isinstance(entry, dict) else None
+        if not isinstance(outputs, dict):
+            raise InputError(f"{path}: stage {name!r} is not a mapping with an 'outputs' mapping; rerun "
+                             "`evtsync run` with --force to rebuild the manifest (every stage runs again)")
+        for rel in outputs:
+            contained(run_dir, rel, f"{path}: stage {name!r} lists an output that",
+                      hint="was the manifest edited? Check who changed it; `evtsync run --force` rebuilds it "
+                           "(every stage runs again) without touching that path")
 
 
 #: The folders of a run whose files its readers (report, diff) take as data: each file is checked

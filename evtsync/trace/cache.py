@@ -15,10 +15,12 @@ read again) go first; ``evtsync cache --prune`` does the same on demand, ``--cle
 
 Entry layout: ``kernels.parquet``, ``cpu_ops.parquet``, ``runtime.parquet``,
 ``syncs.parquet`` and ``meta.json`` (rank info, pg_config, skipped counts, the warnings
-the reader logged, each Parquet file's size and SHA-256, the categorical dtypes). An entry
+the reader logged, each Parquet file's size and SHA-256, the categorical dtypes), signed with
+the user's key (:func:`evtsync.core.trust.sign_listing`, docs/security.md): an entry that
+someone without the key wrote or edited, hashes included, is never read. An entry
 is written into a temporary folder and renamed into place, so readers never see half an
-entry. A damaged entry (missing file, wrong size or hash, unreadable Parquet or JSON) is
-reported with a warning, removed and rebuilt from the trace.
+entry. A damaged or untrusted entry (missing file, wrong size or hash, unreadable Parquet or
+JSON, no signature of this key) is reported with a warning, removed and rebuilt from the trace.
 
 Default folder: ``$EVTSYNC_CACHE_DIR``, else ``$XDG_CACHE_HOME/evtsync``, else
 ``~/.cache/evtsync`` (the trace folders are often read-only shared storage); ``--cache DIR``
@@ -124,8 +126,13 @@ class RankCache:
         entry = self.entry(self.key(path, salvage, rank))
         if not entry.is_dir():
             return None
+        from evtsync.core.trust import SigningKeyError, warn_once
+
         try:
             hit = _read_entry(entry)
+        except SigningKeyError as exc:
+            warn_once(f"trace cache {self.folder}: not used, every trace is read ({exc})")
+            return None
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("%s: damaged cache entry %s (%s); rebuilding it from the trace",
                         path, entry, exc)
@@ -157,7 +164,11 @@ class RankCache:
                     "skipped": tables.skipped, "untabulated": tables.untabulated,
                     "log": messages, "files": files,
                     "category_dtypes": dtypes}
-            (tmp / META).write_text(json.dumps(meta, default=_jsonable))
+            from evtsync.core.trust import sign_listing
+
+            # signed with the user's key: an entry someone else wrote or edited is never read
+            meta = sign_listing(json.loads(json.dumps(meta, default=_jsonable)))
+            (tmp / META).write_text(json.dumps(meta))
             try:
                 os.rename(tmp, entry)
             except OSError:
@@ -266,9 +277,14 @@ def cache_max_bytes() -> int:
 
 
 def _read_entry(entry: Path) -> tuple[RankTables, list[list[Any]]]:
+    from evtsync.core.trust import listing_problem
+
     meta = json.loads((entry / META).read_text())
     if meta.get("format") != CACHE_FORMAT:
         raise ValueError(f"cache format {meta.get('format')}, expected {CACHE_FORMAT}")
+    untrusted = listing_problem(meta)
+    if untrusted is not None:
+        raise ValueError(f"not trusted: {untrusted}")
     frames = {}
     for name in TABLES:
         target = entry / f"{name}.parquet"
@@ -323,6 +339,8 @@ def read_rank_cached(path: str | os.PathLike[str], salvage: bool, cache_dir: str
     The warnings logged when the file was first read (rank from the file name, salvaged
     events, ...) are logged again on a hit, so a cached run says what an uncached one says.
     """
+    from evtsync.core.trust import SigningKeyError
+
     if cache_dir is None or rank_from:
         return read_rank(path, salvage, rank, rank_from)
     cache = RankCache(Path(cache_dir))
@@ -342,7 +360,7 @@ def read_rank_cached(path: str | os.PathLike[str], salvage: bool, cache_dir: str
         reader_log.removeHandler(recorder)
     try:
         cache.store(path, salvage, tables, recorder.records, rank)
-    except OSError as exc:
+    except (OSError, SigningKeyError) as exc:
         log.warning("%s: could not write the cache entry in %s (%s); continuing without it",
                     path, cache_dir, exc)
     return tables

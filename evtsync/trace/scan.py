@@ -29,7 +29,10 @@ Two ways to run it, the same code (only NumPy and numba are used here):
   numba's AOT compiler (``numba.pycc``) into a plain extension module, once per version of this
   file and of NumPy, in ``<cache>/scanner/`` (:func:`evtsync.trace.cache_dir.default_cache_dir`);
   :func:`load_ahead_of_time` imports it in ~1 ms **without importing numba** (numba's import
-  and its cached JIT code cost ~1 s of CPU per process, docs/performance/reading.md);
+  and its cached JIT code cost ~1 s of CPU per process, docs/performance/reading.md), only
+  when it, its folder and the folders above could not have been written by another user
+  (:func:`evtsync.core.trust.unsafe_reason`; else the just-in-time scanner, with a warning
+  saying what to do: docs/security.md);
 - **just in time**: :func:`jit_scan_block` imports numba and compiles the functions here with
   ``cache=True`` (reused by later processes) and ``nogil=True`` (threads scan blocks in
   parallel): the fallback where the module cannot be built (no C compiler).
@@ -917,6 +920,9 @@ def load_ahead_of_time(directory: Path | None = None) -> Callable[..., tuple[int
     """The ahead-of-time :func:`scan_block`, or None when it has not been built (numba is not
     imported: the module is plain machine code with NumPy's C API)."""
     path = ahead_of_time_path(directory)
+    refused = _refused(path)
+    if refused is not None:
+        raise RuntimeError(refused)
     if not path.is_file():
         return None
     spec = importlib.util.spec_from_file_location(path.name.split(".")[0], path)
@@ -925,6 +931,15 @@ def load_ahead_of_time(directory: Path | None = None) -> Callable[..., tuple[int
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.scan_block
+
+
+def _refused(path: Path) -> str | None:
+    """Why the compiled module ``path`` must not be loaded (or built) there: it, its folder or one
+    above could have been written by another user (:func:`evtsync.core.trust.unsafe_reason`);
+    loading it runs its code."""
+    from evtsync.core.trust import private_folder_problem
+
+    return private_folder_problem(path, "the compiled trace scanner")
 
 
 def build_failure(directory: Path | None = None) -> str | None:
@@ -949,9 +964,12 @@ def build_ahead_of_time(directory: Path | None = None) -> Path:
 
     directory = directory or ahead_of_time_dir()
     target = ahead_of_time_path(directory)
+    refused = _refused(target)
+    if refused is not None:
+        raise RuntimeError(refused)
     if target.is_file():
         return target
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     with _build_lock(target), tempfile.TemporaryDirectory(prefix=".build-", dir=directory) as tmp:
         if target.is_file():  # another process built it while this one waited
             return target

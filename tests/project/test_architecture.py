@@ -302,9 +302,9 @@ def test_every_package_has_a_test_folder() -> None:
 
 
 def test_the_test_placement_is_read() -> None:
-    """Hand-checked: the tax tests import sync/, conftest.py trace/ alone (the cache folder's
-    environment variable), a helper module nothing of evtsync."""
+    """Hand-checked: the tax tests import sync/, conftest.py trace/ and core/ alone (the cache
+    folder's and the signing key's environment variables), a helper module nothing of evtsync."""
     assert "sync" in _imported_packages(TESTS / "sync" / "test_tax.py")
-    assert _imported_packages(TESTS / "conftest.py") == {"trace"}
+    assert _imported_packages(TESTS / "conftest.py") == {"trace", "core"}
     assert _imported_packages(TESTS / "report_checks.py") == set()
 # --- end relayout ---
