@@ -118,6 +118,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+def _settings_word(sampling: dict[str, Any]) -> str:
+    """How the demo's sampler settings compare with a real run's defaults (:mod:`evtsync.core.defaults`)."""
+    from evtsync.core.defaults import DEFAULT_CHAINS, DEFAULT_DRAWS, DEFAULT_TUNE
+
+    same = (sampling.get("draws"), sampling.get("tune"), sampling.get("chains")) == (
+        DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS)
+    return " — the defaults, as a real run" if same else " — the demo's own settings, not a real run's defaults"
+
+
 def run(args: argparse.Namespace) -> int:
     """Handler of ``evtsync run``: exit 0 when every stage ran or did not apply, 1 when a stage failed,
     3 when a workload of the study failed and the others went on (0 with ``--allow-failed-workloads``)."""
@@ -164,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
         what = "the bundled demo study" if options.is_demo else " ".join(options.traces)
         s = options.sampling()
         write_line(f"evtsync run: {what} -> {out}  (sampling: {s['draws']} draws, {s['tune']} tune, "
-                   f"{s['chains']} chains{' — demo settings' if options.is_demo and not args.draws else ''})")
+                   f"{s['chains']} chains{_settings_word(s) if options.is_demo and not args.draws else ''})")
         write_line("  stage                    status, CPU time (the stage's cost) and wall time")
 
     def show(event: StageEvent) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
@@ -71,15 +72,26 @@ class BarSafeHandler(logging.StreamHandler):
     def __init__(self) -> None:
         super().__init__(sys.stderr)
         self._seen: set[str] = set()
+        #: per warning said, how often it came and the cells of the like ones not written
+        self._said: dict[str, tuple[str, int, list[str]]] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
         """Format the record and write it as whole lines; a line already written is not repeated
-        (a warning about one fit, raised by every stage that reads the fit, is said once)."""
+        (a warning about one fit, raised by every stage that reads the fit, is said once), nor a
+        warning that differs from one written only in its GPU|precision cell (the same note about
+        three cells is said once); :meth:`repeat_lines` gives their counts."""
         try:
             text = self.format(record)
-            if text in self._seen:
+            key = _CELL.sub("<cell>", text) if record.levelno >= logging.WARNING else text
+            if text in self._seen or key in self._said:
+                first, count, cells = self._said.get(key, (text, 1, []))
+                if text not in self._seen:
+                    cells = [*cells, *_CELL.findall(text)]
+                    self._seen.add(text)
+                self._said[key] = (first, count + 1, cells)
                 return
             self._seen.add(text)
+            self._said[key] = (text, 1, [])
             if _bars_open():
                 write_line(text)
             else:
@@ -87,6 +99,23 @@ class BarSafeHandler(logging.StreamHandler):
                 self.flush()
         except Exception:  # noqa: BLE001 - logging's own contract: report, never raise
             self.handleError(record)
+
+    def repeat_lines(self) -> list[str]:
+        """One line per warning that came more than once (or for more cells than the one named),
+        with its count: what :meth:`emit` held back, said at the end of the command."""
+        lines = []
+        for first, count, cells in self._said.values():
+            if count < 2:
+                continue
+            head = first.split(": ", 2)[-1]
+            head = head if len(head) <= 60 else head[:59] + "…"
+            more = f", also for {', '.join(dict.fromkeys(cells))}" if cells else ""
+            lines.append(f"evtsync: the warning \"{head}\" came {count} times (said once above{more})")
+        return lines
+
+
+#: A GPU|precision cell in a log line ("A100|bf16"): lines that differ only in it are one warning.
+_CELL = re.compile(r"(?<![\w|])[A-Za-z0-9_.+-]+\|[A-Za-z0-9_.+-]+(?![\w|])")
 
 
 def wait_for[T](future: Future[T], desc: str, status: Callable[[], str] | None = None) -> T:
