@@ -79,9 +79,9 @@ def test_four_answers_in_order_before_the_table_then_loo(hand_run: tuple[Path, d
     numbers, _ = summary_numbers(run, manifest)
     fp32 = numbers.set_index("precision").loc["fp32"]      # the costlier cell (lognormal 8 against 6)
     assert "A100 fp32" in tax and "A100 bf16" in tax and re.search(r"\d \[\d[\d,.]*, \d[\d,.]*\] µs", tax)
-    assert "rank 1 (w-fp32): gemm sm90_xmma_gemm_bf16 — 70.6%" in who      # 600 / 850
-    assert "#2 is rank 0 (w-fp32)" in who and "23.5%" in who and "3 root causes" in who
-    assert "gemm causes hold 94.1%" in who                                  # 800 / 850
+    assert "root cause #1 of 3 is rank 1 of w-fp32: gemm sm90_xmma_gemm_bf16 (70.6%)" in who   # 600 / 850
+    assert "#2 rank 0 of w-fp32" in who and "(23.5%)" in who                          # 200 / 850
+    assert "gemm kernels are the root cause of 94.1%" in who                          # 800 / 850
     assert "persistently" not in who  # the summary estimates no slow rank: nothing said about one
     assert "at most" in without and "not a replay" in without
     assert summary_sec.fmt(fp32["tax_mean_us"]) in without

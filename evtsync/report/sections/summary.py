@@ -72,21 +72,17 @@ def build(ctx: ReportContext) -> list[Section]:
             "tax median (µs)": Link(ci(r, "tax_median_us", "tax_median_lo_us", "tax_median_hi_us",
                                        kind="tax_median_interval"), f"#tax-{gslug}"),
             "tax P90 (µs)": Link(ci(r, "tax_p90_us", "tax_p90_lo_us", "tax_p90_hi_us"), f"#tax-{gslug}"),
-            "top root cause (share of tax)": Link(root_text(r, 1, short=True), f"#attribution-{gslug}"),
-            "saving without stragglers ≤ (µs per collective)": Link(
+            "top root cause (share of tax)": Link(root_cell(r), f"#attribution-{gslug}"),
+            "saving without stragglers ≤ (µs)": Link(
                 ci(r, "tax_mean_us", "tax_mean_lo_us", "tax_mean_hi_us"), f"#tax-{gslug}"),
             "GPU-only stragglers (%)": Link(ci(r, "gpu_only_share", "gpu_only_share_lo", "gpu_only_share_hi", 100.0),
                                             f"#attribution-{gslug}"),
-            "xi": Link(ci(r, "xi_mean", "xi_lo", "xi_hi", digits=2), "#xi"),
-            "tail": Link(str(r.get("verdict") or "–"), "#compare"),
+            "tail, xi": Link(f"{r.get('verdict') or '–'}\n{ci(r, 'xi_mean', 'xi_lo', 'xi_hi', digits=2)}", "#xi"),
             f"tau(n = {n}) (µs)": Link(ci(r, point_key(r, "tau", "_us"), "tau_lo_us", "tau_hi_us"), "#tau"),
         }
         for topo in info["topologies"]:
             entry[f"B*, {topology_label(topo)} (GB/s)"] = Link(
                 ci(r, f"bstar_{topo}_gbps", f"bstar_{topo}_lo_gbps", f"bstar_{topo}_hi_gbps"), "#bstar")
-        for topo in info["topologies"]:
-            entry[f"B* reduction, {topology_label(topo)} (%)"] = Link(
-                ci(r, f"reduction_{topo}", f"reduction_{topo}_lo", f"reduction_{topo}_hi", 100.0), "#bstar")
         if any(split):
             entry[SUMMARY_NOTE] = r.get("notes") or "–"
         entry["not converged"] = not bool(r.get("converged", True))
@@ -126,7 +122,7 @@ def build(ctx: ReportContext) -> list[Section]:
                  f"share of the tax of every collective walked to a root; "
                  f"GPU-only share = attributed collectives whose straggler path is GPU-only, Wilson {PCT} "
                  f"interval; xi is the posterior mean with its {PCT} credible interval of {model or 'no fit'}; tau(n) "
-                 f"and B* in GB/s and its reduction 1 − B*/B*_H per topology are means with {PCT} intervals of the "
+                 f"and B* in GB/s per topology (its reduction 1 − B*/B*_H: the B* section) are means with {PCT} intervals of the "
                  f"default estimator of tau(n), ranktail (every rank's value with a generalized Pareto tail), or, "
                  f"where it cannot predict (labelled in the notes), the centred estimator of {model or 'no fit'} (m = "
                  f"{ctx.manifest.get('options', {}).get('m', 4)}); the tail verdict reads the interval of xi: Fréchet "
@@ -178,8 +174,8 @@ SHORT_CAUSE = 44
 
 
 def root_text(r: dict[str, Any], place: int, short: bool = False) -> str:
-    """The ``place``-th root cause of a summary row in words: "rank 7 (a100-bf16): gemm kernel
-    ampere_… — 12.3%" ("–" where the row has none)."""
+    """The ``place``-th root cause of a summary row in words: "rank 7 of a100-bf16: gemm ampere_…
+    (12.3%)", its share of the cell's attributed tax ("–" where the row has none)."""
     share = _number(r, f"root{place}_share")
     if share is None:
         return "–"
@@ -188,7 +184,18 @@ def root_text(r: dict[str, Any], place: int, short: bool = False) -> str:
         cause = cause[: SHORT_CAUSE - 1] + "…"
     category = str(r.get(f"root{place}_category") or "")
     what = f"{category} {cause}" if category and category not in ("nan", "None") else cause
-    return f"rank {r.get(f'root{place}_rank')} ({r.get(f'root{place}_workload')}): {what} — {fmt_share(share)}"
+    return f"rank {r.get(f'root{place}_rank')} of {r.get(f'root{place}_workload')}: {what} ({fmt_share(share)})"
+
+
+def root_cell(r: dict[str, Any]) -> str:
+    """The summary table's top root cause: "rank 7 (a100-bf16)" over "gemm, 12.3%" (the kernel's
+    name is in the first screen's sentence and the attribution section)."""
+    share = _number(r, "root1_share")
+    if share is None:
+        return "–"
+    category = str(r.get("root1_category") or "")
+    what = category if category not in ("", "nan", "None") else "cause"
+    return f"rank {r.get('root1_rank')} ({r.get('root1_workload')})\n{what}, {fmt_share(share)}"
 
 
 def slow_rank_text(r: dict[str, Any]) -> str:
@@ -229,11 +236,12 @@ def first_answers(records: list[dict[str, Any]], info: dict[str, Any], ctx: Repo
 
     gslug = slug(worst["gpu"])
     if _number(worst, "root1_share") is not None:
-        category = (f"{worst.get('root_top_category')} causes hold {fmt_share(worst.get('root_top_category_share'))} "
-                    "of the tax walked to a root; " if _number(worst, "root_top_category_share") is not None else "")
-        who = (f"on {name}, {category}root cause #1 is {root_text(worst, 1, short=True)} of the tax"
-               + (f"; #2 is {root_text(worst, 2, short=True)}" if _number(worst, "root2_share") is not None else "")
-               + f" ({worst.get('n_root_causes')} root causes in all).")
+        category = (f"{worst.get('root_top_category')} kernels are the root cause of "
+                    f"{fmt_share(worst.get('root_top_category_share'))} of the attributed tax; "
+                    if _number(worst, "root_top_category_share") is not None else "")
+        who = (f"on {name}, {category}root cause #1 of {worst.get('n_root_causes')} is {root_text(worst, 1, short=True)}"
+               + (f", #2 {root_text(worst, 2, short=True)}" if _number(worst, "root2_share") is not None else "")
+               + ".")
     elif "root_tax_us" in worst:
         who = f"on {name} no collective was walked to a root cause (the attribution section says why)."
     else:
@@ -265,17 +273,25 @@ def first_answers(records: list[dict[str, Any]], info: dict[str, Any], ctx: Repo
     if tau is not None:
         bigger = (f"at n = {n} ranks, {name} would pay tau(n) = "
                   f"{interval(worst, point_key(worst, 'tau', '_us'), 'tau_lo_us', 'tau_hi_us')} µs per collective "
-                  f"({by})")
+                  f"({_short_estimator(worst, info)})")
         topos = [t for t in info.get("topologies", []) if _number(worst, f"bstar_{t}_gbps") is not None]
         if topos:
             t = topos[0]
-            bigger += (f"; the optimal bandwidth B* on a {topology_label(t)} is "
+            bigger += (f"; its optimal bandwidth B* ({topology_label(t)}) is "
                        f"{interval(worst, f'bstar_{t}_gbps', f'bstar_{t}_lo_gbps', f'bstar_{t}_hi_gbps')} GB/s")
         bigger += "."
     else:
         bigger = "no prediction: " + ctx.why_not("prediction")
     answers.append(Answer("bigger", "A bigger domain", bigger, "#tau"))
     return answers
+
+
+def _short_estimator(r: dict[str, Any], info: dict[str, Any]) -> str:
+    """The estimator of a row's tau(n) and what its point is, short: "ranktail, posterior median"."""
+    name = str(r.get("estimator") or info.get("estimator") or info.get("model") or "")
+    points = info.get("point_estimate") if isinstance(info.get("point_estimate"), dict) else {}
+    point = str(r.get("point_estimate") or points.get(name, "") or "")
+    return ", ".join(p for p in (f"{name} estimator" if name else "", point) if p) or "no estimator named"
 
 
 def summary_cards(records: list[dict[str, Any]], info: dict[str, Any],
