@@ -13,6 +13,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 from concurrent.futures import Future
 
 _enabled: bool | None = None
@@ -112,6 +113,29 @@ class BarSafeHandler(logging.StreamHandler):
             more = f", also for {', '.join(dict.fromkeys(cells))}" if cells else ""
             lines.append(f"evtsync: the warning \"{head}\" came {count} times (said once above{more})")
         return lines
+
+
+class WarningCollector(logging.Handler):
+    """Keeps the warnings logged while it is attached, each once (a line that differs from an
+    earlier one only in its GPU|precision cell counts as that one) with how often it came."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self._counts: dict[str, list[Any]] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Count the record under its message with the cells taken out."""
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - logging's own contract: report, never raise
+            self.handleError(record)
+            return
+        entry = self._counts.setdefault(_CELL.sub("<cell>", text), [text, 0])
+        entry[1] += 1
+
+    def counted(self) -> list[tuple[str, int]]:
+        """(the first such message, its count), in the order they first came."""
+        return [(text, int(count)) for text, count in self._counts.values()]
 
 
 #: A GPU|precision cell in a log line ("A100|bf16"): lines that differ only in it are one warning.
