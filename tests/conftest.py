@@ -115,15 +115,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     10 s more before it ends the process, without a traceback)."""
     if "PYTEST_XDIST_WORKER" not in os.environ:
         return
+    import contextlib
     import gc
     import signal
 
     _remove_folders(session.config)
     gc.collect()
-    try:
+    with contextlib.suppress(ValueError):  # not the main thread: nothing to protect here
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:  # not the main thread: nothing to protect here
-        pass
 
 
 _CACHE_FOLDER = pytest.StashKey[str]()

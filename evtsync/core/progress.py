@@ -13,8 +13,8 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 from concurrent.futures import Future
+from typing import Any
 
 _enabled: bool | None = None
 
