@@ -102,17 +102,18 @@ class BarSafeHandler(logging.StreamHandler):
             self.handleError(record)
 
     def repeat_lines(self) -> list[str]:
-        """One line per warning that came more than once (or for more cells than the one named),
-        with its count: what :meth:`emit` held back, said at the end of the command."""
-        lines = []
+        """The warnings that came more than once (or for more cells than the one named), with their
+        counts, in one line (none when every warning came once): what :meth:`emit` held back, said
+        at the end of the command."""
+        parts = []
         for first, count, cells in self._said.values():
             if count < 2:
                 continue
             head = first.split(": ", 2)[-1]
-            head = head if len(head) <= 60 else head[:59] + "…"
+            head = head if len(head) <= 45 else head[:44] + "…"
             more = f", also for {', '.join(dict.fromkeys(cells))}" if cells else ""
-            lines.append(f"evtsync: the warning \"{head}\" came {count} times (said once above{more})")
-        return lines
+            parts.append(f"\"{head}\" {count}×{more}")
+        return [f"evtsync: warnings said once above that came more often: {'; '.join(parts)}"] if parts else []
 
 
 class WarningCollector(logging.Handler):

@@ -121,8 +121,8 @@ def test_waiting_for_a_pool_job_shows_a_live_bar(monkeypatch: pytest.MonkeyPatch
 
 def test_a_warning_for_several_cells_is_said_once_with_its_count(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 49: the demo said "ranktail A100|bf16: small cell …" three times, once per cell. The
-    handler writes the first and, at the end, one line with the count and the other cells; an exact
-    repeat is counted too; a warning with other numbers is another warning."""
+    handler writes the first and, at the end, one line with every such warning's count and other
+    cells; an exact repeat is counted too; a warning with other numbers is another warning."""
     stream = io.StringIO()
     logger = _handler_on(stream, monkeypatch)
     handler = logger.handlers[0]
@@ -136,9 +136,8 @@ def test_a_warning_for_several_cells_is_said_once_with_its_count(monkeypatch: py
                      "evtsync: WARNING: ranktail H100|fp32: small cell: 480 rank values",
                      "evtsync: WARNING: prior-dominated"]
     assert handler.repeat_lines() == [
-        'evtsync: the warning "ranktail A100|bf16: small cell: 632 rank values" came 3 times (said once above, '
-        "also for H100|bf16, H200|bf16)",
-        'evtsync: the warning "prior-dominated" came 2 times (said once above)']
+        'evtsync: warnings said once above that came more often: "ranktail A100|bf16: small cell: 632 rank val…" '
+        '3×, also for H100|bf16, H200|bf16; "prior-dominated" 2×']
 
 
 def test_collector_keeps_each_warning_once_with_its_count() -> None:
