@@ -216,8 +216,8 @@ def first_answers(records: list[dict[str, Any]], info: dict[str, Any], ctx: Repo
     priced = [r for r in records if _number(r, "tax_median_us") is not None]
     if not priced:
         return [Answer("tax", "The tax now", "no collective was measured (see the alerts above).", "#summary")]
-    worst = max(priced, key=lambda r: _number(r, "tax_median_us") or 0.0)
-    best = min(priced, key=lambda r: _number(r, "tax_median_us") or 0.0)
+    ranked = sorted(priced, key=lambda r: _number(r, "tax_median_us") or 0.0)  # which row, not a statistic
+    best, worst = ranked[0], ranked[-1]
     name = cell_label(worst)
 
     def interval(r: dict[str, Any], key: str, lo: str, hi: str, kind: str | None = None) -> str:
