@@ -192,7 +192,8 @@ def first_screen_problems(results: dict) -> list[str]:
     """Every failed first-screen check (issue 49), one line each: per width, each of the four
     answers present, inside the first viewport (top >= 0, bottom <= the window's height) and with
     nothing in it wider than the screen or scrolling sideways; at <= 600 px the summary shown as
-    cards (none overflowing) instead of its table; above, the summary table not scrolling sideways."""
+    cards (none overflowing) instead of its table and no text below 11 px; above, the summary table
+    not scrolling sideways."""
     lines = []
     for width, r in results.items():
         found = r.get("answers", {})
@@ -212,6 +213,8 @@ def first_screen_problems(results: dict) -> list[str]:
                 lines.append(f"{width} px: the summary is not shown as cards (table shown {s.get('table_shown')})")
             for item in s.get("cards_overflow", []):
                 lines.append(f"{width} px: a summary card overflows: {item}")
+            for item in r.get("small_text", []):
+                lines.append(f"{width} px: text below 11 px: {item}")
         elif s.get("table_scroll", 0) > s.get("table_box", 0) + 1:
             lines.append(f"{width} px: the summary table scrolls sideways ({s['table_scroll']} px in a "
                          f"{s['table_box']} px box)")
