@@ -289,7 +289,8 @@ def first_answers(records: list[dict[str, Any]], info: dict[str, Any], ctx: Repo
 def _short_estimator(r: dict[str, Any], info: dict[str, Any]) -> str:
     """The estimator of a row's tau(n) and what its point is, short: "ranktail, posterior median"."""
     name = str(r.get("estimator") or info.get("estimator") or info.get("model") or "")
-    points = info.get("point_estimate") if isinstance(info.get("point_estimate"), dict) else {}
+    given = info.get("point_estimate")
+    points: dict[str, Any] = given if isinstance(given, dict) else {}
     point = str(r.get("point_estimate") or points.get(name, "") or "")
     return ", ".join(p for p in (f"{name} estimator" if name else "", point) if p) or "no estimator named"
 
