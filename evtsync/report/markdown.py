@@ -168,8 +168,8 @@ def md_text(text: Any) -> str:
 
 
 def _md_cell(value: Any) -> str:
-    if isinstance(value, Link):
-        return f"[{md_text(value.text)}]({value.href})".replace("|", "\\|")
+    if isinstance(value, Link):  # a two-line cell of the HTML table ("\n") is one line here
+        return f"[{md_text(value.text.replace(chr(10), ' '))}]({value.href})".replace("|", "\\|")
     return md_text(fmt(value)).replace("|", "\\|").replace("\n", " ")
 
 

@@ -123,6 +123,9 @@ def test_html_has_answer_ids_cards_per_row_and_markdown_has_no_cards(hand_run: t
     md = render_markdown("T", [summary], tmp_path)
     assert md.index("**The tax now:**") < md.index("**A bigger domain:**") < md.index("| GPU × precision")
     assert "card" not in md
+    table = md[md.index("| GPU × precision"):].split("\n\n")[0].splitlines()
+    assert len(table) == 2 + 2 and all(line.startswith("|") and line.endswith("|") for line in table)  # 2 rows
+    assert "rank 1 (w-fp32) gemm, 70.6%" in table[3]            # the two-line cell on one line
 
 
 def test_a_run_without_attribution_says_why_in_the_who_answer(hand_run: tuple[Path, dict],  # noqa: F811
