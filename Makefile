@@ -8,9 +8,10 @@ BIN := $(VENV)/bin
 
 $(BIN)/evtsync: pyproject.toml setup.py
 	@test -n "$(PYTHON)" || { echo "Python >= 3.12 not found: set PYTHON=/path/to/python3.12"; exit 1; }
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	@echo "make: creating $(VENV) with $(PYTHON) and installing evtsync into it (pip -q)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]'
 	@touch $(BIN)/evtsync
 
 venv: $(BIN)/evtsync

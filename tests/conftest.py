@@ -93,13 +93,42 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Remove this process's cache folder (:func:`pytest_configure`), and the session's scanner
-    folder in the process that made it."""
+    folder in the process that made it (an xdist worker has done it already: :func:`pytest_sessionfinish`)."""
+    _remove_folders(config)
+
+
+def _remove_folders(config: pytest.Config) -> None:
+    """Remove the folders :func:`pytest_configure` made, once."""
+    if _SCANNER_FOLDER in config.stash:
+        os.environ.pop(SCANNER_ENV, None)
     for key in (_CACHE_FOLDER, _KEY_FOLDER, _SCANNER_FOLDER):
         folder = config.stash.get(key, None)
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
-    if _SCANNER_FOLDER in config.stash:
-        os.environ.pop(SCANNER_ENV, None)
+            del config.stash[key]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In an xdist worker: finish the slow part of the teardown here, before the worker reports
+    "workerfinished" (xdist sends it after every other ``pytest_sessionfinish``), and then ignore
+    SIGINT. On that report the controller ends the worker's gateway, and execnet interrupts a worker
+    still busy 5 s later with a SIGINT to itself (execnet/gateway_base.py, ``_terminate_execution``):
+    the KeyboardInterrupt landed in whatever the worker was doing — removing its cache folder, or
+    llvmlite freeing compiled code — and ``make test`` ended with that traceback (issue 49). So the
+    cache folder goes and the garbage (numba's and llvmlite's compiled code among it) is collected
+    here; what is left after the report is short, and a late SIGINT is ignored (execnet then waits
+    10 s more before it ends the process, without a traceback)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+    import contextlib
+    import gc
+    import signal
+
+    _remove_folders(session.config)
+    gc.collect()
+    with contextlib.suppress(ValueError):  # not the main thread: nothing to protect here
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 _CACHE_FOLDER = pytest.StashKey[str]()

@@ -68,9 +68,34 @@ window.addEventListener('load', function () {
     var r = el.getBoundingClientRect();
     if (r.top < H && r.bottom > 0) first.push(el.tagName.toLowerCase() + ': ' + el.textContent.trim().slice(0, 80));
   });
-  var findings = JSON.stringify({width: W, scroll_width: document.documentElement.scrollWidth,
+  var answers = {};
+  document.querySelectorAll('.answer').forEach(function (el) {
+    var r = el.getBoundingClientRect(), over = [];
+    [el].concat(Array.prototype.slice.call(el.querySelectorAll('*'))).forEach(function (e) {
+      var q = e.getBoundingClientRect();
+      if (q.width > 0 && (q.right > W + 1 || q.left < -1)) over.push(e.tagName.toLowerCase() + ' ' + Math.round(q.left) + '..' + Math.round(q.right));
+      if (e.scrollWidth > e.clientWidth + 1) over.push(e.tagName.toLowerCase() + ' scrolls ' + e.scrollWidth + ' > ' + e.clientWidth);
+    });
+    answers[el.id] = {top: Math.round(r.top), bottom: Math.round(r.bottom), left: Math.round(r.left),
+      right: Math.round(r.right), overflow: over};
+  });
+  function shown(el) { return el && el.getBoundingClientRect().height > 0; }
+  var wrap = document.querySelector('.summary-wrap'), cards = document.querySelector('.cards');
+  var summary = {table_shown: shown(wrap), table_scroll: wrap ? wrap.scrollWidth : 0,
+    table_box: wrap ? wrap.clientWidth : 0, cards_shown: shown(cards), cards_overflow: []};
+  document.querySelectorAll('.card').forEach(function (c) {
+    var q = c.getBoundingClientRect();
+    if (shown(c) && (q.right > W + 1 || c.scrollWidth > c.clientWidth + 1)) summary.cards_overflow.push(
+      c.textContent.trim().slice(0, 30) + ' ' + Math.round(q.right) + ' / ' + c.scrollWidth);
+  });
+  var small = [];
+  document.querySelectorAll('p, dd, dt, td, th, figcaption, li').forEach(function (e) {
+    var size = parseFloat(getComputedStyle(e).fontSize);
+    if (shown(e) && size < 11 && small.length < 5) small.push(e.tagName.toLowerCase() + ' ' + size + 'px');
+  });
+  var findings = JSON.stringify({width: W, height: H, scroll_width: document.documentElement.scrollWidth,
     overflow: overflow, broken_images: broken, shrunk_images: shrunk, n_images: document.images.length,
-    network: fetched, first_screen: first, wide: wide});
+    network: fetched, first_screen: first, wide: wide, answers: answers, summary: summary, small_text: small});
   parent.postMessage(findings, '*');
 });
 </script>
@@ -159,15 +184,53 @@ def problems(results: dict) -> list[str]:
     return lines
 
 
+#: The first screen's answers (evtsync.report.sections.summary.first_answers), by HTML id, in order.
+ANSWERS = ("answer-tax", "answer-who", "answer-without", "answer-bigger")
+
+
+def first_screen_problems(results: dict) -> list[str]:
+    """Every failed first-screen check (issue 49), one line each: per width, each of the four
+    answers present, inside the first viewport (top >= 0, bottom <= the window's height) and with
+    nothing in it wider than the screen or scrolling sideways; at <= 600 px the summary shown as
+    cards (none overflowing) instead of its table and no text below 11 px; above, the summary table
+    not scrolling sideways."""
+    lines = []
+    for width, r in results.items():
+        found = r.get("answers", {})
+        for key in ANSWERS:
+            a = found.get(key)
+            if a is None:
+                lines.append(f"{width} px: {key} missing")
+                continue
+            if a["top"] < 0 or a["bottom"] > r["height"]:
+                lines.append(f"{width} px: {key} outside the first screen (top {a['top']}, bottom {a['bottom']} "
+                             f"of {r['height']})")
+            for item in a["overflow"]:
+                lines.append(f"{width} px: {key} overflows horizontally: {item}")
+        s = r.get("summary", {})
+        if width <= 600:
+            if s.get("table_shown") or not s.get("cards_shown"):
+                lines.append(f"{width} px: the summary is not shown as cards (table shown {s.get('table_shown')})")
+            for item in s.get("cards_overflow", []):
+                lines.append(f"{width} px: a summary card overflows: {item}")
+            for item in r.get("small_text", []):
+                lines.append(f"{width} px: text below 11 px: {item}")
+        elif s.get("table_scroll", 0) > s.get("table_box", 0) + 1:
+            lines.append(f"{width} px: the summary table scrolls sideways ({s['table_scroll']} px in a "
+                         f"{s['table_box']} px box)")
+    return lines
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("report", type=Path)
     parser.add_argument("--out", type=Path, default=Path("browser-check"))
     parser.add_argument("--width", type=int, action="append", default=None)
+    parser.add_argument("--height", type=int, default=900, help="the window's height (default 900)")
     args = parser.parse_args(argv)
-    results = check_report(args.report, args.out, tuple(args.width or WIDTHS))
+    results = check_report(args.report, args.out, tuple(args.width or WIDTHS), args.height)
     (args.out / "findings.json").write_text(json.dumps(results, indent=2))
-    bad = problems(results)
+    bad = problems(results) + first_screen_problems(results)
     for width, r in results.items():
         print(f"{width} px: {r['n_images']} images, page width {r['scroll_width']}, first screen: "
               + " | ".join(r["first_screen"][:6]))

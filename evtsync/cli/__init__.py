@@ -16,9 +16,13 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from evtsync._version import __version__
 from evtsync.core.errors import EvtsyncError
+
+if TYPE_CHECKING:
+    from evtsync.core.progress import BarSafeHandler
 
 log = logging.getLogger("evtsync")
 
@@ -101,7 +105,7 @@ def _add_global_options(parser: argparse.ArgumentParser) -> None:
                 _add_global_options(child)
 
 
-def _configure_logging(verbose: int, quiet: bool) -> None:
+def _configure_logging(verbose: int, quiet: bool) -> BarSafeHandler:
     """A quiet terminal by default (issue 34): warnings and errors; ``-v`` adds what the stages
     do (INFO), ``-vv`` debugging detail. Records are whole lines above any progress bar."""
     from evtsync.core.progress import BarSafeHandler
@@ -113,6 +117,7 @@ def _configure_logging(verbose: int, quiet: bool) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
+    return handler
 
 
 def _check_outputs(command: str | None, args: argparse.Namespace, argv: Sequence[str] = ()) -> None:
@@ -171,8 +176,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
-    _configure_logging(args.verbose, args.quiet)
+    handler = _configure_logging(args.verbose, args.quiet)
     _route_warnings()
+    try:
+        return _run_command(parser, args, argv)
+    finally:  # each warning said once above; here how often it came (issue 49)
+        for line in handler.repeat_lines():
+            print(line, file=sys.stderr)
+
+
+def _run_command(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> int:
+    """The command's handler with the CLI's error handling: one line and an exit status, no traceback."""
     if args.quiet:
         from evtsync.core.progress import set_progress
 

@@ -118,6 +118,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+def _settings_word(sampling: dict[str, Any]) -> str:
+    """How the demo's sampler settings compare with a real run's defaults (:mod:`evtsync.core.defaults`)."""
+    from evtsync.core.defaults import DEFAULT_CHAINS, DEFAULT_DRAWS, DEFAULT_TUNE
+
+    same = (sampling.get("draws"), sampling.get("tune"), sampling.get("chains")) == (
+        DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS)
+    return " — the defaults, as a real run" if same else " — the demo's own settings, not a real run's defaults"
+
+
 def run(args: argparse.Namespace) -> int:
     """Handler of ``evtsync run``: exit 0 when every stage ran or did not apply, 1 when a stage failed,
     3 when a workload of the study failed and the others went on (0 with ``--allow-failed-workloads``)."""
@@ -164,8 +173,8 @@ def run(args: argparse.Namespace) -> int:
         what = "the bundled demo study" if options.is_demo else " ".join(options.traces)
         s = options.sampling()
         write_line(f"evtsync run: {what} -> {out}  (sampling: {s['draws']} draws, {s['tune']} tune, "
-                   f"{s['chains']} chains{' — demo settings' if options.is_demo and not args.draws else ''})")
-        write_line("  stage                    status, CPU time (the stage's cost) and wall time")
+                   f"{s['chains']} chains{_settings_word(s) if options.is_demo and not args.draws else ''}); "
+                   "per stage: status, CPU time (the stage's cost) and wall time")
 
     def show(event: StageEvent) -> None:
         """One whole line per stage (written above the progress bar, never through it)."""
@@ -195,13 +204,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         return _print_json(result, failed, report if report.is_file() and options.report else None,
                            args.allow_failed_workloads)
-    if report.is_file() and options.report:
-        print(f"report: {report}", file=said)
     bad_workloads = failed_workloads(result.manifest)
     partial = (f"; INCOMPLETE study: {len(bad_workloads)} of {len(result.workloads)} workload(s) failed "
                f"({', '.join(bad_workloads)})") if bad_workloads else ""
+    # one line: the run folder and the report in it (make demo's output fits a screen, issue 49)
     print(f"run folder: {result.out} ({len(stages) - len(failed) - len(skipped)} stage(s) with results, "
-          f"{len(skipped)} not applicable or unavailable, {len(failed)} failed{partial})", file=said)
+          f"{len(skipped)} not applicable or unavailable, {len(failed)} failed{partial})"
+          + (f"; report: {report}" if report.is_file() and options.report else ""), file=said)
     for name in failed:
         print(f"  FAILED {name}: {stages[name].get('reason', '')}", file=sys.stderr)
     for note in incomplete_notes(result.manifest):

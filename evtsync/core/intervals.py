@@ -1,5 +1,5 @@
-"""Distribution-free intervals of a sample's median and quantiles, and the Wilson interval of a
-proportion: the interval statistics the run's summary and the tax tables report (docs/methodology.md)."""
+"""Distribution-free intervals of a sample's median and quantiles, the Student-t interval of a mean,
+and the Wilson interval of a proportion: the interval statistics the run's summary and the tax tables report (docs/methodology.md)."""
 
 from __future__ import annotations
 
@@ -79,3 +79,21 @@ def wilson_interval(k: int, n: int, level: float = LEVEL) -> tuple[float, float,
     half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return p, float(max(0.0, centre - half)), float(min(1.0, centre + half))
 
+
+
+def mean_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float, float]:
+    """The mean with its Student-t confidence interval, mean ± t_{n-1}·s/√n (a large-sample interval:
+    the collectives' tax is skewed, so with a few dozen values or fewer read it as approximate).
+    Fewer than 2 finite values: NaN ends (no interval)."""
+    from scipy import stats
+
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    n = x.size
+    if n == 0:
+        return float("nan"), float("nan"), float("nan")
+    mean = float(x.mean())
+    if n < 2:
+        return mean, float("nan"), float("nan")
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * float(x.std(ddof=1)) / np.sqrt(n)
+    return mean, mean - half, mean + half

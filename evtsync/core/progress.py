@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
+from typing import Any
 
 _enabled: bool | None = None
 
@@ -71,15 +73,26 @@ class BarSafeHandler(logging.StreamHandler):
     def __init__(self) -> None:
         super().__init__(sys.stderr)
         self._seen: set[str] = set()
+        #: per warning said, how often it came and the cells of the like ones not written
+        self._said: dict[str, tuple[str, int, list[str]]] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
         """Format the record and write it as whole lines; a line already written is not repeated
-        (a warning about one fit, raised by every stage that reads the fit, is said once)."""
+        (a warning about one fit, raised by every stage that reads the fit, is said once), nor a
+        warning that differs from one written only in its GPU|precision cell (the same note about
+        three cells is said once); :meth:`repeat_lines` gives their counts."""
         try:
             text = self.format(record)
-            if text in self._seen:
+            key = _CELL.sub("<cell>", text) if record.levelno >= logging.WARNING else text
+            if text in self._seen or key in self._said:
+                first, count, cells = self._said.get(key, (text, 1, []))
+                if text not in self._seen:
+                    cells = [*cells, *_CELL.findall(text)]
+                    self._seen.add(text)
+                self._said[key] = (first, count + 1, cells)
                 return
             self._seen.add(text)
+            self._said[key] = (text, 1, [])
             if _bars_open():
                 write_line(text)
             else:
@@ -87,6 +100,47 @@ class BarSafeHandler(logging.StreamHandler):
                 self.flush()
         except Exception:  # noqa: BLE001 - logging's own contract: report, never raise
             self.handleError(record)
+
+    def repeat_lines(self) -> list[str]:
+        """The warnings that came more than once (or for more cells than the one named), with their
+        counts, in one line (none when every warning came once): what :meth:`emit` held back, said
+        at the end of the command."""
+        parts = []
+        for first, count, cells in self._said.values():
+            if count < 2:
+                continue
+            head = first.split(": ", 2)[-1]
+            head = head if len(head) <= 45 else head[:44] + "…"
+            more = f", also for {', '.join(dict.fromkeys(cells))}" if cells else ""
+            parts.append(f"\"{head}\" {count}×{more}")
+        return [f"evtsync: warnings said once above that came more often: {'; '.join(parts)}"] if parts else []
+
+
+class WarningCollector(logging.Handler):
+    """Keeps the warnings logged while it is attached, each once (a line that differs from an
+    earlier one only in its GPU|precision cell counts as that one) with how often it came."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self._counts: dict[str, list[Any]] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Count the record under its message with the cells taken out."""
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - logging's own contract: report, never raise
+            self.handleError(record)
+            return
+        entry = self._counts.setdefault(_CELL.sub("<cell>", text), [text, 0])
+        entry[1] += 1
+
+    def counted(self) -> list[tuple[str, int]]:
+        """(the first such message, its count), in the order they first came."""
+        return [(text, int(count)) for text, count in self._counts.values()]
+
+
+#: A GPU|precision cell in a log line ("A100|bf16"): lines that differ only in it are one warning.
+_CELL = re.compile(r"(?<![\w|])[A-Za-z0-9_.+-]+\|[A-Za-z0-9_.+-]+(?![\w|])")
 
 
 def wait_for[T](future: Future[T], desc: str, status: Callable[[], str] | None = None) -> T:

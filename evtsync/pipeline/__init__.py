@@ -58,14 +58,38 @@ def run_pipeline(options: RunOptions, on_stage: Callable[[StageEvent], None] | N
     -------
     Run
         The finished run: its folder (``run.out``), manifest (``run.manifest``, with every
-        stage's status) and tables (``run.table("tables/summary.parquet")``, ...).
+        stage's status) and tables (``run.table("tables/summary.parquet")``, ...). Where logging
+        is not set up (no handler on the ``evtsync`` logger or above it: a notebook), the
+        warnings are not printed one by one: ``run.warnings`` holds each once with its count,
+        and one line says how many there were.
 
     Raises
     ------
     InputError
         Bad options or output path, or another ``evtsync run`` writing the same folder.
     """
-    return execute(Run(options, on_stage), build_stages)
+    import logging
+
+    run = Run(options, on_stage)
+    logger = logging.getLogger("evtsync")
+    if logger.hasHandlers():  # the command line's handler, or the user's logging set-up: theirs to show
+        return execute(run, build_stages)
+    # logging not set up (a notebook, a script): Python would print every warning as it comes
+    # (the notebook's first run printed 28 lines); they are kept, with their counts, in
+    # ``run.warnings`` and said in one line at the end (issue 49)
+    from evtsync.core.progress import WarningCollector
+
+    collector = WarningCollector()
+    logger.addHandler(collector)
+    try:
+        return execute(run, build_stages)
+    finally:
+        logger.removeHandler(collector)
+        run.warnings = collector.counted()
+        if run.warnings:
+            logging.getLogger("evtsync.pipeline").warning(
+                "evtsync run: %d warning(s), %d distinct, kept in run.warnings (logging.basicConfig() shows each "
+                "as it comes)", sum(c for _, c in run.warnings), len(run.warnings))
 
 
 __all__ = [

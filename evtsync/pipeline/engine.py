@@ -162,6 +162,9 @@ class Run:
         self.backend: Any = None
         self.code = source_digest()
         self.outputs: dict[str, list[str]] = {}
+        #: the warnings of a run where logging was not set up (a notebook), each with its count:
+        #: (message, count), said in one line at the end (:func:`evtsync.pipeline.run_pipeline`)
+        self.warnings: list[tuple[str, int]] = []
         #: per running stage: workload -> why it failed there (the study went on without it)
         self.failures: dict[str, dict[str, str]] = {}
         #: jobs started ahead of their stage (:meth:`start_jobs`): stage name -> future

@@ -19,7 +19,7 @@ import pandas as pd
 
 from evtsync.core.display import fmt, fmt_ci
 
-__all__ = ["Alert", "Caption", "EmbeddedFigure", "Figure", "Link", "Section", "Skipped", "Table", "fmt", "fmt_ci", "human_label",
+__all__ = ["Alert", "Answer", "Caption", "Card", "Cards", "EmbeddedFigure", "Figure", "Link", "Section", "Skipped", "Table", "fmt", "fmt_ci", "human_label",
            "markdown_table", "render_markdown"]
 
 
@@ -90,6 +90,37 @@ class Alert:
 
 
 @dataclass
+class Answer:
+    """One of the first screen's answers: ``key`` names it (the HTML id ``answer-<key>``),
+    ``question`` is its lead-in ("The tax now"), ``text`` the one sentence with its number and
+    interval; ``href`` the section that holds the detail ("" for none)."""
+
+    key: str
+    question: str
+    text: str
+    href: str = ""
+
+
+@dataclass
+class Card:
+    """One GPU × precision of the summary as a card (the narrow-screen form of the summary table):
+    a title linking to its section, and (label, value) lines; ``flag`` marks a non-converged fit."""
+
+    title: str
+    href: str
+    lines: list[tuple[str, str]]
+    flag: bool = False
+
+
+@dataclass
+class Cards:
+    """The summary's cards, shown instead of its table on a narrow screen (HTML only: the Markdown
+    summary has the table)."""
+
+    cards: list[Card]
+
+
+@dataclass
 class Section:
     """A titled part of the report; ``level`` 2 or 3 (h2/h3); ``items`` in order."""
 
@@ -137,8 +168,8 @@ def md_text(text: Any) -> str:
 
 
 def _md_cell(value: Any) -> str:
-    if isinstance(value, Link):
-        return f"[{md_text(value.text)}]({value.href})".replace("|", "\\|")
+    if isinstance(value, Link):  # a two-line cell of the HTML table ("\n") is one line here
+        return f"[{md_text(value.text.replace(chr(10), ' '))}]({value.href})".replace("|", "\\|")
     return md_text(fmt(value)).replace("|", "\\|").replace("\n", " ")
 
 
@@ -162,6 +193,10 @@ def render_markdown(title: str, sections: list[Section], base: Path) -> str:
         for item in section.items:
             if isinstance(item, Link):
                 lines += [f"[{md_text(item.text)}]({item.href})", ""]
+            elif isinstance(item, Answer):
+                lines += [f"**{md_text(item.question)}:** {md_text(item.text)}", ""]
+            elif isinstance(item, Cards):
+                continue  # the narrow-screen form of the summary table, which the Markdown has
             elif isinstance(item, Skipped | Caption):
                 lines += [f"_{md_text(item.text)}_", ""]
             elif isinstance(item, str):

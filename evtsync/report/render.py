@@ -14,7 +14,9 @@ from typing import Any
 
 from evtsync.report.markdown import (
     Alert,
+    Answer,
     Caption,
+    Cards,
     EmbeddedFigure,
     Figure,
     Link,
@@ -44,11 +46,12 @@ th:first-child{background:#f3f3f3}
 .table-wrap table{margin:0}
 tr.flag td{background:#fde2e2;color:#9b1111;font-weight:600}
 tr.muted td{color:#8a6d00}
-table.summary{font-size:.9em}
+table.summary{font-size:.85em}
+table.summary th,table.summary td{padding:.2em .4em}
 table.summary td{white-space:nowrap}
 table.summary .ci{font-size:.85em;color:#555}
 table.summary th{font-size:.92em}
-table.summary td.note{white-space:normal;min-width:12em;text-align:left;font-size:.92em;color:#7f0f0f}
+table.summary td.note{white-space:normal;text-align:left;font-size:.92em;color:#7f0f0f}
 a{color:#0b57d0}
 .alert{border-left:6px solid #c62828;background:#fde2e2;color:#7f0f0f;padding:.45em .9em;margin:.4em 0;
 font-weight:600}
@@ -63,8 +66,21 @@ figcaption{font-size:.88em;color:#444;max-width:60em}
 .status-done{color:#1b5e20}.status-not_applicable,.status-unavailable{color:#8a6d00}
 .status-failed{color:#b71c1c;font-weight:700}
 nav ul{columns:3;font-size:.88em;margin:.3em 0}
+.answers{margin:.5em 0 .8em}
+p.answer{margin:.35em 0;padding:.3em .7em;border-left:4px solid #0b57d0;background:#f4f7fd}
+p.answer strong{color:#0b3d91}
+.cards{display:none}
+.card{border:1px solid #d0d0d0;border-radius:6px;padding:.4em .7em;margin:.5em 0}
+.card.flag{border-color:#c62828;background:#fde2e2}
+.card-title{font-weight:700;margin:0 0 .2em}
+.card dl{margin:0;display:grid;grid-template-columns:minmax(6.5em,auto) 1fr;gap:.1em .6em;font-size:.9em}
+.card dt{color:#555}.card dd{margin:0;overflow-wrap:anywhere;min-width:0}
+.scroll-hint{display:none;font-size:.8em;color:#666;margin:.1em 0 .6em}
+.table-wrap.scrolls+.scroll-hint,.figure-wrap.scrolls+.scroll-hint{display:block}
 @media (max-width:700px){nav ul{columns:1}body{padding:0 .5em}table{font-size:.8em}
 figure{margin:1em -.5em}figcaption{padding:0 .5em}}
+@media (max-width:600px){.table-wrap.summary-wrap,.table-wrap.summary-wrap+.scroll-hint{display:none}
+.cards{display:block}h1{font-size:1.3em}p.answer{padding:.25em .5em}}
 @media print{body{max-width:none;margin:0;font-size:10pt}nav,.no-print{display:none}
 .table-wrap{overflow:visible}table{font-size:8pt}figure,table,tr{break-inside:avoid}
 h2,h3{break-after:avoid}a{color:inherit;text-decoration:none}
@@ -93,12 +109,13 @@ def _img_tag(png: bytes, alt: str) -> str:
     width = png_width(png)
     style = f' style="--legible-width:{round(LEGIBLE_SCALE * width)}px"' if width else ""
     return (f'<div class="figure-wrap"><img alt="{html.escape(alt)}"{style} '
-            f'src="data:image/png;base64,{data}"></div>')
+            f'src="data:image/png;base64,{data}"></div><p class="scroll-hint">{FIGURE_HINT}</p>')
 
 
 def _cell_html(column: Any, value: Any, two_lines: bool = False) -> str:
     if isinstance(value, Link):
-        found = re.fullmatch(r"(.+?) (\[.+\])", value.text) if two_lines else None
+        found = (re.fullmatch(r"(.+?)\n(.+)", value.text, re.S) or re.fullmatch(r"(.+?) (\[.+\])", value.text)
+                 if two_lines else None)
         if found:
             return (f'<a href="{html.escape(value.href)}">{html.escape(found.group(1))}<br>'
                     f'<span class="ci">{html.escape(found.group(2))}</span></a>')
@@ -116,21 +133,60 @@ def _table_html(table: Table) -> str:
         out.append(f'<p class="caption">{html.escape(table.caption)}</p>')
     if frame.empty:
         return "".join(out) + "<p><em>(empty)</em></p>"
-    cols = [c for c in frame.columns if c not in (table.flag, table.muted)]
+    # the note column (free text) is a full-width row under its row: beside the numbers it made the
+    # summary table scroll sideways on a laptop (issue 49)
+    cols = [c for c in frame.columns if c not in (table.flag, table.muted) and str(c) != str(table.note)]
     css = f' class="{html.escape(table.css_class)}"' if table.css_class else ""
-    out.append(f'<div class="table-wrap"><table{css}><thead><tr>'
+    wrap = "table-wrap summary-wrap" if table.css_class == "summary" else "table-wrap"
+    out.append(f'<div class="{wrap}"><table{css}><thead><tr>'
                + "".join(f"<th>{html.escape(human_label(c))}</th>" for c in cols) + "</tr></thead><tbody>")
     for _, row in frame.iterrows():
         flagged = table.flag is not None and bool(row.get(table.flag, False))
         muted = table.muted is not None and bool(row.get(table.muted, False))
-        cells = []
-        for c in cols:
-            note = ' class="note"' if table.note is not None and str(c) == table.note else ""
-            cells.append(f"<td{note}>{_cell_html(c, row[c], table.css_class == 'summary')}</td>")
+        cells = [f"<td>{_cell_html(c, row[c], table.css_class == 'summary')}</td>" for c in cols]
         css_row = ' class="flag"' if flagged else (' class="muted"' if muted else "")
         out.append(f"<tr{css_row}>" + "".join(cells) + "</tr>")
+        text = fmt(row[table.note]) if table.note is not None and table.note in frame.columns else ""
+        if text not in ("", "–"):
+            out.append(f'<tr{css_row}><td class="note" colspan="{len(cols)}">{html.escape(human_label(table.note))}: '
+                       f"{html.escape(text)}</td></tr>")
     out.append("</tbody></table></div>")
+    out.append(f'<p class="scroll-hint">{SCROLL_HINT}</p>')
     return "".join(out)
+
+
+#: Under a table wider than its box (marked by :data:`_SCRIPT`): how to see the rest.
+SCROLL_HINT = "↔ This table is wider than the screen: scroll it sideways inside its box."
+
+#: Under a figure wider than the screen: it keeps a legible size and scrolls instead of shrinking.
+FIGURE_HINT = "↔ This figure keeps a legible size: scroll it sideways inside its box."
+
+#: Marks each table or figure box whose content is wider than the box (class ``scrolls``), so that
+#: its :data:`SCROLL_HINT` (:data:`FIGURE_HINT`) shows; run at load and on resize. The page needs no script otherwise.
+_SCRIPT = ("<script>(function(){function mark(){document.querySelectorAll('.table-wrap,.figure-wrap').forEach(function(w){"
+           "w.classList.toggle('scrolls',w.scrollWidth>w.clientWidth+1);});}"
+           "window.addEventListener('load',mark);window.addEventListener('resize',mark);})();</script>")
+
+
+def _answers_html(answers: list[Answer]) -> str:
+    """The first screen's answers, one paragraph each (``id="answer-<key>"``)."""
+    out = ['<div class="answers">']
+    for a in answers:
+        lead = html.escape(a.question)
+        lead = f'<a href="{html.escape(a.href)}">{lead}</a>' if a.href else lead
+        out.append(f'<p class="answer" id="answer-{html.escape(a.key)}"><strong>{lead}:</strong> '
+                   f'{html.escape(a.text)}</p>')
+    return "".join(out) + "</div>"
+
+
+def _cards_html(cards: Cards) -> str:
+    """The summary as one card per GPU × precision (shown instead of its table at ≤ 600 px)."""
+    out = ['<div class="cards">']
+    for card in cards.cards:
+        lines = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in card.lines)
+        out.append(f'<div class="card{" flag" if card.flag else ""}"><p class="card-title">'
+                   f'<a href="{html.escape(card.href)}">{html.escape(card.title)}</a></p><dl>{lines}</dl></div>')
+    return "".join(out) + "</div>"
 
 
 def render_html(title: str, subtitle: str, sections: list[Section]) -> str:
@@ -143,8 +199,17 @@ def render_html(title: str, subtitle: str, sections: list[Section]) -> str:
     for i, section in enumerate(sections):
         anchor = f' id="{html.escape(section.anchor)}"' if section.anchor else ""
         body.append(f"<h{section.level}{anchor}>{html.escape(section.title)}</h{section.level}>")
-        for item in section.items:
-            if isinstance(item, Link):
+        answers: list[Answer] = []
+        for item in [*section.items, None]:
+            if isinstance(item, Answer):
+                answers.append(item)
+                continue
+            if answers:  # consecutive answers are one block
+                body.append(_answers_html(answers))
+                answers = []
+            if isinstance(item, Cards):
+                body.append(_cards_html(item))
+            elif isinstance(item, Link):
                 body.append(f'<p><a href="{html.escape(item.href)}">{html.escape(item.text)}</a></p>')
             elif isinstance(item, Skipped):
                 body.append(f'<p class="skipped">{html.escape(item.text)}</p>')
@@ -168,5 +233,5 @@ def render_html(title: str, subtitle: str, sections: list[Section]) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+            + "\n".join(body) + f"\n{_SCRIPT}</body></html>\n")
 

@@ -17,6 +17,7 @@ import pandas as pd
 from evtsync.core.defaults import INTERVAL_LEVEL
 from evtsync.core.display import fmt
 from evtsync.core.intervals import (
+    mean_interval,
     median_interval,
     median_interval_kind,
     quantile_interval,
@@ -61,6 +62,40 @@ def summary_n(manifest: dict[str, Any], tau: pd.DataFrame | None) -> int | None:
         return int(wanted)
     below = [n for n in ns if n <= int(wanted)]
     return below[-1] if below else ns[0]
+
+
+#: Root causes of a summary row named (``root1_*``, ``root2_*``: :func:`root_causes`).
+TOP_ROOTS = 2
+
+
+def root_causes(attributed: pd.DataFrame, top: int = TOP_ROOTS) -> dict[str, Any]:
+    """The ``top`` root causes of a cell's stragglers by the share of the tax routed to them (the
+    attribution stage's per-collective table, rows walked to a root: status ok or unexplained),
+    as flat summary columns: ``root_tax_us`` (the tax with a root, the shares' denominator),
+    ``n_root_causes`` (distinct workload × rank × cause), ``root_top_category`` with its
+    ``root_top_category_share`` (the cause category, e.g. gemm, holding the most tax), and per place i = 1..top ``root{i}_workload``,
+    ``_rank``, ``_cause``, ``_category``, ``_collectives``, ``_share`` (of ``root_tax_us``). The same
+    grouping as :func:`evtsync.critpath.attribution.root_cause_table`, over the whole cell, not capped."""
+    need = {"status", "root_cause", "root_rank", "root_category", "tau_max_us", "workload"}
+    if attributed is None or attributed.empty or not need <= set(attributed.columns):
+        return {}
+    rows = attributed[attributed["status"].isin(["ok", "unexplained"]) & attributed["root_cause"].notna()]
+    total = float(rows["tau_max_us"].sum())
+    out: dict[str, Any] = {"root_tax_us": total, "n_root_causes": 0}
+    if rows.empty or total <= 0:
+        return out
+    grouped = (rows.groupby(["workload", "root_rank", "root_cause", "root_category"], dropna=False, sort=False)
+               .agg(collectives=("tau_max_us", "size"), tax_us=("tau_max_us", "sum")).reset_index()
+               .sort_values(["tax_us", "workload", "root_rank"], ascending=[False, True, True]))
+    out["n_root_causes"] = len(grouped)
+    categories = rows.groupby(rows["root_category"].astype(str), sort=True)["tau_max_us"].sum().sort_values(
+        ascending=False, kind="stable")
+    out["root_top_category"], out["root_top_category_share"] = str(categories.index[0]), float(categories.iloc[0]) / total
+    for i, r in enumerate(grouped.head(top).itertuples(index=False), start=1):
+        out.update({f"root{i}_workload": str(r.workload), f"root{i}_rank": int(r.root_rank),
+                    f"root{i}_cause": str(r.root_cause), f"root{i}_category": str(r.root_category),
+                    f"root{i}_collectives": int(r.collectives), f"root{i}_share": float(r.tax_us) / total})
+    return out
 
 
 def tail_verdict(lo: float, hi: float, family: str) -> str:
@@ -156,8 +191,9 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
     ``n_collectives``, ``tax_median_us`` / ``_lo`` / ``_hi`` (order-statistic interval),
     ``tax_p90_us`` / ``_lo`` / ``_hi``, with ``tax_median_interval`` / ``tax_p90_interval`` saying
     what each interval is (the level, or "range of n" / an unbounded side where the collectives are
-    too few for it); the attribution: ``n_attributed``, ``n_not_attributed``,
-    ``gpu_only_share`` / ``_lo`` / ``_hi`` (Wilson); the main model's ``xi_mean`` / ``_lo`` /
+    too few for it), ``tax_mean_us`` / ``_lo_us`` / ``_hi_us`` (Student-t interval: the most one
+    collective would save without its stragglers) and ``tax_total_ms``; the attribution: ``n_attributed``, ``n_not_attributed``,
+    ``gpu_only_share`` / ``_lo`` / ``_hi`` (Wilson), the top root causes (:func:`root_causes`); the main model's ``xi_mean`` / ``_lo`` /
     ``_hi``, ``family``, ``verdict``; ``tau_point_us`` (the estimator's point estimate, named in
     ``point_estimate``: :func:`evtsync.predict.tables.point_column`), ``tau_mean_us`` / ``_lo_us`` /
     ``_hi_us`` and ``tau_share_infinite`` at n; per topology ``reduction_<topology>`` / ``_lo`` /
@@ -220,6 +256,10 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
             row["tax_p90_us"], row["tax_p90_lo_us"], row["tax_p90_hi_us"] = quantile_interval(values, 0.9)
             row["tax_p90_interval"] = (level_text if np.isfinite(row["tax_p90_lo_us"]) and np.isfinite(row["tax_p90_hi_us"])
                                        else f"{values.size} collectives cannot bound the P90 at {level_text} on each side")
+            # the mean tax per collective: what one collective would save, at most, if its ranks arrived together
+            # (the first screen's "without stragglers" bound, methodology §3)
+            row["tax_mean_us"], row["tax_mean_lo_us"], row["tax_mean_hi_us"] = mean_interval(values)
+            row["tax_total_ms"] = float(values.sum()) / 1000.0
         else:
             notes.append(f"tax: {why('tax')}")
         if z is not None and len(z) and "cv" in z:  # the cell's blocks: their mean coefficient of variation r
@@ -233,6 +273,7 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
             row["gpu_only_share"], row["gpu_only_share_lo"], row["gpu_only_share_hi"] = share
             if len(a) - len(ok):
                 notes.append(f"{len(a) - len(ok)} of {len(a)} collectives not attributed")
+            row.update(root_causes(a))
         else:
             notes.append(f"GPU-only share: {why('attribution')}")
         fit_ok = True

@@ -117,3 +117,41 @@ def test_waiting_for_a_pool_job_shows_a_live_bar(monkeypatch: pytest.MonkeyPatch
         set_progress(None)
     text = stream.getvalue()
     assert "fit-gev: running in a pool process: 00:0" in text and "1 of 2 pool jobs done" in text
+
+
+def test_a_warning_for_several_cells_is_said_once_with_its_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 49: the demo said "ranktail A100|bf16: small cell …" three times, once per cell. The
+    handler writes the first and, at the end, one line with every such warning's count and other
+    cells; an exact repeat is counted too; a warning with other numbers is another warning."""
+    stream = io.StringIO()
+    logger = _handler_on(stream, monkeypatch)
+    handler = logger.handlers[0]
+    for cell in ("A100|bf16", "H100|bf16", "H200|bf16"):
+        logger.warning("ranktail %s: small cell: 632 rank values", cell)
+    logger.warning("ranktail H100|fp32: small cell: 480 rank values")   # other numbers: its own line
+    logger.warning("prior-dominated")
+    logger.warning("prior-dominated")
+    lines = stream.getvalue().splitlines()
+    assert lines == ["evtsync: WARNING: ranktail A100|bf16: small cell: 632 rank values",
+                     "evtsync: WARNING: ranktail H100|fp32: small cell: 480 rank values",
+                     "evtsync: WARNING: prior-dominated"]
+    assert handler.repeat_lines() == [
+        'evtsync: warnings said once above that came more often: "ranktail A100|bf16: small cell: 632 rank val…" '
+        '3×, also for H100|bf16, H200|bf16; "prior-dominated" 2×']
+
+
+def test_collector_keeps_each_warning_once_with_its_count() -> None:
+    """A run where logging is not set up (a notebook) keeps its warnings (run.warnings), counted."""
+    from evtsync.core.progress import WarningCollector
+
+    logger = logging.getLogger("evtsync.test_collector")
+    collector = WarningCollector()
+    logger.addHandler(collector)
+    try:
+        logger.info("not a warning")
+        for cell in ("A100|bf16", "H100|bf16"):
+            logger.warning("ranktail %s: small cell", cell)
+        logger.error("fit gev NOT CONVERGED")
+    finally:
+        logger.removeHandler(collector)
+    assert collector.counted() == [("ranktail A100|bf16: small cell", 2), ("fit gev NOT CONVERGED", 1)]

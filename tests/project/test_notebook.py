@@ -97,6 +97,10 @@ def test_shipped_notebook_runs_in_a_kernel() -> None:
         os.environ["PYTHONPATH"] = env_path
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
+    # issue 49: the import and first run print at most 3 lines (the warnings: one line, run.warnings)
+    first = next(cell for cell in nb.cells if cell.cell_type == "code")
+    printed = [line for o in first.outputs if o.output_type == "stream" for line in o["text"].splitlines()]
+    assert len(printed) <= 3, printed
     html = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
     assert any("Run folder" in h and "The answers" in h for h in html)        # the run's view
     assert any("BayesFit <b>gev</b>" in h and "ξ [90% credible interval]" in h for h in html)

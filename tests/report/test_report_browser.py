@@ -1,4 +1,5 @@
-"""The report in a real browser (issues 20, 34): headless Chromium at 1400, 800 and a true 390 px.
+"""The report in a real browser (issues 20, 34, 49): headless Chromium at 1400, 800 and a true 390 px,
+and the first screen's four answers at 1280×800 and 390×844.
 
 The demo test is slow (it runs the demo); the 390 px layout test is not. Both are skipped
 where Debian's ``chromium`` is not installed. Checks that no element sticks out of the page outside a scrollable container, every image decodes, no
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.report.test_report_summary import hand_run  # noqa: F401 - the fixture
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -27,15 +30,22 @@ def _tool():
     return module
 
 
-@pytest.mark.slow
-def test_demo_report_in_chromium(tmp_path):
-    tool = _tool()
-    if tool.find_chromium() is None:
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    """The demo's run folder (``evtsync run``, a few minutes of CPU), once for the module's slow tests."""
+    if _tool().find_chromium() is None:
         pytest.skip("chromium not installed (apt-get install chromium)")
-    out = tmp_path / "demo"
+    out = tmp_path_factory.mktemp("browser-demo") / "demo"
     proc = subprocess.run([sys.executable, "-m", "evtsync", "-q", "run", "--out", str(out)],
                           capture_output=True, text=True, timeout=1800)
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    return out
+
+
+@pytest.mark.slow
+def test_demo_report_in_chromium(demo_run, tmp_path):
+    tool = _tool()
+    out = demo_run
     results = tool.check_report(out / "report.html", tmp_path / "browser")
     assert tool.problems(results) == []
     first = " ".join(results[1400]["first_screen"]).lower()
@@ -44,6 +54,59 @@ def test_demo_report_in_chromium(tmp_path):
     page = (out / "report.html").read_text(encoding="utf-8")
     assert "Predicted vs measured straggler delay (in-sample)" in page
     assert "Estimates vs ground truth (demo)" in page
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("width", "height"), [(1280, 800), (390, 844)])
+def test_demo_first_screen_answers_the_four_questions(demo_run, tmp_path, width, height):
+    """Issue 49: in the demo's report, each of the four answers (the tax now, who straggles and why,
+    the gain without stragglers, a bigger domain) lies inside the first viewport of a 1280×800 laptop
+    and a 390×844 phone, and nothing in it overflows horizontally; the summary is cards on the phone,
+    an unscrolled table on the laptop."""
+    tool = _tool()
+    results = tool.check_report(demo_run / "report.html", tmp_path / "browser", widths=(width,), height=height)
+    r = results[width]
+    assert (r["width"], r["height"]) == (width, height)
+    assert list(r["answers"]) == list(tool.ANSWERS)          # all four, in the order asked
+    assert tool.first_screen_problems(results) == []
+    assert tool.problems(results) == []
+
+
+def test_first_screen_of_a_hand_run_at_a_laptop_and_a_phone(hand_run, tmp_path):  # noqa: F811
+    """The same checks on the summary of a small hand-written run folder (fast): the four answers in
+    the first 1280×800 and 390×844 viewports, none overflowing; cards at 390 px."""
+    from evtsync.report.context import ReportContext
+    from evtsync.report.sections import summary as summary_sec
+    from tests.report.test_first_screen import _with_roots
+
+    tool = _tool()
+    if tool.find_chromium() is None:
+        pytest.skip("chromium not installed (apt-get install chromium)")
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from evtsync.report.markdown import EmbeddedFigure, Section
+    from evtsync.report.render import render_html
+
+    run, manifest = hand_run
+    _with_roots(run)
+    sections = summary_sec.build(ReportContext(run, tmp_path / "out", manifest))
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.plot([0, 1], [0, 1])
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    sections.append(Section("Figure", [EmbeddedFigure(buf.getvalue(), "a figure", "caption")], anchor="figure"))
+    page = tmp_path / "report.html"
+    page.write_text(render_html("evtsync report: hand", "Run folder " + str(run), sections), encoding="utf-8")
+    for width, height in ((1280, 800), (390, 844)):
+        results = tool.check_report(page, tmp_path / "browser", widths=(width,), height=height)
+        assert list(results[width]["answers"]) == list(tool.ANSWERS)
+        assert tool.first_screen_problems(results) == [], width
 
 
 def test_layout_at_a_real_390_px(tmp_path):

@@ -1,18 +1,26 @@
-"""The summary: the answer table first (one row per GPU × precision, from ``tables/summary.parquet``), who straggles, alerts."""
+"""The summary, the report's first screen: four answers, each one sentence with its number and
+interval (:func:`first_answers`: the tax now; who straggles and why; what the job would gain without
+its stragglers; what a bigger domain will pay), then the answer table (one row per GPU × precision,
+from ``tables/summary.parquet``; one card per row on a narrow screen, :func:`summary_cards`), then the
+LOO line, how the numbers are computed and who straggles per process group (issue 49)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from evtsync.core.display import fmt_interval, point_key
+from evtsync.core.display import fmt, fmt_interval, fmt_share, point_key
 from evtsync.predict.hockney import topology_label
 from evtsync.report.context import PCT, ReportContext, fit_rows, slug
 from evtsync.report.markdown import (
     Alert,
+    Answer,
     Caption,
+    Card,
+    Cards,
     Link,
     Section,
     Skipped,
@@ -58,25 +66,23 @@ def build(ctx: ReportContext) -> list[Section]:
         r["notes"] = "; ".join(n for n in notes if n not in common)
     shown = []
     for r in records:
-        gslug, pslug = slug(r["gpu"]), slug(r["precision"])
-        cell_anchor = f"#cell-{gslug}-{pslug}" if r["precision"] != "all" else f"#gpu-{gslug}"
+        gslug = slug(r["gpu"])
         entry: dict[str, Any] = {
-            "GPU × precision": Link(f"{r['gpu']} {r['precision']}", cell_anchor),
+            "GPU × precision": Link(cell_label(r), cell_anchor(r)),
             "tax median (µs)": Link(ci(r, "tax_median_us", "tax_median_lo_us", "tax_median_hi_us",
                                        kind="tax_median_interval"), f"#tax-{gslug}"),
             "tax P90 (µs)": Link(ci(r, "tax_p90_us", "tax_p90_lo_us", "tax_p90_hi_us"), f"#tax-{gslug}"),
+            "top root cause (share of tax)": Link(root_cell(r), f"#attribution-{gslug}"),
+            "saving without stragglers ≤ (µs)": Link(
+                ci(r, "tax_mean_us", "tax_mean_lo_us", "tax_mean_hi_us"), f"#tax-{gslug}"),
             "GPU-only stragglers (%)": Link(ci(r, "gpu_only_share", "gpu_only_share_lo", "gpu_only_share_hi", 100.0),
                                             f"#attribution-{gslug}"),
-            "xi": Link(ci(r, "xi_mean", "xi_lo", "xi_hi", digits=2), "#xi"),
-            "tail": Link(str(r.get("verdict") or "–"), "#compare"),
+            "tail, xi": Link(f"{r.get('verdict') or '–'}\n{ci(r, 'xi_mean', 'xi_lo', 'xi_hi', digits=2)}", "#xi"),
             f"tau(n = {n}) (µs)": Link(ci(r, point_key(r, "tau", "_us"), "tau_lo_us", "tau_hi_us"), "#tau"),
         }
         for topo in info["topologies"]:
             entry[f"B*, {topology_label(topo)} (GB/s)"] = Link(
                 ci(r, f"bstar_{topo}_gbps", f"bstar_{topo}_lo_gbps", f"bstar_{topo}_hi_gbps"), "#bstar")
-        for topo in info["topologies"]:
-            entry[f"B* reduction, {topology_label(topo)} (%)"] = Link(
-                ci(r, f"reduction_{topo}", f"reduction_{topo}_lo", f"reduction_{topo}_hi", 100.0), "#bstar")
         if any(split):
             entry[SUMMARY_NOTE] = r.get("notes") or "–"
         entry["not converged"] = not bool(r.get("converged", True))
@@ -84,21 +90,16 @@ def build(ctx: ReportContext) -> list[Section]:
     frame = pd.DataFrame(shown)
     if SUMMARY_NOTE in frame and (frame[SUMMARY_NOTE] == "–").all():
         frame = frame.drop(columns=[SUMMARY_NOTE])
-    compare = ctx.stage("compare")
-    loo = info["loo"] or (f"LOO comparison: stage compare {STATUS_TEXT.get(compare.get('status', 'not run'), 'not run')}"
-                          f": {compare.get('reason') or 'no reason recorded'} (why, and what to do: the notes below).")
-    items.append(Link(loo, "#compare"))
-    if info.get("loo_and_tail"):
-        items.append(info["loo_and_tail"])
-    items.append(Table(frame, f"Per GPU × precision: value [{PCT} interval], each linked to its section; xi, "
-                              f"xi from {model or 'no fit'}; tau and B* by "
-                              + (_estimator_words(info.get("estimator"), model, info.get("point_estimate"))
-                                 if info.get("estimator")
-                                 else f"{model or 'no fit'}")
-                              + f" at n = {n} ranks. An interval marked \"range of "
-                              "n\" is [min, max] of n values, too few for the level; ∞: too few values to bound that "
-                              "side. Rows in red: fit not converged.", flag="not converged", css_class="summary",
-                       note=SUMMARY_NOTE))
+    by = (_estimator_words(info.get("estimator"), model, info.get("point_estimate")) if info.get("estimator")
+          else f"{model or 'no fit'}")
+    items += first_answers(records, info, ctx, by)
+    items.append(Table(frame, f"Per GPU × precision: value [{PCT} interval], each linked to its section; the top root "
+                              f"cause with its share of the cell's tax; saving without stragglers: at most the mean tax "
+                              f"per collective; xi from {model or 'no fit'}; tau and B* by {by} at n = {n} ranks. An "
+                              "interval marked \"range of n\" is [min, max] of n values, too few for the level; ∞: too "
+                              "few values to bound that side. Rows in red: fit not converged.",
+                       flag="not converged", css_class="summary", note=SUMMARY_NOTE))
+    items.append(summary_cards(records, info, ci, n))
     for note in common:
         items.append(Alert(f"Every row of the summary: {note}.", level="warning"))
     view = ctx.estimator
@@ -106,12 +107,22 @@ def build(ctx: ReportContext) -> list[Section]:
         items.append(Alert(f"The summary's tau and B* are by the run's estimator, {view.run}; the sections below "
                            f"show the {view.asked} estimator asked with --estimator where the run stored it.",
                            level="warning"))
+    compare = ctx.stage("compare")
+    loo = info["loo"] or (f"LOO comparison: stage compare {STATUS_TEXT.get(compare.get('status', 'not run'), 'not run')}"
+                          f": {compare.get('reason') or 'no reason recorded'} (why, and what to do: the notes below).")
+    items.append(Link(loo, "#compare"))
+    if info.get("loo_and_tail"):
+        items.append(info["loo_and_tail"])
     items.append(Caption(f"How the summary is computed: tax = max − min NCCL kernel duration over the member ranks, over "
                  f"the valid collectives of the process group(s) the compute blocks were cut from (the PG tau(n) "
                  f"predicts), median and 90th percentile with distribution-free order-statistic {PCT} intervals; "
+                 f"the saving without stragglers is bounded by the mean tax per collective (Student-t {PCT} interval): "
+                 f"what a collective would save if every rank arrived with the first, not a replay of the step; root "
+                 f"causes: the attributed collectives' tax summed per root (workload, rank, cause) over the cell, as a "
+                 f"share of the tax of every collective walked to a root; "
                  f"GPU-only share = attributed collectives whose straggler path is GPU-only, Wilson {PCT} "
                  f"interval; xi is the posterior mean with its {PCT} credible interval of {model or 'no fit'}; tau(n) "
-                 f"and B* in GB/s and its reduction 1 − B*/B*_H per topology are means with {PCT} intervals of the "
+                 f"and B* in GB/s per topology (its reduction 1 − B*/B*_H: the B* section) are means with {PCT} intervals of the "
                  f"default estimator of tau(n), ranktail (every rank's value with a generalized Pareto tail), or, "
                  f"where it cannot predict (labelled in the notes), the centred estimator of {model or 'no fit'} (m = "
                  f"{ctx.manifest.get('options', {}).get('m', 4)}); the tail verdict reads the interval of xi: Fréchet "
@@ -119,11 +130,189 @@ def build(ctx: ReportContext) -> list[Section]:
     items.append(Caption("Who straggles (all process groups; per GPU in its tax section):"))
     items.append(straggler_table(ctx))
     if ctx.manifest.get("demo"):
-        s = ctx.manifest.get("sampling", {})
-        items.append(Alert(f"The bundled demo: a synthetic study with known truth (see "
-                           f"\"Estimates vs ground truth\"), fitted with {s.get('draws')} draws, {s.get('tune')} tuning "
-                           f"steps, {s.get('chains')} chains (real runs: 1000 / 1000 / 4).", level="warning"))
+        items.append(Alert(demo_note(ctx.manifest), level="warning"))
     return [Section("Summary: the answers", items, anchor="summary")]
+
+
+def demo_note(manifest: dict[str, Any]) -> str:
+    """What the bundled demo is and the sampler settings it was fitted with, compared with a real
+    run's defaults (:mod:`evtsync.core.defaults`): "the same as a real run's" where they are."""
+    from evtsync.core.defaults import DEFAULT_CHAINS, DEFAULT_DRAWS, DEFAULT_TUNE
+
+    s = manifest.get("sampling", {})
+    used = (s.get("draws"), s.get("tune"), s.get("chains"))
+    real = (DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS)
+    same = "the same as a real run's" if used == real else f"a real run's defaults: {real[0]} / {real[1]} / {real[2]}"
+    return (f"The bundled demo: a synthetic study with known truth (see \"Estimates vs ground truth\"), fitted with "
+            f"{used[0]} draws, {used[1]} tuning steps, {used[2]} chains ({same}).")
+
+
+def cell_label(r: dict[str, Any]) -> str:
+    """A summary row's name: "H100 bf16" (the GPU alone for a run without precisions)."""
+    return f"{r['gpu']} {r['precision']}" if r.get("precision") not in (None, "all") else str(r["gpu"])
+
+
+def cell_anchor(r: dict[str, Any]) -> str:
+    """The report anchor of a summary row's section."""
+    gslug, pslug = slug(r["gpu"]), slug(r["precision"])
+    return f"#cell-{gslug}-{pslug}" if r["precision"] != "all" else f"#gpu-{gslug}"
+
+
+def _number(r: dict[str, Any], key: str) -> float | None:
+    value = r.get(key)
+    if value is None:
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if np.isnan(value) else value
+
+
+#: Longest root-cause name (a kernel's) in the first screen's sentence; the tables have it whole.
+SHORT_CAUSE = 44
+
+
+def root_text(r: dict[str, Any], place: int, short: bool = False) -> str:
+    """The ``place``-th root cause of a summary row in words: "rank 7 of a100-bf16: gemm ampere_…
+    (12.3%)", its share of the cell's attributed tax ("–" where the row has none)."""
+    share = _number(r, f"root{place}_share")
+    if share is None:
+        return "–"
+    cause = str(r.get(f"root{place}_cause") or "?")
+    if short and len(cause) > SHORT_CAUSE:
+        cause = cause[: SHORT_CAUSE - 1] + "…"
+    category = str(r.get(f"root{place}_category") or "")
+    what = f"{category} {cause}" if category and category not in ("nan", "None") else cause
+    return f"rank {r.get(f'root{place}_rank')} of {r.get(f'root{place}_workload')}: {what} ({fmt_share(share)})"
+
+
+def root_cell(r: dict[str, Any]) -> str:
+    """The summary table's top root cause: "rank 7 (a100-bf16)" over "gemm, 12.3%" (the kernel's
+    name is in the first screen's sentence and the attribution section)."""
+    share = _number(r, "root1_share")
+    if share is None:
+        return "–"
+    category = str(r.get("root1_category") or "")
+    what = category if category not in ("", "nan", "None") else "cause"
+    return f"rank {r.get('root1_rank')} ({r.get('root1_workload')})\n{what}, {fmt_share(share)}"
+
+
+def slow_rank_text(r: dict[str, Any]) -> str:
+    """The persistently slow rank of a summary row, where the summary names one (``slow_rank_text``,
+    a sentence written by the model that estimates a persistent rank effect; issue 45); "" otherwise:
+    the first screen says nothing about slow nodes a run has not estimated."""
+    text = r.get("slow_rank_text")
+    return str(text).strip() if isinstance(text, str) and text.strip() else ""
+
+
+def first_answers(records: list[dict[str, Any]], info: dict[str, Any], ctx: ReportContext, by: str) -> list[Answer]:
+    """The first screen's four answers, in order, each one sentence with its number and interval:
+    the tax now (the costliest and cheapest GPU × precision by median tax); who straggles and why on
+    the costliest (its top root causes with their share, and a persistently slow rank where the
+    summary names one); what it would gain without its stragglers (the step-time replay where
+    summary.json has it, else the bound from the measured tax, labelled as such); what a bigger
+    domain pays (tau(n) at the summary's n with its interval, and B*)."""
+    priced = [r for r in records if _number(r, "tax_median_us") is not None]
+    if not priced:
+        return [Answer("tax", "The tax now", "no collective was measured (see the alerts above).", "#summary")]
+    ranked = sorted(priced, key=lambda r: _number(r, "tax_median_us") or 0.0)  # which row, not a statistic
+    best, worst = ranked[0], ranked[-1]
+    name = cell_label(worst)
+
+    def interval(r: dict[str, Any], key: str, lo: str, hi: str, kind: str | None = None) -> str:
+        return fmt_interval(r.get(key), r.get(lo), r.get(hi), r.get(kind) if kind else None)
+
+    tax = (f"the median collective waits {interval(worst, 'tax_median_us', 'tax_median_lo_us', 'tax_median_hi_us', 'tax_median_interval')} µs "
+           f"for its slowest rank on {name}")
+    if len(priced) > 1:
+        tax += (f", the most of {len(priced)} GPU × precision cells; the least is "
+                f"{interval(best, 'tax_median_us', 'tax_median_lo_us', 'tax_median_hi_us', 'tax_median_interval')} µs on "
+                f"{cell_label(best)}.")
+    else:
+        tax += (f" (P90 {interval(worst, 'tax_p90_us', 'tax_p90_lo_us', 'tax_p90_hi_us')} µs, "
+                f"{worst.get('n_collectives')} collectives).")
+    answers = [Answer("tax", "The tax now", tax, f"#tax-{slug(worst['gpu'])}")]
+
+    gslug = slug(worst["gpu"])
+    if _number(worst, "root1_share") is not None:
+        category = (f"{worst.get('root_top_category')} kernels are the root cause of "
+                    f"{fmt_share(worst.get('root_top_category_share'))} of the attributed tax; "
+                    if _number(worst, "root_top_category_share") is not None else "")
+        who = (f"on {name}, {category}root cause #1 of {worst.get('n_root_causes')} is {root_text(worst, 1, short=True)}"
+               + (f", #2 {root_text(worst, 2, short=True)}" if _number(worst, "root2_share") is not None else "")
+               + ".")
+    elif "root_tax_us" in worst:
+        who = f"on {name} no collective was walked to a root cause (the attribution section says why)."
+    else:
+        who = "no root causes: " + ctx.why_not("attribution")
+    slow = slow_rank_text(worst)
+    if slow:
+        who = f"{who[:-1]}; {slow}" + ("" if slow.endswith(".") else ".")
+    answers.append(Answer("who", "Who straggles and why", who, f"#attribution-{gslug}"))
+
+    step, without = _number(info, "step_time_ms"), _number(info, "step_time_without_stragglers_ms")
+    if step is not None and without is not None:
+        gain = (f"this job would take {fmt(without)} ms per step instead of {fmt(step)} ms "
+                f"(−{fmt_share(1 - without / step)}; counterfactual replay of the step).")
+        fix = ctx.table("whatif_stragglers")
+        if fix is not None and len(fix) and {"rank", "cause", "saving_ms_per_step"} <= set(fix.columns):
+            top = fix.sort_values("saving_ms_per_step", ascending=False).iloc[0]
+            gain = f"{gain[:-1]}; fixing {top['cause']} on rank {top['rank']} alone saves {fmt(top['saving_ms_per_step'])} ms."
+    elif _number(worst, "tax_mean_us") is not None:
+        gain = (f"each collective on {name} would save at most its tax, "
+                f"{interval(worst, 'tax_mean_us', 'tax_mean_lo_us', 'tax_mean_hi_us')} µs on average "
+                f"({fmt(worst.get('tax_total_ms'))} ms over its {worst.get('n_collectives')} collectives): an upper bound "
+                "from the measured tax, not a replay of the step.")
+    else:
+        gain = "no measured tax to bound it (see the alerts above)."
+    answers.append(Answer("without", "Without its stragglers", gain, f"#tax-{gslug}"))
+
+    n = info.get("n")
+    tau = _number(worst, point_key(worst, "tau", "_us"))
+    if tau is not None:
+        bigger = (f"at n = {n} ranks, {name} would pay tau(n) = "
+                  f"{interval(worst, point_key(worst, 'tau', '_us'), 'tau_lo_us', 'tau_hi_us')} µs per collective "
+                  f"({_short_estimator(worst, info)})")
+        topos = [t for t in info.get("topologies", []) if _number(worst, f"bstar_{t}_gbps") is not None]
+        if topos:
+            t = topos[0]
+            bigger += (f"; its optimal bandwidth B* ({topology_label(t)}) is "
+                       f"{interval(worst, f'bstar_{t}_gbps', f'bstar_{t}_lo_gbps', f'bstar_{t}_hi_gbps')} GB/s")
+        bigger += "."
+    else:
+        bigger = "no prediction: " + ctx.why_not("prediction")
+    answers.append(Answer("bigger", "A bigger domain", bigger, "#tau"))
+    return answers
+
+
+def _short_estimator(r: dict[str, Any], info: dict[str, Any]) -> str:
+    """The estimator of a row's tau(n) and what its point is, short: "ranktail, posterior median"."""
+    name = str(r.get("estimator") or info.get("estimator") or info.get("model") or "")
+    given = info.get("point_estimate")
+    points: dict[str, Any] = given if isinstance(given, dict) else {}
+    point = str(r.get("point_estimate") or points.get(name, "") or "")
+    return ", ".join(p for p in (f"{name} estimator" if name else "", point) if p) or "no estimator named"
+
+
+def summary_cards(records: list[dict[str, Any]], info: dict[str, Any],
+                  ci: Callable[..., str], n: Any) -> Cards:
+    """The summary table as one card per GPU × precision (the narrow screen's form: no sideways scroll)."""
+    cards = []
+    for r in records:
+        lines = [("tax median", ci(r, "tax_median_us", "tax_median_lo_us", "tax_median_hi_us",
+                                   kind="tax_median_interval") + " µs"),
+                 ("tax P90", ci(r, "tax_p90_us", "tax_p90_lo_us", "tax_p90_hi_us") + " µs"),
+                 ("top root cause", root_text(r, 1, short=True)),
+                 ("saving ≤", ci(r, "tax_mean_us", "tax_mean_lo_us", "tax_mean_hi_us") + " µs per collective"),
+                 (f"tau(n = {n})", ci(r, point_key(r, "tau", "_us"), "tau_lo_us", "tau_hi_us") + " µs")]
+        lines += [(f"B*, {topology_label(t)}", ci(r, f"bstar_{t}_gbps", f"bstar_{t}_lo_gbps", f"bstar_{t}_hi_gbps")
+                   + " GB/s") for t in info.get("topologies", [])]
+        lines.append(("tail (xi)", f"{r.get('verdict') or '–'}, xi {ci(r, 'xi_mean', 'xi_lo', 'xi_hi', digits=2)}"))
+        if r.get("notes"):
+            lines.append((SUMMARY_NOTE, str(r["notes"])))
+        cards.append(Card(cell_label(r), cell_anchor(r), lines, flag=not bool(r.get("converged", True))))
+    return Cards(cards)
 
 
 def _estimator_words(estimators: Any, model: str | None, points: Any = None) -> str:
