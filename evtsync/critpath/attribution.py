@@ -628,8 +628,9 @@ def reason_kind(reason: Any) -> tuple[str, str]:
 
 
 def root_cause_table(coll: pd.DataFrame) -> pd.DataFrame:
-    """Per workload, the root causes (rank, cause, category) by the tax they account for (sum of
-    tau over the collectives routed to them), with how many were reached through other groups."""
+    """Per workload, every root cause (rank, cause, category) by the tax it accounts for (sum of
+    tau over the collectives routed to it), with how many were reached through other groups. All
+    pairs are kept (the report shows the first :data:`ROOT_CAUSES_SHOWN` and says how many more)."""
     rows = coll[coll["status"].isin(["ok", "unexplained"]) & coll["root_cause"].notna()]
     if rows.empty:
         return pd.DataFrame()
@@ -639,8 +640,7 @@ def root_cause_table(coll: pd.DataFrame) -> pd.DataFrame:
     out = grouped.agg(collectives=("index", "size"), tax_us=("tau_max_us", "sum"),
                       through_other_collectives=("routed", "sum"), cycles_cut=("cycle", "sum")).reset_index()
     out["advice"] = out["root_category"].map(lambda c: CATEGORY_ADVICE.get(str(c), ""))
-    out = out.sort_values(["workload", "tax_us"], ascending=[True, False])
-    return out.groupby("workload", sort=True).head(8).reset_index(drop=True)
+    return out.sort_values(["workload", "tax_us"], ascending=[True, False], kind="stable").reset_index(drop=True)
 
 
 def unexplained_table(coll: pd.DataFrame) -> pd.DataFrame:
