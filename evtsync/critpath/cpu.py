@@ -45,6 +45,7 @@ import pandas as pd
 from evtsync.critpath.tasks import exact_times
 from evtsync.sync.collectives import Alignment
 from evtsync.sync.tax import TaxTables
+from evtsync.trace.tables import C10D_P2P_NAMES, GLOO_P2P_NAMES
 from evtsync.trace.traceset import TraceSet
 
 log = logging.getLogger(__name__)
@@ -185,7 +186,10 @@ def rank_timeline(rank: int, ops: pd.DataFrame, instances: pd.DataFrame, *,
     names = main["name"].astype(str).to_numpy()
     cats = main["cat"].astype(str).to_numpy()
     inst = instances.sort_values("ts_ns", kind="stable").reset_index(drop=True)
-    is_c10d = np.char.startswith(names.astype(str), "c10d::") if len(names) else np.zeros(0, bool)
+    # a collective's enqueue: a c10d op that is not point-to-point (c10d::send / recv_ enqueue no
+    # collective; pairing them would hand a collective the wrong arrival, issue 46)
+    is_c10d = (np.char.startswith(names.astype(str), "c10d::") & ~np.isin(names, list(C10D_P2P_NAMES))
+               if len(names) else np.zeros(0, bool))
     c10d = main[is_c10d].sort_values("ts_ns", kind="stable")
     pairs = pair_enqueues(c10d, inst)
     ok = pairs >= 0
@@ -207,10 +211,14 @@ def rank_timeline(rank: int, ops: pd.DataFrame, instances: pd.DataFrame, *,
     for w in np.unique(windows).tolist():
         sel = windows == w
         s, e, n, c = starts_all[sel], ends_all[sel], names[sel], cats[sel]
+        # a point-to-point gloo:send / gloo:recv runs on this thread and holds it until the peer is
+        # there: a wait, named "(wait) recv" / "(wait) send" (issue 46, docs/gloo.md)
         kind = [_KIND_CODE["enqueue"] if nm.startswith("c10d::") else _KIND_CODE["cpu_op"] if ct == "cpu_op"
-                else _KIND_CODE["python_gap"] if _STEP.match(nm) else _KIND_CODE["python"]
+                else _KIND_CODE["python_gap"] if _STEP.match(nm)
+                else _KIND_CODE["collective_wait"] if nm in GLOO_P2P_NAMES else _KIND_CODE["python"]
                 for nm, ct in zip(n.tolist(), c.tolist(), strict=True)]
-        name = [GAP_NAME if _STEP.match(nm) else nm for nm in n.tolist()]
+        name = [GAP_NAME if _STEP.match(nm) else WAIT_PREFIX + nm.split(":", 1)[1] if nm in GLOO_P2P_NAMES else nm
+                for nm in n.tolist()]
         ref = [-1] * len(kind)
         # the main thread blocked on a collective it enqueued: from the enqueue's end to the
         # collective's end, cut at the next main-thread event (an asynchronous op does not block)
