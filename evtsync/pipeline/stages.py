@@ -249,7 +249,7 @@ def _stringify(table: pd.DataFrame) -> pd.DataFrame:
 
 def _stage_zscores(run: Run) -> dict[str, Any]:
     try:
-        from evtsync.blocks.cut import compute_zscores
+        from evtsync.blocks.cut import block_sampling, compute_zscores
     except ImportError as exc:
         raise Unavailable(f"evtsync.blocks is not installed ({exc})") from exc
     run.require("tax")
@@ -257,6 +257,7 @@ def _stage_zscores(run: Run) -> dict[str, Any]:
     tables: list[pd.DataFrame] = []
     dropped: list[pd.DataFrame] = []
     reasons: dict[str, str] = {}
+    sampling: list[dict[str, Any]] = []
 
     def one(w: Any) -> None:
         traces = run.traces(w)
@@ -267,6 +268,7 @@ def _stage_zscores(run: Run) -> dict[str, Any]:
         except InputError as exc:  # does not apply to this workload (no such PG, …): said, not failed
             reasons[w.name] = str(exc)
             return
+        sampling.extend(block_sampling(blocks.groups, blocks.m, w.name))
         if len(blocks.dropped):
             dropped.append(blocks.dropped.assign(workload=w.name))
         if table.empty:
@@ -294,7 +296,8 @@ def _stage_zscores(run: Run) -> dict[str, Any]:
     return {"zscores": len(z), "cells": _cells(z).to_dict(orient="records"), "skipped_workloads": reasons,
             "drifting_identities": [str(b) for b in drift["block"]],
             "dropped": {str(k): int(v) for k, v in drops.items()}, "not_tensor_parallel": _not_tensor_parallel(run, z),
-            "block_pgs": sorted(z["pg"].astype(str).unique().tolist()) if "pg" in z else []}
+            "block_pgs": sorted(z["pg"].astype(str).unique().tolist()) if "pg" in z else [],
+            "sampling": sampling}
 
 
 def _not_tensor_parallel(run: Run, z: pd.DataFrame) -> list[str]:
