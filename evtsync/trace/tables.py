@@ -20,7 +20,7 @@ import pandas as pd
 
 from evtsync.core.errors import TraceError
 from evtsync.trace.decode import TABLE_FIELDS, DecodedTrace, string_dtype
-from evtsync.trace.ranks import detect_rank, gpu_model
+from evtsync.trace.ranks import CPU_DEVICE_LABEL, detect_rank, gpu_model
 from evtsync.trace.schema import (
     IGNORED_CATEGORIES,
     NCCL_KERNEL_RE,
@@ -565,7 +565,8 @@ def build_rank_tables(decoded: DecodedTrace, rank: int | None = None) -> RankTab
         "world_size": int(info_block["world_size"]) if isinstance(info_block.get("world_size"), int) else MISSING,
         "backend": str(info_block.get("backend", "")),
         "nccl_version": str(info_block.get("nccl_version", "")),
-        "gpu": gpu_model(header, device),
+        # no deviceProperties and no GPU event: a CPU-only rank, not an "unknown" GPU
+        "gpu": gpu_model(header, device) if device is not None or header.get("deviceProperties") else CPU_DEVICE_LABEL,
         "device": MISSING if device is None else device,
         "host": str(host) if host else "",
         "base_time_ns": base_ns,

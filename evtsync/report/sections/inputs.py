@@ -25,7 +25,7 @@ def build(ctx: ReportContext) -> list[Section]:
     rows = []
     for r in workloads.sort_values("workload").itertuples(index=False):
         g = groups[groups["workload"] == r.workload] if groups is not None and len(groups) else pd.DataFrame()
-        rows.append({"workload": r.workload, "GPU": r.gpu, "ranks": int(r.ranks), "trace files": int(r.trace_files),
+        rows.append({"workload": r.workload, "device": r.gpu, "ranks": int(r.ranks), "trace files": int(r.trace_files),
                      "events": None if pd.isna(r.events) else int(r.events),
                      "process groups": int(r.process_groups),
                      "PGs (label: ranks, collectives)": "; ".join(f"{p.pg}: {p.pg_ranks} ({p.n_collectives})"
