@@ -25,8 +25,8 @@ exclusive slices, each owned by the innermost event that covers it:
 
 The straggler's slices from the previous same-group collective's end (on that rank) to this
 collective's start on the worker are summed per (kind, name) and compared with the fastest
-rank's (waits in other collectives by program order: the n-th collective waited for on
-each); the differences (``extra``) sum exactly to the straggler's lateness over the fastest
+rank's (a wait in another collective against the same rank's wait in that same collective,
+by its (pg, index)); the differences (``extra``) sum exactly to the straggler's lateness over the fastest
 rank counted from the previous collective's end. The principal cause is the largest. Matching
 by name totals rather than by occurrence keeps an extra event (a planted matmul) from shifting
 every later match.
@@ -262,9 +262,9 @@ class Side:
     """One rank's part of one collective: its main-thread time per (kind, name) from the bottom
     (previous same-group collective's end, or the window start) to the collective's start."""
 
-    totals: dict[tuple[int, str, int], int]  # (kind, name, ordinal of the collective waited for or -1)
-    largest: dict[tuple[int, str, int], tuple[int, int, int]]  # key -> (start, end, ref) of its longest slice
-    count: dict[tuple[int, str, int], int]
+    totals: dict[tuple[int, str, Any], int]  # (kind, name, (pg, index) of the collective waited for or -1)
+    largest: dict[tuple[int, str, Any], tuple[int, int, int]]  # key -> (start, end, ref) of its longest slice
+    count: dict[tuple[int, str, Any], int]
     bottom_ns: int
     start_ns: int
     end_ns: int
@@ -296,15 +296,16 @@ def side_of(tl: RankTimeline, pg: Any, index: int) -> Side | None:
                              "name": ENQUEUE_PREFIX + str(h["enqueue_name"]), "ref": -1, "window": w}])
     part = pd.concat([part, enqueue], ignore_index=True)
     part = part[part["end_ns"] > part["start_ns"]]
-    totals: dict[tuple[int, str, int], int] = {}
-    largest: dict[tuple[int, str, int], tuple[int, int, int]] = {}
-    count: dict[tuple[int, str, int], int] = {}
-    waited: dict[int, int] = {}  # collective waited for -> its ordinal among the window's waits
+    totals: dict[tuple[int, str, Any], int] = {}
+    largest: dict[tuple[int, str, Any], tuple[int, int, int]] = {}
+    count: dict[tuple[int, str, Any], int] = {}
+    pgs, indices = a["pg"].tolist(), a["index"].tolist()
     for s, e, k, n, r in zip(part["start_ns"].tolist(), part["end_ns"].tolist(), part["kind"].tolist(),
                              part["name"].tolist(), part["ref"].tolist(), strict=True):
-        # waits are matched by program order (the n-th collective waited for on both ranks: the
-        # same SPMD call), everything else by name totals
-        key = (int(k), str(n), waited.setdefault(int(r), len(waited)) if r >= 0 else -1)
+        # a wait is matched by the collective it waits for, (pg, index): the same instance on both
+        # ranks whatever else each ran before it (ranks running different code, e.g. pipeline
+        # stages, wait in different places; issue 46); everything else by name totals
+        key = (int(k), str(n), (pgs[int(r)], int(indices[int(r)])) if r >= 0 else -1)
         totals[key] = totals.get(key, 0) + (e - s)
         count[key] = count.get(key, 0) + 1
         if key not in largest or e - s > largest[key][1] - largest[key][0]:
@@ -313,7 +314,7 @@ def side_of(tl: RankTimeline, pg: Any, index: int) -> Side | None:
 
 
 def combine_sides(s: Side, f: Side, s_tl: RankTimeline, row: dict[str, Any],
-                  share_band: tuple[float, float]) -> dict[tuple[int, str, int], float]:
+                  share_band: tuple[float, float]) -> dict[tuple[int, str, Any], float]:
     """Fill a collective's row from the straggler's and the fastest rank's sides; return the
     extra time (ns) per (kind, name)."""
     keys = set(s.totals) | set(f.totals)
