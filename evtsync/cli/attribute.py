@@ -174,9 +174,13 @@ def _print_blame(result) -> None:  # noqa: ANN001 - CLI rendering only
         print(f"  {'pg':<12} {'index':>5} {'tau µs':>9} {'straggler':>9} {'root':>5} {'root pg:index':<16} "
               f"{'chain':>5}  root cause")
         for r in routed.sort_values("tau_max_us", ascending=False).head(15).itertuples():
+            reason = getattr(r, "root_reason", None)
             print(f"  {str(r.pg):<12} {r.index:>5} {r.tau_max_us:>9.1f} {r.straggler_rank:>9} {r.root_rank:>5} "
                   f"{f'{r.root_pg}:{r.root_index}':<16} {r.root_chain:>5}  {r.root_cause}"
-                  + ("  (cycle cut)" if r.root_cycle else ""))
+                  + ("  (cycle cut)" if r.root_cycle else "")
+                  + (f"  ({reason})" if isinstance(reason, str) else ""))
+        if len(routed) > 15:
+            print(f"  {len(routed) - 15} more routed collective(s) in the -o table (columns root_*)")
     cycles = int(table["root_cycle"].fillna(False).astype(bool).sum())
     if cycles:
         print(f"  {cycles} chain(s) came back to a collective already on them and were cut there")

@@ -69,3 +69,42 @@ def test_same_program_waits_pair_as_before():
     # waited 21.9 against 16.9 ms in the same p#0: +5 ms, routed to p#0
     assert row["cause_name"] == "(wait) AllReduce" and row["cause_extra_us"] == pytest.approx(5000.0)
     assert (row["cause_pg"], row["cause_index"]) == ("p", 0)
+
+
+def _chain(root_extra_us: float) -> pd.DataFrame:
+    """Hand-made: a 15 ms tax on a#0 whose straggler (rank 1) waited in b#0, whose straggler (rank 2)
+    waited in c#3, whose straggler (rank 5) has its own cause aten::copy_ of ``root_extra_us``."""
+    from evtsync.critpath.attribution import route_blame
+
+    wait = dict(status="ok", cause_name="(wait) AllReduce", cause_category="collective_wait")
+    return route_blame(pd.DataFrame([
+        dict(wait, pg="a", index=0, straggler_rank=1, tau_max_us=15_000.0, cause_extra_us=14_800.0,
+             cause_pg="b", cause_index=0),
+        dict(wait, pg="b", index=0, straggler_rank=2, tau_max_us=14_000.0, cause_extra_us=13_900.0,
+             cause_pg="c", cause_index=3),
+        dict(pg="c", index=3, straggler_rank=5, status="unexplained", tau_max_us=13_000.0,
+             cause_extra_us=root_extra_us, cause_name="aten::copy_", cause_category="cpu_op",
+             cause_pg=None, cause_index=None),
+    ]))
+
+
+def test_a_root_that_does_not_account_for_the_routed_tax_is_not_named():
+    """Issue 46, item 3: 15 ms routed in 2 hops to a 92 µs cause (less than half): the chain stops at
+    'propagated from rank 5, not explained' with the reason; the root's own row keeps its cause."""
+    out = _chain(92.0)
+    first = out.iloc[0]
+    assert first["root_rank"] == 5 and first["root_chain"] == 2
+    assert first["root_cause"] == "propagated from rank 5, not explained"
+    assert first["root_category"] == "not_explained"
+    assert "92 µs of the 15,000 µs" in first["root_reason"] and "unexplained" in first["root_reason"]
+    assert out.iloc[2]["root_cause"] == "aten::copy_" and pd.isna(out.iloc[2]["root_reason"])  # its own root
+
+
+def test_a_root_that_accounts_for_half_is_named():
+    # 7,600 µs of a 15,000 µs tax (> half) and of b's 14,000 (> half): named on both chains
+    out = _chain(7_600.0)
+    assert out["root_cause"].tolist() == ["aten::copy_"] * 3 and out["root_reason"].isna().all()
+    # 7,200 µs: more than half of b's 14,000 but less than half of a's 15,000
+    out = _chain(7_200.0)
+    assert out["root_cause"].tolist()[1:] == ["aten::copy_"] * 2
+    assert out["root_cause"].iat[0] == "propagated from rank 5, not explained"
