@@ -137,6 +137,47 @@ def pair_enqueues(c10d: pd.DataFrame, instances: pd.DataFrame) -> np.ndarray:
     return out
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+#: Python frames of a thread join (``Thread.join`` and the lock wait inside it; with_stack=True).
+_JOIN = re.compile(r"^threading\.py\(\d+\): (join|_wait_for_tstate_lock)$")
+JOIN_NAME = "(thread join)"
+#: Separator between the enclosing annotation, the user-level op and the leaf op in a slice's name.
+NAME_SEPARATOR = " > "
+
+
+def user_names(starts: np.ndarray, ends: np.ndarray, names: list[str], cats: list[str]) -> list[str]:
+    """The name each event's own time goes by, in the user's words (issue 46): for an operator,
+    the innermost enclosing ``record_function`` annotation and the outermost (user-level) operator
+    around it before the leaf — ``expert_mm > aten::mm``, ``aten::clone > aten::copy_``; a Python
+    frame inside a thread join (with_stack=True) is ``(thread join)`` (after its annotation);
+    Python frames lose their object addresses so that ranks match. Events sorted by start, longer
+    first (nested as in :func:`_tile`); annotations, enqueues and waits keep their own names."""
+    out: list[str] = []
+    stack: list[int] = []
+    ends = ends.copy()
+    for i in range(len(starts)):
+        while stack and int(ends[stack[-1]]) <= int(starts[i]):
+            stack.pop()
+        if stack and int(ends[i]) > int(ends[stack[-1]]):
+            ends[i] = ends[stack[-1]]
+        name, cat = names[i], cats[i]
+        shown = name
+        if cat in ("cpu_op", "python_function") and not name.startswith("c10d::"):
+            notes = [names[j] for j in stack if cats[j] == "user_annotation" and not _STEP.match(names[j])
+                     and names[j] != GAP_NAME and not names[j].startswith(("gloo:", WAIT_PREFIX))]
+            note = notes[-1:]  # the innermost annotation
+            if cat == "python_function":
+                joined = _JOIN.match(name) or any(cats[j] == "python_function" and _JOIN.match(names[j]) for j in stack)
+                shown = NAME_SEPARATOR.join([*note, JOIN_NAME if joined else _ADDRESS.sub("", name)])
+            else:
+                ops = [names[j] for j in stack if cats[j] == "cpu_op" and not names[j].startswith("c10d::")]
+                top = ops[:1] if ops and ops[0] != name else []
+                shown = NAME_SEPARATOR.join([*note, *top, name])
+        out.append(shown)
+        stack.append(i)
+    return out
+
+
 def _tile(starts: np.ndarray, ends: np.ndarray, owner_kind: list[int], owner_name: list[str],
           owner_ref: list[int], lo: int, hi: int) -> list[tuple[int, int, int, str, int]]:
     """Exclusive slices of nested events (sorted by start, longer first) over [lo, hi]: each
@@ -244,10 +285,12 @@ def rank_timeline(rank: int, ops: pd.DataFrame, instances: pd.DataFrame, *,
         all_s = np.concatenate([s, np.asarray(ws, np.int64)])
         all_e = np.concatenate([e, np.asarray(we, np.int64)])
         kinds, labels, refs = kind + wk, name + wn, ref + wr
+        roles = c.tolist() + ["wait"] * len(wk)
         o = np.lexsort((-all_e, all_s))
         lo, hi = int(all_s.min()), int(all_e.max())
         window_start[w] = lo
-        tiles = _tile(all_s[o].copy(), all_e[o].copy(), [kinds[i] for i in o], [labels[i] for i in o],
+        shown = user_names(all_s[o], all_e[o], [labels[i] for i in o], [roles[i] for i in o])
+        tiles = _tile(all_s[o].copy(), all_e[o].copy(), [kinds[i] for i in o], shown,
                       [refs[i] for i in o], lo, hi)
         part = pd.DataFrame(tiles, columns=["start_ns", "end_ns", "kind", "name", "ref"])
         part["window"] = w

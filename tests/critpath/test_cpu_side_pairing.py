@@ -4,6 +4,7 @@ in the program; a root must account for the tax routed to it."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -108,3 +109,25 @@ def test_a_root_that_accounts_for_half_is_named():
     out = _chain(7_200.0)
     assert out["root_cause"].tolist()[1:] == ["aten::copy_"] * 2
     assert out["root_cause"].iat[0] == "propagated from rank 5, not explained"
+
+
+def test_user_names_annotation_user_level_op_and_thread_join():
+    """Names as a torch 2.13 trace (with_stack=True) spells them; nesting counted by hand."""
+    from evtsync.critpath.cpu import user_names
+
+    rows = [  # name, cat, start, end (µs); sorted by start, longer first
+        ("ProfilerStep#3", "user_annotation", 0, 100),
+        ("expert_mm", "user_annotation", 1, 30),
+        ("aten::mm", "cpu_op", 2, 10),
+        ("aten::clone", "cpu_op", 11, 20),
+        ("aten::copy_", "cpu_op", 12, 19),
+        ("threading.py(1087): join", "python_function", 40, 90),
+        ("threading.py(1125): _wait_for_tstate_lock", "python_function", 41, 89),
+        ("<built-in method acquire of _thread.lock object at 0x7f34e0526240>", "python_function", 42, 88),
+        ("aten::add", "cpu_op", 95, 96),
+    ]
+    names = user_names(np.array([r[2] for r in rows]), np.array([r[3] for r in rows]),
+                       [r[0] for r in rows], [r[1] for r in rows])
+    assert names == ["ProfilerStep#3", "expert_mm", "expert_mm > aten::mm", "expert_mm > aten::clone",
+                     "expert_mm > aten::clone > aten::copy_", "(thread join)", "(thread join)", "(thread join)",
+                     "aten::add"]

@@ -79,3 +79,24 @@ def test_collective_arrivals_are_the_all_reduce_enqueues_not_the_point_to_point_
         assert tl.arrivals["enqueue_name"].tolist() == ["c10d::allreduce_"] * 4
         # the recv on the main thread is a wait, named as one
         assert "(wait) recv" in set(tl.slices["name"])
+
+
+def test_the_plant_is_named_by_its_annotation_and_leaf_op_and_lasts_what_the_job_measured():
+    """Issue 46, item 5: the 25 ms of aten::mm inside record_function("expert_mm") on rank 1 is named
+    ``expert_mm > aten::mm``; its time (plus the annotation's own) matches the job's perf_counter
+    measure within 1 ms; no other rank has it."""
+    plant = _truth("pp3")["plants"][0]
+    assert (plant["rank"], plant["annotation"], plant["leaf_op"]) == (1, "expert_mm", "aten::mm")
+    traces = load_traces([DATA / "pp3"], cache=False)
+    alignment, _ = tax_from_traces(traces)
+    ops = traces.cpu_ops
+    for rank in range(3):
+        tl = rank_timeline(rank, ops[ops["rank"] == rank], alignment.instances[alignment.instances["rank"] == rank])
+        assert tl is not None
+        dur = (tl.slices["end_ns"] - tl.slices["start_ns"]) / 1000.0
+        named = dur[tl.slices["name"].str.startswith("expert_mm")].sum()
+        if rank == plant["rank"]:
+            assert "expert_mm > aten::mm" in set(tl.slices["name"])
+            assert abs(named - plant["measured_us"]) < 1000, (named, plant["measured_us"])
+        else:
+            assert named == 0
