@@ -16,6 +16,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from evtsync.critpath.cpu import rank_timeline
@@ -100,3 +101,27 @@ def test_the_plant_is_named_by_its_annotation_and_leaf_op_and_lasts_what_the_job
             assert abs(named - plant["measured_us"]) < 1000, (named, plant["measured_us"])
         else:
             assert named == 0
+
+
+def test_point_to_point_on_the_main_thread_beside_several_gloo_groups(tmp_path):
+    """The issue's failure: a rank of 3 gloo groups (6 worker threads) whose main thread also carries
+    gloo:send / gloo:recv (7 threads: "cannot be mapped onto its 3 gloo process groups"). A copy of
+    the real tpdp recording with one send and one recv added on each main thread (the thread of the
+    ProfilerStep#N annotations, read from the raw file) has exactly the tax of the original."""
+    src = Path(__file__).parents[1] / "data" / "gloo-planted" / "tpdp"
+    dst = tmp_path / "tpdp-p2p"
+    dst.mkdir()
+    for f in sorted(src.glob("*.json.gz")):
+        with gzip.open(f, "rt") as fh:
+            doc = json.load(fh)
+        step = next(e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#"))
+        for k, name in enumerate(("gloo:send", "gloo:recv")):
+            doc["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": name, "pid": step["pid"],
+                                       "tid": step["tid"], "ts": step["ts"] + 1 + k, "dur": 0.5, "args": {}})
+        with gzip.open(dst / f.name, "wt") as fh:
+            json.dump(doc, fh)
+    _, before = tax_from_traces(load_traces([src], cache=False))
+    _, after = tax_from_traces(load_traces([dst], cache=False))
+    cols = ["pg", "index", "tau_max_us", "straggler_rank", "fastest_rank"]
+    pd.testing.assert_frame_equal(after.collectives[cols].reset_index(drop=True),
+                                  before.collectives[cols].reset_index(drop=True))
