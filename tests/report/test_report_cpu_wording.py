@@ -18,8 +18,16 @@ import pytest
 
 from evtsync.core.display import fmt, fmt_ci
 from evtsync.core.intervals import wilson_interval
+from evtsync.report.wording import all_cpu, device_word, straggler_words, tau_words
 
 DATA = Path(__file__).parents[1] / "data"
+
+
+def test_wording_by_device_label():
+    assert all_cpu(["CPU", "CPU"]) and not all_cpu(["CPU", "H100"]) and not all_cpu([])
+    assert device_word(True) == "device" and device_word(False) == "GPU"
+    assert "NCCL" not in tau_words(True) + straggler_words(True) and "gloo" in tau_words(True)
+    assert tau_words(False) == "NCCL kernel duration" and straggler_words(False) == "shortest NCCL kernel"
 
 
 def test_small_numbers_never_in_e_notation_and_rounding_residue_reads_0():
