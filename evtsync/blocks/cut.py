@@ -32,7 +32,10 @@ Block time per rank (``time``):
   latency and host gaps around the kernels).
 
 Samples: the PG's member ranks, sorted, at positions p = 0..n-1 (the group-local rank); with
-n = k·m, rank position p goes to sample p mod k (even/odd for n = 8, m = 4). The pooled
+n = k·m, rank position p goes to sample p mod k (even/odd for n = 8, m = 4). With n = k·m + r
+(0 < r < m, e.g. 6 ranks and m = 4) block j draws its k samples of m ranks without replacement:
+position p moves to q = (p + j·r) mod n, q < k·m goes to sample q mod k and the r others sit out
+that block (:func:`sample_of`), so every rank takes part in turn and m stays the requested size. The pooled
 z-scores are computed in :mod:`evtsync.blocks.zscores`. Nothing is dropped silently: the result
 lists every block sample left out and why.
 """
@@ -148,8 +151,9 @@ def select_groups(groups: pd.DataFrame, pg: str | None, m: int) -> pd.DataFrame:
         if g.n_ranks < m:
             raise InputError(f"PG {g.pg} has {g.n_ranks} ranks, fewer than the sample size m={m}")
         if g.n_ranks % m:
-            raise InputError(f"PG {g.pg} has {g.n_ranks} ranks, not a multiple of the sample size "
-                             f"m={m}; choose --m dividing {g.n_ranks}")
+            log.warning("PG %s has %d ranks, not a multiple of the sample size m=%d: each block gives %d "
+                        "sample(s) of m=%d ranks drawn without replacement, rotating which %d rank(s) sit out "
+                        "(docs/blocks.md)", g.pg, g.n_ranks, m, g.n_ranks // m, m, g.n_ranks % m)
     return chosen.reset_index(drop=True)
 
 
@@ -461,7 +465,7 @@ def blocks_of_group(task: GroupBlocksTask) -> GroupBlocks:
     log.info("PG %s: iterations from %s", label, source)
     windows = rows0["window"].to_numpy() if "window" in rows0.columns else np.zeros(n, dtype=np.int64)
     times, drops = _judge_blocks(label, members, present, k, per_rank, instance, position,
-                                 set(task.invalid), steps is not None, task.gpu_of, windows)
+                                 set(task.invalid), steps is not None, task.gpu_of, windows, m=task.m)
     times["precision"] = _precisions(times, pd.concat(gemm_prec, ignore_index=True), rows0,
                                      task.user_precision)
     if lost:
@@ -473,7 +477,7 @@ def blocks_of_group(task: GroupBlocksTask) -> GroupBlocks:
 def _judge_blocks(label: str, members: tuple[int, ...], present: set[int], k: int,
                   per_rank: dict[int, pd.DataFrame], instance: np.ndarray, position: np.ndarray,
                   invalid: set[int], from_steps: bool, gpu_of: dict[int, str],
-                  windows: np.ndarray | None = None) -> tuple[pd.DataFrame, list[list[Any]]]:
+                  windows: np.ndarray | None = None, m: int | None = None) -> tuple[pd.DataFrame, list[list[Any]]]:
     """Keep or drop every block sample of one PG (vectorised over blocks).
 
     Whole blocks are dropped when a bracketing collective is flagged, the collectives
@@ -515,18 +519,29 @@ def _judge_blocks(label: str, members: tuple[int, ...], present: set[int], k: in
             reason[j], detail[j] = why, text.format(i=j, n=j + 1)
     drops: list[list[Any]] = [[label, int(j), int(s), block[j], int(inst_of[j]), reason[j], detail[j]]
                               for j in np.flatnonzero(reason != None) for s in samples]  # noqa: E711
-    sample_of = {r: p % k for p, r in enumerate(members)}
+    n_members = len(members)
+    m = n_members // k if m is None else m
+    position_of = {r: p for p, r in enumerate(members)}
     missing = [r for r in members if r not in present]
     ok_blocks = np.flatnonzero(reason == None)  # noqa: E711
-    for s in samples:
-        gone = [r for r in missing if sample_of[r] == s]
-        if gone:
-            drops.extend([label, int(j), int(s), block[j], int(inst_of[j]), DROP_INCOMPLETE,
-                          f"no trace for rank(s) {','.join(map(str, gone))}"] for j in ok_blocks)
-    complete = [s for s in samples if not any(sample_of[r] == s for r in missing)]
+    incomplete: set[tuple[int, int]] = set()
+    if missing:
+        miss_pos = np.array([position_of[r] for r in missing], dtype=np.int64)
+        for j in ok_blocks.tolist():
+            s_of = sample_of(miss_pos, j, n_members, m)
+            for s in samples:
+                gone = [r for r, sm in zip(missing, s_of.tolist(), strict=True) if sm == s]
+                if gone:
+                    incomplete.add((int(j), int(s)))
+                    drops.append([label, int(j), int(s), block[j], int(inst_of[j]), DROP_INCOMPLETE,
+                                  f"no trace for rank(s) {','.join(map(str, gone))}"])
     frame = frame[frame["index"].isin(ok_blocks)].copy()
-    frame["sample"] = frame["rank"].map(sample_of).astype(np.int64)
-    frame = frame[frame["sample"].isin(complete)]
+    frame["sample"] = sample_of(frame["rank"].map(position_of).to_numpy(np.int64),
+                                frame["index"].to_numpy(np.int64), n_members, m)
+    frame = frame[frame["sample"].to_numpy() >= 0]  # sits out this block (n not a multiple of m)
+    if incomplete:
+        pairs = list(zip(frame["index"].tolist(), frame["sample"].tolist(), strict=True))
+        frame = frame[[p not in incomplete for p in pairs]]
     frame["block"] = block[frame["index"].to_numpy()].to_numpy()
     frame["odd"] = frame["signature"].to_numpy() != majority[frame["index"].to_numpy()].to_numpy()
     frame["odd"] |= frame["signature"].isna().to_numpy()
@@ -552,6 +567,33 @@ def _judge_blocks(label: str, members: tuple[int, ...], present: set[int], k: in
         "gpu": kept["rank"].map(lambda r: gpu_of.get(int(r), "unknown")),
     }, columns=TIME_COLUMNS).reset_index(drop=True)
     return times, drops
+
+
+def block_sampling(groups: pd.DataFrame, m: int, workload: str | None = None) -> list[dict[str, Any]]:
+    """How each chosen PG (``groups``: pg, n_ranks) was cut into samples of ``m`` ranks per block: the
+    m used, samples per block, ranks sitting out each block and how (for the run's outputs)."""
+    out = []
+    for g in groups.itertuples():
+        n = int(g.n_ranks)
+        k, r = divmod(n, m)
+        out.append({**({"workload": workload} if workload is not None else {}), "pg": str(g.pg), "n_ranks": n,
+                     "m": int(m), "samples_per_block": k, "ranks_sitting_out_per_block": r,
+                     "how": "position p to sample p mod k" if not r else
+                            f"without replacement: {k} sample(s) of {m} per block, the {r} rank(s) left over rotating"})
+    return out
+
+
+def sample_of(position: np.ndarray, block: np.ndarray | int, n: int, m: int) -> np.ndarray:
+    """The sample of each group-local rank ``position`` in block ``block`` for a group of ``n`` ranks
+    cut into k = n // m samples of ``m`` ranks (-1: the rank sits out that block). With n = k·m it is
+    p mod k; with n = k·m + r the positions rotate by r per block, q = (p + block·r) mod n, and
+    q < k·m goes to sample q mod k: samples of exactly m ranks, drawn without replacement, every rank
+    in turn (docs/blocks.md)."""
+    position = np.asarray(position, dtype=np.int64)
+    k = n // m
+    r = n - k * m
+    q = (position + np.asarray(block, dtype=np.int64) * r) % n if r else position
+    return np.where(q < k * m, q % k, -1).astype(np.int64)
 
 
 def _precisions(times: pd.DataFrame, gemm_prec: pd.DataFrame, rows0: pd.DataFrame,

@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "as in `evtsync tax` (repeatable)")
     parser.add_argument("--m", type=int, default=DEFAULT_M,
                         help=f"sample size m (default {DEFAULT_M}); a group of n = k·m ranks gives "
-                             "k samples, group rank p in sample p mod k")
+                             "k samples, group rank p in sample p mod k; with n = k·m + r, k samples of m "
+                             "per block drawn without replacement, the r left over rotating (docs/blocks.md)")
     parser.add_argument("--time", choices=TIME_DEFINITIONS, default="busy",
                         help="block time per rank: busy = GPU busy time (default), span = first "
                              "kernel start to last kernel end, window = collective end to next start")

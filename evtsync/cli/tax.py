@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from evtsync.core.vocabulary import collective_event_words
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     from evtsync.cli._common import add_out_argument, add_scale_arguments, add_trace_arguments
@@ -69,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"no NCCL kernels, no other communication kernels and no gloo collectives in {len(traces.rank_ids)} "
                   "trace(s): nothing to align (empty result)", file=notes)
         else:
-            print("no NCCL kernels: using the CPU-side gloo collectives (their duration includes "
-                  "the wait; see docs/gloo.md)", file=notes)
+            print("CPU-side collectives (gloo): each one's gloo:<op> event on its group's worker thread, whose "
+                  "duration includes the wait (docs/gloo.md)", file=notes)
     with all_or_nothing():  # a full disk at the third table leaves none of them, not two
         if args.out:
             write_table(tables.collectives, args.out)
@@ -101,8 +103,10 @@ def _print_report(traces, alignment, summary, stragglers) -> None:  # noqa: ANN0
     else:
         gpus = ", ".join(sorted(set(ranks["gpu"])))
         other = len(traces.comm_kernels) - len(traces.nccl_kernels)
-        print(f"{len(traces.rank_ids)} rank(s) [{gpus}], {int(ranks['n_events'].sum())} events, "
-              f"{len(traces.nccl_kernels)} NCCL kernels" + (f", {other} other communication kernels" if other else "")
+        cpu_side = traces.comm_kernels.empty and len(alignment.instances) > 0
+        kernels = (f"{len(alignment.instances)} gloo collective events" if cpu_side else
+                   f"{len(traces.nccl_kernels)} NCCL kernels" + (f", {other} other communication kernels" if other else ""))
+        print(f"{len(traces.rank_ids)} rank(s) [{gpus}], {int(ranks['n_events'].sum())} events, " + kernels
               + (f", {traces.n_windows} profiling windows" if traces.n_windows > 1 else "")
               + (f" (read from {traces.source})" if traces.source != "kineto" else ""))
         if len(alignment.groups):
@@ -112,8 +116,11 @@ def _print_report(traces, alignment, summary, stragglers) -> None:  # noqa: ANN0
                       f" (stream {g.streams})")
     if len(summary):
         n_invalid = int(summary["n_invalid"].sum())
-        print("\ntax per PG and collective over the valid collectives (tau = max-min NCCL duration, µs; "
-              "wait share = waiting / kernel time; invalid = flagged by the alignment checks, left out):")
+        cpu_side = traces.logged is None and traces.comm_kernels.empty
+        event = collective_event_words(cpu_side)
+        print(f"\ntax per PG and collective over the valid collectives (tau = max-min {event} duration, µs; "
+              f"wait share = waiting / {'collective' if cpu_side else 'kernel'} time; invalid = flagged by the "
+              "alignment checks, left out):")
         header = (f"  {'pg':<20} {'collective':<14} {'n':>6} {'invalid':>8} {'tau med':>10} {'tau p90':>10} "
                   f"{'tau max':>10} {'fastest waits':>14} {'median waits':>13}")
         print(header)

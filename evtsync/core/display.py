@@ -59,12 +59,15 @@ class TablesDisplay:
 
 #: Most significant digits :func:`fmt_ci` uses to tell a value from its interval's ends.
 MAX_DIGITS = 6
+#: An interval end within this fraction of the largest of (value, ends) is 0 up to rounding.
+NUMERICAL_ZERO = 1e-9
 
 
 def fmt(value: Any, digits: int = 3) -> str:
-    """A number for reading: ``digits`` significant digits and no exponent notation — values of
+    """A number for reading: ``digits`` significant digits and never exponent notation — values of
     ``digits`` or more integer digits whole (from five digits with thousands separators,
-    ``32,480``), small ones as decimals (``0.000123``); booleans as yes/no; NaN as an en dash,
+    ``32,480``), small ones as decimals (``0.000123``; below about 1e-10 at most 12 decimals, so
+    3.47e-16 reads 0); booleans as yes/no; NaN as an en dash,
     infinities as ∞; other values as text."""
     if value is None:
         return "–"
@@ -83,8 +86,9 @@ def fmt(value: Any, digits: int = 3) -> str:
         decimals = digits - 1 - magnitude
         if decimals <= 0:                       # at least as many digits as asked for: the whole number
             return f"{value:,.0f}" if abs(value) >= 10_000 else f"{value:.0f}"
-        if decimals > 12:                       # below 1e-9 and the like: nothing to read as decimals
-            return f"{value:.{digits - 1}e}"
+        if decimals > 12:                       # below ~1e-10: 12 decimals, never e-notation (issue 46)
+            text = f"{value:.12f}".rstrip("0").rstrip(".")
+            return "0" if text in ("0", "-0", "") else text
         text = f"{value:.{decimals}f}"
         return text.rstrip("0").rstrip(".") if "." in text else text
     return str(value)
@@ -95,6 +99,11 @@ def fmt_ci(mean: Any, lo: Any, hi: Any, digits: int = 3) -> str:
     up to :data:`MAX_DIGITS`) as it takes for values that differ to read differently (a mean of
     99.96 with an upper end of 99.99 is not "100 [.., 100]")."""
     values = [mean, lo, hi]
+    # an end that is 0 up to rounding (a Wilson bound of 3.47e-16 beside 40.3) prints as 0 (issue 46)
+    scale = max((abs(float(v)) for v in values if isinstance(v, int | float | np.integer | np.floating)
+                 and math.isfinite(float(v))), default=0.0)
+    values = [0.0 if isinstance(v, float | np.floating) and math.isfinite(float(v)) and v != 0
+              and abs(float(v)) <= NUMERICAL_ZERO * scale else v for v in values]
     for d in range(digits, MAX_DIGITS + 1):
         texts = [fmt(v, d) for v in values]
         numbers = [float(v) if isinstance(v, int | float | np.integer | np.floating) else None for v in values]

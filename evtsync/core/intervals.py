@@ -77,7 +77,10 @@ def wilson_interval(k: int, n: int, level: float = LEVEL) -> tuple[float, float,
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return p, float(max(0.0, centre - half)), float(min(1.0, centre + half))
+    # k = 0 and k = n have the ends 0 and 1 exactly; the formula leaves rounding residue (3.47e-16)
+    lo = 0.0 if k <= 0 else float(max(0.0, centre - half))
+    hi = 1.0 if k >= n else float(min(1.0, centre + half))
+    return p, lo, hi
 
 
 

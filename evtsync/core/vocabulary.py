@@ -72,3 +72,10 @@ def collective_name(name: str) -> str:
     if name in NCCL_TESTS_NAMES or name == "Barrier":
         return name
     return _FROM_NCCL_TESTS.get(nccl_tests_name(name), "Unknown")
+
+
+def collective_event_words(cpu_side: bool) -> str:
+    """What a collective's duration d_r is measured on, in the backend's own words (issue 46: a CPU
+    job's output never says NCCL): an NCCL kernel, or a gloo collective's ``gloo:<op>`` event on
+    its group's worker thread (docs/gloo.md)."""
+    return "gloo collective (gloo:<op> event)" if cpu_side else "NCCL kernel"

@@ -57,8 +57,14 @@ COLLECTIVE_COLUMNS = [
     "cause_start_ns", "cause_on_fastest_path", "lca_name", "n_common", "path_extra_us",
     "path_gpu_extra_us", "path_cpu_extra_us", "straggler_path_us", "fastest_path_us", "fastest_matched_us",
     "unplaced_us", "cause_pg", "cause_index", "root_rank", "root_pg", "root_index", "root_cause",
-    "root_category", "root_chain", "root_cycle",
+    "root_category", "root_chain", "root_cycle", "root_reason",
 ]
+#: A root reached through other collectives must account for at least this share of the tax routed
+#: to it (its principal cause's extra time against the tau of the collective the chain starts at);
+#: otherwise the chain stops at "propagated from rank R, not explained" (issue 46, item 3).
+ROOT_MIN_SHARE = 0.5
+#: ``root_category`` of a chain whose root does not account for the tax routed to it.
+NOT_EXPLAINED = "not_explained"
 RANK_COLUMNS = ["rank", "collectives", "straggled", "wait_suffered_us", "wait_caused_us", "wait_caused_root_us"]
 PATH_COLUMNS = ["pg", "index", "rank", "role", "step", "name", "kind", "start_ns", "end_ns",
                 "dur_us", "occurrence", "own_us", "wait_us", "own_fastest_us", "wait_fastest_us", "extra_us"]
@@ -444,6 +450,12 @@ def route_blame(table: pd.DataFrame) -> pd.DataFrame:
     hops (0: the collective is its own root). A chain that comes back to a collective already
     on it is cut there: ``root_cycle`` is True and the root is the last collective before the
     repeat (logged). Rows without a named cause keep their own straggler as the root.
+
+    A root reached through other collectives must account for the tax routed to it: its principal
+    cause's extra time at least :data:`ROOT_MIN_SHARE` of the tau of the collective the chain starts
+    at. Otherwise the root rank stays (the delay did come from it) but the cause is
+    ``propagated from rank R, not explained`` (category :data:`NOT_EXPLAINED`) and ``root_reason``
+    says why (how much its cause accounts for, and its own row's status).
     """
     table = table.copy()
     if table.empty:
@@ -451,7 +463,9 @@ def route_blame(table: pd.DataFrame) -> pd.DataFrame:
     key_of = {(pg, int(i)): n for n, (pg, i) in enumerate(zip(table["pg"], table["index"], strict=True))}
     cause_pg, cause_index = table["cause_pg"].tolist(), table["cause_index"].tolist()
     out: dict[str, list[Any]] = {c: [] for c in ("root_rank", "root_pg", "root_index", "root_cause", "root_category",
-                           "root_chain", "root_cycle")}
+                           "root_chain", "root_cycle", "root_reason")}
+    tau = table["tau_max_us"].astype(float).tolist()
+    cause_extra = pd.to_numeric(table["cause_extra_us"], errors="coerce").fillna(0.0).tolist()
     n_cycles = 0
     for n in range(len(table)):
         seen, here, cycle = {n}, n, False
@@ -468,11 +482,21 @@ def route_blame(table: pd.DataFrame) -> pd.DataFrame:
             seen.add(nxt)
             here = nxt
         n_cycles += cycle
-        out["root_rank"].append(table["straggler_rank"].iat[here])
+        rank = table["straggler_rank"].iat[here]
+        cause, category, reason = table["cause_name"].iat[here], table["cause_category"].iat[here], None
+        if here != n and cause_extra[here] < ROOT_MIN_SHARE * tau[n]:
+            status = table["status"].iat[here]
+            reason = (f"the chain reaches {table['pg'].iat[here]}:{int(table['index'].iat[here])}, whose straggler "
+                      f"(rank {rank}) has {'no principal cause' if cause is None or pd.isna(cause) else repr(cause)} "
+                      f"accounting for {cause_extra[here]:,.0f} µs of the {tau[n]:,.0f} µs routed to it (less than "
+                      f"{ROOT_MIN_SHARE:.0%}); its own row is {status}")
+            cause, category = f"propagated from rank {rank}, not explained", NOT_EXPLAINED
+        out["root_rank"].append(rank)
         out["root_pg"].append(table["pg"].iat[here])
         out["root_index"].append(int(table["index"].iat[here]))
-        out["root_cause"].append(table["cause_name"].iat[here])
-        out["root_category"].append(table["cause_category"].iat[here])
+        out["root_cause"].append(cause)
+        out["root_category"].append(category)
+        out["root_reason"].append(reason)
         out["root_chain"].append(len(seen) - 1)
         out["root_cycle"].append(cycle)
     for c, v in out.items():
@@ -608,13 +632,15 @@ OTHER_REASON = ("rest off the critical path",
 #: What to do about a root cause of each category.
 CATEGORY_ADVICE = {
     "python_gap": "uninstrumented Python: wrap the code (data loading, logging, …) in "
-                  "torch.profiler.record_function('…') to name it",
+                  "torch.profiler.record_function('…') to name it (with_stack=True names thread joins)",
     "python": "annotated Python on the straggler: the named region itself",
     "cpu_op": "an operator ran longer on the straggler (extra or slower work)",
     "enqueue": "the collective's enqueue was slow (the thread descheduled inside it?)",
     "launch_delay": "CPU-side launch delay: the kernel was launched late",
     "synchronization": "a blocking synchronisation on the straggler",
     "collective_wait": "the straggler waited in another collective whose own root is not attributed",
+    NOT_EXPLAINED: "the delay came from this rank through other collectives, but its own path does not account for "
+                   "it: see root_reason in tables/attribution_collectives.parquet and the unexplained table",
 }
 
 
@@ -628,8 +654,9 @@ def reason_kind(reason: Any) -> tuple[str, str]:
 
 
 def root_cause_table(coll: pd.DataFrame) -> pd.DataFrame:
-    """Per workload, the root causes (rank, cause, category) by the tax they account for (sum of
-    tau over the collectives routed to them), with how many were reached through other groups."""
+    """Per workload, every root cause (rank, cause, category) by the tax it accounts for (sum of
+    tau over the collectives routed to it), with how many were reached through other groups. All
+    pairs are kept (the report shows the first :data:`ROOT_CAUSES_SHOWN` and says how many more)."""
     rows = coll[coll["status"].isin(["ok", "unexplained"]) & coll["root_cause"].notna()]
     if rows.empty:
         return pd.DataFrame()
@@ -639,8 +666,7 @@ def root_cause_table(coll: pd.DataFrame) -> pd.DataFrame:
     out = grouped.agg(collectives=("index", "size"), tax_us=("tau_max_us", "sum"),
                       through_other_collectives=("routed", "sum"), cycles_cut=("cycle", "sum")).reset_index()
     out["advice"] = out["root_category"].map(lambda c: CATEGORY_ADVICE.get(str(c), ""))
-    out = out.sort_values(["workload", "tax_us"], ascending=[True, False])
-    return out.groupby("workload", sort=True).head(8).reset_index(drop=True)
+    return out.sort_values(["workload", "tax_us"], ascending=[True, False], kind="stable").reset_index(drop=True)
 
 
 def unexplained_table(coll: pd.DataFrame) -> pd.DataFrame:

@@ -25,8 +25,8 @@ exclusive slices, each owned by the innermost event that covers it:
 
 The straggler's slices from the previous same-group collective's end (on that rank) to this
 collective's start on the worker are summed per (kind, name) and compared with the fastest
-rank's (waits in other collectives by program order: the n-th collective waited for on
-each); the differences (``extra``) sum exactly to the straggler's lateness over the fastest
+rank's (a wait in another collective against the same rank's wait in that same collective,
+by its (pg, index)); the differences (``extra``) sum exactly to the straggler's lateness over the fastest
 rank counted from the previous collective's end. The principal cause is the largest. Matching
 by name totals rather than by occurrence keeps an extra event (a planted matmul) from shifting
 every later match.
@@ -45,6 +45,7 @@ import pandas as pd
 from evtsync.critpath.tasks import exact_times
 from evtsync.sync.collectives import Alignment
 from evtsync.sync.tax import TaxTables
+from evtsync.trace.tables import C10D_P2P_NAMES, GLOO_P2P_NAMES
 from evtsync.trace.traceset import TraceSet
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,47 @@ def pair_enqueues(c10d: pd.DataFrame, instances: pd.DataFrame) -> np.ndarray:
     return out
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+#: Python frames of a thread join (``Thread.join`` and the lock wait inside it; with_stack=True).
+_JOIN = re.compile(r"^threading\.py\(\d+\): (join|_wait_for_tstate_lock)$")
+JOIN_NAME = "(thread join)"
+#: Separator between the enclosing annotation, the user-level op and the leaf op in a slice's name.
+NAME_SEPARATOR = " > "
+
+
+def user_names(starts: np.ndarray, ends: np.ndarray, names: list[str], cats: list[str]) -> list[str]:
+    """The name each event's own time goes by, in the user's words (issue 46): for an operator,
+    the innermost enclosing ``record_function`` annotation and the outermost (user-level) operator
+    around it before the leaf — ``expert_mm > aten::mm``, ``aten::clone > aten::copy_``; a Python
+    frame inside a thread join (with_stack=True) is ``(thread join)`` (after its annotation);
+    Python frames lose their object addresses so that ranks match. Events sorted by start, longer
+    first (nested as in :func:`_tile`); annotations, enqueues and waits keep their own names."""
+    out: list[str] = []
+    stack: list[int] = []
+    ends = ends.copy()
+    for i in range(len(starts)):
+        while stack and int(ends[stack[-1]]) <= int(starts[i]):
+            stack.pop()
+        if stack and int(ends[i]) > int(ends[stack[-1]]):
+            ends[i] = ends[stack[-1]]
+        name, cat = names[i], cats[i]
+        shown = name
+        if cat in ("cpu_op", "python_function") and not name.startswith("c10d::"):
+            notes = [names[j] for j in stack if cats[j] == "user_annotation" and not _STEP.match(names[j])
+                     and names[j] != GAP_NAME and not names[j].startswith(("gloo:", WAIT_PREFIX))]
+            note = notes[-1:]  # the innermost annotation
+            if cat == "python_function":
+                joined = _JOIN.match(name) or any(cats[j] == "python_function" and _JOIN.match(names[j]) for j in stack)
+                shown = NAME_SEPARATOR.join([*note, JOIN_NAME if joined else _ADDRESS.sub("", name)])
+            else:
+                ops = [names[j] for j in stack if cats[j] == "cpu_op" and not names[j].startswith("c10d::")]
+                top = ops[:1] if ops and ops[0] != name else []
+                shown = NAME_SEPARATOR.join([*note, *top, name])
+        out.append(shown)
+        stack.append(i)
+    return out
+
+
 def _tile(starts: np.ndarray, ends: np.ndarray, owner_kind: list[int], owner_name: list[str],
           owner_ref: list[int], lo: int, hi: int) -> list[tuple[int, int, int, str, int]]:
     """Exclusive slices of nested events (sorted by start, longer first) over [lo, hi]: each
@@ -185,7 +227,10 @@ def rank_timeline(rank: int, ops: pd.DataFrame, instances: pd.DataFrame, *,
     names = main["name"].astype(str).to_numpy()
     cats = main["cat"].astype(str).to_numpy()
     inst = instances.sort_values("ts_ns", kind="stable").reset_index(drop=True)
-    is_c10d = np.char.startswith(names.astype(str), "c10d::") if len(names) else np.zeros(0, bool)
+    # a collective's enqueue: a c10d op that is not point-to-point (c10d::send / recv_ enqueue no
+    # collective; pairing them would hand a collective the wrong arrival, issue 46)
+    is_c10d = (np.char.startswith(names.astype(str), "c10d::") & ~np.isin(names, list(C10D_P2P_NAMES))
+               if len(names) else np.zeros(0, bool))
     c10d = main[is_c10d].sort_values("ts_ns", kind="stable")
     pairs = pair_enqueues(c10d, inst)
     ok = pairs >= 0
@@ -207,10 +252,14 @@ def rank_timeline(rank: int, ops: pd.DataFrame, instances: pd.DataFrame, *,
     for w in np.unique(windows).tolist():
         sel = windows == w
         s, e, n, c = starts_all[sel], ends_all[sel], names[sel], cats[sel]
+        # a point-to-point gloo:send / gloo:recv runs on this thread and holds it until the peer is
+        # there: a wait, named "(wait) recv" / "(wait) send" (issue 46, docs/gloo.md)
         kind = [_KIND_CODE["enqueue"] if nm.startswith("c10d::") else _KIND_CODE["cpu_op"] if ct == "cpu_op"
-                else _KIND_CODE["python_gap"] if _STEP.match(nm) else _KIND_CODE["python"]
+                else _KIND_CODE["python_gap"] if _STEP.match(nm)
+                else _KIND_CODE["collective_wait"] if nm in GLOO_P2P_NAMES else _KIND_CODE["python"]
                 for nm, ct in zip(n.tolist(), c.tolist(), strict=True)]
-        name = [GAP_NAME if _STEP.match(nm) else nm for nm in n.tolist()]
+        name = [GAP_NAME if _STEP.match(nm) else WAIT_PREFIX + nm.split(":", 1)[1] if nm in GLOO_P2P_NAMES else nm
+                for nm in n.tolist()]
         ref = [-1] * len(kind)
         # the main thread blocked on a collective it enqueued: from the enqueue's end to the
         # collective's end, cut at the next main-thread event (an asynchronous op does not block)
@@ -236,10 +285,12 @@ def rank_timeline(rank: int, ops: pd.DataFrame, instances: pd.DataFrame, *,
         all_s = np.concatenate([s, np.asarray(ws, np.int64)])
         all_e = np.concatenate([e, np.asarray(we, np.int64)])
         kinds, labels, refs = kind + wk, name + wn, ref + wr
+        roles = c.tolist() + ["wait"] * len(wk)
         o = np.lexsort((-all_e, all_s))
         lo, hi = int(all_s.min()), int(all_e.max())
         window_start[w] = lo
-        tiles = _tile(all_s[o].copy(), all_e[o].copy(), [kinds[i] for i in o], [labels[i] for i in o],
+        shown = user_names(all_s[o], all_e[o], [labels[i] for i in o], [roles[i] for i in o])
+        tiles = _tile(all_s[o].copy(), all_e[o].copy(), [kinds[i] for i in o], shown,
                       [refs[i] for i in o], lo, hi)
         part = pd.DataFrame(tiles, columns=["start_ns", "end_ns", "kind", "name", "ref"])
         part["window"] = w
@@ -254,9 +305,9 @@ class Side:
     """One rank's part of one collective: its main-thread time per (kind, name) from the bottom
     (previous same-group collective's end, or the window start) to the collective's start."""
 
-    totals: dict[tuple[int, str, int], int]  # (kind, name, ordinal of the collective waited for or -1)
-    largest: dict[tuple[int, str, int], tuple[int, int, int]]  # key -> (start, end, ref) of its longest slice
-    count: dict[tuple[int, str, int], int]
+    totals: dict[tuple[int, str, Any], int]  # (kind, name, (pg, index) of the collective waited for or -1)
+    largest: dict[tuple[int, str, Any], tuple[int, int, int]]  # key -> (start, end, ref) of its longest slice
+    count: dict[tuple[int, str, Any], int]
     bottom_ns: int
     start_ns: int
     end_ns: int
@@ -288,15 +339,16 @@ def side_of(tl: RankTimeline, pg: Any, index: int) -> Side | None:
                              "name": ENQUEUE_PREFIX + str(h["enqueue_name"]), "ref": -1, "window": w}])
     part = pd.concat([part, enqueue], ignore_index=True)
     part = part[part["end_ns"] > part["start_ns"]]
-    totals: dict[tuple[int, str, int], int] = {}
-    largest: dict[tuple[int, str, int], tuple[int, int, int]] = {}
-    count: dict[tuple[int, str, int], int] = {}
-    waited: dict[int, int] = {}  # collective waited for -> its ordinal among the window's waits
+    totals: dict[tuple[int, str, Any], int] = {}
+    largest: dict[tuple[int, str, Any], tuple[int, int, int]] = {}
+    count: dict[tuple[int, str, Any], int] = {}
+    pgs, indices = a["pg"].tolist(), a["index"].tolist()
     for s, e, k, n, r in zip(part["start_ns"].tolist(), part["end_ns"].tolist(), part["kind"].tolist(),
                              part["name"].tolist(), part["ref"].tolist(), strict=True):
-        # waits are matched by program order (the n-th collective waited for on both ranks: the
-        # same SPMD call), everything else by name totals
-        key = (int(k), str(n), waited.setdefault(int(r), len(waited)) if r >= 0 else -1)
+        # a wait is matched by the collective it waits for, (pg, index): the same instance on both
+        # ranks whatever else each ran before it (ranks running different code, e.g. pipeline
+        # stages, wait in different places; issue 46); everything else by name totals
+        key = (int(k), str(n), (pgs[int(r)], int(indices[int(r)])) if r >= 0 else -1)
         totals[key] = totals.get(key, 0) + (e - s)
         count[key] = count.get(key, 0) + 1
         if key not in largest or e - s > largest[key][1] - largest[key][0]:
@@ -305,7 +357,7 @@ def side_of(tl: RankTimeline, pg: Any, index: int) -> Side | None:
 
 
 def combine_sides(s: Side, f: Side, s_tl: RankTimeline, row: dict[str, Any],
-                  share_band: tuple[float, float]) -> dict[tuple[int, str, int], float]:
+                  share_band: tuple[float, float]) -> dict[tuple[int, str, Any], float]:
     """Fill a collective's row from the straggler's and the fastest rank's sides; return the
     extra time (ns) per (kind, name)."""
     keys = set(s.totals) | set(f.totals)

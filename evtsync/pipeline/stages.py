@@ -181,6 +181,8 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
     collectives, summaries, validations, paths = [], [], [], []
     reasons = []
     cpu_side: list[bool] = []
+    whatif_rows: list[dict[str, Any]] = []
+    whatif_tables: list[pd.DataFrame] = []
 
     def one(w: Any) -> None:
         traces = run.traces(w)
@@ -200,6 +202,16 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
         summaries.append(_tag(summary, w.name, gpu))
         validations.append(_tag(result.validation, w.name, gpu))
         paths.append(_tag(_path_view_rows(result), w.name, gpu))
+        if result.cpu_side:  # the what-if replay (docs/critical-path.md §8): CPU-side jobs so far
+            from evtsync.critpath.whatif import what_if_traces
+
+            try:
+                numbers, causes = what_if_traces(traces, result)
+            except (InputError, ValueError) as exc:
+                whatif_rows.append({"workload": w.name, "not_replayed": str(exc)})
+            else:
+                whatif_rows.append({"workload": w.name, **numbers})
+                whatif_tables.append(_tag(causes, w.name, gpu))
 
     run.per_workload("attribution", "attribution", one)
     if not collectives:
@@ -216,11 +228,14 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
                                  _stringify(pd.concat(validations, ignore_index=True))),
                  run.write_table(f"{TABLES}/attribution_paths.parquet",
                                  _stringify(pd.concat(paths, ignore_index=True))))
+    if whatif_tables:
+        run.produced("attribution", run.write_table(f"{TABLES}/whatif_stragglers.parquet",
+                                                    _stringify(pd.concat(whatif_tables, ignore_index=True))))
     valid, n_invalid = valid_collectives(table)
     ok = valid[valid["status"] == "ok"]
     return {"collectives": len(table), "invalid_left_out": n_invalid, "attributed": len(ok),
             "gpu_only_share": float((ok["path_kind"] == "gpu_only").mean()) if len(ok) and not all(cpu_side) else None,
-            "skipped_workloads": reasons}
+            "skipped_workloads": reasons, "what_if": whatif_rows}
 
 
 def _path_view_rows(result: Any) -> pd.DataFrame:
@@ -249,7 +264,7 @@ def _stringify(table: pd.DataFrame) -> pd.DataFrame:
 
 def _stage_zscores(run: Run) -> dict[str, Any]:
     try:
-        from evtsync.blocks.cut import compute_zscores
+        from evtsync.blocks.cut import block_sampling, compute_zscores
     except ImportError as exc:
         raise Unavailable(f"evtsync.blocks is not installed ({exc})") from exc
     run.require("tax")
@@ -257,6 +272,7 @@ def _stage_zscores(run: Run) -> dict[str, Any]:
     tables: list[pd.DataFrame] = []
     dropped: list[pd.DataFrame] = []
     reasons: dict[str, str] = {}
+    sampling: list[dict[str, Any]] = []
 
     def one(w: Any) -> None:
         traces = run.traces(w)
@@ -267,6 +283,7 @@ def _stage_zscores(run: Run) -> dict[str, Any]:
         except InputError as exc:  # does not apply to this workload (no such PG, …): said, not failed
             reasons[w.name] = str(exc)
             return
+        sampling.extend(block_sampling(blocks.groups, blocks.m, w.name))
         if len(blocks.dropped):
             dropped.append(blocks.dropped.assign(workload=w.name))
         if table.empty:
@@ -294,7 +311,8 @@ def _stage_zscores(run: Run) -> dict[str, Any]:
     return {"zscores": len(z), "cells": _cells(z).to_dict(orient="records"), "skipped_workloads": reasons,
             "drifting_identities": [str(b) for b in drift["block"]],
             "dropped": {str(k): int(v) for k, v in drops.items()}, "not_tensor_parallel": _not_tensor_parallel(run, z),
-            "block_pgs": sorted(z["pg"].astype(str).unique().tolist()) if "pg" in z else []}
+            "block_pgs": sorted(z["pg"].astype(str).unique().tolist()) if "pg" in z else [],
+            "sampling": sampling}
 
 
 def _not_tensor_parallel(run: Run, z: pd.DataFrame) -> list[str]:

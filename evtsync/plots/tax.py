@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from evtsync.core.vocabulary import collective_event_words
 from evtsync.plots.base import legend_below, new_figure, readable_log_axis, save_figure
+from evtsync.trace.ranks import is_cpu_label
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -33,7 +35,8 @@ def tax_cdfs(collectives: pd.DataFrame, measure: str = "tau_max_us") -> Figure:
         every = np.concatenate(drawn)
         readable_log_axis(ax.xaxis, float(every.min()), float(every.max()))
     ax.set_ylim(0, 1.02)
-    ax.set_xlabel(f"{'max−min' if measure == 'tau_max_us' else 'median−min'} NCCL kernel duration (µs)")
+    cpu = "gpu" in collectives and len(collectives) > 0 and all(is_cpu_label(g) for g in collectives["gpu"])
+    ax.set_xlabel(f"{'max−min' if measure == 'tau_max_us' else 'median−min'} {collective_event_words(cpu)} duration (µs)")
     ax.set_ylabel("fraction of collectives")
     ax.set_title("Synchronization tax per process group and collective")
     ax.grid(alpha=0.3)
@@ -58,7 +61,8 @@ def wait_shares(ranks: pd.DataFrame, title: str) -> Figure:
             if v.size:
                 ax.step(v, np.arange(1, v.size + 1) / v.size, style, where="post", color=f"C{i}",
                         label=f"{workload}: {'longest-waiting rank' if col == 'max' else 'median rank'}")
-    ax.set(xlabel="wait share of the NCCL kernel time (waiting / kernel duration)",
+    cpu = "gpu" in ranks and len(ranks) > 0 and all(is_cpu_label(g) for g in ranks["gpu"])
+    ax.set(xlabel=f"wait share of the {collective_event_words(cpu)} time (waiting / its duration)",
            ylabel="fraction of collectives", title=title, xlim=(0, 1), ylim=(0, 1.02))
     ax.grid(alpha=0.3)
     legend_below(ax, ncol=2)

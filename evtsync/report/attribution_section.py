@@ -15,6 +15,10 @@ import pandas as pd
 
 from evtsync.report.markdown import Skipped, Table
 
+#: Root causes shown per GPU label in the report; the rest are counted and left to the table file.
+ROOT_CAUSES_SHOWN = 8
+ROOT_CAUSES_FILE = "tables/attribution_root_causes.parquet"
+
 
 def attribution_why_items(coll: pd.DataFrame | None, gpu: str, why: dict[str, pd.DataFrame | None]) -> list[Any]:
     """Report items for the collectives of ``gpu``: root causes, per-rank blame, unexplained
@@ -34,6 +38,16 @@ def attribution_why_items(coll: pd.DataFrame | None, gpu: str, why: dict[str, pd
     sub = coll[coll["gpu"].astype(str) == gpu] if "gpu" in coll.columns else coll
     items: list[Any] = []
     roots = on_gpu(why["root_causes"]).drop(columns=["gpu"])
+    if len(roots) > ROOT_CAUSES_SHOWN:
+        # the largest first (the stage sorts by tax); never cut without a word (issue 46, item 4)
+        rest = len(roots) - ROOT_CAUSES_SHOWN
+        roots = roots.sort_values("tax_us", ascending=False, kind="stable")
+        rest_tax = float(roots["tax_us"].iloc[ROOT_CAUSES_SHOWN:].sum())
+        more = (f"The {ROOT_CAUSES_SHOWN} (root rank, cause) pairs with the most tax of {len(roots)}; "
+                f"{rest} more in {ROOT_CAUSES_FILE} ({rest_tax:,.0f} µs of tax).")
+        roots = roots.head(ROOT_CAUSES_SHOWN)
+    else:
+        more = f"All {len(roots)} (root rank, cause) pair(s)."
     if len(roots):
         items.append(Table(roots.rename(columns={"root_rank": "root rank", "root_cause": "root cause",
                                                  "root_category": "category", "tax_us": "tax µs",
@@ -43,7 +57,7 @@ def attribution_why_items(coll: pd.DataFrame | None, gpu: str, why: dict[str, pd
                            "wait in another collective (of its own or another process group) passes the blame to "
                            "that collective's straggler, recursively; the root is where the chain ends "
                            "(docs/critical-path.md). Tax µs: sum of tau over the collectives routed to each root; "
-                           "via other collectives: how many of them reached it through a chain."))
+                           "via other collectives: how many of them reached it through a chain. " + more))
     blame = on_gpu(why["rank_blame"]).drop(columns=["gpu"])
     if len(blame):
         items.append(Table(blame.rename(columns={"wait_suffered_us": "wait suffered µs",

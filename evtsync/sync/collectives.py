@@ -41,7 +41,7 @@ from evtsync.core.defaults import END_TOLERANCE_US, RANKS_PER_HOST
 from evtsync.core.display import TablesDisplay
 from evtsync.core.errors import AlignmentError, InputError
 from evtsync.trace.schema import canonical_collective
-from evtsync.trace.tables import format_ranks, is_gloo_collective, parse_rank_list
+from evtsync.trace.tables import format_ranks, is_gloo_collective, is_gloo_p2p, parse_rank_list
 from evtsync.trace.traceset import TraceSet
 
 if TYPE_CHECKING:
@@ -122,8 +122,19 @@ def gloo_collectives(traces: TraceSet) -> pd.DataFrame:
     order of the rank's ``pg_config`` entries, so the rank's gloo thread ids sorted ascending
     and cut into equal chunks map to its gloo PGs in that order. The result is validated
     later like any alignment (equal counts and types across members). Bytes are unknown.
+
+    Point-to-point ``gloo:send`` / ``gloo:recv`` run on the calling (main) thread between two
+    ranks: they are not collectives of a group and have no tax; they are counted and left out
+    here (logged), and their waiting is attributed on the main thread (docs/gloo.md).
     """
     ops = traces.cpu_ops
+    p2p = is_gloo_p2p(ops["name"])
+    if p2p.any():
+        counts = ops.loc[p2p, "name"].astype(str).value_counts()
+        log.warning("gloo point-to-point: %s on the main thread(s) of rank(s) %s are not collectives of a group "
+                    "and get no tax; their waiting is attributed on the main thread (docs/gloo.md)",
+                    ", ".join(f"{n} {k}" for k, n in sorted(counts.items())),
+                    format_ranks(tuple(sorted(int(r) for r in ops.loc[p2p, "rank"].unique()))))
     gloo = ops[is_gloo_collective(ops["name"])]
     if gloo.empty:
         return gloo.iloc[:0]

@@ -118,6 +118,16 @@ def detect_rank(path: Path, header: dict[str, Any], given: int | None = None) ->
         "file name) or RANK=PATH (load_traces(rank_from=...) in Python)")
 
 
+#: The device label of a rank whose trace has no GPU at all (no ``deviceProperties``, no GPU
+#: event): a CPU-only job (e.g. gloo), described as such instead of as an "unknown" GPU (issue 46).
+CPU_DEVICE_LABEL = "CPU"
+
+
+def is_cpu_label(label: Any) -> bool:
+    """Whether a device label (the ``gpu`` column of rank, tax and z-score tables) is a CPU-only rank's."""
+    return str(label) == CPU_DEVICE_LABEL
+
+
 def gpu_model(header: dict[str, Any], device: int | None) -> str:
     """GPU model name from ``deviceProperties`` for ``device`` (first entry if unknown).
 

@@ -20,7 +20,7 @@ import pandas as pd
 
 from evtsync.core.errors import TraceError
 from evtsync.trace.decode import TABLE_FIELDS, DecodedTrace, string_dtype
-from evtsync.trace.ranks import detect_rank, gpu_model
+from evtsync.trace.ranks import CPU_DEVICE_LABEL, detect_rank, gpu_model
 from evtsync.trace.schema import (
     IGNORED_CATEGORIES,
     NCCL_KERNEL_RE,
@@ -123,7 +123,7 @@ class RankTables:
         kernels, cpu_ops, runtime = (self.columns[t] for t in ("kernels", "cpu_ops", "runtime"))
         # communication kernels: NCCL's and the registry's (evtsync.trace.kernels.mark_comm_kernels)
         nccl = np.asarray(kernels["is_comm" if "is_comm" in kernels else "is_nccl"], dtype=bool)
-        gloo = is_gloo_collective(cpu_ops["name"])
+        gloo = category_flags(cpu_ops["name"], _is_gloo_name)  # collectives and point-to-point (counted later)
         if scope == "collectives":
             keep = {"kernels": nccl, "cpu_ops": gloo, "runtime": np.zeros(n_rows(runtime), dtype=bool)}
         elif scope == "blocks":
@@ -141,9 +141,22 @@ class RankTables:
                           skipped=self.skipped, untabulated=self.untabulated)
 
 
+#: gloo's point-to-point annotations: recorded on the calling (main) thread, not on a process
+#: group's worker thread, and between two ranks, not the group (docs/gloo.md, issue 46).
+GLOO_P2P_NAMES = frozenset({"gloo:send", "gloo:recv", "gloo:recv_anysource"})
+#: The ``c10d::`` ops that enqueue point-to-point work (any backend): not a collective's enqueue.
+C10D_P2P_NAMES = frozenset({"c10d::send", "c10d::recv_", "c10d::recv_any_source_"})
+
+
 def is_gloo_collective(names: pd.Series | pd.Categorical | np.ndarray) -> np.ndarray:
-    """Rows that are gloo collectives (``gloo:<op>`` annotations, see docs/gloo.md)."""
-    return category_flags(names, _is_gloo_name)
+    """Rows that are gloo collectives (``gloo:<op>`` annotations, see docs/gloo.md), not
+    point-to-point ``gloo:send`` / ``gloo:recv`` (:func:`is_gloo_p2p`)."""
+    return category_flags(names, _is_gloo_collective_name)
+
+
+def is_gloo_p2p(names: pd.Series | pd.Categorical | np.ndarray) -> np.ndarray:
+    """Rows that are gloo point-to-point operations (:data:`GLOO_P2P_NAMES`)."""
+    return category_flags(names, _is_gloo_p2p_name)
 
 
 def _time_ns(values: np.ndarray, base_ns: int) -> np.ndarray:
@@ -315,6 +328,14 @@ def is_nccl_kernel_name(name: str) -> bool:
 
 def _is_gloo_name(name: str) -> bool:
     return name.startswith("gloo:")
+
+
+def _is_gloo_p2p_name(name: str) -> bool:
+    return name in GLOO_P2P_NAMES
+
+
+def _is_gloo_collective_name(name: str) -> bool:
+    return name.startswith("gloo:") and name not in GLOO_P2P_NAMES
 
 
 def _is_profiler_step(name: str) -> bool:
@@ -544,7 +565,8 @@ def build_rank_tables(decoded: DecodedTrace, rank: int | None = None) -> RankTab
         "world_size": int(info_block["world_size"]) if isinstance(info_block.get("world_size"), int) else MISSING,
         "backend": str(info_block.get("backend", "")),
         "nccl_version": str(info_block.get("nccl_version", "")),
-        "gpu": gpu_model(header, device),
+        # no deviceProperties and no GPU event: a CPU-only rank, not an "unknown" GPU
+        "gpu": gpu_model(header, device) if device is not None or header.get("deviceProperties") else CPU_DEVICE_LABEL,
         "device": MISSING if device is None else device,
         "host": str(host) if host else "",
         "base_time_ns": base_ns,

@@ -23,6 +23,8 @@ from evtsync.report.markdown import (
 )
 from evtsync.report.sections.pvm import estimator_words
 from evtsync.report.sections.stragglers import straggler_table
+from evtsync.report.wording import device_word, tau_words
+from evtsync.trace.ranks import is_cpu_label
 
 
 def build(ctx: ReportContext) -> list[Section]:
@@ -44,6 +46,7 @@ def build(ctx: ReportContext) -> list[Section]:
     for gpu in sorted(coll["gpu"].astype(str).unique()):
         sub = coll[coll["gpu"].astype(str) == gpu]
         gslug = slug(gpu)
+        cpu = is_cpu_label(gpu)
         workloads = sorted(sub["workload"].unique())
         sections.append(Section(f"{gpu}", [f"Workloads on {gpu}: {', '.join(workloads)}."], level=2,
                                 anchor=f"gpu-{gslug}"))
@@ -61,8 +64,8 @@ def build(ctx: ReportContext) -> list[Section]:
                 "tau p90 µs": s["tau_p90_us"], "tau max µs": s["tau_max_us"],
                 "wait share, longest-waiting rank": s["fastest_wait_share"],
                 "wait share, median rank": s["median_rank_wait_share"], "invalid": s["n_invalid"]})
-            sec.items.append(Table(shown, "Tax per workload, PG and collective type (methodology §3): tau = max − min NCCL "
-                                          "kernel duration over the member ranks, µs, over the valid collectives "
+            sec.items.append(Table(shown, "Tax per workload, PG and collective type (methodology §3): tau = max − min "
+                                          f"{tau_words(cpu)} over the member ranks, µs, over the valid collectives "
                                           "(count): median with "
                                           f"its distribution-free {PCT} confidence interval (order statistics), 90th "
                                           "percentile, maximum; wait share = (d_r − min d)/d_r, median over the "
@@ -73,8 +76,8 @@ def build(ctx: ReportContext) -> list[Section]:
         sec.items.append(straggler_table(ctx, gpu))
         if len(sub):
             labelled = sub.assign(pg=sub["workload"].astype(str) + " " + sub["pg"].astype(str))
-            sec.items.append(ctx.figure(functools.partial(tax_figs.tax_cdfs, labelled), f"tax-cdf-{gslug}", f"Empirical CDF of the synchronization tax tau_max (max − min NCCL "
-                                        f"kernel duration across the member ranks, log µs) of every aligned collective "
+            sec.items.append(ctx.figure(functools.partial(tax_figs.tax_cdfs, labelled), f"tax-cdf-{gslug}", f"Empirical CDF of the synchronization tax tau_max (max − min "
+                                        f"{tau_words(cpu)} across the member ranks, log µs) of every aligned collective "
                                         f"on {gpu}, one curve per workload, process group and collective type "
                                         f"(methodology §3)."))
         if ranks is not None and len(ranks[ranks["gpu"].astype(str) == gpu]):
@@ -88,7 +91,7 @@ def build(ctx: ReportContext) -> list[Section]:
         precisions = sorted(z[z["gpu"].astype(str) == gpu]["precision"].astype(str).unique()) if z is not None else []
         if not precisions:
             sections.append(Section(f"{gpu}: z-scores and fits", [Skipped(
-                "Skipped — no z-scores for this GPU: " + (ctx.why_not("zscores") if not ctx.done("zscores")
+                f"Skipped — no z-scores for this {device_word(cpu)}: " + (ctx.why_not("zscores") if not ctx.done("zscores")
                                                          else "no kept GEMM block in its workloads."))], level=3,
                 anchor=f"cell-{gslug}"))
         for precision in precisions:
@@ -129,11 +132,17 @@ def _attribution_items(ctx: ReportContext, att: pd.DataFrame | None, gpu: str, g
         sub["collective_share"], sub["collective_share_lo"], sub["collective_share_hi"], strict=True)]})
     cat = cat.rename(columns={"cause_class": "cause class", "count": "collectives",
                               "share_of_gpu_causes": "share of GPU causes"})
-    items.append(Table(cat[["workload", "category", "cause class", "collectives", f"share [{PCT} CI]",
-                            "share of GPU causes"]],
-                       "Principal cause of each straggler (the event with the largest extra time on its critical "
-                       "path against the fastest rank's, methodology §4), by category; paper: GEMM 78%, FlashAttention "
-                       "15.4%, FSDP 4.3%, Norm 1.2%, Concat/Split 0.6% of GPU causes."))
+    if is_cpu_label(gpu):  # CPU-side collectives: the main threads' slices, no GPU cause to compare with the paper
+        items.append(Table(cat[["workload", "category", "collectives", f"share [{PCT} CI]"]],
+                           "Principal cause of each straggler (the main-thread slice with the largest extra time "
+                           "against the fastest rank's, between the previous collective of its group and its "
+                           "enqueue, docs/critical-path.md §6), by category."))
+    else:
+        items.append(Table(cat[["workload", "category", "cause class", "collectives", f"share [{PCT} CI]",
+                                "share of GPU causes"]],
+                           "Principal cause of each straggler (the event with the largest extra time on its critical "
+                           "path against the fastest rank's, methodology §4), by category; paper: GEMM 78%, "
+                           "FlashAttention 15.4%, FSDP 4.3%, Norm 1.2%, Concat/Split 0.6% of GPU causes."))
     items.append(ctx.figure(functools.partial(tax_figs.attribution_breakdown, sub), f"attribution-{gslug}", f"Share of attributed collectives on {gpu} per principal-cause category, one bar per "
                                   f"workload (critical-path walk from each collective back to the previous collective "
                                   f"of its PG, straggler's path compared with the fastest rank's, methodology §4)."))
@@ -169,11 +178,13 @@ def _path_view(ctx: ReportContext, gpu: str, gslug: str) -> Any:
                   & (on_gpu["index"] == top["index"])]
     fig = functools.partial(straggler_vs_fastest, rows, top["pg"], int(top["index"]), kept[kept["workload"] == top["workload"]])
     cause = f"{top.get('cause_name')} ({top.get('cause_category')}, +{fmt(top.get('cause_extra_us'))} µs)"
+    lanes = "the main threads' events" if is_cpu_label(gpu) else "GPU and CPU-side events on separate lanes"
     return ctx.figure(fig, f"path-{gslug}", (
         f"The straggler's critical path (rank {int(top['straggler_rank'])}) against the fastest rank's "
         f"(rank {int(top['fastest_rank'])}) for collective {int(top['index'])} of PG {top['pg']} in workload "
         f"{top['workload']}, the attributed collective with the largest tax on {gpu} (tau_max "
-        f"{fmt(top['tau_max_us'])} µs), as in the paper's Fig. 4: GPU and CPU-side events on separate lanes, time "
+        f"{fmt(top['tau_max_us'])} µs), as in the paper's Fig. 4: "
+        f"{lanes}, time "
         f"from each path's first event (both ranks leave the previous collective together, methodology §4); outlined "
         f"in red: the principal cause, {cause}."))
 

@@ -10,6 +10,7 @@ from evtsync.report.markdown import (
     Skipped,
     Table,
 )
+from evtsync.report.wording import all_cpu, device_word
 
 
 def build(ctx: ReportContext) -> list[Section]:
@@ -23,9 +24,10 @@ def build(ctx: ReportContext) -> list[Section]:
                                            "tax stage was run by an evtsync that left the counts to the report); "
                                            "rerun `evtsync run --force` to add it.")], anchor="inputs")]
     rows = []
+    device = device_word(all_cpu(workloads["gpu"]))  # "device" on a CPU-only run (issue 46)
     for r in workloads.sort_values("workload").itertuples(index=False):
         g = groups[groups["workload"] == r.workload] if groups is not None and len(groups) else pd.DataFrame()
-        rows.append({"workload": r.workload, "GPU": r.gpu, "ranks": int(r.ranks), "trace files": int(r.trace_files),
+        rows.append({"workload": r.workload, device: r.gpu, "ranks": int(r.ranks), "trace files": int(r.trace_files),
                      "events": None if pd.isna(r.events) else int(r.events),
                      "process groups": int(r.process_groups),
                      "PGs (label: ranks, collectives)": "; ".join(f"{p.pg}: {p.pg_ranks} ({p.n_collectives})"

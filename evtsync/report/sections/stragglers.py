@@ -10,6 +10,7 @@ import pandas as pd
 from evtsync.core.display import fmt_share
 from evtsync.report.context import ReportContext
 from evtsync.report.markdown import Skipped, Table
+from evtsync.report.wording import all_cpu, straggler_words
 
 #: Ranks named in a PG's "top stragglers" cell.
 TOP_RANKS = 3
@@ -48,9 +49,10 @@ def straggler_table(ctx: ReportContext, gpu: str | None = None) -> Table | Skipp
     if per_pg.empty:
         return Skipped("No \"who straggles\" table: no process group with a collective.")
     frame = straggler_frame(per_pg, per_rank)
+    cpu = all_cpu(per_pg["gpu"]) if "gpu" in per_pg else False
     return Table(frame, (
-        "Who straggles, per process group: the ranks that were the straggler (the last to arrive: shortest NCCL "
-        "kernel) most often, with their share of the PG's collectives, against the uniform share 1/|R| if every "
+        f"Who straggles, per process group: the ranks that were the straggler (the last to arrive: "
+        f"{straggler_words(cpu)}) most often, with their share of the PG's collectives, against the uniform share 1/|R| if every "
         "member straggled equally; change rate = share of consecutive collectives whose straggler differs; "
         "distinct stragglers = ranks that straggled at least once. Collectives flagged invalid or without a tax "
         "are left out (column 'left out')."))

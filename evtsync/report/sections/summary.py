@@ -27,6 +27,7 @@ from evtsync.report.markdown import (
     Table,
 )
 from evtsync.report.sections.stragglers import straggler_table
+from evtsync.report.wording import all_cpu, device_word, tau_words
 from evtsync.runfolder.layout import STATUS_TEXT
 from evtsync.runfolder.summary import NOTE_SEPARATOR, read_summary
 
@@ -64,11 +65,13 @@ def build(ctx: ReportContext) -> list[Section]:
     common = [n for n in split[0] if all(n in other for other in split) and "NOT converged" not in n] if split else []
     for r, notes in zip(records, split, strict=True):
         r["notes"] = "; ".join(n for n in notes if n not in common)
+    cpu = all_cpu(r["gpu"] for r in records)  # a CPU-only (gloo) run: no GPU words (issue 46)
+    device = device_word(cpu)
     shown = []
     for r in records:
         gslug = slug(r["gpu"])
         entry: dict[str, Any] = {
-            "GPU × precision": Link(cell_label(r), cell_anchor(r)),
+            f"{device} × precision": Link(cell_label(r), cell_anchor(r)),
             "tax median (µs)": Link(ci(r, "tax_median_us", "tax_median_lo_us", "tax_median_hi_us",
                                        kind="tax_median_interval"), f"#tax-{gslug}"),
             "tax P90 (µs)": Link(ci(r, "tax_p90_us", "tax_p90_lo_us", "tax_p90_hi_us"), f"#tax-{gslug}"),
@@ -88,12 +91,14 @@ def build(ctx: ReportContext) -> list[Section]:
         entry["not converged"] = not bool(r.get("converged", True))
         shown.append(entry)
     frame = pd.DataFrame(shown)
+    if cpu:  # CPU-side collectives have no GPU-only path share
+        frame = frame.drop(columns=["GPU-only stragglers (%)"])
     if SUMMARY_NOTE in frame and (frame[SUMMARY_NOTE] == "–").all():
         frame = frame.drop(columns=[SUMMARY_NOTE])
     by = (_estimator_words(info.get("estimator"), model, info.get("point_estimate")) if info.get("estimator")
           else f"{model or 'no fit'}")
     items += first_answers(records, info, ctx, by)
-    items.append(Table(frame, f"Per GPU × precision: value [{PCT} interval], each linked to its section; the top root "
+    items.append(Table(frame, f"Per {device} × precision: value [{PCT} interval], each linked to its section; the top root "
                               f"cause with its share of the cell's tax; saving without stragglers: at most the mean tax "
                               f"per collective; xi from {model or 'no fit'}; tau and B* by {by} at n = {n} ranks. An "
                               "interval marked \"range of n\" is [min, max] of n values, too few for the level; ∞: too "
@@ -113,21 +118,22 @@ def build(ctx: ReportContext) -> list[Section]:
     items.append(Link(loo, "#compare"))
     if info.get("loo_and_tail"):
         items.append(info["loo_and_tail"])
-    items.append(Caption(f"How the summary is computed: tax = max − min NCCL kernel duration over the member ranks, over "
+    items.append(Caption(f"How the summary is computed: tax = max − min {tau_words(cpu)} over the member ranks, over "
                  f"the valid collectives of the process group(s) the compute blocks were cut from (the PG tau(n) "
                  f"predicts), median and 90th percentile with distribution-free order-statistic {PCT} intervals; "
                  f"the saving without stragglers is bounded by the mean tax per collective (Student-t {PCT} interval): "
                  f"what a collective would save if every rank arrived with the first, not a replay of the step; root "
                  f"causes: the attributed collectives' tax summed per root (workload, rank, cause) over the cell, as a "
                  f"share of the tax of every collective walked to a root; "
-                 f"GPU-only share = attributed collectives whose straggler path is GPU-only, Wilson {PCT} "
-                 f"interval; xi is the posterior mean with its {PCT} credible interval of {model or 'no fit'}; tau(n) "
+                 + ("" if cpu else f"GPU-only share = attributed collectives whose straggler path is GPU-only, "
+                                   f"Wilson {PCT} interval; ")
+                 + f"xi is the posterior mean with its {PCT} credible interval of {model or 'no fit'}; tau(n) "
                  f"and B* in GB/s per topology (its reduction 1 − B*/B*_H: the B* section) are means with {PCT} intervals of the "
                  f"default estimator of tau(n), ranktail (every rank's value with a generalized Pareto tail), or, "
                  f"where it cannot predict (labelled in the notes), the centred estimator of {model or 'no fit'} (m = "
                  f"{ctx.manifest.get('options', {}).get('m', 4)}); the tail verdict reads the interval of xi: Fréchet "
                  "(heavy tail) when it lies above 0, Weibull (bounded) below 0, Gumbel when it holds 0."))
-    items.append(Caption("Who straggles (all process groups; per GPU in its tax section):"))
+    items.append(Caption(f"Who straggles (all process groups; per {device} in its tax section):"))
     items.append(straggler_table(ctx))
     if ctx.manifest.get("demo"):
         items.append(Alert(demo_note(ctx.manifest), level="warning"))

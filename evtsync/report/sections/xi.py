@@ -23,7 +23,7 @@ def build(ctx: ReportContext) -> list[Section]:
     xi = ctx.table("xi")
     pop = ctx.table("xi_population")
     if xi is None or xi.empty:
-        return [Section("Shape parameter xi per GPU and precision", [ctx.why_not("prediction")], anchor="xi")]
+        return [Section("Shape parameter xi per device and precision", [ctx.why_not("prediction")], anchor="xi")]
     population = None
     items: list[Any] = []
     if pop is not None and len(pop):
@@ -51,7 +51,7 @@ def build(ctx: ReportContext) -> list[Section]:
     if shown.empty:
         items.insert(0, Skipped("Skipped — no fitted model has a free shape xi (the Gumbel models fix it at 0), so "
                                 "there is no forest plot of xi."))
-        return [Section("Shape parameter xi per GPU and precision", items, anchor="xi")]
+        return [Section("Shape parameter xi per device and precision", items, anchor="xi")]
     items.insert(0, ctx.figure(functools.partial(fit_figs.xi_forest, shown, population), "xi-forest", f"Posterior mean and central {PCT} credible interval of the GEV shape xi in every GPU × "
                                      "precision cell, for every fitted model with a free shape (pooled models give one "
                                      f"value for all cells; x markers: fit not converged). Grey band: {PCT} interval of the "
@@ -71,5 +71,5 @@ def build(ctx: ReportContext) -> list[Section]:
 
         items.append(ctx.figure(functools.partial(zscores_by_cell, z), "zscores-by-cell", "Pooled z-scores of the block maxima per GPU × "
                                 "precision (the paper's Fig. 10): the data every shape above is fitted to."))
-    return [Section("Shape parameter xi per GPU and precision", items, anchor="xi")]
+    return [Section("Shape parameter xi per device and precision", items, anchor="xi")]
 
