@@ -232,7 +232,8 @@ def first_answers(records: list[dict[str, Any]], info: dict[str, Any], ctx: Repo
     tax = (f"the median collective waits {interval(worst, 'tax_median_us', 'tax_median_lo_us', 'tax_median_hi_us', 'tax_median_interval')} µs "
            f"for its slowest rank on {name}")
     if len(priced) > 1:
-        tax += (f", the most of {len(priced)} GPU × precision cells; the least is "
+        device = device_word(all_cpu(r["gpu"] for r in records))
+        tax += (f", the most of {len(priced)} {device} × precision cells; the least is "
                 f"{interval(best, 'tax_median_us', 'tax_median_lo_us', 'tax_median_hi_us', 'tax_median_interval')} µs on "
                 f"{cell_label(best)}.")
     else:
