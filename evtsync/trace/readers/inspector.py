@@ -28,6 +28,7 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,21 @@ class _Record(msgspec.Struct, gc=False):
 
 
 _DECODE_ONE = msgspec.json.Decoder(_Record)
+
+_META, _HEADER, _PERF = attrgetter("metadata"), attrgetter("header"), attrgetter("coll_perf")
+_HOST, _PID, _VERSION, _DUMP = (attrgetter("hostname"), attrgetter("pid"), attrgetter("inspector_output_format_version"),
+                                attrgetter("dump_timestamp_us"))
+_ID, _RANK, _NRANKS = attrgetter("id"), attrgetter("rank"), attrgetter("n_ranks")
+_SN, _COLL_NAME, _SIZE, _EXEC, _SOURCE, _TRACE = (
+    attrgetter("coll_sn"), attrgetter("coll"), attrgetter("coll_msg_size_bytes"), attrgetter("coll_exec_time_us"),
+    attrgetter("coll_timing_source"), attrgetter("event_trace_ts"))
+
+
+def _codes(words: list[str], book: dict[str, int]) -> np.ndarray:
+    """Codes of ``words`` in ``book`` (new words added in the order of their first use)."""
+    for word in dict.fromkeys(words):
+        book.setdefault(word, len(book))
+    return np.fromiter(map(book.__getitem__, words), np.int32, len(words))
 
 
 @dataclass
@@ -187,6 +203,12 @@ class _Builder:
         self.skipped[reason] = self.skipped.get(reason, 0) + n
 
     def add(self, records: list[_Record], first_line: int) -> None:
+        """Append one batch of decoded records (``first_line``: the line of the first) as columns.
+
+        Every field is pulled out with ``map`` over an ``attrgetter`` straight into NumPy
+        (C loops, no per-record Python frame), the communicators are checked per distinct
+        value and the kept records' header against the file's known rank vectorised.
+        """
         colls = [r for r in records if r.coll_perf is not None]
         if len(colls) < len(records):
             n_p2p = sum(1 for r in records if r.coll_perf is None and r.p2p_perf is not None)
@@ -194,56 +216,76 @@ class _Builder:
             if len(records) - len(colls) - n_p2p:
                 self.skip("record with neither coll_perf nor p2p_perf", len(records) - len(colls) - n_p2p)
         # per distinct value, not per record: a log repeats a few headers and one process
-        # per distinct value, not per record: a log repeats a few headers and one process
-        headers = [r.header for r in records]
-        metas = [r.metadata for r in records]
-        for host, pid, version in {(m.hostname, m.pid, m.inspector_output_format_version) for m in metas if m}:
-            self.hosts.add(host)
-            self.pids.add(pid)
-            self.versions.add(version)
-        for key in {(h.id, h.rank, h.n_ranks) for h in headers}:
-            if self.comms.get(key[0], (None, None))[:2] != key[1:]:
-                i = next(i for i, h in enumerate(headers) if (h.id, h.rank, h.n_ranks) == key)
-                self._note_comm(headers[i], first_line + i)
+        metas = list(map(_META, records))
+        if None in metas:
+            metas = [m for m in metas if m is not None]
+        if metas:
+            self.hosts.update(map(_HOST, metas))
+            self.pids.update(map(_PID, metas))
+            self.versions.update(map(_VERSION, metas))
+        headers = list(map(_HEADER, records))
+        self._check_headers(headers, first_line)
         if not colls:
             return
-        # one list comprehension per field (inlined in CPython 3.12: faster than generators)
-        heads = [r.header for r in colls]
-        perfs: list[_Coll] = [r.coll_perf for r in colls]  # type: ignore[misc]
-        index, names, sources = self.comm_index, self.names, self.sources
+        n = len(colls)
+        heads = list(map(_HEADER, colls)) if n < len(records) else headers
+        perfs: list[_Coll] = list(map(_PERF, colls))
         p = self.parts
-        p["comm"].append(np.array([index[h.id] for h in heads], dtype=np.int32))
-        p["local_rank"].append(np.array([h.rank for h in heads], dtype=np.int32))
-        p["sn"].append(np.array([c.coll_sn for c in perfs], dtype=np.int64))
-        p["collective"].append(np.array([names.setdefault(c.coll, len(names)) for c in perfs], dtype=np.int32))
-        p["msg_bytes"].append(np.array([c.coll_msg_size_bytes for c in perfs], dtype=np.int64))
-        p["exec_ns"].append(np.rint(np.array([c.coll_exec_time_us for c in perfs], dtype=np.float64)
-                                    * 1000.0).astype(np.int64))
-        p["timing_source"].append(np.array([sources.setdefault(c.coll_timing_source, len(sources)) for c in perfs],
-                                           dtype=np.int32))
-        dumps = np.array([r.metadata.dump_timestamp_us if r.metadata else MISSING for r in colls], dtype=np.int64)
+        p["comm"].append(np.fromiter(map(self.comm_index.__getitem__, map(_ID, heads)), np.int32, n))
+        p["local_rank"].append(np.fromiter(map(_RANK, heads), np.int32, n))
+        p["sn"].append(np.fromiter(map(_SN, perfs), np.int64, n))
+        p["collective"].append(_codes(list(map(_COLL_NAME, perfs)), self.names))
+        p["msg_bytes"].append(np.fromiter(map(_SIZE, perfs), np.int64, n))
+        exec_ns = np.rint(np.fromiter(map(_EXEC, perfs), np.float64, n) * 1000.0).astype(np.int64)
+        p["exec_ns"].append(exec_ns)
+        p["timing_source"].append(_codes(list(map(_SOURCE, perfs)), self.sources))
+        coll_metas = list(map(_META, colls))
+        if None in coll_metas:
+            dumps = np.array([m.dump_timestamp_us if m else MISSING for m in coll_metas], dtype=np.int64)
+        else:
+            dumps = np.fromiter(map(_DUMP, coll_metas), np.int64, n)
         p["dump_us"].append(dumps)
-        self.n_coll += len(colls)
+        self.n_coll += n
         known = dumps[dumps >= 0]
         if known.size:
             low, high = int(known.min()), int(known.max())
             first, last = self.dump_range
             self.dump_range = [low if first == MISSING else min(first, low), max(last, high)]
-        negative = int((p["exec_ns"][-1] < 0).sum())
+        negative = int((exec_ns < 0).sum())
         if negative:
             raise TraceError(f"{self.path}: {negative} record(s) with a negative coll_exec_time_us (expected a "
                              "duration >= 0)")
-        starts = np.full(len(colls), MISSING, dtype=np.int64)
-        stops = np.full(len(colls), MISSING, dtype=np.int64)
-        for i, trace in enumerate([c.event_trace_ts for c in perfs]):
-            if trace is not None and trace.kernel_events:  # verbose logs only
-                begin = [k.kernel_start_ts for k in trace.kernel_events if k.kernel_start_ts]
-                end = [k.kernel_stop_ts for k in trace.kernel_events if k.kernel_stop_ts]
-                if begin and end:
-                    starts[i], stops[i] = min(begin), max(end)
-        self.verbose += int((starts >= 0).sum())
+        starts = np.full(n, MISSING, dtype=np.int64)
+        stops = np.full(n, MISSING, dtype=np.int64)
+        traces = list(map(_TRACE, perfs))
+        if traces.count(None) < n:  # verbose logs only
+            for i, trace in enumerate(traces):
+                if trace is not None and trace.kernel_events:
+                    begin = [k.kernel_start_ts for k in trace.kernel_events if k.kernel_start_ts]
+                    end = [k.kernel_stop_ts for k in trace.kernel_events if k.kernel_stop_ts]
+                    if begin and end:
+                        starts[i], stops[i] = min(begin), max(end)
+            self.verbose += int((starts >= 0).sum())
         p["kernel_start_us"].append(starts)
         p["kernel_stop_us"].append(stops)
+
+    def _check_headers(self, headers: list[_Header], first_line: int) -> None:
+        """Note new communicators and refuse a record whose rank or size differs from the
+        file's earlier lines (the first such record named by its line)."""
+        ids = list(map(_ID, headers))
+        index = self.comm_index
+        for cid in dict.fromkeys(ids):  # new communicators, in the order of their first line
+            if cid not in index:
+                at = ids.index(cid)
+                self._note_comm(headers[at], first_line + at)
+        n = len(headers)
+        codes = np.fromiter(map(index.__getitem__, ids), np.int64, n)
+        known = np.array([self.comms[cid][:2] for cid in index], dtype=np.int64).reshape(-1, 2)
+        bad = ((np.fromiter(map(_RANK, headers), np.int64, n) != known[codes, 0])
+               | (np.fromiter(map(_NRANKS, headers), np.int64, n) != known[codes, 1]))
+        if bad.any():
+            at = int(np.flatnonzero(bad)[0])
+            self._note_comm(headers[at], first_line + at)
 
     def _note_comm(self, header: _Header, line: int) -> None:
         known = self.comms.get(header.id)
