@@ -3,37 +3,57 @@ proportion: the interval statistics the run's summary and the tax tables report 
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from statistics import NormalDist
 
 import numpy as np
 
 from evtsync.core.defaults import INTERVAL_LEVEL as LEVEL
 
 
-def _binom() -> Any:
-    """The binomial CDF / quantile and normal quantile of ``scipy.stats`` (the same Boost and
-    Cephes functions it calls) without importing ``scipy.stats``: its import costs ~0.6 s of CPU,
-    more than the whole tax of a small job (issue 48). Falls back to ``scipy.stats`` where
-    SciPy's private module lacks them."""
-    try:
-        import scipy.special._ufuncs as scu
-
-        return scu._binom_cdf, scu._binom_ppf, scu.ndtri
-    except (ImportError, AttributeError):  # pragma: no cover - another SciPy layout
-        from scipy import stats
-
-        return (lambda k, n, p: stats.binom.cdf(k, n, p), lambda q, n, p: stats.binom.ppf(q, n, p),
-                stats.norm.ppf)
+def _log_pmf(k: int, n: int, p: float) -> float:
+    """log P(B = k) for B ~ Binomial(n, p), 0 < p < 1."""
+    return (math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+            + k * math.log(p) + (n - k) * math.log1p(-p))
 
 
-def _binom_cdf(k: Any, n: int, p: float) -> Any:
-    """P(B <= k) for B ~ Binomial(n, p), k integers in [0, n] (``scipy.stats.binom.cdf``)."""
-    return _binom()[0](np.asarray(k, dtype=float), n, p)
+def _binom_cdf(k: int, n: int, p: float) -> float:
+    """P(B <= k) for B ~ Binomial(n, p), 0 < p < 1, in NumPy and the standard library (not
+    ``scipy.stats``, whose import costs ~0.6 s of CPU, more than a small job's whole tax:
+    issue 48). The shorter tail is summed from ``k`` outwards (each term the last one times the
+    pmf ratio) over 50 standard deviations (beyond them the terms are below 1e-500 of the
+    first); the first term from ``math.lgamma``, whose rounding (~1e-16 of n log n) bounds the
+    relative error: ~1e-13 at n = 10^3, ~1e-10 at 10^6. Checked against
+    ``scipy.stats.binom.cdf`` in tests/core/test_intervals.py."""
+    if k < 0:
+        return 0.0
+    if k >= n:
+        return 1.0
+    lower = k < n * p  # sum the lower tail from k down, else the upper one from k + 1 up
+    start = k if lower else k + 1
+    spread = math.sqrt(n * p * (1 - p))
+    width = int(min(start if lower else n - start, 50 * spread + 60))
+    steps = np.arange(width, dtype=np.float64)
+    if lower:  # P(i - 1) / P(i) = i (1 - p) / ((n - i + 1) p), i = start, start - 1, ...
+        i = start - steps
+        ratios = i * (1 - p) / ((n - i + 1) * p)
+    else:  # P(i + 1) / P(i) = (n - i) p / ((i + 1) (1 - p)), i = start, start + 1, ...
+        i = start + steps
+        ratios = (n - i) * p / ((i + 1) * (1 - p))
+    tail = math.exp(_log_pmf(start, n, p)) * (1.0 + float(np.cumprod(ratios).sum()))
+    return min(1.0, tail) if lower else max(0.0, 1.0 - tail)
 
 
-def _binom_ppf(q: float, n: int, p: float) -> float:
-    """The smallest k with P(B <= k) >= q, 0 < q < 1 (``scipy.stats.binom.ppf``)."""
-    return float(_binom()[1](q, n, p))
+def _first_at_least(q: float, n: int, p: float) -> int:
+    """The smallest k in [0, n] with P(B <= k) >= q (``scipy.stats.binom.ppf`` for 0 < q < 1)."""
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _binom_cdf(mid, n, p) >= q:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def quantile_interval(values: np.ndarray, q: float, level: float = LEVEL) -> tuple[float, float, float]:
@@ -50,12 +70,12 @@ def quantile_interval(values: np.ndarray, q: float, level: float = LEVEL) -> tup
     if n == 0:
         return float("nan"), float("nan"), float("nan")
     alpha = (1 - level) / 2
-    i = np.arange(0, n + 1)
-    cdf = _binom_cdf(i, n, q)                           # P(B <= i)
-    lower_ok = np.flatnonzero(cdf[:n] <= alpha)           # j - 1 = i  ->  x_(i+1)
-    upper_ok = np.flatnonzero(cdf[:n] >= 1 - alpha)       # k - 1 = i  ->  x_(i+1)
-    lo = float(x[lower_ok[-1]]) if lower_ok.size else -np.inf
-    hi = float(x[upper_ok[0]]) if upper_ok.size else np.inf
+    # the last i < n with P(B <= i) <= alpha (j - 1 = i -> x_(i+1)) and the first i < n with
+    # P(B <= i) >= 1 - alpha (k - 1 = i -> x_(i+1)); the CDF increases: bisection
+    below = _first_at_least(math.nextafter(alpha, 1.0), n, q) - 1
+    above = _first_at_least(1 - alpha, n, q)
+    lo = float(x[below]) if 0 <= below < n else -np.inf
+    hi = float(x[above]) if above < n else np.inf
     return float(np.quantile(x, q)), lo, hi
 
 
@@ -71,7 +91,7 @@ def median_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, fl
     n = x.size
     if n == 0:
         return float("nan"), float("nan"), float("nan")
-    j = max(int(_binom_ppf((1 - level) / 2, n, 0.5)), 1)
+    j = max(_first_at_least((1 - level) / 2, n, 0.5), 1)
     if 1 - 2 * _binom_cdf(j - 1, n, 0.5) < level:
         j = 1
     return float(np.median(x)), float(x[j - 1]), float(x[n - j])
@@ -83,7 +103,7 @@ def median_interval_kind(n: int, level: float = LEVEL) -> str:
     (its coverage, 1 − 2·0.5^n, is below the level: 75% for 3 points)."""
     if n <= 0:
         return "no data"
-    j = max(int(_binom_ppf((1 - level) / 2, n, 0.5)), 1)
+    j = max(_first_at_least((1 - level) / 2, n, 0.5), 1)
     if 1 - 2 * _binom_cdf(j - 1, n, 0.5) < level:
         return f"range of {n}"
     return f"{level:.0%}"
@@ -93,7 +113,7 @@ def wilson_interval(k: int, n: int, level: float = LEVEL) -> tuple[float, float,
     """A proportion k/n with its Wilson score interval."""
     if n <= 0:
         return float("nan"), float("nan"), float("nan")
-    z = float(_binom()[2](0.5 + level / 2))
+    z = NormalDist().inv_cdf(0.5 + level / 2)
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)

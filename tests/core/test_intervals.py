@@ -61,3 +61,16 @@ def test_no_scipy_stats_import() -> None:
             "median_interval(np.arange(50.0)); wilson_interval(3, 10); print('scipy.stats' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 40, 333, 5000, 100_000])
+@pytest.mark.parametrize("p", [0.5, 0.1, 0.9])
+def test_binomial_cdf_against_scipy(n: int, p: float) -> None:
+    from scipy import stats
+
+    ks = np.unique(np.linspace(-1, n + 1, 41).astype(int))
+    ours = np.array([intervals._binom_cdf(int(k), n, p) for k in ks])
+    np.testing.assert_allclose(ours, stats.binom.cdf(ks, n, p), rtol=1e-9, atol=1e-250)  # denormals aside
+    # not q = 0.5: at odd n and p = 1/2, P(B <= (n-1)/2) is exactly 1/2, a tie either rounding may break
+    for q in (0.025, 0.05, 0.95, 0.975):
+        assert intervals._first_at_least(q, n, p) == stats.binom.ppf(q, n, p)
