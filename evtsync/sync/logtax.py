@@ -59,9 +59,9 @@ from evtsync.trace.traceset import TraceSet, empty_event_tables, expand_inputs
 log = logging.getLogger(__name__)
 
 #: Text decoded per round over all files: the unit of memory besides the open collectives.
-ROUND_BYTES = 64 << 20
+ROUND_BYTES = 16 << 20
 #: Smallest block read from one file per round (many files: the round's text is split).
-MIN_BLOCK_BYTES = 64 << 10
+MIN_BLOCK_BYTES = 16 << 10
 #: Columns of the open records (one int array each): the file, then the record's fields in
 #: job-wide codes (communicator, collective type, timing source).
 _OPEN = ("file", "comm", "local_rank", "sn", "collective", "msg_bytes", "exec_ns", "timing_source",
