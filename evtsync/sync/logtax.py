@@ -13,8 +13,10 @@ a log cut short) stays open until the files end; it is then counted by communica
 reported as the whole-table path does (refused unless ``allow_partial``).
 
 The tables equal those of the whole-table path (same rows, order, values and dtypes; tested).
-Memory: one round of text (:data:`ROUND_BYTES` over all files), the
-records of the collectives still open, and the output: one row per collective and, unless
+Memory: one round of text (:data:`ROUND_BYTES` over all files, at least
+:data:`MIN_BLOCK_BYTES` per file), the records of the collectives still open, those of complete
+collectives waiting for the next tax batch (:data:`TAX_BATCH_RECORDS`: the tax's pandas steps
+cost about the same per call whatever its size, issue 48), and the output: one row per collective and, unless
 ``keep_ranks=False``, one row per rank of each collective (``TaxTables.ranks``; without it
 the per-collective wait shares the summary needs are kept instead).
 """
