@@ -252,9 +252,9 @@ class _Builder:
             self.pids.update(map(_PID, metas))
         if records:
             with contextlib.suppress(msgspec.DecodeError):
-                first = _DECODE_ONE.decode(raw(0))
-                if first.metadata is not None:
-                    self.versions.add(first.metadata.inspector_output_format_version)
+                head = _DECODE_ONE.decode(raw(0))
+                if head.metadata is not None:
+                    self.versions.add(head.metadata.inspector_output_format_version)
         headers = list(map(_HEADER, records))
         self._check_headers(headers, first_line, raw)
         if not colls:
