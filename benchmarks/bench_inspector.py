@@ -26,6 +26,14 @@ Each method runs in a fresh process, which reports the CPU seconds of its work a
 - ``imports``: the imports only (the RSS floor the others include).
 
 MB/s per core = MB of log text / CPU seconds of one single-threaded process.
+
+``--whole-process N`` (issue 48) instead times what a user runs, as whole processes (CPU of
+the process, user + system, from ``wait4``; start-up and imports included), interleaved N
+times: ``benchmarks/plain_inspector_tax.py LOGDIR`` (the plain stdlib script: max - min per
+(communicator, coll_sn)), ``python -m evtsync tax LOGDIR``, and the interpreter importing what
+``evtsync tax`` imports before reading (the RSS floor the peak is compared with)::
+
+    .venv/bin/python benchmarks/bench_inspector.py --files 256 --mb 0.93 --whole-process 3
 """
 
 from __future__ import annotations
@@ -157,6 +165,46 @@ def run_method(method: str, folder: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _whole_process(cmd: list[str]) -> dict:
+    """CPU (user + system) and peak RSS of one child process, from ``wait4``."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    t = time.perf_counter()
+    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    _, status, usage = os.wait4(child.pid, 0)
+    err = child.stderr.read().decode() if child.stderr else ""
+    if status:
+        raise SystemExit(f"{cmd} failed: {err[-2000:]}")
+    return {"cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024,
+            "wall_s": time.perf_counter() - t}
+
+
+def whole_process(folder: Path, total: int, reps: int) -> None:
+    """Interleaved whole processes: the plain script, ``evtsync tax``, the imports (see the docstring)."""
+    import statistics
+
+    cmds = {"plain script": [sys.executable, str(HERE.parent / "plain_inspector_tax.py"), str(folder)],
+            "evtsync tax": [sys.executable, "-m", "evtsync", "tax", str(folder)],
+            "imports": [sys.executable, "-c", "import evtsync.cli.tax, evtsync.sync.logtax, evtsync.sync.tax, "
+                        "evtsync.trace.readers.inspector"]}
+    runs: dict[str, list[dict]] = {name: [] for name in cmds}
+    for rep in range(reps):
+        for name, cmd in cmds.items():
+            got = _whole_process(cmd)
+            runs[name].append(got)
+            print(f"{rep}: {name:>12}: {json.dumps(got)} load {os.getloadavg()[0]:.2f}", flush=True)
+    plain = [r["cpu_s"] for r in runs["plain script"]]
+    ours = [r["cpu_s"] for r in runs["evtsync tax"]]
+    ratios = [p / o for p, o in zip(plain, ours, strict=True)]
+    floor = statistics.median(r["peak_rss_mb"] for r in runs["imports"])
+    peak = max(r["peak_rss_mb"] for r in runs["evtsync tax"])
+    print(f"# CPU plain / evtsync tax, per interleaved pair: {', '.join(f'{r:.2f}' for r in ratios)} "
+          f"(median {statistics.median(ratios):.2f}x); plain {statistics.median(plain):.2f} s, evtsync "
+          f"{statistics.median(ours):.2f} s (median); {total / 1e6 / statistics.median(ours):.1f} MB/s per core "
+          "end to end")
+    print(f"# peak RSS evtsync tax {peak:.0f} MB = {peak - floor:.0f} MB above the imports' {floor:.0f} MB; plain "
+          f"script {max(r['peak_rss_mb'] for r in runs['plain script']):.0f} MB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--files", type=int, default=1000)
@@ -164,6 +212,8 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/evtsync-bench-inspector"))
     parser.add_argument("--methods", default="imports,json.loads floor,evtsync read,evtsync read+tax,"
                         "evtsync stream tax,evtsync stream tax+ranks")
+    parser.add_argument("--whole-process", type=int, default=0, metavar="N",
+                        help="time the plain script and `evtsync tax` as whole processes, N interleaved pairs")
     args = parser.parse_args()
     folder = args.workdir / f"{args.files}x{args.mb:g}MB"
     t = time.perf_counter()
@@ -172,6 +222,10 @@ def main() -> None:
           "or reuse)")
     print(f"# {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load before {os.getloadavg()[0]:.2f}")
+    if args.whole_process:
+        whole_process(folder, total, args.whole_process)
+        print(f"# load after {os.getloadavg()[0]:.2f}")
+        return
     results = {}
     for method in args.methods.split(","):
         if method == "imports":

@@ -13,8 +13,10 @@ a log cut short) stays open until the files end; it is then counted by communica
 reported as the whole-table path does (refused unless ``allow_partial``).
 
 The tables equal those of the whole-table path (same rows, order, values and dtypes; tested).
-Memory: one round of text (:data:`ROUND_BYTES` over all files), the
-records of the collectives still open, and the output: one row per collective and, unless
+Memory: one round of text (:data:`ROUND_BYTES` over all files, at least
+:data:`MIN_BLOCK_BYTES` per file), the records of the collectives still open, those of complete
+collectives waiting for the next tax batch (:data:`TAX_BATCH_RECORDS`: the tax's pandas steps
+cost about the same per call whatever its size, issue 48), and the output: one row per collective and, unless
 ``keep_ranks=False``, one row per rank of each collective (``TaxTables.ranks``; without it
 the per-collective wait shares the summary needs are kept instead).
 """
@@ -59,9 +61,12 @@ from evtsync.trace.traceset import TraceSet, empty_event_tables, expand_inputs
 log = logging.getLogger(__name__)
 
 #: Text decoded per round over all files: the unit of memory besides the open collectives.
-ROUND_BYTES = 64 << 20
+ROUND_BYTES = 16 << 20
+#: Records of complete collectives taxed together (~90 bytes each until then; the tax's pandas
+#: steps cost ~0.1 s per call on this machine whatever the size, and their memory ~1 KB per record).
+TAX_BATCH_RECORDS = 50_000
 #: Smallest block read from one file per round (many files: the round's text is split).
-MIN_BLOCK_BYTES = 64 << 10
+MIN_BLOCK_BYTES = 4 << 10
 #: Columns of the open records (one int array each): the file, then the record's fields in
 #: job-wide codes (communicator, collective type, timing source).
 _OPEN = ("file", "comm", "local_rank", "sn", "collective", "msg_bytes", "exec_ns", "timing_source",
@@ -123,13 +128,13 @@ class _Open:
             self.parts.append(columns)
             self.n += len(columns["sn"])
 
-    def take_all(self) -> dict[str, np.ndarray]:
+    def take_all(self, names: tuple[str, ...] = _OPEN) -> dict[str, np.ndarray]:
         if not self.parts:
-            out = {name: np.zeros(0, dtype=np.int64) for name in _OPEN}
+            out = {name: np.zeros(0, dtype=np.int64) for name in names}
         elif len(self.parts) == 1:
             out = self.parts[0]
         else:
-            out = {name: np.concatenate([p[name] for p in self.parts]) for name in _OPEN}
+            out = {name: np.concatenate([p[name] for p in self.parts]) for name in names}
         self.parts, self.n = [], 0
         return out
 
@@ -147,6 +152,7 @@ class _Job:
         self.hosts: list[str] = [""] * len(streams)
         self.ranks: np.ndarray | None = None  # global rank of each file, once known
         self.open = _Open()
+        self.done = _Open()  # records of complete collectives not taxed yet (with their "rank")
         self.collectives: list[pd.DataFrame] = []
         self.rank_rows: list[pd.DataFrame] = []
         self.shares: list[pd.DataFrame] = []
@@ -156,6 +162,7 @@ class _Job:
         self.done_keys: list[pd.MultiIndex] = []
         self.n_done = 0
         self.peak_open = 0
+        self.peak_held = 0  # records held at once: open, or complete and not taxed yet
         self.rounds = 0
 
     # ---- codes
@@ -208,6 +215,7 @@ class _Job:
         """Tax the collectives every member has reported; keep the rest open (``final``:
         return the rest instead)."""
         self.peak_open = max(self.peak_open, self.open.n)
+        self.peak_held = max(self.peak_held, self.open.n + self.done.n)
         if self.ranks is None or not self.open.n:
             return self.open.take_all() if final else None
         rec = self.open.take_all()
@@ -232,11 +240,25 @@ class _Job:
         if final:
             return rec
         if done_rows.any():
-            self._tax({k: v[done_rows] for k, v in rec.items()}, rank[done_rows], groups)
+            self.done.add({**{k: v[done_rows] for k, v in rec.items()}, "rank": rank[done_rows]})
+            if self.done.n >= TAX_BATCH_RECORDS:
+                self.flush(groups)
         rest = ~done_rows
         if rest.any():
             self.open.add({k: v[rest] for k, v in rec.items()})
         return None
+
+    def flush(self, groups: pd.DataFrame | None = None) -> None:
+        """Tax the completed collectives gathered so far (:data:`TAX_BATCH_RECORDS`: the tax's
+        pandas steps cost ~the same per call whatever its size, so they run on batches of
+        complete collectives, not on every round's)."""
+        if not self.done.n:
+            return
+        rec = self.done.take_all(_OPEN + ("rank",))
+        order = np.lexsort((rec["rank"], rec["sn"], rec["comm"]))
+        rec = {name: col[order] for name, col in rec.items()}
+        rank = rec.pop("rank")
+        self._tax(rec, rank, groups)
 
     def frame(self, rec: dict[str, np.ndarray], rank: np.ndarray) -> pd.DataFrame:
         """Records (sorted by communicator, sequence number, rank) as ``logged`` rows."""
@@ -339,7 +361,7 @@ def stream_tax(files: Sequence[tuple[Path, int | None]], *, salvage: bool = Fals
         and :func:`~evtsync.sync.tax.straggler_identity` read.
     round_bytes : int
         Text decoded per round over all files (each file's block: this over the number of
-        files, between 64 KiB and 4 MiB).
+        files, between 4 KiB and 4 MiB).
     end_tolerance_us, strict, allow_partial
         As for :func:`~evtsync.sync.collectives.align_logged`.
     overrides : iterable
@@ -388,6 +410,7 @@ def stream_tax(files: Sequence[tuple[Path, int | None]], *, salvage: bool = Fals
             if job.ranks is None:
                 job.resolve_ranks()
             job.complete()
+        job.flush()
     finally:
         for s in streams:
             s.close()
@@ -448,6 +471,7 @@ def _finish(job: _Job, results: list[LoggedCollectives], layout: Any, allow_part
     note_missing_ranks(traces, alignment.groups, alignment.instances)
     note_missing_ranks(traces, tax.collectives, tax.ranks)
     stats = {"streamed": True, "rounds": job.rounds, "peak_open_records": job.peak_open,
+             "peak_held_records": job.peak_held,
              "collectives": len(tax.collectives), "left_open_at_end": n_open}
     log.info("NCCL Inspector logs streamed in %d round(s): %d collective(s), at most %d record(s) open at once, "
              "%d collective(s) still open at the end", job.rounds, len(tax.collectives), job.peak_open, n_open)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import logging
 import os
 import re
@@ -272,9 +273,14 @@ class _Source:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offset = 0
-        self._raw = open(path, "rb")  # noqa: SIM115 - closed in close()
+        # unbuffered: plain files are read in blocks of their own (a buffer per open file, 4-8 KiB,
+        # is memory that grows with the files a streaming reader holds open: issue 48); gzip
+        # input is read in small pieces, through a buffer
+        self._raw: Any = open(path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
         self.gzip = self._raw.read(2) == b"\x1f\x8b"
         self._raw.seek(0)
+        if self.gzip:
+            self._raw = io.BufferedReader(self._raw)
         self._inflater = _inflate_lib.decompressobj(wbits=31) if self.gzip else None
         self._buffer = b""
         self._raw_done = False

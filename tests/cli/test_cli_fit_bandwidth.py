@@ -11,11 +11,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
 
 from evtsync.cli import main
 from evtsync.evt import mle
+from tests._lazy import lazy_module
 from tests.conftest import DATA as SHARED_DATA  # the public data copied into tests/data/public
+
+stats = lazy_module("scipy.stats")
 
 DATA = SHARED_DATA / "evt"
 KEYS = ["family", "n", "mu", "sigma", "xi", "se", "loglik", "aic"]

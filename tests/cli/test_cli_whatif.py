@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
 
 from evtsync.cli import main
 from evtsync.core.reference import PRESETS, REFERENCE_TFLOPS
@@ -18,8 +17,11 @@ from evtsync.evt.bayesfit import save_fit
 from evtsync.evt.fit import tree_from_draws
 from evtsync.nccltests.alpha import alpha_from_log
 from evtsync.predict.hockney import get_topology
+from tests._lazy import lazy_module
 from tests.conftest import DATA
 from tests.predict.test_predict_population import _hier_tree
+
+stats = lazy_module("scipy.stats")
 
 LOG = DATA / "nccl-tests" / "all_reduce_A100-80GB_1x8_meta-gcm-fixture.txt"
 S = 256 * 2**20

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import arviz as az
 import numpy as np
 import pandas as pd
 import pytest
-import xarray as xr
-from scipy import stats
 
 from evtsync.core.errors import FitError
 from evtsync.evt.compare import compare_fits, loo, psis_loo_pointwise, verdict
 from evtsync.evt.fit import tree_from_draws
+from tests._lazy import lazy_module
+
+az = lazy_module("arviz")
+xr = lazy_module("xarray")
+stats = lazy_module("scipy.stats")
 
 CELLS = pd.DataFrame({"cell": ["all"]})
 

@@ -9,7 +9,6 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 import pytest
-from scipy import stats
 
 from evtsync.evt import gev
 from evtsync.evt.distribution import (
@@ -18,6 +17,9 @@ from evtsync.evt.distribution import (
     gev_logp_sum_cells,
     register_jax_backend,
 )
+from tests._lazy import lazy_module
+
+stats = lazy_module("scipy.stats")
 
 XS = np.array([-6.0, -3.0, -1.0, -0.2, 0.0, 0.5, 2.0, 5.0, 20.0])
 MU, SIGMA = 0.1, 1.3

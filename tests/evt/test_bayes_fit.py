@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
 
 from evtsync.cli import main
 from evtsync.core.errors import FitError, InputError
@@ -26,7 +25,10 @@ from evtsync.evt.fit import (
 )
 from evtsync.evt.model import build_model, prepare_data, simulate_zscore_table
 from evtsync.evt.spec import load_spec
+from tests._lazy import lazy_module
 from tests.conftest import DATA as SHARED_DATA  # the public data copied into tests/data/public
+
+stats = lazy_module("scipy.stats")
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import importlib.util
 
 import numpy as np
 import pytest
 
-pm = pytest.importorskip("pymc")
-nutpie = pytest.importorskip("nutpie")
-pytensor = pytest.importorskip("pytensor")
+from evtsync.evt import nutpie_numba
+from evtsync.evt.nutpie_numba import compile_numba_model
+from tests._lazy import lazy_module
 
-from evtsync.evt import nutpie_numba  # noqa: E402
-from evtsync.evt.nutpie_numba import compile_numba_model  # noqa: E402
+# imported on first use, not at collection (issue 48); skipped where they are not installed
+pm = lazy_module("pymc")
+nutpie = lazy_module("nutpie")
+pytensor = lazy_module("pytensor")
+pytestmark = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("pymc", "nutpie", "pytensor")),
+                                reason="pymc, nutpie and pytensor needed")
 
 _DOUBLE_P = ctypes.POINTER(ctypes.c_double)
 _LOGP_C = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_uint64, _DOUBLE_P, _DOUBLE_P, _DOUBLE_P, ctypes.c_void_p)

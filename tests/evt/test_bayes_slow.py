@@ -13,15 +13,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
 
 from evtsync.evt import gev
 from evtsync.evt.compare import compare_fits
 from evtsync.evt.fit import cell_parameters, fit_table, is_converged
 from evtsync.evt.model import simulate_zscore_table
 from evtsync.evt.spec import load_spec, parse_spec
+from tests._lazy import lazy_module
 from tests.conftest import DATA as SHARED_DATA  # the public data copied into tests/data/public
 from tests.evt.test_bayes_fit import WEAK_GEV
+
+stats = lazy_module("scipy.stats")
 
 pytestmark = pytest.mark.slow
 

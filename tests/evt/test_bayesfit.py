@@ -15,11 +15,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import xarray as xr
 
 from evtsync.core.errors import FitError
 from evtsync.evt.bayesfit import FIT_FORMAT, FORMAT_ATTR, BayesFit, CellFit, load_fit
 from evtsync.evt.fit import tree_from_draws
+from tests._lazy import lazy_module
+
+xr = lazy_module("xarray")
 
 ROOT = Path(__file__).resolve().parents[2]
 CELLS = pd.DataFrame({"cell": ["B200|bf16", "B200|fp32", "H200|bf16", "H200|fp32"],

@@ -6,10 +6,13 @@ import warnings
 
 import numpy as np
 import pytest
-from scipy import special, stats
 
 from evtsync.core.errors import InputError
 from evtsync.evt import gev
+from tests._lazy import lazy_module
+
+special = lazy_module("scipy.special")
+stats = lazy_module("scipy.stats")
 
 MU, SIGMA = 0.7, 1.3
 # xi values including tiny ones on both sides of 0, where 0/0 and cancellation threaten.

@@ -8,15 +8,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import optimize, stats
 
 from evtsync.core.errors import FitError, InputError
 from evtsync.evt import mle
 from evtsync.plots.diagnostics import plot_diagnostics
+from tests._lazy import lazy_module
 from tests.conftest import DATA as SHARED_DATA  # the public data copied into tests/data/public
 
+optimize = lazy_module("scipy.optimize")
+stats = lazy_module("scipy.stats")
+
 DATA = SHARED_DATA / "evt"
-CHI2_95 = stats.chi2.ppf(0.95, 1)
+CHI2_95 = 3.841458820694124  # chi2(1) 95% quantile = 1.959964^2 (scipy.stats.chi2.ppf(0.95, 1))
 
 
 @pytest.fixture(scope="module")

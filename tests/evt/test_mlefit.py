@@ -9,9 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
 
 from evtsync.evt.mlefit import MleCellFit, mle_cell_table
+from tests._lazy import lazy_module
+
+stats = lazy_module("scipy.stats")
 
 
 def _table() -> pd.DataFrame:

@@ -10,7 +10,6 @@ import logging
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import integrate, stats
 
 from evtsync.blocks.zscores import pooled_zscores
 from evtsync.core.defaults import DEFAULT_ESTIMATOR
@@ -18,6 +17,10 @@ from evtsync.core.errors import InputError
 from evtsync.evt.mlefit import MleCellFit, mle_cell_table
 from evtsync.predict.estimator import choose_estimator, predict_table
 from evtsync.predict.tables import bandwidth_table, predicted_vs_measured, tau_table
+from tests._lazy import lazy_module
+
+integrate = lazy_module("scipy.integrate")
+stats = lazy_module("scipy.stats")
 
 M = 4
 

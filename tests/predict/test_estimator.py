@@ -7,12 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import integrate, stats
 
 from evtsync.blocks.zscores import pooled_zscores
 from evtsync.core.errors import InputError
 from evtsync.evt.mlefit import MleCellFit, mle_cell_table
 from evtsync.predict.tables import check_estimator, tau_table
+from tests._lazy import lazy_module
+
+integrate = lazy_module("scipy.integrate")
+stats = lazy_module("scipy.stats")
 
 M = 4
 

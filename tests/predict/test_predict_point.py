@@ -6,10 +6,12 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from evtsync.core.errors import InputError
 from evtsync.predict import tables as predict
+from tests._lazy import lazy_module
+
+stats = lazy_module("scipy.stats")
 
 
 def test_gumbel_formula() -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-import xarray as xr
 
 from evtsync.core.errors import InputError
 from evtsync.evt import gev
@@ -23,6 +22,9 @@ from evtsync.predict.tables import (
     population_draws,
     tau_table,
 )
+from tests._lazy import lazy_module
+
+xr = lazy_module("xarray")
 
 GPUS = ["A100", "H100", "H200"]
 PRECISIONS = ["bf16", "fp32"]

@@ -10,12 +10,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import xarray as xr
-from scipy import stats
 
 from evtsync.evt.bayesfit import BayesFit, spread_prior_table
 from evtsync.evt.fit import tree_from_draws
 from evtsync.predict.tables import population_table, tau_table
+from tests._lazy import lazy_module
+
+xr = lazy_module("xarray")
+stats = lazy_module("scipy.stats")
 
 ROOT = Path(__file__).resolve().parents[2]
 GPUS, PRECISIONS = ["A100", "H100", "H200"], ["bf16", "fp32"]

@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
 
 from evtsync.core.intervals import quantile_interval
 from evtsync.report.context import MIN_Z_FIGURE, ReportContext
@@ -37,6 +36,9 @@ from evtsync.report.sections import pvm as pvm_sec
 from evtsync.report.sections import summary as summary_sec
 from evtsync.report.sections import xi as xi_sec
 from evtsync.runfolder.summary import summary_numbers
+from tests._lazy import lazy_module
+
+stats = lazy_module("scipy.stats")
 
 MODEL = "gev-hand"
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
 
 from evtsync.evt.fit import tree_from_draws
 from evtsync.runfolder.diff import diff_fits
+from tests._lazy import lazy_module
+
+stats = lazy_module("scipy.stats")
 
 
 def _tree(cells: list[str], xi_mean: dict[str, float], converged: bool = True, seed: int = 0):

@@ -8,13 +8,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
 
 from evtsync.blocks.zscores import pooled_zscores
 from evtsync.core.errors import InputError
 from evtsync.evt.mlefit import MleCellFit, mle_cell_table
 from evtsync.evt.ranktail import RankTailFit
 from evtsync.runfolder.diff import BandwidthInputs, diff_bstar, diff_fits
+from tests._lazy import lazy_module
+
+stats = lazy_module("scipy.stats")
 
 M = 4
 

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from evtsync.core.errors import AlignmentError, TraceError
+from evtsync.sync import logtax
 from evtsync.sync.logtax import inspector_files, stream_tax
 from evtsync.sync.tax import straggler_identity, tax_from_traces, tax_summary
 from evtsync.synth import SynthConfig, synthesize
@@ -57,8 +58,11 @@ def _same(paths: list[str], *, allow_partial: bool = False, strict: bool = True,
     assert files is not None
     stats = {}
     for block, keep in ((SMALL, True), (None, False)):
-        got = stream_tax(files, allow_partial=allow_partial, strict=strict, salvage=salvage, block_bytes=block,
-                         keep_ranks=keep)
+        with pytest.MonkeyPatch.context() as patch:  # small blocks: also many small tax batches
+            if block:
+                patch.setattr(logtax, "TAX_BATCH_RECORDS", 64)
+            got = stream_tax(files, allow_partial=allow_partial, strict=strict, salvage=salvage, block_bytes=block,
+                             keep_ranks=keep)
         assert got.stats["streamed"]
         pd.testing.assert_frame_equal(tables.collectives, got.tables.collectives)
         if keep:
@@ -203,3 +207,32 @@ def test_ranks_known_only_at_the_end_fall_back_to_the_whole_table_path(tmp_path:
     pd.testing.assert_frame_equal(tables.collectives, got.tables.collectives)
     # the global ranks are those of 0xb: pid 2 is its rank 0
     assert got.traces.ranks.set_index("rank")["pid"].to_dict() == {0: 2, 1: 1}
+
+
+@pytest.mark.parametrize("n_files", [4, 32])
+def test_open_records_bounded_by_the_round_not_the_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         n_files: int) -> None:
+    """Memory flat in the number of files (issue 48), counted in records held, not timed: the
+    same 16 KiB of text per round over 4 or 32 logs of one world communicator (the same total
+    bytes) keeps at most two rounds of records open (those read in the round, and those of the
+    round before still waiting for a slower member) plus one partial line per file."""
+    monkeypatch.setattr(logtax, "MIN_BLOCK_BYTES", 256)
+    monkeypatch.setattr(logtax, "TAX_BATCH_RECORDS", 300)  # complete collectives taxed 300 records at a time
+    n_sn = 1280 // n_files * 4  # 5,120 records in all at both sizes
+    for pid in range(n_files):
+        lines = [_record("0xw", pid, n_files, sn, 100 + (pid * 7 + sn) % 13, f"h{pid // 8}", pid)
+                 for sn in range(n_sn)]
+        (tmp_path / f"h{pid // 8}-pid{pid}.log").write_text("".join(lines))
+    size = len(_record("0xw", 10, n_files, 100, 100, "h0", 10))
+    files = inspector_files(tmp_path)
+    assert files is not None
+    round_bytes = 16 << 10
+    got = stream_tax(files, round_bytes=round_bytes)
+    assert got.stats["streamed"] and len(got.tables.collectives) == n_sn
+    # the tax of every collective: max - min of the times written (a hand rule, not the code)
+    written = [[100 + (pid * 7 + sn) % 13 for pid in range(n_files)] for sn in range(n_sn)]
+    assert got.tables.collectives["tau_max_us"].tolist() == [float(max(w) - min(w)) for w in written]
+    bound = 2 * round_bytes // size + 2 * n_files
+    assert got.stats["peak_open_records"] <= bound < n_files * n_sn / 2
+    # held at once: the open ones and at most one batch (plus one round) of complete ones not taxed yet
+    assert got.stats["peak_held_records"] <= bound + 300 + round_bytes // size < n_files * n_sn / 2

@@ -411,3 +411,20 @@ def test_inspector_logs_use_the_pool_cost_model() -> None:
     import evtsync.trace.traceset as traceset
 
     assert not hasattr(traceset, "INSPECTOR_PARALLEL_MIN_BYTES")
+
+
+def test_typed_errors_name_file_and_line(tmp_path: Path) -> None:
+    """A bad field on a later line (not the first of its communicator or batch) is named by its
+    line; a bad comm_name is checked on a communicator's first line (issue 48's lean decoding
+    reads it there only)."""
+    good = [record("0xc", "pg", 0, 2, "AllReduce", sn, 5, host="h", pid=1) for sn in range(4)]
+    path = tmp_path / "h-pid1.log"
+    bad = good[:2] + [good[2].replace('"coll_sn": 2', '"coll_sn": "two"')] + good[3:]
+    path.write_text("".join(bad))
+    with pytest.raises(TraceError, match=r"h-pid1.log: line 3: not an NCCL Inspector record .*int.*coll_sn"):
+        read_log(path)
+    got = read_log(path, salvage=True)
+    assert got.n_records == 3 and got.skipped == {"malformed line": 1}
+    path.write_text(good[0].replace('"comm_name": "pg"', '"comm_name": 7') + "".join(good[1:]))
+    with pytest.raises(TraceError, match=r"h-pid1.log: line 1: not an NCCL Inspector record .*comm_name"):
+        read_log(path)

@@ -273,3 +273,31 @@ def test_rank_from_a_user_nvtx_pattern(tmp_path: Path) -> None:
     run = subprocess.run([sys.executable, "-m", "evtsync", "blocks", str(path), "--no-cache", "--rank-from",
                           "nvtx:worker("], capture_output=True, text=True, check=False)
     assert run.returncode == 2 and "not a regular expression" in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize(("sql", "expect"), [
+    ("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon' WHERE rowid = 3",
+     r"rank0.sqlite: table CUPTI_ACTIVITY_KIND_KERNEL, row 3: column start holds 'soon' \(str\); expected an integer"),
+    ("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET correlationId = 'x' WHERE rowid = 2",
+     r"table CUPTI_ACTIVITY_KIND_RUNTIME, row 2: column correlationId holds 'x' \(str\)"),
+])
+def test_non_integer_activity_values_named(tmp_path: Path, sql: str, expect: str) -> None:
+    """The activity columns are read as integers in one pass (issue 48); a value of another type
+    is a one-line error naming the table, row and column, not a ValueError."""
+    with pytest.raises(TraceError, match=expect) as err:
+        read_rank(damaged(tmp_path, sql), rank=0)
+    assert "\n" not in str(err.value)
+
+
+def test_kernel_columns_equal_a_plain_query() -> None:
+    """Starts, durations, streams and names of the kernels against sqlite3 directly (the name
+    table joined in SQL there, once per distinct id in the reader)."""
+    tables = read_rank(EXPORT, rank=0)
+    rows = query(EXPORT, 'SELECT k.start, k."end", k.streamId, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k '
+                         "JOIN StringIds s ON s.id = k.demangledName")
+    kernels = tables.kernels[tables.kernels["cat"] == "kernel"]
+    assert len(kernels) == len(rows)
+    base = int(kernels["ts_ns"].min()) - min(r[0] for r in rows)  # the session's start time
+    got = sorted(zip((kernels["ts_ns"] - base).tolist(), kernels["dur_ns"].tolist(), kernels["stream"].tolist(),
+                     kernels["name"].astype(str).tolist(), strict=True))
+    assert got == sorted((r[0], r[1] - r[0], r[2], r[3]) for r in rows)

@@ -23,11 +23,13 @@ log still being written are counted per file in ``TraceSet.ranks`` and ``skipped
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +92,7 @@ class _Coll(msgspec.Struct, gc=False):
 
 
 class _P2P(msgspec.Struct, gc=False):
-    p2p: str = ""
+    """A point-to-point record (counted, no field read)."""
 
 
 class _Record(msgspec.Struct, gc=False):
@@ -101,6 +103,45 @@ class _Record(msgspec.Struct, gc=False):
 
 
 _DECODE_ONE = msgspec.json.Decoder(_Record)
+
+
+class _LeanHeader(msgspec.Struct, gc=False):
+    id: str
+    rank: int
+    n_ranks: int
+
+
+class _LeanMeta(msgspec.Struct, gc=False):
+    hostname: str = ""
+    pid: int = MISSING
+    dump_timestamp_us: int = MISSING
+
+
+class _LeanRecord(msgspec.Struct, gc=False):
+    header: _LeanHeader
+    metadata: _LeanMeta | None = None
+    coll_perf: _Coll | None = None
+    p2p_perf: _P2P | None = None
+
+
+#: The bulk decoder: only the fields read per record (issue 48: ~15% faster than
+#: :data:`_DECODE_ONE`). ``nnodes``, ``comm_name`` and the format version are read with the
+#: full decoder from the first line of each communicator and of each batch (:meth:`_Builder.add`).
+_DECODE_LEAN = msgspec.json.Decoder(_LeanRecord)
+
+_META, _HEADER, _PERF = attrgetter("metadata"), attrgetter("header"), attrgetter("coll_perf")
+_HOST, _PID, _DUMP = attrgetter("hostname"), attrgetter("pid"), attrgetter("dump_timestamp_us")
+_ID, _RANK, _NRANKS = attrgetter("id"), attrgetter("rank"), attrgetter("n_ranks")
+_SN, _COLL_NAME, _SIZE, _EXEC, _SOURCE, _TRACE = (
+    attrgetter("coll_sn"), attrgetter("coll"), attrgetter("coll_msg_size_bytes"), attrgetter("coll_exec_time_us"),
+    attrgetter("coll_timing_source"), attrgetter("event_trace_ts"))
+
+
+def _codes(words: list[str], book: dict[str, int]) -> np.ndarray:
+    """Codes of ``words`` in ``book`` (new words added in the order of their first use)."""
+    for word in dict.fromkeys(words):
+        book.setdefault(word, len(book))
+    return np.fromiter(map(book.__getitem__, words), np.int32, len(words))
 
 
 @dataclass
@@ -132,8 +173,9 @@ class LoggedCollectives:
 class _Builder:
     """Columns of one file, filled batch by batch."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, salvage: bool = False) -> None:
         self.path = path
+        self.salvage = salvage
         self.comm_index: dict[str, int] = {}
         self.comms: dict[str, tuple[int, int, int, str]] = {}
         self.parts: dict[str, list[Any]] = {name: [] for name in RECORD_COLUMNS}
@@ -186,7 +228,15 @@ class _Builder:
     def skip(self, reason: str, n: int = 1) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + n
 
-    def add(self, records: list[_Record], first_line: int) -> None:
+    def add(self, records: list[Any], first_line: int, raw: Callable[[int], bytes]) -> None:
+        """Append one batch of records decoded by :data:`_DECODE_LEAN` (``first_line``: the line
+        of the first; ``raw(i)``: the text of record ``i``, decoded again in full where the
+        fields the bulk decoder leaves out are needed) as columns.
+
+        Every field is pulled out with ``map`` over an ``attrgetter`` straight into NumPy
+        (C loops, no per-record Python frame), the communicators are checked per distinct
+        value and the kept records' header against the file's known rank vectorised.
+        """
         colls = [r for r in records if r.coll_perf is not None]
         if len(colls) < len(records):
             n_p2p = sum(1 for r in records if r.coll_perf is None and r.p2p_perf is not None)
@@ -194,67 +244,102 @@ class _Builder:
             if len(records) - len(colls) - n_p2p:
                 self.skip("record with neither coll_perf nor p2p_perf", len(records) - len(colls) - n_p2p)
         # per distinct value, not per record: a log repeats a few headers and one process
-        # per distinct value, not per record: a log repeats a few headers and one process
-        headers = [r.header for r in records]
-        metas = [r.metadata for r in records]
-        for host, pid, version in {(m.hostname, m.pid, m.inspector_output_format_version) for m in metas if m}:
-            self.hosts.add(host)
-            self.pids.add(pid)
-            self.versions.add(version)
-        for key in {(h.id, h.rank, h.n_ranks) for h in headers}:
-            if self.comms.get(key[0], (None, None))[:2] != key[1:]:
-                i = next(i for i, h in enumerate(headers) if (h.id, h.rank, h.n_ranks) == key)
-                self._note_comm(headers[i], first_line + i)
+        metas = list(map(_META, records))
+        if None in metas:
+            metas = [m for m in metas if m is not None]
+        if metas:
+            self.hosts.update(map(_HOST, metas))
+            self.pids.update(map(_PID, metas))
+        if records:
+            with contextlib.suppress(msgspec.DecodeError):
+                head = _DECODE_ONE.decode(raw(0))
+                if head.metadata is not None:
+                    self.versions.add(head.metadata.inspector_output_format_version)
+        headers = list(map(_HEADER, records))
+        self._check_headers(headers, first_line, raw)
         if not colls:
             return
-        # one list comprehension per field (inlined in CPython 3.12: faster than generators)
-        heads = [r.header for r in colls]
-        perfs: list[_Coll] = [r.coll_perf for r in colls]  # type: ignore[misc]
-        index, names, sources = self.comm_index, self.names, self.sources
+        n = len(colls)
+        heads = list(map(_HEADER, colls)) if n < len(records) else headers
+        perfs: list[_Coll] = list(map(_PERF, colls))
         p = self.parts
-        p["comm"].append(np.array([index[h.id] for h in heads], dtype=np.int32))
-        p["local_rank"].append(np.array([h.rank for h in heads], dtype=np.int32))
-        p["sn"].append(np.array([c.coll_sn for c in perfs], dtype=np.int64))
-        p["collective"].append(np.array([names.setdefault(c.coll, len(names)) for c in perfs], dtype=np.int32))
-        p["msg_bytes"].append(np.array([c.coll_msg_size_bytes for c in perfs], dtype=np.int64))
-        p["exec_ns"].append(np.rint(np.array([c.coll_exec_time_us for c in perfs], dtype=np.float64)
-                                    * 1000.0).astype(np.int64))
-        p["timing_source"].append(np.array([sources.setdefault(c.coll_timing_source, len(sources)) for c in perfs],
-                                           dtype=np.int32))
-        dumps = np.array([r.metadata.dump_timestamp_us if r.metadata else MISSING for r in colls], dtype=np.int64)
+        p["comm"].append(np.fromiter(map(self.comm_index.__getitem__, map(_ID, heads)), np.int32, n))
+        p["local_rank"].append(np.fromiter(map(_RANK, heads), np.int32, n))
+        p["sn"].append(np.fromiter(map(_SN, perfs), np.int64, n))
+        p["collective"].append(_codes(list(map(_COLL_NAME, perfs)), self.names))
+        p["msg_bytes"].append(np.fromiter(map(_SIZE, perfs), np.int64, n))
+        exec_ns = np.rint(np.fromiter(map(_EXEC, perfs), np.float64, n) * 1000.0).astype(np.int64)
+        p["exec_ns"].append(exec_ns)
+        p["timing_source"].append(_codes(list(map(_SOURCE, perfs)), self.sources))
+        coll_metas = list(map(_META, colls))
+        if None in coll_metas:
+            dumps = np.array([m.dump_timestamp_us if m else MISSING for m in coll_metas], dtype=np.int64)
+        else:
+            dumps = np.fromiter(map(_DUMP, coll_metas), np.int64, n)
         p["dump_us"].append(dumps)
-        self.n_coll += len(colls)
+        self.n_coll += n
         known = dumps[dumps >= 0]
         if known.size:
             low, high = int(known.min()), int(known.max())
             first, last = self.dump_range
             self.dump_range = [low if first == MISSING else min(first, low), max(last, high)]
-        negative = int((p["exec_ns"][-1] < 0).sum())
+        negative = int((exec_ns < 0).sum())
         if negative:
             raise TraceError(f"{self.path}: {negative} record(s) with a negative coll_exec_time_us (expected a "
                              "duration >= 0)")
-        starts = np.full(len(colls), MISSING, dtype=np.int64)
-        stops = np.full(len(colls), MISSING, dtype=np.int64)
-        for i, trace in enumerate([c.event_trace_ts for c in perfs]):
-            if trace is not None and trace.kernel_events:  # verbose logs only
-                begin = [k.kernel_start_ts for k in trace.kernel_events if k.kernel_start_ts]
-                end = [k.kernel_stop_ts for k in trace.kernel_events if k.kernel_stop_ts]
-                if begin and end:
-                    starts[i], stops[i] = min(begin), max(end)
-        self.verbose += int((starts >= 0).sum())
+        starts = np.full(n, MISSING, dtype=np.int64)
+        stops = np.full(n, MISSING, dtype=np.int64)
+        traces = list(map(_TRACE, perfs))
+        if traces.count(None) < n:  # verbose logs only
+            for i, trace in enumerate(traces):
+                if trace is not None and trace.kernel_events:
+                    begin = [k.kernel_start_ts for k in trace.kernel_events if k.kernel_start_ts]
+                    end = [k.kernel_stop_ts for k in trace.kernel_events if k.kernel_stop_ts]
+                    if begin and end:
+                        starts[i], stops[i] = min(begin), max(end)
+            self.verbose += int((starts >= 0).sum())
         p["kernel_start_us"].append(starts)
         p["kernel_stop_us"].append(stops)
 
-    def _note_comm(self, header: _Header, line: int) -> None:
+    def _check_headers(self, headers: list[Any], first_line: int, raw: Callable[[int], bytes]) -> None:
+        """Note new communicators and refuse a record whose rank or size differs from the
+        file's earlier lines (the first such record named by its line)."""
+        ids = list(map(_ID, headers))
+        index = self.comm_index
+        for cid in dict.fromkeys(ids):  # new communicators, in the order of their first line
+            if cid not in index:
+                at = ids.index(cid)
+                self._note_comm(self._full_header(raw(at), headers[at], first_line + at), first_line + at)
+        n = len(headers)
+        codes = np.fromiter(map(index.__getitem__, ids), np.int64, n)
+        known = np.array([self.comms[cid][:2] for cid in index], dtype=np.int64).reshape(-1, 2)
+        bad = ((np.fromiter(map(_RANK, headers), np.int64, n) != known[codes, 0])
+               | (np.fromiter(map(_NRANKS, headers), np.int64, n) != known[codes, 1]))
+        if bad.any():
+            at = int(np.flatnonzero(bad)[0])
+            self._note_comm(headers[at], first_line + at)
+
+    def _full_header(self, line: bytes, lean: _LeanHeader, line_no: int) -> Any:
+        """The header of a communicator's first record with ``nnodes`` and ``comm_name``, every
+        field checked (with ``salvage`` a bad one leaves those two unknown)."""
+        try:
+            return _DECODE_ONE.decode(line).header
+        except msgspec.DecodeError as exc:
+            if not self.salvage:
+                raise TraceError(f"{self.path}: line {line_no}: not an NCCL Inspector record ({exc}); pass "
+                                 "--salvage to skip such lines, counting them") from None
+            return _Header(lean.id, lean.rank, lean.n_ranks)
+
+    def _note_comm(self, header: Any, line: int) -> None:
         known = self.comms.get(header.id)
-        entry = (header.rank, header.n_ranks, header.nnodes, header.comm_name)
         if known is None:
+            entry = (header.rank, header.n_ranks, header.nnodes, header.comm_name)
             if not 0 <= header.rank < header.n_ranks:
                 raise TraceError(f"{self.path}: line {line}: communicator {header.id}: rank {header.rank} is not "
                                  f"below n_ranks {header.n_ranks}")
             self.comm_index[header.id] = len(self.comm_index)
             self.comms[header.id] = entry
-        elif known[:2] != entry[:2]:
+        elif known[:2] != (header.rank, header.n_ranks):
             raise TraceError(f"{self.path}: line {line}: communicator {header.id} logged with rank {header.rank} of "
                              f"{header.n_ranks}, earlier lines say rank {known[0]} of {known[1]} (one file "
                              "holds one process: files of two processes concatenated?)")
@@ -273,29 +358,52 @@ class _Builder:
                                                                    "timing_source": list(self.sources)})
 
 
+def _newlines(text: bytes) -> int:
+    """Newlines in ``text`` (NumPy: ~5 times ``bytes.count``'s speed on megabytes)."""
+    return int(np.count_nonzero(np.frombuffer(text, dtype=np.uint8) == 10))
+
+
 def _batch_text(builder: _Builder, text: bytes, first_line: int, salvage: bool) -> None:
     """Decode complete lines (newline-delimited JSON, blank lines allowed) in one msgspec call;
     on a failure, line by line to name the bad one."""
     try:
-        builder.add(_DECODE_ONE.decode_lines(text), first_line)
+        records = _DECODE_LEAN.decode_lines(text)
     except msgspec.DecodeError:
         _batch(builder, text.split(b"\n"), first_line, salvage)
+        return
+    def raw(i: int) -> bytes:
+        """The text of record ``i`` (the ``i``-th non-blank line; few are asked for, early ones)."""
+        start, seen = 0, -1
+        while True:
+            end = text.find(b"\n", start)
+            line = text[start:] if end < 0 else text[start:end]
+            if line.strip():
+                seen += 1
+                if seen == i:
+                    return line
+            if end < 0:
+                raise IndexError(i)
+            start = end + 1
+
+    builder.add(records, first_line, raw)
 
 
 def _batch(builder: _Builder, lines: list[bytes], first_line: int, salvage: bool) -> None:
     """Decode lines one by one (blank ones skipped), naming a bad one by its line number."""
-    good = []
+    good, texts = [], []
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            good.append(_DECODE_ONE.decode(line))
+            _DECODE_ONE.decode(line)  # every field checked: this path names the bad line
+            good.append(_DECODE_LEAN.decode(line))
+            texts.append(line)
         except msgspec.DecodeError as exc:
             if not salvage:
                 raise TraceError(f"{builder.path}: line {first_line + i}: not an NCCL Inspector record ({exc}); "
                                  "pass --salvage to skip such lines, counting them") from None
             builder.skip("malformed line")
-    builder.add(good, first_line)
+    builder.add(good, first_line, texts.__getitem__)
 
 
 #: Bytes before the resume point whose hash must be unchanged for an incremental re-read.
@@ -340,6 +448,7 @@ class LogStream:
         self.salvage, self.rank, self.block_bytes = salvage, rank, block_bytes
         self.offset = _resume_offset(self.path, since)
         self.builder = _Builder(self.path) if self.offset == 0 else _Builder.resume(self.path, since)  # type: ignore[arg-type]
+        self.builder.salvage = salvage
         self.line_no = 1 if self.offset == 0 else int(since.info["n_complete_lines"]) + 1  # type: ignore[union-attr]
         self._src: Any = None
         self._pending = b""
@@ -375,7 +484,7 @@ class LogStream:
                     return True
                 self._pending = data[cut + 1:]
                 complete = data[:cut]
-                n_lines = complete.count(b"\n") + 1
+                n_lines = _newlines(complete) + 1
                 _batch_text(self.builder, complete, self.line_no, self.salvage)
                 self.line_no += n_lines
                 return True
@@ -401,7 +510,8 @@ class LogStream:
         unread = 0
         if tail:
             try:
-                builder.add([_DECODE_ONE.decode(tail)], line_no)
+                _DECODE_ONE.decode(tail)
+                builder.add([_DECODE_LEAN.decode(tail)], line_no, lambda _: tail)
                 line_no += 1
             except msgspec.DecodeError:
                 unread = len(pending)

@@ -25,6 +25,7 @@ process-group fields: groups are inferred per stream; no message sizes).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import sqlite3
@@ -88,8 +89,23 @@ class _Schema:
 
 def _strings(values: Sequence[Any]) -> pd.Categorical:
     """Loose strings (None: missing) as a categorical with sorted categories."""
-    cats = sorted({v for v in values if v is not None})
-    return pd.Categorical(list(values), dtype=string_dtype(cats))
+    present = set(values)
+    present.discard(None)
+    if not present:  # all missing (the columns an export has no source for)
+        return pd.Categorical.from_codes(np.full(len(values), -1, dtype=np.int32), dtype=string_dtype([]))
+    cats = sorted(present)
+    where = {c: i for i, c in enumerate(cats)}
+    codes = np.asarray([where.get(v, -1) for v in values], dtype=np.int32)
+    return pd.Categorical.from_codes(codes, dtype=string_dtype(cats))
+
+
+def _coded(codes: np.ndarray, words: Sequence[str]) -> pd.Categorical:
+    """Codes into ``words`` (-1: missing) as a categorical with sorted categories."""
+    order = np.argsort(np.asarray(words, dtype=object), kind="stable") if len(words) else np.zeros(0, np.int64)
+    rank = np.empty(len(words), dtype=np.int32)
+    rank[order] = np.arange(len(words), dtype=np.int32)
+    new = np.where(codes >= 0, rank[np.maximum(codes, 0)] if len(words) else -1, -1).astype(np.int32)
+    return pd.Categorical.from_codes(new, dtype=string_dtype([words[i] for i in order]))
 
 
 def _ints(values: Sequence[Any]) -> np.ndarray:
@@ -120,47 +136,114 @@ def _query(schema: _Schema, sql: str) -> list[tuple[Any, ...]]:
         raise TraceError(f"{schema.path}: damaged Nsight Systems export ({exc}) while reading: {sql}") from None
 
 
+def _int_columns(schema: _Schema, table: str, columns: Sequence[str], where: str = "",
+                 required: Sequence[str] = ("start", '"end"')) -> np.ndarray:
+    """Integer ``columns`` of ``table`` (SQL expressions; NULL read as :data:`MISSING`, except in
+    ``required`` ones, where it is an error), as an (n, len(columns)) int64 matrix filled
+    straight from the cursor (no tuple per row kept).
+
+    The one place the numeric activity columns are read: a value that is not an integer
+    (text, a float, a blob) is a one-line error naming the export, table, column and row
+    (typed checks of the columns belong here).
+    """
+    select = ", ".join(c if c in required else f"COALESCE({c}, {MISSING})" for c in columns)
+    sql = f"SELECT {select} FROM {table} {where}"
+    k = len(columns)
+    try:
+        rows = schema.conn.execute(sql)
+        flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64)
+    except sqlite3.DatabaseError as exc:
+        raise TraceError(f"{schema.path}: damaged Nsight Systems export ({exc}) while reading: {sql}") from None
+    except (TypeError, ValueError, OverflowError):
+        _raise_not_integer(schema, sql, table, columns)
+    return flat.reshape(-1, k)
+
+
+def _raise_not_integer(schema: _Schema, sql: str, table: str, columns: Sequence[str]) -> None:
+    """Name the first value of ``sql``'s rows that is not an integer."""
+    for row_no, row in enumerate(schema.conn.execute(sql)):
+        for column, value in zip(columns, row, strict=True):
+            if not isinstance(value, int) or not -(1 << 63) <= value < (1 << 63):
+                raise TraceError(f"{schema.path}: table {table}, row {row_no + 1}: column {column} holds "
+                                 f"{value!r} ({type(value).__name__}); expected an integer")
+    raise TraceError(f"{schema.path}: table {table}: a column of {', '.join(columns)} is not an integer")
+
+
+def _string_table(schema: _Schema, ids: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """The ``StringIds`` values of ``ids``, joined once: (code of each id into the returned
+    words, -1 where the id is not in the table or is :data:`MISSING`; the words)."""
+    wanted, inverse = np.unique(ids, return_inverse=True)
+    known = dict(_query(schema, "SELECT id, value FROM StringIds")) if len(wanted) else {}
+    words: list[str] = []
+    code_of = np.full(len(wanted), -1, dtype=np.int64)
+    for i, sid in enumerate(wanted.tolist()):
+        value = known.get(sid)
+        if value is not None:
+            code_of[i] = len(words)
+            words.append(str(value))
+    return code_of[inverse].reshape(ids.shape), words
+
+
+_GPU = ("start", '"end"', "deviceId", "streamId", "correlationId")
+
+
 def _gpu_rows(schema: _Schema) -> tuple[dict[str, Any], int]:
-    """Kernels, memcpys and memsets as the GPU table's columns; the one process they came from."""
+    """Kernels, memcpys and memsets as the GPU table's columns; the one process they came from.
+
+    Only the columns used are read, as integers (:func:`_int_columns`); the kernels' names by
+    their string ids, looked up in ``StringIds`` once per distinct id (:func:`_string_table`).
+    """
     schema.need(KERNEL_TABLE, "start", "end", "deviceId", "streamId", "correlationId", purpose="GPU kernels")
     name_col = schema.first_of(KERNEL_TABLE, NAME_COLUMNS)
     if name_col is None:
         raise TraceError(f"{schema.path}: table {KERNEL_TABLE} has none of the name columns "
                          f"{', '.join(NAME_COLUMNS)}; its columns: {', '.join(schema.columns[KERNEL_TABLE])}")
     schema.need("StringIds", "id", "value", purpose="kernel names")
-    pid_col = "globalPid" if schema.has(KERNEL_TABLE, "globalPid") else "NULL"
-    parts = [f'SELECT k.start, k."end", k.deviceId, k.streamId, k.correlationId, s.value, \'kernel\', {pid_col} '
-             f'FROM {KERNEL_TABLE} k LEFT JOIN StringIds s ON s.id = k.{name_col}']
-    for table, category, label in (("CUPTI_ACTIVITY_KIND_MEMCPY", "gpu_memcpy", "Memcpy"),
-                              ("CUPTI_ACTIVITY_KIND_MEMSET", "gpu_memset", "Memset")):
+    blocks = []  # (int matrix: start, end, device, stream, correlation, pid, name id; category)
+    pid = "globalPid" if schema.has(KERNEL_TABLE, "globalPid") else "NULL"
+    blocks.append((_int_columns(schema, KERNEL_TABLE, (*_GPU, pid, name_col)), "kernel"))
+    for table, category in (("CUPTI_ACTIVITY_KIND_MEMCPY", "gpu_memcpy"), ("CUPTI_ACTIVITY_KIND_MEMSET", "gpu_memset")):
         if schema.has(table, "start", "end", "deviceId", "streamId", "correlationId"):
             pid = "globalPid" if schema.has(table, "globalPid") else "NULL"
-            parts.append(f"SELECT start, \"end\", deviceId, streamId, correlationId, '{label}', '{category}', {pid} "
-                         f"FROM {table}")
-    rows = _query(schema, " UNION ALL ".join(parts))
-    processes = sorted({r[7] for r in rows if r[7] is not None})
+            blocks.append((_int_columns(schema, table, (*_GPU, pid)), category))
+    pids = np.unique(np.concatenate([m[:, 5] for m, _ in blocks]))
+    processes = [int(p) for p in pids if p != MISSING]
     if len(processes) > 1:
         raise TraceError(f"{schema.path}: GPU activity of {len(processes)} processes (globalPid "
                          f"{', '.join(str(p >> 24 & 0xFFFFFF) for p in processes[:8])}) in one export; evtsync "
                          "reads one rank per file: capture one report per rank (e.g. `nsys profile -o "
                          "rank%q{RANK}`)")
-    n = len(rows)
+    kernels = blocks[0][0]
+    n = sum(len(m) for m, _ in blocks)
     cols = _empty_columns("gpu", n)
     if n:
-        start, end, device, stream, corr, name, cat, _ = zip(*rows, strict=True)
-        unnamed = sum(1 for v in name if v is None)
+        codes, words = _string_table(schema, kernels[:, 6])
+        unnamed = int((codes < 0).sum())
         if unnamed:
             raise TraceError(f"{schema.path}: {unnamed} kernel(s) whose {name_col} is not in StringIds "
                              "(damaged export)")
-        cols.update(cat=_strings(cat), name=_strings(name), pid=_ints(device), tid=_ints(stream),
-                    ts=_us(start), dur=_us(np.asarray(end, dtype=np.int64) - np.asarray(start, dtype=np.int64)),
-                    device=_ints(device), stream=_ints(stream), correlation=_ints(corr))
+        labels = {"gpu_memcpy": "Memcpy", "gpu_memset": "Memset"}
+        names = list(words)
+        name_codes = [codes]
+        for matrix, category in blocks[1:]:
+            if labels[category] not in names:
+                names.append(labels[category])
+            name_codes.append(np.full(len(matrix), names.index(labels[category]), dtype=np.int64))
+        cats = ["kernel", "gpu_memcpy", "gpu_memset"]
+        cat_codes = np.concatenate([np.full(len(m), cats.index(c), dtype=np.int64) for m, c in blocks])
+        every = np.concatenate([m[:, :5] for m, _ in blocks])
+        start, end = every[:, 0], every[:, 1]
+        used = sorted(set(cat_codes.tolist()))
+        cols.update(cat=_coded(np.searchsorted(used, cat_codes), [cats[i] for i in used]),
+                    name=_coded(np.concatenate(name_codes), names), pid=every[:, 2].copy(),
+                    tid=every[:, 3].copy(), ts=_us(start), dur=_us(end - start), device=every[:, 2].copy(),
+                    stream=every[:, 3].copy(), correlation=every[:, 4].copy())
     return cols, (processes[0] if processes else MISSING)
 
 
-def _split_tid(global_tid: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+def _split_tid(global_tid: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """nsys ``globalTid`` -> (pid, tid): bits 24-47 and 0-23."""
-    values = _ints(global_tid)
+    values = global_tid if isinstance(global_tid, np.ndarray) else _ints(global_tid)
     return (values >> 24) & 0xFFFFFF, values & 0xFFFFFF
 
 
@@ -170,17 +253,19 @@ def _runtime_rows(schema: _Schema) -> dict[str, Any]:
         log.info("%s: no %s table: no CUDA runtime calls (launch gaps unknown)", schema.path, table)
         return _empty_columns("runtime")
     schema.need(table, "start", "end", "globalTid", "correlationId", "nameId", purpose="CUDA runtime calls")
-    rows = _query(schema, f'SELECT r.start, r."end", r.globalTid, r.correlationId, s.value FROM {table} r '
-                          "LEFT JOIN StringIds s ON s.id = r.nameId")
-    cols = _empty_columns("runtime", len(rows))
-    if rows:
-        start, end, gtid, corr, name = zip(*rows, strict=True)
-        pid, tid = _split_tid(gtid)
-        # CUPTI names carry the API version ("cudaLaunchKernel_v7000"); Kineto's do not
-        clean = [None if v is None else str(v).split("_v")[0] for v in name]
-        cols.update(cat=_strings(["cuda_runtime"] * len(rows)), name=_strings(clean), pid=pid, tid=tid,
-                    ts=_us(start), dur=_us(np.asarray(end, dtype=np.int64) - np.asarray(start, dtype=np.int64)),
-                    correlation=_ints(corr))
+    matrix = _int_columns(schema, table, ("start", '"end"', "globalTid", "correlationId", "nameId"))
+    cols = _empty_columns("runtime", len(matrix))
+    if len(matrix):
+        codes, words = _string_table(schema, matrix[:, 4])
+        pid, tid = _split_tid(matrix[:, 2])
+        # CUPTI names carry the API version ("cudaLaunchKernel_v7000"); Kineto's do not (cleaned
+        # once per distinct name; two versions of one call become one name)
+        clean = sorted({w.split("_v")[0] for w in words})
+        remap = np.asarray([clean.index(w.split("_v")[0]) for w in words], dtype=np.int64)
+        start, end = matrix[:, 0], matrix[:, 1]
+        cols.update(cat=_coded(np.zeros(len(matrix), dtype=np.int64), ["cuda_runtime"]),
+                    name=_coded(np.where(codes >= 0, remap[np.maximum(codes, 0)] if len(words) else -1, -1), clean),
+                    pid=pid, tid=tid, ts=_us(start), dur=_us(end - start), correlation=matrix[:, 3].copy())
     return cols
 
 
