@@ -181,8 +181,6 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
     collectives, summaries, validations, paths = [], [], [], []
     reasons = []
     cpu_side: list[bool] = []
-    whatif_rows: list[dict[str, Any]] = []
-    whatif_tables: list[pd.DataFrame] = []
 
     def one(w: Any) -> None:
         traces = run.traces(w)
@@ -202,16 +200,6 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
         summaries.append(_tag(summary, w.name, gpu))
         validations.append(_tag(result.validation, w.name, gpu))
         paths.append(_tag(_path_view_rows(result), w.name, gpu))
-        if result.cpu_side:  # the what-if replay (docs/critical-path.md §8): CPU-side jobs so far
-            from evtsync.critpath.whatif import what_if_traces
-
-            try:
-                numbers, causes = what_if_traces(traces, result)
-            except (InputError, ValueError) as exc:
-                whatif_rows.append({"workload": w.name, "not_replayed": str(exc)})
-            else:
-                whatif_rows.append({"workload": w.name, **numbers})
-                whatif_tables.append(_tag(causes, w.name, gpu))
 
     run.per_workload("attribution", "attribution", one)
     if not collectives:
@@ -228,14 +216,11 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
                                  _stringify(pd.concat(validations, ignore_index=True))),
                  run.write_table(f"{TABLES}/attribution_paths.parquet",
                                  _stringify(pd.concat(paths, ignore_index=True))))
-    if whatif_tables:
-        run.produced("attribution", run.write_table(f"{TABLES}/whatif_stragglers.parquet",
-                                                    _stringify(pd.concat(whatif_tables, ignore_index=True))))
     valid, n_invalid = valid_collectives(table)
     ok = valid[valid["status"] == "ok"]
     return {"collectives": len(table), "invalid_left_out": n_invalid, "attributed": len(ok),
             "gpu_only_share": float((ok["path_kind"] == "gpu_only").mean()) if len(ok) and not all(cpu_side) else None,
-            "skipped_workloads": reasons, "what_if": whatif_rows}
+            "skipped_workloads": reasons}
 
 
 def _path_view_rows(result: Any) -> pd.DataFrame:

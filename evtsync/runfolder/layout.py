@@ -53,7 +53,7 @@ TABLE_FILES = {name: f"{TABLES}/{name}.parquet" for name in (
     "attribution_root_causes", "attribution_rank_blame", "attribution_unexplained", "zscores", "blocks_dropped",
     "mle", "compare", "tau", "bstar", "xi", "xi_population", "block_scale", "predicted_vs_measured",
     "predicted_vs_measured_holdout", "tax_stragglers", "tax_straggler_ranks", "whatif", "bstar_flops",
-    "flops_scaling", "summary", "truth_xi", "truth_attribution", "whatif_stragglers")}
+    "flops_scaling", "summary", "truth_xi", "truth_attribution")}
 #: The run's answer table as JSON (the same rows as ``tables/summary.parquet``), beside the manifest.
 SUMMARY_JSON = "summary.json"
 #: The report's files in the run folder (beside ``figures/``).

@@ -126,20 +126,3 @@ def test_what_if_refuses_gpu_traces_with_one_line(tmp_path):
     traces = load_traces([tmp_path / "traces"], cache=False)
     with pytest.raises(InputError, match="only CPU-side"):
         what_if_traces(traces, None)
-
-
-@pytest.mark.slow
-def test_run_records_the_what_if_of_a_cpu_job(tmp_path):
-    """`evtsync run` on the real ddp job: the attribution stage's summary in the manifest holds the
-    measured step time (the raw files' ProfilerStep#N) and the one without stragglers, and
-    tables/whatif_stragglers.parquet the causes by saving."""
-    from evtsync.cli import main
-
-    out = tmp_path / "run"
-    assert main(["-q", "run", str(DATA / "ddp"), "--out", str(out), "--no-cache"]) == 0
-    row = json.loads((out / "manifest.json").read_text())["stages"]["attribution"]["summary"]["what_if"][0]
-    measured, _ = _raw_step_time_ms("ddp")
-    assert row["workload"] == "ddp" and row["step_time_ms"] == pytest.approx(measured, rel=1e-6)
-    assert row["step_time_without_stragglers_ms"] < row["step_time_replay_ms"]
-    table = pd.read_parquet(out / "tables" / "whatif_stragglers.parquet")
-    assert {"workload", "rank", "cause", "saving_ms_per_step", "saving_share"} <= set(table.columns)
