@@ -43,10 +43,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="write one Chrome trace-event file per profiling window (OUT.w<N>.json when there "
                              "are several) merging all ranks, with the straggler paths, causes and root-cause "
                              "links marked, for Perfetto or chrome://tracing")
-    parser.add_argument("--what-if", action="store_true",
-                        help="replay the job without its stragglers: step time measured, replayed and without the "
-                             "root causes, and the saving of fixing each alone (CPU-side gloo traces so far; "
-                             "docs/critical-path.md §8); with -o also PATH_whatif")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(handler=run)
 
@@ -113,11 +109,6 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"nothing to attribute: all {len(result.collectives)} collective(s) have no tax "
                          "(one rank, or equal durations)")
     n_invalid = result.n_invalid  # left out of the summary and the regressions by attribute()
-    whatif = None
-    if getattr(args, "what_if", False):
-        from evtsync.critpath.whatif import what_if_traces
-
-        whatif = what_if_traces(load_traces(args.traces, **read), result)
     with all_or_nothing():  # every output or none (a full disk half-way leaves nothing)
         if args.out:
             write_table(result.collectives, args.out)
@@ -126,8 +117,6 @@ def run(args: argparse.Namespace) -> int:
             write_table(result.ranks, sibling_path(args.out, "ranks"))
             if args.paths:
                 write_table(result.paths, sibling_path(args.out, "paths"))
-            if whatif is not None:
-                write_table(whatif[1], sibling_path(args.out, "whatif"))
         if args.plot:
             plot_breakdown(result, args.plot)
         if args.plot_path:
@@ -144,28 +133,10 @@ def run(args: argparse.Namespace) -> int:
         emit_json({"gpu_only_share": result.gpu_only_share, "summary": result.summary,
                    "validation": result.validation,
                    "status": result.collectives["status"].value_counts().to_dict(),
-                   "cpu_side": result.cpu_side, "ranks": result.ranks, "n_invalid_left_out": n_invalid,
-                   **({"what_if": whatif[0], "what_if_causes": whatif[1]} if whatif is not None else {})})
+                   "cpu_side": result.cpu_side, "ranks": result.ranks, "n_invalid_left_out": n_invalid})
         return 0
     _print_report(result, n_invalid)
-    if whatif is not None:
-        _print_what_if(*whatif)
     return 0
-
-
-def _print_what_if(summary: dict[str, float], table: Any) -> None:
-    """The what-if replay's answer: step time without the stragglers, and the causes by saving."""
-    measured, replay, without = (summary["step_time_ms"], summary["step_time_replay_ms"],
-                                 summary["step_time_without_stragglers_ms"])
-    print(f"\nwhat-if without stragglers (replay of the collective DAG, docs/critical-path.md §8): measured step "
-          f"{measured:.1f} ms (mean over recorded steps of the longest rank), replayed {replay:.1f} ms, without the "
-          f"root causes {without:.1f} ms ({(without - replay) / replay:+.0%}; slowdown S = {summary['slowdown']:.2f})")
-    shown = table.head(10)
-    for r in shown.itertuples():
-        print(f"  rank {r.rank:>4}  {str(r.cause):<48} saves {r.saving_ms_per_step:>8.2f} ms per step "
-              f"({r.saving_share:.0%} of the total saving)")
-    if len(table) > len(shown):
-        print(f"  {len(table) - len(shown)} more cause(s) in PATH_whatif (-o)")
 
 
 def plot_breakdown(result, path: str) -> None:  # noqa: ANN001 - figure rendering only

@@ -196,34 +196,3 @@ def what_if(timelines: dict[int, RankTimeline], collectives: pd.DataFrame,
     table = table.sort_values("saving_ms_per_step", ascending=False, kind="stable").reset_index(drop=True)
     return {"step_time_replay_ms": base, "step_time_without_stragglers_ms": without,
             "slowdown": base / without if without > 0 else float("nan")}, table
-
-
-def what_if_traces(traces: Any, result: Any) -> tuple[dict[str, float], pd.DataFrame]:
-    """:func:`what_if` for a loaded CPU-side trace set and its attribution result
-    (:func:`evtsync.critpath.attribute`), with the measured step time (``step_time_ms``: mean over
-    the recorded steps of the longest rank's ``ProfilerStep#N``). Raises InputError on traces whose
-    collectives are not CPU-side (GPU traces are not replayed yet) or without ProfilerSteps."""
-    from evtsync.core.errors import InputError
-    from evtsync.critpath.cpu import _STEP, collectives_are_cpu_side, rank_timeline
-
-    if not collectives_are_cpu_side(traces):
-        raise InputError("--what-if: only CPU-side (gloo) traces are replayed so far (issue 46); these traces have "
-                         "communication kernels")
-    ops = traces.cpu_ops
-    steps = ops[ops["name"].astype(str).str.match(_STEP.pattern)]
-    if steps.empty:
-        raise InputError("--what-if: no ProfilerStep#N annotation in the traces: the step time is not defined "
-                         "(record with torch.profiler.schedule and prof.step())")
-    window = steps["window"] if "window" in steps else pd.Series(0, index=steps.index)
-    per_window = {int(w): int(n) for w, n in steps.assign(window=window).groupby("window")["name"].nunique().items()}
-    longest = steps.assign(d=(steps["end_ns"] - steps["ts_ns"]) / 1e6).groupby(steps["name"].astype(str))["d"].max()
-    inst = result.instances
-    timelines = {}
-    for r in sorted(int(x) for x in inst["rank"].unique()):
-        tl = rank_timeline(r, ops[ops["rank"] == r], inst[inst["rank"] == r])
-        if tl is not None:
-            timelines[r] = tl
-    windows = inst.drop_duplicates(["pg", "index"])[["pg", "index", "window"]]
-    coll = result.collectives.merge(windows, on=["pg", "index"], how="left")
-    summary, table = what_if(timelines, coll, per_window)
-    return {"step_time_ms": float(longest.mean()), **summary}, table

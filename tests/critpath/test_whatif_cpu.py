@@ -99,30 +99,3 @@ def test_fixing_the_annotated_stall_alone_saves_its_share_of_the_step():
     row = table[(table["rank"] == stall["rank"]) & (table["cause"] == "data_loader_stall")].iloc[0]
     expected = stall["measured_us"] / 1000.0 / 4
     assert row["saving_ms_per_step"] == pytest.approx(expected, rel=0.25), (row.to_dict(), expected)
-
-
-def test_cli_attribute_what_if_prints_and_writes_the_saving_table(tmp_path):
-    import subprocess
-    import sys
-
-    out = tmp_path / "a.parquet"
-    proc = subprocess.run([sys.executable, "-m", "evtsync", "attribute", str(DATA / "ddp"), "--no-cache", "--what-if",
-                           "-o", str(out)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    measured, _ = _raw_step_time_ms("ddp")
-    assert f"measured step {measured:.1f} ms" in proc.stdout and "without the root causes" in proc.stdout
-    table = pd.read_parquet(tmp_path / "a_whatif.parquet")
-    assert list(table.columns) == ["rank", "cause", "saving_ms_per_step", "saving_share"]
-    assert table.iloc[0]["cause"] == "data_loader_stall" and table.iloc[0]["rank"] == 1
-
-
-def test_what_if_refuses_gpu_traces_with_one_line(tmp_path):
-    from evtsync.core.errors import InputError
-    from evtsync.critpath.whatif import what_if_traces
-    from evtsync.synth import synthesize
-    from evtsync.synth.config import SynthConfig
-
-    synthesize(SynthConfig(ranks=4, tp_groups=((0, 1, 2, 3),), iterations=2, seed=1), tmp_path)
-    traces = load_traces([tmp_path / "traces"], cache=False)
-    with pytest.raises(InputError, match="only CPU-side"):
-        what_if_traces(traces, None)
