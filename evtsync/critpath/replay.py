@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.core.errors import InputError
+from evtsync.core.parallel import Backend
 from evtsync.critpath.cpu import CPU_SIDE_CATEGORIES, collectives_are_cpu_side, rank_timeline
 from evtsync.sync.collectives import Alignment
 from evtsync.trace.traceset import TraceSet
@@ -219,27 +220,61 @@ def _gpu_lane(rank: int, ops: pd.DataFrame, kernels: pd.DataFrame, inst: pd.Data
     return Lane(rank, sl, arrivals, _windows(steps))
 
 
-def build_lanes(traces: TraceSet, alignment: Alignment) -> tuple[dict[int, Lane], str, dict[str, int]]:
-    """Every rank's lane, the backend (``cpu`` / ``gpu``) and the ranks left out by reason."""
-    inst = alignment.instances
-    cpu = bool(len(inst)) and bool(inst["correlation"].eq(-1).all()) and collectives_are_cpu_side(traces)
+def _cpu_side(traces: TraceSet, instances: pd.DataFrame) -> bool:
+    """Whether the collectives are CPU-side (gloo), as attribution decides it."""
+    return bool(len(instances)) and bool(instances["correlation"].eq(-1).all()) and collectives_are_cpu_side(traces)
+
+
+def lane_of(rank: int, traces: TraceSet, instances: pd.DataFrame, cpu: bool) -> Lane | None:
+    """One rank's lane from a trace set holding that rank (``instances``: its aligned collectives)."""
     ops = traces.cpu_ops
-    op_rank = ops["rank"].to_numpy()
-    lanes: dict[int, Lane] = {}
+    ops = ops[ops["rank"].to_numpy() == rank] if traces.ranks["rank"].nunique() > 1 else ops
+    if cpu:
+        return _cpu_lane(rank, ops, instances)
+    kernels = traces.kernels
+    kernels = kernels[kernels["rank"].to_numpy() == rank] if traces.ranks["rank"].nunique() > 1 else kernels
+    return _gpu_lane(rank, ops, kernels, instances)
+
+
+@dataclass
+class LaneWork:
+    """A per-rank task (Dask or a process pool): read one rank's trace and build its lane."""
+
+    rank: int
+    paths: list[str]
+    instances: pd.DataFrame
+    cpu: bool
+    read_options: dict[str, Any] = field(default_factory=dict)
+
+
+def lane_task(work: LaneWork) -> Lane | None:
+    """Build one rank's lane from its own trace file (runs on a worker)."""
+    from evtsync.trace.traceset import load_traces
+
+    traces = load_traces(list(work.paths), jobs=1, **work.read_options)
+    return lane_of(work.rank, traces, work.instances, work.cpu)
+
+
+def build_lanes(traces: TraceSet, instances: pd.DataFrame, *, backend: Backend | None = None,
+                paths: dict[int, list[str]] | None = None, read_options: dict[str, Any] | None = None,
+                cpu: bool | None = None) -> tuple[dict[int, Lane], str, dict[str, int]]:
+    """Every rank's lane, the backend kind (``cpu`` / ``gpu``) and the ranks left out by reason.
+
+    With ``backend`` and ``paths`` (rank -> its trace files, one per profiling window) each lane is built by a task that reads
+    its own rank; else from ``traces`` here.
+    """
+    cpu = _cpu_side(traces, instances) if cpu is None else cpu
+    ranks = sorted(int(r) for r in traces.ranks["rank"])
+    by_rank = {r: instances[instances["rank"].to_numpy() == r] for r in ranks}
+    if backend is not None and paths:
+        works = [LaneWork(r, paths[r], by_rank[r], cpu, dict(read_options or {})) for r in ranks]
+        built = dict(zip(ranks, backend.map(lane_task, works, "what-if: lanes"), strict=True))
+    else:
+        built = {r: lane_of(r, traces, by_rank[r], cpu) for r in ranks}
+    lanes = {r: lane for r, lane in built.items() if lane is not None}
     not_used: dict[str, int] = {}
-    kernels = None if cpu else traces.kernels
-    for rank in sorted(int(r) for r in traces.ranks["rank"]):
-        mine = inst[inst["rank"].to_numpy() == rank]
-        if cpu:
-            lane = _cpu_lane(rank, ops[op_rank == rank], mine)
-        else:
-            assert kernels is not None
-            lane = _gpu_lane(rank, ops[op_rank == rank], kernels[kernels["rank"].to_numpy() == rank], mine)
-        if lane is None:
-            reason = "ranks without ProfilerStep#N steps or a main thread"
-            not_used[reason] = not_used.get(reason, 0) + 1
-            continue
-        lanes[rank] = lane
+    if len(lanes) < len(built):
+        not_used["ranks without ProfilerStep#N steps or a main thread / GPU events"] = len(built) - len(lanes)
     return lanes, "cpu" if cpu else "gpu", not_used
 
 
@@ -367,13 +402,20 @@ def mean_step_ms(lanes: dict[int, Lane], ends: dict[int, dict[int, int]] | None)
     return (total / steps / 1e6 if steps else float("nan")), steps
 
 
-def what_if(traces: TraceSet, alignment: Alignment, *, k_scale: float = K_SCALE,
-            floor_share: float = FLOOR_SHARE) -> WhatIfResult:
+def what_if(traces: TraceSet, instances: pd.DataFrame | Alignment, *, k_scale: float = K_SCALE,
+            floor_share: float = FLOOR_SHARE, backend: Backend | None = None,
+            paths: dict[int, list[str]] | None = None, read_options: dict[str, Any] | None = None,
+            cpu: bool | None = None) -> WhatIfResult:
     """Replay the job with its straggler ops at their typical duration (module doc).
 
-    Raises :class:`~evtsync.errors.InputError` when no rank has recorded steps to replay.
+    ``instances``: the aligned collective instances (``Alignment.instances`` or the alignment).
+    ``backend`` + ``paths``: build each rank's lane in a task reading its own file (Dask, a pool);
+    ``traces`` then needs only the collectives. Raises :class:`InputError` when no rank has recorded
+    steps to replay.
     """
-    lanes, backend, not_used = build_lanes(traces, alignment)
+    inst = instances.instances if isinstance(instances, Alignment) else instances
+    lanes, kind, not_used = build_lanes(traces, inst, backend=backend, paths=paths, read_options=read_options,
+                                        cpu=cpu)
     if not lanes:
         raise InputError("what-if: no rank has ProfilerStep#N steps and a main thread or GPU events to replay")
     measured, n_steps = mean_step_ms(lanes, None)
@@ -390,9 +432,9 @@ def what_if(traces: TraceSet, alignment: Alignment, *, k_scale: float = K_SCALE,
     without = mean_step_ms(lanes, replay(lanes, scales(strag)))[0]
     saving_all = base - without
     rows = []
-    for (rank, kind, name), g in strag.groupby(["rank", "kind", "name"], sort=False):
+    for (rank, category, name), g in strag.groupby(["rank", "kind", "name"], sort=False):
         alone = mean_step_ms(lanes, replay(lanes, scales(g)))[0]
-        rows.append({"rank": int(rank), "cause": str(name), "category": str(kind), "n_ops": len(g),
+        rows.append({"rank": int(rank), "cause": str(name), "category": str(category), "n_ops": len(g),
                      "excess_ms": float(g["excess"].sum()) / 1e6, "saving_ms_per_step": base - alone})
     table = pd.DataFrame(rows, columns=WHATIF_COLUMNS[:-1])
     table["saving_share"] = table["saving_ms_per_step"] / saving_all if saving_all > 0 else float("nan")
@@ -405,4 +447,4 @@ def what_if(traces: TraceSet, alignment: Alignment, *, k_scale: float = K_SCALE,
     # the saving applies to the measured step: T_without = T_actual − (replayed − replayed without)
     return WhatIfResult(step_time_ms=measured, replayed_step_time_ms=base,
                         step_time_without_stragglers_ms=measured - saving_all, n_steps=n_steps,
-                        n_ranks=len(lanes), backend=backend, table=table, ops=ops, not_used=not_used)
+                        n_ranks=len(lanes), backend=kind, table=table, ops=ops, not_used=not_used)
