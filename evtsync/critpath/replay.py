@@ -82,6 +82,14 @@ class WhatIfResult:
     ops: pd.DataFrame
     #: what the replay could not use, by reason (counts)
     not_used: dict[str, int] = field(default_factory=dict)
+    lanes: dict[int, Lane] = field(default_factory=dict, repr=False)
+
+    def saving_of(self, ops: pd.DataFrame) -> float:
+        """The step time (ms per step) saved by fixing only ``ops`` (rows of :attr:`ops`) together."""
+        if ops.empty:
+            return 0.0
+        fixed = replay(self.lanes, _scales(ops))
+        return self.replayed_step_time_ms - mean_step_ms(self.lanes, fixed)[0]
 
     @property
     def slowdown(self) -> float:
@@ -402,6 +410,17 @@ def mean_step_ms(lanes: dict[int, Lane], ends: dict[int, dict[int, int]] | None)
     return (total / steps / 1e6 if steps else float("nan")), steps
 
 
+_OP_KEYS = ("rank", "window", "step", "segment", "kind", "name")
+
+
+def _scales(rows: pd.DataFrame) -> dict[tuple[int, int, int, int, str, str], float]:
+    """Replay factors that bring each op instance of ``rows`` to its typical duration."""
+    dur = rows["duration_ms"] if "duration_ms" in rows else rows["dur"]
+    typ = rows["typical_ms"] if "typical_ms" in rows else rows["typical"]
+    return {(int(r), int(w), int(st), int(sg), str(k), str(n)): (t / d if d > 0 else 1.0)
+            for r, w, st, sg, k, n, t, d in zip(*(rows[c] for c in _OP_KEYS), typ, dur, strict=True)}
+
+
 def what_if(traces: TraceSet, instances: pd.DataFrame | Alignment, *, k_scale: float = K_SCALE,
             floor_share: float = FLOOR_SHARE, backend: Backend | None = None,
             paths: dict[int, list[str]] | None = None, read_options: dict[str, Any] | None = None,
@@ -422,13 +441,7 @@ def what_if(traces: TraceSet, instances: pd.DataFrame | Alignment, *, k_scale: f
     base = mean_step_ms(lanes, replay(lanes))[0]
     inst = op_instances(lanes)
     strag = straggler_ops(inst, measured * 1e6, k_scale=k_scale, floor_share=floor_share)
-    keys = ["rank", "window", "step", "segment", "kind", "name"]
-
-    def scales(rows: pd.DataFrame) -> dict[tuple[int, int, int, int, str, str], float]:
-        return {(int(r), int(w), int(st), int(sg), str(k), str(n)): (t / d if d > 0 else 1.0)
-                for r, w, st, sg, k, n, t, d in zip(*(rows[c] for c in keys), rows["typical"], rows["dur"],
-                                                   strict=True)}
-
+    scales = _scales
     without = mean_step_ms(lanes, replay(lanes, scales(strag)))[0]
     saving_all = base - without
     rows = []
@@ -440,11 +453,11 @@ def what_if(traces: TraceSet, instances: pd.DataFrame | Alignment, *, k_scale: f
     table["saving_share"] = table["saving_ms_per_step"] / saving_all if saving_all > 0 else float("nan")
     table = table.sort_values("saving_ms_per_step", ascending=False, kind="stable").reset_index(drop=True)
     ops = strag.assign(duration_ms=strag["dur"] / 1e6, typical_ms=strag["typical"] / 1e6)[
-        keys + ["duration_ms", "typical_ms"]]
+        list(_OP_KEYS) + ["duration_ms", "typical_ms"]]
     if abs(base - measured) > 1e-3 * max(measured, 1.0):
         log.warning("what-if replay: the replay with measured durations gives %.3f ms per step against %.3f ms "
                     "measured", base, measured)
     # the saving applies to the measured step: T_without = T_actual − (replayed − replayed without)
     return WhatIfResult(step_time_ms=measured, replayed_step_time_ms=base,
                         step_time_without_stragglers_ms=measured - saving_all, n_steps=n_steps,
-                        n_ranks=len(lanes), backend=kind, table=table, ops=ops, not_used=not_used)
+                        n_ranks=len(lanes), backend=kind, table=table, ops=ops, not_used=not_used, lanes=lanes)
