@@ -331,10 +331,11 @@ def straggler_ops(instances: pd.DataFrame, step_ns: float, *, k_scale: float = K
 
 # --------------------------------------------------------------------------- replay
 
-def replay(lanes: dict[int, Lane], scale: dict[tuple[int, int, int, int, str, str], float] | None = None
-           ) -> dict[int, dict[int, int]]:
+def replay(lanes: dict[int, Lane], scale: dict[tuple[int, int, int, int, str, str], float] | None = None,
+           record: dict[str, Any] | None = None) -> dict[int, dict[int, int]]:
     """Replay the lanes; ``scale`` maps (rank, window, step, segment, kind, name) to the factor on
-    those slices' durations (1 where absent). Returns per rank per window the replayed end (ns)."""
+    those slices' durations (1 where absent). Returns per rank per window the replayed end (ns);
+    ``record`` (a dict) receives the replayed ``arrived`` and ``ended`` times per collective."""
     scale = scale or {}
     out: dict[int, dict[int, int]] = {r: {} for r in lanes}
     windows = sorted({w for lane in lanes.values() for w in lane.windows})
@@ -390,6 +391,9 @@ def replay(lanes: dict[int, Lane], scale: dict[tuple[int, int, int, int, str, st
                         s["t"] += s["dur"][i]
                     s["i"] += 1
                     progress = True
+        if record is not None:
+            record.setdefault("arrived", {}).update(arrived)
+            record.setdefault("ended", {}).update(ended)
         for r, s in state.items():
             if s["i"] < s["n"]:
                 log.warning("what-if replay: rank %d window %d blocked at slice %d of %d (a collective whose "
