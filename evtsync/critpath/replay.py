@@ -107,7 +107,7 @@ class WhatIfResult:
         return {"step_time_ms": round(self.step_time_ms, 3),
                 "step_time_without_stragglers_ms": round(self.step_time_without_stragglers_ms, 3),
                 "slowdown": round(self.slowdown, 4), "replayed_step_time_ms": round(self.replayed_step_time_ms, 3),
-                "whatif_n_steps": self.n_steps, "whatif_backend": self.backend,
+                "whatif_rank_steps": self.n_steps, "whatif_backend": self.backend,
                 "whatif_not_used": dict(self.not_used)}
 
 

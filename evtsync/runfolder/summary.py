@@ -165,7 +165,7 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
     variation r over the cell's block identities (from the z-scores); ``converged`` and ``notes`` (one per line,
     :data:`NOTE_SEPARATOR`, with what to do next where something could not be computed). The second value holds ``n``, ``model``,
     ``loo``, ``loo_and_tail`` (the sentence reconciling them), ``topologies``, ``level`` and
-    ``point_estimate`` (per estimator of the rows: what its point is, e.g. "posterior median") and ``jobs`` (per workload the what-if replay: ``step_time_ms``, ``step_time_without_stragglers_ms``, ``slowdown``, ``n_steps``; docs/critical-path.md §8); a cell holding one job also carries those three columns.
+    ``point_estimate`` (per estimator of the rows: what its point is, e.g. "posterior median") and ``jobs`` (per workload the what-if replay: ``step_time_ms``, ``step_time_without_stragglers_ms``, ``slowdown``, ``n_rank_steps`` (ranks × recorded steps); docs/critical-path.md §8); a cell holding one job also carries those three columns.
     """
     from evtsync.predict.tables import is_beyond_data, point_column, point_labels, point_words
 
@@ -323,7 +323,7 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
             "jobs": [] if whatif is None else [
                 {"workload": str(r["workload"]), "gpu": str(r["gpu"]), "step_time_ms": float(r["step_time_ms"]),
                  "step_time_without_stragglers_ms": float(r["step_time_without_stragglers_ms"]),
-                 "slowdown": float(r["slowdown"]), "n_steps": int(r["whatif_n_steps"])}
+                 "slowdown": float(r["slowdown"]), "n_rank_steps": int(r["whatif_rank_steps"])}
                 for _, r in whatif.iterrows()]}
     return pd.DataFrame(rows), info
 
