@@ -202,7 +202,7 @@ def _gpu_lane(rank: int, ops: pd.DataFrame, kernels: pd.DataFrame, inst: pd.Data
               zip(inst["pg"], inst["index"], inst["stream"], inst["ts_ns"], strict=True)}
     arrivals = {(pg, int(i)): (int(w), int(t), int(e)) for pg, i, w, t, e in
                 zip(inst["pg"], inst["index"], inst["window"], inst["ts_ns"], inst["end_ns"], strict=True)}
-    rows = []
+    rows: list[tuple[int, int, str, str, tuple[Any, int] | None, bool, int]] = []
     for (w, g) in steps.groupby("window"):
         lo, hi = int(g["ts_ns"].min()), int(g["end_ns"].max())
         k = kernels[(kernels["window"].to_numpy() == w) if "window" in kernels else slice(None)]
