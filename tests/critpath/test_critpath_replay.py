@@ -219,6 +219,12 @@ def test_gpu_twins(tmp_path: Path) -> None:
     assert float(top["saving_ms_per_step"]) == pytest.approx(20.0 / 4, rel=0.25)
     # the clean twin: nothing to fix
     assert abs(wc.saving_ms_per_step) < 0.01 * wc.step_time_ms
+    # the CLI gives the same on GPU traces
+    done = _cli(str(planted), "--what-if", "--json")
+    assert done.returncode == 0, done.stderr
+    cli = json.loads(done.stdout)["what_if"]
+    assert cli["whatif_backend"] == "gpu"
+    assert cli["step_time_without_stragglers_ms"] == pytest.approx(wp.step_time_without_stragglers_ms, abs=1e-3)
 
 
 # ------------------------------------------------------------------ CLI
