@@ -64,6 +64,8 @@ class Lane:
     arrivals: dict[tuple[Any, int], tuple[int, int, int]]
     #: window -> (start_ns, end_ns, n_steps) of the recorded steps on this rank
     windows: dict[int, tuple[int, int, int]]
+    #: collective instances of the rank with no arrival found (no ``c10d::*`` enqueue): not replayed
+    n_unpaired: int = 0
 
 
 @dataclass
@@ -185,7 +187,7 @@ def _cpu_lane(rank: int, ops: pd.DataFrame, inst: pd.DataFrame) -> Lane | None:
     sl["ref_key"] = [keys[r] if r >= 0 and ok[r] else None for r in ref.tolist()]
     sl["blocking"] = blocking & np.array([k is not None for k in sl["ref_key"]], dtype=bool)
     sl = _label_steps(sl, steps, a["enqueue_ns"].to_numpy(np.int64)[ok])
-    return Lane(rank, sl, arrivals, _windows(steps))
+    return Lane(rank, sl, arrivals, _windows(steps), n_unpaired=int((~ok).sum()))
 
 
 def _windows(steps: pd.DataFrame) -> dict[int, tuple[int, int, int]]:
@@ -396,6 +398,8 @@ def replay(lanes: dict[int, Lane], scale: dict[tuple[int, int, int, int, str, st
             record.setdefault("ended", {}).update(ended)
         for r, s in state.items():
             if s["i"] < s["n"]:
+                if record is not None:
+                    record.setdefault("blocked", []).append((r, w))
                 log.warning("what-if replay: rank %d window %d blocked at slice %d of %d (a collective whose "
                             "members never all arrive); its window is counted from there", r, w, s["i"], s["n"])
             out[r][w] = int(s["t"])
@@ -442,7 +446,14 @@ def what_if(traces: TraceSet, instances: pd.DataFrame | Alignment, *, k_scale: f
     if not lanes:
         raise InputError("what-if: no rank has ProfilerStep#N steps and a main thread or GPU events to replay")
     measured, n_steps = mean_step_ms(lanes, None)
-    base = mean_step_ms(lanes, replay(lanes))[0]
+    check: dict[str, Any] = {}
+    base = mean_step_ms(lanes, replay(lanes, record=check))[0]
+    unpaired = sum(lane.n_unpaired for lane in lanes.values())
+    if unpaired:
+        not_used["collective instances without a c10d::* enqueue on the main thread (no arrival replayed)"] = unpaired
+    if check.get("blocked"):
+        not_used["rank-windows whose replay stopped at a collective whose members never all arrived"] = \
+            len(check["blocked"])
     inst = op_instances(lanes)
     strag = straggler_ops(inst, measured * 1e6, k_scale=k_scale, floor_share=floor_share)
     scales = _scales

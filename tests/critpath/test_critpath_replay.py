@@ -88,6 +88,16 @@ def test_no_straggler_no_saving() -> None:
     assert straggler_ops(op_instances(lanes), 17.0 * MS).empty
 
 
+def test_a_wait_for_a_collective_nobody_reaches_is_counted() -> None:
+    lanes = {r: _lane(r, 10.0, 5.0, 12.0) for r in range(2)}
+    lanes[0].slices.at[1, "ref_key"] = ("h", 0)  # rank 0 waits for a collective no rank arrives at
+    record: dict = {}
+    ends = replay(lanes, record=record)
+    assert record["blocked"] == [(0, 0)]
+    assert ends[0][0] == 10 * MS  # stopped where it blocked, after its 10 ms of work
+    assert ends[1][0] == 17 * MS
+
+
 # ------------------------------------------------------------------ real gloo recordings
 
 def test_replay_reproduces_the_measured_step_time() -> None:
