@@ -175,7 +175,8 @@ def _print_what_if(w) -> None:  # noqa: ANN001 - CLI rendering only
     if len(w.table):
         print(f"  {'rank':>5}  {'category':<16} {'saving ms/step':>14} {'share':>6}  cause")
         for r in w.table.head(15).itertuples():
-            print(f"  {r.rank:>5}  {r.category:<16} {r.saving_ms_per_step:>14.2f} {r.saving_share:>6.1%}  {r.cause}")
+            label = f"{r.annotation} > {r.cause}" if isinstance(r.annotation, str) else str(r.cause)
+            print(f"  {r.rank:>5}  {r.category:<16} {r.saving_ms_per_step:>14.2f} {r.saving_share:>6.1%}  {label}")
         if len(w.table) > 15:
             print(f"  {len(w.table) - 15} more in PATH_whatif (-o)")
 

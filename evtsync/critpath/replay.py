@@ -49,7 +49,7 @@ K_SCALE = 5.0
 FLOOR_SHARE = 0.05
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 GPU_IDLE = "(gpu idle)"
-WHATIF_COLUMNS = ["rank", "cause", "category", "n_ops", "excess_ms", "saving_ms_per_step", "saving_share"]
+WHATIF_COLUMNS = ["rank", "cause", "annotation", "category", "n_ops", "excess_ms", "saving_ms_per_step", "saving_share"]
 
 
 @dataclass
@@ -66,6 +66,8 @@ class Lane:
     windows: dict[int, tuple[int, int, int]]
     #: collective instances of the rank with no arrival found (no ``c10d::*`` enqueue): not replayed
     n_unpaired: int = 0
+    #: the user's ``record_function`` annotations on the lane's thread (start_ns, end_ns, name), if any
+    annotations: pd.DataFrame | None = None
 
 
 @dataclass
@@ -125,6 +127,8 @@ class FirstScreen:
     slowdown: float
     top_rank: int | None
     top_cause: str | None
+    #: the user's ``record_function`` around the top cause (``expert_mm`` for ``aten::mm``), or None
+    top_annotation: str | None
     top_category: str | None
     top_saving_ms: float | None
 
@@ -137,6 +141,7 @@ def first_screen(result: WhatIfResult) -> FirstScreen:
                        reduction_pct=pct, slowdown=result.slowdown,
                        top_rank=None if top is None else int(top["rank"]),
                        top_cause=None if top is None else str(top["cause"]),
+                       top_annotation=None if top is None or pd.isna(top["annotation"]) else str(top["annotation"]),
                        top_category=None if top is None else str(top["category"]),
                        top_saving_ms=None if top is None else float(top["saving_ms_per_step"]))
 
@@ -187,7 +192,31 @@ def _cpu_lane(rank: int, ops: pd.DataFrame, inst: pd.DataFrame) -> Lane | None:
     sl["ref_key"] = [keys[r] if r >= 0 and ok[r] else None for r in ref.tolist()]
     sl["blocking"] = blocking & np.array([k is not None for k in sl["ref_key"]], dtype=bool)
     sl = _label_steps(sl, steps, a["enqueue_ns"].to_numpy(np.int64)[ok])
-    return Lane(rank, sl, arrivals, _windows(steps), n_unpaired=int((~ok).sum()))
+    main = ops[(ops["tid"].to_numpy() == tl.tid) & (ops["cat"].astype(str).to_numpy() == "user_annotation")]
+    main = main[~main["name"].astype(str).str.match(_STEP.pattern).to_numpy()]
+    notes = pd.DataFrame({"start_ns": main["ts_ns"].to_numpy(np.int64), "end_ns": main["end_ns"].to_numpy(np.int64),
+                          "name": main["name"].astype(str).to_numpy()})
+    return Lane(rank, sl, arrivals, _windows(steps), n_unpaired=int((~ok).sum()), annotations=notes)
+
+
+def annotation_of(lane: Lane, rows: pd.DataFrame) -> str | None:
+    """The user's annotation around straggler op instances ``rows`` of one lane: per slice the
+    innermost ``record_function`` covering it (not the slice's own event), the one holding the most
+    time; None when none covers them (docs/critical-path.md §8)."""
+    notes = lane.annotations
+    if notes is None or notes.empty or rows.empty:
+        return None
+    sl = lane.slices.merge(rows[["window", "step", "segment", "kind", "name"]].drop_duplicates(),
+                           on=["window", "step", "segment", "kind", "name"])
+    held: dict[str, int] = {}
+    n_start, n_end, n_name = (notes[c].to_numpy() for c in ("start_ns", "end_ns", "name"))
+    for st, en, name in zip(sl["start_ns"].to_numpy(np.int64), sl["end_ns"].to_numpy(np.int64), sl["name"],
+                            strict=True):
+        cover = np.flatnonzero((n_start <= st) & (n_end >= en) & (n_name != name))
+        if cover.size:
+            inner = cover[np.argmax(n_start[cover])]
+            held[str(n_name[inner])] = held.get(str(n_name[inner]), 0) + int(en - st)
+    return max(held, key=lambda k: held[k]) if held else None
 
 
 def _windows(steps: pd.DataFrame) -> dict[int, tuple[int, int, int]]:
@@ -462,7 +491,8 @@ def what_if(traces: TraceSet, instances: pd.DataFrame | Alignment, *, k_scale: f
     rows = []
     for (rank, category, name), g in strag.groupby(["rank", "kind", "name"], sort=False):
         alone = mean_step_ms(lanes, replay(lanes, scales(g)))[0]
-        rows.append({"rank": int(rank), "cause": str(name), "category": str(category), "n_ops": len(g),
+        rows.append({"rank": int(rank), "cause": str(name), "annotation": annotation_of(lanes[int(rank)], g),
+                     "category": str(category), "n_ops": len(g),
                      "excess_ms": float(g["excess"].sum()) / 1e6, "saving_ms_per_step": base - alone})
     table = pd.DataFrame(rows, columns=WHATIF_COLUMNS[:-1])
     table["saving_share"] = table["saving_ms_per_step"] / saving_all if saving_all > 0 else float("nan")

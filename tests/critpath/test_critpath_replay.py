@@ -198,6 +198,17 @@ def test_every_plant_is_a_straggler_op_of_its_rank() -> None:
             assert p["rank"] in set(w.table.loc[w.table["cause"] == p["cause"], "rank"])
 
 
+def test_the_users_annotation_is_named() -> None:
+    # tools/record_gloo_whatif.py: rank 2's plant is torch.mm inside record_function("expert_mm")
+    w = _cached("ddpw")
+    row = w.table[(w.table["rank"] == 2) & (w.table["cause"] == "aten::mm")]
+    assert row["annotation"].tolist() == ["expert_mm"]
+    # a plant with no annotation around it has none
+    gc_row = w.table[(w.table["rank"] == 1) & (w.table["cause"] == "(python gap)")]
+    assert gc_row["annotation"].isna().all()
+    assert first_screen(w).top_annotation is None
+
+
 def test_first_screen_names_the_largest_plant() -> None:
     w = _cached("ddp")
     s = first_screen(w)
