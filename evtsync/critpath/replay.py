@@ -224,8 +224,9 @@ def _windows(steps: pd.DataFrame) -> dict[int, tuple[int, int, int]]:
 
 
 def _gpu_lane(rank: int, ops: pd.DataFrame, kernels: pd.DataFrame, inst: pd.DataFrame) -> Lane | None:
-    """A GPU rank's lane: its GPU events tiled into exclusive slices (the one that started last owns
-    overlapping time; uncovered time is ``(gpu idle)``), communication kernels as blocking waits."""
+    """A GPU rank's lane: its GPU events in start order tiled into exclusive slices (overlapping time
+    belongs to the event that started first; one wholly inside another is dropped; uncovered time is
+    ``(gpu idle)``), communication kernels as blocking waits."""
     steps = _steps_of(ops)
     if steps.empty or kernels.empty:
         return None
