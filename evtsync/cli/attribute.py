@@ -43,6 +43,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="write one Chrome trace-event file per profiling window (OUT.w<N>.json when there "
                              "are several) merging all ranks, with the straggler paths, causes and root-cause "
                              "links marked, for Perfetto or chrome://tracing")
+    parser.add_argument("--what-if", action="store_true", dest="what_if",
+                        help="replay the job with each straggler op at its typical (median) duration: the step "
+                             "time without stragglers, the slowdown and, per rank and cause, the step time saved by "
+                             "fixing that one alone (docs/critical-path.md §8); with -o also PATH_whatif")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(handler=run)
 
@@ -101,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         # holds every rank's tables (in this process too, one rank after the other)
         read: dict[str, Any] = {k: options[k] for k in ("salvage", "cache", "comm_kernels", "rank_from") if k in options}
         result = attribute(args.traces, pg, backend=backend, read_options=read, **common)
+        whatif = _what_if(args, result, backend, read, align_options(args)) if args.what_if else None
     taxed = result.collectives[result.collectives["status"] != "no_tax"]
     if result.collectives.empty:
         raise InputError("nothing to attribute: no collective (NCCL/communication kernel or gloo:* annotation) "
@@ -117,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
             write_table(result.ranks, sibling_path(args.out, "ranks"))
             if args.paths:
                 write_table(result.paths, sibling_path(args.out, "paths"))
+            if whatif is not None:
+                write_table(whatif.table, sibling_path(args.out, "whatif"))
         if args.plot:
             plot_breakdown(result, args.plot)
         if args.plot_path:
@@ -133,10 +140,45 @@ def run(args: argparse.Namespace) -> int:
         emit_json({"gpu_only_share": result.gpu_only_share, "summary": result.summary,
                    "validation": result.validation,
                    "status": result.collectives["status"].value_counts().to_dict(),
-                   "cpu_side": result.cpu_side, "ranks": result.ranks, "n_invalid_left_out": n_invalid})
+                   "cpu_side": result.cpu_side, "ranks": result.ranks, "n_invalid_left_out": n_invalid,
+                   **({"what_if": {**whatif.summary(), "stragglers": whatif.table}} if whatif is not None else {})})
         return 0
     _print_report(result, n_invalid)
+    if whatif is not None:
+        _print_what_if(whatif)
     return 0
+
+
+def _what_if(args: argparse.Namespace, result, backend, read: dict[str, Any],  # noqa: ANN001
+             align: dict[str, Any]):  # noqa: ANN202 - WhatIfResult
+    """The counterfactual replay (per-rank lanes on ``backend`` when it is not this process)."""
+    from evtsync.core.parallel import InProcess
+    from evtsync.critpath.replay import what_if
+    from evtsync.sync.collectives import align_collectives
+    from evtsync.trace.traceset import load_traces
+
+    per_rank = not isinstance(backend, InProcess)
+    traces = load_traces(args.traces, scope="collectives" if per_rank else "all", **read)
+    alignment = align_collectives(traces, **align)   # every group: the replay needs all of a rank's collectives
+    paths = {int(r): g["path"].astype(str).tolist() for r, g in traces.ranks.groupby("rank")} if per_rank else None
+    return what_if(traces, alignment, backend=backend if per_rank else None, paths=paths, read_options=read,
+                   cpu=bool(result.cpu_side))
+
+
+def _print_what_if(w) -> None:  # noqa: ANN001 - CLI rendering only
+    print(f"\nwhat-if without stragglers (replay, each straggler op at its median over ranks and steps; "
+          f"mean over {w.n_steps} rank-steps of {w.n_ranks} rank(s)):")
+    print(f"  step time {w.step_time_ms:.1f} ms measured, {w.step_time_without_stragglers_ms:.1f} ms without "
+          f"stragglers (-{w.saving_ms_per_step:.1f} ms, slowdown S = {w.slowdown:.3f})")
+    for reason, n in w.not_used.items():
+        print(f"  not replayed: {n} {reason}")
+    if len(w.table):
+        print(f"  {'rank':>5}  {'category':<16} {'saving ms/step':>14} {'share':>6}  cause")
+        for r in w.table.head(15).itertuples():
+            label = f"{r.annotation} > {r.cause}" if isinstance(r.annotation, str) else str(r.cause)
+            print(f"  {r.rank:>5}  {r.category:<16} {r.saving_ms_per_step:>14.2f} {r.saving_share:>6.1%}  {label}")
+        if len(w.table) > 15:
+            print(f"  {len(w.table) - 15} more in PATH_whatif (-o)")
 
 
 def plot_breakdown(result, path: str) -> None:  # noqa: ANN001 - figure rendering only

@@ -181,6 +181,7 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
     collectives, summaries, validations, paths = [], [], [], []
     reasons = []
     cpu_side: list[bool] = []
+    whatif_jobs, whatif_rows = [], []
 
     def one(w: Any) -> None:
         traces = run.traces(w)
@@ -200,6 +201,10 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
         summaries.append(_tag(summary, w.name, gpu))
         validations.append(_tag(result.validation, w.name, gpu))
         paths.append(_tag(_path_view_rows(result), w.name, gpu))
+        whatif = _what_if_of(traces, alignment, result.cpu_side, w.name, reasons)
+        if whatif is not None:  # docs/critical-path.md §8
+            whatif_jobs.append(_tag(pd.DataFrame([whatif.summary()]), w.name, gpu))
+            whatif_rows.append(_tag(whatif.table, w.name, gpu))
 
     run.per_workload("attribution", "attribution", one)
     if not collectives:
@@ -216,11 +221,28 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
                                  _stringify(pd.concat(validations, ignore_index=True))),
                  run.write_table(f"{TABLES}/attribution_paths.parquet",
                                  _stringify(pd.concat(paths, ignore_index=True))))
+    if whatif_jobs:
+        run.produced("attribution",
+                     run.write_table(f"{TABLES}/whatif_jobs.parquet",
+                                     _stringify(pd.concat(whatif_jobs, ignore_index=True))),
+                     run.write_table(f"{TABLES}/whatif_stragglers.parquet",
+                                     _stringify(pd.concat(whatif_rows, ignore_index=True))))
     valid, n_invalid = valid_collectives(table)
     ok = valid[valid["status"] == "ok"]
     return {"collectives": len(table), "invalid_left_out": n_invalid, "attributed": len(ok),
             "gpu_only_share": float((ok["path_kind"] == "gpu_only").mean()) if len(ok) and not all(cpu_side) else None,
             "skipped_workloads": reasons}
+
+
+def _what_if_of(traces: Any, alignment: Any, cpu_side: bool, name: str, reasons: list[str]) -> Any:
+    """The workload's what-if replay (docs/critical-path.md §8), or None with the reason noted."""
+    from evtsync.critpath.replay import what_if
+
+    try:
+        return what_if(traces, alignment, cpu=cpu_side)
+    except InputError as exc:
+        reasons.append(f"{name}: what-if: {exc}")
+        return None
 
 
 def _path_view_rows(result: Any) -> pd.DataFrame:

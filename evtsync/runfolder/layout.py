@@ -52,7 +52,8 @@ TABLE_FILES = {name: f"{TABLES}/{name}.parquet" for name in (
     "attribution_collectives", "attribution_summary", "attribution_validation", "attribution_paths",
     "attribution_root_causes", "attribution_rank_blame", "attribution_unexplained", "zscores", "blocks_dropped",
     "mle", "compare", "tau", "bstar", "xi", "xi_population", "block_scale", "predicted_vs_measured",
-    "predicted_vs_measured_holdout", "tax_stragglers", "tax_straggler_ranks", "whatif", "bstar_flops",
+    "predicted_vs_measured_holdout", "tax_stragglers", "tax_straggler_ranks", "whatif", "whatif_jobs",
+    "whatif_stragglers", "bstar_flops",
     "flops_scaling", "summary", "truth_xi", "truth_attribution")}
 #: The run's answer table as JSON (the same rows as ``tables/summary.parquet``), beside the manifest.
 SUMMARY_JSON = "summary.json"

@@ -201,7 +201,7 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
     variation r over the cell's block identities (from the z-scores); ``converged`` and ``notes`` (one per line,
     :data:`NOTE_SEPARATOR`, with what to do next where something could not be computed). The second value holds ``n``, ``model``,
     ``loo``, ``loo_and_tail`` (the sentence reconciling them), ``topologies``, ``level`` and
-    ``point_estimate`` (per estimator of the rows: what its point is, e.g. "posterior median").
+    ``point_estimate`` (per estimator of the rows: what its point is, e.g. "posterior median") and ``jobs`` (per workload the what-if replay: ``step_time_ms``, ``step_time_without_stragglers_ms``, ``slowdown``, ``n_rank_steps`` (ranks × recorded steps); docs/critical-path.md §8); a cell holding one job also carries those three columns.
     """
     from evtsync.predict.tables import is_beyond_data, point_column, point_labels, point_words
 
@@ -221,6 +221,7 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
 
     coll, z, att = table("tax_collectives"), table("zscores"), table("attribution_collectives")
     xi, tau, bstar, compare = table("xi"), table("tau"), table("bstar"), table("compare")
+    whatif = table("whatif_jobs")
     model = main_model(run_dir, manifest)
     n = summary_n(manifest, tau)
     prec_of = _workload_precision(z)
@@ -331,6 +332,17 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
                             f"bstar_{topo}_lo_gbps": float(r["bstar_lo_gbps"]),
                             f"bstar_{topo}_hi_gbps": float(r["bstar_hi_gbps"])})
                 fit_ok = fit_ok and bool(r.get("converged", True))
+        if whatif is not None and len(whatif):  # the what-if replay (docs/critical-path.md §8), per job
+            wc = whatif[whatif["gpu"].astype(str) == gpu]
+            if precision != "all":
+                wc = wc[wc["workload"].astype(str).map(prec_of) == precision]
+            if len(wc) == 1:
+                row.update(step_time_ms=float(wc["step_time_ms"].iloc[0]),
+                           step_time_without_stragglers_ms=float(wc["step_time_without_stragglers_ms"].iloc[0]),
+                           slowdown=float(wc["slowdown"].iloc[0]))
+            elif len(wc) > 1:
+                notes.append(f"step time without stragglers: {len(wc)} jobs in this cell, per job in summary.json "
+                             "(jobs) and tables/whatif_jobs.parquet")
         row["converged"] = fit_ok
         if not fit_ok:
             notes.insert(0, f"fit {model} NOT converged: xi, tau and B* are unreliable")
@@ -347,7 +359,13 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
               if tau is not None and model is not None and "estimator" in tau else {})
     info = {"n": n, "model": model, "estimator": ", ".join(estimators) or None, "point_estimate": points,
             "loo": loo_verdict(compare), "topologies": topologies, "level": INTERVAL_LEVEL,
-            "loo_and_tail": reconcile_loo_tail(compare, [str(r.get("verdict") or "") for r in rows])}
+            "loo_and_tail": reconcile_loo_tail(compare, [str(r.get("verdict") or "") for r in rows]),
+            # per job: measured step time, predicted without stragglers, slowdown S (docs/critical-path.md §8)
+            "jobs": [] if whatif is None else [
+                {"workload": str(r["workload"]), "gpu": str(r["gpu"]), "step_time_ms": float(r["step_time_ms"]),
+                 "step_time_without_stragglers_ms": float(r["step_time_without_stragglers_ms"]),
+                 "slowdown": float(r["slowdown"]), "n_rank_steps": int(r["whatif_rank_steps"])}
+                for _, r in whatif.iterrows()]}
     return pd.DataFrame(rows), info
 
 

@@ -1,0 +1,509 @@
+"""What-if without stragglers: a counterfactual replay of the job (docs/critical-path.md §8).
+
+Every rank's program is a *lane*: its main thread's exclusive slices (CPU-side collectives,
+:func:`evtsync.critpath.cpu.rank_timeline`), or its GPU's events tiled into exclusive slices
+(GPU collectives). Three things on a lane touch other ranks:
+
+- an *arrival* at a collective (the ``c10d::*`` enqueue's start on gloo, the communication
+  kernel's start on a GPU);
+- a *blocking wait* for a collective: a slice that lasts until the collective ends (the main
+  thread's ``(wait) …`` slice that reaches the ``gloo:*`` end; the communication kernel itself
+  on a GPU lane, which the next event of the lane follows);
+- everything else runs for its own duration.
+
+The replay moves every lane forward in time: a slice lasts its (possibly replaced) duration, a
+blocking wait ends when its collective ends, and a collective ends, on each member, when its
+last member has arrived plus that member's measured time from the last arrival to its end (the
+transfer itself, unchanged). With the measured durations it reproduces the measured times
+exactly (``replayed_step_time_ms`` = ``step_time_ms``: a check, not an assumption).
+
+*Without stragglers*, each straggler op runs for its typical duration: the median of the same op
+over all ranks and steps. *The same op* is (slice kind, name, segment), where the segment is the
+ordinal of the rank's next collective within the step (0 before the step's first arrival, k after
+its k-th); its value per (rank, step) is the total of its slices there (0 where it does not
+occur). An op instance is a straggler op when it exceeds its typical value by more than
+``max(K_SCALE × 1.4826 × MAD, FLOOR_SHARE × step time)`` (the job's own spread of that op;
+the floor keeps jitter of a few µs, present everywhere, from being "fixed").
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from evtsync.core.errors import InputError
+from evtsync.core.parallel import Backend
+from evtsync.critpath.cpu import CPU_SIDE_CATEGORIES, collectives_are_cpu_side, rank_timeline
+from evtsync.sync.collectives import Alignment
+from evtsync.trace.traceset import TraceSet
+
+log = logging.getLogger(__name__)
+
+#: An op instance is a straggler op above typical + max(K_SCALE × robust SD, FLOOR_SHARE × step).
+K_SCALE = 5.0
+FLOOR_SHARE = 0.05
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+GPU_IDLE = "(gpu idle)"
+WHATIF_COLUMNS = ["rank", "cause", "annotation", "category", "n_ops", "excess_ms", "saving_ms_per_step", "saving_share"]
+
+
+@dataclass
+class Lane:
+    """One rank's program: slices per window and the collectives it arrives at and waits for."""
+
+    rank: int
+    #: start_ns, end_ns, kind (str), name, ref (collective key index or -1), blocking (bool), window,
+    #: step, segment — sorted by window, then time
+    slices: pd.DataFrame
+    #: collective key -> (window, arrival_ns, end_ns) on this rank
+    arrivals: dict[tuple[Any, int], tuple[int, int, int]]
+    #: window -> (start_ns, end_ns, n_steps) of the recorded steps on this rank
+    windows: dict[int, tuple[int, int, int]]
+    #: collective instances of the rank with no arrival found (no ``c10d::*`` enqueue): not replayed
+    n_unpaired: int = 0
+    #: the user's ``record_function`` annotations on the lane's thread (start_ns, end_ns, name), if any
+    annotations: pd.DataFrame | None = None
+
+
+@dataclass
+class WhatIfResult:
+    """The replay's answer (docs/critical-path.md §8)."""
+
+    step_time_ms: float
+    replayed_step_time_ms: float
+    step_time_without_stragglers_ms: float
+    n_steps: int
+    n_ranks: int
+    backend: str
+    #: per (rank, cause): the step time saved by fixing that one alone (WHATIF_COLUMNS)
+    table: pd.DataFrame
+    #: every straggler op instance replaced: rank, window, step, segment, kind, name, duration_ms, typical_ms
+    ops: pd.DataFrame
+    #: what the replay could not use, by reason (counts)
+    not_used: dict[str, int] = field(default_factory=dict)
+    lanes: dict[int, Lane] = field(default_factory=dict, repr=False)
+
+    def saving_of(self, ops: pd.DataFrame) -> float:
+        """The step time (ms per step) saved by fixing only ``ops`` (rows of :attr:`ops`) together."""
+        if ops.empty:
+            return 0.0
+        fixed = replay(self.lanes, _scales(ops))
+        return self.replayed_step_time_ms - mean_step_ms(self.lanes, fixed)[0]
+
+    @property
+    def slowdown(self) -> float:
+        """S = T_actual / T_without (1.0: no straggler costs anything)."""
+        return self.step_time_ms / self.step_time_without_stragglers_ms \
+            if self.step_time_without_stragglers_ms > 0 else float("nan")
+
+    @property
+    def saving_ms_per_step(self) -> float:
+        """T_actual − T_without, ms per step."""
+        return self.step_time_ms - self.step_time_without_stragglers_ms
+
+    def summary(self) -> dict[str, Any]:
+        """The per-job numbers for summary.json."""
+        return {"step_time_ms": round(self.step_time_ms, 3),
+                "step_time_without_stragglers_ms": round(self.step_time_without_stragglers_ms, 3),
+                "slowdown": round(self.slowdown, 4), "replayed_step_time_ms": round(self.replayed_step_time_ms, 3),
+                "whatif_rank_steps": self.n_steps, "whatif_backend": self.backend,
+                "whatif_not_used": dict(self.not_used)}
+
+
+@dataclass
+class FirstScreen:
+    """The data of the report's first-screen sentence: "without its stragglers this job would take
+    ``without_ms`` per step instead of ``actual_ms`` (−``reduction_pct`` %); fixing ``top_cause`` on
+    rank ``top_rank`` alone saves ``top_saving_ms``"."""
+
+    actual_ms: float
+    without_ms: float
+    reduction_pct: float
+    slowdown: float
+    top_rank: int | None
+    top_cause: str | None
+    #: the user's ``record_function`` around the top cause (``expert_mm`` for ``aten::mm``), or None
+    top_annotation: str | None
+    top_category: str | None
+    top_saving_ms: float | None
+
+
+def first_screen(result: WhatIfResult) -> FirstScreen:
+    """The first-screen sentence's numbers (rendering is the report's)."""
+    top = result.table.iloc[0] if len(result.table) else None
+    pct = 100.0 * result.saving_ms_per_step / result.step_time_ms if result.step_time_ms > 0 else float("nan")
+    return FirstScreen(actual_ms=result.step_time_ms, without_ms=result.step_time_without_stragglers_ms,
+                       reduction_pct=pct, slowdown=result.slowdown,
+                       top_rank=None if top is None else int(top["rank"]),
+                       top_cause=None if top is None else str(top["cause"]),
+                       top_annotation=None if top is None or pd.isna(top["annotation"]) else str(top["annotation"]),
+                       top_category=None if top is None else str(top["category"]),
+                       top_saving_ms=None if top is None else float(top["saving_ms_per_step"]))
+
+
+# --------------------------------------------------------------------------- lanes
+
+def _steps_of(ops: pd.DataFrame) -> pd.DataFrame:
+    """The ``ProfilerStep#N`` annotations of one rank: window, step, ts_ns, end_ns (sorted)."""
+    names = ops["name"].astype(str)
+    hit = names.str.match(_STEP.pattern).to_numpy()
+    st = ops[hit]
+    out = pd.DataFrame({"window": st["window"].to_numpy(np.int64) if "window" in st else 0,
+                        "step": names[hit].str.extract(_STEP.pattern)[0].astype(np.int64).to_numpy(),
+                        "ts_ns": st["ts_ns"].to_numpy(np.int64), "end_ns": st["end_ns"].to_numpy(np.int64)})
+    return out.sort_values("ts_ns", kind="stable").drop_duplicates("step").reset_index(drop=True)
+
+
+def _label_steps(slices: pd.DataFrame, steps: pd.DataFrame, arrival_ns: np.ndarray) -> pd.DataFrame:
+    """Add each slice's step (the ProfilerStep its start lies in, -1 outside) and segment (arrivals
+    of the rank in that step before the slice's start)."""
+    s = slices["start_ns"].to_numpy(np.int64)
+    i = np.searchsorted(steps["ts_ns"].to_numpy(np.int64), s, side="right") - 1
+    inside = (i >= 0) & (s < steps["end_ns"].to_numpy(np.int64)[np.clip(i, 0, None)]) if len(steps) else \
+        np.zeros(len(s), bool)
+    step = np.where(inside, steps["step"].to_numpy(np.int64)[np.clip(i, 0, None)] if len(steps) else -1, -1)
+    step_start = np.where(inside, steps["ts_ns"].to_numpy(np.int64)[np.clip(i, 0, None)] if len(steps) else 0, 0)
+    arr = np.sort(arrival_ns)
+    seg = np.searchsorted(arr, s, side="right") - np.searchsorted(arr, step_start, side="left")
+    return slices.assign(step=step, segment=np.where(inside, seg, -1))
+
+
+def _cpu_lane(rank: int, ops: pd.DataFrame, inst: pd.DataFrame) -> Lane | None:
+    """A CPU-side (gloo) rank's lane: its main thread's slices."""
+    tl = rank_timeline(rank, ops, inst)
+    steps = _steps_of(ops)
+    if tl is None or steps.empty:
+        return None
+    a = tl.arrivals
+    keys = list(zip(a["pg"], a["index"].astype(int), strict=True))
+    ok = a["enqueue_ns"].to_numpy(np.int64) >= 0
+    arrivals = {k: (int(w), int(e), int(end)) for k, w, e, end, good in
+                zip(keys, a["window"], a["enqueue_ns"], a["end_ns"], ok, strict=True) if good}
+    sl = tl.slices.copy()
+    ref = sl["ref"].to_numpy(np.int64)
+    ends = a["end_ns"].to_numpy(np.int64)
+    blocking = (ref >= 0) & (sl["end_ns"].to_numpy(np.int64) >= ends[np.clip(ref, 0, None)])
+    sl["kind"] = [CPU_SIDE_CATEGORIES[k] for k in sl["kind"].tolist()]
+    sl["ref_key"] = [keys[r] if r >= 0 and ok[r] else None for r in ref.tolist()]
+    sl["blocking"] = blocking & np.array([k is not None for k in sl["ref_key"]], dtype=bool)
+    sl = _label_steps(sl, steps, a["enqueue_ns"].to_numpy(np.int64)[ok])
+    main = ops[(ops["tid"].to_numpy() == tl.tid) & (ops["cat"].astype(str).to_numpy() == "user_annotation")]
+    main = main[~main["name"].astype(str).str.match(_STEP.pattern).to_numpy()]
+    notes = pd.DataFrame({"start_ns": main["ts_ns"].to_numpy(np.int64), "end_ns": main["end_ns"].to_numpy(np.int64),
+                          "name": main["name"].astype(str).to_numpy()})
+    return Lane(rank, sl, arrivals, _windows(steps), n_unpaired=int((~ok).sum()), annotations=notes)
+
+
+def annotation_of(lane: Lane, rows: pd.DataFrame) -> str | None:
+    """The user's annotation around straggler op instances ``rows`` of one lane: per slice the
+    innermost ``record_function`` covering it (not the slice's own event), the one holding the most
+    time; None when none covers them (docs/critical-path.md §8)."""
+    notes = lane.annotations
+    if notes is None or notes.empty or rows.empty:
+        return None
+    sl = lane.slices.merge(rows[["window", "step", "segment", "kind", "name"]].drop_duplicates(),
+                           on=["window", "step", "segment", "kind", "name"])
+    held: dict[str, int] = {}
+    n_start, n_end, n_name = (notes[c].to_numpy() for c in ("start_ns", "end_ns", "name"))
+    for st, en, name in zip(sl["start_ns"].to_numpy(np.int64), sl["end_ns"].to_numpy(np.int64), sl["name"],
+                            strict=True):
+        cover = np.flatnonzero((n_start <= st) & (n_end >= en) & (n_name != name))
+        if cover.size:
+            inner = cover[np.argmax(n_start[cover])]
+            held[str(n_name[inner])] = held.get(str(n_name[inner]), 0) + int(en - st)
+    return max(held, key=lambda k: held[k]) if held else None
+
+
+def _windows(steps: pd.DataFrame) -> dict[int, tuple[int, int, int]]:
+    return {int(w): (int(g["ts_ns"].min()), int(g["end_ns"].max()), len(g)) for w, g in steps.groupby("window")}
+
+
+def _gpu_lane(rank: int, ops: pd.DataFrame, kernels: pd.DataFrame, inst: pd.DataFrame) -> Lane | None:
+    """A GPU rank's lane: its GPU events in start order tiled into exclusive slices (overlapping time
+    belongs to the event that started first; one wholly inside another is dropped; uncovered time is
+    ``(gpu idle)``), communication kernels as blocking waits."""
+    steps = _steps_of(ops)
+    if steps.empty or kernels.empty:
+        return None
+    key_of = {(int(s), int(t)): (pg, int(i)) for pg, i, s, t in
+              zip(inst["pg"], inst["index"], inst["stream"], inst["ts_ns"], strict=True)}
+    arrivals = {(pg, int(i)): (int(w), int(t), int(e)) for pg, i, w, t, e in
+                zip(inst["pg"], inst["index"], inst["window"], inst["ts_ns"], inst["end_ns"], strict=True)}
+    rows: list[tuple[int, int, str, str, tuple[Any, int] | None, bool, int]] = []
+    for (w, g) in steps.groupby("window"):
+        lo, hi = int(g["ts_ns"].min()), int(g["end_ns"].max())
+        k = kernels[(kernels["window"].to_numpy() == w) if "window" in kernels else slice(None)]
+        k = k.sort_values(["ts_ns", "end_ns"], kind="stable")
+        cursor = lo
+        flag = k["is_comm"] if "is_comm" in k else k["is_nccl"]
+        for s, e, name, stream, is_c in zip(k["ts_ns"].to_numpy(np.int64), k["end_ns"].to_numpy(np.int64),
+                                           k["name"].astype(str), k["stream"].to_numpy(),
+                                           flag.fillna(False).to_numpy(bool), strict=True):
+            s, e = max(int(s), cursor), int(e)
+            if e <= cursor or s >= hi:
+                continue
+            if s > cursor:
+                rows.append((cursor, s, "gpu_idle", GPU_IDLE, None, False, int(w)))
+            key = key_of.get((int(stream), int(s))) if is_c else None
+            rows.append((s, min(e, hi), "communication" if is_c else "kernel", name, key, key is not None, int(w)))
+            cursor = min(e, hi)
+        if cursor < hi:
+            rows.append((cursor, hi, "gpu_idle", GPU_IDLE, None, False, int(w)))
+    sl = pd.DataFrame(rows, columns=["start_ns", "end_ns", "kind", "name", "ref_key", "blocking", "window"])
+    arr = np.array([v[1] for v in arrivals.values()], dtype=np.int64)
+    sl = _label_steps(sl, steps, arr)
+    return Lane(rank, sl, arrivals, _windows(steps))
+
+
+def _cpu_side(traces: TraceSet, instances: pd.DataFrame) -> bool:
+    """Whether the collectives are CPU-side (gloo), as attribution decides it."""
+    return bool(len(instances)) and bool(instances["correlation"].eq(-1).all()) and collectives_are_cpu_side(traces)
+
+
+def lane_of(rank: int, traces: TraceSet, instances: pd.DataFrame, cpu: bool) -> Lane | None:
+    """One rank's lane from a trace set holding that rank (``instances``: its aligned collectives)."""
+    ops = traces.cpu_ops
+    ops = ops[ops["rank"].to_numpy() == rank] if traces.ranks["rank"].nunique() > 1 else ops
+    if cpu:
+        return _cpu_lane(rank, ops, instances)
+    kernels = traces.kernels
+    kernels = kernels[kernels["rank"].to_numpy() == rank] if traces.ranks["rank"].nunique() > 1 else kernels
+    return _gpu_lane(rank, ops, kernels, instances)
+
+
+@dataclass
+class LaneWork:
+    """A per-rank task (Dask or a process pool): read one rank's trace and build its lane."""
+
+    rank: int
+    paths: list[str]
+    instances: pd.DataFrame
+    cpu: bool
+    read_options: dict[str, Any] = field(default_factory=dict)
+
+
+def lane_task(work: LaneWork) -> Lane | None:
+    """Build one rank's lane from its own trace file (runs on a worker)."""
+    from evtsync.trace.traceset import load_traces
+
+    traces = load_traces(list(work.paths), jobs=1, **work.read_options)
+    return lane_of(work.rank, traces, work.instances, work.cpu)
+
+
+def build_lanes(traces: TraceSet, instances: pd.DataFrame, *, backend: Backend | None = None,
+                paths: dict[int, list[str]] | None = None, read_options: dict[str, Any] | None = None,
+                cpu: bool | None = None) -> tuple[dict[int, Lane], str, dict[str, int]]:
+    """Every rank's lane, the backend kind (``cpu`` / ``gpu``) and the ranks left out by reason.
+
+    With ``backend`` and ``paths`` (rank -> its trace files, one per profiling window) each lane is built by a task that reads
+    its own rank; else from ``traces`` here.
+    """
+    cpu = _cpu_side(traces, instances) if cpu is None else cpu
+    ranks = sorted(int(r) for r in traces.ranks["rank"])
+    by_rank = {r: instances[instances["rank"].to_numpy() == r] for r in ranks}
+    if backend is not None and paths:
+        works = [LaneWork(r, paths[r], by_rank[r], cpu, dict(read_options or {})) for r in ranks]
+        built = dict(zip(ranks, backend.map(lane_task, works, "what-if: lanes"), strict=True))
+    else:
+        built = {r: lane_of(r, traces, by_rank[r], cpu) for r in ranks}
+    lanes = {r: lane for r, lane in built.items() if lane is not None}
+    not_used: dict[str, int] = {}
+    if len(lanes) < len(built):
+        not_used["ranks without ProfilerStep#N steps or a main thread / GPU events"] = len(built) - len(lanes)
+    return lanes, "cpu" if cpu else "gpu", not_used
+
+
+# --------------------------------------------------------------------------- typical durations
+
+def op_instances(lanes: dict[int, Lane]) -> pd.DataFrame:
+    """Per (rank, window, step, segment, kind, name): the total of its slices (ns), with 0 rows for
+    ops of a segment that do not occur in it on some (rank, step); waits and idle-for-collective
+    slices are not ops (their time is the others' doing)."""
+    parts = []
+    for lane in lanes.values():
+        sl = lane.slices
+        sl = sl[(sl["step"] >= 0) & sl["ref_key"].isna()]
+        if sl.empty:
+            continue
+        g = sl.assign(dur=sl["end_ns"] - sl["start_ns"]).groupby(
+            ["window", "step", "segment", "kind", "name"], sort=False)["dur"].sum().reset_index()
+        g["rank"] = lane.rank
+        parts.append(g)
+    if not parts:
+        return pd.DataFrame(columns=["rank", "window", "step", "segment", "kind", "name", "dur"])
+    found = pd.concat(parts, ignore_index=True)
+    # every (rank, step) that has the segment holds every op of that segment (0 where absent)
+    where = found[["rank", "window", "step", "segment"]].drop_duplicates()
+    ops = found[["segment", "kind", "name"]].drop_duplicates()
+    full = where.merge(ops, on="segment")
+    out = full.merge(found, on=["rank", "window", "step", "segment", "kind", "name"], how="left")
+    out["dur"] = out["dur"].fillna(0).astype(np.int64)
+    return out
+
+
+def straggler_ops(instances: pd.DataFrame, step_ns: float, *, k_scale: float = K_SCALE,
+                  floor_share: float = FLOOR_SHARE) -> pd.DataFrame:
+    """The op instances above their typical duration by more than the threshold (module doc), with
+    ``typical`` (ns) and ``excess`` (ns)."""
+    if instances.empty:
+        return instances.assign(typical=[], excess=[])
+    g = instances.groupby(["segment", "kind", "name"])["dur"]
+    typical = g.transform("median")
+    mad = (instances["dur"] - typical).abs().groupby([instances["segment"], instances["kind"],
+                                                      instances["name"]]).transform("median")
+    threshold = np.maximum(k_scale * 1.4826 * mad, floor_share * step_ns)
+    out = instances.assign(typical=typical, excess=instances["dur"] - typical)
+    return out[out["excess"] > threshold].reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- replay
+
+def replay(lanes: dict[int, Lane], scale: dict[tuple[int, int, int, int, str, str], float] | None = None,
+           record: dict[str, Any] | None = None) -> dict[int, dict[int, int]]:
+    """Replay the lanes; ``scale`` maps (rank, window, step, segment, kind, name) to the factor on
+    those slices' durations (1 where absent). Returns per rank per window the replayed end (ns);
+    ``record`` (a dict) receives the replayed ``arrived`` and ``ended`` times per collective."""
+    scale = scale or {}
+    out: dict[int, dict[int, int]] = {r: {} for r in lanes}
+    windows = sorted({w for lane in lanes.values() for w in lane.windows})
+    for w in windows:
+        members: dict[tuple[Any, int], list[int]] = {}
+        for lane in lanes.values():
+            for key, (win, _, _) in lane.arrivals.items():
+                if win == w:
+                    members.setdefault(key, []).append(lane.rank)
+        state = {}
+        for r, lane in lanes.items():
+            if w not in lane.windows:
+                continue
+            sl = lane.slices[lane.slices["window"].to_numpy() == w]
+            arr_keys = sorted(((t, k) for k, (win, t, _) in lane.arrivals.items() if win == w), key=lambda x: x[0])
+            starts = sl["start_ns"].to_numpy(np.int64)
+            # the arrival happens before the first slice starting at or after it
+            arr_at: dict[int, list[tuple[Any, int]]] = {}
+            for t, k in arr_keys:
+                arr_at.setdefault(int(np.searchsorted(starts, t, side="left")), []).append(k)
+            f = [scale.get((r, w, int(st), int(sg), kd, nm), 1.0) if scale else 1.0 for st, sg, kd, nm in
+                 zip(sl["step"], sl["segment"], sl["kind"], sl["name"], strict=True)]
+            state[r] = {"i": 0, "t": int(lane.windows[w][0]), "n": len(sl), "arr_at": arr_at,
+                        "dur": ((sl["end_ns"] - sl["start_ns"]).to_numpy(np.float64) * np.asarray(f)),
+                        "ref": sl["ref_key"].tolist(), "blocking": sl["blocking"].to_numpy(bool),
+                        "start": starts, "end": sl["end_ns"].to_numpy(np.int64)}
+        arrived: dict[tuple[Any, int], dict[int, float]] = {}
+        ended: dict[tuple[Any, int], dict[int, float]] = {}
+        last_arrival: dict[tuple[Any, int], int] = {}  # measured last arrival of each collective
+        for key, ranks in members.items():
+            last_arrival[key] = max(lanes[r].arrivals[key][1] for r in ranks)
+        progress = True
+        while progress:
+            progress = False
+            for r, s in state.items():
+                while True:
+                    for key in s["arr_at"].pop(s["i"], []):
+                        arrived.setdefault(key, {})[r] = s["t"]
+                        if len(arrived[key]) == len(members[key]):
+                            t_last = max(arrived[key].values())
+                            ended[key] = {m: t_last + (lanes[m].arrivals[key][2] - last_arrival[key])
+                                          for m in members[key]}
+                        progress = True
+                    if s["i"] >= s["n"]:
+                        break
+                    i = s["i"]
+                    ref = s["ref"][i]
+                    if ref is not None and s["blocking"][i]:
+                        if ref not in ended:
+                            break  # blocked until the collective's last member arrives
+                        s["t"] = max(s["t"], ended[ref][r])
+                    else:
+                        s["t"] += s["dur"][i]
+                    s["i"] += 1
+                    progress = True
+        if record is not None:
+            record.setdefault("arrived", {}).update(arrived)
+            record.setdefault("ended", {}).update(ended)
+        for r, s in state.items():
+            if s["i"] < s["n"]:
+                if record is not None:
+                    record.setdefault("blocked", []).append((r, w))
+                log.warning("what-if replay: rank %d window %d blocked at slice %d of %d (a collective whose "
+                            "members never all arrive); its window is counted from there", r, w, s["i"], s["n"])
+            out[r][w] = int(s["t"])
+    return out
+
+
+def mean_step_ms(lanes: dict[int, Lane], ends: dict[int, dict[int, int]] | None) -> tuple[float, int]:
+    """Mean step time (ms) over ranks and recorded steps: per rank per window (end − start) / steps,
+    the end measured (``ends`` None) or replayed."""
+    total, steps = 0.0, 0
+    for r, lane in lanes.items():
+        for w, (start, end, n) in lane.windows.items():
+            stop = end if ends is None else ends[r].get(w, end)
+            total += stop - start
+            steps += n
+    return (total / steps / 1e6 if steps else float("nan")), steps
+
+
+_OP_KEYS = ("rank", "window", "step", "segment", "kind", "name")
+
+
+def _scales(rows: pd.DataFrame) -> dict[tuple[int, int, int, int, str, str], float]:
+    """Replay factors that bring each op instance of ``rows`` to its typical duration."""
+    dur = rows["duration_ms"] if "duration_ms" in rows else rows["dur"]
+    typ = rows["typical_ms"] if "typical_ms" in rows else rows["typical"]
+    return {(int(r), int(w), int(st), int(sg), str(k), str(n)): (t / d if d > 0 else 1.0)
+            for r, w, st, sg, k, n, t, d in zip(*(rows[c] for c in _OP_KEYS), typ, dur, strict=True)}
+
+
+def what_if(traces: TraceSet, instances: pd.DataFrame | Alignment, *, k_scale: float = K_SCALE,
+            floor_share: float = FLOOR_SHARE, backend: Backend | None = None,
+            paths: dict[int, list[str]] | None = None, read_options: dict[str, Any] | None = None,
+            cpu: bool | None = None) -> WhatIfResult:
+    """Replay the job with its straggler ops at their typical duration (module doc).
+
+    ``instances``: the aligned collective instances (``Alignment.instances`` or the alignment).
+    ``backend`` + ``paths``: build each rank's lane in a task reading its own file (Dask, a pool);
+    ``traces`` then needs only the collectives. Raises :class:`InputError` when no rank has recorded
+    steps to replay.
+    """
+    inst = instances.instances if isinstance(instances, Alignment) else instances
+    lanes, kind, not_used = build_lanes(traces, inst, backend=backend, paths=paths, read_options=read_options,
+                                        cpu=cpu)
+    if not lanes:
+        raise InputError("what-if: no rank has ProfilerStep#N steps and a main thread or GPU events to replay")
+    measured, n_steps = mean_step_ms(lanes, None)
+    check: dict[str, Any] = {}
+    base = mean_step_ms(lanes, replay(lanes, record=check))[0]
+    unpaired = sum(lane.n_unpaired for lane in lanes.values())
+    if unpaired:
+        not_used["collective instances without a c10d::* enqueue on the main thread (no arrival replayed)"] = unpaired
+    if check.get("blocked"):
+        not_used["rank-windows whose replay stopped at a collective whose members never all arrived"] = \
+            len(check["blocked"])
+    inst = op_instances(lanes)
+    strag = straggler_ops(inst, measured * 1e6, k_scale=k_scale, floor_share=floor_share)
+    scales = _scales
+    without = mean_step_ms(lanes, replay(lanes, scales(strag)))[0]
+    saving_all = base - without
+    rows = []
+    for (rank, category, name), g in strag.groupby(["rank", "kind", "name"], sort=False):
+        alone = mean_step_ms(lanes, replay(lanes, scales(g)))[0]
+        rows.append({"rank": int(rank), "cause": str(name), "annotation": annotation_of(lanes[int(rank)], g),
+                     "category": str(category), "n_ops": len(g),
+                     "excess_ms": float(g["excess"].sum()) / 1e6, "saving_ms_per_step": base - alone})
+    table = pd.DataFrame(rows, columns=WHATIF_COLUMNS[:-1])
+    table["saving_share"] = table["saving_ms_per_step"] / saving_all if saving_all > 0 else float("nan")
+    table = table.sort_values("saving_ms_per_step", ascending=False, kind="stable").reset_index(drop=True)
+    ops = strag.assign(duration_ms=strag["dur"] / 1e6, typical_ms=strag["typical"] / 1e6)[
+        list(_OP_KEYS) + ["duration_ms", "typical_ms"]]
+    if abs(base - measured) > 1e-3 * max(measured, 1.0):
+        log.warning("what-if replay: the replay with measured durations gives %.3f ms per step against %.3f ms "
+                    "measured", base, measured)
+    # the saving applies to the measured step: T_without = T_actual − (replayed − replayed without)
+    return WhatIfResult(step_time_ms=measured, replayed_step_time_ms=base,
+                        step_time_without_stragglers_ms=measured - saving_all, n_steps=n_steps,
+                        n_ranks=len(lanes), backend=kind, table=table, ops=ops, not_used=not_used, lanes=lanes)
