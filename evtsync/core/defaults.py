@@ -81,7 +81,8 @@ RANKTAIL_STABILITY_ALPHA = 0.05  # level of the threshold-stability test (docs/m
 LOGLIK_STORE_LIMIT = 1_000_000
 
 #: Relative agreement a predicted-vs-measured row is marked within: |predicted / measured - 1| at
-#: most this (the ``within_agreement`` column of :func:`evtsync.predict.tables.predicted_vs_measured`).
+#: most this, and the measured value inside the predicted interval (the ``within_agreement`` column
+#: of :func:`evtsync.predict.tables.predicted_vs_measured`; issue 45).
 PVM_AGREEMENT = 0.05
 
 #: The table: every default above by name.

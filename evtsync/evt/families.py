@@ -16,6 +16,7 @@ records ``xi = sign * |xi|``; the prior in the TOML file is the prior of ``|xi|`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from evtsync.core.errors import InputError
 
@@ -98,3 +99,13 @@ def family_label(name: str) -> str:
 def fixes_xi(name: str) -> bool:
     """Whether the family called ``name`` fixes xi at 0 (False for a name not in the table)."""
     return name in FAMILY_TABLE and not FAMILY_TABLE[name].has_xi
+
+
+def structure_note(a: Any, b: Any) -> str:
+    """"" when two rows of the comparison table have the same location and scale structure (or it is
+    not recorded); else a clause saying their ΔELPD credits that difference as well as the shape's."""
+    sa, sb = str(a.get("location_scale", "") or ""), str(b.get("location_scale", "") or "")
+    if not sa or not sb or sa == sb:
+        return ""
+    return (f" — not the shape's gain alone: they also differ in location and scale ({a['model']}: {sa}; "
+            f"{b['model']}: {sb})")

@@ -55,6 +55,7 @@ from numpy.typing import NDArray
 
 from evtsync.blocks.zscores import RANK_SCALE_COLUMN, RANK_VALUES_COLUMN
 from evtsync.core.defaults import (
+    INTERVAL_LEVEL,
     RANKTAIL_DRAWS,
     RANKTAIL_EXCEEDANCE_POWER,
     RANKTAIL_MAX_EXCEEDANCES,
@@ -479,9 +480,13 @@ class RankTailFit:
                              + (f" (every cell refused: {'; '.join(refused.values())})" if refused else ""))
         return cls(tails, pd.DataFrame(rows))
 
-    def cell_info(self) -> pd.DataFrame:
-        """Per cell: rank values, exceedances, threshold, GPD posterior means and notes (a small cell)."""
+    def cell_info(self, level: float = INTERVAL_LEVEL) -> pd.DataFrame:
+        """Per cell: rank values, exceedances, threshold, GPD posterior means, the GPD shape's central
+        ``level`` interval (``gpd_xi_lo``/``gpd_xi_hi``: the rank times' tail, which the tail verdict
+        reads, evtsync.runfolder.summary.tail_verdict) and notes (a small cell)."""
+        tail = (1 - level) / 2
         return pd.DataFrame([{"cell": label, "n_values": t.n_values, "n_exceedances": t.n_exceedances,
                               "threshold": t.threshold, "gpd_sigma_mean": float(np.exp(t.log_sigma).mean()),
-                              "gpd_xi_mean": float(t.xi.mean()), "note": "; ".join(t.notes)}
+                              "gpd_xi_mean": float(t.xi.mean()), "gpd_xi_lo": float(np.quantile(t.xi, tail)),
+                              "gpd_xi_hi": float(np.quantile(t.xi, 1 - tail)), "note": "; ".join(t.notes)}
                              for label, t in self.tails.items()])

@@ -60,6 +60,9 @@ class EstimatorChoice:
         Why the ranktail estimator cannot run at all ("" when it can).
     cell_reasons : dict of str to str
         Cells (``GPU|precision``) of the z-score table the ranktail estimator refused, and why.
+    block_scale : pandas.DataFrame or None
+        Each cell's own block sd b of the source's z-score table (``b_us``,
+        :func:`evtsync.predict.tables.block_scale`), None when the source has none.
     """
 
     asked: str
@@ -68,6 +71,7 @@ class EstimatorChoice:
     gev: Any = None
     reason: str = ""
     cell_reasons: dict[str, str] = field(default_factory=dict)
+    block_scale: pd.DataFrame | None = None
 
     def describe(self) -> dict[str, Any]:
         """The choice as a JSON-ready record (the run's manifest and summary)."""

@@ -87,6 +87,7 @@ log = logging.getLogger("evtsync.predict.tables")
 
 __all__ = [
     "BEYOND_DATA_NOTE",
+    "beyond_data_note",
     "DEFAULT_ESTIMATOR",
     "ESTIMATORS",
     "FALLBACK_ESTIMATOR",
@@ -1076,8 +1077,9 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, 
         One row per group: measured mean and interval, predicted tau with its interval
         (``predicted_point_us``, the fit's point: ``point_estimate``), ``k`` = n/m, ``ratio`` =
         predicted point / measured mean (NaN when the measured mean is not > 0),
-        ``within_agreement`` (|ratio - 1| <= :data:`evtsync.core.defaults.PVM_AGREEMENT`),
-        ``inside_interval`` and ``beyond_m``. Rows with no matching cell, an n that is not a
+        ``inside_interval`` (the measured mean inside the predicted interval), ``within_agreement``
+        (|ratio - 1| <= :data:`evtsync.core.defaults.PVM_AGREEMENT` *and* ``inside_interval``: a
+        close point whose interval misses the measured value is not agreement) and ``beyond_m``. Rows with no matching cell, an n that is not a
         multiple of m, or non-finite values are skipped and counted by reason
         (``attrs["skipped"]``, in input rows).
 
@@ -1133,7 +1135,9 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, 
                         "k": n / m, "cell": row["cell"], "n_collectives": k, "block_sd_us": float(row["b_us"]),
                         "measured_mean_us": mean, "measured_lo_us": mean - tq * se, "measured_hi_us": mean + tq * se,
                         **_columns("predicted", "_us", ps, (), point), "inside_interval": bool(lo_p <= mean <= hi_p),
-                        "ratio": ratio, "within_agreement": bool(abs(ratio - 1) <= PVM_AGREEMENT),
+                        # agreement needs both: the point close and the measured value inside the interval
+                        # (issue 45: a ratio of 0.959 outside its interval was marked "within agreement")
+                        "ratio": ratio, "within_agreement": bool(abs(ratio - 1) <= PVM_AGREEMENT and lo_p <= mean <= hi_p),
                         "beyond_m": n > m})
     return _finish(pd.DataFrame(records), fit, level, skipped, source, estimator, point=True)
 
@@ -1360,12 +1364,35 @@ PRIOR_DOMINATED_NOTE = ("prior-dominated: a spread this population-level predict
                         "evtsync.evt.bayesfit.spread_prior_table), so the interval's width is the prior's choice")
 
 
-#: What a ranktail row with n > N (the cell's rank values) is: the measured accuracy there (docs/bayesian.md).
+#: What a ranktail row with n > N (the cell's rank values) is, without an accuracy: the accuracy is
+#: quoted only where the study measured it (:func:`beyond_data_note`; issue 45).
 BEYOND_DATA_NOTE = ("beyond the data: n exceeds the cell's N rank values, so the delay rests on the GPD tail's "
-                    "extrapolation; measured through synthetic traces (docs/bayesian.md, \"Beyond the data\"): at "
-                    "n = 1.6 N the point is 0.95-1.04 of the true delay over four parents (Student-t5 short, "
-                    "lognormal long), at 6.4 N 0.91-1.05, within +-3% where n <= N; the interval covers at its "
-                    "level on both sides")
+                    "extrapolation")
+#: Where the study measured the estimator beyond the data (docs/bayesian.md, "Beyond the data"):
+#: (n / N, the point's range as a share of the true delay over its parents).
+BEYOND_DATA_MEASURED = ((1.6, "0.95-1.04"), (6.4, "0.91-1.05"))
+#: What the study measured it on.
+BEYOND_DATA_STUDY = ("measured through synthetic traces over four parents, Student-t5 short, lognormal long "
+                     "(docs/bayesian.md, \"Beyond the data\")")
+
+
+def beyond_data_note(ratio: float | None = None) -> str:
+    """The beyond-the-data note for rows whose n is at most ``ratio`` times their cell's N rank
+    values (the largest such ratio of a table; None: the note without an accuracy).
+
+    An accuracy is quoted only where the study measured one (:data:`BEYOND_DATA_MEASURED`, up to
+    6.4 N): within that range, the measured point's range at the nearest measured ratio at or
+    above ``ratio``; beyond it, the note says the value is an extrapolation whose accuracy was not
+    measured."""
+    if ratio is None or not np.isfinite(ratio):
+        return BEYOND_DATA_NOTE
+    for measured, span in BEYOND_DATA_MEASURED:
+        if ratio <= measured:
+            return (f"{BEYOND_DATA_NOTE}; at n up to {ratio:.3g} N: {BEYOND_DATA_STUDY}, at n = {measured:g} N the "
+                    f"point is {span} of the true delay and the interval covers at its level")
+    farthest = BEYOND_DATA_MEASURED[-1][0]
+    return (f"{BEYOND_DATA_NOTE}; at n up to {ratio:.3g} N it is an extrapolation whose accuracy was not measured "
+            f"(the study reached n = {farthest:g} N)")
 
 
 def is_beyond_data(value: Any) -> bool:
@@ -1414,16 +1441,19 @@ def _kind_attrs(out: pd.DataFrame, fit: Any = None) -> pd.DataFrame:
     ``ranktail_note``: a small cell, whose interval is wide) and ``beyond_data`` (n > n_values: the
     tail's extrapolation, :data:`BEYOND_DATA_NOTE` in the attrs)."""
     if fit is not None and len(out) and hasattr(fit, "cell_info") and "cell" in out:
-        info = fit.cell_info().set_index("cell")
-        for column, source in (("n_values", "n_values"), ("n_exceedances", "n_exceedances"), ("ranktail_note", "note")):
+        info = (fit.cell_info(float(out["level"].iloc[0])) if "level" in out else fit.cell_info()).set_index("cell")
+        for column, source in (("n_values", "n_values"), ("n_exceedances", "n_exceedances"), ("ranktail_note", "note"),
+                               ("gpd_xi_mean", "gpd_xi_mean"), ("gpd_xi_lo", "gpd_xi_lo"), ("gpd_xi_hi", "gpd_xi_hi")):
             out[column] = out["cell"].astype(str).map(info[source])
         if (out["ranktail_note"] != "").any():
             out.attrs["ranktail_note"] = "; ".join(sorted(set(out["ranktail_note"]) - {""}))
         if "n" in out:  # n beyond the cell's N values: the GPD's extrapolation (a NaN N, another fit's row: False)
             out["beyond_data"] = pd.to_numeric(out["n"]) > pd.to_numeric(out["n_values"])
             if out["beyond_data"].any():
-                out.attrs["beyond_data_note"] = BEYOND_DATA_NOTE
-                log.info("%s", BEYOND_DATA_NOTE)
+                beyond = out[out["beyond_data"]]
+                ratio = float((pd.to_numeric(beyond["n"]) / pd.to_numeric(beyond["n_values"])).max())
+                out.attrs["beyond_data_note"] = beyond_data_note(ratio)
+                log.info("%s", out.attrs["beyond_data_note"])
     if fit is not None and len(out):
         spreads = _prior_dominated_spreads(fit, out)
         out["prior_dominated_spreads"] = spreads

@@ -505,12 +505,14 @@ def _beyond_data_note(table: pd.DataFrame, rank_values: dict[str, float]) -> pd.
     """``beyond_data`` as bool (rows without a tau: False) and, when a row is beyond its cell's
     rank values on either side, the note :data:`~evtsync.predict.tables.BEYOND_DATA_NOTE` with
     those cells' N in ``attrs["beyond_data_note"]``."""
-    from evtsync.predict.tables import BEYOND_DATA_NOTE, beyond_data_rows
+    from evtsync.predict.tables import beyond_data_note, beyond_data_rows
 
     table["beyond_data"] = beyond_data_rows(table)
     if table["beyond_data"].any():
-        cells = sorted(set(table.loc[table["beyond_data"], "cell"].astype(str)))
-        table.attrs["beyond_data_note"] = (f"{BEYOND_DATA_NOTE} (N, the fewer of A's and B's: "
+        beyond = table[table["beyond_data"]]
+        cells = sorted(set(beyond["cell"].astype(str)))
+        ratio = max(float(n) / rank_values[str(c)] for n, c in zip(beyond["n"], beyond["cell"], strict=True))
+        table.attrs["beyond_data_note"] = (f"{beyond_data_note(ratio)} (N, the fewer of A's and B's: "
                                            + ", ".join(f"{c} {int(rank_values[c])}" for c in cells) + ")")
     return table
 

@@ -204,7 +204,7 @@ def test_pvm_beyond_m_table_by_hand(tmp_path: Path) -> None:
     beyond = next(i for i in items if isinstance(i, Table))
     assert list(beyond.frame["workload"]) == ["w16"] and list(beyond.frame["k = n/m"]) == [4.0]
     assert beyond.frame["predicted / measured"].iloc[0] == pytest.approx(1.04)  # 5.2 / 5.0
-    assert bool(beyond.frame["within ±5%"].iloc[0]) and "n > m = 4" in beyond.caption
+    assert bool(beyond.frame["agrees (within ±5% and inside the interval)"].iloc[0]) and "n > m = 4" in beyond.caption
     line = next(i for i in items if isinstance(i, str) and "Predicted (the point estimate) / measured" in i)
     assert "median 1.04, range 1.04 – 1.05 over 2 workload group(s)" in line and "in 2 of 2" in line  # fmt: 3 digits
 

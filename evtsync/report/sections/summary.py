@@ -111,11 +111,14 @@ def build(ctx: ReportContext) -> list[Section]:
                  f"predicts), median and 90th percentile with distribution-free order-statistic {PCT} intervals; "
                  f"GPU-only share = attributed collectives whose straggler path is GPU-only, Wilson {PCT} "
                  f"interval; xi is the posterior mean with its {PCT} credible interval of {model or 'no fit'}; tau(n) "
-                 f"and B* in GB/s and its reduction 1 − B*/B*_H per topology are means with {PCT} intervals of the "
+                 f"and B* in GB/s and its reduction 1 − B*/B*_H per topology are point estimates "
+                 f"({point_words(info.get('point_estimate'))}) with {PCT} intervals of the "
                  f"default estimator of tau(n), ranktail (every rank's value with a generalized Pareto tail), or, "
                  f"where it cannot predict (labelled in the notes), the centred estimator of {model or 'no fit'} (m = "
-                 f"{ctx.manifest.get('options', {}).get('m', 4)}); the tail verdict reads the interval of xi: Fréchet "
-                 "(heavy tail) when it lies above 0, Weibull (bounded) below 0, Gumbel when it holds 0."))
+                 f"{ctx.manifest.get('options', {}).get('m', 4)}); the tail verdict is the rank times' domain of "
+                 f"attraction, read from the {PCT} interval of the GPD shape of ranktail's tail (where ranktail "
+                 f"predicts; elsewhere from xi of {model or 'the GEV'}'s block maxima): heavy (Fréchet) when it lies "
+                 "above 0, bounded (Weibull) below 0, light tail (Gumbel domain) when it holds 0."))
     items.append(Caption("Who straggles (all process groups; per GPU in its tax section):"))
     items.append(straggler_table(ctx))
     if ctx.manifest.get("demo"):
@@ -124,6 +127,14 @@ def build(ctx: ReportContext) -> list[Section]:
                            f"\"Estimates vs ground truth\"), fitted with {s.get('draws')} draws, {s.get('tune')} tuning "
                            f"steps, {s.get('chains')} chains (real runs: 1000 / 1000 / 4).", level="warning"))
     return [Section("Summary: the answers", items, anchor="summary")]
+
+
+def point_words(points: Any) -> str:
+    """What the summary's points are, per estimator ("ranktail: posterior median; centred: posterior
+    mean"), from summary.json's ``point_estimate``; a summary written before it: its means."""
+    if not isinstance(points, dict) or not points:
+        return "posterior means: a summary written before the point was recorded"
+    return "; ".join(f"{e}: {p}" for e, p in points.items())
 
 
 def _estimator_words(estimators: Any, model: str | None, points: Any = None) -> str:
