@@ -150,9 +150,12 @@ def run_bandwidth(args: argparse.Namespace) -> int:
     """Handler of ``evtsync bandwidth``."""
     if args.fit is not None:
         return _bayesian(args)
-    if args.estimator == "ranktail" and args.tau_us is None:  # GEV parameters cannot give it
-        raise InputError("--estimator ranktail predicts from every rank's value: give --fit ZSCORES (the z-score "
-                         "table written by `evtsync blocks`, or a run folder)")
+    from evtsync.predict import registry
+
+    if args.estimator is not None and registry.get(args.estimator).per_rank and args.tau_us is None:
+        # GEV parameters cannot give it
+        raise InputError(f"--estimator {args.estimator} predicts from every rank's value: give --fit ZSCORES (the "
+                         "z-score table written by `evtsync blocks`, or a run folder)")
     from evtsync.predict.tables import (
         SCALING_DEFINITION,
         bandwidth_table,
@@ -213,10 +216,9 @@ def run_bandwidth(args: argparse.Namespace) -> int:
     if args.tau_us is None:  # tau from given GEV parameters: what they were fitted to decides the estimator
         if args.estimator is None:
             print(f"NOTE: {POINT_FALLBACK_NOTE}")
-        print(f"tau(n) = b·E_(n/{args.m}) of the given GEV, as the {_point_estimator(args)} estimator: "
-              + ("its parameters must be a fit of the centred maxima y" if _point_estimator(args) == "centred" else
-                 "the paper's, from a fit of z (biased low beyond n = m)")
-              + "; b and alpha fixed at the values given")
+        given = registry.get(_point_estimator(args))
+        print(f"tau(n) = b·E_(n/{args.m}) of the given GEV, as the {given.name} estimator: its parameters must be a "
+              f"fit of {given.column}: {given.meaning}; b and alpha fixed at the values given")
     print(f"{'topology':9s} {'n':>6s} {'eps':>5s} {'flops':>6s} {'p':>9s} {'q':>7s} {'alpha_us':>8s} {'tau_us':>10s} "
           f"{'B*':>12s} {'B*_Hockney':>12s} {'reduction':>9s}")
     points = zip(point_column(table, "tau", "_us"), point_column(table, "bstar", "_gbps"),

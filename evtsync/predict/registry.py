@@ -57,6 +57,8 @@ class Estimator:
     interval: ClassVar[str] = ""
     #: What it needs, in words (errors).
     needs: ClassVar[str] = ""
+    #: What to do when a fit of another column is given for it (errors).
+    refit: ClassVar[str] = ""
     #: The estimator whose rows stand in, labelled, where this one cannot predict (None: none).
     fallback: ClassVar[str | None] = None
     #: Fitted to the z-score table's per-rank values (True), or given as a GEV fit (False).
@@ -118,6 +120,9 @@ class Centred(Estimator):
                "docs/bayesian.md; the fallback of the default)")
     interval = "posterior of the GEV model: credible interval"
     needs = "a GEV fit of y (a run folder's main model, or a fit folder of `evtsync fit`)"
+    refit = ("refit with a model whose data.column is 'y' (the shipped models; a z-score table written by "
+             "`evtsync blocks` before the centred maximum existed lacks y: rerun blocks), or ask for --estimator "
+             "paper (biased low at n > m)")
     per_model = True
     shape_words = "xi of the GEV of the centred block maxima"
 
@@ -142,6 +147,7 @@ class Paper(Estimator):
                "docs/bayesian.md)")
     interval = "GEV MLE per cell: approximate confidence interval"
     needs = "a GEV fit of z (a run folder's tables/mle.parquet, or `evtsync fit --column z`)"
+    refit = "refit with data.column = 'z' (`evtsync fit --column z`) for the paper's estimator"
     shape_words = "xi of the GEV MLE of z"
     legacy_model = PAPER_MODEL
 
@@ -168,6 +174,9 @@ class RankTail(Estimator):
     interval = "GPD grid posterior and Bayesian bootstrap"
     needs = ("the z-score table's per-rank values (column u): the z-score table (.parquet/.csv written by "
              "`evtsync blocks`) or a run folder")
+    refit = ("the ranktail estimator is fitted to the z-score table's per-rank values "
+             "(evtsync.evt.ranktail.RankTailFit.from_table; on the command line `evtsync predict ZSCORES.parquet "
+             "--estimator ranktail`)")
     fallback = "centred"
     per_rank = True
     shape_words = "the GPD shape of the rank times' tail"

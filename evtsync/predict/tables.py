@@ -72,7 +72,6 @@ from evtsync.core.defaults import (
     DEFAULT_EPS,
     DEFAULT_ESTIMATOR,
     DEFAULT_M,
-    ESTIMATOR_NAMES,
     INTERVAL_LEVEL,
     POPULATION_MODEL,
     PVM_AGREEMENT,
@@ -82,6 +81,7 @@ from evtsync.core.display import point_key
 from evtsync.core.errors import InputError
 from evtsync.core.reference import REFERENCE_TFLOPS
 from evtsync.evt import gev
+from evtsync.predict import registry
 
 log = logging.getLogger("evtsync.predict.tables")
 
@@ -133,26 +133,19 @@ __all__ = [
 
 
 #: The estimators of tau(n) (docs/methodology.md, "Predicting tau(n)"): name -> (the column of the
-#: z-score table the fit must be of, what the estimate is). centred and paper compute b·E_k of the
-#: fitted GEV and differ in what it was fitted to; ranktail models every rank's value u
+#: z-score table the fit must be of, what the estimate is), read from their one home, the registry
+#: (:mod:`evtsync.predict.registry`: each estimator's class says what it needs, how it loads, its
+#: draws, its wording and its fallback). centred and paper compute b·E_k of the fitted GEV and differ
+#: in what it was fitted to; ranktail models every rank's value u
 #: (:class:`evtsync.evt.ranktail.RankTailFit`, built from the z-score table, not a GEV fit).
-ESTIMATORS: dict[str, tuple[str, str]] = {
-    "centred": ("y", "b·E_(n/m) of the GEV of the centred maximum y = (M - block mean)/s, the mean straggler "
-                     "delay of n ranks as the GEV extrapolates it (biased at large n for normal and Student-t "
-                     "ranks: the study in docs/bayesian.md; the fallback of the default)"),
-    "paper": ("z", "the paper's b·E_(n/m) of z = (M - sample mean)/s: exact at n = m, biased low at n > m "
-                   "(8-18% low at n = 8-512 for normal, Gumbel and lognormal ranks, 8-21% for Student-t5: the study "
-                   "in docs/bayesian.md)"),
-    "ranktail": ("u", "b·E[max_n u] of every rank's standardised value u = (X - block mean)/s: empirical body and "
-                      "generalized Pareto tail (the default; evtsync.evt.ranktail; docs/methodology.md)"),
-}
-if tuple(ESTIMATORS) != ESTIMATOR_NAMES:  # the CLI's choices come from evtsync.core.defaults
-    raise RuntimeError(f"evtsync.core.defaults.ESTIMATOR_NAMES {ESTIMATOR_NAMES} != {tuple(ESTIMATORS)}")
+ESTIMATORS: dict[str, tuple[str, str]] = {name: (registry.get(name).column, registry.get(name).meaning)
+                                          for name in registry.names()}
 #: The estimator a prediction falls back to where the default (ranktail) cannot run: a GEV fit
 #: given without its z-score table, a table without the per-rank column u, a cell with too few
 #: rank values, or a GPU/precision that was not measured (only the hierarchical GEV's population
-#: predicts it). Every such row says so (:mod:`evtsync.predict.estimator`).
-FALLBACK_ESTIMATOR = "centred"
+#: predicts it). Every such row says so (:mod:`evtsync.predict.estimator`); the default's class
+#: names it (:attr:`evtsync.predict.registry.Estimator.fallback`).
+FALLBACK_ESTIMATOR: str = str(registry.default().fallback)
 #: What the B* and tau intervals hold fixed (issue 29, item 8): b and alpha's point values.
 FIXED_B_NOTE = ("b fixed at its estimate (the pooled sd of the blocks; its sampling error cancels to first order "
                 "against the scale the centred and ranktail estimators divide by, docs/methodology.md)")
@@ -229,8 +222,8 @@ def fit_column(fit: Any) -> str | None:
 
 def estimator_of(fit: Any) -> str | None:
     """The estimator a fit gives (``centred`` for a fit of y, ``paper`` for z), None when unknown."""
-    column = fit_column(fit)
-    return next((name for name, (col, _) in ESTIMATORS.items() if col == column), None)
+    found = registry.of_column(fit_column(fit))
+    return found.name if found is not None else None
 
 
 def check_estimator(fit: Any, estimator: str | None = None) -> str:
@@ -242,39 +235,35 @@ def check_estimator(fit: Any, estimator: str | None = None) -> str:
     :data:`~evtsync.core.defaults.DEFAULT_ESTIMATOR`, and its fallback are chosen one level up,
     where the fit is chosen (:func:`evtsync.predict.estimator.choose_estimator`).
 
-    ``centred`` needs a fit of ``y``, ``paper`` a fit of ``z``, ``ranktail`` the per-rank tail
-    fit of ``u`` (:class:`evtsync.evt.ranktail.RankTailFit`, built from the z-score table); any
-    other pairing is an ``InputError`` that says what to do (a fit of ``z`` answered as if
-    calibrated would be biased low by 10-20% at n > m without a word). A fit that records no
-    column is taken as the estimator asked for (logged).
+    Each estimator needs a fit of its registry class's column (:mod:`evtsync.predict.registry`):
+    ``centred`` a fit of ``y``, ``paper`` of ``z``, ``ranktail`` the per-rank tail fit of ``u``
+    (:class:`evtsync.evt.ranktail.RankTailFit`, built from the z-score table); any other pairing
+    is an ``InputError`` that says what to do (a fit of ``z`` answered as if calibrated would be
+    biased low by 10-20% at n > m without a word). A fit that records no column is taken as the
+    estimator asked for (logged).
     """
     if estimator is None:
         estimator = estimator_of(fit) or FALLBACK_ESTIMATOR
-    if estimator not in ESTIMATORS:
-        raise InputError(f"estimator {estimator!r}: expected one of {', '.join(ESTIMATORS)}")
-    needs = ESTIMATORS[estimator][0]
+    wanted = registry.get(estimator)
     column = fit_column(fit)
     name = getattr(fit, "name", "fit")
     if column is None:
         log.info("fit %s records no data column; its tau(n) is taken as the %s estimator", name, estimator)
         return estimator
-    if column == needs:
+    if column == wanted.column:
         return estimator
-    if estimator == "ranktail" or column == "u":
+    given = registry.of_column(column)
+    if wanted.per_rank or (given is not None and given.per_rank):
+        per_rank = ", ".join(e for e in registry.names() if registry.get(e).per_rank)
         raise InputError(
             f"fit {name} is of column {column!r}, which does not give the {estimator!r} estimator: "
-            + ("the ranktail estimator is fitted to the z-score table's per-rank values "
-               "(evtsync.evt.ranktail.RankTailFit.from_table; on the command line `evtsync predict ZSCORES.parquet "
-               "--estimator ranktail`)"
-               if estimator == "ranktail" else "ask for --estimator ranktail, or give a GEV fit of y (centred) or z (paper)"))
-    if column in ("y", "z"):
-        other = "paper" if column == "z" else "centred"
-        raise InputError(
-            f"fit {name} is of column {column!r}, which gives the {other!r} estimator, not {estimator!r}: "
-            + ("refit with a model whose data.column is 'y' (the shipped models; a z-score table written by "
-               "`evtsync blocks` before the centred maximum existed lacks y: rerun blocks), or ask for "
-               "--estimator paper (biased low at n > m)" if estimator == "centred"
-               else "refit with data.column = 'z' (`evtsync fit --column z`) for the paper's estimator"))
+            + (wanted.refit if wanted.per_rank else
+               f"ask for --estimator {per_rank}, or give a GEV fit of "
+               + " or ".join(f"{registry.get(e).column} ({e})" for e in registry.names()
+                             if not registry.get(e).per_rank)))
+    if given is not None:
+        raise InputError(f"fit {name} is of column {column!r}, which gives the {given.name!r} estimator, not "
+                         f"{estimator!r}: {wanted.refit}")
     raise InputError(f"fit {name} is of column {column!r}: tau(n) = b·E_(n/m) needs a fit of the centred maximum "
                      f"'y' (default) or of the z-scores 'z' (--estimator paper)")
 
@@ -905,7 +894,7 @@ class PointFit:
     converged = True
     convergence_note = ""
 
-    def __init__(self, mu: float, sigma: float, xi: float = 0.0, estimator: str = "centred",
+    def __init__(self, mu: float, sigma: float, xi: float = 0.0, estimator: str = FALLBACK_ESTIMATOR,
                  name: str = "given") -> None:
         values = np.asarray([mu, sigma, xi], dtype=float)
         if not np.all(np.isfinite(values)):

@@ -12,7 +12,7 @@ from evtsync.plots import predictions as pred_figs
 from evtsync.predict import registry
 from evtsync.predict.tables import ESTIMATORS, beyond_data_note, beyond_data_rows, point_column
 from evtsync.report.context import PCT, ReportContext, label_columns
-from evtsync.report.estimator import estimator_points, row_estimators
+from evtsync.report.estimator import UNNAMED_ESTIMATOR, estimator_points, row_estimators
 from evtsync.report.markdown import (
     Alert,
     Section,
@@ -121,7 +121,7 @@ def _estimators_of(table: pd.DataFrame) -> str:
     words ("(fallback, labelled)" where its rows say why the default did not give them), each with
     what its point estimate is (:func:`~evtsync.report.estimator.estimator_points`)."""
     if "estimator" not in table or not len(table):
-        return "centred"
+        return UNNAMED_ESTIMATOR
     notes = (table["estimator_note"].fillna("").astype(str) != "" if "estimator_note" in table
              else pd.Series(table["estimator"].astype(str) != DEFAULT_ESTIMATOR, index=table.index))
     names = list(dict.fromkeys(table["estimator"].astype(str)))
