@@ -472,13 +472,12 @@ def _tau_from(params: tuple[NDArray[np.float64], ...], b: NDArray[np.float64], n
 
     A fit with ``expected_max`` (the ranktail estimator) gives draws of E[max_n u] per cell
     itself: ``params`` is then its cell index per row, and tau = b·E[max_n u]."""
-    if fit is not None and hasattr(fit, "expected_max"):
+    if fit is not None and hasattr(fit, "expected_max"):  # its estimator's draws (evtsync.predict.registry)
         domain_multiple(n, m)
-        index = [int(i) for i in params[0]]
-        draws = np.asarray(fit.expected_max(list(n), index), dtype=float)
         if np.any(b < 0):
             raise InputError("block standard deviation b must be >= 0 µs")
-        return draws * b[None, :, None]
+        own = registry.of_column(fit_column(fit)) or registry.default()
+        return own.tau_draws(fit, list(n), b, [int(i) for i in params[0]], m)
     mu, sigma, xi = params
     return predicted_tax_curve_us(b[None, :], mu, sigma, xi, list(n), m)
 
