@@ -87,6 +87,7 @@ log = logging.getLogger("evtsync.predict.tables")
 
 __all__ = [
     "BEYOND_DATA_NOTE",
+    "beyond_data_accuracy",
     "beyond_data_note",
     "DEFAULT_ESTIMATOR",
     "ESTIMATORS",
@@ -1364,23 +1365,29 @@ BEYOND_DATA_STUDY = ("measured through synthetic traces over four parents, Stude
                      "(docs/bayesian.md, \"Beyond the data\")")
 
 
-def beyond_data_note(ratio: float | None = None) -> str:
-    """The beyond-the-data note for rows whose n is at most ``ratio`` times their cell's N rank
-    values (the largest such ratio of a table; None: the note without an accuracy).
-
-    An accuracy is quoted only where the study measured one (:data:`BEYOND_DATA_MEASURED`, up to
-    6.4 N): within that range, the measured point's range at the nearest measured ratio at or
-    above ``ratio``; beyond it, the note says the value is an extrapolation whose accuracy was not
-    measured."""
-    if ratio is None or not np.isfinite(ratio):
-        return BEYOND_DATA_NOTE
+def beyond_data_accuracy(ratio: float) -> str:
+    """What is known of the accuracy of a row at n = ``ratio`` × N (its cell's rank values), > 1:
+    the study's measured range at the nearest measured ratio at or above it
+    (:data:`BEYOND_DATA_MEASURED`), or, beyond the farthest, that it is an extrapolation whose
+    accuracy was not measured (the column ``beyond_data_accuracy`` of the prediction tables)."""
     for measured, span in BEYOND_DATA_MEASURED:
         if ratio <= measured:
-            return (f"{BEYOND_DATA_NOTE}; at n up to {ratio:.3g} N: {BEYOND_DATA_STUDY}, at n = {measured:g} N the "
-                    f"point is {span} of the true delay and the interval covers at its level")
+            return (f"up to n = {measured:g} N: {BEYOND_DATA_STUDY}, at n = {measured:g} N the point is {span} of the "
+                    "true delay and the interval covers at its level")
     farthest = BEYOND_DATA_MEASURED[-1][0]
-    return (f"{BEYOND_DATA_NOTE}; at n up to {ratio:.3g} N it is an extrapolation whose accuracy was not measured "
-            f"(the study reached n = {farthest:g} N)")
+    return (f"beyond n = {farthest:g} N (the farthest the study measured): an extrapolation whose accuracy was not "
+            "measured")
+
+
+def beyond_data_note(ratios: float | Sequence[float] | None = None) -> str:
+    """The beyond-the-data note for rows at n = ``ratios`` × N (one or several; None: no accuracy
+    known, e.g. a table written before the ratio was), with an accuracy only where the study
+    measured one (:func:`beyond_data_accuracy`, each distinct one once, nearest first)."""
+    if ratios is None:
+        return BEYOND_DATA_NOTE
+    values = sorted(float(r) for r in np.atleast_1d(np.asarray(ratios, dtype=float)) if np.isfinite(r))
+    texts = list(dict.fromkeys(beyond_data_accuracy(r) for r in values))
+    return "; ".join([BEYOND_DATA_NOTE, *texts])
 
 
 def is_beyond_data(value: Any) -> bool:
@@ -1437,10 +1444,11 @@ def _kind_attrs(out: pd.DataFrame, fit: Any = None) -> pd.DataFrame:
             out.attrs["ranktail_note"] = "; ".join(sorted(set(out["ranktail_note"]) - {""}))
         if "n" in out:  # n beyond the cell's N values: the GPD's extrapolation (a NaN N, another fit's row: False)
             out["beyond_data"] = pd.to_numeric(out["n"]) > pd.to_numeric(out["n_values"])
+            ratio = pd.to_numeric(out["n"]) / pd.to_numeric(out["n_values"])
+            out["beyond_data_accuracy"] = [beyond_data_accuracy(r) if b else ""
+                                           for r, b in zip(ratio, out["beyond_data"], strict=True)]
             if out["beyond_data"].any():
-                beyond = out[out["beyond_data"]]
-                ratio = float((pd.to_numeric(beyond["n"]) / pd.to_numeric(beyond["n_values"])).max())
-                out.attrs["beyond_data_note"] = beyond_data_note(ratio)
+                out.attrs["beyond_data_note"] = beyond_data_note(ratio[out["beyond_data"]].to_numpy())
                 log.info("%s", out.attrs["beyond_data_note"])
     if fit is not None and len(out):
         spreads = _prior_dominated_spreads(fit, out)

@@ -514,8 +514,8 @@ def _beyond_data_note(table: pd.DataFrame, rank_values: dict[str, float]) -> pd.
     if table["beyond_data"].any():
         beyond = table[table["beyond_data"]]
         cells = sorted(set(beyond["cell"].astype(str)))
-        ratio = max(float(n) / rank_values[str(c)] for n, c in zip(beyond["n"], beyond["cell"], strict=True))
-        table.attrs["beyond_data_note"] = (f"{beyond_data_note(ratio)} (N, the fewer of A's and B's: "
+        ratios = [float(n) / rank_values[str(c)] for n, c in zip(beyond["n"], beyond["cell"], strict=True)]
+        table.attrs["beyond_data_note"] = (f"{beyond_data_note(ratios)} (N, the fewer of A's and B's: "
                                            + ", ".join(f"{c} {int(rank_values[c])}" for c in cells) + ")")
     return table
 

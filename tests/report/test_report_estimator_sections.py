@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from evtsync.pipeline.truth import truth_delay_table, truth_tables
+from evtsync.predict.tables import beyond_data_accuracy
 from evtsync.report.context import ReportContext
 from evtsync.report.markdown import Table, render_markdown
 from evtsync.report.sections import prediction as prediction_sec
@@ -163,7 +164,8 @@ def test_tau_values_beyond_the_cells_rank_values_are_marked(tmp_path: Path) -> N
     main = main[main["model"] == MAIN]
     rank = main.assign(model="ranktail", estimator="ranktail", default_estimate=True, estimator_note="",
                        tau_point_us=main["tau_mean_us"], point_estimate="posterior median", n_values=300,
-                       beyond_data=main["n"] > 300)
+                       beyond_data=main["n"] > 300,
+                       beyond_data_accuracy=[beyond_data_accuracy(n / 300) if n > 300 else "" for n in main["n"]])
     _write(run, "tau", rank.reset_index(drop=True))
     manifest = {"stages": {"prediction": {"status": "done", "summary": {"main_model": MAIN}}}}
     sections = prediction_sec.build(ReportContext(run, tmp_path / "out", manifest))
@@ -174,7 +176,7 @@ def test_tau_values_beyond_the_cells_rank_values_are_marked(tmp_path: Path) -> N
     assert "†: n beyond the cell's N rank values" in headline.caption
     note = next(str(i.text) for i in sections[0].items if str(getattr(i, "text", "")).startswith("† Beyond the data"))
     # n = 512 is 1.71 N: between the study's 1.6 N and 6.4 N, so the 6.4 N accuracy is quoted, not 1.6 N's
-    assert "n exceeds" in note and "1.71 N" in note and "0.91-1.05" in note and "0.95-1.04" not in note
+    assert "n exceeds" in note and "0.91-1.05" in note and "0.95-1.04" not in note
     # the same table without the column (a run folder from before it): nothing marked, no note
     _write(run, "tau", rank.drop(columns=["beyond_data"]).reset_index(drop=True))
     sections = prediction_sec.build(ReportContext(run, tmp_path / "out", manifest))

@@ -145,9 +145,12 @@ def _estimator_notes(headline: pd.DataFrame, summary: dict[str, Any]) -> list[An
 
 def _beyond_note(beyond: pd.DataFrame) -> str:
     """The beyond-the-data note of the rows shown beyond their cell's N rank values, with an
-    accuracy only where one was measured (:func:`~evtsync.predict.tables.beyond_data_note`)."""
-    ratio = (pd.to_numeric(beyond["n"]) / pd.to_numeric(beyond["n_values"], errors="coerce")).max()
-    return beyond_data_note(float(ratio) if pd.notna(ratio) else None)
+    accuracy only where the study measured one (the stage's column ``beyond_data_accuracy``; a table
+    written before it: none quoted, :func:`~evtsync.predict.tables.beyond_data_note`)."""
+    if "beyond_data_accuracy" not in beyond:
+        return beyond_data_note(None)
+    texts = [t for t in dict.fromkeys(beyond["beyond_data_accuracy"].fillna("").astype(str)) if t]
+    return "; ".join([beyond_data_note(None), *texts])
 
 
 #: The mark of a value whose n is beyond its cell's N rank values (:func:`~evtsync.predict.tables.beyond_data_note`).
