@@ -115,23 +115,23 @@ def reconcile_loo_tail(compare: pd.DataFrame | None, verdicts: list[str]) -> str
     cells = f"{len(nonzero)} of {len(read)} cell(s)"
     if family == "free" and clear:
         if nonzero:
-            return (f"Consistent: LOO clearly prefers a free shape over all cells pooled, and xi's interval excludes 0 in "
-                    f"{cells} (the per-cell tail column).")
-        return ("LOO clearly prefers a free shape over all cells pooled although no single cell's interval of xi "
+            return (f"Consistent: LOO clearly prefers a free shape over all cells pooled, and the tail column's shape "
+                    f"interval excludes 0 in {cells}.")
+        return ("LOO clearly prefers a free shape over all cells pooled although no single cell's shape interval (the tail column) "
                 "excludes 0: the evidence for a non-zero shape adds up across cells; read each cell's tail as "
                 "undetermined.")
     if family == "gumbel" and clear:
         if nonzero:
-            return (f"LOO clearly prefers Gumbel over all cells pooled, yet xi's interval excludes 0 in {cells}: those "
+            return (f"LOO clearly prefers Gumbel over all cells pooled, yet the tail column's shape interval excludes 0 in {cells}: those "
                     "cells' shapes are not enough to improve the predictive fit of the whole; treat their tail verdicts "
                     "with caution.")
-        return "Consistent: LOO clearly prefers Gumbel, and every cell's interval of xi holds 0."
+        return "Consistent: LOO clearly prefers Gumbel, and every cell's shape interval (the tail column) holds 0."
     if nonzero:
         return (f"LOO does not clearly separate Gumbel from a free shape over all cells pooled (difference under 2 "
-                f"standard errors), while xi's interval excludes 0 in {cells}: a non-zero shape in some cells is too "
+                f"standard errors), while the tail column's shape interval excludes 0 in {cells}: a non-zero shape in some cells is too "
                 "small a change in predictive fit overall to separate the models; the per-cell tail column is the "
                 "finer reading, the LOO line the overall one.")
-    return ("Consistent: LOO does not clearly separate Gumbel from a free shape, and every cell's interval of xi "
+    return ("Consistent: LOO does not clearly separate Gumbel from a free shape, and every cell's shape interval (the tail column) "
             "holds 0: the data do not determine the tail type.")
 
 
