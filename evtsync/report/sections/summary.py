@@ -125,7 +125,9 @@ def build(ctx: ReportContext) -> list[Section]:
         s = ctx.manifest.get("sampling", {})
         items.append(Alert(f"The bundled demo: a synthetic study with known truth (see "
                            f"\"Estimates vs ground truth\"), fitted with {s.get('draws')} draws, {s.get('tune')} tuning "
-                           f"steps, {s.get('chains')} chains (real runs: 1000 / 1000 / 4).", level="warning"))
+                           f"steps, {s.get('chains')} chains where a model's own [sampling] table does not ask for "
+                           "others (the main model's does: each fit records its own, see the convergence table).",
+                           level="warning"))
     return [Section("Summary: the answers", items, anchor="summary")]
 
 
