@@ -164,7 +164,8 @@ def run(args: argparse.Namespace) -> int:
         what = "the bundled demo study" if options.is_demo else " ".join(options.traces)
         s = options.sampling()
         write_line(f"evtsync run: {what} -> {out}  (sampling: {s['draws']} draws, {s['tune']} tune, "
-                   f"{s['chains']} chains{' — demo settings' if options.is_demo and not args.draws else ''})")
+                   f"{s['chains']} chains{' — demo settings' if options.is_demo and not args.draws else ''}"
+                   f"{'' if args.draws or args.tune else ', unless a model sets its own'})")
         write_line("  stage                    status, CPU time (the stage's cost) and wall time")
 
     def show(event: StageEvent) -> None:
