@@ -30,7 +30,7 @@ from evtsync.core.errors import FitError
 from evtsync.core.progress import progress
 from evtsync.evt import gev
 from evtsync.evt.bayesfit import cell_parameters, convergence_note, is_converged
-from evtsync.evt.families import family_label, structure_note
+from evtsync.evt.families import UNRECORDED_STRUCTURE, family_label, structure_note
 from evtsync.evt.fitfile import R_EFF_ATTR, relative_efficiency
 from evtsync.evt.gev import SERIES_THRESHOLD
 
@@ -371,16 +371,17 @@ COMPARE_COLUMNS = ["rank", "model", "family", "elpd_loo", "se", "p_loo", "elpd_d
 def location_scale(tree: xr.DataTree) -> str:
     """How a fit's location and scale vary over cells, in words (column ``location_scale`` of the
     comparison table): two fits whose words differ differ in more than the shape, so their ΔELPD
-    is not the shape's alone (issue 45). "" when the fit stores no specification."""
+    is not the shape's alone (issue 45). :data:`~evtsync.evt.families.UNRECORDED_STRUCTURE` when the
+    fit stores no specification."""
     from evtsync.evt.spec import parse_spec
 
     text = tree.attrs.get("model_spec_text")
     if not text:
-        return ""
+        return UNRECORDED_STRUCTURE
     try:
         spec = parse_spec(str(text), "fit")
     except Exception:  # noqa: BLE001 - an unreadable spec records no structure
-        return ""
+        return UNRECORDED_STRUCTURE
     words = {"complete": "one for all cells", "none": "one per cell", "partial": "per cell from a population"}
     cells = f" (cells by {', '.join(spec.groups)})" if spec.groups else ""
     if spec.mu.pooling == spec.sigma.pooling:

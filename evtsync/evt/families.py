@@ -101,10 +101,21 @@ def fixes_xi(name: str) -> bool:
     return name in FAMILY_TABLE and not FAMILY_TABLE[name].has_xi
 
 
+#: The ``location_scale`` of a fit that stores no specification (a fit built from draws).
+UNRECORDED_STRUCTURE = "not recorded"
+
+
+def known_structure(row: Any) -> str:
+    """A comparison row's ``location_scale``, "" when it is missing or not recorded."""
+    value = row.get("location_scale", "")
+    text = "" if value is None or value != value else str(value)  # NaN (a CSV's empty cell) != itself
+    return "" if text == UNRECORDED_STRUCTURE else text
+
+
 def structure_note(a: Any, b: Any) -> str:
     """"" when two rows of the comparison table have the same location and scale structure (or it is
     not recorded); else a clause saying their ΔELPD credits that difference as well as the shape's."""
-    sa, sb = str(a.get("location_scale", "") or ""), str(b.get("location_scale", "") or "")
+    sa, sb = known_structure(a), known_structure(b)
     if not sa or not sb or sa == sb:
         return ""
     return (f" — not the shape's gain alone: they also differ in location and scale ({a['model']}: {sa}; "

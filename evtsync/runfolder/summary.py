@@ -23,7 +23,7 @@ from evtsync.core.intervals import (
     wilson_interval,
 )
 from evtsync.core.tableio import read_table
-from evtsync.evt.families import family_label, fixes_xi, structure_note
+from evtsync.evt.families import family_label, fixes_xi, known_structure, structure_note
 from evtsync.runfolder.layout import (
     STATUS_TEXT,
     SUMMARY_JSON,
@@ -139,9 +139,9 @@ def _rival(best: pd.Series, other: pd.DataFrame) -> pd.Series:
     """The model of the other family compared with the best: the best-ranked one with the same
     location and scale structure (column ``location_scale``), so that their ΔELPD is the shape's;
     else the best-ranked of the other family (the sentence then says they differ in more)."""
-    structure = str(best.get("location_scale", "") or "")
+    structure = known_structure(best)
     if structure and "location_scale" in other:
-        same = other[other["location_scale"].fillna("").astype(str) == structure]
+        same = other[[known_structure(r) == structure for _, r in other.iterrows()]]
         if len(same):
             return same.iloc[0]
     return other.iloc[0]
@@ -173,7 +173,7 @@ def loo_verdict(compare: pd.DataFrame | None) -> str:
             + (f"{note}; no fitted model of the other family shares {best['model']}'s location and scale, so the "
                "shape's own gain is not separated." if note else
                (" between models with the same location and scale: the shape's gain."
-                if str(best.get("location_scale", "") or "") else ".")))
+                if known_structure(best) else ".")))
     if not bool(best.get("converged", True)) or not bool(rival.get("converged", True)):
         text += " WARNING: a compared fit did not converge."
     return text

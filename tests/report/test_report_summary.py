@@ -427,3 +427,10 @@ def test_loo_sentence_separates_the_shape_from_location_and_scale(hand_run: tupl
     text = loo_verdict(table[table["model"] != "gumbel-hier"])
     assert "over gumbel by Δelpd 79" in text and "not the shape's gain alone" in text
     assert "location and scale" in text
+    # the comparison's own verdict says it of each pair whose structures differ, and only of those
+    from evtsync.evt.compare import verdict
+
+    lines = verdict(table.assign(elpd_loo=-table["elpd_diff"], k_good=100, k_bad=0, k_very_bad=0,
+                                 converged=True)).splitlines()
+    assert "not the shape's gain alone" in lines[0] and "over gumbel " in lines[0]   # pooled gumbel
+    assert "not the shape's gain alone" not in lines[1] and "over gumbel-hier" in lines[1]
