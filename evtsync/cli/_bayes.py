@@ -135,21 +135,90 @@ def plot_fit(tree, path: str) -> None:
     save_figure(posterior_by_cell(fit.cell_parameters(), fit.name, fit.family, fit.converged), path)
 
 
-def _block_sd(args: argparse.Namespace) -> float:
-    sd = getattr(args, "block_sd_us", None)
-    mean = getattr(args, "block_mean_us", None)
-    cv = getattr(args, "cv", None)
-    if sd is not None:
+def parse_block_sd(values: list[str] | None) -> tuple[float | None, dict[tuple[str, str], float]]:
+    """``--block-sd-us`` as (one b for every cell or None, {(gpu, precision): b} given per cell as
+    ``GPU/precision=B``); ``InputError`` on a malformed value, a negative b, or both forms at once."""
+    one: float | None = None
+    per_cell: dict[tuple[str, str], float] = {}
+    for text in values or []:
+        key, _, value = str(text).rpartition("=")
+        try:
+            b = float(value)
+        except ValueError:
+            raise InputError(f"--block-sd-us {text!r}: expected B or GPU/precision=B (µs)") from None
+        if not b >= 0:
+            raise InputError(f"--block-sd-us must be >= 0 µs; got {text}")
+        if not key:
+            if one is not None:
+                raise InputError("--block-sd-us: one plain value B at most (per cell: GPU/precision=B)")
+            one = b
+            continue
+        gpu, sep, precision = key.partition("/")
+        if not sep or not gpu or not precision:
+            raise InputError(f"--block-sd-us {text!r}: a per-cell value is GPU/precision=B, e.g. H100/bf16=18")
+        per_cell[(gpu, precision)] = b
+    if one is not None and per_cell:
+        raise InputError("--block-sd-us: give one b for every cell or one per cell (GPU/precision=B), not both")
+    return one, per_cell
+
+
+def _block_sd(args: argparse.Namespace, choice: Any = None) -> float | pd.DataFrame:
+    """The block sd b of a prediction: a number for every cell, or a table with one ``b_us`` per cell.
+
+    A source that carries its own b per cell (a run folder or z-score table: ``choice.block_scale``,
+    :func:`evtsync.predict.tables.block_scale`) gives each cell its own b unless told otherwise;
+    ``--block-sd-us GPU/precision=B`` replaces a cell's b; one plain ``--block-sd-us B`` (or
+    ``--block-mean-us A --cv R``) over a source with several cells is refused (issue 45: it was
+    silently applied to every cell)."""
+    one, per_cell = parse_block_sd(getattr(args, "block_sd_us", None))
+    mean, cv = getattr(args, "block_mean_us", None), getattr(args, "cv", None)
+    own = getattr(choice, "block_scale", None)
+    if one is not None or per_cell:
         if mean is not None or cv is not None:
             raise InputError("give either --block-sd-us B or --block-mean-us A with --cv R, not both")
-        if not sd >= 0:
-            raise InputError(f"--block-sd-us must be >= 0 µs; got {sd}")
-        return float(sd)
-    if mean is None or cv is None:
+    elif mean is not None or cv is not None:
+        if mean is None or cv is None:
+            raise InputError("the block's spread is needed: --block-sd-us B, or --block-mean-us A with --cv R")
+        if not mean > 0 or not cv >= 0:
+            raise InputError(f"--block-mean-us must be > 0 and --cv >= 0; got {mean} and {cv}")
+        one = float(mean) * float(cv)
+    if per_cell:
+        rows = {} if own is None else {(str(g), str(p)): float(b) for g, p, b in
+                                       zip(own["gpu"], own["precision"], own["b_us"], strict=True)}
+        rows.update(per_cell)
+        return pd.DataFrame([{"gpu": g, "precision": p, "b_us": b} for (g, p), b in rows.items()])
+    if own is not None:
+        cells = own
+        for column in ("gpu", "precision"):
+            asked = getattr(args, column, None)
+            if asked is not None:
+                cells = cells[cells[column].astype(str) == str(asked)]
+        if one is None:
+            return own[["gpu", "precision", "b_us"]].reset_index(drop=True)
+        if len(cells) > 1:
+            listed = ", ".join(f"{g}/{p} {b:.4g}" for g, p, b in zip(cells["gpu"], cells["precision"], cells["b_us"],
+                                                                         strict=True))
+            raise InputError(f"one block sd b = {one:g} µs over {len(cells)} cells, each with its own b in the table "
+                             f"(µs: {listed}): leave out --block-sd-us to use each cell's own b, give one per cell as "
+                             "--block-sd-us GPU/precision=B, or ask for one cell with --gpu and --precision")
+    if one is None:
         raise InputError("the block's spread is needed: --block-sd-us B, or --block-mean-us A with --cv R")
-    if not mean > 0 or not cv >= 0:
-        raise InputError(f"--block-mean-us must be > 0 and --cv >= 0; got {mean} and {cv}")
-    return float(mean) * float(cv)
+    return float(one)
+
+
+def _b_words(block_sd: float | pd.DataFrame) -> str:
+    """b in words for a printed header: "b = 20 µs", or "b per cell (µs): H100/bf16 18, ..."."""
+    if isinstance(block_sd, pd.DataFrame):
+        return "b per cell (µs): " + ", ".join(f"{g}/{p} {b:.4g}" for g, p, b in zip(
+            block_sd["gpu"], block_sd["precision"], block_sd["b_us"], strict=True))
+    return f"b = {block_sd:g} µs"
+
+
+def _scaled_b(block_sd: float | pd.DataFrame, factor: float) -> float | pd.DataFrame:
+    """b / f for a GPU f times faster (a per-cell table: every cell's b)."""
+    if isinstance(block_sd, pd.DataFrame):
+        return block_sd.assign(b_us=block_sd["b_us"] / factor)
+    return block_sd / factor
 
 
 def _print_note(tree) -> None:
@@ -189,43 +258,46 @@ def load_prediction_choice(path: str, estimator: str | None) -> Any:
 
     from evtsync.core.tableio import read_table
     from evtsync.evt.bayesfit import BayesFit
+    from evtsync.predict import registry
     from evtsync.predict.estimator import choose_estimator
 
     source = Path(path)
     if source.is_dir() and (source / "manifest.json").is_file():
-        from evtsync.runfolder.layout import (
-            fitted_models,
-            main_model,
-            read_verified_manifest,
-            table_path,
-        )
+        from evtsync.runfolder.layout import read_verified_manifest, table_path
 
         manifest = read_verified_manifest(source)
         zpath = table_path(source, "zscores")
         zscores = read_table(str(zpath)) if zpath.is_file() else None
-        gev: Any = None
-        if estimator == "paper":
-            from evtsync.evt.mlefit import MleCellFit
-
-            mle = table_path(source, "mle")
-            if not mle.is_file():
-                raise InputError(f"{path}: --estimator paper needs the run's GEV MLE of z (tables/mle.parquet)")
-            gev = MleCellFit(read_table(str(mle)), family="gev")
-        else:
-            name = main_model(source, manifest)
-            gev = BayesFit.load(fitted_models(source, manifest)[name]) if name is not None else None
-        return choose_estimator(estimator, gev=gev, zscores=zscores, source=str(zpath))
+        # the GEV fit the asked estimator loads from the run (a per-rank estimator: its fallback's)
+        wanted = registry.get(estimator)
+        gev = (registry.get(wanted.fallback) if wanted.per_rank else wanted).load_run(source, manifest)
+        choice = choose_estimator(estimator, gev=gev, zscores=zscores, source=str(zpath))
+        return _with_block_scale(choice, zscores)
     if source.is_file() and source.suffix in (".parquet", ".csv"):
-        return choose_estimator(estimator, zscores=read_table(source), source=str(source))
-    if estimator == "ranktail":
-        raise InputError(f"{path}: --estimator ranktail takes the z-score table (.parquet/.csv written by "
+        table = read_table(source)
+        return _with_block_scale(choose_estimator(estimator, zscores=table, source=str(source)), table)
+    if estimator is not None and registry.get(estimator).per_rank:
+        raise InputError(f"{path}: --estimator {estimator} takes the z-score table (.parquet/.csv written by "
                          "`evtsync blocks`, or a run folder with tables/zscores.parquet), not a fit")
     return choose_estimator(estimator, gev=BayesFit.load(path))
 
 
+def _with_block_scale(choice: Any, zscores: pd.DataFrame | None) -> Any:
+    """``choice`` with ``block_scale``: each cell's own b of the z-score table
+    (:func:`evtsync.predict.tables.block_scale`), None when the table cannot give it."""
+    from evtsync.predict.tables import block_scale
+
+    needed = {"gpu", "precision", "block", "block_mean_us", "cv"}
+    if zscores is not None and needed <= set(zscores.columns) and len(zscores):
+        choice.block_scale = block_scale(zscores)
+    return choice
+
+
 def _shown_fit(choice: Any) -> Any:
     """The fit a prediction's header names: the ranktail fit when it predicts, else the GEV fit."""
-    return choice.ranktail if choice.asked == "ranktail" and choice.ranktail is not None else choice.gev
+    from evtsync.predict import registry
+
+    return choice.ranktail if registry.get(choice.asked).per_rank and choice.ranktail is not None else choice.gev
 
 
 def _close(fit: Any, args: argparse.Namespace, table: pd.DataFrame | None = None) -> int:
@@ -251,10 +323,17 @@ def _converged(fit: Any, table: pd.DataFrame | None = None) -> bool:
     return bool(fit.converged)
 
 
-def _interval_name(fit: Any) -> str:
-    if hasattr(fit, "expected_max"):
-        return "posterior (GPD grid posterior and Bayesian bootstrap)"
-    return "credible" if fit.kind == "bayes" else "confidence"
+def _interval_name(table: pd.DataFrame) -> str:
+    """How the intervals of a prediction table's rows are made, each estimator's rows in its own
+    words, a fallback's by its own (:func:`evtsync.predict.registry.interval_words`; issue 45)."""
+    from evtsync.predict import registry
+
+    if "estimator" not in table or not len(table):
+        return "interval"
+    fallback = table["estimator_note"].fillna("").astype(str) != "" if "estimator_note" in table else None
+    words = registry.interval_words(table["estimator"].astype(str),
+                                    table.loc[fallback, "estimator"].astype(str) if fallback is not None else ())
+    return f"interval: {words}"
 
 
 def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
@@ -291,7 +370,7 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
             raise InputError(f"--eps must lie in (-1, 0); got {eps:g}")
     if getattr(args, "tau_us", None) is not None:
         raise InputError("--fit takes the tax from the posterior; do not also give --tau-us")
-    block_sd = _block_sd(args)
+    block_sd = _block_sd(args, choice)
     level = level_of(args)
     n_draws = (int(fit.expected_max([args.m], [0]).shape[0]) if hasattr(fit, "expected_max")
                else int(np.prod(fit.cell_draws()[0].shape[:1])))
@@ -322,8 +401,8 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
     else:
         for note in [*alpha_notes, *hw["notes"]]:
             print(note)
-        print(f"fit {_models(summary, fit)}: S = {args.bytes:.6g} bytes, b = {block_sd:g} µs on the reference GPU; "
-              f"point [{level:.0%} {_interval_name(fit)} interval]; bandwidths in GB/s")
+        print(f"fit {_models(summary, fit)}: S = {args.bytes:.6g} bytes, {_b_words(block_sd)} on the reference GPU; "
+              f"point [{level:.0%} {_interval_name(summary)}]; bandwidths in GB/s")
         print(f"tau(n): {summary.attrs['estimator']}; {_point_words(summary)}")
         tau_pt, bstar_pt = point_column(summary, "tau", "_us"), point_column(summary, "bstar", "_gbps")
         red_pt = point_column(summary, "reduction")
@@ -407,11 +486,11 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
         raise InputError("give the domain sizes --n N... (or --preset NAME, or --straggler TABLE)")
     sizes = hw["sizes"]
     domain_multiple(sizes, args.m)
-    block_sd = _block_sd(args)
+    block_sd = _block_sd(args, choice)
     level = level_of(args)
     parts = []
     for factor in hw["factors"]:
-        part = predict_table(choice, tau_table, sizes, block_sd / factor, args.m, level, gpu=hw["gpu"],
+        part = predict_table(choice, tau_table, sizes, _scaled_b(block_sd, factor), args.m, level, gpu=hw["gpu"],
                              precision=getattr(args, "precision", None), seed=getattr(args, "seed", 0))
         parts.append(part.assign(flops_factor=factor))
     summary = pd.concat(parts, ignore_index=True)
@@ -423,8 +502,8 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     else:
         for note in hw["notes"]:
             print(note)
-        print(f"fit {_models(summary, fit)}: tau(n) = b·E_(n/{args.m}) with b = {block_sd:g} µs on the reference GPU / flops factor; "
-              f"point [{level:.0%} {_interval_name(fit)} interval]")
+        print(f"fit {_models(summary, fit)}: tau(n) = b·E_(n/{args.m}) with {_b_words(block_sd)} on the reference GPU / flops factor; "
+              f"point [{level:.0%} {_interval_name(summary)}]")
         print(f"estimator: {summary.attrs['estimator']}; {_point_words(summary)}; {FIXED_B_NOTE}")
         tau_pt = point_column(summary, "tau", "_us")
         for i, r in summary.iterrows():
@@ -456,7 +535,7 @@ def _straggler(args: argparse.Namespace, fit: Any, choice: Any) -> int:
         emit_json({"rows": table, "skipped": table.attrs["skipped"]}, indent=None)
         return 0 if _converged(fit, table) else 1
     print(f"fit {_models(table, fit)}: predicted vs measured mean straggler delay; "
-          f"predicted: point [{level:.0%} {_interval_name(fit)} interval]; ratio = point / measured mean")
+          f"predicted: point [{level:.0%} {_interval_name(table)}]; ratio = point / measured mean")
     print(f"estimator: {table.attrs['estimator']}; {_point_words(table)}")
     predicted_pt = point_column(table, "predicted", "_us")
     for i, r in table.iterrows():

@@ -78,7 +78,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tax.add_argument("--fit", metavar="FIT", help="B* with its posterior from a run folder (ranktail from its z-score "
                      "table, its main GEV fit for the fallback), a z-score table (ranktail) or a Bayesian fit folder "
                      "(centred/paper; with the default estimator a labelled centred fallback)")
-    p.add_argument("--block-sd-us", type=float, metavar="B", help="block standard deviation b in µs (with a fit)")
+    p.add_argument("--block-sd-us", action=ListOption, metavar="B", examples=("H100/bf16=18", "A100/fp32=20"),
+                   help="block standard deviation b in µs: one value B, or with --fit one per cell as "
+                   "GPU/precision=B (a run folder or z-score table gives each cell its own b when this is left out; "
+                   "one B over several of its cells is refused)")
     p.add_argument("--m", type=int, default=DEFAULT_M,
                    help=f"ranks per sample of the fit (default {DEFAULT_M}); n must be a multiple")
     p.add_argument("--flops-factor", action=ListOption, metavar="F", examples=("1", "2"),
@@ -106,18 +109,21 @@ def _bayesian(args: argparse.Namespace) -> int:
 def point_fit(args: argparse.Namespace, sizes: list[int]) -> Any:
     """The one-draw fit of ``--gumbel MU SIGMA`` / ``--gev MU SIGMA XI`` (:class:`evtsync.predict.tables.PointFit`),
     or None for ``--tau-us``, after checking the options that go with each."""
+    from evtsync.cli._bayes import parse_block_sd
     from evtsync.predict.tables import PointFit, domain_multiple
 
+    one, per_cell = parse_block_sd(args.block_sd_us)
+    if per_cell:
+        raise InputError("--block-sd-us GPU/precision=B applies with --fit; --gumbel/--gev take one value B")
     if args.tau_us is not None:
-        if args.block_sd_us is not None:
+        if one is not None:
             raise InputError("--block-sd-us only applies with --gumbel or --gev, not with --tau-us")
         if not args.tau_us >= 0:
             raise InputError(f"--tau-us must be >= 0 µs; got {args.tau_us}")
         return None
-    if args.block_sd_us is None:
+    if one is None:
         raise InputError("--gumbel/--gev need --block-sd-us B (the block's pooled standard deviation in µs)")
-    if not args.block_sd_us >= 0:
-        raise InputError(f"--block-sd-us must be >= 0 µs; got {args.block_sd_us}")
+    args.block_sd_us = one  # the one value, for the tables below
     mu, sigma, xi = (args.gumbel[0], args.gumbel[1], 0.0) if args.gumbel else tuple(args.gev)
     if not sigma > 0:
         raise InputError(f"{'--gumbel' if args.gumbel else '--gev'}: the scale sigma must be > 0; got {sigma}")
@@ -144,9 +150,12 @@ def run_bandwidth(args: argparse.Namespace) -> int:
     """Handler of ``evtsync bandwidth``."""
     if args.fit is not None:
         return _bayesian(args)
-    if args.estimator == "ranktail" and args.tau_us is None:  # GEV parameters cannot give it
-        raise InputError("--estimator ranktail predicts from every rank's value: give --fit ZSCORES (the z-score "
-                         "table written by `evtsync blocks`, or a run folder)")
+    from evtsync.predict import registry
+
+    if args.estimator is not None and registry.get(args.estimator).per_rank and args.tau_us is None:
+        # GEV parameters cannot give it
+        raise InputError(f"--estimator {args.estimator} predicts from every rank's value: give --fit ZSCORES (the "
+                         "z-score table written by `evtsync blocks`, or a run folder)")
     from evtsync.predict.tables import (
         SCALING_DEFINITION,
         bandwidth_table,
@@ -207,10 +216,9 @@ def run_bandwidth(args: argparse.Namespace) -> int:
     if args.tau_us is None:  # tau from given GEV parameters: what they were fitted to decides the estimator
         if args.estimator is None:
             print(f"NOTE: {POINT_FALLBACK_NOTE}")
-        print(f"tau(n) = b·E_(n/{args.m}) of the given GEV, as the {_point_estimator(args)} estimator: "
-              + ("its parameters must be a fit of the centred maxima y" if _point_estimator(args) == "centred" else
-                 "the paper's, from a fit of z (biased low beyond n = m)")
-              + "; b and alpha fixed at the values given")
+        given = registry.get(_point_estimator(args))
+        print(f"tau(n) = b·E_(n/{args.m}) of the given GEV, as the {given.name} estimator: its parameters must be a "
+              f"fit of {given.column}: {given.meaning}; b and alpha fixed at the values given")
     print(f"{'topology':9s} {'n':>6s} {'eps':>5s} {'flops':>6s} {'p':>9s} {'q':>7s} {'alpha_us':>8s} {'tau_us':>10s} "
           f"{'B*':>12s} {'B*_Hockney':>12s} {'reduction':>9s}")
     points = zip(point_column(table, "tau", "_us"), point_column(table, "bstar", "_gbps"),

@@ -286,24 +286,25 @@ def _given_fits(path_a: str, path_b: str, estimator: str | None, seed: int):  # 
     from evtsync.core.errors import InputError
     from evtsync.core.tableio import read_table
     from evtsync.evt.bayesfit import BayesFit
+    from evtsync.predict import registry
 
     tables = [Path(p).suffix in (".parquet", ".csv") and Path(p).is_file() for p in (path_a, path_b)]
     if tables[0] != tables[1]:
         raise InputError("diff: --fit-a and --fit-b must be of one kind (two z-score tables, or two Bayesian fits)")
+    wanted = registry.get(estimator)
     if tables[0]:
-        if estimator not in (None, "ranktail"):
-            raise InputError(f"diff: --estimator {estimator} needs Bayesian fits; z-score tables give ranktail")
-        from evtsync.evt.ranktail import RankTailFit
-
-        fits = [RankTailFit.from_table(read_table(p), seed=seed, source=p) for p in (path_a, path_b)]
-        return fits[0], fits[1], "tau(n): the ranktail estimator on both sides (the z-score tables given)"
-    if estimator == "ranktail":
-        raise InputError("diff: --estimator ranktail needs the z-score tables (give them as --fit-a/--fit-b, or "
+        if not wanted.per_rank:
+            raise InputError(f"diff: --estimator {estimator} needs Bayesian fits; z-score tables give "
+                             f"{registry.default().name}")
+        fits = [wanted.load_table(read_table(p), seed=seed, source=p) for p in (path_a, path_b)]
+        return fits[0], fits[1], f"tau(n): the {wanted.name} estimator on both sides (the z-score tables given)"
+    if estimator is not None and wanted.per_rank:
+        raise InputError(f"diff: --estimator {estimator} needs the z-score tables (give them as --fit-a/--fit-b, or "
                          "compare run folders), not Bayesian fits")
     fit_a, fit_b = BayesFit.load(path_a), BayesFit.load(path_b)
     if estimator is None:
-        note = ("tau(n): fallback to the fits' own (centred) estimator: Bayesian fits hold no per-rank values, which "
-                "the default ranktail estimator needs (give z-score tables or run folders)")
+        note = (f"tau(n): fallback to the fits' own ({wanted.fallback}) estimator: Bayesian fits hold no per-rank "
+                f"values, which the default {wanted.name} estimator needs (give z-score tables or run folders)")
         logging.getLogger("evtsync.cli.diff").warning("%s", note)
         return fit_a, fit_b, note
     return fit_a, fit_b, f"tau(n): the {estimator} estimator on both sides"

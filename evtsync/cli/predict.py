@@ -7,7 +7,10 @@ centred estimator, labelled as the default's fallback with a warning; so do a ce
 rank values and a GPU/precision that was not measured (from the hierarchy's population). Every row
 says its estimator; ``--estimator centred|paper|ranktail`` asks for one strictly (``paper``: a fit of
 z, biased low at n > m). The block's
-spread b is given as ``--block-sd-us B`` or as ``--block-mean-us A --cv R`` (b = r·a).
+spread b is given as ``--block-sd-us B`` or as ``--block-mean-us A --cv R`` (b = r·a), or per cell as
+``--block-sd-us GPU/precision=B``; a run folder or z-score table gives each cell its own b (its
+:func:`evtsync.predict.tables.block_scale`) unless told otherwise, and one b over several of its
+cells is refused (issue 45).
 
 ``--straggler TABLE`` instead compares predicted with measured mean straggler delay (methodology §7,
 the paper's Figure 11) for a table with columns workload, gpu, precision, block_mean_us,
@@ -52,7 +55,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--straggler", metavar="TABLE",
                    help="predicted vs measured straggler delay for this table (.csv/.parquet) instead of --n")
     add_out_argument(p, "table", "also write the result table (.csv/.parquet)")
-    p.add_argument("--block-sd-us", type=float, metavar="B", help="block standard deviation b in µs")
+    p.add_argument("--block-sd-us", action=ListOption, metavar="B", examples=("H100/bf16=18", "A100/fp32=20"),
+                   help="block standard deviation b in µs: one value B, or one per cell as GPU/precision=B. A run "
+                   "folder or z-score table gives each cell its own b when this is left out; one B over several "
+                   "of its cells is refused")
     p.add_argument("--block-mean-us", type=float, metavar="A", help="block mean a in µs (with --cv)")
     p.add_argument("--cv", type=float, metavar="R", help="coefficient of variation r of the block (b = r·a)")
     p.add_argument("--m", type=int, default=DEFAULT_M, help=f"ranks per sample of the fitted z-scores (default {DEFAULT_M})")

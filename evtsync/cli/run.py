@@ -173,7 +173,8 @@ def run(args: argparse.Namespace) -> int:
         what = "the bundled demo study" if options.is_demo else " ".join(options.traces)
         s = options.sampling()
         write_line(f"evtsync run: {what} -> {out}  (sampling: {s['draws']} draws, {s['tune']} tune, "
-                   f"{s['chains']} chains{_settings_word(s) if options.is_demo and not args.draws else ''}); "
+                   f"{s['chains']} chains{_settings_word(s) if options.is_demo and not args.draws else ''}"
+                   f"{'' if args.draws or args.tune else ', unless a model sets its own'}); "
                    "per stage: status, CPU time (the stage's cost) and wall time")
 
     def show(event: StageEvent) -> None:

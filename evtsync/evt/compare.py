@@ -30,7 +30,7 @@ from evtsync.core.errors import FitError
 from evtsync.core.progress import progress
 from evtsync.evt import gev
 from evtsync.evt.bayesfit import cell_parameters, convergence_note, is_converged
-from evtsync.evt.families import family_label
+from evtsync.evt.families import UNRECORDED_STRUCTURE, family_label, structure_note
 from evtsync.evt.fitfile import R_EFF_ATTR, relative_efficiency
 from evtsync.evt.gev import SERIES_THRESHOLD
 
@@ -365,7 +365,28 @@ def _label(res: LooResult) -> str:
 #: elpd_diff (best minus this model) with its standard error diff_se, the Pareto-k counts
 #: (k_good <= 0.7 < k_bad <= 1 < k_very_bad; n_bad_k = k_bad + k_very_bad), converged.
 COMPARE_COLUMNS = ["rank", "model", "family", "elpd_loo", "se", "p_loo", "elpd_diff", "diff_se", "k_good", "k_bad",
-                   "k_very_bad", "n_bad_k", "converged"]
+                   "k_very_bad", "n_bad_k", "converged", "location_scale"]
+
+
+def location_scale(tree: xr.DataTree) -> str:
+    """How a fit's location and scale vary over cells, in words (column ``location_scale`` of the
+    comparison table): two fits whose words differ differ in more than the shape, so their ΔELPD
+    is not the shape's alone (issue 45). :data:`~evtsync.evt.families.UNRECORDED_STRUCTURE` when the
+    fit stores no specification."""
+    from evtsync.evt.spec import parse_spec
+
+    text = tree.attrs.get("model_spec_text")
+    if not text:
+        return UNRECORDED_STRUCTURE
+    try:
+        spec = parse_spec(str(text), "fit")
+    except Exception:  # noqa: BLE001 - an unreadable spec records no structure
+        return UNRECORDED_STRUCTURE
+    words = {"complete": "one for all cells", "none": "one per cell", "partial": "per cell from a population"}
+    cells = f" (cells by {', '.join(spec.groups)})" if spec.groups else ""
+    if spec.mu.pooling == spec.sigma.pooling:
+        return f"location and scale {words[spec.mu.pooling]}{cells}"
+    return f"location {words[spec.mu.pooling]}, scale {words[spec.sigma.pooling]}{cells}"
 
 
 def compare_fits(trees: list[xr.DataTree], chunk_values: int | None = None) -> tuple[pd.DataFrame, str]:
@@ -406,6 +427,7 @@ def compare_fits(trees: list[xr.DataTree], chunk_values: int | None = None) -> t
                 or not np.allclose(z.to_numpy(), ref_z.to_numpy()):
             raise FitError(f"fits {ref.name!r} and {r.name!r} were made on different z-scores; "
                            "LOO differences need the same data")
+    structure = [location_scale(t) for t in trees]
     order = sorted(range(len(results)), key=lambda i: -results[i].elpd)
     best = results[order[0]]
     best_elpd = pd.Series(best.elpd_i, index=best.rows).sort_index()
@@ -420,7 +442,7 @@ def compare_fits(trees: list[xr.DataTree], chunk_values: int | None = None) -> t
             "rank": rank, "model": r.name, "family": r.family, "elpd_loo": r.elpd, "se": r.se,
             "p_loo": r.p_loo, "elpd_diff": float(diff.sum()), "diff_se": d_se,
             "k_good": kc["good"], "k_bad": kc["bad"], "k_very_bad": kc["very_bad"],
-            "n_bad_k": kc["bad"] + kc["very_bad"], "converged": r.converged,
+            "n_bad_k": kc["bad"] + kc["very_bad"], "converged": r.converged, "location_scale": structure[i],
         })
     table = pd.DataFrame(rows, columns=COMPARE_COLUMNS)
     return table, verdict(table, results)
@@ -450,10 +472,11 @@ def verdict(table: pd.DataFrame, results: list[LooResult] | None = None) -> str:
             continue
         ratio = d / se
         if ratio > 2:
-            lines.append(f"{b} preferred over {o} by ΔELPD = {d:.1f} ± {se:.1f} ({ratio:.1f} SE)")
+            lines.append(f"{b} preferred over {o} by ΔELPD = {d:.1f} ± {se:.1f} ({ratio:.1f} SE)"
+                         + structure_note(best, row))
         else:
             lines.append(f"no clear preference between {b} and {o}: ΔELPD = {d:.1f} ± {se:.1f} "
-                         f"({ratio:.1f} SE, below 2 SE)")
+                         f"({ratio:.1f} SE, below 2 SE)" + structure_note(best, row))
     for _, row in table.iterrows():
         if row["k_bad"] + row["k_very_bad"] > 0:
             lines.append(f"{row['model']}: {row['k_bad']} bad and {row['k_very_bad']} very bad Pareto k "

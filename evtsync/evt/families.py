@@ -16,6 +16,7 @@ records ``xi = sign * |xi|``; the prior in the TOML file is the prior of ``|xi|`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from evtsync.core.errors import InputError
 
@@ -98,3 +99,24 @@ def family_label(name: str) -> str:
 def fixes_xi(name: str) -> bool:
     """Whether the family called ``name`` fixes xi at 0 (False for a name not in the table)."""
     return name in FAMILY_TABLE and not FAMILY_TABLE[name].has_xi
+
+
+#: The ``location_scale`` of a fit that stores no specification (a fit built from draws).
+UNRECORDED_STRUCTURE = "not recorded"
+
+
+def known_structure(row: Any) -> str:
+    """A comparison row's ``location_scale``, "" when it is missing or not recorded."""
+    value = row.get("location_scale", "")
+    text = "" if value is None or value != value else str(value)  # NaN (a CSV's empty cell) != itself
+    return "" if text == UNRECORDED_STRUCTURE else text
+
+
+def structure_note(a: Any, b: Any) -> str:
+    """"" when two rows of the comparison table have the same location and scale structure (or it is
+    not recorded); else a clause saying their ΔELPD credits that difference as well as the shape's."""
+    sa, sb = known_structure(a), known_structure(b)
+    if not sa or not sb or sa == sb:
+        return ""
+    return (f" — not the shape's gain alone: they also differ in location and scale ({a['model']}: {sa}; "
+            f"{b['model']}: {sb})")

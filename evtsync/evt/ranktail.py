@@ -55,6 +55,7 @@ from numpy.typing import NDArray
 
 from evtsync.blocks.zscores import RANK_SCALE_COLUMN, RANK_VALUES_COLUMN
 from evtsync.core.defaults import (
+    INTERVAL_LEVEL,
     RANKTAIL_DRAWS,
     RANKTAIL_EXCEEDANCE_POWER,
     RANKTAIL_MAX_EXCEEDANCES,
@@ -77,6 +78,7 @@ __all__ = ["RANK_COLUMN", "RankTail", "RankTailFit", "expected_max_draws", "fit_
 RANK_COLUMN = RANK_VALUES_COLUMN
 #: The shape grid of the GPD posterior (prior: Normal(0, RANKTAIL_XI_PRIOR_SD) on it).
 _XI_GRID = np.linspace(-0.5, 1.2, 171)
+_XI_STEP = float(_XI_GRID[1] - _XI_GRID[0])
 #: Points of the tail quadrature in w = −log G (Simpson's rule).
 _W_POINTS = 801
 #: At most this many atoms of the body in the Bayesian bootstrap (adjacent sorted values binned).
@@ -479,9 +481,21 @@ class RankTailFit:
                              + (f" (every cell refused: {'; '.join(refused.values())})" if refused else ""))
         return cls(tails, pd.DataFrame(rows))
 
-    def cell_info(self) -> pd.DataFrame:
-        """Per cell: rank values, exceedances, threshold, GPD posterior means and notes (a small cell)."""
-        return pd.DataFrame([{"cell": label, "n_values": t.n_values, "n_exceedances": t.n_exceedances,
-                              "threshold": t.threshold, "gpd_sigma_mean": float(np.exp(t.log_sigma).mean()),
-                              "gpd_xi_mean": float(t.xi.mean()), "note": "; ".join(t.notes)}
-                             for label, t in self.tails.items()])
+    def cell_info(self, level: float = INTERVAL_LEVEL) -> pd.DataFrame:
+        """Per cell: rank values, exceedances, threshold, GPD posterior means, the GPD shape's central
+        ``level`` interval (``gpd_xi_lo``/``gpd_xi_hi``: the rank times' tail, which the tail verdict
+        reads, evtsync.runfolder.summary.tail_verdict) and notes (a small cell)."""
+        tail = (1 - level) / 2
+        rows = []
+        for label, t in self.tails.items():
+            # the interval's ends on the grid the shape's posterior lives on (step 0.01; the draws are
+            # jittered within a step only to smooth E[max_n u]): an end within half a step of 0 is 0,
+            # the posterior cannot tell it from 0 (docs/methodology.md, "The tail verdict")
+            on_grid = _XI_GRID[0] + np.round((t.xi - _XI_GRID[0]) / _XI_STEP) * _XI_STEP
+            rows.append({"cell": label, "n_values": t.n_values, "n_exceedances": t.n_exceedances,
+                         "threshold": t.threshold, "gpd_sigma_mean": float(np.exp(t.log_sigma).mean()),
+                         "gpd_xi_mean": float(t.xi.mean()),
+                         "gpd_xi_lo": float(np.round(np.quantile(on_grid, tail, method="lower"), 10)),
+                         "gpd_xi_hi": float(np.round(np.quantile(on_grid, 1 - tail, method="higher"), 10)),
+                         "note": "; ".join(t.notes)})
+        return pd.DataFrame(rows)

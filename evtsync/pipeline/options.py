@@ -92,14 +92,13 @@ class RunOptions:
         check_run_folder(out, self.traces, force=self.force)  # not the inputs', nor the user's own files
 
     def sampling(self, spec_sampling: dict[str, Any] | None = None) -> dict[str, int]:
-        """Draws, tune and chains of a fit: the user's flags; else, for the demo, its settings; else the
-        model's ``[sampling]`` table (``spec_sampling``); else the real-run defaults."""
-        if self.is_demo:
-            base = {"draws": DEMO_DRAWS, "tune": DEMO_TUNE, "chains": DEMO_CHAINS}
-        else:
-            spec_sampling = spec_sampling or {}
-            base = {k: int(spec_sampling.get(k, d)) for k, d in
-                    (("draws", DEFAULT_DRAWS), ("tune", DEFAULT_TUNE), ("chains", DEFAULT_CHAINS))}
+        """Draws, tune and chains of a fit: the user's flags; else the model's ``[sampling]`` table
+        (``spec_sampling``: the main model asks for 2000 / 2000, which converge on the demo for seeds
+        0-9, docs/bayesian.md); else the demo's settings for the demo, the real-run defaults otherwise."""
+        spec_sampling = spec_sampling or {}
+        defaults = ((DEMO_DRAWS, DEMO_TUNE, DEMO_CHAINS) if self.is_demo
+                    else (DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS))
+        base = {k: int(spec_sampling.get(k, d)) for k, d in zip(("draws", "tune", "chains"), defaults, strict=True)}
         given = {"draws": self.draws, "tune": self.tune, "chains": self.chains}
         return {k: base[k] if (v := given[k]) is None else int(v) for k in base}  # 0 is refused, not the default
 

@@ -613,6 +613,7 @@ def _paper_tau(run: Run, ns: Any, scales: pd.DataFrame) -> pd.DataFrame | None:
     """The paper's estimator beside the calibrated ones, labelled (``estimator`` = "paper"): tau(n) =
     b·E_(n/m) of the per-cell GEV MLE of z (the ``mle`` stage); None without that table."""
     from evtsync.evt.mlefit import MleCellFit
+    from evtsync.predict import registry
     from evtsync.predict import tables as predict
 
     if not run.done("mle"):
@@ -622,9 +623,10 @@ def _paper_tau(run: Run, ns: Any, scales: pd.DataFrame) -> pd.DataFrame | None:
     except InputError as exc:
         log.info("no paper-estimator rows in tau.parquet: %s", exc)
         return None
-    if predict.estimator_of(fit) not in (None, "paper"):
+    paper = registry.Paper.name
+    if predict.estimator_of(fit) not in (None, paper):
         return None
-    return predict.tau_table(fit, ns, scales, run.options.m, LEVEL, estimator="paper")
+    return predict.tau_table(fit, ns, scales, run.options.m, LEVEL, estimator=paper)
 
 
 def _stage_predicted_vs_measured(run: Run) -> dict[str, Any]:

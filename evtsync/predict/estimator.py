@@ -28,7 +28,8 @@ import pandas as pd
 
 from evtsync.core.defaults import DEFAULT_ESTIMATOR
 from evtsync.core.errors import InputError
-from evtsync.predict.tables import ESTIMATORS, FALLBACK_ESTIMATOR, check_estimator
+from evtsync.predict import registry
+from evtsync.predict.tables import FALLBACK_ESTIMATOR, check_estimator
 
 log = logging.getLogger("evtsync.predict.estimator")
 
@@ -60,6 +61,9 @@ class EstimatorChoice:
         Why the ranktail estimator cannot run at all ("" when it can).
     cell_reasons : dict of str to str
         Cells (``GPU|precision``) of the z-score table the ranktail estimator refused, and why.
+    block_scale : pandas.DataFrame or None
+        Each cell's own block sd b of the source's z-score table (``b_us``,
+        :func:`evtsync.predict.tables.block_scale`), None when the source has none.
     """
 
     asked: str
@@ -68,11 +72,12 @@ class EstimatorChoice:
     gev: Any = None
     reason: str = ""
     cell_reasons: dict[str, str] = field(default_factory=dict)
+    block_scale: pd.DataFrame | None = None
 
     def describe(self) -> dict[str, Any]:
         """The choice as a JSON-ready record (the run's manifest and summary)."""
         return {"estimator": self.asked, "explicit": self.explicit, "default": DEFAULT_ESTIMATOR,
-                "fallback": FALLBACK_ESTIMATOR if self.asked == "ranktail" and not self.explicit else None,
+                "fallback": registry.get(self.asked).fallback if not self.explicit else None,
                 "fallback_model": getattr(self.gev, "name", None) if self.gev is not None else None,
                 "ranktail_cells": ([str(c) for c in self.ranktail.cells["cell"]] if self.ranktail is not None else []),
                 "reason": self.reason, "cell_reasons": dict(self.cell_reasons)}
@@ -176,17 +181,17 @@ def choose_estimator(estimator: str | None = None, *, gev: Any = None, zscores: 
         default choice with neither a usable z-score table nor a GEV fit.
     """
     explicit = estimator is not None
-    asked = DEFAULT_ESTIMATOR if estimator is None else str(estimator)
-    if asked not in ESTIMATORS:
-        raise InputError(f"estimator {asked!r}: expected one of {', '.join(ESTIMATORS)}")
+    wanted = registry.get(estimator)  # InputError naming the choices for an unknown name
+    asked = wanted.name
     if gev is not None:
         from evtsync.evt.bayesfit import as_fit
 
         gev = as_fit(gev)
-    if asked != "ranktail":
+    if not wanted.per_rank:
         if gev is None:
-            raise InputError(f"the {asked} estimator needs a GEV fit ({'of y' if asked == 'centred' else 'of z'}); "
-                             "a z-score table alone gives only the ranktail estimator")
+            raise InputError(f"the {asked} estimator needs a GEV fit (of {wanted.column}); a z-score table alone "
+                             f"gives only the {' or '.join(e for e in registry.names() if registry.get(e).per_rank)} "
+                             "estimator")
         check_estimator(gev, asked)
         return EstimatorChoice(asked, explicit, gev=gev)
     if zscores is None:
@@ -293,9 +298,10 @@ def predict_table(choice: EstimatorChoice, table: Callable[..., pd.DataFrame], *
     parts: list[pd.DataFrame] = []
     covered: set[tuple[str, ...]] = set()
     primary_failed = ""
-    if choice.asked == "ranktail" and choice.ranktail is not None:
+    wanted = registry.get(choice.asked)
+    if wanted.per_rank and choice.ranktail is not None:
         try:
-            first = table(choice.ranktail, *args, estimator="ranktail", **asked, **kwargs)
+            first = table(choice.ranktail, *args, estimator=wanted.name, **asked, **kwargs)
         except InputError as exc:
             if choice.explicit or choice.gev is None or not _is_unmeasured(exc):
                 raise
@@ -304,8 +310,8 @@ def predict_table(choice: EstimatorChoice, table: Callable[..., pd.DataFrame], *
             first = first.assign(estimator_note="") if len(first) else first
             parts.append(first)
             covered = set(_keys(first)) if len(first) else set()
-    if choice.gev is not None and not (choice.asked == "ranktail" and choice.explicit):
-        estimator = choice.asked if choice.asked != "ranktail" else FALLBACK_ESTIMATOR
+    if choice.gev is not None and not (wanted.per_rank and choice.explicit):
+        estimator = str(wanted.fallback) if wanted.per_rank else wanted.name
         try:
             second = table(choice.gev, *args, estimator=estimator, **asked, **kwargs)
         except InputError as exc:
@@ -313,7 +319,7 @@ def predict_table(choice: EstimatorChoice, table: Callable[..., pd.DataFrame], *
                 raise
             log.info("tau(n) fallback not computed (%s): the ranktail rows cover the table", exc)
         else:
-            if choice.asked == "ranktail" and len(second):
+            if wanted.per_rank and len(second):
                 if covered and not {"gpu", "precision"} <= set(second.columns):
                     # a pooled fit's one cell stands for every GPU: the ranktail rows already give the
                     # measured cells it would repeat

@@ -72,7 +72,6 @@ from evtsync.core.defaults import (
     DEFAULT_EPS,
     DEFAULT_ESTIMATOR,
     DEFAULT_M,
-    ESTIMATOR_NAMES,
     INTERVAL_LEVEL,
     POPULATION_MODEL,
     PVM_AGREEMENT,
@@ -82,11 +81,14 @@ from evtsync.core.display import point_key
 from evtsync.core.errors import InputError
 from evtsync.core.reference import REFERENCE_TFLOPS
 from evtsync.evt import gev
+from evtsync.predict import registry
 
 log = logging.getLogger("evtsync.predict.tables")
 
 __all__ = [
     "BEYOND_DATA_NOTE",
+    "beyond_data_accuracy",
+    "beyond_data_note",
     "DEFAULT_ESTIMATOR",
     "ESTIMATORS",
     "FALLBACK_ESTIMATOR",
@@ -132,26 +134,19 @@ __all__ = [
 
 
 #: The estimators of tau(n) (docs/methodology.md, "Predicting tau(n)"): name -> (the column of the
-#: z-score table the fit must be of, what the estimate is). centred and paper compute b·E_k of the
-#: fitted GEV and differ in what it was fitted to; ranktail models every rank's value u
+#: z-score table the fit must be of, what the estimate is), read from their one home, the registry
+#: (:mod:`evtsync.predict.registry`: each estimator's class says what it needs, how it loads, its
+#: draws, its wording and its fallback). centred and paper compute b·E_k of the fitted GEV and differ
+#: in what it was fitted to; ranktail models every rank's value u
 #: (:class:`evtsync.evt.ranktail.RankTailFit`, built from the z-score table, not a GEV fit).
-ESTIMATORS: dict[str, tuple[str, str]] = {
-    "centred": ("y", "b·E_(n/m) of the GEV of the centred maximum y = (M - block mean)/s, the mean straggler "
-                     "delay of n ranks as the GEV extrapolates it (biased at large n for normal and Student-t "
-                     "ranks: the study in docs/bayesian.md; the fallback of the default)"),
-    "paper": ("z", "the paper's b·E_(n/m) of z = (M - sample mean)/s: exact at n = m, biased low at n > m "
-                   "(8-18% low at n = 8-512 for normal, Gumbel and lognormal ranks, 8-21% for Student-t5: the study "
-                   "in docs/bayesian.md)"),
-    "ranktail": ("u", "b·E[max_n u] of every rank's standardised value u = (X - block mean)/s: empirical body and "
-                      "generalized Pareto tail (the default; evtsync.evt.ranktail; docs/methodology.md)"),
-}
-if tuple(ESTIMATORS) != ESTIMATOR_NAMES:  # the CLI's choices come from evtsync.core.defaults
-    raise RuntimeError(f"evtsync.core.defaults.ESTIMATOR_NAMES {ESTIMATOR_NAMES} != {tuple(ESTIMATORS)}")
+ESTIMATORS: dict[str, tuple[str, str]] = {name: (registry.get(name).column, registry.get(name).meaning)
+                                          for name in registry.names()}
 #: The estimator a prediction falls back to where the default (ranktail) cannot run: a GEV fit
 #: given without its z-score table, a table without the per-rank column u, a cell with too few
 #: rank values, or a GPU/precision that was not measured (only the hierarchical GEV's population
-#: predicts it). Every such row says so (:mod:`evtsync.predict.estimator`).
-FALLBACK_ESTIMATOR = "centred"
+#: predicts it). Every such row says so (:mod:`evtsync.predict.estimator`); the default's class
+#: names it (:attr:`evtsync.predict.registry.Estimator.fallback`).
+FALLBACK_ESTIMATOR: str = str(registry.default().fallback)
 #: What the B* and tau intervals hold fixed (issue 29, item 8): b and alpha's point values.
 FIXED_B_NOTE = ("b fixed at its estimate (the pooled sd of the blocks; its sampling error cancels to first order "
                 "against the scale the centred and ranktail estimators divide by, docs/methodology.md)")
@@ -228,8 +223,8 @@ def fit_column(fit: Any) -> str | None:
 
 def estimator_of(fit: Any) -> str | None:
     """The estimator a fit gives (``centred`` for a fit of y, ``paper`` for z), None when unknown."""
-    column = fit_column(fit)
-    return next((name for name, (col, _) in ESTIMATORS.items() if col == column), None)
+    found = registry.of_column(fit_column(fit))
+    return found.name if found is not None else None
 
 
 def check_estimator(fit: Any, estimator: str | None = None) -> str:
@@ -241,39 +236,35 @@ def check_estimator(fit: Any, estimator: str | None = None) -> str:
     :data:`~evtsync.core.defaults.DEFAULT_ESTIMATOR`, and its fallback are chosen one level up,
     where the fit is chosen (:func:`evtsync.predict.estimator.choose_estimator`).
 
-    ``centred`` needs a fit of ``y``, ``paper`` a fit of ``z``, ``ranktail`` the per-rank tail
-    fit of ``u`` (:class:`evtsync.evt.ranktail.RankTailFit`, built from the z-score table); any
-    other pairing is an ``InputError`` that says what to do (a fit of ``z`` answered as if
-    calibrated would be biased low by 10-20% at n > m without a word). A fit that records no
-    column is taken as the estimator asked for (logged).
+    Each estimator needs a fit of its registry class's column (:mod:`evtsync.predict.registry`):
+    ``centred`` a fit of ``y``, ``paper`` of ``z``, ``ranktail`` the per-rank tail fit of ``u``
+    (:class:`evtsync.evt.ranktail.RankTailFit`, built from the z-score table); any other pairing
+    is an ``InputError`` that says what to do (a fit of ``z`` answered as if calibrated would be
+    biased low by 10-20% at n > m without a word). A fit that records no column is taken as the
+    estimator asked for (logged).
     """
     if estimator is None:
         estimator = estimator_of(fit) or FALLBACK_ESTIMATOR
-    if estimator not in ESTIMATORS:
-        raise InputError(f"estimator {estimator!r}: expected one of {', '.join(ESTIMATORS)}")
-    needs = ESTIMATORS[estimator][0]
+    wanted = registry.get(estimator)
     column = fit_column(fit)
     name = getattr(fit, "name", "fit")
     if column is None:
         log.info("fit %s records no data column; its tau(n) is taken as the %s estimator", name, estimator)
         return estimator
-    if column == needs:
+    if column == wanted.column:
         return estimator
-    if estimator == "ranktail" or column == "u":
+    given = registry.of_column(column)
+    if wanted.per_rank or (given is not None and given.per_rank):
+        per_rank = ", ".join(e for e in registry.names() if registry.get(e).per_rank)
         raise InputError(
             f"fit {name} is of column {column!r}, which does not give the {estimator!r} estimator: "
-            + ("the ranktail estimator is fitted to the z-score table's per-rank values "
-               "(evtsync.evt.ranktail.RankTailFit.from_table; on the command line `evtsync predict ZSCORES.parquet "
-               "--estimator ranktail`)"
-               if estimator == "ranktail" else "ask for --estimator ranktail, or give a GEV fit of y (centred) or z (paper)"))
-    if column in ("y", "z"):
-        other = "paper" if column == "z" else "centred"
-        raise InputError(
-            f"fit {name} is of column {column!r}, which gives the {other!r} estimator, not {estimator!r}: "
-            + ("refit with a model whose data.column is 'y' (the shipped models; a z-score table written by "
-               "`evtsync blocks` before the centred maximum existed lacks y: rerun blocks), or ask for "
-               "--estimator paper (biased low at n > m)" if estimator == "centred"
-               else "refit with data.column = 'z' (`evtsync fit --column z`) for the paper's estimator"))
+            + (wanted.refit if wanted.per_rank else
+               f"ask for --estimator {per_rank}, or give a GEV fit of "
+               + " or ".join(f"{registry.get(e).column} ({e})" for e in registry.names()
+                             if not registry.get(e).per_rank)))
+    if given is not None:
+        raise InputError(f"fit {name} is of column {column!r}, which gives the {given.name!r} estimator, not "
+                         f"{estimator!r}: {wanted.refit}")
     raise InputError(f"fit {name} is of column {column!r}: tau(n) = b·E_(n/m) needs a fit of the centred maximum "
                      f"'y' (default) or of the z-scores 'z' (--estimator paper)")
 
@@ -482,13 +473,12 @@ def _tau_from(params: tuple[NDArray[np.float64], ...], b: NDArray[np.float64], n
 
     A fit with ``expected_max`` (the ranktail estimator) gives draws of E[max_n u] per cell
     itself: ``params`` is then its cell index per row, and tau = b·E[max_n u]."""
-    if fit is not None and hasattr(fit, "expected_max"):
+    if fit is not None and hasattr(fit, "expected_max"):  # its estimator's draws (evtsync.predict.registry)
         domain_multiple(n, m)
-        index = [int(i) for i in params[0]]
-        draws = np.asarray(fit.expected_max(list(n), index), dtype=float)
         if np.any(b < 0):
             raise InputError("block standard deviation b must be >= 0 µs")
-        return draws * b[None, :, None]
+        own = registry.of_column(fit_column(fit)) or registry.default()
+        return own.tau_draws(fit, list(n), b, [int(i) for i in params[0]], m)
     mu, sigma, xi = params
     return predicted_tax_curve_us(b[None, :], mu, sigma, xi, list(n), m)
 
@@ -904,7 +894,7 @@ class PointFit:
     converged = True
     convergence_note = ""
 
-    def __init__(self, mu: float, sigma: float, xi: float = 0.0, estimator: str = "centred",
+    def __init__(self, mu: float, sigma: float, xi: float = 0.0, estimator: str = FALLBACK_ESTIMATOR,
                  name: str = "given") -> None:
         values = np.asarray([mu, sigma, xi], dtype=float)
         if not np.all(np.isfinite(values)):
@@ -1076,8 +1066,9 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, 
         One row per group: measured mean and interval, predicted tau with its interval
         (``predicted_point_us``, the fit's point: ``point_estimate``), ``k`` = n/m, ``ratio`` =
         predicted point / measured mean (NaN when the measured mean is not > 0),
-        ``within_agreement`` (|ratio - 1| <= :data:`evtsync.core.defaults.PVM_AGREEMENT`),
-        ``inside_interval`` and ``beyond_m``. Rows with no matching cell, an n that is not a
+        ``inside_interval`` (the measured mean inside the predicted interval), ``within_agreement``
+        (|ratio - 1| <= :data:`evtsync.core.defaults.PVM_AGREEMENT` *and* ``inside_interval``: a
+        close point whose interval misses the measured value is not agreement) and ``beyond_m``. Rows with no matching cell, an n that is not a
         multiple of m, or non-finite values are skipped and counted by reason
         (``attrs["skipped"]``, in input rows).
 
@@ -1133,7 +1124,9 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, 
                         "k": n / m, "cell": row["cell"], "n_collectives": k, "block_sd_us": float(row["b_us"]),
                         "measured_mean_us": mean, "measured_lo_us": mean - tq * se, "measured_hi_us": mean + tq * se,
                         **_columns("predicted", "_us", ps, (), point), "inside_interval": bool(lo_p <= mean <= hi_p),
-                        "ratio": ratio, "within_agreement": bool(abs(ratio - 1) <= PVM_AGREEMENT),
+                        # agreement needs both: the point close and the measured value inside the interval
+                        # (issue 45: a ratio of 0.959 outside its interval was marked "within agreement")
+                        "ratio": ratio, "within_agreement": bool(abs(ratio - 1) <= PVM_AGREEMENT and lo_p <= mean <= hi_p),
                         "beyond_m": n > m})
     return _finish(pd.DataFrame(records), fit, level, skipped, source, estimator, point=True)
 
@@ -1360,12 +1353,41 @@ PRIOR_DOMINATED_NOTE = ("prior-dominated: a spread this population-level predict
                         "evtsync.evt.bayesfit.spread_prior_table), so the interval's width is the prior's choice")
 
 
-#: What a ranktail row with n > N (the cell's rank values) is: the measured accuracy there (docs/bayesian.md).
+#: What a ranktail row with n > N (the cell's rank values) is, without an accuracy: the accuracy is
+#: quoted only where the study measured it (:func:`beyond_data_note`; issue 45).
 BEYOND_DATA_NOTE = ("beyond the data: n exceeds the cell's N rank values, so the delay rests on the GPD tail's "
-                    "extrapolation; measured through synthetic traces (docs/bayesian.md, \"Beyond the data\"): at "
-                    "n = 1.6 N the point is 0.95-1.04 of the true delay over four parents (Student-t5 short, "
-                    "lognormal long), at 6.4 N 0.91-1.05, within +-3% where n <= N; the interval covers at its "
-                    "level on both sides")
+                    "extrapolation")
+#: Where the study measured the estimator beyond the data (docs/bayesian.md, "Beyond the data"):
+#: (n / N, the point's range as a share of the true delay over its parents).
+BEYOND_DATA_MEASURED = ((1.6, "0.95-1.04"), (6.4, "0.91-1.05"))
+#: What the study measured it on.
+BEYOND_DATA_STUDY = ("measured through synthetic traces over four parents, Student-t5 short, lognormal long "
+                     "(docs/bayesian.md, \"Beyond the data\")")
+
+
+def beyond_data_accuracy(ratio: float) -> str:
+    """What is known of the accuracy of a row at n = ``ratio`` × N (its cell's rank values), > 1:
+    the study's measured range at the nearest measured ratio at or above it
+    (:data:`BEYOND_DATA_MEASURED`), or, beyond the farthest, that it is an extrapolation whose
+    accuracy was not measured (the column ``beyond_data_accuracy`` of the prediction tables)."""
+    for measured, span in BEYOND_DATA_MEASURED:
+        if ratio <= measured:
+            return (f"up to n = {measured:g} N: {BEYOND_DATA_STUDY}, at n = {measured:g} N the point is {span} of the "
+                    "true delay and the interval covers at its level")
+    farthest = BEYOND_DATA_MEASURED[-1][0]
+    return (f"beyond n = {farthest:g} N (the farthest the study measured): an extrapolation whose accuracy was not "
+            "measured")
+
+
+def beyond_data_note(ratios: float | Sequence[float] | None = None) -> str:
+    """The beyond-the-data note for rows at n = ``ratios`` × N (one or several; None: no accuracy
+    known, e.g. a table written before the ratio was), with an accuracy only where the study
+    measured one (:func:`beyond_data_accuracy`, each distinct one once, nearest first)."""
+    if ratios is None:
+        return BEYOND_DATA_NOTE
+    values = sorted(float(r) for r in np.atleast_1d(np.asarray(ratios, dtype=float)) if np.isfinite(r))
+    texts = list(dict.fromkeys(beyond_data_accuracy(r) for r in values))
+    return "; ".join([BEYOND_DATA_NOTE, *texts])
 
 
 def is_beyond_data(value: Any) -> bool:
@@ -1414,16 +1436,20 @@ def _kind_attrs(out: pd.DataFrame, fit: Any = None) -> pd.DataFrame:
     ``ranktail_note``: a small cell, whose interval is wide) and ``beyond_data`` (n > n_values: the
     tail's extrapolation, :data:`BEYOND_DATA_NOTE` in the attrs)."""
     if fit is not None and len(out) and hasattr(fit, "cell_info") and "cell" in out:
-        info = fit.cell_info().set_index("cell")
-        for column, source in (("n_values", "n_values"), ("n_exceedances", "n_exceedances"), ("ranktail_note", "note")):
+        info = (fit.cell_info(float(out["level"].iloc[0])) if "level" in out else fit.cell_info()).set_index("cell")
+        for column, source in (("n_values", "n_values"), ("n_exceedances", "n_exceedances"), ("ranktail_note", "note"),
+                               ("gpd_xi_mean", "gpd_xi_mean"), ("gpd_xi_lo", "gpd_xi_lo"), ("gpd_xi_hi", "gpd_xi_hi")):
             out[column] = out["cell"].astype(str).map(info[source])
         if (out["ranktail_note"] != "").any():
             out.attrs["ranktail_note"] = "; ".join(sorted(set(out["ranktail_note"]) - {""}))
         if "n" in out:  # n beyond the cell's N values: the GPD's extrapolation (a NaN N, another fit's row: False)
             out["beyond_data"] = pd.to_numeric(out["n"]) > pd.to_numeric(out["n_values"])
+            ratio = pd.to_numeric(out["n"]) / pd.to_numeric(out["n_values"])
+            out["beyond_data_accuracy"] = [beyond_data_accuracy(r) if b else ""
+                                           for r, b in zip(ratio, out["beyond_data"], strict=True)]
             if out["beyond_data"].any():
-                out.attrs["beyond_data_note"] = BEYOND_DATA_NOTE
-                log.info("%s", BEYOND_DATA_NOTE)
+                out.attrs["beyond_data_note"] = beyond_data_note(ratio[out["beyond_data"]].to_numpy())
+                log.info("%s", out.attrs["beyond_data_note"])
     if fit is not None and len(out):
         spreads = _prior_dominated_spreads(fit, out)
         out["prior_dominated_spreads"] = spreads

@@ -21,14 +21,16 @@ from typing import Any
 
 import pandas as pd
 
-from evtsync.core.defaults import DEFAULT_ESTIMATOR, ESTIMATOR_NAMES, PAPER_MODEL
+from evtsync.core.defaults import DEFAULT_ESTIMATOR, ESTIMATOR_NAMES
 from evtsync.core.errors import InputError
+from evtsync.predict import registry
 
 __all__ = ["EstimatorView", "check_report_estimator", "estimator_points", "estimator_view", "row_estimators",
            "run_estimator"]
 
-#: The estimator of a run folder's prediction tables written before the estimators were named.
-UNNAMED_ESTIMATOR = "centred"
+#: The estimator of a run folder's prediction tables written before the estimators were named: the
+#: GEV models' (the registry's estimator with one row set per model, centred).
+UNNAMED_ESTIMATOR = registry.of_model("").name
 
 
 def run_estimator(manifest: dict[str, Any]) -> str:
@@ -47,7 +49,7 @@ def row_estimators(table: pd.DataFrame) -> pd.Series:
     if "estimator" in table:
         return table["estimator"].fillna("").astype(str)
     models = table["model"].astype(str) if "model" in table else pd.Series("", index=table.index)
-    return models.map(lambda m: "paper" if m == PAPER_MODEL else UNNAMED_ESTIMATOR)
+    return models.map(lambda m: registry.of_model(m).name)
 
 
 def estimator_points(table: pd.DataFrame, estimator: str | None = None) -> str:
@@ -116,7 +118,7 @@ class EstimatorView:
                       else tau["model"].astype(str) == str(self.main))
             return tau[chosen], tau[~chosen]
         chosen = row_estimators(tau) == self.asked
-        if self.asked == "centred" and chosen.any():
+        if registry.get(self.asked).per_model and chosen.any():
             models = list(dict.fromkeys(tau.loc[chosen, "model"].astype(str)))
             model = self.main if self.main in models else models[0]
             chosen &= tau["model"].astype(str) == model

@@ -32,6 +32,7 @@ import pandas as pd
 
 from evtsync.core.defaults import DEFAULT_EPS, DEFAULT_M
 from evtsync.core.errors import InputError
+from evtsync.predict import registry
 
 log = logging.getLogger(__name__)
 
@@ -452,17 +453,19 @@ def diff_fits(fit_a, fit_b, *, n: Iterable[int] = (8, 64, 512), block_sd_us: flo
     cells_a, cells_b, pick_a, pick_b = _paired_picks(fa, fb, seed)
     unconverged = [*_unconverged(fa, fb), *refuse]
     rank_values = _fewest_rank_values(fa, fb)
+    # a per-rank estimator (ranktail) has no GEV shape xi to compare (evtsync.predict.registry)
+    gev_shape = not (estimator in registry.names() and registry.get(estimator).per_rank)
     rows = []
     for cell in sorted(set(cells_a) | set(cells_b)):
         parts = cell.split("|")
         base = {"cell": cell, "gpu": parts[0] if len(parts) == 2 else "", "precision": parts[1] if len(parts) == 2 else "",
                 "level": level, "model_a": fa.name, "model_b": fb.name, "estimator": estimator}
         if cell not in cells_a or cell not in cells_b:
-            rows.append({**base, "quantity": "xi" if estimator != "ranktail" else "tau_us", "verdict": "no verdict",
+            rows.append({**base, "quantity": "xi" if gev_shape else "tau_us", "verdict": "no verdict",
                          "reason": f"cell only in {'B' if cell not in cells_a else 'A'}"})
             continue
         quantities: list[tuple[str, int | None, np.ndarray, np.ndarray]] = []
-        if estimator != "ranktail":  # the per-rank tail estimator has no GEV shape xi
+        if gev_shape:
             quantities.append(("xi", None, _cell_xi(fa, cells_a[cell], pick_a), _cell_xi(fb, cells_b[cell], pick_b)))
         b_a, b_b, missing_b = _block_sds(block_sd_us, block_sd_b_us, cell)
         if missing_b:
@@ -505,12 +508,14 @@ def _beyond_data_note(table: pd.DataFrame, rank_values: dict[str, float]) -> pd.
     """``beyond_data`` as bool (rows without a tau: False) and, when a row is beyond its cell's
     rank values on either side, the note :data:`~evtsync.predict.tables.BEYOND_DATA_NOTE` with
     those cells' N in ``attrs["beyond_data_note"]``."""
-    from evtsync.predict.tables import BEYOND_DATA_NOTE, beyond_data_rows
+    from evtsync.predict.tables import beyond_data_note, beyond_data_rows
 
     table["beyond_data"] = beyond_data_rows(table)
     if table["beyond_data"].any():
-        cells = sorted(set(table.loc[table["beyond_data"], "cell"].astype(str)))
-        table.attrs["beyond_data_note"] = (f"{BEYOND_DATA_NOTE} (N, the fewer of A's and B's: "
+        beyond = table[table["beyond_data"]]
+        cells = sorted(set(beyond["cell"].astype(str)))
+        ratios = [float(n) / rank_values[str(c)] for n, c in zip(beyond["n"], beyond["cell"], strict=True)]
+        table.attrs["beyond_data_note"] = (f"{beyond_data_note(ratios)} (N, the fewer of A's and B's: "
                                            + ", ".join(f"{c} {int(rank_values[c])}" for c in cells) + ")")
     return table
 
@@ -757,44 +762,53 @@ def estimator_fits_of_runs(run_a: RunFit, run_b: RunFit, estimator: str | None =
     """
     import logging
 
-    from evtsync.core.defaults import DEFAULT_ESTIMATOR
+    wanted = registry.get(estimator)
+    sides = (("A", run_a), ("B", run_b))
+    if wanted.per_rank:
+        try:
+            fits = [_per_rank_fit(side, run, wanted, seed) for side, run in sides]
+        except InputError as exc:
+            if estimator is not None or wanted.fallback is None:
+                raise
+            fallback = registry.get(wanted.fallback)
+            note = (f"tau(n): the default {wanted.name} estimator cannot compare these runs ({exc}); both sides fall "
+                    f"back to their main model's {fallback.name} estimator ({run_a.model}, {run_b.model})")
+            logging.getLogger(__name__).warning("%s", note)
+            return _main_fit(run_a), _main_fit(run_b), note
+        return fits[0], fits[1], (f"tau(n): the {wanted.name} estimator (default) on both sides, fitted to each run's "
+                                  "tables/zscores.parquet" if estimator is None else
+                                  f"tau(n): the {wanted.name} estimator on both sides (each run's tables/zscores.parquet)")
+    if wanted.per_model:  # the runs' main GEV models
+        return (_main_fit(run_a), _main_fit(run_b),
+                f"tau(n): the {wanted.name} estimator of both runs' main models ({run_a.model}, {run_b.model})")
+    missing = []
+    fits = []
+    for side, run in sides:
+        try:
+            fits.append(wanted.load_run(run.run_dir, seed=seed))
+        except InputError:
+            missing.append(side)
+    if missing:
+        raise InputError(f"diff: --estimator {wanted.name} needs each run's {wanted.needs}; {' and '.join(missing)} "
+                         "lack it")
+    return fits[0], fits[1], f"tau(n): the {wanted.name} estimator on both sides ({wanted.meaning})"
+
+
+def _per_rank_fit(side: str, run: RunFit, wanted: Any, seed: int) -> Any:
+    """A per-rank estimator's fit of one run's z-score table (its registry class's ``load_table``)."""
     from evtsync.core.tableio import read_table
+
+    if run.zscores is None:
+        raise InputError(f"diff: {side}'s run has no z-score table (tables/zscores.parquet), which the {wanted.name} "
+                         "estimator needs")
+    return wanted.load_table(read_table(str(run.zscores)), source=str(run.zscores), seed=seed)
+
+
+def _main_fit(run: RunFit) -> Any:
+    """A run's main Bayesian fit (the one :func:`fit_of_run` found)."""
     from evtsync.evt.bayesfit import BayesFit
 
-    asked = estimator or DEFAULT_ESTIMATOR
-    if asked == "ranktail":
-        from evtsync.evt.ranktail import RankTailFit
-
-        try:
-            fits = []
-            for side, run in (("A", run_a), ("B", run_b)):
-                if run.zscores is None:
-                    raise InputError(f"diff: {side}'s run has no z-score table (tables/zscores.parquet), which the "
-                                     "ranktail estimator needs")
-                fits.append(RankTailFit.from_table(read_table(str(run.zscores)), seed=seed, source=str(run.zscores)))
-        except InputError as exc:
-            if estimator is not None:
-                raise
-            note = (f"tau(n): the default ranktail estimator cannot compare these runs ({exc}); both sides fall back "
-                    f"to their main model's centred estimator ({run_a.model}, {run_b.model})")
-            logging.getLogger(__name__).warning("%s", note)
-            return BayesFit.load(run_a.path), BayesFit.load(run_b.path), note
-        return fits[0], fits[1], ("tau(n): the ranktail estimator (default) on both sides, fitted to each run's "
-                                  "tables/zscores.parquet" if estimator is None else
-                                  "tau(n): the ranktail estimator on both sides (each run's tables/zscores.parquet)")
-    if asked == "paper":
-        from evtsync.evt.mlefit import MleCellFit
-        from evtsync.runfolder.layout import table_path
-
-        mles = [table_path(r.run_dir, "mle") for r in (run_a, run_b)]
-        missing = [side for side, path in zip("AB", mles, strict=True) if not path.is_file()]
-        if missing:
-            raise InputError(f"diff: --estimator paper needs each run's GEV MLE of z (tables/mle.parquet); "
-                             f"{' and '.join(missing)} lack it")
-        return (MleCellFit(read_table(str(mles[0])), family="gev"), MleCellFit(read_table(str(mles[1])), family="gev"),
-                "tau(n): the paper's estimator on both sides (each run's GEV MLE of z; biased low at n > m)")
-    return (BayesFit.load(run_a.path), BayesFit.load(run_b.path),
-            f"tau(n): the centred estimator of both runs' main models ({run_a.model}, {run_b.model})")
+    return BayesFit.load(run.path)
 
 
 def fit_of_run(run_dir) -> RunFit | None:

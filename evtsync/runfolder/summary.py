@@ -24,7 +24,7 @@ from evtsync.core.intervals import (
     wilson_interval,
 )
 from evtsync.core.tableio import read_table
-from evtsync.evt.families import family_label, fixes_xi
+from evtsync.evt.families import family_label, fixes_xi, known_structure, structure_note
 from evtsync.runfolder.layout import (
     STATUS_TEXT,
     SUMMARY_JSON,
@@ -98,17 +98,31 @@ def root_causes(attributed: pd.DataFrame, top: int = TOP_ROOTS) -> dict[str, Any
     return out
 
 
+#: The tail verdicts (issue 45): the domain of attraction of the rank times, read from the interval
+#: of a shape xi. A cell whose interval holds 0 is never called heavy or bounded.
+LIGHT_TAIL, HEAVY_TAIL, BOUNDED_TAIL = "light tail (Gumbel domain)", "heavy (Fréchet)", "bounded (Weibull)"
+
+
 def tail_verdict(lo: float, hi: float, family: str) -> str:
-    """The tail type read from the interval [lo, hi] of xi (a Gumbel model fixes it)."""
+    """The tail type read from the interval [lo, hi] of a shape xi (a Gumbel model fixes it):
+    :data:`HEAVY_TAIL` when the interval lies above 0, :data:`BOUNDED_TAIL` below 0,
+    :data:`LIGHT_TAIL` when it holds 0 (docs/methodology.md, "The tail verdict")."""
     if fixes_xi(family):
         return f"{family_label(family)} (model fixes xi = 0)"
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return "–"
     if lo > 0:
-        return "Fréchet (xi > 0)"
+        return HEAVY_TAIL
     if hi < 0:
-        return "Weibull (xi < 0)"
-    return "Gumbel (0 in interval)"
+        return BOUNDED_TAIL
+    return LIGHT_TAIL
+
+
+def _verdict_read(verdicts: list[str]) -> tuple[list[str], list[str]]:
+    """The verdicts read from an interval (not a fixed shape, not missing), and those of them
+    that call the tail heavy or bounded."""
+    read = [v for v in verdicts if v and v != "–" and "model fixes xi" not in v]
+    return read, [v for v in read if v != LIGHT_TAIL and not v.startswith("Gumbel")]
 
 
 def loo_choice(compare: pd.DataFrame | None) -> tuple[str | None, bool]:
@@ -121,7 +135,7 @@ def loo_choice(compare: pd.DataFrame | None) -> tuple[str | None, bool]:
     other = table[(table["family"] == "gumbel") != gumbel]
     if other.empty:
         return None, False
-    rival = other.iloc[0]
+    rival = _rival(table.iloc[0], other)
     return ("gumbel" if gumbel else "free"), abs(float(rival["elpd_diff"])) > 2 * float(rival["diff_se"])
 
 
@@ -130,31 +144,42 @@ def reconcile_loo_tail(compare: pd.DataFrame | None, verdicts: list[str]) -> str
     is missing): LOO weighs one model against another over every z-score of every cell at once,
     the verdict reads each cell's interval of xi, so the two answer different questions."""
     family, clear = loo_choice(compare)
-    read = [v for v in verdicts if v and v != "–" and not v.startswith("Gumbel (model")]
+    read, nonzero = _verdict_read(verdicts)
     if family is None or not read:
         return ""
-    nonzero = [v for v in read if not v.startswith("Gumbel")]
     cells = f"{len(nonzero)} of {len(read)} cell(s)"
     if family == "free" and clear:
         if nonzero:
-            return (f"Consistent: LOO clearly prefers a free shape over all cells pooled, and xi's interval excludes 0 in "
-                    f"{cells} (the per-cell tail column).")
-        return ("LOO clearly prefers a free shape over all cells pooled although no single cell's interval of xi "
+            return (f"Consistent: LOO clearly prefers a free shape over all cells pooled, and the tail column's shape "
+                    f"interval excludes 0 in {cells}.")
+        return ("LOO clearly prefers a free shape over all cells pooled although no single cell's shape interval (the tail column) "
                 "excludes 0: the evidence for a non-zero shape adds up across cells; read each cell's tail as "
                 "undetermined.")
     if family == "gumbel" and clear:
         if nonzero:
-            return (f"LOO clearly prefers Gumbel over all cells pooled, yet xi's interval excludes 0 in {cells}: those "
+            return (f"LOO clearly prefers Gumbel over all cells pooled, yet the tail column's shape interval excludes 0 in {cells}: those "
                     "cells' shapes are not enough to improve the predictive fit of the whole; treat their tail verdicts "
                     "with caution.")
-        return "Consistent: LOO clearly prefers Gumbel, and every cell's interval of xi holds 0."
+        return "Consistent: LOO clearly prefers Gumbel, and every cell's shape interval (the tail column) holds 0."
     if nonzero:
         return (f"LOO does not clearly separate Gumbel from a free shape over all cells pooled (difference under 2 "
-                f"standard errors), while xi's interval excludes 0 in {cells}: a non-zero shape in some cells is too "
+                f"standard errors), while the tail column's shape interval excludes 0 in {cells}: a non-zero shape in some cells is too "
                 "small a change in predictive fit overall to separate the models; the per-cell tail column is the "
                 "finer reading, the LOO line the overall one.")
-    return ("Consistent: LOO does not clearly separate Gumbel from a free shape, and every cell's interval of xi "
+    return ("Consistent: LOO does not clearly separate Gumbel from a free shape, and every cell's shape interval (the tail column) "
             "holds 0: the data do not determine the tail type.")
+
+
+def _rival(best: pd.Series, other: pd.DataFrame) -> pd.Series:
+    """The model of the other family compared with the best: the best-ranked one with the same
+    location and scale structure (column ``location_scale``), so that their ΔELPD is the shape's;
+    else the best-ranked of the other family (the sentence then says they differ in more)."""
+    structure = known_structure(best)
+    if structure and "location_scale" in other:
+        same = other[[known_structure(r) == structure for _, r in other.iterrows()]]
+        if len(same):
+            return same.iloc[0]
+    return other.iloc[0]
 
 
 def loo_verdict(compare: pd.DataFrame | None) -> str:
@@ -171,13 +196,19 @@ def loo_verdict(compare: pd.DataFrame | None) -> str:
     other = table[(table["family"] == "gumbel") != gumbel]
     if other.empty:
         return f"LOO: best model {best['model']}; no model of the other family (Gumbel / free xi) to compare."
-    rival = other.iloc[0]
+    rival = _rival(best, other)
     diff, se = float(rival["elpd_diff"]), float(rival["diff_se"])
     diff = abs(diff)
     clear = diff > 2 * se
-    winner = "Gumbel (xi = 0)" if gumbel else "a free shape xi"
+    note = structure_note(best, rival)
+    winner = ("Gumbel (xi = 0)" if gumbel else "a free shape xi") if not note else (
+        "Gumbel (xi = 0) with its location and scale" if gumbel else "a free shape xi with its location and scale")
     text = (f"LOO prefers {winner}: {best['model']} over {rival['model']} by Δelpd {fmt(diff, 3)} ± {fmt(se, 2)}"
-            + (" (more than 2 standard errors)." if clear else " — less than 2 standard errors: not a clear preference."))
+            + (" (more than 2 standard errors)" if clear else " — less than 2 standard errors: not a clear preference")
+            + (f"{note}; no fitted model of the other family shares {best['model']}'s location and scale, so the "
+               "shape's own gain is not separated." if note else
+               (" between models with the same location and scale: the shape's gain."
+                if known_structure(best) else ".")))
     if not bool(best.get("converged", True)) or not bool(rival.get("converged", True)):
         text += " WARNING: a compared fit did not converge."
     return text
@@ -286,8 +317,11 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
                     "family" in compare else ""
                 fixed = float(r["xi_lo"]) == float(r["xi_hi"]) == 0.0
                 family = family or ("gumbel" if fixed else "gev")
+                # the GEV of the m-rank maxima: its verdict stands only where the rank times' own tail
+                # (ranktail's GPD shape, below) is not available, and says which xi it read
                 row.update(xi_mean=float(r["xi_mean"]), xi_lo=float(r["xi_lo"]), xi_hi=float(r["xi_hi"]),
-                           family=family, verdict=tail_verdict(float(r["xi_lo"]), float(r["xi_hi"]), family))
+                           family=family, verdict=tail_verdict(float(r["xi_lo"]), float(r["xi_hi"]), family),
+                           verdict_source=f"xi of the GEV of the block maxima ({model})")
                 fit_ok = bool(r["converged"])
             else:
                 notes.append(f"no cell of {model} for {gpu} {precision}")
@@ -305,6 +339,11 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
                            estimator_note=str(r.get("estimator_note", "") or ""))
                 if row["estimator_note"]:
                     notes.append(f"tau(n): {row['estimator_note']}")
+                gpd = [float(r.get(k, np.nan)) for k in ("gpd_xi_mean", "gpd_xi_lo", "gpd_xi_hi")]
+                if all(np.isfinite(gpd)):  # the rank times' own tail: the verdict reads its shape (issue 45)
+                    row.update(gpd_xi_mean=gpd[0], gpd_xi_lo=gpd[1], gpd_xi_hi=gpd[2],
+                               verdict=tail_verdict(gpd[1], gpd[2], "gpd"),
+                               verdict_source="GPD shape of the rank times' tail (ranktail)")
                 row["beyond_data"] = is_beyond_data(r.get("beyond_data"))
                 if row["beyond_data"]:  # the GPD tail's extrapolation (evtsync.predict.tables.BEYOND_DATA_NOTE)
                     notes.append(f"tau(n) at n = {n}: beyond the data (n > N = {int(r['n_values'])} rank values), the "

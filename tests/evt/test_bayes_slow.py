@@ -252,7 +252,7 @@ def test_sbc_runs_resumes_and_writes_its_histogram(tmp_path):
         if r["status"] == "fitted":
             assert set(r["ranks"]) == expected
             assert all(0 <= v <= sbc.THIN_DRAWS for v in r["ranks"].values()), r["ranks"]
-            assert (r["draws"], r["tune"], r["chains"]) == (1000, 1000, 4)  # the shared defaults (issue 29)
+            assert (r["draws"], r["tune"], r["chains"]) == (2000, 2000, 4)  # the main model's own (issue 45)
     png = tmp_path / "ranks.png"
     done = subprocess.run([sys.executable, str(script), "--summary", str(out), "--plot", str(png)],
                           check=True, capture_output=True, text=True)

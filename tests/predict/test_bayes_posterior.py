@@ -88,7 +88,9 @@ def test_straggler_comparison_matches_cells_and_counts_skips():
     assert not out.iloc[0]["inside_interval"]  # constant draws: zero-width interval
     # the columns the report reads (issue 31: the report does no arithmetic): k, ratio, agreement
     assert out.iloc[0]["k"] == 2.0 and out.iloc[0]["ratio"] == pytest.approx(expected / 28.6)
-    assert bool(out.iloc[0]["within_agreement"])  # |28.70 / 28.6 - 1| = 0.35% <= 5%
+    # |28.70 / 28.6 - 1| = 0.35% <= 5%, but the zero-width interval [28.70, 28.70] misses 28.6: no agreement
+    # (issue 45: agreement needs the measured value inside the predicted interval)
+    assert not bool(out.iloc[0]["within_agreement"])
     fp32 = 20.0 * (0.7 + 0.5 * (np.log(2) + EULER))  # 26.70 against 30.0 measured: 11% low
     assert out.iloc[1]["ratio"] == pytest.approx(fp32 / 30.0) and not out.iloc[1]["within_agreement"]
     from evtsync.predict.tables import agreement_summary

@@ -108,13 +108,13 @@ def _compare(best: str, diff: float, se: float) -> pd.DataFrame:
 
 
 def test_one_sentence_reconciles_loo_and_the_tail_verdicts() -> None:
-    verdicts = ["Fréchet (xi > 0)", "Gumbel (0 in interval)", "Weibull (xi < 0)"]
+    verdicts = ["heavy (Fréchet)", "light tail (Gumbel domain)", "bounded (Weibull)"]
     unclear = reconcile_loo_tail(_compare("gev", 3.0, 2.5), verdicts)      # 3 < 2 × 2.5: no clear preference
     assert "does not clearly separate" in unclear and "2 of 3 cell(s)" in unclear
     assert unclear.count(".") == 1                                          # one sentence
     clear = reconcile_loo_tail(_compare("gev", 18.0, 5.0), verdicts)
     assert clear.startswith("Consistent") and "2 of 3" in clear
-    gumbel = reconcile_loo_tail(_compare("gumbel", 18.0, 5.0), ["Gumbel (0 in interval)"] * 2)
+    gumbel = reconcile_loo_tail(_compare("gumbel", 18.0, 5.0), ["light tail (Gumbel domain)"] * 2)
     assert gumbel.startswith("Consistent") and "every cell" in gumbel
     assert reconcile_loo_tail(None, verdicts) == ""
 

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from evtsync.pipeline.truth import truth_delay_table, truth_tables
+from evtsync.predict.tables import beyond_data_accuracy
 from evtsync.report.context import ReportContext
 from evtsync.report.markdown import Table, render_markdown
 from evtsync.report.sections import prediction as prediction_sec
@@ -133,6 +134,28 @@ def test_tau_headline_is_ranktail_default_with_labelled_fallback_and_alternative
     assert any("Not every headline row" in str(getattr(i, "text", i)) for i in sections[0].items)
 
 
+def test_a_fallback_row_carries_its_own_interval_wording(tmp_path: Path) -> None:
+    """Issue 45: the headline's fallback rows (centred, a GEV posterior) were captioned with the GPD's
+    interval wording ("GPD grid posterior and Bayesian bootstrap"); each estimator's rows now say how
+    their own interval is made."""
+    run = tmp_path / "run"
+    main = _tau().assign(prediction_kind="cell").astype({"n": int})
+    main = main[main["model"] == MAIN]
+    rank = main.assign(model="ranktail", estimator="ranktail", default_estimate=True, estimator_note="")
+    fallback = main.assign(gpu="B200", default_estimate=True, estimator_note="fallback to the centred estimator")
+    _write(run, "tau", pd.concat([rank, fallback], ignore_index=True))
+    manifest = {"stages": {"prediction": {"status": "done", "summary": {"main_model": MAIN}}}}
+    sections = prediction_sec.build(ReportContext(run, tmp_path / "out", manifest))
+    headline = next(i for i in sections[0].items if isinstance(i, Table))
+    assert "ranktail: GPD grid posterior and Bayesian bootstrap" in headline.caption
+    assert "centred (fallback rows): posterior of the GEV model: credible interval" in headline.caption
+    # only ranktail rows: its own wording alone
+    _write(run, "tau", rank.reset_index(drop=True))
+    sections = prediction_sec.build(ReportContext(run, tmp_path / "out", manifest))
+    headline = next(i for i in sections[0].items if isinstance(i, Table))
+    assert "(GPD grid posterior and Bayesian bootstrap)" in headline.caption and "credible" not in headline.caption
+
+
 def test_tau_values_beyond_the_cells_rank_values_are_marked(tmp_path: Path) -> None:
     """A ranktail row whose n exceeds its cell's N rank values (300 here, n = 512 beyond it, 4 and 8
     within) is marked † in the table, the table says N, and a note says what it means."""
@@ -141,7 +164,8 @@ def test_tau_values_beyond_the_cells_rank_values_are_marked(tmp_path: Path) -> N
     main = main[main["model"] == MAIN]
     rank = main.assign(model="ranktail", estimator="ranktail", default_estimate=True, estimator_note="",
                        tau_point_us=main["tau_mean_us"], point_estimate="posterior median", n_values=300,
-                       beyond_data=main["n"] > 300)
+                       beyond_data=main["n"] > 300,
+                       beyond_data_accuracy=[beyond_data_accuracy(n / 300) if n > 300 else "" for n in main["n"]])
     _write(run, "tau", rank.reset_index(drop=True))
     manifest = {"stages": {"prediction": {"status": "done", "summary": {"main_model": MAIN}}}}
     sections = prediction_sec.build(ReportContext(run, tmp_path / "out", manifest))
@@ -150,7 +174,9 @@ def test_tau_values_beyond_the_cells_rank_values_are_marked(tmp_path: Path) -> N
     assert row["N rank values"] == "300"
     assert row["n=512 µs [90% interval]"].endswith(" †") and not row["n=8 µs [90% interval]"].endswith("†")
     assert "†: n beyond the cell's N rank values" in headline.caption
-    assert any(str(getattr(i, "text", "")).startswith("† Beyond the data: n exceeds") for i in sections[0].items)
+    note = next(str(i.text) for i in sections[0].items if str(getattr(i, "text", "")).startswith("† Beyond the data"))
+    # n = 512 is 1.71 N: between the study's 1.6 N and 6.4 N, so the 6.4 N accuracy is quoted, not 1.6 N's
+    assert "n exceeds" in note and "0.91-1.05" in note and "0.95-1.04" not in note
     # the same table without the column (a run folder from before it): nothing marked, no note
     _write(run, "tau", rank.drop(columns=["beyond_data"]).reset_index(drop=True))
     sections = prediction_sec.build(ReportContext(run, tmp_path / "out", manifest))
@@ -204,7 +230,7 @@ def test_pvm_beyond_m_table_by_hand(tmp_path: Path) -> None:
     beyond = next(i for i in items if isinstance(i, Table))
     assert list(beyond.frame["workload"]) == ["w16"] and list(beyond.frame["k = n/m"]) == [4.0]
     assert beyond.frame["predicted / measured"].iloc[0] == pytest.approx(1.04)  # 5.2 / 5.0
-    assert bool(beyond.frame["within ±5%"].iloc[0]) and "n > m = 4" in beyond.caption
+    assert bool(beyond.frame["agrees (within ±5% and inside the interval)"].iloc[0]) and "n > m = 4" in beyond.caption
     line = next(i for i in items if isinstance(i, str) and "Predicted (the point estimate) / measured" in i)
     assert "median 1.04, range 1.04 – 1.05 over 2 workload group(s)" in line and "in 2 of 2" in line  # fmt: 3 digits
 

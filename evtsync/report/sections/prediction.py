@@ -9,9 +9,10 @@ import pandas as pd
 
 from evtsync.core.defaults import DEFAULT_ESTIMATOR, PAPER_MODEL, RANKTAIL_MODEL
 from evtsync.plots import predictions as pred_figs
-from evtsync.predict.tables import BEYOND_DATA_NOTE, ESTIMATORS, beyond_data_rows, point_column
+from evtsync.predict import registry
+from evtsync.predict.tables import ESTIMATORS, beyond_data_note, beyond_data_rows, point_column
 from evtsync.report.context import PCT, ReportContext, label_columns
-from evtsync.report.estimator import estimator_points, row_estimators
+from evtsync.report.estimator import UNNAMED_ESTIMATOR, estimator_points, row_estimators
 from evtsync.report.markdown import (
     Alert,
     Section,
@@ -62,10 +63,12 @@ def build(ctx: ReportContext) -> list[Section]:
                                    f"estimate. Lines: the point estimate (per estimator, as named); bands: {PCT} intervals.")]
     if not view.explicit:
         items += _estimator_notes(headline, summary)
-    if beyond_data_rows(headline[headline["n"].isin(TABLE_NS)]).any():
-        items.append(Alert(f"{BEYOND_MARK} {BEYOND_DATA_NOTE[0].upper()}{BEYOND_DATA_NOTE[1:]}.", level="warning"))
+    shown_rows = headline[headline["n"].isin(TABLE_NS)]
+    if beyond_data_rows(shown_rows).any():
+        note = _beyond_note(shown_rows[beyond_data_rows(shown_rows)])
+        items.append(Alert(f"{BEYOND_MARK} {note[0].upper()}{note[1:]}.", level="warning"))
     items.append(_tau_table(headline, f"Headline: tau(n) in µs by the estimator {label}, point [{PCT} "
-                                      "interval] (" + _interval_words(name) + ")"
+                                      "interval] (" + _interval_words(headline, name) + ")"
                                       + ("; a row whose cell it cannot predict comes from the main GEV model's "
                                          "centred estimator and says so in \"fallback\"." if not view.explicit else
                                          "; only this estimator's rows (no fallback): a cell it does not predict "
@@ -74,11 +77,11 @@ def build(ctx: ReportContext) -> list[Section]:
     if len(others):
         points = "; ".join(f"{e}, {estimator_points(others, e)}" for e in dict.fromkeys(row_estimators(others)))
         items.append(_tau_table(others, f"Alternatives, labelled: tau(n) in µs, point ({points}) "
-                                        f"[{PCT} interval] (credible for the Bayesian fits). Estimator \"ranktail\" (the default): "
-                                        f"{ESTIMATORS['ranktail'][1]}. Estimator \"centred\" (the GEV models): "
-                                        f"{ESTIMATORS['centred'][1]}. Estimator \"paper\" (model {PAPER_MODEL}, the "
-                                        "GEV MLE per cell, approximate confidence interval): "
-                                        f"{ESTIMATORS['paper'][1]}."))
+                                        f"[{PCT} interval]. "
+                                        + " ".join(f"Estimator \"{e.name}\""
+                                                   + (" (the default)" if e.name == DEFAULT_ESTIMATOR else "")
+                                                   + f" ({e.interval}): {e.meaning}." for e in map(registry.get,
+                                                                                                   registry.names()))))
     sections = [Section("Predicted tax tau(n)", items, anchor="tau")]
     if bstar is not None and len(bstar):
         bstar, left_out = view.rows(bstar, "B*")
@@ -103,11 +106,14 @@ def build(ctx: ReportContext) -> list[Section]:
 
 
 
-def _interval_words(estimator: str) -> str:
-    """How an estimator's tau(n) interval is made, for a caption."""
-    return {"ranktail": "GPD grid posterior and Bayesian bootstrap",
-            "centred": "posterior of the GEV model: credible interval",
-            "paper": "GEV MLE per cell: approximate confidence interval"}.get(estimator, "")
+def _interval_words(table: pd.DataFrame, name: str) -> str:
+    """How the intervals of a table's rows are made, each estimator in its own words, a fallback
+    row's by its own estimator (:func:`evtsync.predict.registry.interval_words`)."""
+    if "estimator" not in table or not len(table):
+        return registry.interval_words(name)
+    notes = (table["estimator_note"].fillna("").astype(str) != "" if "estimator_note" in table
+             else pd.Series(False, index=table.index))
+    return registry.interval_words(table["estimator"].astype(str), table.loc[notes, "estimator"].astype(str))
 
 
 def _estimators_of(table: pd.DataFrame) -> str:
@@ -115,7 +121,7 @@ def _estimators_of(table: pd.DataFrame) -> str:
     words ("(fallback, labelled)" where its rows say why the default did not give them), each with
     what its point estimate is (:func:`~evtsync.report.estimator.estimator_points`)."""
     if "estimator" not in table or not len(table):
-        return "centred"
+        return UNNAMED_ESTIMATOR
     notes = (table["estimator_note"].fillna("").astype(str) != "" if "estimator_note" in table
              else pd.Series(table["estimator"].astype(str) != DEFAULT_ESTIMATOR, index=table.index))
     names = list(dict.fromkeys(table["estimator"].astype(str)))
@@ -137,7 +143,17 @@ def _estimator_notes(headline: pd.DataFrame, summary: dict[str, Any]) -> list[An
     return [Alert(f"Not every headline row is by the default estimator: {note}", level="warning")] if note else []
 
 
-#: The mark of a value whose n is beyond its cell's N rank values (:data:`~evtsync.predict.tables.BEYOND_DATA_NOTE`).
+def _beyond_note(beyond: pd.DataFrame) -> str:
+    """The beyond-the-data note of the rows shown beyond their cell's N rank values, with an
+    accuracy only where the study measured one (the stage's column ``beyond_data_accuracy``; a table
+    written before it: none quoted, :func:`~evtsync.predict.tables.beyond_data_note`)."""
+    if "beyond_data_accuracy" not in beyond:
+        return beyond_data_note(None)
+    texts = [t for t in dict.fromkeys(beyond["beyond_data_accuracy"].fillna("").astype(str)) if t]
+    return "; ".join([beyond_data_note(None), *texts])
+
+
+#: The mark of a value whose n is beyond its cell's N rank values (:func:`~evtsync.predict.tables.beyond_data_note`).
 BEYOND_MARK = "†"
 
 

@@ -11,7 +11,7 @@ from evtsync.core.defaults import DEFAULT_ESTIMATOR, DEFAULT_M, PVM_AGREEMENT
 from evtsync.plots import predictions as pred_figs
 from evtsync.predict.tables import agreement_summary, point_column
 from evtsync.report.context import PCT, ReportContext
-from evtsync.report.estimator import estimator_points
+from evtsync.report.estimator import UNNAMED_ESTIMATOR, estimator_points, row_estimators
 from evtsync.report.markdown import (
     Alert,
     Section,
@@ -52,7 +52,10 @@ def _beyond_m_table(beyond: pd.DataFrame, m: int) -> Table | Skipped:
             point_column(beyond, "predicted", "_us"), beyond["predicted_lo_us"], beyond["predicted_hi_us"],
             strict=True)],
         "predicted / measured": beyond["ratio"].round(3),
-        f"within ±{PVM_AGREEMENT:.0%}": beyond["within_agreement"].astype(bool),
+        # agreement: within ±PVM_AGREEMENT *and* inside the interval (a table written before issue 45
+        # marked the first alone: the conjunction is taken here too)
+        f"agrees (within ±{PVM_AGREEMENT:.0%} and inside the interval)":
+            beyond["within_agreement"].astype(bool) & beyond["inside_interval"].astype(bool),
         "inside interval": beyond["inside_interval"].astype(bool)}),
         f"Beyond the fitted sample size (n > m = {m}): the tail fitted on samples of m ranks is carried to the "
         f"whole group of n ranks (k = n/m > 1), an extrapolation in the domain size that the fit never sees "
@@ -63,7 +66,7 @@ def _row_estimators(table: pd.DataFrame) -> list[str]:
     """Per row: "ranktail (default)", "centred (fallback)" for a row the default could not give (its
     ``estimator_note`` says why), or the plain name (a row of an estimator asked for by name)."""
     if "estimator" not in table:
-        return ["centred"] * len(table)
+        return list(row_estimators(table))
     notes = table["estimator_note"].fillna("").astype(str) if "estimator_note" in table else [""] * len(table)
     return [f"{e} (fallback)" if note else f"{e} (default)" if e == DEFAULT_ESTIMATOR else e
             for e, note in zip(table["estimator"].astype(str), notes, strict=True)]
@@ -73,7 +76,8 @@ def estimator_words(table: pd.DataFrame) -> str:
     """The estimators of a predicted-vs-measured table's rows in words, each with its point
     (:func:`~evtsync.report.estimator.estimator_points`), with a fallback's reason."""
     if "estimator" not in table:
-        return f"centred (a run folder from before the estimators were named; {estimator_points(table)})"
+        return (f"{UNNAMED_ESTIMATOR} (a run folder from before the estimators were named; "
+                f"{estimator_points(table)})")
     names = [f"{label} ({estimator_points(table, e)})" for label, e in
              dict.fromkeys(zip(_row_estimators(table), table["estimator"].astype(str), strict=True))]
     notes = sorted({str(v) for v in table.get("estimator_note", pd.Series(dtype=str)).fillna("") if v})

@@ -128,11 +128,14 @@ def build(ctx: ReportContext) -> list[Section]:
                  + ("" if cpu else f"GPU-only share = attributed collectives whose straggler path is GPU-only, "
                                    f"Wilson {PCT} interval; ")
                  + f"xi is the posterior mean with its {PCT} credible interval of {model or 'no fit'}; tau(n) "
-                 f"and B* in GB/s per topology (its reduction 1 − B*/B*_H: the B* section) are means with {PCT} intervals of the "
+                 f"and B* in GB/s per topology (its reduction 1 − B*/B*_H: the B* section) are point estimates "
+                 f"({point_words(info.get('point_estimate'))}) with {PCT} intervals of the "
                  f"default estimator of tau(n), ranktail (every rank's value with a generalized Pareto tail), or, "
                  f"where it cannot predict (labelled in the notes), the centred estimator of {model or 'no fit'} (m = "
-                 f"{ctx.manifest.get('options', {}).get('m', 4)}); the tail verdict reads the interval of xi: Fréchet "
-                 "(heavy tail) when it lies above 0, Weibull (bounded) below 0, Gumbel when it holds 0."))
+                 f"{ctx.manifest.get('options', {}).get('m', 4)}); the tail verdict is the rank times' domain of "
+                 f"attraction, read from the {PCT} interval of the GPD shape of ranktail's tail (where ranktail "
+                 f"predicts; elsewhere from xi of {model or 'the GEV'}'s block maxima): heavy (Fréchet) when it lies "
+                 "above 0, bounded (Weibull) below 0, light tail (Gumbel domain) when it holds 0."))
     items.append(Caption(f"Who straggles (all process groups; per {device} in its tax section):"))
     items.append(straggler_table(ctx))
     if ctx.manifest.get("demo"):
@@ -150,7 +153,8 @@ def demo_note(manifest: dict[str, Any]) -> str:
     real = (DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS)
     same = "the same as a real run's" if used == real else f"a real run's defaults: {real[0]} / {real[1]} / {real[2]}"
     return (f"The bundled demo: a synthetic study with known truth (see \"Estimates vs ground truth\"), fitted with "
-            f"{used[0]} draws, {used[1]} tuning steps, {used[2]} chains ({same}).")
+            f"{used[0]} draws, {used[1]} tuning steps, {used[2]} chains ({same}) where a model's own [sampling] table "
+            "does not ask for others (the main model's does: each fit records its own, see the convergence table).")
 
 
 def cell_label(r: dict[str, Any]) -> str:
@@ -320,6 +324,14 @@ def summary_cards(records: list[dict[str, Any]], info: dict[str, Any],
             lines.append((SUMMARY_NOTE, str(r["notes"])))
         cards.append(Card(cell_label(r), cell_anchor(r), lines, flag=not bool(r.get("converged", True))))
     return Cards(cards)
+
+
+def point_words(points: Any) -> str:
+    """What the summary's points are, per estimator ("ranktail: posterior median; centred: posterior
+    mean"), from summary.json's ``point_estimate``; a summary written before it: its means."""
+    if not isinstance(points, dict) or not points:
+        return "posterior means: a summary written before the point was recorded"
+    return "; ".join(f"{e}: {p}" for e, p in points.items())
 
 
 def _estimator_words(estimators: Any, model: str | None, points: Any = None) -> str:

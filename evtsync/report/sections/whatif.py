@@ -8,6 +8,7 @@ import pandas as pd
 
 from evtsync.predict.tables import point_column, point_labels
 from evtsync.report.context import PCT, ReportContext
+from evtsync.report.estimator import row_estimators
 from evtsync.report.markdown import (
     Alert,
     Section,
@@ -45,7 +46,7 @@ def build(ctx: ReportContext) -> list[Section]:
     rows = pd.DataFrame({
         "preset": presets["preset"], "GPU": presets["gpu"], "n": presets["n"],
         "FLOPS factor": [fmt(v) for v in presets["flops_factor"]],
-        "estimator": (_estimator_labels(presets) if "estimator" in presets else ["centred"] * len(presets)),
+        "estimator": (_estimator_labels(presets) if "estimator" in presets else list(row_estimators(presets))),
         "prediction": _prediction_labels(presets),
         f"tau(n) µs [{PCT} CrI]": [fmt_ci(a, b, c) for a, b, c in
                                   zip(point_column(presets, "tau", "_us"), presets["tau_lo_us"], presets["tau_hi_us"],
