@@ -108,6 +108,26 @@ def test_step_time_and_slow_rank_are_said_where_the_summary_has_them(hand_run: t
     assert answers["who"].endswith("; rank 1 is persistently slow.")
 
 
+def test_step_times_of_summary_json_jobs_reach_the_first_screen(hand_run: tuple[Path, dict],  # noqa: F811
+                                                                tmp_path: Path) -> None:
+    """The replay's step times as the run writes them (summary.json ``jobs``; a cell holding one job
+    carries them in its row): one job's are said; with two jobs and no row's own, no single number."""
+    run, manifest = hand_run
+    numbers, info = summary_numbers(run, manifest)
+    records = numbers.to_dict(orient="records")
+    ctx = ReportContext(run, tmp_path / "out", manifest)
+    info["jobs"] = [{"workload": "w", "step_time_ms": 50.0, "step_time_without_stragglers_ms": 40.0}]
+    answers = {a.key: a.text for a in summary_sec.first_answers(records, info, ctx, "ranktail")}
+    assert "40 ms per step instead of 50 ms (−20%" in answers["without"]
+    info["jobs"] = info["jobs"] * 2
+    answers = {a.key: a.text for a in summary_sec.first_answers(records, info, ctx, "ranktail")}
+    assert "per step" not in answers["without"] and "not a replay" in answers["without"]
+    for r in records:  # the row's own step times come first
+        r.update(step_time_ms=30.0, step_time_without_stragglers_ms=27.0)
+    answers = {a.key: a.text for a in summary_sec.first_answers(records, info, ctx, "ranktail")}
+    assert "27 ms per step instead of 30 ms (−10%" in answers["without"]
+
+
 def test_html_has_answer_ids_cards_per_row_and_markdown_has_no_cards(hand_run: tuple[Path, dict],  # noqa: F811
                                                                      tmp_path: Path) -> None:
     run, manifest = hand_run

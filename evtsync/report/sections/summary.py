@@ -80,7 +80,7 @@ def build(ctx: ReportContext) -> list[Section]:
                 ci(r, "tax_mean_us", "tax_mean_lo_us", "tax_mean_hi_us"), f"#tax-{gslug}"),
             "GPU-only stragglers (%)": Link(ci(r, "gpu_only_share", "gpu_only_share_lo", "gpu_only_share_hi", 100.0),
                                             f"#attribution-{gslug}"),
-            "tail, xi": Link(f"{r.get('verdict') or '–'}\n{ci(r, 'xi_mean', 'xi_lo', 'xi_hi', digits=2)}", "#xi"),
+            "tail, xi": Link(tail_text(r, ci, "\n"), "#xi"),
             f"tau(n = {n}) (µs)": Link(ci(r, point_key(r, "tau", "_us"), "tau_lo_us", "tau_hi_us"), "#tau"),
         }
         for topo in info["topologies"]:
@@ -100,7 +100,8 @@ def build(ctx: ReportContext) -> list[Section]:
     items += first_answers(records, info, ctx, by)
     items.append(Table(frame, f"Per {device} × precision: value [{PCT} interval], each linked to its section; the top root "
                               f"cause with its share of the cell's tax; saving without stragglers: at most the mean tax "
-                              f"per collective; xi from {model or 'no fit'}; tau and B* by {by} at n = {n} ranks. An "
+                              f"per collective; the tail verdict beside the {PCT} interval of the shape it reads (GPD xi of the "
+                              f"rank times' tail by ranktail, else GEV xi of {model or 'no fit'}); tau and B* by {by} at n = {n} ranks. An "
                               "interval marked \"range of n\" is [min, max] of n values, too few for the level; ∞: too "
                               "few values to bound that side. Rows in red: fit not converged.",
                        flag="not converged", css_class="summary", note=SUMMARY_NOTE))
@@ -262,7 +263,7 @@ def first_answers(records: list[dict[str, Any]], info: dict[str, Any], ctx: Repo
         who = f"{who[:-1]}; {slow}" + ("" if slow.endswith(".") else ".")
     answers.append(Answer("who", "Who straggles and why", who, f"#attribution-{gslug}"))
 
-    step, without = _number(info, "step_time_ms"), _number(info, "step_time_without_stragglers_ms")
+    step, without = _step_times(worst, info)
     if step is not None and without is not None:
         gain = (f"this job would take {fmt(without)} ms per step instead of {fmt(step)} ms "
                 f"(−{fmt_share(1 - without / step)}; counterfactual replay of the step).")
@@ -297,6 +298,19 @@ def first_answers(records: list[dict[str, Any]], info: dict[str, Any], ctx: Repo
     return answers
 
 
+def _step_times(r: dict[str, Any], info: dict[str, Any]) -> tuple[float | None, float | None]:
+    """The measured step time and the replay's step time without stragglers (ms) for the first
+    screen: the row's own (a cell holding one job), else summary.json's only job, else none (several
+    jobs: their step times are per job in summary.json, not one number)."""
+    keys = ("step_time_ms", "step_time_without_stragglers_ms")
+    if all(_number(r, k) is not None for k in keys):
+        return _number(r, keys[0]), _number(r, keys[1])
+    jobs = info.get("jobs") or []
+    if len(jobs) == 1 and isinstance(jobs[0], dict):
+        return _number(jobs[0], keys[0]), _number(jobs[0], keys[1])
+    return _number(info, keys[0]), _number(info, keys[1])
+
+
 def _short_estimator(r: dict[str, Any], info: dict[str, Any]) -> str:
     """The estimator of a row's tau(n) and what its point is, short: "ranktail, posterior median"."""
     name = str(r.get("estimator") or info.get("estimator") or info.get("model") or "")
@@ -319,11 +333,22 @@ def summary_cards(records: list[dict[str, Any]], info: dict[str, Any],
                  (f"tau(n = {n})", ci(r, point_key(r, "tau", "_us"), "tau_lo_us", "tau_hi_us") + " µs")]
         lines += [(f"B*, {topology_label(t)}", ci(r, f"bstar_{t}_gbps", f"bstar_{t}_lo_gbps", f"bstar_{t}_hi_gbps")
                    + " GB/s") for t in info.get("topologies", [])]
-        lines.append(("tail (xi)", f"{r.get('verdict') or '–'}, xi {ci(r, 'xi_mean', 'xi_lo', 'xi_hi', digits=2)}"))
+        lines.append(("tail (xi)", tail_text(r, ci, ", ")))
         if r.get("notes"):
             lines.append((SUMMARY_NOTE, str(r["notes"])))
         cards.append(Card(cell_label(r), cell_anchor(r), lines, flag=not bool(r.get("converged", True))))
     return Cards(cards)
+
+
+def tail_text(r: dict[str, Any], ci: Callable[..., str], sep: str) -> str:
+    """A row's tail verdict beside the interval it was read from: the GPD shape of the rank times'
+    tail where the row has it (``gpd_xi_*``), else xi of the GEV of the block maxima — never a verdict
+    beside another shape's interval (issue 45: no verdict contradicts its xi interval)."""
+    if _number(r, "gpd_xi_lo") is not None and _number(r, "gpd_xi_hi") is not None:
+        shape = f"GPD xi {ci(r, 'gpd_xi_mean', 'gpd_xi_lo', 'gpd_xi_hi', digits=2)}"
+    else:
+        shape = f"GEV xi {ci(r, 'xi_mean', 'xi_lo', 'xi_hi', digits=2)}"
+    return f"{r.get('verdict') or '–'}{sep}{shape}"
 
 
 def point_words(points: Any) -> str:
