@@ -14,7 +14,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from evtsync.cli._common import ListOption, add_level_argument, add_out_argument
-from evtsync.core.errors import InputError
+from evtsync.core.errors import InputError, NcclTestsError
 from evtsync.core.units import SIZE_HELP
 from evtsync.nccltests.parse import ParsedLog, parse_log
 from evtsync.nccltests.plan import DEFAULT_MATRICES
@@ -169,12 +169,42 @@ def _cmd_parse(args: argparse.Namespace) -> int:
     return 0
 
 
+def _line_ranges(lines: list[int]) -> str:
+    """``[3, 4, 5, 9]`` -> ``"3-5, 9"``."""
+    out: list[str] = []
+    for n in sorted(set(lines)):
+        if out and n == int(out[-1].split("-")[-1]) + 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{n}"
+        else:
+            out.append(str(n))
+    return ", ".join(out)
+
+
+def damaged_rows(logs: list[ParsedLog], *, allow: bool) -> list[dict[str, Any]]:
+    """Every damaged result row of the logs (:attr:`ParsedLog.damaged`) as plain dicts; with
+    rows damaged and not ``allow``, an :class:`InputError` naming each log's lines (statistics
+    computed without rows a log held would read as the whole sweep)."""
+    found = [{"log": pl.path, "line": d.line, "reason": d.reason, "text": d.text} for pl in logs for d in pl.damaged]
+    if found and not allow:
+        parts = []
+        for pl in logs:
+            if pl.damaged:
+                reasons = Counter(d.reason.split(" (")[0] for d in pl.damaged)
+                parts.append(f"{pl.path}: {len(pl.damaged)} damaged result row(s), line(s) "
+                             f"{_line_ranges([d.line for d in pl.damaged])} ("
+                             + ", ".join(f"{n} {r}" for r, n in reasons.most_common()) + ")")
+        raise NcclTestsError("; ".join(parts) + ": the statistics would leave out or misread them; repair the log, or "
+                             "pass --allow-damaged to compute them anyway (every output then lists these rows)")
+    return found
+
+
 def _cmd_stats(args: argparse.Namespace) -> int:
     # computed and printed without pandas (issue 30: a small command starts small); pandas only
     # to write the table with -o
     from evtsync.nccltests.stats import size_stats_records
 
     logs = [_load(p, args) for p in args.logs]
+    damaged = damaged_rows(logs, allow=args.allow_damaged)
     every = size_stats_records(logs, pool_runs=args.pool, cv_threshold=args.cv_threshold,
                                min_cycles=args.min_cycles)
     table = every if args.placement == "both" else [r for r in every if r["placement"] == args.placement]
@@ -188,12 +218,17 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         _dump_json({"logs": [pl.path for pl in logs], "cv_threshold_pct": args.cv_threshold,
                     "min_cycles": args.min_cycles,
                     "runs": [[r.to_dict() for r in pl.runs] for pl in logs],
-                    "stats": table})
+                    "damaged_rows": damaged, "stats": table})
         return 0
     for pl in logs:
         print(pl.path)
         for line in _run_line(pl):
             print(line)
+        if pl.damaged:
+            print(f"DAMAGED: {len(pl.damaged)} result row(s) (--allow-damaged): rows lost are left out of these "
+                  "statistics; rows kept with a #wrong that is not a count fail correctness")
+            for d in pl.damaged:
+                print(f"  line {d.line}: [{d.reason}] {d.text.strip()[:120]}")
     keys: list[str] = [c for c in ("source", "run", "placement", "type", "redop", "size") if c in every[0]]
     if len(logs) == 1 and "source" in keys:
         keys.remove("source")
@@ -357,6 +392,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--cv-threshold", type=float, default=5.0, help="stability threshold in %% (default 5)")
     s.add_argument("--min-cycles", type=int, default=3, help="cycles needed to judge stability (default 3)")
     add_out_argument(s, "table", "write the statistics table (.csv or .parquet)")
+    s.add_argument("--allow-damaged", action="store_true",
+                   help="compute the statistics even when result rows are damaged (malformed, cut, unreadable "
+                        "inside the table, or a #wrong that is not a count); they are listed in every output. "
+                        "Without it such a log is refused, naming the lines")
     s.add_argument("--json", action="store_true", help="JSON output")
     s.set_defaults(handler=_cmd_stats)
 

@@ -41,3 +41,24 @@ class ModelSpecError(EvtsyncError):
 
 class FitError(EvtsyncError):
     """A fit could not be computed or loaded."""
+
+
+def path_problem(path: object, expected: str = "file") -> str:
+    """Why ``path`` is not a readable regular ``expected`` (``file``, ``file or folder``), in words
+    for an error message: absent, a link to nothing, or the kind of thing it is instead
+    (``/dev/null`` is a character device, not a missing file)."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode  # type: ignore[arg-type]
+    except FileNotFoundError:
+        if os.path.islink(path):  # type: ignore[arg-type]
+            return f"a symbolic link to {os.readlink(path)!r}, which does not exist"  # type: ignore[arg-type]
+        return f"no such {expected}"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a regular file"))
+    kind = next((name for test, name in kinds if test(mode)), "not a regular file")
+    return f"{kind}, not a regular {expected}" if kind != "a folder" else f"a folder, not a {expected}"

@@ -29,13 +29,13 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
 import pandas as pd
 
-from evtsync.core.errors import TraceError
+from evtsync.core.errors import TraceError, path_problem
 from evtsync.core.parallel import Work
 from evtsync.trace.decode import ByteSource, json_bytes_estimate
 
@@ -51,40 +51,46 @@ RECORD_COLUMNS = ("comm", "local_rank", "sn", "collective", "msg_bytes", "exec_n
                   "kernel_start_us", "kernel_stop_us", "dump_us")
 
 
+#: Integers as the columns hold them: a larger value in a log (msgspec reads up to 2**64 - 1) is
+#: refused by the decoder, naming its field and line, instead of overflowing the column.
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
+
+
 #: Structs without GC tracking: decoded records hold no reference cycles, and ~100k tracked
 #: objects per batch made the collector run (and freeing them cost as much as decoding).
 class _Header(msgspec.Struct, gc=False):
     id: str
-    rank: int
-    n_ranks: int
-    nnodes: int = MISSING
+    rank: Int32
+    n_ranks: Int32
+    nnodes: Int32 = MISSING
     comm_name: str = ""
 
 
 class _Meta(msgspec.Struct, gc=False):
     hostname: str = ""
-    pid: int = MISSING
-    dump_timestamp_us: int = MISSING
+    pid: Int64 = MISSING
+    dump_timestamp_us: Int64 = MISSING
     inspector_output_format_version: str = ""
 
 
 class _KernelTimes(msgspec.Struct, gc=False):
-    channel_id: int = MISSING
-    kernel_start_ts: int | None = None
-    kernel_stop_ts: int | None = None
+    channel_id: Int64 = MISSING
+    kernel_start_ts: Int64 | None = None
+    kernel_stop_ts: Int64 | None = None
 
 
 class _EventTimes(msgspec.Struct, gc=False):
-    coll_start_ts: int | None = None
-    coll_stop_ts: int | None = None
+    coll_start_ts: Int64 | None = None
+    coll_stop_ts: Int64 | None = None
     kernel_events: list[_KernelTimes] = []
 
 
 class _Coll(msgspec.Struct, gc=False):
     coll: str
-    coll_sn: int
+    coll_sn: Int64
     coll_exec_time_us: float
-    coll_msg_size_bytes: int = MISSING
+    coll_msg_size_bytes: Int64 = MISSING
     coll_timing_source: str = GPU_TIMING  # logs before the field existed were GPU-timed only
     event_trace_ts: _EventTimes | None = None
 
@@ -127,6 +133,34 @@ class LoggedCollectives:
     def n_records(self) -> int:
         """Collective records kept."""
         return len(self.columns["sn"])
+
+
+#: The largest ``coll_exec_time_us`` read: durations are kept as int64 nanoseconds (up to ~292
+#: years); a larger value (1e18 µs) is damage, and would wrap around to a negative number.
+MAX_EXEC_US = 1e12
+
+
+class _BadRecord(Exception):
+    """A record with a value no collective can have: ``index`` is its place among the records
+    of the batch (its line is found by the caller, which knows the batch's lines)."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+def _check_exec_times(exec_us: np.ndarray, places: list[int] | None) -> None:
+    """Refuse a negative, non-finite or too large ``coll_exec_time_us`` (see :data:`MAX_EXEC_US`);
+    ``places``: each value's index among the batch's records (None: the same as in ``exec_us``)."""
+    bad = ~(np.isfinite(exec_us) & (exec_us >= 0) & (exec_us <= MAX_EXEC_US))
+    if not bad.any():
+        return
+    first = int(np.flatnonzero(bad)[0])
+    value = float(exec_us[first])
+    what = ("negative" if value < 0 else "too large" if value > MAX_EXEC_US else "not a number")
+    raise _BadRecord(first if places is None else places[first],
+                     f"coll_exec_time_us {value:g} is {what} (expected a duration from 0 to {MAX_EXEC_US:g} µs); "
+                     f"{int(bad.sum())} record(s) of this block are so")
 
 
 class _Builder:
@@ -217,8 +251,10 @@ class _Builder:
         p["sn"].append(np.array([c.coll_sn for c in perfs], dtype=np.int64))
         p["collective"].append(np.array([names.setdefault(c.coll, len(names)) for c in perfs], dtype=np.int32))
         p["msg_bytes"].append(np.array([c.coll_msg_size_bytes for c in perfs], dtype=np.int64))
-        p["exec_ns"].append(np.rint(np.array([c.coll_exec_time_us for c in perfs], dtype=np.float64)
-                                    * 1000.0).astype(np.int64))
+        exec_us = np.array([c.coll_exec_time_us for c in perfs], dtype=np.float64)
+        _check_exec_times(exec_us, [i for i, r in enumerate(records) if r.coll_perf is not None]
+                          if len(colls) < len(records) else None)
+        p["exec_ns"].append(np.rint(exec_us * 1000.0).astype(np.int64))
         p["timing_source"].append(np.array([sources.setdefault(c.coll_timing_source, len(sources)) for c in perfs],
                                            dtype=np.int32))
         dumps = np.array([r.metadata.dump_timestamp_us if r.metadata else MISSING for r in colls], dtype=np.int64)
@@ -229,10 +265,6 @@ class _Builder:
             low, high = int(known.min()), int(known.max())
             first, last = self.dump_range
             self.dump_range = [low if first == MISSING else min(first, low), max(last, high)]
-        negative = int((p["exec_ns"][-1] < 0).sum())
-        if negative:
-            raise TraceError(f"{self.path}: {negative} record(s) with a negative coll_exec_time_us (expected a "
-                             "duration >= 0)")
         starts = np.full(len(colls), MISSING, dtype=np.int64)
         stops = np.full(len(colls), MISSING, dtype=np.int64)
         for i, trace in enumerate([c.event_trace_ts for c in perfs]):
@@ -273,29 +305,53 @@ class _Builder:
                                                                    "timing_source": list(self.sources)})
 
 
+#: What msgspec raises on a line it cannot decode: a JSON or schema error, or nesting deeper than
+#: Python's recursion limit (msgspec decodes nested values recursively).
+_UNDECODABLE = (msgspec.DecodeError, RecursionError)
+
+
+def _decode_problem(exc: Exception) -> str:
+    return "JSON nested too deeply to decode" if isinstance(exc, RecursionError) else str(exc)
+
+
+def _add(builder: _Builder, records: list[_Record], first_line: int, lines: list[int]) -> None:
+    """``builder.add``, naming the line of a record with an impossible value."""
+    try:
+        builder.add(records, first_line)
+    except _BadRecord as exc:
+        raise TraceError(f"{builder.path}: line {lines[exc.index]}: {exc}") from None
+
+
 def _batch_text(builder: _Builder, text: bytes, first_line: int, salvage: bool) -> None:
     """Decode complete lines (newline-delimited JSON, blank lines allowed) in one msgspec call;
     on a failure, line by line to name the bad one."""
     try:
-        builder.add(_DECODE_ONE.decode_lines(text), first_line)
-    except msgspec.DecodeError:
+        records = _DECODE_ONE.decode_lines(text)
+    except _UNDECODABLE:
         _batch(builder, text.split(b"\n"), first_line, salvage)
+        return
+    try:
+        builder.add(records, first_line)
+    except _BadRecord as exc:
+        lines = [first_line + i for i, line in enumerate(text.split(b"\n")) if line.strip()]
+        raise TraceError(f"{builder.path}: line {lines[exc.index]}: {exc}") from None
 
 
 def _batch(builder: _Builder, lines: list[bytes], first_line: int, salvage: bool) -> None:
     """Decode lines one by one (blank ones skipped), naming a bad one by its line number."""
-    good = []
+    good, numbers = [], []
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
             good.append(_DECODE_ONE.decode(line))
-        except msgspec.DecodeError as exc:
+            numbers.append(first_line + i)
+        except _UNDECODABLE as exc:
             if not salvage:
-                raise TraceError(f"{builder.path}: line {first_line + i}: not an NCCL Inspector record ({exc}); "
-                                 "pass --salvage to skip such lines, counting them") from None
+                raise TraceError(f"{builder.path}: line {first_line + i}: not an NCCL Inspector record "
+                                 f"({_decode_problem(exc)}); pass --salvage to skip such lines, counting them") from None
             builder.skip("malformed line")
-    builder.add(good, first_line)
+    _add(builder, good, first_line, numbers)
 
 
 #: Bytes before the resume point whose hash must be unchanged for an incremental re-read.
@@ -336,7 +392,7 @@ class LogStream:
                  block_bytes: int = BLOCK_BYTES, since: LoggedCollectives | None = None) -> None:
         self.path = Path(path)
         if not self.path.is_file():
-            raise TraceError(f"{self.path}: no such file")
+            raise TraceError(f"{self.path}: {path_problem(self.path)}")
         self.salvage, self.rank, self.block_bytes = salvage, rank, block_bytes
         self.offset = _resume_offset(self.path, since)
         self.builder = _Builder(self.path) if self.offset == 0 else _Builder.resume(self.path, since)  # type: ignore[arg-type]
@@ -401,9 +457,13 @@ class LogStream:
         unread = 0
         if tail:
             try:
-                builder.add([_DECODE_ONE.decode(tail)], line_no)
+                record = _DECODE_ONE.decode(tail)
+            except _UNDECODABLE:
+                record = None
+            if record is not None:
+                _add(builder, [record], line_no, [line_no])
                 line_no += 1
-            except msgspec.DecodeError:
+            else:
                 unread = len(pending)
                 log.warning("%s: last line (%d bytes, line %d) is incomplete: a log still being written? read up "
                             "to the last complete record", path, unread, line_no)

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from evtsync.core.errors import TraceError
+from evtsync.core.errors import TraceError, path_problem
 from evtsync.trace.decode import TABLE_FIELDS, DecodedTrace, string_dtype
 from evtsync.trace.tables import MISSING, RankTables, build_rank_tables
 
@@ -113,6 +113,31 @@ def _empty_columns(table: str, n: int = 0) -> dict[str, Any]:
     return out
 
 
+def check_types(schema: _Schema, table: str, columns: Sequence[str], kind: str = "integer",
+                nullable: Sequence[str] = ()) -> None:
+    """Refuse, naming the file, table, column, row and value, a cell of ``columns`` whose SQLite
+    type is not ``kind`` (``integer``, ``text``; NULL only in the ``nullable`` ones). SQLite
+    stores any value in any column, so a damaged or hand-edited export can hold text where
+    nanoseconds belong; one scan of the table, stopped at the first bad cell."""
+    present = [c for c in columns if schema.has(table, c)]
+    if not present:
+        return
+    allowed = {c: f"('{kind}', 'null')" if c in nullable else f"('{kind}')" for c in present}
+    cond = " OR ".join(f'typeof("{c}") NOT IN {allowed[c]}' for c in present)
+    picked = ", ".join(f'typeof("{c}"), quote("{c}")' for c in present)
+    rows = _query(schema, f'SELECT rowid, {picked} FROM "{table}" WHERE {cond} LIMIT 1')
+    if not rows:
+        return
+    row = rows[0]
+    for i, column in enumerate(present):
+        found, value = row[1 + 2 * i], row[2 + 2 * i]
+        if found != kind and not (found == "null" and column in nullable):
+            shown = str(value)[:40]
+            raise TraceError(f"{schema.path}: table {table}, column {column}, row {row[0]}: expected "
+                             f"{'an integer' if kind == 'integer' else kind}, found {found} {shown} (damaged "
+                             "Nsight Systems export)")
+
+
 def _query(schema: _Schema, sql: str) -> list[tuple[Any, ...]]:
     try:
         return schema.conn.execute(sql).fetchall()
@@ -128,12 +153,19 @@ def _gpu_rows(schema: _Schema) -> tuple[dict[str, Any], int]:
         raise TraceError(f"{schema.path}: table {KERNEL_TABLE} has none of the name columns "
                          f"{', '.join(NAME_COLUMNS)}; its columns: {', '.join(schema.columns[KERNEL_TABLE])}")
     schema.need("StringIds", "id", "value", purpose="kernel names")
+    check_types(schema, KERNEL_TABLE, ("start", "end", "deviceId", "streamId", "correlationId", name_col,
+                                       "globalPid"), nullable=("deviceId", "streamId", "correlationId", name_col,
+                                                               "globalPid"))
+    check_types(schema, "StringIds", ("id",))
+    check_types(schema, "StringIds", ("value",), kind="text", nullable=("value",))
     pid_col = "globalPid" if schema.has(KERNEL_TABLE, "globalPid") else "NULL"
     parts = [f'SELECT k.start, k."end", k.deviceId, k.streamId, k.correlationId, s.value, \'kernel\', {pid_col} '
              f'FROM {KERNEL_TABLE} k LEFT JOIN StringIds s ON s.id = k.{name_col}']
     for table, category, label in (("CUPTI_ACTIVITY_KIND_MEMCPY", "gpu_memcpy", "Memcpy"),
                               ("CUPTI_ACTIVITY_KIND_MEMSET", "gpu_memset", "Memset")):
         if schema.has(table, "start", "end", "deviceId", "streamId", "correlationId"):
+            check_types(schema, table, ("start", "end", "deviceId", "streamId", "correlationId", "globalPid"),
+                        nullable=("deviceId", "streamId", "correlationId", "globalPid"))
             pid = "globalPid" if schema.has(table, "globalPid") else "NULL"
             parts.append(f"SELECT start, \"end\", deviceId, streamId, correlationId, '{label}', '{category}', {pid} "
                          f"FROM {table}")
@@ -170,6 +202,8 @@ def _runtime_rows(schema: _Schema) -> dict[str, Any]:
         log.info("%s: no %s table: no CUDA runtime calls (launch gaps unknown)", schema.path, table)
         return _empty_columns("runtime")
     schema.need(table, "start", "end", "globalTid", "correlationId", "nameId", purpose="CUDA runtime calls")
+    check_types(schema, table, ("start", "end", "globalTid", "correlationId", "nameId"),
+                nullable=("globalTid", "correlationId", "nameId"))
     rows = _query(schema, f'SELECT r.start, r."end", r.globalTid, r.correlationId, s.value FROM {table} r '
                           "LEFT JOIN StringIds s ON s.id = r.nameId")
     cols = _empty_columns("runtime", len(rows))
@@ -195,6 +229,8 @@ def _nvtx_rows(schema: _Schema) -> dict[str, Any]:
     else:
         schema.need(table, "text", purpose="NVTX range names")
         text, join = "n.text", ""
+    check_types(schema, table, ("start", "end", "globalTid", "eventType", "textId"),
+                nullable=("end", "globalTid", "eventType", "textId"))
     types = ", ".join(str(t) for t in NVTX_RANGE_TYPES)
     rows = _query(schema, f'SELECT n.start, n."end", n.globalTid, {text} FROM {table} n {join} '
                           f'WHERE n.eventType IN ({types}) AND n."end" IS NOT NULL')
@@ -260,12 +296,15 @@ def decode_export(path: str | os.PathLike[str], rank_pattern: str | None = None)
 
     path = Path(path)
     if not path.is_file():
-        raise TraceError(f"{path}: no such file")
+        raise TraceError(f"{path}: {path_problem(path)}")
     size = path.stat().st_size
     with open(path, "rb") as fh:
         head = fh.read(100)
     if not head.startswith(SQLITE_MAGIC):
-        raise TraceError(f"{path}: not an SQLite file (expected an `nsys export --type sqlite` output)")
+        from evtsync.trace.readers import describe_start
+
+        raise TraceError(f"{path}: not an SQLite file: it {describe_start(head[:64])} (expected an `nsys export "
+                         "--type sqlite` output, which starts with 'SQLite format 3')")
     page_size = int.from_bytes(head[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size  # SQLite writes 1 for 64 KiB pages
     pages = int.from_bytes(head[28:32], "big")
