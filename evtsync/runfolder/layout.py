@@ -77,6 +77,16 @@ def being_written(run_dir: str | os.PathLike[str]) -> bool:
     return False
 
 
+def enclosing_run(path: str | os.PathLike[str]) -> Path | None:
+    """The run folder (a folder holding ``manifest.json``) that is ``path`` or holds it, if any:
+    its files are the run's, listed in its manifest, and nothing else writes there."""
+    here = Path(path).resolve()
+    for folder in (here, *here.parents):
+        if (folder / MANIFEST).is_file():
+            return folder
+    return None
+
+
 def table_path(run_dir: str | os.PathLike[str], name: str) -> Path:
     """Path of the run table ``name`` (e.g. ``"tau"``)."""
     return Path(run_dir) / TABLE_FILES.get(name, f"{TABLES}/{name}.parquet")
