@@ -561,8 +561,8 @@ def parse_text(text: str, *, path: str = "<text>", collective: str | None = None
         damaged = False
         if _ROW_START.search(rest):
             reason, damaged = DAMAGED_ROW, True
-        elif sum(1 for t in tokens if _NUM.match(t)) >= _DAMAGED_NUMBERS and not _NCCL_LINE.search(rest) \
-                and not rest.lstrip().startswith("#"):
+        elif _NCCL_LINE.search(rest) is None and _row_like(rest):
+            # a row with a garbled token, or a row behind a "#": its measurements are lost
             reason, damaged = DAMAGED_VALUES, True
         elif _NCCL_LINE.search(rest):
             reason = "NCCL log line"
@@ -613,6 +613,17 @@ def parse_text(text: str, *, path: str = "<text>", collective: str | None = None
 #: Numbers on a line, beyond which a line that is not a readable row is a damaged one (a row has
 #: at least 11: size, count, root and two groups of four).
 _DAMAGED_NUMBERS = 6
+
+
+def _row_like(rest: str) -> bool:
+    """Whether a line no layout reads is what is left of a result row: at least
+    :data:`_DAMAGED_NUMBERS` numbers, and, behind a ``#``, numbers for most of its words (a
+    comment such as the command line ``-b 8 -e 8G -f 2 -g 1`` has words between its numbers)."""
+    text = rest.strip()
+    comment = text.startswith("#")
+    words = text.lstrip("#").split()
+    numbers = sum(1 for t in words if _NUM.match(t))
+    return numbers >= _DAMAGED_NUMBERS and (not comment or numbers >= 0.6 * len(words))
 
 
 def _bad_values(records: list[dict[str, Any]], all_lines: list[str] | None = None) -> list[SkippedLine]:

@@ -228,14 +228,13 @@ class _Builder:
             if len(records) - len(colls) - n_p2p:
                 self.skip("record with neither coll_perf nor p2p_perf", len(records) - len(colls) - n_p2p)
         # per distinct value, not per record: a log repeats a few headers and one process
-        # per distinct value, not per record: a log repeats a few headers and one process
         headers = [r.header for r in records]
         metas = [r.metadata for r in records]
         for host, pid, version in {(m.hostname, m.pid, m.inspector_output_format_version) for m in metas if m}:
             self.hosts.add(host)
             self.pids.add(pid)
             self.versions.add(version)
-        for key in {(h.id, h.rank, h.n_ranks) for h in headers}:
+        for key in dict.fromkeys((h.id, h.rank, h.n_ranks) for h in headers):  # in line order: "earlier" is true
             if self.comms.get(key[0], (None, None))[:2] != key[1:]:
                 i = next(i for i, h in enumerate(headers) if (h.id, h.rank, h.n_ranks) == key)
                 self._note_comm(headers[i], first_line + i)
