@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from evtsync.cli import main
-from tests.conftest import DATA, TRACES
+from tests.conftest import TRACES
 
 DLRM = TRACES / "dlrm-8rank-v100"
 NSYS_EXPORT = Path(__file__).resolve().parents[1] / "data" / "nsys" / "perlmutter-cloverleaf-cuda.sqlite"
