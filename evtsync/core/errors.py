@@ -1,4 +1,5 @@
-"""The package's own exceptions.
+"""The package's own exceptions, and the words their messages use for a path that is not what
+was expected (:func:`path_problem`, :func:`describe_start`).
 
 Every error a user can cause with bad input is an ``EvtsyncError`` whose message is one
 line naming the file, rank, process group or line at fault and what was expected. The CLI
@@ -62,3 +63,13 @@ def path_problem(path: object, expected: str = "file") -> str:
              (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a regular file"))
     kind = next((name for test, name in kinds if test(mode)), "not a regular file")
     return f"{kind}, not a regular {expected}" if kind != "a folder" else f"a folder, not a {expected}"
+
+
+def describe_start(head: bytes) -> str:
+    """What a file's first bytes are, in words for an error message (``starts with 100 zero
+    bytes``, ``starts with b'hello'``, ``is empty``)."""
+    if not head:
+        return "is empty"
+    if not head.strip(b"\x00"):
+        return f"starts with {len(head)} zero bytes (a zeroed or never-written header)"
+    return f"starts with {head[:24]!r}"

@@ -218,7 +218,8 @@ def trace_files_in(folder: Path) -> list[Path]:
 def unrecognised_note(folder: Path) -> str:
     """What the files of a folder that bear a trace suffix hold instead of a trace (a zeroed
     header, text in a ``.sqlite``): the reason none of them was taken, for the error message."""
-    from evtsync.trace.readers import all_suffixes, describe_start, head_bytes, suffix_reader
+    from evtsync.core.errors import describe_start
+    from evtsync.trace.readers import all_suffixes, head_bytes, suffix_reader
 
     named = [p for p in sorted(folder.iterdir(), key=natural_key)
              if p.is_file() and p.name.lower().endswith(all_suffixes())]

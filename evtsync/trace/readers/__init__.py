@@ -119,16 +119,6 @@ def head_bytes(path: Path, size: int = SNIFF_BYTES) -> bytes:
         return b""
 
 
-def describe_start(head: bytes) -> str:
-    """What a file's first bytes are, in words for an error message (``starts with 100 zero
-    bytes``, ``starts with b'hello'``, ``is empty``)."""
-    if not head:
-        return "is empty"
-    if not head.strip(b"\x00"):
-        return f"starts with {len(head)} zero bytes (a zeroed or never-written header)"
-    return f"starts with {head[:24]!r}"
-
-
 def sniff_reader(path: Path) -> Reader | None:
     """The reader that recognises the file's content, or None."""
     head = head_bytes(path)

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from evtsync.core.errors import TraceError, path_problem
+from evtsync.core.errors import TraceError, describe_start, path_problem
 from evtsync.trace.decode import TABLE_FIELDS, DecodedTrace, string_dtype
 from evtsync.trace.tables import MISSING, RankTables, build_rank_tables
 
@@ -301,8 +301,6 @@ def decode_export(path: str | os.PathLike[str], rank_pattern: str | None = None)
     with open(path, "rb") as fh:
         head = fh.read(100)
     if not head.startswith(SQLITE_MAGIC):
-        from evtsync.trace.readers import describe_start
-
         raise TraceError(f"{path}: not an SQLite file: it {describe_start(head[:64])} (expected an `nsys export "
                          "--type sqlite` output, which starts with 'SQLite format 3')")
     page_size = int.from_bytes(head[16:18], "big")
