@@ -8,6 +8,8 @@ prints that line and exits non-zero without a traceback.
 
 from __future__ import annotations
 
+import os
+
 
 class EvtsyncError(Exception):
     """Base class of all user-facing errors of evtsync."""
@@ -44,18 +46,17 @@ class FitError(EvtsyncError):
     """A fit could not be computed or loaded."""
 
 
-def path_problem(path: object, expected: str = "file") -> str:
+def path_problem(path: str | os.PathLike[str], expected: str = "file") -> str:
     """Why ``path`` is not a readable regular ``expected`` (``file``, ``file or folder``), in words
     for an error message: absent, a link to nothing, or the kind of thing it is instead
     (``/dev/null`` is a character device, not a missing file)."""
-    import os
     import stat
 
     try:
-        mode = os.stat(path).st_mode  # type: ignore[arg-type]
+        mode = os.stat(path).st_mode
     except FileNotFoundError:
-        if os.path.islink(path):  # type: ignore[arg-type]
-            return f"a symbolic link to {os.readlink(path)!r}, which does not exist"  # type: ignore[arg-type]
+        if os.path.islink(path):
+            return f"a symbolic link to {os.fspath(os.readlink(path))!r}, which does not exist"
         return f"no such {expected}"
     except OSError as exc:
         return f"cannot be read ({exc.strerror or exc})"
