@@ -98,6 +98,8 @@ CASES: list[tuple[str, list[str], str, str]] = [
     # documented salvage (docs/nccl-tests.md): --allow-damaged computes without them, naming them
     ("nccltests/garbled-rows.txt", ["nccl-tests", "stats", "{}", "--allow-damaged"], "salvage",
      "DAMAGED: 11 result row(s)"),
+    ("nccltests/garbled-rows.txt", ["nccl-tests", "alpha", "{}"], "error", "line(s) 40-50"),
+    ("nccltests/garbage-mid-table.txt", ["nccl-tests", "compare", "{}", "{}"], "error", "line(s) 35"),
     ("nccltests/sqlite-named-txt.txt", ["nccl-tests", "stats", "{}"], "error", "an SQLite database"),
     ("nccltests/wrong-beyond-float.txt", ["nccl-tests", "stats", "{}"], "error", "line(s) 36"),
     ("runfolder/a-list", ["report", "{}", "-o", "OUT"], "error", "not an evtsync run manifest"),
@@ -114,7 +116,7 @@ CASES: list[tuple[str, list[str], str, str]] = [
 ]
 
 
-@pytest.mark.parametrize(("entry", "argv", "kind", "words"), CASES, ids=[f"{c[0]}{' '.join(c[1][2:])}" for c in CASES])
+@pytest.mark.parametrize(("entry", "argv", "kind", "words"), CASES, ids=[f"{c[0]}: {' '.join(c[1])}" for c in CASES])
 def test_damaged_corpus(entry: str, argv: list[str], kind: str, words: str, tmp_path: Path,
                         capsys: pytest.CaptureFixture[str]) -> None:
     path = CORPUS / entry
