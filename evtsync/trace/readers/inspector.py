@@ -244,15 +244,16 @@ class _Builder:
         heads = [r.header for r in colls]
         perfs: list[_Coll] = [r.coll_perf for r in colls]  # type: ignore[misc]
         index, names, sources = self.comm_index, self.names, self.sources
+        # checked before any column grows: a refused batch leaves the builder as it was
+        exec_us = np.array([c.coll_exec_time_us for c in perfs], dtype=np.float64)
+        _check_exec_times(exec_us, [i for i, r in enumerate(records) if r.coll_perf is not None]
+                          if len(colls) < len(records) else None)
         p = self.parts
         p["comm"].append(np.array([index[h.id] for h in heads], dtype=np.int32))
         p["local_rank"].append(np.array([h.rank for h in heads], dtype=np.int32))
         p["sn"].append(np.array([c.coll_sn for c in perfs], dtype=np.int64))
         p["collective"].append(np.array([names.setdefault(c.coll, len(names)) for c in perfs], dtype=np.int32))
         p["msg_bytes"].append(np.array([c.coll_msg_size_bytes for c in perfs], dtype=np.int64))
-        exec_us = np.array([c.coll_exec_time_us for c in perfs], dtype=np.float64)
-        _check_exec_times(exec_us, [i for i, r in enumerate(records) if r.coll_perf is not None]
-                          if len(colls) < len(records) else None)
         p["exec_ns"].append(np.rint(exec_us * 1000.0).astype(np.int64))
         p["timing_source"].append(np.array([sources.setdefault(c.coll_timing_source, len(sources)) for c in perfs],
                                            dtype=np.int32))
