@@ -179,7 +179,7 @@ def kineto_seed() -> bytes:
     return json.dumps(doc).encode()
 
 
-@fuzz(40)
+@fuzz(20)
 @given(changes=edits, compress=st.booleans())
 def test_kineto_bytes(kineto_seed: bytes, tmp_path_factory: pytest.TempPathFactory,
                       capsys: pytest.CaptureFixture[str], changes: list, compress: bool) -> None:
@@ -210,7 +210,7 @@ RECORD_FIELDS = ["header.id", "header.rank", "header.n_ranks", "header.nnodes", 
                  "coll_perf.coll_timing_source", "coll_perf", "header", "metadata"]
 
 
-@fuzz(40)
+@fuzz(30)
 @given(line=st.integers(0, 3), field=st.sampled_from(RECORD_FIELDS), value=json_values,
        salvage=st.booleans())
 def test_inspector_values(tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str],
