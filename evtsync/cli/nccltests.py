@@ -14,7 +14,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from evtsync.cli._common import ListOption, add_level_argument, add_out_argument
-from evtsync.core.errors import InputError
+from evtsync.core.errors import InputError, NcclTestsError
 from evtsync.core.units import SIZE_HELP
 from evtsync.nccltests.parse import ParsedLog, parse_log
 from evtsync.nccltests.plan import DEFAULT_MATRICES
@@ -169,12 +169,53 @@ def _cmd_parse(args: argparse.Namespace) -> int:
     return 0
 
 
+def _line_ranges(lines: list[int]) -> str:
+    """``[3, 4, 5, 9]`` -> ``"3-5, 9"``."""
+    out: list[str] = []
+    for n in sorted(set(lines)):
+        if out and n == int(out[-1].split("-")[-1]) + 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{n}"
+        else:
+            out.append(str(n))
+    return ", ".join(out)
+
+
+def _print_damaged(pl: ParsedLog) -> None:
+    """The damaged rows of a log that --allow-damaged let through, one line each."""
+    if pl.damaged:
+        print(f"DAMAGED: {len(pl.damaged)} result row(s) of {pl.path} (--allow-damaged): rows lost are left out "
+              "of these results; rows kept with a #wrong that is not a count fail correctness")
+        for d in pl.damaged:
+            print(f"  line {d.line}: [{d.reason}] {d.text.strip()[:120]}")
+
+
+def damaged_rows(logs: list[ParsedLog], *, allow: bool) -> list[dict[str, Any]]:
+    """Every damaged result row of the logs (:attr:`ParsedLog.damaged`) as plain dicts; with
+    rows damaged and not ``allow``, an :class:`NcclTestsError` naming each log's lines (results
+    computed without rows a log held would read as the whole sweep): ``stats``, ``compare`` and
+    ``alpha`` alike."""
+    found = [{"log": pl.path, "line": d.line, "reason": d.reason, "text": d.text} for pl in logs for d in pl.damaged]
+    if found and not allow:
+        parts = []
+        for pl in logs:
+            if pl.damaged:
+                reasons = Counter(d.reason.split(" (")[0] for d in pl.damaged)
+                parts.append(f"{pl.path}: {len(pl.damaged)} damaged result row(s), line(s) "
+                             f"{_line_ranges([d.line for d in pl.damaged])} ("
+                             + ", ".join(f"{n} {r}" for r, n in reasons.most_common()) + ")")
+        raise NcclTestsError("; ".join(parts) + ": results computed from it would leave out or misread them; repair the "
+                             "log, or pass --allow-damaged to go on without them (every output then lists these "
+                             "rows)")
+    return found
+
+
 def _cmd_stats(args: argparse.Namespace) -> int:
     # computed and printed without pandas (issue 30: a small command starts small); pandas only
     # to write the table with -o
     from evtsync.nccltests.stats import size_stats_records
 
     logs = [_load(p, args) for p in args.logs]
+    damaged = damaged_rows(logs, allow=args.allow_damaged)
     every = size_stats_records(logs, pool_runs=args.pool, cv_threshold=args.cv_threshold,
                                min_cycles=args.min_cycles)
     table = every if args.placement == "both" else [r for r in every if r["placement"] == args.placement]
@@ -188,12 +229,13 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         _dump_json({"logs": [pl.path for pl in logs], "cv_threshold_pct": args.cv_threshold,
                     "min_cycles": args.min_cycles,
                     "runs": [[r.to_dict() for r in pl.runs] for pl in logs],
-                    "stats": table})
+                    "damaged_rows": damaged, "stats": table})
         return 0
     for pl in logs:
         print(pl.path)
         for line in _run_line(pl):
             print(line)
+        _print_damaged(pl)
     keys: list[str] = [c for c in ("source", "run", "placement", "type", "redop", "size") if c in every[0]]
     if len(logs) == 1 and "source" in keys:
         keys.remove("source")
@@ -219,12 +261,15 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from evtsync.nccltests.stats import compare_logs
 
     old, new = _load(args.old, args), _load(args.new, args)
+    damaged = damaged_rows([old, new], allow=args.allow_damaged)
     cmp = compare_logs(old, new, old_run=args.old_run, new_run=args.new_run, threshold_pct=args.threshold,
                        cv_threshold=args.cv_threshold, min_cycles=args.min_cycles)
     if args.json:
-        _dump_json(cmp.to_dict())
+        _dump_json({**cmp.to_dict(), "damaged_rows": damaged})
     else:
         print(f"OLD {cmp.old}\nNEW {cmp.new}")
+        for pl in (old, new):
+            _print_damaged(pl)
         for d in cmp.config_differences:
             print(f"configuration differs: {d}")
         for c in cmp.config_caveats:
@@ -242,11 +287,13 @@ def _cmd_alpha(args: argparse.Namespace) -> int:
     from evtsync.nccltests.alpha import fit_alpha
 
     pl = _load(args.log, args)
+    damaged = damaged_rows([pl], allow=args.allow_damaged)
     fit = fit_alpha(pl, size_range=_size_range(args.range), topology=args.topology, level=args.level,
                     placement=args.placement, run=args.run, linear_tolerance=args.linear_tolerance)
     if args.json:
-        _dump_json(fit.to_dict())
+        _dump_json({**fit.to_dict(), "damaged_rows": damaged})
         return 0
+    _print_damaged(pl)
     lo, hi = fit.alpha_interval_us
     blo, bhi = fit.bandwidth_interval_gbps
     print(f"{fit.source}: {fit.collective}, {fit.n_ranks} ranks, {fit.topology} (p = {fit.p:g}, q = {fit.q:.4g}), "
@@ -334,6 +381,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- registration
 
 
+def _add_allow_damaged(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-damaged", action="store_true",
+                   help="go on when result rows are damaged (malformed, cut, unreadable inside the table, or a "
+                        "#wrong that is not a count); they are listed in every output. Without it such a log is "
+                        "refused, naming the lines")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``nccl-tests`` command group."""
     group = subparsers.add_parser("nccl-tests", help="parse nccl-tests logs; stats, verdicts, alpha/B, run plans",
@@ -357,6 +411,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--cv-threshold", type=float, default=5.0, help="stability threshold in %% (default 5)")
     s.add_argument("--min-cycles", type=int, default=3, help="cycles needed to judge stability (default 3)")
     add_out_argument(s, "table", "write the statistics table (.csv or .parquet)")
+    _add_allow_damaged(s)
     s.add_argument("--json", action="store_true", help="JSON output")
     s.set_defaults(handler=_cmd_stats)
 
@@ -371,6 +426,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--min-cycles", type=int, default=3)
     c.add_argument("--placement", choices=["both", "out-of-place", "in-place"], default="both")
     c.add_argument("--fail-on-regression", action="store_true", help="exit status 1 when a regression is found")
+    _add_allow_damaged(c)
     c.add_argument("--json", action="store_true", help="JSON output")
     c.set_defaults(handler=_cmd_compare)
 
@@ -387,6 +443,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     a.add_argument("--run", type=int, help="run index when the log holds several")
     a.add_argument("--linear-tolerance", type=float, default=0.05,
                    help="largest relative residual of the linear regime (default 0.05)")
+    _add_allow_damaged(a)
     a.add_argument("--json", action="store_true", help="JSON output")
     a.set_defaults(handler=_cmd_alpha)
 

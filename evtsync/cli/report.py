@@ -16,7 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "holding fit.nc, or a .nc file). The report is organised per GPU model and precision; non-converged fits "
         "and failed stages are flagged in red at the top.")
     parser.add_argument("source", metavar="FIT_OR_RUN_DIR", help="run folder (with manifest.json) or fit (folder or .nc)")
-    add_out_argument(parser, "own", "folder of the report (default: the run or fit folder)", metavar="DIR")
+    add_out_argument(parser, "own", "folder of the report (default: the run folder, or the fit folder that holds "
+                     "fit.nc; required for a .nc file: -o beside it writes there). Never inside a run folder other "
+                     "than the one reported: its files are the ones its manifest lists", metavar="DIR")
     parser.add_argument("--svg", action="store_true",
                         help="also save each figure as SVG (vector, for papers) beside its PNG; slower")
     parser.add_argument("-j", "--jobs", type=positive_int, default=None, metavar="N",

@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "and report.html into the run folder. Without TRACES, runs on the bundled demo: a small "
         "synthetic study (A100/H100/H200 x bf16/fp32) generated deterministically. Finished stages "
         "are reused when their inputs did not change (content hashes in manifest.json), so an "
-        "interrupted run resumes where it stopped.",
+        "interrupted run resumes where it stopped: manifest.json is written before the first stage, so even a run "
+        "stopped by a full disk leaves a folder the same command resumes once space is freed.",
         epilog="Stages: demo (without TRACES), tax, zscores, attribution, mle, fit-<model> for every "
         "models/*.toml (the fits start in a process pool once the z-scores exist and run beside the "
         "attribution and the MLE), compare, prediction, predicted-vs-measured, summary (the answer table: tables/summary.parquet and "

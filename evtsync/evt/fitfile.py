@@ -11,6 +11,7 @@ sampler nor the object, so the sampler (``fit``) and the object (``bayesfit``, w
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ import xarray as xr
 from evtsync.core.defaults import INTERVAL_LEVEL, check_level
 from evtsync.core.errors import FitError
 from evtsync.core.tableio import atomic_path
+
+log = logging.getLogger(__name__)
 
 FIT_FILE = "fit.nc"
 #: Version of the fit file layout this code writes and reads.
@@ -203,6 +206,42 @@ def format_version(tree: xr.DataTree, source: str = "fit") -> int:
     return version
 
 
+def _read_tree(p: Path, skip: tuple[str, ...]) -> tuple[xr.DataTree, list[str]]:
+    """The file's tree in memory, and the optional groups of ``skip`` it had (left out).
+
+    A damaged file (a zeroed header, flipped bytes, a cut) makes h5py and h5netcdf raise
+    anything (OSError, KeyError, RuntimeError, IndexError, ...): every one is a :class:`FitError`
+    naming the file. The half-opened h5netcdf file then complains when it is collected (an
+    "Exception ignored in" traceback on stderr): kept out of sight while the file is read."""
+    import gc
+    import sys
+
+    unraisable: list[Any] = []
+    saved_hook = sys.unraisablehook
+    sys.unraisablehook = unraisable.append
+    problem = ""
+    try:
+        try:
+            opened = xr.open_datatree(p, engine="h5netcdf")
+            try:
+                left_out = [g for g in skip if g not in REQUIRED_GROUPS and g in opened.children]
+                for group in left_out:
+                    del opened[group]  # dropped before load(): its variables are never read
+                tree = opened.load()
+            finally:
+                opened.close()  # the data are in memory; the file may be replaced while the fit is used
+        except Exception as exc:  # noqa: BLE001 - a damaged HDF5 file raises any type (see above)
+            problem = f"{type(exc).__name__}: {exc}" if not isinstance(exc, OSError | ValueError) else str(exc)
+        if problem:
+            gc.collect()  # the half-opened file's complaint comes now, to the hook above
+    finally:
+        sys.unraisablehook = saved_hook
+    if problem:
+        log.debug("%s: %d complaint(s) of the netCDF library while closing a damaged file", p, len(unraisable))
+        raise FitError(f"{p}: cannot read as a netCDF fit (damaged or not a fit file): {problem[:300]}")
+    return tree, left_out
+
+
 def load_fit(path: str | os.PathLike[str], skip: tuple[str, ...] = ()) -> xr.DataTree:
     """Load a fit written by :func:`save_fit` into memory (the tree).
 
@@ -231,17 +270,7 @@ def load_fit(path: str | os.PathLike[str], skip: tuple[str, ...] = ()) -> xr.Dat
     if not p.is_file():
         raise FitError(f"{p}: no such fit file (expected a folder written by `evtsync fit` or its {FIT_FILE})")
     require_netcdf_engine()
-    try:
-        opened = xr.open_datatree(p, engine="h5netcdf")
-        try:
-            left_out = [g for g in skip if g not in REQUIRED_GROUPS and g in opened.children]
-            for group in left_out:
-                del opened[group]  # dropped before load(): its variables are never read
-            tree = opened.load()
-        finally:
-            opened.close()  # the data are in memory; the file may be replaced while the fit is used
-    except (OSError, ValueError) as exc:
-        raise FitError(f"{p}: cannot read as a netCDF fit: {exc}") from exc
+    tree, left_out = _read_tree(p, skip)
     for group in REQUIRED_GROUPS:
         if group not in tree.children:
             raise FitError(f"{p}: not an evtsync fit (group '{group}' missing)")

@@ -75,6 +75,16 @@ class SkippedLine:
     line: int
     text: str
     reason: str
+    #: a result row (or what is left of one) whose measurements are lost, or a row whose values
+    #: are impossible: counted by :attr:`ParsedLog.damaged`, refused by ``stats`` unless asked
+    damaged: bool = False
+
+
+#: Reasons of lines that are damaged result rows (:attr:`SkippedLine.damaged`).
+DAMAGED_ROW = "incomplete or malformed table row (truncated?)"
+DAMAGED_VALUES = "damaged table row (unreadable values)"
+DAMAGED_IN_TABLE = "unreadable line inside a result table"
+CUT_BY_FAILURE = "table row cut by a failure message"
 
 
 @dataclass
@@ -157,7 +167,15 @@ class ParsedLog:
     rows: list[dict[str, Any]]
     skipped: list[SkippedLine]
     warnings: list[str] = field(default_factory=list)
+    #: rows kept whose values are impossible (a ``#wrong`` that is not a count), as damaged lines
+    bad_values: list[SkippedLine] = field(default_factory=list)
     _table: Any = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def damaged(self) -> list[SkippedLine]:
+        """Every damaged result row, by line: rows lost (skipped as malformed, cut, or unreadable
+        inside a table) and rows kept with impossible values; ``stats`` counts and names them."""
+        return sorted([s for s in self.skipped if s.damaged] + self.bad_values, key=lambda s: s.line)
 
     @property
     def measurements(self) -> pd.DataFrame:
@@ -198,6 +216,7 @@ class ParsedLog:
             "runs": [r.to_dict() for r in self.runs],
             "warnings": list(self.warnings),
             "skipped": [asdict(s) for s in self.skipped],
+            "damaged": [asdict(s) for s in self.damaged],
         }
         if with_rows:
             out["measurements"] = [
@@ -528,8 +547,8 @@ def parse_text(text: str, *, path: str = "<text>", collective: str | None = None
             if (fail := _failure_of(rest, line_no, stream)) is not None:
                 failures.append(fail)
                 cut = _ROW_START.search(rest[: rest.find("Test ")]) if "Test " in rest else None
-                reason = "table row cut by a failure message" if cut else "failure message"
-                skipped.append(SkippedLine(line_no, line[:300], reason))
+                reason = CUT_BY_FAILURE if cut else "failure message"
+                skipped.append(SkippedLine(line_no, line[:300], reason, damaged=bool(cut)))
                 continue
         if _LAUNCHER.search(rest):
             launcher.append((line_no, rest.strip()[:200]))
@@ -539,8 +558,12 @@ def parse_text(text: str, *, path: str = "<text>", collective: str | None = None
             rest, stream, line_no, streams, state, new_state
         ):
             continue
+        damaged = False
         if _ROW_START.search(rest):
-            reason = "incomplete or malformed table row (truncated?)"
+            reason, damaged = DAMAGED_ROW, True
+        elif _NCCL_LINE.search(rest) is None and _row_like(rest):
+            # a row with a garbled token, or a row behind a "#": its measurements are lost
+            reason, damaged = DAMAGED_VALUES, True
         elif _NCCL_LINE.search(rest):
             reason = "NCCL log line"
         elif rest.lstrip().startswith("#"):
@@ -549,7 +572,7 @@ def parse_text(text: str, *, path: str = "<text>", collective: str | None = None
             reason = "line naming a test binary"
         else:
             reason = "not nccl-tests output"
-        skipped.append(SkippedLine(line_no, line[:300], reason))
+        skipped.append(SkippedLine(line_no, line[:300], reason, damaged=damaged))
 
     for st in streams.values():
         if st.rows or st.info.has_header or st.info.has_table_header or st.info.has_footer:
@@ -579,7 +602,43 @@ def parse_text(text: str, *, path: str = "<text>", collective: str | None = None
     _assign_failures(with_rows, failures, stacks, launcher)
     for rec in records:
         rec.pop("_ulp", None)
-    return ParsedLog(path=path, format="text", runs=runs, rows=records, skipped=skipped, warnings=warnings)
+    spans = [(st.first_row_line, st.info.last_line) for st in with_rows]
+    skipped = [SkippedLine(s.line, s.text, DAMAGED_IN_TABLE, damaged=True)
+               if s.reason == "not nccl-tests output" and any(a < s.line < b for a, b in spans) else s
+               for s in skipped]
+    return ParsedLog(path=path, format="text", runs=runs, rows=records, skipped=skipped, warnings=warnings,
+                     bad_values=_bad_values(records, all_lines))
+
+
+#: Numbers on a line, beyond which a line that is not a readable row is a damaged one (a row has
+#: at least 11: size, count, root and two groups of four).
+_DAMAGED_NUMBERS = 6
+
+
+def _row_like(rest: str) -> bool:
+    """Whether a line no layout reads is what is left of a result row: at least
+    :data:`_DAMAGED_NUMBERS` numbers, and, behind a ``#``, numbers for most of its words (a
+    comment such as the command line ``-b 8 -e 8G -f 2 -g 1`` has words between its numbers)."""
+    text = rest.strip()
+    comment = text.startswith("#")
+    words = text.lstrip("#").split()
+    numbers = sum(1 for t in words if _NUM.match(t))
+    return numbers >= _DAMAGED_NUMBERS and (not comment or numbers >= 0.6 * len(words))
+
+
+def _bad_values(records: list[dict[str, Any]], all_lines: list[str] | None = None) -> list[SkippedLine]:
+    """Rows whose ``#wrong`` is not a count (negative, fractional, infinite: ``-1e309``), one
+    entry per line: such a row cannot say the run was correct."""
+    out: dict[int, SkippedLine] = {}
+    for rec in records:
+        wrong = rec["wrong"]
+        if math.isnan(wrong) or (wrong >= 0 and math.isfinite(wrong) and wrong == int(wrong)):
+            continue
+        line = rec["line"]
+        text = all_lines[line - 1][:300] if all_lines and 0 < line <= len(all_lines) else ""
+        out.setdefault(line, SkippedLine(line, text, f"#wrong that is not a count of wrong values ({wrong:g}, "
+                                         f"{rec['placement']}; the row is kept and fails correctness)", damaged=True))
+    return list(out.values())
 
 
 def _rowless_warnings(finished: list[_RunState]) -> list[str]:
@@ -1143,7 +1202,8 @@ def parse_json(text: str, *, path: str = "<json>", collective: str | None = None
         try:
             cand, per_iter = _json_row(res)
         except (KeyError, TypeError, ValueError) as exc:
-            skipped.append(SkippedLine(i, json.dumps(res)[:300], f"result entry {i} incomplete: {exc}"))
+            skipped.append(SkippedLine(i, json.dumps(res)[:300], f"result entry {i} incomplete: {exc}",
+                                       damaged=True))
             continue
         info.cputime = info.cputime or "cpu_time" in (res.get("out_of_place") or res.get("in_place") or {})
         lay = _PERITER if per_iter else _STD
@@ -1170,7 +1230,8 @@ def parse_json(text: str, *, path: str = "<json>", collective: str | None = None
     _finish_run(st, "", path, collective, n_ranks)
     for r in st.rows:
         r.pop("_ulp", None)
-    return ParsedLog(path=path, format="json", runs=[info], rows=st.rows, skipped=skipped)
+    return ParsedLog(path=path, format="json", runs=[info], rows=st.rows, skipped=skipped,
+                     bad_values=_bad_values(st.rows))
 
 
 def _decide_ranks_json(info: RunInfo, devs: list[dict[str, Any]], n_ranks: int | None) -> None:
@@ -1203,6 +1264,34 @@ def _json_row(res: dict[str, Any]) -> tuple[list[str], bool]:
 # --------------------------------------------------------------------------- entry point
 
 
+#: Bytes of a file looked at before parsing it line by line (:func:`_refuse_binary`).
+SNIFF_BYTES = 1 << 16
+#: The first bytes of binary files users give by mistake (an nsys export, a compressed file, a fit).
+BINARY_MAGIC = {b"SQLite format 3\x00": "an SQLite database (an Nsight Systems export?)",
+                b"\x1f\x8b": "gzip-compressed (decompress it first)", b"PK\x03\x04": "a zip archive",
+                b"\x89HDF": "an HDF5/netCDF file (an evtsync fit?)", b"CDF\x01": "a netCDF file",
+                b"CDF\x02": "a netCDF file", b"\x7fELF": "an executable (ELF)", b"PAR1": "a Parquet table",
+                b"\x89PNG": "a PNG image", b"%PDF": "a PDF document", b"\xfd7zXZ": "xz-compressed",
+                b"BZh": "bzip2-compressed", b"(\xb5/\xfd": "zstd-compressed"}
+#: Share of control bytes (other than tab, newline, carriage return, form feed and NUL, which
+#: killed jobs leave in logs) above which the start of a file is binary, not a log.
+BINARY_SHARE = 0.1
+
+
+def _refuse_binary(path: Path, head: bytes) -> None:
+    """Refuse a binary file from its first bytes, before any line is parsed: a 2 MB SQLite
+    file cost 33 s of regular expressions before this (issue 47)."""
+    for magic, what in BINARY_MAGIC.items():
+        if head.startswith(magic):
+            raise NcclTestsError(f"{path}: {what}, not an nccl-tests log (a text file of the benchmark's output)")
+    if not head:
+        return
+    control = sum(head.count(bytes([c])) for c in (*range(1, 9), 11, *range(14, 32), 127))
+    if control > BINARY_SHARE * len(head):
+        raise NcclTestsError(f"{path}: binary content ({control} control bytes in its first {len(head)}), not an "
+                             "nccl-tests log (a text file of the benchmark's output)")
+
+
 def parse_log(path: str | Path, *, collective: str | None = None, n_ranks: int | None = None) -> ParsedLog:
     """Read an nccl-tests log (text or ``-J`` JSON) from a file.
 
@@ -1211,7 +1300,12 @@ def parse_log(path: str | Path, *, collective: str | None = None, n_ranks: int |
     """
     p = Path(path)
     try:
-        data = p.read_bytes()
+        with open(p, "rb") as fh:
+            _refuse_binary(p, fh.read(SNIFF_BYTES))
+            fh.seek(0)
+            data = fh.read()
+    except IsADirectoryError:
+        raise NcclTestsError(f"{p}: a folder, not an nccl-tests log (give the log file)") from None
     except OSError as exc:
         raise NcclTestsError(f"{p}: cannot read: {exc.strerror or exc}") from exc
     text = data.decode("utf-8", errors="replace")

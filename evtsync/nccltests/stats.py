@@ -40,10 +40,14 @@ def cv_pct(values: np.ndarray) -> float:
 
 
 def _correctness(wrong: np.ndarray, error: np.ndarray) -> tuple[str, float]:
+    """``passed`` when every printed ``#wrong`` is 0; ``failed`` when one is anything else (a
+    count > 0, or a value no count can be: negative, infinite, ``-1e309``); ``not checked``
+    only when none was printed (``N/A``)."""
     w = np.asarray(wrong, dtype=float)
-    if np.isfinite(w).any():
-        total = float(np.nansum(w))
-        return ("failed" if total > 0 else "passed"), total
+    printed = w[~np.isnan(w)]
+    if printed.size:
+        total = float(np.abs(printed).sum())
+        return ("failed" if (printed != 0).any() else "passed"), total
     if np.isfinite(np.asarray(error, dtype=float)).any():
         return "max-error only (old format)", math.nan
     return "not checked", math.nan

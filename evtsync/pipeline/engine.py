@@ -4,9 +4,10 @@ Each stage has a key: the SHA-256 of its parameters, the content hashes of the f
 (trace files, or the outputs of the stages it depends on), the package version and a digest of
 the package's source. The manifest records each stage's key, status and the SHA-256 of each
 output; a stage whose key matches and whose outputs are intact is reused, otherwise it runs
-again (``force`` redoes every stage). Every output and the manifest are written atomically and
-the manifest is rewritten after each stage, so a run killed at any point leaves finished
-stages intact and the next run resumes after them.
+again (``force`` redoes every stage). Every output and the manifest are written atomically; the
+manifest is written before the first stage and rewritten after each, so a run killed at any
+point (a full disk included) leaves a folder the next run recognises as its own, with finished
+stages intact, and resumes after them.
 
 A stage ends ``done``, ``not_applicable`` (:class:`NotApplicable`, with the reason),
 ``unavailable`` (:class:`Unavailable`) or ``failed`` — only for the package's own errors
@@ -734,6 +735,9 @@ def execute(run: Run, build_stages: Callable[[Run], list[Stage]]) -> Run:
             if name not in run.manifest["stage_order"]:
                 run.remove_outputs(run.manifest["stages"][name].get("outputs", {}))
                 del run.manifest["stages"][name]
+        # the manifest before any output (issue 47): a run stopped at any point from here on (a full
+        # disk in its first stage) leaves a folder that a rerun recognises as its own, and resumes
+        run.save_manifest()
         finished: set[str] = set()
         if not options.is_demo:
             # the trace paths first: a bad one is refused before the job pool opens (its processes

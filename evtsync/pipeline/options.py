@@ -159,8 +159,10 @@ def discover_workloads(paths: Sequence[str | os.PathLike[str]]) -> list[Workload
             if (path / "traces").is_dir() and _has_traces(path / "traces"):
                 found = [Workload(path.name, expand_paths([path / "traces"]))]
             if not found:
+                from evtsync.trace.traceset import unrecognised_note
+
                 raise InputError(f"{path}: holds no trace files (Kineto *.json(.gz), nsys *.sqlite, NCCL Inspector "
-                                 "*.log/*.jsonl(.gz)) and no folders of them")
+                                 f"*.log/*.jsonl(.gz)) and no folders of them{unrecognised_note(path)}")
             workloads.extend(found)
         elif path.is_dir():
             workloads.append(Workload(path.name, expand_paths([path])))

@@ -93,7 +93,7 @@ def build_report(source: str | os.PathLike[str], out: str | os.PathLike[str] | N
     of it, or a fit (whose report has no tau(n)), is refused with ``InputError`` before anything
     is written."""
     from evtsync.evt.bayesfit import FIT_FILE
-    from evtsync.runfolder.layout import MANIFEST, read_verified_manifest
+    from evtsync.runfolder.layout import MANIFEST, enclosing_run, read_verified_manifest
 
     src = Path(source)
     if (src / MANIFEST).is_file():
@@ -115,7 +115,15 @@ def build_report(source: str | os.PathLike[str], out: str | os.PathLike[str] | N
         if estimator is not None:
             raise InputError(f"--estimator {estimator}: {src} is one fit, whose report shows no tau(n); give a run "
                              f"folder (or leave out --estimator)")
-        dest = Path(out) if out else (src if src.is_dir() else src.parent)
+        if out is None and not src.is_dir():
+            raise InputError(f"{src}: a fit file: its report (report.html, report.md, figures/) is written only where "
+                             f"-o DIR says (-o {src.parent or '.'} to write it beside the file)")
+        dest = Path(out) if out else src
+        run_dir = enclosing_run(dest)
+        if run_dir is not None:
+            raise InputError(f"{dest}: {'is' if run_dir == dest.resolve() else 'lies inside'} the run folder "
+                             f"{run_dir}, whose files its manifest lists: write this fit's report elsewhere with -o "
+                             f"DIR (the run's own report: evtsync report {run_dir})")
         sections, written = fit_sections(fit_file, dest, svg, workers, figure_cache)
         title = f"evtsync report: fit {fit_file.stem if fit_file.name != FIT_FILE else src.name}"
         subtitle = f"Fit file {fit_file}. Intervals are central {PCT} credible intervals."

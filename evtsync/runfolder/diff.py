@@ -23,6 +23,7 @@ legitimate question, and then the reason column says that the GPUs differ.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -365,6 +366,12 @@ def diff_runs(a, b, *, label_a: str | None = None, label_b: str | None = None, w
     """:func:`diff_tax` of two runs (run folders or traces) over their matching workloads
     (:func:`matching_workloads`): one table, with a ``workload`` column (A's name) when several
     workloads were compared, and both sides as read (their workloads' collectives together)."""
+    for side, path in (("A", a), ("B", b)):
+        if isinstance(path, (str, os.PathLike)) and not os.path.exists(path):
+            from evtsync.core.errors import path_problem
+
+            raise InputError(f"diff: {side} {path}: {path_problem(path, 'file or folder')} (expected a run folder "
+                             "or traces)")
     pairs, notes = matching_workloads(a, b, workload_a, workload_b)
     options = dict(load_options or {})
     tables, sides_a, sides_b = [], [], []

@@ -78,6 +78,16 @@ def being_written(run_dir: str | os.PathLike[str]) -> bool:
     return False
 
 
+def enclosing_run(path: str | os.PathLike[str]) -> Path | None:
+    """The run folder (a folder holding ``manifest.json``) that is ``path`` or holds it, if any:
+    its files are the run's, listed in its manifest, and nothing else writes there."""
+    here = Path(path).resolve()
+    for folder in (here, *here.parents):
+        if (folder / MANIFEST).is_file():
+            return folder
+    return None
+
+
 def table_path(run_dir: str | os.PathLike[str], name: str) -> Path:
     """Path of the run table ``name`` (e.g. ``"tau"``)."""
     return Path(run_dir) / TABLE_FILES.get(name, f"{TABLES}/{name}.parquet")
@@ -97,8 +107,43 @@ def read_manifest(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise InputError(f"{path}: not an evtsync run manifest (format {found!r}); rerun `evtsync run` with "
                          "--force to rebuild it, or choose another --out")
+    problem = manifest_shape_problem(data)
+    if problem:
+        raise InputError(f"{path}: damaged run manifest ({problem}); rerun `evtsync run` with --force to rebuild "
+                         "it (every stage runs again)")
     check_manifest_outputs(run_dir, data)
     return data
+
+
+#: The manifest's fields that readers use, with the JSON type each must have.
+_MANIFEST_FIELDS = {"stages": dict, "stage_order": list, "workloads": list, "options": dict, "history": list,
+                    "file_hashes": dict, "sampling": dict}
+#: A stage entry's fields, with their JSON types.
+_STAGE_FIELDS = {"status": str, "reason": str, "key": str, "outputs": dict, "summary": dict,
+                 "failed_workloads": dict, "cached_from": dict}
+
+
+def manifest_shape_problem(data: dict[str, Any]) -> str:
+    """What in a manifest's structure is not what ``evtsync run`` writes (a list where a mapping
+    of stages belongs, an output digest that is not text), or "" when the shape is sound: the
+    readers then never meet a type they cannot handle (issue 47's fuzz suite)."""
+    names = {dict: "a mapping", list: "a list", str: "text"}
+    for key, kind in _MANIFEST_FIELDS.items():
+        if key in data and not isinstance(data[key], kind):
+            return f"{key!r} is {type(data[key]).__name__}, not {names[kind]}"
+    if not all(isinstance(name, str) for name in data.get("stage_order", [])):
+        return "'stage_order' holds a name that is not text"
+    if not all(isinstance(w, dict) for w in data.get("workloads", [])):
+        return "'workloads' holds an entry that is not a mapping"
+    for name, entry in data.get("stages", {}).items():
+        if not isinstance(entry, dict):
+            return f"stage {name!r} is {type(entry).__name__}, not a mapping"
+        for key, kind in _STAGE_FIELDS.items():
+            if key in entry and not isinstance(entry[key], kind):
+                return f"stage {name!r}: {key!r} is {type(entry[key]).__name__}, not {names[kind]}"
+        if not all(isinstance(v, str) for v in entry.get("outputs", {}).values()):
+            return f"stage {name!r}: an output's SHA-256 is not text"
+    return ""
 
 
 def check_manifest_outputs(run_dir: str | os.PathLike[str], manifest: dict[str, Any]) -> None:

@@ -35,6 +35,7 @@ import io
 import logging
 import os
 import re
+import sys
 import threading
 import zlib
 from collections import Counter
@@ -47,7 +48,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from evtsync.core.errors import TraceError
+from evtsync.core.errors import TraceError, path_problem
 from evtsync.core.parallel import Work
 from evtsync.trace import scan
 from evtsync.trace.schema import (
@@ -1197,13 +1198,18 @@ def decode_file(path: str | Path, *, salvage: bool = False, block_size: int = BL
     """Decode one trace file into typed columns; raise :class:`TraceError` on bad input."""
     path = Path(path)
     if not path.is_file():
-        raise TraceError(f"{path}: no such file")
+        raise TraceError(f"{path}: {path_problem(path)}")
     if path.stat().st_size == 0:
         raise TraceError(f"{path}: empty file (expected a Kineto JSON trace)")
     _choose_decoder_for(path)
     src = _Source(path)
     try:
         return _Decoder(src, salvage=salvage, block_size=block_size).run()
+    except RecursionError:
+        # msgspec decodes nested arrays and objects recursively, under Python's recursion limit
+        raise TraceError(f"{path}: JSON nested deeper than the decoder's limit ({sys.getrecursionlimit()} levels) in "
+                         f"its first {src.offset} decompressed bytes: not a Kineto trace (whose events are "
+                         "shallow objects)") from None
     finally:
         src.close()
 

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.core.display import TablesDisplay
-from evtsync.core.errors import InputError, TraceError
+from evtsync.core.errors import InputError, TraceError, path_problem
 from evtsync.core.units import format_offset
 from evtsync.trace.cache import read_rank_cached
 from evtsync.trace.decode import (
@@ -215,6 +215,24 @@ def trace_files_in(folder: Path) -> list[Path]:
     return found
 
 
+def unrecognised_note(folder: Path) -> str:
+    """What the files of a folder that bear a trace suffix hold instead of a trace (a zeroed
+    header, text in a ``.sqlite``): the reason none of them was taken, for the error message."""
+    from evtsync.core.errors import describe_start
+    from evtsync.trace.readers import all_suffixes, head_bytes, suffix_reader
+
+    named = [p for p in sorted(folder.iterdir(), key=natural_key)
+             if p.is_file() and p.name.lower().endswith(all_suffixes())]
+    if not named:
+        return ""
+    first = named[0]
+    reader = suffix_reader(first)
+    expected = reader.description if reader is not None else "traces"
+    more = f"; {len(named) - 1} more file(s) so named" if len(named) > 1 else ""
+    return (f"; {len(named)} file(s) have a trace file's name but not its content: {first.name} "
+            f"{describe_start(head_bytes(first, 64))}, which is none of {expected}{more}")
+
+
 def expand_inputs(paths: Iterable[str | os.PathLike[str]],
                   rank_from: str = "file") -> list[tuple[Path, int | None]]:
     """Trace files named directly or found in named folders, each with the rank the user
@@ -244,7 +262,7 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]],
                 from evtsync.trace.readers import all_suffixes
 
                 raise TraceError(f"{path}: folder holds no trace files ({', '.join('*' + s for s in all_suffixes())}"
-                                 "), nor iteration_N subfolders of them")
+                                 f"), nor iteration_N subfolders of them{unrecognised_note(path)}")
             kept = set(found)  # a set: with a list this was quadratic (2.1 M comparisons at 2,048 ranks)
             ignored = [p.name for p in path.iterdir() if p.is_file() and p not in kept]
             if ignored:
@@ -256,7 +274,7 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]],
         elif path.is_file():
             out.append((path, given))
         else:
-            raise TraceError(f"{path}: no such file or folder")
+            raise TraceError(f"{path}: {path_problem(path, 'file or folder')}")
     if not out:
         raise TraceError("no trace files given")
     if rank_from == "order":

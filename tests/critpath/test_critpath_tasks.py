@@ -92,7 +92,7 @@ def test_nesting_sweep_in_chunks_finds_the_enclosing_events(chunk):
     assert parent.tolist()[:4] == [-1, 0, 1, 1]  # the hand count for the first thread's first events
 
 
-def test_in_process_builds_each_rank_dag_once_with_the_same_tables(monkeypatch):
+def test_in_process_builds_each_rank_dag_once_with_the_same_tables(monkeypatch, tmp_path):
     """In one process, a rank that straggles in some collectives and is the fastest in others
     has its DAG built once for both rounds: kept in memory, or, with no room in memory, written
     to a temporary file and read back (issue 30: no DAG built twice); with neither (built again
@@ -126,10 +126,13 @@ def test_in_process_builds_each_rank_dag_once_with_the_same_tables(monkeypatch):
         return plain_read(path)
 
     monkeypatch.setattr(tasks, "_read_setup", reading)
-    before = set(glob.glob(f"{tempfile.gettempdir()}/evtsync-setups-*"))
+    # the temporary folder is looked for in this test's own folder, not the shared one, where
+    # another test process may be making its own (issue 47, item 12)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     written = attribute(load_traces(DLRM))
     assert sorted(built) == sorted(involved) and len(spilled) == len(both)
-    assert set(glob.glob(f"{tempfile.gettempdir()}/evtsync-setups-*")) == before   # removed
+    assert all(Path(p).parent.parent == tmp_path for p in spilled)  # it was made here ...
+    assert glob.glob(f"{tmp_path}/evtsync-setups-*") == []   # ... and removed
     built.clear()
     plain_init = tasks.SetupCache.__init__
 

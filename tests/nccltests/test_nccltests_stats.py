@@ -244,3 +244,73 @@ def test_cli_stats_shows_busbw(capsys) -> None:
     rows = {line.split()[header.index("size")]: line.split()[col] for line in lines
             if line.split()[:1] == ["0"] and "out-of-place" in line}
     assert rows["32Mi"] == "170.31" and rows["1Gi"] == "231.72"
+
+
+# --- issue 47 (8): damaged rows are counted, named, and refused unless --allow-damaged ---
+DAMAGE_BASE = DATA / "all_reduce_H100_2x8_gcp-a3mega-ztan.txt"  # 31 result rows (8 B .. 8 GiB), lines 25-55 (read by hand)
+
+
+def _damaged(tmp_path: Path, edit) -> Path:
+    """A copy of DAMAGE_BASE with ``edit(lines)`` applied (1-based line numbers below)."""
+    lines = DAMAGE_BASE.read_text().splitlines()
+    edit(lines)
+    path = tmp_path / "damaged.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _garble(lines: list[str]) -> None:
+    for n in range(40, 51):  # 11 rows: their type column garbled
+        lines[n - 1] = lines[n - 1].replace("float", "fl@at")
+
+
+def _garbage_in_the_middle(lines: list[str]) -> None:
+    lines.insert(34, "xx garbage zz")  # becomes line 35, between rows
+
+
+def _wrong_beyond_float(lines: list[str]) -> None:
+    assert lines[35].split()[0] == "16384"
+    fields = lines[35].split()
+    fields[8] = "-1e309"  # the out-of-place #wrong
+    lines[35] = "  ".join(fields)
+
+
+@pytest.mark.parametrize(("edit", "named", "kept_rows"), [
+    (_garble, "line(s) 40-50 (11 ", 31 - 11),
+    (_garbage_in_the_middle, "line(s) 35 (1 unreadable line inside a result table", 31),
+    (_wrong_beyond_float, "line(s) 36 (1 #wrong that is not a count", 31),
+])
+def test_stats_refuses_damaged_rows_naming_their_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       edit, named: str, kept_rows: int) -> None:
+    """Before: exit 0 with 11 rows dropped behind a "truncated log?" hint, a garbage line skipped
+    silently, and #wrong -1e309 shown as "not checked"."""
+    path = _damaged(tmp_path, edit)
+    capsys.readouterr()
+    assert main(["nccl-tests", "stats", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"evtsync: error: {path}: " in err and named in err and "--allow-damaged" in err
+    assert main(["nccl-tests", "stats", str(path), "--allow-damaged", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    lines = [d["line"] for d in doc["damaged_rows"]]
+    assert lines == {_garble: list(range(40, 51)), _garbage_in_the_middle: [35],
+                     _wrong_beyond_float: [36]}[edit]
+    assert len({r["size"] for r in doc["stats"]}) == kept_rows
+    assert main(["nccl-tests", "stats", str(path), "--allow-damaged"]) == 0
+    out = capsys.readouterr().out
+    assert f"DAMAGED: {len(lines)} result row(s)" in out and all(f"  line {n}: " in out for n in lines)
+
+
+def test_a_wrong_value_that_is_no_count_fails_correctness(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _damaged(tmp_path, _wrong_beyond_float)
+    assert main(["nccl-tests", "stats", str(path), "--allow-damaged", "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)["stats"]
+    checks = {(r["placement"], r["size"]): r["correctness"] for r in stats}
+    assert checks[("out-of-place", 16384)] == "failed" and checks[("in-place", 16384)] == "passed"
+
+
+def test_an_intact_log_has_no_damaged_rows(capsys: pytest.CaptureFixture[str]) -> None:
+    """No-effect case: the unedited log is read whole, exit 0, nothing flagged."""
+    assert parse_log(DAMAGE_BASE).damaged == []
+    assert main(["nccl-tests", "stats", str(DAMAGE_BASE), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["damaged_rows"] == [] and len({r["size"] for r in doc["stats"]}) == 31

@@ -23,3 +23,18 @@ def test_every_setting_evtsync_reads_from_the_environment_is_cleared_for_the_tes
         found |= set(re.findall(r'os\.environ\.get\("(EVTSYNC_[A-Z_]+)"', text))
     assert found - {"EVTSYNC_CACHE_DIR", "EVTSYNC_CACHE_KEY"} == set(USER_SETTINGS)
     assert not [name for name in USER_SETTINGS if name in os.environ]
+
+
+def test_no_test_looks_into_the_shared_temporary_folder() -> None:
+    """Issue 47 (12): a test asserted that no ``evtsync-setups-*`` folder appeared in the shared
+    temporary folder, and failed when another test process made one. Read off the test sources:
+    none names ``tempfile.gettempdir()`` (but to compare it with its own ``tmp_path``/``tmpdir``) or a
+    literal ``/tmp/`` path (a test points ``tempfile`` at its own ``tmp_path`` instead); conftest.py,
+    which makes the per-process folders, is exempt."""
+    tests = PACKAGE.parent / "tests"
+    offenders = [f"{path.relative_to(tests)}:{i}" for path in sorted(tests.rglob("*.py")) if path.name != "conftest.py"
+                 and path != Path(__file__).resolve()
+                 for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                 if ("gettempdir()" in line and not re.search(r"\btmp(dir|_path)\b", line))
+                 or re.search(r"[\"']/tmp/", line)]
+    assert not offenders, offenders

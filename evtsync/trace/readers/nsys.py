@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from evtsync.core.errors import TraceError
+from evtsync.core.errors import TraceError, describe_start, path_problem
 from evtsync.trace.decode import TABLE_FIELDS, DecodedTrace, string_dtype
 from evtsync.trace.tables import MISSING, RankTables, build_rank_tables
 
@@ -129,6 +129,31 @@ def _empty_columns(table: str, n: int = 0) -> dict[str, Any]:
     return out
 
 
+def check_types(schema: _Schema, table: str, columns: Sequence[str], kind: str = "integer",
+                nullable: Sequence[str] = ()) -> None:
+    """Refuse, naming the file, table, column, row and value, a cell of ``columns`` whose SQLite
+    type is not ``kind`` (``integer``, ``text``; NULL only in the ``nullable`` ones). SQLite
+    stores any value in any column, so a damaged or hand-edited export can hold text where
+    nanoseconds belong; one scan of the table, stopped at the first bad cell."""
+    present = [c for c in columns if schema.has(table, c)]
+    if not present:
+        return
+    allowed = {c: f"('{kind}', 'null')" if c in nullable else f"('{kind}')" for c in present}
+    cond = " OR ".join(f'typeof("{c}") NOT IN {allowed[c]}' for c in present)
+    picked = ", ".join(f'typeof("{c}"), quote("{c}")' for c in present)
+    rows = _query(schema, f'SELECT rowid, {picked} FROM "{table}" WHERE {cond} LIMIT 1')
+    if not rows:
+        return
+    row = rows[0]
+    for i, column in enumerate(present):
+        found, value = row[1 + 2 * i], row[2 + 2 * i]
+        if found != kind and not (found == "null" and column in nullable):
+            shown = str(value)[:40]
+            raise TraceError(f"{schema.path}: table {table}, column {column}, row {row[0]}: expected "
+                             f"{'an integer' if kind == 'integer' else kind}, found {found} {shown} (damaged "
+                             "Nsight Systems export)")
+
+
 def _query(schema: _Schema, sql: str) -> list[tuple[Any, ...]]:
     try:
         return schema.conn.execute(sql).fetchall()
@@ -199,11 +224,18 @@ def _gpu_rows(schema: _Schema) -> tuple[dict[str, Any], int]:
         raise TraceError(f"{schema.path}: table {KERNEL_TABLE} has none of the name columns "
                          f"{', '.join(NAME_COLUMNS)}; its columns: {', '.join(schema.columns[KERNEL_TABLE])}")
     schema.need("StringIds", "id", "value", purpose="kernel names")
+    check_types(schema, KERNEL_TABLE, ("start", "end", "deviceId", "streamId", "correlationId", name_col,
+                                       "globalPid"), nullable=("deviceId", "streamId", "correlationId", name_col,
+                                                               "globalPid"))
+    check_types(schema, "StringIds", ("id",))
+    check_types(schema, "StringIds", ("value",), kind="text", nullable=("value",))
     blocks = []  # (int matrix: start, end, device, stream, correlation, pid, name id; category)
     pid = "globalPid" if schema.has(KERNEL_TABLE, "globalPid") else "NULL"
     blocks.append((_int_columns(schema, KERNEL_TABLE, (*_GPU, pid, name_col)), "kernel"))
     for table, category in (("CUPTI_ACTIVITY_KIND_MEMCPY", "gpu_memcpy"), ("CUPTI_ACTIVITY_KIND_MEMSET", "gpu_memset")):
         if schema.has(table, "start", "end", "deviceId", "streamId", "correlationId"):
+            check_types(schema, table, ("start", "end", "deviceId", "streamId", "correlationId", "globalPid"),
+                        nullable=("deviceId", "streamId", "correlationId", "globalPid"))
             pid = "globalPid" if schema.has(table, "globalPid") else "NULL"
             blocks.append((_int_columns(schema, table, (*_GPU, pid)), category))
     pids = np.unique(np.concatenate([m[:, 5] for m, _ in blocks]))
@@ -253,6 +285,8 @@ def _runtime_rows(schema: _Schema) -> dict[str, Any]:
         log.info("%s: no %s table: no CUDA runtime calls (launch gaps unknown)", schema.path, table)
         return _empty_columns("runtime")
     schema.need(table, "start", "end", "globalTid", "correlationId", "nameId", purpose="CUDA runtime calls")
+    check_types(schema, table, ("start", "end", "globalTid", "correlationId", "nameId"),
+                nullable=("globalTid", "correlationId", "nameId"))
     matrix = _int_columns(schema, table, ("start", '"end"', "globalTid", "correlationId", "nameId"))
     cols = _empty_columns("runtime", len(matrix))
     if len(matrix):
@@ -280,6 +314,8 @@ def _nvtx_rows(schema: _Schema) -> dict[str, Any]:
     else:
         schema.need(table, "text", purpose="NVTX range names")
         text, join = "n.text", ""
+    check_types(schema, table, ("start", "end", "globalTid", "eventType", "textId"),
+                nullable=("end", "globalTid", "eventType", "textId"))
     types = ", ".join(str(t) for t in NVTX_RANGE_TYPES)
     rows = _query(schema, f'SELECT n.start, n."end", n.globalTid, {text} FROM {table} n {join} '
                           f'WHERE n.eventType IN ({types}) AND n."end" IS NOT NULL')
@@ -345,12 +381,13 @@ def decode_export(path: str | os.PathLike[str], rank_pattern: str | None = None)
 
     path = Path(path)
     if not path.is_file():
-        raise TraceError(f"{path}: no such file")
+        raise TraceError(f"{path}: {path_problem(path)}")
     size = path.stat().st_size
     with open(path, "rb") as fh:
         head = fh.read(100)
     if not head.startswith(SQLITE_MAGIC):
-        raise TraceError(f"{path}: not an SQLite file (expected an `nsys export --type sqlite` output)")
+        raise TraceError(f"{path}: not an SQLite file: it {describe_start(head[:64])} (expected an `nsys export "
+                         "--type sqlite` output, which starts with 'SQLite format 3')")
     page_size = int.from_bytes(head[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size  # SQLite writes 1 for 64 KiB pages
     pages = int.from_bytes(head[28:32], "big")
