@@ -100,8 +100,9 @@ def build(ctx: ReportContext) -> list[Section]:
     items += first_answers(records, info, ctx, by)
     items.append(Table(frame, f"Per {device} × precision: value [{PCT} interval], each linked to its section; the top root "
                               f"cause with its share of the cell's tax; saving without stragglers: at most the mean tax "
-                              f"per collective; the tail verdict beside the {PCT} interval of the shape it reads (GPD xi of the "
-                              f"rank times' tail by ranktail, else GEV xi of {model or 'no fit'}); tau and B* by {by} at n = {n} ranks. An "
+                              f"per collective; the tail verdict (light (Gumbel): light tail, Gumbel domain) beside the {PCT} "
+                              f"interval of the shape it reads (GPD: xi of the rank times' tail by ranktail; GEV: xi of "
+                              f"{model or 'no fit'}); tau and B* by {by} at n = {n} ranks. An "
                               "interval marked \"range of n\" is [min, max] of n values, too few for the level; ∞: too "
                               "few values to bound that side. Rows in red: fit not converged.",
                        flag="not converged", css_class="summary", note=SUMMARY_NOTE))
@@ -345,10 +346,13 @@ def tail_text(r: dict[str, Any], ci: Callable[..., str], sep: str) -> str:
     tail where the row has it (``gpd_xi_*``), else xi of the GEV of the block maxima — never a verdict
     beside another shape's interval (issue 45: no verdict contradicts its xi interval)."""
     if _number(r, "gpd_xi_lo") is not None and _number(r, "gpd_xi_hi") is not None:
-        shape = f"GPD xi {ci(r, 'gpd_xi_mean', 'gpd_xi_lo', 'gpd_xi_hi', digits=2)}"
+        shape = f"GPD {ci(r, 'gpd_xi_mean', 'gpd_xi_lo', 'gpd_xi_hi', digits=2)}"
     else:
-        shape = f"GEV xi {ci(r, 'xi_mean', 'xi_lo', 'xi_hi', digits=2)}"
-    return f"{r.get('verdict') or '–'}{sep}{shape}"
+        shape = f"GEV {ci(r, 'xi_mean', 'xi_lo', 'xi_hi', digits=2)}"
+    verdict = str(r.get("verdict") or "–")
+    if sep == "\n":  # the table's cell, kept narrow: "light (Gumbel)" (the caption and the cards say it whole)
+        verdict = verdict.replace("light tail (Gumbel domain)", "light (Gumbel)")
+    return f"{verdict}{sep}{shape}"
 
 
 def point_words(points: Any) -> str:
