@@ -416,7 +416,7 @@ def _sample(model: Any, draws: int, tune: int, chains: int, seed: int, target_ac
 
 def fit_rank_model(long: pd.DataFrame, *, centring: str = "centre", draws: int = DEFAULT_DRAWS,
                    tune: int = DEFAULT_TUNE, chains: int = DEFAULT_CHAINS, seed: int = DEFAULT_SEED,
-                   target_accept: float = 0.9, free_shape: bool = True, rank_effects: bool = True,
+                   target_accept: float = 0.95, free_shape: bool = True, rank_effects: bool = True,
                    source: str = "rank table") -> RankModelFit:
     """Fit the rank model to a long table of per-rank values (:data:`RANK_TABLE_COLUMNS`;
     :func:`rank_table_from_zscores` makes one from a z-score table).
@@ -602,18 +602,22 @@ class RankModelFit:
             (n, len(r)))
 
     def rank_effects(self, cell: str | None = None) -> pd.DataFrame:
-        """Per rank: posterior mean of rho_r (sd units), 90% interval, P(rho_r > 0) and ``slow``:
+        """Per rank: posterior mean of rho_r (sd units, relative to its collectives' mean), 90% interval,
+        the same against the mean of the cell's other ranks (``vs_others_*``), P(rho_r > 0) and ``slow``:
         P(rho_r > 0) ≥ 1 − SLOW_LEVEL/R (R the cell's ranks) and the median ≥ SLOW_MIN_SD."""
         rows = []
         for c in ([cell] if cell else list(self.cells["cell"])):
             labels, rho = self.rho_draws(c)
             level = 1 - SLOW_LEVEL / max(len(labels), 1)
+            total = rho.sum(axis=1)
             for j, label in enumerate(labels):
                 v = rho[:, j]
+                others = v - (total - v) / max(len(labels) - 1, 1)  # against the mean of the cell's other ranks
                 p = float((v > 0).mean())
                 rows.append({"cell": c, "rank": label, "rho_mean": float(v.mean()),
                              "rho_lo": float(np.quantile(v, 0.05)), "rho_hi": float(np.quantile(v, 0.95)),
-                             "level": _INTERVAL, "p_positive": p,
+                             "vs_others_mean": float(others.mean()), "vs_others_lo": float(np.quantile(others, 0.05)),
+                             "vs_others_hi": float(np.quantile(others, 0.95)), "level": _INTERVAL, "p_positive": p,
                              "slow": bool(p >= level and np.median(v) >= SLOW_MIN_SD)})
         return pd.DataFrame(rows)
 
