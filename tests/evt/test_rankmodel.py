@@ -197,7 +197,7 @@ def test_no_effect_names_no_rank_and_finds_no_shared_variance(iid_fit, tmp_path)
     # 1.21 times the iid value, by chance: 0.034); at most 0.05
     assert shares["share_shared"] < 0.05 and shares["share_rank"] < 0.02
     assert shares["share_idiosyncratic"] > 0.95
-    draws = fit.tau_draws(NS, "H100|bf16")
+    draws = fit.tau_draws(NS, "H100|bf16", draws=400)
     for j, n in enumerate(NS[:3]):
         # the 99% interval holds the truth (three 90% intervals miss one of three a quarter of the time)
         lo, hi = np.quantile(draws[:, j] * b, [0.005, 0.995])
@@ -206,7 +206,7 @@ def test_no_effect_names_no_rank_and_finds_no_shared_variance(iid_fit, tmp_path)
     # save and load: the same draws
     path = fit.save(tmp_path / "rankmodel.nc")
     again = load_rank_model(path)
-    np.testing.assert_allclose(again.tau_draws(NS, "H100|bf16"), draws)
+    np.testing.assert_allclose(again.tau_draws(NS, "H100|bf16", draws=400), draws)
     assert again.convergence_note == fit.convergence_note
     with pytest.raises(InputError, match="no cell"):
         fit.tau_draws([8], "B200|fp8")
@@ -214,17 +214,23 @@ def test_no_effect_names_no_rank_and_finds_no_shared_variance(iid_fit, tmp_path)
         fit.tau_draws([8], gpu="B200", precision="bf16")
 
 
-@pytest.mark.slow
-def test_gumbel_against_frechet_by_loo_on_the_same_data(iid_fit) -> None:
-    long, _, _ = iid_fit
+@pytest.mark.slow  # two fits
+def test_gumbel_against_frechet_by_loo_on_the_same_data() -> None:
+    # Gumbel ranks: their excesses over a high threshold are exponential (xi = 0 is the right tail), so
+    # the xi = 0 model is not beaten beyond the difference's own error, and the verdict is Gumbel's.
+    # (Normal ranks are not a fair case: above the 96.5% quantile their excesses are fitted best by a
+    # negative, penultimate xi, about -0.1 to -0.2, and LOO says so.)
+    rng = np.random.default_rng(5)
+    long, _ = _job(600.0 + 8.0 * rng.gumbel(size=(600, 8)))
     table, free, fixed = compare_shape(long, seed=3)
     assert len(table) == 2 and table["d_elpd"].iloc[0] == 0.0
     assert (table["n_obs"] == int(free.cells["n_exceedances"].sum())).all()  # the same excesses in both
     assert np.isfinite(table["elpd_loo"]).all() and (table["se"] > 0).all()
-    # normal ranks: the exponential tail is not beaten by more than the difference's own 2 se
     row = table[table["model"].str.startswith("xi = 0")].iloc[0]
-    assert row["d_elpd"] >= -2 * row["d_se"] - 1.0
-    assert 0.0 <= free.xi_summary()["p_xi_positive"].iloc[0] <= 1.0
+    assert row["d_elpd"] >= -2 * row["d_se"]
+    xi = free.xi_summary().iloc[0]
+    assert xi["xi_lo"] < 0 < xi["xi_hi"] and xi["verdict"] == "light tail (Gumbel domain)"
+    assert 0.05 < xi["p_xi_positive"] < 0.95
     assert (fixed.xi_summary()["xi_mean"] == 0).all()
 
 
