@@ -644,7 +644,8 @@ class RankModelFit:
                 sr2 = self._post("sigma_rho")[:, coords.index(row["cell"])] ** 2
             else:
                 sr2 = np.zeros(1)
-            k = float(self.rank_frame.query("cell == @i")["rank_k"].mean()) if labels else 1.0
+            frame = self.rank_frame
+            k = float(frame.loc[frame["cell"] == i, "rank_k"].mean()) if labels else 1.0
             if self.attrs["centring"] == "centre":
                 sr2 = sr2 * (1 - 1 / k)
             shared, idio = float(row["var_shared"]), float(row["sigma_e"]) ** 2
@@ -874,72 +875,78 @@ def _delay_draws(atoms: NDArray, counts: NDArray, n_tail: int, t: float, sigma: 
         total = g.sum(axis=1) + g_tail
         cum = np.cumsum(g, axis=1) / total[:, None]
         c = 1.0 - cum[:, -1]
-        sg, x = sigma[sl], xi[sl]
-        pop_s, pop_w = _compress(comp["pop_shift"][sl], comp["pop_w"][sl])
-        own = comp["own"][sl]
-        if own.shape[1] > _MAX_MIX:
-            own_s, own_w = _compress(own, np.ones_like(own))  # multiplicities: the weights times R
-            own_m = own_w * own.shape[1]
+        out[sl] = _delay_chunk(atoms, cum, t, c, sigma[sl], xi[sl], comp["pop_shift"][sl], comp["pop_w"][sl],
+                               comp["own"][sl], ns, ww)
+    return out
+
+
+def _delay_chunk(atoms: NDArray, cum: NDArray, t: float, c: NDArray, sg: NDArray, x: NDArray, pop_shift: NDArray,
+                 pop_weight: NDArray, own: NDArray, ns: NDArray, ww: NDArray) -> NDArray[np.float64]:
+    """:func:`_delay_draws` for one chunk of draws whose body weights are drawn (``cum``, ``c``)."""
+    d = sg.size
+    out = np.empty((d, ns.size))
+    pop_s, pop_w = _compress(pop_shift, pop_weight)
+    if own.shape[1] > _MAX_MIX:
+        own_s, own_w = _compress(own, np.ones_like(own))  # multiplicities: the weights times R
+        own_m = own_w * own.shape[1]
+    else:
+        own_s, own_m = own, np.ones_like(own)
+    r_own = own.shape[1]
+    all_s = np.concatenate([pop_s, own_s, np.zeros((d, 1))], axis=1)
+    lo = atoms[0] + all_s.min() - 1e-9
+    hi_body = t + all_s.max()
+    xb = np.linspace(lo, hi_body, _BODY_POINTS)
+    with np.errstate(over="ignore"):
+        exc = np.where(np.abs(x[:, None]) < 1e-8, sg[:, None] * ww[None, :],
+                       sg[:, None] * np.expm1(x[:, None] * ww[None, :]) / np.where(x == 0, 1, x)[:, None])
+    exc = np.where(np.isfinite(exc), exc, np.nan)
+    xt = hi_body + exc[:, 1:]  # (d, W-1): beyond the body grid
+    grid = np.concatenate([np.broadcast_to(xb, (d, xb.size)), xt], axis=1)
+    grid = np.where(np.isnan(grid), np.nanmax(np.where(np.isnan(grid), -np.inf, grid), axis=1, keepdims=True), grid)
+
+    def cdf_at(shift: NDArray) -> NDArray:
+        return _cdf_e(grid - shift[:, None], atoms, cum, t, c, sg, x)
+
+    f_pop = sum(pop_w[:, j:j + 1] * cdf_at(pop_s[:, j]) for j in range(pop_s.shape[1]))
+    f_e = cdf_at(np.zeros(d))
+    with np.errstate(divide="ignore"):
+        log_pop = np.log(np.maximum(f_pop, 0.0))
+        log_own = sum(own_m[:, j:j + 1] * np.log(np.maximum(cdf_at(own_s[:, j]), 0.0)) for j in range(own_s.shape[1]))
+    dx = np.diff(grid, axis=1)
+
+    def integral(log_f: NDArray, n_pop: NDArray) -> NDArray:
+        f = np.exp(log_f)
+        one = 1.0 - f
+        body = x0 + (0.5 * (one[:, 1:] + one[:, :-1]) * dx).sum(axis=1)
+        # beyond the grid: 1 − F_max ≈ n_eff (1 − F) with the GPD's integral of the survival
+        xend = grid[:, -1]
+        surv_int = np.zeros(d)
+        for j in range(pop_s.shape[1]):
+            yj = xend - pop_s[:, j] - t
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                loc = sg + x * yj
+                zz = 1 + x * yj / sg
+                s = np.where(zz > 0, np.power(np.maximum(zz, 1e-300), -1 / np.where(x == 0, 1, x)), 0.0)
+                surv_int += pop_w[:, j] * np.where(x < 1, c * loc * s / np.maximum(1 - x, 1e-12), np.inf)
+        return body + n_pop * np.nan_to_num(surv_int, nan=0.0)
+
+    x0 = grid[:, 0]
+    e_pop = integral(log_pop, np.ones(d))
+    with np.errstate(divide="ignore"):
+        e_e = integral(np.log(np.maximum(f_e, 0.0)), np.zeros(d))
+    own_mean_shift = own.mean(axis=1) if r_own else np.zeros(d)
+    for j, nn in enumerate(ns):
+        if r_own == 0:
+            e_max = integral(nn * log_pop, np.full(d, nn))
+            e_mean = e_pop
+        elif nn >= r_own:
+            extra = (nn - r_own) * log_pop if nn > r_own else 0.0  # no 0 * (-inf) below the support
+            e_max = integral(log_own + extra, np.full(d, nn))
+            e_mean = ((nn - r_own) * e_pop + r_own * (e_e + own_mean_shift)) / nn
         else:
-            own_s, own_m = own, np.ones_like(own)
-        r_own = own.shape[1]
-        all_s = np.concatenate([pop_s, own_s, np.zeros((d, 1))], axis=1)
-        lo = atoms[0] + all_s.min() - 1e-9
-        hi_body = t + all_s.max()
-        xb = np.linspace(lo, hi_body, _BODY_POINTS)
-        with np.errstate(over="ignore"):
-            exc = np.where(np.abs(x[:, None]) < 1e-8, sg[:, None] * ww[None, :],
-                           sg[:, None] * np.expm1(x[:, None] * ww[None, :]) / np.where(x == 0, 1, x)[:, None])
-        exc = np.where(np.isfinite(exc), exc, np.nan)
-        xt = hi_body + exc[:, 1:]  # (d, W-1): beyond the body grid
-        grid = np.concatenate([np.broadcast_to(xb, (d, xb.size)), xt], axis=1)
-        grid = np.where(np.isnan(grid), np.nanmax(np.where(np.isnan(grid), -np.inf, grid), axis=1, keepdims=True), grid)
-
-        def cdf_at(shift: NDArray) -> NDArray:
-            return _cdf_e(grid - shift[:, None], atoms, cum, t, c, sg, x)
-
-        f_pop = sum(pop_w[:, j:j + 1] * cdf_at(pop_s[:, j]) for j in range(pop_s.shape[1]))
-        f_e = cdf_at(np.zeros(d))
-        with np.errstate(divide="ignore"):
-            log_pop = np.log(np.maximum(f_pop, 0.0))
-            log_own = sum(own_m[:, j:j + 1] * np.log(np.maximum(cdf_at(own_s[:, j]), 0.0)) for j in range(own_s.shape[1]))
-        dx = np.diff(grid, axis=1)
-
-        def integral(log_f: NDArray, n_pop: NDArray) -> NDArray:
-            f = np.exp(log_f)
-            one = 1.0 - f
-            body = x0 + (0.5 * (one[:, 1:] + one[:, :-1]) * dx).sum(axis=1)
-            # beyond the grid: 1 − F_max ≈ n_eff (1 − F) with the GPD's integral of the survival
-            xend = grid[:, -1]
-            surv_int = np.zeros(d)
-            for j in range(pop_s.shape[1]):
-                yj = xend - pop_s[:, j] - t
-                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                    loc = sg + x * yj
-                    zz = 1 + x * yj / sg
-                    s = np.where(zz > 0, np.power(np.maximum(zz, 1e-300), -1 / np.where(x == 0, 1, x)), 0.0)
-                    surv_int += pop_w[:, j] * np.where(x < 1, c * loc * s / np.maximum(1 - x, 1e-12), np.inf)
-            return body + n_pop * np.nan_to_num(surv_int, nan=0.0)
-
-        x0 = grid[:, 0]
-        e_pop = integral(log_pop, np.ones(d))
-        with np.errstate(divide="ignore"):
-            e_e = integral(np.log(np.maximum(f_e, 0.0)), np.zeros(d))
-        pop_mean_shift = (pop_w * pop_s).sum(axis=1)
-        own_mean_shift = own.mean(axis=1) if r_own else np.zeros(d)
-        for j, nn in enumerate(ns):
-            if r_own == 0:
-                e_max = integral(nn * log_pop, np.full(d, nn))
-                e_mean = e_pop
-            elif nn >= r_own:
-                extra = (nn - r_own) * log_pop if nn > r_own else 0.0  # no 0 * (-inf) below the support
-                e_max = integral(log_own + extra, np.full(d, nn))
-                e_mean = ((nn - r_own) * e_pop + r_own * (e_e + own_mean_shift)) / nn
-            else:
-                e_max = integral(log_own * (nn / r_own), np.full(d, nn))
-                e_mean = e_e + own_mean_shift
-            out[sl, j] = np.where(x < 1, e_max - e_mean, np.inf)
-        del pop_mean_shift
+            e_max = integral(log_own * (nn / r_own), np.full(d, nn))
+            e_mean = e_e + own_mean_shift
+        out[:, j] = np.where(x < 1, e_max - e_mean, np.inf)
     return out
 
 
