@@ -382,8 +382,8 @@ def _build_model(cells: list[CellData], exc: list[NDArray], free_shape: bool, ce
             sigma_rho = pm.HalfNormal("sigma_rho", 1.0, dims="rank_cell")
             for j, i in enumerate(with_ranks):
                 c = cells[i]
-                factor = (1 - 1 / c.rank_k) if centred else np.ones(c.rank_k.size)
-                sd = pt.sqrt(sigma_rho[j] ** 2 * factor + c.rho_se ** 2)
+                spread = (1 - 1 / c.rank_k) if centred else np.ones(c.rank_k.size)
+                sd = pt.sqrt(sigma_rho[j] ** 2 * spread + c.rho_se ** 2)
                 pm.Potential(f"rho_hat_{i}", pm.logp(pm.Normal.dist(0.0, sd), c.rho_hat).sum())
     return model
 
@@ -412,7 +412,7 @@ def _sample(model: Any, draws: int, tune: int, chains: int, seed: int, target_ac
     free = [rv.name for rv in model.free_RVs]
     with pytensor.config.change_flags(numba__fastmath=False):
         compiled = compile_numba_model(model, free)
-    built = types.SimpleNamespace(model=model)
+    built: Any = types.SimpleNamespace(model=model)  # what _dispersed_starts and _with_deterministics read
     compiled = _dispersed_starts(compiled, built)
     raw = nutpie.sample(compiled, draws=draws, tune=tune, chains=chains, cores=min(chains, os.cpu_count() or 1),
                         seed=seed, progress_bar=False, save_warmup=False, target_accept=target_accept,
@@ -486,6 +486,7 @@ class RankModelFit:
     def __init__(self, tree: xr.DataTree) -> None:
         self.tree = tree
         self.attrs = tree.attrs
+        self.posterior: xr.Dataset = tree["posterior"].to_dataset()
 
     # ------------------------------------------------------------------ assembly and storage
     @classmethod
@@ -569,7 +570,7 @@ class RankModelFit:
         return self.tree["ranks"].to_dataset().to_dataframe().reset_index(drop=True)
 
     def _post(self, name: str) -> NDArray[np.float64]:
-        v = self.tree["posterior"][name].values
+        v = np.asarray(self.posterior[name].values)
         return v.reshape(v.shape[0] * v.shape[1], *v.shape[2:])
 
     def _cell_index(self, cell: str) -> int:
@@ -599,9 +600,9 @@ class RankModelFit:
         rho_hat, se, k = (r[c].to_numpy(dtype=float) for c in ("rho_hat", "rho_se", "rank_k"))
         rng = np.random.default_rng(seed + 101 * i)
         n = self._post("xi").shape[0] if draws is None else draws
-        if len(r) < 2 or "sigma_rho" not in self.tree["posterior"]:
+        if len(r) < 2 or "sigma_rho" not in self.posterior:
             return list(r["rank"]), np.zeros((n, len(r)))
-        coords = list(self.tree["posterior"]["rank_cell"].values)
+        coords = list(self.posterior["rank_cell"].values)
         sr = self._post("sigma_rho")[:, coords.index(cell)]
         sr = sr[np.linspace(0, sr.size - 1, n).astype(int)]
         centre = self.attrs["centring"] == "centre"
@@ -639,8 +640,8 @@ class RankModelFit:
         cells = self.cells
         for i, row in cells.iterrows():
             labels, _ = self.rho_draws(row["cell"], draws=10)
-            if "sigma_rho" in self.tree["posterior"] and len(labels) >= 2:
-                coords = list(self.tree["posterior"]["rank_cell"].values)
+            if "sigma_rho" in self.posterior and len(labels) >= 2:
+                coords = list(self.posterior["rank_cell"].values)
                 sr2 = self._post("sigma_rho")[:, coords.index(row["cell"])] ** 2
             else:
                 sr2 = np.zeros(1)
@@ -659,7 +660,7 @@ class RankModelFit:
         return pd.DataFrame(out)
 
     # ------------------------------------------------------------------ prediction
-    def tau_draws(self, n: Sequence[int], cell: str | None = None, *, gpu: str | None = None,
+    def tau_draws(self, n: Sequence[int] | NDArray[Any], cell: str | None = None, *, gpu: str | None = None,
                   precision: str | None = None, fleet: str = "new", population: str = "fleet",
                   exclude_ranks: Sequence[str] = (), draws: int = 1000, seed: int = 0,
                   simex: bool = True) -> NDArray[np.float64]:
@@ -712,7 +713,7 @@ class RankModelFit:
             pop_w = np.ones_like(pop_shift) if point else rng.standard_gamma(1.0, size=pop_shift.shape)
             pop_w = pop_w / pop_w.sum(axis=1, keepdims=True)
         else:
-            coords = list(self.tree["posterior"]["rank_cell"].values)
+            coords = list(self.posterior["rank_cell"].values)
             sr = self._thin(self._post("sigma_rho")[:, coords.index(cell)], n_draws)
             q = (np.arange(16) + 0.5) / 16
             from scipy.stats import norm
@@ -755,7 +756,7 @@ class RankModelFit:
         if ((cells["gpu"] == gpu) & (cells["precision"] == precision)).any():
             return self.tau_draws(ns, f"{gpu}|{precision}", fleet=fleet, population=population, draws=draws,
                                   simex=simex)
-        post = self.tree["posterior"]
+        post = self.posterior
         n_draws = min(draws, self._post("sigma").shape[0])
         xi = self._thin(self._post("xi0"), n_draws).copy() if "xi0" in post else np.zeros(n_draws)
         for factor, level in (("gpu", gpu), ("precision", precision)):
