@@ -286,30 +286,27 @@ def _threshold(w_sorted: NDArray[np.float64], label: str, stability: bool = True
     return float(w_sorted[w_sorted.size - k - 1]), k
 
 
-def _atoms(values_sorted: NDArray[np.float64], threshold: float) -> tuple[NDArray, NDArray, int]:
-    """The body below ``threshold`` as at most _MAX_ATOMS atoms (adjacent sorted values binned, each at
-    its mean, with its count), and the number of values above (ranktail's aggregation)."""
-    body = values_sorted[values_sorted <= threshold]
-    n_tail = int(values_sorted.size - body.size)
-    if body.size > _MAX_ATOMS:
-        edges = np.linspace(0, body.size, _MAX_ATOMS + 1).astype(int)
+def _bin(values_sorted: NDArray[np.float64]) -> tuple[NDArray, NDArray]:
+    """At most _MAX_ATOMS atoms of sorted values: adjacent values binned, each bin at its mean with its
+    count (ranktail's aggregation of the body: a bin's Dirichlet weight is Gamma(count))."""
+    if values_sorted.size > _MAX_ATOMS:
+        edges = np.linspace(0, values_sorted.size, _MAX_ATOMS + 1).astype(int)
         counts = np.diff(edges).astype(float)
-        return np.add.reduceat(body, edges[:-1]) / counts, counts, n_tail
-    return body.copy(), np.ones(body.size), n_tail
+        return np.add.reduceat(values_sorted, edges[:-1]) / counts, counts
+    return values_sorted.copy(), np.ones(values_sorted.size)
+
+
+def _atoms(values_sorted: NDArray[np.float64], threshold: float) -> tuple[NDArray, NDArray, int]:
+    """The body below ``threshold`` as atoms (:func:`_bin`), and the number of values above."""
+    body = values_sorted[values_sorted <= threshold]
+    return (*_bin(body), int(values_sorted.size - body.size))
 
 
 def _simex_atoms(values_sorted: NDArray[np.float64], replicates: int) -> tuple[NDArray, NDArray]:
-    """Atoms of a SIMEX set: the top SIMEX_TOP·replicates values as they are, the rest in at most
-    _MAX_ATOMS bins of adjacent sorted values (each at its mean, with its count)."""
+    """Atoms of a SIMEX set: the top SIMEX_TOP·replicates values as they are, the rest binned (:func:`_bin`)."""
     top = min(values_sorted.size, SIMEX_TOP * replicates)
-    rest = values_sorted[:values_sorted.size - top]
-    if rest.size > _MAX_ATOMS:
-        edges = np.linspace(0, rest.size, _MAX_ATOMS + 1).astype(int)
-        counts = np.diff(edges).astype(float)
-        rest, rc = np.add.reduceat(rest, edges[:-1]) / counts, counts
-    else:
-        rc = np.ones(rest.size)
-    return np.concatenate([rest, values_sorted[values_sorted.size - top:]]), np.concatenate([rc, np.ones(top)])
+    rest, counts = _bin(values_sorted[:values_sorted.size - top])
+    return np.concatenate([rest, values_sorted[values_sorted.size - top:]]), np.concatenate([counts, np.ones(top)])
 
 
 def gpd_logpdf(y: NDArray[np.float64], sigma: NDArray[np.float64], xi: NDArray[np.float64]) -> NDArray[np.float64]:
