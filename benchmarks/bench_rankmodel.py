@@ -50,7 +50,8 @@ def simulated(blocks: int, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
         e = rng.standard_normal((iters, 8)) if k % 2 == 0 else rng.gumbel(size=(iters, 8)) / 1.2825
         x = e + rng.standard_normal(iters)[:, None]  # a shared shock
         coll = np.repeat(np.arange(iters), 8).astype(str)
-        longs.append(pd.DataFrame({"value": x.ravel(), "collective": coll, "rank": np.tile(np.arange(8), iters).astype(str),
+        longs.append(pd.DataFrame({"value": x.ravel(), "collective": coll, "series": "b",
+                                   "rank": np.tile(np.arange(8), iters).astype(str),
                                    "gpu": gpu, "precision": precision, "order": np.repeat(np.arange(iters), 8)}))
         samples = x.reshape(iters * 2, 4)
         ys.append(pd.DataFrame({"y": (samples.max(axis=1) - x.mean()) / x.std(), "gpu": gpu, "precision": precision}))

@@ -65,7 +65,7 @@ __all__ = ["CENTRINGS", "FLEETS", "RankModelFit", "decompose", "fit_rank_model",
            "rank_table_from_zscores"]
 
 #: The long table's columns (:func:`rank_table_from_zscores` writes it; :func:`fit_rank_model` reads it).
-RANK_TABLE_COLUMNS = ("value", "collective", "rank", "gpu", "precision", "order")
+RANK_TABLE_COLUMNS = ("value", "collective", "rank", "gpu", "precision", "order")  # and optional "series"
 #: How the shared per-collective shift s_i is treated: eliminated by within-collective centring
 #: (the default), or assumed absent (``"none"``: the values are used as they are, as ranktail does).
 CENTRINGS = ("centre", "none")
@@ -115,7 +115,8 @@ def rank_table_from_zscores(table: pd.DataFrame, source: str = "z-score table") 
     One row per rank and sample: ``value`` = rho·u in units of the pooled sd (rho the cell's
     geometric-mean ``u_scale``, as :func:`evtsync.evt.ranktail.rank_values`), ``collective`` =
     workload|block|instance|pg (the samples of one instance of one PG are one collective),
-    ``rank`` = workload|pg|rank, ``gpu``, ``precision``, ``order`` = instance.
+    ``rank`` = workload|pg|rank, ``gpu``, ``precision``, ``order`` = instance, and the optional
+    ``series`` = workload|block|pg (the collectives whose means the drift follows over ``order``).
     """
     from evtsync.evt.ranktail import rank_values
 
@@ -142,7 +143,8 @@ def rank_table_from_zscores(table: pd.DataFrame, source: str = "z-score table") 
             "value": values, "collective": np.repeat(coll, counts),
             "rank": np.char.add(np.repeat(rank_prefix, counts).astype(str), np.asarray(ranks, dtype=str)),
             "gpu": str(gpu), "precision": str(precision),
-            "order": np.repeat(part["instance"].to_numpy(dtype=float), counts)}))
+            "order": np.repeat(part["instance"].to_numpy(dtype=float), counts),
+            "series": np.repeat((workload + "|" + part["block"].astype(str) + "|" + pg).to_numpy(), counts)}))
     if not parts:
         raise InputError(f"{source}: no rows with per-rank values")
     return pd.concat(parts, ignore_index=True)
@@ -240,8 +242,8 @@ def decompose(long: pd.DataFrame, centring: str = "centre", source: str = "rank 
         noise_sd = np.sqrt(sigma_e2 / (k[coll_idx] - 1)) if centring == "centre" else np.zeros(x.size)
         # shared part: the collective means, less the idiosyncratic mean's variance; drift: their moving
         # average over the instances of each series (block identity and PG), shocks: the rest
-        series = part["collective"].astype(str).str.rsplit("|", n=2).str[0] + "|" + \
-            part["collective"].astype(str).str.rsplit("|", n=1).str[-1]
+        # the drift's series: the optional column ``series`` (a block identity in one PG), else one per cell
+        series = part["series"].astype(str) if "series" in part.columns else pd.Series("", index=part.index)
         cm = pd.DataFrame({"mean": np.bincount(coll_idx, weights=x) / k,
                            "k": k}).assign(
             series=pd.Series(series.to_numpy()).groupby(coll_idx).first().to_numpy(),
