@@ -251,3 +251,9 @@ def test_a_tiny_cell_borrows_the_shape_of_large_cells_that_share_it() -> None:
     assert (xi_pooled["xi_hi"] - xi_pooled["xi_lo"]) < 0.7 * (xi_alone["xi_hi"] - xi_alone["xi_lo"])
     others = pooled.xi_summary().set_index("cell").drop("C|fp32")["xi_median"].mean()
     assert abs(xi_pooled["xi_median"] - others) < abs(xi_alone["xi_median"] - others) + 0.02
+    # an unseen GPU: its shape from the population of GPU deviations, labelled population-level by callers;
+    # finite draws, and less certain than a measured cell of the same precision
+    unseen = pooled.tau_draws([64], gpu="D", precision="bf16", draws=300)[:, 0]
+    seen = pooled.tau_draws([64], "A|bf16", draws=300)[:, 0]
+    assert np.isfinite(unseen).all()
+    assert np.subtract(*np.quantile(unseen, [0.95, 0.05])) > np.subtract(*np.quantile(seen, [0.95, 0.05]))
