@@ -50,7 +50,7 @@ from evtsync.trace.readers.inspector import (
     LOGGED_COLUMNS,
     MISSING,
     LoggedCollectives,
-    LogStream,
+    LogRounds,
     global_ranks,
     job_layout,
     job_tables,
@@ -142,14 +142,12 @@ class _Open:
 class _Job:
     """Job-wide codes of communicators and vocabularies, the files' ranks, and the rows taxed."""
 
-    def __init__(self, streams: list[LogStream], keep_ranks: bool, end_tolerance_us: float, strict: bool) -> None:
-        self.streams = streams
+    def __init__(self, reader: LogRounds, keep_ranks: bool, end_tolerance_us: float, strict: bool) -> None:
+        self.reader = reader
         self.keep_ranks, self.end_tolerance_us, self.strict = keep_ranks, end_tolerance_us, strict
-        self.comm_code: dict[str, int] = {}
-        self.comm_ids: list[str] = []
-        self.comm_size: list[int] = []
-        self.words: dict[str, dict[str, int]] = {"collective": {}, "timing_source": {}}
-        self.hosts: list[str] = [""] * len(streams)
+        # job-wide codes: the reader's (one dict/list per job, shared)
+        self.comm_code, self.comm_ids, self.comm_size = reader.comm_code, reader.comm_ids, reader.comm_size
+        self.words: dict[str, dict[str, int]] = {"collective": reader.names, "timing_source": reader.sources}
         self.ranks: np.ndarray | None = None  # global rank of each file, once known
         self.open = _Open()
         self.done = _Open()  # records of complete collectives not taxed yet (with their "rank")
@@ -165,46 +163,19 @@ class _Job:
         self.peak_held = 0  # records held at once: open, or complete and not taxed yet
         self.rounds = 0
 
-    # ---- codes
-    def _lookup(self, codes: np.ndarray, table: list[str], book: dict[str, int]) -> np.ndarray:
-        for word in table:
-            book.setdefault(word, len(book))
-        lookup = np.asarray([book[w] for w in table], dtype=np.int64)
-        return lookup[codes] if len(codes) else np.zeros(0, dtype=np.int64)
+    @property
+    def hosts(self) -> list[str]:
+        """Each file's host name."""
+        return self.reader.hosts()
 
-    def take(self, i: int) -> None:
-        """Move file ``i``'s newly decoded records into the open pool (job-wide codes)."""
-        stream = self.streams[i]
-        cols = stream.take()
-        builder = stream.builder
-        for cid in builder.comm_index:
-            if cid not in self.comm_code:
-                self.comm_code[cid] = len(self.comm_ids)
-                self.comm_ids.append(cid)
-                self.comm_size.append(builder.comms[cid][1])
-            elif self.comm_size[self.comm_code[cid]] != builder.comms[cid][1]:
-                raise TraceError(f"communicator {cid}: {stream.path} says {builder.comms[cid][1]} ranks, other "
-                                 f"logs {self.comm_size[self.comm_code[cid]]}")
-        if builder.hosts:
-            self.hosts[i] = next(iter(builder.hosts))
-        n = len(cols["sn"])
-        if not n:
-            return
-        out = {"file": np.full(n, i, dtype=np.int64)}
-        comm_lookup = np.asarray([self.comm_code[c] for c in builder.comm_index], dtype=np.int64)
-        out["comm"] = comm_lookup[cols["comm"]]
-        out["collective"] = self._lookup(cols["collective"], list(builder.names), self.words["collective"])
-        out["timing_source"] = self._lookup(cols["timing_source"], list(builder.sources), self.words["timing_source"])
-        for name in ("local_rank", "sn", "msg_bytes", "exec_ns", "kernel_start_us", "kernel_stop_us", "dump_us"):
-            out[name] = cols[name].astype(np.int64, copy=False)
-        self.open.add(out)
+    def path(self, i: int) -> Path:
+        """File ``i``'s path."""
+        return self.reader.paths[i]
 
     def resolve_ranks(self) -> None:
         """The files' global ranks from what has been read so far (checked at the end)."""
-        shells = [LoggedCollectives(str(s.path), list(s.builder.comm_index), dict(s.builder.comms), {}, {},
-                                    given_rank=s.rank) for s in self.streams]
         try:
-            ranks, _, _ = global_ranks(shells)
+            ranks, _, _ = global_ranks(self.reader.shells())
         except TraceError:
             return  # no communicator in every file yet: keep reading (records stay open)
         if len(set(ranks)) == len(ranks):
@@ -231,7 +202,7 @@ class _Job:
         if same_rank.any():
             at = int(np.flatnonzero(same_rank)[0]) + 1
             raise TraceError(f"communicator {self.comm_ids[int(comm[at])]}: collective {int(sn[at])} logged twice "
-                             f"by rank {int(rank[at])} ({self.streams[int(rec['file'][at])].path}): "
+                             f"by rank {int(rank[at])} ({self.path(int(rec['file'][at]))}): "
                              f"{int(same_rank.sum())} repeated record(s)")
         starts = np.flatnonzero(new)
         counts = np.diff(np.append(starts, n))
@@ -395,26 +366,19 @@ def stream_tax(files: Sequence[tuple[Path, int | None]], *, salvage: bool = Fals
                     "(memory grows with the records)", len(files))
         return _whole(files, salvage, end_tolerance_us, strict, allow_partial)
     block = block_bytes or _block_bytes(len(files), round_bytes)
-    streams = [LogStream(path, salvage=salvage, rank=rank, block_bytes=block) for path, rank in files]
-    job = _Job(streams, keep_ranks, end_tolerance_us, strict)
+    reader = LogRounds(files, salvage=salvage, block_bytes=block)
+    job = _Job(reader, keep_ranks, end_tolerance_us, strict)
     try:
-        active = list(range(len(streams)))
-        while active:
-            still = []
-            for i in active:
-                if streams[i].step():
-                    still.append(i)
-                job.take(i)
-            active = still
-            job.rounds += 1
+        while reader.active:
+            job.open.add(reader.round())
+            job.rounds = reader.rounds
             if job.ranks is None:
                 job.resolve_ranks()
             job.complete()
         job.flush()
     finally:
-        for s in streams:
-            s.close()
-    results = [s.result() for s in streams]
+        reader.close()
+    results = reader.results()
     layout = job_layout(results)
     if job.ranks is None or list(job.ranks) != layout.ranks:
         log.warning("the ranks of the Inspector logs are known only from their whole content (no communicator "
@@ -457,7 +421,7 @@ def _finish(job: _Job, results: list[LoggedCollectives], layout: Any, allow_part
             at = int(np.flatnonzero(keys.isin(done))[0])
             raise TraceError(f"communicator {job.comm_ids[int(rec['comm'][at])]}: collective {int(rec['sn'][at])} "
                              f"logged twice by rank {int(job.ranks[rec['file'][at]])} "
-                             f"({job.streams[int(rec['file'][at])].path}): a repeated record")
+                             f"({job.path(int(rec['file'][at]))}): a repeated record")
         left_counts = leftover.groupby("pg", observed=True)["index"].nunique()
         every = {pg: totals.get(pg, 0) + int(left_counts.get(pg, 0)) for pg in comm_rows}
         problems += partial_problems(leftover, comm_rows, every)
