@@ -60,13 +60,14 @@ from evtsync.trace.traceset import TraceSet, empty_event_tables, expand_inputs
 
 log = logging.getLogger(__name__)
 
-#: Text decoded per round over all files: the unit of memory besides the open collectives.
-ROUND_BYTES = 16 << 20
+#: Text decoded per round over all files, in one msgspec call: the unit of memory besides the
+#: open collectives (the round's decoded records, ~5 times its text, live at once; issue 48).
+ROUND_BYTES = 4 << 20
 #: Records of complete collectives taxed together (~90 bytes each until then; the tax's pandas
 #: steps cost ~0.1 s per call on this machine whatever the size, and their memory ~1 KB per record).
 TAX_BATCH_RECORDS = 50_000
 #: Smallest block read from one file per round (many files: the round's text is split).
-MIN_BLOCK_BYTES = 4 << 10
+MIN_BLOCK_BYTES = 1 << 10
 #: Columns of the open records (one int array each): the file, then the record's fields in
 #: job-wide codes (communicator, collective type, timing source).
 _OPEN = ("file", "comm", "local_rank", "sn", "collective", "msg_bytes", "exec_ns", "timing_source",
@@ -332,7 +333,7 @@ def stream_tax(files: Sequence[tuple[Path, int | None]], *, salvage: bool = Fals
         and :func:`~evtsync.sync.tax.straggler_identity` read.
     round_bytes : int
         Text decoded per round over all files (each file's block: this over the number of
-        files, between 4 KiB and 4 MiB).
+        files, between 1 KiB and 4 MiB).
     end_tolerance_us, strict, allow_partial
         As for :func:`~evtsync.sync.collectives.align_logged`.
     overrides : iterable

@@ -138,10 +138,15 @@ _SN, _COLL_NAME, _SIZE, _EXEC, _SOURCE, _TRACE = (
 
 
 def _codes(words: list[str], book: dict[str, int]) -> np.ndarray:
-    """Codes of ``words`` in ``book`` (new words added in the order of their first use)."""
-    for word in dict.fromkeys(words):
-        book.setdefault(word, len(book))
-    return np.fromiter(map(book.__getitem__, words), np.int32, len(words))
+    """Codes of ``words`` in ``book`` (new words added in the order of their first use; the
+    words are looked up first, the distinct ones gathered only when one is new: a log repeats a
+    few words)."""
+    try:
+        return np.fromiter(map(book.__getitem__, words), np.int32, len(words))
+    except KeyError:
+        for word in dict.fromkeys(words):
+            book.setdefault(word, len(book))
+        return np.fromiter(map(book.__getitem__, words), np.int32, len(words))
 
 
 @dataclass
@@ -1128,9 +1133,8 @@ class LogRounds:
         file's earlier lines refused, naming the line."""
         n, n_files = len(heads), len(self.paths)
         ids = list(map(_ID, heads))
-        fresh_ids = [c for c in dict.fromkeys(ids) if c not in self.comm_code]
         comm = _codes(ids, self.comm_code).astype(np.int64)
-        for cid in fresh_ids:
+        for cid in list(self.comm_code)[len(self.comm_ids):]:  # new ones, in the order of their first use
             self.comm_ids.append(cid)
             self.comm_size.append(-1)
         if not n:
