@@ -3,7 +3,8 @@
 The whole-table path (:func:`~evtsync.trace.traceset.load_traces`, then
 :func:`~evtsync.sync.tax.tax_from_traces`) keeps every record of every file (~190 bytes each at its
 peak) before matching them. Here every rank's file is read in lockstep, one block per file
-per round (:class:`~evtsync.trace.readers.inspector.LogStream`); after each round the
+per round, the round's blocks of all files decoded in one call and turned into columns once
+(:class:`~evtsync.trace.readers.inspector.LogRounds`, issue 48); after each round the
 collectives that every member rank of their communicator has reported (same communicator
 id, same sequence number, ``n_ranks`` records) are matched and taxed exactly as
 :func:`~evtsync.sync.collectives.align_logged` and :func:`~evtsync.sync.tax.compute_tax` do
@@ -13,8 +14,9 @@ a log cut short) stays open until the files end; it is then counted by communica
 reported as the whole-table path does (refused unless ``allow_partial``).
 
 The tables equal those of the whole-table path (same rows, order, values and dtypes; tested).
-Memory: one round of text (:data:`ROUND_BYTES` over all files, at least
-:data:`MIN_BLOCK_BYTES` per file), the records of the collectives still open, those of complete
+Memory: one round of text and its decoded records (:data:`ROUND_BYTES` over all files, at
+least :data:`MIN_BLOCK_BYTES` per file), per file ~1-2 KB between rounds (its open file, its
+unfinished last line, its communicators: ``LogRounds.state_bytes``, bounded in the tests), the records of the collectives still open, those of complete
 collectives waiting for the next tax batch (:data:`TAX_BATCH_RECORDS`: the tax's pandas steps
 cost about the same per call whatever its size, issue 48), and the output: one row per collective and, unless
 ``keep_ranks=False``, one row per rank of each collective (``TaxTables.ranks``; without it
@@ -248,8 +250,10 @@ class _Job:
                 where[c] = words.index(w)
             return pd.Categorical.from_codes(where[rec[kind]], categories=words)
 
-        hosts = sorted(set(self.hosts))
-        host_of_file = np.asarray([hosts.index(h) for h in self.hosts], dtype=np.int32)
+        file_hosts = self.hosts
+        hosts = sorted(set(file_hosts))
+        host_code = {h: k for k, h in enumerate(hosts)}
+        host_of_file = np.asarray([host_code[h] for h in file_hosts], dtype=np.int32)
         starts, stops, dumps = rec["kernel_start_us"], rec["kernel_stop_us"], rec["dump_us"]
         n = len(pg)
         return pd.DataFrame({
@@ -492,10 +496,11 @@ def _assemble(job: _Job, groups: pd.DataFrame, comm_names: list[str]) -> tuple[A
     tax = TaxTables(coll, ranks, instance_shares=shares, members=members)
     # the alignment's tables: communicators with collectives, mismatches in the whole-table order
     n_coll = coll["pg"].astype(str).value_counts() if len(coll) else pd.Series(dtype=np.int64)
+    rows = meta.to_dict("index")  # one dict per communicator: .loc per cell cost ~0.1 ms (513 of them)
     group_rows = pd.DataFrame(
-        [{"pg": pg, "pg_name": pg, "pg_desc": meta.loc[pg, "pg_desc"], "pg_ranks": meta.loc[pg, "pg_ranks"],
-          "n_ranks": int(meta.loc[pg, "pg_size"]), "pg_source": LOGGED_SOURCE, "streams": "",
-          "n_collectives": int(n_coll[pg]), "present_ranks": meta.loc[pg, "seen_on_ranks"], "windows": "0"}
+        [{"pg": pg, "pg_name": pg, "pg_desc": rows[pg]["pg_desc"], "pg_ranks": rows[pg]["pg_ranks"],
+          "n_ranks": int(rows[pg]["pg_size"]), "pg_source": LOGGED_SOURCE, "streams": "",
+          "n_collectives": int(n_coll[pg]), "present_ranks": rows[pg]["seen_on_ranks"], "windows": "0"}
          for pg in comm_names if pg in n_coll.index], columns=GROUP_COLUMNS)
     if job.mismatches:
         mism = pd.concat(job.mismatches, ignore_index=True)

@@ -29,7 +29,7 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, methodcaller
 from pathlib import Path
 from typing import Any
 
@@ -437,9 +437,9 @@ def read_log(path: str | os.PathLike[str], *, salvage: bool = False, rank: int |
 
 
 class LogStream:
-    """One Inspector log read block by block (:func:`read_log` reads it to its end; the
-    streaming tax, :mod:`evtsync.sync.logtax`, reads many in lockstep and takes each block's
-    records away with :meth:`take`, so that only the open collectives stay in memory).
+    """One Inspector log read block by block (:func:`read_log` reads it to its end; :meth:`take`
+    takes each block's records away. The streaming tax, :mod:`evtsync.sync.logtax`, reads many
+    logs in lockstep with :class:`LogRounds` instead: one decode per round over all files).
 
     The file stays open until :meth:`step` returns False (the end: the last line and a
     damaged gzip stream handled as :func:`read_log` says) or :meth:`close`.
@@ -896,27 +896,29 @@ class LogRounds:
     def round(self) -> dict[str, np.ndarray]:
         """Read one block of every file not ended, decode the complete lines; the collective
         records as int64 columns (``file``, then :data:`RECORD_COLUMNS` in job-wide codes)."""
-        chunks, owners, still, ended = [], [], [], []
+        chunks, owners, still, ended, sizes = [], [], [], [], []
+        size, sources, pendings = self.block_bytes, self._src, self._pending
         try:
-            for i in self.active:
-                src = self._src[i]
+            for i in self.active:  # per file and round: one read, a few bytes operations
+                src = sources[i]
                 if src is None:
-                    src = self._src[i] = ByteSource(self.paths[i])
-                block = src.read(self.block_bytes)
+                    src = sources[i] = self._open(i)
+                block = src.read(size)
                 if not block:
                     ended.append(i)
                     continue
                 still.append(i)
-                self.total[i] += len(block)
-                pending = self._pending[i]
+                sizes.append(len(block))
+                pending = pendings[i]
                 data = pending + block if pending else block
                 cut = data.rfind(b"\n")
                 if cut < 0:
-                    self._pending[i] = data
+                    pendings[i] = data
                     continue
-                self._pending[i] = data[cut + 1:]
+                pendings[i] = data[cut + 1:]
                 chunks.append(data[:cut])
                 owners.append(i)
+            self.total[still] += np.asarray(sizes, dtype=np.int64)
             self.active = still
             self.rounds += 1
             parts = [self._decode(chunks, owners)] if chunks else []
@@ -937,7 +939,7 @@ class LogRounds:
     def _decode(self, chunks: list[bytes], owners: list[int]) -> dict[str, np.ndarray]:
         """One msgspec call over the round's complete lines (a file's lines counted by its
         newlines); a failure, or blank lines, send each file's lines through :meth:`_lines`."""
-        counts = np.fromiter(map(_newlines, chunks), np.int64, len(chunks)) + 1
+        counts = np.fromiter(map(methodcaller("count", b"\n"), chunks), np.int64, len(chunks)) + 1
         try:
             records = _DECODE_LEAN.decode_lines(b"\n".join(chunks))
         except msgspec.DecodeError:
@@ -967,6 +969,12 @@ class LogRounds:
                 out.append(self._lines(chunk, i, mine is None))
             self.line_no[i] += n
         return {name: np.concatenate([p[name] for p in out]) for name in out[0]}
+
+    def _open(self, i: int) -> Any:
+        """File ``i`` opened: a plain one as its unbuffered file object (no buffer, no Python
+        layer per read), a gzip one through :class:`ByteSource` (inflation, damage reported)."""
+        src = ByteSource(self.paths[i])
+        return src if src.gzip else src._raw
 
     def _lines(self, chunk: bytes, i: int, check: bool) -> dict[str, np.ndarray]:
         """One file's lines one by one (blank ones skipped), naming a bad one by its line."""
