@@ -175,6 +175,18 @@ class LoggedCollectives:
         return len(self.columns["sn"])
 
 
+def _full_header(path: Path, salvage: bool, line: bytes, lean: Any, line_no: int) -> Any:
+    """The header of a communicator's first record with ``nnodes`` and ``comm_name``, every
+    field checked (with ``salvage`` a bad one leaves those two unknown)."""
+    try:
+        return _DECODE_ONE.decode(line).header
+    except msgspec.DecodeError as exc:
+        if not salvage:
+            raise TraceError(f"{path}: line {line_no}: not an NCCL Inspector record ({exc}); pass "
+                             "--salvage to skip such lines, counting them") from None
+        return _Header(lean.id, lean.rank, lean.n_ranks)
+
+
 class _Builder:
     """Columns of one file, filled batch by batch."""
 
@@ -325,15 +337,7 @@ class _Builder:
             self._note_comm(headers[at], first_line + at)
 
     def _full_header(self, line: bytes, lean: _LeanHeader, line_no: int) -> Any:
-        """The header of a communicator's first record with ``nnodes`` and ``comm_name``, every
-        field checked (with ``salvage`` a bad one leaves those two unknown)."""
-        try:
-            return _DECODE_ONE.decode(line).header
-        except msgspec.DecodeError as exc:
-            if not self.salvage:
-                raise TraceError(f"{self.path}: line {line_no}: not an NCCL Inspector record ({exc}); pass "
-                                 "--salvage to skip such lines, counting them") from None
-            return _Header(lean.id, lean.rank, lean.n_ranks)
+        return _full_header(self.path, self.salvage, line, lean, line_no)
 
     def _note_comm(self, header: Any, line: int) -> None:
         known = self.comms.get(header.id)
@@ -877,6 +881,8 @@ class LogRounds:
         #: per file: its communicators (id -> rank in it, n_ranks, nnodes, comm_name)
         self.comms: list[dict[str, tuple[int, int, int, str]]] = [{} for _ in range(n)]
         self._pair: dict[int, tuple[int, int]] = {}  # comm code * n + file -> (rank, n_ranks)
+        self._keys = np.zeros(0, dtype=np.int64)  # the same, as a sorted key array and its values
+        self._known = np.zeros((0, 2), dtype=np.int64)
         z = np.zeros(n, dtype=np.int64)
         self.line_no, self.total = z + 1, z.copy()
         self.n_coll, self.n_p2p, self.n_neither, self.verbose = z.copy(), z.copy(), z.copy(), z.copy()
@@ -1148,12 +1154,20 @@ class LogRounds:
         if not n:
             return comm
         key = comm * n_files + files
-        pairs, at = np.unique(key, return_index=True)
-        for j in sorted(at[[int(k) not in self._pair for k in pairs.tolist()]].tolist()):
-            self._note_comm(int(files[j]), self._full_header(raw(j), heads[j], int(files[j]), int(lines[j])),
-                            int(lines[j]))
-        known = np.array([self._pair[int(k)] for k in pairs.tolist()], dtype=np.int64).reshape(-1, 2)
-        where = np.searchsorted(pairs, key)
+        where = np.searchsorted(self._keys, key)
+        new = (where >= len(self._keys)) | (self._keys[np.minimum(where, len(self._keys) - 1)] != key) \
+            if len(self._keys) else np.ones(n, dtype=bool)
+        if new.any():  # (file, communicator) pairs not seen before: their first line read in full
+            _, at = np.unique(key[new], return_index=True)
+            for j in sorted(np.flatnonzero(new)[at].tolist()):
+                self._note_comm(int(files[j]), self._full_header(raw(j), heads[j], int(files[j]), int(lines[j])),
+                                int(lines[j]))
+            self._keys = np.fromiter(self._pair, np.int64, len(self._pair))
+            order = np.argsort(self._keys)
+            self._keys = self._keys[order]
+            self._known = np.array(list(self._pair.values()), dtype=np.int64).reshape(-1, 2)[order]
+            where = np.searchsorted(self._keys, key)
+        known = self._known
         bad = ((np.fromiter(map(_RANK, heads), np.int64, n) != known[where, 0])
                | (np.fromiter(map(_NRANKS, heads), np.int64, n) != known[where, 1]))
         if bad.any():
@@ -1162,15 +1176,7 @@ class LogRounds:
         return comm
 
     def _full_header(self, line: bytes, lean: Any, i: int, line_no: int) -> Any:
-        """The header of a communicator's first record with ``nnodes`` and ``comm_name`` (as
-        :meth:`_Builder._full_header`)."""
-        try:
-            return _DECODE_ONE.decode(line).header
-        except msgspec.DecodeError as exc:
-            if not self.salvage:
-                raise TraceError(f"{self.paths[i]}: line {line_no}: not an NCCL Inspector record ({exc}); pass "
-                                 "--salvage to skip such lines, counting them") from None
-            return _Header(lean.id, lean.rank, lean.n_ranks)
+        return _full_header(self.paths[i], self.salvage, line, lean, line_no)
 
     def _note_comm(self, i: int, header: Any, line: int) -> None:
         """As :meth:`_Builder._note_comm`, plus the size check across files."""
