@@ -648,7 +648,8 @@ def align_logged_rows(logged: pd.DataFrame, process_groups: pd.DataFrame, *,
     per_instance = logged.groupby([pg_codes, index], sort=True)
     sizes = per_instance["rank"].size()
     meta = process_groups.set_index("pg_name")
-    present = {pg: len(str(meta.loc[pg, "seen_on_ranks"]).split(",")) for pg in pg_names}
+    pg_rows = meta.to_dict("index")  # one dict per communicator: .loc per cell costs ~0.1 ms (issue 48)
+    present = {pg: len(str(pg_rows[pg]["seen_on_ranks"]).split(",")) for pg in pg_names}
     n_present = np.asarray([present[pg_names[c]] for c in sizes.index.get_level_values(0)])
     for (code, sn), n in sizes[sizes.to_numpy() < n_present].items():
         label = pg_names[code]
@@ -690,9 +691,9 @@ def align_logged_rows(logged: pd.DataFrame, process_groups: pd.DataFrame, *,
         "correlation": np.full(n, -1, dtype=np.int64), "external_id": np.full(n, -1, dtype=np.int64)})
     n_collectives = sizes.groupby(level=0).size()
     groups = pd.DataFrame(
-        [{"pg": pg, "pg_name": pg, "pg_desc": meta.loc[pg, "pg_desc"], "pg_ranks": meta.loc[pg, "pg_ranks"],
-          "n_ranks": int(meta.loc[pg, "pg_size"]), "pg_source": LOGGED_SOURCE, "streams": "",
-          "n_collectives": int(n_collectives.get(code, 0)), "present_ranks": meta.loc[pg, "seen_on_ranks"],
+        [{"pg": pg, "pg_name": pg, "pg_desc": pg_rows[pg]["pg_desc"], "pg_ranks": pg_rows[pg]["pg_ranks"],
+          "n_ranks": int(pg_rows[pg]["pg_size"]), "pg_source": LOGGED_SOURCE, "streams": "",
+          "n_collectives": int(n_collectives.get(code, 0)), "present_ranks": pg_rows[pg]["seen_on_ranks"],
           "windows": "0"} for code, pg in enumerate(pg_names) if code in n_collectives.index],
         columns=GROUP_COLUMNS)
     table = pd.DataFrame(mismatches, columns=MISMATCH_COLUMNS)

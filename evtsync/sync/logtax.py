@@ -3,7 +3,8 @@
 The whole-table path (:func:`~evtsync.trace.traceset.load_traces`, then
 :func:`~evtsync.sync.tax.tax_from_traces`) keeps every record of every file (~190 bytes each at its
 peak) before matching them. Here every rank's file is read in lockstep, one block per file
-per round (:class:`~evtsync.trace.readers.inspector.LogStream`); after each round the
+per round, the round's blocks of all files decoded in one call and turned into columns once
+(:class:`~evtsync.trace.readers.inspector.LogRounds`, issue 48); after each round the
 collectives that every member rank of their communicator has reported (same communicator
 id, same sequence number, ``n_ranks`` records) are matched and taxed exactly as
 :func:`~evtsync.sync.collectives.align_logged` and :func:`~evtsync.sync.tax.compute_tax` do
@@ -13,8 +14,9 @@ a log cut short) stays open until the files end; it is then counted by communica
 reported as the whole-table path does (refused unless ``allow_partial``).
 
 The tables equal those of the whole-table path (same rows, order, values and dtypes; tested).
-Memory: one round of text (:data:`ROUND_BYTES` over all files, at least
-:data:`MIN_BLOCK_BYTES` per file), the records of the collectives still open, those of complete
+Memory: one round of text and its decoded records (:data:`ROUND_BYTES` over all files, at
+least :data:`MIN_BLOCK_BYTES` per file), per file ~1-2 KB between rounds (its open file, its
+unfinished last line, its communicators: ``LogRounds.state_bytes``, bounded in the tests), the records of the collectives still open, those of complete
 collectives waiting for the next tax batch (:data:`TAX_BATCH_RECORDS`: the tax's pandas steps
 cost about the same per call whatever its size, issue 48), and the output: one row per collective and, unless
 ``keep_ranks=False``, one row per rank of each collective (``TaxTables.ranks``; without it
@@ -50,7 +52,7 @@ from evtsync.trace.readers.inspector import (
     LOGGED_COLUMNS,
     MISSING,
     LoggedCollectives,
-    LogStream,
+    LogRounds,
     global_ranks,
     job_layout,
     job_tables,
@@ -60,13 +62,14 @@ from evtsync.trace.traceset import TraceSet, empty_event_tables, expand_inputs
 
 log = logging.getLogger(__name__)
 
-#: Text decoded per round over all files: the unit of memory besides the open collectives.
-ROUND_BYTES = 16 << 20
+#: Text decoded per round over all files, in one msgspec call: the unit of memory besides the
+#: open collectives (the round's decoded records, ~5 times its text, live at once; issue 48).
+ROUND_BYTES = 4 << 20
 #: Records of complete collectives taxed together (~90 bytes each until then; the tax's pandas
 #: steps cost ~0.1 s per call on this machine whatever the size, and their memory ~1 KB per record).
 TAX_BATCH_RECORDS = 50_000
 #: Smallest block read from one file per round (many files: the round's text is split).
-MIN_BLOCK_BYTES = 4 << 10
+MIN_BLOCK_BYTES = 1 << 10
 #: Columns of the open records (one int array each): the file, then the record's fields in
 #: job-wide codes (communicator, collective type, timing source).
 _OPEN = ("file", "comm", "local_rank", "sn", "collective", "msg_bytes", "exec_ns", "timing_source",
@@ -142,14 +145,12 @@ class _Open:
 class _Job:
     """Job-wide codes of communicators and vocabularies, the files' ranks, and the rows taxed."""
 
-    def __init__(self, streams: list[LogStream], keep_ranks: bool, end_tolerance_us: float, strict: bool) -> None:
-        self.streams = streams
+    def __init__(self, reader: LogRounds, keep_ranks: bool, end_tolerance_us: float, strict: bool) -> None:
+        self.reader = reader
         self.keep_ranks, self.end_tolerance_us, self.strict = keep_ranks, end_tolerance_us, strict
-        self.comm_code: dict[str, int] = {}
-        self.comm_ids: list[str] = []
-        self.comm_size: list[int] = []
-        self.words: dict[str, dict[str, int]] = {"collective": {}, "timing_source": {}}
-        self.hosts: list[str] = [""] * len(streams)
+        # job-wide codes: the reader's (one dict/list per job, shared)
+        self.comm_code, self.comm_ids, self.comm_size = reader.comm_code, reader.comm_ids, reader.comm_size
+        self.words: dict[str, dict[str, int]] = {"collective": reader.names, "timing_source": reader.sources}
         self.ranks: np.ndarray | None = None  # global rank of each file, once known
         self.open = _Open()
         self.done = _Open()  # records of complete collectives not taxed yet (with their "rank")
@@ -165,46 +166,19 @@ class _Job:
         self.peak_held = 0  # records held at once: open, or complete and not taxed yet
         self.rounds = 0
 
-    # ---- codes
-    def _lookup(self, codes: np.ndarray, table: list[str], book: dict[str, int]) -> np.ndarray:
-        for word in table:
-            book.setdefault(word, len(book))
-        lookup = np.asarray([book[w] for w in table], dtype=np.int64)
-        return lookup[codes] if len(codes) else np.zeros(0, dtype=np.int64)
+    @property
+    def hosts(self) -> list[str]:
+        """Each file's host name."""
+        return self.reader.hosts()
 
-    def take(self, i: int) -> None:
-        """Move file ``i``'s newly decoded records into the open pool (job-wide codes)."""
-        stream = self.streams[i]
-        cols = stream.take()
-        builder = stream.builder
-        for cid in builder.comm_index:
-            if cid not in self.comm_code:
-                self.comm_code[cid] = len(self.comm_ids)
-                self.comm_ids.append(cid)
-                self.comm_size.append(builder.comms[cid][1])
-            elif self.comm_size[self.comm_code[cid]] != builder.comms[cid][1]:
-                raise TraceError(f"communicator {cid}: {stream.path} says {builder.comms[cid][1]} ranks, other "
-                                 f"logs {self.comm_size[self.comm_code[cid]]}")
-        if builder.hosts:
-            self.hosts[i] = next(iter(builder.hosts))
-        n = len(cols["sn"])
-        if not n:
-            return
-        out = {"file": np.full(n, i, dtype=np.int64)}
-        comm_lookup = np.asarray([self.comm_code[c] for c in builder.comm_index], dtype=np.int64)
-        out["comm"] = comm_lookup[cols["comm"]]
-        out["collective"] = self._lookup(cols["collective"], list(builder.names), self.words["collective"])
-        out["timing_source"] = self._lookup(cols["timing_source"], list(builder.sources), self.words["timing_source"])
-        for name in ("local_rank", "sn", "msg_bytes", "exec_ns", "kernel_start_us", "kernel_stop_us", "dump_us"):
-            out[name] = cols[name].astype(np.int64, copy=False)
-        self.open.add(out)
+    def path(self, i: int) -> Path:
+        """File ``i``'s path."""
+        return self.reader.paths[i]
 
     def resolve_ranks(self) -> None:
         """The files' global ranks from what has been read so far (checked at the end)."""
-        shells = [LoggedCollectives(str(s.path), list(s.builder.comm_index), dict(s.builder.comms), {}, {},
-                                    given_rank=s.rank) for s in self.streams]
         try:
-            ranks, _, _ = global_ranks(shells)
+            ranks, _, _ = global_ranks(self.reader.shells())
         except TraceError:
             return  # no communicator in every file yet: keep reading (records stay open)
         if len(set(ranks)) == len(ranks):
@@ -231,7 +205,7 @@ class _Job:
         if same_rank.any():
             at = int(np.flatnonzero(same_rank)[0]) + 1
             raise TraceError(f"communicator {self.comm_ids[int(comm[at])]}: collective {int(sn[at])} logged twice "
-                             f"by rank {int(rank[at])} ({self.streams[int(rec['file'][at])].path}): "
+                             f"by rank {int(rank[at])} ({self.path(int(rec['file'][at]))}): "
                              f"{int(same_rank.sum())} repeated record(s)")
         starts = np.flatnonzero(new)
         counts = np.diff(np.append(starts, n))
@@ -276,8 +250,10 @@ class _Job:
                 where[c] = words.index(w)
             return pd.Categorical.from_codes(where[rec[kind]], categories=words)
 
-        hosts = sorted(set(self.hosts))
-        host_of_file = np.asarray([hosts.index(h) for h in self.hosts], dtype=np.int32)
+        file_hosts = self.hosts
+        hosts = sorted(set(file_hosts))
+        host_code = {h: k for k, h in enumerate(hosts)}
+        host_of_file = np.asarray([host_code[h] for h in file_hosts], dtype=np.int32)
         starts, stops, dumps = rec["kernel_start_us"], rec["kernel_stop_us"], rec["dump_us"]
         n = len(pg)
         return pd.DataFrame({
@@ -361,7 +337,7 @@ def stream_tax(files: Sequence[tuple[Path, int | None]], *, salvage: bool = Fals
         and :func:`~evtsync.sync.tax.straggler_identity` read.
     round_bytes : int
         Text decoded per round over all files (each file's block: this over the number of
-        files, between 4 KiB and 4 MiB).
+        files, between 1 KiB and 4 MiB).
     end_tolerance_us, strict, allow_partial
         As for :func:`~evtsync.sync.collectives.align_logged`.
     overrides : iterable
@@ -395,26 +371,19 @@ def stream_tax(files: Sequence[tuple[Path, int | None]], *, salvage: bool = Fals
                     "(memory grows with the records)", len(files))
         return _whole(files, salvage, end_tolerance_us, strict, allow_partial)
     block = block_bytes or _block_bytes(len(files), round_bytes)
-    streams = [LogStream(path, salvage=salvage, rank=rank, block_bytes=block) for path, rank in files]
-    job = _Job(streams, keep_ranks, end_tolerance_us, strict)
+    reader = LogRounds(files, salvage=salvage, block_bytes=block)
+    job = _Job(reader, keep_ranks, end_tolerance_us, strict)
     try:
-        active = list(range(len(streams)))
-        while active:
-            still = []
-            for i in active:
-                if streams[i].step():
-                    still.append(i)
-                job.take(i)
-            active = still
-            job.rounds += 1
+        while reader.active:
+            job.open.add(reader.round())
+            job.rounds = reader.rounds
             if job.ranks is None:
                 job.resolve_ranks()
             job.complete()
         job.flush()
     finally:
-        for s in streams:
-            s.close()
-    results = [s.result() for s in streams]
+        reader.close()
+    results = reader.results()
     layout = job_layout(results)
     if job.ranks is None or list(job.ranks) != layout.ranks:
         log.warning("the ranks of the Inspector logs are known only from their whole content (no communicator "
@@ -457,7 +426,7 @@ def _finish(job: _Job, results: list[LoggedCollectives], layout: Any, allow_part
             at = int(np.flatnonzero(keys.isin(done))[0])
             raise TraceError(f"communicator {job.comm_ids[int(rec['comm'][at])]}: collective {int(rec['sn'][at])} "
                              f"logged twice by rank {int(job.ranks[rec['file'][at]])} "
-                             f"({job.streams[int(rec['file'][at])].path}): a repeated record")
+                             f"({job.path(int(rec['file'][at]))}): a repeated record")
         left_counts = leftover.groupby("pg", observed=True)["index"].nunique()
         every = {pg: totals.get(pg, 0) + int(left_counts.get(pg, 0)) for pg in comm_rows}
         problems += partial_problems(leftover, comm_rows, every)
@@ -527,10 +496,11 @@ def _assemble(job: _Job, groups: pd.DataFrame, comm_names: list[str]) -> tuple[A
     tax = TaxTables(coll, ranks, instance_shares=shares, members=members)
     # the alignment's tables: communicators with collectives, mismatches in the whole-table order
     n_coll = coll["pg"].astype(str).value_counts() if len(coll) else pd.Series(dtype=np.int64)
+    rows = meta.to_dict("index")  # one dict per communicator: .loc per cell cost ~0.1 ms (513 of them)
     group_rows = pd.DataFrame(
-        [{"pg": pg, "pg_name": pg, "pg_desc": meta.loc[pg, "pg_desc"], "pg_ranks": meta.loc[pg, "pg_ranks"],
-          "n_ranks": int(meta.loc[pg, "pg_size"]), "pg_source": LOGGED_SOURCE, "streams": "",
-          "n_collectives": int(n_coll[pg]), "present_ranks": meta.loc[pg, "seen_on_ranks"], "windows": "0"}
+        [{"pg": pg, "pg_name": pg, "pg_desc": rows[pg]["pg_desc"], "pg_ranks": rows[pg]["pg_ranks"],
+          "n_ranks": int(rows[pg]["pg_size"]), "pg_source": LOGGED_SOURCE, "streams": "",
+          "n_collectives": int(n_coll[pg]), "present_ranks": rows[pg]["seen_on_ranks"], "windows": "0"}
          for pg in comm_names if pg in n_coll.index], columns=GROUP_COLUMNS)
     if job.mismatches:
         mism = pd.concat(job.mismatches, ignore_index=True)

@@ -236,3 +236,125 @@ def test_open_records_bounded_by_the_round_not_the_files(tmp_path: Path, monkeyp
     assert got.stats["peak_open_records"] <= bound < n_files * n_sn / 2
     # held at once: the open ones and at most one batch (plus one round) of complete ones not taxed yet
     assert got.stats["peak_held_records"] <= bound + 300 + round_bytes // size < n_files * n_sn / 2
+
+
+# ---- issue 48, second round: one decode per round over every file (LogRounds)
+
+def _world(folder: Path, n_files: int, n_sn: int) -> list[list[int]]:
+    """``n_files`` logs of one world communicator, ``n_sn`` AllReduces each; the times written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    times = [[100 + (pid * 7 + sn) % 13 for pid in range(n_files)] for sn in range(n_sn)]
+    for pid in range(n_files):
+        (folder / f"h{pid // 8}-pid{pid}.log").write_text(
+            "".join(_record("0xw", pid, n_files, sn, times[sn][pid], f"h{pid // 8}", pid) for sn in range(n_sn)))
+    return times
+
+
+class _Counting:
+    """The bulk decoder, counting its calls."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner, self.calls = inner, 0
+
+    def decode_lines(self, text: bytes) -> list:
+        self.calls += 1
+        return self.inner.decode_lines(text)  # type: ignore[attr-defined]
+
+    def decode(self, text: bytes) -> object:
+        return self.inner.decode(text)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("n_files", [4, 64])
+def test_one_decode_call_per_round_whatever_the_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      n_files: int) -> None:
+    """Counted, not timed: each round's blocks of all files go through ONE msgspec call (a call
+    per file and block was the cost at 4,096 logs); the tax is max - min of the times written."""
+    from evtsync.trace.readers import inspector
+
+    counting = _Counting(inspector._DECODE_LEAN)
+    monkeypatch.setattr(inspector, "_DECODE_LEAN", counting)
+    times = _world(tmp_path, n_files, 40)
+    got = stream_tax(inspector_files(tmp_path) or [], block_bytes=1024)
+    assert got.stats["streamed"] and got.stats["rounds"] > 3
+    assert 0 < counting.calls <= got.stats["rounds"]
+    assert got.tables.collectives["tau_max_us"].tolist() == [float(max(t) - min(t)) for t in times]
+
+
+@pytest.mark.parametrize("n_files", [8, 64])
+def test_per_file_state_small_and_flat(tmp_path: Path, n_files: int) -> None:
+    """Between rounds a file holds at most one unfinished line (blocks of 100 bytes: every
+    record, ~330 bytes, is split across rounds) and ~1-2 KB of fixed state, whatever the number
+    of files; every record comes out exactly once with the time written."""
+    from evtsync.trace.readers.inspector import LogRounds
+
+    times = _world(tmp_path, n_files, 6)
+    line = max(len(_record("0xw", pid, n_files, sn, 112, f"h{pid // 8}", pid)) for pid in range(n_files)
+               for sn in range(6))
+    files = inspector_files(tmp_path) or []
+    reader = LogRounds(files, block_bytes=100)
+    seen = []
+    per_file = []
+    while reader.active:
+        cols = reader.round()
+        seen += list(zip(cols["file"].tolist(), cols["sn"].tolist(), cols["exec_ns"].tolist(), strict=True))
+        assert max(len(p) for p in reader._pending) < line
+        per_file.append(reader.state_bytes() / n_files)
+    assert max(per_file) < line + 2048
+    assert reader.rounds > 6 * line // 100
+    rank_of = {i: int(p.name.split("pid")[1].split(".")[0]) for i, (p, _) in enumerate(files)}
+    assert sorted((rank_of[f], sn, ns) for f, sn, ns in seen) == sorted(
+        (pid, sn, times[sn][pid] * 1000) for pid in range(n_files) for sn in range(6))
+    results = reader.results()
+    assert [r.info["n_collective_records"] for r in results] == [6] * n_files
+    assert [r.info["n_lines"] for r in results] == [6] * n_files
+
+
+def test_last_line_cut_blank_and_malformed_lines(tmp_path: Path) -> None:
+    """Among 12 logs one ends mid-line (a record being written: counted, not read), one has a
+    blank line and one a malformed line (an error naming file and line; with --salvage counted):
+    the streamed tables equal the whole-table path's, the counts are the hand counts."""
+    times = _world(tmp_path, 12, 30)
+    cut = tmp_path / "h0-pid3.log"
+    extra = _record("0xw", 3, 12, 30, 100, "h0", 3)
+    cut.write_text(cut.read_text() + extra[:57])
+    blank = tmp_path / "h0-pid5.log"
+    lines = _lines(blank)
+    blank.write_text("".join(lines[:10] + ["\n"] + lines[10:]))
+    bad = tmp_path / "h1-pid9.log"
+    lines = _lines(bad)
+    bad.write_text("".join(lines[:4] + ['{"header": oops}\n'] + lines[4:]))
+    files = inspector_files(tmp_path)
+    assert files is not None
+    with pytest.raises(TraceError, match=rf"{bad}: line 5: not an NCCL Inspector record"):
+        stream_tax(files, block_bytes=700)
+    got = stream_tax(files, block_bytes=700, salvage=True)
+    assert got.stats["streamed"]
+    assert got.tables.collectives["tau_max_us"].tolist() == [float(max(t) - min(t)) for t in times]
+    skipped = got.traces.skipped.set_index(["rank", "reason"])["count"].to_dict()
+    assert skipped == {(9, "malformed line"): 1, (3, "incomplete last line (log still being written?)"): 1}
+    ranks = got.traces.ranks.set_index("rank")
+    assert ranks.loc[3, "unread_tail_bytes"] == 57 and ranks.loc[3, "n_events"] == 31
+    assert ranks.loc[5, "n_events"] == 31 and ranks.loc[9, "n_events"] == 31 and ranks.loc[0, "n_events"] == 30
+    whole = load_traces(tmp_path, jobs=1, salvage=True)
+    _, tables = tax_from_traces(whole)
+    pd.testing.assert_frame_equal(tables.collectives, got.tables.collectives)
+    pd.testing.assert_frame_equal(whole.ranks.drop(columns="format_version"),
+                                  got.traces.ranks.drop(columns="format_version"))
+
+
+def test_many_files_few_lines_and_a_rank_changed_mid_file(tmp_path: Path) -> None:
+    """300 logs of 2 records each: one round, the hand tax; a record whose header says another
+    rank, in a later round, is refused naming its file and line."""
+    times = _world(tmp_path, 300, 2)
+    got = stream_tax(inspector_files(tmp_path) or [])
+    assert got.stats["rounds"] <= 2
+    assert got.tables.collectives["tau_max_us"].tolist() == [float(max(t) - min(t)) for t in times]
+    assert got.traces.ranks["n_collective_records"].tolist() == [2] * 300
+    lines = [_record("0xw", 7, 8, sn, 100, "h0", 7) for sn in range(8)]
+    lines[6] = _record("0xw", 6, 8, 6, 100, "h0", 7)
+    folder = tmp_path / "b"
+    _world(folder, 8, 8)
+    (folder / "h0-pid7.log").write_text("".join(lines))
+    with pytest.raises(TraceError, match=r"h0-pid7.log: line 7: communicator 0xw logged with rank 6 of 8, "
+                                         r"earlier lines say rank 7 of 8"):
+        stream_tax(inspector_files(folder) or [], block_bytes=600)
