@@ -35,13 +35,20 @@ every later match.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from evtsync.critpath.names import (  # noqa: F401 (names re-exported for the CPU side)
+    GAP_NAME,
+    JOIN_NAME,
+    NAME_SEPARATOR,
+    STEP_ANNOTATION,
+    WAIT_PREFIX,
+    user_names,
+)
 from evtsync.critpath.tasks import exact_times
 from evtsync.sync.collectives import Alignment
 from evtsync.sync.tax import TaxTables
@@ -50,12 +57,10 @@ from evtsync.trace.traceset import TraceSet
 
 log = logging.getLogger(__name__)
 
-GAP_NAME = "(python gap)"
-WAIT_PREFIX = "(wait) "
 ENQUEUE_PREFIX = "(enqueue) "
 #: Kinds of main-thread slices; each is also the cause category of a CPU-side collective.
 CPU_SIDE_CATEGORIES = ("cpu_op", "enqueue", "python", "python_gap", "collective_wait")
-_STEP = re.compile(r"^ProfilerStep#\d+$")
+_STEP = STEP_ANNOTATION
 _KIND_CODE = {k: i for i, k in enumerate(CPU_SIDE_CATEGORIES)}
 
 
@@ -134,47 +139,6 @@ def pair_enqueues(c10d: pd.DataFrame, instances: pd.DataFrame) -> np.ndarray:
         if j < len(c_start) and c_start[j] <= ts:
             out[i] = j
             j += 1
-    return out
-
-
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-#: Python frames of a thread join (``Thread.join`` and the lock wait inside it; with_stack=True).
-_JOIN = re.compile(r"^threading\.py\(\d+\): (join|_wait_for_tstate_lock)$")
-JOIN_NAME = "(thread join)"
-#: Separator between the enclosing annotation, the user-level op and the leaf op in a slice's name.
-NAME_SEPARATOR = " > "
-
-
-def user_names(starts: np.ndarray, ends: np.ndarray, names: list[str], cats: list[str]) -> list[str]:
-    """The name each event's own time goes by, in the user's words (issue 46): for an operator,
-    the innermost enclosing ``record_function`` annotation and the outermost (user-level) operator
-    around it before the leaf — ``expert_mm > aten::mm``, ``aten::clone > aten::copy_``; a Python
-    frame inside a thread join (with_stack=True) is ``(thread join)`` (after its annotation);
-    Python frames lose their object addresses so that ranks match. Events sorted by start, longer
-    first (nested as in :func:`_tile`); annotations, enqueues and waits keep their own names."""
-    out: list[str] = []
-    stack: list[int] = []
-    ends = ends.copy()
-    for i in range(len(starts)):
-        while stack and int(ends[stack[-1]]) <= int(starts[i]):
-            stack.pop()
-        if stack and int(ends[i]) > int(ends[stack[-1]]):
-            ends[i] = ends[stack[-1]]
-        name, cat = names[i], cats[i]
-        shown = name
-        if cat in ("cpu_op", "python_function") and not name.startswith("c10d::"):
-            notes = [names[j] for j in stack if cats[j] == "user_annotation" and not _STEP.match(names[j])
-                     and names[j] != GAP_NAME and not names[j].startswith(("gloo:", WAIT_PREFIX))]
-            note = notes[-1:]  # the innermost annotation
-            if cat == "python_function":
-                joined = _JOIN.match(name) or any(cats[j] == "python_function" and _JOIN.match(names[j]) for j in stack)
-                shown = NAME_SEPARATOR.join([*note, JOIN_NAME if joined else _ADDRESS.sub("", name)])
-            else:
-                ops = [names[j] for j in stack if cats[j] == "cpu_op" and not names[j].startswith("c10d::")]
-                top = ops[:1] if ops and ops[0] != name else []
-                shown = NAME_SEPARATOR.join([*note, *top, name])
-        out.append(shown)
-        stack.append(i)
     return out
 
 

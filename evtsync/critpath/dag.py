@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from evtsync.critpath.names import GAP_NAME, user_names
 from evtsync.trace.schema import LAUNCH_NAMES
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,6 @@ BLOCKING_SYNC_NAMES = frozenset(
 #: Launch calls: every name of the schema's launch list (kernels, graphs, copies, memsets).
 LAUNCH_CALL_NAMES = LAUNCH_NAMES
 PYTHON_CATEGORIES = frozenset({"user_annotation", "python_function"})
-GAP_NAME = "(python gap)"
 SAME_STREAM_TOLERANCE_NS = 3_000
 
 
@@ -174,10 +174,32 @@ def _is_one_of(values: pd.Series, names: frozenset[str] | set[str]) -> np.ndarra
     return values.astype(str).isin(names).to_numpy()
 
 
+def _op_user_names(ops: pd.DataFrame) -> pd.Series:
+    """The name each CPU op goes by in the DAG, in the user's words (``expert_mm > aten::mm``,
+    issue 46): :func:`evtsync.critpath.names.user_names` per thread, as on the CPU side
+    (docs/critical-path.md, "Names of causes")."""
+    if not len(ops):
+        return ops["name"]
+    start, end = ops["ts_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
+    lane = _pair_codes(ops["pid"].to_numpy(), ops["tid"].to_numpy())
+    order = np.lexsort((-end, start, lane))
+    start, end = start[order], end[order]
+    names = ops["name"].astype(str).to_numpy()[order].tolist()
+    cats = ops["cat"].astype(str).to_numpy()[order].tolist()
+    bounds = np.flatnonzero(np.diff(lane[order])) + 1
+    shown: list[str] = []
+    for lo, hi in zip(np.r_[0, bounds].tolist(), np.r_[bounds, len(order)].tolist(), strict=True):
+        shown += user_names(start[lo:hi], end[lo:hi], names[lo:hi], cats[lo:hi])
+    out = np.empty(len(order), dtype=object)
+    out[order] = shown
+    return pd.Series(out, index=ops.index, dtype="category")
+
+
 def _cpu_events(cpu_ops: pd.DataFrame, runtime: pd.DataFrame, vocab: Vocabulary) -> dict[str, np.ndarray]:
     """The CPU events of one rank as columns: thread, times, kind, name id, source row, sort priority
     (plain arrays: a DataFrame would copy them into one block)."""
     ops = cpu_ops[~_is_one_of(cpu_ops["cat"], {"gpu_user_annotation"})]
+    op_names = _op_user_names(ops)
     op_kind = np.where(_is_one_of(ops["cat"], PYTHON_CATEGORIES), KIND_PYTHON, KIND_CPU_OP)
     rt_kind = np.where(_is_one_of(runtime["name"], LAUNCH_CALL_NAMES), KIND_LAUNCH,
                        np.where(_is_one_of(runtime["name"], BLOCKING_SYNC_NAMES), KIND_SYNC, KIND_RUNTIME))
@@ -187,7 +209,7 @@ def _cpu_events(cpu_ops: pd.DataFrame, runtime: pd.DataFrame, vocab: Vocabulary)
         "start": np.concatenate([ops["ts_ns"].to_numpy(), runtime["ts_ns"].to_numpy()]),
         "end": np.concatenate([ops["end_ns"].to_numpy(), runtime["end_ns"].to_numpy()]),
         "kind": np.concatenate([op_kind, rt_kind]).astype(np.int8),
-        "name_id": np.concatenate([vocab.ids(ops["name"]), vocab.ids(runtime["name"])]),
+        "name_id": np.concatenate([vocab.ids(op_names), vocab.ids(runtime["name"])]),
         "source": np.concatenate([np.full(len(ops), SRC_CPU_OPS), np.full(len(runtime), SRC_RUNTIME)]),
         "row": np.concatenate([ops.index.to_numpy(), runtime.index.to_numpy()]),
     }

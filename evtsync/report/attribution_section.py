@@ -50,13 +50,15 @@ def attribution_why_items(coll: pd.DataFrame | None, gpu: str, why: dict[str, pd
     if len(roots):
         items.append(Table(roots.rename(columns={"root_rank": "root rank", "root_cause": "root cause",
                                                  "root_category": "category", "tax_us": "tax µs",
+                                                 "unexplained_tax_us": "of it unexplained µs",
                                                  "through_other_collectives": "via other collectives",
                                                  "cycles_cut": "cycles cut"}).reset_index(drop=True),
                            "Who and why: the root causes of the stragglers. A straggler whose principal cause is a "
                            "wait in another collective (of its own or another process group) passes the blame to "
                            "that collective's straggler, recursively; the root is where the chain ends "
                            "(docs/critical-path.md). Tax µs: sum of tau over the collectives routed to each root; "
-                           "via other collectives: how many of them reached it through a chain. " + more))
+                           "via other collectives: how many of them reached it through a chain; flag 'unexplained': at least "
+                           "half of its tax is on collectives that are unexplained or stopped with a reason. " + more))
     blame = on_gpu(why["rank_blame"]).drop(columns=["gpu"])
     if len(blame):
         items.append(Table(blame.rename(columns={"wait_suffered_us": "wait suffered µs",
