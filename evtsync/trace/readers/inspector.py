@@ -31,13 +31,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, methodcaller
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
 import pandas as pd
 
-from evtsync.core.errors import TraceError
+from evtsync.core.errors import TraceError, path_problem
 from evtsync.core.parallel import Work
 from evtsync.trace.decode import ByteSource, json_bytes_estimate
 
@@ -53,40 +53,46 @@ RECORD_COLUMNS = ("comm", "local_rank", "sn", "collective", "msg_bytes", "exec_n
                   "kernel_start_us", "kernel_stop_us", "dump_us")
 
 
+#: Integers as the columns hold them: a larger value in a log (msgspec reads up to 2**64 - 1) is
+#: refused by the decoder, naming its field and line, instead of overflowing the column.
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
+
+
 #: Structs without GC tracking: decoded records hold no reference cycles, and ~100k tracked
 #: objects per batch made the collector run (and freeing them cost as much as decoding).
 class _Header(msgspec.Struct, gc=False):
     id: str
-    rank: int
-    n_ranks: int
-    nnodes: int = MISSING
+    rank: Int32
+    n_ranks: Int32
+    nnodes: Int32 = MISSING
     comm_name: str = ""
 
 
 class _Meta(msgspec.Struct, gc=False):
     hostname: str = ""
-    pid: int = MISSING
-    dump_timestamp_us: int = MISSING
+    pid: Int64 = MISSING
+    dump_timestamp_us: Int64 = MISSING
     inspector_output_format_version: str = ""
 
 
 class _KernelTimes(msgspec.Struct, gc=False):
-    channel_id: int = MISSING
-    kernel_start_ts: int | None = None
-    kernel_stop_ts: int | None = None
+    channel_id: Int64 = MISSING
+    kernel_start_ts: Int64 | None = None
+    kernel_stop_ts: Int64 | None = None
 
 
 class _EventTimes(msgspec.Struct, gc=False):
-    coll_start_ts: int | None = None
-    coll_stop_ts: int | None = None
+    coll_start_ts: Int64 | None = None
+    coll_stop_ts: Int64 | None = None
     kernel_events: list[_KernelTimes] = []
 
 
 class _Coll(msgspec.Struct, gc=False):
     coll: str
-    coll_sn: int
+    coll_sn: Int64
     coll_exec_time_us: float
-    coll_msg_size_bytes: int = MISSING
+    coll_msg_size_bytes: Int64 = MISSING
     coll_timing_source: str = GPU_TIMING  # logs before the field existed were GPU-timed only
     event_trace_ts: _EventTimes | None = None
 
@@ -107,14 +113,14 @@ _DECODE_ONE = msgspec.json.Decoder(_Record)
 
 class _LeanHeader(msgspec.Struct, gc=False):
     id: str
-    rank: int
-    n_ranks: int
+    rank: Int32
+    n_ranks: Int32
 
 
 class _LeanMeta(msgspec.Struct, gc=False):
     hostname: str = ""
-    pid: int = MISSING
-    dump_timestamp_us: int = MISSING
+    pid: Int64 = MISSING
+    dump_timestamp_us: Int64 = MISSING
 
 
 class _LeanRecord(msgspec.Struct, gc=False):
@@ -175,15 +181,56 @@ class LoggedCollectives:
         return len(self.columns["sn"])
 
 
+#: What msgspec raises on a line it cannot decode: a JSON or schema error (an integer beyond
+#: :data:`Int64`/:data:`Int32` included), or nesting deeper than Python's recursion limit
+#: (msgspec decodes nested values recursively).
+_UNDECODABLE = (msgspec.DecodeError, RecursionError)
+
+
+def _not_a_record(path: Path, line_no: int, exc: BaseException) -> TraceError:
+    """The error for a line msgspec could not decode (``exc``: one of :data:`_UNDECODABLE`)."""
+    problem = "JSON nested too deeply to decode" if isinstance(exc, RecursionError) else str(exc)
+    return TraceError(f"{path}: line {line_no}: not an NCCL Inspector record ({problem}); pass --salvage to "
+                      "skip such lines, counting them")
+
+
+#: The largest ``coll_exec_time_us`` read: durations are kept as int64 nanoseconds (up to ~292
+#: years); a larger value (1e18 µs) is damage, and would wrap around to a negative number.
+MAX_EXEC_US = 1e12
+
+
+class _BadRecord(Exception):
+    """A record with a value no collective can have: ``index`` is its place among the records
+    checked (its file and line are found by the caller, which knows the records' lines)."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+def _check_exec_times(exec_us: np.ndarray, files: np.ndarray | None = None) -> None:
+    """Refuse a negative, non-finite or too large ``coll_exec_time_us`` (see :data:`MAX_EXEC_US`),
+    vectorised; the first bad one raised as :class:`_BadRecord` with the count of bad ones (of
+    its file, when ``files`` gives each value's file)."""
+    bad = ~(np.isfinite(exec_us) & (exec_us >= 0) & (exec_us <= MAX_EXEC_US))
+    if not bad.any():
+        return
+    first = int(np.flatnonzero(bad)[0])
+    value = float(exec_us[first])
+    what = "negative" if value < 0 else "too large" if value > MAX_EXEC_US else "not a number"
+    n_bad = int(bad.sum() if files is None else (bad & (files == files[first])).sum())
+    raise _BadRecord(first, f"coll_exec_time_us {value:g} is {what} (expected a duration from 0 to "
+                            f"{MAX_EXEC_US:g} µs); {n_bad} record(s) of this block are so")
+
+
 def _full_header(path: Path, salvage: bool, line: bytes, lean: Any, line_no: int) -> Any:
     """The header of a communicator's first record with ``nnodes`` and ``comm_name``, every
     field checked (with ``salvage`` a bad one leaves those two unknown)."""
     try:
         return _DECODE_ONE.decode(line).header
-    except msgspec.DecodeError as exc:
+    except _UNDECODABLE as exc:
         if not salvage:
-            raise TraceError(f"{path}: line {line_no}: not an NCCL Inspector record ({exc}); pass "
-                             "--salvage to skip such lines, counting them") from None
+            raise _not_a_record(path, line_no, exc) from None
         return _Header(lean.id, lean.rank, lean.n_ranks)
 
 
@@ -268,7 +315,7 @@ class _Builder:
             self.hosts.update(map(_HOST, metas))
             self.pids.update(map(_PID, metas))
         if records:
-            with contextlib.suppress(msgspec.DecodeError):
+            with contextlib.suppress(*_UNDECODABLE):
                 head = _DECODE_ONE.decode(raw(0))
                 if head.metadata is not None:
                     self.versions.add(head.metadata.inspector_output_format_version)
@@ -279,14 +326,21 @@ class _Builder:
         n = len(colls)
         heads = list(map(_HEADER, colls)) if n < len(records) else headers
         perfs: list[_Coll] = list(map(_PERF, colls))
+        # checked before any column grows: a refused batch leaves the columns as they were
+        exec_us = np.fromiter(map(_EXEC, perfs), np.float64, n)
+        try:
+            _check_exec_times(exec_us)
+        except _BadRecord as exc:  # its place among the collective records -> among all records
+            if n < len(records):
+                exc.index = next(i for i, r in enumerate(records) if r is colls[exc.index])
+            raise
         p = self.parts
         p["comm"].append(np.fromiter(map(self.comm_index.__getitem__, map(_ID, heads)), np.int32, n))
         p["local_rank"].append(np.fromiter(map(_RANK, heads), np.int32, n))
         p["sn"].append(np.fromiter(map(_SN, perfs), np.int64, n))
         p["collective"].append(_codes(list(map(_COLL_NAME, perfs)), self.names))
         p["msg_bytes"].append(np.fromiter(map(_SIZE, perfs), np.int64, n))
-        exec_ns = np.rint(np.fromiter(map(_EXEC, perfs), np.float64, n) * 1000.0).astype(np.int64)
-        p["exec_ns"].append(exec_ns)
+        p["exec_ns"].append(np.rint(exec_us * 1000.0).astype(np.int64))
         p["timing_source"].append(_codes(list(map(_SOURCE, perfs)), self.sources))
         coll_metas = list(map(_META, colls))
         if None in coll_metas:
@@ -300,10 +354,6 @@ class _Builder:
             low, high = int(known.min()), int(known.max())
             first, last = self.dump_range
             self.dump_range = [low if first == MISSING else min(first, low), max(last, high)]
-        negative = int((exec_ns < 0).sum())
-        if negative:
-            raise TraceError(f"{self.path}: {negative} record(s) with a negative coll_exec_time_us (expected a "
-                             "duration >= 0)")
         starts = np.full(n, MISSING, dtype=np.int64)
         stops = np.full(n, MISSING, dtype=np.int64)
         traces = list(map(_TRACE, perfs))
@@ -377,7 +427,7 @@ def _batch_text(builder: _Builder, text: bytes, first_line: int, salvage: bool) 
     on a failure, line by line to name the bad one."""
     try:
         records = _DECODE_LEAN.decode_lines(text)
-    except msgspec.DecodeError:
+    except _UNDECODABLE:
         _batch(builder, text.split(b"\n"), first_line, salvage)
         return
     def raw(i: int) -> bytes:
@@ -394,12 +444,16 @@ def _batch_text(builder: _Builder, text: bytes, first_line: int, salvage: bool) 
                 raise IndexError(i)
             start = end + 1
 
-    builder.add(records, first_line, raw)
+    try:
+        builder.add(records, first_line, raw)
+    except _BadRecord as exc:
+        lines = [first_line + i for i, line in enumerate(text.split(b"\n")) if line.strip()]
+        raise TraceError(f"{builder.path}: line {lines[exc.index]}: {exc}") from None
 
 
 def _batch(builder: _Builder, lines: list[bytes], first_line: int, salvage: bool) -> None:
     """Decode lines one by one (blank ones skipped), naming a bad one by its line number."""
-    good, texts = [], []
+    good, texts, numbers = [], [], []
     for i, line in enumerate(lines):
         if not line.strip():
             continue
@@ -407,12 +461,21 @@ def _batch(builder: _Builder, lines: list[bytes], first_line: int, salvage: bool
             _DECODE_ONE.decode(line)  # every field checked: this path names the bad line
             good.append(_DECODE_LEAN.decode(line))
             texts.append(line)
-        except msgspec.DecodeError as exc:
+            numbers.append(first_line + i)
+        except _UNDECODABLE as exc:
             if not salvage:
-                raise TraceError(f"{builder.path}: line {first_line + i}: not an NCCL Inspector record ({exc}); "
-                                 "pass --salvage to skip such lines, counting them") from None
+                raise _not_a_record(builder.path, first_line + i, exc) from None
             builder.skip("malformed line")
-    builder.add(good, first_line, texts.__getitem__)
+    _add(builder, good, first_line, texts.__getitem__, numbers)
+
+
+def _add(builder: _Builder, records: list[Any], first_line: int, raw: Callable[[int], bytes],
+         lines: list[int]) -> None:
+    """``builder.add``, naming the line (``lines[i]``: record i's) of a record with an impossible value."""
+    try:
+        builder.add(records, first_line, raw)
+    except _BadRecord as exc:
+        raise TraceError(f"{builder.path}: line {lines[exc.index]}: {exc}") from None
 
 
 #: Bytes before the resume point whose hash must be unchanged for an incremental re-read.
@@ -453,7 +516,7 @@ class LogStream:
                  block_bytes: int = BLOCK_BYTES, since: LoggedCollectives | None = None) -> None:
         self.path = Path(path)
         if not self.path.is_file():
-            raise TraceError(f"{self.path}: no such file")
+            raise TraceError(f"{self.path}: {path_problem(self.path)}")
         self.salvage, self.rank, self.block_bytes = salvage, rank, block_bytes
         self.offset = _resume_offset(self.path, since)
         self.builder = _Builder(self.path) if self.offset == 0 else _Builder.resume(self.path, since)  # type: ignore[arg-type]
@@ -520,9 +583,13 @@ class LogStream:
         if tail:
             try:
                 _DECODE_ONE.decode(tail)
-                builder.add([_DECODE_LEAN.decode(tail)], line_no, lambda _: tail)
+                record = _DECODE_LEAN.decode(tail)
+            except _UNDECODABLE:
+                record = None
+            if record is not None:
+                _add(builder, [record], line_no, lambda _: tail, [line_no])
                 line_no += 1
-            except msgspec.DecodeError:
+            else:
                 unread = len(pending)
                 log.warning("%s: last line (%d bytes, line %d) is incomplete: a log still being written? read up "
                             "to the last complete record", path, unread, line_no)
@@ -868,7 +935,7 @@ class LogRounds:
         self.paths = [Path(p) for p, _ in files]
         for path in self.paths:
             if not path.is_file():
-                raise TraceError(f"{path}: no such file")
+                raise TraceError(f"{path}: {path_problem(path)}")
         self.given = [r for _, r in files]
         self.salvage, self.block_bytes = salvage, block_bytes
         self.comm_code: dict[str, int] = {}
@@ -948,7 +1015,7 @@ class LogRounds:
         counts = np.fromiter(map(methodcaller("count", b"\n"), chunks), np.int64, len(chunks)) + 1
         try:
             records = _DECODE_LEAN.decode_lines(b"\n".join(chunks))
-        except msgspec.DecodeError:
+        except _UNDECODABLE:
             records = None
         owner = np.asarray(owners, dtype=np.int64)
         if records is not None and len(records) == int(counts.sum()):
@@ -966,7 +1033,7 @@ class LogRounds:
         for chunk, i, n in zip(chunks, owners, counts.tolist(), strict=True):
             try:  # this file's lines alone, as LogStream decodes them
                 mine = _DECODE_LEAN.decode_lines(chunk)
-            except msgspec.DecodeError:
+            except _UNDECODABLE:
                 mine = None
             if mine is not None and len(mine) == n:
                 out.append(self._columns(mine, np.full(n, i, dtype=np.int64), self.line_no[i] + np.arange(n),
@@ -994,10 +1061,9 @@ class LogRounds:
                 good.append(_DECODE_LEAN.decode(line))
                 texts.append(line)
                 at.append(int(self.line_no[i]) + k)
-            except msgspec.DecodeError as exc:
+            except _UNDECODABLE as exc:
                 if not self.salvage:
-                    raise TraceError(f"{self.paths[i]}: line {int(self.line_no[i]) + k}: not an NCCL Inspector "
-                                     f"record ({exc}); pass --salvage to skip such lines, counting them") from None
+                    raise _not_a_record(self.paths[i], int(self.line_no[i]) + k, exc) from None
                 self.malformed[i] = self.malformed.get(i, 0) + 1
         return self._columns(good, np.full(len(good), i, dtype=np.int64), np.asarray(at, dtype=np.int64),
                              texts.__getitem__)
@@ -1018,10 +1084,13 @@ class LogRounds:
             try:
                 _DECODE_ONE.decode(tail)
                 rec = _DECODE_LEAN.decode(tail)
+            except _UNDECODABLE:
+                rec = None
+            if rec is not None:
                 cols = self._columns([rec], np.full(1, i, dtype=np.int64), np.full(1, line_no, dtype=np.int64),
                                      lambda _: tail)
                 line_no += 1
-            except msgspec.DecodeError:
+            else:
                 unread = len(pending)
                 log.warning("%s: last line (%d bytes, line %d) is incomplete: a log still being written? read up "
                             "to the last complete record", path, unread, line_no)
@@ -1080,7 +1149,7 @@ class LogRounds:
                 _, at = np.unique(files[fresh], return_index=True)
                 for j in fresh[at].tolist():
                     version = ""
-                    with contextlib.suppress(msgspec.DecodeError):
+                    with contextlib.suppress(*_UNDECODABLE):
                         head = _DECODE_ONE.decode(raw(j))
                         version = head.metadata.inspector_output_format_version if head.metadata else ""
                     self.version[files[j]] = self.version_code.setdefault(version, len(self.version_code))
@@ -1096,7 +1165,12 @@ class LogRounds:
         else:
             dumps = np.fromiter(map(_DUMP, metas), np.int64, n)
         k = len(perfs)
-        exec_ns = np.rint(np.fromiter(map(_EXEC, perfs), np.float64, k) * 1000.0).astype(np.int64)
+        exec_us = np.fromiter(map(_EXEC, perfs), np.float64, k)
+        try:  # before the file's counts and columns grow; the record mapped back to its file and line
+            _check_exec_times(exec_us, files)
+        except _BadRecord as exc:
+            raise TraceError(f"{self.paths[int(files[exc.index])]}: line {int(lines[exc.index])}: {exc}") from None
+        exec_ns = np.rint(exec_us * 1000.0).astype(np.int64)
         out = {"file": files, "comm": comm, "local_rank": np.fromiter(map(_RANK, heads), np.int64, k),
                "sn": np.fromiter(map(_SN, perfs), np.int64, k),
                "collective": _codes(list(map(_COLL_NAME, perfs)), self.names).astype(np.int64),
@@ -1110,11 +1184,6 @@ class LogRounds:
         known = dumps >= 0
         np.minimum.at(self.dump_lo, files[known], dumps[known])
         np.maximum.at(self.dump_hi, files[known], dumps[known])
-        negative = exec_ns < 0
-        if negative.any():
-            bad = int(files[np.flatnonzero(negative)[0]])
-            raise TraceError(f"{self.paths[bad]}: {int((negative & (files == bad)).sum())} record(s) with a negative "
-                             "coll_exec_time_us (expected a duration >= 0)")
         traces = list(map(_TRACE, perfs))
         if traces.count(None) < k:  # verbose logs only
             starts, stops = out["kernel_start_us"], out["kernel_stop_us"]
