@@ -32,7 +32,7 @@ FIT_FILE = "rankmodel.nc"
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``ranks`` command."""
     from evtsync.cli._common import ListOption, add_out_argument, positive_int
-    from evtsync.evt.rankmodel import FLEET_WORDING, FLEETS
+    from evtsync.core.defaults import RANK_FLEET_WORDING as FLEET_WORDING
 
     p = subparsers.add_parser(
         "ranks", help=HELP,
@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "run folder (its tables/zscores.parquet)")
     p.add_argument("--n", action=ListOption, item=positive_int, examples=("8", "64"), metavar="N",
                    default=[8, 64, 512, 4096], help="domain sizes of tau(n) (default 8 64 512 4096)")
-    p.add_argument("--fleet", choices=FLEETS, default="new",
+    p.add_argument("--fleet", choices=tuple(FLEET_WORDING), default="new",
                    help="who the n ranks are: new = '" + FLEET_WORDING["new"] + "' (default), these-plus-typical = '"
                    + FLEET_WORDING["these-plus-typical"] + "'")
     add_out_argument(p, "folder", "folder for the fit (rankmodel.nc) and the tables rank_effects, variance_shares, "
