@@ -35,6 +35,10 @@ def _zscores(iters: int, slow: bool, seed: int) -> pd.DataFrame:
     return table
 
 
+def _no_nan(word: str) -> None:
+    raise AssertionError(f"--json printed {word}: not strict JSON")
+
+
 @pytest.fixture(scope="module")
 def slow_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """A hand-made run folder holding the z-score table (its manifest lists no outputs), given to `ranks`
@@ -48,7 +52,7 @@ def slow_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         rc = main(["ranks", str(run), *FAST, "--json", "-o", str(root / "out")])
-    return {"rc": rc, "json": json.loads(out.getvalue()), "out": root / "out", "run": run, "before": before}
+    return {"rc": rc, "json": json.loads(out.getvalue(), parse_constant=_no_nan), "out": root / "out", "run": run, "before": before}
 
 
 def test_the_slow_rank_is_named_with_an_interval_that_holds_the_truth(slow_run: dict) -> None:
@@ -92,11 +96,11 @@ def test_out_writes_the_fit_and_tables_and_the_run_folder_is_untouched(slow_run:
 def test_iid_ranks_name_no_rank(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "z.parquet"
     _zscores(300, slow=False, seed=5).to_parquet(path)
-    assert main(["ranks", str(path), *FAST]) == 0
+    assert main(["ranks", str(path), *FAST, "--fleet", "these-plus-typical"]) == 0
     text = capsys.readouterr().out
     assert "H100|bf16: no rank is credibly slow" in text and "persistently slow:" not in text
     assert "rule: a rank is named persistently slow when" in text
-    assert "tau(n) for a job of n ranks from the same fleet (posterior median [90% interval]" in text
+    assert "tau(n) for these ranks plus typical ones from the same fleet (posterior median [90% interval]" in text
     assert "Convergence:" in text
 
 
