@@ -102,11 +102,11 @@ def results(fit: Any, ns: list[int], fleet: str, b_us: dict[str, float], seed: i
             "tau": tau_table(fit, ns, fleet=fleet, b_us=b_us, seed=seed)}
 
 
-def _text(res: dict[str, Any], ns: list[int], fleet: str, source: str) -> str:
+def _text(res: dict[str, Any], fleet: str, source: str) -> str:
     from evtsync.evt.rankmodel import FLEET_WORDING
 
     flag = "" if res["converged"] else " [NOT CONVERGED: read every number below with caution]"
-    lines = [f"rank model of {source}{flag}"]
+    lines = [f"rank model of {source}{flag}", f"  {res['rows_note']}"]
     cells = list(res["cells"]["cell"])
     lines.append("Persistently slow ranks:")
     for cell in cells:
@@ -170,24 +170,29 @@ def run_ranks(args: argparse.Namespace) -> int:
     ns = [int(n) for n in args.n]
     zscores, source = read_zscores(args.input)
     long = rank_table_from_zscores(zscores, source)
+    no_gemm = int((~zscores["has_gemm"].astype(bool)).sum()) if "has_gemm" in zscores.columns else 0
+    rows_note = (f"z-score rows used: {len(zscores) - no_gemm} of {len(zscores)}"
+                 + (f" ({no_gemm} blocks without a GEMM kernel left out)" if no_gemm else "")
+                 + f"; {len(long)} per-rank values")
     seed = DEFAULT_SEED if args.seed is None else args.seed
     fit = fit_rank_model(long, draws=args.draws or RANKMODEL_DRAWS, seed=seed, source=source)
     res = results(fit, ns, args.fleet, _block_sd_us(zscores), seed)
+    res["rows_note"] = rows_note
     if not fit.converged:
-        log.warning("rank model: NOT CONVERGED (%s)", fit.convergence_note)
+        log.warning("rank model: %s", fit.convergence_note)
     written = _write(args.out, fit, res) if args.out else []
     if args.json:
         from evtsync.evt.rankmodel import FLEET_WORDING
 
         emit_json({"source": source, "model": res["model"], "converged": res["converged"],
-                   "convergence": res["convergence"], "fleet": args.fleet,
+                   "convergence": res["convergence"], "rows_note": rows_note, "fleet": args.fleet,
                    "fleet_assumption": FLEET_WORDING[args.fleet], "point": "posterior median", "level": 0.9,
                    "slow_rule": res["slow_rule"], "slow_rank_text": res["slow_rank_text"],
                    "cells": res["cells"].to_dict("records"),
                    **{name: res[name].to_dict("records") for name in OUT_TABLES},
                    "written": [str(p) for p in written]})
     else:
-        print(_text(res, ns, args.fleet, source))
+        print(_text(res, args.fleet, source))
         for p in written:
             print(f"wrote {p}")
     return 0
