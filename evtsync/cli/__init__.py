@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "models": ("models", "list the model specifications shipped with evtsync (or of --models-dir)"),
     "fit": ("fit", "fit a Gumbel/GEV model to block maxima (z-scores): MLE or Bayesian"),
     "compare": ("compare", "compare Bayesian fits by PSIS-LOO: ELPD differences with SE, Pareto k, verdict"),
+    "ranks": ("ranks", "the rank model: persistently slow ranks, variance shares, tail shape and tau(n) per GPU x precision"),
     "predict": ("predict", "predicted tax tau(n) per GPU x precision, with intervals (default estimator: ranktail)"),
     "bandwidth": ("bandwidth", "optimal bandwidth B* with the synchronization tax vs Hockney's, per topology and n"),
     "diff": ("diff", "compare the tax of two runs: shifts with intervals and a verdict per PG role"),

@@ -156,3 +156,9 @@ def check_level(level: float) -> float:
     if not 0 < float(level) < 1:
         raise InputError(f"interval level must lie in (0, 1); got {level}")
     return float(level)
+
+
+#: The fleets a rank-model prediction can assume, with the words every output states them in
+#: (evtsync.evt.rankmodel; here so that `evtsync ranks --help` names them without loading the model).
+RANK_FLEET_WORDING = {"new": "a job of n ranks from the same fleet",
+                      "these-plus-typical": "these ranks plus typical ones from the same fleet"}

@@ -53,6 +53,7 @@ from evtsync.core.defaults import (
     DEFAULT_DRAWS,
     DEFAULT_SEED,
     DEFAULT_TUNE,
+    RANK_FLEET_WORDING,
     RANKTAIL_MIN_EXCEEDANCES,
     RANKTAIL_MIN_VALUES,
     RANKTAIL_XI_PRIOR_SD,
@@ -70,10 +71,9 @@ RANK_TABLE_COLUMNS = ("value", "collective", "rank", "gpu", "precision", "order"
 #: (the default), or assumed absent (``"none"``: the values are used as they are, as ranktail does).
 CENTRINGS = ("centre", "none")
 #: The fleets a prediction can assume (module docstring).
-FLEETS = ("new", "these-plus-typical")
+FLEETS = tuple(RANK_FLEET_WORDING)
 POPULATIONS = ("fleet", "normal")
-FLEET_WORDING = {"new": "a job of n ranks from the same fleet",
-                 "these-plus-typical": "these ranks plus typical ones from the same fleet"}
+FLEET_WORDING = RANK_FLEET_WORDING
 MODEL_NAME = "rankmodel"
 #: Draws per chain: the GPD's shape and scale stay correlated after the reparametrisation (bulk ESS
 #: ~0.15 per draw for xi), so 2 x DEFAULT_DRAWS keeps the ESS >= 400 rule met (a fit costs ~1-3 s of CPU).
