@@ -112,7 +112,7 @@ def png_renderings(fig: Any) -> tuple[bytes, bytes]:
 #: The report's figures' resolution (pixels per inch of their PNG).
 FIGURE_DPI = 110
 
-#: The narrow rendering of a report figure (issue 49, docs/report.md "Figures on a narrow screen"): at
+#: The narrow rendering of a report figure (issue 49, docs/tutorial.md, the report's sections): at
 #: most this many inches wide and every text at least :data:`NARROW_MIN_PT` points, so that shown
 #: at 360 px (a 390 px phone less its margins) a label reads at 9 × 360 / (72 × 4) ≈ 11.2 px.
 NARROW_WIDTH_IN = 4.0
@@ -168,14 +168,46 @@ def narrow_layout(fig: Any) -> None:
     for ax in fig.axes:
         sizes = [t.get_fontsize() for t in ax.get_xticklabels() + ax.get_yticklabels()]
         ax.tick_params(axis="both", which="both", labelsize=max([NARROW_MIN_PT, *sizes]))
-        ax.title.set_wrap(True)
+    def raise_fonts() -> None:
+        fig.canvas.draw()
+        for text in fig.findobj(Text):
+            text.set_fontsize(max(text.get_fontsize(), NARROW_MIN_PT))
+            if len(text.get_text()) > 30:  # a long title, label or annotation: wrapped at the figure's edge
+                text.set_wrap(True)
+
+    def layout() -> None:
+        if fig.get_layout_engine() is None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fig.tight_layout()
+
+    raise_fonts()
+    for legend in list(fig.legends):  # a figure's legend: below it, one entry a line
+        handles, labels = list(legend.legend_handles), [t.get_text() for t in legend.get_texts()]
+        legend.remove()
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncols=1, frameon=False,
+                   fontsize=NARROW_MIN_PT)
+    layout()
     fig.canvas.draw()
-    for text in fig.findobj(Text):
-        text.set_fontsize(max(text.get_fontsize(), NARROW_MIN_PT))
-    if fig.get_layout_engine() is None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fig.tight_layout()
+    for ax in shown:
+        legend = ax.get_legend()
+        if legend is None:
+            continue
+        anchor = legend.get_bbox_to_anchor()
+        if anchor.y0 < ax.bbox.y0 - 1 or anchor.x0 > ax.bbox.x1 + 1:  # beside or below the axes: below, one column
+            handles, labels = list(legend.legend_handles), [t.get_text() for t in legend.get_texts()]
+            legend.remove()
+            legend_below(ax, ncol=1, handles=handles, labels=labels)
+    raise_fonts()
+    # what sticks out of the axes (a legend beside them, a long label) widens the saved image
+    # (bbox_inches="tight"): narrow the figure by that much, a few times, so the image is ~4 in
+    for _ in range(4):
+        layout()
+        saved = fig.get_tightbbox(fig.canvas.get_renderer()).width
+        excess = saved - NARROW_WIDTH_IN
+        if excess <= 0.05 or fig.get_size_inches()[0] - excess < 2.5:
+            break
+        fig.set_size_inches(fig.get_size_inches()[0] - excess, fig.get_size_inches()[1])
 
 
 #: The modules a process that draws the report's figures needs (imported once, before forking).
@@ -267,7 +299,7 @@ def readable_log_axis(axis: Any, lo: float, hi: float, most: int = 6) -> None:
 def legend_below(ax: Any, ncol: int = 2, **kwargs: Any) -> None:
     """The legend of ``ax`` under its axes, below the tick labels and the axis label (outside the
     data; ``bbox_inches="tight"`` keeps it in the saved file). Call it after ``tight_layout``."""
-    if not ax.get_legend_handles_labels()[0]:
+    if not kwargs.get("handles") and not ax.get_legend_handles_labels()[0]:
         return
     renderer = ax.figure.canvas.get_renderer()
     bottom = ax.get_tightbbox(renderer).y0
