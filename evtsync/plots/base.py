@@ -150,6 +150,7 @@ def narrow_layout(fig: Any) -> None:
     import warnings
 
     from matplotlib.gridspec import GridSpec
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
     from matplotlib.text import Text
 
     panels = [ax for ax in fig.axes if ax.get_subplotspec() is not None]
@@ -176,7 +177,8 @@ def narrow_layout(fig: Any) -> None:
                 text.set_wrap(True)
 
     def layout() -> None:
-        if fig.get_layout_engine() is None:
+        # a figure that ran tight_layout holds a placeholder engine; a constrained one lays itself out
+        if not isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 fig.tight_layout()
@@ -208,6 +210,7 @@ def narrow_layout(fig: Any) -> None:
         if excess <= 0.05 or fig.get_size_inches()[0] - excess < 2.5:
             break
         fig.set_size_inches(fig.get_size_inches()[0] - excess, fig.get_size_inches()[1])
+    layout()  # after the last resize too
 
 
 #: The modules a process that draws the report's figures needs (imported once, before forking).
