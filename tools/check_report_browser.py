@@ -7,8 +7,9 @@ small probe script; Chromium runs it and ``--dump-dom`` returns its findings:
 
 - elements that stick out of the page horizontally and are not inside a scrollable container
   (a clipped table or figure),
-- images that did not decode (``naturalWidth == 0``), and figures shown at less than
-  :data:`LEGIBLE_SCALE` of their own pixel width (their text would be too small to read),
+- images that did not decode (``naturalWidth == 0``), figures wider than their box, and (at a
+  phone's width) figures whose smallest text is shown below 11 px (its size in the PNG's pixels,
+  from the report's ``data-fonts``, times the scale it is shown at),
 - a layout width other than the one asked for,
 - resources fetched from the network (``performance.getEntriesByType('resource')``: a
   self-contained report fetches none; ``data:`` URIs are not listed),
@@ -31,7 +32,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from evtsync.report.render import LEGIBLE_SCALE
+from evtsync.report.render import MIN_FIGURE_TEXT_PX, NARROW_MEDIA
 
 PROBE = r"""
 <script>
@@ -55,11 +56,20 @@ window.addEventListener('load', function () {
         ' right=' + Math.round(r.right) + ' > ' + W);
     }
   });
-  var broken = [], shrunk = [];
+  var broken = [], figures = [];
   document.querySelectorAll('img').forEach(function (img) {
     if (!img.complete || img.naturalWidth === 0) { broken.push(img.alt || img.src.slice(0, 60)); return; }
-    var scale = img.getBoundingClientRect().width / img.naturalWidth;
-    if (scale < LEGIBLE_SCALE - 0.02) shrunk.push((img.alt || '').slice(0, 50) + ' at ' + Math.round(100 * scale) + '%');
+    // the smallest text of the rendering shown (the <picture> may pick the narrow one): its size in
+    // the PNG's own pixels (data-fonts "width:px ...", written by the report) times the scale shown
+    var r = img.getBoundingClientRect(), box = (img.closest('figure') || document.body).getBoundingClientRect();
+    var font = null;
+    (img.getAttribute('data-fonts') || '').split(' ').forEach(function (pair) {
+      var p = pair.split(':');
+      if (p.length === 2 && +p[0] === img.naturalWidth) font = +p[1];
+    });
+    figures.push({alt: (img.alt || '').slice(0, 50), natural: img.naturalWidth, shown: Math.round(r.width * 10) / 10,
+      text_px: font === null ? null : Math.round(font * r.width / img.naturalWidth * 100) / 100,
+      overflow: r.right > box.right + 1 || r.left < box.left - 1 || r.right > W + 1});
   });
   var fetched = performance.getEntriesByType('resource').map(function (e) { return e.name; })
     .filter(function (n) { return !n.startsWith('data:'); });
@@ -94,7 +104,7 @@ window.addEventListener('load', function () {
     if (shown(e) && size < 11 && small.length < 5) small.push(e.tagName.toLowerCase() + ' ' + size + 'px');
   });
   var findings = JSON.stringify({width: W, height: H, scroll_width: document.documentElement.scrollWidth,
-    overflow: overflow, broken_images: broken, shrunk_images: shrunk, n_images: document.images.length,
+    overflow: overflow, broken_images: broken, figures: figures, n_images: document.images.length,
     network: fetched, first_screen: first, wide: wide, answers: answers, summary: summary, small_text: small});
   parent.postMessage(findings, '*');
 });
@@ -140,8 +150,7 @@ def check_report(report: Path, out: Path, widths=WIDTHS, height: int = 900) -> d
         raise RuntimeError("chromium not found: apt-get install chromium")
     out.mkdir(parents=True, exist_ok=True)
     text = report.read_text(encoding="utf-8")
-    probe = PROBE.replace("LEGIBLE_SCALE", str(LEGIBLE_SCALE))
-    probed = text.replace("</body>", probe + "</body>") if "</body>" in text else text + probe
+    probed = text.replace("</body>", PROBE + "</body>") if "</body>" in text else text + PROBE
     results = {}
     with tempfile.TemporaryDirectory(prefix="evtsync-browser-") as tmp:
         page = Path(tmp) / "report.html"
@@ -175,12 +184,26 @@ def problems(results: dict) -> list[str]:
             lines.append(f"{width} px: the page was laid out {r['width']} px wide, not {width}")
         for item in r["broken_images"]:
             lines.append(f"{width} px: image does not decode: {item}")
-        for item in r.get("shrunk_images", []):
-            lines.append(f"{width} px: figure shrunk below legibility: {item}")
+        lines += figure_problems(width, r)
         for item in r["network"]:
             lines.append(f"{width} px: network request: {item}")
         if r["n_images"] == 0:
             lines.append(f"{width} px: no images at all")
+    return lines
+
+
+def figure_problems(width: int, r: dict) -> list[str]:
+    """Figures that stick out of their box, and (at <= :data:`NARROW_MEDIA` px, a phone) figures
+    whose smallest text is shown below :data:`MIN_FIGURE_TEXT_PX` CSS pixels or of unknown size."""
+    lines = []
+    for f in r.get("figures", []):
+        if f["overflow"]:
+            lines.append(f"{width} px: figure wider than its box: {f['alt']} ({f['shown']} px shown)")
+        if width <= NARROW_MEDIA and f["text_px"] is None:
+            lines.append(f"{width} px: figure text size unknown (no data-fonts for its {f['natural']} px rendering): {f['alt']}")
+        elif width <= NARROW_MEDIA and f["text_px"] < MIN_FIGURE_TEXT_PX:
+            lines.append(f"{width} px: figure text shown at {f['text_px']} px < {MIN_FIGURE_TEXT_PX}: {f['alt']} "
+                         f"({f['natural']} px shown at {f['shown']})")
     return lines
 
 

@@ -81,8 +81,136 @@ def save_png_svg(fig: Any, folder: str | os.PathLike[str], stem: str,
         except BaseException:
             plt.close(fig)
             raise
-    png = save_figure(fig, folder / f"{stem}.png", dpi=110)
+    wide, narrow = png_renderings(fig)
+    png = folder / f"{stem}.png"
+    for path, data in ((png, wide), (narrow_png_path(png), narrow)):
+        path.parent.mkdir(exist_ok=True)
+        with atomic_path(path) as tmp:
+            Path(tmp).write_bytes(data)
     return png, svg_path
+
+
+def png_renderings(fig: Any) -> tuple[bytes, bytes]:
+    """``fig`` as PNG bytes at :data:`FIGURE_DPI`, then redrawn for a narrow screen
+    (:func:`narrow_layout`) as PNG bytes; each carries its smallest text size (:data:`FONT_KEY`).
+    Closes the figure, even on failure."""
+    import io
+
+    try:
+        out = []
+        for narrow in (False, True):
+            if narrow:
+                narrow_layout(fig)
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png", dpi=FIGURE_DPI, bbox_inches="tight", metadata=_font_metadata(fig))
+            out.append(buf.getvalue())
+    finally:
+        plt.close(fig)
+    return out[0], out[1]
+
+
+#: The report's figures' resolution (pixels per inch of their PNG).
+FIGURE_DPI = 110
+
+#: The narrow rendering of a report figure (issue 49, docs/tutorial.md, the report's sections): at
+#: most this many inches wide and every text at least :data:`NARROW_MIN_PT` points, so that shown
+#: at 360 px (a 390 px phone less its margins) a label reads at 9 × 360 / (72 × 4) ≈ 11.2 px.
+NARROW_WIDTH_IN = 4.0
+NARROW_MIN_PT = 9.0
+#: Height of one panel of the narrow rendering (panels stack in one column), inches.
+NARROW_PANEL_IN = 2.9
+
+#: PNG text key holding the smallest text of the figure, in the PNG's own pixels.
+FONT_KEY = "evtsync-min-font-px"
+
+
+def narrow_png_path(png: str | os.PathLike[str]) -> Path:
+    """Where the narrow rendering of the report figure ``png`` lies: ``narrow/`` beside it, same name."""
+    png = Path(png)
+    return png.parent / "narrow" / png.name
+
+
+def min_font_pt(fig: Any) -> float | None:
+    """The smallest font size (points) among the figure's visible, non-empty texts; None without text."""
+    from matplotlib.text import Text
+
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    return float(min(sizes)) if sizes else None
+
+
+def _font_metadata(fig: Any) -> dict[str, str]:
+    fig.canvas.draw()  # tick labels exist only once drawn
+    size = min_font_pt(fig)
+    return {FONT_KEY: f"{size * FIGURE_DPI / 72:.2f}"} if size is not None else {}
+
+
+def narrow_layout(fig: Any) -> None:
+    """Lay ``fig`` out again for a narrow screen (see :data:`NARROW_WIDTH_IN`): its panels in one
+    column, :data:`NARROW_WIDTH_IN` wide, every text at least :data:`NARROW_MIN_PT`, titles wrapped."""
+    import warnings
+
+    from matplotlib.gridspec import GridSpec
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+    from matplotlib.text import Text
+
+    panels = [ax for ax in fig.axes if ax.get_subplotspec() is not None]
+    for ax in panels:
+        if not ax.axison and not ax.has_data() and not ax.texts:
+            ax.set_visible(False)
+    shown = [ax for ax in panels if ax.get_visible()]
+    columns = max((ax.get_subplotspec().get_gridspec().ncols for ax in shown), default=1)
+    if columns > 1:
+        grid = GridSpec(len(shown), 1, figure=fig)
+        for i, ax in enumerate(shown):
+            ax.set_subplotspec(grid[i, 0])
+    rows = len(shown) if columns > 1 else max((ax.get_subplotspec().get_gridspec().nrows for ax in shown), default=1)
+    width, height = fig.get_size_inches()
+    fig.set_size_inches(NARROW_WIDTH_IN, max(NARROW_PANEL_IN * rows, height * NARROW_WIDTH_IN / width))
+    for ax in fig.axes:
+        sizes = [t.get_fontsize() for t in ax.get_xticklabels() + ax.get_yticklabels()]
+        ax.tick_params(axis="both", which="both", labelsize=max([NARROW_MIN_PT, *sizes]))
+    def raise_fonts() -> None:
+        fig.canvas.draw()
+        for text in fig.findobj(Text):
+            text.set_fontsize(max(text.get_fontsize(), NARROW_MIN_PT))
+            if len(text.get_text()) > 30:  # a long title, label or annotation: wrapped at the figure's edge
+                text.set_wrap(True)
+
+    def layout() -> None:
+        # a figure that ran tight_layout holds a placeholder engine; a constrained one lays itself out
+        if not isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fig.tight_layout()
+
+    raise_fonts()
+    for legend in list(fig.legends):  # a figure's legend: below it, one entry a line
+        handles, labels = list(legend.legend_handles), [t.get_text() for t in legend.get_texts()]
+        legend.remove()
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncols=1, frameon=False,
+                   fontsize=NARROW_MIN_PT)
+    layout()
+    fig.canvas.draw()
+    for ax in shown:
+        legend = ax.get_legend()
+        if legend is None:
+            continue
+        anchor = legend.get_bbox_to_anchor()
+        if anchor.y0 < ax.bbox.y0 - 1 or anchor.x0 > ax.bbox.x1 + 1:  # beside or below the axes: below, one column
+            handles, labels = list(legend.legend_handles), [t.get_text() for t in legend.get_texts()]
+            legend.remove()
+            legend_below(ax, ncol=1, handles=handles, labels=labels)
+    raise_fonts()
+    # what sticks out of the axes (a legend beside them, a long label) widens the saved image
+    # (bbox_inches="tight"): narrow the figure by that much, a few times, so the image is ~4 in
+    for _ in range(4):
+        layout()
+        saved = fig.get_tightbbox(fig.canvas.get_renderer()).width
+        excess = saved - NARROW_WIDTH_IN
+        if excess <= 0.05 or fig.get_size_inches()[0] - excess < 2.5:
+            break
+        fig.set_size_inches(fig.get_size_inches()[0] - excess, fig.get_size_inches()[1])
+    layout()  # after the last resize too
 
 
 #: The modules a process that draws the report's figures needs (imported once, before forking).
@@ -174,7 +302,7 @@ def readable_log_axis(axis: Any, lo: float, hi: float, most: int = 6) -> None:
 def legend_below(ax: Any, ncol: int = 2, **kwargs: Any) -> None:
     """The legend of ``ax`` under its axes, below the tick labels and the axis label (outside the
     data; ``bbox_inches="tight"`` keeps it in the saved file). Call it after ``tight_layout``."""
-    if not ax.get_legend_handles_labels()[0]:
+    if not kwargs.get("handles") and not ax.get_legend_handles_labels()[0]:
         return
     renderer = ax.figure.canvas.get_renderer()
     bottom = ax.get_tightbbox(renderer).y0

@@ -22,7 +22,7 @@ import pandas as pd
 from evtsync.core.defaults import INTERVAL_LEVEL as LEVEL
 from evtsync.core.tableio import atomic_path, file_sha256, read_table
 from evtsync.evt.mlefit import MIN_Z_MLE
-from evtsync.plots.base import PLOT_MODULES, draw_png_svg
+from evtsync.plots.base import PLOT_MODULES, draw_png_svg, narrow_png_path
 from evtsync.report.markdown import Figure
 from evtsync.runfolder.layout import STATUS_TEXT, next_step, root_cause
 
@@ -68,7 +68,7 @@ def figure_key(job: FigureJob) -> str | None:
 class FigureCache:
     """Figures drawn earlier, by :func:`figure_key` (so a figure whose input tables and code have
     not changed is drawn once, whatever run folder it goes to): ``folder/KEY/`` holds
-    ``figure.png`` (and ``figure.svg``) and :data:`FIGURE_META`, the files' SHA-256, signed with
+    ``figure.png``, ``figure-narrow.png`` (its narrow rendering) (and ``figure.svg``) and :data:`FIGURE_META`, the files' SHA-256, signed with
     the user's key (:func:`evtsync.core.trust.sign_listing`). An entry is written into a
     temporary folder and renamed into place; a damaged or untrusted one (a file missing or
     differing from its hash, no signature of this key) is reported with a warning, removed and
@@ -91,7 +91,8 @@ class FigureCache:
             if untrusted is not None:
                 raise ValueError(f"not trusted: {untrusted}")
             files = meta["files"]
-            wanted = {"figure.png": png, **({"figure.svg": svg} if svg is not None else {})}
+            wanted = {"figure.png": png, "figure-narrow.png": narrow_png_path(png),
+                      **({"figure.svg": svg} if svg is not None else {})}
             for name in wanted:
                 if file_sha256(entry / name) != files[name]:
                     raise ValueError(f"{name} differs from its hash")
@@ -105,6 +106,7 @@ class FigureCache:
             shutil.rmtree(entry, ignore_errors=True)
             return False
         for name, dest in wanted.items():
+            dest.parent.mkdir(parents=True, exist_ok=True)
             with atomic_path(dest) as tmp:
                 shutil.copyfile(entry / name, tmp)
         return True
@@ -118,7 +120,7 @@ class FigureCache:
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=self.folder))
         try:
             files = {}
-            for name, src in (("figure.png", png), ("figure.svg", svg)):
+            for name, src in (("figure.png", png), ("figure-narrow.png", narrow_png_path(png)), ("figure.svg", svg)):
                 if src is not None:
                     shutil.copyfile(src, tmp / name)
                     files[name] = file_sha256(tmp / name)
@@ -195,7 +197,8 @@ class ReportContext:
         png, svg = self.fig_dir / f"{stem}.png", (self.fig_dir / f"{stem}.svg" if self.svg else None)
         # a stem planned again replaces the earlier plan (as saving it again would overwrite the file)
         self._figures = [job for job in self._figures if job[1] != stem] + [(draw, stem, self.svg)]
-        self.written = [p for p in self.written if p not in (png, svg)] + [p for p in (png, svg) if p is not None]
+        files = [png, narrow_png_path(png), *([svg] if svg is not None else [])]
+        self.written = [p for p in self.written if p not in files] + files
         return Figure(png, svg, caption)
 
     def figure_workers(self, workers: int | None = None) -> int:

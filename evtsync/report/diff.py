@@ -5,7 +5,6 @@ report's one renderer (:func:`evtsync.report.render.render_html`)."""
 
 from __future__ import annotations
 
-import io
 import math
 from pathlib import Path
 from typing import Any
@@ -24,12 +23,10 @@ def _num(value: object, fmt: str = "{:.1f}") -> str:
 
 def _png(fig: Any, alt: str) -> EmbeddedFigure:
     """A matplotlib figure as an in-memory PNG (the page loads nothing from outside)."""
-    import matplotlib.pyplot as plt
+    from evtsync.plots.base import png_renderings
 
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return EmbeddedFigure(buf.getvalue(), alt)
+    wide, narrow = png_renderings(fig)
+    return EmbeddedFigure(wide, alt, narrow=narrow)
 
 
 def _tax_cdfs(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str]) -> EmbeddedFigure:

@@ -130,6 +130,6 @@ def build_report(source: str | os.PathLike[str], out: str | os.PathLike[str] | N
     dest.mkdir(parents=True, exist_ok=True)
     html_path = write_text_atomic(dest / REPORT_HTML, render_html(title, subtitle, sections))
     md_path = write_text_atomic(dest / REPORT_MD, render_markdown(title, sections, dest))
-    log.info("report written: %s (%d figures)", html_path, sum(p.suffix == ".png" for p in written))
+    log.info("report written: %s (%d figures)", html_path, sum(p.suffix == ".png" and p.parent.name != "narrow" for p in written))
     return [*written, html_path, md_path]
 

@@ -40,6 +40,8 @@ class EmbeddedFigure:
     png: bytes
     alt: str
     caption: str = ""
+    #: the figure redrawn for a narrow screen (:func:`evtsync.plots.base.narrow_layout`), or None
+    narrow: bytes | None = None
 
 
 @dataclass

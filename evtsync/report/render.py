@@ -58,8 +58,7 @@ font-weight:600}
 .warning{border-left:6px solid #d89b00;background:#fff4d6;color:#5c4300;padding:.45em .9em;margin:.4em 0;
 font-size:.92em}
 figure{margin:1em 0}
-.figure-wrap{overflow-x:auto;max-width:100%}
-figure img{max-width:100%;min-width:var(--legible-width,0);height:auto;border:1px solid #eee;display:block}
+figure img{max-width:100%;height:auto;border:1px solid #eee;display:block}
 figcaption{font-size:.88em;color:#444;max-width:60em}
 .caption{font-size:.88em;color:#444;margin:.5em 0 .2em}
 .skipped{color:#666;font-style:italic}
@@ -76,7 +75,7 @@ p.answer strong{color:#0b3d91}
 .card dl{margin:0;display:grid;grid-template-columns:minmax(6.5em,auto) 1fr;gap:.1em .6em;font-size:.9em}
 .card dt{color:#555}.card dd{margin:0;overflow-wrap:anywhere;min-width:0}
 .scroll-hint{display:none;font-size:.8em;color:#666;margin:.1em 0 .6em}
-.table-wrap.scrolls+.scroll-hint,.figure-wrap.scrolls+.scroll-hint{display:block}
+.table-wrap.scrolls+.scroll-hint{display:block}
 @media (max-width:700px){nav ul{columns:1}body{padding:0 .5em}table{font-size:.8em}
 figure{margin:1em -.5em}figcaption{padding:0 .5em}}
 @media (max-width:600px){.table-wrap.summary-wrap,.table-wrap.summary-wrap+.scroll-hint{display:none}
@@ -90,9 +89,11 @@ tr.flag td{-webkit-print-color-adjust:exact;print-color-adjust:exact}}
 
 # --------------------------------------------------------------------------- rendering
 
-#: The least share of a figure's own pixel width it is shown at on a narrow screen: a 10 pt label
-#: of a 110 dpi figure then reads at about 10 px; narrower screens scroll the figure instead.
-LEGIBLE_SCALE = 0.7
+#: The least size, in CSS pixels, of a figure's text as shown at 390 px (issue 49): a figure whose
+#: text would be smaller when scaled to the width carries a narrow rendering
+#: (:func:`evtsync.plots.base.narrow_layout`), shown at <= :data:`NARROW_MEDIA` px.
+MIN_FIGURE_TEXT_PX = 11.0
+NARROW_MEDIA = 600
 
 
 def png_width(png: bytes) -> int | None:
@@ -102,14 +103,43 @@ def png_width(png: bytes) -> int | None:
     return int.from_bytes(png[16:20], "big")
 
 
-def _img_tag(png: bytes, alt: str) -> str:
-    """An inline ``<img>`` in a horizontally scrolling wrapper; on a narrow screen the image keeps
-    :data:`LEGIBLE_SCALE` of its width (so its text stays legible) and the wrapper scrolls."""
+def png_text(png: bytes, key: str) -> str | None:
+    """The value of the PNG's ``tEXt`` chunk ``key`` (matplotlib's ``savefig(metadata=...)``), or None."""
+    pos = 8
+    while pos + 8 <= len(png):
+        length = int.from_bytes(png[pos:pos + 4], "big")
+        kind = png[pos + 4:pos + 8]
+        if kind == b"tEXt":
+            name, _, value = png[pos + 8:pos + 8 + length].partition(b"\0")
+            if name.decode("latin-1") == key:
+                return value.decode("latin-1")
+        if kind in (b"IDAT", b"IEND"):
+            return None
+        pos += 12 + length
+    return None
+
+
+def _fonts(png: bytes) -> str:
+    """``width:px`` of a PNG: its pixel width and its smallest text in its own pixels (empty when
+    the PNG does not say); the browser check scales it to the shown width."""
+    from evtsync.plots.base import FONT_KEY
+
+    width, font = png_width(png), png_text(png, FONT_KEY)
+    return f"{width}:{font}" if width and font else ""
+
+
+def _img_tag(png: bytes, alt: str, narrow: bytes | None = None) -> str:
+    """An inline ``<img>`` scaled to the width of its box; with ``narrow`` (the figure redrawn for a
+    narrow screen) a ``<picture>`` that shows it at <= :data:`NARROW_MEDIA` px."""
     data = base64.b64encode(png).decode("ascii")
-    width = png_width(png)
-    style = f' style="--legible-width:{round(LEGIBLE_SCALE * width)}px"' if width else ""
-    return (f'<div class="figure-wrap"><img alt="{html.escape(alt)}"{style} '
-            f'src="data:image/png;base64,{data}"></div><p class="scroll-hint">{FIGURE_HINT}</p>')
+    fonts = " ".join(f for f in (_fonts(png), _fonts(narrow) if narrow else "") if f)
+    attr = f' data-fonts="{fonts}"' if fonts else ""
+    img = f'<img alt="{html.escape(alt)}"{attr} src="data:image/png;base64,{data}">'
+    if narrow is None:
+        return img
+    small = base64.b64encode(narrow).decode("ascii")
+    return (f'<picture><source media="(max-width:{NARROW_MEDIA}px)" srcset="data:image/png;base64,{small}">'
+            f"{img}</picture>")
 
 
 def _cell_html(column: Any, value: Any, two_lines: bool = False) -> str:
@@ -158,12 +188,9 @@ def _table_html(table: Table) -> str:
 #: Under a table wider than its box (marked by :data:`_SCRIPT`): how to see the rest.
 SCROLL_HINT = "↔ This table is wider than the screen: scroll it sideways inside its box."
 
-#: Under a figure wider than the screen: it keeps a legible size and scrolls instead of shrinking.
-FIGURE_HINT = "↔ This figure keeps a legible size: scroll it sideways inside its box."
-
 #: Marks each table or figure box whose content is wider than the box (class ``scrolls``), so that
-#: its :data:`SCROLL_HINT` (:data:`FIGURE_HINT`) shows; run at load and on resize. The page needs no script otherwise.
-_SCRIPT = ("<script>(function(){function mark(){document.querySelectorAll('.table-wrap,.figure-wrap').forEach(function(w){"
+#: its :data:`SCROLL_HINT` shows; run at load and on resize. The page needs no script otherwise.
+_SCRIPT = ("<script>(function(){function mark(){document.querySelectorAll('.table-wrap').forEach(function(w){"
            "w.classList.toggle('scrolls',w.scrollWidth>w.clientWidth+1);});}"
            "window.addEventListener('load',mark);window.addEventListener('resize',mark);})();</script>")
 
@@ -222,11 +249,14 @@ def render_html(title: str, subtitle: str, sections: list[Section]) -> str:
             elif isinstance(item, Table):
                 body.append(_table_html(item))
             elif isinstance(item, EmbeddedFigure):
-                body.append(f"<figure>{_img_tag(item.png, item.alt)}"
+                body.append(f"<figure>{_img_tag(item.png, item.alt, item.narrow)}"
                             + (f"<figcaption>{html.escape(item.caption)}</figcaption>" if item.caption else "")
                             + "</figure>")
             elif isinstance(item, Figure):
-                body.append(f"<figure>{_img_tag(item.png.read_bytes(), item.caption.split('.')[0])}"
+                from evtsync.plots.base import narrow_png_path
+
+                narrow = narrow_png_path(item.png)
+                body.append(f"<figure>{_img_tag(item.png.read_bytes(), item.caption.split('.')[0], narrow.read_bytes() if narrow.is_file() else None)}"
                             f"<figcaption>{html.escape(item.caption)}</figcaption></figure>")
         if i == 0 and nav:
             body.append(nav)

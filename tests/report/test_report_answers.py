@@ -22,7 +22,7 @@ import pytest
 
 from evtsync.core.intervals import median_interval, median_interval_kind
 from evtsync.report.context import ReportContext
-from evtsync.report.render import LEGIBLE_SCALE, png_width, render_html
+from evtsync.report.render import png_width, render_html
 from evtsync.report.sections import RUN_SECTIONS
 from evtsync.report.sections.stragglers import straggler_frame
 from evtsync.runfolder.layout import next_step, root_cause
@@ -156,23 +156,37 @@ def test_path_figure_has_no_empty_lane_and_reads_in_ms(gpu_only: bool) -> None:
     assert time_unit(5e5) == (1e3, "µs") and time_unit(3e9) == (1e9, "s")
 
 
-def test_figures_keep_a_legible_width(tmp_path: Path) -> None:
-    import matplotlib
+def test_figures_scale_to_the_width_with_a_narrow_rendering(tmp_path: Path) -> None:
+    """Issue 49: a figure is scaled to its box (no minimum width, no scroll box); the report's
+    figures carry a narrow rendering (4 in wide, panels in one column, text >= 9 pt) picked at
+    <= 600 px, and each PNG says its smallest text in its own pixels (read back here from the PNG
+    chunk, against the sizes set by hand: 7 pt legend → 7 × 110 / 72, raised to 9 pt when narrow)."""
+    import base64
+    import re
 
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from evtsync.plots.base import FONT_KEY, new_figure, png_renderings
     from evtsync.report.markdown import EmbeddedFigure, Section
+    from evtsync.report.render import png_text
 
-    fig, _ = plt.subplots(figsize=(9, 3))
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    png = buf.getvalue()
-    assert png_width(png) == plt.imread(io.BytesIO(png)).shape[1] == 900
-    page = render_html("T", "s", [Section("S", [EmbeddedFigure(png, "a figure")])])
-    assert f'style="--legible-width:{round(LEGIBLE_SCALE * 900)}px"' in page
-    assert '<div class="figure-wrap">' in page and ".figure-wrap{overflow-x:auto" in page
+    fig, axes = new_figure(9, 3, ncols=2)
+    for ax in axes:
+        ax.plot([0, 1], [0, 1], label="line")
+        ax.legend(fontsize=7)
+    wide, narrow = png_renderings(fig)
+    assert float(png_text(wide, FONT_KEY)) == pytest.approx(7 * 110 / 72, abs=0.01)
+    assert float(png_text(narrow, FONT_KEY)) == pytest.approx(9 * 110 / 72, abs=0.01)
+    w, n = (plt.imread(io.BytesIO(p)).shape for p in (wide, narrow))
+    assert png_width(wide) == w[1] and png_width(narrow) == n[1]
+    assert n[1] <= 4 * 110 + 20 < w[1] and n[0] > n[1]   # narrow and taller: two panels stacked
+    page = render_html("T", "s", [Section("S", [EmbeddedFigure(wide, "a figure", "", narrow)])])
+    assert "figure img{max-width:100%;height:auto" in page and "legible-width" not in page
+    source = re.search(r'<source media="\(max-width:600px\)" srcset="data:image/png;base64,([^"]+)">', page)
+    assert source and base64.b64decode(source.group(1)) == narrow
+    assert f'data-fonts="{w[1]}:{7 * 110 / 72:.2f} {n[1]}:{9 * 110 / 72:.2f}"' in page
+    # an image with neither the narrow rendering nor font metadata is embedded plainly
+    assert "<picture>" not in render_html("T", "s", [Section("S", [EmbeddedFigure(b"not a png", "x")])])
 
 
 def test_sections_are_one_module_each_in_one_list() -> None:

@@ -82,25 +82,17 @@ def test_first_screen_of_a_hand_run_at_a_laptop_and_a_phone(hand_run, tmp_path):
     tool = _tool()
     if tool.find_chromium() is None:
         pytest.skip("chromium not installed (apt-get install chromium)")
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    from evtsync.plots.base import new_figure, png_renderings
     from evtsync.report.markdown import EmbeddedFigure, Section
     from evtsync.report.render import render_html
 
     run, manifest = hand_run
     _with_roots(run)
     sections = summary_sec.build(ReportContext(run, tmp_path / "out", manifest))
-    fig, ax = plt.subplots(figsize=(6, 3))
+    fig, ax = new_figure(6, 3)
     ax.plot([0, 1], [0, 1])
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    sections.append(Section("Figure", [EmbeddedFigure(buf.getvalue(), "a figure", "caption")], anchor="figure"))
+    wide, narrow = png_renderings(fig)
+    sections.append(Section("Figure", [EmbeddedFigure(wide, "a figure", "caption", narrow)], anchor="figure"))
     page = tmp_path / "report.html"
     page.write_text(render_html("evtsync report: hand", "Run folder " + str(run), sections), encoding="utf-8")
     for width, height in ((1280, 800), (390, 844)):
@@ -113,34 +105,62 @@ def test_layout_at_a_real_390_px(tmp_path):
     """A page with the report's widest parts — a 14-column summary table, a 12-inch figure, a long
     unbreakable path — laid out at a true 390 px (an iframe of that width: Chromium's window cannot
     go below about 500 px): nothing wider than the screen outside a scroll container, the page
-    never scrolls sideways, the figure keeps a legible width."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    never scrolls sideways; the figure (three panels) is shown as its narrow rendering, scaled to the
+    screen, its text at >= 11 px (issue 49)."""
     import pandas as pd
 
+    from evtsync.plots.base import new_figure, png_renderings
     from evtsync.report.markdown import EmbeddedFigure, Section, Table
+    from evtsync.report.render import png_width, render_html
+
+    tool = _tool()
+    if tool.find_chromium() is None:
+        pytest.skip("chromium not installed (apt-get install chromium)")
+    fig, axes = new_figure(12, 4, ncols=3)
+    for ax in axes:
+        ax.plot([0, 1], [0, 1], label="a legend entry")
+        ax.set_xlabel("seconds")
+        ax.legend(fontsize=7)
+    figure_png, narrow = png_renderings(fig)
+    wide = pd.DataFrame({f"column number {i} (µs)": ["31,403 [29,399, 33,530]"] * 4 for i in range(14)})
+    page = render_html("evtsync report", "Run folder /a/very/long/path/" + "x" * 80, [
+        Section("Summary: the answers", ["See tables/predicted_vs_measured_holdout.parquet" + "_" * 60,
+                                         Table(wide, "caption", css_class="summary")], anchor="summary"),
+        Section("Figure", [EmbeddedFigure(figure_png, "a wide figure", "caption", narrow)], anchor="figure")])
+    report = tmp_path / "report.html"
+    report.write_text(page, encoding="utf-8")
+    results = tool.check_report(report, tmp_path / "browser", widths=(390, 1280))
+    assert results[390]["width"] == 390
+    assert tool.problems(results) == []
+    # issue 49: the figure fits its box at both widths; on the phone the narrow rendering is shown
+    # (its PNG's width), scaled to the screen, its smallest text (a 7 pt legend raised to 9 pt:
+    # 9 × 110 / 72 = 13.75 px in its own pixels) at >= 11 CSS px; on the laptop the wide one
+    [phone], [laptop] = results[390]["figures"], results[1280]["figures"]
+    assert phone["natural"] == png_width(narrow) < png_width(figure_png) == laptop["natural"]
+    assert not phone["overflow"] and not laptop["overflow"] and phone["shown"] <= 390
+    assert phone["text_px"] == pytest.approx(9 * 110 / 72 * phone["shown"] / phone["natural"], abs=0.02)
+    assert phone["text_px"] >= 11
+    assert laptop["text_px"] == pytest.approx(7 * 110 / 72 * laptop["shown"] / laptop["natural"], abs=0.02)
+
+
+def test_a_wide_figure_without_a_narrow_rendering_is_too_small_on_a_phone(tmp_path):
+    """The check is not vacuous: a 12-inch figure with 10 pt text and no narrow rendering, scaled to
+    a 390 px screen, shows its text below 11 px (10 × 110 / 72 × ~370 / ~1300 ≈ 4.5 px) and is
+    reported; it still fits its box (scaled, not cropped)."""
+    from evtsync.plots.base import new_figure, png_renderings
+    from evtsync.report.markdown import EmbeddedFigure, Section
     from evtsync.report.render import render_html
 
     tool = _tool()
     if tool.find_chromium() is None:
         pytest.skip("chromium not installed (apt-get install chromium)")
-    fig, ax = plt.subplots(figsize=(12, 4))
-    ax.plot([0, 1], [0, 1], label="a legend entry")
-    ax.legend()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    wide = pd.DataFrame({f"column number {i} (µs)": ["31,403 [29,399, 33,530]"] * 4 for i in range(14)})
-    page = render_html("evtsync report", "Run folder /a/very/long/path/" + "x" * 80, [
-        Section("Summary: the answers", ["See tables/predicted_vs_measured_holdout.parquet" + "_" * 60,
-                                         Table(wide, "caption", css_class="summary")], anchor="summary"),
-        Section("Figure", [EmbeddedFigure(buf.getvalue(), "a wide figure", "caption")], anchor="figure")])
+    fig, ax = new_figure(12, 4)
+    ax.plot([0, 1], [0, 1])
+    wide, _ = png_renderings(fig)
     report = tmp_path / "report.html"
-    report.write_text(page, encoding="utf-8")
+    report.write_text(render_html("t", "s", [Section("Figure", [EmbeddedFigure(wide, "wide only")])]), encoding="utf-8")
     results = tool.check_report(report, tmp_path / "browser", widths=(390,))
-    assert results[390]["width"] == 390
-    assert tool.problems(results) == []
+    [f] = results[390]["figures"]
+    assert not f["overflow"] and f["shown"] <= 390
+    assert f["text_px"] < 6
+    assert any("figure text shown at" in line for line in tool.problems(results))
