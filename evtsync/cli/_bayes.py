@@ -263,14 +263,14 @@ def load_prediction_choice(path: str, estimator: str | None) -> Any:
 
     source = Path(path)
     if source.is_dir() and (source / "manifest.json").is_file():
-        from evtsync.runfolder.layout import read_verified_manifest, table_path
+        from evtsync.runfolder.layout import read_verified_manifest, run_folder, table_path
 
         manifest = read_verified_manifest(source)
         zpath = table_path(source, "zscores")
         zscores = read_table(str(zpath)) if zpath.is_file() else None
         # the GEV fit the asked estimator loads from the run (a per-rank estimator: its fallback's)
         wanted = registry.get(estimator)
-        gev = (registry.get(wanted.fallback) if wanted.per_rank else wanted).load_run(source, manifest)
+        gev = (registry.get(wanted.fallback) if wanted.per_rank else wanted).load_run(run_folder(source, manifest))
         choice = choose_estimator(estimator, gev=gev, zscores=zscores, source=str(zpath))
         return _with_block_scale(choice, zscores)
     if source.is_file() and source.suffix in (".parquet", ".csv"):

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import pandas as pd
@@ -38,10 +38,29 @@ from numpy.typing import NDArray
 from evtsync.core.defaults import DEFAULT_ESTIMATOR, ESTIMATOR_NAMES, PAPER_MODEL, RANKTAIL_MODEL
 from evtsync.core.errors import InputError
 
-__all__ = ["Centred", "Estimator", "Paper", "RankTail", "default", "get", "interval_words", "names", "of_column",
+__all__ = ["Centred", "Estimator", "Paper", "RankTail", "RunFolder", "default", "get", "interval_words", "names", "of_column",
            "of_model", "register"]
 
 _REGISTRY: dict[str, Estimator] = {}
+
+
+class RunFolder(Protocol):
+    """What an estimator reads of a run folder (:meth:`Estimator.load_run`), given by the caller:
+    :func:`evtsync.runfolder.layout.run_folder` makes one from a folder whose manifest it has
+    checked. A protocol, so that predictions do not import the run-folder layer above them."""
+
+    @property
+    def run_dir(self) -> Path:
+        """The run folder."""
+        ...
+
+    def table_path(self, name: str) -> Path:
+        """The path of the run table ``name`` (it may not exist)."""
+        ...
+
+    def main_fit_path(self) -> Path | None:
+        """The netCDF fit of the run's main Bayesian model (None when it has none)."""
+        ...
 
 
 class Estimator:
@@ -75,14 +94,14 @@ class Estimator:
         raise InputError(f"the {self.name} estimator needs {self.needs}; a z-score table alone gives only "
                          f"{', '.join(e.name for e in _REGISTRY.values() if e.per_rank)}")
 
-    def load_run(self, run_dir: str | Path, manifest: dict[str, Any] | None = None, *, seed: int = 0) -> Any:
+    def load_run(self, run: RunFolder, *, seed: int = 0) -> Any:
         """Its fit from a run folder; ``InputError`` naming what the folder lacks."""
         raise NotImplementedError
 
     def tau_draws(self, fit: Any, n: Sequence[int], b_us: NDArray[np.float64], index: Sequence[int],
                   m: int) -> NDArray[np.float64]:
         """tau(n) draws in µs, shape (draw, row, len(n)), for rows of cell ``index`` with block sd ``b_us``."""
-        from evtsync.predict.tables import predicted_tax_curve_us
+        from evtsync.predict.gevtau import predicted_tax_curve_us
 
         mu, sigma, xi = fit.cell_draws()
         idx = np.asarray(index, dtype=int)
@@ -103,12 +122,6 @@ def register(cls: type[Estimator]) -> type[Estimator]:
     return cls
 
 
-def _run_manifest(run_dir: str | Path, manifest: dict[str, Any] | None) -> dict[str, Any]:
-    from evtsync.runfolder.layout import read_verified_manifest
-
-    return manifest if manifest is not None else read_verified_manifest(run_dir)
-
-
 @register
 class Centred(Estimator):
     """b·E_(n/m) of a GEV fit of the centred block maxima y (the run's main Bayesian model)."""
@@ -126,14 +139,12 @@ class Centred(Estimator):
     per_model = True
     shape_words = "xi of the GEV of the centred block maxima"
 
-    def load_run(self, run_dir: str | Path, manifest: dict[str, Any] | None = None, *, seed: int = 0) -> Any:
+    def load_run(self, run: RunFolder, *, seed: int = 0) -> Any:
         """The run's main Bayesian model (:func:`evtsync.runfolder.layout.main_model`); None when it has none."""
         from evtsync.evt.bayesfit import BayesFit
-        from evtsync.runfolder.layout import fitted_models, main_model
 
-        manifest = _run_manifest(run_dir, manifest)
-        name = main_model(Path(run_dir), manifest)
-        return BayesFit.load(fitted_models(Path(run_dir), manifest)[name]) if name is not None else None
+        path = run.main_fit_path()
+        return BayesFit.load(path) if path is not None else None
 
 
 @register
@@ -151,15 +162,14 @@ class Paper(Estimator):
     shape_words = "xi of the GEV MLE of z"
     legacy_model = PAPER_MODEL
 
-    def load_run(self, run_dir: str | Path, manifest: dict[str, Any] | None = None, *, seed: int = 0) -> Any:
+    def load_run(self, run: RunFolder, *, seed: int = 0) -> Any:
         """The run's GEV MLE of z per cell (``tables/mle.parquet``)."""
         from evtsync.core.tableio import read_table
         from evtsync.evt.mlefit import MleCellFit
-        from evtsync.runfolder.layout import table_path
 
-        path = table_path(Path(run_dir), "mle")
+        path = run.table_path("mle")
         if not path.is_file():
-            raise InputError(f"{run_dir}: the paper's estimator needs the run's GEV MLE of z (tables/mle.parquet)")
+            raise InputError(f"{run.run_dir}: the paper's estimator needs the run's GEV MLE of z (tables/mle.parquet)")
         return MleCellFit(read_table(str(path)), family="gev")
 
 
@@ -188,14 +198,13 @@ class RankTail(Estimator):
 
         return RankTailFit.from_table(table, seed=seed, source=source)
 
-    def load_run(self, run_dir: str | Path, manifest: dict[str, Any] | None = None, *, seed: int = 0) -> Any:
+    def load_run(self, run: RunFolder, *, seed: int = 0) -> Any:
         """Fitted to the run's ``tables/zscores.parquet``."""
         from evtsync.core.tableio import read_table
-        from evtsync.runfolder.layout import table_path
 
-        path = table_path(Path(run_dir), "zscores")
+        path = run.table_path("zscores")
         if not path.is_file():
-            raise InputError(f"{run_dir}: no z-score table (tables/zscores.parquet), which the {self.name} estimator "
+            raise InputError(f"{run.run_dir}: no z-score table (tables/zscores.parquet), which the {self.name} estimator "
                              "needs")
         return self.load_table(read_table(str(path)), source=str(path), seed=seed)
 

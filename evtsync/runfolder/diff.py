@@ -769,6 +769,8 @@ def estimator_fits_of_runs(run_a: RunFit, run_b: RunFit, estimator: str | None =
     """
     import logging
 
+    from evtsync.runfolder.layout import run_folder
+
     wanted = registry.get(estimator)
     sides = (("A", run_a), ("B", run_b))
     if wanted.per_rank:
@@ -792,7 +794,7 @@ def estimator_fits_of_runs(run_a: RunFit, run_b: RunFit, estimator: str | None =
     fits = []
     for side, run in sides:
         try:
-            fits.append(wanted.load_run(run.run_dir, seed=seed))
+            fits.append(wanted.load_run(run_folder(run.run_dir), seed=seed))
         except InputError:
             missing.append(side)
     if missing:

@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -385,3 +386,27 @@ def source_digest() -> str:
         digest.update(str(path.relative_to(root)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class RunFolderView:
+    """A run folder as an estimator reads it (:class:`evtsync.predict.registry.RunFolder`): its
+    tables and its main Bayesian fit, by the manifest given (checked by the caller)."""
+
+    run_dir: Path
+    manifest: dict[str, Any]
+
+    def table_path(self, name: str) -> Path:
+        """The path of the run table ``name`` (:func:`table_path`)."""
+        return table_path(self.run_dir, name)
+
+    def main_fit_path(self) -> Path | None:
+        """The netCDF fit of :func:`main_model` (None when the run has no Bayesian fit)."""
+        name = main_model(self.run_dir, self.manifest)
+        return fitted_models(self.run_dir, self.manifest)[name] if name is not None else None
+
+
+def run_folder(run_dir: str | os.PathLike[str], manifest: dict[str, Any] | None = None) -> RunFolderView:
+    """The run folder ``run_dir`` for :meth:`evtsync.predict.registry.Estimator.load_run`, with its
+    manifest (read and checked against its recorded hashes when not given)."""
+    return RunFolderView(Path(run_dir), manifest if manifest is not None else read_verified_manifest(run_dir))

@@ -118,10 +118,13 @@ def test_centred_tau_draws_are_the_gumbel_closed_form() -> None:
 
 
 def test_a_run_folder_without_what_an_estimator_needs_is_refused_by_name(tmp_path: Path) -> None:
+    from evtsync.runfolder.layout import run_folder
+
     (tmp_path / "tables").mkdir()
     with pytest.raises(InputError, match=r"tables/mle\.parquet"):
-        registry.get("paper").load_run(tmp_path, {})
+        registry.get("paper").load_run(run_folder(tmp_path, {}))
     with pytest.raises(InputError, match=r"tables/zscores\.parquet"):
-        registry.get("ranktail").load_run(tmp_path, {})
+        registry.get("ranktail").load_run(run_folder(tmp_path, {}))
+    assert registry.get("centred").load_run(run_folder(tmp_path, {})) is None  # no Bayesian fit: no main model
     with pytest.raises(InputError, match="needs a GEV fit of y"):
         registry.get("centred").load_table(pd.DataFrame({"u": [0.0]}))

@@ -122,7 +122,7 @@ def test_the_graph_is_read() -> None:
     # a hand-checked edge of each kind: top-level, function-level, relative-free "from pkg import mod"
     assert "evtsync.core.errors" in graph["evtsync.evt.bayesfit"]
     assert "evtsync.evt.catalog" in graph["evtsync.cli._bayes"]
-    assert "evtsync.evt.gev" in graph["evtsync.predict.tables"]
+    assert "evtsync.evt.gev" in graph["evtsync.predict.gevtau"]
 
 
 def _package_of(module: str) -> str:

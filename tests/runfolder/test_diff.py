@@ -245,7 +245,7 @@ def test_cli_run_folders_with_fits_give_delta_bstar(runs, tmp_path, capsys):
     assert any("block_scale" in n for n in doc["fit_notes"])
     assert any("alpha (µs) 5 in A, 99 in B" in n for n in doc["fit_notes"])  # B's own alpha is said, not hidden
     page = html.read_text()
-    assert "Fit level: ΔB*" in page and "Fit level: Δξ and Δτ(n)" in page and page.count("data:image/png") == 2
+    assert "Fit level: ΔB*" in page and "Fit level: Δξ and Δτ(n)" in page and page.count("<picture>") == 2  # two figures, each with its narrow rendering
     # flags win over the run's inputs, as in `evtsync bandwidth`
     proc = _evtsync(["-q", "diff", str(ra), str(rb), "--json", "--n", "64", "--topology", "full", "--alpha-us", "2",
                      "--bytes", "1GiB", "--block-sd-us", "10"], capsys)
