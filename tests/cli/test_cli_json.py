@@ -74,8 +74,9 @@ COMMANDS = {
     "blocks": ["blocks", str(GLOO), "--keep-all", "--m", "2"],
     "models": ["models"],
     "nccl-tests parse": ["nccl-tests", "parse", str(NCCL / "damaged_two_runs_reindented.txt")],
+    # a log with a damaged row: refused unless --allow-damaged, whose JSON lists the row (issue 47)
     "nccl-tests stats": ["nccl-tests", "stats", str(NCCL / "damaged_mpi_tagged_truncated_A100-80GB_1x8.txt"),
-                         str(NCCL / "replay_all_reduce_A100-80GB_1x8.txt")],
+                         str(NCCL / "replay_all_reduce_A100-80GB_1x8.txt"), "--allow-damaged"],
     "nccl-tests alpha": ["nccl-tests", "alpha", str(NCCL / "replay_all_reduce_A100-80GB_1x8.txt")],
     "bandwidth": ["bandwidth", "--topology", "ring", "full", "--n", "8", "--alpha-us", "5", "--bytes", "1Gi",
                   "--tau-us", "0"],

@@ -277,9 +277,12 @@ def test_rank_from_a_user_nvtx_pattern(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("sql", "expect"), [
     ("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon' WHERE rowid = 3",
-     r"rank0.sqlite: table CUPTI_ACTIVITY_KIND_KERNEL, row 3: column start holds 'soon' \(str\); expected an integer"),
+     r"rank0.sqlite: table CUPTI_ACTIVITY_KIND_KERNEL, column start, row 3: expected an integer, found text 'soon'"),
     ("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET correlationId = 'x' WHERE rowid = 2",
-     r"table CUPTI_ACTIVITY_KIND_RUNTIME, row 2: column correlationId holds 'x' \(str\)"),
+     r"table CUPTI_ACTIVITY_KIND_RUNTIME, column correlationId, row 2: expected an integer, found text 'x'"),
+    # a float would be truncated silently by an integer read: the typed check names it
+    ("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET \"end\" = 2.5 WHERE rowid = 4",
+     r"table CUPTI_ACTIVITY_KIND_KERNEL, column end, row 4: expected an integer, found real 2.5"),
 ])
 def test_non_integer_activity_values_named(tmp_path: Path, sql: str, expect: str) -> None:
     """The activity columns are read as integers in one pass (issue 48); a value of another type
