@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.core.display import fmt, fmt_interval, fmt_share, point_key
+from evtsync.critpath.replay import FLOOR_SHARE, K_SCALE
 from evtsync.predict.hockney import topology_label
 from evtsync.report.context import PCT, ReportContext, fit_rows, slug
 from evtsync.report.markdown import (
@@ -265,7 +266,12 @@ def first_answers(records: list[dict[str, Any]], info: dict[str, Any], ctx: Repo
     answers.append(Answer("who", "Who straggles and why", who, f"#attribution-{gslug}"))
 
     step, without = _step_times(worst, info)
-    if step is not None and without is not None:
+    if step is not None and without is not None and without >= step * (1 - NO_SAVING_SHARE):
+        gain = (f"the replay of the step finds no op far enough above its typical duration to call a straggler "
+                f"(more than {K_SCALE:g} robust sd and {fmt_share(FLOOR_SHARE)} of the step), so removing stragglers "
+                f"would not shorten the {fmt(step)} ms step: the tax above is every rank's ordinary variation, not "
+                "stragglers to fix (docs/critical-path.md §8).")
+    elif step is not None and without is not None:
         gain = (f"this job would take {fmt(without)} ms per step instead of {fmt(step)} ms "
                 f"(−{fmt_share(1 - without / step)}; counterfactual replay of the step).")
         fix = ctx.table("whatif_stragglers")
@@ -297,6 +303,10 @@ def first_answers(records: list[dict[str, Any]], info: dict[str, Any], ctx: Repo
         bigger = "no prediction: " + ctx.why_not("prediction")
     answers.append(Answer("bigger", "A bigger domain", bigger, "#tau"))
     return answers
+
+
+#: A replayed step within this share of the measured one saves nothing worth a sentence.
+NO_SAVING_SHARE = 0.0005
 
 
 def _step_times(r: dict[str, Any], info: dict[str, Any]) -> tuple[float | None, float | None]:
