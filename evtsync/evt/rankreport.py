@@ -16,12 +16,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from evtsync.core.defaults import INTERVAL_LEVEL
 from evtsync.evt.rankmodel import FLEET_WORDING, SLOW_LEVEL, SLOW_MIN_SD, RankModelFit
 
 #: The domain size of the "without it tau(n) would be ..." clause, when it is among those asked.
 WITHOUT_N = 512
-#: Interval level of every table here (the model's own 90%).
-LEVEL = 0.9
+#: Interval level of every table here (the model's own, the project's 90%).
+LEVEL = INTERVAL_LEVEL
 #: Predictive draws of the with/without medians of a slow rank's clause (a median only: 400 draws hold its
 #: Monte Carlo error well below the effect of a rank named slow).
 WITHOUT_DRAWS = 400

@@ -91,7 +91,8 @@ class FigureCache:
             if untrusted is not None:
                 raise ValueError(f"not trusted: {untrusted}")
             files = meta["files"]
-            wanted = {"figure.png": png, "figure-narrow.png": narrow_png_path(png),
+            wanted = {"figure.png": png, **({"figure-narrow.png": narrow_png_path(png)}
+                                            if "figure-narrow.png" in files else {}),
                       **({"figure.svg": svg} if svg is not None else {})}
             for name in wanted:
                 if file_sha256(entry / name) != files[name]:
@@ -117,15 +118,17 @@ class FigureCache:
         if entry.is_dir():
             return
         self.folder.mkdir(parents=True, exist_ok=True)
+        from evtsync.core.trust import SigningKeyError, sign_listing
+
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=self.folder))
         try:
             files = {}
-            for name, src in (("figure.png", png), ("figure-narrow.png", narrow_png_path(png)), ("figure.svg", svg)):
+            narrow = narrow_png_path(png)  # a figure drawn without a narrow rendering has none to keep
+            for name, src in (("figure.png", png), ("figure-narrow.png", narrow if narrow.is_file() else None),
+                              ("figure.svg", svg)):
                 if src is not None:
                     shutil.copyfile(src, tmp / name)
                     files[name] = file_sha256(tmp / name)
-            from evtsync.core.trust import SigningKeyError, sign_listing
-
             (tmp / FIGURE_META).write_text(json.dumps(sign_listing({"files": files})), encoding="utf-8")
             os.rename(tmp, entry)
         except (OSError, SigningKeyError) as exc:  # stored first by another process, an unwritable cache, no key
