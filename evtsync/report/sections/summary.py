@@ -267,10 +267,9 @@ def first_answers(records: list[dict[str, Any]], info: dict[str, Any], ctx: Repo
 
     step, without = _step_times(worst, info)
     if step is not None and without is not None and without >= step * (1 - NO_SAVING_SHARE):
-        gain = (f"the replay of the step finds no op far enough above its typical duration to call a straggler "
-                f"(more than {K_SCALE:g} robust sd and {fmt_share(FLOOR_SHARE)} of the step), so removing stragglers "
-                f"would not shorten the {fmt(step)} ms step: the tax above is every rank's ordinary variation, not "
-                "stragglers to fix (docs/critical-path.md §8).")
+        gain = (f"the step's replay finds no straggler op (none over {K_SCALE:g} robust sd and "
+                f"{fmt_share(FLOOR_SHARE)} of the step above typical): the {fmt(step)} ms step stays; the tax is "
+                "ordinary variation across ranks.")
     elif step is not None and without is not None:
         gain = (f"this job would take {fmt(without)} ms per step instead of {fmt(step)} ms "
                 f"(−{fmt_share(1 - without / step)}; counterfactual replay of the step).")
