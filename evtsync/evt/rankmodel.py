@@ -53,6 +53,7 @@ from evtsync.core.defaults import (
     DEFAULT_DRAWS,
     DEFAULT_SEED,
     DEFAULT_TUNE,
+    INTERVAL_LEVEL,
     RANK_FLEET_WORDING,
     RANKTAIL_MIN_EXCEEDANCES,
     RANKTAIL_MIN_VALUES,
@@ -100,7 +101,10 @@ _MAX_ATOMS = 4000
 _BODY_POINTS = 3000
 _W_POINTS = 801
 _MAX_MIX = 24
-_INTERVAL = 0.9
+#: Interval level of every table here: the project's (docs/methodology.md).
+_INTERVAL = INTERVAL_LEVEL
+#: The interval's quantiles.
+_QUANTILES = ((1 - _INTERVAL) / 2, (1 + _INTERVAL) / 2)
 _BOUND_WIDTH = 0.02
 _GROUPS = ("gpu", "precision")
 _FORMAT = "evtsync-rankmodel-1"
@@ -584,7 +588,7 @@ class RankModelFit:
         xi = self._post("xi")
         rows = []
         for i, cell in enumerate(self.cells["cell"]):
-            lo, hi = np.quantile(xi[:, i], [(1 - _INTERVAL) / 2, (1 + _INTERVAL) / 2])
+            lo, hi = np.quantile(xi[:, i], _QUANTILES)
             rows.append({"cell": cell, "xi_mean": float(xi[:, i].mean()), "xi_median": float(np.median(xi[:, i])),
                          "xi_lo": float(lo), "xi_hi": float(hi), "level": _INTERVAL,
                          "p_xi_positive": float((xi[:, i] > 0).mean()), "verdict": tail_verdict(lo, hi)})
@@ -624,9 +628,9 @@ class RankModelFit:
                 others = v - (total - v) / max(len(labels) - 1, 1)  # against the mean of the cell's other ranks
                 p = float((v > 0).mean())
                 rows.append({"cell": c, "rank": label, "rho_mean": float(v.mean()),
-                             "rho_lo": float(np.quantile(v, 0.05)), "rho_hi": float(np.quantile(v, 0.95)),
-                             "vs_others_mean": float(others.mean()), "vs_others_lo": float(np.quantile(others, 0.05)),
-                             "vs_others_hi": float(np.quantile(others, 0.95)), "level": _INTERVAL, "p_positive": p,
+                             "rho_lo": float(np.quantile(v, _QUANTILES[0])), "rho_hi": float(np.quantile(v, _QUANTILES[1])),
+                             "vs_others_mean": float(others.mean()), "vs_others_lo": float(np.quantile(others, _QUANTILES[0])),
+                             "vs_others_hi": float(np.quantile(others, _QUANTILES[1])), "level": _INTERVAL, "p_positive": p,
                              "slow": bool(p >= level and np.median(v) >= SLOW_MIN_SD)})
         return pd.DataFrame(rows)
 
@@ -650,7 +654,7 @@ class RankModelFit:
                 sr2 = sr2 * (1 - 1 / k)
             shared, idio = float(row["var_shared"]), float(row["sigma_e"]) ** 2
             total = shared + float(np.median(sr2)) + idio
-            lo, hi = np.quantile(sr2, [0.05, 0.95])
+            lo, hi = np.quantile(sr2, _QUANTILES)
             out.append({"cell": row["cell"], "share_shared": shared / total, "share_rank": float(np.median(sr2)) / total,
                         "share_rank_lo": float(lo) / total, "share_rank_hi": float(hi) / total,
                         "share_idiosyncratic": idio / total, "share_drift": float(row["drift_var"]) / total,

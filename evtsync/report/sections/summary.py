@@ -30,7 +30,7 @@ from evtsync.report.markdown import (
 from evtsync.report.sections.stragglers import straggler_table
 from evtsync.report.wording import all_cpu, device_word, tau_words
 from evtsync.runfolder.layout import STATUS_TEXT
-from evtsync.runfolder.summary import NOTE_SEPARATOR, read_summary
+from evtsync.runfolder.summary import LIGHT_TAIL, NOTE_SEPARATOR, read_summary
 
 #: The summary's column of notes (convergence, refusals) shown beside the numbers.
 SUMMARY_NOTE = "flags"
@@ -360,7 +360,7 @@ def tail_text(r: dict[str, Any], ci: Callable[..., str], sep: str) -> str:
         shape = f"GEV {ci(r, 'xi_mean', 'xi_lo', 'xi_hi', digits=2)}"
     verdict = str(r.get("verdict") or "–")
     if sep == "\n":  # the table's cell, kept narrow: "light (Gumbel)" (the caption and the cards say it whole)
-        verdict = verdict.replace("light tail (Gumbel domain)", "light (Gumbel)")
+        verdict = verdict.replace(LIGHT_TAIL, "light (Gumbel)")
     return f"{verdict}{sep}{shape}"
 
 
