@@ -141,6 +141,9 @@ def worker(rank: int, job: str, clean: bool, out_dir: str) -> None:
     """One rank: init gloo, build the groups, run STEPS steps, write its traces and its log."""
     torch.set_num_threads(1)
     world = WORLD[job]
+    if os.environ.get("RECORD_GLOO_PIN"):  # tools/record_gloo_twins.py: ranks in contiguous blocks per core
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[rank * len(cores) // world]})
     dist.init_process_group("gloo", rank=rank, world_size=world)
     groups: dict[str, tuple[object, str]] = {"WORLD": (None, "default_pg")}
     if job.startswith("tpdp"):

@@ -15,6 +15,10 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 #: Python frames of a thread join (``Thread.join`` and the lock wait inside it; with_stack=True).
 _JOIN = re.compile(r"^threading\.py\(\d+\): (join|_wait_for_tstate_lock)$")
 JOIN_NAME = "(thread join)"
+#: The event torch's profiler records for a pass of Python's garbage collector (``with_stack=True``
+#: and ``experimental_config=_ExperimentalConfig(record_python_gc_info=True)``), and its name here.
+GC_EVENT = "Python GC"
+GC_NAME = "(GC pause)"
 #: Separator between the enclosing annotation, the user-level op and the leaf op in a slice's name.
 NAME_SEPARATOR = " > "
 
@@ -23,7 +27,8 @@ def user_names(starts: np.ndarray, ends: np.ndarray, names: list[str], cats: lis
     """The name each event's own time goes by, in the user's words (issue 46): for an operator,
     the innermost enclosing ``record_function`` annotation and the outermost (user-level) operator
     around it before the leaf — ``expert_mm > aten::mm``, ``aten::clone > aten::copy_``; a Python
-    frame inside a thread join (with_stack=True) is ``(thread join)`` (after its annotation);
+    frame inside a thread join (with_stack=True) is ``(thread join)`` (after its annotation); a pass
+    of the garbage collector (torch's ``Python GC`` event) is ``(GC pause)``;
     Python frames lose their object addresses so that ranks match. Events of one thread, sorted by
     start, longer first (``starts``/``ends``: integer arrays); annotations, enqueues, waits and
     other categories keep their own names."""
@@ -46,7 +51,8 @@ def user_names(starts: np.ndarray, ends: np.ndarray, names: list[str], cats: lis
             note = [names[j] for j in stack if is_note[j]][-1:]  # the innermost annotation
             if cat == "python_function":
                 joined = is_join[i] or any(is_join[j] for j in stack)
-                shown = NAME_SEPARATOR.join([*note, JOIN_NAME if joined else _ADDRESS.sub("", name)])
+                own = GC_NAME if name == GC_EVENT else JOIN_NAME if joined else _ADDRESS.sub("", name)
+                shown = NAME_SEPARATOR.join([*note, own])
             else:
                 ops = [names[j] for j in stack if is_op[j]]
                 top = ops[:1] if ops and ops[0] != name else []

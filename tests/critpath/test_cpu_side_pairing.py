@@ -131,3 +131,27 @@ def test_user_names_annotation_user_level_op_and_thread_join():
     assert names == ["ProfilerStep#3", "expert_mm", "expert_mm > aten::mm", "expert_mm > aten::clone",
                      "expert_mm > aten::clone > aten::copy_", "(thread join)", "(thread join)", "(thread join)",
                      "aten::add"]
+
+
+def test_user_names_gc_pause():
+    """A pass of the garbage collector as torch 2.13 records it (with_stack=True and
+    _ExperimentalConfig(record_python_gc_info=True)): a ``Python GC`` python_function event inside the
+    frame that triggered it (an allocation, or ``gc.collect``); nesting counted by hand from such a trace."""
+    from evtsync.critpath.cpu import user_names
+
+    rows = [  # name, cat, start, end (µs); sorted by start, longer first
+        ("ProfilerStep#2", "user_annotation", 0, 100),
+        ("record_gloo_whatif.py(57): plant", "python_function", 1, 90),
+        ("Python GC", "python_function", 5, 15),  # a young-generation pass during allocation
+        ("<built-in function collect>", "python_function", 40, 80),
+        ("Python GC", "python_function", 41, 79),  # the gc.collect itself
+        ("data_loader", "user_annotation", 91, 99),
+        ("Python GC", "python_function", 92, 93),  # inside the user's annotation
+    ]
+    names = user_names(np.array([r[2] for r in rows]), np.array([r[3] for r in rows]),
+                       [r[0] for r in rows], [r[1] for r in rows])
+    assert names == ["ProfilerStep#2", "record_gloo_whatif.py(57): plant", "(GC pause)",
+                     "<built-in function collect>", "(GC pause)", "data_loader", "data_loader > (GC pause)"]
+    # a frame merely named like the collector's module is not a GC pause
+    assert user_names(np.array([0]), np.array([5]), ["gc.py(3): Python GC helper"], ["python_function"]) == \
+        ["gc.py(3): Python GC helper"]
