@@ -8,8 +8,8 @@ Purpose
     tests/data/gloo-planted and gloo-whatif ran under different load (ddpw-clean's steps are 16 ms,
     ddpw's non-planted time alone is ~80 ms per step; tpdp-clean's step 3 is 49 ms, tpdp's 100 ms for
     a 25 ms plant). This script records the pair ``--repeats`` times in the order P C C P P C …
-    (each twin as often first as second), with every rank pinned to one core (rank r on core
-    r mod n, ``RECORD_GLOO_PIN``) and one torch thread, and with the ``thread_join`` plant's thread
+    (each twin as often first as second), with every rank pinned to one core (ranks in contiguous
+    blocks: rank r on core r * n_cores // world, ``RECORD_GLOO_PIN``) and one torch thread, and with the ``thread_join`` plant's thread
     blocking instead of computing (``RECORD_GLOO_THREAD_WAITS``), so that a plant delays its own
     rank and takes no CPU from the others where its kind allows it (a GC burst and ``torch.mm``
     plants still compute: that is what they are).
@@ -58,10 +58,12 @@ def step_ms(folder: Path) -> float:
     return span / steps / 1000.0
 
 
-def record(job: str, clean: bool, out: Path) -> dict:
+def record(job: str, clean: bool, out: Path, stack: bool = False) -> dict:
     """One recording into ``out`` (new); its truth."""
     script, args = JOBS[job]
     env = dict(os.environ, RECORD_GLOO_PIN="1", RECORD_GLOO_THREAD_WAITS="1")
+    if stack:
+        env["RECORD_GLOO_STACK"] = "1"
     cmd = [sys.executable, str(HERE / script), *args, "--out", str(out)] + (["--clean"] if clean else [])
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
     return json.loads(out.with_name(out.name + ".truth.json").read_text())
@@ -72,9 +74,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--job", choices=sorted(JOBS), required=True)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--stack", action="store_true", help="with_stack=True and the GC events "
+                        "(record_python_gc_info): Python frames, thread joins and GC pauses named")
+    parser.add_argument("--name", help="the kept folders' name (default: the job's)")
     parser.add_argument("--out", type=Path, required=True, help="the folder to hold JOB and JOB-clean (new)")
     args = parser.parse_args()
-    keep_p, keep_c = args.out / args.job, args.out / f"{args.job}-clean"
+    name = args.name or args.job
+    keep_p, keep_c = args.out / name, args.out / f"{name}-clean"
     if keep_p.exists() or keep_c.exists():
         print(f"record_gloo_twins: {keep_p} or {keep_c} exists", file=sys.stderr)
         return 1
@@ -86,7 +92,7 @@ def main() -> int:
         for clean in order:
             folder = tmp / f"r{i}" / (f"{args.job}-clean" if clean else args.job)
             folder.parent.mkdir(parents=True, exist_ok=True)
-            truth = record(args.job, clean, folder)
+            truth = record(args.job, clean, folder, args.stack)
             got[clean] = (folder, truth, step_ms(folder))
         p_ms, c_ms = got[False][2], got[True][2]
         repeats.append({"repeat": i, "planted_first": i % 2 == 0, "planted_step_ms": round(p_ms, 3),
@@ -100,15 +106,16 @@ def main() -> int:
     median = statistics.median(diffs)
     kept = min(range(len(repeats)), key=lambda i: (abs(diffs[i] - median), repeats[i]["load_average_at_start"][0]))
     twins = {"repeats": repeats, "median_difference_ms": round(median, 3), "kept_repeat": kept,
-             "order": "P C C P P C ... (each twin as often first as second)", "pinned": "rank r on core r mod n",
-             "thread_join_thread": "blocks (sleep)"}
+             "order": "P C C P P C ... (each twin as often first as second)",
+             "pinned": "ranks in contiguous blocks per core (rank r on core r * n_cores // world)",
+             "thread_join_thread": "blocks (sleep)", "with_stack": args.stack}
     args.out.mkdir(parents=True, exist_ok=True)
-    for name, clean in ((args.job, False), (f"{args.job}-clean", True)):
-        src = tmp / f"r{kept}" / name
-        shutil.copytree(src, args.out / name)
-        truth = json.loads(src.with_name(name + ".truth.json").read_text())
+    for src_name, dst in ((args.job, keep_p), (f"{args.job}-clean", keep_c)):
+        src = tmp / f"r{kept}" / src_name
+        shutil.copytree(src, dst)
+        truth = json.loads(src.with_name(src_name + ".truth.json").read_text())
         truth["twins"] = twins
-        (args.out / f"{name}.truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+        dst.with_name(dst.name + ".truth.json").write_text(json.dumps(truth, indent=1) + "\n")
     shutil.rmtree(tmp)
     print(f"kept repeat {kept}: difference {diffs[kept]:.2f} ms (median {median:.2f} ms of {diffs})")
     return 0

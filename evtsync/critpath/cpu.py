@@ -179,6 +179,41 @@ def _tile(starts: np.ndarray, ends: np.ndarray, owner_kind: list[int], owner_nam
     return out
 
 
+#: How soon after an asynchronous collective's end (on its worker thread) the main thread must
+#: run again for the uninstrumented time before it to count as the ``work.wait()`` for it
+#: (docs/critical-path.md §6, "Asynchronous collectives").
+WAKE_NS = 1_000_000
+
+
+def _async_waits(tiles: list[tuple[int, int, int, str, int]], arrivals: pd.DataFrame,
+                 rows: np.ndarray) -> list[tuple[int, int, int, str, int]]:
+    """Name the ``work.wait()`` of asynchronous collectives: a Python gap that holds the end of
+    collectives the rank enqueued before it, and that ends within :data:`WAKE_NS` of the last of
+    those ends, was the main thread blocked on them. It becomes one ``(wait) <collective>`` slice
+    per collective, up to its end (in end order), and the rest stays a gap (the wake-up)."""
+    if not len(rows):
+        return tiles
+    enq = arrivals["enqueue_ns"].to_numpy(np.int64)[rows]
+    end = arrivals["end_ns"].to_numpy(np.int64)[rows]
+    coll = arrivals["collective"].astype(str).to_numpy()[rows]
+    gap, wait = _KIND_CODE["python_gap"], _KIND_CODE["collective_wait"]
+    out: list[tuple[int, int, int, str, int]] = []
+    for t in tiles:
+        a, b, kind, _, ref = t
+        inside = np.flatnonzero((enq < a) & (end > a) & (end <= b)) if kind == gap and ref < 0 else []
+        if not len(inside) or b - int(end[inside].max()) > WAKE_NS:
+            out.append(t)
+            continue
+        cursor = a
+        for j in inside[np.argsort(end[inside], kind="stable")].tolist():
+            if int(end[j]) > cursor:
+                out.append((cursor, int(end[j]), wait, WAIT_PREFIX + str(coll[j]), int(rows[j])))
+                cursor = int(end[j])
+        if b > cursor:
+            out.append((cursor, b, kind, t[3], ref))
+    return out
+
+
 def rank_timeline(rank: int, ops: pd.DataFrame, instances: pd.DataFrame, *,
                   any_thread: bool = False) -> RankTimeline | None:
     """The main-thread timeline of one rank (``ops``: its CPU ops, ``instances``: its aligned
@@ -256,6 +291,7 @@ def rank_timeline(rank: int, ops: pd.DataFrame, instances: pd.DataFrame, *,
         shown = user_names(all_s[o], all_e[o], [labels[i] for i in o], [roles[i] for i in o])
         tiles = _tile(all_s[o].copy(), all_e[o].copy(), [kinds[i] for i in o], shown,
                       [refs[i] for i in o], lo, hi)
+        tiles = _async_waits(tiles, arrivals, a_sel)
         part = pd.DataFrame(tiles, columns=["start_ns", "end_ns", "kind", "name", "ref"])
         part["window"] = w
         parts.append(part)

@@ -155,3 +155,33 @@ def test_user_names_gc_pause():
     # a frame merely named like the collector's module is not a GC pause
     assert user_names(np.array([0]), np.array([5]), ["gc.py(3): Python GC helper"], ["python_function"]) == \
         ["gc.py(3): Python GC helper"]
+
+
+def test_async_wait_is_named_by_its_collective():
+    """``work.wait()`` is not profiled: the main thread's uninstrumented time that holds the end of
+    collectives it enqueued earlier (async_op=True) and ends just after them is the wait for them.
+    Hand-made tiles (ms): collective 0 enqueued at 1, ends at 30; collective 1 enqueued at 2, ends at 31.5."""
+    from evtsync.critpath.cpu import _KIND_CODE, WAKE_NS, _async_waits
+
+    ms = 1_000_000
+    gap, wait, op = _KIND_CODE["python_gap"], _KIND_CODE["collective_wait"], _KIND_CODE["cpu_op"]
+    arrivals = pd.DataFrame({"enqueue_ns": [1 * ms, 2 * ms], "end_ns": [30 * ms, 31.5 * ms],
+                             "collective": ["AllReduce", "AllReduce"]})
+    rows = np.array([0, 1])
+    tiles = [(3 * ms, 5 * ms, op, "aten::add_", -1), (5 * ms, 31.6 * ms, gap, "(python gap)", -1),
+             (31.6 * ms, 32 * ms, op, "aten::mul", -1)]
+    tiles = [(int(a), int(b), k, n, r) for a, b, k, n, r in tiles]
+    out = _async_waits(tiles, arrivals, rows)
+    # the gap becomes: wait for 0 until 30, wait for 1 until 31.5, then 0.1 ms of wake-up
+    assert out == [tiles[0], (5 * ms, 30 * ms, wait, "(wait) AllReduce", 0),
+                   (30 * ms, int(31.5 * ms), wait, "(wait) AllReduce", 1),
+                   (int(31.5 * ms), int(31.6 * ms), gap, "(python gap)", -1), tiles[2]]
+    # misspecified cases stay as they are: a gap that ends more than WAKE_NS after the last end
+    # (the thread was doing something else), a gap before the enqueue, an op holding the end
+    late = [(5 * ms, 31 * ms + WAKE_NS + 1, gap, "(python gap)", -1)]
+    assert _async_waits(late, arrivals.iloc[:1], rows[:1]) == late
+    early = [(0, 30 * ms, gap, "(python gap)", -1)]
+    assert _async_waits(early, arrivals.iloc[:1], rows[:1]) == early
+    busy = [(5 * ms, 30 * ms, op, "aten::mm", -1)]
+    assert _async_waits(busy, arrivals.iloc[:1], rows[:1]) == busy
+    assert _async_waits(tiles, arrivals, np.array([], dtype=int)) == tiles

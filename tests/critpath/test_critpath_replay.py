@@ -30,6 +30,10 @@ from evtsync.critpath.replay import (
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "gloo-planted"
 NEW = Path(__file__).resolve().parents[1] / "data" / "gloo-whatif"
+#: tools/record_gloo_twins.py: each job and its clean twin recorded 5 times interleaved, ranks pinned,
+#: the pair whose difference is the repeats' median kept (tests/data/gloo-twins/README.md)
+TWINS = Path(__file__).resolve().parents[1] / "data" / "gloo-twins"
+TWIN_JOBS = ("twins/tpdp", "twins/ddpw", "twins/ddpa")
 MS = 1_000_000
 
 
@@ -109,12 +113,21 @@ def test_replay_reproduces_the_measured_step_time() -> None:
     assert w.slowdown == pytest.approx(w.step_time_ms / w.step_time_without_stragglers_ms)
 
 
+#: The user's annotation around a plant's op, from the recording scripts' plans
+#: (tools/record_gloo_whatif.py: ``named_inner`` is torch.mm inside record_function("expert_mm")).
+PLANT_ANNOTATION = {"named_inner": "expert_mm"}
+
+
 def _plant_ops(w, plant: dict) -> pd.DataFrame:  # noqa: ANN001
     # the plant's place: its rank, step, the collectives the rank issued in that step before it
-    # (truth.json ``position``: the segment) and the event it leaves
+    # (truth.json ``position``: the segment) and the event it leaves: the op itself when the plant
+    # called it at the top level, else inside the plan's annotation (not the same leaf op inside
+    # another user-level op, such as the backward's ``MmBackward0 > aten::mm``)
     ops = w.ops
+    note = PLANT_ANNOTATION.get(plant["kind"])
+    names = {plant["cause"]} if note is None else {f"{note} > {plant['cause']}"}
     return ops[(ops["rank"] == plant["rank"]) & (ops["step"] == plant["step"]) & (ops["segment"] == plant["position"])
-               & (_leaf(ops["name"]) == plant["cause"])]
+               & ops["name"].isin(names)]
 
 
 def _leaf(names: pd.Series) -> pd.Series:
@@ -135,14 +148,20 @@ KNOWN_OFF = {("ddp", 3): "-31%: the CPU-burning plant slowed ranks 0 and 1's ate
 
 
 def _folder(job: str) -> Path:
+    if job.startswith("twins/"):
+        return TWINS / job.split("/", 1)[1]
     return (NEW if job.startswith("ddpw") else DATA) / job
+
+
+def _truth(job: str) -> dict:
+    folder = _folder(job)
+    return json.loads((folder.parent / f"{folder.name}.truth.json").read_text())
 
 
 def _plants() -> list:
     out = []
-    for job in ("ddp", "tpdp", "tpdp8", "ddpw"):
-        truth = json.loads((_folder(job).parent / f"{job}.truth.json").read_text())
-        for p in truth["plants"]:
+    for job in ("ddp", "tpdp", "tpdp8", "ddpw", *TWIN_JOBS):
+        for p in _truth(job)["plants"]:
             marks = [pytest.mark.xfail(strict=True, reason=KNOWN_OFF[(job, p["rank"])])] \
                 if (job, p["rank"]) in KNOWN_OFF else []
             if job == "tpdp8":
@@ -177,13 +196,28 @@ def test_each_plant_alone_saves_its_duration(job: str, plant: dict) -> None:
         strict=True, reason="the twins differ by 2.1 ms per step: the clean twin ran under heavier load")]),
     pytest.param("ddpw", marks=pytest.mark.xfail(
         strict=True, reason="the twins differ by 68.4 ms per step for 38.0 ms of plants (load 8-10 on 2 cores)")),
+    *TWIN_JOBS,
 ])
 def test_all_plants_saving_against_the_clean_twin(job: str) -> None:
     w = _cached(job)
-    truth = json.loads((_folder(job).parent / f"{job}.truth.json").read_text())
-    ops = pd.concat([_plant_ops(w, p) for p in truth["plants"]])
+    ops = pd.concat([_plant_ops(w, p) for p in _truth(job)["plants"]])
     measured = _raw_step_ms(_folder(job)) - _raw_step_ms(_folder(f"{job}-clean"))
     assert w.saving_of(ops) == pytest.approx(measured, rel=0.15)
+
+
+@pytest.mark.parametrize("job", TWIN_JOBS)
+def test_the_kept_twins_are_the_median_repeat(job: str) -> None:
+    # tools/record_gloo_twins.py: the pair kept is the repeat whose difference is nearest the median
+    # of the repeats'; its step times, read here from the raw files, are the ones it wrote down
+    twins = _truth(job)["twins"]
+    diffs = [r["difference_ms"] for r in twins["repeats"]]
+    kept = twins["repeats"][twins["kept_repeat"]]
+    assert len(diffs) >= 3 and twins["median_difference_ms"] == pytest.approx(sorted(diffs)[len(diffs) // 2])
+    assert abs(kept["difference_ms"] - twins["median_difference_ms"]) == min(
+        abs(d - twins["median_difference_ms"]) for d in diffs)
+    assert _raw_step_ms(_folder(job)) == pytest.approx(kept["planted_step_ms"], abs=1e-3)
+    assert _raw_step_ms(_folder(job + "-clean")) == pytest.approx(kept["clean_step_ms"], abs=1e-3)
+    assert _truth(job + "-clean")["plants"] == []
 
 
 def test_all_plants_saving_against_their_measured_durations() -> None:
@@ -196,10 +230,9 @@ def test_all_plants_saving_against_their_measured_durations() -> None:
 
 
 def test_every_plant_is_a_straggler_op_of_its_rank() -> None:
-    for job in ("ddp", "tpdp", "ddpw"):
+    for job in ("ddp", "tpdp", "ddpw", *TWIN_JOBS):
         w = _cached(job)
-        truth = json.loads((_folder(job).parent / f"{job}.truth.json").read_text())
-        for p in truth["plants"]:
+        for p in _truth(job)["plants"]:
             assert len(_plant_ops(w, p)) >= 1, (job, p["rank"], p["kind"])
             assert p["rank"] in set(w.table.loc[_leaf(w.table["cause"]) == p["cause"], "rank"])
 
