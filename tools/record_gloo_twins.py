@@ -7,8 +7,8 @@ Purpose
     2-core machine one recording of each does not give that truth: the twins of
     tests/data/gloo-planted and gloo-whatif ran under different load (ddpw-clean's steps are 16 ms,
     ddpw's non-planted time alone is ~80 ms per step; tpdp-clean's step 3 is 49 ms, tpdp's 100 ms for
-    a 25 ms plant). This script records the pair ``--repeats`` times in the order P C C P P C …
-    (each twin as often first as second), with every rank pinned to one core (ranks in contiguous
+    a 25 ms plant). This script records the pair ``--repeats`` times in the order P C, C P, P C, …
+    (alternating which twin goes first), with every rank pinned to one core (ranks in contiguous
     blocks: rank r on core r * n_cores // world, ``RECORD_GLOO_PIN``) and one torch thread, and with the ``thread_join`` plant's thread
     blocking instead of computing (``RECORD_GLOO_THREAD_WAITS``), so that a plant delays its own
     rank and takes no CPU from the others where its kind allows it (a GC burst and ``torch.mm``
@@ -106,7 +106,7 @@ def main() -> int:
     median = statistics.median(diffs)
     kept = min(range(len(repeats)), key=lambda i: (abs(diffs[i] - median), repeats[i]["load_average_at_start"][0]))
     twins = {"repeats": repeats, "median_difference_ms": round(median, 3), "kept_repeat": kept,
-             "order": "P C C P P C ... (each twin as often first as second)",
+             "order": "P C C P P C ... (alternating which twin goes first)",
              "pinned": "ranks in contiguous blocks per core (rank r on core r * n_cores // world)",
              "thread_join_thread": "blocks (sleep)", "with_stack": args.stack}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -43,6 +43,8 @@ import torch  # noqa: E402
 PLANTS = [(1, 2, "gc_burst", 25.0, "data"), (3, 3, "thread_join", 25.0, "layer1"),
           (2, 6, "named_inner", 20.0, "layer1"), (0, 7, "thread_join", 20.0, "data")]
 CAUSES = {"gc_burst": "(python gap)", "thread_join": "(python gap)", "named_inner": "aten::mm"}
+#: With RECORD_GLOO_STACK (tools/record_gloo_twins.py --stack: with_stack=True, record_python_gc_info)
+STACK_CAUSES = {"gc_burst": "(GC pause)", "thread_join": "(thread join)"}
 
 
 def _mm_until(t0: int, target: int) -> None:
@@ -60,7 +62,17 @@ def plant(kind: str, target_ms: float, _old=base.plant) -> int:  # noqa: ANN001
     """One plant (the new kinds here, the others as record_gloo_planted); its duration in ns."""
     t0 = time.perf_counter_ns()
     target = int(target_ms * 1e6)
-    if kind == "gc_burst":
+    if kind == "gc_burst" and os.environ.get("RECORD_GLOO_STACK"):
+        # the same garbage made without calls (with_stack=True records every call, 4,000 a round)
+        while time.perf_counter_ns() - t0 < target:
+            junk = [None] * 2_000
+            for i in range(2_000):
+                cell: list = [None]
+                cell[0] = cell  # a reference cycle: only the collector frees it
+                junk[i] = cell
+            del junk
+            gc.collect(1)
+    elif kind == "gc_burst":
         while time.perf_counter_ns() - t0 < target:
             junk = []
             for _ in range(2_000):
@@ -88,6 +100,8 @@ def _patch() -> None:
     """The ``ddp`` job of record_gloo_planted with this module's plants."""
     base.PLANTS["ddp"] = PLANTS
     base.EXPECTED_CAUSE.update(CAUSES)
+    if os.environ.get("RECORD_GLOO_STACK"):  # with_stack=True and the GC events: named, not gaps
+        base.EXPECTED_CAUSE.update(STACK_CAUSES)
     base.plant = plant
 
 

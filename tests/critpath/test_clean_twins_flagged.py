@@ -3,8 +3,9 @@
 Each real gloo recording has a clean twin (the same program without its plants). Every (root rank,
 cause) pair of the twin's root-cause table whose tax exceeds half the smallest plant of the planted
 job (its duration measured by the job's own clock, ``measured_us`` in the truth file) must carry a
-flag (:func:`evtsync.critpath.attribution.root_cause_flags`). Three twins do not meet it (measured
-2026-12-06, numbers in the xfail reasons and docs/critical-path.md, "Flags of root causes")."""
+flag (:func:`evtsync.critpath.attribution.root_cause_flags`). Three twins recorded once do not meet
+it (measured 2026-12-06, numbers in the xfail reasons and docs/critical-path.md, "Flags of root
+causes"); the same jobs recorded five times interleaved with their twins (tests/data/gloo-twins) do."""
 
 from __future__ import annotations
 
