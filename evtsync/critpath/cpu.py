@@ -214,6 +214,21 @@ def _async_waits(tiles: list[tuple[int, int, int, str, int]], arrivals: pd.DataF
     return out
 
 
+def _work_wait_calls(starts: np.ndarray, names: np.ndarray, cats: np.ndarray, enq: np.ndarray,
+                     ends: np.ndarray) -> np.ndarray:
+    """Which events are the Python call of ``work.wait()`` (with_stack=True): a ``python_function``
+    ``<built-in method wait of …>`` that starts after a collective's enqueue and before its end."""
+    hit = (cats == "python_function") & np.char.startswith(names.astype(str), "<built-in method wait of ")
+    if not hit.any() or not len(enq):
+        return np.zeros(len(starts), bool)
+    idx = np.flatnonzero(hit)
+    t = starts[idx][:, None]
+    inside = ((t > enq[None, :]) & (t < ends[None, :])).any(axis=1)
+    out = np.zeros(len(starts), bool)
+    out[idx[inside]] = True
+    return out
+
+
 def rank_timeline(rank: int, ops: pd.DataFrame, instances: pd.DataFrame, *,
                   any_thread: bool = False) -> RankTimeline | None:
     """The main-thread timeline of one rank (``ops``: its CPU ops, ``instances``: its aligned
@@ -250,6 +265,12 @@ def rank_timeline(rank: int, ops: pd.DataFrame, instances: pd.DataFrame, *,
     window_start = {}
     for w in np.unique(windows).tolist():
         sel = windows == w
+        # with_stack=True records the Python call of work.wait() ("<built-in method wait of …>"):
+        # it is the wait itself, not the thread's own work; dropped where it starts while one of the
+        # rank's collectives is in flight, so that the wait below reaches the collective's end
+        in_flight = ok & (arrivals["window"].to_numpy() == w)
+        sel &= ~_work_wait_calls(starts_all, names, cats, arrivals["enqueue_ns"].to_numpy(np.int64)[in_flight],
+                                 arrivals["end_ns"].to_numpy(np.int64)[in_flight])
         s, e, n, c = starts_all[sel], ends_all[sel], names[sel], cats[sel]
         # a point-to-point gloo:send / gloo:recv runs on this thread and holds it until the peer is
         # there: a wait, named "(wait) recv" / "(wait) send" (issue 46, docs/gloo.md)
@@ -272,9 +293,12 @@ def rank_timeline(rank: int, ops: pd.DataFrame, instances: pd.DataFrame, *,
                         min(int(arrivals.at[i, "start_ns"]), int(arrivals.at[i, "enqueue_end_ns"])))
             nxt = order[np.searchsorted(order, start, side="right"):]
             end = min(int(arrivals.at[i, "end_ns"]), int(nxt[0]) if len(nxt) else int(arrivals.at[i, "end_ns"]))
-            # two pieces when it starts inside the c10d op, so that each nests in its parent
-            cut = int(arrivals.at[i, "enqueue_end_ns"])
-            for a, b in ((start, min(end, cut)), (max(start, cut), end)):
+            # cut where the events it starts inside end (the c10d op; with_stack=True also the Python
+            # call that enqueued it), so that each piece nests in its parent
+            cuts = {int(arrivals.at[i, "enqueue_end_ns"])}
+            cuts.update(int(x) for x in e[(s <= start) & (e > start) & (e < end)].tolist())
+            bounds = [start, *sorted(c for c in cuts if start < c < end), end]
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True):
                 if b > a:
                     ws.append(a)
                     we.append(b)

@@ -43,6 +43,12 @@ def user_names(starts: np.ndarray, ends: np.ndarray, names: list[str], cats: lis
     for i in range(n):
         while stack and e_list[stack[-1]] <= s_list[i]:
             stack.pop()
+        # with_stack=True: a record_function annotation starts inside the profiler's own Python
+        # calls (``__enter__``, ``_record_function_enter_new``) and outlives them; those frames are
+        # closed, not the annotation clipped to them
+        while stack and e_list[i] > e_list[stack[-1]] and cats[stack[-1]] == "python_function" \
+                and cats[i] != "python_function":
+            stack.pop()
         if stack and e_list[i] > e_list[stack[-1]]:  # improperly nested: clip to the parent
             e_list[i] = e_list[stack[-1]]
         name, cat = names[i], cats[i]

@@ -23,7 +23,7 @@ DATA = Path(__file__).parents[1] / "data"
 JOBS = {"ddp": "gloo-planted", "tpdp": "gloo-planted", "tpdp8": "gloo-planted", "pp3": "gloo-pipeline",
         "ddpw": "gloo-whatif", "ddpa": "gloo-async",
         # tools/record_gloo_twins.py: recorded 5 times interleaved with their twins, ranks pinned
-        "twins/tpdp": "gloo-twins", "twins/ddpw": "gloo-twins", "twins/ddpa": "gloo-twins"}
+        "twins/tpdp": "gloo-twins", "twins/ddpw": "gloo-twins", "twins/ddpa": "gloo-twins", "twins/ddpws": "gloo-twins"}
 GAP = {
     "tpdp": "tpdp-clean: rank 3 'MmBackward0 > aten::mm' 20.1 ms over 4 ok collectives (largest 9.5 ms), "
             "rank 1 the same cause 11.6 ms over 3 (largest 6.5 ms); half the smallest plant is 10.05 ms",

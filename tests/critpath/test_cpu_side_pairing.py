@@ -185,3 +185,24 @@ def test_async_wait_is_named_by_its_collective():
     busy = [(5 * ms, 30 * ms, op, "aten::mm", -1)]
     assert _async_waits(busy, arrivals.iloc[:1], rows[:1]) == busy
     assert _async_waits(tiles, arrivals, np.array([], dtype=int)) == tiles
+
+
+def test_user_names_annotation_that_outlives_the_profilers_frames():
+    """with_stack=True (torch 2.13, tests/data/gloo-twins/ddpws rank 2 step 6, times in µs from the
+    raw file): record_function("expert_mm") starts inside the profiler's ``__enter__`` frame and
+    outlives it; the op inside is still named with the annotation."""
+    from evtsync.critpath.cpu import user_names
+
+    rows = [
+        ("record_gloo_whatif.py(61): plant", "python_function", 10, 42126),
+        ("torch/autograd/profiler.py(918): __enter__", "python_function", 23, 40),
+        ("<built-in method _record_function_enter_new of pybind11_builtins", "python_function", 25, 37),
+        ("expert_mm", "user_annotation", 30, 42114),
+        ("record_gloo_whatif.py(50): _mm_until", "python_function", 43, 41997),
+        ("<built-in method mm of type object at 0x7f0a34ccea40>", "python_function", 130, 569),
+        ("aten::mm", "cpu_op", 147, 567),
+    ]
+    names = user_names(np.array([r[2] for r in rows]), np.array([r[3] for r in rows]),
+                       [r[0] for r in rows], [r[1] for r in rows])
+    assert names[3:] == ["expert_mm", "expert_mm > record_gloo_whatif.py(50): _mm_until",
+                         "expert_mm > <built-in method mm of type object>", "expert_mm > aten::mm"]

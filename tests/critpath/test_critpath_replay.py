@@ -33,7 +33,7 @@ NEW = Path(__file__).resolve().parents[1] / "data" / "gloo-whatif"
 #: tools/record_gloo_twins.py: each job and its clean twin recorded 5 times interleaved, ranks pinned,
 #: the pair whose difference is the repeats' median kept (tests/data/gloo-twins/README.md)
 TWINS = Path(__file__).resolve().parents[1] / "data" / "gloo-twins"
-TWIN_JOBS = ("twins/tpdp", "twins/ddpw", "twins/ddpa")
+TWIN_JOBS = ("twins/tpdp", "twins/ddpw", "twins/ddpa", "twins/ddpws")
 MS = 1_000_000
 
 
@@ -116,6 +116,12 @@ def test_replay_reproduces_the_measured_step_time() -> None:
 #: The user's annotation around a plant's op, from the recording scripts' plans
 #: (tools/record_gloo_whatif.py: ``named_inner`` is torch.mm inside record_function("expert_mm")).
 PLANT_ANNOTATION = {"named_inner": "expert_mm"}
+#: With with_stack=True (twins/ddpws) a plant's time is also in the Python calls it makes, from the
+#: script's code: the GC burst's own frame (``plant`` in tools/record_gloo_whatif.py, making the
+#: garbage between the collector's passes), a thread join's ``Thread.start``
+#: (``_thread.start_new_thread``)
+STACK_PLANT_FRAMES = {"gc_burst": {"record_gloo_whatif.py(61): plant"},
+                      "thread_join": {"<built-in function start_new_thread>"}}
 
 
 def _plant_ops(w, plant: dict) -> pd.DataFrame:  # noqa: ANN001
@@ -126,6 +132,8 @@ def _plant_ops(w, plant: dict) -> pd.DataFrame:  # noqa: ANN001
     ops = w.ops
     note = PLANT_ANNOTATION.get(plant["kind"])
     names = {plant["cause"]} if note is None else {f"{note} > {plant['cause']}"}
+    if plant.get("with_stack"):
+        names |= STACK_PLANT_FRAMES.get(plant["kind"], set())
     return ops[(ops["rank"] == plant["rank"]) & (ops["step"] == plant["step"]) & (ops["segment"] == plant["position"])
                & ops["name"].isin(names)]
 
@@ -161,7 +169,9 @@ def _truth(job: str) -> dict:
 def _plants() -> list:
     out = []
     for job in ("ddp", "tpdp", "tpdp8", "ddpw", *TWIN_JOBS):
-        for p in _truth(job)["plants"]:
+        truth = _truth(job)
+        for p in truth["plants"]:
+            p = {**p, "with_stack": truth.get("twins", {}).get("with_stack", False)}
             marks = [pytest.mark.xfail(strict=True, reason=KNOWN_OFF[(job, p["rank"])])] \
                 if (job, p["rank"]) in KNOWN_OFF else []
             if job == "tpdp8":
@@ -205,7 +215,9 @@ def test_each_plant_alone_saves_its_duration(job: str, plant: dict) -> None:
 ])
 def test_all_plants_saving_against_the_clean_twin(job: str) -> None:
     w = _cached(job)
-    ops = pd.concat([_plant_ops(w, p) for p in _truth(job)["plants"]])
+    truth = _truth(job)
+    stack = truth.get("twins", {}).get("with_stack", False)
+    ops = pd.concat([_plant_ops(w, {**p, "with_stack": stack}) for p in truth["plants"]])
     measured = _raw_step_ms(_folder(job)) - _raw_step_ms(_folder(f"{job}-clean"))
     assert w.saving_of(ops) == pytest.approx(measured, rel=0.15)
 
@@ -318,3 +330,23 @@ def test_cli_what_if_on_dask_gives_the_same(tmp_path: Path) -> None:
     a, b = json.loads(here.stdout)["what_if"], json.loads(dask.stdout)["what_if"]
     assert a["step_time_without_stragglers_ms"] == pytest.approx(b["step_time_without_stragglers_ms"])
     assert a["stragglers"] == b["stragglers"]
+
+
+def test_gc_pause_and_thread_join_named_on_a_with_stack_recording() -> None:
+    # twins/ddpws: the ddpw job recorded with with_stack=True and record_python_gc_info
+    # (tools/record_gloo_twins.py --stack); its truth names the plants "(GC pause)" and "(thread join)"
+    w = _cached("twins/ddpws")
+    plants = [p for p in _truth("twins/ddpws")["plants"] if p["kind"] in ("gc_burst", "thread_join")]
+    assert [(p["rank"], p["cause"]) for p in plants] == [(1, "(GC pause)"), (3, "(thread join)"), (0, "(thread join)")]
+    for p in plants:
+        ops = _plant_ops(w, p)
+        assert len(ops) == 1, (p["rank"], p["cause"])
+        assert p["rank"] in set(w.table.loc[w.table["cause"] == p["cause"], "rank"])
+        measured_ms = p["measured_us"] / 1000.0
+        if p["kind"] == "thread_join":  # the main thread waits in join() for all of the thread's sleep
+            assert float(ops["duration_ms"].iloc[0]) == pytest.approx(measured_ms, rel=0.25)
+        else:  # the collector's passes are part of the burst (the rest makes the garbage)
+            assert 0.1 * measured_ms < float(ops["duration_ms"].iloc[0]) < measured_ms
+    # the clean twin has no GC pause or thread join to fix
+    clean = _what_if(_folder("twins/ddpws-clean"))
+    assert not clean.table["cause"].isin(["(GC pause)", "(thread join)"]).any()
