@@ -349,12 +349,20 @@ def side_of(tl: RankTimeline, pg: Any, index: int) -> Side | None:
         return None
     h = a.iloc[row]
     w = int(h["window"])
-    prev = tl.arrival_row.get((pg, int(index) - 1))
-    if prev is not None and int(a["window"].iat[prev]) == w:
+    arrive, start = int(h["enqueue_ns"]), int(h["start_ns"])
+    # the previous collective of the group that had ended when this one was enqueued: one still in
+    # flight then (async_op=True, waited on later) bounds nothing, the one before it does
+    # (docs/critical-path.md §6, "Asynchronous collectives")
+    prev, k = None, int(index) - 1
+    while (r := tl.arrival_row.get((pg, k))) is not None and int(a["window"].iat[r]) == w:
+        if int(a["end_ns"].iat[r]) <= arrive + WAKE_NS:
+            prev = r
+            break
+        k -= 1
+    if prev is not None:
         lo, bottom = int(a["end_ns"].iat[prev]), "previous_collective"
     else:
         lo, bottom = tl.window_start.get(w, int(h["enqueue_ns"])), "window_start"
-    arrive, start = int(h["enqueue_ns"]), int(h["start_ns"])
     first, last = tl.slice_rows(w, lo, arrive)
     part = tl.slices.iloc[first:last].copy()
     part["start_ns"] = part["start_ns"].clip(lower=lo)
