@@ -23,6 +23,13 @@ GC_NAME = "(GC pause)"
 NAME_SEPARATOR = " > "
 
 
+def is_user_note(name: str, cat: str) -> bool:
+    """Whether an event is the user's own ``record_function`` annotation: not ``ProfilerStep#N``,
+    not the profiler's communication annotations (``gloo:*``, ``nccl:*``) nor evtsync's own names."""
+    return cat == "user_annotation" and not STEP_ANNOTATION.match(name) and name != GAP_NAME \
+        and not name.startswith(("gloo:", "nccl:", WAIT_PREFIX))
+
+
 def user_names(starts: np.ndarray, ends: np.ndarray, names: list[str], cats: list[str]) -> list[str]:
     """The name each event's own time goes by, in the user's words (issue 46): for an operator,
     the innermost enclosing ``record_function`` annotation and the outermost (user-level) operator
@@ -33,8 +40,7 @@ def user_names(starts: np.ndarray, ends: np.ndarray, names: list[str], cats: lis
     start, longer first (``starts``/``ends``: integer arrays); annotations, enqueues, waits and
     other categories keep their own names."""
     n = len(names)
-    is_note = [cats[i] == "user_annotation" and not STEP_ANNOTATION.match(names[i]) and names[i] != GAP_NAME
-               and not names[i].startswith(("gloo:", "nccl:", WAIT_PREFIX)) for i in range(n)]
+    is_note = [is_user_note(names[i], cats[i]) for i in range(n)]
     is_op = [cats[i] == "cpu_op" and not names[i].startswith("c10d::") for i in range(n)]
     is_join = [cats[i] == "python_function" and bool(_JOIN.match(names[i])) for i in range(n)]
     s_list, e_list = [int(v) for v in starts], [int(v) for v in ends]

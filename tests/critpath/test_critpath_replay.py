@@ -304,6 +304,29 @@ def test_gpu_twins(tmp_path: Path) -> None:
     assert cli["step_time_without_stragglers_ms"] == pytest.approx(wp.step_time_without_stragglers_ms, abs=1e-3)
 
 
+def test_gpu_kernel_cause_carries_the_annotation_around_its_launch(tmp_path: Path) -> None:
+    # the planted GEMM of the synthetic job, with record_function("expert_mm") written by hand around
+    # its launch (the runtime or driver call of the same correlation) on rank 2's launching thread; the other
+    # kernels' launches are outside it
+    traces = _synth(tmp_path / "planted", "--plant", "slow_gemm:2:2:0:fwd-mlp:20000")
+    path = next(traces.glob("rank-2.*.json"))
+    doc = json.loads(path.read_text())
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    slow = max(kernels, key=lambda e: e["dur"])  # the plant: 20 ms more than its peers
+    launch = next(e for e in doc["traceEvents"] if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                  and e["args"].get("correlation") == slow["args"]["correlation"])
+    doc["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": "expert_mm", "pid": launch["pid"],
+                               "tid": launch["tid"], "ts": launch["ts"] - 1.0, "dur": launch["dur"] + 2.0})
+    path.write_text(json.dumps(doc))
+    w = _what_if(traces)
+    top = w.table.iloc[0]
+    assert (int(top["rank"]), top["category"], top["cause"]) == (2, "kernel", slow["name"])
+    assert top["annotation"] == "expert_mm"
+    assert first_screen(w).top_annotation == "expert_mm"
+    # no-effect: without the annotation the same cause has none
+    assert _what_if(_synth(tmp_path / "bare", "--plant", "slow_gemm:2:2:0:fwd-mlp:20000")).table["annotation"].isna().all()
+
+
 # ------------------------------------------------------------------ CLI
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
