@@ -200,7 +200,8 @@ def _async_waits(tiles: list[tuple[int, int, int, str, int]], arrivals: pd.DataF
     out: list[tuple[int, int, int, str, int]] = []
     for t in tiles:
         a, b, kind, _, ref = t
-        inside = np.flatnonzero((enq < a) & (end > a) & (end <= b)) if kind == gap and ref < 0 else []
+        inside = np.flatnonzero((enq < a) & (end > a) & (end <= b)) if kind == gap and ref < 0 else \
+            np.zeros(0, np.int64)
         if not len(inside) or b - int(end[inside].max()) > WAKE_NS:
             out.append(t)
             continue
