@@ -141,6 +141,9 @@ def worker(rank: int, job: str, clean: bool, out_dir: str) -> None:
     """One rank: init gloo, build the groups, run STEPS steps, write its traces and its log."""
     torch.set_num_threads(1)
     world = WORLD[job]
+    if os.environ.get("RECORD_GLOO_PIN"):  # tools/record_gloo_twins.py: ranks in contiguous blocks per core
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[rank * len(cores) // world]})
     dist.init_process_group("gloo", rank=rank, world_size=world)
     groups: dict[str, tuple[object, str]] = {"WORLD": (None, "default_pg")}
     if job.startswith("tpdp"):
@@ -176,8 +179,11 @@ def worker(rank: int, job: str, clean: bool, out_dir: str) -> None:
                                  "position": position, "measured_ns": plant(kind, ms)})
 
     handler = tensorboard_trace_handler(out_dir, worker_name=f"rank{rank}", use_gzip=True)
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=False,
-                 schedule=schedule(wait=1, warmup=1, active=2, repeat=2), on_trace_ready=handler) as prof:
+    # RECORD_GLOO_STACK (tools/record_gloo_twins.py --stack): Python frames, thread joins and GC passes
+    stack = bool(os.environ.get("RECORD_GLOO_STACK"))
+    extra = {"experimental_config": torch._C._profiler._ExperimentalConfig(record_python_gc_info=True)} if stack else {}
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=stack,
+                 schedule=schedule(wait=1, warmup=1, active=2, repeat=2), on_trace_ready=handler, **extra) as prof:
         for step in range(STEPS):
             state["step"] = step
             maybe_plant(step, "data")

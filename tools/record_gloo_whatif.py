@@ -11,6 +11,8 @@ Purpose
     ``thread_join``  a background ``threading.Thread`` running ``torch.mm`` until the target time,
                      started and joined at once: the main thread waits in ``join()`` (no event on the
                      main thread: ``(python gap)``; the thread's ``aten::mm`` ops are on another thread);
+                     with ``RECORD_GLOO_THREAD_WAITS=1`` (tools/record_gloo_twins.py) the thread blocks
+                     (sleeps, as an I/O wait would) instead of computing;
     ``named_inner``  ``torch.mm`` calls inside ``record_function("expert_mm")``: the time is in the
                      inner op (``aten::mm``) and the user's annotation is ``expert_mm``.
 
@@ -26,6 +28,7 @@ How to run (a Python 3.11 venv with the CPU build of torch 2.13.0):
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import threading
 import time
@@ -40,6 +43,8 @@ import torch  # noqa: E402
 PLANTS = [(1, 2, "gc_burst", 25.0, "data"), (3, 3, "thread_join", 25.0, "layer1"),
           (2, 6, "named_inner", 20.0, "layer1"), (0, 7, "thread_join", 20.0, "data")]
 CAUSES = {"gc_burst": "(python gap)", "thread_join": "(python gap)", "named_inner": "aten::mm"}
+#: With RECORD_GLOO_STACK (tools/record_gloo_twins.py --stack: with_stack=True, record_python_gc_info)
+STACK_CAUSES = {"gc_burst": "(GC pause)", "thread_join": "(thread join)"}
 
 
 def _mm_until(t0: int, target: int) -> None:
@@ -48,11 +53,26 @@ def _mm_until(t0: int, target: int) -> None:
         torch.mm(a, a)
 
 
+def _io_wait(t0: int, target: int) -> None:
+    """A background thread that blocks (an I/O wait, here a sleep) until the target time."""
+    time.sleep(max(0, target - (time.perf_counter_ns() - t0)) / 1e9)
+
+
 def plant(kind: str, target_ms: float, _old=base.plant) -> int:  # noqa: ANN001
     """One plant (the new kinds here, the others as record_gloo_planted); its duration in ns."""
     t0 = time.perf_counter_ns()
     target = int(target_ms * 1e6)
-    if kind == "gc_burst":
+    if kind == "gc_burst" and os.environ.get("RECORD_GLOO_STACK"):
+        # the same garbage made without calls (with_stack=True records every call, 4,000 a round)
+        while time.perf_counter_ns() - t0 < target:
+            junk = [None] * 2_000
+            for i in range(2_000):
+                cell: list = [None]
+                cell[0] = cell  # a reference cycle: only the collector frees it
+                junk[i] = cell
+            del junk
+            gc.collect(1)
+    elif kind == "gc_burst":
         while time.perf_counter_ns() - t0 < target:
             junk = []
             for _ in range(2_000):
@@ -63,7 +83,9 @@ def plant(kind: str, target_ms: float, _old=base.plant) -> int:  # noqa: ANN001
             gc.collect(1)  # the young generations, where the garbage is (a full collection of torch's
             #                heap takes 125 ms at once on this machine, more than a step)
     elif kind == "thread_join":
-        worker = threading.Thread(target=_mm_until, args=(t0, target), name="background")
+        # RECORD_GLOO_THREAD_WAITS (tools/record_gloo_twins.py): the thread blocks instead of computing
+        body = _io_wait if os.environ.get("RECORD_GLOO_THREAD_WAITS") else _mm_until
+        worker = threading.Thread(target=body, args=(t0, target), name="background")
         worker.start()
         worker.join()
     elif kind == "named_inner":
@@ -78,6 +100,8 @@ def _patch() -> None:
     """The ``ddp`` job of record_gloo_planted with this module's plants."""
     base.PLANTS["ddp"] = PLANTS
     base.EXPECTED_CAUSE.update(CAUSES)
+    if os.environ.get("RECORD_GLOO_STACK"):  # with_stack=True and the GC events: named, not gaps
+        base.EXPECTED_CAUSE.update(STACK_CAUSES)
     base.plant = plant
 
 

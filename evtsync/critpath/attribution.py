@@ -632,7 +632,8 @@ OTHER_REASON = ("rest off the critical path",
 #: What to do about a root cause of each category.
 CATEGORY_ADVICE = {
     "python_gap": "uninstrumented Python: wrap the code (data loading, logging, …) in "
-                  "torch.profiler.record_function('…') to name it (with_stack=True names thread joins)",
+                  "torch.profiler.record_function('…') to name it (with_stack=True names thread joins; with "
+                  "experimental_config=_ExperimentalConfig(record_python_gc_info=True) too, GC pauses)",
     "python": "annotated Python on the straggler: the named region itself",
     "cpu_op": "an operator ran longer on the straggler (extra or slower work)",
     "enqueue": "the collective's enqueue was slow (the thread descheduled inside it?)",

@@ -179,6 +179,57 @@ def _tile(starts: np.ndarray, ends: np.ndarray, owner_kind: list[int], owner_nam
     return out
 
 
+#: How soon after an asynchronous collective's end (on its worker thread) the main thread must
+#: run again for the uninstrumented time before it to count as the ``work.wait()`` for it
+#: (docs/critical-path.md §6, "Asynchronous collectives").
+WAKE_NS = 1_000_000
+
+
+def _async_waits(tiles: list[tuple[int, int, int, str, int]], arrivals: pd.DataFrame,
+                 rows: np.ndarray) -> list[tuple[int, int, int, str, int]]:
+    """Name the ``work.wait()`` of asynchronous collectives: a Python gap that holds the end of
+    collectives the rank enqueued before it, and that ends within :data:`WAKE_NS` of the last of
+    those ends, was the main thread blocked on them. It becomes one ``(wait) <collective>`` slice
+    per collective, up to its end (in end order), and the rest stays a gap (the wake-up)."""
+    if not len(rows):
+        return tiles
+    enq = arrivals["enqueue_ns"].to_numpy(np.int64)[rows]
+    end = arrivals["end_ns"].to_numpy(np.int64)[rows]
+    coll = arrivals["collective"].astype(str).to_numpy()[rows]
+    gap, wait = _KIND_CODE["python_gap"], _KIND_CODE["collective_wait"]
+    out: list[tuple[int, int, int, str, int]] = []
+    for t in tiles:
+        a, b, kind, _, ref = t
+        inside = np.flatnonzero((enq < a) & (end > a) & (end <= b)) if kind == gap and ref < 0 else \
+            np.zeros(0, np.int64)
+        if not len(inside) or b - int(end[inside].max()) > WAKE_NS:
+            out.append(t)
+            continue
+        cursor = a
+        for j in inside[np.argsort(end[inside], kind="stable")].tolist():
+            if int(end[j]) > cursor:
+                out.append((cursor, int(end[j]), wait, WAIT_PREFIX + str(coll[j]), int(rows[j])))
+                cursor = int(end[j])
+        if b > cursor:
+            out.append((cursor, b, kind, t[3], ref))
+    return out
+
+
+def _work_wait_calls(starts: np.ndarray, names: np.ndarray, cats: np.ndarray, enq: np.ndarray,
+                     ends: np.ndarray) -> np.ndarray:
+    """Which events are the Python call of ``work.wait()`` (with_stack=True): a ``python_function``
+    ``<built-in method wait of …>`` that starts after a collective's enqueue and before its end."""
+    hit = (cats == "python_function") & np.char.startswith(names.astype(str), "<built-in method wait of ")
+    if not hit.any() or not len(enq):
+        return np.zeros(len(starts), bool)
+    idx = np.flatnonzero(hit)
+    t = starts[idx][:, None]
+    inside = ((t > enq[None, :]) & (t < ends[None, :])).any(axis=1)
+    out = np.zeros(len(starts), bool)
+    out[idx[inside]] = True
+    return out
+
+
 def rank_timeline(rank: int, ops: pd.DataFrame, instances: pd.DataFrame, *,
                   any_thread: bool = False) -> RankTimeline | None:
     """The main-thread timeline of one rank (``ops``: its CPU ops, ``instances``: its aligned
@@ -215,6 +266,12 @@ def rank_timeline(rank: int, ops: pd.DataFrame, instances: pd.DataFrame, *,
     window_start = {}
     for w in np.unique(windows).tolist():
         sel = windows == w
+        # with_stack=True records the Python call of work.wait() ("<built-in method wait of …>"):
+        # it is the wait itself, not the thread's own work; dropped where it starts while one of the
+        # rank's collectives is in flight, so that the wait below reaches the collective's end
+        in_flight = ok & (arrivals["window"].to_numpy() == w)
+        sel &= ~_work_wait_calls(starts_all, names, cats, arrivals["enqueue_ns"].to_numpy(np.int64)[in_flight],
+                                 arrivals["end_ns"].to_numpy(np.int64)[in_flight])
         s, e, n, c = starts_all[sel], ends_all[sel], names[sel], cats[sel]
         # a point-to-point gloo:send / gloo:recv runs on this thread and holds it until the peer is
         # there: a wait, named "(wait) recv" / "(wait) send" (issue 46, docs/gloo.md)
@@ -237,9 +294,12 @@ def rank_timeline(rank: int, ops: pd.DataFrame, instances: pd.DataFrame, *,
                         min(int(arrivals.at[i, "start_ns"]), int(arrivals.at[i, "enqueue_end_ns"])))
             nxt = order[np.searchsorted(order, start, side="right"):]
             end = min(int(arrivals.at[i, "end_ns"]), int(nxt[0]) if len(nxt) else int(arrivals.at[i, "end_ns"]))
-            # two pieces when it starts inside the c10d op, so that each nests in its parent
-            cut = int(arrivals.at[i, "enqueue_end_ns"])
-            for a, b in ((start, min(end, cut)), (max(start, cut), end)):
+            # cut where the events it starts inside end (the c10d op; with_stack=True also the Python
+            # call that enqueued it), so that each piece nests in its parent
+            cuts = {int(arrivals.at[i, "enqueue_end_ns"])}
+            cuts.update(int(x) for x in e[(s <= start) & (e > start) & (e < end)].tolist())
+            bounds = [start, *sorted(c for c in cuts if start < c < end), end]
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True):
                 if b > a:
                     ws.append(a)
                     we.append(b)
@@ -256,6 +316,7 @@ def rank_timeline(rank: int, ops: pd.DataFrame, instances: pd.DataFrame, *,
         shown = user_names(all_s[o], all_e[o], [labels[i] for i in o], [roles[i] for i in o])
         tiles = _tile(all_s[o].copy(), all_e[o].copy(), [kinds[i] for i in o], shown,
                       [refs[i] for i in o], lo, hi)
+        tiles = _async_waits(tiles, arrivals, a_sel)
         part = pd.DataFrame(tiles, columns=["start_ns", "end_ns", "kind", "name", "ref"])
         part["window"] = w
         parts.append(part)
@@ -289,12 +350,20 @@ def side_of(tl: RankTimeline, pg: Any, index: int) -> Side | None:
         return None
     h = a.iloc[row]
     w = int(h["window"])
-    prev = tl.arrival_row.get((pg, int(index) - 1))
-    if prev is not None and int(a["window"].iat[prev]) == w:
+    arrive, start = int(h["enqueue_ns"]), int(h["start_ns"])
+    # the previous collective of the group that had ended when this one was enqueued: one still in
+    # flight then (async_op=True, waited on later) bounds nothing, the one before it does
+    # (docs/critical-path.md §6, "Asynchronous collectives")
+    prev, k = None, int(index) - 1
+    while (r := tl.arrival_row.get((pg, k))) is not None and int(a["window"].iat[r]) == w:
+        if int(a["end_ns"].iat[r]) <= arrive + WAKE_NS:
+            prev = r
+            break
+        k -= 1
+    if prev is not None:
         lo, bottom = int(a["end_ns"].iat[prev]), "previous_collective"
     else:
         lo, bottom = tl.window_start.get(w, int(h["enqueue_ns"])), "window_start"
-    arrive, start = int(h["enqueue_ns"]), int(h["start_ns"])
     first, last = tl.slice_rows(w, lo, arrive)
     part = tl.slices.iloc[first:last].copy()
     part["start_ns"] = part["start_ns"].clip(lower=lo)

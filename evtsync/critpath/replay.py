@@ -39,6 +39,7 @@ import pandas as pd
 from evtsync.core.errors import InputError
 from evtsync.core.parallel import Backend
 from evtsync.critpath.cpu import CPU_SIDE_CATEGORIES, collectives_are_cpu_side, rank_timeline
+from evtsync.critpath.names import is_user_note
 from evtsync.sync.collectives import Alignment
 from evtsync.trace.traceset import TraceSet
 
@@ -192,10 +193,7 @@ def _cpu_lane(rank: int, ops: pd.DataFrame, inst: pd.DataFrame) -> Lane | None:
     sl["ref_key"] = [keys[r] if r >= 0 and ok[r] else None for r in ref.tolist()]
     sl["blocking"] = blocking & np.array([k is not None for k in sl["ref_key"]], dtype=bool)
     sl = _label_steps(sl, steps, a["enqueue_ns"].to_numpy(np.int64)[ok])
-    main = ops[(ops["tid"].to_numpy() == tl.tid) & (ops["cat"].astype(str).to_numpy() == "user_annotation")]
-    main = main[~main["name"].astype(str).str.match(_STEP.pattern).to_numpy()]
-    notes = pd.DataFrame({"start_ns": main["ts_ns"].to_numpy(np.int64), "end_ns": main["end_ns"].to_numpy(np.int64),
-                          "name": main["name"].astype(str).to_numpy()})
+    notes = _user_notes(ops[ops["tid"].to_numpy() == tl.tid])
     return Lane(rank, sl, arrivals, _windows(steps), n_unpaired=int((~ok).sum()), annotations=notes)
 
 
@@ -209,13 +207,21 @@ def annotation_of(lane: Lane, rows: pd.DataFrame) -> str | None:
     sl = lane.slices.merge(rows[["window", "step", "segment", "kind", "name"]].drop_duplicates(),
                            on=["window", "step", "segment", "kind", "name"])
     held: dict[str, int] = {}
-    n_start, n_end, n_name = (notes[c].to_numpy() for c in ("start_ns", "end_ns", "name"))
-    for st, en, name in zip(sl["start_ns"].to_numpy(np.int64), sl["end_ns"].to_numpy(np.int64), sl["name"],
-                            strict=True):
-        cover = np.flatnonzero((n_start <= st) & (n_end >= en) & (n_name != name))
+    n_start, n_end, n_name, n_tid = (notes[c].to_numpy() for c in ("start_ns", "end_ns", "name", "tid"))
+    # a kernel (GPU lane): the annotation around its launch, on the launching thread
+    gpu = "launch_ns" in sl
+    at = sl["launch_ns"].to_numpy(np.int64) if gpu else sl["start_ns"].to_numpy(np.int64)
+    to = at if gpu else sl["end_ns"].to_numpy(np.int64)
+    tids = sl["launch_tid"].to_numpy() if gpu else [None] * len(sl)
+    for st, en, name, tid, t0, t1 in zip(at, to, sl["name"], tids, sl["start_ns"].to_numpy(np.int64),
+                                         sl["end_ns"].to_numpy(np.int64), strict=True):
+        if gpu and st < 0:
+            continue
+        same = (n_tid == tid) if gpu else True
+        cover = np.flatnonzero((n_start <= st) & (n_end >= en) & (n_name != name) & same)
         if cover.size:
             inner = cover[np.argmax(n_start[cover])]
-            held[str(n_name[inner])] = held.get(str(n_name[inner]), 0) + int(en - st)
+            held[str(n_name[inner])] = held.get(str(n_name[inner]), 0) + int(t1 - t0)
     return max(held, key=lambda k: held[k]) if held else None
 
 
@@ -223,41 +229,66 @@ def _windows(steps: pd.DataFrame) -> dict[int, tuple[int, int, int]]:
     return {int(w): (int(g["ts_ns"].min()), int(g["end_ns"].max()), len(g)) for w, g in steps.groupby("window")}
 
 
-def _gpu_lane(rank: int, ops: pd.DataFrame, kernels: pd.DataFrame, inst: pd.DataFrame) -> Lane | None:
+def _user_notes(ops: pd.DataFrame) -> pd.DataFrame:
+    """The user's ``record_function`` annotations among CPU ops (not ``ProfilerStep#N``, not the
+    GPU-side copies, not the communication annotations): start_ns, end_ns, name, tid."""
+    names = ops["name"].astype(str)
+    keep = np.array([is_user_note(n, c) for n, c in zip(names.tolist(), ops["cat"].astype(str).tolist(), strict=True)],
+                    dtype=bool)
+    sel = ops[keep]
+    return pd.DataFrame({"start_ns": sel["ts_ns"].to_numpy(np.int64), "end_ns": sel["end_ns"].to_numpy(np.int64),
+                         "name": names[keep].to_numpy(), "tid": sel["tid"].to_numpy() if "tid" in sel else 0})
+
+
+def _gpu_lane(rank: int, ops: pd.DataFrame, kernels: pd.DataFrame, inst: pd.DataFrame,
+              runtime: pd.DataFrame | None = None) -> Lane | None:
     """A GPU rank's lane: its GPU events in start order tiled into exclusive slices (overlapping time
     belongs to the event that started first; one wholly inside another is dropped; uncovered time is
-    ``(gpu idle)``), communication kernels as blocking waits."""
+    ``(gpu idle)``), communication kernels as blocking waits. Each kernel slice keeps its launch's
+    CPU time and thread (``launch_ns``, ``launch_tid``; -1 where no launch pairs by correlation), so
+    that the user's annotation around the launch names it."""
     steps = _steps_of(ops)
     if steps.empty or kernels.empty:
         return None
+    launch: dict[tuple[int, int], tuple[int, Any]] = {}
+    if runtime is not None and len(runtime) and "correlation" in runtime:
+        r_win = runtime["window"].to_numpy(np.int64) if "window" in runtime else np.zeros(len(runtime), np.int64)
+        for w_, c_, t_, tid_ in zip(r_win, runtime["correlation"].to_numpy(np.int64),
+                                    runtime["ts_ns"].to_numpy(np.int64), runtime["tid"].to_numpy(), strict=True):
+            if c_ >= 0:
+                launch[(int(w_), int(c_))] = (int(t_), tid_)
     key_of = {(int(s), int(t)): (pg, int(i)) for pg, i, s, t in
               zip(inst["pg"], inst["index"], inst["stream"], inst["ts_ns"], strict=True)}
     arrivals = {(pg, int(i)): (int(w), int(t), int(e)) for pg, i, w, t, e in
                 zip(inst["pg"], inst["index"], inst["window"], inst["ts_ns"], inst["end_ns"], strict=True)}
-    rows: list[tuple[int, int, str, str, tuple[Any, int] | None, bool, int]] = []
+    rows: list[tuple[int, int, str, str, tuple[Any, int] | None, bool, int, int, Any]] = []
     for (w, g) in steps.groupby("window"):
         lo, hi = int(g["ts_ns"].min()), int(g["end_ns"].max())
         k = kernels[(kernels["window"].to_numpy() == w) if "window" in kernels else slice(None)]
         k = k.sort_values(["ts_ns", "end_ns"], kind="stable")
         cursor = lo
         flag = k["is_comm"] if "is_comm" in k else k["is_nccl"]
-        for s, e, name, stream, is_c in zip(k["ts_ns"].to_numpy(np.int64), k["end_ns"].to_numpy(np.int64),
-                                           k["name"].astype(str), k["stream"].to_numpy(),
-                                           flag.fillna(False).to_numpy(bool), strict=True):
+        corr = k["correlation"].to_numpy(np.int64) if "correlation" in k else np.full(len(k), -1, np.int64)
+        for s, e, name, stream, is_c, c in zip(k["ts_ns"].to_numpy(np.int64), k["end_ns"].to_numpy(np.int64),
+                                              k["name"].astype(str), k["stream"].to_numpy(),
+                                              flag.fillna(False).to_numpy(bool), corr, strict=True):
             s, e = max(int(s), cursor), int(e)
             if e <= cursor or s >= hi:
                 continue
             if s > cursor:
-                rows.append((cursor, s, "gpu_idle", GPU_IDLE, None, False, int(w)))
+                rows.append((cursor, s, "gpu_idle", GPU_IDLE, None, False, int(w), -1, None))
             key = key_of.get((int(stream), int(s))) if is_c else None
-            rows.append((s, min(e, hi), "communication" if is_c else "kernel", name, key, key is not None, int(w)))
+            at, tid = launch.get((int(w), int(c)), (-1, None))
+            rows.append((s, min(e, hi), "communication" if is_c else "kernel", name, key, key is not None, int(w),
+                         at, tid))
             cursor = min(e, hi)
         if cursor < hi:
-            rows.append((cursor, hi, "gpu_idle", GPU_IDLE, None, False, int(w)))
-    sl = pd.DataFrame(rows, columns=["start_ns", "end_ns", "kind", "name", "ref_key", "blocking", "window"])
+            rows.append((cursor, hi, "gpu_idle", GPU_IDLE, None, False, int(w), -1, None))
+    sl = pd.DataFrame(rows, columns=["start_ns", "end_ns", "kind", "name", "ref_key", "blocking", "window",
+                                     "launch_ns", "launch_tid"])
     arr = np.array([v[1] for v in arrivals.values()], dtype=np.int64)
     sl = _label_steps(sl, steps, arr)
-    return Lane(rank, sl, arrivals, _windows(steps))
+    return Lane(rank, sl, arrivals, _windows(steps), annotations=_user_notes(ops))
 
 
 def _cpu_side(traces: TraceSet, instances: pd.DataFrame) -> bool:
@@ -272,8 +303,11 @@ def lane_of(rank: int, traces: TraceSet, instances: pd.DataFrame, cpu: bool) -> 
     if cpu:
         return _cpu_lane(rank, ops, instances)
     kernels = traces.kernels
-    kernels = kernels[kernels["rank"].to_numpy() == rank] if traces.ranks["rank"].nunique() > 1 else kernels
-    return _gpu_lane(rank, ops, kernels, instances)
+    runtime = traces.runtime
+    if traces.ranks["rank"].nunique() > 1:
+        kernels = kernels[kernels["rank"].to_numpy() == rank]
+        runtime = runtime[runtime["rank"].to_numpy() == rank]
+    return _gpu_lane(rank, ops, kernels, instances, runtime)
 
 
 @dataclass

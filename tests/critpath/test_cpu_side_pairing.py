@@ -24,6 +24,14 @@ def _inst(rows: list[tuple[str, int, float, float]]) -> pd.DataFrame:
 
 
 STEP = ("ProfilerStep#1", "user_annotation", 0, 100)
+
+
+def _user_names(rows: list[tuple[str, str, float, float]]) -> list[str]:
+    """user_names over (name, cat, start, end) rows, sorted by start, longer first."""
+    from evtsync.critpath.cpu import user_names
+
+    return user_names(np.array([r[2] for r in rows]), np.array([r[3] for r in rows]),
+                      [r[0] for r in rows], [r[1] for r in rows])
 ENQ = "c10d::allreduce_"
 
 
@@ -113,8 +121,6 @@ def test_a_root_that_accounts_for_half_is_named():
 
 def test_user_names_annotation_user_level_op_and_thread_join():
     """Names as a torch 2.13 trace (with_stack=True) spells them; nesting counted by hand."""
-    from evtsync.critpath.cpu import user_names
-
     rows = [  # name, cat, start, end (µs); sorted by start, longer first
         ("ProfilerStep#3", "user_annotation", 0, 100),
         ("expert_mm", "user_annotation", 1, 30),
@@ -126,8 +132,99 @@ def test_user_names_annotation_user_level_op_and_thread_join():
         ("<built-in method acquire of _thread.lock object at 0x7f34e0526240>", "python_function", 42, 88),
         ("aten::add", "cpu_op", 95, 96),
     ]
-    names = user_names(np.array([r[2] for r in rows]), np.array([r[3] for r in rows]),
-                       [r[0] for r in rows], [r[1] for r in rows])
+    names = _user_names(rows)
     assert names == ["ProfilerStep#3", "expert_mm", "expert_mm > aten::mm", "expert_mm > aten::clone",
                      "expert_mm > aten::clone > aten::copy_", "(thread join)", "(thread join)", "(thread join)",
                      "aten::add"]
+
+
+def test_user_names_gc_pause():
+    """A pass of the garbage collector as torch 2.13 records it (with_stack=True and
+    _ExperimentalConfig(record_python_gc_info=True)): a ``Python GC`` python_function event inside the
+    frame that triggered it (an allocation, or ``gc.collect``); nesting counted by hand from such a trace."""
+    rows = [  # name, cat, start, end (µs); sorted by start, longer first
+        ("ProfilerStep#2", "user_annotation", 0, 100),
+        ("record_gloo_whatif.py(57): plant", "python_function", 1, 90),
+        ("Python GC", "python_function", 5, 15),  # a young-generation pass during allocation
+        ("<built-in function collect>", "python_function", 40, 80),
+        ("Python GC", "python_function", 41, 79),  # the gc.collect itself
+        ("data_loader", "user_annotation", 91, 99),
+        ("Python GC", "python_function", 92, 93),  # inside the user's annotation
+    ]
+    names = _user_names(rows)
+    assert names == ["ProfilerStep#2", "record_gloo_whatif.py(57): plant", "(GC pause)",
+                     "<built-in function collect>", "(GC pause)", "data_loader", "data_loader > (GC pause)"]
+    # a frame merely named like the collector's module is not a GC pause
+    assert _user_names([("gc.py(3): Python GC helper", "python_function", 0, 5)]) == ["gc.py(3): Python GC helper"]
+
+
+def test_async_wait_is_named_by_its_collective():
+    """``work.wait()`` is not profiled: the main thread's uninstrumented time that holds the end of
+    collectives it enqueued earlier (async_op=True) and ends just after them is the wait for them.
+    Hand-made tiles (ms): collective 0 enqueued at 1, ends at 30; collective 1 enqueued at 2, ends at 31.5."""
+    from evtsync.critpath.cpu import _KIND_CODE, WAKE_NS, _async_waits
+
+    ms = 1_000_000
+    gap, wait, op = _KIND_CODE["python_gap"], _KIND_CODE["collective_wait"], _KIND_CODE["cpu_op"]
+    arrivals = pd.DataFrame({"enqueue_ns": [1 * ms, 2 * ms], "end_ns": [30 * ms, 31.5 * ms],
+                             "collective": ["AllReduce", "AllReduce"]})
+    rows = np.array([0, 1])
+    tiles = [(3 * ms, 5 * ms, op, "aten::add_", -1), (5 * ms, 31.6 * ms, gap, "(python gap)", -1),
+             (31.6 * ms, 32 * ms, op, "aten::mul", -1)]
+    tiles = [(int(a), int(b), k, n, r) for a, b, k, n, r in tiles]
+    out = _async_waits(tiles, arrivals, rows)
+    # the gap becomes: wait for 0 until 30, wait for 1 until 31.5, then 0.1 ms of wake-up
+    assert out == [tiles[0], (5 * ms, 30 * ms, wait, "(wait) AllReduce", 0),
+                   (30 * ms, int(31.5 * ms), wait, "(wait) AllReduce", 1),
+                   (int(31.5 * ms), int(31.6 * ms), gap, "(python gap)", -1), tiles[2]]
+    # misspecified cases stay as they are: a gap that ends more than WAKE_NS after the last end
+    # (the thread was doing something else), a gap before the enqueue, an op holding the end
+    late = [(5 * ms, 31 * ms + WAKE_NS + 1, gap, "(python gap)", -1)]
+    assert _async_waits(late, arrivals.iloc[:1], rows[:1]) == late
+    early = [(0, 30 * ms, gap, "(python gap)", -1)]
+    assert _async_waits(early, arrivals.iloc[:1], rows[:1]) == early
+    busy = [(5 * ms, 30 * ms, op, "aten::mm", -1)]
+    assert _async_waits(busy, arrivals.iloc[:1], rows[:1]) == busy
+    assert _async_waits(tiles, arrivals, np.array([], dtype=int)) == tiles
+
+
+def test_user_names_annotation_that_outlives_the_profilers_frames():
+    """with_stack=True (torch 2.13, tests/data/gloo-twins/ddpws rank 2 step 6, times in µs from the
+    raw file): record_function("expert_mm") starts inside the profiler's ``__enter__`` frame and
+    outlives it; the op inside is still named with the annotation."""
+    rows = [
+        ("record_gloo_whatif.py(61): plant", "python_function", 10, 42126),
+        ("torch/autograd/profiler.py(918): __enter__", "python_function", 23, 40),
+        ("<built-in method _record_function_enter_new of pybind11_builtins", "python_function", 25, 37),
+        ("expert_mm", "user_annotation", 30, 42114),
+        ("record_gloo_whatif.py(50): _mm_until", "python_function", 43, 41997),
+        ("<built-in method mm of type object at 0x7f0a34ccea40>", "python_function", 130, 569),
+        ("aten::mm", "cpu_op", 147, 567),
+    ]
+    names = _user_names(rows)
+    assert names[3:] == ["expert_mm", "expert_mm > record_gloo_whatif.py(50): _mm_until",
+                         "expert_mm > <built-in method mm of type object>", "expert_mm > aten::mm"]
+
+
+def test_async_collective_bounded_by_the_last_one_ended_before_it():
+    """Two buckets issued with async_op=True, back to back, waited on together (hand-made, ms). Rank 1
+    sleeps 30 ms in a data_loader_stall first; both of its buckets are late by it. Bucket 1's path
+    starts where the last collective *ended before its enqueue* ended (here the window start: bucket 0
+    was still in flight), not at bucket 0's end, which lies after bucket 1's enqueue."""
+    stall = ("data_loader_stall", "user_annotation", 1, 31)
+    # gloo runs each on its own worker thread as soon as it is enqueued; both end when rank 1's are done
+    slow = rank_timeline(1, _ops([STEP, stall, (ENQ, "cpu_op", 32, 32.1), (ENQ, "cpu_op", 32.2, 32.3)]),
+                         _inst([("g", 0, 32.1, 35), ("g", 1, 32.3, 36)]))
+    fast = rank_timeline(0, _ops([STEP, (ENQ, "cpu_op", 2, 2.1), (ENQ, "cpu_op", 2.2, 2.3)]),
+                         _inst([("g", 0, 2.1, 35), ("g", 1, 2.3, 36)]))
+    s1, f1 = side_of(slow, "g", 1), side_of(fast, "g", 1)
+    assert (s1.bottom, f1.bottom) == ("window_start", "window_start")
+    row = {"tau_max_us": 30_200.0}
+    extra = combine_sides(s1, f1, slow, row, (0.8, 1.25))
+    # hand count: rank 1 enqueues bucket 1 at 32.2 ms, rank 0 at 2.2 ms: 30 ms late, 30 of it the stall
+    assert row["cause_name"] == "data_loader_stall" and row["cause_extra_us"] == pytest.approx(30_000.0)
+    assert sum(extra.values()) / MS == pytest.approx(30.0)
+    # a synchronous job: bucket 0 had ended (35 ms) before bucket 1's enqueue (36 ms): it bounds bucket 1
+    sync = rank_timeline(1, _ops([STEP, stall, (ENQ, "cpu_op", 32, 32.1), (ENQ, "cpu_op", 36, 36.1)]),
+                         _inst([("g", 0, 32.1, 35), ("g", 1, 36.1, 37)]))
+    assert side_of(sync, "g", 1).bottom == "previous_collective" and side_of(sync, "g", 1).bottom_ns == 35 * MS
