@@ -191,11 +191,51 @@ def _make_key(path: Path) -> None:
 _keys: dict[tuple[str, int, int], bytes] = {}
 
 
+def key_problem(path: Path, st: os.stat_result, *, team: bool) -> str | None:
+    """Why the signing key file ``path`` (``st``: its :func:`os.stat`, links followed) must not be
+    used (None when it may), docs/security.md:
+
+    - a regular file;
+    - owned by you (uid :func:`os.geteuid`), unless it is a team's key named by
+      ``$EVTSYNC_CACHE_KEY`` (``team``), which its administrator owns;
+    - mode ``0600`` (or ``0400``): no bit for group or others; a team's key may also be readable
+      by its group (``0640``), never writable by it nor readable by others;
+    - in a folder that belongs to you, to root or to the key's owner and that no one else can write
+      (unless it has the sticky bit, as ``/tmp``): whoever could replace the key could sign entries."""
+    uid = os.geteuid()
+    mode = stat.filemode(st.st_mode)
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if st.st_uid != uid and not team:
+        return (f"owned by uid {st.st_uid}, not by you (uid {uid}): its owner could replace it and sign cache "
+                f"entries; remove it to have a key of your own made, or name a team's key with ${KEY_ENV} "
+                "(docs/security.md)")
+    loose = stat.S_IWGRP | stat.S_IWOTH | stat.S_IROTH | (0 if team else stat.S_IRGRP)
+    if st.st_mode & loose:
+        return (f"readable or writable by others (mode {mode}); chmod 600 {path} (640 for a team's key named by "
+                f"${KEY_ENV}, docs/security.md)")
+    folder = path.resolve().parent
+    try:
+        fst = os.stat(folder)
+    except OSError as exc:
+        return f"its folder {folder} cannot be checked ({exc.strerror or exc})"
+    if fst.st_uid not in (uid, 0, st.st_uid):
+        return f"its folder {folder} is owned by uid {fst.st_uid}, who could replace the key"
+    if not fst.st_mode & stat.S_ISVTX:
+        who = [w for w, bit in (("group", stat.S_IWGRP), ("others", stat.S_IWOTH)) if fst.st_mode & bit]
+        if who == ["group"] and _private_group(fst.st_gid, uid):
+            who = []
+        if who:
+            return (f"its folder {folder} is writable by {' and '.join(who)} (mode {stat.filemode(fst.st_mode)}), "
+                    f"who could replace the key; chmod go-w {folder}")
+    return None
+
+
 def signing_key() -> bytes:
     """The per-user signing key (:func:`key_file`), made on first use (``0600``, in a ``0700``
-    folder). Refused (:class:`SigningKeyError`) when it is not a regular file, is writable by group or
-    others, or readable by others (a team key may be readable by its group: docs/security.md),
-    or holds fewer than 32 characters."""
+    folder). Refused (:class:`SigningKeyError`) for any :func:`key_problem` (not a regular file,
+    not yours, open to others, in a folder others can write) or when it holds fewer than 32
+    characters."""
     path = key_file()
     try:
         if not path.exists():
@@ -203,11 +243,9 @@ def signing_key() -> bytes:
         st = os.stat(path)
     except OSError as exc:
         raise SigningKeyError(f"signing key {path}: cannot be made or read ({exc.strerror or exc})") from exc
-    if not stat.S_ISREG(st.st_mode):
-        raise SigningKeyError(f"signing key {path}: not a regular file")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH | stat.S_IROTH):
-        raise SigningKeyError(f"signing key {path}: readable or writable by others (mode {stat.filemode(st.st_mode)}); "
-                        f"chmod 600 {path} (or 640 for a team key, docs/security.md)")
+    problem = key_problem(path, st, team=bool(os.environ.get(KEY_ENV)))
+    if problem is not None:
+        raise SigningKeyError(f"signing key {path}: {problem}")
     stamp = (str(path), st.st_mtime_ns, st.st_ino)
     if stamp not in _keys:
         try:
