@@ -1,6 +1,6 @@
 """What evtsync trusts on disk, and the checks that stand for it (docs/security.md).
 
-One home for three checks:
+One home for four checks:
 
 - :func:`contained`: a path named by a file (a run manifest's outputs, a result-cache listing, an
   nccl-tests plan's logs) is relative, has no ``..``, and stays inside its folder once resolved
@@ -13,6 +13,10 @@ One home for three checks:
   (:func:`key_file`, created ``0600`` on first use): a result-cache entry is served only when its
   listing carries a signature made with this key, so an entry that someone else wrote or edited
   is never served.
+- :func:`sign_file` / :func:`file_signature_problem`: a file evtsync writes (a fit) gets a
+  signature file beside it (``fit.nc.sig``: its name, size and SHA-256, signed as a listing), so
+  that a reader knows, before it parses a byte, that this user's evtsync wrote it unchanged
+  (a fit without one is read first in a separate process: :mod:`evtsync.evt.fitfile`).
 """
 
 from __future__ import annotations
@@ -295,3 +299,77 @@ def listing_problem(listing: dict[str, Any]) -> str | None:
     if verify(_listing_bytes(listing), listing[SIGNATURE]):
         return None
     return f"its listing's signature was not made with your key {key_file()}"
+
+
+# --------------------------------------------------------------------------- signed files
+
+#: What a signature file is (its ``format`` field).
+SIGNED_FILE_FORMAT = "evtsync-signed-file/1"
+#: The suffix of the signature file written beside a file evtsync wrote (``fit.nc.sig``).
+SIGNATURE_SUFFIX = ".sig"
+#: The largest signature file read (a few hundred bytes are written).
+MAX_SIGNATURE_BYTES = 4096
+
+
+def signature_path(path: str | os.PathLike[str]) -> Path:
+    """The signature file of ``path``: ``fit.nc`` -> ``fit.nc.sig`` (:func:`sign_file`)."""
+    p = Path(path)
+    return p.with_name(p.name + SIGNATURE_SUFFIX)
+
+
+def sign_file(path: str | os.PathLike[str]) -> Path | None:
+    """Write beside ``path``, a file evtsync has just written, its signature file
+    (:func:`signature_path`): the file's name, size and SHA-256 as a listing signed with
+    :func:`sign_listing`, atomically. A reader then knows, before it parses a byte of the file,
+    that this user's evtsync wrote it and that it is unchanged (:func:`file_signature_problem`).
+    Returns None, with a warning, when the key cannot be used: the file is then read as one
+    from elsewhere (docs/security.md)."""
+    from evtsync.core.tableio import file_sha256, write_text_atomic
+
+    p = Path(path)
+    try:
+        listing = sign_listing({"format": SIGNED_FILE_FORMAT, "file": p.name, "bytes": p.stat().st_size,
+                                "sha256": file_sha256(p)})
+    except SigningKeyError as exc:
+        warn_once(f"{p}: written without its signature file ({exc}); evtsync reads it as a file from elsewhere, "
+                  "in a separate process with a time limit (docs/security.md)")
+        return None
+    return write_text_atomic(signature_path(p), json.dumps(listing, sort_keys=True) + "\n")
+
+
+def file_signature_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` is not known to be a file that this user's evtsync wrote and that is unchanged
+    since (None when it is): its signature file (:func:`sign_file`) is missing, unreadable, not
+    signed with this user's key, names another file, or the file's size or SHA-256 differ from
+    the ones signed. A signing key that cannot be used is a reason too (nothing is trusted)."""
+    p = Path(path)
+    sig = signature_path(p)
+    try:
+        if not sig.is_file():
+            return f"it has no signature file {sig.name}"
+        if sig.stat().st_size > MAX_SIGNATURE_BYTES:
+            return f"its signature file {sig.name} is larger than {MAX_SIGNATURE_BYTES} bytes"
+        listing = json.loads(sig.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return f"its signature file {sig.name} is unreadable ({exc})"
+    if not isinstance(listing, dict) or listing.get("format") != SIGNED_FILE_FORMAT:
+        return f"{sig.name} is not an evtsync signature file"
+    try:
+        problem = listing_problem(listing)
+    except SigningKeyError as exc:
+        return f"the signing key cannot be used ({exc})"
+    if problem is not None:
+        return f"{sig.name}: {problem}"
+    if listing.get("file") != p.name:
+        return f"{sig.name} signs {listing.get('file')!r}, not {p.name!r}"
+    try:
+        size = p.stat().st_size
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror or exc})"
+    if size != listing.get("bytes"):
+        return f"it changed after {sig.name} was signed ({size} bytes, {listing.get('bytes')} signed)"
+    from evtsync.core.tableio import file_sha256
+
+    if file_sha256(p) != listing.get("sha256"):
+        return f"it changed after {sig.name} was signed (its SHA-256 differs)"
+    return None
