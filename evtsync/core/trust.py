@@ -317,19 +317,22 @@ def signature_path(path: str | os.PathLike[str]) -> Path:
     return p.with_name(p.name + SIGNATURE_SUFFIX)
 
 
-def sign_file(path: str | os.PathLike[str]) -> Path | None:
-    """Write beside ``path``, a file evtsync has just written, its signature file
-    (:func:`signature_path`): the file's name, size and SHA-256 as a listing signed with
-    :func:`sign_listing`, atomically. A reader then knows, before it parses a byte of the file,
-    that this user's evtsync wrote it and that it is unchanged (:func:`file_signature_problem`).
-    Returns None, with a warning, when the key cannot be used: the file is then read as one
-    from elsewhere (docs/security.md)."""
+def sign_file(path: str | os.PathLike[str], content: str | os.PathLike[str] | None = None) -> Path | None:
+    """Write beside ``path``, a file evtsync writes, its signature file (:func:`signature_path`):
+    the file's name, size and SHA-256 as a listing signed with :func:`sign_listing`, atomically
+    (inside :func:`~evtsync.core.tableio.all_or_nothing`, with the other outputs). ``content``:
+    where the bytes are now, when not yet at ``path`` (the temporary file of
+    :func:`~evtsync.core.tableio.atomic_path`). A reader then knows, before it parses a byte of
+    the file, that this user's evtsync wrote it and that it is unchanged
+    (:func:`file_signature_problem`). Returns None, with a warning, when the key cannot be used:
+    the file is then read as one from elsewhere (docs/security.md)."""
     from evtsync.core.tableio import file_sha256, write_text_atomic
 
     p = Path(path)
+    data = Path(content) if content is not None else p
     try:
-        listing = sign_listing({"format": SIGNED_FILE_FORMAT, "file": p.name, "bytes": p.stat().st_size,
-                                "sha256": file_sha256(p)})
+        listing = sign_listing({"format": SIGNED_FILE_FORMAT, "file": p.name, "bytes": data.stat().st_size,
+                                "sha256": file_sha256(data)})
     except SigningKeyError as exc:
         warn_once(f"{p}: written without its signature file ({exc}); evtsync reads it as a file from elsewhere, "
                   "in a separate process with a time limit (docs/security.md)")

@@ -90,7 +90,7 @@ def save_fit(tree: xr.DataTree, out: str | os.PathLike[str]) -> Path:
     tree.attrs[CHECKSUMS_ATTR] = json.dumps(part_checksums(tree), sort_keys=True)
     with atomic_path(dest) as tmp:
         tree.to_netcdf(tmp, engine="h5netcdf")
-    sign_file(dest)
+        sign_file(dest, content=tmp)  # its signature: read back in process (read_netcdf_tree)
     return dest
 
 

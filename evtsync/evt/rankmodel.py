@@ -550,7 +550,7 @@ class RankModelFit:
         dest.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(dest) as tmp:
             self.tree.to_netcdf(tmp, engine="h5netcdf")
-        sign_file(dest)  # read back in this process, not first in a separate one (fitfile.read_netcdf_tree)
+            sign_file(dest, content=tmp)  # read back in process, not first in a separate one (fitfile.read_netcdf_tree)
         return dest
 
     # ------------------------------------------------------------------ tables

@@ -139,3 +139,19 @@ def test_a_bad_time_limit_is_named(saved: Path, tmp_path: Path, monkeypatch: pyt
 def test_the_time_limit_grows_with_the_file() -> None:
     assert fitfile.read_timeout_s(0) == fitfile.READ_TIMEOUT_S
     assert fitfile.read_timeout_s(100_000_000) == fitfile.READ_TIMEOUT_S + 100 * fitfile.READ_TIMEOUT_PER_MB_S
+
+
+def test_a_fit_written_with_other_outputs_all_or_nothing_is_signed(tmp_path: Path, saved: Path,
+                                                                  children: list[Path]) -> None:
+    """Inside all_or_nothing (``evtsync ranks -o``) the file reaches its name only at the end of
+    the block: its signature is made from the temporary file's bytes and appears with it."""
+    from evtsync.core.tableio import all_or_nothing
+
+    tree = load_fit(saved)
+    dest = tmp_path / "together" / "fit.nc"
+    with all_or_nothing():
+        save_fit(tree, dest)
+        assert not dest.exists() and not signature_path(dest).exists()
+    assert file_signature_problem(dest) is None
+    np.testing.assert_array_equal(_draws(dest), MU)
+    assert children == []
