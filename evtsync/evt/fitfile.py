@@ -287,7 +287,7 @@ def _read_in_child(p: Path, skip: tuple[str, ...], why: str) -> None:
         done = subprocess.run([sys.executable, "-c", code, str(p), *skip], capture_output=True, timeout=limit,
                               env=env, stdin=subprocess.DEVNULL, check=False)
     except subprocess.TimeoutExpired:  # run() has killed the process (SIGKILL) and reaped it
-        raise FitError(f"{p}: reading the HDF5 metadata did not finish in {limit:g} s: the file is damaged (libhdf5 "
+        raise FitError(f"{p}: reading the HDF5 metadata did not finish in {round(limit, 1):g} s: the file is damaged (libhdf5 "
                        f"loops on metadata that no checksum covers; read in a separate process because {why}); "
                        f"fit again, or raise ${READ_TIMEOUT_ENV} if the file is large and its storage slow") from None
     if done.returncode == 0:
