@@ -152,7 +152,8 @@ def test_every_corpus_entry_has_a_case() -> None:
 @pytest.mark.parametrize("entry", HANGING)
 def test_a_fit_that_hangs_libhdf5_is_refused_in_time(entry: str, tmp_path: Path) -> None:
     """Issue 47: a standalone fit whose HDF5 metadata is damaged where no checksum covers it
-    (64 bytes zeroed in its global heap) made `predict`, `report` and `compare` hang forever. Now
+    (64 bytes zeroed in its global heap) made `predict`, `report`, `compare` (and the rank
+    model's reader) hang forever. Now
     a fit without a valid signature is read first in a separate process killed after the time
     limit: each command ends, exit 2, with the one-line error naming the file and the limit.
     Run as subprocesses, at the same time, each under a guard of GUARD_S."""
@@ -165,16 +166,22 @@ def test_a_fit_that_hangs_libhdf5_is_refused_in_time(entry: str, tmp_path: Path)
                 "report": ["report", str(path), "-o", str(tmp_path / "out")],
                 "compare": ["compare", str(path), str(SEEDS / "fit.nc")]}
     env = {**os.environ, "EVTSYNC_FIT_READ_TIMEOUT": str(HANG_LIMIT_S)}
-    running = {name: subprocess.Popen([sys.executable, "-m", "evtsync", "-q", *argv], env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-               for name, argv in commands.items()}
+    # the rank model's reader (no command reads a rank-model fit back): its error, as the CLI would say it
+    rank_model = ("import sys; from evtsync.core.errors import InputError; from evtsync.evt.rankmodel import "
+                  "load_rank_model\ntry:\n    load_rank_model(sys.argv[1])\nexcept InputError as exc:\n"
+                  "    sys.exit(print('evtsync: error:', exc, file=sys.stderr) or 2)")
+    argvs = {name: [sys.executable, "-m", "evtsync", "-q", *argv] for name, argv in commands.items()}
+    argvs["load_rank_model"] = [sys.executable, "-c", rank_model, str(path)]
+    running = {name: subprocess.Popen(argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      stdin=subprocess.DEVNULL)
+               for name, argv in argvs.items()}
     ended: dict[str, tuple[int, str]] = {}
     try:
         for name, proc in running.items():
             try:
                 _, err = proc.communicate(timeout=GUARD_S)
             except subprocess.TimeoutExpired:
-                pytest.fail(f"`evtsync {' '.join(commands[name])}` did not end in {GUARD_S} s: the damaged fit "
+                pytest.fail(f"`{' '.join(argvs[name][1:])}` did not end in {GUARD_S} s: the damaged fit "
                             "was read in evtsync's own process (it hangs in libhdf5)")
             ended[name] = (proc.returncode, err)
     finally:
