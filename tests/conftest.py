@@ -140,7 +140,7 @@ _KEY_FOLDER = pytest.StashKey[str]()
 #: send work to, the caches' size limits, quiet mode (tests/project/test_test_isolation.py checks
 #: the list against the package's sources).
 USER_SETTINGS = ("EVTSYNC_DECODER", "DASK_SCHEDULER_ADDRESS", "EVTSYNC_CACHE_MAX_BYTES",
-                 "EVTSYNC_RESULT_CACHE_MAX_BYTES", "EVTSYNC_QUIET")
+                 "EVTSYNC_RESULT_CACHE_MAX_BYTES", "EVTSYNC_QUIET", "EVTSYNC_FIT_READ_TIMEOUT")
 
 #: The environment variable naming the session's scanner folder (:func:`pytest_configure`).
 SCANNER_ENV = "EVTSYNC_TESTS_SCANNER_DIR"

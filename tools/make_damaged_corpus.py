@@ -147,6 +147,13 @@ def fits(fit: Path) -> None:
     flipped[len(flipped) // 2] ^= 0xFF
     flipped[len(flipped) // 3] ^= 0x55
     (out / "flipped-bytes.nc").write_bytes(bytes(flipped))
+    # 64 bytes zeroed inside the global heap collection (the variable-length strings of the
+    # attributes; no checksum covers it), 1,065 bytes after its "GCOL" signature: libhdf5 1.14
+    # then loops forever reading the attributes (found by the fuzz suite, issue 47)
+    heap = bytearray(data)
+    at = data.index(b"GCOL") + 1065
+    heap[at: at + 64] = bytes(64)
+    (out / "heap-zeroed-hangs.nc").write_bytes(bytes(heap))
 
 
 def main() -> None:

@@ -209,6 +209,29 @@ def damaged_rows(logs: list[ParsedLog], *, allow: bool) -> list[dict[str, Any]]:
     return found
 
 
+#: Columns of ``stats -o OUT``'s companion table of damaged rows (``OUT_damaged``).
+DAMAGED_COLUMNS = ["log", "line", "reason", "text"]
+
+
+def _write_stats_tables(out: str, table: list[dict[str, Any]], columns: list[str],
+                        damaged: list[dict[str, Any]]) -> str:
+    """Write ``stats -o OUT``: the statistics, and beside them the companion table
+    ``OUT_damaged`` (same format; columns :data:`DAMAGED_COLUMNS`) of the logs' damaged rows that
+    ``--allow-damaged`` let through, so that the table outputs, not only the printed text, say
+    which rows were left out or fail correctness. Written every time, with no rows when no row
+    was damaged, so that a companion left by an earlier run never describes these statistics.
+    Returns the companion's path."""
+    import pandas as pd
+
+    from evtsync.cli._common import sibling_path
+    from evtsync.core.tableio import write_table
+
+    write_table(pd.DataFrame(table, columns=columns), out)
+    path = sibling_path(out, "damaged")
+    write_table(pd.DataFrame([{c: d[c] for c in DAMAGED_COLUMNS} for d in damaged], columns=DAMAGED_COLUMNS), path)
+    return path
+
+
 def _cmd_stats(args: argparse.Namespace) -> int:
     # computed and printed without pandas (issue 30: a small command starts small); pandas only
     # to write the table with -o
@@ -219,17 +242,13 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     every = size_stats_records(logs, pool_runs=args.pool, cv_threshold=args.cv_threshold,
                                min_cycles=args.min_cycles)
     table = every if args.placement == "both" else [r for r in every if r["placement"] == args.placement]
-    if args.out:
-        import pandas as pd
-
-        from evtsync.core.tableio import write_table
-
-        write_table(pd.DataFrame(table, columns=list(every[0])), args.out)
+    damaged_table = _write_stats_tables(args.out, table, list(every[0]), damaged) if args.out else None
     if args.json:
         _dump_json({"logs": [pl.path for pl in logs], "cv_threshold_pct": args.cv_threshold,
                     "min_cycles": args.min_cycles,
                     "runs": [[r.to_dict() for r in pl.runs] for pl in logs],
-                    "damaged_rows": damaged, "stats": table})
+                    "damaged_rows": damaged, "stats": table,
+                    **({"out": args.out, "damaged_rows_table": damaged_table} if args.out else {})})
         return 0
     for pl in logs:
         print(pl.path)
@@ -252,6 +271,9 @@ def _cmd_stats(args: argparse.Namespace) -> int:
                         "stability"])
     print(f"rule: precise relative differences only where cycle CV <= {args.cv_threshold:g}% "
           f"with >= {args.min_cycles} cycles; #wrong != 0 is not a valid baseline")
+    if damaged_table:
+        print(f"statistics written to {args.out}; damaged rows ({len(damaged)}: left out, or kept failing "
+              f"correctness) listed in {damaged_table}")
     return 0
 
 
@@ -410,7 +432,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--placement", choices=["both", "out-of-place", "in-place"], default="both")
     s.add_argument("--cv-threshold", type=float, default=5.0, help="stability threshold in %% (default 5)")
     s.add_argument("--min-cycles", type=int, default=3, help="cycles needed to judge stability (default 3)")
-    add_out_argument(s, "table", "write the statistics table (.csv or .parquet)")
+    add_out_argument(s, "table", "write the statistics table (.csv or .parquet) and beside it OUT_damaged: the "
+                     "damaged rows that --allow-damaged let through (log, line, reason, text)")
     _add_allow_damaged(s)
     s.add_argument("--json", action="store_true", help="JSON output")
     s.set_defaults(handler=_cmd_stats)

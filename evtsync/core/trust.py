@@ -1,6 +1,6 @@
 """What evtsync trusts on disk, and the checks that stand for it (docs/security.md).
 
-One home for three checks:
+One home for four checks:
 
 - :func:`contained`: a path named by a file (a run manifest's outputs, a result-cache listing, an
   nccl-tests plan's logs) is relative, has no ``..``, and stays inside its folder once resolved
@@ -13,6 +13,10 @@ One home for three checks:
   (:func:`key_file`, created ``0600`` on first use): a result-cache entry is served only when its
   listing carries a signature made with this key, so an entry that someone else wrote or edited
   is never served.
+- :func:`sign_file` / :func:`file_signature_problem`: a file evtsync writes (a fit) gets a
+  signature file beside it (``fit.nc.sig``: its name, size and SHA-256, signed as a listing), so
+  that a reader knows, before it parses a byte, that this user's evtsync wrote it unchanged
+  (a fit without one is read first in a separate process: :mod:`evtsync.evt.fitfile`).
 """
 
 from __future__ import annotations
@@ -191,11 +195,51 @@ def _make_key(path: Path) -> None:
 _keys: dict[tuple[str, int, int], bytes] = {}
 
 
+def key_problem(path: Path, st: os.stat_result, *, team: bool) -> str | None:
+    """Why the signing key file ``path`` (``st``: its :func:`os.stat`, links followed) must not be
+    used (None when it may), docs/security.md:
+
+    - a regular file;
+    - owned by you (uid :func:`os.geteuid`), unless it is a team's key named by
+      ``$EVTSYNC_CACHE_KEY`` (``team``), which its administrator owns;
+    - mode ``0600`` (or ``0400``): no bit for group or others; a team's key may also be readable
+      by its group (``0640``), never writable by it nor readable by others;
+    - in a folder that belongs to you, to root or to the key's owner and that no one else can write
+      (unless it has the sticky bit, as ``/tmp``): whoever could replace the key could sign entries."""
+    uid = os.geteuid()
+    mode = stat.filemode(st.st_mode)
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if st.st_uid != uid and not team:
+        return (f"owned by uid {st.st_uid}, not by you (uid {uid}): its owner could replace it and sign cache "
+                f"entries; remove it to have a key of your own made, or name a team's key with ${KEY_ENV} "
+                "(docs/security.md)")
+    loose = stat.S_IWGRP | stat.S_IWOTH | stat.S_IROTH | (0 if team else stat.S_IRGRP)
+    if st.st_mode & loose:
+        return (f"readable or writable by others (mode {mode}); chmod 600 {path} (640 for a team's key named by "
+                f"${KEY_ENV}, docs/security.md)")
+    folder = path.resolve().parent
+    try:
+        fst = os.stat(folder)
+    except OSError as exc:
+        return f"its folder {folder} cannot be checked ({exc.strerror or exc})"
+    if fst.st_uid not in (uid, 0, st.st_uid):
+        return f"its folder {folder} is owned by uid {fst.st_uid}, who could replace the key"
+    if not fst.st_mode & stat.S_ISVTX:
+        who = [w for w, bit in (("group", stat.S_IWGRP), ("others", stat.S_IWOTH)) if fst.st_mode & bit]
+        if who == ["group"] and _private_group(fst.st_gid, uid):
+            who = []
+        if who:
+            return (f"its folder {folder} is writable by {' and '.join(who)} (mode {stat.filemode(fst.st_mode)}), "
+                    f"who could replace the key; chmod go-w {folder}")
+    return None
+
+
 def signing_key() -> bytes:
     """The per-user signing key (:func:`key_file`), made on first use (``0600``, in a ``0700``
-    folder). Refused (:class:`SigningKeyError`) when it is not a regular file, is writable by group or
-    others, or readable by others (a team key may be readable by its group: docs/security.md),
-    or holds fewer than 32 characters."""
+    folder). Refused (:class:`SigningKeyError`) for any :func:`key_problem` (not a regular file,
+    not yours, open to others, in a folder others can write) or when it holds fewer than 32
+    characters."""
     path = key_file()
     try:
         if not path.exists():
@@ -203,11 +247,9 @@ def signing_key() -> bytes:
         st = os.stat(path)
     except OSError as exc:
         raise SigningKeyError(f"signing key {path}: cannot be made or read ({exc.strerror or exc})") from exc
-    if not stat.S_ISREG(st.st_mode):
-        raise SigningKeyError(f"signing key {path}: not a regular file")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH | stat.S_IROTH):
-        raise SigningKeyError(f"signing key {path}: readable or writable by others (mode {stat.filemode(st.st_mode)}); "
-                        f"chmod 600 {path} (or 640 for a team key, docs/security.md)")
+    problem = key_problem(path, st, team=bool(os.environ.get(KEY_ENV)))
+    if problem is not None:
+        raise SigningKeyError(f"signing key {path}: {problem}")
     stamp = (str(path), st.st_mtime_ns, st.st_ino)
     if stamp not in _keys:
         try:
@@ -257,3 +299,80 @@ def listing_problem(listing: dict[str, Any]) -> str | None:
     if verify(_listing_bytes(listing), listing[SIGNATURE]):
         return None
     return f"its listing's signature was not made with your key {key_file()}"
+
+
+# --------------------------------------------------------------------------- signed files
+
+#: What a signature file is (its ``format`` field).
+SIGNED_FILE_FORMAT = "evtsync-signed-file/1"
+#: The suffix of the signature file written beside a file evtsync wrote (``fit.nc.sig``).
+SIGNATURE_SUFFIX = ".sig"
+#: The largest signature file read (a few hundred bytes are written).
+MAX_SIGNATURE_BYTES = 4096
+
+
+def signature_path(path: str | os.PathLike[str]) -> Path:
+    """The signature file of ``path``: ``fit.nc`` -> ``fit.nc.sig`` (:func:`sign_file`)."""
+    p = Path(path)
+    return p.with_name(p.name + SIGNATURE_SUFFIX)
+
+
+def sign_file(path: str | os.PathLike[str], content: str | os.PathLike[str] | None = None) -> Path | None:
+    """Write beside ``path``, a file evtsync writes, its signature file (:func:`signature_path`):
+    the file's name, size and SHA-256 as a listing signed with :func:`sign_listing`, atomically
+    (inside :func:`~evtsync.core.tableio.all_or_nothing`, with the other outputs). ``content``:
+    where the bytes are now, when not yet at ``path`` (the temporary file of
+    :func:`~evtsync.core.tableio.atomic_path`). A reader then knows, before it parses a byte of
+    the file, that this user's evtsync wrote it and that it is unchanged
+    (:func:`file_signature_problem`). Returns None, with a warning, when the key cannot be used:
+    the file is then read as one from elsewhere (docs/security.md)."""
+    from evtsync.core.tableio import file_sha256, write_text_atomic
+
+    p = Path(path)
+    data = Path(content) if content is not None else p
+    try:
+        listing = sign_listing({"format": SIGNED_FILE_FORMAT, "file": p.name, "bytes": data.stat().st_size,
+                                "sha256": file_sha256(data)})
+    except SigningKeyError as exc:
+        warn_once(f"{p}: written without its signature file ({exc}); evtsync reads it as a file from elsewhere, "
+                  "in a separate process with a time limit (docs/security.md)")
+        return None
+    return write_text_atomic(signature_path(p), json.dumps(listing, sort_keys=True) + "\n")
+
+
+def file_signature_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` is not known to be a file that this user's evtsync wrote and that is unchanged
+    since (None when it is): its signature file (:func:`sign_file`) is missing, unreadable, not
+    signed with this user's key, names another file, or the file's size or SHA-256 differ from
+    the ones signed. A signing key that cannot be used is a reason too (nothing is trusted)."""
+    p = Path(path)
+    sig = signature_path(p)
+    try:
+        if not sig.is_file():
+            return f"it has no signature file {sig.name}"
+        if sig.stat().st_size > MAX_SIGNATURE_BYTES:
+            return f"its signature file {sig.name} is larger than {MAX_SIGNATURE_BYTES} bytes"
+        listing = json.loads(sig.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return f"its signature file {sig.name} is unreadable ({exc})"
+    if not isinstance(listing, dict) or listing.get("format") != SIGNED_FILE_FORMAT:
+        return f"{sig.name} is not an evtsync signature file"
+    try:
+        problem = listing_problem(listing)
+    except SigningKeyError as exc:
+        return f"the signing key cannot be used ({exc})"
+    if problem is not None:
+        return f"{sig.name}: {problem}"
+    if listing.get("file") != p.name:
+        return f"{sig.name} signs {listing.get('file')!r}, not {p.name!r}"
+    try:
+        size = p.stat().st_size
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror or exc})"
+    if size != listing.get("bytes"):
+        return f"it changed after {sig.name} was signed ({size} bytes, {listing.get('bytes')} signed)"
+    from evtsync.core.tableio import file_sha256
+
+    if file_sha256(p) != listing.get("sha256"):
+        return f"it changed after {sig.name} was signed (its SHA-256 differs)"
+    return None

@@ -23,6 +23,7 @@ import xarray as xr
 from evtsync.core.defaults import INTERVAL_LEVEL, check_level
 from evtsync.core.errors import FitError
 from evtsync.core.tableio import atomic_path
+from evtsync.core.trust import file_signature_problem, sign_file
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ def save_fit(tree: xr.DataTree, out: str | os.PathLike[str]) -> Path:
     tree.attrs[CHECKSUMS_ATTR] = json.dumps(part_checksums(tree), sort_keys=True)
     with atomic_path(dest) as tmp:
         tree.to_netcdf(tmp, engine="h5netcdf")
+        sign_file(dest, content=tmp)  # its signature: read back in process (read_netcdf_tree)
     return dest
 
 
@@ -242,6 +244,115 @@ def _read_tree(p: Path, skip: tuple[str, ...]) -> tuple[xr.DataTree, list[str]]:
     return tree, left_out
 
 
+#: The environment variable that sets :func:`read_timeout_s`'s seconds (docs/user-guide.md).
+READ_TIMEOUT_ENV = "EVTSYNC_FIT_READ_TIMEOUT"
+#: Seconds a netCDF file without a valid signature may take to be read in a separate process,
+#: plus :data:`READ_TIMEOUT_PER_MB_S` per MB of the file (:func:`read_timeout_s`).
+READ_TIMEOUT_S = 60.0
+READ_TIMEOUT_PER_MB_S = 1.0
+#: The exit status of the reading process when the file was read and refused (a FitError).
+_REFUSED = 3
+
+
+def read_timeout_s(size_bytes: int) -> float:
+    """The time limit of reading a file of ``size_bytes`` without a valid signature:
+    ``$EVTSYNC_FIT_READ_TIMEOUT`` seconds when set (a positive number), else
+    :data:`READ_TIMEOUT_S` + :data:`READ_TIMEOUT_PER_MB_S` per MB."""
+    given = os.environ.get(READ_TIMEOUT_ENV, "").strip()
+    if given:
+        try:
+            value = float(given)
+        except ValueError:
+            value = -1.0
+        if not 0 < value < float("inf"):
+            raise FitError(f"${READ_TIMEOUT_ENV}={given!r}: expected a positive number of seconds")
+        return value
+    return READ_TIMEOUT_S + READ_TIMEOUT_PER_MB_S * size_bytes / 1e6
+
+
+def _read_in_child(p: Path, skip: tuple[str, ...], why: str) -> None:
+    """Read ``p`` as :func:`_read_tree` does, in a separate Python process killed after
+    :func:`read_timeout_s`: returns when it read the file (the same read in this process then
+    ends too: libhdf5 is deterministic), raises the :class:`FitError` it met, or one saying that
+    reading the HDF5 metadata did not finish. Bytes zeroed or flipped inside HDF5 metadata that
+    no checksum covers (a global heap, an object header of version 1) can send libhdf5 into a
+    loop that never returns and that no Python code interrupts (docs/security.md)."""
+    import subprocess
+    import sys
+
+    limit = read_timeout_s(p.stat().st_size)
+    code = "import sys; from evtsync.evt.fitfile import _child_main; sys.exit(_child_main(sys.argv[1:]))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(entry for entry in sys.path if entry)}
+    try:
+        done = subprocess.run([sys.executable, "-c", code, str(p), *skip], capture_output=True, timeout=limit,
+                              env=env, stdin=subprocess.DEVNULL, check=False)
+    except subprocess.TimeoutExpired:  # run() has killed the process (SIGKILL) and reaped it
+        raise FitError(f"{p}: reading the HDF5 metadata did not finish in {round(limit, 1):g} s: the file is damaged (libhdf5 "
+                       f"loops on metadata that no checksum covers; read in a separate process because {why}); "
+                       f"fit again, or raise ${READ_TIMEOUT_ENV} if the file is large and its storage slow") from None
+    if done.returncode == 0:
+        return
+    said = done.stdout.decode("utf-8", "replace").strip()
+    if done.returncode == _REFUSED and said:
+        raise FitError(said.splitlines()[-1])
+    tail = (done.stderr.decode("utf-8", "replace").strip().splitlines() or ["no message"])[-1]
+    raise FitError(f"{p}: the process reading it ended with status {done.returncode} ({tail[:200]}): the file is "
+                   "damaged, or evtsync's installation is")
+
+
+def _child_main(argv: list[str]) -> int:
+    """The reading process of :func:`_read_in_child`: ``argv`` is the file and the groups to skip;
+    exit 0 when read, :data:`_REFUSED` with the FitError's line on stdout when refused."""
+    import sys
+
+    try:
+        _read_tree(Path(argv[0]), tuple(argv[1:]))
+    except FitError as exc:  # the one line the parent raises again (stdout is this process's answer)
+        sys.stdout.write(str(exc).replace("\n", " ") + "\n")
+        sys.stdout.flush()
+        return _REFUSED
+    return 0
+
+
+#: The signature that starts an HDF5 superblock (HDF5 file format specification, "Format Signature").
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def hdf5_superblock_at(p: Path) -> int | None:
+    """Where libhdf5 would find the file's superblock: the first of offsets 0, 512, 1024, 2048, ...
+    holding :data:`HDF5_SIGNATURE` (the places the specification lets it be), or None when none
+    does (then libhdf5 refuses the file before it parses any metadata: no need for a separate
+    process, :func:`read_netcdf_tree`)."""
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as fh:
+            at = 0
+            while at + len(HDF5_SIGNATURE) <= size:
+                fh.seek(at)
+                if fh.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE:
+                    return at
+                at = 512 if at == 0 else at * 2
+    except OSError:
+        return None  # the read in this process names the error
+    return None
+
+
+def read_netcdf_tree(p: Path, skip: tuple[str, ...] = ()) -> tuple[xr.DataTree, list[str]]:
+    """:func:`_read_tree` of a netCDF file given by a user (a fit, a rank-model fit), never
+    hanging: in this process when its signature file shows that this user's evtsync wrote it
+    and that it is unchanged (:func:`evtsync.core.trust.file_signature_problem`: one SHA-256 of
+    the file, the normal path), else first in a separate process with a time limit
+    (:func:`_read_in_child`: a second start of Python and a second read, for files written
+    before signatures, by someone else, or copied without their ``.sig``). A file without an
+    HDF5 superblock (:func:`hdf5_superblock_at`: text, a zeroed header) is refused by libhdf5
+    before any metadata is parsed: read in this process."""
+    why = file_signature_problem(p)
+    if why is not None and hdf5_superblock_at(p) is not None:
+        log.info("%s: %s: read first in a separate process, with a time limit", p, why)
+        _read_in_child(p, skip, why)
+    return _read_tree(p, skip)
+
+
 def load_fit(path: str | os.PathLike[str], skip: tuple[str, ...] = ()) -> xr.DataTree:
     """Load a fit written by :func:`save_fit` into memory (the tree).
 
@@ -270,7 +381,7 @@ def load_fit(path: str | os.PathLike[str], skip: tuple[str, ...] = ()) -> xr.Dat
     if not p.is_file():
         raise FitError(f"{p}: no such fit file (expected a folder written by `evtsync fit` or its {FIT_FILE})")
     require_netcdf_engine()
-    tree, left_out = _read_tree(p, skip)
+    tree, left_out = read_netcdf_tree(p, skip)
     for group in REQUIRED_GROUPS:
         if group not in tree.children:
             raise FitError(f"{p}: not an evtsync fit (group '{group}' missing)")

@@ -59,7 +59,7 @@ from evtsync.core.defaults import (
     RANKTAIL_MIN_VALUES,
     RANKTAIL_XI_PRIOR_SD,
 )
-from evtsync.core.errors import InputError
+from evtsync.core.errors import FitError, InputError
 
 log = logging.getLogger(__name__)
 
@@ -542,13 +542,15 @@ class RankModelFit:
         return cls(tree)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the fit atomically to one netCDF file (h5netcdf)."""
+        """Write the fit atomically to one netCDF file (h5netcdf), and its signature file beside it."""
         from evtsync.core.tableio import atomic_path
+        from evtsync.core.trust import sign_file
 
         dest = Path(path)
         dest.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(dest) as tmp:
             self.tree.to_netcdf(tmp, engine="h5netcdf")
+            sign_file(dest, content=tmp)  # read back in process, not first in a separate one (fitfile.read_netcdf_tree)
         return dest
 
     # ------------------------------------------------------------------ tables
@@ -810,10 +812,12 @@ def load_rank_model(path: str | os.PathLike[str]) -> RankModelFit:
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{p}: no such rank-model fit file")
+    from evtsync.evt.fitfile import read_netcdf_tree
+
     try:
-        tree = xr.open_datatree(p, engine="h5netcdf").load()
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{p}: not a readable netCDF fit ({exc})") from None
+        tree = read_netcdf_tree(p)[0]  # never hangs on damaged HDF5 metadata
+    except FitError as exc:
+        raise InputError(str(exc)) from None
     if tree.attrs.get("format") != _FORMAT:
         raise InputError(f"{p}: format {tree.attrs.get('format')!r}, expected {_FORMAT!r} (a rank-model fit)")
     return RankModelFit(tree)

@@ -485,7 +485,7 @@ def _fit_stage(model_path: Path) -> tuple[Callable[[Run], dict[str, Any]], Calla
         tree.attrs["workloads_lacking"] = "; ".join(f"{n} ({r})" for n, r in lacking.items())
         out = f"{FITS}/{spec.name}.nc"
         save_fit(tree, run.path(out))
-        run.produced(name, out)
+        run.produced(name, out, *[f"{out}.sig"] * run.path(f"{out}.sig").is_file())  # its signature (core.trust.sign_file)
         if not int(tree.attrs["converged"]):  # said once, here; the tables and the report carry the flag
             log.warning("fit %s: %s", spec.name, tree.attrs["convergence"])
         return {"model": spec.name, "family": spec.family, "n_obs": int(tree.attrs["n_obs"]),

@@ -238,7 +238,8 @@ def fitted_models(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Path]:
     for name, entry in manifest.get("stages", {}).items():
         if name.startswith("fit-") and entry.get("status") == STATUS_DONE:
             for rel in entry.get("outputs", {}):
-                out[Path(rel).stem] = run_dir / rel
+                if Path(rel).suffix == ".nc":  # not its signature file, NAME.nc.sig (core.trust.sign_file)
+                    out[Path(rel).stem] = run_dir / rel
     return out
 
 

@@ -83,7 +83,8 @@ def test_out_writes_the_fit_and_tables_and_the_run_folder_is_untouched(slow_run:
 
     out: Path = slow_run["out"]
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["rankmodel.nc", "rank_effects.parquet", "variance_shares.parquet", "xi.parquet", "tau.parquet"])
+        ["rankmodel.nc", "rankmodel.nc.sig", "rank_effects.parquet", "variance_shares.parquet", "xi.parquet",
+         "tau.parquet"])  # .sig: the fit's signature file (core.trust.sign_file, docs/security.md)
     effects = pd.read_parquet(out / "rank_effects.parquet")
     assert len(effects) == 8 and effects["slow"].sum() == 1  # 8 simulated ranks, one slow
     tau = pd.read_parquet(out / "tau.parquet")

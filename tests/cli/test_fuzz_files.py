@@ -133,11 +133,68 @@ def test_damaged_corpus(entry: str, argv: list[str], kind: str, words: str, tmp_
         assert status == 0 and words in out + err, (out + err)[-1500:]
 
 
+#: Corpus files that send libhdf5 into a loop that never returns when read in the test's own
+#: process: tried only in a subprocess with a time limit (:func:`test_a_fit_that_hangs_libhdf5`).
+HANGING = ["fit/heap-zeroed-hangs.nc"]
+#: The limit of the reading process in that test (``$EVTSYNC_FIT_READ_TIMEOUT``, seconds), and
+#: the guard of the whole command: a regression (the file read in evtsync's own process again)
+#: fails the test after GUARD_S instead of hanging the suite.
+HANG_LIMIT_S, GUARD_S = 3, 120
+
+
 def test_every_corpus_entry_has_a_case() -> None:
     """A file added to the corpus without a case here would test nothing."""
     on_disk = {str(p.relative_to(CORPUS)) for kind in CORPUS.iterdir() if kind.is_dir() and kind.name != "seeds"
                for p in kind.iterdir()}
-    assert on_disk == {entry for entry, *_ in CASES}
+    assert on_disk == {entry for entry, *_ in CASES} | set(HANGING)
+
+
+@pytest.mark.parametrize("entry", HANGING)
+def test_a_fit_that_hangs_libhdf5_is_refused_in_time(entry: str, tmp_path: Path) -> None:
+    """Issue 47: a standalone fit whose HDF5 metadata is damaged where no checksum covers it
+    (64 bytes zeroed in its global heap) made `predict`, `report`, `compare` (and the rank
+    model's reader) hang forever. Now
+    a fit without a valid signature is read first in a separate process killed after the time
+    limit: each command ends, exit 2, with the one-line error naming the file and the limit.
+    Run as subprocesses, at the same time, each under a guard of GUARD_S."""
+    import os
+    import subprocess
+    import sys
+
+    path = CORPUS / entry
+    commands = {"predict": ["predict", str(path), "--n", "8"],
+                "report": ["report", str(path), "-o", str(tmp_path / "out")],
+                "compare": ["compare", str(path), str(SEEDS / "fit.nc")]}
+    env = {**os.environ, "EVTSYNC_FIT_READ_TIMEOUT": str(HANG_LIMIT_S)}
+    # the rank model's reader (no command reads a rank-model fit back): its error, as the CLI would say it
+    rank_model = ("import sys; from evtsync.core.errors import InputError; from evtsync.evt.rankmodel import "
+                  "load_rank_model\ntry:\n    load_rank_model(sys.argv[1])\nexcept InputError as exc:\n"
+                  "    sys.exit(print('evtsync: error:', exc, file=sys.stderr) or 2)")
+    argvs = {name: [sys.executable, "-m", "evtsync", "-q", *argv] for name, argv in commands.items()}
+    argvs["load_rank_model"] = [sys.executable, "-c", rank_model, str(path)]
+    running = {name: subprocess.Popen(argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      stdin=subprocess.DEVNULL)
+               for name, argv in argvs.items()}
+    ended: dict[str, tuple[int, str]] = {}
+    try:
+        for name, proc in running.items():
+            try:
+                _, err = proc.communicate(timeout=GUARD_S)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"`{' '.join(argvs[name][1:])}` did not end in {GUARD_S} s: the damaged fit "
+                            "was read in evtsync's own process (it hangs in libhdf5)")
+            ended[name] = (proc.returncode, err)
+    finally:
+        for proc in running.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for name, (status, err) in ended.items():
+        assert "Traceback" not in err, (name, err[-2000:])
+        errors = [line for line in err.splitlines() if ERROR_LINE.match(line)]
+        assert status == 2 and len(errors) == 1, (name, status, err[-800:])
+        assert f"{path}: reading the HDF5 metadata did not finish in {HANG_LIMIT_S} s: the file is damaged" in errors[0]
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # report wrote nothing
 
 
 # --------------------------------------------------------------------------- byte mutations
@@ -343,11 +400,13 @@ def test_manifest_values(tmp_path_factory: pytest.TempPathFactory, capsys: pytes
     run_cli(["diff", str(run), str(run), "--no-cache"], capsys)
 
 
-#: Edits of a fit file that libhdf5 survives: a cut anywhere, bytes appended, and damage to the
-#: superblock (its first 512 bytes). Flipped or zeroed bytes in an object's metadata further in
-#: can send libhdf5 (1.14, object headers without checksums) into a loop that never returns
-#: (found by this suite: an attribute read that hangs), which no Python code can interrupt:
-#: a known limit of reading HDF5, not exercised here (docs/user-guide.md, exit status).
+#: Edits of a fit file that libhdf5 survives in this process: a cut anywhere, bytes appended,
+#: and damage to the superblock (its first 512 bytes). Zeroed or flipped bytes in metadata
+#: further in can send libhdf5 (1.14; a global heap has no checksum) into a loop that never
+#: returns (found by this suite: an attribute read that hangs), which no Python code can
+#: interrupt: evtsync reads such a file, when it carries no valid signature, in a separate
+#: process with a time limit; the corpus's case runs in a subprocess,
+#: :func:`test_a_fit_that_hangs_libhdf5_is_refused_in_time`.
 fit_edits = st.lists(st.one_of(
     st.tuples(st.just("cut"), st.floats(0, 1, allow_nan=False), st.binary(min_size=1, max_size=1)),
     st.tuples(st.just("insert"), st.just(1.0), st.binary(min_size=1, max_size=64)),
@@ -362,6 +421,9 @@ def test_fit_bytes(tmp_path_factory: pytest.TempPathFactory, capsys: pytest.Capt
     """A fit file cut, extended or with its superblock damaged: read (its checksums match) or
     refused in one line, never an h5py/h5netcdf exception or its "Exception ignored" traceback
     (the corpus holds one with bytes flipped in the middle, refused by its metadata checksum)."""
+    from evtsync.core.trust import sign_file
+
     path = tmp_path_factory.mktemp("fit") / "fit.nc"
     path.write_bytes(mutated((SEEDS / "fit.nc").read_bytes(), changes))
+    sign_file(path)  # read in this process, as a fit evtsync wrote (the corpus tries unsigned ones)
     run_cli(["predict", str(path), "--n", "8"], capsys)

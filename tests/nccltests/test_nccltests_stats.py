@@ -314,3 +314,35 @@ def test_an_intact_log_has_no_damaged_rows(capsys: pytest.CaptureFixture[str]) -
     assert main(["nccl-tests", "stats", str(DAMAGE_BASE), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["damaged_rows"] == [] and len({r["size"] for r in doc["stats"]}) == 31
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_stats_out_lists_the_damaged_rows_in_a_companion_table(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              suffix: str) -> None:
+    """Issue 47: with --allow-damaged, ``-o OUT`` writes beside the statistics the table
+    ``OUT_damaged`` of the damaged rows (log, line, reason, text), named in the printed output:
+    the 11 garbled rows, lines 40-50, each with its text as the file holds it (read here by
+    hand); and a log without damage gets an empty companion (no stale one from an earlier run)."""
+    import pandas as pd
+
+    path = _damaged(tmp_path, _garble)
+    out = tmp_path / f"stats{suffix}"
+    capsys.readouterr()
+    assert main(["nccl-tests", "stats", str(path), "--allow-damaged", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    companion = tmp_path / f"stats_damaged{suffix}"
+    assert f"damaged rows (11: left out, or kept failing correctness) listed in {companion}" in printed
+    table = pd.read_csv(companion) if suffix == ".csv" else pd.read_parquet(companion)
+    raw = path.read_text().splitlines()
+    assert list(table.columns) == ["log", "line", "reason", "text"]
+    assert table["line"].tolist() == list(range(40, 51))
+    assert set(table["log"]) == {str(path)}
+    assert [t.strip() for t in table["text"]] == [raw[n - 1].strip() for n in range(40, 51)]
+    assert all("fl@at" in t for t in table["text"])
+    stats = pd.read_csv(out) if suffix == ".csv" else pd.read_parquet(out)
+    assert stats["size"].nunique() == 31 - 11  # the statistics leave the 11 rows out, as the companion says
+    # the same OUT from an intact log: the companion is rewritten with no rows
+    assert main(["nccl-tests", "stats", str(DAMAGE_BASE), "-o", str(out)]) == 0
+    assert "damaged rows (0: " in capsys.readouterr().out
+    again = pd.read_csv(companion) if suffix == ".csv" else pd.read_parquet(companion)
+    assert again.empty and list(again.columns) == ["log", "line", "reason", "text"]

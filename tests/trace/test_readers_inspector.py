@@ -428,3 +428,30 @@ def test_typed_errors_name_file_and_line(tmp_path: Path) -> None:
     path.write_text(good[0].replace('"comm_name": "pg"', '"comm_name": 7') + "".join(good[1:]))
     with pytest.raises(TraceError, match=r"h-pid1.log: line 1: not an NCCL Inspector record .*comm_name"):
         read_log(path)
+
+
+@pytest.mark.parametrize("blank", [False, True])
+def test_rank_conflict_after_salvaged_lines_names_the_true_line(tmp_path: Path, blank: bool) -> None:
+    """Issue 47: after salvaged (damaged) lines, and blank ones, a record whose rank conflicts
+    with the earlier lines is named by its line in the file, counted here by hand: lines 1-2
+    rank 0 of 2, lines 3-4 garbage (salvaged), [line 5 blank,] then rank 1 of 2 on the same
+    communicator: line 5 (6 with the blank line)."""
+    good = [record("0xc", "pg", 0, 2, "AllReduce", sn, 5, host="h", pid=1) for sn in range(2)]
+    other = record("0xc", "pg", 1, 2, "AllReduce", 2, 5, host="h", pid=1)
+    lines = [*good, "not json at all\n", '{"header": 3}\n', *(["\n"] if blank else []), other]
+    path = tmp_path / "h-pid1.log"
+    path.write_text("".join(lines))
+    expected = 6 if blank else 5
+    assert lines[expected - 1] == other  # the hand count: 1-based line of the conflicting record
+    with pytest.raises(TraceError, match=rf"h-pid1.log: line {expected}: communicator 0xc logged with rank 1 of 2"):
+        read_log(path, salvage=True)
+
+
+def test_rank_conflict_after_blank_lines_names_the_true_line(tmp_path: Path) -> None:
+    """The bulk decoder (no damaged line) counts blank lines too: the conflict on line 4."""
+    good = record("0xc", "pg", 0, 2, "AllReduce", 0, 5, host="h", pid=1)
+    other = record("0xc", "pg", 1, 2, "AllReduce", 1, 5, host="h", pid=1)
+    path = tmp_path / "h-pid1.log"
+    path.write_text(good + "\n\n" + other)
+    with pytest.raises(TraceError, match=r"h-pid1.log: line 4: communicator 0xc logged with rank 1 of 2"):
+        read_log(path)

@@ -292,10 +292,11 @@ class _Builder:
     def skip(self, reason: str, n: int = 1) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + n
 
-    def add(self, records: list[Any], first_line: int, raw: Callable[[int], bytes]) -> None:
-        """Append one batch of records decoded by :data:`_DECODE_LEAN` (``first_line``: the line
-        of the first; ``raw(i)``: the text of record ``i``, decoded again in full where the
-        fields the bulk decoder leaves out are needed) as columns.
+    def add(self, records: list[Any], line_of: Callable[[int], int], raw: Callable[[int], bytes]) -> None:
+        """Append one batch of records decoded by :data:`_DECODE_LEAN` (``line_of(i)``: the line
+        of the file record ``i`` stands on, blank and salvaged lines counted; ``raw(i)``: the
+        text of record ``i``, decoded again in full where the fields the bulk decoder leaves out
+        are needed) as columns.
 
         Every field is pulled out with ``map`` over an ``attrgetter`` straight into NumPy
         (C loops, no per-record Python frame), the communicators are checked per distinct
@@ -320,7 +321,7 @@ class _Builder:
                 if head.metadata is not None:
                     self.versions.add(head.metadata.inspector_output_format_version)
         headers = list(map(_HEADER, records))
-        self._check_headers(headers, first_line, raw)
+        self._check_headers(headers, line_of, raw)
         if not colls:
             return
         n = len(colls)
@@ -368,7 +369,7 @@ class _Builder:
         p["kernel_start_us"].append(starts)
         p["kernel_stop_us"].append(stops)
 
-    def _check_headers(self, headers: list[Any], first_line: int, raw: Callable[[int], bytes]) -> None:
+    def _check_headers(self, headers: list[Any], line_of: Callable[[int], int], raw: Callable[[int], bytes]) -> None:
         """Note new communicators and refuse a record whose rank or size differs from the
         file's earlier lines (the first such record named by its line)."""
         ids = list(map(_ID, headers))
@@ -376,7 +377,7 @@ class _Builder:
         for cid in dict.fromkeys(ids):  # new communicators, in the order of their first line
             if cid not in index:
                 at = ids.index(cid)
-                self._note_comm(self._full_header(raw(at), headers[at], first_line + at), first_line + at)
+                self._note_comm(self._full_header(raw(at), headers[at], line_of(at)), line_of(at))
         n = len(headers)
         codes = np.fromiter(map(index.__getitem__, ids), np.int64, n)
         known = np.array([self.comms[cid][:2] for cid in index], dtype=np.int64).reshape(-1, 2)
@@ -384,7 +385,7 @@ class _Builder:
                | (np.fromiter(map(_NRANKS, headers), np.int64, n) != known[codes, 1]))
         if bad.any():
             at = int(np.flatnonzero(bad)[0])
-            self._note_comm(headers[at], first_line + at)
+            self._note_comm(headers[at], line_of(at))
 
     def _full_header(self, line: bytes, lean: _LeanHeader, line_no: int) -> Any:
         return _full_header(self.path, self.salvage, line, lean, line_no)
@@ -444,11 +445,18 @@ def _batch_text(builder: _Builder, text: bytes, first_line: int, salvage: bool) 
                 raise IndexError(i)
             start = end + 1
 
+    lines: list[int] = []
+
+    def line_of(i: int) -> int:
+        """The file's line of record ``i`` (blank lines counted; computed once, when asked)."""
+        if not lines:
+            lines.extend(first_line + k for k, line in enumerate(text.split(b"\n")) if line.strip())
+        return lines[i]
+
     try:
-        builder.add(records, first_line, raw)
+        builder.add(records, line_of, raw)
     except _BadRecord as exc:
-        lines = [first_line + i for i, line in enumerate(text.split(b"\n")) if line.strip()]
-        raise TraceError(f"{builder.path}: line {lines[exc.index]}: {exc}") from None
+        raise TraceError(f"{builder.path}: line {line_of(exc.index)}: {exc}") from None
 
 
 def _batch(builder: _Builder, lines: list[bytes], first_line: int, salvage: bool) -> None:
@@ -466,14 +474,14 @@ def _batch(builder: _Builder, lines: list[bytes], first_line: int, salvage: bool
             if not salvage:
                 raise _not_a_record(builder.path, first_line + i, exc) from None
             builder.skip("malformed line")
-    _add(builder, good, first_line, texts.__getitem__, numbers)
+    _add(builder, good, texts.__getitem__, numbers)
 
 
-def _add(builder: _Builder, records: list[Any], first_line: int, raw: Callable[[int], bytes],
-         lines: list[int]) -> None:
-    """``builder.add``, naming the line (``lines[i]``: record i's) of a record with an impossible value."""
+def _add(builder: _Builder, records: list[Any], raw: Callable[[int], bytes], lines: list[int]) -> None:
+    """``builder.add``, naming the line (``lines[i]``: record i's, as the file counts them) of a
+    record with an impossible value or a conflicting rank."""
     try:
-        builder.add(records, first_line, raw)
+        builder.add(records, lines.__getitem__, raw)
     except _BadRecord as exc:
         raise TraceError(f"{builder.path}: line {lines[exc.index]}: {exc}") from None
 
@@ -587,7 +595,7 @@ class LogStream:
             except _UNDECODABLE:
                 record = None
             if record is not None:
-                _add(builder, [record], line_no, lambda _: tail, [line_no])
+                _add(builder, [record], lambda _: tail, [line_no])
                 line_no += 1
             else:
                 unread = len(pending)
