@@ -78,7 +78,7 @@ def test_models_lists_weibull(capsys):
 
 
 def test_bayesfit_fit_samples_a_named_model():
-    """BayesFit.fit is evt_fit.fit_table wrapped: a shipped model's name resolves, the fit is unsaved, and
+    """BayesFit.fit is fit_table wrapped: a shipped model's name resolves, the fit is unsaved, and
     the pooled Gumbel's location is recovered (truth mu = 0.6 from the simulated table)."""
     from evtsync.evt.bayesfit import BayesFit
 

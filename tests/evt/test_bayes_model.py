@@ -237,4 +237,4 @@ def test_no_effect_grid_samples_without_divergences():
     xi = evt_fit.cell_parameters(tree)["xi"].values.reshape(-1, 6)
     lo, hi = np.quantile(xi, [0.05, 0.95], axis=0)
     assert int(np.sum((lo <= 0.15) & (hi >= 0.15))) >= 4  # Binomial(6, 0.9): P(X <= 3) = 1.6%
-    assert "evt_ppc.posterior_predictive_check" in tree.children and tree.attrs["posterior_predictive_fits"] in (0, 1)
+    assert "posterior_predictive_check" in tree.children and tree.attrs["posterior_predictive_fits"] in (0, 1)

@@ -95,7 +95,7 @@ def test_the_fused_kernel_loop_is_vectorised():
     import numba
 
     # compiled afresh with the kernel's settings: a dispatcher loaded from the disk cache
-    # (distribution._jit_kernel) holds machine code, not the IR
+    # (_jit_kernel) holds machine code, not the IR
     kernel = numba.njit(cache=False, **distribution._KERNEL_JIT)(distribution._gev_sum_kernel)
     kernel(np.linspace(0.0, 1.0, 64), 0.0, 1.0, 0.1)
     (llvm_ir,) = kernel.inspect_llvm().values()
@@ -106,7 +106,7 @@ def test_the_fused_kernel_loop_is_vectorised():
 
 
 def test_the_disk_cached_kernel_is_the_kernel():
-    """``distribution._jit_kernel`` (loaded from PyTensor's numba cache when it can) returns exactly what a
+    """``_jit_kernel`` (loaded from PyTensor's numba cache when it can) returns exactly what a
     fresh compilation of the kernel's source returns, inside and outside the support."""
     import numba
 

@@ -148,12 +148,12 @@ def test_same_seed_same_draws_with_a_fresh_compilation_cache(tmp_path):
 
     script = (
         "import numpy as np, pandas as pd\n"
-        "from evtsync.evt.fit import evt_fit.fit_table\n"
+        "from evtsync.evt.fit import fit_table\n"
         "from evtsync.evt.spec import load_spec\n"
         "from evtsync.evt import gev\n"
         f"spec = load_spec({str(MODELS / 'gev.toml')!r})\n"
         "z = gev.rvs(0.8, 0.5, 0.1, rng=np.random.default_rng(0), size=3000)\n"
-        "tree = evt_fit.fit_table(pd.DataFrame({'y': z}), spec, draws=200, tune=200, chains=2, seed=4)\n"
+        "tree = fit_table(pd.DataFrame({'y': z}), spec, draws=200, tune=200, chains=2, seed=4)\n"
         "print(repr(float(tree['posterior']['xi'].values.sum())))\n"
     )
     env = dict(os.environ, PYTENSOR_FLAGS=f"base_compiledir={tmp_path / 'pytensor'}")
@@ -262,7 +262,7 @@ def test_sbc_runs_resumes_and_writes_its_histogram(tmp_path):
 
 
 def test_reused_compiled_model_gives_the_draws_of_a_fresh_compilation():
-    """evt_fit.fit_table's compiled_cache: a model compiled on data set A and reused on B (same 3 x 2
+    """fit_table's compiled_cache: a model compiled on data set A and reused on B (same 3 x 2
     structure) gives bit for bit the draws of a fresh compilation on B with the same seed, so
     nothing of A's data is left in the reused model; the fit records the reuse."""
     spec = load_spec(MODELS / "gev-hier-gpu-precision.toml")
