@@ -21,7 +21,9 @@ the process and its reaped children, from ``wait4``; interpreter start and impor
   tree, e.g. ``git archive <commit> | tar -x -C DIR``, interleaved with the rest.
 
 The traces are copied to a temporary folder first (HTA reads every file in its folder; the
-shared folder also holds the licence).
+shared folder also holds the licence), and every process runs there, not in the checkout
+(``python -m evtsync`` would import the checkout's code from the current folder ahead of
+``PYTHONPATH``: ``--baseline-src`` would not be the baseline).
 """
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from bench_inspector import process_usage  # benchmarks/ is on the path: this file runs as a script
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("EVTSYNC_SHARED", REPO.parent / "shared"))
@@ -49,20 +51,6 @@ analysis = TraceAnalysis(trace_dir=sys.argv[1])
 print(analysis.get_potential_stragglers())
 print(analysis.get_comm_comp_overlap(visualize=False))
 """
-
-
-def whole_process(cmd: list[str], env: dict[str, str], cwd: str) -> dict[str, float]:
-    """CPU (user + system, the process and the children it reaped) and peak RSS of one child, run
-    in ``cwd`` (not the repository: ``python -m evtsync`` would import the checkout's code from
-    the current folder ahead of ``PYTHONPATH``)."""
-    t = time.perf_counter()
-    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
-    _, status, usage = os.wait4(child.pid, 0)
-    err = child.stderr.read().decode() if child.stderr else ""
-    if status:
-        raise SystemExit(f"{cmd} failed: {err[-2000:]}")
-    return {"cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024,
-            "wall_s": time.perf_counter() - t}
 
 
 def main() -> None:
@@ -88,14 +76,14 @@ def main() -> None:
         print(f"{len(list(traces.iterdir()))} traces, load {os.getloadavg()[0]:.2f}", flush=True)
         for rep in range(args.reps):
             cache = Path(tmp) / f"cache{rep}"
-            runs["HTA"].append(whole_process([args.hta_python, str(hta_script), str(traces)], env, tmp))
+            runs["HTA"].append(process_usage([args.hta_python, str(hta_script), str(traces)], env, tmp))
             evt = [sys.executable, "-m", "evtsync", "tax", str(traces)]
-            runs["evtsync tax, fresh cache"].append(whole_process(evt, {**env, "EVTSYNC_CACHE_DIR": str(cache)}, tmp))
-            runs["evtsync tax, warm cache"].append(whole_process(evt, {**env, "EVTSYNC_CACHE_DIR": str(cache)}, tmp))
+            runs["evtsync tax, fresh cache"].append(process_usage(evt, {**env, "EVTSYNC_CACHE_DIR": str(cache)}, tmp))
+            runs["evtsync tax, warm cache"].append(process_usage(evt, {**env, "EVTSYNC_CACHE_DIR": str(cache)}, tmp))
             shutil.rmtree(cache, ignore_errors=True)
             if args.baseline_src:
                 base_env = {**env, "PYTHONPATH": str(args.baseline_src), "EVTSYNC_CACHE_DIR": str(cache)}
-                runs["baseline src, fresh cache"].append(whole_process(evt, base_env, tmp))
+                runs["baseline src, fresh cache"].append(process_usage(evt, base_env, tmp))
                 shutil.rmtree(cache, ignore_errors=True)
             print(f"rep {rep + 1}: " + ", ".join(f"{k} {v[-1]['cpu_s']:.2f} s" for k, v in runs.items())
                   + f" (load {os.getloadavg()[0]:.2f})", flush=True)
