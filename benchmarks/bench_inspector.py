@@ -165,11 +165,12 @@ def run_method(method: str, folder: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _whole_process(cmd: list[str]) -> dict:
-    """CPU (user + system) and peak RSS of one child process, from ``wait4``."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+def process_usage(cmd: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> dict:
+    """CPU (user + system, the process and the children it reaped) and peak RSS of one child
+    process, from ``wait4``; ``env`` default: this environment with this checkout on PYTHONPATH."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)} if env is None else env
     t = time.perf_counter()
-    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
     _, status, usage = os.wait4(child.pid, 0)
     err = child.stderr.read().decode() if child.stderr else ""
     if status:
@@ -189,7 +190,7 @@ def whole_process(folder: Path, total: int, reps: int) -> None:
     runs: dict[str, list[dict]] = {name: [] for name in cmds}
     for rep in range(reps):
         for name, cmd in cmds.items():
-            got = _whole_process(cmd)
+            got = process_usage(cmd)
             runs[name].append(got)
             print(f"{rep}: {name:>12}: {json.dumps(got)} load {os.getloadavg()[0]:.2f}", flush=True)
     plain = [r["cpu_s"] for r in runs["plain script"]]

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from evtsync.core.trust import KEY_ENV
-from evtsync.trace.cache_dir import CACHE_ENV
+from evtsync.trace.cache_dir import CACHE_ENV, CACHE_MIN_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data" / "public"
@@ -77,6 +77,9 @@ def pytest_configure(config: pytest.Config) -> None:
     starts from an empty cache."""
     for name in USER_SETTINGS:
         os.environ.pop(name, None)
+    # every trace is cached, the small test traces too (the default bypasses files under 256 KiB:
+    # evtsync.trace.cache.cache_min_bytes; tests/trace/test_cache_small.py tests the default)
+    os.environ[CACHE_MIN_ENV] = "0"
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     if SCANNER_ENV not in os.environ:  # the controller (or a run without xdist): the workers inherit it
         os.environ[SCANNER_ENV] = tempfile.mkdtemp(prefix="evtsync-tests-scanner-")

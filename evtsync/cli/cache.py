@@ -11,7 +11,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "cache", help="the trace cache and the stage result cache: folders, sizes; --prune to their caps, --clear",
         description="Show the per-rank trace cache (Parquet tables of each trace read, reused while the trace "
-        "is unchanged): its folder ($EVTSYNC_CACHE_DIR, else $XDG_CACHE_HOME/evtsync, else ~/.cache/evtsync), "
+        "is unchanged; files under 256 KiB, $EVTSYNC_CACHE_MIN_BYTES, are decoded each time instead): its folder ($EVTSYNC_CACHE_DIR, else $XDG_CACHE_HOME/evtsync, else ~/.cache/evtsync), "
         "entries and size. Every command that reads traces prunes it to its cap after reading "
         "($EVTSYNC_CACHE_MAX_BYTES, default 2 GiB), least recently used first. Also the stage result cache "
         "of `evtsync run` (its results/ folder: a stage's outputs, copied into another run folder whose stage "

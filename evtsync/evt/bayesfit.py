@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import pandas as pd
-import xarray as xr
 
 from evtsync.core.defaults import POPULATION_MODEL
 from evtsync.core.errors import FitError, InputError
@@ -75,6 +74,8 @@ from evtsync.evt.fitfile import (  # noqa: F401 - the fit file's format, re-expo
 log = logging.getLogger("evtsync.evt.bayesfit")
 
 if TYPE_CHECKING:
+    import xarray as xr  # imported by the functions that use it (issue 48: import cost)
+
     from evtsync.evt.spec import ModelSpec
 
 @runtime_checkable
@@ -314,6 +315,7 @@ class BayesFit:
     @cached_property
     def posterior(self) -> xr.Dataset:
         """The posterior with per-cell parameters on one dimension per group (NaN for absent cells)."""
+        import xarray as xr
         post = self.tree["posterior"].to_dataset()
         index = _group_index(self.cells)
         per_cell = [v for v, da in post.data_vars.items() if "cell" in da.dims]
@@ -333,6 +335,7 @@ class BayesFit:
             ``cell`` is indexed by the group coordinates (e.g. ``.sel(gpu="H200",
             precision="bf16")``) and keeps its label as ``cell_label``.
         """
+        import xarray as xr
         params = cell_parameters(self.tree)
         index = _group_index(self.cells)
         if index is None:
@@ -450,6 +453,7 @@ class BayesFit:
 
 def as_fit(value: Any) -> Any:
     """A :class:`CellFit` from a fit object, a fit tree, or a path to a fit file."""
+    import xarray as xr
     if isinstance(value, xr.DataTree):
         return BayesFit(value)
     if isinstance(value, str | os.PathLike):

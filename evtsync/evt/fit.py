@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import xarray as xr
 
 from evtsync.core.defaults import ESS_MIN, LOGLIK_STORE_LIMIT, RHAT_MAX
 from evtsync.core.errors import InputError
@@ -59,6 +58,8 @@ from evtsync.evt.fitfile import (  # noqa: F401 - the fit file's reading and wri
 from evtsync.evt.spec import ModelSpec, SamplerConfig
 
 if TYPE_CHECKING:  # PyMC (evtsync.evt.model) is imported by the functions that build or sample a model: a
+    import xarray as xr  # imported by the functions that use it (issue 48: import cost)
+
     # process that only writes fits or reads ESS_MIN from here (a run's main process) does not pay for it
     from evtsync.evt.model import BuiltModel
 
@@ -181,6 +182,8 @@ def check_convergence(tree: xr.DataTree, summary: pd.DataFrame | None = None) ->
 def _loglik_tree(tree: xr.DataTree) -> xr.Dataset:
     """Pointwise log-likelihood of every z-score at every draw: each z-score against its own
     cell's parameters, in one compiled pass (:func:`evtsync.evt.loglik.gev_loglik`)."""
+    import xarray as xr
+
     from evtsync.evt.loglik import gev_loglik
 
     params = cell_parameters(tree)
@@ -193,6 +196,7 @@ def _loglik_tree(tree: xr.DataTree) -> xr.Dataset:
 
 
 def _assemble(built: BuiltModel, raw: xr.DataTree, sampler: str, provenance: dict[str, str]) -> xr.DataTree:
+    import xarray as xr
     data = built.data
     post = raw["posterior"].to_dataset()
     drop = [v for v in post.data_vars if str(v).startswith("z_obs")]
@@ -457,6 +461,7 @@ def _with_deterministics(raw: xr.DataTree, built: BuiltModel) -> xr.DataTree:
     numba compilation; PyMC's ``compute_deterministics`` calls one per draw: 1.4 s for 2,000)."""
     import pytensor
     import pytensor.tensor as pt
+    import xarray as xr
     from pytensor.graph.replace import vectorize_graph
 
     model = built.model
@@ -586,6 +591,8 @@ def fit_table(
         Missing or non-numeric columns, fewer than 3 usable z-scores (in all, or in a cell), a
         cell whose values are all equal, or a ``target_accept`` outside (0, 1).
     """
+    import xarray as xr
+
     from evtsync.evt.model import (
         build_model,
         cell_interaction_note,
@@ -718,6 +725,7 @@ def tree_from_draws(
     (chain, draw, cell); ``cells`` has a ``cell`` column (labels) and any group columns; ``z``
     and ``cell_of_obs`` are the observations and their cell index. Convergence is taken as given.
     """
+    import xarray as xr
     first = np.asarray(next(iter(draws.values())))
     n_chain, n_draw = first.shape[:2]
     coords = {"chain": np.arange(n_chain), "draw": np.arange(n_draw), "cell": cells["cell"].astype(str).to_numpy()}

@@ -14,16 +14,18 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import xarray as xr
 
 from evtsync.core.defaults import INTERVAL_LEVEL, check_level
 from evtsync.core.errors import FitError
 from evtsync.core.tableio import atomic_path
 from evtsync.core.trust import file_signature_problem, sign_file
+
+if TYPE_CHECKING:
+    import xarray as xr  # imported by the functions that use it (issue 48: import cost)
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +219,8 @@ def _read_tree(p: Path, skip: tuple[str, ...]) -> tuple[xr.DataTree, list[str]]:
     "Exception ignored in" traceback on stderr): kept out of sight while the file is read."""
     import gc
     import sys
+
+    import xarray as xr
 
     unraisable: list[Any] = []
     saved_hook = sys.unraisablehook
@@ -419,6 +423,7 @@ def cell_parameters(tree: xr.DataTree) -> xr.Dataset:
     ``cell`` carries the file's labels (``"H200|bf16"``); :meth:`BayesFit.cell_parameters`
     gives the same numbers with ``gpu``/``precision`` coordinates.
     """
+    import xarray as xr
     post = tree["posterior"].to_dataset()
     cells = tree["cells"].to_dataset()
     template = xr.zeros_like(post["mu"].isel({d: 0 for d in post["mu"].dims if d not in ("chain", "draw")}, drop=True))
@@ -434,6 +439,7 @@ def cell_parameters(tree: xr.DataTree) -> xr.Dataset:
 
 def _split_single_chain(tree: xr.DataTree) -> xr.DataTree:
     """With one chain, its two halves as two chains, so that (split) R-hat is defined."""
+    import xarray as xr
     post = tree["posterior"].to_dataset()
     if post.sizes["chain"] > 1:
         return tree

@@ -33,9 +33,11 @@ Outside the support the log density is ``-inf`` and the CDF is 0 below the lower
 
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import special
 
 from evtsync.core.errors import InputError
 
@@ -71,9 +73,16 @@ _SERIES_TERMS = 8
 
 #: |xi| below which lgamma(1 - xi)/xi is taken from its Taylor series.
 _LGAMMA_SERIES_BELOW = 0.05
-#: zeta(j)/j for j = 2..17: coefficients of xi^(j-1) in lgamma(1 - xi)/xi - gamma_E.
-#: 16 terms: the first omitted term is below 0.05^16 < 2e-21 relative.
-_LGAMMA_SERIES_COEF = np.array([special.zeta(j, 1) / j for j in range(2, 18)])
+
+
+@functools.cache
+def _lgamma_series_coef() -> np.ndarray:
+    """zeta(j)/j for j = 2..17: coefficients of xi^(j-1) in lgamma(1 - xi)/xi - gamma_E.
+    16 terms: the first omitted term is below 0.05^16 < 2e-21 relative. Computed on first use,
+    so that importing this module does not import SciPy (issue 48: test collection, CLI start)."""
+    from scipy import special
+
+    return np.array([special.zeta(j, 1) / j for j in range(2, 18)])
 
 Array = NDArray[np.float64]
 
@@ -145,14 +154,19 @@ def expm1_ratio(u: ArrayLike, xi: ArrayLike, order: int = 0) -> tuple[Array, ...
     if np.any(small):
         ws, us = np.where(xi_a == 0, 0.0, w)[small], u_a[small]
         j = np.arange(_SERIES_TERMS)
-        fact = special.factorial(j + 3)
-        coefs = [1.0 / special.factorial(j + 1), (j + 1) / special.factorial(j + 2), (j + 2) * (j + 1) / fact]
+        fact = _factorials(j + 3)
+        coefs = [1.0 / _factorials(j + 1), (j + 1) / _factorials(j + 2), (j + 2) * (j + 1) / fact]
         for k in range(order + 1):
             with np.errstate(invalid="ignore"):
                 value = np.polynomial.polynomial.polyval(ws, coefs[k]) * us ** (k + 1)
             out[k] = np.array(out[k], dtype=float)
             out[k][small] = value
     return tuple(out)
+
+
+def _factorials(k: np.ndarray) -> np.ndarray:
+    """``k!`` of small non-negative integers, as floats (SciPy's ``factorial`` without SciPy)."""
+    return np.array([float(math.factorial(int(v))) for v in k])
 
 
 def _log1p_div(t: Array, xi: Array) -> Array:
@@ -170,7 +184,9 @@ def _lgamma1m_div(xi: Array) -> Array:
     xi = np.asarray(xi, dtype=float)
     small = np.abs(xi) < _LGAMMA_SERIES_BELOW
     xs = np.where(small, xi, 0.0)
-    series = np.polynomial.polynomial.polyval(xs, np.concatenate(([0.0], _LGAMMA_SERIES_COEF)))
+    series = np.polynomial.polynomial.polyval(xs, np.concatenate(([0.0], _lgamma_series_coef())))
+    from scipy import special
+
     with np.errstate(divide="ignore", invalid="ignore"):
         safe = np.where(small | (xi >= 1), 0.5, xi)
         direct = special.gammaln(1.0 - safe) / safe

@@ -19,13 +19,16 @@ a few cells the threshold below rarely flags a correct model (simulation study i
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import xarray as xr
 
 from evtsync.core.defaults import INTERVAL_LEVEL
 from evtsync.evt import gev
+
+if TYPE_CHECKING:
+    import xarray as xr  # imported by the functions that use it (issue 48: import cost)
 
 log = logging.getLogger("evtsync.evt.ppc")
 
@@ -103,4 +106,5 @@ def ppc_verdict(check: pd.DataFrame) -> tuple[bool, str]:
 
 def check_dataset(check: pd.DataFrame) -> xr.Dataset:
     """The check as a Dataset indexed by (cell, statistic), for the fit tree."""
+    import xarray as xr
     return xr.Dataset.from_dataframe(check.set_index(["cell", "statistic"]))

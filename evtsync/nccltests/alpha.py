@@ -42,7 +42,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 from evtsync.core.defaults import INTERVAL_LEVEL
 from evtsync.core.errors import InputError, NcclTestsError
@@ -186,6 +185,7 @@ def fit_alpha(
     switch_tolerance: float = 0.25,
 ) -> AlphaFit:
     """Fit alpha and B on a parsed log (see the module docstring for the model and defaults)."""
+    from scipy import stats as sps
     if not 0 < level < 1:
         raise NcclTestsError(f"credible level must be in (0, 1), got {level}")
     if placement not in ("out-of-place", "in-place"):
@@ -350,6 +350,7 @@ def alpha_draws(fit: AlphaFit, size: int, seed: int = 0) -> np.ndarray:
     estimate with its standard error (the one behind ``alpha_interval_us``); a latency cannot
     be negative, so draws below zero are redrawn (the posterior under the prior alpha >= 0).
     """
+    from scipy import stats as sps
     if size < 1:
         raise NcclTestsError(f"alpha draws: size must be >= 1, got {size}")
     dof = max(fit.n_points - 2, 1)

@@ -8,25 +8,41 @@ a backend was named in ``MPLBACKEND`` (a Jupyter kernel names its inline backend
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import matplotlib
 import numpy as np
 
-if not os.environ.get("MPLBACKEND"):
-    matplotlib.use("Agg")
+from evtsync.core.tableio import atomic_path
 
-import matplotlib.pyplot as plt  # noqa: E402
 
-from evtsync.core.tableio import atomic_path  # noqa: E402
+@functools.cache
+def _pyplot() -> Any:
+    """matplotlib's pyplot, imported on first use (issue 48: importing evtsync.plots, as the
+    report's and the CLI's modules do, costs no matplotlib import until a figure is made): the
+    headless Agg backend unless ``MPLBACKEND`` names one, which is then loaded at once (figures
+    made outside pyplot never make pyplot load it, and a Jupyter kernel's inline backend
+    registers on loading how a returned figure is shown)."""
+    import matplotlib
 
-if os.environ.get("MPLBACKEND"):
-    # load the named backend now: figures made outside pyplot never make pyplot load it, and a
-    # Jupyter kernel's inline backend registers on loading how a returned figure is shown
-    plt.switch_backend(os.environ["MPLBACKEND"])
+    if not os.environ.get("MPLBACKEND"):
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if os.environ.get("MPLBACKEND"):
+        plt.switch_backend(os.environ["MPLBACKEND"])
+    return plt
+
+
+def __getattr__(name: str) -> Any:
+    """``plt``: pyplot, set up by :func:`_pyplot` on first use."""
+    if name == "plt":
+        return _pyplot()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -34,6 +50,7 @@ FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 def new_figure(width: float = 6.4, height: float = 4.2, **kwargs: Any) -> tuple[Any, Any]:
     """A figure and its axes (``kwargs`` as :meth:`matplotlib.figure.Figure.subplots`: ``ncols`` …),
     outside pyplot's registry (see the module docstring)."""
+    _pyplot()  # the backend chosen (and a named one loaded) before the first figure, as on import before
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -63,7 +80,7 @@ def save_figure(fig: Any, path: str | os.PathLike[str], dpi: int = 130) -> Path:
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight")
     finally:
-        plt.close(fig)
+        _pyplot().close(fig)
     return Path(path)
 
 
@@ -79,7 +96,7 @@ def save_png_svg(fig: Any, folder: str | os.PathLike[str], stem: str,
             with atomic_path(svg_path) as tmp:
                 fig.savefig(tmp, format="svg", bbox_inches="tight")
         except BaseException:
-            plt.close(fig)
+            _pyplot().close(fig)
             raise
     wide, narrow = png_renderings(fig)
     png = folder / f"{stem}.png"
@@ -105,7 +122,7 @@ def png_renderings(fig: Any) -> tuple[bytes, bytes]:
             fig.savefig(buf, format="png", dpi=FIGURE_DPI, bbox_inches="tight", metadata=_font_metadata(fig))
             out.append(buf.getvalue())
     finally:
-        plt.close(fig)
+        _pyplot().close(fig)
     return out[0], out[1]
 
 

@@ -24,7 +24,6 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import genextreme
 
 from evtsync.core.errors import InputError
 
@@ -47,6 +46,10 @@ class BlockDesign:
 
 def sample_gev(rng: np.random.Generator, mu: float, sigma: float, xi: float, size: int) -> tuple[np.ndarray, int]:
     """``size`` positive draws of GEV(mu, sigma, xi); returns them and the number redrawn."""
+    from scipy.stats import (
+        genextreme,  # on first use: importing evtsync.synth costs no SciPy (issue 48)
+    )
+
     out = genextreme.rvs(-xi, loc=mu, scale=sigma, size=size, random_state=rng)
     out = np.asarray(out, dtype=float)
     redrawn = 0

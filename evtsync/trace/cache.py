@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.core.tableio import file_sha256
+from evtsync.trace.cache_dir import CACHE_MIN_ENV
 from evtsync.trace.readers import read_rank
 from evtsync.trace.tables import RankTables
 
@@ -276,6 +277,27 @@ def cache_max_bytes() -> int:
     return DEFAULT_CACHE_MAX_BYTES if not text else int(parse_bytes(text, f"${CACHE_MAX_ENV}"))
 
 
+#: Trace files smaller than this are decoded on every read and never cached (issue 48): a cache
+#: entry costs ~20-25 ms to verify and load (four parquet tables, hashes) whatever the trace's
+#: size, and writing one more, while decoding costs ~0.1 ms per KB of gzipped Kineto trace
+#: (measured 2026-12-06: 8 ms for a 60 KB DLRM rank, 17 ms at 124 KB, 121 ms at 1.15 MB; the
+#: cache load 16-25 ms for the same files; docs/performance/cli.md): below ~250 KB the cache
+#: is slower than the trace itself.
+DEFAULT_CACHE_MIN_BYTES = 256 << 10
+
+
+def cache_min_bytes() -> int:
+    """Files below this size bypass the cache: ``$EVTSYNC_CACHE_MIN_BYTES`` (``0``: cache every
+    file; ``1MiB``, ...),
+    else :data:`DEFAULT_CACHE_MIN_BYTES`."""
+    from evtsync.core.units import parse_bytes
+
+    text = os.environ.get(CACHE_MIN_ENV, "").strip()
+    if not text:
+        return DEFAULT_CACHE_MIN_BYTES
+    return 0 if text == "0" else int(parse_bytes(text, f"${CACHE_MIN_ENV}"))
+
+
 def _read_entry(entry: Path) -> tuple[RankTables, list[list[Any]]]:
     from evtsync.core.trust import listing_problem
 
@@ -331,17 +353,27 @@ class _Recorder(logging.Handler):
             self.records.append([record.levelno, record.name, record.getMessage()])
 
 
+def _below_cache_size(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is too small to be worth a cache entry (an unreadable file is not: the
+    reading path reports it)."""
+    try:
+        return os.stat(path).st_size < cache_min_bytes()
+    except OSError:
+        return False
+
+
 def read_rank_cached(path: str | os.PathLike[str], salvage: bool, cache_dir: str | None,
                      rank: int | None = None, rank_from: str | None = None) -> RankTables:
     """Tables of one trace file from the cache, or read (and cached) when missing (a
-    ``rank_from`` ``nvtx:REGEX`` reads past the cache: the rank depends on the pattern).
+    ``rank_from`` ``nvtx:REGEX`` reads past the cache: the rank depends on the pattern; a file
+    smaller than :func:`cache_min_bytes` too: decoding it is cheaper than its cache entry).
 
     The warnings logged when the file was first read (rank from the file name, salvaged
     events, ...) are logged again on a hit, so a cached run says what an uncached one says.
     """
     from evtsync.core.trust import SigningKeyError
 
-    if cache_dir is None or rank_from:
+    if cache_dir is None or rank_from or _below_cache_size(path):
         return read_rank(path, salvage, rank, rank_from)
     cache = RankCache(Path(cache_dir))
     hit = cache.load(path, salvage, rank)

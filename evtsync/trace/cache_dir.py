@@ -12,6 +12,9 @@ from pathlib import Path
 
 #: The environment variable that moves the cache.
 CACHE_ENV = "EVTSYNC_CACHE_DIR"
+#: The environment variable for the size below which a trace file is not cached
+#: (:func:`evtsync.trace.cache.cache_min_bytes`).
+CACHE_MIN_ENV = "EVTSYNC_CACHE_MIN_BYTES"
 
 
 def default_cache_dir() -> Path:

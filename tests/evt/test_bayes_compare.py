@@ -7,10 +7,11 @@ import pandas as pd
 import pytest
 
 from evtsync.core.errors import FitError
-from evtsync.evt.compare import compare_fits, loo, psis_loo_pointwise, verdict
-from evtsync.evt.fit import tree_from_draws
 from tests._lazy import lazy_module
 
+# evtsync modules that import PyMC, PyTensor, xarray or numba: imported on first use, not at collection (issue 48)
+compare = lazy_module("evtsync.evt.compare")
+fit = lazy_module("evtsync.evt.fit")
 az = lazy_module("arviz")
 xr = lazy_module("xarray")
 stats = lazy_module("scipy.stats")
@@ -20,7 +21,7 @@ CELLS = pd.DataFrame({"cell": ["all"]})
 
 def _tree(z, mu, sigma, xi, family="gev", name="m"):
     draws = {"mu": mu, "sigma": sigma} | ({} if xi is None else {"xi": xi})
-    tree = tree_from_draws(draws, CELLS, z, np.zeros(len(z), dtype=int), model_name=name, family=family)
+    tree = fit.tree_from_draws(draws, CELLS, z, np.zeros(len(z), dtype=int), model_name=name, family=family)
     xi_v = 0.0 if xi is None else xi[..., None]
     ll = stats.genextreme.logpdf(z[None, None, :], -xi_v, loc=mu[..., None], scale=sigma[..., None])
     tree["log_likelihood"] = xr.DataTree(xr.Dataset({"z": (("chain", "draw", "obs"), ll)},
@@ -50,7 +51,7 @@ def test_chunked_loo_equals_arviz(data):
     mu, sigma, xi = _posterior(rng, (2, 500))
     tree = _tree(z, mu, sigma, xi)
     ref = az.loo(tree, pointwise=True, var_name="z")
-    ours = loo(tree, chunk_values=7_000)  # chunks of 7 observations
+    ours = compare.loo(tree, chunk_values=7_000)  # chunks of 7 observations
     np.testing.assert_allclose(ours.elpd_i, ref.elpd_i.values, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(ours.pareto_k, ref.pareto_k.values, rtol=1e-8, atol=1e-9)
     assert ours.elpd == pytest.approx(ref.elpd, rel=1e-12)
@@ -59,7 +60,7 @@ def test_chunked_loo_equals_arviz(data):
     assert ours.good_k == pytest.approx(ref.good_k)
     # the planted tail observations are the most influential; chunking changes nothing
     assert ours.pareto_k[:3].min() > np.quantile(ours.pareto_k[3:], 0.95)
-    compiled = loo(tree, threads=2)  # the default path: one compiled pass per observation
+    compiled = compare.loo(tree, threads=2)  # the default path: one compiled pass per observation
     np.testing.assert_allclose(compiled.elpd_i, ref.elpd_i.values, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(compiled.pareto_k, ref.pareto_k.values, rtol=1e-9, atol=1e-12)
     assert compiled.p_loo == pytest.approx(ref.p, rel=1e-9)
@@ -76,7 +77,7 @@ def test_pointwise_psis_with_one_chain_and_small_sample_matches_arviz():
         "log_likelihood": xr.Dataset({"z": (("chain", "draw", "obs"), ll)}),
     })
     ref = az.loo(tree, pointwise=True)
-    elpd_i, p_i, k = psis_loo_pointwise(ll.reshape(150, 40), r_eff=1.0)
+    elpd_i, p_i, k = compare.psis_loo_pointwise(ll.reshape(150, 40), r_eff=1.0)
     from evtsync.evt.compare import _psis_nb, tail_length
 
     compiled = np.array([_psis_nb(np.ascontiguousarray(ll[0, :, j]), tail_length(150, 1.0), np.empty(150))
@@ -93,7 +94,7 @@ def test_compare_differences_and_their_standard_error(data):
     mu, sigma, xi = _posterior(rng, (2, 300))
     gev_tree = _tree(z, mu, sigma, xi, name="gev")
     gum_tree = _tree(z, mu, sigma, None, family="gumbel", name="gumbel")
-    table, words = compare_fits([gum_tree, gev_tree])
+    table, words = compare.compare_fits([gum_tree, gev_tree])
     a = az.loo(gev_tree, pointwise=True, var_name="z")
     b = az.loo(gum_tree, pointwise=True, var_name="z")
     best, other = (a, b) if a.elpd > b.elpd else (b, a)
@@ -108,27 +109,27 @@ def test_verdict_words():
     table = pd.DataFrame({"model": ["frechet", "gumbel"], "family": ["frechet", "gumbel"], "elpd_diff": [0.0, 38.0],
                           "diff_se": [0.0, 9.0], "k_good": [10, 10], "k_bad": [0, 0], "k_very_bad": [0, 0],
                           "converged": [True, True]})
-    assert verdict(table) == "frechet (Fréchet) preferred over gumbel (Gumbel) by ΔELPD = 38.0 ± 9.0 (4.2 SE)"
+    assert compare.verdict(table) == "frechet (Fréchet) preferred over gumbel (Gumbel) by ΔELPD = 38.0 ± 9.0 (4.2 SE)"
     table.loc[1, "elpd_diff"] = 10.0
-    assert verdict(table).startswith("no clear preference between frechet (Fréchet) and gumbel (Gumbel)")
+    assert compare.verdict(table).startswith("no clear preference between frechet (Fréchet) and gumbel (Gumbel)")
     table.loc[1, "converged"] = False
-    assert "gumbel is NOT CONVERGED" in verdict(table)
+    assert "gumbel is NOT CONVERGED" in compare.verdict(table)
 
 
 def test_compare_refuses_different_data(data):
     rng, z = data
     mu, sigma, xi = _posterior(rng, (1, 100))
     with pytest.raises(FitError, match="different z-scores"):
-        compare_fits([_tree(z, mu, sigma, xi), _tree(z + 0.1, mu, sigma, xi)])
+        compare.compare_fits([_tree(z, mu, sigma, xi), _tree(z + 0.1, mu, sigma, xi)])
     with pytest.raises(FitError, match="at least two"):
-        compare_fits([_tree(z, mu, sigma, xi)])
+        compare.compare_fits([_tree(z, mu, sigma, xi)])
 
 
 def test_identical_fits_are_named_not_preferred(data):
     _, z = data
     mu, sigma, xi = _posterior(np.random.default_rng(3), (2, 200))
     a, b = _tree(z, mu, sigma, xi, name="a"), _tree(z, mu, sigma, xi, name="b")
-    table, words = compare_fits([a, b])
+    table, words = compare.compare_fits([a, b])
     assert table["diff_se"].iloc[1] == 0.0
     assert "identical pointwise ELPD" in words and "preferred" not in words and "inf" not in words
 

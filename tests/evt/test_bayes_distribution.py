@@ -5,21 +5,18 @@ from __future__ import annotations
 import importlib.util
 
 import numpy as np
-import pymc as pm
-import pytensor
-import pytensor.tensor as pt
 import pytest
 
 from evtsync.evt import gev
-from evtsync.evt.distribution import (
-    GEV,
-    gev_logp_sum,
-    gev_logp_sum_cells,
-    register_jax_backend,
-)
 from tests._lazy import lazy_module
 
+# PyMC, PyTensor and the distribution module built on them are imported on first use, not at
+# collection (issue 48)
 stats = lazy_module("scipy.stats")
+pm = lazy_module("pymc")
+pytensor = lazy_module("pytensor")
+pt = lazy_module("pytensor.tensor")
+distribution = lazy_module("evtsync.evt.distribution")
 
 XS = np.array([-6.0, -3.0, -1.0, -0.2, 0.0, 0.5, 2.0, 5.0, 20.0])
 MU, SIGMA = 0.1, 1.3
@@ -36,7 +33,7 @@ def scipy_logcdf(x, mu, sigma, xi):
 
 @pytest.mark.parametrize("xi", XIS)
 def test_logp_matches_scipy_on_and_off_support(xi):
-    lp = pm.logp(GEV.dist(mu=MU, sigma=SIGMA, xi=xi), XS).eval()
+    lp = pm.logp(distribution.GEV.dist(mu=MU, sigma=SIGMA, xi=xi), XS).eval()
     ref = scipy_logpdf(XS, MU, SIGMA, xi)
     assert np.array_equal(np.isneginf(lp), np.isneginf(ref))
     finite = np.isfinite(ref)
@@ -46,7 +43,7 @@ def test_logp_matches_scipy_on_and_off_support(xi):
 
 @pytest.mark.parametrize("xi", XIS)
 def test_logcdf_matches_scipy_on_both_sides_of_support(xi):
-    lc = pm.logcdf(GEV.dist(mu=MU, sigma=SIGMA, xi=xi), XS).eval()
+    lc = pm.logcdf(distribution.GEV.dist(mu=MU, sigma=SIGMA, xi=xi), XS).eval()
     ref = scipy_logcdf(XS, MU, SIGMA, xi)
     assert np.array_equal(np.isneginf(lc), np.isneginf(ref))
     finite = np.isfinite(ref)
@@ -56,15 +53,15 @@ def test_logcdf_matches_scipy_on_both_sides_of_support(xi):
 
 def test_logcdf_above_upper_end_point_is_zero_and_below_lower_end_is_minus_inf():
     # xi < 0: upper end point mu - sigma/xi = 0.1 + 1.3/0.5 = 2.7; F = 1 above it.
-    assert pm.logcdf(GEV.dist(MU, SIGMA, -0.5), 3.0).eval() == 0.0
+    assert pm.logcdf(distribution.GEV.dist(MU, SIGMA, -0.5), 3.0).eval() == 0.0
     # xi > 0: lower end point mu - sigma/xi = 0.1 - 1.3/0.4 = -3.15; F = 0 below it.
-    assert pm.logcdf(GEV.dist(MU, SIGMA, 0.4), -4.0).eval() == -np.inf
+    assert pm.logcdf(distribution.GEV.dist(MU, SIGMA, 0.4), -4.0).eval() == -np.inf
 
 
 def _grad_fn():
     mu, sigma, xi = pt.dscalar("mu"), pt.dscalar("sigma"), pt.dscalar("xi")
     x = XS[2:7]
-    lp = pm.logp(GEV.dist(mu, sigma, xi), x).sum()
+    lp = pm.logp(distribution.GEV.dist(mu, sigma, xi), x).sum()
     return pytensor.function([mu, sigma, xi], pytensor.grad(lp, [mu, sigma, xi])), x
 
 
@@ -100,14 +97,14 @@ def test_random_draws_follow_the_distribution():
         draws = gev.rvs(MU, SIGMA, xi, rng=rng, size=4000)
         p = stats.kstest(draws, stats.genextreme(-xi, loc=MU, scale=SIGMA).cdf).pvalue
         assert p > 1e-3, (xi, p)
-    draws = pm.draw(GEV.dist(MU, SIGMA, 0.25), draws=4000, random_seed=3)
+    draws = pm.draw(distribution.GEV.dist(MU, SIGMA, 0.25), draws=4000, random_seed=3)
     assert stats.kstest(draws, stats.genextreme(-0.25, loc=MU, scale=SIGMA).cdf).pvalue > 1e-3
 
 
 def test_support_point_is_inside_support():
     for xi in (-0.8, 0.0, 0.8):
         with pm.Model() as model:
-            GEV("x", MU, SIGMA, xi)
+            distribution.GEV("x", MU, SIGMA, xi)
         x0 = model.initial_point()["x"]
         assert np.isfinite(scipy_logpdf(x0, MU, SIGMA, xi))
 
@@ -117,8 +114,8 @@ def test_fused_sum_matches_scipy_and_autodiff(mode):
     rng = np.random.default_rng(5)
     z = stats.genextreme.rvs(-0.1, size=3000, random_state=rng)
     mu, sigma, xi = pt.dscalar(), pt.dscalar(), pt.dscalar()
-    fused = gev_logp_sum(z, mu, sigma, xi)
-    elem = pm.logp(GEV.dist(mu, sigma, xi), z).sum()
+    fused = distribution.gev_logp_sum(z, mu, sigma, xi)
+    elem = pm.logp(distribution.GEV.dist(mu, sigma, xi), z).sum()
     f_fused = pytensor.function([mu, sigma, xi], [fused, *pytensor.grad(fused, [mu, sigma, xi])], mode=mode)
     f_elem = pytensor.function([mu, sigma, xi], [elem, *pytensor.grad(elem, [mu, sigma, xi])])
     for point in [(0.05, 1.05, 0.1), (0.0, 1.0, 0.0), (0.02, 1.0, -1e-7), (0.0, 1.0, -0.05)]:
@@ -146,8 +143,8 @@ def test_fused_cells_sum_matches_scipy_per_cell(mode):
     starts = np.concatenate([[0], np.cumsum(sizes)])
     mu, sigma, xi = pt.dvector(), pt.dvector(), pt.dvector()
     if mode == "JAX":
-        register_jax_backend()
-    lp = gev_logp_sum_cells(z, starts, mu, sigma, xi)
+        distribution.register_jax_backend()
+    lp = distribution.gev_logp_sum_cells(z, starts, mu, sigma, xi)
     f = pytensor.function([mu, sigma, xi], [lp, *pytensor.grad(lp, [mu, sigma, xi])], mode=mode)
     point = [np.array([0.1, -0.2, 0.05]), np.array([1.1, 0.8, 0.95]), np.array([0.2, 0.0, -0.1])]
 
@@ -172,7 +169,7 @@ def test_fused_cells_sum_matches_scipy_per_cell(mode):
 def test_fused_op_has_a_single_node_for_value_and_gradient():
     z = np.linspace(-1, 3, 50)
     mu, sigma, xi = pt.dscalar(), pt.dscalar(), pt.dscalar()
-    lp = gev_logp_sum(z, mu, sigma, xi)
+    lp = distribution.gev_logp_sum(z, mu, sigma, xi)
     f = pytensor.function([mu, sigma, xi], [lp, *pytensor.grad(lp, [mu, sigma, xi])], mode="NUMBA")
     names = [type(node.op).__name__ for node in f.maker.fgraph.apply_nodes]
     assert names.count("GEVLogpSumCells") == 1
@@ -186,7 +183,7 @@ def test_pymc_samplers_start_at_xi_zero_and_run():
         mu = pm.Normal("mu", 0.0, 2.0)
         sigma = pm.HalfNormal("sigma", 2.0)
         xi = pm.Normal("xi", 0.0, 0.3)
-        GEV("z", mu, sigma, xi, observed=z)
+        distribution.GEV("z", mu, sigma, xi, observed=z)
     start = model.initial_point()
     assert start["xi"] == 0.0
     dlogp = model.compile_dlogp()(start)

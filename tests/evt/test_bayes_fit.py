@@ -16,18 +16,13 @@ import pytest
 from evtsync.cli import main
 from evtsync.core.errors import FitError, InputError
 from evtsync.evt import gev
-from evtsync.evt.fit import (
-    cell_parameters,
-    fit_table,
-    is_converged,
-    load_fit,
-    save_fit,
-)
-from evtsync.evt.model import build_model, prepare_data, simulate_zscore_table
 from evtsync.evt.spec import load_spec
 from tests._lazy import lazy_module
 from tests.conftest import DATA as SHARED_DATA  # the public data copied into tests/data/public
 
+# evtsync modules that import PyMC, PyTensor, xarray or numba: imported on first use, not at collection (issue 48)
+evt_fit = lazy_module("evtsync.evt.fit")
+evt_model = lazy_module("evtsync.evt.model")
 stats = lazy_module("scipy.stats")
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
@@ -45,11 +40,11 @@ TRUTH = pd.DataFrame({
 
 @pytest.fixture(scope="module")
 def hier_fit(tmp_path_factory):
-    table = simulate_zscore_table(TRUTH, 400, seed=11)
+    table = evt_model.simulate_zscore_table(TRUTH, 400, seed=11)
     spec = load_spec(MODELS / "gev-hier-gpu-precision.toml")
-    tree = fit_table(table, spec, draws=300, tune=300, chains=2, seed=7, source="sim", source_sha256="abc",
+    tree = evt_fit.fit_table(table, spec, draws=300, tune=300, chains=2, seed=7, source="sim", source_sha256="abc",
                      command="pytest")
-    path = save_fit(tree, tmp_path_factory.mktemp("fits") / "hier")
+    path = evt_fit.save_fit(tree, tmp_path_factory.mktemp("fits") / "hier")
     return table, tree, path
 
 
@@ -60,7 +55,7 @@ def test_recovery_within_posterior_uncertainty(hier_fit):
     of 12 exceeds 3.5 is 12 * 4.7e-4 = 0.6%.
     """
     _, tree, _ = hier_fit
-    params = cell_parameters(tree)
+    params = evt_fit.cell_parameters(tree)
     for _, row in TRUTH.iterrows():
         cell = f"{row['gpu']}|{row['precision']}"
         for name in ("mu", "sigma", "xi"):
@@ -74,7 +69,7 @@ def test_recovery_within_posterior_uncertainty(hier_fit):
 
 def test_fit_file_is_self_describing_and_loads_back(hier_fit):
     table, tree, path = hier_fit
-    back = load_fit(path.parent)
+    back = evt_fit.load_fit(path.parent)
     for group in ("posterior", "sample_stats", "observed_data", "cells", "log_likelihood", "prior_predictive_check"):
         assert group in back.children
     attrs = back.attrs
@@ -102,7 +97,7 @@ def test_fit_file_is_self_describing_and_loads_back(hier_fit):
     np.testing.assert_array_equal(np.sort(obs["row"].values), np.arange(len(table)))
     np.testing.assert_array_equal(obs["z"].values, table["z"].to_numpy()[obs["row"].values])
     # stored pointwise log-likelihood equals an independent scipy computation
-    params = cell_parameters(back)
+    params = evt_fit.cell_parameters(back)
     i = 123
     c = int(obs["cell"].values[i])
     ref = stats.genextreme.logpdf(obs["z"].values[i], -params["xi"].values[..., c], loc=params["mu"].values[..., c],
@@ -116,10 +111,10 @@ def test_fit_file_is_self_describing_and_loads_back(hier_fit):
 
 
 def test_initial_point_is_inside_support_and_off_zero():
-    table = simulate_zscore_table(TRUTH, 300, seed=2)
+    table = evt_model.simulate_zscore_table(TRUTH, 300, seed=2)
     for name in ("gev-hier-gpu-precision", "frechet"):
         spec = load_spec(MODELS / f"{name}.toml")
-        built = build_model(spec, prepare_data(table, spec))
+        built = evt_model.build_model(spec, evt_model.prepare_data(table, spec))
         logp = built.model.compile_logp()(built.model.initial_point())
         assert np.isfinite(logp), name
         for key in ("xi", "xi0"):
@@ -128,9 +123,9 @@ def test_initial_point_is_inside_support_and_off_zero():
 
 
 def test_centred_chosen_for_large_levels_and_overridable():
-    table = simulate_zscore_table(TRUTH, [1200, 1200, 1200, 50], seed=3)
+    table = evt_model.simulate_zscore_table(TRUTH, [1200, 1200, 1200, 50], seed=3)
     spec = load_spec(MODELS / "gev-hier-gpu-precision.toml")
-    built = build_model(spec, prepare_data(table, spec))
+    built = evt_model.build_model(spec, evt_model.prepare_data(table, spec))
     # precision fp32 has 1250 z-scores, bf16 2400; gpu B200 has 1250, H200 2400: all >= 1000;
     # mu sees the 50-z-score cell (< 100) and the cell coefficient has 3650 / 4 = 912 effective
     # z-scores (< 1000): non-centred
@@ -140,25 +135,25 @@ def test_centred_chosen_for_large_levels_and_overridable():
     from dataclasses import replace
 
     forced = replace(spec, xi=replace(spec.xi, parametrization="noncentred"))
-    assert build_model(forced, prepare_data(table, forced)).parametrization["gpu"] == "noncentred"
+    assert evt_model.build_model(forced, evt_model.prepare_data(table, forced)).parametrization["gpu"] == "noncentred"
 
 
 def test_same_seed_same_numbers_and_short_chain_flagged(tmp_path):
-    table = simulate_zscore_table(TRUTH.iloc[:1], 200, seed=4)
+    table = evt_model.simulate_zscore_table(TRUTH.iloc[:1], 200, seed=4)
     spec = load_spec(MODELS / "gumbel.toml")
-    a = fit_table(table, spec, draws=40, tune=40, chains=2, seed=3)
-    b = fit_table(table, spec, draws=40, tune=40, chains=2, seed=3)
+    a = evt_fit.fit_table(table, spec, draws=40, tune=40, chains=2, seed=3)
+    b = evt_fit.fit_table(table, spec, draws=40, tune=40, chains=2, seed=3)
     np.testing.assert_array_equal(a["posterior"]["mu"].values, b["posterior"]["mu"].values)
     # 80 draws cannot reach a bulk ESS of 400: the fit must say it is not converged
-    assert not is_converged(a)
+    assert not evt_fit.is_converged(a)
     assert "NOT CONVERGED" in a.attrs["convergence"]
-    assert not is_converged(load_fit(save_fit(a, tmp_path / "g")))
+    assert not evt_fit.is_converged(evt_fit.load_fit(evt_fit.save_fit(a, tmp_path / "g")))
 
 
 def test_pymc_sampler_fallback_gives_the_same_posterior():
-    table = simulate_zscore_table(TRUTH.iloc[:1], 300, seed=5)
+    table = evt_model.simulate_zscore_table(TRUTH.iloc[:1], 300, seed=5)
     spec = load_spec(MODELS / "gev.toml")
-    tree = fit_table(table, spec, draws=200, tune=200, chains=1, seed=1, sampler="pymc", target_accept=0.9)
+    tree = evt_fit.fit_table(table, spec, draws=200, tune=200, chains=1, seed=1, sampler="pymc", target_accept=0.9)
     assert tree.attrs["sampler"] == "pymc" and tree.attrs["target_accept"] == 0.9
     xi = tree["posterior"]["xi"].values.ravel()
     # maximum likelihood with its asymptotic sd ~ 0.045 at n = 300: posterior within 3 sd of 0.15
@@ -168,19 +163,19 @@ def test_pymc_sampler_fallback_gives_the_same_posterior():
 def test_bad_input_is_refused(tmp_path):
     spec = load_spec(MODELS / "gev-hier-gpu-precision.toml")
     with pytest.raises(InputError, match="missing column"):
-        prepare_data(pd.DataFrame({"y": [1.0, 2.0, 3.0]}), spec, "t.csv")
-    table = simulate_zscore_table(TRUTH, 50, seed=6)
+        evt_model.prepare_data(pd.DataFrame({"y": [1.0, 2.0, 3.0]}), spec, "t.csv")
+    table = evt_model.simulate_zscore_table(TRUTH, 50, seed=6)
     table.loc[:4, "y"] = np.nan
-    data = prepare_data(table, spec)
+    data = evt_model.prepare_data(table, spec)
     assert data.n_skipped == 5 and len(data.z) == len(table) - 5
     with pytest.raises(FitError, match="no such fit"):
-        load_fit(tmp_path / "nothing")
+        evt_fit.load_fit(tmp_path / "nothing")
     with pytest.raises(InputError, match="sampler"):
-        fit_table(table, spec, sampler="numpyro")
+        evt_fit.fit_table(table, spec, sampler="numpyro")
 
 
 def test_cli_fit_writes_the_file_and_reports(tmp_path, capsys):
-    table = simulate_zscore_table(TRUTH.iloc[:1], 150, seed=8)
+    table = evt_model.simulate_zscore_table(TRUTH.iloc[:1], 150, seed=8)
     data = tmp_path / "z.csv"
     table.to_csv(data, index=False)
     out = tmp_path / "fit"
@@ -189,7 +184,7 @@ def test_cli_fit_writes_the_file_and_reports(tmp_path, capsys):
     record = json.loads(capsys.readouterr().out)
     assert rc == 1 and record["converged"] is False  # 60 draws: ESS < 400
     assert record["n_obs"] == 150 and {p["parameter"] for p in record["parameters"]} == {"mu", "sigma"}
-    tree = load_fit(out)
+    tree = evt_fit.load_fit(out)
     assert tree.attrs["input_sha256"] and tree.attrs["seed"] == 1
     # the log-likelihood of the stored posterior is the GEV density at the stored parameters
     ll = tree["log_likelihood"]["z"].values
@@ -223,10 +218,10 @@ def test_port_pirie_posterior_agrees_with_published_mle():
     from evtsync.evt.spec import parse_spec
 
     z = pd.read_csv(SHARED_DATA / "evt" / "portpirie.csv")["SeaLevel"].to_numpy()
-    tree = fit_table(pd.DataFrame({"z": z}), parse_spec(WEAK_GEV, "weak.toml"), draws=2000, tune=500, chains=2,
+    tree = evt_fit.fit_table(pd.DataFrame({"z": z}), parse_spec(WEAK_GEV, "weak.toml"), draws=2000, tune=500, chains=2,
                      seed=1)
     assert tree.attrs["sigma_support_transform"] == 1  # n = 65: sampled above the support bound
-    assert is_converged(tree), tree.attrs["convergence"]
+    assert evt_fit.is_converged(tree), tree.attrs["convergence"]
     for name, (mle, se) in PORT_PIRIE_MLE.items():
         draws = tree["posterior"][name].values.ravel()
         assert abs(np.median(draws) - mle) < 0.5 * se, (name, np.median(draws), mle)
@@ -239,9 +234,9 @@ def test_prior_predictive_check_flags_priors_that_exclude_the_data():
     from evtsync.evt.model import prior_predictive_check
     from evtsync.evt.spec import Prior
 
-    table = simulate_zscore_table(TRUTH, 500, seed=9)
+    table = evt_model.simulate_zscore_table(TRUTH, 500, seed=9)
     spec = load_spec(MODELS / "gev-hier-gpu-precision.toml")
-    data = prepare_data(table, spec)
+    data = evt_model.prepare_data(table, spec)
     weak = prior_predictive_check(spec, data, draws=300)
     assert weak["inside"].all() and len(weak) == 4 * 4
     # a location prior far from the data (z-score medians are ~0.9): every median is flagged
@@ -259,7 +254,7 @@ def test_compare_aligns_pooled_and_cell_sorted_fits_by_input_row(hier_fit):
     from evtsync.evt.compare import compare_fits
 
     table, hier, _ = hier_fit
-    pooled = fit_table(table, load_spec(MODELS / "gumbel.toml"), draws=150, tune=150, chains=2, seed=2)
+    pooled = evt_fit.fit_table(table, load_spec(MODELS / "gumbel.toml"), draws=150, tune=150, chains=2, seed=2)
     assert not np.array_equal(hier["observed_data"]["row"].values, pooled["observed_data"]["row"].values)
     result, _ = compare_fits([pooled, hier])
     a = az.loo(hier, pointwise=True, var_name="z")

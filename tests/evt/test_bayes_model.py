@@ -14,25 +14,15 @@ import pandas as pd
 import pytest
 
 from evtsync.core.errors import InputError
-from evtsync.evt.fit import (
-    Convergence,
-    cell_parameters,
-    fit_table,
-    resolve_adaptation,
-    tree_from_draws,
-)
-from evtsync.evt.model import (
-    build_model,
-    interaction_basis,
-    prepare_data,
-    simulate_zscore_table,
-    support_bound,
-    support_widths,
-    use_support_transform,
-)
-from evtsync.evt.ppc import posterior_predictive_check, ppc_verdict
 from evtsync.evt.spec import SamplerConfig, load_spec
+from tests._lazy import lazy_module
 from tests.conftest import DATA as SHARED_DATA  # the public data copied into tests/data/public
+
+# evtsync modules that import PyMC, PyTensor, xarray or numba: imported on first use, not at collection (issue 48)
+evt_fit = lazy_module("evtsync.evt.fit")
+evt_model = lazy_module("evtsync.evt.model")
+evt_ppc = lazy_module("evtsync.evt.ppc")
+
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 MAIN = MODELS / "gev-hier-gpu-precision.toml"
@@ -50,8 +40,8 @@ def test_cell_term_is_orthogonal_to_the_additive_surface():
     """3 GPUs x 2 precisions: 6 cells, the additive surface has 1 + 2 + 1 = 4 free values,
     so the cell term has 6 - 4 = 2 coefficients, orthogonal to every additive pattern."""
     spec = load_spec(MAIN)
-    data = prepare_data(simulate_zscore_table(_grid(0.1, 20), 20, seed=1), spec)
-    basis = interaction_basis(spec, data)
+    data = evt_model.prepare_data(evt_model.simulate_zscore_table(_grid(0.1, 20), 20, seed=1), spec)
+    basis = evt_model.interaction_basis(spec, data)
     assert basis.shape == (6, 2)
     np.testing.assert_allclose(basis.T @ basis, np.eye(2), atol=1e-12)
     gpu = data.cells["gpu"].to_numpy()
@@ -59,8 +49,8 @@ def test_cell_term_is_orthogonal_to_the_additive_surface():
     for pattern in [np.ones(6), (gpu == "A100") * 1.0, (gpu == "H200") * 1.0, (prec == "bf16") * 1.0]:
         np.testing.assert_allclose(basis.T @ pattern, 0.0, atol=1e-12)
     # one GPU x 2 precisions: the additive surface already has a free xi per cell
-    one = prepare_data(simulate_zscore_table(_grid(0.1, 20).iloc[:2], 20, seed=1), spec)
-    assert interaction_basis(spec, one).shape[1] == 0
+    one = evt_model.prepare_data(evt_model.simulate_zscore_table(_grid(0.1, 20).iloc[:2], 20, seed=1), spec)
+    assert evt_model.interaction_basis(spec, one).shape[1] == 0
 
 
 def test_support_transform_is_chosen_per_cell():
@@ -68,13 +58,13 @@ def test_support_transform_is_chosen_per_cell():
     with xi = -0.2 (sample maximum near the upper end point) gets it."""
     spec = load_spec(MAIN)
     truth = _grid([0.1, 0.1, 0.1, 0.1, 0.1, -0.2], 0)
-    table = simulate_zscore_table(truth, [300, 5000, 5000, 5000, 5000, 40000], seed=2)
-    data = prepare_data(table, spec)
-    flags = dict(zip(data.cell_labels, use_support_transform(spec, data), strict=True))
+    table = evt_model.simulate_zscore_table(truth, [300, 5000, 5000, 5000, 5000, 40000], seed=2)
+    data = evt_model.prepare_data(table, spec)
+    flags = dict(zip(data.cell_labels, evt_model.use_support_transform(spec, data), strict=True))
     assert flags == {"A100|bf16": True, "A100|fp32": False, "B200|bf16": False, "B200|fp32": False,
                      "H200|bf16": False, "H200|fp32": True}
     off = replace(spec, sigma=replace(spec.sigma, support_transform="off"))
-    assert not use_support_transform(off, data).any()
+    assert not evt_model.use_support_transform(off, data).any()
 
 
 def test_support_bound_never_cuts_off_a_true_sigma():
@@ -89,30 +79,30 @@ def test_support_bound_never_cuts_off_a_true_sigma():
     excluded = 0
     for rep in range(40):
         truth = _grid(rng.uniform(-0.6, 0.6, 6), 0, mu=rng.normal(0, 1.5, 6), sigma=np.exp(rng.uniform(-3, 0.7, 6)))
-        data = prepare_data(simulate_zscore_table(truth, 150, seed=rep), spec)
-        widths = support_widths(data)
+        data = evt_model.prepare_data(evt_model.simulate_zscore_table(truth, 150, seed=rep), spec)
+        widths = evt_model.support_widths(data)
         for i, cell in enumerate(data.cell_labels):
             z = data.z_model[data.cell_slice(i)]
             row = truth.iloc[i]
             assert f"{row.gpu}|{row.precision}" == cell
             terms = [row.xi * (row.mu - z.min()), row.xi * (row.mu - z.max())]
             exact = max(0.0, *terms)
-            bound = support_bound(terms, widths[i])
+            bound = evt_model.support_bound(terms, widths[i])
             assert exact <= bound <= exact + widths[i] * np.log(3) + 1e-9
             excluded += row.sigma <= bound
     assert excluded == 0
     # the sliver at xi = 0 is width * ln 3; far from the kink it vanishes
-    assert support_bound([0.0, 0.0], 1.0) == pytest.approx(np.log(3))
-    assert support_bound([3.0, -2.0], 0.2) - 3.0 < 1e-6
-    assert 0.0 < support_bound([-4.0, -1.0], 0.2) < 2e-3  # mu outside the data: the bound is ~0
+    assert evt_model.support_bound([0.0, 0.0], 1.0) == pytest.approx(np.log(3))
+    assert evt_model.support_bound([3.0, -2.0], 0.2) - 3.0 < 1e-6
+    assert 0.0 < evt_model.support_bound([-4.0, -1.0], 0.2) < 2e-3  # mu outside the data: the bound is ~0
 
 
 def test_spread_prior_is_chosen_by_level_count():
     spec = load_spec(MAIN)
     assert spec.xi.spread_prior(2).dist == "lognormal" and spec.xi.spread_prior(3).dist == "lognormal"
     assert spec.xi.spread_prior(5).dist == "halfnormal"
-    data = prepare_data(simulate_zscore_table(_grid(0.1, 50), 50, seed=3), spec)
-    built = build_model(spec, data)
+    data = evt_model.prepare_data(evt_model.simulate_zscore_table(_grid(0.1, 50), 50, seed=3), spec)
+    built = evt_model.build_model(spec, data)
     assert built.spread_priors["xi_sd_gpu"].startswith("lognormal")
     assert {"mu_mean", "mu_sd", "sigma_gmean", "log_sigma_sd", "xi_sd_cell"} <= set(built.model.named_vars)
     logp = built.model.compile_logp()(built.model.initial_point())
@@ -126,20 +116,20 @@ def test_zscore_model_refuses_data_in_their_own_units():
     z = pd.read_csv(SHARED_DATA / "evt" / "portpirie.csv")["SeaLevel"].to_numpy()
     spec = load_spec(MODELS / "gev.toml")
     with pytest.raises(InputError, match=r"far outside the z-score scale.*Standardise.*gev-hier-raw-us"):
-        build_model(spec, prepare_data(pd.DataFrame({"y": z * 1000.0}), spec), source="pp.csv")
-    build_model(spec, prepare_data(pd.DataFrame({"y": z}), spec))
+        evt_model.build_model(spec, evt_model.prepare_data(pd.DataFrame({"y": z * 1000.0}), spec), source="pp.csv")
+    evt_model.build_model(spec, evt_model.prepare_data(pd.DataFrame({"y": z}), spec))
 
 
 def test_raw_model_fits_microseconds_on_their_own_scale():
     """Block maxima in µs = 1000 + 20 z: the raw model's posterior of mu and sigma must be the
     z-score truth mapped to µs (mu 1016, sigma 10) and xi unchanged (0.1)."""
     truth = _grid(0.1, 0).iloc[:2]
-    table = simulate_zscore_table(truth, 1500, seed=4)
+    table = evt_model.simulate_zscore_table(truth, 1500, seed=4)
     table["max_us"] = 1000.0 + 20.0 * table["z"]
     spec = load_spec(MODELS / "gev-hier-raw-us.toml")
-    tree = fit_table(table, spec, draws=300, tune=300, chains=2, seed=3)
+    tree = evt_fit.fit_table(table, spec, draws=300, tune=300, chains=2, seed=3)
     assert int(tree.attrs["divergences"]) == 0
-    params = cell_parameters(tree)
+    params = evt_fit.cell_parameters(tree)
     for name, true in (("mu", 1000 + 20 * 0.8), ("sigma", 20 * 0.5), ("xi", 0.1)):
         draws = params[name].values.reshape(-1, 2)
         sd = draws.std(axis=0)
@@ -163,19 +153,19 @@ def _ppc_tree(sim_xi, fit_xi, n=2000, seed=5):
     draws = {"mu": np.full((2, 300), 0.8) + 0.01 * rng.normal(size=(2, 300)),
              "sigma": np.full((2, 300), 0.5) + 0.005 * rng.normal(size=(2, 300)),
              "xi": np.full((2, 300), fit_xi) + 0.01 * rng.normal(size=(2, 300))}
-    return tree_from_draws(draws, pd.DataFrame({"cell": ["all"]}), z, np.zeros(n, dtype=int))
+    return evt_fit.tree_from_draws(draws, pd.DataFrame({"cell": ["all"]}), z, np.zeros(n, dtype=int))
 
 
 def test_posterior_predictive_check_accepts_the_truth_and_flags_a_wrong_shape():
-    ok = posterior_predictive_check(_ppc_tree(0.1, 0.1))
+    ok = evt_ppc.posterior_predictive_check(_ppc_tree(0.1, 0.1))
     assert list(ok["statistic"]) == ["q0.5", "q0.9", "q0.99", "max"]
-    assert not ok["flagged"].any() and ppc_verdict(ok)[0]
+    assert not ok["flagged"].any() and evt_ppc.ppc_verdict(ok)[0]
     # data with xi = -0.2 (short upper tail) against a posterior at xi = 0.3: the q0.99 and the
     # maximum lie far below what the posterior predicts
-    bad = posterior_predictive_check(_ppc_tree(-0.2, 0.3))
+    bad = evt_ppc.posterior_predictive_check(_ppc_tree(-0.2, 0.3))
     flagged = set(bad.loc[bad["flagged"], "statistic"])
     assert {"q0.99", "max"} <= flagged
-    fits, text = ppc_verdict(bad)
+    fits, text = evt_ppc.ppc_verdict(bad)
     assert not fits and text.startswith("does not fit cell all")
 
 
@@ -190,7 +180,7 @@ def test_order_statistic_replicates_match_brute_force_simulation():
     tree["posterior"]["mu"][:] = 0.0
     tree["posterior"]["sigma"][:] = 1.0
     tree["posterior"]["xi"][:] = 0.2
-    check = posterior_predictive_check(tree).set_index("statistic")
+    check = evt_ppc.posterior_predictive_check(tree).set_index("statistic")
     for label, k in (("q0.9", 45), ("max", 50)):
         brute = np.quantile(sims[:, k - 1], [0.05, 0.5, 0.95])
         mine = check.loc[label, ["pp_lower", "pp_median", "pp_upper"]].to_numpy(dtype=float)
@@ -198,7 +188,7 @@ def test_order_statistic_replicates_match_brute_force_simulation():
 
 
 def test_convergence_needs_tail_ess():
-    good = Convergence(1.003, 900.0, 0, "a", "b", min_ess_tail=800.0, worst_ess_tail_param="c")
+    good = evt_fit.Convergence(1.003, 900.0, 0, "a", "b", min_ess_tail=800.0, worst_ess_tail_param="c")
     assert good.converged
     assert not replace(good, min_ess_tail=260.0).converged  # issue 19's failed fit
     assert "tail ESS 260" in replace(good, min_ess_tail=260.0).describe()
@@ -222,18 +212,18 @@ def test_sampler_config_from_spec_overrides_and_old_keywords():
         config.override(adaptation="full")
     # the mass matrix: diagonal up to 20,000 z-scores (small cells: funnels), low-rank above
     assert config.adaptation == "auto"
-    assert resolve_adaptation("auto", 20_000) == "diag" and resolve_adaptation("auto", 20_001) == "low_rank"
-    assert resolve_adaptation("low_rank", 100) == "low_rank" and resolve_adaptation(None, 10**6) == "low_rank"
-    table = simulate_zscore_table(_grid(0.1, 0).iloc[:1], 200, seed=6)
+    assert evt_fit.resolve_adaptation("auto", 20_000) == "diag" and evt_fit.resolve_adaptation("auto", 20_001) == "low_rank"
+    assert evt_fit.resolve_adaptation("low_rank", 100) == "low_rank" and evt_fit.resolve_adaptation(None, 10**6) == "low_rank"
+    table = evt_model.simulate_zscore_table(_grid(0.1, 0).iloc[:1], 200, seed=6)
     gumbel = load_spec(MODELS / "gumbel.toml")
-    a = fit_table(table, gumbel, sampler=SamplerConfig(draws=60, tune=60, chains=1, seed=9))
-    b = fit_table(table, gumbel, draws=60, tune=60, chains=1, seed=9)  # the old keywords
+    a = evt_fit.fit_table(table, gumbel, sampler=SamplerConfig(draws=60, tune=60, chains=1, seed=9))
+    b = evt_fit.fit_table(table, gumbel, draws=60, tune=60, chains=1, seed=9)  # the old keywords
     assert (a.attrs["draws"], a.attrs["chains"], a.attrs["seed"]) == (60, 1, 9)
     assert a.attrs["nutpie_adaptation"] == "diag"  # auto at 200 z-scores
-    c = fit_table(table, gumbel, sampler=SamplerConfig(draws=60, tune=60, chains=1, seed=9, adaptation="low_rank"))
+    c = evt_fit.fit_table(table, gumbel, sampler=SamplerConfig(draws=60, tune=60, chains=1, seed=9, adaptation="low_rank"))
     assert c.attrs["nutpie_adaptation"] == "low_rank"
     np.testing.assert_array_equal(a["posterior"]["mu"].values, b["posterior"]["mu"].values)
-    unseeded = fit_table(table, gumbel, draws=30, tune=30, chains=1)
+    unseeded = evt_fit.fit_table(table, gumbel, draws=30, tune=30, chains=1)
     assert isinstance(unseeded.attrs["seed"], int | np.integer)  # a fresh seed, recorded
 
 
@@ -241,10 +231,10 @@ def test_no_effect_grid_samples_without_divergences():
     """Issue 19's null case in small: 3 GPUs x 2 precisions, one xi = 0.15 for every cell
     (no GPU or precision effect; before: hundreds of divergences at the funnel of the
     spreads). 0 divergences, and the 90% intervals of the six xi contain 0.15."""
-    table = simulate_zscore_table(_grid(0.15, 0), 300, seed=8)
-    tree = fit_table(table, load_spec(MAIN), draws=300, tune=300, chains=2, seed=2)
+    table = evt_model.simulate_zscore_table(_grid(0.15, 0), 300, seed=8)
+    tree = evt_fit.fit_table(table, load_spec(MAIN), draws=300, tune=300, chains=2, seed=2)
     assert int(tree.attrs["divergences"]) == 0, tree.attrs["convergence"]
-    xi = cell_parameters(tree)["xi"].values.reshape(-1, 6)
+    xi = evt_fit.cell_parameters(tree)["xi"].values.reshape(-1, 6)
     lo, hi = np.quantile(xi, [0.05, 0.95], axis=0)
     assert int(np.sum((lo <= 0.15) & (hi >= 0.15))) >= 4  # Binomial(6, 0.9): P(X <= 3) = 1.6%
     assert "posterior_predictive_check" in tree.children and tree.attrs["posterior_predictive_fits"] in (0, 1)

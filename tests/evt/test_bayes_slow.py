@@ -15,14 +15,15 @@ import pandas as pd
 import pytest
 
 from evtsync.evt import gev
-from evtsync.evt.compare import compare_fits
-from evtsync.evt.fit import cell_parameters, fit_table, is_converged
-from evtsync.evt.model import simulate_zscore_table
 from evtsync.evt.spec import load_spec, parse_spec
 from tests._lazy import lazy_module
 from tests.conftest import DATA as SHARED_DATA  # the public data copied into tests/data/public
 from tests.evt.test_bayes_fit import WEAK_GEV
 
+# evtsync modules that import PyMC, PyTensor, xarray or numba: imported on first use, not at collection (issue 48)
+evt_compare = lazy_module("evtsync.evt.compare")
+evt_fit = lazy_module("evtsync.evt.fit")
+evt_model = lazy_module("evtsync.evt.model")
 stats = lazy_module("scipy.stats")
 
 pytestmark = pytest.mark.slow
@@ -42,11 +43,11 @@ TRUTH6 = pd.DataFrame({
 def test_hierarchical_recovery_90_percent_intervals():
     """18 cell parameters, each 90% interval should contain its truth; the count of hits is
     Binomial(18, 0.9) for a calibrated posterior, so at least 13 (P(X <= 12) = 0.6%)."""
-    table = simulate_zscore_table(TRUTH6, 3000, seed=101)
+    table = evt_model.simulate_zscore_table(TRUTH6, 3000, seed=101)
     spec = load_spec(MODELS / "gev-hier-gpu-precision.toml")
-    tree = fit_table(table, spec, draws=1000, tune=1000, chains=2, seed=5)
-    assert is_converged(tree), tree.attrs["convergence"]
-    params = cell_parameters(tree)
+    tree = evt_fit.fit_table(table, spec, draws=1000, tune=1000, chains=2, seed=5)
+    assert evt_fit.is_converged(tree), tree.attrs["convergence"]
+    params = evt_fit.cell_parameters(tree)
     hits, xi_hits = 0, 0
     for _, row in TRUTH6.iterrows():
         cell = f"{row['gpu']}|{row['precision']}"
@@ -84,7 +85,7 @@ def test_simulation_based_calibration_coverage():
     for i in range(n_sets):
         truth = {"mu": rng.normal(0.8, 0.2), "sigma": np.exp(rng.normal(-0.7, 0.2)), "xi": rng.normal(0.05, 0.1)}
         z = gev.rvs(truth["mu"], truth["sigma"], truth["xi"], rng=rng, size=200)
-        tree = fit_table(pd.DataFrame({"z": z}), spec, draws=400, tune=300, chains=1, seed=i)
+        tree = evt_fit.fit_table(pd.DataFrame({"z": z}), spec, draws=400, tune=300, chains=1, seed=i)
         for name, value in truth.items():
             lo, hi = np.quantile(tree["posterior"][name].values, [0.05, 0.95])
             hits += lo <= value <= hi
@@ -102,9 +103,9 @@ def test_glass_posterior_agrees_with_mle():
     z = -pd.read_csv(SHARED_DATA / "evt" / "glass.csv")["Strength"].to_numpy()
     ref = mle.fit_mle(z, "gev")
     assert (round(ref.mu, 2), round(ref.sigma, 2), round(ref.xi, 3)) == (-1.64, 0.27, -0.084)
-    tree = fit_table(pd.DataFrame({"z": z}), parse_spec(WEAK_GEV, "weak.toml"), draws=2000, tune=500,
+    tree = evt_fit.fit_table(pd.DataFrame({"z": z}), parse_spec(WEAK_GEV, "weak.toml"), draws=2000, tune=500,
                      chains=2, seed=3)
-    assert is_converged(tree), tree.attrs["convergence"]
+    assert evt_fit.is_converged(tree), tree.attrs["convergence"]
     for name in ("mu", "sigma", "xi"):
         draws = tree["posterior"][name].values.ravel()
         se = ref.se[name]
@@ -114,14 +115,14 @@ def test_glass_posterior_agrees_with_mle():
 
 def _pooled_fits(z, names, seed):
     table = pd.DataFrame({"y": z})  # the shipped models fit the column y
-    return [fit_table(table, load_spec(MODELS / f"{n}.toml"), draws=500, tune=500, chains=2, seed=seed)
+    return [evt_fit.fit_table(table, load_spec(MODELS / f"{n}.toml"), draws=500, tune=500, chains=2, seed=seed)
             for n in names]
 
 
 def test_loo_does_not_prefer_gev_on_gumbel_data():
     z = stats.gumbel_r.rvs(loc=0.8, scale=0.5, size=3000, random_state=np.random.default_rng(7))
     trees = _pooled_fits(z, ["gumbel", "gev"], seed=1)
-    table, words = compare_fits(trees)
+    table, words = evt_compare.compare_fits(trees)
     row = table.set_index("model")
     if table.iloc[0]["model"] == "gev":
         # GEV may edge ahead by chance, but not by more than 2 SE
@@ -132,7 +133,7 @@ def test_loo_does_not_prefer_gev_on_gumbel_data():
 def test_loo_prefers_heavy_tail_on_frechet_data():
     z = gev.rvs(0.8, 0.5, 0.15, rng=np.random.default_rng(8), size=5000)
     trees = _pooled_fits(z, ["gumbel", "frechet", "gev"], seed=2)
-    table, words = compare_fits(trees)
+    table, words = evt_compare.compare_fits(trees)
     row = table.set_index("model")
     assert table.iloc[0]["model"] in ("frechet", "gev"), words
     assert row.loc["gumbel", "elpd_diff"] > 2 * row.loc["gumbel", "diff_se"], words
@@ -266,12 +267,12 @@ def test_reused_compiled_model_gives_the_draws_of_a_fresh_compilation():
     nothing of A's data is left in the reused model; the fit records the reuse."""
     spec = load_spec(MODELS / "gev-hier-gpu-precision.toml")
     truth_b = TRUTH6.assign(xi=TRUTH6["xi"] + 0.1, mu=TRUTH6["mu"] - 0.2)
-    table_a = simulate_zscore_table(TRUTH6, 150, seed=1)
-    table_b = simulate_zscore_table(truth_b, 150, seed=2)
+    table_a = evt_model.simulate_zscore_table(TRUTH6, 150, seed=1)
+    table_b = evt_model.simulate_zscore_table(truth_b, 150, seed=2)
     cache: dict = {}
-    first = fit_table(table_a, spec, draws=200, tune=200, seed=3, compiled_cache=cache)
-    reused = fit_table(table_b, spec, draws=200, tune=200, seed=3, compiled_cache=cache)
-    fresh = fit_table(table_b, spec, draws=200, tune=200, seed=3)
+    first = evt_fit.fit_table(table_a, spec, draws=200, tune=200, seed=3, compiled_cache=cache)
+    reused = evt_fit.fit_table(table_b, spec, draws=200, tune=200, seed=3, compiled_cache=cache)
+    fresh = evt_fit.fit_table(table_b, spec, draws=200, tune=200, seed=3)
     assert (first.attrs["compiled_model_reused"], reused.attrs["compiled_model_reused"]) == (0, 1)
     assert len(cache) == 1
     for name in ("xi", "mu", "sigma", "xi0", "xi_sd_cell", "log_sigma_sd"):
@@ -289,10 +290,10 @@ def test_extend_continues_the_same_chains_when_only_ess_fails():
 
     spec = load_spec(MODELS / "gev.toml")
     table = pd.DataFrame({"y": gev.rvs(0.8, 0.5, 0.1, rng=np.random.default_rng(4), size=500)})
-    plain = fit_table(table, spec, sampler=SamplerConfig(draws=100, tune=300, chains=2, seed=7))
-    assert not is_converged(plain) and plain.attrs["divergences"] == 0, plain.attrs["convergence"]
+    plain = evt_fit.fit_table(table, spec, sampler=SamplerConfig(draws=100, tune=300, chains=2, seed=7))
+    assert not evt_fit.is_converged(plain) and plain.attrs["divergences"] == 0, plain.attrs["convergence"]
     assert plain.attrs["extended"] == "no"
-    longer = fit_table(table, spec, sampler=SamplerConfig(draws=100, tune=300, chains=2, seed=7, extend=1))
+    longer = evt_fit.fit_table(table, spec, sampler=SamplerConfig(draws=100, tune=300, chains=2, seed=7, extend=1))
     assert longer["posterior"].sizes["draw"] == 200 and longer.attrs["draws"] == 200
     np.testing.assert_array_equal(longer["posterior"]["xi"].values[:, :100], plain["posterior"]["xi"].values)
     assert longer.attrs["extended"].startswith("100 draws per chain gave NOT CONVERGED")

@@ -11,9 +11,13 @@ import numpy as np
 import pandas as pd
 
 from evtsync.core.defaults import DEFAULT_CHAINS, DEFAULT_SEED
-from evtsync.evt.fit import START_JITTER, _dispersed_starts, _point_splitter
-from evtsync.evt.model import build_model, prepare_data
 from evtsync.evt.spec import SamplerConfig, load_spec
+from tests._lazy import lazy_module
+
+# evtsync modules that import PyMC, PyTensor, xarray or numba: imported on first use, not at collection (issue 48)
+evt_fit = lazy_module("evtsync.evt.fit")
+evt_model = lazy_module("evtsync.evt.model")
+
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,13 +31,13 @@ def test_each_chain_starts_elsewhere_inside_the_support() -> None:
     rng = np.random.default_rng(0)
     y = rng.gumbel(0.5, 0.6, 200)  # a narrow sample: the GEV support bounds xi's start
     spec = load_spec(ROOT / "models" / "gev.toml")
-    built = build_model(spec, prepare_data(pd.DataFrame({"y": y}), spec))
-    start = _dispersed_starts(_Compiled(lambda seed=None: None), built).initial_point_func
-    flat, to_point = _point_splitter(built.model)
+    built = evt_model.build_model(spec, evt_model.prepare_data(pd.DataFrame({"y": y}), spec))
+    start = evt_fit._dispersed_starts(_Compiled(lambda seed=None: None), built).initial_point_func
+    flat, to_point = evt_fit._point_splitter(built.model)
     logp = built.model.compile_logp()
     starts = np.array([start(seed) for seed in (11, 22, 33, 44)])
     assert len({tuple(np.round(s, 12)) for s in starts}) == 4
-    assert np.all(np.abs(starts - flat) <= START_JITTER)
+    assert np.all(np.abs(starts - flat) <= evt_fit.START_JITTER)
     assert all(np.isfinite(float(logp(to_point(s)))) for s in starts)
     assert np.array_equal(start(11), starts[0])  # the same seed, the same start
 
@@ -60,12 +64,12 @@ def test_numba_density_check_gives_the_same_starts() -> None:
     rng = np.random.default_rng(0)
     y = rng.gumbel(0.5, 0.6, 2000)  # a large sample: most jittered starts fall outside the support
     spec = load_spec(ROOT / "models" / "gev.toml")
-    built = build_model(spec, prepare_data(pd.DataFrame({"y": y}), spec))
+    built = evt_model.build_model(spec, evt_model.prepare_data(pd.DataFrame({"y": y}), spec))
     with pytensor.config.change_flags(numba__fastmath=False):
         compiled = compile_numba_model(built.model, [rv.name for rv in built.model.free_RVs])
-    numba_start = _dispersed_starts(compiled, built).initial_point_func
-    pymc_start = _dispersed_starts(_Compiled(lambda seed=None: None), built).initial_point_func
-    flat, to_point = _point_splitter(built.model)
+    numba_start = evt_fit._dispersed_starts(compiled, built).initial_point_func
+    pymc_start = evt_fit._dispersed_starts(_Compiled(lambda seed=None: None), built).initial_point_func
+    flat, to_point = evt_fit._point_splitter(built.model)
     logp = built.model.compile_logp()
     outside = 0
     for seed in range(40):

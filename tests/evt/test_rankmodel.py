@@ -9,19 +9,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import integrate, stats
 
 from evtsync.blocks.zscores import pooled_zscores
 from evtsync.core.errors import InputError
-from evtsync.evt.rankmodel import (
-    _delay_draws,
-    compare_shape,
-    decompose,
-    fit_rank_model,
-    load_rank_model,
-    rank_table_from_zscores,
-)
 from evtsync.evt.ranktail import RankTailFit, expected_max_draws, fit_rank_tail
+from tests._lazy import lazy_module
+
+# imported on first use, not at collection (issue 48)
+rankmodel = lazy_module("evtsync.evt.rankmodel")
+integrate = lazy_module("scipy.integrate")
+stats = lazy_module("scipy.stats")
 
 M = 4
 NS = [8, 64, 512, 4096]
@@ -41,7 +38,7 @@ def _job(times_by_rank: np.ndarray, gpu: str = "H100", precision: str = "bf16") 
     """(long rank table, pooled sd b in µs) of a job's (iterations, 8 ranks) block times, through the z-score table."""
     x = np.stack([times_by_rank[:, 0::2], times_by_rank[:, 1::2]], axis=1)
     table, _ = pooled_zscores(_times(x, gpu, precision), m=M)
-    return rank_table_from_zscores(table), float(table["block_sd_us"].iloc[0])
+    return rankmodel.rank_table_from_zscores(table), float(table["block_sd_us"].iloc[0])
 
 
 def _normal_delay(n: int) -> float:
@@ -58,7 +55,7 @@ def test_contrasts_cancel_any_shared_shift_and_rank_effects_are_read_by_hand() -
     long = pd.DataFrame({"value": (s[:, None] + rho[None, :]).ravel(), "collective": np.repeat(["a", "b", "c"], 4),
                          "rank": np.tile(["r0", "r1", "r2", "r3"], 3), "gpu": "G", "precision": "p",
                          "order": np.repeat([0, 1, 2], 4)})
-    (cell,) = decompose(long)
+    (cell,) = rankmodel.decompose(long)
     np.testing.assert_allclose(cell.rho_hat, rho, atol=1e-12)  # each rank's mean contrast, by hand
     np.testing.assert_allclose(cell.w, 0.0, atol=1e-12)  # nothing idiosyncratic is left
     assert cell.var_shared == pytest.approx(np.var(s, ddof=1))  # the collective means' variance, no noise to remove
@@ -66,24 +63,24 @@ def test_contrasts_cancel_any_shared_shift_and_rank_effects_are_read_by_hand() -
     rng = np.random.default_rng(0)
     noisy = long.assign(value=long["value"] + rng.standard_normal(12))
     shifted = noisy.assign(value=noisy["value"] + np.repeat(rng.normal(0, 100, 3), 4))
-    a, b = decompose(noisy)[0], decompose(shifted)[0]
+    a, b = rankmodel.decompose(noisy)[0], rankmodel.decompose(shifted)[0]
     np.testing.assert_allclose(a.w, b.w, atol=1e-9)
     np.testing.assert_allclose(a.rho_hat, b.rho_hat, atol=1e-9)
     # w = contrast·K/(K−1) = e_r − mean of the other ranks' e (4 ranks: by hand for collective "a")
     e = noisy["value"].to_numpy()[:4] - rho
     loo = e - (e.sum() - e) / 3
-    assert decompose(noisy, rank_effects=False)[0].w[:4] == pytest.approx(loo + rho * 4 / 3)
+    assert rankmodel.decompose(noisy, rank_effects=False)[0].w[:4] == pytest.approx(loo + rho * 4 / 3)
 
 
 def test_bad_input_is_named() -> None:
     with pytest.raises(InputError, match="missing column"):
-        decompose(pd.DataFrame({"value": [1.0]}))
+        rankmodel.decompose(pd.DataFrame({"value": [1.0]}))
     long = pd.DataFrame({"value": [1.0, np.nan], "collective": "a", "rank": ["0", "1"], "gpu": "G", "precision": "p",
                          "order": 0})
     with pytest.raises(InputError, match="not finite"):
-        decompose(long)
+        rankmodel.decompose(long)
     with pytest.raises(InputError, match="centring"):
-        decompose(long.fillna(0.0), centring="median")
+        rankmodel.decompose(long.fillna(0.0), centring="median")
 
 
 def test_the_delay_integrator_matches_ranktails_on_the_same_draws() -> None:
@@ -96,13 +93,13 @@ def test_the_delay_integrator_matches_ranktails_on_the_same_draws() -> None:
     body = values[values <= t]
     comp = {"pop_shift": np.zeros((tail.xi.size, 1)), "pop_w": np.ones((tail.xi.size, 1)),
             "own": np.zeros((tail.xi.size, 0))}
-    ours = _delay_draws(body, np.ones(body.size), int(values.size - body.size), t, np.exp(tail.log_sigma), tail.xi,
+    ours = rankmodel._delay_draws(body, np.ones(body.size), int(values.size - body.size), t, np.exp(tail.log_sigma), tail.xi,
                         comp, np.array(NS, dtype=float), np.random.default_rng(9))
     theirs = expected_max_draws(tail, NS)
     for j in range(len(NS)):
         assert np.median(ours[:, j]) == pytest.approx(np.median(theirs[:, j]), rel=0.01), NS[j]
     # n = 1: no straggler in any draw
-    one = _delay_draws(body, np.ones(body.size), int(values.size - body.size), t, np.exp(tail.log_sigma[:50]),
+    one = rankmodel._delay_draws(body, np.ones(body.size), int(values.size - body.size), t, np.exp(tail.log_sigma[:50]),
                        tail.xi[:50], {k: v[:50] for k, v in comp.items()}, np.array([1.0]), np.random.default_rng(1))
     assert np.abs(one).max() < 2e-3
 
@@ -116,7 +113,7 @@ def test_one_cell_without_effects_agrees_with_ranktails_grid_posterior() -> None
     x = 500.0 + 10.0 * rng.standard_normal((320, 2, M))
     table, _ = pooled_zscores(_times(x), m=M)
     ranktail = RankTailFit.from_table(table, seed=1).expected_max(NS)[:, 0, :]
-    fit = fit_rank_model(rank_table_from_zscores(table), centring="none", rank_effects=False, seed=1)
+    fit = rankmodel.fit_rank_model(rankmodel.rank_table_from_zscores(table), centring="none", rank_effects=False, seed=1)
     assert fit.converged, fit.convergence_note
     assert fit.cells["threshold"].iloc[0] == pytest.approx(ranktail_threshold(table))
     ours = fit.tau_draws(NS, "H100|bf16")
@@ -159,7 +156,7 @@ def test_shocks_drift_and_a_slow_rank_the_physical_generator() -> None:
     shared = rng.standard_normal(iters) + 3.0 * np.arange(iters) / iters
     times = 1000.0 + b * (shared[:, None] + rho[None, :] + rng.standard_normal((iters, ranks)))
     long, b_hat = _job(times)
-    fit = fit_rank_model(long, seed=1)
+    fit = rankmodel.fit_rank_model(long, seed=1)
     assert fit.converged, fit.convergence_note
     truth_rng = np.random.default_rng(99)
     for fleet, own in (("new", None), ("these-plus-typical", rho)):
@@ -184,7 +181,7 @@ def iid_fit():
     """iid normal ranks, 400 iterations of 8: no shock, no drift, no slow rank."""
     rng = np.random.default_rng(7)
     long, b = _job(800.0 + 20.0 * rng.standard_normal((400, 8)))
-    return long, b, fit_rank_model(long, seed=2)
+    return long, b, rankmodel.fit_rank_model(long, seed=2)
 
 
 def test_no_effect_names_no_rank_and_finds_no_shared_variance(iid_fit, tmp_path) -> None:
@@ -205,7 +202,7 @@ def test_no_effect_names_no_rank_and_finds_no_shared_variance(iid_fit, tmp_path)
         assert np.median(draws[:, j]) * b == pytest.approx(20.0 * _normal_delay(n), rel=0.06), n
     # save and load: the same draws
     path = fit.save(tmp_path / "rankmodel.nc")
-    again = load_rank_model(path)
+    again = rankmodel.load_rank_model(path)
     np.testing.assert_allclose(again.tau_draws(NS, "H100|bf16", draws=400), draws)
     assert again.convergence_note == fit.convergence_note
     with pytest.raises(InputError, match="no cell"):
@@ -222,7 +219,7 @@ def test_gumbel_against_frechet_by_loo_on_the_same_data() -> None:
     # negative, penultimate xi, about -0.1 to -0.2, and LOO says so.)
     rng = np.random.default_rng(5)
     long, _ = _job(600.0 + 8.0 * rng.gumbel(size=(600, 8)))
-    table, free, fixed = compare_shape(long, seed=3)
+    table, free, fixed = rankmodel.compare_shape(long, seed=3)
     assert len(table) == 2 and table["d_elpd"].iloc[0] == 0.0
     assert (table["n_obs"] == int(free.cells["n_exceedances"].sum())).all()  # the same excesses in both
     assert np.isfinite(table["elpd_loo"]).all() and (table["se"] > 0).all()
@@ -244,8 +241,8 @@ def test_a_tiny_cell_borrows_the_shape_of_large_cells_that_share_it() -> None:
     for gpu, precision in cells:
         parts.append(_job(300.0 + 5.0 * rng.standard_t(5, size=(625, 8)), gpu, precision)[0])
     tiny = _job(300.0 + 5.0 * rng.standard_t(5, size=(80, 8)), "C", "fp32")[0]
-    pooled = fit_rank_model(pd.concat([*parts, tiny], ignore_index=True), seed=4)
-    alone = fit_rank_model(tiny, seed=4)
+    pooled = rankmodel.fit_rank_model(pd.concat([*parts, tiny], ignore_index=True), seed=4)
+    alone = rankmodel.fit_rank_model(tiny, seed=4)
     xi_pooled = pooled.xi_summary().set_index("cell").loc["C|fp32"]
     xi_alone = alone.xi_summary().iloc[0]
     assert (xi_pooled["xi_hi"] - xi_pooled["xi_lo"]) < 0.7 * (xi_alone["xi_hi"] - xi_alone["xi_lo"])

@@ -15,13 +15,14 @@ def test_every_setting_evtsync_reads_from_the_environment_is_cleared_for_the_tes
     """Read off the package's sources (a plain reading, not the code's own list): every
     ``*_ENV = "NAME"`` constant and every ``os.environ.get("EVTSYNC_...")`` (the progress bars'
     EVTSYNC_QUIET is read that way), less the cache folder and the signing key, which conftest gives each test
-    process of its own."""
+    process of its own, and the cache's size floor, which conftest sets to 0 (every trace cached)."""
     found: set[str] = set()
     for path in PACKAGE.rglob("*.py"):
         text = path.read_text(encoding="utf-8")
         found |= set(re.findall(r'^[A-Z_]*_ENV = "([A-Z_]+)"', text, flags=re.MULTILINE))
         found |= set(re.findall(r'os\.environ\.get\("(EVTSYNC_[A-Z_]+)"', text))
-    assert found - {"EVTSYNC_CACHE_DIR", "EVTSYNC_CACHE_KEY"} == set(USER_SETTINGS)
+    assert found - {"EVTSYNC_CACHE_DIR", "EVTSYNC_CACHE_KEY", "EVTSYNC_CACHE_MIN_BYTES"} == set(USER_SETTINGS)
+    assert os.environ["EVTSYNC_CACHE_MIN_BYTES"] == "0"
     assert not [name for name in USER_SETTINGS if name in os.environ]
 
 

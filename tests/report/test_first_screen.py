@@ -16,14 +16,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
 
 from evtsync.report.context import ReportContext
 from evtsync.report.markdown import Answer, Cards, Section, Table, render_markdown
 from evtsync.report.render import render_html
 from evtsync.report.sections import summary as summary_sec
 from evtsync.runfolder.summary import summary_numbers
+from tests._lazy import lazy_module
 from tests.report.test_report_summary import _write, hand_run  # noqa: F401 - the fixture
+
+stats = lazy_module("scipy.stats")  # imported on first use, not at collection (issue 48)
 
 ORDER = ["tax", "who", "without", "bigger"]
 
