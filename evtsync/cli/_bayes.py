@@ -294,10 +294,10 @@ def _with_block_scale(choice: Any, zscores: pd.DataFrame | None) -> Any:
 
 
 def _shown_fit(choice: Any) -> Any:
-    """The fit a prediction's header names: the ranktail fit when it predicts, else the GEV fit."""
+    """The fit a prediction's header names: the per-rank fit when it predicts, else the GEV fit."""
     from evtsync.predict import registry
 
-    return choice.ranktail if registry.get(choice.asked).per_rank and choice.ranktail is not None else choice.gev
+    return choice.per_rank if registry.get(choice.asked).per_rank and choice.per_rank is not None else choice.gev
 
 
 def _close(fit: Any, args: argparse.Namespace, table: pd.DataFrame | None = None) -> int:

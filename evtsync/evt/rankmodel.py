@@ -594,6 +594,27 @@ class RankModelFit:
                          "p_xi_positive": float((xi[:, i] > 0).mean()), "verdict": tail_verdict(lo, hi)})
         return pd.DataFrame(rows)
 
+    def xi_pooled(self) -> pd.DataFrame:
+        """The pooled shape per GPU and per precision: xi0 + delta_gpu (``kind`` "gpu") and xi0 +
+        delta_precision (``kind`` "precision") per level, with mean, median, interval, P(xi > 0) and
+        the verdict; a factor with one level has no delta: its level's row is xi0 alone. Empty for
+        the xi ≡ 0 fit."""
+        if "xi0" not in self.posterior:
+            return pd.DataFrame(columns=["kind", "level_name", "xi_mean", "xi_median", "xi_lo", "xi_hi", "level",
+                                         "p_xi_positive", "verdict"])
+        xi0 = self._post("xi0")
+        cells = self.cells
+        rows = []
+        for factor in _GROUPS:
+            levels = sorted(set(cells[factor].astype(str)))
+            for j, name in enumerate(levels):
+                v = xi0 + (self._post(f"delta_{factor}")[:, j] if f"delta_{factor}" in self.posterior else 0.0)
+                lo, hi = np.quantile(v, _QUANTILES)
+                rows.append({"kind": factor, "level_name": name, "xi_mean": float(v.mean()),
+                             "xi_median": float(np.median(v)), "xi_lo": float(lo), "xi_hi": float(hi),
+                             "level": _INTERVAL, "p_xi_positive": float((v > 0).mean()), "verdict": tail_verdict(lo, hi)})
+        return pd.DataFrame(rows)
+
     def rho_draws(self, cell: str, draws: int | None = None, seed: int = 0) -> tuple[list[str], NDArray[np.float64]]:
         """The cell's rank labels and draws of their effects (draws, ranks), sd units: each
         posterior draw of sigma_rho, then rho_r from its normal–normal conditional given rho_hat."""
@@ -993,3 +1014,135 @@ def loo_table(fits: list[tuple[str, RankModelFit]]) -> pd.DataFrame:
     table["d_elpd"] = [float(pointwise[m].sum() - best.sum()) for m in table["model"]]
     table["d_se"] = [float(np.sqrt(best.size * np.var(pointwise[m] - best))) for m in table["model"]]
     return table
+
+
+# --------------------------------------------------------------------------------------------- prediction tables
+
+
+#: The ``note`` of a population-level row of the rank model (an unseen GPU or precision).
+POPULATION_CELL_NOTE = ("population-level: a GPU or precision without traces, its shape drawn from the fitted "
+                        "population of shapes, the body and rank effects of all measured cells pooled")
+
+
+def fit_table(table: pd.DataFrame, *, seed: int = DEFAULT_SEED, source: str = "z-score table",
+              refused: dict[str, str] | None = None, **options: Any) -> RankModelFit:
+    """The rank model (xi free) of a z-score table's cells, for the prediction tables.
+
+    A cell with fewer than RANKTAIL_MIN_VALUES rank values cannot carry its tail: with ``refused``
+    a dict it is left out and its reason recorded there under the cell's label (its values
+    counted in the reason); None: ``InputError``. The fit records the refused cells in its attrs
+    (``refused``, JSON). ``options`` go to :func:`fit_rank_model` (sampler settings)."""
+    import json
+
+    long = rank_table_from_zscores(table, source)
+    counts = long.groupby(list(_GROUPS), sort=True, observed=True).size()
+    small = {f"{g}|{p}": int(c) for (g, p), c in counts.items() if c < RANKTAIL_MIN_VALUES}
+    if small and refused is None:
+        cell, count = next(iter(small.items()))
+        raise InputError(f"{source}: cell {cell} has {count} rank value(s); the rank model's tail needs at least "
+                         f"{RANKTAIL_MIN_VALUES}")
+    reasons = {c: f"{n} rank value(s), fewer than the {RANKTAIL_MIN_VALUES} the rank model's tail needs"
+               for c, n in small.items()}
+    if refused is not None:
+        refused.update(reasons)
+    label = long["gpu"].astype(str) + "|" + long["precision"].astype(str)
+    kept = long[~label.isin(list(small))]
+    if kept.empty:
+        raise InputError(f"{source}: no cell has enough rank values for the rank model ("
+                         + "; ".join(f"{c}: {r}" for c, r in reasons.items()) + ")")
+    fit = fit_rank_model(kept, seed=seed, source=source, **options)
+    fit.attrs["refused"] = json.dumps(reasons)
+    return fit
+
+
+class RankModelPrediction:
+    """The rank model as a per-rank estimator of the prediction tables (evtsync.predict.tables; the
+    seam of RankTailFit): ``expected_max(n, index)`` gives draws of D(n) = E[max_n V − mean_n V]
+    (draws, cells, n) in units of the block sd, for "a job of n ranks from the same fleet"
+    (:data:`RANK_FLEET_WORDING`); ``cells`` (cell, gpu, precision, n_obs) and :meth:`cell_info`
+    (n_values, n_exceedances, note, the rank model's xi) label its rows. A GPU or precision that
+    was not measured gets a population-level index from :meth:`population_index`."""
+
+    name = MODEL_NAME
+    family = "gpd-tail"
+    kind = "hierarchical rank model"
+    column = "u"
+    point_estimate = "median"
+
+    def __init__(self, fit: RankModelFit, *, draws: int = 1000, seed: int = 0, fleet: str = "new") -> None:
+        import json
+
+        self.fit = fit
+        self.draws = int(draws)
+        self.seed = int(seed)
+        self.fleet = fleet
+        self.refused: dict[str, str] = json.loads(str(fit.attrs.get("refused", "{}")) or "{}")
+        cells = fit.cells
+        self._cells = pd.DataFrame({"cell": cells["cell"].astype(str), "gpu": cells["gpu"].astype(str),
+                                    "precision": cells["precision"].astype(str),
+                                    "n_obs": cells["n_values"].astype(int)})
+        self._population: list[tuple[str, str]] = []
+
+    @property
+    def cells(self) -> pd.DataFrame:
+        """One row per measured cell: ``cell``, ``gpu``, ``precision``, ``n_obs`` (rank values)."""
+        return self._cells
+
+    @property
+    def converged(self) -> bool:
+        """The rank model's convergence (:attr:`RankModelFit.converged`)."""
+        return self.fit.converged
+
+    @property
+    def convergence_note(self) -> str:
+        """"" when converged, else a warning naming the rank model and its convergence line."""
+        return "" if self.converged else f"WARNING: rank model {self.fit.convergence_note}"
+
+    def cell_draws(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Not available: the rank model has no GEV parameters (``InputError``)."""
+        raise InputError("the rank model has no GEV parameters (mu, sigma, xi): it models every rank's value; ask a "
+                         "GEV fit (--estimator centred) for them")
+
+    def population_index(self, gpu: str, precision: str) -> int:
+        """The index :meth:`expected_max` takes for an unseen GPU and/or precision (population-level);
+        ``InputError`` when the fit has no population to draw it from (one level of the factor)."""
+        key = (str(gpu), str(precision))
+        if key not in self._population:
+            self.fit.tau_draws([2], gpu=key[0], precision=key[1], draws=2, simex=False)  # raises when it cannot
+            self._population.append(key)
+        return len(self._cells) + self._population.index(key)
+
+    def expected_max(self, n: Sequence[int], index: Sequence[int] | None = None) -> NDArray[np.float64]:
+        """Draws of D(n) per cell (draws, cells, len(n)), sd units; an index past the measured cells is a
+        population-level cell of :meth:`population_index`."""
+        idx = range(len(self._cells)) if index is None else [int(i) for i in index]
+        out = []
+        for i in idx:
+            if i < len(self._cells):
+                out.append(self.fit.tau_draws(list(n), str(self._cells["cell"].iloc[i]), fleet=self.fleet,
+                                              draws=self.draws, seed=self.seed + i))
+            else:
+                gpu, precision = self._population[i - len(self._cells)]
+                out.append(self.fit.tau_draws(list(n), gpu=gpu, precision=precision, fleet=self.fleet,
+                                              draws=self.draws, seed=self.seed + i))
+        return np.stack(out, axis=1)
+
+    def cell_info(self, level: float = INTERVAL_LEVEL) -> pd.DataFrame:
+        """Per cell (measured, then population-level): rank values, exceedances, threshold, the rank
+        model's xi (``gpd_xi_mean``, ``gpd_xi_lo``/``gpd_xi_hi`` at ``level``) and notes."""
+        xi = self.fit._post("xi")
+        q = ((1 - level) / 2, (1 + level) / 2)
+        cells = self.fit.cells
+        rows = []
+        for i, row in cells.iterrows():
+            lo, hi = np.quantile(xi[:, i], q)
+            note = f"{int(row['n_dropped'])} values left out: {row['dropped']}" if int(row["n_dropped"]) else ""
+            rows.append({"cell": str(row["cell"]), "n_values": int(row["n_values"]),
+                         "n_exceedances": int(row["n_exceedances"]), "threshold": float(row["threshold"]),
+                         "gpd_xi_mean": float(xi[:, i].mean()), "gpd_xi_lo": float(lo), "gpd_xi_hi": float(hi),
+                         "note": note})
+        for gpu, precision in self._population:
+            rows.append({"cell": f"{gpu}|{precision}", "n_values": np.nan, "n_exceedances": np.nan,
+                         "threshold": np.nan, "gpd_xi_mean": np.nan, "gpd_xi_lo": np.nan, "gpd_xi_hi": np.nan,
+                         "note": POPULATION_CELL_NOTE})
+        return pd.DataFrame(rows)

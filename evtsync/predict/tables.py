@@ -222,9 +222,22 @@ def fit_column(fit: Any) -> str | None:
 
 
 def estimator_of(fit: Any) -> str | None:
-    """The estimator a fit gives (``centred`` for a fit of y, ``paper`` for z), None when unknown."""
-    found = registry.of_column(fit_column(fit))
+    """The estimator a fit gives (``centred`` for a fit of y, ``paper`` for z, the per-rank fit's own
+    for u: :func:`evtsync.predict.registry.of_fit`), None when unknown."""
+    found = registry.of_fit(fit, fit_column(fit))
     return found.name if found is not None else None
+
+
+def domain_sizes_for(fit: Any, n: Sequence[int], m: int) -> None:
+    """Check the domain sizes ``n`` a fit is asked for: a per-rank fit (one with ``expected_max``:
+    the rank model, ranktail) predicts any n >= 1, a GEV fit of m-rank maxima multiples of m only
+    (:func:`~evtsync.predict.gevtau.domain_multiple`); ``InputError`` naming what is wrong."""
+    if hasattr(fit, "expected_max"):
+        values = np.asarray(n, dtype=float)
+        if values.size == 0 or np.any(~np.isfinite(values)) or np.any(values != np.round(values)) or np.any(values < 1):
+            raise InputError(f"domain size n must be positive integers; got {np.asarray(n).ravel()[:5].tolist()}")
+        return
+    domain_multiple(n, m)
 
 
 def check_estimator(fit: Any, estimator: str | None = None) -> str:
@@ -404,10 +417,10 @@ def _tau_from(params: tuple[NDArray[np.float64], ...], b: NDArray[np.float64], n
     A fit with ``expected_max`` (the ranktail estimator) gives draws of E[max_n u] per cell
     itself: ``params`` is then its cell index per row, and tau = b·E[max_n u]."""
     if fit is not None and hasattr(fit, "expected_max"):  # its estimator's draws (evtsync.predict.registry)
-        domain_multiple(n, m)
+        domain_sizes_for(fit, n, m)
         if np.any(b < 0):
             raise InputError("block standard deviation b must be >= 0 µs")
-        own = registry.of_column(fit_column(fit)) or registry.default()
+        own = registry.of_fit(fit, fit_column(fit)) or registry.default()
         return own.tau_draws(fit, list(n), b, [int(i) for i in params[0]], m)
     mu, sigma, xi = params
     return predicted_tax_curve_us(b[None, :], mu, sigma, xi, list(n), m)
@@ -464,7 +477,7 @@ def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: 
     level = check_level(level)
     fit = _fit(fit)
     estimator = check_estimator(fit, estimator)
-    domain_multiple(n, m)
+    domain_sizes_for(fit, n, m)
     rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
     records = []
     if len(rows):
@@ -531,7 +544,7 @@ def _fit_tax(fit: Any, n: Sequence[int], m: int, block_sd_us: float | pd.DataFra
     of a B* or FLOPS scaling table."""
     fit = _fit(fit)
     estimator = check_estimator(fit, estimator)
-    domain_multiple(n, m)
+    domain_sizes_for(fit, n, m)
     rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
     tau_ref = _tau_from(params, rows["b_us"].to_numpy(float), n, m, fit) if len(rows) else None
     return fit, estimator, rows, tau_ref, skipped
@@ -1024,7 +1037,8 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, 
     groups = values.groupby(["workload", "gpu", "precision", "n_ranks"], sort=True)
     agg = groups.agg(n_collectives=("mean_delay_us", "size"), block_sd_us=("block_sd_us", "mean"),
                      measured_mean_us=("mean_delay_us", "mean"), sd=("mean_delay_us", "std")).reset_index()
-    ok = (agg["n_ranks"] % m == 0) & (agg["n_ranks"] >= m)
+    # a per-rank fit predicts any n >= 2 (n <= m and n > m alike); a GEV fit of m-rank maxima multiples of m
+    ok = (agg["n_ranks"] >= 2) if hasattr(fit, "expected_max") else (agg["n_ranks"] % m == 0) & (agg["n_ranks"] >= m)
     skipped["n not a multiple of m"] = int(groups.size()[~ok.to_numpy()].sum())
     agg = agg[ok.to_numpy()]
     rows, index, _ = _rows_for(fit, agg.rename(columns={"block_sd_us": "b_us"}))
@@ -1214,7 +1228,7 @@ def _target_rows(fit: Any, block_sd_us: float | pd.DataFrame, gpu: str | None, p
     Without ``gpu``/``precision`` the fit's own cells (or the table's rows that match one); with
     them, the asked cells, each observed or drawn from the population (:func:`population_draws`).
     """
-    if hasattr(fit, "expected_max"):  # the ranktail estimator: per-cell draws of E[max_n u], no population
+    if hasattr(fit, "expected_max"):  # a per-rank estimator: per-cell draws of E[max_n u] (evtsync.predict.registry)
         return _rank_tail_rows(fit, block_sd_us, gpu, precision, need_b)
     if gpu is None and precision is None:
         rows, index, skipped = _rows_for(fit, block_sd_us, need_b)
@@ -1258,23 +1272,60 @@ def _target_rows(fit: Any, block_sd_us: float | pd.DataFrame, gpu: str | None, p
 
 def _rank_tail_rows(fit: Any, block_sd_us: float | pd.DataFrame, gpu: str | None, precision: str | None,
                     need_b: bool) -> tuple[pd.DataFrame, tuple[NDArray[np.float64], ...], dict[str, int]]:
-    """:func:`_target_rows` for a fit with ``expected_max`` (ranktail): the rows and, in place of
-    parameter draws, a 1-tuple of the fit's cell indices (row,); measured cells only."""
+    """:func:`_target_rows` for a fit with ``expected_max`` (a per-rank estimator): the rows and, in
+    place of parameter draws, a 1-tuple of the fit's cell indices (row,). A GPU/precision that was
+    not measured is predicted from the fit's population where it has one (``population_index``:
+    the rank model; ``prediction_kind`` "population"), else refused (ranktail: measured cells only)."""
     rows, index, skipped = _rows_for(fit, block_sd_us, need_b)
+    own = registry.of_fit(fit, fit_column(fit))
+    name = own.name if own is not None else getattr(fit, "name", "per-rank")
     if gpu is not None or precision is not None:
         keep = np.ones(len(rows), dtype=bool)
         for g, v in (("gpu", gpu), ("precision", precision)):
             if v is not None and g in rows:
                 keep &= rows[g].astype(str).to_numpy() == str(v)
         if not keep.any():
-            raise InputError(f"the ranktail estimator predicts only measured cells ({', '.join(map(str, fit.cells['cell']))}); "
-                             f"gpu={gpu} precision={precision} was not measured: a hardware level without traces needs the "
-                             "hierarchical GEV's population (--estimator centred with a fit of models/"
-                             f"{POPULATION_MODEL}.toml), labelled population-level")
+            return _population_rows(fit, name, block_sd_us, gpu, precision, skipped)
         rows = rows[keep].reset_index(drop=True)
         index = [i for i, k in zip(index, keep, strict=True) if k]
     rows = rows.assign(prediction_kind="cell") if len(rows) else rows
     return rows, (np.asarray(index, dtype=float),), skipped
+
+
+def _population_rows(fit: Any, name: str, block_sd_us: float | pd.DataFrame, gpu: str | None, precision: str | None,
+                     skipped: dict[str, int]) -> tuple[pd.DataFrame, tuple[NDArray[np.float64], ...], dict[str, int]]:
+    """The population-level row of a per-rank fit for an unmeasured GPU/precision
+    (``fit.population_index``); ``InputError`` ("predicts only measured cells") when the fit has no
+    population to draw it from, so that the default falls back, labelled."""
+    measured = ", ".join(map(str, fit.cells["cell"]))
+    population = getattr(fit, "population_index", None)
+    why = ""
+    if population is not None and gpu is not None and precision is not None:
+        try:
+            i = int(population(str(gpu), str(precision)))
+        except InputError as exc:
+            why = f" ({exc})"
+        else:
+            if isinstance(block_sd_us, pd.DataFrame):
+                table = block_sd_us.rename(columns={"block_sd_us": "b_us"})
+                sel = np.ones(len(table), dtype=bool)
+                for g, v in (("gpu", gpu), ("precision", precision)):
+                    if g in table:
+                        sel &= table[g].astype(str).to_numpy() == str(v)
+                if not sel.any():
+                    return pd.DataFrame(), (np.asarray([], dtype=float),), {**skipped, "no block sd for the cell": 1}
+                b = float(table.loc[sel, "b_us"].iloc[0])
+            else:
+                b = float(block_sd_us)
+            if not b >= 0:
+                raise InputError(f"block standard deviation must be >= 0 µs; got {b}")
+            row = {"cell": f"{gpu}|{precision}", "gpu": str(gpu), "precision": str(precision), "b_us": b,
+                   "prediction_kind": "population"}
+            return pd.DataFrame([row]), (np.asarray([i], dtype=float),), skipped
+    raise InputError(f"the {name} estimator predicts only measured cells ({measured}){why}; gpu={gpu} "
+                     f"precision={precision} was not measured: a hardware level without traces needs a population "
+                     f"(the rank model's, or the hierarchical GEV's: --estimator centred with a fit of models/"
+                     f"{POPULATION_MODEL}.toml), labelled population-level")
 
 
 #: What a row whose width the prior sets is (issue 29, item 6).
