@@ -159,7 +159,8 @@ def fit_per_rank(table: pd.DataFrame, estimator: str | None = None, *, seed: int
 
 
 def choose_estimator(estimator: str | None = None, *, gev: Any = None, zscores: pd.DataFrame | None = None,
-                     source: str = "z-score table", seed: int = 0, fitted: Any = None) -> EstimatorChoice:
+                     source: str = "z-score table", seed: int = 0, fitted: Any = None,
+                     unavailable: str = "") -> EstimatorChoice:
     """Choose the estimator of tau(n) and fit what it needs.
 
     Parameters
@@ -180,6 +181,9 @@ def choose_estimator(estimator: str | None = None, *, gev: Any = None, zscores: 
         The asked per-rank estimator's fit, already made (a run's ``fits/rankmodel.nc``:
         :meth:`~evtsync.predict.registry.Estimator.load_run`): used instead of fitting ``zscores``;
         its refused cells are its own (``refused`` attribute).
+    unavailable : str, default ""
+        Why the asked per-rank estimator has no fit (a run whose rankmodel stage did not apply): the
+        default then falls back for every row with this reason; an explicit one raises it.
 
     Returns
     -------
@@ -206,6 +210,10 @@ def choose_estimator(estimator: str | None = None, *, gev: Any = None, zscores: 
                              "estimator")
         check_estimator(gev, asked)
         return EstimatorChoice(asked, explicit, gev=gev)
+    if unavailable:
+        if explicit or gev is None:
+            raise InputError(f"the {asked} estimator cannot predict: {unavailable}")
+        return _fallback_all(asked, gev, unavailable)
     if fitted is not None:
         fit, refused = fitted, dict(getattr(fitted, "refused", {}) or {})
         if explicit and refused:
