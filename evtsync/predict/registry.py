@@ -271,7 +271,7 @@ class RankModel(Estimator):
                              "(tables/zscores.parquet), which the rank model needs")
         logging.getLogger(__name__).info("%s: no fits/%s.nc (a run before the rankmodel stage): fitting the rank "
                                          "model to %s", run.run_dir, self.name, zpath)
-        return self.load_table(read_table(str(zpath)), source=str(zpath), seed=seed)
+        return self.load_table(read_table(str(zpath)), source=str(zpath), seed=seed, refused={})
 
 
 if tuple(sorted(_REGISTRY)) != tuple(sorted(ESTIMATOR_NAMES)):  # the CLI's choices come from evtsync.core.defaults
