@@ -116,11 +116,12 @@ def test_an_unseen_gpu_is_predicted_from_the_population_labelled(table, choice) 
 
 def test_predicted_vs_measured_at_n_not_a_multiple_of_m(table, choice) -> None:
     b = float(table.loc[table["gpu"] == "H100", "block_sd_us"].iloc[0])
-    measured = pd.DataFrame({"workload": "w", "gpu": "H100", "precision": "bf16", "n_ranks": [6, 6, 8, 8],
-                             "block_sd_us": b, "mean_delay_us": [SD * _normal_delay(6)] * 2 + [SD * _normal_delay(8)] * 2})
+    # n = 3 <= m and n = 6 > m, neither a multiple of m = 4
+    measured = pd.DataFrame({"workload": "w", "gpu": "H100", "precision": "bf16", "n_ranks": [3, 3, 6, 6],
+                             "block_sd_us": b, "mean_delay_us": [SD * _normal_delay(3)] * 2 + [SD * _normal_delay(6)] * 2})
     pvm = predict_table(choice, predicted_vs_measured, measured, M).set_index("n")
-    assert sorted(pvm.index) == [6, 8] and (pvm["estimator"] == "rankmodel").all()
-    assert pvm.loc[6, "beyond_m"] == False and pvm.loc[8, "beyond_m"] == True  # noqa: E712 - numpy bools
+    assert sorted(pvm.index) == [3, 6] and (pvm["estimator"] == "rankmodel").all()
+    assert not pvm.loc[3, "beyond_m"] and pvm.loc[6, "beyond_m"]
     assert pvm["ratio"].to_numpy() == pytest.approx([1.0, 1.0], abs=0.08)
     assert pvm.attrs["skipped"]["n not a multiple of m"] == 0
 
