@@ -345,9 +345,8 @@ def test_pipeline_tables_equal_the_api_on_the_same_fit(tiny_run: tuple[Path, dic
     pd.testing.assert_frame_equal(gumbel[list(tau.columns)], tau, check_dtype=False)
     # B* and predicted-vs-measured are the default estimator's (the rank model, the main fit's centred as fallback)
     from evtsync.core.defaults import DEFAULT_SEED
-    from evtsync.predict.estimator import choose_estimator, predict_table
-
     from evtsync.predict import registry
+    from evtsync.predict.estimator import choose_estimator, predict_table
     from evtsync.runfolder.layout import run_folder
 
     # the run's rank model (fits/rankmodel.nc, checked against the manifest), loaded as the CLI loads it

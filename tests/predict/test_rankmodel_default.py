@@ -16,29 +16,13 @@ from evtsync.core.errors import InputError
 from evtsync.evt.mlefit import MleCellFit, mle_cell_table
 from evtsync.predict.estimator import choose_estimator, predict_table
 from evtsync.predict.tables import bandwidth_table, predicted_vs_measured, tau_table
-from tests._lazy import lazy_module
-
-integrate = lazy_module("scipy.integrate")
-stats = lazy_module("scipy.stats")
+from tests.predict.test_default_estimator import (  # iid ranks' times; the normal truth
+    _normal_delay,
+    _times,
+)
 
 M = 4
 SD = 20.0
-
-
-def _times(x: np.ndarray, gpu: str) -> pd.DataFrame:
-    """Per-rank block times of one identity from an array (instance, sample, rank), precision bf16."""
-    j, s, r = np.meshgrid(*(np.arange(d) for d in x.shape), indexing="ij")
-    return pd.DataFrame({"pg": "0", "block": f"b-{gpu}", "instance": j.ravel(), "sample": s.ravel(),
-                         "rank": (M * s + r).ravel(), "busy_us": x.ravel(), "gpu": gpu, "precision": "bf16",
-                         "position": 0, "signature": "gemm", "index": 2 * j.ravel(), "n_kernels": 2,
-                         "n_gemm_kernels": 1})
-
-
-def _normal_delay(n: int) -> float:
-    """E[max_n X] - E[X] of a standard normal (integrated; independent of the package)."""
-    upper = integrate.quad(lambda v: 1 - stats.norm.cdf(v) ** n, 0, 12, limit=200)[0]
-    lower = integrate.quad(lambda v: stats.norm.cdf(v) ** n, -12, 0, limit=200)[0]
-    return upper - lower
 
 
 @pytest.fixture(scope="module")
