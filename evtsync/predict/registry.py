@@ -308,7 +308,7 @@ def of_fit(fit: Any, column: str | None) -> Estimator | None:
     the first (:func:`of_column`); None when no estimator is of that column."""
     same = [e for e in _REGISTRY.values() if e.column == column]
     named = [e for e in same if e.name == str(getattr(fit, "name", ""))]
-    return (named or same or [None])[0]
+    return next(iter(named or same), None)
 
 
 def of_model(model: str) -> Estimator:
