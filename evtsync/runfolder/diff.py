@@ -672,7 +672,7 @@ def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 
     from evtsync.evt.bayesfit import as_fit
     from evtsync.predict.tables import (
         bstar_draws_gbps,
-        domain_multiple,
+        domain_sizes_for,
         summarise,
     )
 
@@ -685,8 +685,9 @@ def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 
         if not -1 < e < 0:
             raise InputError(f"diff: eps must lie in (-1, 0); got {e:g}")
     ns = [int(v) for v in n]
-    domain_multiple(ns, inputs.m)
     fa, fb = as_fit(fit_a), as_fit(fit_b)
+    for f in (fa, fb):  # a per-rank fit: any n; a GEV fit: multiples of m
+        domain_sizes_for(f, ns, inputs.m)
     estimator = same_estimator(fa, fb)
     cells_a, cells_b, pick_a, pick_b = _paired_picks(fa, fb, seed)
     unconverged = [*_unconverged(fa, fb), *refuse]
