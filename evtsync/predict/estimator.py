@@ -336,7 +336,10 @@ def predict_table(choice: EstimatorChoice, table: Callable[..., pd.DataFrame], *
             first = first.assign(estimator_note="") if len(first) else first
             parts.append(first)
             covered = set(_keys(first)) if len(first) else set()
-    if choice.gev is not None and not (wanted.per_rank and choice.explicit):
+    # one cell asked for (gpu and precision) and the per-rank rows give it: no fallback to compute (its
+    # population draws would be made, and warned about, for rows that are then dropped)
+    one_cell_given = bool(parts) and len(parts[0]) > 0 and gpu is not None and precision is not None
+    if choice.gev is not None and not (wanted.per_rank and choice.explicit) and not one_cell_given:
         estimator = str(wanted.fallback) if wanted.per_rank else wanted.name
         try:
             second = table(choice.gev, *args, estimator=estimator, **asked, **kwargs)

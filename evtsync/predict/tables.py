@@ -1242,20 +1242,10 @@ def _target_rows(fit: Any, block_sd_us: float | pd.DataFrame, gpu: str | None, p
     skipped = {"no block sd for the cell": 0}
     targets = _target_levels(fit, gpu, precision) if groups else [{}]
     for levels in targets:
-        if isinstance(block_sd_us, pd.DataFrame):
-            table = block_sd_us.rename(columns={"block_sd_us": "b_us"})
-            sel = np.ones(len(table), dtype=bool)
-            for g, v in levels.items():
-                if g in table:
-                    sel &= table[g].astype(str).to_numpy() == v
-            if not sel.any():
-                skipped["no block sd for the cell"] += 1
-                continue
-            b = float(table.loc[sel, "b_us"].iloc[0])
-        else:
-            b = float(block_sd_us)
-        if not b >= 0:
-            raise InputError(f"block standard deviation must be >= 0 µs; got {b}")
+        b = _b_of_levels(block_sd_us, levels)
+        if b is None:
+            skipped["no block sd for the cell"] += 1
+            continue
         label = "|".join(levels.values()) if levels else str(cells["cell"].iloc[0])
         observed = not groups or label in set(cells["cell"].astype(str))
         kind = "pooled" if not groups else ("cell" if observed else "population")
@@ -1268,6 +1258,25 @@ def _target_rows(fit: Any, block_sd_us: float | pd.DataFrame, gpu: str | None, p
         empty = np.zeros((fit.cell_draws()[0].shape[0], 0))
         return pd.DataFrame(records), (empty, empty, empty), skipped
     return pd.DataFrame(records), tuple(np.stack(d, axis=1) for d in zip(*draws, strict=True)), skipped
+
+
+def _b_of_levels(block_sd_us: float | pd.DataFrame, levels: dict[str, str]) -> float | None:
+    """The block sd b (µs) of the cell with these group ``levels``: the number given, or the first row
+    of a block-scale table that matches them (None when none does); ``InputError`` for a b < 0."""
+    if isinstance(block_sd_us, pd.DataFrame):
+        table = block_sd_us.rename(columns={"block_sd_us": "b_us"})
+        sel = np.ones(len(table), dtype=bool)
+        for g, v in levels.items():
+            if g in table:
+                sel &= table[g].astype(str).to_numpy() == str(v)
+        if not sel.any():
+            return None
+        b = float(table.loc[sel, "b_us"].iloc[0])
+    else:
+        b = float(block_sd_us)
+    if not b >= 0:
+        raise InputError(f"block standard deviation must be >= 0 µs; got {b}")
+    return b
 
 
 def _rank_tail_rows(fit: Any, block_sd_us: float | pd.DataFrame, gpu: str | None, precision: str | None,
@@ -1306,19 +1315,9 @@ def _population_rows(fit: Any, name: str, block_sd_us: float | pd.DataFrame, gpu
         except InputError as exc:
             why = f" ({exc})"
         else:
-            if isinstance(block_sd_us, pd.DataFrame):
-                table = block_sd_us.rename(columns={"block_sd_us": "b_us"})
-                sel = np.ones(len(table), dtype=bool)
-                for g, v in (("gpu", gpu), ("precision", precision)):
-                    if g in table:
-                        sel &= table[g].astype(str).to_numpy() == str(v)
-                if not sel.any():
-                    return pd.DataFrame(), (np.asarray([], dtype=float),), {**skipped, "no block sd for the cell": 1}
-                b = float(table.loc[sel, "b_us"].iloc[0])
-            else:
-                b = float(block_sd_us)
-            if not b >= 0:
-                raise InputError(f"block standard deviation must be >= 0 µs; got {b}")
+            b = _b_of_levels(block_sd_us, {"gpu": str(gpu), "precision": str(precision)})
+            if b is None:
+                return pd.DataFrame(), (np.asarray([], dtype=float),), {**skipped, "no block sd for the cell": 1}
             row = {"cell": f"{gpu}|{precision}", "gpu": str(gpu), "precision": str(precision), "b_us": b,
                    "prediction_kind": "population"}
             return pd.DataFrame([row]), (np.asarray([i], dtype=float),), skipped
