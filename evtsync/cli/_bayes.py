@@ -512,7 +512,9 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     else:
         for note in hw["notes"]:
             print(note)
-        print(f"fit {_models(summary, fit)}: tau(n) = b·E_(n/{args.m}) with {_b_words(block_sd)} on the reference GPU / flops factor; "
+        # a per-rank fit (the rank model, ranktail) gives b·E[max_n − mean_n] of n ranks, a GEV fit b·E_(n/m)
+        formula = "b·E[max_n − mean_n]" if hasattr(fit, "expected_max") else f"b·E_(n/{args.m})"
+        print(f"fit {_models(summary, fit)}: tau(n) = {formula} with {_b_words(block_sd)} on the reference GPU / flops factor; "
               f"point [{level:.0%} {_interval_name(summary)}]")
         print(f"estimator: {summary.attrs['estimator']}; {_point_words(summary)}; {FIXED_B_NOTE}")
         tau_pt = point_column(summary, "tau", "_us")

@@ -1031,9 +1031,14 @@ def loo_table(fits: list[tuple[str, RankModelFit]]) -> pd.DataFrame:
 # --------------------------------------------------------------------------------------------- prediction tables
 
 
-#: The ``note`` of a population-level row of the rank model (an unseen GPU or precision).
-POPULATION_CELL_NOTE = ("population-level: a GPU or precision without traces, its shape drawn from the fitted "
-                        "population of shapes, the body and rank effects of all measured cells pooled")
+#: What a population-level row of the rank model is (an unseen GPU or precision): the tables' attrs
+#: ``population_note`` (:attr:`RankModelPrediction.population_note`); each such row's ``note`` is
+#: :data:`POPULATION_CELL_NOTE`.
+POPULATION_NOTE = ("population-level prediction by the rank model: a GPU or precision without traces; its shape "
+                   "deviation is drawn, per posterior draw, from the fitted population of shapes (a measured level "
+                   "keeps its own), its scale from the scale population, and the body and rank effects are those of "
+                   "all measured cells pooled (docs/methodology.md, \"The rank model\")")
+POPULATION_CELL_NOTE = "population-level (rank model)"
 
 
 def fit_table(table: pd.DataFrame, *, seed: int = DEFAULT_SEED, source: str = "z-score table",
@@ -1080,6 +1085,7 @@ class RankModelPrediction:
     kind = "hierarchical rank model"
     column = "u"
     point_estimate = "median"
+    population_note = POPULATION_NOTE
 
     def __init__(self, fit: RankModelFit, *, draws: int = 1000, seed: int = 0, fleet: str = "new") -> None:
         import json

@@ -1438,8 +1438,9 @@ def _kind_attrs(out: pd.DataFrame, fit: Any = None) -> pd.DataFrame:
             out.attrs["prior_dominated_note"] = PRIOR_DOMINATED_NOTE
             log.warning("%s", PRIOR_DOMINATED_NOTE)
     if "prediction_kind" in out and (out["prediction_kind"] == "population").any():
-        out.attrs["population_note"] = POPULATION_NOTE
-        log.info("%s", POPULATION_NOTE)  # in the table's attrs, printed by every output
+        # the fit's own wording where it has one (the rank model's population), else the hierarchical GEV's
+        out.attrs["population_note"] = str(getattr(fit, "population_note", POPULATION_NOTE))
+        log.info("%s", out.attrs["population_note"])  # in the table's attrs, printed by every output
     if "prediction_kind" in out and (out["prediction_kind"] == "pooled").any():
         out.attrs["pooled_note"] = "the pooled fit has no GPU or precision effect: every GPU is predicted alike"
     return out

@@ -81,7 +81,10 @@ def test_a_cell_too_small_falls_back_labelled(table, choice) -> None:
 def test_an_unseen_gpu_is_predicted_from_the_population_labelled(table, choice) -> None:
     unseen = predict_table(choice, tau_table, [8], SD, M, gpu="B200", precision="bf16")
     assert unseen["estimator"].tolist() == ["rankmodel"] and unseen["prediction_kind"].tolist() == ["population"]
-    assert "population-level" in unseen["ranktail_note"].iloc[0] and "population_note" in unseen.attrs
+    assert "population-level" in unseen["ranktail_note"].iloc[0]
+    # the note says how the rank model draws it, not the hierarchical GEV's recipe
+    assert "by the rank model" in unseen.attrs["population_note"]
+    assert "sqrt(1 + 1/L)" not in unseen.attrs["population_note"]
     # the population of two normal cells: near the normal truth, with a wider interval than a measured cell
     true = SD * _normal_delay(8)
     assert unseen["tau_lo_us"].iloc[0] <= true <= unseen["tau_hi_us"].iloc[0]
