@@ -789,7 +789,7 @@ def estimator_fits_of_runs(run_a: RunFit, run_b: RunFit, estimator: str | None =
             logging.getLogger(__name__).warning("%s", note)
             return _main_fit(run_a), _main_fit(run_b), note
         return fits[0], fits[1], (f"tau(n): the {wanted.name} estimator{' (default)' if estimator is None else ''} on "
-                                  f"both sides, each run's own ({wanted.needs})")
+                                  "both sides, each run's own fit of its per-rank values")
     if wanted.per_model:  # the runs' main GEV models
         return (_main_fit(run_a), _main_fit(run_b),
                 f"tau(n): the {wanted.name} estimator of both runs' main models ({run_a.model}, {run_b.model})")
