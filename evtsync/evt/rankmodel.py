@@ -844,20 +844,39 @@ def load_rank_model(path: str | os.PathLike[str]) -> RankModelFit:
 # --------------------------------------------------------------------------------------------- integration
 
 
+def _body_index(atoms: NDArray, xb: NDArray, shift: NDArray) -> NDArray[np.int64]:
+    """The number of atoms at or below ``xb[k] − shift[d]`` (d, K), for a uniform grid ``xb``: the
+    first grid point at or above each atom is a division, and the counts a cumulative sum (O(d·(A + K)),
+    where a search is O(d·K·log A)); the same as ``searchsorted(atoms, xb − shift, side="right")``
+    but at a point within rounding of an atom."""
+    nb = xb.size
+    h = (float(xb[-1]) - float(xb[0])) / max(nb - 1, 1)
+    k = np.clip(np.ceil((atoms[None, :] + shift[:, None] - float(xb[0])) / h), 0, nb).astype(np.int64)
+    offset = np.arange(shift.size, dtype=np.int64)[:, None] * (nb + 1)
+    counts = np.bincount((offset + k).ravel(), minlength=shift.size * (nb + 1)).reshape(shift.size, nb + 1)
+    return np.cumsum(counts, axis=1)[:, :nb]
+
+
 def _cdf_e(y: NDArray, atoms: NDArray, cum: NDArray, t: float, c: NDArray, sigma: NDArray,
-           xi: NDArray) -> NDArray:
+           xi: NDArray, body: tuple[NDArray, NDArray] | None = None) -> NDArray:
     """F_e(y) per draw: the body's cumulative weights below t, W + c(1 − S_GPD(y − t)) above.
     ``y`` (d, G); ``cum`` (d, A); ``c``, ``sigma``, ``xi`` (d,). Each part is computed only where
-    it applies (the body's step function at or below t, the tail above): the same values as
-    evaluating both everywhere, at about half the cost."""
+    it applies (the body's step function at or below t, the tail above). ``body`` = (xb, shift):
+    the first xb.size columns of ``y`` are the uniform grid xb less each draw's shift, whose atom
+    counts :func:`_body_index` gives without a search."""
     out = np.empty(y.shape)
-    above = y > t
-    rows = np.broadcast_to(np.arange(y.shape[0])[:, None], y.shape)
-    below = ~above
-    r = rows[below]
-    idx = np.searchsorted(atoms, y[below], side="right")
     flat = np.concatenate([np.zeros((cum.shape[0], 1)), cum], axis=1)  # 0 below the first atom
-    out[below] = flat[r, idx]
+    rows = np.broadcast_to(np.arange(y.shape[0])[:, None], y.shape)
+    above = y > t
+    nb = 0
+    if body is not None:
+        xb, shift = body
+        nb = xb.size
+        out[:, :nb] = np.take_along_axis(flat, _body_index(atoms, xb, shift), axis=1)
+    below = ~above
+    below[:, :nb] = False
+    if below.any():
+        out[below] = flat[rows[below], np.searchsorted(atoms, y[below], side="right")]
     r = rows[above]
     ex = y[above] - t
     s, x, cc = sigma[r], xi[r], c[r]
@@ -942,7 +961,7 @@ def _delay_chunk(atoms: NDArray, cum: NDArray, t: float, c: NDArray, sg: NDArray
     grid = np.where(np.isnan(grid), np.nanmax(np.where(np.isnan(grid), -np.inf, grid), axis=1, keepdims=True), grid)
 
     def cdf_at(shift: NDArray) -> NDArray:
-        return _cdf_e(grid - shift[:, None], atoms, cum, t, c, sg, x)
+        return _cdf_e(grid - shift[:, None], atoms, cum, t, c, sg, x, body=(xb, shift))
 
     f_pop = sum(pop_w[:, j:j + 1] * cdf_at(pop_s[:, j]) for j in range(pop_s.shape[1]))
     f_e = cdf_at(np.zeros(d))
