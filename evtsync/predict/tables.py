@@ -15,7 +15,8 @@ docs/methodology.md "Predicting tau(n)"): a fit of the centred maxima ``y = (M -
 gives the mean straggler delay of n ranks (``centred``; the study in docs/bayesian.md finds it
 biased at large n for normal and Student-t ranks); a fit of the paper's ``z = (M - sample mean)/s`` gives the paper's estimate, exact at
 n = m and biased low beyond (``paper``); the per-rank tail fit of every rank's value
-(:class:`evtsync.evt.ranktail.RankTailFit`, ``ranktail``) gives b·E[max_n u] itself through its
+(the rank model's :class:`evtsync.evt.rankmodel.RankModelPrediction`, ``rankmodel``, the default, and
+:class:`evtsync.evt.ranktail.RankTailFit`, ``ranktail``) gives b·E[max_n u] itself through its
 ``expected_max`` (the seam: GEV fits give parameter draws, it gives draws of the expected maximum):
 the default of the CLI and the run (:data:`~evtsync.core.defaults.DEFAULT_ESTIMATOR`), with the
 centred estimator as its labelled fallback (:mod:`evtsync.predict.estimator`).
@@ -47,7 +48,7 @@ all call these, so there is one column scheme:
 ``{quantity}_point{unit}`` and ``point_estimate``
     the point estimate of every predicted quantity (not of the fit's own parameters): the
     summary the fit declares by its attribute ``point_estimate`` (:data:`POINT_SUMMARIES`;
-    ``median`` for the ranktail estimator, ``mean`` for a fit without it), and what it is in
+    ``median`` for the per-rank estimators, ``mean`` for a fit without it), and what it is in
     words (:func:`point_label`: "posterior mean", "posterior median", ...). Every consumer
     reads the point through :func:`point_column`, which falls back to ``_mean`` for a table
     written before the point existed (docs/methodology.md, "The point estimate").
@@ -149,7 +150,7 @@ ESTIMATORS: dict[str, tuple[str, str]] = {name: (registry.get(name).column, regi
 FALLBACK_ESTIMATOR: str = str(registry.default().fallback)
 #: What the B* and tau intervals hold fixed (issue 29, item 8): b and alpha's point values.
 FIXED_B_NOTE = ("b fixed at its estimate (the pooled sd of the blocks; its sampling error cancels to first order "
-                "against the scale the centred and ranktail estimators divide by, docs/methodology.md)")
+                "against the scale the centred and per-rank estimators divide by, docs/methodology.md)")
 FIXED_ALPHA_NOTE = "alpha fixed at its point value"
 
 #: How every table treats infinite draws (see the module docstring).
@@ -244,14 +245,14 @@ def check_estimator(fit: Any, estimator: str | None = None) -> str:
     """The estimator's name after checking that ``fit`` was made of the column it needs.
 
     ``estimator`` None takes the fit's own (:func:`estimator_of`: ``centred`` for a fit of y,
-    ``paper`` for z, ``ranktail`` for the per-rank tail fit; ``centred`` when the fit records no
+    ``paper`` for z, the per-rank fit's own for u (``rankmodel``, ``ranktail``); ``centred`` when the fit records no
     column), named in every table's ``estimator`` column. The run's and the CLI's default,
     :data:`~evtsync.core.defaults.DEFAULT_ESTIMATOR`, and its fallback are chosen one level up,
     where the fit is chosen (:func:`evtsync.predict.estimator.choose_estimator`).
 
     Each estimator needs a fit of its registry class's column (:mod:`evtsync.predict.registry`):
-    ``centred`` a fit of ``y``, ``paper`` of ``z``, ``ranktail`` the per-rank tail fit of ``u``
-    (:class:`evtsync.evt.ranktail.RankTailFit`, built from the z-score table); any other pairing
+    ``centred`` a fit of ``y``, ``paper`` of ``z``, ``rankmodel`` and ``ranktail`` a per-rank fit of ``u``
+    (built from the z-score table); any other pairing
     is an ``InputError`` that says what to do (a fit of ``z`` answered as if calibrated would be
     biased low by 10-20% at n > m without a word). A fit that records no column is taken as the
     estimator asked for (logged).
@@ -414,7 +415,7 @@ def _tau_from(params: tuple[NDArray[np.float64], ...], b: NDArray[np.float64], n
               m: int, fit: Any = None) -> NDArray[np.float64]:
     """tau draws (sample, row, n) from parameter draws (sample, row) and block sds ``b`` (row,).
 
-    A fit with ``expected_max`` (the ranktail estimator) gives draws of E[max_n u] per cell
+    A fit with ``expected_max`` (a per-rank estimator) gives draws of E[max_n u] per cell
     itself: ``params`` is then its cell index per row, and tau = b·E[max_n u]."""
     if fit is not None and hasattr(fit, "expected_max"):  # its estimator's draws (evtsync.predict.registry)
         domain_sizes_for(fit, n, m)
@@ -454,7 +455,7 @@ def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: 
     estimator : str or None, default None
         :data:`ESTIMATORS`: must match the column the fit was made of
         (:func:`check_estimator`; None: the fit's own); it is the ``estimator`` column of the
-        result. The default estimator of the CLI and the run (ranktail, with its fallback) is
+        result. The default estimator of the CLI and the run (the rank model, with its fallback) is
         chosen where the fit is: :func:`evtsync.predict.estimator.predict_table`.
 
     Returns
@@ -1048,8 +1049,8 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, 
     skipped["no matching cell"] = int(agg.loc[unmatched, "n_collectives"].sum())  # rows, as the other reasons
     records = []
     point = point_summary(fit)
-    ranktail = hasattr(fit, "expected_max")
-    draws = None if ranktail else fit.cell_draws()
+    per_rank = hasattr(fit, "expected_max")
+    draws = None if per_rank else fit.cell_draws()
     for row, c in zip(rows.to_dict(orient="records"), index, strict=True):
         n = int(row["n_ranks"])
         if draws is None:
@@ -1412,8 +1413,9 @@ def _prior_dominated_spreads(fit: Any, out: pd.DataFrame) -> list[str]:
 def _kind_attrs(out: pd.DataFrame, fit: Any = None) -> pd.DataFrame:
     """Say in the table's attrs (and the log) when some rows are population-level or pooled, and
     which population-level rows have a prior-dominated width (column ``prior_dominated``); rows of
-    the ranktail estimator carry their cell's size and notes (``n_values``, ``n_exceedances``,
-    ``ranktail_note``: a small cell, whose interval is wide) and ``beyond_data`` (n > n_values: the
+    a per-rank estimator carry their cell's size and notes (``n_values``, ``n_exceedances``,
+    ``ranktail_note``, the name kept for the tables already written: a small cell, whose interval is
+    wide; a population-level cell of the rank model) and ``beyond_data`` (n > n_values: the
     tail's extrapolation, :data:`BEYOND_DATA_NOTE` in the attrs)."""
     if fit is not None and len(out) and hasattr(fit, "cell_info") and "cell" in out:
         info = (fit.cell_info(float(out["level"].iloc[0])) if "level" in out else fit.cell_info()).set_index("cell")
