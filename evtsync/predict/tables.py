@@ -438,7 +438,8 @@ def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: 
         A fit offering :class:`~evtsync.evt.bayesfit.CellFit` (a Bayesian fit, or an MLE with
         normal-approximation draws), or the tree of :func:`evtsync.fit_table`.
     n : sequence of int
-        Domain sizes (ranks), each a multiple of ``m``.
+        Domain sizes (ranks): any n >= 1 for a per-rank fit (the rank model, ranktail), each a
+        multiple of ``m`` for a GEV fit (:func:`domain_sizes_for`).
     block_sd_us : float or pandas.DataFrame
         The block standard deviation b (µs): one number for every cell, or a table with the
         group columns and ``b_us`` (one row per cell to predict; see :func:`block_scale`).
@@ -620,7 +621,8 @@ def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha
     topologies : sequence of str
         Collective algorithms (:mod:`evtsync.predict.hockney`: e.g. ``"full"``, ``"ring"``).
     n : sequence of int
-        Domain sizes (ranks), each a multiple of ``m``.
+        Domain sizes (ranks): any n >= 1 for a per-rank fit (the rank model, ranktail), each a
+        multiple of ``m`` for a GEV fit (:func:`domain_sizes_for`).
     alpha_us : float or mapping of str to float
         Latency alpha (µs): one value, or one per topology.
     size_bytes : float
