@@ -245,14 +245,15 @@ def load_prediction_choice(path: str, estimator: str | None) -> Any:
     """The estimator of tau(n) a prediction command uses and its fits
     (:func:`evtsync.predict.estimator.choose_estimator`), from ``path``:
 
-    - a run folder (``manifest.json``): its ``tables/zscores.parquet`` (ranktail) and its main GEV fit
-      (the fallback, or ``--estimator centred``); ``--estimator paper`` takes its GEV MLE of z
-      (``tables/mle.parquet``);
-    - a z-score table (``.parquet``/``.csv`` written by ``evtsync blocks``): ranktail only;
+    - a run folder (``manifest.json``): its rank model (``fits/rankmodel.nc``; ``--estimator ranktail``
+      fitted to its ``tables/zscores.parquet``) and its main GEV fit (the fallback, or ``--estimator
+      centred``); ``--estimator paper`` takes its GEV MLE of z (``tables/mle.parquet``);
+    - a z-score table (``.parquet``/``.csv`` written by ``evtsync blocks``): the per-rank estimators
+      only (the rank model fitted to it, or ranktail);
     - a Bayesian fit folder (or its fit.nc): centred/paper as the fit's column says; with the default
       estimator the labelled centred fallback (the fit holds no per-rank values).
 
-    ``estimator`` None is the default (ranktail) with its fallback; a name is obeyed strictly.
+    ``estimator`` None is the default (the rank model) with its fallback; a name is obeyed strictly.
     """
     from pathlib import Path
 
@@ -268,11 +269,20 @@ def load_prediction_choice(path: str, estimator: str | None) -> Any:
         manifest = read_verified_manifest(source)
         zpath = table_path(source, "zscores")
         zscores = read_table(str(zpath)) if zpath.is_file() else None
-        # the GEV fit the asked estimator loads from the run (a per-rank estimator: its fallback's)
+        # the GEV fit the asked estimator loads from the run (a per-rank estimator: its fallback's), and
+        # a per-rank estimator's own fit of the run (the rank model: fits/rankmodel.nc, the run's draws)
         wanted = registry.get(estimator)
-        gev = (registry.get(wanted.fallback) if wanted.per_rank else wanted).load_run(run_folder(source, manifest))
-        choice = choose_estimator(estimator, gev=gev, zscores=zscores, source=str(zpath))
-        return _with_block_scale(choice, zscores)
+        folder = run_folder(source, manifest)
+        gev = (registry.get(wanted.fallback) if wanted.per_rank else wanted).load_run(folder)
+        if not wanted.per_rank:
+            return _with_block_scale(choose_estimator(estimator, gev=gev, zscores=zscores, source=str(zpath)), zscores)
+        try:
+            fitted = wanted.load_run(folder)
+        except InputError as exc:
+            if estimator is not None or gev is None:
+                raise
+            return _with_block_scale(choose_estimator(estimator, gev=gev, unavailable=str(exc)), zscores)
+        return _with_block_scale(choose_estimator(estimator, gev=gev, fitted=fitted, source=str(source)), zscores)
     if source.is_file() and source.suffix in (".parquet", ".csv"):
         table = read_table(source)
         return _with_block_scale(choose_estimator(estimator, zscores=table, source=str(source)), table)
@@ -294,10 +304,10 @@ def _with_block_scale(choice: Any, zscores: pd.DataFrame | None) -> Any:
 
 
 def _shown_fit(choice: Any) -> Any:
-    """The fit a prediction's header names: the ranktail fit when it predicts, else the GEV fit."""
+    """The fit a prediction's header names: the per-rank fit when it predicts, else the GEV fit."""
     from evtsync.predict import registry
 
-    return choice.ranktail if registry.get(choice.asked).per_rank and choice.ranktail is not None else choice.gev
+    return choice.per_rank if registry.get(choice.asked).per_rank and choice.per_rank is not None else choice.gev
 
 
 def _close(fit: Any, args: argparse.Namespace, table: pd.DataFrame | None = None) -> int:
@@ -311,7 +321,7 @@ def _close(fit: Any, args: argparse.Namespace, table: pd.DataFrame | None = None
 
 
 def _models(table: pd.DataFrame, fit: Any) -> str:
-    """The fits whose rows a table holds (the ranktail fit and a fallback GEV fit), comma-joined."""
+    """The fits whose rows a table holds (the per-rank fit and a fallback GEV fit), comma-joined."""
     if "model" in table and len(table):
         return ", ".join(dict.fromkeys(table["model"].astype(str)))
     return str(fit.name)
@@ -351,7 +361,7 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
         FIXED_ALPHA_NOTE,
         FIXED_B_NOTE,
         bandwidth_table,
-        domain_multiple,
+        domain_sizes_for,
         flops_scaling_table,
         point_column,
     )
@@ -363,7 +373,7 @@ def run_bayesian_bandwidth(args: argparse.Namespace) -> int:
     if not hw["sizes"]:
         raise InputError("give the domain sizes --n N... (or --preset NAME)")
     sizes = hw["sizes"]
-    domain_multiple(sizes, args.m)
+    domain_sizes_for(fit, sizes, args.m)  # a per-rank fit: any n; a GEV fit: multiples of m
     eps_values = parse_float_list(args.eps, "--eps", DEFAULT_EPS)
     for eps in eps_values:
         if not -1 < eps < 0:
@@ -475,7 +485,7 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     from evtsync.cli._whatif import hardware
     from evtsync.plots.predictions import tau_curves
     from evtsync.predict.estimator import predict_table
-    from evtsync.predict.tables import FIXED_B_NOTE, domain_multiple, point_column, tau_table
+    from evtsync.predict.tables import FIXED_B_NOTE, domain_sizes_for, point_column, tau_table
 
     choice = load_prediction_choice(args.fit, args.estimator)
     fit = _shown_fit(choice)
@@ -485,7 +495,7 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     if not hw["sizes"]:
         raise InputError("give the domain sizes --n N... (or --preset NAME, or --straggler TABLE)")
     sizes = hw["sizes"]
-    domain_multiple(sizes, args.m)
+    domain_sizes_for(fit, sizes, args.m)  # a per-rank fit: any n; a GEV fit: multiples of m
     block_sd = _block_sd(args, choice)
     level = level_of(args)
     parts = []
@@ -502,7 +512,9 @@ def run_bayesian_predict(args: argparse.Namespace) -> int:
     else:
         for note in hw["notes"]:
             print(note)
-        print(f"fit {_models(summary, fit)}: tau(n) = b·E_(n/{args.m}) with {_b_words(block_sd)} on the reference GPU / flops factor; "
+        # a per-rank fit (the rank model, ranktail) gives b·E[max_n − mean_n] of n ranks, a GEV fit b·E_(n/m)
+        formula = "b·E[max_n − mean_n]" if hasattr(fit, "expected_max") else f"b·E_(n/{args.m})"
+        print(f"fit {_models(summary, fit)}: tau(n) = {formula} with {_b_words(block_sd)} on the reference GPU / flops factor; "
               f"point [{level:.0%} {_interval_name(summary)}]")
         print(f"estimator: {summary.attrs['estimator']}; {_point_words(summary)}; {FIXED_B_NOTE}")
         tau_pt = point_column(summary, "tau", "_us")

@@ -329,17 +329,19 @@ class ListOption(argparse.Action):
                     raise argparse.ArgumentError(self, f"{part!r}: {exc}") from None
         setattr(namespace, self.dest, items)
 def add_estimator_argument(parser: argparse.ArgumentParser, help_text: str | None = None) -> None:
-    """``--estimator centred|paper|ranktail``: which estimator of tau(n) (:data:`evtsync.predict.tables.ESTIMATORS`);
+    """``--estimator centred|paper|rankmodel|ranktail``: which estimator of tau(n) (:data:`evtsync.predict.tables.ESTIMATORS`);
     ``help_text`` replaces the text of the commands that compute tau(n) (``evtsync report`` only reads it)."""
     from evtsync.core.defaults import DEFAULT_ESTIMATOR, ESTIMATOR_NAMES
 
     parser.add_argument("--estimator", choices=list(ESTIMATOR_NAMES), default=None,
-                        help=help_text or f"estimator of tau(n) (default {DEFAULT_ESTIMATOR}): ranktail (every rank's value with a "
-                             "generalized Pareto tail, from the z-score table: give the table or a run folder), "
-                             "centred (the GEV of the centred maximum y: needs a GEV fit of column y) or paper (the "
-                             "paper's b·E_(n/m) of z: biased low at n > m, needs a fit of column z). Unless named, "
-                             "rows ranktail cannot give (a GEV fit without its z-score table, a table without "
-                             "columns u and u_scale, a cell with too few values, an unmeasured GPU) fall back to the centred "
+                        help=help_text or f"estimator of tau(n) (default {DEFAULT_ESTIMATOR}): rankmodel (the "
+                             "hierarchical rank model of every rank's value, for a job of n ranks from the same fleet: "
+                             "the run's fit, or fitted to a z-score table), ranktail (its per-cell comparator: a "
+                             "generalized Pareto tail, no rank or shared effects), centred (the GEV of the centred "
+                             "maximum y: needs a GEV fit of column y) or paper (the paper's b·E_(n/m) of z: biased low "
+                             "at n > m, needs a fit of column z). Unless named, rows the rank model cannot give (a GEV "
+                             "fit without its z-score table, a table without columns u and u_scale, a cell with too few "
+                             "values) fall back to the centred "
                              "estimator of the GEV fit, labelled and warned; a named estimator is obeyed strictly")
 
 

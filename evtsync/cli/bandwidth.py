@@ -44,7 +44,7 @@ from evtsync.cli._whatif import (
     plot_bandwidth,
     write_bandwidth_tables,
 )
-from evtsync.core.defaults import DEFAULT_EPS, DEFAULT_M
+from evtsync.core.defaults import DEFAULT_EPS, DEFAULT_ESTIMATOR, DEFAULT_M
 from evtsync.core.errors import InputError
 from evtsync.core.units import SIZE_HELP
 
@@ -75,8 +75,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tax.add_argument("--tau-us", type=float, metavar="T", help="synchronization tax in µs, the same for every n")
     tax.add_argument("--gumbel", type=float, nargs=2, metavar=("MU", "SIGMA"), help="Gumbel fit of the z-scores")
     tax.add_argument("--gev", type=float, nargs=3, metavar=("MU", "SIGMA", "XI"), help="GEV fit of the z-scores")
-    tax.add_argument("--fit", metavar="FIT", help="B* with its posterior from a run folder (ranktail from its z-score "
-                     "table, its main GEV fit for the fallback), a z-score table (ranktail) or a Bayesian fit folder "
+    tax.add_argument("--fit", metavar="FIT", help="B* with its posterior from a run folder (its rank model, "
+                     "fits/rankmodel.nc; its main GEV fit for the fallback), a z-score table (the rank model fitted to "
+                     "it) or a Bayesian fit folder "
                      "(centred/paper; with the default estimator a labelled centred fallback)")
     p.add_argument("--block-sd-us", action=ListOption, metavar="B", examples=("H100/bf16=18", "A100/fp32=20"),
                    help="block standard deviation b in µs: one value B, or with --fit one per cell as "
@@ -134,9 +135,10 @@ def point_fit(args: argparse.Namespace, sizes: list[int]) -> Any:
     return PointFit(mu, sigma, xi, estimator=_point_estimator(args), name="gumbel" if args.gumbel else "gev")
 
 
-#: Why given GEV parameters are predicted with the centred estimator, not the default ranktail.
+#: Why given GEV parameters are predicted with the centred estimator, not the default (the rank model).
 POINT_FALLBACK_NOTE = ("fallback to the centred estimator: GEV parameters given (--gumbel/--gev) hold no per-rank "
-                       "values, which the default ranktail estimator needs (give --fit ZSCORES or a run folder)")
+                       f"values, which the default {DEFAULT_ESTIMATOR} estimator needs (give --fit ZSCORES or a run "
+                       "folder)")
 
 
 def _point_estimator(args: argparse.Namespace) -> str:

@@ -1,12 +1,13 @@
 """``evtsync predict FIT --n N...``: predicted tax tau(n) per GPU x precision with intervals (methodology §7).
 
-The default estimator is ranktail (docs/methodology.md, "Predicting tau(n)"): FIT is a run folder
-(ranktail from its ``tables/zscores.parquet``, its main GEV fit for the cells ranktail cannot give)
-or a z-score table (``evtsync blocks``). A GEV fit folder (``evtsync fit --model``) alone gives its
-centred estimator, labelled as the default's fallback with a warning; so do a cell with too few
-rank values and a GPU/precision that was not measured (from the hierarchy's population). Every row
-says its estimator; ``--estimator centred|paper|ranktail`` asks for one strictly (``paper``: a fit of
-z, biased low at n > m). The block's
+The default estimator is the hierarchical rank model, ``rankmodel`` (docs/methodology.md, "The rank
+model" and "Predicting tau(n)"): FIT is a run folder (its ``fits/rankmodel.nc``, its main GEV fit for
+the cells the rank model cannot give) or a z-score table (``evtsync blocks``; the rank model is fitted
+to it). A GPU/precision that was not measured is predicted from the rank model's population, labelled
+population-level. A GEV fit folder (``evtsync fit --model``) alone gives its centred estimator,
+labelled as the default's fallback with a warning; so does a cell with too few rank values. Every row
+says its estimator; ``--estimator centred|paper|rankmodel|ranktail`` asks for one strictly (``paper``:
+a fit of z, biased low at n > m; ``ranktail``: the per-cell comparator). The block's
 spread b is given as ``--block-sd-us B`` or as ``--block-mean-us A --cv R`` (b = r·a), or per cell as
 ``--block-sd-us GPU/precision=B``; a run folder or z-score table gives each cell its own b (its
 :func:`evtsync.predict.tables.block_scale`) unless told otherwise, and one b over several of its
@@ -39,19 +40,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``predict`` command."""
     p = subparsers.add_parser(
         "predict",
-        help="predicted tax tau(n) per GPU x precision, with intervals (default estimator: ranktail)",
-        description="tau(n) for each draw of the estimator (default ranktail: b·E[max_n u] from the z-score "
-        "table's per-rank values; centred/paper: b·E_(n/m) of a GEV fit's posterior): mean and interval per "
+        help="predicted tax tau(n) per GPU x precision, with intervals (default estimator: rankmodel)",
+        description="tau(n) for each draw of the estimator (default rankmodel: b·E[max_n V − mean_n V] for a job "
+        "of n ranks from the same fleet, the hierarchical rank model of the z-score table's per-rank values; "
+        "ranktail: its per-cell comparator; centred/paper: b·E_(n/m) of a GEV fit's posterior): point and interval per "
         "cell (GPU x precision) and domain size n; rows the default cannot give fall back to the centred "
         "estimator, labelled.",
     )
-    p.add_argument("fit", metavar="FIT", help="a run folder (ranktail from its z-score table, its main GEV fit for "
-                   "the fallback and unmeasured hardware), a z-score table (.parquet/.csv of `evtsync blocks`: "
-                   "ranktail, each GPU x precision cell from the rows given, its scale factor to the sd pooled over "
+    p.add_argument("fit", metavar="FIT", help="a run folder (its rank model, fits/rankmodel.nc; its main GEV fit for "
+                   "the fallback), a z-score table (.parquet/.csv of `evtsync blocks`: "
+                   "the rank model fitted to it, each GPU x precision cell from the rows given, its scale factor to the sd pooled over "
                    "them: a filtered table is answered for its rows) or a fit folder of `evtsync fit --model` (or its fit.nc: centred/paper; with the "
                    "default estimator a labelled centred fallback)")
     p.add_argument("--n", action=ListOption, metavar="N", examples=("8", "64"),
-                   help="domain sizes, multiples of --m (space or comma separated)")
+                   help="domain sizes (space or comma separated): any n >= 1 for the per-rank estimators "
+                   "(rankmodel, ranktail), multiples of --m for a GEV fit")
     p.add_argument("--straggler", metavar="TABLE",
                    help="predicted vs measured straggler delay for this table (.csv/.parquet) instead of --n")
     add_out_argument(p, "table", "also write the result table (.csv/.parquet)")

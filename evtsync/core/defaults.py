@@ -54,8 +54,11 @@ DEMO_DRAWS, DEMO_TUNE, DEMO_CHAINS = DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS
 
 #: The estimators of tau(n) (docs/methodology.md, "Predicting tau(n)") and the one used unless
 #: told otherwise; their meaning and checks live in :mod:`evtsync.predict.tables`.
-ESTIMATOR_NAMES = ("centred", "paper", "ranktail")
-DEFAULT_ESTIMATOR = "ranktail"  # issue 29: calibrated at n > m; falls back to "centred" (evtsync.predict.estimator)
+ESTIMATOR_NAMES = ("centred", "paper", "rankmodel", "ranktail")
+#: issue 45: the hierarchical rank model (evtsync.evt.rankmodel) answers; it falls back to "centred"
+#: (evtsync.predict.estimator) only for a cell with too few rank values or no z-score table; ranktail
+#: (issue 29) stays as a labelled comparator
+DEFAULT_ESTIMATOR = "rankmodel"
 #: The per-rank tail estimator (``ranktail``, :mod:`evtsync.evt.ranktail`): the share of a cell's
 #: rank values above the generalized-Pareto threshold, the fewest exceedances it fits, the
 #: fewest and the most exceedances it fits (a large cell gets a higher threshold), the fewest

@@ -124,6 +124,7 @@ def rank_table_from_zscores(table: pd.DataFrame, source: str = "z-score table") 
     """
     from evtsync.evt.ranktail import rank_values
 
+    rank_values(table.head(1), source)  # an old table without u: ranktail's message (rerun `evtsync blocks`)
     need = ["u", "u_scale", "ranks", "block", "instance", "pg", *_GROUPS]
     missing = [c for c in need if c not in table.columns]
     if missing:
@@ -596,6 +597,27 @@ class RankModelFit:
                          "p_xi_positive": float((xi[:, i] > 0).mean()), "verdict": tail_verdict(lo, hi)})
         return pd.DataFrame(rows)
 
+    def xi_pooled(self) -> pd.DataFrame:
+        """The pooled shape per GPU and per precision: xi0 + delta_gpu (``kind`` "gpu") and xi0 +
+        delta_precision (``kind`` "precision") per level, with mean, median, interval, P(xi > 0) and
+        the verdict; a factor with one level has no delta: its level's row is xi0 alone. Empty for
+        the xi ≡ 0 fit."""
+        if "xi0" not in self.posterior:
+            return pd.DataFrame(columns=["kind", "level_name", "xi_mean", "xi_median", "xi_lo", "xi_hi", "level",
+                                         "p_xi_positive", "verdict"])
+        xi0 = self._post("xi0")
+        cells = self.cells
+        rows = []
+        for factor in _GROUPS:
+            levels = sorted(set(cells[factor].astype(str)))
+            for j, name in enumerate(levels):
+                v = xi0 + (self._post(f"delta_{factor}")[:, j] if f"delta_{factor}" in self.posterior else 0.0)
+                lo, hi = np.quantile(v, _QUANTILES)
+                rows.append({"kind": factor, "level_name": name, "xi_mean": float(v.mean()),
+                             "xi_median": float(np.median(v)), "xi_lo": float(lo), "xi_hi": float(hi),
+                             "level": _INTERVAL, "p_xi_positive": float((v > 0).mean()), "verdict": tail_verdict(lo, hi)})
+        return pd.DataFrame(rows)
+
     def rho_draws(self, cell: str, draws: int | None = None, seed: int = 0) -> tuple[list[str], NDArray[np.float64]]:
         """The cell's rank labels and draws of their effects (draws, ranks), sd units: each
         posterior draw of sigma_rho, then rho_r from its normal–normal conditional given rho_hat."""
@@ -826,18 +848,48 @@ def load_rank_model(path: str | os.PathLike[str]) -> RankModelFit:
 # --------------------------------------------------------------------------------------------- integration
 
 
+def _body_index(atoms: NDArray, xb: NDArray, shift: NDArray) -> NDArray[np.int64]:
+    """The number of atoms at or below ``xb[k] − shift[d]`` (d, K), for a uniform grid ``xb``: the
+    first grid point at or above each atom is a division, and the counts a cumulative sum (O(d·(A + K)),
+    where a search is O(d·K·log A)); the same as ``searchsorted(atoms, xb − shift, side="right")``
+    but at a point within rounding of an atom."""
+    nb = xb.size
+    h = (float(xb[-1]) - float(xb[0])) / max(nb - 1, 1)
+    k = np.clip(np.ceil((atoms[None, :] + shift[:, None] - float(xb[0])) / h), 0, nb).astype(np.int64)
+    offset = np.arange(shift.size, dtype=np.int64)[:, None] * (nb + 1)
+    counts = np.bincount((offset + k).ravel(), minlength=shift.size * (nb + 1)).reshape(shift.size, nb + 1)
+    return np.cumsum(counts, axis=1)[:, :nb]
+
+
 def _cdf_e(y: NDArray, atoms: NDArray, cum: NDArray, t: float, c: NDArray, sigma: NDArray,
-           xi: NDArray) -> NDArray:
+           xi: NDArray, body: tuple[NDArray, NDArray] | None = None) -> NDArray:
     """F_e(y) per draw: the body's cumulative weights below t, W + c(1 − S_GPD(y − t)) above.
-    ``y`` (d, G); ``cum`` (d, A); ``c``, ``sigma``, ``xi`` (d,)."""
-    idx = np.searchsorted(atoms, y, side="right")
-    body = np.where(idx > 0, np.take_along_axis(cum, np.maximum(idx - 1, 0), axis=1), 0.0)
-    ex = np.maximum(y - t, 0.0)
+    ``y`` (d, G); ``cum`` (d, A); ``c``, ``sigma``, ``xi`` (d,). Each part is computed only where
+    it applies (the body's step function at or below t, the tail above). ``body`` = (xb, shift):
+    the first xb.size columns of ``y`` are the uniform grid xb less each draw's shift, whose atom
+    counts :func:`_body_index` gives without a search."""
+    out = np.empty(y.shape)
+    flat = np.concatenate([np.zeros((cum.shape[0], 1)), cum], axis=1)  # 0 below the first atom
+    rows = np.broadcast_to(np.arange(y.shape[0])[:, None], y.shape)
+    above = y > t
+    nb = 0
+    if body is not None:
+        xb, shift = body
+        nb = xb.size
+        out[:, :nb] = np.take_along_axis(flat, _body_index(atoms, xb, shift), axis=1)
+    below = ~above
+    below[:, :nb] = False
+    if below.any():
+        out[below] = flat[rows[below], np.searchsorted(atoms, y[below], side="right")]
+    r = rows[above]
+    ex = y[above] - t
+    s, x, cc = sigma[r], xi[r], c[r]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        z = 1 + xi[:, None] * ex / sigma[:, None]
-        surv = np.where(np.abs(xi[:, None]) < 1e-8, np.exp(-ex / sigma[:, None]),
-                        np.where(z > 0, np.power(np.maximum(z, 1e-300), -1 / np.where(xi == 0, 1, xi)[:, None]), 0.0))
-    return np.where(y > t, (1 - c[:, None]) + c[:, None] * (1 - surv), body)
+        z = 1 + x * ex / s
+        surv = np.where(np.abs(x) < 1e-8, np.exp(-ex / s),
+                        np.where(z > 0, np.power(np.maximum(z, 1e-300), -1 / np.where(x == 0, 1, x)), 0.0))
+    out[above] = (1 - cc) + cc * (1 - surv)
+    return out
 
 
 def _compress(shift: NDArray, weight: NDArray, limit: int = _MAX_MIX) -> tuple[NDArray, NDArray]:
@@ -913,7 +965,7 @@ def _delay_chunk(atoms: NDArray, cum: NDArray, t: float, c: NDArray, sg: NDArray
     grid = np.where(np.isnan(grid), np.nanmax(np.where(np.isnan(grid), -np.inf, grid), axis=1, keepdims=True), grid)
 
     def cdf_at(shift: NDArray) -> NDArray:
-        return _cdf_e(grid - shift[:, None], atoms, cum, t, c, sg, x)
+        return _cdf_e(grid - shift[:, None], atoms, cum, t, c, sg, x, body=(xb, shift))
 
     f_pop = sum(pop_w[:, j:j + 1] * cdf_at(pop_s[:, j]) for j in range(pop_s.shape[1]))
     f_e = cdf_at(np.zeros(d))
@@ -997,3 +1049,141 @@ def loo_table(fits: list[tuple[str, RankModelFit]]) -> pd.DataFrame:
     table["d_elpd"] = [float(pointwise[m].sum() - best.sum()) for m in table["model"]]
     table["d_se"] = [float(np.sqrt(best.size * np.var(pointwise[m] - best))) for m in table["model"]]
     return table
+
+
+# --------------------------------------------------------------------------------------------- prediction tables
+
+
+#: What a population-level row of the rank model is (an unseen GPU or precision): the tables' attrs
+#: ``population_note`` (:attr:`RankModelPrediction.population_note`); each such row's ``note`` is
+#: :data:`POPULATION_CELL_NOTE`.
+POPULATION_NOTE = ("population-level prediction by the rank model: a GPU or precision without traces; its shape "
+                   "deviation is drawn, per posterior draw, from the fitted population of shapes (a measured level "
+                   "keeps its own), its scale from the scale population, and the body and rank effects are those of "
+                   "all measured cells pooled (docs/methodology.md, \"The rank model\")")
+POPULATION_CELL_NOTE = "population-level (rank model)"
+
+
+def fit_table(table: pd.DataFrame, *, seed: int = DEFAULT_SEED, source: str = "z-score table",
+              refused: dict[str, str] | None = None, **options: Any) -> RankModelFit:
+    """The rank model (xi free) of a z-score table's cells, for the prediction tables.
+
+    A cell with fewer than RANKTAIL_MIN_VALUES rank values cannot carry its tail: with ``refused``
+    a dict it is left out and its reason recorded there under the cell's label (its values
+    counted in the reason); None: ``InputError``. The fit records the refused cells in its attrs
+    (``refused``, JSON). ``options`` go to :func:`fit_rank_model` (sampler settings)."""
+    import json
+
+    long = rank_table_from_zscores(table, source)
+    counts = long.groupby(list(_GROUPS), sort=True, observed=True).size()
+    small = {f"{g}|{p}": int(c) for (g, p), c in counts.items() if c < RANKTAIL_MIN_VALUES}
+    if small and refused is None:
+        cell, count = next(iter(small.items()))
+        raise InputError(f"{source}: cell {cell} has {count} rank value(s); the rank model's tail needs at least "
+                         f"{RANKTAIL_MIN_VALUES}")
+    reasons = {c: f"{n} rank value(s), fewer than the {RANKTAIL_MIN_VALUES} the rank model's tail needs"
+               for c, n in small.items()}
+    if refused is not None:
+        refused.update(reasons)
+    label = long["gpu"].astype(str) + "|" + long["precision"].astype(str)
+    kept = long[~label.isin(list(small))]
+    if kept.empty:
+        raise InputError(f"{source}: no cell has enough rank values for the rank model ("
+                         + "; ".join(f"{c}: {r}" for c, r in reasons.items()) + ")")
+    fit = fit_rank_model(kept, seed=seed, source=source, **options)
+    fit.attrs["refused"] = json.dumps(reasons)
+    return fit
+
+
+class RankModelPrediction:
+    """The rank model as a per-rank estimator of the prediction tables (evtsync.predict.tables; the
+    seam of RankTailFit): ``expected_max(n, index)`` gives draws of D(n) = E[max_n V − mean_n V]
+    (draws, cells, n) in units of the block sd, for "a job of n ranks from the same fleet"
+    (:data:`RANK_FLEET_WORDING`); ``cells`` (cell, gpu, precision, n_obs) and :meth:`cell_info`
+    (n_values, n_exceedances, note, the rank model's xi) label its rows. A GPU or precision that
+    was not measured gets a population-level index from :meth:`population_index`."""
+
+    name = MODEL_NAME
+    family = "gpd-tail"
+    kind = "hierarchical rank model"
+    column = "u"
+    point_estimate = "median"
+    population_note = POPULATION_NOTE
+
+    def __init__(self, fit: RankModelFit, *, draws: int = 1000, seed: int = 0, fleet: str = "new") -> None:
+        import json
+
+        self.fit = fit
+        self.draws = int(draws)
+        self.seed = int(seed)
+        self.fleet = fleet
+        self.refused: dict[str, str] = json.loads(str(fit.attrs.get("refused", "{}")) or "{}")
+        cells = fit.cells
+        self._cells = pd.DataFrame({"cell": cells["cell"].astype(str), "gpu": cells["gpu"].astype(str),
+                                    "precision": cells["precision"].astype(str),
+                                    "n_obs": cells["n_values"].astype(int)})
+        self._population: list[tuple[str, str]] = []
+
+    @property
+    def cells(self) -> pd.DataFrame:
+        """One row per measured cell: ``cell``, ``gpu``, ``precision``, ``n_obs`` (rank values)."""
+        return self._cells
+
+    @property
+    def converged(self) -> bool:
+        """The rank model's convergence (:attr:`RankModelFit.converged`)."""
+        return self.fit.converged
+
+    @property
+    def convergence_note(self) -> str:
+        """"" when converged, else a warning naming the rank model and its convergence line."""
+        return "" if self.converged else f"WARNING: rank model {self.fit.convergence_note}"
+
+    def cell_draws(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Not available: the rank model has no GEV parameters (``InputError``)."""
+        raise InputError("the rank model has no GEV parameters (mu, sigma, xi): it models every rank's value; ask a "
+                         "GEV fit (--estimator centred) for them")
+
+    def population_index(self, gpu: str, precision: str) -> int:
+        """The index :meth:`expected_max` takes for an unseen GPU and/or precision (population-level);
+        ``InputError`` when the fit has no population to draw it from (one level of the factor)."""
+        key = (str(gpu), str(precision))
+        if key not in self._population:
+            self.fit.tau_draws([2], gpu=key[0], precision=key[1], draws=2, simex=False)  # raises when it cannot
+            self._population.append(key)
+        return len(self._cells) + self._population.index(key)
+
+    def expected_max(self, n: Sequence[int], index: Sequence[int] | None = None) -> NDArray[np.float64]:
+        """Draws of D(n) per cell (draws, cells, len(n)), sd units; an index past the measured cells is a
+        population-level cell of :meth:`population_index`."""
+        idx = range(len(self._cells)) if index is None else [int(i) for i in index]
+        out = []
+        for i in idx:
+            if i < len(self._cells):
+                out.append(self.fit.tau_draws(list(n), str(self._cells["cell"].iloc[i]), fleet=self.fleet,
+                                              draws=self.draws, seed=self.seed + i))
+            else:
+                gpu, precision = self._population[i - len(self._cells)]
+                out.append(self.fit.tau_draws(list(n), gpu=gpu, precision=precision, fleet=self.fleet,
+                                              draws=self.draws, seed=self.seed + i))
+        return np.stack(out, axis=1)
+
+    def cell_info(self, level: float = INTERVAL_LEVEL) -> pd.DataFrame:
+        """Per cell (measured, then population-level): rank values, exceedances, threshold, the rank
+        model's xi (``gpd_xi_mean``, ``gpd_xi_lo``/``gpd_xi_hi`` at ``level``) and notes."""
+        xi = self.fit._post("xi")
+        q = ((1 - level) / 2, (1 + level) / 2)
+        cells = self.fit.cells
+        rows = []
+        for i, row in cells.iterrows():
+            lo, hi = np.quantile(xi[:, i], q)
+            note = f"{int(row['n_dropped'])} values left out: {row['dropped']}" if int(row["n_dropped"]) else ""
+            rows.append({"cell": str(row["cell"]), "n_values": int(row["n_values"]),
+                         "n_exceedances": int(row["n_exceedances"]), "threshold": float(row["threshold"]),
+                         "gpd_xi_mean": float(xi[:, i].mean()), "gpd_xi_lo": float(lo), "gpd_xi_hi": float(hi),
+                         "note": note})
+        for gpu, precision in self._population:
+            rows.append({"cell": f"{gpu}|{precision}", "n_values": np.nan, "n_exceedances": np.nan,
+                         "threshold": np.nan, "gpd_xi_mean": np.nan, "gpd_xi_lo": np.nan, "gpd_xi_hi": np.nan,
+                         "note": POPULATION_CELL_NOTE})
+        return pd.DataFrame(rows)

@@ -102,7 +102,7 @@ def rank_values(table: pd.DataFrame, source: str = "z-score table") -> NDArray[n
     """
     rerun = "rerun `evtsync blocks` (or `evtsync run --force`) to rewrite it, or ask for --estimator centred"
     if RANK_COLUMN not in table.columns:
-        raise InputError(f"{source}: no per-rank column {RANK_COLUMN!r}, which the ranktail estimator of tau(n) needs "
+        raise InputError(f"{source}: no per-rank column {RANK_COLUMN!r}, which the per-rank estimators of tau(n) (rankmodel, ranktail) need "
                          f"(the table was written before it existed): {rerun}")
     if RANK_SCALE_COLUMN not in table.columns:
         raise InputError(f"{source}: no column {RANK_SCALE_COLUMN!r}: the table was written before the per-rank values "

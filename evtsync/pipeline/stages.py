@@ -9,6 +9,9 @@ zscores                compute blocks and pooled z-scores (§5)         yes     
 attribution            critical-path causes of the straggler (§4)      yes     ``tables/attribution_*``
 mle                    Gumbel/GEV maximum likelihood per cell (§6)     yes     ``tables/mle.parquet``
 fit-<model>            Bayesian fit of each model specification (§6)   seed    ``fits/<model>.nc``
+rankmodel              the hierarchical rank model, xi free and xi ≡ 0  seed    ``fits/rankmodel.nc``,
+                       (the run's estimator of tau(n); "The rank               ``tables/rank_*.parquet``
+                       model")
 compare                PSIS-LOO comparison of the fits (§6)            yes     ``tables/compare.parquet``
 prediction             tau(n) and B* with credible bands (§7, §8)      yes     ``tables/tau.parquet`` …
 predicted-vs-measured  predicted vs measured straggler delay (§7)      yes     ``tables/predicted_vs_measured.parquet``
@@ -529,6 +532,64 @@ def _stage_compare(run: Run) -> dict[str, Any]:
     return {"models": table["model"].tolist(), "best": table["model"].iloc[0], "verdict": verdict}
 
 
+#: The rank model's fits in a run folder (the ``rankmodel`` stage; :mod:`evtsync.pipeline.rankmodel`).
+RANKMODEL_FIT = f"{FITS}/rankmodel.nc"
+RANKMODEL_GUMBEL_FIT = f"{FITS}/rankmodel-gumbel.nc"
+
+
+def _rankmodel_settings(run: Run) -> dict[str, Any]:
+    """The rank model's sampler settings in a run: the user's flags, else its own
+    (:data:`evtsync.evt.rankmodel.RANKMODEL_DRAWS` draws, the default tune and chains), and the seed
+    (the run's; a random one when it has none, never shared)."""
+    from evtsync.core.defaults import DEFAULT_CHAINS, DEFAULT_TUNE
+    from evtsync.evt.rankmodel import RANKMODEL_DRAWS
+
+    return run.options.sampling({"draws": RANKMODEL_DRAWS, "tune": DEFAULT_TUNE, "chains": DEFAULT_CHAINS})
+
+
+def _stage_rankmodel(run: Run) -> dict[str, Any]:
+    """The hierarchical rank model (docs/methodology.md, "The rank model"): xi free (the run's
+    estimator of tau(n)) and xi ≡ 0 (the Gumbel domain, for PSIS-LOO) on the same per-rank values,
+    ``fits/rankmodel.nc``, ``fits/rankmodel-gumbel.nc`` and the tables of
+    :mod:`evtsync.pipeline.rankmodel`."""
+    import time
+
+    from evtsync.core.defaults import RANK_FLEET_WORDING
+    from evtsync.evt.rankmodel import fit_table
+    from evtsync.pipeline import rankmodel as tables
+    from evtsync.predict.tables import block_scale
+
+    run.require("zscores")
+    start = time.process_time()
+    z = run.table(f"{TABLES}/zscores.parquet")
+    settings = _rankmodel_settings(run)
+    seed = run.options.seed if run.options.seed is not None else int(np.random.SeedSequence().entropy % (2 ** 31))
+    refused: dict[str, str] = {}
+    source = f"{TABLES}/zscores.parquet"
+    try:
+        free = fit_table(z, seed=seed, source=source, refused=refused, **settings)
+        gumbel = fit_table(z, seed=seed, source=source, free_shape=False, refused={}, **settings)
+    except InputError as exc:  # an old table without u, no cell with enough rank values
+        raise NotApplicable(f"the rank model cannot be fitted: {exc}{_drop_note(run)}") from exc
+    free.save(run.path(RANKMODEL_FIT))
+    gumbel.save(run.path(RANKMODEL_GUMBEL_FIT))
+    run.produced("rankmodel", RANKMODEL_FIT, RANKMODEL_GUMBEL_FIT)
+    scales = block_scale(z)
+    written = [run.write_table(f"{TABLES}/rank_effects.parquet", tables.rank_effects_table(free, scales)),
+               run.write_table(f"{TABLES}/rank_variance.parquet", tables.rank_variance_table(free)),
+               run.write_table(f"{TABLES}/rank_xi.parquet", tables.rank_xi_table(free)),
+               run.write_table(f"{TABLES}/rank_loo.parquet", tables.rank_loo_table(free, gumbel))]
+    run.produced("rankmodel", *written)
+    for label, fit in (("rank model", free), ("rank model, xi = 0", gumbel)):
+        if not fit.converged:  # said once, here; the prediction tables carry the flag (column converged)
+            log.warning("%s: %s", label, fit.convergence_note)
+    return {"fit": tables.convergence_info(free), "fit_gumbel": tables.convergence_info(gumbel),
+            "converged": free.converged and gumbel.converged, "cells": [str(c) for c in free.cells["cell"]],
+            "refused": refused, "fleet": RANK_FLEET_WORDING["new"], "seed": seed, **settings,
+            "cpu_seconds_fits": round(float(free.attrs["fit_cpu_seconds"]) + float(gumbel.attrs["fit_cpu_seconds"]), 3),
+            "cpu_seconds": round(time.process_time() - start, 3)}
+
+
 def _message_bytes(run: Run) -> tuple[float, str]:
     if run.options.bytes:
         return float(run.options.bytes), "--bytes"
@@ -541,10 +602,11 @@ def _message_bytes(run: Run) -> tuple[float, str]:
 
 
 def _stage_prediction(run: Run) -> dict[str, Any]:
-    """tau(n) of every estimator (``tables/tau.parquet``: each GEV model's centred rows, the paper's,
-    ranktail's), and B*, what-if and FLOPs tables by the default estimator (ranktail for measured
-    cells; the main GEV model's centred rows, labelled, where it cannot: issue 29). The rows the
-    default gives are marked ``default_estimate`` in tau.parquet."""
+    """tau(n) of every estimator (``tables/tau.parquet``: the rank model's, each GEV model's centred
+    rows, the paper's, ranktail's as a comparator), and B*, what-if and FLOPs tables by the default
+    estimator (the rank model of the rankmodel stage, measured cells and, from its population,
+    unseen ones; the main GEV model's centred rows, labelled, where it cannot: issue 45). The rows
+    the default gives are marked ``default_estimate`` in tau.parquet; the others are comparators."""
     from evtsync.predict import tables as predict
     from evtsync.predict.estimator import predict_table
 
@@ -569,6 +631,9 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
     paper = _paper_tau(run, ns, scales)
     if paper is not None:
         tau.append(paper)
+    ranktail = _ranktail_tau(run, ns, scales)
+    if ranktail is not None:
+        tau.append(ranktail)
     choice = _estimator_choice(run, main_fit)
     default = predict_table(choice, predict.tau_table, ns.tolist(), scales, o.m, LEVEL).assign(default_estimate=True)
     others = pd.concat(tau, ignore_index=True).assign(default_estimate=False)
@@ -601,12 +666,19 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
 
 
 def _estimator_choice(run: Run, main_fit: Any) -> Any:
-    """The run's estimator of tau(n): the default (ranktail, from tables/zscores.parquet) with the main
-    GEV model's centred estimator as its labelled fallback (:func:`evtsync.predict.estimator.choose_estimator`)."""
+    """The run's estimator of tau(n): the default (the rank model of the ``rankmodel`` stage,
+    ``fits/rankmodel.nc``) with the main GEV model's centred estimator as its labelled fallback
+    (:func:`evtsync.predict.estimator.choose_estimator`): every row of a cell the rank model refused
+    (too few rank values), and every row when the stage has no results (its reason in each row)."""
+    from evtsync.evt.rankmodel import RankModelPrediction, load_rank_model
     from evtsync.predict.estimator import choose_estimator
 
-    return choose_estimator(None, gev=main_fit, zscores=run.table(f"{TABLES}/zscores.parquet"),
-                            source="tables/zscores.parquet", seed=DEFAULT_SEED)
+    if run.done("rankmodel"):
+        fitted = RankModelPrediction(load_rank_model(run.path(RANKMODEL_FIT)), seed=DEFAULT_SEED)
+        return choose_estimator(None, gev=main_fit, fitted=fitted, source=RANKMODEL_FIT, seed=DEFAULT_SEED)
+    entry = run.stage_entry("rankmodel")
+    reason = f"the rankmodel stage has no results ({entry.get('reason') or entry.get('status') or 'did not run'})"
+    return choose_estimator(None, gev=main_fit, unavailable=reason, seed=DEFAULT_SEED)
 
 
 def _paper_tau(run: Run, ns: Any, scales: pd.DataFrame) -> pd.DataFrame | None:
@@ -629,9 +701,29 @@ def _paper_tau(run: Run, ns: Any, scales: pd.DataFrame) -> pd.DataFrame | None:
     return predict.tau_table(fit, ns, scales, run.options.m, LEVEL, estimator=paper)
 
 
+def _ranktail_tau(run: Run, ns: Any, scales: pd.DataFrame) -> pd.DataFrame | None:
+    """The ranktail estimator beside the rank model, a labelled comparator (``estimator`` "ranktail":
+    the per-cell GPD tail of the rank values without rank or shared effects, issue 29), for the cells
+    with enough rank values; None when none has."""
+    from evtsync.predict import registry
+    from evtsync.predict import tables as predict
+    from evtsync.predict.estimator import fit_per_rank
+
+    name = registry.RankTail.name
+    try:
+        fit, refused = fit_per_rank(run.table(f"{TABLES}/zscores.parquet"), name, seed=DEFAULT_SEED,
+                                    source=f"{TABLES}/zscores.parquet")
+    except InputError as exc:
+        log.info("no %s rows in tau.parquet: %s", name, exc)
+        return None
+    for cell, why in refused.items():
+        log.info("no %s rows in tau.parquet for cell %s: %s", name, cell, why)
+    return predict.tau_table(fit, ns.tolist(), scales, run.options.m, LEVEL, estimator=name) if fit is not None else None
+
+
 def _stage_predicted_vs_measured(run: Run) -> dict[str, Any]:
-    """Predicted (the default estimator, as the prediction stage: ranktail with the main model's
-    labelled centred fallback) against measured straggler delay, at n = m and n > m, and out of sample."""
+    """Predicted (the default estimator, as the prediction stage: the rank model with the main model's
+    labelled centred fallback) against measured straggler delay, at n <= m and n > m, and out of sample."""
     from evtsync.predict import tables as predict
     from evtsync.predict.estimator import predict_table
 
@@ -666,7 +758,7 @@ def _stage_predicted_vs_measured(run: Run) -> dict[str, Any]:
 def _holdout(run: Run, family: str, attribution: pd.DataFrame | None) -> tuple[pd.DataFrame | None, dict[str, Any]]:
     """Out of sample: the default estimator fitted to the z-score rows of each workload's earlier
     collectives (index below the workload's median) predicts the measured delay after its later
-    blocks: ranktail of their rank values, with a per-cell MLE of their centred maxima as the
+    blocks: the rank model of their rank values, with a per-cell MLE of their centred maxima as the
     labelled fallback (as in the run's prediction)."""
     from evtsync.evt.families import fixes_xi
     from evtsync.evt.mlefit import MleCellFit, mle_cell_table
@@ -684,9 +776,18 @@ def _holdout(run: Run, family: str, attribution: pd.DataFrame | None) -> tuple[p
         fit = MleCellFit(table, family=mle_family)
     except InputError as exc:
         mle_reason = f"no cell has {MIN_Z_MLE} z-scores in the earlier half of its collectives ({len(early)} in all: {exc})"
+    from evtsync.evt.rankmodel import RankModelPrediction, fit_table
+
+    source = "tables/zscores.parquet (earlier half)"
     try:
-        choice = choose_estimator(None, gev=fit, zscores=early, source="tables/zscores.parquet (earlier half)",
-                                  seed=DEFAULT_SEED)
+        try:  # the rank model fitted to the earlier half alone, with the run's rank-model settings
+            fitted = RankModelPrediction(fit_table(early, seed=DEFAULT_SEED, source=source, refused={},
+                                                   **_rankmodel_settings(run)), seed=DEFAULT_SEED)
+        except InputError as exc:
+            choice = choose_estimator(None, gev=fit, unavailable=f"the rank model cannot be fitted to the earlier "
+                                      f"half: {exc}", seed=DEFAULT_SEED)
+        else:
+            choice = choose_estimator(None, gev=fit, fitted=fitted, source=source, seed=DEFAULT_SEED)
     except InputError as exc:
         return None, {"holdout_reason": mle_reason or str(exc)}
     measured, _ = predict.measured_delays(late, run.table(f"{TABLES}/tax_collectives.parquet"), attribution)
@@ -696,7 +797,7 @@ def _holdout(run: Run, family: str, attribution: pd.DataFrame | None) -> tuple[p
         return None, {"holdout_reason": f"no later collective to predict ({hold.attrs['skipped']})"}
     estimators = sorted(set(hold["estimator"].astype(str)))
     text = (f"The {', '.join(estimators)} estimator of tau(n) fitted to the {len(early)} z-score rows of the blocks "
-            f"before each workload's median collective index (ranktail: their per-rank values; centred: a "
+            f"before each workload's median collective index ({choice.asked}: their per-rank values; centred: a "
             f"{mle_family.upper()} maximum-likelihood fit per GPU × precision of their centred maxima, the labelled "
             f"fallback) predicts the mean straggler delay after the {len(late)} later blocks (the fit never saw the "
             "later blocks; b, a block's pooled sd, is measured over all its instances).")
@@ -788,12 +889,15 @@ def build_stages(run: Run) -> list[Stage]:
                             job=job, job_warm_up=_warm_up_fits, shareable=o.seed is not None))
     fit_names = tuple(f"fit-{p.stem}" for p in models)
     stages += [
+        # the rank model: the run's estimator of tau(n) (a random seed, None, is never shared)
+        Stage("rankmodel", _stage_rankmodel, ("zscores",),
+              lambda r: {**_rankmodel_settings(r), "seed": o.seed, "level": LEVEL}, shareable=o.seed is not None),
         Stage("compare", _stage_compare, fit_names, none, shareable=True),
-        Stage("prediction", _stage_prediction, ("zscores", "tax", "mle", "compare", *fit_names),
+        Stage("prediction", _stage_prediction, ("zscores", "tax", "mle", "compare", "rankmodel", *fit_names),
                lambda r: {"m": o.m, "alpha": o.alpha_us, "bytes": o.bytes, "eps": o.eps, "level": LEVEL,
                           "n_max": N_MAX}, shareable=True),
         Stage("predicted-vs-measured", _stage_predicted_vs_measured,
-               ("zscores", "tax", "attribution", "prediction", "compare", *fit_names),
+               ("zscores", "tax", "attribution", "prediction", "compare", "rankmodel", *fit_names),
                lambda r: {"m": o.m, "level": LEVEL}, shareable=True),
     ]
     stages.append(Stage("summary", _stage_summary, tuple(s.name for s in stages), none))

@@ -102,7 +102,7 @@ def truth_delay_table(truths: dict[str, dict[str, Any]], tau: pd.DataFrame | Non
     estimator (:data:`PAPER_MODEL`) and of the per-rank tail estimator (:data:`RANKTAIL_MODEL`), at n = m, the workload's TP group size and :data:`TRUTH_NS`.
 
     One row per workload × n × model (``estimator`` as the tau table names it; ``default_estimate``
-    marks the run's default estimator, ranktail, or its labelled fallback), with
+    marks the run's default estimator, the rank model, or its labelled fallback), with
     ``ratio_point`` (the estimator's point, ``point_estimate``: :func:`evtsync.predict.tables.point_column`),
     ``ratio_mean``/``ratio_lo``/``ratio_hi`` = tau/b over the truth and ``covers`` (is the truth
     inside the interval); a model without a row for that cell and n is left out of that n (its

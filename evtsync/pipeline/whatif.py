@@ -2,8 +2,9 @@
 and B* as peak FLOPS grow (the paper's Fig. 13) with the bandwidth-scaling requirement.
 
 Both come from the run's estimator of tau(n) (:class:`evtsync.predict.estimator.EstimatorChoice`: the
-default ranktail for measured cells, the main Bayesian fit's centred estimator for hardware that was not
-measured, from its population, labelled ``estimator``/``estimator_note``); the prediction stage writes them as
+default rank model, for measured cells and, from its population, for hardware that was not measured
+(labelled population-level); the main Bayesian fit's centred estimator where it cannot, labelled
+``estimator``/``estimator_note``); the prediction stage writes them as
 ``tables/whatif.parquet``, ``tables/bstar_flops.parquet`` and ``tables/flops_scaling.parquet``
 and records how they were made (the reference b, the cell, refusals) in its summary; the report
 shows them (docs/what-if.md, methodology §7, §8).
@@ -25,6 +26,13 @@ FLOPS_SWEEP = (1.0, 2.0, 4.0, 8.0, 16.0)
 FLOPS_NS = (256, 4096)
 
 
+def _any_n(choice: Any) -> bool:
+    """Whether the run's estimator predicts any domain size n (a per-rank fit), not only multiples of m."""
+    from evtsync.predict import registry
+
+    return bool(registry.get(choice.asked).per_rank and choice.per_rank is not None)
+
+
 def _default_rows(tau: pd.DataFrame) -> pd.DataFrame:
     """The rows of the run's tau table the default estimator gave (all rows of an older table)."""
     if "default_estimate" in tau:
@@ -34,8 +42,9 @@ def _default_rows(tau: pd.DataFrame) -> pd.DataFrame:
 
 def whatif_table(choice: Any, tau: pd.DataFrame, m: int) -> tuple[pd.DataFrame, dict[str, Any]]:
     """tau(n) of the bf16 domains of :data:`evtsync.core.reference.PRESETS` by the run's estimator
-    ``choice`` (a measured GPU by ranktail; a GPU absent from the traces by the main fit's centred
-    estimator, drawn from the hierarchy's population, with ``estimator_note`` saying so), with b
+    ``choice`` (a measured GPU by the rank model; a GPU absent from the traces from the rank model's
+    population, ``prediction_kind`` "population", or where it cannot by the main fit's centred
+    estimator, with ``estimator_note`` saying so), with b
     the H200 bf16 cell's (else the median over the predicted cells of the default rows of ``tau``)
     divided by the preset's FLOPS factor; ``prior_dominated`` and ``prior_dominated_spreads``
     name the spreads whose prior sets a population row's width
@@ -56,7 +65,7 @@ def whatif_table(choice: Any, tau: pd.DataFrame, m: int) -> tuple[pd.DataFrame, 
     for preset, spec in PRESETS.items():
         factor = float(spec["tflops"]) / REFERENCE_TFLOPS
         n = int(spec["n"])
-        if n % m:
+        if n % m and not _any_n(choice):
             notes.append(f"{preset}: n = {n} is not a multiple of m = {m}")
             continue
         try:
@@ -90,7 +99,7 @@ def flops_tables(choice: Any, tau: pd.DataFrame, topologies: Sequence[str], alph
     from evtsync.predict.estimator import predict_table
     from evtsync.predict.tables import bandwidth_table, flops_scaling_table
 
-    if any(n % m for n in FLOPS_NS):
+    if any(n % m for n in FLOPS_NS) and not _any_n(choice):
         return pd.DataFrame(), pd.DataFrame(), {
             "refused": f"n = {', '.join(map(str, FLOPS_NS))} (the paper's Fig. 13) are not multiples of this run's m = {m}"}
     rows = _default_rows(tau)

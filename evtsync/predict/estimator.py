@@ -1,11 +1,14 @@
 """Which estimator of tau(n) a prediction uses, and its labelled fallback (issue 29; docs/methodology.md,
 "Predicting tau(n)").
 
-The default, :data:`~evtsync.core.defaults.DEFAULT_ESTIMATOR` (``ranktail``), is fitted to the z-score
-table's per-rank values (:class:`evtsync.evt.ranktail.RankTailFit`). Where they are not available —
-a GEV fit given without its z-score table, a z-score table written before the column ``u`` existed, a
-cell with too few rank values, or a GPU/precision that was not measured (only the hierarchical GEV's
-population predicts it) — the default falls back to the centred estimator
+The default, :data:`~evtsync.core.defaults.DEFAULT_ESTIMATOR` (``rankmodel``, the hierarchical rank
+model :mod:`evtsync.evt.rankmodel`; issue 45), is fitted to the z-score table's per-rank values, as is
+the comparator ``ranktail`` (:class:`evtsync.evt.ranktail.RankTailFit`): a *per-rank* estimator
+(:attr:`evtsync.predict.registry.Estimator.per_rank`). Where its values are not available — a GEV fit
+given without its z-score table, a z-score table written before the column ``u`` existed, a cell with
+too few rank values, or a GPU/precision the per-rank fit cannot predict (ranktail predicts measured
+cells only; the rank model predicts unseen ones from its own population, labelled population-level,
+unless a factor has one level) — the default falls back to the centred estimator
 (:data:`~evtsync.predict.tables.FALLBACK_ESTIMATOR`) of the given (or the run's main) GEV fit. Every
 row says which estimator made it (column ``estimator``) and, for a fallback row, why (column
 ``estimator_note``; also ``attrs["estimator_note"]`` and a logged warning). An estimator asked for
@@ -33,14 +36,14 @@ from evtsync.predict.tables import FALLBACK_ESTIMATOR, check_estimator
 
 log = logging.getLogger("evtsync.predict.estimator")
 
-__all__ = ["EstimatorChoice", "cache_expected_max", "choose_estimator", "fit_ranktail", "predict_table"]
+__all__ = ["EstimatorChoice", "cache_expected_max", "choose_estimator", "fit_per_rank", "predict_table"]
 
-#: The reason of a fallback row whose GPU/precision was not measured.
-UNMEASURED_REASON = ("GPU/precision not measured: the ranktail estimator predicts measured cells only; the "
-                     "hierarchical GEV's population predicts this one (population-level)")
+#: The reason of a fallback row whose GPU/precision the per-rank estimator ({name}) cannot predict.
+UNMEASURED_REASON = ("GPU/precision not measured and the {name} estimator cannot predict it; the hierarchical "
+                     "GEV's population predicts this one (population-level)")
 #: The reason when a GEV fit is given without its z-score table.
 NO_TABLE_REASON = ("no z-score table given (a GEV fit holds no per-rank values; give the z-score table or a "
-                   "run folder for the ranktail estimator)")
+                   "run folder for the {name} estimator)")
 
 
 @dataclass
@@ -53,14 +56,16 @@ class EstimatorChoice:
         The estimator asked for (:data:`~evtsync.predict.tables.ESTIMATORS`).
     explicit : bool
         True when the user named it (``--estimator``): no fallback then.
-    ranktail : RankTailFit or None
-        The per-rank tail fit of the measured cells that have enough rank values.
+    per_rank : fit or None
+        The per-rank fit of the asked per-rank estimator (the rank model's
+        :class:`~evtsync.evt.rankmodel.RankModelPrediction`, ranktail's
+        :class:`~evtsync.evt.ranktail.RankTailFit`) of the measured cells that have enough rank values.
     gev : fit or None
         The GEV fit of the fallback (centred), or of the asked ``centred``/``paper`` estimator.
     reason : str
-        Why the ranktail estimator cannot run at all ("" when it can).
+        Why the per-rank estimator cannot run at all ("" when it can).
     cell_reasons : dict of str to str
-        Cells (``GPU|precision``) of the z-score table the ranktail estimator refused, and why.
+        Cells (``GPU|precision``) of the z-score table the per-rank estimator refused, and why.
     block_scale : pandas.DataFrame or None
         Each cell's own block sd b of the source's z-score table (``b_us``,
         :func:`evtsync.predict.tables.block_scale`), None when the source has none.
@@ -68,7 +73,7 @@ class EstimatorChoice:
 
     asked: str
     explicit: bool
-    ranktail: Any = None
+    per_rank: Any = None
     gev: Any = None
     reason: str = ""
     cell_reasons: dict[str, str] = field(default_factory=dict)
@@ -79,14 +84,15 @@ class EstimatorChoice:
         return {"estimator": self.asked, "explicit": self.explicit, "default": DEFAULT_ESTIMATOR,
                 "fallback": registry.get(self.asked).fallback if not self.explicit else None,
                 "fallback_model": getattr(self.gev, "name", None) if self.gev is not None else None,
-                "ranktail_cells": ([str(c) for c in self.ranktail.cells["cell"]] if self.ranktail is not None else []),
+                "per_rank_cells": ([str(c) for c in self.per_rank.cells["cell"]] if self.per_rank is not None else []),
                 "reason": self.reason, "cell_reasons": dict(self.cell_reasons)}
 
 
 def cache_expected_max(fit: Any) -> Any:
-    """``fit`` (a :class:`~evtsync.evt.ranktail.RankTailFit`) with its :meth:`expected_max` draws
+    """``fit`` (a per-rank fit: :class:`~evtsync.evt.ranktail.RankTailFit`,
+    :class:`~evtsync.evt.rankmodel.RankModelPrediction`) with its :meth:`expected_max` draws
     computed once per cell and domain size: a run asks the same cells and n for tau(n), B*, what-if
-    and FLOPS (~10 s of quadrature each time on the demo). The draws of one (cell, n) do not depend
+    and FLOPS (seconds of quadrature each time on the demo). The draws of one (cell, n) do not depend
     on which other n are asked (checked in the tests), so the answers are the fit's own. The fit
     keeps its type (the prediction tables check it); only this instance's method is wrapped."""
     import numpy as np
@@ -109,20 +115,24 @@ def cache_expected_max(fit: Any) -> Any:
     return fit
 
 
-def fit_ranktail(table: pd.DataFrame, *, seed: int = 0, source: str = "z-score table",
-                 strict: bool = False) -> tuple[Any, dict[str, str]]:
-    """The ranktail fit of a z-score table's cells, and the cells it refused.
+def fit_per_rank(table: pd.DataFrame, estimator: str | None = None, *, seed: int = 0,
+                 source: str = "z-score table", strict: bool = False) -> tuple[Any, dict[str, str]]:
+    """The per-rank fit of a z-score table's cells by ``estimator`` (None: the default), and the
+    cells it refused.
 
-    The table's cells are fitted in one pass (:meth:`~evtsync.evt.ranktail.RankTailFit.from_table`
-    with ``refused``): a cell that cannot be fitted (too few rank values) is left out with its
-    reason, and the others keep the seeds the whole table gives them.
+    The table's cells are fitted in one pass (the registry class's
+    :meth:`~evtsync.predict.registry.Estimator.load_table` with ``refused``): a cell that cannot be
+    fitted (too few rank values) is left out with its reason, and the others are fitted as the
+    whole table gives them.
 
     Parameters
     ----------
     table : pandas.DataFrame
         A z-score table with the per-rank column ``u`` (``evtsync blocks``, the run's zscores stage).
+    estimator : str or None, default None
+        A per-rank estimator's name (None: the default).
     seed : int, default 0
-        Seed of the draws.
+        Seed of the fit and its draws.
     source : str, default "z-score table"
         The table's name in messages.
     strict : bool, default False
@@ -131,18 +141,16 @@ def fit_ranktail(table: pd.DataFrame, *, seed: int = 0, source: str = "z-score t
     Returns
     -------
     tuple
-        (RankTailFit or None when no cell could be fitted, {cell: reason} of the refused cells).
+        (the fit or None when no cell could be fitted, {cell: reason} of the refused cells).
 
     Raises
     ------
     InputError
         The table lacks ``u`` or a group column (always), or a cell is refused (``strict``).
     """
-    from evtsync.evt.ranktail import RankTailFit
-
     refused: dict[str, str] = {}
     try:
-        fit = RankTailFit.from_table(table, seed=seed, source=source, refused=None if strict else refused)
+        fit = registry.get(estimator).load_table(table, seed=seed, source=source, refused=None if strict else refused)
     except InputError:
         if refused:  # every cell refused: the caller falls back for all of them
             return None, refused
@@ -151,7 +159,8 @@ def fit_ranktail(table: pd.DataFrame, *, seed: int = 0, source: str = "z-score t
 
 
 def choose_estimator(estimator: str | None = None, *, gev: Any = None, zscores: pd.DataFrame | None = None,
-                     source: str = "z-score table", seed: int = 0) -> EstimatorChoice:
+                     source: str = "z-score table", seed: int = 0, fitted: Any = None,
+                     unavailable: str = "") -> EstimatorChoice:
     """Choose the estimator of tau(n) and fit what it needs.
 
     Parameters
@@ -163,11 +172,18 @@ def choose_estimator(estimator: str | None = None, *, gev: Any = None, zscores: 
         A GEV fit (:class:`~evtsync.evt.bayesfit.BayesFit`, an MLE fit, a fit tree or path): the
         fallback's, or the asked ``centred``/``paper`` estimator's.
     zscores : pandas.DataFrame or None, default None
-        The z-score table the ranktail estimator is fitted to.
+        The z-score table a per-rank estimator is fitted to.
     source : str, default "z-score table"
         The table's name in messages.
     seed : int, default 0
-        Seed of the ranktail draws.
+        Seed of the per-rank fit and its draws.
+    fitted : fit or None, default None
+        The asked per-rank estimator's fit, already made (a run's ``fits/rankmodel.nc``:
+        :meth:`~evtsync.predict.registry.Estimator.load_run`): used instead of fitting ``zscores``;
+        its refused cells are its own (``refused`` attribute).
+    unavailable : str, default ""
+        Why the asked per-rank estimator has no fit (a run whose rankmodel stage did not apply): the
+        default then falls back for every row with this reason; an explicit one raises it.
 
     Returns
     -------
@@ -194,18 +210,27 @@ def choose_estimator(estimator: str | None = None, *, gev: Any = None, zscores: 
                              "estimator")
         check_estimator(gev, asked)
         return EstimatorChoice(asked, explicit, gev=gev)
-    if zscores is None:
+    if unavailable:
         if explicit or gev is None:
-            raise InputError("the ranktail estimator needs the z-score table's per-rank values (column u): give the "
-                             "z-score table (.parquet/.csv written by `evtsync blocks`) or a run folder, not only a GEV "
-                             "fit" + ("" if explicit else "; or ask for --estimator centred with a GEV fit"))
-        return _fallback_all(asked, gev, NO_TABLE_REASON)
-    try:
-        fit, refused = fit_ranktail(zscores, seed=seed, source=source, strict=explicit)
-    except InputError as exc:
+            raise InputError(f"the {asked} estimator cannot predict: {unavailable}")
+        return _fallback_all(asked, gev, unavailable)
+    if fitted is not None:
+        fit, refused = fitted, dict(getattr(fitted, "refused", {}) or {})
+        if explicit and refused:
+            cell, why = next(iter(refused.items()))
+            raise InputError(f"{source}: the {asked} estimator refused cell {cell}: {why}")
+    elif zscores is None:
         if explicit or gev is None:
-            raise
-        return _fallback_all(asked, gev, str(exc))
+            raise InputError(f"the {asked} estimator needs {wanted.needs}, not only a GEV fit"
+                             + ("" if explicit else "; or ask for --estimator centred with a GEV fit"))
+        return _fallback_all(asked, gev, NO_TABLE_REASON.format(name=asked))
+    else:
+        try:
+            fit, refused = fit_per_rank(zscores, asked, seed=seed, source=source, strict=explicit)
+        except InputError as exc:
+            if explicit or gev is None:
+                raise
+            return _fallback_all(asked, gev, str(exc))
     if fit is None:
         reason = "no cell has enough rank values: " + "; ".join(f"{c}: {r}" for c, r in refused.items())
         if gev is None:
@@ -214,10 +239,10 @@ def choose_estimator(estimator: str | None = None, *, gev: Any = None, zscores: 
     if gev is not None:
         check_estimator(gev, FALLBACK_ESTIMATOR)
     for cell, why in refused.items():
-        log.warning("ranktail estimator: cell %s refused (%s); %s", cell, why,
+        log.warning("%s estimator: cell %s refused (%s); %s", asked, cell, why,
                     f"its rows fall back to the {FALLBACK_ESTIMATOR} estimator of {gev.name}" if gev is not None
                     else "no GEV fit to fall back to: its rows are left out")
-    return EstimatorChoice(asked, explicit, ranktail=cache_expected_max(fit), gev=gev, cell_reasons=refused)
+    return EstimatorChoice(asked, explicit, per_rank=cache_expected_max(fit), gev=gev, cell_reasons=refused)
 
 
 def _fallback_all(asked: str, gev: Any, reason: str, refused: dict[str, str] | None = None) -> EstimatorChoice:
@@ -234,15 +259,15 @@ def _is_unmeasured(exc: InputError) -> bool:
 def _fallback_note(choice: EstimatorChoice, row: dict[str, Any], unmeasured: bool = False) -> str:
     cell = str(row.get("cell", ""))
     if unmeasured:
-        why = UNMEASURED_REASON
+        why = UNMEASURED_REASON.format(name=choice.asked)
     elif choice.reason:
         why = choice.reason
     elif cell in choice.cell_reasons:
         why = choice.cell_reasons[cell]
     elif row.get("prediction_kind") == "population":
-        why = UNMEASURED_REASON
+        why = UNMEASURED_REASON.format(name=choice.asked)
     else:
-        why = "the ranktail fit has no such cell"
+        why = f"the {choice.asked} fit has no such cell"
     return f"fallback to the {FALLBACK_ESTIMATOR} estimator of {choice.gev.name}: {why}"
 
 
@@ -266,8 +291,9 @@ def predict_table(choice: EstimatorChoice, table: Callable[..., pd.DataFrame], *
     """A prediction table (:func:`~evtsync.predict.tables.tau_table`, ``bandwidth_table``,
     ``flops_scaling_table``, ``predicted_vs_measured``) made with ``choice``.
 
-    The ranktail rows come first (``estimator`` "ranktail", ``estimator_note`` ""); the cells it
-    cannot give — all of them when it cannot run, a refused cell, an unmeasured GPU/precision —
+    The per-rank estimator's rows come first (``estimator`` its name, ``estimator_note`` ""); the
+    cells it cannot give — all of them when it cannot run, a refused cell, a GPU/precision it cannot
+    predict —
     come from the GEV fit's centred estimator with ``estimator_note`` saying why, logged once per
     table and summarised in ``attrs["estimator_note"]``. An explicit estimator gives its own rows
     only (and its errors).
@@ -292,16 +318,16 @@ def predict_table(choice: EstimatorChoice, table: Callable[..., pd.DataFrame], *
     Raises
     ------
     InputError
-        As the table function, or an explicit ranktail asked for a cell it cannot give.
+        As the table function, or an explicit per-rank estimator asked for a cell it cannot give.
     """
     asked = {k: v for k, v in (("gpu", gpu), ("precision", precision)) if v is not None}
     parts: list[pd.DataFrame] = []
     covered: set[tuple[str, ...]] = set()
     primary_failed = ""
     wanted = registry.get(choice.asked)
-    if wanted.per_rank and choice.ranktail is not None:
+    if wanted.per_rank and choice.per_rank is not None:
         try:
-            first = table(choice.ranktail, *args, estimator=wanted.name, **asked, **kwargs)
+            first = table(choice.per_rank, *args, estimator=wanted.name, **asked, **kwargs)
         except InputError as exc:
             if choice.explicit or choice.gev is None or not _is_unmeasured(exc):
                 raise
@@ -310,18 +336,21 @@ def predict_table(choice: EstimatorChoice, table: Callable[..., pd.DataFrame], *
             first = first.assign(estimator_note="") if len(first) else first
             parts.append(first)
             covered = set(_keys(first)) if len(first) else set()
-    if choice.gev is not None and not (wanted.per_rank and choice.explicit):
+    # one cell asked for (gpu and precision) and the per-rank rows give it: no fallback to compute (its
+    # population draws would be made, and warned about, for rows that are then dropped)
+    one_cell_given = bool(parts) and len(parts[0]) > 0 and gpu is not None and precision is not None
+    if choice.gev is not None and not (wanted.per_rank and choice.explicit) and not one_cell_given:
         estimator = str(wanted.fallback) if wanted.per_rank else wanted.name
         try:
             second = table(choice.gev, *args, estimator=estimator, **asked, **kwargs)
         except InputError as exc:
             if not parts:
                 raise
-            log.info("tau(n) fallback not computed (%s): the ranktail rows cover the table", exc)
+            log.info("tau(n) fallback not computed (%s): the %s rows cover the table", exc, wanted.name)
         else:
             if wanted.per_rank and len(second):
                 if covered and not {"gpu", "precision"} <= set(second.columns):
-                    # a pooled fit's one cell stands for every GPU: the ranktail rows already give the
+                    # a pooled fit's one cell stands for every GPU: the per-rank rows already give the
                     # measured cells it would repeat
                     second = second.iloc[0:0]
                 second = second[[k not in covered for k in _keys(second)]].copy()
@@ -346,6 +375,6 @@ def predict_table(choice: EstimatorChoice, table: Callable[..., pd.DataFrame], *
     notes = sorted({str(v) for v in out.get("estimator_note", pd.Series(dtype=str)) if v})
     if notes:
         out.attrs["estimator_note"] = "; ".join(notes)
-        log.warning("tau(n): %d row(s) not by the default ranktail estimator: %s",
-                    int((out["estimator_note"] != "").sum()), out.attrs["estimator_note"])
+        log.warning("tau(n): %d row(s) not by the %s estimator: %s",
+                    int((out["estimator_note"] != "").sum()), wanted.name, out.attrs["estimator_note"])
     return out

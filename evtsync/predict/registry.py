@@ -38,7 +38,7 @@ from numpy.typing import NDArray
 from evtsync.core.defaults import DEFAULT_ESTIMATOR, ESTIMATOR_NAMES, PAPER_MODEL, RANKTAIL_MODEL
 from evtsync.core.errors import InputError
 
-__all__ = ["Centred", "Estimator", "Paper", "RankTail", "RunFolder", "default", "get", "interval_words", "names", "of_column",
+__all__ = ["Centred", "Estimator", "Paper", "RankModel", "RankTail", "RunFolder", "default", "get", "interval_words", "names", "of_column", "of_fit",
            "of_model", "register"]
 
 _REGISTRY: dict[str, Estimator] = {}
@@ -60,6 +60,11 @@ class RunFolder(Protocol):
 
     def main_fit_path(self) -> Path | None:
         """The netCDF fit of the run's main Bayesian model (None when it has none)."""
+        ...
+
+    def output_path(self, rel: str) -> Path | None:
+        """The run's output ``rel`` (e.g. ``fits/rankmodel.nc``) when its manifest lists it as written
+        by the run (and checked against its recorded SHA-256), else None."""
         ...
 
 
@@ -89,8 +94,11 @@ class Estimator:
     #: The ``model`` of its rows in a table written before the ``estimator`` column (None: any other).
     legacy_model: ClassVar[str | None] = None
 
-    def load_table(self, table: pd.DataFrame, *, source: str = "z-score table", seed: int = 0) -> Any:
-        """Its fit from a z-score table; ``InputError`` when the table cannot give it."""
+    def load_table(self, table: pd.DataFrame, *, source: str = "z-score table", seed: int = 0,
+                   refused: dict[str, str] | None = None) -> Any:
+        """Its fit from a z-score table; ``InputError`` when the table cannot give it. A per-rank
+        estimator given a dict ``refused`` leaves out a cell it cannot fit (too few rank values) and
+        records why there under the cell's label; None: such a cell raises."""
         raise InputError(f"the {self.name} estimator needs {self.needs}; a z-score table alone gives only "
                          f"{', '.join(e.name for e in _REGISTRY.values() if e.per_rank)}")
 
@@ -100,8 +108,14 @@ class Estimator:
 
     def tau_draws(self, fit: Any, n: Sequence[int], b_us: NDArray[np.float64], index: Sequence[int],
                   m: int) -> NDArray[np.float64]:
-        """tau(n) draws in µs, shape (draw, row, len(n)), for rows of cell ``index`` with block sd ``b_us``."""
+        """tau(n) draws in µs, shape (draw, row, len(n)), for rows of cell ``index`` with block sd ``b_us``:
+        a per-rank estimator's own draws of E[max_n] in sd units (its fit's ``expected_max``) times b,
+        a GEV fit's b·E_(n/m) of its parameter draws."""
         from evtsync.predict.gevtau import predicted_tax_curve_us
+
+        if self.per_rank:
+            draws = np.asarray(fit.expected_max(list(n), [int(i) for i in index]), dtype=float)
+            return draws * np.asarray(b_us, dtype=float)[None, :, None]
 
         mu, sigma, xi = fit.cell_draws()
         idx = np.asarray(index, dtype=int)
@@ -180,7 +194,8 @@ class RankTail(Estimator):
     name = "ranktail"
     column = "u"
     meaning = ("b·E[max_n u] of every rank's standardised value u = (X - block mean)/s: empirical body and "
-               "generalized Pareto tail (the default; evtsync.evt.ranktail; docs/methodology.md)")
+               "generalized Pareto tail per cell, no rank or shared effects (a comparator of the default rank "
+               "model; evtsync.evt.ranktail; docs/methodology.md)")
     interval = "GPD grid posterior and Bayesian bootstrap"
     needs = ("the z-score table's per-rank values (column u): the z-score table (.parquet/.csv written by "
              "`evtsync blocks`) or a run folder")
@@ -192,11 +207,12 @@ class RankTail(Estimator):
     shape_words = "the GPD shape of the rank times' tail"
     legacy_model = RANKTAIL_MODEL
 
-    def load_table(self, table: pd.DataFrame, *, source: str = "z-score table", seed: int = 0) -> Any:
-        """Every cell of the table fitted (:meth:`evtsync.evt.ranktail.RankTailFit.from_table`, strict)."""
+    def load_table(self, table: pd.DataFrame, *, source: str = "z-score table", seed: int = 0,
+                   refused: dict[str, str] | None = None) -> Any:
+        """Every cell of the table fitted (:meth:`evtsync.evt.ranktail.RankTailFit.from_table`)."""
         from evtsync.evt.ranktail import RankTailFit
 
-        return RankTailFit.from_table(table, seed=seed, source=source)
+        return RankTailFit.from_table(table, seed=seed, source=source, refused=refused)
 
     def load_run(self, run: RunFolder, *, seed: int = 0) -> Any:
         """Fitted to the run's ``tables/zscores.parquet``."""
@@ -208,11 +224,54 @@ class RankTail(Estimator):
                              "needs")
         return self.load_table(read_table(str(path)), source=str(path), seed=seed)
 
-    def tau_draws(self, fit: Any, n: Sequence[int], b_us: NDArray[np.float64], index: Sequence[int],
-                  m: int) -> NDArray[np.float64]:
-        """b·E[max_n u] draw by draw (the fit's own :meth:`~evtsync.evt.ranktail.RankTailFit.expected_max`)."""
-        draws = np.asarray(fit.expected_max(list(n), [int(i) for i in index]), dtype=float)
-        return draws * np.asarray(b_us, dtype=float)[None, :, None]
+
+@register
+class RankModel(Estimator):
+    """b·E[max_n V − mean_n V] of the hierarchical rank model (evtsync.evt.rankmodel), the default."""
+
+    name = "rankmodel"
+    column = "u"
+    meaning = ("b·E[max_n V − mean_n V] for a job of n ranks from the same fleet, hierarchical rank model: "
+               "per-collective shifts eliminated (they cancel in max − mean), persistent rank effects from "
+               "their fitted population, idiosyncratic values with an empirical body and a generalized Pareto "
+               "tail whose shape is pooled over GPUs and precisions (the default; evtsync.evt.rankmodel; "
+               "docs/methodology.md, \"The rank model\")")
+    interval = "posterior of the rank model (nutpie, 4 chains): credible interval"
+    needs = ("the z-score table's per-rank values (column u): the z-score table (.parquet/.csv written by "
+             "`evtsync blocks`) or a run folder")
+    refit = ("the rank model is fitted to the z-score table's per-rank values (evtsync.evt.rankmodel; on the "
+             "command line `evtsync predict ZSCORES.parquet` or a run folder)")
+    fallback = "centred"
+    per_rank = True
+    shape_words = "xi of the rank model's tail, xi0 + delta_gpu + delta_precision"
+
+    def load_table(self, table: pd.DataFrame, *, source: str = "z-score table", seed: int = 0,
+                   refused: dict[str, str] | None = None) -> Any:
+        """The rank model fitted to the table's cells (:func:`evtsync.evt.rankmodel.fit_table`, the
+        default sampler settings), as the prediction tables take it."""
+        from evtsync.evt.rankmodel import RankModelPrediction, fit_table
+
+        return RankModelPrediction(fit_table(table, seed=seed, source=source, refused=refused), seed=seed)
+
+    def load_run(self, run: RunFolder, *, seed: int = 0) -> Any:
+        """The run's rank model (``fits/rankmodel.nc``, written by the ``rankmodel`` stage and checked
+        against the manifest's SHA-256); a run folder written before that stage: fitted to its
+        ``tables/zscores.parquet`` (logged)."""
+        import logging
+
+        from evtsync.core.tableio import read_table
+        from evtsync.evt.rankmodel import RankModelPrediction, load_rank_model
+
+        path = run.output_path(f"fits/{self.name}.nc")
+        if path is not None:
+            return RankModelPrediction(load_rank_model(path), seed=seed)
+        zpath = run.table_path("zscores")
+        if not zpath.is_file():
+            raise InputError(f"{run.run_dir}: neither a rank-model fit (fits/{self.name}.nc) nor a z-score table "
+                             "(tables/zscores.parquet), which the rank model needs")
+        logging.getLogger(__name__).info("%s: no fits/%s.nc (a run before the rankmodel stage): fitting the rank "
+                                         "model to %s", run.run_dir, self.name, zpath)
+        return self.load_table(read_table(str(zpath)), source=str(zpath), seed=seed, refused={})
 
 
 if tuple(sorted(_REGISTRY)) != tuple(sorted(ESTIMATOR_NAMES)):  # the CLI's choices come from evtsync.core.defaults
@@ -241,6 +300,15 @@ def default() -> Estimator:
 def of_column(column: str | None) -> Estimator | None:
     """The estimator whose fit is of ``column`` (None when none is)."""
     return next((e for e in _REGISTRY.values() if e.column == column), None)
+
+
+def of_fit(fit: Any, column: str | None) -> Estimator | None:
+    """The estimator a fit of ``column`` gives: of the estimators of that column, the one whose
+    name is the fit's ``name`` (the rank model's and ranktail's fits share the column u), else
+    the first (:func:`of_column`); None when no estimator is of that column."""
+    same = [e for e in _REGISTRY.values() if e.column == column]
+    named = [e for e in same if e.name == str(getattr(fit, "name", ""))]
+    return next(iter(named or same), None)
 
 
 def of_model(model: str) -> Estimator:

@@ -15,7 +15,8 @@ docs/methodology.md "Predicting tau(n)"): a fit of the centred maxima ``y = (M -
 gives the mean straggler delay of n ranks (``centred``; the study in docs/bayesian.md finds it
 biased at large n for normal and Student-t ranks); a fit of the paper's ``z = (M - sample mean)/s`` gives the paper's estimate, exact at
 n = m and biased low beyond (``paper``); the per-rank tail fit of every rank's value
-(:class:`evtsync.evt.ranktail.RankTailFit`, ``ranktail``) gives b·E[max_n u] itself through its
+(the rank model's :class:`evtsync.evt.rankmodel.RankModelPrediction`, ``rankmodel``, the default, and
+:class:`evtsync.evt.ranktail.RankTailFit`, ``ranktail``) gives b·E[max_n u] itself through its
 ``expected_max`` (the seam: GEV fits give parameter draws, it gives draws of the expected maximum):
 the default of the CLI and the run (:data:`~evtsync.core.defaults.DEFAULT_ESTIMATOR`), with the
 centred estimator as its labelled fallback (:mod:`evtsync.predict.estimator`).
@@ -47,7 +48,7 @@ all call these, so there is one column scheme:
 ``{quantity}_point{unit}`` and ``point_estimate``
     the point estimate of every predicted quantity (not of the fit's own parameters): the
     summary the fit declares by its attribute ``point_estimate`` (:data:`POINT_SUMMARIES`;
-    ``median`` for the ranktail estimator, ``mean`` for a fit without it), and what it is in
+    ``median`` for the per-rank estimators, ``mean`` for a fit without it), and what it is in
     words (:func:`point_label`: "posterior mean", "posterior median", ...). Every consumer
     reads the point through :func:`point_column`, which falls back to ``_mean`` for a table
     written before the point existed (docs/methodology.md, "The point estimate").
@@ -149,7 +150,7 @@ ESTIMATORS: dict[str, tuple[str, str]] = {name: (registry.get(name).column, regi
 FALLBACK_ESTIMATOR: str = str(registry.default().fallback)
 #: What the B* and tau intervals hold fixed (issue 29, item 8): b and alpha's point values.
 FIXED_B_NOTE = ("b fixed at its estimate (the pooled sd of the blocks; its sampling error cancels to first order "
-                "against the scale the centred and ranktail estimators divide by, docs/methodology.md)")
+                "against the scale the centred and per-rank estimators divide by, docs/methodology.md)")
 FIXED_ALPHA_NOTE = "alpha fixed at its point value"
 
 #: How every table treats infinite draws (see the module docstring).
@@ -222,23 +223,36 @@ def fit_column(fit: Any) -> str | None:
 
 
 def estimator_of(fit: Any) -> str | None:
-    """The estimator a fit gives (``centred`` for a fit of y, ``paper`` for z), None when unknown."""
-    found = registry.of_column(fit_column(fit))
+    """The estimator a fit gives (``centred`` for a fit of y, ``paper`` for z, the per-rank fit's own
+    for u: :func:`evtsync.predict.registry.of_fit`), None when unknown."""
+    found = registry.of_fit(fit, fit_column(fit))
     return found.name if found is not None else None
+
+
+def domain_sizes_for(fit: Any, n: Sequence[int], m: int) -> None:
+    """Check the domain sizes ``n`` a fit is asked for: a per-rank fit (one with ``expected_max``:
+    the rank model, ranktail) predicts any n >= 1, a GEV fit of m-rank maxima multiples of m only
+    (:func:`~evtsync.predict.gevtau.domain_multiple`); ``InputError`` naming what is wrong."""
+    if hasattr(fit, "expected_max"):
+        values = np.asarray(n, dtype=float)
+        if values.size == 0 or np.any(~np.isfinite(values)) or np.any(values != np.round(values)) or np.any(values < 1):
+            raise InputError(f"domain size n must be positive integers; got {np.asarray(n).ravel()[:5].tolist()}")
+        return
+    domain_multiple(n, m)
 
 
 def check_estimator(fit: Any, estimator: str | None = None) -> str:
     """The estimator's name after checking that ``fit`` was made of the column it needs.
 
     ``estimator`` None takes the fit's own (:func:`estimator_of`: ``centred`` for a fit of y,
-    ``paper`` for z, ``ranktail`` for the per-rank tail fit; ``centred`` when the fit records no
+    ``paper`` for z, the per-rank fit's own for u (``rankmodel``, ``ranktail``); ``centred`` when the fit records no
     column), named in every table's ``estimator`` column. The run's and the CLI's default,
     :data:`~evtsync.core.defaults.DEFAULT_ESTIMATOR`, and its fallback are chosen one level up,
     where the fit is chosen (:func:`evtsync.predict.estimator.choose_estimator`).
 
     Each estimator needs a fit of its registry class's column (:mod:`evtsync.predict.registry`):
-    ``centred`` a fit of ``y``, ``paper`` of ``z``, ``ranktail`` the per-rank tail fit of ``u``
-    (:class:`evtsync.evt.ranktail.RankTailFit`, built from the z-score table); any other pairing
+    ``centred`` a fit of ``y``, ``paper`` of ``z``, ``rankmodel`` and ``ranktail`` a per-rank fit of ``u``
+    (built from the z-score table); any other pairing
     is an ``InputError`` that says what to do (a fit of ``z`` answered as if calibrated would be
     biased low by 10-20% at n > m without a word). A fit that records no column is taken as the
     estimator asked for (logged).
@@ -401,13 +415,13 @@ def _tau_from(params: tuple[NDArray[np.float64], ...], b: NDArray[np.float64], n
               m: int, fit: Any = None) -> NDArray[np.float64]:
     """tau draws (sample, row, n) from parameter draws (sample, row) and block sds ``b`` (row,).
 
-    A fit with ``expected_max`` (the ranktail estimator) gives draws of E[max_n u] per cell
+    A fit with ``expected_max`` (a per-rank estimator) gives draws of E[max_n u] per cell
     itself: ``params`` is then its cell index per row, and tau = b·E[max_n u]."""
     if fit is not None and hasattr(fit, "expected_max"):  # its estimator's draws (evtsync.predict.registry)
-        domain_multiple(n, m)
+        domain_sizes_for(fit, n, m)
         if np.any(b < 0):
             raise InputError("block standard deviation b must be >= 0 µs")
-        own = registry.of_column(fit_column(fit)) or registry.default()
+        own = registry.of_fit(fit, fit_column(fit)) or registry.default()
         return own.tau_draws(fit, list(n), b, [int(i) for i in params[0]], m)
     mu, sigma, xi = params
     return predicted_tax_curve_us(b[None, :], mu, sigma, xi, list(n), m)
@@ -424,7 +438,8 @@ def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: 
         A fit offering :class:`~evtsync.evt.bayesfit.CellFit` (a Bayesian fit, or an MLE with
         normal-approximation draws), or the tree of :func:`evtsync.fit_table`.
     n : sequence of int
-        Domain sizes (ranks), each a multiple of ``m``.
+        Domain sizes (ranks): any n >= 1 for a per-rank fit (the rank model, ranktail), each a
+        multiple of ``m`` for a GEV fit (:func:`domain_sizes_for`).
     block_sd_us : float or pandas.DataFrame
         The block standard deviation b (µs): one number for every cell, or a table with the
         group columns and ``b_us`` (one row per cell to predict; see :func:`block_scale`).
@@ -441,7 +456,7 @@ def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: 
     estimator : str or None, default None
         :data:`ESTIMATORS`: must match the column the fit was made of
         (:func:`check_estimator`; None: the fit's own); it is the ``estimator`` column of the
-        result. The default estimator of the CLI and the run (ranktail, with its fallback) is
+        result. The default estimator of the CLI and the run (the rank model, with its fallback) is
         chosen where the fit is: :func:`evtsync.predict.estimator.predict_table`.
 
     Returns
@@ -464,7 +479,7 @@ def tau_table(fit: Any, n: Sequence[int], block_sd_us: float | pd.DataFrame, m: 
     level = check_level(level)
     fit = _fit(fit)
     estimator = check_estimator(fit, estimator)
-    domain_multiple(n, m)
+    domain_sizes_for(fit, n, m)
     rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
     records = []
     if len(rows):
@@ -531,7 +546,7 @@ def _fit_tax(fit: Any, n: Sequence[int], m: int, block_sd_us: float | pd.DataFra
     of a B* or FLOPS scaling table."""
     fit = _fit(fit)
     estimator = check_estimator(fit, estimator)
-    domain_multiple(n, m)
+    domain_sizes_for(fit, n, m)
     rows, params, skipped = _target_rows(fit, block_sd_us, gpu, precision, seed)
     tau_ref = _tau_from(params, rows["b_us"].to_numpy(float), n, m, fit) if len(rows) else None
     return fit, estimator, rows, tau_ref, skipped
@@ -606,7 +621,8 @@ def bandwidth_table(fit: Any, topologies: Sequence[str], n: Sequence[int], alpha
     topologies : sequence of str
         Collective algorithms (:mod:`evtsync.predict.hockney`: e.g. ``"full"``, ``"ring"``).
     n : sequence of int
-        Domain sizes (ranks), each a multiple of ``m``.
+        Domain sizes (ranks): any n >= 1 for a per-rank fit (the rank model, ranktail), each a
+        multiple of ``m`` for a GEV fit (:func:`domain_sizes_for`).
     alpha_us : float or mapping of str to float
         Latency alpha (µs): one value, or one per topology.
     size_bytes : float
@@ -1024,7 +1040,8 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, 
     groups = values.groupby(["workload", "gpu", "precision", "n_ranks"], sort=True)
     agg = groups.agg(n_collectives=("mean_delay_us", "size"), block_sd_us=("block_sd_us", "mean"),
                      measured_mean_us=("mean_delay_us", "mean"), sd=("mean_delay_us", "std")).reset_index()
-    ok = (agg["n_ranks"] % m == 0) & (agg["n_ranks"] >= m)
+    # a per-rank fit predicts any n >= 2 (n <= m and n > m alike); a GEV fit of m-rank maxima multiples of m
+    ok = (agg["n_ranks"] >= 2) if hasattr(fit, "expected_max") else (agg["n_ranks"] % m == 0) & (agg["n_ranks"] >= m)
     skipped["n not a multiple of m"] = int(groups.size()[~ok.to_numpy()].sum())
     agg = agg[ok.to_numpy()]
     rows, index, _ = _rows_for(fit, agg.rename(columns={"block_sd_us": "b_us"}))
@@ -1034,8 +1051,8 @@ def predicted_vs_measured(fit: Any, measured: pd.DataFrame, m: int = DEFAULT_M, 
     skipped["no matching cell"] = int(agg.loc[unmatched, "n_collectives"].sum())  # rows, as the other reasons
     records = []
     point = point_summary(fit)
-    ranktail = hasattr(fit, "expected_max")
-    draws = None if ranktail else fit.cell_draws()
+    per_rank = hasattr(fit, "expected_max")
+    draws = None if per_rank else fit.cell_draws()
     for row, c in zip(rows.to_dict(orient="records"), index, strict=True):
         n = int(row["n_ranks"])
         if draws is None:
@@ -1214,7 +1231,7 @@ def _target_rows(fit: Any, block_sd_us: float | pd.DataFrame, gpu: str | None, p
     Without ``gpu``/``precision`` the fit's own cells (or the table's rows that match one); with
     them, the asked cells, each observed or drawn from the population (:func:`population_draws`).
     """
-    if hasattr(fit, "expected_max"):  # the ranktail estimator: per-cell draws of E[max_n u], no population
+    if hasattr(fit, "expected_max"):  # a per-rank estimator: per-cell draws of E[max_n u] (evtsync.predict.registry)
         return _rank_tail_rows(fit, block_sd_us, gpu, precision, need_b)
     if gpu is None and precision is None:
         rows, index, skipped = _rows_for(fit, block_sd_us, need_b)
@@ -1228,20 +1245,10 @@ def _target_rows(fit: Any, block_sd_us: float | pd.DataFrame, gpu: str | None, p
     skipped = {"no block sd for the cell": 0}
     targets = _target_levels(fit, gpu, precision) if groups else [{}]
     for levels in targets:
-        if isinstance(block_sd_us, pd.DataFrame):
-            table = block_sd_us.rename(columns={"block_sd_us": "b_us"})
-            sel = np.ones(len(table), dtype=bool)
-            for g, v in levels.items():
-                if g in table:
-                    sel &= table[g].astype(str).to_numpy() == v
-            if not sel.any():
-                skipped["no block sd for the cell"] += 1
-                continue
-            b = float(table.loc[sel, "b_us"].iloc[0])
-        else:
-            b = float(block_sd_us)
-        if not b >= 0:
-            raise InputError(f"block standard deviation must be >= 0 µs; got {b}")
+        b = _b_of_levels(block_sd_us, levels)
+        if b is None:
+            skipped["no block sd for the cell"] += 1
+            continue
         label = "|".join(levels.values()) if levels else str(cells["cell"].iloc[0])
         observed = not groups or label in set(cells["cell"].astype(str))
         kind = "pooled" if not groups else ("cell" if observed else "population")
@@ -1256,25 +1263,71 @@ def _target_rows(fit: Any, block_sd_us: float | pd.DataFrame, gpu: str | None, p
     return pd.DataFrame(records), tuple(np.stack(d, axis=1) for d in zip(*draws, strict=True)), skipped
 
 
+def _b_of_levels(block_sd_us: float | pd.DataFrame, levels: dict[str, str]) -> float | None:
+    """The block sd b (µs) of the cell with these group ``levels``: the number given, or the first row
+    of a block-scale table that matches them (None when none does); ``InputError`` for a b < 0."""
+    if isinstance(block_sd_us, pd.DataFrame):
+        table = block_sd_us.rename(columns={"block_sd_us": "b_us"})
+        sel = np.ones(len(table), dtype=bool)
+        for g, v in levels.items():
+            if g in table:
+                sel &= table[g].astype(str).to_numpy() == str(v)
+        if not sel.any():
+            return None
+        b = float(table.loc[sel, "b_us"].iloc[0])
+    else:
+        b = float(block_sd_us)
+    if not b >= 0:
+        raise InputError(f"block standard deviation must be >= 0 µs; got {b}")
+    return b
+
+
 def _rank_tail_rows(fit: Any, block_sd_us: float | pd.DataFrame, gpu: str | None, precision: str | None,
                     need_b: bool) -> tuple[pd.DataFrame, tuple[NDArray[np.float64], ...], dict[str, int]]:
-    """:func:`_target_rows` for a fit with ``expected_max`` (ranktail): the rows and, in place of
-    parameter draws, a 1-tuple of the fit's cell indices (row,); measured cells only."""
+    """:func:`_target_rows` for a fit with ``expected_max`` (a per-rank estimator): the rows and, in
+    place of parameter draws, a 1-tuple of the fit's cell indices (row,). A GPU/precision that was
+    not measured is predicted from the fit's population where it has one (``population_index``:
+    the rank model; ``prediction_kind`` "population"), else refused (ranktail: measured cells only)."""
     rows, index, skipped = _rows_for(fit, block_sd_us, need_b)
+    own = registry.of_fit(fit, fit_column(fit))
+    name = own.name if own is not None else getattr(fit, "name", "per-rank")
     if gpu is not None or precision is not None:
         keep = np.ones(len(rows), dtype=bool)
         for g, v in (("gpu", gpu), ("precision", precision)):
             if v is not None and g in rows:
                 keep &= rows[g].astype(str).to_numpy() == str(v)
         if not keep.any():
-            raise InputError(f"the ranktail estimator predicts only measured cells ({', '.join(map(str, fit.cells['cell']))}); "
-                             f"gpu={gpu} precision={precision} was not measured: a hardware level without traces needs the "
-                             "hierarchical GEV's population (--estimator centred with a fit of models/"
-                             f"{POPULATION_MODEL}.toml), labelled population-level")
+            return _population_rows(fit, name, block_sd_us, gpu, precision, skipped)
         rows = rows[keep].reset_index(drop=True)
         index = [i for i, k in zip(index, keep, strict=True) if k]
     rows = rows.assign(prediction_kind="cell") if len(rows) else rows
     return rows, (np.asarray(index, dtype=float),), skipped
+
+
+def _population_rows(fit: Any, name: str, block_sd_us: float | pd.DataFrame, gpu: str | None, precision: str | None,
+                     skipped: dict[str, int]) -> tuple[pd.DataFrame, tuple[NDArray[np.float64], ...], dict[str, int]]:
+    """The population-level row of a per-rank fit for an unmeasured GPU/precision
+    (``fit.population_index``); ``InputError`` ("predicts only measured cells") when the fit has no
+    population to draw it from, so that the default falls back, labelled."""
+    measured = ", ".join(map(str, fit.cells["cell"]))
+    population = getattr(fit, "population_index", None)
+    why = ""
+    if population is not None and gpu is not None and precision is not None:
+        try:
+            i = int(population(str(gpu), str(precision)))
+        except InputError as exc:
+            why = f" ({exc})"
+        else:
+            b = _b_of_levels(block_sd_us, {"gpu": str(gpu), "precision": str(precision)})
+            if b is None:
+                return pd.DataFrame(), (np.asarray([], dtype=float),), {**skipped, "no block sd for the cell": 1}
+            row = {"cell": f"{gpu}|{precision}", "gpu": str(gpu), "precision": str(precision), "b_us": b,
+                   "prediction_kind": "population"}
+            return pd.DataFrame([row]), (np.asarray([i], dtype=float),), skipped
+    raise InputError(f"the {name} estimator predicts only measured cells ({measured}){why}; gpu={gpu} "
+                     f"precision={precision} was not measured: a hardware level without traces needs a population "
+                     f"(the rank model's, or the hierarchical GEV's: --estimator centred with a fit of models/"
+                     f"{POPULATION_MODEL}.toml), labelled population-level")
 
 
 #: What a row whose width the prior sets is (issue 29, item 6).
@@ -1362,8 +1415,9 @@ def _prior_dominated_spreads(fit: Any, out: pd.DataFrame) -> list[str]:
 def _kind_attrs(out: pd.DataFrame, fit: Any = None) -> pd.DataFrame:
     """Say in the table's attrs (and the log) when some rows are population-level or pooled, and
     which population-level rows have a prior-dominated width (column ``prior_dominated``); rows of
-    the ranktail estimator carry their cell's size and notes (``n_values``, ``n_exceedances``,
-    ``ranktail_note``: a small cell, whose interval is wide) and ``beyond_data`` (n > n_values: the
+    a per-rank estimator carry their cell's size and notes (``n_values``, ``n_exceedances``,
+    ``ranktail_note``, the name kept for the tables already written: a small cell, whose interval is
+    wide; a population-level cell of the rank model) and ``beyond_data`` (n > n_values: the
     tail's extrapolation, :data:`BEYOND_DATA_NOTE` in the attrs)."""
     if fit is not None and len(out) and hasattr(fit, "cell_info") and "cell" in out:
         info = (fit.cell_info(float(out["level"].iloc[0])) if "level" in out else fit.cell_info()).set_index("cell")
@@ -1388,8 +1442,9 @@ def _kind_attrs(out: pd.DataFrame, fit: Any = None) -> pd.DataFrame:
             out.attrs["prior_dominated_note"] = PRIOR_DOMINATED_NOTE
             log.warning("%s", PRIOR_DOMINATED_NOTE)
     if "prediction_kind" in out and (out["prediction_kind"] == "population").any():
-        out.attrs["population_note"] = POPULATION_NOTE
-        log.info("%s", POPULATION_NOTE)  # in the table's attrs, printed by every output
+        # the fit's own wording where it has one (the rank model's population), else the hierarchical GEV's
+        out.attrs["population_note"] = str(getattr(fit, "population_note", POPULATION_NOTE))
+        log.info("%s", out.attrs["population_note"])  # in the table's attrs, printed by every output
     if "prediction_kind" in out and (out["prediction_kind"] == "pooled").any():
         out.attrs["pooled_note"] = "the pooled fit has no GPU or precision effect: every GPU is predicted alike"
     return out

@@ -26,6 +26,7 @@ import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -614,7 +615,7 @@ def same_estimator(fit_a: Any, fit_b: Any) -> str:
 
 
 def _draw_count(fit: Any) -> int:
-    """Draws per cell of a fit (a ranktail fit: of E[max_n u])."""
+    """Draws per cell of a fit (a per-rank fit: of E[max_n])."""
     if hasattr(fit, "expected_max"):
         return int(fit.expected_max([1], [0]).shape[0])
     return int(fit.cell_draws()[0].shape[0])
@@ -639,11 +640,11 @@ def _cell_xi(fit: Any, index: int, pick: np.ndarray) -> np.ndarray:
 
 def _cell_tau(fit: Any, index: int, pick: np.ndarray, b: float, ns: list[int], m: int) -> np.ndarray:
     """tau(n) draws (sample, len(ns)) of one cell, resampled by ``pick``: b·E_(n/m) of a GEV fit's
-    parameters, or b·E[max_n u] of a ranktail fit (:mod:`evtsync.predict.tables`)."""
-    from evtsync.predict.tables import domain_multiple, predicted_tax_curve_us
+    parameters, or b·E[max_n] of a per-rank fit (the rank model, ranktail: :mod:`evtsync.predict.tables`)."""
+    from evtsync.predict.tables import domain_sizes_for, predicted_tax_curve_us
 
     if hasattr(fit, "expected_max"):
-        domain_multiple(ns, m)
+        domain_sizes_for(fit, ns, m)  # a per-rank fit: any n
         return float(b) * np.asarray(fit.expected_max(ns, [index]), dtype=float)[:, 0, :][pick]
     mu, sigma, xi = (np.asarray(d)[pick][:, index] for d in fit.cell_draws())
     return np.asarray(predicted_tax_curve_us(b, mu, sigma, xi, ns, m))
@@ -671,7 +672,7 @@ def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 
     from evtsync.evt.bayesfit import as_fit
     from evtsync.predict.tables import (
         bstar_draws_gbps,
-        domain_multiple,
+        domain_sizes_for,
         summarise,
     )
 
@@ -684,8 +685,9 @@ def diff_bstar(fit_a, fit_b, inputs: BandwidthInputs, *, n: Iterable[int] = (8, 
         if not -1 < e < 0:
             raise InputError(f"diff: eps must lie in (-1, 0); got {e:g}")
     ns = [int(v) for v in n]
-    domain_multiple(ns, inputs.m)
     fa, fb = as_fit(fit_a), as_fit(fit_b)
+    for f in (fa, fb):  # a per-rank fit: any n; a GEV fit: multiples of m
+        domain_sizes_for(f, ns, inputs.m)
     estimator = same_estimator(fa, fb)
     cells_a, cells_b, pick_a, pick_b = _paired_picks(fa, fb, seed)
     unconverged = [*_unconverged(fa, fb), *refuse]
@@ -756,11 +758,13 @@ def estimator_fits_of_runs(run_a: RunFit, run_b: RunFit, estimator: str | None =
                            seed: int = 0) -> tuple[Any, Any, str]:
     """The fits two runs are compared with, both of one estimator of tau(n), and a note saying which.
 
-    ``estimator`` None: the default, ranktail, fitted to each run's z-score table; when either side
-    cannot give it (no table, a table without ``u``, a cell with too few rank values), both sides
-    fall back to their main GEV fit's centred estimator, said in the note and logged. A named
-    estimator is obeyed strictly: ranktail from both tables, centred from both main fits, paper
-    from both runs' GEV MLE of z (``tables/mle.parquet``).
+    ``estimator`` None: the default, the rank model of each run (``fits/rankmodel.nc``, the draws
+    the run's own predictions used; a run written before the rankmodel stage: fitted to its z-score
+    table); when either side cannot give it (no table, a table without ``u``, a cell with too few
+    rank values), both sides fall back to their main GEV fit's centred estimator, said in the note
+    and logged. A named estimator is obeyed strictly: a per-rank one from each run (ranktail fitted
+    to both tables), centred from both main fits, paper from both runs' GEV MLE of z
+    (``tables/mle.parquet``).
 
     Raises
     ------
@@ -784,9 +788,8 @@ def estimator_fits_of_runs(run_a: RunFit, run_b: RunFit, estimator: str | None =
                     f"back to their main model's {fallback.name} estimator ({run_a.model}, {run_b.model})")
             logging.getLogger(__name__).warning("%s", note)
             return _main_fit(run_a), _main_fit(run_b), note
-        return fits[0], fits[1], (f"tau(n): the {wanted.name} estimator (default) on both sides, fitted to each run's "
-                                  "tables/zscores.parquet" if estimator is None else
-                                  f"tau(n): the {wanted.name} estimator on both sides (each run's tables/zscores.parquet)")
+        return fits[0], fits[1], (f"tau(n): the {wanted.name} estimator{' (default)' if estimator is None else ''} on "
+                                  "both sides, each run's own fit of its per-rank values")
     if wanted.per_model:  # the runs' main GEV models
         return (_main_fit(run_a), _main_fit(run_b),
                 f"tau(n): the {wanted.name} estimator of both runs' main models ({run_a.model}, {run_b.model})")
@@ -804,9 +807,19 @@ def estimator_fits_of_runs(run_a: RunFit, run_b: RunFit, estimator: str | None =
 
 
 def _per_rank_fit(side: str, run: RunFit, wanted: Any, seed: int) -> Any:
-    """A per-rank estimator's fit of one run's z-score table (its registry class's ``load_table``)."""
+    """A per-rank estimator's fit of one run (its registry class's ``load_run``: the rank model's
+    fits/rankmodel.nc; ranktail fitted to the run's z-score table), or of its z-score table
+    (``load_table``) when the run folder is not known; every refused cell is an ``InputError``."""
     from evtsync.core.tableio import read_table
+    from evtsync.runfolder.layout import run_folder
 
+    if run.run_dir is not None and (run.zscores is not None or (Path(run.run_dir) / "fits").is_dir()):
+        fit = wanted.load_run(run_folder(run.run_dir), seed=seed)
+        refused = dict(getattr(fit, "refused", {}) or {})
+        if refused:
+            cell, why = next(iter(refused.items()))
+            raise InputError(f"diff: {side}'s run: the {wanted.name} estimator refused cell {cell}: {why}")
+        return fit
     if run.zscores is None:
         raise InputError(f"diff: {side}'s run has no z-score table (tables/zscores.parquet), which the {wanted.name} "
                          "estimator needs")

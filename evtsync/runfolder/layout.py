@@ -406,6 +406,15 @@ class RunFolderView:
         name = main_model(self.run_dir, self.manifest)
         return fitted_models(self.run_dir, self.manifest)[name] if name is not None else None
 
+    def output_path(self, rel: str) -> Path | None:
+        """The output ``rel`` (e.g. ``fits/rankmodel.nc``) when a stage of the manifest lists it as
+        written and the file is there (its SHA-256 checked by :func:`read_verified_manifest` when
+        the manifest was read by :func:`run_folder`), else None: a file the run did not write is
+        never read as its result."""
+        listed = any(rel in (entry.get("outputs") or {}) for entry in self.manifest.get("stages", {}).values())
+        path = self.run_dir / rel
+        return path if listed and path.is_file() else None
+
 
 def run_folder(run_dir: str | os.PathLike[str], manifest: dict[str, Any] | None = None) -> RunFolderView:
     """The run folder ``run_dir`` for :meth:`evtsync.predict.registry.Estimator.load_run`, with its

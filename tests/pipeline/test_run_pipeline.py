@@ -150,32 +150,55 @@ def test_predicted_delay_matches_measured_on_the_synthetic_study(tiny_run: tuple
         assert gap < 3 * se + (row.predicted_hi_us - row.predicted_lo_us), row
 
 
-def test_tau_table_carries_the_ranktail_estimator_for_cells_with_enough_ranks(
+def test_tau_table_default_rows_are_the_rank_model_and_ranktail_a_comparator(
         tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:
-    """The per-rank tail estimator is in tau.parquet beside the GEV fits (labelled), for every cell
-    whose z-scores hold at least RANKTAIL_MIN_VALUES rank values (counted here from the table)."""
+    """The default rows of tau.parquet are the rank model's (issue 45) for every cell whose z-scores
+    hold at least RANKTAIL_MIN_VALUES rank values (counted here from the table); the ranktail rows
+    stay beside them, labelled, not the default; the rankmodel stage wrote its fits and tables."""
     from evtsync.core.defaults import RANKTAIL_MIN_VALUES
 
-    out, _, _ = tiny_run
+    out, manifest, _ = tiny_run
     z = pd.read_parquet(out / "tables" / "zscores.parquet")
     z = z[z["has_gemm"]]
     counts = z.groupby(["gpu", "precision"])["u"].agg(lambda s: sum(len(v.split(",")) for v in s))
     enough = {f"{g}|{p}" for (g, p), c in counts.items() if c >= RANKTAIL_MIN_VALUES}
+    assert enough  # the tiny study has cells the rank model can fit
     tau = pd.read_parquet(out / "tables" / "tau.parquet")
+    default = tau[tau["default_estimate"].astype(bool)]
+    rm = default[default["estimator"] == "rankmodel"]
+    assert set(rm["cell"]) == enough and (rm["model"] == "rankmodel").all()
+    assert len(rm) == len(enough) * len(set(tau["n"]))
+    assert (default["estimator"] != "ranktail").all()
+    assert not rm[["tau_lo_us", "tau_median_us", "tau_hi_us"]].isna().any().any()
+    assert (rm["tau_lo_us"] <= rm["tau_median_us"]).all() and (rm["tau_median_us"] <= rm["tau_hi_us"]).all()
+    # the point (issue 29): the rank model's posterior median, the GEV fits' posterior mean, each labelled
+    assert (rm["tau_point_us"] == rm["tau_median_us"]).all() and (rm["point_estimate"] == "posterior median").all()
+    # its convergence is carried on every row (the tiny run's few draws need not converge)
+    entry = manifest["stages"]["rankmodel"]
+    assert (rm["converged"] == entry["summary"]["fit"]["converged"]).all()
     rt = tau[tau["estimator"] == "ranktail"]
-    assert set(rt["cell"]) == enough and (rt["model"] == "ranktail").all()
-    assert len(rt) == len(enough) * len(set(tau["n"]))
-    # the tiny study's cells are small: the draws are skewed and the mean may lie beyond the interval
-    assert (rt["tau_lo_us"] <= rt["tau_median_us"]).all() and (rt["tau_median_us"] <= rt["tau_hi_us"]).all()
-    assert not rt[["tau_lo_us", "tau_median_us", "tau_hi_us"]].isna().any().any()
-    # the point (issue 29): ranktail's posterior median, the GEV fits' posterior mean, each labelled
-    assert (rt["tau_point_us"] == rt["tau_median_us"]).all() and (rt["point_estimate"] == "posterior median").all()
+    assert set(rt["cell"]) == enough and not rt["default_estimate"].astype(bool).any()
     gev = tau[tau["fit_kind"] == "bayes"]
     assert len(gev) and (gev["tau_point_us"] == gev["tau_mean_us"]).all()
     assert (gev["point_estimate"] == "posterior mean").all()
-    md = (out / "report.md").read_text(encoding="utf-8")
-    if len(rt):  # the report names the point where it names the estimator
-        assert "ranktail (default; point: posterior median)" in md
+    # the stage's outputs, listed in the manifest and present
+    for rel in ("fits/rankmodel.nc", "fits/rankmodel-gumbel.nc", "tables/rank_effects.parquet",
+                "tables/rank_variance.parquet", "tables/rank_xi.parquet", "tables/rank_loo.parquet"):
+        assert rel in entry["outputs"] and (out / rel).is_file(), rel
+    info = entry["summary"]
+    assert {"fit", "fit_gumbel", "cpu_seconds", "fleet"} <= set(info)
+    assert info["fleet"] == "a job of n ranks from the same fleet"
+    xi = pd.read_parquet(out / "tables" / "rank_xi.parquet")
+    assert set(xi["kind"]) == {"cell", "gpu", "precision"}
+    assert set(xi.loc[xi["kind"] == "gpu", "gpu"]) == {"A100", "H100", "H200"}
+    assert set(xi.loc[xi["kind"] == "precision", "precision"]) == {"bf16", "fp32"}
+    loo = pd.read_parquet(out / "tables" / "rank_loo.parquet")
+    assert set(loo["model"]) == {"xi free", "xi = 0 (Gumbel domain)"}
+    effects = pd.read_parquet(out / "tables" / "rank_effects.parquet")
+    # rho in µs is rho in sd units times the cell's b (the block-scale table's)
+    scales = pd.read_parquet(out / "tables" / "block_scale.parquet")
+    b = dict(zip(scales["gpu"] + "|" + scales["precision"], scales["b_us"], strict=True))
+    np.testing.assert_allclose(effects["rho_mean_us"], effects["rho_mean"] * effects["cell"].map(b))
 
 
 def test_manifest_is_json_with_stage_order(tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:
@@ -266,7 +289,7 @@ def test_report_estimator_on_a_real_run(tiny_run: tuple[Path, dict, list[StageEv
         r = truth[(truth["gpu"] == row["gpu"]) & (truth["precision"] == row["precision"]) & (truth["n"] == 64)].iloc[0]
         shown = [float(v.replace(",", "")) for v in re.findall(r"-?[\d,]*\.?\d+", row["n=64 µs [90% interval]"])]
         assert shown == pytest.approx([r["tau_mean_us"], r["tau_lo_us"], r["tau_hi_us"]], rel=6e-3)
-    assert "by the estimator centred (asked with --estimator; the run used ranktail; point: posterior mean)" in md
+    assert "by the estimator centred (asked with --estimator; the run used rankmodel; point: posterior mean)" in md
     with pytest.raises(InputError, match="one fit, whose report shows no tau"):
         build_report(out / "fits" / "gumbel.nc", tmp_path / "fit", estimator="centred")
 
@@ -309,7 +332,8 @@ def test_pipeline_tables_equal_the_api_on_the_same_fit(tiny_run: tuple[Path, dic
     tau = predict.tau_table(fit, ns, scales, m=4)
     run_tau = pd.read_parquet(out / "tables" / "tau.parquet")
     gumbel = run_tau[run_tau["model"] == "gumbel"].reset_index(drop=True)
-    # the run's table also holds the ranktail rows, whose own columns (its cells' sizes and notes) are empty here,
+    # the run's table also holds the per-rank rows (rank model, ranktail), whose own columns (their cells' sizes
+    # and notes) are empty here,
     # and marks the default estimator's rows: a gumbel row is one exactly when it is a labelled fallback
     others = [c for c in gumbel.columns if c not in tau.columns]
     ranktail_own = ("n_values", "n_exceedances", "ranktail_note", "beyond_data", "beyond_data_accuracy",
@@ -319,15 +343,19 @@ def test_pipeline_tables_equal_the_api_on_the_same_fit(tiny_run: tuple[Path, dic
     fallback = gumbel["estimator_note"].fillna("").astype(str) != ""
     assert (fallback == gumbel["default_estimate"].astype(bool)).all()
     pd.testing.assert_frame_equal(gumbel[list(tau.columns)], tau, check_dtype=False)
-    # B* and predicted-vs-measured are the default estimator's (ranktail, the main fit's centred as fallback)
+    # B* and predicted-vs-measured are the default estimator's (the rank model, the main fit's centred as fallback)
     from evtsync.core.defaults import DEFAULT_SEED
+    from evtsync.predict import registry
     from evtsync.predict.estimator import choose_estimator, predict_table
+    from evtsync.runfolder.layout import run_folder
 
-    choice = choose_estimator(None, gev=fit, zscores=z, seed=DEFAULT_SEED)
+    # the run's rank model (fits/rankmodel.nc, checked against the manifest), loaded as the CLI loads it
+    choice = choose_estimator(None, gev=fit, fitted=registry.get(None).load_run(run_folder(out), seed=DEFAULT_SEED),
+                              seed=DEFAULT_SEED)
     bstar = predict_table(choice, predict.bandwidth_table, ["full", "ring", "torus3d"], ns, summary["alpha_us"],
                           summary["bytes"], scales, summary["eps"], 4)
     pd.testing.assert_frame_equal(pd.read_parquet(out / "tables" / "bstar.parquet"), bstar, check_dtype=False)
-    assert summary["estimator"]["estimator"] == "ranktail" and summary["estimator"]["fallback"] == "centred"
+    assert summary["estimator"]["estimator"] == "rankmodel" and summary["estimator"]["fallback"] == "centred"
     measured, _ = predict.measured_delays(z, pd.read_parquet(out / "tables" / "tax_collectives.parquet"),
                                           pd.read_parquet(out / "tables" / "attribution_collectives.parquet"))
     pvm = predict_table(choice, predict.predicted_vs_measured, measured, 4, source="predicted-vs-measured")
@@ -457,8 +485,8 @@ def test_summary_stage_writes_the_answer_table(tiny_run: tuple[Path, dict, list[
         assert row["n_collectives"] == len(taxes) and row["tax_median_us"] == pytest.approx(taxes.median())
         b = bstar[(bstar["topology"] == "ring") & (bstar["gpu"] == row["gpu"])
                   & (bstar["precision"] == row["precision"]) & (bstar["n"] == doc["n"])]
-        # the B* table's point: its posterior median for a ranktail row, else the posterior mean
-        point = "bstar_median_gbps" if b["estimator"].iloc[0] == "ranktail" else "bstar_mean_gbps"
+        # the B* table's point: its posterior median for a per-rank row (the rank model), else the posterior mean
+        point = "bstar_median_gbps" if b["estimator"].iloc[0] in ("rankmodel", "ranktail") else "bstar_mean_gbps"
         assert row["bstar_ring_gbps"] == pytest.approx(float(b[point].iloc[0]))
     # who straggles: the most frequent straggler of each PG, counted here from the collectives
     per_pg = pd.read_parquet(out / "tables" / "tax_stragglers.parquet")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -86,11 +87,14 @@ def test_the_registry_holds_every_estimator_with_what_it_says() -> None:
         e = registry.get(name)
         assert e.name == name and e.column and e.meaning and e.interval and e.needs and e.refit, name
         assert e.fallback is None or e.fallback in ESTIMATOR_NAMES
-        assert registry.of_column(e.column) is e
+        assert registry.of_column(e.column).column == e.column
+        # the estimators that share a column (rankmodel and ranktail: u) are told apart by the fit's name
+        assert registry.of_fit(SimpleNamespace(name=name), e.column) is e
+    assert [e for e in registry.names() if registry.get(e).column == "u"] == ["rankmodel", "ranktail"]
     # the default's fallback is a GEV estimator (no per-rank values needed), and has none itself
     fallback = registry.get(registry.default().fallback)
     assert not fallback.per_rank and fallback.fallback is None
-    with pytest.raises(InputError, match="expected one of centred, paper, ranktail"):
+    with pytest.raises(InputError, match="expected one of centred, paper, rankmodel, ranktail"):
         registry.get("bogus")
 
 
@@ -125,6 +129,13 @@ def test_a_run_folder_without_what_an_estimator_needs_is_refused_by_name(tmp_pat
         registry.get("paper").load_run(run_folder(tmp_path, {}))
     with pytest.raises(InputError, match=r"tables/zscores\.parquet"):
         registry.get("ranktail").load_run(run_folder(tmp_path, {}))
+    with pytest.raises(InputError, match=r"fits/rankmodel\.nc.*tables/zscores\.parquet"):
+        registry.get("rankmodel").load_run(run_folder(tmp_path, {}))
+    # a fit file the run's manifest does not list is never read as the run's fit
+    (tmp_path / "fits").mkdir()
+    (tmp_path / "fits" / "rankmodel.nc").write_bytes(b"not written by evtsync run")
+    with pytest.raises(InputError, match=r"neither a rank-model fit"):
+        registry.get("rankmodel").load_run(run_folder(tmp_path, {}))
     assert registry.get("centred").load_run(run_folder(tmp_path, {})) is None  # no Bayesian fit: no main model
     with pytest.raises(InputError, match="needs a GEV fit of y"):
         registry.get("centred").load_table(pd.DataFrame({"u": [0.0]}))

@@ -105,14 +105,14 @@ def test_tau_table_shows_the_paper_estimator_beside_the_main_model(tmp_path: Pat
     assert paper["n=8 µs [90% interval]"].startswith("2.6")
 
 
-def test_tau_headline_is_ranktail_default_with_labelled_fallback_and_alternatives(tmp_path: Path) -> None:
-    """The run's tau table marks the default estimator's rows: ranktail for a measured cell, the main
+def test_tau_headline_is_the_rank_model_default_with_labelled_fallback_and_alternatives(tmp_path: Path) -> None:
+    """The run's tau table marks the default estimator's rows: the rank model's for a measured cell, the main
     model's centred rows where it fell back (estimator_note); the headline shows those, labelled."""
     run = tmp_path / "run"
     base = _tau().assign(prediction_kind="cell").astype({"n": int})
     main = base[base["model"] == MAIN]
-    # ranktail's point is its posterior median (here 3.1 at n = 8, below the mean 3.2); the GEV rows' the mean
-    rank = main.assign(model="ranktail", estimator="ranktail", default_estimate=True, estimator_note="",
+    # the rank model's point is its posterior median (here 3.1 at n = 8, below the mean 3.2); the GEV rows' the mean
+    rank = main.assign(model="rankmodel", estimator="rankmodel", default_estimate=True, estimator_note="",
                        tau_point_us=main["tau_mean_us"] - 0.1, point_estimate="posterior median")
     fallback = main.assign(gpu="B200", default_estimate=True, estimator_note="fallback to the centred estimator",
                            tau_point_us=main["tau_mean_us"], point_estimate="posterior mean")
@@ -122,13 +122,13 @@ def test_tau_headline_is_ranktail_default_with_labelled_fallback_and_alternative
     manifest = {"stages": {"prediction": {"status": "done", "summary": {"main_model": MAIN}}}}
     sections = prediction_sec.build(ReportContext(run, tmp_path / "out", manifest))
     headline, others = [i for i in sections[0].items if isinstance(i, Table)]
-    assert "ranktail (default; point: posterior median)" in headline.caption
+    assert "rankmodel (default; point: posterior median)" in headline.caption
     assert "centred (fallback, labelled; point: posterior mean)" in headline.caption
     h = headline.frame.set_index("gpu")
     assert h.loc["H100", "n=8 µs [90% interval]"].startswith("3.1 ")  # the median, not the mean 3.2
     assert h.loc["B200", "n=8 µs [90% interval]"].startswith("3.2 ")
     assert h.loc["H100", "point_estimate"] == "posterior median" and h.loc["B200", "point_estimate"] == "posterior mean"
-    assert h.loc["H100", "estimator"] == "ranktail" and h.loc["H100", "fallback"] == ""
+    assert h.loc["H100", "estimator"] == "rankmodel" and h.loc["H100", "fallback"] == ""
     assert h.loc["B200", "estimator"] == "centred" and h.loc["B200", "fallback"] == "yes"
     assert set(others.frame["estimator"]) == {"centred", "paper"}
     assert any("Not every headline row" in str(getattr(i, "text", i)) for i in sections[0].items)
