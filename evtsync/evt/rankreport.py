@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.core.defaults import INTERVAL_LEVEL
-from evtsync.evt.rankmodel import FLEET_WORDING, SLOW_LEVEL, SLOW_MIN_SD, RankModelFit, tail_verdict
+from evtsync.evt.rankmodel import FLEET_WORDING, SLOW_LEVEL, SLOW_MIN_SD, RankModelFit
 
 #: The domain size of the "without it tau(n) would be ..." clause, when it is among those asked.
 WITHOUT_N = 512
@@ -146,6 +146,14 @@ MATERIAL_SHARED_SHARE = 0.2
 GUMBEL_LOO_MARK = "xi = 0"
 
 
+def tail_verdict(lo: float, hi: float) -> str:
+    """The rank model's tail verdict from its xi interval (the one home of the verdicts:
+    :func:`evtsync.runfolder.summary.tail_verdict`; "–" for an interval that is not finite)."""
+    from evtsync.runfolder.summary import tail_verdict as verdict
+
+    return verdict(lo, hi, "gpd")
+
+
 def model_words(chains: int | None) -> str:
     """The rank model in words, for the methods paragraph and summary.json."""
     return f"hierarchical rank model (PyMC, nutpie, {chains if chains else '?'} chains)"
@@ -204,7 +212,7 @@ def rank_model_block(effects: pd.DataFrame | None, variance: pd.DataFrame | None
         for r in xi[kind == "cell"].to_dict("records"):
             key = _cell_key(r)
             lo, hi = _f(r["xi_lo"]), _f(r["xi_hi"])
-            verdict = str(r.get("verdict") or tail_verdict(lo, hi))
+            verdict = tail_verdict(lo, hi)  # read from the interval here: never a verdict its interval contradicts
             cell(key)["xi"] = {"median": _f(r.get("xi_median")), "mean": _f(r["xi_mean"]), "lo": lo, "hi": hi,
                                "level": _f(r.get("level", LEVEL)), "p_positive": _f(r["p_xi_positive"]),
                                "verdict": verdict}
@@ -216,7 +224,7 @@ def rank_model_block(effects: pd.DataFrame | None, variance: pd.DataFrame | None
         pooled = [{"kind": str(k), "level_name": str(r.get(k) or ""),
                    **{c: _f(r.get(c)) for c in ("xi_mean", "xi_median", "xi_lo", "xi_hi", "p_xi_positive")},
                    "level": _f(r.get("level", LEVEL)),
-                   "verdict": str(r.get("verdict") or tail_verdict(_f(r["xi_lo"]), _f(r["xi_hi"])))}
+                   "verdict": tail_verdict(_f(r["xi_lo"]), _f(r["xi_hi"]))}
                   for k in ("gpu", "precision") for r in xi[kind == k].to_dict("records")]
     else:
         pooled = []

@@ -28,7 +28,7 @@ def rank_items(ctx: ReportContext) -> list[Any]:
     """The rank model's shape xi of the rank times' GPD tail: per cell (posterior median, mean, interval,
     P(xi > 0), the tail verdict read from the interval) and pooled per GPU and per precision
     (``tables/rank_xi.parquet``); where the table is missing, why."""
-    from evtsync.evt.rankreport import RANK_STAGE
+    from evtsync.evt.rankreport import RANK_STAGE, tail_verdict
 
     table = ctx.table("rank_xi")
     if table is None or table.empty:
@@ -45,7 +45,8 @@ def rank_items(ctx: ReportContext) -> list[Any]:
                                                   zip(part["xi_median"], part["xi_lo"], part["xi_hi"], strict=True)],
             "posterior mean": [fmt(v, 2) for v in part["xi_mean"]],
             "P(xi > 0)": [fmt(v, 2) for v in part["p_xi_positive"]],
-            "tail verdict (from the interval)": part["verdict"]})
+            "tail verdict (from the interval)": [tail_verdict(lo, hi) for lo, hi in
+                                                 zip(part["xi_lo"], part["xi_hi"], strict=True)]})
 
     cells = table[kind == "cell"]
     items: list[Any] = [Table(shown(cells, {"GPU": cells["gpu"], "precision": cells["precision"]}),
