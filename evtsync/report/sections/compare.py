@@ -12,23 +12,19 @@ from evtsync.report.markdown import (
     Alert,
     Caption,
     Section,
-    Skipped,
     Table,
     fmt,
 )
-from evtsync.report.sections.xi import COMPARATORS
+from evtsync.report.sections.xi import COMPARATORS, rank_model_missing
 
 
 def rank_items(ctx: ReportContext) -> list[Any]:
     """The rank model's LOO (``tables/rank_loo.parquet``): its sentence and table, or why it is missing."""
-    from evtsync.evt.rankreport import RANK_STAGE, loo_block
+    from evtsync.evt.rankreport import loo_block
 
     table = ctx.table("rank_loo")
     if table is None or table.empty:
-        return [Skipped("No LOO of the hierarchical rank model: " + (
-            ctx.why_not(RANK_STAGE) if RANK_STAGE in ctx.manifest.get("stages", {}) else
-            "this run folder has no tables/rank_loo.parquet (a run made before the rank model's stage); rerun "
-            "`evtsync run` to fit it."))]
+        return [rank_model_missing(ctx, "LOO", "rank_loo")]
     block = loo_block(table)
     rows = pd.DataFrame(block["rows"])
     shown = pd.DataFrame({

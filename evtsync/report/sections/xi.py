@@ -24,18 +24,26 @@ from evtsync.report.markdown import (
 COMPARATORS = "Comparators (GEV of block maxima) — not the headline"
 
 
+def rank_model_missing(ctx: ReportContext, what: str, name: str) -> Skipped:
+    """Why the rank model's ``tables/<name>.parquet`` is not in the run folder: its stage's reason (from
+    the manifest), or that the run was made before the stage existed."""
+    from evtsync.evt.rankreport import RANK_STAGE
+
+    return Skipped(f"No {what} of the hierarchical rank model: " + (
+        ctx.why_not(RANK_STAGE) if RANK_STAGE in ctx.manifest.get("stages", {}) else
+        f"this run folder has no tables/{name}.parquet (a run made before the rank model's stage); rerun "
+        "`evtsync run` to fit it."))
+
+
 def rank_items(ctx: ReportContext) -> list[Any]:
     """The rank model's shape xi of the rank times' GPD tail: per cell (posterior median, mean, interval,
     P(xi > 0), the tail verdict read from the interval) and pooled per GPU and per precision
     (``tables/rank_xi.parquet``); where the table is missing, why."""
-    from evtsync.evt.rankreport import RANK_STAGE, tail_verdict
+    from evtsync.evt.rankreport import tail_verdict
 
     table = ctx.table("rank_xi")
     if table is None or table.empty:
-        return [Skipped("No shape from the hierarchical rank model: " + (
-            ctx.why_not(RANK_STAGE) if RANK_STAGE in ctx.manifest.get("stages", {}) else
-            "this run folder has no tables/rank_xi.parquet (a run made before the rank model's stage); rerun "
-            "`evtsync run` to fit it."))]
+        return [rank_model_missing(ctx, "shape", "rank_xi")]
     kind = table["kind"].astype(str) if "kind" in table else pd.Series("cell", index=table.index)
 
     def shown(part: pd.DataFrame, first: dict[str, Any]) -> pd.DataFrame:
