@@ -340,7 +340,7 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
                            estimator_note=str(r.get("estimator_note", "") or ""))
                 if row["estimator_note"]:
                     notes.append(f"tau(n): {row['estimator_note']}")
-                fleet = _fleet_assumption(r)
+                fleet = fleet_assumption(r)
                 if fleet:  # the rank model's tau(n) holds under a stated fleet assumption (issue 45)
                     row["fleet_assumption"] = fleet
                 gpd = [float(r.get(k, np.nan)) for k in ("gpd_xi_mean", "gpd_xi_lo", "gpd_xi_hi")]
@@ -427,7 +427,7 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
 
 
 
-def _fleet_assumption(tau_row: pd.Series) -> str:
+def fleet_assumption(tau_row: Any) -> str:
     """The fleet assumption of a tau(n) row: its ``fleet_assumption`` column, else the rank model's
     default wording for a row of the rank model (written before the column), else "" (no assumption)."""
     from evtsync.core.defaults import RANK_FLEET_WORDING

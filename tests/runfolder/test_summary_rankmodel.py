@@ -169,6 +169,12 @@ def test_report_names_the_slow_rank_the_shared_share_and_the_model(hand_run: tup
     assert list(compare[1].frame["model"]) == ["xi free", "xi = 0 (Gumbel domain)"]
     assert compare[-1].caption.startswith("Comparators (GEV of block maxima) — not the headline")
     assert "heavy (Fréchet) | rank model 0.02" not in md  # the markdown report: no verdict beside an interval holding 0
+    # the tau(n) section's headline table states the fleet assumption of the rank model's tau(n)
+    from evtsync.report.sections import prediction as prediction_sec
+
+    tau_items = prediction_sec.build(ReportContext(run, tmp_path / "out2", manifest))[0].items
+    headline = next(i for i in tau_items if isinstance(i, Table) and i.caption.startswith("Headline"))
+    assert f"for {FLEET}" in headline.caption
 
 
 def test_an_interval_holding_zero_is_never_heavy_or_bounded(hand_run: tuple[Path, dict], tmp_path: Path) -> None:

@@ -48,7 +48,8 @@ def build(ctx: ReportContext) -> list[Section]:
     for row in bad.itertuples():
         items.append(Alert(f"Fit {row.model} did NOT converge ({row.convergence}). Every number computed from it "
                            "is marked; rerun with more --draws/--tune before relying on it."))
-    rank = info.get("rank_model") if isinstance(info.get("rank_model"), dict) else {}
+    given = info.get("rank_model")
+    rank: dict[str, Any] = given if isinstance(given, dict) else {}
     if rank.get("available") and rank.get("converged") is False:
         items.append(Alert(f"The {rank.get('model', 'rank model')}: {not_converged_words(str(rank.get('convergence')))}. Its "
                            "tail verdicts, shapes, slow ranks and variance shares are marked; rerun with more "
