@@ -13,7 +13,6 @@ from evtsync.predict import registry
 from evtsync.predict.tables import ESTIMATORS, beyond_data_note, beyond_data_rows, point_column
 from evtsync.report.context import PCT, ReportContext, label_columns
 from evtsync.report.estimator import UNNAMED_ESTIMATOR, estimator_points, row_estimators
-from evtsync.runfolder.summary import fleet_assumption
 from evtsync.report.markdown import (
     Alert,
     Section,
@@ -22,6 +21,7 @@ from evtsync.report.markdown import (
     fmt,
     fmt_ci,
 )
+from evtsync.runfolder.summary import fleet_assumption
 
 #: Domain sizes shown in the tables of tau(n) and B* (the figures show every power of two).
 TABLE_NS = (8, 64, 128, 512, 4096)
