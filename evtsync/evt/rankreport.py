@@ -29,9 +29,9 @@ WITHOUT_DRAWS = 400
 
 
 def slow_rule(fit: RankModelFit) -> str:
-    """The rule by which a rank is named persistently slow, in words."""
-    return (f"a rank is named persistently slow when P(effect > 0) ≥ 1 − {SLOW_LEVEL:g}/R (R the cell's ranks) and "
-            f"its posterior median effect is ≥ {SLOW_MIN_SD:g} sd")
+    """The rule by which a rank is named persistently slow, in words (the same for every fit)."""
+    del fit
+    return slow_rule_text()
 
 
 def _cell_words(fit: RankModelFit, cell: str) -> str:
@@ -131,3 +131,174 @@ def slow_rank_sentences(fit: RankModelFit, b_us: Mapping[str, float] | None = No
             f"NOT CONVERGED: {fit.convergence_note}"
         out[str(cell)] = text + ("" if fit.converged else f" ({note})")
     return out
+
+
+# --------------------------------------------------------------------------------------------- run-folder tables
+#: The rank model's tables in a run folder (``tables/<name>.parquet``, written by the ``rankmodel`` stage).
+RANK_TABLES = ("rank_effects", "rank_variance", "rank_xi", "rank_loo")
+#: The stage that writes them, and its fit files (free shape; xi ≡ 0).
+RANK_STAGE = "rankmodel"
+RANK_FIT_FILES = ("fits/rankmodel.nc", "fits/rankmodel-gumbel.nc")
+#: A shared share (drift + shocks) of the block variance at least this large is material: the first
+#: screen says that it costs nothing in the tax (it cancels in max − mean; docs/methodology.md).
+MATERIAL_SHARED_SHARE = 0.2
+#: The label of the xi = 0 fit in ``rank_loo`` (the other row is the free shape).
+GUMBEL_LOO_MARK = "xi = 0"
+
+
+def tail_verdict(lo: float, hi: float) -> str:
+    """The rank model's tail verdict from its xi interval (the one home of the verdicts:
+    :func:`evtsync.runfolder.summary.tail_verdict`; "–" for an interval that is not finite)."""
+    from evtsync.runfolder.summary import tail_verdict as verdict
+
+    return verdict(lo, hi, "gpd")
+
+
+def model_words(chains: int | None) -> str:
+    """The rank model in words, for the methods paragraph and summary.json."""
+    return f"hierarchical rank model (PyMC, nutpie, {chains if chains else '?'} chains)"
+
+
+def _f(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _cell_key(row: Mapping[str, Any]) -> tuple[str, str]:
+    return str(row.get("gpu")), str(row.get("precision"))
+
+
+def slow_rank_sentence_us(row: Mapping[str, Any], cell_words: str, fleet_words: str) -> str:
+    """One slow rank of ``tables/rank_effects.parquet`` in words: its effect against the cell's other ranks
+    (µs per block where b is known, else sd) with its 90% interval and P(rho > 0), and tau(n) without it
+    (posterior median with its 90% interval) against tau(n) with it (posterior median), under the fleet
+    assumption ``fleet_words``."""
+    pct = f"{_f(row.get('level', LEVEL)):.0%}"
+    mean_us, lo_us, hi_us = (_f(row.get(k)) for k in ("vs_others_mean_us", "vs_others_lo_us", "vs_others_hi_us"))
+    if np.isfinite(mean_us):
+        effect = f"{mean_us:+.3g} µs per block [{pct} interval {lo_us:+.3g} to {hi_us:+.3g}]"
+    else:
+        effect = (f"{_f(row['vs_others_mean']):+.2f} sd [{pct} interval {_f(row['vs_others_lo']):+.2f} to "
+                  f"{_f(row['vs_others_hi']):+.2f}]")
+    text = (f"{_rank_words(str(row['rank']))} of {cell_words} is persistently slow: {effect} against the cell's "
+            f"other ranks ({_f(row['vs_others_mean']):+.2f} sd; P(rho > 0) = {_f(row['p_positive']):.3f})")
+    n = _f(row.get("tau_without_n"))
+    without = [_f(row.get(k)) for k in ("tau_without_median_us", "tau_without_lo_us", "tau_without_hi_us",
+                                        "tau_with_median_us")]
+    if np.isfinite(n) and all(np.isfinite(without)):
+        text += (f"; without it tau({int(n)}) would be {without[0]:.4g} µs [{without[1]:.4g}, {without[2]:.4g}] "
+                 f"instead of {without[3]:.4g} µs (posterior medians, {pct} interval; {fleet_words})")
+    return text
+
+
+def rank_model_block(effects: pd.DataFrame | None, variance: pd.DataFrame | None, xi: pd.DataFrame | None,
+                     loo: pd.DataFrame | None, converged: bool | None, convergence: str, chains: int | None,
+                     fleet: str = "new") -> tuple[dict[tuple[str, str], dict[str, Any]], dict[str, Any]]:
+    """What the rank model's run-folder tables say, for the answer table: (per (gpu, precision) the
+    summary row's columns, the ``rank_model`` block of summary.json). Reads only the tables (no
+    statistic is computed here but the selection of rows); a table that is missing leaves its part
+    out (the caller says why). docs/data-model.md, "summary.json", states the block's fields."""
+    fleet_words = FLEET_WORDING[fleet]
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def cell(key: tuple[str, str]) -> dict[str, Any]:
+        return cells.setdefault(key, {"gpu": key[0], "precision": key[1]})
+
+    if xi is not None and len(xi):
+        kind = xi["kind"].astype(str) if "kind" in xi else pd.Series("cell", index=xi.index)
+        for r in xi[kind == "cell"].to_dict("records"):
+            key = _cell_key(r)
+            lo, hi = _f(r["xi_lo"]), _f(r["xi_hi"])
+            verdict = tail_verdict(lo, hi)  # read from the interval here: never a verdict its interval contradicts
+            cell(key)["xi"] = {"median": _f(r.get("xi_median")), "mean": _f(r["xi_mean"]), "lo": lo, "hi": hi,
+                               "level": _f(r.get("level", LEVEL)), "p_positive": _f(r["p_xi_positive"]),
+                               "verdict": verdict}
+            rows.setdefault(key, {}).update(
+                rank_xi_median=_f(r.get("xi_median")), rank_xi_mean=_f(r["xi_mean"]), rank_xi_lo=lo, rank_xi_hi=hi,
+                p_xi_positive=_f(r["p_xi_positive"]), verdict=verdict,
+                verdict_source="xi of the rank times' GPD tail, hierarchical rank model (posterior median, "
+                               f"{_f(r.get('level', LEVEL)):.0%} interval)")
+        pooled = [{"kind": str(k), "level_name": str(r.get(k) or ""),
+                   **{c: _f(r.get(c)) for c in ("xi_mean", "xi_median", "xi_lo", "xi_hi", "p_xi_positive")},
+                   "level": _f(r.get("level", LEVEL)),
+                   "verdict": tail_verdict(_f(r["xi_lo"]), _f(r["xi_hi"]))}
+                  for k in ("gpu", "precision") for r in xi[kind == k].to_dict("records")]
+    else:
+        pooled = []
+    if variance is not None and len(variance):
+        for r in variance.to_dict("records"):
+            key = _cell_key(r)
+            v = {k: _f(r.get(f"share_{k}")) for k in ("shared", "drift", "shocks", "rank", "rank_lo", "rank_hi",
+                                                      "idiosyncratic")}
+            v["drift_range_sd"] = _f(r.get("drift_range_sd"))
+            cell(key)["variance_shares"] = v
+            rows.setdefault(key, {}).update({f"share_{k}": val for k, val in v.items() if k != "drift_range_sd"},
+                                            drift_range_sd=v["drift_range_sd"])
+    if effects is not None and len(effects):
+        for key, part in effects.groupby([effects["gpu"].astype(str), effects["precision"].astype(str)], sort=True):
+            words = f"{key[0]} {key[1]}"
+            entry = cell(key)
+            entry["n_ranks"] = len(part)
+            slow = part[part["slow"].astype(bool)]
+            entry["slow_ranks"] = [
+                {"rank": str(r["rank"]),
+                 **{k: _f(r.get(k)) for k in ("vs_others_mean", "vs_others_lo", "vs_others_hi", "vs_others_mean_us",
+                                              "vs_others_lo_us", "vs_others_hi_us", "p_positive", "level",
+                                              "tau_without_n", "tau_without_median_us", "tau_without_lo_us",
+                                              "tau_without_hi_us", "tau_with_median_us")},
+                 "text": slow_rank_sentence_us(r, words, fleet_words)}
+                for r in slow.to_dict("records")]
+            if len(slow):
+                text = "; ".join(s["text"] for s in entry["slow_ranks"])
+                if converged is False:
+                    text += f" (rank model {not_converged_words(convergence)})"
+                rows.setdefault(key, {})["slow_rank_text"] = text
+            rows.setdefault(key, {})["n_slow_ranks"] = len(slow)
+    block: dict[str, Any] = {
+        "model": model_words(chains), "level": LEVEL, "converged": converged, "convergence": convergence,
+        "fleet_assumption": fleet_words, "slow_rule": slow_rule_text(),
+        "cells": [cells[k] for k in sorted(cells)], "pooled_xi": pooled}
+    if loo is not None and len(loo):
+        block["loo"] = loo_block(loo)
+    for key in rows:
+        rows[key]["rank_model_converged"] = converged
+    return rows, block
+
+
+def not_converged_words(convergence: str) -> str:
+    """"NOT CONVERGED: <why>" from a convergence line, whether or not it starts with those words."""
+    why = convergence.removeprefix("NOT CONVERGED").lstrip(": ")
+    return f"NOT CONVERGED: {why}" if why else "NOT CONVERGED"
+
+
+def slow_rule_text() -> str:
+    """:func:`slow_rule` without a fit (the rule does not depend on one)."""
+    return (f"a rank is named persistently slow when P(effect > 0) ≥ 1 − {SLOW_LEVEL:g}/R (R the cell's ranks) and "
+            f"its posterior median effect is ≥ {SLOW_MIN_SD:g} sd")
+
+
+def loo_block(loo: pd.DataFrame) -> dict[str, Any]:
+    """``tables/rank_loo.parquet`` (best first; ``d_elpd`` ≤ 0 the difference to the best, ``d_se`` its se)
+    as summary.json's ``loo``: the rows, the preferred fit, the difference and whether it is clear (more
+    than 2 standard errors), and the sentence. Both fits share the hierarchy, the thresholds and the data
+    (the excesses), so the difference is the shape's gain alone."""
+    table = loo.sort_values("elpd_loo", ascending=False).reset_index(drop=True)
+    best, rival = table.iloc[0], table.iloc[-1]
+    diff, se = abs(_f(rival["d_elpd"])), _f(rival["d_se"])
+    clear = bool(len(table) > 1 and diff > 2 * se)
+    gumbel = GUMBEL_LOO_MARK in str(best["model"])
+    if len(table) < 2:
+        sentence = f"Rank model LOO: one fit only ({best['model']}); nothing to compare."
+    else:
+        sentence = (f"Rank model, PSIS-LOO on the same excesses: {best['model']} is preferred over {rival['model']} "
+                    f"by Δelpd {diff:.3g} ± {se:.2g}"
+                    + (" (more than 2 standard errors)" if clear else
+                       " — less than 2 standard errors: not a clear preference")
+                    + "; both fits share the hierarchy, thresholds and body, so this is the shape's gain alone"
+                    + (" (xi = 0: the Gumbel domain)." if gumbel else "."))
+    return {"rows": table.to_dict("records"), "preferred": str(best["model"]),
+            "preferred_family": "gumbel" if gumbel else "free", "d_elpd": diff, "d_se": se, "clear": clear,
+            "sentence": sentence}

@@ -253,6 +253,7 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
     coll, z, att = table("tax_collectives"), table("zscores"), table("attribution_collectives")
     xi, tau, bstar, compare = table("xi"), table("tau"), table("bstar"), table("compare")
     whatif = table("whatif_jobs")
+    rank_rows, rank_block = rank_model_summary(run_dir, manifest, table, why)
     model = main_model(run_dir, manifest)
     n = summary_n(manifest, tau)
     prec_of = _workload_precision(z)
@@ -339,6 +340,9 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
                            estimator_note=str(r.get("estimator_note", "") or ""))
                 if row["estimator_note"]:
                     notes.append(f"tau(n): {row['estimator_note']}")
+                fleet = fleet_assumption(r)
+                if fleet:  # the rank model's tau(n) holds under a stated fleet assumption (issue 45)
+                    row["fleet_assumption"] = fleet
                 gpd = [float(r.get(k, np.nan)) for k in ("gpd_xi_mean", "gpd_xi_lo", "gpd_xi_hi")]
                 if all(np.isfinite(gpd)):  # the rank times' own tail: the verdict reads its shape (issue 45)
                     row.update(gpd_xi_mean=gpd[0], gpd_xi_lo=gpd[1], gpd_xi_hi=gpd[2],
@@ -382,9 +386,16 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
             elif len(wc) > 1:
                 notes.append(f"step time without stragglers: {len(wc)} jobs in this cell, per job in summary.json "
                              "(jobs) and tables/whatif_jobs.parquet")
-        row["converged"] = fit_ok
         if not fit_ok:
             notes.insert(0, f"fit {model} NOT converged: xi, tau and B* are unreliable")
+        rank = rank_rows.get((str(gpu), str(precision)))
+        if rank:  # the rank model's verdict (xi of the rank times' tail) and slow ranks replace the comparators'
+            row.update(rank)
+            if rank.get("rank_model_converged") is False:
+                fit_ok = False
+                notes.insert(0, "rank model NOT converged (the alert above says why): its xi, verdict and slow ranks "
+                                "are unreliable")
+        row["converged"] = fit_ok
         row["notes"] = NOTE_SEPARATOR.join(notes)
         rows.append(row)
     # which estimator of tau(n) the rows' tau and B* are (issue 29: ranktail, with the main model's
@@ -396,9 +407,16 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
     points = ({str(e): point_words(part) for e, part in
                tau[chosen_all].groupby(tau.loc[chosen_all, "estimator"].astype(str), sort=True)}
               if tau is not None and model is not None and "estimator" in tau else {})
+    rank_loo = rank_block.get("loo")
     info = {"n": n, "model": model, "estimator": ", ".join(estimators) or None, "point_estimate": points,
-            "loo": loo_verdict(compare), "topologies": topologies, "level": INTERVAL_LEVEL,
-            "loo_and_tail": reconcile_loo_tail(compare, [str(r.get("verdict") or "") for r in rows]),
+            # the LOO line: the rank model's xi free vs xi = 0 where it ran; the GEV fits of block maxima
+            # are comparators (``loo_comparators``), never the headline
+            "loo": rank_loo["sentence"] if rank_loo else loo_verdict(compare),
+            "loo_comparators": loo_verdict(compare) if rank_loo else "",
+            "topologies": topologies, "level": INTERVAL_LEVEL,
+            "loo_and_tail": reconcile_loo_tail(rank_loo_frame(rank_loo) if rank_loo else compare,
+                                               [str(r.get("verdict") or "") for r in rows]),
+            "rank_model": rank_block,
             # per job: measured step time, predicted without stragglers, slowdown S (docs/critical-path.md §8)
             "jobs": [] if whatif is None else [
                 {"workload": str(r["workload"]), "gpu": str(r["gpu"]), "step_time_ms": float(r["step_time_ms"]),
@@ -407,6 +425,79 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
                 for _, r in whatif.iterrows()]}
     return pd.DataFrame(rows), info
 
+
+
+def fleet_assumption(tau_row: Any) -> str:
+    """The fleet assumption of a tau(n) row: its ``fleet_assumption`` column, else the rank model's
+    default wording for a row of the rank model (written before the column), else "" (no assumption)."""
+    from evtsync.core.defaults import RANK_FLEET_WORDING
+    from evtsync.evt.rankmodel import MODEL_NAME
+
+    given = tau_row.get("fleet_assumption")
+    if isinstance(given, str) and given:
+        return given
+    return RANK_FLEET_WORDING["new"] if str(tau_row.get("estimator", "")) == MODEL_NAME else ""
+
+
+def rank_loo_frame(block: dict[str, Any]) -> pd.DataFrame:
+    """The rank model's LOO rows (summary.json's ``rank_model.loo``) as the comparison table
+    :func:`reconcile_loo_tail` reads (rank, model, family, elpd_diff ≥ 0, diff_se)."""
+    from evtsync.evt.rankreport import GUMBEL_LOO_MARK
+
+    table = pd.DataFrame(block["rows"])
+    return pd.DataFrame({"rank": range(len(table)), "model": table["model"],
+                         "family": ["gumbel" if GUMBEL_LOO_MARK in str(m) else "free" for m in table["model"]],
+                         "elpd_diff": -table["d_elpd"].astype(float), "diff_se": table["d_se"].astype(float)})
+
+
+def rank_model_summary(run_dir: Path, manifest: dict[str, Any], table: Any, why: Any
+                       ) -> tuple[dict[tuple[str, str], dict[str, Any]], dict[str, Any]]:
+    """The rank model's part of the answer table (issue 45): per (gpu, precision) the row's columns and
+    summary.json's ``rank_model`` block (:func:`evtsync.evt.rankreport.rank_model_block`), read from the
+    ``rankmodel`` stage's tables and its fit file's convergence. A run folder without them (an older run,
+    a stage refused) gets ``available`` false and the ``reason`` (the stage's, from the manifest)."""
+    from evtsync.core.defaults import RANK_FLEET_WORDING
+    from evtsync.evt.rankreport import (
+        RANK_FIT_FILES,
+        RANK_STAGE,
+        RANK_TABLES,
+        model_words,
+        rank_model_block,
+    )
+
+    frames = {name: table(name) for name in RANK_TABLES}
+    missing = [f"tables/{name}.parquet" for name, frame in frames.items() if frame is None]
+    if len(missing) == len(RANK_TABLES):
+        reason = ("not in this run folder (" + why(RANK_STAGE) + ")" if RANK_STAGE in manifest.get("stages", {})
+                  else "not in this run folder: the run was made before the rank model's stage existed (rerun "
+                  "`evtsync run` to fit it)")
+        return {}, {"available": False, "reason": reason, "model": model_words(None),
+                    "fleet_assumption": RANK_FLEET_WORDING["new"]}
+    converged, convergence, chains = _rank_fit_convergence(run_dir / RANK_FIT_FILES[0])
+    rows, block = rank_model_block(frames["rank_effects"], frames["rank_variance"], frames["rank_xi"],
+                                   frames["rank_loo"], converged, convergence, chains)
+    block["available"] = True
+    if missing:
+        block["missing_tables"] = missing
+        block["reason"] = f"{', '.join(missing)} missing ({why(RANK_STAGE)})"
+    return rows, block
+
+
+def _rank_fit_convergence(path: Path) -> tuple[bool | None, str, int | None]:
+    """(converged, the convergence line, chains) of a rank-model fit file, read from its attributes;
+    (None, why, None) where the file is missing or unreadable."""
+    if not path.is_file():
+        return None, f"{path.name} missing: convergence unknown", None
+    import xarray as xr
+
+    try:
+        with xr.open_datatree(path, engine="h5netcdf") as tree:
+            attrs = dict(tree.attrs)
+    except (OSError, ValueError) as exc:
+        return None, f"{path.name} unreadable ({exc}): convergence unknown", None
+    chains = attrs.get("chains")
+    return (bool(int(attrs.get("converged", 0))), str(attrs.get("convergence", "")),
+            int(chains) if chains is not None else None)
 
 
 def summary_document(numbers: pd.DataFrame, info: dict[str, Any]) -> dict[str, Any]:

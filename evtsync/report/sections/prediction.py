@@ -21,6 +21,7 @@ from evtsync.report.markdown import (
     fmt,
     fmt_ci,
 )
+from evtsync.runfolder.summary import fleet_assumption
 
 #: Domain sizes shown in the tables of tau(n) and B* (the figures show every power of two).
 TABLE_NS = (8, 64, 128, 512, 4096)
@@ -67,8 +68,10 @@ def build(ctx: ReportContext) -> list[Section]:
     if beyond_data_rows(shown_rows).any():
         note = _beyond_note(shown_rows[beyond_data_rows(shown_rows)])
         items.append(Alert(f"{BEYOND_MARK} {note[0].upper()}{note[1:]}.", level="warning"))
+    fleets = list(dict.fromkeys(w for w in map(fleet_assumption, headline.to_dict("records")) if w))
     items.append(_tau_table(headline, f"Headline: tau(n) in µs by the estimator {label}, point [{PCT} "
                                       "interval] (" + _interval_words(headline, name) + ")"
+                                      + (f", for {' / '.join(fleets)}" if fleets else "")
                                       + ("; a row whose cell it cannot predict comes from the main GEV model's "
                                          "centred estimator and says so in \"fallback\"." if not view.explicit else
                                          "; only this estimator's rows (no fallback): a cell it does not predict "

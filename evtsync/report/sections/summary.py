@@ -14,6 +14,7 @@ import pandas as pd
 
 from evtsync.core.display import fmt, fmt_interval, fmt_share, point_key
 from evtsync.critpath.replay import FLOOR_SHARE, K_SCALE
+from evtsync.evt.rankreport import MATERIAL_SHARED_SHARE, not_converged_words
 from evtsync.predict.hockney import topology_label
 from evtsync.report.context import PCT, ReportContext, fit_rows, slug
 from evtsync.report.markdown import (
@@ -47,6 +48,12 @@ def build(ctx: ReportContext) -> list[Section]:
     for row in bad.itertuples():
         items.append(Alert(f"Fit {row.model} did NOT converge ({row.convergence}). Every number computed from it "
                            "is marked; rerun with more --draws/--tune before relying on it."))
+    given = info.get("rank_model")
+    rank: dict[str, Any] = given if isinstance(given, dict) else {}
+    if rank.get("available") and rank.get("converged") is False:
+        items.append(Alert(f"The {rank.get('model', 'rank model')}: {not_converged_words(str(rank.get('convergence')))}. Its "
+                           "tail verdicts, shapes, slow ranks and variance shares are marked; rerun with more "
+                           "--draws/--tune before relying on them."))
     for name, stage in ctx.manifest.get("stages", {}).items():
         if stage.get("status") == "failed":
             items.append(Alert(f"Stage {name} FAILED: {stage.get('reason', '')}"))
@@ -99,11 +106,14 @@ def build(ctx: ReportContext) -> list[Section]:
     by = (_estimator_words(info.get("estimator"), model, info.get("point_estimate")) if info.get("estimator")
           else f"{model or 'no fit'}")
     items += first_answers(records, info, ctx, by)
+    fleet = _fleet_words(records)
     items.append(Table(frame, f"Per {device} × precision: value [{PCT} interval], each linked to its section; the top root "
                               f"cause with its share of the cell's tax; saving without stragglers: at most the mean tax "
                               f"per collective; the tail verdict (light (Gumbel): light tail, Gumbel domain) beside the {PCT} "
-                              f"interval of the shape it reads (GPD: xi of the rank times' tail by ranktail; GEV: xi of "
-                              f"{model or 'no fit'}); tau and B* by {by} at n = {n} ranks. An "
+                              f"interval of the shape it reads (rank model: posterior median of xi of the rank times' "
+                              f"GPD tail with P(xi > 0); GPD: xi of the rank times' tail by ranktail; GEV: posterior "
+                              f"mean of xi of {model or 'no fit'}); tau and B* by {by} at n = {n} ranks"
+                              + (f" ({fleet})" if fleet else "") + ". An "
                               "interval marked \"range of n\" is [min, max] of n values, too few for the level; ∞: too "
                               "few values to bound that side. Rows in red: fit not converged.",
                        flag="not converged", css_class="summary", note=SUMMARY_NOTE))
@@ -121,6 +131,7 @@ def build(ctx: ReportContext) -> list[Section]:
     items.append(Link(loo, "#compare"))
     if info.get("loo_and_tail"):
         items.append(info["loo_and_tail"])
+    items.append(Caption(methods_text(rank, info, model, fleet)))
     items.append(Caption(f"How the summary is computed: tax = max − min {tau_words(cpu)} over the member ranks, over "
                  f"the valid collectives of the process group(s) the compute blocks were cut from (the PG tau(n) "
                  f"predicts), median and 90th percentile with distribution-free order-statistic {PCT} intervals; "
@@ -130,15 +141,17 @@ def build(ctx: ReportContext) -> list[Section]:
                  f"share of the tax of every collective walked to a root; "
                  + ("" if cpu else f"GPU-only share = attributed collectives whose straggler path is GPU-only, "
                                    f"Wilson {PCT} interval; ")
-                 + f"xi is the posterior mean with its {PCT} credible interval of {model or 'no fit'}; tau(n) "
-                 f"and B* in GB/s per topology (its reduction 1 − B*/B*_H: the B* section) are point estimates "
-                 f"({point_words(info.get('point_estimate'))}) with {PCT} intervals of the "
-                 f"default estimator of tau(n), ranktail (every rank's value with a generalized Pareto tail), or, "
-                 f"where it cannot predict (labelled in the notes), the centred estimator of {model or 'no fit'} (m = "
-                 f"{ctx.manifest.get('options', {}).get('m', 4)}); the tail verdict is the rank times' domain of "
-                 f"attraction, read from the {PCT} interval of the GPD shape of ranktail's tail (where ranktail "
-                 f"predicts; elsewhere from xi of {model or 'the GEV'}'s block maxima): heavy (Fréchet) when it lies "
-                 "above 0, bounded (Weibull) below 0, light tail (Gumbel domain) when it holds 0."))
+                 + f"tau(n) and B* in GB/s per topology (its reduction 1 − B*/B*_H: the B* section) are point estimates "
+                 f"({point_words(info.get('point_estimate'))}) with {PCT} intervals of {by}"
+                 + (f", the centred estimator of {model} (m = {ctx.manifest.get('options', {}).get('m', 4)}) "
+                    "where the default cannot predict (labelled in the notes)" if model else "")
+                 + f"; the tail verdict is the rank times' domain of attraction, read from the {PCT} interval of a "
+                 + ("shape xi of the rank times' tail: the hierarchical rank model's (posterior median shown) "
+                    if rank.get("available") else
+                    f"shape: the GPD shape of ranktail's tail where ranktail predicts, elsewhere xi of "
+                    f"{model or 'the GEV'}'s block maxima (posterior mean shown) ")
+                 + "— heavy (Fréchet) when it lies above 0, bounded (Weibull) below 0, light tail (Gumbel domain) when "
+                 "it holds 0."))
     items.append(Caption(f"Who straggles (all process groups; per {device} in its tax section):"))
     items.append(straggler_table(ctx))
     if ctx.manifest.get("demo"):
@@ -260,9 +273,12 @@ def first_answers(records: list[dict[str, Any]], info: dict[str, Any], ctx: Repo
         who = f"on {name} no collective was walked to a root cause (the attribution section says why)."
     else:
         who = "no root causes: " + ctx.why_not("attribution")
-    slow = slow_rank_text(worst)
+    slow = "; ".join(t for t in [slow_rank_text(worst)] + [slow_rank_text(r) for r in records if r is not worst] if t)
     if slow:
         who = f"{who[:-1]}; {slow}" + ("" if slow.endswith(".") else ".")
+    shared = shared_text(records)
+    if shared:
+        who = f"{who} {shared}"
     answers.append(Answer("who", "Who straggles and why", who, f"#attribution-{gslug}"))
 
     step, without = _step_times(worst, info)
@@ -289,9 +305,10 @@ def first_answers(records: list[dict[str, Any]], info: dict[str, Any], ctx: Repo
     n = info.get("n")
     tau = _number(worst, point_key(worst, "tau", "_us"))
     if tau is not None:
+        fleet = worst.get("fleet_assumption")
         bigger = (f"at n = {n} ranks, {name} would pay tau(n) = "
                   f"{interval(worst, point_key(worst, 'tau', '_us'), 'tau_lo_us', 'tau_hi_us')} µs per collective "
-                  f"({_short_estimator(worst, info)})")
+                  f"({_short_estimator(worst, info)}" + (f"; {fleet}" if isinstance(fleet, str) and fleet else "") + ")")
         topos = [t for t in info.get("topologies", []) if _number(worst, f"bstar_{t}_gbps") is not None]
         if topos:
             t = topos[0]
@@ -350,11 +367,56 @@ def summary_cards(records: list[dict[str, Any]], info: dict[str, Any],
     return Cards(cards)
 
 
+
+def shared_text(records: list[dict[str, Any]]) -> str:
+    """The first screen's sentence on shared shifts where they are material (share of the block variance
+    shared by a collective's ranks ≥ :data:`MATERIAL_SHARED_SHARE` in some cell): they cost nothing in the
+    tax, since they cancel in max − mean (docs/methodology.md, "The rank model"); "" otherwise."""
+    material = [r for r in records if (_number(r, "share_shared") or 0.0) >= MATERIAL_SHARED_SHARE]
+    if not material:
+        return ""
+    parts = []
+    for r in material:
+        drift = _number(r, "drift_range_sd")
+        parts.append(f"{fmt_share(r['share_shared'])} on {cell_label(r)}"
+                     + (f" (drift over the job {fmt(drift, 2)} sd)" if drift is not None else ""))
+    return ("Shocks and drift shared by all ranks of a collective make up " + ", ".join(parts)
+            + " of the block variance (rank model): they cost nothing in the tax — they cancel in max − mean.")
+
+
+def _fleet_words(records: list[dict[str, Any]]) -> str:
+    """The fleet assumption of the rows' tau(n) (the rank model's: "a job of n ranks from the same fleet"), "" if none."""
+    words = [str(r["fleet_assumption"]) for r in records if isinstance(r.get("fleet_assumption"), str)
+             and r["fleet_assumption"]]
+    return words[0] if words else ""
+
+
+def methods_text(rank: dict[str, Any], info: dict[str, Any], model: str | None, fleet: str) -> str:
+    """The methods paragraph's first sentence: which model answers (the hierarchical rank model, with its
+    sampler, and the fleet assumption of tau(n)), or why it does not."""
+    if rank.get("available"):
+        return (f"One model answers: the {rank.get('model')} of per-rank block times (docs/methodology.md, \"The rank "
+                f"model\"): shared shifts per collective eliminated, a persistent effect per rank, a GPD tail whose "
+                f"shape is pooled over GPUs and precisions; the tail verdicts, slow ranks, variance shares and LOO "
+                f"(xi free vs xi = 0) are its"
+                + (f"; tau(n) is for {fleet}" if fleet else "")
+                + (". It " + not_converged_words(str(rank.get("convergence"))) if rank.get("converged") is False else "")
+                + f". The GEV fits of block maxima ({model or 'none'}) are comparators, not the headline.")
+    reason = rank.get("reason") or "not in this run folder"
+    return (f"The hierarchical rank model is not in this run: {reason}. The tail verdicts and LOO below are the GEV "
+            "fits' of block maxima and ranktail's.")
+
+
 def tail_text(r: dict[str, Any], ci: Callable[..., str], sep: str) -> str:
-    """A row's tail verdict beside the interval it was read from: the GPD shape of the rank times'
-    tail where the row has it (``gpd_xi_*``), else xi of the GEV of the block maxima — never a verdict
+    """A row's tail verdict beside the interval it was read from: the rank model's xi (posterior
+    median, interval, P(xi > 0)) where the row has it, else the GPD shape of the rank times'
+    tail (``gpd_xi_*``), else xi of the GEV of the block maxima — never a verdict
     beside another shape's interval (issue 45: no verdict contradicts its xi interval)."""
-    if _number(r, "gpd_xi_lo") is not None and _number(r, "gpd_xi_hi") is not None:
+    if _number(r, "rank_xi_lo") is not None and _number(r, "rank_xi_hi") is not None:
+        p = _number(r, "p_xi_positive")
+        shape = (f"rank model {ci(r, 'rank_xi_median', 'rank_xi_lo', 'rank_xi_hi', digits=2)}"
+                 + (f", P(xi > 0) {fmt(p, 2)}" if p is not None else ""))
+    elif _number(r, "gpd_xi_lo") is not None and _number(r, "gpd_xi_hi") is not None:
         shape = f"GPD {ci(r, 'gpd_xi_mean', 'gpd_xi_lo', 'gpd_xi_hi', digits=2)}"
     else:
         shape = f"GEV {ci(r, 'xi_mean', 'xi_lo', 'xi_hi', digits=2)}"
