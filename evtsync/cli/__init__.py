@@ -40,7 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fit": ("fit", "fit a Gumbel/GEV model to block maxima (z-scores): MLE or Bayesian"),
     "compare": ("compare", "compare Bayesian fits by PSIS-LOO: ELPD differences with SE, Pareto k, verdict"),
     "ranks": ("ranks", "the rank model: persistently slow ranks, variance shares, tail shape and tau(n) per GPU x precision"),
-    "predict": ("predict", "predicted tax tau(n) per GPU x precision, with intervals (default estimator: ranktail)"),
+    "predict": ("predict", "predicted tax tau(n) per GPU x precision, with intervals (default estimator: rankmodel)"),
     "bandwidth": ("bandwidth", "optimal bandwidth B* with the synchronization tax vs Hockney's, per topology and n"),
     "diff": ("diff", "compare the tax of two runs: shifts with intervals and a verdict per PG role"),
     "nccl-tests": ("nccltests", "parse nccl-tests logs; stats, verdicts, alpha/B, run plans"),

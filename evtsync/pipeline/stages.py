@@ -573,7 +573,8 @@ def _stage_rankmodel(run: Run) -> dict[str, Any]:
         raise NotApplicable(f"the rank model cannot be fitted: {exc}{_drop_note(run)}") from exc
     free.save(run.path(RANKMODEL_FIT))
     gumbel.save(run.path(RANKMODEL_GUMBEL_FIT))
-    run.produced("rankmodel", RANKMODEL_FIT, RANKMODEL_GUMBEL_FIT)
+    run.produced("rankmodel", *(rel for out in (RANKMODEL_FIT, RANKMODEL_GUMBEL_FIT)  # with their signatures
+                                for rel in (out, f"{out}.sig") if run.path(rel).is_file()))
     scales = block_scale(z)
     written = [run.write_table(f"{TABLES}/rank_effects.parquet", tables.rank_effects_table(free, scales)),
                run.write_table(f"{TABLES}/rank_variance.parquet", tables.rank_variance_table(free)),

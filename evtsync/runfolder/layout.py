@@ -55,7 +55,8 @@ TABLE_FILES = {name: f"{TABLES}/{name}.parquet" for name in (
     "mle", "compare", "tau", "bstar", "xi", "xi_population", "block_scale", "predicted_vs_measured",
     "predicted_vs_measured_holdout", "tax_stragglers", "tax_straggler_ranks", "whatif", "whatif_jobs",
     "whatif_stragglers", "bstar_flops",
-    "flops_scaling", "summary", "truth_xi", "truth_attribution")}
+    "flops_scaling", "summary", "truth_xi", "truth_attribution",
+    "rank_effects", "rank_variance", "rank_xi", "rank_loo")}
 #: The run's answer table as JSON (the same rows as ``tables/summary.parquet``), beside the manifest.
 SUMMARY_JSON = "summary.json"
 #: The report's files in the run folder (beside ``figures/``).
@@ -337,7 +338,7 @@ def stage_reason(entry: dict[str, Any]) -> str:
 
 #: The stages whose results a stage reads (a fit stage is any ``fit-<model>``): where a stage did
 #: not run, :func:`root_cause` follows these back to the first one that did not.
-UPSTREAM = {"zscores": ("tax",), "attribution": ("tax",), "mle": ("zscores",), "fit-": ("zscores",),
+UPSTREAM = {"zscores": ("tax",), "attribution": ("tax",), "mle": ("zscores",), "fit-": ("zscores",), "rankmodel": ("zscores",),
             "compare": ("fit-",), "prediction": ("zscores", "fit-"), "predicted-vs-measured": ("prediction",)}
 
 

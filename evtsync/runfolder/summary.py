@@ -488,12 +488,12 @@ def _rank_fit_convergence(path: Path) -> tuple[bool | None, str, int | None]:
     (None, why, None) where the file is missing or unreadable."""
     if not path.is_file():
         return None, f"{path.name} missing: convergence unknown", None
-    import xarray as xr
+    from evtsync.core.errors import EvtsyncError
+    from evtsync.evt.fitfile import read_netcdf_tree
 
-    try:
-        with xr.open_datatree(path, engine="h5netcdf") as tree:
-            attrs = dict(tree.attrs)
-    except (OSError, ValueError) as exc:
+    try:  # the guarded reader: a damaged file never hangs libhdf5 here (docs/security.md)
+        attrs = dict(read_netcdf_tree(path)[0].attrs)
+    except (OSError, ValueError, EvtsyncError) as exc:
         return None, f"{path.name} unreadable ({exc}): convergence unknown", None
     chains = attrs.get("chains")
     return (bool(int(attrs.get("converged", 0))), str(attrs.get("convergence", "")),
