@@ -272,33 +272,53 @@ def table(paths: list[str]) -> None:
                 cov = f"**{cov}**"
             cells.append(f"{ratio} (± {r.se:.3f}), {cov}")
         print(f"| {case} | {est} | {' | '.join(cells)} |")
-    print("\nDone-when verdict per case (the rank model at its defaults):\n")
-    print("| case | worst mean point/true over n (target) | coverage (binomial range) | verdict |")
-    print("|---|---|---|---|")
+    print("\nDone-when verdict per case (the rank model at its defaults). A miss is \"not met\" when the tolerance band "
+          "lies more than 2 standard errors from the mean, \"not met, within 2 se\" otherwise (more replicates "
+          "would decide); coverage is judged against the central 95% binomial range of the fits.\n")
+    print("| case | target | largest deviation of the mean point/true | intervals covering (n = 8, 64, 512, 4096) "
+          "| verdict |")
+    print("|---|---|---|---|---|")
     for case in sorted(s["case"].unique(), key=lambda c: order.get(c, 99)):
         part = s[(s["case"] == case) & (s["estimator"] == "rankmodel")]
-        if part.empty:
+        if part.empty or case == SMALL:
             continue
         dev = part["ratio"] - 1
         worst = part.loc[dev.abs().idxmax()]
         point_fail = part[dev.abs() > part["tol"]]
         cover_fail = part[(part["covered"] < part["binom_lo"]) | (part["covered"] > part["binom_hi"])]
         target = "±5% at every n" if case in ("shock", "drift") else "±5% at n ≤ 512, ±8% at 4096"
-        misses = [f"n = {int(r.n)}: {100 * (r.ratio - 1):+.1f}% (target ±{100 * r.tol:.0f}%, by "
-                  f"{100 * (abs(r.ratio - 1) - r.tol):.1f} points)" for r in point_fail.itertuples()]
-        misses += [f"n = {int(r.n)}: {int(r.covered)} of {int(r.fits)} cover ({r.binom_lo}–{r.binom_hi})"
+        misses = []
+        for r in point_fail.itertuples():
+            excess = abs(r.ratio - 1) - r.tol
+            sure = excess > 2 * r.se if np.isfinite(r.se) else False
+            misses.append(f"n = {int(r.n)}: {100 * (r.ratio - 1):+.1f}% ± {100 * r.se:.1f}% "
+                          f"({100 * excess:.1f} points outside{'' if sure else ', within 2 se'})")
+        misses += [f"n = {int(r.n)}: {int(r.covered)} of {int(r.fits)} cover (range {r.binom_lo}–{r.binom_hi})"
                    for r in cover_fail.itertuples()]
         verdict = "met" if not misses else "not met: " + "; ".join(misses)
-        if case == SMALL:
-            target += " (the small cell; its own criterion is the RMSE below)"
         if case == "mixture":
             verdict += " (n = 4096: the slow component's tail, ~51 slow values of 5,112, lies beyond the data)"
-        print(f"| {case} | n = {int(worst.n)}: {worst.ratio:.3f} ({target}) | "
-              f"{', '.join(f'{int(r.covered)}/{int(r.fits)}' for r in part.itertuples())} "
-              f"({part['binom_lo'].min()}–{part['binom_hi'].max()}) | {verdict} |")
+        print(f"| {case} | {target} | n = {int(worst.n)}: {worst.ratio:.3f} (± {worst.se:.3f}) | "
+              f"{', '.join(f'{int(r.covered)}/{int(r.fits)}' for r in part.itertuples())} | {verdict} |")
+    paired = flat[flat["estimator"].isin(["rankmodel", "ranktail"])].pivot_table(
+        index=["case", "replicate", "n"], columns="estimator", values="point")
+    if {"rankmodel", "ranktail"} <= set(paired.columns):
+        paired = (paired["rankmodel"] / paired["ranktail"]).dropna().rename("r").reset_index()
+        print("\nThe rank model's point over ranktail's on the same jobs (mean ± se over the jobs): what the rank model "
+              "adds to the data's own error where ranktail is unbiased (the iid cases: ranktail within ±3% of the truth "
+              "at every n over 285 jobs per parent, \"Simulation study of the estimators of tau(n)\" below).\n")
+        print(f"| case | jobs | {' | '.join(f'n = {n}' for n in NS)} |")
+        print("|---|---|" + "---|" * len(NS))
+        for case in sorted(paired["case"].unique(), key=lambda c: order.get(c, 99)):
+            part = paired[paired["case"] == case]
+            cells = []
+            for n in NS:
+                v = part.loc[part["n"] == n, "r"]
+                cells.append(f"{v.mean():.3f} ± {v.std(ddof=1) / np.sqrt(v.size):.3f}" if v.size > 1 else "–")
+            print(f"| {case} | {part['replicate'].nunique()} | {' | '.join(cells)} |")
     small = flat[(flat["case"] == SMALL) & (flat["n"] == 512)]
     if not small.empty:
-        print("\nSmall cell (632 values beside five cells of 5,112, one shared xi): tau(512)")
+        print("\nSmall cell (632 values beside five cells of 5,112, one shared xi): tau(512)\n")
         print("| estimator | fits | RMSE of point/true − 1 | mean point/true | 90% intervals covering |")
         print("|---|---|---|---|---|")
         rmse = {}
@@ -310,7 +330,7 @@ def table(paths: list[str]) -> None:
             for other in ("rankmodel-alone", "ranktail"):
                 if other in rmse and rmse[other] > 0:
                     gain = 1 - rmse["rankmodel"] / rmse[other]
-                    print(f"\npooled rank model against {other}: RMSE {100 * gain:.0f}% lower "
+                    print(f"\npooled rank model against {other}: RMSE {abs(100 * gain):.0f}% {'lower' if gain >= 0 else 'higher'} "
                           f"({'met' if gain >= 0.25 else 'NOT met'}: the target is at least 25% lower)")
     slow = flat[flat["case"].str.startswith("slow") & (flat["estimator"] == "rankmodel") & (flat["n"] == NS[0])]
     if not slow.empty:
