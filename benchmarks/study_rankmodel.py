@@ -73,6 +73,9 @@ ALL_CASES = (*CASES, SMALL)
 
 def _job(tmp: str, seed: int, **kwargs: Any) -> tuple[pd.DataFrame, dict[str, float], float]:
     """(z-score table, truth in units of b by str(n), b_ratio) of one synthetic job."""
+    # b_scale_ratio: the issue-29 study's (this folder is on sys.path when the script runs)
+    from study_estimator import b_scale_ratio
+
     import evtsync
     from evtsync.synth import SynthConfig, synthesize
 
@@ -80,13 +83,6 @@ def _job(tmp: str, seed: int, **kwargs: Any) -> tuple[pd.DataFrame, dict[str, fl
     z = evtsync.zscore_table(evtsync.load_traces(res.traces_dir))
     truth = res.truth["parent"]["true_straggler_delay_sd"]
     return z, truth, b_scale_ratio(z, res.truth["config"]["cv"])
-
-
-def b_scale_ratio(z: pd.DataFrame, cv: float) -> float:
-    """mean r / cv of a one-cell table: the pipeline's b_us over the true sd of a block of mean a."""
-    from evtsync.predict.tables import block_scale
-
-    return float(block_scale(z)["mean_r"].iloc[0]) / float(cv)
 
 
 def _rows(truth: dict[str, float], point: np.ndarray, lo: np.ndarray, hi: np.ndarray,
