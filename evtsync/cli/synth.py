@@ -8,6 +8,7 @@ import argparse
 def register(sub: argparse._SubParsersAction) -> None:
     from evtsync.cli._common import ListOption, add_out_argument
     from evtsync.synth.config import (
+        DRIFT_SHAPES,
         FORMATS,
         GPU_MODELS,
         PLANT_BLOCKS,
@@ -58,12 +59,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     noise = parser.add_argument_group("noise and causes")
     noise.add_argument("--gev", type=float, nargs=3, metavar=("MU", "SIGMA", "XI"), default=None,
                        help="GEV of the block z-scores (Coles; default per GPU x precision)")
-    noise.add_argument("--parent", choices=["normal", "gumbel", "lognormal", "student-t", "mixture"], default=None,
+    noise.add_argument("--parent", choices=["normal", "gumbel", "lognormal", "gamma", "student-t", "mixture"],
+                       default=None,
                        help="simulate ranks: every rank's block time drawn iid from this parent (standardised; "
                             "mixture = rare slow ranks), z-scores computed from them like any trace, and the true "
                             "mean straggler delay for n = m..4096 in ground_truth.json (default: z-scores designed "
                             "to follow --gev)")
     noise.add_argument("--cv", type=float, default=0.02, help="block run-time CV b/a (default 0.02)")
+    noise.add_argument("--shock-sd", type=float, default=0.0, metavar="SD",
+                       help="with --parent: a Normal shock of sd SD (units of the block sd b) shared by every rank "
+                            "of each collective; it cancels in max - mean (default 0)")
+    noise.add_argument("--drift", type=float, default=0.0, metavar="SD",
+                       help="with --parent: a drift over the job spanning SD block sds from the first iteration to "
+                            "the last, shared by all ranks (default 0)")
+    noise.add_argument("--drift-shape", choices=DRIFT_SHAPES, default="linear",
+                       help="the drift's shape: a line, or a half cosine (smooth: flat at both ends)")
+    noise.add_argument("--slow-rank", action="append", default=[], metavar="R:SD",
+                       help="with --parent: rank R persistently SD block sds slow in every block (repeatable); "
+                            "the truth is then stated for a job of n ranks from the same fleet")
     noise.add_argument("--cpu-delay-rate", type=float, default=0.002,
                        help="probability of a random Python gap before each op of each rank (default 0.002)")
     noise.add_argument("--plant", action="append", default=[], metavar="KIND:RANK:ITER:LAYER:BLOCK:DELAY_US",
@@ -83,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     from evtsync.cli._common import emit_json
     from evtsync.core.errors import InputError
     from evtsync.synth import STUDIES, Plant, SynthConfig, study, synthesize
+    from evtsync.synth.config import parse_slow_rank
 
     if bool(args.out) == bool(args.out_dir):
         raise InputError("synth: give the output folder once: -o/--out DIR (or OUT_DIR)")
@@ -96,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
         "cpu_delay_rate": args.cpu_delay_rate, "launch_queue_depth": args.launch_queue_depth,
         "plants": tuple(Plant.parse(p) for p in args.plant),
         "write_ranks": tuple(args.only_rank) if args.only_rank else None,
-        "parent": args.parent,
+        "parent": args.parent, "shock_sd": args.shock_sd, "drift_sd": args.drift, "drift_shape": args.drift_shape,
+        "slow_ranks": tuple(parse_slow_rank(v) for v in args.slow_rank),
     }
     if args.study:
         results = study(out_dir, args.study, **options)

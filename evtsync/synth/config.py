@@ -104,6 +104,13 @@ DEFAULT_GEV: dict[tuple[str, str], tuple[float, float, float]] = {
 PLANT_KINDS = ("slow_gemm", "cpu_launch_delay", "python_gap", "blocking_sync")
 PLANT_BLOCKS = ("fwd-attn", "fwd-mlp", "bwd-mlp", "bwd-attn")
 FORMATS = ("modern", "legacy")
+#: Shapes of the drift over the job (``SynthConfig.drift_shape``): a straight line, or a half cosine
+#: (flat at both ends, steepest mid-job); both span ``drift_sd`` from the first to the last iteration.
+DRIFT_SHAPES = ("linear", "smooth")
+#: Bounds on the departures from iid ranks, in units of b (cv·a): beyond any study's (issue 45's: a
+#: shock of 1, a drift of 3, a slow rank of 1.5). A block time that still comes out <= 0 µs (a large
+#: cv) stops the simulation with an error naming it.
+MAX_SHOCK_SD, MAX_DRIFT_SD, MAX_SLOW_SD = 4.0, 4.0, 4.0
 TP_MODES = ("allreduce", "rs_ag")
 
 
@@ -139,6 +146,18 @@ class Plant:
             raise InputError(
                 f"--plant {text!r}: RANK, ITERATION, LAYER and DELAY_US must be integers"
             ) from exc
+
+
+def parse_slow_rank(text: str) -> tuple[int, float]:
+    """Parse ``RANK:SD`` (the CLI's ``--slow-rank``): rank RANK persistently SD (units of b) slow."""
+    parts = text.split(":")
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        return int(parts[0]), float(parts[1])
+    except ValueError:
+        raise InputError(f"--slow-rank {text!r}: expected RANK:SD (an integer rank and its persistent shift in "
+                         f"block sd b), e.g. 3:1.5") from None
 
 
 def _groups_from_size(ranks: int, size: int, *, strided: bool, stride: int = 1) -> tuple[tuple[int, ...], ...]:
@@ -181,6 +200,14 @@ class SynthConfig:
     #: :data:`evtsync.synth.parents.PARENTS`: every rank's block time drawn iid from that parent.
     parent: str | None = None
     cv: float = 0.02
+    #: Departures from iid ranks (issue 45; need ``parent``), all in units of b = cv·a: the sd of a
+    #: Normal shock shared by every rank of one collective (one block instance of one iteration), the
+    #: total range of a drift over the job (shape ``drift_shape``), and persistently slow ranks
+    #: ``((rank, shift), ...)`` whose every time is ``shift`` later.
+    shock_sd: float = 0.0
+    drift_sd: float = 0.0
+    drift_shape: str = "linear"
+    slow_ranks: tuple[tuple[int, float], ...] = ()
     sample_size: int = 4
     plants: tuple[Plant, ...] = ()
     cpu_delay_rate: float = 0.002
@@ -270,6 +297,7 @@ class SynthConfig:
         out = dataclasses.asdict(self)
         out["plants"] = [dataclasses.asdict(p) for p in self.plants]
         out["gev"] = list(self.gev_params)
+        out["slow_ranks"] = [[r, sd] for r, sd in self.slow_ranks]
         return out
 
     # ------------------------------------------------------------------ checks
@@ -316,6 +344,7 @@ class SynthConfig:
 
             if self.parent not in PARENTS:
                 bad(f"unknown parent {self.parent!r}; expected one of {', '.join(PARENTS)}")
+        self._check_departures(bad)
         mu, sigma, xi = self.gev_params
         if not sigma > 0:
             bad(f"GEV sigma must be > 0, got {sigma}")
@@ -358,6 +387,32 @@ class SynthConfig:
         keys = [(p.rank, p.iteration, p.layer, p.block) for p in self.plants]
         if len(keys) != len(set(keys)):
             bad("two plants target the same rank, iteration, layer and block")
+
+    def _check_departures(self, bad: Any) -> None:
+        """The shock, drift and slow ranks: finite, in range, on simulated ranks only."""
+        import math
+
+        for name, value, top in (("shock_sd", self.shock_sd, MAX_SHOCK_SD), ("drift_sd", self.drift_sd, MAX_DRIFT_SD)):
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 <= value <= top:
+                bad(f"{name} must be a number in [0, {top:g}] (units of the block sd b), got {value!r}")
+        if self.drift_shape not in DRIFT_SHAPES:
+            bad(f"unknown drift_shape {self.drift_shape!r}; expected one of {', '.join(DRIFT_SHAPES)}")
+        seen: set[int] = set()
+        for item in self.slow_ranks:
+            if not (isinstance(item, tuple) and len(item) == 2):
+                bad(f"slow rank {item!r}: expected (rank, sd)")
+            r, sd = item
+            if not isinstance(r, int) or not 0 <= r < self.ranks:
+                bad(f"slow rank {r!r}: rank outside 0..{self.ranks - 1}")
+            if r in seen:
+                bad(f"slow rank {r} given twice")
+            seen.add(r)
+            if not isinstance(sd, (int, float)) or not math.isfinite(sd) or sd == 0 or abs(sd) > MAX_SLOW_SD:
+                bad(f"slow rank {r}: its shift must be a non-zero number in [-{MAX_SLOW_SD:g}, {MAX_SLOW_SD:g}] "
+                    f"(units of the block sd b), got {sd!r}")
+        if self.parent is None and (self.shock_sd or self.drift_sd or self.slow_ranks):
+            bad("a shock, drift or slow rank acts on simulated rank times: give a parent (--parent), the GEV "
+                "design has none")
 
     def _check_partition(self, kind: str, groups: tuple[tuple[int, ...], ...]) -> None:
         seen: set[int] = set()

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from evtsync.core.errors import InputError
 from evtsync.synth.config import GPU_MODELS, SynthConfig
 from evtsync.synth.kernels import DTYPE_BYTES, TORCH_DTYPE, KernelSpec, catalogue, nccl_kernel
 from evtsync.synth.noise import BlockDesign, design_block, split_integer_rows
@@ -133,6 +134,7 @@ class Simulation:
         self.rng_delay = np.random.default_rng(seeds[3])
         self.rng_rank = [np.random.default_rng(s) for s in seeds[4].spawn(cfg.ranks)]
         self.rng_misc = np.random.default_rng(seeds[5])
+        self.rng_shock = np.random.default_rng(np.random.SeedSequence([cfg.seed, 45]))
         self.write = set(cfg.ranks_to_write())
         self._build_groups()
         self.program = self._build_program()
@@ -355,7 +357,11 @@ class Simulation:
                 from evtsync.synth.parents import get_parent
 
                 d = get_parent(cfg.parent).standard_draws(self.rng_design, (J + 1, cfg.ranks))
+                d = d + self._departures(p, J + 1)
                 x = np.rint(a * (1.0 + cfg.cv * d)).astype(np.int64)
+                if x.min() < 1:
+                    raise InputError(f"synth: a block time of {x.min()} µs at block position {p} (cv {cfg.cv} with "
+                                     f"the shock, drift or slow ranks): lower cv or the departures")
                 self.durations[p] = split_integer_rows(x.reshape(-1), w).reshape(J + 1, cfg.ranks, len(w))
                 continue
             d = self.rng_design.standard_normal((J + 1, cfg.ranks)) * 0.5   # non-design rows
@@ -374,6 +380,22 @@ class Simulation:
                 si = self._plant_step(pl.layer, pl.block)
                 st = self.program[si]
                 self.durations[st.position][pl.iteration + (1 if st.trailing else 0), pl.rank, st.kidx[0]] += pl.delay_us
+
+    def _departures(self, p: int, rows: int) -> np.ndarray:
+        """(rows, ranks) shifts in units of b of block position ``p`` (docs/synth.md, "Shocks, drift and
+        slow ranks"): a shock per row shared by all ranks, the drift over the rows (iterations), each slow
+        rank's persistent shift. Drawn from their own stream, so the parent's draws do not change."""
+        cfg = self.cfg
+        out = np.zeros((rows, cfg.ranks))
+        if cfg.shock_sd:
+            out += self.rng_shock.normal(0.0, cfg.shock_sd, rows)[:, None]
+        if cfg.drift_sd:
+            t = np.arange(rows) / max(rows - 1, 1)
+            shape = t if cfg.drift_shape == "linear" else (1 - np.cos(np.pi * t)) / 2
+            out += cfg.drift_sd * (shape - 0.5)[:, None]
+        for r, sd in cfg.slow_ranks:
+            out[:, r] += sd
+        return out
 
     def _plant_step(self, layer: int, block: str) -> int:
         for si, st in enumerate(self.program):

@@ -17,7 +17,7 @@ from evtsync._version import __version__
 from evtsync.core.tableio import atomic_path
 from evtsync.synth.config import DEFAULT_GEV, TRUTH_FILE, SynthConfig
 from evtsync.synth.noise import pooled_z
-from evtsync.synth.parents import get_parent, true_delay_sd, true_delays_us
+from evtsync.synth.parents import fleet_shifts, get_parent, true_delay_sd, true_delays_us
 from evtsync.synth.timeline import Simulation
 
 TRUTH_SCHEMA_VERSION = 1
@@ -59,7 +59,8 @@ def _blocks(sim: Simulation) -> list[dict[str, Any]]:
             "span_gap_rank_independent": bool(np.all(gaps.max(axis=1) == gaps.min(axis=1))),
             "max_abs_z_minus_design": float(np.max(np.abs(z - z_design))) if cfg.parent is None else None,
             **({} if cfg.parent is None else {
-                "true_straggler_delay_us": true_delays_us(cfg.parent, a_design * cfg.cv, _domain_sizes(cfg))}),
+                "true_straggler_delay_us": true_delays_us(cfg.parent, a_design * cfg.cv, _domain_sizes(cfg),
+                                                     fleet_shifts(cfg.ranks, cfg.slow_ranks))}),
             "instances": [{"iteration": j, "ranks": list(sample), "busy_us": [int(v) for v in b],
                            "span_us": [int(v) for v in sp], "z": float(zz), "z_span": float(zs),
                            "z_design": float(zd), "max_rank": sample[int(np.argmax(b))],
@@ -78,15 +79,27 @@ def _domain_sizes(cfg: SynthConfig) -> list[int]:
 
 
 def _parent_truth(cfg: SynthConfig) -> dict[str, Any] | None:
-    """The parent of the rank times and its true mean straggler delay per n (in units of b)."""
+    """The parent of the rank times, the departures from iid ranks, and the true mean straggler delay per
+    n (in units of b) under "a job of n ranks from the same fleet"."""
     if cfg.parent is None:
         return None
     parent = get_parent(cfg.parent)
+    shifts = fleet_shifts(cfg.ranks, cfg.slow_ranks)
+    departures = bool(cfg.shock_sd or cfg.drift_sd or cfg.slow_ranks)
     return {"name": parent.name, "description": parent.description,
-            "rank_time": "X = a (1 + cv·eps), eps iid over ranks and iterations, mean 0, sd 1",
-            "true_straggler_delay_sd": {str(n): true_delay_sd(cfg.parent, n) for n in _domain_sizes(cfg)},
-            "definition": "E[max_n X - mean_n X] / b, b = cv·a, integrated from the parent's CDF "
-                          "(per block identity in µs: blocks[].true_straggler_delay_us)"}
+            "rank_time": ("X = a (1 + cv·eps), eps iid over ranks and iterations, mean 0, sd 1" if not departures else
+                          "X = a (1 + cv·(eps + shock_i + drift_i + rho_r)), eps iid over ranks and iterations, "
+                          "mean 0, sd 1; shock_i and drift_i shared by the ranks of collective i; rho_r per rank"),
+            "departures": {"shock_sd": cfg.shock_sd, "drift_sd": cfg.drift_sd, "drift_shape": cfg.drift_shape,
+                           "slow_ranks": {str(r): sd for r, sd in cfg.slow_ranks},
+                           "unit": "b = cv·a, the sd of eps in µs"},
+            "fleet": ("a job of n ranks from the same fleet: each new rank's persistent effect drawn at random "
+                      "from this job's ranks' effects (0 for all but the slow ranks); shock and drift cancel in "
+                      "max - mean"),
+            "true_straggler_delay_sd": {str(n): true_delay_sd(cfg.parent, n, shifts) for n in _domain_sizes(cfg)},
+            "definition": "E[max_n X - mean_n X] / b, b = cv·a, integrated (scipy quad, ~1e-8) from the CDF of "
+                          "eps + rho, rho uniform over the fleet's rank effects (per block identity in µs: "
+                          "blocks[].true_straggler_delay_us)"}
 
 
 def truth_header(sim: Simulation, files: dict[int, Path]) -> dict[str, Any]:
