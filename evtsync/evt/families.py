@@ -120,3 +120,25 @@ def structure_note(a: Any, b: Any) -> str:
         return ""
     return (f" — not the shape's gain alone: they also differ in location and scale ({a['model']}: {sa}; "
             f"{b['model']}: {sb})")
+
+
+#: The tail verdicts (docs/methodology.md, "The tail verdict"): read from a shape's interval.
+LIGHT_TAIL, HEAVY_TAIL, BOUNDED_TAIL = "light tail (Gumbel domain)", "heavy (Fréchet)", "bounded (Weibull)"
+
+
+def tail_verdict(lo: float, hi: float, family: str = "gpd") -> str:
+    """The tail type read from the interval [lo, hi] of a shape xi (the one home of the verdict):
+    :data:`HEAVY_TAIL` when the interval lies above 0, :data:`BOUNDED_TAIL` below 0,
+    :data:`LIGHT_TAIL` when it holds 0; a family that fixes xi says so; "–" for an interval that
+    is not finite."""
+    import math
+
+    if fixes_xi(family):
+        return f"{family_label(family)} (model fixes xi = 0)"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "–"
+    if lo > 0:
+        return HEAVY_TAIL
+    if hi < 0:
+        return BOUNDED_TAIL
+    return LIGHT_TAIL

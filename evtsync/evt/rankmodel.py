@@ -60,6 +60,7 @@ from evtsync.core.defaults import (
     RANKTAIL_XI_PRIOR_SD,
 )
 from evtsync.core.errors import FitError, InputError
+from evtsync.evt.families import tail_verdict
 
 log = logging.getLogger(__name__)
 
@@ -818,15 +819,6 @@ class RankModelFit:
                                for i, c in enumerate(cells["cell"])], axis=0)
             out = out * factors[None, :]
         return out
-
-
-def tail_verdict(lo: float, hi: float) -> str:
-    """The domain of attraction read from xi's interval: an interval holding 0 is the Gumbel domain."""
-    if lo > 0:
-        return "heavy (Fréchet)"
-    if hi < 0:
-        return "bounded (Weibull)"
-    return "light tail (Gumbel domain)"
 
 
 def load_rank_model(path: str | os.PathLike[str]) -> RankModelFit:

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.core.defaults import INTERVAL_LEVEL
+from evtsync.evt.families import tail_verdict
 from evtsync.evt.rankmodel import FLEET_WORDING, SLOW_LEVEL, SLOW_MIN_SD, RankModelFit
 
 #: The domain size of the "without it tau(n) would be ..." clause, when it is among those asked.
@@ -144,14 +145,6 @@ RANK_FIT_FILES = ("fits/rankmodel.nc", "fits/rankmodel-gumbel.nc")
 MATERIAL_SHARED_SHARE = 0.2
 #: The label of the xi = 0 fit in ``rank_loo`` (the other row is the free shape).
 GUMBEL_LOO_MARK = "xi = 0"
-
-
-def tail_verdict(lo: float, hi: float) -> str:
-    """The rank model's tail verdict from its xi interval (the one home of the verdicts:
-    :func:`evtsync.runfolder.summary.tail_verdict`; "–" for an interval that is not finite)."""
-    from evtsync.runfolder.summary import tail_verdict as verdict
-
-    return verdict(lo, hi, "gpd")
 
 
 def model_words(chains: int | None) -> str:

@@ -24,7 +24,16 @@ from evtsync.core.intervals import (
     wilson_interval,
 )
 from evtsync.core.tableio import read_table
-from evtsync.evt.families import family_label, fixes_xi, known_structure, structure_note
+from evtsync.evt.families import (  # noqa: F401 - the verdicts are summary vocabulary too
+    BOUNDED_TAIL,
+    HEAVY_TAIL,
+    LIGHT_TAIL,
+    family_label,
+    fixes_xi,
+    known_structure,
+    structure_note,
+    tail_verdict,
+)
 from evtsync.runfolder.layout import (
     STATUS_TEXT,
     SUMMARY_JSON,
@@ -100,24 +109,6 @@ def root_causes(attributed: pd.DataFrame, top: int = TOP_ROOTS) -> dict[str, Any
 
 #: The tail verdicts (issue 45): the domain of attraction of the rank times, read from the interval
 #: of a shape xi. A cell whose interval holds 0 is never called heavy or bounded.
-LIGHT_TAIL, HEAVY_TAIL, BOUNDED_TAIL = "light tail (Gumbel domain)", "heavy (Fréchet)", "bounded (Weibull)"
-
-
-def tail_verdict(lo: float, hi: float, family: str) -> str:
-    """The tail type read from the interval [lo, hi] of a shape xi (a Gumbel model fixes it):
-    :data:`HEAVY_TAIL` when the interval lies above 0, :data:`BOUNDED_TAIL` below 0,
-    :data:`LIGHT_TAIL` when it holds 0 (docs/methodology.md, "The tail verdict")."""
-    if fixes_xi(family):
-        return f"{family_label(family)} (model fixes xi = 0)"
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        return "–"
-    if lo > 0:
-        return HEAVY_TAIL
-    if hi < 0:
-        return BOUNDED_TAIL
-    return LIGHT_TAIL
-
-
 def _verdict_read(verdicts: list[str]) -> tuple[list[str], list[str]]:
     """The verdicts read from an interval (not a fixed shape, not missing), and those of them
     that call the tail heavy or bounded."""

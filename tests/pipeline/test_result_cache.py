@@ -254,10 +254,11 @@ def test_which_stages_are_shared(tmp_path: Path) -> None:
 
     shared = {st.name: st.shareable for st in build_stages(Run(RunOptions(out=tmp_path / "o", models=["gumbel"])))}
     assert shared == {"demo": True, "tax": True, "zscores": True, "attribution": True, "mle": True,
-                      "fit-gumbel": True, "compare": True, "prediction": True, "predicted-vs-measured": True,
-                      "summary": False, "report": False}
+                      "fit-gumbel": True, "rankmodel": True, "compare": True, "prediction": True,
+                      "predicted-vs-measured": True, "summary": False, "report": False}
     random_seed = build_stages(Run(RunOptions(out=tmp_path / "o", models=["gumbel"], seed=None)))  # type: ignore[arg-type]
     assert not next(st for st in random_seed if st.name == "fit-gumbel").shareable
+    assert not next(st for st in random_seed if st.name == "rankmodel").shareable  # a random seed is never shared
 
 
 def test_cache_command_shows_and_clears_only_its_entries(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from evtsync.core.defaults import INTERVAL_LEVEL
-from evtsync.evt.rankmodel import RankModelFit, loo_table, tail_verdict
+from evtsync.evt.families import tail_verdict
+from evtsync.evt.rankmodel import RankModelFit, loo_table
 
 Q = ((1 - INTERVAL_LEVEL) / 2, (1 + INTERVAL_LEVEL) / 2)
 TAU_N = 512

@@ -14,7 +14,7 @@ from tests._lazy import lazy_module
 # the parents are SciPy's frozen distributions: imported on first use, not at collection (issue 48)
 parents = lazy_module("evtsync.synth.parents")
 #: the parents' names, for parametrize without importing them (test_parent_names checks the list)
-PARENT_NAMES = ["gumbel", "lognormal", "mixture", "normal", "student-t"]
+PARENT_NAMES = ["gamma", "gumbel", "lognormal", "mixture", "normal", "student-t"]
 
 
 def test_true_delay_matches_closed_forms() -> None:

@@ -39,7 +39,7 @@ def rank_items(ctx: ReportContext) -> list[Any]:
     """The rank model's shape xi of the rank times' GPD tail: per cell (posterior median, mean, interval,
     P(xi > 0), the tail verdict read from the interval) and pooled per GPU and per precision
     (``tables/rank_xi.parquet``); where the table is missing, why."""
-    from evtsync.evt.rankreport import tail_verdict
+    from evtsync.evt.families import tail_verdict
 
     table = ctx.table("rank_xi")
     if table is None or table.empty:
