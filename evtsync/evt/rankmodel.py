@@ -257,14 +257,24 @@ def decompose(long: pd.DataFrame, centring: str = "centre", source: str = "rank 
         noise = sigma_e2 / float(np.mean(k))
         var_shared = max(0.0, float(cm["mean"].var(ddof=1)) - noise) if n_coll > 1 else 0.0
         smooth_parts, ranges = [], []
+        smooth_noise = 0.0  # the variance the moving average keeps of what is not drift (its residuals / window)
         for _, s in cm.sort_values("order").groupby("series", sort=False):
             v = s["mean"].to_numpy()
-            sm = _moving_average(v, max(5, v.size // 10))
+            window = max(5, v.size // 10)
+            sm = _moving_average(v, window)
             smooth_parts.append(pd.Series(sm, index=s.index))
             ranges.append(float(sm.max() - sm.min()) if sm.size >= 10 else 0.0)
+            smooth_noise += float(np.sum((v - sm) ** 2)) / min(window, v.size) / n_coll
         smooth = pd.concat(smooth_parts).reindex(cm.index).to_numpy()
-        drift_var = float(np.var(smooth)) if n_coll > 1 else 0.0
-        shock_var = max(0.0, float(np.var(cm["mean"].to_numpy() - smooth)) - noise)
+        # shared = drift + shocks (docs/methodology.md): the drift is the moving average's variance less
+        # the noise it keeps, at most the shared part; the shocks the rest of the shared part
+        drift_var = min(var_shared, max(0.0, float(np.var(smooth)) - smooth_noise)) if n_coll > 1 else 0.0
+        shock_var = var_shared - drift_var
+        # the range of the smoothed means is noise where there is no drift: scaled by the share of the
+        # smoothed variance that is drift (0 without drift, the range itself where noise is negligible)
+        smooth_total = float(np.var(smooth)) if n_coll > 1 else 0.0
+        range_scale = math.sqrt(drift_var / smooth_total) if smooth_total > 0 else 0.0
+        ranges = [r * range_scale for r in ranges]
         n_kept = rank_labels.size if rank_effects else 0  # without rank effects no rank is listed
         cells.append(CellData(
             label=label, gpu=str(gpu), precision=str(precision), w=w, noise_sd=noise_sd,
@@ -1102,10 +1112,12 @@ class RankModelPrediction:
     point_estimate = "median"
     population_note = POPULATION_NOTE
 
-    def __init__(self, fit: RankModelFit, *, draws: int = 1000, seed: int = 0, fleet: str = "new") -> None:
+    def __init__(self, fit: RankModelFit, *, draws: int = 1000, seed: int = 0, fleet: str = "new",
+                 label: str = "rank model") -> None:
         import json
 
         self.fit = fit
+        self.label = label  # which fit this is, in its convergence warning (the run's, or a check's)
         self.draws = int(draws)
         self.seed = int(seed)
         self.fleet = fleet
@@ -1129,7 +1141,7 @@ class RankModelPrediction:
     @property
     def convergence_note(self) -> str:
         """"" when converged, else a warning naming the rank model and its convergence line."""
-        return "" if self.converged else f"WARNING: rank model {self.fit.convergence_note}"
+        return "" if self.converged else f"WARNING: {self.label} {self.fit.convergence_note}"
 
     def cell_draws(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Not available: the rank model has no GEV parameters (``InputError``)."""

@@ -783,7 +783,8 @@ def _holdout(run: Run, family: str, attribution: pd.DataFrame | None) -> tuple[p
     try:
         try:  # the rank model fitted to the earlier half alone, with the run's rank-model settings
             fitted = RankModelPrediction(fit_table(early, seed=DEFAULT_SEED, source=source, refused={},
-                                                   **_rankmodel_settings(run)), seed=DEFAULT_SEED)
+                                                   **_rankmodel_settings(run)), seed=DEFAULT_SEED,
+                                         label="rank model of the out-of-sample check (the earlier half)")
         except InputError as exc:
             choice = choose_estimator(None, gev=fit, unavailable=f"the rank model cannot be fitted to the earlier "
                                       f"half: {exc}", seed=DEFAULT_SEED)

@@ -98,7 +98,8 @@ TRUTH_NS = (512, 4096)
 
 def truth_delay_table(truths: dict[str, dict[str, Any]], tau: pd.DataFrame | None, model: str | None) -> pd.DataFrame:
     """Simulated ranks (a truth with a ``parent``): the true mean straggler delay E[max_n X − mean_n X]
-    in units of the block sd b against tau(n)/b of the main model ``model`` and of the paper's
+    in units of the block sd b against tau(n)/b of the run's default estimator (the rank model), of the main
+    GEV model ``model`` and of the paper's
     estimator (:data:`PAPER_MODEL`) and of the per-rank tail estimator (:data:`RANKTAIL_MODEL`), at n = m, the workload's TP group size and :data:`TRUTH_NS`.
 
     One row per workload × n × model (``estimator`` as the tau table names it; ``default_estimate``
@@ -122,7 +123,10 @@ def truth_delay_table(truths: dict[str, dict[str, Any]], tau: pd.DataFrame | Non
                 continue
             base = {"workload": workload, "gpu": gpu, "precision": precision, "parent": str(parent["name"]),
                     "n": n, "m": m, "measured_here": n == group, "true_delay_sd": float(true)}
-            for name in (model, PAPER_MODEL, RANKTAIL_MODEL):
+            # the default estimator's models first (the rank model; its labelled fallback's), then the comparators
+            default_models = ([str(v) for v in tau.loc[tau["default_estimate"].astype(bool), "model"].unique()]
+                              if tau is not None and "default_estimate" in tau else [])
+            for name in dict.fromkeys([*default_models, model, PAPER_MODEL, RANKTAIL_MODEL]):
                 if tau is None or name is None or not len(tau):
                     continue
                 x = tau[(tau["model"] == name) & (tau["gpu"].astype(str) == gpu)
