@@ -74,8 +74,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "the last, shared by all ranks (default 0)")
     noise.add_argument("--drift-shape", choices=DRIFT_SHAPES, default="linear",
                        help="the drift's shape: a line, or a half cosine (smooth: flat at both ends)")
-    noise.add_argument("--slow-rank", action="append", default=[], metavar="R:SD",
-                       help="with --parent: rank R persistently SD block sds slow in every block (repeatable); "
+    noise.add_argument("--slow-rank", action=ListOption, item=str, default=None, metavar="R:SD",
+                       examples=("3:1.5", "5:1.5"),
+                       help="with --parent: rank R persistently SD block sds slow in every block (several: spaces or "
+                            "commas, or repeat the flag); "
                             "the truth is then stated for a job of n ranks from the same fleet")
     noise.add_argument("--cpu-delay-rate", type=float, default=0.002,
                        help="probability of a random Python gap before each op of each rank (default 0.002)")
@@ -111,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         "plants": tuple(Plant.parse(p) for p in args.plant),
         "write_ranks": tuple(args.only_rank) if args.only_rank else None,
         "parent": args.parent, "shock_sd": args.shock_sd, "drift_sd": args.drift, "drift_shape": args.drift_shape,
-        "slow_ranks": tuple(parse_slow_rank(v) for v in args.slow_rank),
+        "slow_ranks": tuple(parse_slow_rank(v) for v in args.slow_rank or ()),
     }
     if args.study:
         results = study(out_dir, args.study, **options)
