@@ -303,7 +303,7 @@ def test_simex_factor_is_unbiased_for_normal_ranks_and_its_bootstrap_spread_is_t
         assert 0.5 < mean_boot[j] / spread[j] < 2.0, (grid[j], mean_boot[j], spread[j])
 
 
-@pytest.mark.slow  # ~60-90 s: eight fits
+@pytest.mark.slow  # eight fits: ~40 s of CPU, 140 s on the shared machine under load
 def test_intervals_cover_iid_normal_ranks_over_seeds() -> None:
     # eight data sets of 320 iterations of 8 iid normal ranks through the z-score path, each fitted at the
     # defaults: the 90% intervals of tau(n) against the normal's delay by integration, at n = 8, 64, 512
