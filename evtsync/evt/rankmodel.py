@@ -797,7 +797,7 @@ class RankModelFit:
                            float(body["threshold"].iloc[0]), sigma, xi, comp, ns, rng)
         if simex and self.attrs["centring"] == "centre":
             # the factor, and its sampling error: each draw takes one bootstrap replicate's deviation
-            rep = rng.integers(SIMEX_BOOT, size=out.shape[0])
+            rep = np.asarray(rng.integers(SIMEX_BOOT, size=out.shape[0]), dtype=np.int64)
             out = out * self._simex_factor(i, ns, fleet, population, exclude_ranks, cell)[None, :] \
                 * np.exp(self._simex_spread(i, ns, rep))
         return out
@@ -911,8 +911,8 @@ class RankModelFit:
         if simex and self.attrs["centring"] == "centre":
             factors = np.mean([self._simex_factor(i, ns, "new", population, (), c)
                                for i, c in enumerate(cells["cell"])], axis=0)
-            rep = rng.integers(SIMEX_BOOT, size=out.shape[0])
-            spread = np.mean([self._simex_spread(i, ns, rep) for i in range(len(cells))], axis=0)
+            rep = np.asarray(rng.integers(SIMEX_BOOT, size=out.shape[0]), dtype=np.int64)
+            spread = np.stack([self._simex_spread(i, ns, rep) for i in range(len(cells))]).mean(axis=0)
             out = out * factors[None, :] * np.exp(spread)
         return out
 
