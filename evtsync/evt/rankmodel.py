@@ -22,7 +22,8 @@ process group: the ranks that meet at its collective), in units of the block's p
 - Centring mixes the other ranks' mean into each residual: w = d·K/(K−1) = e_r − ē_{−r}, e_r
   plus an independent term of variance sigma_e²/(K−1). tau(n) is corrected for it by SIMEX
   (Cook & Stefanski 1994): the same point estimate with that noise added once and twice more,
-  extrapolated quadratically to no noise (docs/methodology.md states the check).
+  extrapolated to no noise along the least-squares line through P(lam)², the factor's own
+  sampling error carried into the draws by a Bayesian bootstrap (docs/methodology.md states the check).
 
 Predictions (:meth:`RankModelFit.tau_draws`): D(n) = E[max_n V − mean_n V] over n ranks, in units
 of the sd (tau(n) = b · D(n)), V = rho + e; fleet ``"new"``: "a job of n ranks from the same
