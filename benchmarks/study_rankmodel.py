@@ -341,6 +341,45 @@ def table(paths: list[str]) -> None:
     print(f"synth + reading: {jobs['synth_cpu_s'].sum():.0f} s CPU over {len(jobs)} case replicates")
 
 
+def compare(before: list[str], after: list[str]) -> None:
+    """The rank model before and after a change, on the cases both ran (the same seeds): per case
+    group and n, the mean point/true, the fits whose 90% interval covers the truth, misses above and
+    below, the interval's mean half-widths below and above the point against the point's spread over
+    the jobs (sd of point/true), and the paired after/before ratio of the points and of the widths."""
+    from scipy import stats
+
+    b, a = (load(p) for p in (before, after))
+    b, a = (f[f["estimator"] == "rankmodel"] for f in (b, a))
+    cases = sorted(set(b["case"]) & set(a["case"]) - {SMALL}, key=ALL_CASES.index)
+    keys = ["case", "replicate", "n"]
+    both = b[b["case"].isin(cases)].merge(a[a["case"].isin(cases)], on=keys, suffixes=("_before", "_after"))
+    print(f"The rank model on {', '.join(cases)} pooled: {both.drop_duplicates(['case', 'replicate']).shape[0]} jobs "
+          "run before and after (the same seeds).\n")
+    print("| n | point/true before → after (± se) | covering before → after (binomial range) | misses above/below "
+          "before → after | half-widths below/above the point ÷ 1.645, after | sd of point/true over jobs, after "
+          "| paired after/before: point, width |")
+    print("|---|---|---|---|---|---|---|")
+    for n, part in both.groupby("n"):
+        fits = len(part)
+        cells = []
+        for when in ("before", "after"):
+            r, lo, hi = part[f"ratio_{when}"], part[f"lo_{when}"] / part["true_" + when], part[f"hi_{when}"] / part["true_" + when]
+            cells.append((r.mean(), r.std(ddof=1) / np.sqrt(fits), int(part[f"covers_{when}"].sum()),
+                          int((lo > 1).sum()), int((hi < 1).sum())))
+        (mb, sb, cb, hb, lb), (ma, sa, ca, ha, la) = cells
+        low = ((part["point_after"] - part["lo_after"]) / part["point_after"]).mean() / 1.645
+        up = ((part["hi_after"] - part["point_after"]) / part["point_after"]).mean() / 1.645
+        width = ((part["hi_after"] - part["lo_after"]) / (part["hi_before"] - part["lo_before"])).mean()
+        rng = f"{int(stats.binom.ppf(0.025, fits, LEVEL))}–{fits}"
+        print(f"| {int(n)} | {mb:.3f} (± {sb:.3f}) → {ma:.3f} (± {sa:.3f}) | {cb} → {ca} of {fits} ({rng}) | "
+              f"{hb}/{lb} → {ha}/{la} | {100 * low:.1f}% / {100 * up:.1f}% | {100 * part['ratio_after'].std(ddof=1):.1f}% | "
+              f"{(part['point_after'] / part['point_before']).mean():.4f}, {width:.3f} |")
+    print("\ncovering per case (n = 8, 64, 512, 4096), before → after: " + "; ".join(
+        f"{case} {', '.join(str(int(v)) for v in g.groupby('n')['covers_before'].sum())} → "
+        f"{', '.join(str(int(v)) for v in g.groupby('n')['covers_after'].sum())} of {g['replicate'].nunique()}"
+        for case, g in both.groupby("case")))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicates", type=int, default=5)
@@ -349,8 +388,12 @@ def main() -> None:
     parser.add_argument("--estimators", default=",".join(ESTIMATORS))
     parser.add_argument("--out", default="study_rankmodel.jsonl")
     parser.add_argument("--table", nargs="+", metavar="JSONL", help="summarise results files instead of running")
+    parser.add_argument("--before", nargs="+", metavar="JSONL",
+                        help="with --table: compare the rank model of these files (before a change) with --table's")
     args = parser.parse_args()
-    if args.table:
+    if args.table and args.before:
+        compare(args.before, args.table)
+    elif args.table:
         table(args.table)
     else:
         run(args)

@@ -22,7 +22,8 @@ process group: the ranks that meet at its collective), in units of the block's p
 - Centring mixes the other ranks' mean into each residual: w = d·K/(K−1) = e_r − ē_{−r}, e_r
   plus an independent term of variance sigma_e²/(K−1). tau(n) is corrected for it by SIMEX
   (Cook & Stefanski 1994): the same point estimate with that noise added once and twice more,
-  extrapolated quadratically to no noise (docs/methodology.md states the check).
+  extrapolated to no noise along the least-squares line through P(lam)², the factor's own
+  sampling error carried into the draws by a Bayesian bootstrap (docs/methodology.md states the check).
 
 Predictions (:meth:`RankModelFit.tau_draws`): D(n) = E[max_n V − mean_n V] over n ranks, in units
 of the sd (tau(n) = b · D(n)), V = rho + e; fleet ``"new"``: "a job of n ranks from the same
@@ -97,6 +98,9 @@ def simex_replicates(n_values: int) -> int:
 #: beyond n = (the cell's values) / SIMEX_REACH, where the empirical mean maximum still rests on data.
 SIMEX_TOP = 1000
 SIMEX_REACH = 4
+#: SIMEX: Bayesian-bootstrap replicates of the residuals whose factors carry the factor's own sampling
+#: error into tau's draws (docs/methodology.md, "Centring's noise, removed by SIMEX").
+SIMEX_BOOT = 40
 #: The fewest posterior probability of rho_r > 0, after dividing 0.05 by the cell's ranks, and the
 #: least posterior median effect (sd), for a rank to be named persistently slow.
 SLOW_LEVEL = 0.05
@@ -330,6 +334,65 @@ def _simex_atoms(values_sorted: NDArray[np.float64], replicates: int) -> tuple[N
     return np.concatenate([rest, values_sorted[values_sorted.size - top:]]), np.concatenate([counts, np.ones(top)])
 
 
+def _atom_starts(counts: NDArray[np.float64]) -> NDArray[np.int64]:
+    """The first sorted position of each atom of :func:`_simex_atoms` (its members are contiguous)."""
+    return np.concatenate([[0], np.cumsum(counts.astype(np.int64))[:-1]])
+
+
+def simex_extrapolate(p1: NDArray[np.float64], p2: NDArray[np.float64], p3: NDArray[np.float64]) -> NDArray[np.float64]:
+    """SIMEX's extrapolant to no noise from the predictions at noise levels lam = 1, 2, 3 (the noise's
+    variance is lam times the centring noise's): the least-squares line in lam through P(lam)², at
+    lam = 0: P(0) = sqrt((4 P(1)² + P(2)² − 2 P(3)²)/3). D(n) of the noisy values is a scale for a
+    normal parent (D² linear in the added variance: exact there), and nearly linear in lam in the
+    tail (docs/methodology.md, "Centring's noise, removed by SIMEX")."""
+    return np.sqrt(np.maximum((4 * p1 ** 2 + p2 ** 2 - 2 * p3 ** 2) / 3, 0.0))
+
+
+def simex_grid(n_values: int) -> NDArray[np.float64]:
+    """The domain sizes at which a cell's SIMEX factor replicates are kept: 2, 4, 8, … below the
+    reach (n_values / SIMEX_REACH) and the reach itself (the factor is held beyond it)."""
+    reach = max(2.0, n_values / SIMEX_REACH)
+    grid = 2.0 ** np.arange(1, max(2, int(math.floor(math.log2(reach))) + 1))
+    return np.unique(np.append(grid[grid < reach], reach))
+
+
+def simex_sets(w: NDArray[np.float64], noise_sd: NDArray[np.float64],
+               rng: np.random.Generator) -> list[tuple[NDArray, NDArray, NDArray]]:
+    """A cell's SIMEX sets: the residuals as observed (lam = 1), and with the centring noise added once
+    and twice more (lam = 2, 3; :func:`simex_replicates` noisy copies of each value), each as
+    (atoms, counts, the observed value each sorted member came from) (:func:`_simex_atoms`)."""
+    reps = simex_replicates(w.size)
+    out = []
+    for lam in (1, 2, 3):
+        raw = w if lam == 1 else (w[None, :] + math.sqrt(lam - 1) * noise_sd[None, :]
+                                  * rng.standard_normal((reps, w.size))).ravel()
+        order = np.argsort(raw, kind="stable")
+        out.append((*_simex_atoms(raw[order], 1 if lam == 1 else reps), order % w.size))
+    return out
+
+
+def simex_boot(sets: list[tuple[NDArray, NDArray, NDArray]], n_values: int, rng: np.random.Generator,
+               boot: int = SIMEX_BOOT) -> tuple[NDArray, NDArray]:
+    """The SIMEX factor's sampling error: ``boot`` Bayesian-bootstrap replicates of the residuals
+    (one Gamma(1) weight per observed value, shared by its noisy copies in every set, so the
+    replicate's three sets are one resampled data set), each extrapolated as the point
+    (:func:`simex_extrapolate`; rank effects left out). ``sets``: :func:`simex_sets`. Returns the
+    grid (:func:`simex_grid`) and the replicates' log factor less its mean over replicates (boot, grid)."""
+    grid = simex_grid(n_values)
+    comp = {"pop_shift": np.zeros((boot, 1)), "pop_w": np.ones((boot, 1)), "own": np.zeros((boot, 0))}
+    g = rng.standard_gamma(1.0, size=(boot, n_values))
+    vals = []
+    for atoms, counts, source in sets:
+        starts = _atom_starts(counts)
+        weights = np.stack([np.add.reduceat(g[b, source], starts) for b in range(boot)])
+        vals.append(_delay_draws(atoms, weights, 0, float(atoms[-1]), np.ones(boot), np.zeros(boot), comp, grid, None))
+    p1, p2, p3 = vals
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_f = np.log(simex_extrapolate(p1, p2, p3) / p1)
+    log_f = np.where(np.isfinite(log_f), log_f, 0.0)
+    return grid, log_f - log_f.mean(axis=0, keepdims=True)
+
+
 def gpd_logpdf(y: NDArray[np.float64], sigma: NDArray[np.float64], xi: NDArray[np.float64]) -> NDArray[np.float64]:
     """GPD log density of excesses ``y`` (broadcast against ``sigma``, ``xi``); −inf outside the support."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -512,7 +575,7 @@ class RankModelFit:
                   post: xr.Dataset, stats: xr.Dataset, convergence: Any, *, centring: str, free_shape: bool,
                   seed: int) -> RankModelFit:
         table = _cells_frame(cells, thresholds, ks)
-        atoms_rows = []
+        atoms_rows, boot_rows = [], []
         rng = np.random.default_rng(seed + 7919)
         for i, c in enumerate(cells):
             v = np.sort(c.w)
@@ -523,14 +586,13 @@ class RankModelFit:
                 continue
             # SIMEX sets (lam = 0 marks the values as observed, lam = 2, 3 with the centring noise added
             # once and twice more), empirical only: the factor is read where the data reach (_simex_factor)
-            reps = simex_replicates(c.w.size)
-            for lam in (0, 2, 3):
-                if lam:
-                    z = rng.standard_normal((reps, c.w.size))
-                    v = np.sort((c.w[None, :] + math.sqrt(lam - 1) * c.noise_sd[None, :] * z).ravel())
-                a, n = _simex_atoms(v, 1 if lam == 0 else reps)
+            sets = simex_sets(c.w, c.noise_sd, rng)
+            for lam, (a, n, _) in zip((0, 2, 3), sets, strict=True):
                 atoms_rows.append(pd.DataFrame({"cell": i, "lam": lam, "atom": a, "count": n, "threshold": a[-1],
                                                 "n_tail": 0}))
+            grid, dev = simex_boot(sets, c.w.size, rng)
+            boot_rows.append(pd.DataFrame({"cell": i, "replicate": np.repeat(np.arange(dev.shape[0]), grid.size),
+                                           "n": np.tile(grid, dev.shape[0]), "log_dev": dev.ravel()}))
         atoms = pd.concat(atoms_rows, ignore_index=True)
         ranks = pd.DataFrame({
             "cell": np.concatenate([np.full(len(c.rank_labels), i) for i, c in enumerate(cells)]),
@@ -546,7 +608,9 @@ class RankModelFit:
             "cells": xr.Dataset.from_dataframe(table.rename_axis("cell_index")),
             "ranks": xr.Dataset.from_dataframe(ranks.rename_axis("rank_index")),
             "atoms": xr.Dataset.from_dataframe(atoms.rename_axis("atom_index")),
-            "excess": xr.Dataset.from_dataframe(excess.rename_axis("excess_index"))})
+            "excess": xr.Dataset.from_dataframe(excess.rename_axis("excess_index")),
+            **({"simex_boot": xr.Dataset.from_dataframe(pd.concat(boot_rows, ignore_index=True)
+                                                         .rename_axis("boot_index"))} if boot_rows else {})})
         tree.attrs.update({
             "format": _FORMAT, "model": MODEL_NAME, "centring": centring, "free_shape": int(free_shape), "seed": seed,
             "converged": int(convergence.converged), "convergence": convergence.describe(),
@@ -733,7 +797,10 @@ class RankModelFit:
         out = _delay_draws(body["atom"].to_numpy(), body["count"].to_numpy(), int(body["n_tail"].iloc[0]),
                            float(body["threshold"].iloc[0]), sigma, xi, comp, ns, rng)
         if simex and self.attrs["centring"] == "centre":
-            out = out * self._simex_factor(i, ns, fleet, population, exclude_ranks, cell)[None, :]
+            # the factor, and its sampling error: each draw takes one bootstrap replicate's deviation
+            rep = np.asarray(rng.integers(SIMEX_BOOT, size=out.shape[0]), dtype=np.int64)
+            out = out * self._simex_factor(i, ns, fleet, population, exclude_ranks, cell)[None, :] \
+                * np.exp(self._simex_spread(i, ns, rep))
         return out
 
     @staticmethod
@@ -783,9 +850,24 @@ class RankModelFit:
             vals.append(_delay_draws(a["atom"].to_numpy(), a["count"].to_numpy(), 0, float(a["atom"].max()),
                                      np.ones(1), np.zeros(1), comp, n_eval, None)[0])
         p1, p2, p3 = vals
-        p0 = (4 * p1 + p2 - 2 * p3) / 3
+        p0 = simex_extrapolate(p1, p2, p3)
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where((ns > 1) & (p1 > 0), p0 / p1, 1.0)
+
+    def _simex_spread(self, i: int, ns: NDArray, replicate: NDArray[np.int64]) -> NDArray[np.float64]:
+        """Per draw, the log SIMEX factor of its Bayesian-bootstrap replicate (``replicate``) less
+        their mean (:func:`simex_boot`), at ``ns`` (linear in log n between the kept sizes, held
+        beyond the reach, 0 at n = 1); zeros for a fit saved without them."""
+        if "simex_boot" not in self.tree.children:
+            return np.zeros((replicate.size, ns.size))
+        boot = self.tree["simex_boot"].to_dataset().to_dataframe()
+        boot = boot[boot["cell"] == i]
+        grid = np.unique(boot["n"].to_numpy())
+        dev = boot.sort_values(["replicate", "n"])["log_dev"].to_numpy().reshape(-1, grid.size)
+        x = np.log(np.clip(ns, 1.0, grid[-1]))
+        xg = np.log(np.concatenate([[1.0], grid]))
+        out = np.stack([np.interp(x, xg, np.concatenate([[0.0], row])) for row in dev])
+        return out[replicate % dev.shape[0]]
 
     def _unseen_draws(self, ns: NDArray, gpu: str | None, precision: str | None, fleet: str, population: str,
                       draws: int, rng: np.random.Generator, simex: bool) -> NDArray[np.float64]:
@@ -830,7 +912,9 @@ class RankModelFit:
         if simex and self.attrs["centring"] == "centre":
             factors = np.mean([self._simex_factor(i, ns, "new", population, (), c)
                                for i, c in enumerate(cells["cell"])], axis=0)
-            out = out * factors[None, :]
+            rep = np.asarray(rng.integers(SIMEX_BOOT, size=out.shape[0]), dtype=np.int64)
+            spread = np.stack([self._simex_spread(i, ns, rep) for i in range(len(cells))]).mean(axis=0)
+            out = out * factors[None, :] * np.exp(spread)
         return out
 
 
@@ -919,7 +1003,8 @@ def _delay_draws(atoms: NDArray, counts: NDArray, n_tail: int, t: float, sigma: 
                  comp: dict[str, NDArray], ns: NDArray, rng: np.random.Generator | None,
                  chunk: int = 100) -> NDArray[np.float64]:
     """D(n) = E[max_n V] − E[mean_n V] per draw for V = rho + e, e's distribution the body atoms
-    (Bayesian-bootstrap weights; ``rng`` None: their counts, a point) and the GPD tail above ``t``.
+    (Bayesian-bootstrap weights; ``rng`` None: their counts, a point, or weights per draw when
+    ``counts`` is (draws, atoms)) and the GPD tail above ``t``.
 
     E[max] = x0 + ∫ (1 − F_max) dx on a grid: uniform over the body (with every shift), the tail in
     w = −log S (ranktail's quadrature variable), and the analytic rest beyond it; E[mean] from the
@@ -931,8 +1016,8 @@ def _delay_draws(atoms: NDArray, counts: NDArray, n_tail: int, t: float, sigma: 
     for start in range(0, n_draws, chunk):
         sl = slice(start, min(n_draws, start + chunk))
         d = sl.stop - sl.start
-        if rng is None:
-            g = np.broadcast_to(counts, (d, counts.size)).astype(float)
+        if rng is None:  # a point: the counts, or per-draw weights (d, A) as given
+            g = (counts[sl] if counts.ndim == 2 else np.broadcast_to(counts, (d, counts.size))).astype(float)
             g_tail = np.full(d, float(n_tail))
         else:
             g = rng.standard_gamma(counts, size=(d, counts.size))

@@ -254,3 +254,68 @@ def test_a_tiny_cell_borrows_the_shape_of_large_cells_that_share_it() -> None:
     seen = pooled.tau_draws([64], "A|bf16", draws=300)[:, 0]
     assert np.isfinite(unseen).all()
     assert np.subtract(*np.quantile(unseen, [0.95, 0.05])) > np.subtract(*np.quantile(seen, [0.95, 0.05]))
+
+
+def test_simex_extrapolant_recovers_a_scale_exactly() -> None:
+    # a delay that is a scale (normal ranks): P(lam) = c·sqrt(1 + lam/(K − 1)), the noise adding lam/(K − 1)
+    # of the variance; no noise: c. (The least-squares line in P itself gives c·1.0065 at K = 8, by hand:
+    # (4·1.06904 + 1.13389 − 2·1.19523)/3 = 1.00653.)
+    k, c = 8, np.array([0.7, 1.0, 3.2])
+    p = [c * np.sqrt(1 + lam / (k - 1)) for lam in (1, 2, 3)]
+    np.testing.assert_allclose(rankmodel.simex_extrapolate(*p), c, rtol=1e-12)
+    assert (4 * p[0] + p[1] - 2 * p[2])[1] / 3 == pytest.approx(1.00653, abs=2e-5)
+
+
+def _simex_point(sets: list, grid: np.ndarray) -> np.ndarray:
+    """The point SIMEX factor of one data set's sets (as RankModelFit._simex_factor, no rank effects)."""
+    comp = {"pop_shift": np.zeros((1, 1)), "pop_w": np.ones((1, 1)), "own": np.zeros((1, 0))}
+    p = [rankmodel._delay_draws(a, n, 0, float(a[-1]), np.ones(1), np.zeros(1), comp, grid, None)[0]
+         for a, n, _ in sets]
+    return rankmodel.simex_extrapolate(*p) / p[0]
+
+
+def test_simex_factor_is_unbiased_for_normal_ranks_and_its_bootstrap_spread_is_the_spread_over_data_sets() -> None:
+    # 16 independent data sets of 2,560 iid normal values in collectives of K = 8: the residual contrasts
+    # w = e_r − mean of the other 7 (variance 8/7), whose centring noise has sd sqrt(1/7). The true factor is
+    # D_e/D_w = sqrt(7/8) at every n (a normal's delay is a scale); the bootstrap's sd of the log factor
+    # (simex_boot) against the sd of the point factor over the data sets (simulation truth).
+    k, coll, sets_n = 8, 320, 16
+    rng = np.random.default_rng(11)
+    grid = rankmodel.simex_grid(coll * k)
+    points, boot_sd = [], []
+    for _ in range(sets_n):
+        e = rng.standard_normal((coll, k))
+        w = ((e - e.mean(axis=1, keepdims=True)) * k / (k - 1)).ravel()
+        sets = rankmodel.simex_sets(w, np.full(w.size, np.sqrt(1 / (k - 1))), rng)
+        points.append(np.log(_simex_point(sets, grid)))
+        g, dev = rankmodel.simex_boot(sets, w.size, rng, boot=20)
+        np.testing.assert_array_equal(g, grid)
+        np.testing.assert_allclose(dev.mean(axis=0), 0.0, atol=1e-12)
+        boot_sd.append(dev.std(axis=0, ddof=1))
+    points = np.array(points)
+    # unbiased: the mean over data sets within 3 se (and 0.6%) of log sqrt(7/8) at n = 8 and at the reach
+    for j in (2, grid.size - 1):
+        se = points[:, j].std(ddof=1) / np.sqrt(sets_n)
+        assert abs(points[:, j].mean() - 0.5 * np.log(7 / 8)) < max(3 * se, 0.006), grid[j]
+    # the bootstrap's sd within a factor 2 of the spread over data sets, from n = 8 on
+    spread, mean_boot = points.std(axis=0, ddof=1), np.mean(boot_sd, axis=0)
+    for j in range(2, grid.size):
+        assert 0.5 < mean_boot[j] / spread[j] < 2.0, (grid[j], mean_boot[j], spread[j])
+
+
+@pytest.mark.slow  # eight fits: ~40 s of CPU, 140 s on the shared machine under load
+def test_intervals_cover_iid_normal_ranks_over_seeds() -> None:
+    # eight data sets of 320 iterations of 8 iid normal ranks through the z-score path, each fitted at the
+    # defaults: the 90% intervals of tau(n) against the normal's delay by integration, at n = 8, 64, 512
+    truth = np.array([_normal_delay(n) for n in NS[:3]])
+    covered, ratios = np.zeros(3), []
+    for seed in range(8):
+        long, b = _job(np.random.default_rng(100 + seed).standard_normal((320, 8)))
+        fit = rankmodel.fit_rank_model(long, seed=seed)
+        d = fit.tau_draws(NS[:3], "H100|bf16", draws=600, seed=seed) * b
+        lo, med, hi = np.quantile(d, [0.05, 0.5, 0.95], axis=0)
+        covered += (lo <= truth) & (truth <= hi)
+        ratios.append(med / truth)
+    # Binomial(8, 0.9): 5 or fewer of 8 has probability 0.038 per n
+    assert (covered >= 6).all(), covered
+    assert np.abs(np.mean(ratios, axis=0) - 1).max() < 0.03, np.mean(ratios, axis=0)
