@@ -147,8 +147,9 @@ def _cell_html(column: Any, value: Any, two_lines: bool = False) -> str:
         found = (re.fullmatch(r"(.+?)\n(.+)", value.text, re.S) or re.fullmatch(r"(.+?) (\[.+\])", value.text)
                  if two_lines else None)
         if found:
+            rest = "<br>".join(html.escape(line) for line in found.group(2).split("\n"))  # every line its own
             return (f'<a href="{html.escape(value.href)}">{html.escape(found.group(1))}<br>'
-                    f'<span class="ci">{html.escape(found.group(2))}</span></a>')
+                    f'<span class="ci">{rest}</span></a>')
         return f'<a href="{html.escape(value.href)}">{html.escape(value.text)}</a>'
     if column == "status":
         return (f'<span class="status-{html.escape(str(value))}">'

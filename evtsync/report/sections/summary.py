@@ -414,9 +414,12 @@ def tail_text(r: dict[str, Any], ci: Callable[..., str], sep: str) -> str:
     beside another shape's interval (issue 45: no verdict contradicts its xi interval)."""
     if _number(r, "rank_xi_lo") is not None and _number(r, "rank_xi_hi") is not None:
         p = _number(r, "p_xi_positive")
-        joiner = sep if sep == "\n" else ", "  # the table's narrow cell: P(xi > 0) on a line of its own (1280 px)
-        shape = (f"rank model {ci(r, 'rank_xi_median', 'rank_xi_lo', 'rank_xi_hi', digits=2)}"
-                 + (f"{joiner}P(xi > 0) {fmt(p, 2)}" if p is not None else ""))
+        narrow = sep == "\n"  # the table's cell: the interval and P(xi > 0) on lines of their own (1280 px)
+        interval = ci(r, 'rank_xi_median', 'rank_xi_lo', 'rank_xi_hi', digits=2)
+        if narrow:
+            interval = interval.replace(" [", "\n[", 1)
+        shape = (f"rank model {interval}"
+                 + (f"{sep if narrow else ', '}P(xi > 0) {fmt(p, 2)}" if p is not None else ""))
     elif _number(r, "gpd_xi_lo") is not None and _number(r, "gpd_xi_hi") is not None:
         shape = f"GPD {ci(r, 'gpd_xi_mean', 'gpd_xi_lo', 'gpd_xi_hi', digits=2)}"
     else:
