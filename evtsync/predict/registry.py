@@ -35,7 +35,13 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from evtsync.core.defaults import DEFAULT_ESTIMATOR, ESTIMATOR_NAMES, PAPER_MODEL, RANKTAIL_MODEL
+from evtsync.core.defaults import (
+    DEFAULT_ESTIMATOR,
+    ESTIMATOR_NAMES,
+    PAPER_MODEL,
+    RANK_FLEET_WORDING,
+    RANKTAIL_MODEL,
+)
 from evtsync.core.errors import InputError
 
 __all__ = ["Centred", "Estimator", "Paper", "RankModel", "RankTail", "RunFolder", "default", "get", "interval_words", "names", "of_column", "of_fit",
@@ -93,6 +99,8 @@ class Estimator:
     shape_words: ClassVar[str] = ""
     #: The ``model`` of its rows in a table written before the ``estimator`` column (None: any other).
     legacy_model: ClassVar[str | None] = None
+    #: Who the n ranks of its tau(n) are, in words, stated wherever it is quoted ("" when it assumes none).
+    fleet: ClassVar[str] = ""
 
     def load_table(self, table: pd.DataFrame, *, source: str = "z-score table", seed: int = 0,
                    refused: dict[str, str] | None = None) -> Any:
@@ -230,6 +238,7 @@ class RankModel(Estimator):
     """b·E[max_n V − mean_n V] of the hierarchical rank model (evtsync.evt.rankmodel), the default."""
 
     name = "rankmodel"
+    fleet = RANK_FLEET_WORDING["new"]
     column = "u"
     meaning = ("b·E[max_n V − mean_n V] for a job of n ranks from the same fleet, hierarchical rank model: "
                "per-collective shifts eliminated (they cancel in max − mean), persistent rank effects from "

@@ -420,14 +420,15 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
 
 def fleet_assumption(tau_row: Any) -> str:
     """The fleet assumption of a tau(n) row: its ``fleet_assumption`` column, else the rank model's
-    default wording for a row of the rank model (written before the column), else "" (no assumption)."""
-    from evtsync.core.defaults import RANK_FLEET_WORDING
-    from evtsync.evt.rankmodel import MODEL_NAME
+    default wording for a row of the rank model (written before the column), else "" (no assumption):
+    the estimator's own :attr:`~evtsync.predict.registry.Estimator.fleet`."""
+    from evtsync.predict import registry
 
     given = tau_row.get("fleet_assumption")
     if isinstance(given, str) and given:
         return given
-    return RANK_FLEET_WORDING["new"] if str(tau_row.get("estimator", "")) == MODEL_NAME else ""
+    name = str(tau_row.get("estimator", ""))
+    return registry.get(name).fleet if name in registry.names() else ""
 
 
 def rank_loo_frame(block: dict[str, Any]) -> pd.DataFrame:
