@@ -1,8 +1,8 @@
 """What the rank model says, as tables and sentences (issue 45 item 4; docs/methodology.md, "The rank
 model"): the persistently slow ranks with their effect and interval, the variance shares, the shape
 xi with its verdict, and tau(n) under a stated fleet assumption, per cell. ``evtsync ranks`` prints
-these; :func:`slow_rank_sentences` gives the sentence the report's first screen shows
-(``slow_rank_text`` of a summary row).
+these; :func:`slow_rank_sentence` is the one wording of a slow rank (``evtsync ranks`` and the
+summary row's ``slow_rank_text`` the report's first screen shows).
 
 Units: the model works in the block's pooled sd; ``b_us`` (per cell, µs: b = mean r × mean a,
 :func:`evtsync.predict.tables.block_scale`) converts to µs where it is known.
@@ -73,60 +73,57 @@ def tau_table(fit: RankModelFit, ns: Sequence[int], fleet: str = "new", b_us: Ma
 
 
 def slow_rank_table(fit: RankModelFit, ns: Sequence[int] = (WITHOUT_N,), fleet: str = "new",
-                    b_us: Mapping[str, float] | None = None, draws: int = WITHOUT_DRAWS, seed: int = 0) -> pd.DataFrame:
-    """Every rank's effect (``rank_effects``) with µs columns where ``b_us`` gives b, and for each credibly
-    slow rank tau(n*) with and without it (n* = 512 when asked, else the largest n asked; medians)."""
+                    b_us: Mapping[str, float] | None = None, draws: int = WITHOUT_DRAWS,
+                    seed: int = 0) -> pd.DataFrame:
+    """Every rank's effect (:meth:`RankModelFit.rank_effects`, sd units) with ``gpu``, ``precision``, the
+    cell's ``b_us`` (NaN where ``b_us`` has none) and the effects in µs (``rho_*_us``, ``vs_others_*_us`` =
+    sd × b); for each credibly slow rank tau(n*) of a job from the fleet (``fleet``) without it
+    (``exclude_ranks``: ``tau_without_median``/``_lo``/``_hi``) and with every rank
+    (``tau_with_median``), posterior medians and the 90% interval, in sd (``…_sd``) and µs (``…_us``);
+    n* (``tau_without_n``) = 512 when asked, else the largest n asked; NaN for the other ranks. The one
+    builder of the ``rank_effects`` table (the run's ``rankmodel`` stage and ``evtsync ranks``)."""
     effects = fit.rank_effects()
+    if effects.empty:
+        return effects
     n_star = WITHOUT_N if WITHOUT_N in ns else int(max(ns))
-    for col in ("vs_others_mean", "vs_others_lo", "vs_others_hi"):
-        effects[col.replace("vs_others", "effect") + "_us"] = [
-            v * (b_us or {}).get(c, np.nan) for v, c in zip(effects[col], effects["cell"], strict=True)]
-    effects["n_without"] = n_star
-    effects["tau_with_median_sd"] = np.nan
-    effects["tau_without_median_sd"] = np.nan
-    for i, row in effects[effects["slow"]].iterrows():
-        cell = row["cell"]
-        with_ = fit.tau_draws([n_star], cell, fleet=fleet, draws=draws, seed=seed)[:, 0]
-        without = fit.tau_draws([n_star], cell, fleet=fleet, draws=draws, seed=seed, exclude_ranks=[row["rank"]])[:, 0]
-        effects.loc[i, "tau_with_median_sd"] = float(np.median(with_))
-        effects.loc[i, "tau_without_median_sd"] = float(np.median(without))
+    cells = fit.cells.set_index("cell")
+    effects["gpu"] = effects["cell"].map(cells["gpu"]).astype(str)
+    effects["precision"] = effects["cell"].map(cells["precision"]).astype(str)
+    effects["b_us"] = [float((b_us or {}).get(str(c), np.nan)) for c in effects["cell"]]
+    for stem in ("rho_mean", "rho_lo", "rho_hi", "vs_others_mean", "vs_others_lo", "vs_others_hi"):
+        effects[f"{stem}_us"] = effects[stem] * effects["b_us"]
+    sd_cols = ["tau_without_median_sd", "tau_without_lo_sd", "tau_without_hi_sd", "tau_with_median_sd"]
+    effects["tau_without_n"] = np.nan
+    for column in sd_cols:
+        effects[column] = np.nan
+    q = ((1 - LEVEL) / 2, (1 + LEVEL) / 2)
+    with_all: dict[str, float] = {}
+    for i in np.flatnonzero(effects["slow"].to_numpy(dtype=bool)):
+        row = effects.iloc[i]
+        cell = str(row["cell"])
+        without = fit.tau_draws([n_star], cell, fleet=fleet, draws=draws, seed=seed,
+                                exclude_ranks=[str(row["rank"])])[:, 0]
+        if cell not in with_all:
+            with_all[cell] = float(np.median(fit.tau_draws([n_star], cell, fleet=fleet, draws=draws, seed=seed)[:, 0]))
+        lo, hi = np.quantile(without, q)
+        effects.loc[effects.index[i], ["tau_without_n", *sd_cols]] = [
+            float(n_star), float(np.median(without)), float(lo), float(hi), with_all[cell]]
+    for column in sd_cols:
+        effects[column.removesuffix("_sd") + "_us"] = effects[column] * effects["b_us"]
     effects["fleet_assumption"] = FLEET_WORDING[fleet]
     return effects
 
 
-def _us(value: float, b: float | None, signed: bool = False) -> str:
-    if b is None or not np.isfinite(b):
-        return ""
-    return f"{value * b:+.3g} µs" if signed else f"{value * b:.4g} µs"
-
-
-def slow_rank_sentence(row: Mapping[str, Any], cell_words: str, b: float | None) -> str:
-    """One slow rank in words: its effect against the cell's other ranks (sd, µs per block) with its 90%
-    interval, and tau(n*) without it (posterior medians)."""
-    per_block = _us(row["vs_others_mean"], b, signed=True)
-    lo, hi = row["vs_others_lo"], row["vs_others_hi"]
-    interval = f"[90% interval {lo:+.2f} to {hi:+.2f} sd" + (
-        f", {_us(lo, b, True)} to {_us(hi, b, True)}]" if per_block else "]")
-    n = int(row["n_without"])
-    unit = (lambda v: _us(v, b)) if per_block else (lambda v: f"{v:.3g} sd")
-    without = (f"; without it tau({n}) would be {unit(row['tau_without_median_sd'])} instead of "
-               f"{unit(row['tau_with_median_sd'])} (posterior medians, {row['fleet_assumption']})"
-               if np.isfinite(row["tau_without_median_sd"]) else "")
-    return (f"{_rank_words(row['rank'])} of {cell_words} is persistently slow: {row['vs_others_mean']:+.2f} sd"
-            + (f" ({per_block} per block)" if per_block else "") + f" against the cell's other ranks {interval}"
-            + without)
-
-
 def slow_rank_sentences(fit: RankModelFit, b_us: Mapping[str, float] | None = None, n: int = WITHOUT_N,
                         fleet: str = "new", table: pd.DataFrame | None = None) -> dict[str, str]:
-    """cell -> the sentence naming its persistently slow ranks (one sentence per rank, joined), for the
-    cells that have one: what a summary row's ``slow_rank_text`` holds (the report's first screen). A
-    fit that did not converge says so in the sentence. ``table``: :func:`slow_rank_table`'s, when already made."""
+    """cell -> the sentence naming its persistently slow ranks (:func:`slow_rank_sentence`, one per rank,
+    joined), for the cells that have one: what ``evtsync ranks`` prints. A fit that did not converge
+    says so in the sentence. ``table``: :func:`slow_rank_table`'s, when already made."""
     if table is None:
         table = slow_rank_table(fit, [n], fleet=fleet, b_us=b_us)
     out: dict[str, str] = {}
     for cell, part in table[table["slow"]].groupby("cell", sort=False):
-        text = "; ".join(slow_rank_sentence(r, _cell_words(fit, str(cell)), (b_us or {}).get(str(cell)))
+        text = "; ".join(slow_rank_sentence(r, _cell_words(fit, str(cell)), FLEET_WORDING[fleet])
                          for r in part.to_dict("records"))
         note = fit.convergence_note if fit.convergence_note.startswith("NOT CONVERGED") else \
             f"NOT CONVERGED: {fit.convergence_note}"
@@ -163,11 +160,11 @@ def _cell_key(row: Mapping[str, Any]) -> tuple[str, str]:
     return str(row.get("gpu")), str(row.get("precision"))
 
 
-def slow_rank_sentence_us(row: Mapping[str, Any], cell_words: str, fleet_words: str) -> str:
-    """One slow rank of ``tables/rank_effects.parquet`` in words: its effect against the cell's other ranks
-    (µs per block where b is known, else sd) with its 90% interval and P(rho > 0), and tau(n) without it
-    (posterior median with its 90% interval) against tau(n) with it (posterior median), under the fleet
-    assumption ``fleet_words``."""
+def slow_rank_sentence(row: Mapping[str, Any], cell_words: str, fleet_words: str) -> str:
+    """One slow rank of :func:`slow_rank_table` (``tables/rank_effects``) in words: its effect against the
+    cell's other ranks (µs per block where b is known, else sd) with its 90% interval and P(rho > 0), and
+    tau(n) without it (posterior median with its 90% interval) against tau(n) with it (posterior median),
+    under the fleet assumption ``fleet_words``. The one wording of a slow rank (summary, report, ``ranks``)."""
     pct = f"{_f(row.get('level', LEVEL)):.0%}"
     mean_us, lo_us, hi_us = (_f(row.get(k)) for k in ("vs_others_mean_us", "vs_others_lo_us", "vs_others_hi_us"))
     if np.isfinite(mean_us):
@@ -178,11 +175,13 @@ def slow_rank_sentence_us(row: Mapping[str, Any], cell_words: str, fleet_words: 
     text = (f"{_rank_words(str(row['rank']))} of {cell_words} is persistently slow: {effect} against the cell's "
             f"other ranks ({_f(row['vs_others_mean']):+.2f} sd; P(rho > 0) = {_f(row['p_positive']):.3f})")
     n = _f(row.get("tau_without_n"))
-    without = [_f(row.get(k)) for k in ("tau_without_median_us", "tau_without_lo_us", "tau_without_hi_us",
-                                        "tau_with_median_us")]
-    if np.isfinite(n) and all(np.isfinite(without)):
-        text += (f"; without it tau({int(n)}) would be {without[0]:.4g} µs [{without[1]:.4g}, {without[2]:.4g}] "
-                 f"instead of {without[3]:.4g} µs (posterior medians, {pct} interval; {fleet_words})")
+    keys = ("tau_without_median", "tau_without_lo", "tau_without_hi", "tau_with_median")
+    for unit, fmt in (("us", "{:.4g} µs"), ("sd", "{:.3g} sd")):
+        values = [_f(row.get(f"{k}_{unit}")) for k in keys]
+        if np.isfinite(n) and all(np.isfinite(values)):
+            text += (f"; without it tau({int(n)}) would be {fmt.format(values[0])} [{values[1]:.4g}, {values[2]:.4g}] "
+                     f"instead of {fmt.format(values[3])} (posterior medians, {pct} interval; {fleet_words})")
+            break
     return text
 
 
@@ -242,7 +241,7 @@ def rank_model_block(effects: pd.DataFrame | None, variance: pd.DataFrame | None
                                               "vs_others_lo_us", "vs_others_hi_us", "p_positive", "level",
                                               "tau_without_n", "tau_without_median_us", "tau_without_lo_us",
                                               "tau_without_hi_us", "tau_with_median_us")},
-                 "text": slow_rank_sentence_us(r, words, fleet_words)}
+                 "text": slow_rank_sentence(r, words, fleet_words)}
                 for r in slow.to_dict("records")]
             if len(slow):
                 text = "; ".join(s["text"] for s in entry["slow_ranks"])

@@ -23,8 +23,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evtsync.core.defaults import INTERVAL_LEVEL
-
 #: The domain size of the "without this slow rank" prediction (issue 45, item 4).
 N_WITHOUT = 512
 #: The labels of the two fits in ``tables/rank_loo`` (the summary and the report read them).
@@ -43,37 +41,12 @@ def _b_of(scales: pd.DataFrame, cells: pd.DataFrame) -> dict[str, float]:
 
 def rank_effects_table(fit: Any, scales: pd.DataFrame, n_without: int = N_WITHOUT,
                        draws: int = 1000) -> pd.DataFrame:
-    """:meth:`~evtsync.evt.rankmodel.RankModelFit.rank_effects` with ``gpu``, ``precision``, the
-    cell's ``b_us``, the effects in µs (``rho_*_us``, ``vs_others_*_us`` = sd units × b_us) and, for
-    a slow rank, ``tau_without_n``, ``tau_without_median_us``/``_lo_us``/``_hi_us`` (tau(n) of a job
-    from the same fleet without that rank: ``exclude_ranks``) and ``tau_with_median_us`` (all ranks);
-    NaN for the other ranks."""
-    effects = fit.rank_effects()
-    if effects.empty:
-        return effects
-    cells = fit.cells.set_index("cell")
-    b = _b_of(scales, fit.cells)
-    effects["gpu"] = effects["cell"].map(cells["gpu"]).astype(str)
-    effects["precision"] = effects["cell"].map(cells["precision"]).astype(str)
-    effects["b_us"] = effects["cell"].map(b)
-    for stem in ("rho_mean", "rho_lo", "rho_hi", "vs_others_mean", "vs_others_lo", "vs_others_hi"):
-        effects[f"{stem}_us"] = effects[stem] * effects["b_us"]
-    for column in ("tau_without_n", "tau_without_median_us", "tau_without_lo_us", "tau_without_hi_us",
-                   "tau_with_median_us"):
-        effects[column] = np.nan
-    q = ((1 - INTERVAL_LEVEL) / 2, (1 + INTERVAL_LEVEL) / 2)
-    with_all: dict[str, float] = {}
-    for i in np.flatnonzero(effects["slow"].to_numpy(dtype=bool)):
-        row = effects.iloc[i]
-        cell, bb = str(row["cell"]), float(row["b_us"])
-        without = fit.tau_draws([n_without], cell, exclude_ranks=[str(row["rank"])], draws=draws)[:, 0] * bb
-        if cell not in with_all:
-            with_all[cell] = float(np.median(fit.tau_draws([n_without], cell, draws=draws)[:, 0])) * bb
-        lo, hi = np.quantile(without, q)
-        effects.loc[effects.index[i], ["tau_without_n", "tau_without_median_us", "tau_without_lo_us",
-                                       "tau_without_hi_us", "tau_with_median_us"]] = [
-            float(n_without), float(np.median(without)), float(lo), float(hi), with_all[cell]]
-    return effects
+    """``tables/rank_effects``: :func:`evtsync.evt.rankreport.slow_rank_table` of the fit (every rank's
+    effect in sd and µs; for a credibly slow rank tau(``n_without``) without it and with it, fleet "a job
+    of n ranks from the same fleet") with each cell's b from the run's block-scale table ``scales``."""
+    from evtsync.evt.rankreport import slow_rank_table
+
+    return slow_rank_table(fit, [n_without], b_us=_b_of(scales, fit.cells), draws=draws, seed=0)
 
 
 def rank_variance_table(fit: Any) -> pd.DataFrame:

@@ -62,7 +62,7 @@ def test_the_slow_rank_is_named_with_an_interval_that_holds_the_truth(slow_run: 
     slow = effects[effects["slow"]]
     assert list(slow["rank"]) == ["|0|3"]  # workload|pg|rank: the simulated slow node, and only it
     row = slow.iloc[0]
-    assert row["effect_lo_us"] <= SLOW_US <= row["effect_hi_us"]  # µs per block against the other ranks
+    assert row["vs_others_lo_us"] <= SLOW_US <= row["vs_others_hi_us"]  # µs per block against the other ranks
     text = res["slow_rank_text"]["H100|bf16"]
     assert text.startswith("rank 3 (PG 0) of H100 bf16 is persistently slow") and "90% interval" in text
     assert "without it tau(512) would be" in text
