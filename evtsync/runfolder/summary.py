@@ -465,7 +465,7 @@ def rank_model_summary(run_dir: Path, manifest: dict[str, Any], table: Any, why:
                   "`evtsync run` to fit it)")
         return {}, {"available": False, "reason": reason, "model": model_words(None),
                     "fleet_assumption": RANK_FLEET_WORDING["new"]}
-    converged, convergence, chains = _rank_fit_convergence(run_dir / RANK_FIT_FILES[0])
+    converged, convergence, chains = _rank_fit_convergence(run_dir / RANK_FIT_FILES[0], manifest)
     rows, block = rank_model_block(frames["rank_effects"], frames["rank_variance"], frames["rank_xi"],
                                    frames["rank_loo"], converged, convergence, chains)
     block["available"] = True
@@ -475,9 +475,17 @@ def rank_model_summary(run_dir: Path, manifest: dict[str, Any], table: Any, why:
     return rows, block
 
 
-def _rank_fit_convergence(path: Path) -> tuple[bool | None, str, int | None]:
-    """(converged, the convergence line, chains) of a rank-model fit file, read from its attributes;
-    (None, why, None) where the file is missing or unreadable."""
+def _rank_fit_convergence(path: Path, manifest: dict[str, Any] | None = None) -> tuple[bool | None, str, int | None]:
+    """(converged, the convergence line, chains) of the rank-model fit: from what the ``rankmodel`` stage
+    recorded in the (verified) manifest when it holds it, else from the fit file's attributes (a run
+    folder of an older version); (None, why, None) where neither says."""
+    from evtsync.evt.rankreport import RANK_STAGE
+
+    recorded = (((manifest or {}).get("stages", {}).get(RANK_STAGE) or {}).get("summary") or {}).get("fit")
+    if isinstance(recorded, dict) and "converged" in recorded and "convergence" in recorded:
+        chains = recorded.get("chains")
+        return (bool(recorded["converged"]), str(recorded["convergence"]),
+                int(chains) if isinstance(chains, int | float) else None)
     if not path.is_file():
         return None, f"{path.name} missing: convergence unknown", None
     from evtsync.core.errors import EvtsyncError

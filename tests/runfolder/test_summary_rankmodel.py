@@ -216,6 +216,22 @@ def test_a_rank_model_that_did_not_converge_is_flagged_on_the_first_screen(hand_
         "The hierarchical rank model (PyMC, nutpie, 4 chains): NOT CONVERGED: max R-hat 1.05")
 
 
+def test_the_convergence_the_stage_recorded_is_read_from_the_manifest(hand_run: tuple[Path, dict]) -> None:
+    # the rankmodel stage records its fit's convergence in the manifest: the summary takes it from
+    # there (the fit file's attributes only for older run folders); here the file says converged and
+    # the manifest, written by hand, says not, with 2 chains: the manifest's words are the ones shown
+    run, manifest = hand_run
+    _rank_tables(run, converged=True)
+    manifest["stages"]["rankmodel"] = {"status": "done", "summary": {"fit": {
+        "converged": False, "convergence": "NOT CONVERGED: max R-hat 1.07 (xi[A100|bf16])", "chains": 2}}}
+    numbers, info = summary_numbers(run, manifest)
+    block = info["rank_model"]
+    assert block["converged"] is False and "R-hat 1.07" in block["convergence"]
+    assert block["model"] == "hierarchical rank model (PyMC, nutpie, 2 chains)"
+    (run / "fits" / "rankmodel.nc").unlink()  # not read at all when the manifest holds it
+    assert summary_numbers(run, manifest)[1]["rank_model"]["converged"] is False
+
+
 @pytest.mark.parametrize("stage", [None, {"status": "not_applicable", "reason": "a cell has 90 rank values; the "
                                                                               "tail needs at least 200"}])
 def test_a_run_folder_without_the_rank_tables_says_why(hand_run: tuple[Path, dict], tmp_path: Path,
