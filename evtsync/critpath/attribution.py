@@ -30,6 +30,7 @@ from evtsync.critpath.dag import (
     Vocabulary,
     build_rank_dag,
 )
+from evtsync.critpath.names import NAME_SEPARATOR
 from evtsync.critpath.tasks import (
     DAG_COLUMNS,
     FastestSide,
@@ -401,6 +402,7 @@ def _attribute_rounds(traces: TraceSet, inst: pd.DataFrame, tax: TaxTables, runn
         table.loc[gpu_causes, "cause_category"] = classify_names(table.loc[gpu_causes, "cause_name"].tolist())
     _refuse_when_nothing_attributed(table, "collectives")
     _name_collective_causes(table, inst)
+    _name_kernel_causes(table, [r.get("cause_note") for r in rows.values()])
     table = route_blame(table)
     valid, n_invalid = valid_collectives(table)
     summary, gpu_only = summarize(valid)
@@ -437,6 +439,19 @@ def _name_collective_causes(table: pd.DataFrame, instances: pd.DataFrame) -> Non
         hit = lookup.get((int(rank), int(start)))
         if hit is not None:
             table.at[i, "cause_pg"], table.at[i, "cause_index"] = hit
+
+
+def _name_kernel_causes(table: pd.DataFrame, notes: list[str | None]) -> None:
+    """A kernel cause (not a collective) goes by the user's annotation around its launch, as a CPU
+    op does and as the what-if table names it: ``expert_mm > <kernel>`` (issue 46, item 5; the
+    annotation: :func:`evtsync.critpath.names.notes_around` on the launching thread). ``notes``:
+    per row, in the table's order; the category stays the kernel's own."""
+    if table.empty:
+        return
+    for i, note in zip(table.index, notes, strict=True):
+        if note is None or table.at[i, "cause_segment"] != "kernel" or not pd.isna(table.at[i, "cause_pg"]):
+            continue
+        table.at[i, "cause_name"] = f"{note}{NAME_SEPARATOR}{table.at[i, 'cause_name']}"
 
 
 def route_blame(table: pd.DataFrame) -> pd.DataFrame:
