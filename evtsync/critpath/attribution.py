@@ -506,6 +506,11 @@ def route_blame(table: pd.DataFrame) -> pd.DataFrame:
                       f"accounting for {cause_extra[here]:,.0f} µs of the {tau[n]:,.0f} µs routed to it (less than "
                       f"{ROOT_MIN_SHARE:.0%}); its own row is {status}")
             cause, category = f"propagated from rank {rank}, not explained", NOT_EXPLAINED
+        elif category == "collective_wait" and _missing(cause_pg[here]):
+            # a wait for no aligned collective: a point-to-point send/recv (gloo), whose peer is not
+            # paired across ranks, so the blame stops here (docs/critical-path.md §7)
+            reason = (f"the chain ends in {cause!r} on rank {rank}: a point-to-point wait, whose peer is not "
+                      "followed (send and recv are not paired across ranks)")
         out["root_rank"].append(rank)
         out["root_pg"].append(table["pg"].iat[here])
         out["root_index"].append(int(table["index"].iat[here]))
@@ -520,6 +525,10 @@ def route_blame(table: pd.DataFrame) -> pd.DataFrame:
         log.warning("blame routing: %d collective(s) reach a cycle of collectives waiting for each other; "
                     "cut at the repeat (root_cycle)", n_cycles)
     return table
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA
 
 
 def rank_blame(table: pd.DataFrame, ranks: pd.DataFrame) -> pd.DataFrame:

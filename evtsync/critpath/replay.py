@@ -347,7 +347,9 @@ def op_instances(lanes: dict[int, Lane]) -> pd.DataFrame:
     parts = []
     for lane in lanes.values():
         sl = lane.slices
-        sl = sl[(sl["step"] >= 0) & sl["ref_key"].isna()]
+        # (a wait with no collective to wait for — a point-to-point send/recv, a collective whose
+        # enqueue was not found — is still a wait)
+        sl = sl[(sl["step"] >= 0) & sl["ref_key"].isna() & (sl["kind"] != "collective_wait")]
         if sl.empty:
             continue
         g = sl.assign(dur=sl["end_ns"] - sl["start_ns"]).groupby(
