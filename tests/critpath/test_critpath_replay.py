@@ -233,7 +233,8 @@ ALL_PLANTS_OFF = {
 
 @pytest.mark.parametrize("job", [
     *(pytest.param(j, marks=_superseded(j)) for j in SUPERSEDED),
-    *(pytest.param(j, marks=[pytest.mark.xfail(strict=True, reason=ALL_PLANTS_OFF[j])] if j in ALL_PLANTS_OFF else [])
+    *(pytest.param(j, marks=([pytest.mark.xfail(strict=True, reason=ALL_PLANTS_OFF[j])] if j in ALL_PLANTS_OFF else [])
+                   + ([pytest.mark.slow] if j.endswith("tpdp8") else []))  # 8 ranks: the slowest replay
       for j in TWIN_JOBS),
 ])
 def test_all_plants_saving_against_the_clean_twin(job: str) -> None:
