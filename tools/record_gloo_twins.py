@@ -23,7 +23,8 @@ Purpose
 
 How to run (a Python 3.11 venv with the CPU build of torch 2.13.0)
     VENV/bin/python tools/record_gloo_twins.py --job tpdp --repeats 3 --out tests/data/gloo-twins
-    (writes tests/data/gloo-twins/tpdp, tpdp-clean and their truth files; --job ddpw, ddpa too)
+    (writes tests/data/gloo-twins/tpdp, tpdp-clean and their truth files; --job tpdp8, ddp (the other
+    jobs of record_gloo_planted.py), ddpw, ddpa too)
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 #: job name -> (recording script, its arguments)
 JOBS = {"tpdp": ("record_gloo_planted.py", ["--job", "tpdp"]),
+        "tpdp8": ("record_gloo_planted.py", ["--job", "tpdp8"]),
+        "ddp": ("record_gloo_planted.py", ["--job", "ddp"]),
         "ddpw": ("record_gloo_whatif.py", ["--job", "ddp"]),
         "ddpa": ("record_gloo_async.py", ["--job", "ddp"])}
 

@@ -30,6 +30,7 @@ from evtsync.critpath.dag import (
     Vocabulary,
     build_rank_dag,
 )
+from evtsync.critpath.names import NAME_SEPARATOR
 from evtsync.critpath.tasks import (
     DAG_COLUMNS,
     FastestSide,
@@ -401,6 +402,7 @@ def _attribute_rounds(traces: TraceSet, inst: pd.DataFrame, tax: TaxTables, runn
         table.loc[gpu_causes, "cause_category"] = classify_names(table.loc[gpu_causes, "cause_name"].tolist())
     _refuse_when_nothing_attributed(table, "collectives")
     _name_collective_causes(table, inst)
+    _name_kernel_causes(table, [r.get("cause_note") for r in rows.values()])
     table = route_blame(table)
     valid, n_invalid = valid_collectives(table)
     summary, gpu_only = summarize(valid)
@@ -437,6 +439,19 @@ def _name_collective_causes(table: pd.DataFrame, instances: pd.DataFrame) -> Non
         hit = lookup.get((int(rank), int(start)))
         if hit is not None:
             table.at[i, "cause_pg"], table.at[i, "cause_index"] = hit
+
+
+def _name_kernel_causes(table: pd.DataFrame, notes: list[str | None]) -> None:
+    """A kernel cause (not a collective) goes by the user's annotation around its launch, as a CPU
+    op does and as the what-if table names it: ``expert_mm > <kernel>`` (issue 46, item 5; the
+    annotation: :func:`evtsync.critpath.names.notes_around` on the launching thread). ``notes``:
+    per row, in the table's order; the category stays the kernel's own."""
+    if table.empty:
+        return
+    for i, note in zip(table.index, notes, strict=True):
+        if note is None or table.at[i, "cause_segment"] != "kernel" or not pd.isna(table.at[i, "cause_pg"]):
+            continue
+        table.at[i, "cause_name"] = f"{note}{NAME_SEPARATOR}{table.at[i, 'cause_name']}"
 
 
 def route_blame(table: pd.DataFrame) -> pd.DataFrame:
@@ -491,6 +506,11 @@ def route_blame(table: pd.DataFrame) -> pd.DataFrame:
                       f"accounting for {cause_extra[here]:,.0f} µs of the {tau[n]:,.0f} µs routed to it (less than "
                       f"{ROOT_MIN_SHARE:.0%}); its own row is {status}")
             cause, category = f"propagated from rank {rank}, not explained", NOT_EXPLAINED
+        elif category == "collective_wait" and _missing(cause_pg[here]):
+            # a wait for no aligned collective: a point-to-point send/recv (gloo), whose peer is not
+            # paired across ranks, so the blame stops here (docs/critical-path.md §7)
+            reason = (f"the chain ends in {cause!r} on rank {rank}: a point-to-point wait, whose peer is not "
+                      "followed (send and recv are not paired across ranks)")
         out["root_rank"].append(rank)
         out["root_pg"].append(table["pg"].iat[here])
         out["root_index"].append(int(table["index"].iat[here]))
@@ -505,6 +525,10 @@ def route_blame(table: pd.DataFrame) -> pd.DataFrame:
         log.warning("blame routing: %d collective(s) reach a cycle of collectives waiting for each other; "
                     "cut at the repeat (root_cycle)", n_cycles)
     return table
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA
 
 
 def rank_blame(table: pd.DataFrame, ranks: pd.DataFrame) -> pd.DataFrame:

@@ -230,6 +230,22 @@ def _work_wait_calls(starts: np.ndarray, names: np.ndarray, cats: np.ndarray, en
     return out
 
 
+def _close_p2p_enqueues(starts: np.ndarray, ends: np.ndarray, names: np.ndarray) -> np.ndarray:
+    """Ends of one thread's events, where a point-to-point ``gloo:send`` / ``gloo:recv`` starts inside
+    its ``c10d::send`` / ``c10d::recv_`` op and outlives it (torch 2.13 does, by a few µs): the op
+    closed where the transfer starts, so that the transfer's wait is not clipped to the op and its
+    time left to the enclosing step as a ``(python gap)`` (docs/critical-path.md §6)."""
+    p2p = np.flatnonzero(np.isin(names, list(GLOO_P2P_NAMES)))
+    ops = np.flatnonzero(np.isin(names, list(C10D_P2P_NAMES)))
+    if not p2p.size or not ops.size:
+        return ends
+    ends = ends.copy()
+    for i in p2p.tolist():
+        inside = ops[(starts[ops] <= starts[i]) & (ends[ops] > starts[i]) & (ends[ops] < ends[i])]
+        ends[inside] = starts[i]
+    return ends
+
+
 def rank_timeline(rank: int, ops: pd.DataFrame, instances: pd.DataFrame, *,
                   any_thread: bool = False) -> RankTimeline | None:
     """The main-thread timeline of one rank (``ops``: its CPU ops, ``instances``: its aligned
@@ -273,6 +289,7 @@ def rank_timeline(rank: int, ops: pd.DataFrame, instances: pd.DataFrame, *,
         sel &= ~_work_wait_calls(starts_all, names, cats, arrivals["enqueue_ns"].to_numpy(np.int64)[in_flight],
                                  arrivals["end_ns"].to_numpy(np.int64)[in_flight])
         s, e, n, c = starts_all[sel], ends_all[sel], names[sel], cats[sel]
+        e = _close_p2p_enqueues(s, e, n)
         # a point-to-point gloo:send / gloo:recv runs on this thread and holds it until the peer is
         # there: a wait, named "(wait) recv" / "(wait) send" (issue 46, docs/gloo.md)
         kind = [_KIND_CODE["enqueue"] if nm.startswith("c10d::") else _KIND_CODE["cpu_op"] if ct == "cpu_op"

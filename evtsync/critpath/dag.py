@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from evtsync.critpath.names import GAP_NAME, user_names
+from evtsync.critpath.names import GAP_NAME, notes_around, user_names, user_notes
 from evtsync.trace.schema import LAUNCH_NAMES
 
 log = logging.getLogger(__name__)
@@ -120,6 +120,9 @@ class RankDAG:
     gpu_ready: np.ndarray
     lanes: list[tuple[str, int, int]] = field(default_factory=list)
     stats: dict[str, int] = field(default_factory=dict)
+    #: GPU node -> the user's ``record_function`` annotation around its launch on the launching
+    #: thread (:func:`evtsync.critpath.names.notes_around`); absent where none
+    launch_note: dict[int, str] = field(default_factory=dict)
 
     @property
     def n_nodes(self) -> int:
@@ -437,6 +440,7 @@ def build_rank_dag(kernels: pd.DataFrame, cpu_ops: pd.DataFrame, runtime: pd.Dat
         call_lane_of_row = pd.Series(lane[node_ids], index=row[node_ids]).groupby(level=0).first()
     # ---- launch edges by correlation
     n_launch = 0
+    launch_note: dict[int, str] = {}
     if len(rt_calls) and n_gpu:
         is_launch = _is_one_of(rt_calls["name"], LAUNCH_CALL_NAMES) & \
             (rt_calls["correlation"].to_numpy() >= 0)
@@ -458,6 +462,7 @@ def build_rank_dag(kernels: pd.DataFrame, cpu_ops: pd.DataFrame, runtime: pd.Dat
             good = src >= 0
             add(src[good], dst[good], np.minimum(end[src[good]], start[dst[good]]), EDGE_LAUNCH)
             n_launch = int(good.sum())
+            launch_note = _launch_notes(cpu_ops, launches[hit][ok][good], dst[good])
     # ---- synchronization edges
     n_sync = 0
     if len(rt_calls) and n_gpu:
@@ -509,7 +514,18 @@ def build_rank_dag(kernels: pd.DataFrame, cpu_ops: pd.DataFrame, runtime: pd.Dat
     return RankDAG(rank=rank, start=start, end=end, kind=kind, name_id=name_id, lane=lane,
                    source=source, row=row, parent_ptr=ptr, parent=src_all, parent_ready=ready_all,
                    parent_kind=ekind_all, critical=critical, critical_kind=critical_kind,
-                   gpu_ready=gpu_ready, lanes=lanes, stats=stats)
+                   gpu_ready=gpu_ready, lanes=lanes, stats=stats, launch_note=launch_note)
+
+
+def _launch_notes(cpu_ops: pd.DataFrame, launches: pd.DataFrame, gpu_nodes: np.ndarray) -> dict[int, str]:
+    """GPU node -> the user's annotation around its launch call (``launches``: the calls, in the
+    order of ``gpu_nodes``), as the what-if table names a kernel (docs/critical-path.md §6)."""
+    notes = user_notes(cpu_ops)
+    if notes.empty or not len(launches):
+        return {}
+    at = launches["ts_ns"].to_numpy(np.int64)
+    found = notes_around(notes, at, at, launches["tid"].tolist())
+    return {int(node): note for node, note in zip(gpu_nodes.tolist(), found, strict=True) if note is not None}
 
 
 def _sync_sources(g: pd.DataFrame, g_lane: np.ndarray, lane_uniques: pd.Index, g_start: np.ndarray,

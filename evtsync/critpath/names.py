@@ -5,8 +5,11 @@ and the GPU-trace event DAG (:mod:`evtsync.critpath.dag`)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
 GAP_NAME = "(python gap)"
 WAIT_PREFIX = "(wait) "
@@ -72,3 +75,73 @@ def user_names(starts: np.ndarray, ends: np.ndarray, names: list[str], cats: lis
         out.append(shown)
         stack.append(i)
     return out
+
+
+def user_notes(ops: pd.DataFrame) -> pd.DataFrame:
+    """The user's ``record_function`` annotations among a rank's CPU ops (:func:`is_user_note`: not
+    ``ProfilerStep#N``, not the communication annotations): columns start_ns, end_ns, name, tid."""
+    ops = ops[(ops["cat"] == "user_annotation").to_numpy(dtype=bool)]  # few: the per-event test on those only
+    names = ops["name"].astype(str)
+    keep = np.array([is_user_note(n, "user_annotation") for n in names.tolist()], dtype=bool)
+    sel = ops[keep]
+    return pd.DataFrame({"start_ns": sel["ts_ns"].to_numpy(np.int64), "end_ns": sel["end_ns"].to_numpy(np.int64),
+                         "name": names[keep].to_numpy(), "tid": sel["tid"].to_numpy() if "tid" in sel else 0})
+
+
+def notes_around(notes: pd.DataFrame, at_ns: np.ndarray, to_ns: np.ndarray, tids: Sequence[Any] | None = None,
+                 own: Sequence[str] | None = None) -> list[str | None]:
+    """Per interval ``[at_ns[i], to_ns[i]]`` the innermost of the user's annotations (``notes``, as
+    :func:`user_notes` gives them) that covers it on thread ``tids[i]`` (None: any thread), other
+    than an annotation named ``own[i]`` (the interval's own event); None where none covers it.
+
+    One home for "the user's words around" a slice of time (issue 46, docs/critical-path.md §6
+    "Names in the user's words" and §8): a CPU slice's interval on the CPU side, and for a kernel on a
+    GPU trace the start of its launch (the runtime or driver call of the same correlation) on the
+    launching thread. Innermost = the latest-starting covering one (annotations nest)."""
+    n = len(at_ns)
+    result = np.full(n, None, dtype=object)
+    if notes is None or notes.empty or n == 0:
+        return result.tolist()
+    at, to = np.asarray(at_ns, dtype=np.int64), np.asarray(to_ns, dtype=np.int64)
+    own_a = np.asarray(own, dtype=object) if own is not None else None
+    n_tid = notes["tid"].to_numpy()
+    point_tid = np.asarray(tids, dtype=object) if tids is not None else None
+    for tid in (pd.unique(n_tid) if point_tid is not None else [None]):
+        sel = notes[n_tid == tid] if tid is not None else notes
+        order = np.lexsort((-sel["end_ns"].to_numpy(np.int64), sel["start_ns"].to_numpy(np.int64)))
+        start = sel["start_ns"].to_numpy(np.int64)[order]
+        end = sel["end_ns"].to_numpy(np.int64)[order]
+        name = sel["name"].to_numpy(dtype=object)[order]
+        parent = _enclosing(end)
+        pts = np.flatnonzero(point_tid == tid) if point_tid is not None else np.arange(n)
+        if not pts.size:
+            continue
+        # the latest-starting annotation at or before the interval's start, then up its enclosing
+        # ones until one covers the whole interval (and is not the interval's own event)
+        k = np.searchsorted(start, at[pts], side="right") - 1
+        while True:
+            ok = k >= 0
+            bad = np.zeros(len(k), dtype=bool)
+            bad[ok] = end[k[ok]] < to[pts[ok]]
+            if own_a is not None:
+                bad[ok] |= name[k[ok]] == own_a[pts[ok]]
+            if not bad.any():
+                break
+            k[bad] = parent[k[bad]]
+        hit = k >= 0
+        result[pts[hit]] = name[k[hit]]
+    return [None if v is None else str(v) for v in result.tolist()]
+
+
+def _enclosing(end: np.ndarray) -> np.ndarray:
+    """Per event of one thread (sorted by start, longer first) the index of the event enclosing it,
+    -1 at the top level (a stack sweep; a partly overlapping neighbour encloses nothing)."""
+    parent = np.full(len(end), -1, dtype=np.int64)
+    stack: list[int] = []
+    for i, e in enumerate(end.tolist()):
+        while stack and int(end[stack[-1]]) < e:
+            stack.pop()
+        if stack:
+            parent[i] = stack[-1]
+        stack.append(i)
+    return parent

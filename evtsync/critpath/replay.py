@@ -39,7 +39,7 @@ import pandas as pd
 from evtsync.core.errors import InputError
 from evtsync.core.parallel import Backend
 from evtsync.critpath.cpu import CPU_SIDE_CATEGORIES, collectives_are_cpu_side, rank_timeline
-from evtsync.critpath.names import is_user_note
+from evtsync.critpath.names import notes_around, user_notes
 from evtsync.sync.collectives import Alignment
 from evtsync.trace.traceset import TraceSet
 
@@ -193,7 +193,7 @@ def _cpu_lane(rank: int, ops: pd.DataFrame, inst: pd.DataFrame) -> Lane | None:
     sl["ref_key"] = [keys[r] if r >= 0 and ok[r] else None for r in ref.tolist()]
     sl["blocking"] = blocking & np.array([k is not None for k in sl["ref_key"]], dtype=bool)
     sl = _label_steps(sl, steps, a["enqueue_ns"].to_numpy(np.int64)[ok])
-    notes = _user_notes(ops[ops["tid"].to_numpy() == tl.tid])
+    notes = user_notes(ops[ops["tid"].to_numpy() == tl.tid])
     return Lane(rank, sl, arrivals, _windows(steps), n_unpaired=int((~ok).sum()), annotations=notes)
 
 
@@ -206,38 +206,24 @@ def annotation_of(lane: Lane, rows: pd.DataFrame) -> str | None:
         return None
     sl = lane.slices.merge(rows[["window", "step", "segment", "kind", "name"]].drop_duplicates(),
                            on=["window", "step", "segment", "kind", "name"])
-    held: dict[str, int] = {}
-    n_start, n_end, n_name, n_tid = (notes[c].to_numpy() for c in ("start_ns", "end_ns", "name", "tid"))
     # a kernel (GPU lane): the annotation around its launch, on the launching thread
     gpu = "launch_ns" in sl
-    at = sl["launch_ns"].to_numpy(np.int64) if gpu else sl["start_ns"].to_numpy(np.int64)
-    to = at if gpu else sl["end_ns"].to_numpy(np.int64)
-    tids = sl["launch_tid"].to_numpy() if gpu else [None] * len(sl)
-    for st, en, name, tid, t0, t1 in zip(at, to, sl["name"], tids, sl["start_ns"].to_numpy(np.int64),
-                                         sl["end_ns"].to_numpy(np.int64), strict=True):
-        if gpu and st < 0:
-            continue
-        same = (n_tid == tid) if gpu else True
-        cover = np.flatnonzero((n_start <= st) & (n_end >= en) & (n_name != name) & same)
-        if cover.size:
-            inner = cover[np.argmax(n_start[cover])]
-            held[str(n_name[inner])] = held.get(str(n_name[inner]), 0) + int(t1 - t0)
+    if gpu:
+        sl = sl[sl["launch_ns"].to_numpy(np.int64) >= 0]
+        at = sl["launch_ns"].to_numpy(np.int64)
+        found = notes_around(notes, at, at, sl["launch_tid"].tolist())
+    else:
+        found = notes_around(notes, sl["start_ns"].to_numpy(np.int64), sl["end_ns"].to_numpy(np.int64),
+                             own=sl["name"].astype(str).tolist())
+    held: dict[str, int] = {}
+    for note, t0, t1 in zip(found, sl["start_ns"].to_numpy(np.int64), sl["end_ns"].to_numpy(np.int64), strict=True):
+        if note is not None:
+            held[note] = held.get(note, 0) + int(t1 - t0)
     return max(held, key=lambda k: held[k]) if held else None
 
 
 def _windows(steps: pd.DataFrame) -> dict[int, tuple[int, int, int]]:
     return {int(w): (int(g["ts_ns"].min()), int(g["end_ns"].max()), len(g)) for w, g in steps.groupby("window")}
-
-
-def _user_notes(ops: pd.DataFrame) -> pd.DataFrame:
-    """The user's ``record_function`` annotations among CPU ops (not ``ProfilerStep#N``, not the
-    GPU-side copies, not the communication annotations): start_ns, end_ns, name, tid."""
-    names = ops["name"].astype(str)
-    keep = np.array([is_user_note(n, c) for n, c in zip(names.tolist(), ops["cat"].astype(str).tolist(), strict=True)],
-                    dtype=bool)
-    sel = ops[keep]
-    return pd.DataFrame({"start_ns": sel["ts_ns"].to_numpy(np.int64), "end_ns": sel["end_ns"].to_numpy(np.int64),
-                         "name": names[keep].to_numpy(), "tid": sel["tid"].to_numpy() if "tid" in sel else 0})
 
 
 def _gpu_lane(rank: int, ops: pd.DataFrame, kernels: pd.DataFrame, inst: pd.DataFrame,
@@ -288,7 +274,7 @@ def _gpu_lane(rank: int, ops: pd.DataFrame, kernels: pd.DataFrame, inst: pd.Data
                                      "launch_ns", "launch_tid"])
     arr = np.array([v[1] for v in arrivals.values()], dtype=np.int64)
     sl = _label_steps(sl, steps, arr)
-    return Lane(rank, sl, arrivals, _windows(steps), annotations=_user_notes(ops))
+    return Lane(rank, sl, arrivals, _windows(steps), annotations=user_notes(ops))
 
 
 def _cpu_side(traces: TraceSet, instances: pd.DataFrame) -> bool:
@@ -361,7 +347,9 @@ def op_instances(lanes: dict[int, Lane]) -> pd.DataFrame:
     parts = []
     for lane in lanes.values():
         sl = lane.slices
-        sl = sl[(sl["step"] >= 0) & sl["ref_key"].isna()]
+        # (a wait with no collective to wait for — a point-to-point send/recv, a collective whose
+        # enqueue was not found — is still a wait)
+        sl = sl[(sl["step"] >= 0) & sl["ref_key"].isna() & (sl["kind"] != "collective_wait")]
         if sl.empty:
             continue
         g = sl.assign(dur=sl["end_ns"] - sl["start_ns"]).groupby(

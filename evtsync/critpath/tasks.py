@@ -120,6 +120,8 @@ class StragglerSide:
     seg_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     start_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     has_launch: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    #: per chain position, the user's annotation around a GPU node's launch (``RankDAG.launch_note``)
+    notes: list[str | None] = field(default_factory=list)
     bottom: str = ""
     here_start_ns: int = 0
     prev_end_ns: int | None = None
@@ -501,6 +503,7 @@ def straggler_task(work: RankWork) -> tuple[list[StragglerSide], dict[str, float
             occurrence=occ.astype(np.int64), kinds=kinds.astype(np.int8), seg_kind=seg_kind, seg_ns=seg,
             start_ns=dag.start[np.asarray(chain, dtype=np.int64)].astype(np.int64),
             has_launch=np.array([kinds[j] != KIND_GPU or dag.launch_of(c) >= 0 for j, c in enumerate(chain)]),
+            notes=[dag.launch_note.get(int(c)) if kinds[j] == KIND_GPU else None for j, c in enumerate(chain)],
             bottom=bottom, here_start_ns=here[1], prev_end_ns=prev[2] if prev else None)
         if work.keep_paths:
             side.rows = _path_rows(dag, path, occ, names)
@@ -619,7 +622,9 @@ def combine(s: StragglerSide, f: FastestSide, row: dict[str, Any], *, share_band
             cause_extra_us=float(extra[p]) / 1000.0, cause_raw_extra_us=float(raw[p]) / 1000.0,
             cause_duration_us=float(seg_s[p]) / 1000.0, cause_fastest_duration_us=float(seg_f[p]) / 1000.0,
             cause_occurrence=int(s.occurrence[j - 1]) if j else 0, cause_start_ns=int(s.start_ns[j]),
-            cause_on_fastest_path=bool(j == 0 or key_s[j - 1] in set(f.path_keys)))
+            cause_on_fastest_path=bool(j == 0 or key_s[j - 1] in set(f.path_keys)),
+            # not a column: attribution names a kernel cause with it once its category is known
+            cause_note=s.notes[j] if seg == SEG_KERNEL and j < len(s.notes) else None)
     share = row["explained_share"]
     if share_band[0] <= share <= share_band[1]:
         row["status"] = "ok"

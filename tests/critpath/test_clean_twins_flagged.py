@@ -3,9 +3,9 @@
 Each real gloo recording has a clean twin (the same program without its plants). Every (root rank,
 cause) pair of the twin's root-cause table whose tax exceeds half the smallest plant of the planted
 job (its duration measured by the job's own clock, ``measured_us`` in the truth file) must carry a
-flag (:func:`evtsync.critpath.attribution.root_cause_flags`). Three twins recorded once do not meet
-it (measured 2026-12-06, numbers in the xfail reasons and docs/critical-path.md, "Flags of root
-causes"); the same jobs recorded five times interleaved with their twins (tests/data/gloo-twins) do."""
+flag (:func:`evtsync.critpath.attribution.root_cause_flags`). Three twins recorded once did not meet
+it (measured 2026-12-06, numbers in SUPERSEDED and docs/critical-path.md, "Flags of root causes"); the
+same jobs recorded five times interleaved with their twins (tests/data/gloo-twins) replace them here."""
 
 from __future__ import annotations
 
@@ -23,14 +23,26 @@ DATA = Path(__file__).parents[1] / "data"
 JOBS = {"ddp": "gloo-planted", "tpdp": "gloo-planted", "tpdp8": "gloo-planted", "pp3": "gloo-pipeline",
         "ddpw": "gloo-whatif", "ddpa": "gloo-async",
         # tools/record_gloo_twins.py: recorded 5 times interleaved with their twins, ranks pinned
-        "twins/tpdp": "gloo-twins", "twins/ddpw": "gloo-twins", "twins/ddpa": "gloo-twins", "twins/ddpws": "gloo-twins"}
-GAP = {
-    "tpdp": "tpdp-clean: rank 3 'MmBackward0 > aten::mm' 20.1 ms over 4 ok collectives (largest 9.5 ms), "
-            "rank 1 the same cause 11.6 ms over 3 (largest 6.5 ms); half the smallest plant is 10.05 ms",
-    "tpdp8": "tpdp8-clean: rank 4 '(enqueue) c10d::allreduce_' 21.0 ms over 6 collectives (largest 7.5 ms, "
-             "33 % unexplained); half the smallest plant is 10.08 ms",
-    "ddpa": "ddpa-clean: rank 2 '(python gap)' 17.9 ms on one ok collective (10.6 ms of it on the path); "
+        "twins/tpdp": "gloo-twins", "twins/ddpw": "gloo-twins", "twins/ddpa": "gloo-twins", "twins/ddpws": "gloo-twins",
+        "twins/tpdp8": "gloo-twins", "twins/ddp": "gloo-twins"}
+#: Single recordings (each job and its clean twin once, one after the other) superseded here by the
+#: same job recorded five times interleaved: their planted − clean lies outside the range of the
+#: twins' five repeats (read from the raw files by tests/critpath/test_critpath_replay.py,
+#: ``test_superseded_single_recordings_lie_outside_their_twins_repeats``; docs/critical-path.md,
+#: "Flags of root causes"). What they showed here, measured 2026-12-06:
+SUPERSEDED = {
+    "tpdp": "twins/tpdp; tpdp-clean: rank 3 'MmBackward0 > aten::mm' 20.1 ms over 4 ok collectives (largest "
+            "9.5 ms), rank 1 the same cause 11.6 ms over 3 (largest 6.5 ms); half the smallest plant is 10.05 ms",
+    "tpdp8": "twins/tpdp8; tpdp8-clean: rank 4 '(enqueue) c10d::allreduce_' 21.0 ms over 6 collectives (largest "
+             "7.5 ms, 33 % unexplained); half the smallest plant is 10.08 ms",
+    "ddpa": "twins/ddpa; ddpa-clean: rank 2 '(python gap)' 17.9 ms on one ok collective (10.6 ms of it on the path); "
             "half the smallest plant is 12.53 ms",
+    "ddp": "twins/ddp (it met the check)", "ddpw": "twins/ddpw (it met the check)",
+}
+#: twins that miss the check (measured)
+GAP = {
+    "twins/tpdp8": "tpdp8-clean (8 ranks on 2 cores): rank 3 'c10d::allreduce_' (the enqueue op's own time) 29.0 ms "
+                   "over 14 collectives (largest 6.5 ms, 18 % unexplained); half the smallest plant is 10.04 ms",
 }
 
 
@@ -39,8 +51,15 @@ def _roots(folder: Path) -> pd.DataFrame:
     return root_cause_table(result.collectives.assign(workload="job"))
 
 
-@pytest.mark.parametrize("job", [pytest.param(j, marks=pytest.mark.xfail(strict=True, reason=GAP[j])) if j in GAP
-                                 else j for j in sorted(JOBS)])
+def _param(job: str):  # noqa: ANN202
+    if job in SUPERSEDED:
+        return pytest.param(job, marks=pytest.mark.skip(reason=f"superseded by {SUPERSEDED[job]}"))
+    if job in GAP:
+        return pytest.param(job, marks=pytest.mark.xfail(strict=True, reason=GAP[job]))
+    return job
+
+
+@pytest.mark.parametrize("job", [_param(j) for j in sorted(JOBS)])
 def test_clean_twin_causes_above_half_the_smallest_plant_are_flagged(job):
     folder, name = DATA / JOBS[job], job.rsplit("/", 1)[-1]
     truth = json.loads((folder / f"{name}.truth.json").read_text())

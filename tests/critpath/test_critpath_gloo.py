@@ -24,16 +24,24 @@ from evtsync.critpath.breakdown import PARTS, step_breakdown
 from evtsync.trace.traceset import load_traces
 
 DATA = Path(__file__).parents[1] / "data" / "gloo-planted"
-JOBS = ("tpdp", "ddp", "tpdp8")
+#: the same jobs recorded five times interleaved with their clean twins (tools/record_gloo_twins.py,
+#: tests/data/gloo-twins/README.md): ``twins/<job>``
+TWINS = Path(__file__).parents[1] / "data" / "gloo-twins"
+JOBS = ("tpdp", "ddp", "tpdp8", "twins/tpdp8", "twins/ddp")
+
+
+def _folder(job: str) -> Path:
+    return TWINS / job.split("/", 1)[1] if job.startswith("twins/") else DATA / job
 
 
 def _truth(job: str) -> dict:
-    return json.loads((DATA / f"{job}.truth.json").read_text())
+    folder = _folder(job)
+    return json.loads((folder.parent / f"{folder.name}.truth.json").read_text())
 
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, cp.AttributionResult]:
-    return {job: cp.attribute(load_traces([DATA / job], cache=False)) for job in
+    return {job: cp.attribute(load_traces([_folder(job)], cache=False)) for job in
             (*JOBS, *(f"{j}-clean" for j in JOBS))}
 
 
@@ -69,7 +77,7 @@ def test_planted_stragglers_named_with_rank_and_cause(results, job):
     assert in_band / total >= 0.85
 
 
-@pytest.mark.parametrize("job", ["tpdp", "tpdp8"])
+@pytest.mark.parametrize("job", ["tpdp", "tpdp8", "twins/tpdp8"])
 def test_delay_spread_to_other_groups_is_routed_to_the_planted_rank(results, job):
     """>= 75 % of the collectives that a delay spread to (other groups, through a member that waited
     for the planted rank) have the planted rank as their root, with the plant as root cause."""

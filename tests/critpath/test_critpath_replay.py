@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +34,16 @@ NEW = Path(__file__).resolve().parents[1] / "data" / "gloo-whatif"
 #: tools/record_gloo_twins.py: each job and its clean twin recorded 5 times interleaved, ranks pinned,
 #: the pair whose difference is the repeats' median kept (tests/data/gloo-twins/README.md)
 TWINS = Path(__file__).resolve().parents[1] / "data" / "gloo-twins"
-TWIN_JOBS = ("twins/tpdp", "twins/ddpw", "twins/ddpa", "twins/ddpws")
+TWIN_JOBS = ("twins/tpdp", "twins/ddpw", "twins/ddpa", "twins/ddpws", "twins/tpdp8", "twins/ddp")
+#: The single recordings (each job and its clean twin recorded once, one after the other) whose
+#: what-if and clean-twin checks are retired in favour of the same job recorded five times
+#: interleaved (docs/critical-path.md §8, "Why the single recordings below miss"): their planted −
+#: clean step time, read from their raw files, lies outside the range of the five interleaved
+#: repeats' (``test_superseded_single_recordings_lie_outside_their_twins_repeats``), so it is not
+#: the plants' effect. They stay in the attribution checks (naming, routing), which they pass.
+SUPERSEDED = {"tpdp": "twins/tpdp", "tpdp8": "twins/tpdp8", "ddp": "twins/ddp", "ddpw": "twins/ddpw",
+              "ddpa": "twins/ddpa"}
+ASYNC = Path(__file__).resolve().parents[1] / "data" / "gloo-async"
 MS = 1_000_000
 
 
@@ -144,21 +154,32 @@ def _leaf(names: pd.Series) -> pd.Series:
     return names.astype(str).str.rsplit(" > ", n=1).str[-1]
 
 
-# Measured on these recordings (docs/critical-path.md §8): the replay holds every other duration
-# fixed, but on the 2-core host a sleeping rank frees the CPU for the others; the clean twins ran
-# under other load (their own stragglers: tpdp8-clean's steps are as long as tpdp8's).
-KNOWN_OFF = {("ddp", 3): "-31%: the CPU-burning plant slowed ranks 0 and 1's aten::mm in that step too (assumption 1)",
-             ("ddp", 2): "-41%: masked by other stragglers of that step in the replay",
-             ("tpdp", 0): "step 2 of tpdp is 76 ms in the clean twin too: the stall is mostly masked (-48%)",
-             ("tpdp", 3): "-49%", ("tpdp", 1): "-36%",
-             ("tpdp8", 5): "-73%", ("tpdp8", 2): "-43%", ("tpdp8", 7): "-73%", ("tpdp8", 0): "-60%",
-             ("ddpw", 2): "-44%: a CPU-burning plant slowed the other ranks' ops (assumption 1)"}
+# Measured on the twins (docs/critical-path.md §8): the replay holds every other duration fixed
+# (assumption 1), but on the 2-core host a sleeping rank frees the CPU for its core-mates and a
+# computing one takes it from them. Filled in below from the twins' runs.
+KNOWN_OFF = {
+    ("twins/tpdp8", 5): "-35% (4.93 of 7.54 ms per step): 8 ranks on 2 cores, the stall's core-mates ran meanwhile",
+    ("twins/tpdp8", 7): "-30% (3.52 of 5.02 ms per step): 8 ranks on 2 cores, the sleep's core-mates ran meanwhile",
+}
+#: why each superseded single recording's planted − clean is not the plants' effect: the numbers
+#: that test_superseded_single_recordings_lie_outside_their_twins_repeats reads from the raw files
+SUPERSEDED_WHY = {
+    "tpdp": "planted - clean 29.24 ms per step, one recording each; five interleaved repeats: 19.42 to 25.58",
+    "tpdp8": "planted - clean 2.13 ms per step, one recording each; five interleaved repeats: 13.89 to 32.58",
+    "ddp": "planted - clean 19.63 ms per step, one recording each; five interleaved repeats: 29.29 to 38.23",
+    "ddpw": "planted - clean 68.42 ms per step, one recording each; five interleaved repeats: 25.74 to 56.15",
+    "ddpa": "planted - clean -7.05 ms per step, one recording each; five interleaved repeats: 10.86 to 16.80",
+}
+
+
+def _superseded(job: str) -> pytest.MarkDecorator:
+    return pytest.mark.skip(reason=f"superseded by {SUPERSEDED[job]} for the what-if checks: {SUPERSEDED_WHY[job]}")
 
 
 def _folder(job: str) -> Path:
     if job.startswith("twins/"):
         return TWINS / job.split("/", 1)[1]
-    return (NEW if job.startswith("ddpw") else DATA) / job
+    return (NEW if job.startswith("ddpw") else ASYNC if job.startswith("ddpa") else DATA) / job
 
 
 def _truth(job: str) -> dict:
@@ -168,13 +189,14 @@ def _truth(job: str) -> dict:
 
 def _plants() -> list:
     out = []
-    for job in ("ddp", "tpdp", "tpdp8", "ddpw", *TWIN_JOBS):
+    for job in (*SUPERSEDED, *TWIN_JOBS):
         truth = _truth(job)
         for p in truth["plants"]:
             p = {**p, "with_stack": truth.get("twins", {}).get("with_stack", False)}
-            marks = [pytest.mark.xfail(strict=True, reason=KNOWN_OFF[(job, p["rank"])])] \
+            marks = [_superseded(job)] if job in SUPERSEDED else \
+                [pytest.mark.xfail(strict=True, reason=KNOWN_OFF[(job, p["rank"])])] \
                 if (job, p["rank"]) in KNOWN_OFF else []
-            if job == "tpdp8":
+            if job.endswith("tpdp8"):
                 marks.append(pytest.mark.slow)
             out.append(pytest.param(job, p, id=f"{job}-rank{p['rank']}-{p['kind']}", marks=marks))
     return out
@@ -199,19 +221,21 @@ def test_each_plant_alone_saves_its_duration(job: str, plant: dict) -> None:
     assert w.saving_of(ops) == pytest.approx(effect, rel=0.25)
 
 
+#: the twins where the predicted saving of all plants misses the measured planted − clean (measured)
+ALL_PLANTS_OFF = {
+    "twins/tpdp8": "+32%: predicted 19.01 against 14.41 ms measured (repeats 13.89-32.58) for 25.09 ms of plants "
+                   "per step: with 4 ranks a core a sleeping plant frees the CPU for the others (assumption 1)",
+    "twins/ddp": "-29%: predicted 22.79 against 32.10 ms measured (repeats 29.29-38.23) for 25.09 ms of plants per "
+                 "step: the computing plants cost 1.5-1.9x their time (steps 3 and 7 +43-47 and +35-38 ms for 25 ms "
+                 "plants), slowing the other ranks' ops (assumption 1); each plant alone is within 15 %",
+}
+
+
 @pytest.mark.parametrize("job", [
-    "ddp",
-    # the single recordings' truth is off (docs/critical-path.md §8, "Why the single recordings below
-    # miss"); the same jobs recorded five times interleaved with their twins: twins/*
-    pytest.param("tpdp", marks=pytest.mark.xfail(strict=True, reason=(
-        "predicted 16.8 against 29.2 ms measured; one recording each: step 3 +50 ms for a 25 ms plant, step 2 "
-        "+1 ms for a 30 ms stall (twins/tpdp, recorded 5x interleaved: 23.4 against 24.9, -6%)"))),
-    pytest.param("tpdp8", marks=[pytest.mark.slow, pytest.mark.xfail(
-        strict=True, reason="the twins differ by 2.1 ms per step: the clean twin ran under heavier load")]),
-    pytest.param("ddpw", marks=pytest.mark.xfail(
-        strict=True, reason="the twins differ by 68.4 ms per step for 38.0 ms of plants (load 8-10 on 2 cores); "
-                            "twins/ddpw, recorded 5x interleaved: 23.3 against 26.9, -13%")),
-    *TWIN_JOBS,
+    *(pytest.param(j, marks=_superseded(j)) for j in SUPERSEDED),
+    *(pytest.param(j, marks=([pytest.mark.xfail(strict=True, reason=ALL_PLANTS_OFF[j])] if j in ALL_PLANTS_OFF else [])
+                   + ([pytest.mark.slow] if j.endswith("tpdp8") else []))  # 8 ranks: the slowest replay
+      for j in TWIN_JOBS),
 ])
 def test_all_plants_saving_against_the_clean_twin(job: str) -> None:
     w = _cached(job)
@@ -220,6 +244,19 @@ def test_all_plants_saving_against_the_clean_twin(job: str) -> None:
     ops = pd.concat([_plant_ops(w, {**p, "with_stack": stack}) for p in truth["plants"]])
     measured = _raw_step_ms(_folder(job)) - _raw_step_ms(_folder(f"{job}-clean"))
     assert w.saving_of(ops) == pytest.approx(measured, rel=0.15)
+
+
+@pytest.mark.parametrize("job", sorted(SUPERSEDED))
+def test_superseded_single_recordings_lie_outside_their_twins_repeats(job: str) -> None:
+    # read from the raw files: the single recording's planted − clean step time, and the twins'
+    # five repeats (each written by tools/record_gloo_twins.py from its own raw files)
+    single = _raw_step_ms(_folder(job)) - _raw_step_ms(_folder(f"{job}-clean"))
+    repeats = [r["difference_ms"] for r in _truth(SUPERSEDED[job])["twins"]["repeats"]]
+    assert len(repeats) == 5
+    assert single < min(repeats) or single > max(repeats), (single, repeats)
+    # the numbers the skip reasons give
+    said = [float(x) for x in re.findall(r"-?\d+\.\d+", SUPERSEDED_WHY[job])]
+    assert said == pytest.approx([single, min(repeats), max(repeats)], abs=0.006)
 
 
 @pytest.mark.parametrize("job", TWIN_JOBS)
@@ -247,7 +284,7 @@ def test_all_plants_saving_against_their_measured_durations() -> None:
 
 
 def test_every_plant_is_a_straggler_op_of_its_rank() -> None:
-    for job in ("ddp", "tpdp", "ddpw", *TWIN_JOBS):
+    for job in ("ddp", "tpdp", "ddpw", *(j for j in TWIN_JOBS if not j.endswith("tpdp8"))):
         w = _cached(job)
         for p in _truth(job)["plants"]:
             assert len(_plant_ops(w, p)) >= 1, (job, p["rank"], p["kind"])

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from evtsync.critpath import attribute
 from evtsync.critpath.names import user_names
@@ -77,3 +78,80 @@ def test_user_names_tiny_cases():
         "expert_mm", "expert_mm > aten::clone", "expert_mm > aten::clone > aten::copy_", "aten::mm",
         "nccl:all_reduce", "record_param_comms"]
     assert user_names(np.zeros(0, np.int64), np.zeros(0, np.int64), [], []) == []
+
+
+# ------------------------------------------------------------------ a kernel cause on a real GPU trace
+
+DLRM = Path(__file__).resolve().parents[1] / "data" / "public" / "traces" / "dlrm-8rank-v100"
+#: rank 1's first volta_sgemm_128x32_tn (correlation 42350), launched inside the user's
+#: ``DistributedDataParallel.forward`` annotation (read from worker1_step_12...json.gz below)
+GEMM_CORRELATION = 42350
+
+
+def _hand_read_launch_note(path: Path, correlation: int) -> tuple[str, str | None]:
+    """The kernel of ``correlation`` and the innermost user annotation (latest start) around its
+    launch call on the launching thread, read with gzip + json."""
+    import gzip
+
+    with gzip.open(path, "rt") as fh:
+        events = json.load(fh)["traceEvents"]
+    kernel = next(e for e in events if e.get("cat") == "kernel" and e["args"].get("correlation") == correlation)
+    launch = next(e for e in events if e.get("cat") == "cuda_runtime" and e["args"].get("correlation") == correlation)
+    around = [e for e in events if e.get("cat") == "user_annotation" and e["tid"] == launch["tid"]
+              and e["ts"] <= launch["ts"] <= e["ts"] + e["dur"] and not e["name"].startswith(("ProfilerStep#", "nccl:"))]
+    return kernel["name"], max(around, key=lambda e: e["ts"])["name"] if around else None
+
+
+def _strip_annotations(path: Path) -> None:
+    import gzip
+
+    with gzip.open(path, "rt") as fh:
+        doc = json.load(fh)
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "user_annotation"
+                          or str(e.get("name", "")).startswith(("ProfilerStep#", "nccl:"))]
+    with gzip.open(path, "wt") as fh:
+        json.dump(doc, fh)
+
+
+def test_kernel_cause_named_with_the_annotation_around_its_launch_on_a_real_trace(tmp_path):
+    # DLRM (8 x V100, a real trace): rank 1's GEMM made 5 ms slower (evtsync inject --on kernel)
+    from evtsync.critpath.attribution import root_cause_table
+    from evtsync.critpath.inject import inject_delay
+
+    rank1 = next(DLRM.glob("worker1_*.json.gz"))
+    kernel, note = _hand_read_launch_note(rank1, GEMM_CORRELATION)
+    assert (kernel, note) == ("volta_sgemm_128x32_tn", "DistributedDataParallel.forward")  # read by hand too
+    res = inject_delay(sorted(DLRM.glob("*.json.gz")), tmp_path / "slow", rank=1, delay_us=5000, on="kernel",
+                       correlation=GEMM_CORRELATION)
+    target = res.manifest["next_collective"]
+    table = attribute(sorted(str(p) for p in res.files.values())).collectives
+    row = table[(table["pg"] == target["pg"]) & (table["index"] == target["index"])].iloc[0]
+    assert row["straggler_rank"] == 1 and row["cause_segment"] == "kernel"
+    assert row["cause_name"] == f"{note} > {kernel}"
+    assert row["cause_category"] == "gemm"  # the kernel's own category, not the annotation's
+    assert 0.8 * 5000 <= row["cause_extra_us"] <= 1.2 * 5000
+    roots = root_cause_table(table.assign(workload="dlrm"))
+    assert f"{note} > {kernel}" in set(roots.loc[roots["root_rank"] == 1, "root_cause"])
+    # no-effect: the same slow kernel with no annotation in the trace keeps its own name
+    _strip_annotations(res.files[1])
+    bare = attribute(sorted(str(p) for p in res.files.values())).collectives
+    row = bare[(bare["pg"] == target["pg"]) & (bare["index"] == target["index"])].iloc[0]
+    assert (row["straggler_rank"], row["cause_name"]) == (1, kernel)
+
+
+def test_notes_around_tiny_cases():
+    from evtsync.critpath.names import notes_around
+
+    # thread 1: outer [0, 100) > inner [10, 50); thread 2: other [0, 100)
+    notes = pd.DataFrame({"start_ns": [0, 10, 0], "end_ns": [100, 50, 100], "name": ["outer", "inner", "other"],
+                          "tid": [1, 1, 2]})
+    at = np.array([20, 60, 20, 200, 20])
+    to = np.array([20, 60, 60, 200, 20])
+    # a point inside both on thread 1, a point after inner, an interval leaving inner, a point after all,
+    # a point on thread 2
+    assert notes_around(notes, at, to, [1, 1, 1, 1, 2]) == ["inner", "outer", "outer", None, "other"]
+    # one thread's notes, no thread given (the CPU side's main thread): the interval's own event is not
+    # its annotation
+    one = notes[notes["tid"] == 1]
+    assert notes_around(one, np.array([20, 20]), np.array([30, 30]), None, own=["inner", "x"]) == ["outer", "inner"]
+    assert notes_around(notes.iloc[:0], at, to, [1] * 5) == [None] * 5
