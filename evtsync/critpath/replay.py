@@ -11,6 +11,10 @@ Every rank's program is a *lane*: its main thread's exclusive slices (CPU-side c
   on a GPU lane, which the next event of the lane follows);
 - everything else runs for its own duration.
 
+A gloo point-to-point transfer whose two ends are paired (:func:`pair_p2p`, docs/critical-path.md §8,
+assumption 3) is replayed as a two-member collective: arrivals at the ``c10d::send`` /
+``c10d::recv_`` starts, the ``(wait) send`` / ``(wait) recv`` slices its blocking waits.
+
 The replay moves every lane forward in time: a slice lasts its (possibly replaced) duration, a
 blocking wait ends when its collective ends, and a collective ends, on each member, when its
 last member has arrived plus that member's measured time from the last arrival to its end (the
