@@ -44,9 +44,8 @@ from evtsync.core.errors import InputError
 from evtsync.core.parallel import Backend
 from evtsync.critpath.cpu import CPU_SIDE_CATEGORIES, collectives_are_cpu_side, rank_timeline
 from evtsync.critpath.names import notes_around, user_notes
+from evtsync.critpath.p2p import pair_transfers, peer_column, transfers
 from evtsync.sync.collectives import Alignment
-from evtsync.trace.p2p import read_p2p_peers
-from evtsync.trace.tables import C10D_P2P_NAMES, GLOO_P2P_NAMES
 from evtsync.trace.traceset import TraceSet
 
 log = logging.getLogger(__name__)
@@ -56,9 +55,6 @@ K_SCALE = 5.0
 FLOOR_SHARE = 0.05
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 GPU_IDLE = "(gpu idle)"
-#: a lane's point-to-point transfers: window, kind (send / recv), peer, arrival_ns (the c10d::send /
-#: c10d::recv_ op's start), start_ns and end_ns (the gloo:send / gloo:recv event)
-P2P_COLUMNS = ["window", "kind", "peer", "arrival_ns", "start_ns", "end_ns"]
 WHATIF_COLUMNS = ["rank", "cause", "annotation", "category", "n_ops", "excess_ms", "saving_ms_per_step", "saving_share"]
 
 
@@ -208,115 +204,30 @@ def _cpu_lane(rank: int, ops: pd.DataFrame, inst: pd.DataFrame) -> Lane | None:
     sl = _label_steps(sl, steps, a["enqueue_ns"].to_numpy(np.int64)[ok])
     main = ops[ops["tid"].to_numpy() == tl.tid]
     notes = user_notes(main)
-    p2p, p2p_not_used = _transfers(main)
+    p2p, p2p_not_used = transfers(main)
     return Lane(rank, sl, arrivals, _windows(steps), n_unpaired=int((~ok).sum()), annotations=notes,
                 p2p=p2p, p2p_not_used=p2p_not_used)
 
 
-def _transfers(main: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
-    """The point-to-point transfers of one main thread (P2P_COLUMNS): each ``c10d::send`` /
-    ``c10d::recv_`` op with its peer (``peer`` column, :func:`peer_column`) and the ``gloo:send`` /
-    ``gloo:recv`` event that runs it — the first one on the thread starting at or after the op's start
-    and before the next op (docs/critical-path.md §8, assumption 3); the ops not made transfers, by
-    reason."""
-    names = main["name"].astype(str).to_numpy()
-    is_op = np.isin(names, list(C10D_P2P_NAMES))
-    not_used: dict[str, int] = {}
-    if not is_op.any():
-        return pd.DataFrame(columns=P2P_COLUMNS), not_used
-    win = main["window"].to_numpy(np.int64) if "window" in main else np.zeros(len(main), np.int64)
-    peer = main["peer"].to_numpy(np.int64) if "peer" in main else np.full(len(main), -1, np.int64)
-    ts, end = main["ts_ns"].to_numpy(np.int64), main["end_ns"].to_numpy(np.int64)
-    rows = []
-    for w in np.unique(win[is_op]).tolist():
-        o = np.flatnonzero(is_op & (win == w))
-        o = o[np.argsort(ts[o], kind="stable")]
-        g = np.flatnonzero(np.isin(names, list(GLOO_P2P_NAMES)) & (win == w))
-        g = g[np.argsort(ts[g], kind="stable")]
-        g_ts = ts[g]
-        for n, i in enumerate(o.tolist()):
-            nxt = ts[o[n + 1]] if n + 1 < len(o) else np.iinfo(np.int64).max
-            j = int(np.searchsorted(g_ts, ts[i], side="left"))
-            if j >= len(g) or g_ts[j] >= nxt:
-                reason = "point-to-point ops without their gloo:send / gloo:recv event"
-                not_used[reason] = not_used.get(reason, 0) + 1
-                continue
-            if peer[i] < 0:
-                reason = "point-to-point ops without a peer rank"
-                not_used[reason] = not_used.get(reason, 0) + 1
-                continue
-            rows.append((int(w), "send" if names[i] == "c10d::send" else "recv", int(peer[i]), int(ts[i]),
-                         int(ts[g[j]]), int(end[g[j]])))
-    return pd.DataFrame(rows, columns=P2P_COLUMNS), not_used
-
-
-def peer_column(ops: pd.DataFrame, traces: TraceSet, rank: int) -> tuple[pd.DataFrame, dict[str, int]]:
-    """``ops`` (one rank's CPU ops) with a ``peer`` column: the peer rank of each point-to-point op
-    read from the rank's files (:func:`evtsync.trace.p2p.read_p2p_peers`, matched by window and
-    ``External id``), -1 elsewhere; the files are read only when the rank has such ops."""
-    names = ops["name"].astype(str).to_numpy()
-    is_op = np.isin(names, list(C10D_P2P_NAMES))
-    if not is_op.any():
-        return ops, {}
-    files = traces.ranks[traces.ranks["rank"].to_numpy() == rank]
-    found, missing = [], {}
-    for path, w in zip(files["path"], files["window"] if "window" in files else [0] * len(files), strict=True):
-        got, miss = read_p2p_peers(path)
-        found.append(got.assign(window=int(w)))
-        for k, v in miss.items():
-            missing[k] = missing.get(k, 0) + v
-    peers = pd.concat(found, ignore_index=True).drop_duplicates(["window", "external_id"]) if found else None
-    win = ops["window"].to_numpy(np.int64) if "window" in ops else np.zeros(len(ops), np.int64)
-    lookup = {} if peers is None else {(int(w), int(e)): int(p) for w, e, p in
-                                       zip(peers["window"], peers["external_id"], peers["peer"], strict=True)}
-    ext = ops["external_id"].to_numpy(np.int64)
-    col = np.array([lookup.get((int(w), int(e)), -1) if hit else -1 for w, e, hit in
-                    zip(win, ext, is_op, strict=True)], dtype=np.int64)
-    return ops.assign(peer=col), missing
-
-
 def pair_p2p(lanes: dict[int, Lane]) -> dict[str, int]:
-    """Pair the lanes' point-to-point transfers and make each pair an edge of the replay
-    (docs/critical-path.md §8, assumption 3): per window and (src, dst), the k-th send of src to dst
-    with the k-th recv of dst from src. Each pair is a two-member "collective" of the replay, keyed
-    ``(("p2p", src, dst, window), k)``: its arrivals are the ``c10d::send`` / ``c10d::recv_`` starts,
-    and each end's ``(wait) send`` / ``(wait) recv`` slice that reaches its transfer's end is a
-    blocking wait — except an end that finished before the peer arrived (measured: it did not wait
-    for the peer, e.g. an eager send), which keeps its own duration. Returns the transfers left
-    unpaired, by reason (counts); they stay slices of their measured duration."""
-    not_used: dict[str, int] = {}
-
-    def count(reason: str, n: int) -> None:
-        if n:
-            not_used[reason] = not_used.get(reason, 0) + n
-
-    for lane in lanes.values():
-        for k, v in lane.p2p_not_used.items():
-            count(k, v)
+    """Pair the lanes' point-to-point transfers (:func:`evtsync.critpath.p2p.pair_transfers`) and
+    make each pair an edge of the replay (docs/critical-path.md §8, assumption 3). Each pair is a
+    two-member "collective" of the replay, keyed ``(("p2p", src, dst, window), k)``: its arrivals are
+    the ``c10d::send`` / ``c10d::recv_`` starts, and each end's ``(wait) send`` / ``(wait) recv``
+    slice that reaches its transfer's end is a blocking wait — except an end that finished before the
+    peer arrived (measured: it did not wait for the peer, e.g. an eager send), which keeps its own
+    duration. Returns the transfers left unpaired, by reason (counts); they stay slices of their
+    measured duration."""
+    pairs, not_used = pair_transfers({r: lane.p2p for r, lane in lanes.items()},
+                                     [lane.p2p_not_used for lane in lanes.values()])
     marks: dict[int, list[tuple[int, int, tuple[Any, int], bool]]] = {r: [] for r in lanes}
-    for src, lane in lanes.items():
-        if lane.p2p is None or lane.p2p.empty:
-            continue
-        for (w, kind, peer), g in lane.p2p.groupby(["window", "kind", "peer"], sort=True):
-            if int(peer) not in lanes or int(peer) == src:
-                count("point-to-point transfers whose peer rank is not in the traces", len(g))
-                continue
-            if kind != "send":
-                continue
-            other = lanes[int(peer)].p2p
-            rec = other[(other["window"] == w) & (other["kind"] == "recv") & (other["peer"] == src)] \
-                if other is not None else pd.DataFrame(columns=P2P_COLUMNS)
-            g, rec = g.sort_values("arrival_ns", kind="stable"), rec.sort_values("arrival_ns", kind="stable")
-            n = min(len(g), len(rec))
-            count("point-to-point sends without a matching recv on the peer (more sends than recvs)", len(g) - n)
-            count("point-to-point recvs without a matching send on the peer (more recvs than sends)", len(rec) - n)
-            for k in range(n):
-                a, b = g.iloc[k], rec.iloc[k]
-                key = (("p2p", src, int(peer), int(w)), k)
-                last = max(int(a["arrival_ns"]), int(b["arrival_ns"]))
-                for r, t in ((src, a), (int(peer), b)):
-                    lanes[r].arrivals[key] = (int(w), int(t["arrival_ns"]), int(t["end_ns"]))
-                    marks[r].append((int(t["start_ns"]), int(t["end_ns"]), key, int(t["end_ns"]) >= last))
+    for pair in pairs:
+        a, b = lanes[pair.src].p2p.iloc[pair.send_row], lanes[pair.dst].p2p.iloc[pair.recv_row]
+        key = (("p2p", pair.src, pair.dst, pair.window), pair.k)
+        last = max(int(a["arrival_ns"]), int(b["arrival_ns"]))
+        for r, t in ((pair.src, a), (pair.dst, b)):
+            lanes[r].arrivals[key] = (pair.window, int(t["arrival_ns"]), int(t["end_ns"]))
+            marks[r].append((int(t["start_ns"]), int(t["end_ns"]), key, int(t["end_ns"]) >= last))
     for r, ms in marks.items():
         if not ms:
             continue
