@@ -131,3 +131,77 @@ def pair_transfers(by_rank: dict[int, pd.DataFrame | None], counts: list[dict[st
         count("point-to-point recvs without a matching send on the peer (more recvs than sends)", len(recvs) - n)
         pairs.extend(Pair(src, dst, w, k, sends[k], recvs[k]) for k in range(n))
     return pairs, not_used
+
+
+@dataclass(frozen=True)
+class PeerCause:
+    """Where the blame of a point-to-point wait goes (docs/critical-path.md §7): the peer rank that
+    arrived late at the transfer and its main thread's largest (kind, name) between the waiter's
+    arrival and the peer's (``extra_us`` of it in that interval), after ``hops`` transfers; or, with
+    ``rank`` None, why the chain stops (``reason``)."""
+
+    rank: int | None
+    cause: str | None = None
+    category: str | None = None
+    extra_us: float = 0.0
+    hops: int = 0
+    reason: str | None = None
+
+
+#: the most point-to-point hops followed from one wait (a pipeline of N stages needs N - 1)
+MAX_P2P_HOPS = 64
+
+
+def peer_cause(rank: int, at_ns: int, slices: dict[int, pd.DataFrame], by_rank: dict[int, pd.DataFrame],
+               pairs: list[Pair], kinds: tuple[str, ...]) -> PeerCause:
+    """Follow a point-to-point wait of ``rank`` (its slice starting at ``at_ns``) to the peer of its
+    transfer: the peer's largest (kind, name) on its main thread (``slices``: per rank its tiled
+    slices, kind as an index into ``kinds``) from this rank's arrival at the transfer to the peer's;
+    where that is itself a point-to-point wait, on to its peer (at most :data:`MAX_P2P_HOPS`). Stops
+    with a reason where the transfer is not found or not paired, or the peer arrived first."""
+    partner: dict[tuple[int, int], tuple[int, int]] = {}
+    for p in pairs:
+        partner[(p.src, p.send_row)] = (p.dst, p.recv_row)
+        partner[(p.dst, p.recv_row)] = (p.src, p.send_row)
+    wait = kinds.index("collective_wait")
+    hops, seen = 0, set()
+    found: PeerCause | None = None
+    while hops < MAX_P2P_HOPS:
+        tr = by_rank.get(rank)
+        hit = np.flatnonzero((tr["start_ns"].to_numpy(np.int64) <= at_ns) & (tr["end_ns"].to_numpy(np.int64) > at_ns)) \
+            if tr is not None and len(tr) else np.zeros(0, np.int64)
+        if not hit.size:
+            return found or PeerCause(None, hops=hops, reason=f"no point-to-point transfer of rank {rank} holds the "
+                                                                   "wait")
+        i = int(hit[0])
+        if (rank, i) in seen:
+            return found or PeerCause(None, hops=hops, reason="the transfers wait for each other (a cycle)")
+        seen.add((rank, i))
+        other = partner.get((rank, i))
+        if other is None:
+            return found or PeerCause(None, hops=hops, reason=f"its transfer on rank {rank} is not paired with the "
+                                                                  "peer's (counted in the what-if's not_used)")
+        peer, j = other
+        mine, theirs = int(tr["arrival_ns"].iat[i]), int(by_rank[peer]["arrival_ns"].iat[j])
+        hops += 1
+        if theirs <= mine:
+            return found or PeerCause(None, hops=hops, reason=(
+                f"rank {peer} arrived at the transfer {(mine - theirs) / 1000.0:,.0f} µs before rank {rank}: the "
+                "wait is the transfer itself, not the peer's lateness"))
+        sl = slices[peer]
+        s = np.maximum(sl["start_ns"].to_numpy(np.int64), mine)
+        e = np.minimum(sl["end_ns"].to_numpy(np.int64), theirs)
+        keep = e > s
+        if not keep.any():
+            return found or PeerCause(None, hops=hops, reason=f"rank {peer} has no main-thread time before it arrived")
+        part = pd.DataFrame({"kind": sl["kind"].to_numpy()[keep], "name": sl["name"].to_numpy()[keep],
+                             "start": s[keep], "dur": (e - s)[keep]})
+        totals = part.groupby(["kind", "name"], sort=False)["dur"].sum()
+        (kind, name), total = totals.idxmax(), int(totals.max())
+        found = PeerCause(peer, str(name), kinds[int(kind)], total / 1000.0, hops)
+        if int(kind) != wait or str(name).split(" ", 1)[-1] not in ("send", "recv"):
+            return found
+        # the peer itself waited in a point-to-point transfer: follow it from its longest piece
+        mine_part = part[(part["kind"] == kind) & (part["name"] == name)]
+        rank, at_ns = peer, int(mine_part["start"].iat[int(np.argmax(mine_part["dur"].to_numpy()))])
+    return found or PeerCause(None, hops=hops, reason=f"more than {MAX_P2P_HOPS} point-to-point hops")
