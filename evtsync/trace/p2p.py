@@ -54,12 +54,11 @@ def read_p2p_peers(path: str | Path) -> tuple[pd.DataFrame, dict[str, int]]:
             except (ValueError, IndexError):
                 event = None
             if isinstance(event, dict) and event.get("name") == name and event.get("ph") == "X":
-                args = event.get("args") or {}
-                inputs = args.get("Concrete Inputs")
-                ext = args.get("External id")
+                args = event.get("args")
+                args = args if isinstance(args, dict) else {}
                 try:
-                    rows.append((int(ext), name, int(inputs[2])))
-                except (TypeError, ValueError, IndexError):
+                    rows.append((int(args["External id"]), name, int(args["Concrete Inputs"][2])))
+                except (TypeError, ValueError, IndexError, KeyError):
                     reason = "point-to-point ops without a peer rank in args['Concrete Inputs'][2]"
                     missing[reason] = missing.get(reason, 0) + 1
             at = at_next

@@ -50,3 +50,23 @@ def test_kineto_p2p_peers_of_a_file_without_p2p_ops(tmp_path):
                                                  "dur": 1, "pid": 1, "tid": 1}]}))
     got, missing = read_p2p_peers(path)
     assert got.empty and missing == {}
+
+
+def test_kineto_p2p_peers_of_damaged_files_are_counted_or_empty(tmp_path):
+    # args not an object, Concrete Inputs not a list, a truncated gzip member: no exception
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "c10d::send", "pid": 1, "tid": 1, "ts": 1, "dur": 1, "args": [1]},
+        {"ph": "X", "cat": "cpu_op", "name": "c10d::recv_", "pid": 1, "tid": 1, "ts": 2, "dur": 1,
+         "args": {"External id": 3, "Concrete Inputs": {"2": "1"}}},
+    ]
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    got, missing = read_p2p_peers(path)
+    assert got.empty and sum(missing.values()) == 2
+    raw = (PP3 / "rank-0.json.gz").read_bytes()
+    cut = tmp_path / "rank0.json.gz"
+    cut.write_bytes(raw[: len(raw) // 2])
+    got, _ = read_p2p_peers(cut)
+    full, _ = read_p2p_peers(PP3 / "rank-0.json.gz")
+    assert len(got) < len(full)  # the events before the cut, never more
+    assert set(got.itertuples(index=False, name=None)) <= set(full.itertuples(index=False, name=None))
