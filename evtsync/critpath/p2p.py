@@ -67,7 +67,8 @@ def peer_column(ops: pd.DataFrame, traces: TraceSet, rank: int) -> tuple[pd.Data
     if not is_op.any():
         return ops, {}
     files = traces.ranks[traces.ranks["rank"].to_numpy() == rank]
-    found, missing = [], {}
+    found: list[pd.DataFrame] = []
+    missing: dict[str, int] = {}
     for path, w in zip(files["path"], files["window"] if "window" in files else [0] * len(files), strict=True):
         got, miss = read_p2p_peers(path)
         found.append(got.assign(window=int(w)))
@@ -173,6 +174,7 @@ def peer_cause(rank: int, at_ns: int, slices: dict[int, pd.DataFrame], by_rank: 
         if not hit.size:
             return found or PeerCause(None, hops=hops, reason=f"no point-to-point transfer of rank {rank} holds the "
                                                                    "wait")
+        assert tr is not None  # a transfer was found in it
         i = int(hit[0])
         if (rank, i) in seen:
             return found or PeerCause(None, hops=hops, reason="the transfers wait for each other (a cycle)")

@@ -222,7 +222,9 @@ def pair_p2p(lanes: dict[int, Lane]) -> dict[str, int]:
                                      [lane.p2p_not_used for lane in lanes.values()])
     marks: dict[int, list[tuple[int, int, tuple[Any, int], bool]]] = {r: [] for r in lanes}
     for pair in pairs:
-        a, b = lanes[pair.src].p2p.iloc[pair.send_row], lanes[pair.dst].p2p.iloc[pair.recv_row]
+        sent, got = lanes[pair.src].p2p, lanes[pair.dst].p2p
+        assert sent is not None and got is not None  # paired: both ends hold transfers
+        a, b = sent.iloc[pair.send_row], got.iloc[pair.recv_row]
         key = (("p2p", pair.src, pair.dst, pair.window), pair.k)
         last = max(int(a["arrival_ns"]), int(b["arrival_ns"]))
         for r, t in ((pair.src, a), (pair.dst, b)):
