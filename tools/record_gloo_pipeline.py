@@ -25,6 +25,9 @@ Profiling
     window, ``prof.export_chrome_trace(out/rank-{r}.json.gz)``; CPU activity only,
     ``record_shapes=True``; ``torch.set_num_threads(1)`` per rank.
 
+With ``RECORD_GLOO_PIN=1`` (set by tools/record_gloo_twins.py ``--job pp3``) rank r runs on core
+    r * n_cores // 3 only (on 2 cores: ranks 0-1 on core 0, rank 2 on core 1).
+
 How to run (a Python 3.11 venv with the CPU build of torch 2.13.0, outside the repository):
     /work/wt/explain-torchvenv/bin/python tools/record_gloo_pipeline.py --out tests/data/gloo-pipeline/pp3
 """
@@ -61,6 +64,9 @@ def free_port() -> int:
 def worker(rank: int, clean: bool, out_dir: str) -> None:
     """One stage: init gloo, run STEPS steps, write its trace and its log of timed calls."""
     torch.set_num_threads(1)
+    if os.environ.get("RECORD_GLOO_PIN"):  # tools/record_gloo_twins.py: ranks in contiguous blocks per core
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[rank * len(cores) // WORLD]})
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     gen = torch.Generator().manual_seed(7 + rank)
     w = (torch.randn(HIDDEN, HIDDEN, generator=gen) * 0.05).requires_grad_(True)

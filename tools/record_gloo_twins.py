@@ -24,7 +24,8 @@ Purpose
 How to run (a Python 3.11 venv with the CPU build of torch 2.13.0)
     VENV/bin/python tools/record_gloo_twins.py --job tpdp --repeats 3 --out tests/data/gloo-twins
     (writes tests/data/gloo-twins/tpdp, tpdp-clean and their truth files; --job tpdp8, ddp (the other
-    jobs of record_gloo_planted.py), ddpw, ddpa too)
+    jobs of record_gloo_planted.py), ddpw, ddpa, pp3 (record_gloo_pipeline.py: 3 pipeline stages
+    joined by gloo send/recv) too)
 """
 
 from __future__ import annotations
@@ -46,13 +47,15 @@ JOBS = {"tpdp": ("record_gloo_planted.py", ["--job", "tpdp"]),
         "tpdp8": ("record_gloo_planted.py", ["--job", "tpdp8"]),
         "ddp": ("record_gloo_planted.py", ["--job", "ddp"]),
         "ddpw": ("record_gloo_whatif.py", ["--job", "ddp"]),
-        "ddpa": ("record_gloo_async.py", ["--job", "ddp"])}
+        "ddpa": ("record_gloo_async.py", ["--job", "ddp"]),
+        "pp3": ("record_gloo_pipeline.py", [])}
 
 
 def step_ms(folder: Path) -> float:
     """Mean step time (ms) read from the raw traces (module doc)."""
     span, steps = 0.0, 0
-    for f in sorted(folder.glob("*.pt.trace.json.gz")):
+    # record_gloo_pipeline.py names its files rank-<r>.json.gz, the others <name>.pt.trace.json.gz
+    for f in sorted(folder.glob("*.json.gz")):
         with gzip.open(f, "rt") as fh:
             events = json.load(fh)["traceEvents"]
         st = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]

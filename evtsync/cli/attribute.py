@@ -175,7 +175,9 @@ def _print_what_if(w) -> None:  # noqa: ANN001 - CLI rendering only
     if len(w.table):
         print(f"  {'rank':>5}  {'category':<16} {'saving ms/step':>14} {'share':>6}  cause")
         for r in w.table.head(15).itertuples():
-            label = f"{r.annotation} > {r.cause}" if isinstance(r.annotation, str) else str(r.cause)
+            # the cause may already be named in the user's words (docs/critical-path.md §6: "expert_mm > aten::mm")
+            label = f"{r.annotation} > {r.cause}" if isinstance(r.annotation, str) \
+                and not str(r.cause).startswith(f"{r.annotation} > ") else str(r.cause)
             print(f"  {r.rank:>5}  {r.category:<16} {r.saving_ms_per_step:>14.2f} {r.saving_share:>6.1%}  {label}")
         if len(w.table) > 15:
             print(f"  {len(w.table) - 15} more in PATH_whatif (-o)")

@@ -31,6 +31,7 @@ from evtsync.critpath.dag import (
     build_rank_dag,
 )
 from evtsync.critpath.names import NAME_SEPARATOR
+from evtsync.critpath.p2p import PeerCause
 from evtsync.critpath.tasks import (
     DAG_COLUMNS,
     FastestSide,
@@ -286,11 +287,11 @@ def _attribute(traces: TraceSet | str | os.PathLike[str] | Iterable[str | os.Pat
         return AttributionResult(empty, pd.DataFrame(columns=SUMMARY_COLUMNS),
                                  regress_path_on_tax(empty), pd.DataFrame(columns=PATH_COLUMNS), float("nan"))
     if cpu_side:
-        table, paths_table = attribute_cpu_side(
+        table, paths_table, p2p = attribute_cpu_side(
             traces, alignment, tax, set(inst["pg"].unique()), columns=COLLECTIVE_COLUMNS,
             share_band=(EXPLAINED_SHARE_MIN, EXPLAINED_SHARE_MAX), keep_paths=keep_paths)
         _refuse_when_nothing_attributed(table, "CPU-side (gloo) collectives")
-        table = route_blame(table)
+        table = route_blame(table, p2p)
         valid, n_invalid = valid_collectives(table)
         summary, _ = summarize(valid)
         return AttributionResult(collectives=table, summary=summary, validation=regress_path_on_tax(valid),
@@ -454,7 +455,7 @@ def _name_kernel_causes(table: pd.DataFrame, notes: list[str | None]) -> None:
         table.at[i, "cause_name"] = f"{note}{NAME_SEPARATOR}{table.at[i, 'cause_name']}"
 
 
-def route_blame(table: pd.DataFrame) -> pd.DataFrame:
+def route_blame(table: pd.DataFrame, p2p: dict[tuple[Any, int], PeerCause] | None = None) -> pd.DataFrame:
     """Route each collective's blame to its root (issue 28, item 4).
 
     A straggler whose principal cause is a collective (it waited in, or arrived late from,
@@ -471,7 +472,13 @@ def route_blame(table: pd.DataFrame) -> pd.DataFrame:
     at. Otherwise the root rank stays (the delay did come from it) but the cause is
     ``propagated from rank R, not explained`` (category :data:`NOT_EXPLAINED`) and ``root_reason``
     says why (how much its cause accounts for, and its own row's status).
+
+    A chain that ends in a point-to-point wait (``(wait) send`` / ``(wait) recv``, gloo) goes on to
+    the peer's cause where ``p2p`` (per collective, :func:`evtsync.critpath.cpu.p2p_routes`) found it
+    — the transfers paired, its hops added to ``root_chain``, the same share rule on the peer cause's
+    time — and stops with the reason otherwise (docs/critical-path.md §7).
     """
+    p2p = p2p or {}
     table = table.copy()
     if table.empty:
         return table
@@ -483,7 +490,7 @@ def route_blame(table: pd.DataFrame) -> pd.DataFrame:
     cause_extra = pd.to_numeric(table["cause_extra_us"], errors="coerce").fillna(0.0).tolist()
     n_cycles = 0
     for n in range(len(table)):
-        seen, here, cycle = {n}, n, False
+        seen, here, cycle, hops = {n}, n, False, 0
         while True:
             pg, idx = cause_pg[here], cause_index[here]
             if pg is None or idx is None or (isinstance(idx, float) and np.isnan(idx)):
@@ -507,17 +514,28 @@ def route_blame(table: pd.DataFrame) -> pd.DataFrame:
                       f"{ROOT_MIN_SHARE:.0%}); its own row is {status}")
             cause, category = f"propagated from rank {rank}, not explained", NOT_EXPLAINED
         elif category == "collective_wait" and _missing(cause_pg[here]):
-            # a wait for no aligned collective: a point-to-point send/recv (gloo), whose peer is not
-            # paired across ranks, so the blame stops here (docs/critical-path.md §7)
-            reason = (f"the chain ends in {cause!r} on rank {rank}: a point-to-point wait, whose peer is not "
-                      "followed (send and recv are not paired across ranks)")
+            # a wait for no aligned collective: a point-to-point send/recv (gloo); its blame goes to the
+            # peer's cause where the transfer is paired, else it stops here (docs/critical-path.md §7)
+            peer = p2p.get((table["pg"].iat[here], int(table["index"].iat[here])))
+            if peer is None or peer.rank is None:
+                why = "its peer is not followed (no pairing given)" if peer is None else str(peer.reason)
+                reason = f"the chain ends in {cause!r} on rank {rank}: a point-to-point wait; {why}"
+            elif peer.extra_us < ROOT_MIN_SHARE * tau[n]:
+                reason = (f"the chain follows {cause!r} on rank {rank} to rank {peer.rank} ({peer.hops} point-to-point "
+                          f"hop(s)), whose largest cause before it arrived, {peer.cause!r}, accounts for "
+                          f"{peer.extra_us:,.0f} µs of the {tau[n]:,.0f} µs routed to it (less than "
+                          f"{ROOT_MIN_SHARE:.0%})")
+                rank, cause, category = peer.rank, f"propagated from rank {peer.rank}, not explained", NOT_EXPLAINED
+                hops = peer.hops
+            else:
+                rank, cause, category, hops = peer.rank, peer.cause, peer.category, peer.hops
         out["root_rank"].append(rank)
         out["root_pg"].append(table["pg"].iat[here])
         out["root_index"].append(int(table["index"].iat[here]))
         out["root_cause"].append(cause)
         out["root_category"].append(category)
         out["root_reason"].append(reason)
-        out["root_chain"].append(len(seen) - 1)
+        out["root_chain"].append(len(seen) - 1 + hops)
         out["root_cycle"].append(cycle)
     for c, v in out.items():
         table[c] = v

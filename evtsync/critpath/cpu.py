@@ -49,6 +49,7 @@ from evtsync.critpath.names import (  # noqa: F401 (names re-exported for the CP
     WAIT_PREFIX,
     user_names,
 )
+from evtsync.critpath.p2p import PeerCause, pair_transfers, peer_cause, peer_column, transfers
 from evtsync.critpath.tasks import exact_times
 from evtsync.sync.collectives import Alignment
 from evtsync.sync.tax import TaxTables
@@ -459,8 +460,10 @@ def combine_sides(s: Side, f: Side, s_tl: RankTimeline, row: dict[str, Any],
 
 def attribute_cpu_side(traces: TraceSet, alignment: Alignment, tax: TaxTables, pgs: set[Any], *,
                        columns: list[str], share_band: tuple[float, float], keep_paths: bool
-                       ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Rows of the collectives table (``columns``) and the paths table for CPU-side collectives."""
+                       ) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[Any, int], PeerCause]]:
+    """Rows of the collectives table (``columns``) and the paths table for CPU-side collectives, and
+    per collective whose principal cause is a point-to-point wait where its blame goes
+    (:func:`p2p_routes`)."""
     inst = alignment.instances
     inst = inst[inst["pg"].isin(pgs)]
     ops = traces.cpu_ops
@@ -511,4 +514,33 @@ def attribute_cpu_side(traces: TraceSet, alignment: Alignment, tax: TaxTables, p
     no_main = sorted(r for r, tl in timelines.items() if tl is None)
     if no_main:
         log.warning("CPU-side attribution: rank(s) %s have no main thread (no ProfilerStep#N, no c10d::* op)", no_main)
-    return exact_times(pd.DataFrame(rows, columns=columns), rows), pd.DataFrame(path_rows)
+    routes = p2p_routes(traces, rows, timeline)
+    return exact_times(pd.DataFrame(rows, columns=columns), rows), pd.DataFrame(path_rows), routes
+
+
+def p2p_routes(traces: TraceSet, rows: list[dict[str, Any]], timeline: Any) -> dict[tuple[Any, int], PeerCause]:
+    """Per collective row whose principal cause is a point-to-point ``(wait) send`` / ``(wait) recv``
+    (no collective to follow): the peer's cause (:func:`evtsync.critpath.p2p.peer_cause`), with the
+    transfers of every rank paired (docs/critical-path.md §7). The peers are read only when such a
+    row exists. ``timeline``: rank -> its :class:`RankTimeline` (or None)."""
+    waits = [r for r in rows if r.get("cause_category") == "collective_wait" and r.get("cause_pg") is None
+             and str(r.get("cause_name")).split(" ", 1)[-1] in ("send", "recv")
+             and r.get("cause_start_ns") is not None and int(r["cause_start_ns"]) >= 0]
+    if not waits:
+        return {}
+    ops = traces.cpu_ops
+    ranks = ops["rank"].to_numpy()
+    by_rank: dict[int, pd.DataFrame] = {}
+    slices: dict[int, pd.DataFrame] = {}
+    counts = []
+    for rank in sorted(int(r) for r in traces.ranks["rank"].unique()):
+        tl = timeline(rank)
+        if tl is None:
+            continue
+        mine, missing = peer_column(ops[ranks == rank], traces, rank)
+        by_rank[rank], not_made = transfers(mine[mine["tid"].to_numpy() == tl.tid])
+        counts += [missing, not_made]
+        slices[rank] = tl.slices
+    pairs, _ = pair_transfers(by_rank, counts)
+    return {(r["pg"], int(r["index"])): peer_cause(int(r["straggler_rank"]), int(r["cause_start_ns"]), slices,
+                                                   by_rank, pairs, CPU_SIDE_CATEGORIES) for r in waits}

@@ -11,6 +11,10 @@ Every rank's program is a *lane*: its main thread's exclusive slices (CPU-side c
   on a GPU lane, which the next event of the lane follows);
 - everything else runs for its own duration.
 
+A gloo point-to-point transfer whose two ends are paired (:func:`pair_p2p`, docs/critical-path.md §8,
+assumption 3) is replayed as a two-member collective: arrivals at the ``c10d::send`` /
+``c10d::recv_`` starts, the ``(wait) send`` / ``(wait) recv`` slices its blocking waits.
+
 The replay moves every lane forward in time: a slice lasts its (possibly replaced) duration, a
 blocking wait ends when its collective ends, and a collective ends, on each member, when its
 last member has arrived plus that member's measured time from the last arrival to its end (the
@@ -40,6 +44,7 @@ from evtsync.core.errors import InputError
 from evtsync.core.parallel import Backend
 from evtsync.critpath.cpu import CPU_SIDE_CATEGORIES, collectives_are_cpu_side, rank_timeline
 from evtsync.critpath.names import notes_around, user_notes
+from evtsync.critpath.p2p import pair_transfers, peer_column, transfers
 from evtsync.sync.collectives import Alignment
 from evtsync.trace.traceset import TraceSet
 
@@ -69,6 +74,10 @@ class Lane:
     n_unpaired: int = 0
     #: the user's ``record_function`` annotations on the lane's thread (start_ns, end_ns, name), if any
     annotations: pd.DataFrame | None = None
+    #: point-to-point transfers of the main thread (P2P_COLUMNS), paired across lanes by :func:`pair_p2p`
+    p2p: pd.DataFrame | None = None
+    #: point-to-point ops of the lane not made transfers, by reason (counts)
+    p2p_not_used: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -193,8 +202,49 @@ def _cpu_lane(rank: int, ops: pd.DataFrame, inst: pd.DataFrame) -> Lane | None:
     sl["ref_key"] = [keys[r] if r >= 0 and ok[r] else None for r in ref.tolist()]
     sl["blocking"] = blocking & np.array([k is not None for k in sl["ref_key"]], dtype=bool)
     sl = _label_steps(sl, steps, a["enqueue_ns"].to_numpy(np.int64)[ok])
-    notes = user_notes(ops[ops["tid"].to_numpy() == tl.tid])
-    return Lane(rank, sl, arrivals, _windows(steps), n_unpaired=int((~ok).sum()), annotations=notes)
+    main = ops[ops["tid"].to_numpy() == tl.tid]
+    notes = user_notes(main)
+    p2p, p2p_not_used = transfers(main)
+    return Lane(rank, sl, arrivals, _windows(steps), n_unpaired=int((~ok).sum()), annotations=notes,
+                p2p=p2p, p2p_not_used=p2p_not_used)
+
+
+def pair_p2p(lanes: dict[int, Lane]) -> dict[str, int]:
+    """Pair the lanes' point-to-point transfers (:func:`evtsync.critpath.p2p.pair_transfers`) and
+    make each pair an edge of the replay (docs/critical-path.md §8, assumption 3). Each pair is a
+    two-member "collective" of the replay, keyed ``(("p2p", src, dst, window), k)``: its arrivals are
+    the ``c10d::send`` / ``c10d::recv_`` starts, and each end's ``(wait) send`` / ``(wait) recv``
+    slice that reaches its transfer's end is a blocking wait — except an end that finished before the
+    peer arrived (measured: it did not wait for the peer, e.g. an eager send), which keeps its own
+    duration. Returns the transfers left unpaired, by reason (counts); they stay slices of their
+    measured duration."""
+    pairs, not_used = pair_transfers({r: lane.p2p for r, lane in lanes.items()},
+                                     [lane.p2p_not_used for lane in lanes.values()])
+    marks: dict[int, list[tuple[int, int, tuple[Any, int], bool]]] = {r: [] for r in lanes}
+    for pair in pairs:
+        sent, got = lanes[pair.src].p2p, lanes[pair.dst].p2p
+        assert sent is not None and got is not None  # paired: both ends hold transfers
+        a, b = sent.iloc[pair.send_row], got.iloc[pair.recv_row]
+        key = (("p2p", pair.src, pair.dst, pair.window), pair.k)
+        last = max(int(a["arrival_ns"]), int(b["arrival_ns"]))
+        for r, t in ((pair.src, a), (pair.dst, b)):
+            lanes[r].arrivals[key] = (pair.window, int(t["arrival_ns"]), int(t["end_ns"]))
+            marks[r].append((int(t["start_ns"]), int(t["end_ns"]), key, int(t["end_ns"]) >= last))
+    for r, ms in marks.items():
+        if not ms:
+            continue
+        sl = lanes[r].slices
+        s, e = sl["start_ns"].to_numpy(np.int64), sl["end_ns"].to_numpy(np.int64)
+        wait = (sl["kind"].to_numpy() == "collective_wait") & sl["ref_key"].isna().to_numpy()
+        ref = sl["ref_key"].tolist()
+        blocking = sl["blocking"].to_numpy(bool).copy()
+        for t0, t1, key, waits in ms:
+            hit = np.flatnonzero(wait & (s >= t0) & (e <= t1))
+            for i in hit.tolist():
+                ref[i] = key
+                blocking[i] = waits and e[i] >= t1
+        lanes[r].slices = sl.assign(ref_key=ref, blocking=blocking)
+    return not_used
 
 
 def annotation_of(lane: Lane, rows: pd.DataFrame) -> str | None:
@@ -287,7 +337,12 @@ def lane_of(rank: int, traces: TraceSet, instances: pd.DataFrame, cpu: bool) -> 
     ops = traces.cpu_ops
     ops = ops[ops["rank"].to_numpy() == rank] if traces.ranks["rank"].nunique() > 1 else ops
     if cpu:
-        return _cpu_lane(rank, ops, instances)
+        ops, missing = peer_column(ops, traces, rank)
+        lane = _cpu_lane(rank, ops, instances)
+        if lane is not None:
+            for k, v in missing.items():
+                lane.p2p_not_used[k] = lane.p2p_not_used.get(k, 0) + v
+        return lane
     kernels = traces.kernels
     runtime = traces.runtime
     if traces.ranks["rank"].nunique() > 1:
@@ -335,6 +390,7 @@ def build_lanes(traces: TraceSet, instances: pd.DataFrame, *, backend: Backend |
     not_used: dict[str, int] = {}
     if len(lanes) < len(built):
         not_used["ranks without ProfilerStep#N steps or a main thread / GPU events"] = len(built) - len(lanes)
+    not_used.update(pair_p2p(lanes))
     return lanes, "cpu" if cpu else "gpu", not_used
 
 

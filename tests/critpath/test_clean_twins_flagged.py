@@ -24,7 +24,7 @@ JOBS = {"ddp": "gloo-planted", "tpdp": "gloo-planted", "tpdp8": "gloo-planted", 
         "ddpw": "gloo-whatif", "ddpa": "gloo-async",
         # tools/record_gloo_twins.py: recorded 5 times interleaved with their twins, ranks pinned
         "twins/tpdp": "gloo-twins", "twins/ddpw": "gloo-twins", "twins/ddpa": "gloo-twins", "twins/ddpws": "gloo-twins",
-        "twins/tpdp8": "gloo-twins", "twins/ddp": "gloo-twins"}
+        "twins/tpdp8": "gloo-twins", "twins/ddp": "gloo-twins", "twins/pp3": "gloo-twins"}
 #: Single recordings (each job and its clean twin once, one after the other) superseded here by the
 #: same job recorded five times interleaved: their planted − clean lies outside the range of the
 #: twins' five repeats (read from the raw files by tests/critpath/test_critpath_replay.py,

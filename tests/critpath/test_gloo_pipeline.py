@@ -156,10 +156,10 @@ def test_a_transfer_that_starts_inside_its_enqueue_op_is_a_wait_not_a_python_gap
 
 
 def test_blame_stops_at_a_point_to_point_wait_with_its_reason():
-    # pp3: the all_reduces whose straggler waited in a send/recv end their chain there, with the reason
-    # (the peer is not followed), and so are flagged in the root-cause table; hand-made rows for the rule
-    import evtsync.critpath as cp
-    from evtsync.critpath.attribution import root_cause_table, route_blame
+    # hand-made rows for the rule: without a pairing the chain stops at the wait with the reason; with
+    # the peer's cause it goes on (its hops counted), and a peer cause below half the tax is "not explained"
+    from evtsync.critpath.attribution import route_blame
+    from evtsync.critpath.p2p import PeerCause
 
     rows = pd.DataFrame([
         dict(pg="0", index=0, straggler_rank=0, status="ok", cause_name="(wait) recv", cause_category="collective_wait",
@@ -169,11 +169,32 @@ def test_blame_stops_at_a_point_to_point_wait_with_its_reason():
         dict(pg="0", index=2, straggler_rank=2, status="ok", cause_name="aten::mm", cause_category="cpu_op",
              cause_pg=None, cause_index=None)]).assign(tau_max_us=1000.0, cause_extra_us=900.0)
     out = route_blame(rows)
-    assert "point-to-point wait" in out.at[0, "root_reason"]
+    assert "point-to-point wait" in out.at[0, "root_reason"] and out.at[0, "root_rank"] == 0
     assert out["root_reason"].iloc[1:].isna().all() and out.at[1, "root_cause"] == "aten::mm"
-    result = cp.attribute(load_traces([DATA / "pp3"], cache=False))
-    table = result.collectives
-    waits = table[table["root_cause"].astype(str).str.startswith("(wait) ")]
-    assert len(waits) >= 1 and waits["root_reason"].str.contains("point-to-point wait").all()
-    roots = root_cause_table(table.assign(workload="pp3"))
-    assert (roots.loc[roots["root_cause"].astype(str).str.startswith("(wait) "), "flag"] == "unexplained").all()
+    out = route_blame(rows, {("0", 0): PeerCause(2, "expert_mm > aten::mm", "cpu_op", 800.0, 2)})
+    assert (out.at[0, "root_rank"], out.at[0, "root_cause"], out.at[0, "root_chain"]) == (2, "expert_mm > aten::mm", 2)
+    assert pd.isna(out.at[0, "root_reason"])
+    out = route_blame(rows, {("0", 0): PeerCause(2, "(python gap)", "python_gap", 100.0, 1)})
+    assert out.at[0, "root_cause"] == "propagated from rank 2, not explained" and "100 µs" in out.at[0, "root_reason"]
+    out = route_blame(rows, {("0", 0): PeerCause(None, reason="its transfer on rank 0 is not paired")})
+    assert out.at[0, "root_rank"] == 0 and "not paired" in out.at[0, "root_reason"]
+
+
+@pytest.mark.parametrize("folder", [DATA / "pp3", DATA.parent / "gloo-twins" / "pp3"])
+def test_the_plants_all_reduce_is_routed_through_the_transfers_to_the_plant(folder):
+    """The all_reduce of the plant's step: its straggler (a stage that waited in a recv for the
+    planted stage's late send) is routed through the paired transfer to the plant, named as the
+    job's truth says (rank, annotation > leaf op); every other chain that ends in a point-to-point
+    wait gives its reason."""
+    import evtsync.critpath as cp
+
+    plant = json.loads((folder.parent / f"{folder.name}.truth.json").read_text())["plants"][0]
+    steps = json.loads((folder.parent / f"{folder.name}.truth.json").read_text())["recorded_steps"]
+    table = cp.attribute(load_traces([folder], cache=False)).collectives.sort_values("index")
+    row = table.iloc[steps.index(plant["step"])]  # one all_reduce per recorded step (truth)
+    assert row["cause_name"] == "(wait) recv" and row["straggler_rank"] != plant["rank"]
+    assert row["root_rank"] == plant["rank"] and row["root_chain"] >= 1
+    assert row["root_cause"] == f"{plant['annotation']} > {plant['leaf_op']}"
+    p2p_waits = table[table["cause_name"].isin(["(wait) recv", "(wait) send"])]
+    routed = p2p_waits["root_rank"] != p2p_waits["straggler_rank"]
+    assert (routed | p2p_waits["root_reason"].notna()).all()
