@@ -16,9 +16,12 @@ and workers never share one.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
+import sys
 import tempfile
+from collections.abc import Generator, Mapping
 from pathlib import Path
 
 import pytest
@@ -132,6 +135,46 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     gc.collect()
     with contextlib.suppress(ValueError):  # not the main thread: nothing to protect here
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Generator[None, object, object]:
+    """Collect with Python's cyclic garbage collector paused (issue 48): rewriting the test modules'
+    asserts allocates millions of AST nodes, which set off ~2,000 collections that walk the growing
+    heap (1.1-1.4 s of a 5-7 s collection, 2026-12-06) and free nothing that the one collection at
+    the end does not (28,000 objects either way; peak memory +3 MB: docs/performance.md, "test
+    collection"). The collector runs again as before from the first test on. Records, as it goes,
+    which collected module first brought in a heavy library (:func:`pytest_collectreport`, :data:`HEAVY_IMPORTED`)."""
+    record_heavy_imports("before collection (a plugin or conftest.py)", sys.modules, HEAVY_IMPORTED)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return (yield)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    """Note the heavy libraries the collector just reported on imported (:data:`HEAVY_AT_COLLECTION`)."""
+    record_heavy_imports(report.nodeid, sys.modules, HEAVY_IMPORTED)
+
+
+#: Libraries no test module may import at collection (issue 48: a collection, in every xdist worker,
+#: pays for what the test modules import at module level; a test imports these when it runs, through
+#: tests/_lazy.py or in its body). tests/project/test_collection_light.py checks the record below.
+HEAVY_AT_COLLECTION = ("scipy", "xarray", "dask", "distributed", "numba", "llvmlite", "pymc", "pytensor",
+                       "arviz", "nutpie", "matplotlib", "zarr")
+#: Each heavy library imported by the end of collection -> the node (or "before collection") that did it.
+HEAVY_IMPORTED: dict[str, str] = {}
+
+
+def record_heavy_imports(where: str, modules: Mapping[str, object], record: dict[str, str]) -> None:
+    """Set ``record[name] = where`` for each :data:`HEAVY_AT_COLLECTION` library ``name`` now in
+    ``modules`` (``sys.modules``) and not yet in ``record``: the first place that imported it."""
+    for name in HEAVY_AT_COLLECTION:
+        if name in modules and name not in record:
+            record[name] = where
 
 
 _CACHE_FOLDER = pytest.StashKey[str]()

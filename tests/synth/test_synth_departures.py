@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from evtsync.cli import main
 from evtsync.core.errors import InputError
 from evtsync.synth import SynthConfig, synthesize
 from evtsync.synth.config import parse_slow_rank
-from evtsync.synth.parents import true_delay_sd
+from tests._lazy import lazy_module
+
+# SciPy (and evtsync.synth.parents, which imports it) on first use, not at collection (issue 48)
+stats = lazy_module("scipy.stats")
+parents = lazy_module("evtsync.synth.parents")
 
 SMALL = {"ranks": 8, "tp": 8, "iterations": 12, "layers": 1, "cpu_delay_rate": 0.0}
 
@@ -33,26 +36,26 @@ def _brute_force(draw, shifts: np.ndarray, n: int, jobs: int, seed: int) -> tupl
 def test_fleet_truth_matches_a_brute_force_simulation(n: int) -> None:
     fleet = np.array([1.5, 0, 0, 0, 0, 0, 0, 0.0])  # one rank of 8 persistently 1.5 sd slow
     mean, se = _brute_force(lambda rng, shape: rng.standard_normal(shape), fleet, n, 200_000, seed=n)
-    assert true_delay_sd("normal", n, tuple(fleet)) == pytest.approx(mean, abs=4 * se)
+    assert parents.true_delay_sd("normal", n, tuple(fleet)) == pytest.approx(mean, abs=4 * se)
     # and it differs from the iid truth by far more than that error: the slow rank matters
-    assert true_delay_sd("normal", n, tuple(fleet)) - true_delay_sd("normal", n) > 20 * se
+    assert parents.true_delay_sd("normal", n, tuple(fleet)) - parents.true_delay_sd("normal", n) > 20 * se
 
 
 def test_gamma_parent_truth_matches_a_brute_force_simulation() -> None:
     sd = np.sqrt(2.0)  # gamma(shape 2): mean 2, sd sqrt(2)
     mean, se = _brute_force(lambda rng, shape: (rng.gamma(2.0, size=shape) - 2.0) / sd, np.zeros(1), 8, 200_000, 1)
-    assert true_delay_sd("gamma", 8) == pytest.approx(mean, abs=4 * se)
+    assert parents.true_delay_sd("gamma", 8) == pytest.approx(mean, abs=4 * se)
     # a fleet of two slow ranks among 16, gamma parent
     fleet = np.zeros(16)
     fleet[[3, 11]] = 1.5
     mean, se = _brute_force(lambda rng, shape: (rng.gamma(2.0, size=shape) - 2.0) / sd, fleet, 64, 100_000, 2)
-    assert true_delay_sd("gamma", 64, tuple(fleet)) == pytest.approx(mean, abs=4 * se)
+    assert parents.true_delay_sd("gamma", 64, tuple(fleet)) == pytest.approx(mean, abs=4 * se)
 
 
 def test_a_fleet_without_slow_ranks_is_the_iid_truth() -> None:
-    assert true_delay_sd("normal", 512, (0.0,) * 8) == pytest.approx(true_delay_sd("normal", 512), rel=1e-9)
+    assert parents.true_delay_sd("normal", 512, (0.0,) * 8) == pytest.approx(parents.true_delay_sd("normal", 512), rel=1e-9)
     # and a shift common to every rank changes nothing (max − mean is shift-invariant)
-    assert true_delay_sd("normal", 64, (2.0,) * 8) == pytest.approx(true_delay_sd("normal", 64), rel=1e-6)
+    assert parents.true_delay_sd("normal", 64, (2.0,) * 8) == pytest.approx(parents.true_delay_sd("normal", 64), rel=1e-6)
 
 
 def _busy(res) -> dict[tuple[int, int], np.ndarray]:
@@ -111,7 +114,7 @@ def test_drift_spans_its_range_and_a_slow_rank_is_slow_in_every_block(tmp_path) 
     assert np.abs(np.delete(extra, 2, axis=1)).max() < 0.05
     truth = slow.truth["parent"]
     assert truth["departures"]["slow_ranks"] == {"2": 1.5}
-    assert truth["true_straggler_delay_sd"]["64"] == pytest.approx(true_delay_sd("normal", 64, (0, 0, 1.5, 0, 0, 0, 0, 0)))
+    assert truth["true_straggler_delay_sd"]["64"] == pytest.approx(parents.true_delay_sd("normal", 64, (0, 0, 1.5, 0, 0, 0, 0, 0)))
     assert "same fleet" in truth["fleet"]
     blk = slow.truth["blocks"][0]
     assert blk["true_straggler_delay_us"]["8"] == pytest.approx(blk["b_design_us"] * truth["true_straggler_delay_sd"]["8"])
@@ -158,7 +161,7 @@ def test_cli_writes_the_departures_and_the_gamma_parent(tmp_path) -> None:
     # expectation, independent of the package's quadrature of 1 − F^n
     f = stats.gamma(2.0)
     e_max2 = 2 * f.expect(lambda x: x * f.cdf(x))
-    assert true_delay_sd("gamma", 2) == pytest.approx((e_max2 - 2.0) / np.sqrt(2.0), rel=1e-6)
+    assert parents.true_delay_sd("gamma", 2) == pytest.approx((e_max2 - 2.0) / np.sqrt(2.0), rel=1e-6)
 
 
 def test_the_rank_models_input_does_not_see_the_shock_or_the_drift(plain_and_shocked, tmp_path) -> None:

@@ -14,7 +14,6 @@ import pandas as pd
 
 from evtsync.core.display import fmt, fmt_interval, fmt_share, point_key
 from evtsync.critpath.replay import FLOOR_SHARE, K_SCALE
-from evtsync.evt.rankreport import MATERIAL_SHARED_SHARE, not_converged_words
 from evtsync.predict.hockney import topology_label
 from evtsync.report.context import PCT, ReportContext, fit_rows, slug
 from evtsync.report.markdown import (
@@ -51,6 +50,9 @@ def build(ctx: ReportContext) -> list[Section]:
     given = info.get("rank_model")
     rank: dict[str, Any] = given if isinstance(given, dict) else {}
     if rank.get("available") and rank.get("converged") is False:
+        # in the function: rankreport imports rankmodel, and it xarray (issue 48: collection imports none)
+        from evtsync.evt.rankreport import not_converged_words
+
         items.append(Alert(f"The {rank.get('model', 'rank model')}: {not_converged_words(str(rank.get('convergence')))}. Its "
                            "tail verdicts, shapes, slow ranks and variance shares are marked; rerun with more "
                            "--draws/--tune before relying on them."))
@@ -372,6 +374,9 @@ def shared_text(records: list[dict[str, Any]]) -> str:
     """The first screen's sentence on shared shifts where they are material (share of the block variance
     shared by a collective's ranks ≥ :data:`MATERIAL_SHARED_SHARE` in some cell): they cost nothing in the
     tax, since they cancel in max − mean (docs/methodology.md, "The rank model"); "" otherwise."""
+    # in the function: rankreport imports rankmodel, and it xarray (issue 48: collection imports none)
+    from evtsync.evt.rankreport import MATERIAL_SHARED_SHARE
+
     material = [r for r in records if (_number(r, "share_shared") or 0.0) >= MATERIAL_SHARED_SHARE]
     if not material:
         return ""
@@ -395,6 +400,9 @@ def methods_text(rank: dict[str, Any], info: dict[str, Any], model: str | None, 
     """The methods paragraph's first sentence: which model answers (the hierarchical rank model, with its
     sampler, and the fleet assumption of tau(n)), or why it does not."""
     if rank.get("available"):
+        # in the function: rankreport imports rankmodel, and it xarray (issue 48: collection imports none)
+        from evtsync.evt.rankreport import not_converged_words
+
         return (f"One model answers: the {rank.get('model')} of per-rank block times (docs/methodology.md, \"The rank "
                 f"model\"): shared shifts per collective eliminated, a persistent effect per rank, a GPD tail whose "
                 f"shape is pooled over GPUs and precisions; the tail verdicts, slow ranks, variance shares and LOO "
