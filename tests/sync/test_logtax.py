@@ -438,3 +438,37 @@ def test_numpy_batch_tax_equals_the_pandas_one_bit_for_bit(job: Path, monkeypatc
         if not keep:
             pd.testing.assert_frame_equal(fast.instance_shares, slow.instance_shares, check_exact=True)
             assert fast.members == slow.members
+
+
+def _held(folder: Path, n_files: int) -> int:
+    """Bytes the reader holds once every one of ``n_files`` logs has ended and ``results()`` has
+    been built (tracemalloc: what stays allocated besides the caller's own file list)."""
+    import tracemalloc
+
+    from evtsync.trace.readers.inspector import LogRounds
+
+    _world(folder, n_files, 3)
+    files = inspector_files(folder) or []
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        reader = LogRounds(files, block_bytes=4096)
+        while reader.active:
+            reader.round()
+        results = reader.results()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(results) == n_files
+    return held
+
+
+def test_memory_per_file_at_the_end_small(tmp_path: Path) -> None:
+    """Issue 48 (memory flat in the number of files): what one more file costs once read (its
+    file closed; its info, host, communicators and counts kept for the per-rank table) is under
+    2 KB, from 64 to 256 files (after a warm-up: the reader's one-off buffers). Before, ~4 KB:
+    ten empty arrays, two vocabulary lists and a second info dict per file in ``results()``, and a
+    dict entry per (file, communicator) pair."""
+    _held(tmp_path / "warm", 8)
+    per_file = (_held(tmp_path / "b", 256) - _held(tmp_path / "a", 64)) / 192
+    assert 0 < per_file < 2048, per_file

@@ -790,22 +790,24 @@ def job_tables(logs: list[LoggedCollectives], layout: JobLayout) -> dict[str, An
     from evtsync.trace.tables import format_ranks
 
     ranks, comm_rows = layout.ranks, layout.comm_rows
-    info_rows = []
-    for log_, rank in zip(logs, ranks, strict=True):
-        first, last = log_.info["dump_first_us"], log_.info["dump_last_us"]
-        info_rows.append({"rank": rank, "rank_source": layout.rank_source, "path": log_.path,
-                          "world_size": layout.world,
-                          "source": INSPECTOR.name, "gpu": "unknown", "host": log_.info["host"],
-                          "pid": log_.info["pid"], "n_events": log_.info["n_lines"], "n_kernels": 0,
-                          "n_collective_records": log_.info["n_collective_records"],
-                          "n_p2p_records": log_.info["n_p2p_records"],
-                          "n_verbose_records": log_.info["n_verbose_records"],
-                          "n_communicators": len(log_.comms), "format_version": log_.info["format_version"],
-                          "start_ns": int(first) * 1000 if first != MISSING else MISSING,
-                          "end_ns": int(last) * 1000 if last != MISSING else MISSING,
-                          "unread_tail_bytes": log_.info["unread_tail_bytes"],
-                          "truncated": log_.info["truncated"],
-                          "bytes_decompressed": log_.info["bytes_decompressed"], "window": 0})
+    # one list per column, not one dict per file (~1.5 KB each at once: issue 48)
+    info = [log_.info for log_ in logs]
+
+    def field(name: str) -> list[Any]:
+        return [i[name] for i in info]
+
+    first, last = field("dump_first_us"), field("dump_last_us")
+    n_logs = len(logs)
+    info_rows = {"rank": ranks, "rank_source": [layout.rank_source] * n_logs, "path": [log_.path for log_ in logs],
+                 "world_size": [layout.world] * n_logs, "source": [INSPECTOR.name] * n_logs, "gpu": ["unknown"] * n_logs,
+                 "host": field("host"), "pid": field("pid"), "n_events": field("n_lines"), "n_kernels": [0] * n_logs,
+                 "n_collective_records": field("n_collective_records"), "n_p2p_records": field("n_p2p_records"),
+                 "n_verbose_records": field("n_verbose_records"),
+                 "n_communicators": [len(log_.comms) for log_ in logs], "format_version": field("format_version"),
+                 "start_ns": [int(t) * 1000 if t != MISSING else MISSING for t in first],
+                 "end_ns": [int(t) * 1000 if t != MISSING else MISSING for t in last],
+                 "unread_tail_bytes": field("unread_tail_bytes"), "truncated": field("truncated"),
+                 "bytes_decompressed": field("bytes_decompressed"), "window": [0] * n_logs}
     ranks_table = pd.DataFrame(info_rows).sort_values("rank", kind="stable").reset_index(drop=True)
     skipped = [{"rank": rank, "window": 0, "reason": reason, "count": n}
                for log_, rank in zip(logs, ranks, strict=True) for reason, n in log_.skipped.items()]
@@ -940,7 +942,8 @@ class LogRounds:
     def __init__(self, files: Sequence[tuple[Path, int | None]], *, salvage: bool = False,
                  block_bytes: int = BLOCK_BYTES) -> None:
         n = len(files)
-        self.paths = [Path(p) for p, _ in files]
+        # the caller's Path objects, not copies (~270 bytes per file: issue 48)
+        self.paths = [p if isinstance(p, Path) else Path(p) for p, _ in files]
         for path in self.paths:
             if not path.is_file():
                 raise TraceError(f"{path}: {path_problem(path)}")
@@ -955,8 +958,11 @@ class LogRounds:
         self.version_code: dict[str, int] = {}
         #: per file: its communicators (id -> rank in it, n_ranks, nnodes, comm_name)
         self.comms: list[dict[str, tuple[int, int, int, str]]] = [{} for _ in range(n)]
-        self._pair: dict[int, tuple[int, int]] = {}  # comm code * n + file -> (rank, n_ranks)
-        self._keys = np.zeros(0, dtype=np.int64)  # the same, as a sorted key array and its values
+        self._words: dict[str, str] = {}  # one string object per communicator id and name, shared by the files
+        # (communicator code * n + file) -> (rank, n_ranks): a sorted key array and its values (arrays,
+        # not a dict: ~250 bytes per pair of Python objects, issue 48); pairs noted since, not merged yet
+        self._new_pairs: list[tuple[int, int, int]] = []
+        self._keys = np.zeros(0, dtype=np.int64)
         self._known = np.zeros((0, 2), dtype=np.int64)
         z = np.zeros(n, dtype=np.int64)
         self.line_no, self.total = z + 1, z.copy()
@@ -1239,10 +1245,12 @@ class LogRounds:
             for j in sorted(np.flatnonzero(new)[at].tolist()):
                 self._note_comm(int(files[j]), self._full_header(raw(j), heads[j], int(files[j]), int(lines[j])),
                                 int(lines[j]))
-            self._keys = np.fromiter(self._pair, np.int64, len(self._pair))
-            order = np.argsort(self._keys)
-            self._keys = self._keys[order]
-            self._known = np.array(list(self._pair.values()), dtype=np.int64).reshape(-1, 2)[order]
+            added = np.asarray(self._new_pairs, dtype=np.int64).reshape(-1, 3)
+            self._new_pairs.clear()
+            keys = np.concatenate([self._keys, added[:, 0]])
+            order = np.argsort(keys, kind="stable")
+            self._keys = keys[order]
+            self._known = np.concatenate([self._known, added[:, 1:]])[order]
             where = np.searchsorted(self._keys, key)
         known = self._known
         bad = ((np.fromiter(map(_RANK, heads), np.int64, n) != known[where, 0])
@@ -1269,8 +1277,10 @@ class LogRounds:
             elif self.comm_size[code] != header.n_ranks:
                 raise TraceError(f"communicator {header.id}: {path} says {header.n_ranks} ranks, other "
                                  f"logs {self.comm_size[code]}")
-            comms[header.id] = (header.rank, header.n_ranks, header.nnodes, header.comm_name)
-            self._pair[code * len(self.paths) + i] = (header.rank, header.n_ranks)
+            words = self._words
+            comms[words.setdefault(header.id, header.id)] = (header.rank, header.n_ranks, header.nnodes,
+                                                             words.setdefault(header.comm_name, header.comm_name))
+            self._new_pairs.append((code * len(self.paths) + i, header.rank, header.n_ranks))
         elif known[:2] != (header.rank, header.n_ranks):
             raise TraceError(f"{path}: line {line}: communicator {header.id} logged with rank {header.rank} of "
                              f"{header.n_ranks}, earlier lines say rank {known[0]} of {known[1]} (one file "
@@ -1300,6 +1310,10 @@ class LogRounds:
     def results(self) -> list[LoggedCollectives]:
         """Each file's communicators, metadata and counts (no records: they were taken), after the end."""
         hosts, versions = self.hosts(), list(self.version_code)
+        # no records (they were taken): one empty column set and one vocabulary for every file, not
+        # a copy each (~2.5 KB per file at the end of the job: issue 48)
+        columns = {name: np.zeros(0, dtype=np.int64) for name in RECORD_COLUMNS}
+        vocabularies = {"collective": list(self.names), "timing_source": list(self.sources)}
         out = []
         for i, path in enumerate(self.paths):
             info = self.info[i]
@@ -1319,15 +1333,12 @@ class LogRounds:
             if info["truncated"]:
                 skipped["gzip stream cut short (records after the cut lost)"] = 1
             has_dump = self.dump_hi[i] != MISSING
-            info = {**info, "host": hosts[i], "pid": int(self.pid[i]) if self.seen_pid[i] else MISSING,
+            info.update({"host": hosts[i], "pid": int(self.pid[i]) if self.seen_pid[i] else MISSING,
                     "format_version": versions[self.version[i]] if self.version[i] >= 0 else "",
                     "n_collective_records": int(self.n_coll[i]), "n_p2p_records": int(self.n_p2p[i]),
                     "n_verbose_records": int(self.verbose[i]),
                     "dump_first_us": int(self.dump_lo[i]) if has_dump else MISSING,
-                    "dump_last_us": int(self.dump_hi[i]) if has_dump else MISSING}
-            columns = {name: np.zeros(0, dtype=np.int64) for name in RECORD_COLUMNS}
-            out.append(LoggedCollectives(str(path), list(self.comms[i]), dict(self.comms[i]), columns, info,
-                                         skipped, given_rank=self.given[i],
-                                         vocabularies={"collective": list(self.names),
-                                                       "timing_source": list(self.sources)}))
+                    "dump_last_us": int(self.dump_hi[i]) if has_dump else MISSING})  # in place: one dict per file
+            out.append(LoggedCollectives(str(path), list(self.comms[i]), self.comms[i], columns, info,
+                                         skipped, given_rank=self.given[i], vocabularies=vocabularies))
         return out
