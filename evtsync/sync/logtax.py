@@ -66,8 +66,9 @@ log = logging.getLogger(__name__)
 #: Text decoded per round over all files, in one msgspec call: the unit of memory besides the
 #: open collectives (the round's decoded records, ~5 times its text, live at once; issue 48).
 ROUND_BYTES = 4 << 20
-#: Records of complete collectives taxed together (~90 bytes each until then; the tax's pandas
-#: steps cost ~0.1 s per call on this machine whatever the size, and their memory ~1 KB per record).
+#: Records of complete collectives taxed together (~100 bytes each until then, and ~2 copies of
+#: them while a batch is taxed). The NumPy batch tax (issue 48) costs a few ms per call; 20,000
+#: lowered the traced peak at 256 logs by 3 MB for +0.07 s of CPU, 10,000 by 3.6 MB for +0.25 s.
 TAX_BATCH_RECORDS = 50_000
 #: Smallest block read from one file per round (many files: the round's text is split).
 MIN_BLOCK_BYTES = 1 << 10
@@ -230,8 +231,6 @@ class _Job:
         if not self.done.n:
             return
         rec = self.done.take_all(_OPEN + ("rank",))
-        order = np.lexsort((rec["rank"], rec["sn"], rec["comm"]))
-        rec = {name: col[order] for name, col in rec.items()}
         rank = rec.pop("rank")
         self._tax(rec, rank, groups)
 
@@ -280,8 +279,13 @@ class _Job:
             "host": pd.Categorical.from_codes(host_of_file[rec["file"]], categories=hosts)}, columns=LOGGED_COLUMNS)
 
     def _tax(self, rec: dict[str, np.ndarray], rank: np.ndarray, groups: pd.DataFrame | None) -> None:
-        if groups is None and self._tax_clean(rec, rank):
+        rec["rank"] = rank  # the batch is the callee's: reordered in place with the other columns
+        if groups is None and self._tax_clean(rec):
             return
+        rank = rec.pop("rank")
+        order = np.lexsort((rank, rec["sn"], rec["comm"]))
+        _permute(rec, order)
+        rank = rank[order]
         logged = self.frame(rec, rank)
         if groups is None:  # complete collectives: never partial, so the member counts do not matter
             names = list(logged["pg"].array.categories)
@@ -314,7 +318,7 @@ class _Job:
         self.done_keys.append(pd.MultiIndex.from_arrays([comm[first], sn[first]]))
         self.n_done += n_collectives
 
-    def _tax_clean(self, rec: dict[str, np.ndarray], rank: np.ndarray) -> bool:
+    def _tax_clean(self, rec: dict[str, np.ndarray]) -> bool:
         """The tax of a batch of complete collectives in NumPy, when none of them is flagged.
 
         The same rows, values and dtypes as :func:`~evtsync.sync.collectives.align_logged_rows`
@@ -327,10 +331,9 @@ class _Job:
         tolerance): the pandas path then names the mismatches. Issue 48: the pandas steps
         cost ~0.1 s per batch whatever its size."""
         pg_names, pg = self.pg_codes(rec["comm"])
-        sn = rec["sn"]
-        order = np.lexsort((rank, sn, pg))
-        rec = {name: col[order] for name, col in rec.items()}
-        pg, sn, rank = pg[order], rec["sn"], rank[order]
+        order = np.lexsort((rec["rank"], rec["sn"], pg))
+        _permute(rec, order)  # in place, column by column: one column's copy at a time (issue 48)
+        pg, sn, rank = pg[order], rec["sn"], rec["rank"]
         n = len(sn)
         new = np.ones(n, dtype=bool)
         new[1:] = (pg[1:] != pg[:-1]) | (sn[1:] != sn[:-1])
@@ -405,6 +408,12 @@ class _Job:
         cats = sorted(set(words))
         where = np.asarray([cats.index(w) for w in words], dtype=np.int32)
         return pd.Index(cats), where[inverse.reshape(-1)]
+
+
+def _permute(columns: dict[str, np.ndarray], order: np.ndarray) -> None:
+    """Reorder every column of ``columns`` by ``order``, in place in the dict."""
+    for name, col in columns.items():
+        columns[name] = col[order]
 
 
 def _segment_median(values: np.ndarray, seg: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -268,7 +268,8 @@ class _Counting:
 def test_one_decode_call_per_round_whatever_the_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       n_files: int) -> None:
     """Counted, not timed: each round's blocks of all files go through ONE msgspec call (a call
-    per file and block was the cost at 4,096 logs); the tax is max - min of the times written."""
+    per file and block was the cost at 4,096 logs; a round above DECODE_BYTES of text, 1 MiB, is
+    decoded in slices of whole blocks); the tax is max - min of the times written."""
     from evtsync.trace.readers import inspector
 
     counting = _Counting(inspector._DECODE_LEAN)
@@ -380,7 +381,7 @@ def test_numpy_batch_tax_by_hand(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     _hand_job(tmp_path)
     taken = []
     clean = logtax._Job._tax_clean
-    monkeypatch.setattr(logtax._Job, "_tax_clean", lambda self, rec, rank: taken.append(clean(self, rec, rank))
+    monkeypatch.setattr(logtax._Job, "_tax_clean", lambda self, rec: taken.append(clean(self, rec))
                         or taken[-1])
     got = stream_tax(inspector_files(tmp_path) or [], keep_ranks=keep).tables
     assert taken and all(taken)
@@ -412,7 +413,7 @@ def test_numpy_batch_tax_declines_what_the_checks_flag(tmp_path: Path, monkeypat
     path.write_text(path.read_text().replace('"kernel_gpu"}}\n', '"collective_cpu"}}\n', 1))
     taken = []
     clean = logtax._Job._tax_clean
-    monkeypatch.setattr(logtax._Job, "_tax_clean", lambda self, rec, rank: taken.append(clean(self, rec, rank))
+    monkeypatch.setattr(logtax._Job, "_tax_clean", lambda self, rec: taken.append(clean(self, rec))
                         or taken[-1])
     got = stream_tax(inspector_files(tmp_path) or [])
     assert taken == [False]
@@ -428,7 +429,7 @@ def test_numpy_batch_tax_equals_the_pandas_one_bit_for_bit(job: Path, monkeypatc
     for keep in (True, False):
         fast = stream_tax(files, block_bytes=SMALL, keep_ranks=keep).tables
         with monkeypatch.context() as patch:
-            patch.setattr(logtax._Job, "_tax_clean", lambda self, rec, rank: False)
+            patch.setattr(logtax._Job, "_tax_clean", lambda self, rec: False)
             slow = stream_tax(files, block_bytes=SMALL, keep_ranks=keep).tables
         pd.testing.assert_frame_equal(fast.collectives.drop(columns="mean_delay_us"),
                                       slow.collectives.drop(columns="mean_delay_us"), check_exact=True)
