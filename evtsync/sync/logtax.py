@@ -8,17 +8,21 @@ per round, the round's blocks of all files decoded in one call and turned into c
 collectives that every member rank of their communicator has reported (same communicator
 id, same sequence number, ``n_ranks`` records) are matched and taxed exactly as
 :func:`~evtsync.sync.collectives.align_logged` and :func:`~evtsync.sync.tax.compute_tax` do
-(docs/methodology.md §3): their rows of the tax tables are kept, their records dropped. A
+(docs/methodology.md §3; a batch no check flags is taxed in NumPy by :meth:`_Job._tax_clean`,
+the others by those two functions, which name the mismatches): their rows of the tax tables
+are kept, their records dropped. A
 collective some member never reports (ring-buffer loss, a rank that died, the size cutoff,
 a log cut short) stays open until the files end; it is then counted by communicator and
 reported as the whole-table path does (refused unless ``allow_partial``).
 
-The tables equal those of the whole-table path (same rows, order, values and dtypes; tested).
-Memory: one round of text and its decoded records (:data:`ROUND_BYTES` over all files, at
-least :data:`MIN_BLOCK_BYTES` per file), per file ~1-2 KB between rounds (its open file, its
+The tables equal those of the whole-table path (same rows, order, values and dtypes; the mean
+delay to ~1e-15 relative where the NumPy batch tax computed it; tested).
+Memory: one round of text and the decoded records of one slice of it (:data:`ROUND_BYTES` over
+all files, at least :data:`MIN_BLOCK_BYTES` per file; decoded in slices of
+:data:`~evtsync.trace.readers.inspector.DECODE_BYTES`), per file ~1-2 KB (its open file, its
 unfinished last line, its communicators: ``LogRounds.state_bytes``, bounded in the tests), the records of the collectives still open, those of complete
-collectives waiting for the next tax batch (:data:`TAX_BATCH_RECORDS`: the tax's pandas steps
-cost about the same per call whatever its size, issue 48), and the output: one row per collective and, unless
+collectives waiting for the next tax batch (:data:`TAX_BATCH_RECORDS`), and the output: one row
+per collective, one per file (the per-rank table), and, unless
 ``keep_ranks=False``, one row per rank of each collective (``TaxTables.ranks``; without it
 the per-collective wait shares the summary needs are kept instead).
 """
@@ -225,9 +229,8 @@ class _Job:
         return None
 
     def flush(self, groups: pd.DataFrame | None = None) -> None:
-        """Tax the completed collectives gathered so far (:data:`TAX_BATCH_RECORDS`: the tax's
-        pandas steps cost ~the same per call whatever its size, so they run on batches of
-        complete collectives, not on every round's)."""
+        """Tax the completed collectives gathered so far (:data:`TAX_BATCH_RECORDS`: a tax call
+        has a fixed cost, so they run on batches of complete collectives, not on every round's)."""
         if not self.done.n:
             return
         rec = self.done.take_all(_OPEN + ("rank",))
@@ -325,7 +328,8 @@ class _Job:
         + :func:`~evtsync.sync.tax.compute_tax` (docs/methodology.md §3: tau_max = max − min of
         the ranks' durations, the straggler = the rank of the shortest, lowest rank on ties,
         wait = duration − the shortest); mean delays may differ in the last bits (a plain sum,
-        pandas' is compensated). Returns False, computing nothing, when a check of the
+        pandas' is compensated). ``rec``: the batch's columns and ``rank``, reordered in place
+        (by PG, sequence number, rank). Returns False, keeping nothing, when a check of the
         alignment would flag a collective of the batch (its ranks disagree on the type, size
         or timing source; kernel stop times on one host further apart than the end
         tolerance): the pandas path then names the mismatches. Issue 48: the pandas steps
