@@ -362,7 +362,7 @@ class _Job:
         dur_us = rec["exec_ns"] / 1000.0
         low = np.minimum.reduceat(dur_us, starts)
         high = np.maximum.reduceat(dur_us, starts)
-        median = _segment_median(dur_us, seg, starts, counts)
+        median = _segment_median(dur_us, starts, counts)
         mean = np.add.reduceat(dur_us, starts) / counts
         ts_ns = np.where(rec["kernel_start_us"] >= 0, rec["kernel_start_us"] * 1000, MISSING)
         end_ns = np.where(stops >= 0, stops * 1000, MISSING)
@@ -393,7 +393,7 @@ class _Job:
         else:
             self.shares.append(pd.DataFrame({
                 "pg": pd.Categorical.from_codes(pg[starts], categories=pg_cat), "index": sn[starts].astype(np.int64),
-                "max": np.maximum.reduceat(share, starts), "median": _segment_median(share, seg, starts, counts)}))
+                "max": np.maximum.reduceat(share, starts), "median": _segment_median(share, starts, counts)}))
         pairs = np.unique((pg.astype(np.int64) << 32) | rank.astype(np.int64))
         for code, ranks in zip(*_split_pairs(pairs), strict=True):
             self.members.setdefault(pg_names[code], set()).update(ranks.tolist())
@@ -420,12 +420,16 @@ def _permute(columns: dict[str, np.ndarray], order: np.ndarray) -> None:
         columns[name] = col[order]
 
 
-def _segment_median(values: np.ndarray, seg: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The median of each segment of ``values`` (``seg``: each value's segment, segments
-    contiguous from ``starts``): the middle value, or the mean of the two middle ones, as
-    pandas' grouped median computes it."""
-    ordered = values[np.lexsort((values, seg))]
-    return (ordered[starts + (counts - 1) // 2] + ordered[starts + counts // 2]) / 2
+def _segment_median(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The median of each segment of ``values`` (contiguous, from ``starts``, ``counts`` long):
+    the middle value, or the mean of the two middle ones, as pandas' grouped median computes it.
+    Segments of one length at a time, as rows of a 2-D array (a batch holds a few communicator
+    sizes; a two-key sort of the whole batch cost ~14 ms per call)."""
+    out = np.empty(len(starts), dtype=np.float64)
+    for length in np.unique(counts).tolist():
+        which = np.flatnonzero(counts == length)
+        out[which] = np.median(values[starts[which, None] + np.arange(length)], axis=1)
+    return out
 
 
 def _first_where(mask: np.ndarray, seg: np.ndarray) -> np.ndarray:
