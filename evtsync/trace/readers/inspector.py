@@ -1172,7 +1172,7 @@ class LogRounds:
             self._one_process(mfiles, np.fromiter(map(_PID, metas), np.int64, len(metas)), self.pid, self.seen_pid,
                               self.extra_pids)
         heads = list(map(_HEADER, records))
-        comm = self._check_headers(heads, files, lines, raw)
+        comm, local = self._check_headers(heads, files, lines, raw)
         if n:
             fresh = np.flatnonzero(self.version[files] < 0)
             if fresh.size:  # each file's first record, decoded in full for the format version
@@ -1186,8 +1186,7 @@ class LogRounds:
         if is_coll is not None:
             keep = np.flatnonzero(is_coll)
             perfs = [perfs[j] for j in keep.tolist()]
-            heads = [heads[j] for j in keep.tolist()]
-            files, comm, lines = files[keep], comm[keep], lines[keep]
+            files, comm, lines, local = files[keep], comm[keep], lines[keep], local[keep]
             dumps = (np.fromiter((m.dump_timestamp_us if m else MISSING for m in map(_META, records)), np.int64, n)
                      [keep])
         elif has_meta is not None:
@@ -1201,7 +1200,7 @@ class LogRounds:
         except _BadRecord as exc:
             raise TraceError(f"{self.paths[int(files[exc.index])]}: line {int(lines[exc.index])}: {exc}") from None
         exec_ns = np.rint(exec_us * 1000.0).astype(np.int64)
-        out = {"file": files, "comm": comm, "local_rank": np.fromiter(map(_RANK, heads), np.int64, k),
+        out = {"file": files, "comm": comm, "local_rank": local,
                "sn": np.fromiter(map(_SN, perfs), np.int64, k),
                "collective": _codes(list(map(_COLL_NAME, perfs)), self.names).astype(np.int64),
                "msg_bytes": np.fromiter(map(_SIZE, perfs), np.int64, k), "exec_ns": exec_ns,
@@ -1240,8 +1239,8 @@ class LogRounds:
                 extra.setdefault(f, set()).add(v)
 
     def _check_headers(self, heads: list[Any], files: np.ndarray, lines: np.ndarray,
-                       raw: Callable[[int], bytes]) -> np.ndarray:
-        """Job-wide communicator codes of the records; new (file, communicator) pairs noted
+                       raw: Callable[[int], bytes]) -> tuple[np.ndarray, np.ndarray]:
+        """Job-wide communicator codes and local ranks of the records; new (file, communicator) pairs noted
         from their first line read in full; a record whose rank or size differs from its
         file's earlier lines refused, naming the line."""
         n, n_files = len(heads), len(self.paths)
@@ -1251,7 +1250,7 @@ class LogRounds:
             self.comm_ids.append(cid)
             self.comm_size.append(-1)
         if not n:
-            return comm
+            return comm, np.zeros(0, dtype=np.int64)
         key = comm * n_files + files
         where = np.searchsorted(self._keys, key)
         new = (where >= len(self._keys)) | (self._keys[np.minimum(where, len(self._keys) - 1)] != key) \
@@ -1269,12 +1268,13 @@ class LogRounds:
             self._known = np.concatenate([self._known, added[:, 1:]])[order]
             where = np.searchsorted(self._keys, key)
         known = self._known
-        bad = ((np.fromiter(map(_RANK, heads), np.int64, n) != known[where, 0])
+        local = np.fromiter(map(_RANK, heads), np.int64, n)
+        bad = ((local != known[where, 0])
                | (np.fromiter(map(_NRANKS, heads), np.int64, n) != known[where, 1]))
         if bad.any():
             j = int(np.flatnonzero(bad)[0])
             self._note_comm(int(files[j]), heads[j], int(lines[j]))
-        return comm
+        return comm, local
 
     def _full_header(self, line: bytes, lean: Any, i: int, line_no: int) -> Any:
         return _full_header(self.paths[i], self.salvage, line, lean, line_no)
