@@ -8,17 +8,21 @@ per round, the round's blocks of all files decoded in one call and turned into c
 collectives that every member rank of their communicator has reported (same communicator
 id, same sequence number, ``n_ranks`` records) are matched and taxed exactly as
 :func:`~evtsync.sync.collectives.align_logged` and :func:`~evtsync.sync.tax.compute_tax` do
-(docs/methodology.md §3): their rows of the tax tables are kept, their records dropped. A
+(docs/methodology.md §3; a batch no check flags is taxed in NumPy by :meth:`_Job._tax_clean`,
+the others by those two functions, which name the mismatches): their rows of the tax tables
+are kept, their records dropped. A
 collective some member never reports (ring-buffer loss, a rank that died, the size cutoff,
 a log cut short) stays open until the files end; it is then counted by communicator and
 reported as the whole-table path does (refused unless ``allow_partial``).
 
-The tables equal those of the whole-table path (same rows, order, values and dtypes; tested).
-Memory: one round of text and its decoded records (:data:`ROUND_BYTES` over all files, at
-least :data:`MIN_BLOCK_BYTES` per file), per file ~1-2 KB between rounds (its open file, its
+The tables equal those of the whole-table path (same rows, order, values and dtypes; the mean
+delay to ~1e-15 relative where the NumPy batch tax computed it; tested).
+Memory: one round of text and the decoded records of one slice of it (:data:`ROUND_BYTES` over
+all files, at least :data:`MIN_BLOCK_BYTES` per file; decoded in slices of
+:data:`~evtsync.trace.readers.inspector.DECODE_BYTES`), per file ~1-2 KB (its open file, its
 unfinished last line, its communicators: ``LogRounds.state_bytes``, bounded in the tests), the records of the collectives still open, those of complete
-collectives waiting for the next tax batch (:data:`TAX_BATCH_RECORDS`: the tax's pandas steps
-cost about the same per call whatever its size, issue 48), and the output: one row per collective and, unless
+collectives waiting for the next tax batch (:data:`TAX_BATCH_RECORDS`), and the output: one row
+per collective, one per file (the per-rank table), and, unless
 ``keep_ranks=False``, one row per rank of each collective (``TaxTables.ranks``; without it
 the per-collective wait shares the summary needs are kept instead).
 """
@@ -49,6 +53,7 @@ from evtsync.sync.collectives import (
 from evtsync.sync.tax import RANK_COLUMNS, TAX_COLUMNS, TaxTables, compute_tax
 from evtsync.trace.readers.inspector import (
     BLOCK_BYTES,
+    GPU_TIMING,
     LOGGED_COLUMNS,
     MISSING,
     LoggedCollectives,
@@ -65,8 +70,9 @@ log = logging.getLogger(__name__)
 #: Text decoded per round over all files, in one msgspec call: the unit of memory besides the
 #: open collectives (the round's decoded records, ~5 times its text, live at once; issue 48).
 ROUND_BYTES = 4 << 20
-#: Records of complete collectives taxed together (~90 bytes each until then; the tax's pandas
-#: steps cost ~0.1 s per call on this machine whatever the size, and their memory ~1 KB per record).
+#: Records of complete collectives taxed together (~100 bytes each until then, and ~2 copies of
+#: them while a batch is taxed). The NumPy batch tax (issue 48) costs a few ms per call; 20,000
+#: lowered the traced peak at 256 logs by 3 MB for +0.07 s of CPU, 10,000 by 3.6 MB for +0.25 s.
 TAX_BATCH_RECORDS = 50_000
 #: Smallest block read from one file per round (many files: the round's text is split).
 MIN_BLOCK_BYTES = 1 << 10
@@ -223,24 +229,34 @@ class _Job:
         return None
 
     def flush(self, groups: pd.DataFrame | None = None) -> None:
-        """Tax the completed collectives gathered so far (:data:`TAX_BATCH_RECORDS`: the tax's
-        pandas steps cost ~the same per call whatever its size, so they run on batches of
-        complete collectives, not on every round's)."""
+        """Tax the completed collectives gathered so far (:data:`TAX_BATCH_RECORDS`: a tax call
+        has a fixed cost, so they run on batches of complete collectives, not on every round's)."""
         if not self.done.n:
             return
         rec = self.done.take_all(_OPEN + ("rank",))
-        order = np.lexsort((rec["rank"], rec["sn"], rec["comm"]))
-        rec = {name: col[order] for name, col in rec.items()}
         rank = rec.pop("rank")
         self._tax(rec, rank, groups)
 
+    def pg_codes(self, comm: np.ndarray) -> tuple[list[str], np.ndarray]:
+        """The communicators of ``comm`` (job-wide codes) as the batch's PG labels: their sorted
+        ids and each record's code among them (the categorical the whole-table path builds)."""
+        codes = np.unique(comm)
+        names = sorted(self.comm_ids[int(c)] for c in codes)
+        position = {name: k for k, name in enumerate(names)}
+        remap = np.zeros(len(self.comm_ids), dtype=np.int32)
+        remap[codes] = [position[self.comm_ids[int(c)]] for c in codes]
+        return names, remap[comm]
+
+    def host_of_file(self) -> tuple[list[str], np.ndarray]:
+        """The job's sorted host names and each file's code among them."""
+        file_hosts = self.hosts
+        hosts = sorted(set(file_hosts))
+        host_code = {h: k for k, h in enumerate(hosts)}
+        return hosts, np.asarray([host_code[h] for h in file_hosts], dtype=np.int32)
+
     def frame(self, rec: dict[str, np.ndarray], rank: np.ndarray) -> pd.DataFrame:
         """Records (sorted by communicator, sequence number, rank) as ``logged`` rows."""
-        codes = np.unique(rec["comm"])
-        names = sorted(self.comm_ids[int(c)] for c in codes)
-        remap = np.zeros(len(self.comm_ids), dtype=np.int32)
-        remap[codes] = [names.index(self.comm_ids[int(c)]) for c in codes]
-        pg = remap[rec["comm"]]
+        names, pg = self.pg_codes(rec["comm"])
 
         def labels(kind: str) -> pd.Categorical:
             book = self.words[kind]
@@ -250,10 +266,7 @@ class _Job:
                 where[c] = words.index(w)
             return pd.Categorical.from_codes(where[rec[kind]], categories=words)
 
-        file_hosts = self.hosts
-        hosts = sorted(set(file_hosts))
-        host_code = {h: k for k, h in enumerate(hosts)}
-        host_of_file = np.asarray([host_code[h] for h in file_hosts], dtype=np.int32)
+        hosts, host_of_file = self.host_of_file()
         starts, stops, dumps = rec["kernel_start_us"], rec["kernel_stop_us"], rec["dump_us"]
         n = len(pg)
         return pd.DataFrame({
@@ -269,6 +282,13 @@ class _Job:
             "host": pd.Categorical.from_codes(host_of_file[rec["file"]], categories=hosts)}, columns=LOGGED_COLUMNS)
 
     def _tax(self, rec: dict[str, np.ndarray], rank: np.ndarray, groups: pd.DataFrame | None) -> None:
+        rec["rank"] = rank  # the batch is the callee's: reordered in place with the other columns
+        if groups is None and self._tax_clean(rec):
+            return
+        rank = rec.pop("rank")
+        order = np.lexsort((rank, rec["sn"], rec["comm"]))
+        _permute(rec, order)
+        rank = rank[order]
         logged = self.frame(rec, rank)
         if groups is None:  # complete collectives: never partial, so the member counts do not matter
             names = list(logged["pg"].array.categories)
@@ -292,11 +312,139 @@ class _Job:
         if len(alignment.mismatches):
             self.mismatches.append(alignment.mismatches)
         self.invalid |= alignment.invalid
-        comm, sn = rec["comm"], rec["sn"]
+        self._note_done(rec["comm"], rec["sn"], len(tables.collectives))
+
+    def _note_done(self, comm: np.ndarray, sn: np.ndarray, n_collectives: int) -> None:
+        """Remember the (communicator, sequence number) keys taxed (a repeated record is found at the end)."""
         first = np.ones(len(sn), dtype=bool)
         first[1:] = (comm[1:] != comm[:-1]) | (sn[1:] != sn[:-1])
         self.done_keys.append(pd.MultiIndex.from_arrays([comm[first], sn[first]]))
-        self.n_done += len(tables.collectives)
+        self.n_done += n_collectives
+
+    def _tax_clean(self, rec: dict[str, np.ndarray]) -> bool:
+        """The tax of a batch of complete collectives in NumPy, when none of them is flagged.
+
+        The same rows, values and dtypes as :func:`~evtsync.sync.collectives.align_logged_rows`
+        + :func:`~evtsync.sync.tax.compute_tax` (docs/methodology.md §3: tau_max = max − min of
+        the ranks' durations, the straggler = the rank of the shortest, lowest rank on ties,
+        wait = duration − the shortest); mean delays may differ in the last bits (a plain sum,
+        pandas' is compensated). ``rec``: the batch's columns and ``rank``, reordered in place
+        (by PG, sequence number, rank). Returns False, keeping nothing, when a check of the
+        alignment would flag a collective of the batch (its ranks disagree on the type, size
+        or timing source; kernel stop times on one host further apart than the end
+        tolerance): the pandas path then names the mismatches. Issue 48: the pandas steps
+        cost ~0.1 s per batch whatever its size."""
+        pg_names, pg = self.pg_codes(rec["comm"])
+        order = np.lexsort((rec["rank"], rec["sn"], pg))
+        _permute(rec, order)  # in place, column by column: one column's copy at a time (issue 48)
+        pg, sn, rank = pg[order], rec["sn"], rec["rank"]
+        n = len(sn)
+        new = np.ones(n, dtype=bool)
+        new[1:] = (pg[1:] != pg[:-1]) | (sn[1:] != sn[:-1])
+        same = ~new[1:]
+        if any((same & (rec[name][1:] != rec[name][:-1])).any() for name in ("collective", "msg_bytes",
+                                                                                 "timing_source")):
+            return False
+        starts = np.flatnonzero(new)
+        seg = np.cumsum(new) - 1
+        counts = np.diff(np.append(starts, n))
+        stops = rec["kernel_stop_us"]
+        timed = stops >= 0
+        if timed.any():  # the end check of align_logged_rows: per collective and host
+            _, host_of_file = self.host_of_file()
+            t_seg, t_host, t_stop = seg[timed], host_of_file[rec["file"][timed]], stops[timed]
+            by = np.lexsort((t_host, t_seg))
+            t_seg, t_host, t_stop = t_seg[by], t_host[by], t_stop[by]
+            cut = np.flatnonzero(np.r_[True, (t_seg[1:] != t_seg[:-1]) | (t_host[1:] != t_host[:-1])])
+            spread_us = np.maximum.reduceat(t_stop, cut) - np.minimum.reduceat(t_stop, cut)
+            if (spread_us > self.end_tolerance_us).any():
+                return False
+        dur_us = rec["exec_ns"] / 1000.0
+        low = np.minimum.reduceat(dur_us, starts)
+        high = np.maximum.reduceat(dur_us, starts)
+        median = _segment_median(dur_us, starts, counts)
+        mean = np.add.reduceat(dur_us, starts) / counts
+        ts_ns = np.where(rec["kernel_start_us"] >= 0, rec["kernel_start_us"] * 1000, MISSING)
+        end_ns = np.where(stops >= 0, stops * 1000, MISSING)
+        end_low = np.minimum.reduceat(end_ns, starts)
+        end_spread = np.where(end_low >= 0, (np.maximum.reduceat(end_ns, starts) - end_low) / 1000.0, np.nan)
+        straggler = rank[_first_where(dur_us == low[seg], seg)].astype(np.int64)
+        fastest = rank[_first_where(dur_us == high[seg], seg)].astype(np.int64)
+        labels, label_codes = self._labels(rec["collective"], rec["timing_source"])
+        pg_cat = pd.Index(pg_names)
+        self.collectives.append(pd.DataFrame({
+            "pg": pd.Categorical.from_codes(pg[starts], categories=pg_cat), "index": sn[starts].astype(np.int64),
+            "window": np.zeros(len(starts), dtype=np.int32),
+            "collective": pd.Categorical.from_codes(label_codes[starts], categories=labels),
+            "bytes": rec["msg_bytes"][starts].astype(np.int64), "n_ranks": counts.astype(np.int64),
+            "tau_max_us": high - low, "tau_med_us": median - low, "mean_delay_us": mean - low,
+            "straggler_rank": straggler, "fastest_rank": fastest, "min_dur_us": low, "max_dur_us": high,
+            "end_spread_us": end_spread, "start_ns": np.minimum.reduceat(ts_ns, starts), "valid": counts > 1}))
+        wait = dur_us - low[seg]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(dur_us > 0, wait / dur_us, 0.0)
+        if self.keep_ranks:
+            self.rank_rows.append(pd.DataFrame({
+                "pg": pd.Categorical.from_codes(pg, categories=pg_cat), "index": sn.astype(np.int64),
+                "window": np.zeros(n, dtype=np.int32), "rank": rank.astype(np.int32),
+                "collective": pd.Categorical.from_codes(label_codes, categories=labels), "dur_us": dur_us,
+                "wait_us": wait, "wait_share": share, "is_straggler": rank == straggler[seg],
+                "ts_ns": ts_ns, "end_ns": end_ns}))
+        else:
+            self.shares.append(pd.DataFrame({
+                "pg": pd.Categorical.from_codes(pg[starts], categories=pg_cat), "index": sn[starts].astype(np.int64),
+                "max": np.maximum.reduceat(share, starts), "median": _segment_median(share, starts, counts)}))
+        pairs = np.unique((pg.astype(np.int64) << 32) | rank.astype(np.int64))
+        for code, ranks in zip(*_split_pairs(pairs), strict=True):
+            self.members.setdefault(pg_names[code], set()).update(ranks.tolist())
+        self._note_done(rec["comm"], sn, len(starts))
+        return True
+
+    def _labels(self, collective: np.ndarray, source: np.ndarray) -> tuple[pd.Index, np.ndarray]:
+        """The collective labels of records (the type; CPU-timed ones with their timing source,
+        as :func:`~evtsync.sync.collectives.align_logged_rows` writes them) as sorted categories and codes."""
+        names = {c: w for w, c in self.words["collective"].items()}
+        sources = {c: w for w, c in self.words["timing_source"].items()}
+        width = max(len(sources), 1)
+        pairs, inverse = np.unique(collective.astype(np.int64) * width + source, return_inverse=True)
+        words = [names[int(p) // width] if sources[int(p) % width] == GPU_TIMING
+                 else f"{names[int(p) // width]} [{sources[int(p) % width]}]" for p in pairs]
+        cats = sorted(set(words))
+        where = np.asarray([cats.index(w) for w in words], dtype=np.int32)
+        return pd.Index(cats), where[inverse.reshape(-1)]
+
+
+def _permute(columns: dict[str, np.ndarray], order: np.ndarray) -> None:
+    """Reorder every column of ``columns`` by ``order``, in place in the dict."""
+    for name, col in columns.items():
+        columns[name] = col[order]
+
+
+def _segment_median(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The median of each segment of ``values`` (contiguous, from ``starts``, ``counts`` long):
+    the middle value, or the mean of the two middle ones, as pandas' grouped median computes it.
+    Segments of one length at a time, as rows of a 2-D array (a batch holds a few communicator
+    sizes; a two-key sort of the whole batch cost ~14 ms per call)."""
+    out = np.empty(len(starts), dtype=np.float64)
+    for length in np.unique(counts).tolist():
+        which = np.flatnonzero(counts == length)
+        out[which] = np.median(values[starts[which, None] + np.arange(length)], axis=1)
+    return out
+
+
+def _first_where(mask: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """Per segment, the position of its first True of ``mask`` (every segment has one)."""
+    at = np.flatnonzero(mask)
+    first = np.ones(len(at), dtype=bool)
+    first[1:] = seg[at[1:]] != seg[at[:-1]]
+    return at[first]
+
+
+def _split_pairs(pairs: np.ndarray) -> tuple[list[int], list[np.ndarray]]:
+    """Sorted ``(code << 32) | value`` keys as each code and its values."""
+    codes = pairs >> 32
+    cut = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    return codes[cut].tolist(), np.split(pairs & 0xFFFFFFFF, cut[1:])
 
 
 def _block_bytes(n_files: int, round_bytes: int) -> int:

@@ -268,7 +268,8 @@ class _Counting:
 def test_one_decode_call_per_round_whatever_the_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       n_files: int) -> None:
     """Counted, not timed: each round's blocks of all files go through ONE msgspec call (a call
-    per file and block was the cost at 4,096 logs); the tax is max - min of the times written."""
+    per file and block was the cost at 4,096 logs; a round above DECODE_BYTES of text, 1 MiB, is
+    decoded in slices of whole blocks); the tax is max - min of the times written."""
     from evtsync.trace.readers import inspector
 
     counting = _Counting(inspector._DECODE_LEAN)
@@ -358,3 +359,117 @@ def test_many_files_few_lines_and_a_rank_changed_mid_file(tmp_path: Path) -> Non
     with pytest.raises(TraceError, match=r"h0-pid7.log: line 7: communicator 0xw logged with rank 6 of 8, "
                                          r"earlier lines say rank 7 of 8"):
         stream_tax(inspector_files(folder) or [], block_bytes=600)
+
+
+def _hand_job(folder: Path, source: str = "collective_cpu") -> None:
+    """Three processes (ranks 0-2) of one world communicator (0xw), AllReduce sn 1 and 2 with the
+    times below; ranks 0 and 1 also share 0xp, one AllGather timed by ``source``."""
+    world = {1: (100, 130, 100), 2: (50, 40, 90)}
+    for pid in range(3):
+        lines = [_record("0xw", pid, 3, sn, world[sn][pid], "h", pid) for sn in (1, 2)]
+        if pid < 2:
+            record = json.loads(_record("0xp", pid, 2, 1, (10, 12)[pid], "h", pid))
+            record["coll_perf"].update(coll="AllGather", coll_timing_source=source)
+            lines.append(json.dumps(record) + "\n")
+        (folder / f"h-pid{pid}.log").write_text("".join(lines))
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_numpy_batch_tax_by_hand(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep: bool) -> None:
+    """The NumPy batch tax (issue 48) against a hand count: tau = max - min, the straggler the
+    shortest (rank 0 on the tie at sn 1), wait shares, the CPU-timed label; and it did run."""
+    _hand_job(tmp_path)
+    taken = []
+    clean = logtax._Job._tax_clean
+    monkeypatch.setattr(logtax._Job, "_tax_clean", lambda self, rec: taken.append(clean(self, rec))
+                        or taken[-1])
+    got = stream_tax(inspector_files(tmp_path) or [], keep_ranks=keep).tables
+    assert taken and all(taken)
+    coll = got.collectives.set_index(["pg", "index"])
+    assert coll.loc[("0xw", 1), ["tau_max_us", "tau_med_us", "mean_delay_us"]].tolist() == [30.0, 0.0, 10.0]
+    assert coll.loc[("0xw", 2), ["tau_max_us", "tau_med_us", "mean_delay_us"]].tolist() == [50.0, 10.0, 20.0]
+    assert coll.loc[("0xw", 1), ["straggler_rank", "fastest_rank"]].tolist() == [0, 1]
+    assert coll.loc[("0xw", 2), ["straggler_rank", "fastest_rank"]].tolist() == [1, 2]
+    assert coll.loc[("0xp", 1), "collective"] == "AllGather [collective_cpu]"
+    assert coll.loc[("0xp", 1), "tau_max_us"] == 2.0 and coll["valid"].all()
+    if keep:
+        ranks = got.ranks.set_index(["pg", "index", "rank"])
+        assert ranks.loc[("0xw", 2, 2), "wait_share"] == pytest.approx(50 / 90)
+        assert ranks.loc[("0xw", 2, 0), "wait_share"] == pytest.approx(10 / 50)
+        assert ranks["is_straggler"].sum() == 3
+    else:
+        shares = got.instance_shares.set_index(["pg", "index"])
+        assert shares.loc[("0xw", 2), "max"] == pytest.approx(50 / 90)
+        assert shares.loc[("0xw", 2), "median"] == pytest.approx(10 / 50)
+        assert shares.loc[("0xw", 1), "median"] == 0.0
+        assert got.members == {"0xw": [0, 1, 2], "0xp": [0, 1]}
+
+
+def test_numpy_batch_tax_declines_what_the_checks_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranks that timed one collective differently: the NumPy batch tax computes nothing and the
+    pandas path names the mismatch (no silent tax of a flagged collective)."""
+    _hand_job(tmp_path, source="kernel_gpu")
+    path = tmp_path / "h-pid1.log"
+    path.write_text(path.read_text().replace('"kernel_gpu"}}\n', '"collective_cpu"}}\n', 1))
+    taken = []
+    clean = logtax._Job._tax_clean
+    monkeypatch.setattr(logtax._Job, "_tax_clean", lambda self, rec: taken.append(clean(self, rec))
+                        or taken[-1])
+    got = stream_tax(inspector_files(tmp_path) or [])
+    assert taken == [False]
+    assert got.alignment.mismatches[["pg", "index", "kind"]].values.tolist() == [["0xw", 1, "timing_source"]]
+    assert got.tables.collectives.set_index(["pg", "index"]).loc[("0xw", 1), "valid"] == False  # noqa: E712
+
+
+def test_numpy_batch_tax_equals_the_pandas_one_bit_for_bit(job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the verbose synthetic job (kernel stop times: the end check runs) the NumPy batch tax
+    gives the pandas path's tables exactly, but the mean delay (a plain sum against pandas'
+    compensated one: equal to 1e-12)."""
+    files = inspector_files(_given(job)) or []
+    for keep in (True, False):
+        fast = stream_tax(files, block_bytes=SMALL, keep_ranks=keep).tables
+        with monkeypatch.context() as patch:
+            patch.setattr(logtax._Job, "_tax_clean", lambda self, rec: False)
+            slow = stream_tax(files, block_bytes=SMALL, keep_ranks=keep).tables
+        pd.testing.assert_frame_equal(fast.collectives.drop(columns="mean_delay_us"),
+                                      slow.collectives.drop(columns="mean_delay_us"), check_exact=True)
+        pd.testing.assert_series_equal(fast.collectives["mean_delay_us"], slow.collectives["mean_delay_us"],
+                                       rtol=1e-12, atol=1e-9)
+        pd.testing.assert_frame_equal(fast.ranks, slow.ranks, check_exact=True)
+        if not keep:
+            pd.testing.assert_frame_equal(fast.instance_shares, slow.instance_shares, check_exact=True)
+            assert fast.members == slow.members
+
+
+def _held(folder: Path, n_files: int) -> int:
+    """Bytes the reader holds once every one of ``n_files`` logs has ended and ``results()`` has
+    been built (tracemalloc: what stays allocated besides the caller's own file list)."""
+    import tracemalloc
+
+    from evtsync.trace.readers.inspector import LogRounds
+
+    _world(folder, n_files, 3)
+    files = inspector_files(folder) or []
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        reader = LogRounds(files, block_bytes=4096)
+        while reader.active:
+            reader.round()
+        results = reader.results()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(results) == n_files
+    return held
+
+
+def test_memory_per_file_at_the_end_small(tmp_path: Path) -> None:
+    """Issue 48 (memory flat in the number of files): what one more file costs once read (its
+    file closed; its info, host, communicators and counts kept for the per-rank table) is under
+    2 KB, from 64 to 256 files (after a warm-up: the reader's one-off buffers). Before, ~4 KB:
+    ten empty arrays, two vocabulary lists and a second info dict per file in ``results()``, and a
+    dict entry per (file, communicator) pair."""
+    _held(tmp_path / "warm", 8)
+    per_file = (_held(tmp_path / "b", 256) - _held(tmp_path / "a", 64)) / 192
+    assert 0 < per_file < 2048, per_file

@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 
 #: Bytes of decompressed text decoded per batch (the unit of memory while streaming a file).
 BLOCK_BYTES = 4 << 20
+#: Text decoded per msgspec call when many files' blocks are read together (:class:`LogRounds`):
+#: the decoded records, ~5 times their text, of one slice live at once, not a whole round's (issue 48).
+DECODE_BYTES = 1 << 20
 #: The timing source of GPU-timed collectives (the only one comparable to kernel durations).
 GPU_TIMING = "kernel_gpu"
 MISSING = -1
@@ -790,22 +793,24 @@ def job_tables(logs: list[LoggedCollectives], layout: JobLayout) -> dict[str, An
     from evtsync.trace.tables import format_ranks
 
     ranks, comm_rows = layout.ranks, layout.comm_rows
-    info_rows = []
-    for log_, rank in zip(logs, ranks, strict=True):
-        first, last = log_.info["dump_first_us"], log_.info["dump_last_us"]
-        info_rows.append({"rank": rank, "rank_source": layout.rank_source, "path": log_.path,
-                          "world_size": layout.world,
-                          "source": INSPECTOR.name, "gpu": "unknown", "host": log_.info["host"],
-                          "pid": log_.info["pid"], "n_events": log_.info["n_lines"], "n_kernels": 0,
-                          "n_collective_records": log_.info["n_collective_records"],
-                          "n_p2p_records": log_.info["n_p2p_records"],
-                          "n_verbose_records": log_.info["n_verbose_records"],
-                          "n_communicators": len(log_.comms), "format_version": log_.info["format_version"],
-                          "start_ns": int(first) * 1000 if first != MISSING else MISSING,
-                          "end_ns": int(last) * 1000 if last != MISSING else MISSING,
-                          "unread_tail_bytes": log_.info["unread_tail_bytes"],
-                          "truncated": log_.info["truncated"],
-                          "bytes_decompressed": log_.info["bytes_decompressed"], "window": 0})
+    # one list per column, not one dict per file (~1.5 KB each at once: issue 48)
+    info = [log_.info for log_ in logs]
+
+    def field(name: str) -> list[Any]:
+        return [i[name] for i in info]
+
+    first, last = field("dump_first_us"), field("dump_last_us")
+    n_logs = len(logs)
+    info_rows = {"rank": ranks, "rank_source": [layout.rank_source] * n_logs, "path": [log_.path for log_ in logs],
+                 "world_size": [layout.world] * n_logs, "source": [INSPECTOR.name] * n_logs, "gpu": ["unknown"] * n_logs,
+                 "host": field("host"), "pid": field("pid"), "n_events": field("n_lines"), "n_kernels": [0] * n_logs,
+                 "n_collective_records": field("n_collective_records"), "n_p2p_records": field("n_p2p_records"),
+                 "n_verbose_records": field("n_verbose_records"),
+                 "n_communicators": [len(log_.comms) for log_ in logs], "format_version": field("format_version"),
+                 "start_ns": [int(t) * 1000 if t != MISSING else MISSING for t in first],
+                 "end_ns": [int(t) * 1000 if t != MISSING else MISSING for t in last],
+                 "unread_tail_bytes": field("unread_tail_bytes"), "truncated": field("truncated"),
+                 "bytes_decompressed": field("bytes_decompressed"), "window": [0] * n_logs}
     ranks_table = pd.DataFrame(info_rows).sort_values("rank", kind="stable").reset_index(drop=True)
     skipped = [{"rank": rank, "window": 0, "reason": reason, "count": n}
                for log_, rank in zip(logs, ranks, strict=True) for reason, n in log_.skipped.items()]
@@ -940,7 +945,8 @@ class LogRounds:
     def __init__(self, files: Sequence[tuple[Path, int | None]], *, salvage: bool = False,
                  block_bytes: int = BLOCK_BYTES) -> None:
         n = len(files)
-        self.paths = [Path(p) for p, _ in files]
+        # the caller's Path objects, not copies (~270 bytes per file: issue 48)
+        self.paths = [p if isinstance(p, Path) else Path(p) for p, _ in files]
         for path in self.paths:
             if not path.is_file():
                 raise TraceError(f"{path}: {path_problem(path)}")
@@ -955,8 +961,11 @@ class LogRounds:
         self.version_code: dict[str, int] = {}
         #: per file: its communicators (id -> rank in it, n_ranks, nnodes, comm_name)
         self.comms: list[dict[str, tuple[int, int, int, str]]] = [{} for _ in range(n)]
-        self._pair: dict[int, tuple[int, int]] = {}  # comm code * n + file -> (rank, n_ranks)
-        self._keys = np.zeros(0, dtype=np.int64)  # the same, as a sorted key array and its values
+        self._words: dict[str, str] = {}  # one string object per communicator id and name, shared by the files
+        # (communicator code * n + file) -> (rank, n_ranks): a sorted key array and its values (arrays,
+        # not a dict: ~250 bytes per pair of Python objects, issue 48); pairs noted since, not merged yet
+        self._new_pairs: list[tuple[int, int, int]] = []
+        self._keys = np.zeros(0, dtype=np.int64)
         self._known = np.zeros((0, 2), dtype=np.int64)
         z = np.zeros(n, dtype=np.int64)
         self.line_no, self.total = z + 1, z.copy()
@@ -1018,7 +1027,20 @@ class LogRounds:
         return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
 
     def _decode(self, chunks: list[bytes], owners: list[int]) -> dict[str, np.ndarray]:
-        """One msgspec call over the round's complete lines (a file's lines counted by its
+        """The round's complete lines in slices of whole blocks of about :data:`DECODE_BYTES`
+        (one msgspec call each, whatever the number of files), their columns in file order."""
+        parts, start, size = [], 0, 0
+        for k, chunk in enumerate(chunks):
+            size += len(chunk)
+            if size >= DECODE_BYTES or k == len(chunks) - 1:
+                parts.append(self._decode_slice(chunks[start:k + 1], owners[start:k + 1]))
+                start, size = k + 1, 0
+        if len(parts) == 1:
+            return parts[0]
+        return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+
+    def _decode_slice(self, chunks: list[bytes], owners: list[int]) -> dict[str, np.ndarray]:
+        """One msgspec call over a slice of the round's complete lines (a file's lines counted by its
         newlines); a failure, or blank lines, send each file's lines through :meth:`_lines`."""
         counts = np.fromiter(map(methodcaller("count", b"\n"), chunks), np.int64, len(chunks)) + 1
         try:
@@ -1150,7 +1172,7 @@ class LogRounds:
             self._one_process(mfiles, np.fromiter(map(_PID, metas), np.int64, len(metas)), self.pid, self.seen_pid,
                               self.extra_pids)
         heads = list(map(_HEADER, records))
-        comm = self._check_headers(heads, files, lines, raw)
+        comm, local = self._check_headers(heads, files, lines, raw)
         if n:
             fresh = np.flatnonzero(self.version[files] < 0)
             if fresh.size:  # each file's first record, decoded in full for the format version
@@ -1164,8 +1186,7 @@ class LogRounds:
         if is_coll is not None:
             keep = np.flatnonzero(is_coll)
             perfs = [perfs[j] for j in keep.tolist()]
-            heads = [heads[j] for j in keep.tolist()]
-            files, comm, lines = files[keep], comm[keep], lines[keep]
+            files, comm, lines, local = files[keep], comm[keep], lines[keep], local[keep]
             dumps = (np.fromiter((m.dump_timestamp_us if m else MISSING for m in map(_META, records)), np.int64, n)
                      [keep])
         elif has_meta is not None:
@@ -1179,7 +1200,7 @@ class LogRounds:
         except _BadRecord as exc:
             raise TraceError(f"{self.paths[int(files[exc.index])]}: line {int(lines[exc.index])}: {exc}") from None
         exec_ns = np.rint(exec_us * 1000.0).astype(np.int64)
-        out = {"file": files, "comm": comm, "local_rank": np.fromiter(map(_RANK, heads), np.int64, k),
+        out = {"file": files, "comm": comm, "local_rank": local,
                "sn": np.fromiter(map(_SN, perfs), np.int64, k),
                "collective": _codes(list(map(_COLL_NAME, perfs)), self.names).astype(np.int64),
                "msg_bytes": np.fromiter(map(_SIZE, perfs), np.int64, k), "exec_ns": exec_ns,
@@ -1218,8 +1239,8 @@ class LogRounds:
                 extra.setdefault(f, set()).add(v)
 
     def _check_headers(self, heads: list[Any], files: np.ndarray, lines: np.ndarray,
-                       raw: Callable[[int], bytes]) -> np.ndarray:
-        """Job-wide communicator codes of the records; new (file, communicator) pairs noted
+                       raw: Callable[[int], bytes]) -> tuple[np.ndarray, np.ndarray]:
+        """Job-wide communicator codes and local ranks of the records; new (file, communicator) pairs noted
         from their first line read in full; a record whose rank or size differs from its
         file's earlier lines refused, naming the line."""
         n, n_files = len(heads), len(self.paths)
@@ -1229,7 +1250,7 @@ class LogRounds:
             self.comm_ids.append(cid)
             self.comm_size.append(-1)
         if not n:
-            return comm
+            return comm, np.zeros(0, dtype=np.int64)
         key = comm * n_files + files
         where = np.searchsorted(self._keys, key)
         new = (where >= len(self._keys)) | (self._keys[np.minimum(where, len(self._keys) - 1)] != key) \
@@ -1239,18 +1260,21 @@ class LogRounds:
             for j in sorted(np.flatnonzero(new)[at].tolist()):
                 self._note_comm(int(files[j]), self._full_header(raw(j), heads[j], int(files[j]), int(lines[j])),
                                 int(lines[j]))
-            self._keys = np.fromiter(self._pair, np.int64, len(self._pair))
-            order = np.argsort(self._keys)
-            self._keys = self._keys[order]
-            self._known = np.array(list(self._pair.values()), dtype=np.int64).reshape(-1, 2)[order]
+            added = np.asarray(self._new_pairs, dtype=np.int64).reshape(-1, 3)
+            self._new_pairs.clear()
+            keys = np.concatenate([self._keys, added[:, 0]])
+            order = np.argsort(keys, kind="stable")
+            self._keys = keys[order]
+            self._known = np.concatenate([self._known, added[:, 1:]])[order]
             where = np.searchsorted(self._keys, key)
         known = self._known
-        bad = ((np.fromiter(map(_RANK, heads), np.int64, n) != known[where, 0])
+        local = np.fromiter(map(_RANK, heads), np.int64, n)
+        bad = ((local != known[where, 0])
                | (np.fromiter(map(_NRANKS, heads), np.int64, n) != known[where, 1]))
         if bad.any():
             j = int(np.flatnonzero(bad)[0])
             self._note_comm(int(files[j]), heads[j], int(lines[j]))
-        return comm
+        return comm, local
 
     def _full_header(self, line: bytes, lean: Any, i: int, line_no: int) -> Any:
         return _full_header(self.paths[i], self.salvage, line, lean, line_no)
@@ -1269,8 +1293,10 @@ class LogRounds:
             elif self.comm_size[code] != header.n_ranks:
                 raise TraceError(f"communicator {header.id}: {path} says {header.n_ranks} ranks, other "
                                  f"logs {self.comm_size[code]}")
-            comms[header.id] = (header.rank, header.n_ranks, header.nnodes, header.comm_name)
-            self._pair[code * len(self.paths) + i] = (header.rank, header.n_ranks)
+            words = self._words
+            comms[words.setdefault(header.id, header.id)] = (header.rank, header.n_ranks, header.nnodes,
+                                                             words.setdefault(header.comm_name, header.comm_name))
+            self._new_pairs.append((code * len(self.paths) + i, header.rank, header.n_ranks))
         elif known[:2] != (header.rank, header.n_ranks):
             raise TraceError(f"{path}: line {line}: communicator {header.id} logged with rank {header.rank} of "
                              f"{header.n_ranks}, earlier lines say rank {known[0]} of {known[1]} (one file "
@@ -1300,6 +1326,10 @@ class LogRounds:
     def results(self) -> list[LoggedCollectives]:
         """Each file's communicators, metadata and counts (no records: they were taken), after the end."""
         hosts, versions = self.hosts(), list(self.version_code)
+        # no records (they were taken): one empty column set and one vocabulary for every file, not
+        # a copy each (~2.5 KB per file at the end of the job: issue 48)
+        columns = {name: np.zeros(0, dtype=np.int64) for name in RECORD_COLUMNS}
+        vocabularies = {"collective": list(self.names), "timing_source": list(self.sources)}
         out = []
         for i, path in enumerate(self.paths):
             info = self.info[i]
@@ -1319,15 +1349,12 @@ class LogRounds:
             if info["truncated"]:
                 skipped["gzip stream cut short (records after the cut lost)"] = 1
             has_dump = self.dump_hi[i] != MISSING
-            info = {**info, "host": hosts[i], "pid": int(self.pid[i]) if self.seen_pid[i] else MISSING,
+            info.update({"host": hosts[i], "pid": int(self.pid[i]) if self.seen_pid[i] else MISSING,
                     "format_version": versions[self.version[i]] if self.version[i] >= 0 else "",
                     "n_collective_records": int(self.n_coll[i]), "n_p2p_records": int(self.n_p2p[i]),
                     "n_verbose_records": int(self.verbose[i]),
                     "dump_first_us": int(self.dump_lo[i]) if has_dump else MISSING,
-                    "dump_last_us": int(self.dump_hi[i]) if has_dump else MISSING}
-            columns = {name: np.zeros(0, dtype=np.int64) for name in RECORD_COLUMNS}
-            out.append(LoggedCollectives(str(path), list(self.comms[i]), dict(self.comms[i]), columns, info,
-                                         skipped, given_rank=self.given[i],
-                                         vocabularies={"collective": list(self.names),
-                                                       "timing_source": list(self.sources)}))
+                    "dump_last_us": int(self.dump_hi[i]) if has_dump else MISSING})  # in place: one dict per file
+            out.append(LoggedCollectives(str(path), list(self.comms[i]), self.comms[i], columns, info,
+                                         skipped, given_rank=self.given[i], vocabularies=vocabularies))
         return out
