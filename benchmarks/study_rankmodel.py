@@ -216,6 +216,19 @@ def load(paths: list[str]) -> pd.DataFrame:
     """One row per fit and n: ratio = point·b_ratio/true, covers = the interval holds the truth."""
     records = [json.loads(line) for p in paths for line in Path(p).read_text(encoding="utf-8").splitlines()
                if line.strip()]
+    # a fit run twice (one case, replicate and estimator in two files: the same seed, so the same draws)
+    # counts once; the first file's is kept, and the repeats are counted
+    seen: set[tuple[Any, ...]] = set()
+    unique = []
+    for r in records:
+        key = (r["case"], r["replicate"], r["estimator"], r.get("cell"))
+        if key not in seen:
+            seen.add(key)
+            unique.append(r)
+    if len(unique) < len(records):
+        print(f"({len(records) - len(unique)} fits repeated in {', '.join(paths)} (same case, replicate, estimator "
+              "and seed) counted once)\n")
+    records = unique
     flat = pd.DataFrame([{**{k: v for k, v in r.items() if k not in ("rows", "rho_slow", "slow_named")},
                           "slow_named": ",".join(r.get("slow_named", [])), **row}
                          for r in records for row in r["rows"]])
@@ -312,6 +325,7 @@ def table(paths: list[str]) -> None:
                 v = part.loc[part["n"] == n, "r"]
                 cells.append(f"{v.mean():.3f} ± {v.std(ddof=1) / np.sqrt(v.size):.3f}" if v.size > 1 else "–")
             print(f"| {case} | {part['replicate'].nunique()} | {' | '.join(cells)} |")
+    sides(flat)
     small = flat[(flat["case"] == SMALL) & (flat["n"] == 512)]
     if not small.empty:
         print("\nSmall cell (632 values beside five cells of 5,112, one shared xi): tau(512)\n")
@@ -339,6 +353,45 @@ def table(paths: list[str]) -> None:
         print(f"{est}: CPU per fit (with its tau(n)) median {part['cpu_s'].median():.1f} s, total {part['cpu_s'].sum():.0f} s")
     jobs = fits.drop_duplicates(["case", "replicate"])
     print(f"synth + reading: {jobs['synth_cpu_s'].sum():.0f} s CPU over {len(jobs)} case replicates")
+
+
+#: The cases whose data sets are iid rank times of one parent (ranktail is unbiased on them) and the
+#: normal-parent cases with a shared shift (the rank model removes it; ranktail does not).
+IID_CASES = ("normal", "lognormal", "gumbel", "gamma", "student-t", "mixture")
+SHIFT_CASES = ("shock", "drift")
+
+
+def sides(flat: pd.DataFrame) -> None:
+    """Which side the 90% intervals miss on, per estimator and group of cases, and whether the lower
+    side is long where it has to be: a miss above the truth (lo > true) needs a high point, so the
+    mean half-width below the point over all fits is no coverage diagnostic; the table gives it
+    over all fits and over the fits whose point/true is in the top decile of their case."""
+    from scipy import stats
+
+    # ranktail does not remove a shared shift (its shock and drift rows miss above by design): iid cases only
+    groups = {("iid parents", "rankmodel"): IID_CASES, ("iid parents", "ranktail"): IID_CASES,
+              ("shock and drift", "rankmodel"): SHIFT_CASES}
+    print("\nWhere the 90% intervals miss: the interval above the truth (lo > true) or below it (hi < true), of the "
+          "fits, against the central 95% range of Binomial(fits, 0.05) for each side; the interval's half-width "
+          "below the point ÷ 1.645 (relative to the point), mean over all fits and over the fits whose point/true "
+          "is in the top decile of its case (where a miss above can happen), and the sd of point/true within "
+          "each case.\n")
+    print("| cases | estimator | n | fits | above / below (range per side) | below-side half-width ÷ 1.645: all, "
+          "top decile | sd of point/true |")
+    print("|---|---|---|---|---|---|---|")
+    for (label, est), cases in groups.items():
+        part = flat[flat["case"].isin(cases) & (flat["estimator"] == est)].copy()
+        if not part.empty:
+            part["low"] = (part["point"] - part["lo"]) / part["point"] / 1.645
+            part["dev"] = part["ratio"] - part.groupby(["case", "n"])["ratio"].transform("mean")
+            part["top"] = part["ratio"] >= part.groupby(["case", "n"])["ratio"].transform(lambda v: v.quantile(0.9))
+            for n, g in part.groupby("n"):
+                fits = len(g)
+                rng = f"{int(stats.binom.ppf(0.025, fits, 0.05))}–{int(stats.binom.ppf(0.975, fits, 0.05))}"
+                above, below = int((g["lo"] > g["true"]).sum()), int((g["hi"] < g["true"]).sum())
+                print(f"| {label} ({g['case'].nunique()}) | {est} | {int(n)} | {fits} | {above} / {below} ({rng}) | "
+                      f"{100 * g['low'].mean():.1f}%, {100 * g.loc[g['top'], 'low'].mean():.1f}% | "
+                      f"{100 * g['dev'].std(ddof=g['case'].nunique()):.1f}% |")
 
 
 def compare(before: list[str], after: list[str]) -> None:
