@@ -444,13 +444,17 @@ def load_spec(path: str | Path) -> ModelSpec:
         No such file, invalid TOML, or an invalid key; the message names the file and the key.
     """
     p = Path(path)
+    return parse_spec(_read_spec(p, "model specification"), str(p))
+
+
+def _read_spec(p: Path, what: str) -> str:
+    """The text of a specification file; ``ModelSpecError`` naming it when it is absent or unreadable."""
     if not p.is_file():
-        raise ModelSpecError(f"{p}: no such model specification file")
+        raise ModelSpecError(f"{p}: no such {what} file")
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ModelSpecError(f"{p}: cannot read: {exc}") from exc
-    return parse_spec(text, str(p))
 
 
 # --------------------------------------------------------------------------------------------- the rank model
@@ -551,10 +555,4 @@ def load_rank_spec(path: str | Path | None = None) -> RankModelSpec:
 
         path = default_models_dir() / RANK_SPEC_FILE
     p = Path(path)
-    if not p.is_file():
-        raise ModelSpecError(f"{p}: no such rank-model specification file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ModelSpecError(f"{p}: cannot read: {exc}") from exc
-    return parse_rank_spec(text, str(p))
+    return parse_rank_spec(_read_spec(p, "rank-model specification"), str(p))

@@ -117,6 +117,7 @@ def test_the_gev_tooling_leaves_the_rank_models_file_alone() -> None:
         load_spec(SHIPPED)
 
 
+@pytest.mark.slow  # two small fits, each with its compilation: ~3 min on the loaded shared machine
 def test_fit_rank_model_uses_the_given_spec(tmp_path: Path) -> None:
     # a fit records the specification it read, and the sampler settings come from it
     import numpy as np
