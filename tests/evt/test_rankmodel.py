@@ -268,7 +268,7 @@ CELLS5 = [("A", "bf16"), ("A", "fp32"), ("B", "bf16"), ("B", "fp32"), ("C", "bf1
 def test_a_small_cells_scale_is_pulled_to_the_others_when_they_share_it() -> None:
     # physical generator: block times = 300 µs + 5 µs·Gumbel noise per rank, every cell the same
     # hardware noise (so the same tail scale in sd units); five cells of 300 iterations of 8 ranks
-    # and one of 40. Pooled, the small cell's scale moves towards the large cells' and narrows
+    # and one of 40. Pooled, the small cell's scale narrows and lies near the large cells'
     rng = np.random.default_rng(21)
     parts = [_job(300.0 + 5.0 * rng.gumbel(size=(300, 8)), gpu, precision)[0] for gpu, precision in CELLS5]
     small = _job(300.0 + 5.0 * rng.gumbel(size=(40, 8)), "C", "fp32")[0]
@@ -279,8 +279,9 @@ def test_a_small_cells_scale_is_pulled_to_the_others_when_they_share_it() -> Non
     ls_pooled, ls_alone = _log_sigma(pooled, "C|fp32"), _log_sigma(alone, "C|fp32")
     width = {k: np.subtract(*np.quantile(v, [0.95, 0.05])) for k, v in (("pooled", ls_pooled), ("alone", ls_alone))}
     assert width["pooled"] < 0.7 * width["alone"], width
-    gap_alone = abs(np.median(ls_alone) - others)
-    assert abs(np.median(ls_pooled) - others) < 0.6 * gap_alone + 0.02, (np.median(ls_pooled), np.median(ls_alone), others)
+    # pulled to the others: pooled, its median lies within a quarter of its own fit's 90% width of the
+    # large cells' mean (alone, by chance, it may lie anywhere in that width)
+    assert abs(np.median(ls_pooled) - others) < 0.25 * width["alone"], (np.median(ls_pooled), others, width)
 
 
 @pytest.mark.slow  # two fits: ~40 s of CPU
