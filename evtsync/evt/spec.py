@@ -43,6 +43,7 @@ Every error names the file and the key at fault (:class:`~evtsync.core.errors.Mo
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -546,7 +547,7 @@ def parse_rank_spec(text: str, source: str = "<string>") -> RankModelSpec:
         description=description, path=source, text=text)
 
 
-def load_rank_spec(path: str | Path | None = None) -> RankModelSpec:
+def load_rank_spec(path: str | os.PathLike[str] | None = None) -> RankModelSpec:
     """Read and validate the rank model's specification: ``path``, or None for the shipped
     ``models/rankmodel.toml`` (:func:`evtsync.evt.catalog.default_models_dir`: the wheel's package
     data or the checkout's folder). ``ModelSpecError`` names the file (and the key) at fault."""
