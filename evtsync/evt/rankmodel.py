@@ -16,8 +16,10 @@ process group: the ranks that meet at its collective), in units of the block's p
   the sampler and drawn from its conditional (normal–normal) afterwards.
 - ``e`` idiosyncratic: its distribution is the empirical distribution of the residual contrasts
   below a threshold and a generalized Pareto tail above (as ``ranktail``), with
-  xi_c = xi0 + delta_gpu + delta_precision (zero-sum deltas with fitted spreads) and
-  log sigma_c = log sigma0 + a cell deviation with a fitted spread; sampled with nutpie (4
+  xi_c = xi0 + delta_gpu + delta_precision (zero-sum deltas with fitted spreads) and, with several
+  cells, log sigma_ref,c ~ Normal(log sigma0, a fitted spread), sigma_ref,c = sigma_c + xi_c (u_ref −
+  u_c) the scale moved to one reference threshold (GPD threshold stability); priors and sampler
+  settings from ``models/rankmodel.toml`` (:func:`evtsync.evt.spec.load_rank_spec`); sampled with nutpie (4
   chains from dispersed starts). The body's uncertainty is a Bayesian bootstrap, as ranktail's.
 - Centring mixes the other ranks' mean into each residual: w = d·K/(K−1) = e_r − ē_{−r}, e_r
   plus an independent term of variance sigma_e²/(K−1). tau(n) is corrected for it by SIMEX
