@@ -17,7 +17,7 @@ process group: the ranks that meet at its collective), in units of the block's p
 - ``e`` idiosyncratic: its distribution is the empirical distribution of the residual contrasts
   below a threshold and a generalized Pareto tail above (as ``ranktail``), with
   xi_c = xi0 + delta_gpu + delta_precision (zero-sum deltas with fitted spreads) and, with several
-  cells, log sigma_ref,c ~ Normal(log sigma0, a fitted spread), sigma_ref,c = sigma_c + xi_c (u_ref −
+  cells, log sigma_ref,c = log sigma0 + spread·z_c (non-centred), sigma_ref,c = sigma_c + xi_c (u_ref −
   u_c) the scale moved to one reference threshold (GPD threshold stability); priors and sampler
   settings from ``models/rankmodel.toml`` (:func:`evtsync.evt.spec.load_rank_spec`); sampled with nutpie (4
   chains from dispersed starts). The body's uncertainty is a Bayesian bootstrap, as ranktail's.
@@ -454,28 +454,32 @@ def _build_model(cells: list[CellData], exc: list[NDArray], free_shape: bool, ce
         y_max = np.array([float(e.max()) for e in exc])
         bound = y_max * _BOUND_WIDTH * pt.softplus(-xi / _BOUND_WIDTH)
         one_plus_xi = pt.maximum(1.0 + xi, 1e-3)  # the shape's prior keeps xi far above -1
-        # the support {sigma > max(0, -xi y_max)} as a change of variables: sigma = bound(xi) + exp(v)/(1 + xi),
-        # bound a smooth maximum (within y_max * 0.02 * ln 2 of the exact one at xi = 0), with the Jacobian,
-        # so the prior stays the one stated and no trajectory crosses the wall; v = log((sigma - bound)(1 +
-        # xi)): for xi >= 0 the log of nu = sigma (1 + xi), the scale orthogonal to xi in the GPD's Fisher
-        # information (Chavez-Demoulin & Davison 2005), which removes most of the xi-sigma correlation that
-        # slowed the chains (ESS ~500 of 4000)
-        v = pm.Flat("log_sigma_free", dims="cell", initval=np.log([float(e.mean()) for e in exc]))
-        sigma = pm.Deterministic("sigma", bound + pt.exp(v) / one_plus_xi, dims="cell")
         if n_cells > 1:
-            # the cells' thresholds lie at different quantiles (ranktail's rule: k grows as sqrt(N)), so their
-            # scales are pooled where they are comparable: at one reference threshold u_ref, by the GPD's
-            # threshold stability sigma_ref,c = sigma_c + xi_c (u_ref - u_c) (Coles 2001, §4.3.4);
-            # log sigma_ref,c ~ Normal(log_sigma0, log_sigma_sd), log_sigma0 flat (docs/methodology.md)
+            # the cells' thresholds lie at different quantiles (ranktail's rule: k grows slower than N), so
+            # their scales are pooled where they are comparable: at one reference threshold u_ref, by the
+            # GPD's threshold stability sigma_c = sigma_ref,c - xi_c (u_ref - u_c) (Coles 2001, §4.3.4).
+            # log sigma_ref,c = log_sigma0 + log_sigma_sd z_c, z_c ~ Normal(0, 1): non-centred, so a spread
+            # prior with mass at 0 (complete pooling) makes no funnel; the support wall enters as a smooth
+            # maximum of the same width as bound's, sigma_c = bound + w softplus((sigma_ref,c - xi_c (u_ref -
+            # u_c) - bound)/w), exact (to 1e-4 w) more than 9 w inside the support (docs/methodology.md)
             shift = reference_threshold(thresholds) - np.asarray(thresholds, dtype=float)
-            log_sigma = pt.log(pt.maximum(sigma + xi * shift, 1e-6 * sigma))  # > 0 while u_ref lies in each tail
             log_sigma0 = pm.Flat("log_sigma0", initval=float(np.log(np.mean([e.mean() for e in exc]))))
             ls_sd = _prior_rv("log_sigma_sd", spec.sigma_spread_prior)
-            pm.Potential("log_sigma_population", pm.logp(pm.Normal.dist(log_sigma0, ls_sd), log_sigma).sum())
-        else:  # one cell: flat on log sigma (ranktail's prior)
-            log_sigma = pt.log(sigma)
-        # d log sigma(_ref) / d v at fixed xi: the prior is the one stated on log sigma(_ref)
-        pm.Potential("sigma_jacobian", pt.sum(v - pt.log(one_plus_xi) - log_sigma))
+            z_sigma = pm.Normal("log_sigma_z", 0.0, 1.0, dims="cell")
+            width = y_max * _BOUND_WIDTH
+            gap = pt.exp(log_sigma0 + ls_sd * z_sigma) - xi * shift - bound
+            sigma = pm.Deterministic("sigma", bound + width * pt.softplus(gap / width), dims="cell")
+        else:
+            # one cell: flat on log sigma (ranktail's prior); the support {sigma > max(0, -xi y_max)} as a
+            # change of variables sigma = bound(xi) + exp(v)/(1 + xi), bound a smooth maximum (within
+            # y_max * 0.02 * ln 2 of the exact one at xi = 0), with the Jacobian, so the prior stays the one
+            # stated on log sigma and no trajectory crosses the wall; v = log((sigma - bound)(1 + xi)): for
+            # xi >= 0 the log of nu = sigma (1 + xi), the scale orthogonal to xi in the GPD's Fisher
+            # information (Chavez-Demoulin & Davison 2005), which removes most of the xi-sigma correlation
+            # that slowed the chains (ESS ~500 of 4000)
+            v = pm.Flat("log_sigma_free", dims="cell", initval=np.log([float(e.mean()) for e in exc]))
+            sigma = pm.Deterministic("sigma", bound + pt.exp(v) / one_plus_xi, dims="cell")
+            pm.Potential("sigma_jacobian", pt.sum(v - pt.log(one_plus_xi) - pt.log(sigma)))  # d log sigma / d v
         s_i, x_i = sigma[cell_of], xi[cell_of]
         z = x_i * y / s_i
         zc = pt.maximum(z, -1 + 1e-12)
@@ -506,6 +510,8 @@ def _initval(model: Any, cells: list[CellData], exc: list[NDArray], free_shape: 
     if "log_sigma0" in model.named_vars:
         model.set_initval(model["log_sigma0"], float(ls.mean()))
         model.set_initval(model["log_sigma_sd"], 0.2)
+    if "log_sigma_z" in model.named_vars:
+        model.set_initval(model["log_sigma_z"], (ls - ls.mean()) / 0.2)
     if free_shape:
         model.set_initval(model["xi0"], 0.05)
 
@@ -573,7 +579,7 @@ def fit_rank_model(long: pd.DataFrame, *, centring: str = "centre", draws: int |
     tree = _sample(model, draws, tune, chains, seed, target_accept, adaptation)
     convergence = check_convergence(tree)
     post = tree["posterior"].to_dataset()
-    keep = [v for v in post.data_vars if not str(v).startswith(("xi_z_", "log_sigma_free"))]
+    keep = [v for v in post.data_vars if not str(v).startswith(("xi_z_", "log_sigma_free", "log_sigma_z"))]
     post = post[keep]
     if not free_shape:
         post["xi"] = xr.zeros_like(post["sigma"])
