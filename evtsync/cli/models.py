@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{len(entries)} model specification(s) in {folder}:")
     width = max((len(e.path.stem) for e in entries), default=0)
+    family_width = max((len(e.family) for e in entries), default=0)  # "rankmodel" is wider than the GEV families
     for e in entries:
-        print(f"  {e.path.stem:<{width}}  {e.family:<7}  {e.description}")
+        print(f"  {e.path.stem:<{width}}  {e.family:<{family_width}}  {e.description}")
     return 0

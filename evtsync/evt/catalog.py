@@ -60,12 +60,28 @@ def models_dir(folder: str | os.PathLike[str] | None = None) -> Path:
 
 
 def model_paths(folder: str | os.PathLike[str] | None = None) -> list[Path]:
-    """The ``*.toml`` files of a models folder, sorted by name."""
+    """The GEV model specifications of a models folder (its ``*.toml`` files), sorted by name: the
+    rank model's specification (``family = "rankmodel"``, :func:`evtsync.evt.spec.load_rank_spec`)
+    is not one of them; :func:`list_models` lists it too."""
+    from evtsync.evt.spec import RANK_FAMILY
+
+    return [p for p in _toml_paths(folder) if _read(p).get("family") != RANK_FAMILY]
+
+
+def _toml_paths(folder: str | os.PathLike[str] | None) -> list[Path]:
     return sorted(models_dir(folder).glob("*.toml"))
 
 
+def _read(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ModelSpecError(f"{path}: not a readable TOML file: {exc}") from exc
+
+
 def list_models(folder: str | os.PathLike[str] | None = None) -> list[ModelEntry]:
-    """Every specification of a models folder with its family and description (not validated).
+    """Every specification of a models folder with its family and description (not validated),
+    the rank model's (family ``rankmodel``) among them.
 
     Parameters
     ----------
@@ -85,11 +101,8 @@ def list_models(folder: str | os.PathLike[str] | None = None) -> list[ModelEntry
         ``folder`` is not a folder.
     """
     entries = []
-    for path in model_paths(folder):
-        try:
-            raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ModelSpecError(f"{path}: not a readable TOML file: {exc}") from exc
+    for path in _toml_paths(folder):
+        raw = _read(path)
         entries.append(ModelEntry(name=str(raw.get("name", path.stem)), path=path,
                                   family=str(raw.get("family", "?")),
                                   description=str(raw.get("description", ""))))

@@ -16,8 +16,10 @@ process group: the ranks that meet at its collective), in units of the block's p
   the sampler and drawn from its conditional (normal–normal) afterwards.
 - ``e`` idiosyncratic: its distribution is the empirical distribution of the residual contrasts
   below a threshold and a generalized Pareto tail above (as ``ranktail``), with
-  xi_c = xi0 + delta_gpu + delta_precision (zero-sum deltas with fitted spreads) and
-  log sigma_c = log sigma0 + a cell deviation with a fitted spread; sampled with nutpie (4
+  xi_c = xi0 + delta_gpu + delta_precision (zero-sum deltas with fitted spreads) and, with several
+  cells, log sigma_ref,c = log sigma0 + spread·z_c (non-centred), sigma_ref,c = sigma_c + xi_c (u_ref −
+  u_c) the scale moved to one reference threshold (GPD threshold stability); priors and sampler
+  settings from ``models/rankmodel.toml`` (:func:`evtsync.evt.spec.load_rank_spec`); sampled with nutpie (4
   chains from dispersed starts). The body's uncertainty is a Bayesian bootstrap, as ranktail's.
 - Centring mixes the other ranks' mean into each residual: w = d·K/(K−1) = e_r − ē_{−r}, e_r
   plus an independent term of variance sigma_e²/(K−1). tau(n) is corrected for it by SIMEX
@@ -50,18 +52,15 @@ import xarray as xr
 from numpy.typing import NDArray
 
 from evtsync.core.defaults import (
-    DEFAULT_CHAINS,
-    DEFAULT_DRAWS,
     DEFAULT_SEED,
-    DEFAULT_TUNE,
     INTERVAL_LEVEL,
     RANK_FLEET_WORDING,
     RANKTAIL_MIN_EXCEEDANCES,
     RANKTAIL_MIN_VALUES,
-    RANKTAIL_XI_PRIOR_SD,
 )
 from evtsync.core.errors import FitError, InputError
 from evtsync.evt.families import tail_verdict
+from evtsync.evt.spec import RankModelSpec, load_rank_spec
 
 log = logging.getLogger(__name__)
 
@@ -78,12 +77,22 @@ FLEETS = tuple(RANK_FLEET_WORDING)
 POPULATIONS = ("fleet", "normal")
 FLEET_WORDING = RANK_FLEET_WORDING
 MODEL_NAME = "rankmodel"
-#: Draws per chain: the GPD's shape and scale stay correlated after the reparametrisation (bulk ESS
-#: ~0.15 per draw for xi), so 2 x DEFAULT_DRAWS keeps the ESS >= 400 rule met (a fit costs ~1-3 s of CPU).
-RANKMODEL_DRAWS = 2 * DEFAULT_DRAWS
-#: Target acceptance of NUTS: at 0.95 the free-shape fit of the demo's earlier half diverged once to four times
-#: in 3 of 5 seeds (the GPD's support wall); at 0.99 none of 5, for ~40% more CPU (docs/methodology.md).
-RANKMODEL_TARGET_ACCEPT = 0.99
+#: The rank model's sampler defaults, read from its specification (``models/rankmodel.toml``, the one
+#: home of its priors and settings; :func:`evtsync.evt.spec.load_rank_spec`) when first asked for:
+#: ``RANKMODEL_DRAWS`` draws per chain (the GPD's shape and scale stay correlated after the
+#: reparametrisation, bulk ESS ~0.15 per draw for xi, so 2000 keep the ESS >= 400 rule met) and
+#: ``RANKMODEL_TARGET_ACCEPT``, NUTS's target acceptance (at 0.95 the free-shape fit of the demo's
+#: earlier half diverged once to four times in 3 of 5 seeds: the GPD's support wall; at 0.99 none of 5,
+#: for ~40% more CPU: docs/methodology.md).
+_SPEC_CONSTANTS = {"RANKMODEL_DRAWS": "draws", "RANKMODEL_TARGET_ACCEPT": "target_accept"}
+
+
+def __getattr__(name: str) -> Any:
+    """The module's constants read from the shipped specification (:data:`_SPEC_CONSTANTS`)."""
+    if name in _SPEC_CONSTANTS:
+        return getattr(load_rank_spec(), _SPEC_CONSTANTS[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 #: SIMEX: noise replicates concatenated per extra noise level, enough for ~SIMEX_VALUES values, 4 to 16.
 SIMEX_VALUES = 40960
 
@@ -114,6 +123,9 @@ _INTERVAL = INTERVAL_LEVEL
 #: The interval's quantiles.
 _QUANTILES = ((1 - _INTERVAL) / 2, (1 + _INTERVAL) / 2)
 _BOUND_WIDTH = 0.02
+#: How several cells' GPD scales are pooled (the fit's attrs ``scale_pooling``; a fit saved before it
+#: pooled each cell's scale at its own threshold): at the mean of their thresholds (:func:`reference_threshold`).
+SCALE_POOLING = "log scale at the reference threshold (the mean of the cells' thresholds)"
 _GROUPS = ("gpu", "precision")
 _FORMAT = "evtsync-rankmodel-1"
 
@@ -406,11 +418,16 @@ def gpd_logpdf(y: NDArray[np.float64], sigma: NDArray[np.float64], xi: NDArray[n
 # --------------------------------------------------------------------------------------------- model
 
 
-def _build_model(cells: list[CellData], exc: list[NDArray], free_shape: bool, centred: bool) -> Any:
+def _build_model(cells: list[CellData], exc: list[NDArray], free_shape: bool, centred: bool,
+                 spec: RankModelSpec, thresholds: Sequence[float] = ()) -> Any:
     """The PyMC model: GPD excesses per cell with the pooled shape and scale, and the rank effects'
-    estimates marginalised over their Normal(0, sigma_rho) population."""
+    estimates marginalised over their Normal(0, sigma_rho) population; priors from ``spec``
+    (``models/rankmodel.toml``). Several cells pool the scale at the common reference threshold
+    :func:`reference_threshold` of their ``thresholds`` (GPD threshold stability)."""
     import pymc as pm
     import pytensor.tensor as pt
+
+    from evtsync.evt.model import _prior_rv
 
     n_cells = len(cells)
     labels = [c.label for c in cells]
@@ -419,14 +436,14 @@ def _build_model(cells: list[CellData], exc: list[NDArray], free_shape: bool, ce
     cell_of = np.concatenate([np.full(e.size, i) for i, e in enumerate(exc)])
     with pm.Model(coords=coords) as model:
         if free_shape:
-            xi0 = pm.Normal("xi0", 0.0, RANKTAIL_XI_PRIOR_SD)
+            xi0 = _prior_rv("xi0", spec.xi_prior)
             xi_cell = xi0 + pt.zeros(n_cells)
             for factor in _GROUPS:
                 levels = sorted({getattr(c, factor) for c in cells})
                 if len(levels) < 2:
                     continue
                 model.add_coord(factor, levels)
-                sd = pm.LogNormal(f"xi_sd_{factor}", -2.5, 0.6)
+                sd = _prior_rv(f"xi_sd_{factor}", spec.xi_spread_prior)
                 z = pm.ZeroSumNormal(f"xi_z_{factor}", sigma=1.0, dims=factor)
                 delta = pm.Deterministic(f"delta_{factor}", sd * z, dims=factor)
                 idx = np.array([levels.index(getattr(c, factor)) for c in cells])
@@ -434,23 +451,35 @@ def _build_model(cells: list[CellData], exc: list[NDArray], free_shape: bool, ce
             xi = pm.Deterministic("xi", xi_cell, dims="cell")
         else:
             xi = pt.zeros(n_cells)
-        # the support {sigma > max(0, -xi y_max)} as a change of variables: sigma = bound(xi) + exp(v),
-        # bound a smooth maximum (within y_max * 0.02 * ln 2 of the exact one at xi = 0), with the
-        # Jacobian, so the prior stays the one stated on log sigma and no trajectory crosses the wall
         y_max = np.array([float(e.max()) for e in exc])
-        # and v = log((sigma - bound)(1 + xi)): for xi >= 0 the log of nu = sigma (1 + xi), the scale
-        # orthogonal to xi in the GPD's Fisher information (Chavez-Demoulin & Davison 2005), which
-        # removes most of the xi-sigma correlation that slowed the chains (ESS ~500 of 4000)
-        v = pm.Flat("log_sigma_free", dims="cell", initval=np.log([float(e.mean()) for e in exc]))
         bound = y_max * _BOUND_WIDTH * pt.softplus(-xi / _BOUND_WIDTH)
         one_plus_xi = pt.maximum(1.0 + xi, 1e-3)  # the shape's prior keeps xi far above -1
-        sigma = pm.Deterministic("sigma", bound + pt.exp(v) / one_plus_xi, dims="cell")
-        log_sigma = pt.log(sigma)
-        pm.Potential("sigma_jacobian", pt.sum(v - pt.log(one_plus_xi) - log_sigma))  # d log sigma / d v
-        if n_cells > 1:  # log sigma_c ~ Normal(log_sigma0, log_sigma_sd); one cell: flat on log sigma (ranktail's)
+        if n_cells > 1:
+            # the cells' thresholds lie at different quantiles (ranktail's rule: k grows slower than N), so
+            # their scales are pooled where they are comparable: at one reference threshold u_ref, by the
+            # GPD's threshold stability sigma_c = sigma_ref,c - xi_c (u_ref - u_c) (Coles 2001, §4.3.4).
+            # log sigma_ref,c = log_sigma0 + log_sigma_sd z_c, z_c ~ Normal(0, 1): non-centred, so a spread
+            # prior with mass at 0 (complete pooling) makes no funnel; the support wall enters as a smooth
+            # maximum of the same width as bound's, sigma_c = bound + w softplus((sigma_ref,c - xi_c (u_ref -
+            # u_c) - bound)/w), exact (to 1e-4 w) more than 9 w inside the support (docs/methodology.md)
+            shift = reference_threshold(thresholds) - np.asarray(thresholds, dtype=float)
             log_sigma0 = pm.Flat("log_sigma0", initval=float(np.log(np.mean([e.mean() for e in exc]))))
-            ls_sd = pm.LogNormal("log_sigma_sd", -1.6, 0.5)
-            pm.Potential("log_sigma_population", pm.logp(pm.Normal.dist(log_sigma0, ls_sd), log_sigma).sum())
+            ls_sd = _prior_rv("log_sigma_sd", spec.sigma_spread_prior)
+            z_sigma = pm.Normal("log_sigma_z", 0.0, 1.0, dims="cell")
+            width = y_max * _BOUND_WIDTH
+            gap = pt.exp(log_sigma0 + ls_sd * z_sigma) - xi * shift - bound
+            sigma = pm.Deterministic("sigma", bound + width * pt.softplus(gap / width), dims="cell")
+        else:
+            # one cell: flat on log sigma (ranktail's prior); the support {sigma > max(0, -xi y_max)} as a
+            # change of variables sigma = bound(xi) + exp(v)/(1 + xi), bound a smooth maximum (within
+            # y_max * 0.02 * ln 2 of the exact one at xi = 0), with the Jacobian, so the prior stays the one
+            # stated on log sigma and no trajectory crosses the wall; v = log((sigma - bound)(1 + xi)): for
+            # xi >= 0 the log of nu = sigma (1 + xi), the scale orthogonal to xi in the GPD's Fisher
+            # information (Chavez-Demoulin & Davison 2005), which removes most of the xi-sigma correlation
+            # that slowed the chains (ESS ~500 of 4000)
+            v = pm.Flat("log_sigma_free", dims="cell", initval=np.log([float(e.mean()) for e in exc]))
+            sigma = pm.Deterministic("sigma", bound + pt.exp(v) / one_plus_xi, dims="cell")
+            pm.Potential("sigma_jacobian", pt.sum(v - pt.log(one_plus_xi) - pt.log(sigma)))  # d log sigma / d v
         s_i, x_i = sigma[cell_of], xi[cell_of]
         z = x_i * y / s_i
         zc = pt.maximum(z, -1 + 1e-12)
@@ -460,7 +489,7 @@ def _build_model(cells: list[CellData], exc: list[NDArray], free_shape: bool, ce
         with_ranks = [i for i, c in enumerate(cells) if len(c.rank_labels) >= 2]
         if with_ranks:
             model.add_coord("rank_cell", [labels[i] for i in with_ranks])
-            sigma_rho = pm.HalfNormal("sigma_rho", 1.0, dims="rank_cell")
+            sigma_rho = _prior_rv("sigma_rho", spec.rho_spread_prior, dims="rank_cell")
             for j, i in enumerate(with_ranks):
                 c = cells[i]
                 spread = (1 - 1 / c.rank_k) if centred else np.ones(c.rank_k.size)
@@ -469,12 +498,20 @@ def _build_model(cells: list[CellData], exc: list[NDArray], free_shape: bool, ce
     return model
 
 
+def reference_threshold(thresholds: Sequence[float]) -> float:
+    """The threshold at which several cells' GPD scales are pooled: the mean of the cells' own
+    thresholds (sd units of the residuals), so it lies among them (docs/methodology.md)."""
+    return float(np.mean(np.asarray(thresholds, dtype=float))) if len(thresholds) else 0.0
+
+
 def _initval(model: Any, cells: list[CellData], exc: list[NDArray], free_shape: bool) -> None:
     """Start at the per-cell mean excesses (an exponential tail's scale) and a shape of 0.05."""
     ls = np.log([e.mean() for e in exc])
     if "log_sigma0" in model.named_vars:
         model.set_initval(model["log_sigma0"], float(ls.mean()))
         model.set_initval(model["log_sigma_sd"], 0.2)
+    if "log_sigma_z" in model.named_vars:
+        model.set_initval(model["log_sigma_z"], (ls - ls.mean()) / 0.2)
     if free_shape:
         model.set_initval(model["xi0"], 0.05)
 
@@ -504,21 +541,31 @@ def _sample(model: Any, draws: int, tune: int, chains: int, seed: int, target_ac
 # --------------------------------------------------------------------------------------------- fit
 
 
-def fit_rank_model(long: pd.DataFrame, *, centring: str = "centre", draws: int = RANKMODEL_DRAWS,
-                   tune: int = DEFAULT_TUNE, chains: int = DEFAULT_CHAINS, seed: int = DEFAULT_SEED,
-                   target_accept: float = RANKMODEL_TARGET_ACCEPT, adaptation: str = "diag", free_shape: bool = True,
-                   rank_effects: bool = True, source: str = "rank table") -> RankModelFit:
+def fit_rank_model(long: pd.DataFrame, *, centring: str = "centre", draws: int | None = None,
+                   tune: int | None = None, chains: int | None = None, seed: int = DEFAULT_SEED,
+                   target_accept: float | None = None, adaptation: str | None = None, free_shape: bool = True,
+                   rank_effects: bool = True, source: str = "rank table",
+                   spec: RankModelSpec | str | os.PathLike[str] | None = None) -> RankModelFit:
     """Fit the rank model to a long table of per-rank values (:data:`RANK_TABLE_COLUMNS`;
     :func:`rank_table_from_zscores` makes one from a z-score table).
 
     ``centring``: ``"centre"`` eliminates the shared per-collective shift (default), ``"none"``
     assumes there is none (then, for one cell without rank effects, the model is ranktail's with
     its grid posterior replaced by NUTS). ``free_shape = False`` fits xi ≡ 0 (the Gumbel-domain
-    model of :func:`compare_shape`). Returns a :class:`RankModelFit`.
+    model of :func:`compare_shape`). ``spec``: the priors and sampler settings, a
+    :class:`~evtsync.evt.spec.RankModelSpec` or its file; None: the shipped
+    ``models/rankmodel.toml``. ``draws``, ``tune``, ``chains``, ``target_accept`` and
+    ``adaptation`` override the spec's (None: the spec's). Returns a :class:`RankModelFit`.
     """
     from evtsync.evt.fit import check_convergence
 
     start = time.process_time()
+    spec = spec if isinstance(spec, RankModelSpec) else load_rank_spec(spec)
+    draws = spec.draws if draws is None else draws
+    tune = spec.tune if tune is None else tune
+    chains = spec.chains if chains is None else chains
+    target_accept = spec.target_accept if target_accept is None else target_accept
+    adaptation = spec.adaptation if adaptation is None else adaptation
     cells = decompose(long, centring, source, rank_effects)
     exc, thresholds, ks = [], [], []
     for c in cells:
@@ -527,18 +574,20 @@ def fit_rank_model(long: pd.DataFrame, *, centring: str = "centre", draws: int =
         exc.append(ws[ws > t] - t)
         thresholds.append(t)
         ks.append(k)
-    model = _build_model(cells, exc, free_shape, centring == "centre")
+    model = _build_model(cells, exc, free_shape, centring == "centre", spec, thresholds)
     _initval(model, cells, exc, free_shape)
     tree = _sample(model, draws, tune, chains, seed, target_accept, adaptation)
     convergence = check_convergence(tree)
     post = tree["posterior"].to_dataset()
-    keep = [v for v in post.data_vars if not str(v).startswith(("xi_z_", "log_sigma_free"))]
+    keep = [v for v in post.data_vars if not str(v).startswith(("xi_z_", "log_sigma_free", "log_sigma_z"))]
     post = post[keep]
     if not free_shape:
         post["xi"] = xr.zeros_like(post["sigma"])
     fit = RankModelFit._assemble(cells, exc, thresholds, ks, post, tree["sample_stats"].to_dataset(), convergence,
                                  centring=centring, free_shape=free_shape, seed=seed)
     fit.attrs["fit_cpu_seconds"] = time.process_time() - start
+    fit.attrs.update({"model_spec": spec.path, "model_spec_text": spec.text, "target_accept": float(target_accept),
+                      "tune": int(tune), "adaptation": adaptation})
     return fit
 
 
@@ -616,7 +665,7 @@ class RankModelFit:
             "converged": int(convergence.converged), "convergence": convergence.describe(),
             "max_rhat": convergence.max_rhat, "min_ess_bulk": convergence.min_ess_bulk,
             "divergences": convergence.divergences, "chains": int(post.sizes["chain"]),
-            "draws": int(post.sizes["draw"]), "sampler": "nutpie",
+            "draws": int(post.sizes["draw"]), "sampler": "nutpie", "scale_pooling": SCALE_POOLING,
             "chain_starts": "dispersed (evtsync.evt.fit.START_POLICY)"})
         return cls(tree)
 
@@ -903,6 +952,9 @@ class RankModelFit:
         counts = body["count"].to_numpy()[order]
         n_tail = int(body.groupby("cell")["n_tail"].first().sum())
         t = float(np.average(body.groupby("cell")["threshold"].first(), weights=cells["n_values"]))
+        if self.attrs.get("scale_pooling") == SCALE_POOLING and len(cells) > 1:
+            # the population's scale is at the reference threshold: moved to the pooled body's t
+            sigma = np.maximum(sigma + xi * (t - reference_threshold(cells["threshold"].to_numpy())), 1e-6 * sigma)
         keep = pooled <= t
         comps = [self._components(c, n_draws, fleet, population, (), rng) for c in cells["cell"]]
         comp = {"pop_shift": np.concatenate([c["pop_shift"] for c in comps], axis=1),

@@ -43,6 +43,7 @@ Every error names the file and the key at fault (:class:`~evtsync.core.errors.Mo
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -333,6 +334,9 @@ def parse_spec(text: str, source: str = "<string>") -> ModelSpec:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ModelSpecError(f"{source}: not valid TOML: {exc}") from exc
+    if raw.get("family") == RANK_FAMILY:
+        raise _err(source, "family", f"{RANK_FAMILY!r} is the rank model's specification (read by "
+                   "evtsync.evt.spec.load_rank_spec and fit by the run's rankmodel stage), not a GEV model's")
     _check_keys(source, "", raw, _TOP_KEYS)
     for key in ("name", "family", "data", "mu", "sigma"):
         if key not in raw:
@@ -441,10 +445,115 @@ def load_spec(path: str | Path) -> ModelSpec:
         No such file, invalid TOML, or an invalid key; the message names the file and the key.
     """
     p = Path(path)
+    return parse_spec(_read_spec(p, "model specification"), str(p))
+
+
+def _read_spec(p: Path, what: str) -> str:
+    """The text of a specification file; ``ModelSpecError`` naming it when it is absent or unreadable."""
     if not p.is_file():
-        raise ModelSpecError(f"{p}: no such model specification file")
+        raise ModelSpecError(f"{p}: no such {what} file")
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ModelSpecError(f"{p}: cannot read: {exc}") from exc
-    return parse_spec(text, str(p))
+
+
+# --------------------------------------------------------------------------------------------- the rank model
+
+#: The ``family`` of the rank model's specification (``models/rankmodel.toml``): not a GEV family,
+#: so :func:`parse_spec` refuses it and :func:`evtsync.evt.catalog.model_paths` leaves it out.
+RANK_FAMILY = "rankmodel"
+#: The rank model's specification file in a models folder.
+RANK_SPEC_FILE = "rankmodel.toml"
+_RANK_TOP_KEYS = {"name", "family", "description", "xi", "sigma", "rho", "sampling"}
+_RANK_XI_KEYS = {"prior", "spread_prior"}
+_RANK_SIGMA_KEYS = {"population_sd_prior"}
+_RANK_RHO_KEYS = {"population_sd_prior"}
+_RANK_SAMPLING_KEYS = {"draws", "tune", "chains", "target_accept", "adaptation"}
+#: nutpie's mass matrix for the rank model (its few parameters: no low-rank correction needed).
+RANK_ADAPTATIONS = ("diag", "low_rank")
+
+
+@dataclass(frozen=True)
+class RankModelSpec:
+    """The rank model's priors and sampler settings (``models/rankmodel.toml``; docs/bayesian.md,
+    "Model files"; the model: docs/methodology.md, "The rank model").
+
+    ``xi_prior``: of xi0; ``xi_spread_prior``: of the spread of each factor's (GPU, precision)
+    zero-sum shape deviations; ``sigma_spread_prior``: of the spread of the cells' log GPD scale
+    around their population (sampled non-centred); ``rho_spread_prior``: of each cell's spread of
+    persistent rank effects; then NUTS's draws, tuning steps and chains, its target acceptance and
+    nutpie's mass matrix."""
+
+    name: str
+    xi_prior: Prior
+    xi_spread_prior: Prior
+    sigma_spread_prior: Prior
+    rho_spread_prior: Prior
+    draws: int
+    tune: int
+    chains: int
+    target_accept: float
+    adaptation: str = "diag"
+    description: str = ""
+    path: str = "<string>"
+    text: str = ""
+
+
+def _section(src: str, raw: dict[str, Any], key: str, allowed: set[str]) -> dict[str, Any]:
+    if key not in raw:
+        raise _err(src, key, "missing")
+    table = _table(src, key, raw[key])
+    _check_keys(src, key, table, allowed)
+    for name in sorted(allowed):
+        if name not in table:
+            raise _err(src, f"{key}.{name}", "missing")
+    return table
+
+
+def parse_rank_spec(text: str, source: str = "<string>") -> RankModelSpec:
+    """Validate the TOML ``text`` of the rank model's specification; ``source`` names it in errors
+    (every error names the file and the key: :class:`~evtsync.core.errors.ModelSpecError`). Every
+    key is required: the file is the model's one home, with no hidden default."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ModelSpecError(f"{source}: not valid TOML: {exc}") from exc
+    _check_keys(source, "", raw, _RANK_TOP_KEYS)
+    for key in ("name", "family"):
+        if key not in raw:
+            raise _err(source, key, "missing")
+    name = _str(source, "name", raw["name"])
+    _str(source, "family", raw["family"], (RANK_FAMILY,))
+    description = _str(source, "description", raw.get("description", ""))
+    xi = _section(source, raw, "xi", _RANK_XI_KEYS)
+    sigma = _section(source, raw, "sigma", _RANK_SIGMA_KEYS)
+    rho = _section(source, raw, "rho", _RANK_RHO_KEYS)
+    sampling = _section(source, raw, "sampling", _RANK_SAMPLING_KEYS)
+    target = _target_accept(source, sampling["target_accept"])
+    if isinstance(target, str):
+        raise _err(source, "sampling.target_accept", f"expected a number in (0, 1), got {target!r}")
+    return RankModelSpec(
+        name=name,
+        xi_prior=_prior(source, "xi.prior", xi["prior"]),
+        xi_spread_prior=_prior(source, "xi.spread_prior", xi["spread_prior"], positive=True),
+        sigma_spread_prior=_prior(source, "sigma.population_sd_prior", sigma["population_sd_prior"], positive=True),
+        rho_spread_prior=_prior(source, "rho.population_sd_prior", rho["population_sd_prior"], positive=True),
+        draws=_int(source, "sampling.draws", sampling["draws"], 1),
+        tune=_int(source, "sampling.tune", sampling["tune"], 1),
+        chains=_int(source, "sampling.chains", sampling["chains"], 1),
+        target_accept=target,
+        adaptation=_str(source, "sampling.adaptation", sampling["adaptation"], RANK_ADAPTATIONS),
+        description=description, path=source, text=text)
+
+
+def load_rank_spec(path: str | os.PathLike[str] | None = None) -> RankModelSpec:
+    """Read and validate the rank model's specification: ``path``, or None for the shipped
+    ``models/rankmodel.toml`` (:func:`evtsync.evt.catalog.default_models_dir`: the wheel's package
+    data or the checkout's folder). ``ModelSpecError`` names the file (and the key) at fault."""
+    if path is None:
+        from evtsync.evt.catalog import default_models_dir
+
+        path = default_models_dir() / RANK_SPEC_FILE
+    p = Path(path)
+    return parse_rank_spec(_read_spec(p, "rank-model specification"), str(p))

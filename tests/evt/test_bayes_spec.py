@@ -9,7 +9,8 @@ import pytest
 from evtsync.core.errors import ModelSpecError
 from evtsync.evt.spec import load_spec, parse_spec
 
-MODELS = sorted((Path(__file__).resolve().parents[2] / "models").glob("*.toml"))
+# the GEV specifications (the rank model's own file, family "rankmodel", has its loader: test_rankmodel_spec.py)
+MODELS = sorted(p for p in (Path(__file__).resolve().parents[2] / "models").glob("*.toml") if p.stem != "rankmodel")
 
 BASE = """
 name = "t"

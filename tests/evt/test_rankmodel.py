@@ -256,6 +256,53 @@ def test_a_tiny_cell_borrows_the_shape_of_large_cells_that_share_it() -> None:
     assert np.subtract(*np.quantile(unseen, [0.95, 0.05])) > np.subtract(*np.quantile(seen, [0.95, 0.05]))
 
 
+def _log_sigma(fit, cell: str) -> np.ndarray:
+    """Posterior draws of log sigma of one cell (the GPD scale at the cell's own threshold)."""
+    return np.log(fit._post("sigma")[:, list(fit.cells["cell"]).index(cell)])
+
+
+CELLS5 = [("A", "bf16"), ("A", "fp32"), ("B", "bf16"), ("B", "fp32"), ("C", "bf16")]
+
+
+@pytest.mark.slow  # two fits (~6 cells of 2,400 values and one of 320): ~40 s of CPU
+def test_a_small_cells_scale_is_pulled_to_the_others_when_they_share_it() -> None:
+    # physical generator: block times = 300 µs + 5 µs·Gumbel noise per rank, every cell the same
+    # hardware noise (so the same tail scale in sd units); five cells of 300 iterations of 8 ranks
+    # and one of 40. Pooled, the small cell's scale narrows and lies near the large cells'
+    rng = np.random.default_rng(21)
+    parts = [_job(300.0 + 5.0 * rng.gumbel(size=(300, 8)), gpu, precision)[0] for gpu, precision in CELLS5]
+    small = _job(300.0 + 5.0 * rng.gumbel(size=(40, 8)), "C", "fp32")[0]
+    pooled = rankmodel.fit_rank_model(pd.concat([*parts, small], ignore_index=True), seed=5)
+    alone = rankmodel.fit_rank_model(small, seed=5)
+    assert pooled.converged, pooled.convergence_note
+    others = np.mean([np.median(_log_sigma(pooled, f"{g}|{p}")) for g, p in CELLS5])
+    ls_pooled, ls_alone = _log_sigma(pooled, "C|fp32"), _log_sigma(alone, "C|fp32")
+    width = {k: np.subtract(*np.quantile(v, [0.95, 0.05])) for k, v in (("pooled", ls_pooled), ("alone", ls_alone))}
+    assert width["pooled"] < 0.7 * width["alone"], width
+    # pulled to the others: pooled, its median lies within a quarter of its own fit's 90% width of the
+    # large cells' mean (alone, by chance, it may lie anywhere in that width)
+    assert abs(np.median(ls_pooled) - others) < 0.25 * width["alone"], (np.median(ls_pooled), others, width)
+
+
+@pytest.mark.slow  # two fits: ~40 s of CPU
+def test_a_cell_that_truly_differs_keeps_its_own_scale() -> None:
+    # misspecified for pooling: five cells of normal rank noise and one of exponential noise (a longer
+    # tail: its GPD scale in sd units ~1.0 against ~0.45), each 300 iterations of 8 ranks. The odd
+    # cell's scale is not pulled to the others': pooled, its median stays inside its own fit's 90%
+    # interval, and the population's spread is fitted wide
+    rng = np.random.default_rng(22)
+    parts = [_job(300.0 + 5.0 * rng.standard_normal((300, 8)), gpu, precision)[0] for gpu, precision in CELLS5]
+    odd = _job(300.0 + 5.0 * rng.exponential(size=(300, 8)), "C", "fp32")[0]
+    pooled = rankmodel.fit_rank_model(pd.concat([*parts, odd], ignore_index=True), seed=6)
+    alone = rankmodel.fit_rank_model(odd, seed=6)
+    assert pooled.converged, pooled.convergence_note
+    lo, hi = np.quantile(_log_sigma(alone, "C|fp32"), [0.05, 0.95])
+    others = np.mean([np.median(_log_sigma(pooled, f"{g}|{p}")) for g, p in CELLS5])
+    assert others < lo  # the generator's scales do differ, and the fits see it
+    assert lo <= np.median(_log_sigma(pooled, "C|fp32")) <= hi
+    assert np.median(pooled._post("log_sigma_sd")) > 0.2
+
+
 def test_simex_extrapolant_recovers_a_scale_exactly() -> None:
     # a delay that is a scale (normal ranks): P(lam) = c·sqrt(1 + lam/(K − 1)), the noise adding lam/(K − 1)
     # of the variance; no noise: c. (The least-squares line in P itself gives c·1.0065 at K = 8, by hand:

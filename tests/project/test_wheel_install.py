@@ -119,6 +119,7 @@ def test_built_wheel_runs_demo_and_fit_by_model_name(tmp_path: Path) -> None:
     wheel = next(wheel_dir.glob("evtsync-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert {f"evtsync/models/{m}.toml" for m in MODEL_NAMES} <= set(names)
+    assert "evtsync/models/rankmodel.toml" in names  # the rank model's specification (its priors, its sampler)
     assert not any("templates" in n for n in names)
     assert "evtsync/pipeline/engine.py" in names and "evtsync/plots/predictions.py" in names
 
@@ -157,6 +158,10 @@ def test_built_wheel_runs_demo_and_fit_by_model_name(tmp_path: Path) -> None:
                     "print(load_fit(sys.argv[1]).attrs['sampler'])", "demo/fits/gumbel.nc"],
                    cwd=work, env=env).stdout.strip()
     assert sampler == "nutpie"  # the default sampler, not PyMC's fallback
+    spec = _run([str(vpy), "-c", "from evtsync.evt.rankmodel import load_rank_model; import sys; "
+                 "print(load_rank_model(sys.argv[1]).attrs['model_spec'])", "demo/fits/rankmodel.nc"],
+                cwd=work, env=env).stdout.strip()
+    assert spec == str(site / "evtsync" / "models" / "rankmodel.toml")  # the rank model read the wheel's file
     done = subprocess.run([evtsync, "-q", "fit", "demo/tables/zscores.parquet", "--model", "gev-hier-gpu-precision",
                            "--draws", "200", "--tune", "200", "--chains", "2", "--seed", "1", "--out", "hier"],
                           cwd=work, env=env, capture_output=True, text=True, timeout=600)
