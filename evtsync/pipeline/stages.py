@@ -712,11 +712,10 @@ def _estimator_choice(run: Run, main_fit: Any) -> Any:
     ``fits/rankmodel.nc``) with the main GEV model's centred estimator as its labelled fallback
     (:func:`evtsync.predict.estimator.choose_estimator`): every row of a cell the rank model refused
     (too few rank values), and every row when the stage has no results (its reason in each row)."""
-    from evtsync.evt.rankmodel import RankModelPrediction, load_rank_model
     from evtsync.predict.estimator import choose_estimator
 
     if run.done("rankmodel"):
-        fitted = RankModelPrediction(load_rank_model(run.path(RANKMODEL_FIT)), seed=DEFAULT_SEED)
+        fitted = run.rank_model(RANKMODEL_FIT, DEFAULT_SEED)  # read once, its draws shared by both stages
         return choose_estimator(None, gev=main_fit, fitted=fitted, source=RANKMODEL_FIT, seed=DEFAULT_SEED)
     entry = run.stage_entry("rankmodel")
     reason = f"the rankmodel stage has no results ({entry.get('reason') or entry.get('status') or 'did not run'})"
