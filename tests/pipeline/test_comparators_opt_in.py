@@ -119,3 +119,23 @@ def test_the_two_modes_never_share_a_prediction(two_runs: tuple[Path, Path, dict
     assert read_manifest(plain)["stages"]["prediction"]["key"] != stages["prediction"]["key"]
     summary = json.loads((bayes / "summary.json").read_text(encoding="utf-8"))
     assert summary["comparators"][BAYES_GEV] == "ran"
+
+
+@pytest.mark.slow
+def test_diff_predict_and_bandwidth_take_a_run_without_the_bayesian_fits(
+        two_runs: tuple[Path, Path, dict, dict], capsys: pytest.CaptureFixture[str]) -> None:
+    from evtsync.cli import main
+
+    plain, bayes, _, _ = two_runs
+    capsys.readouterr()
+    assert main(["diff", str(plain), str(bayes)]) == 0
+    out = capsys.readouterr().out
+    # the fit level compares the two rank models (the default estimator), not skipped for want of a GEV fit
+    assert "fit level skipped" not in out and "tau(n): the rankmodel estimator (default) on both sides" in out
+    assert main(["predict", str(plain), "--n", "512"]) == 0
+    assert "rankmodel" in capsys.readouterr().out
+    assert main(["bandwidth", "--fit", str(plain), "--n", "512", "--topology", "full", "--bytes", "256Mi",
+                 "--alpha-us", "5"]) == 0
+    # the centred estimator needs a Bayesian GEV fit: the error says how to get one
+    assert main(["predict", str(plain), "--n", "512", "--estimator", "centred"]) != 0
+    assert "--comparators bayes-gev" in capsys.readouterr().err
