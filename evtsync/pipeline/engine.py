@@ -522,6 +522,11 @@ class Run:
         for _ in range(processes):  # a task per process makes the pool start them all now
             pool.submit(_nothing)
 
+    def add_worker_cpu(self, stage_name: str, seconds: float) -> None:
+        """Count ``seconds`` of CPU spent for the running stage in other processes (e.g. the report's
+        figure workers) in its ``cpu_seconds``, as a job's in the pool is."""
+        self._job_cpu[stage_name] = self._job_cpu.get(stage_name, 0.0) + float(seconds)
+
     def job_result(self, stage_name: str, job: Callable[[], Any]) -> Any:
         """The result of the running stage's job: from the pool when :meth:`start_jobs` started it
         (its errors re-raised here), else ``job()`` run now in this process."""

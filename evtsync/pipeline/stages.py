@@ -878,12 +878,15 @@ def _stage_summary(run: Run) -> dict[str, Any]:
 
 
 def _stage_report(run: Run) -> dict[str, Any]:
+    from evtsync.report.context import FIGURE_WORKER_CPU
     from evtsync.report.html import build_report
 
     run.save_manifest()
+    pools = len(FIGURE_WORKER_CPU)
     # --jobs sizes the figure processes too (1: every figure drawn in this process)
     written = build_report(run.out, run.out, load_fit=run.fit_tree, workers=run.options.jobs,
                            figure_cache=run.options.figure_cache)
+    run.add_worker_cpu("report", sum(FIGURE_WORKER_CPU[pools:]))  # the figure workers' drawing is the stage's
     run.produced("report", *[str(Path(p).relative_to(run.out)) for p in written])
     return {"files": len(written)}
 
