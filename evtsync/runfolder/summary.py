@@ -396,11 +396,12 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
     # centred estimator as its labelled fallback)
     chosen_all = (None if tau is None else tau["default_estimate"].astype(bool) if "default_estimate" in tau
                   else tau["model"] == model)
-    has_rows = tau is not None and "estimator" in tau and (model is not None or "default_estimate" in tau)
-    estimators = sorted(set(tau.loc[chosen_all, "estimator"].astype(str))) if has_rows else []
-    points = ({str(e): point_words(part) for e, part in
-               tau[chosen_all].groupby(tau.loc[chosen_all, "estimator"].astype(str), sort=True)}
-              if has_rows else {})
+    estimators: list[str] = []
+    points: dict[str, Any] = {}
+    if tau is not None and "estimator" in tau and (model is not None or "default_estimate" in tau):
+        estimators = sorted(set(tau.loc[chosen_all, "estimator"].astype(str)))
+        points = {str(e): point_words(part) for e, part in
+                  tau[chosen_all].groupby(tau.loc[chosen_all, "estimator"].astype(str), sort=True)}
     rank_loo = rank_block.get("loo")
     info = {"n": n, "model": model, "estimator": ", ".join(estimators) or None, "point_estimate": points,
             # the LOO line: the rank model's xi free vs xi = 0 where it ran; the GEV fits of block maxima
