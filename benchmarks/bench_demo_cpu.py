@@ -25,6 +25,14 @@ the result cache too), a warm demo with ``--no-result-cache`` (the baseline: eve
 the other caches warm) and a warm demo that copies the shareable stages from the result cache
 (evtsync.pipeline.resultcache); the ratio is warm / baseline, and ``benchmarks/compare_runs.py``
 compares the two run folders (``WORKDIR/run1`` and ``WORKDIR/run2``).
+
+``--cold`` (issue 48, "Done when"): every run is a cold demo, ``evtsync run --no-result-cache`` with a
+fresh, empty cache folder of its own (``WORKDIR/cache-<i>``: trace cache, compiled models, figures),
+the baseline (``--baseline-src``) and this checkout interleaved ``--rounds`` times (baseline first in
+each round). ``--extra ARG`` (repeatable) is passed to this checkout's runs only (e.g.
+``--extra=--comparators --extra=bayes-gev`` for this checkout with the opt-in comparators).
+PyTensor's own compile folder (``~/.pytensor``) is not emptied: its C modules are a machine's, not
+a run's.
 """
 
 from __future__ import annotations
@@ -99,12 +107,25 @@ def main() -> None:
     ap.add_argument("--result-cache", action="store_true",
                     help="this checkout only: first demo, warm demo with --no-result-cache (the baseline), "
                          "warm demo copying from the result cache")
+    ap.add_argument("--cold", action="store_true",
+                    help="cold demos (--no-result-cache, a fresh cache folder each), baseline and this checkout "
+                         "interleaved --rounds times")
+    ap.add_argument("--rounds", type=int, default=1, help="with --cold: interleaved rounds (default 1)")
+    ap.add_argument("--extra", action="append", default=[], help="with --cold: an argument added to this "
+                    "checkout's runs (repeatable)")
     args = ap.parse_args()
     become_subreaper()
     cache = args.workdir / "cache"
     shutil.rmtree(cache, ignore_errors=True)
     runs: list[tuple[str, Path, tuple[str, ...]]]
-    if args.result_cache:
+    cold = ("--no-result-cache",)
+    if args.cold:
+        runs = []
+        for r in range(args.rounds):
+            if args.baseline_src:
+                runs.append((f"baseline, cold #{r + 1}", args.baseline_src.resolve(), cold))
+            runs.append((f"this, cold #{r + 1}", HERE, (*cold, *args.extra)))
+    elif args.result_cache:
         runs = [("this, first (caches empty)", HERE, ()),
                 ("baseline, warm (--no-result-cache)", HERE, ("--no-result-cache",)), ("this, warm", HERE, ())]
     else:
@@ -115,13 +136,16 @@ def main() -> None:
     results: dict = {"machine": f"{platform.node()} {os.cpu_count()} cores",
                      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": {}}
     for i, (name, src, extra) in enumerate(runs):
+        if args.cold:  # a fresh cache folder for each cold run
+            cache = args.workdir / f"cache-{i}"
+            shutil.rmtree(cache, ignore_errors=True)
         res = demo_run(src, args.workdir / f"run{i}", cache, extra)
         results["runs"][name] = res
         print(f"{name}: CPU {res['cpu_s']:.1f} s (all processes), wall {res['wall_s']:.1f} s, "
               f"load {res['load_before']} -> {res['load_after']}", file=sys.stderr)
     print(f"\n{results['date']}, {results['machine']}")
     names = list(results["runs"])
-    stage_names = list(results["runs"][names[0]]["stage_cpu_s"])
+    stage_names = list(dict.fromkeys(s for n in names for s in results["runs"][n]["stage_cpu_s"]))
     print("| run | CPU s (all processes) | wall s | load before | sum of stage CPU | "
           + " | ".join(stage_names) + " |   (stages: CPU s)")
     print("|" + "---|" * (5 + len(stage_names)))
@@ -132,8 +156,20 @@ def main() -> None:
               + " | ".join(f"{cpu.get(s, float('nan')):.2f}" for s in stage_names) + " |")
     base = (results["runs"].get("baseline, warm") or results["runs"].get("baseline")
             or results["runs"].get("baseline, warm (--no-result-cache)"))
-    if base:
+    if args.cold:
+        for who in ("baseline", "this"):
+            cpus = [r["cpu_s"] for n, r in results["runs"].items() if n.startswith(who)]
+            if cpus:
+                print(f"{who}: cold CPU (all processes) " + ", ".join(f"{c:.1f}" for c in cpus) + " s")
+    elif base:
         print(f"warm / baseline CPU: {results['runs']['this, warm']['cpu_s'] / base['cpu_s']:.2f}")
+    # start-up and everything outside the stages: the CPU of the process tree less the stages' own
+    # (each stage's work in the main process plus its job's in a pool process): process starts,
+    # imports in the main process and the pool's workers, the pool's warm-up, the CLI
+    for name, r in results["runs"].items():
+        staged = sum(v for v in r["stage_cpu_s"].values() if v is not None)
+        print(f"{name}: outside the stages (start-up, imports, pool warm-up) {r['cpu_s'] - staged:.1f} s "
+              f"= {(r['cpu_s'] - staged) / r['cpu_s']:.0%} of {r['cpu_s']:.1f} s")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1), encoding="utf-8")
 

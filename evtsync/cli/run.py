@@ -52,8 +52,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "interrupted run resumes where it stopped: manifest.json is written before the first stage, so even a run "
         "stopped by a full disk leaves a folder the same command resumes once space is freed.",
         epilog="Stages: demo (without TRACES), tax, zscores, attribution, mle, fit-<model> for every "
-        "models/*.toml (the fits start in a process pool once the z-scores exist and run beside the "
-        "attribution and the MLE), compare, prediction, predicted-vs-measured, summary (the answer table: tables/summary.parquet and "
+        "models/*.toml (opt-in comparators, --comparators bayes-gev: the fits start in a process pool once the "
+        "z-scores exist and run beside the attribution and the MLE; otherwise each is listed as not run), rankmodel "
+        "(the run's one model), compare (of the GEV fits, opt-in with them), prediction, predicted-vs-measured, "
+        "summary (the answer table: tables/summary.parquet and "
         "summary.json), report. Stages that do "
         "not apply to the data are recorded with the reason and listed in the report.")
     add_trace_arguments(parser, required=False,
@@ -108,7 +110,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     fit.add_argument("--model", dest="models", action=ListOption, default=[], metavar="NAME",
                      examples=("gumbel", "frechet"),
                      help="fit only these models of the models folder (space or comma separated, repeatable; "
-                          "default: all)")
+                          "default: all, with --comparators bayes-gev; naming models implies it)")
+    from evtsync.core.defaults import BAYES_GEV, COMPARATOR_CHOICES
+
+    fit.add_argument("--comparators", action=ListOption, default=[], metavar="NAME", item_choices=COMPARATOR_CHOICES,
+                     examples=(BAYES_GEV, BAYES_GEV),
+                     help="opt-in comparators of the rank model, the run's one model (space or comma separated, "
+                          "repeatable): " + "; ".join(f"{k}: {v}" for k, v in COMPARATOR_CHOICES.items())
+                          + ". Default: none of them; the cheap comparators (the GEV MLE per cell, the paper's "
+                          "estimator, ranktail) always run, and each opt-in one not asked for is listed as 'not run "
+                          "(opt-in: --comparators NAME)'. --model implies bayes-gev")
     bw = parser.add_argument_group("predictions (tau(n) and B*)")
     bw.add_argument("--alpha-us", type=float, default=DGX_H200_ALPHA_US,
                     help=f"per-step latency alpha in µs (default {DGX_H200_ALPHA_US:g}, DGX H200)")
@@ -166,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         result_cache=None if result_cache is None else str(result_cache),
         strict=args.strict, allow_partial=args.allow_partial, end_tolerance_us=args.end_tolerance_us,
         ranks_per_host=args.ranks_per_host, report=args.report, rank_from=args.rank_from,
-        comm_kernels=list(args.comm_kernel))
+        comm_kernels=list(args.comm_kernel), comparators=sorted(set(args.comparators)))
     options.check()  # bad options and output paths fail here, before any work
     out = options.out or default_out(options)
     quiet = args.quiet or args.json

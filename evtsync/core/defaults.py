@@ -165,3 +165,17 @@ def check_level(level: float) -> float:
 #: (evtsync.evt.rankmodel; here so that `evtsync ranks --help` names them without loading the model).
 RANK_FLEET_WORDING = {"new": "a job of n ranks from the same fleet",
                       "these-plus-typical": "these ranks plus typical ones from the same fleet"}
+
+#: The opt-in comparator of ``evtsync run --comparators`` (issue 48): the Bayesian GEV fits of the
+#: block maxima (a ``fit-<model>`` stage per models/*.toml) and their PSIS-LOO ``compare``. The
+#: run's one model is the rank model (issue 45); these fits are comparators only, and the dearest
+#: stages of a cold run (~55 of ~165 s of CPU on the demo), so they run only when asked for. The
+#: cheap comparators (the GEV MLE of the ``mle`` stage, the paper's estimator and ranktail) always run.
+BAYES_GEV = "bayes-gev"
+#: ``--comparators`` choices, each with what it runs (the CLI's help and docs/cli.md).
+COMPARATOR_CHOICES: dict[str, str] = {
+    BAYES_GEV: "the Bayesian GEV fits of the block maxima (a fit-<model> stage per models/*.toml) and their "
+               "PSIS-LOO comparison (stage compare)",
+}
+#: The reason recorded for a stage of an opt-in comparator a run did not ask for (never silently absent).
+OPT_IN_REASON = "not run (opt-in: --comparators " + BAYES_GEV + ")"

@@ -159,6 +159,7 @@ class Run:
         self._alignments: dict[str, Any] = {}
         self._tax: dict[str, Any] = {}
         self._fit_trees: dict[Path, tuple[tuple[int, int], Any]] = {}
+        self._rank_models: dict[Path, tuple[Any, Any]] = {}
         #: Dask backend of the run (``workers``/``scheduler``/environment), open during it
         self.backend: Any = None
         self.code = source_digest()
@@ -304,6 +305,25 @@ class Run:
         if hit is None or hit[0] != stamp:
             # load_fit names a missing file
             self._fit_trees[key] = hit = (stamp, load_fit(path, skip=("log_likelihood",)))
+        return hit[1]
+
+    def rank_model(self, rel: str, seed: int) -> Any:
+        """The run's rank model ``rel`` as the prediction tables take it
+        (:class:`~evtsync.evt.rankmodel.RankModelPrediction` with ``seed``), read once per run and its
+        tau draws per (cell, n) kept (:func:`evtsync.predict.estimator.cache_expected_max`): prediction
+        and predicted-vs-measured share the same draws (issue 45, item 2) instead of drawing them twice.
+        The draws of a (cell, n) depend only on the fit, the seed, the cell and n, so the tables are
+        those each stage would make alone. A file rewritten since (other size or mtime) is read again."""
+        from evtsync.evt.rankmodel import RankModelPrediction, load_rank_model
+        from evtsync.predict.estimator import cache_expected_max
+
+        path = self.path(rel).resolve()
+        stat = path.stat() if path.is_file() else None
+        stamp = (stat.st_mtime_ns, stat.st_size) if stat else (-1, -1)
+        hit = self._rank_models.get(path)
+        if hit is None or hit[0] != (stamp, seed):
+            hit = ((stamp, seed), cache_expected_max(RankModelPrediction(load_rank_model(path), seed=seed)))
+            self._rank_models[path] = hit
         return hit[1]
 
     def trace_hashes(self) -> dict[str, str]:
@@ -501,6 +521,11 @@ class Run:
         pool = self._open_job_pool(processes, job_stages, stack)
         for _ in range(processes):  # a task per process makes the pool start them all now
             pool.submit(_nothing)
+
+    def add_worker_cpu(self, stage_name: str, seconds: float) -> None:
+        """Count ``seconds`` of CPU spent for the running stage in other processes (e.g. the report's
+        figure workers) in its ``cpu_seconds``, as a job's in the pool is."""
+        self._job_cpu[stage_name] = self._job_cpu.get(stage_name, 0.0) + float(seconds)
 
     def job_result(self, stage_name: str, job: Callable[[], Any]) -> Any:
         """The result of the running stage's job: from the pool when :meth:`start_jobs` started it

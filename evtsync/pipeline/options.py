@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from evtsync.core.defaults import (
+    BAYES_GEV,
+    COMPARATOR_CHOICES,
     DEFAULT_CHAINS,
     DEFAULT_DRAWS,
     DEFAULT_EPS,
@@ -19,8 +21,12 @@ from evtsync.core.defaults import (
     DEMO_CHAINS,
     DEMO_DRAWS,
     DEMO_TUNE,
+    OPT_IN_REASON,
 )
 from evtsync.core.errors import InputError
+
+__all__ = ["BAYES_GEV", "COMPARATOR_CHOICES", "OPT_IN_REASON", "RunOptions", "Workload", "default_out",
+           "discover_workloads"]
 from evtsync.core.reference import DGX_H200_ALPHA_US
 
 #: Settings of the demo study (see :func:`evtsync.synth.study`).
@@ -68,11 +74,19 @@ class RunOptions:
     comm_kernels: list[str] = field(default_factory=list)
     report: bool = True
     demo_overrides: dict[str, Any] = field(default_factory=dict)
+    #: opt-in comparators (:data:`COMPARATOR_CHOICES`); ``models`` given implies ``bayes-gev``
+    comparators: list[str] = field(default_factory=list)
 
     @property
     def is_demo(self) -> bool:
         """Whether this run uses the bundled demo study."""
         return not self.traces
+
+    @property
+    def bayes_gev(self) -> bool:
+        """Whether the run fits the Bayesian GEV comparators (``--comparators bayes-gev``, or ``--model``
+        naming some of them)."""
+        return BAYES_GEV in self.comparators or bool(self.models)
 
     def check(self) -> None:
         """Refuse bad options before any work: sample size, sampler settings, elasticity, output folder."""
@@ -80,6 +94,9 @@ class RunOptions:
 
         if self.m < 2:
             raise InputError(f"--m {self.m}: the sample size must be >= 2")
+        unknown = [c for c in self.comparators if c not in COMPARATOR_CHOICES]
+        if unknown:
+            raise InputError(f"--comparators {', '.join(unknown)}: expected one of {', '.join(COMPARATOR_CHOICES)}")
         for name, value in self.sampling().items():
             if value < 1:
                 raise InputError(f"--{name} must be >= 1, got {value}")

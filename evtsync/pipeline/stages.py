@@ -49,7 +49,7 @@ from evtsync.core.errors import InputError
 from evtsync.core.tableio import file_sha256
 from evtsync.evt.mlefit import MIN_Z_MLE
 from evtsync.pipeline.engine import NotApplicable, Run, Stage, Unavailable
-from evtsync.pipeline.options import DEMO_OVERRIDES, DEMO_STUDY
+from evtsync.pipeline.options import BAYES_GEV, DEMO_OVERRIDES, DEMO_STUDY, OPT_IN_REASON
 from evtsync.runfolder.layout import (
     FITS,
     SUMMARY_JSON,
@@ -525,7 +525,14 @@ def _load_fit(run: Run, path: Path) -> Any:
     return BayesFit(run.fit_tree(path), fit_path(path))
 
 
+def _opted_out(run: Run) -> dict[str, Any]:
+    """The body of an opt-in comparator's stage in a run that did not ask for it (:data:`OPT_IN_REASON`)."""
+    raise NotApplicable(OPT_IN_REASON)
+
+
 def _stage_compare(run: Run) -> dict[str, Any]:
+    if not run.options.bayes_gev:
+        raise NotApplicable(OPT_IN_REASON)
     trees = _load_trees(run)
     table, verdict = compare_fits(trees)
     run.produced("compare", run.write_table(f"{TABLES}/compare.parquet", table))
@@ -613,8 +620,6 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
 
     run.require("zscores")
     fitted = fitted_models(run.out, run.manifest)
-    if not fitted:
-        raise NotApplicable("no Bayesian fit has results")
     main = main_model(run.out, run.manifest)
     scales = predict.block_scale(run.table(f"{TABLES}/zscores.parquet"))
     ns = predict.domain_sizes(run.options.m, N_MAX)
@@ -635,9 +640,13 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
     ranktail = _ranktail_tau(run, ns, scales)
     if ranktail is not None:
         tau.append(ranktail)
+    if main_fit is None:  # no Bayesian GEV comparator (opt-in): the centred fallback is the GEV MLE of y
+        main_fit, fallback_reason = _mle_centred_fallback(run.table(f"{TABLES}/zscores.parquet"))
+    else:
+        fallback_reason = ""
     choice = _estimator_choice(run, main_fit)
     default = predict_table(choice, predict.tau_table, ns.tolist(), scales, o.m, LEVEL).assign(default_estimate=True)
-    others = pd.concat(tau, ignore_index=True).assign(default_estimate=False)
+    others = (pd.concat(tau, ignore_index=True) if tau else default.iloc[0:0]).assign(default_estimate=False)
     tau_all = pd.concat([default, others], ignore_index=True)
     # the default's fallback rows are the main model's own rows, labelled: one copy of each
     tau_all = tau_all.drop_duplicates([c for c in ("model", "gpu", "precision", "cell", "n") if c in tau_all],
@@ -646,12 +655,13 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
         raise NotApplicable("no fit covers the GPU × precision cells of the z-scores")
     bstar = [predict_table(choice, predict.bandwidth_table, TOPOLOGIES, ns.tolist(), o.alpha_us, size_bytes, scales,
                            o.eps, o.m, LEVEL)]
+    # xi and xi_population are the Bayesian GEV comparators' (none when they did not run: opt-in)
     run.produced("prediction", *(run.write_table(f"{TABLES}/{name}.parquet", pd.concat(parts, ignore_index=True))
                                  for name, parts in (("tau", [tau_all]), ("bstar", bstar), ("xi", xi),
-                                                     ("xi_population", pop), ("block_scale", [scales]))))
-    whatif: dict[str, Any] = {"refused": "no main Bayesian fit"}
-    flops: dict[str, Any] = {"refused": "no main Bayesian fit"}
-    if main_fit is not None and main is not None and "b_us" in tau_all.columns:  # main_fit is main's
+                                                     ("xi_population", pop), ("block_scale", [scales])) if parts))
+    whatif: dict[str, Any] = {"refused": "no GEV fit for the fallback"}
+    flops: dict[str, Any] = {"refused": "no GEV fit for the fallback"}
+    if (main_fit is not None or choice.per_rank is not None) and "b_us" in tau_all.columns:
         from evtsync.pipeline.whatif import flops_tables, whatif_table
 
         presets, whatif = whatif_table(choice, tau_all, o.m)
@@ -659,11 +669,42 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
         for name, table in (("whatif", presets), ("bstar_flops", bstar_flops), ("flops_scaling", scaling)):
             if len(table):
                 run.produced("prediction", run.write_table(f"{TABLES}/{name}.parquet", table))
-    return {"main_model": main, "domain_sizes": ns.tolist(), "bytes": size_bytes, "bytes_source": size_source,
+    return {"main_model": main, "fallback_model": getattr(main_fit, "name", None), "fallback_reason": fallback_reason,
+            "comparators": _comparators_run(run), "domain_sizes": ns.tolist(), "bytes": size_bytes, "bytes_source": size_source,
             "alpha_us": o.alpha_us, "eps": o.eps, "level": LEVEL, "infinite_draws": predict.INFINITE_POLICY,
             "estimator": choice.describe(), "estimator_note": default.attrs.get("estimator_note", ""),
             "workloads_lacking": _workloads_lacking(run, run.table(f"{TABLES}/zscores.parquet")),
             "whatif": whatif, "flops": flops}
+
+
+def _mle_centred_fallback(z: pd.DataFrame) -> tuple[Any, str]:
+    """The centred fallback of the default estimator in a run without the Bayesian GEV comparators
+    (opt-in, issue 48): the GEV maximum-likelihood fit per GPU × precision of the centred maxima y
+    (:func:`evtsync.evt.mlefit.mle_cell_table`, as the out-of-sample check's fallback), and why it is
+    the fallback; (None, why) when no cell has enough z-scores for it."""
+    from evtsync.evt.mlefit import MleCellFit, mle_cell_table
+
+    reason = f"the Bayesian GEV comparators did not run ({OPT_IN_REASON}): the centred fallback is the GEV MLE of y"
+    table = mle_cell_table(z, ("gpu", "precision"), column="y", level=LEVEL, min_n=MIN_Z_MLE)
+    try:
+        return MleCellFit(table, family="gev"), reason
+    except InputError as exc:
+        return None, f"{reason}, which has no cell ({exc})"
+
+
+def _comparators_run(run: Run) -> dict[str, str]:
+    """Each comparator of the run and whether it ran: ``ran`` or the reason it did not (the report's
+    comparator section and summary.json say which ran and how to get the opt-in ones)."""
+    def status(name: str) -> str:
+        entry = run.stage_entry(name)
+        return "ran" if entry.get("status") == "done" else str(entry.get("reason") or entry.get("status") or "did not run")
+
+    fits = [n for n in run.manifest.get("stage_order", []) if n.startswith("fit-")]
+    bayes = ("ran" if any(run.done(n) for n in fits) else
+             OPT_IN_REASON if not run.options.bayes_gev else
+             "; ".join(f"{n}: {status(n)}" for n in fits) or "no model specification")
+    return {"mle": status("mle"), "paper": status("mle"), "ranktail": "ran" if run.done("zscores") else status("zscores"),
+            BAYES_GEV: bayes}
 
 
 def _estimator_choice(run: Run, main_fit: Any) -> Any:
@@ -671,14 +712,15 @@ def _estimator_choice(run: Run, main_fit: Any) -> Any:
     ``fits/rankmodel.nc``) with the main GEV model's centred estimator as its labelled fallback
     (:func:`evtsync.predict.estimator.choose_estimator`): every row of a cell the rank model refused
     (too few rank values), and every row when the stage has no results (its reason in each row)."""
-    from evtsync.evt.rankmodel import RankModelPrediction, load_rank_model
     from evtsync.predict.estimator import choose_estimator
 
     if run.done("rankmodel"):
-        fitted = RankModelPrediction(load_rank_model(run.path(RANKMODEL_FIT)), seed=DEFAULT_SEED)
+        fitted = run.rank_model(RANKMODEL_FIT, DEFAULT_SEED)  # read once, its draws shared by both stages
         return choose_estimator(None, gev=main_fit, fitted=fitted, source=RANKMODEL_FIT, seed=DEFAULT_SEED)
     entry = run.stage_entry("rankmodel")
     reason = f"the rankmodel stage has no results ({entry.get('reason') or entry.get('status') or 'did not run'})"
+    if main_fit is None:  # no GEV fit to fall back to (the Bayesian comparators opt-in, no MLE cell)
+        raise NotApplicable(f"no estimator of tau(n): {reason}, and no GEV fit of the centred maxima to fall back to")
     return choose_estimator(None, gev=main_fit, unavailable=reason, seed=DEFAULT_SEED)
 
 
@@ -730,14 +772,15 @@ def _stage_predicted_vs_measured(run: Run) -> dict[str, Any]:
 
     run.require("zscores", "prediction")
     main = main_model(run.out, run.manifest)
-    if main is None:
-        raise NotApplicable("no Bayesian fit has results")
     attribution = run.table(f"{TABLES}/attribution_collectives.parquet") if run.done("attribution") else None
     measured, selection = predict.measured_delays(run.table(f"{TABLES}/zscores.parquet"),
                                                   run.table(f"{TABLES}/tax_collectives.parquet"), attribution)
     if measured.empty:
         raise NotApplicable(f"no {selection}")
-    fit = _load_fit(run, fitted_models(run.out, run.manifest)[main])
+    if main is not None:
+        fit = _load_fit(run, fitted_models(run.out, run.manifest)[main])
+    else:  # no Bayesian GEV comparator (opt-in): the centred fallback is the GEV MLE of y, as in prediction
+        fit, _ = _mle_centred_fallback(run.table(f"{TABLES}/zscores.parquet"))
     choice = _estimator_choice(run, fit)
     table = predict_table(choice, predict.predicted_vs_measured, measured, run.options.m, LEVEL,
                           source="predicted-vs-measured")
@@ -745,7 +788,7 @@ def _stage_predicted_vs_measured(run: Run) -> dict[str, Any]:
         raise NotApplicable(f"no {selection} in a group whose size is a multiple of m = {run.options.m} "
                             f"and whose cell the fit has ({table.attrs['skipped']})")
     run.produced("predicted-vs-measured", run.write_table(f"{TABLES}/predicted_vs_measured.parquet", table))
-    hold, note = _holdout(run, fit.family, attribution)
+    hold, note = _holdout(run, fit.family if fit is not None else "gev", attribution)
     if hold is not None:
         run.produced("predicted-vs-measured", run.write_table(f"{TABLES}/predicted_vs_measured_holdout.parquet", hold))
     estimators = sorted(set(table["estimator"].astype(str))) if "estimator" in table else []
@@ -835,12 +878,15 @@ def _stage_summary(run: Run) -> dict[str, Any]:
 
 
 def _stage_report(run: Run) -> dict[str, Any]:
+    from evtsync.report.context import FIGURE_WORKER_CPU
     from evtsync.report.html import build_report
 
     run.save_manifest()
+    pools = len(FIGURE_WORKER_CPU)
     # --jobs sizes the figure processes too (1: every figure drawn in this process)
     written = build_report(run.out, run.out, load_fit=run.fit_tree, workers=run.options.jobs,
                            figure_cache=run.options.figure_cache)
+    run.add_worker_cpu("report", sum(FIGURE_WORKER_CPU[pools:]))  # the figure workers' drawing is the stage's
     run.produced("report", *[str(Path(p).relative_to(run.out)) for p in written])
     return {"files": len(written)}
 
@@ -876,7 +922,13 @@ def build_stages(run: Run) -> list[Stage]:
         Stage("mle", _stage_mle, ("zscores",), lambda r: {"level": LEVEL, "min": MIN_Z_MLE}, shareable=True),
     ]
     models = _model_paths(run)
-    if models:
+    if not o.bayes_gev:
+        # the Bayesian GEV comparators are opt-in (issue 48): each fit stage is listed with why it did
+        # not run (the report, summary.json and `evtsync diff` say so), no pool is opened for them
+        stages += [Stage(f"fit-{path.stem}", _opted_out, (), lambda r: {"comparators": sorted(o.comparators)})
+                   for path in models]
+        models = []
+    elif models:
         from evtsync.evt.bayesfit import require_netcdf_engine
 
         require_netcdf_engine()  # the fits' file engine, before the run starts rather than after sampling
@@ -889,18 +941,19 @@ def build_stages(run: Run) -> list[Stage]:
                                                                      "seed": o.seed, "sampler": o.sampler,
                                                                      "min": MIN_Z_BAYES}, text=text, path=str(path)),
                             job=job, job_warm_up=_warm_up_fits, shareable=o.seed is not None))
-    fit_names = tuple(f"fit-{p.stem}" for p in models)
+    fit_names = tuple(s.name for s in stages if s.name.startswith("fit-"))
     stages += [
         # the rank model: the run's estimator of tau(n) (a random seed, None, is never shared)
         Stage("rankmodel", _stage_rankmodel, ("zscores",),
               lambda r: {**_rankmodel_settings(r), "seed": o.seed, "level": LEVEL}, shareable=o.seed is not None),
-        Stage("compare", _stage_compare, fit_names, none, shareable=True),
+        Stage("compare", _stage_compare, fit_names, lambda r: {"bayes_gev": o.bayes_gev}, shareable=True),
+        # with or without the Bayesian GEV comparators (their statuses are in the key too): never the other's
         Stage("prediction", _stage_prediction, ("zscores", "tax", "mle", "compare", "rankmodel", *fit_names),
                lambda r: {"m": o.m, "alpha": o.alpha_us, "bytes": o.bytes, "eps": o.eps, "level": LEVEL,
-                          "n_max": N_MAX}, shareable=True),
+                          "n_max": N_MAX, "bayes_gev": o.bayes_gev}, shareable=True),
         Stage("predicted-vs-measured", _stage_predicted_vs_measured,
                ("zscores", "tax", "attribution", "prediction", "compare", "rankmodel", *fit_names),
-               lambda r: {"m": o.m, "level": LEVEL}, shareable=True),
+               lambda r: {"m": o.m, "level": LEVEL, "bayes_gev": o.bayes_gev}, shareable=True),
     ]
     stages.append(Stage("summary", _stage_summary, tuple(s.name for s in stages), none))
     if o.report:

@@ -205,7 +205,7 @@ def choose_estimator(estimator: str | None = None, *, gev: Any = None, zscores: 
         gev = as_fit(gev)
     if not wanted.per_rank:
         if gev is None:
-            raise InputError(f"the {asked} estimator needs a GEV fit (of {wanted.column}); a z-score table alone "
+            raise InputError(f"the {asked} estimator needs {wanted.needs}; a z-score table alone "
                              f"gives only the {' or '.join(e for e in registry.names() if registry.get(e).per_rank)} "
                              "estimator")
         check_estimator(gev, asked)

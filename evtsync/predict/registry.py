@@ -154,7 +154,8 @@ class Centred(Estimator):
                "ranks as the GEV extrapolates it (biased at large n for normal and Student-t ranks: the study in "
                "docs/bayesian.md; the fallback of the default)")
     interval = "posterior of the GEV model: credible interval"
-    needs = "a GEV fit of y (a run folder's main model, or a fit folder of `evtsync fit`)"
+    needs = ("a GEV fit of y (a run folder's main model: the Bayesian GEV comparators, opt-in with `evtsync run "
+             "--comparators bayes-gev`; or a fit folder of `evtsync fit`)")
     refit = ("refit with a model whose data.column is 'y' (the shipped models; a z-score table written by "
              "`evtsync blocks` before the centred maximum existed lacks y: rerun blocks), or ask for --estimator "
              "paper (biased low at n > m)")

@@ -741,8 +741,8 @@ class RunFit:
     """A run folder's main Bayesian fit with what its prediction stage used: b per cell and the
     B* inputs (alpha, S, eps, m) of ``evtsync run``."""
 
-    path: Any
-    model: str
+    path: Any  # the main Bayesian fit, None in a run without one (the rank model's alone)
+    model: str | None
     block_sd_us: dict[str, float]
     alpha_us: float | None
     size_bytes: float | None
@@ -827,15 +827,21 @@ def _per_rank_fit(side: str, run: RunFit, wanted: Any, seed: int) -> Any:
 
 
 def _main_fit(run: RunFit) -> Any:
-    """A run's main Bayesian fit (the one :func:`fit_of_run` found)."""
+    """A run's main Bayesian fit (the one :func:`fit_of_run` found); ``InputError`` for a run that
+    fitted none (the Bayesian GEV comparators are opt-in: ``evtsync run --comparators bayes-gev``)."""
+    from evtsync.core.defaults import OPT_IN_REASON
     from evtsync.evt.bayesfit import BayesFit
 
+    if run.path is None:
+        raise InputError(f"diff: {run.run_dir} has no Bayesian GEV fit, the centred estimator's input (the comparator "
+                         f"fits were {OPT_IN_REASON}, or did not finish)")
     return BayesFit.load(run.path)
 
 
 def fit_of_run(run_dir) -> RunFit | None:
-    """The main fit of a run folder (:func:`evtsync.runfolder.layout.main_model`), or None when
-    the run has no Bayesian fit with results.
+    """The main fit of a run folder (:func:`evtsync.runfolder.layout.main_model`; ``path`` None when it
+    has none but its rank model finished: the Bayesian GEV comparators are opt-in), or None when the
+    run has neither.
 
     ``block_sd_us``: b per cell name ("GPU|precision") from the run's ``block_scale`` table (a
     pooled fit's one cell gets the median over the cells, said in the caller); alpha, S and eps
@@ -855,9 +861,10 @@ def fit_of_run(run_dir) -> RunFit | None:
     run_dir = Path(run_dir)
     manifest = read_verified_manifest(run_dir)
     name = main_model(run_dir, manifest)
-    if name is None:
+    if name is None and manifest.get("stages", {}).get("rankmodel", {}).get("status") != "done":
         return None
-    path = fitted_models(run_dir, manifest)[name]
+    # a run without the Bayesian GEV comparators (opt-in, issue 48): the rank model alone (path None)
+    path = fitted_models(run_dir, manifest)[name] if name is not None else None
     scales_path = table_path(run_dir, "block_scale")
     scales: dict[str, float] = {}
     if scales_path.is_file():

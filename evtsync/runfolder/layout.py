@@ -368,6 +368,9 @@ def next_step(stage: str, reason: str) -> str:
                 "are listed in the Inputs table; docs/blocks.md).")
     if "not installed" in text:
         return "Next: install the module named above into this environment and rerun `evtsync run`."
+    if "opt-in: --comparators" in text:
+        return ("Next: `evtsync run --comparators bayes-gev` with the same --out fits the Bayesian GEV comparators "
+                "(the other stages are reused; on the demo ~55 s more CPU).")
     if "nothing to compare" in text:
         return ("Next: fit a Gumbel and a free-shape model (the default model set does both; do not restrict "
                 "`--model` to one) to compare them.")

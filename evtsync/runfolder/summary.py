@@ -35,6 +35,7 @@ from evtsync.evt.families import (  # noqa: F401 - the verdicts are summary voca
     tail_verdict,
 )
 from evtsync.runfolder.layout import (
+    STATUS_DONE,
     STATUS_TEXT,
     SUMMARY_JSON,
     TABLES,
@@ -317,9 +318,11 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
                 fit_ok = bool(r["converged"])
             else:
                 notes.append(f"no cell of {model} for {gpu} {precision}")
-        else:
+        elif stages.get("prediction", {}).get("status") != STATUS_DONE:
             notes.append(f"xi, tau(n) and B*: {why('prediction')}")
-        if tau is not None and model is not None and len(tau):
+        # (a run without the Bayesian GEV comparators, opt-in: the rank model's xi below is the row's, and
+        # info["comparators"] says which comparators ran)
+        if tau is not None and len(tau) and (model is not None or "default_estimate" in tau):
             # the default estimator's rows (ranktail, or the main model's labelled fallback: issue 29);
             # a run written before tau.parquet marked them: the main model's
             chosen = (tau["default_estimate"].astype(bool) if "default_estimate" in tau else tau["model"] == model)
@@ -378,7 +381,7 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
                 notes.append(f"step time without stragglers: {len(wc)} jobs in this cell, per job in summary.json "
                              "(jobs) and tables/whatif_jobs.parquet")
         if not fit_ok:
-            notes.insert(0, f"fit {model} NOT converged: xi, tau and B* are unreliable")
+            notes.insert(0, f"fit {model or row.get('estimator_model', '')} NOT converged: xi, tau and B* are unreliable")
         rank = rank_rows.get((str(gpu), str(precision)))
         if rank:  # the rank model's verdict (xi of the rank times' tail) and slow ranks replace the comparators'
             row.update(rank)
@@ -393,11 +396,12 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
     # centred estimator as its labelled fallback)
     chosen_all = (None if tau is None else tau["default_estimate"].astype(bool) if "default_estimate" in tau
                   else tau["model"] == model)
-    estimators = (sorted(set(tau.loc[chosen_all, "estimator"].astype(str)))
-                  if tau is not None and model is not None and "estimator" in tau else [])
-    points = ({str(e): point_words(part) for e, part in
-               tau[chosen_all].groupby(tau.loc[chosen_all, "estimator"].astype(str), sort=True)}
-              if tau is not None and model is not None and "estimator" in tau else {})
+    estimators: list[str] = []
+    points: dict[str, Any] = {}
+    if tau is not None and "estimator" in tau and (model is not None or "default_estimate" in tau):
+        estimators = sorted(set(tau.loc[chosen_all, "estimator"].astype(str)))
+        points = {str(e): point_words(part) for e, part in
+                  tau[chosen_all].groupby(tau.loc[chosen_all, "estimator"].astype(str), sort=True)}
     rank_loo = rank_block.get("loo")
     info = {"n": n, "model": model, "estimator": ", ".join(estimators) or None, "point_estimate": points,
             # the LOO line: the rank model's xi free vs xi = 0 where it ran; the GEV fits of block maxima
@@ -408,6 +412,8 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
             "loo_and_tail": reconcile_loo_tail(rank_loo_frame(rank_loo) if rank_loo else compare,
                                                [str(r.get("verdict") or "") for r in rows]),
             "rank_model": rank_block,
+            # the comparators of the run: each "ran" or why not (the Bayesian GEV fits are opt-in, issue 48)
+            "comparators": stages.get("prediction", {}).get("summary", {}).get("comparators", {}),
             # per job: measured step time, predicted without stragglers, slowdown S (docs/critical-path.md §8)
             "jobs": [] if whatif is None else [
                 {"workload": str(r["workload"]), "gpu": str(r["gpu"]), "step_time_ms": float(r["step_time_ms"]),

@@ -15,7 +15,7 @@ from evtsync.report.markdown import (
     Table,
     fmt,
 )
-from evtsync.report.sections.xi import COMPARATORS, rank_model_missing
+from evtsync.report.sections.xi import COMPARATORS, comparators_ran, rank_model_missing
 
 
 def rank_items(ctx: ReportContext) -> list[Any]:
@@ -46,7 +46,8 @@ def build(ctx: ReportContext) -> list[Section]:
     items = rank_items(ctx)
     table = ctx.table("compare")
     if table is None:
-        items.append(Caption(f"{COMPARATORS}: " + ctx.why_not("compare")))
+        ran = comparators_ran(ctx)
+        items.append(Caption(f"{COMPARATORS}: " + ctx.why_not("compare") + (f" {ran}" if ran else "")))
         return [Section("Model comparison", items, anchor="compare")]
     verdict = ctx.stage("compare").get("summary", {}).get("verdict", "")
     shown = pd.DataFrame({

@@ -409,7 +409,9 @@ def methods_text(rank: dict[str, Any], info: dict[str, Any], model: str | None, 
                 f"(xi free vs xi = 0) are its"
                 + (f"; tau(n) is for {fleet}" if fleet else "")
                 + (". It " + not_converged_words(str(rank.get("convergence"))) if rank.get("converged") is False else "")
-                + f". The GEV fits of block maxima ({model or 'none'}) are comparators, not the headline.")
+                + (f". The GEV fits of block maxima ({model}) are comparators, not the headline." if model else
+                   ". The Bayesian GEV fits of block maxima, comparators only, did not run (opt-in: "
+                   "--comparators bayes-gev); the GEV MLE, the paper's estimator and ranktail are the comparators."))
     reason = rank.get("reason") or "not in this run folder"
     return (f"The hierarchical rank model is not in this run: {reason}. The tail verdicts and LOO below are the GEV "
             "fits' of block maxima and ranktail's.")

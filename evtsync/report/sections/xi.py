@@ -24,6 +24,27 @@ from evtsync.report.markdown import (
 COMPARATORS = "Comparators (GEV of block maxima) — not the headline"
 
 
+def comparators_ran(ctx: ReportContext) -> str:
+    """Which comparators the run computed and how to get the opt-in ones, in one sentence (the
+    prediction stage's ``comparators``: each "ran" or why not; issue 48), "" for a run written before."""
+    from evtsync.core.defaults import BAYES_GEV, COMPARATOR_CHOICES
+
+    done = ctx.stage("prediction").get("summary", {}).get("comparators") or {}
+    if not done:
+        return ""
+    words = {"mle": "the GEV MLE per GPU × precision (each GPU's section)", "paper": "the paper's estimator (tau(n) "
+             "section)", "ranktail": "ranktail (tau(n) section)", BAYES_GEV: "the Bayesian GEV fits of block maxima"}
+    ran = [words.get(k, k) for k, v in done.items() if v == "ran"]
+    not_ran = [f"{words.get(k, k)}: {v}" for k, v in done.items() if v != "ran"]
+    text = f"Comparators computed in this run: {', '.join(ran) or 'none'}."
+    if not_ran:
+        text += " Not computed: " + "; ".join(not_ran) + "."
+    if done.get(BAYES_GEV) != "ran":
+        text += (f" `evtsync run --comparators {BAYES_GEV}` (the same --out: finished stages are reused) adds "
+                 f"{COMPARATOR_CHOICES[BAYES_GEV]}.")
+    return text
+
+
 def rank_model_missing(ctx: ReportContext, what: str, name: str) -> Skipped:
     """Why the rank model's ``tables/<name>.parquet`` is not in the run folder: its stage's reason (from
     the manifest), or that the run was made before the stage existed."""
@@ -82,7 +103,8 @@ def build(ctx: ReportContext) -> list[Section]:
     pop = ctx.table("xi_population")
     items: list[Any] = rank_items(ctx)
     if xi is None or xi.empty:
-        items.append(ctx.why_not("prediction"))
+        ran = comparators_ran(ctx) if ctx.stage("prediction").get("status") == "done" else ""
+        items.append(Caption(f"{COMPARATORS}: {ran}") if ran else ctx.why_not("prediction"))
         return [Section("Shape parameter xi per device and precision", items, anchor="xi")]
     items.append(Caption(f"{COMPARATORS}: the shape xi of the GEV fitted to block maxima of m ranks (the paper's "
                          "model and the hierarchical GEV), shown beside the rank model for comparison."))
