@@ -342,7 +342,8 @@ def _interval_name(table: pd.DataFrame) -> str:
         return "interval"
     fallback = table["estimator_note"].fillna("").astype(str) != "" if "estimator_note" in table else None
     words = registry.interval_words(table["estimator"].astype(str),
-                                    table.loc[fallback, "estimator"].astype(str) if fallback is not None else ())
+                                    table.loc[fallback, "estimator"].astype(str) if fallback is not None else (),
+                                    table["model"].astype(str) if "model" in table else None)
     return f"interval: {words}"
 
 

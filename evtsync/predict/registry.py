@@ -130,6 +130,12 @@ class Estimator:
         return predicted_tax_curve_us(np.asarray(b_us, dtype=float)[None, :], mu[:, idx], sigma[:, idx], xi[:, idx],
                                       list(n), m)
 
+    def interval_of(self, model: str = "") -> str:
+        """How its intervals are made for rows whose fit is ``model`` (a table's ``model`` column):
+        :attr:`interval`, unless the fit behind them makes them another way."""
+        del model
+        return self.interval
+
     def describe(self) -> dict[str, Any]:
         """Its record (docs and the run's manifest): every attribute above by name."""
         return {"name": self.name, "column": self.column, "meaning": self.meaning, "interval": self.interval,
@@ -161,6 +167,14 @@ class Centred(Estimator):
              "paper (biased low at n > m)")
     per_model = True
     shape_words = "xi of the GEV of the centred block maxima"
+    #: Its intervals when the fit is a GEV MLE of y (``mle-gev``: the fallback of a run without the
+    #: Bayesian GEV comparators, evtsync.evt.mlefit.MleCellFit), not a posterior.
+    mle_interval = ("GEV MLE of y per cell: approximate confidence interval (parameter draws from the MLE's "
+                    "asymptotic normal)")
+
+    def interval_of(self, model: str = "") -> str:
+        """A posterior's credible interval, or the MLE's approximate interval where the rows' fit is an MLE."""
+        return self.mle_interval if str(model).startswith("mle-") else self.interval
 
     def load_run(self, run: RunFolder, *, seed: int = 0) -> Any:
         """The run's main Bayesian model (:func:`evtsync.runfolder.layout.main_model`); None when it has none."""
@@ -328,14 +342,18 @@ def of_model(model: str) -> Estimator:
     return found or next(e for e in _REGISTRY.values() if e.per_model)
 
 
-def interval_words(estimators: Any, fallback_rows: Any = ()) -> str:
+def interval_words(estimators: Any, fallback_rows: Any = (), models: Any = None) -> str:
     """How the intervals of rows by ``estimators`` (a name, names, or a table's ``estimator`` column)
     are made, each estimator with its own wording ("ranktail: GPD grid posterior ...; centred
     (fallback rows): posterior of the GEV model: credible interval"); ``fallback_rows`` names the
-    estimators whose rows here are another's fallback."""
+    estimators whose rows here are another's fallback; ``models`` (the rows' ``model`` column, aligned
+    with ``estimators``) words each estimator by the fit its rows come from
+    (:meth:`Estimator.interval_of`: a GEV MLE's interval is not a posterior's)."""
     shown = [estimators] if isinstance(estimators, str) else [str(e) for e in estimators]
-    unique = list(dict.fromkeys(e for e in shown if e in _REGISTRY))
+    fits = [""] * len(shown) if models is None else [str(m) for m in models]
+    pairs = list(dict.fromkeys((e, m) for e, m in zip(shown, fits, strict=True) if e in _REGISTRY))
+    words = list(dict.fromkeys((e, _REGISTRY[e].interval_of(m)) for e, m in pairs))
     fallback = {str(e) for e in fallback_rows}
-    if len(unique) == 1 and not fallback:
-        return _REGISTRY[unique[0]].interval
-    return "; ".join(f"{e}{' (fallback rows)' if e in fallback else ''}: {_REGISTRY[e].interval}" for e in unique)
+    if len(words) == 1 and not fallback:
+        return words[0][1]
+    return "; ".join(f"{e}{' (fallback rows)' if e in fallback else ''}: {w}" for e, w in words)

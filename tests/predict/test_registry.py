@@ -139,3 +139,18 @@ def test_a_run_folder_without_what_an_estimator_needs_is_refused_by_name(tmp_pat
     assert registry.get("centred").load_run(run_folder(tmp_path, {})) is None  # no Bayesian fit: no main model
     with pytest.raises(InputError, match="needs a GEV fit of y"):
         registry.get("centred").load_table(pd.DataFrame({"u": [0.0]}))
+
+
+def test_interval_words_follow_the_fit_behind_the_rows() -> None:
+    # a run without the Bayesian GEV comparators falls back to the GEV MLE of y (model "mle-gev"): its
+    # rows' intervals are an MLE's approximate ones, never called a posterior's credible interval
+    words = registry.interval_words(["rankmodel", "rankmodel", "centred"], ["centred"],
+                                    ["rankmodel", "rankmodel", "mle-gev"])
+    assert words == ("rankmodel: posterior of the rank model (nutpie, 4 chains): credible interval; "
+                     "centred (fallback rows): GEV MLE of y per cell: approximate confidence interval "
+                     "(parameter draws from the MLE's asymptotic normal)")
+    assert registry.interval_words("centred", (), ["gev-hier-gpu-precision"]) == \
+        "posterior of the GEV model: credible interval"
+    assert "credible" not in registry.interval_words(["centred"], (), ["mle-gev"])
+    # without the model column the estimator's own wording (tables written before it)
+    assert registry.interval_words(["centred"]) == "posterior of the GEV model: credible interval"

@@ -116,7 +116,8 @@ def _interval_words(table: pd.DataFrame, name: str) -> str:
         return registry.interval_words(name)
     notes = (table["estimator_note"].fillna("").astype(str) != "" if "estimator_note" in table
              else pd.Series(False, index=table.index))
-    return registry.interval_words(table["estimator"].astype(str), table.loc[notes, "estimator"].astype(str))
+    return registry.interval_words(table["estimator"].astype(str), table.loc[notes, "estimator"].astype(str),
+                                   table["model"].astype(str) if "model" in table else None)
 
 
 def _estimators_of(table: pd.DataFrame) -> str:
