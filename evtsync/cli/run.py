@@ -106,7 +106,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     fit.add_argument("--sampler", choices=SAMPLERS, default=DEFAULT_SAMPLER,
                      help=f"NUTS sampler (default {DEFAULT_SAMPLER})")
     fit.add_argument("--models-dir", metavar="DIR", default=None,
-                     help="folder of model specifications (default: the models shipped with evtsync; see `evtsync models`)")
+                     help="folder of model specifications (default: the models shipped with evtsync; see `evtsync models`); "
+                          "its rankmodel.toml, when it has one, is the rank model's (else the shipped one)")
     fit.add_argument("--model", dest="models", action=ListOption, default=[], metavar="NAME",
                      examples=("gumbel", "frechet"),
                      help="fit only these models of the models folder (space or comma separated, repeatable; "

@@ -179,3 +179,9 @@ COMPARATOR_CHOICES: dict[str, str] = {
 }
 #: The reason recorded for a stage of an opt-in comparator a run did not ask for (never silently absent).
 OPT_IN_REASON = "not run (opt-in: --comparators " + BAYES_GEV + ")"
+
+#: The ``family`` of the rank model's specification (``models/rankmodel.toml``): not a GEV family, so
+#: :func:`evtsync.evt.spec.parse_spec` refuses it and :func:`evtsync.evt.catalog.model_paths` leaves it out.
+RANK_FAMILY = "rankmodel"
+#: The rank model's specification file in a models folder.
+RANK_SPEC_FILE = "rankmodel.toml"

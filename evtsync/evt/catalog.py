@@ -63,7 +63,7 @@ def model_paths(folder: str | os.PathLike[str] | None = None) -> list[Path]:
     """The GEV model specifications of a models folder (its ``*.toml`` files), sorted by name: the
     rank model's specification (``family = "rankmodel"``, :func:`evtsync.evt.spec.load_rank_spec`)
     is not one of them; :func:`list_models` lists it too."""
-    from evtsync.evt.spec import RANK_FAMILY
+    from evtsync.core.defaults import RANK_FAMILY
 
     return [p for p in _toml_paths(folder) if _read(p).get("family") != RANK_FAMILY]
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, cast
 
-from evtsync.core.defaults import DEFAULT_SAMPLER, SAMPLERS
+from evtsync.core.defaults import DEFAULT_SAMPLER, RANK_FAMILY, RANK_SPEC_FILE, SAMPLERS
 from evtsync.core.errors import InputError, ModelSpecError
 from evtsync.evt.families import FAMILIES
 from evtsync.evt.families import family as family_of
@@ -460,11 +460,9 @@ def _read_spec(p: Path, what: str) -> str:
 
 # --------------------------------------------------------------------------------------------- the rank model
 
-#: The ``family`` of the rank model's specification (``models/rankmodel.toml``): not a GEV family,
-#: so :func:`parse_spec` refuses it and :func:`evtsync.evt.catalog.model_paths` leaves it out.
-RANK_FAMILY = "rankmodel"
-#: The rank model's specification file in a models folder.
-RANK_SPEC_FILE = "rankmodel.toml"
+# RANK_FAMILY (the ``family`` of the rank model's specification: not a GEV family, so :func:`parse_spec`
+# refuses it and :func:`evtsync.evt.catalog.model_paths` leaves it out) and RANK_SPEC_FILE (its file in a
+# models folder) live in evtsync.core.defaults, which the catalog reads without importing this module.
 _RANK_TOP_KEYS = {"name", "family", "description", "xi", "sigma", "rho", "sampling"}
 _RANK_XI_KEYS = {"prior", "spread_prior"}
 _RANK_SIGMA_KEYS = {"population_sd_prior"}

@@ -544,14 +544,33 @@ RANKMODEL_FIT = f"{FITS}/rankmodel.nc"
 RANKMODEL_GUMBEL_FIT = f"{FITS}/rankmodel-gumbel.nc"
 
 
-def _rankmodel_settings(run: Run) -> dict[str, Any]:
-    """The rank model's sampler settings in a run: the user's flags, else its own
-    (:data:`evtsync.evt.rankmodel.RANKMODEL_DRAWS` draws, the default tune and chains), and the seed
-    (the run's; a random one when it has none, never shared)."""
-    from evtsync.core.defaults import DEFAULT_CHAINS, DEFAULT_TUNE
-    from evtsync.evt.rankmodel import RANKMODEL_DRAWS
+def _rankmodel_spec(run: Run) -> Path:
+    """The rank model's specification of a run: ``rankmodel.toml`` of ``--models-dir`` when that folder
+    holds one, else the shipped ``models/rankmodel.toml`` (:func:`evtsync.evt.spec.load_rank_spec`)."""
+    from evtsync.evt.catalog import default_models_dir
+    from evtsync.evt.spec import RANK_SPEC_FILE
 
-    return run.options.sampling({"draws": RANKMODEL_DRAWS, "tune": DEFAULT_TUNE, "chains": DEFAULT_CHAINS})
+    if run.options.models_dir is not None and (Path(run.options.models_dir) / RANK_SPEC_FILE).is_file():
+        return Path(run.options.models_dir) / RANK_SPEC_FILE
+    return default_models_dir() / RANK_SPEC_FILE
+
+
+def _rankmodel_settings(run: Run) -> dict[str, Any]:
+    """The rank model's specification file (``spec``: :func:`_rankmodel_spec`) and sampler settings in
+    a run: the user's flags, else the specification's draws, tuning steps and chains."""
+    from evtsync.evt.spec import load_rank_spec
+
+    path = _rankmodel_spec(run)
+    spec = load_rank_spec(path)
+    return {"spec": str(path), **run.options.sampling({"draws": spec.draws, "tune": spec.tune, "chains": spec.chains})}
+
+
+def _rankmodel_params(run: Run) -> dict[str, Any]:
+    """The rankmodel stage's parameters (its result key): the settings and the specification's text,
+    so a changed prior is never served a fit made under another (the path alone would not say)."""
+    settings = _rankmodel_settings(run)
+    return {**settings, "spec_text": Path(settings["spec"]).read_text(encoding="utf-8"), "seed": run.options.seed,
+            "level": LEVEL}
 
 
 def _stage_rankmodel(run: Run) -> dict[str, Any]:
@@ -945,7 +964,7 @@ def build_stages(run: Run) -> list[Stage]:
     stages += [
         # the rank model: the run's estimator of tau(n) (a random seed, None, is never shared)
         Stage("rankmodel", _stage_rankmodel, ("zscores",),
-              lambda r: {**_rankmodel_settings(r), "seed": o.seed, "level": LEVEL}, shareable=o.seed is not None),
+              _rankmodel_params, shareable=o.seed is not None),
         Stage("compare", _stage_compare, fit_names, lambda r: {"bayes_gev": o.bayes_gev}, shareable=True),
         # with or without the Bayesian GEV comparators (their statuses are in the key too): never the other's
         Stage("prediction", _stage_prediction, ("zscores", "tax", "mle", "compare", "rankmodel", *fit_names),
