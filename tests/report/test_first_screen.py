@@ -175,6 +175,11 @@ def test_demo_note_says_the_settings_are_a_real_runs() -> None:
     assert "the same as a real run's" in summary_sec.demo_note(real)
     short = summary_sec.demo_note({"sampling": {"draws": 60, "tune": 60, "chains": 2}})
     assert "60 draws" in short and f"a real run's defaults: {DEFAULT_DRAWS}" in short
+    assert "rank model" not in short  # a manifest without the rankmodel stage: nothing said of it
+    # the headline's settings are the rank model's own, as its stage recorded them
+    ranked = summary_sec.demo_note({**real, "stages": {"rankmodel": {"summary": {"draws": 2000, "tune": 1000,
+                                                                                 "chains": 4}}}})
+    assert "the rank model (the headline) fitted with 2000 draws, 1000 tuning steps, 4 chains" in ranked
 
 
 def test_sections_keep_plain_text_items() -> None:

@@ -170,9 +170,13 @@ def demo_note(manifest: dict[str, Any]) -> str:
     used = (s.get("draws"), s.get("tune"), s.get("chains"))
     real = (DEFAULT_DRAWS, DEFAULT_TUNE, DEFAULT_CHAINS)
     same = "the same as a real run's" if used == real else f"a real run's defaults: {real[0]} / {real[1]} / {real[2]}"
-    return (f"The bundled demo: a synthetic study with known truth (see \"Estimates vs ground truth\"), fitted with "
-            f"{used[0]} draws, {used[1]} tuning steps, {used[2]} chains ({same}) where a model's own [sampling] table "
-            "does not ask for others (the main model's does: each fit records its own, see the convergence table).")
+    rank = ((manifest.get("stages", {}).get("rankmodel") or {}).get("summary") or {})
+    model = (f"the rank model (the headline) fitted with {rank['draws']} draws, {rank['tune']} tuning steps, "
+             f"{rank['chains']} chains (its specification's, models/rankmodel.toml, unless --draws/--tune/--chains "
+             "set others); " if all(k in rank for k in ("draws", "tune", "chains")) else "")
+    return (f"The bundled demo: a synthetic study with known truth (see \"Estimates vs ground truth\"): {model}"
+            f"the Bayesian GEV comparators, where run, with {used[0]} draws, {used[1]} tuning steps, {used[2]} chains "
+            f"({same}) unless a model's own [sampling] table asks for others (each fit records its own).")
 
 
 def cell_label(r: dict[str, Any]) -> str:
