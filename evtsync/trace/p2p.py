@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import logging
-import zlib
 from pathlib import Path
 
 import pandas as pd
 
+from evtsync.trace.decode import _Source
 from evtsync.trace.tables import C10D_P2P_NAMES
 
 log = logging.getLogger(__name__)
@@ -26,15 +26,19 @@ _DECODER = json.JSONDecoder()
 
 
 def _text(path: Path) -> str:
-    """The file's decompressed text (gzip or plain); a truncated gzip gives what it holds."""
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = zlib.decompressobj(wbits=31).decompress(raw)
-        except zlib.error as exc:
-            log.warning("%s: %s; point-to-point peers read from the data before it", path, exc)
-            return ""
-    return raw.decode("utf-8", errors="replace")
+    """The file's decompressed text, read through the trace decoder's source
+    (:class:`evtsync.trace.decode._Source`: plain or gzip, multi-member gzip included); a truncated or
+    corrupt gzip gives what it holds before the damage, with a warning."""
+    source = _Source(path)
+    try:
+        parts = []
+        while block := source.read(1 << 20):
+            parts.append(block)
+    finally:
+        source.close()
+    if source.eof_error:
+        log.warning("%s: %s; point-to-point peers read from the data before it", path, source.eof_error)
+    return b"".join(parts).decode("utf-8", errors="replace")
 
 
 def read_p2p_peers(path: str | Path) -> tuple[pd.DataFrame, dict[str, int]]:

@@ -70,3 +70,15 @@ def test_kineto_p2p_peers_of_damaged_files_are_counted_or_empty(tmp_path):
     full, _ = read_p2p_peers(PP3 / "rank-0.json.gz")
     assert len(got) < len(full)  # the events before the cut, never more
     assert set(got.itertuples(index=False, name=None)) <= set(full.itertuples(index=False, name=None))
+
+
+def test_a_multi_member_gzip_gives_every_peer(tmp_path: Path) -> None:
+    # gzip files may hold several members (concatenated gzip streams, as `cat a.gz b.gz` makes); the
+    # trace reader reads them all, and so must the peer reader: pp3's rank 0 split into two members
+    text = gzip.decompress((PP3 / "rank-0.json.gz").read_bytes())
+    half = len(text) // 2
+    path = tmp_path / "rank-0.json.gz"
+    path.write_bytes(gzip.compress(text[:half]) + gzip.compress(text[half:]))
+    got, _ = read_p2p_peers(path)
+    full, _ = read_p2p_peers(PP3 / "rank-0.json.gz")
+    assert len(full) > 0 and got.equals(full)
