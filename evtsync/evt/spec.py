@@ -549,9 +549,16 @@ def load_rank_spec(path: str | os.PathLike[str] | None = None) -> RankModelSpec:
     """Read and validate the rank model's specification: ``path``, or None for the shipped
     ``models/rankmodel.toml`` (:func:`evtsync.evt.catalog.default_models_dir`: the wheel's package
     data or the checkout's folder). ``ModelSpecError`` names the file (and the key) at fault."""
-    if path is None:
-        from evtsync.evt.catalog import default_models_dir
-
-        path = default_models_dir() / RANK_SPEC_FILE
-    p = Path(path)
+    p = rank_spec_path() if path is None else Path(path)
     return parse_rank_spec(_read_spec(p, "rank-model specification"), str(p))
+
+
+def rank_spec_path(folder: str | os.PathLike[str] | None = None) -> Path:
+    """The rank model's specification of a models ``folder`` (its ``rankmodel.toml``) when it holds
+    one, else the shipped one (:func:`evtsync.evt.catalog.default_models_dir`: the wheel's package
+    data or the checkout's folder)."""
+    if folder is not None and (Path(folder) / RANK_SPEC_FILE).is_file():
+        return Path(folder) / RANK_SPEC_FILE
+    from evtsync.evt.catalog import default_models_dir
+
+    return default_models_dir() / RANK_SPEC_FILE

@@ -544,33 +544,26 @@ RANKMODEL_FIT = f"{FITS}/rankmodel.nc"
 RANKMODEL_GUMBEL_FIT = f"{FITS}/rankmodel-gumbel.nc"
 
 
-def _rankmodel_spec(run: Run) -> Path:
-    """The rank model's specification of a run: ``rankmodel.toml`` of ``--models-dir`` when that folder
-    holds one, else the shipped ``models/rankmodel.toml`` (:func:`evtsync.evt.spec.load_rank_spec`)."""
-    from evtsync.evt.catalog import default_models_dir
-    from evtsync.evt.spec import RANK_SPEC_FILE
+def _rankmodel_spec(run: Run) -> Any:
+    """The rank model's specification of a run (:class:`evtsync.evt.spec.RankModelSpec`): ``rankmodel.toml``
+    of ``--models-dir`` when that folder holds one, else the shipped one (:func:`evtsync.evt.spec.rank_spec_path`)."""
+    from evtsync.evt.spec import load_rank_spec, rank_spec_path
 
-    if run.options.models_dir is not None and (Path(run.options.models_dir) / RANK_SPEC_FILE).is_file():
-        return Path(run.options.models_dir) / RANK_SPEC_FILE
-    return default_models_dir() / RANK_SPEC_FILE
+    return load_rank_spec(rank_spec_path(run.options.models_dir))
 
 
-def _rankmodel_settings(run: Run) -> dict[str, Any]:
-    """The rank model's specification file (``spec``: :func:`_rankmodel_spec`) and sampler settings in
-    a run: the user's flags, else the specification's draws, tuning steps and chains."""
-    from evtsync.evt.spec import load_rank_spec
-
-    path = _rankmodel_spec(run)
-    spec = load_rank_spec(path)
-    return {"spec": str(path), **run.options.sampling({"draws": spec.draws, "tune": spec.tune, "chains": spec.chains})}
+def _rankmodel_settings(run: Run, spec: Any = None) -> dict[str, Any]:
+    """The rank model's specification file (``spec``) and sampler settings in a run: the user's
+    flags, else the specification's draws, tuning steps and chains."""
+    spec = spec or _rankmodel_spec(run)
+    return {"spec": spec.path, **run.options.sampling({"draws": spec.draws, "tune": spec.tune, "chains": spec.chains})}
 
 
 def _rankmodel_params(run: Run) -> dict[str, Any]:
     """The rankmodel stage's parameters (its result key): the settings and the specification's text,
     so a changed prior is never served a fit made under another (the path alone would not say)."""
-    settings = _rankmodel_settings(run)
-    return {**settings, "spec_text": Path(settings["spec"]).read_text(encoding="utf-8"), "seed": run.options.seed,
-            "level": LEVEL}
+    spec = _rankmodel_spec(run)
+    return {**_rankmodel_settings(run, spec), "spec_text": spec.text, "seed": run.options.seed, "level": LEVEL}
 
 
 def _stage_rankmodel(run: Run) -> dict[str, Any]:
