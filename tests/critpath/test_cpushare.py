@@ -1,0 +1,201 @@
+"""The what-if replay with ranks sharing cores (evtsync.critpath.cpushare, docs/critical-path.md §8,
+"Ranks sharing cores").
+
+Truth: hand-built jobs whose processor-sharing schedule is worked out by hand in the comments, and
+the step times read plainly from the raw trace files — never numbers produced by the replay.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import evtsync
+from evtsync.core.errors import InputError
+from evtsync.critpath.cpushare import HostLayout, classify, parse_host_cores, replay_shared
+from evtsync.critpath.replay import INDEPENDENT_CPU, Lane, mean_step_ms, what_if
+from tests.critpath.test_critpath_replay import TWINS, _raw_step_ms, _synth
+
+MS = 1_000_000
+
+
+# ------------------------------------------------------------------ the layout option
+
+def test_layout_forms() -> None:
+    # N: pinned in contiguous blocks, the k-th of W ranks on core k * N // W (the twins' recording)
+    assert parse_host_cores("2", [0, 1, 2, 3]).groups == ((1, (0, 1)), (1, (2, 3)))
+    assert parse_host_cores("2", [0, 1, 2]).groups == ((1, (0, 1)), (1, (2,)))  # pp3: 0-1 on core 0, 2 on core 1
+    assert parse_host_cores("2", list(range(8))).groups == ((1, (0, 1, 2, 3)), (1, (4, 5, 6, 7)))
+    assert parse_host_cores("4", [0, 1]).groups == ((1, (0,)), (1, (1,)))  # more cores than ranks: one each
+    assert parse_host_cores("2:shared", [0, 1, 2]).groups == ((2, (0, 1, 2)),)
+    lay = parse_host_cores("0-1:1; 2,3:2", [0, 1, 2, 3])
+    assert lay.groups == ((1, (0, 1)), (2, (2, 3)))
+    assert lay.describe() == "ranks 0-1 on 1 core; ranks 2-3 on 2 cores"
+    assert lay.spec == "0-1:1; 2,3:2"
+
+
+@pytest.mark.parametrize(("spec", "said"), [
+    ("0-1:1", "missing [2, 3]"),
+    ("0-1:1;1-3:1", "rank(s) [1] listed in more than one group"),
+    ("0-4:1", "not in the traces [4]"),
+    ("0-1;2-3", "expected N, N:shared or RANKS:CORES"),
+    ("0", "expected at least 1 core"),
+    ("0-3:0", "expected at least 1 core per group"),
+    ("a-b:1", "expected N, N:shared or RANKS:CORES"),
+])
+def test_layout_errors_say_what_was_expected(spec: str, said: str) -> None:
+    with pytest.raises(InputError, match=re.escape(said)):
+        parse_host_cores(spec, [0, 1, 2, 3])
+
+
+# ------------------------------------------------------------------ hand-built jobs
+
+def _hand_lane(rank: int, parts: list[tuple[str, str, float, bool]], end_ms: float) -> Lane:
+    """One step: ``parts`` (kind, name, wall ms, busy) back to back from 0, then the arrival at
+    collective ("g", 0) and a blocking wait until ``end_ms``. ``amount`` is filled by the caller."""
+    rows, t = [], 0
+    for kind, name, ms, busy in parts:
+        rows.append((t, t + int(ms * MS), kind, name, None, False, busy))
+        t += int(ms * MS)
+    arrival = t
+    rows.append((t, int(end_ms * MS), "collective_wait", "(wait) AllReduce", ("g", 0), True, False))
+    sl = pd.DataFrame(rows, columns=["start_ns", "end_ns", "kind", "name", "ref_key", "blocking", "busy"])
+    sl = sl.assign(window=0, step=1, segment=[0] * len(parts) + [1])
+    return Lane(rank, sl, {("g", 0): (0, arrival, int(end_ms * MS))}, {0: (0, int(end_ms * MS), 1)})
+
+
+def _one_core_pair() -> dict[int, Lane]:
+    # two ranks on one core. Rank 0: op A, 20 ms wall. Rank 1: op B, 10 ms, then a sleep of 10 ms.
+    # Both arrive at 20 ms; the collective ends at 22.
+    # By hand: 0-10 ms both busy (rate 1/2 each), 10-20 only A (rate 1): B's work 5 ms, A's 5 + 10 = 15.
+    return {0: _hand_lane(0, [("cpu_op", "A", 20.0, True)], 22.0),
+            1: _hand_lane(1, [("cpu_op", "B", 10.0, True), ("python_gap", "(python gap)", 10.0, False)], 22.0)}
+
+
+ONE_CORE = HostLayout(((1, (0, 1)),), "0-1:1")
+
+
+def _with_work(lanes: dict[int, Lane], work: dict[int, list[float]]) -> dict[int, Lane]:
+    for r, lane in lanes.items():
+        lane.slices = lane.slices.assign(amount=[w * MS for w in work[r]])
+    return lanes
+
+
+def test_work_under_sharing_by_hand() -> None:
+    lanes = _one_core_pair()
+    from evtsync.critpath.cpushare import _works
+
+    work, _ = _works(lanes, ONE_CORE, {r: lane.slices["busy"].to_numpy(bool) for r, lane in lanes.items()})
+    assert work[0][0] == pytest.approx(15.0 * MS)  # A
+    assert work[1][0] == pytest.approx(5.0 * MS)   # B
+    assert work[1][1] == pytest.approx(10.0 * MS)  # the sleep keeps its wall time
+
+
+def test_shared_replay_by_hand() -> None:
+    lanes = _with_work(_one_core_pair(), {0: [15.0, 0.0], 1: [5.0, 10.0, 0.0]})
+    # measured work reproduces the measured 22 ms
+    assert mean_step_ms(lanes, replay_shared(lanes, ONE_CORE))[0] == pytest.approx(22.0)
+    # A at 5 ms of work: A and B share 0-10 ms and both end at 10; rank 1 still sleeps to 20: 22
+    assert mean_step_ms(lanes, replay_shared(lanes, ONE_CORE, {(0, 0, 1, 0, "cpu_op", "A"): 1 / 3}))[0] == \
+        pytest.approx(22.0)
+    # A at 5 and no sleep: both arrive at 10, the collective ends at 12
+    both = {(0, 0, 1, 0, "cpu_op", "A"): 1 / 3, (1, 0, 1, 0, "python_gap", "(python gap)"): 0.0}
+    assert mean_step_ms(lanes, replay_shared(lanes, ONE_CORE, both))[0] == pytest.approx(12.0)
+    # B twice its work and no sleep: 0-20 ms shared (B done at 20 with 10 ms of work, A has 10 of its
+    # 15), then A alone for 5 ms: arrives at 25, the collective ends at 27 — A is slowed by B, which an
+    # independent-durations replay cannot say (there A would still end at 20: 22)
+    slower = {(1, 0, 1, 0, "cpu_op", "B"): 2.0, (1, 0, 1, 0, "python_gap", "(python gap)"): 0.0}
+    assert mean_step_ms(lanes, replay_shared(lanes, ONE_CORE, slower))[0] == pytest.approx(27.0)
+    # no-effect: the same job with each rank on its own core runs as measured durations say
+    apart = HostLayout(((1, (0,)), (1, (1,))), "2")
+    lanes = _with_work(_one_core_pair(), {0: [20.0, 0.0], 1: [10.0, 10.0, 0.0]})
+    assert mean_step_ms(lanes, replay_shared(lanes, apart, slower))[0] == pytest.approx(22.0)
+
+
+def _sleep_or_busy(mate_ms: float) -> dict[int, Lane]:
+    # first 20 ms: both ranks run ten "mm" of 2 ms side by side (1 ms of work each: the typical);
+    # then rank 1 spends 5 × ``mate_ms`` in a "python" annotation while rank 0 runs five "mm" of
+    # ``mate_ms`` each
+    both = [("cpu_op", "mm", 2.0, True)] * 10
+    return {0: _hand_lane(0, both + [("cpu_op", "mm", mate_ms, True)] * 5, 40.0),
+            1: _hand_lane(1, both + [("python", "load", 5 * mate_ms, True)], 40.0)}
+
+
+def test_a_sleep_is_told_from_a_busy_loop_by_its_core_mate() -> None:
+    # rank 0's "mm" ran at 1 ms beside the annotation: had the annotation held the core, each would
+    # have had half of it (0.5 ms of work against the typical 1 ms); alone, 1 ms of work: a sleep
+    judged = classify(_sleep_or_busy(1.0), ONE_CORE)
+    assert judged.busy[1].tolist() == [True] * 10 + [False, False]
+    assert (judged.n_decided, judged.n_idle, judged.idle_ms) == (1, 1, pytest.approx(5.0))
+    assert judged.work[0][10:15] == pytest.approx([1.0 * MS] * 5)
+    assert judged.work[1][10] == pytest.approx(5.0 * MS)  # not busy: its wall time
+    # the same at 2 ms each: the core was shared (1 ms of work each, the typical): busy
+    judged = classify(_sleep_or_busy(2.0), ONE_CORE)
+    assert judged.busy[1].tolist() == [True] * 11 + [False]
+    assert (judged.n_decided, judged.n_idle) == (1, 0)
+    assert judged.work[0][10:15] == pytest.approx([1.0 * MS] * 5)
+    # no core-mate: nothing to judge by, it stays busy
+    alone = classify(_sleep_or_busy(1.0), HostLayout(((1, (0,)), (1, (1,))), "2"))
+    assert alone.busy[1].tolist() == [True] * 11 + [False] and alone.n_decided == 0
+
+
+# ------------------------------------------------------------------ real recordings
+
+def _load(folder: Path):  # noqa: ANN202
+    traces = evtsync.load_traces(folder, cache=False)
+    return traces, evtsync.align_collectives(traces)
+
+
+def test_shared_replay_reproduces_a_real_job_and_says_its_assumption() -> None:
+    traces, alignment = _load(TWINS / "ddp")
+    w = what_if(traces, alignment, host_cores="2")
+    assert w.step_time_ms == pytest.approx(_raw_step_ms(TWINS / "ddp"), abs=0.01)
+    assert w.replayed_step_time_ms == pytest.approx(w.step_time_ms, abs=0.01)
+    s = w.summary()
+    assert s["whatif_host_cores"] == "2"
+    assert s["whatif_durations"].startswith("processor sharing") and "ranks 0-1 on 1 core; ranks 2-3 on 1 core" \
+        in s["whatif_durations"]
+    c = s["whatif_cpu_sharing"]
+    # every annotation / Python-gap slice of the main threads is counted, judged or not
+    n_undecided = sum(int(lane.slices["kind"].isin(["python", "python_gap"]).sum()) for lane in w.lanes.values())
+    assert c["undecided_slices"] == n_undecided and 0 <= c["judged_not_busy"] <= c["judged_by_core_mates"] <= n_undecided
+    # without a layout the output says the durations were independent
+    plain = what_if(traces, alignment)
+    assert plain.summary()["whatif_durations"] == INDEPENDENT_CPU and plain.summary()["whatif_host_cores"] is None
+    assert "whatif_cpu_sharing" not in plain.summary()
+
+
+def test_a_layout_on_a_gpu_job_is_refused(tmp_path: Path) -> None:
+    traces, alignment = _load(_synth(tmp_path / "s"))
+    with pytest.raises(InputError, match="CPU-side"):
+        what_if(traces, alignment, host_cores="2")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "evtsync", "attribute", *args], capture_output=True, text=True,
+                          check=False)
+
+
+def test_cli_host_cores(tmp_path: Path) -> None:
+    folder = str(TWINS / "pp3")
+    done = _cli(folder, "--what-if", "--host-cores", "0-1:1;2:1", "--json")
+    assert done.returncode == 0, done.stderr
+    w = json.loads(done.stdout)["what_if"]
+    assert w["whatif_host_cores"] == "0-1:1;2:1" and "ranks 0-1 on 1 core; ranks 2 on 1 core" in w["whatif_durations"]
+    assert w["step_time_ms"] == pytest.approx(_raw_step_ms(TWINS / "pp3"), abs=0.01)
+    printed = _cli(folder, "--what-if")
+    assert printed.returncode == 0 and f"durations: {INDEPENDENT_CPU}" in printed.stdout
+    # bad layouts and a layout without --what-if: one line, non-zero, no traceback
+    for args in (("--what-if", "--host-cores", "0-1:1"), ("--host-cores", "2")):
+        bad = _cli(folder, *args)
+        assert bad.returncode != 0 and "Traceback" not in bad.stderr
+        assert len([ln for ln in bad.stderr.splitlines() if "error" in ln]) == 1, bad.stderr
+    assert "missing [2]" in _cli(folder, "--what-if", "--host-cores", "0-1:1").stderr
+    assert np.isfinite(w["slowdown"])
