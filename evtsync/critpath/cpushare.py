@@ -315,22 +315,40 @@ def replay_shared(lanes: dict[int, Lane], layout: HostLayout, scale: dict[tuple[
             for key, (win, _, _) in lane.arrivals.items():
                 if win == w:
                     members.setdefault(key, []).append(lane.rank)
-        last_arrival = {k: max(lanes[r].arrivals[k][1] for r in rs) for k, rs in members.items()}
+        # a gloo collective starts when the last member's worker has started it (the hand-off)
+        ready = {k: {r: (lanes[r].handoff[k][1] if k in lanes[r].handoff else lanes[r].arrivals[k][1]) for r in rs}
+                 for k, rs in members.items()}
+        last_ready = {k: max(v.values()) for k, v in ready.items()}
         st: dict[int, dict[str, Any]] = {}
         for r, lane in lanes.items():
             if w not in lane.windows:
                 continue
             sl = lane.slices[lane.slices["window"].to_numpy() == w]
             starts = sl["start_ns"].to_numpy(np.int64)
+            # where the lane's program hands each collective over (a gloo collective: where its worker
+            # started it, or the enqueue op's end if that came first — the main thread is inside the
+            # op until then) and the measured offset of the collective's start from there
             arr_at: dict[int, list[tuple[Any, int]]] = {}
-            for t, k in sorted(((t, k) for k, (win, t, _) in lane.arrivals.items() if win == w), key=lambda x: x[0]):
-                arr_at.setdefault(int(np.searchsorted(starts, t, side="left")), []).append(k)
+            offset: dict[tuple[Any, int], float] = {}
+            refs = sl["ref_key"].tolist()
+            blocks = sl["blocking"].to_numpy(bool)
+            first_wait = {}
+            for i in np.flatnonzero(blocks).tolist():
+                first_wait.setdefault(refs[i], i)
+            for t, k in sorted(((min(lane.handoff[k]) if k in lane.handoff else t, k)
+                                for k, (win, t, _) in lane.arrivals.items() if win == w), key=lambda x: x[0]):
+                pos = min(int(np.searchsorted(starts, t, side="left")), first_wait.get(k, len(starts)))
+                arr_at.setdefault(pos, []).append(k)
+                at = int(starts[pos]) if pos < len(starts) else int(sl["end_ns"].to_numpy(np.int64)[-1]) \
+                    if len(sl) else int(lane.windows[w][0])
+                offset[k] = float(ready[k][r] - at)
             f = np.array([scale.get((r, w, int(a), int(b), c, d), 1.0) for a, b, c, d in
                           zip(sl["step"], sl["segment"], sl["kind"], sl["name"], strict=True)]) if scale else 1.0
             st[r] = {"i": 0, "n": len(sl), "arr_at": arr_at, "amount": sl["amount"].to_numpy(np.float64) * f,
                      "busy": sl["busy"].to_numpy(bool), "ref": sl["ref_key"].tolist(),
                      "blocking": sl["blocking"].to_numpy(bool), "mode": "until",
-                     "until": float(lane.windows[w][0]), "rem": 0.0, "g": group.get(r, -1), "done": None}
+                     "until": float(lane.windows[w][0]), "rem": 0.0, "g": group.get(r, -1), "done": None,
+                     "offset": offset}
         arrived: dict[tuple[Any, int], dict[int, float]] = {}
         ended: dict[tuple[Any, int], dict[int, float]] = {}
         now = min((s["until"] for s in st.values()), default=0.0)
@@ -356,10 +374,10 @@ def replay_shared(lanes: dict[int, Lane], layout: HostLayout, scale: dict[tuple[
                     changed = True
                     i = s["i"]
                     for key in s["arr_at"].pop(i, []):
-                        arrived.setdefault(key, {})[r] = now
+                        arrived.setdefault(key, {})[r] = now + s["offset"][key]
                         if len(arrived[key]) == len(members[key]):
                             t_last = max(arrived[key].values())
-                            ended[key] = {m: t_last + (lanes[m].arrivals[key][2] - last_arrival[key])
+                            ended[key] = {m: t_last + (lanes[m].arrivals[key][2] - last_ready[key])
                                           for m in members[key]}
                     if i >= s["n"]:
                         s["done"] = now

@@ -84,6 +84,9 @@ class Lane:
     p2p: pd.DataFrame | None = None
     #: point-to-point ops of the lane not made transfers, by reason (counts)
     p2p_not_used: dict[str, int] = field(default_factory=dict)
+    #: gloo collectives: key -> (the ``c10d::*`` enqueue op's end, the ``gloo:*`` event's start on the
+    #: worker), for the processor-sharing replay's hand-off (docs/critical-path.md §8)
+    handoff: dict[tuple[Any, int], tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -212,6 +215,8 @@ def _cpu_lane(rank: int, ops: pd.DataFrame, inst: pd.DataFrame) -> Lane | None:
     ok = a["enqueue_ns"].to_numpy(np.int64) >= 0
     arrivals = {k: (int(w), int(e), int(end)) for k, w, e, end, good in
                 zip(keys, a["window"], a["enqueue_ns"], a["end_ns"], ok, strict=True) if good}
+    handoff = {k: (int(ee), int(st)) for k, ee, st, good in
+               zip(keys, a["enqueue_end_ns"], a["start_ns"], ok, strict=True) if good}
     sl = tl.slices.copy()
     ref = sl["ref"].to_numpy(np.int64)
     ends = a["end_ns"].to_numpy(np.int64)
@@ -224,7 +229,7 @@ def _cpu_lane(rank: int, ops: pd.DataFrame, inst: pd.DataFrame) -> Lane | None:
     notes = user_notes(main)
     p2p, p2p_not_used = transfers(main)
     return Lane(rank, sl, arrivals, _windows(steps), n_unpaired=int((~ok).sum()), annotations=notes,
-                p2p=p2p, p2p_not_used=p2p_not_used)
+                p2p=p2p, p2p_not_used=p2p_not_used, handoff=handoff)
 
 
 def pair_p2p(lanes: dict[int, Lane]) -> dict[str, int]:

@@ -20,8 +20,16 @@ import pytest
 import evtsync
 from evtsync.core.errors import InputError
 from evtsync.critpath.cpushare import HostLayout, classify, parse_host_cores, replay_shared
-from evtsync.critpath.replay import INDEPENDENT_CPU, Lane, mean_step_ms, what_if
-from tests.critpath.test_critpath_replay import TWINS, _raw_step_ms, _synth
+from evtsync.critpath.replay import INDEPENDENT_CPU, Lane, mean_step_ms, replay, what_if
+from tests.critpath.test_critpath_replay import (
+    TWIN_JOBS,
+    TWINS,
+    _folder,
+    _plant_ops,
+    _raw_step_ms,
+    _synth,
+    _truth,
+)
 
 MS = 1_000_000
 
@@ -146,6 +154,36 @@ def test_a_sleep_is_told_from_a_busy_loop_by_its_core_mate() -> None:
     assert alone.busy[1].tolist() == [True] * 11 + [False] and alone.n_decided == 0
 
 
+def _handoff_lane(rank: int, enqueue_ms: float) -> Lane:
+    # 5 ms of work, then the enqueue op (its own time: the main thread until the gloo worker starts
+    # the collective), then a blocking wait until the collective ends at 30 ms
+    e = 5.0 + enqueue_ms
+    sl = pd.DataFrame({"start_ns": [0, 5 * MS, int(e * MS)], "end_ns": [5 * MS, int(e * MS), 30 * MS],
+                       "kind": ["cpu_op", "enqueue", "collective_wait"], "name": ["A", "c10d::allreduce_",
+                                                                           "(wait) AllReduce"],
+                       "ref_key": [None, None, ("g", 0)], "blocking": [False, False, True], "busy": [True, True, False],
+                       "window": 0, "step": 1, "segment": [0, 0, 1]})
+    lane = Lane(rank, sl, {("g", 0): (0, 5 * MS, 30 * MS)}, {0: (0, 30 * MS, 1)})
+    lane.handoff = {("g", 0): (int(e * MS), int(e * MS))}  # (enqueue op's end, worker's start)
+    return lane
+
+
+def test_a_collective_starts_when_the_last_worker_starts_it() -> None:
+    # rank 1's enqueue lasted 20 ms (descheduled inside it), rank 0's 1 ms; both workers start the
+    # collective when their enqueue ends (6 and 25 ms) and it ends 5 ms after the last start: 30 ms
+    lanes = {0: _handoff_lane(0, 1.0), 1: _handoff_lane(1, 20.0)}
+    for lane in lanes.values():
+        lane.slices = lane.slices.assign(amount=(lane.slices["end_ns"] - lane.slices["start_ns"]).astype(float))
+    apart = HostLayout(((1, (0,)), (1, (1,))), "2")
+    assert mean_step_ms(lanes, replay_shared(lanes, apart))[0] == pytest.approx(30.0)
+    # rank 1's enqueue at 1 ms: its worker starts at 6 ms, the collective ends at 11
+    fix = {(1, 0, 1, 0, "enqueue", "c10d::allreduce_"): 1 / 20}
+    assert mean_step_ms(lanes, replay_shared(lanes, apart, fix))[0] == pytest.approx(11.0)
+    # the replay without a layout counts the collective from the enqueues' starts (5 ms): the 20 ms
+    # enqueue is inside the collective's measured time after that, and fixing it saves nothing
+    assert mean_step_ms(lanes, replay(lanes, fix))[0] == pytest.approx(30.0)
+
+
 # ------------------------------------------------------------------ real recordings
 
 def _load(folder: Path):  # noqa: ANN202
@@ -199,3 +237,61 @@ def test_cli_host_cores(tmp_path: Path) -> None:
         assert len([ln for ln in bad.stderr.splitlines() if "error" in ln]) == 1, bad.stderr
     assert "missing [2]" in _cli(folder, "--what-if", "--host-cores", "0-1:1").stderr
     assert np.isfinite(w["slowdown"])
+
+
+# ------------------------------------------------------------------ the twins with their host's layout
+
+#: the host the twins were recorded on: 2 cores (tests/data/gloo-twins/README.md), every rank pinned to
+#: one of them in contiguous blocks (the truth files' ``twins.pinned``): ``--host-cores 2``
+TWIN_HOST = "2"
+#: measured with TWIN_HOST (docs/critical-path.md §8, "Ranks sharing cores"): where the saving misses
+#: the issue's ±15 % against the twins' planted − clean step time
+PLANTS_OFF = {
+    "twins/ddp": "-27%: 23.30 against 32.10 ms: after each computing plant its rank's next enqueue lasts 17.2 "
+                 "and 16.7 ms (median 0.08) alone on its core, a straggler op of its own that fixing the plants "
+                 "does not fix",
+    "twins/tpdp8": "+24%: 17.93 against 14.41 ms: the replay packs the job's CPU work tighter than the clean "
+                   "twin ran it (fixed, step 2 ends at 29.4 ms; the clean twin's step 2 spans 36.7-39.6 ms)",
+    "twins/pp3": "-18%: 7.90 against 9.61 ms: 0.91 ms per step of slower steps without the plant, no op "
+                 "of them a straggler",
+}
+JOB_OFF = {
+    "twins/tpdp8": "+30%: 18.74 against 14.41 ms (see PLANTS_OFF)",
+    "twins/pp3": "-18%: 7.90 against 9.61 ms (see PLANTS_OFF)",
+}
+_SHARED: dict[str, object] = {}
+
+
+def _shared(job: str):  # noqa: ANN202
+    if job not in _SHARED:
+        truth = _truth(job)
+        assert "contiguous blocks per core" in truth["twins"]["pinned"]
+        traces, alignment = _load(_folder(job))
+        _SHARED[job] = what_if(traces, alignment, host_cores=TWIN_HOST)
+    return _SHARED[job]
+
+
+def _twin_params(off: dict[str, str]) -> list:
+    return [pytest.param(j, marks=([pytest.mark.xfail(strict=True, reason=off[j])] if j in off else [])
+                         + ([pytest.mark.slow] if j in ("twins/tpdp8", "twins/ddpws") else []))
+            for j in TWIN_JOBS]
+
+
+@pytest.mark.parametrize("job", _twin_params(PLANTS_OFF))
+def test_twins_all_plants_with_their_host_layout(job: str) -> None:
+    w = _shared(job)
+    # the replay with measured work gives the measured step time (ddpws: 0.6 % off with either model)
+    assert w.replayed_step_time_ms == pytest.approx(w.step_time_ms, rel=0.01)
+    stack = _truth(job)["twins"].get("with_stack", False)
+    ops = pd.concat([_plant_ops(w, {**p, "with_stack": stack}) for p in _truth(job)["plants"]])
+    measured = _raw_step_ms(_folder(job)) - _raw_step_ms(_folder(f"{job}-clean"))
+    assert w.saving_of(ops) == pytest.approx(measured, rel=0.15)
+
+
+@pytest.mark.parametrize("job", _twin_params(JOB_OFF))
+def test_twins_every_straggler_op_with_their_host_layout(job: str) -> None:
+    # the job-level answer (step_time_without_stragglers_ms: every straggler op fixed, the plants'
+    # after-effects on their own rank included) against the twins' planted − clean
+    w = _shared(job)
+    measured = _raw_step_ms(_folder(job)) - _raw_step_ms(_folder(f"{job}-clean"))
+    assert w.saving_ms_per_step == pytest.approx(measured, rel=0.15)
