@@ -298,13 +298,24 @@ def classify(lanes: dict[int, Lane], layout: HostLayout) -> Classified:
 
 # --------------------------------------------------------------------------- replay
 
+def _ready(lane: Lane, key: tuple[Any, int], first_end: int) -> int:
+    """When ``lane`` handed collective ``key`` over (measured): its hand-off (the gloo worker's or the
+    transfer's start), at most the earliest measured end among the members, at least its arrival."""
+    arrival = lane.arrivals[key][1]
+    if key not in lane.handoff:
+        return arrival
+    return max(arrival, min(lane.handoff[key][1], first_end))
+
+
 def replay_shared(lanes: dict[int, Lane], layout: HostLayout, scale: dict[tuple[int, int, int, int, str, str],
                   float] | None = None, record: dict[str, Any] | None = None) -> dict[int, dict[int, int]]:
     """Replay the lanes in global time under processor sharing (module doc). Each lane's slices need
     the columns ``busy`` and ``amount`` (work where busy, else wall ns); ``scale`` as in
     :func:`evtsync.critpath.replay.replay` multiplies the amount. Returns per rank per window the
-    replayed end (ns); ``record`` receives ``arrived``, ``ended`` and ``blocked`` as there."""
+    replayed end (ns); ``record`` receives ``arrived``, ``ended`` and ``blocked`` as there, and, when
+    it holds a ``trace`` list, (rank, window, slice row in the window, replayed end) per slice that ran."""
     scale = scale or {}
+    trace = record.get("trace") if record is not None else None
     group = layout.group_of()
     cores = [c for c, _ in layout.groups]
     out: dict[int, dict[int, int]] = {r: {} for r in lanes}
@@ -316,18 +327,30 @@ def replay_shared(lanes: dict[int, Lane], layout: HostLayout, scale: dict[tuple[
                 if win == w:
                     members.setdefault(key, []).append(lane.rank)
         # a gloo collective starts when the last member's worker has started it (the hand-off)
-        ready = {k: {r: (lanes[r].handoff[k][1] if k in lanes[r].handoff else lanes[r].arrivals[k][1]) for r in rs}
+        # a collective starts when the last member has handed it over: where its gloo worker started it
+        # (a transfer: where its gloo:send / gloo:recv started), but not after any member's measured
+        # end (an eager send's event starts after the data left) nor before the member's arrival
+        ready = {k: {r: _ready(lanes[r], k, min(lanes[m].arrivals[k][2] for m in rs)) for r in rs}
                  for k, rs in members.items()}
         last_ready = {k: max(v.values()) for k, v in ready.items()}
+        # a lane starts at its first slice (with_stack: Python frames around the first step begin before
+        # it) and its window ends where its last step ends (the slices after it are left out of the
+        # step time); times run from the window's first start (float64 epoch ns would round to 256 ns)
+        first = {r: int(min(lane.windows[w][0], lane.slices["start_ns"].to_numpy(np.int64)[
+            lane.slices["window"].to_numpy() == w].min(initial=lane.windows[w][0]))) for r, lane in lanes.items()
+            if w in lane.windows}
+        tail = {r: max(0, int(lane.slices["end_ns"].to_numpy(np.int64)[lane.slices["window"].to_numpy() == w].max(
+            initial=0)) - lane.windows[w][1]) for r, lane in lanes.items() if w in lane.windows}
+        base = min(first.values(), default=0)
         st: dict[int, dict[str, Any]] = {}
         for r, lane in lanes.items():
             if w not in lane.windows:
                 continue
             sl = lane.slices[lane.slices["window"].to_numpy() == w]
             starts = sl["start_ns"].to_numpy(np.int64)
-            # where the lane's program hands each collective over (a gloo collective: where its worker
-            # started it, or the enqueue op's end if that came first — the main thread is inside the
-            # op until then) and the measured offset of the collective's start from there
+            # the slice during which the lane hands each collective over (its ready time, or the enqueue
+            # op's end if that came first: the main thread is inside the op until then), never before
+            # the arrival nor after its own blocking wait; the ready time is an offset from its start
             arr_at: dict[int, list[tuple[Any, int]]] = {}
             offset: dict[tuple[Any, int], float] = {}
             refs = sl["ref_key"].tolist()
@@ -335,9 +358,11 @@ def replay_shared(lanes: dict[int, Lane], layout: HostLayout, scale: dict[tuple[
             first_wait = {}
             for i in np.flatnonzero(blocks).tolist():
                 first_wait.setdefault(refs[i], i)
-            for t, k in sorted(((min(lane.handoff[k]) if k in lane.handoff else t, k)
-                                for k, (win, t, _) in lane.arrivals.items() if win == w), key=lambda x: x[0]):
-                pos = min(int(np.searchsorted(starts, t, side="left")), first_wait.get(k, len(starts)))
+            for t, k in sorted(((min(ready[k][r], lane.handoff.get(k, (ready[k][r],))[0]), k)
+                                for k, (win, _, _) in lane.arrivals.items() if win == w), key=lambda x: x[0]):
+                pos = max(int(np.searchsorted(starts, t, side="right")) - 1,
+                          int(np.searchsorted(starts, lane.arrivals[k][1], side="left")))
+                pos = min(pos, first_wait.get(k, len(starts)))
                 arr_at.setdefault(pos, []).append(k)
                 at = int(starts[pos]) if pos < len(starts) else int(sl["end_ns"].to_numpy(np.int64)[-1]) \
                     if len(sl) else int(lane.windows[w][0])
@@ -347,7 +372,7 @@ def replay_shared(lanes: dict[int, Lane], layout: HostLayout, scale: dict[tuple[
             st[r] = {"i": 0, "n": len(sl), "arr_at": arr_at, "amount": sl["amount"].to_numpy(np.float64) * f,
                      "busy": sl["busy"].to_numpy(bool), "ref": sl["ref_key"].tolist(),
                      "blocking": sl["blocking"].to_numpy(bool), "mode": "until",
-                     "until": float(lane.windows[w][0]), "rem": 0.0, "g": group.get(r, -1), "done": None,
+                     "until": float(first[r] - base), "rem": 0.0, "g": group.get(r, -1), "done": None,
                      "offset": offset}
         arrived: dict[tuple[Any, int], dict[int, float]] = {}
         ended: dict[tuple[Any, int], dict[int, float]] = {}
@@ -367,6 +392,8 @@ def replay_shared(lanes: dict[int, Lane], layout: HostLayout, scale: dict[tuple[
                         if key in ended:
                             s["mode"], s["until"] = "until_wait", max(now, ended[key][r])
                     if s["mode"] == "until_wait" and s["until"] <= now:
+                        if trace is not None:
+                            trace.append((r, w, s["i"], base + int(round(now))))
                         s["i"] += 1
                         s["mode"] = None
                     if s["mode"] is not None:
@@ -390,6 +417,8 @@ def replay_shared(lanes: dict[int, Lane], layout: HostLayout, scale: dict[tuple[
                         continue
                     amount = float(s["amount"][i])
                     if amount <= 0:
+                        if trace is not None:
+                            trace.append((r, w, i, base + int(round(now))))
                         s["i"] += 1
                         continue
                     s["mode"], s["rem"] = ("busy" if s["busy"][i] else "wall"), amount
@@ -416,16 +445,18 @@ def replay_shared(lanes: dict[int, Lane], layout: HostLayout, scale: dict[tuple[
                     continue
                 s["rem"] -= dt * (rate[s["g"]] if s["mode"] == "busy" else 1.0)
                 if r == first or s["rem"] <= 1e-6 * max(1.0, s["amount"][s["i"]]):
+                    if trace is not None:
+                        trace.append((r, w, s["i"], base + int(round(now))))
                     s["i"] += 1
                     s["mode"] = None
         if record is not None:
-            record.setdefault("arrived", {}).update(arrived)
-            record.setdefault("ended", {}).update(ended)
+            record.setdefault("arrived", {}).update({k: {m: base + t for m, t in v.items()} for k, v in arrived.items()})
+            record.setdefault("ended", {}).update({k: {m: base + t for m, t in v.items()} for k, v in ended.items()})
         for r, s in st.items():
             if s["done"] is None:
                 if record is not None:
                     record.setdefault("blocked", []).append((r, w))
                 log.warning("what-if replay: rank %d window %d blocked at slice %d of %d (a collective whose "
                             "members never all arrive); its window is counted from there", r, w, s["i"], s["n"])
-            out[r][w] = int(round(s["done"] if s["done"] is not None else s.get("since", now)))
+            out[r][w] = base + int(round(s["done"] - tail[r] if s["done"] is not None else s.get("since", now)))
     return out

@@ -252,6 +252,8 @@ def pair_p2p(lanes: dict[int, Lane]) -> dict[str, int]:
         last = max(int(a["arrival_ns"]), int(b["arrival_ns"]))
         for r, t in ((pair.src, a), (pair.dst, b)):
             lanes[r].arrivals[key] = (pair.window, int(t["arrival_ns"]), int(t["end_ns"]))
+            # the transfer starts where its gloo:send / gloo:recv starts (the op is closed there)
+            lanes[r].handoff[key] = (int(t["start_ns"]), int(t["start_ns"]))
             marks[r].append((int(t["start_ns"]), int(t["end_ns"]), key, int(t["end_ns"]) >= last))
     for r, ms in marks.items():
         if not ms:

@@ -252,12 +252,17 @@ PLANTS_OFF = {
                  "does not fix",
     "twins/tpdp8": "+24%: 17.93 against 14.41 ms: the replay packs the job's CPU work tighter than the clean "
                    "twin ran it (fixed, step 2 ends at 29.4 ms; the clean twin's step 2 spans 36.7-39.6 ms)",
-    "twins/pp3": "-18%: 7.90 against 9.61 ms: 0.91 ms per step of slower steps without the plant, no op "
-                 "of them a straggler",
+    "twins/pp3": "-18%: 7.90 against 9.61 ms: rank 1's c10d::recv_ / c10d::send enqueues of steps 2-4 last "
+                 "1.98-4.69 ms (median 0.01-0.04) alone on its core, straggler ops of their own",
 }
 JOB_OFF = {
     "twins/tpdp8": "+30%: 18.74 against 14.41 ms (see PLANTS_OFF)",
-    "twins/pp3": "-18%: 7.90 against 9.61 ms (see PLANTS_OFF)",
+}
+#: each plant alone against its own clock (the issue's ±25 %), measured with TWIN_HOST
+PLANT_OFF = {
+    ("twins/tpdp8", 5): "-37% (4.76 of 7.54 ms per step)",
+    ("twins/tpdp8", 2): "-34% (4.14 of 6.27 ms per step)",
+    ("twins/tpdp8", 7): "-27% (3.66 of 5.02 ms per step)",
 }
 _SHARED: dict[str, object] = {}
 
@@ -280,8 +285,8 @@ def _twin_params(off: dict[str, str]) -> list:
 @pytest.mark.parametrize("job", _twin_params(PLANTS_OFF))
 def test_twins_all_plants_with_their_host_layout(job: str) -> None:
     w = _shared(job)
-    # the replay with measured work gives the measured step time (ddpws: 0.6 % off with either model)
-    assert w.replayed_step_time_ms == pytest.approx(w.step_time_ms, rel=0.01)
+    # the replay with measured work gives the measured step time
+    assert w.replayed_step_time_ms == pytest.approx(_raw_step_ms(_folder(job)), abs=0.001)
     stack = _truth(job)["twins"].get("with_stack", False)
     ops = pd.concat([_plant_ops(w, {**p, "with_stack": stack}) for p in _truth(job)["plants"]])
     measured = _raw_step_ms(_folder(job)) - _raw_step_ms(_folder(f"{job}-clean"))
@@ -295,3 +300,40 @@ def test_twins_every_straggler_op_with_their_host_layout(job: str) -> None:
     w = _shared(job)
     measured = _raw_step_ms(_folder(job)) - _raw_step_ms(_folder(f"{job}-clean"))
     assert w.saving_ms_per_step == pytest.approx(measured, rel=0.15)
+
+
+def _plant_params() -> list:
+    out = []
+    for job in TWIN_JOBS:
+        for p in _truth(job)["plants"]:
+            marks = [pytest.mark.xfail(strict=True, reason=PLANT_OFF[(job, p["rank"])])] \
+                if (job, p["rank"]) in PLANT_OFF else []
+            if job in ("twins/tpdp8", "twins/ddpws"):
+                marks.append(pytest.mark.slow)
+            out.append(pytest.param(job, p, id=f"{job}-rank{p['rank']}-{p['kind']}", marks=marks))
+    return out
+
+
+@pytest.mark.parametrize(("job", "plant"), _plant_params())
+def test_twins_each_plant_with_their_host_layout(job: str, plant: dict) -> None:
+    w = _shared(job)
+    ops = _plant_ops(w, {**plant, "with_stack": _truth(job)["twins"].get("with_stack", False)})
+    assert len(ops) >= 1
+    effect = plant["measured_us"] / 1000.0 / (w.n_steps / w.n_ranks)
+    assert w.saving_of(ops) == pytest.approx(effect, rel=0.25)
+
+
+@pytest.mark.parametrize("job", ["twins/pp3", pytest.param("twins/ddpws", marks=pytest.mark.slow)])
+def test_every_slice_is_replayed_at_its_measured_end(job: str) -> None:
+    # pp3: transfers and a collective on 2 cores shared unevenly; ddpws: with_stack, whose Python
+    # frames begin before the first step (the replay without a layout is 0.6 % off there)
+    w = _shared(job)
+    record: dict = {"trace": []}
+    replay_shared(w.lanes, w.layout, None, record)
+    ran = 0
+    for r, win, i, end in record["trace"]:
+        sl = w.lanes[r].slices
+        measured = int(sl["end_ns"].to_numpy()[sl["window"].to_numpy() == win][i])
+        assert abs(end - measured) < 1000, (r, win, i, end - measured)
+        ran += 1
+    assert ran == sum(len(lane.slices) for lane in w.lanes.values())
