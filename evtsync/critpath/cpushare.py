@@ -242,9 +242,9 @@ def classify(lanes: dict[int, Lane], layout: HostLayout) -> Classified:
     ref_parts = []
     for r, lane in lanes.items():
         sl = lane.slices
-        m = np.isin(sl["kind"].to_numpy(), list(BUSY_KINDS))
-        ref_parts.append(pd.DataFrame({"kind": sl["kind"].to_numpy()[m], "name": sl["name"].to_numpy()[m],
-                                       "work": work0[r][m]}))
+        is_op = np.isin(sl["kind"].to_numpy(), list(BUSY_KINDS))
+        ref_parts.append(pd.DataFrame({"kind": sl["kind"].to_numpy()[is_op], "name": sl["name"].to_numpy()[is_op],
+                                       "work": work0[r][is_op]}))
     ref = pd.concat(ref_parts, ignore_index=True).groupby(["kind", "name"])["work"].median() if ref_parts else \
         pd.Series(dtype=float)
     ref_of = {r: lanes[r].slices.set_index(["kind", "name"]).index.map(ref).to_numpy(np.float64)
@@ -314,6 +314,8 @@ def replay_shared(lanes: dict[int, Lane], layout: HostLayout, scale: dict[tuple[
     :func:`evtsync.critpath.replay.replay` multiplies the amount. Returns per rank per window the
     replayed end (ns); ``record`` receives ``arrived``, ``ended`` and ``blocked`` as there, and, when
     it holds a ``trace`` list, (rank, window, slice row in the window, replayed end) per slice that ran."""
+    from evtsync.critpath.replay import window_members  # (replay imports this module)
+
     scale = scale or {}
     trace = record.get("trace") if record is not None else None
     group = layout.group_of()
@@ -321,12 +323,7 @@ def replay_shared(lanes: dict[int, Lane], layout: HostLayout, scale: dict[tuple[
     out: dict[int, dict[int, int]] = {r: {} for r in lanes}
     windows = sorted({w for lane in lanes.values() for w in lane.windows})
     for w in windows:
-        members: dict[tuple[Any, int], list[int]] = {}
-        for lane in lanes.values():
-            for key, (win, _, _) in lane.arrivals.items():
-                if win == w:
-                    members.setdefault(key, []).append(lane.rank)
-        # a gloo collective starts when the last member's worker has started it (the hand-off)
+        members = window_members(lanes, w)
         # a collective starts when the last member has handed it over: where its gloo worker started it
         # (a transfer: where its gloo:send / gloo:recv started), but not after any member's measured
         # end (an eager send's event starts after the data left) nor before the member's arrival
@@ -336,12 +333,12 @@ def replay_shared(lanes: dict[int, Lane], layout: HostLayout, scale: dict[tuple[
         # a lane starts at its first slice (with_stack: Python frames around the first step begin before
         # it) and its window ends where its last step ends (the slices after it are left out of the
         # step time); times run from the window's first start (float64 epoch ns would round to 256 ns)
-        first = {r: int(min(lane.windows[w][0], lane.slices["start_ns"].to_numpy(np.int64)[
+        lane_start = {r: int(min(lane.windows[w][0], lane.slices["start_ns"].to_numpy(np.int64)[
             lane.slices["window"].to_numpy() == w].min(initial=lane.windows[w][0]))) for r, lane in lanes.items()
             if w in lane.windows}
         tail = {r: max(0, int(lane.slices["end_ns"].to_numpy(np.int64)[lane.slices["window"].to_numpy() == w].max(
             initial=0)) - lane.windows[w][1]) for r, lane in lanes.items() if w in lane.windows}
-        base = min(first.values(), default=0)
+        base = min(lane_start.values(), default=0)
         st: dict[int, dict[str, Any]] = {}
         for r, lane in lanes.items():
             if w not in lane.windows:
@@ -355,7 +352,7 @@ def replay_shared(lanes: dict[int, Lane], layout: HostLayout, scale: dict[tuple[
             offset: dict[tuple[Any, int], float] = {}
             refs = sl["ref_key"].tolist()
             blocks = sl["blocking"].to_numpy(bool)
-            first_wait = {}
+            first_wait: dict[Any, int] = {}
             for i in np.flatnonzero(blocks).tolist():
                 first_wait.setdefault(refs[i], i)
             for t, k in sorted(((min(ready[k][r], lane.handoff.get(k, (ready[k][r],))[0]), k)
@@ -372,7 +369,7 @@ def replay_shared(lanes: dict[int, Lane], layout: HostLayout, scale: dict[tuple[
             st[r] = {"i": 0, "n": len(sl), "arr_at": arr_at, "amount": sl["amount"].to_numpy(np.float64) * f,
                      "busy": sl["busy"].to_numpy(bool), "ref": sl["ref_key"].tolist(),
                      "blocking": sl["blocking"].to_numpy(bool), "mode": "until",
-                     "until": float(first[r] - base), "rem": 0.0, "g": group.get(r, -1), "done": None,
+                     "until": float(lane_start[r] - base), "rem": 0.0, "g": group.get(r, -1), "done": None,
                      "offset": offset}
         arrived: dict[tuple[Any, int], dict[int, float]] = {}
         ended: dict[tuple[Any, int], dict[int, float]] = {}

@@ -473,6 +473,16 @@ def straggler_ops(instances: pd.DataFrame, step_ns: float, *, k_scale: float = K
 
 # --------------------------------------------------------------------------- replay
 
+def window_members(lanes: dict[int, Lane], window: int) -> dict[tuple[Any, int], list[int]]:
+    """The ranks that arrive at each collective (or paired transfer) of one profiling window."""
+    members: dict[tuple[Any, int], list[int]] = {}
+    for lane in lanes.values():
+        for key, (win, _, _) in lane.arrivals.items():
+            if win == window:
+                members.setdefault(key, []).append(lane.rank)
+    return members
+
+
 def replay(lanes: dict[int, Lane], scale: dict[tuple[int, int, int, int, str, str], float] | None = None,
            record: dict[str, Any] | None = None) -> dict[int, dict[int, int]]:
     """Replay the lanes; ``scale`` maps (rank, window, step, segment, kind, name) to the factor on
@@ -482,11 +492,7 @@ def replay(lanes: dict[int, Lane], scale: dict[tuple[int, int, int, int, str, st
     out: dict[int, dict[int, int]] = {r: {} for r in lanes}
     windows = sorted({w for lane in lanes.values() for w in lane.windows})
     for w in windows:
-        members: dict[tuple[Any, int], list[int]] = {}
-        for lane in lanes.values():
-            for key, (win, _, _) in lane.arrivals.items():
-                if win == w:
-                    members.setdefault(key, []).append(lane.rank)
+        members = window_members(lanes, w)
         state = {}
         for r, lane in lanes.items():
             if w not in lane.windows:
