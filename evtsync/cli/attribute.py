@@ -47,6 +47,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="replay the job with each straggler op at its typical (median) duration: the step "
                              "time without stragglers, the slowdown and, per rank and cause, the step time saved by "
                              "fixing that one alone (docs/critical-path.md §8); with -o also PATH_whatif")
+    parser.add_argument("--host-cores", metavar="SPEC", default=None, dest="host_cores",
+                        help="with --what-if on a CPU (gloo) job: the host's layout, so that the replay models ranks "
+                             "sharing a core (processor sharing; docs/critical-path.md §8): N (N cores, ranks pinned "
+                             "in contiguous blocks), N:shared (all ranks share N cores), or RANKS:CORES;... (e.g. "
+                             "0-1:1;2-3:1). Without it op durations are independent; the output says which")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(handler=run)
 
@@ -85,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.paths and not args.out:
         raise InputError("--paths writes PATH_paths beside the table: give -o/--out PATH")
+    if args.host_cores is not None and not args.what_if:
+        raise InputError("--host-cores describes the host for the what-if replay: give --what-if too")
     selections = [p for p in args.pg if "=" not in p]
     args.pg = [p for p in args.pg if "=" in p]
     if len(selections) > 1:
@@ -162,7 +169,7 @@ def _what_if(args: argparse.Namespace, result, backend, read: dict[str, Any],  #
     alignment = align_collectives(traces, **align)   # every group: the replay needs all of a rank's collectives
     paths = {int(r): g["path"].astype(str).tolist() for r, g in traces.ranks.groupby("rank")} if per_rank else None
     return what_if(traces, alignment, backend=backend if per_rank else None, paths=paths, read_options=read,
-                   cpu=bool(result.cpu_side))
+                   cpu=bool(result.cpu_side), host_cores=args.host_cores)
 
 
 def _print_what_if(w) -> None:  # noqa: ANN001 - CLI rendering only
@@ -170,6 +177,12 @@ def _print_what_if(w) -> None:  # noqa: ANN001 - CLI rendering only
           f"mean over {w.n_steps} rank-steps of {w.n_ranks} rank(s)):")
     print(f"  step time {w.step_time_ms:.1f} ms measured, {w.step_time_without_stragglers_ms:.1f} ms without "
           f"stragglers (-{w.saving_ms_per_step:.1f} ms, slowdown S = {w.slowdown:.3f})")
+    print(f"  durations: {w.durations}")
+    if w.cpu_sharing:
+        c = w.cpu_sharing
+        print(f"  CPU-busy: operators and enqueues; of {c['undecided_slices']} annotation / Python-gap slices "
+              f"{c['judged_by_core_mates']} had core-mates' operators beside them, {c['judged_not_busy']} judged "
+              f"not busy ({c['not_busy_ms']:.1f} ms); waits never busy")
     for reason, n in w.not_used.items():
         print(f"  not replayed: {n} {reason}")
     if len(w.table):

@@ -43,6 +43,7 @@ import pandas as pd
 from evtsync.core.errors import InputError
 from evtsync.core.parallel import Backend
 from evtsync.critpath.cpu import CPU_SIDE_CATEGORIES, collectives_are_cpu_side, rank_timeline
+from evtsync.critpath.cpushare import HostLayout, classify, parse_host_cores, replay_shared
 from evtsync.critpath.names import notes_around, user_notes
 from evtsync.critpath.p2p import pair_transfers, peer_column, transfers
 from evtsync.sync.collectives import Alignment
@@ -56,6 +57,11 @@ FLOOR_SHARE = 0.05
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 GPU_IDLE = "(gpu idle)"
 WHATIF_COLUMNS = ["rank", "cause", "annotation", "category", "n_ops", "excess_ms", "saving_ms_per_step", "saving_share"]
+#: the duration model a what-if used (``WhatIfResult.durations``, docs/critical-path.md §8)
+INDEPENDENT_GPU = "independent durations (GPU lanes, assumption 1)"
+INDEPENDENT_CPU = ("independent durations (assumption 1): no host layout given (--host-cores), ranks sharing a core "
+                   "are not modelled")
+SHARED_CPU = "processor sharing between the ranks of a core (host layout: {layout})"
 
 
 @dataclass
@@ -78,6 +84,9 @@ class Lane:
     p2p: pd.DataFrame | None = None
     #: point-to-point ops of the lane not made transfers, by reason (counts)
     p2p_not_used: dict[str, int] = field(default_factory=dict)
+    #: gloo collectives: key -> (the ``c10d::*`` enqueue op's end, the ``gloo:*`` event's start on the
+    #: worker), for the processor-sharing replay's hand-off (docs/critical-path.md §8)
+    handoff: dict[tuple[Any, int], tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -97,13 +106,22 @@ class WhatIfResult:
     #: what the replay could not use, by reason (counts)
     not_used: dict[str, int] = field(default_factory=dict)
     lanes: dict[int, Lane] = field(default_factory=dict, repr=False)
+    #: the duration model used (INDEPENDENT_GPU, INDEPENDENT_CPU or SHARED_CPU with the layout)
+    durations: str = INDEPENDENT_GPU
+    #: the host layout of the processor-sharing model (None: durations independent)
+    layout: HostLayout | None = None
+    #: with a layout: how the slices that may sleep were judged (docs/critical-path.md §8)
+    cpu_sharing: dict[str, Any] = field(default_factory=dict)
+
+    def run(self, scale: dict[tuple[int, int, int, int, str, str], float] | None = None) -> dict[int, dict[int, int]]:
+        """Replay the lanes with the result's duration model (``scale`` as in :func:`replay`)."""
+        return replay(self.lanes, scale) if self.layout is None else replay_shared(self.lanes, self.layout, scale)
 
     def saving_of(self, ops: pd.DataFrame) -> float:
         """The step time (ms per step) saved by fixing only ``ops`` (rows of :attr:`ops`) together."""
         if ops.empty:
             return 0.0
-        fixed = replay(self.lanes, _scales(ops))
-        return self.replayed_step_time_ms - mean_step_ms(self.lanes, fixed)[0]
+        return self.replayed_step_time_ms - mean_step_ms(self.lanes, self.run(_scales(ops)))[0]
 
     @property
     def slowdown(self) -> float:
@@ -122,6 +140,9 @@ class WhatIfResult:
                 "step_time_without_stragglers_ms": round(self.step_time_without_stragglers_ms, 3),
                 "slowdown": round(self.slowdown, 4), "replayed_step_time_ms": round(self.replayed_step_time_ms, 3),
                 "whatif_rank_steps": self.n_steps, "whatif_backend": self.backend,
+                "whatif_durations": self.durations,
+                "whatif_host_cores": None if self.layout is None else self.layout.spec,
+                **({"whatif_cpu_sharing": dict(self.cpu_sharing)} if self.cpu_sharing else {}),
                 "whatif_not_used": dict(self.not_used)}
 
 
@@ -194,6 +215,8 @@ def _cpu_lane(rank: int, ops: pd.DataFrame, inst: pd.DataFrame) -> Lane | None:
     ok = a["enqueue_ns"].to_numpy(np.int64) >= 0
     arrivals = {k: (int(w), int(e), int(end)) for k, w, e, end, good in
                 zip(keys, a["window"], a["enqueue_ns"], a["end_ns"], ok, strict=True) if good}
+    handoff = {k: (int(ee), int(st)) for k, ee, st, good in
+               zip(keys, a["enqueue_end_ns"], a["start_ns"], ok, strict=True) if good}
     sl = tl.slices.copy()
     ref = sl["ref"].to_numpy(np.int64)
     ends = a["end_ns"].to_numpy(np.int64)
@@ -206,7 +229,7 @@ def _cpu_lane(rank: int, ops: pd.DataFrame, inst: pd.DataFrame) -> Lane | None:
     notes = user_notes(main)
     p2p, p2p_not_used = transfers(main)
     return Lane(rank, sl, arrivals, _windows(steps), n_unpaired=int((~ok).sum()), annotations=notes,
-                p2p=p2p, p2p_not_used=p2p_not_used)
+                p2p=p2p, p2p_not_used=p2p_not_used, handoff=handoff)
 
 
 def pair_p2p(lanes: dict[int, Lane]) -> dict[str, int]:
@@ -229,6 +252,8 @@ def pair_p2p(lanes: dict[int, Lane]) -> dict[str, int]:
         last = max(int(a["arrival_ns"]), int(b["arrival_ns"]))
         for r, t in ((pair.src, a), (pair.dst, b)):
             lanes[r].arrivals[key] = (pair.window, int(t["arrival_ns"]), int(t["end_ns"]))
+            # the transfer starts where its gloo:send / gloo:recv starts (the op is closed there)
+            lanes[r].handoff[key] = (int(t["start_ns"]), int(t["start_ns"]))
             marks[r].append((int(t["start_ns"]), int(t["end_ns"]), key, int(t["end_ns"]) >= last))
     for r, ms in marks.items():
         if not ms:
@@ -408,8 +433,9 @@ def op_instances(lanes: dict[int, Lane]) -> pd.DataFrame:
         sl = sl[(sl["step"] >= 0) & sl["ref_key"].isna() & (sl["kind"] != "collective_wait")]
         if sl.empty:
             continue
+        cols = ["dur", "amount"] if "amount" in sl else ["dur"]
         g = sl.assign(dur=sl["end_ns"] - sl["start_ns"]).groupby(
-            ["window", "step", "segment", "kind", "name"], sort=False)["dur"].sum().reset_index()
+            ["window", "step", "segment", "kind", "name"], sort=False)[cols].sum().reset_index()
         g["rank"] = lane.rank
         parts.append(g)
     if not parts:
@@ -421,25 +447,41 @@ def op_instances(lanes: dict[int, Lane]) -> pd.DataFrame:
     full = where.merge(ops, on="segment")
     out = full.merge(found, on=["rank", "window", "step", "segment", "kind", "name"], how="left")
     out["dur"] = out["dur"].fillna(0).astype(np.int64)
+    if "amount" in out:
+        out["amount"] = out["amount"].fillna(0.0).astype(np.float64)
     return out
 
 
 def straggler_ops(instances: pd.DataFrame, step_ns: float, *, k_scale: float = K_SCALE,
                   floor_share: float = FLOOR_SHARE) -> pd.DataFrame:
     """The op instances above their typical duration by more than the threshold (module doc), with
-    ``typical`` (ns) and ``excess`` (ns)."""
+    ``typical`` (ns) and ``excess`` (ns). With an ``amount`` column (the processor-sharing model: an
+    op's CPU work where it is busy, else its wall time) the amount is compared instead of the
+    duration, and ``typical_amount`` is its median (``typical`` stays the median wall time)."""
     if instances.empty:
         return instances.assign(typical=[], excess=[])
-    g = instances.groupby(["segment", "kind", "name"])["dur"]
-    typical = g.transform("median")
-    mad = (instances["dur"] - typical).abs().groupby([instances["segment"], instances["kind"],
-                                                      instances["name"]]).transform("median")
+    keys = [instances["segment"], instances["kind"], instances["name"]]
+    value = "amount" if "amount" in instances else "dur"
+    typical = instances.groupby(keys)[value].transform("median")
+    mad = (instances[value] - typical).abs().groupby(keys).transform("median")
     threshold = np.maximum(k_scale * 1.4826 * mad, floor_share * step_ns)
-    out = instances.assign(typical=typical, excess=instances["dur"] - typical)
+    out = instances.assign(typical=instances.groupby(keys)["dur"].transform("median"), excess=instances[value] - typical)
+    if value == "amount":
+        out["typical_amount"] = typical
     return out[out["excess"] > threshold].reset_index(drop=True)
 
 
 # --------------------------------------------------------------------------- replay
+
+def window_members(lanes: dict[int, Lane], window: int) -> dict[tuple[Any, int], list[int]]:
+    """The ranks that arrive at each collective (or paired transfer) of one profiling window."""
+    members: dict[tuple[Any, int], list[int]] = {}
+    for lane in lanes.values():
+        for key, (win, _, _) in lane.arrivals.items():
+            if win == window:
+                members.setdefault(key, []).append(lane.rank)
+    return members
+
 
 def replay(lanes: dict[int, Lane], scale: dict[tuple[int, int, int, int, str, str], float] | None = None,
            record: dict[str, Any] | None = None) -> dict[int, dict[int, int]]:
@@ -450,11 +492,7 @@ def replay(lanes: dict[int, Lane], scale: dict[tuple[int, int, int, int, str, st
     out: dict[int, dict[int, int]] = {r: {} for r in lanes}
     windows = sorted({w for lane in lanes.values() for w in lane.windows})
     for w in windows:
-        members: dict[tuple[Any, int], list[int]] = {}
-        for lane in lanes.values():
-            for key, (win, _, _) in lane.arrivals.items():
-                if win == w:
-                    members.setdefault(key, []).append(lane.rank)
+        members = window_members(lanes, w)
         state = {}
         for r, lane in lanes.items():
             if w not in lane.windows:
@@ -530,9 +568,14 @@ _OP_KEYS = ("rank", "window", "step", "segment", "kind", "name")
 
 
 def _scales(rows: pd.DataFrame) -> dict[tuple[int, int, int, int, str, str], float]:
-    """Replay factors that bring each op instance of ``rows`` to its typical duration."""
-    dur = rows["duration_ms"] if "duration_ms" in rows else rows["dur"]
-    typ = rows["typical_ms"] if "typical_ms" in rows else rows["typical"]
+    """Replay factors that bring each op instance of ``rows`` to its typical duration (its typical
+    amount under the processor-sharing model)."""
+    if "amount_ms" in rows or "amount" in rows:
+        dur = rows["amount_ms"] if "amount_ms" in rows else rows["amount"]
+        typ = rows["typical_amount_ms"] if "typical_amount_ms" in rows else rows["typical_amount"]
+    else:
+        dur = rows["duration_ms"] if "duration_ms" in rows else rows["dur"]
+        typ = rows["typical_ms"] if "typical_ms" in rows else rows["typical"]
     return {(int(r), int(w), int(st), int(sg), str(k), str(n)): (t / d if d > 0 else 1.0)
             for r, w, st, sg, k, n, t, d in zip(*(rows[c] for c in _OP_KEYS), typ, dur, strict=True)}
 
@@ -540,22 +583,47 @@ def _scales(rows: pd.DataFrame) -> dict[tuple[int, int, int, int, str, str], flo
 def what_if(traces: TraceSet, instances: pd.DataFrame | Alignment, *, k_scale: float = K_SCALE,
             floor_share: float = FLOOR_SHARE, backend: Backend | None = None,
             paths: dict[int, list[str]] | None = None, read_options: dict[str, Any] | None = None,
-            cpu: bool | None = None) -> WhatIfResult:
+            cpu: bool | None = None, host_cores: HostLayout | str | None = None) -> WhatIfResult:
     """Replay the job with its straggler ops at their typical duration (module doc).
 
     ``instances``: the aligned collective instances (``Alignment.instances`` or the alignment).
     ``backend`` + ``paths``: build each rank's lane in a task reading its own file (Dask, a pool);
-    ``traces`` then needs only the collectives. Raises :class:`InputError` when no rank has recorded
-    steps to replay.
+    ``traces`` then needs only the collectives. ``host_cores`` (a CPU-side job only): the host's
+    layout (:func:`evtsync.critpath.cpushare.parse_host_cores` spec or a :class:`HostLayout`): the
+    replay then models the ranks of a core sharing it (docs/critical-path.md §8, "Ranks sharing
+    cores"); without it durations are independent (assumption 1). Raises :class:`InputError` when no
+    rank has recorded steps to replay, or for a layout on a GPU job or one that does not fit the ranks.
     """
     inst = instances.instances if isinstance(instances, Alignment) else instances
     lanes, kind, not_used = build_lanes(traces, inst, backend=backend, paths=paths, read_options=read_options,
                                         cpu=cpu)
     if not lanes:
         raise InputError("what-if: no rank has ProfilerStep#N steps and a main thread or GPU events to replay")
+    layout: HostLayout | None = None
+    sharing: dict[str, Any] = {}
+    durations = INDEPENDENT_CPU if kind == "cpu" else INDEPENDENT_GPU
+    if host_cores is not None:
+        if kind != "cpu":
+            raise InputError("--host-cores: the CPU-sharing model applies to CPU-side (gloo) collectives; these "
+                             "traces' collectives run on the GPU")
+        layout = host_cores if isinstance(host_cores, HostLayout) else parse_host_cores(host_cores, sorted(lanes))
+        missing = sorted(set(lanes) - set(layout.group_of()))
+        if missing:
+            raise InputError(f"--host-cores {layout.spec!r}: rank(s) {missing} of the traces are in no group")
+        judged = classify(lanes, layout)
+        for r, lane in lanes.items():
+            lane.slices = lane.slices.assign(busy=judged.busy[r], amount=judged.work[r])
+        durations = SHARED_CPU.format(layout=layout.describe())
+        sharing = {"undecided_slices": judged.n_undecided, "judged_by_core_mates": judged.n_decided,
+                   "judged_not_busy": judged.n_idle, "not_busy_ms": round(judged.idle_ms, 3)}
+
+    def run(scale: dict[tuple[int, int, int, int, str, str], float] | None = None,
+            record: dict[str, Any] | None = None) -> dict[int, dict[int, int]]:
+        return replay(lanes, scale, record) if layout is None else replay_shared(lanes, layout, scale, record)
+
     measured, n_steps = mean_step_ms(lanes, None)
     check: dict[str, Any] = {}
-    base = mean_step_ms(lanes, replay(lanes, record=check))[0]
+    base = mean_step_ms(lanes, run(record=check))[0]
     unpaired = sum(lane.n_unpaired for lane in lanes.values())
     if unpaired:
         not_used["collective instances without a c10d::* enqueue on the main thread (no arrival replayed)"] = unpaired
@@ -564,24 +632,28 @@ def what_if(traces: TraceSet, instances: pd.DataFrame | Alignment, *, k_scale: f
             len(check["blocked"])
     inst = op_instances(lanes)
     strag = straggler_ops(inst, measured * 1e6, k_scale=k_scale, floor_share=floor_share)
-    scales = _scales
-    without = mean_step_ms(lanes, replay(lanes, scales(strag)))[0]
+    without = mean_step_ms(lanes, run(_scales(strag)))[0]
     saving_all = base - without
     rows = []
     for (rank, category, name), g in strag.groupby(["rank", "kind", "name"], sort=False):
-        alone = mean_step_ms(lanes, replay(lanes, scales(g)))[0]
+        alone = mean_step_ms(lanes, run(_scales(g)))[0]
         rows.append({"rank": int(rank), "cause": str(name), "annotation": annotation_of(lanes[int(rank)], g),
                      "category": str(category), "n_ops": len(g),
                      "excess_ms": float(g["excess"].sum()) / 1e6, "saving_ms_per_step": base - alone})
     table = pd.DataFrame(rows, columns=WHATIF_COLUMNS[:-1])
     table["saving_share"] = table["saving_ms_per_step"] / saving_all if saving_all > 0 else float("nan")
     table = table.sort_values("saving_ms_per_step", ascending=False, kind="stable").reset_index(drop=True)
-    ops = strag.assign(duration_ms=strag["dur"] / 1e6, typical_ms=strag["typical"] / 1e6)[
-        list(_OP_KEYS) + ["duration_ms", "typical_ms"]]
+    ops = strag.assign(duration_ms=strag["dur"] / 1e6, typical_ms=strag["typical"] / 1e6)
+    extra = []
+    if layout is not None:  # the CPU work (ms of one core; the wall time where not busy) that the replay scales
+        ops = ops.assign(amount_ms=ops["amount"] / 1e6, typical_amount_ms=ops["typical_amount"] / 1e6)
+        extra = ["amount_ms", "typical_amount_ms"]
+    ops = ops[list(_OP_KEYS) + ["duration_ms", "typical_ms", *extra]]
     if abs(base - measured) > 1e-3 * max(measured, 1.0):
         log.warning("what-if replay: the replay with measured durations gives %.3f ms per step against %.3f ms "
                     "measured", base, measured)
     # the saving applies to the measured step: T_without = T_actual − (replayed − replayed without)
     return WhatIfResult(step_time_ms=measured, replayed_step_time_ms=base,
                         step_time_without_stragglers_ms=measured - saving_all, n_steps=n_steps,
-                        n_ranks=len(lanes), backend=kind, table=table, ops=ops, not_used=not_used, lanes=lanes)
+                        n_ranks=len(lanes), backend=kind, table=table, ops=ops, not_used=not_used, lanes=lanes,
+                        durations=durations, layout=layout, cpu_sharing=sharing)
