@@ -224,6 +224,12 @@ def emit_json(value: Any, file: Any = None, indent: int | None = 2) -> None:
 #: command checks itself (a folder, or a fit's .nc file).
 OUT_KINDS = ("table", "folder", "file", "own")
 
+#: ``--host-cores`` of ``attribute --what-if`` and ``run`` (docs/critical-path.md §8, "Ranks sharing cores")
+HOST_CORES_HELP = ("on a CPU (gloo) job: the host's layout, so that the what-if replay models ranks sharing a core "
+                   "(processor sharing; docs/critical-path.md §8): N (N cores, ranks pinned in contiguous blocks), "
+                   "N:shared (all ranks share N cores), or RANKS:CORES;... (e.g. 0-1:1;2-3:1). Without it op "
+                   "durations are independent; the output says which")
+
 
 class DeprecatedAlias(argparse.Action):
     """The old spelling of an option (``--output``, ``--ci-level``): hidden from ``--help``,

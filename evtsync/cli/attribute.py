@@ -13,7 +13,12 @@ from evtsync.core.reference import PAPER_GPU_CAUSES, PAPER_GPU_ONLY_SHARE  # noq
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from evtsync.cli._common import add_out_argument, add_scale_arguments, add_trace_arguments
+    from evtsync.cli._common import (
+        HOST_CORES_HELP,
+        add_out_argument,
+        add_scale_arguments,
+        add_trace_arguments,
+    )
 
     parser = sub.add_parser(
         "attribute", help="why the straggler was late: critical-path attribution (methodology §4)",
@@ -48,10 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "time without stragglers, the slowdown and, per rank and cause, the step time saved by "
                              "fixing that one alone (docs/critical-path.md §8); with -o also PATH_whatif")
     parser.add_argument("--host-cores", metavar="SPEC", default=None, dest="host_cores",
-                        help="with --what-if on a CPU (gloo) job: the host's layout, so that the replay models ranks "
-                             "sharing a core (processor sharing; docs/critical-path.md §8): N (N cores, ranks pinned "
-                             "in contiguous blocks), N:shared (all ranks share N cores), or RANKS:CORES;... (e.g. "
-                             "0-1:1;2-3:1). Without it op durations are independent; the output says which")
+                        help=f"with --what-if {HOST_CORES_HELP}")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(handler=run)
 

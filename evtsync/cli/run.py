@@ -19,6 +19,7 @@ PARTIAL_STUDY_EXIT = 3
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``run`` command."""
     from evtsync.cli._common import (
+        HOST_CORES_HELP,
         ListOption,
         add_out_argument,
         add_scale_arguments,
@@ -128,6 +129,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help=f"buffer size S (default: median message size of the block PG's collectives); {SIZE_HELP}")
     bw.add_argument("--eps", type=float, default=DEFAULT_EPS,
                     help=f"target elasticity of B* in (-1, 0) (default {DEFAULT_EPS:g})")
+    whatif = parser.add_argument_group("what-if without stragglers (the attribution stage's replay)")
+    whatif.add_argument("--host-cores", metavar="SPEC", default=None, dest="host_cores",
+                        help=f"{HOST_CORES_HELP}; a job it does not fit (a GPU job, ranks not in the layout) gets no "
+                             "replay, with the reason in the stage's record")
     parser.set_defaults(handler=run)
 
 
@@ -178,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         result_cache=None if result_cache is None else str(result_cache),
         strict=args.strict, allow_partial=args.allow_partial, end_tolerance_us=args.end_tolerance_us,
         ranks_per_host=args.ranks_per_host, report=args.report, rank_from=args.rank_from,
-        comm_kernels=list(args.comm_kernel), comparators=sorted(set(args.comparators)))
+        comm_kernels=list(args.comm_kernel), comparators=sorted(set(args.comparators)), host_cores=args.host_cores)
     options.check()  # bad options and output paths fail here, before any work
     out = options.out or default_out(options)
     quiet = args.quiet or args.json

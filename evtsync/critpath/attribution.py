@@ -717,16 +717,25 @@ def root_cause_table(coll: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["workload", "tax_us"], ascending=[True, False], kind="stable").reset_index(drop=True)
 
 
+#: a root cause flagged ``scheduling``: its category (docs/critical-path.md, "Flags of root causes")
+SCHEDULING_CATEGORIES = frozenset({"enqueue"})
+
+
 def root_cause_flags(roots: pd.DataFrame) -> list[str | None]:
     """Per (workload, root rank, cause) row of :func:`root_cause_table`, why its tax should not be
-    read as a straggler's cause, or None (docs/critical-path.md, "Flags of root causes"):
+    read as a straggler's cause in the program, or None (docs/critical-path.md, "Flags of root causes"):
     ``unexplained`` when at least half of its tax sits on collectives that are unexplained or
-    whose chain stopped with a ``root_reason``. (A rule for "consistent with the job's noise" was
-    tried and dropped: on the real recordings every variant that flags the clean twins' causes
-    also flags planted stragglers, see the docs.)"""
+    whose chain stopped with a ``root_reason``; else ``scheduling`` when the root is the main
+    thread's time inside a ``c10d::*`` call outside its collective's run (category ``enqueue``:
+    handing the collective to the gloo worker, or returning after it ended), tens of µs of work:
+    beyond that the thread waited for a core (or the GIL). (A rule for "consistent with the job's
+    noise" was tried and dropped: on the real recordings every variant that flags the clean twins'
+    causes also flags planted stragglers, see the docs.)"""
     tax = roots["tax_us"].to_numpy(np.float64)
     unexpl = roots["unexplained_tax_us"].to_numpy(np.float64)
-    return ["unexplained" if t > 0 and u >= 0.5 * t else None for t, u in zip(tax, unexpl, strict=True)]
+    cats = roots["root_category"].astype(str).tolist() if "root_category" in roots else [""] * len(roots)
+    return ["unexplained" if t > 0 and u >= 0.5 * t else "scheduling" if t > 0 and c in SCHEDULING_CATEGORIES
+            else None for t, u, c in zip(tax, unexpl, cats, strict=True)]
 
 
 def unexplained_table(coll: pd.DataFrame) -> pd.DataFrame:

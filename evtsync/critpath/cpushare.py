@@ -85,7 +85,7 @@ def _rank_list(text: str, spec: str) -> tuple[int, ...]:
     return tuple(ranks)
 
 
-def parse_host_cores(spec: str, ranks: list[int]) -> HostLayout:
+def parse_host_cores(spec: str, ranks: list[int] | None) -> HostLayout:
     """The host layout from ``--host-cores``:
 
     - ``N``: N cores, each rank pinned to one, in contiguous blocks (the k-th of the W ranks in rank
@@ -94,10 +94,12 @@ def parse_host_cores(spec: str, ranks: list[int]) -> HostLayout:
     - ``RANKS:CORES;RANKS:CORES…``: explicit groups, e.g. ``0-1:1;2-3:1``.
 
     Every rank of the traces must be in exactly one group; raises :class:`InputError` (one line)
-    otherwise.
+    otherwise. ``ranks`` None checks the form only (``evtsync run`` before it reads the traces): the
+    ``N`` forms then have no groups.
     """
     text = spec.strip()
-    ranks = sorted(int(r) for r in ranks)
+    check_only = ranks is None
+    ranks = [] if ranks is None else sorted(int(r) for r in ranks)
     if text.isdigit() or re.fullmatch(r"\d+\s*:\s*shared", text):
         n = int(text.split(":")[0])
         if n < 1:
@@ -123,7 +125,7 @@ def parse_host_cores(spec: str, ranks: list[int]) -> HostLayout:
     if twice:
         raise InputError(f"--host-cores {spec!r}: rank(s) {twice} listed in more than one group")
     missing, extra = sorted(set(ranks) - set(listed)), sorted(set(listed) - set(ranks))
-    if missing or extra:
+    if (missing or extra) and not check_only:
         raise InputError(f"--host-cores {spec!r}: expected exactly the traces' ranks {ranks}; "
                          + (f"missing {missing}" if missing else "") + ("; " if missing and extra else "")
                          + (f"not in the traces {extra}" if extra else ""))

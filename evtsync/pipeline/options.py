@@ -76,6 +76,9 @@ class RunOptions:
     demo_overrides: dict[str, Any] = field(default_factory=dict)
     #: opt-in comparators (:data:`COMPARATOR_CHOICES`); ``models`` given implies ``bayes-gev``
     comparators: list[str] = field(default_factory=list)
+    #: the host layout for the what-if replay of CPU-side (gloo) jobs (``--host-cores``; None: durations
+    #: independent; docs/critical-path.md §8, "Ranks sharing cores")
+    host_cores: str | None = None
 
     @property
     def is_demo(self) -> bool:
@@ -102,6 +105,10 @@ class RunOptions:
                 raise InputError(f"--{name} must be >= 1, got {value}")
         if not -1 < self.eps < 0:
             raise InputError(f"--eps {self.eps}: the target elasticity must lie in (-1, 0)")
+        if self.host_cores is not None:  # its form; whether it fits each job's ranks is the what-if's check
+            from evtsync.critpath.cpushare import parse_host_cores
+
+            parse_host_cores(self.host_cores, None)
         from evtsync.runfolder.layout import check_run_folder
 
         out = self.out or default_out(self)

@@ -204,7 +204,7 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
         summaries.append(_tag(summary, w.name, gpu))
         validations.append(_tag(result.validation, w.name, gpu))
         paths.append(_tag(_path_view_rows(result), w.name, gpu))
-        whatif = _what_if_of(traces, alignment, result.cpu_side, w.name, reasons)
+        whatif = _what_if_of(traces, alignment, result.cpu_side, w.name, reasons, run.options.host_cores)
         if whatif is not None:  # docs/critical-path.md §8
             whatif_jobs.append(_tag(pd.DataFrame([whatif.summary()]), w.name, gpu))
             whatif_rows.append(_tag(whatif.table, w.name, gpu))
@@ -237,12 +237,15 @@ def _stage_attribution(run: Run) -> dict[str, Any]:
             "skipped_workloads": reasons}
 
 
-def _what_if_of(traces: Any, alignment: Any, cpu_side: bool, name: str, reasons: list[str]) -> Any:
-    """The workload's what-if replay (docs/critical-path.md §8), or None with the reason noted."""
+def _what_if_of(traces: Any, alignment: Any, cpu_side: bool, name: str, reasons: list[str],
+                host_cores: str | None = None) -> Any:
+    """The workload's what-if replay (docs/critical-path.md §8), or None with the reason noted;
+    ``host_cores`` (``run --host-cores``): the host layout of a CPU-side job (a GPU job or a layout that
+    does not fit the job's ranks: no replay, the reason noted)."""
     from evtsync.critpath.replay import what_if
 
     try:
-        return what_if(traces, alignment, cpu=cpu_side)
+        return what_if(traces, alignment, cpu=cpu_side, host_cores=host_cores)
     except InputError as exc:
         reasons.append(f"{name}: what-if: {exc}")
         return None
@@ -930,7 +933,11 @@ def build_stages(run: Run) -> list[Stage]:
         # then and run beside the attribution and the MLE (engine: jobs)
         Stage("zscores", _stage_zscores, ("tax",),
                lambda r: {**traces_params(r), "pg": o.block_pg, "m": o.m, "time": o.time}, shareable=True),
-        Stage("attribution", _stage_attribution, ("tax",), traces_params, shareable=True),
+        # the what-if replay runs in this stage: a host layout given is part of its key (none given: the
+        # key as before, so earlier results stay valid)
+        Stage("attribution", _stage_attribution, ("tax",),
+              lambda r: {**traces_params(r), **({"host_cores": o.host_cores} if o.host_cores is not None else {})},
+              shareable=True),
         Stage("mle", _stage_mle, ("zscores",), lambda r: {"level": LEVEL, "min": MIN_Z_MLE}, shareable=True),
     ]
     models = _model_paths(run)

@@ -58,7 +58,9 @@ def attribution_why_items(coll: pd.DataFrame | None, gpu: str, why: dict[str, pd
                            "that collective's straggler, recursively; the root is where the chain ends "
                            "(docs/critical-path.md). Tax µs: sum of tau over the collectives routed to each root; "
                            "via other collectives: how many of them reached it through a chain; flag 'unexplained': at least "
-                           "half of its tax is on collectives that are unexplained or stopped with a reason. " + more))
+                           "half of its tax is on collectives that are unexplained or stopped with a reason; 'scheduling': "
+                           "the root is time inside a c10d call outside its collective's run, the thread waiting for "
+                           "a core (or the GIL). " + more))
     blame = on_gpu(why["rank_blame"]).drop(columns=["gpu"])
     if len(blame):
         items.append(Table(blame.rename(columns={"wait_suffered_us": "wait suffered µs",

@@ -224,7 +224,7 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
     variation r over the cell's block identities (from the z-scores); ``converged`` and ``notes`` (one per line,
     :data:`NOTE_SEPARATOR`, with what to do next where something could not be computed). The second value holds ``n``, ``model``,
     ``loo``, ``loo_and_tail`` (the sentence reconciling them), ``topologies``, ``level`` and
-    ``point_estimate`` (per estimator of the rows: what its point is, e.g. "posterior median") and ``jobs`` (per workload the what-if replay: ``step_time_ms``, ``step_time_without_stragglers_ms``, ``slowdown``, ``n_rank_steps`` (ranks × recorded steps); docs/critical-path.md §8); a cell holding one job also carries those three columns.
+    ``point_estimate`` (per estimator of the rows: what its point is, e.g. "posterior median") and ``jobs`` (per workload the what-if replay: ``step_time_ms``, ``step_time_without_stragglers_ms``, ``slowdown``, ``n_rank_steps`` (ranks × recorded steps), ``whatif_durations`` (the duration model the replay used) and ``whatif_host_cores`` (the host layout given, or None); docs/critical-path.md §8); a cell holding one job also carries those three columns.
     """
     from evtsync.predict.tables import is_beyond_data, point_column, point_labels, point_words
 
@@ -418,10 +418,21 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
             "jobs": [] if whatif is None else [
                 {"workload": str(r["workload"]), "gpu": str(r["gpu"]), "step_time_ms": float(r["step_time_ms"]),
                  "step_time_without_stragglers_ms": float(r["step_time_without_stragglers_ms"]),
-                 "slowdown": float(r["slowdown"]), "n_rank_steps": int(r["whatif_rank_steps"])}
+                 "slowdown": float(r["slowdown"]), "n_rank_steps": int(r["whatif_rank_steps"]),
+                 **_duration_model(r)}
                 for _, r in whatif.iterrows()]}
     return pd.DataFrame(rows), info
 
+
+
+def _duration_model(row: Any) -> dict[str, Any]:
+    """The what-if's duration model of a ``tables/whatif_jobs.parquet`` row (docs/critical-path.md §8):
+    ``whatif_durations`` (the sentence) and ``whatif_host_cores`` (the layout as given, or None); a
+    table written before the columns existed says it did not record them."""
+    said = row.get("whatif_durations")
+    cores = row.get("whatif_host_cores")
+    return {"whatif_durations": str(said) if isinstance(said, str) and said else "not recorded (an older run)",
+            "whatif_host_cores": str(cores) if isinstance(cores, str) and cores else None}
 
 
 def fleet_assumption(tau_row: Any) -> str:

@@ -24,10 +24,25 @@ def test_summary_carries_the_jobs_step_times(tmp_path: Path) -> None:
     pd.DataFrame([{"workload": "w", "gpu": "unknown", "pg": "0", "index": 0, "valid": True, "tau_max_us": 5.0}]
                  ).to_parquet(tmp_path / "tables" / "tax_collectives.parquet")
     rows, info = summary_numbers(tmp_path, {})
+    # a table written before the duration model was recorded says so
     assert info["jobs"] == [{"workload": "w", "gpu": "unknown", "step_time_ms": 10.0,
-                             "step_time_without_stragglers_ms": 8.0, "slowdown": 1.25, "n_rank_steps": 8}]
+                             "step_time_without_stragglers_ms": 8.0, "slowdown": 1.25, "n_rank_steps": 8,
+                             "whatif_durations": "not recorded (an older run)", "whatif_host_cores": None}]
     row = rows.iloc[0]
     assert (row["step_time_ms"], row["step_time_without_stragglers_ms"], row["slowdown"]) == (10.0, 8.0, 1.25)
+
+
+def test_summary_jobs_carry_the_duration_model(tmp_path: Path) -> None:
+    (tmp_path / "tables").mkdir()
+    said = "processor sharing between the ranks of a core (host layout: ranks 0-1 on 1 core)"
+    pd.DataFrame([{"workload": w, "gpu": "CPU", "step_time_ms": 10.0, "step_time_without_stragglers_ms": 8.0,
+                   "slowdown": 1.25, "replayed_step_time_ms": 10.0, "whatif_rank_steps": 8, "whatif_backend": "cpu",
+                   "whatif_durations": d, "whatif_host_cores": c, "whatif_not_used": "{}"}
+                  for w, d, c in (("a", said, "0-1:1"), ("b", "independent durations (assumption 1)", None))]
+                 ).to_parquet(tmp_path / "tables" / "whatif_jobs.parquet")
+    _, info = summary_numbers(tmp_path, {})
+    assert [(j["workload"], j["whatif_durations"], j["whatif_host_cores"]) for j in info["jobs"]] == [
+        ("a", said, "0-1:1"), ("b", "independent durations (assumption 1)", None)]
 
 
 def test_summary_without_a_replay_has_no_jobs(tmp_path: Path) -> None:

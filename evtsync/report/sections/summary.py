@@ -294,7 +294,7 @@ def first_answers(records: list[dict[str, Any]], info: dict[str, Any], ctx: Repo
                 "ordinary variation across ranks.")
     elif step is not None and without is not None:
         gain = (f"this job would take {fmt(without)} ms per step instead of {fmt(step)} ms "
-                f"(−{fmt_share(1 - without / step)}; counterfactual replay of the step).")
+                f"(−{fmt_share(1 - without / step)}; counterfactual replay of the step{_duration_words(info)}).")
         fix = ctx.table("whatif_stragglers")
         if fix is not None and len(fix) and {"rank", "cause", "saving_ms_per_step"} <= set(fix.columns):
             top = fix.sort_values("saving_ms_per_step", ascending=False).iloc[0]
@@ -342,6 +342,18 @@ def _step_times(r: dict[str, Any], info: dict[str, Any]) -> tuple[float | None, 
     if len(jobs) == 1 and isinstance(jobs[0], dict):
         return _number(jobs[0], keys[0]), _number(jobs[0], keys[1])
     return _number(info, keys[0]), _number(info, keys[1])
+
+
+def _duration_words(info: dict[str, Any]) -> str:
+    """The what-if's duration model, short, from summary.json's ``jobs`` (docs/critical-path.md §8):
+    "; op durations independent" or "; ranks sharing cores (--host-cores 2)"; "" when the jobs do not
+    record it (an older run) or differ (then each job's is in summary.json)."""
+    jobs = [j for j in info.get("jobs") or [] if isinstance(j, dict) and "whatif_host_cores" in j]
+    layouts = {j["whatif_host_cores"] for j in jobs}
+    if not jobs or len(layouts) != 1 or len(jobs) != len(info.get("jobs") or []):
+        return ""
+    (layout,) = layouts
+    return "; op durations independent" if layout is None else f"; ranks sharing cores (--host-cores {layout})"
 
 
 def _short_estimator(r: dict[str, Any], info: dict[str, Any]) -> str:
