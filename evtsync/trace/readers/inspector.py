@@ -39,7 +39,7 @@ import pandas as pd
 
 from evtsync.core.errors import TraceError, path_problem
 from evtsync.core.parallel import Work
-from evtsync.trace.decode import ByteSource, json_bytes_estimate
+from evtsync.trace.decode import ByteSource, json_bytes_estimate, template_scanner
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +188,23 @@ class LoggedCollectives:
 #: :data:`Int64`/:data:`Int32` included), or nesting deeper than Python's recursion limit
 #: (msgspec decodes nested values recursively).
 _UNDECODABLE = (msgspec.DecodeError, RecursionError)
+
+
+def _kernel_spans(perfs: list[Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    """First kernel start and last kernel stop of each collective record (verbose logs;
+    ``MISSING`` where a record has none), or None when no record has an event trace."""
+    traces = list(map(_TRACE, perfs))
+    if traces.count(None) == len(traces):
+        return None
+    starts = np.full(len(traces), MISSING, dtype=np.int64)
+    stops = np.full(len(traces), MISSING, dtype=np.int64)
+    for i, trace in enumerate(traces):
+        if trace is not None and trace.kernel_events:
+            begin = [k.kernel_start_ts for k in trace.kernel_events if k.kernel_start_ts]
+            end = [k.kernel_stop_ts for k in trace.kernel_events if k.kernel_stop_ts]
+            if begin and end:
+                starts[i], stops[i] = min(begin), max(end)
+    return starts, stops
 
 
 def _not_a_record(path: Path, line_no: int, exc: BaseException) -> TraceError:
@@ -358,16 +375,9 @@ class _Builder:
             low, high = int(known.min()), int(known.max())
             first, last = self.dump_range
             self.dump_range = [low if first == MISSING else min(first, low), max(last, high)]
-        starts = np.full(n, MISSING, dtype=np.int64)
-        stops = np.full(n, MISSING, dtype=np.int64)
-        traces = list(map(_TRACE, perfs))
-        if traces.count(None) < n:  # verbose logs only
-            for i, trace in enumerate(traces):
-                if trace is not None and trace.kernel_events:
-                    begin = [k.kernel_start_ts for k in trace.kernel_events if k.kernel_start_ts]
-                    end = [k.kernel_stop_ts for k in trace.kernel_events if k.kernel_stop_ts]
-                    if begin and end:
-                        starts[i], stops[i] = min(begin), max(end)
+        kernel = _kernel_spans(perfs)
+        starts, stops = kernel or (np.full(n, MISSING, dtype=np.int64), np.full(n, MISSING, dtype=np.int64))
+        if kernel is not None:  # verbose logs only
             self.verbose += int((starts >= 0).sum())
         p["kernel_start_us"].append(starts)
         p["kernel_stop_us"].append(stops)
@@ -925,6 +935,102 @@ def partial_problems(logged: pd.DataFrame, comm_rows: dict[str, dict[str, Any]],
 
 _P2P_OF = attrgetter("p2p_perf")
 
+#: Rows of the template scanner's int64 output (:func:`evtsync.trace.scan.scan_template_lines`),
+#: one per field read, and the value slot of each field read: (path, kind name, row).
+_T_ID, _T_RANK, _T_NRANKS, _T_HOST, _T_PID, _T_DUMP, _T_COLL, _T_SN, _T_SIZE, _T_SOURCE = range(10)
+_T_ROWS = 10
+_TEMPLATE_READ: dict[tuple[str, str], tuple[str, int]] = {
+    ("header", "id"): ("str", _T_ID), ("header", "rank"): ("int", _T_RANK),
+    ("header", "n_ranks"): ("int", _T_NRANKS), ("metadata", "hostname"): ("str", _T_HOST),
+    ("metadata", "pid"): ("int", _T_PID), ("metadata", "dump_timestamp_us"): ("int", _T_DUMP),
+    ("coll_perf", "coll"): ("str", _T_COLL), ("coll_perf", "coll_sn"): ("int", _T_SN),
+    ("coll_perf", "coll_msg_size_bytes"): ("int", _T_SIZE), ("coll_perf", "coll_timing_source"): ("str", _T_SOURCE),
+    ("coll_perf", "coll_exec_time_us"): ("float", 0)}
+#: Fields a collective record must have (the lean struct's required ones).
+_TEMPLATE_REQUIRED = (("header", "id"), ("header", "rank"), ("header", "n_ranks"), ("coll_perf", "coll"),
+                      ("coll_perf", "coll_sn"), ("coll_perf", "coll_exec_time_us"))
+
+
+@dataclass(frozen=True)
+class _Template:
+    """A line template for :func:`evtsync.trace.scan.scan_template_lines` (its literals, value
+    slots and the rows they fill) and the fields read that the line has."""
+
+    lit: np.ndarray
+    lit_off: np.ndarray
+    kind: np.ndarray
+    col: np.ndarray
+    present: frozenset[tuple[str, str]]
+    has_meta: bool
+
+
+def _line_template(line: bytes) -> _Template | None:
+    """The template of a plain non-verbose collective record shaped as ``line`` (its keys in
+    its order, its value types), or None for any other line (a p2p or verbose record, lists,
+    a read field of another type, metadata null, nesting beyond 3): msgspec then decodes.
+    Every line the scanner reads must equal the template byte for byte outside the values."""
+    from evtsync.trace import scan
+
+    try:
+        obj = msgspec.json.decode(line)
+    except _UNDECODABLE:
+        return None
+    if (not isinstance(obj, dict) or "p2p_perf" in obj or not isinstance(obj.get("header"), dict)
+            or not isinstance(obj.get("coll_perf"), dict) or obj["coll_perf"].get("event_trace_ts") is not None
+            or not isinstance(obj.get("metadata", {}), dict)):
+        return None
+    lits: list[str] = []
+    kinds: list[int] = []
+    cols: list[int] = []
+    present: set[tuple[str, str]] = set()
+    cur: list[str] = []
+    skip = {str: scan.SLOT_SKIP_STR, int: scan.SLOT_SKIP_NUM, float: scan.SLOT_SKIP_NUM}
+    read = {"str": scan.SLOT_STR, "int": scan.SLOT_INT, "float": scan.SLOT_FLOAT}
+
+    def walk(value: dict[str, Any], path: tuple[str, ...]) -> bool:
+        cur.append("{")
+        for j, (key, v) in enumerate(value.items()):
+            cur.append(("," if j else "") + msgspec.json.encode(key).decode() + ":")
+            where = (*path, key)
+            if isinstance(v, dict):
+                if len(where) > 2 or not walk(v, where):
+                    return False
+                continue
+            if v is None or isinstance(v, bool):
+                if where in _TEMPLATE_READ:
+                    return False
+                cur.append(msgspec.json.encode(v).decode())
+                continue
+            if type(v) not in skip:
+                return False  # a list
+            got = _TEMPLATE_READ.get(where)  # type: ignore[call-overload]
+            if got is None:
+                kind, col = skip[type(v)], 0
+            else:
+                want = got[0]
+                if (want == "str") != isinstance(v, str) or (want == "int" and not isinstance(v, int)):
+                    return False
+                kind, col = read[want], got[1]
+                present.add(where)  # type: ignore[arg-type]
+            if isinstance(v, str):
+                cur.append('"')
+            lits.append("".join(cur))
+            cur.clear()
+            kinds.append(kind)
+            cols.append(col)
+        cur.append("}")
+        return True
+
+    if not walk(obj, ()) or not all(p in present for p in _TEMPLATE_REQUIRED):
+        return None
+    lits.append("".join(cur))
+    encoded = [x.encode() for x in lits]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(e) for e in encoded])
+    return _Template(np.frombuffer(b"".join(encoded), dtype=np.uint8).copy(), offsets,
+                     np.asarray(kinds, dtype=np.int64), np.asarray(cols, dtype=np.int64), frozenset(present),
+                     "metadata" in obj)
+
 
 class LogRounds:
     """Many Inspector logs read in lockstep, one block per file per round, every round's
@@ -943,7 +1049,7 @@ class LogRounds:
     """
 
     def __init__(self, files: Sequence[tuple[Path, int | None]], *, salvage: bool = False,
-                 block_bytes: int = BLOCK_BYTES) -> None:
+                 block_bytes: int = BLOCK_BYTES, scan_lines: bool = True) -> None:
         n = len(files)
         # the caller's Path objects, not copies (~270 bytes per file: issue 48)
         self.paths = [p if isinstance(p, Path) else Path(p) for p, _ in files]
@@ -981,6 +1087,11 @@ class LogRounds:
         self.info: list[dict[str, Any] | None] = [None] * n
         self.active = list(range(n))
         self.rounds = 0
+        #: the compiled line-template scanner, where the trace scanner's rule loads it for these
+        #: logs' bytes (:func:`evtsync.trace.decode.template_scanner`), else None (msgspec only)
+        self.scanner = template_scanner(sum(json_bytes_estimate(p) for p in self.paths)) if scan_lines else None
+        #: slices of lines read by the scanner, and by msgspec (declined by the scanner, or no scanner)
+        self.scanned = {"scanner": 0, "msgspec": 0}
 
     # ---- reading
     def round(self) -> dict[str, np.ndarray]:
@@ -1042,23 +1153,34 @@ class LogRounds:
     def _decode_slice(self, chunks: list[bytes], owners: list[int]) -> dict[str, np.ndarray]:
         """One msgspec call over a slice of the round's complete lines (a file's lines counted by its
         newlines); a failure, or blank lines, send each file's lines through :meth:`_lines`."""
-        counts = np.fromiter(map(methodcaller("count", b"\n"), chunks), np.int64, len(chunks)) + 1
-        try:
-            records = _DECODE_LEAN.decode_lines(b"\n".join(chunks))
-        except _UNDECODABLE:
-            records = None
+        text = bytearray(b"\n").join(chunks)  # writable: the compiled scanner's argument type
+        scanned = self._scan(text, chunks) if self.scanner is not None else None
+        records = None
+        if scanned is None:
+            self.scanned["msgspec"] += 1
+            counts = np.fromiter(map(methodcaller("count", b"\n"), chunks), np.int64, len(chunks)) + 1
+            try:
+                records = _DECODE_LEAN.decode_lines(text)
+            except _UNDECODABLE:
+                records = None
+            fields = None
+        else:
+            self.scanned["scanner"] += 1
+            fields, counts = scanned
+        n_lines = int(counts.sum())
+        del text
         owner = np.asarray(owners, dtype=np.int64)
-        if records is not None and len(records) == int(counts.sum()):
+        if fields is not None or (records is not None and len(records) == n_lines):
             files = np.repeat(owner, counts)
             first = np.cumsum(counts) - counts
-            lines = np.arange(len(records)) - np.repeat(first - self.line_no[owner], counts)
+            lines = np.arange(n_lines) - np.repeat(first - self.line_no[owner], counts)
             self.line_no[owner] += counts
 
             def raw(j: int) -> bytes:
                 k = int(np.searchsorted(first, j, side="right")) - 1
                 return chunks[k].split(b"\n")[j - int(first[k])]
 
-            return self._columns(records, files, lines, raw)
+            return self._checked(fields if fields is not None else self._fields(records), files, lines, raw)
         out = []
         for chunk, i, n in zip(chunks, owners, counts.tolist(), strict=True):
             try:  # this file's lines alone, as LogStream decodes them
@@ -1072,6 +1194,69 @@ class LogRounds:
                 out.append(self._lines(chunk, i, mine is None))
             self.line_no[i] += n
         return {name: np.concatenate([p[name] for p in out]) for name in out[0]}
+
+    def _scan(self, text: bytearray, chunks: list[bytes]) -> tuple[dict[str, Any], np.ndarray] | None:
+        """The fields (as :meth:`_fields` gives them) of the lines of ``text`` (``chunks`` joined by
+        newlines) read by the compiled template scanner, and each chunk's number of lines; None
+        where it declines: the first line is not a plain collective record
+        (:func:`_line_template`), or a line differs from the first one's template outside the
+        values, or holds a value outside the scanner's strict grammar, or a rank beyond 32 bits
+        (msgspec then decodes the slice and names a bad line)."""
+        from evtsync.trace import scan
+
+        cut = text.find(b"\n")
+        template = _line_template(bytes(text if cut < 0 else text[:cut]))
+        if template is None or self.scanner is None:
+            return None
+        buf = np.frombuffer(text, dtype=np.uint8)
+        room = len(buf) // len(template.lit) + 1  # every line holds the template's literals
+        ints = np.empty((_T_ROWS, room), dtype=np.int64)
+        floats = np.empty((1, room), dtype=np.float64)
+        ends = np.empty(room, dtype=np.int64)
+        cap = 1024
+        for _ in range(4):  # FULL: more unique strings than room for them
+            spans = np.empty((2, cap), dtype=np.int64)
+            status, n_lines, n_str, _ = self.scanner(buf, len(buf), template.lit, template.lit_off, template.kind,
+                                                     template.col, ints, floats, ends, spans,
+                                                     np.zeros(4 * cap, dtype=np.int64), scan.POW10)
+            if status != scan.FULL:
+                break
+            cap *= 8
+        if status != scan.OK:
+            return None
+        ints, ends = ints[:, :n_lines], ends[:n_lines]
+        if (np.abs(ints[_T_RANK]) >= 2**31).any() or (np.abs(ints[_T_NRANKS]) >= 2**31).any():
+            return None  # Int32 fields: msgspec names the line
+        strings = [bytes(text[a:b]).decode("ascii") for a, b in spans[:, :n_str].T.tolist()]
+        present = template.present
+
+        def codes(row: int, book: dict[str, int], path: tuple[str, str], default: str) -> np.ndarray:
+            if path not in present:
+                return np.full(n_lines, book.setdefault(default, len(book)), dtype=np.int64)
+            ids = ints[row]
+            used = np.flatnonzero(np.bincount(ids, minlength=n_str))  # ids count from 0 in order of first use
+            lut = np.zeros(n_str, dtype=np.int64)
+            lut[used] = _codes([strings[k] for k in used.tolist()], book)
+            return lut[ids]
+
+        def numbers(row: int, path: tuple[str, str]) -> np.ndarray:
+            return ints[row].copy() if path in present else np.full(n_lines, MISSING, dtype=np.int64)
+
+        meta = template.has_meta
+        # each chunk's lines: those ending at or before its end (the newline that follows it)
+        chunk_ends = np.cumsum(np.fromiter(map(len, chunks), np.int64, len(chunks)) + 1) - 1
+        counts = np.diff(np.searchsorted(ends, chunk_ends, side="right"), prepend=0)
+        return {"is_coll": None, "is_p2p": None, "has_meta": None if meta else np.zeros(n_lines, dtype=bool),
+                "dump": numbers(_T_DUMP, ("metadata", "dump_timestamp_us")),
+                "host": codes(_T_HOST, self.host_code, ("metadata", "hostname"), "") if meta
+                else np.zeros(0, dtype=np.int64),
+                "pid": numbers(_T_PID, ("metadata", "pid")) if meta else np.zeros(0, dtype=np.int64),
+                "comm": codes(_T_ID, self.comm_code, ("header", "id"), ""),
+                "rank": ints[_T_RANK].copy(), "n_ranks": ints[_T_NRANKS].copy(), "exec_us": floats[0, :n_lines],
+                "sn": ints[_T_SN].copy(), "collective": codes(_T_COLL, self.names, ("coll_perf", "coll"), ""),
+                "msg_bytes": numbers(_T_SIZE, ("coll_perf", "coll_msg_size_bytes")),
+                "timing_source": codes(_T_SOURCE, self.sources, ("coll_perf", "coll_timing_source"), GPU_TIMING),
+                "kernel": None}, counts
 
     def _open(self, i: int) -> Any:
         """File ``i`` opened: a plain one as its unbuffered file object (no buffer, no Python
@@ -1151,28 +1336,60 @@ class LogRounds:
                  raw: Callable[[int], bytes]) -> dict[str, np.ndarray]:
         """The records' checks and counts (as :meth:`_Builder.add`) and their collective
         columns; ``files``/``lines``: each record's file and line; ``raw(j)``: record j's text."""
-        n_files = len(self.paths)
+        return self._checked(self._fields(records), files, lines, raw)
+
+    def _fields(self, records: list[Any]) -> dict[str, Any]:
+        """The msgspec records' fields as arrays (strings as job-wide codes), what the template
+        scanner gives directly (:meth:`_scan`): ``is_coll``/``is_p2p``/``has_meta`` (None when
+        every record is a collective / has metadata), ``host``/``pid`` of the records with
+        metadata, ``comm``/``rank``/``n_ranks``/``dump`` of every record, the collective fields
+        (``exec_us``, ``sn``, ``collective``, ``msg_bytes``, ``timing_source``, ``kernel``: None
+        or the kernel spans of verbose records) of the collective records."""
         n = len(records)
+        out: dict[str, Any] = {"is_coll": None, "is_p2p": None, "has_meta": None}
         perfs: list[Any] = list(map(_PERF, records))
-        is_coll = None
         if None in perfs:
-            is_coll = np.fromiter((p is not None for p in perfs), bool, n)
-            is_p2p = ~is_coll & np.fromiter((p is not None for p in map(_P2P_OF, records)), bool, n)
+            is_coll = out["is_coll"] = np.fromiter((p is not None for p in perfs), bool, n)
+            out["is_p2p"] = ~is_coll & np.fromiter((p is not None for p in map(_P2P_OF, records)), bool, n)
+            perfs = [p for p in perfs if p is not None]
+        metas = list(map(_META, records))
+        if None in metas:
+            out["has_meta"] = np.fromiter((m is not None for m in metas), bool, n)
+            out["dump"] = np.fromiter((m.dump_timestamp_us if m else MISSING for m in metas), np.int64, n)
+            metas = [m for m in metas if m is not None]
+        else:
+            out["dump"] = np.fromiter(map(_DUMP, metas), np.int64, n)
+        out["host"] = _codes(list(map(_HOST, metas)), self.host_code).astype(np.int64)
+        out["pid"] = np.fromiter(map(_PID, metas), np.int64, len(metas))
+        heads = list(map(_HEADER, records))
+        out["comm"] = _codes(list(map(_ID, heads)), self.comm_code).astype(np.int64)
+        out["rank"] = np.fromiter(map(_RANK, heads), np.int64, n)
+        out["n_ranks"] = np.fromiter(map(_NRANKS, heads), np.int64, n)
+        k = len(perfs)
+        out["exec_us"] = np.fromiter(map(_EXEC, perfs), np.float64, k)
+        out["sn"] = np.fromiter(map(_SN, perfs), np.int64, k)
+        out["collective"] = _codes(list(map(_COLL_NAME, perfs)), self.names).astype(np.int64)
+        out["msg_bytes"] = np.fromiter(map(_SIZE, perfs), np.int64, k)
+        out["timing_source"] = _codes(list(map(_SOURCE, perfs)), self.sources).astype(np.int64)
+        out["kernel"] = _kernel_spans(perfs)
+        return out
+
+    def _checked(self, fields: dict[str, Any], files: np.ndarray, lines: np.ndarray,
+                 raw: Callable[[int], bytes]) -> dict[str, np.ndarray]:
+        """The checks and counts of records given by their fields (:meth:`_fields`, :meth:`_scan`),
+        and their collective columns."""
+        n_files = len(self.paths)
+        n = len(fields["rank"])
+        is_coll, has_meta = fields["is_coll"], fields["has_meta"]
+        if is_coll is not None:
+            is_p2p = fields["is_p2p"]
             self.n_p2p += np.bincount(files[is_p2p], minlength=n_files)
             self.n_neither += np.bincount(files[~is_coll & ~is_p2p], minlength=n_files)
-        metas = list(map(_META, records))
-        has_meta = None
-        if None in metas:
-            has_meta = np.fromiter((m is not None for m in metas), bool, n)
-            metas = [m for m in metas if m is not None]
-        if metas:
+        if len(fields["pid"]):
             mfiles = files if has_meta is None else files[has_meta]
-            self._one_process(mfiles, _codes(list(map(_HOST, metas)), self.host_code).astype(np.int64),
-                              self.host, self.seen_host, self.extra_hosts)
-            self._one_process(mfiles, np.fromiter(map(_PID, metas), np.int64, len(metas)), self.pid, self.seen_pid,
-                              self.extra_pids)
-        heads = list(map(_HEADER, records))
-        comm, local = self._check_headers(heads, files, lines, raw)
+            self._one_process(mfiles, fields["host"], self.host, self.seen_host, self.extra_hosts)
+            self._one_process(mfiles, fields["pid"], self.pid, self.seen_pid, self.extra_pids)
+        comm, local = self._check_headers(fields["comm"], fields["rank"], fields["n_ranks"], files, lines, raw)
         if n:
             fresh = np.flatnonzero(self.version[files] < 0)
             if fresh.size:  # each file's first record, decoded in full for the format version
@@ -1183,46 +1400,32 @@ class LogRounds:
                         head = _DECODE_ONE.decode(raw(j))
                         version = head.metadata.inspector_output_format_version if head.metadata else ""
                     self.version[files[j]] = self.version_code.setdefault(version, len(self.version_code))
+        dumps = fields["dump"]
         if is_coll is not None:
             keep = np.flatnonzero(is_coll)
-            perfs = [perfs[j] for j in keep.tolist()]
-            files, comm, lines, local = files[keep], comm[keep], lines[keep], local[keep]
-            dumps = (np.fromiter((m.dump_timestamp_us if m else MISSING for m in map(_META, records)), np.int64, n)
-                     [keep])
-        elif has_meta is not None:
-            dumps = np.fromiter((m.dump_timestamp_us if m else MISSING for m in map(_META, records)), np.int64, n)
-        else:
-            dumps = np.fromiter(map(_DUMP, metas), np.int64, n)
-        k = len(perfs)
-        exec_us = np.fromiter(map(_EXEC, perfs), np.float64, k)
+            files, comm, lines, local, dumps = files[keep], comm[keep], lines[keep], local[keep], dumps[keep]
+        exec_us = fields["exec_us"]
+        k = len(exec_us)
         try:  # before the file's counts and columns grow; the record mapped back to its file and line
             _check_exec_times(exec_us, files)
         except _BadRecord as exc:
             raise TraceError(f"{self.paths[int(files[exc.index])]}: line {int(lines[exc.index])}: {exc}") from None
         exec_ns = np.rint(exec_us * 1000.0).astype(np.int64)
-        out = {"file": files, "comm": comm, "local_rank": local,
-               "sn": np.fromiter(map(_SN, perfs), np.int64, k),
-               "collective": _codes(list(map(_COLL_NAME, perfs)), self.names).astype(np.int64),
-               "msg_bytes": np.fromiter(map(_SIZE, perfs), np.int64, k), "exec_ns": exec_ns,
-               "timing_source": _codes(list(map(_SOURCE, perfs)), self.sources).astype(np.int64),
-               "kernel_start_us": np.full(k, MISSING, dtype=np.int64),
-               "kernel_stop_us": np.full(k, MISSING, dtype=np.int64), "dump_us": dumps}
+        kernel = fields["kernel"]
+        out = {"file": files, "comm": comm, "local_rank": local, "sn": fields["sn"],
+               "collective": fields["collective"], "msg_bytes": fields["msg_bytes"], "exec_ns": exec_ns,
+               "timing_source": fields["timing_source"],
+               "kernel_start_us": np.full(k, MISSING, dtype=np.int64) if kernel is None else kernel[0],
+               "kernel_stop_us": np.full(k, MISSING, dtype=np.int64) if kernel is None else kernel[1],
+               "dump_us": dumps}
         if not k:
             return out
         self.n_coll += np.bincount(files, minlength=n_files)
         known = dumps >= 0
         np.minimum.at(self.dump_lo, files[known], dumps[known])
         np.maximum.at(self.dump_hi, files[known], dumps[known])
-        traces = list(map(_TRACE, perfs))
-        if traces.count(None) < k:  # verbose logs only
-            starts, stops = out["kernel_start_us"], out["kernel_stop_us"]
-            for j, trace in enumerate(traces):
-                if trace is not None and trace.kernel_events:
-                    begin = [e.kernel_start_ts for e in trace.kernel_events if e.kernel_start_ts]
-                    end = [e.kernel_stop_ts for e in trace.kernel_events if e.kernel_stop_ts]
-                    if begin and end:
-                        starts[j], stops[j] = min(begin), max(end)
-            self.verbose += np.bincount(files[starts >= 0], minlength=n_files)
+        if kernel is not None:
+            self.verbose += np.bincount(files[kernel[0] >= 0], minlength=n_files)
         return out
 
     @staticmethod
@@ -1238,19 +1441,22 @@ class LogRounds:
             for f, v in zip(files[other].tolist(), values[other].tolist(), strict=True):
                 extra.setdefault(f, set()).add(v)
 
-    def _check_headers(self, heads: list[Any], files: np.ndarray, lines: np.ndarray,
-                       raw: Callable[[int], bytes]) -> tuple[np.ndarray, np.ndarray]:
-        """Job-wide communicator codes and local ranks of the records; new (file, communicator) pairs noted
-        from their first line read in full; a record whose rank or size differs from its
-        file's earlier lines refused, naming the line."""
-        n, n_files = len(heads), len(self.paths)
-        ids = list(map(_ID, heads))
-        comm = _codes(ids, self.comm_code).astype(np.int64)
+    def _check_headers(self, comm: np.ndarray, local: np.ndarray, n_ranks: np.ndarray, files: np.ndarray,
+                       lines: np.ndarray, raw: Callable[[int], bytes]) -> tuple[np.ndarray, np.ndarray]:
+        """Job-wide communicator codes and local ranks of the records (``comm``: coded in
+        :attr:`comm_code`); new (file, communicator) pairs noted from their first line read in
+        full; a record whose rank or size differs from its file's earlier lines refused, naming
+        the line."""
+        n, n_files = len(comm), len(self.paths)
         for cid in list(self.comm_code)[len(self.comm_ids):]:  # new ones, in the order of their first use
             self.comm_ids.append(cid)
             self.comm_size.append(-1)
         if not n:
-            return comm, np.zeros(0, dtype=np.int64)
+            return comm, local
+
+        def head(j: int) -> _LeanHeader:
+            return _LeanHeader(self.comm_ids[int(comm[j])], int(local[j]), int(n_ranks[j]))
+
         key = comm * n_files + files
         where = np.searchsorted(self._keys, key)
         new = (where >= len(self._keys)) | (self._keys[np.minimum(where, len(self._keys) - 1)] != key) \
@@ -1258,7 +1464,7 @@ class LogRounds:
         if new.any():  # (file, communicator) pairs not seen before: their first line read in full
             _, at = np.unique(key[new], return_index=True)
             for j in sorted(np.flatnonzero(new)[at].tolist()):
-                self._note_comm(int(files[j]), self._full_header(raw(j), heads[j], int(files[j]), int(lines[j])),
+                self._note_comm(int(files[j]), self._full_header(raw(j), head(j), int(files[j]), int(lines[j])),
                                 int(lines[j]))
             added = np.asarray(self._new_pairs, dtype=np.int64).reshape(-1, 3)
             self._new_pairs.clear()
@@ -1268,12 +1474,10 @@ class LogRounds:
             self._known = np.concatenate([self._known, added[:, 1:]])[order]
             where = np.searchsorted(self._keys, key)
         known = self._known
-        local = np.fromiter(map(_RANK, heads), np.int64, n)
-        bad = ((local != known[where, 0])
-               | (np.fromiter(map(_NRANKS, heads), np.int64, n) != known[where, 1]))
+        bad = (local != known[where, 0]) | (n_ranks != known[where, 1])
         if bad.any():
             j = int(np.flatnonzero(bad)[0])
-            self._note_comm(int(files[j]), heads[j], int(lines[j]))
+            self._note_comm(int(files[j]), head(j), int(lines[j]))
         return comm, local
 
     def _full_header(self, line: bytes, lean: Any, i: int, line_no: int) -> Any:
