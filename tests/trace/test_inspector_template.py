@@ -105,7 +105,7 @@ def test_scanner_reads_what_msgspec_reads_and_what_was_written(shape: str, tmp_p
     # the values the test wrote: each record's execution time in ns, rounded as the reader does
     expect = np.rint(us[cols["sn"], cols["file"]] * 1000.0).astype(np.int64)
     assert np.array_equal(cols["exec_ns"], expect)
-    assert sorted(zip(cols["file"].tolist(), cols["sn"].tolist())) == [(r, s) for r in range(N_RANKS)
+    assert sorted(zip(cols["file"].tolist(), cols["sn"].tolist(), strict=True)) == [(r, s) for r in range(N_RANKS)
                                                                        for s in range(N_SN)]
     if shape != "few-fields":
         assert set(cols["msg_bytes"].tolist()) == {1 << 20}
