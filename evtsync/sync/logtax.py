@@ -17,9 +17,9 @@ reported as the whole-table path does (refused unless ``allow_partial``).
 
 The tables equal those of the whole-table path (same rows, order, values and dtypes; the mean
 delay to ~1e-15 relative where the NumPy batch tax computed it; tested).
-Memory: one round of text and the decoded records of one slice of it (:data:`ROUND_BYTES` over
-all files, at least :data:`MIN_BLOCK_BYTES` per file; decoded in slices of
-:data:`~evtsync.trace.readers.inspector.DECODE_BYTES`), per file ~1-2 KB (its open file, its
+Memory: one slice of text and its decoded records (:data:`~evtsync.trace.readers.inspector.DECODE_BYTES`),
+the columns of one round's records (:data:`ROUND_BYTES` of text over all files, at least
+:data:`MIN_BLOCK_BYTES` per file), per file ~1-2 KB (its open file, its
 unfinished last line, its communicators: ``LogRounds.state_bytes``, bounded in the tests), the records of the collectives still open, those of complete
 collectives waiting for the next tax batch (:data:`TAX_BATCH_RECORDS`), and the output: one row
 per collective, one per file (the per-rank table), and, unless
@@ -67,9 +67,13 @@ from evtsync.trace.traceset import TraceSet, empty_event_tables, expand_inputs
 
 log = logging.getLogger(__name__)
 
-#: Text decoded per round over all files, in one msgspec call: the unit of memory besides the
-#: open collectives (the round's decoded records, ~5 times its text, live at once; issue 48).
-ROUND_BYTES = 4 << 20
+#: Text read per round over all files (each file's block: this over the number of files). The
+#: round's lines are decoded as they are read, one slice of ~1 MiB of text at a time
+#: (:class:`~evtsync.trace.readers.inspector.LogRounds`), so what a round holds is its records'
+#: columns (~90 bytes per record, ~1/5 of their text): 16 MiB keeps that ~3 MB and makes blocks of
+#: 4 KiB at 4,096 logs (4 MiB, when the text of a round lived at once, made 1 KiB blocks and
+#: 230,000 reads of 229 MB; issue 48).
+ROUND_BYTES = 16 << 20
 #: Records of complete collectives taxed together (~100 bytes each until then, and ~2 copies of
 #: them while a batch is taxed). The NumPy batch tax (issue 48) costs a few ms per call; 20,000
 #: lowered the traced peak at 256 logs by 3 MB for +0.07 s of CPU, 10,000 by 3.6 MB for +0.25 s.

@@ -1096,9 +1096,14 @@ class LogRounds:
     # ---- reading
     def round(self) -> dict[str, np.ndarray]:
         """Read one block of every file not ended, decode the complete lines; the collective
-        records as int64 columns (``file``, then :data:`RECORD_COLUMNS` in job-wide codes)."""
-        chunks, owners, still, ended, sizes = [], [], [], [], []
+        records as int64 columns (``file``, then :data:`RECORD_COLUMNS` in job-wide codes).
+
+        The lines are decoded as they are read, in slices of whole blocks of about
+        :data:`DECODE_BYTES` (one decoder call each, whatever the number of files): only one
+        slice of text lives at once, not the round's (issue 48), so a round may be large."""
+        chunks, owners, still, ended, sizes, parts = [], [], [], [], [], []
         size, sources, pendings = self.block_bytes, self._src, self._pending
+        held = 0
         try:
             for i in self.active:  # per file and round: one read, a few bytes operations
                 src = sources[i]
@@ -1119,10 +1124,15 @@ class LogRounds:
                 pendings[i] = data[cut + 1:]
                 chunks.append(data[:cut])
                 owners.append(i)
+                held += cut
+                if held >= DECODE_BYTES:
+                    parts.append(self._decode_slice(chunks, owners))
+                    chunks, owners, held = [], [], 0
+            if chunks:
+                parts.append(self._decode_slice(chunks, owners))
             self.total[still] += np.asarray(sizes, dtype=np.int64)
             self.active = still
             self.rounds += 1
-            parts = [self._decode(chunks, owners)] if chunks else []
             for i in ended:
                 tail = self._finish(i)
                 if tail is not None:
@@ -1135,19 +1145,6 @@ class LogRounds:
             return parts[0]
         if not parts:
             return {name: np.zeros(0, dtype=np.int64) for name in ("file", *RECORD_COLUMNS)}
-        return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
-
-    def _decode(self, chunks: list[bytes], owners: list[int]) -> dict[str, np.ndarray]:
-        """The round's complete lines in slices of whole blocks of about :data:`DECODE_BYTES`
-        (one msgspec call each, whatever the number of files), their columns in file order."""
-        parts, start, size = [], 0, 0
-        for k, chunk in enumerate(chunks):
-            size += len(chunk)
-            if size >= DECODE_BYTES or k == len(chunks) - 1:
-                parts.append(self._decode_slice(chunks[start:k + 1], owners[start:k + 1]))
-                start, size = k + 1, 0
-        if len(parts) == 1:
-            return parts[0]
         return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
 
     def _decode_slice(self, chunks: list[bytes], owners: list[int]) -> dict[str, np.ndarray]:
