@@ -639,9 +639,13 @@ class LogStream:
         return result
 
 
-def _hash_before(path: Path, offset: int) -> str:
-    """sha256 of the :data:`RESUME_CHECK_BYTES` bytes before ``offset`` of a plain file."""
+def _hash_before(path: Path, offset: int, handle: Any = None) -> str:
+    """sha256 of the :data:`RESUME_CHECK_BYTES` bytes before ``offset`` of a plain file (read
+    through ``handle``, the file already open, when given: one open per file less, issue 48)."""
     start = max(0, offset - RESUME_CHECK_BYTES)
+    if handle is not None:
+        handle.seek(start)
+        return hashlib.sha256(handle.read(offset - start)).hexdigest()
     with open(path, "rb") as fh:
         fh.seek(start)
         return hashlib.sha256(fh.read(offset - start)).hexdigest()
@@ -1286,9 +1290,6 @@ class LogRounds:
         src, path = self._src[i], self.paths[i]
         eof_error = getattr(src, "eof_error", None)
         is_gzip = bool(getattr(src, "gzip", False))
-        if src is not None:
-            src.close()
-        self._src[i] = None
         pending, self._pending[i] = self._pending[i], b""
         line_no = int(self.line_no[i])
         tail, unread, cols = pending.strip(), 0, None
@@ -1306,16 +1307,21 @@ class LogRounds:
                 unread = len(pending)
                 log.warning("%s: last line (%d bytes, line %d) is incomplete: a log still being written? read up "
                             "to the last complete record", path, unread, line_no)
+        total = int(self.total[i])
+        try:
+            digest = "" if is_gzip else _hash_before(path, total - unread, src)
+        finally:
+            self._src[i] = None
+            if src is not None:
+                src.close()
         if eof_error:
             if not self.salvage:
                 raise TraceError(f"{path}: {eof_error}; pass --salvage to read up to the last complete record")
             log.warning("%s: %s; read up to the last complete record (--salvage)", path, eof_error)
-        total = int(self.total[i])
         self.info[i] = {"path": str(path), "bytes_decompressed": total, "bytes_read_now": total,
                         "unread_tail_bytes": unread, "truncated": bool(eof_error),
                         "n_lines": line_no - 1 + (1 if unread else 0), "n_complete_lines": line_no - 1,
-                        "consumed_bytes": total - unread, "gzip": is_gzip,
-                        "resume_sha256": "" if is_gzip else _hash_before(path, total - unread)}
+                        "consumed_bytes": total - unread, "gzip": is_gzip, "resume_sha256": digest}
         if self.n_coll[i] == 0 and not self.n_p2p[i]:
             raise TraceError(f"{path}: no NCCL Inspector records (empty log, or a log of a process that ran "
                              "no collective at or above NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES)")
