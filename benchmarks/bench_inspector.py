@@ -195,7 +195,8 @@ def whole_process(folder: Path, total: int, reps: int, baseline: Path | None = N
     runs: dict[str, list[dict]] = {name: [] for name in cmds}
     for rep in range(reps):
         for name, cmd in cmds.items():
-            got = process_usage(cmd, env=envs[name])
+            # (python -m puts the working folder first on the path: the baseline runs in its checkout)
+            got = process_usage(cmd, env=envs[name], cwd=str(baseline) if name == "baseline tax" else None)
             runs[name].append(got)
             print(f"{rep}: {name:>12}: {json.dumps(got)} load {os.getloadavg()[0]:.2f}", flush=True)
     plain = [r["cpu_s"] for r in runs["plain script"]]
