@@ -1036,6 +1036,12 @@ def _line_template(line: bytes) -> _Template | None:
                      "metadata" in obj)
 
 
+def _text_bytes(paths: Sequence[Path]) -> int:
+    """The logs' text in bytes for the decoder's rule: plain files by their size (no open),
+    gzip ones (by name) by the size their trailer records (:func:`json_bytes_estimate`)."""
+    return sum(json_bytes_estimate(p) if p.name.endswith(".gz") else p.stat().st_size for p in paths)
+
+
 class LogRounds:
     """Many Inspector logs read in lockstep, one block per file per round, every round's
     complete lines decoded by ONE msgspec call and turned into job-wide columns at once
@@ -1093,7 +1099,7 @@ class LogRounds:
         self.rounds = 0
         #: the compiled line-template scanner, where the trace scanner's rule loads it for these
         #: logs' bytes (:func:`evtsync.trace.decode.template_scanner`), else None (msgspec only)
-        self.scanner = template_scanner(sum(json_bytes_estimate(p) for p in self.paths)) if scan_lines else None
+        self.scanner = template_scanner(_text_bytes(self.paths)) if scan_lines else None
         #: slices of lines read by the scanner, and by msgspec (declined by the scanner, or no scanner)
         self.scanned = {"scanner": 0, "msgspec": 0}
 
@@ -1164,12 +1170,11 @@ class LogRounds:
                 records = _DECODE_LEAN.decode_lines(text)
             except _UNDECODABLE:
                 records = None
-            fields = None
+            fields = ends = None
         else:
             self.scanned["scanner"] += 1
-            fields, counts = scanned
+            fields, counts, ends = scanned
         n_lines = int(counts.sum())
-        del text
         owner = np.asarray(owners, dtype=np.int64)
         if fields is not None or (records is not None and len(records) == n_lines):
             files = np.repeat(owner, counts)
@@ -1178,6 +1183,8 @@ class LogRounds:
             self.line_no[owner] += counts
 
             def raw(j: int) -> bytes:
+                if ends is not None:  # the scanner's line ends
+                    return bytes(text[int(ends[j - 1]) + 1 if j else 0:int(ends[j])])
                 k = int(np.searchsorted(first, j, side="right")) - 1
                 return chunks[k].split(b"\n")[j - int(first[k])]
 
@@ -1196,9 +1203,10 @@ class LogRounds:
             self.line_no[i] += n
         return {name: np.concatenate([p[name] for p in out]) for name in out[0]}
 
-    def _scan(self, text: bytearray, chunks: list[bytes]) -> tuple[dict[str, Any], np.ndarray] | None:
+    def _scan(self, text: bytearray, chunks: list[bytes]) -> tuple[dict[str, Any], np.ndarray, np.ndarray] | None:
         """The fields (as :meth:`_fields` gives them) of the lines of ``text`` (``chunks`` joined by
-        newlines) read by the compiled template scanner, and each chunk's number of lines; None
+        newlines) read by the compiled template scanner, each chunk's number of lines and where
+        each line ends in ``text``; None
         where it declines: the first line is not a plain collective record
         (:func:`_line_template`), or a line differs from the first one's template outside the
         values, or holds a value outside the scanner's strict grammar, or a rank beyond 32 bits
@@ -1257,7 +1265,7 @@ class LogRounds:
                 "sn": ints[_T_SN].copy(), "collective": codes(_T_COLL, self.names, ("coll_perf", "coll"), ""),
                 "msg_bytes": numbers(_T_SIZE, ("coll_perf", "coll_msg_size_bytes")),
                 "timing_source": codes(_T_SOURCE, self.sources, ("coll_perf", "coll_timing_source"), GPU_TIMING),
-                "kernel": None}, counts
+                "kernel": None}, counts, ends
 
     def _open(self, i: int) -> Any:
         """File ``i`` opened: a plain one as its unbuffered file object (no buffer, no Python
