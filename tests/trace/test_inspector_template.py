@@ -190,3 +190,28 @@ def test_stream_tax_tables_equal_with_and_without_scanner(tmp_path: Path, monkey
     coll = fast.tables.collectives.sort_values("index")
     truth = (np.rint(us * 1000).max(axis=1) - np.rint(us * 1000).min(axis=1)) / 1000.0
     assert np.allclose(coll["tau_max_us"].to_numpy(), truth, rtol=0, atol=1e-9)
+
+
+def test_refused_scanner_module_means_msgspec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    """A compiled module in a folder others could write is not loaded (docs/security.md): the logs
+    are decoded by msgspec, the same columns, the reason logged."""
+    from evtsync.trace import scan
+
+    folder, _ = _write(tmp_path / "job")
+    slow, _ = _read(folder, False, monkeypatch)
+    monkeypatch.setattr(decode, "_scanner_state", {})
+    monkeypatch.setattr(decode, "SCANNER_MIN_BYTES", 0)  # these small logs would not load it
+    monkeypatch.setattr(scan, "_refused", lambda path: f"{path}: planted, a folder others can write")
+    monkeypatch.setenv(decode.DECODER_ENV, "auto")
+    files = [(p, None) for p in sorted(folder.glob("*.log"))]
+    with caplog.at_level("WARNING"):
+        reader = LogRounds(files, block_bytes=4096)
+    assert reader.scanner is None and "planted, a folder others can write" in caplog.text
+    parts = []
+    while reader.active:
+        parts.append(reader.round())
+    cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    assert reader.scanned == {"scanner": 0, "msgspec": reader.scanned["msgspec"]} and reader.scanned["msgspec"] > 0
+    for k, col in cols.items():
+        assert np.array_equal(col, slow[0][k]), k  # type: ignore[index]
