@@ -3,20 +3,21 @@
 The whole-table path (:func:`~evtsync.trace.traceset.load_traces`, then
 :func:`~evtsync.sync.tax.tax_from_traces`) keeps every record of every file (~190 bytes each at its
 peak) before matching them. Here every rank's file is read in lockstep, one block per file
-per round, the round's blocks of all files decoded in one call and turned into columns once
+per round, the round's blocks of all files decoded a ~1 MiB slice at a time (the compiled
+line-template scanner, else msgspec) and turned into columns
 (:class:`~evtsync.trace.readers.inspector.LogRounds`, issue 48); after each round the
 collectives that every member rank of their communicator has reported (same communicator
 id, same sequence number, ``n_ranks`` records) are matched and taxed exactly as
 :func:`~evtsync.sync.collectives.align_logged` and :func:`~evtsync.sync.tax.compute_tax` do
-(docs/methodology.md §3; a batch no check flags is taxed in NumPy by :meth:`_Job._tax_clean`,
-the others by those two functions, which name the mismatches): their rows of the tax tables
+(docs/methodology.md §3; a batch no check flags is taxed by :meth:`_Job._tax_clean`, the
+others by those two functions, which name the mismatches; both compute the numbers with
+:func:`~evtsync.sync.tax.tax_segments`): their rows of the tax tables
 are kept, their records dropped. A
 collective some member never reports (ring-buffer loss, a rank that died, the size cutoff,
 a log cut short) stays open until the files end; it is then counted by communicator and
 reported as the whole-table path does (refused unless ``allow_partial``).
 
-The tables equal those of the whole-table path (same rows, order, values and dtypes; the mean
-delay to ~1e-15 relative where the NumPy batch tax computed it; tested).
+The tables equal those of the whole-table path (same rows, order, values and dtypes; tested).
 Memory: one slice of text and its decoded records (:data:`~evtsync.trace.readers.inspector.DECODE_BYTES`),
 the columns of one round's records (:data:`ROUND_BYTES` of text over all files, at least
 :data:`MIN_BLOCK_BYTES` per file), per file ~1-2 KB (its open file, its

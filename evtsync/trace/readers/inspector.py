@@ -1043,9 +1043,11 @@ def _text_bytes(paths: Sequence[Path]) -> int:
 
 
 class LogRounds:
-    """Many Inspector logs read in lockstep, one block per file per round, every round's
-    complete lines decoded by ONE msgspec call and turned into job-wide columns at once
-    (issue 48: a call per file and block cost ~0.15 ms each, 57,000 of them at 4,096 logs).
+    """Many Inspector logs read in lockstep, one block per file per round, the complete lines of
+    many files decoded by one call per ~1 MiB slice and turned into job-wide columns at once
+    (issue 48: a call per file and block cost ~0.15 ms each, 57,000 of them at 4,096 logs): by
+    the compiled line-template scanner where it is loaded (:meth:`_scan`), else, or where it
+    declines a slice, by msgspec.
 
     The streaming tax (:mod:`evtsync.sync.logtax`) takes each round's records with
     :meth:`round`. The per-file state is small and fixed (:meth:`state_bytes`): the open
