@@ -943,7 +943,7 @@ _P2P_OF = attrgetter("p2p_perf")
 #: one per field read, and the value slot of each field read: (path, kind name, row).
 _T_ID, _T_RANK, _T_NRANKS, _T_HOST, _T_PID, _T_DUMP, _T_COLL, _T_SN, _T_SIZE, _T_SOURCE = range(10)
 _T_ROWS = 10
-_TEMPLATE_READ: dict[tuple[str, str], tuple[str, int]] = {
+_TEMPLATE_READ: dict[tuple[str, ...], tuple[str, int]] = {
     ("header", "id"): ("str", _T_ID), ("header", "rank"): ("int", _T_RANK),
     ("header", "n_ranks"): ("int", _T_NRANKS), ("metadata", "hostname"): ("str", _T_HOST),
     ("metadata", "pid"): ("int", _T_PID), ("metadata", "dump_timestamp_us"): ("int", _T_DUMP),
@@ -964,7 +964,7 @@ class _Template:
     lit_off: np.ndarray
     kind: np.ndarray
     col: np.ndarray
-    present: frozenset[tuple[str, str]]
+    present: frozenset[tuple[str, ...]]
     has_meta: bool
 
 
@@ -986,7 +986,7 @@ def _line_template(line: bytes) -> _Template | None:
     lits: list[str] = []
     kinds: list[int] = []
     cols: list[int] = []
-    present: set[tuple[str, str]] = set()
+    present: set[tuple[str, ...]] = set()
     cur: list[str] = []
     skip = {str: scan.SLOT_SKIP_STR, int: scan.SLOT_SKIP_NUM, float: scan.SLOT_SKIP_NUM}
     read = {"str": scan.SLOT_STR, "int": scan.SLOT_INT, "float": scan.SLOT_FLOAT}
@@ -1007,7 +1007,7 @@ def _line_template(line: bytes) -> _Template | None:
                 continue
             if type(v) not in skip:
                 return False  # a list
-            got = _TEMPLATE_READ.get(where)  # type: ignore[call-overload]
+            got = _TEMPLATE_READ.get(where)
             if got is None:
                 kind, col = skip[type(v)], 0
             else:
@@ -1015,7 +1015,7 @@ def _line_template(line: bytes) -> _Template | None:
                 if (want == "str") != isinstance(v, str) or (want == "int" and not isinstance(v, int)):
                     return False
                 kind, col = read[want], got[1]
-                present.add(where)  # type: ignore[arg-type]
+                present.add(where)
             if isinstance(v, str):
                 cur.append('"')
             lits.append("".join(cur))
@@ -1190,7 +1190,10 @@ class LogRounds:
                 k = int(np.searchsorted(first, j, side="right")) - 1
                 return chunks[k].split(b"\n")[j - int(first[k])]
 
-            return self._checked(fields if fields is not None else self._fields(records), files, lines, raw)
+            if fields is None:
+                assert records is not None
+                fields = self._fields(records)
+            return self._checked(fields, files, lines, raw)
         out = []
         for chunk, i, n in zip(chunks, owners, counts.tolist(), strict=True):
             try:  # this file's lines alone, as LogStream decodes them
