@@ -23,6 +23,12 @@ by their span for the caller to convert with Python's ``float``.
 Strings are interned per block in an open-addressing hash table over their raw bytes (with a
 generation stamp, so the table is never cleared): the caller decodes each unique span once.
 
+:func:`scan_template_lines` (issue 48) reads NCCL Inspector log lines that all follow the
+template of one line (its keys in their order, its value types: built by
+:func:`evtsync.trace.readers.inspector._line_template`), comparing the literal parts byte for
+byte and parsing only the values read; any other line is a mismatch and the caller decodes the
+slice with msgspec. It is compiled into the same module as :func:`scan_block`.
+
 Two ways to run it, the same code (only NumPy and numba are used here):
 
 - **ahead of time** (the default): :func:`build_ahead_of_time` compiles :func:`scan_block` with
@@ -869,7 +875,7 @@ TEMPLATE_MISMATCH = 12
 
 @_compiled
 def scan_template_lines(buf, n, lit, lit_off, kind, col, ints, floats, ends, spans, table, pow10):
-    """Read the lines of ``buf[:n]`` (``\n``-separated, no blank line) that all follow one
+    """Read the lines of ``buf[:n]`` (newline-separated, no blank line) that all follow one
     template: literal ``k`` (``lit[lit_off[k]:lit_off[k + 1]]``) then value slot ``k``
     (``kind[k]``, into row ``col[k]`` of ``ints`` / ``floats``), ..., then the last literal.
 
@@ -925,33 +931,32 @@ def scan_template_lines(buf, n, lit, lit_off, kind, col, ints, floats, ends, spa
                     i += 1
                 if i >= n:
                     return TEMPLATE_MISMATCH, line, n_str, i
-                if True:
-                    size = i - start
-                    h = h ^ (h >> 17)
-                    slot = h & mask
-                    found = -1
-                    while table[slot] != 0:
-                        sid = table[slot] - 1
-                        s0 = spans[0, sid]
-                        if spans[1, sid] - s0 == size:
-                            same = True
-                            for m in range(size):
-                                if buf[s0 + m] != buf[start + m]:
-                                    same = False
-                                    break
-                            if same:
-                                found = sid
+                size = i - start
+                h = h ^ (h >> 17)
+                slot = h & mask
+                found = -1
+                while table[slot] != 0:
+                    sid = table[slot] - 1
+                    s0 = spans[0, sid]
+                    if spans[1, sid] - s0 == size:
+                        same = True
+                        for m in range(size):
+                            if buf[s0 + m] != buf[start + m]:
+                                same = False
                                 break
-                        slot = (slot + 1) & mask
-                    if found < 0:
-                        if n_str >= cap or 2 * (n_str + 1) > len(table):
-                            return FULL, line, n_str, i
-                        spans[0, n_str] = start
-                        spans[1, n_str] = i
-                        table[slot] = n_str + 1
-                        found = n_str
-                        n_str += 1
-                    ints[col[k], line] = found
+                        if same:
+                            found = sid
+                            break
+                    slot = (slot + 1) & mask
+                if found < 0:
+                    if n_str >= cap or 2 * (n_str + 1) > len(table):
+                        return FULL, line, n_str, i
+                    spans[0, n_str] = start
+                    spans[1, n_str] = i
+                    table[slot] = n_str + 1
+                    found = n_str
+                    n_str += 1
+                ints[col[k], line] = found
                 i += 1  # the closing quote
             else:  # a JSON number: an integer read, a float read, or one skipped (checked)
                 neg = False
