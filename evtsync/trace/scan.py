@@ -874,24 +874,26 @@ TEMPLATE_MISMATCH = 12
 
 
 @_compiled
-def scan_template_lines(buf, n, lit, lit_off, kind, col, ints, floats, ends, spans, table, pow10):
-    """Read the lines of ``buf[:n]`` (newline-separated, no blank line) that all follow one
+def scan_template_lines(buf, first, n, lit, lit_off, kind, col, ints, floats, ends, spans, table, n_str, pow10):
+    """Read the lines of ``buf[first:n]`` (newline-separated, no blank line) that all follow one
     template: literal ``k`` (``lit[lit_off[k]:lit_off[k + 1]]``) then value slot ``k``
-    (``kind[k]``, into row ``col[k]`` of ``ints`` / ``floats``), ..., then the last literal.
+    (``kind[k]``, into column ``col[k]`` of line ``l``'s row of ``ints``, or ``floats[l]``), ...,
+    then the last literal; it stops at the first line that does not (the caller decodes that
+    line otherwise and calls again after it).
 
     Strict: a string slot holds printable ASCII without escapes (anything else: mismatch); a
     read integer is a plain JSON integer of at most 18 digits; a read float is a JSON number
     computed exactly (Clinger's fast path, as :func:`_number`); a skipped number is checked to
     be a JSON number. Read strings are interned (``table``: open addressing over their bytes,
-    ``spans``: each unique string's start and end); ``ends``: where each line ends (its newline,
-    or ``n``). Returns (status, lines read, unique strings, byte position of a mismatch)."""
+    ``spans``: each unique string's start and end, ``n_str`` of them known from earlier calls on
+    the same buffer); ``ends``: where each line ends (its newline, or ``n``). Returns (status,
+    lines read, unique strings, byte position of a mismatch)."""
     n_slots = len(kind)
     mask = len(table) - 1
     cap = spans.shape[1]
-    n_str = 0
     line = 0
-    i = 0
-    max_lines = ints.shape[1]
+    i = first
+    max_lines = ints.shape[0]
     while i < n:
         if line >= max_lines:
             return FULL, line, n_str, i
@@ -956,7 +958,7 @@ def scan_template_lines(buf, n, lit, lit_off, kind, col, ints, floats, ends, spa
                     table[slot] = n_str + 1
                     found = n_str
                     n_str += 1
-                ints[col[k], line] = found
+                ints[line, col[k]] = found
                 i += 1  # the closing quote
             else:  # a JSON number: an integer read, a float read, or one skipped (checked)
                 neg = False
@@ -1001,13 +1003,13 @@ def scan_template_lines(buf, n, lit, lit_off, kind, col, ints, floats, ends, spa
                 if t == SLOT_INT:
                     if frac or exp or digits > 18:
                         return TEMPLATE_MISMATCH, line, n_str, i
-                    ints[col[k], line] = -mant if neg else mant
+                    ints[line, col[k]] = -mant if neg else mant
                 elif t == SLOT_FLOAT:
                     # exact: a decimal mantissa below 2**53 (15 digits) over a power of ten <= 22
                     if exp or digits + frac > 15 or frac > 22:
                         return TEMPLATE_MISMATCH, line, n_str, i
                     v = float(mant) / pow10[frac]
-                    floats[col[k], line] = -v if neg else v
+                    floats[line] = -v if neg else v
         ends[line] = i
         line += 1
         if i < n:
@@ -1028,8 +1030,8 @@ AOT_SIGNATURE = (
     "boolean[::1], int64[::1], int64[::1], int64)")
 #: The signature of :func:`scan_template_lines` in the ahead-of-time module.
 TEMPLATE_SIGNATURE = (
-    "UniTuple(int64, 4)(uint8[::1], int64, uint8[::1], int64[::1], int64[::1], int64[::1], int64[:, ::1], "
-    "float64[:, ::1], int64[::1], int64[:, ::1], int64[::1], float64[::1])")
+    "UniTuple(int64, 4)(uint8[::1], int64, int64, uint8[::1], int64[::1], int64[::1], int64[::1], "
+    "int64[:, ::1], float64[::1], int64[::1], int64[:, ::1], int64[::1], int64, float64[::1])")
 #: CPU time a build may take before it is abandoned (it takes ~10-20 s of CPU on 2 cores)
 BUILD_TIMEOUT_S = 600
 _jit_lock = threading.Lock()

@@ -1102,8 +1102,9 @@ class LogRounds:
         #: the compiled line-template scanner, where the trace scanner's rule loads it for these
         #: logs' bytes (:func:`evtsync.trace.decode.template_scanner`), else None (msgspec only)
         self.scanner = template_scanner(_text_bytes(self.paths)) if scan_lines else None
-        #: slices of lines read by the scanner, and by msgspec (declined by the scanner, or no scanner)
-        self.scanned = {"scanner": 0, "msgspec": 0}
+        #: slices of lines read by the scanner and by msgspec (the scanner declined them, or no
+        #: scanner), and lines of scanned slices that msgspec read alone (another layout)
+        self.scanned = {"scanner": 0, "msgspec": 0, "lines alone": 0}
 
     # ---- reading
     def round(self) -> dict[str, np.ndarray]:
@@ -1211,11 +1212,12 @@ class LogRounds:
     def _scan(self, text: bytearray, chunks: list[bytes]) -> tuple[dict[str, Any], np.ndarray, np.ndarray] | None:
         """The fields (as :meth:`_fields` gives them) of the lines of ``text`` (``chunks`` joined by
         newlines) read by the compiled template scanner, each chunk's number of lines and where
-        each line ends in ``text``; None
-        where it declines: the first line is not a plain collective record
-        (:func:`_line_template`), or a line differs from the first one's template outside the
-        values, or holds a value outside the scanner's strict grammar, or a rank beyond 32 bits
-        (msgspec then decodes the slice and names a bad line)."""
+        each line ends in ``text``. A line that does not follow the template of the slice's first
+        line (a p2p or verbose record, another layout, a value outside the scanner's strict
+        grammar) is decoded alone by msgspec and the scan goes on after it. None, for msgspec to
+        decode the whole slice and name a bad line, where the first line has no template
+        (:func:`_line_template`), a line msgspec cannot decode alone, a rank beyond 32 bits, or
+        too many distinct strings."""
         from evtsync.trace import scan
 
         cut = text.find(b"\n")
@@ -1223,54 +1225,121 @@ class LogRounds:
         if template is None or self.scanner is None:
             return None
         buf = np.frombuffer(text, dtype=np.uint8)
-        room = len(buf) // len(template.lit) + 1  # every line holds the template's literals
-        ints = np.empty((_T_ROWS, room), dtype=np.int64)
-        floats = np.empty((1, room), dtype=np.float64)
-        ends = np.empty(room, dtype=np.int64)
-        cap = 1024
-        for _ in range(4):  # FULL: more unique strings than room for them
-            spans = np.empty((2, cap), dtype=np.int64)
-            status, n_lines, n_str, _ = self.scanner(buf, len(buf), template.lit, template.lit_off, template.kind,
-                                                     template.col, ints, floats, ends, spans,
-                                                     np.zeros(4 * cap, dtype=np.int64), scan.POW10)
-            if status != scan.FULL:
-                break
-            cap *= 8
-        if status != scan.OK:
-            return None
-        ints, ends = ints[:, :n_lines], ends[:n_lines]
-        if (np.abs(ints[_T_RANK]) >= 2**31).any() or (np.abs(ints[_T_NRANKS]) >= 2**31).any():
-            return None  # Int32 fields: msgspec names the line
-        strings = [bytes(text[a:b]).decode("ascii") for a, b in spans[:, :n_str].T.tolist()]
-        present = template.present
+        size = len(buf)
+        cap = 4096  # distinct strings the scanner interns; the ids from cap up are this method's
+        spans = np.empty((2, cap), dtype=np.int64)
+        table = np.zeros(4 * cap, dtype=np.int64)
+        extra: dict[str, int] = {}
 
-        def codes(row: int, book: dict[str, int], path: tuple[str, str], default: str) -> np.ndarray:
-            if path not in present:
-                return np.full(n_lines, book.setdefault(default, len(book)), dtype=np.int64)
-            ids = ints[row]
-            used = np.flatnonzero(np.bincount(ids, minlength=n_str))  # ids count from 0 in order of first use
-            lut = np.zeros(n_str, dtype=np.int64)
-            lut[used] = _codes([strings[k] for k in used.tolist()], book)
+        def word(w: str) -> int:
+            return extra.setdefault(w, cap + len(extra))
+
+        # fields the template lacks: their defaults, in every row the scanner fills
+        absent = [(col, word(GPU_TIMING if path == ("coll_perf", "coll_timing_source") else "") if kind == "str"
+                   else MISSING) for path, (kind, col) in _TEMPLATE_READ.items()
+                  if kind != "float" and path not in template.present]
+
+        def rows(n: int) -> np.ndarray:
+            block = np.empty((n, _T_ROWS), dtype=np.int64)
+            for col, value in absent:
+                block[:, col] = value
+            return block
+
+        room = size // len(template.lit) + 2  # every scanned line holds the template's literals
+        ints, floats, ends = rows(room), np.empty(room, dtype=np.float64), np.empty(room, dtype=np.int64)
+        declined: list[tuple[int, Any]] = []
+        pos = line = n_str = 0
+        while pos < size:
+            status, n, n_str, _ = self.scanner(buf, pos, size, template.lit, template.lit_off, template.kind,
+                                               template.col, ints[line:], floats[line:], ends[line:], spans, table,
+                                               n_str, scan.POW10)
+            line += n
+            pos = int(ends[line - 1]) + 1 if n else pos
+            if status == scan.OK:
+                break
+            if status == scan.FULL and (n_str >= cap or 2 * (n_str + 1) > len(table)):
+                return None  # too many distinct strings
+            if line + 1 >= len(ends):  # more lines than room (FULL, or shorter lines declined)
+                ints = np.concatenate([ints, rows(len(ends))])
+                floats, ends = (np.concatenate([a, np.empty_like(a)]) for a in (floats, ends))
+            if status == scan.FULL:
+                continue
+            end = text.find(b"\n", pos)
+            end = size if end < 0 else end
+            try:  # this line alone, as the msgspec path decodes it
+                record = _DECODE_LEAN.decode(text[pos:end])
+            except _UNDECODABLE:
+                return None
+            declined.append((line, record))
+            ends[line] = end
+            line, pos = line + 1, end + 1
+        n_lines = line
+        self.scanned["lines alone"] += len(declined)
+        ints, floats, ends = ints[:n_lines], floats[:n_lines], ends[:n_lines]
+        is_coll = np.ones(n_lines, dtype=bool)
+        is_p2p = np.zeros(n_lines, dtype=bool)
+        has_meta = np.full(n_lines, template.has_meta)
+        if not template.has_meta:
+            ints[:, _T_DUMP] = MISSING
+        spans_of: list[tuple[int, int, int]] = []  # kernel spans of declined verbose records
+        for at, record in declined:
+            row, head, meta, perf = ints[at], record.header, record.metadata, record.coll_perf
+            row[_T_ID], row[_T_RANK], row[_T_NRANKS] = word(head.id), head.rank, head.n_ranks
+            has_meta[at] = meta is not None
+            row[_T_HOST], row[_T_PID], row[_T_DUMP] = ((word(meta.hostname), meta.pid, meta.dump_timestamp_us)
+                                                       if meta is not None else (word(""), MISSING, MISSING))
+            is_coll[at] = perf is not None
+            is_p2p[at] = perf is None and record.p2p_perf is not None
+            if perf is not None:
+                row[_T_COLL], row[_T_SN], row[_T_SIZE] = word(perf.coll), perf.coll_sn, perf.coll_msg_size_bytes
+                row[_T_SOURCE], floats[at] = word(perf.coll_timing_source), perf.coll_exec_time_us
+                kernel = _kernel_spans([perf])
+                if kernel is not None and kernel[0][0] >= 0:
+                    spans_of.append((at, int(kernel[0][0]), int(kernel[1][0])))
+        if (np.abs(ints[:, _T_RANK]) >= 2**31).any() or (np.abs(ints[:, _T_NRANKS]) >= 2**31).any():
+            return None  # Int32 fields: msgspec names the line
+        strings = [bytes(text[a:b]).decode("ascii") for a, b in spans[:, :n_str].T.tolist()] + list(extra)
+        width = cap + len(extra)
+
+        def codes(col: int, book: dict[str, int], which: np.ndarray | None = None) -> np.ndarray:
+            ids = ints[:, col] if which is None else ints[which, col]
+            if declined:  # in order of first use, as msgspec's path adds new words
+                first = np.full(width, len(ids))
+                np.minimum.at(first, ids, np.arange(len(ids)))
+                used = np.flatnonzero(first < len(ids))
+                used = used[np.argsort(first[used], kind="stable")]
+            else:  # the scanner numbers strings in order of first use; a default fills a whole column
+                used = np.flatnonzero(np.bincount(ids, minlength=width))
+            lut = np.zeros(width, dtype=np.int64)
+            lut[used] = _codes([strings[k] if k < cap else strings[n_str + k - cap] for k in used.tolist()], book)
             return lut[ids]
 
-        def numbers(row: int, path: tuple[str, str]) -> np.ndarray:
-            return ints[row].copy() if path in present else np.full(n_lines, MISSING, dtype=np.int64)
+        every_meta, every_coll = bool(has_meta.all()), bool(is_coll.all())
+        meta_rows = None if every_meta else np.flatnonzero(has_meta)
+        coll_rows = None if every_coll else np.flatnonzero(is_coll)
 
-        meta = template.has_meta
+        def coll(col: int) -> np.ndarray:
+            return ints[:, col].copy() if coll_rows is None else ints[coll_rows, col]
+
+        kernel = None
+        if spans_of:
+            starts, stops = np.full(n_lines, MISSING, dtype=np.int64), np.full(n_lines, MISSING, dtype=np.int64)
+            at_rows = [a for a, _, _ in spans_of]
+            starts[at_rows], stops[at_rows] = [b for _, b, _ in spans_of], [c for _, _, c in spans_of]
+            kernel = (starts, stops) if coll_rows is None else (starts[coll_rows], stops[coll_rows])
         # each chunk's lines: those ending at or before its end (the newline that follows it)
         chunk_ends = np.cumsum(np.fromiter(map(len, chunks), np.int64, len(chunks)) + 1) - 1
         counts = np.diff(np.searchsorted(ends, chunk_ends, side="right"), prepend=0)
-        return {"is_coll": None, "is_p2p": None, "has_meta": None if meta else np.zeros(n_lines, dtype=bool),
-                "dump": numbers(_T_DUMP, ("metadata", "dump_timestamp_us")),
-                "host": codes(_T_HOST, self.host_code, ("metadata", "hostname"), "") if meta
-                else np.zeros(0, dtype=np.int64),
-                "pid": numbers(_T_PID, ("metadata", "pid")) if meta else np.zeros(0, dtype=np.int64),
-                "comm": codes(_T_ID, self.comm_code, ("header", "id"), ""),
-                "rank": ints[_T_RANK].copy(), "n_ranks": ints[_T_NRANKS].copy(), "exec_us": floats[0, :n_lines],
-                "sn": ints[_T_SN].copy(), "collective": codes(_T_COLL, self.names, ("coll_perf", "coll"), ""),
-                "msg_bytes": numbers(_T_SIZE, ("coll_perf", "coll_msg_size_bytes")),
-                "timing_source": codes(_T_SOURCE, self.sources, ("coll_perf", "coll_timing_source"), GPU_TIMING),
-                "kernel": None}, counts, ends
+        return {"is_coll": None if every_coll else is_coll, "is_p2p": None if every_coll else is_p2p,
+                "has_meta": None if every_meta else has_meta, "dump": ints[:, _T_DUMP].copy(),
+                "host": codes(_T_HOST, self.host_code, meta_rows),
+                "pid": ints[:, _T_PID].copy() if meta_rows is None else ints[meta_rows, _T_PID],
+                "comm": codes(_T_ID, self.comm_code), "rank": ints[:, _T_RANK].copy(),
+                "n_ranks": ints[:, _T_NRANKS].copy(),
+                "exec_us": floats.copy() if coll_rows is None else floats[coll_rows],
+                "sn": coll(_T_SN), "collective": codes(_T_COLL, self.names, coll_rows),
+                "msg_bytes": coll(_T_SIZE), "timing_source": codes(_T_SOURCE, self.sources, coll_rows),
+                "kernel": kernel}, counts, ends
 
     def _open(self, i: int) -> Any:
         """File ``i`` opened: a plain one as its unbuffered file object (no buffer, no Python
