@@ -26,8 +26,8 @@ generation stamp, so the table is never cleared): the caller decodes each unique
 :func:`scan_template_lines` (issue 48) reads NCCL Inspector log lines that all follow the
 template of one line (its keys in their order, its value types: built by
 :func:`evtsync.trace.readers.inspector._line_template`), comparing the literal parts byte for
-byte and parsing only the values read; any other line is a mismatch and the caller decodes the
-slice with msgspec. It is compiled into the same module as :func:`scan_block`.
+byte and parsing only the values read; it stops at any other line, which the caller decodes
+otherwise before it calls again after it. It is compiled into the same module as :func:`scan_block`.
 
 Two ways to run it, the same code (only NumPy and numba are used here):
 
