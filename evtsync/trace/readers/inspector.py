@@ -1161,7 +1161,8 @@ class LogRounds:
         return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
 
     def _decode_slice(self, chunks: list[bytes], owners: list[int]) -> dict[str, np.ndarray]:
-        """One msgspec call over a slice of the round's complete lines (a file's lines counted by its
+        """A slice of the round's complete lines decoded at once: by the compiled template scanner
+        where it is loaded (:meth:`_scan`), else by one msgspec call (a file's lines counted by its
         newlines); a failure, or blank lines, send each file's lines through :meth:`_lines`."""
         text = bytearray(b"\n").join(chunks)  # writable: the compiled scanner's argument type
         scanned = self._scan(text, chunks) if self.scanner is not None else None
