@@ -20,6 +20,13 @@ from evtsync.trace.readers.inspector import LogRounds, _line_template
 N_RANKS, N_SN = 4, 60
 
 
+@pytest.fixture(autouse=True)
+def _own_scanner_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scanner these tests load stays theirs: a later test in this process starts without it
+    (once loaded, a process uses it for every later file, whatever its size)."""
+    monkeypatch.setattr(decode, "_scanner_state", {})
+
+
 def _record(rank: int, sn: int, exec_us: float, *, shape: str = "plain") -> dict:
     """One record as the plugin writes it (v4.0, non-verbose); ``shape`` varies the layout."""
     header = {"id": "0x00000000c0ffee", "comm_name": "world", "rank": rank, "n_ranks": N_RANKS, "nnodes": 1}
@@ -201,7 +208,6 @@ def test_refused_scanner_module_means_msgspec(tmp_path: Path, monkeypatch: pytes
 
     folder, _ = _write(tmp_path / "job")
     slow, _ = _read(folder, False, monkeypatch)
-    monkeypatch.setattr(decode, "_scanner_state", {})
     monkeypatch.setattr(decode, "SCANNER_MIN_BYTES", 0)  # these small logs would not load it
     monkeypatch.setattr(scan, "_refused", lambda path: f"{path}: planted, a folder others can write")
     monkeypatch.setenv(decode.DECODER_ENV, "auto")
