@@ -179,18 +179,24 @@ def process_usage(cmd: list[str], env: dict[str, str] | None = None, cwd: str | 
             "wall_s": time.perf_counter() - t}
 
 
-def whole_process(folder: Path, total: int, reps: int) -> None:
-    """Interleaved whole processes: the plain script, ``evtsync tax``, the imports (see the docstring)."""
+def whole_process(folder: Path, total: int, reps: int, baseline: Path | None = None) -> None:
+    """Interleaved whole processes: the plain script, ``evtsync tax``, the imports (see the
+    docstring); ``baseline``: also ``evtsync tax`` of that checkout (on PYTHONPATH instead of this one)."""
     import statistics
 
     cmds = {"plain script": [sys.executable, str(HERE.parent / "plain_inspector_tax.py"), str(folder)],
             "evtsync tax": [sys.executable, "-m", "evtsync", "tax", str(folder)],
             "imports": [sys.executable, "-c", "import evtsync.cli.tax, evtsync.sync.logtax, evtsync.sync.tax, "
                         "evtsync.trace.readers.inspector"]}
+    envs: dict[str, dict[str, str] | None] = dict.fromkeys(cmds)
+    if baseline is not None:
+        cmds["baseline tax"] = cmds["evtsync tax"]
+        envs["baseline tax"] = {**os.environ, "PYTHONPATH": str(baseline)}
     runs: dict[str, list[dict]] = {name: [] for name in cmds}
     for rep in range(reps):
         for name, cmd in cmds.items():
-            got = process_usage(cmd)
+            # (python -m puts the working folder first on the path: the baseline runs in its checkout)
+            got = process_usage(cmd, env=envs[name], cwd=str(baseline) if name == "baseline tax" else None)
             runs[name].append(got)
             print(f"{rep}: {name:>12}: {json.dumps(got)} load {os.getloadavg()[0]:.2f}", flush=True)
     plain = [r["cpu_s"] for r in runs["plain script"]]
@@ -204,6 +210,12 @@ def whole_process(folder: Path, total: int, reps: int) -> None:
           "end to end")
     print(f"# peak RSS evtsync tax {peak:.0f} MB = {peak - floor:.0f} MB above the imports' {floor:.0f} MB; plain "
           f"script {max(r['peak_rss_mb'] for r in runs['plain script']):.0f} MB")
+    if baseline is not None:
+        base = [r["cpu_s"] for r in runs["baseline tax"]]
+        print(f"# CPU plain / baseline ({baseline}) tax per pair: "
+              f"{', '.join(f'{p / b:.2f}' for p, b in zip(plain, base, strict=True))}; baseline / this "
+              f"{statistics.median(b / o for b, o in zip(base, ours, strict=True)):.2f}x (median); baseline peak RSS "
+              f"{max(r['peak_rss_mb'] for r in runs['baseline tax']):.0f} MB")
 
 
 def main() -> None:
@@ -215,6 +227,8 @@ def main() -> None:
                         "evtsync stream tax,evtsync stream tax+ranks")
     parser.add_argument("--whole-process", type=int, default=0, metavar="N",
                         help="time the plain script and `evtsync tax` as whole processes, N interleaved pairs")
+    parser.add_argument("--baseline", type=Path, default=None, metavar="CHECKOUT",
+                        help="with --whole-process: also time `evtsync tax` of this checkout, interleaved")
     args = parser.parse_args()
     folder = args.workdir / f"{args.files}x{args.mb:g}MB"
     t = time.perf_counter()
@@ -224,7 +238,7 @@ def main() -> None:
     print(f"# {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load before {os.getloadavg()[0]:.2f}")
     if args.whole_process:
-        whole_process(folder, total, args.whole_process)
+        whole_process(folder, total, args.whole_process, args.baseline)
         print(f"# load after {os.getloadavg()[0]:.2f}")
         return
     results = {}

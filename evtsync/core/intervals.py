@@ -3,6 +3,7 @@ and the Wilson interval of a proportion: the interval statistics the run's summa
 
 from __future__ import annotations
 
+import functools
 import math
 from statistics import NormalDist
 
@@ -44,8 +45,11 @@ def _binom_cdf(k: int, n: int, p: float) -> float:
     return min(1.0, tail) if lower else max(0.0, 1.0 - tail)
 
 
+@functools.lru_cache(maxsize=4096)
 def _first_at_least(q: float, n: int, p: float) -> int:
-    """The smallest k in [0, n] with P(B <= k) >= q (``scipy.stats.binom.ppf`` for 0 < q < 1)."""
+    """The smallest k in [0, n] with P(B <= k) >= q (``scipy.stats.binom.ppf`` for 0 < q < 1);
+    remembered per (q, n, p): the tax summary asks it for every PG, and the PGs of a job mostly
+    share their counts (512 TP groups of 4,096 NCCL Inspector logs: ~0.2 s; issue 48)."""
     lo, hi = 0, n
     while lo < hi:
         mid = (lo + hi) // 2

@@ -3,23 +3,24 @@
 The whole-table path (:func:`~evtsync.trace.traceset.load_traces`, then
 :func:`~evtsync.sync.tax.tax_from_traces`) keeps every record of every file (~190 bytes each at its
 peak) before matching them. Here every rank's file is read in lockstep, one block per file
-per round, the round's blocks of all files decoded in one call and turned into columns once
+per round, the round's blocks of all files decoded a ~1 MiB slice at a time (the compiled
+line-template scanner, else msgspec) and turned into columns
 (:class:`~evtsync.trace.readers.inspector.LogRounds`, issue 48); after each round the
 collectives that every member rank of their communicator has reported (same communicator
 id, same sequence number, ``n_ranks`` records) are matched and taxed exactly as
 :func:`~evtsync.sync.collectives.align_logged` and :func:`~evtsync.sync.tax.compute_tax` do
-(docs/methodology.md §3; a batch no check flags is taxed in NumPy by :meth:`_Job._tax_clean`,
-the others by those two functions, which name the mismatches): their rows of the tax tables
+(docs/methodology.md §3; a batch no check flags is taxed by :meth:`_Job._tax_clean`, the
+others by those two functions, which name the mismatches; both compute the numbers with
+:func:`~evtsync.sync.tax.tax_segments`): their rows of the tax tables
 are kept, their records dropped. A
 collective some member never reports (ring-buffer loss, a rank that died, the size cutoff,
 a log cut short) stays open until the files end; it is then counted by communicator and
 reported as the whole-table path does (refused unless ``allow_partial``).
 
-The tables equal those of the whole-table path (same rows, order, values and dtypes; the mean
-delay to ~1e-15 relative where the NumPy batch tax computed it; tested).
-Memory: one round of text and the decoded records of one slice of it (:data:`ROUND_BYTES` over
-all files, at least :data:`MIN_BLOCK_BYTES` per file; decoded in slices of
-:data:`~evtsync.trace.readers.inspector.DECODE_BYTES`), per file ~1-2 KB (its open file, its
+The tables equal those of the whole-table path (same rows, order, values and dtypes; tested).
+Memory: one slice of text and its decoded records (:data:`~evtsync.trace.readers.inspector.DECODE_BYTES`),
+the columns of one round's records (:data:`ROUND_BYTES` of text over all files, at least
+:data:`MIN_BLOCK_BYTES` per file), per file ~1-2 KB (its open file, its
 unfinished last line, its communicators: ``LogRounds.state_bytes``, bounded in the tests), the records of the collectives still open, those of complete
 collectives waiting for the next tax batch (:data:`TAX_BATCH_RECORDS`), and the output: one row
 per collective, one per file (the per-rank table), and, unless
@@ -50,7 +51,14 @@ from evtsync.sync.collectives import (
     align_logged_rows,
     note_missing_ranks,
 )
-from evtsync.sync.tax import RANK_COLUMNS, TAX_COLUMNS, TaxTables, compute_tax
+from evtsync.sync.tax import (
+    RANK_COLUMNS,
+    TAX_COLUMNS,
+    TaxTables,
+    compute_tax,
+    segment_starts,
+    tax_segments,
+)
 from evtsync.trace.readers.inspector import (
     BLOCK_BYTES,
     GPU_TIMING,
@@ -67,9 +75,13 @@ from evtsync.trace.traceset import TraceSet, empty_event_tables, expand_inputs
 
 log = logging.getLogger(__name__)
 
-#: Text decoded per round over all files, in one msgspec call: the unit of memory besides the
-#: open collectives (the round's decoded records, ~5 times its text, live at once; issue 48).
-ROUND_BYTES = 4 << 20
+#: Text read per round over all files (each file's block: this over the number of files). The
+#: round's lines are decoded as they are read, one slice of ~1 MiB of text at a time
+#: (:class:`~evtsync.trace.readers.inspector.LogRounds`), so what a round holds is its records'
+#: columns (~90 bytes per record, ~1/5 of their text): 16 MiB keeps that ~3 MB and makes blocks of
+#: 4 KiB at 4,096 logs (4 MiB, when the text of a round lived at once, made 1 KiB blocks and
+#: 230,000 reads of 229 MB; issue 48).
+ROUND_BYTES = 16 << 20
 #: Records of complete collectives taxed together (~100 bytes each until then, and ~2 copies of
 #: them while a batch is taxed). The NumPy batch tax (issue 48) costs a few ms per call; 20,000
 #: lowered the traced peak at 256 logs by 3 MB for +0.07 s of CPU, 10,000 by 3.6 MB for +0.25 s.
@@ -325,10 +337,10 @@ class _Job:
         """The tax of a batch of complete collectives in NumPy, when none of them is flagged.
 
         The same rows, values and dtypes as :func:`~evtsync.sync.collectives.align_logged_rows`
-        + :func:`~evtsync.sync.tax.compute_tax` (docs/methodology.md §3: tau_max = max − min of
+        + :func:`~evtsync.sync.tax.compute_tax`: both compute every number with
+        :func:`~evtsync.sync.tax.tax_segments` (docs/methodology.md §3: tau_max = max − min of
         the ranks' durations, the straggler = the rank of the shortest, lowest rank on ties,
-        wait = duration − the shortest); mean delays may differ in the last bits (a plain sum,
-        pandas' is compensated). ``rec``: the batch's columns and ``rank``, reordered in place
+        wait = duration − the shortest). ``rec``: the batch's columns and ``rank``, reordered in place
         (by PG, sequence number, rank). Returns False, keeping nothing, when a check of the
         alignment would flag a collective of the batch (its ranks disagree on the type, size
         or timing source; kernel stop times on one host further apart than the end
@@ -339,15 +351,13 @@ class _Job:
         _permute(rec, order)  # in place, column by column: one column's copy at a time (issue 48)
         pg, sn, rank = pg[order], rec["sn"], rec["rank"]
         n = len(sn)
-        new = np.ones(n, dtype=bool)
-        new[1:] = (pg[1:] != pg[:-1]) | (sn[1:] != sn[:-1])
-        same = ~new[1:]
+        starts = segment_starts(pg, sn)
+        counts = np.diff(np.append(starts, n))
+        seg = np.repeat(np.arange(len(starts)), counts)
+        same = seg[1:] == seg[:-1]
         if any((same & (rec[name][1:] != rec[name][:-1])).any() for name in ("collective", "msg_bytes",
                                                                                  "timing_source")):
             return False
-        starts = np.flatnonzero(new)
-        seg = np.cumsum(new) - 1
-        counts = np.diff(np.append(starts, n))
         stops = rec["kernel_stop_us"]
         timed = stops >= 0
         if timed.any():  # the end check of align_logged_rows: per collective and host
@@ -359,41 +369,30 @@ class _Job:
             spread_us = np.maximum.reduceat(t_stop, cut) - np.minimum.reduceat(t_stop, cut)
             if (spread_us > self.end_tolerance_us).any():
                 return False
-        dur_us = rec["exec_ns"] / 1000.0
-        low = np.minimum.reduceat(dur_us, starts)
-        high = np.maximum.reduceat(dur_us, starts)
-        median = _segment_median(dur_us, starts, counts)
-        mean = np.add.reduceat(dur_us, starts) / counts
         ts_ns = np.where(rec["kernel_start_us"] >= 0, rec["kernel_start_us"] * 1000, MISSING)
         end_ns = np.where(stops >= 0, stops * 1000, MISSING)
-        end_low = np.minimum.reduceat(end_ns, starts)
-        end_spread = np.where(end_low >= 0, (np.maximum.reduceat(end_ns, starts) - end_low) / 1000.0, np.nan)
-        straggler = rank[_first_where(dur_us == low[seg], seg)].astype(np.int64)
-        fastest = rank[_first_where(dur_us == high[seg], seg)].astype(np.int64)
+        got = tax_segments(rec["exec_ns"], rank, starts, ts_ns, end_ns, shares=not self.keep_ranks)
         labels, label_codes = self._labels(rec["collective"], rec["timing_source"])
         pg_cat = pd.Index(pg_names)
         self.collectives.append(pd.DataFrame({
             "pg": pd.Categorical.from_codes(pg[starts], categories=pg_cat), "index": sn[starts].astype(np.int64),
             "window": np.zeros(len(starts), dtype=np.int32),
             "collective": pd.Categorical.from_codes(label_codes[starts], categories=labels),
-            "bytes": rec["msg_bytes"][starts].astype(np.int64), "n_ranks": counts.astype(np.int64),
-            "tau_max_us": high - low, "tau_med_us": median - low, "mean_delay_us": mean - low,
-            "straggler_rank": straggler, "fastest_rank": fastest, "min_dur_us": low, "max_dur_us": high,
-            "end_spread_us": end_spread, "start_ns": np.minimum.reduceat(ts_ns, starts), "valid": counts > 1}))
-        wait = dur_us - low[seg]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(dur_us > 0, wait / dur_us, 0.0)
+            "bytes": rec["msg_bytes"][starts].astype(np.int64),
+            **{c: got[c] for c in ("n_ranks", "tau_max_us", "tau_med_us", "mean_delay_us", "straggler_rank",
+                                   "fastest_rank", "min_dur_us", "max_dur_us", "end_spread_us", "start_ns")},
+            "valid": counts > 1}))
         if self.keep_ranks:
             self.rank_rows.append(pd.DataFrame({
                 "pg": pd.Categorical.from_codes(pg, categories=pg_cat), "index": sn.astype(np.int64),
                 "window": np.zeros(n, dtype=np.int32), "rank": rank.astype(np.int32),
-                "collective": pd.Categorical.from_codes(label_codes, categories=labels), "dur_us": dur_us,
-                "wait_us": wait, "wait_share": share, "is_straggler": rank == straggler[seg],
+                "collective": pd.Categorical.from_codes(label_codes, categories=labels), "dur_us": got["dur_us"],
+                "wait_us": got["wait_us"], "wait_share": got["wait_share"], "is_straggler": got["is_straggler"],
                 "ts_ns": ts_ns, "end_ns": end_ns}))
         else:
             self.shares.append(pd.DataFrame({
                 "pg": pd.Categorical.from_codes(pg[starts], categories=pg_cat), "index": sn[starts].astype(np.int64),
-                "max": np.maximum.reduceat(share, starts), "median": _segment_median(share, starts, counts)}))
+                "max": got["share_max"], "median": got["share_median"]}))
         pairs = np.unique((pg.astype(np.int64) << 32) | rank.astype(np.int64))
         for code, ranks in zip(*_split_pairs(pairs), strict=True):
             self.members.setdefault(pg_names[code], set()).update(ranks.tolist())
@@ -418,26 +417,6 @@ def _permute(columns: dict[str, np.ndarray], order: np.ndarray) -> None:
     """Reorder every column of ``columns`` by ``order``, in place in the dict."""
     for name, col in columns.items():
         columns[name] = col[order]
-
-
-def _segment_median(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The median of each segment of ``values`` (contiguous, from ``starts``, ``counts`` long):
-    the middle value, or the mean of the two middle ones, as pandas' grouped median computes it.
-    Segments of one length at a time, as rows of a 2-D array (a batch holds a few communicator
-    sizes; a two-key sort of the whole batch cost ~14 ms per call)."""
-    out = np.empty(len(starts), dtype=np.float64)
-    for length in np.unique(counts).tolist():
-        which = np.flatnonzero(counts == length)
-        out[which] = np.median(values[starts[which, None] + np.arange(length)], axis=1)
-    return out
-
-
-def _first_where(mask: np.ndarray, seg: np.ndarray) -> np.ndarray:
-    """Per segment, the position of its first True of ``mask`` (every segment has one)."""
-    at = np.flatnonzero(mask)
-    first = np.ones(len(at), dtype=bool)
-    first[1:] = seg[at[1:]] != seg[at[:-1]]
-    return at[first]
 
 
 def _split_pairs(pairs: np.ndarray) -> tuple[list[int], list[np.ndarray]]:

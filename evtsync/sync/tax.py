@@ -52,8 +52,88 @@ class TaxTables(TablesDisplay):
     members: dict[str, list[int]] | None = None
 
 
+def tax_segments(dur_ns: np.ndarray, rank: np.ndarray, starts: np.ndarray, ts_ns: np.ndarray,
+                 end_ns: np.ndarray, *, shares: bool = False) -> dict[str, np.ndarray]:
+    """The tax of collective instances in NumPy: the one home of the formulas (methodology §3).
+
+    Parameters
+    ----------
+    dur_ns, rank, ts_ns, end_ns : numpy.ndarray
+        One row per (instance, rank): the rank's duration (ns; for NCCL Inspector logs its
+        execution time), its rank, start and end (ns; negative or NaN where unknown). Rows are
+        sorted by instance, then rank.
+    starts : numpy.ndarray
+        The first row of each instance (its rows are contiguous).
+    shares : bool, default False
+        Also each instance's largest and median wait share (``share_max``, ``share_median``).
+
+    Returns
+    -------
+    dict of numpy.ndarray
+        Per instance: ``n_ranks``, ``min_dur_us``, ``max_dur_us``, ``tau_max_us`` = max - min,
+        ``tau_med_us`` = median - min, ``mean_delay_us`` = mean - min (a plain sum in row order),
+        ``straggler_rank`` (the rank of the shortest duration: the last to arrive; the lowest rank
+        on ties), ``fastest_rank`` (of the longest), ``end_spread_us`` (NaN where an end is
+        unknown), ``start_ns``. Per row: ``dur_us``, ``wait_us`` = duration - the shortest,
+        ``wait_share`` = wait / duration (0 where the duration is 0), ``is_straggler``.
+    """
+    n = len(dur_ns)
+    counts = np.diff(np.append(starts, n))
+    seg = np.repeat(np.arange(len(starts)), counts)
+    dur_us = dur_ns / 1000.0
+    low = np.minimum.reduceat(dur_us, starts)
+    high = np.maximum.reduceat(dur_us, starts)
+    median = _segment_median(dur_us, starts, counts)
+    mean = np.add.reduceat(dur_us, starts) / counts
+    straggler = rank[_first_where(dur_us == low[seg], seg)].astype(np.int64)
+    fastest = rank[_first_where(dur_us == high[seg], seg)].astype(np.int64)
+    end_low = np.fmin.reduceat(end_ns, starts)
+    with np.errstate(invalid="ignore"):
+        end_spread = np.where(end_low >= 0, (np.fmax.reduceat(end_ns, starts) - end_low) / 1000.0, np.nan)
+    wait = dur_us - low[seg]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(dur_us > 0, wait / dur_us, 0.0)
+    out = {"n_ranks": counts.astype(np.int64), "min_dur_us": low, "max_dur_us": high, "tau_max_us": high - low,
+           "tau_med_us": median - low, "mean_delay_us": mean - low, "straggler_rank": straggler,
+           "fastest_rank": fastest, "end_spread_us": end_spread, "start_ns": np.fmin.reduceat(ts_ns, starts),
+           "dur_us": dur_us, "wait_us": wait, "wait_share": share, "is_straggler": rank == straggler[seg]}
+    if shares:
+        out["share_max"] = np.maximum.reduceat(share, starts)
+        out["share_median"] = _segment_median(share, starts, counts)
+    return out
+
+
+def segment_starts(*keys: np.ndarray) -> np.ndarray:
+    """The first row of each run of equal ``keys`` (rows sorted by them)."""
+    new = np.ones(len(keys[0]), dtype=bool)
+    new[1:] = np.logical_or.reduce([key[1:] != key[:-1] for key in keys])
+    return np.flatnonzero(new)
+
+
+def _segment_median(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The median of each segment of ``values`` (contiguous, from ``starts``, ``counts`` long):
+    the middle value, or the mean of the two middle ones, as pandas' grouped median computes it.
+    Segments of one length at a time, as rows of a 2-D array (a batch holds a few communicator
+    sizes; a two-key sort of the whole batch cost ~14 ms per call)."""
+    out = np.empty(len(starts), dtype=np.float64)
+    for length in np.unique(counts).tolist():
+        which = np.flatnonzero(counts == length)
+        out[which] = np.median(values[starts[which, None] + np.arange(length)], axis=1)
+    return out
+
+
+def _first_where(mask: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """Per segment, the position of its first True of ``mask`` (every segment has one)."""
+    at = np.flatnonzero(mask)
+    first = np.ones(len(at), dtype=bool)
+    first[1:] = seg[at[1:]] != seg[at[:-1]]
+    return at[first]
+
+
 def compute_tax(alignment: Alignment) -> TaxTables:
     """Tax tables from aligned collectives; instances flagged by a mismatch get valid=False.
+
+    The pandas frame around :func:`tax_segments`, which computes every number.
 
     Parameters
     ----------
@@ -71,55 +151,39 @@ def compute_tax(alignment: Alignment) -> TaxTables:
     if inst.empty:
         return TaxTables(pd.DataFrame(columns=TAX_COLUMNS), pd.DataFrame(columns=RANK_COLUMNS))
     inst = inst.sort_values(["pg", "index", "rank"], kind="stable").reset_index(drop=True)
-    dur_us = inst["dur_ns"].to_numpy() / 1000.0
-    keys = inst[["pg", "index"]]
-    grouped = pd.DataFrame({"pg": keys["pg"], "index": keys["index"], "rank": inst["rank"],
-                            "dur_us": dur_us, "end_ns": inst["end_ns"], "ts_ns": inst["ts_ns"]})
-    g = grouped.groupby(["pg", "index"], sort=True)
-    stats = g["dur_us"].agg(["min", "max", "median", "mean", "size"])
-    # straggler: the rank of the minimum duration (lowest rank on ties: rows are rank-sorted)
-    straggler = grouped.loc[g["dur_us"].idxmin(), ["pg", "index", "rank"]].set_index(["pg", "index"])["rank"]
-    fastest = grouped.loc[g["dur_us"].idxmax(), ["pg", "index", "rank"]].set_index(["pg", "index"])["rank"]
-    first = inst.groupby(["pg", "index"], sort=True).first()
+    pg_code = pd.factorize(inst["pg"])[0]  # rows sorted by pg: one code per run
+    index = inst["index"].to_numpy()
+    starts = segment_starts(pg_code, index)
+    rank = inst["rank"].to_numpy()
+    got = tax_segments(inst["dur_ns"].to_numpy(), rank, starts, inst["ts_ns"].to_numpy(), inst["end_ns"].to_numpy())
+    # the first non-missing value of each instance's descriptive columns, as groupby().first() gives them
+    first = inst.groupby(["pg", "index"], sort=True, observed=True)[
+        [c for c in ("window", "collective", "msg_bytes", "dtype") if c in inst.columns]].first()
+    pg = inst["pg"].take(starts).reset_index(drop=True)
     groups = alignment.groups.set_index("pg")
+    per_pg = groups.loc[pg.to_numpy(), ["pg_desc", "pg_ranks", "pg_source"]]
     table = pd.DataFrame({
-        "pg": stats.index.get_level_values(0),
-        "pg_desc": groups.loc[stats.index.get_level_values(0), "pg_desc"].to_numpy(),
-        "pg_ranks": groups.loc[stats.index.get_level_values(0), "pg_ranks"].to_numpy(),
-        "pg_source": groups.loc[stats.index.get_level_values(0), "pg_source"].to_numpy(),
-        "index": stats.index.get_level_values(1).astype(np.int64),
+        "pg": pg,
+        "pg_desc": per_pg["pg_desc"].to_numpy(),
+        "pg_ranks": per_pg["pg_ranks"].to_numpy(),
+        "pg_source": per_pg["pg_source"].to_numpy(),
+        "index": index[starts].astype(np.int64),
         "window": first["window"].to_numpy() if "window" in first.columns else 0,  # profiling window
         "collective": first["collective"].to_numpy(),
         "bytes": first["msg_bytes"].to_numpy().astype(np.int64),
         "dtype": first["dtype"].to_numpy(),
-        "n_ranks": stats["size"].to_numpy().astype(np.int64),
-        "tau_max_us": (stats["max"] - stats["min"]).to_numpy(),
-        "tau_med_us": (stats["median"] - stats["min"]).to_numpy(),
-        "mean_delay_us": (stats["mean"] - stats["min"]).to_numpy(),
-        "straggler_rank": straggler.to_numpy().astype(np.int64),
-        "fastest_rank": fastest.to_numpy().astype(np.int64),
-        "min_dur_us": stats["min"].to_numpy(),
-        "max_dur_us": stats["max"].to_numpy(),
-        # NaN where a rank's end time is unknown (NCCL Inspector logs without kernel times)
-        "end_spread_us": ((g["end_ns"].max() - g["end_ns"].min()) / 1000.0).where(g["end_ns"].min() >= 0).to_numpy(),
-        "start_ns": g["ts_ns"].min().to_numpy(),
+        **{c: got[c] for c in ("n_ranks", "tau_max_us", "tau_med_us", "mean_delay_us", "straggler_rank",
+                               "fastest_rank", "min_dur_us", "max_dur_us", "end_spread_us", "start_ns")},
     })
     table["valid"] = [(p, int(i)) not in alignment.invalid for p, i in zip(table["pg"], table["index"], strict=True)]
     table["valid"] &= table["n_ranks"] > 1  # one rank present: no tax measured (tau = 0 by construction)
-    min_per_row = grouped.groupby(["pg", "index"])["dur_us"].transform("min").to_numpy()
-    wait = dur_us - min_per_row
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(dur_us > 0, wait / dur_us, 0.0)
-    # each row's instance straggler, by index alignment (a dict lookup per row cost ~3 µs
-    # with pandas' Arrow strings, most of the tax at a million rows)
-    strag_per_row = straggler.reindex(pd.MultiIndex.from_arrays([inst["pg"], inst["index"]])).to_numpy()
     ranks = pd.DataFrame({
         "pg": inst["pg"], "index": inst["index"], "window": inst.get("window", 0),
         "rank": inst["rank"],
-        "collective": inst["collective"], "dur_us": dur_us, "wait_us": wait, "wait_share": share,
-        "is_straggler": inst["rank"].to_numpy() == strag_per_row,
+        "collective": inst["collective"], "dur_us": got["dur_us"], "wait_us": got["wait_us"],
+        "wait_share": got["wait_share"], "is_straggler": got["is_straggler"],
         "ts_ns": inst["ts_ns"], "end_ns": inst["end_ns"]})
-    return TaxTables(table.reset_index(drop=True), ranks)
+    return TaxTables(table, ranks)
 
 
 def tax_summary(tax: TaxTables) -> pd.DataFrame:

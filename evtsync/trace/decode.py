@@ -857,8 +857,11 @@ _scanner_state: dict[str, Any] = {}
 class _Scanner:
     """The compiled scanner with its constant tables, and per-thread scratch arrays."""
 
-    def __init__(self, scan_block: Callable[..., tuple[int, int, int, int]], how: str) -> None:
+    def __init__(self, scan_block: Callable[..., tuple[int, int, int, int]], how: str,
+                 template_lines: Callable[..., tuple[int, int, int, int]] | None = None) -> None:
         self.scan_block = scan_block
+        #: :func:`evtsync.trace.scan.scan_template_lines` of the same build (NCCL Inspector lines)
+        self.template_lines = template_lines
         #: "ahead-of-time" or "just-in-time"
         self.how = how
         self.phase_of = np.full(256, -1, dtype=np.int64)
@@ -1002,7 +1005,7 @@ def _load_scanner(*, build: bool, jit: bool) -> _Scanner | None:
                 scan.build_ahead_of_time()
                 scan_block = scan.load_ahead_of_time()
             if scan_block is not None:
-                return _checked_scanner(_Scanner(scan_block, "ahead-of-time"))
+                return _checked_scanner(_Scanner(scan_block, "ahead-of-time", scan.load_ahead_of_time_template()))
         except Exception as exc:  # noqa: BLE001 - any failure of the optional fast path: next way
             log.warning("ahead-of-time trace scanner unavailable (%s)", exc)
             _scanner_state["ahead-of-time failed"] = True
@@ -1012,11 +1015,21 @@ def _load_scanner(*, build: bool, jit: bool) -> _Scanner | None:
 
             if numba.config.DISABLE_JIT:  # type: ignore[attr-defined]  # not in numba's stubs; the scanner would run as plain Python: far slower
                 raise RuntimeError("NUMBA_DISABLE_JIT is set")
-            return _checked_scanner(_Scanner(scan.jit_scan_block(), "just-in-time"))
+            return _checked_scanner(_Scanner(scan.jit_scan_block(), "just-in-time", scan.jit_template_lines()))
         except Exception as exc:  # noqa: BLE001 - any failure of the optional fast path means msgspec
             log.warning("compiled trace scanner unavailable (%s): decoding with msgspec", exc)
             _scanner_state["jit failed"] = True
     return None
+
+
+def template_scanner(json_bytes: int) -> Callable[..., tuple[int, int, int, int]] | None:
+    """The compiled line-template scanner (:func:`evtsync.trace.scan.scan_template_lines`) of the
+    trace scanner's build, loaded by the same rule (:func:`use_fast_decoder_for` ``json_bytes``),
+    or None (switched off, not worth loading, unavailable: the caller decodes with msgspec)."""
+    if not use_fast_decoder_for(json_bytes):
+        return None
+    scanner = _fast_scanner()
+    return None if scanner is None else scanner.template_lines
 
 
 def _checked_scanner(scanner: _Scanner) -> _Scanner:

@@ -23,6 +23,12 @@ by their span for the caller to convert with Python's ``float``.
 Strings are interned per block in an open-addressing hash table over their raw bytes (with a
 generation stamp, so the table is never cleared): the caller decodes each unique span once.
 
+:func:`scan_template_lines` (issue 48) reads NCCL Inspector log lines that all follow the
+template of one line (its keys in their order, its value types: built by
+:func:`evtsync.trace.readers.inspector._line_template`), comparing the literal parts byte for
+byte and parsing only the values read; it stops at any other line, which the caller decodes
+otherwise before it calls again after it. It is compiled into the same module as :func:`scan_block`.
+
 Two ways to run it, the same code (only NumPy and numba are used here):
 
 - **ahead of time** (the default): :func:`build_ahead_of_time` compiles :func:`scan_block` with
@@ -857,6 +863,164 @@ def scan_block(buf, n, phase_of, arg_bytes, arg_offs, arg_is_str, arg_hash, arg_
         return _INVALID, n_ev, n_str, n_slow
 
 
+# -- NCCL Inspector lines against a template (issue 48) --------------------------------------
+#: Kinds of the value slots of a line template (:func:`scan_template_lines`): a string or a JSON
+#: number skipped (checked), a string read (its id among the block's unique strings), an integer
+#: read (int64), a number read as a float.
+SLOT_SKIP_STR, SLOT_SKIP_NUM, SLOT_STR, SLOT_INT, SLOT_FLOAT = range(5)
+#: Status of :func:`scan_template_lines` besides :data:`OK` and :data:`FULL`: a line that is not
+#: the template (its position returned), the caller's fallback decodes the block.
+TEMPLATE_MISMATCH = 12
+
+
+@_compiled
+def scan_template_lines(buf, first, n, lit, lit_off, kind, col, ints, floats, ends, spans, table, n_str, pow10):
+    """Read the lines of ``buf[first:n]`` (newline-separated, no blank line) that all follow one
+    template: literal ``k`` (``lit[lit_off[k]:lit_off[k + 1]]``) then value slot ``k``
+    (``kind[k]``, into column ``col[k]`` of line ``l``'s row of ``ints``, or ``floats[l]``), ...,
+    then the last literal; it stops at the first line that does not (the caller decodes that
+    line otherwise and calls again after it).
+
+    Strict: a string slot holds printable ASCII without escapes (anything else: mismatch); a
+    read integer is a plain JSON integer of at most 18 digits; a read float is a JSON number
+    computed exactly (Clinger's fast path, as :func:`_number`); a skipped number is checked to
+    be a JSON number. Read strings are interned (``table``: open addressing over their bytes,
+    ``spans``: each unique string's start and end, ``n_str`` of them known from earlier calls on
+    the same buffer); ``ends``: where each line ends (its newline, or ``n``). Returns (status,
+    lines read, unique strings, byte position of a mismatch)."""
+    n_slots = len(kind)
+    mask = len(table) - 1
+    cap = spans.shape[1]
+    line = 0
+    i = first
+    max_lines = ints.shape[0]
+    while i < n:
+        if line >= max_lines:
+            return FULL, line, n_str, i
+        for k in range(n_slots + 1):
+            a = lit_off[k]
+            b = lit_off[k + 1]
+            if i + (b - a) > n:
+                return TEMPLATE_MISMATCH, line, n_str, i
+            for j in range(a, b):
+                if buf[i] != lit[j]:
+                    return TEMPLATE_MISMATCH, line, n_str, i
+                i += 1
+            if k == n_slots:
+                break
+            t = kind[k]
+            if t == SLOT_SKIP_STR:
+                while i < n:
+                    c = buf[i]
+                    if c == _QUOTE:
+                        break
+                    if c < 32 or c > 126 or c == _BACKSLASH:
+                        return TEMPLATE_MISMATCH, line, n_str, i
+                    i += 1
+                if i >= n:
+                    return TEMPLATE_MISMATCH, line, n_str, i
+                i += 1  # the closing quote
+            elif t == SLOT_STR:
+                start = i
+                h = 0
+                while i < n:
+                    c = buf[i]
+                    if c == _QUOTE:
+                        break
+                    if c < 32 or c > 126 or c == _BACKSLASH:
+                        return TEMPLATE_MISMATCH, line, n_str, i
+                    h = h * 31 + c
+                    i += 1
+                if i >= n:
+                    return TEMPLATE_MISMATCH, line, n_str, i
+                size = i - start
+                h = h ^ (h >> 17)
+                slot = h & mask
+                found = -1
+                while table[slot] != 0:
+                    sid = table[slot] - 1
+                    s0 = spans[0, sid]
+                    if spans[1, sid] - s0 == size:
+                        same = True
+                        for m in range(size):
+                            if buf[s0 + m] != buf[start + m]:
+                                same = False
+                                break
+                        if same:
+                            found = sid
+                            break
+                    slot = (slot + 1) & mask
+                if found < 0:
+                    if n_str >= cap or 2 * (n_str + 1) > len(table):
+                        return FULL, line, n_str, i
+                    spans[0, n_str] = start
+                    spans[1, n_str] = i
+                    table[slot] = n_str + 1
+                    found = n_str
+                    n_str += 1
+                ints[line, col[k]] = found
+                i += 1  # the closing quote
+            else:  # a JSON number: an integer read, a float read, or one skipped (checked)
+                neg = False
+                if i < n and buf[i] == _MINUS:
+                    neg = True
+                    i += 1
+                start = i
+                mant = 0
+                while i < n:
+                    c = buf[i]
+                    if c < _ZERO or c > _NINE:
+                        break
+                    mant = mant * 10 + (c - _ZERO)
+                    i += 1
+                digits = i - start
+                if digits == 0 or (digits > 1 and buf[start] == _ZERO):
+                    return TEMPLATE_MISMATCH, line, n_str, i
+                frac = 0
+                if i < n and buf[i] == _DOT:
+                    i += 1
+                    f0 = i
+                    while i < n:
+                        c = buf[i]
+                        if c < _ZERO or c > _NINE:
+                            break
+                        mant = mant * 10 + (c - _ZERO)
+                        i += 1
+                    frac = i - f0
+                    if frac == 0:
+                        return TEMPLATE_MISMATCH, line, n_str, i
+                exp = False
+                if i < n and (buf[i] == 101 or buf[i] == 69):  # e E: skipped numbers only
+                    exp = True
+                    i += 1
+                    if i < n and (buf[i] == _PLUS or buf[i] == _MINUS):
+                        i += 1
+                    e0 = i
+                    while i < n and _ZERO <= buf[i] <= _NINE:
+                        i += 1
+                    if i == e0:
+                        return TEMPLATE_MISMATCH, line, n_str, i
+                if t == SLOT_INT:
+                    if frac or exp or digits > 18:
+                        return TEMPLATE_MISMATCH, line, n_str, i
+                    ints[line, col[k]] = -mant if neg else mant
+                elif t == SLOT_FLOAT:
+                    # exact: a decimal mantissa below 2**53 (15 digits) over a power of ten <= 22
+                    if exp or digits + frac > 15 or frac > 22:
+                        return TEMPLATE_MISMATCH, line, n_str, i
+                    v = float(mant) / pow10[frac]
+                    floats[line] = -v if neg else v
+        ends[line] = i
+        line += 1
+        if i < n:
+            if buf[i] != 10:
+                return TEMPLATE_MISMATCH, line - 1, n_str, i
+            i += 1
+            if i >= n:
+                return TEMPLATE_MISMATCH, line, n_str, i  # a blank last line
+    return OK, line, n_str, n
+
+
 # -- compiling and loading ------------------------------------------------------------------
 #: The signature the ahead-of-time module exports: the arrays the decoder passes (C-contiguous,
 #: writable) and the 4 counts returned.
@@ -864,6 +1028,10 @@ AOT_SIGNATURE = (
     "UniTuple(int64, 4)(uint8[::1], int64, int64[::1], uint8[::1], int64[::1], boolean[::1], "
     "int64[::1], int64, float64[::1], int64[:, ::1], float64[:, ::1], int64[:, ::1], int64[:, ::1], "
     "boolean[::1], int64[::1], int64[::1], int64)")
+#: The signature of :func:`scan_template_lines` in the ahead-of-time module.
+TEMPLATE_SIGNATURE = (
+    "UniTuple(int64, 4)(uint8[::1], int64, int64, uint8[::1], int64[::1], int64[::1], int64[::1], "
+    "int64[:, ::1], float64[::1], int64[::1], int64[:, ::1], int64[::1], int64, float64[::1])")
 #: CPU time a build may take before it is abandoned (it takes ~10-20 s of CPU on 2 cores)
 BUILD_TIMEOUT_S = 600
 _jit_lock = threading.Lock()
@@ -885,6 +1053,12 @@ def jit_scan_block() -> Callable[..., tuple[int, int, int, int]]:
     time); imports numba (~0.5 s) and loads its CPU target and the code (~0.6 s)."""
     _jit_all(cache=True)
     return globals()["scan_block"]
+
+
+def jit_template_lines() -> Callable[..., tuple[int, int, int, int]]:
+    """:func:`scan_template_lines` compiled just in time (as :func:`jit_scan_block`)."""
+    _jit_all(cache=True)
+    return globals()["scan_template_lines"]
 
 
 @functools.cache
@@ -919,10 +1093,28 @@ def ahead_of_time_path(directory: Path | None = None) -> Path:
 def load_ahead_of_time(directory: Path | None = None) -> Callable[..., tuple[int, int, int, int]] | None:
     """The ahead-of-time :func:`scan_block`, or None when it has not been built (numba is not
     imported: the module is plain machine code with NumPy's C API)."""
+    module = _load_module(directory)
+    return None if module is None else module.scan_block
+
+
+def load_ahead_of_time_template(directory: Path | None = None) -> Callable[..., tuple[int, int, int, int]] | None:
+    """The ahead-of-time :func:`scan_template_lines` (the same module as :func:`load_ahead_of_time`),
+    or None when it has not been built."""
+    module = _load_module(directory)
+    return None if module is None else module.scan_template_lines
+
+
+_modules: dict[Path, Any] = {}
+
+
+def _load_module(directory: Path | None) -> Any:
+    """The ahead-of-time module, loaded once per process (refused from a folder others can write)."""
     path = ahead_of_time_path(directory)
     refused = _refused(path)
     if refused is not None:
         raise RuntimeError(refused)
+    if path in _modules:
+        return _modules[path]
     if not path.is_file():
         return None
     spec = importlib.util.spec_from_file_location(path.name.split(".")[0], path)
@@ -930,7 +1122,8 @@ def load_ahead_of_time(directory: Path | None = None) -> Callable[..., tuple[int
         return None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.scan_block
+    _modules[path] = module
+    return module
 
 
 def _refused(path: Path) -> str | None:
@@ -1020,6 +1213,7 @@ def _build_into(directory: str, name: str) -> None:
     compiler.output_dir = directory
     compiler.verbose = False
     compiler.export("scan_block", AOT_SIGNATURE)(globals()["scan_block"].py_func)
+    compiler.export("scan_template_lines", TEMPLATE_SIGNATURE)(globals()["scan_template_lines"].py_func)
     compiler.compile()
 
 

@@ -39,7 +39,7 @@ import pandas as pd
 
 from evtsync.core.errors import TraceError, path_problem
 from evtsync.core.parallel import Work
-from evtsync.trace.decode import ByteSource, json_bytes_estimate
+from evtsync.trace.decode import ByteSource, json_bytes_estimate, template_scanner
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +188,23 @@ class LoggedCollectives:
 #: :data:`Int64`/:data:`Int32` included), or nesting deeper than Python's recursion limit
 #: (msgspec decodes nested values recursively).
 _UNDECODABLE = (msgspec.DecodeError, RecursionError)
+
+
+def _kernel_spans(perfs: list[Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    """First kernel start and last kernel stop of each collective record (verbose logs;
+    ``MISSING`` where a record has none), or None when no record has an event trace."""
+    traces = list(map(_TRACE, perfs))
+    if traces.count(None) == len(traces):
+        return None
+    starts = np.full(len(traces), MISSING, dtype=np.int64)
+    stops = np.full(len(traces), MISSING, dtype=np.int64)
+    for i, trace in enumerate(traces):
+        if trace is not None and trace.kernel_events:
+            begin = [k.kernel_start_ts for k in trace.kernel_events if k.kernel_start_ts]
+            end = [k.kernel_stop_ts for k in trace.kernel_events if k.kernel_stop_ts]
+            if begin and end:
+                starts[i], stops[i] = min(begin), max(end)
+    return starts, stops
 
 
 def _not_a_record(path: Path, line_no: int, exc: BaseException) -> TraceError:
@@ -358,16 +375,9 @@ class _Builder:
             low, high = int(known.min()), int(known.max())
             first, last = self.dump_range
             self.dump_range = [low if first == MISSING else min(first, low), max(last, high)]
-        starts = np.full(n, MISSING, dtype=np.int64)
-        stops = np.full(n, MISSING, dtype=np.int64)
-        traces = list(map(_TRACE, perfs))
-        if traces.count(None) < n:  # verbose logs only
-            for i, trace in enumerate(traces):
-                if trace is not None and trace.kernel_events:
-                    begin = [k.kernel_start_ts for k in trace.kernel_events if k.kernel_start_ts]
-                    end = [k.kernel_stop_ts for k in trace.kernel_events if k.kernel_stop_ts]
-                    if begin and end:
-                        starts[i], stops[i] = min(begin), max(end)
+        kernel = _kernel_spans(perfs)
+        starts, stops = kernel or (np.full(n, MISSING, dtype=np.int64), np.full(n, MISSING, dtype=np.int64))
+        if kernel is not None:  # verbose logs only
             self.verbose += int((starts >= 0).sum())
         p["kernel_start_us"].append(starts)
         p["kernel_stop_us"].append(stops)
@@ -629,9 +639,13 @@ class LogStream:
         return result
 
 
-def _hash_before(path: Path, offset: int) -> str:
-    """sha256 of the :data:`RESUME_CHECK_BYTES` bytes before ``offset`` of a plain file."""
+def _hash_before(path: Path, offset: int, handle: Any = None) -> str:
+    """sha256 of the :data:`RESUME_CHECK_BYTES` bytes before ``offset`` of a plain file (read
+    through ``handle``, the file already open, when given: one open per file less, issue 48)."""
     start = max(0, offset - RESUME_CHECK_BYTES)
+    if handle is not None:
+        handle.seek(start)
+        return hashlib.sha256(handle.read(offset - start)).hexdigest()
     with open(path, "rb") as fh:
         fh.seek(start)
         return hashlib.sha256(fh.read(offset - start)).hexdigest()
@@ -925,11 +939,115 @@ def partial_problems(logged: pd.DataFrame, comm_rows: dict[str, dict[str, Any]],
 
 _P2P_OF = attrgetter("p2p_perf")
 
+#: Rows of the template scanner's int64 output (:func:`evtsync.trace.scan.scan_template_lines`),
+#: one per field read, and the value slot of each field read: (path, kind name, row).
+_T_ID, _T_RANK, _T_NRANKS, _T_HOST, _T_PID, _T_DUMP, _T_COLL, _T_SN, _T_SIZE, _T_SOURCE = range(10)
+_T_ROWS = 10
+_TEMPLATE_READ: dict[tuple[str, ...], tuple[str, int]] = {
+    ("header", "id"): ("str", _T_ID), ("header", "rank"): ("int", _T_RANK),
+    ("header", "n_ranks"): ("int", _T_NRANKS), ("metadata", "hostname"): ("str", _T_HOST),
+    ("metadata", "pid"): ("int", _T_PID), ("metadata", "dump_timestamp_us"): ("int", _T_DUMP),
+    ("coll_perf", "coll"): ("str", _T_COLL), ("coll_perf", "coll_sn"): ("int", _T_SN),
+    ("coll_perf", "coll_msg_size_bytes"): ("int", _T_SIZE), ("coll_perf", "coll_timing_source"): ("str", _T_SOURCE),
+    ("coll_perf", "coll_exec_time_us"): ("float", 0)}
+#: Fields a collective record must have (the lean struct's required ones).
+_TEMPLATE_REQUIRED = (("header", "id"), ("header", "rank"), ("header", "n_ranks"), ("coll_perf", "coll"),
+                      ("coll_perf", "coll_sn"), ("coll_perf", "coll_exec_time_us"))
+
+
+@dataclass(frozen=True)
+class _Template:
+    """A line template for :func:`evtsync.trace.scan.scan_template_lines` (its literals, value
+    slots and the rows they fill) and the fields read that the line has."""
+
+    lit: np.ndarray
+    lit_off: np.ndarray
+    kind: np.ndarray
+    col: np.ndarray
+    present: frozenset[tuple[str, ...]]
+    has_meta: bool
+
+
+def _line_template(line: bytes) -> _Template | None:
+    """The template of a plain non-verbose collective record shaped as ``line`` (its keys in
+    its order, its value types), or None for any other line (a p2p or verbose record, lists,
+    a read field of another type, metadata null, nesting beyond 3): msgspec then decodes.
+    Every line the scanner reads must equal the template byte for byte outside the values."""
+    from evtsync.trace import scan
+
+    try:
+        obj = msgspec.json.decode(line)
+    except _UNDECODABLE:
+        return None
+    if (not isinstance(obj, dict) or "p2p_perf" in obj or not isinstance(obj.get("header"), dict)
+            or not isinstance(obj.get("coll_perf"), dict) or obj["coll_perf"].get("event_trace_ts") is not None
+            or not isinstance(obj.get("metadata", {}), dict)):
+        return None
+    lits: list[str] = []
+    kinds: list[int] = []
+    cols: list[int] = []
+    present: set[tuple[str, ...]] = set()
+    cur: list[str] = []
+    skip = {str: scan.SLOT_SKIP_STR, int: scan.SLOT_SKIP_NUM, float: scan.SLOT_SKIP_NUM}
+    read = {"str": scan.SLOT_STR, "int": scan.SLOT_INT, "float": scan.SLOT_FLOAT}
+
+    def walk(value: dict[str, Any], path: tuple[str, ...]) -> bool:
+        cur.append("{")
+        for j, (key, v) in enumerate(value.items()):
+            cur.append(("," if j else "") + msgspec.json.encode(key).decode() + ":")
+            where = (*path, key)
+            if isinstance(v, dict):
+                if len(where) > 2 or not walk(v, where):
+                    return False
+                continue
+            if v is None or isinstance(v, bool):
+                if where in _TEMPLATE_READ:
+                    return False
+                cur.append(msgspec.json.encode(v).decode())
+                continue
+            if type(v) not in skip:
+                return False  # a list
+            got = _TEMPLATE_READ.get(where)
+            if got is None:
+                kind, col = skip[type(v)], 0
+            else:
+                want = got[0]
+                if (want == "str") != isinstance(v, str) or (want == "int" and not isinstance(v, int)):
+                    return False
+                kind, col = read[want], got[1]
+                present.add(where)
+            if isinstance(v, str):
+                cur.append('"')
+            lits.append("".join(cur))
+            cur.clear()
+            kinds.append(kind)
+            cols.append(col)
+        cur.append("}")
+        return True
+
+    if not walk(obj, ()) or not all(p in present for p in _TEMPLATE_REQUIRED):
+        return None
+    lits.append("".join(cur))
+    encoded = [x.encode() for x in lits]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(e) for e in encoded])
+    return _Template(np.frombuffer(b"".join(encoded), dtype=np.uint8).copy(), offsets,
+                     np.asarray(kinds, dtype=np.int64), np.asarray(cols, dtype=np.int64), frozenset(present),
+                     "metadata" in obj)
+
+
+def _text_bytes(paths: Sequence[Path]) -> int:
+    """The logs' text in bytes for the decoder's rule: plain files by their size (no open),
+    gzip ones (by name) by the size their trailer records (:func:`json_bytes_estimate`)."""
+    return sum(json_bytes_estimate(p) if p.name.endswith(".gz") else p.stat().st_size for p in paths)
+
 
 class LogRounds:
-    """Many Inspector logs read in lockstep, one block per file per round, every round's
-    complete lines decoded by ONE msgspec call and turned into job-wide columns at once
-    (issue 48: a call per file and block cost ~0.15 ms each, 57,000 of them at 4,096 logs).
+    """Many Inspector logs read in lockstep, one block per file per round, the complete lines of
+    many files decoded by one call per ~1 MiB slice and turned into job-wide columns at once
+    (issue 48: a call per file and block cost ~0.15 ms each, 57,000 of them at 4,096 logs): by
+    the compiled line-template scanner where it is loaded (:meth:`_scan`), else, or where it
+    declines a slice, by msgspec.
 
     The streaming tax (:mod:`evtsync.sync.logtax`) takes each round's records with
     :meth:`round`. The per-file state is small and fixed (:meth:`state_bytes`): the open
@@ -943,7 +1061,7 @@ class LogRounds:
     """
 
     def __init__(self, files: Sequence[tuple[Path, int | None]], *, salvage: bool = False,
-                 block_bytes: int = BLOCK_BYTES) -> None:
+                 block_bytes: int = BLOCK_BYTES, scan_lines: bool = True) -> None:
         n = len(files)
         # the caller's Path objects, not copies (~270 bytes per file: issue 48)
         self.paths = [p if isinstance(p, Path) else Path(p) for p, _ in files]
@@ -981,13 +1099,25 @@ class LogRounds:
         self.info: list[dict[str, Any] | None] = [None] * n
         self.active = list(range(n))
         self.rounds = 0
+        #: the compiled line-template scanner, where the trace scanner's rule loads it for these
+        #: logs' bytes (:func:`evtsync.trace.decode.template_scanner`), else None (msgspec only)
+        self.scanner = template_scanner(_text_bytes(self.paths)) if scan_lines else None
+        #: slices of lines read by the scanner and by msgspec (the scanner declined them, or no
+        #: scanner), and lines of scanned slices that msgspec read alone (another layout)
+        self.scanned = {"scanner": 0, "msgspec": 0, "lines alone": 0}
+        self._template: _Template | None = None  # the last slice's line template
 
     # ---- reading
     def round(self) -> dict[str, np.ndarray]:
         """Read one block of every file not ended, decode the complete lines; the collective
-        records as int64 columns (``file``, then :data:`RECORD_COLUMNS` in job-wide codes)."""
-        chunks, owners, still, ended, sizes = [], [], [], [], []
+        records as int64 columns (``file``, then :data:`RECORD_COLUMNS` in job-wide codes).
+
+        The lines are decoded as they are read, in slices of whole blocks of about
+        :data:`DECODE_BYTES` (one decoder call each, whatever the number of files): only one
+        slice of text lives at once, not the round's (issue 48), so a round may be large."""
+        chunks, owners, still, ended, sizes, parts = [], [], [], [], [], []
         size, sources, pendings = self.block_bytes, self._src, self._pending
+        held = 0
         try:
             for i in self.active:  # per file and round: one read, a few bytes operations
                 src = sources[i]
@@ -1008,10 +1138,15 @@ class LogRounds:
                 pendings[i] = data[cut + 1:]
                 chunks.append(data[:cut])
                 owners.append(i)
+                held += cut
+                if held >= DECODE_BYTES:
+                    parts.append(self._decode_slice(chunks, owners))
+                    chunks, owners, held = [], [], 0
+            if chunks:
+                parts.append(self._decode_slice(chunks, owners))
             self.total[still] += np.asarray(sizes, dtype=np.int64)
             self.active = still
             self.rounds += 1
-            parts = [self._decode(chunks, owners)] if chunks else []
             for i in ended:
                 tail = self._finish(i)
                 if tail is not None:
@@ -1026,39 +1161,42 @@ class LogRounds:
             return {name: np.zeros(0, dtype=np.int64) for name in ("file", *RECORD_COLUMNS)}
         return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
 
-    def _decode(self, chunks: list[bytes], owners: list[int]) -> dict[str, np.ndarray]:
-        """The round's complete lines in slices of whole blocks of about :data:`DECODE_BYTES`
-        (one msgspec call each, whatever the number of files), their columns in file order."""
-        parts, start, size = [], 0, 0
-        for k, chunk in enumerate(chunks):
-            size += len(chunk)
-            if size >= DECODE_BYTES or k == len(chunks) - 1:
-                parts.append(self._decode_slice(chunks[start:k + 1], owners[start:k + 1]))
-                start, size = k + 1, 0
-        if len(parts) == 1:
-            return parts[0]
-        return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
-
     def _decode_slice(self, chunks: list[bytes], owners: list[int]) -> dict[str, np.ndarray]:
-        """One msgspec call over a slice of the round's complete lines (a file's lines counted by its
+        """A slice of the round's complete lines decoded at once: by the compiled template scanner
+        where it is loaded (:meth:`_scan`), else by one msgspec call (a file's lines counted by its
         newlines); a failure, or blank lines, send each file's lines through :meth:`_lines`."""
-        counts = np.fromiter(map(methodcaller("count", b"\n"), chunks), np.int64, len(chunks)) + 1
-        try:
-            records = _DECODE_LEAN.decode_lines(b"\n".join(chunks))
-        except _UNDECODABLE:
-            records = None
+        text = bytearray(b"\n").join(chunks)  # writable: the compiled scanner's argument type
+        scanned = self._scan(text, chunks) if self.scanner is not None else None
+        records = None
+        if scanned is None:
+            self.scanned["msgspec"] += 1
+            counts = np.fromiter(map(methodcaller("count", b"\n"), chunks), np.int64, len(chunks)) + 1
+            try:
+                records = _DECODE_LEAN.decode_lines(text)
+            except _UNDECODABLE:
+                records = None
+            fields = ends = None
+        else:
+            self.scanned["scanner"] += 1
+            fields, counts, ends = scanned
+        n_lines = int(counts.sum())
         owner = np.asarray(owners, dtype=np.int64)
-        if records is not None and len(records) == int(counts.sum()):
+        if fields is not None or (records is not None and len(records) == n_lines):
             files = np.repeat(owner, counts)
             first = np.cumsum(counts) - counts
-            lines = np.arange(len(records)) - np.repeat(first - self.line_no[owner], counts)
+            lines = np.arange(n_lines) - np.repeat(first - self.line_no[owner], counts)
             self.line_no[owner] += counts
 
             def raw(j: int) -> bytes:
+                if ends is not None:  # the scanner's line ends
+                    return bytes(text[int(ends[j - 1]) + 1 if j else 0:int(ends[j])])
                 k = int(np.searchsorted(first, j, side="right")) - 1
                 return chunks[k].split(b"\n")[j - int(first[k])]
 
-            return self._columns(records, files, lines, raw)
+            if fields is None:
+                assert records is not None
+                fields = self._fields(records)
+            return self._checked(fields, files, lines, raw)
         out = []
         for chunk, i, n in zip(chunks, owners, counts.tolist(), strict=True):
             try:  # this file's lines alone, as LogStream decodes them
@@ -1072,6 +1210,155 @@ class LogRounds:
                 out.append(self._lines(chunk, i, mine is None))
             self.line_no[i] += n
         return {name: np.concatenate([p[name] for p in out]) for name in out[0]}
+
+    def _template_of(self, line: bytes) -> _Template | None:
+        """The template of a slice's first ``line``: the last slice's when the line follows it (the
+        scanner reads it alone: a few µs), else :func:`_line_template` of it (~0.3 ms)."""
+        from evtsync.trace import scan
+
+        last = self._template
+        if last is not None and self.scanner is not None:
+            one = np.frombuffer(bytearray(line), dtype=np.uint8)
+            status, n, _, _ = self.scanner(one, 0, len(one), last.lit, last.lit_off, last.kind, last.col,
+                                           np.empty((1, _T_ROWS), dtype=np.int64), np.empty(1), np.empty(1, np.int64),
+                                           np.empty((2, 16), dtype=np.int64), np.zeros(64, dtype=np.int64), 0,
+                                           scan.POW10)
+            if status == scan.OK and n == 1:
+                return last
+        self._template = _line_template(line)
+        return self._template
+
+    def _scan(self, text: bytearray, chunks: list[bytes]) -> tuple[dict[str, Any], np.ndarray, np.ndarray] | None:
+        """The fields (as :meth:`_fields` gives them) of the lines of ``text`` (``chunks`` joined by
+        newlines) read by the compiled template scanner, each chunk's number of lines and where
+        each line ends in ``text``. A line that does not follow the template of the slice's first
+        line (a p2p or verbose record, another layout, a value outside the scanner's strict
+        grammar) is decoded alone by msgspec and the scan goes on after it. None, for msgspec to
+        decode the whole slice and name a bad line, where the first line has no template
+        (:func:`_line_template`), a line msgspec cannot decode alone, a rank beyond 32 bits, or
+        too many distinct strings."""
+        from evtsync.trace import scan
+
+        cut = text.find(b"\n")
+        template = self._template_of(bytes(text if cut < 0 else text[:cut]))
+        if template is None or self.scanner is None:
+            return None
+        buf = np.frombuffer(text, dtype=np.uint8)
+        size = len(buf)
+        cap = 4096  # distinct strings the scanner interns; the ids from cap up are this method's
+        spans = np.empty((2, cap), dtype=np.int64)
+        table = np.zeros(4 * cap, dtype=np.int64)
+        extra: dict[str, int] = {}
+
+        def word(w: str) -> int:
+            return extra.setdefault(w, cap + len(extra))
+
+        # fields the template lacks: their defaults, in every row the scanner fills
+        absent = [(col, word(GPU_TIMING if path == ("coll_perf", "coll_timing_source") else "") if kind == "str"
+                   else MISSING) for path, (kind, col) in _TEMPLATE_READ.items()
+                  if kind != "float" and path not in template.present]
+
+        def rows(n: int) -> np.ndarray:
+            block = np.empty((n, _T_ROWS), dtype=np.int64)
+            for col, value in absent:
+                block[:, col] = value
+            return block
+
+        room = size // len(template.lit) + 2  # every scanned line holds the template's literals
+        ints, floats, ends = rows(room), np.empty(room, dtype=np.float64), np.empty(room, dtype=np.int64)
+        declined: list[tuple[int, Any]] = []
+        pos = line = n_str = 0
+        while pos < size:
+            status, n, n_str, _ = self.scanner(buf, pos, size, template.lit, template.lit_off, template.kind,
+                                               template.col, ints[line:], floats[line:], ends[line:], spans, table,
+                                               n_str, scan.POW10)
+            line += n
+            pos = int(ends[line - 1]) + 1 if n else pos
+            if status == scan.OK:
+                break
+            if status == scan.FULL and (n_str >= cap or 2 * (n_str + 1) > len(table)):
+                return None  # too many distinct strings
+            if line + 1 >= len(ends):  # more lines than room (FULL, or shorter lines declined)
+                ints = np.concatenate([ints, rows(len(ends))])
+                floats, ends = (np.concatenate([a, np.empty_like(a)]) for a in (floats, ends))
+            if status == scan.FULL:
+                continue
+            end = text.find(b"\n", pos)
+            end = size if end < 0 else end
+            try:  # this line alone, as the msgspec path decodes it
+                record = _DECODE_LEAN.decode(text[pos:end])
+            except _UNDECODABLE:
+                return None
+            declined.append((line, record))
+            ends[line] = end
+            line, pos = line + 1, end + 1
+        n_lines = line
+        self.scanned["lines alone"] += len(declined)
+        ints, floats, ends = ints[:n_lines], floats[:n_lines], ends[:n_lines]
+        is_coll = np.ones(n_lines, dtype=bool)
+        is_p2p = np.zeros(n_lines, dtype=bool)
+        has_meta = np.full(n_lines, template.has_meta)
+        if not template.has_meta:
+            ints[:, _T_DUMP] = MISSING
+        spans_of: list[tuple[int, int, int]] = []  # kernel spans of declined verbose records
+        for at, record in declined:
+            row, head, meta, perf = ints[at], record.header, record.metadata, record.coll_perf
+            row[_T_ID], row[_T_RANK], row[_T_NRANKS] = word(head.id), head.rank, head.n_ranks
+            has_meta[at] = meta is not None
+            row[_T_HOST], row[_T_PID], row[_T_DUMP] = ((word(meta.hostname), meta.pid, meta.dump_timestamp_us)
+                                                       if meta is not None else (word(""), MISSING, MISSING))
+            is_coll[at] = perf is not None
+            is_p2p[at] = perf is None and record.p2p_perf is not None
+            if perf is not None:
+                row[_T_COLL], row[_T_SN], row[_T_SIZE] = word(perf.coll), perf.coll_sn, perf.coll_msg_size_bytes
+                row[_T_SOURCE], floats[at] = word(perf.coll_timing_source), perf.coll_exec_time_us
+                kernel = _kernel_spans([perf])
+                if kernel is not None and kernel[0][0] >= 0:
+                    spans_of.append((at, int(kernel[0][0]), int(kernel[1][0])))
+        if (np.abs(ints[:, _T_RANK]) >= 2**31).any() or (np.abs(ints[:, _T_NRANKS]) >= 2**31).any():
+            return None  # Int32 fields: msgspec names the line
+        strings = [bytes(text[a:b]).decode("ascii") for a, b in spans[:, :n_str].T.tolist()] + list(extra)
+        width = cap + len(extra)
+
+        def codes(col: int, book: dict[str, int], which: np.ndarray | None = None) -> np.ndarray:
+            ids = ints[:, col] if which is None else ints[which, col]
+            if declined:  # in order of first use, as msgspec's path adds new words
+                first = np.full(width, len(ids))
+                np.minimum.at(first, ids, np.arange(len(ids)))
+                used = np.flatnonzero(first < len(ids))
+                used = used[np.argsort(first[used], kind="stable")]
+            else:  # the scanner numbers strings in order of first use; a default fills a whole column
+                used = np.flatnonzero(np.bincount(ids, minlength=width))
+            lut = np.zeros(width, dtype=np.int64)
+            lut[used] = _codes([strings[k] if k < cap else strings[n_str + k - cap] for k in used.tolist()], book)
+            return lut[ids]
+
+        every_meta, every_coll = bool(has_meta.all()), bool(is_coll.all())
+        meta_rows = None if every_meta else np.flatnonzero(has_meta)
+        coll_rows = None if every_coll else np.flatnonzero(is_coll)
+
+        def coll(col: int) -> np.ndarray:
+            return ints[:, col].copy() if coll_rows is None else ints[coll_rows, col]
+
+        kernel = None
+        if spans_of:
+            starts, stops = np.full(n_lines, MISSING, dtype=np.int64), np.full(n_lines, MISSING, dtype=np.int64)
+            at_rows = [a for a, _, _ in spans_of]
+            starts[at_rows], stops[at_rows] = [b for _, b, _ in spans_of], [c for _, _, c in spans_of]
+            kernel = (starts, stops) if coll_rows is None else (starts[coll_rows], stops[coll_rows])
+        # each chunk's lines: those ending at or before its end (the newline that follows it)
+        chunk_ends = np.cumsum(np.fromiter(map(len, chunks), np.int64, len(chunks)) + 1) - 1
+        counts = np.diff(np.searchsorted(ends, chunk_ends, side="right"), prepend=0)
+        return {"is_coll": None if every_coll else is_coll, "is_p2p": None if every_coll else is_p2p,
+                "has_meta": None if every_meta else has_meta, "dump": ints[:, _T_DUMP].copy(),
+                "host": codes(_T_HOST, self.host_code, meta_rows),
+                "pid": ints[:, _T_PID].copy() if meta_rows is None else ints[meta_rows, _T_PID],
+                "comm": codes(_T_ID, self.comm_code), "rank": ints[:, _T_RANK].copy(),
+                "n_ranks": ints[:, _T_NRANKS].copy(),
+                "exec_us": floats.copy() if coll_rows is None else floats[coll_rows],
+                "sn": coll(_T_SN), "collective": codes(_T_COLL, self.names, coll_rows),
+                "msg_bytes": coll(_T_SIZE), "timing_source": codes(_T_SOURCE, self.sources, coll_rows),
+                "kernel": kernel}, counts, ends
 
     def _open(self, i: int) -> Any:
         """File ``i`` opened: a plain one as its unbuffered file object (no buffer, no Python
@@ -1104,9 +1391,6 @@ class LogRounds:
         src, path = self._src[i], self.paths[i]
         eof_error = getattr(src, "eof_error", None)
         is_gzip = bool(getattr(src, "gzip", False))
-        if src is not None:
-            src.close()
-        self._src[i] = None
         pending, self._pending[i] = self._pending[i], b""
         line_no = int(self.line_no[i])
         tail, unread, cols = pending.strip(), 0, None
@@ -1124,16 +1408,21 @@ class LogRounds:
                 unread = len(pending)
                 log.warning("%s: last line (%d bytes, line %d) is incomplete: a log still being written? read up "
                             "to the last complete record", path, unread, line_no)
+        total = int(self.total[i])
+        try:
+            digest = "" if is_gzip else _hash_before(path, total - unread, src)
+        finally:
+            self._src[i] = None
+            if src is not None:
+                src.close()
         if eof_error:
             if not self.salvage:
                 raise TraceError(f"{path}: {eof_error}; pass --salvage to read up to the last complete record")
             log.warning("%s: %s; read up to the last complete record (--salvage)", path, eof_error)
-        total = int(self.total[i])
         self.info[i] = {"path": str(path), "bytes_decompressed": total, "bytes_read_now": total,
                         "unread_tail_bytes": unread, "truncated": bool(eof_error),
                         "n_lines": line_no - 1 + (1 if unread else 0), "n_complete_lines": line_no - 1,
-                        "consumed_bytes": total - unread, "gzip": is_gzip,
-                        "resume_sha256": "" if is_gzip else _hash_before(path, total - unread)}
+                        "consumed_bytes": total - unread, "gzip": is_gzip, "resume_sha256": digest}
         if self.n_coll[i] == 0 and not self.n_p2p[i]:
             raise TraceError(f"{path}: no NCCL Inspector records (empty log, or a log of a process that ran "
                              "no collective at or above NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES)")
@@ -1151,28 +1440,60 @@ class LogRounds:
                  raw: Callable[[int], bytes]) -> dict[str, np.ndarray]:
         """The records' checks and counts (as :meth:`_Builder.add`) and their collective
         columns; ``files``/``lines``: each record's file and line; ``raw(j)``: record j's text."""
-        n_files = len(self.paths)
+        return self._checked(self._fields(records), files, lines, raw)
+
+    def _fields(self, records: list[Any]) -> dict[str, Any]:
+        """The msgspec records' fields as arrays (strings as job-wide codes), what the template
+        scanner gives directly (:meth:`_scan`): ``is_coll``/``is_p2p``/``has_meta`` (None when
+        every record is a collective / has metadata), ``host``/``pid`` of the records with
+        metadata, ``comm``/``rank``/``n_ranks``/``dump`` of every record, the collective fields
+        (``exec_us``, ``sn``, ``collective``, ``msg_bytes``, ``timing_source``, ``kernel``: None
+        or the kernel spans of verbose records) of the collective records."""
         n = len(records)
+        out: dict[str, Any] = {"is_coll": None, "is_p2p": None, "has_meta": None}
         perfs: list[Any] = list(map(_PERF, records))
-        is_coll = None
         if None in perfs:
-            is_coll = np.fromiter((p is not None for p in perfs), bool, n)
-            is_p2p = ~is_coll & np.fromiter((p is not None for p in map(_P2P_OF, records)), bool, n)
+            is_coll = out["is_coll"] = np.fromiter((p is not None for p in perfs), bool, n)
+            out["is_p2p"] = ~is_coll & np.fromiter((p is not None for p in map(_P2P_OF, records)), bool, n)
+            perfs = [p for p in perfs if p is not None]
+        metas = list(map(_META, records))
+        if None in metas:
+            out["has_meta"] = np.fromiter((m is not None for m in metas), bool, n)
+            out["dump"] = np.fromiter((m.dump_timestamp_us if m else MISSING for m in metas), np.int64, n)
+            metas = [m for m in metas if m is not None]
+        else:
+            out["dump"] = np.fromiter(map(_DUMP, metas), np.int64, n)
+        out["host"] = _codes(list(map(_HOST, metas)), self.host_code).astype(np.int64)
+        out["pid"] = np.fromiter(map(_PID, metas), np.int64, len(metas))
+        heads = list(map(_HEADER, records))
+        out["comm"] = _codes(list(map(_ID, heads)), self.comm_code).astype(np.int64)
+        out["rank"] = np.fromiter(map(_RANK, heads), np.int64, n)
+        out["n_ranks"] = np.fromiter(map(_NRANKS, heads), np.int64, n)
+        k = len(perfs)
+        out["exec_us"] = np.fromiter(map(_EXEC, perfs), np.float64, k)
+        out["sn"] = np.fromiter(map(_SN, perfs), np.int64, k)
+        out["collective"] = _codes(list(map(_COLL_NAME, perfs)), self.names).astype(np.int64)
+        out["msg_bytes"] = np.fromiter(map(_SIZE, perfs), np.int64, k)
+        out["timing_source"] = _codes(list(map(_SOURCE, perfs)), self.sources).astype(np.int64)
+        out["kernel"] = _kernel_spans(perfs)
+        return out
+
+    def _checked(self, fields: dict[str, Any], files: np.ndarray, lines: np.ndarray,
+                 raw: Callable[[int], bytes]) -> dict[str, np.ndarray]:
+        """The checks and counts of records given by their fields (:meth:`_fields`, :meth:`_scan`),
+        and their collective columns."""
+        n_files = len(self.paths)
+        n = len(fields["rank"])
+        is_coll, has_meta = fields["is_coll"], fields["has_meta"]
+        if is_coll is not None:
+            is_p2p = fields["is_p2p"]
             self.n_p2p += np.bincount(files[is_p2p], minlength=n_files)
             self.n_neither += np.bincount(files[~is_coll & ~is_p2p], minlength=n_files)
-        metas = list(map(_META, records))
-        has_meta = None
-        if None in metas:
-            has_meta = np.fromiter((m is not None for m in metas), bool, n)
-            metas = [m for m in metas if m is not None]
-        if metas:
+        if len(fields["pid"]):
             mfiles = files if has_meta is None else files[has_meta]
-            self._one_process(mfiles, _codes(list(map(_HOST, metas)), self.host_code).astype(np.int64),
-                              self.host, self.seen_host, self.extra_hosts)
-            self._one_process(mfiles, np.fromiter(map(_PID, metas), np.int64, len(metas)), self.pid, self.seen_pid,
-                              self.extra_pids)
-        heads = list(map(_HEADER, records))
-        comm, local = self._check_headers(heads, files, lines, raw)
+            self._one_process(mfiles, fields["host"], self.host, self.seen_host, self.extra_hosts)
+            self._one_process(mfiles, fields["pid"], self.pid, self.seen_pid, self.extra_pids)
+        comm, local = self._check_headers(fields["comm"], fields["rank"], fields["n_ranks"], files, lines, raw)
         if n:
             fresh = np.flatnonzero(self.version[files] < 0)
             if fresh.size:  # each file's first record, decoded in full for the format version
@@ -1183,46 +1504,32 @@ class LogRounds:
                         head = _DECODE_ONE.decode(raw(j))
                         version = head.metadata.inspector_output_format_version if head.metadata else ""
                     self.version[files[j]] = self.version_code.setdefault(version, len(self.version_code))
+        dumps = fields["dump"]
         if is_coll is not None:
             keep = np.flatnonzero(is_coll)
-            perfs = [perfs[j] for j in keep.tolist()]
-            files, comm, lines, local = files[keep], comm[keep], lines[keep], local[keep]
-            dumps = (np.fromiter((m.dump_timestamp_us if m else MISSING for m in map(_META, records)), np.int64, n)
-                     [keep])
-        elif has_meta is not None:
-            dumps = np.fromiter((m.dump_timestamp_us if m else MISSING for m in map(_META, records)), np.int64, n)
-        else:
-            dumps = np.fromiter(map(_DUMP, metas), np.int64, n)
-        k = len(perfs)
-        exec_us = np.fromiter(map(_EXEC, perfs), np.float64, k)
+            files, comm, lines, local, dumps = files[keep], comm[keep], lines[keep], local[keep], dumps[keep]
+        exec_us = fields["exec_us"]
+        k = len(exec_us)
         try:  # before the file's counts and columns grow; the record mapped back to its file and line
             _check_exec_times(exec_us, files)
         except _BadRecord as exc:
             raise TraceError(f"{self.paths[int(files[exc.index])]}: line {int(lines[exc.index])}: {exc}") from None
         exec_ns = np.rint(exec_us * 1000.0).astype(np.int64)
-        out = {"file": files, "comm": comm, "local_rank": local,
-               "sn": np.fromiter(map(_SN, perfs), np.int64, k),
-               "collective": _codes(list(map(_COLL_NAME, perfs)), self.names).astype(np.int64),
-               "msg_bytes": np.fromiter(map(_SIZE, perfs), np.int64, k), "exec_ns": exec_ns,
-               "timing_source": _codes(list(map(_SOURCE, perfs)), self.sources).astype(np.int64),
-               "kernel_start_us": np.full(k, MISSING, dtype=np.int64),
-               "kernel_stop_us": np.full(k, MISSING, dtype=np.int64), "dump_us": dumps}
+        kernel = fields["kernel"]
+        out = {"file": files, "comm": comm, "local_rank": local, "sn": fields["sn"],
+               "collective": fields["collective"], "msg_bytes": fields["msg_bytes"], "exec_ns": exec_ns,
+               "timing_source": fields["timing_source"],
+               "kernel_start_us": np.full(k, MISSING, dtype=np.int64) if kernel is None else kernel[0],
+               "kernel_stop_us": np.full(k, MISSING, dtype=np.int64) if kernel is None else kernel[1],
+               "dump_us": dumps}
         if not k:
             return out
         self.n_coll += np.bincount(files, minlength=n_files)
         known = dumps >= 0
         np.minimum.at(self.dump_lo, files[known], dumps[known])
         np.maximum.at(self.dump_hi, files[known], dumps[known])
-        traces = list(map(_TRACE, perfs))
-        if traces.count(None) < k:  # verbose logs only
-            starts, stops = out["kernel_start_us"], out["kernel_stop_us"]
-            for j, trace in enumerate(traces):
-                if trace is not None and trace.kernel_events:
-                    begin = [e.kernel_start_ts for e in trace.kernel_events if e.kernel_start_ts]
-                    end = [e.kernel_stop_ts for e in trace.kernel_events if e.kernel_stop_ts]
-                    if begin and end:
-                        starts[j], stops[j] = min(begin), max(end)
-            self.verbose += np.bincount(files[starts >= 0], minlength=n_files)
+        if kernel is not None:
+            self.verbose += np.bincount(files[kernel[0] >= 0], minlength=n_files)
         return out
 
     @staticmethod
@@ -1238,19 +1545,22 @@ class LogRounds:
             for f, v in zip(files[other].tolist(), values[other].tolist(), strict=True):
                 extra.setdefault(f, set()).add(v)
 
-    def _check_headers(self, heads: list[Any], files: np.ndarray, lines: np.ndarray,
-                       raw: Callable[[int], bytes]) -> tuple[np.ndarray, np.ndarray]:
-        """Job-wide communicator codes and local ranks of the records; new (file, communicator) pairs noted
-        from their first line read in full; a record whose rank or size differs from its
-        file's earlier lines refused, naming the line."""
-        n, n_files = len(heads), len(self.paths)
-        ids = list(map(_ID, heads))
-        comm = _codes(ids, self.comm_code).astype(np.int64)
+    def _check_headers(self, comm: np.ndarray, local: np.ndarray, n_ranks: np.ndarray, files: np.ndarray,
+                       lines: np.ndarray, raw: Callable[[int], bytes]) -> tuple[np.ndarray, np.ndarray]:
+        """Job-wide communicator codes and local ranks of the records (``comm``: coded in
+        :attr:`comm_code`); new (file, communicator) pairs noted from their first line read in
+        full; a record whose rank or size differs from its file's earlier lines refused, naming
+        the line."""
+        n, n_files = len(comm), len(self.paths)
         for cid in list(self.comm_code)[len(self.comm_ids):]:  # new ones, in the order of their first use
             self.comm_ids.append(cid)
             self.comm_size.append(-1)
         if not n:
-            return comm, np.zeros(0, dtype=np.int64)
+            return comm, local
+
+        def head(j: int) -> _LeanHeader:
+            return _LeanHeader(self.comm_ids[int(comm[j])], int(local[j]), int(n_ranks[j]))
+
         key = comm * n_files + files
         where = np.searchsorted(self._keys, key)
         new = (where >= len(self._keys)) | (self._keys[np.minimum(where, len(self._keys) - 1)] != key) \
@@ -1258,7 +1568,7 @@ class LogRounds:
         if new.any():  # (file, communicator) pairs not seen before: their first line read in full
             _, at = np.unique(key[new], return_index=True)
             for j in sorted(np.flatnonzero(new)[at].tolist()):
-                self._note_comm(int(files[j]), self._full_header(raw(j), heads[j], int(files[j]), int(lines[j])),
+                self._note_comm(int(files[j]), self._full_header(raw(j), head(j), int(files[j]), int(lines[j])),
                                 int(lines[j]))
             added = np.asarray(self._new_pairs, dtype=np.int64).reshape(-1, 3)
             self._new_pairs.clear()
@@ -1268,12 +1578,10 @@ class LogRounds:
             self._known = np.concatenate([self._known, added[:, 1:]])[order]
             where = np.searchsorted(self._keys, key)
         known = self._known
-        local = np.fromiter(map(_RANK, heads), np.int64, n)
-        bad = ((local != known[where, 0])
-               | (np.fromiter(map(_NRANKS, heads), np.int64, n) != known[where, 1]))
+        bad = (local != known[where, 0]) | (n_ranks != known[where, 1])
         if bad.any():
             j = int(np.flatnonzero(bad)[0])
-            self._note_comm(int(files[j]), heads[j], int(lines[j]))
+            self._note_comm(int(files[j]), head(j), int(lines[j]))
         return comm, local
 
     def _full_header(self, line: bytes, lean: Any, i: int, line_no: int) -> Any:
