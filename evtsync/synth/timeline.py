@@ -435,7 +435,8 @@ class Simulation:
         if args:
             a.update(args)
         # self._ts and self._dur, inlined (this is the most frequent event)
-        ts, dur = rs.ts_base + t0, t1 - t0
+        ts: int | float = rs.ts_base + t0
+        dur: int | float = t1 - t0
         if self.modern:
             ts, dur = float(ts), float(dur)
         rs.events.append({"ph": "X", "cat": cat, "name": name, "pid": rs.pid, "tid": rs.tid,
@@ -448,7 +449,8 @@ class Simulation:
             args = {"External id": ext if self.modern else rs.corr, "cbid": CBID[name], "correlation": rs.corr}
             if ext <= 0 and self.modern:
                 del args["External id"]
-            ts, dur = rs.ts_base + t0, t1 - t0
+            ts: int | float = rs.ts_base + t0
+            dur: int | float = t1 - t0
             if self.modern:
                 ts, dur = float(ts), float(dur)
             rs.events.append({"ph": "X", "cat": cat, "name": name, "pid": rs.pid, "tid": rs.tid,

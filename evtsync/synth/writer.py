@@ -149,7 +149,7 @@ class RankFile:
         """Close ``traceEvents`` with the profiler span and the trailing keys."""
         t0 = self.first_ts if self.first_ts is not None else 0
         t1 = self._last_ts if self._last_ts is not None else t0
-        tail = [{"ph": "X", "cat": "Trace", "ts": t0, "dur": t1 - t0, "pid": "Spans", "tid": "PyTorch Profiler",
+        tail: list[dict[str, Any]] = [{"ph": "X", "cat": "Trace", "ts": t0, "dur": t1 - t0, "pid": "Spans", "tid": "PyTorch Profiler",
                  "name": "PyTorch Profiler (0)", "args": {"Op count": 0}},
                 {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": t1 + (1.0 if self.modern else 1)}]
         self.events(tail)
