@@ -1,7 +1,5 @@
 """``python -m evtsync``: same as the ``evtsync`` console script."""
 
-import sys
+from evtsync.cli import console_main
 
-from evtsync.cli import main
-
-sys.exit(main())
+console_main()

@@ -60,6 +60,9 @@ MODERN_REL0_US = 3_600_000_000              # modern ts: about an hour after bas
 CBID = {"cudaLaunchKernel": 211, "cuLaunchKernelEx": 652, "cudaStreamSynchronize": 131,
         "cudaDeviceSynchronize": 165, "cudaEventRecord": 135, "cudaStreamWaitEvent": 147,
         "cudaMemcpyAsync": 41}
+#: The event category of each runtime / driver API above (``cu*`` but not ``cuda*``: the driver's).
+RUNTIME_CATEGORY = {name: "cuda_driver" if name.startswith("cu") and not name.startswith("cuda") else "cuda_runtime"
+                    for name in CBID}
 COLL_NAMES = {"allreduce": ("allreduce", "nccl:all_reduce", "c10d::allreduce_"),
               "reduce_scatter": ("_reduce_scatter_base", "nccl:_reduce_scatter_base", "c10d::_reduce_scatter_base_"),
               "allgather": ("_allgather_base", "nccl:_all_gather_base", "c10d::_allgather_base_"),
@@ -117,6 +120,7 @@ class RankState:
     pending_ext: int = 0
     events: list[dict[str, Any]] = field(default_factory=list)
     jitter_pool: list[int] = field(default_factory=list)
+    ts_base: int = 0             # written timestamp of true time 0 on the rank's host clock (set by run)
 
 
 class Simulation:
@@ -158,6 +162,7 @@ class Simulation:
         self._span_end: dict[tuple[int, int, int], int] = {}
         self._block_len = {p: len(lst) for p, lst in self.block_kernels.items()}
         self._op_args_cache: dict[str, dict[str, Any]] = {}
+        self._kernel_args_cache: dict[KernelSpec, dict[str, Any]] = {}
 
     # ---------------------------------------------------------------- groups
     def _build_groups(self) -> None:
@@ -405,11 +410,11 @@ class Simulation:
 
     # ---------------------------------------------------------------- helpers
     def _ts(self, rs: RankState, t: int) -> int | float:
-        """Written timestamp of true time ``t`` on the rank's host clock, in the file's format."""
-        offset = self.cfg.clock_offsets_us[rs.host]
+        """Written timestamp of true time ``t`` on the rank's host clock, in the file's format
+        (``rs.ts_base``: the epoch plus the host's offset, integer µs, so the sum is exact)."""
         if self.modern:
-            return float(MODERN_REL0_US + offset + t)
-        return LEGACY_EPOCH_US + offset + t
+            return float(rs.ts_base + t)
+        return rs.ts_base + t
 
     def _dur(self, d: int) -> int | float:
         return float(d) if self.modern else d
@@ -429,33 +434,38 @@ class Simulation:
         a["Ev Idx"] = rs.ev_idx
         if args:
             a.update(args)
+        # self._ts and self._dur, inlined (this is the most frequent event)
+        ts: int | float = rs.ts_base + t0
+        dur: int | float = t1 - t0
+        if self.modern:
+            ts, dur = float(ts), float(dur)
         rs.events.append({"ph": "X", "cat": cat, "name": name, "pid": rs.pid, "tid": rs.tid,
-                          "ts": self._ts(rs, t0), "dur": self._dur(t1 - t0), "args": a})
+                          "ts": ts, "dur": dur, "args": a})
 
     def _runtime(self, rs: RankState, name: str, t0: int, t1: int, ext: int) -> int:
         rs.corr += 1
         if rs.rank in self.write:
-            cat = "cuda_driver" if name.startswith("cu") and not name.startswith("cuda") else "cuda_runtime"
+            cat = RUNTIME_CATEGORY[name]
             args = {"External id": ext if self.modern else rs.corr, "cbid": CBID[name], "correlation": rs.corr}
             if ext <= 0 and self.modern:
                 del args["External id"]
+            ts: int | float = rs.ts_base + t0
+            dur: int | float = t1 - t0
+            if self.modern:
+                ts, dur = float(ts), float(dur)
             rs.events.append({"ph": "X", "cat": cat, "name": name, "pid": rs.pid, "tid": rs.tid,
-                              "ts": self._ts(rs, t0), "dur": self._dur(t1 - t0), "args": args})
+                              "ts": ts, "dur": dur, "args": args})
         return rs.corr
 
     def _gpu_event(self, rs: RankState, spec: KernelSpec, stream: int, t0: int, t1: int, corr: int, ext: int,
                    launch_ts: int, extra: dict[str, Any] | None = None) -> None:
         if rs.rank not in self.write:
             return
-        sms = self.spec["props"]["numSms"]
-        blocks = spec.grid[0] * spec.grid[1] * spec.grid[2]
-        threads = spec.block[0] * spec.block[1] * spec.block[2]
+        const = self._kernel_args_cache.get(spec)
+        if const is None:
+            const = self._kernel_args_cache[spec] = self._kernel_args(spec)
         args: dict[str, Any] = {"External id": ext if self.modern else corr, "queued": 0, "device": rs.device,
-                                "context": 1, "stream": stream, "correlation": corr,
-                                "registers per thread": spec.registers, "shared memory": spec.shared_memory,
-                                "blocks per SM": round(blocks / sms, 6), "warps per SM": round(blocks * threads / 32 / sms, 6),
-                                "grid": list(spec.grid), "block": list(spec.block),
-                                "est. achieved occupancy %": min(100, int(blocks * threads / 32 / sms / 64 * 100))}
+                                "context": 1, "stream": stream, "correlation": corr, **const}
         if extra:
             args.update(extra)
         ts = self._ts(rs, t0)
@@ -465,6 +475,17 @@ class Simulation:
                           "cat": "ac2g", "name": "ac2g"})
         rs.events.append({"ph": "f", "id": corr, "pid": rs.device, "tid": stream, "ts": ts,
                           "cat": "ac2g", "name": "ac2g", "bp": "e"})
+
+    def _kernel_args(self, spec: KernelSpec) -> dict[str, Any]:
+        """The arguments of a kernel event that depend on its spec alone (computed once per spec; the
+        geometry stays a tuple, which orjson writes as the same JSON list)."""
+        sms = self.spec["props"]["numSms"]
+        blocks = spec.grid[0] * spec.grid[1] * spec.grid[2]
+        threads = spec.block[0] * spec.block[1] * spec.block[2]
+        return {"registers per thread": spec.registers, "shared memory": spec.shared_memory,
+                "blocks per SM": round(blocks / sms, 6), "warps per SM": round(blocks * threads / 32 / sms, 6),
+                "grid": tuple(spec.grid), "block": tuple(spec.block),
+                "est. achieved occupancy %": min(100, int(blocks * threads / 32 / sms / 64 * 100))}
 
     def _sync_event(self, rs: RankState, kind: str, stream: int, t0: int, t1: int, corr: int,
                     extra: dict[str, Any] | None = None) -> None:
@@ -487,9 +508,15 @@ class Simulation:
         """Simulate every iteration; after each one, hand each written rank's events to ``sink``."""
         cfg = self.cfg
         self.states = [RankState(r, cfg.host_of(r), r % cfg.gpus_per_host, 40000 + 17 * r) for r in range(cfg.ranks)]
+        epoch = MODERN_REL0_US if self.modern else LEGACY_EPOCH_US
         for rs in self.states:
             rs.cpu_t = 200
             rs.tid = rs.pid
+            rs.ts_base = epoch + cfg.clock_offsets_us[rs.host]
+        # the block times and GPU gaps as Python lists, read one number at a time below (indexing
+        # a NumPy array per kernel costs more than the kernel's whole event)
+        self._durations_list = {p: d.tolist() for p, d in self.durations.items()}
+        self._gaps_list = {p: g.tolist() for p, g in self.gaps.items()}
         for j in range(cfg.iterations):
             self._iteration(j)
             for rs in self.states:
@@ -551,8 +578,8 @@ class Simulation:
 
     def _kernel_costs(self, st: Step) -> dict[str, Any]:
         depth = len(st.ops)
-        return {"py_gap": int(self._cpu_cost(4, 14)), "pre": self._cpu_cost(2, 6, depth),
-                "post": self._cpu_cost(1, 4, depth), "launch": self._cpu_cost(5, 11, len(st.roles)),
+        return {"py_gap": int(self._cpu_cost(4, 14)), "pre": self._cpu_cost(2, 6, depth).tolist(),
+                "post": self._cpu_cost(1, 4, depth).tolist(), "launch": self._cpu_cost(5, 11, len(st.roles)).tolist(),
                 "between": int(self._cpu_cost(1, 3))}
 
     def _jitter(self, rs: RankState, hi: int) -> int:
@@ -582,23 +609,26 @@ class Simulation:
         if plant is not None and plant.kind != "slow_gemm":
             # CPU time the planted cause must add before the GPU starts to wait: the CPU's
             # lead over the GPU at the planted GEMM; the GPU then idles ``delay_us``.
-            free0 = max(rs.compute_ready, rs.dep) + int(self.gaps[st.position][st.kidx[0]])
-            planned = rs.cpu_t + int(sum(int(c) for c in costs["pre"])) + int(costs["launch"][0]) + LAUNCH_LATENCY_US
+            free0 = max(rs.compute_ready, rs.dep) + self._gaps_list[st.position][st.kidx[0]]
+            planned = rs.cpu_t + sum(costs["pre"]) + costs["launch"][0] + LAUNCH_LATENCY_US
             needed = max(0, free0 - planned)
             if plant.kind == "python_gap":
                 rs.cpu_t += needed + plant.delay_us
             elif plant.kind == "blocking_sync":
                 self._blocking_sync(rs, plant.delay_us)
         opens = []
+        pre = costs["pre"]
         for lvl, name in enumerate(st.ops):
             opens.append((name, rs.cpu_t))
-            rs.cpu_t += int(costs["pre"][lvl])
+            rs.cpu_t += pre[lvl]
         ext_parent = rs.ext + len(st.ops)   # the innermost op's External id (modern links launches to it)
         row = j + 1 if st.trailing else j
-        durs = self.durations[st.position][row, rs.rank]
+        durs = self._durations_list[st.position][row][rs.rank]
+        gaps = self._gaps_list[st.position]
+        between = costs["between"]
         for k, role in enumerate(st.roles):
             spec = self.kernels[role]
-            launch = int(costs["launch"][k])
+            launch = costs["launch"][k]
             if plant is not None and plant.kind == "cpu_launch_delay" and k == 0:
                 launch += needed + plant.delay_us
             l0 = rs.cpu_t
@@ -606,9 +636,9 @@ class Simulation:
             if len(rs.starts) >= cfg.launch_queue_depth:
                 l1 = max(l1, rs.starts[0] + 1)
             n = st.kidx[k]
-            dur = int(durs[n])
+            dur = durs[n]
             span_key = (rs.rank, row, st.position)
-            free = max(rs.compute_ready, rs.dep) + int(self.gaps[st.position][n])
+            free = max(rs.compute_ready, rs.dep) + gaps[n]
             start = max(free, l1 + LAUNCH_LATENCY_US)
             idle = start - free
             if idle > 0:
@@ -625,7 +655,7 @@ class Simulation:
                 rs.starts.popleft()
             corr = self._runtime(rs, spec.launch_api, l0, l1, ext_parent)
             self._gpu_event(rs, spec, COMPUTE_STREAM, start, end, corr, ext_parent, l0)
-            rs.cpu_t = l1 + int(costs["between"])
+            rs.cpu_t = l1 + between
             if plant is not None and k == 0:
                 record = {**dataclasses.asdict(plant), "event": self._plant_event_name(plant, spec, st),
                           "gpu_delay_us": plant.delay_us if plant.kind == "slow_gemm" else idle,
@@ -635,8 +665,9 @@ class Simulation:
                 self.plant_records.append(record)
                 self._pending_cause[(rs.rank, j, st.position)] = record
         closes = []
+        post = costs["post"]
         for lvl in reversed(range(len(st.ops))):
-            rs.cpu_t += int(costs["post"][lvl]) + self._jitter(rs, 2)
+            rs.cpu_t += post[lvl] + self._jitter(rs, 2)
             closes.append(rs.cpu_t)
         closes.reverse()
         for (name, t0), t1 in zip(opens, closes, strict=True):

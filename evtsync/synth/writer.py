@@ -64,6 +64,7 @@ class RankFile:
             if self.cfg.gzip else io.BufferedWriter(self._raw, 1 << 20))
         self._first = True
         self.first_ts: int | float | None = None
+        self._last_ts: int | float | None = None
         self.n_events = 0
 
     def header(self) -> None:
@@ -132,10 +133,12 @@ class RankFile:
         if self.first_ts is None:
             self.first_ts = min(e["ts"] for e in events) - (1 if not self.modern else 1.0)
             events = self.metadata(self.first_ts) + events
-        self._last_ts = max(e["ts"] + e.get("dur", 0) for e in events)
+        self._last_ts = max([e["ts"] + e.get("dur", 0) for e in events])   # the end of this (the latest) chunk
         # one dumps call per chunk (several times faster than one per event), then one event
-        # per line as Kineto writes them: every event object starts with "ph" or "name"
-        chunk = orjson.dumps(events)[1:-1].replace(b'},{"ph"', b'},\n{"ph"').replace(b'},{"name"', b'},\n{"name"')
+        # per line as Kineto writes them. ``},{"`` occurs only between two events: an event's
+        # arguments hold numbers, strings, lists of them and one level of dicts, never a list
+        # of dicts (tests/synth/test_synth_format.py checks one event per line)
+        chunk = orjson.dumps(events)[1:-1].replace(b'},{"', b'},\n{"')
         if not self._first:
             self._out.write(b",\n")
         self._out.write(chunk)
@@ -145,8 +148,8 @@ class RankFile:
     def close(self, name: str) -> None:
         """Close ``traceEvents`` with the profiler span and the trailing keys."""
         t0 = self.first_ts if self.first_ts is not None else 0
-        t1 = getattr(self, "_last_ts", t0)
-        tail = [{"ph": "X", "cat": "Trace", "ts": t0, "dur": t1 - t0, "pid": "Spans", "tid": "PyTorch Profiler",
+        t1 = self._last_ts if self._last_ts is not None else t0
+        tail: list[dict[str, Any]] = [{"ph": "X", "cat": "Trace", "ts": t0, "dur": t1 - t0, "pid": "Spans", "tid": "PyTorch Profiler",
                  "name": "PyTorch Profiler (0)", "args": {"Op count": 0}},
                 {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": t1 + (1.0 if self.modern else 1)}]
         self.events(tail)

@@ -39,7 +39,7 @@ import sys
 import threading
 import zlib
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, Union
@@ -836,7 +836,8 @@ DECODER_ENV = "EVTSYNC_DECODER"
 SCANNER_MIN_BYTES = 1 << 20
 #: ... and before ``auto`` builds it, when it is not built yet: once per installation and
 #: version of the scanner, ~10-20 s of CPU in a child process (numba's AOT compiler and the
-#: C compiler). A real trace of this size pays the build back over its later reads.
+#: C compiler). A real trace of this size pays the build back over its later reads. Not
+#: inside :func:`scanner_build_deferred` (the bundled demo's inputs, read once).
 SCANNER_BUILD_MIN_BYTES = 32 << 20
 #: ... and before ``auto`` falls back to numba's just-in-time scanner where the module cannot
 #: be built (no C compiler): that load costs ~1.1 s of CPU per process (importing numba, which
@@ -947,14 +948,34 @@ def _choose_decoder_for(path: Path) -> None:
     use_fast_decoder_for(max(_expected["json_bytes"], json_bytes_estimate(path)))
 
 
+#: Open :func:`scanner_build_deferred` blocks of this process.
+_build_deferred = [0]
+
+
+@contextlib.contextmanager
+def scanner_build_deferred() -> Iterator[None]:
+    """Within the block, ``auto`` uses the ahead-of-time scanner where it is built, but does not
+    build it: for inputs whose reading can never pay the build back. The bundled demo's traces
+    (~190 MB of JSON in six workloads) are read once per installation (a second demo copies its
+    tables from the result cache); the scanner saves ~0.7 s of CPU on that read and its build
+    costs ~10 s (docs/performance/run.md, issue 48). The first real traces of at least
+    :data:`SCANNER_BUILD_MIN_BYTES` build it, outside such a block."""
+    _build_deferred[0] += 1
+    try:
+        yield
+    finally:
+        _build_deferred[0] -= 1
+
+
 def use_fast_decoder_for(json_bytes: int) -> bool:
     """Load the compiled scanner now when the ``auto`` rule says it pays for ``json_bytes`` of
     JSON that this process is about to decode (or the user asked for it); True when it will
     be used. Readers of many files call this once with their total.
 
     The rule: the ahead-of-time scanner from :data:`SCANNER_MIN_BYTES` when it is built;
-    built first (once per installation) from :data:`SCANNER_BUILD_MIN_BYTES`; numba's
-    just-in-time scanner from :data:`JIT_SCANNER_MIN_BYTES` where it cannot be built."""
+    built first (once per installation) from :data:`SCANNER_BUILD_MIN_BYTES`, except inside
+    :func:`scanner_build_deferred`; numba's just-in-time scanner from
+    :data:`JIT_SCANNER_MIN_BYTES` where it is not built."""
     mode = decoder_mode()
     if mode == "msgspec":
         return False
@@ -962,7 +983,7 @@ def use_fast_decoder_for(json_bytes: int) -> bool:
         return _fast_scanner(load=True) is not None
     if json_bytes < SCANNER_MIN_BYTES:
         return False
-    return _fast_scanner(load=True, build=json_bytes >= SCANNER_BUILD_MIN_BYTES,
+    return _fast_scanner(load=True, build=json_bytes >= SCANNER_BUILD_MIN_BYTES and not _build_deferred[0],
                          jit=json_bytes >= JIT_SCANNER_MIN_BYTES) is not None
 
 
@@ -1077,7 +1098,7 @@ def reading_work(json_sizes: Sequence[int], scope: str = "all") -> Work:
     total = sum(json_sizes)
     built = "scanner" in _scanner_state or scan.ahead_of_time_path().is_file()
     fast = decoder_mode() == "scanner" or (decoder_mode() == "auto" and (
-        (built and total >= SCANNER_MIN_BYTES) or total >= SCANNER_BUILD_MIN_BYTES))
+        (built and total >= SCANNER_MIN_BYTES) or (total >= SCANNER_BUILD_MIN_BYTES and not _build_deferred[0])))
     per_file, per_byte = READ_CPU_S["scanner" if fast else "msgspec"]
     move_file, move_byte = TRANSFER_CPU_S["all" if scope == "all" else "reduced"]
     n = len(json_sizes)

@@ -226,6 +226,7 @@ TEST_HOMES: dict[str, str] = {
     "test_architecture.py": "project",
     "test_bad_inputs.py": "cli",
     "test_cli_attribute_plot.py": "cli",
+    "test_cli_exit.py": "cli",
     "test_collection_light.py": "project",
     "test_display.py": "core",
     "test_docs_commands.py": "project",

@@ -274,3 +274,27 @@ def test_backward_runs_on_the_autograd_thread(synth_sets) -> None:
         assert bwd_tids | fwd_tids == set(threads)
         steps = {e["tid"] for e in ev if e.get("name", "").startswith("ProfilerStep#")}
         assert steps == fwd_tids
+
+
+@pytest.mark.parametrize("fmt", ["modern", "legacy"])
+def test_one_event_per_line(fmt: str, tmp_path: Path) -> None:
+    """Kineto writes one event per line; the writer splits its chunks at ``},{"`` (which must then
+    occur only between events: no argument holds a list of objects). Read back line by line, with
+    json alone, every line of ``traceEvents`` is one whole event, and they are the events json.load
+    finds, in order. Every kind of event: FSDP, EP and sequence-parallel collectives, CUDA sync
+    events, each planted cause, CPU delays."""
+    plants = (Plant("slow_gemm", 0, 1, 0, "fwd-attn", 300), Plant("python_gap", 1, 1, 0, "fwd-mlp", 200),
+              Plant("cpu_launch_delay", 4, 0, 0, "bwd-mlp", 200), Plant("blocking_sync", 5, 1, 0, "bwd-attn", 500))
+    cfg = SynthConfig.build(ranks=8, tp=4, fsdp=2, ep=2, tp_mode="rs_ag", iterations=2, layers=1, format=fmt,
+                            gzip=fmt == "legacy", cuda_sync_events=True, cpu_delay_rate=0.05, seed=11, plants=plants)
+    res = synthesize(cfg, tmp_path / fmt)
+    for path in res.traces.values():
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rt") as fh:
+            lines = fh.read().splitlines()
+        start = next(i for i, line in enumerate(lines) if line.endswith('"traceEvents": ['))
+        end = next(i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith("], "))
+        events = [json.loads(line.removesuffix(",")) for line in lines[start + 1:end]]
+        assert all(isinstance(e, dict) and "ph" in e for e in events)
+        assert events == _load(path)["traceEvents"]
+        assert {"ac2g", "cuda_sync", "gpu_memcpy", "kernel", "cpu_op"} <= {e.get("cat") for e in events}

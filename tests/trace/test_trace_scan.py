@@ -504,3 +504,26 @@ def test_building_the_scanner_by_hand_is_a_command(tmp_path: Path, monkeypatch: 
     assert json_.loads(capsys.readouterr().out)["scanner_built"] == str(tmp_path / "scanner" / "scanner_module.so")
     source = Path(scan.__file__).read_text()
     assert "sys.stdout" not in source and "print(" not in source
+
+
+def test_a_deferred_build_uses_a_built_scanner_but_builds_none(compiled_scan_block, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside ``scanner_build_deferred`` (the bundled demo's read): not built, even a read above
+    SCANNER_BUILD_MIN_BYTES is msgspec's (also in the pool's cost model) and builds nothing (nor
+    loads numba below JIT_SCANNER_MIN_BYTES); after the block the same read builds it once; a
+    scanner built already is used inside the block as anywhere."""
+    from evtsync.trace import scan
+
+    fake = _FakeBuilds(compiled_scan_block, monkeypatch)
+    monkeypatch.setattr(scan, "ahead_of_time_path", lambda directory=None: tmp_path / "not-built.so")
+    with decode.scanner_build_deferred():
+        assert decode.reading_work([decode.SCANNER_BUILD_MIN_BYTES]).cpu_s == pytest.approx(
+            decode.READ_CPU_S["msgspec"][0] + decode.SCANNER_BUILD_MIN_BYTES * decode.READ_CPU_S["msgspec"][1])
+        assert decode.use_fast_decoder_for(decode.SCANNER_BUILD_MIN_BYTES) is False
+        assert (fake.builds, fake.jit_loads) == (0, 0) and "scanner" not in decode._scanner_state
+    assert decode.use_fast_decoder_for(decode.SCANNER_BUILD_MIN_BYTES) is True
+    assert (fake.builds, fake.jit_loads) == (1, 0)
+    monkeypatch.setattr(decode, "_scanner_state", {})  # a new process: built now, not loaded yet
+    with decode.scanner_build_deferred():
+        assert decode.use_fast_decoder_for(decode.SCANNER_BUILD_MIN_BYTES) is True
+    assert fake.builds == 1 and decode._scanner_state["scanner"].how == "ahead-of-time"
