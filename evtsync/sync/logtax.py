@@ -131,8 +131,9 @@ def inspector_files(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[s
 
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
-    files = expand_inputs(list(paths), rank_from)
-    if files and all(reader_for(f).name == LOGGED_SOURCE for f, _ in files):
+    sniffed: dict[Path, Any] = {}  # the readers of a folder's files, sniffed once while listing it
+    files = expand_inputs(list(paths), rank_from, sniffed)
+    if files and all((sniffed.get(f) or reader_for(f)).name == LOGGED_SOURCE for f, _ in files):
         return files
     return None
 
