@@ -22,19 +22,9 @@ from typing import Any
 
 from evtsync.core.errors import InputError, OutputError
 
-
-class _Pandas:
-    """pandas, imported at its first use: this module is read by every command (the output checks
-    of the command line run before any work), and most outputs are not tables (issue 30: small
-    commands start without pandas and pyarrow)."""
-
-    def __getattr__(self, name: str) -> Any:
-        import pandas
-
-        return getattr(pandas, name)
-
-
-pd: Any = _Pandas()
+# pandas at its first use: this module is read by every command (the output checks of the
+# command line run before any work), and most outputs are not tables (issue 30)
+from evtsync.core.lazy import pd
 
 TABLE_SUFFIXES = (".parquet", ".csv", ".csv.gz")
 #: Every temporary file of :func:`atomic_path` ends so (``.NAME.XXXXXXXX.evtsync.tmp``): the

@@ -36,10 +36,14 @@ import resource
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:  # pandas at its first use: the Inspector tax reads its logs without it (issue 48)
+    from evtsync.core.lazy import pd
 
 from evtsync.core.defaults import END_TOLERANCE_US
 from evtsync.core.errors import InputError, TraceError
@@ -131,8 +135,9 @@ def inspector_files(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[s
 
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
-    files = expand_inputs(list(paths), rank_from)
-    if files and all(reader_for(f).name == LOGGED_SOURCE for f, _ in files):
+    sniffed: dict[Path, Any] = {}  # the readers of a folder's files, sniffed once while listing it
+    files = expand_inputs(list(paths), rank_from, sniffed)
+    if files and all((sniffed.get(f) or reader_for(f)).name == LOGGED_SOURCE for f, _ in files):
         return files
     return None
 

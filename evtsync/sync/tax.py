@@ -9,10 +9,14 @@ Ties for the straggler go to the lowest rank.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:  # pandas at its first use: the Inspector tax reads its logs without it (issue 48)
+    from evtsync.core.lazy import pd
 
 from evtsync.core.display import TablesDisplay
 from evtsync.core.intervals import median_interval, median_interval_kind

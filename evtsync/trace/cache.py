@@ -40,10 +40,14 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:  # pandas at its first use: the Inspector tax reads its logs without it (issue 48)
+    from evtsync.core.lazy import pd
 
 from evtsync.core.tableio import file_sha256
 from evtsync.trace.cache_dir import CACHE_MIN_ENV

@@ -42,11 +42,15 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, Union
+from typing import TYPE_CHECKING, Any, NoReturn, Union
 
 import msgspec
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:  # pandas at its first use: the Inspector tax reads its logs without it (issue 48)
+    from evtsync.core.lazy import pd
 
 from evtsync.core.errors import TraceError, path_problem
 from evtsync.core.parallel import Work
@@ -659,7 +663,7 @@ def _categorical(codes: np.ndarray, strings: list[str],
         if len(codes):  # all missing: no category to type
             return pd.Categorical.from_codes(np.full(len(codes), -1, np.int8),
                                              categories=pd.Index([], dtype=np.float64))
-        return pd.Categorical.from_codes(np.empty(0, np.int8), dtype=_EMPTY_OBJECT_DTYPE, validate=False)
+        return pd.Categorical.from_codes(np.empty(0, np.int8), dtype=_empty_object_dtype(), validate=False)
     top = int(codes.max())
     if top <= 4 * len(codes) + 1024:  # a lookup table over the codes beats sorting them
         seen = np.zeros(top + 2, dtype=bool)
@@ -691,7 +695,10 @@ def _categorical(codes: np.ndarray, strings: list[str],
     return pd.Categorical.from_codes(new_codes, dtype=dtype, validate=False)
 
 
-_EMPTY_OBJECT_DTYPE = pd.CategoricalDtype(pd.Index([], dtype=object))
+@functools.cache
+def _empty_object_dtype() -> pd.CategoricalDtype:
+    """The categorical dtype of no categories (object), made once, at its first use."""
+    return pd.CategoricalDtype(pd.Index([], dtype=object))
 
 
 class _PhaseAndCategory(msgspec.Struct, gc=False):

@@ -13,10 +13,14 @@ import functools
 import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:  # pandas at its first use: the Inspector tax reads its logs without it (issue 48)
+    from evtsync.core.lazy import pd
 
 from evtsync.core.errors import TraceError
 from evtsync.trace.decode import TABLE_FIELDS, DecodedTrace, string_dtype

@@ -28,10 +28,14 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:  # pandas at its first use: the Inspector tax reads its logs without it (issue 48)
+    from evtsync.core.lazy import pd
 
 from evtsync.core.display import TablesDisplay
 from evtsync.core.errors import InputError, TraceError, path_problem
@@ -199,9 +203,11 @@ def _check_given_order(files: list[Path]) -> None:
                 "list the files in rank order, or name each rank with RANK=PATH")
 
 
-def trace_files_in(folder: Path) -> list[Path]:
+def trace_files_in(folder: Path, sniffed: dict[Path, Any] | None = None) -> list[Path]:
     """A folder's files that some reader reads: Kineto's suffixes, or another reader's
-    suffix with content it recognises (a ``.log`` of stdout next to traces is not one)."""
+    suffix with content it recognises (a ``.log`` of stdout next to traces is not one).
+    ``sniffed``, if given, receives the reader each sniffed file was recognised by (its
+    caller need not read the file's first bytes again: issue 48, 4,096 Inspector logs)."""
     from evtsync.trace.readers import all_suffixes, sniff_reader
 
     suffixes = all_suffixes()
@@ -210,8 +216,14 @@ def trace_files_in(folder: Path) -> list[Path]:
         name = p.name.lower()
         if not p.is_file() or not name.endswith(suffixes):
             continue
-        if name.endswith(TRACE_SUFFIXES) or sniff_reader(p) is not None:
+        if name.endswith(TRACE_SUFFIXES):
             found.append(p)
+            continue
+        reader = sniff_reader(p)
+        if reader is not None:
+            found.append(p)
+            if sniffed is not None:
+                sniffed[p] = reader
     return found
 
 
@@ -233,15 +245,15 @@ def unrecognised_note(folder: Path) -> str:
             f"{describe_start(head_bytes(first, 64))}, which is none of {expected}{more}")
 
 
-def expand_inputs(paths: Iterable[str | os.PathLike[str]],
-                  rank_from: str = "file") -> list[tuple[Path, int | None]]:
+def expand_inputs(paths: Iterable[str | os.PathLike[str]], rank_from: str = "file",
+                  sniffed: dict[Path, Any] | None = None) -> list[tuple[Path, int | None]]:
     """Trace files named directly or found in named folders, each with the rank the user
     gave it (None: read from the file).
 
     A folder's trace files are taken in natural name order (``trace_2`` before ``trace_10``); a folder holding no trace files but
     ``iteration_N`` subfolders (torchtitan) gives the files of those, in N order. An
     argument ``RANK=PATH`` (e.g. ``3=trace.json``) gives the rank of that file; with
-    ``rank_from="order"`` the i-th file is rank i.
+    ``rank_from="order"`` the i-th file is rank i. ``sniffed``: as for :func:`trace_files_in`.
     """
     if rank_from not in RANK_FROM and nvtx_rank_pattern(rank_from) is None:
         raise InputError(f"--rank-from {rank_from!r}: expected one of {', '.join(RANK_FROM)} or nvtx:REGEX")
@@ -253,11 +265,11 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]],
         if match and not path.exists():
             given, path = int(match.group(1)), Path(match.group(2))
         if path.is_dir():
-            found = trace_files_in(path)
+            found = trace_files_in(path, sniffed)
             if not found:
                 windows = sorted((p for p in path.iterdir() if p.is_dir() and WINDOW_FOLDER_RE.match(p.name)),
                                  key=lambda p: int(p.name.split("_")[1]))
-                found = [f for w in windows for f in trace_files_in(w)]
+                found = [f for w in windows for f in trace_files_in(w, sniffed)]
             if not found:
                 from evtsync.trace.readers import all_suffixes
 

@@ -236,6 +236,7 @@ TEST_HOMES: dict[str, str] = {
     "test_run_partial_ranks.py": "pipeline",
     "test_study_bad_workload.py": "pipeline",
     "test_tax_cli_stragglers.py": "sync",
+    "test_tax_lazy_pandas.py": "sync",
     "test_test_isolation.py": "project",
     "test_typecheck.py": "project",
     "test_wheel_install.py": "project",

@@ -282,6 +282,25 @@ def test_one_decode_call_per_round_whatever_the_files(tmp_path: Path, monkeypatc
     assert got.tables.collectives["tau_max_us"].tolist() == [float(max(t) - min(t)) for t in times]
 
 
+def test_a_folder_of_logs_is_sniffed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Listing a folder of Inspector logs reads each file's first bytes once (the listing's
+    sniff is what inspector_files decides by: it was twice, ~0.1 s at 4,096 logs); a stdout
+    ``.log`` beside them is not taken, and a file given by name is still sniffed."""
+    from evtsync.trace import readers
+
+    _world(tmp_path / "logs", 6, 2)
+    (tmp_path / "logs" / "stdout.log").write_text("epoch 1 loss 0.3\n")
+    heads: list[str] = []
+    real = readers.head_bytes
+    monkeypatch.setattr(readers, "head_bytes", lambda path, *a: heads.append(Path(path).name) or real(path, *a))
+    files = inspector_files(tmp_path / "logs")
+    assert files is not None and len(files) == 6
+    assert sorted(heads) == sorted(p.name for p in (tmp_path / "logs").iterdir())  # 7 files, once each
+    heads.clear()
+    one = tmp_path / "logs" / "h0-pid0.log"
+    assert inspector_files([one]) == [(one, None)] and heads == ["h0-pid0.log"]
+
+
 @pytest.mark.parametrize("n_files", [8, 64])
 def test_per_file_state_small_and_flat(tmp_path: Path, n_files: int) -> None:
     """Between rounds a file holds at most one unfinished line (blocks of 100 bytes: every

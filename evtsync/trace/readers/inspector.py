@@ -31,11 +31,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, methodcaller
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:  # pandas at its first use: the Inspector tax reads its logs without it (issue 48)
+    from evtsync.core.lazy import pd
 
 from evtsync.core.errors import TraceError, path_problem
 from evtsync.core.parallel import Work

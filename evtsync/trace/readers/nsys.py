@@ -31,10 +31,14 @@ import os
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:  # pandas at its first use: the Inspector tax reads its logs without it (issue 48)
+    from evtsync.core.lazy import pd
 from numpy.typing import ArrayLike
 
 from evtsync.core.errors import TraceError, describe_start, path_problem
