@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="replay the job with each straggler op at its typical (median) duration: the step "
                              "time without stragglers, the slowdown and, per rank and cause, the step time saved by "
                              "fixing that one alone (docs/critical-path.md §8); with -o also PATH_whatif")
-    parser.add_argument("--host-cores", metavar="SPEC", default=None, dest="host_cores",
+    parser.add_argument("--host-cores", metavar="LAYOUT", default=None, dest="host_cores",
                         help=f"with --what-if {HOST_CORES_HELP}")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(handler=run)

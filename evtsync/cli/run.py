@@ -130,7 +130,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     bw.add_argument("--eps", type=float, default=DEFAULT_EPS,
                     help=f"target elasticity of B* in (-1, 0) (default {DEFAULT_EPS:g})")
     whatif = parser.add_argument_group("what-if without stragglers (the attribution stage's replay)")
-    whatif.add_argument("--host-cores", metavar="SPEC", default=None, dest="host_cores",
+    whatif.add_argument("--host-cores", metavar="LAYOUT", default=None, dest="host_cores",
                         help=f"{HOST_CORES_HELP}; a job it does not fit (a GPU job, ranks not in the layout) gets no "
                              "replay, with the reason in the stage's record")
     parser.set_defaults(handler=run)

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.core.errors import InputError
+from evtsync.critpath.members import window_members
 
 if TYPE_CHECKING:
     from evtsync.critpath.replay import Lane
@@ -316,8 +317,6 @@ def replay_shared(lanes: dict[int, Lane], layout: HostLayout, scale: dict[tuple[
     :func:`evtsync.critpath.replay.replay` multiplies the amount. Returns per rank per window the
     replayed end (ns); ``record`` receives ``arrived``, ``ended`` and ``blocked`` as there, and, when
     it holds a ``trace`` list, (rank, window, slice row in the window, replayed end) per slice that ran."""
-    from evtsync.critpath.replay import window_members  # (replay imports this module)
-
     scale = scale or {}
     trace = record.get("trace") if record is not None else None
     group = layout.group_of()

@@ -44,6 +44,7 @@ from evtsync.core.errors import InputError
 from evtsync.core.parallel import Backend
 from evtsync.critpath.cpu import CPU_SIDE_CATEGORIES, collectives_are_cpu_side, rank_timeline
 from evtsync.critpath.cpushare import HostLayout, classify, parse_host_cores, replay_shared
+from evtsync.critpath.members import window_members
 from evtsync.critpath.names import notes_around, user_notes
 from evtsync.critpath.p2p import pair_transfers, peer_column, transfers
 from evtsync.sync.collectives import Alignment
@@ -472,16 +473,6 @@ def straggler_ops(instances: pd.DataFrame, step_ns: float, *, k_scale: float = K
 
 
 # --------------------------------------------------------------------------- replay
-
-def window_members(lanes: dict[int, Lane], window: int) -> dict[tuple[Any, int], list[int]]:
-    """The ranks that arrive at each collective (or paired transfer) of one profiling window."""
-    members: dict[tuple[Any, int], list[int]] = {}
-    for lane in lanes.values():
-        for key, (win, _, _) in lane.arrivals.items():
-            if win == window:
-                members.setdefault(key, []).append(lane.rank)
-    return members
-
 
 def replay(lanes: dict[int, Lane], scale: dict[tuple[int, int, int, int, str, str], float] | None = None,
            record: dict[str, Any] | None = None) -> dict[int, dict[int, int]]:

@@ -1,4 +1,4 @@
-"""``evtsync run --host-cores SPEC``: the host layout reaches the attribution stage's what-if replay
+"""``evtsync run --host-cores LAYOUT``: the host layout reaches the attribution stage's what-if replay
 (docs/critical-path.md §8, "Ranks sharing cores"), its result key, summary.json's ``jobs`` and the
 report's first screen.
 
