@@ -49,8 +49,9 @@ def run_sections(run_dir: Path, out: Path, manifest: dict[str, Any],
     ``figure_cache``: a folder of figures drawn before, see :class:`FigureCache`; ``estimator``: the
     estimator of tau(n) whose rows the report shows, see :mod:`evtsync.report.estimator`)."""
     ctx = ReportContext(run_dir, out, manifest, load_fit, svg, figure_cache, estimator)
-    # (with a figure cache the figures may all be there: the pool starts only for those to draw)
-    if figure_cache is None and ctx.figure_workers(workers) > 1:
+    # (with a figure cache the figures may all be there: the pool starts only for those to draw;
+    # by default whether a pool pays is known only once the figures are planned)
+    if figure_cache is None and workers is not None and ctx.figure_workers(workers) > 1:
         from evtsync.core.parallel import start_fork_server
 
         start_fork_server(PLOT_MODULES)  # it imports matplotlib while the text is built here
