@@ -137,8 +137,10 @@ def content_differences(a: Path, b: Path, b_has_svg: bool = True) -> list[str]:
             text_a = text_a.replace("figures (PNG and SVG) lie beside", "figures (PNG) lie beside")
         if text_a != _without_stamp((b / name).read_text(encoding="utf-8")):
             diffs.append(name)
-    fa = {p.name for p in (a / "figures").iterdir() if b_has_svg or p.suffix != ".svg"}
-    fb = {p.name for p in (b / "figures").iterdir()}
+    # every file under figures/, the narrow renderings in figures/narrow/ too (issue 49)
+    fa = {p.relative_to(a / "figures").as_posix() for p in (a / "figures").rglob("*")
+          if p.is_file() and (b_has_svg or p.suffix != ".svg")}
+    fb = {p.relative_to(b / "figures").as_posix() for p in (b / "figures").rglob("*") if p.is_file()}
     diffs += [f"figure only in one report: {n}" for n in sorted(fa ^ fb)]
     for name in sorted(fa & fb):
         x, y = a / "figures" / name, b / "figures" / name
