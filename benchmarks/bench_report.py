@@ -7,13 +7,15 @@ Run by hand (not a test), on a run folder written by ``evtsync run`` (the demo: 
     .venv/bin/python benchmarks/bench_report.py /tmp/demo --baseline-src /tmp/report-base --repeat 3
 
 Each repeat runs ``python -m evtsync report RUN --out WORKDIR/<variant>-<i> -q`` in a fresh
-process under /usr/bin/time, the variants in turn: ``baseline`` (the baseline's sources first on
-``PYTHONPATH``), ``new-j1`` (this checkout, ``--jobs 1``: every figure drawn in the one process,
-so its CPU time is all of the work), ``new`` (this checkout's default: PNG figures drawn by one
-process per core) and ``new-svg`` (``--svg``: the baseline's PNG and SVG). Printed per variant:
-median wall and CPU seconds (user + system of the process and its reaped children; the pool's
-workers are children of multiprocessing's fork server, so ``new`` under-reports CPU) and the
-load average before each run; then the ratios of the medians.
+process, the variants in turn: ``baseline`` (the baseline's sources first on ``PYTHONPATH``),
+``new-j1`` (this checkout, ``--jobs 1``: every figure drawn in the one process), ``new-j2``
+(``--jobs 2``: a pool of two figure workers, whatever the pool model says), ``new`` (this
+checkout's default: a pool only where it pays, issue 48) and ``new-svg`` (``--svg``: the
+baseline's PNG and SVG). Printed per variant: median wall and CPU seconds and the load average
+before each run; then the ratios of the medians. CPU is that of the whole process tree: this
+script is the child subreaper (``bench_demo_cpu.become_subreaper``), so the figure workers,
+children of multiprocessing's fork server, are reaped here and counted (under /usr/bin/time, as
+before 2026-12-06, they were not).
 
 Then the report stage as ``evtsync run`` runs it, ``--repeat`` times per side: a fresh process
 imports what the earlier stages imported and (this checkout) reads the fits into
@@ -26,7 +28,7 @@ Then the content check: ``report.html`` and ``report.md`` compared as text witho
 updated" stamp (the HTML embeds every PNG as base64, so equal HTML means byte-equal PNGs), the
 set of figure files, each PNG byte for byte and each SVG without its ``<dc:date>`` and with
 matplotlib's random element ids renumbered in order of appearance: ``new-svg`` against the
-baseline in full, ``new`` against the baseline without its SVGs, ``new`` against ``new-j1``.
+baseline in full, ``new`` against the baseline without its SVGs, ``new`` and ``new-j2`` against ``new-j1``.
 The script exits 1 when the content differs.
 """
 
@@ -37,6 +39,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -45,21 +48,28 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(HERE / "benchmarks"))
+from bench_demo_cpu import become_subreaper, reap_all  # noqa: E402  (one home for the process-tree CPU)
 
 
 def run_report(src: Path, run_dir: Path, out: Path, extra: list[str]) -> dict[str, float]:
-    """One ``evtsync report`` in a fresh process under /usr/bin/time, ``src`` first on the path."""
+    """One ``evtsync report`` in a fresh process, ``src`` first on the path: wall seconds and the CPU
+    seconds of every process it started (this script is their subreaper: :func:`main`)."""
     shutil.rmtree(out, ignore_errors=True)
     env = {**os.environ, "PYTHONPATH": str(src), "EVTSYNC_QUIET": "1"}
     load = os.getloadavg()[0]
-    cmd = ["/usr/bin/time", "-f", "TIME %e %U %S", sys.executable, "-m", "evtsync", "report", str(run_dir),
-           "--out", str(out), "-q", *extra]
+    cmd = [sys.executable, "-m", "evtsync", "report", str(run_dir), "--out", str(out), "-q", *extra]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
     # run outside any checkout: `python -m` puts the working directory before PYTHONPATH
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, cwd=out.parent)
+    reap_all()  # the fork server's orphaned workers, reparented here
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed with {src} on the path:\n{proc.stderr[-3000:]}")
-    wall, user, system = map(float, re.findall(r"^TIME (\S+) (\S+) (\S+)$", proc.stderr, re.M)[-1])
-    return {"wall_s": wall, "cpu_s": user + system, "load1": load}
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": wall, "cpu_s": cpu, "load1": load}
 
 
 #: The report stage as ``evtsync run`` runs it: in the process that ran the stages before it, so
@@ -127,8 +137,10 @@ def content_differences(a: Path, b: Path, b_has_svg: bool = True) -> list[str]:
             text_a = text_a.replace("figures (PNG and SVG) lie beside", "figures (PNG) lie beside")
         if text_a != _without_stamp((b / name).read_text(encoding="utf-8")):
             diffs.append(name)
-    fa = {p.name for p in (a / "figures").iterdir() if b_has_svg or p.suffix != ".svg"}
-    fb = {p.name for p in (b / "figures").iterdir()}
+    # every file under figures/, the narrow renderings in figures/narrow/ too (issue 49)
+    fa = {p.relative_to(a / "figures").as_posix() for p in (a / "figures").rglob("*")
+          if p.is_file() and (b_has_svg or p.suffix != ".svg")}
+    fb = {p.relative_to(b / "figures").as_posix() for p in (b / "figures").rglob("*") if p.is_file()}
     diffs += [f"figure only in one report: {n}" for n in sorted(fa ^ fb)]
     for name in sorted(fa & fb):
         x, y = a / "figures" / name, b / "figures" / name
@@ -150,8 +162,10 @@ def main() -> int:
     args = ap.parse_args()
     args.run_dir, args.workdir = args.run_dir.resolve(), args.workdir.resolve()
     args.workdir.mkdir(parents=True, exist_ok=True)
+    become_subreaper()
     variants = {"baseline": (args.baseline_src.resolve(), args.baseline_args.split()),
-                "new-j1": (HERE, ["--jobs", "1"]), "new": (HERE, []), "new-svg": (HERE, ["--svg"])}
+                "new-j1": (HERE, ["--jobs", "1"]), "new-j2": (HERE, ["--jobs", "2"]), "new": (HERE, []),
+                "new-svg": (HERE, ["--svg"])}
     runs: dict[str, list[dict[str, float]]] = {k: [] for k in variants}
     for i in range(args.repeat):
         for name, (src, extra) in variants.items():
@@ -164,7 +178,9 @@ def main() -> int:
     for k in variants:
         print(f"{k:8s} median over {args.repeat}: {med[k]['wall_s']:.2f} s wall, {med[k]['cpu_s']:.2f} s CPU")
     print(f"ratio baseline / new: wall {med['baseline']['wall_s'] / med['new']['wall_s']:.2f}x; "
-          f"CPU baseline / new-j1 (all of it in one process) {med['baseline']['cpu_s'] / med['new-j1']['cpu_s']:.2f}x")
+          f"CPU (process tree) baseline / new {med['baseline']['cpu_s'] / med['new']['cpu_s']:.2f}x, "
+          f"baseline / new-j1 {med['baseline']['cpu_s'] / med['new-j1']['cpu_s']:.2f}x, "
+          f"new-j2 / new-j1 (what the pool adds) {med['new-j2']['cpu_s'] / med['new-j1']['cpu_s']:.2f}x")
     stage: dict[str, list[dict[str, float]]] = {"baseline": [], "new-j1": [], "new": []}
     for i in range(args.repeat):
         for name, src, workers in (("baseline", variants["baseline"][0], 0), ("new-j1", HERE, 1), ("new", HERE, 0)):
@@ -179,6 +195,7 @@ def main() -> int:
     diffs = [f"new (PNG only): {d}" for d in content_differences(work / "baseline-0", work / "new-0", False)]
     diffs += [f"new --svg: {d}" for d in content_differences(work / "baseline-0", work / "new-svg-0")]
     diffs += [f"new --jobs 1: {d}" for d in content_differences(work / "new-j1-0", work / "new-0")]
+    diffs += [f"new --jobs 2: {d}" for d in content_differences(work / "new-j1-0", work / "new-j2-0")]
     print("content: the same document as the baseline's (HTML, Markdown, figure set, PNG bytes; with --svg "
           "the SVGs too; --jobs 1 the same as the pool)" if not diffs else "content DIFFERS:\n  " + "\n  ".join(diffs))
     if args.json:

@@ -71,9 +71,10 @@ def pytest_configure(config: pytest.Config) -> None:
     all under ``$EVTSYNC_CACHE_DIR``) at a temporary folder of this process, removed at the end:
     the tests never read what an earlier run or the user left in ``~/.cache/evtsync`` nor
     write there, and two workers never race on one cache. Subprocesses the tests start inherit
-    it; a test about the default location sets its own. The result cache's signing key
-    (``$EVTSYNC_CACHE_KEY``) is a file in another temporary folder of the process, made on first
-    use. Runs in each xdist worker too (after the controller), which then replaces the controller's folder by its own. The user's settings
+    it; a test about the default location sets its own. The caches' signing key
+    (``$EVTSYNC_CACHE_KEY``) is a file in another temporary folder, one for the session, made by the
+    controller before the workers start (so that the session's figure cache, :func:`session_figure_cache`,
+    is trusted by every worker). Runs in each xdist worker too (after the controller), which then replaces the controller's folder by its own. The user's settings
     that change what evtsync does (:data:`USER_SETTINGS`) are removed for the session: a test
     that needs one sets it itself.
 
@@ -95,10 +96,17 @@ def pytest_configure(config: pytest.Config) -> None:
     folder = tempfile.mkdtemp(prefix=f"evtsync-tests-{worker}-")
     config.stash[_CACHE_FOLDER] = folder
     os.environ[CACHE_ENV] = folder
-    # the result cache's signing key (made on first use), outside the cache as the user's is
-    key_folder = tempfile.mkdtemp(prefix=f"evtsync-tests-key-{worker}-")
-    config.stash[_KEY_FOLDER] = key_folder
-    os.environ[KEY_ENV] = str(Path(key_folder) / "cache-key")
+    # the caches' signing key, outside the caches as the user's is: one for the session, made here by
+    # the controller before it starts the workers (they only read it; a worker making it on first use
+    # could read another's half-written key), so that every process trusts the session's figure cache
+    from evtsync.core.trust import signing_key
+
+    if KEY_DIR_ENV not in os.environ:
+        config.stash[_KEY_FOLDER] = os.environ[KEY_DIR_ENV] = tempfile.mkdtemp(prefix="evtsync-tests-key-")
+        config.stash[_FIGURES_FOLDER] = os.environ[FIGURES_ENV] = tempfile.mkdtemp(prefix="evtsync-tests-figures-")
+    os.environ[KEY_ENV] = str(Path(os.environ[KEY_DIR_ENV]) / "cache-key")
+    if _KEY_FOLDER in config.stash:
+        signing_key()  # made now, while no other process of the session runs
     link_session_scanner(Path(folder))
 
 
@@ -112,7 +120,10 @@ def _remove_folders(config: pytest.Config) -> None:
     """Remove the folders :func:`pytest_configure` made, once."""
     if _SCANNER_FOLDER in config.stash:
         os.environ.pop(SCANNER_ENV, None)
-    for key in (_CACHE_FOLDER, _KEY_FOLDER, _SCANNER_FOLDER):
+    if _KEY_FOLDER in config.stash:
+        os.environ.pop(KEY_DIR_ENV, None)
+        os.environ.pop(FIGURES_ENV, None)
+    for key in (_CACHE_FOLDER, _KEY_FOLDER, _SCANNER_FOLDER, _FIGURES_FOLDER):
         folder = config.stash.get(key, None)
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
@@ -185,6 +196,7 @@ def record_heavy_imports(where: str, modules: Mapping[str, object], record: dict
 _CACHE_FOLDER = pytest.StashKey[str]()
 _SCANNER_FOLDER = pytest.StashKey[str]()
 _KEY_FOLDER = pytest.StashKey[str]()
+_FIGURES_FOLDER = pytest.StashKey[str]()
 
 #: The environment variables evtsync reads, besides the cache folder, that would change what a
 #: test sees if the user running the suite had set them: the trace decoder, a dask cluster to
@@ -195,6 +207,21 @@ USER_SETTINGS = ("EVTSYNC_DECODER", "DASK_SCHEDULER_ADDRESS", "EVTSYNC_CACHE_MAX
 
 #: The environment variable naming the session's scanner folder (:func:`pytest_configure`).
 SCANNER_ENV = "EVTSYNC_TESTS_SCANNER_DIR"
+#: The environment variables naming the session's signing-key folder and its report figure cache
+#: (:func:`pytest_configure`, :func:`session_figure_cache`), made by the controller.
+KEY_DIR_ENV = "EVTSYNC_TESTS_KEY_DIR"
+FIGURES_ENV = "EVTSYNC_TESTS_FIGURES_DIR"
+
+
+@pytest.fixture(scope="session")
+def session_figure_cache() -> Path:
+    """The test session's report figure cache (issue 48), one folder for every process of the
+    session, signed with the session's key: a report of tables another test's report has drawn
+    (the tiny demo, run by several test files) copies its figures, verified, instead of drawing
+    them again (~11 s of CPU each); a figure of other tables is drawn and kept. Only a figure
+    whose pickled input tables, code digest and matplotlib version are the same is reused
+    (:func:`evtsync.report.context.figure_key`)."""
+    return Path(os.environ[FIGURES_ENV])
 
 
 def link_session_scanner(cache: Path) -> Path:

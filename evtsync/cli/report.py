@@ -22,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--svg", action="store_true",
                         help="also save each figure as SVG (vector, for papers) beside its PNG; slower")
     parser.add_argument("-j", "--jobs", type=positive_int, default=None, metavar="N",
-                        help="processes that draw the figures (default: one per core; 1: in this process)")
+                        help="processes that draw the figures (default: one per idle core where that costs at most 10%% "
+                             "more CPU than this process, else this process; 1: in this process)")
     add_estimator_argument(parser, help_text="estimator of tau(n) whose tau(n), B*, what-if and predicted-vs-measured "
                            "rows the report shows (default: the one the run used, from its manifest, with its "
                            "labelled fallback rows): ranktail, centred (the main GEV model's) or paper. A named "

@@ -62,7 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_trace_arguments(parser, required=False,
                         jobs_help="local processes for reading the traces (in-process for small sets), for "
                                   "the Bayesian fits, which then run side by side, and for drawing the report's "
-                                  "figures (default: one per core; 1: everything in this process)")
+                                  "figures (in-process where a pool would cost more than 10%% more CPU) (default: "
+                                  "one per core; 1: everything in this process)")
     add_scale_arguments(parser)
     for action in parser._actions:
         if action.dest == "pg":

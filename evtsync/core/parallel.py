@@ -93,15 +93,20 @@ def idle_cores(cores: int | None = None, load: float | None = None) -> int:
     return max(1, min(cores, math.floor(cores + 1 - load + 0.5)))
 
 
-def pool_pays(work: Work, processes: int, cores: int | None = None) -> bool:
+def pool_pays(work: Work, processes: int, cores: int | None = None, start_cpu_s: float | None = None,
+              per_worker_cpu_s: float | None = None) -> bool:
     """Whether a local pool of ``processes`` (no more than ``cores``, default :func:`idle_cores`)
     beats one process on ``work``: its extra CPU (start and moving results) at most
     :data:`POOL_MAX_EXTRA_CPU` of the work, and its estimated wall time (start, then the work
-    and its transfers shared by the processes) at least :data:`POOL_MIN_WALL_GAIN` shorter."""
+    and its transfers shared by the processes) at least :data:`POOL_MIN_WALL_GAIN` shorter.
+    ``start_cpu_s`` and ``per_worker_cpu_s``: what starting the pool and each of its processes
+    costs (default :data:`POOL_START_CPU_S`, :data:`POOL_START_CPU_PER_WORKER_S`, the trace
+    reader's); a pool whose workers import more (the report's figures: matplotlib) says so."""
     n = min(processes, work.items, idle_cores() if cores is None else cores)
     if n < 2 or work.cpu_s <= 0:
         return False
-    start = POOL_START_CPU_S + POOL_START_CPU_PER_WORKER_S * n
+    start = ((POOL_START_CPU_S if start_cpu_s is None else start_cpu_s)
+             + (POOL_START_CPU_PER_WORKER_S if per_worker_cpu_s is None else per_worker_cpu_s) * n)
     extra = start + work.transfer_cpu_s
     wall = start + (work.cpu_s + work.transfer_cpu_s) / n
     return extra <= POOL_MAX_EXTRA_CPU * work.cpu_s and wall <= (1 - POOL_MIN_WALL_GAIN) * work.cpu_s

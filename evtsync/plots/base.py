@@ -119,8 +119,10 @@ def png_renderings(fig: Any) -> tuple[bytes, bytes]:
             if narrow:
                 narrow_layout(fig)
             buf = io.BytesIO()
-            fig.savefig(buf, format="png", dpi=FIGURE_DPI, bbox_inches="tight", metadata=_font_metadata(fig))
-            out.append(buf.getvalue())
+            fig.savefig(buf, format="png", dpi=FIGURE_DPI, bbox_inches="tight")
+            # the smallest text read from the figure as saving drew it (tick labels exist only once
+            # drawn): one layout pass fewer than drawing it for the metadata first (issue 48)
+            out.append(_with_font_text(buf.getvalue(), fig))
     finally:
         _pyplot().close(fig)
     return out[0], out[1]
@@ -155,10 +157,21 @@ def min_font_pt(fig: Any) -> float | None:
     return float(min(sizes)) if sizes else None
 
 
-def _font_metadata(fig: Any) -> dict[str, str]:
-    fig.canvas.draw()  # tick labels exist only once drawn
+def _with_font_text(png: bytes, fig: Any) -> bytes:
+    """``png`` (``fig`` just saved) with a ``tEXt`` chunk :data:`FONT_KEY` holding the figure's
+    smallest text in the PNG's pixels, placed after its leading text chunks, where
+    ``savefig(metadata=...)`` puts it (the same bytes); ``png`` as it is for a figure without text."""
+    import zlib
+
     size = min_font_pt(fig)
-    return {FONT_KEY: f"{size * FIGURE_DPI / 72:.2f}"} if size is not None else {}
+    if size is None:
+        return png
+    data = FONT_KEY.encode("latin-1") + b"\0" + f"{size * FIGURE_DPI / 72:.2f}".encode("latin-1")
+    chunk = len(data).to_bytes(4, "big") + b"tEXt" + data + zlib.crc32(b"tEXt" + data).to_bytes(4, "big")
+    pos = 8
+    while pos + 8 <= len(png) and png[pos + 4:pos + 8] in (b"IHDR", b"tEXt"):
+        pos += 12 + int.from_bytes(png[pos:pos + 4], "big")
+    return png[:pos] + chunk + png[pos:]
 
 
 def narrow_layout(fig: Any) -> None:
@@ -187,7 +200,7 @@ def narrow_layout(fig: Any) -> None:
         sizes = [t.get_fontsize() for t in ax.get_xticklabels() + ax.get_yticklabels()]
         ax.tick_params(axis="both", which="both", labelsize=max([NARROW_MIN_PT, *sizes]))
     def raise_fonts() -> None:
-        fig.canvas.draw()
+        fig.draw_without_rendering()
         for text in fig.findobj(Text):
             text.set_fontsize(max(text.get_fontsize(), NARROW_MIN_PT))
             if len(text.get_text()) > 30:  # a long title, label or annotation: wrapped at the figure's edge
@@ -207,7 +220,7 @@ def narrow_layout(fig: Any) -> None:
         fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncols=1, frameon=False,
                    fontsize=NARROW_MIN_PT)
     layout()
-    fig.canvas.draw()
+    fig.draw_without_rendering()
     for ax in shown:
         legend = ax.get_legend()
         if legend is None:
@@ -230,8 +243,10 @@ def narrow_layout(fig: Any) -> None:
     layout()  # after the last resize too
 
 
-#: The modules a process that draws the report's figures needs (imported once, before forking).
-PLOT_MODULES = ("evtsync.plots.fits", "evtsync.plots.paths", "evtsync.plots.predictions", "evtsync.plots.tax",
+#: The modules a process that draws the report's figures needs (imported once, before forking):
+#: matplotlib's figure and Agg canvas first (evtsync.plots imports matplotlib only on first use, so
+#: without them every figure worker imported it itself, ~0.36 s of CPU each; issue 48).
+PLOT_MODULES = ("matplotlib.figure", "matplotlib.backends.backend_agg", "evtsync.plots.fits", "evtsync.plots.paths", "evtsync.plots.predictions", "evtsync.plots.tax",
                 "evtsync.plots.whatif", "evtsync.plots.zscores")
 
 

@@ -39,6 +39,20 @@ MIN_Z_FIGURE = MIN_Z_MLE
 #: Most worker processes that draw a report's figures (a 2-core machine uses both cores).
 FIGURE_WORKERS = 4
 
+#: The figure pool's cost model (issue 48; :func:`figure_pool_pays`; measured on the tiny demo's 22
+#: figures, 2-core VM, docs/performance/report.md): CPU seconds one figure takes to draw and save
+#: (wide and narrow PNG); moving one figure's tables to a worker and its result back; the pool's
+#: fork server (a fresh interpreter importing numpy, pandas, matplotlib and evtsync.plots, 0.9-1.1
+#: s; a fork server another pool of the run started first has not imported matplotlib, and its
+#: workers then import it, 0.36 s each: about the same for 2-3 workers); what each worker's first
+#: figure costs more than the others (fonts); and what this process saves when the pool draws and
+#: it has not imported matplotlib yet (the import and that warm-up).
+FIGURE_CPU_S = 0.5
+FIGURE_TRANSFER_CPU_S = 0.005
+FIGURE_POOL_START_CPU_S = 1.0
+FIGURE_WORKER_WARMUP_CPU_S = 0.1
+MATPLOTLIB_IMPORT_CPU_S = 0.45
+
 #: A figure cache entry's list of files with their SHA-256 (checked before an entry is reused).
 FIGURE_META = "meta.json"
 
@@ -204,19 +218,25 @@ class ReportContext:
         self.written = [p for p in self.written if p not in files] + files
         return Figure(png, svg, caption)
 
-    def figure_workers(self, workers: int | None = None) -> int:
-        """How many processes draw the figures: ``workers``, default one per core (at most
-        :data:`FIGURE_WORKERS`); 1 in a daemon process, which may not start any."""
-        if workers is None:
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-            workers = min(cores, FIGURE_WORKERS)
-        return 1 if multiprocessing.current_process().daemon else workers
+    def figure_workers(self, workers: int | None = None, figures: int | None = None) -> int:
+        """How many processes draw ``figures`` figures: ``workers`` (``--jobs``); by default one per
+        idle core (at most :data:`FIGURE_WORKERS`) where the pool pays for its start and imports
+        (:func:`figure_pool_pays`), else 1 (this process); 1 in a daemon process, which may not
+        start any. ``figures`` None: the most the default may start."""
+        if multiprocessing.current_process().daemon:
+            return 1
+        if workers is not None:
+            return workers
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        workers = min(cores, FIGURE_WORKERS)
+        return workers if figures is None or figure_pool_pays(figures, workers) else 1
 
     def draw_figures(self, workers: int | None = None) -> None:
-        """Draw and save every planned figure, in ``workers`` processes (default: one per core, at
-        most :data:`FIGURE_WORKERS`) when there are several figures: drawing and saving them is
-        most of a report's time. One worker draws them in this process. With a figure cache, a
-        figure drawn before from the same tables by the same code is copied, not drawn."""
+        """Draw and save every planned figure, in ``workers`` processes (default: one per idle core,
+        at most :data:`FIGURE_WORKERS`, where that pays: :func:`figure_pool_pays`; else in this
+        process): drawing and saving them is most of a report's time. One worker draws them in
+        this process. With a figure cache, a figure drawn before from the same tables by the same
+        code is copied, not drawn."""
         from evtsync.core.parallel import InProcess, ProcessPool
 
         jobs, self._figures = self._figures, []
@@ -231,7 +251,9 @@ class ReportContext:
                      self.figure_cache.folder, len(todo))
         if not todo:
             return
-        workers = min(self.figure_workers(workers), len(todo))
+        workers = min(self.figure_workers(workers, len(todo)), len(todo))
+        log.debug("report figures: %d to draw in %s", len(todo),
+                  f"{workers} processes" if workers > 1 else "this process")
         if workers > 1:  # the workers' drawing CPU, which this process's clock does not see, is kept
             cpu = ProcessPool(workers, preload=PLOT_MODULES).map(
                 functools.partial(_timed_draw, self.fig_dir), [t[0] for t in todo], "report figures")
@@ -256,9 +278,28 @@ class ReportContext:
         text = f"Stage {name} {status}: {entry.get('reason') or 'no reason recorded'}."
         if cause != name:
             cause_status = self.stage(cause).get("status", "not run")
-            text += f" Because stage {cause} {STATUS_TEXT.get(cause_status, cause_status)}: {reason or 'no reason recorded'}."
+            text += (f" Because stage {cause} {STATUS_TEXT.get(cause_status, cause_status)}"
+                     + (" for the same reason." if reason and reason == entry.get("reason") else
+                        f": {reason or 'no reason recorded'}."))
         step = next_step(cause, reason)
         return f"{text} {step}" if step else text
+
+
+def figure_pool_pays(figures: int, processes: int, cores: int | None = None) -> bool:
+    """Whether ``processes`` figure workers (no more than ``cores``, default the idle ones:
+    :func:`~evtsync.core.parallel.idle_cores`) should draw ``figures`` figures rather than this
+    process: the rule every local pool follows (:func:`~evtsync.core.parallel.pool_pays`: at most
+    10% more CPU, at least 20% less wall time), with the figure pool's own start costs (its fork
+    server's imports, each worker's first figure) less the matplotlib import this process then
+    does not need (:data:`FIGURE_POOL_START_CPU_S` and the constants beside it)."""
+    import sys
+
+    from evtsync.core.parallel import POOL_START_CPU_PER_WORKER_S, Work, pool_pays
+
+    saved = 0.0 if "matplotlib.figure" in sys.modules else MATPLOTLIB_IMPORT_CPU_S
+    work = Work(items=figures, cpu_s=FIGURE_CPU_S * figures, transfer_cpu_s=FIGURE_TRANSFER_CPU_S * figures)
+    return pool_pays(work, processes, cores, start_cpu_s=max(0.0, FIGURE_POOL_START_CPU_S - saved),
+                     per_worker_cpu_s=POOL_START_CPU_PER_WORKER_S + FIGURE_WORKER_WARMUP_CPU_S)
 
 
 #: CPU seconds the figure workers of this process's reports spent drawing (one entry per pool): the

@@ -8,8 +8,8 @@ figure embedded as a base64 PNG, styles inline: it opens without a network) and
 that fit alone (:mod:`evtsync.report.fit`). The report only reads: the sections
 (:mod:`evtsync.report.sections`, one module each, registered in one list) show the stages'
 tables; :mod:`evtsync.report.render` is the one HTML renderer and stylesheet. The text is built
-first; the figures are then drawn by one worker process per core
-(:meth:`~evtsync.report.context.ReportContext.draw_figures`).
+first; the figures are then drawn, by one worker process per idle core where that pays, else in
+this process (:meth:`~evtsync.report.context.ReportContext.draw_figures`).
 
 Every interval is a central ``evtsync.core.defaults.INTERVAL_LEVEL`` (90%) interval (credible for
 posteriors, confidence for MLE and measured means) unless a caption says otherwise.
@@ -49,8 +49,9 @@ def run_sections(run_dir: Path, out: Path, manifest: dict[str, Any],
     ``figure_cache``: a folder of figures drawn before, see :class:`FigureCache`; ``estimator``: the
     estimator of tau(n) whose rows the report shows, see :mod:`evtsync.report.estimator`)."""
     ctx = ReportContext(run_dir, out, manifest, load_fit, svg, figure_cache, estimator)
-    # (with a figure cache the figures may all be there: the pool starts only for those to draw)
-    if figure_cache is None and ctx.figure_workers(workers) > 1:
+    # (with a figure cache the figures may all be there: the pool starts only for those to draw;
+    # by default whether a pool pays is known only once the figures are planned)
+    if figure_cache is None and workers is not None and ctx.figure_workers(workers) > 1:
         from evtsync.core.parallel import start_fork_server
 
         start_fork_server(PLOT_MODULES)  # it imports matplotlib while the text is built here
@@ -85,7 +86,8 @@ def build_report(source: str | os.PathLike[str], out: str | os.PathLike[str] | N
     too) for a run folder or a fit; returns every file written (figures first). ``load_fit`` reads
     a run's fit trees (the pipeline passes its own, so that a fit the stages read is not read
     again); default :func:`evtsync.evt.bayesfit.load_fit`. ``workers``: processes that draw the
-    figures (default one per core; 1 draws them in this process). ``figure_cache``: a folder where
+    figures (default one per idle core where that pays, else this process; 1 draws them in this
+    process). ``figure_cache``: a folder where
     figures are kept by a hash of their input tables and the code (:class:`FigureCache`), so a
     figure whose data has not changed is copied, not drawn again; None: every figure is drawn.
     ``estimator``: the estimator of tau(n) whose rows the report shows (``evtsync report

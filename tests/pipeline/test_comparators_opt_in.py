@@ -71,13 +71,14 @@ def test_next_step_names_the_option() -> None:
 
 
 @pytest.fixture(scope="module")
-def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict, dict]:
+def two_runs(tmp_path_factory: pytest.TempPathFactory, session_figure_cache: Path) -> tuple[Path, Path, dict, dict]:
     """The tiny demo without the Bayesian comparators, then with one of them (``--model gumbel``),
-    both with one result cache."""
+    both with one result cache and the session's figure cache (tests/conftest.py)."""
     root = tmp_path_factory.mktemp("opt-in")
-    cache = root / "cache"
-    plain = run_pipeline(RunOptions(out=root / "plain", result_cache=str(cache), **FAST)).manifest
-    bayes = run_pipeline(RunOptions(out=root / "bayes", result_cache=str(cache), models=["gumbel"], **FAST)).manifest
+    cache, figures = root / "cache", str(session_figure_cache)
+    plain = run_pipeline(RunOptions(out=root / "plain", result_cache=str(cache), figure_cache=figures, **FAST)).manifest
+    bayes = run_pipeline(RunOptions(out=root / "bayes", result_cache=str(cache), models=["gumbel"],
+                                    figure_cache=figures, **FAST)).manifest
     return root / "plain", root / "bayes", plain, bayes
 
 

@@ -353,14 +353,17 @@ def first_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return first.out, first.manifest
 
 
-def test_second_demo_copies_every_shareable_stage(first_demo: tuple[Path, dict], tmp_path: Path) -> None:
+def test_second_demo_copies_every_shareable_stage(first_demo: tuple[Path, dict], tmp_path: Path,
+                                                  session_figure_cache: Path) -> None:
     """The tiny demo again, into a fresh folder with the first one's result cache: every shareable
-    stage copied byte for byte, the summary and the report computed (the report drawn from copied stages)."""
+    stage copied byte for byte, the summary and the report computed (the report drawn from copied
+    stages; its figures copied from the session's figure cache where another tiny demo drew them)."""
     one, m1 = first_demo
     events: list[StageEvent] = []
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("evtsync.pipeline.engine.source_digest", lambda: FIXED_DIGEST)
-        second = run_pipeline(RunOptions(out=tmp_path / "two", result_cache=str(one.parent / "cache"), **FAST),
+        second = run_pipeline(RunOptions(out=tmp_path / "two", result_cache=str(one.parent / "cache"),
+                                         figure_cache=str(session_figure_cache), **FAST),
                               on_stage=events.append)
     two, m2 = second.out, second.manifest
     copied = {n for n, e in m2["stages"].items() if "reused_from_cache" in e}

@@ -66,12 +66,13 @@ def fixed_source_digest() -> None:
 
 
 @pytest.fixture(scope="module")
-def figure_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The module's figure cache (as ``evtsync run`` keeps one in its cache folder): the tiny run's
-    report draws every figure into it, and a later report of the same tables (the tests that
-    rebuild the report to check its text) copies those instead of drawing them again (~25 s of
-    CPU a report); a figure of other tables is drawn."""
-    return tmp_path_factory.mktemp("figures")
+def figure_cache(session_figure_cache: Path) -> Path:
+    """The session's figure cache (as ``evtsync run`` keeps one in its cache folder; tests/conftest.py):
+    the tiny run's report draws every figure into it unless another test file's tiny demo drew them
+    first, and a later report of the same tables (the tests that rebuild the report to check its
+    text) copies those instead of drawing them again (~11 s of CPU a report); a figure of other
+    tables is drawn."""
+    return session_figure_cache
 
 
 @pytest.fixture(scope="module")

@@ -189,6 +189,50 @@ def test_figures_scale_to_the_width_with_a_narrow_rendering(tmp_path: Path) -> N
     assert "<picture>" not in render_html("T", "s", [Section("S", [EmbeddedFigure(b"not a png", "x")])])
 
 
+def test_the_font_chunk_is_what_savefig_metadata_writes() -> None:
+    """The smallest-text chunk is added to the PNG after saving (issue 48: one layout pass fewer):
+    the bytes must be those matplotlib writes when given the same metadata itself (its PNG writer is
+    the independent reference), the value the 8 pt tick labels set by hand (8 × 110 / 72)."""
+    from evtsync.plots.base import FIGURE_DPI, FONT_KEY, new_figure, png_renderings
+
+    def figure():
+        fig, ax = new_figure(4, 3)
+        ax.plot([0, 1, 2], [3, 1, 2])
+        ax.tick_params(labelsize=8)
+        ax.set_xlabel("x", fontsize=10)
+        return fig
+
+    wide, _ = png_renderings(figure())
+    reference = io.BytesIO()
+    figure().savefig(reference, format="png", dpi=FIGURE_DPI, bbox_inches="tight",
+                     metadata={FONT_KEY: f"{8 * 110 / 72:.2f}"})
+    assert wide == reference.getvalue()
+    blank, _ = new_figure(2, 2)
+    blank.axes[0].set_axis_off()                                        # no text at all: no chunk
+    assert FONT_KEY.encode() not in png_renderings(blank)[0]
+
+
+def test_the_comparators_caption_says_how_to_add_the_bayesian_fits_once(tmp_path: Path) -> None:
+    """A default run (the Bayesian GEV fits opt-in): the comparison section's caption gives the stage's
+    reason, then which comparators ran; the command that adds the fits appears once, not once in the
+    stage's next step and again in the comparators sentence (review of issue 48)."""
+    from evtsync.pipeline.options import OPT_IN_REASON
+    from evtsync.report.sections import compare
+
+    stage = {"status": "not_applicable", "reason": OPT_IN_REASON}
+    manifest = {"stages": {"tax": {"status": "done"}, "zscores": {"status": "done"},
+                           "fit-gumbel": dict(stage), "compare": dict(stage),
+                           "prediction": {"status": "done", "summary": {"comparators": {
+                               "mle": "ran", "paper": "ran", "ranktail": "ran", "bayes-gev": OPT_IN_REASON}}}}}
+    [section] = compare.build(ReportContext(tmp_path, tmp_path / "out", manifest))
+    caption = " ".join(item.text for item in section.items if hasattr(item, "text"))
+    assert "Because stage fit-gumbel did not apply for the same reason." in caption
+    assert caption.count("not run (opt-in: --comparators bayes-gev)") == 1   # the reason said once too
+    assert caption.count("evtsync run --comparators bayes-gev") == 1
+    assert "Comparators computed in this run: the GEV MLE" in caption and "ranktail" in caption
+    assert "Not computed: the Bayesian GEV fits of block maxima" in caption
+
+
 def test_sections_are_one_module_each_in_one_list() -> None:
     modules = [builder.__module__ for builder in RUN_SECTIONS]
     assert len(set(modules)) == len(modules) and modules[0].endswith(".summary")

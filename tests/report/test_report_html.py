@@ -129,3 +129,35 @@ def test_figures_drawn_by_worker_processes_equal_those_drawn_here(tmp_path: Path
         assert fig.svg is not None and fig.svg.read_text(encoding="utf-8").count("<svg") == 1
     assert sorted(p.name for p in (tmp_path / "pool" / "figures").iterdir()) == sorted(
         p.name for p in (tmp_path / "here").iterdir())
+
+
+def test_the_figure_pool_runs_only_where_it_pays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 48: by default the figures are drawn by a pool only where it pays for its fork server's
+    imports and its workers' start (at most 10% more CPU than this process, 20% less wall time, idle
+    cores); ``--jobs`` is obeyed as given."""
+    import functools
+
+    from evtsync.plots import fits as fit_figs
+    from evtsync.report import context
+    from evtsync.report.context import ReportContext, figure_pool_pays
+
+    # a handful of figures (~0.5 s each): the pool's ~1.5 s of start is far more than 10% of them
+    assert not figure_pool_pays(4, 2, cores=2)
+    assert figure_pool_pays(200, 2, cores=2)           # 100 s of drawing: the start is ~2% of it
+    assert not figure_pool_pays(200, 2, cores=1)       # a busy machine: nothing to gain
+    assert not figure_pool_pays(200, 1, cores=2)
+    ctx = ReportContext(tmp_path, tmp_path / "out", {})
+    monkeypatch.setattr("evtsync.core.parallel.idle_cores", lambda *a, **k: 1)
+    assert ctx.figure_workers(None, 200) == 1 and ctx.figure_workers(3, 200) == 3
+    monkeypatch.setattr("evtsync.core.parallel.idle_cores", lambda *a, **k: 2)
+    monkeypatch.setattr(context.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    assert ctx.figure_workers(None, 200) == 2 and ctx.figure_workers(None, 4) == 1
+    # drawn here (no pool: its CPU list is not added to) and written all the same
+    rng = np.random.default_rng(5)
+    for i in range(3):
+        ctx.figure(functools.partial(fit_figs.gev_cell, rng.gumbel(size=40), None, None, None, "none", f"c{i}"),
+                   f"cell-{i}", "A cell.")
+    pools = len(context.FIGURE_WORKER_CPU)
+    ctx.draw_figures()
+    assert len(context.FIGURE_WORKER_CPU) == pools
+    assert sorted(p.name for p in (tmp_path / "out" / "figures").glob("*.png")) == [f"cell-{i}.png" for i in range(3)]

@@ -46,8 +46,9 @@ def build(ctx: ReportContext) -> list[Section]:
     items = rank_items(ctx)
     table = ctx.table("compare")
     if table is None:
-        ran = comparators_ran(ctx)
-        items.append(Caption(f"{COMPARATORS}: " + ctx.why_not("compare") + (f" {ran}" if ran else "")))
+        why = ctx.why_not("compare")
+        ran = comparators_ran(ctx, how_to="--comparators" not in why)  # how to add the fits: said once
+        items.append(Caption(f"{COMPARATORS}: {why}" + (f" {ran}" if ran else "")))
         return [Section("Model comparison", items, anchor="compare")]
     verdict = ctx.stage("compare").get("summary", {}).get("verdict", "")
     shown = pd.DataFrame({

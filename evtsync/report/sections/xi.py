@@ -24,9 +24,11 @@ from evtsync.report.markdown import (
 COMPARATORS = "Comparators (GEV of block maxima) — not the headline"
 
 
-def comparators_ran(ctx: ReportContext) -> str:
+def comparators_ran(ctx: ReportContext, how_to: bool = True) -> str:
     """Which comparators the run computed and how to get the opt-in ones, in one sentence (the
-    prediction stage's ``comparators``: each "ran" or why not; issue 48), "" for a run written before."""
+    prediction stage's ``comparators``: each "ran" or why not; issue 48), "" for a run written before.
+    ``how_to`` False: the text beside it already gave the reason and the command (a stage's
+    :meth:`~evtsync.report.context.ReportContext.why_not`), so neither is said again."""
     from evtsync.core.defaults import BAYES_GEV, COMPARATOR_CHOICES
 
     done = ctx.stage("prediction").get("summary", {}).get("comparators") or {}
@@ -35,11 +37,11 @@ def comparators_ran(ctx: ReportContext) -> str:
     words = {"mle": "the GEV MLE per GPU × precision (each GPU's section)", "paper": "the paper's estimator (tau(n) "
              "section)", "ranktail": "ranktail (tau(n) section)", BAYES_GEV: "the Bayesian GEV fits of block maxima"}
     ran = [words.get(k, k) for k, v in done.items() if v == "ran"]
-    not_ran = [f"{words.get(k, k)}: {v}" for k, v in done.items() if v != "ran"]
+    not_ran = [f"{words.get(k, k)}: {v}" if how_to else words.get(k, k) for k, v in done.items() if v != "ran"]
     text = f"Comparators computed in this run: {', '.join(ran) or 'none'}."
     if not_ran:
         text += " Not computed: " + "; ".join(not_ran) + "."
-    if done.get(BAYES_GEV) != "ran":
+    if how_to and done.get(BAYES_GEV) != "ran":
         text += (f" `evtsync run --comparators {BAYES_GEV}` (the same --out: finished stages are reused) adds "
                  f"{COMPARATOR_CHOICES[BAYES_GEV]}.")
     return text
