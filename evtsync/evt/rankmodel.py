@@ -116,9 +116,9 @@ SLOW_LEVEL = 0.05
 SLOW_MIN_SD = 0.1
 _MAX_ATOMS = 4000
 #: The quadrature of the tau draws (:func:`_delay_draws`; docs/methodology.md, "The rank model", the
-#: quadrature and its error): points of the uniform body grid per draw, of the point calls (SIMEX: one
-#: draw, so a finer grid costs nothing; their error is common to every draw of a cell), and of the
-#: tail's Simpson rule in w (odd).
+#: quadrature and its error): points of the uniform body grid per draw, of the SIMEX factor's calls
+#: (the point and its 40 bootstrap replicates: few draws, so a finer grid costs little, and the sparse top
+#: of a SIMEX set is where the body's error is largest), and of the tail's Simpson rule in w (odd).
 _BODY_POINTS = 1000
 _POINT_BODY_POINTS = 10000
 _W_POINTS = 401
@@ -402,7 +402,8 @@ def simex_boot(sets: list[tuple[NDArray, NDArray, NDArray]], n_values: int, rng:
     for atoms, counts, source in sets:
         starts = _atom_starts(counts)
         weights = np.stack([np.add.reduceat(g[b, source], starts) for b in range(boot)])
-        vals.append(_delay_draws(atoms, weights, 0, float(atoms[-1]), np.ones(boot), np.zeros(boot), comp, grid, None))
+        vals.append(_delay_draws(atoms, weights, 0, float(atoms[-1]), np.ones(boot), np.zeros(boot), comp, grid, None,
+                                 body_points=_POINT_BODY_POINTS))
     p1, p2, p3 = vals
     with np.errstate(divide="ignore", invalid="ignore"):
         log_f = np.log(simex_extrapolate(p1, p2, p3) / p1)
