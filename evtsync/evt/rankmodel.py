@@ -115,8 +115,13 @@ SIMEX_BOOT = 40
 SLOW_LEVEL = 0.05
 SLOW_MIN_SD = 0.1
 _MAX_ATOMS = 4000
-_BODY_POINTS = 3000
-_W_POINTS = 801
+#: The quadrature of the tau draws (:func:`_delay_draws`; docs/methodology.md, "The rank model", the
+#: quadrature and its error): points of the uniform body grid per draw, of the SIMEX factor's calls
+#: (the point and its 40 bootstrap replicates: few draws, so a finer grid costs little, and the sparse top
+#: of a SIMEX set is where the body's error is largest), and of the tail's Simpson rule in w (odd).
+_BODY_POINTS = 1000
+_POINT_BODY_POINTS = 10000
+_W_POINTS = 401
 _MAX_MIX = 24
 #: Interval level of every table here: the project's (docs/methodology.md).
 _INTERVAL = INTERVAL_LEVEL
@@ -397,7 +402,8 @@ def simex_boot(sets: list[tuple[NDArray, NDArray, NDArray]], n_values: int, rng:
     for atoms, counts, source in sets:
         starts = _atom_starts(counts)
         weights = np.stack([np.add.reduceat(g[b, source], starts) for b in range(boot)])
-        vals.append(_delay_draws(atoms, weights, 0, float(atoms[-1]), np.ones(boot), np.zeros(boot), comp, grid, None))
+        vals.append(_delay_draws(atoms, weights, 0, float(atoms[-1]), np.ones(boot), np.zeros(boot), comp, grid, None,
+                                 body_points=_POINT_BODY_POINTS))
     p1, p2, p3 = vals
     with np.errstate(divide="ignore", invalid="ignore"):
         log_f = np.log(simex_extrapolate(p1, p2, p3) / p1)
@@ -897,7 +903,7 @@ class RankModelFit:
         for lam in (0, 2, 3):
             a = atoms[(atoms["cell"] == i) & (atoms["lam"] == lam)]
             vals.append(_delay_draws(a["atom"].to_numpy(), a["count"].to_numpy(), 0, float(a["atom"].max()),
-                                     np.ones(1), np.zeros(1), comp, n_eval, None)[0])
+                                     np.ones(1), np.zeros(1), comp, n_eval, None, body_points=_POINT_BODY_POINTS)[0])
         p1, p2, p3 = vals
         p0 = simex_extrapolate(p1, p2, p3)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -989,50 +995,6 @@ def load_rank_model(path: str | os.PathLike[str]) -> RankModelFit:
 # --------------------------------------------------------------------------------------------- integration
 
 
-def _body_index(atoms: NDArray, xb: NDArray, shift: NDArray) -> NDArray[np.int64]:
-    """The number of atoms at or below ``xb[k] − shift[d]`` (d, K), for a uniform grid ``xb``: the
-    first grid point at or above each atom is a division, and the counts a cumulative sum (O(d·(A + K)),
-    where a search is O(d·K·log A)); the same as ``searchsorted(atoms, xb − shift, side="right")``
-    but at a point within rounding of an atom."""
-    nb = xb.size
-    h = (float(xb[-1]) - float(xb[0])) / max(nb - 1, 1)
-    k = np.clip(np.ceil((atoms[None, :] + shift[:, None] - float(xb[0])) / h), 0, nb).astype(np.int64)
-    offset = np.arange(shift.size, dtype=np.int64)[:, None] * (nb + 1)
-    counts = np.bincount((offset + k).ravel(), minlength=shift.size * (nb + 1)).reshape(shift.size, nb + 1)
-    return np.cumsum(counts, axis=1)[:, :nb]
-
-
-def _cdf_e(y: NDArray, atoms: NDArray, cum: NDArray, t: float, c: NDArray, sigma: NDArray,
-           xi: NDArray, body: tuple[NDArray, NDArray] | None = None) -> NDArray:
-    """F_e(y) per draw: the body's cumulative weights below t, W + c(1 − S_GPD(y − t)) above.
-    ``y`` (d, G); ``cum`` (d, A); ``c``, ``sigma``, ``xi`` (d,). Each part is computed only where
-    it applies (the body's step function at or below t, the tail above). ``body`` = (xb, shift):
-    the first xb.size columns of ``y`` are the uniform grid xb less each draw's shift, whose atom
-    counts :func:`_body_index` gives without a search."""
-    out = np.empty(y.shape)
-    flat = np.concatenate([np.zeros((cum.shape[0], 1)), cum], axis=1)  # 0 below the first atom
-    rows = np.broadcast_to(np.arange(y.shape[0])[:, None], y.shape)
-    above = y > t
-    nb = 0
-    if body is not None:
-        xb, shift = body
-        nb = xb.size
-        out[:, :nb] = np.take_along_axis(flat, _body_index(atoms, xb, shift), axis=1)
-    below = ~above
-    below[:, :nb] = False
-    if below.any():
-        out[below] = flat[rows[below], np.searchsorted(atoms, y[below], side="right")]
-    r = rows[above]
-    ex = y[above] - t
-    s, x, cc = sigma[r], xi[r], c[r]
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        z = 1 + x * ex / s
-        surv = np.where(np.abs(x) < 1e-8, np.exp(-ex / s),
-                        np.where(z > 0, np.power(np.maximum(z, 1e-300), -1 / np.where(x == 0, 1, x)), 0.0))
-    out[above] = (1 - cc) + cc * (1 - surv)
-    return out
-
-
 def _compress(shift: NDArray, weight: NDArray, limit: int = _MAX_MIX) -> tuple[NDArray, NDArray]:
     """At most ``limit`` mixture components per draw: sorted, grouped by equal cumulative weight,
     each group at its weighted mean shift."""
@@ -1053,14 +1015,16 @@ def _compress(shift: NDArray, weight: NDArray, limit: int = _MAX_MIX) -> tuple[N
 
 def _delay_draws(atoms: NDArray, counts: NDArray, n_tail: int, t: float, sigma: NDArray, xi: NDArray,
                  comp: dict[str, NDArray], ns: NDArray, rng: np.random.Generator | None,
-                 chunk: int = 100) -> NDArray[np.float64]:
+                 chunk: int = 100, body_points: int | None = None) -> NDArray[np.float64]:
     """D(n) = E[max_n V] − E[mean_n V] per draw for V = rho + e, e's distribution the body atoms
     (Bayesian-bootstrap weights; ``rng`` None: their counts, a point, or weights per draw when
     ``counts`` is (draws, atoms)) and the GPD tail above ``t``.
 
-    E[max] = x0 + ∫ (1 − F_max) dx on a grid: uniform over the body (with every shift), the tail in
-    w = −log S (ranktail's quadrature variable), and the analytic rest beyond it; E[mean] from the
-    same grid (one rank from the population, e alone), so grid errors cancel and D(1) = 0."""
+    E[max] = x0 + ∫ (1 − F_max) dx on a grid: uniform over the body (with every shift; ``body_points``
+    points, default _BODY_POINTS), the tail in w = −log S (ranktail's quadrature variable, _W_POINTS
+    points), and the analytic rest beyond it; E[mean] from the same grid (one rank from the population,
+    e alone), so grid errors cancel and D(1) = 0 (docs/methodology.md, "The rank model": the quadrature
+    and its error)."""
     n_draws = sigma.size
     out = np.empty((n_draws, ns.size))
     top = math.log(max(float(ns.max()), 2.0 ** 16)) + 30.0
@@ -1078,26 +1042,102 @@ def _delay_draws(atoms: NDArray, counts: NDArray, n_tail: int, t: float, sigma: 
         cum = np.cumsum(g, axis=1) / total[:, None]
         c = 1.0 - cum[:, -1]
         out[sl] = _delay_chunk(atoms, cum, t, c, sigma[sl], xi[sl], comp["pop_shift"][sl], comp["pop_w"][sl],
-                               comp["own"][sl], ns, ww)
+                               comp["own"][sl], ns, ww, body_points or _BODY_POINTS)
     return out
 
 
+def _gpd_survival(y: NDArray, sigma: NDArray, xi: NDArray) -> NDArray:
+    """The GPD's survival S(y) = (1 + xi·y/sigma)^(−1/xi) (exp(−y/sigma) at |xi| < 1e-8, 0 beyond a
+    bounded tail's end) for excesses ``y`` >= 0, elementwise with ``sigma``, ``xi`` broadcast to it."""
+    small = np.abs(xi) < 1e-8
+    safe = np.where(small, 1.0, xi)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # beyond a bounded tail's end (xi < 0) log1p(−1) = −inf, times −1/xi > 0: S = 0
+        out = np.exp(np.log1p(np.maximum(y * (safe / sigma), -1.0)) * (-1.0 / safe))
+        if np.any(small):
+            out = np.where(small, np.exp(-y / sigma), out)
+    return out
+
+
+def _simpson(w: NDArray) -> NDArray:
+    """Simpson's weights on the uniform grid ``w`` (an odd number of points)."""
+    out = np.ones(w.size)
+    out[1:-1:2], out[2:-1:2] = 4.0, 2.0
+    return out * (w[1] - w[0]) / 3.0
+
+
+def _lattice_cdf(atoms: NDArray, cum: NDArray, t: float, c: NDArray, sigma: NDArray, xi: NDArray,
+                 y: NDArray) -> NDArray:
+    """F_e at the points ``y`` (L,) shared by every draw, (d, L): the body's cumulative weight of the
+    atoms at or below y (``cum`` (d, A)) up to t, 1 − c·S_GPD(y − t) above."""
+    out = np.concatenate([np.zeros((cum.shape[0], 1)), cum], axis=1)[:, np.searchsorted(atoms, y, side="right")]
+    above = y > t
+    out[:, above] = 1.0 - c[:, None] * _gpd_survival(y[above][None, :] - t, sigma[:, None], xi[:, None])
+    return out
+
+
+def _shifted(lattice: NDArray, u: NDArray, nb: int) -> NDArray:
+    """F_e(xb_k − s) per draw (d, nb) from F_e on the lattice (:func:`_delay_chunk`): the lattice point
+    k + u is xb_k − s; linear between the two lattice points around it."""
+    m = np.floor(u).astype(np.int64)
+    phi = (u - m)[:, None]
+    idx = m[:, None] + np.arange(nb)[None, :]
+    return (1 - phi) * np.take_along_axis(lattice, idx, axis=1) + phi * np.take_along_axis(lattice, idx + 1, axis=1)
+
+
+def _mixed(lattice: NDArray, u: NDArray, weight: NDArray, nb: int) -> NDArray:
+    """Sum_j weight_j F_e(xb_k − s_j) per draw (d, nb), :func:`_shifted` for every component at once:
+    the lattice correlated with each draw's kernel of the components' interpolation weights (an FFT,
+    so the cost does not grow with the number of components)."""
+    from scipy import fft
+
+    d = lattice.shape[0]
+    m = np.floor(u).astype(np.int64)
+    phi = u - m
+    q0 = int(m.min())
+    width = int(m.max()) - q0 + 2
+    rows = np.broadcast_to(np.arange(d)[:, None] * width, m.shape)
+    kernel = np.bincount(np.concatenate([(rows + m - q0).ravel(), (rows + m - q0 + 1).ravel()]),
+                         np.concatenate([(weight * (1 - phi)).ravel(), (weight * phi).ravel()]),
+                         minlength=d * width).reshape(d, width)
+    part = lattice[:, q0:q0 + nb + width - 1]
+    size = fft.next_fast_len(part.shape[1] + width - 1, real=True)
+    conv = fft.irfft(fft.rfft(part, size, axis=1) * fft.rfft(kernel[:, ::-1], size, axis=1), size, axis=1)
+    return np.clip(conv[:, width - 1:width - 1 + nb], 0.0, 1.0)
+
+
 def _delay_chunk(atoms: NDArray, cum: NDArray, t: float, c: NDArray, sg: NDArray, x: NDArray, pop_shift: NDArray,
-                 pop_weight: NDArray, own: NDArray, ns: NDArray, ww: NDArray) -> NDArray[np.float64]:
-    """:func:`_delay_draws` for one chunk of draws whose body weights are drawn (``cum``, ``c``)."""
+                 pop_weight: NDArray, own: NDArray, ns: NDArray, ww: NDArray, nb: int) -> NDArray[np.float64]:
+    """:func:`_delay_draws` for one chunk of draws whose body weights are drawn (``cum``, ``c``).
+
+    F_e is evaluated once per draw on a uniform lattice of the body grid's step h that reaches
+    every shifted point xb_k − s (the shift 0 on lattice points), and F_e(xb_k − s) is read off it
+    linearly between lattice points (docs/methodology.md, "The rank model", the quadrature and its
+    error); beyond the body grid each component's tail is exact."""
     d = sg.size
-    out = np.empty((d, ns.size))
     pop_s, pop_w = _compress(pop_shift, pop_weight)
     if own.shape[1] > _MAX_MIX:
-        own_s, own_w = _compress(own, np.ones_like(own))  # multiplicities: the weights times R
+        own_s, own_w = _compress(own, np.full_like(own, 1.0 / own.shape[1]))  # multiplicities: weights times R
         own_m = own_w * own.shape[1]
     else:
         own_s, own_m = own, np.ones_like(own)
     r_own = own.shape[1]
     all_s = np.concatenate([pop_s, own_s, np.zeros((d, 1))], axis=1)
-    lo = atoms[0] + all_s.min() - 1e-9
-    hi_body = t + all_s.max()
-    xb = np.linspace(lo, hi_body, _BODY_POINTS)
+    s_min, s_max = float(all_s.min()), float(all_s.max())
+    # the body grid: the lowest shifted atom to the highest shifted threshold, two steps more each side, so
+    # that every step of F_e read between lattice points (a ramp one step wide) lies whole on the grid
+    h = max(t + s_max - atoms[0] - s_min, 1e-9) / (nb - 5)
+    lo = atoms[0] + s_min - 2 * h
+    xb = lo + h * np.arange(nb)
+    hi_body = float(xb[-1])
+    # the lattice y_i = lo + (i − p)·h: from below lo − s_max to above hi_body − s_min, the shift 0 on its points
+    p = int(math.ceil(s_max / h)) + 1
+    n_lat = nb + p + int(math.ceil(-s_min / h)) + 2
+    lattice = _lattice_cdf(atoms, cum, t, c, sg, x, lo + (np.arange(n_lat) - p) * h)
+
+    def u_of(shift: NDArray) -> NDArray:  # the lattice position of xb_0 − shift
+        return np.clip(p - shift / h, 0.0, n_lat - nb - 1)
+
     with np.errstate(over="ignore"):
         exc = np.where(np.abs(x[:, None]) < 1e-8, sg[:, None] * ww[None, :],
                        sg[:, None] * np.expm1(x[:, None] * ww[None, :]) / np.where(x == 0, 1, x)[:, None])
@@ -1105,48 +1145,57 @@ def _delay_chunk(atoms: NDArray, cum: NDArray, t: float, c: NDArray, sg: NDArray
     xt = hi_body + exc[:, 1:]  # (d, W-1): beyond the body grid
     grid = np.concatenate([np.broadcast_to(xb, (d, xb.size)), xt], axis=1)
     grid = np.where(np.isnan(grid), np.nanmax(np.where(np.isnan(grid), -np.inf, grid), axis=1, keepdims=True), grid)
+    xt = grid[:, nb:]
 
-    def cdf_at(shift: NDArray) -> NDArray:
-        return _cdf_e(grid - shift[:, None], atoms, cum, t, c, sg, x, body=(xb, shift))
+    def tail_surv(shift: NDArray) -> NDArray:  # S_GPD beyond the body grid, every component (d, J, W-1)
+        return _gpd_survival(xt[:, None, :] - shift[:, :, None] - t, sg[:, None, None], x[:, None, None])
 
-    f_pop = sum(pop_w[:, j:j + 1] * cdf_at(pop_s[:, j]) for j in range(pop_s.shape[1]))
-    f_e = cdf_at(np.zeros(d))
     with np.errstate(divide="ignore"):
-        log_pop = np.log(np.maximum(f_pop, 0.0))
-        log_own = sum(own_m[:, j:j + 1] * np.log(np.maximum(cdf_at(own_s[:, j]), 0.0)) for j in range(own_s.shape[1]))
-    dx = np.diff(grid, axis=1)
-
-    def integral(log_f: NDArray, n_pop: NDArray) -> NDArray:
-        f = np.exp(log_f)
-        one = 1.0 - f
-        body = x0 + (0.5 * (one[:, 1:] + one[:, :-1]) * dx).sum(axis=1)
-        # beyond the grid: 1 − F_max ≈ n_eff (1 − F) with the GPD's integral of the survival
-        xend = grid[:, -1]
-        surv_int = np.zeros(d)
-        for j in range(pop_s.shape[1]):
-            yj = xend - pop_s[:, j] - t
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                loc = sg + x * yj
-                zz = 1 + x * yj / sg
-                s = np.where(zz > 0, np.power(np.maximum(zz, 1e-300), -1 / np.where(x == 0, 1, x)), 0.0)
-                surv_int += pop_w[:, j] * np.where(x < 1, c * loc * s / np.maximum(1 - x, 1e-12), np.inf)
-        return body + n_pop * np.nan_to_num(surv_int, nan=0.0)
-
+        log_pop = np.concatenate([np.log(_mixed(lattice, u_of(pop_s), pop_w, nb)),
+                                  np.log1p(-c[:, None] * np.einsum("dj,djw->dw", pop_w, tail_surv(pop_s)))], axis=1)
+        log_e = np.concatenate([np.log(_shifted(lattice, u_of(np.zeros(d)), nb)),
+                                np.log1p(-c[:, None] * tail_surv(np.zeros((d, 1)))[:, 0])], axis=1)
+        log_own = np.zeros_like(log_pop)
+        if r_own:
+            own_tail = np.log1p(-c[:, None, None] * tail_surv(own_s))
+            for j in range(own_s.shape[1]):
+                log_own += own_m[:, j:j + 1] * np.concatenate(
+                    [np.log(np.maximum(_shifted(lattice, u_of(own_s[:, j]), nb), 0.0)), own_tail[:, j]], axis=1)
+    # the quadrature's weights: the trapezoid rule on the body grid, Simpson's rule in w beyond it
+    # (x = hi_body + sigma (e^(xi w) − 1)/xi, dx/dw = sigma e^(xi w)); and 1 − F_max beyond the grid:
+    # n_eff (1 − F) with the GPD's integral of the survival, ∫_y^∞ S = (sigma + xi·y) S(y)/(1 − xi)
+    weight = np.empty(grid.shape)
+    weight[:, :nb] = h
+    weight[:, [0, nb - 1]] = h / 2
+    with np.errstate(over="ignore", invalid="ignore"):
+        tail_weight = _simpson(ww)[None, :] * sg[:, None] * np.exp(x[:, None] * ww[None, :])
+    weight[:, nb - 1] += tail_weight[:, 0]
+    weight[:, nb:] = tail_weight[:, 1:]
     x0 = grid[:, 0]
-    e_pop = integral(log_pop, np.ones(d))
-    with np.errstate(divide="ignore"):
-        e_e = integral(np.log(np.maximum(f_e, 0.0)), np.zeros(d))
+    y_end = grid[:, -1:] - pop_s - t
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        beyond = (pop_w * c[:, None] * (sg[:, None] + x[:, None] * y_end)
+                  * _gpd_survival(y_end, sg[:, None], x[:, None])).sum(axis=1)
+        beyond = np.nan_to_num(np.where(x < 1, beyond / np.maximum(1 - x, 1e-12), np.inf), nan=0.0)
+
+    def integral(log_f: NDArray, n_pop: float) -> NDArray:
+        """E[max] = x0 + ∫ (1 − F_max): the grid's quadrature plus the rest beyond it."""
+        return x0 - np.einsum("dg,dg->d", np.expm1(log_f), weight) + n_pop * beyond
+
+    out = np.empty((d, ns.size))
+    e_pop = integral(log_pop, 1.0)
+    e_e = integral(log_e, 0.0)
     own_mean_shift = own.mean(axis=1) if r_own else np.zeros(d)
     for j, nn in enumerate(ns):
         if r_own == 0:
-            e_max = integral(nn * log_pop, np.full(d, nn))
+            e_max = integral(nn * log_pop, nn)
             e_mean = e_pop
         elif nn >= r_own:
             extra = (nn - r_own) * log_pop if nn > r_own else 0.0  # no 0 * (-inf) below the support
-            e_max = integral(log_own + extra, np.full(d, nn))
+            e_max = integral(log_own + extra, nn)
             e_mean = ((nn - r_own) * e_pop + r_own * (e_e + own_mean_shift)) / nn
         else:
-            e_max = integral(log_own * (nn / r_own), np.full(d, nn))
+            e_max = integral(log_own * (nn / r_own), nn)
             e_mean = e_e + own_mean_shift
         out[:, j] = np.where(x < 1, e_max - e_mean, np.inf)
     return out

@@ -81,6 +81,8 @@ _XI_GRID = np.linspace(-0.5, 1.2, 171)
 _XI_STEP = float(_XI_GRID[1] - _XI_GRID[0])
 #: Points of the tail quadrature in w = −log G (Simpson's rule).
 _W_POINTS = 801
+#: log(1e-20): a power C^n below it is left out of the body's sum (:func:`expected_max_draws`)
+_NEGLIGIBLE_LOG = math.log(1e-20)
 #: At most this many atoms of the body in the Bayesian bootstrap (adjacent sorted values binned).
 _MAX_ATOMS = 4000
 _GROUPS = ("gpu", "precision")
@@ -359,10 +361,14 @@ def expected_max_draws(tail: RankTail, n: Sequence[int], *, chunk: int = 200) ->
         with np.errstate(over="ignore"):
             growth = np.exp(xi[:, None] * ww[None, :]) * simpson_w[None, :]
             rest_base = np.where(xi < 1, c * np.exp(-(1 - xi) * top) / np.maximum(1 - xi, 1e-12), np.inf)
+        top_cum = log_cum.max(axis=0)  # nondecreasing along the atoms: each row is
         for j, nn in enumerate(ns):
-            # sum_i v_i (C_i^n - C_(i-1)^n) by parts: v_K C_K^n - sum_(i<K) C_i^n (v_(i+1) - v_i), one power per atom
-            powers = np.exp(nn * log_cum)
-            body_part = body[-1] * powers[:, -1] - powers[:, :-1] @ step
+            # sum_i v_i (C_i^n - C_(i-1)^n) by parts: v_K C_K^n - sum_(i<K) C_i^n (v_(i+1) - v_i), one power per
+            # atom from the first whose C^n can reach 1e-20 in some draw (the atoms below add < 1e-20 of the
+            # body's range)
+            first = min(int(np.searchsorted(top_cum, _NEGLIGIBLE_LOG / nn)), body.size - 1)
+            powers = np.exp(nn * log_cum[:, first:])
+            body_part = body[-1] * powers[:, -1] - powers[:, :-1] @ step[first:]
             # tail: sigma ∫_0^W (1 - (1 - c e^-w)^n) e^{xi w} dw + the analytic rest beyond W, where
             # 1 - (1 - c e^-w)^n ≈ n c e^-w
             with np.errstate(invalid="ignore"):

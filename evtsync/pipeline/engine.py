@@ -159,7 +159,8 @@ class Run:
         self._alignments: dict[str, Any] = {}
         self._tax: dict[str, Any] = {}
         self._fit_trees: dict[Path, tuple[tuple[int, int], Any]] = {}
-        self._rank_models: dict[Path, tuple[Any, Any]] = {}
+        #: what :meth:`once` computed: (file, what) -> (the file's size and mtime, value)
+        self._once: dict[tuple[Path, str], tuple[Any, Any]] = {}
         #: Dask backend of the run (``workers``/``scheduler``/environment), open during it
         self.backend: Any = None
         self.code = source_digest()
@@ -307,6 +308,18 @@ class Run:
             self._fit_trees[key] = hit = (stamp, load_fit(path, skip=("log_likelihood",)))
         return hit[1]
 
+    def once(self, rel: str, what: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, computed once per run from the run folder's file ``rel`` (``what`` names the
+        value and whatever else it depends on): the stages that need the same value share it. A file
+        rewritten since (other size or mtime) computes it again."""
+        path = self.path(rel).resolve()
+        stat = path.stat() if path.is_file() else None
+        stamp = (stat.st_mtime_ns, stat.st_size) if stat else (-1, -1)
+        hit = self._once.get((path, what))
+        if hit is None or hit[0] != stamp:
+            self._once[(path, what)] = hit = (stamp, compute())
+        return hit[1]
+
     def rank_model(self, rel: str, seed: int) -> Any:
         """The run's rank model ``rel`` as the prediction tables take it
         (:class:`~evtsync.evt.rankmodel.RankModelPrediction` with ``seed``), read once per run and its
@@ -317,14 +330,8 @@ class Run:
         from evtsync.evt.rankmodel import RankModelPrediction, load_rank_model
         from evtsync.predict.estimator import cache_expected_max
 
-        path = self.path(rel).resolve()
-        stat = path.stat() if path.is_file() else None
-        stamp = (stat.st_mtime_ns, stat.st_size) if stat else (-1, -1)
-        hit = self._rank_models.get(path)
-        if hit is None or hit[0] != (stamp, seed):
-            hit = ((stamp, seed), cache_expected_max(RankModelPrediction(load_rank_model(path), seed=seed)))
-            self._rank_models[path] = hit
-        return hit[1]
+        return self.once(rel, f"rank model, seed {seed}", lambda: cache_expected_max(
+            RankModelPrediction(load_rank_model(self.path(rel)), seed=seed)))
 
     def trace_hashes(self) -> dict[str, str]:
         """SHA-256 of every trace file, reusing the manifest's when size and mtime match."""

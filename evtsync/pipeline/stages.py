@@ -656,7 +656,7 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
     if ranktail is not None:
         tau.append(ranktail)
     if main_fit is None:  # no Bayesian GEV comparator (opt-in): the centred fallback is the GEV MLE of y
-        main_fit, fallback_reason = _mle_centred_fallback(run.table(f"{TABLES}/zscores.parquet"))
+        main_fit, fallback_reason = _mle_centred_fallback(run)
     else:
         fallback_reason = ""
     choice = _estimator_choice(run, main_fit)
@@ -692,19 +692,24 @@ def _stage_prediction(run: Run) -> dict[str, Any]:
             "whatif": whatif, "flops": flops}
 
 
-def _mle_centred_fallback(z: pd.DataFrame) -> tuple[Any, str]:
+def _mle_centred_fallback(run: Run) -> tuple[Any, str]:
     """The centred fallback of the default estimator in a run without the Bayesian GEV comparators
     (opt-in, issue 48): the GEV maximum-likelihood fit per GPU × precision of the centred maxima y
-    (:func:`evtsync.evt.mlefit.mle_cell_table`, as the out-of-sample check's fallback), and why it is
-    the fallback; (None, why) when no cell has enough z-scores for it."""
-    from evtsync.evt.mlefit import MleCellFit, mle_cell_table
+    (:func:`evtsync.evt.mlefit.mle_cell_table`, as the out-of-sample check's fallback) of the run's
+    z-scores, and why it is the fallback; (None, why) when no cell has enough z-scores for it. Fitted
+    once per run (:meth:`Run.once`): prediction and predicted-vs-measured use the same fit."""
+    def fit() -> tuple[Any, str]:
+        from evtsync.evt.mlefit import MleCellFit, mle_cell_table
 
-    reason = f"the Bayesian GEV comparators did not run ({OPT_IN_REASON}): the centred fallback is the GEV MLE of y"
-    table = mle_cell_table(z, ("gpu", "precision"), column="y", level=LEVEL, min_n=MIN_Z_MLE)
-    try:
-        return MleCellFit(table, family="gev"), reason
-    except InputError as exc:
-        return None, f"{reason}, which has no cell ({exc})"
+        reason = f"the Bayesian GEV comparators did not run ({OPT_IN_REASON}): the centred fallback is the GEV MLE of y"
+        table = mle_cell_table(run.table(f"{TABLES}/zscores.parquet"), ("gpu", "precision"), column="y", level=LEVEL,
+                               min_n=MIN_Z_MLE)
+        try:
+            return MleCellFit(table, family="gev"), reason
+        except InputError as exc:
+            return None, f"{reason}, which has no cell ({exc})"
+
+    return run.once(f"{TABLES}/zscores.parquet", "centred fallback: GEV MLE of y", fit)
 
 
 def _comparators_run(run: Run) -> dict[str, str]:
@@ -795,7 +800,7 @@ def _stage_predicted_vs_measured(run: Run) -> dict[str, Any]:
     if main is not None:
         fit = _load_fit(run, fitted_models(run.out, run.manifest)[main])
     else:  # no Bayesian GEV comparator (opt-in): the centred fallback is the GEV MLE of y, as in prediction
-        fit, _ = _mle_centred_fallback(run.table(f"{TABLES}/zscores.parquet"))
+        fit, _ = _mle_centred_fallback(run)
     choice = _estimator_choice(run, fit)
     table = predict_table(choice, predict.predicted_vs_measured, measured, run.options.m, LEVEL,
                           source="predicted-vs-measured")

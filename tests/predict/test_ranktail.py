@@ -87,6 +87,30 @@ def test_one_rank_has_no_straggler_delay_and_the_estimate_scales_with_b() -> Non
     assert a == pytest.approx(b, rel=1e-5)
 
 
+def test_the_body_sum_leaves_out_only_powers_below_1e20(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the body's sum by parts skips the atoms whose C^n is below 1e-20 in every draw (issue 48): against
+    # the whole sum (nothing skipped), the same draws agree to rounding at n = 2, 3 (nothing to skip),
+    # 64 and 4096 (most of the body skipped), and a hand sum of one draw's body agrees too
+    from evtsync.evt import ranktail
+
+    u = np.random.default_rng(8).gumbel(size=3000)
+    tail = fit_rank_tail(u, seed=1)
+    ns = [2, 3, 64, 4096]
+    skipped = expected_max_draws(tail, ns)
+    monkeypatch.setattr(ranktail, "_NEGLIGIBLE_LOG", -np.inf)
+    whole = expected_max_draws(tail, ns)
+    np.testing.assert_allclose(skipped, whole, rtol=1e-12, atol=1e-12)
+    # n = 4096 by hand for draw 0 (its gamma weights drawn again, as the function draws them): the body's
+    # part of E[max] is sum_i v_i (C_i^n − C_(i−1)^n), here ~0 (the body holds at most ~96% of the mass)
+    body = np.sort(tail.values[tail.values <= tail.threshold])
+    rng = np.random.default_rng(tail.weights_seed)
+    g = rng.standard_gamma(np.ones(body.size), size=(200, body.size))
+    total = g.sum(axis=1) + rng.standard_gamma(float(tail.values.size - body.size), size=200)
+    cum = np.cumsum(g[0]) / total[0]
+    hand = float(np.sum(body * np.diff(np.concatenate([[0.0], cum ** 4096]))))
+    assert abs(hand) < 1e-20
+
+
 def test_the_per_rank_values_are_each_ranks_time_over_the_robust_scale() -> None:
     # by hand: two instances of one 4-rank sample, overall mean 4.5, pooled sd s = sqrt(10/6).
     # Pair differences per sample: 1, 2, 3, 1, 2, 1 -> 12 values, six 1s, four 2s, two 3s; their 90%
