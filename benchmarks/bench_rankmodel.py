@@ -21,6 +21,15 @@ on (a) the demo's z-score table (``--run``: a finished ``evtsync run`` folder; w
 (b) ``--blocks`` simulated samples of m = 4 ranks (collectives of 8 ranks, 6 cells of
 GPU × precision, normal and Gumbel ranks with a shared shock), the GEV on their centred maxima y.
 Prints one JSON line per measurement and the ratio rankmodel/gev.
+
+``--stage RUN --baseline-src DIR`` (issue 48): the rank model's fits of a run, as the run makes them, with
+this checkout's code and with the code in DIR (``git -C /work/main archive main | tar -x -C DIR``),
+interleaved ``--rounds`` times: per code, a "stage" process (the ``rankmodel`` stage's fits of xi free and
+xi = 0 on the run's z-scores, their files and tables) and then a "holdout" process (predicted-vs-measured's
+refit on the earlier half), both on one evtsync cache folder: ``cold`` a fresh, empty one (the cold demo),
+then ``warm`` the same folder again. PyTensor's own compile folder is not emptied (as in
+``bench_demo_cpu.py --cold``). Per process: CPU of the fits (``cpu_fits_s``) and of the whole process
+(``cpu_process_s``: getrusage of the child, imports included), each fit's convergence line.
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ import argparse
 import json
 import os
 import platform
+import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -91,6 +102,59 @@ def measure(kind: str, path: Path, long_path: Path | None = None) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def stage_one(part: str, path: str, out: str) -> dict:
+    """In this process: the rankmodel stage's work (``part`` "stage") or the out-of-sample refit ("holdout")."""
+    from evtsync.evt.rankmodel import fit_table
+
+    z = pd.read_parquet(path)
+    c0 = time.process_time()
+    if part == "holdout":
+        early = z[z["index"] < z.groupby("workload")["index"].transform("median")]
+        fits = [fit_table(early, seed=0, source="earlier half", refused={})]
+    else:
+        from evtsync.pipeline import rankmodel as tables
+        from evtsync.predict.tables import block_scale
+
+        fits = [fit_table(z, seed=0, source="zscores", refused={}),
+                fit_table(z, seed=0, source="zscores", refused={}, free_shape=False)]
+        fits[0].save(Path(out) / "rankmodel.nc")
+        fits[1].save(Path(out) / "rankmodel-gumbel.nc")
+        scales = block_scale(z)
+        tables.rank_effects_table(fits[0], scales)
+        tables.rank_variance_table(fits[0])
+        tables.rank_xi_table(fits[0])
+        tables.rank_loo_table(fits[0], fits[1])
+    return {"part": part, "cpu_fits_s": round(time.process_time() - c0, 2),
+            "convergence": [f.convergence_note for f in fits]}
+
+
+def stage_rounds(run: Path, baseline: Path, rounds: int, workdir: Path) -> None:
+    """:func:`stage_one` for both codes, cold then warm, interleaved (module docstring)."""
+    z = run / "tables" / "zscores.parquet"
+    for r in range(rounds):
+        for label, src in (("baseline", baseline), ("this", ROOT)):
+            cache = workdir / f"cache-{label}-{r}"
+            shutil.rmtree(cache, ignore_errors=True)
+            for state in ("cold", "warm"):
+                for part in ("stage", "holdout"):
+                    out = workdir / f"out-{label}-{r}-{state}-{part}"
+                    out.mkdir(parents=True, exist_ok=True)
+                    env = {**os.environ, "PYTHONWARNINGS": "ignore", "EVTSYNC_CACHE_DIR": str(cache),
+                           "PYTHONPATH": str(src)}
+                    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    w0 = time.perf_counter()
+                    proc = subprocess.run([sys.executable, "-P", str(Path(__file__).resolve()), "--stage-one", part,
+                                           str(z), str(out)], capture_output=True, text=True, env=env, cwd=str(src))
+                    if proc.returncode:
+                        raise SystemExit(f"{label} {part} failed:\n{proc.stderr[-3000:]}")
+                    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    row = json.loads(proc.stdout.strip().splitlines()[-1])
+                    row.update({"code": label, "round": r, "cache": state, "wall_s": round(time.perf_counter() - w0, 2),
+                                "cpu_process_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2),
+                                "load": os.getloadavg()[0]})
+                    print(json.dumps(row), flush=True)
+
+
 def truth_check(run: Path) -> None:
     """The rank model's tau(n)/b on the demo beside the truth (tables/truth_delay.parquet)."""
     from evtsync.evt.rankmodel import fit_rank_model, rank_table_from_zscores
@@ -115,13 +179,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, help="a finished `evtsync run --demo` folder")
     parser.add_argument("--blocks", type=int, default=0, help="simulated samples of 4 ranks (0: none)")
+    parser.add_argument("--stage", type=Path, help="a finished demo run folder: the rank model's fits of a run, "
+                        "cold and warm, this checkout against --baseline-src, interleaved")
+    parser.add_argument("--baseline-src", type=Path, help="the baseline's source folder (with --stage)")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (with --stage)")
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "evtsync-bench-rankmodel")
     parser.add_argument("--one", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--stage-one", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.stage_one:
+        print(json.dumps(stage_one(*args.stage_one)))
+        return
     if args.one:
         print(json.dumps(one(args.one[0], args.one[1], args.one[2] if len(args.one) > 2 else None)))
         return
     print(json.dumps({"machine": platform.node(), "cpus": os.cpu_count(), "load": os.getloadavg(),
                       "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}))
+    if args.stage:
+        if args.baseline_src is None:
+            parser.error("--stage needs --baseline-src")
+        stage_rounds(args.stage, args.baseline_src.resolve(), args.rounds, args.workdir)
     if args.run:
         z = args.run / "tables" / "zscores.parquet"
         gev, rank = measure("gev", z), measure("rankmodel", z)

@@ -7,6 +7,10 @@ median collective index (the run's out-of-sample check). One JSON line per fit: 
 max R-hat, min bulk ESS, CPU seconds.
 
     .venv/bin/python benchmarks/rankmodel_convergence_seeds.py RUN_DIR --seeds 0-9 [--half early] >> out.jsonl
+
+``--draws``, ``--tune``, ``--target-accept`` and ``--adaptation`` override the specification's settings
+(a candidate setting's evidence); each line records the settings it ran with and the mean number of
+leapfrog steps per draw.
 """
 
 from __future__ import annotations
@@ -24,8 +28,15 @@ def main() -> None:
     parser.add_argument("run", type=Path, help="a finished `evtsync run` folder of the demo")
     parser.add_argument("--seeds", default="0-9", help="seeds, FIRST-LAST (default 0-9)")
     parser.add_argument("--half", choices=("all", "early"), default="all", help="all rows, or the earlier half")
+    parser.add_argument("--draws", type=int, help="draws per chain (default: the specification's)")
+    parser.add_argument("--tune", type=int, help="tuning steps per chain (default: the specification's)")
+    parser.add_argument("--target-accept", type=float, help="NUTS target acceptance (default: the specification's)")
+    parser.add_argument("--adaptation", help="nutpie's mass-matrix adaptation (default: the specification's)")
     args = parser.parse_args()
-    from evtsync.evt.rankmodel import RANKMODEL_TARGET_ACCEPT, fit_table
+    from evtsync.evt.rankmodel import fit_table
+
+    overrides = {k: v for k, v in (("draws", args.draws), ("tune", args.tune), ("target_accept", args.target_accept),
+                                   ("adaptation", args.adaptation)) if v is not None}
 
     z = pd.read_parquet(args.run / "tables" / "zscores.parquet")
     if args.half == "early":
@@ -34,8 +45,11 @@ def main() -> None:
     for seed in range(first, last + 1):
         for free in (True, False):
             start = time.process_time()
-            fit = fit_table(z, seed=seed, source="zscores", refused={}, free_shape=free)
-            print(json.dumps({"half": args.half, "seed": seed, "free_shape": free, "target_accept": RANKMODEL_TARGET_ACCEPT,
+            fit = fit_table(z, seed=seed, source="zscores", refused={}, free_shape=free, **overrides)
+            steps = float(fit.tree["sample_stats"]["n_steps"].mean())
+            print(json.dumps({"half": args.half, "seed": seed, "free_shape": free, "draws": int(fit.attrs["draws"]),
+                              "tune": int(fit.attrs["tune"]), "target_accept": float(fit.attrs["target_accept"]),
+                              "adaptation": fit.attrs["adaptation"], "mean_steps": round(steps, 1),
                               "converged": fit.converged, "divergences": int(fit.attrs["divergences"]),
                               "max_rhat": round(float(fit.attrs["max_rhat"]), 4),
                               "min_ess_bulk": round(float(fit.attrs["min_ess_bulk"])),

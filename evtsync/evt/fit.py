@@ -345,7 +345,9 @@ def _finite_logp(compiled: Any, built: BuiltModel) -> Any:
     cfunc = getattr(compiled, "compiled_logp_func", None)
     user_data = getattr(compiled, "user_data", None)
     n_dim = getattr(compiled, "_n_dim", None)
-    if cfunc is not None and isinstance(user_data, np.ndarray) and isinstance(n_dim, int):
+    # nutpie's n_dim is a numpy integer (an `int` test alone sent every fit to PyMC's compile_logp)
+    if cfunc is not None and isinstance(user_data, np.ndarray) and isinstance(n_dim, (int, np.integer)):
+        n_dim = int(n_dim)
         call = cfunc.ctypes
         doubles = ctypes.POINTER(ctypes.c_double)
 

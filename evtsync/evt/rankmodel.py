@@ -429,7 +429,11 @@ def _build_model(cells: list[CellData], exc: list[NDArray], free_shape: bool, ce
     """The PyMC model: GPD excesses per cell with the pooled shape and scale, and the rank effects'
     estimates marginalised over their Normal(0, sigma_rho) population; priors from ``spec``
     (``models/rankmodel.toml``). Several cells pool the scale at the common reference threshold
-    :func:`reference_threshold` of their ``thresholds`` (GPD threshold stability)."""
+    :func:`reference_threshold` of their ``thresholds`` (GPD threshold stability).
+
+    Every value taken from the data enters as a ``pm.Data`` (:func:`_model_data`): the graph
+    depends only on the model's structure (:func:`_structure_key`), so its compiled form serves
+    another data set of the same structure (the out-of-sample check's earlier half)."""
     import pymc as pm
     import pytensor.tensor as pt
 
@@ -438,9 +442,9 @@ def _build_model(cells: list[CellData], exc: list[NDArray], free_shape: bool, ce
     n_cells = len(cells)
     labels = [c.label for c in cells]
     coords: dict[str, Any] = {"cell": labels}
-    y = np.concatenate(exc)
-    cell_of = np.concatenate([np.full(e.size, i) for i, e in enumerate(exc)])
+    values = _model_data(cells, exc, centred, thresholds)
     with pm.Model(coords=coords) as model:
+        data = {name: pm.Data(name, value) for name, value in values.items()}
         if free_shape:
             xi0 = _prior_rv("xi0", spec.xi_prior)
             xi_cell = xi0 + pt.zeros(n_cells)
@@ -452,12 +456,11 @@ def _build_model(cells: list[CellData], exc: list[NDArray], free_shape: bool, ce
                 sd = _prior_rv(f"xi_sd_{factor}", spec.xi_spread_prior)
                 z = pm.ZeroSumNormal(f"xi_z_{factor}", sigma=1.0, dims=factor)
                 delta = pm.Deterministic(f"delta_{factor}", sd * z, dims=factor)
-                idx = np.array([levels.index(getattr(c, factor)) for c in cells])
-                xi_cell = xi_cell + delta[idx]
+                xi_cell = xi_cell + delta[data[f"level_{factor}"]]
             xi = pm.Deterministic("xi", xi_cell, dims="cell")
         else:
             xi = pt.zeros(n_cells)
-        y_max = np.array([float(e.max()) for e in exc])
+        y_max = data["y_max"]
         bound = y_max * _BOUND_WIDTH * pt.softplus(-xi / _BOUND_WIDTH)
         one_plus_xi = pt.maximum(1.0 + xi, 1e-3)  # the shape's prior keeps xi far above -1
         if n_cells > 1:
@@ -468,12 +471,11 @@ def _build_model(cells: list[CellData], exc: list[NDArray], free_shape: bool, ce
             # prior with mass at 0 (complete pooling) makes no funnel; the support wall enters as a smooth
             # maximum of the same width as bound's, sigma_c = bound + w softplus((sigma_ref,c - xi_c (u_ref -
             # u_c) - bound)/w), exact (to 1e-4 w) more than 9 w inside the support (docs/methodology.md)
-            shift = reference_threshold(thresholds) - np.asarray(thresholds, dtype=float)
             log_sigma0 = pm.Flat("log_sigma0", initval=float(np.log(np.mean([e.mean() for e in exc]))))
             ls_sd = _prior_rv("log_sigma_sd", spec.sigma_spread_prior)
             z_sigma = pm.Normal("log_sigma_z", 0.0, 1.0, dims="cell")
             width = y_max * _BOUND_WIDTH
-            gap = pt.exp(log_sigma0 + ls_sd * z_sigma) - xi * shift - bound
+            gap = pt.exp(log_sigma0 + ls_sd * z_sigma) - xi * data["shift"] - bound
             sigma = pm.Deterministic("sigma", bound + width * pt.softplus(gap / width), dims="cell")
         else:
             # one cell: flat on log sigma (ranktail's prior); the support {sigma > max(0, -xi y_max)} as a
@@ -486,22 +488,56 @@ def _build_model(cells: list[CellData], exc: list[NDArray], free_shape: bool, ce
             v = pm.Flat("log_sigma_free", dims="cell", initval=np.log([float(e.mean()) for e in exc]))
             sigma = pm.Deterministic("sigma", bound + pt.exp(v) / one_plus_xi, dims="cell")
             pm.Potential("sigma_jacobian", pt.sum(v - pt.log(one_plus_xi) - pt.log(sigma)))  # d log sigma / d v
-        s_i, x_i = sigma[cell_of], xi[cell_of]
+        # GPD log density of the excesses, each cell's a row of data["excess"] padded with zeros (an excess
+        # of 0 adds exactly 0 to log1p(xi y / sigma) and its derivatives, so only n_c log sigma_c counts the
+        # cell's excesses): sum_c [-n_c log sigma_c - sum_j (1/xi_c + 1) log1p(xi_c y_cj / sigma_c)]
+        y = data["excess"]
+        s_i, x_i = sigma[:, None], xi[:, None]
         z = x_i * y / s_i
         zc = pt.maximum(z, -1 + 1e-12)
         small = pt.abs(x_i) < 1e-8
         logs = pt.switch(small, y / s_i, pt.log1p(zc) / pt.switch(small, 1.0, x_i))
-        pm.Potential("gpd", pt.sum(pt.switch(z > -1, -pt.log(s_i) - logs - pt.log1p(zc), -np.inf)))
-        with_ranks = [i for i, c in enumerate(cells) if len(c.rank_labels) >= 2]
-        if with_ranks:
-            model.add_coord("rank_cell", [labels[i] for i in with_ranks])
+        pm.Potential("gpd", -pt.sum(data["n_excess"] * pt.log(sigma))
+                     - pt.sum(pt.switch(z > -1, logs + pt.log1p(zc), np.inf)))
+        if values["rho_hat"].size:
+            model.add_coord("rank_cell", [labels[i] for i in _rank_cells(cells)])
             sigma_rho = _prior_rv("sigma_rho", spec.rho_spread_prior, dims="rank_cell")
-            for j, i in enumerate(with_ranks):
-                c = cells[i]
-                spread = (1 - 1 / c.rank_k) if centred else np.ones(c.rank_k.size)
-                sd = pt.sqrt(sigma_rho[j] ** 2 * spread + c.rho_se ** 2)
-                pm.Potential(f"rho_hat_{i}", pm.logp(pm.Normal.dist(0.0, sd), c.rho_hat).sum())
+            sd = pt.sqrt(sigma_rho[data["rho_cell"]] ** 2 * data["rho_spread"] + data["rho_se"] ** 2)
+            pm.Potential("rho_population", pm.logp(pm.Normal.dist(0.0, sd), data["rho_hat"]).sum())
     return model
+
+
+def _rank_cells(cells: list[CellData]) -> list[int]:
+    """The cells whose ranks carry rank effects (two ranks or more)."""
+    return [i for i, c in enumerate(cells) if len(c.rank_labels) >= 2]
+
+
+def _model_data(cells: list[CellData], exc: list[NDArray], centred: bool,
+                thresholds: Sequence[float]) -> dict[str, NDArray]:
+    """Every value :func:`_build_model` takes from the data, by its ``pm.Data`` name: the excesses, one
+    row per cell padded with zeros (``excess``, ``n_excess``), their maxima, the cells' shift to the
+    reference threshold, each cell's GPU and precision level, and the rank effects' estimates with
+    their cell among the rank cells, se and centring factor."""
+    width = max(e.size for e in exc)
+    excess = np.zeros((len(exc), width))
+    for i, e in enumerate(exc):
+        excess[i, :e.size] = e
+    with_ranks = _rank_cells(cells)
+    ranked = [cells[i] for i in with_ranks]
+    out = {"excess": excess, "n_excess": np.array([e.size for e in exc], dtype=float),
+           "y_max": np.array([float(e.max()) for e in exc]),
+           "shift": reference_threshold(thresholds) - np.asarray(thresholds, dtype=float)
+           if len(cells) > 1 else np.zeros(len(cells))}
+    for factor in _GROUPS:
+        levels = sorted({getattr(c, factor) for c in cells})
+        out[f"level_{factor}"] = np.array([levels.index(getattr(c, factor)) for c in cells], dtype=np.int64)
+    out["rho_hat"] = np.concatenate([c.rho_hat for c in ranked]) if ranked else np.zeros(0)
+    out["rho_se"] = np.concatenate([c.rho_se for c in ranked]) if ranked else np.zeros(0)
+    out["rho_spread"] = (np.concatenate([(1 - 1 / c.rank_k) if centred else np.ones(c.rank_k.size) for c in ranked])
+                         if ranked else np.zeros(0))
+    out["rho_cell"] = (np.concatenate([np.full(c.rank_k.size, j) for j, c in enumerate(ranked)]).astype(np.int64)
+                       if ranked else np.zeros(0, dtype=np.int64))
+    return out
 
 
 def reference_threshold(thresholds: Sequence[float]) -> float:
@@ -523,8 +559,10 @@ def _initval(model: Any, cells: list[CellData], exc: list[NDArray], free_shape: 
 
 
 def _sample(model: Any, draws: int, tune: int, chains: int, seed: int, target_accept: float,
-            adaptation: str = "diag") -> xr.DataTree:
-    """nutpie, 4 chains from dispersed starts (evtsync.evt.fit's policy), numba backend."""
+            adaptation: str = "diag", structure: str | None = None) -> xr.DataTree:
+    """nutpie, 4 chains from dispersed starts (evtsync.evt.fit's policy), numba backend. With
+    ``structure`` (:func:`_structure_key`), the compiled model is kept in (and read from) the
+    compiled-model cache under it, and reads this model's data (:func:`_with_model_data`)."""
     import types
 
     import nutpie
@@ -535,13 +573,47 @@ def _sample(model: Any, draws: int, tune: int, chains: int, seed: int, target_ac
 
     free = [rv.name for rv in model.free_RVs]
     with pytensor.config.change_flags(numba__fastmath=False):
-        compiled = compile_numba_model(model, free)
+        compiled = _with_model_data(compile_numba_model(model, free, cache_key=structure), model)
+        if compiled is None:  # a value outside the model's data: compiled for these data alone
+            compiled = compile_numba_model(model, free)
     built: Any = types.SimpleNamespace(model=model)  # what _dispersed_starts and _with_deterministics read
     compiled = _dispersed_starts(compiled, built)
     raw = nutpie.sample(compiled, draws=draws, tune=tune, chains=chains, cores=min(chains, os.cpu_count() or 1),
                         seed=seed, progress_bar=False, save_warmup=False, target_accept=target_accept,
                         adaptation=adaptation)
     return _with_deterministics(raw, built)
+
+
+def _with_model_data(compiled: Any, model: Any) -> Any:
+    """``compiled`` reading ``model``'s data: each shared variable of its functions set to the model's
+    ``pm.Data`` of that name (a compiled model loaded from the cache holds the data it was compiled
+    with); None when one of them is not a data variable of the model (its value could be another
+    data set's: such a model is compiled anew)."""
+    data = {str(v.name): v.get_value() for v in model.data_vars}
+    held = [str(v.name) for v in compiled.shared_var_keys]
+    if len(set(held)) != len(held) or not set(held) <= set(data):
+        log.debug("rank model: shared values %s not all the model's data: compiled for these data", sorted(held))
+        return None
+    return compiled.with_data(**{name: data[name] for name in held})
+
+
+def _structure_key(model: Any, free_shape: bool, spec: RankModelSpec) -> str:
+    """The compiled-model cache key of a rank model (:func:`evtsync.evt.nutpie_numba.compile_numba_model`):
+    SHA-256 of everything its graph holds besides its ``pm.Data`` (:func:`_model_data`): the
+    specification, xi free or 0, the sizes of its coordinates (cells, GPU and precision levels, cells
+    with rank effects), its free variables, each data variable's name, rank and dtype, and the sources
+    that build it. Two data sets of one structure (the run's and its earlier half's) share a key."""
+    import hashlib
+    import json
+
+    from evtsync.evt.fit import _model_code_digest
+
+    data = {str(v.name): [v.ndim, str(v.dtype)] for v in model.data_vars}
+    text = json.dumps({"format": _FORMAT, "spec": spec.text, "free_shape": bool(free_shape),
+                       "coords": {str(k): len(v) for k, v in model.coords.items()},
+                       "free": [rv.name for rv in model.free_RVs], "data": data,
+                       "code": _model_code_digest()}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 # --------------------------------------------------------------------------------------------- fit
@@ -582,7 +654,8 @@ def fit_rank_model(long: pd.DataFrame, *, centring: str = "centre", draws: int |
         ks.append(k)
     model = _build_model(cells, exc, free_shape, centring == "centre", spec, thresholds)
     _initval(model, cells, exc, free_shape)
-    tree = _sample(model, draws, tune, chains, seed, target_accept, adaptation)
+    tree = _sample(model, draws, tune, chains, seed, target_accept, adaptation,
+                   structure=_structure_key(model, free_shape, spec))
     convergence = check_convergence(tree)
     post = tree["posterior"].to_dataset()
     keep = [v for v in post.data_vars if not str(v).startswith(("xi_z_", "log_sigma_free", "log_sigma_z"))]
@@ -630,25 +703,7 @@ class RankModelFit:
                   post: xr.Dataset, stats: xr.Dataset, convergence: Any, *, centring: str, free_shape: bool,
                   seed: int) -> RankModelFit:
         table = _cells_frame(cells, thresholds, ks)
-        atoms_rows, boot_rows = [], []
-        rng = np.random.default_rng(seed + 7919)
-        for i, c in enumerate(cells):
-            v = np.sort(c.w)
-            a, n, n_tail = _atoms(v, thresholds[i])
-            atoms_rows.append(pd.DataFrame({"cell": i, "lam": 1, "atom": a, "count": n, "threshold": thresholds[i],
-                                            "n_tail": n_tail}))
-            if centring != "centre":
-                continue
-            # SIMEX sets (lam = 0 marks the values as observed, lam = 2, 3 with the centring noise added
-            # once and twice more), empirical only: the factor is read where the data reach (_simex_factor)
-            sets = simex_sets(c.w, c.noise_sd, rng)
-            for lam, (a, n, _) in zip((0, 2, 3), sets, strict=True):
-                atoms_rows.append(pd.DataFrame({"cell": i, "lam": lam, "atom": a, "count": n, "threshold": a[-1],
-                                                "n_tail": 0}))
-            grid, dev = simex_boot(sets, c.w.size, rng)
-            boot_rows.append(pd.DataFrame({"cell": i, "replicate": np.repeat(np.arange(dev.shape[0]), grid.size),
-                                           "n": np.tile(grid, dev.shape[0]), "log_dev": dev.ravel()}))
-        atoms = pd.concat(atoms_rows, ignore_index=True)
+        atoms, boot_rows = _body_frames(cells, thresholds, centring, seed)
         ranks = pd.DataFrame({
             "cell": np.concatenate([np.full(len(c.rank_labels), i) for i, c in enumerate(cells)]),
             "rank": np.concatenate([c.rank_labels for c in cells]),
@@ -974,6 +1029,54 @@ class RankModelFit:
             spread = np.stack([self._simex_spread(i, ns, rep) for i in range(len(cells))]).mean(axis=0)
             out = out * factors[None, :] * np.exp(spread)
         return out
+
+
+#: The last few :func:`_body_frames` results by the digest of their inputs: the fits of xi free and xi = 0
+#: of one data set and seed (the rankmodel stage's two fits) share them instead of bootstrapping twice.
+_BODY_MEMO: dict[str, tuple[pd.DataFrame, list[pd.DataFrame]]] = {}
+_BODY_MEMO_KEEP = 2
+
+
+def _body_frames(cells: list[CellData], thresholds: list[float], centring: str,
+                 seed: int) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
+    """A fit's body, which depends on the data and the seed alone (not on the posterior): the atoms
+    of each cell's values (``lam`` 1) and, with centring, its SIMEX sets (``lam`` 0, 2, 3) and their
+    Bayesian-bootstrap deviations (one frame per cell). The same inputs give the same frames (the
+    random stream is ``seed + 7919``'s), so they are computed once for the fits of one data set."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{centring}|{seed}|{list(map(float, thresholds))}".encode())
+    for c in cells:
+        for arr in (c.w, c.noise_sd):
+            digest.update(f"|{np.size(arr)}|".encode())
+            digest.update(np.ascontiguousarray(arr, dtype=np.float64).tobytes())
+    key = digest.hexdigest()
+    if key in _BODY_MEMO:
+        atoms, boot = _BODY_MEMO[key]
+        return atoms.copy(), [b.copy() for b in boot]
+    atoms_rows, boot_rows = [], []
+    rng = np.random.default_rng(seed + 7919)
+    for i, c in enumerate(cells):
+        v = np.sort(c.w)
+        a, n, n_tail = _atoms(v, thresholds[i])
+        atoms_rows.append(pd.DataFrame({"cell": i, "lam": 1, "atom": a, "count": n, "threshold": thresholds[i],
+                                        "n_tail": n_tail}))
+        if centring != "centre":
+            continue
+        # SIMEX sets (lam = 0 marks the values as observed, lam = 2, 3 with the centring noise added
+        # once and twice more), empirical only: the factor is read where the data reach (_simex_factor)
+        sets = simex_sets(c.w, c.noise_sd, rng)
+        for lam, (a, n, _) in zip((0, 2, 3), sets, strict=True):
+            atoms_rows.append(pd.DataFrame({"cell": i, "lam": lam, "atom": a, "count": n, "threshold": a[-1],
+                                            "n_tail": 0}))
+        grid, dev = simex_boot(sets, c.w.size, rng)
+        boot_rows.append(pd.DataFrame({"cell": i, "replicate": np.repeat(np.arange(dev.shape[0]), grid.size),
+                                       "n": np.tile(grid, dev.shape[0]), "log_dev": dev.ravel()}))
+    atoms = pd.concat(atoms_rows, ignore_index=True)
+    while len(_BODY_MEMO) >= _BODY_MEMO_KEEP:
+        _BODY_MEMO.pop(next(iter(_BODY_MEMO)))
+    _BODY_MEMO[key] = (atoms, boot_rows)
+    return atoms.copy(), [b.copy() for b in boot_rows]
 
 
 def load_rank_model(path: str | os.PathLike[str]) -> RankModelFit:

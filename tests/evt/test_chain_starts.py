@@ -54,6 +54,8 @@ def test_fit_and_run_share_chains_and_seed() -> None:
 def test_numba_density_check_gives_the_same_starts() -> None:
     """Issue 30 (6): with nutpie's numba backend the starts are checked against the sampler's own
     compiled density (no compilation of PyMC's); the starts are those of PyMC's density check."""
+    import dataclasses
+
     import pytest
 
     pytest.importorskip("nutpie")
@@ -67,7 +69,13 @@ def test_numba_density_check_gives_the_same_starts() -> None:
     built = evt_model.build_model(spec, evt_model.prepare_data(pd.DataFrame({"y": y}), spec))
     with pytensor.config.change_flags(numba__fastmath=False):
         compiled = compile_numba_model(built.model, [rv.name for rv in built.model.free_RVs])
+    compile_logp = built.model.compile_logp
+    built.model.compile_logp = None  # the numba check compiles nothing of PyMC's (a call would fail)
     numba_start = evt_fit._dispersed_starts(compiled, built).initial_point_func
+    # nutpie's n_dim is at times a numpy integer (the rank model's): the numba check takes it too
+    as_numpy = evt_fit._dispersed_starts(dataclasses.replace(compiled, _n_dim=np.int64(compiled._n_dim)),
+                                         built).initial_point_func
+    built.model.compile_logp = compile_logp
     pymc_start = evt_fit._dispersed_starts(_Compiled(lambda seed=None: None), built).initial_point_func
     flat, to_point = evt_fit._point_splitter(built.model)
     logp = built.model.compile_logp()
@@ -75,5 +83,6 @@ def test_numba_density_check_gives_the_same_starts() -> None:
     for seed in range(40):
         a, b = numba_start(seed), pymc_start(seed)
         np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(as_numpy(seed), b)
         outside += not np.isfinite(float(logp(to_point(flat + np.random.default_rng(seed).uniform(-1, 1, flat.size)))))
     assert outside > 0  # the check was exercised: some first draws were outside the support
