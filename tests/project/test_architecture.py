@@ -232,6 +232,7 @@ TEST_HOMES: dict[str, str] = {
     "test_docs_commands.py": "project",
     "test_examples.py": "project",
     "test_notebook.py": "project",
+    "test_rankmodel_draws.py": "evt",
     "test_report_cli_docs.py": "report",
     "test_run_partial_ranks.py": "pipeline",
     "test_study_bad_workload.py": "pipeline",
