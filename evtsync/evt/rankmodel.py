@@ -575,7 +575,7 @@ def _sample(model: Any, draws: int, tune: int, chains: int, seed: int, target_ac
     import nutpie
     import pytensor
 
-    from evtsync.evt.fit import _dispersed_starts, _with_deterministics
+    from evtsync.evt.fit import _with_deterministics
     from evtsync.evt.nutpie_numba import compile_numba_model
 
     free = [rv.name for rv in model.free_RVs]
@@ -583,12 +583,23 @@ def _sample(model: Any, draws: int, tune: int, chains: int, seed: int, target_ac
         compiled = _with_model_data(compile_numba_model(model, free, cache_key=structure), model)
         if compiled is None:  # a value outside the model's data: compiled for these data alone
             compiled = compile_numba_model(model, free)
-    built: Any = types.SimpleNamespace(model=model)  # what _dispersed_starts and _with_deterministics read
-    compiled = _dispersed_starts(compiled, built, _inside_support(model) if "xi" in model.named_vars else None)
+    built: Any = types.SimpleNamespace(model=model)  # what _with_deterministics reads
+    compiled = _chain_starts(compiled, model)
     raw = nutpie.sample(compiled, draws=draws, tune=tune, chains=chains, cores=min(chains, os.cpu_count() or 1),
                         seed=seed, progress_bar=False, save_warmup=False, target_accept=target_accept,
                         adaptation=adaptation)
     return _with_deterministics(raw, built)
+
+
+def _chain_starts(compiled: Any, model: Any) -> Any:
+    """``compiled`` whose chains start apart by evtsync.evt.fit's policy (:data:`~evtsync.evt.fit.START_POLICY`)
+    and, with xi free, with every cell's largest excess well inside its support (:func:`_inside_support`)."""
+    import types
+
+    from evtsync.evt.fit import _dispersed_starts
+
+    built: Any = types.SimpleNamespace(model=model)  # what _dispersed_starts reads
+    return _dispersed_starts(compiled, built, _inside_support(model) if "xi" in model.named_vars else None)
 
 
 def _inside_support(model: Any) -> Callable[[np.ndarray], bool]:
