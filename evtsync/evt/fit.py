@@ -31,6 +31,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -370,12 +371,16 @@ def _finite_logp(compiled: Any, built: BuiltModel) -> Any:
     return finite_pymc
 
 
-def _dispersed_starts(compiled: Any, built: BuiltModel) -> Any:
+def _dispersed_starts(compiled: Any, built: BuiltModel,
+                      inside: Callable[[np.ndarray], bool] | None = None) -> Any:
     """``compiled`` whose chains start apart (:data:`START_POLICY`), each start inside the support.
 
     nutpie asks ``initial_point_func`` for one start per chain with its own seed; each is the
     model's initial point plus a uniform jitter, checked against the model's log density
-    (:func:`_finite_logp`)."""
+    (:func:`_finite_logp`) and, with ``inside`` (a function of nutpie's flat vector, callable from
+    the sampler's threads), against the model's own stricter condition: the rank model's
+    "every excess well inside the GPD's support" (docs/methodology.md, "The rank model"). The
+    GEV fits pass none: their starts are those of the log-density check alone."""
     import dataclasses
 
     flat, _ = _point_splitter(built.model)
@@ -386,7 +391,7 @@ def _dispersed_starts(compiled: Any, built: BuiltModel) -> Any:
         width = START_JITTER
         for _ in range(START_TRIES):
             x = flat + rng.uniform(-width, width, flat.size)
-            if finite(x):
+            if finite(x) and (inside is None or inside(x)):
                 return x
             width /= 2
         log.info("no dispersed start inside the support after %d tries: a chain starts at the initial point",

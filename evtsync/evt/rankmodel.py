@@ -41,7 +41,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,6 +128,13 @@ _INTERVAL = INTERVAL_LEVEL
 #: The interval's quantiles.
 _QUANTILES = ((1 - _INTERVAL) / 2, (1 + _INTERVAL) / 2)
 _BOUND_WIDTH = 0.02
+#: A chain of the free-shape fit starts only where every cell's largest excess y_max lies at most
+#: this far along to the GPD's upper support end -sigma/xi (xi < 0): 1 + xi y_max / sigma >= 1 -
+#: START_WALL_FRACTION. A uniform jitter of xi0 alone (the scale kept at the mean excess) put the
+#: scale of every cell with xi < 0 on the smooth support wall (1 + xi y_max / sigma ~ 0): on the
+#: demo's earlier half, 2 of 20 free-shape fits had a chain stuck there (step size 1e-12, R-hat 1.59)
+#: (docs/methodology.md, "The rank model"; issue starts45).
+START_WALL_FRACTION = 0.5
 #: How several cells' GPD scales are pooled (the fit's attrs ``scale_pooling``; a fit saved before it
 #: pooled each cell's scale at its own threshold): at the mean of their thresholds (:func:`reference_threshold`).
 SCALE_POOLING = "log scale at the reference threshold (the mean of the cells' thresholds)"
@@ -568,7 +575,7 @@ def _sample(model: Any, draws: int, tune: int, chains: int, seed: int, target_ac
     import nutpie
     import pytensor
 
-    from evtsync.evt.fit import _dispersed_starts, _with_deterministics
+    from evtsync.evt.fit import _with_deterministics
     from evtsync.evt.nutpie_numba import compile_numba_model
 
     free = [rv.name for rv in model.free_RVs]
@@ -576,12 +583,49 @@ def _sample(model: Any, draws: int, tune: int, chains: int, seed: int, target_ac
         compiled = _with_model_data(compile_numba_model(model, free, cache_key=structure), model)
         if compiled is None:  # a value outside the model's data: compiled for these data alone
             compiled = compile_numba_model(model, free)
-    built: Any = types.SimpleNamespace(model=model)  # what _dispersed_starts and _with_deterministics read
-    compiled = _dispersed_starts(compiled, built)
+    built: Any = types.SimpleNamespace(model=model)  # what _with_deterministics reads
+    compiled = _chain_starts(compiled, model)
     raw = nutpie.sample(compiled, draws=draws, tune=tune, chains=chains, cores=min(chains, os.cpu_count() or 1),
                         seed=seed, progress_bar=False, save_warmup=False, target_accept=target_accept,
                         adaptation=adaptation)
     return _with_deterministics(raw, built)
+
+
+def _chain_starts(compiled: Any, model: Any) -> Any:
+    """``compiled`` whose chains start apart by evtsync.evt.fit's policy (:data:`~evtsync.evt.fit.START_POLICY`)
+    and, with xi free, with every cell's largest excess well inside its support (:func:`_inside_support`)."""
+    import types
+
+    from evtsync.evt.fit import _dispersed_starts
+
+    built: Any = types.SimpleNamespace(model=model)  # what _dispersed_starts reads
+    return _dispersed_starts(compiled, built, _inside_support(model) if "xi" in model.named_vars else None)
+
+
+def _inside_support(model: Any) -> Callable[[np.ndarray], bool]:
+    """A function of nutpie's flat vector of a free-shape rank model: whether every cell's largest
+    excess lies well inside its GPD's support, 1 + xi_c y_max,c / sigma_c >= 1 - START_WALL_FRACTION
+    (always true for xi_c >= 0). Called from the sampler's threads: one call at a time (a lock)."""
+    import threading
+
+    import pytensor
+    import pytensor.tensor as pt
+
+    from evtsync.evt.fit import _point_splitter
+
+    _, to_point = _point_splitter(model)
+    [gap] = model.replace_rvs_by_values([pt.min(1.0 + model["xi"] * model["y_max"] / model["sigma"])])
+    names = [v.name for v in model.value_vars]
+    fn = pytensor.function(model.value_vars, gap, mode="FAST_COMPILE", on_unused_input="ignore")
+    lock = threading.Lock()
+
+    def inside(x: np.ndarray) -> bool:
+        point = to_point(x)
+        with lock, np.errstate(all="ignore"):
+            value = float(fn(*(point[n] for n in names)))
+        return bool(np.isfinite(value)) and value >= 1.0 - START_WALL_FRACTION
+
+    return inside
 
 
 def _with_model_data(compiled: Any, model: Any) -> Any:
@@ -727,7 +771,8 @@ class RankModelFit:
             "max_rhat": convergence.max_rhat, "min_ess_bulk": convergence.min_ess_bulk,
             "divergences": convergence.divergences, "chains": int(post.sizes["chain"]),
             "draws": int(post.sizes["draw"]), "sampler": "nutpie", "scale_pooling": SCALE_POOLING,
-            "chain_starts": "dispersed (evtsync.evt.fit.START_POLICY)"})
+            "chain_starts": "dispersed (evtsync.evt.fit.START_POLICY); free shape: every excess at most "
+                            f"{START_WALL_FRACTION:g} of the way to the GPD's support end"})
         return cls(tree)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
