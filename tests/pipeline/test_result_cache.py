@@ -356,12 +356,17 @@ def first_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 def test_second_demo_copies_every_shareable_stage(first_demo: tuple[Path, dict], tmp_path: Path,
                                                   session_figure_cache: Path) -> None:
     """The tiny demo again, into a fresh folder with the first one's result cache: every shareable
-    stage copied byte for byte, the summary and the report computed (the report drawn from copied
-    stages; its figures copied from the session's figure cache where another tiny demo drew them)."""
+    stage copied byte for byte, the summary and the report computed (the report made from copied
+    stages; its figures one-pixel placeholders, :func:`tests.report_checks.placeholder_figures`: this
+    test is about the result cache, and drawing them, ~18 s on 2 cores, was most of its time unless
+    another tiny demo of this worker had drawn them into the session's figure cache; issue 48)."""
+    from tests.report_checks import placeholder_figures
+
     one, m1 = first_demo
     events: list[StageEvent] = []
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("evtsync.pipeline.engine.source_digest", lambda: FIXED_DIGEST)
+        placeholder_figures(mp)
         second = run_pipeline(RunOptions(out=tmp_path / "two", result_cache=str(one.parent / "cache"),
                                          figure_cache=str(session_figure_cache), **FAST),
                               on_stage=events.append)
