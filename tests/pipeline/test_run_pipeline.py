@@ -29,11 +29,11 @@ from evtsync.pipeline import (
     read_manifest,
     run_pipeline,
 )
-from tests.conftest import REPO
-from tests.report_checks import PNG_MAGIC, placeholder_figures
+from tests.conftest import REPO, TEST_SOURCE_DIGEST, TINY_DEMO_OPTIONS
+from tests.report_checks import PNG_MAGIC
 
-TINY = {"iterations": 4, "layers": 1}
-FAST = {"draws": 60, "tune": 60, "chains": 2, "models": ["gumbel"], "demo_overrides": TINY}
+TINY = TINY_DEMO_OPTIONS["demo_overrides"]
+FAST = TINY_DEMO_OPTIONS
 
 
 def _run(out: Path, **kwargs) -> tuple[dict, list[StageEvent]]:
@@ -56,7 +56,7 @@ def _assert_outputs_intact(out: Path, manifest: dict) -> None:
 
 #: The package's source digest is part of every stage key; other work on the source tree while
 #: these tests run must not invalidate their stages, so the tests fix it.
-FIXED_DIGEST = "test-source-digest"
+FIXED_DIGEST = TEST_SOURCE_DIGEST
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -77,16 +77,13 @@ def figure_cache(session_figure_cache: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory, figure_cache: Path) -> tuple[Path, dict, list[StageEvent]]:
-    """The tiny demo run, report included, its figures one-pixel placeholders
-    (:func:`tests.report_checks.placeholder_figures`): the tests of this file read the run's tables, its
-    manifest and its report's text; drawing the figures (~18 s on 2 cores, most of the report stage) is
-    :func:`drawn_report`'s, for the tests that read them (issue 48: this fixture was 39 s on CI)."""
-    out = tmp_path_factory.mktemp("run") / "demo"
-    with pytest.MonkeyPatch.context() as mp:
-        placeholder_figures(mp)
-        manifest, events = _run(out, figure_cache=str(figure_cache))
-    return out, manifest, events
+def tiny_run(tiny_demo: tuple[Path, dict, list[StageEvent]]) -> tuple[Path, dict, list[StageEvent]]:
+    """The tiny demo run of the test process (tests/conftest.py, :func:`tests.conftest.tiny_demo`,
+    shared with tests/pipeline/test_result_cache.py), report included, its figures one-pixel
+    placeholders: the tests of this file read the run's tables, its manifest and its report's text;
+    drawing the figures (~18 s on 2 cores, most of the report stage) is :func:`drawn_report`'s, for
+    the tests that read them (issue 48: this fixture was 39 s on CI)."""
+    return tiny_demo
 
 
 @pytest.fixture(scope="module")
