@@ -275,3 +275,34 @@ def full_data() -> Path:
 def full_traces_dir(full_data: Path) -> Path:
     """../shared/data/traces (the full set)."""
     return full_data / "traces"
+
+
+#: The tiny demo study's run options (4 iterations and one layer a workload; the Gumbel model, 60 draws):
+#: the pipeline tests' small end-to-end run (tests/pipeline/test_run_pipeline.py, test_result_cache.py).
+TINY_DEMO_OPTIONS: dict = {"draws": 60, "tune": 60, "chains": 2, "models": ["gumbel"],
+                           "demo_overrides": {"iterations": 4, "layers": 1}}
+#: The package's source digest as the pipeline tests fix it: it is part of every stage key, and other
+#: work on the source tree while they run must not invalidate their stages.
+TEST_SOURCE_DIGEST = "test-source-digest"
+
+
+@pytest.fixture(scope="session")
+def tiny_demo(tmp_path_factory: pytest.TempPathFactory, session_figure_cache: Path) -> tuple[Path, dict, list]:
+    """The tiny demo run (:data:`TINY_DEMO_OPTIONS`), once per test process (issue 48: two test files
+    each ran it, ~25 s of CPU a time): ``<root>/one``, with the result cache ``<root>/cache`` it filled
+    and its report, whose figures are one-pixel placeholders
+    (:func:`tests.report_checks.placeholder_figures`; tests/pipeline/test_run_pipeline.py draws them
+    where it reads them). Returns the run folder, its manifest and its stage events. Users copy the
+    folder to change it; a rerun in place must leave its outputs as they are."""
+    from evtsync.pipeline import RunOptions, run_pipeline
+    from tests.report_checks import placeholder_figures
+
+    root = tmp_path_factory.mktemp("tiny-demo")
+    events: list = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("evtsync.pipeline.engine.source_digest", lambda: TEST_SOURCE_DIGEST)
+        placeholder_figures(mp)
+        run = run_pipeline(RunOptions(out=root / "one", result_cache=str(root / "cache"),
+                                      figure_cache=str(session_figure_cache), **TINY_DEMO_OPTIONS),
+                           on_stage=events.append)
+    return run.out, run.manifest, events

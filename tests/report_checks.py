@@ -50,3 +50,40 @@ def check_self_contained(path: Path) -> list[bytes]:
             assert ET.fromstring(data).tag.endswith("svg")
         decoded.append(data)
     return decoded
+
+
+def _one_pixel_png() -> bytes:
+    """A valid 1x1 grey PNG, built here (signature, IHDR, IDAT, IEND)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0)  # 1x1, 8-bit greyscale
+    return PNG_MAGIC + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\x00\x80")) + chunk(b"IEND", b"")
+
+
+def placeholder_figures(monkeypatch: object) -> None:
+    """Make every report built while ``monkeypatch`` (a ``pytest.MonkeyPatch``) is active write a
+    one-pixel PNG (and SVG when asked) for each figure it plans, wide and narrow, instead of drawing
+    it: for tests whose subject is the pipeline or the report's text, not its figures (drawing them
+    is ~18 s of a tiny run's report on 2 cores; issue 48). The files are where the real ones would be,
+    so the report embeds them and the run's manifest records them as usual. The figures themselves
+    are tested in tests/report and by the tiny demo's report in tests/pipeline/test_run_pipeline.py."""
+    from evtsync.plots.base import narrow_png_path
+    from evtsync.report.context import ReportContext
+
+    png_bytes = _one_pixel_png()
+
+    def draw_figures(self: ReportContext, workers: int | None = None) -> None:
+        jobs, self._figures = self._figures, []
+        for _draw, stem, svg in jobs:
+            png = self.fig_dir / f"{stem}.png"
+            for path in (png, narrow_png_path(png)):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(png_bytes)
+            if svg:
+                png.with_suffix(".svg").write_text('<svg xmlns="http://www.w3.org/2000/svg"/>', encoding="utf-8")
+
+    monkeypatch.setattr(ReportContext, "draw_figures", draw_figures)  # type: ignore[attr-defined]

@@ -27,6 +27,7 @@ from evtsync.core.errors import InputError
 from evtsync.pipeline import RunOptions, StageEvent, run_pipeline
 from evtsync.pipeline.engine import Run, Stage, execute
 from evtsync.pipeline.resultcache import RESULT_CACHE_MARKER, RESULT_META, ResultCache
+from tests.conftest import TEST_SOURCE_DIGEST, TINY_DEMO_OPTIONS
 
 CALLS: Counter[str] = Counter()
 
@@ -331,37 +332,37 @@ def test_no_pool_opens_for_jobs_that_will_be_copied(tmp_path: Path, monkeypatch:
 
 # ---- end to end: the tiny demo study
 
-TINY = {"iterations": 4, "layers": 1}
-FAST = {"draws": 60, "tune": 60, "chains": 2, "models": ["gumbel"], "demo_overrides": TINY}
-
+TINY = TINY_DEMO_OPTIONS["demo_overrides"]
+FAST = TINY_DEMO_OPTIONS
 
 #: The package's source digest is part of every stage key: other work on the sources while these
 #: tests run must not change the keys.
-FIXED_DIGEST = "test-source-digest"
+FIXED_DIGEST = TEST_SOURCE_DIGEST
 
 
 @pytest.fixture(scope="module")
-def first_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """The tiny demo computed into ``<root>/one`` with the result cache ``<root>/cache``, without its
-    report (~25 s of CPU: nothing here reads it). The three tests below start from it; the one that
-    needs a second run from the cache does it itself (issue 48: a module fixture of ~25 s instead of
-    one of 35 s that two of the three tests did not need)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("evtsync.pipeline.engine.source_digest", lambda: FIXED_DIGEST)
-        root = tmp_path_factory.mktemp("demos")
-        first = run_pipeline(RunOptions(out=root / "one", result_cache=str(root / "cache"), report=False, **FAST))
-    return first.out, first.manifest
+def first_demo(tiny_demo: tuple[Path, dict, list[StageEvent]]) -> tuple[Path, dict]:
+    """The tiny demo computed into ``<root>/one`` with the result cache ``<root>/cache``: the test
+    process's (:func:`tests.conftest.tiny_demo`, shared with tests/pipeline/test_run_pipeline.py; issue
+    48). The three tests below start from it; the one that needs a second run from the cache does it
+    itself."""
+    return tiny_demo[0], tiny_demo[1]
 
 
 def test_second_demo_copies_every_shareable_stage(first_demo: tuple[Path, dict], tmp_path: Path,
                                                   session_figure_cache: Path) -> None:
     """The tiny demo again, into a fresh folder with the first one's result cache: every shareable
-    stage copied byte for byte, the summary and the report computed (the report drawn from copied
-    stages; its figures copied from the session's figure cache where another tiny demo drew them)."""
+    stage copied byte for byte, the summary and the report computed (the report made from copied
+    stages; its figures one-pixel placeholders, :func:`tests.report_checks.placeholder_figures`: this
+    test is about the result cache, and drawing them, ~18 s on 2 cores, was most of its time unless
+    another tiny demo of this worker had drawn them into the session's figure cache; issue 48)."""
+    from tests.report_checks import placeholder_figures
+
     one, m1 = first_demo
     events: list[StageEvent] = []
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("evtsync.pipeline.engine.source_digest", lambda: FIXED_DIGEST)
+        placeholder_figures(mp)
         second = run_pipeline(RunOptions(out=tmp_path / "two", result_cache=str(one.parent / "cache"),
                                          figure_cache=str(session_figure_cache), **FAST),
                               on_stage=events.append)
@@ -372,7 +373,7 @@ def test_second_demo_copies_every_shareable_stage(first_demo: tuple[Path, dict],
     assert {"demo", "tax", "zscores", "attribution", "mle", "fit-gumbel", "prediction"} <= copied
     assert {e.stage for e in events if e.action == "cached"} == copied
     assert {e.stage for e in events if e.action == "ran"} == set(m2["stages"]) - copied  # summary, report, …
-    assert m2["stages"]["report"]["status"] == "done" and "report" not in m1["stages"]  # drawn from copied stages
+    assert m2["stages"]["report"]["status"] == "done" and "report" not in copied  # made again, from copied stages
     for name in copied:
         rels = list(m1["stages"][name]["outputs"])
         assert _hashes(two, rels) == _hashes(one, rels), name

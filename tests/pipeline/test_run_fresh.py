@@ -64,7 +64,12 @@ def test_killed_run_resumes_without_redoing_finished_stages(tmp_path: Path) -> N
     _assert_outputs_intact(out, manifest)
 
 
-def test_dlrm_traces_report_which_stages_did_not_apply(traces_dir: Path, tmp_path: Path) -> None:
+def test_dlrm_traces_report_which_stages_did_not_apply(traces_dir: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report is read for its text: its figures are one-pixel placeholders (issue 48)."""
+    from tests.report_checks import placeholder_figures
+
+    placeholder_figures(monkeypatch)
     out = tmp_path / "dlrm"
     manifest, _ = _run(out, traces=[str(traces_dir / "dlrm-8rank-v100")], models=["gumbel", "gev"])
     stages = manifest["stages"]

@@ -3,7 +3,8 @@
 sets differ.
 
 The data: the real 8-rank DLRM set with rank 5's file removed (a copy); the hand-known truth is
-"rank 5 has no trace".
+"rank 5 has no trace". The reports here are read for their text: their figures are one-pixel
+placeholders (:func:`tests.report_checks.placeholder_figures`; issue 48).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 
 from evtsync.cli import main
 from evtsync.runfolder.layout import incomplete_notes, missing_ranks, read_manifest
+from tests.report_checks import placeholder_figures
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +27,10 @@ def partial_run(tmp_path_factory: pytest.TempPathFactory, traces_dir: Path) -> t
     shutil.copytree(traces_dir / "dlrm-8rank-v100", folder)
     next(folder.glob("worker5_*.json.gz")).unlink()
     out = root / "run"
-    assert main(["-q", "run", str(folder), "--out", str(out), "--allow-partial", "--no-cache", "--model", "gumbel"]) == 0
+    with pytest.MonkeyPatch.context() as mp:
+        placeholder_figures(mp)
+        assert main(["-q", "run", str(folder), "--out", str(out), "--allow-partial", "--no-cache", "--model",
+                     "gumbel"]) == 0
     return out, folder
 
 
@@ -67,7 +72,9 @@ def test_diff_of_two_equally_partial_sides_keeps_the_verdict_and_says_so(partial
 
 
 def test_report_command_prints_the_missing_ranks(partial_run: tuple[Path, Path], tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+                                                 capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    placeholder_figures(monkeypatch)
     out, _ = partial_run
     assert main(["-q", "report", str(out), "--out", str(tmp_path / "rep")]) == 0
     assert "INCOMPLETE rank set (--allow-partial): workload dlrm has no trace of rank(s) 5" in capsys.readouterr().err

@@ -29,10 +29,11 @@ from evtsync.pipeline import (
     read_manifest,
     run_pipeline,
 )
-from tests.conftest import REPO
+from tests.conftest import REPO, TEST_SOURCE_DIGEST, TINY_DEMO_OPTIONS
+from tests.report_checks import PNG_MAGIC
 
-TINY = {"iterations": 4, "layers": 1}
-FAST = {"draws": 60, "tune": 60, "chains": 2, "models": ["gumbel"], "demo_overrides": TINY}
+TINY = TINY_DEMO_OPTIONS["demo_overrides"]
+FAST = TINY_DEMO_OPTIONS
 
 
 def _run(out: Path, **kwargs) -> tuple[dict, list[StageEvent]]:
@@ -55,7 +56,7 @@ def _assert_outputs_intact(out: Path, manifest: dict) -> None:
 
 #: The package's source digest is part of every stage key; other work on the source tree while
 #: these tests run must not invalidate their stages, so the tests fix it.
-FIXED_DIGEST = "test-source-digest"
+FIXED_DIGEST = TEST_SOURCE_DIGEST
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -76,10 +77,26 @@ def figure_cache(session_figure_cache: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory, figure_cache: Path) -> tuple[Path, dict, list[StageEvent]]:
-    out = tmp_path_factory.mktemp("run") / "demo"
-    manifest, events = _run(out, figure_cache=str(figure_cache))
-    return out, manifest, events
+def tiny_run(tiny_demo: tuple[Path, dict, list[StageEvent]]) -> tuple[Path, dict, list[StageEvent]]:
+    """The tiny demo run of the test process (tests/conftest.py, :func:`tests.conftest.tiny_demo`,
+    shared with tests/pipeline/test_result_cache.py), report included, its figures one-pixel
+    placeholders: the tests of this file read the run's tables, its manifest and its report's text;
+    drawing the figures (~18 s on 2 cores, most of the report stage) is :func:`drawn_report`'s, for
+    the tests that read them (issue 48: this fixture was 39 s on CI)."""
+    return tiny_demo
+
+
+@pytest.fixture(scope="module")
+def drawn_report(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_path_factory: pytest.TempPathFactory,
+                 figure_cache: Path) -> Path:
+    """The tiny run's report again, its figures drawn (into the session's figure cache, or copied from
+    it where another test file's tiny demo drew them): the folder it was written to. The tests that
+    rebuild the report from the cache ask for it first, so that they copy these figures, not draw them."""
+    from evtsync.report.html import build_report
+
+    folder = tmp_path_factory.mktemp("drawn") / "report"
+    build_report(tiny_run[0], folder, figure_cache=figure_cache)
+    return folder
 
 
 def test_tiny_demo_runs_every_stage(tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:
@@ -231,15 +248,24 @@ def test_full_demo_with_every_model(tmp_path: Path) -> None:
     assert sorted(compare["model"]) == sorted(shipped)
 
 
-def test_report_embeds_every_figure_and_each_decodes(tiny_run: tuple[Path, dict, list[StageEvent]]) -> None:
+def test_report_embeds_every_figure_and_each_decodes(tiny_run: tuple[Path, dict, list[StageEvent]],
+                                                     drawn_report: Path) -> None:
+    """The run's report (placeholder figures) and the same report with its figures drawn: each embeds
+    every figure it wrote, and each embedded image decodes; the drawn ones are real plots."""
     from tests.report_checks import check_self_contained
 
     out, _, _ = tiny_run
-    images = check_self_contained(out / "report.html")
-    pngs = sorted((out / "figures").glob("*.png"))
-    assert len(images) == len(pngs) >= 12
-    assert not list((out / "figures").glob("*.svg"))          # SVG only when asked for (--svg)
-    assert "figures (PNG) lie beside" in (out / "report.html").read_text(encoding="utf-8")
+    for folder in (out, drawn_report):
+        images = check_self_contained(folder / "report.html")
+        pngs = sorted((folder / "figures").glob("*.png"))
+        assert len(images) == len(pngs) >= 12
+        assert not list((folder / "figures").glob("*.svg"))          # SVG only when asked for (--svg)
+        assert "figures (PNG) lie beside" in (folder / "report.html").read_text(encoding="utf-8")
+    drawn = sorted(p.name for p in (drawn_report / "figures").glob("*.png"))
+    assert drawn == sorted(p.name for p in (out / "figures").glob("*.png"))  # the run planned the same figures
+    for name in drawn:
+        data = (drawn_report / "figures" / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 5000, name  # a drawn plot, not a one-pixel stand-in
 
 
 def test_report_of_one_fit(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_path: Path) -> None:
@@ -264,7 +290,7 @@ def test_report_of_one_fit(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_pa
 
 
 def test_report_estimator_on_a_real_run(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_path: Path,
-                                        figure_cache: Path) -> None:
+                                        figure_cache: Path, drawn_report: Path) -> None:
     """`evtsync report --estimator centred` on a real run: the headline tau(n) table holds the main
     model's centred rows of tables/tau.parquet (read here with pandas), number for number; a fit's
     report refuses --estimator (it has no tau(n))."""
@@ -374,7 +400,7 @@ def test_pipeline_tables_equal_the_api_on_the_same_fit(tiny_run: tuple[Path, dic
 
 
 def test_report_draws_fig13_and_the_path_view(tiny_run: tuple[Path, dict, list[StageEvent]], tmp_path: Path,
-                                              figure_cache: Path) -> None:
+                                              figure_cache: Path, drawn_report: Path) -> None:
     """The run's report carries the paper's Fig. 13 (B* as FLOPS grow, n = 256 and 4096) with the
     bandwidth-scaling requirement, and one Fig. 4-style path view per GPU; a run folder without
     the kept paths says why instead of leaving the view out."""
