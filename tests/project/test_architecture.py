@@ -233,6 +233,7 @@ TEST_HOMES: dict[str, str] = {
     "test_examples.py": "project",
     "test_notebook.py": "project",
     "test_rankmodel_draws.py": "evt",
+    "test_rankmodel_starts.py": "evt",
     "test_report_cli_docs.py": "report",
     "test_run_partial_ranks.py": "pipeline",
     "test_study_bad_workload.py": "pipeline",
@@ -306,9 +307,10 @@ def test_every_package_has_a_test_folder() -> None:
 
 
 def test_the_test_placement_is_read() -> None:
-    """Hand-checked: the tax tests import sync/, conftest.py trace/ and core/ alone (the cache
-    folder's and the signing key's environment variables), a helper module nothing of evtsync."""
+    """Hand-checked: the tax tests import sync/, conftest.py trace/ and core/ (the cache folder's and
+    the signing key's environment variables) and pipeline/ (the session's tiny demo, inside its
+    fixture), a helper module nothing of evtsync."""
     assert "sync" in _imported_packages(TESTS / "sync" / "test_tax.py")
-    assert _imported_packages(TESTS / "conftest.py") == {"trace", "core"}
+    assert _imported_packages(TESTS / "conftest.py") == {"trace", "core", "pipeline"}
     assert _imported_packages(TESTS / "report_checks.py") == set()
 # --- end relayout ---
