@@ -309,8 +309,8 @@ def test_every_package_has_a_test_folder() -> None:
 def test_the_test_placement_is_read() -> None:
     """Hand-checked: the tax tests import sync/, conftest.py trace/ and core/ (the cache folder's and
     the signing key's environment variables) and pipeline/ (the session's tiny demo, inside its
-    fixture), a helper module nothing of evtsync."""
+    fixture), the report helpers report/ and plots/ (the placeholder figures)."""
     assert "sync" in _imported_packages(TESTS / "sync" / "test_tax.py")
     assert _imported_packages(TESTS / "conftest.py") == {"trace", "core", "pipeline"}
-    assert _imported_packages(TESTS / "report_checks.py") == set()
+    assert _imported_packages(TESTS / "report_checks.py") == {"report", "plots"}
 # --- end relayout ---
