@@ -158,7 +158,6 @@ class Run:
         self._traces: dict[str, Any] = {}
         self._alignments: dict[str, Any] = {}
         self._tax: dict[str, Any] = {}
-        self._fit_trees: dict[Path, tuple[tuple[int, int], Any]] = {}
         #: what :meth:`once` computed: (file, what) -> (the file's size and mtime, value)
         self._once: dict[tuple[Path, str], tuple[Any, Any]] = {}
         #: Dask backend of the run (``workers``/``scheduler``/environment), open during it
@@ -299,20 +298,18 @@ class Run:
         file (112 MB of a demo fit's ~114)."""
         from evtsync.evt.bayesfit import fit_path, load_fit
 
-        key = fit_path(path).resolve()
-        stat = key.stat() if key.is_file() else None
-        stamp = (stat.st_mtime_ns, stat.st_size) if stat else (-1, -1)
-        hit = self._fit_trees.get(key)
-        if hit is None or hit[0] != stamp:
-            # load_fit names a missing file
-            self._fit_trees[key] = hit = (stamp, load_fit(path, skip=("log_likelihood",)))
-        return hit[1]
+        # load_fit names a missing file
+        return self._once_at(fit_path(path).resolve(), "fit tree",
+                             lambda: load_fit(path, skip=("log_likelihood",)))
 
     def once(self, rel: str, what: str, compute: Callable[[], Any]) -> Any:
         """``compute()``, computed once per run from the run folder's file ``rel`` (``what`` names the
         value and whatever else it depends on): the stages that need the same value share it. A file
         rewritten since (other size or mtime) computes it again."""
-        path = self.path(rel).resolve()
+        return self._once_at(self.path(rel).resolve(), what, compute)
+
+    def _once_at(self, path: Path, what: str, compute: Callable[[], Any]) -> Any:
+        """:meth:`once` for a resolved ``path``: the value kept with the file's (mtime, size) stamp."""
         stat = path.stat() if path.is_file() else None
         stamp = (stat.st_mtime_ns, stat.st_size) if stat else (-1, -1)
         hit = self._once.get((path, what))
