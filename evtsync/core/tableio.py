@@ -178,6 +178,58 @@ def file_sha256(path: str | os.PathLike[str], chunk_size: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
+class Rows:
+    """A small table as a list of rows (dicts), read as the few ``DataFrame`` methods a report
+    uses (``len``, ``empty``, a column, ``itertuples``, ``head``) and printed by :func:`json_ready`
+    as ``DataFrame.to_dict(orient="records")`` prints a frame, without pandas: what a command
+    prints from NumPy results when no table is written (the Inspector tax, issue 48).
+    :meth:`to_frame` is the pandas table of the same rows."""
+
+    def __init__(self, columns: list[str], rows: list[dict[str, Any]]) -> None:
+        self.columns = list(columns)
+        self.rows = rows
+
+    @classmethod
+    def from_columns(cls, columns: dict[str, list[Any]]) -> Rows:
+        """Rows from equal-length lists, one per column."""
+        names = list(columns)
+        return cls(names, [dict(zip(names, values, strict=True)) for values in zip(*columns.values(), strict=True)])
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def empty(self) -> bool:
+        """No row."""
+        return not self.rows
+
+    def __getitem__(self, column: str) -> Any:
+        """A column as a NumPy array."""
+        import numpy as np
+
+        return np.asarray([row[column] for row in self.rows])
+
+    def itertuples(self) -> Iterator[Any]:
+        """Each row as a named tuple of its columns."""
+        from collections import namedtuple
+
+        row_type = namedtuple("Row", self.columns)  # type: ignore[misc]  # noqa: PYI024
+        for row in self.rows:
+            yield row_type(*(row[c] for c in self.columns))
+
+    def head(self, n: int) -> Rows:
+        """The first ``n`` rows."""
+        return Rows(self.columns, self.rows[:n])
+
+    def records(self) -> list[dict[str, Any]]:
+        """The rows as dicts, in column order."""
+        return [{c: row[c] for c in self.columns} for row in self.rows]
+
+    def to_frame(self) -> pd.DataFrame:
+        """The pandas table of these rows."""
+        return pd.DataFrame(self.records(), columns=self.columns)
+
+
 def json_ready(value: Any) -> Any:
     """``value`` made of JSON types only, recursively: NumPy scalars and arrays as Python ones,
     paths and datetimes as strings, DataFrames as lists of records, and every missing value
@@ -193,6 +245,8 @@ def json_ready(value: Any) -> Any:
         return [json_ready(v) for v in value]
     if isinstance(value, set | frozenset):
         return [json_ready(v) for v in sorted(value, key=str)]
+    if isinstance(value, Rows):
+        return json_ready(value.records())
     pandas = sys.modules.get("pandas")  # a value cannot be a pandas object unless pandas is loaded:
     if pandas is not None:              # small commands print JSON without importing it (issue 30)
         if isinstance(value, pandas.DataFrame):

@@ -808,49 +808,67 @@ def job_tables(logs: list[LoggedCollectives], layout: JobLayout) -> dict[str, An
     """The TraceSet fields of a job's logs other than ``logged`` and ``problems``: ``ranks``
     (one row per file), ``process_groups`` (one per communicator), ``skipped``,
     ``untabulated``, ``missing_ranks``, ``scope`` and ``source``."""
-    from evtsync.trace.tables import format_ranks
+    ranks = layout.ranks
+    ranks_table = pd.DataFrame(job_rank_columns(logs, layout)).sort_values("rank", kind="stable")
+    untabulated = [{"rank": rank, "window": 0, "phase": "record", "category": "p2p_perf",
+                    "count": log_.info["n_p2p_records"], "reason": "p2p operation: no collective tax"}
+                   for log_, rank in zip(logs, ranks, strict=True) if log_.info["n_p2p_records"]]
+    return {"ranks": ranks_table.reset_index(drop=True),
+            "process_groups": pd.DataFrame(job_group_rows(layout), columns=JOB_GROUP_COLUMNS),
+            "skipped": pd.DataFrame(job_skipped_rows(logs, layout), columns=JOB_SKIPPED_COLUMNS),
+            "scope": "collectives",
+            "untabulated": pd.DataFrame(untabulated, columns=["rank", "window", "phase", "category", "count", "reason"]),
+            "missing_ranks": tuple(layout.missing), "source": INSPECTOR.name}
 
-    ranks, comm_rows = layout.ranks, layout.comm_rows
-    # one list per column, not one dict per file (~1.5 KB each at once: issue 48)
-    info = [log_.info for log_ in logs]
+
+#: The columns of the ``process_groups`` table of Inspector logs (:func:`job_group_rows`).
+JOB_GROUP_COLUMNS = ["pg_name", "pg_desc", "pg_size", "pg_ranks", "backend_config", "seen_on_ranks"]
+#: The columns of the ``skipped`` table of Inspector logs (:func:`job_skipped_rows`).
+JOB_SKIPPED_COLUMNS = ["rank", "window", "reason", "count"]
+
+
+def job_rank_columns(logs: list[LoggedCollectives], layout: JobLayout) -> dict[str, list[Any]]:
+    """The ``ranks`` table of a job's logs as one list per column, in file order (one row per
+    file; :func:`job_tables` sorts it by rank). Logs the job's counts."""
+    info = [log_.info for log_ in logs]  # one list per column, not one dict per file (~1.5 KB each at once: issue 48)
 
     def field(name: str) -> list[Any]:
         return [i[name] for i in info]
 
     first, last = field("dump_first_us"), field("dump_last_us")
     n_logs = len(logs)
-    info_rows = {"rank": ranks, "rank_source": [layout.rank_source] * n_logs, "path": [log_.path for log_ in logs],
-                 "world_size": [layout.world] * n_logs, "source": [INSPECTOR.name] * n_logs, "gpu": ["unknown"] * n_logs,
-                 "host": field("host"), "pid": field("pid"), "n_events": field("n_lines"), "n_kernels": [0] * n_logs,
-                 "n_collective_records": field("n_collective_records"), "n_p2p_records": field("n_p2p_records"),
-                 "n_verbose_records": field("n_verbose_records"),
-                 "n_communicators": [len(log_.comms) for log_ in logs], "format_version": field("format_version"),
-                 "start_ns": [int(t) * 1000 if t != MISSING else MISSING for t in first],
-                 "end_ns": [int(t) * 1000 if t != MISSING else MISSING for t in last],
-                 "unread_tail_bytes": field("unread_tail_bytes"), "truncated": field("truncated"),
-                 "bytes_decompressed": field("bytes_decompressed"), "window": [0] * n_logs}
-    ranks_table = pd.DataFrame(info_rows).sort_values("rank", kind="stable").reset_index(drop=True)
+    log.info("%d Inspector log(s): %d collective records in %d communicator(s), %d p2p records not used",
+             n_logs, sum(field("n_collective_records")), len(layout.comm_rows), sum(field("n_p2p_records")))
+    return {"rank": layout.ranks, "rank_source": [layout.rank_source] * n_logs, "path": [log_.path for log_ in logs],
+            "world_size": [layout.world] * n_logs, "source": [INSPECTOR.name] * n_logs, "gpu": ["unknown"] * n_logs,
+            "host": field("host"), "pid": field("pid"), "n_events": field("n_lines"), "n_kernels": [0] * n_logs,
+            "n_collective_records": field("n_collective_records"), "n_p2p_records": field("n_p2p_records"),
+            "n_verbose_records": field("n_verbose_records"),
+            "n_communicators": [len(log_.comms) for log_ in logs], "format_version": field("format_version"),
+            "start_ns": [int(t) * 1000 if t != MISSING else MISSING for t in first],
+            "end_ns": [int(t) * 1000 if t != MISSING else MISSING for t in last],
+            "unread_tail_bytes": field("unread_tail_bytes"), "truncated": field("truncated"),
+            "bytes_decompressed": field("bytes_decompressed"), "window": [0] * n_logs}
+
+
+def job_group_rows(layout: JobLayout) -> list[dict[str, Any]]:
+    """One row per communicator of a job's logs (:data:`JOB_GROUP_COLUMNS`), by id."""
+    from evtsync.trace.tables import format_ranks
+
+    return [{"pg_name": cid, "pg_desc": row["name"], "pg_size": row["n_ranks"],
+             "pg_ranks": format_ranks(tuple(row["members"][k] for k in sorted(row["members"]))),
+             "backend_config": "nccl", "seen_on_ranks": format_ranks(tuple(sorted(row["members"].values())))}
+            for cid, row in sorted(layout.comm_rows.items())]
+
+
+def job_skipped_rows(logs: list[LoggedCollectives], layout: JobLayout) -> list[dict[str, Any]]:
+    """The records of a job's logs not used, by file and reason (:data:`JOB_SKIPPED_COLUMNS`)."""
+    ranks = layout.ranks
     skipped = [{"rank": rank, "window": 0, "reason": reason, "count": n}
                for log_, rank in zip(logs, ranks, strict=True) for reason, n in log_.skipped.items()]
     skipped += [{"rank": rank, "window": 0, "reason": "incomplete last line (log still being written?)",
                  "count": 1} for log_, rank in zip(logs, ranks, strict=True) if log_.info["unread_tail_bytes"]]
-    untabulated = [{"rank": rank, "window": 0, "phase": "record", "category": "p2p_perf",
-                    "count": log_.info["n_p2p_records"], "reason": "p2p operation: no collective tax"}
-                   for log_, rank in zip(logs, ranks, strict=True) if log_.info["n_p2p_records"]]
-    groups = pd.DataFrame(
-        [{"pg_name": cid, "pg_desc": row["name"], "pg_size": row["n_ranks"],
-          "pg_ranks": format_ranks(tuple(row["members"][k] for k in sorted(row["members"]))),
-          "backend_config": "nccl", "seen_on_ranks": format_ranks(tuple(sorted(row["members"].values())))}
-         for cid, row in sorted(comm_rows.items())],
-        columns=["pg_name", "pg_desc", "pg_size", "pg_ranks", "backend_config", "seen_on_ranks"])
-    log.info("%d Inspector log(s): %d collective records in %d communicator(s), %d p2p records not used",
-             len(logs), sum(log_.info["n_collective_records"] for log_ in logs), len(comm_rows),
-             sum(log_.info["n_p2p_records"] for log_ in logs))
-    return {"ranks": ranks_table, "process_groups": groups,
-            "skipped": pd.DataFrame(skipped, columns=["rank", "window", "reason", "count"]),
-            "scope": "collectives",
-            "untabulated": pd.DataFrame(untabulated, columns=["rank", "window", "phase", "category", "count", "reason"]),
-            "missing_ranks": tuple(layout.missing), "source": INSPECTOR.name}
+    return skipped
 
 
 def assemble_logs(logs: list[LoggedCollectives]) -> dict[str, Any]:
