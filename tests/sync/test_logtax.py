@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from evtsync.core.errors import AlignmentError, TraceError
+from evtsync.core.tableio import json_text
 from evtsync.sync import logtax
 from evtsync.sync.logtax import inspector_files, stream_tax
 from evtsync.sync.tax import straggler_identity, tax_from_traces, tax_summary
@@ -80,6 +81,14 @@ def _same(paths: list[str], *, allow_partial: bool = False, strict: bool = True,
             pd.testing.assert_frame_equal(getattr(traces, name), getattr(got.traces, name), obj=name)
         assert traces.problems == got.traces.problems and traces.missing_ranks == got.traces.missing_ranks
         assert tables.collectives.attrs == got.tables.collectives.attrs
+        if got.report is not None:  # a clean job: the printed report's rows, from the arrays (issue 48)
+            assert not keep and not traces.problems and not len(alignment.mismatches)
+            for want, have in ((tax_summary(tables), got.report.summary), (alignment.groups, got.report.groups),
+                               *zip(straggler_identity(tables), (got.report.stragglers, got.report.straggler_ranks),
+                                    strict=True)):
+                assert json_text(have) == json_text(want)
+            assert [r["n_collective_records"] for r in got.report.ranks.rows] == \
+                traces.ranks["n_collective_records"].tolist()
     return stats
 
 
@@ -87,6 +96,8 @@ def test_whole_job_equal_and_memory_bounded(job: Path) -> None:
     paths = _given(job)
     n_records = sum(len(_lines(p)) for p in job.iterdir())
     stats = _same(paths)
+    files = inspector_files(paths)
+    assert files is not None and stream_tax(files, keep_ranks=False).report is not None  # clean: printed from arrays
     assert stats["rounds"] > 3 and stats["left_open_at_end"] == 0
     # collectives left memory as they completed: far fewer records open at once than in the files
     assert stats["peak_open_records"] < n_records / 2
