@@ -179,51 +179,58 @@ def file_sha256(path: str | os.PathLike[str], chunk_size: int = 1 << 22) -> str:
 
 
 class Rows:
-    """A small table as a list of rows (dicts), read as the few ``DataFrame`` methods a report
-    uses (``len``, ``empty``, a column, ``itertuples``, ``head``) and printed by :func:`json_ready`
-    as ``DataFrame.to_dict(orient="records")`` prints a frame, without pandas: what a command
+    """A small table without pandas, held as one list per column, read as the few ``DataFrame``
+    methods a report uses (``len``, ``empty``, a column, ``itertuples``, ``head``) and printed by
+    :func:`json_ready` as ``DataFrame.to_dict(orient="records")`` prints a frame: what a command
     prints from NumPy results when no table is written (the Inspector tax, issue 48).
     :meth:`to_frame` is the pandas table of the same rows."""
 
     def __init__(self, columns: list[str], rows: list[dict[str, Any]]) -> None:
-        self.columns = list(columns)
-        self.rows = rows
+        self.data: dict[str, list[Any]] = {c: [row[c] for row in rows] for c in columns}
 
     @classmethod
     def from_columns(cls, columns: dict[str, list[Any]]) -> Rows:
-        """Rows from equal-length lists, one per column."""
-        names = list(columns)
-        return cls(names, [dict(zip(names, values, strict=True)) for values in zip(*columns.values(), strict=True)])
+        """Rows from equal-length lists, one per column (kept, not copied)."""
+        if len({len(v) for v in columns.values()}) > 1:
+            raise ValueError("columns of different lengths")
+        out = cls([], [])
+        out.data = dict(columns)
+        return out
+
+    @property
+    def columns(self) -> list[str]:
+        """The column names, in order."""
+        return list(self.data)
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(next(iter(self.data.values()), ()))
 
     @property
     def empty(self) -> bool:
         """No row."""
-        return not self.rows
+        return not len(self)
 
     def __getitem__(self, column: str) -> Any:
         """A column as a NumPy array."""
         import numpy as np
 
-        return np.asarray([row[column] for row in self.rows])
+        return np.asarray(self.data[column])
 
     def itertuples(self) -> Iterator[Any]:
         """Each row as a named tuple of its columns."""
         from collections import namedtuple
 
         row_type = namedtuple("Row", self.columns)  # type: ignore[misc]  # noqa: PYI024
-        for row in self.rows:
-            yield row_type(*(row[c] for c in self.columns))
+        return (row_type(*values) for values in zip(*self.data.values(), strict=True))
 
     def head(self, n: int) -> Rows:
         """The first ``n`` rows."""
-        return Rows(self.columns, self.rows[:n])
+        return Rows.from_columns({c: v[:n] for c, v in self.data.items()})
 
     def records(self) -> list[dict[str, Any]]:
         """The rows as dicts, in column order."""
-        return [{c: row[c] for c in self.columns} for row in self.rows]
+        names = self.columns
+        return [dict(zip(names, values, strict=True)) for values in zip(*self.data.values(), strict=True)]
 
     def to_frame(self) -> pd.DataFrame:
         """The pandas table of these rows."""

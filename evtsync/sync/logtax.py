@@ -594,7 +594,7 @@ def _whole(files: Sequence[tuple[Path, int | None]], salvage: bool, end_toleranc
     return LogTax(traces, alignment, tables, {"streamed": False})
 
 
-def _finish(job: _Job, results: list[LoggedCollectives], layout: JobLayout, allow_partial: bool) -> LogTax:
+def _finish(job: _Job, results: Sequence[LoggedCollectives], layout: JobLayout, allow_partial: bool) -> LogTax:
     """The open collectives (reported by only some members), the rank-set check, the tables: built
     at their first use, with the printed report from arrays, when every batch was clean, none is
     left open and the rank set is complete (issue 48: pandas is not imported then)."""
@@ -631,7 +631,7 @@ def _pg_counts(job: _Job) -> dict[str, int]:
     return totals
 
 
-def _tables(job: _Job, results: list[LoggedCollectives], layout: JobLayout, rec: dict[str, np.ndarray],
+def _tables(job: _Job, results: Sequence[LoggedCollectives], layout: JobLayout, rec: dict[str, np.ndarray],
             allow_partial: bool) -> tuple[TraceSet, Alignment, TaxTables]:
     """The TraceSet, alignment and tax tables of the whole-table path (pandas)."""
     tables = job_tables(results, layout)
@@ -666,7 +666,7 @@ def _tables(job: _Job, results: list[LoggedCollectives], layout: JobLayout, rec:
     return traces, alignment, tax
 
 
-def _report(job: _Job, results: list[LoggedCollectives], layout: JobLayout) -> LogReport:
+def _report(job: _Job, results: Sequence[LoggedCollectives], layout: JobLayout) -> LogReport:
     """What ``evtsync tax`` prints of a clean job, from the batches' arrays: the rows of
     :func:`_assemble`'s groups table, :func:`~evtsync.sync.tax.tax_summary` and
     :func:`~evtsync.sync.tax.straggler_identity` (their NumPy cores) without building a frame."""
@@ -699,7 +699,7 @@ def _report(job: _Job, results: list[LoggedCollectives], layout: JobLayout) -> L
                    "n_collectives": int(n_coll[where[g["pg_name"]]]), "present_ranks": g["seen_on_ranks"],
                    "windows": "0"} for g in job_group_rows(layout) if n_coll[where[g["pg_name"]]]]
     files = job_rank_columns(results, layout)
-    order = sorted(range(len(layout.ranks)), key=layout.ranks.__getitem__)
+    order = sorted(range(len(layout.ranks)), key=layout.ranks.__getitem__)  # by rank, as the ranks table
     ranks = Rows.from_columns({name: [col[i] for i in order] for name, col in files.items()})
     return LogReport(ranks=ranks, groups=Rows(GROUP_COLUMNS, group_rows), summary=Rows(SUMMARY_COLUMNS, summary),
                      stragglers=Rows(STRAGGLER_COLUMNS, stragglers),

@@ -41,7 +41,7 @@ reader.close()
 out["records"], out["after_reading"] = records, heavy()
 got = stream_tax(files, keep_ranks=False, block_bytes=256)
 out["after_tax"] = heavy()
-out["summary"] = [[r["count"], r["tau_max_us"], r["n_invalid"]] for r in got.report.summary.rows]
+out["summary"] = [[r["count"], r["tau_max_us"], r["n_invalid"]] for r in got.report.summary.records()]
 out["tau"] = got.tables.collectives["tau_max_us"].tolist()
 out["after_tables"] = heavy()
 print(json.dumps(out))
