@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
             report = streamed.report if not args.plot else None
         if report is not None:  # a clean job, no table written: printed from its arrays, no pandas (issue 48)
             traces = alignment = report
-            summary, stragglers, straggler_ranks = report.summary, report.stragglers, report.straggler_ranks
+            summary, stragglers, straggler_ranks = report.summary, report.stragglers, None  # (no -o: not written)
         else:
             from evtsync.sync.tax import straggler_identity, tax_from_traces, tax_summary
 

@@ -59,7 +59,6 @@ from evtsync.sync.collectives import (
 from evtsync.sync.tax import (
     RANK_COLUMNS,
     STRAGGLER_COLUMNS,
-    STRAGGLER_RANK_COLUMNS,
     SUMMARY_COLUMNS,
     TAX_COLUMNS,
     TaxTables,
@@ -110,6 +109,9 @@ _OPEN = ("file", "comm", "local_rank", "sn", "collective", "msg_bytes", "exec_ns
          "kernel_start_us", "kernel_stop_us", "dump_us")
 #: Columns of the tax table that are constants per PG (or per job), filled in at the end.
 _PER_PG = ("pg_desc", "pg_ranks", "pg_source", "dtype")
+#: The columns of the per-rank (per-file) table a printed report reads (:class:`LogReport`).
+_REPORT_RANK_COLUMNS = ("rank", "rank_source", "n_collective_records", "n_p2p_records", "n_verbose_records",
+                        "unread_tail_bytes")
 #: Order of the mismatch kinds in the whole-table path's table (align_logged's passes).
 _KIND_BLOCK = {"partial": 0, "timing_source": 1, "type": 2, "size": 2, "end_time": 3}
 
@@ -158,14 +160,15 @@ class LogReport:
     """What ``evtsync tax`` prints of a streamed job, without pandas (issue 48): the attributes of
     its TraceSet (``ranks``, ``rank_ids``, ``logged``, ``problems``, ``skipped``, ``missing_ranks``)
     and of its Alignment (``groups``, ``mismatches``, ``instances``) the report reads, and the
-    tables of :func:`~evtsync.sync.tax.tax_summary` and :func:`~evtsync.sync.tax.straggler_identity`
-    (the same rows, computed by the same NumPy cores), as :class:`~evtsync.core.tableio.Rows`."""
+    tables of :func:`~evtsync.sync.tax.tax_summary` and the first of
+    :func:`~evtsync.sync.tax.straggler_identity` (the same rows, computed by the same NumPy cores),
+    as :class:`~evtsync.core.tableio.Rows`. ``ranks`` holds the columns of the per-rank table the
+    report reads (:data:`_REPORT_RANK_COLUMNS`), one row per file, by rank."""
 
     ranks: Rows
     groups: Rows
     summary: Rows
     stragglers: Rows
-    straggler_ranks: Rows
     skipped: Rows
     problems: list[str]
     missing_ranks: tuple[int, ...]
@@ -245,7 +248,9 @@ class _Job:
         # the batches taxed, in order: a clean batch's arrays (_tax_clean), or the frames of the
         # pandas path (collectives, then ranks or shares) for a batch the checks flagged
         self.batches: list[dict[str, Any] | tuple[pd.DataFrame, pd.DataFrame]] = []
-        self.members: dict[str, set[int]] = {}
+        # each PG's member ranks seen: sorted unique (job-wide communicator code << 32 | rank) keys,
+        # ~8 bytes a member (a set of ints per PG: ~90, issue 48)
+        self.member_keys = np.zeros(0, dtype=np.int64)
         self.mismatches: list[pd.DataFrame] = []
         self.invalid: set[tuple[str, int]] = set()
         self.done_keys: list[tuple[np.ndarray, np.ndarray]] = []  # (communicator, sequence number) taxed
@@ -389,11 +394,22 @@ class _Job:
             shares = tables.ranks.groupby(["pg", "index"], observed=True)["wait_share"].agg(["max", "median"])
             self.batches.append((coll, shares.reset_index()))
         for pg, ranks in tables.ranks.groupby("pg", observed=True)["rank"].unique().items():
-            self.members.setdefault(str(pg), set()).update(int(r) for r in ranks)
+            self._note_members(np.full(len(ranks), self.comm_code[str(pg)], dtype=np.int64), np.asarray(ranks))
         if len(alignment.mismatches):
             self.mismatches.append(alignment.mismatches)
         self.invalid |= alignment.invalid
         self._note_done(rec["comm"], rec["sn"], len(tables.collectives))
+
+    def _note_members(self, comm: np.ndarray, rank: np.ndarray) -> None:
+        """Note the ranks seen in the collectives of each communicator (job-wide codes)."""
+        self.member_keys = np.union1d(self.member_keys, (comm.astype(np.int64) << 32) | rank.astype(np.int64))
+
+    def members(self) -> dict[str, list[int]]:
+        """Each PG's member ranks seen, sorted."""
+        if not len(self.member_keys):
+            return {}
+        codes, ranks = _split_pairs(self.member_keys)
+        return {self.comm_ids[c]: r.tolist() for c, r in zip(codes, ranks, strict=True)}
 
     def _note_done(self, comm: np.ndarray, sn: np.ndarray, n_collectives: int) -> None:
         """Remember the (communicator, sequence number) keys taxed (a repeated record is found at the end)."""
@@ -455,9 +471,7 @@ class _Job:
         else:
             batch["share_max"], batch["share_median"] = got["share_max"], got["share_median"]
         self.batches.append(batch)
-        pairs = np.unique((pg.astype(np.int64) << 32) | rank.astype(np.int64))
-        for code, ranks in zip(*_split_pairs(pairs), strict=True):
-            self.members.setdefault(pg_names[code], set()).update(ranks.tolist())
+        self._note_members(np.asarray([self.comm_code[n] for n in pg_names], dtype=np.int64)[pg], rank)
         self._note_done(rec["comm"], sn, len(starts))
         return True
 
@@ -690,9 +704,9 @@ def _report(job: _Job, results: Sequence[LoggedCollectives], layout: JobLayout) 
     summary = summary_rows(code_groups([pg, coll], [comm_names, labels]), desc, valid, tau,
                            joined("tau_med_us").astype(float), joined("share_max").astype(float),
                            joined("share_median").astype(float))
-    members = {name: sorted(m) for name, m in job.members.items()}
-    stragglers, straggler_ranks = straggler_rows(code_groups([pg], [comm_names]), joined("index").astype(np.int64),
-                                                 valid & (tau > 0), joined("straggler_rank"), desc, members)
+    members = job.members()
+    stragglers, _ = straggler_rows(code_groups([pg], [comm_names]), joined("index").astype(np.int64),
+                                   valid & (tau > 0), joined("straggler_rank"), desc, members, rank_rows=False)
     n_coll = np.bincount(pg, minlength=len(comm_names))
     group_rows = [{"pg": g["pg_name"], "pg_name": g["pg_name"], "pg_desc": g["pg_desc"], "pg_ranks": g["pg_ranks"],
                    "n_ranks": int(g["pg_size"]), "pg_source": LOGGED_SOURCE, "streams": "",
@@ -700,10 +714,9 @@ def _report(job: _Job, results: Sequence[LoggedCollectives], layout: JobLayout) 
                    "windows": "0"} for g in job_group_rows(layout) if n_coll[where[g["pg_name"]]]]
     files = job_rank_columns(results, layout)
     order = sorted(range(len(layout.ranks)), key=layout.ranks.__getitem__)  # by rank, as the ranks table
-    ranks = Rows.from_columns({name: [col[i] for i in order] for name, col in files.items()})
+    ranks = Rows.from_columns({name: [files[name][i] for i in order] for name in _REPORT_RANK_COLUMNS})
     return LogReport(ranks=ranks, groups=Rows(GROUP_COLUMNS, group_rows), summary=Rows(SUMMARY_COLUMNS, summary),
                      stragglers=Rows(STRAGGLER_COLUMNS, stragglers),
-                     straggler_ranks=Rows(STRAGGLER_RANK_COLUMNS, straggler_ranks),
                      skipped=Rows(JOB_SKIPPED_COLUMNS, job_skipped_rows(results, layout)),
                      problems=list(layout.problems), missing_ranks=tuple(layout.missing))
 
@@ -758,7 +771,7 @@ def _assemble(job: _Job, groups: pd.DataFrame, comm_names: list[str]) -> tuple[A
         shares = (pd.concat(second, ignore_index=True) if second
                   else pd.DataFrame(columns=["pg", "index", "max", "median"]))
         shares["pg"] = shares["pg"].astype(str)
-    members = {pg: sorted(m) for pg, m in job.members.items()} if not job.keep_ranks else None
+    members = job.members() if not job.keep_ranks else None
     tax = TaxTables(coll, ranks, instance_shares=shares, members=members)
     # the alignment's tables: communicators with collectives, mismatches in the whole-table order
     n_coll = coll["pg"].astype(str).value_counts() if len(coll) else pd.Series(dtype=np.int64)

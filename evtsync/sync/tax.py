@@ -392,13 +392,15 @@ def straggler_identity(tax: TaxTables) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def straggler_rows(groups: list[tuple[tuple[Any, ...], np.ndarray]], index_all: np.ndarray, used_all: np.ndarray,
-                   strag_all: np.ndarray, desc: np.ndarray,
-                   members: Mapping[Any, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+                   strag_all: np.ndarray, desc: np.ndarray, members: Mapping[Any, Any], *,
+                   rank_rows: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The rows of both tables of :func:`straggler_identity` from its columns as arrays (one per
     collective; ``used_all``: valid with a tax), the row positions of each PG (:func:`code_groups`)
     and each PG's member ranks (a PG not in ``members``: the ranks that straggled): the one home
-    of its statistics, for the pandas tables and the Inspector tax's arrays (issue 48)."""
-    rows, rank_rows = [], []
+    of its statistics, for the pandas tables and the Inspector tax's arrays (issue 48).
+    ``rank_rows=False``: the second table left empty (a printed report does not show it)."""
+    rows: list[dict[str, Any]] = []
+    per_rank: list[dict[str, Any]] = []
     # one sort, then NumPy slices per PG (a pandas group per PG cost ~7 ms: issue 48)
     for (pg,), at in groups:
         at = at[np.argsort(index_all[at], kind="stable")]  # in index order
@@ -422,9 +424,9 @@ def straggler_rows(groups: list[tuple[tuple[Any, ...], np.ndarray]], index_all: 
             "top_share": float(counts[top] / len(strag)) if len(strag) else float("nan"),
             "uniform_share": 1.0 / n_ranks if n_ranks else float("nan"),
             "n_skipped": len(at) - len(used)})
-        for r in ranks:
+        for r in ranks if rank_rows else ():
             n = int(counts.get(r, 0))
-            rank_rows.append({"pg": pg, "rank": r, "n_straggled": n,
+            per_rank.append({"pg": pg, "rank": r, "n_straggled": n,
                               "share": n / len(strag) if len(strag) else float("nan"),
                               "uniform_share": 1.0 / n_ranks})
-    return rows, rank_rows
+    return rows, per_rank
