@@ -18,10 +18,18 @@ a log cut short) stays open until the files end; it is then counted by communica
 reported as the whole-table path does (refused unless ``allow_partial``).
 
 The tables equal those of the whole-table path (same rows, order, values and dtypes; tested).
+The job is kept as NumPy arrays (each clean batch's columns) until a table is read: when no
+collective was flagged, none is left open and the rank set is complete, :attr:`LogTax.report`
+holds what ``evtsync tax`` prints (the rows of the groups, summary and stragglers tables, by
+the NumPy cores of :func:`~evtsync.sync.tax.tax_summary` and
+:func:`~evtsync.sync.tax.straggler_identity`), and pandas is imported only if the tables are
+asked for (``-o``, ``--plot``, ``evtsync run``, the Python API; issue 48).
 Memory: one slice of text and its decoded records (:data:`~evtsync.trace.readers.inspector.DECODE_BYTES`),
 the columns of one round's records (:data:`ROUND_BYTES` of text over all files, at least
-:data:`MIN_BLOCK_BYTES` per file), per file ~1-2 KB (its open file, its
-unfinished last line, its communicators: ``LogRounds.state_bytes``, bounded in the tests), the records of the collectives still open, those of complete
+:data:`MIN_BLOCK_BYTES` per file), per file its open file (~250 bytes; a plain file's
+unfinished last line is read again next round, not held) and ~200-250 bytes of arrays once
+read (its counts, end and communicator pairs: ``LogRounds.state_bytes``, bounded in the tests),
+the records of the collectives still open, those of complete
 collectives waiting for the next tax batch (:data:`TAX_BATCH_RECORDS`), and the output: one row
 per collective, one per file (the per-rank table), and, unless
 ``keep_ranks=False``, one row per rank of each collective (``TaxTables.ranks``; without it
@@ -616,10 +624,10 @@ def _finish(job: _Job, results: Sequence[LoggedCollectives], layout: JobLayout, 
     assert rec is not None and job.ranks is not None
     n_open = int(np.unique(np.stack([rec["comm"], rec["sn"]]), axis=1).shape[1]) if len(rec["sn"]) else 0
     clean = not n_open and not layout.problems and all(isinstance(b, dict) for b in job.batches)
-    stats = {"streamed": True, "rounds": job.rounds, "peak_open_records": job.peak_open,
+    stats: dict[str, Any] = {"streamed": True, "rounds": job.rounds, "peak_open_records": job.peak_open,
              "peak_held_records": job.peak_held, "collectives": 0, "left_open_at_end": n_open}
     if clean:
-        stats["collectives"] = sum(len(b["index"]) for b in job.batches)  # type: ignore[call-overload]
+        stats["collectives"] = sum(len(b["index"]) for b in job.batches if isinstance(b, dict))
         report = None if job.keep_ranks else _report(job, results, layout)
         got = LogTax(None, None, None, stats, report=report,
                      build=lambda: _tables(job, results, layout, rec, allow_partial))
@@ -686,9 +694,9 @@ def _report(job: _Job, results: Sequence[LoggedCollectives], layout: JobLayout) 
     :func:`~evtsync.sync.tax.straggler_identity` (their NumPy cores) without building a frame."""
     comm_names = sorted(layout.comm_rows)
     where = {name: k for k, name in enumerate(comm_names)}
-    labels = sorted({w for b in job.batches for w in b["labels"]})  # type: ignore[index]
-    label_at = {w: k for k, w in enumerate(labels)}
     batches = [b for b in job.batches if isinstance(b, dict)]
+    labels = sorted({w for b in batches for w in b["labels"]})
+    label_at = {w: k for k, w in enumerate(labels)}
 
     def joined(name: str) -> np.ndarray:
         return np.concatenate([b[name] for b in batches]) if batches else np.zeros(0)

@@ -1736,12 +1736,12 @@ class _FileResult(LoggedCollectives):
         self.columns, self.given_rank, self.vocabularies = results.columns, reader.given[i], results.vocabularies
         self._results, self._i = results, i
 
-    @property  # type: ignore[override]
-    def info(self) -> dict[str, Any]:
+    @property
+    def info(self) -> dict[str, Any]:  # type: ignore[override]
         return self._results.reader._info(self._i, self._results.hosts, self._results.versions)
 
-    @property  # type: ignore[override]
-    def skipped(self) -> dict[str, int]:
+    @property
+    def skipped(self) -> dict[str, int]:  # type: ignore[override]
         return self._results.reader._skipped(self._i)
 
 
