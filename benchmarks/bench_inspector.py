@@ -31,8 +31,8 @@ MB/s per core = MB of log text / CPU seconds of one single-threaded process.
 the process, user + system, from ``wait4``; start-up and imports included), interleaved N
 times: ``benchmarks/plain_inspector_tax.py LOGDIR`` (the plain stdlib script: max - min per
 (communicator, coll_sn)), ``python -m evtsync tax LOGDIR``, and the interpreter importing what
-``evtsync tax`` imports, pandas included (the RSS floor the peak is compared with; the tax
-modules import pandas at its first use since issue 48's sixth round, the first batch tax)::
+``evtsync tax`` imports (the RSS floor the peak is compared with: without pandas since issue 48's
+seventh round, when a clean job's tax no longer imports it; with pandas in the earlier rounds)::
 
     .venv/bin/python benchmarks/bench_inspector.py --files 256 --mb 0.93 --whole-process 3
 """
@@ -187,10 +187,10 @@ def whole_process(folder: Path, total: int, reps: int, baseline: Path | None = N
 
     cmds = {"plain script": [sys.executable, str(HERE.parent / "plain_inspector_tax.py"), str(folder)],
             "evtsync tax": [sys.executable, "-m", "evtsync", "tax", str(folder)],
-            # what `evtsync tax` imports; pandas too: no longer imported with the modules, still by
-            # the first batch tax (issue 48), so the floor stays that of the previous rounds
+            # what `evtsync tax` imports: no pandas since issue 48's seventh round (a clean job's
+            # tax is printed from NumPy arrays); the earlier rounds' floor imported it (108 MB)
             "imports": [sys.executable, "-c", "import evtsync.cli.tax, evtsync.sync.logtax, evtsync.sync.tax, "
-                        "evtsync.trace.readers.inspector, pandas"]}
+                        "evtsync.trace.readers.inspector"]}
     envs: dict[str, dict[str, str] | None] = dict.fromkeys(cmds)
     if baseline is not None:
         cmds["baseline tax"] = cmds["evtsync tax"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from evtsync.core.vocabulary import collective_event_words
 
@@ -36,9 +37,9 @@ def run(args: argparse.Namespace) -> int:
     from evtsync.core.errors import InputError
     from evtsync.core.tableio import all_or_nothing, write_table
     from evtsync.sync.logtax import inspector_files, stream_tax
-    from evtsync.sync.tax import tax_from_traces, tax_summary
-    from evtsync.trace.traceset import load_traces
 
+    traces: Any
+    alignment: Any
     if args.demo == bool(args.traces):
         raise InputError("give TRACES or --demo (not both)")
     with contextlib.ExitStack() as stack:
@@ -54,17 +55,26 @@ def run(args: argparse.Namespace) -> int:
             options["cache"] = None  # a temporary folder: nothing to reuse
         backend = enter_dask(options, stack)  # one cluster: reading and per-PG tasks
         logs = inspector_files(paths, options["rank_from"]) if backend is None else None
+        report = None
         if logs is not None:  # NCCL Inspector logs: streamed, memory bounded by the open collectives
             streamed = stream_tax(logs, salvage=options["salvage"], keep_ranks=bool(args.out), **align_options(args))
-            traces, alignment, tables = streamed.traces, streamed.alignment, streamed.tables
+            report = streamed.report if not args.plot else None
+        if report is not None:  # a clean job, no table written: printed from its arrays, no pandas (issue 48)
+            traces = alignment = report
+            summary, stragglers, straggler_ranks = report.summary, report.stragglers, None  # (no -o: not written)
         else:
-            # the tax needs the collectives only: workers send back a small fraction of each rank
-            traces = load_traces(paths, scope="collectives", **options)
-            alignment, tables = tax_from_traces(traces, backend=backend, **align_options(args))
-    summary = tax_summary(tables)
-    from evtsync.sync.tax import straggler_identity
+            from evtsync.sync.tax import straggler_identity, tax_from_traces, tax_summary
 
-    stragglers, straggler_ranks = straggler_identity(tables)
+            if logs is not None:
+                traces, alignment, tables = streamed.traces, streamed.alignment, streamed.tables
+            else:
+                from evtsync.trace.traceset import load_traces
+
+                # the tax needs the collectives only: workers send back a small fraction of each rank
+                traces = load_traces(paths, scope="collectives", **options)
+                alignment, tables = tax_from_traces(traces, backend=backend, **align_options(args))
+            summary = tax_summary(tables)
+            stragglers, straggler_ranks = straggler_identity(tables)
     notes = sys.stderr if args.json else sys.stdout  # --json: standard output holds the JSON document alone
     if traces.logged is None and traces.comm_kernels.empty:
         if alignment.instances.empty:
@@ -158,7 +168,7 @@ def _print_logged_header(traces, alignment) -> None:  # noqa: ANN001 - CLI rende
     """What a folder of NCCL Inspector logs held, and its communicators."""
     ranks = traces.ranks
     verbose = int(ranks["n_verbose_records"].sum())
-    print(f"{len(traces.rank_ids)} rank(s) from NCCL Inspector logs ({ranks['rank_source'].iloc[0]}): "
+    print(f"{len(traces.rank_ids)} rank(s) from NCCL Inspector logs ({ranks['rank_source'][0]}): "
           f"{int(ranks['n_collective_records'].sum())} collective records"
           + (f" ({verbose} with kernel times)" if verbose else "")
           + f", {int(ranks['n_p2p_records'].sum())} p2p records not used (no collective tax)")

@@ -178,6 +178,65 @@ def file_sha256(path: str | os.PathLike[str], chunk_size: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
+class Rows:
+    """A small table without pandas, held as one list per column, read as the few ``DataFrame``
+    methods a report uses (``len``, ``empty``, a column, ``itertuples``, ``head``) and printed by
+    :func:`json_ready` as ``DataFrame.to_dict(orient="records")`` prints a frame: what a command
+    prints from NumPy results when no table is written (the Inspector tax, issue 48).
+    :meth:`to_frame` is the pandas table of the same rows."""
+
+    def __init__(self, columns: list[str], rows: list[dict[str, Any]]) -> None:
+        self.data: dict[str, list[Any]] = {c: [row[c] for row in rows] for c in columns}
+
+    @classmethod
+    def from_columns(cls, columns: dict[str, list[Any]]) -> Rows:
+        """Rows from equal-length lists, one per column (kept, not copied)."""
+        if len({len(v) for v in columns.values()}) > 1:
+            raise ValueError("columns of different lengths")
+        out = cls([], [])
+        out.data = dict(columns)
+        return out
+
+    @property
+    def columns(self) -> list[str]:
+        """The column names, in order."""
+        return list(self.data)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.data.values()), ()))
+
+    @property
+    def empty(self) -> bool:
+        """No row."""
+        return not len(self)
+
+    def __getitem__(self, column: str) -> Any:
+        """A column as a NumPy array."""
+        import numpy as np
+
+        return np.asarray(self.data[column])
+
+    def itertuples(self) -> Iterator[Any]:
+        """Each row as a named tuple of its columns."""
+        from collections import namedtuple
+
+        row_type = namedtuple("Row", self.columns)  # type: ignore[misc]  # noqa: PYI024
+        return (row_type(*values) for values in zip(*self.data.values(), strict=True))
+
+    def head(self, n: int) -> Rows:
+        """The first ``n`` rows."""
+        return Rows.from_columns({c: v[:n] for c, v in self.data.items()})
+
+    def records(self) -> list[dict[str, Any]]:
+        """The rows as dicts, in column order."""
+        names = self.columns
+        return [dict(zip(names, values, strict=True)) for values in zip(*self.data.values(), strict=True)]
+
+    def to_frame(self) -> pd.DataFrame:
+        """The pandas table of these rows."""
+        return pd.DataFrame(self.records(), columns=self.columns)
+
+
 def json_ready(value: Any) -> Any:
     """``value`` made of JSON types only, recursively: NumPy scalars and arrays as Python ones,
     paths and datetimes as strings, DataFrames as lists of records, and every missing value
@@ -193,6 +252,8 @@ def json_ready(value: Any) -> Any:
         return [json_ready(v) for v in value]
     if isinstance(value, set | frozenset):
         return [json_ready(v) for v in sorted(value, key=str)]
+    if isinstance(value, Rows):
+        return json_ready(value.records())
     pandas = sys.modules.get("pandas")  # a value cannot be a pandas object unless pandas is loaded:
     if pandas is not None:              # small commands print JSON without importing it (issue 30)
         if isinstance(value, pandas.DataFrame):

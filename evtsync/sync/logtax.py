@@ -18,10 +18,18 @@ a log cut short) stays open until the files end; it is then counted by communica
 reported as the whole-table path does (refused unless ``allow_partial``).
 
 The tables equal those of the whole-table path (same rows, order, values and dtypes; tested).
+The job is kept as NumPy arrays (each clean batch's columns) until a table is read: when no
+collective was flagged, none is left open and the rank set is complete, :attr:`LogTax.report`
+holds what ``evtsync tax`` prints (the rows of the groups, summary and stragglers tables, by
+the NumPy cores of :func:`~evtsync.sync.tax.tax_summary` and
+:func:`~evtsync.sync.tax.straggler_identity`), and pandas is imported only if the tables are
+asked for (``-o``, ``--plot``, ``evtsync run``, the Python API; issue 48).
 Memory: one slice of text and its decoded records (:data:`~evtsync.trace.readers.inspector.DECODE_BYTES`),
 the columns of one round's records (:data:`ROUND_BYTES` of text over all files, at least
-:data:`MIN_BLOCK_BYTES` per file), per file ~1-2 KB (its open file, its
-unfinished last line, its communicators: ``LogRounds.state_bytes``, bounded in the tests), the records of the collectives still open, those of complete
+:data:`MIN_BLOCK_BYTES` per file), per file its open file (~250 bytes; a plain file's
+unfinished last line is read again next round, not held) and ~200-250 bytes of arrays once
+read (its counts, end and communicator pairs: ``LogRounds.state_bytes``, bounded in the tests),
+the records of the collectives still open, those of complete
 collectives waiting for the next tax batch (:data:`TAX_BATCH_RECORDS`), and the output: one row
 per collective, one per file (the per-rank table), and, unless
 ``keep_ranks=False``, one row per rank of each collective (``TaxTables.ranks``; without it
@@ -33,7 +41,7 @@ from __future__ import annotations
 import logging
 import os
 import resource
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +55,7 @@ else:  # pandas at its first use: the Inspector tax reads its logs without it (i
 
 from evtsync.core.defaults import END_TOLERANCE_US
 from evtsync.core.errors import InputError, TraceError
+from evtsync.core.tableio import Rows
 from evtsync.sync.collectives import (
     GROUP_COLUMNS,
     LOGGED_SOURCE,
@@ -57,21 +66,31 @@ from evtsync.sync.collectives import (
 )
 from evtsync.sync.tax import (
     RANK_COLUMNS,
+    STRAGGLER_COLUMNS,
+    SUMMARY_COLUMNS,
     TAX_COLUMNS,
     TaxTables,
+    code_groups,
     compute_tax,
     segment_starts,
+    straggler_rows,
+    summary_rows,
     tax_segments,
 )
 from evtsync.trace.readers.inspector import (
     BLOCK_BYTES,
     GPU_TIMING,
+    JOB_SKIPPED_COLUMNS,
     LOGGED_COLUMNS,
     MISSING,
+    JobLayout,
     LoggedCollectives,
     LogRounds,
     global_ranks,
+    job_group_rows,
     job_layout,
+    job_rank_columns,
+    job_skipped_rows,
     job_tables,
     partial_problems,
 )
@@ -98,20 +117,77 @@ _OPEN = ("file", "comm", "local_rank", "sn", "collective", "msg_bytes", "exec_ns
          "kernel_start_us", "kernel_stop_us", "dump_us")
 #: Columns of the tax table that are constants per PG (or per job), filled in at the end.
 _PER_PG = ("pg_desc", "pg_ranks", "pg_source", "dtype")
+#: The columns of the per-rank (per-file) table a printed report reads (:class:`LogReport`).
+_REPORT_RANK_COLUMNS = ("rank", "rank_source", "n_collective_records", "n_p2p_records", "n_verbose_records",
+                        "unread_tail_bytes")
 #: Order of the mismatch kinds in the whole-table path's table (align_logged's passes).
 _KIND_BLOCK = {"partial": 0, "timing_source": 1, "type": 2, "size": 2, "end_time": 3}
 
 
-@dataclass(repr=False)
 class LogTax:
     """What :func:`stream_tax` returns: the job's TraceSet (its ``logged`` table left empty:
     the records were dropped once taxed), the alignment (``instances`` empty, for the same
-    reason), the tax tables and the streaming's own counts (``stats``)."""
+    reason), the tax tables and the streaming's own counts (``stats``).
 
-    traces: TraceSet
-    alignment: Alignment
-    tables: TaxTables
-    stats: dict[str, Any] = field(default_factory=dict)
+    When no collective was flagged, none left open and the rank set is complete, the three are
+    built (with pandas) at the first read of one of them, and ``report`` holds what
+    ``evtsync tax`` prints, from the job's NumPy arrays (issue 48); else ``report`` is None."""
+
+    def __init__(self, traces: TraceSet | None, alignment: Alignment | None, tables: TaxTables | None,
+                 stats: dict[str, Any] | None = None, *, report: LogReport | None = None,
+                 build: Callable[[], tuple[TraceSet, Alignment, TaxTables]] | None = None) -> None:
+        self._built = None if build is not None else (traces, alignment, tables)
+        self._build = build
+        self.stats = stats or {}
+        self.report = report
+
+    def _parts(self) -> tuple[Any, Any, Any]:
+        if self._built is None:
+            assert self._build is not None
+            self._built, self._build = self._build(), None
+        return self._built
+
+    @property
+    def traces(self) -> TraceSet:
+        """The job's TraceSet (``logged`` empty)."""
+        return self._parts()[0]
+
+    @property
+    def alignment(self) -> Alignment:
+        """The alignment (``instances`` empty)."""
+        return self._parts()[1]
+
+    @property
+    def tables(self) -> TaxTables:
+        """The tax tables."""
+        return self._parts()[2]
+
+
+@dataclass(repr=False)
+class LogReport:
+    """What ``evtsync tax`` prints of a streamed job, without pandas (issue 48): the attributes of
+    its TraceSet (``ranks``, ``rank_ids``, ``logged``, ``problems``, ``skipped``, ``missing_ranks``)
+    and of its Alignment (``groups``, ``mismatches``, ``instances``) the report reads, and the
+    tables of :func:`~evtsync.sync.tax.tax_summary` and the first of
+    :func:`~evtsync.sync.tax.straggler_identity` (the same rows, computed by the same NumPy cores),
+    as :class:`~evtsync.core.tableio.Rows`. ``ranks`` holds the columns of the per-rank table the
+    report reads (:data:`_REPORT_RANK_COLUMNS`), one row per file, by rank."""
+
+    ranks: Rows
+    groups: Rows
+    summary: Rows
+    stragglers: Rows
+    skipped: Rows
+    problems: list[str]
+    missing_ranks: tuple[int, ...]
+    logged: Rows = field(default_factory=lambda: Rows(LOGGED_COLUMNS, []))
+    mismatches: Rows = field(default_factory=lambda: Rows(MISMATCH_COLUMNS, []))
+    instances: Rows = field(default_factory=lambda: Rows(["pg", "index"], []))
+
+    @property
+    def rank_ids(self) -> list[int]:
+        """Sorted ranks present."""
+        return sorted(set(self.ranks["rank"].tolist()))
 
 
 def inspector_files(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
@@ -177,13 +253,15 @@ class _Job:
         self.ranks: np.ndarray | None = None  # global rank of each file, once known
         self.open = _Open()
         self.done = _Open()  # records of complete collectives not taxed yet (with their "rank")
-        self.collectives: list[pd.DataFrame] = []
-        self.rank_rows: list[pd.DataFrame] = []
-        self.shares: list[pd.DataFrame] = []
-        self.members: dict[str, set[int]] = {}
+        # the batches taxed, in order: a clean batch's arrays (_tax_clean), or the frames of the
+        # pandas path (collectives, then ranks or shares) for a batch the checks flagged
+        self.batches: list[dict[str, Any] | tuple[pd.DataFrame, pd.DataFrame]] = []
+        # each PG's member ranks seen: sorted unique (job-wide communicator code << 32 | rank) keys,
+        # ~8 bytes a member (a set of ints per PG: ~90, issue 48)
+        self.member_keys = np.zeros(0, dtype=np.int64)
         self.mismatches: list[pd.DataFrame] = []
         self.invalid: set[tuple[str, int]] = set()
-        self.done_keys: list[pd.MultiIndex] = []
+        self.done_keys: list[tuple[np.ndarray, np.ndarray]] = []  # (communicator, sequence number) taxed
         self.n_done = 0
         self.peak_open = 0
         self.peak_held = 0  # records held at once: open, or complete and not taxed yet
@@ -318,24 +396,34 @@ class _Job:
         # rows kept until the end are most of the memory that grows with the logs
         coll = tables.collectives.drop(columns=list(_PER_PG))
         coll["collective"] = coll["collective"].astype("category")
-        self.collectives.append(coll)
         if self.keep_ranks:
-            self.rank_rows.append(tables.ranks)
+            self.batches.append((coll, tables.ranks))
         else:
             shares = tables.ranks.groupby(["pg", "index"], observed=True)["wait_share"].agg(["max", "median"])
-            self.shares.append(shares.reset_index())
+            self.batches.append((coll, shares.reset_index()))
         for pg, ranks in tables.ranks.groupby("pg", observed=True)["rank"].unique().items():
-            self.members.setdefault(str(pg), set()).update(int(r) for r in ranks)
+            self._note_members(np.full(len(ranks), self.comm_code[str(pg)], dtype=np.int64), np.asarray(ranks))
         if len(alignment.mismatches):
             self.mismatches.append(alignment.mismatches)
         self.invalid |= alignment.invalid
         self._note_done(rec["comm"], rec["sn"], len(tables.collectives))
 
+    def _note_members(self, comm: np.ndarray, rank: np.ndarray) -> None:
+        """Note the ranks seen in the collectives of each communicator (job-wide codes)."""
+        self.member_keys = np.union1d(self.member_keys, (comm.astype(np.int64) << 32) | rank.astype(np.int64))
+
+    def members(self) -> dict[str, list[int]]:
+        """Each PG's member ranks seen, sorted."""
+        if not len(self.member_keys):
+            return {}
+        codes, ranks = _split_pairs(self.member_keys)
+        return {self.comm_ids[c]: r.tolist() for c, r in zip(codes, ranks, strict=True)}
+
     def _note_done(self, comm: np.ndarray, sn: np.ndarray, n_collectives: int) -> None:
         """Remember the (communicator, sequence number) keys taxed (a repeated record is found at the end)."""
         first = np.ones(len(sn), dtype=bool)
         first[1:] = (comm[1:] != comm[:-1]) | (sn[1:] != sn[:-1])
-        self.done_keys.append(pd.MultiIndex.from_arrays([comm[first], sn[first]]))
+        self.done_keys.append((comm[first], sn[first]))
         self.n_done += n_collectives
 
     def _tax_clean(self, rec: dict[str, np.ndarray]) -> bool:
@@ -378,33 +466,24 @@ class _Job:
         end_ns = np.where(stops >= 0, stops * 1000, MISSING)
         got = tax_segments(rec["exec_ns"], rank, starts, ts_ns, end_ns, shares=not self.keep_ranks)
         labels, label_codes = self._labels(rec["collective"], rec["timing_source"])
-        pg_cat = pd.Index(pg_names)
-        self.collectives.append(pd.DataFrame({
-            "pg": pd.Categorical.from_codes(pg[starts], categories=pg_cat), "index": sn[starts].astype(np.int64),
-            "window": np.zeros(len(starts), dtype=np.int32),
-            "collective": pd.Categorical.from_codes(label_codes[starts], categories=labels),
-            "bytes": rec["msg_bytes"][starts].astype(np.int64),
+        batch: dict[str, Any] = {
+            "pg_names": pg_names, "labels": labels, "pg": pg[starts], "index": sn[starts].astype(np.int64),
+            "collective": label_codes[starts], "bytes": rec["msg_bytes"][starts].astype(np.int64),
             **{c: got[c] for c in ("n_ranks", "tau_max_us", "tau_med_us", "mean_delay_us", "straggler_rank",
                                    "fastest_rank", "min_dur_us", "max_dur_us", "end_spread_us", "start_ns")},
-            "valid": counts > 1}))
+            "valid": counts > 1}
         if self.keep_ranks:
-            self.rank_rows.append(pd.DataFrame({
-                "pg": pd.Categorical.from_codes(pg, categories=pg_cat), "index": sn.astype(np.int64),
-                "window": np.zeros(n, dtype=np.int32), "rank": rank.astype(np.int32),
-                "collective": pd.Categorical.from_codes(label_codes, categories=labels), "dur_us": got["dur_us"],
-                "wait_us": got["wait_us"], "wait_share": got["wait_share"], "is_straggler": got["is_straggler"],
-                "ts_ns": ts_ns, "end_ns": end_ns}))
+            batch["ranks"] = {"pg": pg, "index": sn.astype(np.int64), "rank": rank.astype(np.int32),
+                              "collective": label_codes, "ts_ns": ts_ns, "end_ns": end_ns,
+                              **{c: got[c] for c in ("dur_us", "wait_us", "wait_share", "is_straggler")}}
         else:
-            self.shares.append(pd.DataFrame({
-                "pg": pd.Categorical.from_codes(pg[starts], categories=pg_cat), "index": sn[starts].astype(np.int64),
-                "max": got["share_max"], "median": got["share_median"]}))
-        pairs = np.unique((pg.astype(np.int64) << 32) | rank.astype(np.int64))
-        for code, ranks in zip(*_split_pairs(pairs), strict=True):
-            self.members.setdefault(pg_names[code], set()).update(ranks.tolist())
+            batch["share_max"], batch["share_median"] = got["share_max"], got["share_median"]
+        self.batches.append(batch)
+        self._note_members(np.asarray([self.comm_code[n] for n in pg_names], dtype=np.int64)[pg], rank)
         self._note_done(rec["comm"], sn, len(starts))
         return True
 
-    def _labels(self, collective: np.ndarray, source: np.ndarray) -> tuple[pd.Index, np.ndarray]:
+    def _labels(self, collective: np.ndarray, source: np.ndarray) -> tuple[list[str], np.ndarray]:
         """The collective labels of records (the type; CPU-timed ones with their timing source,
         as :func:`~evtsync.sync.collectives.align_logged_rows` writes them) as sorted categories and codes."""
         names = {c: w for w, c in self.words["collective"].items()}
@@ -415,7 +494,7 @@ class _Job:
                  else f"{names[int(p) // width]} [{sources[int(p) % width]}]" for p in pairs]
         cats = sorted(set(words))
         where = np.asarray([cats.index(w) for w in words], dtype=np.int32)
-        return pd.Index(cats), where[inverse.reshape(-1)]
+        return cats, where[inverse.reshape(-1)]
 
 
 def _permute(columns: dict[str, np.ndarray], order: np.ndarray) -> None:
@@ -537,23 +616,58 @@ def _whole(files: Sequence[tuple[Path, int | None]], salvage: bool, end_toleranc
     return LogTax(traces, alignment, tables, {"streamed": False})
 
 
-def _finish(job: _Job, results: list[LoggedCollectives], layout: Any, allow_partial: bool) -> LogTax:
-    """The open collectives (reported by only some members), the rank-set check, the tables."""
+def _finish(job: _Job, results: Sequence[LoggedCollectives], layout: JobLayout, allow_partial: bool) -> LogTax:
+    """The open collectives (reported by only some members), the rank-set check, the tables: built
+    at their first use, with the printed report from arrays, when every batch was clean, none is
+    left open and the rank set is complete (issue 48: pandas is not imported then)."""
+    rec = job.complete(final=True)
+    assert rec is not None and job.ranks is not None
+    n_open = int(np.unique(np.stack([rec["comm"], rec["sn"]]), axis=1).shape[1]) if len(rec["sn"]) else 0
+    clean = not n_open and not layout.problems and all(isinstance(b, dict) for b in job.batches)
+    stats: dict[str, Any] = {"streamed": True, "rounds": job.rounds, "peak_open_records": job.peak_open,
+             "peak_held_records": job.peak_held, "collectives": 0, "left_open_at_end": n_open}
+    if clean:
+        stats["collectives"] = sum(len(b["index"]) for b in job.batches if isinstance(b, dict))
+        report = None if job.keep_ranks else _report(job, results, layout)
+        got = LogTax(None, None, None, stats, report=report,
+                     build=lambda: _tables(job, results, layout, rec, allow_partial))
+    else:
+        got = LogTax(*_tables(job, results, layout, rec, allow_partial), stats)
+        stats["collectives"] = len(got.tables.collectives)
+    log.info("NCCL Inspector logs streamed in %d round(s): %d collective(s), at most %d record(s) open at once, "
+             "%d collective(s) still open at the end", job.rounds, stats["collectives"], job.peak_open, n_open)
+    return got
+
+
+def _pg_counts(job: _Job) -> dict[str, int]:
+    """The collectives taxed per communicator."""
+    totals: dict[str, int] = {}
+    for batch in job.batches:
+        if isinstance(batch, dict):
+            codes, counts = np.unique(batch["pg"], return_counts=True)
+            pairs = zip((batch["pg_names"][c] for c in codes.tolist()), counts.tolist(), strict=True)
+        else:
+            pairs = batch[0]["pg"].astype(str).value_counts().items()
+        for pg, k in pairs:
+            totals[str(pg)] = totals.get(str(pg), 0) + int(k)
+    return totals
+
+
+def _tables(job: _Job, results: Sequence[LoggedCollectives], layout: JobLayout, rec: dict[str, np.ndarray],
+            allow_partial: bool) -> tuple[TraceSet, Alignment, TaxTables]:
+    """The TraceSet, alignment and tax tables of the whole-table path (pandas)."""
     tables = job_tables(results, layout)
     groups = tables["process_groups"]
     comm_rows = layout.comm_rows
-    rec = job.complete(final=True)
-    assert rec is not None and job.ranks is not None
+    assert job.ranks is not None
     leftover = job.frame(rec, job.ranks[rec["file"]]) if len(rec["sn"]) else None
-    n_open = 0 if leftover is None else int(leftover.groupby(["pg", "index"], observed=True).ngroups)
-    totals: dict[str, int] = {}
-    for frame in job.collectives:
-        for pg, k in frame["pg"].astype(str).value_counts().items():
-            totals[str(pg)] = totals.get(str(pg), 0) + int(k)
     problems = list(layout.problems)
     if leftover is not None:
+        totals = _pg_counts(job)
         keys = pd.MultiIndex.from_arrays([rec["comm"], rec["sn"]])
-        done = job.done_keys[0].append(job.done_keys[1:]) if job.done_keys else None
+        done = (pd.MultiIndex.from_arrays([np.concatenate([c for c, _ in job.done_keys]),
+                                           np.concatenate([n for _, n in job.done_keys])])
+                if job.done_keys else None)
         if done is not None and keys.isin(done).any():
             at = int(np.flatnonzero(keys.isin(done))[0])
             raise TraceError(f"communicator {job.comm_ids[int(rec['comm'][at])]}: collective {int(rec['sn'][at])} "
@@ -571,12 +685,48 @@ def _finish(job: _Job, results: list[LoggedCollectives], layout: Any, allow_part
     alignment, tax = _assemble(job, groups, sorted(comm_rows))
     note_missing_ranks(traces, alignment.groups, alignment.instances)
     note_missing_ranks(traces, tax.collectives, tax.ranks)
-    stats = {"streamed": True, "rounds": job.rounds, "peak_open_records": job.peak_open,
-             "peak_held_records": job.peak_held,
-             "collectives": len(tax.collectives), "left_open_at_end": n_open}
-    log.info("NCCL Inspector logs streamed in %d round(s): %d collective(s), at most %d record(s) open at once, "
-             "%d collective(s) still open at the end", job.rounds, len(tax.collectives), job.peak_open, n_open)
-    return LogTax(traces, alignment, tax, stats)
+    return traces, alignment, tax
+
+
+def _report(job: _Job, results: Sequence[LoggedCollectives], layout: JobLayout) -> LogReport:
+    """What ``evtsync tax`` prints of a clean job, from the batches' arrays: the rows of
+    :func:`_assemble`'s groups table, :func:`~evtsync.sync.tax.tax_summary` and
+    :func:`~evtsync.sync.tax.straggler_identity` (their NumPy cores) without building a frame."""
+    comm_names = sorted(layout.comm_rows)
+    where = {name: k for k, name in enumerate(comm_names)}
+    batches = [b for b in job.batches if isinstance(b, dict)]
+    labels = sorted({w for b in batches for w in b["labels"]})
+    label_at = {w: k for k, w in enumerate(labels)}
+
+    def joined(name: str) -> np.ndarray:
+        return np.concatenate([b[name] for b in batches]) if batches else np.zeros(0)
+
+    pg = (np.concatenate([np.asarray([where[n] for n in b["pg_names"]], dtype=np.int64)[b["pg"]] for b in batches])
+          if batches else np.zeros(0, dtype=np.int64))
+    coll = (np.concatenate([np.asarray([label_at[w] for w in b["labels"]], dtype=np.int64)[b["collective"]]
+                            for b in batches]) if batches else np.zeros(0, dtype=np.int64))
+    # the description of each PG as the tax table's pg_desc column writes it
+    desc = np.asarray([str(layout.comm_rows[c]["name"]) for c in comm_names], dtype=object)[pg]
+    valid = joined("valid").astype(bool)
+    tau = joined("tau_max_us").astype(float)
+    summary = summary_rows(code_groups([pg, coll], [comm_names, labels]), desc, valid, tau,
+                           joined("tau_med_us").astype(float), joined("share_max").astype(float),
+                           joined("share_median").astype(float))
+    members = job.members()
+    stragglers, _ = straggler_rows(code_groups([pg], [comm_names]), joined("index").astype(np.int64),
+                                   valid & (tau > 0), joined("straggler_rank"), desc, members, rank_rows=False)
+    n_coll = np.bincount(pg, minlength=len(comm_names))
+    group_rows = [{"pg": g["pg_name"], "pg_name": g["pg_name"], "pg_desc": g["pg_desc"], "pg_ranks": g["pg_ranks"],
+                   "n_ranks": int(g["pg_size"]), "pg_source": LOGGED_SOURCE, "streams": "",
+                   "n_collectives": int(n_coll[where[g["pg_name"]]]), "present_ranks": g["seen_on_ranks"],
+                   "windows": "0"} for g in job_group_rows(layout) if n_coll[where[g["pg_name"]]]]
+    files = job_rank_columns(results, layout)
+    order = sorted(range(len(layout.ranks)), key=layout.ranks.__getitem__)  # by rank, as the ranks table
+    ranks = Rows.from_columns({name: [files[name][i] for i in order] for name in _REPORT_RANK_COLUMNS})
+    return LogReport(ranks=ranks, groups=Rows(GROUP_COLUMNS, group_rows), summary=Rows(SUMMARY_COLUMNS, summary),
+                     stragglers=Rows(STRAGGLER_COLUMNS, stragglers),
+                     skipped=Rows(JOB_SKIPPED_COLUMNS, job_skipped_rows(results, layout)),
+                     problems=list(layout.problems), missing_ranks=tuple(layout.missing))
 
 
 def _concat(frames: list[pd.DataFrame], categories: dict[str, list[str] | None]) -> pd.DataFrame:
@@ -597,7 +747,12 @@ def _concat(frames: list[pd.DataFrame], categories: dict[str, list[str] | None])
 def _assemble(job: _Job, groups: pd.DataFrame, comm_names: list[str]) -> tuple[Alignment, TaxTables]:
     """The tables of the whole-table path from the batches' rows."""
     meta = groups.set_index("pg_name")
-    frames = job.collectives
+    frames, second = [], []
+    for batch in job.batches:
+        coll_frame, other = _batch_frames(batch, job.keep_ranks) if isinstance(batch, dict) else batch
+        frames.append(coll_frame)
+        second.append(other)
+    job.batches.clear()
     if frames:
         coll = _concat(frames, {"pg": comm_names, "collective": None})
         order = np.lexsort((coll["index"].to_numpy(), coll["pg"].array.codes))
@@ -613,18 +768,18 @@ def _assemble(job: _Job, groups: pd.DataFrame, comm_names: list[str]) -> tuple[A
     else:
         coll = compute_tax(Alignment(pd.DataFrame(columns=GROUP_COLUMNS), pd.DataFrame(),
                                      pd.DataFrame(columns=MISMATCH_COLUMNS), set())).collectives
-    if job.rank_rows:
-        ranks = _concat(job.rank_rows, {"pg": comm_names, "collective": None})
+    if job.keep_ranks and second:
+        ranks = _concat(second, {"pg": comm_names, "collective": None})
         order = np.lexsort((ranks["rank"].to_numpy(), ranks["index"].to_numpy(), ranks["pg"].array.codes))
         ranks = ranks.take(order).reset_index(drop=True)
     else:
         ranks = pd.DataFrame(columns=RANK_COLUMNS)
     shares = None
     if not job.keep_ranks:
-        shares = (pd.concat(job.shares, ignore_index=True) if job.shares
+        shares = (pd.concat(second, ignore_index=True) if second
                   else pd.DataFrame(columns=["pg", "index", "max", "median"]))
         shares["pg"] = shares["pg"].astype(str)
-    members = {pg: sorted(m) for pg, m in job.members.items()} if not job.keep_ranks else None
+    members = job.members() if not job.keep_ranks else None
     tax = TaxTables(coll, ranks, instance_shares=shares, members=members)
     # the alignment's tables: communicators with collectives, mismatches in the whole-table order
     n_coll = coll["pg"].astype(str).value_counts() if len(coll) else pd.Series(dtype=np.int64)
@@ -649,3 +804,27 @@ def _assemble(job: _Job, groups: pd.DataFrame, comm_names: list[str]) -> tuple[A
         mism = pd.DataFrame(columns=MISMATCH_COLUMNS)
     empty = pd.DataFrame({"pg": pd.Categorical([], categories=comm_names), "index": np.zeros(0, np.int64)})
     return Alignment(group_rows, empty, mism, set(job.invalid)), tax
+
+
+def _batch_frames(batch: dict[str, Any], keep_ranks: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A clean batch's arrays (:meth:`_Job._tax_clean`) as the frames of the pandas path: its
+    collectives (less the per-PG constants), then its ranks (``keep_ranks``) or wait shares."""
+    pg_cat, labels = pd.Index(batch["pg_names"]), pd.Index(batch["labels"])
+    pg, n = batch["pg"], len(batch["pg"])
+    coll = pd.DataFrame({
+        "pg": pd.Categorical.from_codes(pg, categories=pg_cat), "index": batch["index"],
+        "window": np.zeros(n, dtype=np.int32),
+        "collective": pd.Categorical.from_codes(batch["collective"], categories=labels),
+        **{c: batch[c] for c in ("bytes", "n_ranks", "tau_max_us", "tau_med_us", "mean_delay_us", "straggler_rank",
+                                 "fastest_rank", "min_dur_us", "max_dur_us", "end_spread_us", "start_ns", "valid")}})
+    if keep_ranks:
+        r = batch["ranks"]
+        other = pd.DataFrame({
+            "pg": pd.Categorical.from_codes(r["pg"], categories=pg_cat), "index": r["index"],
+            "window": np.zeros(len(r["pg"]), dtype=np.int32), "rank": r["rank"],
+            "collective": pd.Categorical.from_codes(r["collective"], categories=labels),
+            **{c: r[c] for c in ("dur_us", "wait_us", "wait_share", "is_straggler", "ts_ns", "end_ns")}})
+    else:
+        other = pd.DataFrame({"pg": pd.Categorical.from_codes(pg, categories=pg_cat), "index": batch["index"],
+                              "max": batch["share_max"], "median": batch["share_median"]})
+    return coll, other

@@ -8,6 +8,7 @@ Ties for the straggler go to the lowest rank.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -217,11 +218,8 @@ def tax_summary(tax: TaxTables) -> pd.DataFrame:
     pandas.DataFrame
         One row per PG and collective type.
     """
-    cols = ["pg", "pg_desc", "collective", "count", "tau_median_us", "tau_median_lo_us", "tau_median_hi_us",
-            "tau_median_interval", "tau_p90_us", "tau_max_us",
-            "tau_med_median_us", "fastest_wait_share", "median_rank_wait_share", "n_invalid"]
     if tax.collectives.empty:
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=SUMMARY_COLUMNS)
     if tax.instance_shares is not None:
         per_instance = tax.instance_shares.set_index(["pg", "index"])[["max", "median"]]
         merged = tax.collectives.assign(pg=tax.collectives["pg"].astype(str)).join(per_instance, on=["pg", "index"])
@@ -229,15 +227,30 @@ def tax_summary(tax: TaxTables) -> pd.DataFrame:
     else:
         per_instance = tax.ranks.groupby(["pg", "index"])["wait_share"].agg(["max", "median"])
         merged = tax.collectives.join(per_instance, on=["pg", "index"])
+    rows = summary_rows(
+        _groups(merged["pg"], merged["collective"]), merged["pg_desc"].to_numpy(),
+        merged["valid"].astype(bool).to_numpy(), merged["tau_max_us"].to_numpy(dtype=float),
+        *(merged[c].to_numpy(dtype=float) for c in ("tau_med_us", "max", "median")))
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+#: The columns of :func:`tax_summary`.
+SUMMARY_COLUMNS = ["pg", "pg_desc", "collective", "count", "tau_median_us", "tau_median_lo_us", "tau_median_hi_us",
+                   "tau_median_interval", "tau_p90_us", "tau_max_us",
+                   "tau_med_median_us", "fastest_wait_share", "median_rank_wait_share", "n_invalid"]
+
+
+def summary_rows(groups: list[tuple[tuple[Any, ...], np.ndarray]], desc: np.ndarray, valid_all: np.ndarray,
+                 tau_all: np.ndarray, tau_med: np.ndarray, fastest: np.ndarray,
+                 median_share: np.ndarray) -> list[dict[str, Any]]:
+    """The rows of :func:`tax_summary` from its columns as arrays (one per collective) and the row
+    positions of each (PG, collective type) group (:func:`code_groups`): the one home of its
+    statistics, for the pandas table and the Inspector tax's arrays (issue 48)."""
     rows = []
     nan = float("nan")
     # one sort, then NumPy slices per (PG, collective type): a pandas group per PG cost ~2 ms,
     # ~1 s at the 513 communicators of 4,096 Inspector logs (issue 48)
-    valid_all = merged["valid"].astype(bool).to_numpy()
-    tau_all = merged["tau_max_us"].to_numpy(dtype=float)
-    tau_med, fastest, median_share = (merged[c].to_numpy(dtype=float) for c in ("tau_med_us", "max", "median"))
-    desc = merged["pg_desc"].to_numpy()
-    for (pg, coll), at in _groups(merged["pg"], merged["collective"]):
+    for (pg, coll), at in groups:
         valid = at[valid_all[at]]
         tau = tau_all[valid]
         median, lo, hi = median_interval(tau)
@@ -251,7 +264,7 @@ def tax_summary(tax: TaxTables) -> pd.DataFrame:
             "fastest_wait_share": _median_skipna(fastest[valid]) if tau.size else nan,
             "median_rank_wait_share": _median_skipna(median_share[valid]) if tau.size else nan,
             "n_invalid": len(at) - len(valid)})
-    return pd.DataFrame(rows, columns=cols)
+    return rows
 
 
 def _groups(*keys: pd.Series) -> list[tuple[tuple[Any, ...], np.ndarray]]:
@@ -263,6 +276,13 @@ def _groups(*keys: pd.Series) -> list[tuple[tuple[Any, ...], np.ndarray]]:
         code, uniques = pd.factorize(key, sort=True)
         codes.append(code)
         names.append(list(uniques))
+    return code_groups(codes, names)
+
+
+def code_groups(codes: list[np.ndarray], names: list[list[Any]]) -> list[tuple[tuple[Any, ...], np.ndarray]]:
+    """The row positions of each group of keys given as codes into sorted ``names`` (-1: missing,
+    the row dropped): the groups in key order, observed combinations only, rows in their order
+    within a group (what :func:`_groups` makes of pandas columns)."""
     keep = np.flatnonzero(np.logical_and.reduce([c >= 0 for c in codes]))
     order = keep[np.lexsort(tuple(c[keep] for c in reversed(codes)))]
     if not len(order):
@@ -360,20 +380,33 @@ def straggler_identity(tax: TaxTables) -> tuple[pd.DataFrame, pd.DataFrame]:
     if coll.empty:
         return pd.DataFrame(columns=STRAGGLER_COLUMNS), pd.DataFrame(columns=STRAGGLER_RANK_COLUMNS)
     if tax.members is not None:
-        members = pd.Series({pg: np.asarray(m) for pg, m in tax.members.items()}, dtype=object)
+        members: dict[Any, Any] = dict(tax.members)
     else:
-        members = tax.ranks.groupby("pg")["rank"].unique() if len(tax.ranks) else pd.Series(dtype=object)
-    rows, rank_rows = [], []
+        members = dict(tax.ranks.groupby("pg")["rank"].unique().items()) if len(tax.ranks) else {}
+    rows, rank_rows = straggler_rows(
+        _groups(coll["pg"]), coll["index"].to_numpy().astype(np.int64),
+        (coll["valid"].astype(bool) & (coll["tau_max_us"] > 0)).to_numpy(), coll["straggler_rank"].to_numpy(),
+        coll["pg_desc"].to_numpy(), members)
+    return (pd.DataFrame(rows, columns=STRAGGLER_COLUMNS),
+            pd.DataFrame(rank_rows, columns=STRAGGLER_RANK_COLUMNS))
+
+
+def straggler_rows(groups: list[tuple[tuple[Any, ...], np.ndarray]], index_all: np.ndarray, used_all: np.ndarray,
+                   strag_all: np.ndarray, desc: np.ndarray, members: Mapping[Any, Any], *,
+                   rank_rows: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The rows of both tables of :func:`straggler_identity` from its columns as arrays (one per
+    collective; ``used_all``: valid with a tax), the row positions of each PG (:func:`code_groups`)
+    and each PG's member ranks (a PG not in ``members``: the ranks that straggled): the one home
+    of its statistics, for the pandas tables and the Inspector tax's arrays (issue 48).
+    ``rank_rows=False``: the second table left empty (a printed report does not show it)."""
+    rows: list[dict[str, Any]] = []
+    per_rank: list[dict[str, Any]] = []
     # one sort, then NumPy slices per PG (a pandas group per PG cost ~7 ms: issue 48)
-    index_all = coll["index"].to_numpy().astype(np.int64)
-    used_all = (coll["valid"].astype(bool) & (coll["tau_max_us"] > 0)).to_numpy()
-    strag_all = coll["straggler_rank"].to_numpy()
-    desc = coll["pg_desc"].to_numpy()
-    for (pg,), at in _groups(coll["pg"]):
+    for (pg,), at in groups:
         at = at[np.argsort(index_all[at], kind="stable")]  # in index order
         used = at[used_all[at]]
         strag = strag_all[used].astype(np.int64)
-        ranks = sorted(int(r) for r in members.get(pg, pd.unique(strag)))
+        ranks = sorted(int(r) for r in (members[pg] if pg in members else np.unique(strag)))
         n_ranks = len(ranks)
         consecutive = np.diff(index_all[used]) == 1
         changes = (strag[1:] != strag[:-1])[consecutive]
@@ -391,10 +424,9 @@ def straggler_identity(tax: TaxTables) -> tuple[pd.DataFrame, pd.DataFrame]:
             "top_share": float(counts[top] / len(strag)) if len(strag) else float("nan"),
             "uniform_share": 1.0 / n_ranks if n_ranks else float("nan"),
             "n_skipped": len(at) - len(used)})
-        for r in ranks:
+        for r in ranks if rank_rows else ():
             n = int(counts.get(r, 0))
-            rank_rows.append({"pg": pg, "rank": r, "n_straggled": n,
+            per_rank.append({"pg": pg, "rank": r, "n_straggled": n,
                               "share": n / len(strag) if len(strag) else float("nan"),
                               "uniform_share": 1.0 / n_ranks})
-    return (pd.DataFrame(rows, columns=STRAGGLER_COLUMNS),
-            pd.DataFrame(rank_rows, columns=STRAGGLER_RANK_COLUMNS))
+    return rows, per_rank

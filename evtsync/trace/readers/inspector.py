@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, methodcaller
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, overload
 
 import msgspec
 import numpy as np
@@ -717,7 +718,7 @@ LOGGED_COLUMNS = ["rank", "window", "pg", "pg_desc", "local_rank", "index", "col
 _NAMED_PARTIAL = 3
 
 
-def global_ranks(logs: list[LoggedCollectives]) -> tuple[list[int], str, int]:
+def global_ranks(logs: Sequence[LoggedCollectives]) -> tuple[list[int], str, int]:
     """Each file's global rank, where it came from, and the world size (-1 if unknown).
 
     The rank the user gave wins; else the file's rank in the world communicator: the
@@ -760,7 +761,7 @@ class JobLayout:
     missing: list[int]
 
 
-def job_layout(logs: list[LoggedCollectives]) -> JobLayout:
+def job_layout(logs: Sequence[LoggedCollectives]) -> JobLayout:
     """The :class:`JobLayout` of read logs (their ``comms``; the records are not needed)."""
     from evtsync.trace.tables import rank_ranges
 
@@ -804,53 +805,78 @@ def job_layout(logs: list[LoggedCollectives]) -> JobLayout:
     return JobLayout(ranks, rank_source, world, owner, comm_rows, problems, missing)
 
 
-def job_tables(logs: list[LoggedCollectives], layout: JobLayout) -> dict[str, Any]:
+def job_tables(logs: Sequence[LoggedCollectives], layout: JobLayout) -> dict[str, Any]:
     """The TraceSet fields of a job's logs other than ``logged`` and ``problems``: ``ranks``
     (one row per file), ``process_groups`` (one per communicator), ``skipped``,
     ``untabulated``, ``missing_ranks``, ``scope`` and ``source``."""
-    from evtsync.trace.tables import format_ranks
-
-    ranks, comm_rows = layout.ranks, layout.comm_rows
-    # one list per column, not one dict per file (~1.5 KB each at once: issue 48)
-    info = [log_.info for log_ in logs]
-
-    def field(name: str) -> list[Any]:
-        return [i[name] for i in info]
-
-    first, last = field("dump_first_us"), field("dump_last_us")
-    n_logs = len(logs)
-    info_rows = {"rank": ranks, "rank_source": [layout.rank_source] * n_logs, "path": [log_.path for log_ in logs],
-                 "world_size": [layout.world] * n_logs, "source": [INSPECTOR.name] * n_logs, "gpu": ["unknown"] * n_logs,
-                 "host": field("host"), "pid": field("pid"), "n_events": field("n_lines"), "n_kernels": [0] * n_logs,
-                 "n_collective_records": field("n_collective_records"), "n_p2p_records": field("n_p2p_records"),
-                 "n_verbose_records": field("n_verbose_records"),
-                 "n_communicators": [len(log_.comms) for log_ in logs], "format_version": field("format_version"),
-                 "start_ns": [int(t) * 1000 if t != MISSING else MISSING for t in first],
-                 "end_ns": [int(t) * 1000 if t != MISSING else MISSING for t in last],
-                 "unread_tail_bytes": field("unread_tail_bytes"), "truncated": field("truncated"),
-                 "bytes_decompressed": field("bytes_decompressed"), "window": [0] * n_logs}
-    ranks_table = pd.DataFrame(info_rows).sort_values("rank", kind="stable").reset_index(drop=True)
-    skipped = [{"rank": rank, "window": 0, "reason": reason, "count": n}
-               for log_, rank in zip(logs, ranks, strict=True) for reason, n in log_.skipped.items()]
-    skipped += [{"rank": rank, "window": 0, "reason": "incomplete last line (log still being written?)",
-                 "count": 1} for log_, rank in zip(logs, ranks, strict=True) if log_.info["unread_tail_bytes"]]
+    ranks = layout.ranks
+    ranks_table = pd.DataFrame(job_rank_columns(logs, layout)).sort_values("rank", kind="stable")
     untabulated = [{"rank": rank, "window": 0, "phase": "record", "category": "p2p_perf",
                     "count": log_.info["n_p2p_records"], "reason": "p2p operation: no collective tax"}
                    for log_, rank in zip(logs, ranks, strict=True) if log_.info["n_p2p_records"]]
-    groups = pd.DataFrame(
-        [{"pg_name": cid, "pg_desc": row["name"], "pg_size": row["n_ranks"],
-          "pg_ranks": format_ranks(tuple(row["members"][k] for k in sorted(row["members"]))),
-          "backend_config": "nccl", "seen_on_ranks": format_ranks(tuple(sorted(row["members"].values())))}
-         for cid, row in sorted(comm_rows.items())],
-        columns=["pg_name", "pg_desc", "pg_size", "pg_ranks", "backend_config", "seen_on_ranks"])
-    log.info("%d Inspector log(s): %d collective records in %d communicator(s), %d p2p records not used",
-             len(logs), sum(log_.info["n_collective_records"] for log_ in logs), len(comm_rows),
-             sum(log_.info["n_p2p_records"] for log_ in logs))
-    return {"ranks": ranks_table, "process_groups": groups,
-            "skipped": pd.DataFrame(skipped, columns=["rank", "window", "reason", "count"]),
+    return {"ranks": ranks_table.reset_index(drop=True),
+            "process_groups": pd.DataFrame(job_group_rows(layout), columns=JOB_GROUP_COLUMNS),
+            "skipped": pd.DataFrame(job_skipped_rows(logs, layout), columns=JOB_SKIPPED_COLUMNS),
             "scope": "collectives",
             "untabulated": pd.DataFrame(untabulated, columns=["rank", "window", "phase", "category", "count", "reason"]),
             "missing_ranks": tuple(layout.missing), "source": INSPECTOR.name}
+
+
+#: The columns of the ``process_groups`` table of Inspector logs (:func:`job_group_rows`).
+JOB_GROUP_COLUMNS = ["pg_name", "pg_desc", "pg_size", "pg_ranks", "backend_config", "seen_on_ranks"]
+#: The columns of the ``skipped`` table of Inspector logs (:func:`job_skipped_rows`).
+JOB_SKIPPED_COLUMNS = ["rank", "window", "reason", "count"]
+
+
+def job_rank_columns(logs: Sequence[LoggedCollectives], layout: JobLayout) -> dict[str, list[Any]]:
+    """The ``ranks`` table of a job's logs as one list per column, in file order (one row per
+    file; :func:`job_tables` sorts it by rank). Logs the job's counts."""
+    n_logs = len(logs)
+    fields = ("host", "pid", "n_lines", "n_collective_records", "n_p2p_records", "n_verbose_records",
+              "format_version", "dump_first_us", "dump_last_us", "unread_tail_bytes", "truncated",
+              "bytes_decompressed")
+    # one pass, one list per column: not one dict per file at once (~1.5 KB each: issue 48)
+    got: dict[str, list[Any]] = {name: [] for name in (*fields, "path", "n_communicators")}
+    for log_ in logs:
+        info = log_.info
+        for name in fields:
+            got[name].append(info[name])
+        got["path"].append(log_.path)
+        got["n_communicators"].append(len(log_.comms))
+    log.info("%d Inspector log(s): %d collective records in %d communicator(s), %d p2p records not used",
+             n_logs, sum(got["n_collective_records"]), len(layout.comm_rows), sum(got["n_p2p_records"]))
+    return {"rank": layout.ranks, "rank_source": [layout.rank_source] * n_logs, "path": got["path"],
+            "world_size": [layout.world] * n_logs, "source": [INSPECTOR.name] * n_logs, "gpu": ["unknown"] * n_logs,
+            "host": got["host"], "pid": got["pid"], "n_events": got["n_lines"], "n_kernels": [0] * n_logs,
+            "n_collective_records": got["n_collective_records"], "n_p2p_records": got["n_p2p_records"],
+            "n_verbose_records": got["n_verbose_records"], "n_communicators": got["n_communicators"],
+            "format_version": got["format_version"],
+            "start_ns": [int(t) * 1000 if t != MISSING else MISSING for t in got["dump_first_us"]],
+            "end_ns": [int(t) * 1000 if t != MISSING else MISSING for t in got["dump_last_us"]],
+            "unread_tail_bytes": got["unread_tail_bytes"], "truncated": got["truncated"],
+            "bytes_decompressed": got["bytes_decompressed"], "window": [0] * n_logs}
+
+
+def job_group_rows(layout: JobLayout) -> list[dict[str, Any]]:
+    """One row per communicator of a job's logs (:data:`JOB_GROUP_COLUMNS`), by id."""
+    from evtsync.trace.tables import format_ranks
+
+    return [{"pg_name": cid, "pg_desc": row["name"], "pg_size": row["n_ranks"],
+             "pg_ranks": format_ranks(tuple(row["members"][k] for k in sorted(row["members"]))),
+             "backend_config": "nccl", "seen_on_ranks": format_ranks(tuple(sorted(row["members"].values())))}
+            for cid, row in sorted(layout.comm_rows.items())]
+
+
+def job_skipped_rows(logs: Sequence[LoggedCollectives], layout: JobLayout) -> list[dict[str, Any]]:
+    """The records of a job's logs not used, by file and reason (:data:`JOB_SKIPPED_COLUMNS`)."""
+    skipped: list[dict[str, Any]] = []
+    incomplete: list[dict[str, Any]] = []
+    for log_, rank in zip(logs, layout.ranks, strict=True):  # one pass (each file's results may be made anew)
+        skipped += [{"rank": rank, "window": 0, "reason": reason, "count": n} for reason, n in log_.skipped.items()]
+        if log_.info["unread_tail_bytes"]:
+            incomplete.append({"rank": rank, "window": 0, "reason": "incomplete last line (log still being written?)",
+                               "count": 1})
+    return skipped + incomplete
 
 
 def assemble_logs(logs: list[LoggedCollectives]) -> dict[str, Any]:
@@ -1081,14 +1107,14 @@ class LogRounds:
         self.sources: dict[str, int] = {}  # timing source -> job-wide code
         self.host_code: dict[str, int] = {}
         self.version_code: dict[str, int] = {}
-        #: per file: its communicators (id -> rank in it, n_ranks, nnodes, comm_name)
-        self.comms: list[dict[str, tuple[int, int, int, str]]] = [{} for _ in range(n)]
-        self._words: dict[str, str] = {}  # one string object per communicator id and name, shared by the files
-        # (communicator code * n + file) -> (rank, n_ranks): a sorted key array and its values (arrays,
-        # not a dict: ~250 bytes per pair of Python objects, issue 48); pairs noted since, not merged yet
-        self._new_pairs: list[tuple[int, int, int]] = []
+        # each file's communicators: (communicator code * n + file) -> (rank in it, n_ranks, nnodes,
+        # code of its comm_name in comm_names), a sorted key array and its values (arrays, not a
+        # dict per file: ~330 bytes per file of Python objects, issue 48); pairs noted since, not
+        # merged yet
+        self.comm_names: dict[str, int] = {}
+        self._new_pairs: list[tuple[int, int, int, int, int]] = []
         self._keys = np.zeros(0, dtype=np.int64)
-        self._known = np.zeros((0, 2), dtype=np.int64)
+        self._known = np.zeros((0, 4), dtype=np.int64)
         z = np.zeros(n, dtype=np.int64)
         self.line_no, self.total = z + 1, z.copy()
         self.n_coll, self.n_p2p, self.n_neither, self.verbose = z.copy(), z.copy(), z.copy(), z.copy()
@@ -1100,7 +1126,11 @@ class LogRounds:
         self.malformed: dict[int, int] = {}
         self._src: list[Any] = [None] * n
         self._pending: list[bytes] = [b""] * n
-        self.info: list[dict[str, Any] | None] = [None] * n
+        # each file's end (:meth:`_finish`), as arrays: ~50 bytes a file, not a dict of ~1 KB (issue 48)
+        self.ended = np.zeros(n, dtype=bool)
+        self.unread, self.complete_lines = z.copy(), z.copy()
+        self.truncated, self.gzip = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+        self.digest = np.zeros((n, 32), dtype=np.uint8)  # sha256 of the bytes before the resume point
         self.active = list(range(n))
         self.rounds = 0
         #: the compiled line-template scanner, where the trace scanner's rule loads it for these
@@ -1139,7 +1169,13 @@ class LogRounds:
                 if cut < 0:
                     pendings[i] = data
                     continue
-                pendings[i] = data[cut + 1:]
+                rest = len(data) - cut - 1
+                if rest and type(src) is io.FileIO:  # a plain file: its unfinished line is read again next
+                    src.seek(-rest, 1)               # round, not held (~half a line per file: issue 48)
+                    sizes[-1] -= rest
+                    pendings[i] = b""
+                else:
+                    pendings[i] = data[cut + 1:]
                 chunks.append(data[:cut])
                 owners.append(i)
                 held += cut
@@ -1423,10 +1459,10 @@ class LogRounds:
             if not self.salvage:
                 raise TraceError(f"{path}: {eof_error}; pass --salvage to read up to the last complete record")
             log.warning("%s: %s; read up to the last complete record (--salvage)", path, eof_error)
-        self.info[i] = {"path": str(path), "bytes_decompressed": total, "bytes_read_now": total,
-                        "unread_tail_bytes": unread, "truncated": bool(eof_error),
-                        "n_lines": line_no - 1 + (1 if unread else 0), "n_complete_lines": line_no - 1,
-                        "consumed_bytes": total - unread, "gzip": is_gzip, "resume_sha256": digest}
+        self.ended[i], self.unread[i], self.complete_lines[i] = True, unread, line_no - 1
+        self.truncated[i], self.gzip[i] = bool(eof_error), is_gzip
+        if digest:
+            self.digest[i] = np.frombuffer(bytes.fromhex(digest), dtype=np.uint8)
         if self.n_coll[i] == 0 and not self.n_p2p[i]:
             raise TraceError(f"{path}: no NCCL Inspector records (empty log, or a log of a process that ran "
                              "no collective at or above NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES)")
@@ -1574,7 +1610,7 @@ class LogRounds:
             for j in sorted(np.flatnonzero(new)[at].tolist()):
                 self._note_comm(int(files[j]), self._full_header(raw(j), head(j), int(files[j]), int(lines[j])),
                                 int(lines[j]))
-            added = np.asarray(self._new_pairs, dtype=np.int64).reshape(-1, 3)
+            added = np.asarray(self._new_pairs, dtype=np.int64).reshape(-1, 5)
             self._new_pairs.clear()
             keys = np.concatenate([self._keys, added[:, 0]])
             order = np.argsort(keys, kind="stable")
@@ -1585,16 +1621,16 @@ class LogRounds:
         bad = (local != known[where, 0]) | (n_ranks != known[where, 1])
         if bad.any():
             j = int(np.flatnonzero(bad)[0])
-            self._note_comm(int(files[j]), head(j), int(lines[j]))
+            self._note_comm(int(files[j]), head(j), int(lines[j]), tuple(known[where[j], :2].tolist()))
         return comm, local
 
     def _full_header(self, line: bytes, lean: Any, i: int, line_no: int) -> Any:
         return _full_header(self.paths[i], self.salvage, line, lean, line_no)
 
-    def _note_comm(self, i: int, header: Any, line: int) -> None:
-        """As :meth:`_Builder._note_comm`, plus the size check across files."""
-        path, comms = self.paths[i], self.comms[i]
-        known = comms.get(header.id)
+    def _note_comm(self, i: int, header: Any, line: int, known: tuple[int, ...] | None = None) -> None:
+        """As :meth:`_Builder._note_comm`, plus the size check across files (``known``: the file's
+        rank and size in the communicator, None for a new one)."""
+        path = self.paths[i]
         if known is None:
             if not 0 <= header.rank < header.n_ranks:
                 raise TraceError(f"{path}: line {line}: communicator {header.id}: rank {header.rank} is not "
@@ -1605,10 +1641,8 @@ class LogRounds:
             elif self.comm_size[code] != header.n_ranks:
                 raise TraceError(f"communicator {header.id}: {path} says {header.n_ranks} ranks, other "
                                  f"logs {self.comm_size[code]}")
-            words = self._words
-            comms[words.setdefault(header.id, header.id)] = (header.rank, header.n_ranks, header.nnodes,
-                                                             words.setdefault(header.comm_name, header.comm_name))
-            self._new_pairs.append((code * len(self.paths) + i, header.rank, header.n_ranks))
+            name = self.comm_names.setdefault(header.comm_name, len(self.comm_names))
+            self._new_pairs.append((code * len(self.paths) + i, header.rank, header.n_ranks, header.nnodes, name))
         elif known[:2] != (header.rank, header.n_ranks):
             raise TraceError(f"{path}: line {line}: communicator {header.id} logged with rank {header.rank} of "
                              f"{header.n_ranks}, earlier lines say rank {known[0]} of {known[1]} (one file "
@@ -1620,53 +1654,126 @@ class LogRounds:
         names = list(self.host_code)
         return [names[h] if seen else "" for h, seen in zip(self.host.tolist(), self.seen_host.tolist(), strict=True)]
 
+    def _file_comms(self) -> Iterator[dict[str, tuple[int, int, int, str]]]:
+        """Each file's communicators, in file order: id -> (rank in it, n_ranks, nnodes, comm_name),
+        made from the pair arrays as they are asked for (the strings are the job's, shared)."""
+        n = len(self.paths)
+        comm, file = np.divmod(self._keys, n)
+        order = np.lexsort((comm, file))
+        bounds = np.searchsorted(file[order], np.arange(n + 1)).tolist()
+        comm_list, known = comm[order].tolist(), self._known[order].tolist()
+        ids, names = self.comm_ids, list(self.comm_names)
+        for i in range(n):
+            yield {ids[c]: (v[0], v[1], v[2], names[v[3]])
+                   for c, v in zip(comm_list[bounds[i]:bounds[i + 1]], known[bounds[i]:bounds[i + 1]], strict=True)}
+
     def shells(self) -> list[LoggedCollectives]:
         """Each file's communicators and given rank (no records), for :func:`global_ranks`."""
-        return [LoggedCollectives(str(p), list(c), dict(c), {}, {}, given_rank=r)
-                for p, c, r in zip(self.paths, self.comms, self.given, strict=True)]
+        return [LoggedCollectives(str(p), list(c), c, {}, {}, given_rank=r)
+                for p, c, r in zip(self.paths, self._file_comms(), self.given, strict=True)]
 
     def state_bytes(self) -> int:
         """Bytes held per file between rounds, beyond the shared arrays: its unfinished last
-        line, its open file object and its communicators (the per-file state the tests bound)."""
+        line, its open file object and its share of the communicator pairs (the per-file state
+        the tests bound)."""
         import sys
 
         total = sum(len(p) for p in self._pending) + sum(sys.getsizeof(s) for s in self._src if s is not None)
         total += sum(sys.getsizeof(vars(s)) for s in self._src if s is not None)
-        total += sum(sys.getsizeof(c) + sum(sys.getsizeof(v) for v in c.values()) for c in self.comms)
-        return total
+        return total + self._keys.nbytes + self._known.nbytes
 
-    def results(self) -> list[LoggedCollectives]:
-        """Each file's communicators, metadata and counts (no records: they were taken), after the end."""
-        hosts, versions = self.hosts(), list(self.version_code)
+    def results(self) -> Sequence[LoggedCollectives]:
+        """Each file's communicators, metadata and counts (no records: they were taken), after the
+        end: a sequence that makes each file's :class:`LoggedCollectives` as it is read (issue 48:
+        ~1.5 KB of Python objects per file held at once, otherwise)."""
+        if not self.ended.all():
+            raise RuntimeError("LogRounds.results() before the end of the files")
+        hosts = self.hosts()
+        for i in sorted(set(self.extra_hosts) | set(self.extra_pids)):
+            names = list(self.host_code)
+            host_set = {hosts[i]} | {names[h] for h in self.extra_hosts.get(i, ())}
+            n_pids = 1 + len(self.extra_pids.get(i, ()))
+            raise TraceError(f"{self.paths[i]}: records of {n_pids} processes (hosts "
+                             f"{', '.join(sorted(host_set))}); an Inspector log holds one process")
+        return _FileResults(self, hosts)
+
+    def _info(self, i: int, hosts: list[str], versions: list[str]) -> dict[str, Any]:
+        """File ``i``'s metadata and counts (:attr:`LoggedCollectives.info`)."""
+        total, unread, complete = int(self.total[i]), int(self.unread[i]), int(self.complete_lines[i])
+        has_dump = self.dump_hi[i] != MISSING
+        return {"path": str(self.paths[i]), "bytes_decompressed": total, "bytes_read_now": total,
+                "unread_tail_bytes": unread, "truncated": bool(self.truncated[i]),
+                "n_lines": complete + (1 if unread else 0), "n_complete_lines": complete,
+                "consumed_bytes": total - unread, "gzip": bool(self.gzip[i]),
+                "resume_sha256": "" if self.gzip[i] else self.digest[i].tobytes().hex(),
+                "host": hosts[i], "pid": int(self.pid[i]) if self.seen_pid[i] else MISSING,
+                "format_version": versions[self.version[i]] if self.version[i] >= 0 else "",
+                "n_collective_records": int(self.n_coll[i]), "n_p2p_records": int(self.n_p2p[i]),
+                "n_verbose_records": int(self.verbose[i]),
+                "dump_first_us": int(self.dump_lo[i]) if has_dump else MISSING,
+                "dump_last_us": int(self.dump_hi[i]) if has_dump else MISSING}
+
+    def _skipped(self, i: int) -> dict[str, int]:
+        """File ``i``'s records not used, by reason (:attr:`LoggedCollectives.skipped`)."""
+        skipped: dict[str, int] = {}
+        if self.n_neither[i]:
+            skipped["record with neither coll_perf nor p2p_perf"] = int(self.n_neither[i])
+        if i in self.malformed:
+            skipped["malformed line"] = self.malformed[i]
+        if self.truncated[i]:
+            skipped["gzip stream cut short (records after the cut lost)"] = 1
+        return skipped
+
+
+class _FileResult(LoggedCollectives):
+    """One file of :meth:`LogRounds.results`: its communicators at once, its ``info`` and
+    ``skipped`` made from the reader's arrays when read (issue 48: the job's tables read a few
+    of them, several times over; a dict of ~20 entries per file and read cost ~5 µs)."""
+
+    def __init__(self, results: _FileResults, i: int, comms: dict[str, tuple[int, int, int, str]]) -> None:
+        reader = results.reader
+        self.path, self.comm_ids, self.comms = str(reader.paths[i]), list(comms), comms
+        self.columns, self.given_rank, self.vocabularies = results.columns, reader.given[i], results.vocabularies
+        self._results, self._i = results, i
+
+    @property
+    def info(self) -> dict[str, Any]:  # type: ignore[override]
+        return self._results.reader._info(self._i, self._results.hosts, self._results.versions)
+
+    @property
+    def skipped(self) -> dict[str, int]:  # type: ignore[override]
+        return self._results.reader._skipped(self._i)
+
+
+class _FileResults(Sequence[LoggedCollectives]):
+    """:meth:`LogRounds.results`: each file's :class:`LoggedCollectives`, made when read."""
+
+    def __init__(self, reader: LogRounds, hosts: list[str]) -> None:
+        self.reader, self.hosts, self.versions = reader, hosts, list(reader.version_code)
         # no records (they were taken): one empty column set and one vocabulary for every file, not
         # a copy each (~2.5 KB per file at the end of the job: issue 48)
-        columns = {name: np.zeros(0, dtype=np.int64) for name in RECORD_COLUMNS}
-        vocabularies = {"collective": list(self.names), "timing_source": list(self.sources)}
-        out = []
-        for i, path in enumerate(self.paths):
-            info = self.info[i]
-            if info is None:
-                raise RuntimeError("LogRounds.results() before the end of the files")
-            if i in self.extra_hosts or i in self.extra_pids:
-                names = list(self.host_code)
-                host_set = {hosts[i]} | {names[h] for h in self.extra_hosts.get(i, ())}
-                n_pids = 1 + len(self.extra_pids.get(i, ()))
-                raise TraceError(f"{path}: records of {n_pids} processes (hosts "
-                                 f"{', '.join(sorted(host_set))}); an Inspector log holds one process")
-            skipped: dict[str, int] = {}
-            if self.n_neither[i]:
-                skipped["record with neither coll_perf nor p2p_perf"] = int(self.n_neither[i])
-            if i in self.malformed:
-                skipped["malformed line"] = self.malformed[i]
-            if info["truncated"]:
-                skipped["gzip stream cut short (records after the cut lost)"] = 1
-            has_dump = self.dump_hi[i] != MISSING
-            info.update({"host": hosts[i], "pid": int(self.pid[i]) if self.seen_pid[i] else MISSING,
-                    "format_version": versions[self.version[i]] if self.version[i] >= 0 else "",
-                    "n_collective_records": int(self.n_coll[i]), "n_p2p_records": int(self.n_p2p[i]),
-                    "n_verbose_records": int(self.verbose[i]),
-                    "dump_first_us": int(self.dump_lo[i]) if has_dump else MISSING,
-                    "dump_last_us": int(self.dump_hi[i]) if has_dump else MISSING})  # in place: one dict per file
-            out.append(LoggedCollectives(str(path), list(self.comms[i]), self.comms[i], columns, info,
-                                         skipped, given_rank=self.given[i], vocabularies=vocabularies))
-        return out
+        self.columns: dict[str, Any] = {name: np.zeros(0, dtype=np.int64) for name in RECORD_COLUMNS}
+        self.vocabularies = {"collective": list(reader.names), "timing_source": list(reader.sources)}
+
+    def __len__(self) -> int:
+        return len(self.reader.paths)
+
+    def __iter__(self) -> Iterator[LoggedCollectives]:
+        for i, comms in enumerate(self.reader._file_comms()):
+            yield _FileResult(self, i, comms)
+
+    @overload
+    def __getitem__(self, i: int) -> LoggedCollectives: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[LoggedCollectives]: ...
+
+    def __getitem__(self, i: int | slice) -> LoggedCollectives | list[LoggedCollectives]:
+        if isinstance(i, slice):
+            return list(self)[i]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(i)
+        i %= n
+        comms = next(c for k, c in enumerate(self.reader._file_comms()) if k == i)
+        return _FileResult(self, i, comms)
