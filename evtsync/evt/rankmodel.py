@@ -135,6 +135,16 @@ _BOUND_WIDTH = 0.02
 #: demo's earlier half, 2 of 20 free-shape fits had a chain stuck there (step size 1e-12, R-hat 1.59)
 #: (docs/methodology.md, "The rank model"; issue starts45).
 START_WALL_FRACTION = 0.5
+#: The free-shape fit's start placement (starts54; :func:`_wall_placement`): the redraw of starts45 kept
+#: only starts whose scale the independent jitter happened to make large enough, so of 400 starts on
+#: the demo none had xi0 below its initial point by more than 0.17 (15% below it at all, 85% above):
+#: R-hat saw chains coming from above the posterior, almost never from below.
+START_WALL_POLICY = (f"free shape: the shared jitter, then, where a cell's largest excess lies more than "
+                     f"{START_WALL_FRACTION:g} of the way to its GPD's support end, the pooled log scale "
+                     "raised to the least value that meets it plus Uniform(0, jitter width)")
+#: Bracketing steps (1, 2, 4, ... in the log scale) and bisection steps of the placement.
+_PLACE_BRACKET = 12
+_PLACE_BISECT = 40
 #: How several cells' GPD scales are pooled (the fit's attrs ``scale_pooling``; a fit saved before it
 #: pooled each cell's scale at its own threshold): at the mean of their thresholds (:func:`reference_threshold`).
 SCALE_POOLING = "log scale at the reference threshold (the mean of the cells' thresholds)"
@@ -593,19 +603,27 @@ def _sample(model: Any, draws: int, tune: int, chains: int, seed: int, target_ac
 
 def _chain_starts(compiled: Any, model: Any) -> Any:
     """``compiled`` whose chains start apart by evtsync.evt.fit's policy (:data:`~evtsync.evt.fit.START_POLICY`)
-    and, with xi free, with every cell's largest excess well inside its support (:func:`_inside_support`)."""
+    and, with xi free, with every cell's largest excess well inside its support, the scale moved
+    there (:func:`_wall_placement`)."""
     import types
 
     from evtsync.evt.fit import _dispersed_starts
 
     built: Any = types.SimpleNamespace(model=model)  # what _dispersed_starts reads
-    return _dispersed_starts(compiled, built, _inside_support(model) if "xi" in model.named_vars else None)
+    return _dispersed_starts(compiled, built, _wall_placement(model) if "xi" in model.named_vars else None)
 
 
-def _inside_support(model: Any) -> Callable[[np.ndarray], bool]:
-    """A function of nutpie's flat vector of a free-shape rank model: whether every cell's largest
-    excess lies well inside its GPD's support, 1 + xi_c y_max,c / sigma_c >= 1 - START_WALL_FRACTION
-    (always true for xi_c >= 0). Called from the sampler's threads: one call at a time (a lock)."""
+def _wall_placement(model: Any) -> Callable[[np.ndarray, np.random.Generator, float], np.ndarray | None]:
+    """The free-shape rank model's start placement (:data:`START_WALL_POLICY`; docs/methodology.md,
+    "The rank model", start policy): a function of a jittered flat vector, the start's generator and
+    the jitter width. Where every cell's largest excess already lies well inside its GPD's support,
+    1 + xi_c y_max,c / sigma_c >= 1 - START_WALL_FRACTION (always true for xi_c >= 0), the vector is
+    returned as it is; otherwise its pooled scale coordinate (log sigma0; one cell: its log-scale
+    coordinate), which raises every cell's sigma_c and nothing else, is set to the smallest value
+    meeting the condition (bisection on the model's own xi and sigma: min_c of the left side is
+    non-decreasing in it) plus Uniform(0, width): the xi jitter is kept whatever its sign, the scale
+    jittered on the allowed side. None where no value meets it. Called from the sampler's threads:
+    one evaluation at a time (a lock)."""
     import threading
 
     import pytensor
@@ -613,19 +631,54 @@ def _inside_support(model: Any) -> Callable[[np.ndarray], bool]:
 
     from evtsync.evt.fit import _point_splitter
 
-    _, to_point = _point_splitter(model)
+    flat, to_point = _point_splitter(model)
     [gap] = model.replace_rvs_by_values([pt.min(1.0 + model["xi"] * model["y_max"] / model["sigma"])])
     names = [v.name for v in model.value_vars]
     fn = pytensor.function(model.value_vars, gap, mode="FAST_COMPILE", on_unused_input="ignore")
     lock = threading.Lock()
+    scale = _scale_coordinate(model)
+    floor = 1.0 - START_WALL_FRACTION
 
-    def inside(x: np.ndarray) -> bool:
+    def gap_at(x: np.ndarray) -> float:
         point = to_point(x)
         with lock, np.errstate(all="ignore"):
             value = float(fn(*(point[n] for n in names)))
-        return bool(np.isfinite(value)) and value >= 1.0 - START_WALL_FRACTION
+        return value if np.isfinite(value) else -np.inf
 
-    return inside
+    def place(x: np.ndarray, rng: np.random.Generator, width: float) -> np.ndarray | None:
+        if gap_at(x) >= floor:
+            return x
+        lo, hi = x.copy(), x.copy()
+        step = 1.0
+        for _ in range(_PLACE_BRACKET):  # hi: a scale coordinate that meets the condition
+            hi[scale] = lo[scale] + step
+            if gap_at(hi) >= floor:
+                break
+            lo[scale], step = hi[scale], 2 * step
+        else:
+            return None
+        for _ in range(_PLACE_BISECT):
+            mid = x.copy()
+            mid[scale] = 0.5 * (lo[scale] + hi[scale])
+            if gap_at(mid) >= floor:
+                hi = mid
+            else:
+                lo = mid
+        hi[scale] += rng.uniform(0.0, width)
+        return hi if gap_at(hi) >= floor else None
+
+    return place
+
+
+def _scale_coordinate(model: Any) -> int:
+    """The index in nutpie's flat vector of the rank model's pooled scale coordinate: log sigma0
+    (several cells) or the one cell's log-scale coordinate ``log_sigma_free``."""
+    point, i = model.initial_point(), 0
+    for rv in model.free_RVs:
+        if rv.name in ("log_sigma0", "log_sigma_free"):
+            return i
+        i += int(np.size(point[model.rvs_to_values[rv].name]))
+    raise ValueError("rank model without a scale coordinate (log_sigma0 or log_sigma_free)")
 
 
 def _with_model_data(compiled: Any, model: Any) -> Any:
@@ -663,6 +716,25 @@ def _structure_key(model: Any, free_shape: bool, spec: RankModelSpec) -> str:
 # --------------------------------------------------------------------------------------------- fit
 
 
+def _prepare_model(long: pd.DataFrame, *, centring: str = "centre", free_shape: bool = True,
+                   rank_effects: bool = True, source: str = "rank table", spec: RankModelSpec | None = None,
+                   ) -> tuple[Any, list[CellData], list[NDArray], list[float], list[int]]:
+    """The PyMC model :func:`fit_rank_model` samples, with its initial point set: the model, the
+    cells, each cell's excesses over its threshold, the thresholds and the exceedance counts."""
+    spec = load_rank_spec() if spec is None else spec
+    cells = decompose(long, centring, source, rank_effects)
+    exc, thresholds, ks = [], [], []
+    for c in cells:
+        ws = np.sort(c.w)
+        t, k = _threshold(ws, c.label)
+        exc.append(ws[ws > t] - t)
+        thresholds.append(t)
+        ks.append(k)
+    model = _build_model(cells, exc, free_shape, centring == "centre", spec, thresholds)
+    _initval(model, cells, exc, free_shape)
+    return model, cells, exc, thresholds, ks
+
+
 def fit_rank_model(long: pd.DataFrame, *, centring: str = "centre", draws: int | None = None,
                    tune: int | None = None, chains: int | None = None, seed: int = DEFAULT_SEED,
                    target_accept: float | None = None, adaptation: str | None = None, free_shape: bool = True,
@@ -688,16 +760,8 @@ def fit_rank_model(long: pd.DataFrame, *, centring: str = "centre", draws: int |
     chains = spec.chains if chains is None else chains
     target_accept = spec.target_accept if target_accept is None else target_accept
     adaptation = spec.adaptation if adaptation is None else adaptation
-    cells = decompose(long, centring, source, rank_effects)
-    exc, thresholds, ks = [], [], []
-    for c in cells:
-        ws = np.sort(c.w)
-        t, k = _threshold(ws, c.label)
-        exc.append(ws[ws > t] - t)
-        thresholds.append(t)
-        ks.append(k)
-    model = _build_model(cells, exc, free_shape, centring == "centre", spec, thresholds)
-    _initval(model, cells, exc, free_shape)
+    model, cells, exc, thresholds, ks = _prepare_model(long, centring=centring, free_shape=free_shape,
+                                                       rank_effects=rank_effects, source=source, spec=spec)
     tree = _sample(model, draws, tune, chains, seed, target_accept, adaptation,
                    structure=_structure_key(model, free_shape, spec))
     convergence = check_convergence(tree)
@@ -771,8 +835,8 @@ class RankModelFit:
             "max_rhat": convergence.max_rhat, "min_ess_bulk": convergence.min_ess_bulk,
             "divergences": convergence.divergences, "chains": int(post.sizes["chain"]),
             "draws": int(post.sizes["draw"]), "sampler": "nutpie", "scale_pooling": SCALE_POOLING,
-            "chain_starts": "dispersed (evtsync.evt.fit.START_POLICY); free shape: every excess at most "
-                            f"{START_WALL_FRACTION:g} of the way to the GPD's support end"})
+            "chain_starts": "dispersed (evtsync.evt.fit.START_POLICY); "
+                            + (START_WALL_POLICY if free_shape else "xi = 0: no support wall, nothing added")})
         return cls(tree)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
