@@ -135,13 +135,21 @@ _BOUND_WIDTH = 0.02
 #: demo's earlier half, 2 of 20 free-shape fits had a chain stuck there (step size 1e-12, R-hat 1.59)
 #: (docs/methodology.md, "The rank model"; issue starts45).
 START_WALL_FRACTION = 0.5
-#: The free-shape fit's start placement (starts54; :func:`_wall_placement`): the redraw of starts45 kept
-#: only starts whose scale the independent jitter happened to make large enough, so of 400 starts on
-#: the demo none had xi0 below its initial point by more than 0.17 (15% below it at all, 85% above):
-#: R-hat saw chains coming from above the posterior, almost never from below.
-START_WALL_POLICY = (f"free shape: the shared jitter, then, where a cell's largest excess lies more than "
-                     f"{START_WALL_FRACTION:g} of the way to its GPD's support end, the pooled log scale "
-                     "raised to the least value that meets it plus Uniform(0, jitter width)")
+#: The free-shape fit's start placement (starts54; :func:`_wall_placement`). The redraw of starts45
+#: kept only starts whose independently jittered scale happened to be large enough, so of 400 starts
+#: on the demo none had xi0 more than 0.17 below its initial point (15% below it at all, 85% above):
+#: R-hat saw chains coming from above the posterior, almost never from below. Placing the scale
+#: instead, with xi0's jitter of +-1 kept, started cells down to xi = -1.2, and a chain started with
+#: a cell near xi = -1 (where the GPD likelihood is unbounded) sank there and stayed (step size 0,
+#: R-hat 1.53-1.60) in 4 of 20 fits of the demo's earlier half and 1 of 10 of the whole demo:
+#: xi0's jitter is START_XI_JITTER (+-1.7 prior sd of its Normal(0, 0.3)) and every cell starts at
+#: xi_c >= START_XI_FLOOR, the GPD's regular region (Smith 1985: xi > -1/2).
+START_XI_JITTER = 0.5
+START_XI_FLOOR = -0.5
+START_WALL_POLICY = (f"free shape: xi0 jittered by Uniform(-{START_XI_JITTER:g}, {START_XI_JITTER:g}) x width, a start "
+                     f"with a cell's xi below {START_XI_FLOOR:g} redrawn; where a cell's largest excess lies more than "
+                     f"{START_WALL_FRACTION:g} of the way to its GPD's support end, the pooled log scale raised to "
+                     "the least value that meets it plus Uniform(0, width)")
 #: Bracketing steps (1, 2, 4, ... in the log scale) and bisection steps of the placement.
 _PLACE_BRACKET = 12
 _PLACE_BISECT = 40
@@ -616,37 +624,50 @@ def _chain_starts(compiled: Any, model: Any) -> Any:
 def _wall_placement(model: Any) -> Callable[[np.ndarray, np.random.Generator, float], np.ndarray | None]:
     """The free-shape rank model's start placement (:data:`START_WALL_POLICY`; docs/methodology.md,
     "The rank model", start policy): a function of a jittered flat vector, the start's generator and
-    the jitter width. Where every cell's largest excess already lies well inside its GPD's support,
-    1 + xi_c y_max,c / sigma_c >= 1 - START_WALL_FRACTION (always true for xi_c >= 0), the vector is
-    returned as it is; otherwise its pooled scale coordinate (log sigma0; one cell: its log-scale
-    coordinate), which raises every cell's sigma_c and nothing else, is set to the smallest value
-    meeting the condition (bisection on the model's own xi and sigma: min_c of the left side is
-    non-decreasing in it) plus Uniform(0, width): the xi jitter is kept whatever its sign, the scale
-    jittered on the allowed side. None where no value meets it. Called from the sampler's threads:
-    one evaluation at a time (a lock)."""
+    the jitter width ``width`` (the shared policy's, halved after each refused try).
+
+    xi0's jitter is scaled to half-width ``START_XI_JITTER * width / START_JITTER`` around its initial
+    point, the same on both sides. A start with a cell's xi_c below ``START_XI_FLOOR`` is refused
+    (None: redrawn). Where a cell's largest excess lies more than ``START_WALL_FRACTION`` of the way
+    to its GPD's support end (1 + xi_c y_max,c / sigma_c < 1 - START_WALL_FRACTION; never for
+    xi_c >= 0), the pooled scale coordinate (log sigma0; one cell: its log-scale coordinate), which
+    raises every cell's sigma_c and nothing else, is set to the smallest value meeting the condition
+    (bisection on the model's own xi and sigma: min_c of the left side is non-decreasing in it) plus
+    Uniform(0, width): the scale jittered on the allowed side. Called from the sampler's threads: one
+    evaluation at a time (a lock)."""
     import threading
 
     import pytensor
     import pytensor.tensor as pt
 
-    from evtsync.evt.fit import _point_splitter
+    from evtsync.evt.fit import START_JITTER, _point_splitter
 
     flat, to_point = _point_splitter(model)
-    [gap] = model.replace_rvs_by_values([pt.min(1.0 + model["xi"] * model["y_max"] / model["sigma"])])
+    outs = model.replace_rvs_by_values([pt.min(model["xi"]),
+                                        pt.min(1.0 + model["xi"] * model["y_max"] / model["sigma"])])
     names = [v.name for v in model.value_vars]
-    fn = pytensor.function(model.value_vars, gap, mode="FAST_COMPILE", on_unused_input="ignore")
+    fn = pytensor.function(model.value_vars, outs, mode="FAST_COMPILE", on_unused_input="ignore")
     lock = threading.Lock()
-    scale = _scale_coordinate(model)
+    shape, scale = _flat_index(model, ("xi0",)), _flat_index(model, ("log_sigma0", "log_sigma_free"))
     floor = 1.0 - START_WALL_FRACTION
 
-    def gap_at(x: np.ndarray) -> float:
+    def evaluate(x: np.ndarray) -> tuple[float, float]:
+        """The cells' smallest xi and smallest 1 + xi y_max / sigma (-inf where not finite)."""
         point = to_point(x)
         with lock, np.errstate(all="ignore"):
-            value = float(fn(*(point[n] for n in names)))
-        return value if np.isfinite(value) else -np.inf
+            xi_min, gap = (float(v) for v in fn(*(point[n] for n in names)))
+        return xi_min, gap if np.isfinite(gap) else -np.inf
+
+    def gap_at(x: np.ndarray) -> float:
+        return evaluate(x)[1]
 
     def place(x: np.ndarray, rng: np.random.Generator, width: float) -> np.ndarray | None:
-        if gap_at(x) >= floor:
+        x = x.copy()
+        x[shape] = flat[shape] + (x[shape] - flat[shape]) * (START_XI_JITTER / START_JITTER)
+        xi_min, gap = evaluate(x)
+        if not xi_min >= START_XI_FLOOR:
+            return None
+        if gap >= floor:
             return x
         lo, hi = x.copy(), x.copy()
         step = 1.0
@@ -670,15 +691,15 @@ def _wall_placement(model: Any) -> Callable[[np.ndarray, np.random.Generator, fl
     return place
 
 
-def _scale_coordinate(model: Any) -> int:
-    """The index in nutpie's flat vector of the rank model's pooled scale coordinate: log sigma0
-    (several cells) or the one cell's log-scale coordinate ``log_sigma_free``."""
+def _flat_index(model: Any, names: Sequence[str]) -> int:
+    """The index in nutpie's flat vector of the first element of the free variable named one of
+    ``names`` (free variables in ``model.free_RVs`` order, as :func:`evtsync.evt.fit._point_splitter`)."""
     point, i = model.initial_point(), 0
     for rv in model.free_RVs:
-        if rv.name in ("log_sigma0", "log_sigma_free"):
+        if rv.name in names:
             return i
         i += int(np.size(point[model.rvs_to_values[rv].name]))
-    raise ValueError("rank model without a scale coordinate (log_sigma0 or log_sigma_free)")
+    raise ValueError(f"rank model without a free variable named {' or '.join(names)}")
 
 
 def _with_model_data(compiled: Any, model: Any) -> Any:
