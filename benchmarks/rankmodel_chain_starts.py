@@ -68,7 +68,7 @@ def main() -> None:
         return dict(zip(map(str, q), np.round(np.quantile(a, q), 3).tolist(), strict=True))
 
     init = float(to_point(flat)["xi0"])
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
                             cwd=Path(__file__).parent).stdout.strip()
     print(json.dumps({
         "commit": commit, "half": args.half, "starts": args.starts, "cells": int(y_max.size),
