@@ -384,7 +384,7 @@ def _dispersed_starts(compiled: Any, built: BuiltModel,
     stricter condition holds (None: no such point; redrawn): the rank model's "every excess well
     inside the GPD's support", met by its scale (docs/methodology.md, "The rank model"). The GEV
     fits pass none: their starts are those of the log-density check alone (docs/bayesian.md,
-    "Chains": a bounded-tail experiment found none of their chains on the GEV's support wall)."""
+    "Chains": in a bounded-tail experiment chains started near the GEV's support wall, none stayed)."""
     import dataclasses
 
     flat, _ = _point_splitter(built.model)
