@@ -394,9 +394,8 @@ def _dispersed_starts(compiled: Any, built: BuiltModel,
         rng = np.random.default_rng(seed)
         width = START_JITTER
         for _ in range(START_TRIES):
-            x: np.ndarray | None = flat + rng.uniform(-width, width, flat.size)
-            if place is not None:
-                x = place(x, rng, width)
+            jittered = flat + rng.uniform(-width, width, flat.size)
+            x = jittered if place is None else place(jittered, rng, width)
             if x is not None and finite(x):
                 return x
             width /= 2
