@@ -1,9 +1,10 @@
 """The free-shape rank model's chains start with every cell's largest excess well inside its GPD's
 support (issue starts45): a uniform jitter of xi0 with the scale kept near the mean excess put a
 cell with xi < 0 on the smooth support wall (1 + xi y_max / sigma ~ 0), where a chain of the demo's
-earlier half stayed stuck (step size 1e-12, R-hat 1.59). Checked against the model's own xi and
-sigma at each start and the largest excess of each cell counted from the data, not against the
-start policy's predicate."""
+earlier half stayed stuck (step size 1e-12, R-hat 1.59); and (starts54) they start on both sides of
+xi0's initial point, where redrawing until the scale's jitter happened to suffice started almost
+none below it. Checked against the model's own xi and sigma at each start and the largest excess of
+each cell counted from the data, not against the start policy's own evaluation."""
 
 from __future__ import annotations
 
