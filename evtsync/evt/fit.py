@@ -372,15 +372,19 @@ def _finite_logp(compiled: Any, built: BuiltModel) -> Any:
 
 
 def _dispersed_starts(compiled: Any, built: BuiltModel,
-                      inside: Callable[[np.ndarray], bool] | None = None) -> Any:
+                      place: Callable[[np.ndarray, np.random.Generator, float], np.ndarray | None] | None = None,
+                      ) -> Any:
     """``compiled`` whose chains start apart (:data:`START_POLICY`), each start inside the support.
 
     nutpie asks ``initial_point_func`` for one start per chain with its own seed; each is the
     model's initial point plus a uniform jitter, checked against the model's log density
-    (:func:`_finite_logp`) and, with ``inside`` (a function of nutpie's flat vector, callable from
-    the sampler's threads), against the model's own stricter condition: the rank model's
-    "every excess well inside the GPD's support" (docs/methodology.md, "The rank model"). The
-    GEV fits pass none: their starts are those of the log-density check alone."""
+    (:func:`_finite_logp`). With ``place`` (a function of nutpie's flat vector, the start's
+    generator and the current jitter width, callable from the sampler's threads), the jittered
+    point is first handed to the model's own placement, which returns it moved to where the model's
+    stricter condition holds (None: no such point; redrawn): the rank model's "every excess well
+    inside the GPD's support", met by its scale (docs/methodology.md, "The rank model"). The GEV
+    fits pass none: their starts are those of the log-density check alone (docs/bayesian.md,
+    "Chains": in a bounded-tail experiment chains started near the GEV's support wall, none stayed)."""
     import dataclasses
 
     flat, _ = _point_splitter(built.model)
@@ -390,8 +394,9 @@ def _dispersed_starts(compiled: Any, built: BuiltModel,
         rng = np.random.default_rng(seed)
         width = START_JITTER
         for _ in range(START_TRIES):
-            x = flat + rng.uniform(-width, width, flat.size)
-            if finite(x) and (inside is None or inside(x)):
+            jittered = flat + rng.uniform(-width, width, flat.size)
+            x = jittered if place is None else place(jittered, rng, width)
+            if x is not None and finite(x):
                 return x
             width /= 2
         log.info("no dispersed start inside the support after %d tries: a chain starts at the initial point",

@@ -135,6 +135,24 @@ _BOUND_WIDTH = 0.02
 #: demo's earlier half, 2 of 20 free-shape fits had a chain stuck there (step size 1e-12, R-hat 1.59)
 #: (docs/methodology.md, "The rank model"; issue starts45).
 START_WALL_FRACTION = 0.5
+#: The free-shape fit's start placement (starts54; :func:`_wall_placement`). The redraw of starts45
+#: kept only starts whose independently jittered scale happened to be large enough, so of 400 starts
+#: on the demo none had xi0 more than 0.17 below its initial point (15% below it at all, 85% above):
+#: R-hat saw chains coming from above the posterior, almost never from below. Placing the scale
+#: instead, with xi0's jitter of +-1 kept, started cells down to xi = -1.2, and a chain started with
+#: a cell near xi = -1 (where the GPD likelihood is unbounded) sank there and stayed (step size 0,
+#: R-hat 1.53-1.60) in 4 of 20 fits of the demo's earlier half and 1 of 10 of the whole demo:
+#: xi0's jitter is START_XI_JITTER (+-1.7 prior sd of its Normal(0, 0.3)) and every cell starts at
+#: xi_c >= START_XI_FLOOR, the GPD's regular region (Smith 1985: xi > -1/2).
+START_XI_JITTER = 0.5
+START_XI_FLOOR = -0.5
+START_WALL_POLICY = (f"free shape: xi0 jittered by Uniform(-{START_XI_JITTER:g}, {START_XI_JITTER:g}) x width, a start "
+                     f"with a cell's xi below {START_XI_FLOOR:g} redrawn; where a cell's largest excess lies more than "
+                     f"{START_WALL_FRACTION:g} of the way to its GPD's support end, the pooled log scale raised to "
+                     "the least value that meets it plus Uniform(0, width)")
+#: Bracketing steps (1, 2, 4, ... in the log scale) and bisection steps of the placement.
+_PLACE_BRACKET = 12
+_PLACE_BISECT = 40
 #: How several cells' GPD scales are pooled (the fit's attrs ``scale_pooling``; a fit saved before it
 #: pooled each cell's scale at its own threshold): at the mean of their thresholds (:func:`reference_threshold`).
 SCALE_POOLING = "log scale at the reference threshold (the mean of the cells' thresholds)"
@@ -593,39 +611,95 @@ def _sample(model: Any, draws: int, tune: int, chains: int, seed: int, target_ac
 
 def _chain_starts(compiled: Any, model: Any) -> Any:
     """``compiled`` whose chains start apart by evtsync.evt.fit's policy (:data:`~evtsync.evt.fit.START_POLICY`)
-    and, with xi free, with every cell's largest excess well inside its support (:func:`_inside_support`)."""
+    and, with xi free, with every cell's largest excess well inside its support, the scale moved
+    there (:func:`_wall_placement`)."""
     import types
 
     from evtsync.evt.fit import _dispersed_starts
 
     built: Any = types.SimpleNamespace(model=model)  # what _dispersed_starts reads
-    return _dispersed_starts(compiled, built, _inside_support(model) if "xi" in model.named_vars else None)
+    return _dispersed_starts(compiled, built, _wall_placement(model) if "xi" in model.named_vars else None)
 
 
-def _inside_support(model: Any) -> Callable[[np.ndarray], bool]:
-    """A function of nutpie's flat vector of a free-shape rank model: whether every cell's largest
-    excess lies well inside its GPD's support, 1 + xi_c y_max,c / sigma_c >= 1 - START_WALL_FRACTION
-    (always true for xi_c >= 0). Called from the sampler's threads: one call at a time (a lock)."""
+def _wall_placement(model: Any) -> Callable[[np.ndarray, np.random.Generator, float], np.ndarray | None]:
+    """The free-shape rank model's start placement (:data:`START_WALL_POLICY`; docs/methodology.md,
+    "The rank model", start policy): a function of a jittered flat vector, the start's generator and
+    the jitter width ``width`` (the shared policy's, halved after each refused try).
+
+    xi0's jitter is scaled to half-width ``START_XI_JITTER * width / START_JITTER`` around its initial
+    point, the same on both sides. A start with a cell's xi_c below ``START_XI_FLOOR`` is refused
+    (None: redrawn). Where a cell's largest excess lies more than ``START_WALL_FRACTION`` of the way
+    to its GPD's support end (1 + xi_c y_max,c / sigma_c < 1 - START_WALL_FRACTION; never for
+    xi_c >= 0), the pooled scale coordinate (log sigma0; one cell: its log-scale coordinate), which
+    raises every cell's sigma_c and nothing else, is set to the smallest value meeting the condition
+    (bisection on the model's own xi and sigma: min_c of the left side is non-decreasing in it) plus
+    Uniform(0, width): the scale jittered on the allowed side. Called from the sampler's threads: one
+    evaluation at a time (a lock)."""
     import threading
 
     import pytensor
     import pytensor.tensor as pt
 
-    from evtsync.evt.fit import _point_splitter
+    from evtsync.evt.fit import START_JITTER, _point_splitter
 
-    _, to_point = _point_splitter(model)
-    [gap] = model.replace_rvs_by_values([pt.min(1.0 + model["xi"] * model["y_max"] / model["sigma"])])
+    flat, to_point = _point_splitter(model)
+    outs = model.replace_rvs_by_values([pt.min(model["xi"]),
+                                        pt.min(1.0 + model["xi"] * model["y_max"] / model["sigma"])])
     names = [v.name for v in model.value_vars]
-    fn = pytensor.function(model.value_vars, gap, mode="FAST_COMPILE", on_unused_input="ignore")
+    fn = pytensor.function(model.value_vars, outs, mode="FAST_COMPILE", on_unused_input="ignore")
     lock = threading.Lock()
+    shape, scale = _flat_index(model, ("xi0",)), _flat_index(model, ("log_sigma0", "log_sigma_free"))
+    floor = 1.0 - START_WALL_FRACTION
 
-    def inside(x: np.ndarray) -> bool:
+    def evaluate(x: np.ndarray) -> tuple[float, float]:
+        """The cells' smallest xi and smallest 1 + xi y_max / sigma (-inf where not finite)."""
         point = to_point(x)
         with lock, np.errstate(all="ignore"):
-            value = float(fn(*(point[n] for n in names)))
-        return bool(np.isfinite(value)) and value >= 1.0 - START_WALL_FRACTION
+            xi_min, gap = (float(v) for v in fn(*(point[n] for n in names)))
+        return xi_min, gap if np.isfinite(gap) else -np.inf
 
-    return inside
+    def gap_at(x: np.ndarray) -> float:
+        return evaluate(x)[1]
+
+    def place(x: np.ndarray, rng: np.random.Generator, width: float) -> np.ndarray | None:
+        x = x.copy()
+        x[shape] = flat[shape] + (x[shape] - flat[shape]) * (START_XI_JITTER / START_JITTER)
+        xi_min, gap = evaluate(x)
+        if not xi_min >= START_XI_FLOOR:
+            return None
+        if gap >= floor:
+            return x
+        lo, hi = x.copy(), x.copy()
+        step = 1.0
+        for _ in range(_PLACE_BRACKET):  # hi: a scale coordinate that meets the condition
+            hi[scale] = lo[scale] + step
+            if gap_at(hi) >= floor:
+                break
+            lo[scale], step = hi[scale], 2 * step
+        else:
+            return None
+        for _ in range(_PLACE_BISECT):
+            mid = x.copy()
+            mid[scale] = 0.5 * (lo[scale] + hi[scale])
+            if gap_at(mid) >= floor:
+                hi = mid
+            else:
+                lo = mid
+        hi[scale] += rng.uniform(0.0, width)
+        return hi if gap_at(hi) >= floor else None
+
+    return place
+
+
+def _flat_index(model: Any, names: Sequence[str]) -> int:
+    """The index in nutpie's flat vector of the first element of the free variable named one of
+    ``names`` (free variables in ``model.free_RVs`` order, as :func:`evtsync.evt.fit._point_splitter`)."""
+    point, i = model.initial_point(), 0
+    for rv in model.free_RVs:
+        if rv.name in names:
+            return i
+        i += int(np.size(point[model.rvs_to_values[rv].name]))
+    raise ValueError(f"rank model without a free variable named {' or '.join(names)}")
 
 
 def _with_model_data(compiled: Any, model: Any) -> Any:
@@ -663,6 +737,25 @@ def _structure_key(model: Any, free_shape: bool, spec: RankModelSpec) -> str:
 # --------------------------------------------------------------------------------------------- fit
 
 
+def _prepare_model(long: pd.DataFrame, *, centring: str = "centre", free_shape: bool = True,
+                   rank_effects: bool = True, source: str = "rank table", spec: RankModelSpec | None = None,
+                   ) -> tuple[Any, list[CellData], list[NDArray], list[float], list[int]]:
+    """The PyMC model :func:`fit_rank_model` samples, with its initial point set: the model, the
+    cells, each cell's excesses over its threshold, the thresholds and the exceedance counts."""
+    spec = load_rank_spec() if spec is None else spec
+    cells = decompose(long, centring, source, rank_effects)
+    exc, thresholds, ks = [], [], []
+    for c in cells:
+        ws = np.sort(c.w)
+        t, k = _threshold(ws, c.label)
+        exc.append(ws[ws > t] - t)
+        thresholds.append(t)
+        ks.append(k)
+    model = _build_model(cells, exc, free_shape, centring == "centre", spec, thresholds)
+    _initval(model, cells, exc, free_shape)
+    return model, cells, exc, thresholds, ks
+
+
 def fit_rank_model(long: pd.DataFrame, *, centring: str = "centre", draws: int | None = None,
                    tune: int | None = None, chains: int | None = None, seed: int = DEFAULT_SEED,
                    target_accept: float | None = None, adaptation: str | None = None, free_shape: bool = True,
@@ -688,16 +781,8 @@ def fit_rank_model(long: pd.DataFrame, *, centring: str = "centre", draws: int |
     chains = spec.chains if chains is None else chains
     target_accept = spec.target_accept if target_accept is None else target_accept
     adaptation = spec.adaptation if adaptation is None else adaptation
-    cells = decompose(long, centring, source, rank_effects)
-    exc, thresholds, ks = [], [], []
-    for c in cells:
-        ws = np.sort(c.w)
-        t, k = _threshold(ws, c.label)
-        exc.append(ws[ws > t] - t)
-        thresholds.append(t)
-        ks.append(k)
-    model = _build_model(cells, exc, free_shape, centring == "centre", spec, thresholds)
-    _initval(model, cells, exc, free_shape)
+    model, cells, exc, thresholds, ks = _prepare_model(long, centring=centring, free_shape=free_shape,
+                                                       rank_effects=rank_effects, source=source, spec=spec)
     tree = _sample(model, draws, tune, chains, seed, target_accept, adaptation,
                    structure=_structure_key(model, free_shape, spec))
     convergence = check_convergence(tree)
@@ -771,8 +856,8 @@ class RankModelFit:
             "max_rhat": convergence.max_rhat, "min_ess_bulk": convergence.min_ess_bulk,
             "divergences": convergence.divergences, "chains": int(post.sizes["chain"]),
             "draws": int(post.sizes["draw"]), "sampler": "nutpie", "scale_pooling": SCALE_POOLING,
-            "chain_starts": "dispersed (evtsync.evt.fit.START_POLICY); free shape: every excess at most "
-                            f"{START_WALL_FRACTION:g} of the way to the GPD's support end"})
+            "chain_starts": "dispersed (evtsync.evt.fit.START_POLICY); "
+                            + (START_WALL_POLICY if free_shape else "xi = 0: no support wall, nothing added")})
         return cls(tree)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
