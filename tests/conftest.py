@@ -32,7 +32,7 @@ from evtsync.trace.cache_dir import CACHE_ENV, CACHE_MIN_ENV
 from tests._assert_locations import install as _cheaper_assert_locations
 
 # before any test module is rewritten: pytest's assertion rewriting with an iterative location
-# fix, the same code objects for ~15% less of its CPU (tests/_assert_locations.py)
+# fix, the same code objects for less of its CPU (tests/_assert_locations.py)
 _cheaper_assert_locations()
 
 REPO = Path(__file__).resolve().parent.parent

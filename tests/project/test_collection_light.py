@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import functools
 import marshal
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -112,12 +113,70 @@ def test_a_failing_assert_still_explains_itself() -> None:
     assert err.traceback[-1].lineno + 1 == 3  # the assert's own line (pytest's lineno is 0-based)
 
 
-def test_rewritten_code_is_pytests_own_for_the_largest_test_modules() -> None:
-    # the 2 largest test modules (most asserts and kinds of them) and conftest: identical code objects,
-    # line and column tables included
-    files = sorted(TESTS.rglob("test_*.py"), key=lambda p: p.stat().st_size, reverse=True)[:2]
+def test_rewritten_code_is_pytests_own_for_every_test_module() -> None:
+    # every module pytest rewrites in this suite (the test modules and conftest): identical code objects,
+    # line and column tables included (~3 s: each module rewritten and compiled twice)
+    files = sorted(TESTS.rglob("test_*.py"))
     files.append(TESTS / "conftest.py")
+    assert len(files) > 100  # the whole suite, not a few files
+    differ = []
     for path in files:
         source = path.read_bytes()
         theirs = _with_pytests_own(functools.partial(_rewritten, source, str(path)))
-        assert _rewritten(source, str(path)) == theirs, path
+        if _rewritten(source, str(path)) != theirs:
+            differ.append(str(path.relative_to(TESTS)))
+    assert not differ, f"rewritten code differs from pytest's own in {differ}"
+
+
+FAILING = '''
+def helper(v):
+    return v * 2
+def test_fails():
+    values = [1, 2, 3]
+    assert helper(len(values)) == 7 and values, "doubled"
+def test_walrus():
+    d = {"a": [1]}
+    assert (n := len(d["a"])) > 1 or not d
+def test_global():
+    global G
+    G = 1
+    assert G in {2: None, **{3: 4}}
+'''
+
+
+def _pytest_output(folder: Path, install: bool) -> str:
+    """The report of a real ``python -m pytest`` run of :data:`FAILING` in ``folder``, with the
+    cheaper location fix installed by its conftest (``install``) or pytest's own."""
+    import os
+    import subprocess
+    import sys
+
+    folder.mkdir()
+    (folder / "test_failing.py").write_text(FAILING)
+    (folder / "conftest.py").write_text(
+        "from _pytest.assertion.rewrite import AssertionRewriter\n"
+        "from tests._assert_locations import install\n"
+        + ("assert install()\n" if install else "")
+        + f"assert getattr(AssertionRewriter.visit_Assert, '_evtsync_locations', False) is {install}\n")
+    env = {**os.environ, "PYTHONPATH": str(TESTS.parent), "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           "-q", "--tb=long", "-o", "addopts=", str(folder / "test_failing.py")],
+                          cwd=folder, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr  # the three tests fail, nothing else
+    return re.sub(r" in [0-9.]+s\b", " in <time>", done.stdout.replace(str(folder), "<folder>"))
+
+
+def test_a_real_run_reports_failures_as_pytest_does(tmp_path: Path) -> None:
+    # end to end, through pytest's import hook: each failing assert's report (its line, the
+    # introspection text) is the one pytest's own rewriting gives, and points at the assert's line
+    ours = _pytest_output(tmp_path / "ours", install=True)
+    theirs = _pytest_output(tmp_path / "theirs", install=False)
+    assert ours.replace("/ours/", "/x/") == theirs.replace("/theirs/", "/x/")
+    lines = FAILING.splitlines()
+    for test, text in (("test_fails", "assert (6 == 7)"), ("test_walrus", "assert (1 > 1 or not {'a': [1]})"),
+                       ("test_global", "assert 1 in {2: None, 3: 4}")):
+        # the test's assert, 1-based: FAILING's first line is the empty one before `def helper`
+        line = 1 + next(i for i, s in enumerate(lines) if s.strip().startswith("assert") and i > lines.index(f"def {test}():"))
+        assert f"test_failing.py:{line}: AssertionError" in ours, (test, line, ours)
+        assert text in ours, (test, text, ours)
+    assert "where 6 = helper(3)" in ours and "where 3 = len([1, 2, 3])" in ours and "doubled" in ours
