@@ -113,6 +113,61 @@ def test_a_failing_assert_still_explains_itself() -> None:
     assert err.traceback[-1].lineno + 1 == 3  # the assert's own line (pytest's lineno is 0-based)
 
 
+def _copy_location_walk(statements: list[ast.stmt], assert_: ast.AST) -> None:
+    """pytest's own location fix, as its ``visit_Assert`` writes it (ast.walk reaches the same nodes)."""
+    for stmt in statements:
+        for node in ast.walk(stmt):
+            if getattr(node, "lineno", None) is None:
+                ast.copy_location(node, assert_)
+
+
+def _locations(tree: ast.AST) -> list[tuple[str, tuple[object, ...]]]:
+    return [(type(n).__name__, tuple(getattr(n, a, "-") for a in ("lineno", "col_offset", "end_lineno", "end_col_offset")))
+            for n in ast.walk(tree)]
+
+
+class _Odd(ast.expr):
+    """Not an ASDL signature: fix_locations cannot read this class's child fields."""
+
+    _fields = ("inner", "items")
+
+
+@pytest.mark.parametrize("odd", ["unknown class", "not a node where a node goes", "plain"])
+def test_fix_locations_sets_what_copy_location_sets(odd: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a hand-built statement (no locations, as pytest generates them) holding an original, located
+    # expression: fix_locations gives the same nodes the same attributes as pytest's loop, also where
+    # it must hand over to the generic walk part way through
+    assert_ = ast.parse("assert x\n\n\n   ", mode="exec").body[0]
+    original = ast.parse("\n\nf(a, *b, k=c)").body[0].value  # located nodes (line 3), as the assert's own
+    inner: ast.expr = ast.Starred(ast.Name("s", ast.Load()), ast.Load())  # generated, under a located node
+    original.args.append(inner)
+    value: ast.expr = ast.Dict([None, ast.Constant(1)], [ast.Name("d", ast.Load()), ast.Constant(2)])
+    if odd == "unknown class":
+        value = _Odd(inner=value, items=[ast.Constant(3)])
+    elif odd == "not a node where a node goes":
+        value = ast.UnaryOp(ast.Not(), "text")  # type: ignore[arg-type]
+    def build() -> list[ast.stmt]:
+        import copy
+
+        return [ast.If(ast.UnaryOp(ast.Not(), copy.deepcopy(original)), [ast.Expr(copy.deepcopy(value))], []),
+                ast.Assign([ast.Name("@py_assert1", ast.Store())], ast.Constant(None))]
+    handed_over: list[int] = []
+    generic = _assert_locations.fix_locations_generic
+    monkeypatch.setattr(_assert_locations, "fix_locations_generic",
+                        lambda *args: (handed_over.append(1), generic(*args)))
+    ours, theirs = build(), build()
+    _assert_locations.fix_locations(ours, assert_)
+    _copy_location_walk(theirs, assert_)
+    assert [_locations(t) for t in ours] == [_locations(t) for t in theirs]
+    assert bool(handed_over) is (odd != "plain")
+    # by hand: generated nodes have the assert's line (1) and end column (8); the original call keeps
+    # its own line (3), and the starred node pytest-style code put under it gets the assert's
+    assert ours[1].targets[0].lineno == 1 and ours[1].end_col_offset == 8
+    call = ours[0].test.operand
+    assert call.lineno == 3 and call.args[0].lineno == 3
+    assert isinstance(call.args[-1], ast.Starred) and call.args[-1].lineno == 1 and call.args[-1].value.lineno == 1
+
+
 def test_rewritten_code_is_pytests_own_for_every_test_module() -> None:
     # every module pytest rewrites in this suite (the test modules and conftest): identical code objects,
     # line and column tables included (~3 s: each module rewritten and compiled twice)
