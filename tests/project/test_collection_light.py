@@ -80,19 +80,39 @@ def _rewritten(source: bytes, name: str) -> bytes:
 
 
 def _with_pytests_own[T](fn: Callable[[], T]) -> T:
-    """``fn()`` with pytest's own ``visit_Assert`` (the one the wrapper wraps) installed."""
-    ours = rewrite.AssertionRewriter.visit_Assert
-    rewrite.AssertionRewriter.visit_Assert = ours.__wrapped__  # type: ignore[attr-defined]
+    """``fn()`` with pytest's own ``visit_Assert`` and ``run`` (the ones the wrappers wrap) installed."""
+    cls = rewrite.AssertionRewriter
+    ours = cls.visit_Assert, cls.run
+    cls.visit_Assert = ours[0].__wrapped__  # type: ignore[attr-defined]
+    cls.run = ours[1].__wrapped__  # type: ignore[attr-defined]
     try:
         return fn()
     finally:
-        rewrite.AssertionRewriter.visit_Assert = ours
+        cls.visit_Assert, cls.run = ours  # type: ignore[method-assign]
 
 
 def test_the_cheaper_location_fix_is_installed_for_this_pytest() -> None:
     # the installed pytest is the one it was written against; were it not, conftest leaves pytest alone
-    assert _assert_locations.applicable()
+    assert _assert_locations.applicable() and _assert_locations.walrus_skip_applicable()
     assert getattr(rewrite.AssertionRewriter.visit_Assert, "_evtsync_locations", False)
+    assert hasattr(rewrite.AssertionRewriter.run, "__wrapped__")
+
+
+@pytest.mark.parametrize("source", [
+    "def t(f, x, y):\n    assert f(x, y) == [x, y] and (x or y)\n",  # no walrus: the search is skipped
+    "def t(f, x, y):\n    assert f(x, y) == [x, y] and (x or y), ':= in a string only'\n",
+    "def t(f, x, y):\n    assert f(x, (x := 2)) == [x, y] and (x or y)\n",  # a walrus: pytest's own search
+])
+def test_the_walrus_search_is_skipped_only_without_a_walrus(source: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    search = rewrite._walrus_targets
+    monkeypatch.setattr(rewrite, "_walrus_targets", lambda nodes: (calls.append(1), search(nodes))[1])
+    ours = _rewritten(source.encode(), "w.py")
+    assert bool(calls) is (":=" in source)  # by hand: the source has the two bytes or not
+    assert rewrite._walrus_targets is not _assert_locations._no_walrus_targets  # put back after the module
+    calls.clear()
+    assert ours == _with_pytests_own(lambda: _rewritten(source.encode(), "w.py"))
+    assert calls  # pytest's own rewriting searched every time
 
 
 def test_rewritten_code_is_pytests_own_for_every_kind_of_assert() -> None:
@@ -183,31 +203,35 @@ def test_rewritten_code_is_pytests_own_for_every_test_module() -> None:
     assert not differ, f"rewritten code differs from pytest's own in {differ}"
 
 
-FAILING = '''
+#: failing test modules, by file name: one without a walrus operator (pytest's walrus search skipped)
+#: and one with (pytest's own search)
+FAILING = {"test_failing.py": '''
 def helper(v):
     return v * 2
 def test_fails():
     values = [1, 2, 3]
     assert helper(len(values)) == 7 and values, "doubled"
-def test_walrus():
-    d = {"a": [1]}
-    assert (n := len(d["a"])) > 1 or not d
 def test_global():
     global G
     G = 1
     assert G in {2: None, **{3: 4}}
-'''
+''', "test_walrus.py": '''
+def test_walrus():
+    d = {"a": [1]}
+    assert (n := len(d["a"])) > 1 or not d
+'''}
 
 
 def _pytest_output(folder: Path, install: bool) -> str:
     """The report of a real ``python -m pytest`` run of :data:`FAILING` in ``folder``, with the
-    cheaper location fix installed by its conftest (``install``) or pytest's own."""
+    cheaper rewriting installed by its conftest (``install``) or pytest's own."""
     import os
     import subprocess
     import sys
 
     folder.mkdir()
-    (folder / "test_failing.py").write_text(FAILING)
+    for name, text in FAILING.items():
+        (folder / name).write_text(text)
     (folder / "conftest.py").write_text(
         "from _pytest.assertion.rewrite import AssertionRewriter\n"
         "from tests._assert_locations import install\n"
@@ -215,7 +239,7 @@ def _pytest_output(folder: Path, install: bool) -> str:
         + f"assert getattr(AssertionRewriter.visit_Assert, '_evtsync_locations', False) is {install}\n")
     env = {**os.environ, "PYTHONPATH": str(TESTS.parent), "PYTHONDONTWRITEBYTECODE": "1"}
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           "-q", "--tb=long", "-o", "addopts=", str(folder / "test_failing.py")],
+                           "-q", "--tb=long", "-o", "addopts=", *FAILING],
                           cwd=folder, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1, done.stdout + done.stderr  # the three tests fail, nothing else
     return re.sub(r" in [0-9.]+s\b", " in <time>", done.stdout.replace(str(folder), "<folder>"))
@@ -227,11 +251,10 @@ def test_a_real_run_reports_failures_as_pytest_does(tmp_path: Path) -> None:
     ours = _pytest_output(tmp_path / "ours", install=True)
     theirs = _pytest_output(tmp_path / "theirs", install=False)
     assert ours.replace("/ours/", "/x/") == theirs.replace("/theirs/", "/x/")
-    lines = FAILING.splitlines()
-    for test, text in (("test_fails", "assert (6 == 7)"), ("test_walrus", "assert (1 > 1 or not {'a': [1]})"),
-                       ("test_global", "assert 1 in {2: None, 3: 4}")):
-        # the test's assert, 1-based: FAILING's first line is the empty one before `def helper`
-        line = 1 + next(i for i, s in enumerate(lines) if s.strip().startswith("assert") and i > lines.index(f"def {test}():"))
-        assert f"test_failing.py:{line}: AssertionError" in ours, (test, line, ours)
-        assert text in ours, (test, text, ours)
+    # by hand: the file, the assert's line (1-based; each text starts with an empty line) and pytest's text
+    for where, text in (("test_failing.py:6", "assert (6 == 7)"), ("test_failing.py:10", "assert 1 in {2: None, 3: 4}"),
+                        ("test_walrus.py:4", "assert (1 > 1 or not {'a': [1]})")):
+        assert f"{where}: AssertionError" in ours, (where, ours)
+        assert text in ours, (text, ours)
     assert "where 6 = helper(3)" in ours and "where 3 = len([1, 2, 3])" in ours and "doubled" in ours
+    assert "3 failed" in ours
