@@ -131,7 +131,7 @@ def _leaf_type(asdl_type: str) -> bool:
     base = getattr(ast, asdl_type, None)
     if not (isinstance(base, type) and issubclass(base, ast.AST)):
         return False
-    return all(not cls._fields and not cls._attributes for cls in _subclasses(base))
+    return all(not getattr(cls, "_fields", ()) and not getattr(cls, "_attributes", ()) for cls in _subclasses(base))
 
 
 def _child_fields(cls: type) -> tuple[str, ...]:
@@ -244,7 +244,7 @@ def install() -> bool:
                 original_run(self, mod)
                 return
             search = rewrite._walrus_targets
-            rewrite._walrus_targets = _no_walrus_targets
+            rewrite._walrus_targets = _no_walrus_targets  # type: ignore[assignment]
             try:
                 original_run(self, mod)
             finally:

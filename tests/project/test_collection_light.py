@@ -83,8 +83,8 @@ def _with_pytests_own[T](fn: Callable[[], T]) -> T:
     """``fn()`` with pytest's own ``visit_Assert`` and ``run`` (the ones the wrappers wrap) installed."""
     cls = rewrite.AssertionRewriter
     ours = cls.visit_Assert, cls.run
-    cls.visit_Assert = ours[0].__wrapped__  # type: ignore[attr-defined]
-    cls.run = ours[1].__wrapped__  # type: ignore[attr-defined]
+    cls.visit_Assert = ours[0].__wrapped__  # type: ignore[attr-defined,method-assign]
+    cls.run = ours[1].__wrapped__  # type: ignore[attr-defined,method-assign]
     try:
         return fn()
     finally:
@@ -106,7 +106,12 @@ def test_the_cheaper_location_fix_is_installed_for_this_pytest() -> None:
 def test_the_walrus_search_is_skipped_only_without_a_walrus(source: str, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
     search = rewrite._walrus_targets
-    monkeypatch.setattr(rewrite, "_walrus_targets", lambda nodes: (calls.append(1), search(nodes))[1])
+
+    def counted(nodes: list[ast.expr]) -> set[str]:
+        calls.append(1)
+        return search(nodes)
+
+    monkeypatch.setattr(rewrite, "_walrus_targets", counted)
     ours = _rewritten(source.encode(), "w.py")
     assert bool(calls) is (":=" in source)  # by hand: the source has the two bytes or not
     assert rewrite._walrus_targets is not _assert_locations._no_walrus_targets  # put back after the module
@@ -158,12 +163,13 @@ def test_fix_locations_sets_what_copy_location_sets(odd: str, monkeypatch: pytes
     # expression: fix_locations gives the same nodes the same attributes as pytest's loop, also where
     # it must hand over to the generic walk part way through
     assert_ = ast.parse("assert x\n\n\n   ", mode="exec").body[0]
-    original = ast.parse("\n\nf(a, *b, k=c)").body[0].value  # located nodes (line 3), as the assert's own
+    original = ast.parse("\n\nf(a, *b, k=c)", mode="eval").body  # located nodes (line 3), as the assert's own
+    assert isinstance(original, ast.Call)
     inner: ast.expr = ast.Starred(ast.Name("s", ast.Load()), ast.Load())  # generated, under a located node
     original.args.append(inner)
     value: ast.expr = ast.Dict([None, ast.Constant(1)], [ast.Name("d", ast.Load()), ast.Constant(2)])
     if odd == "unknown class":
-        value = _Odd(inner=value, items=[ast.Constant(3)])
+        value = _Odd(inner=value, items=[ast.Constant(3)])  # type: ignore[call-arg]
     elif odd == "not a node where a node goes":
         value = ast.UnaryOp(ast.Not(), "text")  # type: ignore[arg-type]
     def build() -> list[ast.stmt]:
@@ -173,8 +179,12 @@ def test_fix_locations_sets_what_copy_location_sets(odd: str, monkeypatch: pytes
                 ast.Assign([ast.Name("@py_assert1", ast.Store())], ast.Constant(None))]
     handed_over: list[int] = []
     generic = _assert_locations.fix_locations_generic
-    monkeypatch.setattr(_assert_locations, "fix_locations_generic",
-                        lambda *args: (handed_over.append(1), generic(*args)))
+
+    def counted(statements: list[ast.stmt], assert_: ast.AST) -> None:
+        handed_over.append(1)
+        generic(statements, assert_)
+
+    monkeypatch.setattr(_assert_locations, "fix_locations_generic", counted)
     ours, theirs = build(), build()
     _assert_locations.fix_locations(ours, assert_)
     _copy_location_walk(theirs, assert_)
@@ -182,8 +192,11 @@ def test_fix_locations_sets_what_copy_location_sets(odd: str, monkeypatch: pytes
     assert bool(handed_over) is (odd != "plain")
     # by hand: generated nodes have the assert's line (1) and end column (8); the original call keeps
     # its own line (3), and the starred node pytest-style code put under it gets the assert's
-    assert ours[1].targets[0].lineno == 1 and ours[1].end_col_offset == 8
-    call = ours[0].test.operand
+    check, clear = ours
+    assert isinstance(clear, ast.Assign) and isinstance(check, ast.If) and isinstance(check.test, ast.UnaryOp)
+    assert clear.targets[0].lineno == 1 and clear.end_col_offset == 8
+    call = check.test.operand
+    assert isinstance(call, ast.Call)
     assert call.lineno == 3 and call.args[0].lineno == 3
     assert isinstance(call.args[-1], ast.Starred) and call.args[-1].lineno == 1 and call.args[-1].value.lineno == 1
 
