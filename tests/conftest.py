@@ -29,6 +29,7 @@ import pytest
 
 from evtsync.core.trust import KEY_ENV
 from evtsync.trace.cache_dir import CACHE_ENV, CACHE_MIN_ENV
+from tests import _hypothesis_scan
 from tests._assert_locations import install as _cheaper_assert_locations
 
 # before any test module is rewritten: pytest's assertion rewriting with an iterative location
@@ -201,6 +202,23 @@ def pytest_collection(session: pytest.Session) -> Generator[None, object, object
         if enabled:
             gc.freeze()
             gc.enable()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems() -> Generator[None, object, object]:
+    """hypothesis's scan of the loaded modules' constants not at the end of collection, where its
+    plugin makes it (~0.9 s of a fresh clone's collection), but before the first fuzz test
+    (:func:`pytest_runtest_setup`); the same constants (tests/_hypothesis_scan.py)."""
+    with _hypothesis_scan.deferred():
+        return (yield)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before a fuzz test (one hypothesis's plugin marked ``hypothesis``): hypothesis's scan of the
+    modules loaded since its last one, all of them the first time (tests/_hypothesis_scan.py), outside
+    hypothesis's timing of the test's draws."""
+    if item.get_closest_marker("hypothesis") is not None:
+        _hypothesis_scan.scan_now()
 
 
 def pytest_collectreport(report: pytest.CollectReport) -> None:
