@@ -32,8 +32,8 @@ from evtsync.trace.cache_dir import CACHE_ENV, CACHE_MIN_ENV
 from tests import _hypothesis_scan
 from tests._assert_locations import install as _cheaper_assert_locations
 
-# before any test module is rewritten: pytest's assertion rewriting with an iterative location
-# fix, the same code objects for less of its CPU (tests/_assert_locations.py)
+# before any test module is rewritten: pytest's assertion rewriting with a cheaper location fix and
+# walrus search, the same code objects for less of its CPU (tests/_assert_locations.py)
 _cheaper_assert_locations()
 
 REPO = Path(__file__).resolve().parent.parent
