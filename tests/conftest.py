@@ -29,10 +29,11 @@ import pytest
 
 from evtsync.core.trust import KEY_ENV
 from evtsync.trace.cache_dir import CACHE_ENV, CACHE_MIN_ENV
+from tests import _hypothesis_scan
 from tests._assert_locations import install as _cheaper_assert_locations
 
-# before any test module is rewritten: pytest's assertion rewriting with an iterative location
-# fix, the same code objects for ~15% less of its CPU (tests/_assert_locations.py)
+# before any test module is rewritten: pytest's assertion rewriting with a cheaper location fix and
+# walrus search, the same code objects for less of its CPU (tests/_assert_locations.py)
 _cheaper_assert_locations()
 
 REPO = Path(__file__).resolve().parent.parent
@@ -183,8 +184,15 @@ def pytest_collection(session: pytest.Session) -> Generator[None, object, object
     asserts allocates millions of AST nodes, which set off ~2,000 collections that walk the growing
     heap (1.1-1.4 s of a 5-7 s collection, 2026-12-06) and free nothing that the one collection at
     the end does not (28,000 objects either way; peak memory +3 MB: docs/performance.md, "test
-    collection"). The collector runs again as before from the first test on. Records, as it goes,
-    which collected module first brought in a heavy library (:func:`pytest_collectreport`, :data:`HEAVY_IMPORTED`)."""
+    collection"). The collector runs again from the first test on, with what collection left alive
+    frozen (``gc.freeze``: the modules, functions and items every test process keeps to its end):
+    the first collection after the pause, and pytest's two full ones at the end of the session
+    (its unraisable-exception check), do not walk those ~260,000 objects again (~0.1 s of a
+    collection; every later full collection of the run is shorter too). The cyclic garbage of
+    collection (~30,000 objects) is frozen with them, kept to the end of the process (peak memory of
+    a collection within 2 MB of before: docs/performance/cli.md).
+    Records, as it goes, which collected module first brought in a heavy library
+    (:func:`pytest_collectreport`, :data:`HEAVY_IMPORTED`)."""
     record_heavy_imports("before collection (a plugin or conftest.py)", sys.modules, HEAVY_IMPORTED)
     enabled = gc.isenabled()
     gc.disable()
@@ -192,7 +200,25 @@ def pytest_collection(session: pytest.Session) -> Generator[None, object, object
         return (yield)
     finally:
         if enabled:
+            gc.freeze()
             gc.enable()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems() -> Generator[None, object, object]:
+    """hypothesis's scan of the loaded modules' constants not at the end of collection, where its
+    plugin makes it (~0.9 s of a fresh clone's collection), but before the first fuzz test
+    (:func:`pytest_runtest_setup`); the same constants (tests/_hypothesis_scan.py)."""
+    with _hypothesis_scan.deferred():
+        return (yield)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before a fuzz test (one hypothesis's plugin marked ``hypothesis``): hypothesis's scan of the
+    modules loaded since its last one, all of them the first time (tests/_hypothesis_scan.py), outside
+    hypothesis's timing of the test's draws."""
+    if item.get_closest_marker("hypothesis") is not None:
+        _hypothesis_scan.scan_now()
 
 
 def pytest_collectreport(report: pytest.CollectReport) -> None:

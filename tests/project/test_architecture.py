@@ -231,6 +231,7 @@ TEST_HOMES: dict[str, str] = {
     "test_display.py": "core",
     "test_docs_commands.py": "project",
     "test_examples.py": "project",
+    "test_hypothesis_scan.py": "project",
     "test_notebook.py": "project",
     "test_rankmodel_draws.py": "evt",
     "test_rankmodel_starts.py": "evt",
