@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, methodcaller
 from pathlib import Path
@@ -45,6 +45,7 @@ else:  # pandas at its first use: the Inspector tax reads its logs without it (i
 from evtsync.core.errors import TraceError, path_problem
 from evtsync.core.parallel import Work
 from evtsync.trace.decode import ByteSource, json_bytes_estimate, template_scanner
+from evtsync.trace.filelist import FileList
 
 log = logging.getLogger(__name__)
 
@@ -646,14 +647,29 @@ class LogStream:
 
 def _hash_before(path: Path, offset: int, handle: Any = None) -> str:
     """sha256 of the :data:`RESUME_CHECK_BYTES` bytes before ``offset`` of a plain file (read
-    through ``handle``, the file already open, when given: one open per file less, issue 48)."""
+    through ``handle``, the file already open, when given: one open per file less, issue 48; a
+    file object, or an OS file descriptor)."""
     start = max(0, offset - RESUME_CHECK_BYTES)
+    if isinstance(handle, int):
+        return hashlib.sha256(_pread_all(handle, offset - start, start)).hexdigest()
     if handle is not None:
         handle.seek(start)
         return hashlib.sha256(handle.read(offset - start)).hexdigest()
     with open(path, "rb") as fh:
         fh.seek(start)
         return hashlib.sha256(fh.read(offset - start)).hexdigest()
+
+
+def _pread_all(fd: int, size: int, offset: int) -> bytes:
+    """``size`` bytes of open file ``fd`` from ``offset`` (fewer at its end)."""
+    parts, got = [], 0
+    while got < size:
+        part = os.pread(fd, size - got, offset + got)
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
 
 
 def _resume_offset(path: Path, since: LoggedCollectives | None) -> int:
@@ -1066,10 +1082,13 @@ def _line_template(line: bytes) -> _Template | None:
                      "metadata" in obj)
 
 
-def _text_bytes(paths: Sequence[Path]) -> int:
+_GZIP = -2  # LogRounds._fd of an open gzip file (its ByteSource is in LogRounds._gz)
+
+
+def _text_bytes(paths: Iterable[str]) -> int:
     """The logs' text in bytes for the decoder's rule: plain files by their size (no open),
     gzip ones (by name) by the size their trailer records (:func:`json_bytes_estimate`)."""
-    return sum(json_bytes_estimate(p) if p.name.endswith(".gz") else p.stat().st_size for p in paths)
+    return sum(json_bytes_estimate(Path(p)) if p.endswith(".gz") else os.stat(p).st_size for p in paths)
 
 
 class LogRounds:
@@ -1092,13 +1111,15 @@ class LogRounds:
 
     def __init__(self, files: Sequence[tuple[Path, int | None]], *, salvage: bool = False,
                  block_bytes: int = BLOCK_BYTES, scan_lines: bool = True) -> None:
-        n = len(files)
-        # the caller's Path objects, not copies (~270 bytes per file: issue 48)
-        self.paths = [p if isinstance(p, Path) else Path(p) for p, _ in files]
-        for path in self.paths:
-            if not path.is_file():
+        # the files as a compact list (a Path per file made when needed: ~570 bytes a file held
+        # otherwise, issue 48); paths[i] and given[i] read it
+        self.files = FileList.of(files)
+        n = len(self.files)
+        self.paths, self.given = self.files.paths, self.files.ranks
+        for i in range(n):
+            if not os.path.isfile(self.files.path_str(i)):
+                path = self.files.path(i)
                 raise TraceError(f"{path}: {path_problem(path)}")
-        self.given = [r for _, r in files]
         self.salvage, self.block_bytes = salvage, block_bytes
         self.comm_code: dict[str, int] = {}
         self.comm_ids: list[str] = []
@@ -1124,8 +1145,11 @@ class LogRounds:
         self.extra_hosts: dict[int, set[int]] = {}  # files with records of more than one process
         self.extra_pids: dict[int, set[int]] = {}
         self.malformed: dict[int, int] = {}
-        self._src: list[Any] = [None] * n
-        self._pending: list[bytes] = [b""] * n
+        # each open plain file as its OS file descriptor (4 bytes; a file object is ~250 bytes
+        # a file: issue 48), -1 when not open, GZIP when it is a gzip one in ``_gz``
+        self._fd = array("i", [-1]) * n
+        self._gz: dict[int, Any] = {}  # the open gzip files' ByteSource
+        self._pending: dict[int, bytes] = {}  # the files' unfinished last lines (the few held)
         # each file's end (:meth:`_finish`), as arrays: ~50 bytes a file, not a dict of ~1 KB (issue 48)
         self.ended = np.zeros(n, dtype=bool)
         self.unread, self.complete_lines = z.copy(), z.copy()
@@ -1135,7 +1159,8 @@ class LogRounds:
         self.rounds = 0
         #: the compiled line-template scanner, where the trace scanner's rule loads it for these
         #: logs' bytes (:func:`evtsync.trace.decode.template_scanner`), else None (msgspec only)
-        self.scanner = template_scanner(_text_bytes(self.paths)) if scan_lines else None
+        self.scanner = (template_scanner(_text_bytes(map(self.files.path_str, range(n)))) if scan_lines
+                        else None)
         #: slices of lines read by the scanner and by msgspec (the scanner declined them, or no
         #: scanner), and lines of scanned slices that msgspec read alone (another layout)
         self.scanned = {"scanner": 0, "msgspec": 0, "lines alone": 0}
@@ -1150,31 +1175,31 @@ class LogRounds:
         :data:`DECODE_BYTES` (one decoder call each, whatever the number of files): only one
         slice of text lives at once, not the round's (issue 48), so a round may be large."""
         chunks, owners, still, ended, sizes, parts = [], [], [], [], [], []
-        size, sources, pendings = self.block_bytes, self._src, self._pending
+        size, fds, pendings = self.block_bytes, self._fd, self._pending
+        read, seek = os.read, os.lseek
         held = 0
         try:
             for i in self.active:  # per file and round: one read, a few bytes operations
-                src = sources[i]
-                if src is None:
-                    src = sources[i] = self._open(i)
-                block = src.read(size)
+                fd = fds[i]
+                if fd < 0:
+                    fd = fds[i] = self._open(i) if fd == -1 else fd
+                block = read(fd, size) if fd >= 0 else self._gz[i].read(size)
                 if not block:
                     ended.append(i)
                     continue
                 still.append(i)
                 sizes.append(len(block))
-                pending = pendings[i]
+                pending = pendings.pop(i, None)
                 data = pending + block if pending else block
                 cut = data.rfind(b"\n")
                 if cut < 0:
                     pendings[i] = data
                     continue
                 rest = len(data) - cut - 1
-                if rest and type(src) is io.FileIO:  # a plain file: its unfinished line is read again next
-                    src.seek(-rest, 1)               # round, not held (~half a line per file: issue 48)
+                if rest and fd >= 0:  # a plain file: its unfinished line is read again next round,
+                    seek(fd, -rest, os.SEEK_CUR)  # not held (~half a line per file: issue 48)
                     sizes[-1] -= rest
-                    pendings[i] = b""
-                else:
+                elif rest:
                     pendings[i] = data[cut + 1:]
                 chunks.append(data[:cut])
                 owners.append(i)
@@ -1400,11 +1425,22 @@ class LogRounds:
                 "msg_bytes": coll(_T_SIZE), "timing_source": codes(_T_SOURCE, self.sources, coll_rows),
                 "kernel": kernel}, counts, ends
 
-    def _open(self, i: int) -> Any:
-        """File ``i`` opened: a plain one as its unbuffered file object (no buffer, no Python
-        layer per read), a gzip one through :class:`ByteSource` (inflation, damage reported)."""
-        src = ByteSource(self.paths[i])
-        return src if src.gzip else src._raw
+    def _open(self, i: int) -> int:
+        """File ``i`` opened: a plain one as its OS file descriptor (no buffer, no Python object
+        per file), a gzip one through :class:`ByteSource` (inflation, damage reported) kept in
+        ``_gz`` (:data:`_GZIP` returned)."""
+        path = self.files.path_str(i)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            is_gzip = os.pread(fd, 2, 0) == b"\x1f\x8b"
+        except BaseException:
+            os.close(fd)
+            raise
+        if not is_gzip:
+            return fd
+        os.close(fd)
+        self._gz[i] = ByteSource(Path(path))
+        return _GZIP
 
     def _lines(self, chunk: bytes, i: int, check: bool) -> dict[str, np.ndarray]:
         """One file's lines one by one (blank ones skipped), naming a bad one by its line."""
@@ -1428,10 +1464,10 @@ class LogRounds:
     def _finish(self, i: int) -> dict[str, np.ndarray] | None:
         """File ``i`` has ended: its last line (a record, or one being written), the gzip
         check, its info; the last record's columns, if any."""
-        src, path = self._src[i], self.paths[i]
+        fd, src, path = self._fd[i], self._gz.pop(i, None), self.paths[i]
         eof_error = getattr(src, "eof_error", None)
-        is_gzip = bool(getattr(src, "gzip", False))
-        pending, self._pending[i] = self._pending[i], b""
+        is_gzip = src is not None
+        pending = self._pending.pop(i, b"")
         line_no = int(self.line_no[i])
         tail, unread, cols = pending.strip(), 0, None
         if tail:
@@ -1450,9 +1486,11 @@ class LogRounds:
                             "to the last complete record", path, unread, line_no)
         total = int(self.total[i])
         try:
-            digest = "" if is_gzip else _hash_before(path, total - unread, src)
+            digest = "" if is_gzip else _hash_before(path, total - unread, fd if fd >= 0 else None)
         finally:
-            self._src[i] = None
+            self._fd[i] = -1
+            if fd >= 0:
+                os.close(fd)
             if src is not None:
                 src.close()
         if eof_error:
@@ -1470,10 +1508,14 @@ class LogRounds:
 
     def close(self) -> None:
         """Close every open file (idempotent)."""
-        for i, src in enumerate(self._src):
-            if src is not None:
-                src.close()
-                self._src[i] = None
+        fds = self._fd
+        for i, fd in enumerate(fds):
+            if fd >= 0:
+                fds[i] = -1
+                os.close(fd)
+        gz, self._gz = self._gz, {}
+        for src in gz.values():
+            src.close()
 
     # ---- records to columns, every file of the round at once
     def _columns(self, records: list[Any], files: np.ndarray, lines: np.ndarray,
@@ -1670,7 +1712,8 @@ class LogRounds:
     def shells(self) -> list[LoggedCollectives]:
         """Each file's communicators and given rank (no records), for :func:`global_ranks`."""
         return [LoggedCollectives(str(p), list(c), c, {}, {}, given_rank=r)
-                for p, c, r in zip(self.paths, self._file_comms(), self.given, strict=True)]
+                for p, c, r in zip(map(self.files.path_str, range(len(self.files))), self._file_comms(), self.given,
+                                   strict=True)]
 
     def state_bytes(self) -> int:
         """Bytes held per file between rounds, beyond the shared arrays: its unfinished last
@@ -1678,8 +1721,8 @@ class LogRounds:
         the tests bound)."""
         import sys
 
-        total = sum(len(p) for p in self._pending) + sum(sys.getsizeof(s) for s in self._src if s is not None)
-        total += sum(sys.getsizeof(vars(s)) for s in self._src if s is not None)
+        total = sum(map(len, self._pending.values())) + sum(sys.getsizeof(s) for s in self._gz.values())
+        total += sum(sys.getsizeof(vars(s)) for s in self._gz.values()) + self._fd.itemsize * len(self._fd)
         return total + self._keys.nbytes + self._known.nbytes
 
     def results(self) -> Sequence[LoggedCollectives]:
@@ -1701,7 +1744,7 @@ class LogRounds:
         """File ``i``'s metadata and counts (:attr:`LoggedCollectives.info`)."""
         total, unread, complete = int(self.total[i]), int(self.unread[i]), int(self.complete_lines[i])
         has_dump = self.dump_hi[i] != MISSING
-        return {"path": str(self.paths[i]), "bytes_decompressed": total, "bytes_read_now": total,
+        return {"path": self.files.path_str(i), "bytes_decompressed": total, "bytes_read_now": total,
                 "unread_tail_bytes": unread, "truncated": bool(self.truncated[i]),
                 "n_lines": complete + (1 if unread else 0), "n_complete_lines": complete,
                 "consumed_bytes": total - unread, "gzip": bool(self.gzip[i]),
@@ -1732,7 +1775,7 @@ class _FileResult(LoggedCollectives):
 
     def __init__(self, results: _FileResults, i: int, comms: dict[str, tuple[int, int, int, str]]) -> None:
         reader = results.reader
-        self.path, self.comm_ids, self.comms = str(reader.paths[i]), list(comms), comms
+        self.path, self.comm_ids, self.comms = reader.files.path_str(i), list(comms), comms
         self.columns, self.given_rank, self.vocabularies = results.columns, reader.given[i], results.vocabularies
         self._results, self._i = results, i
 
