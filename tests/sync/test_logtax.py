@@ -503,3 +503,44 @@ def test_memory_per_file_at_the_end_small(tmp_path: Path) -> None:
     _held(tmp_path / "warm", 8)
     per_file = (_held(tmp_path / "b", 256) - _held(tmp_path / "a", 64)) / 192
     assert 0 < per_file < 400, per_file
+
+
+def _listed_and_open(folder: Path, n_files: int) -> tuple[int, int]:
+    """Bytes held once ``n_files`` logs are listed (``inspector_files``) and all of them are open
+    and part read (one round of 600-byte blocks: no file has ended), and the peak of the listing
+    alone (tracemalloc, started before the listing)."""
+    import tracemalloc
+
+    from evtsync.trace.readers.inspector import LogRounds
+
+    _world(folder, n_files, 3)
+    inspector_files(folder / "h0-pid0.log")  # the readers' modules imported, their registries made
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        files = inspector_files(folder) or []
+        listing_peak = tracemalloc.get_traced_memory()[1] - before
+        reader = LogRounds(files, block_bytes=600)
+        reader.round()
+        assert len(reader.active) == n_files  # every file open, none ended
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+        if "reader" in locals():
+            reader.close()
+    return held, listing_peak
+
+
+def test_memory_per_file_listed_and_open_small(tmp_path: Path) -> None:
+    """Issue 48 (memory flat in the number of files): what one more log costs while the files are
+    listed and open, from 64 to 256 logs: the file list (a compact FileList: the name, an offset
+    and a rank), the open file (an OS descriptor, 4 bytes) and the reader's per-file arrays, under
+    400 bytes; the listing's peak (natural-key sort) under 400 bytes a file. Measured ~275 and ~120;
+    main before (52a6a65: a list of (Path, rank), a tuple key per name, a file object per open
+    log) ~1,170 and ~840."""
+    _listed_and_open(tmp_path / "warm", 8)
+    small, large = _listed_and_open(tmp_path / "a", 64), _listed_and_open(tmp_path / "b", 256)
+    held, peak = ((b - a) / 192 for a, b in zip(small, large, strict=True))
+    assert 0 < held < 400, held
+    assert 0 < peak < 400, peak
