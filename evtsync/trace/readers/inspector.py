@@ -740,14 +740,20 @@ def global_ranks(logs: Sequence[LoggedCollectives]) -> tuple[list[int], str, int
     The rank the user gave wins; else the file's rank in the world communicator: the
     communicator logged by every file with the most ranks (a job's default process group).
     """
-    given = [log_.given_rank for log_ in logs]
-    in_every = set(logs[0].comms)
-    for log_ in logs[1:]:
-        in_every &= set(log_.comms)
-    world = max(in_every, key=lambda c: (logs[0].comms[c][1], c)) if in_every else None
+    # one pass: ``logs`` may make each file's when read (LogRounds.shells, results: issue 48)
+    given: list[int | None] = []
+    first: dict[str, tuple[int, int, int, str]] = {}
+    in_every: set[str] = set()
+    for k, log_ in enumerate(logs):
+        given.append(log_.given_rank)
+        if k == 0:
+            first, in_every = log_.comms, set(log_.comms)
+        else:
+            in_every.intersection_update(log_.comms)
+    world = max(in_every, key=lambda c: (first[c][1], c)) if in_every else None
     if all(g is not None for g in given):
         # the world size is known only from a communicator every file logs
-        return [int(g) for g in given], "given", logs[0].comms[world][1] if world else MISSING  # type: ignore[arg-type]
+        return [int(g) for g in given], "given", first[world][1] if world else MISSING  # type: ignore[arg-type]
     if any(g is not None for g in given):
         raise TraceError("some Inspector logs have a rank given (RANK=PATH) and others not: give every file's "
                          "rank, or none")
@@ -758,7 +764,7 @@ def global_ranks(logs: Sequence[LoggedCollectives]) -> tuple[list[int], str, int
                          "communicator's collectives may be below NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES); give "
                          "the ranks with --rank-from order or RANK=PATH")
     ranks = [log_.comms[world][0] for log_ in logs]
-    return ranks, f"world communicator {world}", logs[0].comms[world][1]
+    return ranks, f"world communicator {world}", first[world][1]
 
 
 @dataclass
@@ -1696,24 +1702,35 @@ class LogRounds:
         names = list(self.host_code)
         return [names[h] if seen else "" for h, seen in zip(self.host.tolist(), self.seen_host.tolist(), strict=True)]
 
-    def _file_comms(self) -> Iterator[dict[str, tuple[int, int, int, str]]]:
-        """Each file's communicators, in file order: id -> (rank in it, n_ranks, nnodes, comm_name),
-        made from the pair arrays as they are asked for (the strings are the job's, shared)."""
-        n = len(self.paths)
-        comm, file = np.divmod(self._keys, n)
-        order = np.lexsort((comm, file))
-        bounds = np.searchsorted(file[order], np.arange(n + 1)).tolist()
-        comm_list, known = comm[order].tolist(), self._known[order].tolist()
+    def _file_comms(self) -> Callable[[int], dict[str, tuple[int, int, int, str]]]:
+        """File ``i``'s communicators, id -> (rank in it, n_ranks, nnodes, comm_name), made from the
+        pair arrays (sorted once by file here) when asked for; the strings are the job's, shared
+        (issue 48: every file's dict at once, or the pairs as Python lists, ~1 KB a file)."""
+        n, keys, known = len(self.files), self._keys, self._known
+        file = keys % n
+        order = np.argsort(file, kind="stable")  # by file, then communicator (the keys are sorted)
+        bounds = np.searchsorted(file[order], np.arange(n + 1))
+        del file
         ids, names = self.comm_ids, list(self.comm_names)
-        for i in range(n):
-            yield {ids[c]: (v[0], v[1], v[2], names[v[3]])
-                   for c, v in zip(comm_list[bounds[i]:bounds[i + 1]], known[bounds[i]:bounds[i + 1]], strict=True)}
 
-    def shells(self) -> list[LoggedCollectives]:
-        """Each file's communicators and given rank (no records), for :func:`global_ranks`."""
-        return [LoggedCollectives(str(p), list(c), c, {}, {}, given_rank=r)
-                for p, c, r in zip(map(self.files.path_str, range(len(self.files))), self._file_comms(), self.given,
-                                   strict=True)]
+        def comms_of(i: int) -> dict[str, tuple[int, int, int, str]]:
+            a, b = bounds[i:i + 2].tolist()
+            at = order[a:b]
+            return {ids[c]: (v[0], v[1], v[2], names[v[3]])
+                    for c, v in zip((keys[at] // n).tolist(), known[at].tolist(), strict=True)}
+
+        return comms_of
+
+    def shells(self) -> Sequence[LoggedCollectives]:
+        """Each file's communicators and given rank (no records), for :func:`global_ranks`: a
+        sequence that makes each file's when read (issue 48)."""
+        comms_of, path_of, given = self._file_comms(), self.files.path_str, self.given
+
+        def shell(i: int) -> LoggedCollectives:
+            comms = comms_of(i)
+            return LoggedCollectives(path_of(i), list(comms), comms, {}, {}, given_rank=given[i])
+
+        return _Made(len(self.files), shell)
 
     def state_bytes(self) -> int:
         """Bytes held per file between rounds, beyond the shared arrays: its unfinished last
@@ -1793,6 +1810,7 @@ class _FileResults(Sequence[LoggedCollectives]):
 
     def __init__(self, reader: LogRounds, hosts: list[str]) -> None:
         self.reader, self.hosts, self.versions = reader, hosts, list(reader.version_code)
+        self._comms_of = reader._file_comms()
         # no records (they were taken): one empty column set and one vocabulary for every file, not
         # a copy each (~2.5 KB per file at the end of the job: issue 48)
         self.columns: dict[str, Any] = {name: np.zeros(0, dtype=np.int64) for name in RECORD_COLUMNS}
@@ -1802,8 +1820,8 @@ class _FileResults(Sequence[LoggedCollectives]):
         return len(self.reader.paths)
 
     def __iter__(self) -> Iterator[LoggedCollectives]:
-        for i, comms in enumerate(self.reader._file_comms()):
-            yield _FileResult(self, i, comms)
+        for i in range(len(self)):
+            yield _FileResult(self, i, self._comms_of(i))
 
     @overload
     def __getitem__(self, i: int) -> LoggedCollectives: ...
@@ -1818,5 +1836,24 @@ class _FileResults(Sequence[LoggedCollectives]):
         if not -n <= i < n:
             raise IndexError(i)
         i %= n
-        comms = next(c for k, c in enumerate(self.reader._file_comms()) if k == i)
-        return _FileResult(self, i, comms)
+        return _FileResult(self, i, self._comms_of(i))
+
+
+class _Made(Sequence[Any]):
+    """A sequence of ``n`` items, item ``i`` made by ``make(i)`` when read."""
+
+    def __init__(self, n: int, make: Callable[[int], Any]) -> None:
+        self._n, self._make = n, make
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self._make(k) for k in range(*i.indices(self._n))]
+        if not -self._n <= i < self._n:
+            raise IndexError(i)
+        return self._make(i % self._n)
+
+    def __iter__(self) -> Iterator[Any]:
+        return map(self._make, range(self._n))
