@@ -87,13 +87,11 @@ class FileList(Sequence[tuple[Path, int | None]]):
         return len(self._ends)
 
     def path_str(self, i: int) -> str:
-        """File ``i``'s path as ``str(Path)`` writes it."""
+        """File ``i``'s path as ``str(Path)`` writes it (``0 <= i < len``)."""
         ends = self._ends
-        start = ends[i - 1] if i > 0 else 0
-        name = self._text[start:ends[i]]
+        name = self._text[ends[i - 1] if i else 0:ends[i]]
         starts = self._starts
-        run = 0 if len(starts) == 1 else bisect.bisect_right(starts, i) - 1
-        prefix = self._prefixes[run]
+        prefix = self._prefixes[0 if len(starts) == 1 else bisect.bisect_right(starts, i) - 1]
         return name if prefix is None else prefix + name
 
     def is_named(self, i: int) -> bool:

@@ -1705,30 +1705,17 @@ class LogRounds:
     def _file_comms(self) -> Callable[[int], dict[str, tuple[int, int, int, str]]]:
         """File ``i``'s communicators, id -> (rank in it, n_ranks, nnodes, comm_name), made from the
         pair arrays (sorted once by file here) when asked for; the strings are the job's, shared
-        (issue 48: every file's dict at once, or the pairs as Python lists, ~1 KB a file)."""
-        n, keys, known = len(self.files), self._keys, self._known
-        file = keys % n
-        order = np.argsort(file, kind="stable")  # by file, then communicator (the keys are sorted)
-        bounds = np.searchsorted(file[order], np.arange(n + 1))
-        del file
-        ids, names = self.comm_ids, list(self.comm_names)
-
-        def comms_of(i: int) -> dict[str, tuple[int, int, int, str]]:
-            a, b = bounds[i:i + 2].tolist()
-            at = order[a:b]
-            return {ids[c]: (v[0], v[1], v[2], names[v[3]])
-                    for c, v in zip((keys[at] // n).tolist(), known[at].tolist(), strict=True)}
-
-        return comms_of
+        (issue 48: every file's dict at once, or all the pairs as Python lists, ~1 KB a file)."""
+        return _CommsOf(self)
 
     def shells(self) -> Sequence[LoggedCollectives]:
         """Each file's communicators and given rank (no records), for :func:`global_ranks`: a
         sequence that makes each file's when read (issue 48)."""
-        comms_of, path_of, given = self._file_comms(), self.files.path_str, self.given
+        comms_of, path_of, rank_of = self._file_comms(), self.files.path_str, self.files.rank
 
         def shell(i: int) -> LoggedCollectives:
             comms = comms_of(i)
-            return LoggedCollectives(path_of(i), list(comms), comms, {}, {}, given_rank=given[i])
+            return LoggedCollectives(path_of(i), list(comms), comms, {}, {}, given_rank=rank_of(i))
 
         return _Made(len(self.files), shell)
 
@@ -1793,7 +1780,7 @@ class _FileResult(LoggedCollectives):
     def __init__(self, results: _FileResults, i: int, comms: dict[str, tuple[int, int, int, str]]) -> None:
         reader = results.reader
         self.path, self.comm_ids, self.comms = reader.files.path_str(i), list(comms), comms
-        self.columns, self.given_rank, self.vocabularies = results.columns, reader.given[i], results.vocabularies
+        self.columns, self.given_rank, self.vocabularies = results.columns, reader.files.rank(i), results.vocabularies
         self._results, self._i = results, i
 
     @property
@@ -1837,6 +1824,43 @@ class _FileResults(Sequence[LoggedCollectives]):
             raise IndexError(i)
         i %= n
         return _FileResult(self, i, self._comms_of(i))
+
+
+class _CommsOf:
+    """:meth:`LogRounds._file_comms`: each file's communicators from the reader's pair arrays,
+    ordered by file once; the pairs of :data:`BLOCK` files at a time as Python lists (a call per
+    file into NumPy cost ~4 µs a file, read several times over at the end of the job)."""
+
+    BLOCK = 512
+
+    def __init__(self, reader: LogRounds) -> None:
+        self.n, self.keys, self.known = len(reader.files), reader._keys, reader._known
+        file = self.keys % self.n
+        self.order = np.argsort(file, kind="stable")  # by file, then communicator (the keys are sorted)
+        self.bounds = np.searchsorted(file[self.order], np.arange(self.n + 1))
+        self.ids, self.names = reader.comm_ids, list(reader.comm_names)
+        self._lo = self._hi = 0  # the files whose pairs are in the lists
+        self._bounds: list[int] = []
+        self._comm: list[int] = []
+        self._known: list[list[int]] = []
+
+    def _load(self, i: int) -> None:
+        lo = i - i % self.BLOCK
+        hi = min(self.n, lo + self.BLOCK)
+        a, b = int(self.bounds[lo]), int(self.bounds[hi])
+        at = self.order[a:b]
+        self._bounds = (self.bounds[lo:hi + 1] - a).tolist()
+        self._comm, self._known = (self.keys[at] // self.n).tolist(), self.known[at].tolist()
+        self._lo, self._hi = lo, hi
+
+    def __call__(self, i: int) -> dict[str, tuple[int, int, int, str]]:
+        if not self._lo <= i < self._hi:
+            self._load(i)
+        j = i - self._lo
+        a, b = self._bounds[j], self._bounds[j + 1]
+        ids, names = self.ids, self.names
+        return {ids[c]: (v[0], v[1], v[2], names[v[3]])
+                for c, v in zip(self._comm[a:b], self._known[a:b], strict=True)}
 
 
 class _Made(Sequence[Any]):
