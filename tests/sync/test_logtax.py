@@ -544,3 +544,29 @@ def test_memory_per_file_listed_and_open_small(tmp_path: Path) -> None:
     held, peak = ((b - a) / 192 for a, b in zip(small, large, strict=True))
     assert 0 < held < 400, held
     assert 0 < peak < 400, peak
+
+
+def test_each_rank_names_its_file_and_a_rank_twice_names_both(tmp_path: Path) -> None:
+    """The layout's rank -> file map (made from arrays, each path when asked for) gives each rank its
+    log, streamed and from a plain list of results; a seventh log claiming rank 2 of the world
+    communicator is an error naming the first log of rank 2 and the repeat, in the streamed tax
+    and in the whole-table path."""
+    from evtsync.trace.readers.inspector import LogRounds, job_layout
+
+    _world(tmp_path / "ok", 6, 3)
+    reader = LogRounds(inspector_files(tmp_path / "ok") or [])
+    while reader.active:
+        reader.round()
+    want = {r: str(tmp_path / "ok" / f"h0-pid{r}.log") for r in range(6)}
+    for logs in (reader.results(), list(reader.results())):
+        owner = job_layout(logs).owner
+        assert dict(owner) == want and list(owner) == list(range(6)) and len(owner) == 6
+        assert 6 not in owner
+    bad = tmp_path / "twice"
+    _world(bad, 6, 3)
+    (bad / "h9-pid9.log").write_text("".join(_record("0xw", 2, 6, sn, 100, "h9", 9) for sn in range(3)))
+    message = rf"two Inspector logs are rank 2: {bad}/h0-pid2\.log and {bad}/h9-pid9\.log \(the same process"
+    with pytest.raises(TraceError, match=message):
+        stream_tax(inspector_files(bad) or [])
+    with pytest.raises(TraceError, match=message):
+        load_traces(bad, jobs=1)

@@ -28,7 +28,7 @@ import hashlib
 import logging
 import os
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, methodcaller
 from pathlib import Path
@@ -777,7 +777,7 @@ class JobLayout:
     ranks: list[int]
     rank_source: str
     world: int
-    owner: dict[int, str]
+    owner: Mapping[int, str]
     comm_rows: dict[str, dict[str, Any]]
     problems: list[str]
     missing: list[int]
@@ -788,12 +788,15 @@ def job_layout(logs: Sequence[LoggedCollectives]) -> JobLayout:
     from evtsync.trace.tables import rank_ranges
 
     ranks, rank_source, world = global_ranks(logs)
-    owner: dict[int, str] = {}
-    for log_, rank in zip(logs, ranks, strict=True):
-        if rank in owner:
-            raise TraceError(f"two Inspector logs are rank {rank}: {owner[rank]} and {log_.path} (the same "
-                             "process twice, or logs of two jobs?)")
-        owner[rank] = log_.path
+    # each rank's file, by index (its path made when an error names it: issue 48, a path string and
+    # a dict entry per rank held to the end otherwise); the whole-table path's logs keep their paths
+    path_of = logs.path_of if isinstance(logs, _FileResults) else [log_.path for log_ in logs].__getitem__
+    owner = _RankFiles(ranks, path_of)
+    twice = owner.first_repeat()
+    if twice is not None:
+        rank = ranks[twice]
+        raise TraceError(f"two Inspector logs are rank {rank}: {owner[rank]} and {path_of(twice)} (the same "
+                         "process twice, or logs of two jobs?)")
     problems: list[str] = []
     if world > 0:
         beyond = sorted(r for r in ranks if r >= world)
@@ -1806,6 +1809,10 @@ class _FileResults(Sequence[LoggedCollectives]):
     def __len__(self) -> int:
         return len(self.reader.paths)
 
+    def path_of(self, i: int) -> str:
+        """File ``i``'s path (its result not made)."""
+        return self.reader.files.path_str(i)
+
     def __iter__(self) -> Iterator[LoggedCollectives]:
         for i in range(len(self)):
             yield _FileResult(self, i, self._comms_of(i))
@@ -1824,6 +1831,38 @@ class _FileResults(Sequence[LoggedCollectives]):
             raise IndexError(i)
         i %= n
         return _FileResult(self, i, self._comms_of(i))
+
+
+class _RankFiles(Mapping[int, str]):
+    """:attr:`JobLayout.owner`: rank -> the path of its log, from the files' ranks (in file order,
+    sorted once) and their paths made when asked for; where ranks repeat, the first file's."""
+
+    def __init__(self, ranks: Sequence[int], path_of: Callable[[int], str]) -> None:
+        self._ranks = np.asarray(ranks, dtype=np.int64)
+        self._order = np.argsort(self._ranks, kind="stable")
+        self._sorted = self._ranks[self._order]
+        self._path_of = path_of
+
+    def first_repeat(self) -> int | None:
+        """The first file, in file order, whose rank an earlier file has (None: no repeat)."""
+        repeats = np.flatnonzero(self._sorted[1:] == self._sorted[:-1]) + 1
+        return int(self._order[repeats].min()) if len(repeats) else None
+
+    def __getitem__(self, rank: int) -> str:
+        k = int(np.searchsorted(self._sorted, rank))
+        if k == len(self._sorted) or self._sorted[k] != rank:
+            raise KeyError(rank)
+        return self._path_of(int(self._order[k]))
+
+    def __iter__(self) -> Iterator[int]:
+        seen: set[int] = set()
+        for rank in self._ranks.tolist():  # file order, as a dict filled in file order
+            if rank not in seen:
+                seen.add(rank)
+                yield rank
+
+    def __len__(self) -> int:
+        return len(np.unique(self._sorted))
 
 
 class _CommsOf:
