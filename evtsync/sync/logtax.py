@@ -730,7 +730,7 @@ def _report(job: _Job, results: Sequence[LoggedCollectives], layout: JobLayout) 
                    "n_ranks": int(g["pg_size"]), "pg_source": LOGGED_SOURCE, "streams": "",
                    "n_collectives": int(n_coll[where[g["pg_name"]]]), "present_ranks": g["seen_on_ranks"],
                    "windows": "0"} for g in job_group_rows(layout) if n_coll[where[g["pg_name"]]]]
-    files = job_rank_columns(results, layout)
+    files = job_rank_columns(results, layout, _REPORT_RANK_COLUMNS)
     order = sorted(range(len(layout.ranks)), key=layout.ranks.__getitem__)  # by rank, as the ranks table
     ranks = Rows.from_columns({name: [files[name][i] for i in order] for name in _REPORT_RANK_COLUMNS})
     return LogReport(ranks=ranks, groups=Rows(GROUP_COLUMNS, group_rows), summary=Rows(SUMMARY_COLUMNS, summary),

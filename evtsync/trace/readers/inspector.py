@@ -853,33 +853,50 @@ JOB_GROUP_COLUMNS = ["pg_name", "pg_desc", "pg_size", "pg_ranks", "backend_confi
 JOB_SKIPPED_COLUMNS = ["rank", "window", "reason", "count"]
 
 
-def job_rank_columns(logs: Sequence[LoggedCollectives], layout: JobLayout) -> dict[str, list[Any]]:
+#: The info field each column of :func:`job_rank_columns` is made from, where the names differ.
+_RANK_INFO_FIELD = {"n_events": "n_lines", "start_ns": "dump_first_us", "end_ns": "dump_last_us"}
+
+
+def job_rank_columns(logs: Sequence[LoggedCollectives], layout: JobLayout,
+                     columns: Sequence[str] | None = None) -> dict[str, list[Any]]:
     """The ``ranks`` table of a job's logs as one list per column, in file order (one row per
-    file; :func:`job_tables` sorts it by rank). Logs the job's counts."""
+    file; :func:`job_tables` sorts it by rank), or only ``columns`` of it (the others not gathered:
+    issue 48, ~700 bytes a file for the whole table at once). Logs the job's counts."""
     n_logs = len(logs)
-    fields = ("host", "pid", "n_lines", "n_collective_records", "n_p2p_records", "n_verbose_records",
-              "format_version", "dump_first_us", "dump_last_us", "unread_tail_bytes", "truncated",
-              "bytes_decompressed")
+    # the info fields read: each column's (n_events is n_lines, ...), and the log line's two sums
+    wanted = None if columns is None else {_RANK_INFO_FIELD.get(c, c) for c in columns} | {
+        "n_collective_records", "n_p2p_records"}
+    fields = tuple(name for name in ("host", "pid", "n_lines", "n_collective_records", "n_p2p_records",
+                                     "n_verbose_records", "format_version", "dump_first_us", "dump_last_us",
+                                     "unread_tail_bytes", "truncated", "bytes_decompressed")
+                   if wanted is None or name in wanted)
+    extra = tuple(name for name in ("path", "n_communicators") if wanted is None or name in wanted)
     # one pass, one list per column: not one dict per file at once (~1.5 KB each: issue 48)
-    got: dict[str, list[Any]] = {name: [] for name in (*fields, "path", "n_communicators")}
+    got: dict[str, list[Any]] = {name: [] for name in (*fields, *extra)}
     for log_ in logs:
         info = log_.info
         for name in fields:
             got[name].append(info[name])
-        got["path"].append(log_.path)
-        got["n_communicators"].append(len(log_.comms))
+        if extra:
+            if "path" in got:
+                got["path"].append(log_.path)
+            if "n_communicators" in got:
+                got["n_communicators"].append(len(log_.comms))
     log.info("%d Inspector log(s): %d collective records in %d communicator(s), %d p2p records not used",
              n_logs, sum(got["n_collective_records"]), len(layout.comm_rows), sum(got["n_p2p_records"]))
-    return {"rank": layout.ranks, "rank_source": [layout.rank_source] * n_logs, "path": got["path"],
-            "world_size": [layout.world] * n_logs, "source": [INSPECTOR.name] * n_logs, "gpu": ["unknown"] * n_logs,
-            "host": got["host"], "pid": got["pid"], "n_events": got["n_lines"], "n_kernels": [0] * n_logs,
-            "n_collective_records": got["n_collective_records"], "n_p2p_records": got["n_p2p_records"],
-            "n_verbose_records": got["n_verbose_records"], "n_communicators": got["n_communicators"],
-            "format_version": got["format_version"],
-            "start_ns": [int(t) * 1000 if t != MISSING else MISSING for t in got["dump_first_us"]],
-            "end_ns": [int(t) * 1000 if t != MISSING else MISSING for t in got["dump_last_us"]],
-            "unread_tail_bytes": got["unread_tail_bytes"], "truncated": got["truncated"],
-            "bytes_decompressed": got["bytes_decompressed"], "window": [0] * n_logs}
+    make: dict[str, Callable[[], list[Any]]] = {
+        "rank": lambda: layout.ranks, "rank_source": lambda: [layout.rank_source] * n_logs,
+        "path": lambda: got["path"], "world_size": lambda: [layout.world] * n_logs,
+        "source": lambda: [INSPECTOR.name] * n_logs, "gpu": lambda: ["unknown"] * n_logs,
+        "host": lambda: got["host"], "pid": lambda: got["pid"], "n_events": lambda: got["n_lines"],
+        "n_kernels": lambda: [0] * n_logs, "n_collective_records": lambda: got["n_collective_records"],
+        "n_p2p_records": lambda: got["n_p2p_records"], "n_verbose_records": lambda: got["n_verbose_records"],
+        "n_communicators": lambda: got["n_communicators"], "format_version": lambda: got["format_version"],
+        "start_ns": lambda: [int(t) * 1000 if t != MISSING else MISSING for t in got["dump_first_us"]],
+        "end_ns": lambda: [int(t) * 1000 if t != MISSING else MISSING for t in got["dump_last_us"]],
+        "unread_tail_bytes": lambda: got["unread_tail_bytes"], "truncated": lambda: got["truncated"],
+        "bytes_decompressed": lambda: got["bytes_decompressed"], "window": lambda: [0] * n_logs}
+    return {name: make[name]() for name in (make if columns is None else columns)}
 
 
 def job_group_rows(layout: JobLayout) -> list[dict[str, Any]]:
