@@ -77,6 +77,7 @@ from evtsync.sync.tax import (
     summary_rows,
     tax_segments,
 )
+from evtsync.trace.filelist import FileList
 from evtsync.trace.readers.inspector import (
     BLOCK_BYTES,
     GPU_TIMING,
@@ -94,7 +95,7 @@ from evtsync.trace.readers.inspector import (
     job_tables,
     partial_problems,
 )
-from evtsync.trace.traceset import TraceSet, empty_event_tables, expand_inputs
+from evtsync.trace.traceset import TRACE_SUFFIXES, TraceSet, empty_event_tables, list_inputs
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +192,7 @@ class LogReport:
 
 
 def inspector_files(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
-                    rank_from: str = "file") -> list[tuple[Path, int | None]] | None:
+                    rank_from: str = "file") -> FileList | None:
     """The files of ``paths`` when every one is an NCCL Inspector log, else None.
 
     Parameters
@@ -203,17 +204,26 @@ def inspector_files(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[s
 
     Returns
     -------
-    list of (Path, int or None) or None
-        Each file with its given rank (``RANK=PATH`` or ``order``), or None (some other
-        source, or a mix that :func:`~evtsync.trace.traceset.load_traces` refuses by name).
+    sequence of (Path, int or None) or None
+        Each file with its given rank (``RANK=PATH`` or ``order``), as a compact
+        :class:`~evtsync.trace.filelist.FileList` (each pair made when read: issue 48, ~570
+        bytes of ``Path`` per file otherwise), or None (some other source, or a mix that
+        :func:`~evtsync.trace.traceset.load_traces` refuses by name).
     """
+    from collections import Counter
+
     from evtsync.trace.readers import reader_for
 
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
-    sniffed: dict[Path, Any] = {}  # the readers of a folder's files, sniffed once while listing it
-    files = expand_inputs(list(paths), rank_from, sniffed)
-    if files and all((sniffed.get(f) or reader_for(f)).name == LOGGED_SOURCE for f, _ in files):
+    sniffed: Counter[str] = Counter()  # the readers of the folders' files, sniffed once while listing them
+    files = list_inputs(list(paths), rank_from, sniffed)
+    if any(name != LOGGED_SOURCE for name in sniffed):  # a folder's file that another reader reads
+        return None
+    # the files not sniffed while listing: those named one by one, and a folder's Kineto-named ones
+    unsniffed = [files.path_str(i) for i in range(len(files))
+                 if files.is_named(i) or files.path_str(i).lower().endswith(TRACE_SUFFIXES)]
+    if all(reader_for(p).name == LOGGED_SOURCE for p in unsniffed):
         return files
     return None
 
@@ -720,7 +730,7 @@ def _report(job: _Job, results: Sequence[LoggedCollectives], layout: JobLayout) 
                    "n_ranks": int(g["pg_size"]), "pg_source": LOGGED_SOURCE, "streams": "",
                    "n_collectives": int(n_coll[where[g["pg_name"]]]), "present_ranks": g["seen_on_ranks"],
                    "windows": "0"} for g in job_group_rows(layout) if n_coll[where[g["pg_name"]]]]
-    files = job_rank_columns(results, layout)
+    files = job_rank_columns(results, layout, _REPORT_RANK_COLUMNS)
     order = sorted(range(len(layout.ranks)), key=layout.ranks.__getitem__)  # by rank, as the ranks table
     ranks = Rows.from_columns({name: [files[name][i] for i in order] for name in _REPORT_RANK_COLUMNS})
     return LogReport(ranks=ranks, groups=Rows(GROUP_COLUMNS, group_rows), summary=Rows(SUMMARY_COLUMNS, summary),

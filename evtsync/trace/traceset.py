@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from collections import Counter
+
     import pandas as pd
 else:  # pandas at its first use: the Inspector tax reads its logs without it (issue 48)
     from evtsync.core.lazy import pd
@@ -48,6 +50,7 @@ from evtsync.trace.decode import (
     reading_work,
     string_dtype,
 )
+from evtsync.trace.filelist import FileList, child_prefix, natural_name_key
 from evtsync.trace.kernels import mark_comm_kernels, parse_comm_kernels
 from evtsync.trace.ranks import nvtx_rank_pattern
 from evtsync.trace.tables import (
@@ -180,18 +183,13 @@ class TraceSet(TablesDisplay):
         return row.iloc[0].to_dict()
 
 
-_DIGITS_RE = re.compile(r"(\d+)")
+def natural_key(path: Path) -> str:
+    """Sort key of a file name with its numbers compared as numbers (``trace_2`` before
+    ``trace_10``): :func:`~evtsync.trace.filelist.natural_name_key` of its name."""
+    return natural_name_key(path.name)
 
 
-def natural_key(path: Path) -> tuple[tuple[int, int | str], ...]:
-    """Sort key of a file name with its numbers compared as numbers: ``trace_2`` before
-    ``trace_10`` (a plain string sort puts ``trace_10`` first, which numbered ranks wrongly
-    from the 11th file on)."""
-    return tuple((1, int(part)) if part.isdigit() else (0, part)
-                 for part in _DIGITS_RE.split(path.name) if part)
-
-
-def _check_given_order(files: list[Path]) -> None:
+def _check_given_order(files: Iterable[Path]) -> None:
     """``--rank-from order``: files named one by one (a shell glob sorts ``trace_10`` before
     ``trace_2``) must not contradict the numbers in their names, or ranks would be wrong."""
     for before, after in itertools.pairwise(files):
@@ -203,28 +201,39 @@ def _check_given_order(files: list[Path]) -> None:
                 "list the files in rank order, or name each rank with RANK=PATH")
 
 
-def trace_files_in(folder: Path, sniffed: dict[Path, Any] | None = None) -> list[Path]:
-    """A folder's files that some reader reads: Kineto's suffixes, or another reader's
-    suffix with content it recognises (a ``.log`` of stdout next to traces is not one).
-    ``sniffed``, if given, receives the reader each sniffed file was recognised by (its
-    caller need not read the file's first bytes again: issue 48, 4,096 Inspector logs)."""
+def _trace_names_in(folder: Path, sniffed: Counter[str] | None = None) -> list[str]:
+    """The names of a folder's files that some reader reads, in natural name order
+    (:func:`trace_files_in`), listed as names (no ``Path`` per entry: issue 48)."""
     from evtsync.trace.readers import all_suffixes, sniff_reader
 
     suffixes = all_suffixes()
+    prefix = child_prefix(folder)
     found = []
-    for p in sorted(folder.iterdir(), key=natural_key):
-        name = p.name.lower()
-        if not p.is_file() or not name.endswith(suffixes):
-            continue
-        if name.endswith(TRACE_SUFFIXES):
-            found.append(p)
-            continue
-        reader = sniff_reader(p)
-        if reader is not None:
-            found.append(p)
-            if sniffed is not None:
-                sniffed[p] = reader
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            name = entry.name
+            lower = name.lower()
+            if not lower.endswith(suffixes) or not entry.is_file():
+                continue
+            if lower.endswith(TRACE_SUFFIXES):
+                found.append(name)
+                continue
+            reader = sniff_reader(prefix + name)
+            if reader is not None:
+                found.append(name)
+                if sniffed is not None:
+                    sniffed[reader.name] += 1
+    found.sort(key=natural_name_key)
     return found
+
+
+def trace_files_in(folder: Path, sniffed: Counter[str] | None = None) -> list[Path]:
+    """A folder's files that some reader reads: Kineto's suffixes, or another reader's
+    suffix with content it recognises (a ``.log`` of stdout next to traces is not one), in
+    natural name order. ``sniffed``, if given, counts the files each reader recognised by
+    sniffing (by reader name: its caller need not read the files' first bytes again, issue
+    48, 4,096 Inspector logs)."""
+    return [folder / name for name in _trace_names_in(folder, sniffed)]
 
 
 def unrecognised_note(folder: Path) -> str:
@@ -246,9 +255,17 @@ def unrecognised_note(folder: Path) -> str:
 
 
 def expand_inputs(paths: Iterable[str | os.PathLike[str]], rank_from: str = "file",
-                  sniffed: dict[Path, Any] | None = None) -> list[tuple[Path, int | None]]:
+                  sniffed: Counter[str] | None = None) -> list[tuple[Path, int | None]]:
     """Trace files named directly or found in named folders, each with the rank the user
-    gave it (None: read from the file).
+    gave it (None: read from the file): :func:`list_inputs` as a list."""
+    return list(list_inputs(paths, rank_from, sniffed))
+
+
+def list_inputs(paths: Iterable[str | os.PathLike[str]], rank_from: str = "file",
+                sniffed: Counter[str] | None = None) -> FileList:
+    """Trace files named directly or found in named folders, each with the rank the user
+    gave it (None: read from the file), as a compact :class:`~evtsync.trace.filelist.FileList`
+    (issue 48: no ``Path`` held per file).
 
     A folder's trace files are taken in natural name order (``trace_2`` before ``trace_10``); a folder holding no trace files but
     ``iteration_N`` subfolders (torchtitan) gives the files of those, in N order. An
@@ -257,7 +274,16 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]], rank_from: str = "fil
     """
     if rank_from not in RANK_FROM and nvtx_rank_pattern(rank_from) is None:
         raise InputError(f"--rank-from {rank_from!r}: expected one of {', '.join(RANK_FROM)} or nvtx:REGEX")
-    out: list[tuple[Path, int | None]] = []
+    names: list[str] = []
+    ranks: list[int | None] = []
+    runs: list[tuple[int, str | None]] = []
+
+    def add(prefix: str | None, found: list[str], given: int | None) -> None:
+        if not runs or runs[-1][1] != prefix:
+            runs.append((len(names), prefix))
+        names.extend(found)
+        ranks.extend([given] * len(found))
+
     for item in paths:
         given: int | None = None
         path = Path(item)
@@ -265,35 +291,39 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]], rank_from: str = "fil
         if match and not path.exists():
             given, path = int(match.group(1)), Path(match.group(2))
         if path.is_dir():
-            found = trace_files_in(path, sniffed)
-            if not found:
+            groups = [(path, _trace_names_in(path, sniffed))]
+            if not groups[0][1]:
                 windows = sorted((p for p in path.iterdir() if p.is_dir() and WINDOW_FOLDER_RE.match(p.name)),
                                  key=lambda p: int(p.name.split("_")[1]))
-                found = [f for w in windows for f in trace_files_in(w, sniffed)]
-            if not found:
+                groups = [(w, _trace_names_in(w, sniffed)) for w in windows]
+            n_found = sum(len(found) for _, found in groups)
+            if not n_found:
                 from evtsync.trace.readers import all_suffixes
 
                 raise TraceError(f"{path}: folder holds no trace files ({', '.join('*' + s for s in all_suffixes())}"
                                  f"), nor iteration_N subfolders of them{unrecognised_note(path)}")
-            kept = set(found)  # a set: with a list this was quadratic (2.1 M comparisons at 2,048 ranks)
-            ignored = [p.name for p in path.iterdir() if p.is_file() and p not in kept]
-            if ignored:
-                log.debug("%s: ignoring non-trace files %s", path, ", ".join(sorted(ignored)))
-            if given is not None and len(found) > 1:
+            if log.isEnabledFor(logging.DEBUG):
+                kept = set(groups[0][1]) if groups[0][0] is path else set()  # a set: linear at 2,048 ranks
+                ignored = [p.name for p in path.iterdir() if p.is_file() and p.name not in kept]
+                if ignored:
+                    log.debug("%s: ignoring non-trace files %s", path, ", ".join(sorted(ignored)))
+            if given is not None and n_found > 1:
                 raise InputError(f"{item}: RANK=PATH names one file, but {path} is a folder of "
-                                 f"{len(found)} trace files")
-            out.extend((f, given) for f in found)
+                                 f"{n_found} trace files")
+            for folder, found in groups:
+                add(child_prefix(folder), found, given)
         elif path.is_file():
-            out.append((path, given))
+            add(None, [str(path)], given)
         else:
             raise TraceError(f"{path}: {path_problem(path, 'file or folder')}")
-    if not out:
+    if not names:
         raise TraceError("no trace files given")
+    out = FileList(names, ranks, runs)
     if rank_from == "order":
-        if any(g is not None for _, g in out):
+        if any(g is not None for g in ranks):
             raise InputError("--rank-from order numbers the files itself: do not also give RANK=PATH")
-        _check_given_order([f for f, _ in out])
-        out = [(f, i) for i, (f, _) in enumerate(out)]
+        _check_given_order(out.paths)
+        out = FileList(names, range(len(names)), runs)
     return out
 
 

@@ -328,7 +328,7 @@ def test_per_file_state_small_and_flat(tmp_path: Path, n_files: int) -> None:
     while reader.active:
         cols = reader.round()
         seen += list(zip(cols["file"].tolist(), cols["sn"].tolist(), cols["exec_ns"].tolist(), strict=True))
-        assert max(len(p) for p in reader._pending) < line
+        assert max(map(len, reader._pending.values()), default=0) < line
         per_file.append(reader.state_bytes() / n_files)
     assert max(per_file) < line + 2048
     assert reader.rounds > 6 * line // 100
@@ -503,3 +503,70 @@ def test_memory_per_file_at_the_end_small(tmp_path: Path) -> None:
     _held(tmp_path / "warm", 8)
     per_file = (_held(tmp_path / "b", 256) - _held(tmp_path / "a", 64)) / 192
     assert 0 < per_file < 400, per_file
+
+
+def _listed_and_open(folder: Path, n_files: int) -> tuple[int, int]:
+    """Bytes held once ``n_files`` logs are listed (``inspector_files``) and all of them are open
+    and part read (one round of 600-byte blocks: no file has ended), and the peak of the listing
+    alone (tracemalloc, started before the listing)."""
+    import tracemalloc
+
+    from evtsync.trace.readers.inspector import LogRounds
+
+    _world(folder, n_files, 3)
+    inspector_files(folder / "h0-pid0.log")  # the readers' modules imported, their registries made
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        files = inspector_files(folder) or []
+        listing_peak = tracemalloc.get_traced_memory()[1] - before
+        reader = LogRounds(files, block_bytes=600)
+        reader.round()
+        assert len(reader.active) == n_files  # every file open, none ended
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+        if "reader" in locals():
+            reader.close()
+    return held, listing_peak
+
+
+def test_memory_per_file_listed_and_open_small(tmp_path: Path) -> None:
+    """Issue 48 (memory flat in the number of files): what one more log costs while the files are
+    listed and open, from 64 to 256 logs: the file list (a compact FileList: the name, an offset
+    and a rank), the open file (an OS descriptor, 4 bytes) and the reader's per-file arrays, under
+    400 bytes; the listing's peak (natural-key sort) under 400 bytes a file. Measured ~275 and ~120;
+    main before (52a6a65: a list of (Path, rank), a tuple key per name, a file object per open
+    log) ~1,170 and ~840."""
+    _listed_and_open(tmp_path / "warm", 8)
+    small, large = _listed_and_open(tmp_path / "a", 64), _listed_and_open(tmp_path / "b", 256)
+    held, peak = ((b - a) / 192 for a, b in zip(small, large, strict=True))
+    assert 0 < held < 400, held
+    assert 0 < peak < 400, peak
+
+
+def test_each_rank_names_its_file_and_a_rank_twice_names_both(tmp_path: Path) -> None:
+    """The layout's rank -> file map (made from arrays, each path when asked for) gives each rank its
+    log, streamed and from a plain list of results; a seventh log claiming rank 2 of the world
+    communicator is an error naming the first log of rank 2 and the repeat, in the streamed tax
+    and in the whole-table path."""
+    from evtsync.trace.readers.inspector import LogRounds, job_layout
+
+    _world(tmp_path / "ok", 6, 3)
+    reader = LogRounds(inspector_files(tmp_path / "ok") or [])
+    while reader.active:
+        reader.round()
+    want = {r: str(tmp_path / "ok" / f"h0-pid{r}.log") for r in range(6)}
+    for logs in (reader.results(), list(reader.results())):
+        owner = job_layout(logs).owner
+        assert dict(owner) == want and list(owner) == list(range(6)) and len(owner) == 6
+        assert 6 not in owner
+    bad = tmp_path / "twice"
+    _world(bad, 6, 3)
+    (bad / "h9-pid9.log").write_text("".join(_record("0xw", 2, 6, sn, 100, "h9", 9) for sn in range(3)))
+    message = rf"two Inspector logs are rank 2: {bad}/h0-pid2\.log and {bad}/h9-pid9\.log \(the same process"
+    with pytest.raises(TraceError, match=message):
+        stream_tax(inspector_files(bad) or [])
+    with pytest.raises(TraceError, match=message):
+        load_traces(bad, jobs=1)

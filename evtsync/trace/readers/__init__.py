@@ -99,7 +99,7 @@ def suffix_reader(path: Path) -> Reader | None:
     return best[1] if best else None
 
 
-def head_bytes(path: Path, size: int = SNIFF_BYTES) -> bytes:
+def head_bytes(path: str | os.PathLike[str], size: int = SNIFF_BYTES) -> bytes:
     """The first ``size`` bytes of a file, decompressed if it is gzip (b"" if unreadable)."""
     try:
         with open(path, "rb") as fh:
@@ -119,7 +119,7 @@ def head_bytes(path: Path, size: int = SNIFF_BYTES) -> bytes:
         return b""
 
 
-def sniff_reader(path: Path) -> Reader | None:
+def sniff_reader(path: str | os.PathLike[str]) -> Reader | None:
     """The reader that recognises the file's content, or None."""
     head = head_bytes(path)
     if not head:

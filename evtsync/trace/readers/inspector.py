@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, methodcaller
 from pathlib import Path
@@ -45,6 +45,7 @@ else:  # pandas at its first use: the Inspector tax reads its logs without it (i
 from evtsync.core.errors import TraceError, path_problem
 from evtsync.core.parallel import Work
 from evtsync.trace.decode import ByteSource, json_bytes_estimate, template_scanner
+from evtsync.trace.filelist import FileList
 
 log = logging.getLogger(__name__)
 
@@ -646,14 +647,29 @@ class LogStream:
 
 def _hash_before(path: Path, offset: int, handle: Any = None) -> str:
     """sha256 of the :data:`RESUME_CHECK_BYTES` bytes before ``offset`` of a plain file (read
-    through ``handle``, the file already open, when given: one open per file less, issue 48)."""
+    through ``handle``, the file already open, when given: one open per file less, issue 48; a
+    file object, or an OS file descriptor)."""
     start = max(0, offset - RESUME_CHECK_BYTES)
+    if isinstance(handle, int):
+        return hashlib.sha256(_pread_all(handle, offset - start, start)).hexdigest()
     if handle is not None:
         handle.seek(start)
         return hashlib.sha256(handle.read(offset - start)).hexdigest()
     with open(path, "rb") as fh:
         fh.seek(start)
         return hashlib.sha256(fh.read(offset - start)).hexdigest()
+
+
+def _pread_all(fd: int, size: int, offset: int) -> bytes:
+    """``size`` bytes of open file ``fd`` from ``offset`` (fewer at its end)."""
+    parts, got = [], 0
+    while got < size:
+        part = os.pread(fd, size - got, offset + got)
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
 
 
 def _resume_offset(path: Path, since: LoggedCollectives | None) -> int:
@@ -724,14 +740,20 @@ def global_ranks(logs: Sequence[LoggedCollectives]) -> tuple[list[int], str, int
     The rank the user gave wins; else the file's rank in the world communicator: the
     communicator logged by every file with the most ranks (a job's default process group).
     """
-    given = [log_.given_rank for log_ in logs]
-    in_every = set(logs[0].comms)
-    for log_ in logs[1:]:
-        in_every &= set(log_.comms)
-    world = max(in_every, key=lambda c: (logs[0].comms[c][1], c)) if in_every else None
+    # one pass: ``logs`` may make each file's when read (LogRounds.shells, results: issue 48)
+    given: list[int | None] = []
+    first: dict[str, tuple[int, int, int, str]] = {}
+    in_every: set[str] = set()
+    for k, log_ in enumerate(logs):
+        given.append(log_.given_rank)
+        if k == 0:
+            first, in_every = log_.comms, set(log_.comms)
+        else:
+            in_every.intersection_update(log_.comms)
+    world = max(in_every, key=lambda c: (first[c][1], c)) if in_every else None
     if all(g is not None for g in given):
         # the world size is known only from a communicator every file logs
-        return [int(g) for g in given], "given", logs[0].comms[world][1] if world else MISSING  # type: ignore[arg-type]
+        return [int(g) for g in given], "given", first[world][1] if world else MISSING  # type: ignore[arg-type]
     if any(g is not None for g in given):
         raise TraceError("some Inspector logs have a rank given (RANK=PATH) and others not: give every file's "
                          "rank, or none")
@@ -742,7 +764,7 @@ def global_ranks(logs: Sequence[LoggedCollectives]) -> tuple[list[int], str, int
                          "communicator's collectives may be below NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES); give "
                          "the ranks with --rank-from order or RANK=PATH")
     ranks = [log_.comms[world][0] for log_ in logs]
-    return ranks, f"world communicator {world}", logs[0].comms[world][1]
+    return ranks, f"world communicator {world}", first[world][1]
 
 
 @dataclass
@@ -755,7 +777,7 @@ class JobLayout:
     ranks: list[int]
     rank_source: str
     world: int
-    owner: dict[int, str]
+    owner: Mapping[int, str]
     comm_rows: dict[str, dict[str, Any]]
     problems: list[str]
     missing: list[int]
@@ -766,12 +788,15 @@ def job_layout(logs: Sequence[LoggedCollectives]) -> JobLayout:
     from evtsync.trace.tables import rank_ranges
 
     ranks, rank_source, world = global_ranks(logs)
-    owner: dict[int, str] = {}
-    for log_, rank in zip(logs, ranks, strict=True):
-        if rank in owner:
-            raise TraceError(f"two Inspector logs are rank {rank}: {owner[rank]} and {log_.path} (the same "
-                             "process twice, or logs of two jobs?)")
-        owner[rank] = log_.path
+    # each rank's file, by index (its path made when an error names it: issue 48, a path string and
+    # a dict entry per rank held to the end otherwise); the whole-table path's logs keep their paths
+    path_of = logs.path_of if isinstance(logs, _FileResults) else [log_.path for log_ in logs].__getitem__
+    owner = _RankFiles(ranks, path_of)
+    twice = owner.first_repeat()
+    if twice is not None:
+        rank = ranks[twice]
+        raise TraceError(f"two Inspector logs are rank {rank}: {owner[rank]} and {path_of(twice)} (the same "
+                         "process twice, or logs of two jobs?)")
     problems: list[str] = []
     if world > 0:
         beyond = sorted(r for r in ranks if r >= world)
@@ -828,33 +853,50 @@ JOB_GROUP_COLUMNS = ["pg_name", "pg_desc", "pg_size", "pg_ranks", "backend_confi
 JOB_SKIPPED_COLUMNS = ["rank", "window", "reason", "count"]
 
 
-def job_rank_columns(logs: Sequence[LoggedCollectives], layout: JobLayout) -> dict[str, list[Any]]:
+#: The info field each column of :func:`job_rank_columns` is made from, where the names differ.
+_RANK_INFO_FIELD = {"n_events": "n_lines", "start_ns": "dump_first_us", "end_ns": "dump_last_us"}
+
+
+def job_rank_columns(logs: Sequence[LoggedCollectives], layout: JobLayout,
+                     columns: Sequence[str] | None = None) -> dict[str, list[Any]]:
     """The ``ranks`` table of a job's logs as one list per column, in file order (one row per
-    file; :func:`job_tables` sorts it by rank). Logs the job's counts."""
+    file; :func:`job_tables` sorts it by rank), or only ``columns`` of it (the others not gathered:
+    issue 48, ~700 bytes a file for the whole table at once). Logs the job's counts."""
     n_logs = len(logs)
-    fields = ("host", "pid", "n_lines", "n_collective_records", "n_p2p_records", "n_verbose_records",
-              "format_version", "dump_first_us", "dump_last_us", "unread_tail_bytes", "truncated",
-              "bytes_decompressed")
+    # the info fields read: each column's (n_events is n_lines, ...), and the log line's two sums
+    wanted = None if columns is None else {_RANK_INFO_FIELD.get(c, c) for c in columns} | {
+        "n_collective_records", "n_p2p_records"}
+    fields = tuple(name for name in ("host", "pid", "n_lines", "n_collective_records", "n_p2p_records",
+                                     "n_verbose_records", "format_version", "dump_first_us", "dump_last_us",
+                                     "unread_tail_bytes", "truncated", "bytes_decompressed")
+                   if wanted is None or name in wanted)
+    extra = tuple(name for name in ("path", "n_communicators") if wanted is None or name in wanted)
     # one pass, one list per column: not one dict per file at once (~1.5 KB each: issue 48)
-    got: dict[str, list[Any]] = {name: [] for name in (*fields, "path", "n_communicators")}
+    got: dict[str, list[Any]] = {name: [] for name in (*fields, *extra)}
     for log_ in logs:
         info = log_.info
         for name in fields:
             got[name].append(info[name])
-        got["path"].append(log_.path)
-        got["n_communicators"].append(len(log_.comms))
+        if extra:
+            if "path" in got:
+                got["path"].append(log_.path)
+            if "n_communicators" in got:
+                got["n_communicators"].append(len(log_.comms))
     log.info("%d Inspector log(s): %d collective records in %d communicator(s), %d p2p records not used",
              n_logs, sum(got["n_collective_records"]), len(layout.comm_rows), sum(got["n_p2p_records"]))
-    return {"rank": layout.ranks, "rank_source": [layout.rank_source] * n_logs, "path": got["path"],
-            "world_size": [layout.world] * n_logs, "source": [INSPECTOR.name] * n_logs, "gpu": ["unknown"] * n_logs,
-            "host": got["host"], "pid": got["pid"], "n_events": got["n_lines"], "n_kernels": [0] * n_logs,
-            "n_collective_records": got["n_collective_records"], "n_p2p_records": got["n_p2p_records"],
-            "n_verbose_records": got["n_verbose_records"], "n_communicators": got["n_communicators"],
-            "format_version": got["format_version"],
-            "start_ns": [int(t) * 1000 if t != MISSING else MISSING for t in got["dump_first_us"]],
-            "end_ns": [int(t) * 1000 if t != MISSING else MISSING for t in got["dump_last_us"]],
-            "unread_tail_bytes": got["unread_tail_bytes"], "truncated": got["truncated"],
-            "bytes_decompressed": got["bytes_decompressed"], "window": [0] * n_logs}
+    make: dict[str, Callable[[], list[Any]]] = {
+        "rank": lambda: layout.ranks, "rank_source": lambda: [layout.rank_source] * n_logs,
+        "path": lambda: got["path"], "world_size": lambda: [layout.world] * n_logs,
+        "source": lambda: [INSPECTOR.name] * n_logs, "gpu": lambda: ["unknown"] * n_logs,
+        "host": lambda: got["host"], "pid": lambda: got["pid"], "n_events": lambda: got["n_lines"],
+        "n_kernels": lambda: [0] * n_logs, "n_collective_records": lambda: got["n_collective_records"],
+        "n_p2p_records": lambda: got["n_p2p_records"], "n_verbose_records": lambda: got["n_verbose_records"],
+        "n_communicators": lambda: got["n_communicators"], "format_version": lambda: got["format_version"],
+        "start_ns": lambda: [int(t) * 1000 if t != MISSING else MISSING for t in got["dump_first_us"]],
+        "end_ns": lambda: [int(t) * 1000 if t != MISSING else MISSING for t in got["dump_last_us"]],
+        "unread_tail_bytes": lambda: got["unread_tail_bytes"], "truncated": lambda: got["truncated"],
+        "bytes_decompressed": lambda: got["bytes_decompressed"], "window": lambda: [0] * n_logs}
+    return {name: make[name]() for name in (make if columns is None else columns)}
 
 
 def job_group_rows(layout: JobLayout) -> list[dict[str, Any]]:
@@ -1066,10 +1108,13 @@ def _line_template(line: bytes) -> _Template | None:
                      "metadata" in obj)
 
 
-def _text_bytes(paths: Sequence[Path]) -> int:
+_GZIP = -2  # LogRounds._fd of an open gzip file (its ByteSource is in LogRounds._gz)
+
+
+def _text_bytes(paths: Iterable[str]) -> int:
     """The logs' text in bytes for the decoder's rule: plain files by their size (no open),
     gzip ones (by name) by the size their trailer records (:func:`json_bytes_estimate`)."""
-    return sum(json_bytes_estimate(p) if p.name.endswith(".gz") else p.stat().st_size for p in paths)
+    return sum(json_bytes_estimate(Path(p)) if p.endswith(".gz") else os.stat(p).st_size for p in paths)
 
 
 class LogRounds:
@@ -1092,13 +1137,15 @@ class LogRounds:
 
     def __init__(self, files: Sequence[tuple[Path, int | None]], *, salvage: bool = False,
                  block_bytes: int = BLOCK_BYTES, scan_lines: bool = True) -> None:
-        n = len(files)
-        # the caller's Path objects, not copies (~270 bytes per file: issue 48)
-        self.paths = [p if isinstance(p, Path) else Path(p) for p, _ in files]
-        for path in self.paths:
-            if not path.is_file():
+        # the files as a compact list (a Path per file made when needed: ~570 bytes a file held
+        # otherwise, issue 48); paths[i] and given[i] read it
+        self.files = FileList.of(files)
+        n = len(self.files)
+        self.paths, self.given = self.files.paths, self.files.ranks
+        for i in range(n):
+            if not os.path.isfile(self.files.path_str(i)):
+                path = self.files.path(i)
                 raise TraceError(f"{path}: {path_problem(path)}")
-        self.given = [r for _, r in files]
         self.salvage, self.block_bytes = salvage, block_bytes
         self.comm_code: dict[str, int] = {}
         self.comm_ids: list[str] = []
@@ -1124,8 +1171,11 @@ class LogRounds:
         self.extra_hosts: dict[int, set[int]] = {}  # files with records of more than one process
         self.extra_pids: dict[int, set[int]] = {}
         self.malformed: dict[int, int] = {}
-        self._src: list[Any] = [None] * n
-        self._pending: list[bytes] = [b""] * n
+        # each open plain file as its OS file descriptor (4 bytes; a file object is ~250 bytes
+        # a file: issue 48), -1 when not open, GZIP when it is a gzip one in ``_gz``
+        self._fd = array("i", [-1]) * n
+        self._gz: dict[int, Any] = {}  # the open gzip files' ByteSource
+        self._pending: dict[int, bytes] = {}  # the files' unfinished last lines (the few held)
         # each file's end (:meth:`_finish`), as arrays: ~50 bytes a file, not a dict of ~1 KB (issue 48)
         self.ended = np.zeros(n, dtype=bool)
         self.unread, self.complete_lines = z.copy(), z.copy()
@@ -1135,7 +1185,8 @@ class LogRounds:
         self.rounds = 0
         #: the compiled line-template scanner, where the trace scanner's rule loads it for these
         #: logs' bytes (:func:`evtsync.trace.decode.template_scanner`), else None (msgspec only)
-        self.scanner = template_scanner(_text_bytes(self.paths)) if scan_lines else None
+        self.scanner = (template_scanner(_text_bytes(map(self.files.path_str, range(n)))) if scan_lines
+                        else None)
         #: slices of lines read by the scanner and by msgspec (the scanner declined them, or no
         #: scanner), and lines of scanned slices that msgspec read alone (another layout)
         self.scanned = {"scanner": 0, "msgspec": 0, "lines alone": 0}
@@ -1150,31 +1201,31 @@ class LogRounds:
         :data:`DECODE_BYTES` (one decoder call each, whatever the number of files): only one
         slice of text lives at once, not the round's (issue 48), so a round may be large."""
         chunks, owners, still, ended, sizes, parts = [], [], [], [], [], []
-        size, sources, pendings = self.block_bytes, self._src, self._pending
+        size, fds, pendings = self.block_bytes, self._fd, self._pending
+        read, seek = os.read, os.lseek
         held = 0
         try:
             for i in self.active:  # per file and round: one read, a few bytes operations
-                src = sources[i]
-                if src is None:
-                    src = sources[i] = self._open(i)
-                block = src.read(size)
+                fd = fds[i]
+                if fd < 0:
+                    fd = fds[i] = self._open(i) if fd == -1 else fd
+                block = read(fd, size) if fd >= 0 else self._gz[i].read(size)
                 if not block:
                     ended.append(i)
                     continue
                 still.append(i)
                 sizes.append(len(block))
-                pending = pendings[i]
+                pending = pendings.pop(i, None)
                 data = pending + block if pending else block
                 cut = data.rfind(b"\n")
                 if cut < 0:
                     pendings[i] = data
                     continue
                 rest = len(data) - cut - 1
-                if rest and type(src) is io.FileIO:  # a plain file: its unfinished line is read again next
-                    src.seek(-rest, 1)               # round, not held (~half a line per file: issue 48)
+                if rest and fd >= 0:  # a plain file: its unfinished line is read again next round,
+                    seek(fd, -rest, os.SEEK_CUR)  # not held (~half a line per file: issue 48)
                     sizes[-1] -= rest
-                    pendings[i] = b""
-                else:
+                elif rest:
                     pendings[i] = data[cut + 1:]
                 chunks.append(data[:cut])
                 owners.append(i)
@@ -1400,11 +1451,22 @@ class LogRounds:
                 "msg_bytes": coll(_T_SIZE), "timing_source": codes(_T_SOURCE, self.sources, coll_rows),
                 "kernel": kernel}, counts, ends
 
-    def _open(self, i: int) -> Any:
-        """File ``i`` opened: a plain one as its unbuffered file object (no buffer, no Python
-        layer per read), a gzip one through :class:`ByteSource` (inflation, damage reported)."""
-        src = ByteSource(self.paths[i])
-        return src if src.gzip else src._raw
+    def _open(self, i: int) -> int:
+        """File ``i`` opened: a plain one as its OS file descriptor (no buffer, no Python object
+        per file), a gzip one through :class:`ByteSource` (inflation, damage reported) kept in
+        ``_gz`` (:data:`_GZIP` returned)."""
+        path = self.files.path_str(i)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            is_gzip = os.pread(fd, 2, 0) == b"\x1f\x8b"
+        except BaseException:
+            os.close(fd)
+            raise
+        if not is_gzip:
+            return fd
+        os.close(fd)
+        self._gz[i] = ByteSource(Path(path))
+        return _GZIP
 
     def _lines(self, chunk: bytes, i: int, check: bool) -> dict[str, np.ndarray]:
         """One file's lines one by one (blank ones skipped), naming a bad one by its line."""
@@ -1428,10 +1490,10 @@ class LogRounds:
     def _finish(self, i: int) -> dict[str, np.ndarray] | None:
         """File ``i`` has ended: its last line (a record, or one being written), the gzip
         check, its info; the last record's columns, if any."""
-        src, path = self._src[i], self.paths[i]
+        fd, src, path = self._fd[i], self._gz.pop(i, None), self.paths[i]
         eof_error = getattr(src, "eof_error", None)
-        is_gzip = bool(getattr(src, "gzip", False))
-        pending, self._pending[i] = self._pending[i], b""
+        is_gzip = src is not None
+        pending = self._pending.pop(i, b"")
         line_no = int(self.line_no[i])
         tail, unread, cols = pending.strip(), 0, None
         if tail:
@@ -1450,9 +1512,11 @@ class LogRounds:
                             "to the last complete record", path, unread, line_no)
         total = int(self.total[i])
         try:
-            digest = "" if is_gzip else _hash_before(path, total - unread, src)
+            digest = "" if is_gzip else _hash_before(path, total - unread, fd if fd >= 0 else None)
         finally:
-            self._src[i] = None
+            self._fd[i] = -1
+            if fd >= 0:
+                os.close(fd)
             if src is not None:
                 src.close()
         if eof_error:
@@ -1470,10 +1534,14 @@ class LogRounds:
 
     def close(self) -> None:
         """Close every open file (idempotent)."""
-        for i, src in enumerate(self._src):
-            if src is not None:
-                src.close()
-                self._src[i] = None
+        fds = self._fd
+        for i, fd in enumerate(fds):
+            if fd >= 0:
+                fds[i] = -1
+                os.close(fd)
+        gz, self._gz = self._gz, {}
+        for src in gz.values():
+            src.close()
 
     # ---- records to columns, every file of the round at once
     def _columns(self, records: list[Any], files: np.ndarray, lines: np.ndarray,
@@ -1654,23 +1722,22 @@ class LogRounds:
         names = list(self.host_code)
         return [names[h] if seen else "" for h, seen in zip(self.host.tolist(), self.seen_host.tolist(), strict=True)]
 
-    def _file_comms(self) -> Iterator[dict[str, tuple[int, int, int, str]]]:
-        """Each file's communicators, in file order: id -> (rank in it, n_ranks, nnodes, comm_name),
-        made from the pair arrays as they are asked for (the strings are the job's, shared)."""
-        n = len(self.paths)
-        comm, file = np.divmod(self._keys, n)
-        order = np.lexsort((comm, file))
-        bounds = np.searchsorted(file[order], np.arange(n + 1)).tolist()
-        comm_list, known = comm[order].tolist(), self._known[order].tolist()
-        ids, names = self.comm_ids, list(self.comm_names)
-        for i in range(n):
-            yield {ids[c]: (v[0], v[1], v[2], names[v[3]])
-                   for c, v in zip(comm_list[bounds[i]:bounds[i + 1]], known[bounds[i]:bounds[i + 1]], strict=True)}
+    def _file_comms(self) -> Callable[[int], dict[str, tuple[int, int, int, str]]]:
+        """File ``i``'s communicators, id -> (rank in it, n_ranks, nnodes, comm_name), made from the
+        pair arrays (sorted once by file here) when asked for; the strings are the job's, shared
+        (issue 48: every file's dict at once, or all the pairs as Python lists, ~1 KB a file)."""
+        return _CommsOf(self)
 
-    def shells(self) -> list[LoggedCollectives]:
-        """Each file's communicators and given rank (no records), for :func:`global_ranks`."""
-        return [LoggedCollectives(str(p), list(c), c, {}, {}, given_rank=r)
-                for p, c, r in zip(self.paths, self._file_comms(), self.given, strict=True)]
+    def shells(self) -> Sequence[LoggedCollectives]:
+        """Each file's communicators and given rank (no records), for :func:`global_ranks`: a
+        sequence that makes each file's when read (issue 48)."""
+        comms_of, path_of, rank_of = self._file_comms(), self.files.path_str, self.files.rank
+
+        def shell(i: int) -> LoggedCollectives:
+            comms = comms_of(i)
+            return LoggedCollectives(path_of(i), list(comms), comms, {}, {}, given_rank=rank_of(i))
+
+        return _Made(len(self.files), shell)
 
     def state_bytes(self) -> int:
         """Bytes held per file between rounds, beyond the shared arrays: its unfinished last
@@ -1678,8 +1745,8 @@ class LogRounds:
         the tests bound)."""
         import sys
 
-        total = sum(len(p) for p in self._pending) + sum(sys.getsizeof(s) for s in self._src if s is not None)
-        total += sum(sys.getsizeof(vars(s)) for s in self._src if s is not None)
+        total = sum(map(len, self._pending.values())) + sum(sys.getsizeof(s) for s in self._gz.values())
+        total += sum(sys.getsizeof(vars(s)) for s in self._gz.values()) + self._fd.itemsize * len(self._fd)
         return total + self._keys.nbytes + self._known.nbytes
 
     def results(self) -> Sequence[LoggedCollectives]:
@@ -1701,7 +1768,7 @@ class LogRounds:
         """File ``i``'s metadata and counts (:attr:`LoggedCollectives.info`)."""
         total, unread, complete = int(self.total[i]), int(self.unread[i]), int(self.complete_lines[i])
         has_dump = self.dump_hi[i] != MISSING
-        return {"path": str(self.paths[i]), "bytes_decompressed": total, "bytes_read_now": total,
+        return {"path": self.files.path_str(i), "bytes_decompressed": total, "bytes_read_now": total,
                 "unread_tail_bytes": unread, "truncated": bool(self.truncated[i]),
                 "n_lines": complete + (1 if unread else 0), "n_complete_lines": complete,
                 "consumed_bytes": total - unread, "gzip": bool(self.gzip[i]),
@@ -1732,8 +1799,8 @@ class _FileResult(LoggedCollectives):
 
     def __init__(self, results: _FileResults, i: int, comms: dict[str, tuple[int, int, int, str]]) -> None:
         reader = results.reader
-        self.path, self.comm_ids, self.comms = str(reader.paths[i]), list(comms), comms
-        self.columns, self.given_rank, self.vocabularies = results.columns, reader.given[i], results.vocabularies
+        self.path, self.comm_ids, self.comms = reader.files.path_str(i), list(comms), comms
+        self.columns, self.given_rank, self.vocabularies = results.columns, reader.files.rank(i), results.vocabularies
         self._results, self._i = results, i
 
     @property
@@ -1750,6 +1817,7 @@ class _FileResults(Sequence[LoggedCollectives]):
 
     def __init__(self, reader: LogRounds, hosts: list[str]) -> None:
         self.reader, self.hosts, self.versions = reader, hosts, list(reader.version_code)
+        self._comms_of = reader._file_comms()
         # no records (they were taken): one empty column set and one vocabulary for every file, not
         # a copy each (~2.5 KB per file at the end of the job: issue 48)
         self.columns: dict[str, Any] = {name: np.zeros(0, dtype=np.int64) for name in RECORD_COLUMNS}
@@ -1758,9 +1826,13 @@ class _FileResults(Sequence[LoggedCollectives]):
     def __len__(self) -> int:
         return len(self.reader.paths)
 
+    def path_of(self, i: int) -> str:
+        """File ``i``'s path (its result not made)."""
+        return self.reader.files.path_str(i)
+
     def __iter__(self) -> Iterator[LoggedCollectives]:
-        for i, comms in enumerate(self.reader._file_comms()):
-            yield _FileResult(self, i, comms)
+        for i in range(len(self)):
+            yield _FileResult(self, i, self._comms_of(i))
 
     @overload
     def __getitem__(self, i: int) -> LoggedCollectives: ...
@@ -1775,5 +1847,93 @@ class _FileResults(Sequence[LoggedCollectives]):
         if not -n <= i < n:
             raise IndexError(i)
         i %= n
-        comms = next(c for k, c in enumerate(self.reader._file_comms()) if k == i)
-        return _FileResult(self, i, comms)
+        return _FileResult(self, i, self._comms_of(i))
+
+
+class _RankFiles(Mapping[int, str]):
+    """:attr:`JobLayout.owner`: rank -> the path of its log, from the files' ranks (in file order,
+    sorted once) and their paths made when asked for; where ranks repeat, the first file's."""
+
+    def __init__(self, ranks: Sequence[int], path_of: Callable[[int], str]) -> None:
+        self._ranks = np.asarray(ranks, dtype=np.int64)
+        self._order = np.argsort(self._ranks, kind="stable")
+        self._sorted = self._ranks[self._order]
+        self._path_of = path_of
+
+    def first_repeat(self) -> int | None:
+        """The first file, in file order, whose rank an earlier file has (None: no repeat)."""
+        repeats = np.flatnonzero(self._sorted[1:] == self._sorted[:-1]) + 1
+        return int(self._order[repeats].min()) if len(repeats) else None
+
+    def __getitem__(self, rank: int) -> str:
+        k = int(np.searchsorted(self._sorted, rank))
+        if k == len(self._sorted) or self._sorted[k] != rank:
+            raise KeyError(rank)
+        return self._path_of(int(self._order[k]))
+
+    def __iter__(self) -> Iterator[int]:
+        seen: set[int] = set()
+        for rank in self._ranks.tolist():  # file order, as a dict filled in file order
+            if rank not in seen:
+                seen.add(rank)
+                yield rank
+
+    def __len__(self) -> int:
+        return len(np.unique(self._sorted))
+
+
+class _CommsOf:
+    """:meth:`LogRounds._file_comms`: each file's communicators from the reader's pair arrays,
+    ordered by file once; the pairs of :data:`BLOCK` files at a time as Python lists (~90 KB; a call per
+    file into NumPy cost ~4 µs a file, read several times over at the end of the job)."""
+
+    BLOCK = 128
+
+    def __init__(self, reader: LogRounds) -> None:
+        self.n, self.keys, self.known = len(reader.files), reader._keys, reader._known
+        file = self.keys % self.n
+        self.order = np.argsort(file, kind="stable")  # by file, then communicator (the keys are sorted)
+        self.bounds = np.searchsorted(file[self.order], np.arange(self.n + 1))
+        self.ids, self.names = reader.comm_ids, list(reader.comm_names)
+        self._lo = self._hi = 0  # the files whose pairs are in the lists
+        self._bounds: list[int] = []
+        self._comm: list[int] = []
+        self._known: list[list[int]] = []
+
+    def _load(self, i: int) -> None:
+        lo = i - i % self.BLOCK
+        hi = min(self.n, lo + self.BLOCK)
+        a, b = int(self.bounds[lo]), int(self.bounds[hi])
+        at = self.order[a:b]
+        self._bounds = (self.bounds[lo:hi + 1] - a).tolist()
+        self._comm, self._known = (self.keys[at] // self.n).tolist(), self.known[at].tolist()
+        self._lo, self._hi = lo, hi
+
+    def __call__(self, i: int) -> dict[str, tuple[int, int, int, str]]:
+        if not self._lo <= i < self._hi:
+            self._load(i)
+        j = i - self._lo
+        a, b = self._bounds[j], self._bounds[j + 1]
+        ids, names = self.ids, self.names
+        return {ids[c]: (v[0], v[1], v[2], names[v[3]])
+                for c, v in zip(self._comm[a:b], self._known[a:b], strict=True)}
+
+
+class _Made(Sequence[Any]):
+    """A sequence of ``n`` items, item ``i`` made by ``make(i)`` when read."""
+
+    def __init__(self, n: int, make: Callable[[int], Any]) -> None:
+        self._n, self._make = n, make
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self._make(k) for k in range(*i.indices(self._n))]
+        if not -self._n <= i < self._n:
+            raise IndexError(i)
+        return self._make(i % self._n)
+
+    def __iter__(self) -> Iterator[Any]:
+        return map(self._make, range(self._n))
