@@ -2,7 +2,8 @@
 
 The slow test builds the wheel, installs it with ``--no-deps`` into a new venv whose
 dependencies come from the test's own environment, and runs ``evtsync models``, the demo
-``evtsync run`` and ``evtsync fit Z --model gev-hier-gpu-precision`` from a folder outside the
+``evtsync run``, ``evtsync fit Z --model gev-hier-gpu-precision`` and ``evtsync tax`` of a folder of
+NCCL Inspector logs (issue 48: without pandas or pyarrow imported) from a folder outside the
 repository. Only the wheel's core dependencies (its ``Requires-Dist`` without extras, and
 theirs, as pip would install them for ``pip install evtsync``) are linked into a folder on the
 venv's ``.pth`` path, so nothing is downloaded and nothing an extra brings is importable:
@@ -12,6 +13,7 @@ The fast test checks that the specifications resolve through :mod:`importlib.res
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -168,3 +170,25 @@ def test_built_wheel_runs_demo_and_fit_by_model_name(tmp_path: Path) -> None:
     # exit 1 = fitted but flagged not converged at these short settings; both mean the model was found
     assert done.returncode in (0, 1), done.stderr[-3000:]
     assert (work / "hier" / "fit.nc").is_file()
+
+    # the NCCL Inspector tax from the installed copy: the hand tax (max - min of the times written
+    # here) and, on this clean job, neither pandas nor pyarrow imported (-X importtime lists every import)
+    logs = work / "inspector"
+    logs.mkdir()
+    times = [[100 + (rank * 7 + sn) % 13 for rank in range(4)] for sn in range(9)]
+    for rank in range(4):
+        (logs / f"h0-pid{rank}.log").write_text("".join(json.dumps(
+            {"header": {"id": "0xw", "comm_name": "pg", "rank": rank, "n_ranks": 4, "nnodes": 1},
+             "metadata": {"inspector_output_format_version": "v4.0", "dump_timestamp_us": 1000 + sn,
+                          "hostname": "h0", "pid": rank},
+             "coll_perf": {"coll": "AllReduce", "coll_sn": sn, "coll_msg_size_bytes": 1024,
+                           "coll_exec_time_us": times[sn][rank], "coll_timing_source": "kernel_gpu"}}) + "\n"
+            for sn in range(9)))
+    taxed = _run([str(vpy), "-X", "importtime", "-m", "evtsync", "tax", str(logs), "--json"], cwd=work, env=env)
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in taxed.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "evtsync" in imported and not {"pandas", "pyarrow"} & imported
+    (summary,) = json.loads(taxed.stdout)["summary"]
+    taus = sorted(float(max(t) - min(t)) for t in times)
+    assert summary["count"] == 9 and summary["n_invalid"] == 0
+    assert summary["tau_max_us"] == taus[-1] and summary["tau_median_us"] == taus[4]
