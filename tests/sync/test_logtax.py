@@ -570,3 +570,27 @@ def test_each_rank_names_its_file_and_a_rank_twice_names_both(tmp_path: Path) ->
         stream_tax(inspector_files(bad) or [])
     with pytest.raises(TraceError, match=message):
         load_traces(bad, jobs=1)
+
+
+def test_gzip_log_whose_last_line_fails_a_check_is_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gzipped log whose last line (no newline after it) is a record that fails a check (another
+    rank of the communicator than its earlier lines): the error names the file and line, and the
+    gzip reader is closed (it was taken out of the reader's table before the check ran: left open)."""
+    from evtsync.trace.readers import inspector
+
+    opened: list[object] = []
+
+    class Recorded(inspector.ByteSource):  # type: ignore[misc, valid-type]
+        def __init__(self, path: Path) -> None:
+            super().__init__(path)
+            opened.append(self)
+
+    monkeypatch.setattr(inspector, "ByteSource", Recorded)
+    _world(tmp_path, 4, 5)
+    plain = tmp_path / "h0-pid3.log"
+    text = plain.read_text() + _record("0xw", 2, 4, 5, 100, "h0", 3).rstrip("\n")
+    (tmp_path / "h0-pid3.log.gz").write_bytes(gzip.compress(text.encode()))
+    plain.unlink()
+    with pytest.raises(TraceError, match=r"h0-pid3\.log\.gz: line 6: communicator 0xw logged with rank 2 of 4"):
+        stream_tax(inspector_files(tmp_path) or [])
+    assert len(opened) == 1 and opened[0]._raw.closed  # type: ignore[attr-defined]

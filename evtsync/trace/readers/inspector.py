@@ -1490,7 +1490,9 @@ class LogRounds:
     def _finish(self, i: int) -> dict[str, np.ndarray] | None:
         """File ``i`` has ended: its last line (a record, or one being written), the gzip
         check, its info; the last record's columns, if any."""
-        fd, src, path = self._fd[i], self._gz.pop(i, None), self.paths[i]
+        # the gzip reader stays in _gz (close() reaches it) until the finally below: a last line
+        # that fails a check raises before it
+        fd, src, path = self._fd[i], self._gz.get(i), self.paths[i]
         eof_error = getattr(src, "eof_error", None)
         is_gzip = src is not None
         pending = self._pending.pop(i, b"")
@@ -1515,6 +1517,7 @@ class LogRounds:
             digest = "" if is_gzip else _hash_before(path, total - unread, fd if fd >= 0 else None)
         finally:
             self._fd[i] = -1
+            self._gz.pop(i, None)
             if fd >= 0:
                 os.close(fd)
             if src is not None:
