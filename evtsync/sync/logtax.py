@@ -139,13 +139,24 @@ class LogTax:
                  build: Callable[[], tuple[TraceSet, Alignment, TaxTables]] | None = None) -> None:
         self._built = None if build is not None else (traces, alignment, tables)
         self._build = build
+        self._failed: BaseException | None = None
         self.stats = stats or {}
         self.report = report
 
     def _parts(self) -> tuple[Any, Any, Any]:
+        """The three, built at the first call. The build runs once: it consumes the job's batches
+        (``_assemble``), so a failed build is kept and raised again at every later call (a second
+        build would make tables without the collectives taxed, and no error)."""
         if self._built is None:
-            assert self._build is not None
-            self._built, self._build = self._build(), None
+            if self._failed is not None:
+                raise self._failed
+            build, self._build = self._build, None
+            assert build is not None
+            try:
+                self._built = build()
+            except BaseException as exc:
+                self._failed = exc
+                raise
         return self._built
 
     @property

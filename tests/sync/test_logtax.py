@@ -594,3 +594,27 @@ def test_gzip_log_whose_last_line_fails_a_check_is_closed(tmp_path: Path, monkey
     with pytest.raises(TraceError, match=r"h0-pid3\.log\.gz: line 6: communicator 0xw logged with rank 2 of 4"):
         stream_tax(inspector_files(tmp_path) or [])
     assert len(opened) == 1 and opened[0]._raw.closed  # type: ignore[attr-defined]
+
+
+def test_tables_that_failed_to_build_fail_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tables of a clean job are built at their first read, which consumes the job's batches: a
+    build that fails (forced, after the batches were taken) raises again at the next read instead of
+    giving tables without the collectives (the hand job has 3: 0xw sn 1, 2 and 0xp sn 1)."""
+    _hand_job(tmp_path)
+    got = stream_tax(inspector_files(tmp_path) or [])
+    assert got.stats["collectives"] == 3
+    real, calls = logtax.TaxTables, []
+
+    def failing(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("forced")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(logtax, "TaxTables", failing)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="forced"):
+            got.tables  # noqa: B018
+    assert len(calls) == 1  # built once, not again without its batches
+    fresh = stream_tax(inspector_files(tmp_path) or []).tables  # the same logs read again: the 3 collectives
+    assert len(fresh.collectives) == 3
