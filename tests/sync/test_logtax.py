@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -618,3 +619,43 @@ def test_tables_that_failed_to_build_fail_again(tmp_path: Path, monkeypatch: pyt
     assert len(calls) == 1  # built once, not again without its batches
     fresh = stream_tax(inspector_files(tmp_path) or []).tables  # the same logs read again: the 3 collectives
     assert len(fresh.collectives) == 3
+
+
+def test_a_file_listed_twice_is_refused_naming_both_arguments(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The same folder twice, a folder and a file in it, a symlink in the folder to another of its
+    logs, a hard link: refused while listing (streamed and whole-table path alike, one check), the
+    error naming the file and both arguments; the CLI exits 2 without a traceback. (Before, the
+    streamed tax kept every record to the end, read the job again, then said two logs are rank 0.)"""
+    import os
+
+    from evtsync.cli import main
+    from evtsync.core.errors import InputError
+
+    folder = tmp_path / "d"
+    _world(folder, 3, 4)
+    log0 = folder / "h0-pid0.log"
+    cases = [([folder, folder], f"{log0} and {log0} are the same file, arguments 1 ({folder}) and 2 ({folder})"),
+             ([folder, log0], f"{log0} and {log0} are the same file, arguments 1 ({folder}) and 2 ({log0})"),
+             ([log0, str(log0)], f"{log0} and {log0} are the same file, arguments 1 ({log0}) and 2")]
+    for args, message in cases:
+        with pytest.raises(InputError, match=re.escape(message)):
+            inspector_files(args)
+        with pytest.raises(InputError, match=re.escape(message)):
+            load_traces(args, jobs=1)
+    assert main(["tax", "--no-cache", str(folder), str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert f"{log0} and {log0} are the same file" in err and "Traceback" not in err
+    # a symlink in the folder to another of its logs: the same file, both found in one argument
+    linked = tmp_path / "linked"
+    _world(linked, 3, 4)
+    (linked / "h0-pid9.log").symlink_to(linked / "h0-pid1.log")
+    message = f"{linked}/h0-pid1.log and {linked}/h0-pid9.log are the same file, both found in argument 1"
+    for listing in (inspector_files, lambda p: load_traces(p, jobs=1)):
+        with pytest.raises(InputError, match=re.escape(message)):
+            listing(linked)
+    (linked / "h0-pid9.log").unlink()
+    os.link(linked / "h0-pid2.log", tmp_path / "hard.log")  # a hard link named on its own
+    with pytest.raises(InputError, match=re.escape(f"{linked}/h0-pid2.log and {tmp_path}/hard.log are the same")):
+        inspector_files([linked, tmp_path / "hard.log"])
+    # no repeat: the three logs, the hand tax
+    assert len(stream_tax(inspector_files(linked) or []).tables.collectives) == 4
