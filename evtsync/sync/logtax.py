@@ -62,6 +62,7 @@ from evtsync.sync.collectives import (
     MISMATCH_COLUMNS,
     Alignment,
     align_logged_rows,
+    logged_group_row,
     note_missing_ranks,
 )
 from evtsync.sync.tax import (
@@ -737,10 +738,8 @@ def _report(job: _Job, results: Sequence[LoggedCollectives], layout: JobLayout) 
     stragglers, _ = straggler_rows(code_groups([pg], [comm_names]), joined("index").astype(np.int64),
                                    valid & (tau > 0), joined("straggler_rank"), desc, members, rank_rows=False)
     n_coll = np.bincount(pg, minlength=len(comm_names))
-    group_rows = [{"pg": g["pg_name"], "pg_name": g["pg_name"], "pg_desc": g["pg_desc"], "pg_ranks": g["pg_ranks"],
-                   "n_ranks": int(g["pg_size"]), "pg_source": LOGGED_SOURCE, "streams": "",
-                   "n_collectives": int(n_coll[where[g["pg_name"]]]), "present_ranks": g["seen_on_ranks"],
-                   "windows": "0"} for g in job_group_rows(layout) if n_coll[where[g["pg_name"]]]]
+    group_rows = [logged_group_row(g["pg_name"], g, int(n_coll[where[g["pg_name"]]]))
+                  for g in job_group_rows(layout) if n_coll[where[g["pg_name"]]]]
     files = job_rank_columns(results, layout, _REPORT_RANK_COLUMNS)
     order = sorted(range(len(layout.ranks)), key=layout.ranks.__getitem__)  # by rank, as the ranks table
     ranks = Rows.from_columns({name: [files[name][i] for i in order] for name in _REPORT_RANK_COLUMNS})
@@ -805,11 +804,8 @@ def _assemble(job: _Job, groups: pd.DataFrame, comm_names: list[str]) -> tuple[A
     # the alignment's tables: communicators with collectives, mismatches in the whole-table order
     n_coll = coll["pg"].astype(str).value_counts() if len(coll) else pd.Series(dtype=np.int64)
     rows = meta.to_dict("index")  # one dict per communicator: .loc per cell cost ~0.1 ms (513 of them)
-    group_rows = pd.DataFrame(
-        [{"pg": pg, "pg_name": pg, "pg_desc": rows[pg]["pg_desc"], "pg_ranks": rows[pg]["pg_ranks"],
-          "n_ranks": int(rows[pg]["pg_size"]), "pg_source": LOGGED_SOURCE, "streams": "",
-          "n_collectives": int(n_coll[pg]), "present_ranks": rows[pg]["seen_on_ranks"], "windows": "0"}
-         for pg in comm_names if pg in n_coll.index], columns=GROUP_COLUMNS)
+    group_rows = pd.DataFrame([logged_group_row(pg, rows[pg], int(n_coll[pg])) for pg in comm_names
+                               if pg in n_coll.index], columns=GROUP_COLUMNS)
     if job.mismatches:
         mism = pd.concat(job.mismatches, ignore_index=True)
         code = {pg: i for i, pg in enumerate(comm_names)}
