@@ -96,7 +96,7 @@ from evtsync.trace.readers.inspector import (
     job_tables,
     partial_problems,
 )
-from evtsync.trace.traceset import TRACE_SUFFIXES, TraceSet, empty_event_tables, list_inputs
+from evtsync.trace.traceset import TraceSet, empty_event_tables, list_inputs
 
 log = logging.getLogger(__name__)
 
@@ -228,14 +228,12 @@ def inspector_files(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[s
 
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
-    sniffed: Counter[str] = Counter()  # the readers of the folders' files, sniffed once while listing them
+    sniffed: Counter[str] = Counter()  # the reader of every folder file, sniffed once while listing them
     files = list_inputs(list(paths), rank_from, sniffed)
     if any(name != LOGGED_SOURCE for name in sniffed):  # a folder's file that another reader reads
         return None
-    # the files not sniffed while listing: those named one by one, and a folder's Kineto-named ones
-    unsniffed = [files.path_str(i) for i in range(len(files))
-                 if files.is_named(i) or files.path_str(i).lower().endswith(TRACE_SUFFIXES)]
-    if all(reader_for(p).name == LOGGED_SOURCE for p in unsniffed):
+    # the listing sniffed every folder file (trace_files_in): those named one by one are left
+    if all(reader_for(files.path_str(i)).name == LOGGED_SOURCE for i in range(len(files)) if files.is_named(i)):
         return files
     return None
 

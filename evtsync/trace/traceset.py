@@ -201,6 +201,10 @@ def _check_given_order(files: Iterable[Path]) -> None:
                 "list the files in rank order, or name each rank with RANK=PATH")
 
 
+#: The key of a ``sniffed`` count (:func:`trace_files_in`) for a Kineto-named file no reader recognises.
+NOT_RECOGNISED = "(not recognised)"
+
+
 def _trace_names_in(folder: Path, sniffed: Counter[str] | None = None) -> list[str]:
     """The names of a folder's files that some reader reads, in natural name order
     (:func:`trace_files_in`), listed as names (no ``Path`` per entry: issue 48)."""
@@ -215,8 +219,11 @@ def _trace_names_in(folder: Path, sniffed: Counter[str] | None = None) -> list[s
             lower = name.lower()
             if not lower.endswith(suffixes) or not entry.is_file():
                 continue
-            if lower.endswith(TRACE_SUFFIXES):
+            if lower.endswith(TRACE_SUFFIXES):  # Kineto's names: taken without a sniff...
                 found.append(name)
+                if sniffed is not None:  # ...unless the caller counts the readers: then sniffed too
+                    kineto_named = sniff_reader(prefix + name)
+                    sniffed[kineto_named.name if kineto_named is not None else NOT_RECOGNISED] += 1
                 continue
             reader = sniff_reader(prefix + name)
             if reader is not None:
@@ -230,9 +237,10 @@ def _trace_names_in(folder: Path, sniffed: Counter[str] | None = None) -> list[s
 def trace_files_in(folder: Path, sniffed: Counter[str] | None = None) -> list[Path]:
     """A folder's files that some reader reads: Kineto's suffixes, or another reader's
     suffix with content it recognises (a ``.log`` of stdout next to traces is not one), in
-    natural name order. ``sniffed``, if given, counts the files each reader recognised by
-    sniffing (by reader name: its caller need not read the files' first bytes again, issue
-    48, 4,096 Inspector logs)."""
+    natural name order. ``sniffed``, if given, counts every file listed by the reader its
+    content calls for (by reader name; :data:`NOT_RECOGNISED`: a Kineto-named file whose content
+    no reader recognises), so that its caller need not read the files' first bytes again (issue
+    48, 4,096 Inspector logs): Kineto-named files, otherwise taken by name, are sniffed then."""
     return [folder / name for name in _trace_names_in(folder, sniffed)]
 
 

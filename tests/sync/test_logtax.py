@@ -659,3 +659,33 @@ def test_a_file_listed_twice_is_refused_naming_both_arguments(tmp_path: Path, ca
         inspector_files([linked, tmp_path / "hard.log"])
     # no repeat: the three logs, the hand tax
     assert len(stream_tax(inspector_files(linked) or []).tables.collectives) == 4
+
+
+def test_kineto_named_files_in_a_folder_are_judged_by_the_listing(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The listing is the one place that says which reader each folder file has: a Kineto-named
+    file is sniffed there when the caller counts (inspector_files does), once, not again after.
+    A Kineto trace beside Inspector logs: not streamed; an Inspector log named ``.json``: streamed,
+    the hand tax (max - min of the times written); a ``.json`` no reader recognises: not streamed."""
+    from evtsync.trace import readers
+    from evtsync.trace.traceset import list_inputs
+
+    times = _world(tmp_path / "named", 3, 2)
+    (tmp_path / "named" / "h0-pid2.log").rename(tmp_path / "named" / "h0-pid2.json")
+    heads: list[str] = []
+    real = readers.head_bytes
+    monkeypatch.setattr(readers, "head_bytes", lambda path, *a: heads.append(Path(path).name) or real(path, *a))
+    files = inspector_files(tmp_path / "named")
+    assert files is not None and [p.name for p, _ in files] == ["h0-pid0.log", "h0-pid1.log", "h0-pid2.json"]
+    assert sorted(heads) == ["h0-pid0.log", "h0-pid1.log", "h0-pid2.json"]  # each once
+    got = stream_tax(files).tables.collectives
+    assert got["tau_max_us"].tolist() == [float(max(t) - min(t)) for t in times]
+    mixed = tmp_path / "mixed"
+    _world(mixed, 3, 2)
+    (mixed / "rank0.json").write_text(json.dumps({"traceEvents": [], "distributedInfo": {"rank": 0}}))
+    assert inspector_files(mixed) is None
+    (mixed / "rank0.json").write_text("not a trace\n")
+    assert inspector_files(mixed) is None
+    # without a count asked for, the listing takes Kineto names without reading them
+    heads.clear()
+    assert len(list_inputs([mixed])) == 4 and "rank0.json" not in heads
