@@ -689,3 +689,25 @@ def test_kineto_named_files_in_a_folder_are_judged_by_the_listing(tmp_path: Path
     # without a count asked for, the listing takes Kineto names without reading them
     heads.clear()
     assert len(list_inputs([mixed])) == 4 and "rank0.json" not in heads
+
+
+def test_counts_logged_once_and_the_report_made_only_when_asked(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """The job's counts line (3 logs, 8 collective records by hand: 2 of 0xw each, 1 of 0xp on two
+    ranks) is logged once when both the printed report and the tables are made; ``report=False``
+    (``evtsync tax --plot``, which reads the tables) makes no report."""
+    import logging
+
+    _hand_job(tmp_path)
+    files = inspector_files(tmp_path) or []
+    with caplog.at_level(logging.INFO, logger="evtsync"):
+        got = stream_tax(files, keep_ranks=False)
+        assert got.report is not None
+        assert len(got.tables.collectives) == 3
+    counts = [r.getMessage() for r in caplog.records if "Inspector log(s):" in r.getMessage()]
+    assert counts == ["3 Inspector log(s): 8 collective records in 2 communicator(s), 0 p2p records not used"]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="evtsync"):
+        quiet = stream_tax(files, keep_ranks=False, report=False)
+        assert quiet.report is None and len(quiet.tables.collectives) == 3
+    assert sum("Inspector log(s):" in r.getMessage() for r in caplog.records) == 1
