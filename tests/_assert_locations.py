@@ -31,6 +31,7 @@ rewriting); any module with ``:=`` anywhere, in a string too, gets pytest's own 
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import re
 from collections.abc import Callable, Iterable
@@ -172,6 +173,26 @@ def _subclasses(base: type = ast.AST) -> list[type]:
     return classes
 
 
+@functools.cache
+def _rewrite_text() -> str | None:
+    """The text of pytest's assertion-rewrite module (read once), or None where it cannot be read."""
+    try:
+        from _pytest.assertion import rewrite
+
+        return inspect.getsource(rewrite)  # the module's text: the class's would parse it (~20 ms)
+    except (ImportError, AttributeError, OSError, TypeError):
+        return None
+
+
+def _one_traverse_call(text: str) -> bool:
+    """Whether ``traverse_node`` is called at exactly one place of the module (``visit_Assert``'s loop)
+    besides its own definition and recursion: :func:`install` swaps the module's ``traverse_node``
+    while ``visit_Assert`` runs, which another caller would see too."""
+    compact = "".join(text.split())
+    own = compact.count("deftraverse_node(") + compact.count("yieldfromtraverse_node(")
+    return compact.count("deftraverse_node(") == 1 and compact.count("traverse_node(") - own == 1
+
+
 def applicable() -> bool:
     """Whether this pytest's ``visit_Assert`` fixes locations with the loop :func:`install` replaces,
     and this Python's node classes are as :func:`fix_locations` relies on (each has all four location
@@ -186,7 +207,9 @@ def applicable() -> bool:
     loop = compact.find(_PYTEST_LOOP)
     nodes_as_expected = all(tuple(getattr(cls, "_attributes", ())) in ((), _LOCATION)
                             and getattr(cls, "lineno", None) is None for cls in _subclasses())
+    module_text = _rewrite_text()
     return (loop >= 0 and compact.count("traverse_node(") == 1
+            and module_text is not None and _one_traverse_call(module_text)
             and compact.find("ast.copy_location(node,assert_)", loop) > loop
             and callable(getattr(rewrite, "traverse_node", None)) and nodes_as_expected)
 
@@ -194,12 +217,11 @@ def applicable() -> bool:
 def walrus_skip_applicable() -> bool:
     """Whether this pytest looks for walrus targets through the module function
     ``_walrus_targets``, which :func:`install` skips for a module with no walrus operator."""
-    try:
-        from _pytest.assertion import rewrite
-
-        source = inspect.getsource(rewrite)  # the module's text: the class's would parse it (~20 ms)
-    except (ImportError, AttributeError, OSError, TypeError):
+    source = _rewrite_text()
+    if source is None:
         return False
+    from _pytest.assertion import rewrite
+
     return (callable(getattr(rewrite, "_walrus_targets", None)) and "_walrus_targets(" in source
             and callable(getattr(rewrite.AssertionRewriter, "run", None)))
 

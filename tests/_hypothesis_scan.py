@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import re
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -44,8 +45,14 @@ def applicable() -> bool:
     except (OSError, TypeError):
         return False
     hook = source.find("def pytest_collection_modifyitems(")
-    call = source.find(f"{_SCAN}()", hook)
-    return hook >= 0 and call > hook and source.count(f"{_SCAN}()") == 1 and source.count(f"import {_SCAN}") == 1
+    if hook < 0:
+        return False
+    # the hook's body: up to the next line at the hook's indentation (or less) that is not blank
+    indent = hook - (source.rfind("\n", 0, hook) + 1)
+    end = next((m.start() for m in re.finditer(rf"\n {{0,{indent}}}\S", source[hook:])), len(source) - hook) + hook
+    call, imported = source.find(f"{_SCAN}()", hook), source.find(f"import {_SCAN}", hook)
+    return (hook < imported < call < end and source.count(f"{_SCAN}()") == 1
+            and source.count(f"import {_SCAN}") == 1)
 
 
 def _providers() -> Any:
@@ -58,7 +65,8 @@ def _providers() -> Any:
         module = importlib.import_module(_PROVIDERS)
     except ImportError:
         return None
-    return module if callable(getattr(module, _SCAN, None)) else None
+    # the stand-in of deferred() returns the module's _local_constants: both must be there
+    return module if callable(getattr(module, _SCAN, None)) and hasattr(module, "_local_constants") else None
 
 
 @contextlib.contextmanager

@@ -57,8 +57,9 @@ def run(args: argparse.Namespace) -> int:
         logs = inspector_files(paths, options["rank_from"]) if backend is None else None
         report = None
         if logs is not None:  # NCCL Inspector logs: streamed, memory bounded by the open collectives
-            streamed = stream_tax(logs, salvage=options["salvage"], keep_ranks=bool(args.out), **align_options(args))
-            report = streamed.report if not args.plot else None
+            streamed = stream_tax(logs, salvage=options["salvage"], keep_ranks=bool(args.out), report=not args.plot,
+                                  **align_options(args))  # --plot reads the tables: no printed report made
+            report = streamed.report
         if report is not None:  # a clean job, no table written: printed from its arrays, no pandas (issue 48)
             traces = alignment = report
             summary, stragglers, straggler_ranks = report.summary, report.stragglers, None  # (no -o: not written)

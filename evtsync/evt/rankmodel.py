@@ -146,7 +146,8 @@ START_WALL_FRACTION = 0.5
 #: xi_c >= START_XI_FLOOR, the GPD's regular region (Smith 1985: xi > -1/2).
 START_XI_JITTER = 0.5
 START_XI_FLOOR = -0.5
-START_WALL_POLICY = (f"free shape: xi0 jittered by Uniform(-{START_XI_JITTER:g}, {START_XI_JITTER:g}) x width, a start "
+START_WALL_POLICY = (f"free shape: xi0 jittered by Uniform(-{START_XI_JITTER:g}, {START_XI_JITTER:g}) x width / "
+                     "START_JITTER (the shared jitter's current width over its first one: halved after each refused try), a start "
                      f"with a cell's xi below {START_XI_FLOOR:g} redrawn; where a cell's largest excess lies more than "
                      f"{START_WALL_FRACTION:g} of the way to its GPD's support end, the pooled log scale raised to "
                      "the least value that meets it plus Uniform(0, width)")

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -588,6 +588,16 @@ def _validate(label: str, inst: pd.DataFrame, domains: dict[int, str], tolerance
 LOGGED_SOURCE = "nccl-inspector"
 
 
+def logged_group_row(pg: str, row: Mapping[str, Any], n_collectives: int) -> dict[str, Any]:
+    """One row of the alignment's groups table (:data:`GROUP_COLUMNS`) of a communicator of logged
+    collectives: ``row`` is its row of the ``process_groups`` table (``pg_desc``, ``pg_ranks``,
+    ``pg_size``, ``seen_on_ranks``), ``n_collectives`` the collectives aligned on it. The one home
+    of this row: :func:`align_logged_rows` and the streamed Inspector tax (report and tables)."""
+    return {"pg": pg, "pg_name": pg, "pg_desc": row["pg_desc"], "pg_ranks": row["pg_ranks"],
+            "n_ranks": int(row["pg_size"]), "pg_source": LOGGED_SOURCE, "streams": "",
+            "n_collectives": n_collectives, "present_ranks": row["seen_on_ranks"], "windows": "0"}
+
+
 def align_logged(traces: TraceSet, *, overrides: Iterable[PGOverride] = (),
                  end_tolerance_us: float = END_TOLERANCE_US, strict: bool = True,
                  allow_partial: bool = False, ranks_per_host: int = RANKS_PER_HOST,
@@ -695,11 +705,8 @@ def align_logged_rows(logged: pd.DataFrame, process_groups: pd.DataFrame, *,
         "correlation": np.full(n, -1, dtype=np.int64), "external_id": np.full(n, -1, dtype=np.int64)})
     n_collectives = sizes.groupby(level=0).size()
     groups = pd.DataFrame(
-        [{"pg": pg, "pg_name": pg, "pg_desc": pg_rows[pg]["pg_desc"], "pg_ranks": pg_rows[pg]["pg_ranks"],
-          "n_ranks": int(pg_rows[pg]["pg_size"]), "pg_source": LOGGED_SOURCE, "streams": "",
-          "n_collectives": int(n_collectives.get(code, 0)), "present_ranks": pg_rows[pg]["seen_on_ranks"],
-          "windows": "0"} for code, pg in enumerate(pg_names) if code in n_collectives.index],
-        columns=GROUP_COLUMNS)
+        [logged_group_row(pg, pg_rows[pg], int(n_collectives.get(code, 0)))
+         for code, pg in enumerate(pg_names) if code in n_collectives.index], columns=GROUP_COLUMNS)
     table = pd.DataFrame(mismatches, columns=MISMATCH_COLUMNS)
     if len(table):
         log.warning("%d mismatch(es) among the logged collectives; see the mismatches table", len(table))

@@ -26,8 +26,9 @@ the NumPy cores of :func:`~evtsync.sync.tax.tax_summary` and
 asked for (``-o``, ``--plot``, ``evtsync run``, the Python API; issue 48).
 Memory: one slice of text and its decoded records (:data:`~evtsync.trace.readers.inspector.DECODE_BYTES`),
 the columns of one round's records (:data:`ROUND_BYTES` of text over all files, at least
-:data:`MIN_BLOCK_BYTES` per file), per file its open file (~250 bytes; a plain file's
-unfinished last line is read again next round, not held) and ~200-250 bytes of arrays once
+:data:`MIN_BLOCK_BYTES` per file), per file its open file (a plain log: its OS descriptor, 4
+bytes in an array, its unfinished last line read again next round, not held; a gzip log: its
+inflating reader and that line) and ~200-250 bytes of arrays once
 read (its counts, end and communicator pairs: ``LogRounds.state_bytes``, bounded in the tests),
 the records of the collectives still open, those of complete
 collectives waiting for the next tax batch (:data:`TAX_BATCH_RECORDS`), and the output: one row
@@ -62,6 +63,7 @@ from evtsync.sync.collectives import (
     MISMATCH_COLUMNS,
     Alignment,
     align_logged_rows,
+    logged_group_row,
     note_missing_ranks,
 )
 from evtsync.sync.tax import (
@@ -95,7 +97,7 @@ from evtsync.trace.readers.inspector import (
     job_tables,
     partial_problems,
 )
-from evtsync.trace.traceset import TRACE_SUFFIXES, TraceSet, empty_event_tables, list_inputs
+from evtsync.trace.traceset import TraceSet, empty_event_tables, list_inputs
 
 log = logging.getLogger(__name__)
 
@@ -139,13 +141,24 @@ class LogTax:
                  build: Callable[[], tuple[TraceSet, Alignment, TaxTables]] | None = None) -> None:
         self._built = None if build is not None else (traces, alignment, tables)
         self._build = build
+        self._failed: BaseException | None = None
         self.stats = stats or {}
         self.report = report
 
     def _parts(self) -> tuple[Any, Any, Any]:
+        """The three, built at the first call. The build runs once: it consumes the job's batches
+        (``_assemble``), so a failed build is kept and raised again at every later call (a second
+        build would make tables without the collectives taxed, and no error)."""
         if self._built is None:
-            assert self._build is not None
-            self._built, self._build = self._build(), None
+            if self._failed is not None:
+                raise self._failed
+            build, self._build = self._build, None
+            assert build is not None
+            try:
+                self._built = build()
+            except BaseException as exc:
+                self._failed = exc
+                raise
         return self._built
 
     @property
@@ -216,14 +229,12 @@ def inspector_files(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[s
 
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
-    sniffed: Counter[str] = Counter()  # the readers of the folders' files, sniffed once while listing them
+    sniffed: Counter[str] = Counter()  # the reader of every folder file, sniffed once while listing them
     files = list_inputs(list(paths), rank_from, sniffed)
     if any(name != LOGGED_SOURCE for name in sniffed):  # a folder's file that another reader reads
         return None
-    # the files not sniffed while listing: those named one by one, and a folder's Kineto-named ones
-    unsniffed = [files.path_str(i) for i in range(len(files))
-                 if files.is_named(i) or files.path_str(i).lower().endswith(TRACE_SUFFIXES)]
-    if all(reader_for(p).name == LOGGED_SOURCE for p in unsniffed):
+    # the listing sniffed every folder file (trace_files_in): those named one by one are left
+    if all(reader_for(files.path_str(i)).name == LOGGED_SOURCE for i in range(len(files)) if files.is_named(i)):
         return files
     return None
 
@@ -276,6 +287,7 @@ class _Job:
         self.peak_open = 0
         self.peak_held = 0  # records held at once: open, or complete and not taxed yet
         self.rounds = 0
+        self.counts_logged = False  # the job's counts logged (job_rank_columns): by the report or the tables
 
     @property
     def hosts(self) -> list[str]:
@@ -542,7 +554,7 @@ def _enough_file_handles(n_files: int) -> bool:
 def stream_tax(files: Sequence[tuple[Path, int | None]], *, salvage: bool = False, keep_ranks: bool = True,
                round_bytes: int = ROUND_BYTES, end_tolerance_us: float = END_TOLERANCE_US,
                strict: bool = True, allow_partial: bool = False, overrides: Iterable[Any] = (),
-               ranks_per_host: int | None = None, block_bytes: int | None = None) -> LogTax:
+               ranks_per_host: int | None = None, block_bytes: int | None = None, report: bool = True) -> LogTax:
     """The tax of a job's NCCL Inspector logs, read in lockstep (see the module docstring).
 
     Parameters
@@ -567,6 +579,9 @@ def stream_tax(files: Sequence[tuple[Path, int | None]], *, salvage: bool = Fals
         Unused (the logs name their hosts).
     block_bytes : int or None
         Each file's block per round, overriding ``round_bytes`` (tests: many small rounds).
+    report : bool, default True
+        Make :attr:`LogTax.report` (a clean job, ``keep_ranks=False``); False: not made (a caller
+        that reads the tables anyway, e.g. ``evtsync tax --plot``).
 
     Returns
     -------
@@ -610,7 +625,7 @@ def stream_tax(files: Sequence[tuple[Path, int | None]], *, salvage: bool = Fals
         log.warning("the ranks of the Inspector logs are known only from their whole content (no communicator "
                     "logged by every file in their first blocks): reading them whole instead")
         return _whole(files, salvage, end_tolerance_us, strict, allow_partial)
-    return _finish(job, results, layout, allow_partial)
+    return _finish(job, results, layout, allow_partial, report)
 
 
 def _whole(files: Sequence[tuple[Path, int | None]], salvage: bool, end_tolerance_us: float, strict: bool,
@@ -626,7 +641,8 @@ def _whole(files: Sequence[tuple[Path, int | None]], salvage: bool, end_toleranc
     return LogTax(traces, alignment, tables, {"streamed": False})
 
 
-def _finish(job: _Job, results: Sequence[LoggedCollectives], layout: JobLayout, allow_partial: bool) -> LogTax:
+def _finish(job: _Job, results: Sequence[LoggedCollectives], layout: JobLayout, allow_partial: bool,
+            want_report: bool = True) -> LogTax:
     """The open collectives (reported by only some members), the rank-set check, the tables: built
     at their first use, with the printed report from arrays, when every batch was clean, none is
     left open and the rank set is complete (issue 48: pandas is not imported then)."""
@@ -638,7 +654,7 @@ def _finish(job: _Job, results: Sequence[LoggedCollectives], layout: JobLayout, 
              "peak_held_records": job.peak_held, "collectives": 0, "left_open_at_end": n_open}
     if clean:
         stats["collectives"] = sum(len(b["index"]) for b in job.batches if isinstance(b, dict))
-        report = None if job.keep_ranks else _report(job, results, layout)
+        report = _report(job, results, layout) if want_report and not job.keep_ranks else None
         got = LogTax(None, None, None, stats, report=report,
                      build=lambda: _tables(job, results, layout, rec, allow_partial))
     else:
@@ -666,7 +682,7 @@ def _pg_counts(job: _Job) -> dict[str, int]:
 def _tables(job: _Job, results: Sequence[LoggedCollectives], layout: JobLayout, rec: dict[str, np.ndarray],
             allow_partial: bool) -> tuple[TraceSet, Alignment, TaxTables]:
     """The TraceSet, alignment and tax tables of the whole-table path (pandas)."""
-    tables = job_tables(results, layout)
+    tables = job_tables(results, layout, log_counts=not job.counts_logged)
     groups = tables["process_groups"]
     comm_rows = layout.comm_rows
     assert job.ranks is not None
@@ -726,11 +742,10 @@ def _report(job: _Job, results: Sequence[LoggedCollectives], layout: JobLayout) 
     stragglers, _ = straggler_rows(code_groups([pg], [comm_names]), joined("index").astype(np.int64),
                                    valid & (tau > 0), joined("straggler_rank"), desc, members, rank_rows=False)
     n_coll = np.bincount(pg, minlength=len(comm_names))
-    group_rows = [{"pg": g["pg_name"], "pg_name": g["pg_name"], "pg_desc": g["pg_desc"], "pg_ranks": g["pg_ranks"],
-                   "n_ranks": int(g["pg_size"]), "pg_source": LOGGED_SOURCE, "streams": "",
-                   "n_collectives": int(n_coll[where[g["pg_name"]]]), "present_ranks": g["seen_on_ranks"],
-                   "windows": "0"} for g in job_group_rows(layout) if n_coll[where[g["pg_name"]]]]
-    files = job_rank_columns(results, layout, _REPORT_RANK_COLUMNS)
+    group_rows = [logged_group_row(g["pg_name"], g, int(n_coll[where[g["pg_name"]]]))
+                  for g in job_group_rows(layout) if n_coll[where[g["pg_name"]]]]
+    files = job_rank_columns(results, layout, _REPORT_RANK_COLUMNS)  # logs the job's counts, once:
+    job.counts_logged = True  # not again if the tables are built too
     order = sorted(range(len(layout.ranks)), key=layout.ranks.__getitem__)  # by rank, as the ranks table
     ranks = Rows.from_columns({name: [files[name][i] for i in order] for name in _REPORT_RANK_COLUMNS})
     return LogReport(ranks=ranks, groups=Rows(GROUP_COLUMNS, group_rows), summary=Rows(SUMMARY_COLUMNS, summary),
@@ -794,11 +809,8 @@ def _assemble(job: _Job, groups: pd.DataFrame, comm_names: list[str]) -> tuple[A
     # the alignment's tables: communicators with collectives, mismatches in the whole-table order
     n_coll = coll["pg"].astype(str).value_counts() if len(coll) else pd.Series(dtype=np.int64)
     rows = meta.to_dict("index")  # one dict per communicator: .loc per cell cost ~0.1 ms (513 of them)
-    group_rows = pd.DataFrame(
-        [{"pg": pg, "pg_name": pg, "pg_desc": rows[pg]["pg_desc"], "pg_ranks": rows[pg]["pg_ranks"],
-          "n_ranks": int(rows[pg]["pg_size"]), "pg_source": LOGGED_SOURCE, "streams": "",
-          "n_collectives": int(n_coll[pg]), "present_ranks": rows[pg]["seen_on_ranks"], "windows": "0"}
-         for pg in comm_names if pg in n_coll.index], columns=GROUP_COLUMNS)
+    group_rows = pd.DataFrame([logged_group_row(pg, rows[pg], int(n_coll[pg])) for pg in comm_names
+                               if pg in n_coll.index], columns=GROUP_COLUMNS)
     if job.mismatches:
         mism = pd.concat(job.mismatches, ignore_index=True)
         code = {pg: i for i, pg in enumerate(comm_names)}

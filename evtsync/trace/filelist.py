@@ -3,9 +3,10 @@
 Issue 48 (memory flat in the number of files): a list of ``(Path, rank)`` holds ~570 bytes of
 ``pathlib`` objects per file (the path, its string, its cached parts), ~2.3 MB at 4,096 NCCL
 Inspector logs, and sorting a folder by tuple keys peaked at ~4 MB. :class:`FileList` keeps
-each folder's prefix once, the names in one string and the ranks in an array (~40 bytes a
-file beyond the name) and makes each ``(Path, rank)`` when it is read; :func:`natural_name_key`
-is a file name's natural sort key as one string.
+each folder's prefix once, the names in one string and the ranks in an array (~16 bytes a file
+beyond the name: its end offset and rank, 8 bytes each, as ``nbytes`` counts) and makes each
+``(Path, rank)`` when it is read; :func:`natural_name_key` is a file name's natural sort key as
+one string.
 """
 
 from __future__ import annotations

@@ -201,6 +201,10 @@ def _check_given_order(files: Iterable[Path]) -> None:
                 "list the files in rank order, or name each rank with RANK=PATH")
 
 
+#: The key of a ``sniffed`` count (:func:`trace_files_in`) for a Kineto-named file no reader recognises.
+NOT_RECOGNISED = "(not recognised)"
+
+
 def _trace_names_in(folder: Path, sniffed: Counter[str] | None = None) -> list[str]:
     """The names of a folder's files that some reader reads, in natural name order
     (:func:`trace_files_in`), listed as names (no ``Path`` per entry: issue 48)."""
@@ -215,8 +219,11 @@ def _trace_names_in(folder: Path, sniffed: Counter[str] | None = None) -> list[s
             lower = name.lower()
             if not lower.endswith(suffixes) or not entry.is_file():
                 continue
-            if lower.endswith(TRACE_SUFFIXES):
+            if lower.endswith(TRACE_SUFFIXES):  # Kineto's names: taken without a sniff...
                 found.append(name)
+                if sniffed is not None:  # ...unless the caller counts the readers: then sniffed too
+                    kineto_named = sniff_reader(prefix + name)
+                    sniffed[kineto_named.name if kineto_named is not None else NOT_RECOGNISED] += 1
                 continue
             reader = sniff_reader(prefix + name)
             if reader is not None:
@@ -230,9 +237,10 @@ def _trace_names_in(folder: Path, sniffed: Counter[str] | None = None) -> list[s
 def trace_files_in(folder: Path, sniffed: Counter[str] | None = None) -> list[Path]:
     """A folder's files that some reader reads: Kineto's suffixes, or another reader's
     suffix with content it recognises (a ``.log`` of stdout next to traces is not one), in
-    natural name order. ``sniffed``, if given, counts the files each reader recognised by
-    sniffing (by reader name: its caller need not read the files' first bytes again, issue
-    48, 4,096 Inspector logs)."""
+    natural name order. ``sniffed``, if given, counts every file listed by the reader its
+    content calls for (by reader name; :data:`NOT_RECOGNISED`: a Kineto-named file whose content
+    no reader recognises), so that its caller need not read the files' first bytes again (issue
+    48, 4,096 Inspector logs): Kineto-named files, otherwise taken by name, are sniffed then."""
     return [folder / name for name in _trace_names_in(folder, sniffed)]
 
 
@@ -277,6 +285,7 @@ def list_inputs(paths: Iterable[str | os.PathLike[str]], rank_from: str = "file"
     names: list[str] = []
     ranks: list[int | None] = []
     runs: list[tuple[int, str | None]] = []
+    given_as: list[tuple[int, str]] = []  # (first file, the argument) of each argument
 
     def add(prefix: str | None, found: list[str], given: int | None) -> None:
         if not runs or runs[-1][1] != prefix:
@@ -285,6 +294,7 @@ def list_inputs(paths: Iterable[str | os.PathLike[str]], rank_from: str = "file"
         ranks.extend([given] * len(found))
 
     for item in paths:
+        given_as.append((len(names), str(item)))
         given: int | None = None
         path = Path(item)
         match = _GIVEN_RANK_RE.match(str(item))
@@ -319,12 +329,45 @@ def list_inputs(paths: Iterable[str | os.PathLike[str]], rank_from: str = "file"
     if not names:
         raise TraceError("no trace files given")
     out = FileList(names, ranks, runs)
+    _refuse_repeats(out, given_as)
     if rank_from == "order":
         if any(g is not None for g in ranks):
             raise InputError("--rank-from order numbers the files itself: do not also give RANK=PATH")
         _check_given_order(out.paths)
         out = FileList(names, range(len(names)), runs)
     return out
+
+
+def _refuse_repeats(files: FileList, given_as: list[tuple[int, str]]) -> None:
+    """A file listed twice is refused, naming both arguments: the same argument given twice, a
+    folder and a file in it, a symlink or hard link to a listed file (the same ``(st_dev,
+    st_ino)``). Read twice, its records would be another rank's, or make two logs claim one rank
+    (a streamed Inspector tax keeps every record until the end, then reads the job again)."""
+    import bisect
+
+    n = len(files)
+    if n < 2:
+        return
+    dev, ino = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.uint64)  # ~16 bytes a file, while listing
+    for i in range(n):
+        path = files.path_str(i)
+        try:
+            st = os.stat(path)
+        except OSError:
+            raise TraceError(f"{path}: {path_problem(path, 'file')}") from None
+        dev[i], ino[i] = st.st_dev, st.st_ino
+    order = np.lexsort((ino, dev))  # stable: of two equal keys the earlier file first
+    same = np.flatnonzero((dev[order][1:] == dev[order][:-1]) & (ino[order][1:] == ino[order][:-1]))
+    if not len(same):
+        return
+    k = int(same[np.argmin(order[same + 1])])  # the first file (in the listing) that repeats one before it
+    first, again = int(order[k]), int(order[k + 1])
+    starts = [s for s, _ in given_as]
+    arg_a, arg_b = (bisect.bisect_right(starts, i) - 1 for i in (first, again))
+    where = (f"both found in argument {arg_a + 1} ({given_as[arg_a][1]})" if arg_a == arg_b else
+             f"arguments {arg_a + 1} ({given_as[arg_a][1]}) and {arg_b + 1} ({given_as[arg_b][1]})")
+    raise InputError(f"{files.path_str(first)} and {files.path_str(again)} are the same file, {where}: "
+                     "give each file once")
 
 
 def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:

@@ -98,6 +98,33 @@ def test_the_cheaper_location_fix_is_installed_for_this_pytest() -> None:
     assert hasattr(rewrite.AssertionRewriter.run, "__wrapped__")
 
 
+_TRAVERSE = ("def traverse_node(node):\n    yield node\n    for child in children(node):\n"
+             "        yield from traverse_node(child)\n")
+_VISIT = "    def visit_Assert(self, assert_):\n        for node in traverse_node(stmt):\n            pass\n"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (_TRAVERSE + _VISIT, True),  # pytest 8/9's shape: its definition, its recursion, one call
+    (_TRAVERSE + _VISIT + "def other(tree):\n    return list(traverse_node(tree))\n", False),  # a 2nd caller
+    (_TRAVERSE, False),  # no call: not the loop install() replaces
+    (_VISIT, False),  # no definition in the module
+])
+def test_one_call_site_of_traverse_node_in_the_module(text: str, expected: bool) -> None:
+    """install() swaps the rewrite module's traverse_node while visit_Assert runs: applicable only
+    where the module calls it at that one place (hand-written module texts: 1 call site, 2, none)."""
+    assert _assert_locations._one_traverse_call(text) is expected
+
+
+def test_the_installed_rewrite_module_calls_traverse_node_once() -> None:
+    import inspect
+
+    text = inspect.getsource(rewrite)
+    calls = [line.strip() for line in text.splitlines() if "traverse_node(" in line and "def " not in line
+             and "yield from" not in line]
+    assert calls == ["for node in traverse_node(stmt):"]  # a plain reading of the module's lines
+    assert _assert_locations._one_traverse_call(text)
+
+
 @pytest.mark.parametrize("source", [
     "def t(f, x, y):\n    assert f(x, y) == [x, y] and (x or y)\n",  # no walrus: the search is skipped
     "def t(f, x, y):\n    assert f(x, y) == [x, y] and (x or y), ':= in a string only'\n",

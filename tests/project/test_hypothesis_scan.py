@@ -131,3 +131,54 @@ def test_deferred_leaves_the_scan_as_it_was() -> None:
         assert providers._get_local_constants is not scan
         assert providers._get_local_constants() is providers._local_constants  # no scan
     assert providers._get_local_constants is scan
+
+
+PLUGIN_INSIDE = '''
+if True:
+    def pytest_collection_modifyitems(items):
+        if items:
+            from hypothesis.internal.conjecture.providers import _get_local_constants
+
+            _get_local_constants()
+
+    def pytest_sessionstart(session):
+        pass
+'''
+
+#: the import at module level, the call in the hook: another plugin than the one this was written for
+PLUGIN_IMPORT_OUTSIDE = '''
+from hypothesis.internal.conjecture.providers import _get_local_constants
+
+if True:
+    def pytest_collection_modifyitems(items):
+        _get_local_constants()
+'''
+
+#: import and call both in another function after the hook
+PLUGIN_CALL_AFTER = '''
+if True:
+    def pytest_collection_modifyitems(items):
+        pass
+
+    def pytest_sessionstart(session):
+        from hypothesis.internal.conjecture.providers import _get_local_constants
+
+        _get_local_constants()
+'''
+
+
+@pytest.mark.parametrize(("text", "expected"), [(PLUGIN_INSIDE, True), (PLUGIN_IMPORT_OUTSIDE, False),
+                                                (PLUGIN_CALL_AFTER, False)])
+def test_applicable_only_where_the_hook_imports_and_calls_the_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   text: str, expected: bool) -> None:
+    """applicable() reads the plugin's text: the scan's import and its one call inside
+    ``pytest_collection_modifyitems`` (written plugins, loaded from tmp_path, stand in for it)."""
+    import importlib.util
+
+    path = tmp_path / "fake_plugin.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location("fake_plugin", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "_hypothesis_pytestplugin", module)  # not executed: its text is what counts
+    assert _hypothesis_scan.applicable() is expected

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -356,7 +357,7 @@ def test_last_line_cut_blank_and_malformed_lines(tmp_path: Path) -> None:
     bad.write_text("".join(lines[:4] + ['{"header": oops}\n'] + lines[4:]))
     files = inspector_files(tmp_path)
     assert files is not None
-    with pytest.raises(TraceError, match=rf"{bad}: line 5: not an NCCL Inspector record"):
+    with pytest.raises(TraceError, match=re.escape(f"{bad}: line 5: not an NCCL Inspector record")):
         stream_tax(files, block_bytes=700)
     got = stream_tax(files, block_bytes=700, salvage=True)
     assert got.stats["streamed"]
@@ -565,8 +566,148 @@ def test_each_rank_names_its_file_and_a_rank_twice_names_both(tmp_path: Path) ->
     bad = tmp_path / "twice"
     _world(bad, 6, 3)
     (bad / "h9-pid9.log").write_text("".join(_record("0xw", 2, 6, sn, 100, "h9", 9) for sn in range(3)))
-    message = rf"two Inspector logs are rank 2: {bad}/h0-pid2\.log and {bad}/h9-pid9\.log \(the same process"
+    message = re.escape(f"two Inspector logs are rank 2: {bad}/h0-pid2.log and {bad}/h9-pid9.log (the same process")
     with pytest.raises(TraceError, match=message):
         stream_tax(inspector_files(bad) or [])
     with pytest.raises(TraceError, match=message):
         load_traces(bad, jobs=1)
+
+
+def test_gzip_log_whose_last_line_fails_a_check_is_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gzipped log whose last line (no newline after it) is a record that fails a check (another
+    rank of the communicator than its earlier lines): the error names the file and line, and the
+    gzip reader is closed (it was taken out of the reader's table before the check ran: left open)."""
+    from evtsync.trace.readers import inspector
+
+    opened: list[object] = []
+
+    class Recorded(inspector.ByteSource):  # type: ignore[misc, valid-type]
+        def __init__(self, path: Path) -> None:
+            super().__init__(path)
+            opened.append(self)
+
+    monkeypatch.setattr(inspector, "ByteSource", Recorded)
+    _world(tmp_path, 4, 5)
+    plain = tmp_path / "h0-pid3.log"
+    text = plain.read_text() + _record("0xw", 2, 4, 5, 100, "h0", 3).rstrip("\n")
+    (tmp_path / "h0-pid3.log.gz").write_bytes(gzip.compress(text.encode()))
+    plain.unlink()
+    with pytest.raises(TraceError, match=r"h0-pid3\.log\.gz: line 6: communicator 0xw logged with rank 2 of 4"):
+        stream_tax(inspector_files(tmp_path) or [])
+    assert len(opened) == 1 and opened[0]._raw.closed  # type: ignore[attr-defined]
+
+
+def test_tables_that_failed_to_build_fail_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tables of a clean job are built at their first read, which consumes the job's batches: a
+    build that fails (forced, after the batches were taken) raises again at the next read instead of
+    giving tables without the collectives (the hand job has 3: 0xw sn 1, 2 and 0xp sn 1)."""
+    _hand_job(tmp_path)
+    got = stream_tax(inspector_files(tmp_path) or [])
+    assert got.stats["collectives"] == 3
+    real, calls = logtax.TaxTables, []
+
+    def failing(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("forced")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(logtax, "TaxTables", failing)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="forced"):
+            got.tables  # noqa: B018
+    assert len(calls) == 1  # built once, not again without its batches
+    fresh = stream_tax(inspector_files(tmp_path) or []).tables  # the same logs read again: the 3 collectives
+    assert len(fresh.collectives) == 3
+
+
+def test_a_file_listed_twice_is_refused_naming_both_arguments(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The same folder twice, a folder and a file in it, a symlink in the folder to another of its
+    logs, a hard link: refused while listing (streamed and whole-table path alike, one check), the
+    error naming the file and both arguments; the CLI exits 2 without a traceback. (Before, the
+    streamed tax kept every record to the end, read the job again, then said two logs are rank 0.)"""
+    import os
+
+    from evtsync.cli import main
+    from evtsync.core.errors import InputError
+
+    folder = tmp_path / "d"
+    _world(folder, 3, 4)
+    log0 = folder / "h0-pid0.log"
+    cases = [([folder, folder], f"{log0} and {log0} are the same file, arguments 1 ({folder}) and 2 ({folder})"),
+             ([folder, log0], f"{log0} and {log0} are the same file, arguments 1 ({folder}) and 2 ({log0})"),
+             ([log0, str(log0)], f"{log0} and {log0} are the same file, arguments 1 ({log0}) and 2")]
+    for args, message in cases:
+        with pytest.raises(InputError, match=re.escape(message)):
+            inspector_files(args)
+        with pytest.raises(InputError, match=re.escape(message)):
+            load_traces(args, jobs=1)
+    assert main(["tax", "--no-cache", str(folder), str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert f"{log0} and {log0} are the same file" in err and "Traceback" not in err
+    # a symlink in the folder to another of its logs: the same file, both found in one argument
+    linked = tmp_path / "linked"
+    _world(linked, 3, 4)
+    (linked / "h0-pid9.log").symlink_to(linked / "h0-pid1.log")
+    message = f"{linked}/h0-pid1.log and {linked}/h0-pid9.log are the same file, both found in argument 1"
+    for listing in (inspector_files, lambda p: load_traces(p, jobs=1)):
+        with pytest.raises(InputError, match=re.escape(message)):
+            listing(linked)
+    (linked / "h0-pid9.log").unlink()
+    os.link(linked / "h0-pid2.log", tmp_path / "hard.log")  # a hard link named on its own
+    with pytest.raises(InputError, match=re.escape(f"{linked}/h0-pid2.log and {tmp_path}/hard.log are the same")):
+        inspector_files([linked, tmp_path / "hard.log"])
+    # no repeat: the three logs, the hand tax
+    assert len(stream_tax(inspector_files(linked) or []).tables.collectives) == 4
+
+
+def test_kineto_named_files_in_a_folder_are_judged_by_the_listing(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The listing is the one place that says which reader each folder file has: a Kineto-named
+    file is sniffed there when the caller counts (inspector_files does), once, not again after.
+    A Kineto trace beside Inspector logs: not streamed; an Inspector log named ``.json``: streamed,
+    the hand tax (max - min of the times written); a ``.json`` no reader recognises: not streamed."""
+    from evtsync.trace import readers
+    from evtsync.trace.traceset import list_inputs
+
+    times = _world(tmp_path / "named", 3, 2)
+    (tmp_path / "named" / "h0-pid2.log").rename(tmp_path / "named" / "h0-pid2.json")
+    heads: list[str] = []
+    real = readers.head_bytes
+    monkeypatch.setattr(readers, "head_bytes", lambda path, *a: heads.append(Path(path).name) or real(path, *a))
+    files = inspector_files(tmp_path / "named")
+    assert files is not None and [p.name for p, _ in files] == ["h0-pid0.log", "h0-pid1.log", "h0-pid2.json"]
+    assert sorted(heads) == ["h0-pid0.log", "h0-pid1.log", "h0-pid2.json"]  # each once
+    got = stream_tax(files).tables.collectives
+    assert got["tau_max_us"].tolist() == [float(max(t) - min(t)) for t in times]
+    mixed = tmp_path / "mixed"
+    _world(mixed, 3, 2)
+    (mixed / "rank0.json").write_text(json.dumps({"traceEvents": [], "distributedInfo": {"rank": 0}}))
+    assert inspector_files(mixed) is None
+    (mixed / "rank0.json").write_text("not a trace\n")
+    assert inspector_files(mixed) is None
+    # without a count asked for, the listing takes Kineto names without reading them
+    heads.clear()
+    assert len(list_inputs([mixed])) == 4 and "rank0.json" not in heads
+
+
+def test_counts_logged_once_and_the_report_made_only_when_asked(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """The job's counts line (3 logs, 8 collective records by hand: 2 of 0xw each, 1 of 0xp on two
+    ranks) is logged once when both the printed report and the tables are made; ``report=False``
+    (``evtsync tax --plot``, which reads the tables) makes no report."""
+    import logging
+
+    _hand_job(tmp_path)
+    files = inspector_files(tmp_path) or []
+    with caplog.at_level(logging.INFO, logger="evtsync"):
+        got = stream_tax(files, keep_ranks=False)
+        assert got.report is not None
+        assert len(got.tables.collectives) == 3
+    counts = [r.getMessage() for r in caplog.records if "Inspector log(s):" in r.getMessage()]
+    assert counts == ["3 Inspector log(s): 8 collective records in 2 communicator(s), 0 p2p records not used"]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="evtsync"):
+        quiet = stream_tax(files, keep_ranks=False, report=False)
+        assert quiet.report is None and len(quiet.tables.collectives) == 3
+    assert sum("Inspector log(s):" in r.getMessage() for r in caplog.records) == 1

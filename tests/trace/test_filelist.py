@@ -79,3 +79,32 @@ def test_file_list_of_a_relative_folder(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.chdir(tmp_path)
     for arg in (".", "./"):
         assert [str(p) for p, _ in list_inputs([arg])] == ["a.json", "b.json"]
+
+
+def test_file_list_of_a_symlinked_name_and_a_non_utf8_name(tmp_path: Path) -> None:
+    """A folder's entry that is a symlink to a file elsewhere is listed by its own name (the link's
+    path, not its target's); a name that is not UTF-8 (bytes, as os.fsdecode gives it: surrogate
+    escapes) is listed in natural order and its path opens the file. Skipped where the filesystem
+    refuses such a name."""
+    import os
+
+    logs, elsewhere = tmp_path / "logs", tmp_path / "elsewhere"
+    logs.mkdir()
+    elsewhere.mkdir()
+    for name in ("r1.json", "r10.json"):
+        (logs / name).write_text("{}")
+    (elsewhere / "target.json").write_text('{"linked": 1}')
+    (logs / "r3.json").symlink_to(elsewhere / "target.json")
+    raw = b"r2\xff.json"  # not UTF-8
+    try:
+        with open(os.path.join(os.fsencode(logs), raw), "w") as out:
+            out.write('{"odd": 2}')
+    except OSError:
+        pytest.skip("this filesystem refuses a non-UTF-8 file name")
+    odd = os.fsdecode(raw)
+    files = list_inputs([logs])
+    assert [p.name for p, _ in files] == ["r1.json", odd, "r3.json", "r10.json"]
+    assert files.path_str(2) == str(logs / "r3.json") and files.path(2).is_symlink()
+    assert files.path(2).read_text() == '{"linked": 1}'
+    assert files.path_str(1) == str(logs / odd) and files.path(1).read_text() == '{"odd": 2}'
+    assert os.fsencode(files.path_str(1)) == os.path.join(os.fsencode(logs), raw)

@@ -740,7 +740,9 @@ def global_ranks(logs: Sequence[LoggedCollectives]) -> tuple[list[int], str, int
     The rank the user gave wins; else the file's rank in the world communicator: the
     communicator logged by every file with the most ranks (a job's default process group).
     """
-    # one pass: ``logs`` may make each file's when read (LogRounds.shells, results: issue 48)
+    # ``logs`` may make each file's when read (LogRounds.shells, results: issue 48): one pass finds
+    # the given ranks and the world communicator; without given ranks a second reads each file's
+    # rank in it (a third, on the error path only, names the largest communicator)
     given: list[int | None] = []
     first: dict[str, tuple[int, int, int, str]] = {}
     in_every: set[str] = set()
@@ -830,12 +832,14 @@ def job_layout(logs: Sequence[LoggedCollectives]) -> JobLayout:
     return JobLayout(ranks, rank_source, world, owner, comm_rows, problems, missing)
 
 
-def job_tables(logs: Sequence[LoggedCollectives], layout: JobLayout) -> dict[str, Any]:
+def job_tables(logs: Sequence[LoggedCollectives], layout: JobLayout, *, log_counts: bool = True) -> dict[str, Any]:
     """The TraceSet fields of a job's logs other than ``logged`` and ``problems``: ``ranks``
     (one row per file), ``process_groups`` (one per communicator), ``skipped``,
-    ``untabulated``, ``missing_ranks``, ``scope`` and ``source``."""
+    ``untabulated``, ``missing_ranks``, ``scope`` and ``source``; ``log_counts``: as for
+    :func:`job_rank_columns`."""
     ranks = layout.ranks
-    ranks_table = pd.DataFrame(job_rank_columns(logs, layout)).sort_values("rank", kind="stable")
+    ranks_table = pd.DataFrame(job_rank_columns(logs, layout, log_counts=log_counts)).sort_values(
+        "rank", kind="stable")
     untabulated = [{"rank": rank, "window": 0, "phase": "record", "category": "p2p_perf",
                     "count": log_.info["n_p2p_records"], "reason": "p2p operation: no collective tax"}
                    for log_, rank in zip(logs, ranks, strict=True) if log_.info["n_p2p_records"]]
@@ -858,10 +862,11 @@ _RANK_INFO_FIELD = {"n_events": "n_lines", "start_ns": "dump_first_us", "end_ns"
 
 
 def job_rank_columns(logs: Sequence[LoggedCollectives], layout: JobLayout,
-                     columns: Sequence[str] | None = None) -> dict[str, list[Any]]:
+                     columns: Sequence[str] | None = None, *, log_counts: bool = True) -> dict[str, list[Any]]:
     """The ``ranks`` table of a job's logs as one list per column, in file order (one row per
     file; :func:`job_tables` sorts it by rank), or only ``columns`` of it (the others not gathered:
-    issue 48, ~700 bytes a file for the whole table at once). Logs the job's counts."""
+    issue 48, ~700 bytes a file for the whole table at once). Logs the job's counts (unless
+    ``log_counts`` is False: a caller that logged them already)."""
     n_logs = len(logs)
     # the info fields read: each column's (n_events is n_lines, ...), and the log line's two sums
     wanted = None if columns is None else {_RANK_INFO_FIELD.get(c, c) for c in columns} | {
@@ -882,8 +887,9 @@ def job_rank_columns(logs: Sequence[LoggedCollectives], layout: JobLayout,
                 got["path"].append(log_.path)
             if "n_communicators" in got:
                 got["n_communicators"].append(len(log_.comms))
-    log.info("%d Inspector log(s): %d collective records in %d communicator(s), %d p2p records not used",
-             n_logs, sum(got["n_collective_records"]), len(layout.comm_rows), sum(got["n_p2p_records"]))
+    if log_counts:
+        log.info("%d Inspector log(s): %d collective records in %d communicator(s), %d p2p records not used",
+                 n_logs, sum(got["n_collective_records"]), len(layout.comm_rows), sum(got["n_p2p_records"]))
     make: dict[str, Callable[[], list[Any]]] = {
         "rank": lambda: layout.ranks, "rank_source": lambda: [layout.rank_source] * n_logs,
         "path": lambda: got["path"], "world_size": lambda: [layout.world] * n_logs,
@@ -1490,7 +1496,9 @@ class LogRounds:
     def _finish(self, i: int) -> dict[str, np.ndarray] | None:
         """File ``i`` has ended: its last line (a record, or one being written), the gzip
         check, its info; the last record's columns, if any."""
-        fd, src, path = self._fd[i], self._gz.pop(i, None), self.paths[i]
+        # the gzip reader stays in _gz (close() reaches it) until the finally below: a last line
+        # that fails a check raises before it
+        fd, src, path = self._fd[i], self._gz.get(i), self.paths[i]
         eof_error = getattr(src, "eof_error", None)
         is_gzip = src is not None
         pending = self._pending.pop(i, b"")
@@ -1515,6 +1523,7 @@ class LogRounds:
             digest = "" if is_gzip else _hash_before(path, total - unread, fd if fd >= 0 else None)
         finally:
             self._fd[i] = -1
+            self._gz.pop(i, None)
             if fd >= 0:
                 os.close(fd)
             if src is not None:
@@ -1741,8 +1750,9 @@ class LogRounds:
 
     def state_bytes(self) -> int:
         """Bytes held per file between rounds, beyond the shared arrays: its unfinished last
-        line, its open file object and its share of the communicator pairs (the per-file state
-        the tests bound)."""
+        line (a gzip log's: a plain log's is read again), its open file (a plain log: its OS
+        descriptor, 4 bytes in an array; a gzip one: its inflating reader) and its share of the
+        communicator pairs (the per-file state the tests bound)."""
         import sys
 
         total = sum(map(len, self._pending.values())) + sum(sys.getsizeof(s) for s in self._gz.values())
