@@ -332,7 +332,7 @@ def _gpu_lane(rank: int, ops: pd.DataFrame, kernels: pd.DataFrame, inst: pd.Data
         flag = k["is_comm"] if "is_comm" in k else k["is_nccl"]
         corr = k["correlation"].to_numpy(np.int64) if "correlation" in k else np.full(len(k), -1, np.int64)
         for s, e, name, stream, is_c, c in zip(k["ts_ns"].to_numpy(np.int64), k["end_ns"].to_numpy(np.int64),
-                                              k["name"].astype(str), k["stream"].to_numpy(),
+                                              k["name"].astype(str).tolist(), k["stream"].to_numpy(),
                                               flag.fillna(False).to_numpy(bool), corr, strict=True):
             s, e = max(int(s), cursor), int(e)
             if e <= cursor or s >= hi:
@@ -495,10 +495,13 @@ def replay(lanes: dict[int, Lane], scale: dict[tuple[int, int, int, int, str, st
             arr_at: dict[int, list[tuple[Any, int]]] = {}
             for t, k in arr_keys:
                 arr_at.setdefault(int(np.searchsorted(starts, t, side="left")), []).append(k)
-            f = [scale.get((r, w, int(st), int(sg), kd, nm), 1.0) if scale else 1.0 for st, sg, kd, nm in
-                 zip(sl["step"], sl["segment"], sl["kind"], sl["name"], strict=True)]
+            # the factors looked up only when there are any (the measured replay has none: each factor
+            # 1.0, the same product), the key columns read as Python lists, not element by element
+            f = ([scale.get((r, w, int(st), int(sg), kd, nm), 1.0) for st, sg, kd, nm in
+                  zip(sl["step"].tolist(), sl["segment"].tolist(), sl["kind"].tolist(), sl["name"].tolist(),
+                      strict=True)] if scale else np.ones(len(sl)))
             state[r] = {"i": 0, "t": int(lane.windows[w][0]), "n": len(sl), "arr_at": arr_at,
-                        "dur": ((sl["end_ns"] - sl["start_ns"]).to_numpy(np.float64) * np.asarray(f)),
+                        "dur": ((sl["end_ns"] - sl["start_ns"]).to_numpy(np.float64) * np.asarray(f, np.float64)),
                         "ref": sl["ref_key"].tolist(), "blocking": sl["blocking"].to_numpy(bool),
                         "start": starts, "end": sl["end_ns"].to_numpy(np.int64)}
         arrived: dict[tuple[Any, int], dict[int, float]] = {}

@@ -201,9 +201,36 @@ def tail_exceedances(n_values: int, tail_share: float = RANKTAIL_TAIL_SHARE, *,
     return min(max(min_exceedances, int(math.ceil(scaled - 1e-9))), max_exceedances)
 
 
+#: Results of :func:`_stable_exceedances` by the content of its arguments (a pure function): a run fits
+#: the rank model twice to the same cells (xi free and xi = 0), each fit testing every cell's
+#: threshold stability, ~0.14 s a cell on the demo (issue 48, branch demo60). The most recent
+#: :data:`_STABLE_CACHE_SIZE` are kept; the grids are handed out as copies.
+_STABLE_CACHE: dict[tuple[object, ...], tuple[int, tuple[NDArray[np.float64], NDArray[np.float64]] | None]] = {}
+_STABLE_CACHE_SIZE = 64
+
+
 def _stable_exceedances(u: NDArray[np.float64], k: int, min_exceedances: int,
                         alpha: float = RANKTAIL_STABILITY_ALPHA
                         ) -> tuple[int, tuple[NDArray[np.float64], NDArray[np.float64]] | None]:
+    """:func:`_stable_exceedances_of`, the result computed once per content of its arguments (the
+    values' bytes, dtype and shape, ``k``, ``min_exceedances``, ``alpha``)."""
+    import hashlib
+
+    u = np.ascontiguousarray(u)
+    key = (hashlib.sha256(u.tobytes()).hexdigest(), u.dtype.str, u.shape, int(k), int(min_exceedances), float(alpha))
+    hit = _STABLE_CACHE.pop(key, None)
+    if hit is None:
+        hit = _stable_exceedances_of(u, k, min_exceedances, alpha)
+    _STABLE_CACHE[key] = hit  # the most recent last
+    while len(_STABLE_CACHE) > _STABLE_CACHE_SIZE:
+        del _STABLE_CACHE[next(iter(_STABLE_CACHE))]
+    kept, grid = hit
+    return kept, (None if grid is None else (grid[0].copy(), grid[1].copy()))
+
+
+def _stable_exceedances_of(u: NDArray[np.float64], k: int, min_exceedances: int,
+                           alpha: float = RANKTAIL_STABILITY_ALPHA
+                           ) -> tuple[int, tuple[NDArray[np.float64], NDArray[np.float64]] | None]:
     """The number of exceedances the threshold-stability test keeps (docs/methodology.md), and the
     log-likelihood grid of its exceedances (None when the test did not run).
 

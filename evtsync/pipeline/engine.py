@@ -330,6 +330,16 @@ class Run:
         return self.once(rel, f"rank model, seed {seed}", lambda: cache_expected_max(
             RankModelPrediction(load_rank_model(self.path(rel)), seed=seed)))
 
+    def keep_rank_model(self, rel: str, seed: int, fit: Any) -> None:
+        """Keep ``fit``, just written to ``rel`` by :meth:`RankModelFit.save`, as :meth:`rank_model`
+        gives it (stamped with the file as written), so that the stages after it in this process do
+        not read it back (issue 48: ~0.5 s a demo). A file rewritten since is read again."""
+        from evtsync.evt.rankmodel import RankModelPrediction
+        from evtsync.predict.estimator import cache_expected_max
+
+        self._once.pop((self.path(rel).resolve(), f"rank model, seed {seed}"), None)
+        self.once(rel, f"rank model, seed {seed}", lambda: cache_expected_max(RankModelPrediction(fit, seed=seed)))
+
     def trace_hashes(self) -> dict[str, str]:
         """SHA-256 of every trace file, reusing the manifest's when size and mtime match."""
         known = self.manifest.setdefault("file_hashes", {})

@@ -39,6 +39,12 @@ from evtsync.synth.timeline import (
 
 NCCL_VERSION = "2.21.5"
 
+#: zlib level of gzip output (``SynthConfig.gzip``; the demo's 88 rank files): 1, the fastest. On the
+#: demo's 194 MB of JSON (2026-12-06, 2-core VM) level 1 compresses in 0.73 s of CPU against level 5's
+#: 1.34 s, to 19.6 MB against 14.4 MB, and decompresses in 0.37 s against 0.32 (issue 48: the cold
+#: demo's CPU; docs/performance/synth.md). The JSON inside is the same at any level.
+GZIP_LEVEL = 1
+
 
 def trace_file_name(cfg: SynthConfig, rank: int) -> str:
     """File name of one rank, in the style of real traces (``rank-3.<ms>.pt.trace.json``)."""
@@ -60,7 +66,7 @@ class RankFile:
         self.modern = sim.modern
         self._raw: IO[bytes] = open(tmp, "wb")  # noqa: SIM115 - closed in close()
         self._out: gzip.GzipFile | io.BufferedWriter = (
-            gzip.GzipFile(filename="", mode="wb", fileobj=self._raw, mtime=0, compresslevel=5)
+            gzip.GzipFile(filename="", mode="wb", fileobj=self._raw, mtime=0, compresslevel=GZIP_LEVEL)
             if self.cfg.gzip else io.BufferedWriter(self._raw, 1 << 20))
         self._first = True
         self.first_ts: int | float | None = None

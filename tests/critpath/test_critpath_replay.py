@@ -97,6 +97,22 @@ def test_tiny_job_replayed_by_hand() -> None:
     assert mean_step_ms(lanes, fixed)[0] == pytest.approx(17.0)
 
 
+def test_factors_found_on_arrow_string_columns_and_unit_factors_change_nothing() -> None:
+    # the trace tables hold kind and name as Arrow strings: a factor keyed by them still applies
+    # (rank 2's "work" at 10 ms: every step 17 ms, as by hand above), and a factor of 1 on every
+    # slice gives the same replayed ends, to the nanosecond, as no factor at all
+    lanes = {r: _lane(r, c, 5.0, 32.0) for r, c in ((0, 10.0), (1, 10.0), (2, 30.0))}
+    for lane in lanes.values():
+        for col in ("kind", "name"):
+            lane.slices[col] = lane.slices[col].astype("string[pyarrow]")
+    fixed = replay(lanes, {(2, 0, 1, 0, "cpu_op", "work"): 10.0 / 30.0})
+    assert mean_step_ms(lanes, fixed)[0] == pytest.approx(17.0)
+    ones = {(r, 0, int(st), int(sg), str(k), str(n)): 1.0 for r, lane in lanes.items()
+            for st, sg, k, n in zip(lane.slices["step"], lane.slices["segment"], lane.slices["kind"],
+                                    lane.slices["name"], strict=True)}
+    assert replay(lanes, ones) == replay(lanes) == {r: {0: 37 * MS} for r in lanes}
+
+
 def test_no_straggler_no_saving() -> None:
     lanes = {r: _lane(r, 10.0, 5.0, 12.0) for r in range(3)}
     assert straggler_ops(op_instances(lanes), 17.0 * MS).empty

@@ -211,6 +211,17 @@ def test_no_effect_names_no_rank_and_finds_no_shared_variance(iid_fit, tmp_path)
         fit.tau_draws([8], gpu="B200", precision="bf16")
 
 
+def test_the_fit_in_memory_predicts_what_its_file_read_back_predicts_to_the_bit(iid_fit, tmp_path) -> None:
+    # a run's rankmodel stage hands its fit to the prediction stages in memory (Run.keep_rank_model)
+    # instead of their reading the file it wrote: the same draws, cells and notes either way
+    _, _, fit = iid_fit
+    again = rankmodel.load_rank_model(fit.save(tmp_path / "rankmodel.nc"))
+    kept, read = (rankmodel.RankModelPrediction(f, seed=0) for f in (fit, again))
+    assert np.array_equal(kept.expected_max(NS), read.expected_max(NS))
+    pd.testing.assert_frame_equal(kept.cell_info(), read.cell_info(), check_exact=True)
+    pd.testing.assert_frame_equal(kept.cells, read.cells, check_exact=True)
+
+
 @pytest.mark.slow  # two fits
 def test_gumbel_against_frechet_by_loo_on_the_same_data() -> None:
     # Gumbel ranks: their excesses over a high threshold are exponential (xi = 0 is the right tail), so

@@ -290,3 +290,28 @@ def test_the_tail_share_holds_up_to_2560_values_and_shrinks_beyond() -> None:
     # test rarely moves a plain tail), not the 359 of a fixed share
     tail = fit_rank_tail(np.random.default_rng(5).standard_normal(10_240), seed=1)
     assert tail.n_exceedances == 180
+
+
+def test_the_stability_test_is_computed_once_per_content_and_hands_out_copies() -> None:
+    # the memo of _stable_exceedances (a pure function; the rank model tests the same cells twice
+    # in a run): the same answer as the uncached test, a changed value or level is another entry,
+    # and a caller that edits the returned grid does not change what the next caller gets
+    from evtsync.evt import ranktail as rt
+
+    rng = np.random.default_rng(3)
+    u = np.sort(rng.standard_t(5, 600))
+    k = tail_exceedances(u.size)
+    plain_k, plain_grid = rt._stable_exceedances_of(u, k, 10)
+    first_k, first_grid = rt._stable_exceedances(u, k, 10)
+    assert first_k == plain_k and plain_grid is not None and first_grid is not None
+    assert all(np.array_equal(a, b) for a, b in zip(first_grid, plain_grid, strict=True))
+    first_grid[1][:] = 0.0  # the caller's copy only
+    again_k, again_grid = rt._stable_exceedances(u.copy(), k, 10)
+    assert again_k == plain_k and np.array_equal(again_grid[1], plain_grid[1])
+    other = u.copy()
+    other[-1] += 50.0  # a far larger maximum: another tail, its own entry
+    other_k, other_grid = rt._stable_exceedances(other, k, 10)
+    want_k, want_grid = rt._stable_exceedances_of(other, k, 10)
+    assert other_k == want_k and np.array_equal(other_grid[1], want_grid[1])
+    assert not np.array_equal(other_grid[1], plain_grid[1])
+    assert rt._stable_exceedances(u, k, 10, alpha=0.0) == (k, None)  # the test off: no grid
