@@ -317,28 +317,23 @@ class Run:
             self._once[(path, what)] = hit = (stamp, compute())
         return hit[1]
 
-    def rank_model(self, rel: str, seed: int) -> Any:
+    def rank_model(self, rel: str, seed: int, fit: Any = None) -> Any:
         """The run's rank model ``rel`` as the prediction tables take it
         (:class:`~evtsync.evt.rankmodel.RankModelPrediction` with ``seed``), read once per run and its
         tau draws per (cell, n) kept (:func:`evtsync.predict.estimator.cache_expected_max`): prediction
         and predicted-vs-measured share the same draws (issue 45, item 2) instead of drawing them twice.
         The draws of a (cell, n) depend only on the fit, the seed, the cell and n, so the tables are
-        those each stage would make alone. A file rewritten since (other size or mtime) is read again."""
+        those each stage would make alone. A file rewritten since (other size or mtime) is read again.
+        ``fit``: the fit the caller has just written to ``rel`` (:meth:`RankModelFit.save`), kept as the
+        file's value (stamped with the file as written) instead of read back (issue 48: ~0.5 s a demo)."""
         from evtsync.evt.rankmodel import RankModelPrediction, load_rank_model
         from evtsync.predict.estimator import cache_expected_max
 
-        return self.once(rel, f"rank model, seed {seed}", lambda: cache_expected_max(
-            RankModelPrediction(load_rank_model(self.path(rel)), seed=seed)))
-
-    def keep_rank_model(self, rel: str, seed: int, fit: Any) -> None:
-        """Keep ``fit``, just written to ``rel`` by :meth:`RankModelFit.save`, as :meth:`rank_model`
-        gives it (stamped with the file as written), so that the stages after it in this process do
-        not read it back (issue 48: ~0.5 s a demo). A file rewritten since is read again."""
-        from evtsync.evt.rankmodel import RankModelPrediction
-        from evtsync.predict.estimator import cache_expected_max
-
-        self._once.pop((self.path(rel).resolve(), f"rank model, seed {seed}"), None)
-        self.once(rel, f"rank model, seed {seed}", lambda: cache_expected_max(RankModelPrediction(fit, seed=seed)))
+        what = f"rank model, seed {seed}"
+        if fit is not None:  # replaces what was kept for the file before it was written
+            self._once.pop((self.path(rel).resolve(), what), None)
+        return self.once(rel, what, lambda: cache_expected_max(RankModelPrediction(
+            fit if fit is not None else load_rank_model(self.path(rel)), seed=seed)))
 
     def trace_hashes(self) -> dict[str, str]:
         """SHA-256 of every trace file, reusing the manifest's when size and mtime match."""

@@ -594,7 +594,7 @@ def _stage_rankmodel(run: Run) -> dict[str, Any]:
     except InputError as exc:  # an old table without u, no cell with enough rank values
         raise NotApplicable(f"the rank model cannot be fitted: {exc}{_drop_note(run)}") from exc
     free.save(run.path(RANKMODEL_FIT))
-    run.keep_rank_model(RANKMODEL_FIT, DEFAULT_SEED, free)  # prediction's estimator, not read back
+    run.rank_model(RANKMODEL_FIT, DEFAULT_SEED, fit=free)  # prediction's estimator, not read back
     gumbel.save(run.path(RANKMODEL_GUMBEL_FIT))
     run.produced("rankmodel", *(rel for out in (RANKMODEL_FIT, RANKMODEL_GUMBEL_FIT)  # with their signatures
                                 for rel in (out, f"{out}.sig") if run.path(rel).is_file()))

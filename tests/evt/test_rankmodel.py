@@ -212,7 +212,7 @@ def test_no_effect_names_no_rank_and_finds_no_shared_variance(iid_fit, tmp_path)
 
 
 def test_the_fit_in_memory_predicts_what_its_file_read_back_predicts_to_the_bit(iid_fit, tmp_path) -> None:
-    # a run's rankmodel stage hands its fit to the prediction stages in memory (Run.keep_rank_model)
+    # a run's rankmodel stage hands its fit to the prediction stages in memory (Run.rank_model(..., fit=...))
     # instead of their reading the file it wrote: the same draws, cells and notes either way
     _, _, fit = iid_fit
     again = rankmodel.load_rank_model(fit.save(tmp_path / "rankmodel.nc"))
