@@ -82,7 +82,11 @@ def _rank_list(text: str, spec: str) -> tuple[int, ...]:
         lo, sep, hi = part.partition("-")
         if not lo.isdigit() or (sep and not hi.isdigit()):
             raise InputError(f"--host-cores {spec!r}: expected ranks such as 0-3 or 0,2,4; found {part!r}")
+        if sep and int(hi) < int(lo):
+            raise InputError(f"--host-cores {spec!r}: expected a range from low to high such as 0-3; found {part!r}")
         ranks.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+    if not ranks:
+        raise InputError(f"--host-cores {spec!r}: expected at least one rank before each ':'; found {text!r}")
     return tuple(ranks)
 
 

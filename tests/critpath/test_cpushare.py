@@ -57,6 +57,8 @@ def test_layout_forms() -> None:
     ("0", "expected at least 1 core"),
     ("0-3:0", "expected at least 1 core per group"),
     ("a-b:1", "expected N, N:shared or RANKS:CORES"),
+    ("0-3:1;,:1", "expected at least one rank before each ':'; found ','"),
+    ("3-0:1", "expected a range from low to high such as 0-3; found '3-0'"),
 ])
 def test_layout_errors_say_what_was_expected(spec: str, said: str) -> None:
     with pytest.raises(InputError, match=re.escape(said)):
