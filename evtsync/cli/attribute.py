@@ -94,6 +94,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--paths writes PATH_paths beside the table: give -o/--out PATH")
     if args.host_cores is not None and not args.what_if:
         raise InputError("--host-cores describes the host for the what-if replay: give --what-if too")
+    if args.host_cores is not None:  # its form, before the traces are read (the ranks: after)
+        from evtsync.critpath.cpushare import parse_host_cores
+
+        parse_host_cores(args.host_cores, None)
     selections = [p for p in args.pg if "=" not in p]
     args.pg = [p for p in args.pg if "=" in p]
     if len(selections) > 1:

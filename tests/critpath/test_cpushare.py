@@ -238,6 +238,10 @@ def test_cli_host_cores(tmp_path: Path) -> None:
         assert bad.returncode != 0 and "Traceback" not in bad.stderr
         assert len([ln for ln in bad.stderr.splitlines() if "error" in ln]) == 1, bad.stderr
     assert "missing [2]" in _cli(folder, "--what-if", "--host-cores", "0-1:1").stderr
+    # a malformed layout is refused before any trace is read: the error names the layout, not the path
+    early = _cli(str(tmp_path / "no-such-folder"), "--what-if", "--host-cores", "3-0:1")
+    assert early.returncode != 0 and "Traceback" not in early.stderr
+    assert "expected a range from low to high" in early.stderr and "no-such-folder" not in early.stderr
     assert np.isfinite(w["slowdown"])
 
 
