@@ -425,13 +425,17 @@ def summary_numbers(run_dir: Path, manifest: dict[str, Any]) -> tuple[pd.DataFra
 
 
 
+#: ``whatif_durations`` of a what-if table written before the duration model was recorded.
+NOT_RECORDED = "not recorded (an older run)"
+
+
 def _duration_model(row: Any) -> dict[str, Any]:
     """The what-if's duration model of a ``tables/whatif_jobs.parquet`` row (docs/critical-path.md §8):
     ``whatif_durations`` (the sentence) and ``whatif_host_cores`` (the layout as given, or None); a
     table written before the columns existed says it did not record them."""
     said = row.get("whatif_durations")
     cores = row.get("whatif_host_cores")
-    return {"whatif_durations": str(said) if isinstance(said, str) and said else "not recorded (an older run)",
+    return {"whatif_durations": str(said) if isinstance(said, str) and said else NOT_RECORDED,
             "whatif_host_cores": str(cores) if isinstance(cores, str) and cores else None}
 
 

@@ -77,4 +77,7 @@ def test_first_screen_names_the_duration_model() -> None:
     # jobs under different models, or a run that did not record it: nothing said here (summary.json has it)
     assert summary_sec._duration_words({"jobs": [one, {**one, "whatif_host_cores": "2"}]}) == ""
     assert summary_sec._duration_words({"jobs": [{"step_time_ms": 1.0}]}) == ""
+    # a run whose what-if table predates the columns, as summary.json gives it: not "independent"
+    older = {"whatif_durations": "not recorded (an older run)", "whatif_host_cores": None}
+    assert summary_sec._duration_words({"jobs": [older]}) == ""
     assert summary_sec._duration_words({}) == ""

@@ -30,7 +30,7 @@ from evtsync.report.markdown import (
 from evtsync.report.sections.stragglers import straggler_table
 from evtsync.report.wording import all_cpu, device_word, tau_words
 from evtsync.runfolder.layout import STATUS_TEXT
-from evtsync.runfolder.summary import LIGHT_TAIL, NOTE_SEPARATOR, read_summary
+from evtsync.runfolder.summary import LIGHT_TAIL, NOT_RECORDED, NOTE_SEPARATOR, read_summary
 
 #: The summary's column of notes (convergence, refusals) shown beside the numbers.
 SUMMARY_NOTE = "flags"
@@ -348,7 +348,8 @@ def _duration_words(info: dict[str, Any]) -> str:
     """The what-if's duration model, short, from summary.json's ``jobs`` (docs/critical-path.md §8):
     "; op durations independent" or "; ranks sharing cores (--host-cores 2)"; "" when the jobs do not
     record it (an older run) or differ (then each job's is in summary.json)."""
-    jobs = [j for j in info.get("jobs") or [] if isinstance(j, dict) and "whatif_host_cores" in j]
+    jobs = [j for j in info.get("jobs") or [] if isinstance(j, dict) and "whatif_host_cores" in j
+            and j.get("whatif_durations") != NOT_RECORDED]  # summary.json of a run before the columns
     layouts = {j["whatif_host_cores"] for j in jobs}
     if not jobs or len(layouts) != 1 or len(jobs) != len(info.get("jobs") or []):
         return ""
