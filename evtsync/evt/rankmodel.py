@@ -59,6 +59,7 @@ from evtsync.core.defaults import (
     RANKTAIL_MIN_VALUES,
 )
 from evtsync.core.errors import FitError, InputError
+from evtsync.core.memo import BoundedMemo
 from evtsync.evt.families import tail_verdict
 from evtsync.evt.spec import RankModelSpec, load_rank_spec
 
@@ -1164,8 +1165,8 @@ class RankModelFit:
 
 #: The last few :func:`_body_frames` results by the digest of their inputs: the fits of xi free and xi = 0
 #: of one data set and seed (the rankmodel stage's two fits) share them instead of bootstrapping twice.
-_BODY_MEMO: dict[str, tuple[pd.DataFrame, list[pd.DataFrame]]] = {}
-_BODY_MEMO_KEEP = 2
+_BODY_MEMO: BoundedMemo[tuple[pd.DataFrame, list[pd.DataFrame]]] = BoundedMemo(
+    2, lambda frames: (frames[0].copy(), [b.copy() for b in frames[1]]))
 
 
 def _body_frames(cells: list[CellData], thresholds: list[float], centring: str,
@@ -1181,10 +1182,12 @@ def _body_frames(cells: list[CellData], thresholds: list[float], centring: str,
         for arr in (c.w, c.noise_sd):
             digest.update(f"|{np.size(arr)}|".encode())
             digest.update(np.ascontiguousarray(arr, dtype=np.float64).tobytes())
-    key = digest.hexdigest()
-    if key in _BODY_MEMO:
-        atoms, boot = _BODY_MEMO[key]
-        return atoms.copy(), [b.copy() for b in boot]
+    return _BODY_MEMO.get(digest.hexdigest(), lambda: _body_frames_of(cells, thresholds, centring, seed))
+
+
+def _body_frames_of(cells: list[CellData], thresholds: list[float], centring: str,
+                    seed: int) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
+    """:func:`_body_frames`, computed."""
     atoms_rows, boot_rows = [], []
     rng = np.random.default_rng(seed + 7919)
     for i, c in enumerate(cells):
@@ -1203,11 +1206,7 @@ def _body_frames(cells: list[CellData], thresholds: list[float], centring: str,
         grid, dev = simex_boot(sets, c.w.size, rng)
         boot_rows.append(pd.DataFrame({"cell": i, "replicate": np.repeat(np.arange(dev.shape[0]), grid.size),
                                        "n": np.tile(grid, dev.shape[0]), "log_dev": dev.ravel()}))
-    atoms = pd.concat(atoms_rows, ignore_index=True)
-    while len(_BODY_MEMO) >= _BODY_MEMO_KEEP:
-        _BODY_MEMO.pop(next(iter(_BODY_MEMO)))
-    _BODY_MEMO[key] = (atoms, boot_rows)
-    return atoms.copy(), [b.copy() for b in boot_rows]
+    return pd.concat(atoms_rows, ignore_index=True), boot_rows
 
 
 def load_rank_model(path: str | os.PathLike[str]) -> RankModelFit:

@@ -68,6 +68,7 @@ from evtsync.core.defaults import (
     RANKTAIL_XI_PRIOR_SD,
 )
 from evtsync.core.errors import InputError
+from evtsync.core.memo import BoundedMemo
 
 log = logging.getLogger(__name__)
 
@@ -204,9 +205,10 @@ def tail_exceedances(n_values: int, tail_share: float = RANKTAIL_TAIL_SHARE, *,
 #: Results of :func:`_stable_exceedances` by the content of its arguments (a pure function): a run fits
 #: the rank model twice to the same cells (xi free and xi = 0), each fit testing every cell's
 #: threshold stability, ~0.14 s a cell on the demo (issue 48, branch demo60). The most recent
-#: :data:`_STABLE_CACHE_SIZE` are kept; the grids are handed out as copies.
-_STABLE_CACHE: dict[tuple[object, ...], tuple[int, tuple[NDArray[np.float64], NDArray[np.float64]] | None]] = {}
-_STABLE_CACHE_SIZE = 64
+#: 64 are kept, the grids handed out as copies
+#: (:class:`~evtsync.core.memo.BoundedMemo`).
+_STABLE_CACHE: BoundedMemo[tuple[int, tuple[NDArray[np.float64], NDArray[np.float64]] | None]] = BoundedMemo(
+    64, lambda hit: (hit[0], None if hit[1] is None else (hit[1][0].copy(), hit[1][1].copy())))
 
 
 def _stable_exceedances(u: NDArray[np.float64], k: int, min_exceedances: int,
@@ -218,14 +220,7 @@ def _stable_exceedances(u: NDArray[np.float64], k: int, min_exceedances: int,
 
     u = np.ascontiguousarray(u)
     key = (hashlib.sha256(u.tobytes()).hexdigest(), u.dtype.str, u.shape, int(k), int(min_exceedances), float(alpha))
-    hit = _STABLE_CACHE.pop(key, None)
-    if hit is None:
-        hit = _stable_exceedances_of(u, k, min_exceedances, alpha)
-    _STABLE_CACHE[key] = hit  # the most recent last
-    while len(_STABLE_CACHE) > _STABLE_CACHE_SIZE:
-        del _STABLE_CACHE[next(iter(_STABLE_CACHE))]
-    kept, grid = hit
-    return kept, (None if grid is None else (grid[0].copy(), grid[1].copy()))
+    return _STABLE_CACHE.get(key, lambda: _stable_exceedances_of(u, k, min_exceedances, alpha))
 
 
 def _stable_exceedances_of(u: NDArray[np.float64], k: int, min_exceedances: int,
