@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from evtsync.core.errors import InputError
-from evtsync.critpath.members import window_members
+from evtsync.critpath.members import slice_factors, window_members
 
 if TYPE_CHECKING:
     from evtsync.critpath.replay import Lane
@@ -369,8 +369,7 @@ def replay_shared(lanes: dict[int, Lane], layout: HostLayout, scale: dict[tuple[
                 at = int(starts[pos]) if pos < len(starts) else int(sl["end_ns"].to_numpy(np.int64)[-1]) \
                     if len(sl) else int(lane.windows[w][0])
                 offset[k] = float(ready[k][r] - at)
-            f = np.array([scale.get((r, w, int(a), int(b), c, d), 1.0) for a, b, c, d in
-                          zip(sl["step"], sl["segment"], sl["kind"], sl["name"], strict=True)]) if scale else 1.0
+            f = slice_factors(sl, r, w, scale)
             st[r] = {"i": 0, "n": len(sl), "arr_at": arr_at, "amount": sl["amount"].to_numpy(np.float64) * f,
                      "busy": sl["busy"].to_numpy(bool), "ref": sl["ref_key"].tolist(),
                      "blocking": sl["blocking"].to_numpy(bool), "mode": "until",

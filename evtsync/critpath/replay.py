@@ -44,7 +44,7 @@ from evtsync.core.errors import InputError
 from evtsync.core.parallel import Backend
 from evtsync.critpath.cpu import CPU_SIDE_CATEGORIES, collectives_are_cpu_side, rank_timeline
 from evtsync.critpath.cpushare import HostLayout, classify, parse_host_cores, replay_shared
-from evtsync.critpath.members import window_members
+from evtsync.critpath.members import slice_factors, window_members
 from evtsync.critpath.names import notes_around, user_notes
 from evtsync.critpath.p2p import pair_transfers, peer_column, transfers
 from evtsync.sync.collectives import Alignment
@@ -474,6 +474,8 @@ def straggler_ops(instances: pd.DataFrame, step_ns: float, *, k_scale: float = K
 
 # --------------------------------------------------------------------------- replay
 
+
+
 def replay(lanes: dict[int, Lane], scale: dict[tuple[int, int, int, int, str, str], float] | None = None,
            record: dict[str, Any] | None = None) -> dict[int, dict[int, int]]:
     """Replay the lanes; ``scale`` maps (rank, window, step, segment, kind, name) to the factor on
@@ -495,13 +497,9 @@ def replay(lanes: dict[int, Lane], scale: dict[tuple[int, int, int, int, str, st
             arr_at: dict[int, list[tuple[Any, int]]] = {}
             for t, k in arr_keys:
                 arr_at.setdefault(int(np.searchsorted(starts, t, side="left")), []).append(k)
-            # the factors looked up only when there are any (the measured replay has none: each factor
-            # 1.0, the same product), the key columns read as Python lists, not element by element
-            f = ([scale.get((r, w, int(st), int(sg), kd, nm), 1.0) for st, sg, kd, nm in
-                  zip(sl["step"].tolist(), sl["segment"].tolist(), sl["kind"].tolist(), sl["name"].tolist(),
-                      strict=True)] if scale else np.ones(len(sl)))
+            f = slice_factors(sl, r, w, scale)
             state[r] = {"i": 0, "t": int(lane.windows[w][0]), "n": len(sl), "arr_at": arr_at,
-                        "dur": ((sl["end_ns"] - sl["start_ns"]).to_numpy(np.float64) * np.asarray(f, np.float64)),
+                        "dur": (sl["end_ns"] - sl["start_ns"]).to_numpy(np.float64) * f,
                         "ref": sl["ref_key"].tolist(), "blocking": sl["blocking"].to_numpy(bool),
                         "start": starts, "end": sl["end_ns"].to_numpy(np.int64)}
         arrived: dict[tuple[Any, int], dict[int, float]] = {}

@@ -383,7 +383,7 @@ def expected_max_draws(tail: RankTail, n: Sequence[int], *, chunk: int = 200) ->
         with np.errstate(over="ignore"):
             growth = np.exp(xi[:, None] * ww[None, :]) * simpson_w[None, :]
             rest_base = np.where(xi < 1, c * np.exp(-(1 - xi) * top) / np.maximum(1 - xi, 1e-12), np.inf)
-        top_cum = log_cum.max(axis=0)  # nondecreasing along the atoms: each row is
+        top_cum = log_cum.max(axis=0)  # nondecreasing along the atoms, as each row of log_cum is
         for j, nn in enumerate(ns):
             # sum_i v_i (C_i^n - C_(i-1)^n) by parts: v_K C_K^n - sum_(i<K) C_i^n (v_(i+1) - v_i), one power per
             # atom from the first whose C^n can reach 1e-20 in some draw (the atoms below add < 1e-20 of the
