@@ -32,18 +32,12 @@ def _long(seed: int, iters: int, cells=(("A100", "bf16"), ("H100", "bf16"), ("H1
 
 
 def _prepared(long: pd.DataFrame, free_shape: bool = True):
+    """The model fit_rank_model samples, prepared by its own path (rankmodel._prepare_model)."""
     from evtsync.evt.spec import load_rank_spec
 
     spec = load_rank_spec()
-    cells = rankmodel.decompose(long, "centre", "test", True)
-    exc, thresholds = [], []
-    for c in cells:
-        ws = np.sort(c.w)
-        t, _ = rankmodel._threshold(ws, c.label)
-        exc.append(ws[ws > t] - t)
-        thresholds.append(t)
-    model = rankmodel._build_model(cells, exc, free_shape, True, spec, thresholds)
-    rankmodel._initval(model, cells, exc, free_shape)
+    model, cells, exc, thresholds, _ = rankmodel._prepare_model(long, free_shape=free_shape, source="test",
+                                                                spec=spec)
     return model, cells, exc, thresholds, spec
 
 
