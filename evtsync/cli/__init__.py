@@ -232,6 +232,8 @@ def exit_without_teardown(code: int) -> NoReturn:
     import os
     import threading
 
+    if not callable(getattr(atexit, "_run_exitfuncs", None)):  # another interpreter: its own exit, teardown and all
+        sys.exit(code)
     try:
         shutdown = getattr(threading, "_shutdown", None)  # what the interpreter's exit calls first
         if shutdown is not None:

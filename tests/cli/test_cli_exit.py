@@ -64,6 +64,20 @@ sys.argv = ["evtsync", "models"]
     assert plain.returncode == 0 and (tmp_path / "finalized").read_text() == "yes"
 
 
+def test_without_the_private_exit_hook_the_interpreter_exits_as_usual(tmp_path: Path) -> None:
+    # an interpreter without CPython's atexit._run_exitfuncs: the program's own exit, so the exit
+    # handlers still run (the quick exit would have skipped them) and the status is kept
+    done = _program(f"""
+import atexit, sys
+from pathlib import Path
+atexit.register(lambda: Path({str(tmp_path / 'atexit')!r}).write_text("ran"))
+del atexit._run_exitfuncs
+sys.argv = ["evtsync", "tax", {str(tmp_path / 'no-such-folder')!r}]
+""", tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert (tmp_path / "atexit").read_text() == "ran"
+
+
 def test_the_status_of_an_error_is_kept(tmp_path: Path) -> None:
     # an input error: one line on stderr and the error's status (2, docs/cli.md), through the quick exit
     done = _program(f"import sys\nsys.argv = ['evtsync', 'tax', {str(tmp_path / 'no-such-folder')!r}]", tmp_path)
